@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""bench_moe_layer_torch.py — the CPU MoE layer's forward and backward written in idiomatic PyTorch, as a
+reference point for bench_moe_layer.c at the same shape.
+
+Layer: logits = x Wr^T -> softmax -> top-k -> renormalise -> for each expert: index_select its rows, SwiGLU
+(w2 (silu(x w1^T) * (x w3^T))), scale by the gate, index_add_ into the output; plus the load-balancing loss
+(E * sum_e f_e P_e, coef 0.01) and the router z-loss (mean logsumexp^2, coef 0.001). Dropless unless
+--capacity-factor > 0 (then C = ceil(cf T k / E) per expert, earlier tokens kept). Backward is autograd of
+sum(out * dout) + the weighted losses, giving dx and every weight gradient.
+
+Measures forward, backward and forward+backward wall time (median and min over --iters timed iterations
+after --warmup untimed ones, time.perf_counter). Last line: "json: {...}".
+
+Run with Debian's python (it has python3-torch):
+    /usr/bin/python3 bench/bench_moe_layer_torch.py [--tokens 4096 --d-model 512 --d-ff 1024 --experts 8
+        --top-k 2 --capacity-factor 0 --warmup 2 --iters 7 --threads <os.cpu_count()>]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+AUX_COEF, Z_COEF = 0.01, 0.001
+
+
+def positive_int(lo, hi):
+    def parse(s):
+        try:
+            v = int(s, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {s!r}")
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
+        return v
+    return parse
+
+
+def capacity_factor(s):
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}")
+    if not math.isfinite(v) or not 0 <= v <= 1e6:
+        raise argparse.ArgumentTypeError(f"must be a finite number in [0, 1e6] (0 = dropless), got {s!r}")
+    return v
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--tokens", type=positive_int(1, 1 << 22), default=4096)
+    p.add_argument("--d-model", type=positive_int(1, 1 << 16), default=512)
+    p.add_argument("--d-ff", type=positive_int(1, 1 << 17), default=1024)
+    p.add_argument("--experts", type=positive_int(1, 4096), default=8)
+    p.add_argument("--top-k", type=positive_int(1, 4096), default=2)
+    p.add_argument("--capacity-factor", type=capacity_factor, default=0.0)
+    p.add_argument("--warmup", type=positive_int(0, 100000), default=2)
+    p.add_argument("--iters", type=positive_int(1, 100000), default=7)
+    p.add_argument("--threads", type=positive_int(1, 4096), default=os.cpu_count() or 1)
+    a = p.parse_args()  # argparse prints the error and exits with status 2
+    if a.top_k > a.experts:
+        p.error("--top-k must not exceed --experts")
+    if a.tokens * a.top_k * max(a.d_ff, a.d_model) * 4 > 16e9:
+        p.error("shape too large (activations over 16 GB)")
+    return a
+
+
+class Expert(torch.nn.Module):
+    """One SwiGLU expert, as Hugging Face Mixtral writes it: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.w1 = torch.nn.Linear(d, d_ff, bias=False)
+        self.w3 = torch.nn.Linear(d, d_ff, bias=False)
+        self.w2 = torch.nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MoELayer(torch.nn.Module):
+    def __init__(self, d, d_ff, num_experts, top_k, capacity_factor, gen):
+        super().__init__()
+        self.top_k, self.capacity_factor = top_k, capacity_factor
+        self.router = torch.nn.Linear(d, num_experts, bias=False)
+        self.experts = torch.nn.ModuleList(Expert(d, d_ff) for _ in range(num_experts))
+        with torch.no_grad():  # uniform(-a, a), a = sqrt(3 / fan_in): unit-variance rows stay unit
+            for m in self.modules():
+                if isinstance(m, torch.nn.Linear):
+                    a = math.sqrt(3.0 / m.in_features)
+                    m.weight.copy_((torch.rand(m.weight.shape, generator=gen) * 2 - 1) * a)
+
+    def forward(self, x):
+        T, E, k = x.shape[0], len(self.experts), self.top_k
+        logits = self.router(x)
+        probs = logits.softmax(dim=-1)
+        gate, expert = probs.topk(k, dim=-1)
+        gate = gate / gate.sum(dim=-1, keepdim=True)
+        flat_expert, flat_gate = expert.reshape(-1), gate.reshape(-1)
+        flat_token = torch.arange(T, device=x.device).repeat_interleave(k)
+        counts = torch.bincount(flat_expert, minlength=E)  # top-k counts, before capacity
+        capacity = math.ceil(self.capacity_factor * T * k / E) if self.capacity_factor > 0 else None
+
+        out = torch.zeros_like(x)
+        kept = 0
+        for e in range(E):
+            idx = (flat_expert == e).nonzero(as_tuple=True)[0]  # assignment order = token order
+            if capacity is not None:
+                idx = idx[:capacity]
+            if idx.numel() == 0:
+                continue
+            kept += idx.numel()
+            tok = flat_token[idx]
+            xe = x.index_select(0, tok)
+            ye = self.experts[e](xe) * flat_gate[idx].unsqueeze(1)
+            out.index_add_(0, tok, ye)
+
+        f = counts.to(x.dtype) / (T * k)
+        aux = E * (f * probs.mean(dim=0)).sum()
+        z = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        return out, aux, z, counts, kept
+
+
+def main():
+    a = parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}  threads={torch.get_num_threads()} (interop {torch.get_num_interop_threads()})"
+          f"  python {sys.version.split()[0]}  cpu_count={os.cpu_count()}")
+    print(f"shape: T={a.tokens} d={a.d_model} d_ff={a.d_ff} E={a.experts} k={a.top_k} "
+          f"capacity_factor={a.capacity_factor:g} ({'capacity' if a.capacity_factor > 0 else 'dropless'}) "
+          f"warmup={a.warmup} iters={a.iters}")
+
+    gen = torch.Generator().manual_seed(0x5EED)
+    layer = MoELayer(a.d_model, a.d_ff, a.experts, a.top_k, a.capacity_factor, gen)
+    x0 = torch.rand(a.tokens, a.d_model, generator=gen) * 2 - 1
+    dout = torch.rand(a.tokens, a.d_model, generator=gen) * 2 - 1
+
+    tf, tb, tt = [], [], []
+    for it in range(-a.warmup, a.iters):
+        layer.zero_grad(set_to_none=False)  # untimed: a training step zeroes the gradients once
+        x = x0.clone().requires_grad_(True)
+        t0 = time.perf_counter()
+        out, aux, z, counts, kept = layer(x)
+        loss = (out * dout).sum() + AUX_COEF * aux + Z_COEF * z
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        if it >= 0:
+            tf.append((t1 - t0) * 1e3), tb.append((t2 - t1) * 1e3), tt.append((t2 - t0) * 1e3)
+
+    T, d, f, E = a.tokens, a.d_model, a.d_ff, a.experts
+    flop_f = 3 * 2.0 * kept * d * f + 2.0 * T * d * E
+    flop_t = 3 * flop_f
+    checksum = float(out.detach().double().sum() + x.grad.double().sum())
+    print("rows per expert (before capacity):", " ".join(str(int(c)) for c in counts),
+          f" (kept {kept} of {T * a.top_k})")
+    print(f"losses: aux={aux.item():.6f} z={z.item():.6f}  checksum(out+dx)={checksum:.6e}")
+    res = {}
+    for name, v, flop in (("forward", tf, flop_f), ("backward", tb, 2 * flop_f), ("total", tt, flop_t)):
+        med, mn = statistics.median(v), min(v)
+        res[name] = (med, mn)
+        print(f"{name:8s}: median {med:8.2f} ms  min {mn:8.2f} ms  {flop / med * 1e-6:7.1f} GFLOP/s")
+    rec = {"bench": "moe_layer_torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "tokens": T, "d_model": d, "d_ff": f, "experts": E, "top_k": a.top_k,
+           "capacity_factor": a.capacity_factor, "warmup": a.warmup, "iters": a.iters, "rows": kept,
+           "gflop_total": flop_t * 1e-9, "gflops": flop_t / res["total"][0] * 1e-6}
+    for name, (med, mn) in res.items():
+        rec[f"{name}_ms"] = {"median": round(med, 4), "min": round(mn, 4)}
+    print("json: " + json.dumps(rec, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+/* moe.h — the public API of libmoe: one sparse mixture-of-experts (MoE) layer, forward and backward.
+ *
+ *   x [T, d] -> router (logits = x Wr^T, scores, top-k, capacity) -> permute rows by expert
+ *            -> SwiGLU experts (grouped GEMM) -> combine: out[t] = sum_j gate[t,j] * y[slot(t,j)]
+ *
+ * The layer owns its activations and workspace; the caller owns the weights and gradients (views into
+ * one contiguous buffer, see moe_layer_weights_view) so that a model can all-reduce them as one region.
+ * Every function returns a moe_status; none calls exit().
+ *
+ * Precision: moe_real is float. The float64 build (MOE_REAL_IS_DOUBLE, library libmoe_f64) exists only
+ * so that finite-difference gradient checks can be tight; it is never used for training.
+ */
+#ifndef MOE_MOE_H
+#define MOE_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef MOE_REAL_IS_DOUBLE
+typedef double moe_real;
+#else
+typedef float moe_real;
+#endif
+
+/* Status codes: one X-macro list gives the enum and the strings (libuv's pattern). */
+#define MOE_STATUS_LIST(X)                                                              \
+    X(MOE_OK, "ok")                                                                     \
+    X(MOE_ERR_INVALID_ARG, "invalid argument")                                          \
+    X(MOE_ERR_INVALID_CONFIG, "invalid configuration")                                  \
+    X(MOE_ERR_OUT_OF_MEMORY, "out of memory")                                           \
+    X(MOE_ERR_NONFINITE, "non-finite value (NaN or Inf) in the router logits")          \
+    X(MOE_ERR_NO_FORWARD, "backward called without a matching forward")                 \
+    X(MOE_ERR_CUDA, "CUDA runtime error")                                               \
+    X(MOE_ERR_NO_DEVICE, "no CUDA device present")
+
+typedef enum {
+#define MOE__STATUS_ENUM(name, text) name,
+    MOE_STATUS_LIST(MOE__STATUS_ENUM)
+#undef MOE__STATUS_ENUM
+    MOE_STATUS_COUNT
+} moe_status;
+
+const char *moe_status_string(moe_status status);
+
+typedef enum {
+    MOE_SCORE_SOFTMAX = 0, /* Mixtral: softmax over all experts, then top-k                       */
+    MOE_SCORE_SIGMOID = 1, /* DeepSeek-V3: sigmoid affinities; a per-expert bias steers selection */
+} moe_score_func;
+
+typedef enum {
+    MOE_DROP_BY_TOKEN_ORDER = 0, /* when an expert overflows, earlier tokens are kept        */
+    MOE_DROP_BY_SCORE = 1,       /* keep the highest router scores; ties to the earlier token */
+} moe_drop_priority;
+
+typedef struct {
+    int d_model;          /* d: width of the token rows                                       */
+    int d_ff;             /* hidden width of each SwiGLU expert                               */
+    int num_experts;      /* E (global)                                                       */
+    int top_k;            /* k experts per token, 1 <= k <= E; k = 1 is Switch routing         */
+    int num_ranks;        /* R expert-parallel ranks for num_tokens_per_rank; divides E; 1 here */
+    moe_score_func score_func;
+    int renormalize;      /* 1: gate weights of the k chosen experts are divided by their sum */
+    float capacity_factor; /* cf: C = ceil(cf * T * k / E) slots per expert; cf <= 0: dropless */
+    moe_drop_priority drop_priority;
+    float aux_loss_coef;  /* Switch/GShard load-balancing loss  E * sum_e f_e * P_e            */
+    float z_loss_coef;    /* router z-loss  mean_t logsumexp(logits_t)^2                       */
+    float bias_update_rate; /* sigmoid only: gamma of DeepSeek-V3's aux-loss-free bias update  */
+} moe_config;
+
+/* A config with the usual defaults: softmax, renormalised, dropless, aux 0.01, z-loss 0.001. */
+moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k);
+moe_status moe_config_validate(const moe_config *cfg);
+
+/* Views of the layer's parameters (and, with the same shapes, of its gradients). Layouts are those of
+ * Hugging Face Mixtral, so checkpoints map one to one:
+ *   router_w [E, d]            gate.weight       logits = x router_w^T
+ *   w1       [E, d_ff, d]      experts.j.w1      gate projection
+ *   w3       [E, d_ff, d]      experts.j.w3      up projection
+ *   w2       [E, d, d_ff]      experts.j.w2      down projection
+ * The router is a dense (replicated) parameter; the experts are the local experts of this rank. */
+typedef struct {
+    moe_real *router_w;
+    moe_real *w1;
+    moe_real *w3;
+    moe_real *w2;
+} moe_layer_weights;
+
+/* Number of reals in the layer's parameter buffer: E*d (router) + 3*E*d_ff*d (experts). */
+size_t moe_layer_num_params(const moe_config *cfg);
+/* Carves the views out of one buffer of moe_layer_num_params() reals: [router | w1 | w3 | w2]. */
+moe_layer_weights moe_layer_weights_view(const moe_config *cfg, moe_real *buffer);
+
+/* What the last forward did, for logs and tests. Counts are over the T tokens of that forward. */
+typedef struct {
+    double aux_loss;        /* unweighted load-balancing loss (1.0 when perfectly balanced)        */
+    double z_loss;          /* unweighted router z-loss                                          */
+    double weighted_loss;   /* aux_loss_coef * aux_loss + z_loss_coef * z_loss (what backward adds) */
+    int num_assignments;    /* T * k                                                             */
+    int num_dropped;        /* assignments over capacity; they contribute zero                   */
+    int capacity;           /* C, or 0 when dropless                                             */
+    const int *num_tokens_per_expert; /* [E] kept assignments per expert                          */
+    const int *num_selected_per_expert; /* [E] top-k assignments per expert before capacity       */
+} moe_layer_stats;
+
+typedef struct moe_layer moe_layer;
+
+moe_status moe_layer_create(const moe_config *cfg, moe_layer **out_layer);
+void moe_layer_destroy(moe_layer *layer);
+
+/* out[T, d] = MoE(x[T, d]). Keeps what backward needs (a copy of x, routing, expert activations).
+ * stats may be NULL. */
+moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *x,
+                             int num_tokens, moe_real *out, moe_layer_stats *stats);
+
+/* Given dL/dout of the last forward, writes dL/dx and ACCUMULATES (+=) into the weight gradients.
+ * The gradient includes the weighted aux and z losses reported by the forward. dx may be NULL. */
+moe_status moe_layer_backward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *dout,
+                              moe_real *dx, moe_layer_weights *grads);
+
+/* Sigmoid routing's selection bias b[E] (used for top-k selection only, never for gate values). */
+moe_real *moe_layer_expert_bias(moe_layer *layer);
+/* DeepSeek-V3's aux-loss-free balancing, after a step: b_e += rate * sign(mean_e' n_e' - n_e), with n
+ * the top-k counts of the last forward (overloaded experts become less attractive). */
+moe_status moe_layer_update_expert_bias(moe_layer *layer);
+
+#endif

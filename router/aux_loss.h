@@ -1,0 +1,27 @@
+/* aux_loss.h — router auxiliary losses and their exact gradients. CPU.
+ *
+ * Load balancing (Switch/GShard):  L_aux = E * sum_e f_e * P_e
+ *   f_e = n_e / (T*k), n_e = top-k assignments to e before capacity (no gradient flows through f);
+ *   P_e = (1/T) sum_t q[t,e], q = the softmax probabilities, or for sigmoid routing the affinities
+ *   normalised per token, s / sum_e s (DeepSeek-V3's convention).
+ *   Perfect balance (f_e = P_e = 1/E) gives exactly 1 for every k.
+ * Router z-loss (ST-MoE):  L_z = (1/T) sum_t logsumexp(logits[t,:])^2
+ */
+#ifndef MOE_ROUTER_AUX_LOSS_H
+#define MOE_ROUTER_AUX_LOSS_H
+
+#include "moe/moe.h"
+
+double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
+                                    int num_tokens, int num_experts, int top_k);
+/* dscores += coef * dL_aux/dscores */
+void router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
+                                           int num_tokens, int num_experts, int top_k, moe_real coef,
+                                           moe_real *dscores);
+
+double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_experts);
+/* dlogits += coef * (2/T) * lse_t * softmax(logits_t) */
+void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_experts, moe_real coef,
+                                moe_real *dlogits);
+
+#endif

@@ -1,0 +1,17 @@
+/* gates.h — combine weights of the chosen experts, forward and backward. CPU. */
+#ifndef MOE_ROUTER_GATES_H
+#define MOE_ROUTER_GATES_H
+
+#include "moe/moe.h"
+
+/* gate[t,j] = scores[t, expert[t,j]], divided by sum_j of them when renormalize is set. */
+void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
+                      int renormalize, moe_real *gate);
+
+/* Accumulates dL/dscores from dL/dgate:  plain: ds[e_j] += dg_j;
+ * renormalised (g_j = s_j / S, S = sum_i s_i):  ds[e_j] += (dg_j - sum_i dg_i g_i) / S. */
+void router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
+                               const moe_real *dgate, int num_tokens, int num_experts, int top_k,
+                               int renormalize, moe_real *dscores);
+
+#endif

@@ -1,0 +1,32 @@
+/* gates_cpu.c — gate weights from the router scores of the chosen experts, and their backward. */
+#include "router/gates.h"
+
+void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
+                      int renormalize, moe_real *gate) {
+    for (int t = 0; t < num_tokens; t++) {
+        const moe_real *s = scores + (size_t)t * num_experts;
+        const int *e = expert + (size_t)t * top_k;
+        moe_real *g = gate + (size_t)t * top_k, sum = 0;
+        for (int j = 0; j < top_k; j++) sum += g[j] = s[e[j]];
+        if (renormalize)
+            for (int j = 0; j < top_k; j++) g[j] /= sum;
+    }
+}
+
+void router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
+                               const moe_real *dgate, int num_tokens, int num_experts, int top_k,
+                               int renormalize, moe_real *dscores) {
+    for (int t = 0; t < num_tokens; t++) {
+        const moe_real *s = scores + (size_t)t * num_experts;
+        const int *e = expert + (size_t)t * top_k;
+        const moe_real *g = gate + (size_t)t * top_k, *dg = dgate + (size_t)t * top_k;
+        moe_real *ds = dscores + (size_t)t * num_experts;
+        if (!renormalize) {
+            for (int j = 0; j < top_k; j++) ds[e[j]] += dg[j];
+            continue;
+        }
+        moe_real sum = 0, dot = 0;
+        for (int j = 0; j < top_k; j++) sum += s[e[j]], dot += dg[j] * g[j];
+        for (int j = 0; j < top_k; j++) ds[e[j]] += (dg[j] - dot) / sum;
+    }
+}

@@ -1,0 +1,45 @@
+/* scores_cpu.c — router logits (cblas GEMM) and the softmax / sigmoid score functions, with backward. */
+#include "router/scores.h"
+
+#include "moe/real.h"
+
+moe_status router_logits_cpu(const moe_real *x, const moe_real *router_w, int num_tokens, int d_model,
+                             int num_experts, moe_real *logits) {
+    if (num_tokens == 0) return MOE_OK;
+    moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, num_tokens, num_experts, d_model, 1, x, d_model,
+              router_w, d_model, 0, logits, num_experts);
+    for (size_t i = 0; i < (size_t)num_tokens * num_experts; i++)
+        if (!isfinite(logits[i])) return MOE_ERR_NONFINITE;
+    return MOE_OK;
+}
+
+void router_scores_cpu(moe_score_func func, const moe_real *logits, int num_tokens, int num_experts,
+                       moe_real *scores) {
+    for (int t = 0; t < num_tokens; t++) {
+        const moe_real *l = logits + (size_t)t * num_experts;
+        moe_real *s = scores + (size_t)t * num_experts;
+        if (func == MOE_SCORE_SIGMOID) {
+            for (int e = 0; e < num_experts; e++) s[e] = 1 / (1 + moe__exp(-l[e]));
+            continue;
+        }
+        moe_real max = l[0], sum = 0;
+        for (int e = 1; e < num_experts; e++) max = l[e] > max ? l[e] : max;
+        for (int e = 0; e < num_experts; e++) sum += s[e] = moe__exp(l[e] - max);
+        for (int e = 0; e < num_experts; e++) s[e] /= sum;
+    }
+}
+
+void router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
+                                int num_tokens, int num_experts, moe_real *dlogits) {
+    for (int t = 0; t < num_tokens; t++) {
+        const moe_real *s = scores + (size_t)t * num_experts, *ds = dscores + (size_t)t * num_experts;
+        moe_real *dl = dlogits + (size_t)t * num_experts;
+        if (func == MOE_SCORE_SIGMOID) {
+            for (int e = 0; e < num_experts; e++) dl[e] = ds[e] * s[e] * (1 - s[e]);
+            continue;
+        }
+        moe_real dot = 0;
+        for (int e = 0; e < num_experts; e++) dot += ds[e] * s[e];
+        for (int e = 0; e < num_experts; e++) dl[e] = s[e] * (ds[e] - dot);
+    }
+}

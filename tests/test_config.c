@@ -1,0 +1,78 @@
+/* test_config.c — bad input gets a status, never a crash: invalid configurations, NULL arguments,
+ * backward before forward, non-finite inputs; and every status has its own string. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test_util.h"
+
+static void expect_invalid(const char *what, moe_config cfg) {
+    moe_layer *L = (moe_layer *)&cfg; /* must be reset to NULL on failure */
+    CHECK(moe_config_validate(&cfg) == MOE_ERR_INVALID_CONFIG, "%s accepted by validate", what);
+    CHECK(moe_layer_create(&cfg, &L) == MOE_ERR_INVALID_CONFIG && L == NULL, "%s accepted by create", what);
+}
+
+static void test_configs(void) {
+    const moe_config ok = moe_config_default(8, 16, 4, 2);
+    CHECK_OK(moe_config_validate(&ok));
+    moe_config c;
+    c = ok, c.top_k = 0, expect_invalid("k = 0", c);
+    c = ok, c.top_k = 5, expect_invalid("k > E", c);
+    c = ok, c.num_experts = 0, expect_invalid("E = 0", c);
+    c = ok, c.d_model = 0, expect_invalid("d_model = 0", c);
+    c = ok, c.d_ff = -3, expect_invalid("d_ff < 0", c);
+    c = ok, c.num_ranks = 3, expect_invalid("E not divisible by ranks", c);
+    c = ok, c.num_ranks = 0, expect_invalid("0 ranks", c);
+    c = ok, c.score_func = (moe_score_func)7, expect_invalid("unknown score function", c);
+    c = ok, c.drop_priority = (moe_drop_priority)-1, expect_invalid("unknown drop priority", c);
+    c = ok, c.renormalize = 2, expect_invalid("renormalize = 2", c);
+    c = ok, c.capacity_factor = NAN, expect_invalid("NaN capacity factor", c);
+    c = ok, c.aux_loss_coef = -0.1f, expect_invalid("negative aux coefficient", c);
+    c = ok, c.z_loss_coef = INFINITY, expect_invalid("infinite z coefficient", c);
+    c = ok, c.bias_update_rate = -1, expect_invalid("negative bias rate", c);
+    CHECK(moe_config_validate(NULL) == MOE_ERR_INVALID_ARG, "NULL config");
+    CHECK(moe_layer_create(&ok, NULL) == MOE_ERR_INVALID_ARG, "NULL out pointer");
+}
+
+static void test_calls(void) {
+    moe_config cfg = moe_config_default(8, 16, 4, 2);
+    test_rng rng = test_rng_seeded(1);
+    test_weights tw = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
+    moe_real *x = test_alloc_uniform(&rng, 10 * 8, 1), *out = test_alloc_uniform(&rng, 10 * 8, 0);
+    moe_layer *L;
+    CHECK_OK(moe_layer_create(&cfg, &L));
+    CHECK(moe_layer_backward(L, &tw.w, out, x, &g.w) == MOE_ERR_NO_FORWARD, "backward before forward");
+    CHECK(moe_layer_update_expert_bias(L) == MOE_ERR_INVALID_CONFIG, "bias update under softmax");
+    CHECK(moe_layer_forward(L, &tw.w, x, 0, out, NULL) == MOE_ERR_INVALID_ARG, "zero tokens");
+    CHECK(moe_layer_forward(L, &tw.w, NULL, 10, out, NULL) == MOE_ERR_INVALID_ARG, "NULL input");
+    CHECK(moe_layer_forward(NULL, &tw.w, x, 10, out, NULL) == MOE_ERR_INVALID_ARG, "NULL layer");
+    x[17] = NAN;
+    CHECK(moe_layer_forward(L, &tw.w, x, 10, out, NULL) == MOE_ERR_NONFINITE, "NaN input not reported");
+    CHECK(moe_layer_backward(L, &tw.w, out, x, &g.w) == MOE_ERR_NO_FORWARD, "backward after a failed forward");
+    x[17] = 0.5f;
+    CHECK_OK(moe_layer_forward(L, &tw.w, x, 10, out, NULL));
+    CHECK_OK(moe_layer_backward(L, &tw.w, out, x, &g.w));
+    /* a bigger batch after a smaller one: the workspace grows */
+    moe_real *x2 = test_alloc_uniform(&rng, 300 * 8, 1), *out2 = test_alloc_uniform(&rng, 300 * 8, 0);
+    CHECK_OK(moe_layer_forward(L, &tw.w, x2, 300, out2, NULL));
+    moe_layer_destroy(L);
+    moe_layer_destroy(NULL);
+    test_weights_free(&tw), test_weights_free(&g);
+    free(x), free(out), free(x2), free(out2);
+}
+
+static void test_status_strings(void) {
+    for (int a = 0; a < MOE_STATUS_COUNT; a++) {
+        const char *s = moe_status_string((moe_status)a);
+        CHECK(s && *s && strcmp(s, "unknown status"), "status %d has no string", a);
+        for (int b = 0; b < a; b++) CHECK(strcmp(s, moe_status_string((moe_status)b)), "statuses %d, %d share '%s'", a, b, s);
+    }
+    CHECK(!strcmp(moe_status_string(MOE_STATUS_COUNT), "unknown status"), "out-of-range status");
+}
+
+int main(void) {
+    test_configs();
+    test_calls();
+    test_status_strings();
+    return test_finish("test_config");
+}

@@ -1,0 +1,47 @@
+/* test_util.c — RNG, fills, weight fixtures and the verdict of a test program. */
+#include "tests/test_util.h"
+
+#include <stdlib.h>
+
+int test_failures = 0;
+
+moe_real *test_alloc_uniform(test_rng *rng, size_t count, double scale) {
+    moe_real *a = malloc((count ? count : 1) * sizeof *a);
+    if (!a) {
+        fprintf(stderr, "test: out of memory\n");
+        exit(1);
+    }
+    test_fill_uniform(rng, a, count, scale);
+    return a;
+}
+
+test_weights test_weights_zero(const moe_config *cfg) {
+    test_weights tw;
+    tw.buffer = calloc(moe_layer_num_params(cfg), sizeof(moe_real));
+    if (!tw.buffer) {
+        fprintf(stderr, "test: out of memory\n");
+        exit(1);
+    }
+    tw.w = moe_layer_weights_view(cfg, tw.buffer);
+    return tw;
+}
+
+test_weights test_weights_random(const moe_config *cfg, test_rng *rng) {
+    test_weights tw = test_weights_zero(cfg);
+    moe_layer_weights_init(cfg, &tw.w, rng);
+    return tw;
+}
+
+void test_weights_free(test_weights *tw) {
+    free(tw->buffer);
+    tw->buffer = NULL;
+}
+
+int test_finish(const char *name) {
+    if (test_failures) {
+        fprintf(stderr, "%s: %d check(s) failed\n", name, test_failures);
+        return 1;
+    }
+    printf("%s: all checks passed\n", name);
+    return 0;
+}

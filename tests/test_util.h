@@ -1,0 +1,54 @@
+/* test_util.h — what every test program shares: a seeded RNG, random fills, and failure counting.
+ * A test's exit code is its verdict: test_finish() returns 1 if any CHECK failed. */
+#ifndef MOE_TESTS_TEST_UTIL_H
+#define MOE_TESTS_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moe/moe.h"
+#include "moe/rng.h"
+
+/* meson's code for a skipped test */
+#define TEST_SKIP 77
+
+extern int test_failures;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            test_failures++;                                                 \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_OK(call)                                                                  \
+    do {                                                                                \
+        moe_status check_ok_status_ = (call);                                           \
+        CHECK(check_ok_status_ == MOE_OK, "%s", moe_status_string(check_ok_status_)); \
+    } while (0)
+
+/* Every random input derives from a fixed seed (moe/rng.h), so a failure reproduces. */
+typedef moe_rng test_rng;
+#define test_rng_seeded moe_rng_seeded
+#define test_rng_next moe_rng_next
+#define test_rng_uniform moe_rng_uniform
+#define test_fill_uniform moe_rng_fill_uniform
+moe_real *test_alloc_uniform(test_rng *rng, size_t count, double scale); /* aborts on OOM */
+
+/* A layer's weights in one buffer, filled with uniform values of a scale that keeps activations O(1). */
+typedef struct {
+    moe_real *buffer;
+    moe_layer_weights w;
+} test_weights;
+
+test_weights test_weights_random(const moe_config *cfg, test_rng *rng);
+test_weights test_weights_zero(const moe_config *cfg);
+void test_weights_free(test_weights *tw);
+
+int test_finish(const char *name);
+
+#endif
