@@ -66,10 +66,10 @@ static void check_fd(const char *what, loss_fn f, moe_score_func func, moe_real 
 }
 
 static void test_gradients(void) {
-    test_rng rng = test_rng_seeded(5);
+    moe_rng rng = moe_rng_seeded(5);
     moe_real logits[T * E], scores[T * E], grad[T * E];
     int counts[E] = {10, 3, 12, 7}; /* sums to T*k = 32 */
-    test_fill_uniform(&rng, logits, T * E, 2);
+    moe_rng_fill_uniform(&rng, logits, T * E, 2);
     for (int f = 0; f < 2; f++) {
         moe_score_func func = f ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX;
         router_scores_cpu(func, logits, T, E, scores);
@@ -88,7 +88,7 @@ static void test_bias_update(void) {
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.score_func = MOE_SCORE_SIGMOID;
     cfg.bias_update_rate = 0.02f;
-    test_rng rng = test_rng_seeded(9);
+    moe_rng rng = moe_rng_seeded(9);
     test_weights tw = test_weights_random(&cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, TT * D, 1), *out = test_alloc_uniform(&rng, TT * D, 0);
     for (int t = 0; t < TT; t++) x[t * D] = 1;

@@ -101,7 +101,7 @@ static void test_layer_drops(void) {
     enum { T = 64, D = 16, F = 8, E = 4 };
     moe_config cfg = moe_config_default(D, F, E, 2);
     cfg.capacity_factor = 0.25f; /* C = 8 of the 128 assignments' 32-per-expert average */
-    test_rng rng = test_rng_seeded(3);
+    moe_rng rng = moe_rng_seeded(3);
     test_weights tw = test_weights_random(&cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;

@@ -36,7 +36,7 @@ static void test_configs(void) {
 
 static void test_calls(void) {
     moe_config cfg = moe_config_default(8, 16, 4, 2);
-    test_rng rng = test_rng_seeded(1);
+    moe_rng rng = moe_rng_seeded(1);
     test_weights tw = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
     moe_real *x = test_alloc_uniform(&rng, 10 * 8, 1), *out = test_alloc_uniform(&rng, 10 * 8, 0);
     moe_layer *L;

@@ -13,14 +13,14 @@
 #include "tests/test_util.h"
 
 /* Random distinct top-k choices per token, skewed toward low ids so capacity bites; random scores. */
-static void random_routing(moe_routing *r, test_rng *rng) {
+static void random_routing(moe_routing *r, moe_rng *rng) {
     int T = r->num_tokens, E = r->num_experts, k = r->top_k;
     for (int t = 0; t < T; t++) {
-        for (int e = 0; e < E; e++) r->scores[(size_t)t * E + e] = (moe_real)test_rng_uniform(rng);
+        for (int e = 0; e < E; e++) r->scores[(size_t)t * E + e] = (moe_real)moe_rng_uniform(rng);
         for (int j = 0; j < k; j++) {
             int e, dup;
             do {
-                double u = (test_rng_uniform(rng) + 1) / 2;
+                double u = (moe_rng_uniform(rng) + 1) / 2;
                 e = (int)(u * u * E) % E;
                 dup = 0;
                 for (int i = 0; i < j; i++) dup |= r->expert[t * k + i] == e;
@@ -105,7 +105,7 @@ int main(void) {
         {200, 16, 4, 4, 1.25f, MOE_DROP_BY_SCORE},     {200, 16, 1, 8, 0.5f, MOE_DROP_BY_TOKEN_ORDER},
         {64, 64, 8, 64, 2.0f, MOE_DROP_BY_TOKEN_ORDER}, {9, 4, 3, 1, 1.0f, MOE_DROP_BY_SCORE},
     };
-    test_rng rng = test_rng_seeded(7);
+    moe_rng rng = moe_rng_seeded(7);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         moe_routing r;
         CHECK_OK(moe_routing_alloc(&r, cases[c].T, cases[c].E, cases[c].k, cases[c].R));

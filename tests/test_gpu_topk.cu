@@ -19,12 +19,12 @@ extern "C" {
         }                                                                                   \
     } while (0)
 
-static void compare(int T, int E, int k, int levels, test_rng *rng) {
+static void compare(int T, int E, int k, int levels, moe_rng *rng) {
     size_t n = (size_t)T * E;
     float *scores = (float *)malloc(n * sizeof(float));
     int *want = (int *)malloc((size_t)T * k * sizeof(int)), *got = (int *)malloc((size_t)T * k * sizeof(int));
     for (size_t i = 0; i < n; i++) {
-        double u = (test_rng_uniform(rng) + 1) / 2;
+        double u = (moe_rng_uniform(rng) + 1) / 2;
         scores[i] = levels ? (float)((int)(u * levels)) / levels : (float)u;
     }
     router_topk_cpu(scores, T, E, k, want);
@@ -51,7 +51,7 @@ int main(void) {
         printf("skip: no CUDA device (%s)\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
         return TEST_SKIP;
     }
-    test_rng rng = test_rng_seeded(21);
+    moe_rng rng = moe_rng_seeded(21);
     const int shapes[][3] = {{1, 1, 1}, {1000, 8, 1}, {1000, 8, 2}, {777, 64, 8}, {500, 256, 8}, {64, 1024, 32}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int levels = 0; levels <= 4; levels += 4) compare(shapes[s][0], shapes[s][1], shapes[s][2], levels, &rng);

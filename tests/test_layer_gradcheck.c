@@ -55,7 +55,7 @@ static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_
     p.cfg.drop_priority = prio;
     p.cfg.aux_loss_coef = 0.1f;
     p.cfg.z_loss_coef = 0.05f;
-    test_rng rng = test_rng_seeded(seed);
+    moe_rng rng = moe_rng_seeded(seed);
     CHECK_OK(moe_layer_create(&p.cfg, &p.layer));
     p.weights = test_weights_random(&p.cfg, &rng);
     p.grads = test_weights_zero(&p.cfg);
@@ -63,7 +63,7 @@ static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_
     p.r = test_alloc_uniform(&rng, T * D, 1.0);
     p.dx = test_alloc_uniform(&rng, T * D, 0);
     p.out = test_alloc_uniform(&rng, T * D, 0);
-    if (func == MOE_SCORE_SIGMOID) test_fill_uniform(&rng, moe_layer_expert_bias(p.layer), E, 0.3);
+    if (func == MOE_SCORE_SIGMOID) moe_rng_fill_uniform(&rng, moe_layer_expert_bias(p.layer), E, 0.3);
 
     moe_layer_stats st;
     CHECK_OK(moe_layer_forward(p.layer, &p.weights.w, p.x, T, p.out, &st));

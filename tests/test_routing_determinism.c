@@ -47,7 +47,7 @@ static void check_identical(const char *what, const run_result *a, const run_res
 static void test_repeat_and_threads(void) {
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.capacity_factor = 1.0f;
-    test_rng rng = test_rng_seeded(11);
+    moe_rng rng = moe_rng_seeded(11);
     test_weights tw = test_weights_random(&cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *dout = test_alloc_uniform(&rng, T * D, 1);
     static run_result first, again, fresh, one_thread, two_threads;
@@ -89,7 +89,7 @@ static void test_topk_ties(void) {
 static void test_layer_ties(void) {
     enum { TT = 32 };
     moe_config cfg = moe_config_default(D, F, E, K);
-    test_rng rng = test_rng_seeded(12);
+    moe_rng rng = moe_rng_seeded(12);
     test_weights tw = test_weights_random(&cfg, &rng);
     memcpy(tw.w.router_w + 5 * D, tw.w.router_w + 2 * D, D * sizeof(moe_real));
     memset(tw.w.router_w + 6 * D, 0, D * sizeof(moe_real)); /* rows 6 and 7: zero logits, a tie of 0s */

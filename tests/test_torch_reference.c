@@ -176,12 +176,12 @@ static int run_case(const ref_case *rc, const char *python, const char *script, 
     moe_layer *layer = NULL;
     CHECK_OK(moe_layer_create(&cfg, &layer));
     if (!layer) return 0;
-    test_rng rng = test_rng_seeded(seed);
+    moe_rng rng = moe_rng_seeded(seed);
     test_weights w = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
     float *x = test_alloc_uniform(&rng, T * D, 1.5), *dout = test_alloc_uniform(&rng, T * D, 1.0);
     float *out = test_alloc_uniform(&rng, T * D, 0), *dx = test_alloc_uniform(&rng, T * D, 0);
     float *bias = moe_layer_expert_bias(layer);
-    if (rc->func == MOE_SCORE_SIGMOID) test_fill_uniform(&rng, bias, E, 0.3);
+    if (rc->func == MOE_SCORE_SIGMOID) moe_rng_fill_uniform(&rng, bias, E, 0.3);
     if (rc->ties) {
         memcpy(w.w.router_w + D, w.w.router_w, D * sizeof(float));
         for (int i = 0; i < D; i++) x[i] = 2 * w.w.router_w[i]; /* token 0's copies prefer experts 0 and 1 */

@@ -5,13 +5,13 @@
 
 int test_failures = 0;
 
-moe_real *test_alloc_uniform(test_rng *rng, size_t count, double scale) {
+moe_real *test_alloc_uniform(moe_rng *rng, size_t count, double scale) {
     moe_real *a = malloc((count ? count : 1) * sizeof *a);
     if (!a) {
         fprintf(stderr, "test: out of memory\n");
         exit(1);
     }
-    test_fill_uniform(rng, a, count, scale);
+    moe_rng_fill_uniform(rng, a, count, scale);
     return a;
 }
 
@@ -26,7 +26,7 @@ test_weights test_weights_zero(const moe_config *cfg) {
     return tw;
 }
 
-test_weights test_weights_random(const moe_config *cfg, test_rng *rng) {
+test_weights test_weights_random(const moe_config *cfg, moe_rng *rng) {
     test_weights tw = test_weights_zero(cfg);
     moe_layer_weights_init(cfg, &tw.w, rng);
     return tw;

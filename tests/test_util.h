@@ -32,12 +32,7 @@ extern int test_failures;
     } while (0)
 
 /* Every random input derives from a fixed seed (moe/rng.h), so a failure reproduces. */
-typedef moe_rng test_rng;
-#define test_rng_seeded moe_rng_seeded
-#define test_rng_next moe_rng_next
-#define test_rng_uniform moe_rng_uniform
-#define test_fill_uniform moe_rng_fill_uniform
-moe_real *test_alloc_uniform(test_rng *rng, size_t count, double scale); /* aborts on OOM */
+moe_real *test_alloc_uniform(moe_rng *rng, size_t count, double scale); /* aborts on OOM */
 
 /* A layer's weights in one buffer, filled with uniform values of a scale that keeps activations O(1). */
 typedef struct {
@@ -45,7 +40,7 @@ typedef struct {
     moe_layer_weights w;
 } test_weights;
 
-test_weights test_weights_random(const moe_config *cfg, test_rng *rng);
+test_weights test_weights_random(const moe_config *cfg, moe_rng *rng);
 test_weights test_weights_zero(const moe_config *cfg);
 void test_weights_free(test_weights *tw);
 
