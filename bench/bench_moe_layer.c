@@ -27,15 +27,15 @@
 #include "moe/rng.h"
 
 typedef struct {
-    int tokens, d_model, d_ff, experts, top_k, warmup, iters;
+    int tokens, d_model, d_ff, experts, top_k, warmup, iters, layout_invariant;
     double capacity_factor;
 } options;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_moe_layer [--tokens N] [--d-model N] [--d-ff N] [--experts N] [--top-k N]\n"
-               "                       [--capacity-factor X] [--warmup N] [--iters N] [--help]\n"
+               "                       [--capacity-factor X] [--layout-invariant 0|1] [--warmup N] [--iters N]\n"
                "  defaults: --tokens 4096 --d-model 512 --d-ff 1024 --experts 8 --top-k 2\n"
-               "            --capacity-factor 0 (dropless) --warmup 2 --iters 7\n");
+               "            --capacity-factor 0 (dropless) --layout-invariant 1 --warmup 2 --iters 7\n");
 }
 
 static void die(const char *msg, const char *arg) {
@@ -57,7 +57,7 @@ static int parse_int(const char *flag, const char *s, long lo, long hi) {
 }
 
 static options parse_args(int argc, char **argv) {
-    options o = {4096, 512, 1024, 8, 2, 2, 7, 0.0};
+    options o = {4096, 512, 1024, 8, 2, 2, 7, 1, 0.0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout), exit(0);
@@ -77,6 +77,7 @@ static options parse_args(int argc, char **argv) {
         else if (!strcmp(name, "--top-k")) o.top_k = parse_int(name, val, 1, 4096);
         else if (!strcmp(name, "--warmup")) o.warmup = parse_int(name, val, 0, 100000);
         else if (!strcmp(name, "--iters")) o.iters = parse_int(name, val, 1, 100000);
+        else if (!strcmp(name, "--layout-invariant")) o.layout_invariant = parse_int(name, val, 0, 1);
         else if (!strcmp(name, "--capacity-factor")) {
             char *end;
             errno = 0;
@@ -189,13 +190,14 @@ int main(int argc, char **argv) {
     const int T = o.tokens, d = o.d_model, f = o.d_ff, E = o.experts, k = o.top_k, N = o.iters;
     moe_config cfg = moe_config_default(d, f, E, k);
     cfg.capacity_factor = (float)o.capacity_factor;
+    cfg.layout_invariant = o.layout_invariant;
     check(moe_config_validate(&cfg), "config");
 
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("openblas: config=%s corename=%s threads=%d OPENBLAS_CORETYPE=%s\n", openblas_get_config(),
            openblas_get_corename(), openblas_get_num_threads(), coretype ? coretype : "(unset)");
-    printf("shape: T=%d d=%d d_ff=%d E=%d k=%d capacity_factor=%g (%s) warmup=%d iters=%d\n", T, d, f, E, k,
-           o.capacity_factor, o.capacity_factor > 0 ? "capacity" : "dropless", o.warmup, N);
+    printf("shape: T=%d d=%d d_ff=%d E=%d k=%d capacity_factor=%g (%s) layout_invariant=%d warmup=%d iters=%d\n", T, d,
+           f, E, k, o.capacity_factor, o.capacity_factor > 0 ? "capacity" : "dropless", o.layout_invariant, o.warmup, N);
 
     /* Weights, input and upstream gradient from a fixed seed; uniform(-a, a) with a = sqrt(3/fan_in). */
     moe_rng rng = moe_rng_seeded(0x5eed);
@@ -207,7 +209,7 @@ int main(int argc, char **argv) {
     moe_rng_fill_uniform(&rng, dout, Td, 1.0);
 
     moe_layer *layer;
-    check(moe_layer_create(&cfg, &layer), "create");
+    check(moe_layer_create(&cfg, NULL, &layer), "create");
     moe_layer_stats stats;
     double *tf = malloc(N * sizeof *tf), *tb = malloc(N * sizeof *tb), *tt = malloc(N * sizeof *tt);
     if (!tf || !tb || !tt) return 1;
@@ -276,8 +278,9 @@ int main(int argc, char **argv) {
            "total %.3f\n", floor_f, floor_b, floor_t, mf / floor_f, mb / floor_b, mt / floor_t);
 
     printf("json: {\"bench\":\"moe_layer_cpu\",\"tokens\":%d,\"d_model\":%d,\"d_ff\":%d,\"experts\":%d,\"top_k\":%d,"
-           "\"capacity_factor\":%g,\"warmup\":%d,\"iters\":%d,\"openblas_threads\":%d,\"openblas_corename\":",
-           T, d, f, E, k, o.capacity_factor, o.warmup, N, openblas_get_num_threads());
+           "\"capacity_factor\":%g,\"layout_invariant\":%d,\"warmup\":%d,\"iters\":%d,\"openblas_threads\":%d,"
+           "\"openblas_corename\":",
+           T, d, f, E, k, o.capacity_factor, o.layout_invariant, o.warmup, N, openblas_get_num_threads());
     json_string(openblas_get_corename());
     printf(",\"openblas_config\":");
     json_string(openblas_get_config());

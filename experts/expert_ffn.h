@@ -8,18 +8,20 @@
 #ifndef MOE_EXPERTS_EXPERT_FFN_H
 #define MOE_EXPERTS_EXPERT_FFN_H
 
+#include "kernels/gemm_rows.h"
 #include "moe/moe.h"
 
-/* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d]. */
+/* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d];
+ * gemm: how the row-wise products are cut into calls (kernels/gemm_rows.h). */
 void expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
                             const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
-                            moe_real *act, moe_real *y);
+                            moe_real *act, moe_real *y, const gemm_rows_plan *gemm);
 
 /* From dy [rows, d]: dxp = dH1 W1 + dH3 W3 (overwritten) and grads->w1, w3, w2 += their GEMMs.
  * dh1, dh3: scratch of [rows, d_ff]. grads->router_w is not touched. */
 void expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
                              int d_ff, const int *expert_offset, const moe_real *xp, const moe_real *h1,
                              const moe_real *h3, const moe_real *act, const moe_real *dy, moe_real *dh1,
-                             moe_real *dh3, moe_real *dxp);
+                             moe_real *dh3, moe_real *dxp, const gemm_rows_plan *gemm);
 
 #endif

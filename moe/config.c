@@ -9,7 +9,8 @@ moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k)
         .d_ff = d_ff,
         .num_experts = num_experts,
         .top_k = top_k,
-        .num_ranks = 1,
+        .ep_size = 1,
+        .layer_index = 0,
         .score_func = MOE_SCORE_SOFTMAX,
         .renormalize = 1,
         .capacity_factor = 0,
@@ -17,6 +18,7 @@ moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k)
         .aux_loss_coef = 0.01f,
         .z_loss_coef = 0.001f,
         .bias_update_rate = 0.001f,
+        .layout_invariant = 1,
     };
 }
 
@@ -26,11 +28,13 @@ moe_status moe_config_validate(const moe_config *c) {
     if (!c) return MOE_ERR_INVALID_ARG;
     if (c->d_model < 1 || c->d_ff < 1 || c->num_experts < 1) return MOE_ERR_INVALID_CONFIG;
     if (c->top_k < 1 || c->top_k > c->num_experts) return MOE_ERR_INVALID_CONFIG;
-    if (c->num_ranks < 1 || c->num_experts % c->num_ranks != 0) return MOE_ERR_INVALID_CONFIG;
+    if (c->ep_size < 1 || c->num_experts % c->ep_size != 0) return MOE_ERR_INVALID_CONFIG;
+    if (c->layer_index < 0) return MOE_ERR_INVALID_CONFIG;
     if (c->score_func != MOE_SCORE_SOFTMAX && c->score_func != MOE_SCORE_SIGMOID) return MOE_ERR_INVALID_CONFIG;
     if (c->drop_priority != MOE_DROP_BY_TOKEN_ORDER && c->drop_priority != MOE_DROP_BY_SCORE)
         return MOE_ERR_INVALID_CONFIG;
     if (c->renormalize != 0 && c->renormalize != 1) return MOE_ERR_INVALID_CONFIG;
+    if (c->layout_invariant != 0 && c->layout_invariant != 1) return MOE_ERR_INVALID_CONFIG;
     if (!isfinite(c->capacity_factor)) return MOE_ERR_INVALID_CONFIG;
     if (!finite_nonnegative(c->aux_loss_coef) || !finite_nonnegative(c->z_loss_coef) ||
         !finite_nonnegative(c->bias_update_rate))
@@ -39,16 +43,16 @@ moe_status moe_config_validate(const moe_config *c) {
 }
 
 size_t moe_layer_num_params(const moe_config *c) {
-    size_t E = c->num_experts, d = c->d_model, f = c->d_ff;
-    return E * d + 3 * E * f * d;
+    size_t E = c->num_experts, E_local = E / c->ep_size, d = c->d_model, f = c->d_ff;
+    return E * d + 3 * E_local * f * d;
 }
 
 moe_layer_weights moe_layer_weights_view(const moe_config *c, moe_real *buffer) {
-    size_t E = c->num_experts, d = c->d_model, f = c->d_ff;
+    size_t E = c->num_experts, E_local = E / c->ep_size, d = c->d_model, f = c->d_ff;
     moe_layer_weights w;
     w.router_w = buffer;
     w.w1 = w.router_w + E * d;
-    w.w3 = w.w1 + E * f * d;
-    w.w2 = w.w3 + E * f * d;
+    w.w3 = w.w1 + E_local * f * d;
+    w.w2 = w.w3 + E_local * f * d;
     return w;
 }

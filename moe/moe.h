@@ -1,7 +1,13 @@
-/* moe.h — the public API of libmoe: one sparse mixture-of-experts (MoE) layer, forward and backward.
+/* moe.h — the public API of libmoe: one sparse mixture-of-experts (MoE) layer, forward and backward,
+ * on one rank of an expert-parallel job (or on its own).
  *
  *   x [T, d] -> router (logits = x Wr^T, scores, top-k, capacity) -> permute rows by expert
- *            -> SwiGLU experts (grouped GEMM) -> combine: out[t] = sum_j gate[t,j] * y[slot(t,j)]
+ *            -> all-to-all to the ranks that own the experts -> SwiGLU experts (grouped GEMM)
+ *            -> all-to-all back -> combine: out[t] = sum_j gate[t,j] * y[slot(t,j)]
+ *
+ * Under expert parallelism (alltoall/parallel.h) each rank passes its own tokens; capacity, the aux
+ * losses and their gradients are those of the global batch (all ranks' tokens), and the results are
+ * those of a single-rank run on that batch (tests/test_ep_layer.c states which are bitwise).
  *
  * The layer owns its activations and workspace; the caller owns the weights and gradients (views into
  * one contiguous buffer, see moe_layer_weights_view) so that a model can all-reduce them as one region.
@@ -31,7 +37,10 @@ typedef float moe_real;
     X(MOE_ERR_NONFINITE, "non-finite value (NaN or Inf) in the router logits")          \
     X(MOE_ERR_NO_FORWARD, "backward called without a matching forward")                 \
     X(MOE_ERR_CUDA, "CUDA runtime error")                                               \
-    X(MOE_ERR_NO_DEVICE, "no CUDA device present")
+    X(MOE_ERR_NO_DEVICE, "no CUDA device present")                                      \
+    X(MOE_ERR_COMM, "communication error (see the message printed by the transport)")   \
+    X(MOE_ERR_COUNT_MISMATCH, "ranks disagree on the rows they exchange (see message)") \
+    X(MOE_ERR_TIMEOUT, "an exchange did not complete within the watchdog timeout")
 
 typedef enum {
 #define MOE__STATUS_ENUM(name, text) name,
@@ -41,6 +50,9 @@ typedef enum {
 } moe_status;
 
 const char *moe_status_string(moe_status status);
+
+/* The parallel layout (alltoall/parallel.h): world, expert-parallel and expert-data-parallel groups. */
+typedef struct moe_parallel moe_parallel;
 
 typedef enum {
     MOE_SCORE_SOFTMAX = 0, /* Mixtral: softmax over all experts, then top-k                       */
@@ -57,7 +69,8 @@ typedef struct {
     int d_ff;             /* hidden width of each SwiGLU expert                               */
     int num_experts;      /* E (global)                                                       */
     int top_k;            /* k experts per token, 1 <= k <= E; k = 1 is Switch routing         */
-    int num_ranks;        /* R expert-parallel ranks for num_tokens_per_rank; divides E; 1 here */
+    int ep_size;          /* expert-parallel ranks the E experts are sharded over; divides E     */
+    int layer_index;      /* which layer this is, for error messages                          */
     moe_score_func score_func;
     int renormalize;      /* 1: gate weights of the k chosen experts are divided by their sum */
     float capacity_factor; /* cf: C = ceil(cf * T * k / E) slots per expert; cf <= 0: dropless */
@@ -65,6 +78,9 @@ typedef struct {
     float aux_loss_coef;  /* Switch/GShard load-balancing loss  E * sum_e f_e * P_e            */
     float z_loss_coef;    /* router z-loss  mean_t logsumexp(logits_t)^2                       */
     float bias_update_rate; /* sigmoid only: gamma of DeepSeek-V3's aux-loss-free bias update  */
+    int layout_invariant; /* 1 (default): row-wise GEMMs in fixed 64-row calls, so every result is
+                           * bitwise the same for any ep and world size (costs ~15% on the CPU);
+                           * 0: one call per expert, faster, the last bits may depend on the layout */
 } moe_config;
 
 /* A config with the usual defaults: softmax, renormalised, dropless, aux 0.01, z-loss 0.001. */
@@ -74,10 +90,11 @@ moe_status moe_config_validate(const moe_config *cfg);
 /* Views of the layer's parameters (and, with the same shapes, of its gradients). Layouts are those of
  * Hugging Face Mixtral, so checkpoints map one to one:
  *   router_w [E, d]            gate.weight       logits = x router_w^T
- *   w1       [E, d_ff, d]      experts.j.w1      gate projection
- *   w3       [E, d_ff, d]      experts.j.w3      up projection
- *   w2       [E, d, d_ff]      experts.j.w2      down projection
- * The router is a dense (replicated) parameter; the experts are the local experts of this rank. */
+ *   w1       [E_local, d_ff, d]  experts.j.w1    gate projection
+ *   w3       [E_local, d_ff, d]  experts.j.w3    up projection
+ *   w2       [E_local, d, d_ff]  experts.j.w2    down projection
+ * The router is a dense (replicated) parameter; the experts are this rank's E_local = E / ep_size,
+ * global ids [ep_rank * E_local, (ep_rank + 1) * E_local). */
 typedef struct {
     moe_real *router_w;
     moe_real *w1;
@@ -85,42 +102,54 @@ typedef struct {
     moe_real *w2;
 } moe_layer_weights;
 
-/* Number of reals in the layer's parameter buffer: E*d (router) + 3*E*d_ff*d (experts). */
+/* Number of reals in this rank's parameter buffer: E*d (router) + 3*E_local*d_ff*d (experts). */
 size_t moe_layer_num_params(const moe_config *cfg);
-/* Carves the views out of one buffer of moe_layer_num_params() reals: [router | w1 | w3 | w2]. */
+/* Carves the views out of one buffer of moe_layer_num_params() reals: [router | w1 | w3 | w2], i.e.
+ * [dense | local experts], so each gradient all-reduce is one call over one region. */
 moe_layer_weights moe_layer_weights_view(const moe_config *cfg, moe_real *buffer);
 
-/* What the last forward did, for logs and tests. Counts are over the T tokens of that forward. */
+/* What the last forward did, for logs and tests. */
 typedef struct {
-    double aux_loss;        /* unweighted load-balancing loss (1.0 when perfectly balanced)        */
-    double z_loss;          /* unweighted router z-loss                                          */
+    double aux_loss;        /* unweighted load-balancing loss of the global batch (1.0 if balanced) */
+    double z_loss;          /* unweighted router z-loss of the global batch                        */
     double weighted_loss;   /* aux_loss_coef * aux_loss + z_loss_coef * z_loss (what backward adds) */
-    int num_assignments;    /* T * k                                                             */
-    int num_dropped;        /* assignments over capacity; they contribute zero                   */
-    int capacity;           /* C, or 0 when dropless                                             */
-    const int *num_tokens_per_expert; /* [E] kept assignments per expert                          */
-    const int *num_selected_per_expert; /* [E] top-k assignments per expert before capacity       */
+    int num_tokens_global;  /* T summed over the world                                           */
+    int num_assignments;    /* T * k of this rank                                                */
+    int num_dropped;        /* this rank's assignments over capacity; they contribute zero      */
+    int capacity;           /* C = ceil(cf * T_global * k / E), or 0 when dropless               */
+    const int *num_tokens_per_expert; /* [E] this rank's kept assignments per expert              */
+    const int *num_selected_per_expert; /* [E] global top-k assignments per expert, before capacity */
 } moe_layer_stats;
 
 typedef struct moe_layer moe_layer;
 
-moe_status moe_layer_create(const moe_config *cfg, moe_layer **out_layer);
+/* par: the parallel layout (its ep_size must equal cfg->ep_size), or NULL for a world of one; it must
+ * outlive the layer. */
+moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_layer **out_layer);
 void moe_layer_destroy(moe_layer *layer);
 
-/* out[T, d] = MoE(x[T, d]). Keeps what backward needs (a copy of x, routing, expert activations).
- * stats may be NULL. */
+/* out[T, d] = MoE(x[T, d]) for this rank's T tokens. Keeps what backward needs (a copy of x, routing,
+ * expert activations). stats may be NULL. Collective: every rank of the layout calls it. A transport
+ * error (MOE_ERR_COMM, MOE_ERR_COUNT_MISMATCH, MOE_ERR_TIMEOUT) has printed what went wrong and leaves
+ * the job unusable: abort it (MPI_Abort). */
 moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *x,
                              int num_tokens, moe_real *out, moe_layer_stats *stats);
 
-/* Given dL/dout of the last forward, writes dL/dx and ACCUMULATES (+=) into the weight gradients.
- * The gradient includes the weighted aux and z losses reported by the forward. dx may be NULL. */
+/* Given dL/dout of the last forward, writes dL/dx and ACCUMULATES (+=) into the weight gradients this
+ * rank's tokens and experts contribute. The gradient includes the weighted aux and z losses reported by
+ * the forward. dx may be NULL. Collective. */
 moe_status moe_layer_backward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *dout,
                               moe_real *dx, moe_layer_weights *grads);
+
+/* Sums the gradients over the ranks that share them: the router over the world, the experts over the
+ * expert-data-parallel group. grads must be a moe_layer_weights_view. Collective. */
+moe_status moe_layer_reduce_gradients(moe_layer *layer, moe_layer_weights *grads);
 
 /* Sigmoid routing's selection bias b[E] (used for top-k selection only, never for gate values). */
 moe_real *moe_layer_expert_bias(moe_layer *layer);
 /* DeepSeek-V3's aux-loss-free balancing, after a step: b_e += rate * sign(mean_e' n_e' - n_e), with n
- * the top-k counts of the last forward (overloaded experts become less attractive). */
+ * the global top-k counts of the last forward (overloaded experts become less attractive); every rank
+ * makes the same update. */
 moe_status moe_layer_update_expert_bias(moe_layer *layer);
 
 #endif

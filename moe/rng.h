@@ -17,7 +17,8 @@ uint64_t moe_rng_next(moe_rng *rng);
 double moe_rng_uniform(moe_rng *rng); /* [-1, 1) with 52 random bits */
 void moe_rng_fill_uniform(moe_rng *rng, moe_real *a, size_t count, double scale); /* scale * [-1, 1) */
 
-/* Fills a layer's weights uniformly with bound sqrt(3 / fan_in) (unit-variance rows stay unit scale). */
+/* Fills a layer's weights (this rank's view) uniformly with bound sqrt(3 / fan_in): unit-variance rows
+ * stay unit scale. */
 void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng);
 
 #endif

@@ -6,6 +6,10 @@
  *   normalised per token, s / sum_e s (DeepSeek-V3's convention).
  *   Perfect balance (f_e = P_e = 1/E) gives exactly 1 for every k.
  * Router z-loss (ST-MoE):  L_z = (1/T) sum_t logsumexp(logits[t,:])^2
+ *
+ * T is the global batch (num_tokens_global) and n_e the global counts; each rank passes its own tokens
+ * (num_tokens of them), so the forward functions return this rank's share of the loss (the shares sum
+ * to the loss over ranks) and the backward functions this rank's tokens' exact gradients.
  */
 #ifndef MOE_ROUTER_AUX_LOSS_H
 #define MOE_ROUTER_AUX_LOSS_H
@@ -13,15 +17,15 @@
 #include "moe/moe.h"
 
 double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                    int num_tokens, int num_experts, int top_k);
+                                    int num_tokens, int num_tokens_global, int num_experts, int top_k);
 /* dscores += coef * dL_aux/dscores */
 void router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                           int num_tokens, int num_experts, int top_k, moe_real coef,
-                                           moe_real *dscores);
+                                           int num_tokens, int num_tokens_global, int num_experts, int top_k,
+                                           moe_real coef, moe_real *dscores);
 
-double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_experts);
+double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts);
 /* dlogits += coef * (2/T) * lse_t * softmax(logits_t) */
-void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_experts, moe_real coef,
-                                moe_real *dlogits);
+void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
+                                moe_real coef, moe_real *dlogits);
 
 #endif

@@ -12,7 +12,7 @@ static moe_real score_normaliser(moe_score_func func, const moe_real *s, int num
 }
 
 double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                    int num_tokens, int num_experts, int top_k) {
+                                    int num_tokens, int num_tokens_global, int num_experts, int top_k) {
     double loss = 0;
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
@@ -20,14 +20,14 @@ double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores,
         for (int e = 0; e < num_experts; e++) loss += (double)num_selected[e] * (s[e] / norm);
     }
     /* E * sum_e (n_e / (T k)) * (sum_t q_te / T) */
-    return loss * num_experts / ((double)num_tokens * top_k * num_tokens);
+    return loss * num_experts / ((double)num_tokens_global * top_k * num_tokens_global);
 }
 
 void router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                           int num_tokens, int num_experts, int top_k, moe_real coef,
-                                           moe_real *dscores) {
+                                           int num_tokens, int num_tokens_global, int num_experts, int top_k,
+                                           moe_real coef, moe_real *dscores) {
     /* dL/dq[t,e] = c_e = coef * E * f_e / T, the same for every token. */
-    moe_real scale = coef * (moe_real)num_experts / ((moe_real)num_tokens * top_k * num_tokens);
+    moe_real scale = coef * (moe_real)num_experts / ((moe_real)num_tokens_global * top_k * num_tokens_global);
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         moe_real *ds = dscores + (size_t)t * num_experts;
@@ -49,21 +49,21 @@ static moe_real logsumexp(const moe_real *l, int n) {
     return max + moe__log(sum);
 }
 
-double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_experts) {
+double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts) {
     double loss = 0;
     for (int t = 0; t < num_tokens; t++) {
         double lse = logsumexp(logits + (size_t)t * num_experts, num_experts);
         loss += lse * lse;
     }
-    return loss / num_tokens;
+    return loss / num_tokens_global;
 }
 
-void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_experts, moe_real coef,
-                                moe_real *dlogits) {
+void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
+                                moe_real coef, moe_real *dlogits) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;
-        moe_real lse = logsumexp(l, num_experts), scale = coef * 2 * lse / num_tokens;
+        moe_real lse = logsumexp(l, num_experts), scale = coef * 2 * lse / num_tokens_global;
         for (int e = 0; e < num_experts; e++) dl[e] += scale * moe__exp(l[e] - lse);
     }
 }

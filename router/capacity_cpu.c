@@ -24,13 +24,10 @@ static int by_expert_then_score(const void *pa, const void *pb) {
 }
 
 static moe_status keep_highest_scores(moe_routing *r) {
-    int T = r->num_tokens, k = r->top_k, E = r->num_experts, n = T * k;
+    int k = r->top_k, n = r->num_tokens * k;
     candidate *c = malloc((size_t)(n ? n : 1) * sizeof *c);
     if (!c) return MOE_ERR_OUT_OF_MEMORY;
-    for (int a = 0; a < n; a++) {
-        int t = a / k, e = r->expert[a];
-        c[a] = (candidate){e, t, a, r->scores[(size_t)t * E + e]};
-    }
+    for (int a = 0; a < n; a++) c[a] = (candidate){r->expert[a], a / k, a, r->expert_score[a]};
     qsort(c, n, sizeof *c, by_expert_then_score);
     for (int i = 0, rank = 0; i < n; i++) {
         rank = (i > 0 && c[i].expert == c[i - 1].expert) ? rank + 1 : 0;

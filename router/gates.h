@@ -4,9 +4,10 @@
 
 #include "moe/moe.h"
 
-/* gate[t,j] = scores[t, expert[t,j]], divided by sum_j of them when renormalize is set. */
+/* expert_score[t,j] = scores[t, expert[t,j]];  gate = expert_score, divided by its sum over j when
+ * renormalize is set. */
 void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
-                      int renormalize, moe_real *gate);
+                      int renormalize, moe_real *expert_score, moe_real *gate);
 
 /* Accumulates dL/dscores from dL/dgate:  plain: ds[e_j] += dg_j;
  * renormalised (g_j = s_j / S, S = sum_i s_i):  ds[e_j] += (dg_j - sum_i dg_i g_i) / S. */

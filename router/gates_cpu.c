@@ -2,12 +2,12 @@
 #include "router/gates.h"
 
 void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
-                      int renormalize, moe_real *gate) {
+                      int renormalize, moe_real *expert_score, moe_real *gate) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         const int *e = expert + (size_t)t * top_k;
         moe_real *g = gate + (size_t)t * top_k, sum = 0;
-        for (int j = 0; j < top_k; j++) sum += g[j] = s[e[j]];
+        for (int j = 0; j < top_k; j++) sum += g[j] = expert_score[(size_t)t * top_k + j] = s[e[j]];
         if (renormalize)
             for (int j = 0; j < top_k; j++) g[j] /= sum;
     }

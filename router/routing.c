@@ -15,6 +15,7 @@ moe_status moe_routing_alloc(moe_routing *r, int max_tokens, int num_experts, in
     r->select_scores = malloc(te * sizeof(moe_real));
     r->expert = malloc(tk * sizeof(int));
     r->gate = malloc(tk * sizeof(moe_real));
+    r->expert_score = malloc(tk * sizeof(moe_real));
     r->kept = malloc(tk);
     r->slot = malloc(tk * sizeof(int));
     r->perm_token = malloc(tk * sizeof(int));
@@ -22,7 +23,7 @@ moe_status moe_routing_alloc(moe_routing *r, int max_tokens, int num_experts, in
     r->num_tokens_per_expert = calloc(num_experts, sizeof(int));
     r->expert_offset = calloc(num_experts + 1, sizeof(int));
     r->num_tokens_per_rank = calloc(num_ranks, sizeof(int));
-    if (!r->logits || !r->scores || !r->select_scores || !r->expert || !r->gate || !r->kept || !r->slot ||
+    if (!r->logits || !r->scores || !r->select_scores || !r->expert || !r->gate || !r->expert_score || !r->kept || !r->slot ||
         !r->perm_token || !r->num_selected_per_expert || !r->num_tokens_per_expert || !r->expert_offset ||
         !r->num_tokens_per_rank) {
         moe_routing_free(r);
@@ -37,6 +38,7 @@ void moe_routing_free(moe_routing *r) {
     free(r->select_scores);
     free(r->expert);
     free(r->gate);
+    free(r->expert_score);
     free(r->kept);
     free(r->slot);
     free(r->perm_token);

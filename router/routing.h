@@ -13,6 +13,7 @@ typedef struct {
     moe_real *select_scores;      /* [T*E] what top-k ranks: scores, plus the bias for sigmoid   */
     int *expert;                  /* [T*k] chosen expert ids, best first                        */
     moe_real *gate;               /* [T*k] combine weights (renormalised over the k if asked)   */
+    moe_real *expert_score;       /* [T*k] scores[t, expert[t*k+j]]: the drop priority by score  */
     unsigned char *kept;          /* [T*k] 1 if the assignment fits the expert's capacity       */
     int *slot;                    /* [T*k] row of the assignment in the permuted buffer, or -1   */
     int *num_selected_per_expert; /* [E]   top-k assignments per expert, before capacity        */

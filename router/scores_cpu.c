@@ -1,13 +1,11 @@
-/* scores_cpu.c — router logits (cblas GEMM) and the softmax / sigmoid score functions, with backward. */
+/* scores_cpu.c — router logits (row-wise GEMM) and the softmax / sigmoid score functions, with backward. */
 #include "router/scores.h"
 
 #include "moe/real.h"
 
-moe_status router_logits_cpu(const moe_real *x, const moe_real *router_w, int num_tokens, int d_model,
-                             int num_experts, moe_real *logits) {
-    if (num_tokens == 0) return MOE_OK;
-    moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, num_tokens, num_experts, d_model, 1, x, d_model,
-              router_w, d_model, 0, logits, num_experts);
+moe_status router_logits_cpu(const gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w, int num_tokens,
+                             int d_model, int num_experts, moe_real *logits) {
+    gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits);
     for (size_t i = 0; i < (size_t)num_tokens * num_experts; i++)
         if (!isfinite(logits[i])) return MOE_ERR_NONFINITE;
     return MOE_OK;

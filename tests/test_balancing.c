@@ -23,7 +23,7 @@ static void test_known_values(void) {
         router_scores_cpu(func, logits, T, E, scores);
         for (int k = 1; k <= 2; k++) {
             for (int e = 0; e < E; e++) counts[e] = T * k / E;
-            double aux = router_load_balance_loss_cpu(func, scores, counts, T, E, k);
+            double aux = router_load_balance_loss_cpu(func, scores, counts, T, T, E, k);
             CHECK(fabs(aux - 1.0) < 1e-12, "balanced %s k=%d: aux %.15g, want 1", f ? "sigmoid" : "softmax", k, aux);
         }
     }
@@ -32,9 +32,9 @@ static void test_known_values(void) {
         for (int e = 0; e < E; e++) scores[t * E + e] = e == 0;
     memset(counts, 0, sizeof counts);
     counts[0] = T;
-    double aux = router_load_balance_loss_cpu(MOE_SCORE_SOFTMAX, scores, counts, T, E, 1);
+    double aux = router_load_balance_loss_cpu(MOE_SCORE_SOFTMAX, scores, counts, T, T, E, 1);
     CHECK(fabs(aux - E) < 1e-12, "collapsed: aux %.15g, want %d", aux, E);
-    double z = router_z_loss_cpu(logits, T, E);
+    double z = router_z_loss_cpu(logits, T, T, E);
     CHECK(fabs(z - log(E) * log(E)) < 1e-12, "z-loss of zero logits %.15g, want log(E)^2", z);
 }
 
@@ -42,11 +42,11 @@ static void test_known_values(void) {
 typedef double (*loss_fn)(moe_score_func func, moe_real *values, const int *counts);
 
 static double aux_of_scores(moe_score_func func, moe_real *scores, const int *counts) {
-    return router_load_balance_loss_cpu(func, scores, counts, T, E, 2);
+    return router_load_balance_loss_cpu(func, scores, counts, T, T, E, 2);
 }
 static double z_of_logits(moe_score_func func, moe_real *logits, const int *counts) {
     (void)func, (void)counts;
-    return router_z_loss_cpu(logits, T, E);
+    return router_z_loss_cpu(logits, T, T, E);
 }
 
 static void check_fd(const char *what, loss_fn f, moe_score_func func, moe_real *v, const int *counts,
@@ -74,11 +74,11 @@ static void test_gradients(void) {
         moe_score_func func = f ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX;
         router_scores_cpu(func, logits, T, E, scores);
         memset(grad, 0, sizeof grad);
-        router_load_balance_loss_backward_cpu(func, scores, counts, T, E, 2, 1.0, grad);
+        router_load_balance_loss_backward_cpu(func, scores, counts, T, T, E, 2, 1.0, grad);
         check_fd(f ? "d aux/d sigmoid scores" : "d aux/d softmax probs", aux_of_scores, func, scores, counts, grad);
     }
     memset(grad, 0, sizeof grad);
-    router_z_loss_backward_cpu(logits, T, E, 1.0, grad);
+    router_z_loss_backward_cpu(logits, T, T, E, 1.0, grad);
     check_fd("d z/d logits", z_of_logits, MOE_SCORE_SOFTMAX, logits, counts, grad);
 }
 
@@ -94,7 +94,7 @@ static void test_bias_update(void) {
     for (int t = 0; t < TT; t++) x[t * D] = 1;
     for (int e = 0; e < E; e++) tw.w.router_w[e * D] = e == 0 ? 3 : 0;
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
     moe_real *bias = moe_layer_expert_bias(L);
     moe_layer_stats st;
     int first_max = 0, last_max = 0;
@@ -118,7 +118,7 @@ static void test_bias_update(void) {
     CHECK(first_max > 220 && last_max < 180, "loads did not flatten: %d -> %d", first_max, last_max);
     moe_config softmax_cfg = moe_config_default(D, F, E, K);
     moe_layer *L2;
-    CHECK_OK(moe_layer_create(&softmax_cfg, &L2));
+    CHECK_OK(moe_layer_create(&softmax_cfg, NULL, &L2));
     CHECK(moe_layer_update_expert_bias(L2) == MOE_ERR_INVALID_CONFIG, "bias update allowed for softmax routing");
     moe_layer_destroy(L2);
     moe_layer_destroy(L);

@@ -14,13 +14,13 @@ static void check_kept(const char *name, const moe_routing *r, const unsigned ch
               a / r->top_k, a % r->top_k, r->kept[a], want[a]);
 }
 
-/* Builds a routing of T tokens from explicit choices and a [T, E] score table. */
+/* Builds a routing of T tokens from explicit choices and their scores in a [T, E] table. */
 static moe_routing make_routing(int T, int E, int k, const int *expert, const moe_real *scores) {
     moe_routing r;
     CHECK_OK(moe_routing_alloc(&r, T, E, k, 1));
     r.num_tokens = T;
     memcpy(r.expert, expert, (size_t)T * k * sizeof(int));
-    memcpy(r.scores, scores, (size_t)T * E * sizeof(moe_real));
+    for (int a = 0; a < T * k; a++) r.expert_score[a] = scores[(size_t)(a / k) * E + expert[a]];
     return r;
 }
 
@@ -105,7 +105,7 @@ static void test_layer_drops(void) {
     test_weights tw = test_weights_random(&cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
     moe_layer_stats st;
     CHECK_OK(moe_layer_forward(L, &tw.w, x, T, out, &st));
     const moe_routing *r = moe__layer_routing(L);

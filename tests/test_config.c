@@ -9,7 +9,7 @@
 static void expect_invalid(const char *what, moe_config cfg) {
     moe_layer *L = (moe_layer *)&cfg; /* must be reset to NULL on failure */
     CHECK(moe_config_validate(&cfg) == MOE_ERR_INVALID_CONFIG, "%s accepted by validate", what);
-    CHECK(moe_layer_create(&cfg, &L) == MOE_ERR_INVALID_CONFIG && L == NULL, "%s accepted by create", what);
+    CHECK(moe_layer_create(&cfg, NULL, &L) == MOE_ERR_INVALID_CONFIG && L == NULL, "%s accepted by create", what);
 }
 
 static void test_configs(void) {
@@ -21,8 +21,9 @@ static void test_configs(void) {
     c = ok, c.num_experts = 0, expect_invalid("E = 0", c);
     c = ok, c.d_model = 0, expect_invalid("d_model = 0", c);
     c = ok, c.d_ff = -3, expect_invalid("d_ff < 0", c);
-    c = ok, c.num_ranks = 3, expect_invalid("E not divisible by ranks", c);
-    c = ok, c.num_ranks = 0, expect_invalid("0 ranks", c);
+    c = ok, c.ep_size = 3, expect_invalid("E not divisible by ep_size", c);
+    c = ok, c.ep_size = 0, expect_invalid("ep_size = 0", c);
+    c = ok, c.layer_index = -1, expect_invalid("negative layer index", c);
     c = ok, c.score_func = (moe_score_func)7, expect_invalid("unknown score function", c);
     c = ok, c.drop_priority = (moe_drop_priority)-1, expect_invalid("unknown drop priority", c);
     c = ok, c.renormalize = 2, expect_invalid("renormalize = 2", c);
@@ -31,7 +32,7 @@ static void test_configs(void) {
     c = ok, c.z_loss_coef = INFINITY, expect_invalid("infinite z coefficient", c);
     c = ok, c.bias_update_rate = -1, expect_invalid("negative bias rate", c);
     CHECK(moe_config_validate(NULL) == MOE_ERR_INVALID_ARG, "NULL config");
-    CHECK(moe_layer_create(&ok, NULL) == MOE_ERR_INVALID_ARG, "NULL out pointer");
+    CHECK(moe_layer_create(&ok, NULL, NULL) == MOE_ERR_INVALID_ARG, "NULL out pointer");
 }
 
 static void test_calls(void) {
@@ -40,7 +41,7 @@ static void test_calls(void) {
     test_weights tw = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
     moe_real *x = test_alloc_uniform(&rng, 10 * 8, 1), *out = test_alloc_uniform(&rng, 10 * 8, 0);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
     CHECK(moe_layer_backward(L, &tw.w, out, x, &g.w) == MOE_ERR_NO_FORWARD, "backward before forward");
     CHECK(moe_layer_update_expert_bias(L) == MOE_ERR_INVALID_CONFIG, "bias update under softmax");
     CHECK(moe_layer_forward(L, &tw.w, x, 0, out, NULL) == MOE_ERR_INVALID_ARG, "zero tokens");

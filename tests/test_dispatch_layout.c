@@ -26,6 +26,7 @@ static void random_routing(moe_routing *r, moe_rng *rng) {
                 for (int i = 0; i < j; i++) dup |= r->expert[t * k + i] == e;
             } while (dup);
             r->expert[t * k + j] = e;
+            r->expert_score[t * k + j] = r->scores[(size_t)t * E + e];
         }
     }
 }

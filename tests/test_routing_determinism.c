@@ -52,8 +52,8 @@ static void test_repeat_and_threads(void) {
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *dout = test_alloc_uniform(&rng, T * D, 1);
     static run_result first, again, fresh, one_thread, two_threads;
     moe_layer *L, *L2;
-    CHECK_OK(moe_layer_create(&cfg, &L));
-    CHECK_OK(moe_layer_create(&cfg, &L2));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &L2));
     run_layer(&cfg, &tw, x, dout, L, &first);
     run_layer(&cfg, &tw, x, dout, L, &again);
     run_layer(&cfg, &tw, x, dout, L2, &fresh);
@@ -96,7 +96,7 @@ static void test_layer_ties(void) {
     memset(tw.w.router_w + 7 * D, 0, D * sizeof(moe_real));
     moe_real *x = test_alloc_uniform(&rng, TT * D, 1), *out = test_alloc_uniform(&rng, TT * D, 0);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
     CHECK_OK(moe_layer_forward(L, &tw.w, x, TT, out, NULL));
     const moe_routing *r = moe__layer_routing(L);
     int tie_hits = 0;

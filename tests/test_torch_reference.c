@@ -174,7 +174,7 @@ static int run_case(const ref_case *rc, const char *python, const char *script, 
     cfg.aux_loss_coef = 0.1f;
     cfg.z_loss_coef = 0.01f;
     moe_layer *layer = NULL;
-    CHECK_OK(moe_layer_create(&cfg, &layer));
+    CHECK_OK(moe_layer_create(&cfg, NULL, &layer));
     if (!layer) return 0;
     moe_rng rng = moe_rng_seeded(seed);
     test_weights w = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);

@@ -1,0 +1,163 @@
+/* comm_mpi.c — the MPI transport: every collective is started non-blocking and polled, so a peer that
+ * never arrives turns into MOE_ERR_TIMEOUT with a message naming the operation, instead of a silent hang
+ * (nccl-tests' watchdog, in MPI terms). */
+#include "alltoall/comm_mpi.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef MOE_REAL_IS_DOUBLE
+#define MOE_MPI_REAL MPI_DOUBLE
+#else
+#define MOE_MPI_REAL MPI_FLOAT
+#endif
+
+typedef struct {
+    MPI_Comm comm;
+} mpi_state;
+
+static MPI_Comm comm_of(const moe_comm *c) { return ((const mpi_state *)c->impl)->comm; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    fprintf(stderr, "moe: world rank %d: %s on communicator '%s' (rank %d of %d) failed: %s\n", c->world_rank, op,
+            c->label, c->rank, c->size, text);
+    return MOE_ERR_COMM;
+}
+
+/* Polls req until it completes or the watchdog expires. Sleeps briefly between polls so that ranks
+ * oversubscribed on few cores leave CPU to the peers they wait for. */
+static moe_status wait_for(moe_comm *c, MPI_Request *req, const char *op) {
+    const double start = now_s();
+    for (long polls = 0;; polls++) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_failed(c, op, rc);
+        if (done) {
+            c->completed++;
+            return MOE_OK;
+        }
+        if (c->timeout_s > 0 && now_s() - start > c->timeout_s) {
+            fprintf(stderr,
+                    "moe: world rank %d: watchdog: %s on communicator '%s' (rank %d of %d) still incomplete after "
+                    "%.1f s; %ld exchanges completed on it before this one\n",
+                    c->world_rank, op, c->label, c->rank, c->size, c->timeout_s, c->completed);
+            return MOE_ERR_TIMEOUT;
+        }
+        if (polls > 1000) nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+}
+
+static moe_status mpi_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
+    MPI_Request req;
+    int rc = MPI_Ialltoall(send, count_per_peer, MPI_INT, recv, count_per_peer, MPI_INT, comm_of(c), &req);
+    return rc == MPI_SUCCESS ? wait_for(c, &req, "alltoall of counts") : mpi_failed(c, "MPI_Ialltoall", rc);
+}
+
+static moe_status mpi_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                     const int *recv_rows, size_t row_nbytes) {
+    if (row_nbytes > INT_MAX) return MOE_ERR_INVALID_ARG;
+    int n = c->size, *sdispl = malloc(2 * (size_t)n * sizeof(int)), *rdispl = sdispl + n;
+    if (!sdispl) return MOE_ERR_OUT_OF_MEMORY;
+    long s = 0, r = 0;
+    for (int p = 0; p < n; p++) {
+        sdispl[p] = (int)s, rdispl[p] = (int)r;
+        s += send_rows[p], r += recv_rows[p];
+    }
+    moe_status st = MOE_OK;
+    MPI_Datatype row;
+    MPI_Request req;
+    if (s > INT_MAX || r > INT_MAX) st = MOE_ERR_INVALID_ARG;
+    else if (MPI_Type_contiguous((int)row_nbytes, MPI_BYTE, &row) != MPI_SUCCESS || MPI_Type_commit(&row) != MPI_SUCCESS)
+        st = mpi_failed(c, "MPI_Type_contiguous", MPI_ERR_TYPE);
+    else {
+        int rc = MPI_Ialltoallv(send, send_rows, sdispl, row, recv, recv_rows, rdispl, row, comm_of(c), &req);
+        st = rc == MPI_SUCCESS ? wait_for(c, &req, "alltoallv of rows") : mpi_failed(c, "MPI_Ialltoallv", rc);
+        MPI_Type_free(&row);
+    }
+    free(sdispl);
+    return st;
+}
+
+static moe_status mpi_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
+                                       const size_t *recv_nbytes) {
+    int n = c->size, *counts = malloc(2 * (size_t)n * sizeof(int)), *displ = counts + n;
+    if (!counts) return MOE_ERR_OUT_OF_MEMORY;
+    size_t total = 0;
+    for (int p = 0; p < n; p++) {
+        counts[p] = (int)recv_nbytes[p], displ[p] = (int)total;
+        total += recv_nbytes[p];
+    }
+    moe_status st;
+    MPI_Request req;
+    if (total > INT_MAX || send_nbytes != recv_nbytes[c->rank]) st = MOE_ERR_INVALID_ARG;
+    else {
+        int rc = MPI_Iallgatherv(send, (int)send_nbytes, MPI_BYTE, recv, counts, displ, MPI_BYTE, comm_of(c), &req);
+        st = rc == MPI_SUCCESS ? wait_for(c, &req, "allgather") : mpi_failed(c, "MPI_Iallgatherv", rc);
+    }
+    free(counts);
+    return st;
+}
+
+static moe_status allreduce(moe_comm *c, void *buf, size_t count, MPI_Datatype type) {
+    if (count > INT_MAX) return MOE_ERR_INVALID_ARG;
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, MPI_SUM, comm_of(c), &req);
+    return rc == MPI_SUCCESS ? wait_for(c, &req, "allreduce") : mpi_failed(c, "MPI_Iallreduce", rc);
+}
+
+static moe_status mpi_allreduce_real(moe_comm *c, moe_real *buf, size_t count) {
+    return allreduce(c, buf, count, MOE_MPI_REAL);
+}
+
+static moe_status mpi_allreduce_f64(moe_comm *c, double *buf, size_t count) {
+    return allreduce(c, buf, count, MPI_DOUBLE);
+}
+
+static moe_status mpi_barrier(moe_comm *c) {
+    MPI_Request req;
+    int rc = MPI_Ibarrier(comm_of(c), &req);
+    return rc == MPI_SUCCESS ? wait_for(c, &req, "barrier") : mpi_failed(c, "MPI_Ibarrier", rc);
+}
+
+static void mpi_destroy(moe_comm *c) {
+    mpi_state *s = c->impl;
+    MPI_Comm_free(&s->comm);
+    free(s);
+    free(c);
+}
+
+static const moe_transport_ops mpi_ops = {
+    .name = "mpi",
+    .alltoall_ints = mpi_alltoall_ints,
+    .alltoallv_rows = mpi_alltoallv_rows,
+    .allgatherv_bytes = mpi_allgatherv_bytes,
+    .allreduce_sum_real = mpi_allreduce_real,
+    .allreduce_sum_f64 = mpi_allreduce_f64,
+    .barrier = mpi_barrier,
+    .destroy = mpi_destroy,
+};
+
+moe_status moe_comm_create_mpi(MPI_Comm comm, const char *label, double timeout_s, moe_comm **out) {
+    moe_comm *c = calloc(1, sizeof *c);
+    mpi_state *s = calloc(1, sizeof *s);
+    if (!c || !s) return free(c), free(s), MOE_ERR_OUT_OF_MEMORY;
+    s->comm = comm;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    int world_rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    *c = (moe_comm){.ops = &mpi_ops, .label = label, .world_rank = world_rank, .timeout_s = timeout_s, .impl = s};
+    if (MPI_Comm_rank(comm, &c->rank) != MPI_SUCCESS || MPI_Comm_size(comm, &c->size) != MPI_SUCCESS)
+        return free(c), free(s), MOE_ERR_COMM;
+    *out = c;
+    return MOE_OK;
+}

@@ -1,0 +1,24 @@
+/* parallel.h — the parallel layout of a job: world, expert-parallel (EP) and expert-data-parallel groups.
+ *
+ *   W ranks; ep divides W (and E). EP groups are blocks of consecutive ranks [g*ep, (g+1)*ep), so a group's
+ *   tokens are a contiguous range of the global batch. Within a group, ep_rank = world_rank % ep owns the
+ *   experts [ep_rank * E/ep, (ep_rank + 1) * E/ep). Ranks with the same ep_rank in different groups hold
+ *   replicas of the same experts: the expert-data-parallel group (size W/ep, dp_rank = world_rank / ep).
+ *   Dense gradients are summed over the world, expert gradients over the expert-data-parallel group. */
+#ifndef MOE_ALLTOALL_PARALLEL_H
+#define MOE_ALLTOALL_PARALLEL_H
+
+#include "alltoall/comm.h"
+
+struct moe_parallel {
+    int world_size, world_rank;
+    int ep_size, ep_rank;
+    int dp_size, dp_rank;
+    moe_comm *world, *ep, *expert_dp;
+};
+
+/* A world of one process (no MPI): ep = dp = 1. */
+moe_status moe_parallel_create_self(moe_parallel **out);
+void moe_parallel_destroy(moe_parallel *par);
+
+#endif

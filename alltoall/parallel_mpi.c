@@ -1,0 +1,38 @@
+/* parallel_mpi.c — world, EP and expert-data-parallel communicators by MPI_Comm_split. */
+#include "alltoall/parallel_mpi.h"
+
+#include <stdlib.h>
+
+#include "alltoall/comm_mpi.h"
+
+static moe_status wrap(MPI_Comm comm, const char *label, double timeout_s, moe_comm **out) {
+    if (comm == MPI_COMM_NULL) return MOE_ERR_COMM;
+    moe_status st = moe_comm_create_mpi(comm, label, timeout_s, out);
+    if (st != MOE_OK) MPI_Comm_free(&comm);
+    return st;
+}
+
+moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out) {
+    int size, rank;
+    if (MPI_Comm_size(world, &size) != MPI_SUCCESS || MPI_Comm_rank(world, &rank) != MPI_SUCCESS) return MOE_ERR_COMM;
+    if (ep_size < 1 || size % ep_size != 0) return MOE_ERR_INVALID_CONFIG;
+    moe_parallel *p = calloc(1, sizeof *p);
+    if (!p) return MOE_ERR_OUT_OF_MEMORY;
+    *p = (moe_parallel){.world_size = size, .world_rank = rank, .ep_size = ep_size, .ep_rank = rank % ep_size,
+                        .dp_size = size / ep_size, .dp_rank = rank / ep_size};
+    MPI_Comm dup = MPI_COMM_NULL, ep = MPI_COMM_NULL, dp = MPI_COMM_NULL;
+    MPI_Comm_dup(world, &dup);
+    MPI_Comm_split(world, p->dp_rank, rank, &ep); /* same block of ep consecutive ranks */
+    MPI_Comm_split(world, p->ep_rank, rank, &dp); /* same expert shard */
+    /* each wrap owns its communicator from here on, whatever happens to the others */
+    moe_status st_world = wrap(dup, "world", timeout_s, &p->world);
+    moe_status st_ep = wrap(ep, "ep", timeout_s, &p->ep);
+    moe_status st_dp = wrap(dp, "expert-dp", timeout_s, &p->expert_dp);
+    moe_status st = st_world != MOE_OK ? st_world : st_ep != MOE_OK ? st_ep : st_dp;
+    if (st != MOE_OK) {
+        moe_parallel_destroy(p);
+        return st;
+    }
+    *out = p;
+    return MOE_OK;
+}
