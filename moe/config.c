@@ -24,22 +24,31 @@ moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k)
 
 static int finite_nonnegative(float v) { return isfinite(v) && v >= 0; }
 
+const char *moe_config_problem(const moe_config *c) {
+    if (!c) return "no configuration given";
+    if (c->d_model < 1) return "d_model must be at least 1";
+    if (c->d_ff < 1) return "d_ff must be at least 1";
+    if (c->num_experts < 1) return "the number of experts must be at least 1";
+    if (c->top_k < 1 || c->top_k > c->num_experts) return "top_k must be between 1 and the number of experts";
+    if (c->ep_size < 1) return "ep_size must be at least 1";
+    if (c->num_experts % c->ep_size != 0) return "ep_size must divide the number of experts";
+    if (c->layer_index < 0) return "layer_index must not be negative";
+    if (c->score_func != MOE_SCORE_SOFTMAX && c->score_func != MOE_SCORE_SIGMOID)
+        return "score_func must be MOE_SCORE_SOFTMAX or MOE_SCORE_SIGMOID";
+    if (c->drop_priority != MOE_DROP_BY_TOKEN_ORDER && c->drop_priority != MOE_DROP_BY_SCORE)
+        return "drop_priority must be MOE_DROP_BY_TOKEN_ORDER or MOE_DROP_BY_SCORE";
+    if (c->renormalize != 0 && c->renormalize != 1) return "renormalize must be 0 or 1";
+    if (c->layout_invariant != 0 && c->layout_invariant != 1) return "layout_invariant must be 0 or 1";
+    if (!isfinite(c->capacity_factor)) return "capacity_factor must be finite (<= 0 means dropless)";
+    if (!finite_nonnegative(c->aux_loss_coef)) return "aux_loss_coef must be finite and >= 0";
+    if (!finite_nonnegative(c->z_loss_coef)) return "z_loss_coef must be finite and >= 0";
+    if (!finite_nonnegative(c->bias_update_rate)) return "bias_update_rate must be finite and >= 0";
+    return NULL;
+}
+
 moe_status moe_config_validate(const moe_config *c) {
     if (!c) return MOE_ERR_INVALID_ARG;
-    if (c->d_model < 1 || c->d_ff < 1 || c->num_experts < 1) return MOE_ERR_INVALID_CONFIG;
-    if (c->top_k < 1 || c->top_k > c->num_experts) return MOE_ERR_INVALID_CONFIG;
-    if (c->ep_size < 1 || c->num_experts % c->ep_size != 0) return MOE_ERR_INVALID_CONFIG;
-    if (c->layer_index < 0) return MOE_ERR_INVALID_CONFIG;
-    if (c->score_func != MOE_SCORE_SOFTMAX && c->score_func != MOE_SCORE_SIGMOID) return MOE_ERR_INVALID_CONFIG;
-    if (c->drop_priority != MOE_DROP_BY_TOKEN_ORDER && c->drop_priority != MOE_DROP_BY_SCORE)
-        return MOE_ERR_INVALID_CONFIG;
-    if (c->renormalize != 0 && c->renormalize != 1) return MOE_ERR_INVALID_CONFIG;
-    if (c->layout_invariant != 0 && c->layout_invariant != 1) return MOE_ERR_INVALID_CONFIG;
-    if (!isfinite(c->capacity_factor)) return MOE_ERR_INVALID_CONFIG;
-    if (!finite_nonnegative(c->aux_loss_coef) || !finite_nonnegative(c->z_loss_coef) ||
-        !finite_nonnegative(c->bias_update_rate))
-        return MOE_ERR_INVALID_CONFIG;
-    return MOE_OK;
+    return moe_config_problem(c) ? MOE_ERR_INVALID_CONFIG : MOE_OK;
 }
 
 size_t moe_layer_num_params(const moe_config *c) {

@@ -3,6 +3,7 @@
  *   -> SwiGLU experts (this rank's) -> combine (reverse all-to-all) -> weighted sum over k
  * and its backward along the same routes. Orchestration only: the ops live in router/, kernels/,
  * experts/ and alltoall/. With a world of one the exchanges are copies. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,7 @@ struct moe_layer {
     int num_local_experts;
     int max_tokens, max_rows; /* what token_buffers and row_buffers hold */
     int has_forward;
+    long completed_steps;  /* forward+backward pairs done, for failure messages */
     int num_tokens_global;
     double aux_loss, z_loss;
     moe_real *expert_bias; /* [E] sigmoid routing's selection bias */
@@ -144,6 +146,22 @@ void moe_layer_destroy(moe_layer *L) {
     free(L);
 }
 
+/* After a failed exchange the job cannot go on; say where this rank was and what it meant to move, so
+ * that the messages of all ranks together show who disagreed or who never arrived. */
+static moe_status exchange_failed(const moe_layer *L, const char *phase, moe_status st, int have_counts) {
+    if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
+    const moe_parallel *p = L->par;
+    fprintf(stderr, "moe: layer %d, world rank %d (EP rank %d of %d): %s failed (%s) after %ld completed steps\n",
+            L->cfg.layer_index, p->world_rank, p->ep_rank, p->ep_size, phase, moe_status_string(st), L->completed_steps);
+    if (!have_counts) return st;
+    fprintf(stderr, "moe:   rank %d sends rows per expert:", p->world_rank);
+    for (int e = 0; e < L->cfg.num_experts; e++) fprintf(stderr, " %d", L->routing.num_tokens_per_expert[e]);
+    fprintf(stderr, "\nmoe:   rank %d expects rows per (EP rank, local expert):", p->world_rank);
+    for (int i = 0; i < p->ep_size * L->num_local_experts; i++) fprintf(stderr, " %d", L->expected_recv[i]);
+    fprintf(stderr, "\n");
+    return st;
+}
+
 /* Router: logits -> scores -> top-k -> gates -> capacity (global) -> layout. */
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const moe_config *c = &L->cfg;
@@ -161,7 +179,7 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     router_topk_cpu(select, T, E, k, r->expert);
     router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
     st = moe_global_capacity(L->par, c->capacity_factor, c->drop_priority, r, &L->global);
-    if (st != MOE_OK) return st;
+    if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
     L->num_tokens_global = L->global.routing.num_tokens;
     router_dispatch_layout_cpu(r);
     return MOE_OK;
@@ -178,7 +196,7 @@ static moe_status router_losses(moe_layer *L) {
     };
     moe_status st = L->par->world->ops->allreduce_sum_f64(L->par->world, loss, 2);
     L->aux_loss = loss[0], L->z_loss = loss[1];
-    return st;
+    return exchange_failed(L, "the router-loss all-reduce", st, 1);
 }
 
 moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe_real *x, int num_tokens,
@@ -197,13 +215,15 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     permute_rows_cpu(L->tok.x, r->perm_token, r->num_kept, d, L->tok.xp);
     moe_global_expected_recv_counts(L->par, &L->global, L->expected_recv);
     st = moe_dispatch_plan_exchange(ep, r->num_tokens_per_expert, L->expected_recv, c->layer_index, &L->plan);
-    if (st == MOE_OK) st = reserve_rows(L, L->plan.num_recv);
+    if (st != MOE_OK) return exchange_failed(L, "the counts exchange", st, 1);
+    if ((st = reserve_rows(L, L->plan.num_recv)) != MOE_OK) return st;
     row_buffers *b = &L->rows;
-    if (st == MOE_OK) st = moe_dispatch_rows(ep, &L->plan, L->tok.xp, d, b->staging, b->x);
-    if (st != MOE_OK) return st;
+    st = moe_dispatch_rows(ep, &L->plan, L->tok.xp, d, b->staging, b->x);
+    if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
     expert_ffn_forward_cpu(w, L->num_local_experts, d, c->d_ff, L->plan.expert_offset, b->x, b->h1, b->h3, b->act,
                            b->y, &L->gemm);
-    if ((st = moe_combine_rows(ep, &L->plan, b->y, d, b->staging, L->tok.y)) != MOE_OK) return st;
+    st = moe_combine_rows(ep, &L->plan, b->y, d, b->staging, L->tok.y);
+    if (st != MOE_OK) return exchange_failed(L, "the forward combine", st, 1);
     combine_rows_cpu(L->tok.y, r->slot, r->gate, T, k, d, out);
 
     if ((st = router_losses(L)) != MOE_OK) return st;
@@ -218,6 +238,7 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
         stats->num_tokens_per_expert = r->num_tokens_per_expert;
         stats->num_selected_per_expert = r->num_selected_per_expert;
         stats->num_tokens_global = L->num_tokens_global;
+        stats->num_rows_received = L->plan.num_recv;
     }
     return MOE_OK;
 }
@@ -236,10 +257,11 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     /* Experts: dL/dy and dL/dgate here, dL/dy travels to the experts, dL/dx of their rows travels back. */
     combine_rows_backward_cpu(dout, t->y, r->slot, r->gate, T, k, d, t->dy, t->dgate);
     moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, d, b->staging, b->dy);
-    if (st != MOE_OK) return st;
+    if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
     expert_ffn_backward_cpu(w, grads, L->num_local_experts, d, c->d_ff, L->plan.expert_offset, b->x, b->h1, b->h3,
                             b->act, b->dy, b->dh1, b->dh3, b->dx, &L->gemm);
-    if ((st = moe_combine_rows(ep, &L->plan, b->dx, d, b->staging, t->dxp)) != MOE_OK) return st;
+    st = moe_combine_rows(ep, &L->plan, b->dx, d, b->staging, t->dxp);
+    if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 
     /* Router: gates and the balance loss give dL/dscores; scores and the z-loss give dL/dlogits. */
     memset(t->dscores, 0, (size_t)T * E * sizeof(moe_real));
@@ -256,6 +278,7 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
         combine_rows_cpu(t->dxp, r->slot, NULL, T, k, d, dx);
         gemm_rows_cpu(&L->gemm, CblasNoTrans, T, d, E, t->dlogits, w->router_w, 1, dx);
     }
+    L->completed_steps++;
     return MOE_OK;
 }
 
@@ -270,7 +293,7 @@ moe_status moe_layer_reduce_gradients(moe_layer *L, moe_layer_weights *grads) {
         return MOE_ERR_INVALID_ARG;
     moe_status st = world->ops->allreduce_sum_real(world, grads->router_w, router_count);
     if (st == MOE_OK) st = dp->ops->allreduce_sum_real(dp, grads->w1, expert_count);
-    return st;
+    return exchange_failed(L, "the gradient all-reduce", st, 0);
 }
 
 moe_real *moe_layer_expert_bias(moe_layer *L) { return L ? L->expert_bias : NULL; }

@@ -86,6 +86,8 @@ typedef struct {
 /* A config with the usual defaults: softmax, renormalised, dropless, aux 0.01, z-loss 0.001. */
 moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k);
 moe_status moe_config_validate(const moe_config *cfg);
+/* NULL for a valid config, else a sentence naming the first field that is wrong (for error messages). */
+const char *moe_config_problem(const moe_config *cfg);
 
 /* Views of the layer's parameters (and, with the same shapes, of its gradients). Layouts are those of
  * Hugging Face Mixtral, so checkpoints map one to one:
@@ -117,6 +119,7 @@ typedef struct {
     int num_assignments;    /* T * k of this rank                                                */
     int num_dropped;        /* this rank's assignments over capacity; they contribute zero      */
     int capacity;           /* C = ceil(cf * T_global * k / E), or 0 when dropless               */
+    int num_rows_received;  /* rows this rank's experts processed (from its EP group)            */
     const int *num_tokens_per_expert; /* [E] this rank's kept assignments per expert              */
     const int *num_selected_per_expert; /* [E] global top-k assignments per expert, before capacity */
 } moe_layer_stats;

@@ -10,11 +10,15 @@ static void expect_invalid(const char *what, moe_config cfg) {
     moe_layer *L = (moe_layer *)&cfg; /* must be reset to NULL on failure */
     CHECK(moe_config_validate(&cfg) == MOE_ERR_INVALID_CONFIG, "%s accepted by validate", what);
     CHECK(moe_layer_create(&cfg, NULL, &L) == MOE_ERR_INVALID_CONFIG && L == NULL, "%s accepted by create", what);
+    const char *problem = moe_config_problem(&cfg);
+    CHECK(problem && *problem, "%s: no explanation", what);
+    if (problem) printf("%-28s -> %s\n", what, problem);
 }
 
 static void test_configs(void) {
     const moe_config ok = moe_config_default(8, 16, 4, 2);
     CHECK_OK(moe_config_validate(&ok));
+    CHECK(moe_config_problem(&ok) == NULL, "a valid config has a problem: %s", moe_config_problem(&ok));
     moe_config c;
     c = ok, c.top_k = 0, expect_invalid("k = 0", c);
     c = ok, c.top_k = 5, expect_invalid("k > E", c);

@@ -1,0 +1,75 @@
+/* test_ep_faults.c — failures of a multi-rank job end the job with a message, never a hang.
+ * Run by tests/expect_failure.sh, which requires a non-zero exit within its time limit, the expected
+ * message, and no process left behind:
+ *   test_ep_faults count-mismatch   rank 0 announces one row too many for an expert of rank 1; rank 1's
+ *                                   check names the ranks, layer and counts and the job aborts
+ *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts
+ *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1 */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alltoall/dispatch.h"
+#include "alltoall/parallel_mpi.h"
+#include "tests/test_mpi.h"
+
+enum { T = 16, D = 8, F = 8 };
+
+/* Every rank runs one forward; a failure aborts the job as a program should. */
+static void forward_once(int ep, int E, int k, double timeout_s, int late_rank) {
+    int rank, W;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    moe_parallel *par;
+    moe_status st = moe_parallel_create_mpi(MPI_COMM_WORLD, ep, timeout_s, &par);
+    if (st == MOE_ERR_INVALID_CONFIG) {
+        fprintf(stderr, "rank %d: invalid layout: ep = %d must be >= 1 and divide the world size %d\n", rank, ep, W);
+        MPI_Finalize();
+        exit(1);
+    }
+    test_mpi_require(st, "parallel layout");
+    moe_config cfg = moe_config_default(D, F, E, k);
+    cfg.ep_size = ep;
+    cfg.layer_index = 3;
+    const char *problem = moe_config_problem(&cfg);
+    if (problem) {
+        fprintf(stderr, "rank %d: invalid MoE config (E=%d, k=%d, ep=%d): %s\n", rank, E, k, ep, problem);
+        moe_parallel_destroy(par);
+        MPI_Finalize();
+        exit(1);
+    }
+    moe_rng rng = moe_rng_seeded(rank);
+    test_weights w = test_weights_random(&cfg, &rng);
+    moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
+    moe_layer *L;
+    test_mpi_require(moe_layer_create(&cfg, par, &L), "create");
+    if (rank == late_rank) sleep(60); /* never arrives in time */
+    test_mpi_require(moe_layer_forward(L, &w.w, x, T, out, NULL), "forward");
+    moe_layer_destroy(L);
+    moe_parallel_destroy(par);
+    test_weights_free(&w);
+    free(x), free(out);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "count-mismatch")) {
+        if (rank == 0) moe__dispatch_count_fault = 6; /* expert 6 lives on EP rank 1 (E = 8, ep = 2) */
+        forward_once(2, 8, 2, 60, -1);
+    } else if (!strcmp(mode, "watchdog")) {
+        forward_once(2, 8, 2, 2, 1);
+    } else if (!strcmp(mode, "config") && argc == 5) {
+        forward_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 60, -1);
+    } else {
+        fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | config EP E K\n");
+        MPI_Finalize();
+        return 2;
+    }
+    /* reaching here means the fault went unnoticed */
+    fprintf(stderr, "rank %d: the fault was not detected\n", rank);
+    MPI_Finalize();
+    return 0;
+}
