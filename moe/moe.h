@@ -40,7 +40,9 @@ typedef float moe_real;
     X(MOE_ERR_NO_DEVICE, "no CUDA device present")                                      \
     X(MOE_ERR_COMM, "communication error (see the message printed by the transport)")   \
     X(MOE_ERR_COUNT_MISMATCH, "ranks disagree on the rows they exchange (see message)") \
-    X(MOE_ERR_TIMEOUT, "an exchange did not complete within the watchdog timeout")
+    X(MOE_ERR_TIMEOUT, "an exchange did not complete within the watchdog timeout")      \
+    X(MOE_ERR_IO, "a file could not be read or written (see message)")                 \
+    X(MOE_ERR_BAD_FILE, "a file is not in the expected format (see message)")
 
 typedef enum {
 #define MOE__STATUS_ENUM(name, text) name,

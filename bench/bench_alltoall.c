@@ -1,0 +1,275 @@
+/* bench_alltoall.c — the expert-parallel row exchange against raw MPI_Alltoallv (nccl-tests' alltoallv shape).
+ *
+ * Under mpirun -np W, for total send sizes S from --min-bytes to --max-bytes (doubling) per rank, in rows of
+ * --row-bytes (count = S / row_bytes rows per rank, the size column is count * row_bytes), and per pattern:
+ *   uniform: every rank sends count/W rows to every peer, itself included (the first count % W peers
+ *            get one row more);
+ *   skewed:  every rank sends ceil(count/2) rows to rank 0 and spreads the other floor(count/2) evenly over
+ *            ranks 1..W-1 (lower ranks get the remainder), so rank 0 receives half of all traffic
+ *            (W * S / 2 bytes) and the others W * S / (2 (W-1)) each. For W = 2 that is the uniform split;
+ *            for W = 1 everything goes to rank 0 itself.
+ * it times (a) raw: one blocking MPI_Alltoallv of those counts, each peer's block contiguous, in rows of an
+ * MPI_Type_contiguous(row_bytes, MPI_BYTE); (b) moe: moe_dispatch_rows + moe_combine_rows of the library's
+ * MPI transport (non-blocking collective polled against the watchdog, plus the block reorder; with one
+ * expert per rank the reorder is one copy of the received rows) on a plan from moe_dispatch_plan_exchange
+ * with E = W experts, one per rank; one round trip is two exchanges, so moe_us is half of it.
+ * Per size and pattern: --warmup untimed iterations, MPI_Barrier, --iters timed ones; the time per op is the
+ * mean over the timed iterations, maxed over ranks (the slowest rank: nccl-tests' -a 3; its default -a 1
+ * averages over ranks). algbw = S / time, busbw = algbw * (W-1)/W (nccl-tests' alltoall factor), in GB/s
+ * (1e9). After timing, the raw and moe receive buffers are compared bytewise, and combine must return the
+ * sent rows. Table on rank 0, then one "json: {...}" line per row.
+ *
+ *   meson setup build-bench --buildtype=release && ninja -C build-bench bench/bench_alltoall
+ *   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+ *   OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun -np 4 build-bench/bench/bench_alltoall \
+ *       [--min-bytes 64K --max-bytes 64M --row-bytes 2048 --pattern both --warmup 5 --iters 20 --timeout 300]
+ */
+#include <errno.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alltoall/dispatch.h"
+#include "alltoall/parallel_mpi.h"
+
+typedef struct {
+    long long min_bytes, max_bytes;
+    int row_bytes, patterns, warmup, iters; /* patterns: bit 0 uniform, bit 1 skewed */
+    double timeout_s;
+} options;
+
+static int my_rank;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: mpirun -np W bench_alltoall [--min-bytes N] [--max-bytes N] [--row-bytes N]\n"
+               "           [--pattern uniform|skewed|both] [--warmup N] [--iters N] [--timeout SECONDS]\n"
+               "  sizes take a K, M or G suffix (powers of 1024); row bytes must be a multiple of %zu\n"
+               "  defaults: --min-bytes 64K --max-bytes 64M --row-bytes 2048 (512 floats) --pattern both\n"
+               "            --warmup 5 --iters 20 --timeout 300\n", sizeof(moe_real));
+}
+
+/* Every rank parses the same arguments, so every rank comes here: rank 0 explains, all leave with 2. */
+static void bad_usage(const char *msg, const char *arg) {
+    if (my_rank == 0) {
+        fprintf(stderr, "bench_alltoall: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
+        usage(stderr);
+    }
+    MPI_Finalize();
+    exit(2);
+}
+
+static void mpi_check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    fprintf(stderr, "bench_alltoall: rank %d: %s failed: %s\n", my_rank, what, text);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+#define MPI_CHECK(call) mpi_check((call), #call)
+
+static void moe_check(moe_status st, const char *what) {
+    if (st == MOE_OK) return;
+    fprintf(stderr, "bench_alltoall: rank %d: %s failed: %s\n", my_rank, what, moe_status_string(st));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static long long parse_num(const char *flag, const char *s, long long lo, long long hi, int suffix_ok) {
+    char *end, msg[160];
+    errno = 0;
+    long long v = strtoll(s, &end, 10), unit = 1;
+    if (errno || end == s) bad_usage("not an integer", s);
+    if (suffix_ok && *end && !end[1]) {
+        unit = *end == 'K' || *end == 'k' ? 1LL << 10 : *end == 'M' || *end == 'm' ? 1LL << 20
+             : *end == 'G' || *end == 'g' ? 1LL << 30 : 0;
+        if (unit) end++;
+    }
+    if (*end) bad_usage(suffix_ok ? "not a size (integer with optional K, M or G)" : "not an integer", s);
+    if (v < lo || v > hi / unit || v * unit < lo) {
+        snprintf(msg, sizeof msg, "%s must be in [%lld, %lld]", flag, lo, hi);
+        bad_usage(msg, s);
+    }
+    return v * unit;
+}
+
+static options parse_args(int argc, char **argv) {
+    options o = {64LL << 10, 64LL << 20, 2048, 3, 5, 20, 300};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (my_rank == 0) usage(stdout);
+            MPI_Finalize();
+            exit(0);
+        }
+        if (strncmp(a, "--", 2)) bad_usage("unexpected argument", a);
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name) bad_usage("unknown flag", a);
+        memcpy(name, a, len), name[len] = 0;
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else bad_usage("missing value for", a);
+        if (!strcmp(name, "--min-bytes")) o.min_bytes = parse_num(name, val, 1, 1LL << 30, 1);
+        else if (!strcmp(name, "--max-bytes")) o.max_bytes = parse_num(name, val, 1, 1LL << 30, 1);
+        else if (!strcmp(name, "--row-bytes")) o.row_bytes = (int)parse_num(name, val, 1, 1 << 24, 1);
+        else if (!strcmp(name, "--warmup")) o.warmup = (int)parse_num(name, val, 0, 100000, 0);
+        else if (!strcmp(name, "--iters")) o.iters = (int)parse_num(name, val, 1, 100000, 0);
+        else if (!strcmp(name, "--timeout")) o.timeout_s = (double)parse_num(name, val, 1, 86400, 0);
+        else if (!strcmp(name, "--pattern")) {
+            o.patterns = !strcmp(val, "uniform") ? 1 : !strcmp(val, "skewed") ? 2 : !strcmp(val, "both") ? 3 : 0;
+            if (!o.patterns) bad_usage("--pattern must be uniform, skewed or both", val);
+        } else bad_usage("unknown flag", name);
+    }
+    if (o.row_bytes % (int)sizeof(moe_real)) bad_usage("--row-bytes must be a multiple of sizeof(float) = 4", NULL);
+    if (o.min_bytes < o.row_bytes) bad_usage("--min-bytes must be at least --row-bytes (one row per rank)", NULL);
+    if (o.max_bytes < o.min_bytes) bad_usage("--max-bytes must be at least --min-bytes", NULL);
+    return o;
+}
+
+/* rows[p]: what every rank sends to peer p (the same for every sender), for count rows per rank. */
+static void pattern_rows(int skewed, long count, int W, int *rows) {
+    if (!skewed || W == 1) {
+        for (int p = 0; p < W; p++) rows[p] = (int)(count / W + (p < count % W));
+        return;
+    }
+    long rest = count / 2;
+    rows[0] = (int)(count - rest);
+    for (int p = 1; p < W; p++) rows[p] = (int)(rest / (W - 1) + (p - 1 < rest % (W - 1)));
+}
+
+typedef struct {
+    int W, d, row_bytes;
+    int *send_rows, *recv_rows, *sdispl, *rdispl;
+    MPI_Datatype row;
+    moe_real *send, *raw_recv, *staging, *moe_recv, *back;
+    moe_comm *ep;
+    moe_dispatch_plan plan;
+} bench;
+
+static void run_once(bench *b, int moe) {
+    if (!moe) {
+        MPI_CHECK(MPI_Alltoallv(b->send, b->send_rows, b->sdispl, b->row, b->raw_recv, b->recv_rows, b->rdispl,
+                                b->row, MPI_COMM_WORLD));
+        return;
+    }
+    moe_check(moe_dispatch_rows(b->ep, &b->plan, b->send, b->d, b->staging, b->moe_recv), "moe_dispatch_rows");
+    moe_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, b->d, b->staging, b->back), "moe_combine_rows");
+}
+
+/* Mean seconds per iteration of this rank over the timed batch, maxed over ranks. */
+static double time_op(bench *b, int moe, const options *o) {
+    for (int i = 0; i < o->warmup; i++) run_once(b, moe);
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < o->iters; i++) run_once(b, moe);
+    double mean = (MPI_Wtime() - t0) / o->iters, slowest;
+    MPI_CHECK(MPI_Allreduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return slowest;
+}
+
+static moe_real *alloc_rows(long rows, int d) {
+    size_t n = (size_t)(rows > 0 ? rows : 1) * d;
+    moe_real *p = malloc(n * sizeof *p);
+    if (!p) fprintf(stderr, "bench_alltoall: rank %d: out of memory (%zu bytes)\n", my_rank, n * sizeof *p),
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(p, 0, n * sizeof *p); /* touch the pages before timing */
+    return p;
+}
+
+int main(int argc, char **argv) {
+    MPI_CHECK(MPI_Init(&argc, &argv));
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int W;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &my_rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &W));
+    const options o = parse_args(argc, argv);
+
+    bench b = {.W = W, .d = o.row_bytes / (int)sizeof(moe_real), .row_bytes = o.row_bytes};
+    int *ints = malloc(4 * (size_t)W * sizeof(int));
+    if (!ints) MPI_Abort(MPI_COMM_WORLD, 1);
+    b.send_rows = ints, b.recv_rows = ints + W, b.sdispl = ints + 2 * W, b.rdispl = ints + 3 * W;
+    MPI_CHECK(MPI_Type_contiguous(o.row_bytes, MPI_BYTE, &b.row));
+    MPI_CHECK(MPI_Type_commit(&b.row));
+    moe_parallel *par;
+    moe_check(moe_parallel_create_mpi(MPI_COMM_WORLD, W, o.timeout_s, &par), "moe_parallel_create_mpi (ep = W)");
+    b.ep = par->ep;
+    moe_check(moe_dispatch_plan_alloc(&b.plan, W, 1), "moe_dispatch_plan_alloc");
+
+    /* Buffers for the largest size: what this rank receives is W times what one peer sends it. */
+    const long max_count = o.max_bytes / o.row_bytes;
+    long max_recv = 0;
+    for (int pat = 0; pat < 2; pat++)
+        if (o.patterns >> pat & 1) {
+            pattern_rows(pat, max_count, W, b.send_rows);
+            max_recv = (long)W * b.send_rows[my_rank] > max_recv ? (long)W * b.send_rows[my_rank] : max_recv;
+        }
+    b.send = alloc_rows(max_count, b.d), b.back = alloc_rows(max_count, b.d);
+    b.raw_recv = alloc_rows(max_recv, b.d), b.staging = alloc_rows(max_recv, b.d), b.moe_recv = alloc_rows(max_recv, b.d);
+    for (size_t i = 0; i < (size_t)max_count * b.d; i++) b.send[i] = (moe_real)((my_rank * 7919 + i) % 65521);
+
+    if (my_rank == 0) {
+        printf("# bench_alltoall: W=%d row_bytes=%d (%d floats) warmup=%d iters=%d timeout=%gs transport=%s\n", W,
+               o.row_bytes, b.d, o.warmup, o.iters, o.timeout_s, b.ep->ops->name);
+        printf("# size = bytes sent per rank; count = rows per rank; time = max over ranks of the mean; "
+               "bw in GB/s; busbw = algbw*(W-1)/W\n");
+        printf("# skewed: rank 0 receives half of all bytes, ranks 1..W-1 share the rest (W=2: same as uniform)\n");
+        printf("#%12s %9s %8s %10s %9s %9s %10s %9s %8s\n", "size", "count", "pattern", "raw_us", "raw_algbw",
+               "raw_busbw", "moe_us", "moe_busbw", "moe/raw");
+    }
+    int failures = 0;
+    for (long long bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+        const long count = (long)(bytes / o.row_bytes);
+        const double size = (double)count * o.row_bytes, factor = (double)(W - 1) / W;
+        for (int pat = 0; pat < 2; pat++) {
+            if (!(o.patterns >> pat & 1)) continue;
+            pattern_rows(pat, count, W, b.send_rows);
+            long s = 0, r = 0;
+            for (int p = 0; p < W; p++) {
+                b.recv_rows[p] = b.send_rows[my_rank]; /* every peer sends me what I would send to myself */
+                b.sdispl[p] = (int)s, b.rdispl[p] = (int)r;
+                s += b.send_rows[p], r += b.recv_rows[p];
+            }
+            /* one expert per rank: num_tokens_per_expert is the per-peer row count */
+            moe_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, 0, &b.plan), "moe_dispatch_plan_exchange");
+            for (int p = 0; p < W; p++)
+                if (b.plan.recv_rows[p] != b.recv_rows[p])
+                    fprintf(stderr, "rank %d: plan says %d rows from rank %d, pattern says %d\n", my_rank,
+                            b.plan.recv_rows[p], p, b.recv_rows[p]), failures++;
+
+            const double raw_s = time_op(&b, 0, &o), moe_s = time_op(&b, 1, &o) / 2;
+
+            /* the moe path delivers the same bytes as MPI_Alltoallv and combine returns what was sent */
+            size_t rbytes = (size_t)r * o.row_bytes, sbytes = (size_t)s * o.row_bytes;
+            if (memcmp(b.raw_recv, b.moe_recv, rbytes) || memcmp(b.back, b.send, sbytes))
+                fprintf(stderr, "rank %d: size %.0f %s: moe rows differ from MPI_Alltoallv's\n", my_rank, size,
+                        pat ? "skewed" : "uniform"), failures++;
+
+            if (my_rank == 0) {
+                const char *name = pat ? "skewed" : "uniform";
+                double raw_alg = size / raw_s * 1e-9, moe_alg = size / moe_s * 1e-9;
+                printf(" %12.0f %9ld %8s %10.1f %9.3f %9.3f %10.1f %9.3f %8.3f\n", size, count, name, raw_s * 1e6,
+                       raw_alg, raw_alg * factor, moe_s * 1e6, moe_alg * factor, moe_s / raw_s);
+                printf("json: {\"bench\":\"alltoall\",\"world\":%d,\"size_bytes\":%.0f,\"count\":%ld,\"row_bytes\":%d,"
+                       "\"pattern\":\"%s\",\"warmup\":%d,\"iters\":%d,\"raw_us\":%.3f,\"raw_algbw_gbs\":%.4f,"
+                       "\"raw_busbw_gbs\":%.4f,\"moe_us\":%.3f,\"moe_algbw_gbs\":%.4f,\"moe_busbw_gbs\":%.4f,"
+                       "\"ratio_moe_raw\":%.4f}\n",
+                       W, size, count, o.row_bytes, name, o.warmup, o.iters, raw_s * 1e6, raw_alg, raw_alg * factor,
+                       moe_s * 1e6, moe_alg, moe_alg * factor, moe_s / raw_s);
+                fflush(stdout);
+            }
+        }
+    }
+    int total = 0;
+    MPI_CHECK(MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (my_rank == 0) printf("# validation: %s\n", total ? "FAILED (see stderr)" : "moe rows == MPI_Alltoallv rows, "
+                                                                                    "combine returned the sent rows");
+    moe_dispatch_plan_free(&b.plan);
+    moe_parallel_destroy(par);
+    MPI_CHECK(MPI_Type_free(&b.row));
+    free(ints), free(b.send), free(b.back), free(b.raw_recv), free(b.staging), free(b.moe_recv);
+    MPI_CHECK(MPI_Finalize());
+    return total ? 1 : 0;
+}

@@ -1,0 +1,21 @@
+/* adamw.h — the AdamW update (decoupled weight decay, bias-corrected moments). CPU.
+ * With t = step (1 for the first update):
+ *   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+ *   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p ) */
+#ifndef MOE_KERNELS_ADAMW_H
+#define MOE_KERNELS_ADAMW_H
+
+#include <stddef.h>
+
+#include "moe/moe.h"
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    long step;
+} adamw_params;
+
+/* count elements of param, grad, m, v (moments in fp32, as the parameters). */
+void adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,
+                      const adamw_params *hp);
+
+#endif

@@ -1,0 +1,87 @@
+/* attention_cpu.c — causal GQA self-attention, forward and backward (shapes: attention.h). For each
+ * (sequence, head) the products are cblas GEMMs on strided views: a query head's rows are H*hd apart in
+ * q, a kv head's KV*hd apart in k and v. Softmax and the causal mask are plain loops.
+ * Tested in tests/test_model_kernels.c: dq, dk, dv against central finite differences for H = KV,
+ * H = 2 KV and KV = 1 (float64 build); causality (a later token does not change earlier outputs, bitwise);
+ * the saved probabilities (zero above the diagonal, rows summing to 1). */
+#include "kernels/attention.h"
+
+#include <string.h>
+
+#include "moe/real.h"
+
+typedef struct {
+    int S, H, KV, hd, group; /* group = H / KV query heads per kv head */
+    moe_real scale;          /* 1 / sqrt(hd) */
+} attn_dims;
+
+static attn_dims dims_of(int seq_len, int num_heads, int num_kv_heads, int head_dim) {
+    attn_dims a = {seq_len, num_heads, num_kv_heads, head_dim, num_heads / num_kv_heads, 0};
+    a.scale = (moe_real)(1 / sqrt((double)head_dim));
+    return a;
+}
+
+/* Offsets of sequence n, query head h (and its kv head) in the [tokens, heads, hd] arrays. */
+static size_t q_off(const attn_dims *a, int n, int h) { return (size_t)n * a->S * a->H * a->hd + (size_t)h * a->hd; }
+static size_t kv_off(const attn_dims *a, int n, int h) {
+    return (size_t)n * a->S * a->KV * a->hd + (size_t)(h / a->group) * a->hd;
+}
+
+void attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, int num_seqs, int seq_len,
+                           int num_heads, int num_kv_heads, int head_dim, moe_real *att, moe_real *out) {
+    const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
+    const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
+    if (S == 0) return; /* cblas rejects a leading dimension of 0 */
+    for (int n = 0; n < num_seqs; n++)
+        for (int h = 0; h < a.H; h++) {
+            const moe_real *Q = q + q_off(&a, n, h), *K = k + kv_off(&a, n, h), *V = v + kv_off(&a, n, h);
+            moe_real *P = att + ((size_t)n * a.H + h) * S * S;
+            /* scores = scale * Q K^T (the part above the diagonal is computed, then ignored) */
+            moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, a.scale, Q, ldq, K, ldk, 0, P, S);
+            for (int i = 0; i < S; i++) {
+                moe_real *p = P + (size_t)i * S, max = p[0];
+                for (int j = 1; j <= i; j++) max = p[j] > max ? p[j] : max;
+                double sum = 0;
+                for (int j = 0; j <= i; j++) sum += p[j] = moe__exp(p[j] - max);
+                moe_real inv = (moe_real)(1 / sum);
+                for (int j = 0; j <= i; j++) p[j] *= inv;
+                for (int j = i + 1; j < S; j++) p[j] = 0;
+            }
+            /* out = P V */
+            moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, P, S, V, ldk, 0, out + q_off(&a, n, h),
+                      ldq);
+        }
+}
+
+/* Per (sequence, head), with dO the head's slice of dout:
+ *   dV += P^T dO;   dP = dO V^T;   dS = P * (dP - rowsum(dP * P)) * scale   (zero above the diagonal)
+ *   dQ = dS K;      dK += dS^T Q
+ * dk and dv of a kv head sum over its group of query heads, in increasing head order (deterministic). */
+void attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, const moe_real *att,
+                            const moe_real *dout, int num_seqs, int seq_len, int num_heads, int num_kv_heads,
+                            int head_dim, moe_real *dq, moe_real *dk, moe_real *dv, moe_real *scratch) {
+    const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
+    const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
+    const size_t kv_count = (size_t)num_seqs * S * ldk;
+    memset(dk, 0, kv_count * sizeof(moe_real));
+    memset(dv, 0, kv_count * sizeof(moe_real));
+    if (S == 0) return;
+    for (int n = 0; n < num_seqs; n++)
+        for (int h = 0; h < a.H; h++) {
+            const size_t qo = q_off(&a, n, h), ko = kv_off(&a, n, h);
+            const moe_real *P = att + ((size_t)n * a.H + h) * S * S, *dO = dout + qo;
+            moe_real *dS = scratch;
+            moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1, P, S, dO, ldq, 1, dv + ko, ldk);
+            moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1, dO, ldq, v + ko, ldk, 0, dS, S);
+            for (int i = 0; i < S; i++) {
+                const moe_real *p = P + (size_t)i * S;
+                moe_real *ds = dS + (size_t)i * S;
+                double dot = 0;
+                for (int j = 0; j <= i; j++) dot += (double)ds[j] * p[j];
+                for (int j = 0; j <= i; j++) ds[j] = p[j] * (ds[j] - (moe_real)dot) * a.scale;
+                for (int j = i + 1; j < S; j++) ds[j] = 0;
+            }
+            moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, dS, S, k + ko, ldk, 0, dq + qo, ldq);
+            moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1, dS, S, q + qo, ldq, 1, dk + ko, ldk);
+        }
+}

@@ -1,0 +1,36 @@
+/* rmsnorm_cpu.c — RMSNorm forward and backward (formulas: rmsnorm.h). Row sums are accumulated in double.
+ * Tested in tests/test_model_kernels.c: dx and dw against central finite differences (float64 build),
+ * including that dx and dw accumulate. */
+#include "kernels/rmsnorm.h"
+
+#include <math.h>
+
+void rmsnorm_forward_cpu(const moe_real *x, const moe_real *w, int num_tokens, int d, moe_real eps, moe_real *y,
+                         moe_real *rstd) {
+    for (int t = 0; t < num_tokens; t++) {
+        const moe_real *xr = x + (size_t)t * d;
+        moe_real *yr = y + (size_t)t * d;
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+        moe_real r = (moe_real)(1 / sqrt(ss / d + eps));
+        rstd[t] = r;
+        for (int i = 0; i < d; i++) yr[i] = xr[i] * r * w[i];
+    }
+}
+
+/* With r = rstd and dr/dx_j = -r^3 x_j / d:
+ *   dL/dx_j = r * (dy_j w_j - x_j r^2 * (1/d) sum_i dy_i w_i x_i),   dL/dw_i = sum_t dy_i x_i r */
+void rmsnorm_backward_cpu(const moe_real *x, const moe_real *w, const moe_real *rstd, const moe_real *dy,
+                          int num_tokens, int d, moe_real *dx, moe_real *dw) {
+    for (int t = 0; t < num_tokens; t++) {
+        const moe_real *xr = x + (size_t)t * d, *dyr = dy + (size_t)t * d;
+        moe_real *dxr = dx + (size_t)t * d, r = rstd[t];
+        double dot = 0;
+        for (int i = 0; i < d; i++) dot += (double)dyr[i] * w[i] * xr[i];
+        moe_real c = (moe_real)(dot / d) * r * r;
+        for (int i = 0; i < d; i++) {
+            dxr[i] += r * (dyr[i] * w[i] - xr[i] * c);
+            dw[i] += dyr[i] * xr[i] * r;
+        }
+    }
+}

@@ -1,0 +1,17 @@
+/* rope.h — rotary position embedding, Hugging Face's rotate-half convention. CPU.
+ * For a head vector h of size hd (even) at position p and i < hd/2, with f_i = theta^(-2i/hd):
+ *   h'[i]        = h[i] cos(p f_i) - h[i + hd/2] sin(p f_i)
+ *   h'[i + hd/2] = h[i + hd/2] cos(p f_i) + h[i] sin(p f_i)
+ * Rows are [num_seqs * seq_len] tokens, sequence-major; position p = token index within its sequence. */
+#ifndef MOE_KERNELS_ROPE_H
+#define MOE_KERNELS_ROPE_H
+
+#include "moe/moe.h"
+
+/* x: [num_seqs * seq_len, num_heads, head_dim], rotated in place. */
+void rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);
+
+/* The backward of the rotation (rotation by -p f_i), in place on dx. */
+void rope_backward_cpu(moe_real *dx, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);
+
+#endif

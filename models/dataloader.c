@@ -1,0 +1,105 @@
+/* dataloader.c — reading and validating llm.c token files; slicing sequences out of them. */
+#include "models/dataloader.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int32_t le32(const unsigned char *b) {
+    return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+}
+
+/* Writes "PATH: <what went wrong>" into message. */
+static moe_status fail(moe_status st, char *message, size_t n, const char *path, const char *fmt, ...) {
+    char detail[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    snprintf(message, n, "%s: %s", path, detail);
+    return st;
+}
+
+moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out, char *message,
+                           size_t message_nbytes) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(MOE_ERR_IO, message, message_nbytes, path, "cannot open: %s", strerror(errno));
+    unsigned char header[TOKEN_FILE_HEADER_INTS * 4];
+    size_t got = fread(header, 1, sizeof header, f);
+    long file_nbytes = -1;
+    if (fseek(f, 0, SEEK_END) == 0) file_nbytes = ftell(f);
+    moe_status st = MOE_OK;
+    long n = le32(header + 8);
+    if (got != sizeof header)
+        st = fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
+                  "truncated: %ld bytes, shorter than the %ld-byte header", (long)got, (long)sizeof header);
+    else if (le32(header) != TOKEN_FILE_MAGIC)
+        st = fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
+                  "wrong magic %ld (expected %d): not an llm.c token file", (long)le32(header), TOKEN_FILE_MAGIC);
+    else if (le32(header + 4) != TOKEN_FILE_VERSION)
+        st = fail(MOE_ERR_BAD_FILE, message, message_nbytes, path, "unsupported version %ld (expected %d)",
+                  (long)le32(header + 4), TOKEN_FILE_VERSION);
+    else if (n < 0 || file_nbytes != (long)sizeof header + 2 * n)
+        st = fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
+                  "the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)", n,
+                  file_nbytes - (long)sizeof header);
+    else if (n < seq_len + 1)
+        st = fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
+                  "only %ld tokens, fewer than one sequence of %d + 1", n, seq_len);
+    unsigned short *raw = st == MOE_OK ? malloc((size_t)n * sizeof *raw) : NULL;
+    out->tokens = st == MOE_OK ? malloc((size_t)n * sizeof(int)) : NULL;
+    if (st == MOE_OK && (!raw || !out->tokens)) st = MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && (fseek(f, sizeof header, SEEK_SET) != 0 || fread(raw, 2, (size_t)n, f) != (size_t)n))
+        st = fail(MOE_ERR_IO, message, message_nbytes, path, "read error in the %ld tokens", n);
+    for (long i = 0; st == MOE_OK && i < n; i++) {
+        const unsigned char *b = (const unsigned char *)(raw + i);
+        out->tokens[i] = b[0] | b[1] << 8;
+        if (out->tokens[i] >= vocab_size)
+            st = fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
+                      "token %d at position %ld is outside the vocabulary (size %d)", out->tokens[i], i, vocab_size);
+    }
+    free(raw);
+    fclose(f);
+    if (st != MOE_OK) {
+        token_file_free(out);
+        return st;
+    }
+    out->num_tokens = n;
+    return MOE_OK;
+}
+
+void token_file_free(token_file *f) {
+    free(f->tokens);
+    memset(f, 0, sizeof *f);
+}
+
+moe_status token_file_write(const char *path, const unsigned short *tokens, long num_tokens) {
+    unsigned char header[TOKEN_FILE_HEADER_INTS * 4] = {0};
+    const int32_t fields[3] = {TOKEN_FILE_MAGIC, TOKEN_FILE_VERSION, (int32_t)num_tokens};
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 4; b++) header[4 * i + b] = (unsigned char)((uint32_t)fields[i] >> (8 * b));
+    FILE *f = fopen(path, "wb");
+    if (!f) return MOE_ERR_IO;
+    int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    for (long i = 0; ok && i < num_tokens; i++) {
+        unsigned char b[2] = {(unsigned char)(tokens[i] & 255), (unsigned char)(tokens[i] >> 8)};
+        ok = fwrite(b, 1, 2, f) == 2;
+    }
+    ok = fclose(f) == 0 && ok;
+    return ok ? MOE_OK : MOE_ERR_IO;
+}
+
+void token_file_sequences(const token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets) {
+    const long windows = (f->num_tokens - 1) / seq_len; /* windows of S+1 tokens starting at multiples of S */
+    for (int s = 0; s < num_seqs; s++) {
+        long start = ((first_seq + s) % windows) * seq_len;
+        for (int i = 0; i < seq_len; i++) {
+            inputs[(size_t)s * seq_len + i] = f->tokens[start + i];
+            targets[(size_t)s * seq_len + i] = f->tokens[start + i + 1];
+        }
+    }
+}

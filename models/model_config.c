@@ -1,0 +1,44 @@
+/* model_config.c — defaults and validation of model_config. */
+#include "models/model.h"
+
+#include <math.h>
+
+model_config model_config_default(void) {
+    model_config c = {
+        .vocab_size = 256,
+        .num_layers = 4,
+        .d_model = 128,
+        .num_heads = 4,
+        .num_kv_heads = 4,
+        .d_ff = 256,
+        .seq_len = 128,
+        .moe_every = 1,
+        .tie_embeddings = 0,
+        .rope_theta = 10000.0f,
+        .norm_eps = 1e-5f,
+    };
+    c.moe = moe_config_default(c.d_model, c.d_ff, 8, 2);
+    return c;
+}
+
+int model_layer_is_moe(const model_config *c, int layer) {
+    return c->moe.num_experts > 1 && c->moe_every > 0 && (layer + 1) % c->moe_every == 0;
+}
+
+const char *model_config_problem(const model_config *c) {
+    if (c->vocab_size < 2 || c->vocab_size > 65536) return "vocab size must be in [2, 65536] (tokens are uint16)";
+    if (c->num_layers < 1) return "the number of layers must be at least 1";
+    if (c->d_model < 2) return "d_model must be at least 2";
+    if (c->num_heads < 1 || c->d_model % c->num_heads != 0) return "the number of heads must divide d_model";
+    if ((c->d_model / c->num_heads) % 2 != 0) return "head_dim = d_model / heads must be even (RoPE rotates pairs)";
+    if (c->num_kv_heads < 1 || c->num_heads % c->num_kv_heads != 0)
+        return "the number of kv heads must divide the number of heads";
+    if (c->d_ff < 1) return "d_ff must be at least 1";
+    if (c->seq_len < 1) return "the sequence length must be at least 1";
+    if (c->moe_every < 1) return "moe_every must be at least 1";
+    if (c->tie_embeddings != 0 && c->tie_embeddings != 1) return "tie_embeddings must be 0 or 1";
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) return "rope theta must be a positive number";
+    if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) return "the norm epsilon must be a positive number";
+    if (c->moe.d_model != c->d_model || c->moe.d_ff != c->d_ff) return "the MoE config's d_model/d_ff must match";
+    return moe_config_problem(&c->moe);
+}

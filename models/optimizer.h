@@ -1,0 +1,31 @@
+/* optimizer.h — the training step's arithmetic over the model's parameter buffer: learning-rate
+ * schedule, global gradient norm with sharded experts, clipping, AdamW with per-span weight decay. */
+#ifndef MOE_MODELS_OPTIMIZER_H
+#define MOE_MODELS_OPTIMIZER_H
+
+#include "kernels/adamw.h"
+#include "models/model.h"
+
+typedef struct {
+    float lr;          /* peak learning rate                                      */
+    float min_lr;      /* reached at the last step (cosine)                      */
+    int warmup_steps;  /* linear from lr/warmup to lr over the first steps        */
+    int total_steps;
+} lr_schedule;
+
+/* Learning rate of step (1-based): linear warm-up, then cosine decay from lr to min_lr. */
+float lr_at(const lr_schedule *s, long step);
+
+/* sqrt(sum of squares of all gradients of the global model): the dense region once (it is identical
+ * on every rank after the reduction), plus each expert once (summed over the EP group; replicas in
+ * other groups are not counted again). Collective. */
+moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
+
+/* Scales every gradient by clip / norm when norm > clip > 0; returns the factor applied. */
+double model_clip_grads(moe_model *m, double norm, float clip);
+
+/* AdamW over the whole buffer; spans whose decay flag is 0 (norms) get no weight decay.
+ * moment1, moment2: buffers of the same size as the parameters. */
+void model_adamw_step(moe_model *m, moe_real *moment1, moe_real *moment2, const adamw_params *hp);
+
+#endif

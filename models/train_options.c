@@ -1,0 +1,187 @@
+/* train_options.c — the flag table of moe-train, its parser and printer. */
+#include "models/train_options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_CHOICE } opt_kind;
+
+typedef struct {
+    const char *name, *help;
+    opt_kind kind;
+    size_t offset;           /* into train_options */
+    double lo, hi;           /* numeric range */
+    const char *choices[3];  /* OPT_CHOICE: the words; the value stored is the index */
+} opt_spec;
+
+#define OFF(field) offsetof(train_options, field)
+static const opt_spec kOptions[] = {
+    /* model */
+    {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}},
+    {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}},
+    {"--heads", "attention heads (head_dim = d_model / heads, even)", OPT_INT, OFF(model.num_heads), 1, 1024, {0}},
+    {"--kv-heads", "key/value heads (< heads: grouped-query attention)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}},
+    {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}},
+    {"--vocab", "vocabulary size (256: bytes)", OPT_INT, OFF(model.vocab_size), 2, 65536, {0}},
+    {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}},
+    {"--tie-embeddings", "1: lm_head shares the embedding matrix", OPT_INT, OFF(model.tie_embeddings), 0, 1, {0}},
+    {"--rope-theta", "RoPE base", OPT_FLOAT, OFF(model.rope_theta), 1, 1e9, {0}},
+    /* experts */
+    {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}},
+    {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}},
+    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}},
+    {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}},
+    {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
+     OFF(model.moe.capacity_factor), -1, 1e6, {0}},
+    {"--drop-priority", "which assignments an overflowing expert keeps", OPT_CHOICE, OFF(model.moe.drop_priority), 0, 0,
+     {"token", "score"}},
+    {"--aux-loss-coef", "load-balancing loss coefficient", OPT_FLOAT, OFF(model.moe.aux_loss_coef), 0, 1e3, {0}},
+    {"--z-loss-coef", "router z-loss coefficient", OPT_FLOAT, OFF(model.moe.z_loss_coef), 0, 1e3, {0}},
+    {"--bias-update-rate", "sigmoid routing: aux-loss-free bias step", OPT_FLOAT, OFF(model.moe.bias_update_rate), 0, 1e3,
+     {0}},
+    {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}},
+    {"--layout-invariant", "1: results bitwise independent of ep/world size (slower)", OPT_INT,
+     OFF(model.moe.layout_invariant), 0, 1, {0}},
+    /* training */
+    {"--batch", "global sequences per micro-batch (divisible by the world size)", OPT_INT, OFF(batch), 1, 1 << 20, {0}},
+    {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}},
+    {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}},
+    {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}},
+    {"--min-lr", "learning rate at the last step (cosine decay)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}},
+    {"--warmup", "linear warm-up steps", OPT_INT, OFF(warmup), 0, 1 << 30, {0}},
+    {"--weight-decay", "AdamW weight decay (not on norms)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}},
+    {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}},
+    {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}},
+    {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}},
+    {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}},
+    /* data and output */
+    {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}},
+    {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}},
+    {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}},
+    {"--eval-batches", "micro-batches of validation data per evaluation", OPT_INT, OFF(eval_batches), 1, 1 << 20, {0}},
+    {"--log-file", "JSON-lines metrics file ('' : none)", OPT_STRING, OFF(log_file), 0, 0, {0}},
+    {"--sample-tokens", "tokens sampled at the end (0: none)", OPT_INT, OFF(sample_tokens), 0, 1 << 20, {0}},
+    {"--sample-prompt", "text the samples start from", OPT_STRING, OFF(sample_prompt), 0, 0, {0}},
+    {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}},
+    {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
+     {0}},
+};
+#define NUM_OPTIONS (sizeof kOptions / sizeof kOptions[0])
+
+/* Messages go to err; ranks other than 0 pass NULL and stay quiet. */
+static void complain(FILE *err, const char *fmt, ...) {
+    if (!err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(err, fmt, ap);
+    va_end(ap);
+}
+
+static void set_defaults(train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->model = model_config_default();
+    o->batch = 16, o->micro_batches = 1, o->steps = 300;
+    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = 20, o->weight_decay = 0.1f, o->clip = 1.0f;
+    o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
+    o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
+    o->eval_interval = 50, o->eval_batches = 4;
+    o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
+    o->exchange_timeout_s = 300;
+}
+
+static const opt_spec *find(const char *name) {
+    for (size_t i = 0; i < NUM_OPTIONS; i++)
+        if (!strcmp(kOptions[i].name, name)) return &kOptions[i];
+    return NULL;
+}
+
+static int set_value(const opt_spec *s, const char *v, train_options *o, FILE *err) {
+    void *field = (char *)o + s->offset;
+    char *end;
+    errno = 0;
+    if (s->kind == OPT_STRING) {
+        *(const char **)field = v;
+        return 0;
+    }
+    if (s->kind == OPT_CHOICE) {
+        for (int c = 0; c < 3 && s->choices[c]; c++)
+            if (!strcmp(v, s->choices[c])) return *(int *)field = c, 0;
+        complain(err, "moe-train: %s must be %s or %s, got '%s'\n", s->name, s->choices[0], s->choices[1], v);
+        return -1;
+    }
+    double x = s->kind == OPT_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < s->lo || x > s->hi) {
+        complain(err, "moe-train: %s expects %s in [%g, %g], got '%s'\n", s->name,
+                s->kind == OPT_INT ? "an integer" : "a number", s->lo, s->hi, v);
+        return -1;
+    }
+    if (s->kind == OPT_INT) *(int *)field = (int)x;
+    else *(float *)field = (float)x;
+    return 0;
+}
+
+/* Combinations no single flag can check. */
+static int check_combinations(train_options *o, int world_size, FILE *err) {
+    model_config *m = &o->model;
+    m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
+    const char *problem = model_config_problem(m);
+    if (problem) return complain(err, "moe-train: invalid model: %s\n", problem), -1;
+    if (world_size % m->moe.ep_size)
+        return complain(err, "moe-train: --ep %d must divide the number of ranks (%d)\n", m->moe.ep_size, world_size), -1;
+    if (o->batch % world_size)
+        return complain(err, "moe-train: --batch %d must be divisible by the number of ranks (%d)\n", o->batch,
+                       world_size), -1;
+    if (o->min_lr > o->lr) return complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
+    if (o->warmup > o->steps) return complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
+    if (!*o->train_data || !*o->val_data) return complain(err, "moe-train: --train-data and --val-data are required\n"), -1;
+    return 0;
+}
+
+int train_options_parse(int argc, char **argv, int world_size, train_options *o, FILE *err) {
+    set_defaults(o);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            if (err) train_options_usage(stdout);
+            return 1;
+        }
+        const opt_spec *s = find(argv[i]);
+        if (!s) return complain(err, "moe-train: unknown flag '%s' (see --help)\n", argv[i]), -1;
+        if (i + 1 >= argc) return complain(err, "moe-train: %s needs a value\n", argv[i]), -1;
+        if (set_value(s, argv[++i], o, err)) return -1;
+    }
+    return check_combinations(o, world_size, err);
+}
+
+static void print_value(const opt_spec *s, const train_options *o, FILE *f) {
+    const void *field = (const char *)o + s->offset;
+    switch (s->kind) {
+    case OPT_INT: fprintf(f, "%d", *(const int *)field); break;
+    case OPT_FLOAT: fprintf(f, "%g", *(const float *)field); break;
+    case OPT_STRING: fprintf(f, "'%s'", *(const char *const *)field); break;
+    case OPT_CHOICE: fprintf(f, "%s", s->choices[*(const int *)field]); break;
+    }
+}
+
+void train_options_usage(FILE *f) {
+    train_options d;
+    set_defaults(&d);
+    fprintf(f, "usage: mpirun -np N moe-train [flags]\n"
+               "Trains a Mixtral-architecture MoE language model on llm.c token files.\n\n");
+    for (size_t i = 0; i < NUM_OPTIONS; i++) {
+        fprintf(f, "  %-22s %s (default ", kOptions[i].name, kOptions[i].help);
+        print_value(&kOptions[i], &d, f);
+        fprintf(f, ")\n");
+    }
+}
+
+void train_options_print(const train_options *o, FILE *f) {
+    fprintf(f, "configuration:\n");
+    for (size_t i = 0; i < NUM_OPTIONS; i++) {
+        fprintf(f, "  %-22s ", kOptions[i].name);
+        print_value(&kOptions[i], o, f);
+        fprintf(f, "\n");
+    }
+}

@@ -1,0 +1,36 @@
+/* train_options.h — moe-train's flags: one table gives parsing, validation, --help and the printed
+ * configuration, so a new flag is one line. */
+#ifndef MOE_MODELS_TRAIN_OPTIONS_H
+#define MOE_MODELS_TRAIN_OPTIONS_H
+
+#include <stdio.h>
+
+#include "models/model.h"
+
+typedef struct {
+    model_config model;
+    /* training */
+    int batch;          /* global sequences per micro-batch; divisible by the world size */
+    int micro_batches;  /* gradient accumulation steps per optimizer step                */
+    int steps;
+    float lr, min_lr, weight_decay, clip, beta1, beta2;
+    int warmup;
+    int seed;
+    /* data, evaluation, output */
+    const char *train_data, *val_data, *log_file;
+    int eval_interval, eval_batches;
+    int sample_tokens;
+    const char *sample_prompt;
+    float sample_temperature;
+    float exchange_timeout_s;
+} train_options;
+
+/* Parses argv into o (defaults first). Returns 0 on success, 1 when --help was printed, -1 on an error
+ * (message already written to err, naming the flag, the value and what is allowed; err NULL: quiet,
+ * for ranks other than 0). world_size checks the combinations that depend on it (ep, batch). */
+int train_options_parse(int argc, char **argv, int world_size, train_options *o, FILE *err);
+
+void train_options_print(const train_options *o, FILE *f);
+void train_options_usage(FILE *f);
+
+#endif

@@ -1,0 +1,298 @@
+/* test_model_kernels.c — the dense model's CPU kernels, in the float64 build (so tolerances can be tight):
+ *  - rmsnorm: a hand-computed value; dx and dw by central finite differences; both accumulate (+=);
+ *  - rope: the backward is the exact transpose, <rope(x), y> = <x, rope_backward(y)>; position 0 (of every
+ *    sequence) is the identity; a hand-computed rotation;
+ *  - attention: dq, dk, dv by finite differences for H = KV, H = 2 KV and KV = 1; a hand-computed case;
+ *    GQA equals repeat_kv; the saved probabilities; causality (perturbing a token leaves earlier outputs
+ *    and other sequences bitwise unchanged);
+ *  - cross_entropy: hand-computed values (also at logits ~1000), log V for uniform logits, gradient by FD;
+ *  - embedding: exact gather; the backward adds repeated tokens in token order;
+ *  - adamw: one step against the formula written out in double, weight decay 0 and > 0, step 1.
+ * FD losses are random linear functionals L = <out, R>. Run: meson test -C build test_model_kernels */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "tests/test_util.h"
+
+static const double kEps = 1e-6, kAbsTol = 1e-8, kRelTol = 1e-6;
+static double worst; /* largest |analytic - numeric| / tolerance of the last check_fd calls */
+
+static double dot(const moe_real *a, const moe_real *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Every entry of v: analytic grad[i] against (L(v + eps e_i) - L(v - eps e_i)) / 2 eps. */
+static int check_fd(const char *what, double (*loss)(void *), void *ctx, moe_real *v, const moe_real *grad, size_t n) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        moe_real saved = v[i];
+        v[i] = saved + kEps;
+        double up = loss(ctx);
+        v[i] = saved - kEps;
+        double down = loss(ctx);
+        v[i] = saved;
+        double num = (up - down) / (2 * kEps), ratio = fabs(grad[i] - num) / (kAbsTol + kRelTol * fabs(num));
+        worst = ratio > worst ? ratio : worst;
+        if (ratio > 1 && bad++ < 3)
+            CHECK(0, "%s[%zu]: analytic %.12g, finite difference %.12g", what, i, grad[i], num);
+    }
+    return bad;
+}
+
+enum { NT = 6, ND = 8 };
+typedef struct {
+    moe_real x[NT * ND], w[ND], r[NT * ND], y[NT * ND], rstd[NT];
+} norm_ctx;
+static double norm_loss(void *c) {
+    norm_ctx *p = c;
+    rmsnorm_forward_cpu(p->x, p->w, NT, ND, 1e-5, p->y, p->rstd);
+    return dot(p->y, p->r, NT * ND);
+}
+static void test_rmsnorm(void) {
+    moe_rng rng = moe_rng_seeded(11);
+    norm_ctx p;
+    moe_real dx[NT * ND], dw[ND], dx0[NT * ND], dw0[ND];
+    moe_rng_fill_uniform(&rng, p.x, NT * ND, 2), moe_rng_fill_uniform(&rng, p.w, ND, 1.5);
+    moe_rng_fill_uniform(&rng, p.r, NT * ND, 1);
+    moe_rng_fill_uniform(&rng, dx0, NT * ND, 1), moe_rng_fill_uniform(&rng, dw0, ND, 1); /* backward adds */
+    memcpy(dx, dx0, sizeof dx), memcpy(dw, dw0, sizeof dw);
+    norm_loss(&p);
+    rmsnorm_backward_cpu(p.x, p.w, p.rstd, p.r, NT, ND, dx, dw);
+    for (int i = 0; i < NT * ND; i++) dx[i] -= dx0[i];
+    for (int i = 0; i < ND; i++) dw[i] -= dw0[i];
+    worst = 0;
+    int bad = check_fd("rmsnorm dx", norm_loss, &p, p.x, dx, NT * ND);
+    bad += check_fd("rmsnorm dw", norm_loss, &p, p.w, dw, ND);
+    /* by hand: x = (3, 4), w = (1, 2), eps = 0.5: rstd = 1 / sqrt((9 + 16) / 2 + 0.5) = 1 / sqrt(13) */
+    moe_real hx[2] = {3, 4}, hw[2] = {1, 2}, hy[2], hr;
+    rmsnorm_forward_cpu(hx, hw, 1, 2, 0.5, hy, &hr);
+    CHECK(fabs(hr - 1 / sqrt(13.0)) < 1e-16 && fabs(hy[0] - 3 / sqrt(13.0)) < 1e-15 &&
+          fabs(hy[1] - 8 / sqrt(13.0)) < 1e-15, "hand case: rstd %.17g, y %.17g %.17g", hr, hy[0], hy[1]);
+    printf("rmsnorm: T=%d d=%d, FD mismatches %d (worst error/tolerance %.2g)\n", NT, ND, bad, worst);
+}
+
+static void test_rope(void) {
+    enum { NS = 2, S = 5, H = 3, HD = 8, N = NS * S * H * HD };
+    moe_rng rng = moe_rng_seeded(12);
+    moe_real x[N], y[N], rx[N], ry[N];
+    moe_rng_fill_uniform(&rng, x, N, 1), moe_rng_fill_uniform(&rng, y, N, 1);
+    memcpy(rx, x, sizeof x), memcpy(ry, y, sizeof y);
+    rope_forward_cpu(rx, NS, S, H, HD, 10000);
+    rope_backward_cpu(ry, NS, S, H, HD, 10000);
+    double lhs = dot(rx, y, N), rhs = dot(x, ry, N);
+    CHECK(fabs(lhs - rhs) <= 1e-12, "<rope(x), y> = %.17g but <x, rope^T(y)> = %.17g", lhs, rhs);
+    for (int n = 0; n < NS; n++) /* position 0 of each sequence is not rotated */
+        CHECK(!memcmp(rx + n * S * H * HD, x + n * S * H * HD, H * HD * sizeof(moe_real)),
+              "position 0 of sequence %d was rotated", n);
+    CHECK(memcmp(rx + H * HD, x + H * HD, H * HD * sizeof(moe_real)), "position 1 was not rotated");
+    /* hd = 4, theta = 100, position 1: f_0 = 1, f_1 = 100^(-1/2) = 0.1 */
+    moe_real h[2 * 4] = {9, 9, 9, 9, 1, 2, 3, 4};
+    const double c0 = cos(1.0), s0 = sin(1.0), c1 = cos(0.1), s1 = sin(0.1);
+    const double want[4] = {1 * c0 - 3 * s0, 2 * c1 - 4 * s1, 3 * c0 + 1 * s0, 4 * c1 + 2 * s1};
+    rope_forward_cpu(h, 1, 2, 1, 4, 100);
+    for (int i = 0; i < 4; i++)
+        CHECK(fabs(h[4 + i] - want[i]) <= 1e-14 && h[i] == 9, "hand case [%d]: %.17g, want %.17g", i, h[4 + i],
+              want[i]);
+    printf("rope: <rope(x),y> - <x,rope^T(y)> = %.3g\n", lhs - rhs);
+}
+
+enum { AN = 3, AS = 5, AH = 4, AHD = 4, AQ = AN * AS * AH * AHD };
+typedef struct {
+    int kv;
+    moe_real q[AQ], k[AQ], v[AQ], r[AQ], out[AQ], att[AN * AH * AS * AS];
+} attn_ctx;
+static double attn_loss(void *c) {
+    attn_ctx *p = c;
+    attention_forward_cpu(p->q, p->k, p->v, AN, AS, AH, p->kv, AHD, p->att, p->out);
+    return dot(p->out, p->r, AQ);
+}
+static void test_attention(int kv, uint64_t seed) {
+    static attn_ctx p;
+    moe_rng rng = moe_rng_seeded(seed);
+    const size_t nkv = (size_t)AN * AS * kv * AHD;
+    moe_real dq[AQ], dk[AQ], dv[AQ], scratch[AS * AS], out0[AQ];
+    p.kv = kv;
+    moe_rng_fill_uniform(&rng, p.q, AQ, 1.5), moe_rng_fill_uniform(&rng, p.k, nkv, 1.5);
+    moe_rng_fill_uniform(&rng, p.v, nkv, 1), moe_rng_fill_uniform(&rng, p.r, AQ, 1);
+    /* garbage: the backward overwrites */
+    moe_rng_fill_uniform(&rng, dq, AQ, 7), moe_rng_fill_uniform(&rng, dk, AQ, 7), moe_rng_fill_uniform(&rng, dv, AQ, 7);
+    attn_loss(&p);
+    for (int b = 0; b < AN * AH; b++)
+        for (int i = 0; i < AS; i++) {
+            const moe_real *row = p.att + ((size_t)b * AS + i) * AS;
+            double sum = 0;
+            for (int j = 0; j < AS; j++) sum += row[j];
+            CHECK(fabs(sum - 1) < 1e-14, "att block %d row %d sums to %.17g", b, i, sum);
+            for (int j = i + 1; j < AS; j++)
+                CHECK(row[j] == 0, "att block %d [%d,%d] = %g above the diagonal", b, i, j, row[j]);
+        }
+    /* GQA is Hugging Face's repeat_kv: the same as H = KV with kv head h / (H / KV) copied to head h */
+    static moe_real kx[AQ], vx[AQ], outx[AQ], attx[AN * AH * AS * AS];
+    for (int t = 0; t < AN * AS; t++)
+        for (int h = 0; h < AH; h++)
+            for (int i = 0; i < AHD; i++) {
+                kx[(t * AH + h) * AHD + i] = p.k[(t * kv + h / (AH / kv)) * AHD + i];
+                vx[(t * AH + h) * AHD + i] = p.v[(t * kv + h / (AH / kv)) * AHD + i];
+            }
+    attention_forward_cpu(p.q, kx, vx, AN, AS, AH, AH, AHD, attx, outx);
+    for (int i = 0; i < AQ; i++)
+        CHECK(fabs(outx[i] - p.out[i]) < 1e-14, "kv=%d: out[%d] differs from repeat_kv", kv, i);
+    attention_backward_cpu(p.q, p.k, p.v, p.att, p.r, AN, AS, AH, kv, AHD, dq, dk, dv, scratch);
+    worst = 0;
+    int bad = check_fd("attention dq", attn_loss, &p, p.q, dq, AQ);
+    bad += check_fd("attention dk", attn_loss, &p, p.k, dk, nkv);
+    bad += check_fd("attention dv", attn_loss, &p, p.v, dv, nkv);
+    /* causality: perturb all of token t of sequence 1 (q, k, v); rows before t and other sequences keep
+     * their bits, rows from t on in sequence 1 change */
+    static moe_real q0[AQ], k0[AQ], v0[AQ];
+    attn_loss(&p);
+    memcpy(out0, p.out, sizeof out0);
+    memcpy(q0, p.q, sizeof q0), memcpy(k0, p.k, sizeof k0), memcpy(v0, p.v, sizeof v0);
+    const int qrow = AH * AHD, kvrow = kv * AHD;
+    for (int t = 1; t < AS; t++) {
+        int tok = AS + t, changed = 0;
+        for (int i = 0; i < qrow; i++) p.q[tok * qrow + i] += 0.5;
+        for (int i = 0; i < kvrow; i++) p.k[tok * kvrow + i] -= 0.7, p.v[tok * kvrow + i] += 0.9;
+        attn_loss(&p);
+        for (int row = 0; row < AN * AS; row++) {
+            int same = !memcmp(p.out + row * qrow, out0 + row * qrow, qrow * sizeof(moe_real));
+            CHECK(same || (row >= tok && row < 2 * AS), "kv=%d: perturbing token %d changed output row %d", kv,
+                  tok, row);
+            changed += !same;
+        }
+        CHECK(changed == AS - t, "kv=%d: perturbing token %d changed %d rows, want %d", kv, tok, changed, AS - t);
+        memcpy(p.q, q0, sizeof q0), memcpy(p.k, k0, sizeof k0), memcpy(p.v, v0, sizeof v0);
+    }
+    printf("attention: seqs=%d S=%d H=%d KV=%d hd=%d, FD mismatches %d (worst %.2g)\n", AN, AS, AH, kv, AHD, bad,
+           worst);
+}
+
+/* One head, S = 2, hd = 4 (scale 1/2): token 1's scores are q1.k0 / 2 = 0.5 and q1.k1 / 2 = 1, so
+ * P[1] = (1, e^0.5) / (1 + e^0.5); token 0 attends only to itself. */
+static void test_attention_hand(void) {
+    const moe_real q[8] = {0, 0, 0, 0, 1, 1, 0, 0}, k[8] = {1, 0, 0, 0, 0, 2, 1, 0};
+    const moe_real v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    moe_real att[4], out[8];
+    attention_forward_cpu(q, k, v, 1, 2, 1, 1, 4, att, out);
+    const double p10 = 1 / (1 + exp(0.5)), p11 = 1 - p10;
+    CHECK(att[0] == 1 && att[1] == 0 && fabs(att[2] - p10) < 1e-15 && fabs(att[3] - p11) < 1e-15,
+          "att %.17g %.17g %.17g %.17g, want 1 0 %.17g %.17g", att[0], att[1], att[2], att[3], p10, p11);
+    for (int i = 0; i < 4; i++)
+        CHECK(out[i] == v[i] && fabs(out[4 + i] - (p10 * v[i] + p11 * v[4 + i])) < 1e-14,
+              "hand case out[.][%d]: %.17g %.17g", i, out[i], out[4 + i]);
+}
+
+enum { CT = 4, CV = 7 };
+typedef struct {
+    moe_real logits[CT * CV];
+    int targets[CT];
+} ce_ctx;
+static double ce_loss(void *c) {
+    ce_ctx *p = c;
+    return cross_entropy_forward_cpu(p->logits, p->targets, CT, CV) / CT;
+}
+static void test_cross_entropy(void) {
+    /* logsumexp(1, 2, 3) - 1 = 2 + log(1 + e^-1 + e^-2), by hand 2.4076059644443806; shifting every logit
+     * by 1000 must not change it (a naive exp would overflow) */
+    const double want = 2 + log(1 + exp(-1.0) + exp(-2.0));
+    moe_real l[2 * 3] = {1, 2, 3, 1001, 1002, 1003};
+    int tg[2] = {0, 0};
+    CHECK(fabs(want - 2.4076059644443806) < 1e-15, "hand value %.17g", want);
+    double one = cross_entropy_forward_cpu(l, tg, 1, 3), two = cross_entropy_forward_cpu(l, tg, 2, 3);
+    CHECK(fabs(one - want) < 1e-14, "loss of (1,2,3)/target 0: %.17g, want %.17g", one, want);
+    CHECK(fabs(two - 2 * want) < 1e-12, "loss with logits ~1000: %.17g, want %.17g", two, 2 * want);
+    cross_entropy_backward_cpu(l, tg, 2, 3, 1); /* shift-invariant too: softmax - onehot of (1, 2, 3) */
+    for (int i = 0; i < 3; i++) {
+        double want_g = exp(i + 1.0) / (exp(1.0) + exp(2.0) + exp(3.0)) - (i == 0);
+        CHECK(fabs(l[i] - want_g) < 1e-15 && fabs(l[3 + i] - want_g) < 1e-15, "dlogits[%d]: %.17g and %.17g, want "
+              "%.17g", i, l[i], l[3 + i], want_g);
+    }
+    moe_real u[CT * CV];
+    int ut[CT] = {0, 3, 6, 2}; /* uniform logits: every loss is log V */
+    for (int i = 0; i < CT * CV; i++) u[i] = 3.25;
+    double lu = cross_entropy_forward_cpu(u, ut, CT, CV);
+    CHECK(fabs(lu - CT * log(CV)) < 1e-13, "uniform logits: %.17g, want T log V = %.17g", lu, CT * log(CV));
+
+    moe_rng rng = moe_rng_seeded(13);
+    ce_ctx p = {.targets = {4, 0, 6, 4}};
+    moe_rng_fill_uniform(&rng, p.logits, CT * CV, 3);
+    moe_real grad[CT * CV];
+    memcpy(grad, p.logits, sizeof grad);
+    cross_entropy_backward_cpu(grad, p.targets, CT, CV, (moe_real)1.0 / CT);
+    worst = 0;
+    int bad = check_fd("cross_entropy dlogits", ce_loss, &p, p.logits, grad, CT * CV);
+    printf("cross_entropy: hand value %.15g, T=%d V=%d, FD mismatches %d (worst %.2g)\n", one, CT, CV, bad,
+           worst);
+}
+
+static void test_embedding(void) {
+    enum { V = 5, D = 3, T = 6 };
+    const int tokens[T] = {3, 1, 3, 0, 3, 1};
+    moe_rng rng = moe_rng_seeded(14);
+    moe_real table[V * D], y[T * D], dy[T * D], dtable[V * D], want[V * D];
+    moe_rng_fill_uniform(&rng, table, V * D, 1);
+    embedding_forward_cpu(table, tokens, T, D, y);
+    for (int t = 0; t < T; t++)
+        CHECK(!memcmp(y + t * D, table + tokens[t] * D, D * sizeof(moe_real)), "row %d is not table[%d]", t,
+              tokens[t]);
+    moe_rng_fill_uniform(&rng, dy, T * D, 1), moe_rng_fill_uniform(&rng, dtable, V * D, 1);
+    /* column 0 of token 3 (rows 0, 2, 4): 1e17 + -1e17 + 1 is 1 in this order, 0 in reverse or pairwise */
+    dy[0 * D] = 1e17, dy[2 * D] = -1e17, dy[4 * D] = 1, dtable[3 * D] = 0;
+    memcpy(want, dtable, sizeof want);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D; i++) want[tokens[t] * D + i] += dy[t * D + i];
+    embedding_backward_cpu(dy, tokens, T, D, dtable);
+    CHECK(!memcmp(dtable, want, sizeof want), "embedding backward differs from the in-order sum");
+    CHECK(dtable[3 * D] == 1, "token 3, column 0: %g, want 1 (summed in token order)", dtable[3 * D]);
+    printf("embedding: gather and in-order scatter-add exact\n");
+}
+
+static void test_adamw(void) {
+    enum { N = 9 };
+    moe_rng rng = moe_rng_seeded(15);
+    for (int c = 0; c < 4; c++) {
+        adamw_params hp = {3e-3f, 0.9f, 0.95f, 1e-8f, c & 1 ? 0.1f : 0.0f, c < 2 ? 1 : 7};
+        moe_real p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
+        moe_rng_fill_uniform(&rng, p, N, 1), moe_rng_fill_uniform(&rng, g, N, 0.5);
+        moe_rng_fill_uniform(&rng, m, N, hp.step == 1 ? 0 : 0.1);
+        for (int i = 0; i < N; i++) v[i] = hp.step == 1 ? 0 : 0.01 + 0.01 * fabs(moe_rng_uniform(&rng));
+        g[0] = 0; /* a zero gradient at step 1: the update is pure decay */
+        memcpy(p0, p, sizeof p), memcpy(m0, m, sizeof m), memcpy(v0, v, sizeof v);
+        adamw_update_cpu(p, g, m, v, N, &hp);
+        const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr, eps = hp.eps, wd = hp.weight_decay;
+        int before = test_failures;
+        for (int i = 0; i < N; i++) {
+            double mm = b1 * m0[i] + (1 - b1) * g[i], vv = b2 * v0[i] + (1 - b2) * g[i] * g[i];
+            double mh = mm / (1 - pow(b1, (double)hp.step)), vh = vv / (1 - pow(b2, (double)hp.step));
+            double pp = p0[i] - lr * (mh / (sqrt(vh) + eps) + wd * p0[i]);
+            if (hp.step == 1) /* the bias-corrected moments are g and g^2: the step is ~lr sign(g) */
+                pp = p0[i] - lr * (g[i] / (fabs(g[i]) + eps) + wd * p0[i]);
+            CHECK(fabs(p[i] - pp) <= 1e-15, "adamw step %ld wd %g [%d]: p %.17g, want %.17g", hp.step, wd, i,
+                  p[i], pp);
+            CHECK(fabs(m[i] - mm) <= 1e-16 && fabs(v[i] - vv) <= 1e-16, "adamw moments [%d]: m %.17g (want %.17g) "
+                  "v %.17g (want %.17g)", i, m[i], mm, v[i], vv);
+        }
+        printf("adamw: step %ld weight_decay %g, failed checks %d\n", hp.step, wd, test_failures - before);
+    }
+}
+
+int main(void) {
+    test_rmsnorm();
+    test_rope();
+    test_attention_hand();
+    test_attention(4, 21);
+    test_attention(2, 22);
+    test_attention(1, 23);
+    test_cross_entropy();
+    test_embedding();
+    test_adamw();
+    return test_finish("test_model_kernels");
+}
