@@ -101,10 +101,14 @@ static void move_blocks(const moe_dispatch_plan *plan, const moe_real *from, moe
     }
 }
 
-/* With one EP rank, peer-major is expert-major: one exchange straight into place, no reorder. */
+/* With one EP rank, or one local expert, peer-major order is expert-major order. */
+static int reorder_is_identity(const moe_dispatch_plan *plan) {
+    return plan->ep_size == 1 || plan->num_local_experts == 1;
+}
+
 moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const moe_real *send, int d,
                              moe_real *staging, moe_real *expert_rows) {
-    if (plan->ep_size == 1)
+    if (reorder_is_identity(plan)) /* one exchange straight into place */
         return ep->ops->alltoallv_rows(ep, send, plan->send_rows, expert_rows, plan->recv_rows,
                                        (size_t)d * sizeof(moe_real));
     moe_status st = ep->ops->alltoallv_rows(ep, send, plan->send_rows, staging, plan->recv_rows,
@@ -115,7 +119,7 @@ moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const 
 
 moe_status moe_combine_rows(moe_comm *ep, const moe_dispatch_plan *plan, const moe_real *expert_rows, int d,
                             moe_real *staging, moe_real *back) {
-    if (plan->ep_size == 1)
+    if (reorder_is_identity(plan))
         return ep->ops->alltoallv_rows(ep, expert_rows, plan->recv_rows, back, plan->send_rows,
                                        (size_t)d * sizeof(moe_real));
     move_blocks(plan, expert_rows, staging, d, 0);
