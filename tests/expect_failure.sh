@@ -21,7 +21,7 @@ case $pattern in
 esac
 for r in $ranks; do
     p=$(printf '%s' "$pattern" | sed "s/%r/$r/g")
-    printf '%s\n' "$output" | grep -Eq "$p" || fail "no line matches /$p/"
+    printf '%s\n' "$output" | grep -Eq -e "$p" || fail "no line matches /$p/"
 done
 sleep 1
 [ -n "$program" ] && pgrep -x "$program" >/dev/null && fail "processes of $program are still running"

@@ -1,0 +1,144 @@
+/* trainer.c — data, one training step, evaluation and sampling over the model on one rank. */
+#include "models/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/rng.h"
+
+moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par, char *message,
+                          size_t message_nbytes) {
+    memset(t, 0, sizeof *t);
+    t->opt = *opt;
+    t->par = par;
+    const model_config *m = &opt->model;
+    message[0] = 0;
+    moe_status st = token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train, message, message_nbytes);
+    if (st == MOE_OK) st = token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val, message, message_nbytes);
+    /* one rank's bad file stops every rank (the files may differ between nodes) */
+    double failures = st != MOE_OK;
+    moe_status agreed = par->world->ops->allreduce_sum_f64(par->world, &failures, 1);
+    if (agreed != MOE_OK) return trainer_destroy(t), agreed;
+    if (failures > 0) return trainer_destroy(t), st != MOE_OK ? st : MOE_ERR_BAD_FILE;
+    t->local_seqs = opt->batch / par->world_size;
+    t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
+    t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
+    if (!t->inputs || !t->targets) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    if ((st = moe_model_create(m, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
+        return trainer_destroy(t), st;
+    moe_model_init_weights(t->model, (unsigned long long)opt->seed);
+    size_t n = moe_model_num_dense(t->model) + moe_model_num_expert(t->model);
+    t->moment1 = calloc(n, sizeof(moe_real));
+    t->moment2 = calloc(n, sizeof(moe_real));
+    if (!t->moment1 || !t->moment2) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    t->schedule = (lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
+    return MOE_OK;
+}
+
+void trainer_destroy(trainer *t) {
+    moe_model_destroy(t->model);
+    token_file_free(&t->train);
+    token_file_free(&t->val);
+    free(t->moment1), free(t->moment2), free(t->inputs), free(t->targets);
+    memset(t, 0, sizeof *t);
+}
+
+/* Routing statistics of the last micro-batch, added into r (per-rank drops; global counts). */
+static void add_routing_stats(const trainer *t, step_result *r, double *dropped, double *assignments) {
+    const model_config *m = &t->opt.model;
+    for (int l = 0; l < m->num_layers; l++) {
+        const moe_layer_stats *ls = moe_model_layer_stats(t->model, l);
+        if (!ls) continue;
+        r->aux += ls->aux_loss, r->z += ls->z_loss;
+        *dropped += ls->num_dropped, *assignments += ls->num_assignments;
+        for (int e = 0; e < m->moe.num_experts; e++)
+            r->expert_tokens[l * m->moe.num_experts + e] += ls->num_selected_per_expert[e];
+    }
+}
+
+moe_status trainer_step(trainer *t, int step, step_result *r) {
+    const train_options *o = &t->opt;
+    const model_config *m = &o->model;
+    const int S = m->seq_len;
+    const double step_tokens = (double)o->batch * o->micro_batches * S;
+    const moe_real scale = (moe_real)(1.0 / step_tokens); /* the loss is the mean over the step's tokens */
+    double sums[3] = {0, 0, 0};                           /* loss, dropped, assignments: per rank */
+    int num_moe = 0;
+    for (int l = 0; l < m->num_layers; l++) num_moe += model_layer_is_moe(m, l);
+    memset(r->expert_tokens, 0, (size_t)m->num_layers * m->moe.num_experts * sizeof(double));
+    r->aux = r->z = 0;
+    moe_model_zero_grads(t->model);
+    moe_status st = MOE_OK;
+    for (int mb = 0; mb < o->micro_batches && st == MOE_OK; mb++) {
+        long batch_index = (long)(step - 1) * o->micro_batches + mb;
+        long first = batch_index * o->batch + (long)t->par->world_rank * t->local_seqs;
+        token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
+        double loss_sum = 0;
+        st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL);
+        if (st == MOE_OK) st = moe_model_backward(t->model, scale);
+        sums[0] += loss_sum;
+        add_routing_stats(t, r, &sums[1], &sums[2]);
+    }
+    if (st == MOE_OK) st = moe_model_reduce_grads(t->model);
+    if (st == MOE_OK) st = t->par->world->ops->allreduce_sum_f64(t->par->world, sums, 3);
+    if (st == MOE_OK) st = model_grad_norm(t->model, t->par, &r->grad_norm);
+    if (st != MOE_OK) return st;
+    model_clip_grads(t->model, r->grad_norm, o->clip);
+    r->lr = lr_at(&t->schedule, step);
+    adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
+    model_adamw_step(t->model, t->moment1, t->moment2, &hp);
+    st = moe_model_update_expert_bias(t->model);
+    double per = num_moe ? (double)num_moe * o->micro_batches : 1;
+    r->loss = sums[0] / step_tokens;
+    r->aux /= per, r->z /= per;
+    r->drop_fraction = sums[2] > 0 ? sums[1] / sums[2] : 0;
+    return st;
+}
+
+moe_status trainer_evaluate(trainer *t, double *val_loss) {
+    const train_options *o = &t->opt;
+    double loss_sum = 0;
+    for (int b = 0; b < o->eval_batches; b++) {
+        long first = (long)b * o->batch + (long)t->par->world_rank * t->local_seqs;
+        token_file_sequences(&t->val, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
+        double s = 0;
+        moe_status st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &s, NULL);
+        if (st != MOE_OK) return st;
+        loss_sum += s;
+    }
+    moe_status st = t->par->world->ops->allreduce_sum_f64(t->par->world, &loss_sum, 1);
+    *val_loss = loss_sum / ((double)o->eval_batches * o->batch * o->model.seq_len);
+    return st;
+}
+
+/* The context sits at the start of one sequence of S tokens; causal attention makes the padding after
+ * it irrelevant to the logits read at the last context position. */
+moe_status trainer_sample(trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {
+    const int S = t->opt.model.seq_len, V = t->opt.model.vocab_size;
+    moe_real *logits = malloc((size_t)S * V * sizeof(moe_real));
+    if (!logits) return MOE_ERR_OUT_OF_MEMORY;
+    moe_rng rng = moe_rng_seeded(seed);
+    moe_status st = MOE_OK;
+    while (n < max_n && st == MOE_OK) {
+        int start = n > S ? n - S : 0, len = n - start;
+        for (int i = 0; i < S; i++) t->inputs[i] = i < len ? text[start + i] : 0;
+        st = moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
+        const moe_real *l = logits + (size_t)(len - 1) * V;
+        int next = 0;
+        if (temperature <= 0) {
+            for (int v = 1; v < V; v++) next = l[v] > l[next] ? v : next;
+        } else {
+            double max = l[0], total = 0, u = (moe_rng_uniform(&rng) + 1) / 2, acc = 0;
+            for (int v = 1; v < V; v++) max = fmax(max, l[v]);
+            for (int v = 0; v < V; v++) total += exp((l[v] - max) / temperature);
+            for (; next < V - 1; next++) {
+                acc += exp((l[next] - max) / temperature) / total;
+                if (acc > u) break;
+            }
+        }
+        text[n++] = next;
+    }
+    free(logits);
+    return st;
+}

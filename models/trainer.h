@@ -1,0 +1,47 @@
+/* trainer.h — the training loop's pieces on one rank: data, model, optimizer state, one step,
+ * evaluation and sampling. moe-train (models/train.c) drives it; tests drive it directly. */
+#ifndef MOE_MODELS_TRAINER_H
+#define MOE_MODELS_TRAINER_H
+
+#include "models/dataloader.h"
+#include "models/optimizer.h"
+#include "models/train_options.h"
+
+typedef struct {
+    double loss;          /* mean cross-entropy over the step's global tokens                        */
+    double aux, z;        /* unweighted router losses, averaged over MoE layers and micro-batches     */
+    double drop_fraction; /* dropped / all assignments, over the world                               */
+    double grad_norm;     /* before clipping                                                        */
+    float lr;
+    double *expert_tokens; /* [L * E] global top-k assignments per (layer, expert), summed over the step */
+} step_result;
+
+typedef struct {
+    train_options opt;
+    const moe_parallel *par;
+    moe_model *model;
+    token_file train, val;
+    moe_real *moment1, *moment2; /* AdamW state, mirroring the parameter buffer */
+    int *inputs, *targets;       /* [local_seqs * S] */
+    int local_seqs;              /* batch / world size */
+    lr_schedule schedule;
+} trainer;
+
+/* Loads and checks both token files (a bad file is reported in message, on every rank that sees it,
+ * and every rank returns the same failure), creates the model and initialises it from opt->seed. */
+moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par, char *message,
+                          size_t message_nbytes);
+void trainer_destroy(trainer *t);
+
+/* One optimizer step (1-based): micro-batches, gradient reduction, clipping, AdamW, bias update.
+ * r->expert_tokens must hold L * E doubles. Collective. */
+moe_status trainer_step(trainer *t, int step, step_result *r);
+
+/* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
+moe_status trainer_evaluate(trainer *t, double *val_loss);
+
+/* Continues `text` (n tokens, capacity max_n) to max_n tokens; every rank gets the same tokens.
+ * temperature 0: greedy. Collective. */
+moe_status trainer_sample(trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed);
+
+#endif
