@@ -24,23 +24,20 @@
  *   OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun -np 4 build-bench/bench/bench_alltoall \
  *       [--min-bytes 64K --max-bytes 64M --row-bytes 2048 --pattern both --warmup 5 --iters 20 --timeout 300]
  */
-#include <errno.h>
 #include <limits.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/dispatch.h"
 #include "alltoall/parallel_mpi.h"
+#include "bench/bench_util_mpi.h"
 
 typedef struct {
     long long min_bytes, max_bytes;
     int row_bytes, patterns, warmup, iters; /* patterns: bit 0 uniform, bit 1 skewed */
     double timeout_s;
 } options;
-
-static int my_rank;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np W bench_alltoall [--min-bytes N] [--max-bytes N] [--row-bytes N]\n"
@@ -50,82 +47,28 @@ static void usage(FILE *f) {
                "            --warmup 5 --iters 20 --timeout 300\n", sizeof(moe_real));
 }
 
-/* Every rank parses the same arguments, so every rank comes here: rank 0 explains, all leave with 2. */
-static void bad_usage(const char *msg, const char *arg) {
-    if (my_rank == 0) {
-        fprintf(stderr, "bench_alltoall: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-        usage(stderr);
-    }
-    MPI_Finalize();
-    exit(2);
-}
-
-static void mpi_check(int rc, const char *what) {
-    if (rc == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    fprintf(stderr, "bench_alltoall: rank %d: %s failed: %s\n", my_rank, what, text);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-#define MPI_CHECK(call) mpi_check((call), #call)
-
-static void moe_check(moe_status st, const char *what) {
-    if (st == MOE_OK) return;
-    fprintf(stderr, "bench_alltoall: rank %d: %s failed: %s\n", my_rank, what, moe_status_string(st));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static long long parse_num(const char *flag, const char *s, long long lo, long long hi, int suffix_ok) {
-    char *end, msg[160];
-    errno = 0;
-    long long v = strtoll(s, &end, 10), unit = 1;
-    if (errno || end == s) bad_usage("not an integer", s);
-    if (suffix_ok && *end && !end[1]) {
-        unit = *end == 'K' || *end == 'k' ? 1LL << 10 : *end == 'M' || *end == 'm' ? 1LL << 20
-             : *end == 'G' || *end == 'g' ? 1LL << 30 : 0;
-        if (unit) end++;
-    }
-    if (*end) bad_usage(suffix_ok ? "not a size (integer with optional K, M or G)" : "not an integer", s);
-    if (v < lo || v > hi / unit || v * unit < lo) {
-        snprintf(msg, sizeof msg, "%s must be in [%lld, %lld]", flag, lo, hi);
-        bad_usage(msg, s);
-    }
-    return v * unit;
-}
-
+/* Every rank parses the same arguments, so every rank reaches the same usage error (bench_util.h). */
 static options parse_args(int argc, char **argv) {
     options o = {64LL << 10, 64LL << 20, 2048, 3, 5, 20, 300};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            if (my_rank == 0) usage(stdout);
-            MPI_Finalize();
-            exit(0);
-        }
-        if (strncmp(a, "--", 2)) bad_usage("unexpected argument", a);
-        char name[64];
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name) bad_usage("unknown flag", a);
-        memcpy(name, a, len), name[len] = 0;
-        if (eq) val = eq + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        else bad_usage("missing value for", a);
-        if (!strcmp(name, "--min-bytes")) o.min_bytes = parse_num(name, val, 1, 1LL << 30, 1);
-        else if (!strcmp(name, "--max-bytes")) o.max_bytes = parse_num(name, val, 1, 1LL << 30, 1);
-        else if (!strcmp(name, "--row-bytes")) o.row_bytes = (int)parse_num(name, val, 1, 1 << 24, 1);
-        else if (!strcmp(name, "--warmup")) o.warmup = (int)parse_num(name, val, 0, 100000, 0);
-        else if (!strcmp(name, "--iters")) o.iters = (int)parse_num(name, val, 1, 100000, 0);
-        else if (!strcmp(name, "--timeout")) o.timeout_s = (double)parse_num(name, val, 1, 86400, 0);
+        const bench_flag fl = bench_next_flag(argc, argv, &i);
+        const char *name = fl.name, *val = fl.value;
+        if (!strcmp(name, "--min-bytes")) o.min_bytes = bench_parse_size(name, val, 1, 1LL << 30);
+        else if (!strcmp(name, "--max-bytes")) o.max_bytes = bench_parse_size(name, val, 1, 1LL << 30);
+        else if (!strcmp(name, "--row-bytes")) o.row_bytes = (int)bench_parse_size(name, val, 1, 1 << 24);
+        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 100000);
+        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 100000);
+        else if (!strcmp(name, "--timeout")) o.timeout_s = bench_parse_int(name, val, 1, 86400);
         else if (!strcmp(name, "--pattern")) {
             o.patterns = !strcmp(val, "uniform") ? 1 : !strcmp(val, "skewed") ? 2 : !strcmp(val, "both") ? 3 : 0;
-            if (!o.patterns) bad_usage("--pattern must be uniform, skewed or both", val);
-        } else bad_usage("unknown flag", name);
+            if (!o.patterns) bench_usage_error("--pattern must be uniform, skewed or both", val);
+        } else bench_usage_error("unknown flag", name);
     }
-    if (o.row_bytes % (int)sizeof(moe_real)) bad_usage("--row-bytes must be a multiple of sizeof(float) = 4", NULL);
-    if (o.min_bytes < o.row_bytes) bad_usage("--min-bytes must be at least --row-bytes (one row per rank)", NULL);
-    if (o.max_bytes < o.min_bytes) bad_usage("--max-bytes must be at least --min-bytes", NULL);
+    if (o.row_bytes % (int)sizeof(moe_real))
+        bench_usage_error("--row-bytes must be a multiple of sizeof(float) = 4", NULL);
+    if (o.min_bytes < o.row_bytes)
+        bench_usage_error("--min-bytes must be at least --row-bytes (one row per rank)", NULL);
+    if (o.max_bytes < o.min_bytes) bench_usage_error("--max-bytes must be at least --min-bytes", NULL);
     return o;
 }
 
@@ -155,8 +98,8 @@ static void run_once(bench *b, int moe) {
                                 b->row, MPI_COMM_WORLD));
         return;
     }
-    moe_check(moe_dispatch_rows(b->ep, &b->plan, b->send, b->d, b->staging, b->moe_recv), "moe_dispatch_rows");
-    moe_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, b->d, b->staging, b->back), "moe_combine_rows");
+    bench_check(moe_dispatch_rows(b->ep, &b->plan, b->send, b->d, b->staging, b->moe_recv), "moe_dispatch_rows");
+    bench_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, b->d, b->staging, b->back), "moe_combine_rows");
 }
 
 /* Mean seconds per iteration of this rank over the timed batch, maxed over ranks. */
@@ -173,30 +116,26 @@ static double time_op(bench *b, int moe, const options *o) {
 static moe_real *alloc_rows(long rows, int d) {
     size_t n = (size_t)(rows > 0 ? rows : 1) * d;
     moe_real *p = malloc(n * sizeof *p);
-    if (!p) fprintf(stderr, "bench_alltoall: rank %d: out of memory (%zu bytes)\n", my_rank, n * sizeof *p),
-            MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!p) bench_fail("out of memory (%zu bytes)", n * sizeof *p);
     memset(p, 0, n * sizeof *p); /* touch the pages before timing */
     return p;
 }
 
 int main(int argc, char **argv) {
-    MPI_CHECK(MPI_Init(&argc, &argv));
-    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     int W;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &my_rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &W));
+    const int my_rank = bench_mpi_init(&argc, &argv, "bench_alltoall", usage, &W);
     const options o = parse_args(argc, argv);
 
     bench b = {.W = W, .d = o.row_bytes / (int)sizeof(moe_real), .row_bytes = o.row_bytes};
     int *ints = malloc(4 * (size_t)W * sizeof(int));
-    if (!ints) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!ints) bench_fail("out of memory");
     b.send_rows = ints, b.recv_rows = ints + W, b.sdispl = ints + 2 * W, b.rdispl = ints + 3 * W;
     MPI_CHECK(MPI_Type_contiguous(o.row_bytes, MPI_BYTE, &b.row));
     MPI_CHECK(MPI_Type_commit(&b.row));
     moe_parallel *par;
-    moe_check(moe_parallel_create_mpi(MPI_COMM_WORLD, W, o.timeout_s, &par), "moe_parallel_create_mpi (ep = W)");
+    bench_check(moe_parallel_create_mpi(MPI_COMM_WORLD, W, o.timeout_s, &par), "moe_parallel_create_mpi (ep = W)");
     b.ep = par->ep;
-    moe_check(moe_dispatch_plan_alloc(&b.plan, W, 1), "moe_dispatch_plan_alloc");
+    bench_check(moe_dispatch_plan_alloc(&b.plan, W, 1), "moe_dispatch_plan_alloc");
 
     /* Buffers for the largest size: what this rank receives is W times what one peer sends it. */
     const long max_count = o.max_bytes / o.row_bytes;
@@ -233,7 +172,7 @@ int main(int argc, char **argv) {
                 s += b.send_rows[p], r += b.recv_rows[p];
             }
             /* one expert per rank: num_tokens_per_expert is the per-peer row count */
-            moe_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, 0, &b.plan), "moe_dispatch_plan_exchange");
+            bench_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, 0, &b.plan), "moe_dispatch_plan_exchange");
             for (int p = 0; p < W; p++)
                 if (b.plan.recv_rows[p] != b.recv_rows[p])
                     fprintf(stderr, "rank %d: plan says %d rows from rank %d, pattern says %d\n", my_rank,

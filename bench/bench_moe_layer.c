@@ -15,14 +15,12 @@
  *       --experts 8 --top-k 2 --capacity-factor 0 --warmup 2 --iters 7]
  */
 #include <cblas.h>
-#include <errno.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "moe/moe.h"
 #include "moe/rng.h"
 
@@ -38,92 +36,36 @@ static void usage(FILE *f) {
                "            --capacity-factor 0 (dropless) --layout-invariant 1 --warmup 2 --iters 7\n");
 }
 
-static void die(const char *msg, const char *arg) {
-    fprintf(stderr, "bench_moe_layer: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-    usage(stderr);
-    exit(2);
-}
-
-static int parse_int(const char *flag, const char *s, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end) die("not an integer", s);
-    if (v < lo || v > hi) {
-        fprintf(stderr, "bench_moe_layer: %s must be in [%ld, %ld], got %s\n", flag, lo, hi, s);
-        exit(2);
-    }
-    return (int)v;
-}
-
 static options parse_args(int argc, char **argv) {
     options o = {4096, 512, 1024, 8, 2, 2, 7, 1, 0.0};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(stdout), exit(0);
-        if (strncmp(a, "--", 2)) die("unexpected argument", a);
-        char name[64];
-        const char *eq = strchr(a, '='), *val;
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name) die("unknown flag", a);
-        memcpy(name, a, len), name[len] = 0;
-        if (eq) val = eq + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        else die("missing value for", a);
-        if (!strcmp(name, "--tokens")) o.tokens = parse_int(name, val, 1, 1 << 22);
-        else if (!strcmp(name, "--d-model")) o.d_model = parse_int(name, val, 1, 1 << 16);
-        else if (!strcmp(name, "--d-ff")) o.d_ff = parse_int(name, val, 1, 1 << 17);
-        else if (!strcmp(name, "--experts")) o.experts = parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--top-k")) o.top_k = parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--warmup")) o.warmup = parse_int(name, val, 0, 100000);
-        else if (!strcmp(name, "--iters")) o.iters = parse_int(name, val, 1, 100000);
-        else if (!strcmp(name, "--layout-invariant")) o.layout_invariant = parse_int(name, val, 0, 1);
-        else if (!strcmp(name, "--capacity-factor")) {
-            char *end;
-            errno = 0;
-            o.capacity_factor = strtod(val, &end);
-            if (errno || end == val || *end || !isfinite(o.capacity_factor) || o.capacity_factor < 0 ||
-                o.capacity_factor > 1e6)
-                die("--capacity-factor must be a finite number in [0, 1e6] (0 = dropless)", val);
-        } else die("unknown flag", name);
+        const bench_flag fl = bench_next_flag(argc, argv, &i);
+        const char *name = fl.name, *val = fl.value;
+        if (!strcmp(name, "--tokens")) o.tokens = bench_parse_int(name, val, 1, 1 << 22);
+        else if (!strcmp(name, "--d-model")) o.d_model = bench_parse_int(name, val, 1, 1 << 16);
+        else if (!strcmp(name, "--d-ff")) o.d_ff = bench_parse_int(name, val, 1, 1 << 17);
+        else if (!strcmp(name, "--experts")) o.experts = bench_parse_int(name, val, 1, 4096);
+        else if (!strcmp(name, "--top-k")) o.top_k = bench_parse_int(name, val, 1, 4096);
+        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 100000);
+        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 100000);
+        else if (!strcmp(name, "--layout-invariant")) o.layout_invariant = bench_parse_int(name, val, 0, 1);
+        else if (!strcmp(name, "--capacity-factor"))
+            o.capacity_factor = bench_parse_real(
+                val, 0, 1e6, "--capacity-factor must be a finite number in [0, 1e6] (0 = dropless)");
+        else bench_usage_error("unknown flag", name);
     }
-    if (o.top_k > o.experts) die("--top-k must not exceed --experts", NULL);
+    if (o.top_k > o.experts) bench_usage_error("--top-k must not exceed --experts", NULL);
     /* the largest activation buffer is T*k*d_ff reals; keep it (and int row counts) well in range */
     double biggest = (double)o.tokens * o.top_k * (o.d_ff > o.d_model ? o.d_ff : o.d_model);
     if ((double)o.tokens * o.top_k > 1 << 30 || biggest * sizeof(float) > 16e9)
-        die("shape too large (activations over 16 GB)", NULL);
+        bench_usage_error("shape too large (activations over 16 GB)", NULL);
     return o;
 }
 
 static float *alloc(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof *p);
-    if (!p) fprintf(stderr, "bench_moe_layer: out of memory\n"), exit(1);
+    if (!p) bench_fail("out of memory");
     return p;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(const double *v, int n) {
-    double *s = malloc(n * sizeof *s);
-    if (!s) exit(1);
-    memcpy(s, v, n * sizeof *s);
-    qsort(s, n, sizeof *s, cmp_double);
-    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-    free(s);
-    return m;
-}
-static double minimum(const double *v, int n) {
-    double m = v[0];
-    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
-    return m;
 }
 
 /* Scratch for the sgemm-only replay: the layer's GEMM operands with its shapes. */
@@ -170,28 +112,14 @@ static void replay_backward(const replay_bufs *b, const int *offset, int T, int 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, E, 1, b->dlogits, E, b->w.router_w, d, 1, b->dx, d);
 }
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c < 0x20) printf("\\u%04x", c);
-        else putchar(c);
-    }
-    putchar('"');
-}
-
-static void check(moe_status st, const char *what) {
-    if (st != MOE_OK) fprintf(stderr, "bench_moe_layer: %s: %s\n", what, moe_status_string(st)), exit(1);
-}
-
 int main(int argc, char **argv) {
+    bench_init("bench_moe_layer", usage);
     options o = parse_args(argc, argv);
     const int T = o.tokens, d = o.d_model, f = o.d_ff, E = o.experts, k = o.top_k, N = o.iters;
     moe_config cfg = moe_config_default(d, f, E, k);
     cfg.capacity_factor = (float)o.capacity_factor;
     cfg.layout_invariant = o.layout_invariant;
-    check(moe_config_validate(&cfg), "config");
+    bench_check(moe_config_validate(&cfg), "moe_config_validate");
 
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("openblas: config=%s corename=%s threads=%d OPENBLAS_CORETYPE=%s\n", openblas_get_config(),
@@ -209,17 +137,17 @@ int main(int argc, char **argv) {
     moe_rng_fill_uniform(&rng, dout, Td, 1.0);
 
     moe_layer *layer;
-    check(moe_layer_create(&cfg, NULL, &layer), "create");
+    bench_check(moe_layer_create(&cfg, NULL, &layer), "moe_layer_create");
     moe_layer_stats stats;
     double *tf = malloc(N * sizeof *tf), *tb = malloc(N * sizeof *tb), *tt = malloc(N * sizeof *tt);
-    if (!tf || !tb || !tt) return 1;
+    if (!tf || !tb || !tt) bench_fail("out of memory");
     for (int it = -o.warmup; it < N; it++) {
         memset(gbuf, 0, P * sizeof *gbuf); /* untimed: a training step zeroes the gradients once */
-        double t0 = now_ms();
-        check(moe_layer_forward(layer, &w, x, T, out, &stats), "forward");
-        double t1 = now_ms();
-        check(moe_layer_backward(layer, &w, dout, dx, &g), "backward");
-        double t2 = now_ms();
+        double t0 = bench_now_ms();
+        bench_check(moe_layer_forward(layer, &w, x, T, out, &stats), "moe_layer_forward");
+        double t1 = bench_now_ms();
+        bench_check(moe_layer_backward(layer, &w, dout, dx, &g), "moe_layer_backward");
+        double t2 = bench_now_ms();
         if (it >= 0) tf[it] = t1 - t0, tb[it] = t2 - t1, tt[it] = t2 - t0;
     }
     double checksum = 0;
@@ -227,7 +155,7 @@ int main(int argc, char **argv) {
 
     /* Routing of the (deterministic) last forward: rows per expert, and the GEMM FLOPs they imply. */
     int *offset = calloc(E + 1, sizeof *offset);
-    if (!offset) return 1;
+    if (!offset) bench_fail("out of memory");
     printf("rows per expert:");
     for (int e = 0; e < E; e++) {
         offset[e + 1] = offset[e] + stats.num_tokens_per_expert[e];
@@ -251,27 +179,27 @@ int main(int argc, char **argv) {
     moe_rng_fill_uniform(&rng, rb.act, A * f, 1.0), moe_rng_fill_uniform(&rng, rb.dh3, A * f, 1.0);
     const int R = N > 5 ? N : 5;
     double *rf = malloc(R * sizeof *rf), *rbk = malloc(R * sizeof *rbk);
-    if (!rf || !rbk) return 1;
+    if (!rf || !rbk) bench_fail("out of memory");
     for (int it = -1; it < R; it++) {
         memset(gbuf, 0, P * sizeof *gbuf);
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         replay_forward(&rb, offset, T, d, f, E);
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         replay_backward(&rb, offset, T, d, f, E);
-        double t2 = now_ms();
+        double t2 = bench_now_ms();
         if (it >= 0) rf[it] = t1 - t0, rbk[it] = t2 - t1;
     }
-    const double gemm_f = median(rf, R), gemm_b = median(rbk, R);
+    const double gemm_f = bench_median(rf, R), gemm_b = bench_median(rbk, R);
     const double rate_f = flop_f / gemm_f * 1e-6, rate_b = flop_b / gemm_b * 1e-6; /* GFLOP/s */
     const double rate = flop_t / (gemm_f + gemm_b) * 1e-6;
     const double floor_f = flop_f / rate * 1e-6, floor_b = flop_b / rate * 1e-6, floor_t = flop_t / rate * 1e-6;
 
-    const double mf = median(tf, N), mb = median(tb, N), mt = median(tt, N);
+    const double mf = bench_median(tf, N), mb = bench_median(tb, N), mt = bench_median(tt, N);
     printf("GEMM GFLOP per iteration: forward %.3f (experts %.3f + router %.4f), backward %.3f, total %.3f\n",
            flop_f * 1e-9, expert_fwd * 1e-9, router_fwd * 1e-9, flop_b * 1e-9, flop_t * 1e-9);
-    printf("layer forward : median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mf, minimum(tf, N), flop_f / mf * 1e-6);
-    printf("layer backward: median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mb, minimum(tb, N), flop_b / mb * 1e-6);
-    printf("layer fwd+bwd : median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mt, minimum(tt, N), flop_t / mt * 1e-6);
+    printf("layer forward : median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mf, bench_min(tf, N), flop_f / mf * 1e-6);
+    printf("layer backward: median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mb, bench_min(tb, N), flop_b / mb * 1e-6);
+    printf("layer fwd+bwd : median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mt, bench_min(tt, N), flop_t / mt * 1e-6);
     printf("sgemm alone (same calls, median of %d): forward %.2f ms (%.1f GFLOP/s), backward %.2f ms "
            "(%.1f GFLOP/s), rate %.1f GFLOP/s\n", R, gemm_f, rate_f, gemm_b, rate_b, rate);
     printf("floor_ms: forward %.2f  backward %.2f  total %.2f   layer_ms/floor_ms: forward %.3f  backward %.3f  "
@@ -281,11 +209,11 @@ int main(int argc, char **argv) {
            "\"capacity_factor\":%g,\"layout_invariant\":%d,\"warmup\":%d,\"iters\":%d,\"openblas_threads\":%d,"
            "\"openblas_corename\":",
            T, d, f, E, k, o.capacity_factor, o.layout_invariant, o.warmup, N, openblas_get_num_threads());
-    json_string(openblas_get_corename());
+    bench_json_string(openblas_get_corename());
     printf(",\"openblas_config\":");
-    json_string(openblas_get_config());
+    bench_json_string(openblas_get_config());
     printf(",\"openblas_coretype_env\":");
-    if (coretype) json_string(coretype);
+    if (coretype) bench_json_string(coretype);
     else printf("null");
     printf(",\"rows\":%ld,\"dropped\":%d,\"forward_ms\":{\"median\":%.4f,\"min\":%.4f},"
            "\"backward_ms\":{\"median\":%.4f,\"min\":%.4f},\"total_ms\":{\"median\":%.4f,\"min\":%.4f},"
@@ -293,7 +221,7 @@ int main(int argc, char **argv) {
            "\"sgemm_ms\":{\"forward\":%.4f,\"backward\":%.4f},\"sgemm_gflops\":%.3f,"
            "\"floor_ms\":{\"forward\":%.4f,\"backward\":%.4f,\"total\":%.4f},"
            "\"ratio\":{\"forward\":%.4f,\"backward\":%.4f,\"total\":%.4f}}\n",
-           rows, stats.num_dropped, mf, minimum(tf, N), mb, minimum(tb, N), mt, minimum(tt, N), flop_f * 1e-9,
+           rows, stats.num_dropped, mf, bench_min(tf, N), mb, bench_min(tb, N), mt, bench_min(tt, N), flop_f * 1e-9,
            flop_b * 1e-9, flop_t * 1e-9, flop_t / mt * 1e-6, gemm_f, gemm_b, rate, floor_f, floor_b, floor_t,
            mf / floor_f, mb / floor_b, mt / floor_t);
 

@@ -22,22 +22,18 @@
  * OpenBLAS then caps itself at 1 thread (the first line prints the threads it actually uses).
  */
 #include <cblas.h>
-#include <errno.h>
-#include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/parallel_mpi.h"
+#include "bench/bench_util_mpi.h"
 #include "moe/rng.h"
 
 typedef struct {
     int ep, tokens, d_model, d_ff, experts, top_k, layout_invariant, warmup, iters, seed;
     double capacity_factor, timeout_s;
 } options;
-
-static int my_rank;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np W bench_moe_layer_ep --ep EP [--tokens-global N] [--d-model N] [--d-ff N]\n"
@@ -48,88 +44,35 @@ static void usage(FILE *f) {
                "  --seed 1234 --timeout 300\n");
 }
 
-/* Every rank parses the same arguments and comes here alike: rank 0 explains, all leave with 2. */
-static void bad_usage(const char *msg, const char *arg) {
-    if (my_rank == 0) {
-        fprintf(stderr, "bench_moe_layer_ep: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-        usage(stderr);
-    }
-    MPI_Finalize();
-    exit(2);
-}
-
-static void mpi_check(int rc, const char *what) {
-    if (rc == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, text, &len);
-    fprintf(stderr, "bench_moe_layer_ep: rank %d: %s failed: %s\n", my_rank, what, text);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-#define MPI_CHECK(call) mpi_check((call), #call)
-
-static void moe_check(moe_status st, const char *what) {
-    if (st == MOE_OK) return;
-    fprintf(stderr, "bench_moe_layer_ep: rank %d: %s failed: %s\n", my_rank, what, moe_status_string(st));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static int parse_int(const char *flag, const char *s, long lo, long hi) {
-    char *end, msg[128];
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end) bad_usage("not an integer", s);
-    if (v < lo || v > hi) snprintf(msg, sizeof msg, "%s must be in [%ld, %ld]", flag, lo, hi), bad_usage(msg, s);
-    return (int)v;
-}
-
+/* Every rank parses the same arguments, so every rank reaches the same usage error (bench_util.h). */
 static options parse_args(int argc, char **argv, int W) {
     options o = {1, 4096, 512, 1024, 8, 2, 1, 1, 5, 1234, 0.0, 300};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            if (my_rank == 0) usage(stdout);
-            MPI_Finalize();
-            exit(0);
-        }
-        if (strncmp(a, "--", 2)) bad_usage("unexpected argument", a);
-        char name[64];
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name) bad_usage("unknown flag", a);
-        memcpy(name, a, len), name[len] = 0;
-        if (eq) val = eq + 1;
-        else if (i + 1 < argc) val = argv[++i];
-        else bad_usage("missing value for", a);
-        if (!strcmp(name, "--ep")) o.ep = parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--tokens-global")) o.tokens = parse_int(name, val, 1, 1 << 22);
-        else if (!strcmp(name, "--d-model")) o.d_model = parse_int(name, val, 1, 1 << 16);
-        else if (!strcmp(name, "--d-ff")) o.d_ff = parse_int(name, val, 1, 1 << 17);
-        else if (!strcmp(name, "--experts")) o.experts = parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--top-k")) o.top_k = parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--layout-invariant")) o.layout_invariant = parse_int(name, val, 0, 1);
-        else if (!strcmp(name, "--warmup")) o.warmup = parse_int(name, val, 0, 100000);
-        else if (!strcmp(name, "--iters")) o.iters = parse_int(name, val, 1, 100000);
-        else if (!strcmp(name, "--seed")) o.seed = parse_int(name, val, 0, 1L << 30);
-        else if (!strcmp(name, "--timeout")) o.timeout_s = parse_int(name, val, 1, 86400);
-        else if (!strcmp(name, "--capacity-factor")) {
-            char *end;
-            errno = 0;
-            o.capacity_factor = strtod(val, &end);
-            if (errno || end == val || *end || !isfinite(o.capacity_factor) || o.capacity_factor < 0 ||
-                o.capacity_factor > 1e6)
-                bad_usage("--capacity-factor must be a finite number in [0, 1e6] (0 = dropless)", val);
-        } else bad_usage("unknown flag", name);
+        const bench_flag fl = bench_next_flag(argc, argv, &i);
+        const char *name = fl.name, *val = fl.value;
+        if (!strcmp(name, "--ep")) o.ep = bench_parse_int(name, val, 1, 4096);
+        else if (!strcmp(name, "--tokens-global")) o.tokens = bench_parse_int(name, val, 1, 1 << 22);
+        else if (!strcmp(name, "--d-model")) o.d_model = bench_parse_int(name, val, 1, 1 << 16);
+        else if (!strcmp(name, "--d-ff")) o.d_ff = bench_parse_int(name, val, 1, 1 << 17);
+        else if (!strcmp(name, "--experts")) o.experts = bench_parse_int(name, val, 1, 4096);
+        else if (!strcmp(name, "--top-k")) o.top_k = bench_parse_int(name, val, 1, 4096);
+        else if (!strcmp(name, "--layout-invariant")) o.layout_invariant = bench_parse_int(name, val, 0, 1);
+        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 100000);
+        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 100000);
+        else if (!strcmp(name, "--seed")) o.seed = bench_parse_int(name, val, 0, 1L << 30);
+        else if (!strcmp(name, "--timeout")) o.timeout_s = bench_parse_int(name, val, 1, 86400);
+        else if (!strcmp(name, "--capacity-factor"))
+            o.capacity_factor = bench_parse_real(
+                val, 0, 1e6, "--capacity-factor must be a finite number in [0, 1e6] (0 = dropless)");
+        else bench_usage_error("unknown flag", name);
     }
-    char msg[160];
-    if (W % o.ep) snprintf(msg, sizeof msg, "--ep %d does not divide the world size %d", o.ep, W), bad_usage(msg, NULL);
-    if (o.experts % o.ep)
-        snprintf(msg, sizeof msg, "--ep %d does not divide --experts %d", o.ep, o.experts), bad_usage(msg, NULL);
-    if (o.top_k > o.experts) bad_usage("--top-k must not exceed --experts", NULL);
-    if (o.tokens < W) snprintf(msg, sizeof msg, "--tokens-global must be at least W = %d", W), bad_usage(msg, NULL);
+    if (W % o.ep) bench_usage_errorf("--ep %d does not divide the world size %d", o.ep, W);
+    if (o.experts % o.ep) bench_usage_errorf("--ep %d does not divide --experts %d", o.ep, o.experts);
+    if (o.top_k > o.experts) bench_usage_error("--top-k must not exceed --experts", NULL);
+    if (o.tokens < W) bench_usage_errorf("--tokens-global must be at least W = %d", W);
     double biggest = (double)o.tokens * o.top_k * (o.d_ff > o.d_model ? o.d_ff : o.d_model);
     if ((double)o.tokens * o.top_k > 1 << 30 || biggest * sizeof(moe_real) > 8e9)
-        bad_usage("shape too large (activations over 8 GB)", NULL);
+        bench_usage_error("shape too large (activations over 8 GB)", NULL);
     return o;
 }
 
@@ -145,9 +88,7 @@ static struct {
 static const moe_transport_ops *inner(moe_comm *c) {
     for (int i = 0; i < 3; i++)
         if (wrapped[i].comm == c) return wrapped[i].inner;
-    fprintf(stderr, "bench_moe_layer_ep: unknown communicator\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return NULL;
+    bench_fail("unknown communicator");
 }
 #define TIMED(cat, call)                                                                                        \
     double t0 = MPI_Wtime();                                                                                    \
@@ -177,18 +118,9 @@ static void wrap(moe_parallel *par) {
     for (int i = 0; i < 3; i++) wrapped[i].comm = comms[i], wrapped[i].inner = comms[i]->ops, comms[i]->ops = &timed_ops;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) { /* sorts v */
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static moe_real *alloc(size_t n) {
     moe_real *p = calloc(n ? n : 1, sizeof *p);
-    if (!p) fprintf(stderr, "bench_moe_layer_ep: rank %d: out of memory\n", my_rank), MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!p) bench_fail("out of memory");
     return p;
 }
 
@@ -196,11 +128,8 @@ static moe_real *alloc(size_t n) {
 enum { S_STEP, S_FWD, S_BWD, S_REDUCE, S_COMM, S_CAT, NSER = S_CAT + NCAT };
 
 int main(int argc, char **argv) {
-    MPI_CHECK(MPI_Init(&argc, &argv));
-    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     int W;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &my_rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &W));
+    const int my_rank = bench_mpi_init(&argc, &argv, "bench_moe_layer_ep", usage, &W);
     const options o = parse_args(argc, argv, W);
     const int TG = o.tokens, d = o.d_model, f = o.d_ff, E = o.experts, N = o.iters;
     moe_config cfg = moe_config_default(d, f, E, o.top_k);
@@ -208,10 +137,10 @@ int main(int argc, char **argv) {
     cfg.layout_invariant = o.layout_invariant;
     cfg.ep_size = o.ep;
     const char *problem = moe_config_problem(&cfg);
-    if (problem) bad_usage("invalid MoE config", problem);
+    if (problem) bench_usage_error("invalid MoE config", problem);
 
     moe_parallel *par;
-    moe_check(moe_parallel_create_mpi(MPI_COMM_WORLD, o.ep, o.timeout_s, &par), "moe_parallel_create_mpi");
+    bench_check(moe_parallel_create_mpi(MPI_COMM_WORLD, o.ep, o.timeout_s, &par), "moe_parallel_create_mpi");
     const int EL = E / o.ep, first = my_rank * (TG / W) + (my_rank < TG % W ? my_rank : TG % W);
     const int T = TG / W + (my_rank < TG % W);
 
@@ -238,28 +167,28 @@ int main(int argc, char **argv) {
     free(gx);
 
     moe_layer *layer;
-    moe_check(moe_layer_create(&cfg, par, &layer), "moe_layer_create");
+    bench_check(moe_layer_create(&cfg, par, &layer), "moe_layer_create");
     wrap(par);
     moe_layer_stats stats;
     double *series = malloc((size_t)NSER * N * sizeof *series), med[NSER], slowest[NSER];
-    if (!series) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!series) bench_fail("out of memory");
     for (int it = -o.warmup; it < N; it++) {
         memset(grad, 0, P * sizeof *grad);
         MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
         memset(comm_s, 0, sizeof comm_s);
         double t0 = MPI_Wtime();
-        moe_check(moe_layer_forward(layer, &w, x, T, out, &stats), "moe_layer_forward");
+        bench_check(moe_layer_forward(layer, &w, x, T, out, &stats), "moe_layer_forward");
         double t1 = MPI_Wtime();
-        moe_check(moe_layer_backward(layer, &w, dout, dx, &g), "moe_layer_backward");
+        bench_check(moe_layer_backward(layer, &w, dout, dx, &g), "moe_layer_backward");
         double t2 = MPI_Wtime();
-        moe_check(moe_layer_reduce_gradients(layer, &g), "moe_layer_reduce_gradients");
+        bench_check(moe_layer_reduce_gradients(layer, &g), "moe_layer_reduce_gradients");
         double t3 = MPI_Wtime();
         if (it < 0) continue;
         double v[NSER] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2, 0};
         for (int c = 0; c < NCAT; c++) v[S_COMM] += v[S_CAT + c] = comm_s[c];
         for (int s = 0; s < NSER; s++) series[(size_t)s * N + it] = v[s] * 1e3; /* ms */
     }
-    for (int s = 0; s < NSER; s++) med[s] = median(series + (size_t)s * N, N);
+    for (int s = 0; s < NSER; s++) med[s] = bench_median(series + (size_t)s * N, N);
     MPI_CHECK(MPI_Allreduce(med, slowest, NSER, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
 
     /* What the last step did, summed (or spread) over the ranks. */

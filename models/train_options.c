@@ -83,8 +83,8 @@ static void complain(FILE *err, const char *fmt, ...) {
 static void set_defaults(train_options *o) {
     memset(o, 0, sizeof *o);
     o->model = model_config_default();
-    o->batch = 16, o->micro_batches = 1, o->steps = 300;
-    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = 20, o->weight_decay = 0.1f, o->clip = 1.0f;
+    o->batch = 16, o->micro_batches = 1, o->steps = 400;
+    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = 100, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;

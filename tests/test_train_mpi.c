@@ -4,7 +4,8 @@
  *    drops and gradient accumulation. Step 1 is bitwise equal for every ep (same weights; every token's
  *    loss is layout-invariant, kernels/gemm_rows.h). Later steps are within 1e-6 relative: expert weight
  *    gradients are sums over a different grouping of rows when experts have replicas (ep < W), so the
- *    updated weights differ in the last bits.
+ *    updated weights differ in the last bits. The step-1 global gradient norm agrees within 1e-6: each
+ *    expert is counted once whether it is sharded, replicated or both.
  * *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
 #include <math.h>
 #include <stdlib.h>
@@ -40,8 +41,9 @@ static train_options small_options(const char *train, const char *val, int ep, i
     return o;
 }
 
-/* Runs `steps` steps at this ep; losses[step-1]. Returns the final validation loss. */
-static double train(const char *train_path, const char *val_path, int ep, int steps, double *losses) {
+/* Runs `steps` steps at this ep; losses[step-1]; *norm1: step 1's gradient norm. Returns the final
+ * validation loss. */
+static double train(const char *train_path, const char *val_path, int ep, int steps, double *losses, double *norm1) {
     moe_parallel *par;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
     train_options o = small_options(train_path, val_path, ep, steps);
@@ -55,6 +57,7 @@ static double train(const char *train_path, const char *val_path, int ep, int st
         test_mpi_require(trainer_step(&t, s, &r), "step");
         losses[s - 1] = r.loss;
         drops += r.drop_fraction;
+        if (s == 1) *norm1 = r.grad_norm;
     }
     test_mpi_require(trainer_evaluate(&t, &val), "validation");
     CHECK(drops > 0, "ep %d: capacity 1.25 never dropped anything", ep);
@@ -77,11 +80,14 @@ int main(int argc, char **argv) {
     if (rank == 0) write_corpus(train_path, 200000, 1), write_corpus(val_path, 20000, 2);
     MPI_Barrier(MPI_COMM_WORLD);
 
-    double reference[STEPS], losses[STEPS];
-    train(train_path, val_path, 1, STEPS, reference);
+    double reference[STEPS], losses[STEPS], reference_norm, norm;
+    train(train_path, val_path, 1, STEPS, reference, &reference_norm);
     for (int ep = 2; ep <= W; ep++) {
         if (W % ep || 8 % ep) continue;
-        train(train_path, val_path, ep, STEPS, losses);
+        train(train_path, val_path, ep, STEPS, losses, &norm);
+        /* the global norm counts every expert once, however the experts are sharded and replicated */
+        CHECK(fabs(norm - reference_norm) <= 1e-6 * reference_norm, "ep %d: step-1 gradient norm %.12g, ep 1 %.12g", ep,
+              norm, reference_norm);
         CHECK(losses[0] == reference[0], "ep %d: step 1 loss %.17g, ep 1 %.17g (must be bitwise)", ep, losses[0],
               reference[0]);
         for (int s = 1; s < STEPS; s++)
@@ -95,7 +101,7 @@ int main(int argc, char **argv) {
 
     enum { LONG = 40 };
     double curve[LONG];
-    double val = train(train_path, val_path, W, LONG, curve);
+    double val = train(train_path, val_path, W, LONG, curve, &norm);
     if (rank == 0) printf("W=%d ep=%d: loss %.4f -> %.4f over %d steps, validation %.4f\n", W, W, curve[0], curve[LONG - 1], LONG, val);
     CHECK(curve[LONG - 1] < 0.65 * curve[0], "the loss did not fall: %.4f -> %.4f", curve[0], curve[LONG - 1]);
     CHECK(val < 0.65 * curve[0], "validation %.4f did not follow the training loss (start %.4f)", val, curve[0]);

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# compare_layouts.sh [STEPS] [extra moe-train flags] — trains the same model on the same global batches
+# twice on 2 ranks, with ep = 1 (experts replicated, data parallel) and ep = 2 (experts sharded), and
+# prints both loss curves side by side with their largest relative difference.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${MOE_BUILD_DIR:-$root/build}"
+steps="${1:-100}"
+shift || true
+source "$root/scripts/mpi_env.sh"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+for ep in 1 2; do
+    mpirun -np 2 "$build/moe-train" --train-data "$root/data/kjv_train.bin" --val-data "$root/data/kjv_val.bin" \
+        --steps "$steps" --eval-interval 0 --sample-tokens 0 --ep "$ep" --log-file "$out/ep$ep.jsonl" "$@" > "$out/ep$ep.txt"
+done
+paste -d' ' <(sed -E 's/.*"step":([0-9]+),"loss":([0-9.]+).*/\1 \2/' "$out/ep1.jsonl") \
+            <(sed -E 's/.*"loss":([0-9.]+).*/\1/' "$out/ep2.jsonl") |
+    awk '{ d = $2 - $3; if (d < 0) d = -d; r = d / $2; if (r > max) { max = r; at = $1 }
+           if ($1 <= 5 || $1 % 10 == 0) printf "step %4d  ep=1 %.6f  ep=2 %.6f  rel diff %.1e\n", $1, $2, $3, r }
+         END { printf "largest relative difference over %d steps: %.2e (step %d)\n", NR, max, at }'
