@@ -18,8 +18,9 @@ moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num
     plan->expert_offset = calloc(num_local_experts + 1, sizeof(int));
     plan->peer_major_at = calloc(blocks, sizeof(int));
     plan->expert_major_at = calloc(blocks, sizeof(int));
+    plan->segment_start = calloc(blocks + 1, sizeof(int));
     if (!plan->send_rows || !plan->recv_rows || !plan->recv_counts || !plan->expert_offset || !plan->peer_major_at ||
-        !plan->expert_major_at) {
+        !plan->expert_major_at || !plan->segment_start) {
         moe_dispatch_plan_free(plan);
         return MOE_ERR_OUT_OF_MEMORY;
     }
@@ -33,6 +34,7 @@ void moe_dispatch_plan_free(moe_dispatch_plan *plan) {
     free(plan->expert_offset);
     free(plan->peer_major_at);
     free(plan->expert_major_at);
+    free(plan->segment_start);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -83,11 +85,11 @@ moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_tokens_per_ex
     for (int le = 0; le < EL; le++) {
         plan->expert_offset[le] = at;
         for (int p = 0; p < R; p++) {
-            plan->expert_major_at[p * EL + le] = at;
+            plan->expert_major_at[p * EL + le] = plan->segment_start[le * R + p] = at;
             at += plan->recv_counts[p * EL + le];
         }
     }
-    plan->expert_offset[EL] = at;
+    plan->expert_offset[EL] = plan->segment_start[EL * R] = at;
     return MOE_OK;
 }
 

@@ -20,6 +20,8 @@ typedef struct {
     int *expert_offset;    /* [E_local + 1]  expert-major offsets of the received rows                */
     int *peer_major_at;    /* [ep * E_local] first row of block (p, le) in peer-major order             */
     int *expert_major_at;  /* [ep * E_local] first row of block (p, le) in expert-major order           */
+    int *segment_start;    /* [E_local * ep + 1] the same blocks listed expert by expert: rows of local
+                              expert le from peer p start at [le * ep + p]; the last entry is num_recv */
     int num_send, num_recv;
 } moe_dispatch_plan;
 

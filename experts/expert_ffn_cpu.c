@@ -25,22 +25,28 @@ void expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_m
     }
 }
 
+/* dW[out, in] += dY[rows, out]^T X[rows, in], computed whole into scratch and then added: the sum a
+ * replica's all-reduce would form from per-rank partials (why: expert_ffn.h). */
+static void add_weight_grad(int out, int in, int rows, const moe_real *dY, const moe_real *X, moe_real *dW,
+                            moe_real *scratch) {
+    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1, dY, out, X, in, 0, scratch, in);
+    for (size_t i = 0; i < (size_t)out * in; i++) dW[i] += scratch[i];
+}
+
 void expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
-                             int d_ff, const int *expert_offset, const moe_real *xp, const moe_real *h1,
+                             int d_ff, const int *segment_start, int segments, const moe_real *xp, const moe_real *h1,
                              const moe_real *h3, const moe_real *act, const moe_real *dy, moe_real *dh1,
-                             moe_real *dh3, moe_real *dxp, const gemm_rows_plan *gemm) {
+                             moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch, const gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {
-        int n = expert_offset[e + 1] - expert_offset[e];
+        const int *seg = segment_start + (size_t)e * segments;
+        int n = seg[segments] - seg[0];
         if (n == 0) continue;
-        size_t r0 = expert_offset[e];
-        const moe_real *x = xp + r0 * d, *dY = dy + r0 * d;
-        const moe_real *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff, *A = act + r0 * d_ff;
+        size_t r0 = seg[0];
+        const moe_real *dY = dy + r0 * d, *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff;
         moe_real *dH1 = dh1 + r0 * d_ff, *dH3 = dh3 + r0 * d_ff, *dX = dxp + r0 * d;
-        /* dW2 += dY^T A;  dA = dY W2 (into dH1, consumed below) */
-        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d_ff, n, 1, dY, d, A, d_ff, 1,
-                  grads->w2 + e * wcount, d_ff);
+        /* dA = dY W2 (into dH1, consumed below) */
         gemm_rows_cpu(gemm, CblasNoTrans, n, d_ff, d, dY, w->w2 + e * wcount, 0, dH1);
         /* dH3 = dA * silu(H1);  dH1 = dA * H3 * silu'(H1),  silu'(h) = s (1 + h (1 - s)), s = sigmoid(h) */
         for (size_t i = 0; i < (size_t)n * d_ff; i++) {
@@ -48,12 +54,16 @@ void expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grad
             dH3[i] = dA * H1[i] * s;
             dH1[i] = dA * H3[i] * s * (1 + H1[i] * (1 - s));
         }
-        /* dW1 += dH1^T X;  dW3 += dH3^T X;  dX = dH1 W1 + dH3 W3 */
-        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_ff, d, n, 1, dH1, d_ff, x, d, 1,
-                  grads->w1 + e * wcount, d);
-        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_ff, d, n, 1, dH3, d_ff, x, d, 1,
-                  grads->w3 + e * wcount, d);
+        /* dX = dH1 W1 + dH3 W3 */
         gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH1, w->w1 + e * wcount, 0, dX);
         gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3, w->w3 + e * wcount, 1, dX);
+        /* dW2 += dY^T A;  dW1 += dH1^T X;  dW3 += dH3^T X — one product per segment, in segment order */
+        for (int sgm = 0; sgm < segments; sgm++) {
+            size_t a = seg[sgm], rows = seg[sgm + 1] - seg[sgm];
+            if (rows == 0) continue;
+            add_weight_grad(d, d_ff, (int)rows, dy + a * d, act + a * d_ff, grads->w2 + e * wcount, wgrad_scratch);
+            add_weight_grad(d_ff, d, (int)rows, dh1 + a * d_ff, xp + a * d, grads->w1 + e * wcount, wgrad_scratch);
+            add_weight_grad(d_ff, d, (int)rows, dh3 + a * d_ff, xp + a * d, grads->w3 + e * wcount, wgrad_scratch);
+        }
     }
 }

@@ -53,6 +53,7 @@ struct moe_model {
     moe_real *dq, *dk, *dv, *dattn;     /* [T, A], [T, B], [T, B], [T, A] */
     moe_real *dh1, *dh3;                /* [T, d_ff] */
     moe_real *att_scratch;              /* [S, S] */
+    moe_real *wgrad_scratch;            /* [d_ff, d] */
     int has_forward;
 };
 
@@ -177,6 +178,7 @@ static int alloc_activations(moe_model *m) {
     m->dattn = alloc_reals(T * A, &failed);
     m->dh1 = alloc_reals(T * F, &failed), m->dh3 = alloc_reals(T * F, &failed);
     m->att_scratch = alloc_reals(S * S, &failed);
+    m->wgrad_scratch = alloc_reals(F * d, &failed);
     size_t widest = d > F ? d : F;
     widest = widest > V ? widest : V;
     m->gemm.row_block = c->moe.layout_invariant ? GEMM_ROW_BLOCK : 0;
@@ -241,7 +243,7 @@ void moe_model_destroy(moe_model *m) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     }
     moe_real *bufs[] = {m->params, m->grads, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp, m->dq,
-                        m->dk, m->dv, m->dattn, m->dh1, m->dh3, m->att_scratch, m->gemm.scratch};
+                        m->dk, m->dv, m->dattn, m->dh1, m->dh3, m->att_scratch, m->wgrad_scratch, m->gemm.scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(m->resid), free(m->acts), free(m->inputs), free(m->targets);
     free(m->p.layers), free(m->g.layers), free(m->spans), free(m->moe), free(m->stats);
@@ -252,6 +254,7 @@ moe_real *moe_model_params(moe_model *m) { return m->params; }
 moe_real *moe_model_grads(moe_model *m) { return m->grads; }
 size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
+int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
 const model_params *moe_model_param_views(const moe_model *m) { return &m->p; }
 const model_params *moe_model_grad_views(const moe_model *m) { return &m->g; }
 const model_param_span *moe_model_spans(const moe_model *m, int *count) {
@@ -378,8 +381,8 @@ static moe_status ffn_backward(moe_model *m, int l, int T) {
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
     const int offsets[2] = {0, T};
-    expert_ffn_backward_cpu(w, gw, 1, c->d_model, c->d_ff, offsets, a->ln2, a->h1, a->h3, a->act, m->dresid, m->dh1,
-                            m->dh3, m->dln, &m->gemm);
+    expert_ffn_backward_cpu(w, gw, 1, c->d_model, c->d_ff, offsets, 1, a->ln2, a->h1, a->h3, a->act, m->dresid, m->dh1,
+                            m->dh3, m->dln, m->wgrad_scratch, &m->gemm);
     return MOE_OK;
 }
 

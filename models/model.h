@@ -74,6 +74,7 @@ moe_real *moe_model_params(moe_model *m);
 moe_real *moe_model_grads(moe_model *m);
 size_t moe_model_num_dense(const moe_model *m);   /* reals in the dense region  */
 size_t moe_model_num_expert(const moe_model *m);  /* reals in the expert region */
+int moe_model_num_local_experts(const moe_model *m); /* E / ep */
 const model_param_span *moe_model_spans(const moe_model *m, int *count);
 const model_params *moe_model_param_views(const moe_model *m);
 const model_params *moe_model_grad_views(const moe_model *m);

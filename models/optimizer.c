@@ -2,6 +2,7 @@
 #include "models/optimizer.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 float lr_at(const lr_schedule *s, long step) {
     if (step <= s->warmup_steps) return s->lr * (float)step / (float)(s->warmup_steps > 0 ? s->warmup_steps : 1);
@@ -17,12 +18,37 @@ static double sum_squares(const moe_real *a, size_t n) {
     return s;
 }
 
+/* The expert region holds, per MoE layer, spans w1, w3, w2 of [E_local, ...] each. Every expert's sum of
+ * squares is formed on its own, gathered over the EP group, and added in global (layer, expert) order:
+ * the same additions in the same order whether the experts are sharded or replicated. */
 moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
     const moe_real *g = moe_model_grads(m);
-    size_t dense = moe_model_num_dense(m);
-    double experts = sum_squares(g + dense, moe_model_num_expert(m));
-    moe_status st = par->ep->ops->allreduce_sum_f64(par->ep, &experts, 1);
-    *norm = sqrt(sum_squares(g, dense) + experts);
+    const size_t dense = moe_model_num_dense(m);
+    int num_spans;
+    const model_param_span *spans = moe_model_spans(m, &num_spans);
+    int first_expert_span = 0;
+    while (first_expert_span < num_spans && spans[first_expert_span].offset < dense) first_expert_span++;
+    const int num_layers = (num_spans - first_expert_span) / 3, R = par->ep->size;
+    double total = sum_squares(g, dense);
+    if (num_layers == 0) return *norm = sqrt(total), MOE_OK;
+    const int local = moe_model_num_local_experts(m);
+    double *mine = calloc((size_t)num_layers * local, sizeof(double));
+    double *all = calloc((size_t)R * num_layers * local, sizeof(double));
+    size_t *nbytes = calloc(R, sizeof(size_t));
+    if (!mine || !all || !nbytes) return free(mine), free(all), free(nbytes), MOE_ERR_OUT_OF_MEMORY;
+    for (int l = 0; l < num_layers; l++)
+        for (int w = 0; w < 3; w++) {
+            const model_param_span *sp = &spans[first_expert_span + 3 * l + w];
+            size_t per_expert = sp->count / local;
+            for (int e = 0; e < local; e++) mine[l * local + e] += sum_squares(g + sp->offset + e * per_expert, per_expert);
+        }
+    for (int p = 0; p < R; p++) nbytes[p] = (size_t)num_layers * local * sizeof(double);
+    moe_status st = par->ep->ops->allgatherv_bytes(par->ep, mine, nbytes[0], all, nbytes);
+    for (int l = 0; l < num_layers; l++)
+        for (int p = 0; p < R; p++) /* EP rank p holds global experts p * local .. */
+            for (int e = 0; e < local; e++) total += all[((size_t)p * num_layers + l) * local + e];
+    *norm = sqrt(total);
+    free(mine), free(all), free(nbytes);
     return st;
 }
 

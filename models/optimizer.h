@@ -17,8 +17,9 @@ typedef struct {
 float lr_at(const lr_schedule *s, long step);
 
 /* sqrt(sum of squares of all gradients of the global model): the dense region once (it is identical
- * on every rank after the reduction), plus each expert once (summed over the EP group; replicas in
- * other groups are not counted again). Collective. */
+ * on every rank after the reduction), plus each expert once (gathered over the EP group; replicas in
+ * other groups are not counted again), added in global expert order so that sharded and replicated
+ * layouts give the same bits. Collective. */
 moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
 
 /* Scales every gradient by clip / norm when norm > clip > 0; returns the factor applied. */

@@ -65,10 +65,10 @@ static void log_step(const train_options *o, FILE *metrics, int step, const step
     fflush(stdout);
     if (!metrics) return;
     fprintf(metrics,
-            "{\"step\":%d,\"loss\":%.6f,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
+            "{\"step\":%d,\"loss\":%.17g,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
             "\"tokens_per_s\":%.1f,\"load_min\":%.4f,\"load_max\":%.4f,\"load_cv\":%.4f,\"drop_fraction\":%.6f",
             step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, r->drop_fraction);
-    if (val >= 0) fprintf(metrics, ",\"val_loss\":%.6f", val);
+    if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g", val);
     fprintf(metrics, ",\"expert_tokens\":[");
     for (int l = 0, first = 1; l < m->num_layers; l++) {
         if (!model_layer_is_moe(m, l)) continue;

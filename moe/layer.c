@@ -54,6 +54,7 @@ struct moe_layer {
     double aux_loss, z_loss;
     moe_real *expert_bias; /* [E] sigmoid routing's selection bias */
     gemm_rows_plan gemm;   /* how row-wise GEMMs are cut into calls (cfg.layout_invariant) */
+    moe_real *wgrad_scratch; /* [d_ff * d] one expert weight gradient product */
     int *expected_recv;    /* [ep * E_local] */
     moe_routing routing;
     moe_global_routing global;
@@ -125,7 +126,8 @@ moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_
     L->gemm.row_block = cfg->layout_invariant ? GEMM_ROW_BLOCK : 0;
     L->gemm.scratch = malloc((size_t)GEMM_ROW_BLOCK * 2 * widest * sizeof(moe_real));
     L->expected_recv = calloc((size_t)cfg->num_experts, sizeof(int));
-    st = L->expert_bias && L->gemm.scratch && L->expected_recv ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    L->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
+    st = L->expert_bias && L->gemm.scratch && L->expected_recv && L->wgrad_scratch ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
     *out_layer = L;
@@ -142,6 +144,7 @@ void moe_layer_destroy(moe_layer *L) {
     moe_parallel_destroy(L->owned_par);
     free(L->expert_bias);
     free(L->gemm.scratch);
+    free(L->wgrad_scratch);
     free(L->expected_recv);
     free(L);
 }
@@ -258,8 +261,8 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     combine_rows_backward_cpu(dout, t->y, r->slot, r->gate, T, k, d, t->dy, t->dgate);
     moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, d, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
-    expert_ffn_backward_cpu(w, grads, L->num_local_experts, d, c->d_ff, L->plan.expert_offset, b->x, b->h1, b->h3,
-                            b->act, b->dy, b->dh1, b->dh3, b->dx, &L->gemm);
+    expert_ffn_backward_cpu(w, grads, L->num_local_experts, d, c->d_ff, L->plan.segment_start, L->plan.ep_size, b->x,
+                            b->h1, b->h3, b->act, b->dy, b->dh1, b->dh3, b->dx, L->wgrad_scratch, &L->gemm);
     st = moe_combine_rows(ep, &L->plan, b->dx, d, b->staging, t->dxp);
     if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 

@@ -3,11 +3,12 @@
  * split over the ranks (uneven token counts), each rank holds its E/ep experts, and the results are
  * compared with a single-rank run of the same layer on the whole batch, computed in-process as the
  * reference. Bitwise (memcmp): routing, kept/dropped sets, outputs, input gradients — row-wise GEMMs run in
- * fixed-shape blocks (kernels/gemm_rows.h) and every row travels and combines in a fixed order; and the
- * expert gradients when each expert has one replica (W = ep): the same rows in the same order reach the
- * same GEMM. Within 1e-6 relative: the router gradient for W > 1 and expert gradients with replicas
- * (partial sums over different row sets, then an all-reduce), and the aux/z loss values (1e-12; double
- * partial sums per rank). Cases: softmax with drops by token order, sigmoid with a selection bias and
+ * fixed-shape blocks (kernels/gemm_rows.h) and every row travels and combines in a fixed order. Within 1e-6
+ * relative of the single-rank run, for W > 1: router and expert weight gradients (sums of per-rank
+ * partial products instead of one product over all rows), and the aux/z loss values (1e-12; double
+ * partial sums per rank). Across layouts of the same W = 2, the expert gradients of ep = 1 (replicated,
+ * summed by the all-reduce) and ep = 2 (sharded, summed per source rank) are bitwise equal
+ * (experts/expert_ffn.h); at W = 4 they are within 1e-6. Cases: softmax with drops by token order, sigmoid with a selection bias and
  * drops by score, and a skewed router that sends every token to experts 0 and 1 (other EP ranks get 0 rows). */
 #include <math.h>
 #include <stdlib.h>
@@ -43,7 +44,20 @@ static void compare(const char *what, int exact, const moe_real *got, const moe_
     else CHECK(rel <= 1e-6, "rank %d: %s max rel diff %.3g > 1e-6", rank, what, rel);
 }
 
-static void run_case(const moe_parallel *par, const ep_case *c) {
+/* Gathers this rank's expert gradients over its EP group into the global [w1 | w3 | w2] of all E experts. */
+static moe_real *global_expert_grads(const moe_parallel *par, const moe_layer_weights *g, size_t per_rank) {
+    moe_real *global = malloc(3 * per_rank * par->ep_size * sizeof(moe_real));
+    size_t nbytes[16]; /* ep <= 8 here */
+    for (int p = 0; p < par->ep_size; p++) nbytes[p] = per_rank * sizeof(moe_real);
+    const moe_real *parts[3] = {g->w1, g->w3, g->w2};
+    for (int w = 0; w < 3; w++)
+        test_mpi_require(par->ep->ops->allgatherv_bytes(par->ep, parts[w], nbytes[0], global + w * per_rank * par->ep_size,
+                                                        nbytes), "gather expert gradients");
+    return global;
+}
+
+/* Returns the global expert gradients of this layout (for the cross-layout comparison). */
+static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     const int W = par->world_size, rank = par->world_rank, EL = E / par->ep_size;
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.score_func = c->func, cfg.capacity_factor = c->cf, cfg.drop_priority = c->prio;
@@ -97,9 +111,10 @@ static void run_case(const moe_parallel *par, const ep_case *c) {
     compare("output", 1, out, ref_out + (size_t)first * D, (size_t)T * D, rank);
     compare("input gradient", 1, dx, ref_dx + (size_t)first * D, (size_t)T * D, rank);
     compare("router gradient", W == 1, g.w.router_w, ref_g.w.router_w, (size_t)E * D, rank);
-    compare("w1 gradient", par->dp_size == 1, g.w.w1, ref_g.w.w1 + first_expert, expert_count, rank);
-    compare("w3 gradient", par->dp_size == 1, g.w.w3, ref_g.w.w3 + first_expert, expert_count, rank);
-    compare("w2 gradient", par->dp_size == 1, g.w.w2, ref_g.w.w2 + first_expert, expert_count, rank);
+    compare("w1 gradient", W == 1, g.w.w1, ref_g.w.w1 + first_expert, expert_count, rank);
+    compare("w3 gradient", W == 1, g.w.w3, ref_g.w.w3 + first_expert, expert_count, rank);
+    compare("w2 gradient", W == 1, g.w.w2, ref_g.w.w2 + first_expert, expert_count, rank);
+    moe_real *global = global_expert_grads(par, &g.w, expert_count);
     CHECK(fabs(st.aux_loss - ref_st.aux_loss) <= 1e-12 * ref_st.aux_loss, "rank %d: aux %.17g vs %.17g", rank,
           st.aux_loss, ref_st.aux_loss);
     CHECK(fabs(st.z_loss - ref_st.z_loss) <= 1e-12 * ref_st.z_loss, "rank %d: z %.17g vs %.17g", rank, st.z_loss,
@@ -115,6 +130,7 @@ static void run_case(const moe_parallel *par, const ep_case *c) {
     moe_layer_destroy(L), moe_layer_destroy(ref);
     test_weights_free(&w), test_weights_free(&g), test_weights_free(&ref_w), test_weights_free(&ref_g);
     free(x), free(dout), free(out), free(dx), free(ref_out), free(ref_dx);
+    return global;
 }
 
 int main(int argc, char **argv) {
@@ -126,12 +142,24 @@ int main(int argc, char **argv) {
         {"sigmoid+bias cf=1.25 score", MOE_SCORE_SIGMOID, 1.25f, MOE_DROP_BY_SCORE, 0},
         {"skewed to experts 0,1", MOE_SCORE_SOFTMAX, 0.0f, MOE_DROP_BY_TOKEN_ORDER, 1},
     };
+    enum { NUM_CASES = sizeof cases / sizeof *cases };
+    moe_real *replicated[NUM_CASES]; /* ep = 1 */
+    const size_t global_count = 3 * (size_t)E * F * D;
     for (int ep = 1; ep <= W; ep++) {
         if (W % ep || E % ep) continue;
         moe_parallel *par;
         test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(par, &cases[i]);
+        for (int i = 0; i < NUM_CASES; i++) {
+            moe_real *global = run_case(par, &cases[i]);
+            if (ep == 1) {
+                replicated[i] = global;
+                continue;
+            }
+            compare("expert gradients vs ep 1", W == 2, global, replicated[i], global_count, par->world_rank);
+            free(global);
+        }
         moe_parallel_destroy(par);
     }
+    for (int i = 0; i < NUM_CASES; i++) free(replicated[i]);
     return test_mpi_finish("test_ep_layer");
 }

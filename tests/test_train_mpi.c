@@ -5,7 +5,8 @@
  *    loss is layout-invariant, kernels/gemm_rows.h). Later steps are within 1e-6 relative: expert weight
  *    gradients are sums over a different grouping of rows when experts have replicas (ep < W), so the
  *    updated weights differ in the last bits. The step-1 global gradient norm agrees within 1e-6: each
- *    expert is counted once whether it is sharded, replicated or both.
+ *    expert is counted once whether it is sharded, replicated or both. With W = 2 and one micro-batch per
+ *    step, ep = 1 and ep = 2 are bitwise equal over all steps (experts/expert_ffn.h, models/optimizer.h).
  * *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ static void write_corpus(const char *path, long n, unsigned long long seed) {
     free(tokens);
 }
 
-static train_options small_options(const char *train, const char *val, int ep, int steps) {
+static train_options small_options(const char *train, const char *val, int ep, int steps, int micro_batches) {
     train_options o;
     char *argv[] = {"test", NULL};
     train_options_parse(1, argv, 1, &o, NULL);
@@ -36,17 +37,18 @@ static train_options small_options(const char *train, const char *val, int ep, i
     m->seq_len = 16;
     m->moe = moe_config_default(m->d_model, m->d_ff, 8, 2);
     m->moe.ep_size = ep, m->moe.capacity_factor = 1.25f;
-    o.batch = 8, o.micro_batches = 2, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
+    o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
     o.eval_batches = 2, o.train_data = train, o.val_data = val;
     return o;
 }
 
 /* Runs `steps` steps at this ep; losses[step-1]; *norm1: step 1's gradient norm. Returns the final
  * validation loss. */
-static double train(const char *train_path, const char *val_path, int ep, int steps, double *losses, double *norm1) {
+static double train(const char *train_path, const char *val_path, int ep, int steps, int micro_batches, double *losses,
+                    double *norm1) {
     moe_parallel *par;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-    train_options o = small_options(train_path, val_path, ep, steps);
+    train_options o = small_options(train_path, val_path, ep, steps, micro_batches);
     trainer t;
     char message[256];
     test_mpi_require(trainer_create(&t, &o, par, message, sizeof message), message);
@@ -81,10 +83,10 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
 
     double reference[STEPS], losses[STEPS], reference_norm, norm;
-    train(train_path, val_path, 1, STEPS, reference, &reference_norm);
+    train(train_path, val_path, 1, STEPS, 2, reference, &reference_norm);
     for (int ep = 2; ep <= W; ep++) {
         if (W % ep || 8 % ep) continue;
-        train(train_path, val_path, ep, STEPS, losses, &norm);
+        train(train_path, val_path, ep, STEPS, 2, losses, &norm);
         /* the global norm counts every expert once, however the experts are sharded and replicated */
         CHECK(fabs(norm - reference_norm) <= 1e-6 * reference_norm, "ep %d: step-1 gradient norm %.12g, ep 1 %.12g", ep,
               norm, reference_norm);
@@ -99,9 +101,17 @@ int main(int argc, char **argv) {
                        reference[s], fabs(losses[s] - reference[s]) / reference[s]);
     }
 
+    if (W == 2) { /* one micro-batch per step: replicated and sharded experts sum the same two products */
+        train(train_path, val_path, 1, STEPS, 1, reference, &reference_norm);
+        train(train_path, val_path, 2, STEPS, 1, losses, &norm);
+        CHECK(!memcmp(losses, reference, sizeof losses), "W=2, 1 micro-batch: ep 2 losses not bitwise those of ep 1");
+        CHECK(norm == reference_norm, "W=2, 1 micro-batch: step-1 norms %.17g vs %.17g", norm, reference_norm);
+        if (rank == 0) printf("W=2, 1 micro-batch per step: ep=1 and ep=2 losses bitwise equal over %d steps\n", STEPS);
+    }
+
     enum { LONG = 40 };
     double curve[LONG];
-    double val = train(train_path, val_path, W, LONG, curve, &norm);
+    double val = train(train_path, val_path, W, LONG, 2, curve, &norm);
     if (rank == 0) printf("W=%d ep=%d: loss %.4f -> %.4f over %d steps, validation %.4f\n", W, W, curve[0], curve[LONG - 1], LONG, val);
     CHECK(curve[LONG - 1] < 0.65 * curve[0], "the loss did not fall: %.4f -> %.4f", curve[0], curve[LONG - 1]);
     CHECK(val < 0.65 * curve[0], "validation %.4f did not follow the training loss (start %.4f)", val, curve[0]);
