@@ -25,6 +25,10 @@ typedef struct {
     moe_real *scratch; /* row_block * (max k + max n) reals */
 } gemm_rows_plan;
 
+/* row_block = GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for k and n up to max_width. */
+moe_status gemm_rows_plan_init(gemm_rows_plan *plan, int layout_invariant, int max_width);
+void gemm_rows_plan_free(gemm_rows_plan *plan);
+
 void gemm_rows_cpu(const gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
                    const moe_real *B, moe_real beta, moe_real *C);
 

@@ -181,8 +181,7 @@ static int alloc_activations(moe_model *m) {
     m->wgrad_scratch = alloc_reals(F * d, &failed);
     size_t widest = d > F ? d : F;
     widest = widest > V ? widest : V;
-    m->gemm.row_block = c->moe.layout_invariant ? GEMM_ROW_BLOCK : 0;
-    m->gemm.scratch = alloc_reals((size_t)GEMM_ROW_BLOCK * 2 * widest, &failed);
+    if (gemm_rows_plan_init(&m->gemm, c->moe.layout_invariant, (int)widest) != MOE_OK) failed = 1;
     return !failed;
 }
 
@@ -243,8 +242,9 @@ void moe_model_destroy(moe_model *m) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     }
     moe_real *bufs[] = {m->params, m->grads, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp, m->dq,
-                        m->dk, m->dv, m->dattn, m->dh1, m->dh3, m->att_scratch, m->wgrad_scratch, m->gemm.scratch};
+                        m->dk, m->dv, m->dattn, m->dh1, m->dh3, m->att_scratch, m->wgrad_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    gemm_rows_plan_free(&m->gemm);
     free(m->resid), free(m->acts), free(m->inputs), free(m->targets);
     free(m->p.layers), free(m->g.layers), free(m->spans), free(m->moe), free(m->stats);
     free(m);

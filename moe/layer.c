@@ -123,11 +123,10 @@ moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_
     int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
     widest = widest > cfg->num_experts ? widest : cfg->num_experts;
     L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
-    L->gemm.row_block = cfg->layout_invariant ? GEMM_ROW_BLOCK : 0;
-    L->gemm.scratch = malloc((size_t)GEMM_ROW_BLOCK * 2 * widest * sizeof(moe_real));
     L->expected_recv = calloc((size_t)cfg->num_experts, sizeof(int));
     L->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
-    st = L->expert_bias && L->gemm.scratch && L->expected_recv && L->wgrad_scratch ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    st = L->expert_bias && L->expected_recv && L->wgrad_scratch ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = gemm_rows_plan_init(&L->gemm, cfg->layout_invariant, widest);
     if (st == MOE_OK) st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
     *out_layer = L;
@@ -143,7 +142,7 @@ void moe_layer_destroy(moe_layer *L) {
     moe_dispatch_plan_free(&L->plan);
     moe_parallel_destroy(L->owned_par);
     free(L->expert_bias);
-    free(L->gemm.scratch);
+    gemm_rows_plan_free(&L->gemm);
     free(L->wgrad_scratch);
     free(L->expected_recv);
     free(L);
