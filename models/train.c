@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "alltoall/parallel_mpi.h"
+#include "models/checkpoint.h"
 #include "models/trainer.h"
 
 static double now_ms(void) {
@@ -100,6 +101,50 @@ static void print_sample(trainer *t) {
     free(text);
 }
 
+/* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
+static int stop_all(trainer *t, moe_parallel *par, const char *what, const char *message) {
+    if (*message) fprintf(stderr, "moe-train: rank %d: %s: %s\n", par->world_rank, what, message);
+    trainer_destroy(t);
+    moe_parallel_destroy(par);
+    MPI_Finalize();
+    return 2;
+}
+
+/* --resume / --init-from; returns the first step to run, or -1 after a failure (message set). */
+static int restore(trainer *t, const train_options *o, char *message, size_t n) {
+    char dir[700];
+    int done = 0;
+    if (*o->resume) {
+        moe_status st = strcmp(o->resume, "latest") ? MOE_OK : checkpoint_latest(o->checkpoint_dir, dir, sizeof dir, message, n);
+        if (strcmp(o->resume, "latest")) snprintf(dir, sizeof dir, "%s", o->resume);
+        if (st == MOE_OK) st = checkpoint_resume(t, dir, &done, message, n);
+        if (st != MOE_OK) return -1;
+        if (t->par->world_rank == 0) printf("resumed from %s after step %d\n", dir, done);
+    } else if (*o->init_from) {
+        if (checkpoint_load_weights(t, o->init_from, message, n) != MOE_OK) return -1;
+        if (t->par->world_rank == 0) printf("weights from %s\n", o->init_from);
+    }
+    return done + 1;
+}
+
+static int eval_only(trainer *t, const train_options *o) {
+    double val = 0;
+    require(trainer_evaluate(t, &val), "validation");
+    const size_t count = (size_t)o->model.seq_len * o->model.vocab_size;
+    moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
+    if (*o->dump_logits) require(logits ? trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
+    if (t->par->world_rank == 0) {
+        printf("eval: val_loss %.9f over %ld tokens\n", val, (long)o->eval_batches * o->batch * o->model.seq_len);
+        FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
+        if (logits && (!f || fwrite(logits, sizeof(moe_real), count, f) != count || fclose(f) != 0)) {
+            fprintf(stderr, "moe-train: cannot write %s\n", o->dump_logits);
+            return 2;
+        }
+    }
+    free(logits);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int world_rank, world_size;
@@ -125,6 +170,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     require(st, "model set-up");
+    int first_step = restore(&t, &opt, message, sizeof message);
+    if (first_step < 0) return stop_all(&t, par, "cannot load the checkpoint", message);
+    if (opt.eval_only) {
+        int rc = eval_only(&t, &opt);
+        trainer_destroy(&t);
+        moe_parallel_destroy(par);
+        MPI_Finalize();
+        return rc;
+    }
     FILE *metrics = NULL;
     if (world_rank == 0) {
         train_options_print(&opt, stdout);
@@ -140,13 +194,16 @@ int main(int argc, char **argv) {
     step_result r = {0};
     r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
-    for (int step = 1; step <= opt.steps; step++) {
+    for (int step = first_step; step <= opt.steps; step++) {
         double t0 = now_ms(), val = -1;
         require(trainer_step(&t, step, &r), "training step");
         double ms = now_ms() - t0;
         if (step == opt.steps || (opt.eval_interval > 0 && step % opt.eval_interval == 0))
             require(trainer_evaluate(&t, &val), "validation");
         if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val);
+        if (*opt.checkpoint_dir && (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
+            checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last, message, sizeof message) != MOE_OK)
+            return stop_all(&t, par, "checkpoint save failed (earlier checkpoints are intact)", message);
     }
     if (opt.sample_tokens > 0) print_sample(&t);
     if (metrics) fclose(metrics);

@@ -68,6 +68,19 @@ static const opt_spec kOptions[] = {
     {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}},
     {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
      {0}},
+    /* checkpoints */
+    {"--checkpoint-dir", "save checkpoints (step-NNNNNNNN directories) here ('': never)", OPT_STRING, OFF(checkpoint_dir),
+     0, 0, {0}},
+    {"--checkpoint-interval", "save every N steps and at the end (0: at the end only)", OPT_INT, OFF(checkpoint_interval),
+     0, 1 << 30, {0}},
+    {"--keep-last", "checkpoints kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0}},
+    {"--resume", "continue a run: 'latest' (in --checkpoint-dir) or a checkpoint directory", OPT_STRING, OFF(resume), 0, 0,
+     {0}},
+    {"--init-from", "start from the weights of a checkpoint directory (fresh optimizer)", OPT_STRING, OFF(init_from), 0,
+     0, {0}},
+    {"--eval-only", "1: print the validation loss of the (loaded) weights and stop", OPT_INT, OFF(eval_only), 0, 1, {0}},
+    {"--dump-logits", "with --eval-only: write validation sequence 0's logits (float32 [S, V]) here", OPT_STRING,
+     OFF(dump_logits), 0, 0, {0}},
 };
 #define NUM_OPTIONS (sizeof kOptions / sizeof kOptions[0])
 
@@ -90,6 +103,8 @@ static void set_defaults(train_options *o) {
     o->eval_interval = 50, o->eval_batches = 4;
     o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
     o->exchange_timeout_s = 300;
+    o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3;
+    o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
 }
 
 static const opt_spec *find(const char *name) {
@@ -137,6 +152,11 @@ static int check_combinations(train_options *o, int world_size, FILE *err) {
     if (o->min_lr > o->lr) return complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
     if (o->warmup > o->steps) return complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
     if (!*o->train_data || !*o->val_data) return complain(err, "moe-train: --train-data and --val-data are required\n"), -1;
+    if (*o->resume && *o->init_from)
+        return complain(err, "moe-train: --resume and --init-from exclude each other (resume restores the weights too)\n"), -1;
+    if (!strcmp(o->resume, "latest") && !*o->checkpoint_dir)
+        return complain(err, "moe-train: --resume latest needs --checkpoint-dir\n"), -1;
+    if (*o->dump_logits && !o->eval_only) return complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
     return 0;
 }
 

@@ -23,6 +23,14 @@ typedef struct {
     const char *sample_prompt;
     float sample_temperature;
     float exchange_timeout_s;
+    /* checkpoints */
+    const char *checkpoint_dir; /* '' : no saves                                        */
+    int checkpoint_interval;    /* save every N steps (and at the end); 0: at the end   */
+    int keep_last;              /* step directories kept (0: all)                        */
+    const char *resume;         /* '' : fresh start; 'latest' (in checkpoint_dir) or a directory */
+    const char *init_from;      /* weights only, from a checkpoint directory              */
+    int eval_only;              /* 1: print the validation loss of the weights and stop   */
+    const char *dump_logits;    /* with eval_only: float32 logits of validation sequence 0 */
 } train_options;
 
 /* Parses argv into o (defaults first). Returns 0 on success, 1 when --help was printed, -1 on an error

@@ -112,6 +112,11 @@ moe_status trainer_evaluate(trainer *t, double *val_loss) {
     return st;
 }
 
+moe_status trainer_validation_logits(trainer *t, moe_real *logits) {
+    token_file_sequences(&t->val, t->opt.model.seq_len, 0, 1, t->inputs, t->targets);
+    return moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
+}
+
 /* The context sits at the start of one sequence of S tokens; causal attention makes the padding after
  * it irrelevant to the logits read at the last context position. */
 moe_status trainer_sample(trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {

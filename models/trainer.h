@@ -40,6 +40,9 @@ moe_status trainer_step(trainer *t, int step, step_result *r);
 /* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
 moe_status trainer_evaluate(trainer *t, double *val_loss);
 
+/* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */
+moe_status trainer_validation_logits(trainer *t, moe_real *logits);
+
 /* Continues `text` (n tokens, capacity max_n) to max_n tokens; every rank gets the same tokens.
  * temperature 0: greedy. Collective. */
 moe_status trainer_sample(trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed);

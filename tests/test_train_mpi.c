@@ -16,31 +16,9 @@
 #include "alltoall/parallel_mpi.h"
 #include "models/trainer.h"
 #include "tests/test_mpi.h"
+#include "tests/test_training.h"
 
-enum { V = 32, STEPS = 5 };
-
-static void write_corpus(const char *path, long n, unsigned long long seed) {
-    unsigned short *tokens = malloc((size_t)n * sizeof *tokens);
-    moe_rng rng = moe_rng_seeded(seed);
-    tokens[0] = 0;
-    for (long i = 1; i < n; i++) tokens[i] = (unsigned short)((3 * tokens[i - 1] + 1 + moe_rng_next(&rng) % 2) % V);
-    test_mpi_require(token_file_write(path, tokens, n), "writing the corpus");
-    free(tokens);
-}
-
-static train_options small_options(const char *train, const char *val, int ep, int steps, int micro_batches) {
-    train_options o;
-    char *argv[] = {"test", NULL};
-    train_options_parse(1, argv, 1, &o, NULL);
-    model_config *m = &o.model;
-    m->vocab_size = V, m->num_layers = 2, m->d_model = 32, m->num_heads = 4, m->num_kv_heads = 2, m->d_ff = 32;
-    m->seq_len = 16;
-    m->moe = moe_config_default(m->d_model, m->d_ff, 8, 2);
-    m->moe.ep_size = ep, m->moe.capacity_factor = 1.25f;
-    o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
-    o.eval_batches = 2, o.train_data = train, o.val_data = val;
-    return o;
-}
+enum { STEPS = 5 };
 
 /* Runs `steps` steps at this ep; losses[step-1]; *norm1: step 1's gradient norm. Returns the final
  * validation loss. */
@@ -48,7 +26,7 @@ static double train(const char *train_path, const char *val_path, int ep, int st
                     double *norm1) {
     moe_parallel *par;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-    train_options o = small_options(train_path, val_path, ep, steps, micro_batches);
+    train_options o = test_small_options(train_path, val_path, ep, steps, micro_batches);
     trainer t;
     char message[256];
     test_mpi_require(trainer_create(&t, &o, par, message, sizeof message), message);
@@ -79,7 +57,7 @@ int main(int argc, char **argv) {
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     snprintf(train_path, sizeof train_path, "%s/train.bin", dir);
     snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
-    if (rank == 0) write_corpus(train_path, 200000, 1), write_corpus(val_path, 20000, 2);
+    if (rank == 0) test_write_corpus(train_path, 200000, 1), test_write_corpus(val_path, 20000, 2);
     MPI_Barrier(MPI_COMM_WORLD);
 
     double reference[STEPS], losses[STEPS], reference_norm, norm;

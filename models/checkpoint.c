@@ -1,0 +1,453 @@
+/* checkpoint.c — saving and loading checkpoints (layout and format in checkpoint.h). */
+#include "models/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "models/safetensors.h"
+
+_Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
+
+/* ---- the tensors of a model, in file order ---------------------------------------------------- */
+
+typedef struct {
+    char name[96];
+    int ndim;
+    long shape[2];
+    int expert;           /* global expert id, or -1 for a dense tensor */
+    size_t global_offset; /* in the global buffer [dense | all experts of every MoE layer] */
+    long local_offset;    /* in this rank's buffer [dense | local experts], -1 if another rank holds it */
+} ckpt_tensor;
+
+typedef struct {
+    ckpt_tensor *t;
+    int count;
+    size_t global_count; /* reals in the global buffer */
+} ckpt_table;
+
+static void add(ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, size_t global_offset,
+                long local_offset) {
+    ckpt_tensor *t = &tab->t[tab->count++];
+    *t = (ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .expert = expert, .global_offset = global_offset,
+                       .local_offset = local_offset};
+    snprintf(t->name, sizeof t->name, "%s", name);
+}
+
+/* Hugging Face Mixtral names (dense FFN layers, which Mixtral does not have, get Llama's mlp.* names). */
+static int build_table(const trainer *tr, ckpt_table *tab) {
+    const moe_model *m = tr->model;
+    const model_config *c = &tr->opt.model;
+    const model_params *p = moe_model_param_views(m);
+    const moe_real *base = moe_model_params((moe_model *)m);
+    const long d = c->d_model, V = c->vocab_size, F = c->d_ff, E = c->moe.num_experts,
+               A = (long)c->num_heads * (d / c->num_heads), B = (long)c->num_kv_heads * (d / c->num_heads);
+    const int EL = moe_model_num_local_experts(m), first = tr->par->ep_rank * EL;
+    const size_t dense = moe_model_num_dense(m);
+    tab->t = calloc((size_t)c->num_layers * (9 + 3 * E) + 4, sizeof(ckpt_tensor));
+    if (!tab->t) return 0;
+    tab->count = 0;
+    char name[96];
+    size_t experts_at = dense; /* next global offset in the expert part */
+#define DENSE(ptr) (size_t)((ptr) - base), (long)((ptr) - base)
+    add(tab, "model.embed_tokens.weight", 2, V, d, -1, DENSE(p->embedding));
+    for (int l = 0; l < c->num_layers; l++) {
+        const model_layer_params *L = &p->layers[l];
+        const struct { const char *what; int ndim; long rows, cols; const moe_real *ptr; } dense_parts[] = {
+            {"input_layernorm.weight", 1, d, 0, L->attn_norm},    {"self_attn.q_proj.weight", 2, A, d, L->wq},
+            {"self_attn.k_proj.weight", 2, B, d, L->wk},          {"self_attn.v_proj.weight", 2, B, d, L->wv},
+            {"self_attn.o_proj.weight", 2, d, A, L->wo},          {"post_attention_layernorm.weight", 1, d, 0, L->ffn_norm},
+        };
+        for (size_t i = 0; i < sizeof dense_parts / sizeof *dense_parts; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, dense_parts[i].what);
+            add(tab, name, dense_parts[i].ndim, dense_parts[i].rows, dense_parts[i].cols, -1, DENSE(dense_parts[i].ptr));
+        }
+        if (!model_layer_is_moe(c, l)) {
+            snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
+            add(tab, name, 2, F, d, -1, DENSE(L->ffn.w1));
+            snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
+            add(tab, name, 2, F, d, -1, DENSE(L->ffn.w3));
+            snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
+            add(tab, name, 2, d, F, -1, DENSE(L->ffn.w2));
+            continue;
+        }
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
+        add(tab, name, 2, E, d, -1, DENSE(L->ffn.router_w));
+        /* the global expert part of this layer: w1 of all E experts, then w3, then w2 (as gathered) */
+        const moe_real *local[3] = {L->ffn.w1, L->ffn.w3, L->ffn.w2};
+        const char *suffix[3] = {"w1", "w3", "w2"};
+        for (int w = 0; w < 3; w++) {
+            long rows = w == 2 ? d : F, cols = w == 2 ? F : d;
+            for (int j = 0; j < E; j++) {
+                snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, j, suffix[w]);
+                int mine = j >= first && j < first + EL;
+                long local_offset = mine ? (long)(local[w] - base) + (long)(j - first) * rows * cols : -1;
+                add(tab, name, 2, rows, cols, j, experts_at + (size_t)j * rows * cols, local_offset);
+            }
+            experts_at += (size_t)E * F * d;
+        }
+    }
+    add(tab, "model.norm.weight", 1, d, 0, -1, DENSE(p->final_norm));
+    if (!c->tie_embeddings) add(tab, "lm_head.weight", 2, V, d, -1, DENSE(p->lm_head));
+#undef DENSE
+    tab->global_count = experts_at;
+    return 1;
+}
+
+/* ---- gathering and scattering the global buffer ----------------------------------------------- */
+
+/* global[global_count] = dense part of `local`, plus every rank's experts (allgather over the EP group). */
+static moe_status gather_global(const trainer *tr, const moe_real *local, moe_real *global) {
+    const moe_model *m = tr->model;
+    const size_t dense = moe_model_num_dense(m);
+    memcpy(global, local, dense * sizeof(moe_real));
+    int num_spans;
+    const model_param_span *spans = moe_model_spans(m, &num_spans);
+    moe_comm *ep = tr->par->ep;
+    size_t *nbytes = malloc((size_t)ep->size * sizeof(size_t)), at = dense;
+    if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = MOE_OK;
+    for (int s = 0; s < num_spans && st == MOE_OK; s++) {
+        if (spans[s].offset < dense) continue;
+        for (int p = 0; p < ep->size; p++) nbytes[p] = spans[s].count * sizeof(moe_real);
+        /* EP rank p holds global experts [p*EL, (p+1)*EL): rank order is expert order */
+        st = ep->ops->allgatherv_bytes(ep, local + spans[s].offset, nbytes[0], global + at, nbytes);
+        at += spans[s].count * ep->size;
+    }
+    free(nbytes);
+    return st;
+}
+
+/* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
+static moe_status agree(const trainer *tr, moe_status st, char *message, size_t n) {
+    double failed = st != MOE_OK;
+    moe_status comm = tr->par->world->ops->allreduce_sum_f64(tr->par->world, &failed, 1);
+    if (comm != MOE_OK) return comm;
+    if (failed > 0 && st == MOE_OK) {
+        snprintf(message, n, "another rank failed (see its message)");
+        return MOE_ERR_IO;
+    }
+    return st;
+}
+
+static moe_status fail(moe_status st, char *message, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, n, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* ---- config.json and the run fingerprint ------------------------------------------------------ */
+
+static json_t *config_json(const model_config *c) {
+    const moe_config *q = &c->moe;
+    int mixtral = c->moe_every == 1 && q->num_experts > 1 && q->score_func == MOE_SCORE_SOFTMAX && q->renormalize &&
+                  q->capacity_factor <= 0;
+    return json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:b, s:s, s:s, s:f, s:b, s:n, s:f,"
+        " s:{s:i, s:s, s:b, s:f, s:s, s:f, s:f, s:b}}",
+        "architectures", "MixtralForCausalLM", "model_type", "mixtral", "vocab_size", c->vocab_size, "hidden_size",
+        c->d_model, "intermediate_size", c->d_ff, "num_hidden_layers", c->num_layers, "num_attention_heads",
+        c->num_heads, "num_key_value_heads", c->num_kv_heads, "head_dim", c->d_model / c->num_heads,
+        "max_position_embeddings", c->seq_len, "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
+        "num_local_experts", q->num_experts, "num_experts_per_tok", q->top_k, "tie_word_embeddings", c->tie_embeddings,
+        "hidden_act", "silu", "torch_dtype", "float32", "router_aux_loss_coef", (double)q->aux_loss_coef,
+        "output_router_logits", 0, "sliding_window", "attention_dropout", 0.0, "moe_train", "moe_every", c->moe_every,
+        "score_func", q->score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", "renormalize", q->renormalize,
+        "capacity_factor", (double)q->capacity_factor, "drop_priority",
+        q->drop_priority == MOE_DROP_BY_SCORE ? "score" : "token", "z_loss_coef", (double)q->z_loss_coef,
+        "bias_update_rate", (double)q->bias_update_rate, "mixtral_compatible", mixtral);
+}
+
+/* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
+static moe_status check_config(const char *dir, const model_config *c, char *message, size_t n) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j) return fail(errno == ENOENT ? MOE_ERR_IO : MOE_ERR_BAD_FILE, message, n, "%s: %s", path, err.text);
+    const struct { const char *key; long want; } ints[] = {
+        {"vocab_size", c->vocab_size},         {"hidden_size", c->d_model},     {"intermediate_size", c->d_ff},
+        {"num_hidden_layers", c->num_layers},  {"num_attention_heads", c->num_heads},
+        {"num_key_value_heads", c->num_kv_heads}, {"num_local_experts", c->moe.num_experts},
+        {"num_experts_per_tok", c->moe.top_k},
+    };
+    moe_status st = MOE_OK;
+    for (size_t i = 0; i < sizeof ints / sizeof *ints && st == MOE_OK; i++) {
+        json_t *v = json_object_get(j, ints[i].key);
+        if (!json_is_integer(v)) st = fail(MOE_ERR_BAD_FILE, message, n, "%s: %s is missing or not an integer", path, ints[i].key);
+        else if (json_integer_value(v) != ints[i].want)
+            st = fail(MOE_ERR_BAD_FILE, message, n, "%s: %s is %lld but the flags ask for %ld", path, ints[i].key,
+                      (long long)json_integer_value(v), ints[i].want);
+    }
+    json_t *tie = json_object_get(j, "tie_word_embeddings");
+    if (st == MOE_OK && json_is_boolean(tie) && json_is_true(tie) != c->tie_embeddings)
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: tie_word_embeddings is %s but the flags ask for %s", path,
+                  json_is_true(tie) ? "true" : "false", c->tie_embeddings ? "tied" : "untied");
+    json_t *every = json_object_get(json_object_get(j, "moe_train"), "moe_every");
+    long moe_every = json_is_integer(every) ? (long)json_integer_value(every) : 1; /* Mixtral: every layer */
+    if (st == MOE_OK && moe_every != c->moe_every)
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: moe_every is %ld but the flags ask for %d", path, moe_every, c->moe_every);
+    json_decref(j);
+    return st;
+}
+
+/* Everything that must match to continue a run: the architecture, routing, data order and seed. */
+static void fingerprint(const trainer *tr, char *out, size_t n) {
+    const model_config *c = &tr->opt.model;
+    const moe_config *q = &c->moe;
+    snprintf(out, n,
+             "V=%d L=%d d=%d H=%d KV=%d F=%d S=%d E=%d k=%d every=%d tie=%d score=%d renorm=%d cf=%g prio=%d aux=%g "
+             "z=%g bias_rate=%g invariant=%d batch=%d micro=%d seed=%d",
+             c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len, q->num_experts,
+             q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize, q->capacity_factor,
+             q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate, q->layout_invariant,
+             tr->opt.batch, tr->opt.micro_batches, tr->opt.seed);
+}
+
+/* ---- files and directories -------------------------------------------------------------------- */
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Removes a checkpoint directory: its files, then the directory (nothing recursive beyond that). */
+static void remove_checkpoint_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[1200];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int is_step_dir(const char *name, long *step) {
+    char *end;
+    if (strncmp(name, "step-", 5) || strlen(name) != 13) return 0;
+    *step = strtol(name + 5, &end, 10);
+    return *end == 0 && *step >= 0;
+}
+
+/* The step directories of root, ascending. */
+static long *list_steps(const char *root, int *count) {
+    DIR *d = opendir(root);
+    long *steps = NULL, step;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (is_step_dir(e->d_name, &step)) {
+            if (n == cap) steps = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
+            steps[n++] = step;
+        }
+    if (d) closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of entries */
+        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--) step = steps[j], steps[j] = steps[j - 1], steps[j - 1] = step;
+    *count = n;
+    return steps;
+}
+
+moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes, char *message, size_t n) {
+    int count;
+    long *steps = list_steps(root, &count);
+    moe_status st = count ? MOE_OK : fail(MOE_ERR_IO, message, n, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
+    if (count) snprintf(out, out_nbytes, "%s/step-%08ld", root, steps[count - 1]);
+    free(steps);
+    return st;
+}
+
+static moe_status write_files(const trainer *tr, const ckpt_table *tab, const moe_real *gp, const moe_real *gm,
+                              const moe_real *gv, const char *dir, int step, char *message, size_t n) {
+    const model_config *c = &tr->opt.model;
+    char path[700], value[512];
+    st_entry *e = calloc((size_t)2 * tab->count + c->num_layers, sizeof *e);
+    char (*names)[128] = calloc((size_t)2 * tab->count + c->num_layers, sizeof *names);
+    if (!e || !names) return free(e), free(names), MOE_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < tab->count; i++) {
+        const ckpt_tensor *t = &tab->t[i];
+        e[i] = (st_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset};
+    }
+    const st_meta model_meta[] = {{"format", "pt"}};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    moe_status st = st_write(path, e, tab->count, model_meta, 1, message, n);
+
+    json_t *config = config_json(c);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (st == MOE_OK && (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fsync_path(path) != 0))
+        st = fail(MOE_ERR_IO, message, n, "%s: cannot write", path);
+    json_decref(config);
+
+    int k = 0; /* train state: both moments of every tensor, then the routers' selection biases */
+    for (int i = 0; i < tab->count; i++)
+        for (int which = 0; which < 2; which++) {
+            const ckpt_tensor *t = &tab->t[i];
+            snprintf(names[k], sizeof names[k], "%s.%s", which ? "exp_avg_sq" : "exp_avg", t->name);
+            e[k] = (st_entry){names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
+            k++;
+        }
+    for (int l = 0; l < c->num_layers; l++) {
+        const moe_real *bias = moe_model_expert_bias(tr->model, l);
+        if (!bias) continue;
+        snprintf(names[k], sizeof names[k], "expert_bias.layers.%d", l);
+        e[k++] = (st_entry){names[k - 1], 1, {c->moe.num_experts}, bias};
+    }
+    char step_text[32], position[32];
+    snprintf(step_text, sizeof step_text, "%d", step);
+    snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
+    fingerprint(tr, value, sizeof value);
+    const st_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position},
+                                  {"fingerprint", value}};
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    if (st == MOE_OK) st = st_write(path, e, k, state_meta, 4, message, n);
+    free(e), free(names);
+    return st;
+}
+
+moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_last, char *message, size_t n) {
+    message[0] = 0;
+    ckpt_table tab = {0};
+    moe_real *g = NULL;
+    moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && !(g = malloc(3 * tab.global_count * sizeof(moe_real)))) st = MOE_ERR_OUT_OF_MEMORY;
+    st = agree(tr, st, message, n);
+    const moe_real *local[3] = {moe_model_params(tr->model), tr->moment1, tr->moment2};
+    for (int i = 0; i < 3 && st == MOE_OK; i++) st = gather_global(tr, local[i], g + i * tab.global_count);
+    if (st == MOE_OK && tr->par->world_rank == 0) {
+        char tmp[600], final[600], old[600];
+        snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08d", root, step);
+        snprintf(final, sizeof final, "%s/step-%08d", root, step);
+        snprintf(old, sizeof old, "%s/.old-step-%08d", root, step);
+        mkdir(root, 0755);
+        remove_checkpoint_dir(tmp); /* the leftovers of an interrupted save */
+        if (mkdir(tmp, 0755) != 0) st = fail(MOE_ERR_IO, message, n, "%s: cannot create: %s", tmp, strerror(errno));
+        if (st == MOE_OK)
+            st = write_files(tr, &tab, g, g + tab.global_count, g + 2 * tab.global_count, tmp, step, message, n);
+        if (st == MOE_OK && fsync_path(tmp) != 0) st = fail(MOE_ERR_IO, message, n, "%s: fsync failed", tmp);
+        /* the new directory takes the final name in one rename; an older save of the same step goes after */
+        if (st == MOE_OK && rename(final, old) != 0 && errno != ENOENT)
+            st = fail(MOE_ERR_IO, message, n, "%s: cannot move aside: %s", final, strerror(errno));
+        if (st == MOE_OK && rename(tmp, final) != 0)
+            st = fail(MOE_ERR_IO, message, n, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+        if (st == MOE_OK) {
+            remove_checkpoint_dir(old);
+            fsync_path(root);
+            int count;
+            long *steps = list_steps(root, &count);
+            for (int i = 0; keep_last > 0 && i < count - keep_last; i++) {
+                snprintf(old, sizeof old, "%s/step-%08ld", root, steps[i]);
+                remove_checkpoint_dir(old);
+            }
+            free(steps);
+        } else {
+            remove_checkpoint_dir(tmp);
+        }
+    }
+    free(g), free(tab.t);
+    return agree(tr, st, message, n);
+}
+
+/* ---- loading ---------------------------------------------------------------------------------- */
+
+/* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks every tensor of
+ * the table exists with its shape and F32, and that the file has no tensor the model does not know. */
+static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst, int extra_ok,
+                               char *message, size_t n) {
+    char name[160];
+    for (int i = 0; i < tab->count; i++) {
+        const ckpt_tensor *t = &tab->t[i];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        moe_status st;
+        if (t->local_offset >= 0) {
+            st = st_read(f, name, t->ndim, t->shape, dst + t->local_offset, message, n);
+        } else {
+            const st_tensor *s = st_find(f, name);
+            int same = s && s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim < 2 || s->shape[1] == t->shape[1]);
+            st = same && !strcmp(s->dtype, "F32") ? MOE_OK : st_read(f, name, t->ndim, t->shape, NULL, message, n);
+        }
+        if (st != MOE_OK) return st;
+    }
+    for (int i = 0; i < f->num_tensors && !extra_ok; i++) {
+        const char *have = f->tensors[i].name;
+        int known = 0;
+        for (int j = 0; j < tab->count && !known; j++) {
+            snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
+            known = !strcmp(name, have);
+        }
+        if (!known) return fail(MOE_ERR_BAD_FILE, message, n, "%s: unexpected tensor %s (a different model, or wrong names)",
+                                f->path, have);
+    }
+    return MOE_OK;
+}
+
+static moe_status load_weights(trainer *tr, const ckpt_table *tab, const char *dir, char *message, size_t n) {
+    char path[600];
+    st_file f;
+    moe_status st = check_config(dir, &tr->opt.model, message, n);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (st == MOE_OK && (st = st_open(path, &f, message, n)) == MOE_OK) {
+        st = read_tensors(&f, tab, "", moe_model_params(tr->model), 0, message, n);
+        st_close(&f);
+    }
+    return st;
+}
+
+moe_status checkpoint_load_weights(trainer *tr, const char *dir, char *message, size_t n) {
+    message[0] = 0;
+    ckpt_table tab = {0};
+    moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir, message, n) : MOE_ERR_OUT_OF_MEMORY;
+    free(tab.t);
+    return agree(tr, st, message, n);
+}
+
+static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir, int *step, char *message, size_t n) {
+    const model_config *c = &tr->opt.model;
+    char path[600], want[512], name[64];
+    st_file f;
+    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
+    moe_status st = st_open(path, &f, message, n);
+    if (st != MOE_OK) return st;
+    const char *format = st_metadata(&f, "format"), *fp = st_metadata(&f, "fingerprint"), *saved = st_metadata(&f, "step");
+    fingerprint(tr, want, sizeof want);
+    if (!format || strcmp(format, "moe-train-state-1") || !saved)
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: not a moe-train training state", path);
+    else if (!fp || strcmp(fp, want))
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: training state from another run: saved for [%s], this run is [%s]",
+                  path, fp ? fp : "?", want);
+    if (st == MOE_OK) st = read_tensors(&f, tab, "exp_avg.", tr->moment1, 1, message, n);
+    if (st == MOE_OK) st = read_tensors(&f, tab, "exp_avg_sq.", tr->moment2, 1, message, n);
+    for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
+        moe_real *bias = moe_model_expert_bias(tr->model, l);
+        long E = c->moe.num_experts;
+        snprintf(name, sizeof name, "expert_bias.layers.%d", l);
+        if (bias) st = st_read(&f, name, 1, &E, bias, message, n);
+    }
+    if (st == MOE_OK) *step = atoi(saved);
+    st_close(&f);
+    return st;
+}
+
+moe_status checkpoint_resume(trainer *tr, const char *dir, int *step, char *message, size_t n) {
+    message[0] = 0;
+    ckpt_table tab = {0};
+    moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = load_weights(tr, &tab, dir, message, n);
+    if (st == MOE_OK) st = load_state(tr, &tab, dir, step, message, n);
+    free(tab.t);
+    return agree(tr, st, message, n);
+}

@@ -1,0 +1,35 @@
+/* checkpoint.h — checkpoints that outlive layouts.
+ *
+ * A checkpoint is a directory:
+ *   model.safetensors        the whole model in Hugging Face Mixtral names and shapes; experts by global
+ *                            id, so the file does not depend on ep or the world size
+ *   config.json              Mixtral's config.json (plus a "moe_train" object for what Mixtral has no key
+ *                            for); with every FFN an MoE layer, softmax routing renormalised and no
+ *                            capacity limit, the directory loads in transformers as MixtralForCausalLM
+ *   train_state.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME), the routers' selection biases
+ *                            (expert_bias.layers.I), and metadata: step, data position, and a fingerprint
+ *                            of everything that must match to continue the same run
+ * Saves go to ROOT/step-NNNNNNNN and are atomic: written into ROOT/.tmp-step-NNNNNNNN, every file fsynced,
+ * then renamed; an interrupted save leaves the earlier checkpoints as they were. Loading never writes.
+ * All functions are collective over the trainer's layout; world rank 0 writes, every rank reads. On
+ * failure every rank returns the same status and message names the file and the tensor or field. */
+#ifndef MOE_MODELS_CHECKPOINT_H
+#define MOE_MODELS_CHECKPOINT_H
+
+#include "models/trainer.h"
+
+/* Saves the trainer's model and state after `step` into ROOT/step-NNNNNNNN, then deletes all but the
+ * newest keep_last step directories (keep_last <= 0: keep all). */
+moe_status checkpoint_save(trainer *t, const char *root, int step, int keep_last, char *message, size_t message_nbytes);
+
+/* Weights only (--init-from): the optimizer starts fresh. */
+moe_status checkpoint_load_weights(trainer *t, const char *dir, char *message, size_t message_nbytes);
+
+/* Weights, moments, biases and step (--resume): *step is the last completed step. The run's fingerprint
+ * (model, batch, micro-batches, seed) must match the saved one; ep and the world size may differ. */
+moe_status checkpoint_resume(trainer *t, const char *dir, int *step, char *message, size_t message_nbytes);
+
+/* ROOT/step-NNNNNNNN with the highest N into out; MOE_ERR_IO with a message when there is none. */
+moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes, char *message, size_t message_nbytes);
+
+#endif

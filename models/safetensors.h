@@ -1,0 +1,62 @@
+/* safetensors.h — reading and writing safetensors files (Hugging Face's format), float32 tensors only.
+ *
+ *   [8 bytes: little-endian u64 N] [N bytes: JSON header, space-padded to a multiple of 8] [data]
+ *   header: {"NAME": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
+ *            "__metadata__": {"key": "string value", ...}}
+ *
+ * The header is written with jansson with sorted keys and the data in the order given, so saving the
+ * same tensors twice gives the same bytes. Readers validate everything (header length, JSON, dtype,
+ * shape against byte count, offsets inside the file and not overlapping) and report problems as a
+ * sentence naming the file and the tensor. */
+#ifndef MOE_MODELS_SAFETENSORS_H
+#define MOE_MODELS_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "moe/moe.h"
+
+enum { ST_MAX_DIMS = 4, ST_MAX_NAME = 128 };
+
+typedef struct {
+    const char *name;
+    int ndim;
+    long shape[ST_MAX_DIMS];
+    const float *data; /* product(shape) floats */
+} st_entry;
+
+typedef struct {
+    const char *key, *value;
+} st_meta;
+
+/* Writes path (not atomically: see models/checkpoint.c) and fsyncs it. */
+moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta,
+                    char *message, size_t message_nbytes);
+
+typedef struct {
+    char name[ST_MAX_NAME];
+    char dtype[8];
+    int ndim;
+    long shape[ST_MAX_DIMS];
+    size_t begin, end; /* byte offsets in the data section */
+} st_tensor;
+
+typedef struct {
+    char path[512];
+    FILE *file;
+    size_t data_start, file_nbytes;
+    st_tensor *tensors;
+    int num_tensors;
+    void *metadata; /* json_t * */
+} st_file;
+
+moe_status st_open(const char *path, st_file *f, char *message, size_t message_nbytes);
+void st_close(st_file *f);
+const st_tensor *st_find(const st_file *f, const char *name);
+const char *st_metadata(const st_file *f, const char *key); /* NULL when absent */
+
+/* Reads tensor `name` into dst after checking dtype F32 and shape == (ndim, shape). */
+moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst, char *message,
+                   size_t message_nbytes);
+
+#endif

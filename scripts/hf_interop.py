@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""hf_interop.py — checkpoints move between moe-train and Hugging Face transformers (MixtralForCausalLM).
+
+Proves two directions on a tiny model (vocab 256, d 64, 2 layers, 4 heads / 2 kv heads, 4 experts, top-2):
+  A. ours -> HF: moe-train trains 20 steps on 2 ranks and saves a checkpoint; transformers loads the
+     directory as MixtralForCausalLM and gives the same logits on validation sequence 0 (moe-train
+     --dump-logits) and the same mean cross-entropy over the eval sequences as moe-train --eval-only.
+  B. HF -> ours: a random MixtralConfig model saved with save_pretrained (safetensors, float32) loads in
+     moe-train with --init-from and gives the same eval loss as transformers on the same sequences.
+Tolerances: logits max|diff| <= 1e-4 * max|logit| + 1e-5; loss relative difference <= 1e-5.
+
+Run (Debian's python3 with python3-torch and transformers, e.g. 4.40.2; scripts/test.sh installs it):
+  /usr/bin/python3 scripts/hf_interop.py --moe-train build/moe-train --mpirun mpirun --workdir /tmp/hf
+or as the meson test: meson test -C build test_hf_interop -v
+Exit: 0 all comparisons pass, 1 one fails (or moe-train refuses a file), 77 transformers unavailable.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only; nothing is downloaded
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+try:
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import MixtralConfig, MixtralForCausalLM
+except Exception as e:  # ImportError, or a transformers too old to have Mixtral
+    print(f"SKIP: transformers with MixtralForCausalLM is not importable under {sys.executable}: {e!r}")
+    sys.exit(77)
+
+VOCAB, SEQ, BATCH, EVAL_BATCHES, THETA, EPS = 256, 32, 4, 2, 10000.0, 1e-5
+MODEL = dict(layers=2, d_model=64, heads=4, kv_heads=2, d_ff=96, experts=4, top_k=2)
+MODEL_FLAGS = ["--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2", "--d-ff", "96",
+               "--experts", "4", "--top-k", "2", "--seq-len", str(SEQ), "--vocab", str(VOCAB),
+               "--rope-theta", str(THETA), "--tie-embeddings", "0", "--batch", str(BATCH)]
+LOGIT_RTOL, LOGIT_ATOL, LOSS_RTOL = 1e-4, 1e-5, 1e-5
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+           "OPENBLAS_NUM_THREADS": "1"}
+
+
+def write_tokens(path, tokens):
+    """llm.c token file: 256 little-endian int32 header (magic, version, count), then uint16 tokens."""
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def synthetic_text(n, seed):
+    """Bytes of text-like sentences from a small word list: structure for a tiny model to learn."""
+    rng = random.Random(seed)
+    words = ["and", "the", "lord", "said", "unto", "moses", "of", "israel", "in", "that", "day", "light",
+             "was", "good", "earth", "waters", "god", "created", "heaven", "behold"]
+    out = bytearray()
+    while len(out) < n:
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(3, 9)))
+        out += (sentence[0].upper() + sentence[1:] + rng.choice([".", ",", ";", ":"]) + "\n").encode()
+    return list(out[:n])
+
+
+def eval_sequences(tokens, count):
+    """moe-train's validation sequences 0..count-1: windows of S+1 tokens at multiples of S, wrapping."""
+    windows = (len(tokens) - 1) // SEQ
+    starts = [(i % windows) * SEQ for i in range(count)]
+    inputs = torch.tensor([tokens[s:s + SEQ] for s in starts], dtype=torch.long)
+    targets = torch.tensor([tokens[s + 1:s + SEQ + 1] for s in starts], dtype=torch.long)
+    return inputs, targets
+
+
+def run(cmd, what):
+    """Runs a command; returns (ok, output). Output is echoed so the test log shows it."""
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env={**os.environ, **MPI_ENV})
+    quiet = p.returncode == 0  # on success, leave out the flag listing a training run prints
+    print("".join(l for l in p.stdout.splitlines(True) if not (quiet and l.startswith("  --"))), end="", flush=True)
+    if p.returncode != 0:
+        print(f"FAIL: {what}: exit status {p.returncode}")
+    return p.returncode == 0, p.stdout
+
+
+def ours_eval(args, data, init_from, dump=None):
+    """moe-train --eval-only on 2 ranks; returns the printed val loss, or None when it failed."""
+    cmd = [args.mpirun, "-np", "2", args.moe_train, *MODEL_FLAGS, *data, "--init-from", init_from,
+           "--eval-only", "1", "--eval-batches", str(EVAL_BATCHES)]
+    if dump:
+        cmd += ["--dump-logits", dump]
+    ok, out = run(cmd, f"moe-train --eval-only --init-from {init_from}")
+    m = re.search(r"eval: val_loss ([0-9.eE+-]+) over (\d+) tokens", out)
+    if ok and not m:
+        print("FAIL: moe-train printed no 'eval: val_loss X over N tokens' line")
+    if ok and m and int(m.group(2)) != EVAL_BATCHES * BATCH * SEQ:
+        print(f"FAIL: moe-train evaluated {m.group(2)} tokens, expected {EVAL_BATCHES * BATCH * SEQ}")
+        return None
+    return float(m.group(1)) if ok and m else None
+
+
+def hf_eval(model, inputs, targets):
+    """(logits [count, S, V] float64, mean next-token cross-entropy) of transformers on the sequences."""
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits.double()
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), reduction="mean").item()
+    return logits, loss
+
+
+def load_hf(path):
+    kwargs = dict(torch_dtype=torch.float32)
+    try:
+        return MixtralForCausalLM.from_pretrained(path, attn_implementation="eager", **kwargs).eval()
+    except TypeError:  # transformers before attn_implementation: eager is the only one
+        return MixtralForCausalLM.from_pretrained(path, **kwargs).eval()
+
+
+def loss_check(name, ours, hf, results):
+    rel = abs(ours - hf) / abs(hf)
+    ok = rel <= LOSS_RTOL
+    print(f"{name}: moe-train val_loss {ours:.9f}  transformers {hf:.9f}  rel diff {rel:.2e}  "
+          f"(tolerance {LOSS_RTOL:.0e})  {'ok' if ok else 'FAIL'}")
+    results.append((name, ok))
+
+
+def part_a(args, w, data, val, results):
+    print("== A. ours -> Hugging Face: train 20 steps with moe-train, load as MixtralForCausalLM ==")
+    ckpt = os.path.join(w, "ckpt")
+    ok, _ = run([args.mpirun, "-np", "2", args.moe_train, *MODEL_FLAGS, *data, "--steps", "20", "--warmup", "2",
+                 "--eval-interval", "0", "--eval-batches", "1", "--sample-tokens", "0",
+                 "--checkpoint-dir", ckpt], "moe-train training run")
+    step_dir = os.path.join(ckpt, "step-00000020")
+    dump = os.path.join(w, "ours.f32")
+    ours = ours_eval(args, data, step_dir, dump) if ok else None
+    if ours is None:
+        results.append(("A: moe-train train + eval", False))
+        return
+    model = load_hf(step_dir)
+    inputs, targets = eval_sequences(val, EVAL_BATCHES * BATCH)
+    logits, hf_loss = hf_eval(model, inputs, targets)
+    with open(dump, "rb") as f:
+        raw = f.read()
+    if len(raw) != SEQ * VOCAB * 4:
+        print(f"FAIL: {dump} has {len(raw)} bytes, expected {SEQ * VOCAB * 4} (float32 [{SEQ}, {VOCAB}])")
+        results.append(("A: logits", False))
+    else:
+        ours_logits = torch.tensor(struct.unpack(f"<{SEQ * VOCAB}f", raw), dtype=torch.float64).reshape(SEQ, VOCAB)
+        diff = (ours_logits - logits[0]).abs().max().item()
+        scale = logits[0].abs().max().item()
+        ok = diff <= LOGIT_RTOL * scale + LOGIT_ATOL
+        print(f"A logits (validation sequence 0, [{SEQ}, {VOCAB}]): max|diff| {diff:.3e}  max|logit| {scale:.3f}  "
+              f"tolerance {LOGIT_RTOL * scale + LOGIT_ATOL:.3e}  {'ok' if ok else 'FAIL'}")
+        results.append(("A: logits", ok))
+    loss_check("A loss", ours, hf_loss, results)
+
+
+def part_b(args, w, data, val, results):
+    print("== B. Hugging Face -> ours: random MixtralConfig model, moe-train --init-from ==")
+    config = MixtralConfig(vocab_size=VOCAB, hidden_size=MODEL["d_model"], intermediate_size=MODEL["d_ff"],
+                           num_hidden_layers=MODEL["layers"], num_attention_heads=MODEL["heads"],
+                           num_key_value_heads=MODEL["kv_heads"], num_local_experts=MODEL["experts"],
+                           num_experts_per_tok=MODEL["top_k"], max_position_embeddings=4 * SEQ,
+                           rope_theta=THETA, rms_norm_eps=EPS, tie_word_embeddings=False, sliding_window=None,
+                           hidden_act="silu", torch_dtype="float32")
+    torch.manual_seed(1234)
+    config.initializer_range = 0.1  # larger than the default 0.02 so that the routing is not near-uniform
+    model = MixtralForCausalLM(config).float().eval()
+    with torch.no_grad():  # norms start at 1 in transformers; random gains check that they load too
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    hf_dir = os.path.join(w, "hf_model")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    print(f"saved {hf_dir}: {sorted(os.listdir(hf_dir))}")
+    inputs, targets = eval_sequences(val, EVAL_BATCHES * BATCH)
+    _, hf_loss = hf_eval(load_hf(hf_dir), inputs, targets)
+    ours = ours_eval(args, data, hf_dir)
+    if ours is None:
+        print("FAIL: moe-train did not load the transformers directory (its message is above)")
+        results.append(("B: moe-train --init-from the transformers directory", False))
+        return
+    loss_check("B loss", ours, hf_loss, results)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--moe-train", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}")
+    w = os.path.abspath(args.workdir)
+    shutil.rmtree(w, ignore_errors=True)  # a fresh directory: no checkpoint of an earlier run is reused
+    os.makedirs(w)
+    train = synthetic_text(6000, seed=1)
+    val = synthetic_text(EVAL_BATCHES * BATCH * SEQ + 64, seed=2)
+    write_tokens(os.path.join(w, "train.bin"), train)
+    write_tokens(os.path.join(w, "val.bin"), val)
+    data = ["--train-data", os.path.join(w, "train.bin"), "--val-data", os.path.join(w, "val.bin")]
+    results = []
+    part_a(args, w, data, val, results)
+    part_b(args, w, data, val, results)
+    print("== summary ==")
+    for name, ok in results:
+        print(f"  {'ok  ' if ok else 'FAIL'}  {name}")
+    passed = all(ok for _, ok in results)
+    print("hf_interop: " + ("all comparisons pass" if passed else "FAILED"))
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

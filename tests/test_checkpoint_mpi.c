@@ -1,0 +1,232 @@
+/* test_checkpoint_mpi.c — checkpoints under mpirun -np 2 (models/checkpoint.h), on a tiny model with
+ * 8 experts and capacity drops:
+ *  - resume is bitwise: 20 steps straight vs 10 + resume + 10, with ep unchanged (1 -> 1) and changed
+ *    (1 -> 2): the losses of steps 11-20 and the final weight and state files are byte-identical;
+ *  - round trip: load a checkpoint (into the other layout) and save it again: byte-identical files;
+ *  - bad checkpoints are refused with a message naming the file and the tensor or field: truncated
+ *    weights, a renamed tensor, a wrong dtype, a wrong shape, a config that disagrees with the flags,
+ *    training state from another run; and a save that fails leaves the earlier checkpoints intact. */
+#define _GNU_SOURCE /* memmem */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alltoall/parallel_mpi.h"
+#include "models/checkpoint.h"
+#include "tests/test_mpi.h"
+#include "tests/test_training.h"
+
+enum { STEPS = 20, HALF = 10 };
+
+static char dir[64] = "/tmp/moe-ckpt-test-XXXXXX", train_path[128], val_path[128];
+static int rank;
+
+typedef struct {
+    moe_parallel *par;
+    trainer t;
+} run;
+
+static void start(run *r, int ep, train_options o) {
+    char message[512];
+    test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
+    o.model.moe.ep_size = ep;
+    test_mpi_require(trainer_create(&r->t, &o, r->par, message, sizeof message), message);
+}
+
+static void stop(run *r) {
+    trainer_destroy(&r->t);
+    moe_parallel_destroy(r->par);
+}
+
+static void steps(run *r, int first, int last, double *losses) {
+    step_result s = {0};
+    s.expert_tokens = calloc(64, sizeof(double));
+    for (int i = first; i <= last; i++) {
+        test_mpi_require(trainer_step(&r->t, i, &s), "step");
+        losses[i - 1] = s.loss;
+    }
+    free(s.expert_tokens);
+}
+
+static void save(run *r, const char *root, int step) {
+    char message[512];
+    test_mpi_require(checkpoint_save(&r->t, root, step, 0, message, sizeof message), message);
+}
+
+static long file_bytes(const char *path, char **data) {
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0) {
+        *data = malloc((size_t)n + 1);
+        rewind(f);
+        if (fread(*data, 1, (size_t)n, f) != (size_t)n) n = -1;
+    }
+    if (f) fclose(f);
+    return n;
+}
+
+static int same_file(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    long na = file_bytes(a, &x), nb = file_bytes(b, &y);
+    int same = na >= 0 && na == nb && !memcmp(x, y, (size_t)na);
+    free(x), free(y);
+    return same;
+}
+
+static void copy_checkpoint(const char *from, const char *to) {
+    const char *files[] = {"model.safetensors", "config.json", "train_state.safetensors"};
+    char src[300], dst[300], *data = NULL;
+    mkdir(to, 0755);
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof src, "%s/%s", from, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", to, files[i]);
+        long n = file_bytes(src, &data);
+        FILE *f = fopen(dst, "wb");
+        if (n < 0 || !f || fwrite(data, 1, (size_t)n, f) != (size_t)n) test_mpi_require(MOE_ERR_IO, "copy");
+        fclose(f), free(data);
+    }
+}
+
+/* Replaces the first occurrence of `from` by `to` (same length) in a file; truncate > 0 cuts bytes. */
+static void corrupt(const char *path, const char *from, const char *to, long truncate) {
+    char *data = NULL;
+    long n = file_bytes(path, &data);
+    if (from) {
+        char *at = memmem(data, (size_t)n, from, strlen(from));
+        if (!at) test_mpi_require(MOE_ERR_BAD_FILE, "the text to corrupt is not in the file");
+        memcpy(at, to, strlen(to));
+    }
+    FILE *f = fopen(path, "wb");
+    fwrite(data, 1, (size_t)(n - truncate), f);
+    fclose(f), free(data);
+}
+
+/* Rank 0 prepares a bad copy of `good`, then every rank tries to load it and must fail with `expect`. */
+static void expect_refusal(const char *what, const char *good, train_options o, int resume, const char *file,
+                           const char *from, const char *to, long truncate, const char *expect) {
+    char bad[200], path[300], message[512];
+    snprintf(bad, sizeof bad, "%s/bad-%s", dir, what);
+    if (rank == 0) {
+        copy_checkpoint(good, bad);
+        snprintf(path, sizeof path, "%s/%s", bad, file);
+        corrupt(path, from, to, truncate);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    run r;
+    start(&r, 1, o);
+    int step = 0;
+    moe_status st = resume ? checkpoint_resume(&r.t, bad, &step, message, sizeof message)
+                           : checkpoint_load_weights(&r.t, bad, message, sizeof message);
+    CHECK(st != MOE_OK, "%s: accepted", what);
+    if (rank == 0) {
+        CHECK(strstr(message, expect) != NULL, "%s: message '%s' lacks '%s'", what, message, expect);
+        printf("%-22s refused: %s\n", what, message);
+    }
+    stop(&r);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0 && !mkdtemp(dir)) test_mpi_require(MOE_ERR_IO, "mkdtemp");
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(train_path, sizeof train_path, "%s/train.bin", dir);
+    snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
+    if (rank == 0) test_write_corpus(train_path, 100000, 1), test_write_corpus(val_path, 10000, 2);
+    MPI_Barrier(MPI_COMM_WORLD);
+    train_options o = test_small_options(train_path, val_path, 1, STEPS, 1);
+    o.model.moe.score_func = MOE_SCORE_SIGMOID; /* the selection biases are state too */
+    char straight[128], path_a[300], path_b[300];
+    snprintf(straight, sizeof straight, "%s/straight", dir);
+
+    double reference[STEPS], losses[STEPS];
+    run r;
+    start(&r, 1, o);
+    steps(&r, 1, HALF, reference);
+    save(&r, straight, HALF);
+    steps(&r, HALF + 1, STEPS, reference);
+    save(&r, straight, STEPS);
+    stop(&r);
+
+    char half[200], full[200];
+    snprintf(half, sizeof half, "%s/step-%08d", straight, HALF);
+    snprintf(full, sizeof full, "%s/step-%08d", straight, STEPS);
+    for (int ep = 1; ep <= 2; ep++) {
+        char root[128];
+        snprintf(root, sizeof root, "%s/resumed-ep%d", dir, ep);
+        int done = 0;
+        char message[512];
+        start(&r, ep, o);
+        test_mpi_require(checkpoint_resume(&r.t, half, &done, message, sizeof message), message);
+        CHECK(done == HALF, "resumed after step %d", done);
+        memcpy(losses, reference, sizeof losses);
+        steps(&r, HALF + 1, STEPS, losses);
+        save(&r, root, STEPS);
+        stop(&r);
+        CHECK(!memcmp(losses, reference, sizeof losses), "ep 1 -> %d: losses after resume differ", ep);
+        const char *files[] = {"model.safetensors", "train_state.safetensors", "config.json"};
+        for (int i = 0; i < 3 && rank == 0; i++) {
+            snprintf(path_a, sizeof path_a, "%s/%s", full, files[i]);
+            snprintf(path_b, sizeof path_b, "%s/step-%08d/%s", root, STEPS, files[i]);
+            CHECK(same_file(path_a, path_b), "ep 1 -> %d: %s differs from the straight run's", ep, files[i]);
+        }
+        if (rank == 0) printf("resume ep 1 -> %d: steps %d-%d and the final files bitwise equal to the straight run\n", ep, HALF + 1, STEPS);
+    }
+
+    /* round trip: load into the other layout, save again */
+    char again[128], message[512];
+    snprintf(again, sizeof again, "%s/again", dir);
+    int done = 0;
+    start(&r, 2, o);
+    test_mpi_require(checkpoint_resume(&r.t, full, &done, message, sizeof message), message);
+    save(&r, again, done);
+    stop(&r);
+    for (int i = 0; i < 2 && rank == 0; i++) {
+        const char *file = i ? "train_state.safetensors" : "model.safetensors";
+        snprintf(path_a, sizeof path_a, "%s/%s", full, file);
+        snprintf(path_b, sizeof path_b, "%s/step-%08d/%s", again, STEPS, file);
+        CHECK(same_file(path_a, path_b), "round trip: %s not byte-identical", file);
+    }
+
+    expect_refusal("truncated", full, o, 0, "model.safetensors", NULL, NULL, 100, "truncated");
+    expect_refusal("renamed tensor", full, o, 0, "model.safetensors", "model.norm.weight", "model.norx.weight", 0,
+                   "tensor model.norm.weight is missing");
+    expect_refusal("wrong dtype", full, o, 0, "model.safetensors", "\"F32\"", "\"F16\"", 0, "has dtype F16");
+    train_options wide = o;
+    wide.model.d_ff = 48, wide.model.moe.d_ff = 48;
+    expect_refusal("wrong shape", full, wide, 0, "config.json", "\"intermediate_size\": 32", "\"intermediate_size\": 48", 0,
+                   "has shape [32, 32], the model needs [48, 32]");
+    train_options deeper = o;
+    deeper.model.num_layers = 3;
+    expect_refusal("config vs flags", full, deeper, 0, "config.json", NULL, NULL, 0,
+                   "num_hidden_layers is 2 but the flags ask for 3");
+    train_options other_run = o;
+    other_run.seed = 4242;
+    expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0, "training state from another run");
+
+    /* a save that cannot complete leaves the earlier checkpoints as they were */
+    char blocker[200];
+    snprintf(blocker, sizeof blocker, "%s/.tmp-step-%08d", straight, 30);
+    if (rank == 0) fclose(fopen(blocker, "w"));
+    MPI_Barrier(MPI_COMM_WORLD);
+    start(&r, 1, o);
+    CHECK(checkpoint_save(&r.t, straight, 30, 1, message, sizeof message) != MOE_OK, "a blocked save succeeded");
+    if (rank == 0) printf("failed save: %s\n", message);
+    int step = 0;
+    test_mpi_require(checkpoint_resume(&r.t, full, &step, message, sizeof message), "the good checkpoint after a failed save");
+    stop(&r);
+    if (rank == 0) {
+        snprintf(path_b, sizeof path_b, "%s/step-%08d/model.safetensors", again, STEPS);
+        snprintf(path_a, sizeof path_a, "%s/model.safetensors", full);
+        CHECK(same_file(path_a, path_b), "the good checkpoint changed");
+        CHECK(access(half, F_OK) == 0, "keep-last pruned after a failed save");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+    return test_mpi_finish("test_checkpoint_mpi");
+}

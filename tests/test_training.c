@@ -1,0 +1,30 @@
+/* test_training.c — the shared corpus and tiny-model options of the training tests. */
+#include "tests/test_training.h"
+
+#include <stdlib.h>
+
+#include "models/dataloader.h"
+#include "tests/test_mpi.h"
+
+void test_write_corpus(const char *path, long n, unsigned long long seed) {
+    unsigned short *tokens = malloc((size_t)n * sizeof *tokens);
+    moe_rng rng = moe_rng_seeded(seed);
+    tokens[0] = 0;
+    for (long i = 1; i < n; i++) tokens[i] = (unsigned short)((3 * tokens[i - 1] + 1 + moe_rng_next(&rng) % 2) % TEST_VOCAB);
+    test_mpi_require(token_file_write(path, tokens, n), "writing the corpus");
+    free(tokens);
+}
+
+train_options test_small_options(const char *train, const char *val, int ep, int steps, int micro_batches) {
+    train_options o;
+    char *argv[] = {"test", NULL};
+    train_options_parse(1, argv, 1, &o, NULL);
+    model_config *m = &o.model;
+    m->vocab_size = TEST_VOCAB, m->num_layers = 2, m->d_model = 32, m->num_heads = 4, m->num_kv_heads = 2;
+    m->d_ff = 32, m->seq_len = 16;
+    m->moe = moe_config_default(m->d_model, m->d_ff, 8, 2);
+    m->moe.ep_size = ep, m->moe.capacity_factor = 1.25f;
+    o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
+    o.eval_batches = 2, o.train_data = train, o.val_data = val;
+    return o;
+}
