@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,26 @@ static moe_status check_config(const char *dir, const model_config *c, char *mes
     if (st == MOE_OK && json_is_boolean(tie) && json_is_true(tie) != c->tie_embeddings)
         st = fail(MOE_ERR_BAD_FILE, message, n, "%s: tie_word_embeddings is %s but the flags ask for %s", path,
                   json_is_true(tie) ? "true" : "false", c->tie_embeddings ? "tied" : "untied");
+    /* the numbers that change the function the weights compute, beyond the shapes */
+    json_t *theta = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps"),
+           *window = json_object_get(j, "sliding_window"), *act = json_object_get(j, "hidden_act");
+    if (st == MOE_OK && (!json_is_number(theta) || fabs(json_number_value(theta) - c->rope_theta) > 1e-6 * c->rope_theta))
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: rope_theta is %g but the flags ask for %g (--rope-theta)", path,
+                  json_is_number(theta) ? json_number_value(theta) : -1.0, (double)c->rope_theta);
+    if (st == MOE_OK && (!json_is_number(eps) || fabs(json_number_value(eps) - c->norm_eps) > 1e-6 * c->norm_eps))
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: rms_norm_eps is %g but this model uses %g", path,
+                  json_is_number(eps) ? json_number_value(eps) : -1.0, (double)c->norm_eps);
+    if (st == MOE_OK && !json_is_null(window) && window && (!json_is_integer(window) || json_integer_value(window) < c->seq_len))
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: sliding_window %lld is shorter than the sequence length %d (no sliding "
+                  "window attention here)", path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL,
+                  c->seq_len);
+    if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: hidden_act must be silu (SwiGLU experts)", path);
+    json_t *score = json_object_get(json_object_get(j, "moe_train"), "score_func");
+    const char *want_score = c->moe.score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax";
+    if (st == MOE_OK && json_is_string(score) && strcmp(json_string_value(score), want_score))
+        st = fail(MOE_ERR_BAD_FILE, message, n, "%s: the router was trained with %s scores but the flags ask for %s", path,
+                  json_string_value(score), want_score);
     json_t *every = json_object_get(json_object_get(j, "moe_train"), "moe_every");
     long moe_every = json_is_integer(every) ? (long)json_integer_value(every) : 1; /* Mixtral: every layer */
     if (st == MOE_OK && moe_every != c->moe_every)

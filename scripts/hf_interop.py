@@ -82,7 +82,8 @@ def run(cmd, what):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        env={**os.environ, **MPI_ENV})
     quiet = p.returncode == 0  # on success, leave out the flag listing a training run prints
-    print("".join(l for l in p.stdout.splitlines(True) if not (quiet and l.startswith("  --"))), end="", flush=True)
+    listing = lambda line: line == "configuration:\n" or line.startswith("  --")
+    print("".join(l for l in p.stdout.splitlines(True) if not (quiet and listing(l))), end="", flush=True)
     if p.returncode != 0:
         print(f"FAIL: {what}: exit status {p.returncode}")
     return p.returncode == 0, p.stdout

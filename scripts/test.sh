@@ -4,16 +4,16 @@
 #   gpu: CUDA tests (skip without a GPU).
 # Extra arguments go to `meson test` (for example --suite unit, or a test's name).
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" python3-torch python3-numpy
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" python3-torch python3-numpy python3-pip
 
-# Hugging Face transformers for test_hf_interop (suite ref), into Debian's python3 next to python3-torch 1.13:
-# 4.40.2 has MixtralForCausalLM and still supports torch 1.13; its dependencies are pinned too. Installed
+# Hugging Face transformers for test_hf_interop (suite ref), by pip into Debian's python3 beside python3-torch
+# 1.13: 4.40.2 has MixtralForCausalLM and still supports torch 1.13; its dependencies are pinned too. Installed
 # only when missing; if the install fails, test_hf_interop skips (exit 77) instead of failing.
 if ! /usr/bin/python3 -c 'import transformers' 2>/dev/null; then
     echo "test.sh: installing transformers 4.40.2 for test_hf_interop"
-    /usr/bin/python3 -m pip install --quiet --no-input --break-system-packages transformers==4.40.2 \
-        tokenizers==0.19.1 huggingface_hub==0.23.0 safetensors==0.4.3 regex==2024.5.10 filelock==3.14.0 \
-        fsspec==2024.3.1 tqdm==4.66.4 packaging==24.0 \
+    /usr/bin/python3 -m pip install --quiet --no-input --root-user-action=ignore --break-system-packages \
+        transformers==4.40.2 tokenizers==0.19.1 huggingface_hub==0.23.0 safetensors==0.4.3 \
+        regex==2024.5.10 filelock==3.14.0 fsspec==2024.3.1 tqdm==4.66.4 packaging==24.0 \
         || echo "test.sh: could not install transformers; test_hf_interop will skip" >&2
 fi
 cd "$moe_build"

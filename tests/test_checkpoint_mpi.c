@@ -4,8 +4,8 @@
  *    (1 -> 2): the losses of steps 11-20 and the final weight and state files are byte-identical;
  *  - round trip: load a checkpoint (into the other layout) and save it again: byte-identical files;
  *  - bad checkpoints are refused with a message naming the file and the tensor or field: truncated
- *    weights, a renamed tensor, a wrong dtype, a wrong shape, a config that disagrees with the flags,
- *    training state from another run; and a save that fails leaves the earlier checkpoints intact. */
+ *    weights, a renamed tensor, a wrong dtype, a wrong shape, a config that disagrees with the flags (a
+ *    size, the RoPE base), training state from another run; and a save that fails leaves the earlier checkpoints intact. */
 #define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +201,9 @@ int main(int argc, char **argv) {
     deeper.model.num_layers = 3;
     expect_refusal("config vs flags", full, deeper, 0, "config.json", NULL, NULL, 0,
                    "num_hidden_layers is 2 but the flags ask for 3");
+    train_options far = o;
+    far.model.rope_theta = 500000;
+    expect_refusal("rope theta", full, far, 0, "config.json", NULL, NULL, 0, "rope_theta is 10000 but the flags ask for 500000");
     train_options other_run = o;
     other_run.seed = 4242;
     expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0, "training state from another run");
