@@ -347,8 +347,16 @@ moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_las
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && !(g = malloc(3 * tab.global_count * sizeof(moe_real)))) st = MOE_ERR_OUT_OF_MEMORY;
     st = agree(tr, st, message, n);
-    const moe_real *local[3] = {moe_model_params(tr->model), tr->moment1, tr->moment2};
-    for (int i = 0; i < 3 && st == MOE_OK; i++) st = gather_global(tr, local[i], g + i * tab.global_count);
+    /* the moments in the unsharded local layout first (ZeRO-1 shards the dense part), then like the weights */
+    const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
+    moe_real *full = st == MOE_OK ? malloc(local_count * sizeof(moe_real)) : NULL;
+    if (st == MOE_OK && !full) st = MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = gather_global(tr, moe_model_params(tr->model), g);
+    for (int which = 0; which < 2 && st == MOE_OK; which++) {
+        st = trainer_moments_gather(tr, which, full);
+        if (st == MOE_OK) st = gather_global(tr, full, g + (1 + which) * tab.global_count);
+    }
+    free(full);
     if (st == MOE_OK && tr->par->world_rank == 0) {
         char tmp[600], final[600], old[600];
         snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08d", root, step);
@@ -450,8 +458,14 @@ static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir
     else if (!fp || strcmp(fp, want))
         st = fail(MOE_ERR_BAD_FILE, message, n, "%s: training state from another run: saved for [%s], this run is [%s]",
                   path, fp ? fp : "?", want);
-    if (st == MOE_OK) st = read_tensors(&f, tab, "exp_avg.", tr->moment1, 1, message, n);
-    if (st == MOE_OK) st = read_tensors(&f, tab, "exp_avg_sq.", tr->moment2, 1, message, n);
+    const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
+    moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
+    if (!full) st = MOE_ERR_OUT_OF_MEMORY;
+    for (int which = 0; which < 2 && st == MOE_OK; which++) {
+        st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1, message, n);
+        if (st == MOE_OK) trainer_moments_set(tr, which, full);
+    }
+    free(full);
     for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
         moe_real *bias = moe_model_expert_bias(tr->model, l);
         long E = c->moe.num_experts;

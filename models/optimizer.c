@@ -61,14 +61,23 @@ double model_clip_grads(moe_model *m, double norm, float clip) {
     return scale;
 }
 
-void model_adamw_step(moe_model *m, moe_real *moment1, moe_real *moment2, const adamw_params *hp) {
+void model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
+                      const adamw_params *hp) {
     int num_spans;
     const model_param_span *spans = moe_model_spans(m, &num_spans);
+    const size_t dense = moe_model_num_dense(m), kept = dense_end - dense_begin;
     moe_real *p = moe_model_params(m), *g = moe_model_grads(m);
     adamw_params no_decay = *hp;
     no_decay.weight_decay = 0;
     for (int s = 0; s < num_spans; s++) {
-        size_t o = spans[s].offset;
-        adamw_update_cpu(p + o, g + o, moment1 + o, moment2 + o, spans[s].count, spans[s].decay ? hp : &no_decay);
+        /* the part of the span inside [dense_begin, dense_end) or in the expert region */
+        size_t lo = spans[s].offset, hi = lo + spans[s].count;
+        if (lo < dense) { /* a dense span: only its part in this rank's range */
+            lo = lo > dense_begin ? lo : dense_begin;
+            hi = hi < dense_end ? hi : dense_end;
+        }
+        if (lo >= hi) continue;
+        size_t at = lo < dense ? lo - dense_begin : kept + (lo - dense); /* index in the moments */
+        adamw_update_cpu(p + lo, g + lo, moment1 + at, moment2 + at, hi - lo, spans[s].decay ? hp : &no_decay);
     }
 }

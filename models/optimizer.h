@@ -25,8 +25,11 @@ moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
 /* Scales every gradient by clip / norm when norm > clip > 0; returns the factor applied. */
 double model_clip_grads(moe_model *m, double norm, float clip);
 
-/* AdamW over the whole buffer; spans whose decay flag is 0 (norms) get no weight decay.
- * moment1, moment2: buffers of the same size as the parameters. */
-void model_adamw_step(moe_model *m, moe_real *moment1, moe_real *moment2, const adamw_params *hp);
+/* AdamW over the dense parameters [dense_begin, dense_end) and all of this rank's experts; spans whose
+ * decay flag is 0 (norms) get no weight decay. The moments hold exactly what is updated:
+ * moment[0 .. dense_end - dense_begin) for the dense range, then the expert region. Without ZeRO-1 the
+ * range is the whole dense region; with it, this rank's shard (models/trainer.h). */
+void model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
+                      const adamw_params *hp);
 
 #endif

@@ -57,6 +57,8 @@ static const opt_spec kOptions[] = {
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}},
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}},
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}},
+    {"--zero", "1: ZeRO-1, shard the dense parameters' AdamW state over the ranks (same results)", OPT_INT, OFF(zero), 0,
+     1, {0}},
     /* data and output */
     {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}},
     {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}},

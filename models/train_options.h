@@ -16,6 +16,7 @@ typedef struct {
     float lr, min_lr, weight_decay, clip, beta1, beta2;
     int warmup;
     int seed;
+    int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
     /* data, evaluation, output */
     const char *train_data, *val_data, *log_file;
     int eval_interval, eval_batches;

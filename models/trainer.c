@@ -7,6 +7,13 @@
 
 #include "moe/rng.h"
 
+/* ZeRO-1's dense range of rank r of W: ranges of ceil(dense / W) in rank order, the last ones shorter. */
+static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi) {
+    size_t chunk = (dense + W - 1) / W;
+    *lo = r * chunk < dense ? r * chunk : dense;
+    *hi = (r + 1) * chunk < dense ? (r + 1) * chunk : dense;
+}
+
 moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par, char *message,
                           size_t message_nbytes) {
     memset(t, 0, sizeof *t);
@@ -28,9 +35,12 @@ moe_status trainer_create(trainer *t, const train_options *opt, const moe_parall
     if ((st = moe_model_create(m, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
         return trainer_destroy(t), st;
     moe_model_init_weights(t->model, (unsigned long long)opt->seed);
-    size_t n = moe_model_num_dense(t->model) + moe_model_num_expert(t->model);
-    t->moment1 = calloc(n, sizeof(moe_real));
-    t->moment2 = calloc(n, sizeof(moe_real));
+    const size_t dense = moe_model_num_dense(t->model);
+    t->dense_begin = 0, t->dense_end = dense;
+    if (opt->zero) dense_range(dense, par->world_size, par->world_rank, &t->dense_begin, &t->dense_end);
+    size_t n = (t->dense_end - t->dense_begin) + moe_model_num_expert(t->model);
+    t->moment1 = calloc(n ? n : 1, sizeof(moe_real));
+    t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
     if (!t->moment1 || !t->moment2) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     t->schedule = (lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
     return MOE_OK;
@@ -42,6 +52,39 @@ void trainer_destroy(trainer *t) {
     token_file_free(&t->val);
     free(t->moment1), free(t->moment2), free(t->inputs), free(t->targets);
     memset(t, 0, sizeof *t);
+}
+
+/* ZeRO-1: every rank's dense range (`mine`: the values of this rank's range) concatenated in rank
+ * order into full[0 .. num_dense). */
+static moe_status gather_dense(trainer *t, moe_real *full, const moe_real *mine) {
+    moe_comm *world = t->par->world;
+    const size_t dense = moe_model_num_dense(t->model), W = world->size, count = t->dense_end - t->dense_begin;
+    size_t *nbytes = calloc(W, sizeof(size_t));
+    moe_real *copy = malloc((count ? count : 1) * sizeof(moe_real)); /* send and receive may not overlap */
+    if (!nbytes || !copy) return free(nbytes), free(copy), MOE_ERR_OUT_OF_MEMORY;
+    for (size_t r = 0, lo, hi; r < W; r++) {
+        dense_range(dense, W, r, &lo, &hi);
+        nbytes[r] = (hi - lo) * sizeof(moe_real);
+    }
+    memcpy(copy, mine, count * sizeof(moe_real));
+    moe_status st = world->ops->allgatherv_bytes(world, copy, count * sizeof(moe_real), full, nbytes);
+    free(nbytes), free(copy);
+    return st;
+}
+
+moe_status trainer_moments_gather(trainer *t, int which, moe_real *full) {
+    const moe_real *moments = which ? t->moment2 : t->moment1;
+    const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
+    memcpy(full + dense, moments + kept, moe_model_num_expert(t->model) * sizeof(moe_real));
+    if (!t->opt.zero) return memcpy(full, moments, dense * sizeof(moe_real)), MOE_OK;
+    return gather_dense(t, full, moments);
+}
+
+void trainer_moments_set(trainer *t, int which, const moe_real *full) {
+    moe_real *moments = which ? t->moment2 : t->moment1;
+    const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
+    memcpy(moments, full + t->dense_begin, kept * sizeof(moe_real));
+    memcpy(moments + kept, full + dense, moe_model_num_expert(t->model) * sizeof(moe_real));
 }
 
 /* Routing statistics of the last micro-batch, added into r (per-rank drops; global counts). */
@@ -87,8 +130,9 @@ moe_status trainer_step(trainer *t, int step, step_result *r) {
     model_clip_grads(t->model, r->grad_norm, o->clip);
     r->lr = lr_at(&t->schedule, step);
     adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
-    model_adamw_step(t->model, t->moment1, t->moment2, &hp);
-    st = moe_model_update_expert_bias(t->model);
+    model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
+    if (o->zero) st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
+    if (st == MOE_OK) st = moe_model_update_expert_bias(t->model);
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
     r->loss = sums[0] / step_tokens;
     r->aux /= per, r->z /= per;

@@ -21,7 +21,11 @@ typedef struct {
     const moe_parallel *par;
     moe_model *model;
     token_file train, val;
-    moe_real *moment1, *moment2; /* AdamW state, mirroring the parameter buffer */
+    /* AdamW state: the moments of the dense range [dense_begin, dense_end) this rank updates, then of
+     * its experts. Without ZeRO-1 the range is the whole dense region; with it, 1/W of it (the ranks'
+     * ranges tile the region in rank order), and the updated parameters are all-gathered. */
+    size_t dense_begin, dense_end;
+    moe_real *moment1, *moment2;
     int *inputs, *targets;       /* [local_seqs * S] */
     int local_seqs;              /* batch / world size */
     lr_schedule schedule;
@@ -39,6 +43,10 @@ moe_status trainer_step(trainer *t, int step, step_result *r);
 
 /* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
 moe_status trainer_evaluate(trainer *t, double *val_loss);
+
+/* The moments in the unsharded layout [dense | experts] (collective under ZeRO-1), and back. */
+moe_status trainer_moments_gather(trainer *t, int which, moe_real *full);
+void trainer_moments_set(trainer *t, int which, const moe_real *full);
 
 /* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */
 moe_status trainer_validation_logits(trainer *t, moe_real *logits);

@@ -1,7 +1,8 @@
 /* test_checkpoint_mpi.c — checkpoints under mpirun -np 2 (models/checkpoint.h), on a tiny model with
  * 8 experts and capacity drops:
  *  - resume is bitwise: 20 steps straight vs 10 + resume + 10, with ep unchanged (1 -> 1) and changed
- *    (1 -> 2): the losses of steps 11-20 and the final weight and state files are byte-identical;
+ *    (1 -> 2), with ZeRO-1 off and on: the losses of steps 11-20 and the final weight and state files are
+ *    byte-identical; and 20 steps straight with ZeRO-1 are bitwise those without;
  *  - round trip: load a checkpoint (into the other layout) and save it again: byte-identical files;
  *  - bad checkpoints are refused with a message naming the file and the tensor or field: truncated
  *    weights, a renamed tensor, a wrong dtype, a wrong shape, a config that disagrees with the flags (a
@@ -152,26 +153,49 @@ int main(int argc, char **argv) {
     char half[200], full[200];
     snprintf(half, sizeof half, "%s/step-%08d", straight, HALF);
     snprintf(full, sizeof full, "%s/step-%08d", straight, STEPS);
-    for (int ep = 1; ep <= 2; ep++) {
+    /* ZeRO-1 from the start: the same run */
+    char zero_root[128];
+    snprintf(zero_root, sizeof zero_root, "%s/zero", dir);
+    train_options zero = o;
+    zero.zero = 1;
+    start(&r, 1, zero);
+    steps(&r, 1, STEPS, losses);
+    save(&r, zero_root, STEPS);
+    stop(&r);
+    CHECK(!memcmp(losses, reference, sizeof losses), "ZeRO-1: losses differ from the unsharded run");
+    for (int i = 0; i < 2 && rank == 0; i++) {
+        const char *file = i ? "train_state.safetensors" : "model.safetensors";
+        snprintf(path_a, sizeof path_a, "%s/%s", full, file);
+        snprintf(path_b, sizeof path_b, "%s/step-%08d/%s", zero_root, STEPS, file);
+        CHECK(same_file(path_a, path_b), "ZeRO-1: %s differs from the unsharded run's", file);
+    }
+
+    for (int variant = 0; variant < 4; variant++) {
+        const int ep = 1 + variant % 2, use_zero = variant / 2;
         char root[128];
-        snprintf(root, sizeof root, "%s/resumed-ep%d", dir, ep);
+        snprintf(root, sizeof root, "%s/resumed-ep%d-zero%d", dir, ep, use_zero);
         int done = 0;
         char message[512];
-        start(&r, ep, o);
+        train_options resumed = o;
+        resumed.zero = use_zero;
+        start(&r, ep, resumed);
         test_mpi_require(checkpoint_resume(&r.t, half, &done, message, sizeof message), message);
         CHECK(done == HALF, "resumed after step %d", done);
         memcpy(losses, reference, sizeof losses);
         steps(&r, HALF + 1, STEPS, losses);
         save(&r, root, STEPS);
         stop(&r);
-        CHECK(!memcmp(losses, reference, sizeof losses), "ep 1 -> %d: losses after resume differ", ep);
+        CHECK(!memcmp(losses, reference, sizeof losses), "ep 1 -> %d, ZeRO-1 %d: losses after resume differ", ep, use_zero);
         const char *files[] = {"model.safetensors", "train_state.safetensors", "config.json"};
         for (int i = 0; i < 3 && rank == 0; i++) {
             snprintf(path_a, sizeof path_a, "%s/%s", full, files[i]);
             snprintf(path_b, sizeof path_b, "%s/step-%08d/%s", root, STEPS, files[i]);
-            CHECK(same_file(path_a, path_b), "ep 1 -> %d: %s differs from the straight run's", ep, files[i]);
+            CHECK(same_file(path_a, path_b), "ep 1 -> %d, ZeRO-1 %d: %s differs from the straight run's", ep, use_zero,
+                  files[i]);
         }
-        if (rank == 0) printf("resume ep 1 -> %d: steps %d-%d and the final files bitwise equal to the straight run\n", ep, HALF + 1, STEPS);
+        if (rank == 0)
+            printf("resume ep 1 -> %d, ZeRO-1 %s: steps %d-%d and the final files bitwise equal to the straight run\n", ep,
+                   use_zero ? "on" : "off", HALF + 1, STEPS);
     }
 
     /* round trip: load into the other layout, save again */

@@ -54,7 +54,7 @@ int main(void) {
     memcpy(before, p, n * sizeof *p);
     moe_real *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
     adamw_params hp = {0.1f, 0.9f, 0.95f, 1e-8f, 0.5f, 1};
-    model_adamw_step(m, m1, m2, &hp);
+    model_adamw_step(m, 0, moe_model_num_dense(m), m1, m2, &hp);
     int spans_n, norms = 0;
     const model_param_span *spans = moe_model_spans(m, &spans_n);
     for (int s = 0; s < spans_n; s++)
