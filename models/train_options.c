@@ -15,74 +15,75 @@ typedef struct {
     size_t offset;           /* into train_options */
     double lo, hi;           /* numeric range */
     const char *choices[3];  /* OPT_CHOICE: the words; the value stored is the index */
+    const char *implicit;    /* OPT_STRING: the value when the flag is given without one */
 } opt_spec;
 
 #define OFF(field) offsetof(train_options, field)
 static const opt_spec kOptions[] = {
     /* model */
-    {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}},
-    {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}},
-    {"--heads", "attention heads (head_dim = d_model / heads, even)", OPT_INT, OFF(model.num_heads), 1, 1024, {0}},
-    {"--kv-heads", "key/value heads (< heads: grouped-query attention)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}},
-    {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}},
-    {"--vocab", "vocabulary size (256: bytes)", OPT_INT, OFF(model.vocab_size), 2, 65536, {0}},
-    {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}},
-    {"--tie-embeddings", "1: lm_head shares the embedding matrix", OPT_INT, OFF(model.tie_embeddings), 0, 1, {0}},
-    {"--rope-theta", "RoPE base", OPT_FLOAT, OFF(model.rope_theta), 1, 1e9, {0}},
+    {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL},
+    {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL},
+    {"--heads", "attention heads (head_dim = d_model / heads, even)", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL},
+    {"--kv-heads", "key/value heads (< heads: grouped-query attention)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL},
+    {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}, NULL},
+    {"--vocab", "vocabulary size (256: bytes)", OPT_INT, OFF(model.vocab_size), 2, 65536, {0}, NULL},
+    {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}, NULL},
+    {"--tie-embeddings", "1: lm_head shares the embedding matrix", OPT_INT, OFF(model.tie_embeddings), 0, 1, {0}, NULL},
+    {"--rope-theta", "RoPE base", OPT_FLOAT, OFF(model.rope_theta), 1, 1e9, {0}, NULL},
     /* experts */
-    {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}},
-    {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}},
-    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}},
-    {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}},
+    {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL},
+    {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL},
+    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}, NULL},
+    {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL},
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
-     OFF(model.moe.capacity_factor), -1, 1e6, {0}},
+     OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL},
     {"--drop-priority", "which assignments an overflowing expert keeps", OPT_CHOICE, OFF(model.moe.drop_priority), 0, 0,
-     {"token", "score"}},
-    {"--aux-loss-coef", "load-balancing loss coefficient", OPT_FLOAT, OFF(model.moe.aux_loss_coef), 0, 1e3, {0}},
-    {"--z-loss-coef", "router z-loss coefficient", OPT_FLOAT, OFF(model.moe.z_loss_coef), 0, 1e3, {0}},
+     {"token", "score"}, NULL},
+    {"--aux-loss-coef", "load-balancing loss coefficient", OPT_FLOAT, OFF(model.moe.aux_loss_coef), 0, 1e3, {0}, NULL},
+    {"--z-loss-coef", "router z-loss coefficient", OPT_FLOAT, OFF(model.moe.z_loss_coef), 0, 1e3, {0}, NULL},
     {"--bias-update-rate", "sigmoid routing: aux-loss-free bias step", OPT_FLOAT, OFF(model.moe.bias_update_rate), 0, 1e3,
-     {0}},
-    {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}},
+     {0}, NULL},
+    {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL},
     {"--layout-invariant", "1: results bitwise independent of ep/world size (slower)", OPT_INT,
-     OFF(model.moe.layout_invariant), 0, 1, {0}},
+     OFF(model.moe.layout_invariant), 0, 1, {0}, NULL},
     /* training */
-    {"--batch", "global sequences per micro-batch (divisible by the world size)", OPT_INT, OFF(batch), 1, 1 << 20, {0}},
-    {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}},
-    {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}},
-    {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}},
-    {"--min-lr", "learning rate at the last step (cosine decay)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}},
-    {"--warmup", "linear warm-up steps", OPT_INT, OFF(warmup), 0, 1 << 30, {0}},
-    {"--weight-decay", "AdamW weight decay (not on norms)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}},
-    {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}},
-    {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}},
-    {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}},
-    {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}},
+    {"--batch", "global sequences per micro-batch (divisible by the world size)", OPT_INT, OFF(batch), 1, 1 << 20, {0}, NULL},
+    {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL},
+    {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL},
+    {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL},
+    {"--min-lr", "learning rate at the last step (cosine decay)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL},
+    {"--warmup", "linear warm-up steps", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL},
+    {"--weight-decay", "AdamW weight decay (not on norms)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL},
+    {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL},
+    {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL},
+    {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL},
+    {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL},
     {"--zero", "1: ZeRO-1, shard the dense parameters' AdamW state over the ranks (same results)", OPT_INT, OFF(zero), 0,
-     1, {0}},
+     1, {0}, NULL},
     /* data and output */
-    {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}},
-    {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}},
-    {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}},
-    {"--eval-batches", "micro-batches of validation data per evaluation", OPT_INT, OFF(eval_batches), 1, 1 << 20, {0}},
-    {"--log-file", "JSON-lines metrics file ('' : none)", OPT_STRING, OFF(log_file), 0, 0, {0}},
-    {"--sample-tokens", "tokens sampled at the end (0: none)", OPT_INT, OFF(sample_tokens), 0, 1 << 20, {0}},
-    {"--sample-prompt", "text the samples start from", OPT_STRING, OFF(sample_prompt), 0, 0, {0}},
-    {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}},
+    {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL},
+    {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL},
+    {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}, NULL},
+    {"--eval-batches", "micro-batches of validation data per evaluation", OPT_INT, OFF(eval_batches), 1, 1 << 20, {0}, NULL},
+    {"--log-file", "JSON-lines metrics file ('' : none)", OPT_STRING, OFF(log_file), 0, 0, {0}, NULL},
+    {"--sample-tokens", "tokens sampled at the end (0: none)", OPT_INT, OFF(sample_tokens), 0, 1 << 20, {0}, NULL},
+    {"--sample-prompt", "text the samples start from", OPT_STRING, OFF(sample_prompt), 0, 0, {0}, NULL},
+    {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}, NULL},
     {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
-     {0}},
+     {0}, NULL},
     /* checkpoints */
     {"--checkpoint-dir", "save checkpoints (step-NNNNNNNN directories) here ('': never)", OPT_STRING, OFF(checkpoint_dir),
-     0, 0, {0}},
+     0, 0, {0}, NULL},
     {"--checkpoint-interval", "save every N steps and at the end (0: at the end only)", OPT_INT, OFF(checkpoint_interval),
-     0, 1 << 30, {0}},
-    {"--keep-last", "checkpoints kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0}},
-    {"--resume", "continue a run: 'latest' (in --checkpoint-dir) or a checkpoint directory", OPT_STRING, OFF(resume), 0, 0,
-     {0}},
+     0, 1 << 30, {0}, NULL},
+    {"--keep-last", "checkpoints kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0}, NULL},
+    {"--resume", "continue a run from a checkpoint directory, or (no value) the latest in --checkpoint-dir", OPT_STRING,
+     OFF(resume), 0, 0, {0}, "latest"},
     {"--init-from", "start from the weights of a checkpoint directory (fresh optimizer)", OPT_STRING, OFF(init_from), 0,
-     0, {0}},
-    {"--eval-only", "1: print the validation loss of the (loaded) weights and stop", OPT_INT, OFF(eval_only), 0, 1, {0}},
+     0, {0}, NULL},
+    {"--eval-only", "1: print the validation loss of the (loaded) weights and stop", OPT_INT, OFF(eval_only), 0, 1, {0}, NULL},
     {"--dump-logits", "with --eval-only: write validation sequence 0's logits (float32 [S, V]) here", OPT_STRING,
-     OFF(dump_logits), 0, 0, {0}},
+     OFF(dump_logits), 0, 0, {0}, NULL},
 };
 #define NUM_OPTIONS (sizeof kOptions / sizeof kOptions[0])
 
@@ -171,6 +172,11 @@ int train_options_parse(int argc, char **argv, int world_size, train_options *o,
         }
         const opt_spec *s = find(argv[i]);
         if (!s) return complain(err, "moe-train: unknown flag '%s' (see --help)\n", argv[i]), -1;
+        int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
+        if (!has_value && s->implicit) {
+            set_value(s, s->implicit, o, err);
+            continue;
+        }
         if (i + 1 >= argc) return complain(err, "moe-train: %s needs a value\n", argv[i]), -1;
         if (set_value(s, argv[++i], o, err)) return -1;
     }

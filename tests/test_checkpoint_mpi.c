@@ -6,7 +6,8 @@
  *  - round trip: load a checkpoint (into the other layout) and save it again: byte-identical files;
  *  - bad checkpoints are refused with a message naming the file and the tensor or field: truncated
  *    weights, a renamed tensor, a wrong dtype, a wrong shape, a config that disagrees with the flags (a
- *    size, the RoPE base), training state from another run; and a save that fails leaves the earlier checkpoints intact. */
+ *    size, the RoPE base), training state from another run; keep-last prunes the oldest; and a save that
+ *    fails leaves the earlier checkpoints intact. */
 #define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,20 @@ int main(int argc, char **argv) {
     train_options other_run = o;
     other_run.seed = 4242;
     expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0, "training state from another run");
+
+    /* keep-last: after saves at 10, 20, 30 with keep_last 2, steps 20 and 30 remain */
+    char pruned[128];
+    snprintf(pruned, sizeof pruned, "%s/pruned", dir);
+    start(&r, 1, o);
+    for (int s = 10; s <= 30; s += 10) test_mpi_require(checkpoint_save(&r.t, pruned, s, 2, message, sizeof message), message);
+    stop(&r);
+    if (rank == 0) {
+        const int expect[3] = {0, 1, 1};
+        for (int s = 10, i = 0; s <= 30; s += 10, i++) {
+            snprintf(path_a, sizeof path_a, "%s/step-%08d", pruned, s);
+            CHECK((access(path_a, F_OK) == 0) == expect[i], "keep-last 2: step %d %s", s, expect[i] ? "deleted" : "kept");
+        }
+    }
 
     /* a save that cannot complete leaves the earlier checkpoints as they were */
     char blocker[200];
