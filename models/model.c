@@ -261,6 +261,7 @@ const model_param_span *moe_model_spans(const moe_model *m, int *count) {
     *count = m->num_spans;
     return m->spans;
 }
+moe_layer *moe_model_moe_layer(moe_model *m, int l) { return m->moe[l]; }
 moe_real *moe_model_expert_bias(moe_model *m, int l) { return m->moe[l] ? moe_layer_expert_bias(m->moe[l]) : NULL; }
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return m->moe[l] ? &m->stats[l] : NULL; }
 void moe_model_zero_grads(moe_model *m) { memset(m->grads, 0, (m->num_dense + m->num_expert) * sizeof(moe_real)); }

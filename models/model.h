@@ -99,6 +99,8 @@ moe_status moe_model_reduce_grads(moe_model *m);
 
 /* Routing statistics of the last forward, per MoE layer (layer index l, or NULL for a dense layer). */
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int layer);
+/* The MoE layer of layer l, or NULL for a dense layer. */
+moe_layer *moe_model_moe_layer(moe_model *m, int layer);
 /* The selection bias [E] of MoE layer l (state of sigmoid routing, saved in checkpoints), or NULL. */
 moe_real *moe_model_expert_bias(moe_model *m, int layer);
 /* Sigmoid routing: applies every MoE layer's bias update after a step. */

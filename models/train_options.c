@@ -82,6 +82,10 @@ static const opt_spec kOptions[] = {
     {"--init-from", "start from the weights of a checkpoint directory (fresh optimizer)", OPT_STRING, OFF(init_from), 0,
      0, {0}, NULL},
     {"--eval-only", "1: print the validation loss of the (loaded) weights and stop", OPT_INT, OFF(eval_only), 0, 1, {0}, NULL},
+    {"--routing-trace-out", "write each training step's routing (every token's experts) to this file", OPT_STRING,
+     OFF(routing_trace_out), 0, 0, {0}, NULL},
+    {"--routing-trace-in", "replay: take the routing from this trace instead of the routers", OPT_STRING,
+     OFF(routing_trace_in), 0, 0, {0}, NULL},
     {"--dump-logits", "with --eval-only: write validation sequence 0's logits (float32 [S, V]) here", OPT_STRING,
      OFF(dump_logits), 0, 0, {0}, NULL},
 };
@@ -108,6 +112,7 @@ static void set_defaults(train_options *o) {
     o->exchange_timeout_s = 300;
     o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3;
     o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
+    o->routing_trace_out = "", o->routing_trace_in = "";
 }
 
 static const opt_spec *find(const char *name) {
@@ -160,6 +165,8 @@ static int check_combinations(train_options *o, int world_size, FILE *err) {
     if (!strcmp(o->resume, "latest") && !*o->checkpoint_dir)
         return complain(err, "moe-train: --resume latest needs --checkpoint-dir\n"), -1;
     if (*o->dump_logits && !o->eval_only) return complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
+    if (*o->routing_trace_out && *o->resume)
+        return complain(err, "moe-train: --routing-trace-out records a run from step 1; it cannot be combined with --resume\n"), -1;
     return 0;
 }
 

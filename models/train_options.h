@@ -32,6 +32,8 @@ typedef struct {
     const char *init_from;      /* weights only, from a checkpoint directory              */
     int eval_only;              /* 1: print the validation loss of the weights and stop   */
     const char *dump_logits;    /* with eval_only: float32 logits of validation sequence 0 */
+    const char *routing_trace_out; /* write every training step's routing here ('' : no)   */
+    const char *routing_trace_in;  /* take the routing from this trace instead of the routers */
 } train_options;
 
 /* Parses argv into o (defaults first). Returns 0 on success, 1 when --help was printed, -1 on an error

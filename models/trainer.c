@@ -2,6 +2,7 @@
 #include "models/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,30 @@ static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi
     size_t chunk = (dense + W - 1) / W;
     *lo = r * chunk < dense ? r * chunk : dense;
     *hi = (r + 1) * chunk < dense ? (r + 1) * chunk : dense;
+}
+
+/* --routing-trace-out / --routing-trace-in; every rank agrees on the outcome. */
+static moe_status open_traces(trainer *t, char *message, size_t n) {
+    const train_options *o = &t->opt;
+    const int tokens = o->batch * o->model.seq_len, E = o->model.moe.num_experts, k = o->model.moe.top_k;
+    for (int l = 0; l < o->model.num_layers; l++) t->num_moe_layers += model_layer_is_moe(&o->model, l);
+    moe_status st = MOE_OK;
+    if (*o->routing_trace_out || *o->routing_trace_in) {
+        t->trace_ids = malloc((size_t)(t->num_moe_layers ? t->num_moe_layers : 1) * tokens * k * sizeof(int));
+        if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
+    }
+    if (st == MOE_OK && *o->routing_trace_out && t->par->world_rank == 0)
+        st = routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches,
+                                  message, n);
+    if (st == MOE_OK && *o->routing_trace_in)
+        st = routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches,
+                                message, n);
+    double failures = st != MOE_OK;
+    moe_status agreed = t->par->world->ops->allreduce_sum_f64(t->par->world, &failures, 1);
+    if (agreed == MOE_OK && failures > 0 && st == MOE_OK) st = MOE_ERR_BAD_FILE;
+    if (agreed != MOE_OK) st = agreed;
+    if (st != MOE_OK) trainer_destroy(t);
+    return st;
 }
 
 moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par, char *message,
@@ -43,14 +68,16 @@ moe_status trainer_create(trainer *t, const train_options *opt, const moe_parall
     t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
     if (!t->moment1 || !t->moment2) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     t->schedule = (lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
-    return MOE_OK;
+    return open_traces(t, message, message_nbytes);
 }
 
 void trainer_destroy(trainer *t) {
     moe_model_destroy(t->model);
     token_file_free(&t->train);
     token_file_free(&t->val);
-    free(t->moment1), free(t->moment2), free(t->inputs), free(t->targets);
+    routing_trace_close(&t->trace_out);
+    routing_trace_close(&t->trace_in);
+    free(t->moment1), free(t->moment2), free(t->inputs), free(t->targets), free(t->trace_ids);
     memset(t, 0, sizeof *t);
 }
 
@@ -100,6 +127,41 @@ static void add_routing_stats(const trainer *t, step_result *r, double *dropped,
     }
 }
 
+/* Forces every MoE layer's routing of this micro-batch from the trace (this rank's tokens). A bad
+ * record has been reported on every rank alike: all ranks read the same file. */
+static moe_status replay_routing(trainer *t, int step, int mb) {
+    const int k = t->opt.model.moe.top_k, tokens = t->opt.batch * t->opt.model.seq_len;
+    const size_t first = (size_t)t->par->world_rank * t->local_seqs * t->opt.model.seq_len * k;
+    char message[512];
+    for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
+        moe_layer *layer = moe_model_moe_layer(t->model, l);
+        if (!layer) continue;
+        int *ids = t->trace_ids + (size_t)i * tokens * k;
+        if (routing_trace_read(&t->trace_in, step, mb, i++, ids, message, sizeof message) != MOE_OK) {
+            fprintf(stderr, "moe-train: rank %d: routing replay: %s\n", t->par->world_rank, message);
+            return MOE_ERR_BAD_FILE;
+        }
+        moe_layer_force_routing(layer, ids + first);
+    }
+    return MOE_OK;
+}
+
+/* World rank 0 appends every MoE layer's global routing of this micro-batch to the trace. */
+static moe_status record_routing(trainer *t, int step, int mb) {
+    char message[512];
+    for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
+        moe_layer *layer = moe_model_moe_layer(t->model, l);
+        int tokens;
+        const int *ids = layer ? moe_layer_global_routing(layer, &tokens) : NULL;
+        if (!ids) continue;
+        if (routing_trace_append(&t->trace_out, step, mb, i++, ids, message, sizeof message) != MOE_OK) {
+            fprintf(stderr, "moe-train: rank 0: routing trace: %s\n", message);
+            return MOE_ERR_IO;
+        }
+    }
+    return MOE_OK;
+}
+
 moe_status trainer_step(trainer *t, int step, step_result *r) {
     const train_options *o = &t->opt;
     const model_config *m = &o->model;
@@ -118,8 +180,11 @@ moe_status trainer_step(trainer *t, int step, step_result *r) {
         long first = batch_index * o->batch + (long)t->par->world_rank * t->local_seqs;
         token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
         double loss_sum = 0;
-        st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL);
+        if (t->trace_in.file) st = replay_routing(t, step, mb);
+        if (st == MOE_OK) st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL);
+        if (st == MOE_OK && t->trace_out.file) st = record_routing(t, step, mb);
         if (st == MOE_OK) st = moe_model_backward(t->model, scale);
+        if (st != MOE_OK) break;
         sums[0] += loss_sum;
         add_routing_stats(t, r, &sums[1], &sums[2]);
     }

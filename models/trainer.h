@@ -4,6 +4,7 @@
 #define MOE_MODELS_TRAINER_H
 
 #include "models/dataloader.h"
+#include "models/routing_trace.h"
 #include "models/optimizer.h"
 #include "models/train_options.h"
 
@@ -29,6 +30,10 @@ typedef struct {
     int *inputs, *targets;       /* [local_seqs * S] */
     int local_seqs;              /* batch / world size */
     lr_schedule schedule;
+    /* routing traces (models/routing_trace.h): world rank 0 writes, every rank replays */
+    routing_trace trace_out, trace_in;
+    int num_moe_layers;
+    int *trace_ids;              /* [num_moe_layers][global tokens * k] */
 } trainer;
 
 /* Loads and checks both token files (a bad file is reported in message, on every rank that sees it,

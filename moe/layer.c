@@ -49,6 +49,7 @@ struct moe_layer {
     int num_local_experts;
     int max_tokens, max_rows; /* what token_buffers and row_buffers hold */
     int has_forward;
+    const int *forced_experts; /* [T*k] routing to use instead of top-k in the next forward, or NULL */
     long completed_steps;  /* forward+backward pairs done, for failure messages */
     int num_tokens_global;
     double aux_loss, z_loss;
@@ -164,6 +165,22 @@ static moe_status exchange_failed(const moe_layer *L, const char *phase, moe_sta
     return st;
 }
 
+/* Copies the forced choices after checking them: ids in [0, E), k distinct ids per token. */
+static moe_status use_forced_experts(moe_layer *L, int T) {
+    const int E = L->cfg.num_experts, k = L->cfg.top_k;
+    const int *forced = L->forced_experts;
+    L->forced_experts = NULL;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) {
+            int e = forced[t * k + j];
+            if (e < 0 || e >= E) return MOE_ERR_INVALID_ARG;
+            for (int i = 0; i < j; i++)
+                if (forced[t * k + i] == e) return MOE_ERR_INVALID_ARG;
+        }
+    memcpy(L->routing.expert, forced, (size_t)T * k * sizeof(int));
+    return MOE_OK;
+}
+
 /* Router: logits -> scores -> top-k -> gates -> capacity (global) -> layout. */
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const moe_config *c = &L->cfg;
@@ -178,7 +195,12 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
         for (size_t i = 0; i < (size_t)T * E; i++) r->select_scores[i] = r->scores[i] + L->expert_bias[i % E];
         select = r->select_scores;
     }
-    router_topk_cpu(select, T, E, k, r->expert);
+    if (L->forced_experts) { /* replay: the choices come from outside, the gates from this router's scores */
+        st = use_forced_experts(L, T);
+        if (st != MOE_OK) return st;
+    } else {
+        router_topk_cpu(select, T, E, k, r->expert);
+    }
     router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
     st = moe_global_capacity(L->par, c->capacity_factor, c->drop_priority, r, &L->global);
     if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
@@ -299,6 +321,18 @@ moe_status moe_layer_reduce_gradients(moe_layer *L, moe_layer_weights *grads) {
 }
 
 moe_real *moe_layer_expert_bias(moe_layer *L) { return L ? L->expert_bias : NULL; }
+
+moe_status moe_layer_force_routing(moe_layer *L, const int *experts) {
+    if (!L) return MOE_ERR_INVALID_ARG;
+    L->forced_experts = experts;
+    return MOE_OK;
+}
+
+const int *moe_layer_global_routing(const moe_layer *L, int *num_tokens_global) {
+    if (!L || !L->has_forward) return NULL;
+    *num_tokens_global = L->global.routing.num_tokens;
+    return L->global.routing.expert;
+}
 
 moe_status moe_layer_update_expert_bias(moe_layer *L) {
     if (!L) return MOE_ERR_INVALID_ARG;

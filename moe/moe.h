@@ -150,6 +150,15 @@ moe_status moe_layer_backward(moe_layer *layer, const moe_layer_weights *weights
  * expert-data-parallel group. grads must be a moe_layer_weights_view. Collective. */
 moe_status moe_layer_reduce_gradients(moe_layer *layer, moe_layer_weights *grads);
 
+/* Routing replay: the next forward takes the k experts of each of its tokens from experts[T * k] (this
+ * rank's tokens, best first) instead of the router's top-k; gates, capacity and aux losses are computed
+ * from this router's scores as usual. The array must stay valid until that forward, which checks it
+ * (MOE_ERR_INVALID_ARG for an id outside [0, E) or a repeated id). NULL cancels. */
+moe_status moe_layer_force_routing(moe_layer *layer, const int *experts);
+/* The top-k choices of every token of the global batch in the last forward, world-rank order:
+ * [T_global * k] (a routing trace records these). NULL before a forward. */
+const int *moe_layer_global_routing(const moe_layer *layer, int *num_tokens_global);
+
 /* Sigmoid routing's selection bias b[E] (used for top-k selection only, never for gate values). */
 moe_real *moe_layer_expert_bias(moe_layer *layer);
 /* DeepSeek-V3's aux-loss-free balancing, after a step: b_e += rate * sign(mean_e' n_e' - n_e), with n
