@@ -40,6 +40,11 @@ struct moe_comm {
     void *impl;        /* the backend's state */
 };
 
+/* For work that each rank does on its own and that must succeed everywhere (loading files, writing a
+ * checkpoint on rank 0): returns `mine` if this rank failed, MOE_ERR_PEER if only others did, else MOE_OK
+ * (or the transport's error). Collective. */
+moe_status moe_comm_agree(moe_comm *c, moe_status mine);
+
 /* A communicator of size 1 (rank 0) where every exchange is a copy. */
 moe_status moe_comm_create_self(const char *label, moe_comm **out);
 void moe_comm_destroy(moe_comm *c);

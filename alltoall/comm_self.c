@@ -63,7 +63,3 @@ moe_status moe_comm_create_self(const char *label, moe_comm **out) {
     *out = c;
     return MOE_OK;
 }
-
-void moe_comm_destroy(moe_comm *c) {
-    if (c) c->ops->destroy(c);
-}

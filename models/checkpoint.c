@@ -128,14 +128,9 @@ static moe_status gather_global(const trainer *tr, const moe_real *local, moe_re
 
 /* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
 static moe_status agree(const trainer *tr, moe_status st, char *message, size_t n) {
-    double failed = st != MOE_OK;
-    moe_status comm = tr->par->world->ops->allreduce_sum_f64(tr->par->world, &failed, 1);
-    if (comm != MOE_OK) return comm;
-    if (failed > 0 && st == MOE_OK) {
-        snprintf(message, n, "another rank failed (see its message)");
-        return MOE_ERR_IO;
-    }
-    return st;
+    moe_status agreed = moe_comm_agree(tr->par->world, st);
+    if (agreed == MOE_ERR_PEER) snprintf(message, n, "another rank failed (see its message)");
+    return agreed;
 }
 
 static moe_status fail(moe_status st, char *message, size_t n, const char *fmt, ...) {

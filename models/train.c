@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     trainer t;
     char message[512];
     moe_status st = trainer_create(&t, &opt, par, message, sizeof message);
-    if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO) {
+    if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) {
         if (*message) fprintf(stderr, "moe-train: rank %d: bad data file: %s\n", world_rank, message);
         moe_parallel_destroy(par);
         MPI_Finalize();

@@ -31,10 +31,7 @@ static moe_status open_traces(trainer *t, char *message, size_t n) {
     if (st == MOE_OK && *o->routing_trace_in)
         st = routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches,
                                 message, n);
-    double failures = st != MOE_OK;
-    moe_status agreed = t->par->world->ops->allreduce_sum_f64(t->par->world, &failures, 1);
-    if (agreed == MOE_OK && failures > 0 && st == MOE_OK) st = MOE_ERR_BAD_FILE;
-    if (agreed != MOE_OK) st = agreed;
+    st = moe_comm_agree(t->par->world, st);
     if (st != MOE_OK) trainer_destroy(t);
     return st;
 }
@@ -49,10 +46,7 @@ moe_status trainer_create(trainer *t, const train_options *opt, const moe_parall
     moe_status st = token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train, message, message_nbytes);
     if (st == MOE_OK) st = token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val, message, message_nbytes);
     /* one rank's bad file stops every rank (the files may differ between nodes) */
-    double failures = st != MOE_OK;
-    moe_status agreed = par->world->ops->allreduce_sum_f64(par->world, &failures, 1);
-    if (agreed != MOE_OK) return trainer_destroy(t), agreed;
-    if (failures > 0) return trainer_destroy(t), st != MOE_OK ? st : MOE_ERR_BAD_FILE;
+    if ((st = moe_comm_agree(par->world, st)) != MOE_OK) return trainer_destroy(t), st;
     t->local_seqs = opt->batch / par->world_size;
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));

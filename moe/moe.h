@@ -42,7 +42,8 @@ typedef float moe_real;
     X(MOE_ERR_COUNT_MISMATCH, "ranks disagree on the rows they exchange (see message)") \
     X(MOE_ERR_TIMEOUT, "an exchange did not complete within the watchdog timeout")      \
     X(MOE_ERR_IO, "a file could not be read or written (see message)")                 \
-    X(MOE_ERR_BAD_FILE, "a file is not in the expected format (see message)")
+    X(MOE_ERR_BAD_FILE, "a file is not in the expected format (see message)")          \
+    X(MOE_ERR_PEER, "another rank failed (see its message)")
 
 typedef enum {
 #define MOE__STATUS_ENUM(name, text) name,

@@ -5,13 +5,16 @@
 # with every rank 0 .. EXPECT_RANKS-1 (default 2) in its place: every rank said it.
 pattern=$1 limit=$2
 shift 2
-# the programs to watch: every argument that is an executable file (mpirun and the program it starts)
-programs=$(for a in "$@"; do [ -f "$a" ] && [ -x "$a" ] && basename "$a"; done)
-running() { for p in $programs; do pgrep -x "$p"; done | sort; }
-before=$(running)
+# The command runs in a session of its own, so that what it leaves behind can be found by session id
+# (other jobs on the machine do not count).
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 start=$(date +%s)
-output=$(timeout -k 5 "$limit" "$@" 2>&1)
+setsid timeout -k 5 "$limit" "$@" > "$log" 2>&1 &
+session=$!
+wait $session
 rc=$?
+output=$(cat "$log")
 elapsed=$(( $(date +%s) - start ))
 printf '%s\n' "$output"
 echo "expect_failure: exit status $rc after ${elapsed}s"
@@ -26,12 +29,11 @@ for r in $ranks; do
     p=$(printf '%s' "$pattern" | sed "s/%r/$r/g")
     printf '%s\n' "$output" | grep -Eq -e "$p" || fail "no line matches /$p/"
 done
-# processes that were not there before the command (others may run beside this test) must be gone
-# within 10 s (ranks killed by mpirun take a moment to disappear)
+# nothing of the command's session may survive it (ranks killed by mpirun take a moment to disappear)
 for attempt in $(seq 20); do
-    left=$(comm -13 <(printf '%s\n' "$before") <(running) | grep . || true)
+    left=$(pgrep -s "$session" || true)
     [ -z "$left" ] && break
     sleep 0.5
 done
-[ -z "$left" ] || fail "processes of $(echo $programs) still running: $(echo $left)"
+[ -z "$left" ] || fail "processes of the command are still running: $(ps -o pid=,comm= -s "$session" | tr '\n' ' ')"
 echo "expect_failure: ok"

@@ -1,0 +1,13 @@
+/* comm.c — what every transport shares: teardown, and agreeing on an outcome. */
+#include "alltoall/comm.h"
+
+void moe_comm_destroy(moe_comm *c) {
+    if (c) c->ops->destroy(c);
+}
+
+moe_status moe_comm_agree(moe_comm *c, moe_status mine) {
+    double failures = mine != MOE_OK;
+    moe_status st = c->ops->allreduce_sum_f64(c, &failures, 1);
+    if (st != MOE_OK) return st;
+    return mine != MOE_OK ? mine : failures > 0 ? MOE_ERR_PEER : MOE_OK;
+}
