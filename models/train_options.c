@@ -37,6 +37,8 @@ static const opt_spec kOptions[] = {
     {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL},
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
      OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL},
+    {"--renormalize", "1: gates divided by their sum over the k chosen (Mixtral); -1: 1 when k > 1, else 0", OPT_INT,
+     OFF(model.moe.renormalize), -1, 1, {0}, NULL},
     {"--drop-priority", "which assignments an overflowing expert keeps", OPT_CHOICE, OFF(model.moe.drop_priority), 0, 0,
      {"token", "score"}, NULL},
     {"--aux-loss-coef", "load-balancing loss coefficient", OPT_FLOAT, OFF(model.moe.aux_loss_coef), 0, 1e3, {0}, NULL},
@@ -103,6 +105,7 @@ static void complain(FILE *err, const char *fmt, ...) {
 static void set_defaults(train_options *o) {
     memset(o, 0, sizeof *o);
     o->model = model_config_default();
+    o->model.moe.renormalize = -1; /* decided once --top-k is known */
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = 100, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
@@ -150,6 +153,7 @@ static int set_value(const opt_spec *s, const char *v, train_options *o, FILE *e
 static int check_combinations(train_options *o, int world_size, FILE *err) {
     model_config *m = &o->model;
     m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
+    if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate must stay the probability */
     const char *problem = model_config_problem(m);
     if (problem) return complain(err, "moe-train: invalid model: %s\n", problem), -1;
     if (world_size % m->moe.ep_size)

@@ -86,7 +86,8 @@ typedef struct {
                            * 0: one call per expert, faster, the last bits may depend on the layout */
 } moe_config;
 
-/* A config with the usual defaults: softmax, renormalised, dropless, aux 0.01, z-loss 0.001. */
+/* A config with the usual defaults: softmax, renormalised when k > 1 (Mixtral; with k = 1 the gate is the
+ * probability, as in Switch), dropless, aux 0.01, z-loss 0.001. */
 moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k);
 moe_status moe_config_validate(const moe_config *cfg);
 /* NULL for a valid config, else a sentence naming the first field that is wrong (for error messages). */

@@ -4,7 +4,7 @@
 #   gpu: CUDA tests (skip without a GPU).
 # Extra arguments go to `meson test` (for example --suite unit, or a test's name).
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" python3-torch python3-numpy python3-pip
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" python3-torch python3-numpy python3-pip python3-matplotlib time
 
 # Hugging Face transformers for test_hf_interop (suite ref), by pip into Debian's python3 beside python3-torch
 # 1.13: 4.40.2 has MixtralForCausalLM and still supports torch 1.13; its dependencies are pinned too. Installed
