@@ -14,7 +14,7 @@ typedef struct {
     double drop_fraction; /* dropped / all assignments, over the world                               */
     double grad_norm;     /* before clipping                                                        */
     float lr;
-    double *expert_tokens; /* [L * E] global top-k assignments per (layer, expert), summed over the step */
+    double *expert_tokens; /* [L * E] global top-k assignments per (layer, expert) before capacity, summed over the step */
 } step_result;
 
 typedef struct {
