@@ -2,23 +2,14 @@
 #include "models/routing_trace.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/message.h"
+
 enum { TRACE_VERSION = 1, HEADER_INTS = 8, RECORD_HEADER_NBYTES = 16 };
 static const int32_t kMagic[2] = {0x54454f4d, 0x45434152}; /* "MOETRACE" */
-
-static moe_status fail(moe_status st, char *message, size_t n, const char *path, const char *fmt, ...) {
-    char detail[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    snprintf(message, n, "%s: %s", path, detail);
-    return st;
-}
 
 static uint32_t fnv1a(const unsigned short *ids, size_t count) {
     uint32_t h = 2166136261u;
@@ -46,7 +37,7 @@ moe_status routing_trace_create(routing_trace *t, const char *path, int E, int k
     if (st != MOE_OK) return st;
     const int32_t header[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     if (!(t->file = fopen(path, "wb")) || fwrite(header, 4, HEADER_INTS, t->file) != HEADER_INTS) {
-        st = fail(MOE_ERR_IO, message, n, path, "cannot write: %s", strerror(errno));
+        st = moe_fail(MOE_ERR_IO, message, n, path, "cannot write: %s", strerror(errno));
         routing_trace_close(t);
     }
     return st;
@@ -58,7 +49,7 @@ moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int
     const int32_t head[4] = {step, micro_batch, layer, (int32_t)fnv1a(t->buffer, ids_per_record(t))};
     if (fwrite(head, 4, 4, t->file) != 4 || fwrite(t->buffer, 2, ids_per_record(t), t->file) != ids_per_record(t) ||
         fflush(t->file) != 0)
-        return fail(MOE_ERR_IO, message, n, t->path, "write failed at step %d: %s", step, strerror(errno));
+        return moe_fail(MOE_ERR_IO, message, n, t->path, "write failed at step %d: %s", step, strerror(errno));
     return MOE_OK;
 }
 
@@ -70,12 +61,12 @@ moe_status routing_trace_open(routing_trace *t, const char *path, int E, int k, 
     const int32_t want[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     const char *field[HEADER_INTS] = {"magic", "magic", "version", "experts", "top-k", "MoE layers",
                                       "global tokens per micro-batch", "micro-batches per step"};
-    if (!(t->file = fopen(path, "rb"))) st = fail(MOE_ERR_IO, message, n, path, "cannot open: %s", strerror(errno));
-    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS) st = fail(MOE_ERR_BAD_FILE, message, n, path, "truncated header");
+    if (!(t->file = fopen(path, "rb"))) st = moe_fail(MOE_ERR_IO, message, n, path, "cannot open: %s", strerror(errno));
+    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS) st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "truncated header");
     for (int i = 0; i < HEADER_INTS && st == MOE_OK; i++)
         if (h[i] != want[i])
-            st = i < 2 ? fail(MOE_ERR_BAD_FILE, message, n, path, "not a routing trace (bad magic)")
-                       : fail(MOE_ERR_BAD_FILE, message, n, path, "%s is %d in the trace but %d in this run", field[i], h[i],
+            st = i < 2 ? moe_fail(MOE_ERR_BAD_FILE, message, n, path, "not a routing trace (bad magic)")
+                       : moe_fail(MOE_ERR_BAD_FILE, message, n, path, "%s is %d in the trace but %d in this run", field[i], h[i],
                               want[i]);
     if (st != MOE_OK) routing_trace_close(t);
     return st;
@@ -87,20 +78,20 @@ moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int l
     const size_t count = ids_per_record(t);
     if (fseek(t->file, record_offset(t, step, micro_batch, layer), SEEK_SET) != 0 || fread(head, 4, 4, t->file) != 4 ||
         fread(t->buffer, 2, count, t->file) != count)
-        return fail(MOE_ERR_BAD_FILE, message, n, t->path, "no record for step %d, micro-batch %d, layer %d (truncated?)",
+        return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "no record for step %d, micro-batch %d, layer %d (truncated?)",
                     step, micro_batch, layer);
     if (head[0] != step || head[1] != micro_batch || head[2] != layer)
-        return fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d found where step %d, layer %d belongs", head[0],
+        return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d found where step %d, layer %d belongs", head[0],
                     step, layer);
     if ((uint32_t)head[3] != fnv1a(t->buffer, count))
-        return fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d, layer %d is corrupt (hash mismatch)", step,
+        return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d, layer %d is corrupt (hash mismatch)", step,
                     layer);
     for (size_t i = 0; i < count; i++) {
         experts[i] = t->buffer[i];
         int dup = 0;
         for (size_t j = i - i % t->top_k; j < i; j++) dup |= experts[j] == experts[i];
         if (experts[i] >= t->num_experts || dup)
-            return fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d, layer %d: invalid expert id %d", step,
+            return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d, layer %d: invalid expert id %d", step,
                         layer, experts[i]);
     }
     return MOE_OK;
