@@ -161,7 +161,7 @@ static moe_status check_config(const char *dir, const model_config *c, char *mes
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t err;
     json_t *j = json_load_file(path, 0, &err);
-    if (!j) return moe_fail(errno == ENOENT ? MOE_ERR_IO : MOE_ERR_BAD_FILE, message, n, NULL, "%s: %s", path, err.text);
+    if (!j) return moe_fail(errno == ENOENT ? MOE_ERR_IO : MOE_ERR_BAD_FILE, message, n, path, "%s", err.text);
     const struct { const char *key; long want; } ints[] = {
         {"vocab_size", c->vocab_size},         {"hidden_size", c->d_model},     {"intermediate_size", c->d_ff},
         {"num_hidden_layers", c->num_layers},  {"num_attention_heads", c->num_heads},
@@ -171,39 +171,39 @@ static moe_status check_config(const char *dir, const model_config *c, char *mes
     moe_status st = MOE_OK;
     for (size_t i = 0; i < sizeof ints / sizeof *ints && st == MOE_OK; i++) {
         json_t *v = json_object_get(j, ints[i].key);
-        if (!json_is_integer(v)) st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: %s is missing or not an integer", path, ints[i].key);
+        if (!json_is_integer(v)) st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "%s is missing or not an integer", ints[i].key);
         else if (json_integer_value(v) != ints[i].want)
-            st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: %s is %lld but the flags ask for %ld", path, ints[i].key,
+            st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "%s is %lld but the flags ask for %ld", ints[i].key,
                       (long long)json_integer_value(v), ints[i].want);
     }
     json_t *tie = json_object_get(j, "tie_word_embeddings");
     if (st == MOE_OK && json_is_boolean(tie) && json_is_true(tie) != c->tie_embeddings)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: tie_word_embeddings is %s but the flags ask for %s", path,
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "tie_word_embeddings is %s but the flags ask for %s",
                   json_is_true(tie) ? "true" : "false", c->tie_embeddings ? "tied" : "untied");
     /* the numbers that change the function the weights compute, beyond the shapes */
     json_t *theta = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps"),
            *window = json_object_get(j, "sliding_window"), *act = json_object_get(j, "hidden_act");
     if (st == MOE_OK && (!json_is_number(theta) || fabs(json_number_value(theta) - c->rope_theta) > 1e-6 * c->rope_theta))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: rope_theta is %g but the flags ask for %g (--rope-theta)", path,
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "rope_theta is %g but the flags ask for %g (--rope-theta)",
                   json_is_number(theta) ? json_number_value(theta) : -1.0, (double)c->rope_theta);
     if (st == MOE_OK && (!json_is_number(eps) || fabs(json_number_value(eps) - c->norm_eps) > 1e-6 * c->norm_eps))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: rms_norm_eps is %g but this model uses %g", path,
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "rms_norm_eps is %g but this model uses %g",
                   json_is_number(eps) ? json_number_value(eps) : -1.0, (double)c->norm_eps);
     if (st == MOE_OK && !json_is_null(window) && window && (!json_is_integer(window) || json_integer_value(window) < c->seq_len))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: sliding_window %lld is shorter than the sequence length %d (no sliding "
-                  "window attention here)", path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL,
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "sliding_window %lld is shorter than the sequence length %d (no sliding "
+                  "window attention here)", json_is_integer(window) ? (long long)json_integer_value(window) : -1LL,
                   c->seq_len);
     if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: hidden_act must be silu (SwiGLU experts)", path);
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "hidden_act must be silu (SwiGLU experts)");
     json_t *score = json_object_get(json_object_get(j, "moe_train"), "score_func");
     const char *want_score = c->moe.score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax";
     if (st == MOE_OK && json_is_string(score) && strcmp(json_string_value(score), want_score))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: the router was trained with %s scores but the flags ask for %s", path,
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "the router was trained with %s scores but the flags ask for %s",
                   json_string_value(score), want_score);
     json_t *every = json_object_get(json_object_get(j, "moe_train"), "moe_every");
     long moe_every = json_is_integer(every) ? (long)json_integer_value(every) : 1; /* Mixtral: every layer */
     if (st == MOE_OK && moe_every != c->moe_every)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: moe_every is %ld but the flags ask for %d", path, moe_every, c->moe_every);
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "moe_every is %ld but the flags ask for %d", moe_every, c->moe_every);
     json_decref(j);
     return st;
 }
@@ -274,7 +274,7 @@ static long *list_steps(const char *root, int *count) {
 moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes, char *message, size_t n) {
     int count;
     long *steps = list_steps(root, &count);
-    moe_status st = count ? MOE_OK : moe_fail(MOE_ERR_IO, message, n, NULL, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
+    moe_status st = count ? MOE_OK : moe_fail(MOE_ERR_IO, message, n, root, "no checkpoint (step-NNNNNNNN) to resume from");
     if (count) snprintf(out, out_nbytes, "%s/step-%08ld", root, steps[count - 1]);
     free(steps);
     return st;
@@ -298,7 +298,7 @@ static moe_status write_files(const trainer *tr, const ckpt_table *tab, const mo
     json_t *config = config_json(c);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (st == MOE_OK && (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fsync_path(path) != 0))
-        st = moe_fail(MOE_ERR_IO, message, n, NULL, "%s: cannot write", path);
+        st = moe_fail(MOE_ERR_IO, message, n, path, "cannot write");
     json_decref(config);
 
     int k = 0; /* train state: both moments of every tensor, then the routers' selection biases */
@@ -351,15 +351,15 @@ moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_las
         snprintf(old, sizeof old, "%s/.old-step-%08d", root, step);
         mkdir(root, 0755);
         remove_checkpoint_dir(tmp); /* the leftovers of an interrupted save */
-        if (mkdir(tmp, 0755) != 0) st = moe_fail(MOE_ERR_IO, message, n, NULL, "%s: cannot create: %s", tmp, strerror(errno));
+        if (mkdir(tmp, 0755) != 0) st = moe_fail(MOE_ERR_IO, message, n, tmp, "cannot create: %s", strerror(errno));
         if (st == MOE_OK)
             st = write_files(tr, &tab, g, g + tab.global_count, g + 2 * tab.global_count, tmp, step, message, n);
-        if (st == MOE_OK && fsync_path(tmp) != 0) st = moe_fail(MOE_ERR_IO, message, n, NULL, "%s: fsync failed", tmp);
+        if (st == MOE_OK && fsync_path(tmp) != 0) st = moe_fail(MOE_ERR_IO, message, n, tmp, "fsync failed");
         /* the new directory takes the final name in one rename; an older save of the same step goes after */
         if (st == MOE_OK && rename(final, old) != 0 && errno != ENOENT)
-            st = moe_fail(MOE_ERR_IO, message, n, NULL, "%s: cannot move aside: %s", final, strerror(errno));
+            st = moe_fail(MOE_ERR_IO, message, n, final, "cannot move aside: %s", strerror(errno));
         if (st == MOE_OK && rename(tmp, final) != 0)
-            st = moe_fail(MOE_ERR_IO, message, n, NULL, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+            st = moe_fail(MOE_ERR_IO, message, n, tmp, "cannot rename to %s: %s", final, strerror(errno));
         if (st == MOE_OK) {
             remove_checkpoint_dir(old);
             fsync_path(root);
@@ -405,8 +405,7 @@ static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *pr
             snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
             known = !strcmp(name, have);
         }
-        if (!known) return moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: unexpected tensor %s (a different model, or wrong names)",
-                                f->path, have);
+        if (!known) return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "unexpected tensor %s (a different model, or wrong names)", have);
     }
     return MOE_OK;
 }
@@ -441,10 +440,9 @@ static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir
     const char *format = st_metadata(&f, "format"), *fp = st_metadata(&f, "fingerprint"), *saved = st_metadata(&f, "step");
     fingerprint(tr, want, sizeof want);
     if (!format || strcmp(format, "moe-train-state-1") || !saved)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: not a moe-train training state", path);
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "not a moe-train training state");
     else if (!fp || strcmp(fp, want))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, NULL, "%s: training state from another run: saved for [%s], this run is [%s]",
-                  path, fp ? fp : "?", want);
+        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "training state from another run: saved for [%s], this run is [%s]", fp ? fp : "?", want);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;

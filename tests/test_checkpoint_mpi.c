@@ -21,7 +21,8 @@
 
 enum { STEPS = 20, HALF = 10 };
 
-static char dir[64] = "/tmp/moe-ckpt-test-XXXXXX", train_path[128], val_path[128];
+static test_corpus corpus; /* the checkpoints go into its directory too */
+static const char *dir;
 static int rank;
 
 typedef struct {
@@ -131,13 +132,9 @@ static void expect_refusal(const char *what, const char *good, train_options o, 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0 && !mkdtemp(dir)) test_mpi_require(MOE_ERR_IO, "mkdtemp");
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    snprintf(train_path, sizeof train_path, "%s/train.bin", dir);
-    snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
-    if (rank == 0) test_write_corpus(train_path, 100000, 1), test_write_corpus(val_path, 10000, 2);
-    MPI_Barrier(MPI_COMM_WORLD);
-    train_options o = test_small_options(train_path, val_path, 1, STEPS, 1);
+    test_corpus_create(&corpus, 100000);
+    dir = corpus.dir;
+    train_options o = test_small_options(corpus.train, corpus.val, 1, STEPS, 1);
     o.model.moe.score_func = MOE_SCORE_SIGMOID; /* the selection biases are state too */
     char straight[128], path_a[300], path_b[300];
     snprintf(straight, sizeof straight, "%s/straight", dir);
@@ -264,11 +261,6 @@ int main(int argc, char **argv) {
         CHECK(same_file(path_a, path_b), "the good checkpoint changed");
         CHECK(access(half, F_OK) == 0, "keep-last pruned after a failed save");
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    }
+    test_corpus_remove(&corpus);
     return test_mpi_finish("test_checkpoint_mpi");
 }

@@ -7,7 +7,6 @@
  *    with a clear error on every rank, without a hang. */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "alltoall/parallel_mpi.h"
 #include "models/trainer.h"
@@ -16,7 +15,9 @@
 
 enum { STEPS = 6, E = 8 };
 
-static char dir[64] = "/tmp/moe-trace-test-XXXXXX", train_path[128], val_path[128], recorded[128];
+static test_corpus corpus; /* the traces go into its directory too */
+static const char *dir;
+static char recorded[128];
 static int rank;
 
 /* Runs STEPS steps; returns the status of the first failure (creation or step) or MOE_OK. */
@@ -86,17 +87,13 @@ static void expect_refused(const char *what, train_options o, const char *expect
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0 && !mkdtemp(dir)) test_mpi_require(MOE_ERR_IO, "mkdtemp");
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    snprintf(train_path, sizeof train_path, "%s/train.bin", dir);
-    snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
+    test_corpus_create(&corpus, 50000);
+    dir = corpus.dir;
     snprintf(recorded, sizeof recorded, "%s/recorded.trace", dir);
-    if (rank == 0) test_write_corpus(train_path, 50000, 1), test_write_corpus(val_path, 5000, 2);
-    MPI_Barrier(MPI_COMM_WORLD);
 
     char message[512];
     double original[STEPS], replayed[STEPS], forced[STEPS], tokens[2 * E] = {0};
-    train_options o = test_small_options(train_path, val_path, 1, STEPS, 1);
+    train_options o = test_small_options(corpus.train, corpus.val, 1, STEPS, 1);
     train_options rec = o;
     rec.routing_trace_out = recorded;
     test_mpi_require(run(rec, 1, original, NULL, message, sizeof message), message);
@@ -133,11 +130,6 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     expect_refused("another config", four, "experts is 8 in the trace but 4 in this run");
 
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-        const char *files[] = {train_path, val_path, recorded, fixed, bad};
-        for (int i = 0; i < 5; i++) unlink(files[i]);
-        rmdir(dir);
-    }
+    test_corpus_remove(&corpus);
     return test_mpi_finish("test_trace_mpi");
 }

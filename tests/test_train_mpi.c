@@ -52,13 +52,9 @@ int main(int argc, char **argv) {
     int W, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char dir[64] = "/tmp/moe-train-test-XXXXXX", train_path[96], val_path[96];
-    if (rank == 0 && !mkdtemp(dir)) test_mpi_require(MOE_ERR_IO, "mkdtemp");
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    snprintf(train_path, sizeof train_path, "%s/train.bin", dir);
-    snprintf(val_path, sizeof val_path, "%s/val.bin", dir);
-    if (rank == 0) test_write_corpus(train_path, 200000, 1), test_write_corpus(val_path, 20000, 2);
-    MPI_Barrier(MPI_COMM_WORLD);
+    test_corpus corpus;
+    test_corpus_create(&corpus, 200000);
+    const char *train_path = corpus.train, *val_path = corpus.val;
 
     double reference[STEPS], losses[STEPS], reference_norm, norm;
     train(train_path, val_path, 1, STEPS, 2, reference, &reference_norm);
@@ -93,7 +89,6 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("W=%d ep=%d: loss %.4f -> %.4f over %d steps, validation %.4f\n", W, W, curve[0], curve[LONG - 1], LONG, val);
     CHECK(curve[LONG - 1] < 0.65 * curve[0], "the loss did not fall: %.4f -> %.4f", curve[0], curve[LONG - 1]);
     CHECK(val < 0.65 * curve[0], "validation %.4f did not follow the training loss (start %.4f)", val, curve[0]);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) unlink(train_path), unlink(val_path), rmdir(dir);
+    test_corpus_remove(&corpus);
     return test_mpi_finish("test_train_mpi");
 }

@@ -1,18 +1,40 @@
 /* test_training.c — the shared corpus and tiny-model options of the training tests. */
 #include "tests/test_training.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "models/dataloader.h"
 #include "tests/test_mpi.h"
 
-void test_write_corpus(const char *path, long n, unsigned long long seed) {
+static void write_corpus(const char *path, long n, unsigned long long seed) {
     unsigned short *tokens = malloc((size_t)n * sizeof *tokens);
     moe_rng rng = moe_rng_seeded(seed);
     tokens[0] = 0;
     for (long i = 1; i < n; i++) tokens[i] = (unsigned short)((3 * tokens[i - 1] + 1 + moe_rng_next(&rng) % 2) % TEST_VOCAB);
     test_mpi_require(token_file_write(path, tokens, n), "writing the corpus");
     free(tokens);
+}
+
+void test_corpus_create(test_corpus *c, long train_tokens) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(c->dir, sizeof c->dir, "/tmp/moe-test-XXXXXX");
+    if (rank == 0 && !mkdtemp(c->dir)) test_mpi_require(MOE_ERR_IO, "mkdtemp");
+    MPI_Bcast(c->dir, sizeof c->dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(c->train, sizeof c->train, "%s/train.bin", c->dir);
+    snprintf(c->val, sizeof c->val, "%s/val.bin", c->dir);
+    if (rank == 0) write_corpus(c->train, train_tokens, 1), write_corpus(c->val, train_tokens / 10, 2);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void test_corpus_remove(const test_corpus *c) {
+    int rank;
+    char cmd[128];
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+    if (rank == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", c->dir);
 }
 
 train_options test_small_options(const char *train, const char *val, int ep, int steps, int micro_batches) {

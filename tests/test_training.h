@@ -7,8 +7,16 @@
 
 enum { TEST_VOCAB = 32 };
 
-/* Writes an llm.c token file of n tokens (aborts the job on failure). */
-void test_write_corpus(const char *path, long n, unsigned long long seed);
+/* A temporary directory holding train.bin and val.bin (a tenth of the size) of that corpus; tests may put
+ * more files in it. */
+typedef struct {
+    char dir[64], train[128], val[128];
+} test_corpus;
+
+/* Rank 0 creates the directory and the files; every rank gets the paths. Collective; aborts on failure. */
+void test_corpus_create(test_corpus *c, long train_tokens);
+/* Rank 0 removes the directory and everything in it. Collective. */
+void test_corpus_remove(const test_corpus *c);
 
 /* V = 32, 2 layers, d = 32, 4 heads / 2 kv heads, d_ff 32, S = 16, E = 8, k = 2, capacity 1.25,
  * 8 sequences per micro-batch. */
