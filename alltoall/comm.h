@@ -27,6 +27,9 @@ typedef struct {
     moe_status (*allreduce_sum_real)(moe_comm *c, moe_real *buf, size_t count);
     moe_status (*allreduce_sum_f64)(moe_comm *c, double *buf, size_t count);
     moe_status (*barrier)(moe_comm *c);
+    /* A copy between two buffers of the memory the payload entries work on (host, or device on GPU
+     * transports): how dispatch.c reorders received blocks. */
+    moe_status (*copy_payload)(moe_comm *c, void *dst, const void *src, size_t nbytes);
     void (*destroy)(moe_comm *c);
 } moe_transport_ops;
 
@@ -44,6 +47,9 @@ struct moe_comm {
  * checkpoint on rank 0): returns `mine` if this rank failed, MOE_ERR_PEER if only others did, else MOE_OK
  * (or the transport's error). Collective. */
 moe_status moe_comm_agree(moe_comm *c, moe_status mine);
+
+/* copy_payload of the transports on host memory (a memmove). */
+moe_status moe_comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes);
 
 /* A communicator of size 1 (rank 0) where every exchange is a copy. */
 moe_status moe_comm_create_self(const char *label, moe_comm **out);

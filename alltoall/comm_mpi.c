@@ -146,6 +146,7 @@ static const moe_transport_ops mpi_ops = {
     .allreduce_sum_real = mpi_allreduce_real,
     .allreduce_sum_f64 = mpi_allreduce_f64,
     .barrier = mpi_barrier,
+    .copy_payload = moe_comm_copy_host,
     .destroy = mpi_destroy,
 };
 

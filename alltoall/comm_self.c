@@ -53,6 +53,7 @@ static const moe_transport_ops self_ops = {
     .allreduce_sum_real = self_allreduce_real,
     .allreduce_sum_f64 = self_allreduce_f64,
     .barrier = self_barrier,
+    .copy_payload = moe_comm_copy_host,
     .destroy = self_destroy,
 };
 

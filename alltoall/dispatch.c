@@ -94,13 +94,16 @@ moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_tokens_per_ex
 }
 
 /* Copies every (peer, expert) block between peer-major and expert-major order. */
-static void move_blocks(const moe_dispatch_plan *plan, const moe_real *from, moe_real *to, int d, int to_expert_major) {
-    const size_t row_nbytes = (size_t)d * sizeof(moe_real);
+static moe_status move_blocks(moe_comm *ep, const moe_dispatch_plan *plan, const void *from, void *to,
+                              size_t row_nbytes, int to_expert_major) {
     for (int b = 0; b < plan->ep_size * plan->num_local_experts; b++) {
         size_t pm = plan->peer_major_at[b], em = plan->expert_major_at[b];
         size_t src = to_expert_major ? pm : em, dst = to_expert_major ? em : pm;
-        memcpy(to + dst * d, from + src * d, plan->recv_counts[b] * row_nbytes);
+        moe_status st = ep->ops->copy_payload(ep, (char *)to + dst * row_nbytes, (const char *)from + src * row_nbytes,
+                                              plan->recv_counts[b] * row_nbytes);
+        if (st != MOE_OK) return st;
     }
+    return MOE_OK;
 }
 
 /* With one EP rank, or one local expert, peer-major order is expert-major order. */
@@ -108,22 +111,20 @@ static int reorder_is_identity(const moe_dispatch_plan *plan) {
     return plan->ep_size == 1 || plan->num_local_experts == 1;
 }
 
-moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const moe_real *send, int d,
-                             moe_real *staging, moe_real *expert_rows) {
+moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const void *send, size_t row_nbytes,
+                             void *staging, void *expert_rows) {
     if (reorder_is_identity(plan)) /* one exchange straight into place */
-        return ep->ops->alltoallv_rows(ep, send, plan->send_rows, expert_rows, plan->recv_rows,
-                                       (size_t)d * sizeof(moe_real));
-    moe_status st = ep->ops->alltoallv_rows(ep, send, plan->send_rows, staging, plan->recv_rows,
-                                            (size_t)d * sizeof(moe_real));
-    if (st == MOE_OK) move_blocks(plan, staging, expert_rows, d, 1);
+        return ep->ops->alltoallv_rows(ep, send, plan->send_rows, expert_rows, plan->recv_rows, row_nbytes);
+    moe_status st = ep->ops->alltoallv_rows(ep, send, plan->send_rows, staging, plan->recv_rows, row_nbytes);
+    if (st == MOE_OK) st = move_blocks(ep, plan, staging, expert_rows, row_nbytes, 1);
     return st;
 }
 
-moe_status moe_combine_rows(moe_comm *ep, const moe_dispatch_plan *plan, const moe_real *expert_rows, int d,
-                            moe_real *staging, moe_real *back) {
+moe_status moe_combine_rows(moe_comm *ep, const moe_dispatch_plan *plan, const void *expert_rows, size_t row_nbytes,
+                            void *staging, void *back) {
     if (reorder_is_identity(plan))
-        return ep->ops->alltoallv_rows(ep, expert_rows, plan->recv_rows, back, plan->send_rows,
-                                       (size_t)d * sizeof(moe_real));
-    move_blocks(plan, expert_rows, staging, d, 0);
-    return ep->ops->alltoallv_rows(ep, staging, plan->recv_rows, back, plan->send_rows, (size_t)d * sizeof(moe_real));
+        return ep->ops->alltoallv_rows(ep, expert_rows, plan->recv_rows, back, plan->send_rows, row_nbytes);
+    moe_status st = move_blocks(ep, plan, expert_rows, staging, row_nbytes, 0);
+    if (st == MOE_OK) st = ep->ops->alltoallv_rows(ep, staging, plan->recv_rows, back, plan->send_rows, row_nbytes);
+    return st;
 }

@@ -36,13 +36,14 @@ void moe_dispatch_plan_free(moe_dispatch_plan *plan);
 moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_tokens_per_expert, const int *expected_recv_counts,
                                       int layer_index, moe_dispatch_plan *plan);
 
-/* send [num_send, d] -> expert_rows [num_recv, d], expert-major. staging: [num_recv, d] scratch. */
-moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const moe_real *send, int d,
-                             moe_real *staging, moe_real *expert_rows);
+/* send [num_send rows] -> expert_rows [num_recv rows], expert-major; rows of row_nbytes bytes in the
+ * transport's payload memory. staging: num_recv rows of scratch. */
+moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const void *send, size_t row_nbytes,
+                             void *staging, void *expert_rows);
 
-/* The reverse: expert_rows [num_recv, d] -> back [num_send, d], in the send order. */
-moe_status moe_combine_rows(moe_comm *ep, const moe_dispatch_plan *plan, const moe_real *expert_rows, int d,
-                            moe_real *staging, moe_real *back);
+/* The reverse: expert_rows [num_recv rows] -> back [num_send rows], in the send order. */
+moe_status moe_combine_rows(moe_comm *ep, const moe_dispatch_plan *plan, const void *expert_rows, size_t row_nbytes,
+                            void *staging, void *back);
 
 /* Tests only: when >= 0, this rank announces one row too many for that global expert. */
 extern int moe__dispatch_count_fault;

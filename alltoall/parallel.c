@@ -21,5 +21,6 @@ void moe_parallel_destroy(moe_parallel *p) {
     moe_comm_destroy(p->world);
     moe_comm_destroy(p->ep);
     moe_comm_destroy(p->expert_dp);
+    if (p->gpu && p->gpu_release) p->gpu_release(p->gpu);
     free(p);
 }

@@ -10,15 +10,23 @@
 
 #include "alltoall/comm.h"
 
+struct moe_backend_ops;
+
 struct moe_parallel {
     int world_size, world_rank;
     int ep_size, ep_rank;
     int dp_size, dp_rank;
     moe_comm *world, *ep, *expert_dp;
+    /* Where layers on this layout run: NULL gpu and backend = the CPU; a GPU layout (parallel_gpu.h) sets
+     * both, and gpu_release to free the context after the communicators. */
+    struct moe_gpu *gpu;
+    const struct moe_backend_ops *backend;
+    void (*gpu_release)(struct moe_gpu *gpu);
 };
 
 /* A world of one process (no MPI): ep = dp = 1. */
 moe_status moe_parallel_create_self(moe_parallel **out);
+/* Frees the communicators, then the GPU context if there is one. */
 void moe_parallel_destroy(moe_parallel *par);
 
 #endif

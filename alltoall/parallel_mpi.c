@@ -5,14 +5,25 @@
 
 #include "alltoall/comm_mpi.h"
 
-static moe_status wrap(MPI_Comm comm, const char *label, double timeout_s, moe_comm **out) {
+static moe_status wrap(moe__comm_wrap_fn fn, void *ctx, MPI_Comm comm, const char *label, double timeout_s,
+                       moe_comm **out) {
     if (comm == MPI_COMM_NULL) return MOE_ERR_COMM;
-    moe_status st = moe_comm_create_mpi(comm, label, timeout_s, out);
+    moe_status st = fn(ctx, comm, label, timeout_s, out);
     if (st != MOE_OK) MPI_Comm_free(&comm);
     return st;
 }
 
+static moe_status wrap_mpi(void *ctx, MPI_Comm comm, const char *label, double timeout_s, moe_comm **out) {
+    (void)ctx;
+    return moe_comm_create_mpi(comm, label, timeout_s, out);
+}
+
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out) {
+    return moe__parallel_create_mpi_with(world, ep_size, timeout_s, wrap_mpi, NULL, out);
+}
+
+moe_status moe__parallel_create_mpi_with(MPI_Comm world, int ep_size, double timeout_s, moe__comm_wrap_fn wrap_fn,
+                                         void *wrap_ctx, moe_parallel **out) {
     int size, rank;
     if (MPI_Comm_size(world, &size) != MPI_SUCCESS || MPI_Comm_rank(world, &rank) != MPI_SUCCESS) return MOE_ERR_COMM;
     if (ep_size < 1 || size % ep_size != 0) return MOE_ERR_INVALID_CONFIG;
@@ -25,9 +36,9 @@ moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s
     MPI_Comm_split(world, p->dp_rank, rank, &ep); /* same block of ep consecutive ranks */
     MPI_Comm_split(world, p->ep_rank, rank, &dp); /* same expert shard */
     /* each wrap owns its communicator from here on, whatever happens to the others */
-    moe_status st_world = wrap(dup, "world", timeout_s, &p->world);
-    moe_status st_ep = wrap(ep, "ep", timeout_s, &p->ep);
-    moe_status st_dp = wrap(dp, "expert-dp", timeout_s, &p->expert_dp);
+    moe_status st_world = wrap(wrap_fn, wrap_ctx, dup, "world", timeout_s, &p->world);
+    moe_status st_ep = wrap(wrap_fn, wrap_ctx, ep, "ep", timeout_s, &p->ep);
+    moe_status st_dp = wrap(wrap_fn, wrap_ctx, dp, "expert-dp", timeout_s, &p->expert_dp);
     moe_status st = st_world != MOE_OK ? st_world : st_ep != MOE_OK ? st_ep : st_dp;
     if (st != MOE_OK) {
         moe_parallel_destroy(p);

@@ -10,4 +10,12 @@
  * divide the world size. timeout_s: the watchdog of every exchange (<= 0: none). */
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out);
 
+/* Internal to alltoall/ (how the GPU layouts reuse these groups): the same layout, with each of its MPI
+ * communicators (a dup of world, the EP block, the expert-data-parallel group) turned into a moe_comm by
+ * `wrap`, which owns the communicator when it returns MOE_OK and leaves it to the caller otherwise. */
+typedef moe_status (*moe__comm_wrap_fn)(void *ctx, MPI_Comm comm, const char *label, double timeout_s,
+                                        moe_comm **out);
+moe_status moe__parallel_create_mpi_with(MPI_Comm world, int ep_size, double timeout_s, moe__comm_wrap_fn wrap,
+                                         void *wrap_ctx, moe_parallel **out);
+
 #endif

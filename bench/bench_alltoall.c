@@ -98,8 +98,8 @@ static void run_once(bench *b, int moe) {
                                 b->row, MPI_COMM_WORLD));
         return;
     }
-    bench_check(moe_dispatch_rows(b->ep, &b->plan, b->send, b->d, b->staging, b->moe_recv), "moe_dispatch_rows");
-    bench_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, b->d, b->staging, b->back), "moe_combine_rows");
+    bench_check(moe_dispatch_rows(b->ep, &b->plan, b->send, (size_t)b->row_bytes, b->staging, b->moe_recv), "moe_dispatch_rows");
+    bench_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, (size_t)b->row_bytes, b->staging, b->back), "moe_combine_rows");
 }
 
 /* Mean seconds per iteration of this rank over the timed batch, maxed over ranks. */

@@ -105,13 +105,23 @@ static moe_status t_gather(moe_comm *c, const void *s, size_t sn, void *r, const
 static moe_status t_sum_real(moe_comm *c, moe_real *b, size_t n) { TIMED(C_ALLREDUCE, inner(c)->allreduce_sum_real(c, b, n)) }
 static moe_status t_sum_f64(moe_comm *c, double *b, size_t n) { TIMED(C_ALLREDUCE, inner(c)->allreduce_sum_f64(c, b, n)) }
 static moe_status t_barrier(moe_comm *c) { TIMED(C_BARRIER, inner(c)->barrier(c)) }
+static moe_status t_copy(moe_comm *c, void *d, const void *s, size_t n) { return inner(c)->copy_payload(c, d, s, n); }
 static void t_destroy(moe_comm *c) {
     const moe_transport_ops *ops = inner(c);
     c->ops = ops;
     ops->destroy(c);
 }
-static const moe_transport_ops timed_ops = {"mpi (timed)", t_a2a_ints, t_a2av, t_gather, t_sum_real, t_sum_f64,
-                                            t_barrier, t_destroy};
+static const moe_transport_ops timed_ops = {
+    .name = "mpi (timed)",
+    .alltoall_ints = t_a2a_ints,
+    .alltoallv_rows = t_a2av,
+    .allgatherv_bytes = t_gather,
+    .allreduce_sum_real = t_sum_real,
+    .allreduce_sum_f64 = t_sum_f64,
+    .barrier = t_barrier,
+    .copy_payload = t_copy,
+    .destroy = t_destroy,
+};
 
 static void wrap(moe_parallel *par) {
     moe_comm *comms[3] = {par->world, par->ep, par->expert_dp};

@@ -4,6 +4,7 @@
 #define MOE_KERNELS_PERMUTE_H
 
 #include "moe/moe.h"
+#include "moe/gpu.h"
 
 /* xp[r, :] = x[perm_token[r], :] for r < num_rows (a gather). */
 void permute_rows_cpu(const moe_real *x, const int *perm_token, int num_rows, int d, moe_real *xp);
@@ -18,5 +19,14 @@ void combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *gate, 
  * dgate[t*k+j] = <dout[t, :], y[slot, :]> (0 when dropped: a dropped assignment contributes nothing). */
 void combine_rows_backward_cpu(const moe_real *dout, const moe_real *y, const int *slot, const moe_real *gate,
                                int num_tokens, int top_k, int d, moe_real *dy, moe_real *dgate);
+
+/* CUDA: rows on the expert side are bf16 (the experts' GEMM inputs and outputs), token rows fp32.
+ * 16-byte vector loads and stores when d is a multiple of 8; fp32 accumulation in a fixed j order. */
+moe_status permute_rows_cuda(moe_gpu *gpu, const float *x, const int *perm_token, int num_rows, int d, moe_bf16 *xp);
+moe_status combine_rows_cuda(moe_gpu *gpu, const moe_bf16 *y, const int *slot, const float *gate, int num_tokens,
+                             int top_k, int d, float *out);
+/* dy[slot] = bf16(gate * dout[t]); dgate = <dout[t], y[slot]> in fp32 (0 when dropped). */
+moe_status combine_rows_backward_cuda(moe_gpu *gpu, const float *dout, const moe_bf16 *y, const int *slot,
+                                      const float *gate, int num_tokens, int top_k, int d, moe_bf16 *dy, float *dgate);
 
 #endif

@@ -1,51 +1,49 @@
-/* layer.c — one MoE layer on the CPU, on one rank of any expert-parallel layout:
+/* layer.c — one MoE layer on one rank of any expert-parallel layout, on any backend (moe/backend.h):
  *   route (local) -> capacity (global) -> layout -> permute -> dispatch (EP all-to-all)
  *   -> SwiGLU experts (this rank's) -> combine (reverse all-to-all) -> weighted sum over k
- * and its backward along the same routes. Orchestration only: the ops live in router/, kernels/,
- * experts/ and alltoall/. With a world of one the exchanges are copies. */
+ * and its backward along the same routes. Orchestration only: the steps are the backend's (CPU or CUDA),
+ * the exchanges alltoall/'s. With a world of one the exchanges are copies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/dispatch.h"
-#include "experts/expert_ffn.h"
-#include "kernels/gemm_rows.h"
-#include "kernels/permute.h"
+#include "moe/backend.h"
 #include "moe/global_routing.h"
 #include "moe/layer_internal.h"
-#include "moe/real.h"
-#include "router/aux_loss.h"
-#include "router/gates.h"
-#include "router/layout.h"
-#include "router/scores.h"
-#include "router/topk.h"
 
-/* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order. */
+/* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the backend's
+ * memory. "row" buffers hold backend->row_elem bytes per value (moe/backend.h). */
 typedef struct {
-    moe_real *x;       /* [T, d]  copy of the input (router weight gradient)                */
-    moe_real *xp;      /* [A, d]  input rows in send order                                  */
-    moe_real *y;       /* [A, d]  expert outputs, back from the combine, in send order      */
-    moe_real *dy;      /* [A, d]  dL/dy in send order                                       */
-    moe_real *dxp;     /* [A, d]  dL/dxp back from the experts, in send order               */
-    moe_real *dgate;   /* [A]                                                               */
-    moe_real *dscores; /* [T, E]                                                            */
-    moe_real *dlogits; /* [T, E]                                                            */
+    void *x;     /* [T, d] moe_real  copy of the input (router weight gradient)                */
+    void *xp;    /* [A, d] row       input rows in send order                                  */
+    void *y;     /* [A, d] row       expert outputs, back from the combine, in send order      */
+    void *dy;    /* [A, d] row       dL/dy in send order                                       */
+    void *dxp;   /* [A, d] row       dL/dxp back from the experts, in send order               */
+    void *dgate; /* [A]    moe_real                                                            */
 } token_buffers;
 
-/* Buffers for the N rows this rank's experts received, expert-major. */
+/* Buffers for the N rows this rank's experts received, expert-major, in the backend's memory. */
 typedef struct {
-    moe_real *staging;       /* [N, d]    peer-major landing zone of the exchanges         */
-    moe_real *x;             /* [N, d]    expert inputs                                   */
-    moe_real *h1, *h3, *act; /* [N, d_ff] pre-activations and silu(h1) * h3              */
-    moe_real *y;             /* [N, d]    expert outputs                                  */
-    moe_real *dy, *dx;       /* [N, d]                                                    */
-    moe_real *dh1, *dh3;     /* [N, d_ff]                                                 */
+    void *staging; /* [N, d] peer-major landing zone of the exchanges */
+    void *x;       /* [N, d] expert inputs                            */
+    void *y;       /* [N, d] expert outputs                           */
+    void *dy, *dx; /* [N, d]                                          */
 } row_buffers;
+
+/* Host copies of what the global capacity rule reads and writes (moe/global_routing.h). */
+typedef struct {
+    int *expert;            /* [T*k] */
+    moe_real *expert_score; /* [T*k] */
+    unsigned char *kept;    /* [T*k] */
+} host_choices;
 
 struct moe_layer {
     moe_config cfg;
     const moe_parallel *par;
     moe_parallel *owned_par; /* a world of one, when the caller gave none */
+    const moe_backend_ops *be; /* where the steps run: par->backend, or the CPU */
+    moe_backend *b;
     int num_local_experts;
     int max_tokens, max_rows; /* what token_buffers and row_buffers hold */
     int has_forward;
@@ -53,57 +51,68 @@ struct moe_layer {
     long completed_steps;  /* forward+backward pairs done, for failure messages */
     int num_tokens_global;
     double aux_loss, z_loss;
-    moe_real *expert_bias; /* [E] sigmoid routing's selection bias */
-    gemm_rows_plan gemm;   /* how row-wise GEMMs are cut into calls (cfg.layout_invariant) */
-    moe_real *wgrad_scratch; /* [d_ff * d] one expert weight gradient product */
+    moe_real *expert_bias; /* [E] sigmoid routing's selection bias (host) */
     int *expected_recv;    /* [ep * E_local] */
-    moe_routing routing;
+    moe_routing routing;   /* per-token arrays in the backend's memory, counts on the host */
+    host_choices host;
     moe_global_routing global;
     moe_dispatch_plan plan;
     token_buffers tok;
     row_buffers rows;
 };
 
-/* (Re)allocates every pointer of a struct made only of moe_real pointers to count[i] reals. */
-static moe_status realloc_all(void *bufs, size_t num_ptrs, const size_t *count) {
-    moe_real **p = bufs;
+#define NUM_PTRS(s) (sizeof(s) / sizeof(void *))
+
+/* (Re)allocates every pointer of a struct made only of void pointers to nbytes[i] in the backend's memory. */
+static moe_status realloc_all(moe_layer *L, void *bufs, size_t num_ptrs, const size_t *nbytes) {
+    void **p = bufs;
     moe_status st = MOE_OK;
     for (size_t i = 0; i < num_ptrs; i++) {
-        free(p[i]);
-        p[i] = malloc((count[i] ? count[i] : 1) * sizeof(moe_real));
-        if (!p[i]) st = MOE_ERR_OUT_OF_MEMORY;
+        L->be->free(L->b, p[i]);
+        p[i] = NULL;
+        if (st == MOE_OK) st = L->be->alloc(L->b, nbytes[i], &p[i]);
     }
     return st;
 }
 
-static void free_all(void *bufs, size_t num_ptrs) {
-    moe_real **p = bufs;
-    for (size_t i = 0; i < num_ptrs; i++) free(p[i]), p[i] = NULL;
+static void free_all(moe_layer *L, void *bufs, size_t num_ptrs) {
+    void **p = bufs;
+    for (size_t i = 0; i < num_ptrs; i++) L->be->free(L->b, p[i]), p[i] = NULL;
 }
 
-#define NUM_PTRS(s) (sizeof(s) / sizeof(moe_real *))
+static void free_host_choices(host_choices *h) {
+    free(h->expert), free(h->expert_score), free(h->kept);
+    memset(h, 0, sizeof *h);
+}
 
 static moe_status reserve_tokens(moe_layer *L, int T) {
     if (T <= L->max_tokens) return MOE_OK;
     const moe_config *c = &L->cfg;
-    size_t A = (size_t)T * c->top_k, d = c->d_model, E = c->num_experts;
-    const size_t count[] = {T * d, A * d, A * d, A * d, A * d, A, T * E, T * E};
-    _Static_assert(sizeof count / sizeof *count == NUM_PTRS(token_buffers), "one count per buffer");
+    size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->be->row_elem;
+    const size_t nbytes[] = {T * d * real, A * d * row, A * d * row, A * d * row, A * d * row, A * real};
+    _Static_assert(sizeof nbytes / sizeof *nbytes == NUM_PTRS(token_buffers), "one size per buffer");
     L->max_tokens = 0;
-    moe_routing_free(&L->routing);
-    moe_status st = realloc_all(&L->tok, NUM_PTRS(token_buffers), count);
-    if (st == MOE_OK) st = moe_routing_alloc(&L->routing, T, c->num_experts, c->top_k, c->ep_size);
+    L->be->routing_free(L->b, &L->routing);
+    free_host_choices(&L->host);
+    moe_status st = realloc_all(L, &L->tok, NUM_PTRS(token_buffers), nbytes);
+    if (st == MOE_OK) st = L->be->routing_alloc(L->b, &L->routing, T, c->num_experts, c->top_k, c->ep_size);
+    if (st == MOE_OK) {
+        L->host.expert = malloc(A * sizeof(int));
+        L->host.expert_score = malloc(A * sizeof(moe_real));
+        L->host.kept = malloc(A);
+        if (!L->host.expert || !L->host.expert_score || !L->host.kept) st = MOE_ERR_OUT_OF_MEMORY;
+    }
     if (st == MOE_OK) L->max_tokens = T;
     return st;
 }
 
 static moe_status reserve_rows(moe_layer *L, int N) {
     if (N <= L->max_rows) return MOE_OK;
-    size_t d = L->cfg.d_model, f = L->cfg.d_ff, n = N;
-    const size_t count[] = {n * d, n * d, n * f, n * f, n * f, n * d, n * d, n * d, n * f, n * f};
-    _Static_assert(sizeof count / sizeof *count == NUM_PTRS(row_buffers), "one count per buffer");
+    size_t n = (size_t)N * L->cfg.d_model * L->be->row_elem;
+    const size_t nbytes[] = {n, n, n, n, n};
+    _Static_assert(sizeof nbytes / sizeof *nbytes == NUM_PTRS(row_buffers), "one size per buffer");
     L->max_rows = 0;
-    moe_status st = realloc_all(&L->rows, NUM_PTRS(row_buffers), count);
+    moe_status st = realloc_all(L, &L->rows, NUM_PTRS(row_buffers), nbytes);
     if (st == MOE_OK) L->max_rows = N;
     return st;
 }
@@ -121,13 +130,11 @@ moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_
     L->num_local_experts = cfg->num_experts / cfg->ep_size;
     if (!par && (st = moe_parallel_create_self(&L->owned_par)) != MOE_OK) return free(L), st;
     L->par = par ? par : L->owned_par;
-    int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
-    widest = widest > cfg->num_experts ? widest : cfg->num_experts;
+    L->be = L->par->backend ? L->par->backend : &moe_backend_cpu;
     L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
     L->expected_recv = calloc((size_t)cfg->num_experts, sizeof(int));
-    L->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
-    st = L->expert_bias && L->expected_recv && L->wgrad_scratch ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = gemm_rows_plan_init(&L->gemm, cfg->layout_invariant, widest);
+    st = L->expert_bias && L->expected_recv ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = L->be->create(cfg, L->par, &L->b);
     if (st == MOE_OK) st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
     *out_layer = L;
@@ -136,15 +143,17 @@ moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_
 
 void moe_layer_destroy(moe_layer *L) {
     if (!L) return;
-    free_all(&L->tok, NUM_PTRS(token_buffers));
-    free_all(&L->rows, NUM_PTRS(row_buffers));
-    moe_routing_free(&L->routing);
+    if (L->b) {
+        free_all(L, &L->tok, NUM_PTRS(token_buffers));
+        free_all(L, &L->rows, NUM_PTRS(row_buffers));
+        L->be->routing_free(L->b, &L->routing);
+        L->be->destroy(L->b);
+    }
+    free_host_choices(&L->host);
     moe_global_routing_free(&L->global);
     moe_dispatch_plan_free(&L->plan);
     moe_parallel_destroy(L->owned_par);
     free(L->expert_bias);
-    gemm_rows_plan_free(&L->gemm);
-    free(L->wgrad_scratch);
     free(L->expected_recv);
     free(L);
 }
@@ -165,7 +174,7 @@ static moe_status exchange_failed(const moe_layer *L, const char *phase, moe_sta
     return st;
 }
 
-/* Copies the forced choices after checking them: ids in [0, E), k distinct ids per token. */
+/* Checks the forced choices (ids in [0, E), k distinct ids per token) and puts them in r->expert. */
 static moe_status use_forced_experts(moe_layer *L, int T) {
     const int E = L->cfg.num_experts, k = L->cfg.top_k;
     const int *forced = L->forced_experts;
@@ -177,48 +186,47 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
             for (int i = 0; i < j; i++)
                 if (forced[t * k + i] == e) return MOE_ERR_INVALID_ARG;
         }
-    memcpy(L->routing.expert, forced, (size_t)T * k * sizeof(int));
-    return MOE_OK;
+    return L->be->upload(L->b, L->routing.expert, forced, (size_t)T * k * sizeof(int));
 }
 
-/* Router: logits -> scores -> top-k -> gates -> capacity (global) -> layout. */
-static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
+/* Capacity on the global batch: the choices go to the host, every rank gathers them and runs the one rule
+ * (moe/global_routing.h), and this rank's kept flags come back. The same code for every backend, so the
+ * drops are the same too. */
+static moe_status global_capacity(moe_layer *L) {
     const moe_config *c = &L->cfg;
     moe_routing *r = &L->routing;
-    int E = c->num_experts, k = c->top_k;
-    r->num_tokens = T;
-    moe_status st = router_logits_cpu(&L->gemm, L->tok.x, w->router_w, T, c->d_model, E, r->logits);
+    size_t A = (size_t)r->num_tokens * c->top_k;
+    moe_routing view = *r; /* host counts, host copies of the per-assignment arrays */
+    view.expert = L->host.expert, view.expert_score = L->host.expert_score, view.kept = L->host.kept;
+    moe_status st = L->be->download(L->b, view.expert, r->expert, A * sizeof(int));
+    if (st == MOE_OK && c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE)
+        st = L->be->download(L->b, view.expert_score, r->expert_score, A * sizeof(moe_real));
     if (st != MOE_OK) return st;
-    router_scores_cpu(c->score_func, r->logits, T, E, r->scores);
-    const moe_real *select = r->scores;
-    if (c->score_func == MOE_SCORE_SIGMOID) {
-        for (size_t i = 0; i < (size_t)T * E; i++) r->select_scores[i] = r->scores[i] + L->expert_bias[i % E];
-        select = r->select_scores;
-    }
-    if (L->forced_experts) { /* replay: the choices come from outside, the gates from this router's scores */
-        st = use_forced_experts(L, T);
-        if (st != MOE_OK) return st;
-    } else {
-        router_topk_cpu(select, T, E, k, r->expert);
-    }
-    router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
-    st = moe_global_capacity(L->par, c->capacity_factor, c->drop_priority, r, &L->global);
+    st = moe_global_capacity(L->par, c->capacity_factor, c->drop_priority, &view, &L->global);
     if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
+    r->capacity = view.capacity;
     L->num_tokens_global = L->global.routing.num_tokens;
-    router_dispatch_layout_cpu(r);
-    return MOE_OK;
+    return L->be->upload(L->b, r->kept, view.kept, A);
+}
+
+/* Router: logits -> scores -> top-k (or the forced choices) -> gates -> capacity (global) -> layout. */
+static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
+    moe_routing *r = &L->routing;
+    r->num_tokens = T;
+    int forced = L->forced_experts != NULL;
+    moe_status st = forced ? use_forced_experts(L, T) : MOE_OK;
+    if (st == MOE_OK) st = L->be->route(L->b, w, L->tok.x, L->expert_bias, forced, r);
+    if (st == MOE_OK) st = global_capacity(L);
+    if (st == MOE_OK) st = L->be->dispatch_layout(L->b, r);
+    return st;
 }
 
 /* This rank's share of the aux and z losses, summed over the world. */
 static moe_status router_losses(moe_layer *L) {
-    const moe_config *c = &L->cfg;
-    const moe_routing *r = &L->routing;
-    double loss[2] = {
-        router_load_balance_loss_cpu(c->score_func, r->scores, r->num_selected_per_expert, r->num_tokens,
-                                     L->num_tokens_global, c->num_experts, c->top_k),
-        router_z_loss_cpu(r->logits, r->num_tokens, L->num_tokens_global, c->num_experts),
-    };
-    moe_status st = L->par->world->ops->allreduce_sum_f64(L->par->world, loss, 2);
+    double loss[2];
+    moe_status st = L->be->router_losses(L->b, &L->routing, L->num_tokens_global, loss);
+    if (st != MOE_OK) return st;
+    st = L->par->world->ops->allreduce_sum_f64(L->par->world, loss, 2);
     L->aux_loss = loss[0], L->z_loss = loss[1];
     return exchange_failed(L, "the router-loss all-reduce", st, 1);
 }
@@ -231,24 +239,25 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     if (st != MOE_OK) return st;
     const moe_config *c = &L->cfg;
     const int T = num_tokens, d = c->d_model, k = c->top_k;
+    const size_t row_nbytes = (size_t)d * L->be->row_elem;
+    const moe_backend_ops *be = L->be;
     moe_routing *r = &L->routing;
     moe_comm *ep = L->par->ep;
-    memcpy(L->tok.x, x, (size_t)T * d * sizeof(moe_real));
+    if ((st = be->copy(L->b, L->tok.x, x, (size_t)T * d * sizeof(moe_real))) != MOE_OK) return st; /* for backward */
     if ((st = route(L, w, T)) != MOE_OK) return st;
 
-    permute_rows_cpu(L->tok.x, r->perm_token, r->num_kept, d, L->tok.xp);
+    if ((st = be->permute(L->b, L->tok.x, r->perm_token, r->num_kept, d, L->tok.xp)) != MOE_OK) return st;
     moe_global_expected_recv_counts(L->par, &L->global, L->expected_recv);
     st = moe_dispatch_plan_exchange(ep, r->num_tokens_per_expert, L->expected_recv, c->layer_index, &L->plan);
     if (st != MOE_OK) return exchange_failed(L, "the counts exchange", st, 1);
     if ((st = reserve_rows(L, L->plan.num_recv)) != MOE_OK) return st;
     row_buffers *b = &L->rows;
-    st = moe_dispatch_rows(ep, &L->plan, L->tok.xp, d, b->staging, b->x);
+    st = moe_dispatch_rows(ep, &L->plan, L->tok.xp, row_nbytes, b->staging, b->x);
     if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
-    expert_ffn_forward_cpu(w, L->num_local_experts, d, c->d_ff, L->plan.expert_offset, b->x, b->h1, b->h3, b->act,
-                           b->y, &L->gemm);
-    st = moe_combine_rows(ep, &L->plan, b->y, d, b->staging, L->tok.y);
+    if ((st = be->experts_forward(L->b, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y)) != MOE_OK) return st;
+    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->tok.y);
     if (st != MOE_OK) return exchange_failed(L, "the forward combine", st, 1);
-    combine_rows_cpu(L->tok.y, r->slot, r->gate, T, k, d, out);
+    if ((st = be->combine(L->b, L->tok.y, r->slot, r->gate, T, k, d, out)) != MOE_OK) return st;
 
     if ((st = router_losses(L)) != MOE_OK) return st;
     L->has_forward = 1;
@@ -273,35 +282,28 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
     const moe_config *c = &L->cfg;
     const moe_routing *r = &L->routing;
-    const int T = r->num_tokens, Tg = L->num_tokens_global, d = c->d_model, E = c->num_experts, k = c->top_k;
+    const int T = r->num_tokens, d = c->d_model, k = c->top_k;
+    const size_t row_nbytes = (size_t)d * L->be->row_elem;
+    const moe_backend_ops *be = L->be;
     token_buffers *t = &L->tok;
     row_buffers *b = &L->rows;
     moe_comm *ep = L->par->ep;
 
     /* Experts: dL/dy and dL/dgate here, dL/dy travels to the experts, dL/dx of their rows travels back. */
-    combine_rows_backward_cpu(dout, t->y, r->slot, r->gate, T, k, d, t->dy, t->dgate);
-    moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, d, b->staging, b->dy);
+    moe_status st = be->combine_backward(L->b, dout, t->y, r->slot, r->gate, T, k, d, t->dy, t->dgate);
+    if (st != MOE_OK) return st;
+    st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
-    expert_ffn_backward_cpu(w, grads, L->num_local_experts, d, c->d_ff, L->plan.segment_start, L->plan.ep_size, b->x,
-                            b->h1, b->h3, b->act, b->dy, b->dh1, b->dh3, b->dx, L->wgrad_scratch, &L->gemm);
-    st = moe_combine_rows(ep, &L->plan, b->dx, d, b->staging, t->dxp);
+    st = be->experts_backward(L->b, w, grads, L->plan.segment_start, L->plan.ep_size, L->plan.num_recv, b->x, b->dy,
+                              b->dx);
+    if (st != MOE_OK) return st;
+    st = moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
     if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 
-    /* Router: gates and the balance loss give dL/dscores; scores and the z-loss give dL/dlogits. */
-    memset(t->dscores, 0, (size_t)T * E * sizeof(moe_real));
-    router_gates_backward_cpu(r->scores, r->expert, r->gate, t->dgate, T, E, k, c->renormalize, t->dscores);
-    router_load_balance_loss_backward_cpu(c->score_func, r->scores, r->num_selected_per_expert, T, Tg, E, k,
-                                          c->aux_loss_coef, t->dscores);
-    router_scores_backward_cpu(c->score_func, r->scores, t->dscores, T, E, t->dlogits);
-    router_z_loss_backward_cpu(r->logits, T, Tg, E, c->z_loss_coef, t->dlogits);
-    /* dWr += dlogits^T x (a sum over this rank's tokens; moe_layer_reduce_gradients sums over ranks) */
-    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, t->dlogits, E, t->x, d, 1, grads->router_w, d);
-
-    if (dx) {
-        /* dx = (unpermute of dxp with unit gates) + dlogits Wr */
-        combine_rows_cpu(t->dxp, r->slot, NULL, T, k, d, dx);
-        gemm_rows_cpu(&L->gemm, CblasNoTrans, T, d, E, t->dlogits, w->router_w, 1, dx);
-    }
+    /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
+    if (dx && (st = be->combine(L->b, t->dxp, r->slot, NULL, T, k, d, dx)) != MOE_OK) return st;
+    st = be->router_backward(L->b, w, r, t->x, t->dgate, L->num_tokens_global, grads, dx);
+    if (st != MOE_OK) return st;
     L->completed_steps++;
     return MOE_OK;
 }

@@ -15,6 +15,7 @@
 #define MOE_ROUTER_AUX_LOSS_H
 
 #include "moe/moe.h"
+#include "moe/gpu.h"
 
 double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
                                     int num_tokens, int num_tokens_global, int num_experts, int top_k);
@@ -27,5 +28,16 @@ double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_
 /* dlogits += coef * (2/T) * lse_t * softmax(logits_t) */
 void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
                                 moe_real coef, moe_real *dlogits);
+
+/* CUDA (float, device pointers; num_selected is a device [E] array). The forward returns both shares
+ * in double on the host, {load balance, z}, from fixed-order reductions (no atomics): synchronous. */
+moe_status router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
+                              const int *num_selected, int num_tokens, int num_tokens_global, int num_experts,
+                              int top_k, double loss[2]);
+moe_status router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+                                                  const int *num_selected, int num_tokens, int num_tokens_global,
+                                                  int num_experts, int top_k, float coef, float *dscores);
+moe_status router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens, int num_tokens_global,
+                                       int num_experts, float coef, float *dlogits);
 
 #endif

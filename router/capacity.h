@@ -18,4 +18,8 @@ int router_capacity(float capacity_factor, int num_tokens, int top_k, int num_ex
  * assignment is dropped keeps its other assignments. */
 moe_status router_apply_capacity_cpu(moe_routing *r, float capacity_factor, moe_drop_priority priority);
 
+/* No CUDA version, on purpose: under any layout the rule runs on the gathered global routing (T*k ints,
+ * moe/global_routing.h), which every rank needs on the host anyway to check the counts exchange, so the
+ * GPU layer runs this same function and its drops equal the CPU path's by construction. */
+
 #endif

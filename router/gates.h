@@ -3,6 +3,7 @@
 #define MOE_ROUTER_GATES_H
 
 #include "moe/moe.h"
+#include "moe/gpu.h"
 
 /* expert_score[t,j] = scores[t, expert[t,j]];  gate = expert_score, divided by its sum over j when
  * renormalize is set. */
@@ -14,5 +15,12 @@ void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens,
 void router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
                                const moe_real *dgate, int num_tokens, int num_experts, int top_k,
                                int renormalize, moe_real *dscores);
+
+/* CUDA (float, device pointers): the same formulas, one thread per token. */
+moe_status router_gates_cuda(moe_gpu *gpu, const float *scores, const int *expert, int num_tokens, int num_experts,
+                             int top_k, int renormalize, float *expert_score, float *gate);
+moe_status router_gates_backward_cuda(moe_gpu *gpu, const float *scores, const int *expert, const float *gate,
+                                      const float *dgate, int num_tokens, int num_experts, int top_k, int renormalize,
+                                      float *dscores);
 
 #endif

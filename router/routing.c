@@ -48,3 +48,11 @@ void moe_routing_free(moe_routing *r) {
     free(r->num_tokens_per_rank);
     memset(r, 0, sizeof *r);
 }
+
+void moe_routing_count_totals(moe_routing *r) {
+    const int E = r->num_experts, R = r->num_ranks;
+    const int *offset = r->expert_offset;
+    for (int q = 0; q < R; q++) r->num_tokens_per_rank[q] = offset[(q + 1) * (E / R)] - offset[q * (E / R)];
+    r->num_kept = offset[E];
+    r->num_dropped = r->num_tokens * r->top_k - r->num_kept;
+}

@@ -29,4 +29,8 @@ typedef struct {
 moe_status moe_routing_alloc(moe_routing *r, int max_tokens, int num_experts, int top_k, int num_ranks);
 void moe_routing_free(moe_routing *r);
 
+/* From expert_offset[E + 1]: num_tokens_per_rank (rank q owns experts [q*E/R, (q+1)*E/R)), num_kept and
+ * num_dropped — the host-side totals every backend's dispatch layout ends with. */
+void moe_routing_count_totals(moe_routing *r);
+
 #endif

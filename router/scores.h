@@ -3,6 +3,7 @@
 #define MOE_ROUTER_SCORES_H
 
 #include "kernels/gemm_rows.h"
+#include "moe/gpu.h"
 #include "moe/moe.h"
 
 /* logits[T, E] = x[T, d] router_w[E, d]^T, each row independent of the others (kernels/gemm_rows.h);
@@ -18,5 +19,18 @@ void router_scores_cpu(moe_score_func func, const moe_real *logits, int num_toke
  *   softmax: dl = p * (ds - <ds, p>);   sigmoid: dl = ds * s * (1 - s). */
 void router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
                                 int num_tokens, int num_experts, moe_real *dlogits);
+
+/* CUDA (float, device pointers, on gpu's stream). Logits in fp32 through cuBLAS (no TF32); synchronous:
+ * returns MOE_ERR_NONFINITE like the CPU version. */
+moe_status router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens, int d_model,
+                              int num_experts, float *logits);
+/* scores as router_scores_cpu; when bias != NULL (sigmoid routing), also select_scores = scores + bias[e]. */
+moe_status router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,
+                              int num_tokens, int num_experts, float *scores, float *select_scores);
+moe_status router_scores_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *dscores,
+                                       int num_tokens, int num_experts, float *dlogits);
+/* The router GEMMs' backward: dWr[E, d] += dlogits^T x;  dx[T, d] += dlogits router_w (dx may be NULL). */
+moe_status router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w, const float *dlogits,
+                                       int num_tokens, int d_model, int num_experts, float *drouter_w, float *dx);
 
 #endif

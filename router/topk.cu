@@ -1,8 +1,9 @@
 /* topk.cu — top-k expert selection on the GPU: one warp per token, k rounds of a warp arg-max.
  * Order: higher score first, equal scores to the lower expert id — the exact order of router_topk_cpu,
  * so the choices match bitwise. Checked against the CPU by tests/test_gpu_topk.cu (suite gpu). */
-#include <cuda_runtime.h>
 #include <limits.h>
+
+#include "moe/gpu_internal.h"
 
 extern "C" {
 #include "router/topk.h"
@@ -52,16 +53,15 @@ __global__ void topk_warp_per_token(const float *scores, int num_tokens, int num
 
 } // namespace
 
-extern "C" moe_status router_topk_cuda(const float *select_scores_device, int num_tokens, int num_experts,
-                                       int top_k, int *expert_device) {
+extern "C" moe_status router_topk_cuda(moe_gpu *gpu, const float *select_scores, int num_tokens, int num_experts,
+                                       int top_k, int *expert) {
     if (num_tokens < 0 || num_experts < 1 || top_k < 1 || top_k > num_experts || top_k > kMaxTopK ||
         num_experts > 1024)
         return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     int blocks = (num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    topk_warp_per_token<<<blocks, kWarpsPerBlock * kWarp>>>(select_scores_device, num_tokens, num_experts, top_k,
-                                                           expert_device);
-    if (cudaGetLastError() != cudaSuccess) return MOE_ERR_CUDA;
-    if (cudaDeviceSynchronize() != cudaSuccess) return MOE_ERR_CUDA;
+    topk_warp_per_token<<<blocks, kWarpsPerBlock * kWarp, 0, gpu->stream>>>(select_scores, num_tokens, num_experts,
+                                                                           top_k, expert);
+    MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }

@@ -54,7 +54,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf) {
 
     size_t n = plan.num_recv ? plan.num_recv : 1;
     moe_real *staging = malloc(n * D * sizeof *x), *rows = malloc(n * D * sizeof *x);
-    test_mpi_require(moe_dispatch_rows(par->ep, &plan, xp, D, staging, rows), "dispatch");
+    test_mpi_require(moe_dispatch_rows(par->ep, &plan, xp, D * sizeof(moe_real), staging, rows), "dispatch");
     /* expected order: local expert, then source rank of the EP group, then token; kept only */
     int row = 0;
     for (int le = 0; le < EL; le++)
@@ -74,7 +74,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf) {
         }
     CHECK(row == plan.num_recv, "rank %d: expected %d rows, received %d", par->world_rank, row, plan.num_recv);
 
-    test_mpi_require(moe_combine_rows(par->ep, &plan, rows, D, staging, back), "combine");
+    test_mpi_require(moe_combine_rows(par->ep, &plan, rows, D * sizeof(moe_real), staging, back), "combine");
     CHECK(!memcmp(back, xp, (size_t)r.num_kept * D * sizeof *x), "rank %d: combine did not return the sent rows",
           par->world_rank);
     combine_rows_cpu(back, r.slot, NULL, T, K, D, sum);

@@ -1,0 +1,37 @@
+/* comm_forward.c — control entries forwarded to an inner transport (comm_forward.h). */
+#include "alltoall/comm_forward.h"
+
+static moe_comm *inner_of(const moe_comm *c) { return *(moe_comm *const *)c->impl; }
+
+moe_comm *moe_comm_forward_enter(moe_comm *c) {
+    moe_comm *in = inner_of(c);
+    in->completed = c->completed;
+    in->timeout_s = c->timeout_s;
+    return in;
+}
+
+moe_status moe_comm_forward_leave(moe_comm *c, moe_status st) {
+    c->completed = inner_of(c)->completed;
+    return st;
+}
+
+moe_status moe_comm_forward_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
+    moe_comm *in = moe_comm_forward_enter(c);
+    return moe_comm_forward_leave(c, in->ops->alltoall_ints(in, send, recv, count_per_peer));
+}
+
+moe_status moe_comm_forward_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
+                                             const size_t *recv_nbytes) {
+    moe_comm *in = moe_comm_forward_enter(c);
+    return moe_comm_forward_leave(c, in->ops->allgatherv_bytes(in, send, send_nbytes, recv, recv_nbytes));
+}
+
+moe_status moe_comm_forward_allreduce_f64(moe_comm *c, double *buf, size_t count) {
+    moe_comm *in = moe_comm_forward_enter(c);
+    return moe_comm_forward_leave(c, in->ops->allreduce_sum_f64(in, buf, count));
+}
+
+moe_status moe_comm_forward_barrier(moe_comm *c) {
+    moe_comm *in = moe_comm_forward_enter(c);
+    return moe_comm_forward_leave(c, in->ops->barrier(in));
+}

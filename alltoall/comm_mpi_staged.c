@@ -1,0 +1,125 @@
+/* comm_mpi_staged.c — the mpi-staged transport (comm_gpu.h): the MPI transport (comm_mpi.c) on device
+ * buffers, staged through pinned host memory. A payload exchange copies the device rows to the host,
+ * waits for the context's stream (which orders the copy after the kernels that wrote the rows), runs the
+ * MPI exchange with its watchdog on the host copies, and queues the copy back on the stream, which orders
+ * it before the kernels that read the result. It makes no assumption about CUDA-aware MPI, and several
+ * ranks may share one GPU (NCCL refuses that), which is what it is for: tests and small machines.
+ * Control entries are the inner MPI transport's, unchanged.
+ * Checked by tests/test_gpu_alltoall.c (meson test --suite gpu; skips without a GPU). */
+#include <stdlib.h>
+
+#include "alltoall/comm_forward.h"
+#include "alltoall/comm_gpu_mpi.h"
+#include "alltoall/comm_mpi.h"
+#include "moe/gpu_internal.h"
+
+enum { STAGING_ALIGN = 256, STAGING_MIN_NBYTES = 4096 };
+
+typedef struct {
+    moe_comm *inner; /* the MPI transport: control entries, and the payload exchanges on the host copies */
+    moe_gpu *gpu;
+    /* Pinned staging, grown on demand: [send copy | pad to STAGING_ALIGN | recv copy], i.e.
+     * round_up(send_nbytes, 256) + recv_nbytes bytes for an exchange, count * sizeof(moe_real) for an
+     * all-reduce (in place). A copy back to the device queued by the previous exchange may still read it
+     * until the next synchronisation of gpu->stream. */
+    void *pinned;
+    size_t pinned_nbytes;
+} staged_state;
+
+static moe_status reserve_pinned(staged_state *s, size_t nbytes) {
+    if (nbytes < STAGING_MIN_NBYTES) nbytes = STAGING_MIN_NBYTES;
+    if (nbytes <= s->pinned_nbytes) return MOE_OK;
+    /* the previous exchange's copy back may still be reading the old buffer */
+    MOE_CUDA_TRY(cudaStreamSynchronize(s->gpu->stream));
+    MOE_CUDA_TRY(cudaFreeHost(s->pinned));
+    s->pinned = NULL, s->pinned_nbytes = 0;
+    const size_t grow = nbytes + nbytes / 4;
+    MOE_CUDA_TRY(cudaMallocHost(&s->pinned, grow));
+    s->pinned_nbytes = grow;
+    return MOE_OK;
+}
+
+/* Device -> pinned copy, then wait for the stream: the host copy is complete, and so is every copy back
+ * queued by earlier exchanges (same stream), so the staging buffer is free for MPI. */
+static moe_status stage_out(staged_state *s, void *host, const void *device, size_t nbytes) {
+    if (nbytes) MOE_CUDA_TRY(cudaMemcpyAsync(host, device, nbytes, cudaMemcpyDeviceToHost, s->gpu->stream));
+    MOE_CUDA_TRY(cudaStreamSynchronize(s->gpu->stream));
+    return MOE_OK;
+}
+
+/* Pinned -> device copy, queued: kernels queued after it on the stream see the result. */
+static moe_status stage_in(staged_state *s, void *device, const void *host, size_t nbytes) {
+    if (nbytes) MOE_CUDA_TRY(cudaMemcpyAsync(device, host, nbytes, cudaMemcpyHostToDevice, s->gpu->stream));
+    return MOE_OK;
+}
+
+static moe_status staged_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                        const int *recv_rows, size_t row_nbytes) {
+    staged_state *s = c->impl;
+    size_t send_count = 0, recv_count = 0;
+    for (int p = 0; p < c->size; p++) {
+        if (send_rows[p] < 0 || recv_rows[p] < 0) return MOE_ERR_INVALID_ARG;
+        send_count += (size_t)send_rows[p], recv_count += (size_t)recv_rows[p];
+    }
+    const size_t send_nbytes = send_count * row_nbytes, recv_nbytes = recv_count * row_nbytes;
+    const size_t recv_offset = (send_nbytes + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
+    MOE_TRY(reserve_pinned(s, recv_offset + recv_nbytes));
+    char *host_send = s->pinned, *host_recv = host_send + recv_offset;
+    MOE_TRY(stage_out(s, host_send, send, send_nbytes));
+    moe_comm *in = moe_comm_forward_enter(c);
+    MOE_TRY(moe_comm_forward_leave(c, in->ops->alltoallv_rows(in, host_send, send_rows, host_recv, recv_rows, row_nbytes)));
+    return stage_in(s, recv, host_recv, recv_nbytes);
+}
+
+static moe_status staged_allreduce_real(moe_comm *c, moe_real *buf, size_t count) {
+    staged_state *s = c->impl;
+    const size_t nbytes = count * sizeof(moe_real);
+    MOE_TRY(reserve_pinned(s, nbytes));
+    MOE_TRY(stage_out(s, s->pinned, buf, nbytes));
+    moe_comm *in = moe_comm_forward_enter(c);
+    MOE_TRY(moe_comm_forward_leave(c, in->ops->allreduce_sum_real(in, s->pinned, count)));
+    return stage_in(s, buf, s->pinned, nbytes);
+}
+
+/* device to device, queued on the stream; dst and src must not overlap unless equal */
+static moe_status staged_copy_payload(moe_comm *c, void *dst, const void *src, size_t nbytes) {
+    return moe_gpu_copy(((staged_state *)c->impl)->gpu, dst, src, nbytes);
+}
+
+static void staged_destroy(moe_comm *c) {
+    staged_state *s = c->impl;
+    cudaStreamSynchronize(s->gpu->stream); /* a queued copy back may still read the staging buffer */
+    cudaFreeHost(s->pinned);
+    moe_comm_destroy(s->inner);
+    free(s);
+    free(c);
+}
+
+static const moe_transport_ops staged_ops = {
+    .name = "mpi-staged",
+    .alltoall_ints = moe_comm_forward_alltoall_ints,
+    .alltoallv_rows = staged_alltoallv_rows,
+    .allgatherv_bytes = moe_comm_forward_allgatherv_bytes,
+    .allreduce_sum_real = staged_allreduce_real,
+    .allreduce_sum_f64 = moe_comm_forward_allreduce_f64,
+    .barrier = moe_comm_forward_barrier,
+    .copy_payload = staged_copy_payload,
+    .destroy = staged_destroy,
+};
+
+moe_status moe_comm_create_mpi_staged(moe_gpu *gpu, MPI_Comm comm, const char *label, double timeout_s,
+                                      moe_comm **out) {
+    if (!gpu || !out || comm == MPI_COMM_NULL) return MOE_ERR_INVALID_ARG;
+    moe_comm *c = calloc(1, sizeof *c);
+    staged_state *s = calloc(1, sizeof *s);
+    if (!c || !s) return free(c), free(s), MOE_ERR_OUT_OF_MEMORY;
+    /* last step that can fail: on failure comm is still the caller's, on success it is the inner comm's */
+    moe_comm *inner = NULL;
+    moe_status st = moe_comm_create_mpi(comm, label, timeout_s, &inner);
+    if (st != MOE_OK) return free(c), free(s), st;
+    *s = (staged_state){.inner = inner, .gpu = gpu};
+    *c = (moe_comm){.ops = &staged_ops, .rank = inner->rank, .size = inner->size, .label = inner->label,
+                    .world_rank = inner->world_rank, .timeout_s = inner->timeout_s, .impl = s};
+    *out = c;
+    return MOE_OK;
+}

@@ -1,0 +1,245 @@
+/* comm_nccl.c — the nccl transport (comm_gpu.h), built only with NCCL (meson: MOE_HAVE_NCCL).
+ *
+ * Payload entries run on a communication stream of this comm, ordered against the context's stream by
+ * two events: `ready` (recorded on gpu->stream, waited for by the comm stream: the rows are written)
+ * and `done` (recorded on the comm stream, waited for by gpu->stream: later kernels see the result).
+ * The host then polls `done` and ncclCommGetAsyncError until the exchange is complete, so a peer that
+ * never arrives or a failed connection becomes MOE_ERR_TIMEOUT / MOE_ERR_COMM with a message
+ * (nccl-tests' watchdog), after ncclCommAbort; an aborted comm fails every later payload entry.
+ *
+ * Limits of the watchdog: the communicator is blocking (default config), so ncclCommInitRank and the
+ * connection setup inside the first ncclGroupEnd with a new peer run inside NCCL calls that the
+ * watchdog cannot interrupt; only the transfers themselves are covered. A non-blocking config
+ * (ncclConfig_t.blocking = 0, polling ncclInProgress) would cover them too, at the price of a state
+ * machine around every call.
+ *
+ * Bootstrap: rank 0 of the MPI communicator makes the unique id, MPI_Bcast sends it, every rank calls
+ * ncclCommInitRank on its context's device; the ranks agree on the outcome of each step over the inner
+ * MPI transport (on a dup of the communicator), which also carries the control entries.
+ * Checked by tests/test_gpu_alltoall.c (meson test --suite gpu; skips without a GPU). */
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "alltoall/comm_forward.h"
+#include "alltoall/comm_gpu_mpi.h"
+#include "alltoall/comm_mpi.h"
+#include "moe/gpu_internal.h"
+
+#ifdef MOE_REAL_IS_DOUBLE
+#error "the NCCL transport reduces float payloads: libmoe_cuda is built with moe_real = float only"
+#endif
+
+typedef struct {
+    moe_comm *inner;     /* the MPI transport on a dup of `comm`: control entries */
+    MPI_Comm comm;       /* the communicator given to moe_comm_create_nccl (owned; the bootstrap's) */
+    moe_gpu *gpu;
+    ncclComm_t nccl;     /* NULL once aborted */
+    cudaStream_t stream; /* communication stream (non-blocking, on gpu->device) */
+    cudaEvent_t ready, done;
+} nccl_state;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static moe_status nccl_failed(const moe_comm *c, const char *call, ncclResult_t r) {
+    fprintf(stderr, "moe: world rank %d: %s on communicator '%s' (rank %d of %d) failed: %s\n", c->world_rank,
+            call, c->label, c->rank, c->size, ncclGetErrorString(r));
+    return MOE_ERR_COMM;
+}
+
+#define MOE_NCCL_TRY(c, call)                                                        \
+    do {                                                                             \
+        ncclResult_t moe_nccl_r_ = (call);                                           \
+        if (moe_nccl_r_ != ncclSuccess) return nccl_failed((c), #call, moe_nccl_r_); \
+    } while (0)
+
+/* Prints what the exchange was doing (in the MPI transport's words), then aborts the NCCL communicator,
+ * which also ends its kernels, so that `done` and the compute stream waiting for it can complete. */
+static void abort_with_message(moe_comm *c, const char *what, const char *op, const char *state, const char *detail) {
+    nccl_state *s = c->impl;
+    fprintf(stderr,
+            "moe: world rank %d: %s: %s on communicator '%s' (rank %d of %d) %s; %ld exchanges completed on it "
+            "before this one; NCCL: %s; aborting the NCCL communicator\n",
+            c->world_rank, what, op, c->label, c->rank, c->size, state, c->completed, detail);
+    ncclCommAbort(s->nccl);
+    s->nccl = NULL;
+}
+
+/* Ordering before the operation: the comm stream waits for everything queued on the compute stream. */
+static moe_status begin(moe_comm *c, const char *op) {
+    nccl_state *s = c->impl;
+    if (!s->nccl) {
+        fprintf(stderr, "moe: world rank %d: %s on communicator '%s': its NCCL communicator was aborted after an "
+                        "earlier failure\n", c->world_rank, op, c->label);
+        return MOE_ERR_COMM;
+    }
+    MOE_CUDA_TRY(cudaEventRecord(s->ready, s->gpu->stream));
+    MOE_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
+    return MOE_OK;
+}
+
+/* Ordering after it (the compute stream waits for `done`), then the watchdog's poll. */
+static moe_status finish(moe_comm *c, const char *op) {
+    nccl_state *s = c->impl;
+    MOE_CUDA_TRY(cudaEventRecord(s->done, s->stream));
+    MOE_CUDA_TRY(cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
+    const double start = now_s();
+    for (long polls = 0;; polls++) {
+        cudaError_t q = cudaEventQuery(s->done);
+        if (q == cudaSuccess) {
+            c->completed++;
+            return MOE_OK;
+        }
+        if (q != cudaErrorNotReady) {
+            char state[256];
+            snprintf(state, sizeof state, "failed (%s)", cudaGetErrorString(q));
+            abort_with_message(c, "CUDA error", op, state, ncclGetLastError(s->nccl));
+            return MOE_ERR_CUDA;
+        }
+        ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->nccl, &async);
+        if (r != ncclSuccess) async = r;
+        if (async != ncclSuccess && async != ncclInProgress) {
+            char detail[512];
+            snprintf(detail, sizeof detail, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(s->nccl));
+            abort_with_message(c, "asynchronous NCCL error", op, "failed", detail);
+            return MOE_ERR_COMM;
+        }
+        if (c->timeout_s > 0 && now_s() - start > c->timeout_s) {
+            char state[64];
+            snprintf(state, sizeof state, "still incomplete after %.1f s", c->timeout_s);
+            abort_with_message(c, "watchdog", op, state, ncclGetLastError(s->nccl));
+            return MOE_ERR_TIMEOUT;
+        }
+        if (polls > 100) sched_yield();
+    }
+}
+
+static moe_status nccl_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                      const int *recv_rows, size_t row_nbytes) {
+    static const char op[] = "alltoallv of rows";
+    nccl_state *s = c->impl;
+    for (int p = 0; p < c->size; p++)
+        if (send_rows[p] < 0 || recv_rows[p] < 0) return MOE_ERR_INVALID_ARG;
+    if (send_rows[c->rank] != recv_rows[c->rank]) return MOE_ERR_COUNT_MISMATCH;
+    MOE_TRY(begin(c, op));
+    /* rows are opaque bytes: counts in ncclUint8; a peer with no rows either way gets no call */
+    MOE_NCCL_TRY(c, ncclGroupStart());
+    ncclResult_t r = ncclSuccess;
+    size_t send_offset = 0, recv_offset = 0;
+    for (int p = 0; p < c->size && r == ncclSuccess; p++) {
+        const size_t send_nbytes = (size_t)send_rows[p] * row_nbytes, recv_nbytes = (size_t)recv_rows[p] * row_nbytes;
+        if (send_nbytes) r = ncclSend((const char *)send + send_offset, send_nbytes, ncclUint8, p, s->nccl, s->stream);
+        if (recv_nbytes && r == ncclSuccess)
+            r = ncclRecv((char *)recv + recv_offset, recv_nbytes, ncclUint8, p, s->nccl, s->stream);
+        send_offset += send_nbytes, recv_offset += recv_nbytes;
+    }
+    /* the group is closed whatever happened inside it */
+    ncclResult_t end = ncclGroupEnd();
+    if (r != ncclSuccess) return nccl_failed(c, "ncclSend/ncclRecv", r);
+    if (end != ncclSuccess) return nccl_failed(c, "ncclGroupEnd", end);
+    return finish(c, op);
+}
+
+static moe_status nccl_allreduce_real(moe_comm *c, moe_real *buf, size_t count) {
+    static const char op[] = "allreduce";
+    nccl_state *s = c->impl;
+    MOE_TRY(begin(c, op));
+    MOE_NCCL_TRY(c, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, s->nccl, s->stream));
+    return finish(c, op);
+}
+
+/* device to device on the compute stream (no communication: no watchdog); dst and src must not overlap
+ * unless equal */
+static moe_status nccl_copy_payload(moe_comm *c, void *dst, const void *src, size_t nbytes) {
+    return moe_gpu_copy(((nccl_state *)c->impl)->gpu, dst, src, nbytes);
+}
+
+/* Frees what exists of a partly built state; `comm` stays with whoever owns it. */
+static void release(nccl_state *s) {
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    if (s->nccl) ncclCommDestroy(s->nccl);
+    if (s->ready) cudaEventDestroy(s->ready);
+    if (s->done) cudaEventDestroy(s->done);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    moe_comm_destroy(s->inner);
+    free(s);
+}
+
+static void nccl_destroy(moe_comm *c) {
+    nccl_state *s = c->impl;
+    MPI_Comm comm = s->comm;
+    release(s);
+    MPI_Comm_free(&comm);
+    free(c);
+}
+
+static const moe_transport_ops nccl_ops = {
+    .name = "nccl",
+    .alltoall_ints = moe_comm_forward_alltoall_ints,
+    .alltoallv_rows = nccl_alltoallv_rows,
+    .allgatherv_bytes = moe_comm_forward_allgatherv_bytes,
+    .allreduce_sum_real = nccl_allreduce_real,
+    .allreduce_sum_f64 = moe_comm_forward_allreduce_f64,
+    .barrier = moe_comm_forward_barrier,
+    .copy_payload = nccl_copy_payload,
+    .destroy = nccl_destroy,
+};
+
+/* The stream, the events and (on rank 0) the unique id: local steps, agreed on by the caller. */
+static moe_status create_local(moe_comm *c, ncclUniqueId *id) {
+    nccl_state *s = c->impl;
+    MOE_CUDA_TRY(cudaSetDevice(s->gpu->device));
+    MOE_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    MOE_CUDA_TRY(cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
+    MOE_CUDA_TRY(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+    if (c->rank == 0) MOE_NCCL_TRY(c, ncclGetUniqueId(id));
+    return MOE_OK;
+}
+
+static moe_status bootstrap(moe_comm *c, MPI_Comm comm) {
+    nccl_state *s = c->impl;
+    ncclUniqueId id = {{0}};
+    MOE_TRY(moe_comm_agree(s->inner, create_local(c, &id)));
+    int rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm);
+    MOE_TRY(moe_comm_agree(s->inner, rc == MPI_SUCCESS ? MOE_OK : MOE_ERR_COMM));
+    ncclResult_t r = ncclCommInitRank(&s->nccl, c->size, id, c->rank);
+    if (r != ncclSuccess) s->nccl = NULL;
+    return moe_comm_agree(s->inner, r == ncclSuccess ? MOE_OK : nccl_failed(c, "ncclCommInitRank", r));
+}
+
+moe_status moe_comm_create_nccl(moe_gpu *gpu, MPI_Comm comm, const char *label, double timeout_s, moe_comm **out) {
+    if (!gpu || !out || comm == MPI_COMM_NULL) return MOE_ERR_INVALID_ARG;
+    moe_comm *c = calloc(1, sizeof *c);
+    nccl_state *s = calloc(1, sizeof *s);
+    if (!c || !s) return free(c), free(s), MOE_ERR_OUT_OF_MEMORY;
+    MPI_Comm dup = MPI_COMM_NULL;
+    moe_comm *inner = NULL;
+    moe_status st = MPI_Comm_dup(comm, &dup) == MPI_SUCCESS ? MOE_OK : MOE_ERR_COMM;
+    if (st == MOE_OK) st = moe_comm_create_mpi(dup, label, timeout_s, &inner);
+    if (st != MOE_OK) {
+        if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
+        return free(c), free(s), st;
+    }
+    *s = (nccl_state){.inner = inner, .comm = comm, .gpu = gpu};
+    *c = (moe_comm){.ops = &nccl_ops, .rank = inner->rank, .size = inner->size, .label = inner->label,
+                    .world_rank = inner->world_rank, .timeout_s = inner->timeout_s, .impl = s};
+    st = bootstrap(c, comm);
+    if (st != MOE_OK) {
+        /* this rank's init may have succeeded while another's failed: that communicator is unusable */
+        if (s->nccl) {
+            ncclCommAbort(s->nccl);
+            s->nccl = NULL;
+        }
+        release(s); /* comm is still the caller's */
+        free(c);
+        return st;
+    }
+    *out = c;
+    return MOE_OK;
+}

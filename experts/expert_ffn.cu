@@ -1,0 +1,355 @@
+/* expert_ffn.cu — the SwiGLU experts on the GPU (experts/expert_ffn.h): bf16 weights and activations, fp32
+ * accumulation, fp32 weight gradients. Per local expert e with rows X_e = xp[offset[e] : offset[e+1]] (n_e):
+ *   forward   H13_e = X_e W13_e^T [n_e, 2f]   act_e = silu(H1) * H3 [n_e, f]   Y_e = act_e W2_e^T [n_e, d]
+ *   backward  dA_e = dY_e W2_e [n_e, f]   dH13_e = swiglu' (fused kernel)   dX_e = dH13_e W13_e [n_e, d]
+ *             dW2_e += dY_e^T act_e   dW1_e += dH13_e[:, :f]^T X_e   dW3_e += dH13_e[:, f:]^T X_e
+ *
+ * cuBLAS is column-major: a row-major [r, c] matrix with row stride c is the column-major [c, r] matrix
+ * with ld = c, its transpose. So a row GEMM C[n, m] = X[n, k] op(W) is computed as C^T = op'(W) X^T with
+ * m x n_e x k, X^T as B (op N, ldb = k) and C^T as C (ldc = m); W is [m, k] (C = X W^T: op T, lda = k) or
+ * [k, m] (C = X W: op N, lda = m). A weight gradient dW[o, i] += dY[n, o]^T X[n, i] is dW^T[i, o] = X^T dY:
+ * m = i, n = o, k = n_e, A = X (op N, lda = its row stride), B = dY (op T, ldb = its row stride); the
+ * halves of dH13 are the [f]-wide column blocks of rows of stride 2f (ldb = 2f, the second at + f).
+ *
+ * EXPERT_GEMM_GROUPED: one cublasGemmGroupedBatchedEx per row projection (H13, Y, dA, dX), one group of
+ * one problem per expert with rows; m/n/k/ld/trans/alpha/beta/group_size are host arrays, the A/B/C
+ * pointer arrays live in device memory (the context's scratch), as the cuBLAS documentation requires.
+ * The grouped API's type table (cuBLAS 13.1, CUBLAS_COMPUTE_32F) has A/B/C all bf16, all fp16 or all fp32,
+ * and no bf16 inputs with an fp32 output: the weight gradients (bf16 inputs, fp32 C, beta = 1) therefore
+ * run as one cublasGemmEx per expert and projection in both modes.
+ * Grouped mode falls back to per-expert calls for an op whose matrices are not all 16-byte aligned (widths
+ * not multiples of 8): the grouped API's alignment rules for bf16 (see prepare) are stricter than GemmEx's.
+ * EXPERT_GEMM_PER_EXPERT: one cublasGemmEx per expert and projection.
+ *
+ * Math mode: the context's handle is CUBLAS_PEDANTIC_MATH (fp32 GEMMs stay fp32), which also keeps bf16
+ * GEMMs off the tensor cores. The bf16 GEMMs here ask for them explicitly: for the duration of an op the
+ * handle is switched to CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (split-K
+ * partial sums stay fp32 even when C is bf16) and restored before returning.
+ *
+ * Checked by tests/test_gpu_experts.cu (suite gpu) against expert_ffn_forward_cpu / _backward_cpu. */
+#include <stdlib.h>
+
+#include "moe/gpu_internal.h"
+
+#include "kernels/cast_device.cuh"
+
+extern "C" {
+#include "experts/expert_ffn.h"
+#include "kernels/cast.h"
+}
+
+namespace {
+
+using moe_cuda::load_bf16;
+using moe_cuda::store_bf16;
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 65535;
+
+/* ---- weights ---- */
+
+/* w13[e] = [w1[e]; w3[e]] in bf16: E x [2f, d] from two [E, f, d]. */
+__global__ void pack_w13_kernel(const float *w1, const float *w3, size_t half, size_t total, uint16_t *w13) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t e = i / (2 * half), r = i - e * 2 * half;
+        float v = r < half ? w1[e * half + r] : w3[e * half + (r - half)];
+        w13[i] = moe_cuda::bf16_bits(v);
+    }
+}
+
+/* ---- the fused SwiGLU (one block per row) ---- */
+
+__device__ __forceinline__ float sigmoid(float h) { return 1.0f / (1.0f + expf(-h)); }
+
+/* act[r] = silu(h1) * h3, h13[r] = [h1 | h3]; evaluated as (h1 * s) * h3, the order of the CPU. */
+template <int V>
+__global__ void swiglu_forward_kernel(const uint16_t *h13, int f, uint16_t *act) {
+    const uint16_t *h = h13 + (size_t)blockIdx.x * 2 * f;
+    uint16_t *a = act + (size_t)blockIdx.x * f;
+    for (int c = threadIdx.x * V; c < f; c += blockDim.x * V) {
+        float h1[V], h3[V], out[V];
+        load_bf16<V>(h + c, h1);
+        load_bf16<V>(h + f + c, h3);
+        for (int i = 0; i < V; i++) out[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+        store_bf16<V>(a + c, out);
+    }
+}
+
+/* dh13[r] = [dh1 | dh3]: dh3 = dA h1 s, dh1 = dA h3 s (1 + h1 (1 - s)), s = sigmoid(h1) (expert_ffn_cpu.c). */
+template <int V>
+__global__ void swiglu_backward_kernel(const uint16_t *h13, const uint16_t *dact, int f, uint16_t *dh13) {
+    const uint16_t *h = h13 + (size_t)blockIdx.x * 2 * f, *da = dact + (size_t)blockIdx.x * f;
+    uint16_t *dh = dh13 + (size_t)blockIdx.x * 2 * f;
+    for (int c = threadIdx.x * V; c < f; c += blockDim.x * V) {
+        float h1[V], h3[V], dA[V], dh1[V], dh3[V];
+        load_bf16<V>(h + c, h1);
+        load_bf16<V>(h + f + c, h3);
+        load_bf16<V>(da + c, dA);
+        for (int i = 0; i < V; i++) {
+            float s = sigmoid(h1[i]);
+            dh3[i] = dA[i] * h1[i] * s;
+            dh1[i] = dA[i] * h3[i] * s * (1.0f + h1[i] * (1.0f - s));
+        }
+        store_bf16<V>(dh + c, dh1);
+        store_bf16<V>(dh + f + c, dh3);
+    }
+}
+
+/* ---- cuBLAS ---- */
+
+const float kOne = 1.0f, kZero = 0.0f;
+
+/* Runs body() with the handle in tensor-op math (why: the file comment), then restores the mode. */
+template <typename Body>
+moe_status with_bf16_math(moe_gpu *gpu, Body body) {
+    cublasMath_t saved;
+    MOE_CUBLAS_TRY(cublasGetMathMode(gpu->blas, &saved));
+    MOE_CUBLAS_TRY(cublasSetMathMode(
+        gpu->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    moe_status st = body();
+    MOE_CUBLAS_TRY(cublasSetMathMode(gpu->blas, saved));
+    return st;
+}
+
+/* One row projection over all experts: C_e[n_e, m] = X_e[n_e, k] op(W_e), bf16 in and out (file comment). */
+struct row_gemm {
+    cublasOperation_t trans_w; /* CUBLAS_OP_T: W_e is [m, k] (C = X W^T); CUBLAS_OP_N: W_e is [k, m] (C = X W) */
+    int m, k;
+    const uint16_t *w; /* expert e's matrix at w + e * m * k */
+    const uint16_t *x; /* rows of width k */
+    uint16_t *c;       /* rows of width m */
+    int ldw() const { return trans_w == CUBLAS_OP_T ? k : m; }
+};
+
+/* The row projections of one op in either mode. In grouped mode, prepare() uploads the device pointer
+ * arrays of all `count` projections in one copy into the context's scratch (valid for this op: nothing
+ * else takes the scratch before the op's last GEMM is queued) and keeps the host arrays, one group of one
+ * problem per expert with rows, until the op ends. */
+class expert_gemms {
+  public:
+    expert_gemms(moe_gpu *gpu, expert_gemm_mode mode, int num_experts, const int *offset)
+        : gpu_(gpu), mode_(mode), num_experts_(num_experts), offset_(offset) {}
+    ~expert_gemms() { free(host_); }
+    expert_gemms(const expert_gemms &) = delete;
+    expert_gemms &operator=(const expert_gemms &) = delete;
+
+    moe_status prepare(const row_gemm *gemms, int count);
+    moe_status run(int i);
+
+  private:
+    moe_gpu *gpu_;
+    expert_gemm_mode mode_;
+    int num_experts_;
+    const int *offset_;
+    const row_gemm *gemms_ = nullptr;
+    int groups_ = 0;
+    void *host_ = nullptr;
+    /* host, per group g: */
+    int *expert_ = nullptr, *n_ = nullptr, *size_ = nullptr;
+    float *alpha_ = nullptr, *beta_ = nullptr;
+    cublasOperation_t *trans_n_ = nullptr;
+    /* host, per projection i and group g at [i * groups + g] */
+    cublasOperation_t *trans_w_ = nullptr;
+    int *m_ = nullptr, *k_ = nullptr, *ldw_ = nullptr;
+    /* device: [count][3][groups] pointers (A = W_e, B = X_e, C = C_e) */
+    void **dev_ptrs_ = nullptr;
+};
+
+moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
+    gemms_ = gemms;
+    if (mode_ != EXPERT_GEMM_GROUPED) return MOE_OK;
+    groups_ = 0;
+    for (int e = 0; e < num_experts_; e++) groups_ += offset_[e + 1] > offset_[e];
+    if (groups_ == 0) return MOE_OK;
+    const size_t G = groups_, P = (size_t)count * 3 * G;
+    size_t nbytes = G * (3 * sizeof(int) + 2 * sizeof(float) + sizeof(cublasOperation_t)) +
+                    (size_t)count * G * (sizeof(cublasOperation_t) + 3 * sizeof(int)) + P * sizeof(void *);
+    host_ = malloc(nbytes);
+    if (!host_) return MOE_ERR_OUT_OF_MEMORY;
+    /* pointers first (8-byte aligned), then the 4-byte arrays */
+    void **ptrs = (void **)host_;
+    char *p = (char *)(ptrs + P);
+    expert_ = (int *)p, p += G * sizeof(int);
+    n_ = (int *)p, p += G * sizeof(int);
+    size_ = (int *)p, p += G * sizeof(int);
+    alpha_ = (float *)p, p += G * sizeof(float);
+    beta_ = (float *)p, p += G * sizeof(float);
+    trans_n_ = (cublasOperation_t *)p, p += G * sizeof(cublasOperation_t);
+    trans_w_ = (cublasOperation_t *)p, p += count * G * sizeof(cublasOperation_t);
+    m_ = (int *)p, p += count * G * sizeof(int);
+    k_ = (int *)p, p += count * G * sizeof(int);
+    ldw_ = (int *)p;
+    for (int e = 0, g = 0; e < num_experts_; e++) {
+        if (offset_[e + 1] == offset_[e]) continue;
+        expert_[g] = e, n_[g] = offset_[e + 1] - offset_[e], size_[g] = 1;
+        alpha_[g] = 1.0f, beta_[g] = 0.0f, trans_n_[g] = CUBLAS_OP_N;
+        g++;
+    }
+    for (int i = 0; i < count; i++) {
+        const row_gemm &r = gemms[i];
+        const size_t wcount = (size_t)r.m * r.k;
+        void **a = ptrs + (size_t)i * 3 * G, **b = a + G, **c = b + G;
+        for (size_t g = 0; g < G; g++) {
+            const size_t e = expert_[g], row0 = offset_[e];
+            a[g] = (void *)(r.w + e * wcount);
+            b[g] = (void *)(r.x + row0 * r.k);
+            c[g] = (void *)(r.c + row0 * r.m);
+            trans_w_[i * G + g] = r.trans_w, m_[i * G + g] = r.m, k_[i * G + g] = r.k, ldw_[i * G + g] = r.ldw();
+        }
+    }
+    /* bf16 grouped GEMMs want 16-byte aligned matrices (cuBLAS docs: else misaligned-access faults unless
+     * k-dependent rules hold); widths that break it (not multiples of 8) go one expert at a time instead */
+    for (size_t i = 0; i < P; i++)
+        if (!moe_cuda::aligned16(ptrs[i])) {
+            mode_ = EXPERT_GEMM_PER_EXPERT;
+            return MOE_OK;
+        }
+    void *scratch = nullptr;
+    MOE_TRY(moe_gpu_scratch(gpu_, P * sizeof(void *), &scratch));
+    dev_ptrs_ = (void **)scratch;
+    /* from pageable memory: staged before the call returns (CUDA's API synchronisation behaviour); host_
+     * stays allocated until the op returns in any case */
+    MOE_CUDA_TRY(cudaMemcpyAsync(dev_ptrs_, ptrs, P * sizeof(void *), cudaMemcpyHostToDevice, gpu_->stream));
+    return MOE_OK;
+}
+
+moe_status expert_gemms::run(int i) {
+    const row_gemm &r = gemms_[i];
+    if (mode_ == EXPERT_GEMM_GROUPED) {
+        if (groups_ == 0) return MOE_OK;
+        const size_t G = groups_;
+        void **a = dev_ptrs_ + (size_t)i * 3 * G, **b = a + G, **c = b + G;
+        /* per-projection arrays at [i * G]; ldb = k and ldc = m are the k and m arrays themselves */
+        cublasOperation_t *tw = trans_w_ + i * G;
+        int *m = m_ + i * G, *k = k_ + i * G, *ldw = ldw_ + i * G;
+        MOE_CUBLAS_TRY(cublasGemmGroupedBatchedEx(gpu_->blas, tw, trans_n_, m, n_, k, alpha_, (const void *const *)a,
+                                                  CUDA_R_16BF, ldw, (const void *const *)b, CUDA_R_16BF, k, beta_,
+                                                  (void *const *)c, CUDA_R_16BF, m, groups_, size_,
+                                                  CUBLAS_COMPUTE_32F));
+        return MOE_OK;
+    }
+    const size_t wcount = (size_t)r.m * r.k;
+    for (int e = 0; e < num_experts_; e++) {
+        const int n = offset_[e + 1] - offset_[e];
+        if (n == 0) continue;
+        const size_t row0 = offset_[e];
+        MOE_CUBLAS_TRY(cublasGemmEx(gpu_->blas, r.trans_w, CUBLAS_OP_N, r.m, n, r.k, &kOne, r.w + e * wcount,
+                                    CUDA_R_16BF, r.ldw(), r.x + row0 * r.k, CUDA_R_16BF, r.k, &kZero,
+                                    r.c + row0 * r.m, CUDA_R_16BF, r.m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    return MOE_OK;
+}
+
+/* dW2_e += dY_e^T act_e, dW1_e += dH1_e^T X_e, dW3_e += dH3_e^T X_e: fp32 C, beta = 1, per expert. */
+moe_status weight_grads(moe_gpu *gpu, int num_experts, int d, int f, const int *offset, const uint16_t *xp,
+                        const uint16_t *act, const uint16_t *dy, const uint16_t *dh13, moe_layer_weights *grads) {
+    const size_t wcount = (size_t)f * d;
+    for (int e = 0; e < num_experts; e++) {
+        const int n = offset[e + 1] - offset[e];
+        if (n == 0) continue;
+        const size_t r0 = offset[e];
+        const uint16_t *X = xp + r0 * d, *A = act + r0 * f, *dY = dy + r0 * d, *dH = dh13 + r0 * 2 * f;
+        /* dW2^T [f, d] = act^T [f, n] (dY^T [d, n])^T */
+        MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, f, d, n, &kOne, A, CUDA_R_16BF, f, dY,
+                                    CUDA_R_16BF, d, &kOne, grads->w2 + e * wcount, CUDA_R_32F, f, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        /* dW1^T [d, f] = X^T [d, n] (dH1^T [f, n], ld 2f)^T; dW3 the same from dH13 + f */
+        MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d, f, n, &kOne, X, CUDA_R_16BF, d, dH,
+                                    CUDA_R_16BF, 2 * f, &kOne, grads->w1 + e * wcount, CUDA_R_32F, d,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d, f, n, &kOne, X, CUDA_R_16BF, d, dH + f,
+                                    CUDA_R_16BF, 2 * f, &kOne, grads->w3 + e * wcount, CUDA_R_32F, d,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    return MOE_OK;
+}
+
+moe_status check_layout(int num_experts, int d, int f, const int *offset) {
+    if (num_experts < 1 || d < 1 || f < 1 || !offset || offset[0] < 0) return MOE_ERR_INVALID_ARG;
+    for (int e = 0; e < num_experts; e++)
+        if (offset[e + 1] < offset[e]) return MOE_ERR_INVALID_ARG;
+    return MOE_OK;
+}
+
+bool swiglu_vector_ok(int f, const void *a, const void *b, const void *c = nullptr) {
+    return f % 8 == 0 && moe_cuda::aligned16(a) && moe_cuda::aligned16(b) && (!c || moe_cuda::aligned16(c));
+}
+
+} // namespace
+
+extern "C" moe_status expert_weights_to_bf16_cuda(moe_gpu *gpu, const moe_layer_weights *w, int num_experts,
+                                                  int d_model, int d_ff, expert_weights_bf16 *out) {
+    if (!w || !out || num_experts < 1 || d_model < 1 || d_ff < 1) return MOE_ERR_INVALID_ARG;
+    const size_t half = (size_t)d_ff * d_model, total = (size_t)num_experts * 2 * half;
+    size_t blocks = (total + kThreads - 1) / kThreads;
+    pack_w13_kernel<<<blocks > (size_t)kMaxBlocks ? kMaxBlocks : (int)blocks, kThreads, 0, gpu->stream>>>(
+        w->w1, w->w3, half, total, out->w13);
+    MOE_CUDA_LAUNCHED();
+    return cast_f32_to_bf16_cuda(gpu, w->w2, (size_t)num_experts * half, out->w2);
+}
+
+extern "C" moe_status swiglu_forward_cuda(moe_gpu *gpu, const moe_bf16 *h13, int rows, int d_ff, moe_bf16 *act) {
+    if (rows < 0 || d_ff < 1) return MOE_ERR_INVALID_ARG;
+    if (rows == 0) return MOE_OK;
+    if (swiglu_vector_ok(d_ff, h13, act))
+        swiglu_forward_kernel<8><<<rows, moe_cuda::row_block_threads(d_ff / 8), 0, gpu->stream>>>(h13, d_ff, act);
+    else
+        swiglu_forward_kernel<1><<<rows, moe_cuda::row_block_threads(d_ff), 0, gpu->stream>>>(h13, d_ff, act);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13, const moe_bf16 *dact, int rows,
+                                           int d_ff, moe_bf16 *dh13) {
+    if (rows < 0 || d_ff < 1) return MOE_ERR_INVALID_ARG;
+    if (rows == 0) return MOE_OK;
+    if (swiglu_vector_ok(d_ff, h13, dact, dh13))
+        swiglu_backward_kernel<8><<<rows, moe_cuda::row_block_threads(d_ff / 8), 0, gpu->stream>>>(h13, dact, d_ff,
+                                                                                                    dh13);
+    else
+        swiglu_backward_kernel<1><<<rows, moe_cuda::row_block_threads(d_ff), 0, gpu->stream>>>(h13, dact, d_ff, dh13);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status expert_ffn_forward_cuda(moe_gpu *gpu, expert_gemm_mode mode, const expert_weights_bf16 *w,
+                                              int num_experts, int d_model, int d_ff, const int *expert_offset,
+                                              const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y) {
+    MOE_TRY(check_layout(num_experts, d_model, d_ff, expert_offset));
+    const int r0 = expert_offset[0], rows = expert_offset[num_experts] - r0, f = d_ff;
+    if (rows == 0) return MOE_OK;
+    const row_gemm gemms[2] = {
+        {CUBLAS_OP_T, 2 * f, d_model, w->w13, xp, h13}, /* H13 = X W13^T */
+        {CUBLAS_OP_T, d_model, f, w->w2, act, y},        /* Y = act W2^T  */
+    };
+    expert_gemms run(gpu, mode, num_experts, expert_offset);
+    MOE_TRY(run.prepare(gemms, 2));
+    return with_bf16_math(gpu, [&]() -> moe_status {
+        MOE_TRY(run.run(0));
+        MOE_TRY(swiglu_forward_cuda(gpu, h13 + (size_t)r0 * 2 * f, rows, f, act + (size_t)r0 * f));
+        return run.run(1);
+    });
+}
+
+extern "C" moe_status expert_ffn_backward_cuda(moe_gpu *gpu, expert_gemm_mode mode, const expert_weights_bf16 *w,
+                                               moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
+                                               const int *expert_offset, const moe_bf16 *xp, const moe_bf16 *h13,
+                                               const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
+                                               moe_bf16 *dact, moe_bf16 *dxp) {
+    MOE_TRY(check_layout(num_experts, d_model, d_ff, expert_offset));
+    const int r0 = expert_offset[0], rows = expert_offset[num_experts] - r0, f = d_ff;
+    if (rows == 0) return MOE_OK;
+    const row_gemm gemms[2] = {
+        {CUBLAS_OP_N, f, d_model, w->w2, dy, dact},       /* dA = dY W2    (W2 is [d, f])  */
+        {CUBLAS_OP_N, d_model, 2 * f, w->w13, dh13, dxp}, /* dX = dH13 W13 (W13 is [2f, d]) */
+    };
+    expert_gemms run(gpu, mode, num_experts, expert_offset);
+    MOE_TRY(run.prepare(gemms, 2));
+    return with_bf16_math(gpu, [&]() -> moe_status {
+        MOE_TRY(run.run(0));
+        MOE_TRY(swiglu_backward_cuda(gpu, h13 + (size_t)r0 * 2 * f, dact + (size_t)r0 * f, rows, f,
+                                     dh13 + (size_t)r0 * 2 * f));
+        MOE_TRY(run.run(1));
+        return weight_grads(gpu, num_experts, d_model, f, expert_offset, xp, act, dy, dh13, grads);
+    });
+}

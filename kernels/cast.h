@@ -1,0 +1,20 @@
+/* cast.h — fp32 <-> bf16 (round to nearest even, NaN kept a quiet NaN), on the CPU and the GPU.
+ * The CPU versions are the reference the GPU tests compare against, and let CPU code build bf16-rounded
+ * inputs for tolerance tables. */
+#ifndef MOE_KERNELS_CAST_H
+#define MOE_KERNELS_CAST_H
+
+#include <stddef.h>
+
+#include "moe/gpu.h"
+
+moe_bf16 bf16_from_float(float x);
+float bf16_to_float(moe_bf16 x);
+/* x rounded to bf16 and back: what a value keeps of itself when stored as bf16. */
+float bf16_round(float x);
+
+/* CUDA: n values, device pointers, on gpu's stream. */
+moe_status cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);
+moe_status cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out);
+
+#endif

@@ -1,0 +1,28 @@
+/* cast_cpu.c — fp32 <-> bf16 on the bit pattern: bf16 is the top half of an IEEE float, rounded to nearest,
+ * ties to even. The GPU kernels (kernels/cast.cu, kernels/cast_device.cuh) give the same bits.
+ *   finite x:  bits + 0x7FFF + (bit 16 of bits), then the top 16 bits — a carry out of the mantissa moves
+ *              into the exponent, so values that round past the largest bf16 become inf, as they should;
+ *   NaN:       the top 16 bits with the quiet bit (0x0040) set: sign kept, never rounded into an inf;
+ *   inf, zero: unchanged (the low half is zero), the sign kept.
+ * Tested by tests/test_cast.c (suite unit) against a rounding written out in double. */
+#include "kernels/cast.h"
+
+#include <stdint.h>
+#include <string.h>
+
+moe_bf16 bf16_from_float(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (moe_bf16)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (moe_bf16)(u >> 16);
+}
+
+float bf16_to_float(moe_bf16 x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }

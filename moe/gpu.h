@@ -1,0 +1,44 @@
+/* gpu.h — the CUDA context one rank's GPU work runs in (its device, one compute stream, a cuBLAS handle,
+ * scratch for CUB), opaque to C callers. Every CUDA op of router/, kernels/ and experts/ takes one and
+ * queues its work on the context's stream; ops that must return a host value (counts, losses, a
+ * non-finite flag) synchronise that stream and say so in their header.
+ *
+ * Only builds with CUDA (libmoe_cuda) define these functions; the declarations are plain C so that
+ * device-agnostic headers can name the type. */
+#ifndef MOE_GPU_H
+#define MOE_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/moe.h"
+
+typedef struct moe_gpu moe_gpu;
+
+/* bf16 as stored (the top 16 bits of an IEEE float, rounded to nearest even); CUDA code reinterprets it
+ * as __nv_bfloat16. */
+typedef uint16_t moe_bf16;
+
+/* Number of usable CUDA devices (0 when there is no driver or no device). */
+int moe_gpu_device_count(void);
+
+/* Makes `device` current on this thread and creates the stream and cuBLAS handle on it.
+ * MOE_ERR_NO_DEVICE when the ordinal is not a usable device. */
+moe_status moe_gpu_create(int device, moe_gpu **out);
+void moe_gpu_destroy(moe_gpu *gpu);
+int moe_gpu_device(const moe_gpu *gpu);
+
+/* Waits for everything queued on the context's stream; a kernel fault shows up here as MOE_ERR_CUDA
+ * (with a message naming it). */
+moe_status moe_gpu_synchronize(moe_gpu *gpu);
+
+/* Device memory (cudaMalloc, never managed memory); NULL-safe free. */
+moe_status moe_gpu_alloc(moe_gpu *gpu, size_t nbytes, void **out);
+void moe_gpu_free(moe_gpu *gpu, void *ptr);
+/* Copies on the context's stream; the ones that touch host memory are synchronous on return. */
+moe_status moe_gpu_upload(moe_gpu *gpu, void *device_dst, const void *host_src, size_t nbytes);
+moe_status moe_gpu_download(moe_gpu *gpu, void *host_dst, const void *device_src, size_t nbytes);
+moe_status moe_gpu_copy(moe_gpu *gpu, void *device_dst, const void *device_src, size_t nbytes);
+moe_status moe_gpu_zero(moe_gpu *gpu, void *device_dst, size_t nbytes);
+
+#endif

@@ -1,0 +1,75 @@
+/* gates.cu — gate weights from the scores of the chosen experts, and their backward, one thread per token:
+ * the sums over the k choices run in j order as in gates_cpu.c. Checked against it by
+ * tests/test_gpu_router.cu (build: ninja -C build; run: meson test -C build --suite gpu). */
+#include "moe/gpu_internal.h"
+
+extern "C" {
+#include "router/gates.h"
+}
+
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void gates_forward(const float *scores, const int *expert, int num_tokens, int num_experts, int top_k,
+                              int renormalize, float *expert_score, float *gate) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= num_tokens) return;
+    const float *s = scores + (size_t)t * num_experts;
+    const int *e = expert + (size_t)t * top_k;
+    float *es = expert_score + (size_t)t * top_k, *g = gate + (size_t)t * top_k, sum = 0.0f;
+    for (int j = 0; j < top_k; j++) {
+        float v = s[e[j]];
+        es[j] = v;
+        g[j] = v;
+        sum += v;
+    }
+    if (renormalize)
+        for (int j = 0; j < top_k; j++) g[j] /= sum;
+}
+
+/* plain: ds[e_j] += dg_j;  renormalised: ds[e_j] += (dg_j - sum_i dg_i g_i) / sum_i s[e_i] */
+__global__ void gates_backward(const float *scores, const int *expert, const float *gate, const float *dgate,
+                               int num_tokens, int num_experts, int top_k, int renormalize, float *dscores) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= num_tokens) return;
+    const float *s = scores + (size_t)t * num_experts;
+    const int *e = expert + (size_t)t * top_k;
+    const float *g = gate + (size_t)t * top_k, *dg = dgate + (size_t)t * top_k;
+    float *ds = dscores + (size_t)t * num_experts;
+    if (!renormalize) {
+        for (int j = 0; j < top_k; j++) ds[e[j]] += dg[j];
+        return;
+    }
+    float sum = 0.0f, dot = 0.0f;
+    for (int j = 0; j < top_k; j++) sum += s[e[j]], dot += dg[j] * g[j];
+    for (int j = 0; j < top_k; j++) ds[e[j]] += (dg[j] - dot) / sum;
+}
+
+bool bad_shape(int num_tokens, int num_experts, int top_k) {
+    return num_tokens < 0 || num_experts < 1 || top_k < 1 || top_k > num_experts;
+}
+
+} // namespace
+
+extern "C" moe_status router_gates_cuda(moe_gpu *gpu, const float *scores, const int *expert, int num_tokens,
+                                        int num_experts, int top_k, int renormalize, float *expert_score,
+                                        float *gate) {
+    if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
+    if (num_tokens == 0) return MOE_OK;
+    gates_forward<<<(num_tokens + kThreads - 1) / kThreads, kThreads, 0, gpu->stream>>>(
+        scores, expert, num_tokens, num_experts, top_k, renormalize, expert_score, gate);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status router_gates_backward_cuda(moe_gpu *gpu, const float *scores, const int *expert,
+                                                 const float *gate, const float *dgate, int num_tokens,
+                                                 int num_experts, int top_k, int renormalize, float *dscores) {
+    if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
+    if (num_tokens == 0) return MOE_OK;
+    gates_backward<<<(num_tokens + kThreads - 1) / kThreads, kThreads, 0, gpu->stream>>>(
+        scores, expert, gate, dgate, num_tokens, num_experts, top_k, renormalize, dscores);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}

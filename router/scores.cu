@@ -1,0 +1,149 @@
+/* scores.cu — router logits through cuBLAS (fp32, no TF32) with their backward GEMMs, and the softmax /
+ * sigmoid score functions with their backward, one warp per token. Formulas of scores_cpu.c; checked
+ * against it by tests/test_gpu_router.cu (build: ninja -C build; run: meson test -C build --suite gpu).
+ *
+ * Row-major M[r, c] is column-major M^T, so each GEMM below is written for the transposes:
+ *   logits^T [E, T]  = Wr [E, d] (= (Wr^T)^T)         x^T [d, T]
+ *   dWr^T    [d, E] += x^T [d, T]   (dlogits^T)^T [T, E]
+ *   dx^T     [d, T] += Wr^T [d, E]  dlogits^T [E, T]
+ * Warp reductions are xor butterflies: every lane ends with the same bits, the same on every run. */
+#include <math.h>
+
+#include "moe/gpu_internal.h"
+
+extern "C" {
+#include "router/scores.h"
+}
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 4;
+constexpr int kRowThreads = kWarpsPerBlock * kWarp;
+constexpr int kFlatThreads = 256;
+constexpr int kMaxFlatBlocks = 4096;
+
+__device__ float warp_sum(float v) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ float warp_max(float v) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+__global__ void flag_nonfinite(const float *v, size_t count, int *flag) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(v[i])) *flag = 1; /* every writer stores the same 1: no reduction, no race on the value */
+}
+
+/* scores (and select = scores + bias when bias != NULL) of one token per warp. Not __restrict__. */
+__global__ void scores_forward(moe_score_func func, const float *logits, const float *bias, int num_tokens,
+                               int num_experts, float *scores, float *select) {
+    int token = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    if (token >= num_tokens) return; /* the whole warp: token is warp-uniform */
+    const float *l = logits + (size_t)token * num_experts;
+    float *s = scores + (size_t)token * num_experts, *sel = bias ? select + (size_t)token * num_experts : NULL;
+    if (func == MOE_SCORE_SIGMOID) {
+        for (int e = lane; e < num_experts; e += kWarp) {
+            float v = 1.0f / (1.0f + expf(-l[e]));
+            s[e] = v;
+            if (bias) sel[e] = v + bias[e];
+        }
+        return;
+    }
+    float max = -INFINITY, sum = 0.0f;
+    for (int e = lane; e < num_experts; e += kWarp) max = fmaxf(max, l[e]);
+    max = warp_max(max);
+    for (int e = lane; e < num_experts; e += kWarp) sum += expf(l[e] - max);
+    sum = warp_sum(sum);
+    for (int e = lane; e < num_experts; e += kWarp) {
+        float v = expf(l[e] - max) / sum;
+        s[e] = v;
+        if (bias) sel[e] = v + bias[e];
+    }
+}
+
+/* dlogits from dscores, one token per warp; the row's dot is complete before any write, so dlogits may be
+ * dscores itself (as on the CPU). Not __restrict__. */
+__global__ void scores_backward(moe_score_func func, const float *scores, const float *dscores, int num_tokens,
+                                int num_experts, float *dlogits) {
+    int token = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    if (token >= num_tokens) return;
+    size_t row = (size_t)token * num_experts;
+    const float *s = scores + row, *ds = dscores + row;
+    float *dl = dlogits + row;
+    if (func == MOE_SCORE_SIGMOID) {
+        for (int e = lane; e < num_experts; e += kWarp) dl[e] = ds[e] * s[e] * (1.0f - s[e]);
+        return;
+    }
+    float dot = 0.0f;
+    for (int e = lane; e < num_experts; e += kWarp) dot += ds[e] * s[e];
+    dot = warp_sum(dot);
+    for (int e = lane; e < num_experts; e += kWarp) dl[e] = s[e] * (ds[e] - dot);
+}
+
+int row_blocks(int num_tokens) { return (num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock; }
+
+} // namespace
+
+extern "C" moe_status router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens,
+                                         int d_model, int num_experts, float *logits) {
+    if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
+    if (num_tokens == 0) return MOE_OK;
+    size_t count = (size_t)num_tokens * num_experts;
+    if (d_model == 0) { /* an empty sum, as OpenBLAS gives with k = 0 */
+        MOE_CUDA_TRY(cudaMemsetAsync(logits, 0, count * sizeof(float), gpu->stream));
+        return MOE_OK;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, num_experts, num_tokens, d_model, &one, router_w,
+                               d_model, x, d_model, &zero, logits, num_experts));
+    MOE_CUDA_TRY(cudaMemsetAsync(gpu->flag, 0, sizeof(int), gpu->stream));
+    size_t blocks = (count + kFlatThreads - 1) / kFlatThreads;
+    flag_nonfinite<<<(unsigned)(blocks < kMaxFlatBlocks ? blocks : kMaxFlatBlocks), kFlatThreads, 0, gpu->stream>>>(
+        logits, count, gpu->flag);
+    MOE_CUDA_LAUNCHED();
+    int nonfinite = 0;
+    MOE_CUDA_TRY(cudaMemcpyAsync(&nonfinite, gpu->flag, sizeof nonfinite, cudaMemcpyDeviceToHost, gpu->stream));
+    MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
+    return nonfinite ? MOE_ERR_NONFINITE : MOE_OK;
+}
+
+extern "C" moe_status router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,
+                                         int num_tokens, int num_experts, float *scores, float *select_scores) {
+    if (num_tokens < 0 || num_experts < 1 || (bias && !select_scores)) return MOE_ERR_INVALID_ARG;
+    if (num_tokens == 0) return MOE_OK;
+    scores_forward<<<row_blocks(num_tokens), kRowThreads, 0, gpu->stream>>>(func, logits, bias, num_tokens,
+                                                                          num_experts, scores, select_scores);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status router_scores_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+                                                  const float *dscores, int num_tokens, int num_experts,
+                                                  float *dlogits) {
+    if (num_tokens < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
+    if (num_tokens == 0) return MOE_OK;
+    scores_backward<<<row_blocks(num_tokens), kRowThreads, 0, gpu->stream>>>(func, scores, dscores, num_tokens,
+                                                                           num_experts, dlogits);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w,
+                                                  const float *dlogits, int num_tokens, int d_model,
+                                                  int num_experts, float *drouter_w, float *dx) {
+    if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
+    if (num_tokens == 0 || d_model == 0) return MOE_OK; /* += of an empty product */
+    const float one = 1.0f;
+    /* dWr^T [d, E] += x^T [d, T] * dlogits [T, E]: A = x as stored (ld d), B = dlogits^T as stored (ld E),
+     * transposed. */
+    MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d_model, num_experts, num_tokens, &one, x,
+                               d_model, dlogits, num_experts, &one, drouter_w, d_model));
+    if (dx) /* dx^T [d, T] += Wr^T [d, E] * dlogits^T [E, T], both as stored */
+        MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_N, d_model, num_tokens, num_experts, &one,
+                                   router_w, d_model, dlogits, num_experts, &one, dx, d_model));
+    return MOE_OK;
+}

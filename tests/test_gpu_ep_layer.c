@@ -1,0 +1,120 @@
+/* test_gpu_ep_layer.c — the GPU layer across ranks, under mpirun, against a one-rank GPU run of the same
+ * global batch computed in-process (its own moe_gpu context on the same device).
+ *   -np 2: both ranks share GPU 0 through the MPI transport on device buffers (staged through pinned host
+ *          memory), ep = 2: each rank holds 4 of the 8 experts and passes its slice of the tokens.
+ *   -np 1: the NCCL transport with a world of one (NCCL refuses two ranks on one GPU), when built with NCCL.
+ * Both runs take the reference's routing (moe_layer_force_routing), so what is compared is the data
+ * movement and the arithmetic: kept sets and row counts exactly; outputs and input gradients of this
+ * rank's tokens, and after moe_layer_reduce_gradients the router and local-expert gradients, within a
+ * tight tolerance (the GEMMs see other row counts per call, which may change cuBLAS's kernel choice). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "alltoall/parallel_gpu_mpi.h"
+#include "tests/test_gpu_util.h"
+#include "tests/test_mpi.h"
+
+enum { TG = 600, D = 64, F = 128, E = 8, K = 2 };
+
+typedef struct {
+    float *out, *dx, *grads;
+    int *experts;
+    int dropped;
+} run_result;
+
+/* forward + backward (+ reduce) of tokens [first, first + T) on `par`, host in and out */
+static run_result run(const moe_parallel *par, const moe_config *cfg, const float *w_full, int first, int T,
+                      const float *x, const float *dout, const int *forced) {
+    moe_gpu *gpu = par->gpu;
+    size_t P = moe_layer_num_params(cfg), n = (size_t)T * D;
+    /* this rank's parameters: the router, then its experts' slices of w1, w3, w2 */
+    moe_config full = *cfg;
+    full.ep_size = 1;
+    moe_layer_weights wf = moe_layer_weights_view(&full, (float *)w_full);
+    float *w_host = malloc(P * sizeof(float));
+    moe_layer_weights wl = moe_layer_weights_view(cfg, w_host);
+    size_t per = (size_t)(E / cfg->ep_size) * F * D, off = (size_t)par->ep_rank * per;
+    memcpy(wl.router_w, wf.router_w, (size_t)E * D * sizeof(float));
+    memcpy(wl.w1, wf.w1 + off, per * sizeof(float));
+    memcpy(wl.w3, wf.w3 + off, per * sizeof(float));
+    memcpy(wl.w2, wf.w2 + off, per * sizeof(float));
+    float *w_dev = test_gpu_upload(gpu, w_host, P * sizeof(float)), *g_dev = test_gpu_alloc(gpu, P * sizeof(float));
+    test_mpi_require(moe_gpu_zero(gpu, g_dev, P * sizeof(float)), "zero gradients");
+    float *x_dev = test_gpu_upload(gpu, x + (size_t)first * D, n * sizeof(float));
+    float *dout_dev = test_gpu_upload(gpu, dout + (size_t)first * D, n * sizeof(float));
+    float *out_dev = test_gpu_alloc(gpu, n * sizeof(float)), *dx_dev = test_gpu_alloc(gpu, n * sizeof(float));
+    moe_layer_weights w = moe_layer_weights_view(cfg, w_dev), g = moe_layer_weights_view(cfg, g_dev);
+    moe_layer *L;
+    moe_layer_stats st;
+    test_mpi_require(moe_layer_create(cfg, par, &L), "create");
+    if (forced) test_mpi_require(moe_layer_force_routing(L, forced + (size_t)first * K), "force routing");
+    test_mpi_require(moe_layer_forward(L, &w, x_dev, T, out_dev, &st), "forward");
+    test_mpi_require(moe_layer_backward(L, &w, dout_dev, dx_dev, &g), "backward");
+    test_mpi_require(moe_layer_reduce_gradients(L, &g), "reduce gradients");
+    int Tg = 0;
+    const int *choices = moe_layer_global_routing(L, &Tg);
+    run_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), malloc(P * sizeof(float)),
+                    malloc((size_t)Tg * K * sizeof(int)), st.num_dropped};
+    memcpy(r.experts, choices, (size_t)Tg * K * sizeof(int));
+    test_gpu_download(gpu, r.out, out_dev, n * sizeof(float));
+    test_gpu_download(gpu, r.dx, dx_dev, n * sizeof(float));
+    test_gpu_download(gpu, r.grads, g_dev, P * sizeof(float));
+    moe_layer_destroy(L);
+    void *bufs[] = {w_dev, g_dev, x_dev, dout_dev, out_dev, dx_dev};
+    for (int i = 0; i < 6; i++) test_gpu_free(gpu, bufs[i]);
+    free(w_host);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int W, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int have_gpu = moe_gpu_device_count() > 0, all_have = 0;
+    MPI_Allreduce(&have_gpu, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_have) {
+        if (rank == 0) printf("test_gpu_ep_layer: skip: no CUDA device on this machine\n");
+        MPI_Finalize();
+        return TEST_SKIP;
+    }
+    moe_gpu_transport transport = W == 1 ? MOE_GPU_TRANSPORT_NCCL : MOE_GPU_TRANSPORT_MPI;
+    moe_config cfg = moe_config_default(D, F, E, K);
+    cfg.capacity_factor = 1.0f, cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
+    cfg.ep_size = W;
+    moe_config ref_cfg = cfg;
+    ref_cfg.ep_size = 1;
+    moe_rng rng = moe_rng_seeded(4242);
+    test_weights w = test_weights_random(&ref_cfg, &rng);
+    moe_real *x = test_alloc_uniform(&rng, (size_t)TG * D, 1.0), *dout = test_alloc_uniform(&rng, (size_t)TG * D, 1.0);
+
+    moe_parallel *ref_par, *par;
+    test_mpi_require(moe_parallel_create_self_gpu(0, &ref_par), "one-rank GPU layout");
+    run_result ref = run(ref_par, &ref_cfg, w.buffer, 0, TG, x, dout, NULL);
+    moe_status st = moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, W, 60.0, 0, transport, &par);
+    if (st == MOE_ERR_INVALID_CONFIG && transport == MOE_GPU_TRANSPORT_NCCL) {
+        if (rank == 0) printf("test_gpu_ep_layer: skip: built without NCCL\n");
+        MPI_Finalize();
+        return TEST_SKIP;
+    }
+    test_mpi_require(st, "GPU layout over MPI");
+    int first = rank * (TG / W), T = rank == W - 1 ? TG - first : TG / W;
+    run_result got = run(par, &cfg, w.buffer, first, T, x, dout, ref.experts);
+    printf("rank %d (%s transport, ep %d): %d tokens, %d dropped\n", rank, W == 1 ? "nccl" : "mpi-staged", W, T,
+           got.dropped);
+
+    CHECK(!memcmp(got.experts, ref.experts, (size_t)TG * K * sizeof(int)), "rank %d: global routing differs", rank);
+    size_t n = (size_t)T * D, off = (size_t)first * D;
+    test_close("out (this rank's tokens)", got.out, ref.out + off, n, 1e-6, 1e-2, 1e-2);
+    test_close("dx (this rank's tokens)", got.dx, ref.dx + off, n, 1e-6, 1e-2, 1e-2);
+    test_close("d router_w (summed over ranks)", got.grads, ref.grads, (size_t)E * D, 1e-8, 1e-4, 1e-4);
+    size_t per = (size_t)(E / W) * F * D, eoff = (size_t)rank * per, R = (size_t)E * D, full = (size_t)E * F * D;
+    for (int m = 0; m < 3; m++) /* w1, w3, w2 of this rank's experts */
+        test_close("d expert weights (this rank's)", got.grads + R + m * per, ref.grads + R + m * full + eoff, per,
+                   1e-8, 1e-4, 1e-4);
+    moe_parallel_destroy(par);
+    moe_parallel_destroy(ref_par);
+    int rc = test_mpi_finish("test_gpu_ep_layer");
+    MPI_Finalize();
+    return rc;
+}
