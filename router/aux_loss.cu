@@ -9,6 +9,7 @@
  *   then a fixed tree. The number of blocks depends on num_tokens only, not on the device. */
 #include <math.h>
 
+#include "kernels/warp_reduce.cuh"
 #include "moe/gpu_internal.h"
 
 extern "C" {
@@ -22,16 +23,6 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
 constexpr int kTokensPerBlock = 256;
 constexpr int kBackwardWarpsPerBlock = 4;
-
-template <typename T> __device__ T warp_sum(T v) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
-__device__ float warp_max(float v) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
 
 /* logsumexp of one row, the same bits in every lane */
 __device__ float warp_logsumexp(const float *l, int num_experts, int lane) {

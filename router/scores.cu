@@ -9,6 +9,7 @@
  * Warp reductions are xor butterflies: every lane ends with the same bits, the same on every run. */
 #include <math.h>
 
+#include "kernels/warp_reduce.cuh"
 #include "moe/gpu_internal.h"
 
 extern "C" {
@@ -22,16 +23,6 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kRowThreads = kWarpsPerBlock * kWarp;
 constexpr int kFlatThreads = 256;
 constexpr int kMaxFlatBlocks = 4096;
-
-__device__ float warp_sum(float v) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
-__device__ float warp_max(float v) {
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
 
 __global__ void flag_nonfinite(const float *v, size_t count, int *flag) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
