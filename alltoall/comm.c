@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "core/fail.h"
+
 void moe_comm_destroy(moe_comm *c) {
     if (c) c->ops->destroy(c);
 }
@@ -11,7 +13,8 @@ moe_status moe_comm_agree(moe_comm *c, moe_status mine) {
     double failures = mine != MOE_OK;
     moe_status st = c->ops->allreduce_sum_f64(c, &failures, 1);
     if (st != MOE_OK) return st;
-    return mine != MOE_OK ? mine : failures > 0 ? MOE_ERR_PEER : MOE_OK;
+    if (mine != MOE_OK) return mine;
+    return failures > 0 ? moe_fail(MOE_ERR_PEER, "another rank failed (see its message)") : MOE_OK;
 }
 
 moe_status moe_comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes) {

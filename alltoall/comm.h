@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 typedef struct moe_comm moe_comm;
 

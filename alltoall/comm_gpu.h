@@ -16,7 +16,7 @@
 #define MOE_ALLTOALL_COMM_GPU_H
 
 #include "alltoall/comm.h"
-#include "moe/gpu.h"
+#include "core/gpu.h"
 
 moe_status moe_comm_create_self_gpu(moe_gpu *gpu, const char *label, moe_comm **out);
 

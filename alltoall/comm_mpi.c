@@ -5,9 +5,10 @@
 
 #include <limits.h>
 #include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "core/fail.h"
 
 #ifdef MOE_REAL_IS_DOUBLE
 #define MOE_MPI_REAL MPI_DOUBLE
@@ -31,9 +32,8 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    fprintf(stderr, "moe: world rank %d: %s on communicator '%s' (rank %d of %d) failed: %s\n", c->world_rank, op,
-            c->label, c->rank, c->size, text);
-    return MOE_ERR_COMM;
+    return moe_fail(MOE_ERR_COMM, "world rank %d: %s on communicator '%s' (rank %d of %d) failed: %s", c->world_rank,
+                    op, c->label, c->rank, c->size, text);
 }
 
 /* Polls req until it completes or the watchdog expires. Open MPI moves data only inside MPI calls, so
@@ -49,11 +49,10 @@ static moe_status wait_for(moe_comm *c, MPI_Request *req, const char *op) {
             return MOE_OK;
         }
         if (c->timeout_s > 0 && now_s() - start > c->timeout_s) {
-            fprintf(stderr,
-                    "moe: world rank %d: watchdog: %s on communicator '%s' (rank %d of %d) still incomplete after "
-                    "%.1f s; %ld exchanges completed on it before this one\n",
-                    c->world_rank, op, c->label, c->rank, c->size, c->timeout_s, c->completed);
-            return MOE_ERR_TIMEOUT;
+            return moe_fail(MOE_ERR_TIMEOUT,
+                            "world rank %d: watchdog: %s on communicator '%s' (rank %d of %d) still incomplete after "
+                            "%.1f s; %ld exchanges completed on it before this one",
+                            c->world_rank, op, c->label, c->rank, c->size, c->timeout_s, c->completed);
         }
         if (polls > 100) sched_yield();
     }

@@ -11,7 +11,7 @@
 #include "alltoall/comm_forward.h"
 #include "alltoall/comm_gpu_mpi.h"
 #include "alltoall/comm_mpi.h"
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 enum { STAGING_ALIGN = 256, STAGING_MIN_NBYTES = 4096 };
 

@@ -26,7 +26,7 @@
 #include "alltoall/comm_forward.h"
 #include "alltoall/comm_gpu_mpi.h"
 #include "alltoall/comm_mpi.h"
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 #ifdef MOE_REAL_IS_DOUBLE
 #error "the NCCL transport reduces float payloads: libmoe_cuda is built with moe_real = float only"
@@ -48,9 +48,8 @@ static double now_s(void) {
 }
 
 static moe_status nccl_failed(const moe_comm *c, const char *call, ncclResult_t r) {
-    fprintf(stderr, "moe: world rank %d: %s on communicator '%s' (rank %d of %d) failed: %s\n", c->world_rank,
-            call, c->label, c->rank, c->size, ncclGetErrorString(r));
-    return MOE_ERR_COMM;
+    return moe_fail(MOE_ERR_COMM, "world rank %d: %s on communicator '%s' (rank %d of %d) failed: %s", c->world_rank,
+                    call, c->label, c->rank, c->size, ncclGetErrorString(r));
 }
 
 #define MOE_NCCL_TRY(c, call)                                                        \
@@ -59,26 +58,26 @@ static moe_status nccl_failed(const moe_comm *c, const char *call, ncclResult_t 
         if (moe_nccl_r_ != ncclSuccess) return nccl_failed((c), #call, moe_nccl_r_); \
     } while (0)
 
-/* Prints what the exchange was doing (in the MPI transport's words), then aborts the NCCL communicator,
+/* Records what the exchange was doing (in the MPI transport's words), then aborts the NCCL communicator,
  * which also ends its kernels, so that `done` and the compute stream waiting for it can complete. */
-static void abort_with_message(moe_comm *c, const char *what, const char *op, const char *state, const char *detail) {
+static moe_status abort_with_message(moe_comm *c, moe_status status, const char *what, const char *op,
+                                     const char *state, const char *detail) {
     nccl_state *s = c->impl;
-    fprintf(stderr,
-            "moe: world rank %d: %s: %s on communicator '%s' (rank %d of %d) %s; %ld exchanges completed on it "
-            "before this one; NCCL: %s; aborting the NCCL communicator\n",
-            c->world_rank, what, op, c->label, c->rank, c->size, state, c->completed, detail);
+    moe_fail(status,
+             "world rank %d: %s: %s on communicator '%s' (rank %d of %d) %s; %ld exchanges completed on it before "
+             "this one; NCCL: %s; the NCCL communicator was aborted",
+             c->world_rank, what, op, c->label, c->rank, c->size, state, c->completed, detail);
     ncclCommAbort(s->nccl);
     s->nccl = NULL;
+    return status;
 }
 
 /* Ordering before the operation: the comm stream waits for everything queued on the compute stream. */
 static moe_status begin(moe_comm *c, const char *op) {
     nccl_state *s = c->impl;
-    if (!s->nccl) {
-        fprintf(stderr, "moe: world rank %d: %s on communicator '%s': its NCCL communicator was aborted after an "
-                        "earlier failure\n", c->world_rank, op, c->label);
-        return MOE_ERR_COMM;
-    }
+    if (!s->nccl)
+        return moe_fail(MOE_ERR_COMM, "world rank %d: %s on communicator '%s': its NCCL communicator was aborted "
+                                      "after an earlier failure", c->world_rank, op, c->label);
     MOE_CUDA_TRY(cudaEventRecord(s->ready, s->gpu->stream));
     MOE_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->ready, 0));
     return MOE_OK;
@@ -99,22 +98,19 @@ static moe_status finish(moe_comm *c, const char *op) {
         if (q != cudaErrorNotReady) {
             char state[256];
             snprintf(state, sizeof state, "failed (%s)", cudaGetErrorString(q));
-            abort_with_message(c, "CUDA error", op, state, ncclGetLastError(s->nccl));
-            return MOE_ERR_CUDA;
+            return abort_with_message(c, MOE_ERR_CUDA, "CUDA error", op, state, ncclGetLastError(s->nccl));
         }
         ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->nccl, &async);
         if (r != ncclSuccess) async = r;
         if (async != ncclSuccess && async != ncclInProgress) {
             char detail[512];
             snprintf(detail, sizeof detail, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(s->nccl));
-            abort_with_message(c, "asynchronous NCCL error", op, "failed", detail);
-            return MOE_ERR_COMM;
+            return abort_with_message(c, MOE_ERR_COMM, "asynchronous NCCL error", op, "failed", detail);
         }
         if (c->timeout_s > 0 && now_s() - start > c->timeout_s) {
             char state[64];
             snprintf(state, sizeof state, "still incomplete after %.1f s", c->timeout_s);
-            abort_with_message(c, "watchdog", op, state, ncclGetLastError(s->nccl));
-            return MOE_ERR_TIMEOUT;
+            return abort_with_message(c, MOE_ERR_TIMEOUT, "watchdog", op, state, ncclGetLastError(s->nccl));
         }
         if (polls > 100) sched_yield();
     }

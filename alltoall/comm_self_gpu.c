@@ -8,7 +8,7 @@
 
 #include "alltoall/comm_forward.h"
 #include "alltoall/comm_gpu.h"
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 typedef struct {
     moe_comm *inner; /* the self transport: control entries */

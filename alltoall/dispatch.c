@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fail.h"
+
 int moe__dispatch_count_fault = -1;
 
 moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts) {
@@ -38,20 +40,23 @@ void moe_dispatch_plan_free(moe_dispatch_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
+/* Every entry a peer announces differently from the expectation is named in the failure message. */
 static moe_status check_counts(const moe_comm *ep, const moe_dispatch_plan *plan, const int *expected,
                                int layer_index) {
+    char text[3000];
+    size_t at = 0;
     int EL = plan->num_local_experts, bad = 0;
     for (int p = 0; p < plan->ep_size; p++)
         for (int le = 0; le < EL; le++) {
             int got = plan->recv_counts[p * EL + le], want = expected[p * EL + le];
             if (got == want) continue;
-            bad++;
-            fprintf(stderr,
-                    "moe: layer %d: count mismatch on world rank %d (EP rank %d): EP rank %d announces %d rows "
-                    "for expert %d, the global routing says %d\n",
-                    layer_index, ep->world_rank, ep->rank, p, got, ep->rank * EL + le, want);
+            if (bad++ < 8 && at < sizeof text)
+                at += (size_t)snprintf(text + at, sizeof text - at, "%sEP rank %d announces %d rows for expert %d, the "
+                                       "global routing says %d", bad > 1 ? "; " : "", p, got, ep->rank * EL + le, want);
         }
-    return bad ? MOE_ERR_COUNT_MISMATCH : MOE_OK;
+    if (!bad) return MOE_OK;
+    return moe_fail(MOE_ERR_COUNT_MISMATCH, "layer %d: count mismatch on world rank %d (EP rank %d): %s%s", layer_index,
+                    ep->world_rank, ep->rank, text, bad > 8 ? "; ..." : "");
 }
 
 moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_tokens_per_expert, const int *expected_recv_counts,

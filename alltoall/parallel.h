@@ -11,6 +11,7 @@
 #include "alltoall/comm.h"
 
 struct moe_backend_ops;
+typedef struct moe_parallel moe_parallel;
 
 struct moe_parallel {
     int world_size, world_rank;

@@ -2,9 +2,9 @@
  * a context on one device per rank, and a GPU transport (comm_gpu.h) on each communicator. */
 #include "alltoall/parallel_gpu_mpi.h"
 
-#include <stdio.h>
 
 #include "alltoall/comm_gpu_mpi.h"
+#include "core/fail.h"
 #include "alltoall/parallel_mpi.h"
 #include "moe/backend.h"
 
@@ -48,20 +48,15 @@ moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int ep_size, double timeo
     /* the errors every rank finds alike come first, before any rank needs a GPU */
     if (ep_size < 1 || size % ep_size != 0) return MOE_ERR_INVALID_CONFIG;
 #ifndef MOE_HAVE_NCCL
-    if (transport == MOE_GPU_TRANSPORT_NCCL) {
-        if (rank == 0)
-            fprintf(stderr, "moe: the NCCL transport is not in this build (NCCL was not found when it was "
-                            "configured): use the MPI transport, or rebuild with NCCL (meson -Dnccl=enabled)\n");
-        return MOE_ERR_INVALID_CONFIG;
-    }
+    if (transport == MOE_GPU_TRANSPORT_NCCL)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the NCCL transport is not in this build (NCCL was not found when it "
+                                                "was configured): use the MPI transport, or rebuild with NCCL "
+                                                "(meson -Dnccl=enabled)");
 #endif
     moe_gpu *gpu = NULL;
     moe_status st = pick_device(world, rank, device, &device);
     if (st == MOE_OK) {
-        st = moe_gpu_create(device, &gpu);
-        if (st == MOE_ERR_NO_DEVICE)
-            fprintf(stderr, "moe: world rank %d: CUDA device %d is not usable (%d device(s) visible)\n", rank, device,
-                    moe_gpu_device_count());
+        st = moe_fail_context(moe_gpu_create(device, &gpu), "world rank %d", rank);
     }
     /* no rank goes on to the collective splits while another gives up here */
     int failed = st != MOE_OK, any_failed = 1;

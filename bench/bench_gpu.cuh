@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 #define BENCH_CUDA(call)                                                                                     \
     do {                                                                                                     \

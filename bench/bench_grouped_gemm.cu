@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" {
 #define _Noreturn [[noreturn]] /* bench_util.h is C11; the same meaning in C++ */

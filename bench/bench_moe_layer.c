@@ -22,7 +22,7 @@
 
 #include "bench/bench_util.h"
 #include "moe/moe.h"
-#include "moe/rng.h"
+#include "core/rng.h"
 
 typedef struct {
     int tokens, d_model, d_ff, experts, top_k, warmup, iters, layout_invariant;

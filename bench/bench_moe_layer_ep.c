@@ -28,7 +28,7 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "bench/bench_util_mpi.h"
-#include "moe/rng.h"
+#include "core/rng.h"
 
 typedef struct {
     int ep, tokens, d_model, d_ff, experts, top_k, layout_invariant, warmup, iters, seed;

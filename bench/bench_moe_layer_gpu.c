@@ -14,8 +14,8 @@
 
 #include "alltoall/parallel_gpu.h"
 #include "bench/bench_util.h"
-#include "moe/gpu_internal.h"
-#include "moe/rng.h"
+#include "core/gpu_cuda.h"
+#include "core/rng.h"
 
 typedef struct {
     int tokens, d_model, d_ff, experts, top_k, warmup, iters;

@@ -16,14 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" {
 #define _Noreturn [[noreturn]] /* bench_util.h is C11; the same meaning in C++ */
 #include "bench/bench_util.h"
 #undef _Noreturn
 #include "kernels/permute.h"
-#include "moe/rng.h"
+#include "core/rng.h"
 }
 
 #include "bench/bench_gpu.cuh"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/rng.h"
+#include "core/rng.h"
 
 enum { ROWS = 600, MAX_M = 128, BLOCK = 64 };
 

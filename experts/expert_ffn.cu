@@ -29,7 +29,7 @@
  * Checked by tests/test_gpu_experts.cu (suite gpu) against expert_ffn_forward_cpu / _backward_cpu. */
 #include <stdlib.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 #include "kernels/cast_device.cuh"
 

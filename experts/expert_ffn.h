@@ -9,8 +9,8 @@
 #define MOE_EXPERTS_EXPERT_FFN_H
 
 #include "kernels/gemm_rows.h"
-#include "moe/gpu.h"
-#include "moe/moe.h"
+#include "core/gpu.h"
+#include "core/types.h"
 
 /* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d];
  * gemm: how the row-wise products are cut into calls (kernels/gemm_rows.h). */

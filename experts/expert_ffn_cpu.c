@@ -3,7 +3,7 @@
 #include "experts/expert_ffn.h"
 
 #include "kernels/gemm_rows.h"
-#include "moe/real.h"
+#include "core/real.h"
 
 static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); }
 

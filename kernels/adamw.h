@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;

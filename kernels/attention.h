@@ -6,7 +6,7 @@
 #ifndef MOE_KERNELS_ATTENTION_H
 #define MOE_KERNELS_ATTENTION_H
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 /* att: [num_seqs, H, S, S] probabilities saved for backward (entries above the diagonal are 0);
  * out: [num_seqs * S, H, hd]. */

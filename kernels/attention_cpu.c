@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "moe/real.h"
+#include "core/real.h"
 
 typedef struct {
     int S, H, KV, hd, group; /* group = H / KV query heads per kv head */

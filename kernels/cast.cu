@@ -1,7 +1,7 @@
 /* cast.cu — fp32 <-> bf16 over n elements on the GPU, the bits of kernels/cast_cpu.c (round to nearest
  * even, NaN kept a quiet NaN with its sign). A grid-stride loop; n may exceed 2^31.
  * Checked by tests/test_gpu_cast.cu (suite gpu): every element bitwise against the CPU cast. */
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 #include "kernels/cast_device.cuh"
 

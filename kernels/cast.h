@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "moe/gpu.h"
+#include "core/gpu.h"
 
 moe_bf16 bf16_from_float(float x);
 float bf16_to_float(moe_bf16 x);

@@ -3,7 +3,7 @@
 #ifndef MOE_KERNELS_CROSS_ENTROPY_H
 #define MOE_KERNELS_CROSS_ENTROPY_H
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 /* Returns sum_t loss_t (in double). logits: [T, V], targets: [T] in [0, V). */
 double cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int num_tokens, int vocab);

@@ -4,7 +4,7 @@
  * logits, and the gradient against central finite differences (float64 build). */
 #include "kernels/cross_entropy.h"
 
-#include "moe/real.h"
+#include "core/real.h"
 
 static moe_real row_max(const moe_real *l, int n) {
     moe_real max = l[0];

@@ -3,7 +3,7 @@
 #ifndef MOE_KERNELS_EMBEDDING_H
 #define MOE_KERNELS_EMBEDDING_H
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 void embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y);
 

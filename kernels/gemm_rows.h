@@ -14,7 +14,7 @@
 
 #include <cblas.h>
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 /* The block size of the layout-invariant mode: 64 rows fill OpenBLAS's AVX-512 tiles and keep the
  * padding small; larger blocks saved little (docs/BENCHMARKS.md). */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/real.h"
+#include "core/real.h"
 
 moe_status gemm_rows_plan_init(gemm_rows_plan *plan, int layout_invariant, int max_width) {
     plan->row_block = layout_invariant ? GEMM_ROW_BLOCK : 0;

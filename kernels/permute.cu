@@ -6,7 +6,7 @@
  * multiplies and adds (no FMA contraction), the arithmetic of combine_rows_cpu. dgate is a block
  * reduction in a fixed order (fixed for a given d), so it is the same run after run.
  * Checked against the CPU by tests/test_gpu_permute.cu (suite gpu). */
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 #include "kernels/cast_device.cuh"
 

@@ -3,8 +3,8 @@
 #ifndef MOE_KERNELS_PERMUTE_H
 #define MOE_KERNELS_PERMUTE_H
 
-#include "moe/moe.h"
-#include "moe/gpu.h"
+#include "core/types.h"
+#include "core/gpu.h"
 
 /* xp[r, :] = x[perm_token[r], :] for r < num_rows (a gather). */
 void permute_rows_cpu(const moe_real *x, const int *perm_token, int num_rows, int d, moe_real *xp);

@@ -3,7 +3,7 @@
 #ifndef MOE_KERNELS_RMSNORM_H
 #define MOE_KERNELS_RMSNORM_H
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 /* x, y: [T, d]; w: [d]; rstd: [T] saved for backward. y may not alias x. */
 void rmsnorm_forward_cpu(const moe_real *x, const moe_real *w, int num_tokens, int d, moe_real eps, moe_real *y,

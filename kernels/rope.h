@@ -6,7 +6,7 @@
 #ifndef MOE_KERNELS_ROPE_H
 #define MOE_KERNELS_ROPE_H
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 /* x: [num_seqs * seq_len, num_heads, head_dim], rotated in place. */
 void rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "models/safetensors.h"
-#include "moe/message.h"
+#include "core/fail.h"
 
 _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
 
@@ -127,10 +127,8 @@ static moe_status gather_global(const trainer *tr, const moe_real *local, moe_re
 }
 
 /* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
-static moe_status agree(const trainer *tr, moe_status st, char *message, size_t n) {
-    moe_status agreed = moe_comm_agree(tr->par->world, st);
-    if (agreed == MOE_ERR_PEER) snprintf(message, n, "another rank failed (see its message)");
-    return agreed;
+static moe_status agree(const trainer *tr, moe_status st) {
+    return moe_comm_agree(tr->par->world, st);
 }
 
 /* ---- config.json and the run fingerprint ------------------------------------------------------ */
@@ -156,12 +154,12 @@ static json_t *config_json(const model_config *c) {
 }
 
 /* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
-static moe_status check_config(const char *dir, const model_config *c, char *message, size_t n) {
+static moe_status check_config(const char *dir, const model_config *c) {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t err;
     json_t *j = json_load_file(path, 0, &err);
-    if (!j) return moe_fail(errno == ENOENT ? MOE_ERR_IO : MOE_ERR_BAD_FILE, message, n, path, "%s", err.text);
+    if (!j) return moe_fail(errno == ENOENT ? MOE_ERR_IO : MOE_ERR_BAD_FILE, "%s: %s", path, err.text);
     const struct { const char *key; long want; } ints[] = {
         {"vocab_size", c->vocab_size},         {"hidden_size", c->d_model},     {"intermediate_size", c->d_ff},
         {"num_hidden_layers", c->num_layers},  {"num_attention_heads", c->num_heads},
@@ -171,39 +169,39 @@ static moe_status check_config(const char *dir, const model_config *c, char *mes
     moe_status st = MOE_OK;
     for (size_t i = 0; i < sizeof ints / sizeof *ints && st == MOE_OK; i++) {
         json_t *v = json_object_get(j, ints[i].key);
-        if (!json_is_integer(v)) st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "%s is missing or not an integer", ints[i].key);
+        if (!json_is_integer(v)) st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing or not an integer", path, ints[i].key);
         else if (json_integer_value(v) != ints[i].want)
-            st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "%s is %lld but the flags ask for %ld", ints[i].key,
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %lld but the flags ask for %ld", path, ints[i].key,
                       (long long)json_integer_value(v), ints[i].want);
     }
     json_t *tie = json_object_get(j, "tie_word_embeddings");
     if (st == MOE_OK && json_is_boolean(tie) && json_is_true(tie) != c->tie_embeddings)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "tie_word_embeddings is %s but the flags ask for %s",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: tie_word_embeddings is %s but the flags ask for %s", path,
                   json_is_true(tie) ? "true" : "false", c->tie_embeddings ? "tied" : "untied");
     /* the numbers that change the function the weights compute, beyond the shapes */
     json_t *theta = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps"),
            *window = json_object_get(j, "sliding_window"), *act = json_object_get(j, "hidden_act");
     if (st == MOE_OK && (!json_is_number(theta) || fabs(json_number_value(theta) - c->rope_theta) > 1e-6 * c->rope_theta))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "rope_theta is %g but the flags ask for %g (--rope-theta)",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: rope_theta is %g but the flags ask for %g (--rope-theta)", path,
                   json_is_number(theta) ? json_number_value(theta) : -1.0, (double)c->rope_theta);
     if (st == MOE_OK && (!json_is_number(eps) || fabs(json_number_value(eps) - c->norm_eps) > 1e-6 * c->norm_eps))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "rms_norm_eps is %g but this model uses %g",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: rms_norm_eps is %g but this model uses %g", path,
                   json_is_number(eps) ? json_number_value(eps) : -1.0, (double)c->norm_eps);
     if (st == MOE_OK && !json_is_null(window) && window && (!json_is_integer(window) || json_integer_value(window) < c->seq_len))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "sliding_window %lld is shorter than the sequence length %d (no sliding "
-                  "window attention here)", json_is_integer(window) ? (long long)json_integer_value(window) : -1LL,
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: sliding_window %lld is shorter than the sequence length %d (no sliding "
+                  "window attention here)", path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL,
                   c->seq_len);
     if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "hidden_act must be silu (SwiGLU experts)");
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_act must be silu (SwiGLU experts)", path);
     json_t *score = json_object_get(json_object_get(j, "moe_train"), "score_func");
     const char *want_score = c->moe.score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax";
     if (st == MOE_OK && json_is_string(score) && strcmp(json_string_value(score), want_score))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "the router was trained with %s scores but the flags ask for %s",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: the router was trained with %s scores but the flags ask for %s", path,
                   json_string_value(score), want_score);
     json_t *every = json_object_get(json_object_get(j, "moe_train"), "moe_every");
     long moe_every = json_is_integer(every) ? (long)json_integer_value(every) : 1; /* Mixtral: every layer */
     if (st == MOE_OK && moe_every != c->moe_every)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "moe_every is %ld but the flags ask for %d", moe_every, c->moe_every);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_every is %ld but the flags ask for %d", path, moe_every, c->moe_every);
     json_decref(j);
     return st;
 }
@@ -271,17 +269,17 @@ static long *list_steps(const char *root, int *count) {
     return steps;
 }
 
-moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes, char *message, size_t n) {
+moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes) {
     int count;
     long *steps = list_steps(root, &count);
-    moe_status st = count ? MOE_OK : moe_fail(MOE_ERR_IO, message, n, root, "no checkpoint (step-NNNNNNNN) to resume from");
+    moe_status st = count ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
     if (count) snprintf(out, out_nbytes, "%s/step-%08ld", root, steps[count - 1]);
     free(steps);
     return st;
 }
 
 static moe_status write_files(const trainer *tr, const ckpt_table *tab, const moe_real *gp, const moe_real *gm,
-                              const moe_real *gv, const char *dir, int step, char *message, size_t n) {
+                              const moe_real *gv, const char *dir, int step) {
     const model_config *c = &tr->opt.model;
     char path[700], value[512];
     st_entry *e = calloc((size_t)2 * tab->count + c->num_layers, sizeof *e);
@@ -293,12 +291,12 @@ static moe_status write_files(const trainer *tr, const ckpt_table *tab, const mo
     }
     const st_meta model_meta[] = {{"format", "pt"}};
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    moe_status st = st_write(path, e, tab->count, model_meta, 1, message, n);
+    moe_status st = st_write(path, e, tab->count, model_meta, 1);
 
     json_t *config = config_json(c);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (st == MOE_OK && (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fsync_path(path) != 0))
-        st = moe_fail(MOE_ERR_IO, message, n, path, "cannot write");
+        st = moe_fail(MOE_ERR_IO, "%s: cannot write", path);
     json_decref(config);
 
     int k = 0; /* train state: both moments of every tensor, then the routers' selection biases */
@@ -322,18 +320,17 @@ static moe_status write_files(const trainer *tr, const ckpt_table *tab, const mo
     const st_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position},
                                   {"fingerprint", value}};
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    if (st == MOE_OK) st = st_write(path, e, k, state_meta, 4, message, n);
+    if (st == MOE_OK) st = st_write(path, e, k, state_meta, 4);
     free(e), free(names);
     return st;
 }
 
-moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_last, char *message, size_t n) {
-    message[0] = 0;
+moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_last) {
     ckpt_table tab = {0};
     moe_real *g = NULL;
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && !(g = malloc(3 * tab.global_count * sizeof(moe_real)))) st = MOE_ERR_OUT_OF_MEMORY;
-    st = agree(tr, st, message, n);
+    st = agree(tr, st);
     /* the moments in the unsharded local layout first (ZeRO-1 shards the dense part), then like the weights */
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = st == MOE_OK ? malloc(local_count * sizeof(moe_real)) : NULL;
@@ -351,15 +348,15 @@ moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_las
         snprintf(old, sizeof old, "%s/.old-step-%08d", root, step);
         mkdir(root, 0755);
         remove_checkpoint_dir(tmp); /* the leftovers of an interrupted save */
-        if (mkdir(tmp, 0755) != 0) st = moe_fail(MOE_ERR_IO, message, n, tmp, "cannot create: %s", strerror(errno));
+        if (mkdir(tmp, 0755) != 0) st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
         if (st == MOE_OK)
-            st = write_files(tr, &tab, g, g + tab.global_count, g + 2 * tab.global_count, tmp, step, message, n);
-        if (st == MOE_OK && fsync_path(tmp) != 0) st = moe_fail(MOE_ERR_IO, message, n, tmp, "fsync failed");
+            st = write_files(tr, &tab, g, g + tab.global_count, g + 2 * tab.global_count, tmp, step);
+        if (st == MOE_OK && fsync_path(tmp) != 0) st = moe_fail(MOE_ERR_IO, "%s: fsync failed", tmp);
         /* the new directory takes the final name in one rename; an older save of the same step goes after */
         if (st == MOE_OK && rename(final, old) != 0 && errno != ENOENT)
-            st = moe_fail(MOE_ERR_IO, message, n, final, "cannot move aside: %s", strerror(errno));
+            st = moe_fail(MOE_ERR_IO, "%s: cannot move aside: %s", final, strerror(errno));
         if (st == MOE_OK && rename(tmp, final) != 0)
-            st = moe_fail(MOE_ERR_IO, message, n, tmp, "cannot rename to %s: %s", final, strerror(errno));
+            st = moe_fail(MOE_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
         if (st == MOE_OK) {
             remove_checkpoint_dir(old);
             fsync_path(root);
@@ -375,26 +372,25 @@ moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_las
         }
     }
     free(g), free(tab.t);
-    return agree(tr, st, message, n);
+    return agree(tr, st);
 }
 
 /* ---- loading ---------------------------------------------------------------------------------- */
 
 /* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks every tensor of
  * the table exists with its shape and F32, and that the file has no tensor the model does not know. */
-static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst, int extra_ok,
-                               char *message, size_t n) {
+static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst, int extra_ok) {
     char name[160];
     for (int i = 0; i < tab->count; i++) {
         const ckpt_tensor *t = &tab->t[i];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
         moe_status st;
         if (t->local_offset >= 0) {
-            st = st_read(f, name, t->ndim, t->shape, dst + t->local_offset, message, n);
+            st = st_read(f, name, t->ndim, t->shape, dst + t->local_offset);
         } else {
             const st_tensor *s = st_find(f, name);
             int same = s && s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim < 2 || s->shape[1] == t->shape[1]);
-            st = same && !strcmp(s->dtype, "F32") ? MOE_OK : st_read(f, name, t->ndim, t->shape, NULL, message, n);
+            st = same && !strcmp(s->dtype, "F32") ? MOE_OK : st_read(f, name, t->ndim, t->shape, NULL);
         }
         if (st != MOE_OK) return st;
     }
@@ -405,49 +401,48 @@ static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *pr
             snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
             known = !strcmp(name, have);
         }
-        if (!known) return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "unexpected tensor %s (a different model, or wrong names)", have);
+        if (!known) return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)", f->path, have);
     }
     return MOE_OK;
 }
 
-static moe_status load_weights(trainer *tr, const ckpt_table *tab, const char *dir, char *message, size_t n) {
+static moe_status load_weights(trainer *tr, const ckpt_table *tab, const char *dir) {
     char path[600];
     st_file f;
-    moe_status st = check_config(dir, &tr->opt.model, message, n);
+    moe_status st = check_config(dir, &tr->opt.model);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (st == MOE_OK && (st = st_open(path, &f, message, n)) == MOE_OK) {
-        st = read_tensors(&f, tab, "", moe_model_params(tr->model), 0, message, n);
+    if (st == MOE_OK && (st = st_open(path, &f)) == MOE_OK) {
+        st = read_tensors(&f, tab, "", moe_model_params(tr->model), 0);
         st_close(&f);
     }
     return st;
 }
 
-moe_status checkpoint_load_weights(trainer *tr, const char *dir, char *message, size_t n) {
-    message[0] = 0;
+moe_status checkpoint_load_weights(trainer *tr, const char *dir) {
     ckpt_table tab = {0};
-    moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir, message, n) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir) : MOE_ERR_OUT_OF_MEMORY;
     free(tab.t);
-    return agree(tr, st, message, n);
+    return agree(tr, st);
 }
 
-static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir, int *step, char *message, size_t n) {
+static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir, int *step) {
     const model_config *c = &tr->opt.model;
     char path[600], want[512], name[64];
     st_file f;
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    moe_status st = st_open(path, &f, message, n);
+    moe_status st = st_open(path, &f);
     if (st != MOE_OK) return st;
     const char *format = st_metadata(&f, "format"), *fp = st_metadata(&f, "fingerprint"), *saved = st_metadata(&f, "step");
     fingerprint(tr, want, sizeof want);
     if (!format || strcmp(format, "moe-train-state-1") || !saved)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "not a moe-train training state");
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
     else if (!fp || strcmp(fp, want))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "training state from another run: saved for [%s], this run is [%s]", fp ? fp : "?", want);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: training state from another run: saved for [%s], this run is [%s]", path, fp ? fp : "?", want);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1, message, n);
+        st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1);
         if (st == MOE_OK) trainer_moments_set(tr, which, full);
     }
     free(full);
@@ -455,19 +450,18 @@ static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir
         moe_real *bias = moe_model_expert_bias(tr->model, l);
         long E = c->moe.num_experts;
         snprintf(name, sizeof name, "expert_bias.layers.%d", l);
-        if (bias) st = st_read(&f, name, 1, &E, bias, message, n);
+        if (bias) st = st_read(&f, name, 1, &E, bias);
     }
     if (st == MOE_OK) *step = atoi(saved);
     st_close(&f);
     return st;
 }
 
-moe_status checkpoint_resume(trainer *tr, const char *dir, int *step, char *message, size_t n) {
-    message[0] = 0;
+moe_status checkpoint_resume(trainer *tr, const char *dir, int *step) {
     ckpt_table tab = {0};
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = load_weights(tr, &tab, dir, message, n);
-    if (st == MOE_OK) st = load_state(tr, &tab, dir, step, message, n);
+    if (st == MOE_OK) st = load_weights(tr, &tab, dir);
+    if (st == MOE_OK) st = load_state(tr, &tab, dir, step);
     free(tab.t);
-    return agree(tr, st, message, n);
+    return agree(tr, st);
 }

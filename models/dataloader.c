@@ -7,17 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/message.h"
+#include "core/fail.h"
 
 static int32_t le32(const unsigned char *b) {
     return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
 }
 
-moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out, char *message,
-                           size_t message_nbytes) {
+moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    if (!f) return moe_fail(MOE_ERR_IO, message, message_nbytes, path, "cannot open: %s", strerror(errno));
+    if (!f) return moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     unsigned char header[TOKEN_FILE_HEADER_INTS * 4];
     size_t got = fread(header, 1, sizeof header, f);
     long file_nbytes = -1;
@@ -25,32 +24,27 @@ moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_
     moe_status st = MOE_OK;
     long n = le32(header + 8);
     if (got != sizeof header)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
-                  "truncated: %ld bytes, shorter than the %ld-byte header", (long)got, (long)sizeof header);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated: %ld bytes, shorter than the %ld-byte header", path, (long)got, (long)sizeof header);
     else if (le32(header) != TOKEN_FILE_MAGIC)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
-                  "wrong magic %ld (expected %d): not an llm.c token file", (long)le32(header), TOKEN_FILE_MAGIC);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: wrong magic %ld (expected %d): not an llm.c token file", path, (long)le32(header), TOKEN_FILE_MAGIC);
     else if (le32(header + 4) != TOKEN_FILE_VERSION)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, message_nbytes, path, "unsupported version %ld (expected %d)",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: unsupported version %ld (expected %d)", path,
                   (long)le32(header + 4), TOKEN_FILE_VERSION);
     else if (n < 0 || file_nbytes != (long)sizeof header + 2 * n)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
-                  "the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)", n,
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)", path, n,
                   file_nbytes - (long)sizeof header);
     else if (n < seq_len + 1)
-        st = moe_fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
-                  "only %ld tokens, fewer than one sequence of %d + 1", n, seq_len);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: only %ld tokens, fewer than one sequence of %d + 1", path, n, seq_len);
     unsigned short *raw = st == MOE_OK ? malloc((size_t)n * sizeof *raw) : NULL;
     out->tokens = st == MOE_OK ? malloc((size_t)n * sizeof(int)) : NULL;
     if (st == MOE_OK && (!raw || !out->tokens)) st = MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && (fseek(f, sizeof header, SEEK_SET) != 0 || fread(raw, 2, (size_t)n, f) != (size_t)n))
-        st = moe_fail(MOE_ERR_IO, message, message_nbytes, path, "read error in the %ld tokens", n);
+        st = moe_fail(MOE_ERR_IO, "%s: read error in the %ld tokens", path, n);
     for (long i = 0; st == MOE_OK && i < n; i++) {
         const unsigned char *b = (const unsigned char *)(raw + i);
         out->tokens[i] = b[0] | b[1] << 8;
         if (out->tokens[i] >= vocab_size)
-            st = moe_fail(MOE_ERR_BAD_FILE, message, message_nbytes, path,
-                      "token %d at position %ld is outside the vocabulary (size %d)", out->tokens[i], i, vocab_size);
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: token %d at position %ld is outside the vocabulary (size %d)", path, out->tokens[i], i, vocab_size);
     }
     free(raw);
     fclose(f);

@@ -22,8 +22,7 @@ typedef struct {
 /* Reads and validates a whole token file: magic, version, size = header + 2*N bytes exactly, every
  * token < vocab_size, at least seq_len + 1 tokens. On failure writes a sentence naming the file and
  * the problem into message and returns MOE_ERR_IO or MOE_ERR_BAD_FILE. */
-moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out, char *message,
-                           size_t message_nbytes);
+moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out);
 void token_file_free(token_file *f);
 
 /* Writes a token file (used by the data preparation tool and by tests). */

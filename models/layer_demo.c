@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "moe/moe.h"
-#include "moe/rng.h"
+#include "core/rng.h"
 
 typedef struct {
     int steps, tokens, d_model, d_ff, experts, top_k, seed;

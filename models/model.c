@@ -15,8 +15,8 @@
 #include "kernels/gemm_rows.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
-#include "moe/real.h"
-#include "moe/rng.h"
+#include "core/real.h"
+#include "core/rng.h"
 
 /* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). */
 typedef struct {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/message.h"
+#include "core/fail.h"
 
 enum { TRACE_VERSION = 1, HEADER_INTS = 8, RECORD_HEADER_NBYTES = 16 };
 static const int32_t kMagic[2] = {0x54454f4d, 0x45434152}; /* "MOETRACE" */
@@ -31,67 +31,63 @@ static moe_status start(routing_trace *t, const char *path, int E, int k, int la
     return t->buffer ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
-moe_status routing_trace_create(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro,
-                                char *message, size_t n) {
+moe_status routing_trace_create(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     const int32_t header[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     if (!(t->file = fopen(path, "wb")) || fwrite(header, 4, HEADER_INTS, t->file) != HEADER_INTS) {
-        st = moe_fail(MOE_ERR_IO, message, n, path, "cannot write: %s", strerror(errno));
+        st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
         routing_trace_close(t);
     }
     return st;
 }
 
-moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int layer, const int *experts,
-                                char *message, size_t n) {
+moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int layer, const int *experts) {
     for (size_t i = 0; i < ids_per_record(t); i++) t->buffer[i] = (unsigned short)experts[i];
     const int32_t head[4] = {step, micro_batch, layer, (int32_t)fnv1a(t->buffer, ids_per_record(t))};
     if (fwrite(head, 4, 4, t->file) != 4 || fwrite(t->buffer, 2, ids_per_record(t), t->file) != ids_per_record(t) ||
         fflush(t->file) != 0)
-        return moe_fail(MOE_ERR_IO, message, n, t->path, "write failed at step %d: %s", step, strerror(errno));
+        return moe_fail(MOE_ERR_IO, "%s: write failed at step %d: %s", t->path, step, strerror(errno));
     return MOE_OK;
 }
 
-moe_status routing_trace_open(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro,
-                              char *message, size_t n) {
+moe_status routing_trace_open(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     int32_t h[HEADER_INTS];
     const int32_t want[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     const char *field[HEADER_INTS] = {"magic", "magic", "version", "experts", "top-k", "MoE layers",
                                       "global tokens per micro-batch", "micro-batches per step"};
-    if (!(t->file = fopen(path, "rb"))) st = moe_fail(MOE_ERR_IO, message, n, path, "cannot open: %s", strerror(errno));
-    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS) st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "truncated header");
+    if (!(t->file = fopen(path, "rb"))) st = moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS) st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated header", path);
     for (int i = 0; i < HEADER_INTS && st == MOE_OK; i++)
         if (h[i] != want[i])
-            st = i < 2 ? moe_fail(MOE_ERR_BAD_FILE, message, n, path, "not a routing trace (bad magic)")
-                       : moe_fail(MOE_ERR_BAD_FILE, message, n, path, "%s is %d in the trace but %d in this run", field[i], h[i],
+            st = i < 2 ? moe_fail(MOE_ERR_BAD_FILE, "%s: not a routing trace (bad magic)", path)
+                       : moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %d in the trace but %d in this run", path, field[i], h[i],
                               want[i]);
     if (st != MOE_OK) routing_trace_close(t);
     return st;
 }
 
-moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int layer, int *experts, char *message,
-                              size_t n) {
+moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int layer, int *experts) {
     int32_t head[4];
     const size_t count = ids_per_record(t);
     if (fseek(t->file, record_offset(t, step, micro_batch, layer), SEEK_SET) != 0 || fread(head, 4, 4, t->file) != 4 ||
         fread(t->buffer, 2, count, t->file) != count)
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "no record for step %d, micro-batch %d, layer %d (truncated?)",
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: no record for step %d, micro-batch %d, layer %d (truncated?)", t->path,
                     step, micro_batch, layer);
     if (head[0] != step || head[1] != micro_batch || head[2] != layer)
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d found where step %d, layer %d belongs", head[0],
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: record of step %d found where step %d, layer %d belongs", t->path, head[0],
                     step, layer);
     if ((uint32_t)head[3] != fnv1a(t->buffer, count))
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d, layer %d is corrupt (hash mismatch)", step,
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: record of step %d, layer %d is corrupt (hash mismatch)", t->path, step,
                     layer);
     for (size_t i = 0; i < count; i++) {
         experts[i] = t->buffer[i];
         int dup = 0;
         for (size_t j = i - i % t->top_k; j < i; j++) dup |= experts[j] == experts[i];
         if (experts[i] >= t->num_experts || dup)
-            return moe_fail(MOE_ERR_BAD_FILE, message, n, t->path, "record of step %d, layer %d: invalid expert id %d", step,
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: record of step %d, layer %d: invalid expert id %d", t->path, step,
                         layer, experts[i]);
     }
     return MOE_OK;

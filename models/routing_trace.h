@@ -23,18 +23,16 @@ typedef struct {
 
 /* Creates (truncates) a trace for writing. */
 moe_status routing_trace_create(routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
-                                int tokens, int micro_batches, char *message, size_t message_nbytes);
+                                int tokens, int micro_batches);
 /* Appends the record of (step, micro_batch, layer): experts[tokens * k]. Records must come in order. */
-moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int layer, const int *experts,
-                                char *message, size_t message_nbytes);
+moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int layer, const int *experts);
 
 /* Opens a trace for replay; the header must match the run (E, k, layers, tokens, micro-batches). */
 moe_status routing_trace_open(routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
-                              int tokens, int micro_batches, char *message, size_t message_nbytes);
+                              int tokens, int micro_batches);
 /* Reads the record of (step, micro_batch, layer) into experts[tokens * k], checking its position, hash,
  * ids in [0, E) and k distinct ids per token. */
-moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int layer, int *experts, char *message,
-                              size_t message_nbytes);
+moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int layer, int *experts);
 
 void routing_trace_close(routing_trace *t);
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/message.h"
+#include "core/fail.h"
 #include <unistd.h>
 
 static size_t element_count(int ndim, const long *shape) {
@@ -16,8 +16,7 @@ static size_t element_count(int ndim, const long *shape) {
     return n;
 }
 
-moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta,
-                    char *message, size_t message_nbytes) {
+moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta) {
     json_t *root = json_object(), *md = json_object();
     size_t offset = 0;
     for (int i = 0; i < num_entries; i++) {
@@ -34,12 +33,12 @@ moe_status st_write(const char *path, const st_entry *entries, int num_entries, 
     json_object_set_new(root, "__metadata__", md);
     char *header = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(root);
-    if (!header) return moe_fail(MOE_ERR_OUT_OF_MEMORY, message, message_nbytes, path, "cannot build the header");
+    if (!header) return moe_fail(MOE_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
     size_t header_nbytes = strlen(header), padded = (header_nbytes + 7) / 8 * 8;
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(header);
-        return moe_fail(MOE_ERR_IO, message, message_nbytes, path, "cannot create: %s", strerror(errno));
+        return moe_fail(MOE_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     }
     unsigned char size_le[8];
     for (int b = 0; b < 8; b++) size_le[b] = (unsigned char)((uint64_t)padded >> (8 * b));
@@ -52,63 +51,62 @@ moe_status st_write(const char *path, const st_entry *entries, int num_entries, 
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
     free(header);
-    return ok ? MOE_OK : moe_fail(MOE_ERR_IO, message, message_nbytes, path, "write failed: %s", strerror(errno));
+    return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: write failed: %s", path, strerror(errno));
 }
 
 /* ---- reading ---------------------------------------------------------------------------------- */
 
-static moe_status parse_tensor(st_file *f, const char *name, json_t *v, st_tensor *t, char *message, size_t n) {
-    if (strlen(name) >= ST_MAX_NAME) return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor name too long: %.60s...", name);
+static moe_status parse_tensor(st_file *f, const char *name, json_t *v, st_tensor *t) {
+    if (strlen(name) >= ST_MAX_NAME) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor name too long: %.60s...", f->path, name);
     snprintf(t->name, sizeof t->name, "%s", name);
     json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
            *offsets = json_object_get(v, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) || json_array_size(offsets) != 2 ||
         json_array_size(shape) > ST_MAX_DIMS)
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s: malformed header entry", name);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: malformed header entry", f->path, name);
     snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(dtype));
     t->ndim = (int)json_array_size(shape);
     for (int d = 0; d < t->ndim; d++) {
         json_t *dim = json_array_get(shape, d);
         if (!json_is_integer(dim) || json_integer_value(dim) < 0)
-            return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s: bad shape", name);
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: bad shape", f->path, name);
         t->shape[d] = (long)json_integer_value(dim);
     }
     json_t *b = json_array_get(offsets, 0), *e = json_array_get(offsets, 1);
     if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 || json_integer_value(e) < json_integer_value(b))
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s: bad data_offsets", name);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: bad data_offsets", f->path, name);
     t->begin = (size_t)json_integer_value(b), t->end = (size_t)json_integer_value(e);
     if (f->data_start + t->end > f->file_nbytes)
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path,
-                    "tensor %s: data ends at byte %zu but the file has %zu (truncated?)", name, f->data_start + t->end,
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: data ends at byte %zu but the file has %zu (truncated?)", f->path, name, f->data_start + t->end,
                     f->file_nbytes);
     return MOE_OK;
 }
 
-moe_status st_open(const char *path, st_file *f, char *message, size_t n) {
+moe_status st_open(const char *path, st_file *f) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    if (!(f->file = fopen(path, "rb"))) return moe_fail(MOE_ERR_IO, message, n, path, "cannot open: %s", strerror(errno));
+    if (!(f->file = fopen(path, "rb"))) return moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     unsigned char size_le[8];
     moe_status st = MOE_OK;
     fseek(f->file, 0, SEEK_END);
     f->file_nbytes = (size_t)ftell(f->file);
     rewind(f->file);
     uint64_t header_nbytes = 0;
-    if (fread(size_le, 1, 8, f->file) != 8) st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "truncated: no header size");
+    if (fread(size_le, 1, 8, f->file) != 8) st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated: no header size", path);
     for (int b = 0; st == MOE_OK && b < 8; b++) header_nbytes |= (uint64_t)size_le[b] << (8 * b);
     if (st == MOE_OK && (header_nbytes < 2 || header_nbytes > f->file_nbytes - 8 || header_nbytes > (100u << 20)))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "header of %llu bytes does not fit in the %zu-byte file",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: header of %llu bytes does not fit in the %zu-byte file", path,
                   (unsigned long long)header_nbytes, f->file_nbytes);
     char *header = st == MOE_OK ? malloc(header_nbytes + 1) : NULL;
     if (st == MOE_OK && (!header || fread(header, 1, header_nbytes, f->file) != header_nbytes))
-        st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "cannot read the header");
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: cannot read the header", path);
     json_t *root = NULL;
     if (st == MOE_OK) {
         header[header_nbytes] = 0;
         json_error_t err;
         root = json_loads(header, 0, &err);
         if (!json_is_object(root))
-            st = moe_fail(MOE_ERR_BAD_FILE, message, n, path, "the header is not a JSON object (%s)", err.text);
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: the header is not a JSON object (%s)", path, err.text);
     }
     free(header);
     f->data_start = 8 + header_nbytes;
@@ -120,7 +118,7 @@ moe_status st_open(const char *path, st_file *f, char *message, size_t n) {
                 f->metadata = json_incref(value);
                 continue;
             }
-            if ((st = parse_tensor(f, key, value, &f->tensors[f->num_tensors], message, n)) != MOE_OK) break;
+            if ((st = parse_tensor(f, key, value, &f->tensors[f->num_tensors])) != MOE_OK) break;
             f->num_tensors++;
         }
     json_decref(root);
@@ -152,23 +150,23 @@ static void format_shape(char *buf, size_t n, int ndim, const long *shape) {
     if (at < n) snprintf(buf + at, n - at, "]");
 }
 
-moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst, char *message, size_t n) {
+moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst) {
     const st_tensor *t = st_find(f, name);
-    if (!t) return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s is missing", name);
+    if (!t) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing", f->path, name);
     if (strcmp(t->dtype, "F32"))
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s has dtype %s; only F32 is supported", name, t->dtype);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; only F32 is supported", f->path, name, t->dtype);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
         char want[64], got[64];
         format_shape(want, sizeof want, ndim, shape), format_shape(got, sizeof got, t->ndim, t->shape);
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s has shape %s, the model needs %s", name, got, want);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has shape %s, the model needs %s", f->path, name, got, want);
     }
     size_t count = element_count(ndim, shape);
     if (t->end - t->begin != count * sizeof(float))
-        return moe_fail(MOE_ERR_BAD_FILE, message, n, f->path, "tensor %s: %zu data bytes for %zu floats", name,
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: %zu data bytes for %zu floats", f->path, name,
                     t->end - t->begin, count);
     if (fseek(f->file, (long)(f->data_start + t->begin), SEEK_SET) != 0 || fread(dst, sizeof(float), count, f->file) != count)
-        return moe_fail(MOE_ERR_IO, message, n, f->path, "tensor %s: read failed", name);
+        return moe_fail(MOE_ERR_IO, "%s: tensor %s: read failed", f->path, name);
     return MOE_OK;
 }

@@ -30,8 +30,7 @@ typedef struct {
 } st_meta;
 
 /* Writes path (not atomically: see models/checkpoint.c) and fsyncs it. */
-moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta,
-                    char *message, size_t message_nbytes);
+moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta);
 
 typedef struct {
     char name[ST_MAX_NAME];
@@ -50,13 +49,12 @@ typedef struct {
     void *metadata; /* json_t * */
 } st_file;
 
-moe_status st_open(const char *path, st_file *f, char *message, size_t message_nbytes);
+moe_status st_open(const char *path, st_file *f);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_metadata(const st_file *f, const char *key); /* NULL when absent */
 
 /* Reads tensor `name` into dst after checking dtype F32 and shape == (ndim, shape). */
-moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst, char *message,
-                   size_t message_nbytes);
+moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst);
 
 #endif

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "alltoall/parallel_mpi.h"
+#include "core/fail.h"
 #include "models/checkpoint.h"
 #include "models/trainer.h"
 
@@ -29,7 +30,7 @@ static void require(moe_status st, const char *what) {
     if (st == MOE_OK) return;
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    fprintf(stderr, "moe-train: rank %d: %s failed: %s\n", rank, what, moe_status_string(st));
+    fprintf(stderr, "moe-train: rank %d: %s failed: %s\n", rank, what, moe_failure_message(st));
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -102,29 +103,29 @@ static void print_sample(trainer *t) {
 }
 
 /* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
-static int stop_all(trainer *t, moe_parallel *par, const char *what, const char *message) {
-    if (*message) fprintf(stderr, "moe-train: rank %d: %s: %s\n", par->world_rank, what, message);
+static int stop_all(trainer *t, moe_parallel *par, const char *what, moe_status st) {
+    fprintf(stderr, "moe-train: rank %d: %s: %s\n", par->world_rank, what, moe_failure_message(st));
     trainer_destroy(t);
     moe_parallel_destroy(par);
     MPI_Finalize();
     return 2;
 }
 
-/* --resume / --init-from; returns the first step to run, or -1 after a failure (message set). */
-static int restore(trainer *t, const train_options *o, char *message, size_t n) {
+/* --resume / --init-from; *first_step gets the first step to run. */
+static moe_status restore(trainer *t, const train_options *o, int *first_step) {
     char dir[700];
     int done = 0;
     if (*o->resume) {
-        moe_status st = strcmp(o->resume, "latest") ? MOE_OK : checkpoint_latest(o->checkpoint_dir, dir, sizeof dir, message, n);
         if (strcmp(o->resume, "latest")) snprintf(dir, sizeof dir, "%s", o->resume);
-        if (st == MOE_OK) st = checkpoint_resume(t, dir, &done, message, n);
-        if (st != MOE_OK) return -1;
+        else MOE_TRY(checkpoint_latest(o->checkpoint_dir, dir, sizeof dir));
+        MOE_TRY(checkpoint_resume(t, dir, &done));
         if (t->par->world_rank == 0) printf("resumed from %s after step %d\n", dir, done);
     } else if (*o->init_from) {
-        if (checkpoint_load_weights(t, o->init_from, message, n) != MOE_OK) return -1;
+        MOE_TRY(checkpoint_load_weights(t, o->init_from));
         if (t->par->world_rank == 0) printf("weights from %s\n", o->init_from);
     }
-    return done + 1;
+    *first_step = done + 1;
+    return MOE_OK;
 }
 
 static int eval_only(trainer *t, const train_options *o) {
@@ -161,17 +162,16 @@ int main(int argc, char **argv) {
     require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &par),
             "parallel layout");
     trainer t;
-    char message[512];
-    moe_status st = trainer_create(&t, &opt, par, message, sizeof message);
+    moe_status st = trainer_create(&t, &opt, par);
     if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) {
-        if (*message) fprintf(stderr, "moe-train: rank %d: bad data file: %s\n", world_rank, message);
+        fprintf(stderr, "moe-train: rank %d: bad data file: %s\n", world_rank, moe_failure_message(st));
         moe_parallel_destroy(par);
         MPI_Finalize();
         return 2;
     }
     require(st, "model set-up");
-    int first_step = restore(&t, &opt, message, sizeof message);
-    if (first_step < 0) return stop_all(&t, par, "cannot load the checkpoint", message);
+    int first_step = 1;
+    if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, par, "cannot load the checkpoint", st);
     if (opt.eval_only) {
         int rc = eval_only(&t, &opt);
         trainer_destroy(&t);
@@ -202,8 +202,8 @@ int main(int argc, char **argv) {
             require(trainer_evaluate(&t, &val), "validation");
         if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val);
         if (*opt.checkpoint_dir && (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
-            checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last, message, sizeof message) != MOE_OK)
-            return stop_all(&t, par, "checkpoint save failed (earlier checkpoints are intact)", message);
+            (st = checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)
+            return stop_all(&t, par, "checkpoint save failed (earlier checkpoints are intact)", st);
     }
     if (opt.sample_tokens > 0) print_sample(&t);
     if (metrics) fclose(metrics);

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/rng.h"
+#include "core/fail.h"
+#include "core/rng.h"
 
 /* ZeRO-1's dense range of rank r of W: ranges of ceil(dense / W) in rank order, the last ones shorter. */
 static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi) {
@@ -16,7 +17,7 @@ static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi
 }
 
 /* --routing-trace-out / --routing-trace-in; every rank agrees on the outcome. */
-static moe_status open_traces(trainer *t, char *message, size_t n) {
+static moe_status open_traces(trainer *t) {
     const train_options *o = &t->opt;
     const int tokens = o->batch * o->model.seq_len, E = o->model.moe.num_experts, k = o->model.moe.top_k;
     for (int l = 0; l < o->model.num_layers; l++) t->num_moe_layers += model_layer_is_moe(&o->model, l);
@@ -26,25 +27,21 @@ static moe_status open_traces(trainer *t, char *message, size_t n) {
         if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK && *o->routing_trace_out && t->par->world_rank == 0)
-        st = routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches,
-                                  message, n);
+        st = routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches);
     if (st == MOE_OK && *o->routing_trace_in)
-        st = routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches,
-                                message, n);
+        st = routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches);
     st = moe_comm_agree(t->par->world, st);
     if (st != MOE_OK) trainer_destroy(t);
     return st;
 }
 
-moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par, char *message,
-                          size_t message_nbytes) {
+moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par) {
     memset(t, 0, sizeof *t);
     t->opt = *opt;
     t->par = par;
     const model_config *m = &opt->model;
-    message[0] = 0;
-    moe_status st = token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train, message, message_nbytes);
-    if (st == MOE_OK) st = token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val, message, message_nbytes);
+    moe_status st = token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
+    if (st == MOE_OK) st = token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(par->world, st)) != MOE_OK) return trainer_destroy(t), st;
     t->local_seqs = opt->batch / par->world_size;
@@ -62,7 +59,7 @@ moe_status trainer_create(trainer *t, const train_options *opt, const moe_parall
     t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
     if (!t->moment1 || !t->moment2) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     t->schedule = (lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
-    return open_traces(t, message, message_nbytes);
+    return open_traces(t);
 }
 
 void trainer_destroy(trainer *t) {
@@ -126,15 +123,11 @@ static void add_routing_stats(const trainer *t, step_result *r, double *dropped,
 static moe_status replay_routing(trainer *t, int step, int mb) {
     const int k = t->opt.model.moe.top_k, tokens = t->opt.batch * t->opt.model.seq_len;
     const size_t first = (size_t)t->par->world_rank * t->local_seqs * t->opt.model.seq_len * k;
-    char message[512];
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         if (!layer) continue;
         int *ids = t->trace_ids + (size_t)i * tokens * k;
-        if (routing_trace_read(&t->trace_in, step, mb, i++, ids, message, sizeof message) != MOE_OK) {
-            fprintf(stderr, "moe-train: rank %d: routing replay: %s\n", t->par->world_rank, message);
-            return MOE_ERR_BAD_FILE;
-        }
+        MOE_TRY(moe_fail_context(routing_trace_read(&t->trace_in, step, mb, i++, ids), "routing replay"));
         moe_layer_force_routing(layer, ids + first);
     }
     return MOE_OK;
@@ -142,16 +135,12 @@ static moe_status replay_routing(trainer *t, int step, int mb) {
 
 /* World rank 0 appends every MoE layer's global routing of this micro-batch to the trace. */
 static moe_status record_routing(trainer *t, int step, int mb) {
-    char message[512];
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         int tokens;
         const int *ids = layer ? moe_layer_global_routing(layer, &tokens) : NULL;
         if (!ids) continue;
-        if (routing_trace_append(&t->trace_out, step, mb, i++, ids, message, sizeof message) != MOE_OK) {
-            fprintf(stderr, "moe-train: rank 0: routing trace: %s\n", message);
-            return MOE_ERR_IO;
-        }
+        MOE_TRY(moe_fail_context(routing_trace_append(&t->trace_out, step, mb, i++, ids), "routing trace"));
     }
     return MOE_OK;
 }

@@ -38,8 +38,7 @@ typedef struct {
 
 /* Loads and checks both token files (a bad file is reported in message, on every rank that sees it,
  * and every rank returns the same failure), creates the model and initialises it from opt->seed. */
-moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par, char *message,
-                          size_t message_nbytes);
+moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par);
 void trainer_destroy(trainer *t);
 
 /* One optimizer step (1-based): micro-batches, gradient reduction, clipping, AdamW, bias update.

@@ -7,7 +7,7 @@
 #include "kernels/gemm_rows.h"
 #include "kernels/permute.h"
 #include "moe/backend.h"
-#include "moe/real.h"
+#include "core/real.h"
 #include "router/aux_loss.h"
 #include "router/gates.h"
 #include "router/layout.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 #include "alltoall/parallel.h"
 #include "experts/expert_ffn.h"

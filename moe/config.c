@@ -65,3 +65,11 @@ moe_layer_weights moe_layer_weights_view(const moe_config *c, moe_real *buffer) 
     w.w2 = w.w3 + E_local * f * d;
     return w;
 }
+
+void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng) {
+    size_t E = cfg->num_experts, E_local = E / cfg->ep_size, d = cfg->d_model, f = cfg->d_ff;
+    moe_rng_fill_uniform(rng, w->router_w, E * d, sqrt(3.0 / d));
+    moe_rng_fill_uniform(rng, w->w1, E_local * f * d, sqrt(3.0 / d));
+    moe_rng_fill_uniform(rng, w->w3, E_local * f * d, sqrt(3.0 / d));
+    moe_rng_fill_uniform(rng, w->w2, E_local * d * f, sqrt(3.0 / f));
+}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alltoall/dispatch.h"
+#include "core/fail.h"
 #include "moe/backend.h"
 #include "moe/global_routing.h"
 #include "moe/layer_internal.h"
@@ -163,15 +164,19 @@ void moe_layer_destroy(moe_layer *L) {
 static moe_status exchange_failed(const moe_layer *L, const char *phase, moe_status st, int have_counts) {
     if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
     const moe_parallel *p = L->par;
-    fprintf(stderr, "moe: layer %d, world rank %d (EP rank %d of %d): %s failed (%s) after %ld completed steps\n",
-            L->cfg.layer_index, p->world_rank, p->ep_rank, p->ep_size, phase, moe_status_string(st), L->completed_steps);
-    if (!have_counts) return st;
-    fprintf(stderr, "moe:   rank %d sends rows per expert:", p->world_rank);
-    for (int e = 0; e < L->cfg.num_experts; e++) fprintf(stderr, " %d", L->routing.num_tokens_per_expert[e]);
-    fprintf(stderr, "\nmoe:   rank %d expects rows per (EP rank, local expert):", p->world_rank);
-    for (int i = 0; i < p->ep_size * L->num_local_experts; i++) fprintf(stderr, " %d", L->expected_recv[i]);
-    fprintf(stderr, "\n");
-    return st;
+    char counts[2048] = "";
+    size_t at = 0;
+    if (have_counts) {
+        at += (size_t)snprintf(counts + at, sizeof counts - at, " (rank %d sends rows per expert:", p->world_rank);
+        for (int e = 0; e < L->cfg.num_experts && at < sizeof counts; e++)
+            at += (size_t)snprintf(counts + at, sizeof counts - at, " %d", L->routing.num_tokens_per_expert[e]);
+        if (at < sizeof counts) at += (size_t)snprintf(counts + at, sizeof counts - at, "; expects per (EP rank, local expert):");
+        for (int i = 0; i < p->ep_size * L->num_local_experts && at < sizeof counts; i++)
+            at += (size_t)snprintf(counts + at, sizeof counts - at, " %d", L->expected_recv[i]);
+        if (at < sizeof counts) snprintf(counts + at, sizeof counts - at, ")");
+    }
+    return moe_fail_context(st, "layer %d, world rank %d (EP rank %d of %d): %s failed after %ld completed steps%s",
+                            L->cfg.layer_index, p->world_rank, p->ep_rank, p->ep_size, phase, L->completed_steps, counts);
 }
 
 /* Checks the forced choices (ids in [0, E), k distinct ids per token) and puts them in r->expert. */

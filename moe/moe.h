@@ -11,61 +11,17 @@
  *
  * The layer owns its activations and workspace; the caller owns the weights and gradients (views into
  * one contiguous buffer, see moe_layer_weights_view) so that a model can all-reduce them as one region.
- * Every function returns a moe_status; none calls exit().
- *
- * Precision: moe_real is float. The float64 build (MOE_REAL_IS_DOUBLE, library libmoe_f64) exists only
- * so that finite-difference gradient checks can be tight; it is never used for training.
+ * Every function returns a moe_status (core/types.h) and records what went wrong (core/fail.h); none
+ * prints or exits.
  */
 #ifndef MOE_MOE_H
 #define MOE_MOE_H
 
-#include <stddef.h>
-#include <stdint.h>
-
-#ifdef MOE_REAL_IS_DOUBLE
-typedef double moe_real;
-#else
-typedef float moe_real;
-#endif
-
-/* Status codes: one X-macro list gives the enum and the strings (libuv's pattern). */
-#define MOE_STATUS_LIST(X)                                                              \
-    X(MOE_OK, "ok")                                                                     \
-    X(MOE_ERR_INVALID_ARG, "invalid argument")                                          \
-    X(MOE_ERR_INVALID_CONFIG, "invalid configuration")                                  \
-    X(MOE_ERR_OUT_OF_MEMORY, "out of memory")                                           \
-    X(MOE_ERR_NONFINITE, "non-finite value (NaN or Inf) in the router logits")          \
-    X(MOE_ERR_NO_FORWARD, "backward called without a matching forward")                 \
-    X(MOE_ERR_CUDA, "CUDA runtime error")                                               \
-    X(MOE_ERR_NO_DEVICE, "no CUDA device present")                                      \
-    X(MOE_ERR_COMM, "communication error (see the message printed by the transport)")   \
-    X(MOE_ERR_COUNT_MISMATCH, "ranks disagree on the rows they exchange (see message)") \
-    X(MOE_ERR_TIMEOUT, "an exchange did not complete within the watchdog timeout")      \
-    X(MOE_ERR_IO, "a file could not be read or written (see message)")                 \
-    X(MOE_ERR_BAD_FILE, "a file is not in the expected format (see message)")          \
-    X(MOE_ERR_PEER, "another rank failed (see its message)")
-
-typedef enum {
-#define MOE__STATUS_ENUM(name, text) name,
-    MOE_STATUS_LIST(MOE__STATUS_ENUM)
-#undef MOE__STATUS_ENUM
-    MOE_STATUS_COUNT
-} moe_status;
-
-const char *moe_status_string(moe_status status);
+#include "core/rng.h"
+#include "core/types.h"
 
 /* The parallel layout (alltoall/parallel.h): world, expert-parallel and expert-data-parallel groups. */
 typedef struct moe_parallel moe_parallel;
-
-typedef enum {
-    MOE_SCORE_SOFTMAX = 0, /* Mixtral: softmax over all experts, then top-k                       */
-    MOE_SCORE_SIGMOID = 1, /* DeepSeek-V3: sigmoid affinities; a per-expert bias steers selection */
-} moe_score_func;
-
-typedef enum {
-    MOE_DROP_BY_TOKEN_ORDER = 0, /* when an expert overflows, earlier tokens are kept        */
-    MOE_DROP_BY_SCORE = 1,       /* keep the highest router scores; ties to the earlier token */
-} moe_drop_priority;
 
 typedef struct {
     int d_model;          /* d: width of the token rows                                       */
@@ -93,26 +49,15 @@ moe_status moe_config_validate(const moe_config *cfg);
 /* NULL for a valid config, else a sentence naming the first field that is wrong (for error messages). */
 const char *moe_config_problem(const moe_config *cfg);
 
-/* Views of the layer's parameters (and, with the same shapes, of its gradients). Layouts are those of
- * Hugging Face Mixtral, so checkpoints map one to one:
- *   router_w [E, d]            gate.weight       logits = x router_w^T
- *   w1       [E_local, d_ff, d]  experts.j.w1    gate projection
- *   w3       [E_local, d_ff, d]  experts.j.w3    up projection
- *   w2       [E_local, d, d_ff]  experts.j.w2    down projection
- * The router is a dense (replicated) parameter; the experts are this rank's E_local = E / ep_size,
- * global ids [ep_rank * E_local, (ep_rank + 1) * E_local). */
-typedef struct {
-    moe_real *router_w;
-    moe_real *w1;
-    moe_real *w3;
-    moe_real *w2;
-} moe_layer_weights;
-
-/* Number of reals in this rank's parameter buffer: E*d (router) + 3*E_local*d_ff*d (experts). */
+/* The layer's parameters are a moe_layer_weights (core/types.h): the router and this rank's experts.
+ * Number of reals in this rank's parameter buffer: E*d (router) + 3*E_local*d_ff*d (experts). */
 size_t moe_layer_num_params(const moe_config *cfg);
 /* Carves the views out of one buffer of moe_layer_num_params() reals: [router | w1 | w3 | w2], i.e.
  * [dense | local experts], so each gradient all-reduce is one call over one region. */
 moe_layer_weights moe_layer_weights_view(const moe_config *cfg, moe_real *buffer);
+/* Fills a layer's weights (this rank's view) uniformly with bound sqrt(3 / fan_in): unit-variance rows
+ * stay unit scale. */
+void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng);
 
 /* What the last forward did, for logs and tests. */
 typedef struct {

@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "kernels/warp_reduce.cuh"
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" {
 #include "router/aux_loss.h"

@@ -14,8 +14,8 @@
 #ifndef MOE_ROUTER_AUX_LOSS_H
 #define MOE_ROUTER_AUX_LOSS_H
 
-#include "moe/moe.h"
-#include "moe/gpu.h"
+#include "core/types.h"
+#include "core/gpu.h"
 
 double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
                                     int num_tokens, int num_tokens_global, int num_experts, int top_k);

@@ -1,7 +1,7 @@
 /* aux_loss_cpu.c — load-balancing loss and router z-loss, forward and backward (formulas in aux_loss.h). */
 #include "router/aux_loss.h"
 
-#include "moe/real.h"
+#include "core/real.h"
 
 /* Sum of a token's scores: the normaliser of q for sigmoid routing; softmax rows already sum to 1. */
 static moe_real score_normaliser(moe_score_func func, const moe_real *s, int num_experts) {

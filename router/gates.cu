@@ -1,7 +1,7 @@
 /* gates.cu — gate weights from the scores of the chosen experts, and their backward, one thread per token:
  * the sums over the k choices run in j order as in gates_cpu.c. Checked against it by
  * tests/test_gpu_router.cu (build: ninja -C build; run: meson test -C build --suite gpu). */
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" {
 #include "router/gates.h"

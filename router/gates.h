@@ -2,8 +2,8 @@
 #ifndef MOE_ROUTER_GATES_H
 #define MOE_ROUTER_GATES_H
 
-#include "moe/moe.h"
-#include "moe/gpu.h"
+#include "core/types.h"
+#include "core/gpu.h"
 
 /* expert_score[t,j] = scores[t, expert[t,j]];  gate = expert_score, divided by its sum over j when
  * renormalize is set. */

@@ -13,7 +13,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" {
 #include "router/layout.h"

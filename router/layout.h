@@ -3,7 +3,7 @@
 #define MOE_ROUTER_LAYOUT_H
 
 #include "router/routing.h"
-#include "moe/gpu.h"
+#include "core/gpu.h"
 
 /* Reads r->expert and r->kept; writes num_tokens_per_expert, expert_offset (exclusive scan),
  * num_tokens_per_rank (rank q owns experts [q*E/R, (q+1)*E/R)), num_kept, num_dropped, and the stable

@@ -4,7 +4,7 @@
 #ifndef MOE_ROUTER_ROUTING_H
 #define MOE_ROUTER_ROUTING_H
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 typedef struct {
     int num_tokens, num_experts, top_k, num_ranks;

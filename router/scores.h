@@ -3,8 +3,8 @@
 #define MOE_ROUTER_SCORES_H
 
 #include "kernels/gemm_rows.h"
-#include "moe/gpu.h"
-#include "moe/moe.h"
+#include "core/gpu.h"
+#include "core/types.h"
 
 /* logits[T, E] = x[T, d] router_w[E, d]^T, each row independent of the others (kernels/gemm_rows.h);
  * when gemm->row_block > 0. Returns MOE_ERR_NONFINITE if any logit is NaN/Inf. */

@@ -1,7 +1,7 @@
 /* scores_cpu.c — router logits (row-wise GEMM) and the softmax / sigmoid score functions, with backward. */
 #include "router/scores.h"
 
-#include "moe/real.h"
+#include "core/real.h"
 
 moe_status router_logits_cpu(const gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w, int num_tokens,
                              int d_model, int num_experts, moe_real *logits) {

@@ -3,7 +3,7 @@
  * so the choices match bitwise. Checked against the CPU by tests/test_gpu_topk.cu (suite gpu). */
 #include <limits.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" {
 #include "router/topk.h"

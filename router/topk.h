@@ -2,8 +2,8 @@
 #ifndef MOE_ROUTER_TOPK_H
 #define MOE_ROUTER_TOPK_H
 
-#include "moe/gpu.h"
-#include "moe/moe.h"
+#include "core/gpu.h"
+#include "core/types.h"
 
 /* expert[t*k + j] = id of the j-th largest select_scores[t, :], best first; among equal scores the
  * lower id ranks first, so the result is a pure function of the scores. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "alltoall/parallel_mpi.h"
+#include "core/fail.h"
 #include "models/checkpoint.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
@@ -31,10 +32,9 @@ typedef struct {
 } run;
 
 static void start(run *r, int ep, train_options o) {
-    char message[512];
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
     o.model.moe.ep_size = ep;
-    test_mpi_require(trainer_create(&r->t, &o, r->par, message, sizeof message), message);
+    test_mpi_require(trainer_create(&r->t, &o, r->par), "trainer");
 }
 
 static void stop(run *r) {
@@ -53,8 +53,7 @@ static void steps(run *r, int first, int last, double *losses) {
 }
 
 static void save(run *r, const char *root, int step) {
-    char message[512];
-    test_mpi_require(checkpoint_save(&r->t, root, step, 0, message, sizeof message), message);
+    test_mpi_require(checkpoint_save(&r->t, root, step, 0), "checkpoint save");
 }
 
 static long file_bytes(const char *path, char **data) {
@@ -108,7 +107,7 @@ static void corrupt(const char *path, const char *from, const char *to, long tru
 /* Rank 0 prepares a bad copy of `good`, then every rank tries to load it and must fail with `expect`. */
 static void expect_refusal(const char *what, const char *good, train_options o, int resume, const char *file,
                            const char *from, const char *to, long truncate, const char *expect) {
-    char bad[200], path[300], message[512];
+    char bad[200], path[300];
     snprintf(bad, sizeof bad, "%s/bad-%s", dir, what);
     if (rank == 0) {
         copy_checkpoint(good, bad);
@@ -119,9 +118,10 @@ static void expect_refusal(const char *what, const char *good, train_options o, 
     run r;
     start(&r, 1, o);
     int step = 0;
-    moe_status st = resume ? checkpoint_resume(&r.t, bad, &step, message, sizeof message)
-                           : checkpoint_load_weights(&r.t, bad, message, sizeof message);
+    moe_status st = resume ? checkpoint_resume(&r.t, bad, &step)
+                           : checkpoint_load_weights(&r.t, bad);
     CHECK(st != MOE_OK, "%s: accepted", what);
+    const char *message = moe_failure_message(st);
     if (rank == 0) {
         CHECK(strstr(message, expect) != NULL, "%s: message '%s' lacks '%s'", what, message, expect);
         printf("%-22s refused: %s\n", what, message);
@@ -173,11 +173,10 @@ int main(int argc, char **argv) {
         char root[128];
         snprintf(root, sizeof root, "%s/resumed-ep%d-zero%d", dir, ep, use_zero);
         int done = 0;
-        char message[512];
         train_options resumed = o;
         resumed.zero = use_zero;
         start(&r, ep, resumed);
-        test_mpi_require(checkpoint_resume(&r.t, half, &done, message, sizeof message), message);
+        test_mpi_require(checkpoint_resume(&r.t, half, &done), "resume");
         CHECK(done == HALF, "resumed after step %d", done);
         memcpy(losses, reference, sizeof losses);
         steps(&r, HALF + 1, STEPS, losses);
@@ -197,11 +196,11 @@ int main(int argc, char **argv) {
     }
 
     /* round trip: load into the other layout, save again */
-    char again[128], message[512];
+    char again[128];
     snprintf(again, sizeof again, "%s/again", dir);
     int done = 0;
     start(&r, 2, o);
-    test_mpi_require(checkpoint_resume(&r.t, full, &done, message, sizeof message), message);
+    test_mpi_require(checkpoint_resume(&r.t, full, &done), "resume");
     save(&r, again, done);
     stop(&r);
     for (int i = 0; i < 2 && rank == 0; i++) {
@@ -234,7 +233,7 @@ int main(int argc, char **argv) {
     char pruned[128];
     snprintf(pruned, sizeof pruned, "%s/pruned", dir);
     start(&r, 1, o);
-    for (int s = 10; s <= 30; s += 10) test_mpi_require(checkpoint_save(&r.t, pruned, s, 2, message, sizeof message), message);
+    for (int s = 10; s <= 30; s += 10) test_mpi_require(checkpoint_save(&r.t, pruned, s, 2), "checkpoint save");
     stop(&r);
     if (rank == 0) {
         const int expect[3] = {0, 1, 1};
@@ -250,10 +249,11 @@ int main(int argc, char **argv) {
     if (rank == 0) fclose(fopen(blocker, "w"));
     MPI_Barrier(MPI_COMM_WORLD);
     start(&r, 1, o);
-    CHECK(checkpoint_save(&r.t, straight, 30, 1, message, sizeof message) != MOE_OK, "a blocked save succeeded");
-    if (rank == 0) printf("failed save: %s\n", message);
+    moe_status blocked = checkpoint_save(&r.t, straight, 30, 1);
+    CHECK(blocked != MOE_OK, "a blocked save succeeded");
+    if (rank == 0) printf("failed save: %s\n", moe_failure_message(blocked));
     int step = 0;
-    test_mpi_require(checkpoint_resume(&r.t, full, &step, message, sizeof message), "the good checkpoint after a failed save");
+    test_mpi_require(checkpoint_resume(&r.t, full, &step), "the good checkpoint after a failed save");
     stop(&r);
     if (rank == 0) {
         snprintf(path_b, sizeof path_b, "%s/step-%08d/model.safetensors", again, STEPS);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 moe_gpu *test_gpu_require(const char *test_name) {
     int n = moe_gpu_device_count();

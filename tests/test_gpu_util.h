@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "moe/gpu.h"
+#include "core/gpu.h"
 #include "tests/test_util.h"
 
 /* A context on device 0, or exit(TEST_SKIP) with the reason printed when there is no usable GPU. */

@@ -1,6 +1,8 @@
 /* test_mpi.c — verdict over ranks and abort-on-failure for the multi-rank tests. */
 #include "tests/test_mpi.h"
 
+#include "core/fail.h"
+
 int test_mpi_finish(const char *name) {
     int rank, total = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -17,6 +19,6 @@ void test_mpi_require(moe_status st, const char *what) {
     if (st == MOE_OK) return;
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, moe_status_string(st));
+    fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, moe_failure_message(st));
     MPI_Abort(MPI_COMM_WORLD, 1);
 }

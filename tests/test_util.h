@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "moe/moe.h"
-#include "moe/rng.h"
+#include "core/rng.h"
 
 /* meson's code for a skipped test */
 #define TEST_SKIP 77

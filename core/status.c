@@ -1,5 +1,5 @@
 /* status.c — the strings of moe_status, generated from the same X-macro list as the enum. */
-#include "moe/moe.h"
+#include "core/types.h"
 
 const char *moe_status_string(moe_status status) {
     switch (status) {

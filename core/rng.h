@@ -1,12 +1,12 @@
 /* rng.h — a small seeded generator (splitmix64) for weight init, demos and tests: every random value
  * derives from a seed, so any run reproduces. Not for cryptography. */
-#ifndef MOE_RNG_H
-#define MOE_RNG_H
+#ifndef MOE_CORE_RNG_H
+#define MOE_CORE_RNG_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 typedef struct {
     uint64_t state;
@@ -16,9 +16,5 @@ moe_rng moe_rng_seeded(uint64_t seed);
 uint64_t moe_rng_next(moe_rng *rng);
 double moe_rng_uniform(moe_rng *rng); /* [-1, 1) with 52 random bits */
 void moe_rng_fill_uniform(moe_rng *rng, moe_real *a, size_t count, double scale); /* scale * [-1, 1) */
-
-/* Fills a layer's weights (this rank's view) uniformly with bound sqrt(3 / fan_in): unit-variance rows
- * stay unit scale. */
-void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng);
 
 #endif

@@ -5,19 +5,15 @@
  *
  * Only builds with CUDA (libmoe_cuda) define these functions; the declarations are plain C so that
  * device-agnostic headers can name the type. */
-#ifndef MOE_GPU_H
-#define MOE_GPU_H
+#ifndef MOE_CORE_GPU_H
+#define MOE_CORE_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 typedef struct moe_gpu moe_gpu;
-
-/* bf16 as stored (the top 16 bits of an IEEE float, rounded to nearest even); CUDA code reinterprets it
- * as __nv_bfloat16. */
-typedef uint16_t moe_bf16;
 
 /* Number of usable CUDA devices (0 when there is no driver or no device). */
 int moe_gpu_device_count(void);

@@ -1,7 +1,8 @@
-/* gpu.cu — the moe_gpu context: device, stream, cuBLAS handle, growing scratch. */
+/* gpu.cu — the moe_gpu context: device, stream, cuBLAS handle, growing scratch; the checked-call failure
+ * message. */
 #include <stdlib.h>
 
-#include "moe/gpu_internal.h"
+#include "core/gpu_cuda.h"
 
 extern "C" const char *moe_cublas_status_string(cublasStatus_t status) {
     switch (status) {
@@ -27,26 +28,36 @@ extern "C" int moe_gpu_device_count(void) {
     return n;
 }
 
+extern "C" moe_status moe__gpu_call_failed(moe_status status, const char *file, int line, const char *call,
+                                          const char *text) {
+    return moe_fail(status, "%s:%d: %s failed: %s", file, line, call, text);
+}
+
+static moe_status create_handles(moe_gpu *g) {
+    MOE_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    MOE_CUBLAS_TRY(cublasCreate(&g->blas));
+    MOE_CUBLAS_TRY(cublasSetStream(g->blas, g->stream));
+    MOE_CUDA_TRY(cudaMalloc(&g->flag, sizeof(int)));
+    MOE_CUBLAS_TRY(cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH));
+    return MOE_OK;
+}
+
 extern "C" moe_status moe_gpu_create(int device, moe_gpu **out) {
     if (!out) return MOE_ERR_INVALID_ARG;
     *out = NULL;
-    if (device < 0 || device >= moe_gpu_device_count()) return MOE_ERR_NO_DEVICE;
+    const int count = moe_gpu_device_count();
+    if (device < 0 || device >= count)
+        return moe_fail(MOE_ERR_NO_DEVICE, "CUDA device %d is not usable (%d device(s) visible)", device, count);
     MOE_CUDA_TRY(cudaSetDevice(device));
     moe_gpu *g = (moe_gpu *)calloc(1, sizeof *g);
     if (!g) return MOE_ERR_OUT_OF_MEMORY;
     g->device = device;
-    moe_status st = MOE_OK;
-    if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g->blas, g->stream) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc(&g->flag, sizeof(int)) != cudaSuccess)
-        st = MOE_ERR_CUDA;
-    /* fp32 GEMMs stay fp32: no TF32 (the router is fp32 by design; bf16 GEMMs are asked for explicitly) */
-    if (st == MOE_OK && cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS) st = MOE_ERR_CUDA;
+    /* each step's failure names itself; fp32 GEMMs stay fp32: no TF32 (the router is fp32 by design; bf16
+     * GEMMs are asked for explicitly) */
+    moe_status st = create_handles(g);
     if (st != MOE_OK) {
-        fprintf(stderr, "moe: could not create the CUDA context on device %d: %s\n", device,
-                cudaGetErrorString(cudaGetLastError()));
         moe_gpu_destroy(g);
-        return st;
+        return moe_fail_context(st, "creating the CUDA context on device %d", device);
     }
     *out = g;
     return MOE_OK;

@@ -1,7 +1,5 @@
 /* rng.c — splitmix64 and uniform fills. */
-#include "moe/rng.h"
-
-#include <math.h>
+#include "core/rng.h"
 
 moe_rng moe_rng_seeded(uint64_t seed) { return (moe_rng){seed * 0x9E3779B97F4A7C15ull + 1}; }
 
@@ -16,12 +14,4 @@ double moe_rng_uniform(moe_rng *rng) { return (double)(moe_rng_next(rng) >> 11) 
 
 void moe_rng_fill_uniform(moe_rng *rng, moe_real *a, size_t count, double scale) {
     for (size_t i = 0; i < count; i++) a[i] = (moe_real)(scale * moe_rng_uniform(rng));
-}
-
-void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng) {
-    size_t E = cfg->num_experts, E_local = E / cfg->ep_size, d = cfg->d_model, f = cfg->d_ff;
-    moe_rng_fill_uniform(rng, w->router_w, E * d, sqrt(3.0 / d));
-    moe_rng_fill_uniform(rng, w->w1, E_local * f * d, sqrt(3.0 / d));
-    moe_rng_fill_uniform(rng, w->w3, E_local * f * d, sqrt(3.0 / d));
-    moe_rng_fill_uniform(rng, w->w2, E_local * d * f, sqrt(3.0 / f));
 }

@@ -5,7 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 
-#include "moe/moe.h"
+#include "core/types.h"
 
 #ifdef MOE_REAL_IS_DOUBLE
 #define moe__gemm cblas_dgemm

@@ -1,0 +1,62 @@
+/* gpu_cuda.h — what CUDA-side code (kernels in .cu files, host files of libmoe_cuda) sees of a moe_gpu,
+ * and the checks every CUDA, cuBLAS and NCCL call goes through: a failure records the call, file:line and
+ * the library's own message (core/fail.h) and returns a moe_status; nothing here prints or exits. Plain C,
+ * so host files (.c) and kernels (.cu) share it. Include it outside any extern "C" block: the CUDA headers
+ * it pulls in are C++ in .cu files. */
+#ifndef MOE_CORE_GPU_CUDA_H
+#define MOE_CORE_GPU_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "core/fail.h"
+#include "core/gpu.h"
+
+struct moe_gpu {
+    int device;
+    cudaStream_t stream;   /* every op of the layer runs on this stream, in order */
+    cublasHandle_t blas;   /* bound to `stream` */
+    void *scratch;         /* grows on demand: CUB's temporary storage, pointer arrays of grouped GEMMs */
+    size_t scratch_bytes;
+    int *flag;             /* one device int for ops that report a condition (non-finite logits) */
+};
+
+/* A device buffer of at least nbytes, owned by the context and valid until the next call (not for two
+ * users at once). */
+moe_status moe_gpu_scratch(moe_gpu *gpu, size_t nbytes, void **out);
+
+const char *moe_cublas_status_string(cublasStatus_t status);
+
+/* Records "FILE:LINE: CALL failed: TEXT" and returns status (the macros' common end). */
+moe_status moe__gpu_call_failed(moe_status status, const char *file, int line, const char *call, const char *text);
+
+#define MOE_CUDA_TRY(call)                                                                                   \
+    do {                                                                                                     \
+        cudaError_t moe_err_ = (call);                                                                       \
+        if (moe_err_ != cudaSuccess)                                                                         \
+            return moe__gpu_call_failed(moe_err_ == cudaErrorMemoryAllocation ? MOE_ERR_OUT_OF_MEMORY         \
+                                                                              : MOE_ERR_CUDA,                 \
+                                        __FILE__, __LINE__, #call, cudaGetErrorString(moe_err_));            \
+    } while (0)
+
+/* After a kernel launch: launch-configuration errors surface at once, faults at the next synchronise. */
+#define MOE_CUDA_LAUNCHED() MOE_CUDA_TRY(cudaGetLastError())
+
+#define MOE_CUBLAS_TRY(call)                                                                                 \
+    do {                                                                                                     \
+        cublasStatus_t moe_bst_ = (call);                                                                    \
+        if (moe_bst_ != CUBLAS_STATUS_SUCCESS)                                                               \
+            return moe__gpu_call_failed(moe_bst_ == CUBLAS_STATUS_ALLOC_FAILED ? MOE_ERR_OUT_OF_MEMORY        \
+                                                                               : MOE_ERR_CUDA,                \
+                                        __FILE__, __LINE__, #call, moe_cublas_status_string(moe_bst_));      \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
