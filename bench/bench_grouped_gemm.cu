@@ -1,4 +1,4 @@
-/* bench_grouped_gemm.cu — the bf16 expert FFN forward on the GPU (expert_ffn_forward_cuda: H13 = X W13^T,
+/* bench_grouped_gemm.cu — the bf16 expert FFN forward on the GPU (moe_expert_ffn_forward_cuda: H13 = X W13^T,
  * act = swiglu, Y = act W2^T) over E experts, in both modes (one cublasGemmGroupedBatchedEx per projection,
  * or one cublasGemmEx per expert), against the dense equivalent: the same rows through one expert's
  * weights as one cublasGemmEx per projection plus the same swiglu kernel — the same FLOPs and bytes of
@@ -111,7 +111,7 @@ static void run_experts(moe_gpu *gpu, const char *gpu_name, const options *o, in
         bench_fail("E=%d needs %.1f GB of bf16 weights and activations, the GPU has %.1f GB free; lower --experts, "
                    "--d-ff or --rows",
                    E, need / 1e9, free_b / 1e9);
-    expert_weights_bf16 w;
+    moe_expert_weights_bf16 w;
     w.w13 = alloc_filled(gpu, 2 * E * wcount, 1, 0.03f);
     w.w2 = alloc_filled(gpu, E * wcount, 2, 0.03f);
     uint16_t *xp = alloc_filled(gpu, (size_t)rows * d, 3, 1.0f);
@@ -129,7 +129,7 @@ static void run_experts(moe_gpu *gpu, const char *gpu_name, const options *o, in
         BENCH_CUBLAS(cublasGemmEx(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, 2 * f, rows, d, &one, w.w13, CUDA_R_16BF, d, xp,
                                   CUDA_R_16BF, d, &zero, h13, CUDA_R_16BF, 2 * f, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
-        bench_check(swiglu_forward_cuda(gpu, (const moe_bf16 *)h13, rows, f, (moe_bf16 *)act), "swiglu_forward_cuda");
+        bench_check(moe_swiglu_forward_cuda(gpu, (const moe_bf16 *)h13, rows, f, (moe_bf16 *)act), "moe_swiglu_forward_cuda");
         BENCH_CUBLAS(cublasGemmEx(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, d, rows, f, &one, w.w2, CUDA_R_16BF, f, act,
                                   CUDA_R_16BF, f, &zero, y, CUDA_R_16BF, d, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
@@ -153,13 +153,13 @@ static void run_experts(moe_gpu *gpu, const char *gpu_name, const options *o, in
         printf("E=%-3d %-9s rows per expert: max %d, min %d\n", E, dists[di].name, most, least);
         for (int mode = 0; mode < 2; mode++) {
             auto grouped = [&]() {
-                bench_check(expert_ffn_forward_cuda(gpu, (expert_gemm_mode)mode, &w, E, d, f, offset,
+                bench_check(moe_expert_ffn_forward_cuda(gpu, (moe_expert_gemm_mode)mode, &w, E, d, f, offset,
                                                     (const moe_bf16 *)xp, (moe_bf16 *)h13, (moe_bf16 *)act,
                                                     (moe_bf16 *)y),
-                            "expert_ffn_forward_cuda");
+                            "moe_expert_ffn_forward_cuda");
             };
             double min_ms, ms = bench_time_ms(gpu, o->warmup, o->iters, grouped, &min_ms);
-            report(gpu_name, o, E, dists[di].name, mode == EXPERT_GEMM_GROUPED ? "grouped" : "per-expert", ms, min_ms,
+            report(gpu_name, o, E, dists[di].name, mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : "per-expert", ms, min_ms,
                    dense_tflops);
         }
     }

@@ -133,17 +133,17 @@ int main(int argc, char **argv) {
     };
     double min_ms, ms;
     ms = bench_time_ms(gpu, o.warmup, o.iters,
-                       [&]() { bench_check(permute_rows_cuda(gpu, x, d_perm, rows, d, xp), "permute_rows_cuda"); },
+                       [&]() { bench_check(moe_permute_rows_cuda(gpu, x, d_perm, rows, d, xp), "moe_permute_rows_cuda"); },
                        &min_ms);
     report(prop.name, &o, "permute", permute_bytes, ms, min_ms, copy_ms(permute_bytes));
     ms = bench_time_ms(
         gpu, o.warmup, o.iters,
-        [&]() { bench_check(combine_rows_cuda(gpu, xp, d_slot, d_gate, T, k, d, out), "combine_rows_cuda"); }, &min_ms);
+        [&]() { bench_check(moe_combine_rows_cuda(gpu, xp, d_slot, d_gate, T, k, d, out), "moe_combine_rows_cuda"); }, &min_ms);
     report(prop.name, &o, "combine", combine_bytes, ms, min_ms, copy_ms(combine_bytes));
     ms = bench_time_ms(gpu, o.warmup, o.iters,
                        [&]() {
-                           bench_check(combine_rows_backward_cuda(gpu, dout, xp, d_slot, d_gate, T, k, d, dy, dgate),
-                                       "combine_rows_backward_cuda");
+                           bench_check(moe_combine_rows_backward_cuda(gpu, dout, xp, d_slot, d_gate, T, k, d, dy, dgate),
+                                       "moe_combine_rows_backward_cuda");
                        },
                        &min_ms);
     report(prop.name, &o, "combine backward", backward_bytes, ms, min_ms, copy_ms(backward_bytes));

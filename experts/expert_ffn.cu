@@ -11,7 +11,7 @@
  * m = i, n = o, k = n_e, A = X (op N, lda = its row stride), B = dY (op T, ldb = its row stride); the
  * halves of dH13 are the [f]-wide column blocks of rows of stride 2f (ldb = 2f, the second at + f).
  *
- * EXPERT_GEMM_GROUPED: one cublasGemmGroupedBatchedEx per row projection (H13, Y, dA, dX), one group of
+ * MOE_EXPERT_GEMM_GROUPED: one cublasGemmGroupedBatchedEx per row projection (H13, Y, dA, dX), one group of
  * one problem per expert with rows; m/n/k/ld/trans/alpha/beta/group_size are host arrays, the A/B/C
  * pointer arrays live in device memory (the context's scratch), as the cuBLAS documentation requires.
  * The grouped API's type table (cuBLAS 13.1, CUBLAS_COMPUTE_32F) has A/B/C all bf16, all fp16 or all fp32,
@@ -19,14 +19,14 @@
  * run as one cublasGemmEx per expert and projection in both modes.
  * Grouped mode falls back to per-expert calls for an op whose matrices are not all 16-byte aligned (widths
  * not multiples of 8): the grouped API's alignment rules for bf16 (see prepare) are stricter than GemmEx's.
- * EXPERT_GEMM_PER_EXPERT: one cublasGemmEx per expert and projection.
+ * MOE_EXPERT_GEMM_PER_EXPERT: one cublasGemmEx per expert and projection.
  *
  * Math mode: the context's handle is CUBLAS_PEDANTIC_MATH (fp32 GEMMs stay fp32), which also keeps bf16
  * GEMMs off the tensor cores. The bf16 GEMMs here ask for them explicitly: for the duration of an op the
  * handle is switched to CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (split-K
  * partial sums stay fp32 even when C is bf16) and restored before returning.
  *
- * Checked by tests/test_gpu_experts.cu (suite gpu) against expert_ffn_forward_cpu / _backward_cpu. */
+ * Checked by tests/test_gpu_experts.cu (suite gpu) against moe_expert_ffn_forward_cpu / _backward_cpu. */
 #include <stdlib.h>
 
 #include "core/gpu_cuda.h"
@@ -127,7 +127,7 @@ struct row_gemm {
  * problem per expert with rows, until the op ends. */
 class expert_gemms {
   public:
-    expert_gemms(moe_gpu *gpu, expert_gemm_mode mode, int num_experts, const int *offset)
+    expert_gemms(moe_gpu *gpu, moe_expert_gemm_mode mode, int num_experts, const int *offset)
         : gpu_(gpu), mode_(mode), num_experts_(num_experts), offset_(offset) {}
     ~expert_gemms() { free(host_); }
     expert_gemms(const expert_gemms &) = delete;
@@ -138,7 +138,7 @@ class expert_gemms {
 
   private:
     moe_gpu *gpu_;
-    expert_gemm_mode mode_;
+    moe_expert_gemm_mode mode_;
     int num_experts_;
     const int *offset_;
     const row_gemm *gemms_ = nullptr;
@@ -157,7 +157,7 @@ class expert_gemms {
 
 moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
     gemms_ = gemms;
-    if (mode_ != EXPERT_GEMM_GROUPED) return MOE_OK;
+    if (mode_ != MOE_EXPERT_GEMM_GROUPED) return MOE_OK;
     groups_ = 0;
     for (int e = 0; e < num_experts_; e++) groups_ += offset_[e + 1] > offset_[e];
     if (groups_ == 0) return MOE_OK;
@@ -201,7 +201,7 @@ moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
      * k-dependent rules hold); widths that break it (not multiples of 8) go one expert at a time instead */
     for (size_t i = 0; i < P; i++)
         if (!moe_cuda::aligned16(ptrs[i])) {
-            mode_ = EXPERT_GEMM_PER_EXPERT;
+            mode_ = MOE_EXPERT_GEMM_PER_EXPERT;
             return MOE_OK;
         }
     void *scratch = nullptr;
@@ -215,7 +215,7 @@ moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
 
 moe_status expert_gemms::run(int i) {
     const row_gemm &r = gemms_[i];
-    if (mode_ == EXPERT_GEMM_GROUPED) {
+    if (mode_ == MOE_EXPERT_GEMM_GROUPED) {
         if (groups_ == 0) return MOE_OK;
         const size_t G = groups_;
         void **a = dev_ptrs_ + (size_t)i * 3 * G, **b = a + G, **c = b + G;
@@ -277,18 +277,18 @@ bool swiglu_vector_ok(int f, const void *a, const void *b, const void *c = nullp
 
 } // namespace
 
-extern "C" moe_status expert_weights_to_bf16_cuda(moe_gpu *gpu, const moe_layer_weights *w, int num_experts,
-                                                  int d_model, int d_ff, expert_weights_bf16 *out) {
+extern "C" moe_status moe_expert_weights_to_bf16_cuda(moe_gpu *gpu, const moe_layer_weights *w, int num_experts,
+                                                  int d_model, int d_ff, moe_expert_weights_bf16 *out) {
     if (!w || !out || num_experts < 1 || d_model < 1 || d_ff < 1) return MOE_ERR_INVALID_ARG;
     const size_t half = (size_t)d_ff * d_model, total = (size_t)num_experts * 2 * half;
     size_t blocks = (total + kThreads - 1) / kThreads;
     pack_w13_kernel<<<blocks > (size_t)kMaxBlocks ? kMaxBlocks : (int)blocks, kThreads, 0, gpu->stream>>>(
         w->w1, w->w3, half, total, out->w13);
     MOE_CUDA_LAUNCHED();
-    return cast_f32_to_bf16_cuda(gpu, w->w2, (size_t)num_experts * half, out->w2);
+    return moe_cast_f32_to_bf16_cuda(gpu, w->w2, (size_t)num_experts * half, out->w2);
 }
 
-extern "C" moe_status swiglu_forward_cuda(moe_gpu *gpu, const moe_bf16 *h13, int rows, int d_ff, moe_bf16 *act) {
+extern "C" moe_status moe_swiglu_forward_cuda(moe_gpu *gpu, const moe_bf16 *h13, int rows, int d_ff, moe_bf16 *act) {
     if (rows < 0 || d_ff < 1) return MOE_ERR_INVALID_ARG;
     if (rows == 0) return MOE_OK;
     if (swiglu_vector_ok(d_ff, h13, act))
@@ -299,7 +299,7 @@ extern "C" moe_status swiglu_forward_cuda(moe_gpu *gpu, const moe_bf16 *h13, int
     return MOE_OK;
 }
 
-extern "C" moe_status swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13, const moe_bf16 *dact, int rows,
+extern "C" moe_status moe_swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13, const moe_bf16 *dact, int rows,
                                            int d_ff, moe_bf16 *dh13) {
     if (rows < 0 || d_ff < 1) return MOE_ERR_INVALID_ARG;
     if (rows == 0) return MOE_OK;
@@ -312,7 +312,7 @@ extern "C" moe_status swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13, co
     return MOE_OK;
 }
 
-extern "C" moe_status expert_ffn_forward_cuda(moe_gpu *gpu, expert_gemm_mode mode, const expert_weights_bf16 *w,
+extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
                                               int num_experts, int d_model, int d_ff, const int *expert_offset,
                                               const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y) {
     MOE_TRY(check_layout(num_experts, d_model, d_ff, expert_offset));
@@ -326,12 +326,12 @@ extern "C" moe_status expert_ffn_forward_cuda(moe_gpu *gpu, expert_gemm_mode mod
     MOE_TRY(run.prepare(gemms, 2));
     return with_bf16_math(gpu, [&]() -> moe_status {
         MOE_TRY(run.run(0));
-        MOE_TRY(swiglu_forward_cuda(gpu, h13 + (size_t)r0 * 2 * f, rows, f, act + (size_t)r0 * f));
+        MOE_TRY(moe_swiglu_forward_cuda(gpu, h13 + (size_t)r0 * 2 * f, rows, f, act + (size_t)r0 * f));
         return run.run(1);
     });
 }
 
-extern "C" moe_status expert_ffn_backward_cuda(moe_gpu *gpu, expert_gemm_mode mode, const expert_weights_bf16 *w,
+extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
                                                moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
                                                const int *expert_offset, const moe_bf16 *xp, const moe_bf16 *h13,
                                                const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
@@ -347,7 +347,7 @@ extern "C" moe_status expert_ffn_backward_cuda(moe_gpu *gpu, expert_gemm_mode mo
     MOE_TRY(run.prepare(gemms, 2));
     return with_bf16_math(gpu, [&]() -> moe_status {
         MOE_TRY(run.run(0));
-        MOE_TRY(swiglu_backward_cuda(gpu, h13 + (size_t)r0 * 2 * f, dact + (size_t)r0 * f, rows, f,
+        MOE_TRY(moe_swiglu_backward_cuda(gpu, h13 + (size_t)r0 * 2 * f, dact + (size_t)r0 * f, rows, f,
                                      dh13 + (size_t)r0 * 2 * f));
         MOE_TRY(run.run(1));
         return weight_grads(gpu, num_experts, d_model, f, expert_offset, xp, act, dy, dh13, grads);

@@ -12,10 +12,10 @@
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     long step;
-} adamw_params;
+} moe_adamw_params;
 
 /* count elements of param, grad, m, v (moments in fp32, as the parameters). */
-void adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,
-                      const adamw_params *hp);
+void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,
+                      const moe_adamw_params *hp);
 
 #endif

@@ -27,7 +27,7 @@ static size_t kv_off(const attn_dims *a, int n, int h) {
     return (size_t)n * a->S * a->KV * a->hd + (size_t)(h / a->group) * a->hd;
 }
 
-void attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, int num_seqs, int seq_len,
+void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, int num_seqs, int seq_len,
                            int num_heads, int num_kv_heads, int head_dim, moe_real *att, moe_real *out) {
     const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
     const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
@@ -57,7 +57,7 @@ void attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_real 
  *   dV += P^T dO;   dP = dO V^T;   dS = P * (dP - rowsum(dP * P)) * scale   (zero above the diagonal)
  *   dQ = dS K;      dK += dS^T Q
  * dk and dv of a kv head sum over its group of query heads, in increasing head order (deterministic). */
-void attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, const moe_real *att,
+void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, const moe_real *att,
                             const moe_real *dout, int num_seqs, int seq_len, int num_heads, int num_kv_heads,
                             int head_dim, moe_real *dq, moe_real *dk, moe_real *dv, moe_real *scratch) {
     const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);

@@ -31,7 +31,7 @@ int blocks_for(size_t n) {
 
 } // namespace
 
-extern "C" moe_status cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out) {
+extern "C" moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out) {
     if (n == 0) return MOE_OK;
     if (!in || !out) return MOE_ERR_INVALID_ARG;
     f32_to_bf16<<<blocks_for(n), kThreads, 0, gpu->stream>>>(in, n, out);
@@ -39,7 +39,7 @@ extern "C" moe_status cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_
     return MOE_OK;
 }
 
-extern "C" moe_status cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out) {
+extern "C" moe_status moe_cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out) {
     if (n == 0) return MOE_OK;
     if (!in || !out) return MOE_ERR_INVALID_ARG;
     bf16_to_f32<<<blocks_for(n), kThreads, 0, gpu->stream>>>(in, n, out);

@@ -8,13 +8,13 @@
 
 #include "core/gpu.h"
 
-moe_bf16 bf16_from_float(float x);
-float bf16_to_float(moe_bf16 x);
+moe_bf16 moe_bf16_from_float(float x);
+float moe_bf16_to_float(moe_bf16 x);
 /* x rounded to bf16 and back: what a value keeps of itself when stored as bf16. */
-float bf16_round(float x);
+float moe_bf16_round(float x);
 
 /* CUDA: n values, device pointers, on gpu's stream. */
-moe_status cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);
-moe_status cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out);
+moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);
+moe_status moe_cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out);
 
 #endif

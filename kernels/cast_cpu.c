@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-moe_bf16 bf16_from_float(float x) {
+moe_bf16 moe_bf16_from_float(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (moe_bf16)((u >> 16) | 0x0040u);
@@ -18,11 +18,11 @@ moe_bf16 bf16_from_float(float x) {
     return (moe_bf16)(u >> 16);
 }
 
-float bf16_to_float(moe_bf16 x) {
+float moe_bf16_to_float(moe_bf16 x) {
     uint32_t u = (uint32_t)x << 16;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
+float moe_bf16_round(float x) { return moe_bf16_to_float(moe_bf16_from_float(x)); }

@@ -6,10 +6,10 @@
 #include "core/types.h"
 
 /* Returns sum_t loss_t (in double). logits: [T, V], targets: [T] in [0, V). */
-double cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int num_tokens, int vocab);
+double moe_cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int num_tokens, int vocab);
 
 /* Overwrites logits with dlogits = scale * (softmax(logits) - onehot(target)) (in place: the logits are
  * not needed after this). */
-void cross_entropy_backward_cpu(moe_real *logits, const int *targets, int num_tokens, int vocab, moe_real scale);
+void moe_cross_entropy_backward_cpu(moe_real *logits, const int *targets, int num_tokens, int vocab, moe_real scale);
 
 #endif

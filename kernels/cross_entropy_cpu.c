@@ -13,7 +13,7 @@ static moe_real row_max(const moe_real *l, int n) {
 }
 
 /* loss_t = max + log(sum_i exp(l_i - max)) - l_target */
-double cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int num_tokens, int vocab) {
+double moe_cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int num_tokens, int vocab) {
     double total = 0;
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * vocab;
@@ -26,7 +26,7 @@ double cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int
 }
 
 /* dl_i = scale * (exp(l_i - max) / sum - [i == target]); the exps are stored in place, then scaled. */
-void cross_entropy_backward_cpu(moe_real *logits, const int *targets, int num_tokens, int vocab, moe_real scale) {
+void moe_cross_entropy_backward_cpu(moe_real *logits, const int *targets, int num_tokens, int vocab, moe_real scale) {
     for (int t = 0; t < num_tokens; t++) {
         moe_real *l = logits + (size_t)t * vocab;
         moe_real max = row_max(l, vocab);

@@ -5,9 +5,9 @@
 
 #include "core/types.h"
 
-void embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y);
+void moe_embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y);
 
 /* dtable[token_t, :] += dy[t, :], in token order t = 0, 1, ... (a fixed order: deterministic). */
-void embedding_backward_cpu(const moe_real *dy, const int *tokens, int num_tokens, int d, moe_real *dtable);
+void moe_embedding_backward_cpu(const moe_real *dy, const int *tokens, int num_tokens, int d, moe_real *dtable);
 
 #endif

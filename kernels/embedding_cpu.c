@@ -4,14 +4,14 @@
 
 #include <string.h>
 
-void embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y) {
+void moe_embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y) {
     for (int t = 0; t < num_tokens; t++)
         memcpy(y + (size_t)t * d, table + (size_t)tokens[t] * d, (size_t)d * sizeof(moe_real));
 }
 
 /* Serial, in token order: a repeated token's rows are added in a fixed order, so the result is bitwise
  * reproducible (a parallel scatter would need atomics and lose that). */
-void embedding_backward_cpu(const moe_real *dy, const int *tokens, int num_tokens, int d, moe_real *dtable) {
+void moe_embedding_backward_cpu(const moe_real *dy, const int *tokens, int num_tokens, int d, moe_real *dtable) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *g = dy + (size_t)t * d;
         moe_real *row = dtable + (size_t)tokens[t] * d;

@@ -18,18 +18,18 @@
 
 /* The block size of the layout-invariant mode: 64 rows fill OpenBLAS's AVX-512 tiles and keep the
  * padding small; larger blocks saved little (docs/BENCHMARKS.md). */
-enum { GEMM_ROW_BLOCK = 64 };
+enum { MOE_GEMM_ROW_BLOCK = 64 };
 
 typedef struct {
-    int row_block;     /* GEMM_ROW_BLOCK or 0 */
+    int row_block;     /* MOE_GEMM_ROW_BLOCK or 0 */
     moe_real *scratch; /* row_block * (max k + max n) reals */
-} gemm_rows_plan;
+} moe_gemm_rows_plan;
 
-/* row_block = GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for k and n up to max_width. */
-moe_status gemm_rows_plan_init(gemm_rows_plan *plan, int layout_invariant, int max_width);
-void gemm_rows_plan_free(gemm_rows_plan *plan);
+/* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for k and n up to max_width. */
+moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int max_width);
+void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan);
 
-void gemm_rows_cpu(const gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
+void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
                    const moe_real *B, moe_real beta, moe_real *C);
 
 #endif

@@ -7,18 +7,18 @@
 
 #include "core/real.h"
 
-moe_status gemm_rows_plan_init(gemm_rows_plan *plan, int layout_invariant, int max_width) {
-    plan->row_block = layout_invariant ? GEMM_ROW_BLOCK : 0;
-    plan->scratch = malloc((size_t)GEMM_ROW_BLOCK * 2 * (size_t)max_width * sizeof(moe_real));
+moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int max_width) {
+    plan->row_block = layout_invariant ? MOE_GEMM_ROW_BLOCK : 0;
+    plan->scratch = malloc((size_t)MOE_GEMM_ROW_BLOCK * 2 * (size_t)max_width * sizeof(moe_real));
     return plan->scratch ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
-void gemm_rows_plan_free(gemm_rows_plan *plan) {
+void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     free(plan->scratch);
     plan->scratch = NULL;
 }
 
-void gemm_rows_cpu(const gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
+void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
                    const moe_real *B, moe_real beta, moe_real *C) {
     const int ldb = trans_b == CblasTrans ? k : n, block = plan->row_block;
     if (rows == 0) return;

@@ -3,7 +3,7 @@
  * thread walks the row in 16-byte vectors (8 bf16 / 2 x float4) when d % 8 == 0 and every row pointer is
  * 16-byte aligned, else one element at a time. No atomics: each output element is written by one thread,
  * and the k assignments of a token are summed in the order j = 0..k-1 in fp32 with separately rounded
- * multiplies and adds (no FMA contraction), the arithmetic of combine_rows_cpu. dgate is a block
+ * multiplies and adds (no FMA contraction), the arithmetic of moe_combine_rows_cpu. dgate is a block
  * reduction in a fixed order (fixed for a given d), so it is the same run after run.
  * Checked against the CPU by tests/test_gpu_permute.cu (suite gpu). */
 #include "core/gpu_cuda.h"
@@ -111,7 +111,7 @@ int threads_for(int d, bool vec) { return moe_cuda::row_block_threads(vec ? d / 
 
 } // namespace
 
-extern "C" moe_status permute_rows_cuda(moe_gpu *gpu, const float *x, const int *perm_token, int num_rows, int d,
+extern "C" moe_status moe_permute_rows_cuda(moe_gpu *gpu, const float *x, const int *perm_token, int num_rows, int d,
                                         moe_bf16 *xp) {
     if (num_rows < 0 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_rows == 0) return MOE_OK;
@@ -123,7 +123,7 @@ extern "C" moe_status permute_rows_cuda(moe_gpu *gpu, const float *x, const int 
     return MOE_OK;
 }
 
-extern "C" moe_status combine_rows_cuda(moe_gpu *gpu, const moe_bf16 *y, const int *slot, const float *gate,
+extern "C" moe_status moe_combine_rows_cuda(moe_gpu *gpu, const moe_bf16 *y, const int *slot, const float *gate,
                                         int num_tokens, int top_k, int d, float *out) {
     if (num_tokens < 0 || top_k < 1 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
@@ -135,7 +135,7 @@ extern "C" moe_status combine_rows_cuda(moe_gpu *gpu, const moe_bf16 *y, const i
     return MOE_OK;
 }
 
-extern "C" moe_status combine_rows_backward_cuda(moe_gpu *gpu, const float *dout, const moe_bf16 *y, const int *slot,
+extern "C" moe_status moe_combine_rows_backward_cuda(moe_gpu *gpu, const float *dout, const moe_bf16 *y, const int *slot,
                                                  const float *gate, int num_tokens, int top_k, int d, moe_bf16 *dy,
                                                  float *dgate) {
     if (num_tokens < 0 || top_k < 1 || d < 1) return MOE_ERR_INVALID_ARG;

@@ -3,12 +3,12 @@
 
 #include <string.h>
 
-void permute_rows_cpu(const moe_real *x, const int *perm_token, int num_rows, int d, moe_real *xp) {
+void moe_permute_rows_cpu(const moe_real *x, const int *perm_token, int num_rows, int d, moe_real *xp) {
     for (int r = 0; r < num_rows; r++)
         memcpy(xp + (size_t)r * d, x + (size_t)perm_token[r] * d, (size_t)d * sizeof(moe_real));
 }
 
-void combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *gate, int num_tokens, int top_k,
+void moe_combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *gate, int num_tokens, int top_k,
                       int d, moe_real *out) {
     for (int t = 0; t < num_tokens; t++) {
         moe_real *o = out + (size_t)t * d;
@@ -23,7 +23,7 @@ void combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *gate, 
     }
 }
 
-void combine_rows_backward_cpu(const moe_real *dout, const moe_real *y, const int *slot, const moe_real *gate,
+void moe_combine_rows_backward_cpu(const moe_real *dout, const moe_real *y, const int *slot, const moe_real *gate,
                                int num_tokens, int top_k, int d, moe_real *dy, moe_real *dgate) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *dot_row = dout + (size_t)t * d;

@@ -9,9 +9,9 @@
 #include "core/types.h"
 
 /* x: [num_seqs * seq_len, num_heads, head_dim], rotated in place. */
-void rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);
+void moe_rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);
 
 /* The backward of the rotation (rotation by -p f_i), in place on dx. */
-void rope_backward_cpu(moe_real *dx, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);
+void moe_rope_backward_cpu(moe_real *dx, int num_seqs, int seq_len, int num_heads, int head_dim, double theta);
 
 #endif

@@ -29,10 +29,10 @@ static void rope_rotate(moe_real *x, int num_seqs, int seq_len, int num_heads, i
         }
 }
 
-void rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta) {
+void moe_rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta) {
     rope_rotate(x, num_seqs, seq_len, num_heads, head_dim, theta, 1);
 }
 
-void rope_backward_cpu(moe_real *dx, int num_seqs, int seq_len, int num_heads, int head_dim, double theta) {
+void moe_rope_backward_cpu(moe_real *dx, int num_seqs, int seq_len, int num_heads, int head_dim, double theta) {
     rope_rotate(dx, num_seqs, seq_len, num_heads, head_dim, theta, -1);
 }

@@ -43,10 +43,10 @@ static void add(ckpt_table *tab, const char *name, int ndim, long rows, long col
 }
 
 /* Hugging Face Mixtral names (dense FFN layers, which Mixtral does not have, get Llama's mlp.* names). */
-static int build_table(const trainer *tr, ckpt_table *tab) {
+static int build_table(const moe_trainer *tr, ckpt_table *tab) {
     const moe_model *m = tr->model;
-    const model_config *c = &tr->opt.model;
-    const model_params *p = moe_model_param_views(m);
+    const moe_model_config *c = &tr->opt.model;
+    const moe_model_views *p = moe_model_param_views(m);
     const moe_real *base = moe_model_params((moe_model *)m);
     const long d = c->d_model, V = c->vocab_size, F = c->d_ff, E = c->moe.num_experts,
                A = (long)c->num_heads * (d / c->num_heads), B = (long)c->num_kv_heads * (d / c->num_heads);
@@ -60,7 +60,7 @@ static int build_table(const trainer *tr, ckpt_table *tab) {
 #define DENSE(ptr) (size_t)((ptr) - base), (long)((ptr) - base)
     add(tab, "model.embed_tokens.weight", 2, V, d, -1, DENSE(p->embedding));
     for (int l = 0; l < c->num_layers; l++) {
-        const model_layer_params *L = &p->layers[l];
+        const moe_model_layer_params *L = &p->layers[l];
         const struct { const char *what; int ndim; long rows, cols; const moe_real *ptr; } dense_parts[] = {
             {"input_layernorm.weight", 1, d, 0, L->attn_norm},    {"self_attn.q_proj.weight", 2, A, d, L->wq},
             {"self_attn.k_proj.weight", 2, B, d, L->wk},          {"self_attn.v_proj.weight", 2, B, d, L->wv},
@@ -70,7 +70,7 @@ static int build_table(const trainer *tr, ckpt_table *tab) {
             snprintf(name, sizeof name, "model.layers.%d.%s", l, dense_parts[i].what);
             add(tab, name, dense_parts[i].ndim, dense_parts[i].rows, dense_parts[i].cols, -1, DENSE(dense_parts[i].ptr));
         }
-        if (!model_layer_is_moe(c, l)) {
+        if (!moe_model_layer_is_moe(c, l)) {
             snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
             add(tab, name, 2, F, d, -1, DENSE(L->ffn.w1));
             snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
@@ -105,12 +105,12 @@ static int build_table(const trainer *tr, ckpt_table *tab) {
 /* ---- gathering and scattering the global buffer ----------------------------------------------- */
 
 /* global[global_count] = dense part of `local`, plus every rank's experts (allgather over the EP group). */
-static moe_status gather_global(const trainer *tr, const moe_real *local, moe_real *global) {
+static moe_status gather_global(const moe_trainer *tr, const moe_real *local, moe_real *global) {
     const moe_model *m = tr->model;
     const size_t dense = moe_model_num_dense(m);
     memcpy(global, local, dense * sizeof(moe_real));
     int num_spans;
-    const model_param_span *spans = moe_model_spans(m, &num_spans);
+    const moe_model_param_span *spans = moe_model_spans(m, &num_spans);
     moe_comm *ep = tr->par->ep;
     size_t *nbytes = malloc((size_t)ep->size * sizeof(size_t)), at = dense;
     if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
@@ -127,13 +127,13 @@ static moe_status gather_global(const trainer *tr, const moe_real *local, moe_re
 }
 
 /* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
-static moe_status agree(const trainer *tr, moe_status st) {
+static moe_status agree(const moe_trainer *tr, moe_status st) {
     return moe_comm_agree(tr->par->world, st);
 }
 
 /* ---- config.json and the run fingerprint ------------------------------------------------------ */
 
-static json_t *config_json(const model_config *c) {
+static json_t *config_json(const moe_model_config *c) {
     const moe_config *q = &c->moe;
     int mixtral = c->moe_every == 1 && q->num_experts > 1 && q->score_func == MOE_SCORE_SOFTMAX && q->renormalize &&
                   q->capacity_factor <= 0;
@@ -154,7 +154,7 @@ static json_t *config_json(const model_config *c) {
 }
 
 /* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
-static moe_status check_config(const char *dir, const model_config *c) {
+static moe_status check_config(const char *dir, const moe_model_config *c) {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t err;
@@ -207,8 +207,8 @@ static moe_status check_config(const char *dir, const model_config *c) {
 }
 
 /* Everything that must match to continue a run: the architecture, routing, data order and seed. */
-static void fingerprint(const trainer *tr, char *out, size_t n) {
-    const model_config *c = &tr->opt.model;
+static void fingerprint(const moe_trainer *tr, char *out, size_t n) {
+    const moe_model_config *c = &tr->opt.model;
     const moe_config *q = &c->moe;
     snprintf(out, n,
              "V=%d L=%d d=%d H=%d KV=%d F=%d S=%d E=%d k=%d every=%d tie=%d score=%d renorm=%d cf=%g prio=%d aux=%g "
@@ -269,7 +269,7 @@ static long *list_steps(const char *root, int *count) {
     return steps;
 }
 
-moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes) {
+moe_status moe_checkpoint_latest(const char *root, char *out, size_t out_nbytes) {
     int count;
     long *steps = list_steps(root, &count);
     moe_status st = count ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
@@ -278,20 +278,20 @@ moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes) {
     return st;
 }
 
-static moe_status write_files(const trainer *tr, const ckpt_table *tab, const moe_real *gp, const moe_real *gm,
+static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, const moe_real *gp, const moe_real *gm,
                               const moe_real *gv, const char *dir, int step) {
-    const model_config *c = &tr->opt.model;
+    const moe_model_config *c = &tr->opt.model;
     char path[700], value[512];
-    st_entry *e = calloc((size_t)2 * tab->count + c->num_layers, sizeof *e);
+    moe_safetensors_entry *e = calloc((size_t)2 * tab->count + c->num_layers, sizeof *e);
     char (*names)[128] = calloc((size_t)2 * tab->count + c->num_layers, sizeof *names);
     if (!e || !names) return free(e), free(names), MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < tab->count; i++) {
         const ckpt_tensor *t = &tab->t[i];
-        e[i] = (st_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset};
+        e[i] = (moe_safetensors_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset};
     }
-    const st_meta model_meta[] = {{"format", "pt"}};
+    const moe_safetensors_meta model_meta[] = {{"format", "pt"}};
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    moe_status st = st_write(path, e, tab->count, model_meta, 1);
+    moe_status st = moe_safetensors_write(path, e, tab->count, model_meta, 1);
 
     json_t *config = config_json(c);
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -304,28 +304,28 @@ static moe_status write_files(const trainer *tr, const ckpt_table *tab, const mo
         for (int which = 0; which < 2; which++) {
             const ckpt_tensor *t = &tab->t[i];
             snprintf(names[k], sizeof names[k], "%s.%s", which ? "exp_avg_sq" : "exp_avg", t->name);
-            e[k] = (st_entry){names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
+            e[k] = (moe_safetensors_entry){names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
             k++;
         }
     for (int l = 0; l < c->num_layers; l++) {
         const moe_real *bias = moe_model_expert_bias(tr->model, l);
         if (!bias) continue;
         snprintf(names[k], sizeof names[k], "expert_bias.layers.%d", l);
-        e[k++] = (st_entry){names[k - 1], 1, {c->moe.num_experts}, bias};
+        e[k++] = (moe_safetensors_entry){names[k - 1], 1, {c->moe.num_experts}, bias};
     }
     char step_text[32], position[32];
     snprintf(step_text, sizeof step_text, "%d", step);
     snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
     fingerprint(tr, value, sizeof value);
-    const st_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position},
+    const moe_safetensors_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position},
                                   {"fingerprint", value}};
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    if (st == MOE_OK) st = st_write(path, e, k, state_meta, 4);
+    if (st == MOE_OK) st = moe_safetensors_write(path, e, k, state_meta, 4);
     free(e), free(names);
     return st;
 }
 
-moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_last) {
+moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int keep_last) {
     ckpt_table tab = {0};
     moe_real *g = NULL;
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
@@ -337,7 +337,7 @@ moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_las
     if (st == MOE_OK && !full) st = MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = gather_global(tr, moe_model_params(tr->model), g);
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        st = trainer_moments_gather(tr, which, full);
+        st = moe_trainer_moments_gather(tr, which, full);
         if (st == MOE_OK) st = gather_global(tr, full, g + (1 + which) * tab.global_count);
     }
     free(full);
@@ -379,18 +379,18 @@ moe_status checkpoint_save(trainer *tr, const char *root, int step, int keep_las
 
 /* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks every tensor of
  * the table exists with its shape and F32, and that the file has no tensor the model does not know. */
-static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst, int extra_ok) {
+static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst, int extra_ok) {
     char name[160];
     for (int i = 0; i < tab->count; i++) {
         const ckpt_tensor *t = &tab->t[i];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
         moe_status st;
         if (t->local_offset >= 0) {
-            st = st_read(f, name, t->ndim, t->shape, dst + t->local_offset);
+            st = moe_safetensors_read(f, name, t->ndim, t->shape, dst + t->local_offset);
         } else {
-            const st_tensor *s = st_find(f, name);
+            const moe_safetensors_tensor *s = moe_safetensors_find(f, name);
             int same = s && s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim < 2 || s->shape[1] == t->shape[1]);
-            st = same && !strcmp(s->dtype, "F32") ? MOE_OK : st_read(f, name, t->ndim, t->shape, NULL);
+            st = same && !strcmp(s->dtype, "F32") ? MOE_OK : moe_safetensors_read(f, name, t->ndim, t->shape, NULL);
         }
         if (st != MOE_OK) return st;
     }
@@ -406,33 +406,33 @@ static moe_status read_tensors(st_file *f, const ckpt_table *tab, const char *pr
     return MOE_OK;
 }
 
-static moe_status load_weights(trainer *tr, const ckpt_table *tab, const char *dir) {
+static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir) {
     char path[600];
-    st_file f;
+    moe_safetensors_file f;
     moe_status st = check_config(dir, &tr->opt.model);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (st == MOE_OK && (st = st_open(path, &f)) == MOE_OK) {
+    if (st == MOE_OK && (st = moe_safetensors_open(path, &f)) == MOE_OK) {
         st = read_tensors(&f, tab, "", moe_model_params(tr->model), 0);
-        st_close(&f);
+        moe_safetensors_close(&f);
     }
     return st;
 }
 
-moe_status checkpoint_load_weights(trainer *tr, const char *dir) {
+moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
     ckpt_table tab = {0};
     moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir) : MOE_ERR_OUT_OF_MEMORY;
     free(tab.t);
     return agree(tr, st);
 }
 
-static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir, int *step) {
-    const model_config *c = &tr->opt.model;
+static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char *dir, int *step) {
+    const moe_model_config *c = &tr->opt.model;
     char path[600], want[512], name[64];
-    st_file f;
+    moe_safetensors_file f;
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    moe_status st = st_open(path, &f);
+    moe_status st = moe_safetensors_open(path, &f);
     if (st != MOE_OK) return st;
-    const char *format = st_metadata(&f, "format"), *fp = st_metadata(&f, "fingerprint"), *saved = st_metadata(&f, "step");
+    const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"), *saved = moe_safetensors_metadata(&f, "step");
     fingerprint(tr, want, sizeof want);
     if (!format || strcmp(format, "moe-train-state-1") || !saved)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
@@ -443,21 +443,21 @@ static moe_status load_state(trainer *tr, const ckpt_table *tab, const char *dir
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
         st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1);
-        if (st == MOE_OK) trainer_moments_set(tr, which, full);
+        if (st == MOE_OK) moe_trainer_moments_set(tr, which, full);
     }
     free(full);
     for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
         moe_real *bias = moe_model_expert_bias(tr->model, l);
         long E = c->moe.num_experts;
         snprintf(name, sizeof name, "expert_bias.layers.%d", l);
-        if (bias) st = st_read(&f, name, 1, &E, bias);
+        if (bias) st = moe_safetensors_read(&f, name, 1, &E, bias);
     }
     if (st == MOE_OK) *step = atoi(saved);
-    st_close(&f);
+    moe_safetensors_close(&f);
     return st;
 }
 
-moe_status checkpoint_resume(trainer *tr, const char *dir, int *step) {
+moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
     ckpt_table tab = {0};
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = load_weights(tr, &tab, dir);

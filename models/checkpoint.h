@@ -20,16 +20,16 @@
 
 /* Saves the trainer's model and state after `step` into ROOT/step-NNNNNNNN, then deletes all but the
  * newest keep_last step directories (keep_last <= 0: keep all). */
-moe_status checkpoint_save(trainer *t, const char *root, int step, int keep_last);
+moe_status moe_checkpoint_save(moe_trainer *t, const char *root, int step, int keep_last);
 
 /* Weights only (--init-from): the optimizer starts fresh. */
-moe_status checkpoint_load_weights(trainer *t, const char *dir);
+moe_status moe_checkpoint_load_weights(moe_trainer *t, const char *dir);
 
 /* Weights, moments, biases and step (--resume): *step is the last completed step. The run's fingerprint
  * (model, batch, micro-batches, seed) must match the saved one; ep and the world size may differ. */
-moe_status checkpoint_resume(trainer *t, const char *dir, int *step);
+moe_status moe_checkpoint_resume(moe_trainer *t, const char *dir, int *step);
 
 /* ROOT/step-NNNNNNNN with the highest N into out; MOE_ERR_IO with a message when there is none. */
-moe_status checkpoint_latest(const char *root, char *out, size_t out_nbytes);
+moe_status moe_checkpoint_latest(const char *root, char *out, size_t out_nbytes);
 
 #endif

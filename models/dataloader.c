@@ -13,11 +13,11 @@ static int32_t le32(const unsigned char *b) {
     return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
 }
 
-moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out) {
+moe_status moe_token_file_load(const char *path, int vocab_size, int seq_len, moe_token_file *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) return moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char header[TOKEN_FILE_HEADER_INTS * 4];
+    unsigned char header[MOE_TOKEN_FILE_HEADER_INTS * 4];
     size_t got = fread(header, 1, sizeof header, f);
     long file_nbytes = -1;
     if (fseek(f, 0, SEEK_END) == 0) file_nbytes = ftell(f);
@@ -25,11 +25,11 @@ moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_
     long n = le32(header + 8);
     if (got != sizeof header)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated: %ld bytes, shorter than the %ld-byte header", path, (long)got, (long)sizeof header);
-    else if (le32(header) != TOKEN_FILE_MAGIC)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: wrong magic %ld (expected %d): not an llm.c token file", path, (long)le32(header), TOKEN_FILE_MAGIC);
-    else if (le32(header + 4) != TOKEN_FILE_VERSION)
+    else if (le32(header) != MOE_TOKEN_FILE_MAGIC)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: wrong magic %ld (expected %d): not an llm.c token file", path, (long)le32(header), MOE_TOKEN_FILE_MAGIC);
+    else if (le32(header + 4) != MOE_TOKEN_FILE_VERSION)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: unsupported version %ld (expected %d)", path,
-                  (long)le32(header + 4), TOKEN_FILE_VERSION);
+                  (long)le32(header + 4), MOE_TOKEN_FILE_VERSION);
     else if (n < 0 || file_nbytes != (long)sizeof header + 2 * n)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)", path, n,
                   file_nbytes - (long)sizeof header);
@@ -49,21 +49,21 @@ moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_
     free(raw);
     fclose(f);
     if (st != MOE_OK) {
-        token_file_free(out);
+        moe_token_file_free(out);
         return st;
     }
     out->num_tokens = n;
     return MOE_OK;
 }
 
-void token_file_free(token_file *f) {
+void moe_token_file_free(moe_token_file *f) {
     free(f->tokens);
     memset(f, 0, sizeof *f);
 }
 
-moe_status token_file_write(const char *path, const unsigned short *tokens, long num_tokens) {
-    unsigned char header[TOKEN_FILE_HEADER_INTS * 4] = {0};
-    const int32_t fields[3] = {TOKEN_FILE_MAGIC, TOKEN_FILE_VERSION, (int32_t)num_tokens};
+moe_status moe_token_file_write(const char *path, const unsigned short *tokens, long num_tokens) {
+    unsigned char header[MOE_TOKEN_FILE_HEADER_INTS * 4] = {0};
+    const int32_t fields[3] = {MOE_TOKEN_FILE_MAGIC, MOE_TOKEN_FILE_VERSION, (int32_t)num_tokens};
     for (int i = 0; i < 3; i++)
         for (int b = 0; b < 4; b++) header[4 * i + b] = (unsigned char)((uint32_t)fields[i] >> (8 * b));
     FILE *f = fopen(path, "wb");
@@ -77,7 +77,7 @@ moe_status token_file_write(const char *path, const unsigned short *tokens, long
     return ok ? MOE_OK : MOE_ERR_IO;
 }
 
-void token_file_sequences(const token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets) {
+void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets) {
     const long windows = (f->num_tokens - 1) / seq_len; /* windows of S+1 tokens starting at multiples of S */
     for (int s = 0; s < num_seqs; s++) {
         long start = ((first_seq + s) % windows) * seq_len;

@@ -12,23 +12,23 @@
 
 #include "moe/moe.h"
 
-enum { TOKEN_FILE_MAGIC = 20240520, TOKEN_FILE_VERSION = 1, TOKEN_FILE_HEADER_INTS = 256 };
+enum { MOE_TOKEN_FILE_MAGIC = 20240520, MOE_TOKEN_FILE_VERSION = 1, MOE_TOKEN_FILE_HEADER_INTS = 256 };
 
 typedef struct {
     int *tokens;       /* [num_tokens] */
     long num_tokens;
-} token_file;
+} moe_token_file;
 
 /* Reads and validates a whole token file: magic, version, size = header + 2*N bytes exactly, every
  * token < vocab_size, at least seq_len + 1 tokens. On failure writes a sentence naming the file and
  * the problem into message and returns MOE_ERR_IO or MOE_ERR_BAD_FILE. */
-moe_status token_file_load(const char *path, int vocab_size, int seq_len, token_file *out);
-void token_file_free(token_file *f);
+moe_status moe_token_file_load(const char *path, int vocab_size, int seq_len, moe_token_file *out);
+void moe_token_file_free(moe_token_file *f);
 
 /* Writes a token file (used by the data preparation tool and by tests). */
-moe_status token_file_write(const char *path, const unsigned short *tokens, long num_tokens);
+moe_status moe_token_file_write(const char *path, const unsigned short *tokens, long num_tokens);
 
 /* inputs/targets [num_seqs * S] for global sequences first_seq .. first_seq + num_seqs - 1. */
-void token_file_sequences(const token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets);
+void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets);
 
 #endif

@@ -30,17 +30,17 @@ typedef struct {
 } layer_acts;
 
 struct moe_model {
-    model_config cfg;
+    moe_model_config cfg;
     const moe_parallel *par;
     int max_seqs, head_dim, num_local_experts;
     size_t num_dense, num_expert;
     moe_real *params, *grads;
-    model_params p, g;
-    model_param_span *spans;
+    moe_model_views p, g;
+    moe_model_param_span *spans;
     int num_spans;
     moe_layer **moe;            /* [L], NULL for dense layers */
     moe_layer_stats *stats;     /* [L] */
-    gemm_rows_plan gemm;
+    moe_gemm_rows_plan gemm;
     /* activations of the last forward */
     int num_seqs;
     int *inputs, *targets;      /* [T] */
@@ -68,13 +68,13 @@ typedef struct {
 static size_t take(layout_walk *w, size_t count, int decay, const char *name) {
     size_t at = w->cursor;
     w->cursor += count;
-    w->m->spans[w->m->num_spans++] = (model_param_span){at, count, decay, name};
+    w->m->spans[w->m->num_spans++] = (moe_model_param_span){at, count, decay, name};
     return at;
 }
 
 /* The order of every tensor in the buffer: [dense | experts]; offsets[] in the order set_views reads. */
 static void lay_out(moe_model *m, size_t *offsets) {
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     const size_t d = c->d_model, V = c->vocab_size, A = (size_t)c->num_heads * m->head_dim,
                  B = (size_t)c->num_kv_heads * m->head_dim, F = c->d_ff, E = c->moe.num_experts,
                  EL = m->num_local_experts;
@@ -89,7 +89,7 @@ static void lay_out(moe_model *m, size_t *offsets) {
         offsets[n++] = take(&w, B * d, 1, "wv");
         offsets[n++] = take(&w, d * A, 1, "wo");
         offsets[n++] = take(&w, d, 0, "ffn_norm");
-        if (model_layer_is_moe(c, l)) {
+        if (moe_model_layer_is_moe(c, l)) {
             offsets[n++] = take(&w, E * d, 1, "router");
         } else {
             offsets[n++] = take(&w, F * d, 1, "dense.w1");
@@ -101,7 +101,7 @@ static void lay_out(moe_model *m, size_t *offsets) {
     if (!c->tie_embeddings) offsets[n++] = take(&w, V * d, 1, "lm_head");
     m->num_dense = w.cursor;
     for (int l = 0; l < c->num_layers; l++)
-        if (model_layer_is_moe(c, l)) {
+        if (moe_model_layer_is_moe(c, l)) {
             offsets[n++] = take(&w, EL * F * d, 1, "experts.w1");
             offsets[n++] = take(&w, EL * F * d, 1, "experts.w3");
             offsets[n++] = take(&w, EL * d * F, 1, "experts.w2");
@@ -110,19 +110,19 @@ static void lay_out(moe_model *m, size_t *offsets) {
 }
 
 /* Points the views of one buffer (params or grads) at the offsets recorded by lay_out. */
-static void set_views(moe_model *m, moe_real *base, model_params *v, const size_t *offsets) {
-    const model_config *c = &m->cfg;
+static void set_views(moe_model *m, moe_real *base, moe_model_views *v, const size_t *offsets) {
+    const moe_model_config *c = &m->cfg;
     int n = 0;
     v->embedding = base + offsets[n++];
     for (int l = 0; l < c->num_layers; l++) {
-        model_layer_params *L = &v->layers[l];
+        moe_model_layer_params *L = &v->layers[l];
         L->attn_norm = base + offsets[n++];
         L->wq = base + offsets[n++];
         L->wk = base + offsets[n++];
         L->wv = base + offsets[n++];
         L->wo = base + offsets[n++];
         L->ffn_norm = base + offsets[n++];
-        if (model_layer_is_moe(c, l)) {
+        if (moe_model_layer_is_moe(c, l)) {
             L->ffn.router_w = base + offsets[n++];
         } else {
             L->ffn.router_w = NULL;
@@ -134,7 +134,7 @@ static void set_views(moe_model *m, moe_real *base, model_params *v, const size_
     v->final_norm = base + offsets[n++];
     v->lm_head = c->tie_embeddings ? v->embedding : base + offsets[n++];
     for (int l = 0; l < c->num_layers; l++)
-        if (model_layer_is_moe(c, l)) {
+        if (moe_model_layer_is_moe(c, l)) {
             v->layers[l].ffn.w1 = base + offsets[n++];
             v->layers[l].ffn.w3 = base + offsets[n++];
             v->layers[l].ffn.w2 = base + offsets[n++];
@@ -150,7 +150,7 @@ static moe_real *alloc_reals(size_t count, int *failed) {
 }
 
 static int alloc_activations(moe_model *m) {
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     const size_t T = (size_t)m->max_seqs * c->seq_len, d = c->d_model, V = c->vocab_size, F = c->d_ff,
                  S = c->seq_len, A = (size_t)c->num_heads * m->head_dim, B = (size_t)c->num_kv_heads * m->head_dim;
     int failed = 0;
@@ -168,7 +168,7 @@ static int alloc_activations(moe_model *m) {
         a->attn_y = alloc_reals(T * A, &failed);
         a->resid_mid = alloc_reals(T * d, &failed);
         a->ln2 = alloc_reals(T * d, &failed), a->rstd2 = alloc_reals(T, &failed);
-        if (!model_layer_is_moe(c, l))
+        if (!moe_model_layer_is_moe(c, l))
             a->h1 = alloc_reals(T * F, &failed), a->h3 = alloc_reals(T * F, &failed), a->act = alloc_reals(T * F, &failed);
     }
     m->lnf = alloc_reals(T * d, &failed), m->rstdf = alloc_reals(T, &failed);
@@ -181,15 +181,15 @@ static int alloc_activations(moe_model *m) {
     m->wgrad_scratch = alloc_reals(F * d, &failed);
     size_t widest = d > F ? d : F;
     widest = widest > V ? widest : V;
-    if (gemm_rows_plan_init(&m->gemm, c->moe.layout_invariant, (int)widest) != MOE_OK) failed = 1;
+    if (moe_gemm_rows_plan_init(&m->gemm, c->moe.layout_invariant, (int)widest) != MOE_OK) failed = 1;
     return !failed;
 }
 
-moe_status moe_model_create(const model_config *cfg, const moe_parallel *par, int max_seqs, int accum_steps,
+moe_status moe_model_create(const moe_model_config *cfg, const moe_parallel *par, int max_seqs, int accum_steps,
                             moe_model **out) {
     if (!cfg || !par || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
     *out = NULL;
-    if (model_config_problem(cfg) || cfg->moe.ep_size != par->ep_size) return MOE_ERR_INVALID_CONFIG;
+    if (moe_model_config_problem(cfg) || cfg->moe.ep_size != par->ep_size) return MOE_ERR_INVALID_CONFIG;
     moe_model *m = calloc(1, sizeof *m);
     if (!m) return MOE_ERR_OUT_OF_MEMORY;
     m->cfg = *cfg;
@@ -199,9 +199,9 @@ moe_status moe_model_create(const model_config *cfg, const moe_parallel *par, in
     m->num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size;
     const int L = cfg->num_layers, max_tensors = 1 + 9 * L + 2 + 3 * L;
     size_t *offsets = calloc(max_tensors, sizeof(size_t));
-    m->p.layers = calloc(L, sizeof(model_layer_params));
-    m->g.layers = calloc(L, sizeof(model_layer_params));
-    m->spans = calloc(max_tensors, sizeof(model_param_span));
+    m->p.layers = calloc(L, sizeof(moe_model_layer_params));
+    m->g.layers = calloc(L, sizeof(moe_model_layer_params));
+    m->spans = calloc(max_tensors, sizeof(moe_model_param_span));
     m->moe = calloc(L, sizeof(moe_layer *));
     m->stats = calloc(L, sizeof(moe_layer_stats));
     moe_status st = offsets && m->p.layers && m->g.layers && m->spans && m->moe && m->stats ? MOE_OK
@@ -217,7 +217,7 @@ moe_status moe_model_create(const model_config *cfg, const moe_parallel *par, in
         set_views(m, m->grads, &m->g, offsets);
     }
     for (int l = 0; l < L && st == MOE_OK; l++) {
-        if (!model_layer_is_moe(cfg, l)) continue;
+        if (!moe_model_layer_is_moe(cfg, l)) continue;
         moe_config lc = cfg->moe;
         lc.layer_index = l;
         lc.aux_loss_coef /= accum_steps; /* the step's loss is the mean over its micro-batches */
@@ -244,7 +244,7 @@ void moe_model_destroy(moe_model *m) {
     moe_real *bufs[] = {m->params, m->grads, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp, m->dq,
                         m->dk, m->dv, m->dattn, m->dh1, m->dh3, m->att_scratch, m->wgrad_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
-    gemm_rows_plan_free(&m->gemm);
+    moe_gemm_rows_plan_free(&m->gemm);
     free(m->resid), free(m->acts), free(m->inputs), free(m->targets);
     free(m->p.layers), free(m->g.layers), free(m->spans), free(m->moe), free(m->stats);
     free(m);
@@ -255,9 +255,9 @@ moe_real *moe_model_grads(moe_model *m) { return m->grads; }
 size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
 int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
-const model_params *moe_model_param_views(const moe_model *m) { return &m->p; }
-const model_params *moe_model_grad_views(const moe_model *m) { return &m->g; }
-const model_param_span *moe_model_spans(const moe_model *m, int *count) {
+const moe_model_views *moe_model_param_views(const moe_model *m) { return &m->p; }
+const moe_model_views *moe_model_grad_views(const moe_model *m) { return &m->g; }
+const moe_model_param_span *moe_model_spans(const moe_model *m, int *count) {
     *count = m->num_spans;
     return m->spans;
 }
@@ -275,12 +275,12 @@ static void init_tensor(moe_real *t, size_t count, double std, unsigned long lon
 }
 
 void moe_model_init_weights(moe_model *m, unsigned long long seed) {
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     const double std = 0.02, out_std = std / sqrt(2.0 * c->num_layers); /* residual projections (GPT-2) */
     const size_t d = c->d_model, F = c->d_ff, per_expert = F * d;
     /* dense spans: stream = span index, the same on every rank */
     for (int s = 0; s < m->num_spans; s++) {
-        const model_param_span *sp = &m->spans[s];
+        const moe_model_param_span *sp = &m->spans[s];
         if (sp->offset >= m->num_dense) break;
         moe_real *t = m->params + sp->offset;
         if (!sp->decay) {
@@ -308,7 +308,7 @@ void moe_model_init_weights(moe_model *m, unsigned long long seed) {
 
 /* y[T, out] = x[T, in] W^T (row-wise, layout-invariant) */
 static void linear(moe_model *m, const moe_real *x, const moe_real *W, int T, int in, int out, moe_real *y) {
-    gemm_rows_cpu(&m->gemm, CblasTrans, T, out, in, x, W, 0, y);
+    moe_gemm_rows_cpu(&m->gemm, CblasTrans, T, out, in, x, W, 0, y);
 }
 
 /* dW[out, in] += dy^T x (a sum over this rank's tokens) */
@@ -319,7 +319,7 @@ static void linear_weight_grad(const moe_real *dy, const moe_real *x, int T, int
 /* dx[T, in] (+)= dy[T, out] W */
 static void linear_input_grad(moe_model *m, const moe_real *dy, const moe_real *W, int T, int in, int out,
                               moe_real beta, moe_real *dx) {
-    gemm_rows_cpu(&m->gemm, CblasNoTrans, T, in, out, dy, W, beta, dx);
+    moe_gemm_rows_cpu(&m->gemm, CblasNoTrans, T, in, out, dy, W, beta, dx);
 }
 
 static void add(const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
@@ -327,48 +327,48 @@ static void add(const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
 }
 
 static moe_status ffn_forward(moe_model *m, int l, int T) {
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->acts[l];
     const moe_layer_weights *w = &m->p.layers[l].ffn;
     if (m->moe[l]) return moe_layer_forward(m->moe[l], w, a->ln2, T, m->tmp, &m->stats[l]);
     const int offsets[2] = {0, T}; /* a dense FFN is one expert that sees every token */
-    expert_ffn_forward_cpu(w, 1, c->d_model, c->d_ff, offsets, a->ln2, a->h1, a->h3, a->act, m->tmp, &m->gemm);
+    moe_expert_ffn_forward_cpu(w, 1, c->d_model, c->d_ff, offsets, a->ln2, a->h1, a->h3, a->act, m->tmp, &m->gemm);
     return MOE_OK;
 }
 
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
                              moe_real *logits_out) {
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     if (num_seqs < 1 || num_seqs > m->max_seqs || !inputs) return MOE_ERR_INVALID_ARG;
     const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
     m->has_forward = 0;
     m->num_seqs = num_seqs;
     memcpy(m->inputs, inputs, (size_t)T * sizeof(int));
-    embedding_forward_cpu(m->p.embedding, inputs, T, d, m->resid[0]);
+    moe_embedding_forward_cpu(m->p.embedding, inputs, T, d, m->resid[0]);
     for (int l = 0; l < c->num_layers; l++) {
-        const model_layer_params *w = &m->p.layers[l];
+        const moe_model_layer_params *w = &m->p.layers[l];
         layer_acts *a = &m->acts[l];
-        rmsnorm_forward_cpu(m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1);
+        moe_rmsnorm_forward_cpu(m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1);
         linear(m, a->ln1, w->wq, T, d, A, a->q);
         linear(m, a->ln1, w->wk, T, d, B, a->k);
         linear(m, a->ln1, w->wv, T, d, B, a->v);
-        rope_forward_cpu(a->q, num_seqs, S, H, hd, c->rope_theta);
-        rope_forward_cpu(a->k, num_seqs, S, KV, hd, c->rope_theta);
-        attention_forward_cpu(a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y);
+        moe_rope_forward_cpu(a->q, num_seqs, S, H, hd, c->rope_theta);
+        moe_rope_forward_cpu(a->k, num_seqs, S, KV, hd, c->rope_theta);
+        moe_attention_forward_cpu(a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y);
         linear(m, a->attn_y, w->wo, T, A, d, m->tmp);
         add(m->resid[l], m->tmp, (size_t)T * d, a->resid_mid);
-        rmsnorm_forward_cpu(a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2);
+        moe_rmsnorm_forward_cpu(a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2);
         moe_status st = ffn_forward(m, l, T);
         if (st != MOE_OK) return st;
         add(a->resid_mid, m->tmp, (size_t)T * d, m->resid[l + 1]);
     }
-    rmsnorm_forward_cpu(m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf);
+    moe_rmsnorm_forward_cpu(m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf);
     linear(m, m->lnf, m->p.lm_head, T, d, V, m->logits);
     if (logits_out) memcpy(logits_out, m->logits, (size_t)T * V * sizeof(moe_real));
     if (!targets) return MOE_OK;
     memcpy(m->targets, targets, (size_t)T * sizeof(int));
-    *loss_sum = cross_entropy_forward_cpu(m->logits, targets, T, V);
+    *loss_sum = moe_cross_entropy_forward_cpu(m->logits, targets, T, V);
     m->has_forward = 1;
     return MOE_OK;
 }
@@ -377,52 +377,52 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
 
 /* From dL/dffn_out (m->dresid) to dL/dln2 (m->dln, overwritten). */
 static moe_status ffn_backward(moe_model *m, int l, int T) {
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->acts[l];
     const moe_layer_weights *w = &m->p.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
     const int offsets[2] = {0, T};
-    expert_ffn_backward_cpu(w, gw, 1, c->d_model, c->d_ff, offsets, 1, a->ln2, a->h1, a->h3, a->act, m->dresid, m->dh1,
+    moe_expert_ffn_backward_cpu(w, gw, 1, c->d_model, c->d_ff, offsets, 1, a->ln2, a->h1, a->h3, a->act, m->dresid, m->dh1,
                             m->dh3, m->dln, m->wgrad_scratch, &m->gemm);
     return MOE_OK;
 }
 
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     if (!m->has_forward) return MOE_ERR_NO_FORWARD;
-    const model_config *c = &m->cfg;
+    const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = m->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
     /* head: dlogits (in place), then lm_head and the final norm */
-    cross_entropy_backward_cpu(m->logits, m->targets, T, V, loss_scale);
+    moe_cross_entropy_backward_cpu(m->logits, m->targets, T, V, loss_scale);
     linear_weight_grad(m->logits, m->lnf, T, d, V, m->g.lm_head);
     linear_input_grad(m, m->logits, m->p.lm_head, T, d, V, 0, m->dln);
     memset(m->dresid, 0, (size_t)T * d * sizeof(moe_real));
-    rmsnorm_backward_cpu(m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid, m->g.final_norm);
+    moe_rmsnorm_backward_cpu(m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid, m->g.final_norm);
     for (int l = c->num_layers - 1; l >= 0; l--) {
-        const model_layer_params *w = &m->p.layers[l];
-        model_layer_params *gw = &m->g.layers[l];
+        const moe_model_layer_params *w = &m->p.layers[l];
+        moe_model_layer_params *gw = &m->g.layers[l];
         layer_acts *a = &m->acts[l];
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         moe_status st = ffn_backward(m, l, T);
         if (st != MOE_OK) return st;
-        rmsnorm_backward_cpu(a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm);
+        moe_rmsnorm_backward_cpu(a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm);
         /* resid_mid = resid[l] + wo(attention(...)) */
         linear_weight_grad(m->dresid, a->attn_y, T, A, d, gw->wo);
         linear_input_grad(m, m->dresid, w->wo, T, A, d, 0, m->dattn);
-        attention_backward_cpu(a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk, m->dv,
+        moe_attention_backward_cpu(a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk, m->dv,
                                m->att_scratch);
-        rope_backward_cpu(m->dq, m->num_seqs, S, H, hd, c->rope_theta);
-        rope_backward_cpu(m->dk, m->num_seqs, S, KV, hd, c->rope_theta);
+        moe_rope_backward_cpu(m->dq, m->num_seqs, S, H, hd, c->rope_theta);
+        moe_rope_backward_cpu(m->dk, m->num_seqs, S, KV, hd, c->rope_theta);
         linear_weight_grad(m->dq, a->ln1, T, d, A, gw->wq);
         linear_weight_grad(m->dk, a->ln1, T, d, B, gw->wk);
         linear_weight_grad(m->dv, a->ln1, T, d, B, gw->wv);
         linear_input_grad(m, m->dq, w->wq, T, d, A, 0, m->dln);
         linear_input_grad(m, m->dk, w->wk, T, d, B, 1, m->dln);
         linear_input_grad(m, m->dv, w->wv, T, d, B, 1, m->dln);
-        rmsnorm_backward_cpu(m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm);
+        moe_rmsnorm_backward_cpu(m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm);
     }
-    embedding_backward_cpu(m->dresid, m->inputs, T, d, m->g.embedding);
+    moe_embedding_backward_cpu(m->dresid, m->inputs, T, d, m->g.embedding);
     m->has_forward = 0;
     return MOE_OK;
 }

@@ -30,13 +30,13 @@ typedef struct {
     float rope_theta;
     float norm_eps;
     moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients, ep_size      */
-} model_config;
+} moe_model_config;
 
 /* Mixtral-like defaults for a small model: V=256, L=4, d=128, H=4, KV=4, d_ff=256, S=128, E=8, k=2. */
-model_config model_config_default(void);
+moe_model_config moe_model_config_default(void);
 /* NULL when valid, else a sentence naming the first wrong field. */
-const char *model_config_problem(const model_config *cfg);
-int model_layer_is_moe(const model_config *cfg, int layer);
+const char *moe_model_config_problem(const moe_model_config *cfg);
+int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
 
 /* Views of one layer's parameters (or gradients) in the rank's buffer. */
 typedef struct {
@@ -46,27 +46,27 @@ typedef struct {
     moe_real *ffn_norm;       /* [d]               post_attention_layernorm             */
     moe_layer_weights ffn;    /* MoE: router + local experts; dense: w1, w3, w2 of one "expert",
                                  router_w NULL                                          */
-} model_layer_params;
+} moe_model_layer_params;
 
 typedef struct {
     moe_real *embedding;      /* [V, d]                                                 */
-    model_layer_params *layers;
+    moe_model_layer_params *layers;
     moe_real *final_norm;     /* [d]                                                    */
     moe_real *lm_head;        /* [V, d]; the embedding when tied                        */
-} model_params;
+} moe_model_views;
 
 /* A span of the parameter buffer with its weight-decay rule (norms are not decayed). */
 typedef struct {
     size_t offset, count;
     int decay;
     const char *name;         /* "embedding", "layers.3.wq", ... for messages */
-} model_param_span;
+} moe_model_param_span;
 
 typedef struct moe_model moe_model;
 
 /* max_seqs: the most sequences one forward will see on this rank. accum_steps: micro-batches per step
  * (the aux and z-loss coefficients are divided by it, as the cross-entropy is). */
-moe_status moe_model_create(const model_config *cfg, const moe_parallel *par, int max_seqs, int accum_steps,
+moe_status moe_model_create(const moe_model_config *cfg, const moe_parallel *par, int max_seqs, int accum_steps,
                             moe_model **out);
 void moe_model_destroy(moe_model *m);
 
@@ -75,9 +75,9 @@ moe_real *moe_model_grads(moe_model *m);
 size_t moe_model_num_dense(const moe_model *m);   /* reals in the dense region  */
 size_t moe_model_num_expert(const moe_model *m);  /* reals in the expert region */
 int moe_model_num_local_experts(const moe_model *m); /* E / ep */
-const model_param_span *moe_model_spans(const moe_model *m, int *count);
-const model_params *moe_model_param_views(const moe_model *m);
-const model_params *moe_model_grad_views(const moe_model *m);
+const moe_model_param_span *moe_model_spans(const moe_model *m, int *count);
+const moe_model_views *moe_model_param_views(const moe_model *m);
+const moe_model_views *moe_model_grad_views(const moe_model *m);
 
 /* Initialises the weights from seed: every tensor (and every global expert) from its own stream, so
  * the same seed gives the same global model for any world size and ep. */

@@ -1,10 +1,10 @@
-/* model_config.c — defaults and validation of model_config. */
+/* model_config.c — defaults and validation of moe_model_config. */
 #include "models/model.h"
 
 #include <math.h>
 
-model_config model_config_default(void) {
-    model_config c = {
+moe_model_config moe_model_config_default(void) {
+    moe_model_config c = {
         .vocab_size = 256,
         .num_layers = 4,
         .d_model = 128,
@@ -21,11 +21,11 @@ model_config model_config_default(void) {
     return c;
 }
 
-int model_layer_is_moe(const model_config *c, int layer) {
+int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
     return c->moe.num_experts > 1 && c->moe_every > 0 && (layer + 1) % c->moe_every == 0;
 }
 
-const char *model_config_problem(const model_config *c) {
+const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->vocab_size < 2 || c->vocab_size > 65536) return "vocab size must be in [2, 65536] (tokens are uint16)";
     if (c->num_layers < 1) return "the number of layers must be at least 1";
     if (c->d_model < 2) return "d_model must be at least 2";

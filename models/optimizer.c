@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-float lr_at(const lr_schedule *s, long step) {
+float moe_lr_at(const moe_lr_schedule *s, long step) {
     if (step <= s->warmup_steps) return s->lr * (float)step / (float)(s->warmup_steps > 0 ? s->warmup_steps : 1);
     long decay_steps = s->total_steps - s->warmup_steps;
     double progress = decay_steps > 0 ? (double)(step - s->warmup_steps) / decay_steps : 1.0;
@@ -21,11 +21,11 @@ static double sum_squares(const moe_real *a, size_t n) {
 /* The expert region holds, per MoE layer, spans w1, w3, w2 of [E_local, ...] each. Every expert's sum of
  * squares is formed on its own, gathered over the EP group, and added in global (layer, expert) order:
  * the same additions in the same order whether the experts are sharded or replicated. */
-moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
+moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
     const moe_real *g = moe_model_grads(m);
     const size_t dense = moe_model_num_dense(m);
     int num_spans;
-    const model_param_span *spans = moe_model_spans(m, &num_spans);
+    const moe_model_param_span *spans = moe_model_spans(m, &num_spans);
     int first_expert_span = 0;
     while (first_expert_span < num_spans && spans[first_expert_span].offset < dense) first_expert_span++;
     const int num_layers = (num_spans - first_expert_span) / 3, R = par->ep->size;
@@ -38,7 +38,7 @@ moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) 
     if (!mine || !all || !nbytes) return free(mine), free(all), free(nbytes), MOE_ERR_OUT_OF_MEMORY;
     for (int l = 0; l < num_layers; l++)
         for (int w = 0; w < 3; w++) {
-            const model_param_span *sp = &spans[first_expert_span + 3 * l + w];
+            const moe_model_param_span *sp = &spans[first_expert_span + 3 * l + w];
             size_t per_expert = sp->count / local;
             for (int e = 0; e < local; e++) mine[l * local + e] += sum_squares(g + sp->offset + e * per_expert, per_expert);
         }
@@ -52,7 +52,7 @@ moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) 
     return st;
 }
 
-double model_clip_grads(moe_model *m, double norm, float clip) {
+double moe_model_clip_grads(moe_model *m, double norm, float clip) {
     if (!(clip > 0) || norm <= clip) return 1.0;
     double scale = clip / norm;
     moe_real *g = moe_model_grads(m);
@@ -61,13 +61,13 @@ double model_clip_grads(moe_model *m, double norm, float clip) {
     return scale;
 }
 
-void model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
-                      const adamw_params *hp) {
+void moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
+                      const moe_adamw_params *hp) {
     int num_spans;
-    const model_param_span *spans = moe_model_spans(m, &num_spans);
+    const moe_model_param_span *spans = moe_model_spans(m, &num_spans);
     const size_t dense = moe_model_num_dense(m), kept = dense_end - dense_begin;
     moe_real *p = moe_model_params(m), *g = moe_model_grads(m);
-    adamw_params no_decay = *hp;
+    moe_adamw_params no_decay = *hp;
     no_decay.weight_decay = 0;
     for (int s = 0; s < num_spans; s++) {
         /* the part of the span inside [dense_begin, dense_end) or in the expert region */
@@ -78,6 +78,6 @@ void model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_re
         }
         if (lo >= hi) continue;
         size_t at = lo < dense ? lo - dense_begin : kept + (lo - dense); /* index in the moments */
-        adamw_update_cpu(p + lo, g + lo, moment1 + at, moment2 + at, hi - lo, spans[s].decay ? hp : &no_decay);
+        moe_adamw_update_cpu(p + lo, g + lo, moment1 + at, moment2 + at, hi - lo, spans[s].decay ? hp : &no_decay);
     }
 }

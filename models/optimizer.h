@@ -11,25 +11,25 @@ typedef struct {
     float min_lr;      /* reached at the last step (cosine)                      */
     int warmup_steps;  /* linear from lr/warmup to lr over the first steps        */
     int total_steps;
-} lr_schedule;
+} moe_lr_schedule;
 
 /* Learning rate of step (1-based): linear warm-up, then cosine decay from lr to min_lr. */
-float lr_at(const lr_schedule *s, long step);
+float moe_lr_at(const moe_lr_schedule *s, long step);
 
 /* sqrt(sum of squares of all gradients of the global model): the dense region once (it is identical
  * on every rank after the reduction), plus each expert once (gathered over the EP group; replicas in
  * other groups are not counted again), added in global expert order so that sharded and replicated
  * layouts give the same bits. Collective. */
-moe_status model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
+moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
 
 /* Scales every gradient by clip / norm when norm > clip > 0; returns the factor applied. */
-double model_clip_grads(moe_model *m, double norm, float clip);
+double moe_model_clip_grads(moe_model *m, double norm, float clip);
 
 /* AdamW over the dense parameters [dense_begin, dense_end) and all of this rank's experts; spans whose
  * decay flag is 0 (norms) get no weight decay. The moments hold exactly what is updated:
  * moment[0 .. dense_end - dense_begin) for the dense range, then the expert region. Without ZeRO-1 the
  * range is the whole dense region; with it, this rank's shard (models/trainer.h). */
-void model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
-                      const adamw_params *hp);
+void moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
+                      const moe_adamw_params *hp);
 
 #endif

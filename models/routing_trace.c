@@ -17,32 +17,32 @@ static uint32_t fnv1a(const unsigned short *ids, size_t count) {
     return h;
 }
 
-static size_t ids_per_record(const routing_trace *t) { return (size_t)t->tokens * t->top_k; }
+static size_t ids_per_record(const moe_routing_trace *t) { return (size_t)t->tokens * t->top_k; }
 
-static long record_offset(const routing_trace *t, int step, int micro_batch, int layer) {
+static long record_offset(const moe_routing_trace *t, int step, int micro_batch, int layer) {
     long index = ((long)(step - 1) * t->micro_batches + micro_batch) * t->num_layers + layer;
     return HEADER_INTS * 4 + index * (long)(RECORD_HEADER_NBYTES + 2 * ids_per_record(t));
 }
 
-static moe_status start(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
-    *t = (routing_trace){.num_experts = E, .top_k = k, .num_layers = layers, .tokens = tokens, .micro_batches = micro};
+static moe_status start(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
+    *t = (moe_routing_trace){.num_experts = E, .top_k = k, .num_layers = layers, .tokens = tokens, .micro_batches = micro};
     snprintf(t->path, sizeof t->path, "%s", path);
     t->buffer = malloc((ids_per_record(t) ? ids_per_record(t) : 1) * sizeof *t->buffer);
     return t->buffer ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
-moe_status routing_trace_create(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
+moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     const int32_t header[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     if (!(t->file = fopen(path, "wb")) || fwrite(header, 4, HEADER_INTS, t->file) != HEADER_INTS) {
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        routing_trace_close(t);
+        moe_routing_trace_close(t);
     }
     return st;
 }
 
-moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int layer, const int *experts) {
+moe_status moe_routing_trace_append(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts) {
     for (size_t i = 0; i < ids_per_record(t); i++) t->buffer[i] = (unsigned short)experts[i];
     const int32_t head[4] = {step, micro_batch, layer, (int32_t)fnv1a(t->buffer, ids_per_record(t))};
     if (fwrite(head, 4, 4, t->file) != 4 || fwrite(t->buffer, 2, ids_per_record(t), t->file) != ids_per_record(t) ||
@@ -51,7 +51,7 @@ moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int
     return MOE_OK;
 }
 
-moe_status routing_trace_open(routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
+moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     int32_t h[HEADER_INTS];
@@ -65,11 +65,11 @@ moe_status routing_trace_open(routing_trace *t, const char *path, int E, int k, 
             st = i < 2 ? moe_fail(MOE_ERR_BAD_FILE, "%s: not a routing trace (bad magic)", path)
                        : moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %d in the trace but %d in this run", path, field[i], h[i],
                               want[i]);
-    if (st != MOE_OK) routing_trace_close(t);
+    if (st != MOE_OK) moe_routing_trace_close(t);
     return st;
 }
 
-moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int layer, int *experts) {
+moe_status moe_routing_trace_read(moe_routing_trace *t, int step, int micro_batch, int layer, int *experts) {
     int32_t head[4];
     const size_t count = ids_per_record(t);
     if (fseek(t->file, record_offset(t, step, micro_batch, layer), SEEK_SET) != 0 || fread(head, 4, 4, t->file) != 4 ||
@@ -93,7 +93,7 @@ moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int l
     return MOE_OK;
 }
 
-void routing_trace_close(routing_trace *t) {
+void moe_routing_trace_close(moe_routing_trace *t) {
     if (t->file) fclose(t->file);
     free(t->buffer);
     memset(t, 0, sizeof *t);

@@ -19,21 +19,21 @@ typedef struct {
     FILE *file;
     int num_experts, top_k, num_layers, tokens, micro_batches;
     unsigned short *buffer; /* one record's ids */
-} routing_trace;
+} moe_routing_trace;
 
 /* Creates (truncates) a trace for writing. */
-moe_status routing_trace_create(routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
+moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
                                 int tokens, int micro_batches);
 /* Appends the record of (step, micro_batch, layer): experts[tokens * k]. Records must come in order. */
-moe_status routing_trace_append(routing_trace *t, int step, int micro_batch, int layer, const int *experts);
+moe_status moe_routing_trace_append(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts);
 
 /* Opens a trace for replay; the header must match the run (E, k, layers, tokens, micro-batches). */
-moe_status routing_trace_open(routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
+moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
                               int tokens, int micro_batches);
 /* Reads the record of (step, micro_batch, layer) into experts[tokens * k], checking its position, hash,
  * ids in [0, E) and k distinct ids per token. */
-moe_status routing_trace_read(routing_trace *t, int step, int micro_batch, int layer, int *experts);
+moe_status moe_routing_trace_read(moe_routing_trace *t, int step, int micro_batch, int layer, int *experts);
 
-void routing_trace_close(routing_trace *t);
+void moe_routing_trace_close(moe_routing_trace *t);
 
 #endif

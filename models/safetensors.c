@@ -16,11 +16,11 @@ static size_t element_count(int ndim, const long *shape) {
     return n;
 }
 
-moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta) {
+moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries, const moe_safetensors_meta *meta, int num_meta) {
     json_t *root = json_object(), *md = json_object();
     size_t offset = 0;
     for (int i = 0; i < num_entries; i++) {
-        const st_entry *e = &entries[i];
+        const moe_safetensors_entry *e = &entries[i];
         json_t *shape = json_array();
         for (int d = 0; d < e->ndim; d++) json_array_append_new(shape, json_integer(e->shape[d]));
         size_t nbytes = element_count(e->ndim, e->shape) * sizeof(float);
@@ -56,13 +56,13 @@ moe_status st_write(const char *path, const st_entry *entries, int num_entries, 
 
 /* ---- reading ---------------------------------------------------------------------------------- */
 
-static moe_status parse_tensor(st_file *f, const char *name, json_t *v, st_tensor *t) {
-    if (strlen(name) >= ST_MAX_NAME) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor name too long: %.60s...", f->path, name);
+static moe_status parse_tensor(moe_safetensors_file *f, const char *name, json_t *v, moe_safetensors_tensor *t) {
+    if (strlen(name) >= MOE_SAFETENSORS_MAX_NAME) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor name too long: %.60s...", f->path, name);
     snprintf(t->name, sizeof t->name, "%s", name);
     json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
            *offsets = json_object_get(v, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) || json_array_size(offsets) != 2 ||
-        json_array_size(shape) > ST_MAX_DIMS)
+        json_array_size(shape) > MOE_SAFETENSORS_MAX_DIMS)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: malformed header entry", f->path, name);
     snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(dtype));
     t->ndim = (int)json_array_size(shape);
@@ -82,7 +82,7 @@ static moe_status parse_tensor(st_file *f, const char *name, json_t *v, st_tenso
     return MOE_OK;
 }
 
-moe_status st_open(const char *path, st_file *f) {
+moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
     if (!(f->file = fopen(path, "rb"))) return moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -110,7 +110,7 @@ moe_status st_open(const char *path, st_file *f) {
     }
     free(header);
     f->data_start = 8 + header_nbytes;
-    if (st == MOE_OK) f->tensors = calloc(json_object_size(root) + 1, sizeof(st_tensor));
+    if (st == MOE_OK) f->tensors = calloc(json_object_size(root) + 1, sizeof(moe_safetensors_tensor));
     const char *key;
     json_t *value;
     if (st == MOE_OK) json_object_foreach(root, key, value) {
@@ -122,24 +122,24 @@ moe_status st_open(const char *path, st_file *f) {
             f->num_tensors++;
         }
     json_decref(root);
-    if (st != MOE_OK) st_close(f);
+    if (st != MOE_OK) moe_safetensors_close(f);
     return st;
 }
 
-void st_close(st_file *f) {
+void moe_safetensors_close(moe_safetensors_file *f) {
     if (f->file) fclose(f->file);
     json_decref(f->metadata);
     free(f->tensors);
     memset(f, 0, sizeof *f);
 }
 
-const st_tensor *st_find(const st_file *f, const char *name) {
+const moe_safetensors_tensor *moe_safetensors_find(const moe_safetensors_file *f, const char *name) {
     for (int i = 0; i < f->num_tensors; i++)
         if (!strcmp(f->tensors[i].name, name)) return &f->tensors[i];
     return NULL;
 }
 
-const char *st_metadata(const st_file *f, const char *key) {
+const char *moe_safetensors_metadata(const moe_safetensors_file *f, const char *key) {
     json_t *v = f->metadata ? json_object_get(f->metadata, key) : NULL;
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
@@ -150,8 +150,8 @@ static void format_shape(char *buf, size_t n, int ndim, const long *shape) {
     if (at < n) snprintf(buf + at, n - at, "]");
 }
 
-moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst) {
-    const st_tensor *t = st_find(f, name);
+moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int ndim, const long *shape, float *dst) {
+    const moe_safetensors_tensor *t = moe_safetensors_find(f, name);
     if (!t) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing", f->path, name);
     if (strcmp(t->dtype, "F32"))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; only F32 is supported", f->path, name, t->dtype);

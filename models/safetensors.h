@@ -16,45 +16,45 @@
 
 #include "moe/moe.h"
 
-enum { ST_MAX_DIMS = 4, ST_MAX_NAME = 128 };
+enum { MOE_SAFETENSORS_MAX_DIMS = 4, MOE_SAFETENSORS_MAX_NAME = 128 };
 
 typedef struct {
     const char *name;
     int ndim;
-    long shape[ST_MAX_DIMS];
+    long shape[MOE_SAFETENSORS_MAX_DIMS];
     const float *data; /* product(shape) floats */
-} st_entry;
+} moe_safetensors_entry;
 
 typedef struct {
     const char *key, *value;
-} st_meta;
+} moe_safetensors_meta;
 
 /* Writes path (not atomically: see models/checkpoint.c) and fsyncs it. */
-moe_status st_write(const char *path, const st_entry *entries, int num_entries, const st_meta *meta, int num_meta);
+moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries, const moe_safetensors_meta *meta, int num_meta);
 
 typedef struct {
-    char name[ST_MAX_NAME];
+    char name[MOE_SAFETENSORS_MAX_NAME];
     char dtype[8];
     int ndim;
-    long shape[ST_MAX_DIMS];
+    long shape[MOE_SAFETENSORS_MAX_DIMS];
     size_t begin, end; /* byte offsets in the data section */
-} st_tensor;
+} moe_safetensors_tensor;
 
 typedef struct {
     char path[512];
     FILE *file;
     size_t data_start, file_nbytes;
-    st_tensor *tensors;
+    moe_safetensors_tensor *tensors;
     int num_tensors;
     void *metadata; /* json_t * */
-} st_file;
+} moe_safetensors_file;
 
-moe_status st_open(const char *path, st_file *f);
-void st_close(st_file *f);
-const st_tensor *st_find(const st_file *f, const char *name);
-const char *st_metadata(const st_file *f, const char *key); /* NULL when absent */
+moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f);
+void moe_safetensors_close(moe_safetensors_file *f);
+const moe_safetensors_tensor *moe_safetensors_find(const moe_safetensors_file *f, const char *name);
+const char *moe_safetensors_metadata(const moe_safetensors_file *f, const char *key); /* NULL when absent */
 
 /* Reads tensor `name` into dst after checking dtype F32 and shape == (ndim, shape). */
-moe_status st_read(st_file *f, const char *name, int ndim, const long *shape, float *dst);
+moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int ndim, const long *shape, float *dst);
 
 #endif

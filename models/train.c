@@ -35,13 +35,13 @@ static void require(moe_status st, const char *what) {
 }
 
 /* min and max of load / mean load over every (MoE layer, expert), and the coefficient of variation */
-static void load_balance(const model_config *m, const double *tokens, double *lo, double *hi, double *cv) {
+static void load_balance(const moe_model_config *m, const double *tokens, double *lo, double *hi, double *cv) {
     const int E = m->moe.num_experts;
     double sum = 0, sum_sq = 0;
     int n = 0;
     *lo = INFINITY, *hi = 0;
     for (int l = 0; l < m->num_layers; l++) {
-        if (!model_layer_is_moe(m, l)) continue;
+        if (!moe_model_layer_is_moe(m, l)) continue;
         double mean = 0;
         for (int e = 0; e < E; e++) mean += tokens[l * E + e] / E;
         for (int e = 0; e < E && mean > 0; e++) {
@@ -54,8 +54,8 @@ static void load_balance(const model_config *m, const double *tokens, double *lo
     *cv = n ? sqrt(fmax(0, sum_sq / n - mean * mean)) / mean : 0;
 }
 
-static void log_step(const train_options *o, FILE *metrics, int step, const step_result *r, double ms, double val) {
-    const model_config *m = &o->model;
+static void log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms, double val) {
+    const moe_model_config *m = &o->model;
     const double tokens_per_s = (double)o->batch * o->micro_batches * m->seq_len / (ms / 1e3);
     double lo, hi, cv;
     load_balance(m, r->expert_tokens, &lo, &hi, &cv);
@@ -73,7 +73,7 @@ static void log_step(const train_options *o, FILE *metrics, int step, const step
     if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g", val);
     fprintf(metrics, ",\"expert_tokens\":[");
     for (int l = 0, first = 1; l < m->num_layers; l++) {
-        if (!model_layer_is_moe(m, l)) continue;
+        if (!moe_model_layer_is_moe(m, l)) continue;
         fprintf(metrics, "%s{\"layer\":%d,\"tokens\":[", first ? "" : ",", l);
         for (int e = 0; e < m->moe.num_experts; e++)
             fprintf(metrics, "%s%.0f", e ? "," : "", r->expert_tokens[l * m->moe.num_experts + e]);
@@ -84,14 +84,14 @@ static void log_step(const train_options *o, FILE *metrics, int step, const step
     fflush(metrics);
 }
 
-static void print_sample(trainer *t) {
-    const train_options *o = &t->opt;
+static void print_sample(moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
     int n = 0, max_n = (int)strlen(o->sample_prompt) + o->sample_tokens + 1;
     int *text = calloc((size_t)max_n, sizeof(int));
     if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
     for (const char *c = o->sample_prompt; *c; c++) text[n++] = (unsigned char)*c % o->model.vocab_size;
     if (n == 0) text[n++] = '\n' % o->model.vocab_size;
-    require(trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
+    require(moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
             "sampling");
     if (t->par->world_rank == 0) {
         printf("sample (temperature %g):\n---\n", o->sample_temperature);
@@ -103,37 +103,37 @@ static void print_sample(trainer *t) {
 }
 
 /* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
-static int stop_all(trainer *t, moe_parallel *par, const char *what, moe_status st) {
+static int stop_all(moe_trainer *t, moe_parallel *par, const char *what, moe_status st) {
     fprintf(stderr, "moe-train: rank %d: %s: %s\n", par->world_rank, what, moe_failure_message(st));
-    trainer_destroy(t);
+    moe_trainer_destroy(t);
     moe_parallel_destroy(par);
     MPI_Finalize();
     return 2;
 }
 
 /* --resume / --init-from; *first_step gets the first step to run. */
-static moe_status restore(trainer *t, const train_options *o, int *first_step) {
+static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first_step) {
     char dir[700];
     int done = 0;
     if (*o->resume) {
         if (strcmp(o->resume, "latest")) snprintf(dir, sizeof dir, "%s", o->resume);
-        else MOE_TRY(checkpoint_latest(o->checkpoint_dir, dir, sizeof dir));
-        MOE_TRY(checkpoint_resume(t, dir, &done));
+        else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, dir, sizeof dir));
+        MOE_TRY(moe_checkpoint_resume(t, dir, &done));
         if (t->par->world_rank == 0) printf("resumed from %s after step %d\n", dir, done);
     } else if (*o->init_from) {
-        MOE_TRY(checkpoint_load_weights(t, o->init_from));
+        MOE_TRY(moe_checkpoint_load_weights(t, o->init_from));
         if (t->par->world_rank == 0) printf("weights from %s\n", o->init_from);
     }
     *first_step = done + 1;
     return MOE_OK;
 }
 
-static int eval_only(trainer *t, const train_options *o) {
+static int eval_only(moe_trainer *t, const moe_train_options *o) {
     double val = 0;
-    require(trainer_evaluate(t, &val), "validation");
+    require(moe_trainer_evaluate(t, &val), "validation");
     const size_t count = (size_t)o->model.seq_len * o->model.vocab_size;
     moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
-    if (*o->dump_logits) require(logits ? trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
+    if (*o->dump_logits) require(logits ? moe_trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
     if (t->par->world_rank == 0) {
         printf("eval: val_loss %.9f over %ld tokens\n", val, (long)o->eval_batches * o->batch * o->model.seq_len);
         FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
@@ -151,9 +151,9 @@ int main(int argc, char **argv) {
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    train_options opt;
+    moe_train_options opt;
     /* every rank parses the same argv; rank 0 alone reports, all ranks stop together */
-    int parsed = train_options_parse(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL);
+    int parsed = moe_train_options_parse(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL);
     if (parsed != 0) {
         MPI_Finalize();
         return parsed > 0 ? 0 : 2;
@@ -161,8 +161,8 @@ int main(int argc, char **argv) {
     moe_parallel *par;
     require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &par),
             "parallel layout");
-    trainer t;
-    moe_status st = trainer_create(&t, &opt, par);
+    moe_trainer t;
+    moe_status st = moe_trainer_create(&t, &opt, par);
     if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) {
         fprintf(stderr, "moe-train: rank %d: bad data file: %s\n", world_rank, moe_failure_message(st));
         moe_parallel_destroy(par);
@@ -174,14 +174,14 @@ int main(int argc, char **argv) {
     if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, par, "cannot load the checkpoint", st);
     if (opt.eval_only) {
         int rc = eval_only(&t, &opt);
-        trainer_destroy(&t);
+        moe_trainer_destroy(&t);
         moe_parallel_destroy(par);
         MPI_Finalize();
         return rc;
     }
     FILE *metrics = NULL;
     if (world_rank == 0) {
-        train_options_print(&opt, stdout);
+        moe_train_options_print(&opt, stdout);
         printf("world %d ranks: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank; "
                "train %ld tokens, val %ld tokens\n",
                world_size, par->ep_size, par->dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
@@ -191,24 +191,24 @@ int main(int argc, char **argv) {
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
-    step_result r = {0};
+    moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
     for (int step = first_step; step <= opt.steps; step++) {
         double t0 = now_ms(), val = -1;
-        require(trainer_step(&t, step, &r), "training step");
+        require(moe_trainer_step(&t, step, &r), "training step");
         double ms = now_ms() - t0;
         if (step == opt.steps || (opt.eval_interval > 0 && step % opt.eval_interval == 0))
-            require(trainer_evaluate(&t, &val), "validation");
+            require(moe_trainer_evaluate(&t, &val), "validation");
         if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val);
         if (*opt.checkpoint_dir && (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
-            (st = checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)
+            (st = moe_checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)
             return stop_all(&t, par, "checkpoint save failed (earlier checkpoints are intact)", st);
     }
     if (opt.sample_tokens > 0) print_sample(&t);
     if (metrics) fclose(metrics);
     free(r.expert_tokens);
-    trainer_destroy(&t);
+    moe_trainer_destroy(&t);
     moe_parallel_destroy(par);
     MPI_Finalize();
     return 0;

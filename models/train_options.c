@@ -12,13 +12,13 @@ typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_CHOICE } opt_kind;
 typedef struct {
     const char *name, *help;
     opt_kind kind;
-    size_t offset;           /* into train_options */
+    size_t offset;           /* into moe_train_options */
     double lo, hi;           /* numeric range */
     const char *choices[3];  /* OPT_CHOICE: the words; the value stored is the index */
     const char *implicit;    /* OPT_STRING: the value when the flag is given without one */
 } opt_spec;
 
-#define OFF(field) offsetof(train_options, field)
+#define OFF(field) offsetof(moe_train_options, field)
 static const opt_spec kOptions[] = {
     /* model */
     {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL},
@@ -102,9 +102,9 @@ static void complain(FILE *err, const char *fmt, ...) {
     va_end(ap);
 }
 
-static void set_defaults(train_options *o) {
+static void set_defaults(moe_train_options *o) {
     memset(o, 0, sizeof *o);
-    o->model = model_config_default();
+    o->model = moe_model_config_default();
     o->model.moe.renormalize = -1; /* decided once --top-k is known */
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = 100, o->weight_decay = 0.1f, o->clip = 1.0f;
@@ -124,7 +124,7 @@ static const opt_spec *find(const char *name) {
     return NULL;
 }
 
-static int set_value(const opt_spec *s, const char *v, train_options *o, FILE *err) {
+static int set_value(const opt_spec *s, const char *v, moe_train_options *o, FILE *err) {
     void *field = (char *)o + s->offset;
     char *end;
     errno = 0;
@@ -150,11 +150,11 @@ static int set_value(const opt_spec *s, const char *v, train_options *o, FILE *e
 }
 
 /* Combinations no single flag can check. */
-static int check_combinations(train_options *o, int world_size, FILE *err) {
-    model_config *m = &o->model;
+static int check_combinations(moe_train_options *o, int world_size, FILE *err) {
+    moe_model_config *m = &o->model;
     m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
     if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate must stay the probability */
-    const char *problem = model_config_problem(m);
+    const char *problem = moe_model_config_problem(m);
     if (problem) return complain(err, "moe-train: invalid model: %s\n", problem), -1;
     if (world_size % m->moe.ep_size)
         return complain(err, "moe-train: --ep %d must divide the number of ranks (%d)\n", m->moe.ep_size, world_size), -1;
@@ -174,11 +174,11 @@ static int check_combinations(train_options *o, int world_size, FILE *err) {
     return 0;
 }
 
-int train_options_parse(int argc, char **argv, int world_size, train_options *o, FILE *err) {
+int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err) {
     set_defaults(o);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (err) train_options_usage(stdout);
+            if (err) moe_train_options_usage(stdout);
             return 1;
         }
         const opt_spec *s = find(argv[i]);
@@ -194,7 +194,7 @@ int train_options_parse(int argc, char **argv, int world_size, train_options *o,
     return check_combinations(o, world_size, err);
 }
 
-static void print_value(const opt_spec *s, const train_options *o, FILE *f) {
+static void print_value(const opt_spec *s, const moe_train_options *o, FILE *f) {
     const void *field = (const char *)o + s->offset;
     switch (s->kind) {
     case OPT_INT: fprintf(f, "%d", *(const int *)field); break;
@@ -204,8 +204,8 @@ static void print_value(const opt_spec *s, const train_options *o, FILE *f) {
     }
 }
 
-void train_options_usage(FILE *f) {
-    train_options d;
+void moe_train_options_usage(FILE *f) {
+    moe_train_options d;
     set_defaults(&d);
     fprintf(f, "usage: mpirun -np N moe-train [flags]\n"
                "Trains a Mixtral-architecture MoE language model on llm.c token files.\n\n");
@@ -216,7 +216,7 @@ void train_options_usage(FILE *f) {
     }
 }
 
-void train_options_print(const train_options *o, FILE *f) {
+void moe_train_options_print(const moe_train_options *o, FILE *f) {
     fprintf(f, "configuration:\n");
     for (size_t i = 0; i < NUM_OPTIONS; i++) {
         fprintf(f, "  %-22s ", kOptions[i].name);

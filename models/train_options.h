@@ -8,7 +8,7 @@
 #include "models/model.h"
 
 typedef struct {
-    model_config model;
+    moe_model_config model;
     /* training */
     int batch;          /* global sequences per micro-batch; divisible by the world size */
     int micro_batches;  /* gradient accumulation steps per optimizer step                */
@@ -34,14 +34,14 @@ typedef struct {
     const char *dump_logits;    /* with eval_only: float32 logits of validation sequence 0 */
     const char *routing_trace_out; /* write every training step's routing here ('' : no)   */
     const char *routing_trace_in;  /* take the routing from this trace instead of the routers */
-} train_options;
+} moe_train_options;
 
 /* Parses argv into o (defaults first). Returns 0 on success, 1 when --help was printed, -1 on an error
  * (message already written to err, naming the flag, the value and what is allowed; err NULL: quiet,
  * for ranks other than 0). world_size checks the combinations that depend on it (ep, batch). */
-int train_options_parse(int argc, char **argv, int world_size, train_options *o, FILE *err);
+int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err);
 
-void train_options_print(const train_options *o, FILE *f);
-void train_options_usage(FILE *f);
+void moe_train_options_print(const moe_train_options *o, FILE *f);
+void moe_train_options_usage(FILE *f);
 
 #endif

@@ -17,39 +17,39 @@ static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi
 }
 
 /* --routing-trace-out / --routing-trace-in; every rank agrees on the outcome. */
-static moe_status open_traces(trainer *t) {
-    const train_options *o = &t->opt;
+static moe_status open_traces(moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
     const int tokens = o->batch * o->model.seq_len, E = o->model.moe.num_experts, k = o->model.moe.top_k;
-    for (int l = 0; l < o->model.num_layers; l++) t->num_moe_layers += model_layer_is_moe(&o->model, l);
+    for (int l = 0; l < o->model.num_layers; l++) t->num_moe_layers += moe_model_layer_is_moe(&o->model, l);
     moe_status st = MOE_OK;
     if (*o->routing_trace_out || *o->routing_trace_in) {
         t->trace_ids = malloc((size_t)(t->num_moe_layers ? t->num_moe_layers : 1) * tokens * k * sizeof(int));
         if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK && *o->routing_trace_out && t->par->world_rank == 0)
-        st = routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches);
+        st = moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches);
     if (st == MOE_OK && *o->routing_trace_in)
-        st = routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches);
+        st = moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches);
     st = moe_comm_agree(t->par->world, st);
-    if (st != MOE_OK) trainer_destroy(t);
+    if (st != MOE_OK) moe_trainer_destroy(t);
     return st;
 }
 
-moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par) {
+moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, const moe_parallel *par) {
     memset(t, 0, sizeof *t);
     t->opt = *opt;
     t->par = par;
-    const model_config *m = &opt->model;
-    moe_status st = token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
-    if (st == MOE_OK) st = token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
+    const moe_model_config *m = &opt->model;
+    moe_status st = moe_token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
+    if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     /* one rank's bad file stops every rank (the files may differ between nodes) */
-    if ((st = moe_comm_agree(par->world, st)) != MOE_OK) return trainer_destroy(t), st;
+    if ((st = moe_comm_agree(par->world, st)) != MOE_OK) return moe_trainer_destroy(t), st;
     t->local_seqs = opt->batch / par->world_size;
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
-    if (!t->inputs || !t->targets) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    if (!t->inputs || !t->targets) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     if ((st = moe_model_create(m, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
-        return trainer_destroy(t), st;
+        return moe_trainer_destroy(t), st;
     moe_model_init_weights(t->model, (unsigned long long)opt->seed);
     const size_t dense = moe_model_num_dense(t->model);
     t->dense_begin = 0, t->dense_end = dense;
@@ -57,24 +57,24 @@ moe_status trainer_create(trainer *t, const train_options *opt, const moe_parall
     size_t n = (t->dense_end - t->dense_begin) + moe_model_num_expert(t->model);
     t->moment1 = calloc(n ? n : 1, sizeof(moe_real));
     t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
-    if (!t->moment1 || !t->moment2) return trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
-    t->schedule = (lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
+    if (!t->moment1 || !t->moment2) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    t->schedule = (moe_lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
     return open_traces(t);
 }
 
-void trainer_destroy(trainer *t) {
+void moe_trainer_destroy(moe_trainer *t) {
     moe_model_destroy(t->model);
-    token_file_free(&t->train);
-    token_file_free(&t->val);
-    routing_trace_close(&t->trace_out);
-    routing_trace_close(&t->trace_in);
+    moe_token_file_free(&t->train);
+    moe_token_file_free(&t->val);
+    moe_routing_trace_close(&t->trace_out);
+    moe_routing_trace_close(&t->trace_in);
     free(t->moment1), free(t->moment2), free(t->inputs), free(t->targets), free(t->trace_ids);
     memset(t, 0, sizeof *t);
 }
 
 /* ZeRO-1: every rank's dense range (`mine`: the values of this rank's range) concatenated in rank
  * order into full[0 .. num_dense). */
-static moe_status gather_dense(trainer *t, moe_real *full, const moe_real *mine) {
+static moe_status gather_dense(moe_trainer *t, moe_real *full, const moe_real *mine) {
     moe_comm *world = t->par->world;
     const size_t dense = moe_model_num_dense(t->model), W = world->size, count = t->dense_end - t->dense_begin;
     size_t *nbytes = calloc(W, sizeof(size_t));
@@ -90,7 +90,7 @@ static moe_status gather_dense(trainer *t, moe_real *full, const moe_real *mine)
     return st;
 }
 
-moe_status trainer_moments_gather(trainer *t, int which, moe_real *full) {
+moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full) {
     const moe_real *moments = which ? t->moment2 : t->moment1;
     const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
     memcpy(full + dense, moments + kept, moe_model_num_expert(t->model) * sizeof(moe_real));
@@ -98,7 +98,7 @@ moe_status trainer_moments_gather(trainer *t, int which, moe_real *full) {
     return gather_dense(t, full, moments);
 }
 
-void trainer_moments_set(trainer *t, int which, const moe_real *full) {
+void moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full) {
     moe_real *moments = which ? t->moment2 : t->moment1;
     const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
     memcpy(moments, full + t->dense_begin, kept * sizeof(moe_real));
@@ -106,8 +106,8 @@ void trainer_moments_set(trainer *t, int which, const moe_real *full) {
 }
 
 /* Routing statistics of the last micro-batch, added into r (per-rank drops; global counts). */
-static void add_routing_stats(const trainer *t, step_result *r, double *dropped, double *assignments) {
-    const model_config *m = &t->opt.model;
+static void add_routing_stats(const moe_trainer *t, moe_step_result *r, double *dropped, double *assignments) {
+    const moe_model_config *m = &t->opt.model;
     for (int l = 0; l < m->num_layers; l++) {
         const moe_layer_stats *ls = moe_model_layer_stats(t->model, l);
         if (!ls) continue;
@@ -120,40 +120,40 @@ static void add_routing_stats(const trainer *t, step_result *r, double *dropped,
 
 /* Forces every MoE layer's routing of this micro-batch from the trace (this rank's tokens). A bad
  * record has been reported on every rank alike: all ranks read the same file. */
-static moe_status replay_routing(trainer *t, int step, int mb) {
+static moe_status replay_routing(moe_trainer *t, int step, int mb) {
     const int k = t->opt.model.moe.top_k, tokens = t->opt.batch * t->opt.model.seq_len;
     const size_t first = (size_t)t->par->world_rank * t->local_seqs * t->opt.model.seq_len * k;
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         if (!layer) continue;
         int *ids = t->trace_ids + (size_t)i * tokens * k;
-        MOE_TRY(moe_fail_context(routing_trace_read(&t->trace_in, step, mb, i++, ids), "routing replay"));
+        MOE_TRY(moe_fail_context(moe_routing_trace_read(&t->trace_in, step, mb, i++, ids), "routing replay"));
         moe_layer_force_routing(layer, ids + first);
     }
     return MOE_OK;
 }
 
 /* World rank 0 appends every MoE layer's global routing of this micro-batch to the trace. */
-static moe_status record_routing(trainer *t, int step, int mb) {
+static moe_status record_routing(moe_trainer *t, int step, int mb) {
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         int tokens;
         const int *ids = layer ? moe_layer_global_routing(layer, &tokens) : NULL;
         if (!ids) continue;
-        MOE_TRY(moe_fail_context(routing_trace_append(&t->trace_out, step, mb, i++, ids), "routing trace"));
+        MOE_TRY(moe_fail_context(moe_routing_trace_append(&t->trace_out, step, mb, i++, ids), "routing trace"));
     }
     return MOE_OK;
 }
 
-moe_status trainer_step(trainer *t, int step, step_result *r) {
-    const train_options *o = &t->opt;
-    const model_config *m = &o->model;
+moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
+    const moe_train_options *o = &t->opt;
+    const moe_model_config *m = &o->model;
     const int S = m->seq_len;
     const double step_tokens = (double)o->batch * o->micro_batches * S;
     const moe_real scale = (moe_real)(1.0 / step_tokens); /* the loss is the mean over the step's tokens */
     double sums[3] = {0, 0, 0};                           /* loss, dropped, assignments: per rank */
     int num_moe = 0;
-    for (int l = 0; l < m->num_layers; l++) num_moe += model_layer_is_moe(m, l);
+    for (int l = 0; l < m->num_layers; l++) num_moe += moe_model_layer_is_moe(m, l);
     memset(r->expert_tokens, 0, (size_t)m->num_layers * m->moe.num_experts * sizeof(double));
     r->aux = r->z = 0;
     moe_model_zero_grads(t->model);
@@ -161,7 +161,7 @@ moe_status trainer_step(trainer *t, int step, step_result *r) {
     for (int mb = 0; mb < o->micro_batches && st == MOE_OK; mb++) {
         long batch_index = (long)(step - 1) * o->micro_batches + mb;
         long first = batch_index * o->batch + (long)t->par->world_rank * t->local_seqs;
-        token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
+        moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
         double loss_sum = 0;
         if (t->trace_in.file) st = replay_routing(t, step, mb);
         if (st == MOE_OK) st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL);
@@ -173,12 +173,12 @@ moe_status trainer_step(trainer *t, int step, step_result *r) {
     }
     if (st == MOE_OK) st = moe_model_reduce_grads(t->model);
     if (st == MOE_OK) st = t->par->world->ops->allreduce_sum_f64(t->par->world, sums, 3);
-    if (st == MOE_OK) st = model_grad_norm(t->model, t->par, &r->grad_norm);
+    if (st == MOE_OK) st = moe_model_grad_norm(t->model, t->par, &r->grad_norm);
     if (st != MOE_OK) return st;
-    model_clip_grads(t->model, r->grad_norm, o->clip);
-    r->lr = lr_at(&t->schedule, step);
-    adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
-    model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
+    moe_model_clip_grads(t->model, r->grad_norm, o->clip);
+    r->lr = moe_lr_at(&t->schedule, step);
+    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
+    moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
     if (o->zero) st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
     if (st == MOE_OK) st = moe_model_update_expert_bias(t->model);
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
@@ -188,12 +188,12 @@ moe_status trainer_step(trainer *t, int step, step_result *r) {
     return st;
 }
 
-moe_status trainer_evaluate(trainer *t, double *val_loss) {
-    const train_options *o = &t->opt;
+moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
+    const moe_train_options *o = &t->opt;
     double loss_sum = 0;
     for (int b = 0; b < o->eval_batches; b++) {
         long first = (long)b * o->batch + (long)t->par->world_rank * t->local_seqs;
-        token_file_sequences(&t->val, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
+        moe_token_file_sequences(&t->val, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
         double s = 0;
         moe_status st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &s, NULL);
         if (st != MOE_OK) return st;
@@ -204,14 +204,14 @@ moe_status trainer_evaluate(trainer *t, double *val_loss) {
     return st;
 }
 
-moe_status trainer_validation_logits(trainer *t, moe_real *logits) {
-    token_file_sequences(&t->val, t->opt.model.seq_len, 0, 1, t->inputs, t->targets);
+moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
+    moe_token_file_sequences(&t->val, t->opt.model.seq_len, 0, 1, t->inputs, t->targets);
     return moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
 }
 
 /* The context sits at the start of one sequence of S tokens; causal attention makes the padding after
  * it irrelevant to the logits read at the last context position. */
-moe_status trainer_sample(trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {
     const int S = t->opt.model.seq_len, V = t->opt.model.vocab_size;
     moe_real *logits = malloc((size_t)S * V * sizeof(moe_real));
     if (!logits) return MOE_ERR_OUT_OF_MEMORY;

@@ -15,13 +15,13 @@ typedef struct {
     double grad_norm;     /* before clipping                                                        */
     float lr;
     double *expert_tokens; /* [L * E] global top-k assignments per (layer, expert) before capacity, summed over the step */
-} step_result;
+} moe_step_result;
 
 typedef struct {
-    train_options opt;
+    moe_train_options opt;
     const moe_parallel *par;
     moe_model *model;
-    token_file train, val;
+    moe_token_file train, val;
     /* AdamW state: the moments of the dense range [dense_begin, dense_end) this rank updates, then of
      * its experts. Without ZeRO-1 the range is the whole dense region; with it, 1/W of it (the ranks'
      * ranges tile the region in rank order), and the updated parameters are all-gathered. */
@@ -29,34 +29,34 @@ typedef struct {
     moe_real *moment1, *moment2;
     int *inputs, *targets;       /* [local_seqs * S] */
     int local_seqs;              /* batch / world size */
-    lr_schedule schedule;
+    moe_lr_schedule schedule;
     /* routing traces (models/routing_trace.h): world rank 0 writes, every rank replays */
-    routing_trace trace_out, trace_in;
+    moe_routing_trace trace_out, trace_in;
     int num_moe_layers;
     int *trace_ids;              /* [num_moe_layers][global tokens * k] */
-} trainer;
+} moe_trainer;
 
 /* Loads and checks both token files (a bad file is reported in message, on every rank that sees it,
  * and every rank returns the same failure), creates the model and initialises it from opt->seed. */
-moe_status trainer_create(trainer *t, const train_options *opt, const moe_parallel *par);
-void trainer_destroy(trainer *t);
+moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, const moe_parallel *par);
+void moe_trainer_destroy(moe_trainer *t);
 
 /* One optimizer step (1-based): micro-batches, gradient reduction, clipping, AdamW, bias update.
  * r->expert_tokens must hold L * E doubles. Collective. */
-moe_status trainer_step(trainer *t, int step, step_result *r);
+moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r);
 
 /* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
-moe_status trainer_evaluate(trainer *t, double *val_loss);
+moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
 
 /* The moments in the unsharded layout [dense | experts] (collective under ZeRO-1), and back. */
-moe_status trainer_moments_gather(trainer *t, int which, moe_real *full);
-void trainer_moments_set(trainer *t, int which, const moe_real *full);
+moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full);
+void moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
 
 /* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */
-moe_status trainer_validation_logits(trainer *t, moe_real *logits);
+moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits);
 
 /* Continues `text` (n tokens, capacity max_n) to max_n tokens; every rank gets the same tokens.
  * temperature 0: greedy. Collective. */
-moe_status trainer_sample(trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed);
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed);
 
 #endif

@@ -50,7 +50,7 @@ typedef struct moe_backend_ops {
                                    const moe_real *gate, int num_tokens, int top_k, int d, void *dy, moe_real *dgate);
 
     /* SwiGLU experts on `rows` rows in expert-major order (expert_offset: host [E_local + 1]); the backend
-     * keeps what backward needs. Backward: segment_start as expert_ffn_backward_cpu (host). */
+     * keeps what backward needs. Backward: segment_start as moe_expert_ffn_backward_cpu (host). */
     moe_status (*experts_forward)(moe_backend *b, const moe_layer_weights *w, const int *expert_offset, int rows,
                                   const void *xp, void *y);
     moe_status (*experts_backward)(moe_backend *b, const moe_layer_weights *w, moe_layer_weights *grads,

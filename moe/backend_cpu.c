@@ -17,7 +17,7 @@
 struct moe_backend {
     moe_config cfg;
     int num_local_experts;
-    gemm_rows_plan gemm;     /* how row-wise GEMMs are cut into calls (cfg.layout_invariant) */
+    moe_gemm_rows_plan gemm;     /* how row-wise GEMMs are cut into calls (cfg.layout_invariant) */
     moe_real *wgrad_scratch; /* [d_ff * d] one expert weight gradient product */
     int max_rows;            /* what the expert activations hold */
     moe_real *h1, *h3, *act; /* [rows, d_ff] kept from forward for backward */
@@ -28,7 +28,7 @@ struct moe_backend {
 
 static void cpu_destroy(moe_backend *b) {
     if (!b) return;
-    gemm_rows_plan_free(&b->gemm);
+    moe_gemm_rows_plan_free(&b->gemm);
     free(b->wgrad_scratch);
     free(b->h1), free(b->h3), free(b->act), free(b->dh1), free(b->dh3);
     free(b->dscores), free(b->dlogits);
@@ -44,7 +44,7 @@ static moe_status cpu_create(const moe_config *cfg, const moe_parallel *par, moe
     int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
     widest = widest > cfg->num_experts ? widest : cfg->num_experts;
     b->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
-    moe_status st = b->wgrad_scratch ? gemm_rows_plan_init(&b->gemm, cfg->layout_invariant, widest)
+    moe_status st = b->wgrad_scratch ? moe_gemm_rows_plan_init(&b->gemm, cfg->layout_invariant, widest)
                                      : MOE_ERR_OUT_OF_MEMORY;
     if (st != MOE_OK) return cpu_destroy(b), st;
     *out = b;
@@ -94,35 +94,35 @@ static moe_status cpu_route(moe_backend *b, const moe_layer_weights *w, const mo
                             int use_given_experts, moe_routing *r) {
     const moe_config *c = &b->cfg;
     const int T = r->num_tokens, E = c->num_experts, k = c->top_k;
-    moe_status st = router_logits_cpu(&b->gemm, x, w->router_w, T, c->d_model, E, r->logits);
+    moe_status st = moe_router_logits_cpu(&b->gemm, x, w->router_w, T, c->d_model, E, r->logits);
     if (st != MOE_OK) return st;
-    router_scores_cpu(c->score_func, r->logits, T, E, r->scores);
+    moe_router_scores_cpu(c->score_func, r->logits, T, E, r->scores);
     const moe_real *select = r->scores;
     if (c->score_func == MOE_SCORE_SIGMOID) {
         for (size_t i = 0; i < (size_t)T * E; i++) r->select_scores[i] = r->scores[i] + bias[i % E];
         select = r->select_scores;
     }
-    if (!use_given_experts) router_topk_cpu(select, T, E, k, r->expert);
-    router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
+    if (!use_given_experts) moe_router_topk_cpu(select, T, E, k, r->expert);
+    moe_router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
     return MOE_OK;
 }
 
 static moe_status cpu_dispatch_layout(moe_backend *b, moe_routing *r) {
     (void)b;
-    router_dispatch_layout_cpu(r);
+    moe_router_dispatch_layout_cpu(r);
     return MOE_OK;
 }
 
 static moe_status cpu_permute(moe_backend *b, const moe_real *x, const int *perm_token, int num_rows, int d, void *xp) {
     (void)b;
-    permute_rows_cpu(x, perm_token, num_rows, d, xp);
+    moe_permute_rows_cpu(x, perm_token, num_rows, d, xp);
     return MOE_OK;
 }
 
 static moe_status cpu_combine(moe_backend *b, const void *y, const int *slot, const moe_real *gate, int num_tokens,
                               int top_k, int d, moe_real *out) {
     (void)b;
-    combine_rows_cpu(y, slot, gate, num_tokens, top_k, d, out);
+    moe_combine_rows_cpu(y, slot, gate, num_tokens, top_k, d, out);
     return MOE_OK;
 }
 
@@ -130,7 +130,7 @@ static moe_status cpu_combine_backward(moe_backend *b, const moe_real *dout, con
                                        const moe_real *gate, int num_tokens, int top_k, int d, void *dy,
                                        moe_real *dgate) {
     (void)b;
-    combine_rows_backward_cpu(dout, y, slot, gate, num_tokens, top_k, d, dy, dgate);
+    moe_combine_rows_backward_cpu(dout, y, slot, gate, num_tokens, top_k, d, dy, dgate);
     return MOE_OK;
 }
 
@@ -143,7 +143,7 @@ static moe_status cpu_experts_forward(moe_backend *b, const moe_layer_weights *w
         if (st != MOE_OK) return st;
         b->max_rows = rows;
     }
-    expert_ffn_forward_cpu(w, b->num_local_experts, b->cfg.d_model, b->cfg.d_ff, expert_offset, xp, b->h1, b->h3,
+    moe_expert_ffn_forward_cpu(w, b->num_local_experts, b->cfg.d_model, b->cfg.d_ff, expert_offset, xp, b->h1, b->h3,
                            b->act, y, &b->gemm);
     return MOE_OK;
 }
@@ -152,16 +152,16 @@ static moe_status cpu_experts_backward(moe_backend *b, const moe_layer_weights *
                                        const int *segment_start, int segments, int rows, const void *xp,
                                        const void *dy, void *dxp) {
     if (rows > b->max_rows) return MOE_ERR_NO_FORWARD;
-    expert_ffn_backward_cpu(w, grads, b->num_local_experts, b->cfg.d_model, b->cfg.d_ff, segment_start, segments, xp,
+    moe_expert_ffn_backward_cpu(w, grads, b->num_local_experts, b->cfg.d_model, b->cfg.d_ff, segment_start, segments, xp,
                             b->h1, b->h3, b->act, dy, b->dh1, b->dh3, dxp, b->wgrad_scratch, &b->gemm);
     return MOE_OK;
 }
 
 static moe_status cpu_router_losses(moe_backend *b, const moe_routing *r, int num_tokens_global, double loss[2]) {
     const moe_config *c = &b->cfg;
-    loss[0] = router_load_balance_loss_cpu(c->score_func, r->scores, r->num_selected_per_expert, r->num_tokens,
+    loss[0] = moe_router_load_balance_loss_cpu(c->score_func, r->scores, r->num_selected_per_expert, r->num_tokens,
                                            num_tokens_global, c->num_experts, c->top_k);
-    loss[1] = router_z_loss_cpu(r->logits, r->num_tokens, num_tokens_global, c->num_experts);
+    loss[1] = moe_router_z_loss_cpu(r->logits, r->num_tokens, num_tokens_global, c->num_experts);
     return MOE_OK;
 }
 
@@ -179,14 +179,14 @@ static moe_status cpu_router_backward(moe_backend *b, const moe_layer_weights *w
     }
     /* gates and the balance loss give dL/dscores; scores and the z-loss give dL/dlogits */
     memset(b->dscores, 0, (size_t)T * E * sizeof(moe_real));
-    router_gates_backward_cpu(r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize, b->dscores);
-    router_load_balance_loss_backward_cpu(c->score_func, r->scores, r->num_selected_per_expert, T, Tg, E, k,
+    moe_router_gates_backward_cpu(r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize, b->dscores);
+    moe_router_load_balance_loss_backward_cpu(c->score_func, r->scores, r->num_selected_per_expert, T, Tg, E, k,
                                           c->aux_loss_coef, b->dscores);
-    router_scores_backward_cpu(c->score_func, r->scores, b->dscores, T, E, b->dlogits);
-    router_z_loss_backward_cpu(r->logits, T, Tg, E, c->z_loss_coef, b->dlogits);
+    moe_router_scores_backward_cpu(c->score_func, r->scores, b->dscores, T, E, b->dlogits);
+    moe_router_z_loss_backward_cpu(r->logits, T, Tg, E, c->z_loss_coef, b->dlogits);
     /* dWr += dlogits^T x (a sum over this rank's tokens; moe_layer_reduce_gradients sums over ranks) */
     moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, b->dlogits, E, x, d, 1, grads->router_w, d);
-    if (dx) gemm_rows_cpu(&b->gemm, CblasNoTrans, T, d, E, b->dlogits, w->router_w, 1, dx);
+    if (dx) moe_gemm_rows_cpu(&b->gemm, CblasNoTrans, T, d, E, b->dlogits, w->router_w, 1, dx);
     return MOE_OK;
 }
 

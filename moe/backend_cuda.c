@@ -6,7 +6,7 @@
  * scores when capacity drops by score) for the global capacity rule and this rank's kept flags back
  * (layer.c), the per-expert counts and offsets for the dispatch plan, the two loss shares.
  *
- * Expert GEMMs: EXPERT_GEMM_PER_EXPERT by default; MOE_EXPERT_GEMM=grouped in the environment selects
+ * Expert GEMMs: MOE_EXPERT_GEMM_PER_EXPERT by default; MOE_EXPERT_GEMM=grouped in the environment selects
  * cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md). */
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +29,8 @@ struct moe_backend {
     moe_config cfg;
     int num_local_experts;
     moe_gpu *gpu;
-    expert_gemm_mode gemm_mode;
-    expert_weights_bf16 wb;      /* bf16 packs of this rank's experts, remade every forward */
+    moe_expert_gemm_mode gemm_mode;
+    moe_expert_weights_bf16 wb;      /* bf16 packs of this rank's experts, remade every forward */
     int *offsets;                /* host [E_local + 1] expert offsets of the received rows (backward) */
     int max_rows;
     moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward */
@@ -71,7 +71,7 @@ static moe_status cuda_create(const moe_config *cfg, const moe_parallel *par, mo
     b->num_local_experts = cfg->num_experts / cfg->ep_size;
     b->gpu = par->gpu;
     const char *mode = getenv("MOE_EXPERT_GEMM");
-    b->gemm_mode = mode && !strcmp(mode, "grouped") ? EXPERT_GEMM_GROUPED : EXPERT_GEMM_PER_EXPERT;
+    b->gemm_mode = mode && !strcmp(mode, "grouped") ? MOE_EXPERT_GEMM_GROUPED : MOE_EXPERT_GEMM_PER_EXPERT;
     size_t EL = b->num_local_experts, E = cfg->num_experts, wcount = (size_t)cfg->d_ff * cfg->d_model;
     void **ptrs[] = {(void **)&b->wb.w13, (void **)&b->wb.w2, (void **)&b->bias, (void **)&b->num_selected,
                      (void **)&b->counts, (void **)&b->expert_offset};
@@ -131,16 +131,16 @@ static moe_status cuda_route(moe_backend *b, const moe_layer_weights *w, const m
     const int T = r->num_tokens, E = c->num_experts, k = c->top_k;
     const int sigmoid = c->score_func == MOE_SCORE_SIGMOID;
     if (sigmoid) MOE_TRY(moe_gpu_upload(b->gpu, b->bias, bias, E * sizeof(float)));
-    MOE_TRY(router_logits_cuda(b->gpu, x, w->router_w, T, c->d_model, E, r->logits));
-    MOE_TRY(router_scores_cuda(b->gpu, c->score_func, r->logits, sigmoid ? b->bias : NULL, T, E, r->scores,
+    MOE_TRY(moe_router_logits_cuda(b->gpu, x, w->router_w, T, c->d_model, E, r->logits));
+    MOE_TRY(moe_router_scores_cuda(b->gpu, c->score_func, r->logits, sigmoid ? b->bias : NULL, T, E, r->scores,
                                r->select_scores));
     if (!use_given_experts)
-        MOE_TRY(router_topk_cuda(b->gpu, sigmoid ? r->select_scores : r->scores, T, E, k, r->expert));
-    return router_gates_cuda(b->gpu, r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
+        MOE_TRY(moe_router_topk_cuda(b->gpu, sigmoid ? r->select_scores : r->scores, T, E, k, r->expert));
+    return moe_router_gates_cuda(b->gpu, r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
 }
 
 static moe_status cuda_dispatch_layout(moe_backend *b, moe_routing *r) {
-    MOE_TRY(router_dispatch_layout_cuda(b->gpu, r->expert, r->kept, r->num_tokens, r->num_experts, r->top_k, r->slot,
+    MOE_TRY(moe_router_dispatch_layout_cuda(b->gpu, r->expert, r->kept, r->num_tokens, r->num_experts, r->top_k, r->slot,
                                         r->perm_token, b->counts, b->expert_offset, r->num_tokens_per_expert,
                                         r->expert_offset));
     moe_routing_count_totals(r);
@@ -149,18 +149,18 @@ static moe_status cuda_dispatch_layout(moe_backend *b, moe_routing *r) {
 
 static moe_status cuda_permute(moe_backend *b, const moe_real *x, const int *perm_token, int num_rows, int d,
                                void *xp) {
-    return permute_rows_cuda(b->gpu, x, perm_token, num_rows, d, xp);
+    return moe_permute_rows_cuda(b->gpu, x, perm_token, num_rows, d, xp);
 }
 
 static moe_status cuda_combine(moe_backend *b, const void *y, const int *slot, const moe_real *gate, int num_tokens,
                                int top_k, int d, moe_real *out) {
-    return combine_rows_cuda(b->gpu, y, slot, gate, num_tokens, top_k, d, out);
+    return moe_combine_rows_cuda(b->gpu, y, slot, gate, num_tokens, top_k, d, out);
 }
 
 static moe_status cuda_combine_backward(moe_backend *b, const moe_real *dout, const void *y, const int *slot,
                                         const moe_real *gate, int num_tokens, int top_k, int d, void *dy,
                                         moe_real *dgate) {
-    return combine_rows_backward_cuda(b->gpu, dout, y, slot, gate, num_tokens, top_k, d, dy, dgate);
+    return moe_combine_rows_backward_cuda(b->gpu, dout, y, slot, gate, num_tokens, top_k, d, dy, dgate);
 }
 
 static moe_status cuda_experts_forward(moe_backend *b, const moe_layer_weights *w, const int *expert_offset, int rows,
@@ -174,8 +174,8 @@ static moe_status cuda_experts_forward(moe_backend *b, const moe_layer_weights *
         MOE_TRY(regrow(b->gpu, ptrs, nbytes, 4));
         b->max_rows = rows;
     }
-    MOE_TRY(expert_weights_to_bf16_cuda(b->gpu, w, EL, d, f, &b->wb));
-    return expert_ffn_forward_cuda(b->gpu, b->gemm_mode, &b->wb, EL, d, f, expert_offset, xp, b->h13, b->act, y);
+    MOE_TRY(moe_expert_weights_to_bf16_cuda(b->gpu, w, EL, d, f, &b->wb));
+    return moe_expert_ffn_forward_cuda(b->gpu, b->gemm_mode, &b->wb, EL, d, f, expert_offset, xp, b->h13, b->act, y);
 }
 
 static moe_status cuda_experts_backward(moe_backend *b, const moe_layer_weights *w, moe_layer_weights *grads,
@@ -186,14 +186,14 @@ static moe_status cuda_experts_backward(moe_backend *b, const moe_layer_weights 
     if (rows > b->max_rows) return MOE_ERR_NO_FORWARD;
     /* one GEMM per expert over all its rows: its segments are consecutive */
     for (int e = 0; e <= EL; e++) b->offsets[e] = segment_start[(size_t)e * segments];
-    return expert_ffn_backward_cuda(b->gpu, b->gemm_mode, &b->wb, grads, EL, b->cfg.d_model, b->cfg.d_ff, b->offsets,
+    return moe_expert_ffn_backward_cuda(b->gpu, b->gemm_mode, &b->wb, grads, EL, b->cfg.d_model, b->cfg.d_ff, b->offsets,
                                     xp, b->h13, b->act, dy, b->dh13, b->dact, dxp);
 }
 
 static moe_status cuda_router_losses(moe_backend *b, const moe_routing *r, int num_tokens_global, double loss[2]) {
     const moe_config *c = &b->cfg;
     MOE_TRY(moe_gpu_upload(b->gpu, b->num_selected, r->num_selected_per_expert, c->num_experts * sizeof(int)));
-    return router_losses_cuda(b->gpu, c->score_func, r->scores, r->logits, b->num_selected, r->num_tokens,
+    return moe_router_losses_cuda(b->gpu, c->score_func, r->scores, r->logits, b->num_selected, r->num_tokens,
                               num_tokens_global, c->num_experts, c->top_k, loss);
 }
 
@@ -210,13 +210,13 @@ static moe_status cuda_router_backward(moe_backend *b, const moe_layer_weights *
         b->max_tokens = T;
     }
     MOE_TRY(moe_gpu_zero(b->gpu, b->dscores, (size_t)T * E * sizeof(float)));
-    MOE_TRY(router_gates_backward_cuda(b->gpu, r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize,
+    MOE_TRY(moe_router_gates_backward_cuda(b->gpu, r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize,
                                        b->dscores));
-    MOE_TRY(router_load_balance_loss_backward_cuda(b->gpu, c->score_func, r->scores, b->num_selected, T, Tg, E, k,
+    MOE_TRY(moe_router_load_balance_loss_backward_cuda(b->gpu, c->score_func, r->scores, b->num_selected, T, Tg, E, k,
                                                    c->aux_loss_coef, b->dscores));
-    MOE_TRY(router_scores_backward_cuda(b->gpu, c->score_func, r->scores, b->dscores, T, E, b->dlogits));
-    MOE_TRY(router_z_loss_backward_cuda(b->gpu, r->logits, T, Tg, E, c->z_loss_coef, b->dlogits));
-    MOE_TRY(router_logits_backward_cuda(b->gpu, x, w->router_w, b->dlogits, T, c->d_model, E, grads->router_w, dx));
+    MOE_TRY(moe_router_scores_backward_cuda(b->gpu, c->score_func, r->scores, b->dscores, T, E, b->dlogits));
+    MOE_TRY(moe_router_z_loss_backward_cuda(b->gpu, r->logits, T, Tg, E, c->z_loss_coef, b->dlogits));
+    MOE_TRY(moe_router_logits_backward_cuda(b->gpu, x, w->router_w, b->dlogits, T, c->d_model, E, grads->router_w, dx));
     /* the caller reads dx and the gradients on other streams, or from the host: finish here */
     return moe_gpu_synchronize(b->gpu);
 }

@@ -57,7 +57,7 @@ moe_status moe_global_capacity(const moe_parallel *par, float capacity_factor, m
     if (st == MOE_OK) st = gather_per_token(world, g, local->expert, k * sizeof(int), g->routing.expert);
     if (st == MOE_OK && priority == MOE_DROP_BY_SCORE)
         st = gather_per_token(world, g, local->expert_score, k * sizeof(moe_real), g->routing.expert_score);
-    if (st == MOE_OK) st = router_apply_capacity_cpu(&g->routing, capacity_factor, priority);
+    if (st == MOE_OK) st = moe_router_apply_capacity_cpu(&g->routing, capacity_factor, priority);
     if (st != MOE_OK) return st;
     memcpy(local->kept, g->routing.kept + (size_t)g->first_token[world->rank] * k, (size_t)local->num_tokens * k);
     memcpy(local->num_selected_per_expert, g->routing.num_selected_per_expert, local->num_experts * sizeof(int));

@@ -120,7 +120,7 @@ int backward_blocks(int num_tokens) { return (num_tokens + kBackwardWarpsPerBloc
 
 } // namespace
 
-extern "C" moe_status router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
+extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
                                          const int *num_selected, int num_tokens, int num_tokens_global,
                                          int num_experts, int top_k, double loss[2]) {
     if (bad_shape(num_tokens, num_tokens_global, num_experts) || top_k < 1) return MOE_ERR_INVALID_ARG;
@@ -145,7 +145,7 @@ extern "C" moe_status router_losses_cuda(moe_gpu *gpu, moe_score_func func, cons
     return MOE_OK;
 }
 
-extern "C" moe_status router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+extern "C" moe_status moe_router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
                                                              const int *num_selected, int num_tokens,
                                                              int num_tokens_global, int num_experts, int top_k,
                                                              float coef, float *dscores) {
@@ -159,7 +159,7 @@ extern "C" moe_status router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_s
     return MOE_OK;
 }
 
-extern "C" moe_status router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens,
+extern "C" moe_status moe_router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens,
                                                   int num_tokens_global, int num_experts, float coef,
                                                   float *dlogits) {
     if (bad_shape(num_tokens, num_tokens_global, num_experts)) return MOE_ERR_INVALID_ARG;

@@ -17,27 +17,27 @@
 #include "core/types.h"
 #include "core/gpu.h"
 
-double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
+double moe_router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
                                     int num_tokens, int num_tokens_global, int num_experts, int top_k);
 /* dscores += coef * dL_aux/dscores */
-void router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
+void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
                                            int num_tokens, int num_tokens_global, int num_experts, int top_k,
                                            moe_real coef, moe_real *dscores);
 
-double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts);
+double moe_router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts);
 /* dlogits += coef * (2/T) * lse_t * softmax(logits_t) */
-void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
+void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
                                 moe_real coef, moe_real *dlogits);
 
 /* CUDA (float, device pointers; num_selected is a device [E] array). The forward returns both shares
  * in double on the host, {load balance, z}, from fixed-order reductions (no atomics): synchronous. */
-moe_status router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
+moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
                               const int *num_selected, int num_tokens, int num_tokens_global, int num_experts,
                               int top_k, double loss[2]);
-moe_status router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+moe_status moe_router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
                                                   const int *num_selected, int num_tokens, int num_tokens_global,
                                                   int num_experts, int top_k, float coef, float *dscores);
-moe_status router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens, int num_tokens_global,
+moe_status moe_router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens, int num_tokens_global,
                                        int num_experts, float coef, float *dlogits);
 
 #endif

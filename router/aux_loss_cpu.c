@@ -11,7 +11,7 @@ static moe_real score_normaliser(moe_score_func func, const moe_real *s, int num
     return sum;
 }
 
-double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
+double moe_router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
                                     int num_tokens, int num_tokens_global, int num_experts, int top_k) {
     double loss = 0;
     for (int t = 0; t < num_tokens; t++) {
@@ -23,7 +23,7 @@ double router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores,
     return loss * num_experts / ((double)num_tokens_global * top_k * num_tokens_global);
 }
 
-void router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
+void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
                                            int num_tokens, int num_tokens_global, int num_experts, int top_k,
                                            moe_real coef, moe_real *dscores) {
     /* dL/dq[t,e] = c_e = coef * E * f_e / T, the same for every token. */
@@ -49,7 +49,7 @@ static moe_real logsumexp(const moe_real *l, int n) {
     return max + moe__log(sum);
 }
 
-double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts) {
+double moe_router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts) {
     double loss = 0;
     for (int t = 0; t < num_tokens; t++) {
         double lse = logsumexp(logits + (size_t)t * num_experts, num_experts);
@@ -58,7 +58,7 @@ double router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_
     return loss / num_tokens_global;
 }
 
-void router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
+void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
                                 moe_real coef, moe_real *dlogits) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;

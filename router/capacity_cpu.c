@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-int router_capacity(float capacity_factor, int num_tokens, int top_k, int num_experts) {
+int moe_router_capacity(float capacity_factor, int num_tokens, int top_k, int num_experts) {
     if (capacity_factor <= 0) return 0;
     double slots = (double)capacity_factor * num_tokens * top_k / num_experts;
     return (int)ceil(slots - 1e-6 * (slots > 1 ? slots : 1));
@@ -37,9 +37,9 @@ static moe_status keep_highest_scores(moe_routing *r) {
     return MOE_OK;
 }
 
-moe_status router_apply_capacity_cpu(moe_routing *r, float capacity_factor, moe_drop_priority priority) {
+moe_status moe_router_apply_capacity_cpu(moe_routing *r, float capacity_factor, moe_drop_priority priority) {
     int T = r->num_tokens, k = r->top_k, E = r->num_experts;
-    r->capacity = router_capacity(capacity_factor, T, k, E);
+    r->capacity = moe_router_capacity(capacity_factor, T, k, E);
     for (int e = 0; e < E; e++) r->num_selected_per_expert[e] = 0;
     /* Token order: the running count of an expert is the assignment's rank in its queue. */
     for (int a = 0; a < T * k; a++) {

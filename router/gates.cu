@@ -52,7 +52,7 @@ bool bad_shape(int num_tokens, int num_experts, int top_k) {
 
 } // namespace
 
-extern "C" moe_status router_gates_cuda(moe_gpu *gpu, const float *scores, const int *expert, int num_tokens,
+extern "C" moe_status moe_router_gates_cuda(moe_gpu *gpu, const float *scores, const int *expert, int num_tokens,
                                         int num_experts, int top_k, int renormalize, float *expert_score,
                                         float *gate) {
     if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
@@ -63,7 +63,7 @@ extern "C" moe_status router_gates_cuda(moe_gpu *gpu, const float *scores, const
     return MOE_OK;
 }
 
-extern "C" moe_status router_gates_backward_cuda(moe_gpu *gpu, const float *scores, const int *expert,
+extern "C" moe_status moe_router_gates_backward_cuda(moe_gpu *gpu, const float *scores, const int *expert,
                                                  const float *gate, const float *dgate, int num_tokens,
                                                  int num_experts, int top_k, int renormalize, float *dscores) {
     if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;

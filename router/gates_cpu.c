@@ -1,7 +1,7 @@
 /* gates_cpu.c — gate weights from the router scores of the chosen experts, and their backward. */
 #include "router/gates.h"
 
-void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
+void moe_router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
                       int renormalize, moe_real *expert_score, moe_real *gate) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
@@ -13,7 +13,7 @@ void router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens,
     }
 }
 
-void router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
+void moe_router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
                                const moe_real *dgate, int num_tokens, int num_experts, int top_k,
                                int renormalize, moe_real *dscores) {
     for (int t = 0; t < num_tokens; t++) {

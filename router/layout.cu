@@ -1,5 +1,5 @@
 /* layout.cu — the dispatch layout on the GPU: counts, offsets and the stable (expert, token) permutation of
- * the kept assignments, equal to router_dispatch_layout_cpu element for element. Checked exactly against
+ * the kept assignments, equal to moe_router_dispatch_layout_cpu element for element. Checked exactly against
  * it by tests/test_gpu_router.cu (build: ninja -C build; run: meson test -C build --suite gpu).
  *
  *   key[a] = kept[a] ? expert[a] : E, value[a] = a       (a = t*k + j, n = T*k assignments)
@@ -74,7 +74,7 @@ __global__ void scatter_rows(const unsigned *sorted_key, const int *sorted_value
 
 } // namespace
 
-extern "C" moe_status router_dispatch_layout_cuda(moe_gpu *gpu, const int *expert, const unsigned char *kept,
+extern "C" moe_status moe_router_dispatch_layout_cuda(moe_gpu *gpu, const int *expert, const unsigned char *kept,
                                                   int num_tokens, int num_experts, int top_k, int *slot,
                                                   int *perm_token, int *num_tokens_per_expert, int *expert_offset,
                                                   int *num_tokens_per_expert_host, int *expert_offset_host) {

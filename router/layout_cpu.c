@@ -1,7 +1,7 @@
 /* layout_cpu.c — counts, offsets and the stable (expert, token) permutation of the kept assignments. */
 #include "router/layout.h"
 
-void router_dispatch_layout_cpu(moe_routing *r) {
+void moe_router_dispatch_layout_cpu(moe_routing *r) {
     int T = r->num_tokens, k = r->top_k, E = r->num_experts;
     int *count = r->num_tokens_per_expert, *offset = r->expert_offset;
     for (int e = 0; e < E; e++) count[e] = 0;

@@ -79,7 +79,7 @@ int row_blocks(int num_tokens) { return (num_tokens + kWarpsPerBlock - 1) / kWar
 
 } // namespace
 
-extern "C" moe_status router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens,
+extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens,
                                          int d_model, int num_experts, float *logits) {
     if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
@@ -102,7 +102,7 @@ extern "C" moe_status router_logits_cuda(moe_gpu *gpu, const float *x, const flo
     return nonfinite ? MOE_ERR_NONFINITE : MOE_OK;
 }
 
-extern "C" moe_status router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,
+extern "C" moe_status moe_router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,
                                          int num_tokens, int num_experts, float *scores, float *select_scores) {
     if (num_tokens < 0 || num_experts < 1 || (bias && !select_scores)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
@@ -112,7 +112,7 @@ extern "C" moe_status router_scores_cuda(moe_gpu *gpu, moe_score_func func, cons
     return MOE_OK;
 }
 
-extern "C" moe_status router_scores_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+extern "C" moe_status moe_router_scores_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
                                                   const float *dscores, int num_tokens, int num_experts,
                                                   float *dlogits) {
     if (num_tokens < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
@@ -123,7 +123,7 @@ extern "C" moe_status router_scores_backward_cuda(moe_gpu *gpu, moe_score_func f
     return MOE_OK;
 }
 
-extern "C" moe_status router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w,
+extern "C" moe_status moe_router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w,
                                                   const float *dlogits, int num_tokens, int d_model,
                                                   int num_experts, float *drouter_w, float *dx) {
     if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;

@@ -3,15 +3,15 @@
 
 #include "core/real.h"
 
-moe_status router_logits_cpu(const gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w, int num_tokens,
+moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w, int num_tokens,
                              int d_model, int num_experts, moe_real *logits) {
-    gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits);
+    moe_gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits);
     for (size_t i = 0; i < (size_t)num_tokens * num_experts; i++)
         if (!isfinite(logits[i])) return MOE_ERR_NONFINITE;
     return MOE_OK;
 }
 
-void router_scores_cpu(moe_score_func func, const moe_real *logits, int num_tokens, int num_experts,
+void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_tokens, int num_experts,
                        moe_real *scores) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
@@ -27,7 +27,7 @@ void router_scores_cpu(moe_score_func func, const moe_real *logits, int num_toke
     }
 }
 
-void router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
+void moe_router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
                                 int num_tokens, int num_experts, moe_real *dlogits) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts, *ds = dscores + (size_t)t * num_experts;

@@ -1,5 +1,5 @@
 /* topk.cu — top-k expert selection on the GPU: one warp per token, k rounds of a warp arg-max.
- * Order: higher score first, equal scores to the lower expert id — the exact order of router_topk_cpu,
+ * Order: higher score first, equal scores to the lower expert id — the exact order of moe_router_topk_cpu,
  * so the choices match bitwise. Checked against the CPU by tests/test_gpu_topk.cu (suite gpu). */
 #include <limits.h>
 
@@ -53,7 +53,7 @@ __global__ void topk_warp_per_token(const float *scores, int num_tokens, int num
 
 } // namespace
 
-extern "C" moe_status router_topk_cuda(moe_gpu *gpu, const float *select_scores, int num_tokens, int num_experts,
+extern "C" moe_status moe_router_topk_cuda(moe_gpu *gpu, const float *select_scores, int num_tokens, int num_experts,
                                        int top_k, int *expert) {
     if (num_tokens < 0 || num_experts < 1 || top_k < 1 || top_k > num_experts || top_k > kMaxTopK ||
         num_experts > 1024)

@@ -1,7 +1,7 @@
 /* topk_cpu.c — top-k selection by k passes of an arg-max; a strict '>' keeps the lower id on ties. */
 #include "router/topk.h"
 
-void router_topk_cpu(const moe_real *select_scores, int num_tokens, int num_experts, int top_k, int *expert) {
+void moe_router_topk_cpu(const moe_real *select_scores, int num_tokens, int num_experts, int top_k, int *expert) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = select_scores + (size_t)t * num_experts;
         int *chosen = expert + (size_t)t * top_k;

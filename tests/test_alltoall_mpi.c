@@ -37,13 +37,13 @@ static void run_case(const moe_parallel *par, int skewed, float cf) {
             r.expert_score[t * K + j] = (moe_real)moe_rng_uniform(&rng);
         }
     test_mpi_require(moe_global_capacity(par, cf, MOE_DROP_BY_SCORE, &r, &g), "global capacity");
-    router_dispatch_layout_cpu(&r);
+    moe_router_dispatch_layout_cpu(&r);
 
     moe_real *x = malloc((size_t)T * D * sizeof *x), *xp = malloc((size_t)T * K * D * sizeof *x);
     moe_real *back = malloc((size_t)T * K * D * sizeof *x), *sum = malloc((size_t)T * D * sizeof *x);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < D; c++) x[t * D + c] = payload(par->world_rank, t, c);
-    permute_rows_cpu(x, r.perm_token, r.num_kept, D, xp);
+    moe_permute_rows_cpu(x, r.perm_token, r.num_kept, D, xp);
 
     int *expected = malloc((size_t)par->ep_size * EL * sizeof(int));
     moe_global_expected_recv_counts(par, &g, expected);
@@ -77,7 +77,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf) {
     test_mpi_require(moe_combine_rows(par->ep, &plan, rows, D * sizeof(moe_real), staging, back), "combine");
     CHECK(!memcmp(back, xp, (size_t)r.num_kept * D * sizeof *x), "rank %d: combine did not return the sent rows",
           par->world_rank);
-    combine_rows_cpu(back, r.slot, NULL, T, K, D, sum);
+    moe_combine_rows_cpu(back, r.slot, NULL, T, K, D, sum);
     for (int t = 0; t < T; t++) {
         int fan_out = r.kept[t * K] + r.kept[t * K + 1];
         for (int c = 0; c < D; c++)

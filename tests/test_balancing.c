@@ -20,10 +20,10 @@ static void test_known_values(void) {
     int counts[E];
     for (int f = 0; f < 2; f++) {
         moe_score_func func = f ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX;
-        router_scores_cpu(func, logits, T, E, scores);
+        moe_router_scores_cpu(func, logits, T, E, scores);
         for (int k = 1; k <= 2; k++) {
             for (int e = 0; e < E; e++) counts[e] = T * k / E;
-            double aux = router_load_balance_loss_cpu(func, scores, counts, T, T, E, k);
+            double aux = moe_router_load_balance_loss_cpu(func, scores, counts, T, T, E, k);
             CHECK(fabs(aux - 1.0) < 1e-12, "balanced %s k=%d: aux %.15g, want 1", f ? "sigmoid" : "softmax", k, aux);
         }
     }
@@ -32,9 +32,9 @@ static void test_known_values(void) {
         for (int e = 0; e < E; e++) scores[t * E + e] = e == 0;
     memset(counts, 0, sizeof counts);
     counts[0] = T;
-    double aux = router_load_balance_loss_cpu(MOE_SCORE_SOFTMAX, scores, counts, T, T, E, 1);
+    double aux = moe_router_load_balance_loss_cpu(MOE_SCORE_SOFTMAX, scores, counts, T, T, E, 1);
     CHECK(fabs(aux - E) < 1e-12, "collapsed: aux %.15g, want %d", aux, E);
-    double z = router_z_loss_cpu(logits, T, T, E);
+    double z = moe_router_z_loss_cpu(logits, T, T, E);
     CHECK(fabs(z - log(E) * log(E)) < 1e-12, "z-loss of zero logits %.15g, want log(E)^2", z);
 }
 
@@ -42,11 +42,11 @@ static void test_known_values(void) {
 typedef double (*loss_fn)(moe_score_func func, moe_real *values, const int *counts);
 
 static double aux_of_scores(moe_score_func func, moe_real *scores, const int *counts) {
-    return router_load_balance_loss_cpu(func, scores, counts, T, T, E, 2);
+    return moe_router_load_balance_loss_cpu(func, scores, counts, T, T, E, 2);
 }
 static double z_of_logits(moe_score_func func, moe_real *logits, const int *counts) {
     (void)func, (void)counts;
-    return router_z_loss_cpu(logits, T, T, E);
+    return moe_router_z_loss_cpu(logits, T, T, E);
 }
 
 static void check_fd(const char *what, loss_fn f, moe_score_func func, moe_real *v, const int *counts,
@@ -72,13 +72,13 @@ static void test_gradients(void) {
     moe_rng_fill_uniform(&rng, logits, T * E, 2);
     for (int f = 0; f < 2; f++) {
         moe_score_func func = f ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX;
-        router_scores_cpu(func, logits, T, E, scores);
+        moe_router_scores_cpu(func, logits, T, E, scores);
         memset(grad, 0, sizeof grad);
-        router_load_balance_loss_backward_cpu(func, scores, counts, T, T, E, 2, 1.0, grad);
+        moe_router_load_balance_loss_backward_cpu(func, scores, counts, T, T, E, 2, 1.0, grad);
         check_fd(f ? "d aux/d sigmoid scores" : "d aux/d softmax probs", aux_of_scores, func, scores, counts, grad);
     }
     memset(grad, 0, sizeof grad);
-    router_z_loss_backward_cpu(logits, T, T, E, 1.0, grad);
+    moe_router_z_loss_backward_cpu(logits, T, T, E, 1.0, grad);
     check_fd("d z/d logits", z_of_logits, MOE_SCORE_SOFTMAX, logits, counts, grad);
 }
 

@@ -31,7 +31,7 @@ static void test_formula(void) {
     } cases[] = {{1.0f, 6, 1, 2, 3},  {1.1f, 40, 2, 8, 11}, {1.25f, 10, 1, 4, 4}, {1.0f, 7, 1, 2, 4},
                  {2.0f, 1, 1, 8, 1},  {0.0f, 10, 2, 4, 0},  {-1.0f, 10, 2, 4, 0}, {1.0f, 4096, 2, 8, 1024}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int c = router_capacity(cases[i].cf, cases[i].T, cases[i].k, cases[i].E);
+        int c = moe_router_capacity(cases[i].cf, cases[i].T, cases[i].k, cases[i].E);
         CHECK(c == cases[i].want, "C(cf=%g, T=%d, k=%d, E=%d) = %d, want %d", cases[i].cf, cases[i].T, cases[i].k,
               cases[i].E, c, cases[i].want);
     }
@@ -43,17 +43,17 @@ static void test_top1(void) {
     const moe_real scores[12] = {0.6f, 0.4f, 0.9f, 0.1f, 0.2f, 0.8f, 0.7f, 0.3f, 0.95f, 0.05f, 0.7f, 0.3f};
     moe_routing r = make_routing(6, 2, 1, expert, scores);
 
-    CHECK_OK(router_apply_capacity_cpu(&r, 1.0f, MOE_DROP_BY_TOKEN_ORDER));
+    CHECK_OK(moe_router_apply_capacity_cpu(&r, 1.0f, MOE_DROP_BY_TOKEN_ORDER));
     CHECK(r.capacity == 3, "capacity %d", r.capacity);
     CHECK(r.num_selected_per_expert[0] == 5 && r.num_selected_per_expert[1] == 1, "selected %d %d",
           r.num_selected_per_expert[0], r.num_selected_per_expert[1]);
     check_kept("top1/token-order", &r, (const unsigned char[]){1, 1, 1, 1, 0, 0});
 
     /* by score: 0.95 (t4), 0.9 (t1), then 0.7 twice: the tie goes to the earlier token t3, t5 is dropped */
-    CHECK_OK(router_apply_capacity_cpu(&r, 1.0f, MOE_DROP_BY_SCORE));
+    CHECK_OK(moe_router_apply_capacity_cpu(&r, 1.0f, MOE_DROP_BY_SCORE));
     check_kept("top1/score", &r, (const unsigned char[]){0, 1, 1, 1, 1, 0});
 
-    CHECK_OK(router_apply_capacity_cpu(&r, 0.0f, MOE_DROP_BY_SCORE));
+    CHECK_OK(moe_router_apply_capacity_cpu(&r, 0.0f, MOE_DROP_BY_SCORE));
     CHECK(r.capacity == 0, "dropless capacity %d", r.capacity);
     check_kept("top1/dropless", &r, (const unsigned char[]){1, 1, 1, 1, 1, 1});
     moe_routing_free(&r);
@@ -66,11 +66,11 @@ static void test_top2(void) {
                                  0.4f, 0.6f, 0.0f, 0.0f, /**/ 0.0f, 0.0f, 0.3f, 0.9f};
     moe_routing r = make_routing(4, 4, 2, expert, scores);
     /* token order: expert 0 keeps t0, expert 1 keeps t0, expert 2 keeps t1, expert 3 keeps t3 */
-    CHECK_OK(router_apply_capacity_cpu(&r, 0.5f, MOE_DROP_BY_TOKEN_ORDER));
+    CHECK_OK(moe_router_apply_capacity_cpu(&r, 0.5f, MOE_DROP_BY_TOKEN_ORDER));
     CHECK(r.capacity == 1, "capacity %d", r.capacity);
     check_kept("top2/token-order", &r, (const unsigned char[]){1, 1, 0, 1, 0, 0, 1, 0});
     /* score: expert 0 keeps t1 (0.5), expert 1 keeps t2 (0.6), expert 2 ties 0.3/0.3 -> t1, expert 3 t3 */
-    CHECK_OK(router_apply_capacity_cpu(&r, 0.5f, MOE_DROP_BY_SCORE));
+    CHECK_OK(moe_router_apply_capacity_cpu(&r, 0.5f, MOE_DROP_BY_SCORE));
     check_kept("top2/score", &r, (const unsigned char[]){0, 0, 1, 1, 1, 0, 1, 0});
     moe_routing_free(&r);
 }
@@ -85,12 +85,12 @@ static void test_skew(void) {
         for (int e = 0; e < E; e++) scores[t * E + e] = e == 0 ? 0.7f : 0.1f;
     }
     moe_routing r = make_routing(T, E, 1, expert, scores);
-    CHECK_OK(router_apply_capacity_cpu(&r, -1.0f, MOE_DROP_BY_TOKEN_ORDER));
+    CHECK_OK(moe_router_apply_capacity_cpu(&r, -1.0f, MOE_DROP_BY_TOKEN_ORDER));
     int kept = 0;
     for (int t = 0; t < T; t++) kept += r.kept[t];
     CHECK(kept == T, "dropless kept %d of %d", kept, T);
     for (int prio = 0; prio < 2; prio++) {
-        CHECK_OK(router_apply_capacity_cpu(&r, 1.0f, (moe_drop_priority)prio));
+        CHECK_OK(moe_router_apply_capacity_cpu(&r, 1.0f, (moe_drop_priority)prio));
         for (int t = 0; t < T; t++) CHECK(r.kept[t] == (t < 25), "priority %d token %d kept=%d", prio, t, r.kept[t]);
     }
     moe_routing_free(&r);

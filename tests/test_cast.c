@@ -1,4 +1,4 @@
-/* test_cast.c — bf16_from_float / bf16_to_float / bf16_round (kernels/cast_cpu.c), exactly: hand-picked
+/* test_cast.c — moe_bf16_from_float / moe_bf16_to_float / moe_bf16_round (kernels/cast_cpu.c), exactly: hand-picked
  * bit patterns (ties to even, values near the largest bf16 and past it, subnormals, NaN payloads and
  * signaling NaNs, infinities, signed zeros), every one of the 65536 bf16 values decoded by formula, and
  * 2^24 random float bit patterns against a rounding written out independently: the two bf16 neighbours
@@ -47,8 +47,8 @@ static uint16_t reference_round(float x) {
 }
 
 static void expect(uint32_t in, uint16_t want, const char *what) {
-    uint16_t got = bf16_from_float(from_bits(in));
-    CHECK(got == want, "%s: bf16_from_float(0x%08X) = 0x%04X, want 0x%04X", what, (unsigned)in, got, want);
+    uint16_t got = moe_bf16_from_float(from_bits(in));
+    CHECK(got == want, "%s: moe_bf16_from_float(0x%08X) = 0x%04X, want 0x%04X", what, (unsigned)in, got, want);
 }
 
 static void test_hand_picked(void) {
@@ -79,7 +79,7 @@ static void test_hand_picked(void) {
     expect(0xFF800000u, 0xFF80, "-inf");
     expect(0x00000000u, 0x0000, "+0");
     expect(0x80000000u, 0x8000, "-0");
-    CHECK(signbit(bf16_round(-0.0f)) && bf16_round(-0.0f) == 0.0f, "bf16_round(-0) keeps the sign");
+    CHECK(signbit(moe_bf16_round(-0.0f)) && moe_bf16_round(-0.0f) == 0.0f, "moe_bf16_round(-0) keeps the sign");
     /* NaN: quiet, sign kept, payload's top bits kept, never inf */
     expect(0x7FC00000u, 0x7FC0, "quiet NaN");
     expect(0xFFC00000u, 0xFFC0, "negative quiet NaN");
@@ -87,22 +87,22 @@ static void test_hand_picked(void) {
     expect(0xFF800001u, 0xFFC0, "negative signaling NaN");
     expect(0x7FA12345u, 0x7FE1, "signaling NaN with a payload: quiet bit set, top payload kept");
     expect(0x7FFFFFFFu, 0x7FFF, "all-ones NaN: no carry into the sign");
-    CHECK(isnan(bf16_round(from_bits(0x7F800001u))), "bf16_round(sNaN) is NaN");
+    CHECK(isnan(moe_bf16_round(from_bits(0x7F800001u))), "moe_bf16_round(sNaN) is NaN");
 }
 
 static void test_all_bf16(void) {
     int bad_decode = 0, bad_trip = 0;
     for (uint32_t b = 0; b < 65536; b++) {
-        float f = bf16_to_float((moe_bf16)b);
-        CHECK(to_bits(f) == b << 16, "bf16_to_float(0x%04X) bits 0x%08X", (unsigned)b, (unsigned)to_bits(f));
+        float f = moe_bf16_to_float((moe_bf16)b);
+        CHECK(to_bits(f) == b << 16, "moe_bf16_to_float(0x%04X) bits 0x%08X", (unsigned)b, (unsigned)to_bits(f));
         int is_nan = ((b >> 7) & 0xFF) == 0xFF && (b & 0x7F);
         if (is_nan) {
-            bad_trip += bf16_from_float(f) != (uint16_t)(b | 0x40);
+            bad_trip += moe_bf16_from_float(f) != (uint16_t)(b | 0x40);
             continue;
         }
         double want = bf16_formula((uint16_t)b, 0);
         bad_decode += !((double)f == want && !signbit(f) == !signbit(want));
-        bad_trip += bf16_from_float(f) != b;
+        bad_trip += moe_bf16_from_float(f) != b;
     }
     CHECK(bad_decode == 0, "%d bf16 values decode differently from the formula", bad_decode);
     CHECK(bad_trip == 0, "%d bf16 values do not survive bf16 -> float -> bf16", bad_trip);
@@ -114,7 +114,7 @@ static void test_random_sweep(void) {
     for (long i = 0; i < n; i++) {
         uint32_t u = (uint32_t)(moe_rng_next(&rng) >> 32);
         float x = from_bits(u);
-        uint16_t got = bf16_from_float(x);
+        uint16_t got = moe_bf16_from_float(x);
         if (isnan(x)) {
             nans++;
             int ok = (got & 0x7F80) == 0x7F80 && (got & 0x40) && (got >> 15) == (u >> 31) &&
@@ -123,7 +123,7 @@ static void test_random_sweep(void) {
             continue;
         }
         uint16_t want = reference_round(x);
-        float r = bf16_round(x);
+        float r = moe_bf16_round(x);
         if ((got != want || to_bits(r) != (uint32_t)want << 16) && bad++ < 5)
             fprintf(stderr, "0x%08X -> 0x%04X, want 0x%04X\n", (unsigned)u, got, want);
     }

@@ -28,32 +28,32 @@ static int rank;
 
 typedef struct {
     moe_parallel *par;
-    trainer t;
+    moe_trainer t;
 } run;
 
-static void start(run *r, int ep, train_options o) {
+static void start(run *r, int ep, moe_train_options o) {
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
     o.model.moe.ep_size = ep;
-    test_mpi_require(trainer_create(&r->t, &o, r->par), "trainer");
+    test_mpi_require(moe_trainer_create(&r->t, &o, r->par), "trainer");
 }
 
 static void stop(run *r) {
-    trainer_destroy(&r->t);
+    moe_trainer_destroy(&r->t);
     moe_parallel_destroy(r->par);
 }
 
 static void steps(run *r, int first, int last, double *losses) {
-    step_result s = {0};
+    moe_step_result s = {0};
     s.expert_tokens = calloc(64, sizeof(double));
     for (int i = first; i <= last; i++) {
-        test_mpi_require(trainer_step(&r->t, i, &s), "step");
+        test_mpi_require(moe_trainer_step(&r->t, i, &s), "step");
         losses[i - 1] = s.loss;
     }
     free(s.expert_tokens);
 }
 
 static void save(run *r, const char *root, int step) {
-    test_mpi_require(checkpoint_save(&r->t, root, step, 0), "checkpoint save");
+    test_mpi_require(moe_checkpoint_save(&r->t, root, step, 0), "checkpoint save");
 }
 
 static long file_bytes(const char *path, char **data) {
@@ -105,7 +105,7 @@ static void corrupt(const char *path, const char *from, const char *to, long tru
 }
 
 /* Rank 0 prepares a bad copy of `good`, then every rank tries to load it and must fail with `expect`. */
-static void expect_refusal(const char *what, const char *good, train_options o, int resume, const char *file,
+static void expect_refusal(const char *what, const char *good, moe_train_options o, int resume, const char *file,
                            const char *from, const char *to, long truncate, const char *expect) {
     char bad[200], path[300];
     snprintf(bad, sizeof bad, "%s/bad-%s", dir, what);
@@ -118,8 +118,8 @@ static void expect_refusal(const char *what, const char *good, train_options o, 
     run r;
     start(&r, 1, o);
     int step = 0;
-    moe_status st = resume ? checkpoint_resume(&r.t, bad, &step)
-                           : checkpoint_load_weights(&r.t, bad);
+    moe_status st = resume ? moe_checkpoint_resume(&r.t, bad, &step)
+                           : moe_checkpoint_load_weights(&r.t, bad);
     CHECK(st != MOE_OK, "%s: accepted", what);
     const char *message = moe_failure_message(st);
     if (rank == 0) {
@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     test_corpus_create(&corpus, 100000);
     dir = corpus.dir;
-    train_options o = test_small_options(corpus.train, corpus.val, 1, STEPS, 1);
+    moe_train_options o = test_small_options(corpus.train, corpus.val, 1, STEPS, 1);
     o.model.moe.score_func = MOE_SCORE_SIGMOID; /* the selection biases are state too */
     char straight[128], path_a[300], path_b[300];
     snprintf(straight, sizeof straight, "%s/straight", dir);
@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
     /* ZeRO-1 from the start: the same run */
     char zero_root[128];
     snprintf(zero_root, sizeof zero_root, "%s/zero", dir);
-    train_options zero = o;
+    moe_train_options zero = o;
     zero.zero = 1;
     start(&r, 1, zero);
     steps(&r, 1, STEPS, losses);
@@ -173,10 +173,10 @@ int main(int argc, char **argv) {
         char root[128];
         snprintf(root, sizeof root, "%s/resumed-ep%d-zero%d", dir, ep, use_zero);
         int done = 0;
-        train_options resumed = o;
+        moe_train_options resumed = o;
         resumed.zero = use_zero;
         start(&r, ep, resumed);
-        test_mpi_require(checkpoint_resume(&r.t, half, &done), "resume");
+        test_mpi_require(moe_checkpoint_resume(&r.t, half, &done), "resume");
         CHECK(done == HALF, "resumed after step %d", done);
         memcpy(losses, reference, sizeof losses);
         steps(&r, HALF + 1, STEPS, losses);
@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
     snprintf(again, sizeof again, "%s/again", dir);
     int done = 0;
     start(&r, 2, o);
-    test_mpi_require(checkpoint_resume(&r.t, full, &done), "resume");
+    test_mpi_require(moe_checkpoint_resume(&r.t, full, &done), "resume");
     save(&r, again, done);
     stop(&r);
     for (int i = 0; i < 2 && rank == 0; i++) {
@@ -214,18 +214,18 @@ int main(int argc, char **argv) {
     expect_refusal("renamed tensor", full, o, 0, "model.safetensors", "model.norm.weight", "model.norx.weight", 0,
                    "tensor model.norm.weight is missing");
     expect_refusal("wrong dtype", full, o, 0, "model.safetensors", "\"F32\"", "\"F16\"", 0, "has dtype F16");
-    train_options wide = o;
+    moe_train_options wide = o;
     wide.model.d_ff = 48, wide.model.moe.d_ff = 48;
     expect_refusal("wrong shape", full, wide, 0, "config.json", "\"intermediate_size\": 32", "\"intermediate_size\": 48", 0,
                    "has shape [32, 32], the model needs [48, 32]");
-    train_options deeper = o;
+    moe_train_options deeper = o;
     deeper.model.num_layers = 3;
     expect_refusal("config vs flags", full, deeper, 0, "config.json", NULL, NULL, 0,
                    "num_hidden_layers is 2 but the flags ask for 3");
-    train_options far = o;
+    moe_train_options far = o;
     far.model.rope_theta = 500000;
     expect_refusal("rope theta", full, far, 0, "config.json", NULL, NULL, 0, "rope_theta is 10000 but the flags ask for 500000");
-    train_options other_run = o;
+    moe_train_options other_run = o;
     other_run.seed = 4242;
     expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0, "training state from another run");
 
@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
     char pruned[128];
     snprintf(pruned, sizeof pruned, "%s/pruned", dir);
     start(&r, 1, o);
-    for (int s = 10; s <= 30; s += 10) test_mpi_require(checkpoint_save(&r.t, pruned, s, 2), "checkpoint save");
+    for (int s = 10; s <= 30; s += 10) test_mpi_require(moe_checkpoint_save(&r.t, pruned, s, 2), "checkpoint save");
     stop(&r);
     if (rank == 0) {
         const int expect[3] = {0, 1, 1};
@@ -249,11 +249,11 @@ int main(int argc, char **argv) {
     if (rank == 0) fclose(fopen(blocker, "w"));
     MPI_Barrier(MPI_COMM_WORLD);
     start(&r, 1, o);
-    moe_status blocked = checkpoint_save(&r.t, straight, 30, 1);
+    moe_status blocked = moe_checkpoint_save(&r.t, straight, 30, 1);
     CHECK(blocked != MOE_OK, "a blocked save succeeded");
     if (rank == 0) printf("failed save: %s\n", moe_failure_message(blocked));
     int step = 0;
-    test_mpi_require(checkpoint_resume(&r.t, full, &step), "the good checkpoint after a failed save");
+    test_mpi_require(moe_checkpoint_resume(&r.t, full, &step), "the good checkpoint after a failed save");
     stop(&r);
     if (rank == 0) {
         snprintf(path_b, sizeof path_b, "%s/step-%08d/model.safetensors", again, STEPS);

@@ -79,12 +79,12 @@ static void check_round_trip(const moe_routing *r, int d) {
     moe_real *back = malloc((size_t)T * d * sizeof *x);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < d; i++) x[(size_t)t * d + i] = (moe_real)(t * 64 + i); /* exact: < 2^24 */
-    permute_rows_cpu(x, r->perm_token, r->num_kept, d, xp);
+    moe_permute_rows_cpu(x, r->perm_token, r->num_kept, d, xp);
     for (int s = 0; s < r->num_kept; s++)
         for (int i = 0; i < d; i++)
             CHECK(xp[(size_t)s * d + i] == (moe_real)(r->perm_token[s] * 64 + i), "row %d col %d carries %g", s, i,
                   (double)xp[(size_t)s * d + i]);
-    combine_rows_cpu(xp, r->slot, NULL, T, k, d, back);
+    moe_combine_rows_cpu(xp, r->slot, NULL, T, k, d, back);
     for (int t = 0; t < T; t++) {
         int fan_out = 0;
         for (int j = 0; j < k; j++) fan_out += r->kept[t * k + j];
@@ -112,8 +112,8 @@ int main(void) {
         CHECK_OK(moe_routing_alloc(&r, cases[c].T, cases[c].E, cases[c].k, cases[c].R));
         r.num_tokens = cases[c].T;
         random_routing(&r, &rng);
-        CHECK_OK(router_apply_capacity_cpu(&r, cases[c].cf, cases[c].prio));
-        router_dispatch_layout_cpu(&r);
+        CHECK_OK(moe_router_apply_capacity_cpu(&r, cases[c].cf, cases[c].prio));
+        moe_router_dispatch_layout_cpu(&r);
         if (cases[c].cf > 0 && cases[c].cf < 1.5f) CHECK(r.num_dropped > 0, "case %zu was meant to drop", c);
         check_layout(&r);
         check_round_trip(&r, 5);

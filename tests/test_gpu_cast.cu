@@ -1,4 +1,4 @@
-/* test_gpu_cast.cu — cast_f32_to_bf16_cuda / cast_bf16_to_f32_cuda against the CPU casts (kernels/cast_cpu.c),
+/* test_gpu_cast.cu — moe_cast_f32_to_bf16_cuda / moe_cast_bf16_to_f32_cuda against the CPU casts (kernels/cast_cpu.c),
  * bit for bit: hand-picked patterns (ties, overflow to inf, subnormals, NaNs with sign and payload, signed
  * zeros), 2^22 random float bit patterns, and all 65536 bf16 values back to fp32. Outputs are poisoned
  * before each run. Exit 77 (skip) when no GPU is present. Run: meson test -C build --suite gpu */
@@ -25,13 +25,13 @@ static void test_to_bf16(moe_gpu *gpu) {
     for (size_t i = 0; i < n; i++) bits[i] = i < nspecial ? kSpecial[i] : (uint32_t)(moe_rng_next(&rng) >> 32);
     float *d_in = (float *)test_gpu_upload(gpu, bits, n * sizeof(float));
     moe_bf16 *d_out = (moe_bf16 *)test_gpu_alloc(gpu, n * sizeof(moe_bf16));
-    CHECK_OK(cast_f32_to_bf16_cuda(gpu, d_in, n, d_out));
+    CHECK_OK(moe_cast_f32_to_bf16_cuda(gpu, d_in, n, d_out));
     test_gpu_download(gpu, got, d_out, n * sizeof(moe_bf16));
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         float x;
         memcpy(&x, &bits[i], sizeof x);
-        uint16_t want = bf16_from_float(x);
+        uint16_t want = moe_bf16_from_float(x);
         if (got[i] != want && bad++ < 5)
             fprintf(stderr, "f32 0x%08X -> GPU 0x%04X, CPU 0x%04X\n", (unsigned)bits[i], got[i], want);
     }
@@ -49,18 +49,18 @@ static void test_to_f32(moe_gpu *gpu) {
     for (size_t i = 0; i < n; i++) in[i] = (uint16_t)i;
     moe_bf16 *d_in = (moe_bf16 *)test_gpu_upload(gpu, in, n * sizeof(moe_bf16));
     float *d_out = (float *)test_gpu_alloc(gpu, n * sizeof(float));
-    CHECK_OK(cast_bf16_to_f32_cuda(gpu, d_in, n, d_out));
+    CHECK_OK(moe_cast_bf16_to_f32_cuda(gpu, d_in, n, d_out));
     test_gpu_download(gpu, got, d_out, n * sizeof(float));
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        float want = bf16_to_float(in[i]);
+        float want = moe_bf16_to_float(in[i]);
         uint32_t wbits;
         memcpy(&wbits, &want, sizeof wbits);
         bad += got[i] != wbits;
     }
     CHECK(bad == 0, "%zu of 65536 bf16 -> fp32 casts differ from the CPU", bad);
     printf("bf16 -> fp32: %zu values, %zu mismatches\n", n, bad);
-    CHECK_OK(cast_bf16_to_f32_cuda(gpu, d_in, 0, d_out)); /* n = 0: nothing to do, no launch */
+    CHECK_OK(moe_cast_bf16_to_f32_cuda(gpu, d_in, 0, d_out)); /* n = 0: nothing to do, no launch */
     test_gpu_free(gpu, d_in);
     test_gpu_free(gpu, d_out);
     free(in), free(got);

@@ -1,9 +1,9 @@
 /* test_gpu_experts.cu — the GPU SwiGLU experts (experts/expert_ffn.cu) against the CPU reference.
- *   swiglu_forward_cuda / swiglu_backward_cuda: against the formulas of expert_ffn_cpu.c in fp32 on the same
+ *   moe_swiglu_forward_cuda / moe_swiglu_backward_cuda: against the formulas of expert_ffn_cpu.c in fp32 on the same
  *     bf16 inputs, f = 13 (scalar path) and 96 (16-byte path); the scalar path on misaligned pointers is
  *     bitwise equal to the vector path.
- *   expert_weights_to_bf16_cuda: bitwise equal to bf16_from_float of w1 | w3 packed per expert, and of w2.
- *   expert_ffn_forward_cuda / _backward_cuda, both modes: against expert_ffn_forward_cpu / _backward_cpu
+ *   moe_expert_weights_to_bf16_cuda: bitwise equal to moe_bf16_from_float of w1 | w3 packed per expert, and of w2.
+ *   moe_expert_ffn_forward_cuda / _backward_cuda, both modes: against moe_expert_ffn_forward_cpu / _backward_cpu
  *     (float build, one call per expert, segments = 1) on bf16-rounded weights, inputs and dy. The CPU
  *     backward is given the activations the GPU forward saved (h13, act), so its tolerances measure the
  *     backward's own roundings. Experts with zero rows and skewed counts; weight gradients start from
@@ -73,7 +73,7 @@ static void *xmalloc(size_t nbytes) {
 
 static float *to_float(const uint16_t *b, size_t n) {
     float *f = (float *)xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) f[i] = bf16_to_float(b[i]);
+    for (size_t i = 0; i < n; i++) f[i] = moe_bf16_to_float(b[i]);
     return f;
 }
 
@@ -81,7 +81,7 @@ static float *to_float(const uint16_t *b, size_t n) {
 static float *bf16_uniform(moe_rng *rng, size_t n, double scale, uint16_t **bits) {
     float *f = test_alloc_uniform(rng, n, scale);
     uint16_t *b = (uint16_t *)xmalloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) b[i] = bf16_from_float(f[i]), f[i] = bf16_to_float(b[i]);
+    for (size_t i = 0; i < n; i++) b[i] = moe_bf16_from_float(f[i]), f[i] = moe_bf16_to_float(b[i]);
     if (bits) *bits = b;
     else free(b);
     return f;
@@ -111,8 +111,8 @@ static void test_swiglu(moe_gpu *gpu, int rows, int f, moe_rng *rng) {
         uint16_t *d_act = (uint16_t *)test_gpu_alloc(gpu, (n + 1) * 2), *d_dh = (uint16_t *)test_gpu_alloc(gpu, (n13 + 1) * 2);
         CHECK_OK(moe_gpu_upload(gpu, d_h13 + mis, h13b, n13 * 2));
         CHECK_OK(moe_gpu_upload(gpu, d_da + mis, dab, n * 2));
-        CHECK_OK(swiglu_forward_cuda(gpu, d_h13 + mis, rows, f, d_act + mis));
-        CHECK_OK(swiglu_backward_cuda(gpu, d_h13 + mis, d_da + mis, rows, f, d_dh + mis));
+        CHECK_OK(moe_swiglu_forward_cuda(gpu, d_h13 + mis, rows, f, d_act + mis));
+        CHECK_OK(moe_swiglu_backward_cuda(gpu, d_h13 + mis, d_da + mis, rows, f, d_dh + mis));
         got_act[mis] = (uint16_t *)xmalloc(n * 2), got_dh[mis] = (uint16_t *)xmalloc(n13 * 2);
         test_gpu_download(gpu, got_act[mis], d_act + mis, n * 2);
         test_gpu_download(gpu, got_dh[mis], d_dh + mis, n13 * 2);
@@ -146,12 +146,12 @@ typedef struct {
     size_t wcount; /* f * d per expert and matrix */
     float *grads0; /* initial gradients [w1 | w3 | w2] */
     /* device */
-    expert_weights_bf16 wb;
+    moe_expert_weights_bf16 wb;
     moe_bf16 *xp, *dy, *h13, *act, *y, *dh13, *dact, *dxp;
     float *grads;
 } fixture;
 
-static void gpu_run_once(moe_gpu *gpu, expert_gemm_mode mode, const fixture *F, gpu_run *out) {
+static void gpu_run_once(moe_gpu *gpu, moe_expert_gemm_mode mode, const fixture *F, gpu_run *out) {
     const size_t rows = F->rows, E = F->E, d = F->d, f = F->f, gn = 3 * E * F->wcount;
     test_gpu_poison(gpu, F->h13, rows * 2 * f * 2 + 2);
     test_gpu_poison(gpu, F->act, rows * f * 2 + 2);
@@ -161,8 +161,8 @@ static void gpu_run_once(moe_gpu *gpu, expert_gemm_mode mode, const fixture *F, 
     test_gpu_poison(gpu, F->dxp, rows * d * 2 + 2);
     CHECK_OK(moe_gpu_upload(gpu, F->grads, F->grads0, gn * sizeof(float)));
     moe_layer_weights g = {NULL, F->grads, F->grads + E * F->wcount, F->grads + 2 * E * F->wcount};
-    CHECK_OK(expert_ffn_forward_cuda(gpu, mode, &F->wb, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->y));
-    CHECK_OK(expert_ffn_backward_cuda(gpu, mode, &F->wb, &g, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->dy,
+    CHECK_OK(moe_expert_ffn_forward_cuda(gpu, mode, &F->wb, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->y));
+    CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, &F->wb, &g, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->dy,
                                       F->dh13, F->dact, F->dxp));
     out->h13 = (uint16_t *)xmalloc(rows * 2 * f * 2), out->act = (uint16_t *)xmalloc(rows * f * 2);
     out->y = (uint16_t *)xmalloc(rows * d * 2), out->dxp = (uint16_t *)xmalloc(rows * d * 2);
@@ -241,18 +241,18 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     moe_layer_weights dw = {NULL, d_w, d_w + wn, d_w + 2 * wn};
     F.wb.w13 = (moe_bf16 *)test_gpu_alloc(gpu, 2 * wn * 2);
     F.wb.w2 = (moe_bf16 *)test_gpu_alloc(gpu, wn * 2);
-    CHECK_OK(expert_weights_to_bf16_cuda(gpu, &dw, F.E, F.d, F.f, &F.wb));
+    CHECK_OK(moe_expert_weights_to_bf16_cuda(gpu, &dw, F.E, F.d, F.f, &F.wb));
     uint16_t *w13_got = (uint16_t *)xmalloc(2 * wn * 2), *w2_got = (uint16_t *)xmalloc(wn * 2);
     test_gpu_download(gpu, w13_got, F.wb.w13, 2 * wn * 2);
     test_gpu_download(gpu, w2_got, F.wb.w2, wn * 2);
     size_t bad = 0;
     for (size_t e = 0; e < E; e++)
         for (size_t i = 0; i < F.wcount; i++) {
-            bad += w13_got[e * 2 * F.wcount + i] != bf16_from_float(w1[e * F.wcount + i]);
-            bad += w13_got[e * 2 * F.wcount + F.wcount + i] != bf16_from_float(w3[e * F.wcount + i]);
-            bad += w2_got[e * F.wcount + i] != bf16_from_float(w2[e * F.wcount + i]);
+            bad += w13_got[e * 2 * F.wcount + i] != moe_bf16_from_float(w1[e * F.wcount + i]);
+            bad += w13_got[e * 2 * F.wcount + F.wcount + i] != moe_bf16_from_float(w3[e * F.wcount + i]);
+            bad += w2_got[e * F.wcount + i] != moe_bf16_from_float(w2[e * F.wcount + i]);
         }
-    CHECK(bad == 0, "%s: expert_weights_to_bf16_cuda: %zu of %zu values differ", label, bad, 3 * wn);
+    CHECK(bad == 0, "%s: moe_expert_weights_to_bf16_cuda: %zu of %zu values differ", label, bad, 3 * wn);
     free(w13_got), free(w2_got);
     for (int e = 0; e < F.E; e++) /* a zero-row expert's weights must not be read: make them NaN */
         if (c->counts[e] == 0) {
@@ -272,15 +272,15 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
 
     gpu_run runs[2][2]; /* [mode][repeat] */
     for (int mode = 0; mode < 2; mode++)
-        for (int rep = 0; rep < 2; rep++) gpu_run_once(gpu, (expert_gemm_mode)mode, &F, &runs[mode][rep]);
+        for (int rep = 0; rep < 2; rep++) gpu_run_once(gpu, (moe_expert_gemm_mode)mode, &F, &runs[mode][rep]);
 
     /* CPU forward on the same bf16 values */
-    gemm_rows_plan plan;
-    CHECK_OK(gemm_rows_plan_init(&plan, 0, F.d > F.f ? F.d : F.f));
+    moe_gemm_rows_plan plan;
+    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, F.d > F.f ? F.d : F.f));
     moe_layer_weights wc = {NULL, w1, w3, w2};
     float *h1 = (float *)xmalloc(rows * f * 4), *h3 = (float *)xmalloc(rows * f * 4);
     float *act = (float *)xmalloc(rows * f * 4), *y = (float *)xmalloc(rows * d * 4);
-    expert_ffn_forward_cpu(&wc, F.E, F.d, F.f, F.offset, xp, h1, h3, act, y, &plan);
+    moe_expert_ffn_forward_cpu(&wc, F.E, F.d, F.f, F.offset, xp, h1, h3, act, y, &plan);
     float *h13_want = (float *)xmalloc(rows * 2 * f * 4);
     for (size_t r = 0; r < rows; r++) {
         memcpy(h13_want + r * 2 * f, h1 + r * f, f * 4);
@@ -290,7 +290,7 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     for (int mode = 0; mode < 2; mode++) {
         const gpu_run *g = &runs[mode][0];
         char l[160];
-        snprintf(l, sizeof l, "%s %s", label, mode == EXPERT_GEMM_GROUPED ? "grouped" : "per-expert");
+        snprintf(l, sizeof l, "%s %s", label, mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : "per-expert");
         float *h13g = to_float(g->h13, rows * 2 * f), *actg = to_float(g->act, rows * f);
         float *yg = to_float(g->y, rows * d), *dxpg = to_float(g->dxp, rows * d);
         check(l, "h13", h13g, h13_want, rows * 2 * f);
@@ -308,7 +308,7 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
         moe_layer_weights gcw = {NULL, gc, gc + wn, gc + 2 * wn};
         float *dh1 = (float *)xmalloc(rows * f * 4), *dh3 = (float *)xmalloc(rows * f * 4);
         float *dxp_want = (float *)xmalloc(rows * d * 4), *wscratch = (float *)xmalloc(F.wcount * 4);
-        expert_ffn_backward_cpu(&wc, &gcw, F.E, F.d, F.f, F.offset, 1, xp, h1g, h3g, actg, dy, dh1, dh3, dxp_want,
+        moe_expert_ffn_backward_cpu(&wc, &gcw, F.E, F.d, F.f, F.offset, 1, xp, h1g, h3g, actg, dy, dh1, dh3, dxp_want,
                                 wscratch, &plan);
         check(l, "dxp", dxpg, dxp_want, rows * d);
         const char *gnames[] = {"dW1", "dW3", "dW2"};
@@ -332,11 +332,11 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     }
     char l[160];
     snprintf(l, sizeof l, "%s grouped vs per-expert", label);
-    compare_runs(l, &F, &runs[EXPERT_GEMM_GROUPED][0], &runs[EXPERT_GEMM_PER_EXPERT][0]);
+    compare_runs(l, &F, &runs[MOE_EXPERT_GEMM_GROUPED][0], &runs[MOE_EXPERT_GEMM_PER_EXPERT][0]);
 
     for (int mode = 0; mode < 2; mode++)
         for (int rep = 0; rep < 2; rep++) gpu_run_free(&runs[mode][rep]);
-    gemm_rows_plan_free(&plan);
+    moe_gemm_rows_plan_free(&plan);
     free(w1), free(w3), free(w2), free(xpb), free(dyb), free(xp), free(dy), free(F.grads0);
     free(h1), free(h3), free(act), free(y), free(h13_want);
     void *dev[] = {d_w, F.wb.w13, F.wb.w2, F.xp, F.dy, F.h13, F.act, F.y, F.dh13, F.dact, F.dxp, F.grads};

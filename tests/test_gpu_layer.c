@@ -34,7 +34,7 @@ static const double TOL_WGRAD[3] = {1e-4, 5e-2, 5e-2};
 static const double TOL_ROUTER[3] = {1e-3, 5e-2, 5e-2};
 
 static void round_to_bf16(moe_real *v, size_t n) {
-    for (size_t i = 0; i < n; i++) v[i] = bf16_round(v[i]);
+    for (size_t i = 0; i < n; i++) v[i] = moe_bf16_round(v[i]);
 }
 
 typedef struct {

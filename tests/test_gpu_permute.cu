@@ -1,8 +1,8 @@
-/* test_gpu_permute.cu — permute_rows_cuda, combine_rows_cuda and combine_rows_backward_cuda against
+/* test_gpu_permute.cu — moe_permute_rows_cuda, moe_combine_rows_cuda and moe_combine_rows_backward_cuda against
  * kernels/permute_cpu.c. Routings: T tokens, k distinct experts each, ~10% of assignments dropped (slot -1),
  * rows in expert-major then token order (the dispatch layout's). Widths d = 8 and 4096 take the 16-byte
  * path, d = 12 and pointers offset by one element the scalar path; k = 1, 2, 8; gates and unit gates.
- *   permute:   bitwise equal to bf16_round of the CPU gather (data only moves);
+ *   permute:   bitwise equal to moe_bf16_round of the CPU gather (data only moves);
  *   combine:   unit gates bitwise (sums of exact products in the same j order); gates within 1e-6
  *              (same operations; only a CPU that contracts to FMA could differ);
  *   backward:  dy bitwise equal to bf16 of the CPU's gate * dout; dgate (a block reduction against the
@@ -97,7 +97,7 @@ static void run_case(moe_gpu *gpu, const pcase *c, moe_rng *rng) {
     for (size_t i = 0; i < an; i++) gate[i] += 0.5f, ones[i] = 1.0f;
     float *yf = test_alloc_uniform(rng, yn, 1.0), *dout = test_alloc_uniform(rng, xn, 1.0);
     uint16_t *y = (uint16_t *)malloc((yn ? yn : 1) * sizeof(uint16_t));
-    for (size_t i = 0; i < yn; i++) y[i] = bf16_from_float(yf[i]), yf[i] = bf16_to_float(y[i]);
+    for (size_t i = 0; i < yn; i++) y[i] = moe_bf16_from_float(yf[i]), yf[i] = moe_bf16_to_float(y[i]);
 
     dbuf d_x = dev_upload(gpu, x, xn, sizeof(float), m), d_y = dev_upload(gpu, y, yn, sizeof(uint16_t), m);
     dbuf d_dout = dev_upload(gpu, dout, xn, sizeof(float), m);
@@ -111,20 +111,20 @@ static void run_case(moe_gpu *gpu, const pcase *c, moe_rng *rng) {
     /* permute: exact */
     uint16_t *xp = (uint16_t *)malloc((yn ? yn : 1) * sizeof(uint16_t));
     float *xp_want = (float *)malloc((yn ? yn : 1) * sizeof(float));
-    permute_rows_cpu(x, r.perm_token, rows, d, xp_want);
+    moe_permute_rows_cpu(x, r.perm_token, rows, d, xp_want);
     test_gpu_poison(gpu, d_xp.base, (yn + 1) * sizeof(uint16_t));
-    CHECK_OK(permute_rows_cuda(gpu, (const float *)d_x.ptr, d_perm, rows, d, (moe_bf16 *)d_xp.ptr));
+    CHECK_OK(moe_permute_rows_cuda(gpu, (const float *)d_x.ptr, d_perm, rows, d, (moe_bf16 *)d_xp.ptr));
     test_gpu_download(gpu, xp, d_xp.ptr, yn * sizeof(uint16_t));
     size_t bad = 0;
-    for (size_t i = 0; i < yn; i++) bad += xp[i] != bf16_from_float(xp_want[i]);
+    for (size_t i = 0; i < yn; i++) bad += xp[i] != moe_bf16_from_float(xp_want[i]);
     CHECK(bad == 0, "%s: permute: %zu of %zu elements differ", name, bad, yn);
     printf("%-40s permute %zu rows: %zu mismatches\n", name, (size_t)rows, bad);
 
     /* combine */
     float *out = (float *)malloc(xn * sizeof(float)), *out_want = (float *)malloc(xn * sizeof(float));
-    combine_rows_cpu(yf, r.slot, c->gated ? gate : NULL, T, k, d, out_want);
+    moe_combine_rows_cpu(yf, r.slot, c->gated ? gate : NULL, T, k, d, out_want);
     test_gpu_poison(gpu, d_out.base, (xn + 1) * sizeof(float));
-    CHECK_OK(combine_rows_cuda(gpu, (const moe_bf16 *)d_y.ptr, d_slot, d_gate, T, k, d, (float *)d_out.ptr));
+    CHECK_OK(moe_combine_rows_cuda(gpu, (const moe_bf16 *)d_y.ptr, d_slot, d_gate, T, k, d, (float *)d_out.ptr));
     test_gpu_download(gpu, out, d_out.ptr, xn * sizeof(float));
     char what[160];
     snprintf(what, sizeof what, "%s combine", name);
@@ -137,7 +137,7 @@ static void run_case(moe_gpu *gpu, const pcase *c, moe_rng *rng) {
 
     /* combine backward, twice */
     float *dy_want = (float *)calloc(yn ? yn : 1, sizeof(float)), *dgate_want = (float *)malloc(an * sizeof(float));
-    combine_rows_backward_cpu(dout, yf, r.slot, c->gated ? gate : ones, T, k, d, dy_want, dgate_want);
+    moe_combine_rows_backward_cpu(dout, yf, r.slot, c->gated ? gate : ones, T, k, d, dy_want, dgate_want);
     uint16_t *dy[2];
     float *dgate[2];
     for (int run = 0; run < 2; run++) {
@@ -145,13 +145,13 @@ static void run_case(moe_gpu *gpu, const pcase *c, moe_rng *rng) {
         dgate[run] = (float *)malloc(an * sizeof(float));
         test_gpu_poison(gpu, d_dy.base, (yn + d + 1) * sizeof(uint16_t));
         test_gpu_poison(gpu, d_dgate, an * sizeof(float));
-        CHECK_OK(combine_rows_backward_cuda(gpu, (const float *)d_dout.ptr, (const moe_bf16 *)d_y.ptr, d_slot, d_gate,
+        CHECK_OK(moe_combine_rows_backward_cuda(gpu, (const float *)d_dout.ptr, (const moe_bf16 *)d_y.ptr, d_slot, d_gate,
                                             T, k, d, (moe_bf16 *)d_dy.ptr, d_dgate));
         test_gpu_download(gpu, dy[run], d_dy.ptr, (yn + d) * sizeof(uint16_t));
         test_gpu_download(gpu, dgate[run], d_dgate, an * sizeof(float));
     }
     bad = 0;
-    for (size_t i = 0; i < yn; i++) bad += dy[0][i] != bf16_from_float(dy_want[i]);
+    for (size_t i = 0; i < yn; i++) bad += dy[0][i] != moe_bf16_from_float(dy_want[i]);
     CHECK(bad == 0, "%s: backward dy: %zu of %zu elements differ", name, bad, yn);
     size_t touched = 0;
     for (int i = 0; i < d; i++) touched += dy[0][yn + i] != 0xFFFF;

@@ -57,7 +57,7 @@ static void check_same_bits(const char *op, const char *shape, const void *a, co
 static float *random_scores(moe_rng *rng, moe_score_func func, int T, int E, float **logits_out) {
     float *logits = test_alloc_uniform(rng, (size_t)T * E, 3.0);
     float *scores = (float *)host_alloc((size_t)T * E * sizeof(float));
-    router_scores_cpu(func, logits, T, E, scores);
+    moe_router_scores_cpu(func, logits, T, E, scores);
     if (logits_out)
         *logits_out = logits;
     else
@@ -72,16 +72,16 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     float *x = test_alloc_uniform(rng, (size_t)T * d, 1.0);
     float *w = test_alloc_uniform(rng, (size_t)E * d, 1 / sqrt((double)d));
     float *want = (float *)host_alloc(te * sizeof(float)), *got[2];
-    gemm_rows_plan plan;
-    CHECK_OK(gemm_rows_plan_init(&plan, 0, d > E ? d : E));
-    CHECK_OK(router_logits_cpu(&plan, x, w, T, d, E, want));
-    gemm_rows_plan_free(&plan);
+    moe_gemm_rows_plan plan;
+    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, d > E ? d : E));
+    CHECK_OK(moe_router_logits_cpu(&plan, x, w, T, d, E, want));
+    moe_gemm_rows_plan_free(&plan);
     float *d_x = (float *)test_gpu_upload(gpu, x, (size_t)T * d * sizeof(float));
     float *d_w = (float *)test_gpu_upload(gpu, w, (size_t)E * d * sizeof(float));
     float *d_logits = (float *)test_gpu_alloc(gpu, te * sizeof(float));
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_logits, te * sizeof(float));
-        CHECK_OK(router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits));
+        CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits));
         got[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got[run], d_logits, te * sizeof(float));
     }
@@ -91,13 +91,13 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     /* a non-finite input gives MOE_ERR_NONFINITE, as on the CPU */
     x[(size_t)(T / 2) * d + d / 3] = INFINITY;
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
-    moe_status st = router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits);
+    moe_status st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits);
     CHECK(st == MOE_ERR_NONFINITE, "logits %s with an Inf in x: %s", shape, moe_status_string(st));
     x[(size_t)(T / 2) * d + d / 3] = 0.5f;
     w[(size_t)(E - 1) * d] = NAN;
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
     CHECK_OK(moe_gpu_upload(gpu, d_w, w, (size_t)E * d * sizeof(float)));
-    st = router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits);
+    st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits);
     CHECK(st == MOE_ERR_NONFINITE, "logits %s with a NaN in router_w: %s", shape, moe_status_string(st));
 
     test_gpu_free(gpu, d_x), test_gpu_free(gpu, d_w), test_gpu_free(gpu, d_logits);
@@ -134,7 +134,7 @@ static void test_logits_backward(moe_gpu *gpu, moe_rng *rng, int T, int d, int E
     for (int run = 0; run < 2; run++) {
         CHECK_OK(moe_gpu_upload(gpu, d_dw, dw0, ed * sizeof(float)));
         CHECK_OK(moe_gpu_upload(gpu, d_dx, dx0, td * sizeof(float)));
-        CHECK_OK(router_logits_backward_cuda(gpu, d_x, d_w, d_dl, T, d, E, d_dw, with_dx ? d_dx : NULL));
+        CHECK_OK(moe_router_logits_backward_cuda(gpu, d_x, d_w, d_dl, T, d, E, d_dw, with_dx ? d_dx : NULL));
         got_dw[run] = (float *)host_alloc(ed * sizeof(float));
         got_dx[run] = (float *)host_alloc(td * sizeof(float));
         test_gpu_download(gpu, got_dw[run], d_dw, ed * sizeof(float));
@@ -161,7 +161,7 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
     size_t te = (size_t)T * E, nbytes = te * sizeof(float);
     float *logits = test_alloc_uniform(rng, te, 4.0), *bias = test_alloc_uniform(rng, E, 0.1);
     float *want = (float *)host_alloc(nbytes), *want_select = (float *)host_alloc(nbytes);
-    router_scores_cpu(func, logits, T, E, want);
+    moe_router_scores_cpu(func, logits, T, E, want);
     for (size_t i = 0; i < te; i++) want_select[i] = want[i] + bias[i % E]; /* as moe/layer.c */
     float *d_logits = (float *)test_gpu_upload(gpu, logits, nbytes);
     float *d_bias = (float *)test_gpu_upload(gpu, bias, E * sizeof(float));
@@ -169,7 +169,7 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
     float *got[2], *got_select[2];
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_scores, nbytes), test_gpu_poison(gpu, d_select, nbytes);
-        CHECK_OK(router_scores_cuda(gpu, func, d_logits, with_bias ? d_bias : NULL, T, E, d_scores,
+        CHECK_OK(moe_router_scores_cuda(gpu, func, d_logits, with_bias ? d_bias : NULL, T, E, d_scores,
                                     with_bias ? d_select : NULL));
         got[run] = (float *)host_alloc(nbytes), got_select[run] = (float *)host_alloc(nbytes);
         test_gpu_download(gpu, got[run], d_scores, nbytes);
@@ -184,12 +184,12 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
 
     /* backward from random dscores through these scores (the CPU's, the same input for both) */
     float *dscores = test_alloc_uniform(rng, te, 1.0), *want_dl = (float *)host_alloc(nbytes), *got_dl[2];
-    router_scores_backward_cpu(func, want, dscores, T, E, want_dl);
+    moe_router_scores_backward_cpu(func, want, dscores, T, E, want_dl);
     CHECK_OK(moe_gpu_upload(gpu, d_scores, want, nbytes));
     float *d_dscores = (float *)test_gpu_upload(gpu, dscores, nbytes), *d_dl = (float *)test_gpu_alloc(gpu, nbytes);
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_dl, nbytes);
-        CHECK_OK(router_scores_backward_cuda(gpu, func, d_scores, d_dscores, T, E, d_dl));
+        CHECK_OK(moe_router_scores_backward_cuda(gpu, func, d_scores, d_dscores, T, E, d_dl));
         got_dl[run] = (float *)host_alloc(nbytes);
         test_gpu_download(gpu, got_dl[run], d_dl, nbytes);
     }
@@ -208,9 +208,9 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
     size_t te = (size_t)T * E, tk = (size_t)T * k;
     float *scores = random_scores(rng, MOE_SCORE_SOFTMAX, T, E, NULL);
     int *expert = (int *)host_alloc(tk * sizeof(int));
-    router_topk_cpu(scores, T, E, k, expert);
+    moe_router_topk_cpu(scores, T, E, k, expert);
     float *want_es = (float *)host_alloc(tk * sizeof(float)), *want_gate = (float *)host_alloc(tk * sizeof(float));
-    router_gates_cpu(scores, expert, T, E, k, renormalize, want_es, want_gate);
+    moe_router_gates_cpu(scores, expert, T, E, k, renormalize, want_es, want_gate);
     float *d_scores = (float *)test_gpu_upload(gpu, scores, te * sizeof(float));
     int *d_expert = (int *)test_gpu_upload(gpu, expert, tk * sizeof(int));
     float *d_es = (float *)test_gpu_alloc(gpu, tk * sizeof(float));
@@ -218,7 +218,7 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
     float *got_es[2], *got_gate[2];
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_es, tk * sizeof(float)), test_gpu_poison(gpu, d_gate, tk * sizeof(float));
-        CHECK_OK(router_gates_cuda(gpu, d_scores, d_expert, T, E, k, renormalize, d_es, d_gate));
+        CHECK_OK(moe_router_gates_cuda(gpu, d_scores, d_expert, T, E, k, renormalize, d_es, d_gate));
         got_es[run] = (float *)host_alloc(tk * sizeof(float)), got_gate[run] = (float *)host_alloc(tk * sizeof(float));
         test_gpu_download(gpu, got_es[run], d_es, tk * sizeof(float));
         test_gpu_download(gpu, got_gate[run], d_gate, tk * sizeof(float));
@@ -231,13 +231,13 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
     /* backward: accumulates into random dscores */
     float *dgate = test_alloc_uniform(rng, tk, 1.0), *ds0 = test_alloc_uniform(rng, te, 1.0);
     float *want_ds = host_copy(ds0, te), *got_ds[2];
-    router_gates_backward_cpu(scores, expert, want_gate, dgate, T, E, k, renormalize, want_ds);
+    moe_router_gates_backward_cpu(scores, expert, want_gate, dgate, T, E, k, renormalize, want_ds);
     CHECK_OK(moe_gpu_upload(gpu, d_gate, want_gate, tk * sizeof(float)));
     float *d_dgate = (float *)test_gpu_upload(gpu, dgate, tk * sizeof(float));
     float *d_ds = (float *)test_gpu_alloc(gpu, te * sizeof(float));
     for (int run = 0; run < 2; run++) {
         CHECK_OK(moe_gpu_upload(gpu, d_ds, ds0, te * sizeof(float)));
-        CHECK_OK(router_gates_backward_cuda(gpu, d_scores, d_expert, d_gate, d_dgate, T, E, k, renormalize, d_ds));
+        CHECK_OK(moe_router_gates_backward_cuda(gpu, d_scores, d_expert, d_gate, d_dgate, T, E, k, renormalize, d_ds));
         got_ds[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got_ds[run], d_ds, te * sizeof(float));
     }
@@ -259,18 +259,18 @@ static void test_losses(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int T, 
     size_t te = (size_t)T * E, nbytes = te * sizeof(float);
     float *logits = NULL, *scores = random_scores(rng, func, T, E, &logits);
     int *expert = (int *)host_alloc((size_t)T * k * sizeof(int)), *num_selected = (int *)host_alloc(E * sizeof(int));
-    router_topk_cpu(scores, T, E, k, expert);
+    moe_router_topk_cpu(scores, T, E, k, expert);
     memset(num_selected, 0, E * sizeof(int));
     for (size_t a = 0; a < (size_t)T * k; a++) num_selected[expert[a]] += T_global / T;
-    double want[2] = {router_load_balance_loss_cpu(func, scores, num_selected, T, T_global, E, k),
-                      router_z_loss_cpu(logits, T, T_global, E)};
+    double want[2] = {moe_router_load_balance_loss_cpu(func, scores, num_selected, T, T_global, E, k),
+                      moe_router_z_loss_cpu(logits, T, T_global, E)};
     float *d_scores = (float *)test_gpu_upload(gpu, scores, nbytes);
     float *d_logits = (float *)test_gpu_upload(gpu, logits, nbytes);
     int *d_selected = (int *)test_gpu_upload(gpu, num_selected, E * sizeof(int));
     double got[2][2];
     for (int run = 0; run < 2; run++) {
         got[run][0] = got[run][1] = NAN;
-        CHECK_OK(router_losses_cuda(gpu, func, d_scores, d_logits, d_selected, T, T_global, E, k, got[run]));
+        CHECK_OK(moe_router_losses_cuda(gpu, func, d_scores, d_logits, d_selected, T, T_global, E, k, got[run]));
     }
     const char *names[2] = {"load balance", "z"};
     for (int i = 0; i < 2; i++) {
@@ -285,15 +285,15 @@ static void test_losses(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int T, 
     float coef = (float)T_global;
     float *ds0 = test_alloc_uniform(rng, te, 1.0), *dl0 = test_alloc_uniform(rng, te, 1.0);
     float *want_ds = host_copy(ds0, te), *want_dl = host_copy(dl0, te), *got_ds[2], *got_dl[2];
-    router_load_balance_loss_backward_cpu(func, scores, num_selected, T, T_global, E, k, coef, want_ds);
-    router_z_loss_backward_cpu(logits, T, T_global, E, coef, want_dl);
+    moe_router_load_balance_loss_backward_cpu(func, scores, num_selected, T, T_global, E, k, coef, want_ds);
+    moe_router_z_loss_backward_cpu(logits, T, T_global, E, coef, want_dl);
     float *d_ds = (float *)test_gpu_alloc(gpu, nbytes), *d_dl = (float *)test_gpu_alloc(gpu, nbytes);
     for (int run = 0; run < 2; run++) {
         CHECK_OK(moe_gpu_upload(gpu, d_ds, ds0, nbytes));
         CHECK_OK(moe_gpu_upload(gpu, d_dl, dl0, nbytes));
-        CHECK_OK(router_load_balance_loss_backward_cuda(gpu, func, d_scores, d_selected, T, T_global, E, k, coef,
+        CHECK_OK(moe_router_load_balance_loss_backward_cuda(gpu, func, d_scores, d_selected, T, T_global, E, k, coef,
                                                         d_ds));
-        CHECK_OK(router_z_loss_backward_cuda(gpu, d_logits, T, T_global, E, coef, d_dl));
+        CHECK_OK(moe_router_z_loss_backward_cuda(gpu, d_logits, T, T_global, E, coef, d_dl));
         got_ds[run] = (float *)host_alloc(nbytes), got_dl[run] = (float *)host_alloc(nbytes);
         test_gpu_download(gpu, got_ds[run], d_ds, nbytes);
         test_gpu_download(gpu, got_dl[run], d_dl, nbytes);
@@ -321,9 +321,9 @@ static void test_layout(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, double 
     moe_routing r;
     CHECK_OK(moe_routing_alloc(&r, T, E, k, 1));
     r.num_tokens = T;
-    router_topk_cpu(scores, T, E, k, r.expert);
+    moe_router_topk_cpu(scores, T, E, k, r.expert);
     for (size_t a = 0; a < tk; a++) r.kept[a] = (moe_rng_uniform(rng) + 1) / 2 < keep_fraction;
-    router_dispatch_layout_cpu(&r);
+    moe_router_dispatch_layout_cpu(&r);
     if (unused >= 0) CHECK(r.num_tokens_per_expert[unused] == 0, "%s: the unused expert received rows", shape);
     if (keep_fraction < 1) CHECK(r.num_dropped > 0, "%s: nothing was dropped", shape);
 
@@ -339,7 +339,7 @@ static void test_layout(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, double 
         count_host[run] = (int *)host_alloc(E * sizeof(int));
         offset_host[run] = (int *)host_alloc((E + 1) * sizeof(int));
         memset(count_host[run], 0xFF, E * sizeof(int)), memset(offset_host[run], 0xFF, (E + 1) * sizeof(int));
-        CHECK_OK(router_dispatch_layout_cuda(gpu, d_expert, d_kept, T, E, k, d_slot, d_perm, d_count, d_offset,
+        CHECK_OK(moe_router_dispatch_layout_cuda(gpu, d_expert, d_kept, T, E, k, d_slot, d_perm, d_count, d_offset,
                                              count_host[run], offset_host[run]));
         slot[run] = (int *)host_alloc(tk * sizeof(int)), perm[run] = (int *)host_alloc(tk * sizeof(int));
         count[run] = (int *)host_alloc(E * sizeof(int)), offset[run] = (int *)host_alloc((E + 1) * sizeof(int));
@@ -379,15 +379,15 @@ static void test_empty(moe_gpu *gpu) {
     int *d_offset = (int *)test_gpu_alloc(gpu, (E + 1) * sizeof(int));
     int count[E], offset[E + 1], zeros[E + 1] = {0};
     memset(count, 0xFF, sizeof count), memset(offset, 0xFF, sizeof offset);
-    CHECK_OK(router_dispatch_layout_cuda(gpu, NULL, NULL, 0, E, k, NULL, NULL, d_count, d_offset, count, offset));
+    CHECK_OK(moe_router_dispatch_layout_cuda(gpu, NULL, NULL, 0, E, k, NULL, NULL, d_count, d_offset, count, offset));
     CHECK(memcmp(count, zeros, sizeof count) == 0 && memcmp(offset, zeros, sizeof offset) == 0,
           "empty layout: host counts or offsets not zero");
     double loss[2] = {NAN, NAN};
-    CHECK_OK(router_losses_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, NULL, 0, 16, E, k, loss));
+    CHECK_OK(moe_router_losses_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, NULL, 0, 16, E, k, loss));
     CHECK(loss[0] == 0 && loss[1] == 0, "empty losses: %g %g", loss[0], loss[1]);
-    CHECK_OK(router_logits_cuda(gpu, NULL, NULL, 0, 16, E, NULL));
-    CHECK_OK(router_scores_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, 0, E, NULL, NULL));
-    CHECK_OK(router_gates_cuda(gpu, NULL, NULL, 0, E, k, 1, NULL, NULL));
+    CHECK_OK(moe_router_logits_cuda(gpu, NULL, NULL, 0, 16, E, NULL));
+    CHECK_OK(moe_router_scores_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, 0, E, NULL, NULL));
+    CHECK_OK(moe_router_gates_cuda(gpu, NULL, NULL, 0, E, k, 1, NULL, NULL));
     CHECK_OK(moe_gpu_synchronize(gpu));
     test_gpu_free(gpu, d_count), test_gpu_free(gpu, d_offset);
 }

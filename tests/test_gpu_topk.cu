@@ -1,4 +1,4 @@
-/* test_gpu_topk.cu — router_topk_cuda against router_topk_cpu, exactly, on scores full of ties
+/* test_gpu_topk.cu — moe_router_topk_cuda against moe_router_topk_cpu, exactly, on scores full of ties
  * (quantised to a few levels) and on continuous scores. Exit 77 (skip) when no GPU is present.
  * Run: meson test -C build --suite gpu */
 #include <stdlib.h>
@@ -17,10 +17,10 @@ static void compare(moe_gpu *gpu, int T, int E, int k, int levels, moe_rng *rng)
         double u = (moe_rng_uniform(rng) + 1) / 2;
         scores[i] = levels ? (float)((int)(u * levels)) / levels : (float)u;
     }
-    router_topk_cpu(scores, T, E, k, want);
+    moe_router_topk_cpu(scores, T, E, k, want);
     float *d_scores = (float *)test_gpu_upload(gpu, scores, n * sizeof(float));
     int *d_expert = (int *)test_gpu_alloc(gpu, (size_t)T * k * sizeof(int));
-    CHECK_OK(router_topk_cuda(gpu, d_scores, T, E, k, d_expert));
+    CHECK_OK(moe_router_topk_cuda(gpu, d_scores, T, E, k, d_expert));
     test_gpu_download(gpu, got, d_expert, (size_t)T * k * sizeof(int));
     int mismatches = 0;
     for (int i = 0; i < T * k; i++) mismatches += got[i] != want[i];

@@ -11,7 +11,7 @@
 
 enum { SEQS = 2 };
 
-static double total_loss(moe_model *m, const model_config *c, const int *in, const int *tg) {
+static double total_loss(moe_model *m, const moe_model_config *c, const int *in, const int *tg) {
     double ce = 0;
     CHECK_OK(moe_model_forward(m, in, tg, SEQS, &ce, NULL));
     for (int l = 0; l < c->num_layers; l++) {
@@ -21,7 +21,7 @@ static double total_loss(moe_model *m, const model_config *c, const int *in, con
     return ce;
 }
 
-static void run_case(const char *name, model_config c, unsigned long long seed) {
+static void run_case(const char *name, moe_model_config c, unsigned long long seed) {
     moe_parallel *par;
     moe_model *m;
     CHECK_OK(moe_parallel_create_self(&par));
@@ -37,7 +37,7 @@ static void run_case(const char *name, model_config c, unsigned long long seed) 
     moe_model_zero_grads(m);
     CHECK_OK(moe_model_backward(m, 1.0));
     int spans_n, bad = 0;
-    const model_param_span *spans = moe_model_spans(m, &spans_n);
+    const moe_model_param_span *spans = moe_model_spans(m, &spans_n);
     for (int s = 0; s < spans_n; s++)
         for (size_t i = spans[s].offset; i < spans[s].offset + spans[s].count; i++) {
             const double eps = 1e-6, saved = p[i];
@@ -61,19 +61,19 @@ static void run_case(const char *name, model_config c, unsigned long long seed) 
 }
 
 int main(void) {
-    model_config c = model_config_default();
+    moe_model_config c = moe_model_config_default();
     c.vocab_size = 11, c.num_layers = 2, c.d_model = 8, c.num_heads = 2, c.num_kv_heads = 1, c.d_ff = 6, c.seq_len = 5;
     c.moe_every = 2; /* layer 0 dense, layer 1 MoE */
     c.moe = moe_config_default(c.d_model, c.d_ff, 4, 2);
     c.moe.aux_loss_coef = 0.1f, c.moe.z_loss_coef = 0.01f;
     run_case("untied, GQA, softmax, dropless", c, 1);
-    model_config tied = c;
+    moe_model_config tied = c;
     tied.tie_embeddings = 1, tied.num_kv_heads = 2, tied.moe_every = 1;
     run_case("tied, MHA, all MoE", tied, 2);
-    model_config drops = c;
+    moe_model_config drops = c;
     drops.moe.capacity_factor = 0.75f, drops.moe.score_func = MOE_SCORE_SIGMOID;
     run_case("sigmoid routing, capacity 0.75", drops, 3);
-    model_config dense = c;
+    moe_model_config dense = c;
     dense.moe = moe_config_default(c.d_model, c.d_ff, 1, 1);
     run_case("dense baseline (E = 1)", dense, 4);
     return test_finish("test_model_gradcheck");

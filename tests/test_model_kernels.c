@@ -53,7 +53,7 @@ typedef struct {
 } norm_ctx;
 static double norm_loss(void *c) {
     norm_ctx *p = c;
-    rmsnorm_forward_cpu(p->x, p->w, NT, ND, 1e-5, p->y, p->rstd);
+    moe_rmsnorm_forward_cpu(p->x, p->w, NT, ND, 1e-5, p->y, p->rstd);
     return dot(p->y, p->r, NT * ND);
 }
 static void test_rmsnorm(void) {
@@ -65,7 +65,7 @@ static void test_rmsnorm(void) {
     moe_rng_fill_uniform(&rng, dx0, NT * ND, 1), moe_rng_fill_uniform(&rng, dw0, ND, 1); /* backward adds */
     memcpy(dx, dx0, sizeof dx), memcpy(dw, dw0, sizeof dw);
     norm_loss(&p);
-    rmsnorm_backward_cpu(p.x, p.w, p.rstd, p.r, NT, ND, dx, dw);
+    moe_rmsnorm_backward_cpu(p.x, p.w, p.rstd, p.r, NT, ND, dx, dw);
     for (int i = 0; i < NT * ND; i++) dx[i] -= dx0[i];
     for (int i = 0; i < ND; i++) dw[i] -= dw0[i];
     worst = 0;
@@ -73,7 +73,7 @@ static void test_rmsnorm(void) {
     bad += check_fd("rmsnorm dw", norm_loss, &p, p.w, dw, ND);
     /* by hand: x = (3, 4), w = (1, 2), eps = 0.5: rstd = 1 / sqrt((9 + 16) / 2 + 0.5) = 1 / sqrt(13) */
     moe_real hx[2] = {3, 4}, hw[2] = {1, 2}, hy[2], hr;
-    rmsnorm_forward_cpu(hx, hw, 1, 2, 0.5, hy, &hr);
+    moe_rmsnorm_forward_cpu(hx, hw, 1, 2, 0.5, hy, &hr);
     CHECK(fabs(hr - 1 / sqrt(13.0)) < 1e-16 && fabs(hy[0] - 3 / sqrt(13.0)) < 1e-15 &&
           fabs(hy[1] - 8 / sqrt(13.0)) < 1e-15, "hand case: rstd %.17g, y %.17g %.17g", hr, hy[0], hy[1]);
     printf("rmsnorm: T=%d d=%d, FD mismatches %d (worst error/tolerance %.2g)\n", NT, ND, bad, worst);
@@ -85,8 +85,8 @@ static void test_rope(void) {
     moe_real x[N], y[N], rx[N], ry[N];
     moe_rng_fill_uniform(&rng, x, N, 1), moe_rng_fill_uniform(&rng, y, N, 1);
     memcpy(rx, x, sizeof x), memcpy(ry, y, sizeof y);
-    rope_forward_cpu(rx, NS, S, H, HD, 10000);
-    rope_backward_cpu(ry, NS, S, H, HD, 10000);
+    moe_rope_forward_cpu(rx, NS, S, H, HD, 10000);
+    moe_rope_backward_cpu(ry, NS, S, H, HD, 10000);
     double lhs = dot(rx, y, N), rhs = dot(x, ry, N);
     CHECK(fabs(lhs - rhs) <= 1e-12, "<rope(x), y> = %.17g but <x, rope^T(y)> = %.17g", lhs, rhs);
     for (int n = 0; n < NS; n++) /* position 0 of each sequence is not rotated */
@@ -97,7 +97,7 @@ static void test_rope(void) {
     moe_real h[2 * 4] = {9, 9, 9, 9, 1, 2, 3, 4};
     const double c0 = cos(1.0), s0 = sin(1.0), c1 = cos(0.1), s1 = sin(0.1);
     const double want[4] = {1 * c0 - 3 * s0, 2 * c1 - 4 * s1, 3 * c0 + 1 * s0, 4 * c1 + 2 * s1};
-    rope_forward_cpu(h, 1, 2, 1, 4, 100);
+    moe_rope_forward_cpu(h, 1, 2, 1, 4, 100);
     for (int i = 0; i < 4; i++)
         CHECK(fabs(h[4 + i] - want[i]) <= 1e-14 && h[i] == 9, "hand case [%d]: %.17g, want %.17g", i, h[4 + i],
               want[i]);
@@ -111,7 +111,7 @@ typedef struct {
 } attn_ctx;
 static double attn_loss(void *c) {
     attn_ctx *p = c;
-    attention_forward_cpu(p->q, p->k, p->v, AN, AS, AH, p->kv, AHD, p->att, p->out);
+    moe_attention_forward_cpu(p->q, p->k, p->v, AN, AS, AH, p->kv, AHD, p->att, p->out);
     return dot(p->out, p->r, AQ);
 }
 static void test_attention(int kv, uint64_t seed) {
@@ -142,10 +142,10 @@ static void test_attention(int kv, uint64_t seed) {
                 kx[(t * AH + h) * AHD + i] = p.k[(t * kv + h / (AH / kv)) * AHD + i];
                 vx[(t * AH + h) * AHD + i] = p.v[(t * kv + h / (AH / kv)) * AHD + i];
             }
-    attention_forward_cpu(p.q, kx, vx, AN, AS, AH, AH, AHD, attx, outx);
+    moe_attention_forward_cpu(p.q, kx, vx, AN, AS, AH, AH, AHD, attx, outx);
     for (int i = 0; i < AQ; i++)
         CHECK(fabs(outx[i] - p.out[i]) < 1e-14, "kv=%d: out[%d] differs from repeat_kv", kv, i);
-    attention_backward_cpu(p.q, p.k, p.v, p.att, p.r, AN, AS, AH, kv, AHD, dq, dk, dv, scratch);
+    moe_attention_backward_cpu(p.q, p.k, p.v, p.att, p.r, AN, AS, AH, kv, AHD, dq, dk, dv, scratch);
     worst = 0;
     int bad = check_fd("attention dq", attn_loss, &p, p.q, dq, AQ);
     bad += check_fd("attention dk", attn_loss, &p, p.k, dk, nkv);
@@ -181,7 +181,7 @@ static void test_attention_hand(void) {
     const moe_real q[8] = {0, 0, 0, 0, 1, 1, 0, 0}, k[8] = {1, 0, 0, 0, 0, 2, 1, 0};
     const moe_real v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     moe_real att[4], out[8];
-    attention_forward_cpu(q, k, v, 1, 2, 1, 1, 4, att, out);
+    moe_attention_forward_cpu(q, k, v, 1, 2, 1, 1, 4, att, out);
     const double p10 = 1 / (1 + exp(0.5)), p11 = 1 - p10;
     CHECK(att[0] == 1 && att[1] == 0 && fabs(att[2] - p10) < 1e-15 && fabs(att[3] - p11) < 1e-15,
           "att %.17g %.17g %.17g %.17g, want 1 0 %.17g %.17g", att[0], att[1], att[2], att[3], p10, p11);
@@ -197,7 +197,7 @@ typedef struct {
 } ce_ctx;
 static double ce_loss(void *c) {
     ce_ctx *p = c;
-    return cross_entropy_forward_cpu(p->logits, p->targets, CT, CV) / CT;
+    return moe_cross_entropy_forward_cpu(p->logits, p->targets, CT, CV) / CT;
 }
 static void test_cross_entropy(void) {
     /* logsumexp(1, 2, 3) - 1 = 2 + log(1 + e^-1 + e^-2), by hand 2.4076059644443806; shifting every logit
@@ -206,10 +206,10 @@ static void test_cross_entropy(void) {
     moe_real l[2 * 3] = {1, 2, 3, 1001, 1002, 1003};
     int tg[2] = {0, 0};
     CHECK(fabs(want - 2.4076059644443806) < 1e-15, "hand value %.17g", want);
-    double one = cross_entropy_forward_cpu(l, tg, 1, 3), two = cross_entropy_forward_cpu(l, tg, 2, 3);
+    double one = moe_cross_entropy_forward_cpu(l, tg, 1, 3), two = moe_cross_entropy_forward_cpu(l, tg, 2, 3);
     CHECK(fabs(one - want) < 1e-14, "loss of (1,2,3)/target 0: %.17g, want %.17g", one, want);
     CHECK(fabs(two - 2 * want) < 1e-12, "loss with logits ~1000: %.17g, want %.17g", two, 2 * want);
-    cross_entropy_backward_cpu(l, tg, 2, 3, 1); /* shift-invariant too: softmax - onehot of (1, 2, 3) */
+    moe_cross_entropy_backward_cpu(l, tg, 2, 3, 1); /* shift-invariant too: softmax - onehot of (1, 2, 3) */
     for (int i = 0; i < 3; i++) {
         double want_g = exp(i + 1.0) / (exp(1.0) + exp(2.0) + exp(3.0)) - (i == 0);
         CHECK(fabs(l[i] - want_g) < 1e-15 && fabs(l[3 + i] - want_g) < 1e-15, "dlogits[%d]: %.17g and %.17g, want "
@@ -218,7 +218,7 @@ static void test_cross_entropy(void) {
     moe_real u[CT * CV];
     int ut[CT] = {0, 3, 6, 2}; /* uniform logits: every loss is log V */
     for (int i = 0; i < CT * CV; i++) u[i] = 3.25;
-    double lu = cross_entropy_forward_cpu(u, ut, CT, CV);
+    double lu = moe_cross_entropy_forward_cpu(u, ut, CT, CV);
     CHECK(fabs(lu - CT * log(CV)) < 1e-13, "uniform logits: %.17g, want T log V = %.17g", lu, CT * log(CV));
 
     moe_rng rng = moe_rng_seeded(13);
@@ -226,7 +226,7 @@ static void test_cross_entropy(void) {
     moe_rng_fill_uniform(&rng, p.logits, CT * CV, 3);
     moe_real grad[CT * CV];
     memcpy(grad, p.logits, sizeof grad);
-    cross_entropy_backward_cpu(grad, p.targets, CT, CV, (moe_real)1.0 / CT);
+    moe_cross_entropy_backward_cpu(grad, p.targets, CT, CV, (moe_real)1.0 / CT);
     worst = 0;
     int bad = check_fd("cross_entropy dlogits", ce_loss, &p, p.logits, grad, CT * CV);
     printf("cross_entropy: hand value %.15g, T=%d V=%d, FD mismatches %d (worst %.2g)\n", one, CT, CV, bad,
@@ -239,7 +239,7 @@ static void test_embedding(void) {
     moe_rng rng = moe_rng_seeded(14);
     moe_real table[V * D], y[T * D], dy[T * D], dtable[V * D], want[V * D];
     moe_rng_fill_uniform(&rng, table, V * D, 1);
-    embedding_forward_cpu(table, tokens, T, D, y);
+    moe_embedding_forward_cpu(table, tokens, T, D, y);
     for (int t = 0; t < T; t++)
         CHECK(!memcmp(y + t * D, table + tokens[t] * D, D * sizeof(moe_real)), "row %d is not table[%d]", t,
               tokens[t]);
@@ -249,7 +249,7 @@ static void test_embedding(void) {
     memcpy(want, dtable, sizeof want);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < D; i++) want[tokens[t] * D + i] += dy[t * D + i];
-    embedding_backward_cpu(dy, tokens, T, D, dtable);
+    moe_embedding_backward_cpu(dy, tokens, T, D, dtable);
     CHECK(!memcmp(dtable, want, sizeof want), "embedding backward differs from the in-order sum");
     CHECK(dtable[3 * D] == 1, "token 3, column 0: %g, want 1 (summed in token order)", dtable[3 * D]);
     printf("embedding: gather and in-order scatter-add exact\n");
@@ -259,14 +259,14 @@ static void test_adamw(void) {
     enum { N = 9 };
     moe_rng rng = moe_rng_seeded(15);
     for (int c = 0; c < 4; c++) {
-        adamw_params hp = {3e-3f, 0.9f, 0.95f, 1e-8f, c & 1 ? 0.1f : 0.0f, c < 2 ? 1 : 7};
+        moe_adamw_params hp = {3e-3f, 0.9f, 0.95f, 1e-8f, c & 1 ? 0.1f : 0.0f, c < 2 ? 1 : 7};
         moe_real p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
         moe_rng_fill_uniform(&rng, p, N, 1), moe_rng_fill_uniform(&rng, g, N, 0.5);
         moe_rng_fill_uniform(&rng, m, N, hp.step == 1 ? 0 : 0.1);
         for (int i = 0; i < N; i++) v[i] = hp.step == 1 ? 0 : 0.01 + 0.01 * fabs(moe_rng_uniform(&rng));
         g[0] = 0; /* a zero gradient at step 1: the update is pure decay */
         memcpy(p0, p, sizeof p), memcpy(m0, m, sizeof m), memcpy(v0, v, sizeof v);
-        adamw_update_cpu(p, g, m, v, N, &hp);
+        moe_adamw_update_cpu(p, g, m, v, N, &hp);
         const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr, eps = hp.eps, wd = hp.weight_decay;
         int before = test_failures;
         for (int i = 0; i < N; i++) {

@@ -10,18 +10,18 @@
 #include "tests/test_util.h"
 
 static void test_schedule(void) {
-    lr_schedule s = {1e-2f, 1e-3f, 10, 110};
-    CHECK(fabsf(lr_at(&s, 1) - 1e-3f) < 1e-9f, "step 1: %g", lr_at(&s, 1));
-    CHECK(fabsf(lr_at(&s, 10) - 1e-2f) < 1e-9f, "end of warm-up: %g", lr_at(&s, 10));
-    CHECK(fabsf(lr_at(&s, 60) - 5.5e-3f) < 1e-8f, "half-way through the cosine: %g", lr_at(&s, 60));
-    CHECK(fabsf(lr_at(&s, 110) - 1e-3f) < 1e-9f, "last step: %g", lr_at(&s, 110));
-    CHECK(fabsf(lr_at(&s, 500) - 1e-3f) < 1e-9f, "past the end: %g", lr_at(&s, 500));
-    for (long t = 11; t < 110; t++) CHECK(lr_at(&s, t + 1) <= lr_at(&s, t), "not decaying at step %ld", t);
+    moe_lr_schedule s = {1e-2f, 1e-3f, 10, 110};
+    CHECK(fabsf(moe_lr_at(&s, 1) - 1e-3f) < 1e-9f, "step 1: %g", moe_lr_at(&s, 1));
+    CHECK(fabsf(moe_lr_at(&s, 10) - 1e-2f) < 1e-9f, "end of warm-up: %g", moe_lr_at(&s, 10));
+    CHECK(fabsf(moe_lr_at(&s, 60) - 5.5e-3f) < 1e-8f, "half-way through the cosine: %g", moe_lr_at(&s, 60));
+    CHECK(fabsf(moe_lr_at(&s, 110) - 1e-3f) < 1e-9f, "last step: %g", moe_lr_at(&s, 110));
+    CHECK(fabsf(moe_lr_at(&s, 500) - 1e-3f) < 1e-9f, "past the end: %g", moe_lr_at(&s, 500));
+    for (long t = 11; t < 110; t++) CHECK(moe_lr_at(&s, t + 1) <= moe_lr_at(&s, t), "not decaying at step %ld", t);
 }
 
 int main(void) {
     test_schedule();
-    model_config c = model_config_default();
+    moe_model_config c = moe_model_config_default();
     c.vocab_size = 16, c.num_layers = 2, c.d_model = 8, c.num_heads = 2, c.num_kv_heads = 2, c.d_ff = 8, c.seq_len = 4;
     c.moe = moe_config_default(c.d_model, c.d_ff, 4, 2);
     moe_parallel *par;
@@ -37,15 +37,15 @@ int main(void) {
     double brute = 0, norm = 0;
     for (size_t i = 0; i < n; i++) brute += (double)g[i] * g[i];
     brute = sqrt(brute);
-    CHECK_OK(model_grad_norm(m, par, &norm));
+    CHECK_OK(moe_model_grad_norm(m, par, &norm));
     CHECK(fabs(norm - brute) <= 1e-12 * brute, "norm %.15g, brute force %.15g", norm, brute);
 
     moe_real *before = malloc(n * sizeof *before);
     memcpy(before, g, n * sizeof *g);
-    CHECK(model_clip_grads(m, norm, (float)(2 * norm)) == 1.0, "clipped below the threshold");
+    CHECK(moe_model_clip_grads(m, norm, (float)(2 * norm)) == 1.0, "clipped below the threshold");
     CHECK(!memcmp(before, g, n * sizeof *g), "gradients changed below the threshold");
-    double factor = model_clip_grads(m, norm, 1.0f), clipped;
-    CHECK_OK(model_grad_norm(m, par, &clipped));
+    double factor = moe_model_clip_grads(m, norm, 1.0f), clipped;
+    CHECK_OK(moe_model_grad_norm(m, par, &clipped));
     CHECK(fabs(factor - 1.0 / norm) < 1e-12 && fabs(clipped - 1.0) < 1e-6, "clip factor %g, norm after %.9g", factor,
           clipped);
 
@@ -53,10 +53,10 @@ int main(void) {
     memset(g, 0, n * sizeof *g);
     memcpy(before, p, n * sizeof *p);
     moe_real *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
-    adamw_params hp = {0.1f, 0.9f, 0.95f, 1e-8f, 0.5f, 1};
-    model_adamw_step(m, 0, moe_model_num_dense(m), m1, m2, &hp);
+    moe_adamw_params hp = {0.1f, 0.9f, 0.95f, 1e-8f, 0.5f, 1};
+    moe_model_adamw_step(m, 0, moe_model_num_dense(m), m1, m2, &hp);
     int spans_n, norms = 0;
-    const model_param_span *spans = moe_model_spans(m, &spans_n);
+    const moe_model_param_span *spans = moe_model_spans(m, &spans_n);
     for (int s = 0; s < spans_n; s++)
         for (size_t i = spans[s].offset; i < spans[s].offset + spans[s].count; i++) {
             moe_real want = spans[s].decay ? before[i] - 0.1f * 0.5f * before[i] : before[i];

@@ -80,7 +80,7 @@ static void test_topk_ties(void) {
     /* token 0: all equal -> 0,1,2; token 1: 3 and 5 tie for first -> 3,5 then the tie 1/4 -> 1 */
     const moe_real scores[2 * 6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, /**/ 0.1f, 0.3f, 0.2f, 0.9f, 0.3f, 0.9f};
     int expert[6];
-    router_topk_cpu(scores, 2, 6, 3, expert);
+    moe_router_topk_cpu(scores, 2, 6, 3, expert);
     const int want[6] = {0, 1, 2, 3, 5, 1};
     for (int i = 0; i < 6; i++) CHECK(expert[i] == want[i], "choice %d: %d, want %d", i, expert[i], want[i]);
 }

@@ -206,7 +206,7 @@ static int run_case(const ref_case *rc, const char *python, const char *script, 
     CHECK((rc->cf > 0) == (st.num_dropped > 0), "%s: cf %g gave %d drops", rc->name, rc->cf, st.num_dropped);
     if (rc->func == MOE_SCORE_SIGMOID) { /* the bias must actually steer some selection */
         int plain[T * 2], changed = 0;
-        router_topk_cpu(r->scores, T, E, k, plain);
+        moe_router_topk_cpu(r->scores, T, E, k, plain);
         for (int a = 0; a < tk; a++) changed += plain[a] != r->expert[a];
         CHECK(changed > 0, "%s: the expert bias changed no selection", rc->name);
     }

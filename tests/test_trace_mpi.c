@@ -22,36 +22,36 @@ static char recorded[128];
 static int rank;
 
 /* Runs STEPS steps; returns the status of the first failure (creation or step) or MOE_OK. */
-static moe_status run(train_options o, int ep, double *losses, double *expert_tokens) {
+static moe_status run(moe_train_options o, int ep, double *losses, double *expert_tokens) {
     moe_parallel *par;
-    trainer t;
+    moe_trainer t;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
     o.model.moe.ep_size = ep;
-    moe_status st = trainer_create(&t, &o, par);
-    step_result r = {0};
+    moe_status st = moe_trainer_create(&t, &o, par);
+    moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)o.model.num_layers * E, sizeof(double));
     for (int s = 1; s <= STEPS && st == MOE_OK; s++) {
-        st = trainer_step(&t, s, &r);
+        st = moe_trainer_step(&t, s, &r);
         if (losses) losses[s - 1] = r.loss;
         for (int i = 0; expert_tokens && st == MOE_OK && i < o.model.num_layers * E; i++) expert_tokens[i] += r.expert_tokens[i];
     }
     free(r.expert_tokens);
-    trainer_destroy(&t); /* also after a failed trainer_create, which leaves it empty */
+    moe_trainer_destroy(&t); /* also after a failed moe_trainer_create, which leaves it empty */
     moe_parallel_destroy(par);
     return st;
 }
 
 /* Rank 0 writes a trace in which every token of every record picks experts 0 and 1. */
-static void write_fixed_trace(const char *path, const train_options *o) {
+static void write_fixed_trace(const char *path, const moe_train_options *o) {
     const int tokens = o->batch * o->model.seq_len, k = o->model.moe.top_k;
     int *ids = malloc((size_t)tokens * k * sizeof(int));
     for (int i = 0; i < tokens * k; i++) ids[i] = i % k;
-    routing_trace t;
-    test_mpi_require(routing_trace_create(&t, path, E, k, o->model.num_layers, tokens, o->micro_batches), "trace create");
+    moe_routing_trace t;
+    test_mpi_require(moe_routing_trace_create(&t, path, E, k, o->model.num_layers, tokens, o->micro_batches), "trace create");
     for (int s = 1; s <= STEPS; s++)
         for (int l = 0; l < o->model.num_layers; l++)
-            test_mpi_require(routing_trace_append(&t, s, 0, l, ids), "trace append");
-    routing_trace_close(&t);
+            test_mpi_require(moe_routing_trace_append(&t, s, 0, l, ids), "trace append");
+    moe_routing_trace_close(&t);
     free(ids);
 }
 
@@ -70,7 +70,7 @@ static void rewrite(const char *from, const char *to, long flip_at, long keep_nb
     free(data);
 }
 
-static void expect_refused(const char *what, train_options o, const char *expect) {
+static void expect_refused(const char *what, moe_train_options o, const char *expect) {
     moe_status st = run(o, 1, NULL, NULL);
     CHECK(st != MOE_OK, "%s: accepted", what);
     const char *message = moe_failure_message(st);
@@ -88,12 +88,12 @@ int main(int argc, char **argv) {
     snprintf(recorded, sizeof recorded, "%s/recorded.trace", dir);
 
     double original[STEPS], replayed[STEPS], forced[STEPS], tokens[2 * E] = {0};
-    train_options o = test_small_options(corpus.train, corpus.val, 1, STEPS, 1);
-    train_options rec = o;
+    moe_train_options o = test_small_options(corpus.train, corpus.val, 1, STEPS, 1);
+    moe_train_options rec = o;
     rec.routing_trace_out = recorded;
     test_mpi_require(run(rec, 1, original, NULL), "recording run");
 
-    train_options replay = o;
+    moe_train_options replay = o;
     replay.routing_trace_in = recorded;
     test_mpi_require(run(replay, 2, replayed, NULL), "replay run");
     CHECK(!memcmp(original, replayed, sizeof original), "the replayed run's losses differ from the recorded run's");
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
     if (rank == 0) rewrite(recorded, bad, -1, 600); /* the header and part of the first record */
     MPI_Barrier(MPI_COMM_WORLD);
     expect_refused("truncated", replay, "");
-    train_options four = replay;
+    moe_train_options four = replay;
     four.model.moe = moe_config_default(o.model.d_model, o.model.d_ff, 4, 2);
     if (rank == 0) rewrite(recorded, bad, -1, -1);
     MPI_Barrier(MPI_COMM_WORLD);

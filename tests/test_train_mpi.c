@@ -26,22 +26,22 @@ static double train(const char *train_path, const char *val_path, int ep, int st
                     double *norm1) {
     moe_parallel *par;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-    train_options o = test_small_options(train_path, val_path, ep, steps, micro_batches);
-    trainer t;
-    test_mpi_require(trainer_create(&t, &o, par), "trainer");
-    step_result r = {0};
+    moe_train_options o = test_small_options(train_path, val_path, ep, steps, micro_batches);
+    moe_trainer t;
+    test_mpi_require(moe_trainer_create(&t, &o, par), "trainer");
+    moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)o.model.num_layers * o.model.moe.num_experts, sizeof(double));
     double drops = 0, val = 0;
     for (int s = 1; s <= steps; s++) {
-        test_mpi_require(trainer_step(&t, s, &r), "step");
+        test_mpi_require(moe_trainer_step(&t, s, &r), "step");
         losses[s - 1] = r.loss;
         drops += r.drop_fraction;
         if (s == 1) *norm1 = r.grad_norm;
     }
-    test_mpi_require(trainer_evaluate(&t, &val), "validation");
+    test_mpi_require(moe_trainer_evaluate(&t, &val), "validation");
     CHECK(drops > 0, "ep %d: capacity 1.25 never dropped anything", ep);
     free(r.expert_tokens);
-    trainer_destroy(&t);
+    moe_trainer_destroy(&t);
     moe_parallel_destroy(par);
     return val;
 }

@@ -12,7 +12,7 @@ static void write_corpus(const char *path, long n, unsigned long long seed) {
     moe_rng rng = moe_rng_seeded(seed);
     tokens[0] = 0;
     for (long i = 1; i < n; i++) tokens[i] = (unsigned short)((3 * tokens[i - 1] + 1 + moe_rng_next(&rng) % 2) % TEST_VOCAB);
-    test_mpi_require(token_file_write(path, tokens, n), "writing the corpus");
+    test_mpi_require(moe_token_file_write(path, tokens, n), "writing the corpus");
     free(tokens);
 }
 
@@ -37,11 +37,11 @@ void test_corpus_remove(const test_corpus *c) {
     if (rank == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", c->dir);
 }
 
-train_options test_small_options(const char *train, const char *val, int ep, int steps, int micro_batches) {
-    train_options o;
+moe_train_options test_small_options(const char *train, const char *val, int ep, int steps, int micro_batches) {
+    moe_train_options o;
     char *argv[] = {"test", NULL};
-    train_options_parse(1, argv, 1, &o, NULL);
-    model_config *m = &o.model;
+    moe_train_options_parse(1, argv, 1, &o, NULL);
+    moe_model_config *m = &o.model;
     m->vocab_size = TEST_VOCAB, m->num_layers = 2, m->d_model = 32, m->num_heads = 4, m->num_kv_heads = 2;
     m->d_ff = 32, m->seq_len = 16;
     m->moe = moe_config_default(m->d_model, m->d_ff, 8, 2);

@@ -20,6 +20,6 @@ void test_corpus_remove(const test_corpus *c);
 
 /* V = 32, 2 layers, d = 32, 4 heads / 2 kv heads, d_ff 32, S = 16, E = 8, k = 2, capacity 1.25,
  * 8 sequences per micro-batch. */
-train_options test_small_options(const char *train, const char *val, int ep, int steps, int micro_batches);
+moe_train_options test_small_options(const char *train, const char *val, int ep, int steps, int micro_batches);
 
 #endif

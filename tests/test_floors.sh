@@ -1,0 +1,32 @@
+#!/bin/bash
+# test_floors.sh SOURCE_ROOT — the folders form floors (docs/ARCHITECTURE.md) and a file includes only from
+# its own folder and the folders it stands on:
+#   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> models
+# Programs (tests/, bench/) may include anything. Every violation is printed as file:line.
+root=${1:-.}
+declare -A may=(
+    [core]="core"
+    [kernels]="core kernels"
+    [alltoall]="core alltoall"
+    [experts]="core kernels experts"
+    [router]="core kernels alltoall router"
+    [moe]="core kernels alltoall experts router moe"
+    [models]="core kernels alltoall experts router moe models"
+)
+status=0
+checked=0
+for folder in "${!may[@]}"; do
+    for file in "$root/$folder"/*; do
+        case $file in *.c|*.h|*.cu|*.cuh) ;; *) continue ;; esac
+        checked=$((checked + 1))
+        while IFS=: read -r line target; do
+            dir=${target%%/*}
+            case " ${may[$folder]} " in
+            *" $dir "*) ;;
+            *) echo "FAIL: ${file#$root/}:$line includes \"$target\": $dir/ is not below $folder/"; status=1 ;;
+            esac
+        done < <(grep -n -o '^#include "[a-z_]*/[^"]*"' "$file" | sed 's/#include "//; s/"$//')
+    done
+done
+[ $status -eq 0 ] && echo "ok: $checked files include only from their own floor and the floors below"
+exit $status
