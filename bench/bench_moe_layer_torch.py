@@ -2,11 +2,13 @@
 """bench_moe_layer_torch.py — the CPU MoE layer's forward and backward written in idiomatic PyTorch, as a
 reference point for bench_moe_layer.c at the same shape.
 
-Layer: logits = x Wr^T -> softmax -> top-k -> renormalise -> for each expert: index_select its rows, SwiGLU
+The layer is tests/torch_moe.py's SparseMoeBlock (the math lives there, shared with the test reference):
+logits = x Wr^T -> softmax -> top-k -> renormalise -> for each expert: index_select its rows, SwiGLU
 (w2 (silu(x w1^T) * (x w3^T))), scale by the gate, index_add_ into the output; plus the load-balancing loss
 (E * sum_e f_e P_e, coef 0.01) and the router z-loss (mean logsumexp^2, coef 0.001). Dropless unless
---capacity-factor > 0 (then C = ceil(cf T k / E) per expert, earlier tokens kept). Backward is autograd of
-sum(out * dout) + the weighted losses, giving dx and every weight gradient.
+--capacity-factor > 0 (then C = ceil(cf T k / E) per expert, with router/capacity.h's 1e-6 relative slack;
+earlier tokens kept). Backward is autograd of sum(out * dout) + the weighted losses, giving dx and every
+weight gradient.
 
 Measures forward, backward and forward+backward wall time (median and min over --iters timed iterations
 after --warmup untimed ones, time.perf_counter). Last line: "json: {...}".
@@ -24,7 +26,9 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+import torch_moe  # noqa: E402  (tests/torch_moe.py: the layer's math)
 
 AUX_COEF, Z_COEF = 0.01, 0.001
 
@@ -70,60 +74,14 @@ def parse_args():
     return a
 
 
-class Expert(torch.nn.Module):
-    """One SwiGLU expert, as Hugging Face Mixtral writes it: w2(silu(w1 x) * w3 x)."""
-
-    def __init__(self, d, d_ff):
-        super().__init__()
-        self.w1 = torch.nn.Linear(d, d_ff, bias=False)
-        self.w3 = torch.nn.Linear(d, d_ff, bias=False)
-        self.w2 = torch.nn.Linear(d_ff, d, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class MoELayer(torch.nn.Module):
-    def __init__(self, d, d_ff, num_experts, top_k, capacity_factor, gen):
-        super().__init__()
-        self.top_k, self.capacity_factor = top_k, capacity_factor
-        self.router = torch.nn.Linear(d, num_experts, bias=False)
-        self.experts = torch.nn.ModuleList(Expert(d, d_ff) for _ in range(num_experts))
-        with torch.no_grad():  # uniform(-a, a), a = sqrt(3 / fan_in): unit-variance rows stay unit
-            for m in self.modules():
-                if isinstance(m, torch.nn.Linear):
-                    a = math.sqrt(3.0 / m.in_features)
-                    m.weight.copy_((torch.rand(m.weight.shape, generator=gen) * 2 - 1) * a)
-
-    def forward(self, x):
-        T, E, k = x.shape[0], len(self.experts), self.top_k
-        logits = self.router(x)
-        probs = logits.softmax(dim=-1)
-        gate, expert = probs.topk(k, dim=-1)
-        gate = gate / gate.sum(dim=-1, keepdim=True)
-        flat_expert, flat_gate = expert.reshape(-1), gate.reshape(-1)
-        flat_token = torch.arange(T, device=x.device).repeat_interleave(k)
-        counts = torch.bincount(flat_expert, minlength=E)  # top-k counts, before capacity
-        capacity = math.ceil(self.capacity_factor * T * k / E) if self.capacity_factor > 0 else None
-
-        out = torch.zeros_like(x)
-        kept = 0
-        for e in range(E):
-            idx = (flat_expert == e).nonzero(as_tuple=True)[0]  # assignment order = token order
-            if capacity is not None:
-                idx = idx[:capacity]
-            if idx.numel() == 0:
-                continue
-            kept += idx.numel()
-            tok = flat_token[idx]
-            xe = x.index_select(0, tok)
-            ye = self.experts[e](xe) * flat_gate[idx].unsqueeze(1)
-            out.index_add_(0, tok, ye)
-
-        f = counts.to(x.dtype) / (T * k)
-        aux = E * (f * probs.mean(dim=0)).sum()
-        z = torch.logsumexp(logits, dim=-1).pow(2).mean()
-        return out, aux, z, counts, kept
+def init_uniform_(block, gen):
+    """Every nn.Linear weight, in module order, from uniform(-a, a), a = sqrt(3 / fan_in): unit-variance
+    rows stay unit variance through each projection."""
+    with torch.no_grad():
+        for m in block.modules():
+            if isinstance(m, torch.nn.Linear):
+                a = math.sqrt(3.0 / m.in_features)
+                m.weight.copy_((torch.rand(m.weight.shape, generator=gen) * 2 - 1) * a)
 
 
 def main():
@@ -136,7 +94,9 @@ def main():
           f"warmup={a.warmup} iters={a.iters}")
 
     gen = torch.Generator().manual_seed(0x5EED)
-    layer = MoELayer(a.d_model, a.d_ff, a.experts, a.top_k, a.capacity_factor, gen)
+    layer = torch_moe.SparseMoeBlock(a.d_model, a.d_ff, a.experts, a.top_k, score_func="softmax",
+                                     renormalize=True, capacity_factor=a.capacity_factor)
+    init_uniform_(layer, gen)
     x0 = torch.rand(a.tokens, a.d_model, generator=gen) * 2 - 1
     dout = torch.rand(a.tokens, a.d_model, generator=gen) * 2 - 1
 
@@ -145,7 +105,7 @@ def main():
         layer.zero_grad(set_to_none=False)  # untimed: a training step zeroes the gradients once
         x = x0.clone().requires_grad_(True)
         t0 = time.perf_counter()
-        out, aux, z, counts, kept = layer(x)
+        out, aux, z, experts, kept_mask = layer(x)
         loss = (out * dout).sum() + AUX_COEF * aux + Z_COEF * z
         t1 = time.perf_counter()
         loss.backward()
@@ -154,6 +114,8 @@ def main():
             tf.append((t1 - t0) * 1e3), tb.append((t2 - t1) * 1e3), tt.append((t2 - t0) * 1e3)
 
     T, d, f, E = a.tokens, a.d_model, a.d_ff, a.experts
+    counts = torch_moe.expert_counts(experts, E)  # top-k counts, before capacity
+    kept = int(kept_mask.sum())
     flop_f = 3 * 2.0 * kept * d * f + 2.0 * T * d * E
     flop_t = 3 * flop_f
     checksum = float(out.detach().double().sum() + x.grad.double().sum())

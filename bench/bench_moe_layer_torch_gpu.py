@@ -2,8 +2,10 @@
 """bench_moe_layer_torch_gpu.py — PyTorch MoE layers on the GPU, forward + backward, as the reference points for
 bench_moe_layer_gpu at the same shape (bf16 experts, dropless, top-k softmax renormalised):
 
-  transformers  transformers' MixtralSparseMoeBlock (whatever expert loop the installed version has)
-  grouped_mm    router + sort by expert + torch._grouped_mm for the three projections + weighted index_add
+  transformers  transformers' MixtralSparseMoeBlock (whatever expert loop the installed version has), fed bf16
+  grouped_mm    router + sort by expert + torch._grouped_mm for the three projections + weighted index_add:
+                tests/torch_moe.py's grouped_mm_moe (the math lives there, shared with the CPU benchmark and
+                the test reference; this script only builds the weights and times it)
 
 Timing: CUDA events around forward and around backward (autograd of sum(out * dout)), median and min over
 --iters after --warmup. Prints one line per variant and "json: {...}" lines; a variant that cannot run
@@ -14,11 +16,14 @@ Timing: CUDA events around forward and around backward (autograd of sum(out * do
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
 import torch
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+import torch_moe  # noqa: E402  (tests/torch_moe.py: the layer's math)
 
 
 def time_variant(name, forward, x, dout, warmup, iters):
@@ -50,7 +55,7 @@ def transformers_block(a):
     block = MixtralSparseMoeBlock(cfg).cuda().to(torch.bfloat16)
 
     def forward(x):
-        out = block(x.view(1, a.tokens, a.d_model))
+        out = block(x.to(torch.bfloat16).view(1, a.tokens, a.d_model))  # a bf16 block takes bf16 input
         return (out[0] if isinstance(out, tuple) else out).view(a.tokens, a.d_model)
     return forward
 
@@ -64,18 +69,7 @@ def grouped_mm_layer(a):
     w2 = (torch.randn(a.experts, a.d_ff, a.d_model, device=dev, dtype=bf) * 0.02).requires_grad_(True)
 
     def forward(x):
-        probs = F.softmax(x.float() @ router.t(), dim=-1)
-        gate, expert = probs.topk(a.top_k, dim=-1)
-        gate = gate / gate.sum(-1, keepdim=True)
-        order = expert.flatten().argsort(stable=True)
-        counts = torch.bincount(expert.flatten(), minlength=a.experts)
-        offs = counts.cumsum(0).to(torch.int32)
-        rows = x.to(bf)[order // a.top_k]
-        h = torch._grouped_mm(rows, w13, offs=offs)
-        act = F.silu(h[:, :a.d_ff]) * h[:, a.d_ff:]
-        y = torch._grouped_mm(act, w2, offs=offs)
-        out = torch.zeros(a.tokens, a.d_model, device=dev, dtype=torch.float32)
-        return out.index_add(0, order // a.top_k, y.float() * gate.flatten()[order, None])
+        return torch_moe.grouped_mm_moe(x, router, w13, w2, a.top_k)
     return forward
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""torch_moe_reference.py - an independent PyTorch implementation of libmoe's MoE layer (moe/moe.h),
-written the way a Hugging Face Mixtral / DeepSeek block would be, used by tests/test_torch_reference.c.
+"""torch_moe_reference.py - the driver that runs the independent PyTorch implementation of libmoe's MoE layer
+(moe/moe.h) for tests/test_torch_reference.c. The layer's math (router, top-k, gates, capacity, aux and z
+losses, SwiGLU experts, combine) lives in tests/torch_moe.py (SparseMoeBlock, written the way a Hugging Face
+Mixtral / DeepSeek block would be); this file only reads a case, runs it and writes the result.
 
 It reads one case (config, weights, input x, upstream gradient dout), computes in float32
     out = MoE(x),  aux = E * sum_e f_e P_e,  z = mean_t logsumexp(logits_t)^2,
@@ -64,106 +66,32 @@ def read_case(path, torch):
     return cfg, tensors
 
 
-def capacity(cf, T, k, E):
-    """Slots per expert; 0 means dropless. The same 1e-6 relative slack as router/capacity.h."""
-    if cf <= 0:
-        return 0
-    slots = cf * T * k / E
-    return int(math.ceil(slots - 1e-6 * max(slots, 1.0)))
-
-
-def capacity_mask(torch, F, scores, experts, C, score_priority):
-    """kept[t, j]: whether token t's j-th choice fits in expert experts[t, j]'s first C slots."""
-    T, k = experts.shape
-    E = scores.shape[1]
-    if C == 0:
-        return torch.ones(T, k, dtype=torch.bool)
-    if not score_priority:
-        # Token order: an assignment's position in its expert's queue is the running count of the
-        # one-hot over assignments in (token, choice) order (GShard / Switch style).
-        onehot = F.one_hot(experts.reshape(-1), E)                      # [T*k, E]
-        position = (torch.cumsum(onehot, dim=0) * onehot).sum(-1) - 1    # [T*k]
-        return (position < C).reshape(T, k)
-    # Score order: per expert, rank its tokens by score (descending, stable => ties to lower token).
-    chosen = F.one_hot(experts, E).sum(1).bool()                         # [T, E]
-    masked = torch.where(chosen, scores, torch.full_like(scores, -math.inf))
-    order = torch.sort(masked, dim=0, descending=True, stable=True).indices
-    rank = torch.empty_like(order)
-    rank.scatter_(0, order, torch.arange(T).unsqueeze(1).expand(T, E).contiguous())
-    keep = chosen & (rank < C)                                           # [T, E]
-    return keep.gather(1, experts)
-
-
-class SparseMoeBlock:
-    """Router + SwiGLU experts; parameters are leaf tensors so autograd gives their gradients."""
-
-    def __init__(self, torch, F, cfg, tensors):
-        self.torch, self.F, self.cfg = torch, F, cfg
-        self.router_w = tensors["router_w"].requires_grad_()
-        self.w1 = tensors["w1"].requires_grad_()
-        self.w3 = tensors["w3"].requires_grad_()
-        self.w2 = tensors["w2"].requires_grad_()
-        self.expert_bias = tensors["expert_bias"]
-
-    def expert(self, e, h):
-        F = self.F
-        return F.linear(F.silu(F.linear(h, self.w1[e])) * F.linear(h, self.w3[e]), self.w2[e])
-
-    def forward(self, x):
-        torch, F, c = self.torch, self.F, self.cfg
-        T, E, k = x.shape[0], c["E"], c["k"]
-        logits = F.linear(x, self.router_w)                              # [T, E]
-        if c["sigmoid"]:
-            scores = torch.sigmoid(logits)
-            select = scores.detach() + self.expert_bias                  # bias steers selection only
-        else:
-            scores = F.softmax(logits, dim=-1)
-            select = scores.detach()
-        experts = torch.sort(select, dim=-1, descending=True, stable=True).indices[:, :k]
-        gates = scores.gather(1, experts)                                # [T, k]
-        if c["renormalize"]:
-            gates = gates / gates.sum(dim=-1, keepdim=True)
-        C = capacity(c["capacity_factor"], T, k, E)
-        kept = capacity_mask(torch, F, scores.detach(), experts, C, c["score_priority"])
-
-        out = torch.zeros_like(x)
-        for e in range(E):
-            tok, choice = torch.where((experts == e) & kept)
-            if tok.numel() == 0:
-                continue
-            y = self.expert(e, x[tok]) * gates[tok, choice].unsqueeze(-1)
-            out = out.index_add(0, tok, y)
-
-        counts = F.one_hot(experts, E).sum(dim=(0, 1)).to(torch.float32)  # before capacity
-        f = counts / (T * k)
-        q = scores if not c["sigmoid"] else scores / scores.sum(dim=-1, keepdim=True)
-        aux = E * (f * q.mean(dim=0)).sum()
-        z = torch.logsumexp(logits, dim=-1).pow(2).mean()
-        return out, aux, z, experts, kept
-
-
 def main():
     if len(sys.argv) != 3:
         sys.stderr.write("usage: %s CASE_FILE RESULT_FILE\n" % sys.argv[0])
         sys.exit(2)
     try:
         import torch
-        import torch.nn.functional as F
     except ImportError as err:
         sys.stderr.write("torch_moe_reference: cannot import torch (%s); skipping\n" % err)
         sys.exit(77)
+    import torch_moe  # tests/torch_moe.py, next to this script (sys.path[0])
 
     cfg, t = read_case(sys.argv[1], torch)
-    block = SparseMoeBlock(torch, F, cfg, t)
+    block = torch_moe.SparseMoeBlock(cfg["d"], cfg["d_ff"], cfg["E"], cfg["k"],
+                                     score_func="sigmoid" if cfg["sigmoid"] else "softmax",
+                                     renormalize=cfg["renormalize"], capacity_factor=cfg["capacity_factor"],
+                                     drop_by_score=cfg["score_priority"])
+    block.load_stacked(t["router_w"], t["w1"], t["w3"], t["w2"], t["expert_bias"])
     x = t["x"].requires_grad_()
-    out, aux, z, experts, kept = block.forward(x)
+    out, aux, z, experts, kept = block(x)
     loss = (out * t["dout"]).sum() + cfg["aux_coef"] * aux + cfg["z_coef"] * z
     loss.backward()
 
     header = RESULT_HEADER.pack(b"MOER", VERSION, cfg["T"], cfg["d"], cfg["d_ff"], cfg["E"], cfg["k"])
     ints = torch.cat([experts.reshape(-1), kept.reshape(-1).to(torch.int64)]).to(torch.int32)
     floats = torch.cat([torch.stack([aux.detach(), z.detach()]), out.detach().reshape(-1)] +
-                       [p.grad.reshape(-1) for p in (x, block.router_w, block.w1, block.w3, block.w2)])
+                       [g.reshape(-1) for g in (x.grad,) + block.stacked_grads()])
     with open(sys.argv[2], "wb") as f:
         f.write(header)
         f.write(ints.numpy().astype("<i4").tobytes())
