@@ -1,9 +1,64 @@
-/* comm.c — what every transport shares: teardown, and agreeing on an outcome. */
-#include "alltoall/comm.h"
-
+/* comm.c — the communicator's functions (comm.h): each forwards to its transport's table, timing the
+ * exchange when asked (comm_timing.h); what every transport shares. */
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "alltoall/comm_transport.h"
 #include "core/fail.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Runs `call` (a moe_status expression) and, when c is timed, adds its wall time under `kind`. */
+#define TIMED(c, kind, call)                                                                                 \
+    do {                                                                                                     \
+        if (!(c)->times) return (call);                                                                      \
+        const double start_ = now_s();                                                                       \
+        const moe_status st_ = (call);                                                                       \
+        (c)->times->seconds[kind] += now_s() - start_;                                                       \
+        (c)->times->calls[kind]++;                                                                           \
+        return st_;                                                                                          \
+    } while (0)
+
+int moe_comm_rank(const moe_comm *c) { return c->rank; }
+int moe_comm_size(const moe_comm *c) { return c->size; }
+const char *moe_comm_transport_name(const moe_comm *c) { return c->ops->name; }
+
+moe_status moe_comm_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
+    TIMED(c, MOE_EXCHANGE_COUNTS, c->ops->alltoall_ints(c, send, recv, count_per_peer));
+}
+
+moe_status moe_comm_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                   const int *recv_rows, size_t row_nbytes) {
+    TIMED(c, MOE_EXCHANGE_PAYLOAD, c->ops->alltoallv_rows(c, send, send_rows, recv, recv_rows, row_nbytes));
+}
+
+moe_status moe_comm_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
+                                     const size_t *recv_nbytes) {
+    TIMED(c, MOE_EXCHANGE_ROUTING, c->ops->allgatherv_bytes(c, send, send_nbytes, recv, recv_nbytes));
+}
+
+moe_status moe_comm_allreduce_sum_real(moe_comm *c, moe_real *buf, size_t count) {
+    TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_sum_real(c, buf, count));
+}
+
+moe_status moe_comm_allreduce_sum_f64(moe_comm *c, double *buf, size_t count) {
+    TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_sum_f64(c, buf, count));
+}
+
+moe_status moe_comm_scan_sum_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {
+    TIMED(c, MOE_EXCHANGE_ROUTING, c->ops->scan_sum_ints(c, in, prefix, total, count));
+}
+
+moe_status moe_comm_barrier(moe_comm *c) { TIMED(c, MOE_EXCHANGE_BARRIER, c->ops->barrier(c)); }
+
+moe_status moe_comm_copy_payload(moe_comm *c, void *dst, const void *src, size_t nbytes) {
+    return c->ops->copy_payload(c, dst, src, nbytes);
+}
 
 void moe_comm_destroy(moe_comm *c) {
     if (c) c->ops->destroy(c);
@@ -11,13 +66,27 @@ void moe_comm_destroy(moe_comm *c) {
 
 moe_status moe_comm_agree(moe_comm *c, moe_status mine) {
     double failures = mine != MOE_OK;
-    moe_status st = c->ops->allreduce_sum_f64(c, &failures, 1);
-    if (st != MOE_OK) return st;
+    MOE_TRY(moe_comm_allreduce_sum_f64(c, &failures, 1));
     if (mine != MOE_OK) return mine;
     return failures > 0 ? moe_fail(MOE_ERR_PEER, "another rank failed (see its message)") : MOE_OK;
 }
 
-moe_status moe_comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes) {
+void moe_comm_time_exchanges(moe_comm *c, moe_exchange_times *times) { c->times = times; }
+
+const char *moe_exchange_kind_name(moe_exchange_kind kind) {
+    static const char *const names[MOE_EXCHANGE_KINDS] = {"payload", "counts", "routing", "allreduce", "barrier"};
+    return kind >= 0 && kind < MOE_EXCHANGE_KINDS ? names[kind] : "unknown";
+}
+
+moe_comm *moe__comm_new(const moe_transport_ops *ops, const char *label, int rank, int size, int world_rank,
+                        double timeout_s) {
+    moe_comm *c = calloc(1, sizeof *c);
+    if (c) *c = (moe_comm){.ops = ops, .rank = rank, .size = size, .label = label, .world_rank = world_rank,
+                           .timeout_s = timeout_s};
+    return c;
+}
+
+moe_status moe__comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes) {
     (void)c;
     memmove(dst, src, nbytes);
     return MOE_OK;

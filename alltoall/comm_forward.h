@@ -5,16 +5,17 @@
 #ifndef MOE_ALLTOALL_COMM_FORWARD_H
 #define MOE_ALLTOALL_COMM_FORWARD_H
 
-#include "alltoall/comm.h"
+#include "alltoall/comm_transport.h"
 
-/* The inner comm, with the wrapper's counters lent to it; pair with moe_comm_forward_leave. */
-moe_comm *moe_comm_forward_enter(moe_comm *c);
-moe_status moe_comm_forward_leave(moe_comm *c, moe_status st);
+/* The inner comm, with the wrapper's counters lent to it; pair with moe__comm_forward_leave. */
+moe_comm *moe__comm_forward_enter(moe_comm *c);
+moe_status moe__comm_forward_leave(moe_comm *c, moe_status st);
 
-moe_status moe_comm_forward_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer);
-moe_status moe_comm_forward_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
+moe_status moe__comm_forward_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer);
+moe_status moe__comm_forward_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                              const size_t *recv_nbytes);
-moe_status moe_comm_forward_allreduce_f64(moe_comm *c, double *buf, size_t count);
-moe_status moe_comm_forward_barrier(moe_comm *c);
+moe_status moe__comm_forward_allreduce_f64(moe_comm *c, double *buf, size_t count);
+moe_status moe__comm_forward_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count);
+moe_status moe__comm_forward_barrier(moe_comm *c);
 
 #endif

@@ -2,6 +2,7 @@
  * never arrives turns into MOE_ERR_TIMEOUT with a message naming the operation, instead of a silent hang
  * (nccl-tests' watchdog, in MPI terms). */
 #include "alltoall/comm_mpi.h"
+#include "alltoall/comm_transport.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -36,13 +37,13 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
                     op, c->label, c->rank, c->size, text);
 }
 
-/* Polls req until it completes or the watchdog expires. Open MPI moves data only inside MPI calls, so
+/* Polls the requests until all complete or the watchdog expires. Open MPI moves data only inside MPI calls, so
  * the loop keeps calling MPI_Test (sleeping between polls made 2-rank exchanges of 2 MiB and more about
  * 5x slower); sched_yield lets ranks oversubscribed on few cores give the CPU to the peers they wait for. */
-static moe_status wait_for(moe_comm *c, MPI_Request *req, const char *op) {
+static moe_status wait_all(moe_comm *c, int count, MPI_Request *req, const char *op) {
     const double start = now_s();
     for (long polls = 0;; polls++) {
-        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        int done = 0, rc = MPI_Testall(count, req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_failed(c, op, rc);
         if (done) {
             c->completed++;
@@ -57,6 +58,8 @@ static moe_status wait_for(moe_comm *c, MPI_Request *req, const char *op) {
         if (polls > 100) sched_yield();
     }
 }
+
+static moe_status wait_for(moe_comm *c, MPI_Request *req, const char *op) { return wait_all(c, 1, req, op); }
 
 static moe_status mpi_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
     MPI_Request req;
@@ -124,6 +127,18 @@ static moe_status mpi_allreduce_f64(moe_comm *c, double *buf, size_t count) {
     return allreduce(c, buf, count, MPI_DOUBLE);
 }
 
+static moe_status mpi_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {
+    MPI_Request req[2];
+    int rc = MPI_Iexscan(in, prefix, count, MPI_INT, MPI_SUM, comm_of(c), &req[0]);
+    if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Iexscan", rc);
+    rc = MPI_Iallreduce(in, total, count, MPI_INT, MPI_SUM, comm_of(c), &req[1]);
+    if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Iallreduce", rc); /* the job ends: req[0] is left */
+    MOE_TRY(wait_all(c, 2, req, "scan of counts"));
+    if (c->rank == 0) /* MPI leaves rank 0's exclusive scan undefined */
+        for (int i = 0; i < count; i++) prefix[i] = 0;
+    return MOE_OK;
+}
+
 static moe_status mpi_barrier(moe_comm *c) {
     MPI_Request req;
     int rc = MPI_Ibarrier(comm_of(c), &req);
@@ -144,22 +159,22 @@ static const moe_transport_ops mpi_ops = {
     .allgatherv_bytes = mpi_allgatherv_bytes,
     .allreduce_sum_real = mpi_allreduce_real,
     .allreduce_sum_f64 = mpi_allreduce_f64,
+    .scan_sum_ints = mpi_scan_ints,
     .barrier = mpi_barrier,
-    .copy_payload = moe_comm_copy_host,
+    .copy_payload = moe__comm_copy_host,
     .destroy = mpi_destroy,
 };
 
 moe_status moe_comm_create_mpi(MPI_Comm comm, const char *label, double timeout_s, moe_comm **out) {
-    moe_comm *c = calloc(1, sizeof *c);
+    int world_rank, rank, size;
+    if (MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(MPI_COMM_WORLD, &world_rank) != MPI_SUCCESS)
+        return moe_fail(MOE_ERR_COMM, "cannot set up communicator '%s' over MPI", label);
+    moe_comm *c = moe__comm_new(&mpi_ops, label, rank, size, world_rank, timeout_s);
     mpi_state *s = calloc(1, sizeof *s);
     if (!c || !s) return free(c), free(s), MOE_ERR_OUT_OF_MEMORY;
     s->comm = comm;
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    int world_rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    *c = (moe_comm){.ops = &mpi_ops, .label = label, .world_rank = world_rank, .timeout_s = timeout_s, .impl = s};
-    if (MPI_Comm_rank(comm, &c->rank) != MPI_SUCCESS || MPI_Comm_size(comm, &c->size) != MPI_SUCCESS)
-        return free(c), free(s), MOE_ERR_COMM;
+    c->impl = s;
     *out = c;
     return MOE_OK;
 }

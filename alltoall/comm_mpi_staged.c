@@ -66,8 +66,8 @@ static moe_status staged_alltoallv_rows(moe_comm *c, const void *send, const int
     MOE_TRY(reserve_pinned(s, recv_offset + recv_nbytes));
     char *host_send = s->pinned, *host_recv = host_send + recv_offset;
     MOE_TRY(stage_out(s, host_send, send, send_nbytes));
-    moe_comm *in = moe_comm_forward_enter(c);
-    MOE_TRY(moe_comm_forward_leave(c, in->ops->alltoallv_rows(in, host_send, send_rows, host_recv, recv_rows, row_nbytes)));
+    moe_comm *in = moe__comm_forward_enter(c);
+    MOE_TRY(moe__comm_forward_leave(c, moe_comm_alltoallv_rows(in, host_send, send_rows, host_recv, recv_rows, row_nbytes)));
     return stage_in(s, recv, host_recv, recv_nbytes);
 }
 
@@ -76,8 +76,8 @@ static moe_status staged_allreduce_real(moe_comm *c, moe_real *buf, size_t count
     const size_t nbytes = count * sizeof(moe_real);
     MOE_TRY(reserve_pinned(s, nbytes));
     MOE_TRY(stage_out(s, s->pinned, buf, nbytes));
-    moe_comm *in = moe_comm_forward_enter(c);
-    MOE_TRY(moe_comm_forward_leave(c, in->ops->allreduce_sum_real(in, s->pinned, count)));
+    moe_comm *in = moe__comm_forward_enter(c);
+    MOE_TRY(moe__comm_forward_leave(c, moe_comm_allreduce_sum_real(in, s->pinned, count)));
     return stage_in(s, buf, s->pinned, nbytes);
 }
 
@@ -97,12 +97,13 @@ static void staged_destroy(moe_comm *c) {
 
 static const moe_transport_ops staged_ops = {
     .name = "mpi-staged",
-    .alltoall_ints = moe_comm_forward_alltoall_ints,
+    .alltoall_ints = moe__comm_forward_alltoall_ints,
     .alltoallv_rows = staged_alltoallv_rows,
-    .allgatherv_bytes = moe_comm_forward_allgatherv_bytes,
+    .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = staged_allreduce_real,
-    .allreduce_sum_f64 = moe_comm_forward_allreduce_f64,
-    .barrier = moe_comm_forward_barrier,
+    .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
+    .scan_sum_ints = moe__comm_forward_scan_ints,
+    .barrier = moe__comm_forward_barrier,
     .copy_payload = staged_copy_payload,
     .destroy = staged_destroy,
 };

@@ -177,12 +177,13 @@ static void nccl_destroy(moe_comm *c) {
 
 static const moe_transport_ops nccl_ops = {
     .name = "nccl",
-    .alltoall_ints = moe_comm_forward_alltoall_ints,
+    .alltoall_ints = moe__comm_forward_alltoall_ints,
     .alltoallv_rows = nccl_alltoallv_rows,
-    .allgatherv_bytes = moe_comm_forward_allgatherv_bytes,
+    .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = nccl_allreduce_real,
-    .allreduce_sum_f64 = moe_comm_forward_allreduce_f64,
-    .barrier = moe_comm_forward_barrier,
+    .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
+    .scan_sum_ints = moe__comm_forward_scan_ints,
+    .barrier = moe__comm_forward_barrier,
     .copy_payload = nccl_copy_payload,
     .destroy = nccl_destroy,
 };

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alltoall/comm.h"
+#include "alltoall/comm_transport.h"
 
 static moe_status self_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
     memmove(recv, send, (size_t)count_per_peer * sizeof(int));
@@ -38,6 +38,12 @@ static moe_status self_allreduce_f64(moe_comm *c, double *buf, size_t count) {
     return MOE_OK;
 }
 
+static moe_status self_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {
+    for (int i = 0; i < count; i++) total[i] = in[i], prefix[i] = 0; /* in may alias either output */
+    c->completed++;
+    return MOE_OK;
+}
+
 static moe_status self_barrier(moe_comm *c) {
     (void)c;
     return MOE_OK;
@@ -52,15 +58,12 @@ static const moe_transport_ops self_ops = {
     .allgatherv_bytes = self_allgatherv_bytes,
     .allreduce_sum_real = self_allreduce_real,
     .allreduce_sum_f64 = self_allreduce_f64,
+    .scan_sum_ints = self_scan_ints,
     .barrier = self_barrier,
-    .copy_payload = moe_comm_copy_host,
+    .copy_payload = moe__comm_copy_host,
     .destroy = self_destroy,
 };
 
 moe_status moe_comm_create_self(const char *label, moe_comm **out) {
-    moe_comm *c = calloc(1, sizeof *c);
-    if (!c) return MOE_ERR_OUT_OF_MEMORY;
-    *c = (moe_comm){.ops = &self_ops, .rank = 0, .size = 1, .label = label, .timeout_s = 0};
-    *out = c;
-    return MOE_OK;
+    return (*out = moe__comm_new(&self_ops, label, 0, 1, 0, 0)) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }

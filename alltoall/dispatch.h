@@ -22,19 +22,23 @@ typedef struct {
     int *expert_major_at;  /* [ep * E_local] first row of block (p, le) in expert-major order           */
     int *segment_start;    /* [E_local * ep + 1] the same blocks listed expert by expert: rows of local
                               expert le from peer p start at [le * ep + p]; the last entry is num_recv */
+    int witness_ints;      /* ints of witness per (peer, local expert)                                 */
+    int *witness;          /* [ep * E_local * witness_ints] what each peer sent beside its count for each
+                              local expert, for the receiver's check (router/capacity.h)               */
+    int *packed;           /* [2 * ep * E_local * (1 + witness_ints)] the counts exchange's buffers      */
     int num_send, num_recv;
 } moe_dispatch_plan;
 
-moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts);
+/* witness_ints: ints each rank sends beside every count (0: none). */
+moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts, int witness_ints);
 void moe_dispatch_plan_free(moe_dispatch_plan *plan);
 
-/* Exchanges counts with the EP peers and fills the plan. num_tokens_per_expert[E]: this rank's kept rows
- * per global expert (experts are contiguous per rank, so this is also per destination peer).
- * expected_recv_counts[ep * E_local] (NULL: no check) is what this rank must receive according to the
- * global routing; every entry that a peer announces differently is printed (ranks, layer, expert,
- * counts) and the call returns MOE_ERR_COUNT_MISMATCH before any payload moves. */
-moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_tokens_per_expert, const int *expected_recv_counts,
-                                      int layer_index, moe_dispatch_plan *plan);
+/* Exchanges counts with the EP peers (one alltoall of ints) and fills the plan. num_rows_per_expert[E]: the
+ * rows this rank sends per global expert (experts are contiguous per rank, so this is also per destination
+ * peer). witness[E * plan->witness_ints] (ignored when witness_ints is 0) travels with the counts and lands
+ * in plan->witness on the receiving side; what it means is the caller's. */
+moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_rows_per_expert, const int *witness,
+                                      moe_dispatch_plan *plan);
 
 /* send [num_send rows] -> expert_rows [num_recv rows], expert-major; rows of row_nbytes bytes in the
  * transport's payload memory. staging: num_recv rows of scratch. */
@@ -44,8 +48,5 @@ moe_status moe_dispatch_rows(moe_comm *ep, const moe_dispatch_plan *plan, const 
 /* The reverse: expert_rows [num_recv rows] -> back [num_send rows], in the send order. */
 moe_status moe_combine_rows(moe_comm *ep, const moe_dispatch_plan *plan, const void *expert_rows, size_t row_nbytes,
                             void *staging, void *back);
-
-/* Tests only: when >= 0, this rank announces one row too many for that global expert. */
-extern int moe__dispatch_count_fault;
 
 #endif

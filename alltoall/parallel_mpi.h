@@ -10,6 +10,9 @@
  * divide the world size. timeout_s: the watchdog of every exchange (<= 0: none). */
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out);
 
+/* This process's rank among the processes of its node (MPI_COMM_TYPE_SHARED): for picking a GPU. Collective. */
+moe_status moe_parallel_node_rank(MPI_Comm world, int *node_rank);
+
 /* Internal to alltoall/ (how the GPU layouts reuse these groups): the same layout, with each of its MPI
  * communicators (a dup of world, the EP block, the expert-data-parallel group) turned into a moe_comm by
  * `wrap`, which owns the communicator when it returns MOE_OK and leaves it to the caller otherwise. */

@@ -134,8 +134,8 @@ int main(int argc, char **argv) {
     MPI_CHECK(MPI_Type_commit(&b.row));
     moe_parallel *par;
     bench_check(moe_parallel_create_mpi(MPI_COMM_WORLD, W, o.timeout_s, &par), "moe_parallel_create_mpi (ep = W)");
-    b.ep = par->ep;
-    bench_check(moe_dispatch_plan_alloc(&b.plan, W, 1), "moe_dispatch_plan_alloc");
+    b.ep = moe_parallel_ep(par);
+    bench_check(moe_dispatch_plan_alloc(&b.plan, W, 1, 0), "moe_dispatch_plan_alloc");
 
     /* Buffers for the largest size: what this rank receives is W times what one peer sends it. */
     const long max_count = o.max_bytes / o.row_bytes;
@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
 
     if (my_rank == 0) {
         printf("# bench_alltoall: W=%d row_bytes=%d (%d floats) warmup=%d iters=%d timeout=%gs transport=%s\n", W,
-               o.row_bytes, b.d, o.warmup, o.iters, o.timeout_s, b.ep->ops->name);
+               o.row_bytes, b.d, o.warmup, o.iters, o.timeout_s, moe_comm_transport_name(b.ep));
         printf("# size = bytes sent per rank; count = rows per rank; time = max over ranks of the mean; "
                "bw in GB/s; busbw = algbw*(W-1)/W\n");
         printf("# skewed: rank 0 receives half of all bytes, ranks 1..W-1 share the rest (W=2: same as uniform)\n");
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
                 s += b.send_rows[p], r += b.recv_rows[p];
             }
             /* one expert per rank: num_tokens_per_expert is the per-peer row count */
-            bench_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, 0, &b.plan), "moe_dispatch_plan_exchange");
+            bench_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, &b.plan), "moe_dispatch_plan_exchange");
             for (int p = 0; p < W; p++)
                 if (b.plan.recv_rows[p] != b.recv_rows[p])
                     fprintf(stderr, "rank %d: plan says %d rows from rank %d, pattern says %d\n", my_rank,

@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
     moe_rng_fill_uniform(&rng, dout, Td, 1.0);
 
     moe_layer *layer;
-    bench_check(moe_layer_create(&cfg, NULL, &layer), "moe_layer_create");
+    bench_check(moe_layer_create(&cfg, NULL, NULL, &layer), "moe_layer_create");
     moe_layer_stats stats;
     double *tf = malloc(N * sizeof *tf), *tb = malloc(N * sizeof *tb), *tt = malloc(N * sizeof *tt);
     if (!tf || !tb || !tt) bench_fail("out of memory");

@@ -8,8 +8,8 @@
  * One step = moe_layer_forward + moe_layer_backward + moe_layer_reduce_gradients (gradients zeroed before
  * it, untimed), after an MPI_Barrier (untimed). Reported: the max over ranks of each rank's median step time
  * (and of its forward, backward and reduce parts), tokens/s = global tokens / that time, and the time spent
- * inside the exchanges, measured by wrapping the transport's function table of the three communicators
- * (world, ep, expert-dp) from outside the library: dispatch+combine payload (alltoallv), counts (alltoall),
+ * inside the exchanges, measured by the communicators' exchange timing (alltoall/comm_timing.h) of the three
+ * communicators (world, ep, expert-dp): dispatch+combine payload (alltoallv), counts (alltoall),
  * global routing (allgather), allreduce (losses, gradients). Exchange times include waiting for slower
  * peers (load imbalance) and, with more ranks than cores, time descheduled. Last line: "json: {...}".
  *
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alltoall/comm_timing.h"
 #include "alltoall/parallel_mpi.h"
 #include "bench/bench_util_mpi.h"
 #include "core/rng.h"
@@ -76,56 +77,14 @@ static options parse_args(int argc, char **argv, int W) {
     return o;
 }
 
-/* Timing of the transport: the communicators' function tables, replaced by wrappers that time and forward. */
-enum { C_PAYLOAD, C_COUNTS, C_ROUTING, C_ALLREDUCE, C_BARRIER, NCAT };
-static const char *cat_name[NCAT] = {"payload", "counts", "routing", "allreduce", "barrier"};
-static double comm_s[NCAT];
-static struct {
-    moe_comm *comm;
-    const moe_transport_ops *inner;
-} wrapped[3];
+/* Timing of the exchanges: the three communicators add their wall time per kind into one table. */
+enum { NCAT = MOE_EXCHANGE_KINDS };
+static moe_exchange_times times;
 
-static const moe_transport_ops *inner(moe_comm *c) {
-    for (int i = 0; i < 3; i++)
-        if (wrapped[i].comm == c) return wrapped[i].inner;
-    bench_fail("unknown communicator");
-}
-#define TIMED(cat, call)                                                                                        \
-    double t0 = MPI_Wtime();                                                                                    \
-    moe_status st = call;                                                                                       \
-    comm_s[cat] += MPI_Wtime() - t0;                                                                            \
-    return st;
-static moe_status t_a2a_ints(moe_comm *c, const int *s, int *r, int n) { TIMED(C_COUNTS, inner(c)->alltoall_ints(c, s, r, n)) }
-static moe_status t_a2av(moe_comm *c, const void *s, const int *sr, void *r, const int *rr, size_t nb) {
-    TIMED(C_PAYLOAD, inner(c)->alltoallv_rows(c, s, sr, r, rr, nb))
-}
-static moe_status t_gather(moe_comm *c, const void *s, size_t sn, void *r, const size_t *rn) {
-    TIMED(C_ROUTING, inner(c)->allgatherv_bytes(c, s, sn, r, rn))
-}
-static moe_status t_sum_real(moe_comm *c, moe_real *b, size_t n) { TIMED(C_ALLREDUCE, inner(c)->allreduce_sum_real(c, b, n)) }
-static moe_status t_sum_f64(moe_comm *c, double *b, size_t n) { TIMED(C_ALLREDUCE, inner(c)->allreduce_sum_f64(c, b, n)) }
-static moe_status t_barrier(moe_comm *c) { TIMED(C_BARRIER, inner(c)->barrier(c)) }
-static moe_status t_copy(moe_comm *c, void *d, const void *s, size_t n) { return inner(c)->copy_payload(c, d, s, n); }
-static void t_destroy(moe_comm *c) {
-    const moe_transport_ops *ops = inner(c);
-    c->ops = ops;
-    ops->destroy(c);
-}
-static const moe_transport_ops timed_ops = {
-    .name = "mpi (timed)",
-    .alltoall_ints = t_a2a_ints,
-    .alltoallv_rows = t_a2av,
-    .allgatherv_bytes = t_gather,
-    .allreduce_sum_real = t_sum_real,
-    .allreduce_sum_f64 = t_sum_f64,
-    .barrier = t_barrier,
-    .copy_payload = t_copy,
-    .destroy = t_destroy,
-};
-
-static void wrap(moe_parallel *par) {
-    moe_comm *comms[3] = {par->world, par->ep, par->expert_dp};
-    for (int i = 0; i < 3; i++) wrapped[i].comm = comms[i], wrapped[i].inner = comms[i]->ops, comms[i]->ops = &timed_ops;
+static void time_exchanges(moe_parallel *par) {
+    moe_comm_time_exchanges(moe_parallel_world(par), &times);
+    moe_comm_time_exchanges(moe_parallel_ep(par), &times);
+    moe_comm_time_exchanges(moe_parallel_expert_dp(par), &times);
 }
 
 static moe_real *alloc(size_t n) {
@@ -136,6 +95,8 @@ static moe_real *alloc(size_t n) {
 
 /* per-step series: step, its parts, all exchanges together, then each category of exchange */
 enum { S_STEP, S_FWD, S_BWD, S_REDUCE, S_COMM, S_CAT, NSER = S_CAT + NCAT };
+enum { C_PAYLOAD = MOE_EXCHANGE_PAYLOAD, C_COUNTS = MOE_EXCHANGE_COUNTS, C_ROUTING = MOE_EXCHANGE_ROUTING,
+       C_ALLREDUCE = MOE_EXCHANGE_ALLREDUCE };
 
 int main(int argc, char **argv) {
     int W;
@@ -152,6 +113,7 @@ int main(int argc, char **argv) {
     moe_parallel *par;
     bench_check(moe_parallel_create_mpi(MPI_COMM_WORLD, o.ep, o.timeout_s, &par), "moe_parallel_create_mpi");
     const int EL = E / o.ep, first = my_rank * (TG / W) + (my_rank < TG % W ? my_rank : TG % W);
+    const moe_ranks ranks = moe_parallel_ranks(par);
     const int T = TG / W + (my_rank < TG % W);
 
     /* The global model and batch on every rank, from the seed; this rank keeps its share. */
@@ -163,7 +125,7 @@ int main(int argc, char **argv) {
     moe_layer_weights gw = moe_layer_weights_view(&gcfg, gbuf), w = moe_layer_weights_view(&cfg, wbuf);
     moe_layer_weights g = moe_layer_weights_view(&cfg, grad);
     moe_layer_weights_init(&gcfg, &gw, &rng);
-    const size_t expert_n = (size_t)EL * f * d, skip = (size_t)par->ep_rank * expert_n;
+    const size_t expert_n = (size_t)EL * f * d, skip = (size_t)ranks.ep_rank * expert_n;
     memcpy(w.router_w, gw.router_w, (size_t)E * d * sizeof(moe_real));
     memcpy(w.w1, gw.w1 + skip, expert_n * sizeof(moe_real));
     memcpy(w.w3, gw.w3 + skip, expert_n * sizeof(moe_real));
@@ -177,15 +139,15 @@ int main(int argc, char **argv) {
     free(gx);
 
     moe_layer *layer;
-    bench_check(moe_layer_create(&cfg, par, &layer), "moe_layer_create");
-    wrap(par);
+    bench_check(moe_layer_create(&cfg, NULL, par, &layer), "moe_layer_create");
+    time_exchanges(par);
     moe_layer_stats stats;
     double *series = malloc((size_t)NSER * N * sizeof *series), med[NSER], slowest[NSER];
     if (!series) bench_fail("out of memory");
     for (int it = -o.warmup; it < N; it++) {
         memset(grad, 0, P * sizeof *grad);
         MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-        memset(comm_s, 0, sizeof comm_s);
+        memset(&times, 0, sizeof times);
         double t0 = MPI_Wtime();
         bench_check(moe_layer_forward(layer, &w, x, T, out, &stats), "moe_layer_forward");
         double t1 = MPI_Wtime();
@@ -195,7 +157,7 @@ int main(int argc, char **argv) {
         double t3 = MPI_Wtime();
         if (it < 0) continue;
         double v[NSER] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2, 0};
-        for (int c = 0; c < NCAT; c++) v[S_COMM] += v[S_CAT + c] = comm_s[c];
+        for (int c = 0; c < NCAT; c++) v[S_COMM] += v[S_CAT + c] = times.seconds[c];
         for (int s = 0; s < NSER; s++) series[(size_t)s * N + it] = v[s] * 1e3; /* ms */
     }
     for (int s = 0; s < NSER; s++) med[s] = bench_median(series + (size_t)s * N, N);
@@ -233,7 +195,7 @@ int main(int argc, char **argv) {
                "\"forward_ms\":%.4f,\"backward_ms\":%.4f,\"reduce_ms\":%.4f,\"exchange_ms\":{",
                W, o.ep, W / o.ep, openblas_get_num_threads(), TG, d, f, E, o.top_k, o.capacity_factor,
                o.layout_invariant, o.warmup, N, o.seed, step, tps, slowest[S_FWD], slowest[S_BWD], slowest[S_REDUCE]);
-        for (int c = 0; c < NCAT; c++) printf("\"%s\":%.4f,", cat_name[c], slowest[S_CAT + c]);
+        for (int c = 0; c < NCAT; c++) printf("\"%s\":%.4f,", moe_exchange_kind_name(c), slowest[S_CAT + c]);
         printf("\"all\":%.4f},\"rows_received_min\":%d,\"rows_received_max\":%d,\"dropped\":%.0f,\"checksum\":%.9e}\n",
                comm_total, -rows_max[1], rows_max[0], global[1], global[0]);
     }

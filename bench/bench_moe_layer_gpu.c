@@ -72,8 +72,11 @@ int main(int argc, char **argv) {
         printf("bench_moe_layer_gpu: no CUDA device on this machine\n");
         return 77;
     }
+    moe_runtime *rt;
     moe_parallel *par;
-    bench_check(moe_parallel_create_self_gpu(0, &par), "GPU layout");
+    bench_check(moe_runtime_create_cuda(0, &rt), "CUDA runtime");
+    moe_gpu *gpu = moe_runtime_gpu(rt);
+    bench_check(moe_parallel_create_self_gpu(gpu, &par), "GPU layout");
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) bench_fail("cudaGetDeviceProperties failed");
     moe_config cfg = moe_config_default(o.d_model, o.d_ff, o.experts, o.top_k);
@@ -83,12 +86,12 @@ int main(int argc, char **argv) {
            o.experts, o.top_k, o.capacity_factor, mode ? mode : "per-expert");
     moe_rng rng = moe_rng_seeded(1);
     size_t P = moe_layer_num_params(&cfg), n = (size_t)o.tokens * o.d_model;
-    float *w = device_uniform(par->gpu, &rng, P, 0.02), *g = device_uniform(par->gpu, &rng, P, 0);
-    float *x = device_uniform(par->gpu, &rng, n, 1), *dout = device_uniform(par->gpu, &rng, n, 1);
-    float *out = device_uniform(par->gpu, &rng, n, 0), *dx = device_uniform(par->gpu, &rng, n, 0);
+    float *w = device_uniform(gpu, &rng, P, 0.02), *g = device_uniform(gpu, &rng, P, 0);
+    float *x = device_uniform(gpu, &rng, n, 1), *dout = device_uniform(gpu, &rng, n, 1);
+    float *out = device_uniform(gpu, &rng, n, 0), *dx = device_uniform(gpu, &rng, n, 0);
     moe_layer_weights wv = moe_layer_weights_view(&cfg, w), gv = moe_layer_weights_view(&cfg, g);
     moe_layer *L;
-    bench_check(moe_layer_create(&cfg, par, &L), "moe_layer_create");
+    bench_check(moe_layer_create(&cfg, rt, par, &L), "moe_layer_create");
 
     double *fwd = malloc(o.iters * sizeof(double)), *bwd = malloc(o.iters * sizeof(double));
     double *both = malloc(o.iters * sizeof(double));
@@ -117,8 +120,9 @@ int main(int argc, char **argv) {
     printf(", \"forward_ms\": %.4f, \"backward_ms\": %.4f, \"fwd_bwd_ms\": %.4f}\n", f_ms, b_ms, fb_ms);
     moe_layer_destroy(L);
     float *bufs[] = {w, g, x, dout, out, dx};
-    for (int i = 0; i < 6; i++) moe_gpu_free(par->gpu, bufs[i]);
+    for (int i = 0; i < 6; i++) moe_gpu_free(gpu, bufs[i]);
     moe_parallel_destroy(par);
+    moe_runtime_destroy(rt);
     free(fwd), free(bwd), free(both);
     return 0;
 }

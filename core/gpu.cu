@@ -1,6 +1,7 @@
 /* gpu.cu — the moe_gpu context: device, stream, cuBLAS handle, growing scratch; the checked-call failure
  * message. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/gpu_cuda.h"
 
@@ -96,9 +97,28 @@ extern "C" moe_status moe_gpu_scratch(moe_gpu *g, size_t nbytes, void **out) {
 }
 
 extern "C" moe_status moe_gpu_alloc(moe_gpu *g, size_t nbytes, void **out) {
-    (void)g;
     *out = NULL;
+    MOE_CUDA_TRY(cudaSetDevice(g->device));
     MOE_CUDA_TRY(cudaMalloc(out, nbytes ? nbytes : 1));
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_gpu_host_alloc(moe_gpu *g, size_t nbytes, void **out) {
+    *out = NULL;
+    MOE_CUDA_TRY(cudaSetDevice(g->device));
+    MOE_CUDA_TRY(cudaMallocHost(out, nbytes ? nbytes : 1));
+    memset(*out, 0, nbytes);
+    return MOE_OK;
+}
+
+extern "C" void moe_gpu_host_free(moe_gpu *g, void *ptr) {
+    (void)g;
+    if (ptr) cudaFreeHost(ptr);
+}
+
+extern "C" moe_status moe_gpu_copy_async(moe_gpu *g, void *dst, const void *src, size_t nbytes) {
+    if (!nbytes || dst == src) return MOE_OK;
+    MOE_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, g->stream));
     return MOE_OK;
 }
 

@@ -28,13 +28,19 @@ int moe_gpu_device(const moe_gpu *gpu);
  * (with a message naming it). */
 moe_status moe_gpu_synchronize(moe_gpu *gpu);
 
-/* Device memory (cudaMalloc, never managed memory); NULL-safe free. */
+/* Device memory (cudaMalloc on the context's device, never managed memory); NULL-safe free. */
 moe_status moe_gpu_alloc(moe_gpu *gpu, size_t nbytes, void **out);
 void moe_gpu_free(moe_gpu *gpu, void *ptr);
 /* Copies on the context's stream; the ones that touch host memory are synchronous on return. */
 moe_status moe_gpu_upload(moe_gpu *gpu, void *device_dst, const void *host_src, size_t nbytes);
 moe_status moe_gpu_download(moe_gpu *gpu, void *host_dst, const void *device_src, size_t nbytes);
 moe_status moe_gpu_copy(moe_gpu *gpu, void *device_dst, const void *device_src, size_t nbytes);
+/* Any direction (unified addressing), queued on the stream: asynchronous when the host side is pinned
+ * (moe_gpu_host_alloc), complete after the next moe_gpu_synchronize. */
+moe_status moe_gpu_copy_async(moe_gpu *gpu, void *dst, const void *src, size_t nbytes);
+/* Pinned host memory (zeroed); NULL-safe free. */
+moe_status moe_gpu_host_alloc(moe_gpu *gpu, size_t nbytes, void **out);
+void moe_gpu_host_free(moe_gpu *gpu, void *ptr);
 moe_status moe_gpu_zero(moe_gpu *gpu, void *device_dst, size_t nbytes);
 
 #endif

@@ -20,7 +20,7 @@ _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 para
 /* ---- the tensors of a model, in file order ---------------------------------------------------- */
 
 typedef struct {
-    char name[96];
+    char name[112];
     int ndim;
     long shape[2];
     int expert;           /* global expert id, or -1 for a dense tensor */
@@ -42,63 +42,40 @@ static void add(ckpt_table *tab, const char *name, int ndim, long rows, long col
     snprintf(t->name, sizeof t->name, "%s", name);
 }
 
-/* Hugging Face Mixtral names (dense FFN layers, which Mixtral does not have, get Llama's mlp.* names). */
+/* The model's tensors (models/model.h) in file order — the embedding, then each layer's dense tensors followed
+ * by its experts (every w1, then every w3, then every w2, by global id), then the final norm and lm_head —
+ * with their places in the global buffer [dense | every MoE layer's w1 of all E experts, w3, w2]. */
 static int build_table(const moe_trainer *tr, ckpt_table *tab) {
     const moe_model *m = tr->model;
     const moe_model_config *c = &tr->opt.model;
-    const moe_model_views *p = moe_model_param_views(m);
-    const moe_real *base = moe_model_params((moe_model *)m);
-    const long d = c->d_model, V = c->vocab_size, F = c->d_ff, E = c->moe.num_experts,
-               A = (long)c->num_heads * (d / c->num_heads), B = (long)c->num_kv_heads * (d / c->num_heads);
-    const int EL = moe_model_num_local_experts(m), first = tr->par->ep_rank * EL;
-    const size_t dense = moe_model_num_dense(m);
-    tab->t = calloc((size_t)c->num_layers * (9 + 3 * E) + 4, sizeof(ckpt_tensor));
-    if (!tab->t) return 0;
+    const int E = c->moe.num_experts, EL = moe_model_num_local_experts(m), first = tr->ranks.ep_rank * EL;
+    int count;
+    const moe_model_tensor *mt = moe_model_tensors(m, &count);
+    size_t *global_at = calloc((size_t)count, sizeof(size_t)), experts_at = moe_model_num_dense(m);
+    tab->t = calloc((size_t)count * E + 1, sizeof(ckpt_tensor));
+    if (!global_at || !tab->t) return free(global_at), 0;
+    for (int i = 0; i < count; i++) /* the expert part of the global buffer is in the table's order */
+        if (mt[i].experts) global_at[i] = experts_at, experts_at += (size_t)E * mt[i].rows * mt[i].cols;
     tab->count = 0;
-    char name[96];
-    size_t experts_at = dense; /* next global offset in the expert part */
-#define DENSE(ptr) (size_t)((ptr) - base), (long)((ptr) - base)
-    add(tab, "model.embed_tokens.weight", 2, V, d, -1, DENSE(p->embedding));
-    for (int l = 0; l < c->num_layers; l++) {
-        const moe_model_layer_params *L = &p->layers[l];
-        const struct { const char *what; int ndim; long rows, cols; const moe_real *ptr; } dense_parts[] = {
-            {"input_layernorm.weight", 1, d, 0, L->attn_norm},    {"self_attn.q_proj.weight", 2, A, d, L->wq},
-            {"self_attn.k_proj.weight", 2, B, d, L->wk},          {"self_attn.v_proj.weight", 2, B, d, L->wv},
-            {"self_attn.o_proj.weight", 2, d, A, L->wo},          {"post_attention_layernorm.weight", 1, d, 0, L->ffn_norm},
-        };
-        for (size_t i = 0; i < sizeof dense_parts / sizeof *dense_parts; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, dense_parts[i].what);
-            add(tab, name, dense_parts[i].ndim, dense_parts[i].rows, dense_parts[i].cols, -1, DENSE(dense_parts[i].ptr));
-        }
-        if (!moe_model_layer_is_moe(c, l)) {
-            snprintf(name, sizeof name, "model.layers.%d.mlp.gate_proj.weight", l);
-            add(tab, name, 2, F, d, -1, DENSE(L->ffn.w1));
-            snprintf(name, sizeof name, "model.layers.%d.mlp.up_proj.weight", l);
-            add(tab, name, 2, F, d, -1, DENSE(L->ffn.w3));
-            snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", l);
-            add(tab, name, 2, d, F, -1, DENSE(L->ffn.w2));
-            continue;
-        }
-        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
-        add(tab, name, 2, E, d, -1, DENSE(L->ffn.router_w));
-        /* the global expert part of this layer: w1 of all E experts, then w3, then w2 (as gathered) */
-        const moe_real *local[3] = {L->ffn.w1, L->ffn.w3, L->ffn.w2};
-        const char *suffix[3] = {"w1", "w3", "w2"};
-        for (int w = 0; w < 3; w++) {
-            long rows = w == 2 ? d : F, cols = w == 2 ? F : d;
-            for (int j = 0; j < E; j++) {
-                snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, j, suffix[w]);
-                int mine = j >= first && j < first + EL;
-                long local_offset = mine ? (long)(local[w] - base) + (long)(j - first) * rows * cols : -1;
-                add(tab, name, 2, rows, cols, j, experts_at + (size_t)j * rows * cols, local_offset);
+    char name[sizeof tab->t->name];
+    for (int layer = -1; layer <= c->num_layers; layer++)
+        for (int experts = 0; experts < 2; experts++)
+            for (int i = 0; i < count; i++) {
+                const moe_model_tensor *t = &mt[i];
+                if (t->layer != layer || !t->experts != !experts) continue;
+                if (!experts) {
+                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, t->offset, (long)t->offset);
+                    continue;
+                }
+                const size_t per_expert = (size_t)t->rows * t->cols;
+                for (int j = 0; j < E; j++) {
+                    snprintf(name, sizeof name, t->name, j);
+                    const long local = j >= first && j < first + EL ? (long)(t->offset + (j - first) * per_expert) : -1;
+                    add(tab, name, t->ndim, t->rows, t->cols, j, global_at[i] + j * per_expert, local);
+                }
             }
-            experts_at += (size_t)E * F * d;
-        }
-    }
-    add(tab, "model.norm.weight", 1, d, 0, -1, DENSE(p->final_norm));
-    if (!c->tie_embeddings) add(tab, "lm_head.weight", 2, V, d, -1, DENSE(p->lm_head));
-#undef DENSE
     tab->global_count = experts_at;
+    free(global_at);
     return 1;
 }
 
@@ -109,18 +86,19 @@ static moe_status gather_global(const moe_trainer *tr, const moe_real *local, mo
     const moe_model *m = tr->model;
     const size_t dense = moe_model_num_dense(m);
     memcpy(global, local, dense * sizeof(moe_real));
-    int num_spans;
-    const moe_model_param_span *spans = moe_model_spans(m, &num_spans);
-    moe_comm *ep = tr->par->ep;
-    size_t *nbytes = malloc((size_t)ep->size * sizeof(size_t)), at = dense;
+    int count;
+    const moe_model_tensor *t = moe_model_tensors(m, &count);
+    moe_comm *ep = moe_parallel_ep(tr->par);
+    const int R = moe_comm_size(ep);
+    size_t *nbytes = malloc((size_t)R * sizeof(size_t)), at = dense;
     if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
     moe_status st = MOE_OK;
-    for (int s = 0; s < num_spans && st == MOE_OK; s++) {
-        if (spans[s].offset < dense) continue;
-        for (int p = 0; p < ep->size; p++) nbytes[p] = spans[s].count * sizeof(moe_real);
+    for (int i = 0; i < count && st == MOE_OK; i++) {
+        if (!t[i].experts) continue;
+        for (int p = 0; p < R; p++) nbytes[p] = t[i].count * sizeof(moe_real);
         /* EP rank p holds global experts [p*EL, (p+1)*EL): rank order is expert order */
-        st = ep->ops->allgatherv_bytes(ep, local + spans[s].offset, nbytes[0], global + at, nbytes);
-        at += spans[s].count * ep->size;
+        st = moe_comm_allgatherv_bytes(ep, local + t[i].offset, nbytes[0], global + at, nbytes);
+        at += t[i].count * R;
     }
     free(nbytes);
     return st;
@@ -128,7 +106,7 @@ static moe_status gather_global(const moe_trainer *tr, const moe_real *local, mo
 
 /* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
 static moe_status agree(const moe_trainer *tr, moe_status st) {
-    return moe_comm_agree(tr->par->world, st);
+    return moe_comm_agree(moe_parallel_world(tr->par), st);
 }
 
 /* ---- config.json and the run fingerprint ------------------------------------------------------ */
@@ -341,7 +319,7 @@ moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int 
         if (st == MOE_OK) st = gather_global(tr, full, g + (1 + which) * tab.global_count);
     }
     free(full);
-    if (st == MOE_OK && tr->par->world_rank == 0) {
+    if (st == MOE_OK && tr->ranks.world_rank == 0) {
         char tmp[600], final[600], old[600];
         snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08d", root, step);
         snprintf(final, sizeof final, "%s/step-%08d", root, step);

@@ -125,8 +125,8 @@ int main(int argc, char **argv) {
     moe_layer_weights_init(&cfg, &teacher, &init_rng);
     moe_layer_weights_init(&cfg, &student, &init_rng);
     moe_layer *teacher_layer, *student_layer;
-    DEMO_CHECK(moe_layer_create(&cfg, NULL, &teacher_layer));
-    DEMO_CHECK(moe_layer_create(&cfg, NULL, &student_layer));
+    DEMO_CHECK(moe_layer_create(&cfg, NULL, NULL, &teacher_layer));
+    DEMO_CHECK(moe_layer_create(&cfg, NULL, NULL, &student_layer));
 
     printf("moe-layer-demo: teacher-student fit of one MoE layer on the CPU\n");
     printf("  T=%d d=%d d_ff=%d E=%d k=%d score=%s capacity_factor=%g%s lr=%g steps=%d params=%zu\n", o.tokens,

@@ -1,22 +1,18 @@
 /* model.c — the MoE decoder LM: parameter layout, initialisation, forward and backward on one rank.
- * Orchestration only: ops come from kernels/, experts/ and the MoE layer (moe/moe.h). Every row-wise
- * GEMM goes through kernels/gemm_rows.h, and attention runs per sequence, so a token's activations do
- * not depend on which other tokens share this rank: the layout only changes how gradients are summed. */
+ * Orchestration only: the dense ops come from the runtime's table (moe/dense_ops.h), the MoE layers from
+ * moe/moe.h, the list of tensors from model.h's X-macros. Every row-wise GEMM is cut as the layer cuts its
+ * own, and attention runs per sequence, so a token's activations do not depend on which other tokens share
+ * this rank: the layout only changes how gradients are summed. */
 #include "models/model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "experts/expert_ffn.h"
-#include "kernels/attention.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/embedding.h"
-#include "kernels/gemm_rows.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "core/real.h"
+#include "core/fail.h"
 #include "core/rng.h"
+#include "moe/dense_ops.h"
 
 /* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). */
 typedef struct {
@@ -31,16 +27,18 @@ typedef struct {
 
 struct moe_model {
     moe_model_config cfg;
+    moe_runtime *rt, *owned_rt;
     const moe_parallel *par;
+    const moe_dense_ops *ops;
+    moe_dense_state *ops_state;
     int max_seqs, head_dim, num_local_experts;
     size_t num_dense, num_expert;
     moe_real *params, *grads;
     moe_model_views p, g;
-    moe_model_param_span *spans;
-    int num_spans;
+    moe_model_tensor *tensors;
+    int num_tensors;
     moe_layer **moe;            /* [L], NULL for dense layers */
     moe_layer_stats *stats;     /* [L] */
-    moe_gemm_rows_plan gemm;
     /* activations of the last forward */
     int num_seqs;
     int *inputs, *targets;      /* [T] */
@@ -51,145 +49,138 @@ struct moe_model {
     /* backward scratch */
     moe_real *dresid, *dln, *tmp;       /* [T, d] */
     moe_real *dq, *dk, *dv, *dattn;     /* [T, A], [T, B], [T, B], [T, A] */
-    moe_real *dh1, *dh3;                /* [T, d_ff] */
-    moe_real *att_scratch;              /* [S, S] */
-    moe_real *wgrad_scratch;            /* [d_ff, d] */
     int has_forward;
 };
 
-/* ---- parameter layout ------------------------------------------------------------------------- */
+/* ---- the tensor table ------------------------------------------------------------------------- */
 
+/* The shape symbols of model.h's tensor lists. */
 typedef struct {
-    moe_model *m;
-    size_t cursor;
-} layout_walk;
+    long d, A, B, F, E;
+} dims;
 
-/* Reserves count reals at the cursor, records the span; returns its offset. */
-static size_t take(layout_walk *w, size_t count, int decay, const char *name) {
-    size_t at = w->cursor;
-    w->cursor += count;
-    w->m->spans[w->m->num_spans++] = (moe_model_param_span){at, count, decay, name};
-    return at;
+static dims dims_of(const moe_model *m) {
+    const moe_model_config *c = &m->cfg;
+    return (dims){c->d_model, (long)c->num_heads * m->head_dim, (long)c->num_kv_heads * m->head_dim, c->d_ff,
+                  c->moe.num_experts};
 }
 
-/* The order of every tensor in the buffer: [dense | experts]; offsets[] in the order set_views reads. */
-static void lay_out(moe_model *m, size_t *offsets) {
+/* Appends a tensor at the end of the buffer laid out so far (*cursor). */
+static void append(moe_model *m, size_t *cursor, int layer, int experts, long rows, long cols, moe_tensor_kind kind,
+                   const char *name) {
+    moe_model_tensor *t = &m->tensors[m->num_tensors++];
+    *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
+                            .offset = *cursor, .kind = kind};
+    t->count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    *cursor += t->count;
+}
+
+/* Every tensor in buffer order, [dense | experts]: the embedding, each layer's attention and FFN (router or
+ * dense SwiGLU), the final norm and lm_head, then each MoE layer's local experts. */
+static void lay_out(moe_model *m) {
     const moe_model_config *c = &m->cfg;
-    const size_t d = c->d_model, V = c->vocab_size, A = (size_t)c->num_heads * m->head_dim,
-                 B = (size_t)c->num_kv_heads * m->head_dim, F = c->d_ff, E = c->moe.num_experts,
-                 EL = m->num_local_experts;
-    layout_walk w = {m, 0};
-    int n = 0;
-    m->num_spans = 0;
-    offsets[n++] = take(&w, V * d, 1, "embedding");
+    const dims D = dims_of(m);
+    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, V = c->vocab_size, EL = m->num_local_experts;
+    char name[sizeof m->tensors->name];
+    size_t at = 0;
+    m->num_tensors = 0;
+    append(m, &at, -1, 0, V, d, MOE_TENSOR_WEIGHT, "model.embed_tokens.weight");
+#define DENSE_TENSOR(field, hf, rows, cols, kind)                                                                   \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);                                                      \
+    append(m, &at, l, 0, rows, cols, kind, name);
     for (int l = 0; l < c->num_layers; l++) {
-        offsets[n++] = take(&w, d, 0, "attn_norm");
-        offsets[n++] = take(&w, A * d, 1, "wq");
-        offsets[n++] = take(&w, B * d, 1, "wk");
-        offsets[n++] = take(&w, B * d, 1, "wv");
-        offsets[n++] = take(&w, d * A, 1, "wo");
-        offsets[n++] = take(&w, d, 0, "ffn_norm");
+        MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
         if (moe_model_layer_is_moe(c, l)) {
-            offsets[n++] = take(&w, E * d, 1, "router");
+            MOE_MODEL_ROUTER_TENSORS(DENSE_TENSOR)
         } else {
-            offsets[n++] = take(&w, F * d, 1, "dense.w1");
-            offsets[n++] = take(&w, F * d, 1, "dense.w3");
-            offsets[n++] = take(&w, d * F, 1, "dense.w2");
+            MOE_MODEL_DENSE_FFN_TENSORS(DENSE_TENSOR)
         }
     }
-    offsets[n++] = take(&w, d, 0, "final_norm");
-    if (!c->tie_embeddings) offsets[n++] = take(&w, V * d, 1, "lm_head");
-    m->num_dense = w.cursor;
+#undef DENSE_TENSOR
+    append(m, &at, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, "model.norm.weight");
+    if (!c->tie_embeddings) append(m, &at, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "lm_head.weight");
+    m->num_dense = at;
+#define EXPERT_TENSOR(field, hf, rows, cols, kind)                                                                  \
+    snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
+    append(m, &at, l, (int)EL, rows, cols, kind, name);
     for (int l = 0; l < c->num_layers; l++)
         if (moe_model_layer_is_moe(c, l)) {
-            offsets[n++] = take(&w, EL * F * d, 1, "experts.w1");
-            offsets[n++] = take(&w, EL * F * d, 1, "experts.w3");
-            offsets[n++] = take(&w, EL * d * F, 1, "experts.w2");
+            MOE_MODEL_EXPERT_TENSORS(EXPERT_TENSOR)
         }
-    m->num_expert = w.cursor - m->num_dense;
+#undef EXPERT_TENSOR
+    m->num_expert = at - m->num_dense;
+    (void)A, (void)B, (void)E; /* the lists name every dimension; a model may use only some */
 }
 
-/* Points the views of one buffer (params or grads) at the offsets recorded by lay_out. */
-static void set_views(moe_model *m, moe_real *base, moe_model_views *v, const size_t *offsets) {
+/* Points the views of one buffer (params or grads) at the tensors: the same walk as lay_out. */
+static void set_views(moe_model *m, moe_real *base, moe_model_views *v) {
     const moe_model_config *c = &m->cfg;
-    int n = 0;
-    v->embedding = base + offsets[n++];
+    const moe_model_tensor *t = m->tensors;
+    v->embedding = base + (t++)->offset;
+#define VIEW(field, hf, rows, cols, kind) L->field = base + (t++)->offset;
     for (int l = 0; l < c->num_layers; l++) {
         moe_model_layer_params *L = &v->layers[l];
-        L->attn_norm = base + offsets[n++];
-        L->wq = base + offsets[n++];
-        L->wk = base + offsets[n++];
-        L->wv = base + offsets[n++];
-        L->wo = base + offsets[n++];
-        L->ffn_norm = base + offsets[n++];
+        L->ffn.router_w = NULL;
+        MOE_MODEL_ATTENTION_TENSORS(VIEW)
         if (moe_model_layer_is_moe(c, l)) {
-            L->ffn.router_w = base + offsets[n++];
+            MOE_MODEL_ROUTER_TENSORS(VIEW)
         } else {
-            L->ffn.router_w = NULL;
-            L->ffn.w1 = base + offsets[n++];
-            L->ffn.w3 = base + offsets[n++];
-            L->ffn.w2 = base + offsets[n++];
+            MOE_MODEL_DENSE_FFN_TENSORS(VIEW)
         }
     }
-    v->final_norm = base + offsets[n++];
-    v->lm_head = c->tie_embeddings ? v->embedding : base + offsets[n++];
-    for (int l = 0; l < c->num_layers; l++)
+    v->final_norm = base + (t++)->offset;
+    v->lm_head = c->tie_embeddings ? v->embedding : base + (t++)->offset;
+    for (int l = 0; l < c->num_layers; l++) {
+        moe_model_layer_params *L = &v->layers[l];
         if (moe_model_layer_is_moe(c, l)) {
-            v->layers[l].ffn.w1 = base + offsets[n++];
-            v->layers[l].ffn.w3 = base + offsets[n++];
-            v->layers[l].ffn.w2 = base + offsets[n++];
+            MOE_MODEL_EXPERT_TENSORS(VIEW)
         }
+    }
+#undef VIEW
 }
 
 /* ---- creation --------------------------------------------------------------------------------- */
 
-static moe_real *alloc_reals(size_t count, int *failed) {
-    moe_real *p = calloc(count ? count : 1, sizeof(moe_real));
-    if (!p) *failed = 1;
-    return p;
-}
-
-static int alloc_activations(moe_model *m) {
+/* Allocates every activation and scratch buffer of T = max_seqs * S tokens in the runtime's memory. */
+static moe_status alloc_activations(moe_model *m) {
     const moe_model_config *c = &m->cfg;
-    const size_t T = (size_t)m->max_seqs * c->seq_len, d = c->d_model, V = c->vocab_size, F = c->d_ff,
-                 S = c->seq_len, A = (size_t)c->num_heads * m->head_dim, B = (size_t)c->num_kv_heads * m->head_dim;
-    int failed = 0;
-    m->inputs = calloc(T, sizeof(int));
-    m->targets = calloc(T, sizeof(int));
-    m->resid = calloc(c->num_layers + 1, sizeof(moe_real *));
-    m->acts = calloc(c->num_layers, sizeof(layer_acts));
-    if (!m->inputs || !m->targets || !m->resid || !m->acts) return 0;
-    for (int l = 0; l <= c->num_layers; l++) m->resid[l] = alloc_reals(T * d, &failed);
-    for (int l = 0; l < c->num_layers; l++) {
+    const dims D = dims_of(m);
+    const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, V = c->vocab_size, F = D.F, S = c->seq_len,
+                 A = D.A, B = D.B, r = sizeof(moe_real);
+    const int L = c->num_layers;
+    m->resid = calloc(L + 1, sizeof(moe_real *));
+    m->acts = calloc(L, sizeof(layer_acts));
+    if (!m->resid || !m->acts) return MOE_ERR_OUT_OF_MEMORY;
+    for (int l = 0; l <= L; l++) MOE_TRY(moe_runtime_alloc(m->rt, T * d * r, (void **)&m->resid[l]));
+    for (int l = 0; l < L; l++) {
         layer_acts *a = &m->acts[l];
-        a->ln1 = alloc_reals(T * d, &failed), a->rstd1 = alloc_reals(T, &failed);
-        a->q = alloc_reals(T * A, &failed), a->k = alloc_reals(T * B, &failed), a->v = alloc_reals(T * B, &failed);
-        a->att = alloc_reals((size_t)m->max_seqs * c->num_heads * S * S, &failed);
-        a->attn_y = alloc_reals(T * A, &failed);
-        a->resid_mid = alloc_reals(T * d, &failed);
-        a->ln2 = alloc_reals(T * d, &failed), a->rstd2 = alloc_reals(T, &failed);
-        if (!moe_model_layer_is_moe(c, l))
-            a->h1 = alloc_reals(T * F, &failed), a->h3 = alloc_reals(T * F, &failed), a->act = alloc_reals(T * F, &failed);
+        const int dense_ffn = !moe_model_layer_is_moe(c, l);
+        void **ptrs[] = {(void **)&a->ln1, (void **)&a->rstd1, (void **)&a->q, (void **)&a->k, (void **)&a->v,
+                         (void **)&a->att, (void **)&a->attn_y, (void **)&a->resid_mid, (void **)&a->ln2,
+                         (void **)&a->rstd2, (void **)&a->h1, (void **)&a->h3, (void **)&a->act};
+        const size_t ffn = dense_ffn ? T * F * r : 0;
+        const size_t nbytes[] = {T * d * r, T * r, T * A * r, T * B * r, T * B * r, m->max_seqs * c->num_heads * S * S * r,
+                                 T * A * r, T * d * r, T * d * r, T * r, ffn, ffn, ffn};
+        MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, 13));
     }
-    m->lnf = alloc_reals(T * d, &failed), m->rstdf = alloc_reals(T, &failed);
-    m->logits = alloc_reals(T * V, &failed);
-    m->dresid = alloc_reals(T * d, &failed), m->dln = alloc_reals(T * d, &failed), m->tmp = alloc_reals(T * d, &failed);
-    m->dq = alloc_reals(T * A, &failed), m->dk = alloc_reals(T * B, &failed), m->dv = alloc_reals(T * B, &failed);
-    m->dattn = alloc_reals(T * A, &failed);
-    m->dh1 = alloc_reals(T * F, &failed), m->dh3 = alloc_reals(T * F, &failed);
-    m->att_scratch = alloc_reals(S * S, &failed);
-    m->wgrad_scratch = alloc_reals(F * d, &failed);
-    size_t widest = d > F ? d : F;
-    widest = widest > V ? widest : V;
-    if (moe_gemm_rows_plan_init(&m->gemm, c->moe.layout_invariant, (int)widest) != MOE_OK) failed = 1;
-    return !failed;
+    void **ptrs[] = {(void **)&m->inputs, (void **)&m->targets, (void **)&m->lnf, (void **)&m->rstdf,
+                     (void **)&m->logits, (void **)&m->dresid, (void **)&m->dln, (void **)&m->tmp, (void **)&m->dq,
+                     (void **)&m->dk, (void **)&m->dv, (void **)&m->dattn};
+    const size_t nbytes[] = {T * sizeof(int), T * sizeof(int), T * d * r, T * r, T * V * r, T * d * r, T * d * r,
+                             T * d * r, T * A * r, T * B * r, T * B * r, T * A * r};
+    return moe_runtime_regrow(m->rt, ptrs, nbytes, 12);
 }
 
-moe_status moe_model_create(const moe_model_config *cfg, const moe_parallel *par, int max_seqs, int accum_steps,
-                            moe_model **out) {
+moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
+                            int accum_steps, moe_model **out) {
     if (!cfg || !par || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
     *out = NULL;
-    if (moe_model_config_problem(cfg) || cfg->moe.ep_size != par->ep_size) return MOE_ERR_INVALID_CONFIG;
+    const char *problem = moe_model_config_problem(cfg);
+    if (problem) return moe_fail(MOE_ERR_INVALID_CONFIG, "%s", problem);
+    if (cfg->moe.ep_size != moe_parallel_ranks(par).ep_size)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's ep_size %d differs from the layout's ep %d",
+                        cfg->moe.ep_size, moe_parallel_ranks(par).ep_size);
     moe_model *m = calloc(1, sizeof *m);
     if (!m) return MOE_ERR_OUT_OF_MEMORY;
     m->cfg = *cfg;
@@ -197,24 +188,33 @@ moe_status moe_model_create(const moe_model_config *cfg, const moe_parallel *par
     m->max_seqs = max_seqs;
     m->head_dim = cfg->d_model / cfg->num_heads;
     m->num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size;
+    moe_status st = rt ? MOE_OK : moe_runtime_create_cpu(&m->owned_rt);
+    m->rt = rt ? rt : m->owned_rt;
+    if (st == MOE_OK && !(m->ops = moe_runtime_dense_ops(m->rt)))
+        st = moe_fail(MOE_ERR_INVALID_CONFIG, "the %s runtime has no dense-model ops yet (the model runs on the CPU)",
+                      moe_runtime_name(m->rt));
     const int L = cfg->num_layers, max_tensors = 1 + 9 * L + 2 + 3 * L;
-    size_t *offsets = calloc(max_tensors, sizeof(size_t));
-    m->p.layers = calloc(L, sizeof(moe_model_layer_params));
-    m->g.layers = calloc(L, sizeof(moe_model_layer_params));
-    m->spans = calloc(max_tensors, sizeof(moe_model_param_span));
-    m->moe = calloc(L, sizeof(moe_layer *));
-    m->stats = calloc(L, sizeof(moe_layer_stats));
-    moe_status st = offsets && m->p.layers && m->g.layers && m->spans && m->moe && m->stats ? MOE_OK
-                                                                                          : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        lay_out(m, offsets);
-        m->params = calloc(m->num_dense + m->num_expert, sizeof(moe_real));
-        m->grads = calloc(m->num_dense + m->num_expert, sizeof(moe_real));
-        if (!m->params || !m->grads || !alloc_activations(m)) st = MOE_ERR_OUT_OF_MEMORY;
+        m->p.layers = calloc(L, sizeof(moe_model_layer_params));
+        m->g.layers = calloc(L, sizeof(moe_model_layer_params));
+        m->tensors = calloc(max_tensors, sizeof(moe_model_tensor));
+        m->moe = calloc(L, sizeof(moe_layer *));
+        m->stats = calloc(L, sizeof(moe_layer_stats));
+        if (!m->p.layers || !m->g.layers || !m->tensors || !m->moe || !m->stats) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK) {
-        set_views(m, m->params, &m->p, offsets);
-        set_views(m, m->grads, &m->g, offsets);
+        lay_out(m);
+        const size_t n = (m->num_dense + m->num_expert) * sizeof(moe_real);
+        st = moe_runtime_alloc(m->rt, n, (void **)&m->params);
+        if (st == MOE_OK) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
+    }
+    if (st == MOE_OK) st = alloc_activations(m);
+    if (st == MOE_OK) {
+        set_views(m, m->params, &m->p);
+        set_views(m, m->grads, &m->g);
+        int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
+        widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
+        st = m->ops->create(m->rt, cfg->moe.layout_invariant, widest, &m->ops_state);
     }
     for (int l = 0; l < L && st == MOE_OK; l++) {
         if (!moe_model_layer_is_moe(cfg, l)) continue;
@@ -222,9 +222,8 @@ moe_status moe_model_create(const moe_model_config *cfg, const moe_parallel *par
         lc.layer_index = l;
         lc.aux_loss_coef /= accum_steps; /* the step's loss is the mean over its micro-batches */
         lc.z_loss_coef /= accum_steps;
-        st = moe_layer_create(&lc, par, &m->moe[l]);
+        st = moe_layer_create(&lc, m->rt, par, &m->moe[l]);
     }
-    free(offsets);
     if (st != MOE_OK) return moe_model_destroy(m), st;
     *out = m;
     return MOE_OK;
@@ -234,19 +233,20 @@ void moe_model_destroy(moe_model *m) {
     if (!m) return;
     const int L = m->cfg.num_layers;
     for (int l = 0; m->moe && l < L; l++) moe_layer_destroy(m->moe[l]);
-    for (int l = 0; m->resid && l <= L; l++) free(m->resid[l]);
+    if (m->ops_state) m->ops->destroy(m->ops_state);
+    for (int l = 0; m->resid && l <= L; l++) moe_runtime_free(m->rt, m->resid[l]);
     for (int l = 0; m->acts && l < L; l++) {
         layer_acts *a = &m->acts[l];
         moe_real *all[] = {a->ln1, a->rstd1, a->q, a->k, a->v, a->att, a->attn_y, a->resid_mid, a->ln2, a->rstd2,
                            a->h1, a->h3, a->act};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) moe_runtime_free(m->rt, all[i]);
     }
-    moe_real *bufs[] = {m->params, m->grads, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp, m->dq,
-                        m->dk, m->dv, m->dattn, m->dh1, m->dh3, m->att_scratch, m->wgrad_scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
-    moe_gemm_rows_plan_free(&m->gemm);
-    free(m->resid), free(m->acts), free(m->inputs), free(m->targets);
-    free(m->p.layers), free(m->g.layers), free(m->spans), free(m->moe), free(m->stats);
+    void *bufs[] = {m->params, m->grads, m->inputs, m->targets, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp,
+                    m->dq, m->dk, m->dv, m->dattn};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
+    moe_runtime_destroy(m->owned_rt);
+    free(m->resid), free(m->acts);
+    free(m->p.layers), free(m->g.layers), free(m->tensors), free(m->moe), free(m->stats);
     free(m);
 }
 
@@ -255,16 +255,23 @@ moe_real *moe_model_grads(moe_model *m) { return m->grads; }
 size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
 int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
-const moe_model_views *moe_model_param_views(const moe_model *m) { return &m->p; }
-const moe_model_views *moe_model_grad_views(const moe_model *m) { return &m->g; }
-const moe_model_param_span *moe_model_spans(const moe_model *m, int *count) {
-    *count = m->num_spans;
-    return m->spans;
+moe_runtime *moe_model_runtime(const moe_model *m) { return m->rt; }
+const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state) {
+    *state = m->ops_state;
+    return m->ops;
+}
+const moe_parallel *moe_model_parallel(const moe_model *m) { return m->par; }
+const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count) {
+    *count = m->num_tensors;
+    return m->tensors;
 }
 moe_layer *moe_model_moe_layer(moe_model *m, int l) { return m->moe[l]; }
 moe_real *moe_model_expert_bias(moe_model *m, int l) { return m->moe[l] ? moe_layer_expert_bias(m->moe[l]) : NULL; }
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return m->moe[l] ? &m->stats[l] : NULL; }
-void moe_model_zero_grads(moe_model *m) { memset(m->grads, 0, (m->num_dense + m->num_expert) * sizeof(moe_real)); }
+
+moe_status moe_model_zero_grads(moe_model *m) {
+    return moe_runtime_zero(m->rt, m->grads, (m->num_dense + m->num_expert) * sizeof(moe_real));
+}
 
 /* ---- initialisation --------------------------------------------------------------------------- */
 
@@ -274,66 +281,48 @@ static void init_tensor(moe_real *t, size_t count, double std, unsigned long lon
     moe_rng_fill_uniform(&rng, t, count, std * sqrt(3.0));
 }
 
-void moe_model_init_weights(moe_model *m, unsigned long long seed) {
-    const moe_model_config *c = &m->cfg;
-    const double std = 0.02, out_std = std / sqrt(2.0 * c->num_layers); /* residual projections (GPT-2) */
-    const size_t d = c->d_model, F = c->d_ff, per_expert = F * d;
-    /* dense spans: stream = span index, the same on every rank */
-    for (int s = 0; s < m->num_spans; s++) {
-        const moe_model_param_span *sp = &m->spans[s];
-        if (sp->offset >= m->num_dense) break;
-        moe_real *t = m->params + sp->offset;
-        if (!sp->decay) {
-            for (size_t i = 0; i < sp->count; i++) t[i] = 1; /* norms */
-            continue;
+static double std_of(const moe_model *m, moe_tensor_kind kind) {
+    const double std = 0.02; /* residual projections get std / sqrt(2 L) (GPT-2) */
+    return kind == MOE_TENSOR_RESIDUAL ? std / sqrt(2.0 * m->cfg.num_layers) : std;
+}
+
+/* Made on the host, then uploaded: dense tensors draw from stream = their index (the same on every rank),
+ * experts from stream = (layer, global expert, matrix), whatever rank holds the expert. */
+moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
+    const size_t total = m->num_dense + m->num_expert;
+    moe_real *host = malloc((total ? total : 1) * sizeof(moe_real));
+    if (!host) return MOE_ERR_OUT_OF_MEMORY;
+    const int first = moe_parallel_ranks(m->par).ep_rank * m->num_local_experts;
+    for (int s = 0, matrix = 0; s < m->num_tensors; s++) {
+        const moe_model_tensor *t = &m->tensors[s];
+        moe_real *data = host + t->offset;
+        if (t->kind == MOE_TENSOR_NORM) {
+            for (size_t i = 0; i < t->count; i++) data[i] = 1;
+        } else if (!t->experts) {
+            init_tensor(data, t->count, std_of(m, t->kind), seed, (unsigned long long)s);
+        } else {
+            /* the layer's expert matrices are numbered 1, 2, 3 in list order (w1, w3, w2) */
+            matrix = s > 0 && m->tensors[s - 1].experts && m->tensors[s - 1].layer == t->layer ? matrix + 1 : 1;
+            const size_t per_expert = (size_t)t->rows * t->cols;
+            for (int e = 0; e < t->experts; e++) {
+                unsigned long long id = ((unsigned long long)(t->layer + 1) << 40) + ((unsigned long long)(first + e) << 4);
+                init_tensor(data + e * per_expert, per_expert, std_of(m, t->kind), seed, id + matrix);
+            }
         }
-        int residual_out = !strcmp(sp->name, "wo") || !strcmp(sp->name, "dense.w2");
-        init_tensor(t, sp->count, residual_out ? out_std : std, seed, (unsigned long long)s);
     }
-    /* experts: stream = (layer, global expert, matrix), whatever rank holds the expert */
-    const int first = m->par->ep_rank * m->num_local_experts;
-    for (int l = 0; l < c->num_layers; l++) {
-        if (!m->moe[l]) continue;
-        const moe_layer_weights *w = &m->p.layers[l].ffn;
-        for (int e = 0; e < m->num_local_experts; e++) {
-            unsigned long long id = ((unsigned long long)(l + 1) << 40) + ((unsigned long long)(first + e) << 4);
-            init_tensor(w->w1 + e * per_expert, per_expert, std, seed, id + 1);
-            init_tensor(w->w3 + e * per_expert, per_expert, std, seed, id + 2);
-            init_tensor(w->w2 + e * per_expert, per_expert, out_std, seed, id + 3);
-        }
-    }
+    moe_status st = moe_runtime_upload(m->rt, m->params, host, total * sizeof(moe_real));
+    free(host);
+    return st;
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */
-
-/* y[T, out] = x[T, in] W^T (row-wise, layout-invariant) */
-static void linear(moe_model *m, const moe_real *x, const moe_real *W, int T, int in, int out, moe_real *y) {
-    moe_gemm_rows_cpu(&m->gemm, CblasTrans, T, out, in, x, W, 0, y);
-}
-
-/* dW[out, in] += dy^T x (a sum over this rank's tokens) */
-static void linear_weight_grad(const moe_real *dy, const moe_real *x, int T, int in, int out, moe_real *dW) {
-    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1, dy, out, x, in, 1, dW, in);
-}
-
-/* dx[T, in] (+)= dy[T, out] W */
-static void linear_input_grad(moe_model *m, const moe_real *dy, const moe_real *W, int T, int in, int out,
-                              moe_real beta, moe_real *dx) {
-    moe_gemm_rows_cpu(&m->gemm, CblasNoTrans, T, in, out, dy, W, beta, dx);
-}
-
-static void add(const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
-    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
 
 static moe_status ffn_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->acts[l];
     const moe_layer_weights *w = &m->p.layers[l].ffn;
     if (m->moe[l]) return moe_layer_forward(m->moe[l], w, a->ln2, T, m->tmp, &m->stats[l]);
-    const int offsets[2] = {0, T}; /* a dense FFN is one expert that sees every token */
-    moe_expert_ffn_forward_cpu(w, 1, c->d_model, c->d_ff, offsets, a->ln2, a->h1, a->h3, a->act, m->tmp, &m->gemm);
-    return MOE_OK;
+    return m->ops->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
@@ -342,33 +331,34 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     if (num_seqs < 1 || num_seqs > m->max_seqs || !inputs) return MOE_ERR_INVALID_ARG;
     const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
+    const moe_dense_ops *ops = m->ops;
+    moe_dense_state *s = m->ops_state;
     m->has_forward = 0;
     m->num_seqs = num_seqs;
-    memcpy(m->inputs, inputs, (size_t)T * sizeof(int));
-    moe_embedding_forward_cpu(m->p.embedding, inputs, T, d, m->resid[0]);
+    MOE_TRY(moe_runtime_upload(m->rt, m->inputs, inputs, (size_t)T * sizeof(int)));
+    MOE_TRY(ops->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
     for (int l = 0; l < c->num_layers; l++) {
         const moe_model_layer_params *w = &m->p.layers[l];
         layer_acts *a = &m->acts[l];
-        moe_rmsnorm_forward_cpu(m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1);
-        linear(m, a->ln1, w->wq, T, d, A, a->q);
-        linear(m, a->ln1, w->wk, T, d, B, a->k);
-        linear(m, a->ln1, w->wv, T, d, B, a->v);
-        moe_rope_forward_cpu(a->q, num_seqs, S, H, hd, c->rope_theta);
-        moe_rope_forward_cpu(a->k, num_seqs, S, KV, hd, c->rope_theta);
-        moe_attention_forward_cpu(a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y);
-        linear(m, a->attn_y, w->wo, T, A, d, m->tmp);
-        add(m->resid[l], m->tmp, (size_t)T * d, a->resid_mid);
-        moe_rmsnorm_forward_cpu(a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2);
-        moe_status st = ffn_forward(m, l, T);
-        if (st != MOE_OK) return st;
-        add(a->resid_mid, m->tmp, (size_t)T * d, m->resid[l + 1]);
+        MOE_TRY(ops->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
+        MOE_TRY(ops->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
+        MOE_TRY(ops->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
+        MOE_TRY(ops->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
+        MOE_TRY(ops->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
+        MOE_TRY(ops->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
+        MOE_TRY(ops->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        MOE_TRY(ops->linear_forward(s, a->attn_y, w->wo, T, A, d, m->tmp));
+        MOE_TRY(ops->add(s, m->resid[l], m->tmp, (size_t)T * d, a->resid_mid));
+        MOE_TRY(ops->rmsnorm_forward(s, a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2));
+        MOE_TRY(ffn_forward(m, l, T));
+        MOE_TRY(ops->add(s, a->resid_mid, m->tmp, (size_t)T * d, m->resid[l + 1]));
     }
-    moe_rmsnorm_forward_cpu(m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf);
-    linear(m, m->lnf, m->p.lm_head, T, d, V, m->logits);
-    if (logits_out) memcpy(logits_out, m->logits, (size_t)T * V * sizeof(moe_real));
+    MOE_TRY(ops->rmsnorm_forward(s, m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf));
+    MOE_TRY(ops->linear_forward(s, m->lnf, m->p.lm_head, T, d, V, m->logits));
+    if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
-    memcpy(m->targets, targets, (size_t)T * sizeof(int));
-    *loss_sum = moe_cross_entropy_forward_cpu(m->logits, targets, T, V);
+    MOE_TRY(moe_runtime_upload(m->rt, m->targets, targets, (size_t)T * sizeof(int)));
+    MOE_TRY(ops->cross_entropy_forward(s, m->logits, m->targets, T, V, loss_sum));
     m->has_forward = 1;
     return MOE_OK;
 }
@@ -382,10 +372,8 @@ static moe_status ffn_backward(moe_model *m, int l, int T) {
     const moe_layer_weights *w = &m->p.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
-    const int offsets[2] = {0, T};
-    moe_expert_ffn_backward_cpu(w, gw, 1, c->d_model, c->d_ff, offsets, 1, a->ln2, a->h1, a->h3, a->act, m->dresid, m->dh1,
-                            m->dh3, m->dln, m->wgrad_scratch, &m->gemm);
-    return MOE_OK;
+    return m->ops->swiglu_backward(m->ops_state, w, gw, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
+                                   m->dresid, m->dln);
 }
 
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
@@ -393,52 +381,51 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = m->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
+    const moe_dense_ops *ops = m->ops;
+    moe_dense_state *s = m->ops_state;
     /* head: dlogits (in place), then lm_head and the final norm */
-    moe_cross_entropy_backward_cpu(m->logits, m->targets, T, V, loss_scale);
-    linear_weight_grad(m->logits, m->lnf, T, d, V, m->g.lm_head);
-    linear_input_grad(m, m->logits, m->p.lm_head, T, d, V, 0, m->dln);
-    memset(m->dresid, 0, (size_t)T * d * sizeof(moe_real));
-    moe_rmsnorm_backward_cpu(m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid, m->g.final_norm);
+    MOE_TRY(ops->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
+    MOE_TRY(ops->linear_backward_weight(s, m->logits, m->lnf, T, d, V, m->g.lm_head));
+    MOE_TRY(ops->linear_backward_input(s, m->logits, m->p.lm_head, T, d, V, 0, m->dln));
+    MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)T * d * sizeof(moe_real)));
+    MOE_TRY(ops->rmsnorm_backward(s, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid,
+                                  m->g.final_norm));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const moe_model_layer_params *w = &m->p.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
         layer_acts *a = &m->acts[l];
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
-        moe_status st = ffn_backward(m, l, T);
-        if (st != MOE_OK) return st;
-        moe_rmsnorm_backward_cpu(a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm);
+        MOE_TRY(ffn_backward(m, l, T));
+        MOE_TRY(ops->rmsnorm_backward(s, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm));
         /* resid_mid = resid[l] + wo(attention(...)) */
-        linear_weight_grad(m->dresid, a->attn_y, T, A, d, gw->wo);
-        linear_input_grad(m, m->dresid, w->wo, T, A, d, 0, m->dattn);
-        moe_attention_backward_cpu(a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk, m->dv,
-                               m->att_scratch);
-        moe_rope_backward_cpu(m->dq, m->num_seqs, S, H, hd, c->rope_theta);
-        moe_rope_backward_cpu(m->dk, m->num_seqs, S, KV, hd, c->rope_theta);
-        linear_weight_grad(m->dq, a->ln1, T, d, A, gw->wq);
-        linear_weight_grad(m->dk, a->ln1, T, d, B, gw->wk);
-        linear_weight_grad(m->dv, a->ln1, T, d, B, gw->wv);
-        linear_input_grad(m, m->dq, w->wq, T, d, A, 0, m->dln);
-        linear_input_grad(m, m->dk, w->wk, T, d, B, 1, m->dln);
-        linear_input_grad(m, m->dv, w->wv, T, d, B, 1, m->dln);
-        moe_rmsnorm_backward_cpu(m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm);
+        MOE_TRY(ops->linear_backward_weight(s, m->dresid, a->attn_y, T, A, d, gw->wo));
+        MOE_TRY(ops->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
+        MOE_TRY(ops->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk,
+                                        m->dv));
+        MOE_TRY(ops->rope_backward(s, m->dq, m->num_seqs, S, H, hd, c->rope_theta));
+        MOE_TRY(ops->rope_backward(s, m->dk, m->num_seqs, S, KV, hd, c->rope_theta));
+        MOE_TRY(ops->linear_backward_weight(s, m->dq, a->ln1, T, d, A, gw->wq));
+        MOE_TRY(ops->linear_backward_weight(s, m->dk, a->ln1, T, d, B, gw->wk));
+        MOE_TRY(ops->linear_backward_weight(s, m->dv, a->ln1, T, d, B, gw->wv));
+        MOE_TRY(ops->linear_backward_input(s, m->dq, w->wq, T, d, A, 0, m->dln));
+        MOE_TRY(ops->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
+        MOE_TRY(ops->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
+        MOE_TRY(ops->rmsnorm_backward(s, m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm));
     }
-    moe_embedding_backward_cpu(m->dresid, m->inputs, T, d, m->g.embedding);
+    MOE_TRY(ops->embedding_backward(s, m->dresid, m->inputs, T, d, m->g.embedding));
     m->has_forward = 0;
     return MOE_OK;
 }
 
 moe_status moe_model_reduce_grads(moe_model *m) {
-    moe_comm *world = m->par->world, *dp = m->par->expert_dp;
-    moe_status st = world->ops->allreduce_sum_real(world, m->grads, m->num_dense);
-    if (st == MOE_OK && m->num_expert) st = dp->ops->allreduce_sum_real(dp, m->grads + m->num_dense, m->num_expert);
-    return st;
+    MOE_TRY(moe_comm_allreduce_sum_real(moe_parallel_world(m->par), m->grads, m->num_dense));
+    if (!m->num_expert) return MOE_OK;
+    return moe_comm_allreduce_sum_real(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
 }
 
 moe_status moe_model_update_expert_bias(moe_model *m) {
     if (m->cfg.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
-    for (int l = 0; l < m->cfg.num_layers; l++) {
-        moe_status st = m->moe[l] ? moe_layer_update_expert_bias(m->moe[l]) : MOE_OK;
-        if (st != MOE_OK) return st;
-    }
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        if (m->moe[l]) MOE_TRY(moe_layer_update_expert_bias(m->moe[l]));
     return MOE_OK;
 }

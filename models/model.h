@@ -1,4 +1,5 @@
-/* model.h — the MoE decoder language model (Mixtral's architecture), CPU, on one rank of any layout.
+/* model.h — the MoE decoder language model (Mixtral's architecture), on one rank of any layout, on any runtime
+ * with a dense-ops table (moe/dense_ops.h; today the CPU).
  *
  *   tokens -> embedding -> L x [ x += attn(rmsnorm(x));  x += ffn(rmsnorm(x)) ] -> rmsnorm -> lm_head
  *   attn: causal multi-head attention with RoPE (rotate-half) and grouped-query heads;
@@ -15,7 +16,9 @@
 #include <stddef.h>
 
 #include "alltoall/parallel.h"
+#include "moe/dense_ops.h"
 #include "moe/moe.h"
+#include "moe/runtime.h"
 
 typedef struct {
     int vocab_size;     /* V                                                                  */
@@ -38,6 +41,34 @@ moe_model_config moe_model_config_default(void);
 const char *moe_model_config_problem(const moe_model_config *cfg);
 int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
 
+/* The tensors of one decoder layer, as one list: X(field of moe_model_layer_params, Hugging Face name after
+ * "model.layers.N.", rows, cols (0: a vector), kind). Rows and cols are expressions in d (d_model), A (H * hd),
+ * B (KV * hd), F (d_ff) and E (experts). The list drives the buffer layout, the views, the checkpoint names,
+ * the optimizer's weight decay and the initialisation, so a tensor is added here and nowhere else. */
+#define MOE_MODEL_ATTENTION_TENSORS(X)                                          \
+    X(attn_norm, "input_layernorm.weight", d, 0, MOE_TENSOR_NORM)              \
+    X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT)                  \
+    X(wk, "self_attn.k_proj.weight", B, d, MOE_TENSOR_WEIGHT)                  \
+    X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT)                  \
+    X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL)                \
+    X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM)
+/* the FFN of an MoE layer: the router (dense, replicated) ... */
+#define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT)
+/* ... and its experts, one tensor per expert ("block_sparse_moe.experts.J." + name), in the expert region */
+#define MOE_MODEL_EXPERT_TENSORS(X)                                             \
+    X(ffn.w1, "w1.weight", F, d, MOE_TENSOR_WEIGHT)                            \
+    X(ffn.w3, "w3.weight", F, d, MOE_TENSOR_WEIGHT)                            \
+    X(ffn.w2, "w2.weight", d, F, MOE_TENSOR_RESIDUAL)
+/* the FFN of a dense layer (Mixtral has none: Llama's names) */
+#define MOE_MODEL_DENSE_FFN_TENSORS(X)                                          \
+    X(ffn.w1, "mlp.gate_proj.weight", F, d, MOE_TENSOR_WEIGHT)                 \
+    X(ffn.w3, "mlp.up_proj.weight", F, d, MOE_TENSOR_WEIGHT)                   \
+    X(ffn.w2, "mlp.down_proj.weight", d, F, MOE_TENSOR_RESIDUAL)
+
+/* How a tensor is initialised and decayed: norms start at 1 and are not decayed; weights are uniform with
+ * standard deviation 0.02, residual output projections 0.02 / sqrt(2 L) (GPT-2). */
+typedef enum { MOE_TENSOR_NORM, MOE_TENSOR_WEIGHT, MOE_TENSOR_RESIDUAL } moe_tensor_kind;
+
 /* Views of one layer's parameters (or gradients) in the rank's buffer. */
 typedef struct {
     moe_real *attn_norm;      /* [d]               input_layernorm                      */
@@ -55,36 +86,44 @@ typedef struct {
     moe_real *lm_head;        /* [V, d]; the embedding when tied                        */
 } moe_model_views;
 
-/* A span of the parameter buffer with its weight-decay rule (norms are not decayed). */
+/* One tensor of the rank's parameter buffer, in buffer order: [dense | local experts]. */
 typedef struct {
-    size_t offset, count;
-    int decay;
-    const char *name;         /* "embedding", "layers.3.wq", ... for messages */
-} moe_model_param_span;
+    char name[112];       /* Hugging Face name; an expert tensor's has "%d" where the global expert id goes */
+    int layer;            /* its decoder layer; -1 for the embedding, num_layers for the final norm and lm_head */
+    int experts;          /* 0: a dense tensor; else the local experts whose tensors it holds, back to back */
+    int ndim;
+    long rows, cols;      /* one tensor's (one expert's) shape; cols 0 for a vector */
+    size_t offset, count; /* reals in the buffer: count = max(experts, 1) * rows * max(cols, 1) */
+    moe_tensor_kind kind;
+} moe_model_tensor;
 
 typedef struct moe_model moe_model;
 
-/* max_seqs: the most sequences one forward will see on this rank. accum_steps: micro-batches per step
+/* rt: where it runs (NULL: the CPU); it needs a dense-ops table (MOE_ERR_INVALID_CONFIG otherwise). par: the
+ * layout. max_seqs: the most sequences one forward will see on this rank. accum_steps: micro-batches per step
  * (the aux and z-loss coefficients are divided by it, as the cross-entropy is). */
-moe_status moe_model_create(const moe_model_config *cfg, const moe_parallel *par, int max_seqs, int accum_steps,
-                            moe_model **out);
+moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
+                            int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);
 
+/* The buffers are the runtime's memory (host memory on the CPU). */
 moe_real *moe_model_params(moe_model *m);
 moe_real *moe_model_grads(moe_model *m);
 size_t moe_model_num_dense(const moe_model *m);   /* reals in the dense region  */
 size_t moe_model_num_expert(const moe_model *m);  /* reals in the expert region */
 int moe_model_num_local_experts(const moe_model *m); /* E / ep */
-const moe_model_param_span *moe_model_spans(const moe_model *m, int *count);
-const moe_model_views *moe_model_param_views(const moe_model *m);
-const moe_model_views *moe_model_grad_views(const moe_model *m);
+const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count);
+moe_runtime *moe_model_runtime(const moe_model *m);
+/* The runtime's dense-ops table and this model's state for it (the optimizer's arithmetic runs there). */
+const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state);
+const moe_parallel *moe_model_parallel(const moe_model *m);
 
 /* Initialises the weights from seed: every tensor (and every global expert) from its own stream, so
  * the same seed gives the same global model for any world size and ep. */
-void moe_model_init_weights(moe_model *m, unsigned long long seed);
+moe_status moe_model_init_weights(moe_model *m, unsigned long long seed);
 
-/* Forward over num_seqs sequences of seq_len tokens (inputs [num_seqs*S]); with targets, returns the
- * sum of this rank's token losses in *loss_sum and keeps what backward needs; logits_out (optional)
+/* Forward over num_seqs sequences of seq_len tokens (host inputs [num_seqs*S]); with targets (host), returns
+ * the sum of this rank's token losses in *loss_sum and keeps what backward needs; logits_out (optional, host)
  * receives [num_seqs*S, V]. Collective over the layout (MoE layers exchange tokens). */
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
                              moe_real *logits_out);
@@ -92,7 +131,7 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
 /* Backward of the last forward with dL/dloss_t = loss_scale for every token: ACCUMULATES into the
  * gradient buffer (call moe_model_zero_grads first on a new step). Collective. */
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale);
-void moe_model_zero_grads(moe_model *m);
+moe_status moe_model_zero_grads(moe_model *m);
 
 /* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel). */
 moe_status moe_model_reduce_grads(moe_model *m);

@@ -22,14 +22,14 @@ float moe_lr_at(const moe_lr_schedule *s, long step);
  * layouts give the same bits. Collective. */
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
 
-/* Scales every gradient by clip / norm when norm > clip > 0; returns the factor applied. */
-double moe_model_clip_grads(moe_model *m, double norm, float clip);
+/* Scales every gradient by clip / norm when norm > clip > 0; *factor gets the factor applied. */
+moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *factor);
 
-/* AdamW over the dense parameters [dense_begin, dense_end) and all of this rank's experts; spans whose
- * decay flag is 0 (norms) get no weight decay. The moments hold exactly what is updated:
+/* AdamW over the dense parameters [dense_begin, dense_end) and all of this rank's experts; norms get no
+ * weight decay. The moments hold exactly what is updated:
  * moment[0 .. dense_end - dense_begin) for the dense range, then the expert region. Without ZeRO-1 the
  * range is the whole dense region; with it, this rank's shard (models/trainer.h). */
-void moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
+moe_status moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
                       const moe_adamw_params *hp);
 
 #endif

@@ -93,7 +93,7 @@ static void print_sample(moe_trainer *t) {
     if (n == 0) text[n++] = '\n' % o->model.vocab_size;
     require(moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
             "sampling");
-    if (t->par->world_rank == 0) {
+    if (t->ranks.world_rank == 0) {
         printf("sample (temperature %g):\n---\n", o->sample_temperature);
         for (int i = 0; i < n + o->sample_tokens; i++)
             putchar(text[i] < 128 && (text[i] >= 32 || text[i] == '\n') ? text[i] : '?');
@@ -104,7 +104,7 @@ static void print_sample(moe_trainer *t) {
 
 /* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
 static int stop_all(moe_trainer *t, moe_parallel *par, const char *what, moe_status st) {
-    fprintf(stderr, "moe-train: rank %d: %s: %s\n", par->world_rank, what, moe_failure_message(st));
+    fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
     moe_trainer_destroy(t);
     moe_parallel_destroy(par);
     MPI_Finalize();
@@ -119,10 +119,10 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
         if (strcmp(o->resume, "latest")) snprintf(dir, sizeof dir, "%s", o->resume);
         else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, dir, sizeof dir));
         MOE_TRY(moe_checkpoint_resume(t, dir, &done));
-        if (t->par->world_rank == 0) printf("resumed from %s after step %d\n", dir, done);
+        if (t->ranks.world_rank == 0) printf("resumed from %s after step %d\n", dir, done);
     } else if (*o->init_from) {
         MOE_TRY(moe_checkpoint_load_weights(t, o->init_from));
-        if (t->par->world_rank == 0) printf("weights from %s\n", o->init_from);
+        if (t->ranks.world_rank == 0) printf("weights from %s\n", o->init_from);
     }
     *first_step = done + 1;
     return MOE_OK;
@@ -134,7 +134,7 @@ static int eval_only(moe_trainer *t, const moe_train_options *o) {
     const size_t count = (size_t)o->model.seq_len * o->model.vocab_size;
     moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
     if (*o->dump_logits) require(logits ? moe_trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
-    if (t->par->world_rank == 0) {
+    if (t->ranks.world_rank == 0) {
         printf("eval: val_loss %.9f over %ld tokens\n", val, (long)o->eval_batches * o->batch * o->model.seq_len);
         FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
         if (logits && (!f || fwrite(logits, sizeof(moe_real), count, f) != count || fclose(f) != 0)) {
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &par),
             "parallel layout");
     moe_trainer t;
-    moe_status st = moe_trainer_create(&t, &opt, par);
+    moe_status st = moe_trainer_create(&t, &opt, NULL, par);
     if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) {
         fprintf(stderr, "moe-train: rank %d: bad data file: %s\n", world_rank, moe_failure_message(st));
         moe_parallel_destroy(par);
@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
         moe_train_options_print(&opt, stdout);
         printf("world %d ranks: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank; "
                "train %ld tokens, val %ld tokens\n",
-               world_size, par->ep_size, par->dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
+               world_size, t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
                t.train.num_tokens, t.val.num_tokens);
         if (*opt.log_file && !(metrics = fopen(opt.log_file, "w"))) {
             fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", opt.log_file);

@@ -26,34 +26,35 @@ static moe_status open_traces(moe_trainer *t) {
         t->trace_ids = malloc((size_t)(t->num_moe_layers ? t->num_moe_layers : 1) * tokens * k * sizeof(int));
         if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
     }
-    if (st == MOE_OK && *o->routing_trace_out && t->par->world_rank == 0)
+    if (st == MOE_OK && *o->routing_trace_out && t->ranks.world_rank == 0)
         st = moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches);
     if (st == MOE_OK && *o->routing_trace_in)
         st = moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches);
-    st = moe_comm_agree(t->par->world, st);
+    st = moe_comm_agree(moe_parallel_world(t->par), st);
     if (st != MOE_OK) moe_trainer_destroy(t);
     return st;
 }
 
-moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, const moe_parallel *par) {
+moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par) {
     memset(t, 0, sizeof *t);
     t->opt = *opt;
     t->par = par;
+    t->ranks = moe_parallel_ranks(par);
     const moe_model_config *m = &opt->model;
     moe_status st = moe_token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
     if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     /* one rank's bad file stops every rank (the files may differ between nodes) */
-    if ((st = moe_comm_agree(par->world, st)) != MOE_OK) return moe_trainer_destroy(t), st;
-    t->local_seqs = opt->batch / par->world_size;
+    if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
+    t->local_seqs = opt->batch / t->ranks.world_size;
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     if (!t->inputs || !t->targets) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
-    if ((st = moe_model_create(m, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
+    if ((st = moe_model_create(m, rt, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
         return moe_trainer_destroy(t), st;
-    moe_model_init_weights(t->model, (unsigned long long)opt->seed);
+    if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK) return moe_trainer_destroy(t), st;
     const size_t dense = moe_model_num_dense(t->model);
     t->dense_begin = 0, t->dense_end = dense;
-    if (opt->zero) dense_range(dense, par->world_size, par->world_rank, &t->dense_begin, &t->dense_end);
+    if (opt->zero) dense_range(dense, t->ranks.world_size, t->ranks.world_rank, &t->dense_begin, &t->dense_end);
     size_t n = (t->dense_end - t->dense_begin) + moe_model_num_expert(t->model);
     t->moment1 = calloc(n ? n : 1, sizeof(moe_real));
     t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
@@ -75,8 +76,8 @@ void moe_trainer_destroy(moe_trainer *t) {
 /* ZeRO-1: every rank's dense range (`mine`: the values of this rank's range) concatenated in rank
  * order into full[0 .. num_dense). */
 static moe_status gather_dense(moe_trainer *t, moe_real *full, const moe_real *mine) {
-    moe_comm *world = t->par->world;
-    const size_t dense = moe_model_num_dense(t->model), W = world->size, count = t->dense_end - t->dense_begin;
+    moe_comm *world = moe_parallel_world(t->par);
+    const size_t dense = moe_model_num_dense(t->model), W = moe_comm_size(world), count = t->dense_end - t->dense_begin;
     size_t *nbytes = calloc(W, sizeof(size_t));
     moe_real *copy = malloc((count ? count : 1) * sizeof(moe_real)); /* send and receive may not overlap */
     if (!nbytes || !copy) return free(nbytes), free(copy), MOE_ERR_OUT_OF_MEMORY;
@@ -85,7 +86,7 @@ static moe_status gather_dense(moe_trainer *t, moe_real *full, const moe_real *m
         nbytes[r] = (hi - lo) * sizeof(moe_real);
     }
     memcpy(copy, mine, count * sizeof(moe_real));
-    moe_status st = world->ops->allgatherv_bytes(world, copy, count * sizeof(moe_real), full, nbytes);
+    moe_status st = moe_comm_allgatherv_bytes(world, copy, count * sizeof(moe_real), full, nbytes);
     free(nbytes), free(copy);
     return st;
 }
@@ -122,7 +123,7 @@ static void add_routing_stats(const moe_trainer *t, moe_step_result *r, double *
  * record has been reported on every rank alike: all ranks read the same file. */
 static moe_status replay_routing(moe_trainer *t, int step, int mb) {
     const int k = t->opt.model.moe.top_k, tokens = t->opt.batch * t->opt.model.seq_len;
-    const size_t first = (size_t)t->par->world_rank * t->local_seqs * t->opt.model.seq_len * k;
+    const size_t first = (size_t)t->ranks.world_rank * t->local_seqs * t->opt.model.seq_len * k;
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         if (!layer) continue;
@@ -133,14 +134,17 @@ static moe_status replay_routing(moe_trainer *t, int step, int mb) {
     return MOE_OK;
 }
 
-/* World rank 0 appends every MoE layer's global routing of this micro-batch to the trace. */
+/* Every MoE layer's global routing of this micro-batch, gathered on every rank (collective); world rank 0
+ * appends it to the trace. */
 static moe_status record_routing(moe_trainer *t, int step, int mb) {
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
-        int tokens;
-        const int *ids = layer ? moe_layer_global_routing(layer, &tokens) : NULL;
-        if (!ids) continue;
-        MOE_TRY(moe_fail_context(moe_routing_trace_append(&t->trace_out, step, mb, i++, ids), "routing trace"));
+        if (!layer) continue;
+        int tokens, *ids = t->trace_ids + (size_t)i * t->opt.batch * t->opt.model.seq_len * t->opt.model.moe.top_k;
+        MOE_TRY(moe_layer_gather_routing(layer, ids, &tokens));
+        if (t->ranks.world_rank == 0)
+            MOE_TRY(moe_fail_context(moe_routing_trace_append(&t->trace_out, step, mb, i, ids), "routing trace"));
+        i++;
     }
     return MOE_OK;
 }
@@ -160,26 +164,27 @@ moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
     moe_status st = MOE_OK;
     for (int mb = 0; mb < o->micro_batches && st == MOE_OK; mb++) {
         long batch_index = (long)(step - 1) * o->micro_batches + mb;
-        long first = batch_index * o->batch + (long)t->par->world_rank * t->local_seqs;
+        long first = batch_index * o->batch + (long)t->ranks.world_rank * t->local_seqs;
         moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
         double loss_sum = 0;
         if (t->trace_in.file) st = replay_routing(t, step, mb);
         if (st == MOE_OK) st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL);
-        if (st == MOE_OK && t->trace_out.file) st = record_routing(t, step, mb);
+        if (st == MOE_OK && *o->routing_trace_out) st = record_routing(t, step, mb);
         if (st == MOE_OK) st = moe_model_backward(t->model, scale);
         if (st != MOE_OK) break;
         sums[0] += loss_sum;
         add_routing_stats(t, r, &sums[1], &sums[2]);
     }
     if (st == MOE_OK) st = moe_model_reduce_grads(t->model);
-    if (st == MOE_OK) st = t->par->world->ops->allreduce_sum_f64(t->par->world, sums, 3);
+    if (st == MOE_OK) st = moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3);
     if (st == MOE_OK) st = moe_model_grad_norm(t->model, t->par, &r->grad_norm);
     if (st != MOE_OK) return st;
-    moe_model_clip_grads(t->model, r->grad_norm, o->clip);
+    double clip_factor;
+    if ((st = moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor)) != MOE_OK) return st;
     r->lr = moe_lr_at(&t->schedule, step);
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
-    moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
-    if (o->zero) st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
+    st = moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
+    if (st == MOE_OK && o->zero) st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
     if (st == MOE_OK) st = moe_model_update_expert_bias(t->model);
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
     r->loss = sums[0] / step_tokens;
@@ -192,14 +197,14 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     const moe_train_options *o = &t->opt;
     double loss_sum = 0;
     for (int b = 0; b < o->eval_batches; b++) {
-        long first = (long)b * o->batch + (long)t->par->world_rank * t->local_seqs;
+        long first = (long)b * o->batch + (long)t->ranks.world_rank * t->local_seqs;
         moe_token_file_sequences(&t->val, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
         double s = 0;
         moe_status st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &s, NULL);
         if (st != MOE_OK) return st;
         loss_sum += s;
     }
-    moe_status st = t->par->world->ops->allreduce_sum_f64(t->par->world, &loss_sum, 1);
+    moe_status st = moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1);
     *val_loss = loss_sum / ((double)o->eval_batches * o->batch * o->model.seq_len);
     return st;
 }

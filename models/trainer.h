@@ -20,6 +20,7 @@ typedef struct {
 typedef struct {
     moe_train_options opt;
     const moe_parallel *par;
+    moe_ranks ranks;
     moe_model *model;
     moe_token_file train, val;
     /* AdamW state: the moments of the dense range [dense_begin, dense_end) this rank updates, then of
@@ -36,9 +37,10 @@ typedef struct {
     int *trace_ids;              /* [num_moe_layers][global tokens * k] */
 } moe_trainer;
 
-/* Loads and checks both token files (a bad file is reported in message, on every rank that sees it,
- * and every rank returns the same failure), creates the model and initialises it from opt->seed. */
-moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, const moe_parallel *par);
+/* Loads and checks both token files (a bad file is the failure message of every rank that sees it, and
+ * every rank returns the same failure), creates the model on rt (NULL: the CPU) and par, and initialises it
+ * from opt->seed. */
+moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par);
 void moe_trainer_destroy(moe_trainer *t);
 
 /* One optimizer step (1-based): micro-batches, gradient reduction, clipping, AdamW, bias update.

@@ -1,20 +1,23 @@
-/* layer.c — one MoE layer on one rank of any expert-parallel layout, on any backend (moe/backend.h):
- *   route (local) -> capacity (global) -> layout -> permute -> dispatch (EP all-to-all)
+/* layer.c — one MoE layer on one rank of any expert-parallel layout, on any runtime (moe/layer_ops.h):
+ *   route (local) -> capacity (global, router/capacity.h) -> layout -> permute -> dispatch (EP all-to-all)
  *   -> SwiGLU experts (this rank's) -> combine (reverse all-to-all) -> weighted sum over k
- * and its backward along the same routes. Orchestration only: the steps are the backend's (CPU or CUDA),
- * the exchanges alltoall/'s. With a world of one the exchanges are copies. */
+ * and its backward along the same routes. Orchestration only: the steps are the runtime's table's, the
+ * capacity rule the router's, the exchanges alltoall/'s. With a world of one the exchanges are copies.
+ *
+ * Takes from alltoall/: the layout's communicators and the dispatch plan; from router/: the routing objects,
+ * the global capacity rule and the count check; from moe/: the runtime's memory and the layer table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/dispatch.h"
 #include "core/fail.h"
-#include "moe/backend.h"
-#include "moe/global_routing.h"
 #include "moe/layer_internal.h"
+#include "moe/runtime_backend.h"
+#include "router/capacity.h"
 
-/* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the backend's
- * memory. "row" buffers hold backend->row_elem bytes per value (moe/backend.h). */
+/* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the runtime's
+ * memory. "row" buffers hold ops->row_elem bytes per value (moe/layer_ops.h). */
 typedef struct {
     void *x;     /* [T, d] moe_real  copy of the input (router weight gradient)                */
     void *xp;    /* [A, d] row       input rows in send order                                  */
@@ -24,7 +27,7 @@ typedef struct {
     void *dgate; /* [A]    moe_real                                                            */
 } token_buffers;
 
-/* Buffers for the N rows this rank's experts received, expert-major, in the backend's memory. */
+/* Buffers for the N rows this rank's experts received, expert-major, in the runtime's memory. */
 typedef struct {
     void *staging; /* [N, d] peer-major landing zone of the exchanges */
     void *x;       /* [N, d] expert inputs                            */
@@ -32,111 +35,121 @@ typedef struct {
     void *dy, *dx; /* [N, d]                                          */
 } row_buffers;
 
-/* Host copies of what the global capacity rule reads and writes (moe/global_routing.h). */
+/* Host arrays of the routing (runtime host memory: pinned on CUDA, so the copies to and from them stay
+ * queued). */
 typedef struct {
-    int *expert;            /* [T*k] */
-    moe_real *expert_score; /* [T*k] */
-    unsigned char *kept;    /* [T*k] */
-} host_choices;
+    int *expert;            /* [T*k] the top-k choices, for the capacity rule */
+    moe_real *expert_score; /* [T*k] their scores (drop by score)           */
+    unsigned char *kept;    /* [T*k] the rule's verdict                      */
+    int *layout_counts;     /* [E]   the device layout's rows per expert, checked against the rule's */
+    int *witness;           /* [E * MOE_COUNT_WITNESS_INTS] sent with the counts (router/capacity.h) */
+} host_routing;
 
 struct moe_layer {
     moe_config cfg;
+    moe_runtime *rt;
+    moe_runtime *owned_rt;     /* the CPU, when the caller gave no runtime */
     const moe_parallel *par;
-    moe_parallel *owned_par; /* a world of one, when the caller gave none */
-    const moe_backend_ops *be; /* where the steps run: par->backend, or the CPU */
-    moe_backend *b;
+    moe_parallel *owned_par;   /* a world of one, when the caller gave no layout */
+    moe_ranks ranks;
+    const moe_layer_ops *ops;  /* the runtime's */
+    moe_layer_state *state;
     int num_local_experts;
-    int max_tokens, max_rows; /* what token_buffers and row_buffers hold */
+    int max_tokens, max_rows;  /* what the token and row buffers hold */
     int has_forward;
     const int *forced_experts; /* [T*k] routing to use instead of top-k in the next forward, or NULL */
-    long completed_steps;  /* forward+backward pairs done, for failure messages */
-    int num_tokens_global;
+    long completed_steps;      /* forward+backward pairs done, for failure messages */
     double aux_loss, z_loss;
-    moe_real *expert_bias; /* [E] sigmoid routing's selection bias (host) */
-    int *expected_recv;    /* [ep * E_local] */
-    moe_routing routing;   /* per-token arrays in the backend's memory, counts on the host */
-    host_choices host;
-    moe_global_routing global;
+    moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host) */
+    moe_token_routing tok;
+    moe_routing_counts counts;
+    host_routing host;
     moe_dispatch_plan plan;
-    token_buffers tok;
+    token_buffers buf;
     row_buffers rows;
 };
 
 #define NUM_PTRS(s) (sizeof(s) / sizeof(void *))
 
-/* (Re)allocates every pointer of a struct made only of void pointers to nbytes[i] in the backend's memory. */
-static moe_status realloc_all(moe_layer *L, void *bufs, size_t num_ptrs, const size_t *nbytes) {
-    void **p = bufs;
-    moe_status st = MOE_OK;
-    for (size_t i = 0; i < num_ptrs; i++) {
-        L->be->free(L->b, p[i]);
-        p[i] = NULL;
-        if (st == MOE_OK) st = L->be->alloc(L->b, nbytes[i], &p[i]);
-    }
-    return st;
-}
-
 static void free_all(moe_layer *L, void *bufs, size_t num_ptrs) {
     void **p = bufs;
-    for (size_t i = 0; i < num_ptrs; i++) L->be->free(L->b, p[i]), p[i] = NULL;
+    for (size_t i = 0; i < num_ptrs; i++) moe_runtime_free(L->rt, p[i]), p[i] = NULL;
 }
 
-static void free_host_choices(host_choices *h) {
-    free(h->expert), free(h->expert_score), free(h->kept);
-    memset(h, 0, sizeof *h);
+static void free_host(moe_layer *L) {
+    void *ptrs[] = {L->host.expert, L->host.expert_score, L->host.kept, L->host.layout_counts, L->host.witness};
+    for (size_t i = 0; i < NUM_PTRS(ptrs); i++) moe_runtime_host_free(L->rt, ptrs[i]);
+    memset(&L->host, 0, sizeof L->host);
+}
+
+static moe_status alloc_host(moe_layer *L, size_t A) {
+    const size_t E = L->cfg.num_experts;
+    host_routing *h = &L->host;
+    MOE_TRY(moe_runtime_host_alloc(L->rt, A * sizeof(int), (void **)&h->expert));
+    MOE_TRY(moe_runtime_host_alloc(L->rt, A * sizeof(moe_real), (void **)&h->expert_score));
+    MOE_TRY(moe_runtime_host_alloc(L->rt, A, (void **)&h->kept));
+    MOE_TRY(moe_runtime_host_alloc(L->rt, E * sizeof(int), (void **)&h->layout_counts));
+    return moe_runtime_host_alloc(L->rt, E * MOE_COUNT_WITNESS_INTS * sizeof(int), (void **)&h->witness);
 }
 
 static moe_status reserve_tokens(moe_layer *L, int T) {
     if (T <= L->max_tokens) return MOE_OK;
     const moe_config *c = &L->cfg;
-    size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->be->row_elem;
-    const size_t nbytes[] = {T * d * real, A * d * row, A * d * row, A * d * row, A * d * row, A * real};
-    _Static_assert(sizeof nbytes / sizeof *nbytes == NUM_PTRS(token_buffers), "one size per buffer");
+    const size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->ops->row_elem;
+    const size_t E = c->num_experts, k = c->top_k;
     L->max_tokens = 0;
-    L->be->routing_free(L->b, &L->routing);
-    free_host_choices(&L->host);
-    moe_status st = realloc_all(L, &L->tok, NUM_PTRS(token_buffers), nbytes);
-    if (st == MOE_OK) st = L->be->routing_alloc(L->b, &L->routing, T, c->num_experts, c->top_k, c->ep_size);
-    if (st == MOE_OK) {
-        L->host.expert = malloc(A * sizeof(int));
-        L->host.expert_score = malloc(A * sizeof(moe_real));
-        L->host.kept = malloc(A);
-        if (!L->host.expert || !L->host.expert_score || !L->host.kept) st = MOE_ERR_OUT_OF_MEMORY;
-    }
-    if (st == MOE_OK) L->max_tokens = T;
-    return st;
+    /* the per-token routing arrays, then the token buffers, in one regrow */
+#define ROUTING_PTR(type, name, per_token, what) (void **)&L->tok.name,
+#define ROUTING_NBYTES(type, name, per_token, what) (size_t)T * (per_token) * sizeof(type),
+    void **ptrs[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_PTR) &L->buf.x, &L->buf.xp, &L->buf.y, &L->buf.dy, &L->buf.dxp,
+                     &L->buf.dgate};
+    const size_t nbytes[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES) T * d * real, A * d * row, A * d * row,
+                             A * d * row, A * d * row, A * real};
+#undef ROUTING_PTR
+#undef ROUTING_NBYTES
+    _Static_assert(sizeof ptrs / sizeof *ptrs == sizeof nbytes / sizeof *nbytes, "one size per buffer");
+    free_host(L);
+    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, (int)(sizeof ptrs / sizeof *ptrs)));
+    MOE_TRY(alloc_host(L, A));
+    L->max_tokens = T;
+    return MOE_OK;
 }
 
 static moe_status reserve_rows(moe_layer *L, int N) {
     if (N <= L->max_rows) return MOE_OK;
-    size_t n = (size_t)N * L->cfg.d_model * L->be->row_elem;
-    const size_t nbytes[] = {n, n, n, n, n};
+    const size_t n = (size_t)N * L->cfg.d_model * L->ops->row_elem, nbytes[] = {n, n, n, n, n};
+    void **ptrs[] = {&L->rows.staging, &L->rows.x, &L->rows.y, &L->rows.dy, &L->rows.dx};
     _Static_assert(sizeof nbytes / sizeof *nbytes == NUM_PTRS(row_buffers), "one size per buffer");
     L->max_rows = 0;
-    moe_status st = realloc_all(L, &L->rows, NUM_PTRS(row_buffers), nbytes);
-    if (st == MOE_OK) L->max_rows = N;
-    return st;
+    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, 5));
+    L->max_rows = N;
+    return MOE_OK;
 }
 
-moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_layer **out_layer) {
+moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer) {
     if (!out_layer) return MOE_ERR_INVALID_ARG;
     *out_layer = NULL;
-    moe_status st = moe_config_validate(cfg);
-    if (st != MOE_OK) return st;
-    if (par && par->ep_size != cfg->ep_size) return MOE_ERR_INVALID_CONFIG;
-    if (!par && cfg->ep_size != 1) return MOE_ERR_INVALID_CONFIG;
+    const char *problem = moe_config_problem(cfg);
+    if (problem) return moe_fail(cfg ? MOE_ERR_INVALID_CONFIG : MOE_ERR_INVALID_ARG, "%s", problem);
+    const int layout_ep = par ? moe_parallel_ranks(par).ep_size : 1;
+    if (layout_ep != cfg->ep_size)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the layer's ep_size %d differs from the layout's ep %d", cfg->ep_size,
+                        layout_ep);
     moe_layer *L = calloc(1, sizeof *L);
     if (!L) return MOE_ERR_OUT_OF_MEMORY;
     L->cfg = *cfg;
     L->num_local_experts = cfg->num_experts / cfg->ep_size;
-    if (!par && (st = moe_parallel_create_self(&L->owned_par)) != MOE_OK) return free(L), st;
+    moe_status st = MOE_OK;
+    if (!rt && (st = moe_runtime_create_cpu(&L->owned_rt)) != MOE_OK) return free(L), st;
+    if (!par && (st = moe_parallel_create_self(&L->owned_par)) != MOE_OK) return moe_runtime_destroy(L->owned_rt), free(L), st;
+    L->rt = rt ? rt : L->owned_rt;
     L->par = par ? par : L->owned_par;
-    L->be = L->par->backend ? L->par->backend : &moe_backend_cpu;
+    L->ranks = moe_parallel_ranks(L->par);
+    L->ops = L->rt->layer;
     L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
-    L->expected_recv = calloc((size_t)cfg->num_experts, sizeof(int));
-    st = L->expert_bias && L->expected_recv ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = L->be->create(cfg, L->par, &L->b);
-    if (st == MOE_OK) st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts);
+    st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = L->ops->create(cfg, L->rt, &L->state);
+    if (st == MOE_OK) st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
     *out_layer = L;
     return MOE_OK;
@@ -144,42 +157,39 @@ moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_
 
 void moe_layer_destroy(moe_layer *L) {
     if (!L) return;
-    if (L->b) {
-        free_all(L, &L->tok, NUM_PTRS(token_buffers));
+    if (L->rt) {
+        free_all(L, &L->tok, NUM_PTRS(moe_token_routing));
+        free_all(L, &L->buf, NUM_PTRS(token_buffers));
         free_all(L, &L->rows, NUM_PTRS(row_buffers));
-        L->be->routing_free(L->b, &L->routing);
-        L->be->destroy(L->b);
+        free_host(L);
     }
-    free_host_choices(&L->host);
-    moe_global_routing_free(&L->global);
+    if (L->state) L->ops->destroy(L->state);
+    moe_routing_counts_free(&L->counts);
     moe_dispatch_plan_free(&L->plan);
     moe_parallel_destroy(L->owned_par);
+    moe_runtime_destroy(L->owned_rt);
     free(L->expert_bias);
-    free(L->expected_recv);
     free(L);
 }
 
-/* After a failed exchange the job cannot go on; say where this rank was and what it meant to move, so
- * that the messages of all ranks together show who disagreed or who never arrived. */
+/* After a failed exchange the job cannot go on; say where this rank was and what it meant to send, so that
+ * the messages of all ranks together show who disagreed or who never arrived. */
 static moe_status exchange_failed(const moe_layer *L, const char *phase, moe_status st, int have_counts) {
     if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
-    const moe_parallel *p = L->par;
     char counts[2048] = "";
     size_t at = 0;
     if (have_counts) {
-        at += (size_t)snprintf(counts + at, sizeof counts - at, " (rank %d sends rows per expert:", p->world_rank);
+        at += (size_t)snprintf(counts, sizeof counts, " (rank %d sends rows per expert:", L->ranks.world_rank);
         for (int e = 0; e < L->cfg.num_experts && at < sizeof counts; e++)
-            at += (size_t)snprintf(counts + at, sizeof counts - at, " %d", L->routing.num_tokens_per_expert[e]);
-        if (at < sizeof counts) at += (size_t)snprintf(counts + at, sizeof counts - at, "; expects per (EP rank, local expert):");
-        for (int i = 0; i < p->ep_size * L->num_local_experts && at < sizeof counts; i++)
-            at += (size_t)snprintf(counts + at, sizeof counts - at, " %d", L->expected_recv[i]);
+            at += (size_t)snprintf(counts + at, sizeof counts - at, " %d", L->counts.num_tokens_per_expert[e]);
         if (at < sizeof counts) snprintf(counts + at, sizeof counts - at, ")");
     }
     return moe_fail_context(st, "layer %d, world rank %d (EP rank %d of %d): %s failed after %ld completed steps%s",
-                            L->cfg.layer_index, p->world_rank, p->ep_rank, p->ep_size, phase, L->completed_steps, counts);
+                            L->cfg.layer_index, L->ranks.world_rank, L->ranks.ep_rank, L->ranks.ep_size, phase,
+                            L->completed_steps, counts);
 }
 
-/* Checks the forced choices (ids in [0, E), k distinct ids per token) and puts them in r->expert. */
+/* Checks the forced choices (ids in [0, E), k distinct ids per token) and puts them in tok.expert. */
 static moe_status use_forced_experts(moe_layer *L, int T) {
     const int E = L->cfg.num_experts, k = L->cfg.top_k;
     const int *forced = L->forced_experts;
@@ -187,51 +197,59 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
     for (int t = 0; t < T; t++)
         for (int j = 0; j < k; j++) {
             int e = forced[t * k + j];
-            if (e < 0 || e >= E) return MOE_ERR_INVALID_ARG;
+            if (e < 0 || e >= E) return moe_fail(MOE_ERR_INVALID_ARG, "forced routing: token %d picks expert %d of %d", t, e, E);
             for (int i = 0; i < j; i++)
-                if (forced[t * k + i] == e) return MOE_ERR_INVALID_ARG;
+                if (forced[t * k + i] == e)
+                    return moe_fail(MOE_ERR_INVALID_ARG, "forced routing: token %d picks expert %d twice", t, e);
         }
-    return L->be->upload(L->b, L->routing.expert, forced, (size_t)T * k * sizeof(int));
+    return moe_runtime_upload(L->rt, L->tok.expert, forced, (size_t)T * k * sizeof(int));
 }
 
-/* Capacity on the global batch: the choices go to the host, every rank gathers them and runs the one rule
- * (moe/global_routing.h), and this rank's kept flags come back. The same code for every backend, so the
- * drops are the same too. */
-static moe_status global_capacity(moe_layer *L) {
-    const moe_config *c = &L->cfg;
-    moe_routing *r = &L->routing;
-    size_t A = (size_t)r->num_tokens * c->top_k;
-    moe_routing view = *r; /* host counts, host copies of the per-assignment arrays */
-    view.expert = L->host.expert, view.expert_score = L->host.expert_score, view.kept = L->host.kept;
-    moe_status st = L->be->download(L->b, view.expert, r->expert, A * sizeof(int));
-    if (st == MOE_OK && c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE)
-        st = L->be->download(L->b, view.expert_score, r->expert_score, A * sizeof(moe_real));
-    if (st != MOE_OK) return st;
-    st = moe_global_capacity(L->par, c->capacity_factor, c->drop_priority, &view, &L->global);
-    if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
-    r->capacity = view.capacity;
-    L->num_tokens_global = L->global.routing.num_tokens;
-    return L->be->upload(L->b, r->kept, view.kept, A);
-}
-
-/* Router: logits -> scores -> top-k (or the forced choices) -> gates -> capacity (global) -> layout. */
+/* Router: logits -> scores -> top-k (or the forced choices) -> gates, then capacity over the world on the
+ * host copies of the choices (the forward's first host sync on a GPU), then the layout. */
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
-    moe_routing *r = &L->routing;
-    r->num_tokens = T;
-    int forced = L->forced_experts != NULL;
-    moe_status st = forced ? use_forced_experts(L, T) : MOE_OK;
-    if (st == MOE_OK) st = L->be->route(L->b, w, L->tok.x, L->expert_bias, forced, r);
-    if (st == MOE_OK) st = global_capacity(L);
-    if (st == MOE_OK) st = L->be->dispatch_layout(L->b, r);
-    return st;
+    const moe_config *c = &L->cfg;
+    const int forced = L->forced_experts != NULL, by_score = c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
+    if (forced) MOE_TRY(use_forced_experts(L, T));
+    MOE_TRY(L->ops->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
+    MOE_TRY(L->ops->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score));
+    L->counts.num_tokens = T;
+    moe_status st = moe_router_global_capacity(moe_parallel_world(L->par), c->capacity_factor, c->drop_priority,
+                                               c->num_experts, c->top_k, L->host.expert, L->host.expert_score,
+                                               L->host.kept, &L->counts);
+    if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
+    MOE_TRY(L->ops->kept_to_device(L->state, L->host.kept, &L->tok, T));
+    return L->ops->dispatch_layout(L->state, &L->tok, T, L->host.layout_counts);
 }
 
-/* This rank's share of the aux and z losses, summed over the world. */
+/* The counts each peer announces, checked against the capacity rule, then the plan. */
+static moe_status plan_exchange(moe_layer *L) {
+    moe_router_count_witness(&L->counts, L->cfg.num_experts, L->host.witness);
+    moe_status st = moe_dispatch_plan_exchange(moe_parallel_ep(L->par), L->counts.num_tokens_per_expert, L->host.witness,
+                                               &L->plan);
+    if (st == MOE_OK)
+        st = moe_router_check_announced(&L->plan, &L->counts, L->cfg.drop_priority, L->ranks, L->cfg.layer_index);
+    return exchange_failed(L, "the counts exchange", st, 1);
+}
+
+/* The device layout must hold exactly the rows the rule kept (its counts arrive with the forward's last host
+ * sync on a GPU, so the check comes at the end of the forward). */
+static moe_status check_layout_counts(const moe_layer *L) {
+    for (int e = 0; e < L->cfg.num_experts; e++)
+        if (L->host.layout_counts[e] != L->counts.num_tokens_per_expert[e])
+            return moe_fail(MOE_ERR_COUNT_MISMATCH,
+                            "layer %d, world rank %d: the dispatch layout holds %d rows for expert %d but the capacity "
+                            "rule kept %d (a %s layout bug)", L->cfg.layer_index, L->ranks.world_rank,
+                            L->host.layout_counts[e], e, L->counts.num_tokens_per_expert[e], L->ops->name);
+    return MOE_OK;
+}
+
+/* This rank's share of the aux and z losses, summed over the world (the forward's second host sync). */
 static moe_status router_losses(moe_layer *L) {
     double loss[2];
-    moe_status st = L->be->router_losses(L->b, &L->routing, L->num_tokens_global, loss);
-    if (st != MOE_OK) return st;
-    st = L->par->world->ops->allreduce_sum_f64(L->par->world, loss, 2);
+    MOE_TRY(L->ops->router_losses(L->state, &L->tok, L->counts.num_tokens, L->counts.num_selected_per_expert,
+                                  L->counts.num_tokens_global, loss));
+    moe_status st = moe_comm_allreduce_sum_f64(moe_parallel_world(L->par), loss, 2);
     L->aux_loss = loss[0], L->z_loss = loss[1];
     return exchange_failed(L, "the router-loss all-reduce", st, 1);
 }
@@ -240,42 +258,40 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
                              moe_real *out, moe_layer_stats *stats) {
     if (!L || !w || !x || !out || num_tokens < 1) return MOE_ERR_INVALID_ARG;
     L->has_forward = 0;
-    moe_status st = reserve_tokens(L, num_tokens);
-    if (st != MOE_OK) return st;
+    MOE_TRY(reserve_tokens(L, num_tokens));
     const moe_config *c = &L->cfg;
-    const int T = num_tokens, d = c->d_model, k = c->top_k;
-    const size_t row_nbytes = (size_t)d * L->be->row_elem;
-    const moe_backend_ops *be = L->be;
-    moe_routing *r = &L->routing;
-    moe_comm *ep = L->par->ep;
-    if ((st = be->copy(L->b, L->tok.x, x, (size_t)T * d * sizeof(moe_real))) != MOE_OK) return st; /* for backward */
-    if ((st = route(L, w, T)) != MOE_OK) return st;
+    const int T = num_tokens, d = c->d_model;
+    const size_t row_nbytes = (size_t)d * L->ops->row_elem;
+    const moe_layer_ops *ops = L->ops;
+    moe_layer_state *s = L->state;
+    moe_comm *ep = moe_parallel_ep(L->par);
+    MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * d * sizeof(moe_real))); /* for backward */
+    MOE_TRY(route(L, w, T));
 
-    if ((st = be->permute(L->b, L->tok.x, r->perm_token, r->num_kept, d, L->tok.xp)) != MOE_OK) return st;
-    moe_global_expected_recv_counts(L->par, &L->global, L->expected_recv);
-    st = moe_dispatch_plan_exchange(ep, r->num_tokens_per_expert, L->expected_recv, c->layer_index, &L->plan);
-    if (st != MOE_OK) return exchange_failed(L, "the counts exchange", st, 1);
-    if ((st = reserve_rows(L, L->plan.num_recv)) != MOE_OK) return st;
+    MOE_TRY(ops->permute(s, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
+    MOE_TRY(plan_exchange(L));
+    MOE_TRY(reserve_rows(L, L->plan.num_recv));
     row_buffers *b = &L->rows;
-    st = moe_dispatch_rows(ep, &L->plan, L->tok.xp, row_nbytes, b->staging, b->x);
+    moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
     if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
-    if ((st = be->experts_forward(L->b, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y)) != MOE_OK) return st;
-    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->tok.y);
+    MOE_TRY(ops->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
+    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
     if (st != MOE_OK) return exchange_failed(L, "the forward combine", st, 1);
-    if ((st = be->combine(L->b, L->tok.y, r->slot, r->gate, T, k, d, out)) != MOE_OK) return st;
+    MOE_TRY(ops->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
 
-    if ((st = router_losses(L)) != MOE_OK) return st;
+    MOE_TRY(router_losses(L));
+    MOE_TRY(check_layout_counts(L));
     L->has_forward = 1;
     if (stats) {
         stats->aux_loss = L->aux_loss;
         stats->z_loss = L->z_loss;
         stats->weighted_loss = c->aux_loss_coef * L->aux_loss + c->z_loss_coef * L->z_loss;
-        stats->num_assignments = T * k;
-        stats->num_dropped = r->num_dropped;
-        stats->capacity = r->capacity;
-        stats->num_tokens_per_expert = r->num_tokens_per_expert;
-        stats->num_selected_per_expert = r->num_selected_per_expert;
-        stats->num_tokens_global = L->num_tokens_global;
+        stats->num_assignments = T * c->top_k;
+        stats->num_dropped = L->counts.total_dropped;
+        stats->capacity = L->counts.capacity;
+        stats->num_tokens_per_expert = L->counts.num_tokens_per_expert;
+        stats->num_selected_per_expert = L->counts.num_selected_per_expert;
+        stats->num_tokens_global = L->counts.num_tokens_global;
         stats->num_rows_received = L->plan.num_recv;
     }
     return MOE_OK;
@@ -285,30 +301,27 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
                               moe_layer_weights *grads) {
     if (!L || !w || !dout || !grads) return MOE_ERR_INVALID_ARG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
-    const moe_config *c = &L->cfg;
-    const moe_routing *r = &L->routing;
-    const int T = r->num_tokens, d = c->d_model, k = c->top_k;
-    const size_t row_nbytes = (size_t)d * L->be->row_elem;
-    const moe_backend_ops *be = L->be;
-    token_buffers *t = &L->tok;
+    const int T = L->counts.num_tokens;
+    const size_t row_nbytes = (size_t)L->cfg.d_model * L->ops->row_elem;
+    const moe_layer_ops *ops = L->ops;
+    moe_layer_state *s = L->state;
+    const moe_token_routing *r = &L->tok;
+    token_buffers *t = &L->buf;
     row_buffers *b = &L->rows;
-    moe_comm *ep = L->par->ep;
+    moe_comm *ep = moe_parallel_ep(L->par);
 
     /* Experts: dL/dy and dL/dgate here, dL/dy travels to the experts, dL/dx of their rows travels back. */
-    moe_status st = be->combine_backward(L->b, dout, t->y, r->slot, r->gate, T, k, d, t->dy, t->dgate);
-    if (st != MOE_OK) return st;
-    st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
+    MOE_TRY(ops->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, t->dgate));
+    moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
-    st = be->experts_backward(L->b, w, grads, L->plan.segment_start, L->plan.ep_size, L->plan.num_recv, b->x, b->dy,
-                              b->dx);
-    if (st != MOE_OK) return st;
+    MOE_TRY(ops->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size, L->plan.num_recv, b->x, b->dy,
+                                  b->dx));
     st = moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
     if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 
     /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
-    if (dx && (st = be->combine(L->b, t->dxp, r->slot, NULL, T, k, d, dx)) != MOE_OK) return st;
-    st = be->router_backward(L->b, w, r, t->x, t->dgate, L->num_tokens_global, grads, dx);
-    if (st != MOE_OK) return st;
+    if (dx) MOE_TRY(ops->combine(s, t->dxp, r->slot, NULL, T, dx));
+    MOE_TRY(ops->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, grads, dx));
     L->completed_steps++;
     return MOE_OK;
 }
@@ -318,12 +331,11 @@ moe_status moe_layer_reduce_gradients(moe_layer *L, moe_layer_weights *grads) {
     const moe_config *c = &L->cfg;
     size_t router_count = (size_t)c->num_experts * c->d_model;
     size_t expert_count = 3 * (size_t)L->num_local_experts * c->d_ff * c->d_model;
-    moe_comm *world = L->par->world, *dp = L->par->expert_dp;
     /* the views of moe_layer_weights_view: w1, w3, w2 are one region after the router */
     if (grads->w3 != grads->w1 + expert_count / 3 || grads->w2 != grads->w3 + expert_count / 3)
         return MOE_ERR_INVALID_ARG;
-    moe_status st = world->ops->allreduce_sum_real(world, grads->router_w, router_count);
-    if (st == MOE_OK) st = dp->ops->allreduce_sum_real(dp, grads->w1, expert_count);
+    moe_status st = moe_comm_allreduce_sum_real(moe_parallel_world(L->par), grads->router_w, router_count);
+    if (st == MOE_OK) st = moe_comm_allreduce_sum_real(moe_parallel_expert_dp(L->par), grads->w1, expert_count);
     return exchange_failed(L, "the gradient all-reduce", st, 0);
 }
 
@@ -335,24 +347,36 @@ moe_status moe_layer_force_routing(moe_layer *L, const int *experts) {
     return MOE_OK;
 }
 
-const int *moe_layer_global_routing(const moe_layer *L, int *num_tokens_global) {
-    if (!L || !L->has_forward) return NULL;
-    *num_tokens_global = L->global.routing.num_tokens;
-    return L->global.routing.expert;
+moe_status moe_layer_gather_routing(moe_layer *L, int *experts, int *num_tokens_global) {
+    if (!L || !experts || !num_tokens_global) return MOE_ERR_INVALID_ARG;
+    if (!L->has_forward) return MOE_ERR_NO_FORWARD;
+    moe_comm *world = moe_parallel_world(L->par);
+    const int W = moe_comm_size(world), k = L->cfg.top_k, mine = L->counts.num_tokens;
+    int *tokens_of = malloc((size_t)W * sizeof(int));
+    size_t *nbytes = malloc((size_t)W * sizeof(size_t));
+    moe_status st = tokens_of && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < W && st == MOE_OK; p++) nbytes[p] = sizeof(int);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, &mine, sizeof(int), tokens_of, nbytes);
+    for (int p = 0; p < W && st == MOE_OK; p++) nbytes[p] = (size_t)tokens_of[p] * k * sizeof(int);
+    if (st == MOE_OK)
+        st = moe_comm_allgatherv_bytes(world, L->host.expert, (size_t)mine * k * sizeof(int), experts, nbytes);
+    *num_tokens_global = L->counts.num_tokens_global;
+    free(tokens_of), free(nbytes);
+    return exchange_failed(L, "the routing gather", st, 0);
 }
 
 moe_status moe_layer_update_expert_bias(moe_layer *L) {
     if (!L) return MOE_ERR_INVALID_ARG;
     if (L->cfg.score_func != MOE_SCORE_SIGMOID) return MOE_ERR_INVALID_CONFIG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
-    const moe_routing *r = &L->routing;
+    const int E = L->cfg.num_experts;
     /* global counts over the global batch: every rank makes the same update */
-    double mean = (double)L->num_tokens_global * r->top_k / r->num_experts;
-    for (int e = 0; e < r->num_experts; e++) {
-        double n = r->num_selected_per_expert[e];
+    double mean = (double)L->counts.num_tokens_global * L->cfg.top_k / E;
+    for (int e = 0; e < E; e++) {
+        double n = L->counts.num_selected_per_expert[e];
         L->expert_bias[e] += L->cfg.bias_update_rate * (moe_real)((n < mean) - (n > mean));
     }
     return MOE_OK;
 }
 
-const moe_routing *moe__layer_routing(const moe_layer *L) { return L && L->has_forward ? &L->routing : NULL; }
+const moe_token_routing *moe__layer_token_routing(const moe_layer *L) { return L && L->has_forward ? &L->tok : NULL; }

@@ -17,11 +17,10 @@
 #ifndef MOE_MOE_H
 #define MOE_MOE_H
 
+#include "alltoall/parallel.h"
 #include "core/rng.h"
 #include "core/types.h"
-
-/* The parallel layout (alltoall/parallel.h): world, expert-parallel and expert-data-parallel groups. */
-typedef struct moe_parallel moe_parallel;
+#include "moe/runtime.h"
 
 typedef struct {
     int d_model;          /* d: width of the token rows                                       */
@@ -75,21 +74,26 @@ typedef struct {
 
 typedef struct moe_layer moe_layer;
 
-/* par: the parallel layout (its ep_size must equal cfg->ep_size), or NULL for a world of one; it must
- * outlive the layer. */
-moe_status moe_layer_create(const moe_config *cfg, const moe_parallel *par, moe_layer **out_layer);
+/* rt: where the layer runs (moe/runtime.h), or NULL for the CPU; par: who it exchanges tokens with (its ep_size
+ * must equal cfg->ep_size), or NULL for a world of one. Both must outlive the layer. On a CUDA runtime every
+ * tensor the layer takes is device memory, and par's transports must be GPU ones (alltoall/parallel_gpu.h). */
+moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer);
 void moe_layer_destroy(moe_layer *layer);
 
 /* out[T, d] = MoE(x[T, d]) for this rank's T tokens. Keeps what backward needs (a copy of x, routing,
- * expert activations). stats may be NULL. Collective: every rank of the layout calls it. A transport
- * error (MOE_ERR_COMM, MOE_ERR_COUNT_MISMATCH, MOE_ERR_TIMEOUT) has printed what went wrong and leaves
- * the job unusable: abort it (MPI_Abort). */
+ * expert activations). stats may be NULL. Collective: every rank of the layout calls it. A transport error
+ * (MOE_ERR_COMM, MOE_ERR_COUNT_MISMATCH, MOE_ERR_TIMEOUT) leaves the job unusable: print the failure message
+ * and abort it (MPI_Abort).
+ * Host syncs on CUDA: two (the routing choices to the host for the capacity rule; the router losses), plus
+ * whatever the layout's transport waits for (comm_gpu.h), plus buffer growth on the first calls. Control
+ * traffic per rank: O(E + T*k) ints (router/capacity.h), never the whole global routing. */
 moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *x,
                              int num_tokens, moe_real *out, moe_layer_stats *stats);
 
 /* Given dL/dout of the last forward, writes dL/dx and ACCUMULATES (+=) into the weight gradients this
  * rank's tokens and experts contribute. The gradient includes the weighted aux and z losses reported by
- * the forward. dx may be NULL. Collective. */
+ * the forward. dx may be NULL. Collective. Host syncs on CUDA: one, at the end (dx and the gradients are
+ * complete on return), plus the transport's. */
 moe_status moe_layer_backward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *dout,
                               moe_real *dx, moe_layer_weights *grads);
 
@@ -102,9 +106,10 @@ moe_status moe_layer_reduce_gradients(moe_layer *layer, moe_layer_weights *grads
  * from this router's scores as usual. The array must stay valid until that forward, which checks it
  * (MOE_ERR_INVALID_ARG for an id outside [0, E) or a repeated id). NULL cancels. */
 moe_status moe_layer_force_routing(moe_layer *layer, const int *experts);
-/* The top-k choices of every token of the global batch in the last forward, world-rank order:
- * [T_global * k] (a routing trace records these). NULL before a forward. */
-const int *moe_layer_global_routing(const moe_layer *layer, int *num_tokens_global);
+/* The top-k choices of every token of the global batch in the last forward, in world-rank order, into
+ * experts[T_global * k] on every rank (a routing trace records these). Collective over the world: an
+ * all-gather of the choices, only for this purpose. */
+moe_status moe_layer_gather_routing(moe_layer *layer, int *experts, int *num_tokens_global);
 
 /* Sigmoid routing's selection bias b[E] (used for top-k selection only, never for gate values). */
 moe_real *moe_layer_expert_bias(moe_layer *layer);

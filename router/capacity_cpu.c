@@ -1,4 +1,4 @@
-/* capacity_cpu.c — which assignments fit their expert's capacity; a pure function of (expert, scores). */
+/* capacity_cpu.c — the capacity rule on a whole batch held by one rank (capacity.h). */
 #include "router/capacity.h"
 
 #include <math.h>
@@ -23,29 +23,32 @@ static int by_expert_then_score(const void *pa, const void *pb) {
     return (a->token > b->token) - (a->token < b->token);
 }
 
-static moe_status keep_highest_scores(moe_routing *r) {
-    int k = r->top_k, n = r->num_tokens * k;
-    candidate *c = malloc((size_t)(n ? n : 1) * sizeof *c);
+static moe_status keep_highest_scores(const int *expert, const moe_real *expert_score, int num_assignments,
+                                      int top_k, int capacity, unsigned char *kept) {
+    candidate *c = malloc((num_assignments > 0 ? (size_t)num_assignments : 1) * sizeof *c);
     if (!c) return MOE_ERR_OUT_OF_MEMORY;
-    for (int a = 0; a < n; a++) c[a] = (candidate){r->expert[a], a / k, a, r->expert_score[a]};
-    qsort(c, n, sizeof *c, by_expert_then_score);
-    for (int i = 0, rank = 0; i < n; i++) {
+    for (int a = 0; a < num_assignments; a++) c[a] = (candidate){expert[a], a / top_k, a, expert_score[a]};
+    qsort(c, num_assignments, sizeof *c, by_expert_then_score);
+    for (int i = 0, rank = 0; i < num_assignments; i++) {
         rank = (i > 0 && c[i].expert == c[i - 1].expert) ? rank + 1 : 0;
-        r->kept[c[i].assignment] = rank < r->capacity;
+        kept[c[i].assignment] = rank < capacity;
     }
     free(c);
     return MOE_OK;
 }
 
-moe_status moe_router_apply_capacity_cpu(moe_routing *r, float capacity_factor, moe_drop_priority priority) {
-    int T = r->num_tokens, k = r->top_k, E = r->num_experts;
-    r->capacity = moe_router_capacity(capacity_factor, T, k, E);
-    for (int e = 0; e < E; e++) r->num_selected_per_expert[e] = 0;
-    /* Token order: the running count of an expert is the assignment's rank in its queue. */
-    for (int a = 0; a < T * k; a++) {
-        int rank = r->num_selected_per_expert[r->expert[a]]++;
-        r->kept[a] = r->capacity == 0 || rank < r->capacity;
+moe_status moe_router_apply_capacity_cpu(const int *expert, const moe_real *expert_score, int num_tokens,
+                                         int num_experts, int top_k, float capacity_factor,
+                                         moe_drop_priority priority, unsigned char *kept, int *num_selected,
+                                         int *capacity) {
+    const int A = num_tokens * top_k, C = moe_router_capacity(capacity_factor, num_tokens, top_k, num_experts);
+    *capacity = C;
+    for (int e = 0; e < num_experts; e++) num_selected[e] = 0;
+    /* token order: the running count of an expert is the assignment's rank in its queue */
+    for (int a = 0; a < A; a++) {
+        int rank = num_selected[expert[a]]++;
+        kept[a] = C == 0 || rank < C;
     }
-    if (r->capacity > 0 && priority == MOE_DROP_BY_SCORE) return keep_highest_scores(r);
+    if (C > 0 && priority == MOE_DROP_BY_SCORE) return keep_highest_scores(expert, expert_score, A, top_k, C, kept);
     return MOE_OK;
 }

@@ -74,22 +74,30 @@ __global__ void scatter_rows(const unsigned *sorted_key, const int *sorted_value
 
 } // namespace
 
+/* The host copies the caller asked for, queued: complete at the next synchronisation of the stream. */
+static moe_status copy_to_host(cudaStream_t stream, const int *count, const int *offset, int num_experts,
+                               int *count_host, int *offset_host) {
+    const size_t counts_nbytes = (size_t)num_experts * sizeof(int);
+    if (count_host) MOE_CUDA_TRY(cudaMemcpyAsync(count_host, count, counts_nbytes, cudaMemcpyDeviceToHost, stream));
+    if (offset_host)
+        MOE_CUDA_TRY(cudaMemcpyAsync(offset_host, offset, counts_nbytes + sizeof(int), cudaMemcpyDeviceToHost, stream));
+    return MOE_OK;
+}
+
 extern "C" moe_status moe_router_dispatch_layout_cuda(moe_gpu *gpu, const int *expert, const unsigned char *kept,
                                                   int num_tokens, int num_experts, int top_k, int *slot,
                                                   int *perm_token, int *num_tokens_per_expert, int *expert_offset,
                                                   int *num_tokens_per_expert_host, int *expert_offset_host) {
     if (num_tokens < 0 || num_experts < 1 || num_experts == INT_MAX || top_k < 1 || top_k > num_experts ||
-        (size_t)num_tokens * top_k > INT_MAX || !num_tokens_per_expert_host || !expert_offset_host)
+        (size_t)num_tokens * top_k > INT_MAX)
         return MOE_ERR_INVALID_ARG;
     const size_t counts_nbytes = (size_t)num_experts * sizeof(int), offsets_nbytes = counts_nbytes + sizeof(int);
     cudaStream_t stream = gpu->stream;
     if (num_tokens == 0) { /* nothing kept: zero counts and offsets, no kernel */
         MOE_CUDA_TRY(cudaMemsetAsync(num_tokens_per_expert, 0, counts_nbytes, stream));
         MOE_CUDA_TRY(cudaMemsetAsync(expert_offset, 0, offsets_nbytes, stream));
-        MOE_CUDA_TRY(cudaStreamSynchronize(stream));
-        memset(num_tokens_per_expert_host, 0, counts_nbytes);
-        memset(expert_offset_host, 0, offsets_nbytes);
-        return MOE_OK;
+        return copy_to_host(stream, num_tokens_per_expert, expert_offset, num_experts, num_tokens_per_expert_host,
+                            expert_offset_host);
     }
     const int n = num_tokens * top_k;
     int end_bit = 0; /* keys lie in [0, E]: the bits of E */
@@ -123,8 +131,6 @@ extern "C" moe_status moe_router_dispatch_layout_cuda(moe_gpu *gpu, const int *e
     scatter_rows<<<grid_for(n), kThreads, 0, stream>>>(sorted_key, sorted_value, n, num_experts, top_k, slot,
                                                        perm_token);
     MOE_CUDA_LAUNCHED();
-    MOE_CUDA_TRY(cudaMemcpyAsync(num_tokens_per_expert_host, count, counts_nbytes, cudaMemcpyDeviceToHost, stream));
-    MOE_CUDA_TRY(cudaMemcpyAsync(expert_offset_host, expert_offset, offsets_nbytes, cudaMemcpyDeviceToHost, stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(stream));
-    return MOE_OK;
+    return copy_to_host(stream, num_tokens_per_expert, expert_offset, num_experts, num_tokens_per_expert_host,
+                        expert_offset_host);
 }

@@ -80,8 +80,9 @@ int row_blocks(int num_tokens) { return (num_tokens + kWarpsPerBlock - 1) / kWar
 } // namespace
 
 extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens,
-                                         int d_model, int num_experts, float *logits) {
+                                             int d_model, int num_experts, float *logits, int *nonfinite_host) {
     if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
+    if (nonfinite_host) *nonfinite_host = 0;
     if (num_tokens == 0) return MOE_OK;
     size_t count = (size_t)num_tokens * num_experts;
     if (d_model == 0) { /* an empty sum, as OpenBLAS gives with k = 0 */
@@ -96,10 +97,14 @@ extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const
     flag_nonfinite<<<(unsigned)(blocks < kMaxFlatBlocks ? blocks : kMaxFlatBlocks), kFlatThreads, 0, gpu->stream>>>(
         logits, count, gpu->flag);
     MOE_CUDA_LAUNCHED();
+    if (nonfinite_host) { /* the caller reads it after its next synchronisation */
+        MOE_CUDA_TRY(cudaMemcpyAsync(nonfinite_host, gpu->flag, sizeof(int), cudaMemcpyDeviceToHost, gpu->stream));
+        return MOE_OK;
+    }
     int nonfinite = 0;
     MOE_CUDA_TRY(cudaMemcpyAsync(&nonfinite, gpu->flag, sizeof nonfinite, cudaMemcpyDeviceToHost, gpu->stream));
     MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
-    return nonfinite ? MOE_ERR_NONFINITE : MOE_OK;
+    return nonfinite ? moe_fail(MOE_ERR_NONFINITE, "non-finite router logits (NaN or Inf)") : MOE_OK;
 }
 
 extern "C" moe_status moe_router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,

@@ -20,10 +20,12 @@ void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_
 void moe_router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
                                 int num_tokens, int num_experts, moe_real *dlogits);
 
-/* CUDA (float, device pointers, on gpu's stream). Logits in fp32 through cuBLAS (no TF32); synchronous:
- * returns MOE_ERR_NONFINITE like the CPU version. */
+/* CUDA (float, device pointers, on gpu's stream). Logits in fp32 through cuBLAS (no TF32). The non-finite
+ * check: with nonfinite_host NULL the call synchronises and returns MOE_ERR_NONFINITE like the CPU version;
+ * else it stays asynchronous and *nonfinite_host (pinned host memory) is nonzero after the stream's next
+ * synchronisation if any logit is NaN or Inf. */
 moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens, int d_model,
-                              int num_experts, float *logits);
+                                  int num_experts, float *logits, int *nonfinite_host);
 /* scores as moe_router_scores_cpu; when bias != NULL (sigmoid routing), also select_scores = scores + bias[e]. */
 moe_status moe_router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,
                               int num_tokens, int num_experts, float *scores, float *select_scores);

@@ -1,13 +1,16 @@
 /* scores_cpu.c — router logits (row-wise GEMM) and the softmax / sigmoid score functions, with backward. */
 #include "router/scores.h"
 
+#include "core/fail.h"
 #include "core/real.h"
 
 moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w, int num_tokens,
                              int d_model, int num_experts, moe_real *logits) {
     moe_gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits);
     for (size_t i = 0; i < (size_t)num_tokens * num_experts; i++)
-        if (!isfinite(logits[i])) return MOE_ERR_NONFINITE;
+        if (!isfinite(logits[i]))
+            return moe_fail(MOE_ERR_NONFINITE, "router logit of token %zu, expert %zu is %g (NaN or Inf)",
+                            i / num_experts, i % num_experts, (double)logits[i]);
     return MOE_OK;
 }
 

@@ -1,18 +1,20 @@
 /* test_alltoall_mpi.c — the expert-parallel exchanges, checked exactly (DeepEP's provenance test).
- * Under mpirun -np W, for every ep dividing W: each rank routes its own (uneven) number of tokens,
- * capacity is applied globally, and payload rows encode (source world rank, token, column) as exact
- * integers. Checks: the counts each rank receives equal those derived from the global routing; every
- * received row is the expected one, in expert-major (expert, source rank, token) order; combine brings
- * back exactly what was sent; combine(dispatch(x)) with unit gates is x times each token's kept fan-out.
- * Cases: uniform random routing with drops, and a skewed one where every token picks experts 0 and 1,
- * so every other EP rank receives zero rows. */
+ * Under mpirun -np W, for every ep dividing W: each rank routes its own (uneven) number of tokens, capacity
+ * is applied globally (router/capacity.h, with its O(E + T) control traffic), and payload rows encode
+ * (source world rank, token, column) as exact integers. An oracle gathers the whole global routing on every
+ * rank (this test's own MPI_Allgatherv) and runs the single-rank rule on it. Checks: each rank's kept flags
+ * equal the oracle's; the counts each rank receives equal those the oracle derives; the count check of the
+ * witnesses passes; every received row is the expected one, in expert-major (expert, source rank, token)
+ * order; combine brings back exactly what was sent; combine(dispatch(x)) with unit gates is x times each
+ * token's kept fan-out. Cases: uniform random routing with drops by score and by token order, dropless, and
+ * a skewed one where every token picks experts 0 and 1, so every other EP rank receives zero rows. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/dispatch.h"
 #include "alltoall/parallel_mpi.h"
 #include "kernels/permute.h"
-#include "moe/global_routing.h"
+#include "router/capacity.h"
 #include "router/layout.h"
 #include "tests/test_mpi.h"
 
@@ -20,78 +22,130 @@ enum { E = 8, K = 2, D = 4 };
 
 static moe_real payload(int world_rank, int token, int col) { return (moe_real)((world_rank * 1024 + token) * D + col); }
 
-static void run_case(const moe_parallel *par, int skewed, float cf) {
-    const int T = 20 + 7 * par->world_rank, EL = E / par->ep_size;
-    moe_routing r;
-    moe_global_routing g = {0};
+/* The whole batch's routing, gathered by the test, and the single-rank rule's verdict on it. */
+typedef struct {
+    int *first_token;   /* [W + 1] */
+    int *expert, *kept; /* [T_global * K] */
+} oracle;
+
+static oracle gather_oracle(int W, int T, const int *expert, const moe_real *score, float cf, moe_drop_priority prio) {
+    oracle o;
+    int *counts = malloc((size_t)W * sizeof(int)), *displs = malloc((size_t)W * sizeof(int));
+    o.first_token = calloc((size_t)W + 1, sizeof(int));
+    MPI_Allgather(&T, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int p = 0; p < W; p++) o.first_token[p + 1] = o.first_token[p] + counts[p];
+    const int TG = o.first_token[W];
+    for (int p = 0; p < W; p++) counts[p] *= K, displs[p] = o.first_token[p] * K;
+    o.expert = malloc((size_t)TG * K * sizeof(int));
+    o.kept = malloc((size_t)TG * K * sizeof(int));
+    moe_real *all_score = malloc((size_t)TG * K * sizeof(moe_real));
+    unsigned char *kept = malloc((size_t)TG * K);
+    int selected[E], capacity;
+    MPI_Allgatherv(expert, T * K, MPI_INT, o.expert, counts, displs, MPI_INT, MPI_COMM_WORLD);
+    MPI_Allgatherv(score, T * K, MPI_FLOAT, all_score, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+    CHECK_OK(moe_router_apply_capacity_cpu(o.expert, all_score, TG, E, K, cf, prio, kept, selected, &capacity));
+    for (int a = 0; a < TG * K; a++) o.kept[a] = kept[a];
+    free(counts), free(displs), free(all_score), free(kept);
+    return o;
+}
+
+static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_priority prio) {
+    const moe_ranks me = moe_parallel_ranks(par);
+    const int T = 20 + 7 * me.world_rank, EL = E / me.ep_size;
+    moe_comm *ep = moe_parallel_ep(par);
+    int *expert = malloc((size_t)T * K * sizeof(int)), *slot = malloc((size_t)T * K * sizeof(int));
+    int *perm_token = malloc((size_t)T * K * sizeof(int)), layout_counts[E], offsets[E + 1];
+    int witness[E * MOE_COUNT_WITNESS_INTS];
+    moe_real *score = malloc((size_t)T * K * sizeof(moe_real));
+    unsigned char *kept = malloc((size_t)T * K);
+    moe_routing_counts counts;
     moe_dispatch_plan plan;
-    test_mpi_require(moe_routing_alloc(&r, T, E, K, par->ep_size), "routing alloc");
-    test_mpi_require(moe_dispatch_plan_alloc(&plan, par->ep_size, EL), "plan alloc");
-    moe_rng rng = moe_rng_seeded(100 * par->world_rank + skewed);
-    r.num_tokens = T;
+    test_mpi_require(moe_routing_counts_alloc(&counts, E), "counts alloc");
+    test_mpi_require(moe_dispatch_plan_alloc(&plan, me.ep_size, EL, MOE_COUNT_WITNESS_INTS), "plan alloc");
+    moe_rng rng = moe_rng_seeded(100 * me.world_rank + skewed);
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K; j++) {
             int e = skewed ? j : (int)(moe_rng_next(&rng) % E);
-            while (j == 1 && e == r.expert[t * K]) e = (e + 1) % E;
-            r.expert[t * K + j] = e;
-            r.expert_score[t * K + j] = (moe_real)moe_rng_uniform(&rng);
+            while (j == 1 && e == expert[t * K]) e = (e + 1) % E;
+            expert[t * K + j] = e;
+            score[t * K + j] = (moe_real)moe_rng_uniform(&rng);
         }
-    test_mpi_require(moe_global_capacity(par, cf, MOE_DROP_BY_SCORE, &r, &g), "global capacity");
-    moe_router_dispatch_layout_cpu(&r);
+    counts.num_tokens = T;
+    test_mpi_require(moe_router_global_capacity(moe_parallel_world(par), cf, prio, E, K, expert, score, kept, &counts),
+                     "global capacity");
+    oracle o = gather_oracle(me.world_size, T, expert, score, cf, prio);
+    for (int a = 0; a < T * K; a++)
+        CHECK(kept[a] == o.kept[o.first_token[me.world_rank] * K + a], "rank %d assignment %d: kept %d, the single-rank "
+              "rule says %d", me.world_rank, a, kept[a], o.kept[o.first_token[me.world_rank] * K + a]);
+    moe_router_dispatch_layout_cpu(expert, kept, T, E, K, slot, perm_token, layout_counts, offsets);
+    CHECK(!memcmp(layout_counts, counts.num_tokens_per_expert, sizeof layout_counts), "rank %d: layout and rule "
+          "disagree on the counts", me.world_rank);
 
     moe_real *x = malloc((size_t)T * D * sizeof *x), *xp = malloc((size_t)T * K * D * sizeof *x);
     moe_real *back = malloc((size_t)T * K * D * sizeof *x), *sum = malloc((size_t)T * D * sizeof *x);
     for (int t = 0; t < T; t++)
-        for (int c = 0; c < D; c++) x[t * D + c] = payload(par->world_rank, t, c);
-    moe_permute_rows_cpu(x, r.perm_token, r.num_kept, D, xp);
+        for (int c = 0; c < D; c++) x[t * D + c] = payload(me.world_rank, t, c);
+    moe_permute_rows_cpu(x, perm_token, counts.total_kept, D, xp);
 
-    int *expected = malloc((size_t)par->ep_size * EL * sizeof(int));
-    moe_global_expected_recv_counts(par, &g, expected);
-    test_mpi_require(moe_dispatch_plan_exchange(par->ep, r.num_tokens_per_expert, expected, 0, &plan), "counts");
+    moe_router_count_witness(&counts, E, witness);
+    test_mpi_require(moe_dispatch_plan_exchange(ep, counts.num_tokens_per_expert, witness, &plan), "counts");
+    test_mpi_require(moe_router_check_announced(&plan, &counts, prio, me, 0), "count check");
     int want_total = 0;
-    for (int i = 0; i < par->ep_size * EL; i++) want_total += expected[i];
+    for (int p = 0; p < me.ep_size; p++) {
+        const int src = me.dp_rank * me.ep_size + p;
+        for (int le = 0; le < EL; le++) {
+            int want = 0;
+            for (int a = o.first_token[src] * K; a < o.first_token[src + 1] * K; a++)
+                want += o.kept[a] && o.expert[a] == me.ep_rank * EL + le;
+            CHECK(plan.recv_counts[p * EL + le] == want, "rank %d: EP rank %d sends %d rows for local expert %d, the "
+                  "global routing says %d", me.world_rank, p, plan.recv_counts[p * EL + le], le, want);
+            want_total += want;
+        }
+    }
     CHECK(plan.num_recv == want_total, "received %d rows, global routing says %d", plan.num_recv, want_total);
 
     size_t n = plan.num_recv ? plan.num_recv : 1;
     moe_real *staging = malloc(n * D * sizeof *x), *rows = malloc(n * D * sizeof *x);
-    test_mpi_require(moe_dispatch_rows(par->ep, &plan, xp, D * sizeof(moe_real), staging, rows), "dispatch");
+    test_mpi_require(moe_dispatch_rows(ep, &plan, xp, D * sizeof(moe_real), staging, rows), "dispatch");
     /* expected order: local expert, then source rank of the EP group, then token; kept only */
     int row = 0;
     for (int le = 0; le < EL; le++)
-        for (int p = 0; p < par->ep_size; p++) {
-            int src = par->dp_rank * par->ep_size + p;
-            for (int gt = g.first_token[src]; gt < g.first_token[src + 1]; gt++)
+        for (int p = 0; p < me.ep_size; p++) {
+            int src = me.dp_rank * me.ep_size + p;
+            for (int gt = o.first_token[src]; gt < o.first_token[src + 1]; gt++)
                 for (int j = 0; j < K; j++) {
                     int a = gt * K + j;
-                    if (!g.routing.kept[a] || g.routing.expert[a] != par->ep_rank * EL + le) continue;
-                    int t = gt - g.first_token[src];
+                    if (!o.kept[a] || o.expert[a] != me.ep_rank * EL + le) continue;
+                    int t = gt - o.first_token[src];
                     for (int c = 0; c < D && row < plan.num_recv; c++)
                         CHECK(rows[(size_t)row * D + c] == payload(src, t, c),
-                              "rank %d row %d col %d: got %g, want (rank %d, token %d)", par->world_rank, row, c,
+                              "rank %d row %d col %d: got %g, want (rank %d, token %d)", me.world_rank, row, c,
                               (double)rows[(size_t)row * D + c], src, t);
                     row++;
                 }
         }
-    CHECK(row == plan.num_recv, "rank %d: expected %d rows, received %d", par->world_rank, row, plan.num_recv);
+    CHECK(row == plan.num_recv, "rank %d: expected %d rows, received %d", me.world_rank, row, plan.num_recv);
 
-    test_mpi_require(moe_combine_rows(par->ep, &plan, rows, D * sizeof(moe_real), staging, back), "combine");
-    CHECK(!memcmp(back, xp, (size_t)r.num_kept * D * sizeof *x), "rank %d: combine did not return the sent rows",
-          par->world_rank);
-    moe_combine_rows_cpu(back, r.slot, NULL, T, K, D, sum);
+    test_mpi_require(moe_combine_rows(ep, &plan, rows, D * sizeof(moe_real), staging, back), "combine");
+    CHECK(!memcmp(back, xp, (size_t)counts.total_kept * D * sizeof *x), "rank %d: combine did not return the sent rows",
+          me.world_rank);
+    moe_combine_rows_cpu(back, slot, NULL, T, K, D, sum);
     for (int t = 0; t < T; t++) {
-        int fan_out = r.kept[t * K] + r.kept[t * K + 1];
+        int fan_out = kept[t * K] + kept[t * K + 1];
         for (int c = 0; c < D; c++)
             CHECK(sum[t * D + c] == fan_out * x[t * D + c], "rank %d token %d: round trip %g, want %d x %g",
-                  par->world_rank, t, (double)sum[t * D + c], fan_out, (double)x[t * D + c]);
+                  me.world_rank, t, (double)sum[t * D + c], fan_out, (double)x[t * D + c]);
     }
-    if (par->world_rank == 0)
-        printf("W=%d ep=%d %s cf=%g: capacity %d, rank 0 received %d rows\n", par->world_size, par->ep_size,
-               skewed ? "skewed " : "uniform", cf, r.capacity, plan.num_recv);
-    if (skewed && par->ep_rank > 0) CHECK(plan.num_recv == 0, "skewed: EP rank %d received rows", par->ep_rank);
-    free(x), free(xp), free(back), free(sum), free(expected), free(staging), free(rows);
+    if (me.world_rank == 0)
+        printf("W=%d ep=%d %s cf=%g by %s: capacity %d, rank 0 received %d rows\n", me.world_size, me.ep_size,
+               skewed ? "skewed " : "uniform", cf, prio == MOE_DROP_BY_SCORE ? "score" : "token", counts.capacity,
+               plan.num_recv);
+    if (skewed && me.ep_rank > 0) CHECK(plan.num_recv == 0, "skewed: EP rank %d received rows", me.ep_rank);
+    free(x), free(xp), free(back), free(sum), free(staging), free(rows);
+    free(expert), free(slot), free(perm_token), free(score), free(kept);
+    free(o.first_token), free(o.expert), free(o.kept);
     moe_dispatch_plan_free(&plan);
-    moe_global_routing_free(&g);
-    moe_routing_free(&r);
+    moe_routing_counts_free(&counts);
 }
 
 int main(int argc, char **argv) {
@@ -102,9 +156,11 @@ int main(int argc, char **argv) {
         if (W % ep || E % ep) continue;
         moe_parallel *par;
         test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-        run_case(par, 0, 1.0f);
-        run_case(par, 0, 0.0f);
-        run_case(par, 1, 0.0f);
+        run_case(par, 0, 1.0f, MOE_DROP_BY_SCORE);
+        run_case(par, 0, 0.75f, MOE_DROP_BY_TOKEN_ORDER);
+        run_case(par, 0, 0.0f, MOE_DROP_BY_SCORE);
+        run_case(par, 1, 0.0f, MOE_DROP_BY_SCORE);
+        run_case(par, 1, 1.0f, MOE_DROP_BY_SCORE);
         moe_parallel_destroy(par);
     }
     return test_mpi_finish("test_alltoall_mpi");

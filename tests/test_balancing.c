@@ -94,7 +94,7 @@ static void test_bias_update(void) {
     for (int t = 0; t < TT; t++) x[t * D] = 1;
     for (int e = 0; e < E; e++) tw.w.router_w[e * D] = e == 0 ? 3 : 0;
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     moe_real *bias = moe_layer_expert_bias(L);
     moe_layer_stats st;
     int first_max = 0, last_max = 0;
@@ -118,7 +118,7 @@ static void test_bias_update(void) {
     CHECK(first_max > 220 && last_max < 180, "loads did not flatten: %d -> %d", first_max, last_max);
     moe_config softmax_cfg = moe_config_default(D, F, E, K);
     moe_layer *L2;
-    CHECK_OK(moe_layer_create(&softmax_cfg, NULL, &L2));
+    CHECK_OK(moe_layer_create(&softmax_cfg, NULL, NULL, &L2));
     CHECK(moe_layer_update_expert_bias(L2) == MOE_ERR_INVALID_CONFIG, "bias update allowed for softmax routing");
     moe_layer_destroy(L2);
     moe_layer_destroy(L);

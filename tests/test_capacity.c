@@ -6,18 +6,19 @@
 
 #include "moe/layer_internal.h"
 #include "router/capacity.h"
+#include "tests/test_routing.h"
 #include "tests/test_util.h"
 
-static void check_kept(const char *name, const moe_routing *r, const unsigned char *want) {
+static void check_kept(const char *name, const test_routing *r, const unsigned char *want) {
     for (int a = 0; a < r->num_tokens * r->top_k; a++)
         CHECK(r->kept[a] == want[a], "%s: assignment %d (token %d, choice %d) kept=%d, want %d", name, a,
               a / r->top_k, a % r->top_k, r->kept[a], want[a]);
 }
 
 /* Builds a routing of T tokens from explicit choices and their scores in a [T, E] table. */
-static moe_routing make_routing(int T, int E, int k, const int *expert, const moe_real *scores) {
-    moe_routing r;
-    CHECK_OK(moe_routing_alloc(&r, T, E, k, 1));
+static test_routing make_routing(int T, int E, int k, const int *expert, const moe_real *scores) {
+    test_routing r;
+    CHECK_OK(test_routing_alloc(&r, T, E, k, 1));
     r.num_tokens = T;
     memcpy(r.expert, expert, (size_t)T * k * sizeof(int));
     for (int a = 0; a < T * k; a++) r.expert_score[a] = scores[(size_t)(a / k) * E + expert[a]];
@@ -41,22 +42,22 @@ static void test_formula(void) {
 static void test_top1(void) {
     const int expert[6] = {0, 0, 1, 0, 0, 0};
     const moe_real scores[12] = {0.6f, 0.4f, 0.9f, 0.1f, 0.2f, 0.8f, 0.7f, 0.3f, 0.95f, 0.05f, 0.7f, 0.3f};
-    moe_routing r = make_routing(6, 2, 1, expert, scores);
+    test_routing r = make_routing(6, 2, 1, expert, scores);
 
-    CHECK_OK(moe_router_apply_capacity_cpu(&r, 1.0f, MOE_DROP_BY_TOKEN_ORDER));
+    CHECK_OK(test_routing_capacity(&r, 1.0f, MOE_DROP_BY_TOKEN_ORDER));
     CHECK(r.capacity == 3, "capacity %d", r.capacity);
     CHECK(r.num_selected_per_expert[0] == 5 && r.num_selected_per_expert[1] == 1, "selected %d %d",
           r.num_selected_per_expert[0], r.num_selected_per_expert[1]);
     check_kept("top1/token-order", &r, (const unsigned char[]){1, 1, 1, 1, 0, 0});
 
     /* by score: 0.95 (t4), 0.9 (t1), then 0.7 twice: the tie goes to the earlier token t3, t5 is dropped */
-    CHECK_OK(moe_router_apply_capacity_cpu(&r, 1.0f, MOE_DROP_BY_SCORE));
+    CHECK_OK(test_routing_capacity(&r, 1.0f, MOE_DROP_BY_SCORE));
     check_kept("top1/score", &r, (const unsigned char[]){0, 1, 1, 1, 1, 0});
 
-    CHECK_OK(moe_router_apply_capacity_cpu(&r, 0.0f, MOE_DROP_BY_SCORE));
+    CHECK_OK(test_routing_capacity(&r, 0.0f, MOE_DROP_BY_SCORE));
     CHECK(r.capacity == 0, "dropless capacity %d", r.capacity);
     check_kept("top1/dropless", &r, (const unsigned char[]){1, 1, 1, 1, 1, 1});
-    moe_routing_free(&r);
+    test_routing_free(&r);
 }
 
 /* k = 2, T = 4, E = 4, cf = 0.5 -> C = 1. A dropped first choice leaves the second choice alone. */
@@ -64,15 +65,15 @@ static void test_top2(void) {
     const int expert[8] = {0, 1, /**/ 0, 2, /**/ 1, 0, /**/ 3, 2};
     const moe_real scores[16] = {0.1f, 0.2f, 0.0f, 0.0f, /**/ 0.5f, 0.0f, 0.3f, 0.0f,
                                  0.4f, 0.6f, 0.0f, 0.0f, /**/ 0.0f, 0.0f, 0.3f, 0.9f};
-    moe_routing r = make_routing(4, 4, 2, expert, scores);
+    test_routing r = make_routing(4, 4, 2, expert, scores);
     /* token order: expert 0 keeps t0, expert 1 keeps t0, expert 2 keeps t1, expert 3 keeps t3 */
-    CHECK_OK(moe_router_apply_capacity_cpu(&r, 0.5f, MOE_DROP_BY_TOKEN_ORDER));
+    CHECK_OK(test_routing_capacity(&r, 0.5f, MOE_DROP_BY_TOKEN_ORDER));
     CHECK(r.capacity == 1, "capacity %d", r.capacity);
     check_kept("top2/token-order", &r, (const unsigned char[]){1, 1, 0, 1, 0, 0, 1, 0});
     /* score: expert 0 keeps t1 (0.5), expert 1 keeps t2 (0.6), expert 2 ties 0.3/0.3 -> t1, expert 3 t3 */
-    CHECK_OK(moe_router_apply_capacity_cpu(&r, 0.5f, MOE_DROP_BY_SCORE));
+    CHECK_OK(test_routing_capacity(&r, 0.5f, MOE_DROP_BY_SCORE));
     check_kept("top2/score", &r, (const unsigned char[]){0, 0, 1, 1, 1, 0, 1, 0});
-    moe_routing_free(&r);
+    test_routing_free(&r);
 }
 
 /* Every token to expert 0: dropless keeps all 100; cf = 1 keeps the first 25 (C = 100/4). */
@@ -84,16 +85,16 @@ static void test_skew(void) {
         expert[t] = 0;
         for (int e = 0; e < E; e++) scores[t * E + e] = e == 0 ? 0.7f : 0.1f;
     }
-    moe_routing r = make_routing(T, E, 1, expert, scores);
-    CHECK_OK(moe_router_apply_capacity_cpu(&r, -1.0f, MOE_DROP_BY_TOKEN_ORDER));
+    test_routing r = make_routing(T, E, 1, expert, scores);
+    CHECK_OK(test_routing_capacity(&r, -1.0f, MOE_DROP_BY_TOKEN_ORDER));
     int kept = 0;
     for (int t = 0; t < T; t++) kept += r.kept[t];
     CHECK(kept == T, "dropless kept %d of %d", kept, T);
     for (int prio = 0; prio < 2; prio++) {
-        CHECK_OK(moe_router_apply_capacity_cpu(&r, 1.0f, (moe_drop_priority)prio));
+        CHECK_OK(test_routing_capacity(&r, 1.0f, (moe_drop_priority)prio));
         for (int t = 0; t < T; t++) CHECK(r.kept[t] == (t < 25), "priority %d token %d kept=%d", prio, t, r.kept[t]);
     }
-    moe_routing_free(&r);
+    test_routing_free(&r);
 }
 
 /* In the layer: fully dropped tokens give exactly zero; a token's kept assignments still contribute. */
@@ -105,10 +106,10 @@ static void test_layer_drops(void) {
     test_weights tw = test_weights_random(&cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     moe_layer_stats st;
     CHECK_OK(moe_layer_forward(L, &tw.w, x, T, out, &st));
-    const moe_routing *r = moe__layer_routing(L);
+    const moe_token_routing *r = moe__layer_token_routing(L);
     int fully_dropped = 0, partly = 0;
     for (int t = 0; t < T; t++) {
         int kept = r->kept[2 * t] + r->kept[2 * t + 1], nonzero = 0;

@@ -34,7 +34,7 @@ typedef struct {
 static void start(run *r, int ep, moe_train_options o) {
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
     o.model.moe.ep_size = ep;
-    test_mpi_require(moe_trainer_create(&r->t, &o, r->par), "trainer");
+    test_mpi_require(moe_trainer_create(&r->t, &o, NULL, r->par), "trainer");
 }
 
 static void stop(run *r) {

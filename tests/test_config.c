@@ -9,7 +9,7 @@
 static void expect_invalid(const char *what, moe_config cfg) {
     moe_layer *L = (moe_layer *)&cfg; /* must be reset to NULL on failure */
     CHECK(moe_config_validate(&cfg) == MOE_ERR_INVALID_CONFIG, "%s accepted by validate", what);
-    CHECK(moe_layer_create(&cfg, NULL, &L) == MOE_ERR_INVALID_CONFIG && L == NULL, "%s accepted by create", what);
+    CHECK(moe_layer_create(&cfg, NULL, NULL, &L) == MOE_ERR_INVALID_CONFIG && L == NULL, "%s accepted by create", what);
     const char *problem = moe_config_problem(&cfg);
     CHECK(problem && *problem, "%s: no explanation", what);
     if (problem) printf("%-28s -> %s\n", what, problem);
@@ -36,7 +36,7 @@ static void test_configs(void) {
     c = ok, c.z_loss_coef = INFINITY, expect_invalid("infinite z coefficient", c);
     c = ok, c.bias_update_rate = -1, expect_invalid("negative bias rate", c);
     CHECK(moe_config_validate(NULL) == MOE_ERR_INVALID_ARG, "NULL config");
-    CHECK(moe_layer_create(&ok, NULL, NULL) == MOE_ERR_INVALID_ARG, "NULL out pointer");
+    CHECK(moe_layer_create(&ok, NULL, NULL, NULL) == MOE_ERR_INVALID_ARG, "NULL out pointer");
 }
 
 static void test_calls(void) {
@@ -45,7 +45,7 @@ static void test_calls(void) {
     test_weights tw = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
     moe_real *x = test_alloc_uniform(&rng, 10 * 8, 1), *out = test_alloc_uniform(&rng, 10 * 8, 0);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     CHECK(moe_layer_backward(L, &tw.w, out, x, &g.w) == MOE_ERR_NO_FORWARD, "backward before forward");
     CHECK(moe_layer_update_expert_bias(L) == MOE_ERR_INVALID_CONFIG, "bias update under softmax");
     CHECK(moe_layer_forward(L, &tw.w, x, 0, out, NULL) == MOE_ERR_INVALID_ARG, "zero tokens");

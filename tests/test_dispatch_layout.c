@@ -9,11 +9,12 @@
 
 #include "kernels/permute.h"
 #include "router/capacity.h"
+#include "tests/test_routing.h"
 #include "router/layout.h"
 #include "tests/test_util.h"
 
 /* Random distinct top-k choices per token, skewed toward low ids so capacity bites; random scores. */
-static void random_routing(moe_routing *r, moe_rng *rng) {
+static void random_routing(test_routing *r, moe_rng *rng) {
     int T = r->num_tokens, E = r->num_experts, k = r->top_k;
     for (int t = 0; t < T; t++) {
         for (int e = 0; e < E; e++) r->scores[(size_t)t * E + e] = (moe_real)moe_rng_uniform(rng);
@@ -31,7 +32,7 @@ static void random_routing(moe_routing *r, moe_rng *rng) {
     }
 }
 
-static void check_layout(const moe_routing *r) {
+static void check_layout(const test_routing *r) {
     int T = r->num_tokens, E = r->num_experts, k = r->top_k, R = r->num_ranks;
     int *hits = calloc((size_t)T * k + 1, sizeof(int));
     int kept = 0;
@@ -73,7 +74,7 @@ static void check_layout(const moe_routing *r) {
     free(hits);
 }
 
-static void check_round_trip(const moe_routing *r, int d) {
+static void check_round_trip(const test_routing *r, int d) {
     int T = r->num_tokens, k = r->top_k;
     moe_real *x = malloc((size_t)T * d * sizeof *x), *xp = malloc(((size_t)T * k + 1) * d * sizeof *x);
     moe_real *back = malloc((size_t)T * d * sizeof *x);
@@ -108,18 +109,18 @@ int main(void) {
     };
     moe_rng rng = moe_rng_seeded(7);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        moe_routing r;
-        CHECK_OK(moe_routing_alloc(&r, cases[c].T, cases[c].E, cases[c].k, cases[c].R));
+        test_routing r;
+        CHECK_OK(test_routing_alloc(&r, cases[c].T, cases[c].E, cases[c].k, cases[c].R));
         r.num_tokens = cases[c].T;
         random_routing(&r, &rng);
-        CHECK_OK(moe_router_apply_capacity_cpu(&r, cases[c].cf, cases[c].prio));
-        moe_router_dispatch_layout_cpu(&r);
+        CHECK_OK(test_routing_capacity(&r, cases[c].cf, cases[c].prio));
+        test_routing_layout(&r);
         if (cases[c].cf > 0 && cases[c].cf < 1.5f) CHECK(r.num_dropped > 0, "case %zu was meant to drop", c);
         check_layout(&r);
         check_round_trip(&r, 5);
         printf("T=%3d E=%2d k=%d R=%2d cf=%-4g kept=%4d dropped=%3d\n", r.num_tokens, r.num_experts, r.top_k,
                r.num_ranks, cases[c].cf, r.num_kept, r.num_dropped);
-        moe_routing_free(&r);
+        test_routing_free(&r);
     }
     return test_finish("test_dispatch_layout");
 }

@@ -1,22 +1,24 @@
 /* test_ep_faults.c — failures of a multi-rank job end the job with a message, never a hang.
  * Run by tests/expect_failure.sh, which requires a non-zero exit within its time limit, the expected
  * message, and no process left behind:
- *   test_ep_faults count-mismatch   rank 0 announces one row too many for an expert of rank 1; rank 1's
- *                                   check names the ranks, layer and counts and the job aborts
+ *   test_ep_faults count-mismatch   rank 0 runs with another capacity factor than rank 1 (a configuration
+ *                                   that differs between ranks), so it announces fewer rows for an expert of
+ *                                   rank 1 than the global routing lets it send; rank 1's check names the
+ *                                   ranks, layer and counts and the job aborts
  *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts
  *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1 */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "alltoall/dispatch.h"
 #include "alltoall/parallel_mpi.h"
 #include "tests/test_mpi.h"
 
 enum { T = 16, D = 8, F = 8 };
 
-/* Every rank runs one forward; a failure aborts the job as a program should. */
-static void forward_once(int ep, int E, int k, double timeout_s, int late_rank) {
+/* Every rank runs one forward; a failure aborts the job as a program should. Rank 0 drops by token order with
+ * capacity factor rank0_cf, the others are dropless, when rank0_cf > 0. */
+static void forward_once(int ep, int E, int k, double timeout_s, int late_rank, float rank0_cf) {
     int rank, W;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -31,6 +33,7 @@ static void forward_once(int ep, int E, int k, double timeout_s, int late_rank) 
     moe_config cfg = moe_config_default(D, F, E, k);
     cfg.ep_size = ep;
     cfg.layer_index = 3;
+    if (rank == 0) cfg.capacity_factor = rank0_cf;
     const char *problem = moe_config_problem(&cfg);
     if (problem) {
         fprintf(stderr, "rank %d: invalid MoE config (E=%d, k=%d, ep=%d): %s\n", rank, E, k, ep, problem);
@@ -42,7 +45,7 @@ static void forward_once(int ep, int E, int k, double timeout_s, int late_rank) 
     test_weights w = test_weights_random(&cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;
-    test_mpi_require(moe_layer_create(&cfg, par, &L), "create");
+    test_mpi_require(moe_layer_create(&cfg, NULL, par, &L), "create");
     if (rank == late_rank) sleep(60); /* never arrives in time */
     test_mpi_require(moe_layer_forward(L, &w.w, x, T, out, NULL), "forward");
     moe_layer_destroy(L);
@@ -57,12 +60,12 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "count-mismatch")) {
-        if (rank == 0) moe__dispatch_count_fault = 6; /* expert 6 lives on EP rank 1 (E = 8, ep = 2) */
-        forward_once(2, 8, 2, 60, -1);
+        /* C = 2 on rank 0 while rank 0's tokens pick expert 6 (of EP rank 1: E = 8, ep = 2) more often */
+        forward_once(2, 8, 2, 60, -1, 0.25f);
     } else if (!strcmp(mode, "watchdog")) {
-        forward_once(2, 8, 2, 2, 1);
+        forward_once(2, 8, 2, 2, 1, 0);
     } else if (!strcmp(mode, "config") && argc == 5) {
-        forward_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 60, -1);
+        forward_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 60, -1, 0);
     } else {
         fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | config EP E K\n");
         MPI_Finalize();

@@ -46,19 +46,19 @@ static void compare(const char *what, int exact, const moe_real *got, const moe_
 
 /* Gathers this rank's expert gradients over its EP group into the global [w1 | w3 | w2] of all E experts. */
 static moe_real *global_expert_grads(const moe_parallel *par, const moe_layer_weights *g, size_t per_rank) {
-    moe_real *global = malloc(3 * per_rank * par->ep_size * sizeof(moe_real));
+    moe_real *global = malloc(3 * per_rank * moe_parallel_ranks(par).ep_size * sizeof(moe_real));
     size_t nbytes[16]; /* ep <= 8 here */
-    for (int p = 0; p < par->ep_size; p++) nbytes[p] = per_rank * sizeof(moe_real);
+    for (int p = 0; p < moe_parallel_ranks(par).ep_size; p++) nbytes[p] = per_rank * sizeof(moe_real);
     const moe_real *parts[3] = {g->w1, g->w3, g->w2};
     for (int w = 0; w < 3; w++)
-        test_mpi_require(par->ep->ops->allgatherv_bytes(par->ep, parts[w], nbytes[0], global + w * per_rank * par->ep_size,
+        test_mpi_require(moe_comm_allgatherv_bytes(moe_parallel_ep(par), parts[w], nbytes[0], global + w * per_rank * moe_parallel_ranks(par).ep_size,
                                                         nbytes), "gather expert gradients");
     return global;
 }
 
 /* Returns the global expert gradients of this layout (for the cross-layout comparison). */
 static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
-    const int W = par->world_size, rank = par->world_rank, EL = E / par->ep_size;
+    const int W = moe_parallel_ranks(par).world_size, rank = moe_parallel_ranks(par).world_rank, EL = E / moe_parallel_ranks(par).ep_size;
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.score_func = c->func, cfg.capacity_factor = c->cf, cfg.drop_priority = c->prio;
     cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
@@ -77,19 +77,19 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     moe_real *ref_out = test_alloc_uniform(&rng, TG * D, 0), *ref_dx = test_alloc_uniform(&rng, TG * D, 0);
     moe_layer *ref;
     moe_layer_stats ref_st;
-    test_mpi_require(moe_layer_create(&cfg, NULL, &ref), "reference create");
+    test_mpi_require(moe_layer_create(&cfg, NULL, NULL, &ref), "reference create");
     memcpy(moe_layer_expert_bias(ref), bias, sizeof bias);
     test_mpi_require(moe_layer_forward(ref, &ref_w.w, x, TG, ref_out, &ref_st), "reference forward");
     test_mpi_require(moe_layer_backward(ref, &ref_w.w, dout, ref_dx, &ref_g.w), "reference backward");
-    const moe_routing *ref_r = moe__layer_routing(ref);
+    const moe_token_routing *ref_r = moe__layer_token_routing(ref);
 
     /* This rank's share: uneven slices of the global batch, its experts' weights. */
     int first = rank * TG / W + (rank > 0 ? 3 : 0), last = (rank + 1) * TG / W + (rank + 1 < W ? 3 : 0);
     int T = last - first;
     moe_config ep_cfg = cfg;
-    ep_cfg.ep_size = par->ep_size;
+    ep_cfg.ep_size = moe_parallel_ranks(par).ep_size;
     test_weights w = test_weights_zero(&ep_cfg), g = test_weights_zero(&ep_cfg);
-    size_t expert_count = (size_t)EL * F * D, first_expert = (size_t)par->ep_rank * EL * F * D;
+    size_t expert_count = (size_t)EL * F * D, first_expert = (size_t)moe_parallel_ranks(par).ep_rank * EL * F * D;
     memcpy(w.w.router_w, ref_w.w.router_w, (size_t)E * D * sizeof(moe_real));
     memcpy(w.w.w1, ref_w.w.w1 + first_expert, expert_count * sizeof(moe_real));
     memcpy(w.w.w3, ref_w.w.w3 + first_expert, expert_count * sizeof(moe_real));
@@ -97,12 +97,12 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     moe_real *out = test_alloc_uniform(&rng, T * D, 0), *dx = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;
     moe_layer_stats st;
-    test_mpi_require(moe_layer_create(&ep_cfg, par, &L), "create");
+    test_mpi_require(moe_layer_create(&ep_cfg, NULL, par, &L), "create");
     memcpy(moe_layer_expert_bias(L), bias, sizeof bias);
     test_mpi_require(moe_layer_forward(L, &w.w, x + (size_t)first * D, T, out, &st), "forward");
     test_mpi_require(moe_layer_backward(L, &w.w, dout + (size_t)first * D, dx, &g.w), "backward");
     test_mpi_require(moe_layer_reduce_gradients(L, &g.w), "reduce gradients");
-    const moe_routing *r = moe__layer_routing(L);
+    const moe_token_routing *r = moe__layer_token_routing(L);
 
     CHECK(!memcmp(r->expert, ref_r->expert + (size_t)first * K, (size_t)T * K * sizeof(int)), "rank %d: routing differs", rank);
     CHECK(!memcmp(r->kept, ref_r->kept + (size_t)first * K, (size_t)T * K), "rank %d: dropped sets differ", rank);
@@ -122,10 +122,10 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     int dropped = 0;
     for (int a = 0; a < TG * K; a++) dropped += !ref_r->kept[a];
     if (c->cf > 0 && rank == 0) CHECK(dropped > 0, "%s: nothing dropped", c->name);
-    if (c->skewed && par->ep_rank > 0) CHECK(st.num_rows_received == 0, "rank %d received %d rows", rank, st.num_rows_received);
+    if (c->skewed && moe_parallel_ranks(par).ep_rank > 0) CHECK(st.num_rows_received == 0, "rank %d received %d rows", rank, st.num_rows_received);
     if (rank == 0)
-        printf("W=%d ep=%d dp=%d %-28s dropped %3d/%d, rank 0 got %3d rows, aux %.6f z %.6f\n", W, par->ep_size,
-               par->dp_size, c->name, dropped, TG * K, st.num_rows_received, st.aux_loss, st.z_loss);
+        printf("W=%d ep=%d dp=%d %-28s dropped %3d/%d, rank 0 got %3d rows, aux %.6f z %.6f\n", W, moe_parallel_ranks(par).ep_size,
+               moe_parallel_ranks(par).dp_size, c->name, dropped, TG * K, st.num_rows_received, st.aux_loss, st.z_loss);
 
     moe_layer_destroy(L), moe_layer_destroy(ref);
     test_weights_free(&w), test_weights_free(&g), test_weights_free(&ref_w), test_weights_free(&ref_g);
@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
                 replicated[i] = global;
                 continue;
             }
-            compare("expert gradients vs ep 1", W == 2, global, replicated[i], global_count, par->world_rank);
+            compare("expert gradients vs ep 1", W == 2, global, replicated[i], global_count, moe_parallel_ranks(par).world_rank);
             free(global);
         }
         moe_parallel_destroy(par);

@@ -18,6 +18,7 @@
 
 #include "alltoall/comm_gpu_mpi.h"
 #include "alltoall/comm_mpi.h"
+#include "alltoall/comm_transport.h" /* white box: world rank, timeout and exchange counts */
 #include "tests/test_gpu_util.h"
 #include "tests/test_mpi.h"
 
@@ -57,16 +58,16 @@ static uint16_t *rows_in_peer_order(int me, int size, int round, int words, int 
 static void check_alltoallv(const transport_pair *t, int round, int words) {
     moe_comm *c = t->dev;
     const size_t row_nbytes = (size_t)words * sizeof(uint16_t);
-    int *send_rows = malloc(2 * (size_t)c->size * sizeof(int)), *recv_rows = send_rows + c->size;
-    uint16_t *send = rows_in_peer_order(c->rank, c->size, round, words, 0, send_rows);
-    uint16_t *want = rows_in_peer_order(c->rank, c->size, round, words, 1, recv_rows);
+    int *send_rows = malloc(2 * (size_t)moe_comm_size(c) * sizeof(int)), *recv_rows = send_rows + moe_comm_size(c);
+    uint16_t *send = rows_in_peer_order(moe_comm_rank(c), moe_comm_size(c), round, words, 0, send_rows);
+    uint16_t *want = rows_in_peer_order(moe_comm_rank(c), moe_comm_size(c), round, words, 1, recv_rows);
     size_t send_nbytes = 0, recv_nbytes = 0;
-    for (int p = 0; p < c->size; p++)
+    for (int p = 0; p < moe_comm_size(c); p++)
         send_nbytes += (size_t)send_rows[p] * row_nbytes, recv_nbytes += (size_t)recv_rows[p] * row_nbytes;
 
     /* the reference on host buffers */
     unsigned char *host_recv = malloc(recv_nbytes + 1);
-    CHECK_OK(t->host->ops->alltoallv_rows(t->host, send, send_rows, host_recv, recv_rows, row_nbytes));
+    CHECK_OK(moe_comm_alltoallv_rows(t->host, send, send_rows, host_recv, recv_rows, row_nbytes));
     CHECK(!memcmp(host_recv, want, recv_nbytes), "%s round %d width %zu: the host transport's rows differ", t->name,
           round, row_nbytes);
 
@@ -77,10 +78,10 @@ static void check_alltoallv(const transport_pair *t, int round, int words) {
     void *dev_out = test_gpu_alloc(t->gpu, recv_nbytes + GUARD_NBYTES);
     CHECK_OK(moe_gpu_copy(t->gpu, dev_send, dev_src, send_nbytes));
     const long before = c->completed;
-    CHECK_OK(c->ops->alltoallv_rows(c, dev_send, send_rows, dev_recv, recv_rows, row_nbytes));
+    CHECK_OK(moe_comm_alltoallv_rows(c, dev_send, send_rows, dev_recv, recv_rows, row_nbytes));
     CHECK(c->completed == before + 1, "%s: completed went from %ld to %ld over one exchange", t->name, before,
           c->completed);
-    CHECK_OK(c->ops->copy_payload(c, dev_out, dev_recv, recv_nbytes + GUARD_NBYTES));
+    CHECK_OK(moe_comm_copy_payload(c, dev_out, dev_recv, recv_nbytes + GUARD_NBYTES));
     unsigned char *got = malloc(recv_nbytes + GUARD_NBYTES);
     test_gpu_download(t->gpu, got, dev_out, recv_nbytes + GUARD_NBYTES);
 
@@ -91,12 +92,12 @@ static void check_alltoallv(const transport_pair *t, int round, int words) {
         if (g != want[i] && bad++ == 0) first_bad = i;
     }
     CHECK(bad == 0, "%s rank %d round %d width %zu: %zu of %zu words wrong, first at row %zu word %zu", t->name,
-          c->rank, round, row_nbytes, bad, recv_nbytes / sizeof(uint16_t), first_bad / words, first_bad % words);
+          moe_comm_rank(c), round, row_nbytes, bad, recv_nbytes / sizeof(uint16_t), first_bad / words, first_bad % words);
     CHECK(!memcmp(got, host_recv, recv_nbytes), "%s rank %d round %d: device rows differ from the host transport's",
-          t->name, c->rank, round);
+          t->name, moe_comm_rank(c), round);
     int guard_ok = 1;
     for (size_t i = recv_nbytes; i < recv_nbytes + GUARD_NBYTES; i++) guard_ok &= got[i] == 0xFF;
-    CHECK(guard_ok, "%s rank %d round %d: bytes written past the %zu received", t->name, c->rank, round, recv_nbytes);
+    CHECK(guard_ok, "%s rank %d round %d: bytes written past the %zu received", t->name, moe_comm_rank(c), round, recv_nbytes);
 
     test_gpu_free(t->gpu, dev_src), test_gpu_free(t->gpu, dev_send);
     test_gpu_free(t->gpu, dev_recv), test_gpu_free(t->gpu, dev_out);
@@ -106,22 +107,22 @@ static void check_alltoallv(const transport_pair *t, int round, int words) {
 /* (rank + 1) * (i % 7) + i % 3 summed over W ranks: W (W + 1) / 2 * (i % 7) + W * (i % 3), exact in float */
 static void check_allreduce(const transport_pair *t, size_t count) {
     moe_comm *c = t->dev;
-    const int W = c->size;
+    const int W = moe_comm_size(c);
     moe_real *buf = malloc(count * sizeof *buf), *host = malloc(count * sizeof *host);
-    for (size_t i = 0; i < count; i++) buf[i] = host[i] = (moe_real)((c->rank + 1) * (int)(i % 7) + (int)(i % 3));
+    for (size_t i = 0; i < count; i++) buf[i] = host[i] = (moe_real)((moe_comm_rank(c) + 1) * (int)(i % 7) + (int)(i % 3));
     moe_real *dev = test_gpu_upload(t->gpu, buf, count * sizeof *buf);
     const long before = c->completed;
-    CHECK_OK(c->ops->allreduce_sum_real(c, dev, count));
+    CHECK_OK(moe_comm_allreduce_sum_real(c, dev, count));
     CHECK(c->completed == before + 1, "%s: completed went from %ld to %ld over one all-reduce", t->name, before,
           c->completed);
     test_gpu_download(t->gpu, buf, dev, count * sizeof *buf);
-    CHECK_OK(t->host->ops->allreduce_sum_real(t->host, host, count));
+    CHECK_OK(moe_comm_allreduce_sum_real(t->host, host, count));
     size_t bad = 0;
     for (size_t i = 0; i < count; i++) {
         moe_real want = (moe_real)(W * (W + 1) / 2 * (int)(i % 7) + W * (int)(i % 3));
         bad += buf[i] != want || host[i] != want;
     }
-    CHECK(bad == 0, "%s rank %d: allreduce of %zu values: %zu differ from the exact sums", t->name, c->rank, count,
+    CHECK(bad == 0, "%s rank %d: allreduce of %zu values: %zu differ from the exact sums", t->name, moe_comm_rank(c), count,
           bad);
     test_gpu_free(t->gpu, dev);
     free(buf), free(host);
@@ -129,10 +130,10 @@ static void check_allreduce(const transport_pair *t, size_t count) {
 
 static void check_control(const transport_pair *t) {
     moe_comm *c = t->dev;
-    const int W = c->size, me = c->rank;
+    const int W = moe_comm_size(c), me = moe_comm_rank(c);
     int *ints = malloc(4 * (size_t)W * sizeof(int)), *recv = ints + 2 * W;
     for (int p = 0; p < W; p++) ints[2 * p] = me * 100 + p, ints[2 * p + 1] = -(me * 100 + p);
-    CHECK_OK(c->ops->alltoall_ints(c, ints, recv, 2));
+    CHECK_OK(moe_comm_alltoall_ints(c, ints, recv, 2));
     for (int p = 0; p < W; p++)
         CHECK(recv[2 * p] == p * 100 + me && recv[2 * p + 1] == -(p * 100 + me), "%s: alltoall_ints from peer %d",
               t->name, p);
@@ -141,21 +142,21 @@ static void check_control(const transport_pair *t) {
     for (int p = 0; p < W; p++) total += nbytes[p] = (size_t)p + 1;
     unsigned char mine[64], *all = malloc(total);
     memset(mine, me + 1, sizeof mine);
-    CHECK_OK(c->ops->allgatherv_bytes(c, mine, (size_t)me + 1, all, nbytes));
+    CHECK_OK(moe_comm_allgatherv_bytes(c, mine, (size_t)me + 1, all, nbytes));
     for (size_t at = 0, p = 0; p < (size_t)W; at += nbytes[p], p++)
         for (size_t i = 0; i < nbytes[p]; i++)
             CHECK(all[at + i] == p + 1, "%s: allgatherv byte %zu of rank %zu", t->name, i, p);
 
     double x[2] = {me + 0.5, 1};
-    CHECK_OK(c->ops->allreduce_sum_f64(c, x, 2));
+    CHECK_OK(moe_comm_allreduce_sum_f64(c, x, 2));
     CHECK(x[0] == W * (W - 1) / 2.0 + 0.5 * W && x[1] == W, "%s: allreduce_sum_f64 gave %g %g", t->name, x[0], x[1]);
-    CHECK_OK(c->ops->barrier(c));
+    CHECK_OK(moe_comm_barrier(c));
     free(ints), free(nbytes), free(all);
 }
 
 static void check_transport(const transport_pair *t) {
-    CHECK(t->dev->rank == t->host->rank && t->dev->size == t->host->size, "%s: rank %d of %d, the reference %d of %d",
-          t->name, t->dev->rank, t->dev->size, t->host->rank, t->host->size);
+    CHECK(moe_comm_rank(t->dev) == moe_comm_rank(t->host) && moe_comm_size(t->dev) == moe_comm_size(t->host), "%s: rank %d of %d, the reference %d of %d",
+          t->name, moe_comm_rank(t->dev), moe_comm_size(t->dev), moe_comm_rank(t->host), moe_comm_size(t->host));
     for (int round = 0; round < 4; round++) {
         check_alltoallv(t, round, 3); /* 6-byte rows: not a multiple of 4 */
         check_alltoallv(t, round, 2);
@@ -167,7 +168,7 @@ static void check_transport(const transport_pair *t) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0)
-        printf("%-10s on %d rank(s): exchanges, all-reduce and control entries checked\n", t->name, t->dev->size);
+        printf("%-10s on %d rank(s): exchanges, all-reduce and control entries checked\n", t->name, moe_comm_size(t->dev));
 }
 
 static MPI_Comm dup_world(void) {
@@ -201,8 +202,8 @@ int main(int argc, char **argv) {
     transport_pair staged = {.name = "mpi-staged", .gpu = gpu};
     test_mpi_require(moe_comm_create_mpi_staged(gpu, dup_world(), "staged", 60, &staged.dev), "mpi-staged comm");
     test_mpi_require(moe_comm_create_mpi(dup_world(), "mpi", 60, &staged.host), "mpi comm");
-    CHECK(!strcmp(staged.dev->ops->name, "mpi-staged") && staged.dev->world_rank == rank && staged.dev->timeout_s == 60,
-          "mpi-staged: name %s, world rank %d, timeout %g", staged.dev->ops->name, staged.dev->world_rank,
+    CHECK(!strcmp(moe_comm_transport_name(staged.dev), "mpi-staged") && staged.dev->world_rank == rank && staged.dev->timeout_s == 60,
+          "mpi-staged: name %s, world rank %d, timeout %g", moe_comm_transport_name(staged.dev), staged.dev->world_rank,
           staged.dev->timeout_s);
     check_transport(&staged);
     moe_comm_destroy(staged.dev), moe_comm_destroy(staged.host);

@@ -23,9 +23,9 @@ typedef struct {
 } run_result;
 
 /* forward + backward (+ reduce) of tokens [first, first + T) on `par`, host in and out */
-static run_result run(const moe_parallel *par, const moe_config *cfg, const float *w_full, int first, int T,
-                      const float *x, const float *dout, const int *forced) {
-    moe_gpu *gpu = par->gpu;
+static run_result run(moe_runtime *rt, const moe_parallel *par, const moe_config *cfg, const float *w_full, int first,
+                      int T, const float *x, const float *dout, const int *forced) {
+    moe_gpu *gpu = moe_runtime_gpu(rt);
     size_t P = moe_layer_num_params(cfg), n = (size_t)T * D;
     /* this rank's parameters: the router, then its experts' slices of w1, w3, w2 */
     moe_config full = *cfg;
@@ -33,7 +33,7 @@ static run_result run(const moe_parallel *par, const moe_config *cfg, const floa
     moe_layer_weights wf = moe_layer_weights_view(&full, (float *)w_full);
     float *w_host = malloc(P * sizeof(float));
     moe_layer_weights wl = moe_layer_weights_view(cfg, w_host);
-    size_t per = (size_t)(E / cfg->ep_size) * F * D, off = (size_t)par->ep_rank * per;
+    size_t per = (size_t)(E / cfg->ep_size) * F * D, off = (size_t)moe_parallel_ranks(par).ep_rank * per;
     memcpy(wl.router_w, wf.router_w, (size_t)E * D * sizeof(float));
     memcpy(wl.w1, wf.w1 + off, per * sizeof(float));
     memcpy(wl.w3, wf.w3 + off, per * sizeof(float));
@@ -46,16 +46,16 @@ static run_result run(const moe_parallel *par, const moe_config *cfg, const floa
     moe_layer_weights w = moe_layer_weights_view(cfg, w_dev), g = moe_layer_weights_view(cfg, g_dev);
     moe_layer *L;
     moe_layer_stats st;
-    test_mpi_require(moe_layer_create(cfg, par, &L), "create");
+    test_mpi_require(moe_layer_create(cfg, rt, par, &L), "create");
     if (forced) test_mpi_require(moe_layer_force_routing(L, forced + (size_t)first * K), "force routing");
     test_mpi_require(moe_layer_forward(L, &w, x_dev, T, out_dev, &st), "forward");
     test_mpi_require(moe_layer_backward(L, &w, dout_dev, dx_dev, &g), "backward");
     test_mpi_require(moe_layer_reduce_gradients(L, &g), "reduce gradients");
     int Tg = 0;
-    const int *choices = moe_layer_global_routing(L, &Tg);
     run_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), malloc(P * sizeof(float)),
-                    malloc((size_t)Tg * K * sizeof(int)), st.num_dropped};
-    memcpy(r.experts, choices, (size_t)Tg * K * sizeof(int));
+                    malloc((size_t)TG * K * sizeof(int)), st.num_dropped};
+    test_mpi_require(moe_layer_gather_routing(L, r.experts, &Tg), "gather routing");
+    CHECK(Tg == TG, "rank %d: the global batch has %d tokens, want %d", moe_parallel_ranks(par).world_rank, Tg, TG);
     test_gpu_download(gpu, r.out, out_dev, n * sizeof(float));
     test_gpu_download(gpu, r.dx, dx_dev, n * sizeof(float));
     test_gpu_download(gpu, r.grads, g_dev, P * sizeof(float));
@@ -88,10 +88,12 @@ int main(int argc, char **argv) {
     test_weights w = test_weights_random(&ref_cfg, &rng);
     moe_real *x = test_alloc_uniform(&rng, (size_t)TG * D, 1.0), *dout = test_alloc_uniform(&rng, (size_t)TG * D, 1.0);
 
+    moe_runtime *rt = NULL; /* every rank on device 0 */
     moe_parallel *ref_par, *par;
-    test_mpi_require(moe_parallel_create_self_gpu(0, &ref_par), "one-rank GPU layout");
-    run_result ref = run(ref_par, &ref_cfg, w.buffer, 0, TG, x, dout, NULL);
-    moe_status st = moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, W, 60.0, 0, transport, &par);
+    test_mpi_require(moe_runtime_create_cuda(0, &rt), "CUDA runtime");
+    test_mpi_require(moe_parallel_create_self_gpu(moe_runtime_gpu(rt), &ref_par), "one-rank GPU layout");
+    run_result ref = run(rt, ref_par, &ref_cfg, w.buffer, 0, TG, x, dout, NULL);
+    moe_status st = moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, W, 60.0, moe_runtime_gpu(rt), transport, &par);
     if (st == MOE_ERR_INVALID_CONFIG && transport == MOE_GPU_TRANSPORT_NCCL) {
         if (rank == 0) printf("test_gpu_ep_layer: skip: built without NCCL\n");
         MPI_Finalize();
@@ -99,7 +101,7 @@ int main(int argc, char **argv) {
     }
     test_mpi_require(st, "GPU layout over MPI");
     int first = rank * (TG / W), T = rank == W - 1 ? TG - first : TG / W;
-    run_result got = run(par, &cfg, w.buffer, first, T, x, dout, ref.experts);
+    run_result got = run(rt, par, &cfg, w.buffer, first, T, x, dout, ref.experts);
     printf("rank %d (%s transport, ep %d): %d tokens, %d dropped\n", rank, W == 1 ? "nccl" : "mpi-staged", W, T,
            got.dropped);
 
@@ -114,7 +116,6 @@ int main(int argc, char **argv) {
                    1e-8, 1e-4, 1e-4);
     moe_parallel_destroy(par);
     moe_parallel_destroy(ref_par);
-    int rc = test_mpi_finish("test_gpu_ep_layer");
-    MPI_Finalize();
-    return rc;
+    moe_runtime_destroy(rt);
+    return test_mpi_finish("test_gpu_ep_layer"); /* finalizes MPI */
 }

@@ -1,4 +1,4 @@
-/* test_gpu_layer.c — the whole MoE layer on the GPU (CUDA backend, a world of one) against the CPU layer.
+/* test_gpu_layer.c — the whole MoE layer on the GPU (the CUDA runtime, a world of one) against the CPU layer.
  *
  * Routing: the GPU router (fp32 cuBLAS) and the CPU router (OpenBLAS) may round a logit differently, which
  * can flip a near-tie in top-k; the test requires at most 0.5% of the tokens to choose differently, then
@@ -45,9 +45,9 @@ typedef struct {
 } gpu_result;
 
 /* One forward + backward of a fresh GPU layer on host inputs; results back on the host. */
-static gpu_result run_gpu(const moe_parallel *par, const moe_config *cfg, const float *w_host, const float *x,
-                          const float *dout, const moe_real *bias, int T, const int *forced) {
-    moe_gpu *gpu = par->gpu;
+static gpu_result run_gpu(moe_runtime *rt, const moe_parallel *par, const moe_config *cfg, const float *w_host,
+                          const float *x, const float *dout, const moe_real *bias, int T, const int *forced) {
+    moe_gpu *gpu = moe_runtime_gpu(rt);
     size_t P = moe_layer_num_params(cfg), n = (size_t)T * cfg->d_model;
     float *w_dev = test_gpu_upload(gpu, w_host, P * sizeof(float));
     float *g_dev = test_gpu_alloc(gpu, P * sizeof(float));
@@ -56,7 +56,7 @@ static gpu_result run_gpu(const moe_parallel *par, const moe_config *cfg, const 
     float *out_dev = test_gpu_alloc(gpu, n * sizeof(float)), *dx_dev = test_gpu_alloc(gpu, n * sizeof(float));
     moe_layer_weights w = moe_layer_weights_view(cfg, w_dev), g = moe_layer_weights_view(cfg, g_dev);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(cfg, par, &L));
+    CHECK_OK(moe_layer_create(cfg, rt, par, &L));
     memcpy(moe_layer_expert_bias(L), bias, cfg->num_experts * sizeof(moe_real));
     if (forced) CHECK_OK(moe_layer_force_routing(L, forced));
     gpu_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), malloc(P * sizeof(float)),
@@ -64,9 +64,8 @@ static gpu_result run_gpu(const moe_parallel *par, const moe_config *cfg, const 
     CHECK_OK(moe_layer_forward(L, &w, x_dev, T, out_dev, &r.st));
     CHECK_OK(moe_layer_backward(L, &w, dout_dev, dx_dev, &g));
     int Tg = 0;
-    const int *choices = moe_layer_global_routing(L, &Tg);
-    CHECK(choices && Tg == T, "global routing of the GPU layer");
-    if (choices) memcpy(r.experts, choices, (size_t)T * cfg->top_k * sizeof(int));
+    CHECK_OK(moe_layer_gather_routing(L, r.experts, &Tg));
+    CHECK(Tg == T, "global routing of the GPU layer: %d tokens, want %d", Tg, T);
     r.num_dropped = r.st.num_dropped;
     test_gpu_download(gpu, r.out, out_dev, n * sizeof(float));
     test_gpu_download(gpu, r.dx, dx_dev, n * sizeof(float));
@@ -79,7 +78,7 @@ static gpu_result run_gpu(const moe_parallel *par, const moe_config *cfg, const 
 
 static void free_result(gpu_result *r) { free(r->out), free(r->dx), free(r->grads), free(r->experts); }
 
-static void run_case(const moe_parallel *par, const layer_case *c) {
+static void run_case(moe_runtime *rt, const moe_parallel *par, const layer_case *c) {
     printf("-- %s (T=%d d=%d d_ff=%d E=%d k=%d)\n", c->name, c->T, c->d, c->f, c->E, c->k);
     moe_config cfg = moe_config_default(c->d, c->f, c->E, c->k);
     cfg.score_func = c->func, cfg.capacity_factor = c->cf, cfg.drop_priority = c->prio;
@@ -103,26 +102,27 @@ static void run_case(const moe_parallel *par, const layer_case *c) {
                 if (e != c->zero_rows_expert && (t % 3 || e < c->E / 2)) forced[t * k + j++] = e;
     }
 
-    gpu_result g1 = run_gpu(par, &cfg, w.buffer, x, dout, bias, T, forced);
-    gpu_result g2 = run_gpu(par, &cfg, w.buffer, x, dout, bias, T, forced);
+    gpu_result g1 = run_gpu(rt, par, &cfg, w.buffer, x, dout, bias, T, forced);
+    gpu_result g2 = run_gpu(rt, par, &cfg, w.buffer, x, dout, bias, T, forced);
     CHECK(!memcmp(g1.out, g2.out, n * sizeof(float)) && !memcmp(g1.dx, g2.dx, n * sizeof(float)) &&
               !memcmp(g1.grads, g2.grads, P * sizeof(float)) && !memcmp(g1.experts, g2.experts, (size_t)T * k * sizeof(int)),
           "%s: two GPU runs differ", c->name);
 
     /* the CPU layer on the same input; first its own routing, to count differing choices */
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     memcpy(moe_layer_expert_bias(L), bias, c->E * sizeof(moe_real));
     moe_real *out = calloc(n, sizeof(moe_real)), *dx = calloc(n, sizeof(moe_real));
     test_weights grads = test_weights_zero(&cfg);
     moe_layer_stats st;
     if (forced) CHECK_OK(moe_layer_force_routing(L, forced));
     CHECK_OK(moe_layer_forward(L, &view, x, T, out, &st));
-    int Tg = 0, differing = 0;
-    const int *cpu_choice = moe_layer_global_routing(L, &Tg);
+    int Tg = 0, differing = 0, *cpu_choice = malloc((size_t)T * k * sizeof(int));
+    CHECK_OK(moe_layer_gather_routing(L, cpu_choice, &Tg));
     for (int t = 0; t < T; t++) differing += memcmp(cpu_choice + t * k, g1.experts + t * k, k * sizeof(int)) != 0;
     printf("tokens choosing differently on CPU and GPU: %d of %d\n", differing, T);
     CHECK(differing <= T / 200, "%s: %d of %d tokens route differently", c->name, differing, T);
+    free(cpu_choice);
 
     /* then on the GPU's routes */
     CHECK_OK(moe_layer_force_routing(L, g1.experts));
@@ -152,8 +152,10 @@ static void run_case(const moe_parallel *par, const layer_case *c) {
 int main(void) {
     moe_gpu *probe = test_gpu_require("test_gpu_layer");
     moe_gpu_destroy(probe);
+    moe_runtime *rt;
     moe_parallel *par;
-    CHECK_OK(moe_parallel_create_self_gpu(0, &par));
+    CHECK_OK(moe_runtime_create_cuda(0, &rt));
+    CHECK_OK(moe_parallel_create_self_gpu(moe_runtime_gpu(rt), &par));
     const layer_case cases[] = {
         {"dropless softmax", 256, 512, 8, 2, 1024, MOE_SCORE_SOFTMAX, 0, MOE_DROP_BY_TOKEN_ORDER, -1},
         {"capacity 1.0 by token order", 128, 256, 16, 2, 2048, MOE_SCORE_SOFTMAX, 1.0f, MOE_DROP_BY_TOKEN_ORDER, -1},
@@ -161,7 +163,8 @@ int main(void) {
         {"skewed, expert 5 gets no rows", 64, 128, 8, 2, 777, MOE_SCORE_SOFTMAX, 0, MOE_DROP_BY_TOKEN_ORDER, 5},
         {"top-1, width 12 (scalar row kernels)", 12, 40, 4, 1, 300, MOE_SCORE_SOFTMAX, 1.5f, MOE_DROP_BY_TOKEN_ORDER, -1},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(par, &cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(rt, par, &cases[i]);
     moe_parallel_destroy(par);
+    moe_runtime_destroy(rt);
     return test_finish("test_gpu_layer");
 }

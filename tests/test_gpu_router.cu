@@ -13,6 +13,7 @@ extern "C" {
 #include "router/gates.h"
 #include "router/layout.h"
 #include "router/routing.h"
+#include "tests/test_routing.h"
 #include "router/scores.h"
 #include "router/topk.h"
 #include "tests/test_gpu_util.h"
@@ -81,7 +82,7 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     float *d_logits = (float *)test_gpu_alloc(gpu, te * sizeof(float));
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_logits, te * sizeof(float));
-        CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits));
+        CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, NULL));
         got[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got[run], d_logits, te * sizeof(float));
     }
@@ -91,14 +92,27 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     /* a non-finite input gives MOE_ERR_NONFINITE, as on the CPU */
     x[(size_t)(T / 2) * d + d / 3] = INFINITY;
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
-    moe_status st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits);
+    moe_status st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, NULL);
     CHECK(st == MOE_ERR_NONFINITE, "logits %s with an Inf in x: %s", shape, moe_status_string(st));
+    /* the asynchronous form: the flag lands in pinned host memory at the next synchronisation */
+    int *flag = NULL;
+    CHECK_OK(moe_gpu_host_alloc(gpu, sizeof(int), (void **)&flag));
+    CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, flag));
+    CHECK_OK(moe_gpu_synchronize(gpu));
+    CHECK(*flag != 0, "logits %s with an Inf in x: the asynchronous flag stayed 0", shape);
     x[(size_t)(T / 2) * d + d / 3] = 0.5f;
     w[(size_t)(E - 1) * d] = NAN;
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
     CHECK_OK(moe_gpu_upload(gpu, d_w, w, (size_t)E * d * sizeof(float)));
-    st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits);
+    st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, NULL);
     CHECK(st == MOE_ERR_NONFINITE, "logits %s with a NaN in router_w: %s", shape, moe_status_string(st));
+    x[(size_t)(T / 2) * d + d / 3] = 0.5f, w[(size_t)(E - 1) * d] = 0.25f; /* finite again: the flag must clear */
+    CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
+    CHECK_OK(moe_gpu_upload(gpu, d_w, w, (size_t)E * d * sizeof(float)));
+    CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, flag));
+    CHECK_OK(moe_gpu_synchronize(gpu));
+    CHECK(*flag == 0, "logits %s, all finite: the asynchronous flag is %d", shape, *flag);
+    moe_gpu_host_free(gpu, flag);
 
     test_gpu_free(gpu, d_x), test_gpu_free(gpu, d_w), test_gpu_free(gpu, d_logits);
     free(x), free(w), free(want), free(got[0]), free(got[1]);
@@ -318,12 +332,12 @@ static void test_layout(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, double 
     float *scores = test_alloc_uniform(rng, (size_t)T * E, 1.0);
     if (unused >= 0)
         for (int t = 0; t < T; t++) scores[(size_t)t * E + unused] = -2.0f; /* below every other score */
-    moe_routing r;
-    CHECK_OK(moe_routing_alloc(&r, T, E, k, 1));
+    test_routing r;
+    CHECK_OK(test_routing_alloc(&r, T, E, k, 1));
     r.num_tokens = T;
     moe_router_topk_cpu(scores, T, E, k, r.expert);
     for (size_t a = 0; a < tk; a++) r.kept[a] = (moe_rng_uniform(rng) + 1) / 2 < keep_fraction;
-    moe_router_dispatch_layout_cpu(&r);
+    test_routing_layout(&r);
     if (unused >= 0) CHECK(r.num_tokens_per_expert[unused] == 0, "%s: the unused expert received rows", shape);
     if (keep_fraction < 1) CHECK(r.num_dropped > 0, "%s: nothing was dropped", shape);
 
@@ -340,7 +354,8 @@ static void test_layout(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, double 
         offset_host[run] = (int *)host_alloc((E + 1) * sizeof(int));
         memset(count_host[run], 0xFF, E * sizeof(int)), memset(offset_host[run], 0xFF, (E + 1) * sizeof(int));
         CHECK_OK(moe_router_dispatch_layout_cuda(gpu, d_expert, d_kept, T, E, k, d_slot, d_perm, d_count, d_offset,
-                                             count_host[run], offset_host[run]));
+                                                 count_host[run], offset_host[run]));
+        CHECK_OK(moe_gpu_synchronize(gpu)); /* the host copies are queued */
         slot[run] = (int *)host_alloc(tk * sizeof(int)), perm[run] = (int *)host_alloc(tk * sizeof(int));
         count[run] = (int *)host_alloc(E * sizeof(int)), offset[run] = (int *)host_alloc((E + 1) * sizeof(int));
         test_gpu_download(gpu, slot[run], d_slot, tk * sizeof(int));
@@ -368,7 +383,7 @@ static void test_layout(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, double 
     for (int run = 0; run < 2; run++)
         free(slot[run]), free(perm[run]), free(count[run]), free(offset[run]), free(count_host[run]),
             free(offset_host[run]);
-    moe_routing_free(&r);
+    test_routing_free(&r);
     free(scores);
 }
 
@@ -380,12 +395,13 @@ static void test_empty(moe_gpu *gpu) {
     int count[E], offset[E + 1], zeros[E + 1] = {0};
     memset(count, 0xFF, sizeof count), memset(offset, 0xFF, sizeof offset);
     CHECK_OK(moe_router_dispatch_layout_cuda(gpu, NULL, NULL, 0, E, k, NULL, NULL, d_count, d_offset, count, offset));
+    CHECK_OK(moe_gpu_synchronize(gpu));
     CHECK(memcmp(count, zeros, sizeof count) == 0 && memcmp(offset, zeros, sizeof offset) == 0,
           "empty layout: host counts or offsets not zero");
     double loss[2] = {NAN, NAN};
     CHECK_OK(moe_router_losses_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, NULL, 0, 16, E, k, loss));
     CHECK(loss[0] == 0 && loss[1] == 0, "empty losses: %g %g", loss[0], loss[1]);
-    CHECK_OK(moe_router_logits_cuda(gpu, NULL, NULL, 0, 16, E, NULL));
+    CHECK_OK(moe_router_logits_cuda(gpu, NULL, NULL, 0, 16, E, NULL, NULL));
     CHECK_OK(moe_router_scores_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, 0, E, NULL, NULL));
     CHECK_OK(moe_router_gates_cuda(gpu, NULL, NULL, 0, E, k, 1, NULL, NULL));
     CHECK_OK(moe_gpu_synchronize(gpu));

@@ -56,7 +56,7 @@ static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_
     p.cfg.aux_loss_coef = 0.1f;
     p.cfg.z_loss_coef = 0.05f;
     moe_rng rng = moe_rng_seeded(seed);
-    CHECK_OK(moe_layer_create(&p.cfg, NULL, &p.layer));
+    CHECK_OK(moe_layer_create(&p.cfg, NULL, NULL, &p.layer));
     p.weights = test_weights_random(&p.cfg, &rng);
     p.grads = test_weights_zero(&p.cfg);
     p.x = test_alloc_uniform(&rng, T * D, 1.5);

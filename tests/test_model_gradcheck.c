@@ -25,8 +25,8 @@ static void run_case(const char *name, moe_model_config c, unsigned long long se
     moe_parallel *par;
     moe_model *m;
     CHECK_OK(moe_parallel_create_self(&par));
-    CHECK_OK(moe_model_create(&c, par, SEQS, 1, &m));
-    moe_model_init_weights(m, seed);
+    CHECK_OK(moe_model_create(&c, NULL, par, SEQS, 1, &m));
+    CHECK_OK(moe_model_init_weights(m, seed));
     moe_real *p = moe_model_params(m), *g = moe_model_grads(m);
     const size_t n = moe_model_num_dense(m) + moe_model_num_expert(m);
     moe_rng rng = moe_rng_seeded(seed);
@@ -37,7 +37,7 @@ static void run_case(const char *name, moe_model_config c, unsigned long long se
     moe_model_zero_grads(m);
     CHECK_OK(moe_model_backward(m, 1.0));
     int spans_n, bad = 0;
-    const moe_model_param_span *spans = moe_model_spans(m, &spans_n);
+    const moe_model_tensor *spans = moe_model_tensors(m, &spans_n);
     for (int s = 0; s < spans_n; s++)
         for (size_t i = spans[s].offset; i < spans[s].offset + spans[s].count; i++) {
             const double eps = 1e-6, saved = p[i];

@@ -27,7 +27,7 @@ static void run_layer(const moe_config *cfg, const test_weights *tw, const moe_r
     test_weights g = test_weights_zero(cfg);
     CHECK_OK(moe_layer_forward(L, &tw->w, x, T, res->out, NULL));
     CHECK_OK(moe_layer_backward(L, &tw->w, dout, res->dx, &g.w));
-    const moe_routing *r = moe__layer_routing(L);
+    const moe_token_routing *r = moe__layer_token_routing(L);
     memcpy(res->expert, r->expert, sizeof res->expert);
     memcpy(res->slot, r->slot, sizeof res->slot);
     memcpy(res->gate, r->gate, sizeof res->gate);
@@ -52,8 +52,8 @@ static void test_repeat_and_threads(void) {
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *dout = test_alloc_uniform(&rng, T * D, 1);
     static run_result first, again, fresh, one_thread, two_threads;
     moe_layer *L, *L2;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L2));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L2));
     run_layer(&cfg, &tw, x, dout, L, &first);
     run_layer(&cfg, &tw, x, dout, L, &again);
     run_layer(&cfg, &tw, x, dout, L2, &fresh);
@@ -96,9 +96,9 @@ static void test_layer_ties(void) {
     memset(tw.w.router_w + 7 * D, 0, D * sizeof(moe_real));
     moe_real *x = test_alloc_uniform(&rng, TT * D, 1), *out = test_alloc_uniform(&rng, TT * D, 0);
     moe_layer *L;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &L));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     CHECK_OK(moe_layer_forward(L, &tw.w, x, TT, out, NULL));
-    const moe_routing *r = moe__layer_routing(L);
+    const moe_token_routing *r = moe__layer_token_routing(L);
     int tie_hits = 0;
     for (int t = 0; t < TT; t++) {
         const int *c = r->expert + t * K;

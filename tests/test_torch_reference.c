@@ -174,7 +174,7 @@ static int run_case(const ref_case *rc, const char *python, const char *script, 
     cfg.aux_loss_coef = 0.1f;
     cfg.z_loss_coef = 0.01f;
     moe_layer *layer = NULL;
-    CHECK_OK(moe_layer_create(&cfg, NULL, &layer));
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &layer));
     if (!layer) return 0;
     moe_rng rng = moe_rng_seeded(seed);
     test_weights w = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
@@ -191,7 +191,7 @@ static int run_case(const ref_case *rc, const char *python, const char *script, 
     moe_layer_stats st;
     CHECK_OK(moe_layer_forward(layer, &w.w, x, T, out, &st));
     CHECK_OK(moe_layer_backward(layer, &w.w, dout, dx, &g.w));
-    const moe_routing *r = moe__layer_routing(layer);
+    const moe_token_routing *r = moe__layer_token_routing(layer);
     const int k = rc->k, tk = T * k;
     char case_path[512], res_path[512];
     snprintf(case_path, sizeof case_path, "%s/case.bin", dir);

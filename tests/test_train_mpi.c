@@ -28,7 +28,7 @@ static double train(const char *train_path, const char *val_path, int ep, int st
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
     moe_train_options o = test_small_options(train_path, val_path, ep, steps, micro_batches);
     moe_trainer t;
-    test_mpi_require(moe_trainer_create(&t, &o, par), "trainer");
+    test_mpi_require(moe_trainer_create(&t, &o, NULL, par), "trainer");
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)o.model.num_layers * o.model.moe.num_experts, sizeof(double));
     double drops = 0, val = 0;

@@ -1,0 +1,86 @@
+/* dense_ops.h — the ops of a transformer's dense (data-parallel) parts, as a table per runtime, so that
+ * models/model.c and models/optimizer.c are written once and a CUDA or bf16 implementation plugs in beside the
+ * CPU one (dense_ops_cpu.c) without touching them. Every pointer is the runtime's device memory (tokens and
+ * targets too); the formulas are those of the CPU kernels each entry names (kernels/, experts/).
+ *
+ * Determinism: the entries reduce in a fixed order (no float atomics), and `linear` cuts its rows as the
+ * layer does (kernels/gemm_rows.h), so a token's activations do not depend on which tokens share its call.
+ * Host syncs: cross_entropy_forward and sum_squares return host values (they wait); the rest is queued. */
+#ifndef MOE_MOE_DENSE_OPS_H
+#define MOE_MOE_DENSE_OPS_H
+
+#include <stddef.h>
+
+#include "core/types.h"
+#include "kernels/adamw.h"
+#include "moe/runtime.h"
+
+typedef struct moe_dense_state moe_dense_state; /* scratch and handles of one model, per table */
+
+typedef struct moe_dense_ops {
+    const char *name;
+    /* layout_invariant: linear's row blocking (moe_config.layout_invariant); max_width: the widest row of a
+     * linear's input or output (d, d_ff, V) */
+    moe_status (*create)(moe_runtime *rt, int layout_invariant, int max_width, moe_dense_state **out);
+    void (*destroy)(moe_dense_state *s);
+
+    /* y[t] = table[tokens[t]]; dtable[tokens[t]] += dy[t] in token order (kernels/embedding.h) */
+    moe_status (*embedding_forward)(moe_dense_state *s, const moe_real *table, const int *tokens, int num_tokens,
+                                    int d, moe_real *y);
+    moe_status (*embedding_backward)(moe_dense_state *s, const moe_real *dy, const int *tokens, int num_tokens, int d,
+                                     moe_real *dtable);
+    /* RMSNorm (kernels/rmsnorm.h): y, rstd; backward accumulates into dx and dw */
+    moe_status (*rmsnorm_forward)(moe_dense_state *s, const moe_real *x, const moe_real *w, int num_tokens, int d,
+                                  moe_real eps, moe_real *y, moe_real *rstd);
+    moe_status (*rmsnorm_backward)(moe_dense_state *s, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int num_tokens, int d, moe_real *dx, moe_real *dw);
+    /* y[T, out] = x[T, in] W^T (W [out, in]); dx (+)= dy W with beta 0 or 1; dW += dy^T x */
+    moe_status (*linear_forward)(moe_dense_state *s, const moe_real *x, const moe_real *W, int num_tokens, int in,
+                                 int out, moe_real *y);
+    moe_status (*linear_backward_input)(moe_dense_state *s, const moe_real *dy, const moe_real *W, int num_tokens,
+                                        int in, int out, moe_real beta, moe_real *dx);
+    moe_status (*linear_backward_weight)(moe_dense_state *s, const moe_real *dy, const moe_real *x, int num_tokens,
+                                         int in, int out, moe_real *dW);
+    /* RoPE in place (kernels/rope.h) */
+    moe_status (*rope_forward)(moe_dense_state *s, moe_real *x, int num_seqs, int seq_len, int num_heads,
+                               int head_dim, double theta);
+    moe_status (*rope_backward)(moe_dense_state *s, moe_real *dx, int num_seqs, int seq_len, int num_heads,
+                                int head_dim, double theta);
+    /* causal GQA attention (kernels/attention.h); att [num_seqs, H, S, S] is kept for backward */
+    moe_status (*attention_forward)(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
+                                    int num_seqs, int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                                    moe_real *att, moe_real *out);
+    moe_status (*attention_backward)(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
+                                     const moe_real *att, const moe_real *dout, int num_seqs, int seq_len,
+                                     int num_heads, int num_kv_heads, int head_dim, moe_real *dq, moe_real *dk,
+                                     moe_real *dv);
+    /* a dense SwiGLU FFN: one expert over every token (experts/expert_ffn.h, router_w unused); h1, h3, act
+     * [T, d_ff] are kept for backward, which overwrites dx and accumulates into grads */
+    moe_status (*swiglu_forward)(moe_dense_state *s, const moe_layer_weights *w, int num_tokens, int d, int d_ff,
+                                 const moe_real *x, moe_real *h1, moe_real *h3, moe_real *act, moe_real *y);
+    moe_status (*swiglu_backward)(moe_dense_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
+                                  int num_tokens, int d, int d_ff, const moe_real *x, const moe_real *h1,
+                                  const moe_real *h3, const moe_real *act, const moe_real *dy, moe_real *dx);
+    /* y = a + b, n values */
+    moe_status (*add)(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y);
+    /* *loss_sum = sum_t of the token losses (kernels/cross_entropy.h; host double); backward overwrites the
+     * logits with scale * dL/dlogits */
+    moe_status (*cross_entropy_forward)(moe_dense_state *s, const moe_real *logits, const int *targets,
+                                        int num_tokens, int vocab, double *loss_sum);
+    moe_status (*cross_entropy_backward)(moe_dense_state *s, moe_real *logits, const int *targets, int num_tokens,
+                                         int vocab, moe_real scale);
+    /* the optimizer's: AdamW on count values (kernels/adamw.h); *sum = sum of squares in double, in index
+     * order (host); a *= factor, each product rounded once to moe_real */
+    moe_status (*adamw_update)(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m, moe_real *v,
+                               size_t count, const moe_adamw_params *hp);
+    moe_status (*sum_squares)(moe_dense_state *s, const moe_real *a, size_t count, double *sum);
+    moe_status (*scale)(moe_dense_state *s, moe_real *a, size_t count, double factor);
+} moe_dense_ops;
+
+/* The table of a runtime. */
+const moe_dense_ops *moe_runtime_dense_ops(const moe_runtime *rt);
+
+/* The CPU table (always built; float or double with moe_real). */
+extern const moe_dense_ops moe_dense_ops_cpu;
+
+#endif

@@ -1,0 +1,214 @@
+/* dense_ops_cpu.c — the CPU table of the dense ops (moe/dense_ops.h): the _cpu kernels of kernels/ and experts/,
+ * OpenBLAS through the row-wise GEMMs of kernels/gemm_rows.h. No host syncs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "core/real.h"
+#include "experts/expert_ffn.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gemm_rows.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "moe/dense_ops.h"
+
+struct moe_dense_state {
+    moe_runtime *rt;
+    moe_gemm_rows_plan gemm;
+    size_t att_nbytes, ffn_nbytes, wgrad_nbytes; /* what the scratch below holds */
+    moe_real *att_scratch;                      /* [S, S] attention backward           */
+    moe_real *dh1, *dh3;                        /* [T, d_ff] dense FFN backward        */
+    moe_real *wgrad_scratch;                    /* [d_ff, d] one weight gradient product */
+};
+
+/* Grows the buffers behind ptrs to nbytes each when *have is smaller. */
+static moe_status reserve(moe_dense_state *s, size_t *have, size_t nbytes, void **ptrs[], int n) {
+    if (nbytes <= *have) return MOE_OK;
+    const size_t sizes[] = {nbytes, nbytes};
+    *have = 0;
+    MOE_TRY(moe_runtime_regrow(s->rt, ptrs, sizes, n));
+    *have = nbytes;
+    return MOE_OK;
+}
+
+static void cpu_destroy(moe_dense_state *s) {
+    if (!s) return;
+    moe_gemm_rows_plan_free(&s->gemm);
+    moe_real *bufs[] = {s->att_scratch, s->dh1, s->dh3, s->wgrad_scratch};
+    for (int i = 0; i < 4; i++) moe_runtime_free(s->rt, bufs[i]);
+    free(s);
+}
+
+static moe_status cpu_create(moe_runtime *rt, int layout_invariant, int max_width, moe_dense_state **out) {
+    moe_dense_state *s = calloc(1, sizeof *s);
+    if (!s) return MOE_ERR_OUT_OF_MEMORY;
+    s->rt = rt;
+    moe_status st = moe_gemm_rows_plan_init(&s->gemm, layout_invariant, max_width);
+    if (st != MOE_OK) return cpu_destroy(s), st;
+    *out = s;
+    return MOE_OK;
+}
+
+static moe_status cpu_embedding_forward(moe_dense_state *s, const moe_real *table, const int *tokens, int T, int d,
+                                        moe_real *y) {
+    (void)s;
+    moe_embedding_forward_cpu(table, tokens, T, d, y);
+    return MOE_OK;
+}
+
+static moe_status cpu_embedding_backward(moe_dense_state *s, const moe_real *dy, const int *tokens, int T, int d,
+                                         moe_real *dtable) {
+    (void)s;
+    moe_embedding_backward_cpu(dy, tokens, T, d, dtable);
+    return MOE_OK;
+}
+
+static moe_status cpu_rmsnorm_forward(moe_dense_state *s, const moe_real *x, const moe_real *w, int T, int d,
+                                      moe_real eps, moe_real *y, moe_real *rstd) {
+    (void)s;
+    moe_rmsnorm_forward_cpu(x, w, T, d, eps, y, rstd);
+    return MOE_OK;
+}
+
+static moe_status cpu_rmsnorm_backward(moe_dense_state *s, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                       const moe_real *dy, int T, int d, moe_real *dx, moe_real *dw) {
+    (void)s;
+    moe_rmsnorm_backward_cpu(x, w, rstd, dy, T, d, dx, dw);
+    return MOE_OK;
+}
+
+static moe_status cpu_linear_forward(moe_dense_state *s, const moe_real *x, const moe_real *W, int T, int in, int out,
+                                     moe_real *y) {
+    moe_gemm_rows_cpu(&s->gemm, CblasTrans, T, out, in, x, W, 0, y);
+    return MOE_OK;
+}
+
+static moe_status cpu_linear_backward_input(moe_dense_state *s, const moe_real *dy, const moe_real *W, int T, int in,
+                                            int out, moe_real beta, moe_real *dx) {
+    moe_gemm_rows_cpu(&s->gemm, CblasNoTrans, T, in, out, dy, W, beta, dx);
+    return MOE_OK;
+}
+
+/* a sum over this rank's tokens, as one GEMM */
+static moe_status cpu_linear_backward_weight(moe_dense_state *s, const moe_real *dy, const moe_real *x, int T, int in,
+                                             int out, moe_real *dW) {
+    (void)s;
+    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1, dy, out, x, in, 1, dW, in);
+    return MOE_OK;
+}
+
+static moe_status cpu_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd, double theta) {
+    (void)s;
+    moe_rope_forward_cpu(x, num_seqs, S, H, hd, theta);
+    return MOE_OK;
+}
+
+static moe_status cpu_rope_backward(moe_dense_state *s, moe_real *dx, int num_seqs, int S, int H, int hd,
+                                    double theta) {
+    (void)s;
+    moe_rope_backward_cpu(dx, num_seqs, S, H, hd, theta);
+    return MOE_OK;
+}
+
+static moe_status cpu_attention_forward(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
+                                        int num_seqs, int S, int H, int KV, int hd, moe_real *att, moe_real *out) {
+    (void)s;
+    moe_attention_forward_cpu(q, k, v, num_seqs, S, H, KV, hd, att, out);
+    return MOE_OK;
+}
+
+static moe_status cpu_attention_backward(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
+                                         const moe_real *att, const moe_real *dout, int num_seqs, int S, int H, int KV,
+                                         int hd, moe_real *dq, moe_real *dk, moe_real *dv) {
+    void **ptrs[] = {(void **)&s->att_scratch};
+    MOE_TRY(reserve(s, &s->att_nbytes, (size_t)S * S * sizeof(moe_real), ptrs, 1));
+    moe_attention_backward_cpu(q, k, v, att, dout, num_seqs, S, H, KV, hd, dq, dk, dv, s->att_scratch);
+    return MOE_OK;
+}
+
+static moe_status cpu_swiglu_forward(moe_dense_state *s, const moe_layer_weights *w, int T, int d, int d_ff,
+                                     const moe_real *x, moe_real *h1, moe_real *h3, moe_real *act, moe_real *y) {
+    const int offsets[2] = {0, T}; /* one expert that sees every token */
+    moe_expert_ffn_forward_cpu(w, 1, d, d_ff, offsets, x, h1, h3, act, y, &s->gemm);
+    return MOE_OK;
+}
+
+static moe_status cpu_swiglu_backward(moe_dense_state *s, const moe_layer_weights *w, moe_layer_weights *grads, int T,
+                                      int d, int d_ff, const moe_real *x, const moe_real *h1, const moe_real *h3,
+                                      const moe_real *act, const moe_real *dy, moe_real *dx) {
+    void **ffn[] = {(void **)&s->dh1, (void **)&s->dh3}, **wgrad[] = {(void **)&s->wgrad_scratch};
+    MOE_TRY(reserve(s, &s->ffn_nbytes, (size_t)T * d_ff * sizeof(moe_real), ffn, 2));
+    MOE_TRY(reserve(s, &s->wgrad_nbytes, (size_t)d_ff * d * sizeof(moe_real), wgrad, 1));
+    const int offsets[2] = {0, T};
+    moe_expert_ffn_backward_cpu(w, grads, 1, d, d_ff, offsets, 1, x, h1, h3, act, dy, s->dh1, s->dh3, dx,
+                                s->wgrad_scratch, &s->gemm);
+    return MOE_OK;
+}
+
+static moe_status cpu_add(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    (void)s;
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    return MOE_OK;
+}
+
+static moe_status cpu_cross_entropy_forward(moe_dense_state *s, const moe_real *logits, const int *targets, int T,
+                                            int V, double *loss_sum) {
+    (void)s;
+    *loss_sum = moe_cross_entropy_forward_cpu(logits, targets, T, V);
+    return MOE_OK;
+}
+
+static moe_status cpu_cross_entropy_backward(moe_dense_state *s, moe_real *logits, const int *targets, int T, int V,
+                                             moe_real scale) {
+    (void)s;
+    moe_cross_entropy_backward_cpu(logits, targets, T, V, scale);
+    return MOE_OK;
+}
+
+static moe_status cpu_adamw_update(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m, moe_real *v,
+                                   size_t count, const moe_adamw_params *hp) {
+    (void)s;
+    moe_adamw_update_cpu(param, grad, m, v, count, hp);
+    return MOE_OK;
+}
+
+static moe_status cpu_sum_squares(moe_dense_state *s, const moe_real *a, size_t n, double *sum) {
+    (void)s;
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += (double)a[i] * a[i];
+    *sum = total;
+    return MOE_OK;
+}
+
+static moe_status cpu_scale(moe_dense_state *s, moe_real *a, size_t n, double factor) {
+    (void)s;
+    for (size_t i = 0; i < n; i++) a[i] = (moe_real)(a[i] * factor);
+    return MOE_OK;
+}
+
+const moe_dense_ops moe_dense_ops_cpu = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward_input = cpu_linear_backward_input,
+    .linear_backward_weight = cpu_linear_backward_weight,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .add = cpu_add,
+    .cross_entropy_forward = cpu_cross_entropy_forward,
+    .cross_entropy_backward = cpu_cross_entropy_backward,
+    .adamw_update = cpu_adamw_update,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+};

@@ -1,0 +1,190 @@
+/* layer_ops_cpu.c — the CPU table of the layer's steps (moe/layer_ops.h): host memory, OpenBLAS through the
+ * row-wise GEMMs of kernels/gemm_rows.h, the _cpu ops of router/, kernels/ and experts/. No host syncs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "core/real.h"
+#include "experts/expert_ffn.h"
+#include "kernels/gemm_rows.h"
+#include "kernels/permute.h"
+#include "moe/layer_ops.h"
+#include "moe/runtime.h"
+#include "router/aux_loss.h"
+#include "router/gates.h"
+#include "router/layout.h"
+#include "router/scores.h"
+#include "router/topk.h"
+
+struct moe_layer_state {
+    moe_config cfg;
+    moe_runtime *rt;
+    int num_local_experts;
+    moe_gemm_rows_plan gemm;     /* how row-wise GEMMs are cut into calls (cfg.layout_invariant) */
+    moe_real *wgrad_scratch;     /* [d_ff * d] one expert weight gradient product */
+    int *expert_offset;          /* [E + 1] the layout's offsets (scratch) */
+    int *num_selected;           /* [E] global top-k counts of the last forward, for the balance loss's gradient */
+    int max_rows;                /* what the expert activations hold */
+    moe_real *h1, *h3, *act;     /* [rows, d_ff] kept from forward for backward */
+    moe_real *dh1, *dh3;         /* [rows, d_ff] backward scratch */
+    int max_tokens;
+    moe_real *dscores, *dlogits; /* [T, E] router backward scratch */
+};
+
+static void cpu_destroy(moe_layer_state *s) {
+    if (!s) return;
+    moe_gemm_rows_plan_free(&s->gemm);
+    free(s->wgrad_scratch), free(s->expert_offset), free(s->num_selected);
+    void **bufs[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act, (void **)&s->dh1, (void **)&s->dh3,
+                     (void **)&s->dscores, (void **)&s->dlogits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) moe_runtime_free(s->rt, *bufs[i]);
+    free(s);
+}
+
+static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out) {
+    moe_layer_state *s = calloc(1, sizeof *s);
+    if (!s) return MOE_ERR_OUT_OF_MEMORY;
+    s->cfg = *cfg;
+    s->rt = rt;
+    s->num_local_experts = cfg->num_experts / cfg->ep_size;
+    int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
+    widest = widest > cfg->num_experts ? widest : cfg->num_experts;
+    s->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
+    s->expert_offset = calloc((size_t)cfg->num_experts + 1, sizeof(int));
+    s->num_selected = calloc((size_t)cfg->num_experts, sizeof(int));
+    moe_status st = s->wgrad_scratch && s->expert_offset && s->num_selected
+                        ? moe_gemm_rows_plan_init(&s->gemm, cfg->layout_invariant, widest)
+                        : MOE_ERR_OUT_OF_MEMORY;
+    if (st != MOE_OK) return cpu_destroy(s), st;
+    *out = s;
+    return MOE_OK;
+}
+
+static moe_status cpu_route(moe_layer_state *s, const moe_layer_weights *w, const moe_real *x, const moe_real *bias,
+                            int use_given_experts, const moe_token_routing *r, int T) {
+    const moe_config *c = &s->cfg;
+    const int E = c->num_experts, k = c->top_k;
+    MOE_TRY(moe_router_logits_cpu(&s->gemm, x, w->router_w, T, c->d_model, E, r->logits));
+    moe_router_scores_cpu(c->score_func, r->logits, T, E, r->scores);
+    const moe_real *select = r->scores;
+    if (c->score_func == MOE_SCORE_SIGMOID) {
+        for (size_t i = 0; i < (size_t)T * E; i++) r->select_scores[i] = r->scores[i] + bias[i % E];
+        select = r->select_scores;
+    }
+    if (!use_given_experts) moe_router_topk_cpu(select, T, E, k, r->expert);
+    moe_router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
+    return MOE_OK;
+}
+
+static moe_status cpu_choices_to_host(moe_layer_state *s, const moe_token_routing *r, int T, int with_scores,
+                                      int *expert, moe_real *expert_score) {
+    const size_t A = (size_t)T * s->cfg.top_k;
+    memcpy(expert, r->expert, A * sizeof(int));
+    if (with_scores) memcpy(expert_score, r->expert_score, A * sizeof(moe_real));
+    return MOE_OK;
+}
+
+static moe_status cpu_kept_to_device(moe_layer_state *s, const unsigned char *kept, const moe_token_routing *r,
+                                     int T) {
+    memcpy(r->kept, kept, (size_t)T * s->cfg.top_k);
+    return MOE_OK;
+}
+
+static moe_status cpu_dispatch_layout(moe_layer_state *s, const moe_token_routing *r, int T, int *layout_counts) {
+    moe_router_dispatch_layout_cpu(r->expert, r->kept, T, s->cfg.num_experts, s->cfg.top_k, r->slot, r->perm_token,
+                                   layout_counts, s->expert_offset);
+    return MOE_OK;
+}
+
+static moe_status cpu_permute(moe_layer_state *s, const moe_real *x, const int *perm_token, int num_rows, void *xp) {
+    moe_permute_rows_cpu(x, perm_token, num_rows, s->cfg.d_model, xp);
+    return MOE_OK;
+}
+
+static moe_status cpu_combine(moe_layer_state *s, const void *y, const int *slot, const moe_real *gate, int T,
+                              moe_real *out) {
+    moe_combine_rows_cpu(y, slot, gate, T, s->cfg.top_k, s->cfg.d_model, out);
+    return MOE_OK;
+}
+
+static moe_status cpu_combine_backward(moe_layer_state *s, const moe_real *dout, const void *y, const int *slot,
+                                       const moe_real *gate, int T, void *dy, moe_real *dgate) {
+    moe_combine_rows_backward_cpu(dout, y, slot, gate, T, s->cfg.top_k, s->cfg.d_model, dy, dgate);
+    return MOE_OK;
+}
+
+static moe_status cpu_experts_forward(moe_layer_state *s, const moe_layer_weights *w, const int *expert_offset,
+                                      int rows, const void *xp, void *y) {
+    if (rows > s->max_rows) {
+        void **bufs[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act, (void **)&s->dh1, (void **)&s->dh3};
+        const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_real), nbytes[] = {n, n, n, n, n};
+        s->max_rows = 0;
+        MOE_TRY(moe_runtime_regrow(s->rt, bufs, nbytes, 5));
+        s->max_rows = rows;
+    }
+    moe_expert_ffn_forward_cpu(w, s->num_local_experts, s->cfg.d_model, s->cfg.d_ff, expert_offset, xp, s->h1, s->h3,
+                               s->act, y, &s->gemm);
+    return MOE_OK;
+}
+
+static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
+                                       const int *segment_start, int segments, int rows, const void *xp,
+                                       const void *dy, void *dxp) {
+    if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
+    moe_expert_ffn_backward_cpu(w, grads, s->num_local_experts, s->cfg.d_model, s->cfg.d_ff, segment_start, segments,
+                                xp, s->h1, s->h3, s->act, dy, s->dh1, s->dh3, dxp, s->wgrad_scratch, &s->gemm);
+    return MOE_OK;
+}
+
+static moe_status cpu_router_losses(moe_layer_state *s, const moe_token_routing *r, int T, const int *num_selected,
+                                    int num_tokens_global, double loss[2]) {
+    const moe_config *c = &s->cfg;
+    memcpy(s->num_selected, num_selected, (size_t)c->num_experts * sizeof(int));
+    loss[0] = moe_router_load_balance_loss_cpu(c->score_func, r->scores, num_selected, T, num_tokens_global,
+                                               c->num_experts, c->top_k);
+    loss[1] = moe_router_z_loss_cpu(r->logits, T, num_tokens_global, c->num_experts);
+    return MOE_OK;
+}
+
+static moe_status cpu_router_backward(moe_layer_state *s, const moe_layer_weights *w, const moe_token_routing *r,
+                                      int T, const moe_real *x, const moe_real *dgate, int num_tokens_global,
+                                      moe_layer_weights *grads, moe_real *dx) {
+    const moe_config *c = &s->cfg;
+    const int Tg = num_tokens_global, d = c->d_model, E = c->num_experts, k = c->top_k;
+    if (T > s->max_tokens) {
+        void **bufs[] = {(void **)&s->dscores, (void **)&s->dlogits};
+        const size_t n = (size_t)T * E * sizeof(moe_real), nbytes[] = {n, n};
+        s->max_tokens = 0;
+        MOE_TRY(moe_runtime_regrow(s->rt, bufs, nbytes, 2));
+        s->max_tokens = T;
+    }
+    /* gates and the balance loss give dL/dscores; scores and the z-loss give dL/dlogits */
+    memset(s->dscores, 0, (size_t)T * E * sizeof(moe_real));
+    moe_router_gates_backward_cpu(r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize, s->dscores);
+    moe_router_load_balance_loss_backward_cpu(c->score_func, r->scores, s->num_selected, T, Tg, E, k, c->aux_loss_coef,
+                                              s->dscores);
+    moe_router_scores_backward_cpu(c->score_func, r->scores, s->dscores, T, E, s->dlogits);
+    moe_router_z_loss_backward_cpu(r->logits, T, Tg, E, c->z_loss_coef, s->dlogits);
+    /* dWr += dlogits^T x (a sum over this rank's tokens; moe_layer_reduce_gradients sums over ranks) */
+    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, s->dlogits, E, x, d, 1, grads->router_w, d);
+    if (dx) moe_gemm_rows_cpu(&s->gemm, CblasNoTrans, T, d, E, s->dlogits, w->router_w, 1, dx);
+    return MOE_OK;
+}
+
+const moe_layer_ops moe_layer_ops_cpu = {
+    .name = "cpu",
+    .row_elem = sizeof(moe_real),
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .route = cpu_route,
+    .choices_to_host = cpu_choices_to_host,
+    .kept_to_device = cpu_kept_to_device,
+    .dispatch_layout = cpu_dispatch_layout,
+    .permute = cpu_permute,
+    .combine = cpu_combine,
+    .combine_backward = cpu_combine_backward,
+    .experts_forward = cpu_experts_forward,
+    .experts_backward = cpu_experts_backward,
+    .router_losses = cpu_router_losses,
+    .router_backward = cpu_router_backward,
+};

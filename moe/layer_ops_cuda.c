@@ -1,0 +1,225 @@
+/* layer_ops_cuda.c — the CUDA table of the layer's steps (moe/layer_ops.h): the _cuda ops of router/, kernels/
+ * and experts/, all queued on the runtime's stream. Router and losses in fp32; expert rows, exchanges and
+ * expert GEMMs in bf16 with fp32 accumulation; fp32 master weights and gradients.
+ *
+ * Host syncs: choices_to_host (the top-k choices, and their scores when capacity drops by score, go to the
+ * host for the capacity rule, with the non-finite flag of the logits), router_losses (the two loss shares),
+ * and the end of router_backward. Every other copy to or from the host uses pinned memory and stays queued:
+ * the kept flags, the selection bias, the global counts, the layout's counts (checked by the layer after
+ * the losses' sync). Growing a buffer (the first calls) frees the old one, which waits for the device.
+ *
+ * Expert GEMMs: MOE_EXPERT_GEMM_PER_EXPERT by default; MOE_EXPERT_GEMM=grouped in the environment selects
+ * cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose pointer
+ * arrays go up from pageable memory (a host sync per GEMM group). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "experts/expert_ffn.h"
+#include "kernels/permute.h"
+#include "moe/layer_ops.h"
+#include "moe/runtime.h"
+#include "router/aux_loss.h"
+#include "router/gates.h"
+#include "router/layout.h"
+#include "router/scores.h"
+#include "router/topk.h"
+
+_Static_assert(sizeof(moe_real) == sizeof(float), "the CUDA table is float only");
+
+struct moe_layer_state {
+    moe_config cfg;
+    moe_runtime *rt;
+    moe_gpu *gpu;
+    int num_local_experts;
+    moe_expert_gemm_mode gemm_mode;
+    moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
+    int *offsets;                /* host [E_local + 1] expert offsets of the received rows (backward) */
+    int max_rows;
+    moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward */
+    moe_bf16 *dh13, *dact;       /* backward scratch of the same shapes */
+    int max_tokens;
+    float *dscores, *dlogits;    /* [T, E] router backward scratch */
+    float *bias;                 /* [E] selection bias (sigmoid routing) */
+    int *num_selected;           /* [E] global top-k counts, for the balance loss and its gradient */
+    int *counts, *expert_offset; /* [E], [E + 1] the layout's, on the device */
+    /* pinned host staging of the queued copies */
+    float *bias_host;            /* [E] */
+    int *num_selected_host;      /* [E] */
+    int *nonfinite_host;         /* [1] the logits' non-finite flag, read after the routing's sync */
+};
+
+static void free_device(moe_layer_state *s, void **ptrs[], int n) {
+    for (int i = 0; i < n; i++) moe_runtime_free(s->rt, *ptrs[i]), *ptrs[i] = NULL;
+}
+
+static void cuda_destroy(moe_layer_state *s) {
+    if (!s) return;
+    void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->h13, (void **)&s->act,
+                     (void **)&s->dh13, (void **)&s->dact, (void **)&s->dscores, (void **)&s->dlogits,
+                     (void **)&s->bias, (void **)&s->num_selected, (void **)&s->counts, (void **)&s->expert_offset};
+    free_device(s, ptrs, sizeof ptrs / sizeof *ptrs);
+    moe_runtime_host_free(s->rt, s->bias_host);
+    moe_runtime_host_free(s->rt, s->num_selected_host);
+    moe_runtime_host_free(s->rt, s->nonfinite_host);
+    free(s->offsets);
+    free(s);
+}
+
+static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out) {
+    moe_gpu *gpu = moe_runtime_gpu(rt);
+    if (!gpu) return moe_fail(MOE_ERR_NO_DEVICE, "the CUDA layer table needs a CUDA runtime, not '%s'", moe_runtime_name(rt));
+    moe_layer_state *s = calloc(1, sizeof *s);
+    if (!s) return MOE_ERR_OUT_OF_MEMORY;
+    s->cfg = *cfg;
+    s->rt = rt;
+    s->gpu = gpu;
+    s->num_local_experts = cfg->num_experts / cfg->ep_size;
+    const char *mode = getenv("MOE_EXPERT_GEMM");
+    s->gemm_mode = mode && !strcmp(mode, "grouped") ? MOE_EXPERT_GEMM_GROUPED : MOE_EXPERT_GEMM_PER_EXPERT;
+    size_t EL = s->num_local_experts, E = cfg->num_experts, wcount = (size_t)cfg->d_ff * cfg->d_model;
+    void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->bias, (void **)&s->num_selected,
+                     (void **)&s->counts, (void **)&s->expert_offset};
+    const size_t nbytes[] = {EL * 2 * wcount * sizeof(moe_bf16), EL * wcount * sizeof(moe_bf16), E * sizeof(float),
+                             E * sizeof(int), E * sizeof(int), (E + 1) * sizeof(int)};
+    s->offsets = malloc((EL + 1) * sizeof(int));
+    moe_status st = s->offsets ? moe_runtime_regrow(rt, ptrs, nbytes, 6) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(float), (void **)&s->bias_host);
+    if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(int), (void **)&s->num_selected_host);
+    if (st == MOE_OK) st = moe_runtime_host_alloc(rt, sizeof(int), (void **)&s->nonfinite_host);
+    if (st != MOE_OK) return cuda_destroy(s), st;
+    *out = s;
+    return MOE_OK;
+}
+
+static moe_status cuda_route(moe_layer_state *s, const moe_layer_weights *w, const moe_real *x, const moe_real *bias,
+                             int use_given_experts, const moe_token_routing *r, int T) {
+    const moe_config *c = &s->cfg;
+    const int E = c->num_experts, k = c->top_k;
+    const int sigmoid = c->score_func == MOE_SCORE_SIGMOID;
+    if (sigmoid) {
+        memcpy(s->bias_host, bias, (size_t)E * sizeof(float));
+        MOE_TRY(moe_runtime_upload_async(s->rt, s->bias, s->bias_host, (size_t)E * sizeof(float)));
+    }
+    MOE_TRY(moe_router_logits_cuda(s->gpu, x, w->router_w, T, c->d_model, E, r->logits, s->nonfinite_host));
+    MOE_TRY(moe_router_scores_cuda(s->gpu, c->score_func, r->logits, sigmoid ? s->bias : NULL, T, E, r->scores,
+                                   r->select_scores));
+    if (!use_given_experts)
+        MOE_TRY(moe_router_topk_cuda(s->gpu, sigmoid ? r->select_scores : r->scores, T, E, k, r->expert));
+    return moe_router_gates_cuda(s->gpu, r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
+}
+
+static moe_status cuda_choices_to_host(moe_layer_state *s, const moe_token_routing *r, int T, int with_scores,
+                                       int *expert, moe_real *expert_score) {
+    const size_t A = (size_t)T * s->cfg.top_k;
+    MOE_TRY(moe_runtime_download_async(s->rt, expert, r->expert, A * sizeof(int)));
+    if (with_scores) MOE_TRY(moe_runtime_download_async(s->rt, expert_score, r->expert_score, A * sizeof(float)));
+    MOE_TRY(moe_runtime_synchronize(s->rt));
+    if (*s->nonfinite_host)
+        return moe_fail(MOE_ERR_NONFINITE, "non-finite router logits (NaN or Inf) in layer %d", s->cfg.layer_index);
+    return MOE_OK;
+}
+
+static moe_status cuda_kept_to_device(moe_layer_state *s, const unsigned char *kept, const moe_token_routing *r,
+                                      int T) {
+    return moe_runtime_upload_async(s->rt, r->kept, kept, (size_t)T * s->cfg.top_k);
+}
+
+static moe_status cuda_dispatch_layout(moe_layer_state *s, const moe_token_routing *r, int T, int *layout_counts) {
+    const moe_config *c = &s->cfg;
+    return moe_router_dispatch_layout_cuda(s->gpu, r->expert, r->kept, T, c->num_experts, c->top_k, r->slot,
+                                           r->perm_token, s->counts, s->expert_offset, layout_counts, NULL);
+}
+
+static moe_status cuda_permute(moe_layer_state *s, const moe_real *x, const int *perm_token, int num_rows, void *xp) {
+    return moe_permute_rows_cuda(s->gpu, x, perm_token, num_rows, s->cfg.d_model, xp);
+}
+
+static moe_status cuda_combine(moe_layer_state *s, const void *y, const int *slot, const moe_real *gate, int T,
+                               moe_real *out) {
+    return moe_combine_rows_cuda(s->gpu, y, slot, gate, T, s->cfg.top_k, s->cfg.d_model, out);
+}
+
+static moe_status cuda_combine_backward(moe_layer_state *s, const moe_real *dout, const void *y, const int *slot,
+                                        const moe_real *gate, int T, void *dy, moe_real *dgate) {
+    return moe_combine_rows_backward_cuda(s->gpu, dout, y, slot, gate, T, s->cfg.top_k, s->cfg.d_model, dy, dgate);
+}
+
+static moe_status cuda_experts_forward(moe_layer_state *s, const moe_layer_weights *w, const int *expert_offset,
+                                       int rows, const void *xp, void *y) {
+    const int EL = s->num_local_experts, d = s->cfg.d_model, f = s->cfg.d_ff;
+    if (rows > s->max_rows) {
+        void **ptrs[] = {(void **)&s->h13, (void **)&s->act, (void **)&s->dh13, (void **)&s->dact};
+        size_t n = (size_t)rows * f * sizeof(moe_bf16);
+        const size_t nbytes[] = {2 * n, n, 2 * n, n};
+        s->max_rows = 0;
+        MOE_TRY(moe_runtime_regrow(s->rt, ptrs, nbytes, 4));
+        s->max_rows = rows;
+    }
+    MOE_TRY(moe_expert_weights_to_bf16_cuda(s->gpu, w, EL, d, f, &s->wb));
+    return moe_expert_ffn_forward_cuda(s->gpu, s->gemm_mode, &s->wb, EL, d, f, expert_offset, xp, s->h13, s->act, y);
+}
+
+static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
+                                        const int *segment_start, int segments, int rows, const void *xp,
+                                        const void *dy, void *dxp) {
+    (void)w; /* the bf16 packs of the forward are the weights backward uses */
+    const int EL = s->num_local_experts;
+    if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
+    /* one GEMM per expert over all its rows: its segments are consecutive */
+    for (int e = 0; e <= EL; e++) s->offsets[e] = segment_start[(size_t)e * segments];
+    return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, s->cfg.d_model, s->cfg.d_ff,
+                                        s->offsets, xp, s->h13, s->act, dy, s->dh13, s->dact, dxp);
+}
+
+static moe_status cuda_router_losses(moe_layer_state *s, const moe_token_routing *r, int T, const int *num_selected,
+                                     int num_tokens_global, double loss[2]) {
+    const moe_config *c = &s->cfg;
+    const size_t nbytes = (size_t)c->num_experts * sizeof(int);
+    memcpy(s->num_selected_host, num_selected, nbytes);
+    MOE_TRY(moe_runtime_upload_async(s->rt, s->num_selected, s->num_selected_host, nbytes));
+    return moe_router_losses_cuda(s->gpu, c->score_func, r->scores, r->logits, s->num_selected, T, num_tokens_global,
+                                  c->num_experts, c->top_k, loss);
+}
+
+static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weights *w, const moe_token_routing *r,
+                                       int T, const moe_real *x, const moe_real *dgate, int num_tokens_global,
+                                       moe_layer_weights *grads, moe_real *dx) {
+    const moe_config *c = &s->cfg;
+    const int Tg = num_tokens_global, E = c->num_experts, k = c->top_k;
+    if (T > s->max_tokens) {
+        void **ptrs[] = {(void **)&s->dscores, (void **)&s->dlogits};
+        const size_t nbytes[] = {(size_t)T * E * sizeof(float), (size_t)T * E * sizeof(float)};
+        s->max_tokens = 0;
+        MOE_TRY(moe_runtime_regrow(s->rt, ptrs, nbytes, 2));
+        s->max_tokens = T;
+    }
+    MOE_TRY(moe_runtime_zero(s->rt, s->dscores, (size_t)T * E * sizeof(float)));
+    MOE_TRY(moe_router_gates_backward_cuda(s->gpu, r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize,
+                                           s->dscores));
+    MOE_TRY(moe_router_load_balance_loss_backward_cuda(s->gpu, c->score_func, r->scores, s->num_selected, T, Tg, E, k,
+                                                       c->aux_loss_coef, s->dscores));
+    MOE_TRY(moe_router_scores_backward_cuda(s->gpu, c->score_func, r->scores, s->dscores, T, E, s->dlogits));
+    MOE_TRY(moe_router_z_loss_backward_cuda(s->gpu, r->logits, T, Tg, E, c->z_loss_coef, s->dlogits));
+    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, x, w->router_w, s->dlogits, T, c->d_model, E, grads->router_w, dx));
+    /* the caller reads dx and the gradients on other streams, or from the host: finish here */
+    return moe_runtime_synchronize(s->rt);
+}
+
+const moe_layer_ops moe_layer_ops_cuda = {
+    .name = "cuda",
+    .row_elem = sizeof(moe_bf16),
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .route = cuda_route,
+    .choices_to_host = cuda_choices_to_host,
+    .kept_to_device = cuda_kept_to_device,
+    .dispatch_layout = cuda_dispatch_layout,
+    .permute = cuda_permute,
+    .combine = cuda_combine,
+    .combine_backward = cuda_combine_backward,
+    .experts_forward = cuda_experts_forward,
+    .experts_backward = cuda_experts_backward,
+    .router_losses = cuda_router_losses,
+    .router_backward = cuda_router_backward,
+};

@@ -1,0 +1,105 @@
+/* runtime.c — the runtime's functions (runtime.h), which forward to its memory table, and the CPU runtime:
+ * host memory, the CPU op tables (layer_ops_cpu.c, dense_ops_cpu.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "moe/runtime_backend.h"
+
+const char *moe_runtime_name(const moe_runtime *rt) { return rt->name; }
+moe_gpu *moe_runtime_gpu(const moe_runtime *rt) { return rt->gpu; }
+const moe_dense_ops *moe_runtime_dense_ops(const moe_runtime *rt) { return rt->dense; }
+
+void moe_runtime_destroy(moe_runtime *rt) {
+    if (rt) rt->destroy(rt);
+}
+
+moe_status moe_runtime_alloc(moe_runtime *rt, size_t nbytes, void **out) { return rt->memory->alloc(rt, nbytes, out); }
+void moe_runtime_free(moe_runtime *rt, void *ptr) { rt->memory->free(rt, ptr); }
+
+moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n) {
+    for (int i = 0; i < n; i++) moe_runtime_free(rt, *ptrs[i]), *ptrs[i] = NULL;
+    for (int i = 0; i < n; i++) MOE_TRY(moe_runtime_alloc(rt, nbytes[i], ptrs[i]));
+    return MOE_OK;
+}
+
+moe_status moe_runtime_host_alloc(moe_runtime *rt, size_t nbytes, void **out) {
+    return rt->memory->host_alloc(rt, nbytes, out);
+}
+void moe_runtime_host_free(moe_runtime *rt, void *ptr) { rt->memory->host_free(rt, ptr); }
+
+moe_status moe_runtime_upload(moe_runtime *rt, void *dst, const void *host_src, size_t nbytes) {
+    MOE_TRY(rt->memory->copy(rt, dst, host_src, nbytes, MOE_COPY_TO_DEVICE));
+    return rt->memory->synchronize(rt);
+}
+
+moe_status moe_runtime_download(moe_runtime *rt, void *host_dst, const void *src, size_t nbytes) {
+    MOE_TRY(rt->memory->copy(rt, host_dst, src, nbytes, MOE_COPY_TO_HOST));
+    return rt->memory->synchronize(rt);
+}
+
+moe_status moe_runtime_upload_async(moe_runtime *rt, void *dst, const void *host_src, size_t nbytes) {
+    return rt->memory->copy(rt, dst, host_src, nbytes, MOE_COPY_TO_DEVICE);
+}
+
+moe_status moe_runtime_download_async(moe_runtime *rt, void *host_dst, const void *src, size_t nbytes) {
+    return rt->memory->copy(rt, host_dst, src, nbytes, MOE_COPY_TO_HOST);
+}
+
+moe_status moe_runtime_copy(moe_runtime *rt, void *dst, const void *src, size_t nbytes) {
+    return rt->memory->copy(rt, dst, src, nbytes, MOE_COPY_ON_DEVICE);
+}
+
+moe_status moe_runtime_zero(moe_runtime *rt, void *dst, size_t nbytes) { return rt->memory->zero(rt, dst, nbytes); }
+moe_status moe_runtime_synchronize(moe_runtime *rt) { return rt->memory->synchronize(rt); }
+
+/* ---- the CPU runtime ---------------------------------------------------------------------------- */
+
+static moe_status host_alloc(moe_runtime *rt, size_t nbytes, void **out) {
+    (void)rt;
+    *out = calloc(1, nbytes ? nbytes : 1);
+    return *out ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+}
+
+static void host_free(moe_runtime *rt, void *ptr) {
+    (void)rt;
+    free(ptr);
+}
+
+static moe_status host_copy(moe_runtime *rt, void *dst, const void *src, size_t nbytes, moe_copy_direction dir) {
+    (void)rt, (void)dir;
+    if (nbytes && dst != src) memmove(dst, src, nbytes);
+    return MOE_OK;
+}
+
+static moe_status host_zero(moe_runtime *rt, void *dst, size_t nbytes) {
+    (void)rt;
+    memset(dst, 0, nbytes);
+    return MOE_OK;
+}
+
+static moe_status host_synchronize(moe_runtime *rt) {
+    (void)rt;
+    return MOE_OK;
+}
+
+static const moe_memory_ops cpu_memory = {
+    .alloc = host_alloc,
+    .free = host_free,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
+    .copy = host_copy,
+    .zero = host_zero,
+    .synchronize = host_synchronize,
+};
+
+static void cpu_destroy(moe_runtime *rt) { free(rt); }
+
+moe_status moe_runtime_create_cpu(moe_runtime **out) {
+    moe_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return MOE_ERR_OUT_OF_MEMORY;
+    *rt = (moe_runtime){.name = "cpu", .memory = &cpu_memory, .layer = &moe_layer_ops_cpu, .dense = &moe_dense_ops_cpu,
+                        .destroy = cpu_destroy};
+    *out = rt;
+    return MOE_OK;
+}

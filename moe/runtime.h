@@ -1,0 +1,52 @@
+/* runtime.h — where the work runs: the CPU, or one CUDA device with its stream and handles (core/gpu.h).
+ * A runtime owns its memory functions and the tables of ops that run there (the MoE layer's, moe/layer_ops.h;
+ * the dense model's, moe/dense_ops.h), so orchestration code (moe/layer.c, models/) is written once. Who talks
+ * to whom is the parallel layout's business (alltoall/parallel.h); a GPU layout borrows the runtime's GPU.
+ *
+ * Memory: "device" memory is the runtime's (host memory on the CPU). Host syncs: alloc, free (cudaFree waits
+ * for the device), upload, download and synchronize wait; copy, zero and the *_async copies are queued. */
+#ifndef MOE_MOE_RUNTIME_H
+#define MOE_MOE_RUNTIME_H
+
+#include <stddef.h>
+
+#include "core/gpu.h"
+#include "core/types.h"
+
+typedef struct moe_runtime moe_runtime;
+
+/* The CPU (OpenBLAS). */
+moe_status moe_runtime_create_cpu(moe_runtime **out);
+/* CUDA device `device` (only in libmoe_cuda: programs that link it). MOE_ERR_NO_DEVICE when the ordinal is
+ * not a usable device. */
+moe_status moe_runtime_create_cuda(int device, moe_runtime **out);
+void moe_runtime_destroy(moe_runtime *rt);
+
+const char *moe_runtime_name(const moe_runtime *rt); /* "cpu", "cuda" */
+/* The CUDA context, or NULL on the CPU (a GPU parallel layout's transports use its stream). */
+moe_gpu *moe_runtime_gpu(const moe_runtime *rt);
+
+/* Device memory (zeroed); NULL-safe free. */
+moe_status moe_runtime_alloc(moe_runtime *rt, size_t nbytes, void **out);
+void moe_runtime_free(moe_runtime *rt, void *ptr);
+/* Frees and reallocates n device buffers to nbytes[i] each (contents are not kept): how every buffer that
+ * grows with the batch grows. */
+moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n);
+/* Host memory the device can copy from and to asynchronously (pinned on CUDA). */
+moe_status moe_runtime_host_alloc(moe_runtime *rt, size_t nbytes, void **out);
+void moe_runtime_host_free(moe_runtime *rt, void *ptr);
+
+/* Synchronous copies between host and device memory (either way may name the same buffer twice on the CPU). */
+moe_status moe_runtime_upload(moe_runtime *rt, void *dst, const void *host_src, size_t nbytes);
+moe_status moe_runtime_download(moe_runtime *rt, void *host_dst, const void *src, size_t nbytes);
+/* Queued copies between device memory and runtime host memory: host_src must stay as it is, and host_dst
+ * is complete, only after the next moe_runtime_synchronize. */
+moe_status moe_runtime_upload_async(moe_runtime *rt, void *dst, const void *host_src, size_t nbytes);
+moe_status moe_runtime_download_async(moe_runtime *rt, void *host_dst, const void *src, size_t nbytes);
+/* Queued, within device memory. */
+moe_status moe_runtime_copy(moe_runtime *rt, void *dst, const void *src, size_t nbytes);
+moe_status moe_runtime_zero(moe_runtime *rt, void *dst, size_t nbytes);
+/* Waits for everything queued; a fault on the device shows up here. */
+moe_status moe_runtime_synchronize(moe_runtime *rt);
+
+#endif
