@@ -81,7 +81,8 @@ static moe_status mpi_alltoallv_rows(moe_comm *c, const void *send, const int *s
     MPI_Datatype row;
     MPI_Request req;
     if (s > INT_MAX || r > INT_MAX) st = MOE_ERR_INVALID_ARG;
-    else if (MPI_Type_contiguous((int)row_nbytes, MPI_BYTE, &row) != MPI_SUCCESS || MPI_Type_commit(&row) != MPI_SUCCESS)
+    else if (MPI_Type_contiguous((int)row_nbytes, MPI_BYTE, &row) != MPI_SUCCESS ||
+             MPI_Type_commit(&row) != MPI_SUCCESS)
         st = mpi_failed(c, "MPI_Type_contiguous", MPI_ERR_TYPE);
     else {
         int rc = MPI_Ialltoallv(send, send_rows, sdispl, row, recv, recv_rows, rdispl, row, comm_of(c), &req);

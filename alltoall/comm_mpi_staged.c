@@ -67,7 +67,8 @@ static moe_status staged_alltoallv_rows(moe_comm *c, const void *send, const int
     char *host_send = s->pinned, *host_recv = host_send + recv_offset;
     MOE_TRY(stage_out(s, host_send, send, send_nbytes));
     moe_comm *in = moe__comm_forward_enter(c);
-    MOE_TRY(moe__comm_forward_leave(c, moe_comm_alltoallv_rows(in, host_send, send_rows, host_recv, recv_rows, row_nbytes)));
+    MOE_TRY(moe__comm_forward_leave(
+        c, moe_comm_alltoallv_rows(in, host_send, send_rows, host_recv, recv_rows, row_nbytes)));
     return stage_in(s, recv, host_recv, recv_nbytes);
 }
 

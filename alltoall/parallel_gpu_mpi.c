@@ -28,7 +28,8 @@ moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int ep_size, double timeo
         return moe_fail(MOE_ERR_COMM, "cannot query the MPI world");
     /* the errors every rank finds alike come first */
     if (ep_size < 1 || size % ep_size != 0)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "ep = %d must be at least 1 and divide the world size %d", ep_size, size);
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "ep = %d must be at least 1 and divide the world size %d", ep_size,
+                        size);
 #ifndef MOE_HAVE_NCCL
     if (transport == MOE_GPU_TRANSPORT_NCCL)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "the NCCL transport is not in this build (NCCL was not found when it "

@@ -29,9 +29,14 @@ moe_status moe__parallel_create_mpi_with(MPI_Comm world, int ep_size, double tim
     if (MPI_Comm_size(world, &size) != MPI_SUCCESS || MPI_Comm_rank(world, &rank) != MPI_SUCCESS)
         return moe_fail(MOE_ERR_COMM, "cannot query the MPI world");
     if (ep_size < 1 || size % ep_size != 0)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "ep = %d must be at least 1 and divide the world size %d", ep_size, size);
-    const moe_ranks r = {.world_size = size, .world_rank = rank, .ep_size = ep_size, .ep_rank = rank % ep_size,
-                         .dp_size = size / ep_size, .dp_rank = rank / ep_size};
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "ep = %d must be at least 1 and divide the world size %d", ep_size,
+                        size);
+    const moe_ranks r = {.world_size = size,
+                         .world_rank = rank,
+                         .ep_size = ep_size,
+                         .ep_rank = rank % ep_size,
+                         .dp_size = size / ep_size,
+                         .dp_rank = rank / ep_size};
     MPI_Comm dup = MPI_COMM_NULL, ep = MPI_COMM_NULL, dp = MPI_COMM_NULL;
     MPI_Comm_dup(world, &dup);
     MPI_Comm_split(world, r.dp_rank, rank, &ep); /* same block of ep consecutive ranks */

@@ -278,7 +278,7 @@ bool swiglu_vector_ok(int f, const void *a, const void *b, const void *c = nullp
 } // namespace
 
 extern "C" moe_status moe_expert_weights_to_bf16_cuda(moe_gpu *gpu, const moe_layer_weights *w, int num_experts,
-                                                  int d_model, int d_ff, moe_expert_weights_bf16 *out) {
+                                                      int d_model, int d_ff, moe_expert_weights_bf16 *out) {
     if (!w || !out || num_experts < 1 || d_model < 1 || d_ff < 1) return MOE_ERR_INVALID_ARG;
     const size_t half = (size_t)d_ff * d_model, total = (size_t)num_experts * 2 * half;
     size_t blocks = (total + kThreads - 1) / kThreads;
@@ -300,7 +300,7 @@ extern "C" moe_status moe_swiglu_forward_cuda(moe_gpu *gpu, const moe_bf16 *h13,
 }
 
 extern "C" moe_status moe_swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13, const moe_bf16 *dact, int rows,
-                                           int d_ff, moe_bf16 *dh13) {
+                                               int d_ff, moe_bf16 *dh13) {
     if (rows < 0 || d_ff < 1) return MOE_ERR_INVALID_ARG;
     if (rows == 0) return MOE_OK;
     if (swiglu_vector_ok(d_ff, h13, dact, dh13))
@@ -312,9 +312,10 @@ extern "C" moe_status moe_swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13
     return MOE_OK;
 }
 
-extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
-                                              int num_experts, int d_model, int d_ff, const int *expert_offset,
-                                              const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y) {
+extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode,
+                                                  const moe_expert_weights_bf16 *w, int num_experts, int d_model,
+                                                  int d_ff, const int *expert_offset, const moe_bf16 *xp, moe_bf16 *h13,
+                                                  moe_bf16 *act, moe_bf16 *y) {
     MOE_TRY(check_layout(num_experts, d_model, d_ff, expert_offset));
     const int r0 = expert_offset[0], rows = expert_offset[num_experts] - r0, f = d_ff;
     if (rows == 0) return MOE_OK;
@@ -331,11 +332,11 @@ extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_
     });
 }
 
-extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
-                                               moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
-                                               const int *expert_offset, const moe_bf16 *xp, const moe_bf16 *h13,
-                                               const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
-                                               moe_bf16 *dact, moe_bf16 *dxp) {
+extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode,
+                                                   const moe_expert_weights_bf16 *w, moe_layer_weights *grads,
+                                                   int num_experts, int d_model, int d_ff, const int *expert_offset,
+                                                   const moe_bf16 *xp, const moe_bf16 *h13, const moe_bf16 *act,
+                                                   const moe_bf16 *dy, moe_bf16 *dh13, moe_bf16 *dact, moe_bf16 *dxp) {
     MOE_TRY(check_layout(num_experts, d_model, d_ff, expert_offset));
     const int r0 = expert_offset[0], rows = expert_offset[num_experts] - r0, f = d_ff;
     if (rows == 0) return MOE_OK;
@@ -348,7 +349,7 @@ extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm
     return with_bf16_math(gpu, [&]() -> moe_status {
         MOE_TRY(run.run(0));
         MOE_TRY(moe_swiglu_backward_cuda(gpu, h13 + (size_t)r0 * 2 * f, dact + (size_t)r0 * f, rows, f,
-                                     dh13 + (size_t)r0 * 2 * f));
+                                         dh13 + (size_t)r0 * 2 * f));
         MOE_TRY(run.run(1));
         return weight_grads(gpu, num_experts, d_model, f, expert_offset, xp, act, dy, dh13, grads);
     });

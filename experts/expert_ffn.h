@@ -1,4 +1,5 @@
-/* expert_ffn.h — SwiGLU experts over rows grouped by expert (a grouped GEMM), forward and backward. CPU.
+/* expert_ffn.h — SwiGLU experts over rows grouped by expert (a grouped GEMM), forward and backward. CPU and
+ * CUDA.
  *
  * For expert e and its rows X_e = xp[offset[e] : offset[e+1]]  (n_e rows of width d):
  *   H1 = X_e W1_e^T,  H3 = X_e W3_e^T        [n_e, d_ff]
@@ -15,8 +16,8 @@
 /* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d];
  * gemm: how the row-wise products are cut into calls (kernels/gemm_rows.h). */
 void moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
-                            const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
-                            moe_real *act, moe_real *y, const moe_gemm_rows_plan *gemm);
+                                const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
+                                moe_real *act, moe_real *y, const moe_gemm_rows_plan *gemm);
 
 /* From dy [rows, d]: dxp = dH1 W1 + dH3 W3 (overwritten) and grads->w1, w3, w2 += their GEMMs.
  * The rows of expert e arrive as `segments` consecutive segments, one per source rank of the EP group:
@@ -26,11 +27,14 @@ void moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int
  * makes the gradients of sharded and replicated experts bitwise equal on 2 ranks (docs/DETERMINISM.md).
  * dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch: d_ff * d reals. grads->router_w is not touched. */
 void moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
-                             int d_ff, const int *segment_start, int segments, const moe_real *xp, const moe_real *h1,
-                             const moe_real *h3, const moe_real *act, const moe_real *dy, moe_real *dh1,
-                             moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch, const moe_gemm_rows_plan *gemm);
+                                 int d_ff, const int *segment_start, int segments, const moe_real *xp,
+                                 const moe_real *h1, const moe_real *h3, const moe_real *act, const moe_real *dy,
+                                 moe_real *dh1, moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch,
+                                 const moe_gemm_rows_plan *gemm);
 
-/* CUDA: bf16 weights and activations, fp32 accumulation, fp32 weight gradients (DESIGN.md, Precision).
+/* CUDA: bf16 weights and activations, fp32 accumulation, fp32 weight gradients (DESIGN.md, Precision). Host
+ * syncs: none in the per-expert mode; the grouped mode copies its pointer arrays from pageable host memory,
+ * which waits for the stream once per call.
  * Per local expert e the gate and up projections are packed into one bf16 matrix W13_e = [W1_e; W3_e]
  * [2*d_ff, d], so H13 = X W13^T is one GEMM and dX = dH13 W13 another (K = 2*d_ff); W2_e [d, d_ff].
  * The GEMMs of all experts run as one cublasGemmGroupedBatchedEx call per projection, or as one
@@ -48,28 +52,28 @@ typedef struct {
 
 /* Packs and rounds this rank's fp32 master weights (device views, moe_layer_weights_view) into bf16. */
 moe_status moe_expert_weights_to_bf16_cuda(moe_gpu *gpu, const moe_layer_weights *w, int num_experts, int d_model,
-                                       int d_ff, moe_expert_weights_bf16 *out);
+                                           int d_ff, moe_expert_weights_bf16 *out);
 
 /* expert_offset: HOST array [E+1] (the dispatch plan's). h13 [rows, 2*d_ff] and act [rows, d_ff] are
  * kept for backward; y [rows, d]. act = silu(H1) * H3 computed in fp32 from the bf16 H13, stored bf16. */
 moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
-                                   int num_experts, int d_model, int d_ff, const int *expert_offset,
-                                   const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y);
+                                       int num_experts, int d_model, int d_ff, const int *expert_offset,
+                                       const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y);
 
 /* From dy [rows, d]: dxp [rows, d] (overwritten) and grads->w1, w3, w2 (device fp32 views) += the weight
  * GEMMs over each expert's rows (fp32 output, beta = 1). dh13: scratch [rows, 2*d_ff], dact: scratch
  * [rows, d_ff]. expert_offset: HOST [E+1]. */
 moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
-                                    moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
-                                    const int *expert_offset, const moe_bf16 *xp, const moe_bf16 *h13,
-                                    const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13, moe_bf16 *dact,
-                                    moe_bf16 *dxp);
+                                        moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
+                                        const int *expert_offset, const moe_bf16 *xp, const moe_bf16 *h13,
+                                        const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13, moe_bf16 *dact,
+                                        moe_bf16 *dxp);
 
 /* The fused elementwise parts (exposed for tests): act = silu(h1) * h3, and its backward
  * dh1 = dact * h3 * silu'(h1), dh3 = dact * silu(h1), all in fp32 math on bf16 storage; h13 rows are
  * [h1 (d_ff) | h3 (d_ff)]. */
 moe_status moe_swiglu_forward_cuda(moe_gpu *gpu, const moe_bf16 *h13, int rows, int d_ff, moe_bf16 *act);
 moe_status moe_swiglu_backward_cuda(moe_gpu *gpu, const moe_bf16 *h13, const moe_bf16 *dact, int rows, int d_ff,
-                                moe_bf16 *dh13);
+                                    moe_bf16 *dh13);
 
 #endif

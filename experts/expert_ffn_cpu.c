@@ -8,8 +8,8 @@
 static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); }
 
 void moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
-                            const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
-                            moe_real *act, moe_real *y, const moe_gemm_rows_plan *gemm) {
+                                const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
+                                moe_real *act, moe_real *y, const moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {
@@ -34,9 +34,10 @@ static void add_weight_grad(int out, int in, int rows, const moe_real *dY, const
 }
 
 void moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
-                             int d_ff, const int *segment_start, int segments, const moe_real *xp, const moe_real *h1,
-                             const moe_real *h3, const moe_real *act, const moe_real *dy, moe_real *dh1,
-                             moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch, const moe_gemm_rows_plan *gemm) {
+                                 int d_ff, const int *segment_start, int segments, const moe_real *xp,
+                                 const moe_real *h1, const moe_real *h3, const moe_real *act, const moe_real *dy,
+                                 moe_real *dh1, moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch,
+                                 const moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {

@@ -16,6 +16,6 @@ typedef struct {
 
 /* count elements of param, grad, m, v (moments in fp32, as the parameters). */
 void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,
-                      const moe_adamw_params *hp);
+                          const moe_adamw_params *hp);
 
 #endif

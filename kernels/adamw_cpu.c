@@ -14,7 +14,7 @@
 #endif
 
 void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,
-                      const moe_adamw_params *hp) {
+                          const moe_adamw_params *hp) {
     const moe_real b1 = hp->beta1, b2 = hp->beta2, lr = hp->lr, eps = hp->eps, wd = hp->weight_decay;
     const moe_real bc1 = (moe_real)(1 - pow(hp->beta1, (double)hp->step));
     const moe_real bc2 = (moe_real)(1 - pow(hp->beta2, (double)hp->step));

@@ -28,7 +28,7 @@ static size_t kv_off(const attn_dims *a, int n, int h) {
 }
 
 void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, int num_seqs, int seq_len,
-                           int num_heads, int num_kv_heads, int head_dim, moe_real *att, moe_real *out) {
+                               int num_heads, int num_kv_heads, int head_dim, moe_real *att, moe_real *out) {
     const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
     const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
     if (S == 0) return; /* cblas rejects a leading dimension of 0 */
@@ -58,8 +58,8 @@ void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_r
  *   dQ = dS K;      dK += dS^T Q
  * dk and dv of a kv head sum over its group of query heads, in increasing head order (deterministic). */
 void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, const moe_real *att,
-                            const moe_real *dout, int num_seqs, int seq_len, int num_heads, int num_kv_heads,
-                            int head_dim, moe_real *dq, moe_real *dk, moe_real *dv, moe_real *scratch) {
+                                const moe_real *dout, int num_seqs, int seq_len, int num_heads, int num_kv_heads,
+                                int head_dim, moe_real *dq, moe_real *dk, moe_real *dv, moe_real *scratch) {
     const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
     const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
     const size_t kv_count = (size_t)num_seqs * S * ldk;

@@ -13,7 +13,7 @@ float moe_bf16_to_float(moe_bf16 x);
 /* x rounded to bf16 and back: what a value keeps of itself when stored as bf16. */
 float moe_bf16_round(float x);
 
-/* CUDA: n values, device pointers, on gpu's stream. */
+/* CUDA: n values, device pointers, queued on gpu's stream (no host sync). */
 moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);
 moe_status moe_cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out);
 

@@ -29,7 +29,7 @@ typedef struct {
 moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int max_width);
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan);
 
-void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
-                   const moe_real *B, moe_real beta, moe_real *C);
+void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                       const moe_real *A, const moe_real *B, moe_real beta, moe_real *C);
 
 #endif

@@ -18,8 +18,8 @@ void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     plan->scratch = NULL;
 }
 
-void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, const moe_real *A,
-                   const moe_real *B, moe_real beta, moe_real *C) {
+void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                       const moe_real *A, const moe_real *B, moe_real beta, moe_real *C) {
     const int ldb = trans_b == CblasTrans ? k : n, block = plan->row_block;
     if (rows == 0) return;
     if (block == 0) {

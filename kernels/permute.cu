@@ -112,7 +112,7 @@ int threads_for(int d, bool vec) { return moe_cuda::row_block_threads(vec ? d / 
 } // namespace
 
 extern "C" moe_status moe_permute_rows_cuda(moe_gpu *gpu, const float *x, const int *perm_token, int num_rows, int d,
-                                        moe_bf16 *xp) {
+                                            moe_bf16 *xp) {
     if (num_rows < 0 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_rows == 0) return MOE_OK;
     const bool vec = vector_ok(d, x, xp);
@@ -124,7 +124,7 @@ extern "C" moe_status moe_permute_rows_cuda(moe_gpu *gpu, const float *x, const 
 }
 
 extern "C" moe_status moe_combine_rows_cuda(moe_gpu *gpu, const moe_bf16 *y, const int *slot, const float *gate,
-                                        int num_tokens, int top_k, int d, float *out) {
+                                            int num_tokens, int top_k, int d, float *out) {
     if (num_tokens < 0 || top_k < 1 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     const bool vec = vector_ok(d, y, out);
@@ -135,9 +135,9 @@ extern "C" moe_status moe_combine_rows_cuda(moe_gpu *gpu, const moe_bf16 *y, con
     return MOE_OK;
 }
 
-extern "C" moe_status moe_combine_rows_backward_cuda(moe_gpu *gpu, const float *dout, const moe_bf16 *y, const int *slot,
-                                                 const float *gate, int num_tokens, int top_k, int d, moe_bf16 *dy,
-                                                 float *dgate) {
+extern "C" moe_status moe_combine_rows_backward_cuda(moe_gpu *gpu, const float *dout, const moe_bf16 *y,
+                                                     const int *slot, const float *gate, int num_tokens, int top_k,
+                                                     int d, moe_bf16 *dy, float *dgate) {
     if (num_tokens < 0 || top_k < 1 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     const bool vec = vector_ok(d, dout, y, dy);

@@ -9,7 +9,7 @@ void moe_permute_rows_cpu(const moe_real *x, const int *perm_token, int num_rows
 }
 
 void moe_combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *gate, int num_tokens, int top_k,
-                      int d, moe_real *out) {
+                          int d, moe_real *out) {
     for (int t = 0; t < num_tokens; t++) {
         moe_real *o = out + (size_t)t * d;
         memset(o, 0, (size_t)d * sizeof(moe_real));
@@ -24,7 +24,7 @@ void moe_combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *ga
 }
 
 void moe_combine_rows_backward_cpu(const moe_real *dout, const moe_real *y, const int *slot, const moe_real *gate,
-                               int num_tokens, int top_k, int d, moe_real *dy, moe_real *dgate) {
+                                   int num_tokens, int top_k, int d, moe_real *dy, moe_real *dgate) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *dot_row = dout + (size_t)t * d;
         for (int j = 0; j < top_k; j++) {

@@ -6,7 +6,7 @@
 #include <math.h>
 
 void moe_rmsnorm_forward_cpu(const moe_real *x, const moe_real *w, int num_tokens, int d, moe_real eps, moe_real *y,
-                         moe_real *rstd) {
+                             moe_real *rstd) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *xr = x + (size_t)t * d;
         moe_real *yr = y + (size_t)t * d;
@@ -21,7 +21,7 @@ void moe_rmsnorm_forward_cpu(const moe_real *x, const moe_real *w, int num_token
 /* With r = rstd and dr/dx_j = -r^3 x_j / d:
  *   dL/dx_j = r * (dy_j w_j - x_j r^2 * (1/d) sum_i dy_i w_i x_i),   dL/dw_i = sum_t dy_i x_i r */
 void moe_rmsnorm_backward_cpu(const moe_real *x, const moe_real *w, const moe_real *rstd, const moe_real *dy,
-                          int num_tokens, int d, moe_real *dx, moe_real *dw) {
+                              int num_tokens, int d, moe_real *dx, moe_real *dw) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *xr = x + (size_t)t * d, *dyr = dy + (size_t)t * d;
         moe_real *dxr = dx + (size_t)t * d, r = rstd[t];

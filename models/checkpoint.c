@@ -147,10 +147,11 @@ static moe_status check_config(const char *dir, const moe_model_config *c) {
     moe_status st = MOE_OK;
     for (size_t i = 0; i < sizeof ints / sizeof *ints && st == MOE_OK; i++) {
         json_t *v = json_object_get(j, ints[i].key);
-        if (!json_is_integer(v)) st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing or not an integer", path, ints[i].key);
+        if (!json_is_integer(v))
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing or not an integer", path, ints[i].key);
         else if (json_integer_value(v) != ints[i].want)
             st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %lld but the flags ask for %ld", path, ints[i].key,
-                      (long long)json_integer_value(v), ints[i].want);
+                          (long long)json_integer_value(v), ints[i].want);
     }
     json_t *tie = json_object_get(j, "tie_word_embeddings");
     if (st == MOE_OK && json_is_boolean(tie) && json_is_true(tie) != c->tie_embeddings)
@@ -159,16 +160,19 @@ static moe_status check_config(const char *dir, const moe_model_config *c) {
     /* the numbers that change the function the weights compute, beyond the shapes */
     json_t *theta = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps"),
            *window = json_object_get(j, "sliding_window"), *act = json_object_get(j, "hidden_act");
-    if (st == MOE_OK && (!json_is_number(theta) || fabs(json_number_value(theta) - c->rope_theta) > 1e-6 * c->rope_theta))
+    if (st == MOE_OK &&
+        (!json_is_number(theta) || fabs(json_number_value(theta) - c->rope_theta) > 1e-6 * c->rope_theta))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: rope_theta is %g but the flags ask for %g (--rope-theta)", path,
-                  json_is_number(theta) ? json_number_value(theta) : -1.0, (double)c->rope_theta);
+                      json_is_number(theta) ? json_number_value(theta) : -1.0, (double)c->rope_theta);
     if (st == MOE_OK && (!json_is_number(eps) || fabs(json_number_value(eps) - c->norm_eps) > 1e-6 * c->norm_eps))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: rms_norm_eps is %g but this model uses %g", path,
                   json_is_number(eps) ? json_number_value(eps) : -1.0, (double)c->norm_eps);
-    if (st == MOE_OK && !json_is_null(window) && window && (!json_is_integer(window) || json_integer_value(window) < c->seq_len))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: sliding_window %lld is shorter than the sequence length %d (no sliding "
-                  "window attention here)", path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL,
-                  c->seq_len);
+    if (st == MOE_OK && !json_is_null(window) && window &&
+        (!json_is_integer(window) || json_integer_value(window) < c->seq_len))
+        st = moe_fail(MOE_ERR_BAD_FILE,
+                      "%s: sliding_window %lld is shorter than the sequence length %d (no sliding "
+                      "window attention here)",
+                      path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL, c->seq_len);
     if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_act must be silu (SwiGLU experts)", path);
     json_t *score = json_object_get(json_object_get(j, "moe_train"), "score_func");
@@ -191,10 +195,10 @@ static void fingerprint(const moe_trainer *tr, char *out, size_t n) {
     snprintf(out, n,
              "V=%d L=%d d=%d H=%d KV=%d F=%d S=%d E=%d k=%d every=%d tie=%d score=%d renorm=%d cf=%g prio=%d aux=%g "
              "z=%g bias_rate=%g invariant=%d batch=%d micro=%d seed=%d",
-             c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len, q->num_experts,
-             q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize, q->capacity_factor,
-             q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate, q->layout_invariant,
-             tr->opt.batch, tr->opt.micro_batches, tr->opt.seed);
+             c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len,
+             q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
+             q->capacity_factor, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
+             q->layout_invariant, tr->opt.batch, tr->opt.micro_batches, tr->opt.seed);
 }
 
 /* ---- files and directories -------------------------------------------------------------------- */
@@ -242,7 +246,8 @@ static long *list_steps(const char *root, int *count) {
         }
     if (d) closedir(d);
     for (int i = 1; i < n; i++) /* insertion sort: a handful of entries */
-        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--) step = steps[j], steps[j] = steps[j - 1], steps[j - 1] = step;
+        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--)
+            step = steps[j], steps[j] = steps[j - 1], steps[j - 1] = step;
     *count = n;
     return steps;
 }
@@ -282,7 +287,8 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
         for (int which = 0; which < 2; which++) {
             const ckpt_tensor *t = &tab->t[i];
             snprintf(names[k], sizeof names[k], "%s.%s", which ? "exp_avg_sq" : "exp_avg", t->name);
-            e[k] = (moe_safetensors_entry){names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
+            e[k] = (moe_safetensors_entry){
+                names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
             k++;
         }
     for (int l = 0; l < c->num_layers; l++) {
@@ -295,8 +301,8 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     snprintf(step_text, sizeof step_text, "%d", step);
     snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
     fingerprint(tr, value, sizeof value);
-    const moe_safetensors_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position},
-                                  {"fingerprint", value}};
+    const moe_safetensors_meta state_meta[] = {
+        {"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position}, {"fingerprint", value}};
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
     if (st == MOE_OK) st = moe_safetensors_write(path, e, k, state_meta, 4);
     free(e), free(names);
@@ -357,7 +363,8 @@ moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int 
 
 /* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks every tensor of
  * the table exists with its shape and F32, and that the file has no tensor the model does not know. */
-static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst, int extra_ok) {
+static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst,
+                               int extra_ok) {
     char name[160];
     for (int i = 0; i < tab->count; i++) {
         const ckpt_tensor *t = &tab->t[i];
@@ -367,7 +374,8 @@ static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, c
             st = moe_safetensors_read(f, name, t->ndim, t->shape, dst + t->local_offset);
         } else {
             const moe_safetensors_tensor *s = moe_safetensors_find(f, name);
-            int same = s && s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim < 2 || s->shape[1] == t->shape[1]);
+            int same =
+                s && s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim < 2 || s->shape[1] == t->shape[1]);
             st = same && !strcmp(s->dtype, "F32") ? MOE_OK : moe_safetensors_read(f, name, t->ndim, t->shape, NULL);
         }
         if (st != MOE_OK) return st;
@@ -379,7 +387,9 @@ static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, c
             snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
             known = !strcmp(name, have);
         }
-        if (!known) return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)", f->path, have);
+        if (!known)
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)", f->path,
+                            have);
     }
     return MOE_OK;
 }
@@ -410,12 +420,14 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
     moe_status st = moe_safetensors_open(path, &f);
     if (st != MOE_OK) return st;
-    const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"), *saved = moe_safetensors_metadata(&f, "step");
+    const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"),
+               *saved = moe_safetensors_metadata(&f, "step");
     fingerprint(tr, want, sizeof want);
     if (!format || strcmp(format, "moe-train-state-1") || !saved)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
     else if (!fp || strcmp(fp, want))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: training state from another run: saved for [%s], this run is [%s]", path, fp ? fp : "?", want);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: training state from another run: saved for [%s], this run is [%s]", path,
+                      fp ? fp : "?", want);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;

@@ -24,15 +24,19 @@ moe_status moe_token_file_load(const char *path, int vocab_size, int seq_len, mo
     moe_status st = MOE_OK;
     long n = le32(header + 8);
     if (got != sizeof header)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated: %ld bytes, shorter than the %ld-byte header", path, (long)got, (long)sizeof header);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated: %ld bytes, shorter than the %ld-byte header", path, (long)got,
+                      (long)sizeof header);
     else if (le32(header) != MOE_TOKEN_FILE_MAGIC)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: wrong magic %ld (expected %d): not an llm.c token file", path, (long)le32(header), MOE_TOKEN_FILE_MAGIC);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: wrong magic %ld (expected %d): not an llm.c token file", path,
+                      (long)le32(header), MOE_TOKEN_FILE_MAGIC);
     else if (le32(header + 4) != MOE_TOKEN_FILE_VERSION)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: unsupported version %ld (expected %d)", path,
-                  (long)le32(header + 4), MOE_TOKEN_FILE_VERSION);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: unsupported version %ld (expected %d)", path, (long)le32(header + 4),
+                      MOE_TOKEN_FILE_VERSION);
     else if (n < 0 || file_nbytes != (long)sizeof header + 2 * n)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)", path, n,
-                  file_nbytes - (long)sizeof header);
+        st =
+            moe_fail(MOE_ERR_BAD_FILE,
+                     "%s: the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)",
+                     path, n, file_nbytes - (long)sizeof header);
     else if (n < seq_len + 1)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: only %ld tokens, fewer than one sequence of %d + 1", path, n, seq_len);
     unsigned short *raw = st == MOE_OK ? malloc((size_t)n * sizeof *raw) : NULL;
@@ -44,7 +48,8 @@ moe_status moe_token_file_load(const char *path, int vocab_size, int seq_len, mo
         const unsigned char *b = (const unsigned char *)(raw + i);
         out->tokens[i] = b[0] | b[1] << 8;
         if (out->tokens[i] >= vocab_size)
-            st = moe_fail(MOE_ERR_BAD_FILE, "%s: token %d at position %ld is outside the vocabulary (size %d)", path, out->tokens[i], i, vocab_size);
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: token %d at position %ld is outside the vocabulary (size %d)", path,
+                          out->tokens[i], i, vocab_size);
     }
     free(raw);
     fclose(f);
@@ -77,7 +82,8 @@ moe_status moe_token_file_write(const char *path, const unsigned short *tokens, 
     return ok ? MOE_OK : MOE_ERR_IO;
 }
 
-void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets) {
+void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs,
+                              int *targets) {
     const long windows = (f->num_tokens - 1) / seq_len; /* windows of S+1 tokens starting at multiples of S */
     for (int s = 0; s < num_seqs; s++) {
         long start = ((first_seq + s) % windows) * seq_len;

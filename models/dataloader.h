@@ -29,6 +29,7 @@ void moe_token_file_free(moe_token_file *f);
 moe_status moe_token_file_write(const char *path, const unsigned short *tokens, long num_tokens);
 
 /* inputs/targets [num_seqs * S] for global sequences first_seq .. first_seq + num_seqs - 1. */
-void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs, int *targets);
+void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs,
+                              int *targets);
 
 #endif

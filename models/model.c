@@ -160,8 +160,10 @@ static moe_status alloc_activations(moe_model *m) {
                          (void **)&a->att, (void **)&a->attn_y, (void **)&a->resid_mid, (void **)&a->ln2,
                          (void **)&a->rstd2, (void **)&a->h1, (void **)&a->h3, (void **)&a->act};
         const size_t ffn = dense_ffn ? T * F * r : 0;
-        const size_t nbytes[] = {T * d * r, T * r, T * A * r, T * B * r, T * B * r, m->max_seqs * c->num_heads * S * S * r,
-                                 T * A * r, T * d * r, T * d * r, T * r, ffn, ffn, ffn};
+        const size_t nbytes[] = {
+            T * d * r, T * r,     T * A * r, T * B * r, T * B * r, m->max_seqs * c->num_heads * S * S * r,
+            T * A * r, T * d * r, T * d * r, T * r,     ffn,       ffn,
+            ffn};
         MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, 13));
     }
     void **ptrs[] = {(void **)&m->inputs, (void **)&m->targets, (void **)&m->lnf, (void **)&m->rstdf,
@@ -305,7 +307,8 @@ moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
             matrix = s > 0 && m->tensors[s - 1].experts && m->tensors[s - 1].layer == t->layer ? matrix + 1 : 1;
             const size_t per_expert = (size_t)t->rows * t->cols;
             for (int e = 0; e < t->experts; e++) {
-                unsigned long long id = ((unsigned long long)(t->layer + 1) << 40) + ((unsigned long long)(first + e) << 4);
+                unsigned long long id =
+                    ((unsigned long long)(t->layer + 1) << 40) + ((unsigned long long)(first + e) << 4);
                 init_tensor(data + e * per_expert, per_expert, std_of(m, t->kind), seed, id + matrix);
             }
         }

@@ -25,7 +25,8 @@ static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
     const int local = moe_model_num_local_experts(m);
     int count, layers = 0;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
-    for (int i = 0; i < count; i++) layers += t[i].experts && (i == 0 || !t[i - 1].experts || t[i - 1].layer != t[i].layer);
+    for (int i = 0; i < count; i++)
+        layers += t[i].experts && (i == 0 || !t[i - 1].experts || t[i - 1].layer != t[i].layer);
     double *mine = calloc((size_t)(layers ? layers : 1) * local, sizeof(double));
     if (!mine) return MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0, ml = -1; i < count; i++) {

@@ -29,7 +29,7 @@ moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *f
  * weight decay. The moments hold exactly what is updated:
  * moment[0 .. dense_end - dense_begin) for the dense range, then the expert region. Without ZeRO-1 the
  * range is the whole dense region; with it, this rank's shard (models/trainer.h). */
-moe_status moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1, moe_real *moment2,
-                      const moe_adamw_params *hp);
+moe_status moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1,
+                                moe_real *moment2, const moe_adamw_params *hp);
 
 #endif

@@ -25,13 +25,15 @@ static long record_offset(const moe_routing_trace *t, int step, int micro_batch,
 }
 
 static moe_status start(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
-    *t = (moe_routing_trace){.num_experts = E, .top_k = k, .num_layers = layers, .tokens = tokens, .micro_batches = micro};
+    *t = (moe_routing_trace){
+        .num_experts = E, .top_k = k, .num_layers = layers, .tokens = tokens, .micro_batches = micro};
     snprintf(t->path, sizeof t->path, "%s", path);
     t->buffer = malloc((ids_per_record(t) ? ids_per_record(t) : 1) * sizeof *t->buffer);
     return t->buffer ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
-moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
+moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens,
+                                    int micro) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     const int32_t header[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
@@ -51,7 +53,8 @@ moe_status moe_routing_trace_append(moe_routing_trace *t, int step, int micro_ba
     return MOE_OK;
 }
 
-moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
+moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens,
+                                  int micro) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     int32_t h[HEADER_INTS];
@@ -59,12 +62,13 @@ moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E,
     const char *field[HEADER_INTS] = {"magic", "magic", "version", "experts", "top-k", "MoE layers",
                                       "global tokens per micro-batch", "micro-batches per step"};
     if (!(t->file = fopen(path, "rb"))) st = moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS) st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated header", path);
+    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated header", path);
     for (int i = 0; i < HEADER_INTS && st == MOE_OK; i++)
         if (h[i] != want[i])
             st = i < 2 ? moe_fail(MOE_ERR_BAD_FILE, "%s: not a routing trace (bad magic)", path)
-                       : moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %d in the trace but %d in this run", path, field[i], h[i],
-                              want[i]);
+                       : moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %d in the trace but %d in this run", path, field[i],
+                                  h[i], want[i]);
     if (st != MOE_OK) moe_routing_trace_close(t);
     return st;
 }
@@ -77,11 +81,11 @@ moe_status moe_routing_trace_read(moe_routing_trace *t, int step, int micro_batc
         return moe_fail(MOE_ERR_BAD_FILE, "%s: no record for step %d, micro-batch %d, layer %d (truncated?)", t->path,
                     step, micro_batch, layer);
     if (head[0] != step || head[1] != micro_batch || head[2] != layer)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: record of step %d found where step %d, layer %d belongs", t->path, head[0],
-                    step, layer);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: record of step %d found where step %d, layer %d belongs", t->path,
+                        head[0], step, layer);
     if ((uint32_t)head[3] != fnv1a(t->buffer, count))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: record of step %d, layer %d is corrupt (hash mismatch)", t->path, step,
-                    layer);
+                        layer);
     for (size_t i = 0; i < count; i++) {
         experts[i] = t->buffer[i];
         int dup = 0;

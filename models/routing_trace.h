@@ -23,13 +23,13 @@ typedef struct {
 
 /* Creates (truncates) a trace for writing. */
 moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
-                                int tokens, int micro_batches);
+                                    int tokens, int micro_batches);
 /* Appends the record of (step, micro_batch, layer): experts[tokens * k]. Records must come in order. */
 moe_status moe_routing_trace_append(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts);
 
 /* Opens a trace for replay; the header must match the run (E, k, layers, tokens, micro-batches). */
 moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
-                              int tokens, int micro_batches);
+                                  int tokens, int micro_batches);
 /* Reads the record of (step, micro_batch, layer) into experts[tokens * k], checking its position, hash,
  * ids in [0, E) and k distinct ids per token. */
 moe_status moe_routing_trace_read(moe_routing_trace *t, int step, int micro_batch, int layer, int *experts);

@@ -16,7 +16,8 @@ static size_t element_count(int ndim, const long *shape) {
     return n;
 }
 
-moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries, const moe_safetensors_meta *meta, int num_meta) {
+moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries,
+                                 const moe_safetensors_meta *meta, int num_meta) {
     json_t *root = json_object(), *md = json_object();
     size_t offset = 0;
     for (int i = 0; i < num_entries; i++) {
@@ -57,7 +58,8 @@ moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *
 /* ---- reading ---------------------------------------------------------------------------------- */
 
 static moe_status parse_tensor(moe_safetensors_file *f, const char *name, json_t *v, moe_safetensors_tensor *t) {
-    if (strlen(name) >= MOE_SAFETENSORS_MAX_NAME) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor name too long: %.60s...", f->path, name);
+    if (strlen(name) >= MOE_SAFETENSORS_MAX_NAME)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor name too long: %.60s...", f->path, name);
     snprintf(t->name, sizeof t->name, "%s", name);
     json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
            *offsets = json_object_get(v, "data_offsets");
@@ -73,12 +75,13 @@ static moe_status parse_tensor(moe_safetensors_file *f, const char *name, json_t
         t->shape[d] = (long)json_integer_value(dim);
     }
     json_t *b = json_array_get(offsets, 0), *e = json_array_get(offsets, 1);
-    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 || json_integer_value(e) < json_integer_value(b))
+    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+        json_integer_value(e) < json_integer_value(b))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: bad data_offsets", f->path, name);
     t->begin = (size_t)json_integer_value(b), t->end = (size_t)json_integer_value(e);
     if (f->data_start + t->end > f->file_nbytes)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: data ends at byte %zu but the file has %zu (truncated?)", f->path, name, f->data_start + t->end,
-                    f->file_nbytes);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: data ends at byte %zu but the file has %zu (truncated?)",
+                        f->path, name, f->data_start + t->end, f->file_nbytes);
     return MOE_OK;
 }
 
@@ -166,7 +169,8 @@ moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int n
     if (t->end - t->begin != count * sizeof(float))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: %zu data bytes for %zu floats", f->path, name,
                     t->end - t->begin, count);
-    if (fseek(f->file, (long)(f->data_start + t->begin), SEEK_SET) != 0 || fread(dst, sizeof(float), count, f->file) != count)
+    if (fseek(f->file, (long)(f->data_start + t->begin), SEEK_SET) != 0 ||
+        fread(dst, sizeof(float), count, f->file) != count)
         return moe_fail(MOE_ERR_IO, "%s: tensor %s: read failed", f->path, name);
     return MOE_OK;
 }

@@ -30,7 +30,8 @@ typedef struct {
 } moe_safetensors_meta;
 
 /* Writes path (not atomically: see models/checkpoint.c) and fsyncs it. */
-moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries, const moe_safetensors_meta *meta, int num_meta);
+moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries,
+                                 const moe_safetensors_meta *meta, int num_meta);
 
 typedef struct {
     char name[MOE_SAFETENSORS_MAX_NAME];

@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "moe-text-to-tokens: %s has %zu bytes, too few to split\n", argv[1], n);
         return 1;
     }
-    if (moe_token_file_write(argv[2], tokens, num_train) != MOE_OK || moe_token_file_write(argv[3], tokens + num_train, num_val) != MOE_OK) {
+    if (moe_token_file_write(argv[2], tokens, num_train) != MOE_OK ||
+        moe_token_file_write(argv[3], tokens + num_train, num_val) != MOE_OK) {
         fprintf(stderr, "moe-text-to-tokens: cannot write %s or %s\n", argv[2], argv[3]);
         return 1;
     }

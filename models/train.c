@@ -54,7 +54,8 @@ static void load_balance(const moe_model_config *m, const double *tokens, double
     *cv = n ? sqrt(fmax(0, sum_sq / n - mean * mean)) / mean : 0;
 }
 
-static void log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms, double val) {
+static void log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
+                     double val) {
     const moe_model_config *m = &o->model;
     const double tokens_per_s = (double)o->batch * o->micro_batches * m->seq_len / (ms / 1e3);
     double lo, hi, cv;
@@ -91,8 +92,9 @@ static void print_sample(moe_trainer *t) {
     if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
     for (const char *c = o->sample_prompt; *c; c++) text[n++] = (unsigned char)*c % o->model.vocab_size;
     if (n == 0) text[n++] = '\n' % o->model.vocab_size;
-    require(moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
-            "sampling");
+    require(
+        moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
+        "sampling");
     if (t->ranks.world_rank == 0) {
         printf("sample (temperature %g):\n---\n", o->sample_temperature);
         for (int i = 0; i < n + o->sample_tokens; i++)
@@ -184,8 +186,8 @@ int main(int argc, char **argv) {
         moe_train_options_print(&opt, stdout);
         printf("world %d ranks: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank; "
                "train %ld tokens, val %ld tokens\n",
-               world_size, t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
-               t.train.num_tokens, t.val.num_tokens);
+               world_size, t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model),
+               moe_model_num_expert(t.model), t.train.num_tokens, t.val.num_tokens);
         if (*opt.log_file && !(metrics = fopen(opt.log_file, "w"))) {
             fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", opt.log_file);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -201,7 +203,8 @@ int main(int argc, char **argv) {
         if (step == opt.steps || (opt.eval_interval > 0 && step % opt.eval_interval == 0))
             require(moe_trainer_evaluate(&t, &val), "validation");
         if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val);
-        if (*opt.checkpoint_dir && (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
+        if (*opt.checkpoint_dir &&
+            (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
             (st = moe_checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)
             return stop_all(&t, par, "checkpoint save failed (earlier checkpoints are intact)", st);
     }

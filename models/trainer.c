@@ -27,9 +27,11 @@ static moe_status open_traces(moe_trainer *t) {
         if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK && *o->routing_trace_out && t->ranks.world_rank == 0)
-        st = moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens, o->micro_batches);
+        st = moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens,
+                                      o->micro_batches);
     if (st == MOE_OK && *o->routing_trace_in)
-        st = moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens, o->micro_batches);
+        st = moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens,
+                                    o->micro_batches);
     st = moe_comm_agree(moe_parallel_world(t->par), st);
     if (st != MOE_OK) moe_trainer_destroy(t);
     return st;
@@ -51,7 +53,8 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     if (!t->inputs || !t->targets) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     if ((st = moe_model_create(m, rt, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
         return moe_trainer_destroy(t), st;
-    if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK) return moe_trainer_destroy(t), st;
+    if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
+        return moe_trainer_destroy(t), st;
     const size_t dense = moe_model_num_dense(t->model);
     t->dense_begin = 0, t->dense_end = dense;
     if (opt->zero) dense_range(dense, t->ranks.world_size, t->ranks.world_rank, &t->dense_begin, &t->dense_end);
@@ -184,7 +187,8 @@ moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
     r->lr = moe_lr_at(&t->schedule, step);
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
     st = moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
-    if (st == MOE_OK && o->zero) st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
+    if (st == MOE_OK && o->zero)
+        st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
     if (st == MOE_OK) st = moe_model_update_expert_bias(t->model);
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
     r->loss = sums[0] / step_tokens;

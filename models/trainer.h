@@ -14,7 +14,8 @@ typedef struct {
     double drop_fraction; /* dropped / all assignments, over the world                               */
     double grad_norm;     /* before clipping                                                        */
     float lr;
-    double *expert_tokens; /* [L * E] global top-k assignments per (layer, expert) before capacity, summed over the step */
+    double
+        *expert_tokens; /* [L * E] global top-k assignments per (layer, expert) before capacity, summed over the step */
 } moe_step_result;
 
 typedef struct {

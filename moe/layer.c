@@ -141,7 +141,8 @@ moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_pa
     L->num_local_experts = cfg->num_experts / cfg->ep_size;
     moe_status st = MOE_OK;
     if (!rt && (st = moe_runtime_create_cpu(&L->owned_rt)) != MOE_OK) return free(L), st;
-    if (!par && (st = moe_parallel_create_self(&L->owned_par)) != MOE_OK) return moe_runtime_destroy(L->owned_rt), free(L), st;
+    if (!par && (st = moe_parallel_create_self(&L->owned_par)) != MOE_OK)
+        return moe_runtime_destroy(L->owned_rt), free(L), st;
     L->rt = rt ? rt : L->owned_rt;
     L->par = par ? par : L->owned_par;
     L->ranks = moe_parallel_ranks(L->par);
@@ -149,7 +150,8 @@ moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_pa
     L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
     st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = L->ops->create(cfg, L->rt, &L->state);
-    if (st == MOE_OK) st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS);
+    if (st == MOE_OK)
+        st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
     *out_layer = L;
     return MOE_OK;
@@ -197,7 +199,8 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
     for (int t = 0; t < T; t++)
         for (int j = 0; j < k; j++) {
             int e = forced[t * k + j];
-            if (e < 0 || e >= E) return moe_fail(MOE_ERR_INVALID_ARG, "forced routing: token %d picks expert %d of %d", t, e, E);
+            if (e < 0 || e >= E)
+                return moe_fail(MOE_ERR_INVALID_ARG, "forced routing: token %d picks expert %d of %d", t, e, E);
             for (int i = 0; i < j; i++)
                 if (forced[t * k + i] == e)
                     return moe_fail(MOE_ERR_INVALID_ARG, "forced routing: token %d picks expert %d twice", t, e);
@@ -209,7 +212,8 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
  * host copies of the choices (the forward's first host sync on a GPU), then the layout. */
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const moe_config *c = &L->cfg;
-    const int forced = L->forced_experts != NULL, by_score = c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
+    const int forced = L->forced_experts != NULL,
+              by_score = c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
     if (forced) MOE_TRY(use_forced_experts(L, T));
     MOE_TRY(L->ops->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
     MOE_TRY(L->ops->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score));
@@ -225,8 +229,8 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
 /* The counts each peer announces, checked against the capacity rule, then the plan. */
 static moe_status plan_exchange(moe_layer *L) {
     moe_router_count_witness(&L->counts, L->cfg.num_experts, L->host.witness);
-    moe_status st = moe_dispatch_plan_exchange(moe_parallel_ep(L->par), L->counts.num_tokens_per_expert, L->host.witness,
-                                               &L->plan);
+    moe_status st =
+        moe_dispatch_plan_exchange(moe_parallel_ep(L->par), L->counts.num_tokens_per_expert, L->host.witness, &L->plan);
     if (st == MOE_OK)
         st = moe_router_check_announced(&L->plan, &L->counts, L->cfg.drop_priority, L->ranks, L->cfg.layer_index);
     return exchange_failed(L, "the counts exchange", st, 1);

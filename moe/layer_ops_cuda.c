@@ -68,7 +68,8 @@ static void cuda_destroy(moe_layer_state *s) {
 
 static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out) {
     moe_gpu *gpu = moe_runtime_gpu(rt);
-    if (!gpu) return moe_fail(MOE_ERR_NO_DEVICE, "the CUDA layer table needs a CUDA runtime, not '%s'", moe_runtime_name(rt));
+    if (!gpu)
+        return moe_fail(MOE_ERR_NO_DEVICE, "the CUDA layer table needs a CUDA runtime, not '%s'", moe_runtime_name(rt));
     moe_layer_state *s = calloc(1, sizeof *s);
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
     s->cfg = *cfg;

@@ -16,7 +16,9 @@ static moe_status gpu_alloc(moe_runtime *rt, size_t nbytes, void **out) {
 }
 
 static void gpu_free(moe_runtime *rt, void *ptr) { moe_gpu_free(rt->gpu, ptr); }
-static moe_status gpu_host_alloc(moe_runtime *rt, size_t nbytes, void **out) { return moe_gpu_host_alloc(rt->gpu, nbytes, out); }
+static moe_status gpu_host_alloc(moe_runtime *rt, size_t nbytes, void **out) {
+    return moe_gpu_host_alloc(rt->gpu, nbytes, out);
+}
 static void gpu_host_free(moe_runtime *rt, void *ptr) { moe_gpu_host_free(rt->gpu, ptr); }
 
 static moe_status gpu_copy(moe_runtime *rt, void *dst, const void *src, size_t nbytes, moe_copy_direction dir) {

@@ -120,9 +120,9 @@ int backward_blocks(int num_tokens) { return (num_tokens + kBackwardWarpsPerBloc
 
 } // namespace
 
-extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
-                                         const int *num_selected, int num_tokens, int num_tokens_global,
-                                         int num_experts, int top_k, double loss[2]) {
+extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+                                             const float *logits, const int *num_selected, int num_tokens,
+                                             int num_tokens_global, int num_experts, int top_k, double loss[2]) {
     if (bad_shape(num_tokens, num_tokens_global, num_experts) || top_k < 1) return MOE_ERR_INVALID_ARG;
     loss[0] = loss[1] = 0.0;
     if (num_tokens == 0) return MOE_OK;
@@ -146,9 +146,9 @@ extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, 
 }
 
 extern "C" moe_status moe_router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
-                                                             const int *num_selected, int num_tokens,
-                                                             int num_tokens_global, int num_experts, int top_k,
-                                                             float coef, float *dscores) {
+                                                                 const int *num_selected, int num_tokens,
+                                                                 int num_tokens_global, int num_experts, int top_k,
+                                                                 float coef, float *dscores) {
     if (bad_shape(num_tokens, num_tokens_global, num_experts) || top_k < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     /* dL/dq[t,e] = scale * n_e = coef * E * f_e / T, in float as the CPU computes it */
@@ -160,8 +160,8 @@ extern "C" moe_status moe_router_load_balance_loss_backward_cuda(moe_gpu *gpu, m
 }
 
 extern "C" moe_status moe_router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens,
-                                                  int num_tokens_global, int num_experts, float coef,
-                                                  float *dlogits) {
+                                                      int num_tokens_global, int num_experts, float coef,
+                                                      float *dlogits) {
     if (bad_shape(num_tokens, num_tokens_global, num_experts)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     z_loss_backward<<<backward_blocks(num_tokens), kBackwardWarpsPerBlock * kWarp, 0, gpu->stream>>>(

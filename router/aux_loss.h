@@ -1,4 +1,4 @@
-/* aux_loss.h — router auxiliary losses and their exact gradients. CPU.
+/* aux_loss.h — router auxiliary losses and their exact gradients. CPU and CUDA.
  *
  * Load balancing (Switch/GShard):  L_aux = E * sum_e f_e * P_e
  *   f_e = n_e / (T*k), n_e = top-k assignments to e before capacity (no gradient flows through f);
@@ -18,26 +18,27 @@
 #include "core/gpu.h"
 
 double moe_router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                    int num_tokens, int num_tokens_global, int num_experts, int top_k);
+                                        int num_tokens, int num_tokens_global, int num_experts, int top_k);
 /* dscores += coef * dL_aux/dscores */
 void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                           int num_tokens, int num_tokens_global, int num_experts, int top_k,
-                                           moe_real coef, moe_real *dscores);
+                                               int num_tokens, int num_tokens_global, int num_experts, int top_k,
+                                               moe_real coef, moe_real *dscores);
 
 double moe_router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts);
 /* dlogits += coef * (2/T) * lse_t * softmax(logits_t) */
 void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
-                                moe_real coef, moe_real *dlogits);
+                                    moe_real coef, moe_real *dlogits);
 
-/* CUDA (float, device pointers; num_selected is a device [E] array). The forward returns both shares
+/* CUDA (float, device pointers; num_selected is a device [E] array; host syncs: moe_router_losses_cuda waits
+ * for the device, the backward ops are queued). The forward returns both shares
  * in double on the host, {load balance, z}, from fixed-order reductions (no atomics): synchronous. */
 moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
-                              const int *num_selected, int num_tokens, int num_tokens_global, int num_experts,
-                              int top_k, double loss[2]);
+                                  const int *num_selected, int num_tokens, int num_tokens_global, int num_experts,
+                                  int top_k, double loss[2]);
 moe_status moe_router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
-                                                  const int *num_selected, int num_tokens, int num_tokens_global,
-                                                  int num_experts, int top_k, float coef, float *dscores);
+                                                      const int *num_selected, int num_tokens, int num_tokens_global,
+                                                      int num_experts, int top_k, float coef, float *dscores);
 moe_status moe_router_z_loss_backward_cuda(moe_gpu *gpu, const float *logits, int num_tokens, int num_tokens_global,
-                                       int num_experts, float coef, float *dlogits);
+                                           int num_experts, float coef, float *dlogits);
 
 #endif

@@ -12,7 +12,7 @@ static moe_real score_normaliser(moe_score_func func, const moe_real *s, int num
 }
 
 double moe_router_load_balance_loss_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                    int num_tokens, int num_tokens_global, int num_experts, int top_k) {
+                                        int num_tokens, int num_tokens_global, int num_experts, int top_k) {
     double loss = 0;
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
@@ -24,8 +24,8 @@ double moe_router_load_balance_loss_cpu(moe_score_func func, const moe_real *sco
 }
 
 void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_real *scores, const int *num_selected,
-                                           int num_tokens, int num_tokens_global, int num_experts, int top_k,
-                                           moe_real coef, moe_real *dscores) {
+                                               int num_tokens, int num_tokens_global, int num_experts, int top_k,
+                                               moe_real coef, moe_real *dscores) {
     /* dL/dq[t,e] = c_e = coef * E * f_e / T, the same for every token. */
     moe_real scale = coef * (moe_real)num_experts / ((moe_real)num_tokens_global * top_k * num_tokens_global);
     for (int t = 0; t < num_tokens; t++) {
@@ -59,7 +59,7 @@ double moe_router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tok
 }
 
 void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
-                                moe_real coef, moe_real *dlogits) {
+                                    moe_real coef, moe_real *dlogits) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;

@@ -68,7 +68,8 @@ static moe_status send_candidates(moe_comm *world, int E, int k, const int *expe
             at += counts->num_selected_local[e];
             send_rows[p] += counts->num_selected_local[e];
         }
-    for (int a = 0; a < A; a++) x->send[next[expert[a]]++] = (candidate){score[a], counts->first_token + a / k, expert[a]};
+    for (int a = 0; a < A; a++)
+        x->send[next[expert[a]]++] = (candidate){score[a], counts->first_token + a / k, expert[a]};
     free(next);
     MOE_TRY(moe_comm_alltoall_ints(world, send_rows, recv_rows, 1));
     *received = 0;
@@ -85,7 +86,8 @@ static moe_status decide(int C, int received, score_exchange *x) {
     int *bucket_at = calloc((size_t)mine + 1, sizeof(int)), *fill = malloc((size_t)(mine ? mine : 1) * sizeof(int));
     candidate *sorted = malloc((size_t)(received ? received : 1) * sizeof *sorted);
     x->reply = calloc((size_t)W * (mine ? mine : 1), sizeof *x->reply);
-    if (!bucket_at || !fill || !sorted || !x->reply) return free(bucket_at), free(fill), free(sorted), MOE_ERR_OUT_OF_MEMORY;
+    if (!bucket_at || !fill || !sorted || !x->reply)
+        return free(bucket_at), free(fill), free(sorted), MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < received; i++) bucket_at[x->recv[i].expert / W + 1]++;
     for (int b = 0; b < mine; b++) bucket_at[b + 1] += bucket_at[b];
     memcpy(fill, bucket_at, (size_t)mine * sizeof(int));
@@ -201,11 +203,14 @@ moe_status moe_router_check_announced(const moe_dispatch_plan *plan, const moe_r
     for (int p = 0; p < plan->ep_size; p++)
         for (int le = 0; le < EL; le++) {
             const int i = p * EL + le, got = plan->recv_counts[i];
-            const int want = allowed_rows(plan->witness + (size_t)i * MOE_COUNT_WITNESS_INTS, counts->capacity, priority);
+            const int want =
+                allowed_rows(plan->witness + (size_t)i * MOE_COUNT_WITNESS_INTS, counts->capacity, priority);
             if (got == want) continue;
             if (bad++ < 8 && at < sizeof text)
-                at += (size_t)snprintf(text + at, sizeof text - at, "%sEP rank %d announces %d rows for expert %d, the "
-                                       "global routing says %d", bad > 1 ? "; " : "", p, got, ranks.ep_rank * EL + le, want);
+                at += (size_t)snprintf(text + at, sizeof text - at,
+                                       "%sEP rank %d announces %d rows for expert %d, the "
+                                       "global routing says %d",
+                                       bad > 1 ? "; " : "", p, got, ranks.ep_rank * EL + le, want);
         }
     if (!bad) return MOE_OK;
     return moe_fail(MOE_ERR_COUNT_MISMATCH, "layer %d: count mismatch on world rank %d (EP rank %d): %s%s", layer_index,

@@ -53,8 +53,8 @@ bool bad_shape(int num_tokens, int num_experts, int top_k) {
 } // namespace
 
 extern "C" moe_status moe_router_gates_cuda(moe_gpu *gpu, const float *scores, const int *expert, int num_tokens,
-                                        int num_experts, int top_k, int renormalize, float *expert_score,
-                                        float *gate) {
+                                            int num_experts, int top_k, int renormalize, float *expert_score,
+                                            float *gate) {
     if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     gates_forward<<<(num_tokens + kThreads - 1) / kThreads, kThreads, 0, gpu->stream>>>(
@@ -64,8 +64,8 @@ extern "C" moe_status moe_router_gates_cuda(moe_gpu *gpu, const float *scores, c
 }
 
 extern "C" moe_status moe_router_gates_backward_cuda(moe_gpu *gpu, const float *scores, const int *expert,
-                                                 const float *gate, const float *dgate, int num_tokens,
-                                                 int num_experts, int top_k, int renormalize, float *dscores) {
+                                                     const float *gate, const float *dgate, int num_tokens,
+                                                     int num_experts, int top_k, int renormalize, float *dscores) {
     if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     gates_backward<<<(num_tokens + kThreads - 1) / kThreads, kThreads, 0, gpu->stream>>>(

@@ -2,7 +2,7 @@
 #include "router/gates.h"
 
 void moe_router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
-                      int renormalize, moe_real *expert_score, moe_real *gate) {
+                          int renormalize, moe_real *expert_score, moe_real *gate) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         const int *e = expert + (size_t)t * top_k;
@@ -14,8 +14,8 @@ void moe_router_gates_cpu(const moe_real *scores, const int *expert, int num_tok
 }
 
 void moe_router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
-                               const moe_real *dgate, int num_tokens, int num_experts, int top_k,
-                               int renormalize, moe_real *dscores) {
+                                   const moe_real *dgate, int num_tokens, int num_experts, int top_k,
+                                   int renormalize, moe_real *dscores) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         const int *e = expert + (size_t)t * top_k;

@@ -85,9 +85,9 @@ static moe_status copy_to_host(cudaStream_t stream, const int *count, const int 
 }
 
 extern "C" moe_status moe_router_dispatch_layout_cuda(moe_gpu *gpu, const int *expert, const unsigned char *kept,
-                                                  int num_tokens, int num_experts, int top_k, int *slot,
-                                                  int *perm_token, int *num_tokens_per_expert, int *expert_offset,
-                                                  int *num_tokens_per_expert_host, int *expert_offset_host) {
+                                                      int num_tokens, int num_experts, int top_k, int *slot,
+                                                      int *perm_token, int *num_tokens_per_expert, int *expert_offset,
+                                                      int *num_tokens_per_expert_host, int *expert_offset_host) {
     if (num_tokens < 0 || num_experts < 1 || num_experts == INT_MAX || top_k < 1 || top_k > num_experts ||
         (size_t)num_tokens * top_k > INT_MAX)
         return MOE_ERR_INVALID_ARG;

@@ -108,7 +108,7 @@ extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const
 }
 
 extern "C" moe_status moe_router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float *logits, const float *bias,
-                                         int num_tokens, int num_experts, float *scores, float *select_scores) {
+                                             int num_tokens, int num_experts, float *scores, float *select_scores) {
     if (num_tokens < 0 || num_experts < 1 || (bias && !select_scores)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     scores_forward<<<row_blocks(num_tokens), kRowThreads, 0, gpu->stream>>>(func, logits, bias, num_tokens,
@@ -118,8 +118,8 @@ extern "C" moe_status moe_router_scores_cuda(moe_gpu *gpu, moe_score_func func, 
 }
 
 extern "C" moe_status moe_router_scores_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
-                                                  const float *dscores, int num_tokens, int num_experts,
-                                                  float *dlogits) {
+                                                      const float *dscores, int num_tokens, int num_experts,
+                                                      float *dlogits) {
     if (num_tokens < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     scores_backward<<<row_blocks(num_tokens), kRowThreads, 0, gpu->stream>>>(func, scores, dscores, num_tokens,
@@ -129,8 +129,8 @@ extern "C" moe_status moe_router_scores_backward_cuda(moe_gpu *gpu, moe_score_fu
 }
 
 extern "C" moe_status moe_router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w,
-                                                  const float *dlogits, int num_tokens, int d_model,
-                                                  int num_experts, float *drouter_w, float *dx) {
+                                                      const float *dlogits, int num_tokens, int d_model,
+                                                      int num_experts, float *drouter_w, float *dx) {
     if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0 || d_model == 0) return MOE_OK; /* += of an empty product */
     const float one = 1.0f;

@@ -4,8 +4,8 @@
 #include "core/fail.h"
 #include "core/real.h"
 
-moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w, int num_tokens,
-                             int d_model, int num_experts, moe_real *logits) {
+moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w,
+                                 int num_tokens, int d_model, int num_experts, moe_real *logits) {
     moe_gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits);
     for (size_t i = 0; i < (size_t)num_tokens * num_experts; i++)
         if (!isfinite(logits[i]))
@@ -15,7 +15,7 @@ moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real 
 }
 
 void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_tokens, int num_experts,
-                       moe_real *scores) {
+                           moe_real *scores) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *s = scores + (size_t)t * num_experts;
@@ -31,7 +31,7 @@ void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_
 }
 
 void moe_router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
-                                int num_tokens, int num_experts, moe_real *dlogits) {
+                                    int num_tokens, int num_experts, moe_real *dlogits) {
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts, *ds = dscores + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;

@@ -54,7 +54,7 @@ __global__ void topk_warp_per_token(const float *scores, int num_tokens, int num
 } // namespace
 
 extern "C" moe_status moe_router_topk_cuda(moe_gpu *gpu, const float *select_scores, int num_tokens, int num_experts,
-                                       int top_k, int *expert) {
+                                           int top_k, int *expert) {
     if (num_tokens < 0 || num_experts < 1 || top_k < 1 || top_k > num_experts || top_k > kMaxTopK ||
         num_experts > 1024)
         return MOE_ERR_INVALID_ARG;

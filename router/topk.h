@@ -9,9 +9,10 @@
  * lower id ranks first, so the result is a pure function of the scores. */
 void moe_router_topk_cpu(const moe_real *select_scores, int num_tokens, int num_experts, int top_k, int *expert);
 
-/* The same on the GPU, on device pointers, float scores (k <= 32, E <= 1024), queued on gpu's stream.
+/* The same on the GPU, on device pointers, float scores (k <= 32, E <= 1024), queued on gpu's stream (no host
+ * sync).
  * Bitwise the same choices as moe_router_topk_cpu. Only in builds with CUDA (libmoe_cuda). */
 moe_status moe_router_topk_cuda(moe_gpu *gpu, const float *select_scores, int num_tokens, int num_experts, int top_k,
-                            int *expert);
+                                int *expert);
 
 #endif

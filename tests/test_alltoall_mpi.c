@@ -20,7 +20,9 @@
 
 enum { E = 8, K = 2, D = 4 };
 
-static moe_real payload(int world_rank, int token, int col) { return (moe_real)((world_rank * 1024 + token) * D + col); }
+static moe_real payload(int world_rank, int token, int col) {
+    return (moe_real)((world_rank * 1024 + token) * D + col);
+}
 
 /* The whole batch's routing, gathered by the test, and the single-rank rule's verdict on it. */
 typedef struct {
@@ -75,11 +77,15 @@ static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_pri
                      "global capacity");
     oracle o = gather_oracle(me.world_size, T, expert, score, cf, prio);
     for (int a = 0; a < T * K; a++)
-        CHECK(kept[a] == o.kept[o.first_token[me.world_rank] * K + a], "rank %d assignment %d: kept %d, the single-rank "
-              "rule says %d", me.world_rank, a, kept[a], o.kept[o.first_token[me.world_rank] * K + a]);
+        CHECK(kept[a] == o.kept[o.first_token[me.world_rank] * K + a],
+              "rank %d assignment %d: kept %d, the single-rank "
+              "rule says %d",
+              me.world_rank, a, kept[a], o.kept[o.first_token[me.world_rank] * K + a]);
     moe_router_dispatch_layout_cpu(expert, kept, T, E, K, slot, perm_token, layout_counts, offsets);
-    CHECK(!memcmp(layout_counts, counts.num_tokens_per_expert, sizeof layout_counts), "rank %d: layout and rule "
-          "disagree on the counts", me.world_rank);
+    CHECK(!memcmp(layout_counts, counts.num_tokens_per_expert, sizeof layout_counts),
+          "rank %d: layout and rule "
+          "disagree on the counts",
+          me.world_rank);
 
     moe_real *x = malloc((size_t)T * D * sizeof *x), *xp = malloc((size_t)T * K * D * sizeof *x);
     moe_real *back = malloc((size_t)T * K * D * sizeof *x), *sum = malloc((size_t)T * D * sizeof *x);

@@ -182,7 +182,8 @@ int main(int argc, char **argv) {
         steps(&r, HALF + 1, STEPS, losses);
         save(&r, root, STEPS);
         stop(&r);
-        CHECK(!memcmp(losses, reference, sizeof losses), "ep 1 -> %d, ZeRO-1 %d: losses after resume differ", ep, use_zero);
+        CHECK(!memcmp(losses, reference, sizeof losses), "ep 1 -> %d, ZeRO-1 %d: losses after resume differ", ep,
+              use_zero);
         const char *files[] = {"model.safetensors", "train_state.safetensors", "config.json"};
         for (int i = 0; i < 3 && rank == 0; i++) {
             snprintf(path_a, sizeof path_a, "%s/%s", full, files[i]);
@@ -191,8 +192,8 @@ int main(int argc, char **argv) {
                   files[i]);
         }
         if (rank == 0)
-            printf("resume ep 1 -> %d, ZeRO-1 %s: steps %d-%d and the final files bitwise equal to the straight run\n", ep,
-                   use_zero ? "on" : "off", HALF + 1, STEPS);
+            printf("resume ep 1 -> %d, ZeRO-1 %s: steps %d-%d and the final files bitwise equal to the straight run\n",
+                   ep, use_zero ? "on" : "off", HALF + 1, STEPS);
     }
 
     /* round trip: load into the other layout, save again */
@@ -216,18 +217,20 @@ int main(int argc, char **argv) {
     expect_refusal("wrong dtype", full, o, 0, "model.safetensors", "\"F32\"", "\"F16\"", 0, "has dtype F16");
     moe_train_options wide = o;
     wide.model.d_ff = 48, wide.model.moe.d_ff = 48;
-    expect_refusal("wrong shape", full, wide, 0, "config.json", "\"intermediate_size\": 32", "\"intermediate_size\": 48", 0,
-                   "has shape [32, 32], the model needs [48, 32]");
+    expect_refusal("wrong shape", full, wide, 0, "config.json", "\"intermediate_size\": 32",
+                   "\"intermediate_size\": 48", 0, "has shape [32, 32], the model needs [48, 32]");
     moe_train_options deeper = o;
     deeper.model.num_layers = 3;
     expect_refusal("config vs flags", full, deeper, 0, "config.json", NULL, NULL, 0,
                    "num_hidden_layers is 2 but the flags ask for 3");
     moe_train_options far = o;
     far.model.rope_theta = 500000;
-    expect_refusal("rope theta", full, far, 0, "config.json", NULL, NULL, 0, "rope_theta is 10000 but the flags ask for 500000");
+    expect_refusal("rope theta", full, far, 0, "config.json", NULL, NULL, 0,
+                   "rope_theta is 10000 but the flags ask for 500000");
     moe_train_options other_run = o;
     other_run.seed = 4242;
-    expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0, "training state from another run");
+    expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0,
+                   "training state from another run");
 
     /* keep-last: after saves at 10, 20, 30 with keep_last 2, steps 20 and 30 remain */
     char pruned[128];
@@ -239,7 +242,8 @@ int main(int argc, char **argv) {
         const int expect[3] = {0, 1, 1};
         for (int s = 10, i = 0; s <= 30; s += 10, i++) {
             snprintf(path_a, sizeof path_a, "%s/step-%08d", pruned, s);
-            CHECK((access(path_a, F_OK) == 0) == expect[i], "keep-last 2: step %d %s", s, expect[i] ? "deleted" : "kept");
+            CHECK((access(path_a, F_OK) == 0) == expect[i], "keep-last 2: step %d %s", s,
+                  expect[i] ? "deleted" : "kept");
         }
     }
 

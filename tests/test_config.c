@@ -70,7 +70,8 @@ static void test_status_strings(void) {
     for (int a = 0; a < MOE_STATUS_COUNT; a++) {
         const char *s = moe_status_string((moe_status)a);
         CHECK(s && *s && strcmp(s, "unknown status"), "status %d has no string", a);
-        for (int b = 0; b < a; b++) CHECK(strcmp(s, moe_status_string((moe_status)b)), "statuses %d, %d share '%s'", a, b, s);
+        for (int b = 0; b < a; b++)
+            CHECK(strcmp(s, moe_status_string((moe_status)b)), "statuses %d, %d share '%s'", a, b, s);
     }
     CHECK(!strcmp(moe_status_string(MOE_STATUS_COUNT), "unknown status"), "out-of-range status");
 }

@@ -62,7 +62,8 @@ static void check_layout(const test_routing *r) {
     for (int e = 0; e < E; e++) {
         int n = 0;
         for (int a = 0; a < T * k; a++) n += r->expert[a] == e && r->kept[a];
-        CHECK(r->num_tokens_per_expert[e] == n, "expert %d: count %d, brute force %d", e, r->num_tokens_per_expert[e], n);
+        CHECK(r->num_tokens_per_expert[e] == n, "expert %d: count %d, brute force %d", e, r->num_tokens_per_expert[e],
+              n);
         CHECK(r->expert_offset[e] == offset, "offset[%d] = %d, want %d", e, r->expert_offset[e], offset);
         offset += n;
     }

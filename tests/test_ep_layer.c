@@ -40,25 +40,31 @@ static double max_rel_diff(const moe_real *a, const moe_real *b, size_t n) {
 /* bitwise, or within 1e-6 relative when `exact` is 0 */
 static void compare(const char *what, int exact, const moe_real *got, const moe_real *want, size_t n, int rank) {
     double rel = max_rel_diff(got, want, n);
-    if (exact) CHECK(!memcmp(got, want, n * sizeof *got), "rank %d: %s not bitwise equal (max rel diff %.3g)", rank, what, rel);
-    else CHECK(rel <= 1e-6, "rank %d: %s max rel diff %.3g > 1e-6", rank, what, rel);
+    if (exact)
+        CHECK(!memcmp(got, want, n * sizeof *got), "rank %d: %s not bitwise equal (max rel diff %.3g)", rank, what,
+              rel);
+    else
+        CHECK(rel <= 1e-6, "rank %d: %s max rel diff %.3g > 1e-6", rank, what, rel);
 }
 
 /* Gathers this rank's expert gradients over its EP group into the global [w1 | w3 | w2] of all E experts. */
 static moe_real *global_expert_grads(const moe_parallel *par, const moe_layer_weights *g, size_t per_rank) {
-    moe_real *global = malloc(3 * per_rank * moe_parallel_ranks(par).ep_size * sizeof(moe_real));
+    const int ep = moe_parallel_ranks(par).ep_size;
+    moe_real *global = malloc(3 * per_rank * ep * sizeof(moe_real));
     size_t nbytes[16]; /* ep <= 8 here */
-    for (int p = 0; p < moe_parallel_ranks(par).ep_size; p++) nbytes[p] = per_rank * sizeof(moe_real);
+    for (int p = 0; p < ep; p++) nbytes[p] = per_rank * sizeof(moe_real);
     const moe_real *parts[3] = {g->w1, g->w3, g->w2};
     for (int w = 0; w < 3; w++)
-        test_mpi_require(moe_comm_allgatherv_bytes(moe_parallel_ep(par), parts[w], nbytes[0], global + w * per_rank * moe_parallel_ranks(par).ep_size,
-                                                        nbytes), "gather expert gradients");
+        test_mpi_require(moe_comm_allgatherv_bytes(moe_parallel_ep(par), parts[w], nbytes[0], global + w * per_rank * ep,
+                                                   nbytes),
+                         "gather expert gradients");
     return global;
 }
 
 /* Returns the global expert gradients of this layout (for the cross-layout comparison). */
 static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
-    const int W = moe_parallel_ranks(par).world_size, rank = moe_parallel_ranks(par).world_rank, EL = E / moe_parallel_ranks(par).ep_size;
+    const moe_ranks me = moe_parallel_ranks(par);
+    const int W = me.world_size, rank = me.world_rank, EL = E / me.ep_size;
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.score_func = c->func, cfg.capacity_factor = c->cf, cfg.drop_priority = c->prio;
     cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
@@ -87,9 +93,9 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     int first = rank * TG / W + (rank > 0 ? 3 : 0), last = (rank + 1) * TG / W + (rank + 1 < W ? 3 : 0);
     int T = last - first;
     moe_config ep_cfg = cfg;
-    ep_cfg.ep_size = moe_parallel_ranks(par).ep_size;
+    ep_cfg.ep_size = me.ep_size;
     test_weights w = test_weights_zero(&ep_cfg), g = test_weights_zero(&ep_cfg);
-    size_t expert_count = (size_t)EL * F * D, first_expert = (size_t)moe_parallel_ranks(par).ep_rank * EL * F * D;
+    size_t expert_count = (size_t)EL * F * D, first_expert = (size_t)me.ep_rank * EL * F * D;
     memcpy(w.w.router_w, ref_w.w.router_w, (size_t)E * D * sizeof(moe_real));
     memcpy(w.w.w1, ref_w.w.w1 + first_expert, expert_count * sizeof(moe_real));
     memcpy(w.w.w3, ref_w.w.w3 + first_expert, expert_count * sizeof(moe_real));
@@ -104,7 +110,8 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     test_mpi_require(moe_layer_reduce_gradients(L, &g.w), "reduce gradients");
     const moe_token_routing *r = moe__layer_token_routing(L);
 
-    CHECK(!memcmp(r->expert, ref_r->expert + (size_t)first * K, (size_t)T * K * sizeof(int)), "rank %d: routing differs", rank);
+    CHECK(!memcmp(r->expert, ref_r->expert + (size_t)first * K, (size_t)T * K * sizeof(int)),
+          "rank %d: routing differs", rank);
     CHECK(!memcmp(r->kept, ref_r->kept + (size_t)first * K, (size_t)T * K), "rank %d: dropped sets differ", rank);
     CHECK(st.capacity == ref_st.capacity && st.num_tokens_global == TG, "rank %d: capacity %d vs %d", rank, st.capacity,
           ref_st.capacity);
@@ -122,10 +129,11 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     int dropped = 0;
     for (int a = 0; a < TG * K; a++) dropped += !ref_r->kept[a];
     if (c->cf > 0 && rank == 0) CHECK(dropped > 0, "%s: nothing dropped", c->name);
-    if (c->skewed && moe_parallel_ranks(par).ep_rank > 0) CHECK(st.num_rows_received == 0, "rank %d received %d rows", rank, st.num_rows_received);
+    if (c->skewed && me.ep_rank > 0)
+        CHECK(st.num_rows_received == 0, "rank %d received %d rows", rank, st.num_rows_received);
     if (rank == 0)
-        printf("W=%d ep=%d dp=%d %-28s dropped %3d/%d, rank 0 got %3d rows, aux %.6f z %.6f\n", W, moe_parallel_ranks(par).ep_size,
-               moe_parallel_ranks(par).dp_size, c->name, dropped, TG * K, st.num_rows_received, st.aux_loss, st.z_loss);
+        printf("W=%d ep=%d dp=%d %-28s dropped %3d/%d, rank 0 got %3d rows, aux %.6f z %.6f\n", W, me.ep_size,
+               me.dp_size, c->name, dropped, TG * K, st.num_rows_received, st.aux_loss, st.z_loss);
 
     moe_layer_destroy(L), moe_layer_destroy(ref);
     test_weights_free(&w), test_weights_free(&g), test_weights_free(&ref_w), test_weights_free(&ref_g);
@@ -155,7 +163,8 @@ int main(int argc, char **argv) {
                 replicated[i] = global;
                 continue;
             }
-            compare("expert gradients vs ep 1", W == 2, global, replicated[i], global_count, moe_parallel_ranks(par).world_rank);
+            compare("expert gradients vs ep 1", W == 2, global, replicated[i], global_count,
+                    moe_parallel_ranks(par).world_rank);
             free(global);
         }
         moe_parallel_destroy(par);

@@ -32,7 +32,8 @@ static void run_case(const char *name, moe_model_config c, unsigned long long se
     moe_rng rng = moe_rng_seeded(seed);
     for (size_t i = 0; i < n; i++) p[i] += (moe_real)(0.3 * moe_rng_uniform(&rng)); /* away from init symmetry */
     int in[SEQS * 8], tg[SEQS * 8];
-    for (int i = 0; i < SEQS * c.seq_len; i++) in[i] = (int)(moe_rng_next(&rng) % c.vocab_size), tg[i] = (in[i] * 3 + 1) % c.vocab_size;
+    for (int i = 0; i < SEQS * c.seq_len; i++)
+        in[i] = (int)(moe_rng_next(&rng) % c.vocab_size), tg[i] = (in[i] * 3 + 1) % c.vocab_size;
     total_loss(m, &c, in, tg);
     moe_model_zero_grads(m);
     CHECK_OK(moe_model_backward(m, 1.0));

@@ -45,7 +45,8 @@ void test_routing_layout(test_routing *r) {
     const int E = r->num_experts, R = r->num_ranks;
     moe_router_dispatch_layout_cpu(r->expert, r->kept, r->num_tokens, E, r->top_k, r->slot, r->perm_token,
                                    r->num_tokens_per_expert, r->expert_offset);
-    for (int q = 0; q < R; q++) r->num_tokens_per_rank[q] = r->expert_offset[(q + 1) * (E / R)] - r->expert_offset[q * (E / R)];
+    for (int q = 0; q < R; q++)
+        r->num_tokens_per_rank[q] = r->expert_offset[(q + 1) * (E / R)] - r->expert_offset[q * (E / R)];
     r->num_kept = r->expert_offset[E];
     r->num_dropped = r->num_tokens * r->top_k - r->num_kept;
 }

@@ -33,7 +33,8 @@ static moe_status run(moe_train_options o, int ep, double *losses, double *exper
     for (int s = 1; s <= STEPS && st == MOE_OK; s++) {
         st = moe_trainer_step(&t, s, &r);
         if (losses) losses[s - 1] = r.loss;
-        for (int i = 0; expert_tokens && st == MOE_OK && i < o.model.num_layers * E; i++) expert_tokens[i] += r.expert_tokens[i];
+        for (int i = 0; expert_tokens && st == MOE_OK && i < o.model.num_layers * E; i++)
+            expert_tokens[i] += r.expert_tokens[i];
     }
     free(r.expert_tokens);
     moe_trainer_destroy(&t); /* also after a failed moe_trainer_create, which leaves it empty */
@@ -47,7 +48,8 @@ static void write_fixed_trace(const char *path, const moe_train_options *o) {
     int *ids = malloc((size_t)tokens * k * sizeof(int));
     for (int i = 0; i < tokens * k; i++) ids[i] = i % k;
     moe_routing_trace t;
-    test_mpi_require(moe_routing_trace_create(&t, path, E, k, o->model.num_layers, tokens, o->micro_batches), "trace create");
+    test_mpi_require(moe_routing_trace_create(&t, path, E, k, o->model.num_layers, tokens, o->micro_batches),
+                     "trace create");
     for (int s = 1; s <= STEPS; s++)
         for (int l = 0; l < o->model.num_layers; l++)
             test_mpi_require(moe_routing_trace_append(&t, s, 0, l, ids), "trace append");

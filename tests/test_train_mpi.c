@@ -85,7 +85,9 @@ int main(int argc, char **argv) {
     enum { LONG = 40 };
     double curve[LONG];
     double val = train(train_path, val_path, W, LONG, 2, curve, &norm);
-    if (rank == 0) printf("W=%d ep=%d: loss %.4f -> %.4f over %d steps, validation %.4f\n", W, W, curve[0], curve[LONG - 1], LONG, val);
+    if (rank == 0)
+        printf("W=%d ep=%d: loss %.4f -> %.4f over %d steps, validation %.4f\n", W, W, curve[0], curve[LONG - 1], LONG,
+               val);
     CHECK(curve[LONG - 1] < 0.65 * curve[0], "the loss did not fall: %.4f -> %.4f", curve[0], curve[LONG - 1]);
     CHECK(val < 0.65 * curve[0], "validation %.4f did not follow the training loss (start %.4f)", val, curve[0]);
     test_corpus_remove(&corpus);

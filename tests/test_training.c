@@ -11,7 +11,8 @@ static void write_corpus(const char *path, long n, unsigned long long seed) {
     unsigned short *tokens = malloc((size_t)n * sizeof *tokens);
     moe_rng rng = moe_rng_seeded(seed);
     tokens[0] = 0;
-    for (long i = 1; i < n; i++) tokens[i] = (unsigned short)((3 * tokens[i - 1] + 1 + moe_rng_next(&rng) % 2) % TEST_VOCAB);
+    for (long i = 1; i < n; i++)
+        tokens[i] = (unsigned short)((3 * tokens[i - 1] + 1 + moe_rng_next(&rng) % 2) % TEST_VOCAB);
     test_mpi_require(moe_token_file_write(path, tokens, n), "writing the corpus");
     free(tokens);
 }

@@ -31,7 +31,7 @@ extern int test_failures;
         CHECK(check_ok_status_ == MOE_OK, "%s", moe_status_string(check_ok_status_)); \
     } while (0)
 
-/* Every random input derives from a fixed seed (moe/rng.h), so a failure reproduces. */
+/* Every random input derives from a fixed seed (core/rng.h), so a failure reproduces. */
 moe_real *test_alloc_uniform(moe_rng *rng, size_t count, double scale); /* aborts on OOM */
 
 /* A layer's weights in one buffer, filled with uniform values of a scale that keeps activations O(1). */
