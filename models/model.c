@@ -29,7 +29,7 @@ struct moe_model {
     moe_model_config cfg;
     moe_runtime *rt, *owned_rt;
     const moe_parallel *par;
-    const moe_dense_ops *ops;
+    const moe_dense_ops *dense; /* the runtime's dense ops */
     moe_dense_state *ops_state;
     int max_seqs, head_dim, num_local_experts;
     size_t num_dense, num_expert;
@@ -192,7 +192,7 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
     m->num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size;
     moe_status st = rt ? MOE_OK : moe_runtime_create_cpu(&m->owned_rt);
     m->rt = rt ? rt : m->owned_rt;
-    if (st == MOE_OK && !(m->ops = moe_runtime_dense_ops(m->rt)))
+    if (st == MOE_OK && !(m->dense = moe_runtime_dense_ops(m->rt)))
         st = moe_fail(MOE_ERR_INVALID_CONFIG, "the %s runtime has no dense-model ops yet (the model runs on the CPU)",
                       moe_runtime_name(m->rt));
     const int L = cfg->num_layers, max_tensors = 1 + 9 * L + 2 + 3 * L;
@@ -216,7 +216,7 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
         set_views(m, m->grads, &m->g);
         int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
         widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
-        st = m->ops->create(m->rt, cfg->moe.layout_invariant, widest, &m->ops_state);
+        st = m->dense->create(m->rt, cfg->moe.layout_invariant, widest, &m->ops_state);
     }
     for (int l = 0; l < L && st == MOE_OK; l++) {
         if (!moe_model_layer_is_moe(cfg, l)) continue;
@@ -235,7 +235,7 @@ void moe_model_destroy(moe_model *m) {
     if (!m) return;
     const int L = m->cfg.num_layers;
     for (int l = 0; m->moe && l < L; l++) moe_layer_destroy(m->moe[l]);
-    if (m->ops_state) m->ops->destroy(m->ops_state);
+    if (m->ops_state) m->dense->destroy(m->ops_state);
     for (int l = 0; m->resid && l <= L; l++) moe_runtime_free(m->rt, m->resid[l]);
     for (int l = 0; m->acts && l < L; l++) {
         layer_acts *a = &m->acts[l];
@@ -260,7 +260,7 @@ int moe_model_num_local_experts(const moe_model *m) { return m->num_local_expert
 moe_runtime *moe_model_runtime(const moe_model *m) { return m->rt; }
 const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state) {
     *state = m->ops_state;
-    return m->ops;
+    return m->dense;
 }
 const moe_parallel *moe_model_parallel(const moe_model *m) { return m->par; }
 const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count) {
@@ -325,7 +325,7 @@ static moe_status ffn_forward(moe_model *m, int l, int T) {
     layer_acts *a = &m->acts[l];
     const moe_layer_weights *w = &m->p.layers[l].ffn;
     if (m->moe[l]) return moe_layer_forward(m->moe[l], w, a->ln2, T, m->tmp, &m->stats[l]);
-    return m->ops->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
@@ -334,34 +334,34 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     if (num_seqs < 1 || num_seqs > m->max_seqs || !inputs) return MOE_ERR_INVALID_ARG;
     const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
-    const moe_dense_ops *ops = m->ops;
+    const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     m->has_forward = 0;
     m->num_seqs = num_seqs;
     MOE_TRY(moe_runtime_upload(m->rt, m->inputs, inputs, (size_t)T * sizeof(int)));
-    MOE_TRY(ops->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
+    MOE_TRY(dense->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
     for (int l = 0; l < c->num_layers; l++) {
         const moe_model_layer_params *w = &m->p.layers[l];
         layer_acts *a = &m->acts[l];
-        MOE_TRY(ops->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
-        MOE_TRY(ops->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
-        MOE_TRY(ops->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
-        MOE_TRY(ops->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
-        MOE_TRY(ops->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
-        MOE_TRY(ops->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
-        MOE_TRY(ops->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
-        MOE_TRY(ops->linear_forward(s, a->attn_y, w->wo, T, A, d, m->tmp));
-        MOE_TRY(ops->add(s, m->resid[l], m->tmp, (size_t)T * d, a->resid_mid));
-        MOE_TRY(ops->rmsnorm_forward(s, a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2));
+        MOE_TRY(dense->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
+        MOE_TRY(dense->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
+        MOE_TRY(dense->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
+        MOE_TRY(dense->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
+        MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
+        MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
+        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        MOE_TRY(dense->linear_forward(s, a->attn_y, w->wo, T, A, d, m->tmp));
+        MOE_TRY(dense->add(s, m->resid[l], m->tmp, (size_t)T * d, a->resid_mid));
+        MOE_TRY(dense->rmsnorm_forward(s, a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2));
         MOE_TRY(ffn_forward(m, l, T));
-        MOE_TRY(ops->add(s, a->resid_mid, m->tmp, (size_t)T * d, m->resid[l + 1]));
+        MOE_TRY(dense->add(s, a->resid_mid, m->tmp, (size_t)T * d, m->resid[l + 1]));
     }
-    MOE_TRY(ops->rmsnorm_forward(s, m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf));
-    MOE_TRY(ops->linear_forward(s, m->lnf, m->p.lm_head, T, d, V, m->logits));
+    MOE_TRY(dense->rmsnorm_forward(s, m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf));
+    MOE_TRY(dense->linear_forward(s, m->lnf, m->p.lm_head, T, d, V, m->logits));
     if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
     MOE_TRY(moe_runtime_upload(m->rt, m->targets, targets, (size_t)T * sizeof(int)));
-    MOE_TRY(ops->cross_entropy_forward(s, m->logits, m->targets, T, V, loss_sum));
+    MOE_TRY(dense->cross_entropy_forward(s, m->logits, m->targets, T, V, loss_sum));
     m->has_forward = 1;
     return MOE_OK;
 }
@@ -375,7 +375,7 @@ static moe_status ffn_backward(moe_model *m, int l, int T) {
     const moe_layer_weights *w = &m->p.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
-    return m->ops->swiglu_backward(m->ops_state, w, gw, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
+    return m->dense->swiglu_backward(m->ops_state, w, gw, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
                                    m->dresid, m->dln);
 }
 
@@ -384,14 +384,14 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = m->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
-    const moe_dense_ops *ops = m->ops;
+    const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     /* head: dlogits (in place), then lm_head and the final norm */
-    MOE_TRY(ops->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
-    MOE_TRY(ops->linear_backward_weight(s, m->logits, m->lnf, T, d, V, m->g.lm_head));
-    MOE_TRY(ops->linear_backward_input(s, m->logits, m->p.lm_head, T, d, V, 0, m->dln));
+    MOE_TRY(dense->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
+    MOE_TRY(dense->linear_backward_weight(s, m->logits, m->lnf, T, d, V, m->g.lm_head));
+    MOE_TRY(dense->linear_backward_input(s, m->logits, m->p.lm_head, T, d, V, 0, m->dln));
     MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)T * d * sizeof(moe_real)));
-    MOE_TRY(ops->rmsnorm_backward(s, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid,
+    MOE_TRY(dense->rmsnorm_backward(s, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid,
                                   m->g.final_norm));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const moe_model_layer_params *w = &m->p.layers[l];
@@ -399,23 +399,23 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         layer_acts *a = &m->acts[l];
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
-        MOE_TRY(ops->rmsnorm_backward(s, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm));
+        MOE_TRY(dense->rmsnorm_backward(s, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm));
         /* resid_mid = resid[l] + wo(attention(...)) */
-        MOE_TRY(ops->linear_backward_weight(s, m->dresid, a->attn_y, T, A, d, gw->wo));
-        MOE_TRY(ops->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
-        MOE_TRY(ops->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk,
+        MOE_TRY(dense->linear_backward_weight(s, m->dresid, a->attn_y, T, A, d, gw->wo));
+        MOE_TRY(dense->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
+        MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk,
                                         m->dv));
-        MOE_TRY(ops->rope_backward(s, m->dq, m->num_seqs, S, H, hd, c->rope_theta));
-        MOE_TRY(ops->rope_backward(s, m->dk, m->num_seqs, S, KV, hd, c->rope_theta));
-        MOE_TRY(ops->linear_backward_weight(s, m->dq, a->ln1, T, d, A, gw->wq));
-        MOE_TRY(ops->linear_backward_weight(s, m->dk, a->ln1, T, d, B, gw->wk));
-        MOE_TRY(ops->linear_backward_weight(s, m->dv, a->ln1, T, d, B, gw->wv));
-        MOE_TRY(ops->linear_backward_input(s, m->dq, w->wq, T, d, A, 0, m->dln));
-        MOE_TRY(ops->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
-        MOE_TRY(ops->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
-        MOE_TRY(ops->rmsnorm_backward(s, m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm));
+        MOE_TRY(dense->rope_backward(s, m->dq, m->num_seqs, S, H, hd, c->rope_theta));
+        MOE_TRY(dense->rope_backward(s, m->dk, m->num_seqs, S, KV, hd, c->rope_theta));
+        MOE_TRY(dense->linear_backward_weight(s, m->dq, a->ln1, T, d, A, gw->wq));
+        MOE_TRY(dense->linear_backward_weight(s, m->dk, a->ln1, T, d, B, gw->wk));
+        MOE_TRY(dense->linear_backward_weight(s, m->dv, a->ln1, T, d, B, gw->wv));
+        MOE_TRY(dense->linear_backward_input(s, m->dq, w->wq, T, d, A, 0, m->dln));
+        MOE_TRY(dense->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
+        MOE_TRY(dense->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
+        MOE_TRY(dense->rmsnorm_backward(s, m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm));
     }
-    MOE_TRY(ops->embedding_backward(s, m->dresid, m->inputs, T, d, m->g.embedding));
+    MOE_TRY(dense->embedding_backward(s, m->dresid, m->inputs, T, d, m->g.embedding));
     m->has_forward = 0;
     return MOE_OK;
 }

@@ -20,7 +20,7 @@ float moe_lr_at(const moe_lr_schedule *s, long step) {
  * replicated. mine[moe_layer * E_local + e], expert tensors in the table's order. */
 static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
     moe_dense_state *s;
-    const moe_dense_ops *ops = moe_model_dense_ops(m, &s);
+    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
     const moe_real *g = moe_model_grads(m);
     const int local = moe_model_num_local_experts(m);
     int count, layers = 0;
@@ -35,7 +35,7 @@ static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
         const size_t per_expert = t[i].count / local;
         for (int e = 0; e < local; e++) {
             double sum;
-            moe_status st = ops->sum_squares(s, g + t[i].offset + e * per_expert, per_expert, &sum);
+            moe_status st = dense->sum_squares(s, g + t[i].offset + e * per_expert, per_expert, &sum);
             if (st != MOE_OK) return free(mine), st;
             mine[ml * local + e] += sum;
         }
@@ -47,10 +47,10 @@ static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
 
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
     moe_dense_state *s;
-    const moe_dense_ops *ops = moe_model_dense_ops(m, &s);
+    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
     moe_comm *ep = moe_parallel_ep(par);
     double total;
-    MOE_TRY(ops->sum_squares(s, moe_model_grads(m), moe_model_num_dense(m), &total));
+    MOE_TRY(dense->sum_squares(s, moe_model_grads(m), moe_model_num_dense(m), &total));
     int layers;
     double *mine;
     MOE_TRY(expert_sums(m, &layers, &mine));
@@ -74,8 +74,8 @@ moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *f
     if (!(clip > 0) || norm <= clip) return MOE_OK;
     *factor = clip / norm;
     moe_dense_state *s;
-    const moe_dense_ops *ops = moe_model_dense_ops(m, &s);
-    return ops->scale(s, moe_model_grads(m), moe_model_num_dense(m) + moe_model_num_expert(m), *factor);
+    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
+    return dense->scale(s, moe_model_grads(m), moe_model_num_dense(m) + moe_model_num_expert(m), *factor);
 }
 
 moe_status moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1,

@@ -17,7 +17,7 @@
 #include "router/capacity.h"
 
 /* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the runtime's
- * memory. "row" buffers hold ops->row_elem bytes per value (moe/layer_ops.h). */
+ * memory. "row" buffers hold steps->row_elem bytes per value (moe/layer_ops.h). */
 typedef struct {
     void *x;     /* [T, d] moe_real  copy of the input (router weight gradient)                */
     void *xp;    /* [A, d] row       input rows in send order                                  */
@@ -52,7 +52,7 @@ struct moe_layer {
     const moe_parallel *par;
     moe_parallel *owned_par;   /* a world of one, when the caller gave no layout */
     moe_ranks ranks;
-    const moe_layer_ops *ops;  /* the runtime's */
+    const moe_layer_ops *steps; /* the runtime's table of the layer's steps */
     moe_layer_state *state;
     int num_local_experts;
     int max_tokens, max_rows;  /* what the token and row buffers hold */
@@ -95,7 +95,7 @@ static moe_status alloc_host(moe_layer *L, size_t A) {
 static moe_status reserve_tokens(moe_layer *L, int T) {
     if (T <= L->max_tokens) return MOE_OK;
     const moe_config *c = &L->cfg;
-    const size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->ops->row_elem;
+    const size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->steps->row_elem;
     const size_t E = c->num_experts, k = c->top_k;
     L->max_tokens = 0;
     /* the per-token routing arrays, then the token buffers, in one regrow */
@@ -117,7 +117,7 @@ static moe_status reserve_tokens(moe_layer *L, int T) {
 
 static moe_status reserve_rows(moe_layer *L, int N) {
     if (N <= L->max_rows) return MOE_OK;
-    const size_t n = (size_t)N * L->cfg.d_model * L->ops->row_elem, nbytes[] = {n, n, n, n, n};
+    const size_t n = (size_t)N * L->cfg.d_model * L->steps->row_elem, nbytes[] = {n, n, n, n, n};
     void **ptrs[] = {&L->rows.staging, &L->rows.x, &L->rows.y, &L->rows.dy, &L->rows.dx};
     _Static_assert(sizeof nbytes / sizeof *nbytes == NUM_PTRS(row_buffers), "one size per buffer");
     L->max_rows = 0;
@@ -146,10 +146,10 @@ moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_pa
     L->rt = rt ? rt : L->owned_rt;
     L->par = par ? par : L->owned_par;
     L->ranks = moe_parallel_ranks(L->par);
-    L->ops = L->rt->layer;
+    L->steps = L->rt->layer;
     L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
     st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = L->ops->create(cfg, L->rt, &L->state);
+    if (st == MOE_OK) st = L->steps->create(cfg, L->rt, &L->state);
     if (st == MOE_OK)
         st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
@@ -165,7 +165,7 @@ void moe_layer_destroy(moe_layer *L) {
         free_all(L, &L->rows, NUM_PTRS(row_buffers));
         free_host(L);
     }
-    if (L->state) L->ops->destroy(L->state);
+    if (L->state) L->steps->destroy(L->state);
     moe_routing_counts_free(&L->counts);
     moe_dispatch_plan_free(&L->plan);
     moe_parallel_destroy(L->owned_par);
@@ -215,15 +215,15 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const int forced = L->forced_experts != NULL,
               by_score = c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
     if (forced) MOE_TRY(use_forced_experts(L, T));
-    MOE_TRY(L->ops->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
-    MOE_TRY(L->ops->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score));
+    MOE_TRY(L->steps->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
+    MOE_TRY(L->steps->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score));
     L->counts.num_tokens = T;
     moe_status st = moe_router_global_capacity(moe_parallel_world(L->par), c->capacity_factor, c->drop_priority,
                                                c->num_experts, c->top_k, L->host.expert, L->host.expert_score,
                                                L->host.kept, &L->counts);
     if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
-    MOE_TRY(L->ops->kept_to_device(L->state, L->host.kept, &L->tok, T));
-    return L->ops->dispatch_layout(L->state, &L->tok, T, L->host.layout_counts);
+    MOE_TRY(L->steps->kept_to_device(L->state, L->host.kept, &L->tok, T));
+    return L->steps->dispatch_layout(L->state, &L->tok, T, L->host.layout_counts);
 }
 
 /* The counts each peer announces, checked against the capacity rule, then the plan. */
@@ -244,14 +244,14 @@ static moe_status check_layout_counts(const moe_layer *L) {
             return moe_fail(MOE_ERR_COUNT_MISMATCH,
                             "layer %d, world rank %d: the dispatch layout holds %d rows for expert %d but the capacity "
                             "rule kept %d (a %s layout bug)", L->cfg.layer_index, L->ranks.world_rank,
-                            L->host.layout_counts[e], e, L->counts.num_tokens_per_expert[e], L->ops->name);
+                            L->host.layout_counts[e], e, L->counts.num_tokens_per_expert[e], L->steps->name);
     return MOE_OK;
 }
 
 /* This rank's share of the aux and z losses, summed over the world (the forward's second host sync). */
 static moe_status router_losses(moe_layer *L) {
     double loss[2];
-    MOE_TRY(L->ops->router_losses(L->state, &L->tok, L->counts.num_tokens, L->counts.num_selected_per_expert,
+    MOE_TRY(L->steps->router_losses(L->state, &L->tok, L->counts.num_tokens, L->counts.num_selected_per_expert,
                                   L->counts.num_tokens_global, loss));
     moe_status st = moe_comm_allreduce_sum_f64(moe_parallel_world(L->par), loss, 2);
     L->aux_loss = loss[0], L->z_loss = loss[1];
@@ -265,23 +265,23 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     MOE_TRY(reserve_tokens(L, num_tokens));
     const moe_config *c = &L->cfg;
     const int T = num_tokens, d = c->d_model;
-    const size_t row_nbytes = (size_t)d * L->ops->row_elem;
-    const moe_layer_ops *ops = L->ops;
+    const size_t row_nbytes = (size_t)d * L->steps->row_elem;
+    const moe_layer_ops *steps = L->steps;
     moe_layer_state *s = L->state;
     moe_comm *ep = moe_parallel_ep(L->par);
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * d * sizeof(moe_real))); /* for backward */
     MOE_TRY(route(L, w, T));
 
-    MOE_TRY(ops->permute(s, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
+    MOE_TRY(steps->permute(s, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
     MOE_TRY(plan_exchange(L));
     MOE_TRY(reserve_rows(L, L->plan.num_recv));
     row_buffers *b = &L->rows;
     moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
     if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
-    MOE_TRY(ops->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
+    MOE_TRY(steps->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
     st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
     if (st != MOE_OK) return exchange_failed(L, "the forward combine", st, 1);
-    MOE_TRY(ops->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
+    MOE_TRY(steps->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
 
     MOE_TRY(router_losses(L));
     MOE_TRY(check_layout_counts(L));
@@ -306,8 +306,8 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     if (!L || !w || !dout || !grads) return MOE_ERR_INVALID_ARG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
     const int T = L->counts.num_tokens;
-    const size_t row_nbytes = (size_t)L->cfg.d_model * L->ops->row_elem;
-    const moe_layer_ops *ops = L->ops;
+    const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
+    const moe_layer_ops *steps = L->steps;
     moe_layer_state *s = L->state;
     const moe_token_routing *r = &L->tok;
     token_buffers *t = &L->buf;
@@ -315,17 +315,17 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     moe_comm *ep = moe_parallel_ep(L->par);
 
     /* Experts: dL/dy and dL/dgate here, dL/dy travels to the experts, dL/dx of their rows travels back. */
-    MOE_TRY(ops->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, t->dgate));
+    MOE_TRY(steps->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, t->dgate));
     moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
-    MOE_TRY(ops->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size, L->plan.num_recv, b->x, b->dy,
+    MOE_TRY(steps->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size, L->plan.num_recv, b->x, b->dy,
                                   b->dx));
     st = moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
     if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 
     /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
-    if (dx) MOE_TRY(ops->combine(s, t->dxp, r->slot, NULL, T, dx));
-    MOE_TRY(ops->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, grads, dx));
+    if (dx) MOE_TRY(steps->combine(s, t->dxp, r->slot, NULL, T, dx));
+    MOE_TRY(steps->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, grads, dx));
     L->completed_steps++;
     return MOE_OK;
 }
