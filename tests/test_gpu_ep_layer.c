@@ -5,14 +5,16 @@
  *   -np 1: the NCCL transport with a world of one (NCCL refuses two ranks on one GPU), when built with NCCL.
  * Both runs take the reference's routing (moe_layer_force_routing), so what is compared is the data
  * movement and the arithmetic: kept sets and row counts exactly; outputs and input gradients of this
- * rank's tokens, and after moe_layer_reduce_gradients the router and local-expert gradients, within a
- * tight tolerance (the GEMMs see other row counts per call, which may change cuBLAS's kernel choice). */
+ * rank's tokens, and after moe_layer_reduce_gradients the router and local-expert gradients, within the
+ * tight "ep_layer ..." rows of tests/test_tolerance.c (the GEMMs see other row counts per call, which may
+ * change cuBLAS's kernel choice). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/parallel_gpu_mpi.h"
 #include "tests/test_gpu_util.h"
 #include "tests/test_mpi.h"
+#include "tests/test_tolerance.h"
 
 enum { TG = 600, D = 64, F = 128, E = 8, K = 2 };
 
@@ -107,13 +109,14 @@ int main(int argc, char **argv) {
 
     CHECK(!memcmp(got.experts, ref.experts, (size_t)TG * K * sizeof(int)), "rank %d: global routing differs", rank);
     size_t n = (size_t)T * D, off = (size_t)first * D;
-    test_close("out (this rank's tokens)", got.out, ref.out + off, n, 1e-6, 1e-2, 1e-2);
-    test_close("dx (this rank's tokens)", got.dx, ref.dx + off, n, 1e-6, 1e-2, 1e-2);
-    test_close("d router_w (summed over ranks)", got.grads, ref.grads, (size_t)E * D, 1e-8, 1e-4, 1e-4);
+    test_tolerance_check("ep_layer out", "bf16", got.out, ref.out + off, n, "out (this rank's tokens)");
+    test_tolerance_check("ep_layer dx", "bf16", got.dx, ref.dx + off, n, "dx (this rank's tokens)");
+    test_tolerance_check("ep_layer drouter_w", "bf16", got.grads, ref.grads, (size_t)E * D,
+                         "d router_w (summed over ranks)");
     size_t per = (size_t)(E / W) * F * D, eoff = (size_t)rank * per, R = (size_t)E * D, full = (size_t)E * F * D;
     for (int m = 0; m < 3; m++) /* w1, w3, w2 of this rank's experts */
-        test_close("d expert weights (this rank's)", got.grads + R + m * per, ref.grads + R + m * full + eoff, per,
-                   1e-8, 1e-4, 1e-4);
+        test_tolerance_check("ep_layer dexperts", "bf16", got.grads + R + m * per, ref.grads + R + m * full + eoff,
+                             per, "d %s (this rank's experts)", m == 0 ? "w1" : m == 1 ? "w3" : "w2");
     moe_parallel_destroy(par);
     moe_parallel_destroy(ref_par);
     moe_runtime_destroy(rt);

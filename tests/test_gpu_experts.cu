@@ -9,8 +9,9 @@
  *     backward's own roundings. Experts with zero rows and skewed counts; weight gradients start from
  *     random values (beta = 1 is tested) and are compared as increments; a zero-row expert's gradients
  *     must stay bitwise unchanged and its bf16 weights are poisoned (NaN) so that reading them shows.
- *   The two modes agree within the "modes" row of the table; each mode run twice is bitwise equal.
- * Tolerances (one table): normalised MSE plus an element bound atol_rms * rms(want) + rtol |want|.
+ *   The two modes agree within the "expert_ffn modes" row; each mode run twice is bitwise equal.
+ * Tolerances: the rows "swiglu ..." and "expert_ffn ..." (bf16) of tests/test_tolerance.c, whose element
+ * bounds here are scaled by rms(want).
  * Outputs are poisoned before each run. Exit 77 (skip) when no GPU is present.
  * Run: meson test -C build --suite gpu */
 #include <math.h>
@@ -21,45 +22,7 @@ extern "C" {
 #include "experts/expert_ffn.h"
 #include "kernels/cast.h"
 #include "tests/test_gpu_util.h"
-}
-
-typedef struct {
-    const char *op;
-    double max_nmse, atol_rms, rtol;
-} tolerance;
-
-static const tolerance kTolerance[] = {
-    /* one bf16 rounding of an fp32 value (1/2 ulp = 2^-9 relative; 8e-3 allows a neighbour) */
-    {"swiglu act", 1e-5, 1e-30, 8e-3},
-    {"swiglu dh13", 1e-5, 1e-30, 8e-3},
-    {"h13", 1e-5, 1e-3, 8e-3},
-    /* chains of bf16 roundings (H13 -> act -> Y; dA -> dH13 -> dX) */
-    {"act", 1e-4, 2e-2, 2e-2},
-    {"y", 1e-4, 5e-2, 2e-2},
-    {"dxp", 1e-4, 5e-2, 2e-2},
-    /* fp32 weight gradients (increments) from bf16 operands */
-    {"dW1", 1e-5, 2e-2, 2e-2},
-    {"dW3", 1e-5, 2e-2, 2e-2},
-    {"dW2", 1e-5, 2e-2, 2e-2},
-    /* grouped against per-expert: the same math, possibly other cuBLAS kernels */
-    {"modes", 1e-6, 1e-2, 1e-2},
-};
-
-static const tolerance *tol_for(const char *op) {
-    for (size_t i = 0; i < sizeof kTolerance / sizeof kTolerance[0]; i++)
-        if (!strcmp(kTolerance[i].op, op)) return &kTolerance[i];
-    fprintf(stderr, "no tolerance for %s\n", op);
-    exit(1);
-}
-
-static int check(const char *label, const char *op, const float *got, const float *want, size_t n) {
-    const tolerance *t = tol_for(op);
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)want[i] * want[i];
-    double rms = n ? sqrt(s / n) : 0;
-    char what[320];
-    snprintf(what, sizeof what, "%s %s", label, op);
-    return test_close(what, got, want, n, t->max_nmse, t->atol_rms * rms, t->rtol);
+#include "tests/test_tolerance.h"
 }
 
 static void *xmalloc(size_t nbytes) {
@@ -121,8 +84,8 @@ static void test_swiglu(moe_gpu *gpu, int rows, int f, moe_rng *rng) {
     char label[64];
     snprintf(label, sizeof label, "rows=%d f=%d", rows, f);
     float *act = to_float(got_act[0], n), *dh = to_float(got_dh[0], n13);
-    check(label, "swiglu act", act, act_want, n);
-    check(label, "swiglu dh13", dh, dh_want, n13);
+    test_tolerance_check("swiglu act", "bf16", act, act_want, n, "%s", label);
+    test_tolerance_check("swiglu dh13", "bf16", dh, dh_want, n13, "%s", label);
     CHECK(memcmp(got_act[0], got_act[1], n * 2) == 0 && memcmp(got_dh[0], got_dh[1], n13 * 2) == 0,
           "%s: the misaligned (scalar) path differs from the aligned one", label);
     for (int i = 0; i < 2; i++) free(got_act[i]), free(got_dh[i]);
@@ -202,7 +165,7 @@ static void compare_runs(const char *label, const fixture *F, const gpu_run *got
         float *gf = to_float(g[i], n[i]), *wf = to_float(w[i], n[i]);
         char l[256];
         snprintf(l, sizeof l, "%s %s", label, names[i]);
-        check(l, "modes", gf, wf, n[i]);
+        test_tolerance_check("expert_ffn modes", "bf16", gf, wf, n[i], "%s", l);
         free(gf), free(wf);
     }
     const char *gnames[] = {"dW1", "dW3", "dW2"};
@@ -210,7 +173,7 @@ static void compare_runs(const char *label, const fixture *F, const gpu_run *got
         float *gi = increment(F, got->grads, b), *wi = increment(F, want_run->grads, b);
         char l[256];
         snprintf(l, sizeof l, "%s %s", label, gnames[b]);
-        check(l, "modes", gi, wi, (size_t)F->E * F->wcount);
+        test_tolerance_check("expert_ffn modes", "bf16", gi, wi, (size_t)F->E * F->wcount, "%s", l);
         free(gi), free(wi);
     }
 }
@@ -293,9 +256,9 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
         snprintf(l, sizeof l, "%s %s", label, mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : "per-expert");
         float *h13g = to_float(g->h13, rows * 2 * f), *actg = to_float(g->act, rows * f);
         float *yg = to_float(g->y, rows * d), *dxpg = to_float(g->dxp, rows * d);
-        check(l, "h13", h13g, h13_want, rows * 2 * f);
-        check(l, "act", actg, act, rows * f);
-        check(l, "y", yg, y, rows * d);
+        test_tolerance_check("expert_ffn h13", "bf16", h13g, h13_want, rows * 2 * f, "%s", l);
+        test_tolerance_check("expert_ffn act", "bf16", actg, act, rows * f, "%s", l);
+        test_tolerance_check("expert_ffn y", "bf16", yg, y, rows * d, "%s", l);
 
         /* CPU backward from the activations this GPU run saved */
         float *h1g = (float *)xmalloc(rows * f * 4), *h3g = (float *)xmalloc(rows * f * 4);
@@ -310,11 +273,11 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
         float *dxp_want = (float *)xmalloc(rows * d * 4), *wscratch = (float *)xmalloc(F.wcount * 4);
         moe_expert_ffn_backward_cpu(&wc, &gcw, F.E, F.d, F.f, F.offset, 1, xp, h1g, h3g, actg, dy, dh1, dh3, dxp_want,
                                 wscratch, &plan);
-        check(l, "dxp", dxpg, dxp_want, rows * d);
-        const char *gnames[] = {"dW1", "dW3", "dW2"};
+        test_tolerance_check("expert_ffn dxp", "bf16", dxpg, dxp_want, rows * d, "%s", l);
+        const char *gops[] = {"expert_ffn dW1", "expert_ffn dW3", "expert_ffn dW2"};
         for (int b = 0; b < 3; b++) {
             float *gi = increment(&F, g->grads, b), *wi = increment(&F, gc, b);
-            check(l, gnames[b], gi, wi, wn);
+            test_tolerance_check(gops[b], "bf16", gi, wi, wn, "%s", l);
             free(gi), free(wi);
         }
         size_t moved = 0; /* zero-row experts: gradients bitwise unchanged */

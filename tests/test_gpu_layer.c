@@ -6,11 +6,10 @@
  * same routes. Capacity: with the same choices the kept sets must be equal exactly (one host rule).
  * Numbers: the CPU reference runs on the bf16-rounded input and expert weights; what remains is the bf16
  * rounding of the GPU's intermediate rows (H13, act, y, dy), so the tolerances are those of a bf16 chain
- * (TOL table below). Outputs of the GPU are poisoned (0xFF) before each run.
+ * (the "layer ..." rows of tests/test_tolerance.c). Outputs of the GPU are poisoned (0xFF) before each run.
  * Determinism: a second GPU run gives bitwise the same outputs, input gradients and weight gradients.
  * Cases: dropless softmax; capacity by token order; capacity by score with sigmoid + bias; skewed routing
  * with an expert that receives zero rows; a width that is not a multiple of 8 (scalar row kernels). */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +17,7 @@
 #include "kernels/cast.h"
 #include "moe/layer_internal.h"
 #include "tests/test_gpu_util.h"
+#include "tests/test_tolerance.h"
 
 typedef struct {
     const char *name;
@@ -27,11 +27,6 @@ typedef struct {
     moe_drop_priority prio;
     int zero_rows_expert; /* >= 0: force routing that never picks this expert */
 } layer_case;
-
-/* tolerance of a bf16 chain against fp32 on bf16-rounded inputs: {nmse, atol, rtol} */
-static const double TOL_OUT[3] = {1e-4, 2e-2, 5e-2};
-static const double TOL_WGRAD[3] = {1e-4, 5e-2, 5e-2};
-static const double TOL_ROUTER[3] = {1e-3, 5e-2, 5e-2};
 
 static void round_to_bf16(moe_real *v, size_t n) {
     for (size_t i = 0; i < n; i++) v[i] = moe_bf16_round(v[i]);
@@ -132,16 +127,13 @@ static void run_case(moe_runtime *rt, const moe_parallel *par, const layer_case 
           st.num_dropped, g1.num_dropped);
     if (c->zero_rows_expert >= 0)
         CHECK(st.num_tokens_per_expert[c->zero_rows_expert] == 0, "%s: the empty expert got rows", c->name);
-    CHECK(fabs(st.aux_loss - g1.st.aux_loss) <= 1e-5 * fabs(st.aux_loss) + 1e-7, "%s: aux %.9g vs %.9g", c->name,
-          g1.st.aux_loss, st.aux_loss);
-    CHECK(fabs(st.z_loss - g1.st.z_loss) <= 1e-5 * fabs(st.z_loss) + 1e-7, "%s: z %.9g vs %.9g", c->name, g1.st.z_loss,
-          st.z_loss);
-    test_close("out", g1.out, out, n, TOL_OUT[0], TOL_OUT[1], TOL_OUT[2]);
-    test_close("dx", g1.dx, dx, n, TOL_OUT[0], TOL_OUT[1], TOL_OUT[2]);
+    test_tolerance_check_scalar("layer aux loss", "f32", g1.st.aux_loss, st.aux_loss, "%s", c->name);
+    test_tolerance_check_scalar("layer z loss", "f32", g1.st.z_loss, st.z_loss, "%s", c->name);
+    test_tolerance_check("layer out", "bf16", g1.out, out, n, "out");
+    test_tolerance_check("layer dx", "bf16", g1.dx, dx, n, "dx");
     size_t router = (size_t)c->E * c->d;
-    test_close("d router_w", g1.grads, grads.buffer, router, TOL_ROUTER[0], TOL_ROUTER[1], TOL_ROUTER[2]);
-    test_close("d w1|w3|w2", g1.grads + router, grads.buffer + router, P - router, TOL_WGRAD[0], TOL_WGRAD[1],
-               TOL_WGRAD[2]);
+    test_tolerance_check("layer drouter_w", "bf16", g1.grads, grads.buffer, router, "d router_w");
+    test_tolerance_check("layer dexperts", "bf16", g1.grads + router, grads.buffer + router, P - router, "d w1|w3|w2");
 
     moe_layer_destroy(L);
     free_result(&g1), free_result(&g2);

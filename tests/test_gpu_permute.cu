@@ -3,11 +3,12 @@
  * rows in expert-major then token order (the dispatch layout's). Widths d = 8 and 4096 take the 16-byte
  * path, d = 12 and pointers offset by one element the scalar path; k = 1, 2, 8; gates and unit gates.
  *   permute:   bitwise equal to moe_bf16_round of the CPU gather (data only moves);
- *   combine:   unit gates bitwise (sums of exact products in the same j order); gates within 1e-6
- *              (same operations; only a CPU that contracts to FMA could differ);
+ *   combine:   unit gates bitwise (sums of exact products in the same j order); gates within the row
+ *              "combine" of tests/test_tolerance.c (same operations; only a CPU that contracts to FMA
+ *              could differ);
  *   backward:  dy bitwise equal to bf16 of the CPU's gate * dout; dgate (a block reduction against the
- *              CPU's sequential dot) within 1e-4 + 1e-4 |w|, dropped ones exactly 0; a sentinel row past the
- *              last stays untouched; a second run is bitwise equal to the first.
+ *              CPU's sequential dot) within the row "combine backward dgate", dropped ones exactly 0; a
+ *              sentinel row past the last stays untouched; a second run is bitwise equal to the first.
  * The CPU references run on the bf16-rounded y. Outputs are poisoned before each run. Exit 77 (skip)
  * when no GPU is present. Run: meson test -C build --suite gpu */
 #include <stdlib.h>
@@ -17,6 +18,7 @@ extern "C" {
 #include "kernels/cast.h"
 #include "kernels/permute.h"
 #include "tests/test_gpu_util.h"
+#include "tests/test_tolerance.h"
 }
 
 typedef struct {
@@ -126,12 +128,10 @@ static void run_case(moe_gpu *gpu, const pcase *c, moe_rng *rng) {
     test_gpu_poison(gpu, d_out.base, (xn + 1) * sizeof(float));
     CHECK_OK(moe_combine_rows_cuda(gpu, (const moe_bf16 *)d_y.ptr, d_slot, d_gate, T, k, d, (float *)d_out.ptr));
     test_gpu_download(gpu, out, d_out.ptr, xn * sizeof(float));
-    char what[160];
-    snprintf(what, sizeof what, "%s combine", name);
     if (c->gated) {
-        test_close(what, out, out_want, xn, 1e-12, 1e-6, 1e-6);
+        test_tolerance_check("combine", "bf16", out, out_want, xn, "%s", name);
     } else {
-        CHECK(memcmp(out, out_want, xn * sizeof(float)) == 0, "%s: not bitwise equal to the CPU", what);
+        CHECK(memcmp(out, out_want, xn * sizeof(float)) == 0, "%s combine: not bitwise equal to the CPU", name);
         printf("%-40s combine (unit gates): %s\n", name, memcmp(out, out_want, xn * sizeof(float)) ? "DIFFERS" : "bitwise equal");
     }
 
@@ -159,8 +159,7 @@ static void run_case(moe_gpu *gpu, const pcase *c, moe_rng *rng) {
     size_t dropped_bad = 0;
     for (size_t a = 0; a < an; a++) dropped_bad += r.slot[a] < 0 && dgate[0][a] != 0.0f;
     CHECK(dropped_bad == 0, "%s: %zu dropped assignments got a non-zero dgate", name, dropped_bad);
-    snprintf(what, sizeof what, "%s dgate", name);
-    test_close(what, dgate[0], dgate_want, an, 1e-10, 1e-4, 1e-4);
+    test_tolerance_check("combine backward dgate", "bf16", dgate[0], dgate_want, an, "%s", name);
     CHECK(memcmp(dy[0], dy[1], (yn + d) * sizeof(uint16_t)) == 0 && memcmp(dgate[0], dgate[1], an * sizeof(float)) == 0,
           "%s: backward run twice differs", name);
     printf("%-40s backward dy: %zu mismatches; two runs %s\n", name, bad,

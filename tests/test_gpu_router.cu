@@ -1,6 +1,7 @@
 /* test_gpu_router.cu — the router's CUDA ops against their CPU versions (the oracle): logits and their
- * backward GEMMs, scores, gates, aux losses within per-op tolerances; the dispatch layout (slot, perm_token,
- * counts, offsets) exactly. Every op also runs twice on the same inputs and must give the same bits.
+ * backward GEMMs, scores, gates, aux losses within the "router ..." rows (f32) of tests/test_tolerance.c;
+ * the dispatch layout (slot, perm_token, counts, offsets) exactly. Every op also runs twice on the same
+ * inputs and must give the same bits.
  * Outputs are poisoned (0xFF) before each run; accumulating ops restart from the same initial values.
  * Exit 77 (skip) when no GPU is present. Run: meson test -C build --suite gpu */
 #include <cblas.h>
@@ -17,16 +18,8 @@ extern "C" {
 #include "router/scores.h"
 #include "router/topk.h"
 #include "tests/test_gpu_util.h"
+#include "tests/test_tolerance.h"
 }
-
-/* Tolerances (fp32 against the fp32 CPU path): normalised MSE, then |got - want| <= atol + rtol |want|. */
-struct tolerance {
-    double nmse, atol, rtol;
-};
-static const tolerance kLogits = {1e-10, 1e-5, 1e-4};
-static const tolerance kScores = {1e-10, 1e-6, 1e-4}; /* scores and gates lie in [0, 1] (+ bias) */
-static const tolerance kGrads = {1e-10, 1e-5, 1e-4};
-static const double kLossRelative = 1e-6;
 
 static void *host_alloc(size_t nbytes) {
     void *p = malloc(nbytes ? nbytes : 1);
@@ -41,13 +34,6 @@ static float *host_copy(const float *a, size_t count) {
     float *b = (float *)host_alloc(count * sizeof(float));
     memcpy(b, a, count * sizeof(float));
     return b;
-}
-
-static void check_close(const char *op, const char *shape, const float *got, const float *want, size_t count,
-                        tolerance tol) {
-    char what[128];
-    snprintf(what, sizeof what, "%s %s", op, shape);
-    test_close(what, got, want, count, tol.nmse, tol.atol, tol.rtol);
 }
 
 static void check_same_bits(const char *op, const char *shape, const void *a, const void *b, size_t nbytes) {
@@ -86,7 +72,7 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
         got[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got[run], d_logits, te * sizeof(float));
     }
-    check_close("logits", shape, got[0], want, te, kLogits);
+    test_tolerance_check("router logits", "f32", got[0], want, te, "logits %s", shape);
     check_same_bits("logits", shape, got[0], got[1], te * sizeof(float));
 
     /* a non-finite input gives MOE_ERR_NONFINITE, as on the CPU */
@@ -154,10 +140,10 @@ static void test_logits_backward(moe_gpu *gpu, moe_rng *rng, int T, int d, int E
         test_gpu_download(gpu, got_dw[run], d_dw, ed * sizeof(float));
         test_gpu_download(gpu, got_dx[run], d_dx, td * sizeof(float));
     }
-    check_close("drouter_w", shape, got_dw[0], want_dw, ed, kGrads);
+    test_tolerance_check("router logits backward", "f32", got_dw[0], want_dw, ed, "drouter_w %s", shape);
     check_same_bits("drouter_w", shape, got_dw[0], got_dw[1], ed * sizeof(float));
     if (with_dx) {
-        check_close("dx", shape, got_dx[0], want_dx, td, kGrads);
+        test_tolerance_check("router logits backward", "f32", got_dx[0], want_dx, td, "dx %s", shape);
         check_same_bits("dx", shape, got_dx[0], got_dx[1], td * sizeof(float));
     } else {
         CHECK(memcmp(got_dx[0], dx0, td * sizeof(float)) == 0, "dx %s: written although NULL was passed", shape);
@@ -189,10 +175,10 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
         test_gpu_download(gpu, got[run], d_scores, nbytes);
         test_gpu_download(gpu, got_select[run], d_select, nbytes);
     }
-    check_close("scores", shape, got[0], want, te, kScores);
+    test_tolerance_check("router scores", "f32", got[0], want, te, "scores %s", shape);
     check_same_bits("scores", shape, got[0], got[1], nbytes);
     if (with_bias) {
-        check_close("select_scores", shape, got_select[0], want_select, te, kScores);
+        test_tolerance_check("router scores", "f32", got_select[0], want_select, te, "select_scores %s", shape);
         check_same_bits("select_scores", shape, got_select[0], got_select[1], nbytes);
     }
 
@@ -207,7 +193,7 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
         got_dl[run] = (float *)host_alloc(nbytes);
         test_gpu_download(gpu, got_dl[run], d_dl, nbytes);
     }
-    check_close("scores backward", shape, got_dl[0], want_dl, te, kGrads);
+    test_tolerance_check("router scores backward", "f32", got_dl[0], want_dl, te, "dlogits %s", shape);
     check_same_bits("scores backward", shape, got_dl[0], got_dl[1], nbytes);
 
     test_gpu_free(gpu, d_logits), test_gpu_free(gpu, d_bias), test_gpu_free(gpu, d_scores);
@@ -237,8 +223,8 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
         test_gpu_download(gpu, got_es[run], d_es, tk * sizeof(float));
         test_gpu_download(gpu, got_gate[run], d_gate, tk * sizeof(float));
     }
-    check_close("expert_score", shape, got_es[0], want_es, tk, kScores);
-    check_close("gate", shape, got_gate[0], want_gate, tk, kScores);
+    test_tolerance_check("router gates", "f32", got_es[0], want_es, tk, "expert_score %s", shape);
+    test_tolerance_check("router gates", "f32", got_gate[0], want_gate, tk, "gate %s", shape);
     check_same_bits("expert_score", shape, got_es[0], got_es[1], tk * sizeof(float));
     check_same_bits("gate", shape, got_gate[0], got_gate[1], tk * sizeof(float));
 
@@ -255,7 +241,7 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
         got_ds[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got_ds[run], d_ds, te * sizeof(float));
     }
-    check_close("gates backward", shape, got_ds[0], want_ds, te, kGrads);
+    test_tolerance_check("router gates backward", "f32", got_ds[0], want_ds, te, "dscores %s", shape);
     check_same_bits("gates backward", shape, got_ds[0], got_ds[1], te * sizeof(float));
 
     test_gpu_free(gpu, d_scores), test_gpu_free(gpu, d_expert), test_gpu_free(gpu, d_es);
@@ -286,13 +272,8 @@ static void test_losses(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int T, 
         got[run][0] = got[run][1] = NAN;
         CHECK_OK(moe_router_losses_cuda(gpu, func, d_scores, d_logits, d_selected, T, T_global, E, k, got[run]));
     }
-    const char *names[2] = {"load balance", "z"};
-    for (int i = 0; i < 2; i++) {
-        double rel = fabs(got[0][i] - want[i]) / fmax(fabs(want[i]), 1e-300);
-        printf("%-44s got %.12g want %.12g  relative %.2e (max %.0e)\n", names[i], got[0][i], want[i], rel,
-               kLossRelative);
-        CHECK(rel <= kLossRelative, "%s loss %s: got %.12g want %.12g", names[i], shape, got[0][i], want[i]);
-    }
+    test_tolerance_check_scalar("router load balance loss", "f32", got[0][0], want[0], "%s", shape);
+    test_tolerance_check_scalar("router z loss", "f32", got[0][1], want[1], "%s", shape);
     check_same_bits("losses", shape, got[0], got[1], sizeof got[0]);
 
     /* backward: coef = T_global makes the gradients O(1); both accumulate into random arrays */
@@ -312,8 +293,8 @@ static void test_losses(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int T, 
         test_gpu_download(gpu, got_ds[run], d_ds, nbytes);
         test_gpu_download(gpu, got_dl[run], d_dl, nbytes);
     }
-    check_close("load balance backward", shape, got_ds[0], want_ds, te, kGrads);
-    check_close("z-loss backward", shape, got_dl[0], want_dl, te, kGrads);
+    test_tolerance_check("router load balance backward", "f32", got_ds[0], want_ds, te, "dscores %s", shape);
+    test_tolerance_check("router z-loss backward", "f32", got_dl[0], want_dl, te, "dlogits %s", shape);
     check_same_bits("load balance backward", shape, got_ds[0], got_ds[1], nbytes);
     check_same_bits("z-loss backward", shape, got_dl[0], got_dl[1], nbytes);
 

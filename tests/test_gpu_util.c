@@ -1,7 +1,6 @@
 /* test_gpu_util.c — see test_gpu_util.h. */
 #include "tests/test_gpu_util.h"
 
-#include <math.h>
 #include <stdlib.h>
 
 #include "core/gpu_cuda.h"
@@ -49,22 +48,3 @@ void test_gpu_download(moe_gpu *gpu, void *host, const void *dev, size_t nbytes)
 }
 
 void test_gpu_free(moe_gpu *gpu, void *dev) { moe_gpu_free(gpu, dev); }
-
-int test_close(const char *what, const float *got, const float *want, size_t n, double max_nmse, double atol,
-               double rtol) {
-    double err2 = 0, ref2 = 0, worst = 0;
-    size_t worst_i = 0, bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        double g = got[i], w = want[i], e = fabs(g - w);
-        if (isnan(g) || isnan(w)) e = INFINITY;
-        err2 += e * e, ref2 += w * w;
-        if (!(e <= atol + rtol * fabs(w))) bad++;
-        if (!(e <= worst)) worst = e, worst_i = i;
-    }
-    double nmse = ref2 > 0 ? err2 / ref2 : err2;
-    int ok = bad == 0 && nmse <= max_nmse;
-    printf("%-44s n=%-9zu nmse %.2e (max %.0e)  worst |diff| %.3g at %zu (got %.6g want %.6g)  %zu outside %.0e+%.0e|w|\n",
-           what, n, nmse, max_nmse, worst, worst_i, n ? got[worst_i] : 0.0, n ? want[worst_i] : 0.0, bad, atol, rtol);
-    CHECK(ok, "%s: outside tolerance", what);
-    return ok;
-}

@@ -1,5 +1,5 @@
 /* test_gpu_util.h — what the GPU tests share: skipping without a GPU, device buffers that abort the test
- * program on failure, poisoning, and the tolerance check of the math kernels.
+ * program on failure, and poisoning. Their tolerances: tests/test_tolerance.h.
  *
  * Poison: before every run of an op its outputs are filled with 0xFF bytes (a NaN as fp32 and bf16, -1 as
  * int), so an element the op should write and does not fails the comparison. */
@@ -19,10 +19,5 @@ void *test_gpu_upload(moe_gpu *gpu, const void *host, size_t nbytes);       /* a
 void test_gpu_download(moe_gpu *gpu, void *host, const void *dev, size_t nbytes); /* synchronises */
 void test_gpu_poison(moe_gpu *gpu, void *dev, size_t nbytes);
 void test_gpu_free(moe_gpu *gpu, void *dev);
-
-/* got vs want (n floats): passes when the normalised mean squared error sum (g-w)^2 / sum w^2 <= max_nmse
- * and every |g - w| <= atol + rtol |w| (NaN fails). Prints one line with the worst element either way. */
-int test_close(const char *what, const float *got, const float *want, size_t n, double max_nmse, double atol,
-               double rtol);
 
 #endif
