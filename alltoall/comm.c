@@ -27,6 +27,8 @@ static double now_s(void) {
 int moe_comm_rank(const moe_comm *c) { return c->rank; }
 int moe_comm_size(const moe_comm *c) { return c->size; }
 const char *moe_comm_transport_name(const moe_comm *c) { return c->ops->name; }
+double moe_comm_timeout(const moe_comm *c) { return c->timeout_s; }
+void moe_comm_set_timeout(moe_comm *c, double seconds) { c->timeout_s = seconds; }
 
 moe_status moe_comm_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
     TIMED(c, MOE_EXCHANGE_COUNTS, c->ops->alltoall_ints(c, send, recv, count_per_peer));
@@ -88,6 +90,6 @@ moe_comm *moe__comm_new(const moe_transport_ops *ops, const char *label, int ran
 
 moe_status moe__comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes) {
     (void)c;
-    memmove(dst, src, nbytes);
+    if (nbytes) memmove(dst, src, nbytes); /* empty blocks may come with NULL pointers */
     return MOE_OK;
 }

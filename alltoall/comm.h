@@ -21,6 +21,10 @@ typedef struct moe_comm moe_comm;
 int moe_comm_rank(const moe_comm *c);
 int moe_comm_size(const moe_comm *c);
 const char *moe_comm_transport_name(const moe_comm *c); /* "self", "mpi", "mpi-staged", "nccl" */
+/* The watchdog: an exchange still incomplete after this many seconds fails (<= 0: never). Work that is
+ * known to be slow on one rank (a checkpoint save) waits under a longer one of its own. */
+double moe_comm_timeout(const moe_comm *c);
+void moe_comm_set_timeout(moe_comm *c, double seconds);
 
 /* recv[p*count + i] = what peer p passed as send[me*count + i] (MPI_Alltoall of ints). */
 moe_status moe_comm_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer);

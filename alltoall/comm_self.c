@@ -5,7 +5,7 @@
 #include "alltoall/comm_transport.h"
 
 static moe_status self_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer) {
-    memmove(recv, send, (size_t)count_per_peer * sizeof(int));
+    if (count_per_peer > 0) memmove(recv, send, (size_t)count_per_peer * sizeof(int));
     c->completed++;
     return MOE_OK;
 }
@@ -13,7 +13,7 @@ static moe_status self_alltoall_ints(moe_comm *c, const int *send, int *recv, in
 static moe_status self_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
                                       const int *recv_rows, size_t row_nbytes) {
     if (send_rows[0] != recv_rows[0]) return MOE_ERR_COUNT_MISMATCH;
-    memmove(recv, send, (size_t)send_rows[0] * row_nbytes);
+    if (send_rows[0] > 0) memmove(recv, send, (size_t)send_rows[0] * row_nbytes);
     c->completed++;
     return MOE_OK;
 }
@@ -21,7 +21,7 @@ static moe_status self_alltoallv_rows(moe_comm *c, const void *send, const int *
 static moe_status self_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                         const size_t *recv_nbytes) {
     if (recv_nbytes[0] != send_nbytes) return MOE_ERR_COUNT_MISMATCH;
-    memmove(recv, send, send_nbytes);
+    if (send_nbytes) memmove(recv, send, send_nbytes);
     c->completed++;
     return MOE_OK;
 }

@@ -25,7 +25,7 @@ typedef uint16_t moe_bf16;
     X(MOE_ERR_INVALID_ARG, "invalid argument")                                          \
     X(MOE_ERR_INVALID_CONFIG, "invalid configuration")                                  \
     X(MOE_ERR_OUT_OF_MEMORY, "out of memory")                                           \
-    X(MOE_ERR_NONFINITE, "non-finite value (NaN or Inf) in the router logits")          \
+    X(MOE_ERR_NONFINITE, "a non-finite value (NaN or Inf)")                             \
     X(MOE_ERR_NO_FORWARD, "backward called without a matching forward")                 \
     X(MOE_ERR_CUDA, "CUDA runtime error")                                               \
     X(MOE_ERR_NO_DEVICE, "no CUDA device present")                                      \

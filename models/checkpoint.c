@@ -1,10 +1,9 @@
-/* checkpoint.c — saving and loading checkpoints (layout and format in checkpoint.h). */
+/* checkpoint.c — saving and loading checkpoints (layout and format in checkpoint.h): the table of tensors in
+ * file order, gathering the experts of every rank, writing and reading the tensor files. The manifest,
+ * listing and pruning are checkpoint_dir.c's; config.json and the fingerprint checkpoint_config.c's. */
 #include "models/checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "models/safetensors.h"
 #include "core/fail.h"
+#include "models/checkpoint_internal.h"
+#include "models/fileio.h"
+#include "models/safetensors.h"
 
 _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
 
@@ -109,181 +110,60 @@ static moe_status agree(const moe_trainer *tr, moe_status st) {
     return moe_comm_agree(moe_parallel_world(tr->par), st);
 }
 
-/* ---- config.json and the run fingerprint ------------------------------------------------------ */
-
-static json_t *config_json(const moe_model_config *c) {
-    const moe_config *q = &c->moe;
-    int mixtral = c->moe_every == 1 && q->num_experts > 1 && q->score_func == MOE_SCORE_SOFTMAX && q->renormalize &&
-                  q->capacity_factor <= 0;
-    return json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:b, s:s, s:s, s:f, s:b, s:n, s:f,"
-        " s:{s:i, s:s, s:b, s:f, s:s, s:f, s:f, s:b}}",
-        "architectures", "MixtralForCausalLM", "model_type", "mixtral", "vocab_size", c->vocab_size, "hidden_size",
-        c->d_model, "intermediate_size", c->d_ff, "num_hidden_layers", c->num_layers, "num_attention_heads",
-        c->num_heads, "num_key_value_heads", c->num_kv_heads, "head_dim", c->d_model / c->num_heads,
-        "max_position_embeddings", c->seq_len, "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
-        "num_local_experts", q->num_experts, "num_experts_per_tok", q->top_k, "tie_word_embeddings", c->tie_embeddings,
-        "hidden_act", "silu", "torch_dtype", "float32", "router_aux_loss_coef", (double)q->aux_loss_coef,
-        "output_router_logits", 0, "sliding_window", "attention_dropout", 0.0, "moe_train", "moe_every", c->moe_every,
-        "score_func", q->score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", "renormalize", q->renormalize,
-        "capacity_factor", (double)q->capacity_factor, "drop_priority",
-        q->drop_priority == MOE_DROP_BY_SCORE ? "score" : "token", "z_loss_coef", (double)q->z_loss_coef,
-        "bias_update_rate", (double)q->bias_update_rate, "mixtral_compatible", mixtral);
+/* The same, when rank 0 did slow file work meanwhile: the others wait under the checkpoint timeout, not the
+ * exchange watchdog, and a timeout says so. */
+static moe_status agree_after_io(const moe_trainer *tr, moe_status st, const char *what) {
+    moe_comm *world = moe_parallel_world(tr->par);
+    const double watchdog = moe_comm_timeout(world);
+    moe_comm_set_timeout(world, tr->opt.checkpoint_timeout_s);
+    moe_status agreed = moe_comm_agree(world, st);
+    moe_comm_set_timeout(world, watchdog);
+    if (agreed == MOE_ERR_TIMEOUT)
+        return moe_fail_context(agreed, "%s: world rank 0 did not finish within --checkpoint-timeout %g s", what,
+                                tr->opt.checkpoint_timeout_s);
+    return agreed;
 }
 
-/* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
-static moe_status check_config(const char *dir, const moe_model_config *c) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t err;
-    json_t *j = json_load_file(path, 0, &err);
-    if (!j) return moe_fail(errno == ENOENT ? MOE_ERR_IO : MOE_ERR_BAD_FILE, "%s: %s", path, err.text);
-    const struct { const char *key; long want; } ints[] = {
-        {"vocab_size", c->vocab_size},         {"hidden_size", c->d_model},     {"intermediate_size", c->d_ff},
-        {"num_hidden_layers", c->num_layers},  {"num_attention_heads", c->num_heads},
-        {"num_key_value_heads", c->num_kv_heads}, {"num_local_experts", c->moe.num_experts},
-        {"num_experts_per_tok", c->moe.top_k},
-    };
-    moe_status st = MOE_OK;
-    for (size_t i = 0; i < sizeof ints / sizeof *ints && st == MOE_OK; i++) {
-        json_t *v = json_object_get(j, ints[i].key);
-        if (!json_is_integer(v))
-            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing or not an integer", path, ints[i].key);
-        else if (json_integer_value(v) != ints[i].want)
-            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %lld but the flags ask for %ld", path, ints[i].key,
-                          (long long)json_integer_value(v), ints[i].want);
+/* The first non-finite value of the global buffer's `which` part (0: weights, 1, 2: the moments), named. */
+static moe_status check_finite(const ckpt_table *tab, const moe_real *part, int which) {
+    static const char *const prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
+    for (int i = 0; i < tab->count; i++) {
+        const ckpt_tensor *t = &tab->t[i];
+        const size_t n = (size_t)t->shape[0] * (t->ndim > 1 ? (size_t)t->shape[1] : 1);
+        for (size_t j = 0; j < n; j++)
+            if (!isfinite(part[t->global_offset + j]))
+                return moe_fail(MOE_ERR_NONFINITE, "%s%s[%zu] is %g: refusing to save non-finite values", prefix[which],
+                                t->name, j, (double)part[t->global_offset + j]);
     }
-    json_t *tie = json_object_get(j, "tie_word_embeddings");
-    if (st == MOE_OK && json_is_boolean(tie) && json_is_true(tie) != c->tie_embeddings)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: tie_word_embeddings is %s but the flags ask for %s", path,
-                  json_is_true(tie) ? "true" : "false", c->tie_embeddings ? "tied" : "untied");
-    /* the numbers that change the function the weights compute, beyond the shapes */
-    json_t *theta = json_object_get(j, "rope_theta"), *eps = json_object_get(j, "rms_norm_eps"),
-           *window = json_object_get(j, "sliding_window"), *act = json_object_get(j, "hidden_act");
-    if (st == MOE_OK &&
-        (!json_is_number(theta) || fabs(json_number_value(theta) - c->rope_theta) > 1e-6 * c->rope_theta))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: rope_theta is %g but the flags ask for %g (--rope-theta)", path,
-                      json_is_number(theta) ? json_number_value(theta) : -1.0, (double)c->rope_theta);
-    if (st == MOE_OK && (!json_is_number(eps) || fabs(json_number_value(eps) - c->norm_eps) > 1e-6 * c->norm_eps))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: rms_norm_eps is %g but this model uses %g", path,
-                  json_is_number(eps) ? json_number_value(eps) : -1.0, (double)c->norm_eps);
-    if (st == MOE_OK && !json_is_null(window) && window &&
-        (!json_is_integer(window) || json_integer_value(window) < c->seq_len))
-        st = moe_fail(MOE_ERR_BAD_FILE,
-                      "%s: sliding_window %lld is shorter than the sequence length %d (no sliding "
-                      "window attention here)",
-                      path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL, c->seq_len);
-    if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_act must be silu (SwiGLU experts)", path);
-    json_t *score = json_object_get(json_object_get(j, "moe_train"), "score_func");
-    const char *want_score = c->moe.score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax";
-    if (st == MOE_OK && json_is_string(score) && strcmp(json_string_value(score), want_score))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: the router was trained with %s scores but the flags ask for %s", path,
-                  json_string_value(score), want_score);
-    json_t *every = json_object_get(json_object_get(j, "moe_train"), "moe_every");
-    long moe_every = json_is_integer(every) ? (long)json_integer_value(every) : 1; /* Mixtral: every layer */
-    if (st == MOE_OK && moe_every != c->moe_every)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_every is %ld but the flags ask for %d", path, moe_every, c->moe_every);
-    json_decref(j);
-    return st;
+    return MOE_OK;
 }
 
-/* Everything that must match to continue a run: the architecture, routing, data order and seed. */
-static void fingerprint(const moe_trainer *tr, char *out, size_t n) {
-    const moe_model_config *c = &tr->opt.model;
-    const moe_config *q = &c->moe;
-    snprintf(out, n,
-             "V=%d L=%d d=%d H=%d KV=%d F=%d S=%d E=%d k=%d every=%d tie=%d score=%d renorm=%d cf=%g prio=%d aux=%g "
-             "z=%g bias_rate=%g invariant=%d batch=%d micro=%d seed=%d",
-             c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len,
-             q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
-             q->capacity_factor, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
-             q->layout_invariant, tr->opt.batch, tr->opt.micro_batches, tr->opt.seed);
-}
-
-/* ---- files and directories -------------------------------------------------------------------- */
-
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Removes a checkpoint directory: its files, then the directory (nothing recursive beyond that). */
-static void remove_checkpoint_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[1200];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    closedir(d);
-    rmdir(dir);
-}
-
-static int is_step_dir(const char *name, long *step) {
-    char *end;
-    if (strncmp(name, "step-", 5) || strlen(name) != 13) return 0;
-    *step = strtol(name + 5, &end, 10);
-    return *end == 0 && *step >= 0;
-}
-
-/* The step directories of root, ascending. */
-static long *list_steps(const char *root, int *count) {
-    DIR *d = opendir(root);
-    long *steps = NULL, step;
-    int n = 0, cap = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (is_step_dir(e->d_name, &step)) {
-            if (n == cap) steps = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
-            steps[n++] = step;
-        }
-    if (d) closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort: a handful of entries */
-        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--)
-            step = steps[j], steps[j] = steps[j - 1], steps[j - 1] = step;
-    *count = n;
-    return steps;
-}
-
-moe_status moe_checkpoint_latest(const char *root, char *out, size_t out_nbytes) {
-    int count;
-    long *steps = list_steps(root, &count);
-    moe_status st = count ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
-    if (count) snprintf(out, out_nbytes, "%s/step-%08ld", root, steps[count - 1]);
-    free(steps);
-    return st;
-}
+/* ---- writing ---------------------------------------------------------------------------------- */
 
 static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, const moe_real *gp, const moe_real *gm,
                               const moe_real *gv, const char *dir, int step) {
     const moe_model_config *c = &tr->opt.model;
-    char path[700], value[512];
+    char value[512];
     moe_safetensors_entry *e = calloc((size_t)2 * tab->count + c->num_layers, sizeof *e);
     char (*names)[128] = calloc((size_t)2 * tab->count + c->num_layers, sizeof *names);
-    if (!e || !names) return free(e), free(names), MOE_ERR_OUT_OF_MEMORY;
-    for (int i = 0; i < tab->count; i++) {
+    char *paths[MOE__CHECKPOINT_FILES] = {0};
+    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) paths[i] = moe_path_join(dir, moe__checkpoint_files[i]);
+    moe_status st = e && names && paths[0] && paths[1] && paths[2] ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < tab->count && st == MOE_OK; i++) {
         const ckpt_tensor *t = &tab->t[i];
         e[i] = (moe_safetensors_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset};
     }
     const moe_safetensors_meta model_meta[] = {{"format", "pt"}};
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    moe_status st = moe_safetensors_write(path, e, tab->count, model_meta, 1);
+    if (st == MOE_OK) st = moe_safetensors_write(paths[0], e, tab->count, model_meta, 1);
 
-    json_t *config = config_json(c);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (st == MOE_OK && (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || fsync_path(path) != 0))
-        st = moe_fail(MOE_ERR_IO, "%s: cannot write", path);
+    json_t *config = moe__checkpoint_config_json(c);
+    if (st == MOE_OK &&
+        (json_dump_file(config, paths[1], JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || moe_fsync_path(paths[1]) != 0))
+        st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", paths[1], strerror(errno));
     json_decref(config);
 
     int k = 0; /* train state: both moments of every tensor, then the routers' selection biases */
-    for (int i = 0; i < tab->count; i++)
+    for (int i = 0; i < tab->count && st == MOE_OK; i++)
         for (int which = 0; which < 2; which++) {
             const ckpt_tensor *t = &tab->t[i];
             snprintf(names[k], sizeof names[k], "%s.%s", which ? "exp_avg_sq" : "exp_avg", t->name);
@@ -291,7 +171,7 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
                 names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
             k++;
         }
-    for (int l = 0; l < c->num_layers; l++) {
+    for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
         const moe_real *bias = moe_model_expert_bias(tr->model, l);
         if (!bias) continue;
         snprintf(names[k], sizeof names[k], "expert_bias.layers.%d", l);
@@ -300,12 +180,34 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     char step_text[32], position[32];
     snprintf(step_text, sizeof step_text, "%d", step);
     snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
-    fingerprint(tr, value, sizeof value);
+    moe__checkpoint_fingerprint(tr, value, sizeof value);
     const moe_safetensors_meta state_meta[] = {
         {"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position}, {"fingerprint", value}};
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    if (st == MOE_OK) st = moe_safetensors_write(path, e, k, state_meta, 4);
+    if (st == MOE_OK) st = moe_safetensors_write(paths[2], e, k, state_meta, 4);
+    if (st == MOE_OK) st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step);
     free(e), free(names);
+    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) free(paths[i]);
+    return st;
+}
+
+/* World rank 0: the step directory written whole under a temporary name, then published and the run's old
+ * ones pruned (checkpoint_dir.c). */
+static moe_status write_step(const moe_trainer *tr, const ckpt_table *tab, const moe_real *g, const char *root,
+                             int step, int keep_last) {
+    for (int which = 0; which < 3; which++) MOE_TRY(check_finite(tab, g + which * tab->global_count, which));
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) /* moe_checkpoint_prepare made it; a caller may not have */
+        return moe_fail(MOE_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
+    moe__checkpoint_clean_leftovers(root);
+    char name[64];
+    snprintf(name, sizeof name, ".tmp-step-%08d", step);
+    char *tmp = moe_path_join(root, name);
+    if (!tmp) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = mkdir(tmp, 0755) == 0 ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (st == MOE_OK) st = write_files(tr, tab, g, g + tab->global_count, g + 2 * tab->global_count, tmp, step);
+    if (st == MOE_OK) st = moe__checkpoint_publish(root, tmp, step);
+    if (st != MOE_OK) moe__checkpoint_remove_dir(tmp);
+    if (st == MOE_OK) st = moe__checkpoint_prune(root, tr->run_id, keep_last);
+    free(tmp);
     return st;
 }
 
@@ -325,38 +227,21 @@ moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int 
         if (st == MOE_OK) st = gather_global(tr, full, g + (1 + which) * tab.global_count);
     }
     free(full);
-    if (st == MOE_OK && tr->ranks.world_rank == 0) {
-        char tmp[600], final[600], old[600];
-        snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08d", root, step);
-        snprintf(final, sizeof final, "%s/step-%08d", root, step);
-        snprintf(old, sizeof old, "%s/.old-step-%08d", root, step);
-        mkdir(root, 0755);
-        remove_checkpoint_dir(tmp); /* the leftovers of an interrupted save */
-        if (mkdir(tmp, 0755) != 0) st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        if (st == MOE_OK)
-            st = write_files(tr, &tab, g, g + tab.global_count, g + 2 * tab.global_count, tmp, step);
-        if (st == MOE_OK && fsync_path(tmp) != 0) st = moe_fail(MOE_ERR_IO, "%s: fsync failed", tmp);
-        /* the new directory takes the final name in one rename; an older save of the same step goes after */
-        if (st == MOE_OK && rename(final, old) != 0 && errno != ENOENT)
-            st = moe_fail(MOE_ERR_IO, "%s: cannot move aside: %s", final, strerror(errno));
-        if (st == MOE_OK && rename(tmp, final) != 0)
-            st = moe_fail(MOE_ERR_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
-        if (st == MOE_OK) {
-            remove_checkpoint_dir(old);
-            fsync_path(root);
-            int count;
-            long *steps = list_steps(root, &count);
-            for (int i = 0; keep_last > 0 && i < count - keep_last; i++) {
-                snprintf(old, sizeof old, "%s/step-%08ld", root, steps[i]);
-                remove_checkpoint_dir(old);
-            }
-            free(steps);
-        } else {
-            remove_checkpoint_dir(tmp);
-        }
-    }
+    if (st == MOE_OK && tr->ranks.world_rank == 0) st = write_step(tr, &tab, g, root, step, keep_last);
     free(g), free(tab.t);
-    return agree(tr, st);
+    return agree_after_io(tr, st, "checkpoint save");
+}
+
+moe_status moe_checkpoint_latest(const char *root, char **out) {
+    *out = NULL;
+    moe__checkpoint_entry *list;
+    int count;
+    MOE_TRY(moe__checkpoint_list(root, &list, &count));
+    moe_status st = MOE_OK;
+    if (!count) st = moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
+    else if (!(*out = strdup(list[count - 1].path))) st = MOE_ERR_OUT_OF_MEMORY; /* the newest saved */
+    moe__checkpoint_list_free(list, count);
+    return st;
 }
 
 /* ---- loading ---------------------------------------------------------------------------------- */
@@ -394,15 +279,22 @@ static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, c
     return MOE_OK;
 }
 
+/* The config, the manifest's sizes, then the weights (their checksums as they are read), which must be
+ * finite. */
 static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir) {
-    char path[600];
+    moe__checkpoint_manifest manifest;
+    MOE_TRY(moe__checkpoint_check_config(dir, &tr->opt.model));
+    MOE_TRY(moe__checkpoint_manifest_read(dir, &manifest));
+    MOE_TRY(moe__checkpoint_manifest_verify(dir, &manifest));
+    char *path = moe_path_join(dir, moe__checkpoint_files[0]);
     moe_safetensors_file f;
-    moe_status st = check_config(dir, &tr->opt.model);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (st == MOE_OK && (st = moe_safetensors_open(path, &f)) == MOE_OK) {
+    moe_status st = path ? moe_safetensors_open(path, &f) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) {
         st = read_tensors(&f, tab, "", moe_model_params(tr->model), 0);
         moe_safetensors_close(&f);
     }
+    free(path);
+    if (st == MOE_OK) st = moe_model_check_finite(tr->model, moe_model_params(tr->model), "the loaded weights");
     return st;
 }
 
@@ -415,24 +307,29 @@ moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
 
 static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char *dir, int *step) {
     const moe_model_config *c = &tr->opt.model;
-    char path[600], want[512], name[64];
+    char want[512], name[64];
+    char *path = moe_path_join(dir, moe__checkpoint_files[2]);
+    if (!path) return MOE_ERR_OUT_OF_MEMORY;
     moe_safetensors_file f;
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
     moe_status st = moe_safetensors_open(path, &f);
-    if (st != MOE_OK) return st;
+    if (st != MOE_OK) return free(path), st;
     const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"),
                *saved = moe_safetensors_metadata(&f, "step");
-    fingerprint(tr, want, sizeof want);
-    if (!format || strcmp(format, "moe-train-state-1") || !saved)
+    moe__checkpoint_fingerprint(tr, want, sizeof want);
+    if (!format || strcmp(format, "moe-train-state-1"))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
     else if (!fp || strcmp(fp, want))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: training state from another run: saved for [%s], this run is [%s]", path,
                       fp ? fp : "?", want);
+    else
+        st = moe__checkpoint_parse_step(saved, path, step);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;
+    static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
         st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1);
+        if (st == MOE_OK) st = moe_model_check_finite(tr->model, full, which_name[which]);
         if (st == MOE_OK) moe_trainer_moments_set(tr, which, full);
     }
     free(full);
@@ -442,9 +339,45 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
         snprintf(name, sizeof name, "expert_bias.layers.%d", l);
         if (bias) st = moe_safetensors_read(&f, name, 1, &E, bias);
     }
-    if (st == MOE_OK) *step = atoi(saved);
     moe_safetensors_close(&f);
+    free(path);
     return st;
+}
+
+/* dirname of a step directory: where its siblings (and its run's newer checkpoints) live */
+static char *parent_of(const char *dir) {
+    char *p = strdup(dir);
+    if (!p) return NULL;
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = 0;
+    char *slash = strrchr(p, '/');
+    if (!slash) return strcpy(p, ".");
+    if (slash == p) slash[1] = 0;
+    else *slash = 0;
+    return p;
+}
+
+/* The run goes on under the checkpoint's run id when the checkpoint is that run's newest in its directory;
+ * resumed from an older one it becomes a new run (a fork: parent = that run), so that pruning never deletes
+ * the newer checkpoints of the run it left. */
+static moe_status continue_run(moe_trainer *tr, const char *dir) {
+    moe__checkpoint_manifest m;
+    MOE_TRY(moe__checkpoint_manifest_read(dir, &m));
+    char *root = parent_of(dir);
+    moe__checkpoint_entry *list = NULL;
+    int count = 0, newer = 0;
+    moe_status st = root ? moe__checkpoint_list(root, &list, &count) : MOE_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < count && st == MOE_OK; i++)
+        newer += !strcmp(list[i].manifest.run_id, m.run_id) && list[i].manifest.saved_at_ns > m.saved_at_ns;
+    moe__checkpoint_list_free(list, count);
+    free(root);
+    if (st != MOE_OK) return st;
+    if (!newer && strcmp(m.run_id, "legacy")) {
+        snprintf(tr->run_id, sizeof tr->run_id, "%s", m.run_id);
+        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m.parent_run_id);
+    } else { /* a new run id of this run's own (made in moe_trainer_create) with the checkpoint's as parent */
+        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m.run_id);
+    }
+    return MOE_OK;
 }
 
 moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
@@ -452,6 +385,45 @@ moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = load_weights(tr, &tab, dir);
     if (st == MOE_OK) st = load_state(tr, &tab, dir, step);
+    if (st == MOE_OK) st = continue_run(tr, dir);
     free(tab.t);
     return agree(tr, st);
+}
+
+/* ---- the directory before training ------------------------------------------------------------- */
+
+/* World rank 0: ROOT exists as a writable directory (made if missing) and holds no other run's checkpoints. */
+static moe_status check_root(const moe_trainer *tr, const char *root) {
+    struct stat sb;
+    if (stat(root, &sb) != 0) {
+        if (errno != ENOENT) return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s: %s", root, strerror(errno));
+        if (mkdir(root, 0755) != 0)
+            return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s: cannot create it: %s", root, strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s exists and is not a directory", root);
+    }
+    char *probe = moe_path_join(root, ".write-probe");
+    if (!probe) return MOE_ERR_OUT_OF_MEMORY;
+    FILE *f = fopen(probe, "wb");
+    moe_status st = f && fclose(f) == 0 && unlink(probe) == 0
+                        ? MOE_OK
+                        : moe_fail(MOE_ERR_IO, "--checkpoint-dir %s is not writable: %s", root, strerror(errno));
+    free(probe);
+    moe__checkpoint_entry *list = NULL;
+    int count = 0;
+    if (st == MOE_OK) st = moe__checkpoint_list(root, &list, &count);
+    for (int i = count - 1; i >= 0 && st == MOE_OK; i--) { /* newest first: the one to name */
+        const char *run = list[i].manifest.run_id;
+        if (strcmp(run, tr->run_id) && strcmp(run, tr->parent_run_id))
+            st = moe_fail(MOE_ERR_INVALID_CONFIG,
+                          "--checkpoint-dir %s already holds another run's checkpoints (newest: %s, run %s): continue "
+                          "it with --resume, or save into another --checkpoint-dir",
+                          root, list[i].path, run);
+    }
+    moe__checkpoint_list_free(list, count);
+    return st;
+}
+
+moe_status moe_checkpoint_prepare(moe_trainer *tr, const char *root) {
+    return agree(tr, tr->ranks.world_rank == 0 ? check_root(tr, root) : MOE_OK);
 }

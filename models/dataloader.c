@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/fail.h"
+#include "models/fileio.h"
 
 static int32_t le32(const unsigned char *b) {
     return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
@@ -15,12 +16,11 @@ static int32_t le32(const unsigned char *b) {
 
 moe_status moe_token_file_load(const char *path, int vocab_size, int seq_len, moe_token_file *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    MOE_TRY(moe_file_open_regular(path, &f));
     unsigned char header[MOE_TOKEN_FILE_HEADER_INTS * 4];
     size_t got = fread(header, 1, sizeof header, f);
-    long file_nbytes = -1;
-    if (fseek(f, 0, SEEK_END) == 0) file_nbytes = ftell(f);
+    const long long file_nbytes = moe_file_size(f);
     moe_status st = MOE_OK;
     long n = le32(header + 8);
     if (got != sizeof header)
@@ -32,11 +32,10 @@ moe_status moe_token_file_load(const char *path, int vocab_size, int seq_len, mo
     else if (le32(header + 4) != MOE_TOKEN_FILE_VERSION)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: unsupported version %ld (expected %d)", path, (long)le32(header + 4),
                       MOE_TOKEN_FILE_VERSION);
-    else if (n < 0 || file_nbytes != (long)sizeof header + 2 * n)
-        st =
-            moe_fail(MOE_ERR_BAD_FILE,
-                     "%s: the header announces %ld tokens but the file holds %ld bytes of tokens (truncated or padded)",
-                     path, n, file_nbytes - (long)sizeof header);
+    else if (n < 0 || file_nbytes != (long long)sizeof header + 2 * (long long)n)
+        st = moe_fail(MOE_ERR_BAD_FILE,
+                      "%s: the header announces %ld tokens but the file holds %lld bytes of tokens (truncated or padded)",
+                      path, n, file_nbytes - (long long)sizeof header);
     else if (n < seq_len + 1)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: only %ld tokens, fewer than one sequence of %d + 1", path, n, seq_len);
     unsigned short *raw = st == MOE_OK ? malloc((size_t)n * sizeof *raw) : NULL;
@@ -72,21 +71,22 @@ moe_status moe_token_file_write(const char *path, const unsigned short *tokens, 
     for (int i = 0; i < 3; i++)
         for (int b = 0; b < 4; b++) header[4 * i + b] = (unsigned char)((uint32_t)fields[i] >> (8 * b));
     FILE *f = fopen(path, "wb");
-    if (!f) return MOE_ERR_IO;
+    if (!f) return moe_fail(MOE_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
     for (long i = 0; ok && i < num_tokens; i++) {
         unsigned char b[2] = {(unsigned char)(tokens[i] & 255), (unsigned char)(tokens[i] >> 8)};
         ok = fwrite(b, 1, 2, f) == 2;
     }
     ok = fclose(f) == 0 && ok;
-    return ok ? MOE_OK : MOE_ERR_IO;
+    return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: write failed", path);
 }
 
 void moe_token_file_sequences(const moe_token_file *f, int seq_len, long first_seq, int num_seqs, int *inputs,
                               int *targets) {
     const long windows = (f->num_tokens - 1) / seq_len; /* windows of S+1 tokens starting at multiples of S */
     for (int s = 0; s < num_seqs; s++) {
-        long start = ((first_seq + s) % windows) * seq_len;
+        const long window = (first_seq + s) % windows; /* a window index is never negative: wrap from the end */
+        const long start = (window < 0 ? window + windows : window) * seq_len;
         for (int i = 0; i < seq_len; i++) {
             inputs[(size_t)s * seq_len + i] = f->tokens[start + i];
             targets[(size_t)s * seq_len + i] = f->tokens[start + i + 1];

@@ -6,6 +6,7 @@
 #include "models/model.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@ struct moe_model {
     moe_real *dresid, *dln, *tmp;       /* [T, d] */
     moe_real *dq, *dk, *dv, *dattn;     /* [T, A], [T, B], [T, B], [T, A] */
     int has_forward;
+    int *found; /* while checking for NaN (moe_model_set_checks) */
 };
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
@@ -318,6 +320,59 @@ moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
     return st;
 }
 
+/* ---- non-finite values -------------------------------------------------------------------------- */
+
+/* The name of element i of tensor t, with the global expert id filled in for an expert tensor. */
+static void element_name(const moe_model *m, const moe_model_tensor *t, size_t i, char *out, size_t n) {
+    if (!t->experts) {
+        snprintf(out, n, "%s[%zu]", t->name, i);
+        return;
+    }
+    const size_t per = t->count / t->experts;
+    char name[sizeof t->name + 16];
+    snprintf(name, sizeof name, t->name, moe_parallel_ranks(m->par).ep_rank * m->num_local_experts + (int)(i / per));
+    snprintf(out, n, "%s[%zu]", name, i % per);
+}
+
+moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what) {
+    for (int i = 0; i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        long long first;
+        MOE_TRY(m->dense->find_nonfinite(m->ops_state, buffer + t->offset, t->count, &first));
+        if (first < 0) continue;
+        char name[192];
+        element_name(m, t, (size_t)first, name, sizeof name);
+        return moe_fail(MOE_ERR_NONFINITE, "%s: %s is the first NaN or Inf (world rank %d)", what, name,
+                        moe_parallel_ranks(m->par).world_rank);
+    }
+    return MOE_OK;
+}
+
+void moe_model_set_checks(moe_model *m, int *found) {
+    m->found = found;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        if (m->moe[l]) moe_layer_set_checks(m->moe[l], found);
+}
+
+/* While checking: records the first NaN or Inf of an op's output once, naming the op, and goes on. */
+static moe_status watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static moe_status watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...) {
+    if (!m->found || *m->found) return MOE_OK;
+    long long first;
+    MOE_TRY(m->dense->find_nonfinite(m->ops_state, data, count, &first));
+    if (first < 0) return MOE_OK;
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    *m->found = 1;
+    moe_fail(MOE_ERR_NONFINITE, "%s holds the first NaN or Inf (element %lld, world rank %d)", what, first,
+             moe_parallel_ranks(m->par).world_rank);
+    return MOE_OK;
+}
+
 /* ---- forward ---------------------------------------------------------------------------------- */
 
 static moe_status ffn_forward(moe_model *m, int l, int T) {
@@ -339,25 +394,37 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     m->has_forward = 0;
     m->num_seqs = num_seqs;
     MOE_TRY(moe_runtime_upload(m->rt, m->inputs, inputs, (size_t)T * sizeof(int)));
+    const size_t Td = (size_t)T * d;
     MOE_TRY(dense->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
+    MOE_TRY(watch(m, m->resid[0], Td, "the embedding output"));
     for (int l = 0; l < c->num_layers; l++) {
         const moe_model_layer_params *w = &m->p.layers[l];
         layer_acts *a = &m->acts[l];
         MOE_TRY(dense->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
+        MOE_TRY(watch(m, a->ln1, Td, "layer %d: the attention norm's output", l));
         MOE_TRY(dense->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
         MOE_TRY(dense->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
         MOE_TRY(dense->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
+        MOE_TRY(watch(m, a->q, (size_t)T * A, "layer %d: q", l));
+        MOE_TRY(watch(m, a->k, (size_t)T * B, "layer %d: k", l));
+        MOE_TRY(watch(m, a->v, (size_t)T * B, "layer %d: v", l));
         MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
         MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
         MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        MOE_TRY(watch(m, a->attn_y, (size_t)T * A, "layer %d: the attention output", l));
         MOE_TRY(dense->linear_forward(s, a->attn_y, w->wo, T, A, d, m->tmp));
-        MOE_TRY(dense->add(s, m->resid[l], m->tmp, (size_t)T * d, a->resid_mid));
+        MOE_TRY(dense->add(s, m->resid[l], m->tmp, Td, a->resid_mid));
+        MOE_TRY(watch(m, a->resid_mid, Td, "layer %d: the residual after attention (o_proj)", l));
         MOE_TRY(dense->rmsnorm_forward(s, a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2));
+        MOE_TRY(watch(m, a->ln2, Td, "layer %d: the FFN norm's output", l));
         MOE_TRY(ffn_forward(m, l, T));
-        MOE_TRY(dense->add(s, a->resid_mid, m->tmp, (size_t)T * d, m->resid[l + 1]));
+        MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, m->moe[l] ? "MoE" : "dense FFN"));
+        MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, m->resid[l + 1]));
     }
     MOE_TRY(dense->rmsnorm_forward(s, m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf));
+    MOE_TRY(watch(m, m->lnf, Td, "the final norm's output"));
     MOE_TRY(dense->linear_forward(s, m->lnf, m->p.lm_head, T, d, V, m->logits));
+    MOE_TRY(watch(m, m->logits, (size_t)T * V, "the logits (lm_head)"));
     if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
     MOE_TRY(moe_runtime_upload(m->rt, m->targets, targets, (size_t)T * sizeof(int)));
@@ -387,7 +454,9 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     /* head: dlogits (in place), then lm_head and the final norm */
+    const size_t Td = (size_t)T * d;
     MOE_TRY(dense->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
+    MOE_TRY(watch(m, m->logits, (size_t)T * V, "the gradient of the logits"));
     MOE_TRY(dense->linear_backward_weight(s, m->logits, m->lnf, T, d, V, m->g.lm_head));
     MOE_TRY(dense->linear_backward_input(s, m->logits, m->p.lm_head, T, d, V, 0, m->dln));
     MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)T * d * sizeof(moe_real)));
@@ -399,7 +468,9 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         layer_acts *a = &m->acts[l];
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
+        MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, m->moe[l] ? "MoE layer" : "dense FFN"));
         MOE_TRY(dense->rmsnorm_backward(s, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm));
+        MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
         /* resid_mid = resid[l] + wo(attention(...)) */
         MOE_TRY(dense->linear_backward_weight(s, m->dresid, a->attn_y, T, A, d, gw->wo));
         MOE_TRY(dense->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
@@ -413,7 +484,9 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         MOE_TRY(dense->linear_backward_input(s, m->dq, w->wq, T, d, A, 0, m->dln));
         MOE_TRY(dense->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
         MOE_TRY(dense->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
+        MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient of the attention norm's output", l));
         MOE_TRY(dense->rmsnorm_backward(s, m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm));
+        MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
     }
     MOE_TRY(dense->embedding_backward(s, m->dresid, m->inputs, T, d, m->g.embedding));
     m->has_forward = 0;

@@ -136,6 +136,17 @@ moe_status moe_model_zero_grads(moe_model *m);
 /* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel). */
 moe_status moe_model_reduce_grads(moe_model *m);
 
+/* The first NaN or Inf of a buffer laid out like the parameters (the parameters, the gradients, a moment),
+ * named: MOE_ERR_NONFINITE with "WHAT: model.layers.3.block_sparse_moe.experts.5.w2.weight[17] is the first
+ * NaN or Inf". Waits for the device. */
+moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what);
+
+/* NaN provenance (moe_layer_set_checks for the whole model): with found != NULL, forward and backward look at
+ * every op's output, and the first NaN or Inf sets *found and records which layer and op (and inside an MoE
+ * layer which expert) produced it; the passes go on, so every rank stays in step. Slow: for explaining a
+ * bad step. */
+void moe_model_set_checks(moe_model *m, int *found);
+
 /* Routing statistics of the last forward, per MoE layer (layer index l, or NULL for a dense layer). */
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int layer);
 /* The MoE layer of layer l, or NULL for a dense layer. */

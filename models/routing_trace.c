@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/fail.h"
+#include "models/fileio.h"
 
 enum { TRACE_VERSION = 1, HEADER_INTS = 8, RECORD_HEADER_NBYTES = 16 };
 static const int32_t kMagic[2] = {0x54454f4d, 0x45434152}; /* "MOETRACE" */
@@ -27,9 +28,9 @@ static long record_offset(const moe_routing_trace *t, int step, int micro_batch,
 static moe_status start(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro) {
     *t = (moe_routing_trace){
         .num_experts = E, .top_k = k, .num_layers = layers, .tokens = tokens, .micro_batches = micro};
-    snprintf(t->path, sizeof t->path, "%s", path);
+    t->path = strdup(path);
     t->buffer = malloc((ids_per_record(t) ? ids_per_record(t) : 1) * sizeof *t->buffer);
-    return t->buffer ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    return t->buffer && t->path ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
 moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens,
@@ -61,8 +62,8 @@ moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E,
     const int32_t want[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     const char *field[HEADER_INTS] = {"magic", "magic", "version", "experts", "top-k", "MoE layers",
                                       "global tokens per micro-batch", "micro-batches per step"};
-    if (!(t->file = fopen(path, "rb"))) st = moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    else if (fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS)
+    st = moe_file_open_regular(path, &t->file);
+    if (st == MOE_OK && fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated header", path);
     for (int i = 0; i < HEADER_INTS && st == MOE_OK; i++)
         if (h[i] != want[i])
@@ -100,5 +101,6 @@ moe_status moe_routing_trace_read(moe_routing_trace *t, int step, int micro_batc
 void moe_routing_trace_close(moe_routing_trace *t) {
     if (t->file) fclose(t->file);
     free(t->buffer);
+    free(t->path);
     memset(t, 0, sizeof *t);
 }

@@ -15,7 +15,7 @@
 #include "moe/moe.h"
 
 typedef struct {
-    char path[512];
+    char *path;
     FILE *file;
     int num_experts, top_k, num_layers, tokens, micro_batches;
     unsigned short *buffer; /* one record's ids */

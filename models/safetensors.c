@@ -6,9 +6,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fail.h"
-#include <unistd.h>
+#include "models/checksum.h"
+#include "models/fileio.h"
+
+/* __metadata__ key of a tensor's CRC-32C: the prefix, then the tensor's name */
+#define CRC_KEY_PREFIX "crc32c:"
 
 static size_t element_count(int ndim, const long *shape) {
     size_t n = 1;
@@ -28,6 +33,10 @@ moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *
         json_object_set_new(root, e->name,
                             json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape, "data_offsets",
                                       (json_int_t)offset, (json_int_t)(offset + nbytes)));
+        char key[MOE_SAFETENSORS_MAX_NAME + 16], crc[16];
+        snprintf(key, sizeof key, "%s%s", CRC_KEY_PREFIX, e->name);
+        snprintf(crc, sizeof crc, "%08x", moe_crc32c(0, e->data, nbytes));
+        json_object_set_new(md, key, json_string(crc));
         offset += nbytes;
     }
     for (int i = 0; i < num_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
@@ -85,15 +94,35 @@ static moe_status parse_tensor(moe_safetensors_file *f, const char *name, json_t
     return MOE_OK;
 }
 
+static int by_begin(const void *pa, const void *pb) {
+    const moe_safetensors_tensor *a = *(const moe_safetensors_tensor *const *)pa,
+                                 *b = *(const moe_safetensors_tensor *const *)pb;
+    return (a->begin > b->begin) - (a->begin < b->begin);
+}
+
+/* Two tensors may not share data bytes: one would load the other's values. */
+static moe_status check_disjoint(moe_safetensors_file *f) {
+    const moe_safetensors_tensor **order = malloc((size_t)(f->num_tensors + 1) * sizeof *order);
+    if (!order) return MOE_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < f->num_tensors; i++) order[i] = &f->tensors[i];
+    qsort(order, f->num_tensors, sizeof *order, by_begin);
+    moe_status st = MOE_OK;
+    for (int i = 1; i < f->num_tensors && st == MOE_OK; i++)
+        if (order[i]->begin < order[i - 1]->end)
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: tensors %s and %s overlap (data_offsets [%zu, %zu) and [%zu, %zu))",
+                          f->path, order[i - 1]->name, order[i]->name, order[i - 1]->begin, order[i - 1]->end,
+                          order[i]->begin, order[i]->end);
+    free(order);
+    return st;
+}
+
 moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
     memset(f, 0, sizeof *f);
-    snprintf(f->path, sizeof f->path, "%s", path);
-    if (!(f->file = fopen(path, "rb"))) return moe_fail(MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!(f->path = strdup(path))) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe_file_open_regular(path, &f->file);
+    if (st != MOE_OK) return moe_safetensors_close(f), st;
     unsigned char size_le[8];
-    moe_status st = MOE_OK;
-    fseek(f->file, 0, SEEK_END);
-    f->file_nbytes = (size_t)ftell(f->file);
-    rewind(f->file);
+    f->file_nbytes = (size_t)moe_file_size(f->file);
     uint64_t header_nbytes = 0;
     if (fread(size_le, 1, 8, f->file) != 8) st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated: no header size", path);
     for (int b = 0; st == MOE_OK && b < 8; b++) header_nbytes |= (uint64_t)size_le[b] << (8 * b);
@@ -125,6 +154,12 @@ moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
             f->num_tensors++;
         }
     json_decref(root);
+    if (st == MOE_OK) st = check_disjoint(f);
+    if (st == MOE_OK && f->metadata) { /* written by moe_safetensors_write: every tensor must carry its checksum */
+        const char *mkey;
+        json_t *mvalue;
+        json_object_foreach(f->metadata, mkey, mvalue) f->has_checksums |= !strncmp(mkey, CRC_KEY_PREFIX, strlen(CRC_KEY_PREFIX));
+    }
     if (st != MOE_OK) moe_safetensors_close(f);
     return st;
 }
@@ -133,6 +168,7 @@ void moe_safetensors_close(moe_safetensors_file *f) {
     if (f->file) fclose(f->file);
     json_decref(f->metadata);
     free(f->tensors);
+    free(f->path);
     memset(f, 0, sizeof *f);
 }
 
@@ -153,6 +189,24 @@ static void format_shape(char *buf, size_t n, int ndim, const long *shape) {
     if (at < n) snprintf(buf + at, n - at, "]");
 }
 
+/* The checksum the writer stored for the tensor (files from other tools have none: nothing to verify). */
+static moe_status verify_checksum(const moe_safetensors_file *f, const moe_safetensors_tensor *t, const void *data,
+                                  size_t nbytes) {
+    char key[MOE_SAFETENSORS_MAX_NAME + 16];
+    snprintf(key, sizeof key, "%s%s", CRC_KEY_PREFIX, t->name);
+    const char *saved = moe_safetensors_metadata(f, key);
+    if (!saved && f->has_checksums)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has no checksum although the file's others do (the header "
+                                          "was altered)", f->path, t->name);
+    if (!saved) return MOE_OK;
+    char got[16];
+    snprintf(got, sizeof got, "%08x", moe_crc32c(0, data, nbytes));
+    if (strcmp(got, saved))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is corrupt: its %zu bytes have checksum %s, the file says %s",
+                        f->path, t->name, nbytes, got, saved);
+    return MOE_OK;
+}
+
 moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int ndim, const long *shape, float *dst) {
     const moe_safetensors_tensor *t = moe_safetensors_find(f, name);
     if (!t) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing", f->path, name);
@@ -168,9 +222,9 @@ moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int n
     size_t count = element_count(ndim, shape);
     if (t->end - t->begin != count * sizeof(float))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: %zu data bytes for %zu floats", f->path, name,
-                    t->end - t->begin, count);
-    if (fseek(f->file, (long)(f->data_start + t->begin), SEEK_SET) != 0 ||
+                        t->end - t->begin, count);
+    if (fseeko(f->file, (off_t)(f->data_start + t->begin), SEEK_SET) != 0 ||
         fread(dst, sizeof(float), count, f->file) != count)
         return moe_fail(MOE_ERR_IO, "%s: tensor %s: read failed", f->path, name);
-    return MOE_OK;
+    return verify_checksum(f, t, dst, count * sizeof(float));
 }

@@ -5,9 +5,11 @@
  *            "__metadata__": {"key": "string value", ...}}
  *
  * The header is written with jansson with sorted keys and the data in the order given, so saving the
- * same tensors twice gives the same bytes. Readers validate everything (header length, JSON, dtype,
- * shape against byte count, offsets inside the file and not overlapping) and report problems as a
- * sentence naming the file and the tensor. */
+ * same tensors twice gives the same bytes. The writer stores each tensor's CRC-32C in the metadata
+ * ("crc32c:NAME": 8 hex digits); moe_safetensors_read verifies it when present and names a corrupt tensor.
+ * Readers validate everything (a regular file, header length, JSON, dtype, shape against byte count,
+ * offsets inside the file and not overlapping) and report problems as a sentence naming the file and the
+ * tensor. */
 #ifndef MOE_MODELS_SAFETENSORS_H
 #define MOE_MODELS_SAFETENSORS_H
 
@@ -42,12 +44,13 @@ typedef struct {
 } moe_safetensors_tensor;
 
 typedef struct {
-    char path[512];
+    char *path;
     FILE *file;
     size_t data_start, file_nbytes;
     moe_safetensors_tensor *tensors;
     int num_tensors;
     void *metadata; /* json_t * */
+    int has_checksums; /* the metadata holds tensor checksums: every tensor must have one */
 } moe_safetensors_file;
 
 moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f);

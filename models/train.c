@@ -9,10 +9,12 @@
  * failure inside a step aborts the job (MPI_Abort) instead of leaving ranks waiting. */
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
@@ -72,6 +74,7 @@ static void log_step(const moe_train_options *o, FILE *metrics, int step, const 
             "\"tokens_per_s\":%.1f,\"load_min\":%.4f,\"load_max\":%.4f,\"load_cv\":%.4f,\"drop_fraction\":%.6f",
             step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, r->drop_fraction);
     if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g", val);
+    if (r->skipped) fprintf(metrics, ",\"skipped\":true");
     fprintf(metrics, ",\"expert_tokens\":[");
     for (int l = 0, first = 1; l < m->num_layers; l++) {
         if (!moe_model_layer_is_moe(m, l)) continue;
@@ -115,13 +118,22 @@ static int stop_all(moe_trainer *t, moe_parallel *par, const char *what, moe_sta
 
 /* --resume / --init-from; *first_step gets the first step to run. */
 static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first_step) {
-    char dir[700];
     int done = 0;
     if (*o->resume) {
-        if (strcmp(o->resume, "latest")) snprintf(dir, sizeof dir, "%s", o->resume);
-        else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, dir, sizeof dir));
-        MOE_TRY(moe_checkpoint_resume(t, dir, &done));
-        if (t->ranks.world_rank == 0) printf("resumed from %s after step %d\n", dir, done);
+        char *dir = NULL;
+        if (strcmp(o->resume, "latest")) dir = strdup(o->resume);
+        else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, &dir));
+        moe_status st = dir ? moe_checkpoint_resume(t, dir, &done) : MOE_ERR_OUT_OF_MEMORY;
+        if (st == MOE_OK && t->ranks.world_rank == 0)
+            printf("resumed from %s after step %d (run %s%s%s)\n", dir, done, t->run_id,
+                   *t->parent_run_id ? ", continued from run " : "", t->parent_run_id);
+        free(dir);
+        MOE_TRY(st);
+        if (done > o->steps)
+            return moe_fail(MOE_ERR_INVALID_CONFIG, "the checkpoint is at step %d, beyond --steps %d: nothing to train "
+                                                    "(raise --steps to continue)", done, o->steps);
+        if (done == o->steps && t->ranks.world_rank == 0)
+            printf("the run is complete at step %d (--steps %d): nothing to train\n", done, o->steps);
     } else if (*o->init_from) {
         MOE_TRY(moe_checkpoint_load_weights(t, o->init_from));
         if (t->ranks.world_rank == 0) printf("weights from %s\n", o->init_from);
@@ -148,7 +160,32 @@ static int eval_only(moe_trainer *t, const moe_train_options *o) {
     return 0;
 }
 
+/* Start-up runs outside any exchange watchdog: a rank that never arrives in MPI_Init (stopped, or on an
+ * unreachable node) would hold the others there forever. This alarm ends the process with a message instead;
+ * mpirun then ends the job. The limit is --exchange-timeout's (read from argv before MPI starts). */
+static void startup_timed_out(int sig) {
+    (void)sig;
+    static const char msg[] = "moe-train: start-up (MPI_Init and the parallel layout) did not finish within "
+                              "--exchange-timeout: a rank is stopped, gone or unreachable\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(3);
+}
+
+static void start_startup_watchdog(int argc, char **argv) {
+    double seconds = 300;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strncmp(a, "--exchange-timeout=", 19)) v = a + 19;
+        else if (!strcmp(a, "--exchange-timeout") && i + 1 < argc) v = argv[i + 1];
+        if (v && atof(v) >= 1) seconds = atof(v);
+    }
+    signal(SIGALRM, startup_timed_out);
+    alarm((unsigned)(seconds + 0.5));
+}
+
 int main(int argc, char **argv) {
+    start_startup_watchdog(argc, argv);
     MPI_Init(&argc, &argv);
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -163,10 +200,11 @@ int main(int argc, char **argv) {
     moe_parallel *par;
     require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &par),
             "parallel layout");
+    alarm(0); /* from here on the exchanges' own watchdog covers every wait */
     moe_trainer t;
     moe_status st = moe_trainer_create(&t, &opt, NULL, par);
-    if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) {
-        fprintf(stderr, "moe-train: rank %d: bad data file: %s\n", world_rank, moe_failure_message(st));
+    if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) { /* a data file or a trace */
+        fprintf(stderr, "moe-train: rank %d: cannot start: %s\n", world_rank, moe_failure_message(st));
         moe_parallel_destroy(par);
         MPI_Finalize();
         return 2;
@@ -174,6 +212,8 @@ int main(int argc, char **argv) {
     require(st, "model set-up");
     int first_step = 1;
     if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, par, "cannot load the checkpoint", st);
+    if (*opt.checkpoint_dir && !opt.eval_only && (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir)) != MOE_OK)
+        return stop_all(&t, par, "unusable --checkpoint-dir", st);
     if (opt.eval_only) {
         int rc = eval_only(&t, &opt);
         moe_trainer_destroy(&t);
@@ -200,6 +240,9 @@ int main(int argc, char **argv) {
         double t0 = now_ms(), val = -1;
         require(moe_trainer_step(&t, step, &r), "training step");
         double ms = now_ms() - t0;
+        if (r.skipped && world_rank == 0)
+            fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
+                    moe_failure_message(MOE_ERR_NONFINITE));
         if (step == opt.steps || (opt.eval_interval > 0 && step % opt.eval_interval == 0))
             require(moe_trainer_evaluate(&t, &val), "validation");
         if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val);

@@ -62,6 +62,8 @@ static const opt_spec kOptions[] = {
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL},
     {"--zero", "1: ZeRO-1, shard the dense parameters' AdamW state over the ranks (same results)", OPT_INT, OFF(zero), 0,
      1, {0}, NULL},
+    {"--skip-nonfinite", "1: drop a step whose loss or gradient is NaN or Inf (and say where it appeared) instead of "
+     "stopping the run", OPT_INT, OFF(skip_nonfinite), 0, 1, {0}, NULL},
     /* data and output */
     {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL},
     {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL},
@@ -78,7 +80,10 @@ static const opt_spec kOptions[] = {
      0, 0, {0}, NULL},
     {"--checkpoint-interval", "save every N steps and at the end (0: at the end only)", OPT_INT, OFF(checkpoint_interval),
      0, 1 << 30, {0}, NULL},
-    {"--keep-last", "checkpoints kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0}, NULL},
+    {"--keep-last", "checkpoints of this run kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0},
+     NULL},
+    {"--checkpoint-timeout", "seconds the other ranks wait for rank 0 to write a checkpoint", OPT_FLOAT,
+     OFF(checkpoint_timeout_s), 1, 1e7, {0}, NULL},
     {"--resume", "continue a run from a checkpoint directory, or (no value) the latest in --checkpoint-dir", OPT_STRING,
      OFF(resume), 0, 0, {0}, "latest"},
     {"--init-from", "start from the weights of a checkpoint directory (fresh optimizer)", OPT_STRING, OFF(init_from), 0,
@@ -113,7 +118,7 @@ static void set_defaults(moe_train_options *o) {
     o->eval_interval = 50, o->eval_batches = 4;
     o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
     o->exchange_timeout_s = 300;
-    o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3;
+    o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3, o->checkpoint_timeout_s = 3600;
     o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
     o->routing_trace_out = "", o->routing_trace_in = "";
 }

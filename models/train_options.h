@@ -17,6 +17,7 @@ typedef struct {
     int warmup;
     int seed;
     int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
+    int skip_nonfinite; /* 1: drop a step whose loss or gradient is not finite, instead of stopping */
     /* data, evaluation, output */
     const char *train_data, *val_data, *log_file;
     int eval_interval, eval_batches;
@@ -28,6 +29,7 @@ typedef struct {
     const char *checkpoint_dir; /* '' : no saves                                        */
     int checkpoint_interval;    /* save every N steps (and at the end); 0: at the end   */
     int keep_last;              /* step directories kept (0: all)                        */
+    float checkpoint_timeout_s; /* how long the other ranks wait for rank 0's save      */
     const char *resume;         /* '' : fresh start; 'latest' (in checkpoint_dir) or a directory */
     const char *init_from;      /* weights only, from a checkpoint directory              */
     int eval_only;              /* 1: print the validation loss of the weights and stop   */

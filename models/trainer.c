@@ -2,9 +2,12 @@
 #include "models/trainer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/fail.h"
 #include "core/rng.h"
@@ -37,6 +40,30 @@ static moe_status open_traces(moe_trainer *t) {
     return st;
 }
 
+/* A fresh run id, made on world rank 0 and the same on every rank (collective). */
+static moe_status make_run_id(moe_trainer *t) {
+    moe_comm *world = moe_parallel_world(t->par);
+    const int W = moe_comm_size(world);
+    uint64_t mine = 0, id = 0;
+    if (t->ranks.world_rank == 0) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&mine, sizeof mine, 1, f) != 1) { /* no entropy source: time and process */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            mine = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+        }
+        if (f) fclose(f);
+    }
+    size_t *nbytes = calloc((size_t)W, sizeof(size_t));
+    if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
+    nbytes[0] = sizeof mine;
+    moe_status st = moe_comm_allgatherv_bytes(world, &mine, t->ranks.world_rank == 0 ? sizeof mine : 0, &id, nbytes);
+    free(nbytes);
+    snprintf(t->run_id, sizeof t->run_id, "%016llx", (unsigned long long)id);
+    t->parent_run_id[0] = 0;
+    return st;
+}
+
 moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par) {
     memset(t, 0, sizeof *t);
     t->opt = *opt;
@@ -45,6 +72,7 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     const moe_model_config *m = &opt->model;
     moe_status st = moe_token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
     if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
+    st = moe_fail_context(st, "bad data file");
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
     t->local_seqs = opt->batch / t->ranks.world_size;
@@ -63,6 +91,7 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
     if (!t->moment1 || !t->moment2) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     t->schedule = (moe_lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
+    if ((st = make_run_id(t)) != MOE_OK) return moe_trainer_destroy(t), st;
     return open_traces(t);
 }
 
@@ -152,49 +181,103 @@ static moe_status record_routing(moe_trainer *t, int step, int mb) {
     return MOE_OK;
 }
 
-moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
+/* The micro-batches of a step: forward and backward of each, this rank's loss sum and drop counts into sums
+ * [loss, dropped, assignments]. The gradients accumulate into the model's buffer (zeroed first). */
+static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_step_result *r, double sums[3]) {
     const moe_train_options *o = &t->opt;
-    const moe_model_config *m = &o->model;
-    const int S = m->seq_len;
-    const double step_tokens = (double)o->batch * o->micro_batches * S;
-    const moe_real scale = (moe_real)(1.0 / step_tokens); /* the loss is the mean over the step's tokens */
-    double sums[3] = {0, 0, 0};                           /* loss, dropped, assignments: per rank */
-    int num_moe = 0;
-    for (int l = 0; l < m->num_layers; l++) num_moe += moe_model_layer_is_moe(m, l);
-    memset(r->expert_tokens, 0, (size_t)m->num_layers * m->moe.num_experts * sizeof(double));
-    r->aux = r->z = 0;
-    moe_model_zero_grads(t->model);
-    moe_status st = MOE_OK;
-    for (int mb = 0; mb < o->micro_batches && st == MOE_OK; mb++) {
+    const int S = o->model.seq_len;
+    const moe_real scale = (moe_real)(1.0 / ((double)o->batch * o->micro_batches * S)); /* the mean over the step */
+    MOE_TRY(moe_model_zero_grads(t->model));
+    for (int mb = 0; mb < o->micro_batches; mb++) {
         long batch_index = (long)(step - 1) * o->micro_batches + mb;
         long first = batch_index * o->batch + (long)t->ranks.world_rank * t->local_seqs;
         moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
         double loss_sum = 0;
-        if (t->trace_in.file) st = replay_routing(t, step, mb);
-        if (st == MOE_OK) st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL);
-        if (st == MOE_OK && *o->routing_trace_out) st = record_routing(t, step, mb);
-        if (st == MOE_OK) st = moe_model_backward(t->model, scale);
-        if (st != MOE_OK) break;
+        if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
+        MOE_TRY(moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL));
+        if (record && *o->routing_trace_out) MOE_TRY(record_routing(t, step, mb));
+        MOE_TRY(moe_model_backward(t->model, scale));
         sums[0] += loss_sum;
-        add_routing_stats(t, r, &sums[1], &sums[2]);
+        if (r) add_routing_stats(t, r, &sums[1], &sums[2]);
     }
-    if (st == MOE_OK) st = moe_model_reduce_grads(t->model);
-    if (st == MOE_OK) st = moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3);
-    if (st == MOE_OK) st = moe_model_grad_norm(t->model, t->par, &r->grad_norm);
-    if (st != MOE_OK) return st;
-    double clip_factor;
-    if ((st = moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor)) != MOE_OK) return st;
-    r->lr = moe_lr_at(&t->schedule, step);
-    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
-    st = moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp);
-    if (st == MOE_OK && o->zero)
-        st = gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin);
-    if (st == MOE_OK) st = moe_model_update_expert_bias(t->model);
+    return MOE_OK;
+}
+
+moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
+    const moe_train_options *o = &t->opt;
+    const moe_model_config *m = &o->model;
+    const double step_tokens = (double)o->batch * o->micro_batches * m->seq_len;
+    double sums[3] = {0, 0, 0}; /* loss, dropped, assignments: per rank */
+    int num_moe = 0;
+    for (int l = 0; l < m->num_layers; l++) num_moe += moe_model_layer_is_moe(m, l);
+    memset(r->expert_tokens, 0, (size_t)m->num_layers * m->moe.num_experts * sizeof(double));
+    r->aux = r->z = 0, r->skipped = 0;
+    MOE_TRY(run_micro_batches(t, step, 1, r, sums));
+    MOE_TRY(moe_model_reduce_grads(t->model));
+    MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3));
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
     r->loss = sums[0] / step_tokens;
     r->aux /= per, r->z /= per;
     r->drop_fraction = sums[2] > 0 ? sums[1] / sums[2] : 0;
-    return st;
+    return MOE_OK;
+}
+
+/* A copy of the thread's failure message for st (the next failure replaces it). */
+static void keep_message(moe_status st, char *out, size_t n) { snprintf(out, n, "%s", st == MOE_OK ? "" : moe_failure_message(st)); }
+
+/* Why a step's loss or gradient norm is not finite, in one message, agreed by every rank (collective): the
+ * weights as they are, the gradients as they are, then the step run again with every op's output looked at
+ * (moe_model_set_checks) to name the layer, op and expert where the first NaN or Inf appeared. */
+static moe_status explain_nonfinite(moe_trainer *t, int step, const moe_step_result *r) {
+    moe_comm *world = moe_parallel_world(t->par);
+    moe_status st = moe_model_check_finite(t->model, moe_model_params(t->model), "the weights before the step");
+    if ((st = moe_comm_agree(world, st)) != MOE_OK) return moe_fail_context(st, "step %d", step);
+    char grads[1024], rerun[1024];
+    keep_message(moe_model_check_finite(t->model, moe_model_grads(t->model), "the gradients"), grads, sizeof grads);
+    int found = 0;
+    double sums[3] = {0, 0, 0};
+    moe_model_set_checks(t->model, &found);
+    st = run_micro_batches(t, step, 0, NULL, sums); /* a failure here is every rank's alike */
+    moe_model_set_checks(t->model, NULL);
+    if (st != MOE_OK) return moe_fail_context(st, "step %d, run again to find a non-finite value", step);
+    keep_message(found ? MOE_ERR_NONFINITE : MOE_OK, rerun, sizeof rerun);
+    if (found)
+        moe_fail(MOE_ERR_NONFINITE, "%s%s%s", rerun, *grads ? "; and as the step left them, " : "", grads);
+    else if (*grads)
+        moe_fail(MOE_ERR_NONFINITE, "%s (run again with every op checked, the step gave none: the gradients went bad "
+                                    "after the backward)", grads);
+    st = moe_comm_agree(world, found || *grads ? MOE_ERR_NONFINITE : MOE_OK);
+    if (st == MOE_OK) /* nowhere: only the reductions can have made it */
+        st = moe_fail(MOE_ERR_NONFINITE, "loss %g, gradient norm %g, but neither the weights, the gradients nor a "
+                                         "checked run of the step hold a NaN or Inf", r->loss, r->grad_norm);
+    return moe_fail_context(st, "step %d: a non-finite loss or gradient", step);
+}
+
+moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
+    const moe_train_options *o = &t->opt;
+    MOE_TRY(moe_model_grad_norm(t->model, t->par, &r->grad_norm));
+    r->lr = moe_lr_at(&t->schedule, step);
+    if (!isfinite(r->loss) || !isfinite(r->grad_norm)) {
+        moe_status st = explain_nonfinite(t, step, r);
+        if (!o->skip_nonfinite) return st;
+        r->skipped = 1; /* the gradients are dropped: nothing is applied (the message stays recorded) */
+        return moe_model_zero_grads(t->model);
+    }
+    double clip_factor;
+    MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
+    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
+    MOE_TRY(moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp));
+    if (o->zero) MOE_TRY(gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin));
+    MOE_TRY(moe_model_update_expert_bias(t->model));
+    /* finite gradients can still overflow a weight: then the run stops before anything is saved */
+    char what[96];
+    snprintf(what, sizeof what, "the weights after the update of step %d", step);
+    return moe_comm_agree(moe_parallel_world(t->par), moe_model_check_finite(t->model, moe_model_params(t->model), what));
+}
+
+moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
+    MOE_TRY(moe_trainer_compute(t, step, r));
+    return moe_trainer_apply(t, step, r);
 }
 
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
@@ -208,9 +291,10 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
         if (st != MOE_OK) return st;
         loss_sum += s;
     }
-    moe_status st = moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1);
+    MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
     *val_loss = loss_sum / ((double)o->eval_batches * o->batch * o->model.seq_len);
-    return st;
+    if (!isfinite(*val_loss)) return moe_fail(MOE_ERR_NONFINITE, "the validation loss is %g", *val_loss);
+    return MOE_OK;
 }
 
 moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {

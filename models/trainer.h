@@ -8,11 +8,14 @@
 #include "models/optimizer.h"
 #include "models/train_options.h"
 
+enum { MOE_RUN_ID_NBYTES = 24 }; /* 16 hex digits, or "legacy" */
+
 typedef struct {
     double loss;          /* mean cross-entropy over the step's global tokens                        */
     double aux, z;        /* unweighted router losses, averaged over MoE layers and micro-batches     */
     double drop_fraction; /* dropped / all assignments, over the world                               */
     double grad_norm;     /* before clipping                                                        */
+    int skipped;          /* 1: the loss or gradient was not finite and --skip-nonfinite dropped the step */
     float lr;
     double
         *expert_tokens; /* [L * E] global top-k assignments per (layer, expert) before capacity, summed over the step */
@@ -22,6 +25,9 @@ typedef struct {
     moe_train_options opt;
     const moe_parallel *par;
     moe_ranks ranks;
+    /* the run's identity in checkpoint manifests: made fresh by moe_trainer_create (the same on every rank),
+     * taken over by moe_checkpoint_resume when it continues a run; parent: "" for a fresh run */
+    char run_id[MOE_RUN_ID_NBYTES], parent_run_id[MOE_RUN_ID_NBYTES];
     moe_model *model;
     moe_token_file train, val;
     /* AdamW state: the moments of the dense range [dense_begin, dense_end) this rank updates, then of
@@ -44,9 +50,17 @@ typedef struct {
 moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par);
 void moe_trainer_destroy(moe_trainer *t);
 
-/* One optimizer step (1-based): micro-batches, gradient reduction, clipping, AdamW, bias update.
- * r->expert_tokens must hold L * E doubles. Collective. */
+/* One optimizer step (1-based): moe_trainer_compute then moe_trainer_apply. r->expert_tokens must hold L * E
+ * doubles. Collective. */
 moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r);
+/* The step's micro-batches (forward, backward), the gradient reduction and the step's statistics in r. */
+moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r);
+/* The gradient norm, then the non-finite guard: a NaN or Inf in the loss or the norm stops the run with
+ * MOE_ERR_NONFINITE and a message naming where it first appeared (the weights, the gradients, or the layer,
+ * op and expert of a checked re-run of the step) — or, with --skip-nonfinite, drops the step's gradients
+ * (r->skipped = 1, the message recorded) — before anything is applied. Then clipping, AdamW, the ZeRO-1
+ * gather, the bias update, and a check that the updated weights are finite. Collective. */
+moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
 
 /* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);

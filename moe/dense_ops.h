@@ -5,7 +5,8 @@
  *
  * Determinism: the entries reduce in a fixed order (no float atomics), and `linear` cuts its rows as the
  * layer does (kernels/gemm_rows.h), so a token's activations do not depend on which tokens share its call.
- * Host syncs: cross_entropy_forward and sum_squares return host values (they wait); the rest is queued. */
+ * Host syncs: cross_entropy_forward, sum_squares and find_nonfinite return host values (they wait); the rest
+ * is queued. */
 #ifndef MOE_MOE_DENSE_OPS_H
 #define MOE_MOE_DENSE_OPS_H
 
@@ -74,6 +75,8 @@ typedef struct moe_dense_ops {
     moe_status (*adamw_update)(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m, moe_real *v,
                                size_t count, const moe_adamw_params *hp);
     moe_status (*sum_squares)(moe_dense_state *s, const moe_real *a, size_t count, double *sum);
+    /* *first = the index of the first NaN or Inf among count values, or -1 (host; the guard's) */
+    moe_status (*find_nonfinite)(moe_dense_state *s, const moe_real *a, size_t count, long long *first);
     moe_status (*scale)(moe_dense_state *s, moe_real *a, size_t count, double factor);
 } moe_dense_ops;
 

@@ -182,6 +182,17 @@ static moe_status cpu_sum_squares(moe_dense_state *s, const moe_real *a, size_t 
     return MOE_OK;
 }
 
+static moe_status cpu_find_nonfinite(moe_dense_state *s, const moe_real *a, size_t n, long long *first) {
+    (void)s;
+    *first = -1;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i])) {
+            *first = (long long)i;
+            break;
+        }
+    return MOE_OK;
+}
+
 static moe_status cpu_scale(moe_dense_state *s, moe_real *a, size_t n, double factor) {
     (void)s;
     for (size_t i = 0; i < n; i++) a[i] = (moe_real)(a[i] * factor);
@@ -210,5 +221,6 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .adamw_update = cpu_adamw_update,
     .sum_squares = cpu_sum_squares,
+    .find_nonfinite = cpu_find_nonfinite,
     .scale = cpu_scale,
 };

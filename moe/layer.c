@@ -59,6 +59,7 @@ struct moe_layer {
     int has_forward;
     const int *forced_experts; /* [T*k] routing to use instead of top-k in the next forward, or NULL */
     long completed_steps;      /* forward+backward pairs done, for failure messages */
+    int *found;                /* while checking for NaN (moe_layer_set_checks): set by the first one found */
     double aux_loss, z_loss;
     moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host) */
     moe_token_routing tok;
@@ -216,12 +217,19 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
               by_score = c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
     if (forced) MOE_TRY(use_forced_experts(L, T));
     MOE_TRY(L->steps->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
-    MOE_TRY(L->steps->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score));
+    MOE_TRY(L->steps->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score,
+                                      &L->counts.nonfinite_local));
     L->counts.num_tokens = T;
     moe_status st = moe_router_global_capacity(moe_parallel_world(L->par), c->capacity_factor, c->drop_priority,
                                                c->num_experts, c->top_k, L->host.expert, L->host.expert_score,
                                                L->host.kept, &L->counts);
     if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
+    /* every rank learns of non-finite logits from the same scan, and every rank stops here */
+    if (L->counts.nonfinite_local)
+        return moe_fail_context(MOE_ERR_NONFINITE, "layer %d, world rank %d", c->layer_index, L->ranks.world_rank);
+    if (L->counts.nonfinite_ranks)
+        return moe_fail(MOE_ERR_NONFINITE, "layer %d: the router logits of %d other rank(s) are non-finite (NaN or Inf)",
+                        c->layer_index, L->counts.nonfinite_ranks);
     MOE_TRY(L->steps->kept_to_device(L->state, L->host.kept, &L->tok, T));
     return L->steps->dispatch_layout(L->state, &L->tok, T, L->host.layout_counts);
 }
@@ -258,6 +266,47 @@ static moe_status router_losses(moe_layer *L) {
     return exchange_failed(L, "the router-loss all-reduce", st, 1);
 }
 
+/* While checking (moe_layer_set_checks): records the first NaN or Inf of count values (moe_real, or the row
+ * type when rows is set) once, naming what they are; never fails for it, so every rank goes on alike. */
+static moe_status watch(moe_layer *L, const void *data, size_t count, int rows, const char *what) {
+    if (!L->found || *L->found) return MOE_OK;
+    long long first;
+    MOE_TRY(L->steps->find_nonfinite(L->state, data, count, rows, &first));
+    if (first < 0) return MOE_OK;
+    *L->found = 1;
+    moe_fail(MOE_ERR_NONFINITE, "layer %d, world rank %d: %s holds the first NaN or Inf (element %lld)",
+             L->cfg.layer_index, L->ranks.world_rank, what, first);
+    return MOE_OK;
+}
+
+/* watch() over each local expert's rows of a row buffer in expert-major order, then over each expert's slice
+ * of a weight-shaped buffer when w is given. */
+static moe_status watch_experts(moe_layer *L, const void *rows, const char *rows_what, const moe_layer_weights *w,
+                                const char *w_what) {
+    if (!L->found || *L->found) return MOE_OK;
+    const int EL = L->num_local_experts, first = L->ranks.ep_rank * EL, d = L->cfg.d_model;
+    const size_t row_nbytes = (size_t)d * L->steps->row_elem, per = (size_t)L->cfg.d_ff * d;
+    char what[160];
+    for (int le = 0; le < EL; le++) {
+        const int begin = L->plan.expert_offset[le], end = L->plan.expert_offset[le + 1];
+        snprintf(what, sizeof what, "%s of expert %d", rows_what, first + le);
+        MOE_TRY(watch(L, (const char *)rows + (size_t)begin * row_nbytes, (size_t)(end - begin) * d, 1, what));
+        const moe_real *parts[3] = {w ? w->w1 : NULL, w ? w->w3 : NULL, w ? w->w2 : NULL};
+        static const char *const names[3] = {"w1", "w3", "w2"};
+        for (int m = 0; m < 3 && w; m++) {
+            snprintf(what, sizeof what, "%s %s of expert %d", w_what, names[m], first + le);
+            MOE_TRY(watch(L, parts[m] + le * per, per, 0, what));
+        }
+    }
+    return MOE_OK;
+}
+
+moe_status moe_layer_set_checks(moe_layer *L, int *found) {
+    if (!L) return MOE_ERR_INVALID_ARG;
+    L->found = found;
+    return MOE_OK;
+}
+
 moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe_real *x, int num_tokens,
                              moe_real *out, moe_layer_stats *stats) {
     if (!L || !w || !x || !out || num_tokens < 1) return MOE_ERR_INVALID_ARG;
@@ -279,9 +328,11 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
     if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
     MOE_TRY(steps->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
+    MOE_TRY(watch_experts(L, b->y, "the output", NULL, NULL));
     st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
     if (st != MOE_OK) return exchange_failed(L, "the forward combine", st, 1);
     MOE_TRY(steps->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
+    MOE_TRY(watch(L, out, (size_t)T * d, 0, "the combined output"));
 
     MOE_TRY(router_losses(L));
     MOE_TRY(check_layout_counts(L));
@@ -326,6 +377,7 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
     if (dx) MOE_TRY(steps->combine(s, t->dxp, r->slot, NULL, T, dx));
     MOE_TRY(steps->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, grads, dx));
+    MOE_TRY(watch(L, grads->router_w, (size_t)L->cfg.num_experts * L->cfg.d_model, 0, "the router weight gradient"));
     L->completed_steps++;
     return MOE_OK;
 }

@@ -26,13 +26,15 @@ typedef struct moe_layer_ops {
     void (*destroy)(moe_layer_state *s);
 
     /* logits -> scores (+ bias[E], a host array, for selection; sigmoid only) -> top-k (skipped when
-     * use_given_experts: tok->expert holds them already) -> gates, for T tokens. */
+     * use_given_experts: tok->expert holds them already) -> gates, for T tokens. Non-finite logits are not
+     * a failure here: the choices are then placeholders (valid ids), and choices_to_host reports it, so that
+     * every rank learns of it at the same point (through the capacity scan) and none is left waiting. */
     moe_status (*route)(moe_layer_state *s, const moe_layer_weights *w, const moe_real *x, const moe_real *bias,
                         int use_given_experts, const moe_token_routing *tok, int num_tokens);
-    /* Host copies of the choices for the capacity rule: expert[T*k], and expert_score[T*k] when with_scores.
-     * Reports non-finite router logits (MOE_ERR_NONFINITE) here if route did not. */
+    /* Host copies of the choices for the capacity rule: expert[T*k], and expert_score[T*k] when with_scores;
+     * *nonfinite = 1 when the logits held a NaN or an Inf (with a message naming the first recorded). */
     moe_status (*choices_to_host)(moe_layer_state *s, const moe_token_routing *tok, int num_tokens, int with_scores,
-                                  int *expert, moe_real *expert_score);
+                                  int *expert, moe_real *expert_score, int *nonfinite);
     /* tok->kept[T*k] from the host's kept flags. */
     moe_status (*kept_to_device)(moe_layer_state *s, const unsigned char *kept, const moe_token_routing *tok,
                                  int num_tokens);
@@ -56,6 +58,10 @@ typedef struct moe_layer_ops {
     moe_status (*experts_backward)(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
                                    const int *segment_start, int segments, int rows, const void *xp, const void *dy,
                                    void *dxp);
+
+    /* NaN provenance: *first = the index of the first NaN or Inf of count values (moe_real, or the row type
+     * when rows is set), or -1. Waits for the device; only used while checking (moe_layer_set_checks). */
+    moe_status (*find_nonfinite)(moe_layer_state *s, const void *data, size_t count, int rows, long long *first);
 
     /* This rank's shares {load balance, z} of the router losses (router/aux_loss.h); num_selected: host [E]
      * global counts (kept by the table for router_backward). */

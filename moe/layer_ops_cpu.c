@@ -29,6 +29,7 @@ struct moe_layer_state {
     moe_real *dh1, *dh3;         /* [rows, d_ff] backward scratch */
     int max_tokens;
     moe_real *dscores, *dlogits; /* [T, E] router backward scratch */
+    int nonfinite;               /* the last route's logits held a NaN or an Inf */
 };
 
 static void cpu_destroy(moe_layer_state *s) {
@@ -64,7 +65,13 @@ static moe_status cpu_route(moe_layer_state *s, const moe_layer_weights *w, cons
                             int use_given_experts, const moe_token_routing *r, int T) {
     const moe_config *c = &s->cfg;
     const int E = c->num_experts, k = c->top_k;
-    MOE_TRY(moe_router_logits_cpu(&s->gemm, x, w->router_w, T, c->d_model, E, r->logits));
+    moe_status st = moe_router_logits_cpu(&s->gemm, x, w->router_w, T, c->d_model, E, r->logits);
+    s->nonfinite = st == MOE_ERR_NONFINITE;
+    if (s->nonfinite) { /* placeholders: experts 0..k-1, so that the collective steps stay well defined */
+        for (int a = 0; a < T * k; a++) r->expert[a] = a % k;
+        return MOE_OK;
+    }
+    MOE_TRY(st);
     moe_router_scores_cpu(c->score_func, r->logits, T, E, r->scores);
     const moe_real *select = r->scores;
     if (c->score_func == MOE_SCORE_SIGMOID) {
@@ -77,10 +84,12 @@ static moe_status cpu_route(moe_layer_state *s, const moe_layer_weights *w, cons
 }
 
 static moe_status cpu_choices_to_host(moe_layer_state *s, const moe_token_routing *r, int T, int with_scores,
-                                      int *expert, moe_real *expert_score) {
+                                      int *expert, moe_real *expert_score, int *nonfinite) {
     const size_t A = (size_t)T * s->cfg.top_k;
     memcpy(expert, r->expert, A * sizeof(int));
     if (with_scores) memcpy(expert_score, r->expert_score, A * sizeof(moe_real));
+    if (with_scores && s->nonfinite) memset(expert_score, 0, A * sizeof(moe_real));
+    *nonfinite = s->nonfinite;
     return MOE_OK;
 }
 
@@ -136,6 +145,18 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
     return MOE_OK;
 }
 
+static moe_status cpu_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {
+    (void)s, (void)rows; /* rows are moe_real on the CPU */
+    const moe_real *a = data;
+    *first = -1;
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(a[i])) {
+            *first = (long long)i;
+            break;
+        }
+    return MOE_OK;
+}
+
 static moe_status cpu_router_losses(moe_layer_state *s, const moe_token_routing *r, int T, const int *num_selected,
                                     int num_tokens_global, double loss[2]) {
     const moe_config *c = &s->cfg;
@@ -185,6 +206,7 @@ const moe_layer_ops moe_layer_ops_cpu = {
     .combine_backward = cpu_combine_backward,
     .experts_forward = cpu_experts_forward,
     .experts_backward = cpu_experts_backward,
+    .find_nonfinite = cpu_find_nonfinite,
     .router_losses = cpu_router_losses,
     .router_backward = cpu_router_backward,
 };

@@ -11,11 +11,13 @@
  * Expert GEMMs: MOE_EXPERT_GEMM_PER_EXPERT by default; MOE_EXPERT_GEMM=grouped in the environment selects
  * cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose pointer
  * arrays go up from pageable memory (a host sync per GEMM group). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/fail.h"
 #include "experts/expert_ffn.h"
+#include "kernels/cast.h"
 #include "kernels/permute.h"
 #include "moe/layer_ops.h"
 #include "moe/runtime.h"
@@ -111,13 +113,19 @@ static moe_status cuda_route(moe_layer_state *s, const moe_layer_weights *w, con
 }
 
 static moe_status cuda_choices_to_host(moe_layer_state *s, const moe_token_routing *r, int T, int with_scores,
-                                       int *expert, moe_real *expert_score) {
-    const size_t A = (size_t)T * s->cfg.top_k;
+                                       int *expert, moe_real *expert_score, int *nonfinite) {
+    const int k = s->cfg.top_k;
+    const size_t A = (size_t)T * k;
     MOE_TRY(moe_runtime_download_async(s->rt, expert, r->expert, A * sizeof(int)));
     if (with_scores) MOE_TRY(moe_runtime_download_async(s->rt, expert_score, r->expert_score, A * sizeof(float)));
     MOE_TRY(moe_runtime_synchronize(s->rt));
-    if (*s->nonfinite_host)
-        return moe_fail(MOE_ERR_NONFINITE, "non-finite router logits (NaN or Inf) in layer %d", s->cfg.layer_index);
+    *nonfinite = *s->nonfinite_host != 0;
+    if (*nonfinite) { /* placeholders, as on the CPU: experts 0..k-1, the same on the device */
+        moe_fail(MOE_ERR_NONFINITE, "layer %d: non-finite router logits (NaN or Inf)", s->cfg.layer_index);
+        for (size_t a = 0; a < A; a++) expert[a] = (int)(a % k);
+        if (with_scores) memset(expert_score, 0, A * sizeof(float));
+        MOE_TRY(moe_runtime_upload(s->rt, r->expert, expert, A * sizeof(int)));
+    }
     return MOE_OK;
 }
 
@@ -173,6 +181,24 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
                                         s->offsets, xp, s->h13, s->act, dy, s->dh13, s->dact, dxp);
 }
 
+/* Copies the values to the host and looks there: only used while looking for where a NaN came from. */
+static moe_status cuda_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {
+    const size_t elem = rows ? sizeof(moe_bf16) : sizeof(float);
+    void *host = malloc(count ? count * elem : 1);
+    if (!host) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe_runtime_download(s->rt, host, data, count * elem);
+    *first = -1;
+    for (size_t i = 0; i < count && st == MOE_OK; i++) {
+        const float v = rows ? moe_bf16_to_float(((const moe_bf16 *)host)[i]) : ((const float *)host)[i];
+        if (!isfinite(v)) {
+            *first = (long long)i;
+            break;
+        }
+    }
+    free(host);
+    return st;
+}
+
 static moe_status cuda_router_losses(moe_layer_state *s, const moe_token_routing *r, int T, const int *num_selected,
                                      int num_tokens_global, double loss[2]) {
     const moe_config *c = &s->cfg;
@@ -221,6 +247,7 @@ const moe_layer_ops moe_layer_ops_cuda = {
     .combine_backward = cuda_combine_backward,
     .experts_forward = cuda_experts_forward,
     .experts_backward = cuda_experts_backward,
+    .find_nonfinite = cuda_find_nonfinite,
     .router_losses = cuda_router_losses,
     .router_backward = cuda_router_backward,
 };

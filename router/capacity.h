@@ -28,9 +28,10 @@ moe_status moe_router_apply_capacity_cpu(const int *expert, const moe_real *expe
 
 /* The same rule over `world`, every rank passing its own T = counts->num_tokens tokens (host arrays), with
  * control traffic per rank O(E + T*k), never the whole global routing:
- *   every priority: one scan of [T, per-expert counts] over the ranks (moe_comm_scan_sum_ints) gives the
- *     global batch size, this rank's first global token, the global counts n_e and the counts of the ranks
- *     before this one;
+ *   every priority: one scan of [T, non-finite flag, per-expert counts] over the ranks
+ *     (moe_comm_scan_sum_ints) gives the global batch size, this rank's first global token, how many ranks'
+ *     router logits were non-finite (counts->nonfinite_local in, nonfinite_ranks out), the global counts
+ *     n_e and the counts of the ranks before this one;
  *   dropless: nothing more;
  *   by token order: an assignment is kept when (assignments to its expert on earlier ranks) + (its place
  *     among this rank's) < C;

@@ -143,20 +143,21 @@ static moe_status keep_by_score(moe_comm *world, int C, int E, int k, const int 
 moe_status moe_router_global_capacity(moe_comm *world, float capacity_factor, moe_drop_priority priority,
                                       int num_experts, int top_k, const int *expert, const moe_real *expert_score,
                                       unsigned char *kept, moe_routing_counts *counts) {
-    const int E = num_experts, k = top_k, A = counts->num_tokens * k;
-    /* one scan over [T, selected per expert]: first token, global size, counts before this rank, global counts */
-    int *scan = calloc((size_t)3 * (E + 1), sizeof(int));
+    const int E = num_experts, k = top_k, A = counts->num_tokens * k, n = E + 2;
+    /* one scan over [T, non-finite flag, selected per expert]: first token, global size, whether any rank's
+     * logits were non-finite, counts before this rank, global counts */
+    int *scan = calloc((size_t)3 * n, sizeof(int));
     if (!scan) return MOE_ERR_OUT_OF_MEMORY;
-    int *in = scan, *before = scan + E + 1, *total = scan + 2 * (E + 1);
-    in[0] = counts->num_tokens;
-    for (int a = 0; a < A; a++) in[1 + expert[a]]++;
-    moe_status st = moe_comm_scan_sum_ints(world, in, before, total, E + 1);
+    int *in = scan, *before = scan + n, *total = scan + 2 * n;
+    in[0] = counts->num_tokens, in[1] = counts->nonfinite_local != 0;
+    for (int a = 0; a < A; a++) in[2 + expert[a]]++;
+    moe_status st = moe_comm_scan_sum_ints(world, in, before, total, n);
     if (st != MOE_OK) return free(scan), st;
-    counts->first_token = before[0], counts->num_tokens_global = total[0];
+    counts->first_token = before[0], counts->num_tokens_global = total[0], counts->nonfinite_ranks = total[1];
     for (int e = 0; e < E; e++) {
-        counts->num_selected_local[e] = in[1 + e];
-        counts->num_selected_before[e] = before[1 + e];
-        counts->num_selected_per_expert[e] = total[1 + e];
+        counts->num_selected_local[e] = in[2 + e];
+        counts->num_selected_before[e] = before[2 + e];
+        counts->num_selected_per_expert[e] = total[2 + e];
         counts->kept_by_decider[e] = 0;
     }
     free(scan);

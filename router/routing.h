@@ -42,6 +42,8 @@ typedef struct {
     int *kept_by_decider;         /* drop by score: this rank's kept count per expert as the expert's
                                      decider found it (router/capacity.h); else unused                */
     int total_kept, total_dropped; /* this rank's                                                      */
+    int nonfinite_local;          /* in: this rank's router logits held a NaN or an Inf               */
+    int nonfinite_ranks;          /* out: how many ranks' did (the capacity scan carries it)          */
 } moe_routing_counts;
 
 moe_status moe_routing_counts_alloc(moe_routing_counts *c, int num_experts);
