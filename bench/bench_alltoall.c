@@ -34,43 +34,42 @@
 #include "bench/bench_util_mpi.h"
 
 typedef struct {
-    long long min_bytes, max_bytes;
-    int row_bytes, patterns, warmup, iters; /* patterns: bit 0 uniform, bit 1 skewed */
+    long long min_bytes, max_bytes, row_bytes;
+    int pattern, warmup, iters; /* pattern: index into kPatterns */
     double timeout_s;
 } options;
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: mpirun -np W bench_alltoall [--min-bytes N] [--max-bytes N] [--row-bytes N]\n"
-               "           [--pattern uniform|skewed|both] [--warmup N] [--iters N] [--timeout SECONDS]\n"
-               "  sizes take a K, M or G suffix (powers of 1024); row bytes must be a multiple of %zu\n"
-               "  defaults: --min-bytes 64K --max-bytes 64M --row-bytes 2048 (512 floats) --pattern both\n"
-               "            --warmup 5 --iters 20 --timeout 300\n", sizeof(moe_real));
-}
+enum { PATTERN_UNIFORM, PATTERN_SKEWED, PATTERN_BOTH };
+static const char *const kPatterns[] = {"uniform", "skewed", "both", NULL};
+
+static const bench_flag kFlags[] = {
+    BENCH_SIZE("--min-bytes", options, min_bytes, 1, 1LL << 30, "smallest total send size per rank"),
+    BENCH_SIZE("--max-bytes", options, max_bytes, 1, 1LL << 30, "largest total send size per rank (sizes double)"),
+    BENCH_SIZE("--row-bytes", options, row_bytes, 4, 1 << 24, "bytes of one row, a multiple of 4 (a float)"),
+    BENCH_CHOICE("--pattern", options, pattern, kPatterns, "traffic pattern(s) to time"),
+    BENCH_INT("--warmup", options, warmup, 0, 100000, "untimed iterations per size and pattern"),
+    BENCH_INT("--iters", options, iters, 1, 100000, "timed iterations per size and pattern"),
+    BENCH_REAL("--timeout", options, timeout_s, 1, 86400, "seconds before a stuck exchange aborts the job"),
+};
 
 /* Every rank parses the same arguments, so every rank reaches the same usage error (bench_util.h). */
-static options parse_args(int argc, char **argv) {
-    options o = {64LL << 10, 64LL << 20, 2048, 3, 5, 20, 300};
-    for (int i = 1; i < argc; i++) {
-        const bench_flag fl = bench_next_flag(argc, argv, &i);
-        const char *name = fl.name, *val = fl.value;
-        if (!strcmp(name, "--min-bytes")) o.min_bytes = bench_parse_size(name, val, 1, 1LL << 30);
-        else if (!strcmp(name, "--max-bytes")) o.max_bytes = bench_parse_size(name, val, 1, 1LL << 30);
-        else if (!strcmp(name, "--row-bytes")) o.row_bytes = (int)bench_parse_size(name, val, 1, 1 << 24);
-        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 100000);
-        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 100000);
-        else if (!strcmp(name, "--timeout")) o.timeout_s = bench_parse_int(name, val, 1, 86400);
-        else if (!strcmp(name, "--pattern")) {
-            o.patterns = !strcmp(val, "uniform") ? 1 : !strcmp(val, "skewed") ? 2 : !strcmp(val, "both") ? 3 : 0;
-            if (!o.patterns) bench_usage_error("--pattern must be uniform, skewed or both", val);
-        } else bench_usage_error("unknown flag", name);
-    }
-    if (o.row_bytes % (int)sizeof(moe_real))
-        bench_usage_error("--row-bytes must be a multiple of sizeof(float) = 4", NULL);
-    if (o.min_bytes < o.row_bytes)
-        bench_usage_error("--min-bytes must be at least --row-bytes (one row per rank)", NULL);
-    if (o.max_bytes < o.min_bytes) bench_usage_error("--max-bytes must be at least --min-bytes", NULL);
-    return o;
+static void check(const void *opt) {
+    const options *o = opt;
+    if (o->row_bytes % (long long)sizeof(moe_real))
+        bench_usage_errorf("--row-bytes must be a multiple of sizeof(float) = %zu", sizeof(moe_real));
+    if (o->min_bytes < o->row_bytes) bench_usage_error("--min-bytes must be at least --row-bytes (one row per rank)", NULL);
+    if (o->max_bytes < o->min_bytes) bench_usage_error("--max-bytes must be at least --min-bytes", NULL);
 }
+
+static const bench_cli kCli = {
+    .name = "bench_alltoall",
+    .synopsis = "mpirun -np W bench_alltoall [flags]",
+    .about = "the expert-parallel row exchange (moe_dispatch_rows + moe_combine_rows) against raw MPI_Alltoallv",
+    .flags = kFlags,
+    .num_flags = sizeof kFlags / sizeof kFlags[0],
+    .notes = "sizes take a K, M or G suffix (powers of 1024)",
+    .check = check,
+};
 
 /* rows[p]: what every rank sends to peer p (the same for every sender), for count rows per rank. */
 static void pattern_rows(int skewed, long count, int W, int *rows) {
@@ -123,14 +122,18 @@ static moe_real *alloc_rows(long rows, int d) {
 
 int main(int argc, char **argv) {
     int W;
-    const int my_rank = bench_mpi_init(&argc, &argv, "bench_alltoall", usage, &W);
-    const options o = parse_args(argc, argv);
+    const int my_rank = bench_mpi_init(&argc, &argv, kCli.name, &W);
+    options o = {.min_bytes = 64LL << 10, .max_bytes = 64LL << 20, .row_bytes = 2048, .pattern = PATTERN_BOTH,
+                 .warmup = 5, .iters = 20, .timeout_s = 300};
+    bench_parse_flags(&kCli, argc, argv, &o);
+    const int patterns = o.pattern + 1; /* bit 0: uniform, bit 1: skewed */
+    const int row_bytes = (int)o.row_bytes;
 
-    bench b = {.W = W, .d = o.row_bytes / (int)sizeof(moe_real), .row_bytes = o.row_bytes};
+    bench b = {.W = W, .d = row_bytes / (int)sizeof(moe_real), .row_bytes = row_bytes};
     int *ints = malloc(4 * (size_t)W * sizeof(int));
     if (!ints) bench_fail("out of memory");
     b.send_rows = ints, b.recv_rows = ints + W, b.sdispl = ints + 2 * W, b.rdispl = ints + 3 * W;
-    MPI_CHECK(MPI_Type_contiguous(o.row_bytes, MPI_BYTE, &b.row));
+    MPI_CHECK(MPI_Type_contiguous(row_bytes, MPI_BYTE, &b.row));
     MPI_CHECK(MPI_Type_commit(&b.row));
     moe_parallel *par;
     bench_check(moe_parallel_create_mpi(MPI_COMM_WORLD, W, o.timeout_s, &par), "moe_parallel_create_mpi (ep = W)");
@@ -138,10 +141,10 @@ int main(int argc, char **argv) {
     bench_check(moe_dispatch_plan_alloc(&b.plan, W, 1, 0), "moe_dispatch_plan_alloc");
 
     /* Buffers for the largest size: what this rank receives is W times what one peer sends it. */
-    const long max_count = o.max_bytes / o.row_bytes;
+    const long max_count = (long)(o.max_bytes / row_bytes);
     long max_recv = 0;
     for (int pat = 0; pat < 2; pat++)
-        if (o.patterns >> pat & 1) {
+        if (patterns >> pat & 1) {
             pattern_rows(pat, max_count, W, b.send_rows);
             max_recv = (long)W * b.send_rows[my_rank] > max_recv ? (long)W * b.send_rows[my_rank] : max_recv;
         }
@@ -151,7 +154,7 @@ int main(int argc, char **argv) {
 
     if (my_rank == 0) {
         printf("# bench_alltoall: W=%d row_bytes=%d (%d floats) warmup=%d iters=%d timeout=%gs transport=%s\n", W,
-               o.row_bytes, b.d, o.warmup, o.iters, o.timeout_s, moe_comm_transport_name(b.ep));
+               row_bytes, b.d, o.warmup, o.iters, o.timeout_s, moe_comm_transport_name(b.ep));
         printf("# size = bytes sent per rank; count = rows per rank; time = max over ranks of the mean; "
                "bw in GB/s; busbw = algbw*(W-1)/W\n");
         printf("# skewed: rank 0 receives half of all bytes, ranks 1..W-1 share the rest (W=2: same as uniform)\n");
@@ -160,10 +163,10 @@ int main(int argc, char **argv) {
     }
     int failures = 0;
     for (long long bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
-        const long count = (long)(bytes / o.row_bytes);
-        const double size = (double)count * o.row_bytes, factor = (double)(W - 1) / W;
+        const long count = (long)(bytes / row_bytes);
+        const double size = (double)count * row_bytes, factor = (double)(W - 1) / W;
         for (int pat = 0; pat < 2; pat++) {
-            if (!(o.patterns >> pat & 1)) continue;
+            if (!(patterns >> pat & 1)) continue;
             pattern_rows(pat, count, W, b.send_rows);
             long s = 0, r = 0;
             for (int p = 0; p < W; p++) {
@@ -181,7 +184,7 @@ int main(int argc, char **argv) {
             const double raw_s = time_op(&b, 0, &o), moe_s = time_op(&b, 1, &o) / 2;
 
             /* the moe path delivers the same bytes as MPI_Alltoallv and combine returns what was sent */
-            size_t rbytes = (size_t)r * o.row_bytes, sbytes = (size_t)s * o.row_bytes;
+            size_t rbytes = (size_t)r * row_bytes, sbytes = (size_t)s * row_bytes;
             if (memcmp(b.raw_recv, b.moe_recv, rbytes) || memcmp(b.back, b.send, sbytes))
                 fprintf(stderr, "rank %d: size %.0f %s: moe rows differ from MPI_Alltoallv's\n", my_rank, size,
                         pat ? "skewed" : "uniform"), failures++;
@@ -195,7 +198,7 @@ int main(int argc, char **argv) {
                        "\"pattern\":\"%s\",\"warmup\":%d,\"iters\":%d,\"raw_us\":%.3f,\"raw_algbw_gbs\":%.4f,"
                        "\"raw_busbw_gbs\":%.4f,\"moe_us\":%.3f,\"moe_algbw_gbs\":%.4f,\"moe_busbw_gbs\":%.4f,"
                        "\"ratio_moe_raw\":%.4f}\n",
-                       W, size, count, o.row_bytes, name, o.warmup, o.iters, raw_s * 1e6, raw_alg, raw_alg * factor,
+                       W, size, count, row_bytes, name, o.warmup, o.iters, raw_s * 1e6, raw_alg, raw_alg * factor,
                        moe_s * 1e6, moe_alg, moe_alg * factor, moe_s / raw_s);
                 fflush(stdout);
             }

@@ -32,30 +32,26 @@ typedef struct {
     double zipf;
 } options;
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bench_grouped_gemm [--experts N] [--d-model N] [--d-ff N] [--rows N] [--zipf S]\n"
-               "                          [--warmup N] [--iters N]\n"
-               "  defaults: --experts 0 (runs 8 and 64) --d-model 4096 --d-ff 14336 --rows 16384 --zipf 1.0\n"
-               "            --warmup 3 --iters 10\n");
+static const bench_flag kFlags[] = {
+    BENCH_INT("--experts", options, experts, 0, 1024, "experts E (0: runs E = 8, then E = 64)"),
+    BENCH_INT("--d-model", options, d_model, 8, 1 << 16, "row width d, a multiple of 8"),
+    BENCH_INT("--d-ff", options, d_ff, 8, 1 << 17, "hidden width of each expert, a multiple of 8"),
+    BENCH_INT("--rows", options, rows, 1, 1 << 22, "rows over all experts"),
+    BENCH_REAL("--zipf", options, zipf, 0, 10, "skew s of the skewed split: expert e gets a share ~ 1/(e+1)^s"),
+    BENCH_INT("--warmup", options, warmup, 0, 10000, "untimed runs per measurement"),
+    BENCH_INT("--iters", options, iters, 1, 10000, "timed runs per measurement"),
+};
+
+static void check(const void *opt) {
+    const options *o = (const options *)opt;
+    if (o->d_model % 8 || o->d_ff % 8) bench_usage_error("--d-model and --d-ff must be multiples of 8", NULL);
 }
 
-static options parse_args(int argc, char **argv) {
-    options o = {0, 4096, 14336, 16384, 3, 10, 1.0};
-    for (int i = 1; i < argc; i++) {
-        const bench_flag fl = bench_next_flag(argc, argv, &i);
-        const char *name = fl.name, *val = fl.value;
-        if (!strcmp(name, "--experts")) o.experts = bench_parse_int(name, val, 0, 1024);
-        else if (!strcmp(name, "--d-model")) o.d_model = bench_parse_int(name, val, 8, 1 << 16);
-        else if (!strcmp(name, "--d-ff")) o.d_ff = bench_parse_int(name, val, 8, 1 << 17);
-        else if (!strcmp(name, "--rows")) o.rows = bench_parse_int(name, val, 1, 1 << 22);
-        else if (!strcmp(name, "--zipf")) o.zipf = bench_parse_real(val, 0, 10, "--zipf must be in [0, 10]");
-        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 10000);
-        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 10000);
-        else bench_usage_error("unknown flag", name);
-    }
-    if (o.d_model % 8 || o.d_ff % 8) bench_usage_error("--d-model and --d-ff must be multiples of 8", NULL);
-    return o;
-}
+/* positional: designated initializers are C++20 */
+static const bench_cli kCli = {"bench_grouped_gemm", "bench_grouped_gemm [flags]",
+                               "the bf16 expert FFN forward, grouped and per-expert GEMMs, against one dense GEMM\n"
+                               "of the same FLOPs; exit 77 without a GPU",
+                               kFlags, sizeof kFlags / sizeof kFlags[0], NULL, check};
 
 /* Deterministic pseudo-random bf16 in [-scale, scale): the values do not matter for timing, zeros would. */
 __global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed, float scale) {
@@ -169,8 +165,8 @@ static void run_experts(moe_gpu *gpu, const char *gpu_name, const options *o, in
 }
 
 int main(int argc, char **argv) {
-    bench_init("bench_grouped_gemm", usage);
-    const options o = parse_args(argc, argv);
+    options o = {0, 4096, 14336, 16384, 3, 10, 1.0}; /* experts, d_model, d_ff, rows, warmup, iters, zipf */
+    bench_parse_flags(&kCli, argc, argv, &o);
     cudaDeviceProp prop;
     moe_gpu *gpu = bench_gpu_open("bench_grouped_gemm", &prop);
     printf("expert FFN forward, bf16 in/out, fp32 accumulation: d_model %d, d_ff %d, %d rows, %d timed iters\n",

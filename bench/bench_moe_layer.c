@@ -1,66 +1,25 @@
-/* bench_moe_layer.c — wall time of the CPU MoE layer (moe_layer_forward / moe_layer_backward), against
- * the time OpenBLAS alone needs for the same GEMMs.
+/* bench_moe_layer.c — the cpu variant of the MoE layer benchmark (bench_moe_layer_driver.h): wall time of the
+ * CPU layer (moe_layer_forward / moe_layer_backward on moe_runtime_create_cpu, a world of one), against the
+ * time OpenBLAS alone needs for the same GEMMs.
  *
- * Measures, at T tokens, width d, hidden d_ff, E experts, top-k (softmax, renormalised, dropless unless
- * --capacity-factor > 0, default aux/z coefficients): forward, backward and forward+backward ms (median
- * and min over --iters timed iterations after --warmup untimed ones, CLOCK_MONOTONIC), the GEMM FLOPs
- * (expert FFN: forward 3 GEMMs of 2*rows*d*d_ff with rows = kept assignments, backward twice that; the
- * router: 2*T*d*E forward, twice that backward) and the achieved GFLOP/s. The "floor" replays exactly the
- * layer's cblas_sgemm calls (same shapes, transposes and betas, one per expert and projection, plus the
- * router's) on scratch buffers, takes the median of several replays as OpenBLAS's sgemm rate here, and
- * prints floor_ms = GEMM FLOPs / rate and layer_ms / floor_ms. Last line: "json: {...}".
+ * The driver measures, at T tokens, width d, hidden d_ff, E experts, top-k (softmax, renormalised, dropless
+ * unless --capacity-factor > 0, default aux/z coefficients): forward, backward and forward+backward ms
+ * (median and min over --iters timed iterations after --warmup untimed ones), the GEMM FLOPs and the achieved
+ * GFLOP/s. This table adds the "floor": it replays exactly the layer's cblas_sgemm calls (same shapes,
+ * transposes and betas, one per expert and projection, plus the router's) on scratch buffers, takes the
+ * median of several replays as OpenBLAS's sgemm rate here, and prints floor_ms = GEMM FLOPs / rate and
+ * layer_ms / floor_ms. Last line: "json: {...}".
  *
  *   meson setup build-bench --buildtype=release && ninja -C build-bench bench/bench_moe_layer
  *   OPENBLAS_CORETYPE=SkylakeX build-bench/bench/bench_moe_layer [--tokens 4096 --d-model 512 --d-ff 1024
  *       --experts 8 --top-k 2 --capacity-factor 0 --warmup 2 --iters 7]
  */
 #include <cblas.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench_util.h"
-#include "moe/moe.h"
-#include "core/rng.h"
-
-typedef struct {
-    int tokens, d_model, d_ff, experts, top_k, warmup, iters, layout_invariant;
-    double capacity_factor;
-} options;
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: bench_moe_layer [--tokens N] [--d-model N] [--d-ff N] [--experts N] [--top-k N]\n"
-               "                       [--capacity-factor X] [--layout-invariant 0|1] [--warmup N] [--iters N]\n"
-               "  defaults: --tokens 4096 --d-model 512 --d-ff 1024 --experts 8 --top-k 2\n"
-               "            --capacity-factor 0 (dropless) --layout-invariant 1 --warmup 2 --iters 7\n");
-}
-
-static options parse_args(int argc, char **argv) {
-    options o = {4096, 512, 1024, 8, 2, 2, 7, 1, 0.0};
-    for (int i = 1; i < argc; i++) {
-        const bench_flag fl = bench_next_flag(argc, argv, &i);
-        const char *name = fl.name, *val = fl.value;
-        if (!strcmp(name, "--tokens")) o.tokens = bench_parse_int(name, val, 1, 1 << 22);
-        else if (!strcmp(name, "--d-model")) o.d_model = bench_parse_int(name, val, 1, 1 << 16);
-        else if (!strcmp(name, "--d-ff")) o.d_ff = bench_parse_int(name, val, 1, 1 << 17);
-        else if (!strcmp(name, "--experts")) o.experts = bench_parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--top-k")) o.top_k = bench_parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 100000);
-        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 100000);
-        else if (!strcmp(name, "--layout-invariant")) o.layout_invariant = bench_parse_int(name, val, 0, 1);
-        else if (!strcmp(name, "--capacity-factor"))
-            o.capacity_factor = bench_parse_real(
-                val, 0, 1e6, "--capacity-factor must be a finite number in [0, 1e6] (0 = dropless)");
-        else bench_usage_error("unknown flag", name);
-    }
-    if (o.top_k > o.experts) bench_usage_error("--top-k must not exceed --experts", NULL);
-    /* the largest activation buffer is T*k*d_ff reals; keep it (and int row counts) well in range */
-    double biggest = (double)o.tokens * o.top_k * (o.d_ff > o.d_model ? o.d_ff : o.d_model);
-    if ((double)o.tokens * o.top_k > 1 << 30 || biggest * sizeof(float) > 16e9)
-        bench_usage_error("shape too large (activations over 16 GB)", NULL);
-    return o;
-}
+#include "bench/bench_moe_layer_driver.h"
 
 static float *alloc(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof *p);
@@ -112,68 +71,40 @@ static void replay_backward(const replay_bufs *b, const int *offset, int T, int 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, E, 1, b->dlogits, E, b->w.router_w, d, 1, b->dx, d);
 }
 
-int main(int argc, char **argv) {
-    bench_init("bench_moe_layer", usage);
-    options o = parse_args(argc, argv);
-    const int T = o.tokens, d = o.d_model, f = o.d_ff, E = o.experts, k = o.top_k, N = o.iters;
-    moe_config cfg = moe_config_default(d, f, E, k);
-    cfg.capacity_factor = (float)o.capacity_factor;
-    cfg.layout_invariant = o.layout_invariant;
-    bench_check(moe_config_validate(&cfg), "moe_config_validate");
+static void open_cpu(bench_layer_run *r) {
+    bench_check(moe_runtime_create_cpu(&r->rt), "moe_runtime_create_cpu");
+    bench_check(moe_parallel_create_self(&r->par), "moe_parallel_create_self");
+}
 
+static void describe_openblas(const bench_layer_run *r) {
+    (void)r;
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("openblas: config=%s corename=%s threads=%d OPENBLAS_CORETYPE=%s\n", openblas_get_config(),
            openblas_get_corename(), openblas_get_num_threads(), coretype ? coretype : "(unset)");
-    printf("shape: T=%d d=%d d_ff=%d E=%d k=%d capacity_factor=%g (%s) layout_invariant=%d warmup=%d iters=%d\n", T, d,
-           f, E, k, o.capacity_factor, o.capacity_factor > 0 ? "capacity" : "dropless", o.layout_invariant, o.warmup, N);
+}
 
-    /* Weights, input and upstream gradient from a fixed seed; uniform(-a, a) with a = sqrt(3/fan_in). */
-    moe_rng rng = moe_rng_seeded(0x5eed);
-    size_t P = moe_layer_num_params(&cfg), Td = (size_t)T * d;
-    float *wbuf = alloc(P), *gbuf = alloc(P), *x = alloc(Td), *dout = alloc(Td), *out = alloc(Td), *dx = alloc(Td);
-    moe_layer_weights w = moe_layer_weights_view(&cfg, wbuf), g = moe_layer_weights_view(&cfg, gbuf);
-    moe_layer_weights_init(&cfg, &w, &rng);
-    moe_rng_fill_uniform(&rng, x, Td, 1.0);
-    moe_rng_fill_uniform(&rng, dout, Td, 1.0);
+/* The floor, measured by report_floor and put in the JSON line by json_floor. */
+static struct {
+    int replays;
+    double sgemm_forward_ms, sgemm_backward_ms, rate_gflops, floor_ms[3], ratio[3];
+} floor_result;
 
-    moe_layer *layer;
-    bench_check(moe_layer_create(&cfg, NULL, NULL, &layer), "moe_layer_create");
-    moe_layer_stats stats;
-    double *tf = malloc(N * sizeof *tf), *tb = malloc(N * sizeof *tb), *tt = malloc(N * sizeof *tt);
-    if (!tf || !tb || !tt) bench_fail("out of memory");
-    for (int it = -o.warmup; it < N; it++) {
-        memset(gbuf, 0, P * sizeof *gbuf); /* untimed: a training step zeroes the gradients once */
-        double t0 = bench_now_ms();
-        bench_check(moe_layer_forward(layer, &w, x, T, out, &stats), "moe_layer_forward");
-        double t1 = bench_now_ms();
-        bench_check(moe_layer_backward(layer, &w, dout, dx, &g), "moe_layer_backward");
-        double t2 = bench_now_ms();
-        if (it >= 0) tf[it] = t1 - t0, tb[it] = t2 - t1, tt[it] = t2 - t0;
-    }
-    double checksum = 0;
-    for (size_t i = 0; i < Td; i++) checksum += (double)out[i] + dx[i];
-
-    /* Routing of the (deterministic) last forward: rows per expert, and the GEMM FLOPs they imply. */
+/* The same sgemm calls alone, median of several replays (after one untimed one). On the CPU runtime the
+ * run's buffers are host memory, so the replay reads the layer's own weights and input. */
+static void report_floor(bench_layer_run *r) {
+    const int T = r->num_tokens, d = r->o->d_model, f = r->o->d_ff, E = r->o->experts, N = r->o->iters;
+    const size_t P = moe_layer_num_params(&r->cfg);
     int *offset = calloc(E + 1, sizeof *offset);
     if (!offset) bench_fail("out of memory");
-    printf("rows per expert:");
-    for (int e = 0; e < E; e++) {
-        offset[e + 1] = offset[e] + stats.num_tokens_per_expert[e];
-        printf(" %d", stats.num_tokens_per_expert[e]);
-    }
+    for (int e = 0; e < E; e++) offset[e + 1] = offset[e] + r->stats.num_tokens_per_expert[e];
     const long rows = offset[E];
-    printf("  (kept %ld of %d, dropped %d)\n", rows, stats.num_assignments, stats.num_dropped);
-    printf("losses: aux=%.6f z=%.6f  checksum(out+dx)=%.6e\n", stats.aux_loss, stats.z_loss, checksum);
-    const double expert_fwd = 3.0 * 2.0 * rows * d * f, router_fwd = 2.0 * T * d * E;
-    const double flop_f = expert_fwd + router_fwd, flop_b = 2 * expert_fwd + 2 * router_fwd, flop_t = flop_f + flop_b;
-
-    /* The floor: the same sgemm calls alone, median of several replays (after one untimed one). */
     replay_bufs rb;
     size_t A = rows ? rows : 1;
-    rb.x = x, rb.dx = dx, rb.w = w, rb.g = g;
+    rb.x = r->x, rb.dx = r->dx, rb.w = r->w, rb.g = r->g;
     rb.logits = alloc((size_t)T * E), rb.dlogits = alloc((size_t)T * E);
     rb.xp = alloc(A * d), rb.y = alloc(A * d), rb.dy = alloc(A * d), rb.dxp = alloc(A * d);
     rb.h1 = alloc(A * f), rb.h3 = alloc(A * f), rb.act = alloc(A * f), rb.dh1 = alloc(A * f), rb.dh3 = alloc(A * f);
+    moe_rng rng = moe_rng_seeded((uint64_t)r->o->seed + 1);
     moe_rng_fill_uniform(&rng, rb.dlogits, (size_t)T * E, 1e-3);
     moe_rng_fill_uniform(&rng, rb.xp, A * d, 1.0), moe_rng_fill_uniform(&rng, rb.dy, A * d, 1.0);
     moe_rng_fill_uniform(&rng, rb.act, A * f, 1.0), moe_rng_fill_uniform(&rng, rb.dh3, A * f, 1.0);
@@ -181,7 +112,7 @@ int main(int argc, char **argv) {
     double *rf = malloc(R * sizeof *rf), *rbk = malloc(R * sizeof *rbk);
     if (!rf || !rbk) bench_fail("out of memory");
     for (int it = -1; it < R; it++) {
-        memset(gbuf, 0, P * sizeof *gbuf);
+        memset(r->grads, 0, P * sizeof *r->grads);
         double t0 = bench_now_ms();
         replay_forward(&rb, offset, T, d, f, E);
         double t1 = bench_now_ms();
@@ -190,44 +121,53 @@ int main(int argc, char **argv) {
         if (it >= 0) rf[it] = t1 - t0, rbk[it] = t2 - t1;
     }
     const double gemm_f = bench_median(rf, R), gemm_b = bench_median(rbk, R);
-    const double rate_f = flop_f / gemm_f * 1e-6, rate_b = flop_b / gemm_b * 1e-6; /* GFLOP/s */
-    const double rate = flop_t / (gemm_f + gemm_b) * 1e-6;
-    const double floor_f = flop_f / rate * 1e-6, floor_b = flop_b / rate * 1e-6, floor_t = flop_t / rate * 1e-6;
-
-    const double mf = bench_median(tf, N), mb = bench_median(tb, N), mt = bench_median(tt, N);
-    printf("GEMM GFLOP per iteration: forward %.3f (experts %.3f + router %.4f), backward %.3f, total %.3f\n",
-           flop_f * 1e-9, expert_fwd * 1e-9, router_fwd * 1e-9, flop_b * 1e-9, flop_t * 1e-9);
-    printf("layer forward : median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mf, bench_min(tf, N), flop_f / mf * 1e-6);
-    printf("layer backward: median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mb, bench_min(tb, N), flop_b / mb * 1e-6);
-    printf("layer fwd+bwd : median %8.2f ms  min %8.2f ms  %7.1f GFLOP/s\n", mt, bench_min(tt, N), flop_t / mt * 1e-6);
+    const double flop_f = r->flop_forward, flop_b = r->flop_backward, flop_t = flop_f + flop_b;
+    const double rate = flop_t / (gemm_f + gemm_b) * 1e-6; /* GFLOP/s */
+    const double floor_ms[3] = {flop_f / rate * 1e-6, flop_b / rate * 1e-6, flop_t / rate * 1e-6};
+    const double *layer_ms = r->median_ms; /* forward, backward, fwd+bwd: the first three series */
+    floor_result.replays = R, floor_result.sgemm_forward_ms = gemm_f, floor_result.sgemm_backward_ms = gemm_b;
+    floor_result.rate_gflops = rate;
+    for (int i = 0; i < 3; i++) floor_result.floor_ms[i] = floor_ms[i], floor_result.ratio[i] = layer_ms[i] / floor_ms[i];
     printf("sgemm alone (same calls, median of %d): forward %.2f ms (%.1f GFLOP/s), backward %.2f ms "
-           "(%.1f GFLOP/s), rate %.1f GFLOP/s\n", R, gemm_f, rate_f, gemm_b, rate_b, rate);
+           "(%.1f GFLOP/s), rate %.1f GFLOP/s\n", R, gemm_f, flop_f / gemm_f * 1e-6, gemm_b, flop_b / gemm_b * 1e-6, rate);
     printf("floor_ms: forward %.2f  backward %.2f  total %.2f   layer_ms/floor_ms: forward %.3f  backward %.3f  "
-           "total %.3f\n", floor_f, floor_b, floor_t, mf / floor_f, mb / floor_b, mt / floor_t);
+           "total %.3f\n", floor_ms[0], floor_ms[1], floor_ms[2], floor_result.ratio[0], floor_result.ratio[1],
+           floor_result.ratio[2]);
+    free(rf), free(rbk), free(offset), free(rb.logits), free(rb.dlogits), free(rb.xp), free(rb.y), free(rb.dy);
+    free(rb.dxp), free(rb.h1), free(rb.h3), free(rb.act), free(rb.dh1), free(rb.dh3);
+}
 
-    printf("json: {\"bench\":\"moe_layer_cpu\",\"tokens\":%d,\"d_model\":%d,\"d_ff\":%d,\"experts\":%d,\"top_k\":%d,"
-           "\"capacity_factor\":%g,\"layout_invariant\":%d,\"warmup\":%d,\"iters\":%d,\"openblas_threads\":%d,"
-           "\"openblas_corename\":",
-           T, d, f, E, k, o.capacity_factor, o.layout_invariant, o.warmup, N, openblas_get_num_threads());
+static void json_openblas_and_floor(const bench_layer_run *r) {
+    (void)r;
+    const char *coretype = getenv("OPENBLAS_CORETYPE");
+    printf(",\"openblas_threads\":%d,\"openblas_corename\":", openblas_get_num_threads());
     bench_json_string(openblas_get_corename());
     printf(",\"openblas_config\":");
     bench_json_string(openblas_get_config());
     printf(",\"openblas_coretype_env\":");
     if (coretype) bench_json_string(coretype);
     else printf("null");
-    printf(",\"rows\":%ld,\"dropped\":%d,\"forward_ms\":{\"median\":%.4f,\"min\":%.4f},"
-           "\"backward_ms\":{\"median\":%.4f,\"min\":%.4f},\"total_ms\":{\"median\":%.4f,\"min\":%.4f},"
-           "\"gflop\":{\"forward\":%.6f,\"backward\":%.6f,\"total\":%.6f},\"gflops\":%.3f,"
-           "\"sgemm_ms\":{\"forward\":%.4f,\"backward\":%.4f},\"sgemm_gflops\":%.3f,"
+    const double *fl = floor_result.floor_ms, *ra = floor_result.ratio;
+    printf(",\"sgemm_ms\":{\"forward\":%.4f,\"backward\":%.4f},\"sgemm_gflops\":%.3f,"
            "\"floor_ms\":{\"forward\":%.4f,\"backward\":%.4f,\"total\":%.4f},"
-           "\"ratio\":{\"forward\":%.4f,\"backward\":%.4f,\"total\":%.4f}}\n",
-           rows, stats.num_dropped, mf, bench_min(tf, N), mb, bench_min(tb, N), mt, bench_min(tt, N), flop_f * 1e-9,
-           flop_b * 1e-9, flop_t * 1e-9, flop_t / mt * 1e-6, gemm_f, gemm_b, rate, floor_f, floor_b, floor_t,
-           mf / floor_f, mb / floor_b, mt / floor_t);
-
-    moe_layer_destroy(layer);
-    free(wbuf), free(gbuf), free(x), free(dout), free(out), free(dx), free(tf), free(tb), free(tt), free(offset);
-    free(rf), free(rbk), free(rb.logits), free(rb.dlogits), free(rb.xp), free(rb.y), free(rb.dy), free(rb.dxp);
-    free(rb.h1), free(rb.h3), free(rb.act), free(rb.dh1), free(rb.dh3);
-    return 0;
+           "\"ratio\":{\"forward\":%.4f,\"backward\":%.4f,\"total\":%.4f}",
+           floor_result.sgemm_forward_ms, floor_result.sgemm_backward_ms, floor_result.rate_gflops, fl[0], fl[1], fl[2],
+           ra[0], ra[1], ra[2]);
 }
+
+static const bench_layer_variant kCpu = {
+    .program = "bench_moe_layer",
+    .bench = "moe_layer_cpu",
+    .synopsis = "bench_moe_layer [flags]",
+    .about = "wall time of the CPU MoE layer (forward, backward) against OpenBLAS's sgemm alone on the same calls",
+    .notes = "OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS pick OpenBLAS's kernels and threads (first output line)",
+    .tokens_flag = "--tokens",
+    .defaults = {.tokens = 4096, .d_model = 512, .d_ff = 1024, .experts = 8, .top_k = 2, .layout_invariant = 1,
+                 .warmup = 2, .iters = 7, .seed = 0x5eed, .capacity_factor = 0, .ep = 1},
+    .open = open_cpu,
+    .describe = describe_openblas,
+    .report = report_floor,
+    .json = json_openblas_and_floor,
+};
+
+int main(int argc, char **argv) { return bench_moe_layer_main(&kCpu, argc, argv); }

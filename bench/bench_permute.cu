@@ -32,28 +32,26 @@ typedef struct {
     int tokens, d_model, top_k, experts, warmup, iters;
 } options;
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bench_permute [--tokens N] [--d-model N] [--top-k N] [--experts N] [--warmup N] [--iters N]\n"
-               "  defaults: --tokens 16384 --d-model 4096 --top-k 2 --experts 8 --warmup 5 --iters 20\n");
+static const bench_flag kFlags[] = {
+    BENCH_INT("--tokens", options, tokens, 1, 1 << 20, "tokens T"),
+    BENCH_INT("--d-model", options, d_model, 1, 1 << 16, "row width d"),
+    BENCH_INT("--top-k", options, top_k, 1, 64, "distinct experts per token k"),
+    BENCH_INT("--experts", options, experts, 1, 4096, "experts E"),
+    BENCH_INT("--warmup", options, warmup, 0, 10000, "untimed runs per op"),
+    BENCH_INT("--iters", options, iters, 1, 10000, "timed runs per op"),
+};
+
+static void check(const void *opt) {
+    const options *o = (const options *)opt;
+    if (o->top_k > o->experts) bench_usage_error("--top-k must not exceed --experts", NULL);
+    if ((double)o->tokens * o->top_k * o->d_model * 4 > 32e9) bench_usage_error("shape too large (over 32 GB)", NULL);
 }
 
-static options parse_args(int argc, char **argv) {
-    options o = {16384, 4096, 2, 8, 5, 20};
-    for (int i = 1; i < argc; i++) {
-        const bench_flag fl = bench_next_flag(argc, argv, &i);
-        const char *name = fl.name, *val = fl.value;
-        if (!strcmp(name, "--tokens")) o.tokens = bench_parse_int(name, val, 1, 1 << 20);
-        else if (!strcmp(name, "--d-model")) o.d_model = bench_parse_int(name, val, 1, 1 << 16);
-        else if (!strcmp(name, "--top-k")) o.top_k = bench_parse_int(name, val, 1, 64);
-        else if (!strcmp(name, "--experts")) o.experts = bench_parse_int(name, val, 1, 4096);
-        else if (!strcmp(name, "--warmup")) o.warmup = bench_parse_int(name, val, 0, 10000);
-        else if (!strcmp(name, "--iters")) o.iters = bench_parse_int(name, val, 1, 10000);
-        else bench_usage_error("unknown flag", name);
-    }
-    if (o.top_k > o.experts) bench_usage_error("--top-k must not exceed --experts", NULL);
-    if ((double)o.tokens * o.top_k * o.d_model * 4 > 32e9) bench_usage_error("shape too large (over 32 GB)", NULL);
-    return o;
-}
+/* positional: designated initializers are C++20 */
+static const bench_cli kCli = {"bench_permute", "bench_permute [flags]",
+                               "bandwidth of permute / combine / combine backward (kernels/permute.cu) against a\n"
+                               "device-to-device cudaMemcpyAsync of the same bytes; exit 77 without a GPU",
+                               kFlags, sizeof kFlags / sizeof kFlags[0], NULL, check};
 
 static void *dev_alloc(moe_gpu *gpu, size_t nbytes) {
     void *p = NULL;
@@ -80,8 +78,8 @@ static void report(const char *gpu_name, const options *o, const char *op, doubl
 }
 
 int main(int argc, char **argv) {
-    bench_init("bench_permute", usage);
-    const options o = parse_args(argc, argv);
+    options o = {16384, 4096, 2, 8, 5, 20}; /* tokens, d_model, top_k, experts, warmup, iters */
+    bench_parse_flags(&kCli, argc, argv, &o);
     cudaDeviceProp prop;
     moe_gpu *gpu = bench_gpu_open("bench_permute", &prop);
     const int T = o.tokens, k = o.top_k, E = o.experts, d = o.d_model, rows = T * k;

@@ -12,9 +12,9 @@ void bench_mpi_check(int rc, const char *what) {
 static void finish(void) { MPI_CHECK(MPI_Finalize()); }
 static void abort_all(void) { MPI_Abort(MPI_COMM_WORLD, 1); }
 
-int bench_mpi_init(int *argc, char ***argv, const char *name, void (*usage)(FILE *), int *world) {
+int bench_mpi_init(int *argc, char ***argv, const char *name, int *world) {
     int rank = 0;
-    bench_init(name, usage);
+    bench_set_name(name);
     bench_set_mpi(rank, finish, abort_all);
     MPI_CHECK(MPI_Init(argc, argv));
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

@@ -6,9 +6,10 @@
 
 #include "bench/bench_util.h"
 
-/* bench_init, then MPI_Init with MPI_ERRORS_RETURN on MPI_COMM_WORLD; from here on, usage errors and
- * --help finalize MPI on every rank and failures abort the job. Returns this rank; *world gets the size. */
-int bench_mpi_init(int *argc, char ***argv, const char *name, void (*usage)(FILE *), int *world);
+/* Names the program, then MPI_Init with MPI_ERRORS_RETURN on MPI_COMM_WORLD; from here on, usage errors,
+ * --help and --dry-run finalize MPI on every rank and failures abort the job. Returns this rank; *world
+ * gets the size. Parse the flags (bench_parse_flags) next, before any collective. */
+int bench_mpi_init(int *argc, char ***argv, const char *name, int *world);
 
 /* Fails ("what failed: <MPI's text>", MPI_Abort) unless rc is MPI_SUCCESS. */
 void bench_mpi_check(int rc, const char *what);

@@ -3,12 +3,14 @@
  * M rows (M = 1..128, at several offsets) is compared row by row, bitwise. Prints the M values whose
  * rows differ from the reference. Then the same with calls of exactly 64 rows at every offset 0..63
  * (kernels/gemm_rows.h's fixed blocks): rows that differ between offsets. Findings: docs/DETERMINISM.md.
+ * No flags of its own (the shapes are the table in main); --help and --dry-run as every bench program.
  *   OPENBLAS_CORETYPE=SkylakeX build/bench/gemm_row_consistency */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h"
 #include "core/rng.h"
 
 enum { ROWS = 600, MAX_M = 128, BLOCK = 64 };
@@ -21,7 +23,7 @@ static void shape(int k, int n) {
     float *A = malloc(sizeof(float) * ROWS * k), *B = malloc(sizeof(float) * n * k);
     float *ref = malloc(sizeof(float) * ROWS * n), *C = malloc(sizeof(float) * ROWS * n);
     float *by_block = malloc(sizeof(float) * ROWS * n);
-    if (!A || !B || !ref || !C || !by_block) exit(1);
+    if (!A || !B || !ref || !C || !by_block) bench_fail("out of memory");
     moe_rng rng = moe_rng_seeded(1);
     moe_rng_fill_uniform(&rng, A, (size_t)ROWS * k, 1);
     moe_rng_fill_uniform(&rng, B, (size_t)n * k, 1);
@@ -53,7 +55,14 @@ static void shape(int k, int n) {
     free(A), free(B), free(ref), free(C), free(by_block);
 }
 
-int main(void) {
+static const bench_cli kCli = {
+    .name = "gemm_row_consistency",
+    .synopsis = "gemm_row_consistency",
+    .about = "does a row's OpenBLAS sgemm result depend on the other rows in the call? (docs/DETERMINISM.md)",
+};
+
+int main(int argc, char **argv) {
+    bench_parse_flags(&kCli, argc, argv, NULL);
     printf("OpenBLAS %s, core %s, %d threads\n", openblas_get_config(), openblas_get_corename(),
            openblas_get_num_threads());
     const int shapes[][2] = {{32, 8}, {32, 48}, {48, 32}, {64, 128}, {128, 64}, {512, 8}, {512, 1024}, {1024, 512}};
