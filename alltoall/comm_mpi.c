@@ -1,7 +1,8 @@
 /* comm_mpi.c — the MPI transport: every collective is started non-blocking and polled, so a peer that
- * never arrives turns into MOE_ERR_TIMEOUT with a message naming the operation, instead of a silent hang
- * (nccl-tests' watchdog, in MPI terms). */
+ * never arrives turns into MOE_ERR_TIMEOUT with a message naming the operation and the missing peers
+ * (comm_mpi_probe.h), instead of a silent hang (nccl-tests' watchdog, in MPI terms). */
 #include "alltoall/comm_mpi.h"
+#include "alltoall/comm_mpi_probe.h"
 #include "alltoall/comm_transport.h"
 
 #include <limits.h>
@@ -19,7 +20,11 @@
 
 typedef struct {
     MPI_Comm comm;
+    moe_mpi_probe *probe; /* the watchdog's twin: who is missing */
 } mpi_state;
+
+enum { PROBE_MESSAGE_NBYTES = 1024 };
+static const double kAnswerAfterS = 0.05; /* a wait this long answers the watchdog questions of other ranks */
 
 static MPI_Comm comm_of(const moe_comm *c) { return ((const mpi_state *)c->impl)->comm; }
 
@@ -49,11 +54,17 @@ static moe_status wait_all(moe_comm *c, int count, MPI_Request *req, const char 
             c->completed++;
             return MOE_OK;
         }
-        if (c->timeout_s > 0 && now_s() - start > c->timeout_s) {
+        const double waited = now_s() - start;
+        if (waited > kAnswerAfterS) moe__mpi_probe_answer(c, op);
+        if (c->timeout_s > 0 && waited > c->timeout_s) {
+            /* the answers come within milliseconds from ranks that wait; a short window is enough */
+            const double window_s = c->timeout_s / 4 < 2 ? c->timeout_s / 4 : 2;
+            char missing[PROBE_MESSAGE_NBYTES];
+            moe__mpi_probe_ask(((mpi_state *)c->impl)->probe, c, window_s, missing, sizeof missing);
             return moe_fail(MOE_ERR_TIMEOUT,
                             "world rank %d: watchdog: %s on communicator '%s' (rank %d of %d) still incomplete after "
-                            "%.1f s; %ld exchanges completed on it before this one",
-                            c->world_rank, op, c->label, c->rank, c->size, c->timeout_s, c->completed);
+                            "%.1f s; %ld exchanges completed on it before this one; %s",
+                            c->world_rank, op, c->label, c->rank, c->size, c->timeout_s, c->completed, missing);
         }
         if (polls > 100) sched_yield();
     }
@@ -148,6 +159,7 @@ static moe_status mpi_barrier(moe_comm *c) {
 
 static void mpi_destroy(moe_comm *c) {
     mpi_state *s = c->impl;
+    moe__mpi_probe_destroy(s->probe);
     MPI_Comm_free(&s->comm);
     free(s);
     free(c);
@@ -174,6 +186,8 @@ moe_status moe_comm_create_mpi(MPI_Comm comm, const char *label, double timeout_
     moe_comm *c = moe__comm_new(&mpi_ops, label, rank, size, world_rank, timeout_s);
     mpi_state *s = calloc(1, sizeof *s);
     if (!c || !s) return free(c), free(s), MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe__mpi_probe_create(comm, &s->probe);
+    if (st != MOE_OK) return free(c), free(s), st;
     s->comm = comm;
     c->impl = s;
     *out = c;

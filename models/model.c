@@ -51,7 +51,7 @@ struct moe_model {
     moe_real *dresid, *dln, *tmp;       /* [T, d] */
     moe_real *dq, *dk, *dv, *dattn;     /* [T, A], [T, B], [T, B], [T, A] */
     int has_forward;
-    int *found; /* while checking for NaN (moe_model_set_checks) */
+    moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
 };
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
@@ -67,15 +67,18 @@ static dims dims_of(const moe_model *m) {
                   c->moe.num_experts};
 }
 
-/* Appends a tensor at the end of the buffer laid out so far (*cursor). */
+/* Appends a tensor at the end of the buffer laid out so far (*cursor); without a table (m->tensors NULL) it
+ * only counts. */
 static void append(moe_model *m, size_t *cursor, int layer, int experts, long rows, long cols, moe_tensor_kind kind,
                    const char *name) {
-    moe_model_tensor *t = &m->tensors[m->num_tensors++];
-    *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
-                            .offset = *cursor, .kind = kind};
-    t->count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    *cursor += t->count;
+    const size_t count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
+    if (m->tensors) {
+        moe_model_tensor *t = &m->tensors[m->num_tensors++];
+        *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
+                                .offset = *cursor, .count = count, .kind = kind};
+        snprintf(t->name, sizeof t->name, "%s", name);
+    }
+    *cursor += count;
 }
 
 /* Every tensor in buffer order, [dense | experts]: the embedding, each layer's attention and FFN (router or
@@ -144,36 +147,68 @@ static void set_views(moe_model *m, moe_real *base, moe_model_views *v) {
 
 /* ---- creation --------------------------------------------------------------------------------- */
 
-/* Allocates every activation and scratch buffer of T = max_seqs * S tokens in the runtime's memory. */
-static moe_status alloc_activations(moe_model *m) {
+enum { LAYER_BUFFERS = 13, MODEL_BUFFERS = 12 };
+
+/* The bytes of layer l's activations, in layer_acts' order, for T = max_seqs * S tokens. */
+static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAYER_BUFFERS]) {
     const moe_model_config *c = &m->cfg;
     const dims D = dims_of(m);
-    const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, V = c->vocab_size, F = D.F, S = c->seq_len,
-                 A = D.A, B = D.B, r = sizeof(moe_real);
-    const int L = c->num_layers;
+    const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, S = c->seq_len, A = D.A, B = D.B,
+                 r = sizeof(moe_real), ffn = moe_model_layer_is_moe(c, l) ? 0 : T * D.F * r;
+    const size_t n[LAYER_BUFFERS] = {T * d * r, T * r, T * A * r, T * B * r, T * B * r,
+                                     (size_t)m->max_seqs * c->num_heads * S * S * r, T * A * r, T * d * r, T * d * r,
+                                     T * r, ffn, ffn, ffn};
+    memcpy(nbytes, n, sizeof n);
+}
+
+/* The bytes of the model's own buffers: inputs, targets, lnf, rstdf, logits, then the backward scratch. */
+static void model_buffer_nbytes(const moe_model *m, size_t nbytes[MODEL_BUFFERS]) {
+    const dims D = dims_of(m);
+    const size_t T = (size_t)m->max_seqs * m->cfg.seq_len, d = D.d, A = D.A, B = D.B, r = sizeof(moe_real);
+    const size_t n[MODEL_BUFFERS] = {T * sizeof(int), T * sizeof(int), T * d * r, T * r, T * m->cfg.vocab_size * r,
+                                     T * d * r, T * d * r, T * d * r, T * A * r, T * B * r, T * B * r, T * A * r};
+    memcpy(nbytes, n, sizeof n);
+}
+
+/* Allocates every activation and scratch buffer of T = max_seqs * S tokens in the runtime's memory. */
+static moe_status alloc_activations(moe_model *m) {
+    const int L = m->cfg.num_layers;
+    const size_t resid_nbytes = (size_t)m->max_seqs * m->cfg.seq_len * m->cfg.d_model * sizeof(moe_real);
     m->resid = calloc(L + 1, sizeof(moe_real *));
     m->acts = calloc(L, sizeof(layer_acts));
     if (!m->resid || !m->acts) return MOE_ERR_OUT_OF_MEMORY;
-    for (int l = 0; l <= L; l++) MOE_TRY(moe_runtime_alloc(m->rt, T * d * r, (void **)&m->resid[l]));
+    for (int l = 0; l <= L; l++) MOE_TRY(moe_runtime_alloc(m->rt, resid_nbytes, (void **)&m->resid[l]));
+    size_t nbytes[LAYER_BUFFERS > MODEL_BUFFERS ? LAYER_BUFFERS : MODEL_BUFFERS];
     for (int l = 0; l < L; l++) {
         layer_acts *a = &m->acts[l];
-        const int dense_ffn = !moe_model_layer_is_moe(c, l);
-        void **ptrs[] = {(void **)&a->ln1, (void **)&a->rstd1, (void **)&a->q, (void **)&a->k, (void **)&a->v,
-                         (void **)&a->att, (void **)&a->attn_y, (void **)&a->resid_mid, (void **)&a->ln2,
-                         (void **)&a->rstd2, (void **)&a->h1, (void **)&a->h3, (void **)&a->act};
-        const size_t ffn = dense_ffn ? T * F * r : 0;
-        const size_t nbytes[] = {
-            T * d * r, T * r,     T * A * r, T * B * r, T * B * r, m->max_seqs * c->num_heads * S * S * r,
-            T * A * r, T * d * r, T * d * r, T * r,     ffn,       ffn,
-            ffn};
-        MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, 13));
+        void **ptrs[LAYER_BUFFERS] = {(void **)&a->ln1, (void **)&a->rstd1, (void **)&a->q, (void **)&a->k,
+                                      (void **)&a->v, (void **)&a->att, (void **)&a->attn_y, (void **)&a->resid_mid,
+                                      (void **)&a->ln2, (void **)&a->rstd2, (void **)&a->h1, (void **)&a->h3,
+                                      (void **)&a->act};
+        layer_activation_nbytes(m, l, nbytes);
+        MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, LAYER_BUFFERS));
     }
-    void **ptrs[] = {(void **)&m->inputs, (void **)&m->targets, (void **)&m->lnf, (void **)&m->rstdf,
-                     (void **)&m->logits, (void **)&m->dresid, (void **)&m->dln, (void **)&m->tmp, (void **)&m->dq,
-                     (void **)&m->dk, (void **)&m->dv, (void **)&m->dattn};
-    const size_t nbytes[] = {T * sizeof(int), T * sizeof(int), T * d * r, T * r, T * V * r, T * d * r, T * d * r,
-                             T * d * r, T * A * r, T * B * r, T * B * r, T * A * r};
-    return moe_runtime_regrow(m->rt, ptrs, nbytes, 12);
+    void **ptrs[MODEL_BUFFERS] = {(void **)&m->inputs, (void **)&m->targets, (void **)&m->lnf, (void **)&m->rstdf,
+                                  (void **)&m->logits, (void **)&m->dresid, (void **)&m->dln, (void **)&m->tmp,
+                                  (void **)&m->dq, (void **)&m->dk, (void **)&m->dv, (void **)&m->dattn};
+    model_buffer_nbytes(m, nbytes);
+    return moe_runtime_regrow(m->rt, ptrs, nbytes, MODEL_BUFFERS);
+}
+
+moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int max_seqs) {
+    moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = cfg->d_model / cfg->num_heads,
+                   .num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size};
+    lay_out(&m); /* no tensor table: it only counts */
+    moe_model_footprint f = {.dense_params = m.num_dense, .expert_params = m.num_expert};
+    f.activation_bytes = (size_t)(cfg->num_layers + 1) * max_seqs * cfg->seq_len * cfg->d_model * sizeof(moe_real);
+    size_t nbytes[LAYER_BUFFERS > MODEL_BUFFERS ? LAYER_BUFFERS : MODEL_BUFFERS];
+    for (int l = 0; l < cfg->num_layers; l++) {
+        layer_activation_nbytes(&m, l, nbytes);
+        for (int i = 0; i < LAYER_BUFFERS; i++) f.activation_bytes += nbytes[i];
+    }
+    model_buffer_nbytes(&m, nbytes);
+    for (int i = 0; i < MODEL_BUFFERS; i++) f.activation_bytes += nbytes[i];
+    return f;
 }
 
 moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
@@ -348,28 +383,28 @@ moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const ch
     return MOE_OK;
 }
 
-void moe_model_set_checks(moe_model *m, int *found) {
-    m->found = found;
+void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding) {
+    m->finding = finding;
     for (int l = 0; l < m->cfg.num_layers; l++)
-        if (m->moe[l]) moe_layer_set_checks(m->moe[l], found);
+        if (m->moe[l]) moe_layer_set_checks(m->moe[l], finding);
 }
 
 /* While checking: records the first NaN or Inf of an op's output once, naming the op, and goes on. */
 static moe_status watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static moe_status watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...) {
-    if (!m->found || *m->found) return MOE_OK;
+    if (!m->finding || m->finding->found) return MOE_OK;
     long long first;
     MOE_TRY(m->dense->find_nonfinite(m->ops_state, data, count, &first));
-    if (first < 0) return MOE_OK;
+    if (first < 0) return m->finding->looks++, MOE_OK;
     char what[160];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    *m->found = 1;
-    moe_fail(MOE_ERR_NONFINITE, "%s holds the first NaN or Inf (element %lld, world rank %d)", what, first,
-             moe_parallel_ranks(m->par).world_rank);
+    m->finding->found = 1, m->finding->order = m->finding->looks;
+    snprintf(m->finding->where, sizeof m->finding->where, "%s holds the first NaN or Inf (element %lld, world rank %d)",
+             what, first, moe_parallel_ranks(m->par).world_rank);
     return MOE_OK;
 }
 

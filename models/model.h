@@ -106,6 +106,15 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
                             int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);
 
+/* What moe_model_create will allocate for a valid cfg and max_seqs, before anything is allocated (moe-train
+ * refuses a configuration that cannot fit): the reals of the dense region and of this rank's experts, and the
+ * bytes of the activations the model keeps. The MoE layers' routing and expert buffers come on top. */
+typedef struct {
+    size_t dense_params, expert_params;
+    size_t activation_bytes;
+} moe_model_footprint;
+moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int max_seqs);
+
 /* The buffers are the runtime's memory (host memory on the CPU). */
 moe_real *moe_model_params(moe_model *m);
 moe_real *moe_model_grads(moe_model *m);
@@ -141,11 +150,11 @@ moe_status moe_model_reduce_grads(moe_model *m);
  * NaN or Inf". Waits for the device. */
 moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what);
 
-/* NaN provenance (moe_layer_set_checks for the whole model): with found != NULL, forward and backward look at
- * every op's output, and the first NaN or Inf sets *found and records which layer and op (and inside an MoE
- * layer which expert) produced it; the passes go on, so every rank stays in step. Slow: for explaining a
- * bad step. */
-void moe_model_set_checks(moe_model *m, int *found);
+/* NaN provenance (moe_layer_set_checks for the whole model): with a finding (not NULL), forward and backward
+ * look at every op's output, and the first NaN or Inf sets finding->found and writes which layer and op (and
+ * inside an MoE layer which expert) produced it; the passes go on, so every rank stays in step. Slow: for
+ * explaining a bad step. */
+void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding);
 
 /* Routing statistics of the last forward, per MoE layer (layer index l, or NULL for a dense layer). */
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int layer);

@@ -160,6 +160,30 @@ static int eval_only(moe_trainer *t, const moe_train_options *o) {
     return 0;
 }
 
+/* Refuses, on every rank alike, a configuration whose lower-bound memory (models/train_options.h) times the
+ * ranks sharing this machine exceeds its physical memory: better a sentence now than the kernel's OOM killer
+ * after minutes of initialisation. Returns 0 when it fits. */
+static int refuse_oversized(const moe_train_options *o, int world_size) {
+    const moe_train_memory need = moe_train_options_memory(o, world_size);
+    MPI_Comm node;
+    int node_ranks = 1, node_rank = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &node_ranks);
+        MPI_Comm_rank(node, &node_rank);
+        MPI_Comm_free(&node);
+    }
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE), gib = 1024.0 * 1024 * 1024;
+    int too_big = have > 0 && need.total * node_ranks > have, any = too_big;
+    MPI_Allreduce(&too_big, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (too_big && node_rank == 0) /* one message per machine that cannot hold its ranks */
+        fprintf(stderr, "moe-train: this configuration needs at least %.1f GiB per rank (weights and gradients %.1f, "
+                "AdamW moments %.1f, activations %.1f GiB), %d rank(s) on this machine: more than its %.1f GiB. "
+                "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1, or more machines\n",
+                need.total / gib, need.params / gib, need.moments / gib, need.activations / gib, node_ranks,
+                have / gib);
+    return any;
+}
+
 /* Start-up runs outside any exchange watchdog: a rank that never arrives in MPI_Init (stopped, or on an
  * unreachable node) would hold the others there forever. This alarm ends the process with a message instead;
  * mpirun then ends the job. The limit is --exchange-timeout's (read from argv before MPI starts). */
@@ -197,6 +221,10 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return parsed > 0 ? 0 : 2;
     }
+    if (refuse_oversized(&opt, world_size)) {
+        MPI_Finalize();
+        return 2;
+    }
     moe_parallel *par;
     require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &par),
             "parallel layout");
@@ -213,7 +241,7 @@ int main(int argc, char **argv) {
     int first_step = 1;
     if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, par, "cannot load the checkpoint", st);
     if (*opt.checkpoint_dir && !opt.eval_only && (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir)) != MOE_OK)
-        return stop_all(&t, par, "unusable --checkpoint-dir", st);
+        return stop_all(&t, par, "before training", st);
     if (opt.eval_only) {
         int rc = eval_only(&t, &opt);
         moe_trainer_destroy(&t);
@@ -224,10 +252,11 @@ int main(int argc, char **argv) {
     FILE *metrics = NULL;
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
-        printf("world %d ranks: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank; "
-               "train %ld tokens, val %ld tokens\n",
+        printf("world %d ranks: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank, "
+               "at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
                world_size, t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model),
-               moe_model_num_expert(t.model), t.train.num_tokens, t.val.num_tokens);
+               moe_model_num_expert(t.model), moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024),
+               t.train.num_tokens, t.val.num_tokens);
         if (*opt.log_file && !(metrics = fopen(opt.log_file, "w"))) {
             fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", opt.log_file);
             MPI_Abort(MPI_COMM_WORLD, 2);

@@ -68,9 +68,11 @@ static const opt_spec kOptions[] = {
     {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL},
     {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL},
     {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}, NULL},
-    {"--eval-batches", "micro-batches of validation data per evaluation", OPT_INT, OFF(eval_batches), 1, 1 << 20, {0}, NULL},
+    {"--eval-batches", "micro-batches of validation data per evaluation (each a forward pass of --batch sequences)",
+     OPT_INT, OFF(eval_batches), 1, 1 << 16, {0}, NULL},
     {"--log-file", "JSON-lines metrics file ('' : none)", OPT_STRING, OFF(log_file), 0, 0, {0}, NULL},
-    {"--sample-tokens", "tokens sampled at the end (0: none)", OPT_INT, OFF(sample_tokens), 0, 1 << 20, {0}, NULL},
+    {"--sample-tokens", "tokens sampled at the end (0: none; each a forward pass of up to --seq-len tokens)", OPT_INT,
+     OFF(sample_tokens), 0, 1 << 16, {0}, NULL},
     {"--sample-prompt", "text the samples start from", OPT_STRING, OFF(sample_prompt), 0, 0, {0}, NULL},
     {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}, NULL},
     {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
@@ -181,6 +183,7 @@ static int check_combinations(moe_train_options *o, int world_size, FILE *err) {
 
 int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err) {
     set_defaults(o);
+    const char *given[NUM_OPTIONS] = {0}; /* the value of each flag seen: a second one is an error, not a winner */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             if (err) moe_train_options_usage(stdout);
@@ -189,12 +192,14 @@ int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_opt
         const opt_spec *s = find(argv[i]);
         if (!s) return complain(err, "moe-train: unknown flag '%s' (see --help)\n", argv[i]), -1;
         int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
-        if (!has_value && s->implicit) {
-            set_value(s, s->implicit, o, err);
-            continue;
-        }
-        if (i + 1 >= argc) return complain(err, "moe-train: %s needs a value\n", argv[i]), -1;
-        if (set_value(s, argv[++i], o, err)) return -1;
+        if (!has_value && !s->implicit) return complain(err, "moe-train: %s needs a value\n", argv[i]), -1;
+        const char *value = has_value ? argv[++i] : s->implicit;
+        const char **seen = &given[s - kOptions];
+        if (*seen)
+            return complain(err, "moe-train: %s given twice ('%s', then '%s'): give it once\n", s->name, *seen, value),
+                   -1;
+        *seen = value;
+        if (set_value(s, value, o, err)) return -1;
     }
     return check_combinations(o, world_size, err);
 }
@@ -228,4 +233,14 @@ void moe_train_options_print(const moe_train_options *o, FILE *f) {
         print_value(&kOptions[i], o, f);
         fprintf(f, "\n");
     }
+}
+
+moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size) {
+    const moe_model_footprint f = moe_model_config_footprint(&o->model, o->batch / world_size);
+    const double r = sizeof(moe_real), dense_moments = o->zero ? (double)f.dense_params / world_size : f.dense_params;
+    moe_train_memory m = {.params = 2 * r * (double)(f.dense_params + f.expert_params),
+                          .moments = 2 * r * (dense_moments + (double)f.expert_params),
+                          .activations = (double)f.activation_bytes};
+    m.total = m.params + m.moments + m.activations;
+    return m;
 }

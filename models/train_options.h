@@ -44,6 +44,14 @@ typedef struct {
 int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err);
 
 void moe_train_options_print(const moe_train_options *o, FILE *f);
+
+/* The memory one rank needs for a parsed configuration on world_size ranks, in bytes: parameters and their
+ * gradients, the AdamW moments (the dense ones 1/W of it under ZeRO-1), the activations the model keeps.
+ * A lower bound: the MoE layers' routing and expert buffers and the libraries' own come on top. */
+typedef struct {
+    double params, moments, activations, total;
+} moe_train_memory;
+moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size);
 void moe_train_options_usage(FILE *f);
 
 #endif

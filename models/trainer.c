@@ -203,6 +203,87 @@ static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_st
     return MOE_OK;
 }
 
+/* ---- the non-finite guard ---- */
+
+/* What a rank found, by rank of evidence: the weights themselves, the op a checked re-run named, a router
+ * logit that ended the re-run, the gradients as the step left them. */
+typedef enum { FOUND_NOTHING, FOUND_IN_WEIGHTS, FOUND_IN_OP, FOUND_IN_ROUTER, FOUND_IN_GRADIENTS } finding_kind;
+
+typedef struct {
+    int kind;   /* finding_kind */
+    long order; /* FOUND_IN_OP: the looks of the checked run before it (the same sequence on every rank) */
+    char where[1000];
+} finding_record;
+
+/* The first finding of all ranks (by kind, then order, then world rank) into *best, on every rank
+ * (collective: an all-gather of one record per rank, only after a step went bad). */
+static moe_status share_first_finding(moe_comm *world, const finding_record *mine, finding_record *best) {
+    const int W = moe_comm_size(world);
+    finding_record *all = malloc((size_t)W * sizeof *all);
+    size_t *nbytes = malloc((size_t)W * sizeof(size_t));
+    if (!all || !nbytes) return free(all), free(nbytes), MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < W; p++) nbytes[p] = sizeof *all;
+    moe_status st = moe_comm_allgatherv_bytes(world, mine, sizeof *mine, all, nbytes);
+    *best = (finding_record){FOUND_NOTHING, 0, ""};
+    for (int p = 0; p < W && st == MOE_OK; p++) {
+        const finding_record *r = &all[p];
+        if (r->kind != FOUND_NOTHING && (best->kind == FOUND_NOTHING || r->kind < best->kind ||
+                                         (r->kind == best->kind && r->order < best->order)))
+            *best = *r;
+    }
+    best->where[sizeof best->where - 1] = 0;
+    free(all), free(nbytes);
+    return st;
+}
+
+/* Records a finding of `kind` when it ranks before what the rank holds. */
+static void note(finding_record *r, finding_kind kind, long order, const char *where) {
+    if (r->kind != FOUND_NOTHING && r->kind <= (int)kind) return;
+    r->kind = kind, r->order = order;
+    snprintf(r->where, sizeof r->where, "%s", where);
+}
+
+/* Why a step went non-finite, as the one message every rank returns (collective): where the weights hold a
+ * NaN or Inf if they do; else the step run again with every op's output looked at (moe_model_set_checks),
+ * naming the layer, op and expert of the first NaN or Inf; else the router logit that ended that run; else
+ * the gradients as the step left them. */
+static moe_status explain_nonfinite(moe_trainer *t, int step, double loss, double grad_norm) {
+    finding_record mine = {FOUND_NOTHING, 0, ""}, first;
+    char text[sizeof mine.where];
+    moe_status st = moe_model_check_finite(t->model, moe_model_params(t->model), "the weights before the step");
+    if (st == MOE_ERR_NONFINITE) note(&mine, FOUND_IN_WEIGHTS, 0, moe_failure_message(st));
+    st = moe_model_check_finite(t->model, moe_model_grads(t->model), "the gradients as the step left them");
+    if (st == MOE_ERR_NONFINITE) {
+        snprintf(text, sizeof text, "%s (a checked re-run of the step found no op that made it)",
+                 moe_failure_message(st));
+        note(&mine, FOUND_IN_GRADIENTS, 0, text);
+    }
+    moe_nonfinite_finding finding = {0};
+    double sums[3] = {0, 0, 0};
+    moe_model_set_checks(t->model, &finding);
+    st = run_micro_batches(t, step, 0, NULL, sums); /* a non-finite router logit ends it on every rank alike */
+    moe_model_set_checks(t->model, NULL);
+    if (st != MOE_OK && st != MOE_ERR_NONFINITE)
+        return moe_fail_context(st, "step %d, run again to find a non-finite value", step);
+    if (finding.found) note(&mine, FOUND_IN_OP, finding.order, finding.where);
+    if (st == MOE_ERR_NONFINITE) note(&mine, FOUND_IN_ROUTER, 0, moe_failure_message(st));
+    MOE_TRY(share_first_finding(moe_parallel_world(t->par), &mine, &first));
+    if (first.kind == FOUND_NOTHING)
+        return moe_fail(MOE_ERR_NONFINITE, "step %d: loss %g, gradient norm %g, but neither the weights, the gradients "
+                                           "nor a checked run of the step hold a NaN or Inf", step, loss, grad_norm);
+    return moe_fail(MOE_ERR_NONFINITE, "step %d: a non-finite loss or gradient: %s", step, first.where);
+}
+
+/* After explain_nonfinite: the run stops with its status, or with --skip-nonfinite drops the step's gradients
+ * (r->skipped = 1, the message stays recorded). */
+static moe_status stop_or_skip(moe_trainer *t, moe_step_result *r, moe_status st) {
+    if (st != MOE_ERR_NONFINITE || !t->opt.skip_nonfinite) return st;
+    r->skipped = 1;
+    return moe_model_zero_grads(t->model);
+}
+
+/* ---- the step ---- */
+
 moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
     const moe_train_options *o = &t->opt;
     const moe_model_config *m = &o->model;
@@ -212,7 +293,12 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
     for (int l = 0; l < m->num_layers; l++) num_moe += moe_model_layer_is_moe(m, l);
     memset(r->expert_tokens, 0, (size_t)m->num_layers * m->moe.num_experts * sizeof(double));
     r->aux = r->z = 0, r->skipped = 0;
-    MOE_TRY(run_micro_batches(t, step, 1, r, sums));
+    moe_status st = run_micro_batches(t, step, 1, r, sums);
+    if (st == MOE_ERR_NONFINITE) { /* a router logit: every rank's forward ended */
+        r->loss = r->grad_norm = NAN;
+        return stop_or_skip(t, r, explain_nonfinite(t, step, NAN, NAN));
+    }
+    MOE_TRY(st);
     MOE_TRY(moe_model_reduce_grads(t->model));
     MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3));
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
@@ -222,47 +308,18 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
     return MOE_OK;
 }
 
-/* A copy of the thread's failure message for st (the next failure replaces it). */
-static void keep_message(moe_status st, char *out, size_t n) { snprintf(out, n, "%s", st == MOE_OK ? "" : moe_failure_message(st)); }
-
-/* Why a step's loss or gradient norm is not finite, in one message, agreed by every rank (collective): the
- * weights as they are, the gradients as they are, then the step run again with every op's output looked at
- * (moe_model_set_checks) to name the layer, op and expert where the first NaN or Inf appeared. */
-static moe_status explain_nonfinite(moe_trainer *t, int step, const moe_step_result *r) {
-    moe_comm *world = moe_parallel_world(t->par);
-    moe_status st = moe_model_check_finite(t->model, moe_model_params(t->model), "the weights before the step");
-    if ((st = moe_comm_agree(world, st)) != MOE_OK) return moe_fail_context(st, "step %d", step);
-    char grads[1024], rerun[1024];
-    keep_message(moe_model_check_finite(t->model, moe_model_grads(t->model), "the gradients"), grads, sizeof grads);
-    int found = 0;
-    double sums[3] = {0, 0, 0};
-    moe_model_set_checks(t->model, &found);
-    st = run_micro_batches(t, step, 0, NULL, sums); /* a failure here is every rank's alike */
-    moe_model_set_checks(t->model, NULL);
-    if (st != MOE_OK) return moe_fail_context(st, "step %d, run again to find a non-finite value", step);
-    keep_message(found ? MOE_ERR_NONFINITE : MOE_OK, rerun, sizeof rerun);
-    if (found)
-        moe_fail(MOE_ERR_NONFINITE, "%s%s%s", rerun, *grads ? "; and as the step left them, " : "", grads);
-    else if (*grads)
-        moe_fail(MOE_ERR_NONFINITE, "%s (run again with every op checked, the step gave none: the gradients went bad "
-                                    "after the backward)", grads);
-    st = moe_comm_agree(world, found || *grads ? MOE_ERR_NONFINITE : MOE_OK);
-    if (st == MOE_OK) /* nowhere: only the reductions can have made it */
-        st = moe_fail(MOE_ERR_NONFINITE, "loss %g, gradient norm %g, but neither the weights, the gradients nor a "
-                                         "checked run of the step hold a NaN or Inf", r->loss, r->grad_norm);
-    return moe_fail_context(st, "step %d: a non-finite loss or gradient", step);
-}
-
 moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     const moe_train_options *o = &t->opt;
-    MOE_TRY(moe_model_grad_norm(t->model, t->par, &r->grad_norm));
     r->lr = moe_lr_at(&t->schedule, step);
-    if (!isfinite(r->loss) || !isfinite(r->grad_norm)) {
-        moe_status st = explain_nonfinite(t, step, r);
-        if (!o->skip_nonfinite) return st;
-        r->skipped = 1; /* the gradients are dropped: nothing is applied (the message stays recorded) */
-        return moe_model_zero_grads(t->model);
-    }
+    if (r->skipped) return MOE_OK; /* compute dropped the step */
+    MOE_TRY(moe_model_grad_norm(t->model, t->par, &r->grad_norm));
+    /* agreed (one 8-byte all-reduce): a rank whose memory alone went bad must not apply while the others stop */
+    moe_status st = moe_comm_agree(moe_parallel_world(t->par), isfinite(r->loss) && isfinite(r->grad_norm)
+                                                                   ? MOE_OK
+                                                                   : MOE_ERR_NONFINITE);
+    if (st == MOE_ERR_NONFINITE || st == MOE_ERR_PEER)
+        return stop_or_skip(t, r, explain_nonfinite(t, step, r->loss, r->grad_norm));
+    MOE_TRY(st);
     double clip_factor;
     MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
@@ -293,7 +350,13 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     }
     MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
     *val_loss = loss_sum / ((double)o->eval_batches * o->batch * o->model.seq_len);
-    if (!isfinite(*val_loss)) return moe_fail(MOE_ERR_NONFINITE, "the validation loss is %g", *val_loss);
+    if (isfinite(*val_loss)) return MOE_OK;
+    /* every rank has the same loss: all look for the cause together */
+    moe_status st = moe_comm_agree(moe_parallel_world(t->par),
+                                   moe_model_check_finite(t->model, moe_model_params(t->model), "the weights"));
+    if (st == MOE_OK)
+        st = moe_fail(MOE_ERR_NONFINITE, "the weights are finite: an op overflowed (a training step names which)");
+    return moe_fail_context(st, "the validation loss is %g", *val_loss);
     return MOE_OK;
 }
 

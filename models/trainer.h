@@ -53,13 +53,16 @@ void moe_trainer_destroy(moe_trainer *t);
 /* One optimizer step (1-based): moe_trainer_compute then moe_trainer_apply. r->expert_tokens must hold L * E
  * doubles. Collective. */
 moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r);
-/* The step's micro-batches (forward, backward), the gradient reduction and the step's statistics in r. */
+/* The step's micro-batches (forward, backward), the gradient reduction and the step's statistics in r. A
+ * forward ended by a non-finite router logit (on every rank alike) goes to the non-finite guard below: the
+ * run stops with where it began, or with --skip-nonfinite the step is dropped (r->skipped = 1). */
 moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r);
-/* The gradient norm, then the non-finite guard: a NaN or Inf in the loss or the norm stops the run with
- * MOE_ERR_NONFINITE and a message naming where it first appeared (the weights, the gradients, or the layer,
- * op and expert of a checked re-run of the step) — or, with --skip-nonfinite, drops the step's gradients
- * (r->skipped = 1, the message recorded) — before anything is applied. Then clipping, AdamW, the ZeRO-1
- * gather, the bias update, and a check that the updated weights are finite. Collective. */
+/* The gradient norm, then the non-finite guard: a NaN or Inf in the loss or the norm on any rank stops the run
+ * with MOE_ERR_NONFINITE and one message on every rank naming where it first appeared (the weights, the layer,
+ * op and expert of a checked re-run of the step, the router, or the gradients) — or, with --skip-nonfinite,
+ * drops the step's gradients (r->skipped = 1, the message recorded) — before anything is applied. Then
+ * clipping, AdamW, the ZeRO-1 gather, the bias update, and a check that the updated weights are finite.
+ * Collective. */
 moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
 
 /* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */

@@ -59,7 +59,7 @@ struct moe_layer {
     int has_forward;
     const int *forced_experts; /* [T*k] routing to use instead of top-k in the next forward, or NULL */
     long completed_steps;      /* forward+backward pairs done, for failure messages */
-    int *found;                /* while checking for NaN (moe_layer_set_checks): set by the first one found */
+    moe_nonfinite_finding *finding; /* while checking for NaN (moe_layer_set_checks) */
     double aux_loss, z_loss;
     moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host) */
     moe_token_routing tok;
@@ -269,13 +269,14 @@ static moe_status router_losses(moe_layer *L) {
 /* While checking (moe_layer_set_checks): records the first NaN or Inf of count values (moe_real, or the row
  * type when rows is set) once, naming what they are; never fails for it, so every rank goes on alike. */
 static moe_status watch(moe_layer *L, const void *data, size_t count, int rows, const char *what) {
-    if (!L->found || *L->found) return MOE_OK;
+    if (!L->finding || L->finding->found) return MOE_OK;
     long long first;
     MOE_TRY(L->steps->find_nonfinite(L->state, data, count, rows, &first));
-    if (first < 0) return MOE_OK;
-    *L->found = 1;
-    moe_fail(MOE_ERR_NONFINITE, "layer %d, world rank %d: %s holds the first NaN or Inf (element %lld)",
-             L->cfg.layer_index, L->ranks.world_rank, what, first);
+    if (first < 0) return L->finding->looks++, MOE_OK;
+    L->finding->found = 1, L->finding->order = L->finding->looks;
+    snprintf(L->finding->where, sizeof L->finding->where,
+             "layer %d, world rank %d: %s holds the first NaN or Inf (element %lld)", L->cfg.layer_index,
+             L->ranks.world_rank, what, first);
     return MOE_OK;
 }
 
@@ -283,7 +284,7 @@ static moe_status watch(moe_layer *L, const void *data, size_t count, int rows, 
  * of a weight-shaped buffer when w is given. */
 static moe_status watch_experts(moe_layer *L, const void *rows, const char *rows_what, const moe_layer_weights *w,
                                 const char *w_what) {
-    if (!L->found || *L->found) return MOE_OK;
+    if (!L->finding || L->finding->found) return MOE_OK;
     const int EL = L->num_local_experts, first = L->ranks.ep_rank * EL, d = L->cfg.d_model;
     const size_t row_nbytes = (size_t)d * L->steps->row_elem, per = (size_t)L->cfg.d_ff * d;
     char what[160];
@@ -301,9 +302,9 @@ static moe_status watch_experts(moe_layer *L, const void *rows, const char *rows
     return MOE_OK;
 }
 
-moe_status moe_layer_set_checks(moe_layer *L, int *found) {
+moe_status moe_layer_set_checks(moe_layer *L, moe_nonfinite_finding *finding) {
     if (!L) return MOE_ERR_INVALID_ARG;
-    L->found = found;
+    L->finding = finding;
     return MOE_OK;
 }
 

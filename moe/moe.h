@@ -111,14 +111,20 @@ moe_status moe_layer_force_routing(moe_layer *layer, const int *experts);
  * all-gather of the choices, only for this purpose. */
 moe_status moe_layer_gather_routing(moe_layer *layer, int *experts, int *num_tokens_global);
 
-/* NaN provenance. With found != NULL, forward and backward look at what each step produced (each expert's
- * output rows, the combined output, each expert's input-gradient rows and weight gradients, the router's
- * gradient) and the first NaN or Inf sets *found = 1 and records a message naming the layer, the expert and
- * what it was (core/fail.h), once; the layer goes on computing, so every rank stays in step. Slow (each look
- * waits for the device): for finding where a bad value came from, not for training. NULL turns it off. A
- * non-finite router logit is always an error of the forward, on every rank at once (the capacity scan tells
- * them all). */
-moe_status moe_layer_set_checks(moe_layer *layer, int *found);
+/* NaN provenance. With a finding (not NULL), forward and backward look at what each step produced (each
+ * expert's output rows, the combined output, each expert's input-gradient rows and weight gradients, the
+ * router's gradient); the first NaN or Inf sets found = 1 and writes into `where` the layer, the expert and
+ * what it was, once; the layer goes on computing, so every rank stays in step. Every rank looks at the same
+ * things in the same order, so `order` (the looks before the finding) tells which of several ranks' findings
+ * came first. Slow (each look waits for the device): for finding where a bad value came from, not for
+ * training. NULL turns it off. A non-finite router logit is always an error of the forward, on every rank at
+ * once (the capacity scan tells them all). */
+typedef struct {
+    int found;
+    long looks, order; /* looks so far; when found, the looks before it */
+    char where[512];
+} moe_nonfinite_finding;
+moe_status moe_layer_set_checks(moe_layer *layer, moe_nonfinite_finding *finding);
 
 /* Sigmoid routing's selection bias b[E] (used for top-k selection only, never for gate values). */
 moe_real *moe_layer_expert_bias(moe_layer *layer);

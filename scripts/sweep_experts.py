@@ -29,7 +29,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GNU_TIME = "/usr/bin/time"
-OWNED = {"--experts", "--top-k", "--d-ff", "--ep", "--capacity-factor", "--steps", "--log-file"}  # set per run
+OWNED = {"--experts", "--top-k", "--d-ff", "--ep", "--capacity-factor", "--steps", "--log-file", "--train-data",
+         "--val-data"}  # set per run (moe-train refuses a flag given twice)
+DEFAULTS = {"--sample-tokens": "0"}  # the sweep's defaults, unless the flags after -- give them
 COLUMNS = ["run", "experts", "top_k", "d_ff", "capacity_factor", "ep", "ranks", "steps", "dense_params",
            "expert_params", "final_val_loss", "best_val_loss", "best_val_step", "mean_tokens_per_s",
            "median_tokens_per_s", "mean_step_ms", "median_step_ms", "peak_rss_mb", "final_load_min", "final_load_max",
@@ -119,8 +121,9 @@ def plan_runs(a):
 def moe_train_args(a, run):
     """(what identifies the run: must match for a rerun to skip it, the full moe-train flags)"""
     name, E, k, dff, cf, ep = run
-    args = ["--train-data", a.train_data, "--val-data", a.val_data, "--sample-tokens", "0", "--steps", str(a.steps),
+    args = ["--train-data", a.train_data, "--val-data", a.val_data, "--steps", str(a.steps),
             "--experts", str(E), "--top-k", str(k), "--d-ff", str(dff), "--ep", str(ep)]
+    args += [word for flag, value in DEFAULTS.items() if flag not in a.extra for word in (flag, value)]
     args += (["--capacity-factor", f"{cf:g}"] if cf is not None else []) + a.extra
     return {"ranks": a.ranks, "moe_train_args": args}, args + ["--log-file", run_file(a, run, "metrics.jsonl")]
 

@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #include "models/checkpoint.h"
 #include "tests/test_mpi.h"
@@ -26,33 +25,7 @@ static test_corpus corpus; /* the checkpoints go into its directory too */
 static const char *dir;
 static int rank;
 
-typedef struct {
-    moe_parallel *par;
-    moe_trainer t;
-} run;
-
-static void start(run *r, int ep, moe_train_options o) {
-    test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
-    o.model.moe.ep_size = ep;
-    test_mpi_require(moe_trainer_create(&r->t, &o, NULL, r->par), "trainer");
-}
-
-static void stop(run *r) {
-    moe_trainer_destroy(&r->t);
-    moe_parallel_destroy(r->par);
-}
-
-static void steps(run *r, int first, int last, double *losses) {
-    moe_step_result s = {0};
-    s.expert_tokens = calloc(64, sizeof(double));
-    for (int i = first; i <= last; i++) {
-        test_mpi_require(moe_trainer_step(&r->t, i, &s), "step");
-        losses[i - 1] = s.loss;
-    }
-    free(s.expert_tokens);
-}
-
-static void save(run *r, const char *root, int step) {
+static void save(test_run *r, const char *root, int step) {
     test_mpi_require(moe_checkpoint_save(&r->t, root, step, 0), "checkpoint save");
 }
 
@@ -115,8 +88,8 @@ static void expect_refusal(const char *what, const char *good, moe_train_options
         corrupt(path, from, to, truncate);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    run r;
-    start(&r, 1, o);
+    test_run r;
+    test_run_start(&r, 1, o);
     int step = 0;
     moe_status st = resume ? moe_checkpoint_resume(&r.t, bad, &step)
                            : moe_checkpoint_load_weights(&r.t, bad);
@@ -126,7 +99,7 @@ static void expect_refusal(const char *what, const char *good, moe_train_options
         CHECK(strstr(message, expect) != NULL, "%s: message '%s' lacks '%s'", what, message, expect);
         printf("%-22s refused: %s\n", what, message);
     }
-    stop(&r);
+    test_run_stop(&r);
 }
 
 int main(int argc, char **argv) {
@@ -140,13 +113,13 @@ int main(int argc, char **argv) {
     snprintf(straight, sizeof straight, "%s/straight", dir);
 
     double reference[STEPS], losses[STEPS];
-    run r;
-    start(&r, 1, o);
-    steps(&r, 1, HALF, reference);
+    test_run r;
+    test_run_start(&r, 1, o);
+    test_run_steps(&r, 1, HALF, reference);
     save(&r, straight, HALF);
-    steps(&r, HALF + 1, STEPS, reference);
+    test_run_steps(&r, HALF + 1, STEPS, reference);
     save(&r, straight, STEPS);
-    stop(&r);
+    test_run_stop(&r);
 
     char half[200], full[200];
     snprintf(half, sizeof half, "%s/step-%08d", straight, HALF);
@@ -156,10 +129,10 @@ int main(int argc, char **argv) {
     snprintf(zero_root, sizeof zero_root, "%s/zero", dir);
     moe_train_options zero = o;
     zero.zero = 1;
-    start(&r, 1, zero);
-    steps(&r, 1, STEPS, losses);
+    test_run_start(&r, 1, zero);
+    test_run_steps(&r, 1, STEPS, losses);
     save(&r, zero_root, STEPS);
-    stop(&r);
+    test_run_stop(&r);
     CHECK(!memcmp(losses, reference, sizeof losses), "ZeRO-1: losses differ from the unsharded run");
     for (int i = 0; i < 2 && rank == 0; i++) {
         const char *file = i ? "train_state.safetensors" : "model.safetensors";
@@ -175,13 +148,13 @@ int main(int argc, char **argv) {
         int done = 0;
         moe_train_options resumed = o;
         resumed.zero = use_zero;
-        start(&r, ep, resumed);
+        test_run_start(&r, ep, resumed);
         test_mpi_require(moe_checkpoint_resume(&r.t, half, &done), "resume");
         CHECK(done == HALF, "resumed after step %d", done);
         memcpy(losses, reference, sizeof losses);
-        steps(&r, HALF + 1, STEPS, losses);
+        test_run_steps(&r, HALF + 1, STEPS, losses);
         save(&r, root, STEPS);
-        stop(&r);
+        test_run_stop(&r);
         CHECK(!memcmp(losses, reference, sizeof losses), "ep 1 -> %d, ZeRO-1 %d: losses after resume differ", ep,
               use_zero);
         const char *files[] = {"model.safetensors", "train_state.safetensors", "config.json"};
@@ -200,10 +173,10 @@ int main(int argc, char **argv) {
     char again[128];
     snprintf(again, sizeof again, "%s/again", dir);
     int done = 0;
-    start(&r, 2, o);
+    test_run_start(&r, 2, o);
     test_mpi_require(moe_checkpoint_resume(&r.t, full, &done), "resume");
     save(&r, again, done);
-    stop(&r);
+    test_run_stop(&r);
     for (int i = 0; i < 2 && rank == 0; i++) {
         const char *file = i ? "train_state.safetensors" : "model.safetensors";
         snprintf(path_a, sizeof path_a, "%s/%s", full, file);
@@ -236,9 +209,9 @@ int main(int argc, char **argv) {
     /* keep-last: after saves at 10, 20, 30 with keep_last 2, steps 20 and 30 remain */
     char pruned[128];
     snprintf(pruned, sizeof pruned, "%s/pruned", dir);
-    start(&r, 1, o);
+    test_run_start(&r, 1, o);
     for (int s = 10; s <= 30; s += 10) test_mpi_require(moe_checkpoint_save(&r.t, pruned, s, 2), "checkpoint save");
-    stop(&r);
+    test_run_stop(&r);
     if (rank == 0) {
         const int expect[3] = {0, 1, 1};
         for (int s = 10, i = 0; s <= 30; s += 10, i++) {
@@ -253,13 +226,13 @@ int main(int argc, char **argv) {
     snprintf(blocker, sizeof blocker, "%s/.tmp-step-%08d", straight, 30);
     if (rank == 0) fclose(fopen(blocker, "w"));
     MPI_Barrier(MPI_COMM_WORLD);
-    start(&r, 1, o);
+    test_run_start(&r, 1, o);
     moe_status blocked = moe_checkpoint_save(&r.t, straight, 30, 1);
     CHECK(blocked != MOE_OK, "a blocked save succeeded");
     if (rank == 0) printf("failed save: %s\n", moe_failure_message(blocked));
     int step = 0;
     test_mpi_require(moe_checkpoint_resume(&r.t, full, &step), "the good checkpoint after a failed save");
-    stop(&r);
+    test_run_stop(&r);
     if (rank == 0) {
         snprintf(path_b, sizeof path_b, "%s/step-%08d/model.safetensors", again, STEPS);
         snprintf(path_a, sizeof path_a, "%s/model.safetensors", full);

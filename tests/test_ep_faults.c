@@ -5,7 +5,7 @@
  *                                   that differs between ranks), so it announces fewer rows for an expert of
  *                                   rank 1 than the global routing lets it send; rank 1's check names the
  *                                   ranks, layer and counts and the job aborts
- *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts
+ *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts, naming rank 1
  *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1 */
 #include <stdlib.h>
 #include <string.h>

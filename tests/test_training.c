@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "alltoall/parallel_mpi.h"
 #include "models/dataloader.h"
 #include "tests/test_mpi.h"
 
@@ -50,4 +51,26 @@ moe_train_options test_small_options(const char *train, const char *val, int ep,
     o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
     o.eval_batches = 2, o.train_data = train, o.val_data = val;
     return o;
+}
+
+void test_run_start(test_run *r, int ep, moe_train_options o) {
+    test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
+    o.model.moe.ep_size = ep;
+    test_mpi_require(moe_trainer_create(&r->t, &o, NULL, r->par), "trainer");
+}
+
+void test_run_stop(test_run *r) {
+    moe_trainer_destroy(&r->t);
+    moe_parallel_destroy(r->par);
+}
+
+void test_run_steps(test_run *r, int first, int last, double *losses) {
+    const moe_model_config *m = &r->t.opt.model;
+    moe_step_result s = {0};
+    s.expert_tokens = calloc((size_t)m->num_layers * m->moe.num_experts, sizeof(double));
+    for (int i = first; i <= last; i++) {
+        test_mpi_require(moe_trainer_step(&r->t, i, &s), "step");
+        if (losses) losses[i - 1] = s.loss;
+    }
+    free(s.expert_tokens);
 }

@@ -1,0 +1,150 @@
+/* comm_mpi_probe.c — the watchdog's question "where are you?" and its answers (comm_mpi_probe.h). */
+#include "alltoall/comm_mpi_probe.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fail.h"
+
+enum { TAG_QUESTION = 1, TAG_ANSWER = 2, ANSWER_NBYTES = 160, MAX_NAMED = 8 };
+
+struct moe_mpi_probe {
+    MPI_Comm twin;
+    int *world_ranks; /* [size]: the world rank of each rank of the communicator */
+    moe_mpi_probe *next;
+};
+
+static moe_mpi_probe *registry; /* every live twin of this process: a wait on one communicator answers on all */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+moe_status moe__mpi_probe_create(MPI_Comm comm, moe_mpi_probe **out) {
+    *out = NULL;
+    int size = 0;
+    if (MPI_Comm_size(comm, &size) != MPI_SUCCESS) return moe_fail(MOE_ERR_COMM, "MPI_Comm_size failed");
+    moe_mpi_probe *p = calloc(1, sizeof *p);
+    int *ranks = malloc((size_t)size * sizeof(int));
+    if (p) p->world_ranks = malloc((size_t)size * sizeof(int));
+    if (!p || !ranks || !p->world_ranks) {
+        if (p) free(p->world_ranks);
+        return free(p), free(ranks), MOE_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < size; i++) ranks[i] = i;
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    int ok = MPI_Comm_dup(comm, &p->twin) == MPI_SUCCESS;
+    ok = ok && MPI_Comm_set_errhandler(p->twin, MPI_ERRORS_RETURN) == MPI_SUCCESS;
+    ok = ok && MPI_Comm_group(comm, &group) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS;
+    ok = ok && MPI_Group_translate_ranks(group, size, ranks, world, p->world_ranks) == MPI_SUCCESS;
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+    free(ranks);
+    if (!ok) {
+        free(p->world_ranks), free(p);
+        return moe_fail(MOE_ERR_COMM, "cannot set up the watchdog's twin of a communicator over MPI");
+    }
+    p->next = registry;
+    registry = p;
+    *out = p;
+    return MOE_OK;
+}
+
+void moe__mpi_probe_destroy(moe_mpi_probe *p) {
+    if (!p) return;
+    for (moe_mpi_probe **at = &registry; *at; at = &(*at)->next)
+        if (*at == p) {
+            *at = p->next;
+            break;
+        }
+    MPI_Comm_free(&p->twin);
+    free(p->world_ranks);
+    free(p);
+}
+
+void moe__mpi_probe_answer(const moe_comm *c, const char *op) {
+    for (moe_mpi_probe *p = registry; p; p = p->next) {
+        int pending = 0;
+        MPI_Status status;
+        while (MPI_Iprobe(MPI_ANY_SOURCE, TAG_QUESTION, p->twin, &pending, &status) == MPI_SUCCESS && pending) {
+            int question;
+            if (MPI_Recv(&question, 1, MPI_INT, status.MPI_SOURCE, TAG_QUESTION, p->twin, MPI_STATUS_IGNORE) !=
+                MPI_SUCCESS)
+                return;
+            char answer[ANSWER_NBYTES] = {0};
+            snprintf(answer, sizeof answer, "%s on '%s' (its exchange #%ld there)", op, c->label, c->completed + 1);
+            /* a few bytes: sent eagerly, MPI_Send returns at once */
+            if (MPI_Send(answer, ANSWER_NBYTES, MPI_CHAR, status.MPI_SOURCE, TAG_ANSWER, p->twin) != MPI_SUCCESS)
+                return;
+        }
+    }
+}
+
+/* Appends to out (at *used) like snprintf, never past n. */
+static void append(char *out, size_t n, size_t *used, const char *fmt, ...) {
+    if (*used >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int wrote = vsnprintf(out + *used, n - *used, fmt, ap);
+    va_end(ap);
+    if (wrote > 0) *used += (size_t)wrote;
+}
+
+void moe__mpi_probe_ask(moe_mpi_probe *p, const moe_comm *c, double window_s, char *out, size_t n) {
+    static int question; /* the sends may outlive this call (a peer that never receives them) */
+    const int size = c->size;
+    MPI_Request *req = malloc(2 * (size_t)size * sizeof(MPI_Request)), *answer_req = req + size;
+    char *answers = calloc((size_t)size, ANSWER_NBYTES);
+    int *answered = calloc((size_t)size, sizeof(int));
+    if (!req || !answers || !answered) {
+        snprintf(out, n, "(out of memory asking the peers where they are)");
+        free(req), free(answers), free(answered);
+        return;
+    }
+    for (int q = 0; q < size; q++) {
+        req[q] = answer_req[q] = MPI_REQUEST_NULL;
+        if (q == c->rank) continue;
+        if (MPI_Isend(&question, 1, MPI_INT, q, TAG_QUESTION, p->twin, &req[q]) != MPI_SUCCESS ||
+            MPI_Irecv(answers + (size_t)q * ANSWER_NBYTES, ANSWER_NBYTES, MPI_CHAR, q, TAG_ANSWER, p->twin,
+                      &answer_req[q]) != MPI_SUCCESS)
+            answer_req[q] = MPI_REQUEST_NULL;
+    }
+    int waiting = size - 1;
+    for (const double start = now_s(); waiting > 0 && now_s() - start < window_s; sched_yield()) {
+        for (int q = 0; q < size; q++) {
+            int done = 0;
+            if (q == c->rank || answered[q] || answer_req[q] == MPI_REQUEST_NULL) continue;
+            if (MPI_Test(&answer_req[q], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) answered[q] = 1, waiting--;
+        }
+        moe__mpi_probe_answer(c, "the watchdog's questions"); /* two ranks may time out and ask each other */
+    }
+    size_t used = 0;
+    int named = 0, elsewhere = 0;
+    out[0] = 0;
+    for (int q = 0; q < size; q++) {
+        if (q == c->rank || answered[q]) continue;
+        if (named++ < MAX_NAMED) append(out, n, &used, "%s%d", named > 1 ? ", " : "missing: world rank ", p->world_ranks[q]);
+        if (answer_req[q] != MPI_REQUEST_NULL && MPI_Cancel(&answer_req[q]) == MPI_SUCCESS)
+            MPI_Request_free(&answer_req[q]);
+        if (req[q] != MPI_REQUEST_NULL) MPI_Request_free(&req[q]); /* the buffer is static */
+    }
+    if (named > MAX_NAMED) append(out, n, &used, " and %d more", named - MAX_NAMED);
+    if (named)
+        append(out, n, &used, " (no answer within %.1f s: stopped, gone, or busy outside any exchange)", window_s);
+    for (int q = 0; q < size; q++) {
+        if (!answered[q]) continue;
+        if (req[q] != MPI_REQUEST_NULL) MPI_Wait(&req[q], MPI_STATUS_IGNORE); /* it answered: it has the question */
+        if (elsewhere++ < MAX_NAMED)
+            append(out, n, &used, "%sworld rank %d waits in %s", used ? "; " : "", p->world_ranks[q],
+                   answers + (size_t)q * ANSWER_NBYTES);
+    }
+    if (elsewhere > MAX_NAMED) append(out, n, &used, "; %d more answered", elsewhere - MAX_NAMED);
+    if (!named && !elsewhere) append(out, n, &used, "no other rank in it");
+    free(req), free(answers), free(answered);
+}
