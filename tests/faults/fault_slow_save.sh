@@ -1,0 +1,18 @@
+#!/bin/bash
+# fault_slow_save.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE SLOW_FSYNC_SHIM — a checkpoint save slower
+# than --exchange-timeout (every fsync 0.5 s slower: about 4 s a save) does not trip the exchange watchdog:
+# the other ranks wait for rank 0 under --checkpoint-timeout; a save slower than --checkpoint-timeout ends
+# the job with that message; the newest checkpoint loads (the earlier one, or the slow one when rank 0 finished it
+# after the others left).
+. "$(dirname "$0")/faults_common.sh"
+export LD_PRELOAD=$5 MOE_TEST_FSYNC_DELAY_S=0.5
+ck="$dir/ck"
+trains "saves of ~4 s under --exchange-timeout 1" "^step     2" --exchange-timeout 1 --checkpoint-dir "$ck" \
+    --checkpoint-interval 1
+refuses "checkpoint save failed.*did not finish within --checkpoint-timeout 1 s" --exchange-timeout 1 --steps 3 \
+    --checkpoint-dir "$ck" --checkpoint-interval 1 --resume --checkpoint-timeout 1
+unset LD_PRELOAD
+trains "the newest checkpoint loads" "resumed from .*step-0000000[23] after step [23]" --steps 4 --resume \
+    --checkpoint-dir "$ck"
+report "a save slower than --exchange-timeout, then than --checkpoint-timeout" 2 $((2 - failures)) 0 0 0
+finish fault_slow_save

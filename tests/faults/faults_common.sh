@@ -1,0 +1,62 @@
+# faults_common.sh — sourced by the faults suite's scripts (arguments MPIRUN MOE_TRAIN TEXT_TO_TOKENS
+# EXPECT_FAILURE): the small 2-rank run of the command-line tests, plus jobs started in the background in a
+# session of their own, so that a test can hurt them (kill, stop) and then account for every process.
+. "$(dirname "$0")/../train_cli_common.sh"
+
+# launch FLAGS...: starts mpirun -np 2 moe-train (the small run's flags, FLAGS replacing theirs) in a new
+# session; $job is the session id, the output goes to $dir/job.txt.
+launch() {
+    merge "$@"
+    setsid "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/job.txt" 2>&1 &
+    job=$!
+}
+
+# The rank processes of the job (world rank order is not known: sorted by pid).
+job_ranks() { pgrep -s "$job" -x "$(basename "$train")" | sort -n; }
+
+# wait_for_ranks N LIMIT_S: until the job has N rank processes (0: none started within the limit).
+wait_for_ranks() {
+    local n=$1 limit=$2 i
+    for ((i = 0; i < limit * 10; i++)); do
+        [ "$(job_ranks | wc -l)" -ge "$n" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# wait_job LIMIT_S: waits for mpirun to end; $job_rc is its status, $job_s the seconds it took. Past the limit
+# the session is killed and it returns 1 (a hang).
+wait_job() {
+    local limit=$1 start=$SECONDS
+    while kill -0 "$job" 2>/dev/null; do
+        if [ $((SECONDS - start)) -ge "$limit" ]; then
+            kill -9 -- -"$job" 2>/dev/null
+            wait "$job" 2>/dev/null
+            job_rc=124 job_s=$((SECONDS - start))
+            return 1
+        fi
+        sleep 0.1
+    done
+    wait "$job"
+    job_rc=$? job_s=$((SECONDS - start))
+    return 0
+}
+
+# leftovers: the processes of the job's session still alive after a few seconds' grace (ranks that mpirun
+# killed take a moment to go).
+leftovers() {
+    local i left
+    for ((i = 0; i < 30; i++)); do
+        left=$(pgrep -s "$job" || true)
+        [ -z "$left" ] && return 0
+        sleep 0.2
+    done
+    echo "$left" | tr '\n' ' '
+    kill -9 -- -"$job" 2>/dev/null
+    return 1
+}
+
+# report NAME TRIED CLEAN CRASHES HANGS LOST: the line docs/RELIABILITY.md's table takes its numbers from.
+report() {
+    echo "faults: $1: tried $2, clean errors $3, crashes $4, hangs $5, checkpoints lost $6"
+}
