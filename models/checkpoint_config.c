@@ -1,5 +1,6 @@
 /* checkpoint_config.c — what a checkpoint says about the model and the run: Hugging Face Mixtral's
  * config.json (written, and checked against the flags on load), the run's fingerprint, and the step. */
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -117,8 +118,8 @@ void moe__checkpoint_fingerprint(const moe_trainer *tr, char *out, size_t n) {
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step) {
     char *end = NULL;
     errno = 0;
-    long long v = text && *text ? strtoll(text, &end, 10) : -1;
-    if (!text || !*text || errno || *end || v < 0 || v > INT_MAX)
+    long long v = text && isdigit((unsigned char)*text) ? strtoll(text, &end, 10) : -1; /* no sign, no blanks */
+    if (v < 0 || errno || *end || v > INT_MAX)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: the saved step '%s' is not a step number (0 to %d)", path,
                         text ? text : "(missing)", INT_MAX);
     *step = (int)v;
