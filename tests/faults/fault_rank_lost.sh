@@ -2,7 +2,8 @@
 # fault_rank_lost.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — one rank of a training job lost mid-step:
 #   killed (kill -9): the job ends, non-zero, within 30 s, saying which process died, and no process is left;
 #   stopped (SIGSTOP, a hung node): the other rank's exchange watchdog (--exchange-timeout 3) fires, names the
-#   stopped rank as the missing peer, and the job ends, non-zero, with no process left (the stopped one too).
+#   stopped rank as the missing peer, and the job ends, non-zero, with no process left (the stopped one too);
+#   stopped as soon as it exists (inside MPI_Init, outside any exchange): the start-up alarm ends the job.
 # Each MOE_FAULT_TRIALS times (default 2), at a random moment of the run.
 . "$(dirname "$0")/faults_common.sh"
 trials=${MOE_FAULT_TRIALS:-2}
@@ -11,37 +12,42 @@ flags=(--steps 1000000 --eval-interval 0 --exchange-timeout 3)
 world_rank_of() { tr '\0' '\n' < "/proc/$1/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p'; }
 
 tried=0 clean=0 crashes=0 hangs=0
-for signal in KILL STOP; do
+for signal in KILL STOP START; do
     for ((trial = 1; trial <= trials; trial++)); do
         tried=$((tried + 1))
         launch "${flags[@]}"
-        wait_for_ranks 2 30 || { hangs=$((hangs + 1)); cp "$dir/job.txt" "$dir/out.txt"; fail_with_output "no ranks"; continue; }
-        sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.5 + rand() }')"
-        victim=$(job_ranks | sed -n "$((RANDOM % 2 + 1))p")
-        rank=$(world_rank_of "$victim")
-        kill -"$signal" "$victim"
-        if [ "$signal" = KILL ]; then
-            expect="exited on signal 9|killed"
+        victim= rank=
+        if [ "$signal" = START ]; then # the first rank process, stopped the moment it exists
+            wait_for_ranks 1 30 && victim=$(job_ranks | head -n 1) && kill -STOP "$victim"
         else
-            expect="watchdog: .* still incomplete after 3.0 s.*missing: world rank $rank \\(no answer"
+            wait_for_ranks 2 30 && sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.5 + rand() }')"
+            victim=$(job_ranks | sed -n "$((RANDOM % 2 + 1))p")
+            [ -n "$victim" ] && rank=$(world_rank_of "$victim") && kill -"$signal" "$victim"
         fi
+        [ -n "${victim:-}" ] || { hangs=$((hangs + 1)); cp "$dir/job.txt" "$dir/out.txt"; fail_with_output "no ranks"; continue; }
+        [ "$signal" = START ] && rank=$(world_rank_of "$victim")
+        case $signal in
+        KILL) expect="exited on signal 9|killed" ;;
+        STOP) expect="watchdog: .* still incomplete after 3.0 s.*missing: world rank $rank \\(no answer" ;;
+        START) expect="start-up \\(MPI_Init and the parallel layout\\) did not finish within --exchange-timeout|missing: world rank $rank" ;;
+        esac
         cp "$dir/job.txt" "$dir/out.txt"
         if ! wait_job 30; then
             hangs=$((hangs + 1))
-            fail_with_output "SIG$signal of world rank $rank: the job did not end within 30 s"
+            fail_with_output "$signal of world rank $rank: the job did not end within 30 s"
             continue
         fi
         cp "$dir/job.txt" "$dir/out.txt"
-        left=$(leftovers) || { hangs=$((hangs + 1)); echo "FAIL: SIG$signal: processes left: $left"; continue; }
+        left=$(leftovers) || { hangs=$((hangs + 1)); echo "FAIL: $signal: processes left: $left"; continue; }
         if [ "$job_rc" -ne 0 ] && grep -Eq -e "$expect" "$dir/out.txt"; then
             clean=$((clean + 1))
-            echo "ok: SIG$signal of world rank $rank: ended in ${job_s}s with: $(grep -E -e "$expect" "$dir/out.txt" | head -n 1 | cut -c1-300)"
+            echo "ok: $signal of world rank $rank: ended in ${job_s}s with: $(grep -E -e "$expect" "$dir/out.txt" | head -n 1 | cut -c1-300)"
         else
             crashes=$((crashes + 1))
-            fail_with_output "SIG$signal of world rank $rank: exit $job_rc without /$expect/"
+            fail_with_output "$signal of world rank $rank: exit $job_rc without /$expect/"
         fi
     done
 done
-report "a rank killed or stopped mid-step" "$tried" "$clean" "$crashes" "$hangs" 0
+report "a rank killed or stopped mid-step, or stopped at start-up" "$tried" "$clean" "$crashes" "$hangs" 0
 [ "$clean" -eq "$tried" ] || failures=$((failures + 1))
 finish fault_rank_lost
