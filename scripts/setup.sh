@@ -1,7 +1,8 @@
 # setup.sh — sourced by train.sh and test.sh: installs what is missing, then configures and builds.
 #   source scripts/setup.sh [extra Debian packages...]
 # Idempotent: apt-get runs (update included) only when a package is missing; meson configures once.
-# Environment: MOE_BUILD_DIR (default build), MOE_BUILDTYPE (default release).
+# Environment: MOE_BUILD_DIR (default build), MOE_BUILDTYPE (default release), MOE_SETUP_ARGS (more arguments
+# for meson setup, e.g. -Dcuda=disabled; used when the build directory is configured, not later).
 
 moe_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 moe_build="${MOE_BUILD_DIR:-$moe_root/build}"
@@ -31,6 +32,7 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null
 fi
 
 if [ ! -f "$moe_build/build.ninja" ]; then
-    meson setup "$moe_build" "$moe_root" --buildtype="${MOE_BUILDTYPE:-release}"
+    # shellcheck disable=SC2086 # MOE_SETUP_ARGS is a list of words
+    meson setup "$moe_build" "$moe_root" --buildtype="${MOE_BUILDTYPE:-release}" ${MOE_SETUP_ARGS:-}
 fi
 meson compile -C "$moe_build"

@@ -1,0 +1,65 @@
+/* fuzz_manifest.c — fuzzes the reading of a checkpoint's manifest.json (models/checkpoint_dir.c:
+ * moe__checkpoint_manifest_read, then _verify against a directory that holds only the manifest). An accepted
+ * manifest must say what moe-train writes, checked here on its own parse: format, a run id of 16 hex digits, a
+ * parent run id that is empty, "legacy" or 16 hex digits, the step exactly (0 to INT_MAX), and each listed
+ * file's size a byte count; a refusal must name the file.
+ * Seeds: manifest.json of fuzz/make_corpus.sh's checkpoints (fuzz/corpus/manifest/).
+ *   bash scripts/fuzz.sh                                  (the whole fuzz suite: replay, then a timed run)
+ *   build-fuzz/fuzz/fuzz_manifest -max_total_time=60 /tmp/new fuzz/corpus/manifest   (longer, by hand)
+ *   build-fuzz/fuzz/fuzz_manifest FILE                    (one input: reproduce a finding) */
+#include <jansson.h>
+#include <limits.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "fuzz/fuzz_util.h"
+#include "models/checkpoint_internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
+
+static int is_run_id(const char *s) {
+    if (strlen(s) != 16) return 0;
+    for (; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
+    return 1;
+}
+
+static void check_accepted(const char *path, const uint8_t *data, size_t nbytes, const moe__checkpoint_manifest *m) {
+    json_error_t err;
+    json_t *j = json_loadb((const char *)data, nbytes, 0, &err);
+    if (!json_is_object(j)) fuzz_invalid("%s: accepted, but not a JSON object (%s)", path, err.text);
+    json_t *step = json_object_get(j, "step"), *files = json_object_get(j, "files");
+    if (!is_run_id(m->run_id)) fuzz_invalid("%s: accepted with the run id '%s'", path, m->run_id);
+    if (*m->parent_run_id && strcmp(m->parent_run_id, "legacy") && !is_run_id(m->parent_run_id))
+        fuzz_invalid("%s: accepted with the parent run id '%s'", path, m->parent_run_id);
+    if (!json_is_integer(step) || json_integer_value(step) < 0 || json_integer_value(step) > INT_MAX ||
+        json_integer_value(step) != m->step)
+        fuzz_invalid("%s: accepted with the step read as %d", path, m->step);
+    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) {
+        json_t *n = json_object_get(files, moe__checkpoint_files[i]);
+        if (n ? !json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) != m->file_nbytes[i]
+              : m->file_nbytes[i] != -1)
+            fuzz_invalid("%s: accepted with the size of %s read as %lld", path, moe__checkpoint_files[i],
+                         m->file_nbytes[i]);
+    }
+    json_decref(j);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes) {
+    const char *path = fuzz_temp_path("manifest.json");
+    fuzz_write_file(path, data, nbytes);
+    moe__checkpoint_manifest m;
+    moe_failure_clear();
+    moe_status st = moe__checkpoint_manifest_read(fuzz_temp_dir(), &m);
+    fuzz_check_failure(st, path);
+    if (st != MOE_OK) return 0;
+    check_accepted(path, data, nbytes, &m);
+    /* the directory holds no checkpoint files: every size the manifest lists must be refused */
+    int listed = 0;
+    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) listed |= m.file_nbytes[i] >= 0;
+    moe_failure_clear();
+    st = moe__checkpoint_manifest_verify(fuzz_temp_dir(), &m);
+    if (st == MOE_OK && listed) fuzz_invalid("%s: the sizes of missing files verified", path);
+    fuzz_check_failure(st, fuzz_temp_dir());
+    return 0;
+}

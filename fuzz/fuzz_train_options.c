@@ -1,0 +1,70 @@
+/* fuzz_train_options.c — fuzzes moe-train's flag parser (models/train_options.c: moe_train_options_parse),
+ * which also checks the combinations. An input is a command line: words split at white space (and NUL), ''
+ * an empty word; it is parsed for 1, 2 and 4 ranks. Accepted options must make a run the trainer can hold,
+ * checked here on their own: a valid model, --ep dividing the ranks and the experts, --batch divisible by
+ * the ranks, the routing of a micro-batch (global tokens * top-k) counted in an int as the trainer, the layer
+ * and the routing trace count it, --min-lr <= --lr, --warmup <= --steps, data files named; printing them must
+ * work.
+ * Seeds: moe-train command lines from the README, docs/TRAINING.md and fuzz/make_corpus.sh
+ * (fuzz/corpus/train_options/).
+ *   bash scripts/fuzz.sh                                  (the whole fuzz suite: replay, then a timed run)
+ *   build-fuzz/fuzz/fuzz_train_options -max_total_time=60 /tmp/new fuzz/corpus/train_options   (longer)
+ *   build-fuzz/fuzz/fuzz_train_options FILE               (one input: reproduce a finding) */
+#include <ctype.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz/fuzz_util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
+
+enum { MAX_WORDS = 256 };
+
+static void check_accepted(const moe_train_options *o, int world_size) {
+    const moe_model_config *m = &o->model;
+    const char *problem = moe_model_config_problem(m);
+    if (problem) fuzz_invalid("options accepted with an invalid model: %s", problem);
+    if (world_size % m->moe.ep_size || m->moe.num_experts % m->moe.ep_size || o->batch % world_size)
+        fuzz_invalid("options accepted with --ep %d, --experts %d, --batch %d on %d ranks", m->moe.ep_size,
+                     m->moe.num_experts, o->batch, world_size);
+    if ((long long)o->batch * m->seq_len * m->moe.top_k > INT_MAX)
+        fuzz_invalid("options accepted with %lld routing choices per micro-batch (--batch %d * --seq-len %d * "
+                     "--top-k %d), more than an int holds", (long long)o->batch * m->seq_len * m->moe.top_k, o->batch,
+                     m->seq_len, m->moe.top_k);
+    if (o->min_lr > o->lr || o->warmup > o->steps || !*o->train_data || !*o->val_data)
+        fuzz_invalid("options accepted with --min-lr %g > --lr %g, --warmup %d > --steps %d or no data files",
+                     o->min_lr, o->lr, o->warmup, o->steps);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes) {
+    static FILE *null;
+    if (!null && !(null = fopen("/dev/null", "w"))) abort();
+    char *text = malloc(nbytes + 1), *argv[MAX_WORDS + 1] = {"moe-train"};
+    if (!text) abort();
+    memcpy(text, data, nbytes);
+    text[nbytes] = 0;
+    int argc = 1;
+    for (size_t i = 0; i < nbytes && argc < MAX_WORDS;) {
+        while (i < nbytes && (isspace((unsigned char)text[i]) || !text[i])) text[i++] = 0;
+        if (i == nbytes) break;
+        argv[argc++] = text + i;
+        while (i < nbytes && text[i] && !isspace((unsigned char)text[i])) i++;
+    }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "''")) argv[i][0] = 0;
+    argv[argc] = NULL;
+    static const int world_sizes[] = {1, 2, 4};
+    for (int w = 0; w < 3; w++) {
+        moe_train_options o;
+        /* rank 0 writes its complaints (to /dev/null here); the others pass NULL */
+        int rc = moe_train_options_parse(argc, argv, world_sizes[w], &o, w == 1 ? NULL : null);
+        if (rc < -1 || rc > 1) fuzz_invalid("moe_train_options_parse returned %d", rc);
+        if (rc != 0) continue;
+        check_accepted(&o, world_sizes[w]);
+        moe_train_options_print(&o, null);
+    }
+    free(text);
+    return 0;
+}
