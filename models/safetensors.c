@@ -94,6 +94,16 @@ static moe_status parse_tensor(moe_safetensors_file *f, const char *name, json_t
     return MOE_OK;
 }
 
+/* "__metadata__" is a map from strings to strings (the format's rule; Hugging Face's reader refuses others). */
+static moe_status check_metadata(const moe_safetensors_file *f, json_t *metadata) {
+    const char *key;
+    json_t *value;
+    if (!json_is_object(metadata)) return moe_fail(MOE_ERR_BAD_FILE, "%s: __metadata__ is not an object", f->path);
+    json_object_foreach(metadata, key, value) if (!json_is_string(value))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: __metadata__ entry %.60s is not a string", f->path, key);
+    return MOE_OK;
+}
+
 static int by_begin(const void *pa, const void *pb) {
     const moe_safetensors_tensor *a = *(const moe_safetensors_tensor *const *)pa,
                                  *b = *(const moe_safetensors_tensor *const *)pb;
@@ -129,15 +139,20 @@ moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
     if (st == MOE_OK && (header_nbytes < 2 || header_nbytes > f->file_nbytes - 8 || header_nbytes > (100u << 20)))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: header of %llu bytes does not fit in the %zu-byte file", path,
                   (unsigned long long)header_nbytes, f->file_nbytes);
-    char *header = st == MOE_OK ? malloc(header_nbytes + 1) : NULL;
+    char *header = st == MOE_OK ? malloc(header_nbytes) : NULL;
     if (st == MOE_OK && (!header || fread(header, 1, header_nbytes, f->file) != header_nbytes))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: cannot read the header", path);
     json_t *root = NULL;
     if (st == MOE_OK) {
-        header[header_nbytes] = 0;
+        /* all header_nbytes bytes: a NUL would end a C string early and hide the bytes after it (a header
+         * length that reaches into the data, say) */
+        const char *nul = memchr(header, 0, header_nbytes);
         json_error_t err;
-        root = json_loads(header, 0, &err);
-        if (!json_is_object(root))
+        if (!nul) root = json_loadb(header, header_nbytes, 0, &err);
+        if (nul)
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: the %llu-byte header holds a NUL byte at byte %zu (a wrong header "
+                          "length?)", path, (unsigned long long)header_nbytes, (size_t)(nul - header));
+        else if (!json_is_object(root))
             st = moe_fail(MOE_ERR_BAD_FILE, "%s: the header is not a JSON object (%s)", path, err.text);
     }
     free(header);
@@ -147,6 +162,7 @@ moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
     json_t *value;
     if (st == MOE_OK) json_object_foreach(root, key, value) {
             if (!strcmp(key, "__metadata__")) {
+                if ((st = check_metadata(f, value)) != MOE_OK) break;
                 f->metadata = json_incref(value);
                 continue;
             }

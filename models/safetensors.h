@@ -7,9 +7,9 @@
  * The header is written with jansson with sorted keys and the data in the order given, so saving the
  * same tensors twice gives the same bytes. The writer stores each tensor's CRC-32C in the metadata
  * ("crc32c:NAME": 8 hex digits); moe_safetensors_read verifies it when present and names a corrupt tensor.
- * Readers validate everything (a regular file, header length, JSON, dtype, shape against byte count,
- * offsets inside the file and not overlapping) and report problems as a sentence naming the file and the
- * tensor. */
+ * Readers validate everything (a regular file, header length, the whole header one JSON object, metadata
+ * values strings, dtype, shape against byte count, offsets inside the file and not overlapping) and report
+ * problems as a sentence naming the file and the tensor. */
 #ifndef MOE_MODELS_SAFETENSORS_H
 #define MOE_MODELS_SAFETENSORS_H
 
