@@ -2,6 +2,7 @@
  * pruning (checkpoint_internal.h). Only world rank 0 calls the writing functions. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,23 @@ static void legacy(moe__checkpoint_manifest *m) {
     for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) m->file_nbytes[i] = -1;
 }
 
+/* A run id as make_run_id writes it: 16 lowercase hex digits (it names files when pruning: no '/', no ".."). */
+static int is_run_id(const char *s) {
+    if (strlen(s) != 16) return 0;
+    for (; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
+    return 1;
+}
+
+/* The files' sizes: absent, or a byte count. */
+static int sizes_ok(json_t *files) {
+    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) {
+        json_t *n = json_object_get(files, moe__checkpoint_files[i]);
+        if (n && (!json_is_integer(n) || json_integer_value(n) < 0)) return 0;
+    }
+    return 1;
+}
+
 moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manifest *m) {
     legacy(m);
     char *path = moe_path_join(dir, kManifest);
@@ -69,11 +87,18 @@ moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manife
                *parent = json_string_value(json_object_get(j, "parent_run_id"));
     json_t *step = json_object_get(j, "step"), *saved = json_object_get(j, "saved_at_ns");
     if (!j) st = moe_fail(MOE_ERR_BAD_FILE, "%s: not JSON: %s (line %d)", path, err.text, err.line);
-    else if (!format || strcmp(format, kFormat) || !run || strlen(run) >= sizeof m->run_id || !parent ||
-             strlen(parent) >= sizeof m->parent_run_id || !json_is_integer(step) || json_integer_value(step) < 0 ||
+    else if (!format || strcmp(format, kFormat) || !run || !parent || !json_is_integer(step) ||
              !json_is_integer(saved) || !json_is_object(files))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a %s manifest (format, run_id, parent_run_id, step, saved_at_ns, "
                                         "files)", path, kFormat);
+    else if (!is_run_id(run) || (*parent && strcmp(parent, kLegacy) && !is_run_id(parent)))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: run_id '%.40s' or parent_run_id '%.40s' is not 16 hex digits (the parent "
+                                        "may also be empty or %s)", path, run, parent, kLegacy);
+    else if (json_integer_value(step) < 0 || json_integer_value(step) > INT_MAX)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: step %lld is not a step number (0 to %d)", path,
+                      (long long)json_integer_value(step), INT_MAX);
+    else if (!sizes_ok(files))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: a file size in \"files\" is not a byte count", path);
     if (st == MOE_OK) {
         snprintf(m->run_id, sizeof m->run_id, "%s", run);
         snprintf(m->parent_run_id, sizeof m->parent_run_id, "%s", parent);

@@ -32,7 +32,9 @@ typedef struct {
 
 /* Writes DIR/manifest.json (the files' sizes read from DIR) and fsyncs it. */
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step);
-/* Reads DIR/manifest.json; a missing one gives the legacy manifest (MOE_OK). */
+/* Reads DIR/manifest.json; a missing one gives the legacy manifest (MOE_OK). Refused (MOE_ERR_BAD_FILE): a run
+ * id that is not 16 hex digits (the parent's may also be "" or "legacy"), a step outside 0..INT_MAX, a listed
+ * size that is not a byte count. */
 moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manifest *m);
 /* The sizes the manifest lists against the files in DIR: a truncated or grown file is MOE_ERR_BAD_FILE. */
 moe_status moe__checkpoint_manifest_verify(const char *dir, const moe__checkpoint_manifest *m);
