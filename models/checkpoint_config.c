@@ -88,12 +88,18 @@ moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config 
                       path, json_is_integer(window) ? (long long)json_integer_value(window) : -1LL, c->seq_len);
     if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_act must be silu (SwiGLU experts)", path);
-    json_t *score = json_object_get(json_object_get(j, "moe_train"), "score_func");
+    /* moe_train: moe-train's own keys, absent from Mixtral's config.json; present, they must be well-formed
+     * (a score_func of 513 or a moe_every of 2.0 would otherwise read as Mixtral's softmax, every layer) */
+    json_t *moe = json_object_get(j, "moe_train"), *score = json_object_get(moe, "score_func"),
+           *every = json_object_get(moe, "moe_every");
+    if (st == MOE_OK && ((moe && !json_is_object(moe)) || (score && !json_is_string(score)) ||
+                         (every && !json_is_integer(every))))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_train must be an object whose score_func is a string and moe_every "
+                                        "an integer", path);
     const char *want_score = c->moe.score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax";
     if (st == MOE_OK && json_is_string(score) && strcmp(json_string_value(score), want_score))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: the router was trained with %s scores but the flags ask for %s", path,
                   json_string_value(score), want_score);
-    json_t *every = json_object_get(json_object_get(j, "moe_train"), "moe_every");
     long moe_every = json_is_integer(every) ? (long)json_integer_value(every) : 1; /* Mixtral: every layer */
     if (st == MOE_OK && moe_every != c->moe_every)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_every is %ld but the flags ask for %d", path, moe_every, c->moe_every);
