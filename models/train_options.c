@@ -2,6 +2,7 @@
 #include "models/train_options.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -168,6 +169,11 @@ static int check_combinations(moe_train_options *o, int world_size, FILE *err) {
     if (o->batch % world_size)
         return complain(err, "moe-train: --batch %d must be divisible by the number of ranks (%d)\n", o->batch,
                        world_size), -1;
+    /* the trainer, the layer and the routing trace count a micro-batch's tokens and routing choices in an int */
+    const long long choices = (long long)o->batch * m->seq_len * m->moe.top_k;
+    if (choices > INT_MAX)
+        return complain(err, "moe-train: --batch %d * --seq-len %d * --top-k %d = %lld routing choices per micro-batch, "
+                        "more than %d\n", o->batch, m->seq_len, m->moe.top_k, choices, INT_MAX), -1;
     if (o->min_lr > o->lr) return complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
     if (o->warmup > o->steps) return complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
     if (!*o->train_data || !*o->val_data) return complain(err, "moe-train: --train-data and --val-data are required\n"), -1;
