@@ -175,7 +175,8 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
         const moe_real *bias = moe_model_expert_bias(tr->model, l);
         if (!bias) continue;
         snprintf(names[k], sizeof names[k], "expert_bias.layers.%d", l);
-        e[k++] = (moe_safetensors_entry){names[k - 1], 1, {c->moe.num_experts}, bias};
+        e[k] = (moe_safetensors_entry){names[k], 1, {c->moe.num_experts}, bias};
+        k++;
     }
     char step_text[32], position[32];
     snprintf(step_text, sizeof step_text, "%d", step);
