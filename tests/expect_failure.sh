@@ -2,7 +2,8 @@
 # expect_failure.sh PATTERN LIMIT_S CMD... — a test that passes when CMD fails the way it should:
 # exits non-zero within LIMIT_S seconds (no hang), prints a line matching the extended regex PATTERN
 # (the clear message), and leaves no process of CMD's program running. A "%r" in PATTERN must match
-# with every rank 0 .. EXPECT_RANKS-1 (default 2) in its place: every rank said it.
+# with every rank 0 .. EXPECT_RANKS-1 (default 2) in its place: every rank said it. A sanitizer report in the
+# output (scripts/sanitize.sh) fails the test: the command is meant to fail by its own message, not by one.
 pattern=$1 limit=$2
 shift 2
 # The command runs in a session of its own, so that what it leaves behind can be found by session id
@@ -21,6 +22,8 @@ echo "expect_failure: exit status $rc after ${elapsed}s"
 fail() { echo "expect_failure: FAIL: $*"; exit 1; }
 [ "$rc" -ne 0 ] || fail "the command succeeded"
 [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the command hung past ${limit}s"
+report='(ERROR|SUMMARY): (Address|Leak|UndefinedBehavior)Sanitizer|: runtime error: '
+! printf '%s\n' "$output" | grep -Eq -e "$report" || fail "a sanitizer report (above): not the failure it should be"
 case $pattern in
 *%r*) ranks=$(seq 0 $(( ${EXPECT_RANKS:-2} - 1 ))) ;;
 *) ranks=0 ;;
