@@ -9,7 +9,9 @@
  * partial sums per rank). Across layouts of the same W = 2, the expert gradients of ep = 1 (replicated,
  * summed by the all-reduce) and ep = 2 (sharded, summed per source rank) are bitwise equal
  * (experts/expert_ffn.h); at W = 4 they are within 1e-6. Cases: softmax with drops by token order, sigmoid with a selection bias and
- * drops by score, and a skewed router that sends every token to experts 0 and 1 (other EP ranks get 0 rows). */
+ * drops by score, and a skewed router that sends every token to experts 0 and 1 (other EP ranks get 0 rows:
+ * their empty blocks come with NULL buffers, so under scripts/sanitize.sh this case is the regression check of
+ * D10, a memmove(NULL, NULL, 0) in dispatch.c's move_blocks that UBSan reports as a null argument). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# sanitize.sh — the unit and mpi test suites under AddressSanitizer + UndefinedBehaviorSanitizer (with
+# LeakSanitizer), in their own build directory:
+#   bash scripts/sanitize.sh [extra meson test arguments, e.g. a test's name]
+# Configures build-sanitize/ once (again only when the options below change), rebuilds what changed, runs
+# the tests. Needs the packages scripts/setup.sh installs (run it, or scripts/test.sh, first). CPU only: nvcc
+# and the sanitizers do not mix, and the CUDA code cannot run without a GPU (no gpu suite). The ref suite is
+# left out: its time goes to PyTorch and transformers, and its C code is the layer the unit suite runs.
+# About 4 minutes on 2 cores, 35 s of it the first build (docs/SANITIZERS.md).
+# Environment: MOE_SANITIZE_BUILD_DIR (default build-sanitize).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${MOE_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
+
+for tool in gcc meson ninja pkg-config mpirun; do
+    command -v "$tool" >/dev/null || { echo "sanitize: $tool not found: run scripts/setup.sh first" >&2; exit 1; }
+done
+
+# -fno-sanitize-recover=all: every UBSan report ends its process, whatever UBSAN_OPTIONS reaches it.
+# -fno-omit-frame-pointer: whole stacks in the reports.
+setup_args=(--buildtype=debugoptimized "-Db_sanitize=address,undefined" -Dcuda=disabled
+            "-Dc_args=-fno-sanitize-recover=all -fno-omit-frame-pointer")
+stamp="$build/sanitize-setup-args.txt"
+if [ ! -f "$build/build.ninja" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${setup_args[*]}" ]; then
+    wipe=()
+    [ -d "$build/meson-private" ] && wipe=(--wipe) # configured before, with other options or interrupted
+    CC=gcc meson setup "${wipe[@]}" "$build" "$root" "${setup_args[@]}"
+    printf '%s' "${setup_args[*]}" > "$stamp"
+fi
+meson compile -C "$build"
+
+# Every option and why (docs/SANITIZERS.md says the same at more length):
+#   ASan  halt_on_error=1        stop at the first memory error (the default, stated).
+#         detect_leaks=1         LeakSanitizer at every process exit (the x86-64 Linux default, stated).
+#         fast_unwind_on_malloc=0  unwind allocation stacks with DWARF: Debian's Open MPI, PMIx, hwloc and
+#                                OpenBLAS have no frame pointers, so the fast unwinder stops inside them and
+#                                tests/lsan.supp could not see which library a leak came from.
+#         print_summary=1        one SUMMARY line per report, which expect_failure.sh looks for.
+#   UBSan halt_on_error=1, print_stacktrace=1: every report is fatal and shows its stack (the build also
+#                                passes -fno-sanitize-recover=all, so this holds without the variable).
+#   LSan  suppressions=tests/lsan.supp: Open MPI's (and its hwloc's and libevent's) own
+#                                allocations kept until exit; never the project's.
+# Not set: detect_odr_violation (nothing trips it: OpenBLAS is not instrumented), b_lundef=false (only clang
+# needs it). Under mpirun every rank is a child of mpirun on this machine and inherits this environment (no
+# -x needed). A rank that ends in MPI_Abort leaves by _exit: no leak check there, but an ASan or UBSan report
+# before it still ends the rank and prints, and expect_failure.sh fails the test on it.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:fast_unwind_on_malloc=0:print_summary=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
+export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
+# OPENBLAS_CORETYPE as scripts/setup.sh sets it, so the sanitized run takes the same GEMM kernels
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    export OPENBLAS_CORETYPE=SkylakeX
+fi
+
+suites=(--suite unit --suite mpi)
+[ $# -gt 0 ] && suites=()
+cd "$build"
+status=0
+meson test --print-errorlogs --num-processes 2 "${suites[@]}" "$@" | tee meson-logs/test-summary.txt || status=$?
+# A test that tolerates a failing command (the expected failures) must not hide a sanitizer report in it:
+# expect_failure.sh fails on one; this catches any other that reached a test's log.
+report='(ERROR|SUMMARY): (Address|Leak|UndefinedBehavior)Sanitizer|: runtime error: '
+if grep -n -E -e "$report" meson-logs/testlog.txt; then
+    echo "sanitize: sanitizer reports above (build-sanitize/meson-logs/testlog.txt)" >&2
+    status=1
+fi
+exit $status
