@@ -6,7 +6,7 @@
 # the tests. Needs the packages scripts/setup.sh installs (run it, or scripts/test.sh, first). CPU only: nvcc
 # and the sanitizers do not mix, and the CUDA code cannot run without a GPU (no gpu suite). The ref suite is
 # left out: its time goes to PyTorch and transformers, and its C code is the layer the unit suite runs.
-# About 4 minutes on 2 cores, 35 s of it the first build (docs/SANITIZERS.md).
+# About 3 minutes on 2 cores (35 s more for the first build); docs/SANITIZERS.md has the times.
 # Environment: MOE_SANITIZE_BUILD_DIR (default build-sanitize).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
