@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh — the README's second command: installs, builds, then runs every test suite.
 #   unit: CPU tests; ref: against the PyTorch implementation; mpi: 1, 2 and 4 ranks under mpirun;
-#   gpu: CUDA tests (skip without a GPU).
-# Extra arguments go to `meson test` (for example --suite unit, or a test's name).
+#   faults: jobs hurt on purpose (docs/RELIABILITY.md); gpu: CUDA tests (skip without a GPU);
+#   then, in builds of their own, fuzz (scripts/fuzz.sh) and sanitize (scripts/sanitize.sh).
+# Extra arguments go to `meson test` of the main build only (for example --suite unit, or a test's name).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" python3-torch python3-numpy python3-pip python3-matplotlib time
 
@@ -17,11 +18,15 @@ if ! /usr/bin/python3 -c 'import transformers' 2>/dev/null; then
         || echo "test.sh: could not install transformers; test_hf_interop will skip" >&2
 fi
 cd "$moe_build"
-suites=(--suite unit --suite ref --suite mpi --suite gpu)
+suites=(--suite unit --suite ref --suite mpi --suite faults --suite gpu)
 [ $# -gt 0 ] && suites=()
 status=0
 meson test --print-errorlogs --num-processes 2 "${suites[@]}" "$@" | tee meson-logs/test-summary.txt || status=$?
 count() { sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" meson-logs/test-summary.txt | tail -n 1; }
 failed=$(( $(count Fail) + $(count Timeout) + $(count 'Unexpected Pass') ))
 echo "$(count Ok) passed, $failed failed, $(count Skipped) skipped"
+if [ $# -eq 0 ]; then
+    bash "$moe_root/scripts/fuzz.sh" || { echo "test.sh: the fuzz suite failed" >&2; status=1; }
+    bash "$moe_root/scripts/sanitize.sh" || { echo "test.sh: the sanitize suite failed" >&2; status=1; }
+fi
 exit $status
