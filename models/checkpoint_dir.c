@@ -173,7 +173,7 @@ moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, i
     }
     closedir(d);
     if (st != MOE_OK) return moe__checkpoint_list_free(entries, n), st;
-    qsort(entries, n, sizeof *entries, older);
+    if (n > 1) qsort(entries, (size_t)n, sizeof *entries, older); /* qsort(NULL, 0, ...) is undefined */
     *out = entries, *count = n;
     return MOE_OK;
 }
