@@ -30,11 +30,13 @@ static moe_status open_traces(moe_trainer *t) {
         if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK && *o->routing_trace_out && t->ranks.world_rank == 0)
-        st = moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers, tokens,
-                                      o->micro_batches);
+        st = moe_fail_context(moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers,
+                                                       tokens, o->micro_batches),
+                              "cannot write the routing trace");
     if (st == MOE_OK && *o->routing_trace_in)
-        st = moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers, tokens,
-                                    o->micro_batches);
+        st = moe_fail_context(moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers,
+                                                     tokens, o->micro_batches),
+                              "bad routing trace");
     st = moe_comm_agree(moe_parallel_world(t->par), st);
     if (st != MOE_OK) moe_trainer_destroy(t);
     return st;

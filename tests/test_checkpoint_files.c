@@ -5,6 +5,7 @@
  *    removed while the others stay is refused; overlapping data_offsets are refused;
  *  - a FIFO or a directory given as a safetensors file, a token file, a routing trace or a config.json is
  *    refused at once with what it is (a FIFO used to block in fopen forever: an alarm guards the test);
+ *  - config.json without rope_theta, or with a tie_word_embeddings that is not a boolean, is refused by name;
  *  - paths of any length are joined whole. */
 #define _GNU_SOURCE /* memmem */
 #include <signal.h>
@@ -131,6 +132,29 @@ static void not_regular_files(void) {
     free(fifo), free(folder), free(ckpt), free(config);
 }
 
+/* config.json of the default model with one key edited (value NULL: removed), checked against that model. */
+static moe_status check_edited_config(const char *key, json_t *value) {
+    moe_model_config c = moe_model_config_default();
+    char *ckpt = path_in("edited"), *path;
+    mkdir(ckpt, 0700);
+    path = moe_path_join(ckpt, "config.json");
+    json_t *j = moe__checkpoint_config_json(&c);
+    if (value) json_object_set_new(j, key, value);
+    else json_object_del(j, key);
+    CHECK(json_dump_file(j, path, 0) == 0, "writing %s", path);
+    json_decref(j);
+    moe_status st = moe__checkpoint_check_config(ckpt, &c);
+    free(ckpt), free(path);
+    return st;
+}
+
+static void config_keys(void) {
+    CHECK_OK(check_edited_config("unused_key", json_true())); /* the unedited config passes */
+    expect_refusal("config.json without rope_theta", check_edited_config("rope_theta", NULL), "rope_theta is missing");
+    expect_refusal("tie_word_embeddings \"yes\"", check_edited_config("tie_word_embeddings", json_string("yes")),
+                   "tie_word_embeddings must be true or false");
+}
+
 static void long_paths(void) {
     char *deep = malloc(3001);
     memset(deep, 'd', 3000);
@@ -146,6 +170,7 @@ int main(void) {
     saved_steps();
     safetensors();
     not_regular_files();
+    config_keys();
     long_paths();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -72,12 +72,14 @@ static void rewrite(const char *from, const char *to, long flip_at, long keep_nb
     free(data);
 }
 
-static void expect_refused(const char *what, moe_train_options o, const char *expect) {
+/* The run must fail with a message that starts with `label` and contains `why`. */
+static void expect_refused(const char *what, moe_train_options o, const char *label, const char *why) {
     moe_status st = run(o, 1, NULL, NULL);
     CHECK(st != MOE_OK, "%s: accepted", what);
     const char *message = moe_failure_message(st);
     if (rank == 0) {
-        CHECK(strstr(message, expect) != NULL, "%s: '%s' lacks '%s'", what, message, expect);
+        CHECK(!strncmp(message, label, strlen(label)) && strstr(message, why), "%s: '%s' is not '%s...%s'", what,
+              message, label, why);
         printf("%-20s refused: %s\n", what, message);
     }
 }
@@ -117,15 +119,15 @@ int main(int argc, char **argv) {
     replay.routing_trace_in = bad;
     if (rank == 0) rewrite(recorded, bad, 32 + 16 + 5, -1); /* a byte of the first record's ids */
     MPI_Barrier(MPI_COMM_WORLD);
-    expect_refused("flipped byte", replay, "");
+    expect_refused("flipped byte", replay, "routing replay: ", "record of step 1, layer 0 is corrupt");
     if (rank == 0) rewrite(recorded, bad, -1, 600); /* the header and part of the first record */
     MPI_Barrier(MPI_COMM_WORLD);
-    expect_refused("truncated", replay, "");
+    expect_refused("truncated", replay, "routing replay: ", "(truncated?)");
     moe_train_options four = replay;
     four.model.moe = moe_config_default(o.model.d_model, o.model.d_ff, 4, 2);
     if (rank == 0) rewrite(recorded, bad, -1, -1);
     MPI_Barrier(MPI_COMM_WORLD);
-    expect_refused("another config", four, "experts is 8 in the trace but 4 in this run");
+    expect_refused("another config", four, "bad routing trace: ", "experts is 8 in the trace but 4 in this run");
 
     test_corpus_remove(&corpus);
     return test_mpi_finish("test_trace_mpi");

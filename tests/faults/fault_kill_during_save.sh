@@ -2,10 +2,11 @@
 # fault_kill_during_save.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE SLOW_FSYNC_SHIM — kill -9 of the
 # whole job (every process of it at once, as a node failure or a scheduler would) at random moments of a run
 # that saves a checkpoint after every step, MOE_FAULT_TRIALS times (default 12). Every fsync is made 30 ms
-# slower (the shim), as on a busy disk, so that most kills land inside a save. After each kill: no process is left, the
-# newest step directory is whole (every file its manifest lists, at its size), and the next run resumes from
-# exactly that step; a last run continues to its end. A checkpoint is lost when a resume fails or starts from
-# an older step than the newest one published.
+# slower (the shim), as on a busy disk, so that most kills land inside a save. After each kill: no process is
+# left, every step directory is whole (every file its manifest lists, at its size: a save or a prune cut short
+# leaves none half there), and the next run resumes from exactly the newest; a last run continues to its end.
+# A checkpoint is lost when one is not whole, a resume fails, or a resume starts from an older step than the
+# newest one published.
 . "$(dirname "$0")/faults_common.sh"
 trials=${MOE_FAULT_TRIALS:-12}
 export LD_PRELOAD=$5 MOE_TEST_FSYNC_DELAY_S=0.03
@@ -53,9 +54,10 @@ for ((trial = 1; trial <= trials; trial++)); do
         continue
     fi
     expect=$(newest_step)
-    if [ "$expect" -gt 0 ] && ! whole "$(printf '%s/step-%08d' "$ck" "$expect")"; then
+    broken=$(for d in "$ck"/step-*; do [ ! -d "$d" ] || whole "$d" || echo "${d##*/}"; done)
+    if [ -n "$broken" ]; then # a save or a prune cut short must never leave a step directory half there
         lost=$((lost + 1))
-        echo "FAIL: trial $trial: step $expect is not whole after the kill"
+        echo "FAIL: trial $trial: not whole after the kill: $broken"
         continue
     fi
     echo "trial $trial: killed after step $expect was saved$in_save"
