@@ -29,6 +29,8 @@
 
 #define LAYER_FLAG(kind, name, field, ...) BENCH_##kind(name, bench_layer_options, field, __VA_ARGS__)
 
+static const char *const kPrecisions[] = {"fp32", "bf16", NULL}; /* in moe_precision's order */
+
 /* The common flags; the first one's name and help are the variant's (--tokens or --tokens-global). */
 static const bench_flag kCommonFlags[] = {
     LAYER_FLAG(INT, "--tokens", tokens, 1, 1 << 22, "tokens in the batch"),
@@ -38,6 +40,7 @@ static const bench_flag kCommonFlags[] = {
     LAYER_FLAG(INT, "--top-k", top_k, 1, 4096, "experts per token k (at most E)"),
     LAYER_FLAG(REAL, "--capacity-factor", capacity_factor, 0, 1e6, "slots per expert ceil(cf * T * k / E); 0: dropless"),
     LAYER_FLAG(INT, "--layout-invariant", layout_invariant, 0, 1, "1: GEMMs in fixed 64-row calls, bitwise equal for any ep"),
+    LAYER_FLAG(CHOICE, "--precision", precision, kPrecisions, "the experts' GEMM inputs: fp32, or bf16 (fp32 accumulation)"),
     LAYER_FLAG(INT, "--warmup", warmup, 0, 100000, "untimed iterations"),
     LAYER_FLAG(INT, "--iters", iters, 1, 100000, "timed iterations"),
     LAYER_FLAG(INT, "--seed", seed, 0, 1 << 30, "seed of the weights and the batch"),
@@ -52,6 +55,7 @@ static moe_config config_of(const bench_layer_options *o) {
     moe_config cfg = moe_config_default(o->d_model, o->d_ff, o->experts, o->top_k);
     cfg.capacity_factor = (float)o->capacity_factor;
     cfg.layout_invariant = o->layout_invariant;
+    cfg.precision = (moe_precision)o->precision;
     cfg.ep_size = o->ep;
     return cfg;
 }
@@ -227,9 +231,10 @@ static void print_shape(const bench_layer_run *r) {
     const int TG = o->tokens, W = r->ranks.world_size;
     if (variant->distributed) printf("shape: tokens_global=%d (%d..%d per rank)", TG, TG / W, TG / W + (TG % W != 0));
     else printf("shape: T=%d", TG);
-    printf(" d=%d d_ff=%d E=%d k=%d capacity_factor=%g (%s) layout_invariant=%d warmup=%d iters=%d seed=%d\n",
-           o->d_model, o->d_ff, o->experts, o->top_k, o->capacity_factor, mode, o->layout_invariant, o->warmup,
-           o->iters, o->seed);
+    printf(" d=%d d_ff=%d E=%d k=%d capacity_factor=%g (%s) layout_invariant=%d precision=%s warmup=%d iters=%d "
+           "seed=%d\n",
+           o->d_model, o->d_ff, o->experts, o->top_k, o->capacity_factor, mode, o->layout_invariant,
+           kPrecisions[o->precision], o->warmup, o->iters, o->seed);
 }
 
 static void print_time(const char *label, const bench_layer_run *r, int s, double flop) {

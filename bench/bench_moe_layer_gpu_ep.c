@@ -88,6 +88,7 @@ static const bench_layer_variant kGpuEp = {
     .tokens_flag = "--tokens-global",
     .distributed = 1,
     .defaults = {.tokens = 16384, .d_model = 4096, .d_ff = 14336, .experts = 8, .top_k = 2, .layout_invariant = 1,
+                 .precision = MOE_PRECISION_BF16, /* the CUDA experts run bf16 */
                  .warmup = 3, .iters = 10, .seed = 1, .capacity_factor = 0, .ep = 1,
                  .transport = MOE_GPU_TRANSPORT_NCCL, .timeout_s = 300},
     .flags = kFlags,

@@ -1,5 +1,6 @@
 /* expert_ffn_cpu.c — the grouped SwiGLU expert GEMMs: row-wise products in fixed row blocks (gemm_rows.h),
- * weight gradients as one cblas call per expert and projection over that expert's rows in order. */
+ * weight gradients as one product per expert and projection over that expert's rows in order; with bf16 inputs
+ * (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM. */
 #include "experts/expert_ffn.h"
 
 #include "kernels/gemm_rows.h"
@@ -27,9 +28,9 @@ void moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int
 
 /* dW[out, in] += dY[rows, out]^T X[rows, in], computed whole into scratch and then added: the sum a
  * replica's all-reduce would form from per-rank partials (why: expert_ffn.h). */
-static void add_weight_grad(int out, int in, int rows, const moe_real *dY, const moe_real *X, moe_real *dW,
-                            moe_real *scratch) {
-    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1, dY, out, X, in, 0, scratch, in);
+static void add_weight_grad(const moe_gemm_rows_plan *gemm, int out, int in, int rows, const moe_real *dY,
+                            const moe_real *X, moe_real *dW, moe_real *scratch) {
+    moe_gemm_rows_at_b_cpu(gemm, rows, out, in, dY, X, 0, scratch);
     for (size_t i = 0; i < (size_t)out * in; i++) dW[i] += scratch[i];
 }
 
@@ -62,9 +63,12 @@ void moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *
         for (int sgm = 0; sgm < segments; sgm++) {
             size_t a = seg[sgm], rows = seg[sgm + 1] - seg[sgm];
             if (rows == 0) continue;
-            add_weight_grad(d, d_ff, (int)rows, dy + a * d, act + a * d_ff, grads->w2 + e * wcount, wgrad_scratch);
-            add_weight_grad(d_ff, d, (int)rows, dh1 + a * d_ff, xp + a * d, grads->w1 + e * wcount, wgrad_scratch);
-            add_weight_grad(d_ff, d, (int)rows, dh3 + a * d_ff, xp + a * d, grads->w3 + e * wcount, wgrad_scratch);
+            add_weight_grad(gemm, d, d_ff, (int)rows, dy + a * d, act + a * d_ff, grads->w2 + e * wcount,
+                            wgrad_scratch);
+            add_weight_grad(gemm, d_ff, d, (int)rows, dh1 + a * d_ff, xp + a * d, grads->w1 + e * wcount,
+                            wgrad_scratch);
+            add_weight_grad(gemm, d_ff, d, (int)rows, dh3 + a * d_ff, xp + a * d, grads->w3 + e * wcount,
+                            wgrad_scratch);
         }
     }
 }

@@ -1,4 +1,5 @@
-/* gemm_rows.h — row-wise GEMMs whose every output row is independent of the other rows in the call.
+/* gemm_rows.h — row-wise GEMMs whose every output row is independent of the other rows in the call, in fp32 or
+ * with bf16 inputs (core/precision.h).
  *
  *   C[rows, n] = A[rows, k] op(B) + beta * C,   op(B) = B^T (B is [n, k]) or B (B is [k, n])
  *
@@ -8,7 +9,11 @@
  * call sees. With row_block > 0 every call has exactly row_block rows, the last block zero-padded
  * through scratch: all calls have one shape, and a row's result depends only on its own values, which
  * makes outputs bitwise identical across expert-parallel layouts. row_block = 0 makes one call (faster;
- * the bits may then depend on the layout). */
+ * the bits may then depend on the layout).
+ *
+ * bf16 inputs: A's rows are rounded to bf16 on their way into each call (through scratch, so calls take at most
+ * MOE_GEMM_ROUND_ROWS rows); B must already hold bf16 values (a weight's bf16 copy, made once per forward by its
+ * owner). Products of bf16 values are exact in fp32, so this is a bf16 GEMM with fp32 accumulation. */
 #ifndef MOE_KERNELS_GEMM_ROWS_H
 #define MOE_KERNELS_GEMM_ROWS_H
 
@@ -17,19 +22,29 @@
 #include "core/types.h"
 
 /* The block size of the layout-invariant mode: 64 rows fill OpenBLAS's AVX-512 tiles and keep the
- * padding small; larger blocks saved little (docs/BENCHMARKS.md). */
-enum { MOE_GEMM_ROW_BLOCK = 64 };
+ * padding small; larger blocks saved little (docs/BENCHMARKS.md). The rows a bf16 call rounds at a time. */
+enum { MOE_GEMM_ROW_BLOCK = 64, MOE_GEMM_ROUND_ROWS = 256 };
 
 typedef struct {
     int row_block;     /* MOE_GEMM_ROW_BLOCK or 0 */
-    moe_real *scratch; /* row_block * (max k + max n) reals */
+    int bf16_inputs;   /* 1: the inputs are rounded to bf16 (see above) */
+    moe_real *scratch; /* MOE_GEMM_ROUND_ROWS * 2 * max_width reals */
 } moe_gemm_rows_plan;
 
-/* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for k and n up to max_width. */
-moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int max_width);
+/* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for widths (k, n, m) up to max_width. */
+moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int bf16_inputs, int max_width);
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan);
 
 void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
                        const moe_real *A, const moe_real *B, moe_real beta, moe_real *C);
+
+/* C[m, n] = A^T B + beta * C with A [rows, m] and B [rows, n] row-major: a weight gradient, summed over rows. One
+ * call in fp32; with bf16 inputs both operands are rounded and the rows summed in chunks of MOE_GEMM_ROUND_ROWS,
+ * in order (deterministic for a given row count). */
+void moe_gemm_rows_at_b_cpu(const moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
+                            const moe_real *B, moe_real beta, moe_real *C);
+
+/* dst[i] = src[i] rounded to bf16 (kept as moe_real), n values: the bf16 copy of a weight. */
+void moe_round_bf16_cpu(const moe_real *src, size_t n, moe_real *dst);
 
 #endif

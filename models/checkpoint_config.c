@@ -19,7 +19,7 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
                   q->capacity_factor <= 0;
     return json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:b, s:s, s:s, s:f, s:b, s:n, s:f,"
-        " s:{s:i, s:s, s:b, s:f, s:s, s:f, s:f, s:b}}",
+        " s:{s:i, s:s, s:b, s:f, s:s, s:f, s:f, s:b, s:s}}",
         "architectures", "MixtralForCausalLM", "model_type", "mixtral", "vocab_size", c->vocab_size, "hidden_size",
         c->d_model, "intermediate_size", c->d_ff, "num_hidden_layers", c->num_layers, "num_attention_heads",
         c->num_heads, "num_key_value_heads", c->num_kv_heads, "head_dim", c->d_model / c->num_heads,
@@ -30,7 +30,8 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
         "score_func", q->score_func == MOE_SCORE_SIGMOID ? "sigmoid" : "softmax", "renormalize", q->renormalize,
         "capacity_factor", (double)q->capacity_factor, "drop_priority",
         q->drop_priority == MOE_DROP_BY_SCORE ? "score" : "token", "z_loss_coef", (double)q->z_loss_coef,
-        "bias_update_rate", (double)q->bias_update_rate, "mixtral_compatible", mixtral);
+        "bias_update_rate", (double)q->bias_update_rate, "mixtral_compatible", mixtral, "precision",
+        moe_precision_name(q->precision));
 }
 
 /* Compares the architecture in DIR/config.json with the model; names the first field that differs. */

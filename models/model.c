@@ -36,6 +36,12 @@ struct moe_model {
     size_t num_dense, num_expert;
     moe_real *params, *grads;
     moe_model_views p, g;
+    /* what the GEMMs read: p itself (fp32), or under bf16 precision the same views with the dense GEMM weights
+     * (attention projections, dense FFNs, lm_head) pointing into `compute`, their bf16 copies made at the start of
+     * every forward (core/precision.h). Norms, the embedding lookup, the routers and the experts stay p's (an MoE
+     * layer makes its experts' copies itself). */
+    moe_real *compute;
+    moe_model_views c;
     moe_model_tensor *tensors;
     int num_tensors;
     moe_layer **moe;            /* [L], NULL for dense layers */
@@ -145,6 +151,33 @@ static void set_views(moe_model *m, moe_real *base, moe_model_views *v) {
 #undef VIEW
 }
 
+/* The GEMMs' views (m->c): p's, with the dense GEMM weights moved into m->compute when there is one. */
+static void set_compute_views(moe_model *m) {
+    moe_model_layer_params *layers = m->c.layers;
+    m->c = m->p;
+    m->c.layers = layers;
+    memcpy(layers, m->p.layers, (size_t)m->cfg.num_layers * sizeof *layers);
+    if (!m->compute) return;
+#define IN_COMPUTE(ptr) ((ptr) = m->compute + ((ptr) - m->params))
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        moe_model_layer_params *w = &layers[l];
+        IN_COMPUTE(w->wq), IN_COMPUTE(w->wk), IN_COMPUTE(w->wv), IN_COMPUTE(w->wo);
+        if (!moe_model_layer_is_moe(&m->cfg, l)) IN_COMPUTE(w->ffn.w1), IN_COMPUTE(w->ffn.w3), IN_COMPUTE(w->ffn.w2);
+    }
+    IN_COMPUTE(m->c.lm_head);
+#undef IN_COMPUTE
+}
+
+/* Under bf16: the bf16 copies of every dense weight that is not a norm (the GEMMs read those of set_compute_views). */
+static moe_status refresh_compute_weights(moe_model *m) {
+    for (int i = 0; m->compute && i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        if (t->experts == 0 && t->kind != MOE_TENSOR_NORM)
+            MOE_TRY(m->dense->round_bf16(m->ops_state, m->params + t->offset, t->count, m->compute + t->offset));
+    }
+    return MOE_OK;
+}
+
 /* ---- creation --------------------------------------------------------------------------------- */
 
 enum { LAYER_BUFFERS = 13, MODEL_BUFFERS = 12 };
@@ -236,24 +269,29 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
     if (st == MOE_OK) {
         m->p.layers = calloc(L, sizeof(moe_model_layer_params));
         m->g.layers = calloc(L, sizeof(moe_model_layer_params));
+        m->c.layers = calloc(L, sizeof(moe_model_layer_params));
         m->tensors = calloc(max_tensors, sizeof(moe_model_tensor));
         m->moe = calloc(L, sizeof(moe_layer *));
         m->stats = calloc(L, sizeof(moe_layer_stats));
-        if (!m->p.layers || !m->g.layers || !m->tensors || !m->moe || !m->stats) st = MOE_ERR_OUT_OF_MEMORY;
+        if (!m->p.layers || !m->g.layers || !m->c.layers || !m->tensors || !m->moe || !m->stats)
+            st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK) {
         lay_out(m);
         const size_t n = (m->num_dense + m->num_expert) * sizeof(moe_real);
         st = moe_runtime_alloc(m->rt, n, (void **)&m->params);
         if (st == MOE_OK) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
+        if (st == MOE_OK && moe_precision_bf16_inputs(cfg->moe.precision, MOE_GEMM_DENSE))
+            st = moe_runtime_alloc(m->rt, m->num_dense * sizeof(moe_real), (void **)&m->compute);
     }
     if (st == MOE_OK) st = alloc_activations(m);
     if (st == MOE_OK) {
         set_views(m, m->params, &m->p);
         set_views(m, m->grads, &m->g);
+        set_compute_views(m);
         int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
         widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
-        st = m->dense->create(m->rt, cfg->moe.layout_invariant, widest, &m->ops_state);
+        st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest, &m->ops_state);
     }
     for (int l = 0; l < L && st == MOE_OK; l++) {
         if (!moe_model_layer_is_moe(cfg, l)) continue;
@@ -280,12 +318,12 @@ void moe_model_destroy(moe_model *m) {
                            a->h1, a->h3, a->act};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) moe_runtime_free(m->rt, all[i]);
     }
-    void *bufs[] = {m->params, m->grads, m->inputs, m->targets, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp,
+    void *bufs[] = {m->params, m->grads, m->compute, m->inputs, m->targets, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp,
                     m->dq, m->dk, m->dv, m->dattn};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
     moe_runtime_destroy(m->owned_rt);
     free(m->resid), free(m->acts);
-    free(m->p.layers), free(m->g.layers), free(m->tensors), free(m->moe), free(m->stats);
+    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors), free(m->moe), free(m->stats);
     free(m);
 }
 
@@ -413,7 +451,7 @@ static moe_status watch(moe_model *m, const moe_real *data, size_t count, const 
 static moe_status ffn_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->acts[l];
-    const moe_layer_weights *w = &m->p.layers[l].ffn;
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
     if (m->moe[l]) return moe_layer_forward(m->moe[l], w, a->ln2, T, m->tmp, &m->stats[l]);
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
@@ -429,11 +467,12 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     m->has_forward = 0;
     m->num_seqs = num_seqs;
     MOE_TRY(moe_runtime_upload(m->rt, m->inputs, inputs, (size_t)T * sizeof(int)));
+    MOE_TRY(refresh_compute_weights(m));
     const size_t Td = (size_t)T * d;
     MOE_TRY(dense->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
     MOE_TRY(watch(m, m->resid[0], Td, "the embedding output"));
     for (int l = 0; l < c->num_layers; l++) {
-        const moe_model_layer_params *w = &m->p.layers[l];
+        const moe_model_layer_params *w = &m->c.layers[l];
         layer_acts *a = &m->acts[l];
         MOE_TRY(dense->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
         MOE_TRY(watch(m, a->ln1, Td, "layer %d: the attention norm's output", l));
@@ -458,7 +497,7 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     }
     MOE_TRY(dense->rmsnorm_forward(s, m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf));
     MOE_TRY(watch(m, m->lnf, Td, "the final norm's output"));
-    MOE_TRY(dense->linear_forward(s, m->lnf, m->p.lm_head, T, d, V, m->logits));
+    MOE_TRY(dense->linear_forward(s, m->lnf, m->c.lm_head, T, d, V, m->logits));
     MOE_TRY(watch(m, m->logits, (size_t)T * V, "the logits (lm_head)"));
     if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
@@ -474,7 +513,7 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
 static moe_status ffn_backward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->acts[l];
-    const moe_layer_weights *w = &m->p.layers[l].ffn;
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
     return m->dense->swiglu_backward(m->ops_state, w, gw, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
@@ -493,12 +532,12 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     MOE_TRY(dense->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
     MOE_TRY(watch(m, m->logits, (size_t)T * V, "the gradient of the logits"));
     MOE_TRY(dense->linear_backward_weight(s, m->logits, m->lnf, T, d, V, m->g.lm_head));
-    MOE_TRY(dense->linear_backward_input(s, m->logits, m->p.lm_head, T, d, V, 0, m->dln));
+    MOE_TRY(dense->linear_backward_input(s, m->logits, m->c.lm_head, T, d, V, 0, m->dln));
     MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)T * d * sizeof(moe_real)));
     MOE_TRY(dense->rmsnorm_backward(s, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid,
                                   m->g.final_norm));
     for (int l = c->num_layers - 1; l >= 0; l--) {
-        const moe_model_layer_params *w = &m->p.layers[l];
+        const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
         layer_acts *a = &m->acts[l];
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */

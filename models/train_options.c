@@ -49,6 +49,8 @@ static const opt_spec kOptions[] = {
     {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL},
     {"--layout-invariant", "1: results bitwise independent of ep/world size (slower)", OPT_INT,
      OFF(model.moe.layout_invariant), 0, 1, {0}, NULL},
+    {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way)",
+     OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL},
     /* training */
     {"--batch", "global sequences per micro-batch (divisible by the world size)", OPT_INT, OFF(batch), 1, 1 << 20, {0}, NULL},
     {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL},

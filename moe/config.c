@@ -19,6 +19,7 @@ moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k)
         .z_loss_coef = 0.001f,
         .bias_update_rate = 0.001f,
         .layout_invariant = 1,
+        .precision = MOE_PRECISION_FP32,
     };
 }
 
@@ -39,6 +40,8 @@ const char *moe_config_problem(const moe_config *c) {
         return "drop_priority must be MOE_DROP_BY_TOKEN_ORDER or MOE_DROP_BY_SCORE";
     if (c->renormalize != 0 && c->renormalize != 1) return "renormalize must be 0 or 1";
     if (c->layout_invariant != 0 && c->layout_invariant != 1) return "layout_invariant must be 0 or 1";
+    if (c->precision != MOE_PRECISION_FP32 && c->precision != MOE_PRECISION_BF16)
+        return "precision must be MOE_PRECISION_FP32 or MOE_PRECISION_BF16";
     if (!isfinite(c->capacity_factor)) return "capacity_factor must be finite (<= 0 means dropless)";
     if (!finite_nonnegative(c->aux_loss_coef)) return "aux_loss_coef must be finite and >= 0";
     if (!finite_nonnegative(c->z_loss_coef)) return "z_loss_coef must be finite and >= 0";

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "core/precision.h"
 #include "core/types.h"
 #include "kernels/adamw.h"
 #include "moe/runtime.h"
@@ -20,9 +21,11 @@ typedef struct moe_dense_state moe_dense_state; /* scratch and handles of one mo
 
 typedef struct moe_dense_ops {
     const char *name;
-    /* layout_invariant: linear's row blocking (moe_config.layout_invariant); max_width: the widest row of a
-     * linear's input or output (d, d_ff, V) */
-    moe_status (*create)(moe_runtime *rt, int layout_invariant, int max_width, moe_dense_state **out);
+    /* layout_invariant: linear's row blocking (moe_config.layout_invariant); precision: whether linear and swiglu
+     * take bf16 inputs (core/precision.h, the MOE_GEMM_DENSE site: then their weights must be bf16 copies, made
+     * with round_bf16); max_width: the widest row of a linear's input or output (d, d_ff, V) */
+    moe_status (*create)(moe_runtime *rt, int layout_invariant, moe_precision precision, int max_width,
+                         moe_dense_state **out);
     void (*destroy)(moe_dense_state *s);
 
     /* y[t] = table[tokens[t]]; dtable[tokens[t]] += dy[t] in token order (kernels/embedding.h) */
@@ -78,6 +81,8 @@ typedef struct moe_dense_ops {
     /* *first = the index of the first NaN or Inf among count values, or -1 (host; the guard's) */
     moe_status (*find_nonfinite)(moe_dense_state *s, const moe_real *a, size_t count, long long *first);
     moe_status (*scale)(moe_dense_state *s, moe_real *a, size_t count, double factor);
+    /* dst = src rounded to bf16 (kept as moe_real): a weight's bf16 copy for the GEMMs */
+    moe_status (*round_bf16)(moe_dense_state *s, const moe_real *src, size_t count, moe_real *dst);
 } moe_dense_ops;
 
 /* The table of a runtime. */

@@ -1,5 +1,6 @@
 /* dense_ops_cpu.c — the CPU table of the dense ops (moe/dense_ops.h): the _cpu kernels of kernels/ and experts/,
- * OpenBLAS through the row-wise GEMMs of kernels/gemm_rows.h. No host syncs. */
+ * OpenBLAS through the row-wise GEMMs of kernels/gemm_rows.h (bf16 inputs there under bf16 precision). No host
+ * syncs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,11 +42,13 @@ static void cpu_destroy(moe_dense_state *s) {
     free(s);
 }
 
-static moe_status cpu_create(moe_runtime *rt, int layout_invariant, int max_width, moe_dense_state **out) {
+static moe_status cpu_create(moe_runtime *rt, int layout_invariant, moe_precision precision, int max_width,
+                             moe_dense_state **out) {
     moe_dense_state *s = calloc(1, sizeof *s);
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
     s->rt = rt;
-    moe_status st = moe_gemm_rows_plan_init(&s->gemm, layout_invariant, max_width);
+    moe_status st = moe_gemm_rows_plan_init(&s->gemm, layout_invariant,
+                                            moe_precision_bf16_inputs(precision, MOE_GEMM_DENSE), max_width);
     if (st != MOE_OK) return cpu_destroy(s), st;
     *out = s;
     return MOE_OK;
@@ -91,11 +94,10 @@ static moe_status cpu_linear_backward_input(moe_dense_state *s, const moe_real *
     return MOE_OK;
 }
 
-/* a sum over this rank's tokens, as one GEMM */
+/* a sum over this rank's tokens, as one GEMM (in fp32) */
 static moe_status cpu_linear_backward_weight(moe_dense_state *s, const moe_real *dy, const moe_real *x, int T, int in,
                                              int out, moe_real *dW) {
-    (void)s;
-    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1, dy, out, x, in, 1, dW, in);
+    moe_gemm_rows_at_b_cpu(&s->gemm, T, out, in, dy, x, 1, dW);
     return MOE_OK;
 }
 
@@ -199,6 +201,12 @@ static moe_status cpu_scale(moe_dense_state *s, moe_real *a, size_t n, double fa
     return MOE_OK;
 }
 
+static moe_status cpu_round_bf16(moe_dense_state *s, const moe_real *src, size_t n, moe_real *dst) {
+    (void)s;
+    moe_round_bf16_cpu(src, n, dst);
+    return MOE_OK;
+}
+
 const moe_dense_ops moe_dense_ops_cpu = {
     .name = "cpu",
     .create = cpu_create,
@@ -223,4 +231,5 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .sum_squares = cpu_sum_squares,
     .find_nonfinite = cpu_find_nonfinite,
     .scale = cpu_scale,
+    .round_bf16 = cpu_round_bf16,
 };

@@ -20,7 +20,10 @@ struct moe_layer_state {
     moe_config cfg;
     moe_runtime *rt;
     int num_local_experts;
-    moe_gemm_rows_plan gemm;     /* how row-wise GEMMs are cut into calls (cfg.layout_invariant) */
+    moe_gemm_rows_plan router_gemm, expert_gemm; /* how row-wise GEMMs are cut into calls (cfg.layout_invariant)
+                                                  * and whether they take bf16 inputs (core/precision.h) */
+    moe_layer_weights bf16_experts; /* bf16: the local experts' weights rounded, once per forward (router_w NULL) */
+    moe_real *bf16_buffer;
     moe_real *wgrad_scratch;     /* [d_ff * d] one expert weight gradient product */
     int *expert_offset;          /* [E + 1] the layout's offsets (scratch) */
     int *num_selected;           /* [E] global top-k counts of the last forward, for the balance loss's gradient */
@@ -34,8 +37,8 @@ struct moe_layer_state {
 
 static void cpu_destroy(moe_layer_state *s) {
     if (!s) return;
-    moe_gemm_rows_plan_free(&s->gemm);
-    free(s->wgrad_scratch), free(s->expert_offset), free(s->num_selected);
+    moe_gemm_rows_plan_free(&s->router_gemm), moe_gemm_rows_plan_free(&s->expert_gemm);
+    free(s->wgrad_scratch), free(s->expert_offset), free(s->num_selected), free(s->bf16_buffer);
     void **bufs[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act, (void **)&s->dh1, (void **)&s->dh3,
                      (void **)&s->dscores, (void **)&s->dlogits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) moe_runtime_free(s->rt, *bufs[i]);
@@ -53,9 +56,16 @@ static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_s
     s->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
     s->expert_offset = calloc((size_t)cfg->num_experts + 1, sizeof(int));
     s->num_selected = calloc((size_t)cfg->num_experts, sizeof(int));
-    moe_status st = s->wgrad_scratch && s->expert_offset && s->num_selected
-                        ? moe_gemm_rows_plan_init(&s->gemm, cfg->layout_invariant, widest)
+    const int bf16 = moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_EXPERTS);
+    const size_t per_matrix = (size_t)s->num_local_experts * cfg->d_ff * cfg->d_model;
+    if (bf16 && (s->bf16_buffer = malloc(3 * per_matrix * sizeof(moe_real))))
+        s->bf16_experts = (moe_layer_weights){NULL, s->bf16_buffer, s->bf16_buffer + per_matrix,
+                                              s->bf16_buffer + 2 * per_matrix};
+    moe_status st = s->wgrad_scratch && s->expert_offset && s->num_selected && (!bf16 || s->bf16_buffer)
+                        ? moe_gemm_rows_plan_init(&s->router_gemm, cfg->layout_invariant,
+                                                  moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_ROUTER), widest)
                         : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = moe_gemm_rows_plan_init(&s->expert_gemm, cfg->layout_invariant, bf16, widest);
     if (st != MOE_OK) return cpu_destroy(s), st;
     *out = s;
     return MOE_OK;
@@ -65,7 +75,7 @@ static moe_status cpu_route(moe_layer_state *s, const moe_layer_weights *w, cons
                             int use_given_experts, const moe_token_routing *r, int T) {
     const moe_config *c = &s->cfg;
     const int E = c->num_experts, k = c->top_k;
-    moe_status st = moe_router_logits_cpu(&s->gemm, x, w->router_w, T, c->d_model, E, r->logits);
+    moe_status st = moe_router_logits_cpu(&s->router_gemm, x, w->router_w, T, c->d_model, E, r->logits);
     s->nonfinite = st == MOE_ERR_NONFINITE;
     if (s->nonfinite) { /* placeholders: experts 0..k-1, so that the collective steps stay well defined */
         for (int a = 0; a < T * k; a++) r->expert[a] = a % k;
@@ -131,8 +141,14 @@ static moe_status cpu_experts_forward(moe_layer_state *s, const moe_layer_weight
         MOE_TRY(moe_runtime_regrow(s->rt, bufs, nbytes, 5));
         s->max_rows = rows;
     }
-    moe_expert_ffn_forward_cpu(w, s->num_local_experts, s->cfg.d_model, s->cfg.d_ff, expert_offset, xp, s->h1, s->h3,
-                               s->act, y, &s->gemm);
+    if (s->bf16_buffer) { /* the weights' bf16 copy, which backward uses too */
+        const size_t per_matrix = (size_t)s->num_local_experts * s->cfg.d_ff * s->cfg.d_model;
+        moe_round_bf16_cpu(w->w1, per_matrix, s->bf16_experts.w1);
+        moe_round_bf16_cpu(w->w3, per_matrix, s->bf16_experts.w3);
+        moe_round_bf16_cpu(w->w2, per_matrix, s->bf16_experts.w2);
+    }
+    moe_expert_ffn_forward_cpu(s->bf16_buffer ? &s->bf16_experts : w, s->num_local_experts, s->cfg.d_model,
+                               s->cfg.d_ff, expert_offset, xp, s->h1, s->h3, s->act, y, &s->expert_gemm);
     return MOE_OK;
 }
 
@@ -140,8 +156,9 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
                                        const int *segment_start, int segments, int rows, const void *xp,
                                        const void *dy, void *dxp) {
     if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
-    moe_expert_ffn_backward_cpu(w, grads, s->num_local_experts, s->cfg.d_model, s->cfg.d_ff, segment_start, segments,
-                                xp, s->h1, s->h3, s->act, dy, s->dh1, s->dh3, dxp, s->wgrad_scratch, &s->gemm);
+    moe_expert_ffn_backward_cpu(s->bf16_buffer ? &s->bf16_experts : w, grads, s->num_local_experts, s->cfg.d_model,
+                                s->cfg.d_ff, segment_start, segments, xp, s->h1, s->h3, s->act, dy, s->dh1, s->dh3,
+                                dxp, s->wgrad_scratch, &s->expert_gemm);
     return MOE_OK;
 }
 
@@ -188,7 +205,7 @@ static moe_status cpu_router_backward(moe_layer_state *s, const moe_layer_weight
     moe_router_z_loss_backward_cpu(r->logits, T, Tg, E, c->z_loss_coef, s->dlogits);
     /* dWr += dlogits^T x (a sum over this rank's tokens; moe_layer_reduce_gradients sums over ranks) */
     moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, s->dlogits, E, x, d, 1, grads->router_w, d);
-    if (dx) moe_gemm_rows_cpu(&s->gemm, CblasNoTrans, T, d, E, s->dlogits, w->router_w, 1, dx);
+    if (dx) moe_gemm_rows_cpu(&s->router_gemm, CblasNoTrans, T, d, E, s->dlogits, w->router_w, 1, dx);
     return MOE_OK;
 }
 

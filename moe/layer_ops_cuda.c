@@ -72,6 +72,10 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
     moe_gpu *gpu = moe_runtime_gpu(rt);
     if (!gpu)
         return moe_fail(MOE_ERR_NO_DEVICE, "the CUDA layer table needs a CUDA runtime, not '%s'", moe_runtime_name(rt));
+    if (!moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_EXPERTS) ||
+        moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_ROUTER))
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the CUDA layer runs its experts in bf16 and its router in fp32: "
+                                                "it needs precision bf16 (fp32 experts on CUDA are not written yet)");
     moe_layer_state *s = calloc(1, sizeof *s);
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
     s->cfg = *cfg;

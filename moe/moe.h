@@ -19,6 +19,7 @@
 
 #include "alltoall/parallel.h"
 #include "core/rng.h"
+#include "core/precision.h"
 #include "core/types.h"
 #include "moe/runtime.h"
 
@@ -39,6 +40,7 @@ typedef struct {
     int layout_invariant; /* 1 (default): row-wise GEMMs in fixed 64-row calls, so every result is
                            * bitwise the same for any ep and world size (costs ~15% on the CPU);
                            * 0: one call per expert, faster, the last bits may depend on the layout */
+    moe_precision precision; /* fp32 (default), or bf16 inputs to the expert GEMMs (core/precision.h) */
 } moe_config;
 
 /* A config with the usual defaults: softmax, renormalised when k > 1 (Mixtral; with k = 1 the gate is the

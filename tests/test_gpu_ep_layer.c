@@ -84,6 +84,7 @@ int main(int argc, char **argv) {
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.capacity_factor = 1.0f, cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
     cfg.ep_size = W;
+    cfg.precision = MOE_PRECISION_BF16; /* the CUDA layer's experts */
     moe_config ref_cfg = cfg;
     ref_cfg.ep_size = 1;
     moe_rng rng = moe_rng_seeded(4242);

@@ -239,7 +239,7 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
 
     /* CPU forward on the same bf16 values */
     moe_gemm_rows_plan plan;
-    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, F.d > F.f ? F.d : F.f));
+    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, 0, F.d > F.f ? F.d : F.f));
     moe_layer_weights wc = {NULL, w1, w3, w2};
     float *h1 = (float *)xmalloc(rows * f * 4), *h3 = (float *)xmalloc(rows * f * 4);
     float *act = (float *)xmalloc(rows * f * 4), *y = (float *)xmalloc(rows * d * 4);

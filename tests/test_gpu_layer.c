@@ -78,6 +78,7 @@ static void run_case(moe_runtime *rt, const moe_parallel *par, const layer_case 
     moe_config cfg = moe_config_default(c->d, c->f, c->E, c->k);
     cfg.score_func = c->func, cfg.capacity_factor = c->cf, cfg.drop_priority = c->prio;
     cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
+    cfg.precision = MOE_PRECISION_BF16; /* the GPU's experts; the CPU reference rounds the same GEMM inputs */
     const int T = c->T, k = c->k;
     size_t n = (size_t)T * c->d, P = moe_layer_num_params(&cfg);
     moe_rng rng = moe_rng_seeded(606);

@@ -60,7 +60,7 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     float *w = test_alloc_uniform(rng, (size_t)E * d, 1 / sqrt((double)d));
     float *want = (float *)host_alloc(te * sizeof(float)), *got[2];
     moe_gemm_rows_plan plan;
-    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, d > E ? d : E));
+    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, 0, d > E ? d : E));
     CHECK_OK(moe_router_logits_cpu(&plan, x, w, T, d, E, want));
     moe_gemm_rows_plan_free(&plan);
     float *d_x = (float *)test_gpu_upload(gpu, x, (size_t)T * d * sizeof(float));

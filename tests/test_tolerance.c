@@ -91,6 +91,22 @@ static const test_tolerance kTolerance[] = {
     /* dgate = dout . y: a block reduction of d <= 4096 terms against the CPU's loop, ~sqrt(d) * 6e-8 ~ 4e-6
      * relative: 1e-4 */
     {"combine backward dgate", "bf16", 1e-10, 1e-4, 0, 1e-4},
+    /* ---- the CPU's bf16 precision against its fp32 (tests/test_precision.c; dtype "cpu-bf16") ----
+     * a GEMM of rounded inputs against the same products in double: only the order of the fp32 sums differs,
+     * ~sqrt(k) * 6e-8 of the scale: 1e-5 of rms(want) */
+    {"gemm rows exact", "cpu-bf16", 1e-10, 0, 1e-5, 1e-5},
+    /* against fp32 inputs: each input keeps 8 bits (relative 2^-9 ~ 2e-3 each, two per product), sums of k
+     * random-signed products: nmse ~ 2 * (2^-9)^2 * a few ~ 1e-5; elements 2% of rms(want) */
+    {"gemm rows", "cpu-bf16", 1e-4, 0, 2e-2, 2e-2},
+    /* the layer (experts in bf16, router fp32: the same routes): out and dx go through three bf16 GEMMs and
+     * SwiGLU, the expert gradients through two: like the GPU rows above */
+    {"layer out", "cpu-bf16", 1e-4, 0, 3e-2, 5e-2},
+    {"layer dx", "cpu-bf16", 1e-4, 0, 3e-2, 5e-2},
+    {"layer dexperts", "cpu-bf16", 1e-4, 0, 5e-2, 5e-2},
+    /* the router's weight gradient: fp32 products, but of a dgate made from bf16 expert outputs; cancels */
+    {"layer drouter_w", "cpu-bf16", 1e-3, 0, 5e-2, 5e-2},
+    /* the model's loss (a mean of token cross-entropies, O(1)): bf16 dense and expert GEMMs over a few layers */
+    {"model loss", "cpu-bf16", INFINITY, 0, 0, 2e-3},
 };
 
 const test_tolerance *test_tolerance_table(size_t *count) {

@@ -2,7 +2,7 @@
  *
  * ggml's per-op max_nmse_err is the model: the CPU path is the oracle, and every op compared against it within
  * a tolerance has one row, keyed by op name and dtype ("f32": fp32 on both sides; "bf16": the GPU's bf16 path
- * against fp32 on bf16-rounded inputs). Comparisons that must be exact (data that only moves, counts, repeat
+ * against fp32 on bf16-rounded inputs; "cpu-bf16": the CPU's bf16 precision against its fp32). Comparisons that must be exact (data that only moves, counts, repeat
  * runs) do not go through the table; they compare bits.
  *
  * A comparison of got with want (count elements) passes when both hold:
@@ -17,7 +17,7 @@
 
 typedef struct {
     const char *op;
-    const char *dtype; /* "f32" or "bf16" (the path) */
+    const char *dtype; /* "f32", "bf16" (the GPU paths) or "cpu-bf16" (the CPU's bf16 precision vs its fp32) */
     double max_nmse;   /* INFINITY: no bound (a scalar, where the element bound is the whole check) */
     double atol;       /* absolute */
     double atol_rms;   /* times rms(want) */

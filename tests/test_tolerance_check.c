@@ -105,7 +105,8 @@ int main(void) {
     const test_tolerance *t = test_tolerance_table(&rows);
     CHECK(rows > 0, "the table is empty");
     for (size_t i = 0; i < rows; i++) {
-        CHECK(!strcmp(t[i].dtype, "f32") || !strcmp(t[i].dtype, "bf16"), "%s: dtype %s", t[i].op, t[i].dtype);
+        CHECK(!strcmp(t[i].dtype, "f32") || !strcmp(t[i].dtype, "bf16") || !strcmp(t[i].dtype, "cpu-bf16"),
+              "%s: dtype %s", t[i].op, t[i].dtype);
         CHECK(t[i].max_nmse >= 0 && t[i].atol >= 0 && t[i].atol_rms >= 0 && t[i].rtol >= 0, "%s %s: a bound is "
               "negative or NaN", t[i].op, t[i].dtype);
         CHECK(t[i].atol == 0 || t[i].atol_rms == 0, "%s %s: both an absolute and an rms-scaled bound", t[i].op,

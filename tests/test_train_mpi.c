@@ -7,7 +7,9 @@
  *    updated weights differ in the last bits. The step-1 global gradient norm agrees within 1e-6: each
  *    expert is counted once whether it is sharded, replicated or both. With W = 2 and one micro-batch per
  *    step, ep = 1 and ep = 2 are bitwise equal over all steps (experts/expert_ffn.h, models/optimizer.h).
- * *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
+ *  - bf16 precision (core/precision.h), W = 2: run to run and ep = 1 vs 2 bitwise equal over all steps, and within
+ *    2% of the fp32 losses (but not equal to them: the GEMM inputs were rounded).
+ *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +25,11 @@ enum { STEPS = 5 };
 /* Runs `steps` steps at this ep; losses[step-1]; *norm1: step 1's gradient norm. Returns the final
  * validation loss. */
 static double train(const char *train_path, const char *val_path, int ep, int steps, int micro_batches, double *losses,
-                    double *norm1) {
+                    double *norm1, moe_precision precision) {
     moe_parallel *par;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
     moe_train_options o = test_small_options(train_path, val_path, ep, steps, micro_batches);
+    o.model.moe.precision = precision;
     moe_trainer t;
     test_mpi_require(moe_trainer_create(&t, &o, NULL, par), "trainer");
     moe_step_result r = {0};
@@ -56,10 +59,11 @@ int main(int argc, char **argv) {
     const char *train_path = corpus.train, *val_path = corpus.val;
 
     double reference[STEPS], losses[STEPS], reference_norm, norm;
-    train(train_path, val_path, 1, STEPS, 2, reference, &reference_norm);
+    const moe_precision fp32 = MOE_PRECISION_FP32, bf16 = MOE_PRECISION_BF16;
+    train(train_path, val_path, 1, STEPS, 2, reference, &reference_norm, fp32);
     for (int ep = 2; ep <= W; ep++) {
         if (W % ep || 8 % ep) continue;
-        train(train_path, val_path, ep, STEPS, 2, losses, &norm);
+        train(train_path, val_path, ep, STEPS, 2, losses, &norm, fp32);
         /* the global norm counts every expert once, however the experts are sharded and replicated */
         CHECK(fabs(norm - reference_norm) <= 1e-6 * reference_norm, "ep %d: step-1 gradient norm %.12g, ep 1 %.12g", ep,
               norm, reference_norm);
@@ -75,16 +79,31 @@ int main(int argc, char **argv) {
     }
 
     if (W == 2) { /* one micro-batch per step: replicated and sharded experts sum the same two products */
-        train(train_path, val_path, 1, STEPS, 1, reference, &reference_norm);
-        train(train_path, val_path, 2, STEPS, 1, losses, &norm);
+        train(train_path, val_path, 1, STEPS, 1, reference, &reference_norm, fp32);
+        train(train_path, val_path, 2, STEPS, 1, losses, &norm, fp32);
         CHECK(!memcmp(losses, reference, sizeof losses), "W=2, 1 micro-batch: ep 2 losses not bitwise those of ep 1");
         CHECK(norm == reference_norm, "W=2, 1 micro-batch: step-1 norms %.17g vs %.17g", norm, reference_norm);
         if (rank == 0) printf("W=2, 1 micro-batch per step: ep=1 and ep=2 losses bitwise equal over %d steps\n", STEPS);
+
+        double bf16_ep1[STEPS], bf16_again[STEPS], bf16_ep2[STEPS], bf16_norm;
+        train(train_path, val_path, 1, STEPS, 1, bf16_ep1, &bf16_norm, bf16);
+        train(train_path, val_path, 1, STEPS, 1, bf16_again, &norm, bf16);
+        CHECK(!memcmp(bf16_ep1, bf16_again, sizeof bf16_ep1), "bf16: a second run's losses are not bitwise the first's");
+        train(train_path, val_path, 2, STEPS, 1, bf16_ep2, &norm, bf16);
+        CHECK(!memcmp(bf16_ep1, bf16_ep2, sizeof bf16_ep1), "bf16: ep 2 losses not bitwise those of ep 1");
+        CHECK(bf16_ep1[0] != reference[0], "bf16: step 1 loss bitwise the fp32 one (were the inputs rounded?)");
+        for (int s = 0; s < STEPS; s++) {
+            CHECK(fabs(bf16_ep1[s] - reference[s]) <= 0.02 * reference[s], "bf16 step %d: %.9f, fp32 %.9f", s + 1,
+                  bf16_ep1[s], reference[s]);
+            if (rank == 0)
+                printf("bf16 step %d: loss %.9f (fp32 %.9f, rel diff %.2e); run to run and ep 1 vs 2 bitwise\n", s + 1,
+                       bf16_ep1[s], reference[s], fabs(bf16_ep1[s] - reference[s]) / reference[s]);
+        }
     }
 
     enum { LONG = 40 };
     double curve[LONG];
-    double val = train(train_path, val_path, W, LONG, 2, curve, &norm);
+    double val = train(train_path, val_path, W, LONG, 2, curve, &norm, fp32);
     if (rank == 0)
         printf("W=%d ep=%d: loss %.4f -> %.4f over %d steps, validation %.4f\n", W, W, curve[0], curve[LONG - 1], LONG,
                val);

@@ -1,0 +1,172 @@
+/* test_precision.c — bf16 precision on the CPU (core/precision.h) against fp32, op by op, with the rows of the
+ * tolerance table whose dtype is "cpu-bf16":
+ *  - the policy: experts and dense GEMMs take bf16 inputs under bf16, the router and attention never;
+ *  - row-wise GEMMs with bf16 inputs equal the double-precision products of the rounded inputs (up to the
+ *    order of the sums) and are within bf16 error of fp32; every row is bitwise the same whether its call has 1,
+ *    37, 64 or 300 rows (layout invariance holds in bf16 too); the weight-gradient product A^T B likewise;
+ *  - the layer: the same routes (the router stays fp32), outputs and gradients within bf16 error;
+ *  - the model: the loss within bf16 error of fp32, and bitwise the same on a second forward. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cast.h"
+#include "kernels/gemm_rows.h"
+#include "models/model.h"
+#include "moe/moe.h"
+#include "tests/test_tolerance.h"
+#include "tests/test_util.h"
+
+static void policy(void) {
+    const moe_precision fp32 = MOE_PRECISION_FP32, bf16 = MOE_PRECISION_BF16;
+    const moe_gemm_site sites[4] = {MOE_GEMM_ROUTER, MOE_GEMM_EXPERTS, MOE_GEMM_DENSE, MOE_GEMM_ATTENTION};
+    const int expect_bf16[4] = {0, 1, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        CHECK(!moe_precision_bf16_inputs(fp32, sites[i]), "fp32 precision: site %d takes bf16", i);
+        CHECK(moe_precision_bf16_inputs(bf16, sites[i]) == expect_bf16[i], "bf16 precision: site %d", i);
+    }
+    CHECK(moe_precision_parse("bf16") == MOE_PRECISION_BF16 && moe_precision_parse("fp32") == MOE_PRECISION_FP32 &&
+              moe_precision_parse("fp16") == -1,
+          "precision names");
+}
+
+/* C = A B^T in double over the bf16-rounded inputs: what a bf16 GEMM with exact accumulation gives */
+static void reference_rounded(const float *A, const float *B, int rows, int n, int k, float *C) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0;
+            for (int i = 0; i < k; i++)
+                sum += (double)moe_bf16_round(A[(size_t)r * k + i]) * moe_bf16_round(B[(size_t)j * k + i]);
+            C[(size_t)r * n + j] = (float)sum;
+        }
+}
+
+static void gemms(void) {
+    enum { ROWS = 300, N = 96, K = 160 };
+    moe_rng rng = moe_rng_seeded(11);
+    float *A = test_alloc_uniform(&rng, (size_t)ROWS * K, 1), *B = test_alloc_uniform(&rng, (size_t)N * K, 1);
+    float *Bq = malloc(sizeof(float) * N * K), *got = malloc(sizeof(float) * ROWS * N),
+          *fp32 = malloc(sizeof(float) * ROWS * N), *exact = malloc(sizeof(float) * ROWS * N),
+          *alone = malloc(sizeof(float) * ROWS * N);
+    moe_round_bf16_cpu(B, (size_t)N * K, Bq); /* the weight's bf16 copy, as its owner makes it */
+    for (int invariant = 0; invariant < 2; invariant++) {
+        moe_gemm_rows_plan p16, p32;
+        CHECK_OK(moe_gemm_rows_plan_init(&p16, invariant, 1, K > N ? K : N));
+        CHECK_OK(moe_gemm_rows_plan_init(&p32, invariant, 0, K > N ? K : N));
+        moe_gemm_rows_cpu(&p16, CblasTrans, ROWS, N, K, A, Bq, 0, got);
+        moe_gemm_rows_cpu(&p32, CblasTrans, ROWS, N, K, A, B, 0, fp32);
+        reference_rounded(A, B, ROWS, N, K, exact);
+        test_tolerance_check("gemm rows exact", "cpu-bf16", got, exact, (size_t)ROWS * N, "layout_invariant %d",
+                             invariant);
+        test_tolerance_check("gemm rows", "cpu-bf16", got, fp32, (size_t)ROWS * N, "layout_invariant %d", invariant);
+        if (invariant) { /* each row alone, and in calls of 37 and 64 rows: the same bits */
+            const int sizes[3] = {1, 37, 64};
+            for (int s = 0; s < 3; s++) {
+                for (int r = 0; r < ROWS; r += sizes[s]) {
+                    const int m = ROWS - r < sizes[s] ? ROWS - r : sizes[s];
+                    moe_gemm_rows_cpu(&p16, CblasTrans, m, N, K, A + (size_t)r * K, Bq, 0, alone + (size_t)r * N);
+                }
+                CHECK(!memcmp(alone, got, sizeof(float) * ROWS * N), "bf16 rows in calls of %d differ", sizes[s]);
+            }
+        }
+        moe_gemm_rows_plan_free(&p16), moe_gemm_rows_plan_free(&p32);
+    }
+    /* the weight gradient: C[K, N] = A^T D over 300 rows (chunked by 256 under bf16) */
+    float *D = test_alloc_uniform(&rng, (size_t)ROWS * N, 1), *g16 = malloc(sizeof(float) * K * N),
+          *g32 = malloc(sizeof(float) * K * N);
+    moe_gemm_rows_plan p16, p32;
+    CHECK_OK(moe_gemm_rows_plan_init(&p16, 1, 1, K > N ? K : N));
+    CHECK_OK(moe_gemm_rows_plan_init(&p32, 1, 0, K > N ? K : N));
+    moe_gemm_rows_at_b_cpu(&p16, ROWS, K, N, A, D, 0, g16);
+    moe_gemm_rows_at_b_cpu(&p32, ROWS, K, N, A, D, 0, g32);
+    test_tolerance_check("gemm rows", "cpu-bf16", g16, g32, (size_t)K * N, "A^T B over %d rows", ROWS);
+    moe_gemm_rows_plan_free(&p16), moe_gemm_rows_plan_free(&p32);
+    free(A), free(B), free(Bq), free(got), free(fp32), free(exact), free(alone), free(D), free(g16), free(g32);
+}
+
+typedef struct {
+    float *out, *dx, *grads;
+    int *experts;
+} layer_result;
+
+static layer_result run_layer(moe_precision precision, const moe_config *base, const float *weights, const float *x,
+                              const float *dout, int T) {
+    moe_config cfg = *base;
+    cfg.precision = precision;
+    const size_t n = (size_t)T * cfg.d_model, P = moe_layer_num_params(&cfg);
+    layer_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), calloc(P, sizeof(float)),
+                      malloc((size_t)T * cfg.top_k * sizeof(int))};
+    float *w = malloc(P * sizeof(float));
+    memcpy(w, weights, P * sizeof(float));
+    moe_layer_weights view = moe_layer_weights_view(&cfg, w), gview = moe_layer_weights_view(&cfg, r.grads);
+    moe_layer *L;
+    CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
+    CHECK_OK(moe_layer_forward(L, &view, x, T, r.out, NULL));
+    int tokens_global = 0;
+    CHECK_OK(moe_layer_gather_routing(L, r.experts, &tokens_global));
+    CHECK_OK(moe_layer_backward(L, &view, dout, r.dx, &gview));
+    moe_layer_destroy(L);
+    free(w);
+    return r;
+}
+
+static void layer(void) {
+    enum { T = 200 };
+    moe_config cfg = moe_config_default(64, 96, 8, 2);
+    cfg.capacity_factor = 1.25f;
+    moe_rng rng = moe_rng_seeded(12);
+    test_weights w = test_weights_random(&cfg, &rng);
+    float *x = test_alloc_uniform(&rng, (size_t)T * cfg.d_model, 1), *dout = test_alloc_uniform(&rng, T * 64, 1);
+    layer_result a = run_layer(MOE_PRECISION_FP32, &cfg, w.buffer, x, dout, T),
+                 b = run_layer(MOE_PRECISION_BF16, &cfg, w.buffer, x, dout, T);
+    CHECK(!memcmp(a.experts, b.experts, (size_t)T * cfg.top_k * sizeof(int)), "bf16 changed the routes");
+    const size_t n = (size_t)T * cfg.d_model, E = cfg.num_experts, d = cfg.d_model;
+    test_tolerance_check("layer out", "cpu-bf16", b.out, a.out, n, "T=%d", T);
+    test_tolerance_check("layer dx", "cpu-bf16", b.dx, a.dx, n, "T=%d", T);
+    test_tolerance_check("layer drouter_w", "cpu-bf16", b.grads, a.grads, E * d, "T=%d", T);
+    test_tolerance_check("layer dexperts", "cpu-bf16", b.grads + E * d, a.grads + E * d,
+                         moe_layer_num_params(&cfg) - E * d, "T=%d", T);
+    layer_result again = run_layer(MOE_PRECISION_BF16, &cfg, w.buffer, x, dout, T);
+    CHECK(!memcmp(again.out, b.out, n * sizeof(float)) && !memcmp(again.dx, b.dx, n * sizeof(float)),
+          "bf16 layer: a second run differs");
+    layer_result all[3] = {a, b, again};
+    for (int i = 0; i < 3; i++) free(all[i].out), free(all[i].dx), free(all[i].grads), free(all[i].experts);
+    test_weights_free(&w);
+    free(x), free(dout);
+}
+
+/* the model's loss on one batch of random tokens, from the same seed */
+static double model_loss(moe_precision precision, int again) {
+    moe_model_config c = moe_model_config_default();
+    c.vocab_size = 64, c.num_layers = 2, c.d_model = 64, c.num_heads = 4, c.num_kv_heads = 2, c.d_ff = 96;
+    c.seq_len = 32, c.moe_every = 2; /* one dense FFN layer, one MoE layer */
+    c.moe = moe_config_default(c.d_model, c.d_ff, 4, 2);
+    c.moe.precision = precision;
+    moe_parallel *self;
+    CHECK_OK(moe_parallel_create_self(&self));
+    moe_model *m;
+    CHECK_OK(moe_model_create(&c, NULL, self, 4, 1, &m));
+    CHECK_OK(moe_model_init_weights(m, 13));
+    moe_rng rng = moe_rng_seeded(13);
+    int tokens[4 * 32 + 1];
+    for (int i = 0; i <= 4 * 32; i++) tokens[i] = (int)(moe_rng_next(&rng) % 64);
+    double loss = 0, second = 0;
+    CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &loss, NULL));
+    if (again) {
+        CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &second, NULL));
+        CHECK(second == loss, "bf16 model: a second forward gives %.17g, the first %.17g", second, loss);
+    }
+    moe_model_destroy(m);
+    moe_parallel_destroy(self);
+    return loss / (4 * 32);
+}
+
+int main(void) {
+    policy();
+    gemms();
+    layer();
+    double fp32 = model_loss(MOE_PRECISION_FP32, 0), bf16 = model_loss(MOE_PRECISION_BF16, 1);
+    CHECK(fp32 != bf16, "the bf16 model's loss is bitwise the fp32 one (were the inputs rounded?)");
+    test_tolerance_check_scalar("model loss", "cpu-bf16", bf16, fp32, "a dense and an MoE layer");
+    return test_finish("test_precision");
+}
