@@ -10,12 +10,18 @@ logits = x Wr^T -> softmax -> top-k -> renormalise -> for each expert: index_sel
 earlier tokens kept). Backward is autograd of sum(out * dout) + the weighted losses, giving dx and every
 weight gradient.
 
+--autocast-bf16 runs the forward (the layer and the loss) under torch.autocast('cpu', dtype=torch.bfloat16)
+and the backward outside it, as PyTorch recommends: every GEMM, the router's included, takes bf16 inputs and
+gives bf16 outputs (the backward's GEMMs follow), while tests/torch_moe.py takes the router logits back to
+float32 for the scores, top-k, gates, losses and the combine, as Hugging Face's Mixtral does. Weights,
+gradients, x and dx stay float32. Default: everything in float32.
+
 Measures forward, backward and forward+backward wall time (median and min over --iters timed iterations
 after --warmup untimed ones, time.perf_counter). Last line: "json: {...}".
 
 Run with Debian's python (it has python3-torch):
     /usr/bin/python3 bench/bench_moe_layer_torch.py [--tokens 4096 --d-model 512 --d-ff 1024 --experts 8
-        --top-k 2 --capacity-factor 0 --warmup 2 --iters 7 --threads <os.cpu_count()>]
+        --top-k 2 --capacity-factor 0 --warmup 2 --iters 7 --threads <os.cpu_count()>] [--autocast-bf16]
 """
 import argparse
 import json
@@ -66,12 +72,20 @@ def parse_args():
     p.add_argument("--warmup", type=positive_int(0, 100000), default=2)
     p.add_argument("--iters", type=positive_int(1, 100000), default=7)
     p.add_argument("--threads", type=positive_int(1, 4096), default=os.cpu_count() or 1)
+    p.add_argument("--autocast-bf16", action="store_true",
+                   help="forward under torch.autocast('cpu', dtype=torch.bfloat16), backward outside it "
+                        "(default: float32 throughout)")
     a = p.parse_args()  # argparse prints the error and exits with status 2
     if a.top_k > a.experts:
         p.error("--top-k must not exceed --experts")
     if a.tokens * a.top_k * max(a.d_ff, a.d_model) * 4 > 16e9:
         p.error("shape too large (activations over 16 GB)")
     return a
+
+
+def precision_name(a):
+    """The mode, as the output and the json line name it: fp32, or bf16-autocast."""
+    return "bf16-autocast" if a.autocast_bf16 else "fp32"
 
 
 def init_uniform_(block, gen):
@@ -92,6 +106,9 @@ def main():
     print(f"shape: T={a.tokens} d={a.d_model} d_ff={a.d_ff} E={a.experts} k={a.top_k} "
           f"capacity_factor={a.capacity_factor:g} ({'capacity' if a.capacity_factor > 0 else 'dropless'}) "
           f"warmup={a.warmup} iters={a.iters}")
+    print(f"precision: {precision_name(a)} ("
+          + ("forward under torch.autocast('cpu', dtype=torch.bfloat16), backward outside it; float32 weights"
+             if a.autocast_bf16 else "float32 throughout") + ")")
 
     gen = torch.Generator().manual_seed(0x5EED)
     layer = torch_moe.SparseMoeBlock(a.d_model, a.d_ff, a.experts, a.top_k, score_func="softmax",
@@ -105,8 +122,9 @@ def main():
         layer.zero_grad(set_to_none=False)  # untimed: a training step zeroes the gradients once
         x = x0.clone().requires_grad_(True)
         t0 = time.perf_counter()
-        out, aux, z, experts, kept_mask = layer(x)
-        loss = (out * dout).sum() + AUX_COEF * aux + Z_COEF * z
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast_bf16):
+            out, aux, z, experts, kept_mask = layer(x)
+            loss = (out * dout).sum() + AUX_COEF * aux + Z_COEF * z
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -129,7 +147,8 @@ def main():
         print(f"{name:8s}: median {med:8.2f} ms  min {mn:8.2f} ms  {flop / med * 1e-6:7.1f} GFLOP/s")
     rec = {"bench": "moe_layer_torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
            "tokens": T, "d_model": d, "d_ff": f, "experts": E, "top_k": a.top_k,
-           "capacity_factor": a.capacity_factor, "warmup": a.warmup, "iters": a.iters, "rows": kept,
+           "capacity_factor": a.capacity_factor, "precision": precision_name(a),
+           "autocast_bf16": a.autocast_bf16, "warmup": a.warmup, "iters": a.iters, "rows": kept,
            "gflop_total": flop_t * 1e-9, "gflops": flop_t / res["total"][0] * 1e-6}
     for name, (med, mn) in res.items():
         rec[f"{name}_ms"] = {"median": round(med, 4), "min": round(mn, 4)}

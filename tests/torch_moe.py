@@ -20,7 +20,10 @@ The layer, for tokens x [T, d], E SwiGLU experts of width d_ff, k experts per to
                   P_e = mean_t p[t, e] with p = s (softmax) or s / sum_e s (sigmoid)
             z = mean_t logsumexp(logits[t])^2
 SparseMoeBlock runs on the device and in the dtype of its parameters and input: float32 on the CPU for the
-test and the CPU benchmark; every tensor it makes follows x's device, so CUDA takes no other code.
+test and the CPU benchmark; every tensor it makes follows x's device, so CUDA takes no other code. Under
+torch.autocast (the CPU benchmark's --autocast-bf16) its GEMMs run in bf16, the router's included; the logits
+are taken back to float32, as Hugging Face's Mixtral does with softmax(dtype=torch.float), so the scores,
+top-k, gates, losses and the combine (a bf16 expert output times a float32 gate) stay float32.
 grouped_mm_moe is the GPU benchmark's dropless variant: a float32 router and bf16 experts through
 torch._grouped_mm (recent CUDA builds of torch only).
 """
@@ -203,6 +206,8 @@ class SparseMoeBlock(torch.nn.Module):
         """x [T, d] -> MoeOutput(out, aux_loss, z_loss, experts, kept); see the module docstring."""
         T, E, k = x.shape[0], self.num_experts, self.top_k
         logits = self.router(x)                                              # [T, E]
+        # bf16 under autocast: route from float32 logits (a no-op for float32 and float64)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         scores = router_scores(logits, self.score_func)
         experts = select_experts(scores, k, self.expert_bias if self.score_func == "sigmoid" else None)
         gates = gate_weights(scores, experts, self.renormalize)              # [T, k]
