@@ -31,10 +31,8 @@ import statistics
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
-import torch_moe  # noqa: E402  (tests/torch_moe.py: the layer's math)
+torch = torch_moe = None  # loaded in __main__ after the flags: --threads must reach OpenBLAS first
 
 AUX_COEF, Z_COEF = 0.01, 0.001
 
@@ -98,8 +96,7 @@ def init_uniform_(block, gen):
                 m.weight.copy_((torch.rand(m.weight.shape, generator=gen) * 2 - 1) * a)
 
 
-def main():
-    a = parse_args()
+def main(a):
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}  threads={torch.get_num_threads()} (interop {torch.get_num_interop_threads()})"
           f"  python {sys.version.split()[0]}  cpu_count={os.cpu_count()}")
@@ -156,4 +153,10 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    args = parse_args()
+    # Debian's torch does its float32 GEMMs in OpenBLAS, whose thread count torch.set_num_threads does not set:
+    # it is read once, when torch loads it (scripts/mpi_env.sh exports 1)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    import torch  # noqa: E402
+    import torch_moe  # noqa: E402  (tests/torch_moe.py: the layer's math)
+    main(args)
