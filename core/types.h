@@ -34,7 +34,8 @@ typedef uint16_t moe_bf16;
     X(MOE_ERR_TIMEOUT, "an exchange did not complete within the watchdog timeout")      \
     X(MOE_ERR_IO, "a file could not be read or written")                                \
     X(MOE_ERR_BAD_FILE, "a file is not in the expected format")                         \
-    X(MOE_ERR_PEER, "another rank failed (see its message)")
+    X(MOE_ERR_PEER, "another rank failed (see its message)")                           \
+    X(MOE_ERR_LIBRARY, "a call into a math library failed")
 
 typedef enum {
 #define MOE__STATUS_ENUM(name, text) name,

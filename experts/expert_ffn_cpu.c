@@ -3,14 +3,15 @@
  * (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM. */
 #include "experts/expert_ffn.h"
 
-#include "kernels/gemm_rows.h"
+#include "core/fail.h"
 #include "core/real.h"
+#include "kernels/gemm_rows.h"
 
 static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); }
 
-void moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
+moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
                                 const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
-                                moe_real *act, moe_real *y, const moe_gemm_rows_plan *gemm) {
+                                moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {
@@ -19,26 +20,28 @@ void moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int
         size_t r0 = expert_offset[e];
         const moe_real *x = xp + r0 * d;
         moe_real *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff, *A = act + r0 * d_ff;
-        moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w1 + e * wcount, 0, H1);
-        moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w3 + e * wcount, 0, H3);
+        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w1 + e * wcount, 0, H1));
+        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w3 + e * wcount, 0, H3));
         for (size_t i = 0; i < (size_t)n * d_ff; i++) A[i] = H1[i] * sigmoid(H1[i]) * H3[i];
-        moe_gemm_rows_cpu(gemm, CblasTrans, n, d, d_ff, A, w->w2 + e * wcount, 0, y + r0 * d);
+        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d, d_ff, A, w->w2 + e * wcount, 0, y + r0 * d));
     }
+    return MOE_OK;
 }
 
 /* dW[out, in] += dY[rows, out]^T X[rows, in], computed whole into scratch and then added: the sum a
  * replica's all-reduce would form from per-rank partials (why: expert_ffn.h). */
-static void add_weight_grad(const moe_gemm_rows_plan *gemm, int out, int in, int rows, const moe_real *dY,
+static moe_status add_weight_grad(moe_gemm_rows_plan *gemm, int out, int in, int rows, const moe_real *dY,
                             const moe_real *X, moe_real *dW, moe_real *scratch) {
-    moe_gemm_rows_at_b_cpu(gemm, rows, out, in, dY, X, 0, scratch);
+    MOE_TRY(moe_gemm_rows_at_b_cpu(gemm, rows, out, in, dY, X, 0, scratch));
     for (size_t i = 0; i < (size_t)out * in; i++) dW[i] += scratch[i];
+    return MOE_OK;
 }
 
-void moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
+moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
                                  int d_ff, const int *segment_start, int segments, const moe_real *xp,
                                  const moe_real *h1, const moe_real *h3, const moe_real *act, const moe_real *dy,
                                  moe_real *dh1, moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch,
-                                 const moe_gemm_rows_plan *gemm) {
+                                 moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {
@@ -49,7 +52,7 @@ void moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *
         const moe_real *dY = dy + r0 * d, *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff;
         moe_real *dH1 = dh1 + r0 * d_ff, *dH3 = dh3 + r0 * d_ff, *dX = dxp + r0 * d;
         /* dA = dY W2 (into dH1, consumed below) */
-        moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d_ff, d, dY, w->w2 + e * wcount, 0, dH1);
+        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d_ff, d, dY, w->w2 + e * wcount, 0, dH1));
         /* dH3 = dA * silu(H1);  dH1 = dA * H3 * silu'(H1),  silu'(h) = s (1 + h (1 - s)), s = sigmoid(h) */
         for (size_t i = 0; i < (size_t)n * d_ff; i++) {
             moe_real s = sigmoid(H1[i]), dA = dH1[i];
@@ -57,18 +60,19 @@ void moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *
             dH1[i] = dA * H3[i] * s * (1 + H1[i] * (1 - s));
         }
         /* dX = dH1 W1 + dH3 W3 */
-        moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH1, w->w1 + e * wcount, 0, dX);
-        moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3, w->w3 + e * wcount, 1, dX);
+        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH1, w->w1 + e * wcount, 0, dX));
+        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3, w->w3 + e * wcount, 1, dX));
         /* dW2 += dY^T A;  dW1 += dH1^T X;  dW3 += dH3^T X — one product per segment, in segment order */
         for (int sgm = 0; sgm < segments; sgm++) {
             size_t a = seg[sgm], rows = seg[sgm + 1] - seg[sgm];
             if (rows == 0) continue;
-            add_weight_grad(gemm, d, d_ff, (int)rows, dy + a * d, act + a * d_ff, grads->w2 + e * wcount,
-                            wgrad_scratch);
-            add_weight_grad(gemm, d_ff, d, (int)rows, dh1 + a * d_ff, xp + a * d, grads->w1 + e * wcount,
-                            wgrad_scratch);
-            add_weight_grad(gemm, d_ff, d, (int)rows, dh3 + a * d_ff, xp + a * d, grads->w3 + e * wcount,
-                            wgrad_scratch);
+            MOE_TRY(add_weight_grad(gemm, d, d_ff, (int)rows, dy + a * d, act + a * d_ff, grads->w2 + e * wcount,
+                            wgrad_scratch));
+            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, dh1 + a * d_ff, xp + a * d, grads->w1 + e * wcount,
+                            wgrad_scratch));
+            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, dh3 + a * d_ff, xp + a * d, grads->w3 + e * wcount,
+                            wgrad_scratch));
         }
     }
+    return MOE_OK;
 }

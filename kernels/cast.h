@@ -12,6 +12,9 @@ moe_bf16 moe_bf16_from_float(float x);
 float moe_bf16_to_float(moe_bf16 x);
 /* x rounded to bf16 and back: what a value keeps of itself when stored as bf16. */
 float moe_bf16_round(float x);
+/* The same for n values at once (vectorised; the bits of the scalar forms). */
+void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out);
+void moe_bf16_round_n(const float *x, size_t n, float *out);
 
 /* CUDA: n values, device pointers, queued on gpu's stream (no host sync). */
 moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);

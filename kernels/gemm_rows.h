@@ -13,7 +13,10 @@
  *
  * bf16 inputs: A's rows are rounded to bf16 on their way into each call (through scratch, so calls take at most
  * MOE_GEMM_ROUND_ROWS rows); B must already hold bf16 values (a weight's bf16 copy, made once per forward by its
- * owner). Products of bf16 values are exact in fp32, so this is a bf16 GEMM with fp32 accumulation. */
+ * owner). Accumulation and C are fp32. The calls run on the CPU GEMM library of kernels/gemm_engine.h: oneDNN's
+ * bf16 kernels, or OpenBLAS's sgemm on the rounded values (products of bf16 values are exact in fp32).
+ *
+ * beta is 0 (C is overwritten, not read) or 1 (C += product); anything else is MOE_ERR_INVALID_ARG. */
 #ifndef MOE_KERNELS_GEMM_ROWS_H
 #define MOE_KERNELS_GEMM_ROWS_H
 
@@ -21,28 +24,34 @@
 
 #include "core/types.h"
 
-/* The block size of the layout-invariant mode: 64 rows fill OpenBLAS's AVX-512 tiles and keep the
+/* The block size of the layout-invariant mode: 64 rows fill the libraries' AVX-512 tiles and keep the
  * padding small; larger blocks saved little (docs/BENCHMARKS.md). The rows a bf16 call rounds at a time. */
 enum { MOE_GEMM_ROW_BLOCK = 64, MOE_GEMM_ROUND_ROWS = 256 };
 
+typedef struct moe_gemm_engine moe_gemm_engine;
+
 typedef struct {
-    int row_block;     /* MOE_GEMM_ROW_BLOCK or 0 */
-    int bf16_inputs;   /* 1: the inputs are rounded to bf16 (see above) */
-    moe_real *scratch; /* MOE_GEMM_ROUND_ROWS * 2 * max_width reals */
+    int row_block;            /* MOE_GEMM_ROW_BLOCK or 0 */
+    int bf16_inputs;          /* 1: the inputs are rounded to bf16 (see above) */
+    void *scratch;            /* MOE_GEMM_ROUND_ROWS * 2 * max_width reals: rounded or padded rows */
+    moe_bf16 *weights16;      /* a native bf16 engine: B as moe_bf16, converted once per call */
+    size_t weights16_count;   /* what weights16 holds */
+    moe_gemm_engine *engine;  /* the GEMM library's state (primitive cache) */
 } moe_gemm_rows_plan;
 
 /* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for widths (k, n, m) up to max_width. */
 moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int bf16_inputs, int max_width);
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan);
 
-void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
-                       const moe_real *A, const moe_real *B, moe_real beta, moe_real *C);
+/* The plan is not const: calls reuse its scratch and the engine's cached primitives (one thread per plan). */
+moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                             const moe_real *A, const moe_real *B, moe_real beta, moe_real *C);
 
 /* C[m, n] = A^T B + beta * C with A [rows, m] and B [rows, n] row-major: a weight gradient, summed over rows. One
  * call in fp32; with bf16 inputs both operands are rounded and the rows summed in chunks of MOE_GEMM_ROUND_ROWS,
  * in order (deterministic for a given row count). */
-void moe_gemm_rows_at_b_cpu(const moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
-                            const moe_real *B, moe_real beta, moe_real *C);
+moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
+                                  const moe_real *B, moe_real beta, moe_real *C);
 
 /* dst[i] = src[i] rounded to bf16 (kept as moe_real), n values: the bf16 copy of a weight. */
 void moe_round_bf16_cpu(const moe_real *src, size_t n, moe_real *dst);

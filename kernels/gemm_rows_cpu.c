@@ -1,79 +1,132 @@
-/* gemm_rows_cpu.c — row-wise GEMM in fixed-shape blocks (why: gemm_rows.h). A, C row-major, dense
- * (lda = k, ldc = n); B is [n, k] for CblasTrans and [k, n] for CblasNoTrans. */
+/* gemm_rows_cpu.c — row-wise GEMM in fixed-shape blocks (why: gemm_rows.h), each call on the GEMM engine
+ * (kernels/gemm_engine.h). A, C row-major, dense (lda = k, ldc = n); B is [n, k] for CblasTrans and [k, n] for
+ * CblasNoTrans. */
 #include "kernels/gemm_rows.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/real.h"
+#include "core/fail.h"
 #include "kernels/cast.h"
+#include "kernels/gemm_engine.h"
 
 moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int bf16_inputs, int max_width) {
-    plan->row_block = layout_invariant ? MOE_GEMM_ROW_BLOCK : 0;
-    plan->bf16_inputs = bf16_inputs;
+    *plan = (moe_gemm_rows_plan){.row_block = layout_invariant ? MOE_GEMM_ROW_BLOCK : 0, .bf16_inputs = bf16_inputs};
     plan->scratch = malloc((size_t)MOE_GEMM_ROUND_ROWS * 2 * (size_t)max_width * sizeof(moe_real));
-    return plan->scratch ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (!plan->scratch) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe_gemm_engine_create(&plan->engine);
+    if (st != MOE_OK) moe_gemm_rows_plan_free(plan);
+    return st;
 }
 
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     free(plan->scratch);
-    plan->scratch = NULL;
+    free(plan->weights16);
+    moe_gemm_engine_free(plan->engine);
+    *plan = (moe_gemm_rows_plan){0};
 }
 
 void moe_round_bf16_cpu(const moe_real *src, size_t n, moe_real *dst) {
+#ifdef MOE_REAL_IS_DOUBLE
     for (size_t i = 0; i < n; i++) dst[i] = (moe_real)moe_bf16_round((float)src[i]);
+#else
+    moe_bf16_round_n(src, n, dst);
+#endif
 }
 
-/* rows of A as a call reads them: A itself, or rounded to bf16 into dst */
-static const moe_real *operand(const moe_gemm_rows_plan *plan, const moe_real *A, size_t count, moe_real *dst) {
-    if (!plan->bf16_inputs) return A;
-    moe_round_bf16_cpu(A, count, dst);
+/* A native bf16 engine takes moe_bf16 operands; the others moe_real ones holding bf16 values. */
+static int native_bf16(const moe_gemm_rows_plan *plan) { return plan->bf16_inputs && moe_gemm_native_bf16(); }
+static size_t input_size(const moe_gemm_rows_plan *plan) { return native_bf16(plan) ? sizeof(moe_bf16) : sizeof(moe_real); }
+
+/* count values of an input as a call reads them: x itself (fp32), or rounded to bf16 into dst. */
+static const void *as_input(const moe_gemm_rows_plan *plan, const moe_real *x, size_t count, void *dst) {
+    if (!plan->bf16_inputs) return x;
+#ifndef MOE_REAL_IS_DOUBLE
+    if (native_bf16(plan)) {
+        moe_bf16_from_float_n(x, count, dst);
+        return dst;
+    }
+#endif
+    moe_round_bf16_cpu(x, count, dst);
     return dst;
 }
 
-void moe_gemm_rows_cpu(const moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
-                       const moe_real *A, const moe_real *B, moe_real beta, moe_real *C) {
-    const int ldb = trans_b == CblasTrans ? k : n, block = plan->row_block;
-    if (rows == 0) return;
+/* B as the calls read it: a native bf16 engine's moe_bf16 copy (exact: B holds bf16 values), else B. */
+static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_real *B, size_t count, const void **out) {
+    *out = B;
+    if (!native_bf16(plan)) return MOE_OK;
+    if (plan->weights16_count < count) {
+        moe_bf16 *grown = realloc(plan->weights16, count * sizeof *grown);
+        if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+        plan->weights16 = grown, plan->weights16_count = count;
+    }
+    *out = as_input(plan, B, count, plan->weights16);
+    return MOE_OK;
+}
+
+static moe_status check_beta(moe_real beta) {
+    return beta == 0 || beta == 1 ? MOE_OK : moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: beta %g is neither 0 nor 1",
+                                                      (double)beta);
+}
+
+moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                             const moe_real *A, const moe_real *B, moe_real beta, moe_real *C) {
+    MOE_TRY(check_beta(beta));
+    if (rows == 0) return MOE_OK;
+    const void *b;
+    MOE_TRY(weights_input(plan, B, (size_t)n * k, &b));
+    const int block = plan->row_block;
+    moe_gemm_call call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),
+                          .accumulate = beta != 0};
     if (block == 0 && !plan->bf16_inputs) {
-        moe__gemm(CblasRowMajor, CblasNoTrans, trans_b, rows, n, k, 1, A, k, B, ldb, beta, C, n);
-        return;
+        call.m = rows;
+        return moe_gemm_engine_run(plan->engine, &call, A, b, C);
     }
     /* blocks of `block` rows (layout-invariant), or chunks that fit the rounding scratch */
     const int step = block ? block : MOE_GEMM_ROUND_ROWS, full = block ? rows / block * block : rows;
     for (int r = 0; r < full; r += step) {
-        const int m = full - r < step ? full - r : step;
-        const moe_real *a = operand(plan, A + (size_t)r * k, (size_t)m * k, plan->scratch);
-        moe__gemm(CblasRowMajor, CblasNoTrans, trans_b, m, n, k, 1, a, k, B, ldb, beta, C + (size_t)r * n, n);
+        call.m = full - r < step ? full - r : step;
+        const void *a = as_input(plan, A + (size_t)r * k, (size_t)call.m * k, plan->scratch);
+        MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a, b, C + (size_t)r * n));
     }
     const int tail = rows - full;
-    if (tail == 0) return;
-    /* The last partial block goes through scratch: [block, k] input and [block, n] output. */
-    moe_real *a = plan->scratch, *c = plan->scratch + (size_t)block * k;
-    if (plan->bf16_inputs) moe_round_bf16_cpu(A + (size_t)full * k, (size_t)tail * k, a);
+    if (tail == 0) return MOE_OK;
+    /* The last partial block goes through scratch: [block, k] input (zero-padded) and [block, n] output. */
+    char *a = plan->scratch;
+    moe_real *c = (moe_real *)(a + (size_t)block * k * sizeof(moe_real));
+    const size_t in_size = input_size(plan);
+    if (plan->bf16_inputs) as_input(plan, A + (size_t)full * k, (size_t)tail * k, a);
     else memcpy(a, A + (size_t)full * k, (size_t)tail * k * sizeof(moe_real));
-    memset(a + (size_t)tail * k, 0, (size_t)(block - tail) * k * sizeof(moe_real));
-    if (beta != 0) { /* beta = 0: OpenBLAS overwrites C without reading it */
+    memset(a + (size_t)tail * k * in_size, 0, (size_t)(block - tail) * k * in_size);
+    if (call.accumulate) {
         memcpy(c, C + (size_t)full * n, (size_t)tail * n * sizeof(moe_real));
         memset(c + (size_t)tail * n, 0, (size_t)(block - tail) * n * sizeof(moe_real));
     }
-    moe__gemm(CblasRowMajor, CblasNoTrans, trans_b, block, n, k, 1, a, k, B, ldb, beta, c, n);
+    call.m = block;
+    MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a, b, c));
     memcpy(C + (size_t)full * n, c, (size_t)tail * n * sizeof(moe_real));
+    return MOE_OK;
 }
 
-void moe_gemm_rows_at_b_cpu(const moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
-                            const moe_real *B, moe_real beta, moe_real *C) {
+moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
+                                  const moe_real *B, moe_real beta, moe_real *C) {
+    MOE_TRY(check_beta(beta));
+    if (rows == 0) {
+        if (beta == 0) memset(C, 0, (size_t)m * n * sizeof(moe_real));
+        return MOE_OK;
+    }
+    moe_gemm_call call = {.trans_a = 1, .m = m, .n = n, .bf16 = native_bf16(plan), .accumulate = beta != 0};
     if (!plan->bf16_inputs) {
-        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, rows, 1, A, m, B, n, beta, C, n);
-        return;
+        call.k = rows;
+        return moe_gemm_engine_run(plan->engine, &call, A, B, C);
     }
-    moe_real *a = plan->scratch, *b = plan->scratch + (size_t)MOE_GEMM_ROUND_ROWS * m;
+    char *a = plan->scratch, *b = a + (size_t)MOE_GEMM_ROUND_ROWS * m * input_size(plan);
     for (int r = 0; r < rows; r += MOE_GEMM_ROUND_ROWS) {
-        const int chunk = rows - r < MOE_GEMM_ROUND_ROWS ? rows - r : MOE_GEMM_ROUND_ROWS;
-        moe_round_bf16_cpu(A + (size_t)r * m, (size_t)chunk * m, a);
-        moe_round_bf16_cpu(B + (size_t)r * n, (size_t)chunk * n, b);
-        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, chunk, 1, a, m, b, n, r ? 1 : beta, C, n);
+        call.k = rows - r < MOE_GEMM_ROUND_ROWS ? rows - r : MOE_GEMM_ROUND_ROWS;
+        as_input(plan, A + (size_t)r * m, (size_t)call.k * m, a);
+        as_input(plan, B + (size_t)r * n, (size_t)call.k * n, b);
+        call.accumulate = r > 0 || beta != 0;
+        MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a, b, C));
     }
-    if (rows == 0 && beta != 1)
-        for (size_t i = 0; i < (size_t)m * n; i++) C[i] *= beta;
+    return MOE_OK;
 }

@@ -84,21 +84,18 @@ static moe_status cpu_rmsnorm_backward(moe_dense_state *s, const moe_real *x, co
 
 static moe_status cpu_linear_forward(moe_dense_state *s, const moe_real *x, const moe_real *W, int T, int in, int out,
                                      moe_real *y) {
-    moe_gemm_rows_cpu(&s->gemm, CblasTrans, T, out, in, x, W, 0, y);
-    return MOE_OK;
+    return moe_gemm_rows_cpu(&s->gemm, CblasTrans, T, out, in, x, W, 0, y);
 }
 
 static moe_status cpu_linear_backward_input(moe_dense_state *s, const moe_real *dy, const moe_real *W, int T, int in,
                                             int out, moe_real beta, moe_real *dx) {
-    moe_gemm_rows_cpu(&s->gemm, CblasNoTrans, T, in, out, dy, W, beta, dx);
-    return MOE_OK;
+    return moe_gemm_rows_cpu(&s->gemm, CblasNoTrans, T, in, out, dy, W, beta, dx);
 }
 
 /* a sum over this rank's tokens, as one GEMM (in fp32) */
 static moe_status cpu_linear_backward_weight(moe_dense_state *s, const moe_real *dy, const moe_real *x, int T, int in,
                                              int out, moe_real *dW) {
-    moe_gemm_rows_at_b_cpu(&s->gemm, T, out, in, dy, x, 1, dW);
-    return MOE_OK;
+    return moe_gemm_rows_at_b_cpu(&s->gemm, T, out, in, dy, x, 1, dW);
 }
 
 static moe_status cpu_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd, double theta) {
@@ -133,8 +130,7 @@ static moe_status cpu_attention_backward(moe_dense_state *s, const moe_real *q, 
 static moe_status cpu_swiglu_forward(moe_dense_state *s, const moe_layer_weights *w, int T, int d, int d_ff,
                                      const moe_real *x, moe_real *h1, moe_real *h3, moe_real *act, moe_real *y) {
     const int offsets[2] = {0, T}; /* one expert that sees every token */
-    moe_expert_ffn_forward_cpu(w, 1, d, d_ff, offsets, x, h1, h3, act, y, &s->gemm);
-    return MOE_OK;
+    return moe_expert_ffn_forward_cpu(w, 1, d, d_ff, offsets, x, h1, h3, act, y, &s->gemm);
 }
 
 static moe_status cpu_swiglu_backward(moe_dense_state *s, const moe_layer_weights *w, moe_layer_weights *grads, int T,
@@ -144,9 +140,8 @@ static moe_status cpu_swiglu_backward(moe_dense_state *s, const moe_layer_weight
     MOE_TRY(reserve(s, &s->ffn_nbytes, (size_t)T * d_ff * sizeof(moe_real), ffn, 2));
     MOE_TRY(reserve(s, &s->wgrad_nbytes, (size_t)d_ff * d * sizeof(moe_real), wgrad, 1));
     const int offsets[2] = {0, T};
-    moe_expert_ffn_backward_cpu(w, grads, 1, d, d_ff, offsets, 1, x, h1, h3, act, dy, s->dh1, s->dh3, dx,
-                                s->wgrad_scratch, &s->gemm);
-    return MOE_OK;
+    return moe_expert_ffn_backward_cpu(w, grads, 1, d, d_ff, offsets, 1, x, h1, h3, act, dy, s->dh1, s->dh3, dx,
+                                       s->wgrad_scratch, &s->gemm);
 }
 
 static moe_status cpu_add(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {

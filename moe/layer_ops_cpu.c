@@ -147,19 +147,17 @@ static moe_status cpu_experts_forward(moe_layer_state *s, const moe_layer_weight
         moe_round_bf16_cpu(w->w3, per_matrix, s->bf16_experts.w3);
         moe_round_bf16_cpu(w->w2, per_matrix, s->bf16_experts.w2);
     }
-    moe_expert_ffn_forward_cpu(s->bf16_buffer ? &s->bf16_experts : w, s->num_local_experts, s->cfg.d_model,
-                               s->cfg.d_ff, expert_offset, xp, s->h1, s->h3, s->act, y, &s->expert_gemm);
-    return MOE_OK;
+    return moe_expert_ffn_forward_cpu(s->bf16_buffer ? &s->bf16_experts : w, s->num_local_experts, s->cfg.d_model,
+                                      s->cfg.d_ff, expert_offset, xp, s->h1, s->h3, s->act, y, &s->expert_gemm);
 }
 
 static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
                                        const int *segment_start, int segments, int rows, const void *xp,
                                        const void *dy, void *dxp) {
     if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
-    moe_expert_ffn_backward_cpu(s->bf16_buffer ? &s->bf16_experts : w, grads, s->num_local_experts, s->cfg.d_model,
-                                s->cfg.d_ff, segment_start, segments, xp, s->h1, s->h3, s->act, dy, s->dh1, s->dh3,
-                                dxp, s->wgrad_scratch, &s->expert_gemm);
-    return MOE_OK;
+    return moe_expert_ffn_backward_cpu(s->bf16_buffer ? &s->bf16_experts : w, grads, s->num_local_experts,
+                                       s->cfg.d_model, s->cfg.d_ff, segment_start, segments, xp, s->h1, s->h3, s->act,
+                                       dy, s->dh1, s->dh3, dxp, s->wgrad_scratch, &s->expert_gemm);
 }
 
 static moe_status cpu_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {

@@ -8,7 +8,7 @@
 
 /* logits[T, E] = x[T, d] router_w[E, d]^T, each row independent of the others (kernels/gemm_rows.h);
  * when gemm->row_block > 0. Returns MOE_ERR_NONFINITE if any logit is NaN/Inf. */
-moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w,
+moe_status moe_router_logits_cpu(moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w,
                                  int num_tokens, int d_model, int num_experts, moe_real *logits);
 
 /* scores[t, :] = softmax(logits[t, :])  or  sigmoid(logits[t, e]) elementwise. */

@@ -4,9 +4,9 @@
 #include "core/fail.h"
 #include "core/real.h"
 
-moe_status moe_router_logits_cpu(const moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w,
+moe_status moe_router_logits_cpu(moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w,
                                  int num_tokens, int d_model, int num_experts, moe_real *logits) {
-    moe_gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits);
+    MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, num_tokens, num_experts, d_model, x, router_w, 0, logits));
     for (size_t i = 0; i < (size_t)num_tokens * num_experts; i++)
         if (!isfinite(logits[i]))
             return moe_fail(MOE_ERR_NONFINITE, "router logit of token %zu, expert %zu is %g (NaN or Inf)",

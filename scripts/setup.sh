@@ -6,7 +6,7 @@
 
 moe_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 moe_build="${MOE_BUILD_DIR:-$moe_root/build}"
-moe_packages=(build-essential meson ninja-build pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libjansson-dev "$@")
+moe_packages=(build-essential meson ninja-build pkg-config libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libjansson-dev "$@")
 
 moe_missing=()
 for p in "${moe_packages[@]}"; do

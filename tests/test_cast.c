@@ -6,6 +6,7 @@
  * IEEE rounds into infinity), ties to the even one. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cast.h"
@@ -131,8 +132,27 @@ static void test_random_sweep(void) {
     printf("random sweep: %ld patterns, %ld NaN, %ld mismatches\n", n, nans, bad);
 }
 
+/* The bulk forms give the scalar form's bits for every pattern, NaNs included (they are what the GEMMs use). */
+static void test_bulk_forms(void) {
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof *x), *rounded = malloc(N * sizeof *rounded);
+    moe_bf16 *bits = malloc(N * sizeof *bits);
+    CHECK(x && rounded && bits, "out of memory");
+    moe_rng rng = moe_rng_seeded(7);
+    for (long i = 0; i < N; i++) x[i] = from_bits(i < 65536 ? (uint32_t)i << 16 | (uint32_t)(i & 0x8001)
+                                                          : (uint32_t)(moe_rng_next(&rng) >> 32));
+    moe_bf16_from_float_n(x, N, bits);
+    moe_bf16_round_n(x, N, rounded);
+    long bad = 0;
+    for (long i = 0; i < N; i++)
+        bad += bits[i] != moe_bf16_from_float(x[i]) || to_bits(rounded[i]) != (uint32_t)bits[i] << 16;
+    CHECK(bad == 0, "%ld of %d values: the bulk forms differ from moe_bf16_from_float", bad, N);
+    free(x), free(rounded), free(bits);
+}
+
 int main(void) {
     test_hand_picked();
+    test_bulk_forms();
     test_all_bf16();
     test_random_sweep();
     return test_finish("test_cast");

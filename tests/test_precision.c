@@ -53,8 +53,8 @@ static void gemms(void) {
         moe_gemm_rows_plan p16, p32;
         CHECK_OK(moe_gemm_rows_plan_init(&p16, invariant, 1, K > N ? K : N));
         CHECK_OK(moe_gemm_rows_plan_init(&p32, invariant, 0, K > N ? K : N));
-        moe_gemm_rows_cpu(&p16, CblasTrans, ROWS, N, K, A, Bq, 0, got);
-        moe_gemm_rows_cpu(&p32, CblasTrans, ROWS, N, K, A, B, 0, fp32);
+        CHECK_OK(moe_gemm_rows_cpu(&p16, CblasTrans, ROWS, N, K, A, Bq, 0, got));
+        CHECK_OK(moe_gemm_rows_cpu(&p32, CblasTrans, ROWS, N, K, A, B, 0, fp32));
         reference_rounded(A, B, ROWS, N, K, exact);
         test_tolerance_check("gemm rows exact", "cpu-bf16", got, exact, (size_t)ROWS * N, "layout_invariant %d",
                              invariant);
@@ -64,7 +64,7 @@ static void gemms(void) {
             for (int s = 0; s < 3; s++) {
                 for (int r = 0; r < ROWS; r += sizes[s]) {
                     const int m = ROWS - r < sizes[s] ? ROWS - r : sizes[s];
-                    moe_gemm_rows_cpu(&p16, CblasTrans, m, N, K, A + (size_t)r * K, Bq, 0, alone + (size_t)r * N);
+                    CHECK_OK(moe_gemm_rows_cpu(&p16, CblasTrans, m, N, K, A + (size_t)r * K, Bq, 0, alone + (size_t)r * N));
                 }
                 CHECK(!memcmp(alone, got, sizeof(float) * ROWS * N), "bf16 rows in calls of %d differ", sizes[s]);
             }
@@ -77,8 +77,8 @@ static void gemms(void) {
     moe_gemm_rows_plan p16, p32;
     CHECK_OK(moe_gemm_rows_plan_init(&p16, 1, 1, K > N ? K : N));
     CHECK_OK(moe_gemm_rows_plan_init(&p32, 1, 0, K > N ? K : N));
-    moe_gemm_rows_at_b_cpu(&p16, ROWS, K, N, A, D, 0, g16);
-    moe_gemm_rows_at_b_cpu(&p32, ROWS, K, N, A, D, 0, g32);
+    CHECK_OK(moe_gemm_rows_at_b_cpu(&p16, ROWS, K, N, A, D, 0, g16));
+    CHECK_OK(moe_gemm_rows_at_b_cpu(&p32, ROWS, K, N, A, D, 0, g32));
     test_tolerance_check("gemm rows", "cpu-bf16", g16, g32, (size_t)K * N, "A^T B over %d rows", ROWS);
     moe_gemm_rows_plan_free(&p16), moe_gemm_rows_plan_free(&p32);
     free(A), free(B), free(Bq), free(got), free(fp32), free(exact), free(alone), free(D), free(g16), free(g32);

@@ -1,0 +1,37 @@
+/* gemm_engine.h — internal to kernels/: one GEMM call on the CPU GEMM library chosen at build time.
+ *
+ *   oneDNN (MOE_HAVE_ONEDNN, float builds): the matmul primitive, in fp32, or with bf16 inputs (moe_bf16
+ *     arrays) and fp32 accumulation and output, on AVX512_BF16 / AMX where the CPU has them. Each engine keeps
+ *     its primitives per shape, so that a shape met again (the 64-row blocks) costs no primitive creation.
+ *   OpenBLAS (the fallback, and the float64 build): sgemm / dgemm; bf16 inputs arrive as moe_real arrays of
+ *     values already rounded to bf16, whose products are exact in fp32: the same arithmetic at fp32 speed.
+ *
+ * Why oneDNN, and what was measured: docs/BENCHMARKS.md ("CPU GEMM libraries"). A call's result does not
+ * depend on the number of threads with either library (run to run and 1 vs 2 threads, bench_gemm_*). */
+#ifndef MOE_KERNELS_GEMM_ENGINE_H
+#define MOE_KERNELS_GEMM_ENGINE_H
+
+#include "core/types.h"
+
+typedef struct moe_gemm_engine moe_gemm_engine;
+
+/* C[m, n] (+)= op(A) op(B), all row-major and dense. */
+typedef struct {
+    int trans_a;    /* 0: A is [m, k]; 1: A is stored [k, m] (a weight gradient, summed over k rows) */
+    int trans_b;    /* 0: B is [k, n]; 1: B is stored [n, k] (a weight in the Hugging Face layout) */
+    int m, n, k;
+    int bf16;       /* bf16 inputs: moe_bf16 arrays when moe_gemm_native_bf16(), else moe_real (see above) */
+    int accumulate; /* 1: C += product; 0: C = product (C is not read) */
+} moe_gemm_call;
+
+moe_status moe_gemm_engine_create(moe_gemm_engine **out);
+void moe_gemm_engine_free(moe_gemm_engine *engine);
+moe_status moe_gemm_engine_run(moe_gemm_engine *engine, const moe_gemm_call *call, const void *A, const void *B,
+                               moe_real *C);
+
+/* 1 when bf16 calls take moe_bf16 arrays (a real bf16 kernel), 0 when they take moe_real arrays of bf16 values. */
+int moe_gemm_native_bf16(void);
+/* The library and version, for logs and benchmark output: "oneDNN 2.6.3 (avx512_core_bf16)", "OpenBLAS 0.3.21". */
+const char *moe_gemm_library(void);
+
+#endif

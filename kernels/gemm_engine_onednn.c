@@ -1,0 +1,163 @@
+/* gemm_engine_onednn.c — the GEMM engine on oneDNN's matmul primitive (why and what it guarantees:
+ * gemm_engine.h). One CPU engine for the process; per moe_gemm_engine a stream and a small cache of primitives
+ * keyed by the call's shape, each with its memory objects made once and pointed at the call's arrays. */
+#include "kernels/gemm_engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "core/fail.h"
+
+enum { CACHE_SLOTS = 24 }; /* shapes in use at once: a layer's 64-row blocks need ~6, the model's dense ~8 */
+
+typedef struct {
+    moe_gemm_call key;
+    unsigned long long last_use; /* 0: empty */
+    dnnl_primitive_t matmul;
+    dnnl_memory_t src, weights, dst;
+} cached_matmul;
+
+struct moe_gemm_engine {
+    dnnl_stream_t stream;
+    unsigned long long clock;
+    cached_matmul slot[CACHE_SLOTS];
+};
+
+static dnnl_engine_t cpu_engine;
+static dnnl_status_t cpu_engine_status = dnnl_runtime_error;
+static pthread_once_t cpu_engine_once = PTHREAD_ONCE_INIT;
+
+static void make_cpu_engine(void) { cpu_engine_status = dnnl_engine_create(&cpu_engine, dnnl_cpu, 0); }
+
+static moe_status failed(dnnl_status_t st, const char *what, const moe_gemm_call *c) {
+    return moe_fail(st == dnnl_out_of_memory ? MOE_ERR_OUT_OF_MEMORY : MOE_ERR_LIBRARY,
+                    "oneDNN %s for a %s GEMM [%d x %d] x [%d x %d] failed: status %d", what, c->bf16 ? "bf16" : "fp32",
+                    c->m, c->k, c->k, c->n, (int)st);
+}
+
+int moe_gemm_native_bf16(void) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
+const char *moe_gemm_library(void) {
+    static char name[96];
+    const dnnl_version_t *v = dnnl_version();
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    const char *isa_name = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx     ? "amx"
+                           : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? "avx512_bf16"
+                           : (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core           ? "avx512"
+                                                                                                    : "below avx512";
+    snprintf(name, sizeof name, "oneDNN %d.%d.%d (%s%s)", v->major, v->minor, v->patch, isa_name,
+             moe_gemm_native_bf16() ? ", bf16 kernels" : ", bf16 emulated in fp32");
+    return name;
+}
+
+moe_status moe_gemm_engine_create(moe_gemm_engine **out) {
+    pthread_once(&cpu_engine_once, make_cpu_engine);
+    if (cpu_engine_status != dnnl_success)
+        return moe_fail(MOE_ERR_LIBRARY, "oneDNN: no CPU engine (status %d)", (int)cpu_engine_status);
+    moe_gemm_engine *e = calloc(1, sizeof *e);
+    if (!e) return MOE_ERR_OUT_OF_MEMORY;
+    dnnl_status_t st = dnnl_stream_create(&e->stream, cpu_engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        free(e);
+        return moe_fail(MOE_ERR_LIBRARY, "oneDNN: no CPU stream (status %d)", (int)st);
+    }
+    *out = e;
+    return MOE_OK;
+}
+
+static void release(cached_matmul *s) {
+    if (s->matmul) dnnl_primitive_destroy(s->matmul);
+    if (s->src) dnnl_memory_destroy(s->src);
+    if (s->weights) dnnl_memory_destroy(s->weights);
+    if (s->dst) dnnl_memory_destroy(s->dst);
+    *s = (cached_matmul){0};
+}
+
+void moe_gemm_engine_free(moe_gemm_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < CACHE_SLOTS; i++) release(&e->slot[i]);
+    dnnl_stream_destroy(e->stream);
+    free(e);
+}
+
+/* A [rows, cols] matrix, or its transpose stored [cols, rows] (format ba). */
+static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, int rows, int cols, dnnl_data_type_t type, int transposed) {
+    dnnl_dims_t dims = {rows, cols};
+    return dnnl_memory_desc_init_by_tag(md, 2, dims, type, transposed ? dnnl_ba : dnnl_ab);
+}
+
+/* The matmul for this shape: src op(A) [m, k], weights op(B) [k, n], dst C [m, n] f32, with a sum post-op when
+ * accumulating (C += ...). Memory objects are made with no data and pointed at the arrays on each call. */
+static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
+    const dnnl_data_type_t in = c->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t src_md, weights_md, dst_md;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t post_ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = matrix_desc(&src_md, c->m, c->k, in, c->trans_a);
+    if (st == dnnl_success) st = matrix_desc(&weights_md, c->k, c->n, in, c->trans_b);
+    if (st == dnnl_success) st = matrix_desc(&dst_md, c->m, c->n, dnnl_f32, 0);
+    if (st == dnnl_success) st = dnnl_matmul_desc_init(&desc, &src_md, &weights_md, NULL, &dst_md);
+    if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
+    if (st == dnnl_success && c->accumulate) {
+        st = dnnl_post_ops_create(&post_ops);
+        if (st == dnnl_success) st = dnnl_post_ops_append_sum(post_ops, 1.0f);
+        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, post_ops);
+    }
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_create(&s->matmul, pd);
+    if (st == dnnl_success) st = dnnl_memory_create(&s->src, &src_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success) st = dnnl_memory_create(&s->weights, &weights_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success) st = dnnl_memory_create(&s->dst, &dst_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (post_ops) dnnl_post_ops_destroy(post_ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) release(s);
+    return st;
+}
+
+static int same_shape(const moe_gemm_call *a, const moe_gemm_call *b) {
+    return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->m == b->m && a->n == b->n && a->k == b->k &&
+           a->bf16 == b->bf16 && a->accumulate == b->accumulate;
+}
+
+/* The cached matmul for c's shape, or a new one in the least recently used slot. */
+static moe_status lookup(moe_gemm_engine *e, const moe_gemm_call *c, cached_matmul **out) {
+    cached_matmul *victim = &e->slot[0];
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        cached_matmul *s = &e->slot[i];
+        if (s->last_use && same_shape(&s->key, c)) {
+            *out = s;
+            return MOE_OK;
+        }
+        if (s->last_use < victim->last_use) victim = s;
+    }
+    release(victim);
+    dnnl_status_t st = build(victim, c);
+    if (st != dnnl_success) return failed(st, "matmul primitive", c);
+    victim->key = *c;
+    *out = victim;
+    return MOE_OK;
+}
+
+moe_status moe_gemm_engine_run(moe_gemm_engine *e, const moe_gemm_call *c, const void *A, const void *B,
+                               moe_real *C) {
+    cached_matmul *s = NULL;
+    MOE_TRY(lookup(e, c, &s));
+    s->last_use = ++e->clock;
+    dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->src, (void *)A, e->stream);
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->weights, (void *)B, e->stream);
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->dst, C, e->stream);
+    if (st != dnnl_success) return failed(st, "memory", c);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s->src}, {DNNL_ARG_WEIGHTS, s->weights}, {DNNL_ARG_DST, s->dst}};
+    st = dnnl_primitive_execute(s->matmul, e->stream, 3, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(e->stream);
+    return st == dnnl_success ? MOE_OK : failed(st, "matmul", c);
+}
