@@ -1,10 +1,12 @@
 /* expert_ffn_cpu.c — the grouped SwiGLU expert GEMMs: row-wise products in fixed row blocks (gemm_rows.h),
  * weight gradients as one product per expert and projection over that expert's rows in order; with bf16 inputs
- * (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM. */
+ * (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM.
+ * Threads: the GEMMs thread themselves; the elementwise SwiGLU and gradient additions are split over elements. */
 #include "experts/expert_ffn.h"
 
 #include "core/fail.h"
 #include "core/real.h"
+#include "core/threads.h"
 #include "kernels/gemm_rows.h"
 
 static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); }
@@ -22,7 +24,9 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
         moe_real *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff, *A = act + r0 * d_ff;
         MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w1 + e * wcount, 0, H1));
         MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w3 + e * wcount, 0, H3));
-        for (size_t i = 0; i < (size_t)n * d_ff; i++) A[i] = H1[i] * sigmoid(H1[i]) * H3[i];
+        const size_t count = (size_t)n * d_ff;
+#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
+        for (size_t i = 0; i < count; i++) A[i] = H1[i] * sigmoid(H1[i]) * H3[i];
         MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d, d_ff, A, w->w2 + e * wcount, 0, y + r0 * d));
     }
     return MOE_OK;
@@ -33,7 +37,9 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
 static moe_status add_weight_grad(moe_gemm_rows_plan *gemm, int out, int in, int rows, const moe_real *dY,
                             const moe_real *X, moe_real *dW, moe_real *scratch) {
     MOE_TRY(moe_gemm_rows_at_b_cpu(gemm, rows, out, in, dY, X, 0, scratch));
-    for (size_t i = 0; i < (size_t)out * in; i++) dW[i] += scratch[i];
+    const size_t count = (size_t)out * in;
+#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
+    for (size_t i = 0; i < count; i++) dW[i] += scratch[i];
     return MOE_OK;
 }
 
@@ -54,7 +60,9 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
         /* dA = dY W2 (into dH1, consumed below) */
         MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d_ff, d, dY, w->w2 + e * wcount, 0, dH1));
         /* dH3 = dA * silu(H1);  dH1 = dA * H3 * silu'(H1),  silu'(h) = s (1 + h (1 - s)), s = sigmoid(h) */
-        for (size_t i = 0; i < (size_t)n * d_ff; i++) {
+        const size_t count = (size_t)n * d_ff;
+#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
+        for (size_t i = 0; i < count; i++) {
             moe_real s = sigmoid(H1[i]), dA = dH1[i];
             dH3[i] = dA * H1[i] * s;
             dH1[i] = dA * H3[i] * s * (1 + H1[i] * (1 - s));

@@ -13,7 +13,8 @@
 void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, int num_seqs, int seq_len,
                                int num_heads, int num_kv_heads, int head_dim, moe_real *att, moe_real *out);
 
-/* Overwrites dq [num_seqs * S, H, hd], dk and dv [num_seqs * S, KV, hd]. scratch: S * S reals. */
+/* Overwrites dq [num_seqs * S, H, hd], dk and dv [num_seqs * S, KV, hd]. scratch: moe_threads_get() * S * S reals
+ * (one [S, S] per thread, core/threads.h). */
 void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, const moe_real *att,
                                 const moe_real *dout, int num_seqs, int seq_len, int num_heads, int num_kv_heads,
                                 int head_dim, moe_real *dq, moe_real *dk, moe_real *dv, moe_real *scratch);

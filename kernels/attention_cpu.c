@@ -1,6 +1,8 @@
 /* attention_cpu.c — causal GQA self-attention, forward and backward (shapes: attention.h). For each
  * (sequence, head) the products are cblas GEMMs on strided views: a query head's rows are H*hd apart in
- * q, a kv head's KV*hd apart in k and v. Softmax and the causal mask are plain loops.
+ * q, a kv head's KV*hd apart in k and v. Softmax and the causal mask are plain loops. Threads: forward splits
+ * the (sequence, head) pairs, backward the (sequence, kv head) pairs (a kv head's query heads in order inside
+ * one), each running its GEMMs on its own thread: every output has one writer, in the order of one thread.
  * Tested in tests/test_model_kernels.c: dq, dk, dv against central finite differences for H = KV,
  * H = 2 KV and KV = 1 (float64 build); causality (a later token does not change earlier outputs, bitwise);
  * the saved probabilities (zero above the diagonal, rows summing to 1). */
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "core/real.h"
+#include "core/threads.h"
 
 typedef struct {
     int S, H, KV, hd, group; /* group = H / KV query heads per kv head */
@@ -32,25 +35,28 @@ void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_r
     const attn_dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
     const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
     if (S == 0) return; /* cblas rejects a leading dimension of 0 */
-    for (int n = 0; n < num_seqs; n++)
-        for (int h = 0; h < a.H; h++) {
-            const moe_real *Q = q + q_off(&a, n, h), *K = k + kv_off(&a, n, h), *V = v + kv_off(&a, n, h);
-            moe_real *P = att + ((size_t)n * a.H + h) * S * S;
-            /* scores = scale * Q K^T (the part above the diagonal is computed, then ignored) */
-            moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, a.scale, Q, ldq, K, ldk, 0, P, S);
-            for (int i = 0; i < S; i++) {
-                moe_real *p = P + (size_t)i * S, max = p[0];
-                for (int j = 1; j <= i; j++) max = p[j] > max ? p[j] : max;
-                double sum = 0;
-                for (int j = 0; j <= i; j++) sum += p[j] = moe__exp(p[j] - max);
-                moe_real inv = (moe_real)(1 / sum);
-                for (int j = 0; j <= i; j++) p[j] *= inv;
-                for (int j = i + 1; j < S; j++) p[j] = 0;
-            }
-            /* out = P V */
-            moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, P, S, V, ldk, 0, out + q_off(&a, n, h),
-                      ldq);
+    const int pairs = num_seqs * a.H, blas = moe__blas_serial_begin();
+#pragma omp parallel for schedule(static) if (pairs > 1)
+    for (int nh = 0; nh < pairs; nh++) {
+        const int n = nh / a.H, h = nh % a.H;
+        const moe_real *Q = q + q_off(&a, n, h), *K = k + kv_off(&a, n, h), *V = v + kv_off(&a, n, h);
+        moe_real *P = att + ((size_t)n * a.H + h) * S * S;
+        /* scores = scale * Q K^T (the part above the diagonal is computed, then ignored) */
+        moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, a.scale, Q, ldq, K, ldk, 0, P, S);
+        for (int i = 0; i < S; i++) {
+            moe_real *p = P + (size_t)i * S, max = p[0];
+            for (int j = 1; j <= i; j++) max = p[j] > max ? p[j] : max;
+            double sum = 0;
+            for (int j = 0; j <= i; j++) sum += p[j] = moe__exp(p[j] - max);
+            moe_real inv = (moe_real)(1 / sum);
+            for (int j = 0; j <= i; j++) p[j] *= inv;
+            for (int j = i + 1; j < S; j++) p[j] = 0;
         }
+        /* out = P V */
+        moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, P, S, V, ldk, 0, out + q_off(&a, n, h),
+                  ldq);
+    }
+    moe__blas_serial_end(blas);
 }
 
 /* Per (sequence, head), with dO the head's slice of dout:
@@ -66,11 +72,14 @@ void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_
     memset(dk, 0, kv_count * sizeof(moe_real));
     memset(dv, 0, kv_count * sizeof(moe_real));
     if (S == 0) return;
-    for (int n = 0; n < num_seqs; n++)
-        for (int h = 0; h < a.H; h++) {
+    const int pairs = num_seqs * a.KV, blas = moe__blas_serial_begin();
+#pragma omp parallel for schedule(static) if (pairs > 1)
+    for (int nk = 0; nk < pairs; nk++)
+        for (int h = nk % a.KV * a.group; h < (nk % a.KV + 1) * a.group; h++) {
+            const int n = nk / a.KV;
             const size_t qo = q_off(&a, n, h), ko = kv_off(&a, n, h);
             const moe_real *P = att + ((size_t)n * a.H + h) * S * S, *dO = dout + qo;
-            moe_real *dS = scratch;
+            moe_real *dS = scratch + (size_t)moe__thread_id() * S * S;
             moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1, P, S, dO, ldq, 1, dv + ko, ldk);
             moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1, dO, ldq, v + ko, ldk, 0, dS, S);
             for (int i = 0; i < S; i++) {
@@ -84,4 +93,5 @@ void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_
             moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, dS, S, k + ko, ldk, 0, dq + qo, ldq);
             moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1, dS, S, q + qo, ldq, 1, dk + ko, ldk);
         }
+    moe__blas_serial_end(blas);
 }

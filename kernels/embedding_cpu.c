@@ -4,7 +4,10 @@
 
 #include <string.h>
 
+#include "core/threads.h"
+
 void moe_embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y) {
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++)
         memcpy(y + (size_t)t * d, table + (size_t)tokens[t] * d, (size_t)d * sizeof(moe_real));
 }

@@ -7,12 +7,15 @@
 
 #include <math.h>
 
+#include "core/threads.h"
+
 /* sign = +1: forward; -1: backward. One cos/sin per (position, frequency), reused by every sequence
- * and head. */
+ * and head. Positions are split over the threads (each rotates its own rows). */
 static void rope_rotate(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta,
                         double sign) {
     const int half = head_dim / 2;
     const size_t row = (size_t)num_heads * head_dim;
+#pragma omp parallel for schedule(static) if ((size_t)num_seqs * seq_len * row >= MOE__PAR_MIN_ELEMS)
     for (int p = 0; p < seq_len; p++)
         for (int i = 0; i < half; i++) {
             double angle = p * pow(theta, -2.0 * i / head_dim);

@@ -6,11 +6,13 @@
 
 #include "core/fail.h"
 #include "core/real.h"
+#include "core/threads.h"
 #include "experts/expert_ffn.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm_rows.h"
+#include "kernels/nonfinite.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "moe/dense_ops.h"
@@ -19,7 +21,7 @@ struct moe_dense_state {
     moe_runtime *rt;
     moe_gemm_rows_plan gemm;
     size_t att_nbytes, ffn_nbytes, wgrad_nbytes; /* what the scratch below holds */
-    moe_real *att_scratch;                      /* [S, S] attention backward           */
+    moe_real *att_scratch;                      /* [threads, S, S] attention backward  */
     moe_real *dh1, *dh3;                        /* [T, d_ff] dense FFN backward        */
     moe_real *wgrad_scratch;                    /* [d_ff, d] one weight gradient product */
 };
@@ -122,7 +124,7 @@ static moe_status cpu_attention_backward(moe_dense_state *s, const moe_real *q, 
                                          const moe_real *att, const moe_real *dout, int num_seqs, int S, int H, int KV,
                                          int hd, moe_real *dq, moe_real *dk, moe_real *dv) {
     void **ptrs[] = {(void **)&s->att_scratch};
-    MOE_TRY(reserve(s, &s->att_nbytes, (size_t)S * S * sizeof(moe_real), ptrs, 1));
+    MOE_TRY(reserve(s, &s->att_nbytes, (size_t)moe_threads_get() * S * S * sizeof(moe_real), ptrs, 1));
     moe_attention_backward_cpu(q, k, v, att, dout, num_seqs, S, H, KV, hd, dq, dk, dv, s->att_scratch);
     return MOE_OK;
 }
@@ -146,6 +148,7 @@ static moe_status cpu_swiglu_backward(moe_dense_state *s, const moe_layer_weight
 
 static moe_status cpu_add(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
     (void)s;
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
     return MOE_OK;
 }
@@ -171,27 +174,30 @@ static moe_status cpu_adamw_update(moe_dense_state *s, moe_real *param, const mo
     return MOE_OK;
 }
 
+/* in MOE__SUM_CHUNKS fixed chunks, added in chunk order (core/threads.h) */
 static moe_status cpu_sum_squares(moe_dense_state *s, const moe_real *a, size_t n, double *sum) {
     (void)s;
-    double total = 0;
-    for (size_t i = 0; i < n; i++) total += (double)a[i] * a[i];
+    double part[MOE__SUM_CHUNKS], total = 0;
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
+    for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
+        double t = 0;
+        for (size_t i = n * c / MOE__SUM_CHUNKS; i < n * (c + 1) / MOE__SUM_CHUNKS; i++) t += (double)a[i] * a[i];
+        part[c] = t;
+    }
+    for (int c = 0; c < MOE__SUM_CHUNKS; c++) total += part[c];
     *sum = total;
     return MOE_OK;
 }
 
 static moe_status cpu_find_nonfinite(moe_dense_state *s, const moe_real *a, size_t n, long long *first) {
     (void)s;
-    *first = -1;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(a[i])) {
-            *first = (long long)i;
-            break;
-        }
+    *first = moe_find_nonfinite_cpu(a, n);
     return MOE_OK;
 }
 
 static moe_status cpu_scale(moe_dense_state *s, moe_real *a, size_t n, double factor) {
     (void)s;
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) a[i] = (moe_real)(a[i] * factor);
     return MOE_OK;
 }

@@ -7,6 +7,7 @@
 #include "core/real.h"
 #include "experts/expert_ffn.h"
 #include "kernels/gemm_rows.h"
+#include "kernels/nonfinite.h"
 #include "kernels/permute.h"
 #include "moe/layer_ops.h"
 #include "moe/runtime.h"
@@ -162,13 +163,7 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
 
 static moe_status cpu_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {
     (void)s, (void)rows; /* rows are moe_real on the CPU */
-    const moe_real *a = data;
-    *first = -1;
-    for (size_t i = 0; i < count; i++)
-        if (!isfinite(a[i])) {
-            *first = (long long)i;
-            break;
-        }
+    *first = moe_find_nonfinite_cpu(data, count);
     return MOE_OK;
 }
 

@@ -2,6 +2,7 @@
 #include "router/aux_loss.h"
 
 #include "core/real.h"
+#include "core/threads.h"
 
 /* Sum of a token's scores: the normaliser of q for sigmoid routing; softmax rows already sum to 1. */
 static moe_real score_normaliser(moe_score_func func, const moe_real *s, int num_experts) {
@@ -28,6 +29,7 @@ void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_re
                                                moe_real coef, moe_real *dscores) {
     /* dL/dq[t,e] = c_e = coef * E * f_e / T, the same for every token. */
     moe_real scale = coef * (moe_real)num_experts / ((moe_real)num_tokens_global * top_k * num_tokens_global);
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         moe_real *ds = dscores + (size_t)t * num_experts;
@@ -60,6 +62,7 @@ double moe_router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tok
 
 void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
                                     moe_real coef, moe_real *dlogits) {
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;

@@ -1,8 +1,11 @@
 /* gates_cpu.c — gate weights from the router scores of the chosen experts, and their backward. */
 #include "router/gates.h"
 
+#include "core/threads.h"
+
 void moe_router_gates_cpu(const moe_real *scores, const int *expert, int num_tokens, int num_experts, int top_k,
                           int renormalize, moe_real *expert_score, moe_real *gate) {
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         const int *e = expert + (size_t)t * top_k;
@@ -16,6 +19,7 @@ void moe_router_gates_cpu(const moe_real *scores, const int *expert, int num_tok
 void moe_router_gates_backward_cpu(const moe_real *scores, const int *expert, const moe_real *gate,
                                    const moe_real *dgate, int num_tokens, int num_experts, int top_k,
                                    int renormalize, moe_real *dscores) {
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         const int *e = expert + (size_t)t * top_k;

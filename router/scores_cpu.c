@@ -3,6 +3,7 @@
 
 #include "core/fail.h"
 #include "core/real.h"
+#include "core/threads.h"
 
 moe_status moe_router_logits_cpu(moe_gemm_rows_plan *gemm, const moe_real *x, const moe_real *router_w,
                                  int num_tokens, int d_model, int num_experts, moe_real *logits) {
@@ -16,6 +17,7 @@ moe_status moe_router_logits_cpu(moe_gemm_rows_plan *gemm, const moe_real *x, co
 
 void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_tokens, int num_experts,
                            moe_real *scores) {
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *s = scores + (size_t)t * num_experts;
@@ -32,6 +34,7 @@ void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_
 
 void moe_router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
                                     int num_tokens, int num_experts, moe_real *dlogits) {
+#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts, *ds = dscores + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;

@@ -9,6 +9,8 @@
  *    step, ep = 1 and ep = 2 are bitwise equal over all steps (experts/expert_ffn.h, models/optimizer.h).
  *  - bf16 precision (core/precision.h), W = 2: run to run and ep = 1 vs 2 bitwise equal over all steps, and within
  *    2% of the fp32 losses (but not equal to them: the GEMM inputs were rounded).
+ *  - threads (core/threads.h), W <= 2: a wider model (every threaded loop above its size threshold) gives
+ *    bitwise the same losses with 1, 2 and 3 OpenMP threads per rank.
  *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "alltoall/parallel_mpi.h"
+#include "core/threads.h"
 #include "models/trainer.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
@@ -47,6 +50,27 @@ static double train(const char *train_path, const char *val_path, int ep, int st
     moe_trainer_destroy(&t);
     moe_parallel_destroy(par);
     return val;
+}
+
+/* d 128, S 64, d_ff 128: T d >= MOE__PAR_MIN_ELEMS on each of up to 2 ranks, so the loops split */
+static void check_thread_counts(const char *train_path, const char *val_path, int W, int rank) {
+    double losses[3][STEPS];
+    for (int n = 1; n <= 3; n++) {
+        moe_threads_set(n);
+        moe_train_options o = test_small_options(train_path, val_path, 1, STEPS, 1);
+        o.model.d_model = 128, o.model.d_ff = 128, o.model.seq_len = 64;
+        o.model.moe = moe_config_default(128, 128, 8, 2);
+        o.model.moe.capacity_factor = 1.25f;
+        test_run r;
+        test_run_start(&r, 1, o);
+        test_run_steps(&r, 1, STEPS, losses[n - 1]);
+        test_run_stop(&r);
+    }
+    moe_threads_set(1);
+    for (int n = 2; n <= 3; n++)
+        CHECK(!memcmp(losses[n - 1], losses[0], sizeof losses[0]), "W=%d: losses with %d threads differ from 1 thread's",
+              W, n);
+    if (rank == 0) printf("W=%d: 1, 2 and 3 threads per rank: losses bitwise equal over %d steps\n", W, STEPS);
 }
 
 int main(int argc, char **argv) {
@@ -100,6 +124,8 @@ int main(int argc, char **argv) {
                        bf16_ep1[s], reference[s], fabs(bf16_ep1[s] - reference[s]) / reference[s]);
         }
     }
+
+    if (W <= 2) check_thread_counts(train_path, val_path, W, rank);
 
     enum { LONG = 40 };
     double curve[LONG];

@@ -1,0 +1,30 @@
+/* threads.h — the CPU path's threads: one OpenMP pool (libgomp) runs the loops of kernels/, router/, experts/
+ * and moe/ (and the GEMMs of a GEMM library on the same pool); OpenBLAS is kept on one thread (threads.c says
+ * why), so a run uses N threads, not N per library. Results never depend on N (docs/DETERMINISM.md): a
+ * parallel loop's iterations write disjoint outputs, and a sum is formed over chunks fixed by its length
+ * (MOE__SUM_CHUNKS), added in chunk order. Tested by tests/test_threads.c (1, 2 and 3 threads, bitwise).
+ * No host syncs (CPU only). */
+#ifndef MOE_CORE_THREADS_H
+#define MOE_CORE_THREADS_H
+
+/* Online CPUs this process may run on (its affinity mask), divided by the ranks on this node
+ * (OMPI_COMM_WORLD_LOCAL_SIZE, else 1); at least 1. */
+int moe_threads_default(void);
+/* Sets the OpenMP pool's threads to n (n >= 1) and OpenBLAS's to 1. */
+void moe_threads_set(int n);
+/* The threads a parallel loop gets now. */
+int moe_threads_get(void);
+
+/* Internal. A loop over fewer elements than this stays on the calling thread (a parallel region costs
+ * microseconds). */
+#define MOE__PAR_MIN_ELEMS 32768
+/* Sums over many elements: this many chunks [c n / CHUNKS, (c + 1) n / CHUNKS), whatever the threads. */
+#define MOE__SUM_CHUNKS 64
+
+int moe__thread_id(void);   /* 0 .. moe_threads_get() - 1 inside a parallel loop; 0 outside one */
+/* BLAS calls made inside a parallel loop run on their caller's thread: the BLAS library's own threads
+ * are set to 1 before the loop (returning what they were) and restored after it. */
+int moe__blas_serial_begin(void);
+void moe__blas_serial_end(int saved);
+
+#endif
