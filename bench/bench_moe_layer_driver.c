@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "core/threads.h"
 
 #define LAYER_FLAG(kind, name, field, ...) BENCH_##kind(name, bench_layer_options, field, __VA_ARGS__)
 
@@ -44,6 +45,7 @@ static const bench_flag kCommonFlags[] = {
     LAYER_FLAG(INT, "--warmup", warmup, 0, 100000, "untimed iterations"),
     LAYER_FLAG(INT, "--iters", iters, 1, 100000, "timed iterations"),
     LAYER_FLAG(INT, "--seed", seed, 0, 1 << 30, "seed of the weights and the batch"),
+    LAYER_FLAG(INT, "--threads", threads, 0, 4096, "CPU threads per rank (0: the CPUs this rank may use / ranks on this node)"),
 };
 enum { NUM_COMMON_FLAGS = sizeof kCommonFlags / sizeof kCommonFlags[0] };
 
@@ -232,9 +234,9 @@ static void print_shape(const bench_layer_run *r) {
     if (variant->distributed) printf("shape: tokens_global=%d (%d..%d per rank)", TG, TG / W, TG / W + (TG % W != 0));
     else printf("shape: T=%d", TG);
     printf(" d=%d d_ff=%d E=%d k=%d capacity_factor=%g (%s) layout_invariant=%d precision=%s warmup=%d iters=%d "
-           "seed=%d\n",
+           "seed=%d threads=%d\n",
            o->d_model, o->d_ff, o->experts, o->top_k, o->capacity_factor, mode, o->layout_invariant,
-           kPrecisions[o->precision], o->warmup, o->iters, o->seed);
+           kPrecisions[o->precision], o->warmup, o->iters, o->seed, moe_threads_get());
 }
 
 static void print_time(const char *label, const bench_layer_run *r, int s, double flop) {
@@ -311,6 +313,8 @@ int bench_moe_layer_main(const bench_layer_variant *v, int argc, char **argv) {
     if (v->start) v->start(&argc, &argv, v->program, &o.world_size);
     else bench_set_name(v->program);
     parse(argc, argv, &o); /* --help, --dry-run and usage errors leave here, before any collective or GPU */
+    if (o.threads == 0) o.threads = moe_threads_default();
+    moe_threads_set(o.threads);
 
     bench_layer_run run = {.o = &o, .cfg = config_of(&o)};
     bench_layer_run *r = &run;

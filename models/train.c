@@ -18,6 +18,7 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
+#include "core/threads.h"
 #include "models/checkpoint.h"
 #include "models/trainer.h"
 
@@ -221,6 +222,8 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return parsed > 0 ? 0 : 2;
     }
+    if (opt.threads == 0) opt.threads = moe_threads_default();
+    moe_threads_set(opt.threads);
     if (refuse_oversized(&opt, world_size)) {
         MPI_Finalize();
         return 2;
@@ -252,9 +255,9 @@ int main(int argc, char **argv) {
     FILE *metrics = NULL;
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
-        printf("world %d ranks: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank, "
+        printf("world %d ranks x %d threads: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank, "
                "at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
-               world_size, t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model),
+               world_size, moe_threads_get(), t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model),
                moe_model_num_expert(t.model), moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024),
                t.train.num_tokens, t.val.num_tokens);
         if (*opt.log_file && !(metrics = fopen(opt.log_file, "w"))) {

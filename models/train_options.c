@@ -67,6 +67,8 @@ static const opt_spec kOptions[] = {
      1, {0}, NULL},
     {"--skip-nonfinite", "1: drop a step whose loss or gradient is NaN or Inf (and say where it appeared) instead of "
      "stopping the run", OPT_INT, OFF(skip_nonfinite), 0, 1, {0}, NULL},
+    {"--threads", "CPU threads per rank, shared by the loops and the GEMMs; never changes results (0: the CPUs this "
+     "rank may use / ranks on this node)", OPT_INT, OFF(threads), 0, 4096, {0}, NULL},
     /* data and output */
     {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL},
     {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL},

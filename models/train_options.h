@@ -18,6 +18,7 @@ typedef struct {
     int seed;
     int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
     int skip_nonfinite; /* 1: drop a step whose loss or gradient is not finite, instead of stopping */
+    int threads;        /* CPU threads per rank (core/threads.h); 0: moe_threads_default()          */
     /* data, evaluation, output */
     const char *train_data, *val_data, *log_file;
     int eval_interval, eval_batches;
