@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/threads.h"
+
 /* Branchless (both results formed, one selected), so that the bulk loops below vectorise. */
 static inline uint32_t bf16_bits(uint32_t u) {
     const uint32_t quiet_nan = (u >> 16) | 0x0040u, rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
@@ -23,6 +25,7 @@ moe_bf16 moe_bf16_from_float(float x) {
 }
 
 void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out) {
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
@@ -31,6 +34,7 @@ void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out) {
 }
 
 void moe_bf16_round_n(const float *x, size_t n, float *out) {
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
