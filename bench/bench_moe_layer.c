@@ -58,7 +58,8 @@ static void *expert_input(const replay_bufs *b, const float *src, size_t n, moe_
 /* C[m, n] (+)= op(A) op(B) on the layer's library; expert: the inputs are the replay's expert type. */
 static void mm(const replay_bufs *b, int expert, int ta, int tb, int m, int n, int k, const void *A, const void *B,
                int accumulate, float *C) {
-    const moe_gemm_call call = {ta, tb, m, n, k, expert && b->bf16, accumulate};
+    const moe_gemm_call call = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .bf16 = expert && b->bf16,
+                                .accumulate = accumulate};
     bench_check(moe_gemm_engine_run(b->engine, &call, A, B, C), "the replayed GEMM");
 }
 

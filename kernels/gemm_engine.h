@@ -22,12 +22,20 @@ typedef struct {
     int m, n, k;
     int bf16;       /* bf16 inputs: moe_bf16 arrays when moe_gemm_native_bf16(), else moe_real (see above) */
     int accumulate; /* 1: C += product; 0: C = product (C is not read) */
+    int prepared_b; /* B is what moe_gemm_engine_prepare_b returned for this call's shape */
 } moe_gemm_call;
 
 moe_status moe_gemm_engine_create(moe_gemm_engine **out);
 void moe_gemm_engine_free(moe_gemm_engine *engine);
 moe_status moe_gemm_engine_run(moe_gemm_engine *engine, const moe_gemm_call *call, const void *A, const void *B,
                                moe_real *C);
+
+/* B (moe_real; holding bf16 values for a bf16 call) made ready for many calls of call's shape with prepared_b
+ * set: oneDNN converts and reorders it in one pass into the blocked layout the matmul for call->m rows prefers
+ * (the 64-row blocks then run as fast as one whole call: docs/BENCHMARKS.md); OpenBLAS returns B. The result
+ * stays valid until the next prepare_b of the same shape, or the engine's freeing. */
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const moe_real *B,
+                                     const void **prepared);
 
 /* 1 when bf16 calls take moe_bf16 arrays (a real bf16 kernel), 0 when they take moe_real arrays of bf16 values. */
 int moe_gemm_native_bf16(void);

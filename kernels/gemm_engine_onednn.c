@@ -1,6 +1,8 @@
 /* gemm_engine_onednn.c — the GEMM engine on oneDNN's matmul primitive (why and what it guarantees:
  * gemm_engine.h). One CPU engine for the process; per moe_gemm_engine a stream and a small cache of primitives
- * keyed by the call's shape, each with its memory objects made once and pointed at the call's arrays. */
+ * keyed by the call's shape, each with its memory objects made once and pointed at the call's arrays. A shape
+ * with prepared_b also keeps a reorder (plain fp32 B -> the matmul's preferred weights layout and type) and
+ * the buffer it writes. */
 #include "kernels/gemm_engine.h"
 
 #include <pthread.h>
@@ -18,6 +20,9 @@ typedef struct {
     unsigned long long last_use; /* 0: empty */
     dnnl_primitive_t matmul;
     dnnl_memory_t src, weights, dst;
+    dnnl_primitive_t reorder;   /* prepared_b: plain fp32 B -> weights layout */
+    dnnl_memory_t plain_b;      /* prepared_b: the reorder's source */
+    void *prepared;             /* prepared_b: the reorder's destination, the weights of every call */
 } cached_matmul;
 
 struct moe_gemm_engine {
@@ -76,6 +81,9 @@ static void release(cached_matmul *s) {
     if (s->src) dnnl_memory_destroy(s->src);
     if (s->weights) dnnl_memory_destroy(s->weights);
     if (s->dst) dnnl_memory_destroy(s->dst);
+    if (s->reorder) dnnl_primitive_destroy(s->reorder);
+    if (s->plain_b) dnnl_memory_destroy(s->plain_b);
+    free(s->prepared);
     *s = (cached_matmul){0};
 }
 
@@ -92,8 +100,25 @@ static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, int rows, int cols, dnn
     return dnnl_memory_desc_init_by_tag(md, 2, dims, type, transposed ? dnnl_ba : dnnl_ab);
 }
 
-/* The matmul for this shape: src op(A) [m, k], weights op(B) [k, n], dst C [m, n] f32, with a sum post-op when
- * accumulating (C += ...). Memory objects are made with no data and pointed at the arrays on each call. */
+/* prepared_b: the reorder from B as the caller holds it (fp32, plain) into the matmul's weights layout and
+ * type, and the buffer it fills. */
+static dnnl_status_t build_reorder(cached_matmul *s, const moe_gemm_call *c, const dnnl_memory_desc_t *weights_md) {
+    dnnl_memory_desc_t plain_md;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = matrix_desc(&plain_md, c->k, c->n, dnnl_f32, c->trans_b);
+    if (st == dnnl_success) st = dnnl_memory_create(&s->plain_b, &plain_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success)
+        st = dnnl_reorder_primitive_desc_create(&pd, &plain_md, cpu_engine, weights_md, cpu_engine, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_create(&s->reorder, pd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (st == dnnl_success && !(s->prepared = malloc(dnnl_memory_desc_get_size(weights_md)))) st = dnnl_out_of_memory;
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->weights, s->prepared);
+    return st;
+}
+
+/* The matmul for this shape: src op(A) [m, k], weights op(B) [k, n] (plain, or with prepared_b in the layout the
+ * primitive picks), dst C [m, n] f32, with a sum post-op when accumulating (C += ...). Memory objects are made
+ * with no data and pointed at the arrays on each call. */
 static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
     const dnnl_data_type_t in = c->bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t src_md, weights_md, dst_md;
@@ -102,7 +127,12 @@ static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
     dnnl_post_ops_t post_ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = matrix_desc(&src_md, c->m, c->k, in, c->trans_a);
-    if (st == dnnl_success) st = matrix_desc(&weights_md, c->k, c->n, in, c->trans_b);
+    if (st == dnnl_success && c->prepared_b) {
+        dnnl_dims_t dims = {c->k, c->n};
+        st = dnnl_memory_desc_init_by_tag(&weights_md, 2, dims, in, dnnl_format_tag_any);
+    } else if (st == dnnl_success) {
+        st = matrix_desc(&weights_md, c->k, c->n, in, c->trans_b);
+    }
     if (st == dnnl_success) st = matrix_desc(&dst_md, c->m, c->n, dnnl_f32, 0);
     if (st == dnnl_success) st = dnnl_matmul_desc_init(&desc, &src_md, &weights_md, NULL, &dst_md);
     if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
@@ -113,9 +143,11 @@ static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
     }
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine, NULL);
     if (st == dnnl_success) st = dnnl_primitive_create(&s->matmul, pd);
+    if (st == dnnl_success && c->prepared_b) weights_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     if (st == dnnl_success) st = dnnl_memory_create(&s->src, &src_md, cpu_engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success) st = dnnl_memory_create(&s->weights, &weights_md, cpu_engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success) st = dnnl_memory_create(&s->dst, &dst_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success && c->prepared_b) st = build_reorder(s, c, &weights_md);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (post_ops) dnnl_post_ops_destroy(post_ops);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -125,7 +157,7 @@ static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
 
 static int same_shape(const moe_gemm_call *a, const moe_gemm_call *b) {
     return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->m == b->m && a->n == b->n && a->k == b->k &&
-           a->bf16 == b->bf16 && a->accumulate == b->accumulate;
+           a->bf16 == b->bf16 && a->accumulate == b->accumulate && a->prepared_b == b->prepared_b;
 }
 
 /* The cached matmul for c's shape, or a new one in the least recently used slot. */
@@ -147,13 +179,26 @@ static moe_status lookup(moe_gemm_engine *e, const moe_gemm_call *c, cached_matm
     return MOE_OK;
 }
 
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *e, const moe_gemm_call *c, const moe_real *B,
+                                     const void **prepared) {
+    cached_matmul *s = NULL;
+    MOE_TRY(lookup(e, c, &s));
+    s->last_use = ++e->clock;
+    dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->plain_b, (void *)B, e->stream);
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, s->plain_b}, {DNNL_ARG_TO, s->weights}};
+    if (st == dnnl_success) st = dnnl_primitive_execute(s->reorder, e->stream, 2, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(e->stream);
+    *prepared = s->prepared;
+    return st == dnnl_success ? MOE_OK : failed(st, "weights reorder", c);
+}
+
 moe_status moe_gemm_engine_run(moe_gemm_engine *e, const moe_gemm_call *c, const void *A, const void *B,
                                moe_real *C) {
     cached_matmul *s = NULL;
     MOE_TRY(lookup(e, c, &s));
     s->last_use = ++e->clock;
     dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->src, (void *)A, e->stream);
-    if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->weights, (void *)B, e->stream);
+    if (st == dnnl_success && !c->prepared_b) st = dnnl_memory_set_data_handle_v2(s->weights, (void *)B, e->stream);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->dst, C, e->stream);
     if (st != dnnl_success) return failed(st, "memory", c);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s->src}, {DNNL_ARG_WEIGHTS, s->weights}, {DNNL_ARG_DST, s->dst}};

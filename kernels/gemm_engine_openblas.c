@@ -27,6 +27,13 @@ moe_status moe_gemm_engine_create(moe_gemm_engine **out) {
 
 void moe_gemm_engine_free(moe_gemm_engine *engine) { (void)engine; }
 
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const moe_real *B,
+                                     const void **prepared) {
+    (void)engine, (void)call;
+    *prepared = B;
+    return MOE_OK;
+}
+
 moe_status moe_gemm_engine_run(moe_gemm_engine *engine, const moe_gemm_call *c, const void *A, const void *B,
                                moe_real *C) {
     (void)engine;

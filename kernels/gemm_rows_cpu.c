@@ -73,28 +73,37 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
                              const moe_real *A, const moe_real *B, moe_real beta, moe_real *C) {
     MOE_TRY(check_beta(beta));
     if (rows == 0) return MOE_OK;
-    const void *b;
-    MOE_TRY(weights_input(plan, B, (size_t)n * k, &b));
     const int block = plan->row_block;
     moe_gemm_call call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),
                           .accumulate = beta != 0};
+    /* Every call of the blocks has one shape: B is converted and laid out for it once (gemm_engine.h). */
+    const void *b;
+    if (block) {
+        call.m = block, call.prepared_b = 1;
+        MOE_TRY(moe_gemm_engine_prepare_b(plan->engine, &call, B, &b));
+    } else {
+        MOE_TRY(weights_input(plan, B, (size_t)n * k, &b));
+    }
     if (block == 0 && !plan->bf16_inputs) {
         call.m = rows;
         return moe_gemm_engine_run(plan->engine, &call, A, b, C);
     }
-    /* blocks of `block` rows (layout-invariant), or chunks that fit the rounding scratch */
-    const int step = block ? block : MOE_GEMM_ROUND_ROWS, full = block ? rows / block * block : rows;
-    for (int r = 0; r < full; r += step) {
-        call.m = full - r < step ? full - r : step;
-        const void *a = as_input(plan, A + (size_t)r * k, (size_t)call.m * k, plan->scratch);
-        MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a, b, C + (size_t)r * n));
+    /* Chunks of MOE_GEMM_ROUND_ROWS rows, each rounded into scratch in one pass (bf16 inputs), each run as blocks
+     * of `block` rows (layout-invariant) or as one call. */
+    const size_t in_size = input_size(plan);
+    const int full = block ? rows / block * block : rows;
+    for (int r = 0; r < full; r += MOE_GEMM_ROUND_ROWS) {
+        const int chunk = full - r < MOE_GEMM_ROUND_ROWS ? full - r : MOE_GEMM_ROUND_ROWS;
+        const char *a = as_input(plan, A + (size_t)r * k, (size_t)chunk * k, plan->scratch);
+        call.m = block ? block : chunk;
+        for (int i = 0; i < chunk; i += call.m)
+            MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a + (size_t)i * k * in_size, b, C + (size_t)(r + i) * n));
     }
     const int tail = rows - full;
     if (tail == 0) return MOE_OK;
     /* The last partial block goes through scratch: [block, k] input (zero-padded) and [block, n] output. */
     char *a = plan->scratch;
     moe_real *c = (moe_real *)(a + (size_t)block * k * sizeof(moe_real));
-    const size_t in_size = input_size(plan);
     if (plan->bf16_inputs) as_input(plan, A + (size_t)full * k, (size_t)tail * k, a);
     else memcpy(a, A + (size_t)full * k, (size_t)tail * k * sizeof(moe_real));
     memset(a + (size_t)tail * k * in_size, 0, (size_t)(block - tail) * k * in_size);
