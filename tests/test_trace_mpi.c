@@ -117,14 +117,21 @@ int main(int argc, char **argv) {
     char bad[128];
     snprintf(bad, sizeof bad, "%s/bad.trace", dir);
     replay.routing_trace_in = bad;
+    /* Each rewrite waits for every rank to be done with the file: a rank still in the previous run could
+     * otherwise open the new bytes while its peers read the old ones, fail elsewhere than they do, and leave
+     * them waiting in a collective until the watchdog (seen once: 60 s, then Open MPI crashed on the stray
+     * watchdog question at the next MPI_Comm_dup). */
+    MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) rewrite(recorded, bad, 32 + 16 + 5, -1); /* a byte of the first record's ids */
     MPI_Barrier(MPI_COMM_WORLD);
     expect_refused("flipped byte", replay, "routing replay: ", "record of step 1, layer 0 is corrupt");
+    MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) rewrite(recorded, bad, -1, 600); /* the header and part of the first record */
     MPI_Barrier(MPI_COMM_WORLD);
     expect_refused("truncated", replay, "routing replay: ", "(truncated?)");
     moe_train_options four = replay;
     four.model.moe = moe_config_default(o.model.d_model, o.model.d_ff, 4, 2);
+    MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) rewrite(recorded, bad, -1, -1);
     MPI_Barrier(MPI_COMM_WORLD);
     expect_refused("another config", four, "bad routing trace: ", "experts is 8 in the trace but 4 in this run");
