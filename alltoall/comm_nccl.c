@@ -100,6 +100,9 @@ static moe_status finish(moe_comm *c, const char *op) {
             snprintf(state, sizeof state, "failed (%s)", cudaGetErrorString(q));
             return abort_with_message(c, MOE_ERR_CUDA, "CUDA error", op, state, ncclGetLastError(s->nccl));
         }
+        /* "not yet" is an answer, but the runtime keeps it as its last error, which the next launch check
+         * (cudaGetLastError) or CUB's error peek would report as a failure: clear it. */
+        cudaGetLastError();
         ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->nccl, &async);
         if (r != ncclSuccess) async = r;
         if (async != ncclSuccess && async != ncclInProgress) {

@@ -23,7 +23,9 @@
 /* A context on device 0 with its properties printed ("GPU: name (SMs, memory)"), or exit 77 with a
  * message when there is no GPU. */
 static inline moe_gpu *bench_gpu_open(const char *prog, cudaDeviceProp *prop) {
-    if (moe_gpu_device_count() == 0) {
+    int devices = 0;
+    bench_check(moe_gpu_device_count(&devices), "moe_gpu_device_count");
+    if (devices == 0) {
         printf("%s: no CUDA device on this machine; nothing to measure\n", prog);
         exit(77);
     }

@@ -21,7 +21,9 @@
 static struct cudaDeviceProp prop;
 
 static void open_gpu(bench_layer_run *r) {
-    if (moe_gpu_device_count() == 0) {
+    int devices = 0;
+    bench_check(moe_gpu_device_count(&devices), "moe_gpu_device_count");
+    if (devices == 0) {
         printf("bench_moe_layer_gpu: no CUDA device on this machine; nothing to measure\n");
         exit(77);
     }

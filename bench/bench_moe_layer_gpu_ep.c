@@ -37,7 +37,7 @@ static struct cudaDeviceProp prop;
 static int device, devices_per_node;
 
 static void open_gpu_ep(bench_layer_run *r) {
-    devices_per_node = moe_gpu_device_count();
+    bench_check(moe_gpu_device_count(&devices_per_node), "moe_gpu_device_count");
     int mine = devices_per_node > 0, all = 0;
     MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (!all) { /* every rank leaves alike */

@@ -1,5 +1,6 @@
 /* gpu.cu — the moe_gpu context: device, stream, cuBLAS handle, growing scratch; the checked-call failure
  * message. */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,13 +21,26 @@ extern "C" const char *moe_cublas_status_string(cublasStatus_t status) {
     }
 }
 
-extern "C" int moe_gpu_device_count(void) {
+/* The CUDA runtime reports a missing driver as an insufficient one: the driver library decides which it is. */
+static int driver_installed(void) {
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver) dlclose(driver);
+    return driver != NULL;
+}
+
+extern "C" moe_status moe_gpu_device_count(int *count) {
+    *count = 0;
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError(); /* no driver or no device: not an error to keep around */
-        return 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess) {
+        *count = n;
+        return MOE_OK;
     }
-    return n;
+    cudaGetLastError(); /* the answer is returned here; no later check should see it */
+    if (e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && !driver_installed())) return MOE_OK;
+    return moe_fail(MOE_ERR_CUDA, "cudaGetDeviceCount failed: %s (%s)%s", cudaGetErrorName(e), cudaGetErrorString(e),
+                    e == cudaErrorInsufficientDriver ? "; the NVIDIA driver is older than this CUDA runtime: update it"
+                                                     : "");
 }
 
 extern "C" moe_status moe__gpu_call_failed(moe_status status, const char *file, int line, const char *call,
@@ -46,7 +60,8 @@ static moe_status create_handles(moe_gpu *g) {
 extern "C" moe_status moe_gpu_create(int device, moe_gpu **out) {
     if (!out) return MOE_ERR_INVALID_ARG;
     *out = NULL;
-    const int count = moe_gpu_device_count();
+    int count = 0;
+    MOE_TRY(moe_gpu_device_count(&count));
     if (device < 0 || device >= count)
         return moe_fail(MOE_ERR_NO_DEVICE, "CUDA device %d is not usable (%d device(s) visible)", device, count);
     MOE_CUDA_TRY(cudaSetDevice(device));

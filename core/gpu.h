@@ -15,8 +15,10 @@
 
 typedef struct moe_gpu moe_gpu;
 
-/* Number of usable CUDA devices (0 when there is no driver or no device). */
-int moe_gpu_device_count(void);
+/* *count = the visible CUDA devices: 0 when no NVIDIA driver is installed or the driver sees no device. Any other
+ * failure is MOE_ERR_CUDA with the reason (a driver older than the CUDA runtime, a broken installation): a GPU
+ * machine that cannot run CUDA must fail loudly, not read as a machine without a GPU. */
+moe_status moe_gpu_device_count(int *count);
 
 /* Makes `device` current on this thread and creates the stream and cuBLAS handle on it.
  * MOE_ERR_NO_DEVICE when the ordinal is not a usable device. */

@@ -26,8 +26,7 @@
 
 /* The block size of the layout-invariant mode: 64 rows fill the libraries' AVX-512 tiles and keep the
  * padding small; larger blocks saved little (docs/BENCHMARKS.md). The rows a bf16 call rounds at a time. */
-enum { MOE_GEMM_ROW_BLOCK = 64, MOE_GEMM_ROUND_ROWS = 256 };
-_Static_assert(MOE_GEMM_ROUND_ROWS % MOE_GEMM_ROW_BLOCK == 0, "a rounded chunk holds whole blocks");
+enum { MOE_GEMM_ROW_BLOCK = 64, MOE_GEMM_ROUND_ROWS = 4 * MOE_GEMM_ROW_BLOCK /* whole blocks */ };
 
 typedef struct moe_gemm_engine moe_gemm_engine;
 

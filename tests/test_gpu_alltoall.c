@@ -183,7 +183,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     /* all ranks skip together (a lone exit would leave the others in their first collective) */
-    int devices = moe_gpu_device_count(), min_devices = 0;
+    int devices = test_gpu_device_count("test_gpu_alltoall"), min_devices = 0;
     MPI_Allreduce(&devices, &min_devices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (min_devices == 0) {
         if (rank == 0)

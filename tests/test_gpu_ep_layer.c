@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     int W, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int have_gpu = moe_gpu_device_count() > 0, all_have = 0;
+    int have_gpu = test_gpu_device_count("test_gpu_ep_layer") > 0, all_have = 0;
     MPI_Allreduce(&have_gpu, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all_have) {
         if (rank == 0) printf("test_gpu_ep_layer: skip: no CUDA device on this machine\n");

@@ -3,10 +3,21 @@
 
 #include <stdlib.h>
 
+#include "core/fail.h"
 #include "core/gpu_cuda.h"
 
+int test_gpu_device_count(const char *test_name) {
+    int n = 0;
+    moe_status st = moe_gpu_device_count(&n);
+    if (st != MOE_OK) {
+        fprintf(stderr, "%s: FAIL: %s\n", test_name, moe_failure_message(st));
+        exit(1);
+    }
+    return n;
+}
+
 moe_gpu *test_gpu_require(const char *test_name) {
-    int n = moe_gpu_device_count();
+    int n = test_gpu_device_count(test_name);
     if (n == 0) {
         printf("%s: skip: no CUDA device on this machine\n", test_name);
         exit(TEST_SKIP);

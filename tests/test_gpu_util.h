@@ -11,7 +11,10 @@
 #include "core/gpu.h"
 #include "tests/test_util.h"
 
-/* A context on device 0, or exit(TEST_SKIP) with the reason printed when there is no usable GPU. */
+/* The visible CUDA devices (0: no driver, or none); a CUDA that is there but broken (a driver older than the
+ * runtime) fails the test with the reason instead of skipping it. */
+int test_gpu_device_count(const char *test_name);
+/* A context on device 0, or exit(TEST_SKIP) with the reason printed when there is no GPU. */
 moe_gpu *test_gpu_require(const char *test_name);
 
 void *test_gpu_alloc(moe_gpu *gpu, size_t nbytes);                          /* poisoned */
