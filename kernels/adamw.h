@@ -1,4 +1,4 @@
-/* adamw.h — the AdamW update (decoupled weight decay, bias-corrected moments). CPU.
+/* adamw.h — the AdamW update (decoupled weight decay, bias-corrected moments). CPU and CUDA.
  * With t = step (1 for the first update):
  *   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
  *   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p ) */
@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "core/gpu.h"
 #include "core/types.h"
 
 typedef struct {
@@ -17,5 +18,10 @@ typedef struct {
 /* count elements of param, grad, m, v (moments in fp32, as the parameters). */
 void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,
                           const moe_adamw_params *hp);
+
+/* The same on the GPU (kernels/adamw.cu): device arrays, queued on gpu's stream, no host sync. The CPU's
+ * operations in its order, each rounded once (no FMA): its bits where the CPU build does not contract. */
+moe_status moe_adamw_update_cuda(moe_gpu *gpu, float *param, const float *grad, float *m, float *v, size_t count,
+                                 const moe_adamw_params *hp);
 
 #endif

@@ -19,5 +19,7 @@ void moe_bf16_round_n(const float *x, size_t n, float *out);
 /* CUDA: n values, device pointers, queued on gpu's stream (no host sync). */
 moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);
 moe_status moe_cast_bf16_to_f32_cuda(moe_gpu *gpu, const moe_bf16 *in, size_t n, float *out);
+/* out = in rounded to bf16 and kept as fp32 (moe_bf16_round_n's bits; out may be in). */
+moe_status moe_bf16_round_cuda(moe_gpu *gpu, const float *in, size_t n, float *out);
 
 #endif
