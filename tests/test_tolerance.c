@@ -75,6 +75,16 @@ static const test_tolerance kTolerance[] = {
     {"layer aux loss", "f32", INFINITY, 1e-7, 0, 1e-5},
     {"layer z loss", "f32", INFINITY, 1e-7, 0, 1e-5},
 
+    /* ---- the dense table's ops, fp32 on both sides (tests/test_gpu_dense_ops_a.cu) ----
+     * The GPU does the CPU's operations in its order, each rounded once: bitwise, unless the CPU build contracts
+     * a * b + c into an FMA (gcc does where the target has FMA: aarch64, or x86-64 with -march=native). Then:
+     * AdamW's m, v and param move by an ulp or two (~1.2e-7 each) of an intermediate: rtol 1e-6 (~8 ulps),
+     * 1e-6 of the rms for an m that cancels to near 0, nmse 1e-12 (an rms relative error of 1e-6); */
+    {"adamw", "f32", 1e-12, 0, 1e-6, 1e-6},
+    /* the sum of squares (double, positive terms) by one product rounding per term over chains of n / 64 adds:
+     * ~sqrt(n / 64) * 2^-53 typically, at most n / 64 * 2^-53 ~ 3e-11 at n = 1.7e7: relative 1e-10 */
+    {"sum_squares", "f32", INFINITY, 0, 0, 1e-10},
+
     /* ---- the GPU layer across ranks against one GPU rank (tests/test_gpu_ep_layer.c) ----
      * the same kernels on other row counts per GEMM, where cuBLAS may choose another kernel: a bf16 output
      * lands at most one ulp (<= 7.8e-3) away, rarely: 1e-2, nmse 1e-6 */
