@@ -101,6 +101,26 @@ static const test_tolerance kTolerance[] = {
     /* dgate = dout . y: a block reduction of d <= 4096 terms against the CPU's loop, ~sqrt(d) * 6e-8 ~ 4e-6
      * relative: 1e-4 */
     {"combine backward dgate", "bf16", 1e-10, 1e-4, 0, 1e-4},
+    /* ---- dense-model kernels, fp32 on both sides (tests/test_gpu_dense_ops_b.cu) ----
+     * rmsnorm: row sums in double on both sides, the element products the same float operations (no FMA):
+     * y and rstd differ only where the double sums, taken in another order, round rstd to another float
+     * (1 ulp, 6e-8 relative): 1e-5 relative, 1e-6 absolute */
+    {"rmsnorm", "f32", 1e-12, 1e-6, 0, 1e-5},
+    /* dx: a double dot, then float terms; dw: the CPU adds T float terms in float, the GPU in double: the
+     * CPU's own error, up to ~T * 6e-8 of a term; terms cancel, so the bound is 1e-5 of rms(want) + 1e-5 |w| */
+    {"rmsnorm backward", "f32", 1e-10, 0, 1e-5, 1e-5},
+    /* the same float rotation with cos/sin from CUDA's double pow/cos/sin (<= 2 ulp in double) against
+     * glibc's: a float rounds differently only rarely, by 1 ulp (6e-8); O(1) values: 1e-6 */
+    {"rope", "f32", 1e-12, 1e-6, 0, 1e-6},
+    /* a double sum of token losses (~log V each) from CUDA's expf (<= 2 ulp) against glibc's, in another
+     * order: ~1e-7 relative; 1e-6 relative, 1e-6 absolute for a loss near 0 */
+    {"cross entropy loss", "f32", INFINITY, 1e-6, 0, 1e-6},
+    /* scale (softmax - onehot): each element one expf (2 ulp) and two roundings: 1e-5 relative, 1e-5 of rms */
+    {"cross entropy backward", "f32", 1e-10, 0, 1e-5, 1e-5},
+    /* cuBLAS against OpenBLAS over hd or S <= 130 terms (~sqrt(130) * 6e-8 ~ 1e-6 of the scale), through
+     * expf: as the router's GEMM rows, 1e-4 relative, with 1e-5 of rms(want) for elements that cancel */
+    {"attention", "f32", 1e-10, 0, 1e-5, 1e-4},
+    {"attention backward", "f32", 1e-10, 0, 1e-5, 1e-4},
     /* ---- the CPU's bf16 precision against its fp32 (tests/test_precision.c; dtype "cpu-bf16") ----
      * a GEMM of rounded inputs against the same products in double: only the order of the fp32 sums differs,
      * ~sqrt(k) * 6e-8 of the scale: 1e-5 of rms(want) */
