@@ -47,7 +47,8 @@ void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_r
             moe_real *p = P + (size_t)i * S, max = p[0];
             for (int j = 1; j <= i; j++) max = p[j] > max ? p[j] : max;
             double sum = 0;
-            for (int j = 0; j <= i; j++) sum += p[j] = moe__exp(p[j] - max);
+            for (int j = 0; j <= i; j++) p[j] = moe__exp(p[j] - max); /* apart from the in-order sum: vectorises */
+            for (int j = 0; j <= i; j++) sum += p[j];
             moe_real inv = (moe_real)(1 / sum);
             for (int j = 0; j <= i; j++) p[j] *= inv;
             for (int j = i + 1; j < S; j++) p[j] = 0;

@@ -41,7 +41,8 @@ void moe_cross_entropy_backward_cpu(moe_real *logits, const int *targets, int nu
         moe_real *l = logits + (size_t)t * vocab;
         moe_real max = row_max(l, vocab);
         double sum = 0;
-        for (int i = 0; i < vocab; i++) sum += l[i] = moe__exp(l[i] - max);
+        for (int i = 0; i < vocab; i++) l[i] = moe__exp(l[i] - max); /* apart from the in-order sum: vectorises */
+        for (int i = 0; i < vocab; i++) sum += l[i];
         moe_real k = (moe_real)(scale / sum);
         for (int i = 0; i < vocab; i++) l[i] *= k;
         l[targets[t]] -= scale;
