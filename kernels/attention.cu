@@ -1,19 +1,10 @@
 /* attention.cu — causal GQA self-attention on the GPU (shapes: attention.h; the CPU twin: attention_cpu.c).
  * Products are cuBLAS strided-batched GEMMs (fp32, the context's pedantic math mode: no TF32), one call per
- * query head h, batched over the sequences: a sequence's block of q is S H hd floats after the previous one's,
- * of k and v S KV hd, of att H S S. The causal softmax and its backward are kernels, one warp per row.
- *
- * Row-major M [r, c] (leading dimension L) is column-major M^T [c, r] (same L), so each product below is
- * written for the transposes, with ldq = H hd, ldk = KV hd:
- *   scores^T [S, S]  = scale K Q^T:   gemm(T, N, S, S, hd, K (ldk), Q (ldq))
- *   out^T   [hd, S]  = V^T P^T:       gemm(N, N, hd, S, S, V (ldk), P (S))
- *   dV^T    [hd, S] += dO^T P:        gemm(N, T, hd, S, S, dO (ldq), P (S)), beta 1
- *   dP^T    [S, S]   = V dO^T:        gemm(T, N, S, S, hd, V (ldk), dO (ldq))
- *   dQ^T    [hd, S]  = K^T dS^T:      gemm(N, N, hd, S, S, K (ldk), dS (S))
- *   dK^T    [hd, S] += Q^T dS:        gemm(N, T, hd, S, S, Q (ldq), dS (S)), beta 1
- * dK and dV of a kv head accumulate its query heads' products by beta = 1 in increasing h, one call after
- * another on the stream: a fixed order, no atomics, as the CPU's loop. Entries of P above the diagonal are
- * written 0, so full-length products equal the causal ones.
+ * query head h, batched over the sequences; the list of calls, with every transpose, leading dimension and stride,
+ * is kernels/attention_gemms.c's (tests/test_attention_gemms.c runs the same list on the CPU). dK and dV of a kv
+ * head accumulate its query heads' products by beta = 1 in increasing h, one call after another on the stream: a
+ * fixed order, no atomics, as the CPU's loop. The causal softmax and its backward are kernels, one warp per row;
+ * entries of P above the diagonal are written 0, so full-length products equal the causal ones.
  * Checked by tests/test_gpu_dense_ops_b.cu (build: ninja -C build; run: meson test -C build --suite gpu). */
 #include <math.h>
 
@@ -21,8 +12,11 @@
 
 #include "kernels/warp_reduce.cuh"
 
+#include <vector>
+
 extern "C" {
 #include "kernels/attention.h"
+#include "kernels/attention_gemms.h"
 }
 
 namespace {
@@ -31,24 +25,19 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kRowThreads = kWarpsPerBlock * kWarpSize;
 
 struct Dims {
-    int S, H, KV, hd, group;
-    long long q_batch, kv_batch, att_batch; /* floats from one sequence to the next */
-    float scale;                            /* 1 / sqrt(hd), rounded as on the CPU */
+    int S, H, KV, hd;
+    long long kv_batch, att_batch; /* floats from one sequence to the next */
+    float scale;                   /* 1 / sqrt(hd), rounded as on the CPU */
 };
 
 Dims dims_of(int seq_len, int num_heads, int num_kv_heads, int head_dim) {
     Dims a;
-    a.S = seq_len, a.H = num_heads, a.KV = num_kv_heads, a.hd = head_dim, a.group = num_heads / num_kv_heads;
-    a.q_batch = (long long)seq_len * num_heads * head_dim;
+    a.S = seq_len, a.H = num_heads, a.KV = num_kv_heads, a.hd = head_dim;
     a.kv_batch = (long long)seq_len * num_kv_heads * head_dim;
     a.att_batch = (long long)num_heads * seq_len * seq_len;
     a.scale = (float)(1 / sqrt((double)head_dim));
     return a;
 }
-
-size_t q_off(const Dims &a, int h) { return (size_t)h * a.hd; }
-size_t kv_off(const Dims &a, int h) { return (size_t)(h / a.group) * a.hd; }
-size_t att_off(const Dims &a, int h) { return (size_t)h * a.S * a.S; }
 
 /* Row i of a [S, S] score matrix (rows: num_seqs H S): p_j = exp(s_j - max) / sum over j <= i, 0 for j > i.
  * The exps are stored, their sum taken in double, then multiplied by (float)(1 / sum), as on the CPU. */
@@ -95,6 +84,22 @@ bool bad_dims(int num_seqs, int seq_len, int num_heads, int num_kv_heads, int he
            num_heads % num_kv_heads != 0;
 }
 
+
+/* The products of a phase on cuBLAS; arrays: each moe__att_array's device pointer (only the C operands are written). */
+moe_status run_gemms(moe_gpu *gpu, moe__att_phase phase, const Dims &a, float *const *arrays, int num_seqs) {
+    std::vector<moe__att_gemm> gemms((size_t)2 * a.H);
+    const int count = moe__attention_gemms(phase, a.S, a.H, a.KV, a.hd, gemms.data());
+    for (int i = 0; i < count; i++) {
+        const moe__att_gemm &g = gemms[i];
+        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                 g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &g.alpha,
+                                                 arrays[g.a] + g.a_off, g.lda, g.stride_a, arrays[g.b] + g.b_off,
+                                                 g.ldb, g.stride_b, &g.beta, arrays[g.c] + g.c_off, g.ldc, g.stride_c,
+                                                 num_seqs));
+    }
+    return MOE_OK;
+}
+
 } // namespace
 
 extern "C" moe_status moe_attention_forward_cuda(moe_gpu *gpu, const float *q, const float *k, const float *v,
@@ -104,20 +109,14 @@ extern "C" moe_status moe_attention_forward_cuda(moe_gpu *gpu, const float *q, c
         return MOE_ERR_INVALID_ARG;
     if (num_seqs == 0 || seq_len == 0) return MOE_OK;
     const Dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
-    const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
-    const float one = 1.0f, zero = 0.0f;
-    for (int h = 0; h < a.H; h++) /* scores^T = scale K Q^T */
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, S, S, hd, &a.scale,
-                                                 k + kv_off(a, h), ldk, a.kv_batch, q + q_off(a, h), ldq, a.q_batch,
-                                                 &zero, att + att_off(a, h), S, a.att_batch, num_seqs));
-    const size_t num_rows = (size_t)num_seqs * a.H * S;
-    causal_softmax<<<row_blocks(num_rows), kRowThreads, 0, gpu->stream>>>(att, num_rows, S);
+    float *arrays[MOE__ATT_ARRAYS] = {};
+    arrays[MOE__ATT_Q] = const_cast<float *>(q), arrays[MOE__ATT_K] = const_cast<float *>(k);
+    arrays[MOE__ATT_V] = const_cast<float *>(v), arrays[MOE__ATT_P] = att, arrays[MOE__ATT_OUT] = out;
+    MOE_TRY(run_gemms(gpu, MOE__ATT_SCORES, a, arrays, num_seqs));
+    const size_t num_rows = (size_t)num_seqs * a.H * a.S;
+    causal_softmax<<<row_blocks(num_rows), kRowThreads, 0, gpu->stream>>>(att, num_rows, a.S);
     MOE_CUDA_LAUNCHED();
-    for (int h = 0; h < a.H; h++) /* out^T = V^T P^T */
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, S, S, &one,
-                                                 v + kv_off(a, h), ldk, a.kv_batch, att + att_off(a, h), S,
-                                                 a.att_batch, &zero, out + q_off(a, h), ldq, a.q_batch, num_seqs));
-    return MOE_OK;
+    return run_gemms(gpu, MOE__ATT_OUTPUT, a, arrays, num_seqs);
 }
 
 extern "C" moe_status moe_attention_backward_cuda(moe_gpu *gpu, const float *q, const float *k, const float *v,
@@ -129,37 +128,20 @@ extern "C" moe_status moe_attention_backward_cuda(moe_gpu *gpu, const float *q, 
         return MOE_ERR_INVALID_ARG;
     if (num_seqs == 0 || seq_len == 0) return MOE_OK;
     const Dims a = dims_of(seq_len, num_heads, num_kv_heads, head_dim);
-    const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
     const size_t kv_nbytes = (size_t)num_seqs * a.kv_batch * sizeof(float);
     MOE_CUDA_TRY(cudaMemsetAsync(dk, 0, kv_nbytes, gpu->stream));
     MOE_CUDA_TRY(cudaMemsetAsync(dv, 0, kv_nbytes, gpu->stream));
     void *scratch = NULL; /* dS: [num_seqs, H, S, S], the layout of att */
-    moe_status st = moe_gpu_scratch(gpu, (size_t)num_seqs * a.att_batch * sizeof(float), &scratch);
-    if (st != MOE_OK) return st;
+    MOE_TRY(moe_gpu_scratch(gpu, (size_t)num_seqs * a.att_batch * sizeof(float), &scratch));
     float *ds = (float *)scratch;
-    const float one = 1.0f, zero = 0.0f;
-    for (int h = 0; h < a.H; h++) {
-        /* dV^T += dO^T P (query heads of a group in increasing h) */
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, hd, S, S, &one,
-                                                 dout + q_off(a, h), ldq, a.q_batch, att + att_off(a, h), S,
-                                                 a.att_batch, &one, dv + kv_off(a, h), ldk, a.kv_batch, num_seqs));
-        /* dP^T = V dO^T */
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, S, S, hd, &one,
-                                                 v + kv_off(a, h), ldk, a.kv_batch, dout + q_off(a, h), ldq,
-                                                 a.q_batch, &zero, ds + att_off(a, h), S, a.att_batch, num_seqs));
-    }
-    const size_t num_rows = (size_t)num_seqs * a.H * S;
-    causal_softmax_backward<<<row_blocks(num_rows), kRowThreads, 0, gpu->stream>>>(att, ds, num_rows, S, a.scale);
+    float *arrays[MOE__ATT_ARRAYS] = {};
+    arrays[MOE__ATT_Q] = const_cast<float *>(q), arrays[MOE__ATT_K] = const_cast<float *>(k);
+    arrays[MOE__ATT_V] = const_cast<float *>(v), arrays[MOE__ATT_P] = const_cast<float *>(att);
+    arrays[MOE__ATT_DOUT] = const_cast<float *>(dout), arrays[MOE__ATT_DS] = ds;
+    arrays[MOE__ATT_DQ] = dq, arrays[MOE__ATT_DK] = dk, arrays[MOE__ATT_DV] = dv;
+    MOE_TRY(run_gemms(gpu, MOE__ATT_DV_DP, a, arrays, num_seqs));
+    const size_t num_rows = (size_t)num_seqs * a.H * a.S;
+    causal_softmax_backward<<<row_blocks(num_rows), kRowThreads, 0, gpu->stream>>>(att, ds, num_rows, a.S, a.scale);
     MOE_CUDA_LAUNCHED();
-    for (int h = 0; h < a.H; h++) {
-        /* dQ^T = K^T dS^T */
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, S, S, &one,
-                                                 k + kv_off(a, h), ldk, a.kv_batch, ds + att_off(a, h), S,
-                                                 a.att_batch, &zero, dq + q_off(a, h), ldq, a.q_batch, num_seqs));
-        /* dK^T += Q^T dS */
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, hd, S, S, &one,
-                                                 q + q_off(a, h), ldq, a.q_batch, ds + att_off(a, h), S, a.att_batch,
-                                                 &one, dk + kv_off(a, h), ldk, a.kv_batch, num_seqs));
-    }
-    return MOE_OK;
+    return run_gemms(gpu, MOE__ATT_DQ_DK, a, arrays, num_seqs);
 }
