@@ -16,7 +16,7 @@
 /* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d];
  * gemm: how the row-wise products are cut into calls (kernels/gemm_rows.h). */
 moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
-                                const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
+                                      const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
                                       moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm);
 
 /* From dy [rows, d]: dxp = dH1 W1 + dH3 W3 (overwritten) and grads->w1, w3, w2 += their GEMMs.
@@ -26,11 +26,11 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
  * whole before it is added. Replicated experts sum per-rank partial products with an all-reduce, so this
  * makes the gradients of sharded and replicated experts bitwise equal on 2 ranks (docs/DETERMINISM.md).
  * dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch: d_ff * d reals. grads->router_w is not touched. */
-moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
-                                 int d_ff, const int *segment_start, int segments, const moe_real *xp,
-                                 const moe_real *h1, const moe_real *h3, const moe_real *act, const moe_real *dy,
-                                 moe_real *dh1, moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch,
-                                       moe_gemm_rows_plan *gemm);
+moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,
+                                       int d_model, int d_ff, const int *segment_start, int segments,
+                                       const moe_real *xp, const moe_real *h1, const moe_real *h3, const moe_real *act,
+                                       const moe_real *dy, moe_real *dh1, moe_real *dh3, moe_real *dxp,
+                                       moe_real *wgrad_scratch, moe_gemm_rows_plan *gemm);
 
 /* CUDA: bf16 weights and activations, fp32 accumulation, fp32 weight gradients (DESIGN.md, Precision). Host
  * syncs: none in the per-expert mode; the grouped mode copies its pointer arrays from pageable host memory,

@@ -9,11 +9,14 @@
 #include "core/threads.h"
 #include "kernels/gemm_rows.h"
 
+/* The plan's stage slots (kernels/gemm_rows.h) this file uses. */
+enum { STAGE_X, STAGE_DY, STAGE_DH1, STAGE_DH3, STAGE_ACT };
+
 static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); }
 
 moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
-                                const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
-                                moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm) {
+                                      const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
+                                      moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {
@@ -22,8 +25,10 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
         size_t r0 = expert_offset[e];
         const moe_real *x = xp + r0 * d;
         moe_real *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff, *A = act + r0 * d_ff;
-        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w1 + e * wcount, 0, H1));
-        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d_ff, d, x, w->w3 + e * wcount, 0, H3));
+        const void *x_in; /* rounded once for both products (bf16 inputs) */
+        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_X, x, (size_t)n * d, &x_in));
+        MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasTrans, n, d_ff, d, x_in, w->w1 + e * wcount, 0, H1));
+        MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasTrans, n, d_ff, d, x_in, w->w3 + e * wcount, 0, H3));
         const size_t count = (size_t)n * d_ff;
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
         for (size_t i = 0; i < count; i++) A[i] = H1[i] * sigmoid(H1[i]) * H3[i];
@@ -32,22 +37,22 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
     return MOE_OK;
 }
 
-/* dW[out, in] += dY[rows, out]^T X[rows, in], computed whole into scratch and then added: the sum a
- * replica's all-reduce would form from per-rank partials (why: expert_ffn.h). */
-static moe_status add_weight_grad(moe_gemm_rows_plan *gemm, int out, int in, int rows, const moe_real *dY,
-                            const moe_real *X, moe_real *dW, moe_real *scratch) {
-    MOE_TRY(moe_gemm_rows_at_b_cpu(gemm, rows, out, in, dY, X, 0, scratch));
+/* dW[out, in] += dY[rows, out]^T X[rows, in] (staged inputs: moe_gemm_rows_stage), computed whole into scratch and
+ * then added: the sum a replica's all-reduce would form from per-rank partials (why: expert_ffn.h). */
+static moe_status add_weight_grad(moe_gemm_rows_plan *gemm, int out, int in, int rows, const void *dY, const void *X,
+                                  moe_real *dW, moe_real *scratch) {
+    MOE_TRY(moe_gemm_rows_at_b_staged_cpu(gemm, rows, out, in, dY, X, 0, scratch));
     const size_t count = (size_t)out * in;
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
     for (size_t i = 0; i < count; i++) dW[i] += scratch[i];
     return MOE_OK;
 }
 
-moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts, int d_model,
-                                 int d_ff, const int *segment_start, int segments, const moe_real *xp,
-                                 const moe_real *h1, const moe_real *h3, const moe_real *act, const moe_real *dy,
-                                 moe_real *dh1, moe_real *dh3, moe_real *dxp, moe_real *wgrad_scratch,
-                                 moe_gemm_rows_plan *gemm) {
+moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,
+                                       int d_model, int d_ff, const int *segment_start, int segments,
+                                       const moe_real *xp, const moe_real *h1, const moe_real *h3, const moe_real *act,
+                                       const moe_real *dy, moe_real *dh1, moe_real *dh3, moe_real *dxp,
+                                       moe_real *wgrad_scratch, moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
     for (int e = 0; e < num_experts; e++) {
@@ -57,8 +62,11 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
         size_t r0 = seg[0];
         const moe_real *dY = dy + r0 * d, *H1 = h1 + r0 * d_ff, *H3 = h3 + r0 * d_ff;
         moe_real *dH1 = dh1 + r0 * d_ff, *dH3 = dh3 + r0 * d_ff, *dX = dxp + r0 * d;
+        /* Each input is rounded once (bf16 inputs) for its row product and its weight gradient. */
+        const void *dY_in, *dH1_in, *dH3_in, *X_in, *A_in;
+        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_DY, dY, (size_t)n * d, &dY_in));
         /* dA = dY W2 (into dH1, consumed below) */
-        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d_ff, d, dY, w->w2 + e * wcount, 0, dH1));
+        MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d_ff, d, dY_in, w->w2 + e * wcount, 0, dH1));
         /* dH3 = dA * silu(H1);  dH1 = dA * H3 * silu'(H1),  silu'(h) = s (1 + h (1 - s)), s = sigmoid(h) */
         const size_t count = (size_t)n * d_ff;
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
@@ -68,18 +76,24 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
             dH1[i] = dA * H3[i] * s * (1 + H1[i] * (1 - s));
         }
         /* dX = dH1 W1 + dH3 W3 */
-        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH1, w->w1 + e * wcount, 0, dX));
-        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3, w->w3 + e * wcount, 1, dX));
+        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_DH1, dH1, count, &dH1_in));
+        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_DH3, dH3, count, &dH3_in));
+        MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d, d_ff, dH1_in, w->w1 + e * wcount, 0, dX));
+        MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3_in, w->w3 + e * wcount, 1, dX));
+        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_X, xp + r0 * d, (size_t)n * d, &X_in));
+        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_ACT, act + r0 * d_ff, count, &A_in));
         /* dW2 += dY^T A;  dW1 += dH1^T X;  dW3 += dH3^T X — one product per segment, in segment order */
         for (int sgm = 0; sgm < segments; sgm++) {
-            size_t a = seg[sgm], rows = seg[sgm + 1] - seg[sgm];
+            const size_t a = seg[sgm] - r0, rows = seg[sgm + 1] - seg[sgm]; /* a: the segment's first row here */
             if (rows == 0) continue;
-            MOE_TRY(add_weight_grad(gemm, d, d_ff, (int)rows, dy + a * d, act + a * d_ff, grads->w2 + e * wcount,
-                            wgrad_scratch));
-            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, dh1 + a * d_ff, xp + a * d, grads->w1 + e * wcount,
-                            wgrad_scratch));
-            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, dh3 + a * d_ff, xp + a * d, grads->w3 + e * wcount,
-                            wgrad_scratch));
+            const void *dY_s = moe_gemm_rows_staged_at(gemm, dY_in, a * d);
+            const void *X_s = moe_gemm_rows_staged_at(gemm, X_in, a * d);
+            MOE_TRY(add_weight_grad(gemm, d, d_ff, (int)rows, dY_s, moe_gemm_rows_staged_at(gemm, A_in, a * d_ff),
+                                    grads->w2 + e * wcount, wgrad_scratch));
+            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, moe_gemm_rows_staged_at(gemm, dH1_in, a * d_ff), X_s,
+                                    grads->w1 + e * wcount, wgrad_scratch));
+            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, moe_gemm_rows_staged_at(gemm, dH3_in, a * d_ff), X_s,
+                                    grads->w3 + e * wcount, wgrad_scratch));
         }
     }
     return MOE_OK;

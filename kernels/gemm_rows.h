@@ -27,6 +27,8 @@
 /* The block size of the layout-invariant mode: 64 rows fill the libraries' AVX-512 tiles and keep the
  * padding small; larger blocks saved little (docs/BENCHMARKS.md). The rows a bf16 call rounds at a time. */
 enum { MOE_GEMM_ROW_BLOCK = 64, MOE_GEMM_ROUND_ROWS = 4 * MOE_GEMM_ROW_BLOCK /* whole blocks */ };
+/* Inputs a caller can keep staged at once (moe_gemm_rows_stage). */
+enum { MOE_GEMM_STAGE_SLOTS = 5 };
 
 typedef struct moe_gemm_engine moe_gemm_engine;
 
@@ -37,6 +39,8 @@ typedef struct {
     moe_bf16 *weights16;      /* a native bf16 engine: B as moe_bf16, converted once per call */
     size_t weights16_count;   /* what weights16 holds */
     moe_gemm_engine *engine;  /* the GEMM library's state (primitive cache) */
+    void *stage[MOE_GEMM_STAGE_SLOTS]; /* staged inputs (moe_gemm_rows_stage), grown on demand */
+    size_t stage_bytes[MOE_GEMM_STAGE_SLOTS];
 } moe_gemm_rows_plan;
 
 /* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for widths (k, n, m) up to max_width. */
@@ -52,6 +56,17 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
  * in order (deterministic for a given row count). */
 moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
                                   const moe_real *B, moe_real beta, moe_real *C);
+
+/* Staged inputs: an input that several products read (an expert's rows x feed w1, w3 and two weight gradients) is
+ * rounded once into the plan's slot (0 <= slot < MOE_GEMM_STAGE_SLOTS; valid until the slot is staged again) instead
+ * of once per product; with fp32 inputs *out is x itself. The _staged products take such inputs and give the bits of
+ * their plain twins on the same values. moe_gemm_rows_staged_at: value `index` of a staged input. */
+moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count, const void **out);
+const void *moe_gemm_rows_staged_at(const moe_gemm_rows_plan *plan, const void *staged, size_t index);
+moe_status moe_gemm_rows_staged_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                                    const void *A, const moe_real *B, moe_real beta, moe_real *C);
+moe_status moe_gemm_rows_at_b_staged_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const void *A,
+                                         const void *B, moe_real beta, moe_real *C);
 
 /* dst[i] = src[i] rounded to bf16 (kept as moe_real), n values: the bf16 copy of a weight. */
 void moe_round_bf16_cpu(const moe_real *src, size_t n, moe_real *dst);

@@ -22,6 +22,7 @@ moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invarian
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     free(plan->scratch);
     free(plan->weights16);
+    for (int i = 0; i < MOE_GEMM_STAGE_SLOTS; i++) free(plan->stage[i]);
     moe_gemm_engine_free(plan->engine);
     *plan = (moe_gemm_rows_plan){0};
 }
@@ -36,7 +37,9 @@ void moe_round_bf16_cpu(const moe_real *src, size_t n, moe_real *dst) {
 
 /* A native bf16 engine takes moe_bf16 operands; the others moe_real ones holding bf16 values. */
 static int native_bf16(const moe_gemm_rows_plan *plan) { return plan->bf16_inputs && moe_gemm_native_bf16(); }
-static size_t input_size(const moe_gemm_rows_plan *plan) { return native_bf16(plan) ? sizeof(moe_bf16) : sizeof(moe_real); }
+static size_t input_size(const moe_gemm_rows_plan *plan) {
+    return native_bf16(plan) ? sizeof(moe_bf16) : sizeof(moe_real);
+}
 
 /* count values of an input as a call reads them: x itself (fp32), or rounded to bf16 into dst. */
 static const void *as_input(const moe_gemm_rows_plan *plan, const moe_real *x, size_t count, void *dst) {
@@ -64,13 +67,44 @@ static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_real *B, siz
     return MOE_OK;
 }
 
+/* An input of the calls: fp32 values converted on the way in, or values already staged (moe_gemm_rows_stage). */
+typedef struct {
+    const void *data;
+    int staged;
+} operand;
+
+/* count values of x from value `first` on, as a call reads them: staged values as they are, else as_input into dst */
+static const void *read_input(const moe_gemm_rows_plan *plan, operand x, size_t first, size_t count, void *dst) {
+    if (x.staged) return (const char *)x.data + first * input_size(plan);
+    return as_input(plan, (const moe_real *)x.data + first, count, dst);
+}
+
+moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count, const void **out) {
+    *out = x;
+    if (!plan->bf16_inputs) return MOE_OK;
+    if (slot < 0 || slot >= MOE_GEMM_STAGE_SLOTS)
+        return moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: stage slot %d is not in [0, %d)", slot, MOE_GEMM_STAGE_SLOTS);
+    const size_t bytes = (count ? count : 1) * input_size(plan);
+    if (plan->stage_bytes[slot] < bytes) {
+        void *grown = realloc(plan->stage[slot], bytes);
+        if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+        plan->stage[slot] = grown, plan->stage_bytes[slot] = bytes;
+    }
+    *out = as_input(plan, x, count, plan->stage[slot]);
+    return MOE_OK;
+}
+
+const void *moe_gemm_rows_staged_at(const moe_gemm_rows_plan *plan, const void *staged, size_t index) {
+    return (const char *)staged + index * input_size(plan);
+}
+
 static moe_status check_beta(moe_real beta) {
     return beta == 0 || beta == 1 ? MOE_OK : moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: beta %g is neither 0 nor 1",
                                                       (double)beta);
 }
 
-moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
-                             const moe_real *A, const moe_real *B, moe_real beta, moe_real *C) {
+static moe_status rows_product(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, operand A,
+                               const moe_real *B, moe_real beta, moe_real *C) {
     MOE_TRY(check_beta(beta));
     if (rows == 0) return MOE_OK;
     const int block = plan->row_block;
@@ -86,7 +120,7 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
     }
     if (block == 0 && !plan->bf16_inputs) {
         call.m = rows;
-        return moe_gemm_engine_run(plan->engine, &call, A, b, C);
+        return moe_gemm_engine_run(plan->engine, &call, A.data, b, C);
     }
     /* Chunks of MOE_GEMM_ROUND_ROWS rows, each rounded into scratch in one pass (bf16 inputs), each run as blocks
      * of `block` rows (layout-invariant) or as one call. */
@@ -94,7 +128,7 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
     const int full = block ? rows / block * block : rows;
     for (int r = 0; r < full; r += MOE_GEMM_ROUND_ROWS) {
         const int chunk = full - r < MOE_GEMM_ROUND_ROWS ? full - r : MOE_GEMM_ROUND_ROWS;
-        const char *a = as_input(plan, A + (size_t)r * k, (size_t)chunk * k, plan->scratch);
+        const char *a = read_input(plan, A, (size_t)r * k, (size_t)chunk * k, plan->scratch);
         call.m = block ? block : chunk;
         for (int i = 0; i < chunk; i += call.m)
             MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a + (size_t)i * k * in_size, b, C + (size_t)(r + i) * n));
@@ -104,8 +138,8 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
     /* The last partial block goes through scratch: [block, k] input (zero-padded) and [block, n] output. */
     char *a = plan->scratch;
     moe_real *c = (moe_real *)(a + (size_t)block * k * sizeof(moe_real));
-    if (plan->bf16_inputs) as_input(plan, A + (size_t)full * k, (size_t)tail * k, a);
-    else memcpy(a, A + (size_t)full * k, (size_t)tail * k * sizeof(moe_real));
+    const void *tail_rows = read_input(plan, A, (size_t)full * k, (size_t)tail * k, a);
+    if (tail_rows != a) memcpy(a, tail_rows, (size_t)tail * k * in_size);
     memset(a + (size_t)tail * k * in_size, 0, (size_t)(block - tail) * k * in_size);
     if (call.accumulate) {
         memcpy(c, C + (size_t)full * n, (size_t)tail * n * sizeof(moe_real));
@@ -117,8 +151,18 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
     return MOE_OK;
 }
 
-moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
-                                  const moe_real *B, moe_real beta, moe_real *C) {
+moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                             const moe_real *A, const moe_real *B, moe_real beta, moe_real *C) {
+    return rows_product(plan, trans_b, rows, n, k, (operand){A, 0}, B, beta, C);
+}
+
+moe_status moe_gemm_rows_staged_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
+                                    const void *A, const moe_real *B, moe_real beta, moe_real *C) {
+    return rows_product(plan, trans_b, rows, n, k, (operand){A, 1}, B, beta, C);
+}
+
+static moe_status at_b_product(moe_gemm_rows_plan *plan, int rows, int m, int n, operand A, operand B, moe_real beta,
+                               moe_real *C) {
     MOE_TRY(check_beta(beta));
     if (rows == 0) {
         if (beta == 0) memset(C, 0, (size_t)m * n * sizeof(moe_real));
@@ -127,15 +171,24 @@ moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int
     moe_gemm_call call = {.trans_a = 1, .m = m, .n = n, .bf16 = native_bf16(plan), .accumulate = beta != 0};
     if (!plan->bf16_inputs) {
         call.k = rows;
-        return moe_gemm_engine_run(plan->engine, &call, A, B, C);
+        return moe_gemm_engine_run(plan->engine, &call, A.data, B.data, C);
     }
     char *a = plan->scratch, *b = a + (size_t)MOE_GEMM_ROUND_ROWS * m * input_size(plan);
     for (int r = 0; r < rows; r += MOE_GEMM_ROUND_ROWS) {
         call.k = rows - r < MOE_GEMM_ROUND_ROWS ? rows - r : MOE_GEMM_ROUND_ROWS;
-        as_input(plan, A + (size_t)r * m, (size_t)call.k * m, a);
-        as_input(plan, B + (size_t)r * n, (size_t)call.k * n, b);
         call.accumulate = r > 0 || beta != 0;
-        MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a, b, C));
+        MOE_TRY(moe_gemm_engine_run(plan->engine, &call, read_input(plan, A, (size_t)r * m, (size_t)call.k * m, a),
+                                    read_input(plan, B, (size_t)r * n, (size_t)call.k * n, b), C));
     }
     return MOE_OK;
+}
+
+moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
+                                  const moe_real *B, moe_real beta, moe_real *C) {
+    return at_b_product(plan, rows, m, n, (operand){A, 0}, (operand){B, 0}, beta, C);
+}
+
+moe_status moe_gemm_rows_at_b_staged_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const void *A,
+                                         const void *B, moe_real beta, moe_real *C) {
+    return at_b_product(plan, rows, m, n, (operand){A, 1}, (operand){B, 1}, beta, C);
 }

@@ -69,6 +69,20 @@ static void gemms(void) {
                 CHECK(!memcmp(alone, got, sizeof(float) * ROWS * N), "bf16 rows in calls of %d differ", sizes[s]);
             }
         }
+        /* staged inputs (rounded once, kept in a slot) give the bits of the plain calls, at an offset too */
+        const void *a16, *a32;
+        float *staged = malloc(sizeof(float) * ROWS * N);
+        CHECK(staged != NULL, "out of memory");
+        CHECK_OK(moe_gemm_rows_stage(&p16, 0, A, (size_t)ROWS * K, &a16));
+        CHECK_OK(moe_gemm_rows_staged_cpu(&p16, CblasTrans, ROWS, N, K, a16, Bq, 0, staged));
+        CHECK(!memcmp(staged, got, sizeof(float) * ROWS * N), "bf16 staged rows differ (layout_invariant %d)", invariant);
+        CHECK_OK(moe_gemm_rows_stage(&p32, 0, A, (size_t)ROWS * K, &a32));
+        CHECK(a32 == (const void *)A, "an fp32 plan stages by reference");
+        CHECK_OK(moe_gemm_rows_staged_cpu(&p32, CblasTrans, ROWS - 37, N, K, moe_gemm_rows_staged_at(&p32, a32, 37 * K),
+                                          B, 0, staged));
+        CHECK_OK(moe_gemm_rows_cpu(&p32, CblasTrans, ROWS - 37, N, K, A + 37 * K, B, 0, exact));
+        CHECK(!memcmp(staged, exact, sizeof(float) * (ROWS - 37) * N), "fp32 staged rows differ");
+        free(staged);
         moe_gemm_rows_plan_free(&p16), moe_gemm_rows_plan_free(&p32);
     }
     /* the weight gradient: C[K, N] = A^T D over 300 rows (chunked by 256 under bf16) */
@@ -80,6 +94,11 @@ static void gemms(void) {
     CHECK_OK(moe_gemm_rows_at_b_cpu(&p16, ROWS, K, N, A, D, 0, g16));
     CHECK_OK(moe_gemm_rows_at_b_cpu(&p32, ROWS, K, N, A, D, 0, g32));
     test_tolerance_check("gemm rows", "cpu-bf16", g16, g32, (size_t)K * N, "A^T B over %d rows", ROWS);
+    const void *a_in, *d_in; /* staged operands: the same bits */
+    CHECK_OK(moe_gemm_rows_stage(&p16, 0, A, (size_t)ROWS * K, &a_in));
+    CHECK_OK(moe_gemm_rows_stage(&p16, 1, D, (size_t)ROWS * N, &d_in));
+    CHECK_OK(moe_gemm_rows_at_b_staged_cpu(&p16, ROWS, K, N, a_in, d_in, 0, g32));
+    CHECK(!memcmp(g16, g32, sizeof(float) * K * N), "bf16 staged A^T B differs");
     moe_gemm_rows_plan_free(&p16), moe_gemm_rows_plan_free(&p32);
     free(A), free(B), free(Bq), free(got), free(fp32), free(exact), free(alone), free(D), free(g16), free(g32);
 }
