@@ -31,22 +31,12 @@ import statistics
 import sys
 import time
 
+from bench_args import int_in  # bench/, the script's own directory
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 torch = torch_moe = None  # loaded in __main__ after the flags: --threads must reach OpenBLAS first
 
 AUX_COEF, Z_COEF = 0.01, 0.001
-
-
-def positive_int(lo, hi):
-    def parse(s):
-        try:
-            v = int(s, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {s!r}")
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
-        return v
-    return parse
 
 
 def capacity_factor(s):
@@ -61,15 +51,15 @@ def capacity_factor(s):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    p.add_argument("--tokens", type=positive_int(1, 1 << 22), default=4096)
-    p.add_argument("--d-model", type=positive_int(1, 1 << 16), default=512)
-    p.add_argument("--d-ff", type=positive_int(1, 1 << 17), default=1024)
-    p.add_argument("--experts", type=positive_int(1, 4096), default=8)
-    p.add_argument("--top-k", type=positive_int(1, 4096), default=2)
+    p.add_argument("--tokens", type=int_in(1, 1 << 22), default=4096)
+    p.add_argument("--d-model", type=int_in(1, 1 << 16), default=512)
+    p.add_argument("--d-ff", type=int_in(1, 1 << 17), default=1024)
+    p.add_argument("--experts", type=int_in(1, 4096), default=8)
+    p.add_argument("--top-k", type=int_in(1, 4096), default=2)
     p.add_argument("--capacity-factor", type=capacity_factor, default=0.0)
-    p.add_argument("--warmup", type=positive_int(0, 100000), default=2)
-    p.add_argument("--iters", type=positive_int(1, 100000), default=7)
-    p.add_argument("--threads", type=positive_int(1, 4096), default=os.cpu_count() or 1)
+    p.add_argument("--warmup", type=int_in(0, 100000), default=2)
+    p.add_argument("--iters", type=int_in(1, 100000), default=7)
+    p.add_argument("--threads", type=int_in(1, 4096), default=os.cpu_count() or 1)
     p.add_argument("--autocast-bf16", action="store_true",
                    help="forward under torch.autocast('cpu', dtype=torch.bfloat16), backward outside it "
                         "(default: float32 throughout)")

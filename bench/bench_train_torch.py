@@ -49,6 +49,8 @@ import statistics
 import sys
 import time
 
+from bench_args import int_in  # bench/, the script's own directory
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is built from a config: nothing to download
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -59,18 +61,6 @@ MODEL = dict(vocab=256, layers=4, d_model=128, heads=4, kv_heads=4, d_ff=256, ex
 ADAMW = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 CLIP = 1.0
 TOKEN_MAGIC, TOKEN_VERSION, HEADER_INTS = 20240520, 1, 256
-
-
-def int_in(lo, hi):
-    def parse(s):
-        try:
-            v = int(s, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {s!r}")
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
-        return v
-    return parse
 
 
 def parse_args():
