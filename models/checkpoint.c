@@ -222,7 +222,10 @@ moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int 
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = st == MOE_OK ? malloc(local_count * sizeof(moe_real)) : NULL;
     if (st == MOE_OK && !full) st = MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = gather_global(tr, moe_model_params(tr->model), g);
+    if (st == MOE_OK) /* the weights through the host (they may live on a GPU) */
+        st = moe_runtime_download(moe_model_runtime(tr->model), full, moe_model_params(tr->model),
+                                  local_count * sizeof(moe_real));
+    if (st == MOE_OK) st = gather_global(tr, full, g);
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
         st = moe_trainer_moments_gather(tr, which, full);
         if (st == MOE_OK) st = gather_global(tr, full, g + (1 + which) * tab.global_count);
@@ -288,14 +291,20 @@ static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const cha
     MOE_TRY(moe__checkpoint_manifest_read(dir, &manifest));
     MOE_TRY(moe__checkpoint_manifest_verify(dir, &manifest));
     char *path = moe_path_join(dir, moe__checkpoint_files[0]);
+    const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
+    moe_real *host = malloc((local_count ? local_count : 1) * sizeof(moe_real)); /* read, checked, then uploaded */
     moe_safetensors_file f;
-    moe_status st = path ? moe_safetensors_open(path, &f) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = path && host ? moe_safetensors_open(path, &f) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        st = read_tensors(&f, tab, "", moe_model_params(tr->model), 0);
+        st = read_tensors(&f, tab, "", host, 0);
         moe_safetensors_close(&f);
     }
     free(path);
-    if (st == MOE_OK) st = moe_model_check_finite(tr->model, moe_model_params(tr->model), "the loaded weights");
+    if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, host, "the loaded weights");
+    if (st == MOE_OK)
+        st = moe_runtime_upload(moe_model_runtime(tr->model), moe_model_params(tr->model), host,
+                                local_count * sizeof(moe_real));
+    free(host);
     return st;
 }
 
@@ -330,8 +339,8 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
         st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1);
-        if (st == MOE_OK) st = moe_model_check_finite(tr->model, full, which_name[which]);
-        if (st == MOE_OK) moe_trainer_moments_set(tr, which, full);
+        if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, full, which_name[which]);
+        if (st == MOE_OK) st = moe_trainer_moments_set(tr, which, full);
     }
     free(full);
     for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {

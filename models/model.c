@@ -13,6 +13,7 @@
 
 #include "core/fail.h"
 #include "core/rng.h"
+#include "kernels/nonfinite.h"
 #include "moe/dense_ops.h"
 
 /* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). */
@@ -407,11 +408,14 @@ static void element_name(const moe_model *m, const moe_model_tensor *t, size_t i
     snprintf(out, n, "%s[%zu]", name, i % per);
 }
 
-moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what) {
+/* The first NaN or Inf of a buffer laid out like the parameters, found tensor by tensor: on_host 0, by the
+ * runtime's find_nonfinite in its memory; 1, by the CPU's in host memory. */
+static moe_status check_finite(moe_model *m, const moe_real *buffer, int on_host, const char *what) {
     for (int i = 0; i < m->num_tensors; i++) {
         const moe_model_tensor *t = &m->tensors[i];
         long long first;
-        MOE_TRY(m->dense->find_nonfinite(m->ops_state, buffer + t->offset, t->count, &first));
+        if (on_host) first = moe_find_nonfinite_cpu(buffer + t->offset, t->count);
+        else MOE_TRY(m->dense->find_nonfinite(m->ops_state, buffer + t->offset, t->count, &first));
         if (first < 0) continue;
         char name[192];
         element_name(m, t, (size_t)first, name, sizeof name);
@@ -419,6 +423,14 @@ moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const ch
                         moe_parallel_ranks(m->par).world_rank);
     }
     return MOE_OK;
+}
+
+moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what) {
+    return check_finite(m, buffer, 0, what);
+}
+
+moe_status moe_model_check_finite_host(moe_model *m, const moe_real *host_buffer, const char *what) {
+    return check_finite(m, host_buffer, 1, what);
 }
 
 void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding) {

@@ -149,6 +149,8 @@ moe_status moe_model_reduce_grads(moe_model *m);
  * named: MOE_ERR_NONFINITE with "WHAT: model.layers.3.block_sparse_moe.experts.5.w2.weight[17] is the first
  * NaN or Inf". Waits for the device. */
 moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what);
+/* The same for a buffer in host memory (a checkpoint's tensors before they are uploaded). */
+moe_status moe_model_check_finite_host(moe_model *m, const moe_real *host_buffer, const char *what);
 
 /* NaN provenance (moe_layer_set_checks for the whole model): with a finding (not NULL), forward and backward
  * look at every op's output, and the first NaN or Inf sets finding->found and writes which layer and op (and

@@ -89,26 +89,39 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     t->dense_begin = 0, t->dense_end = dense;
     if (opt->zero) dense_range(dense, t->ranks.world_size, t->ranks.world_rank, &t->dense_begin, &t->dense_end);
     size_t n = (t->dense_end - t->dense_begin) + moe_model_num_expert(t->model);
-    t->moment1 = calloc(n ? n : 1, sizeof(moe_real));
-    t->moment2 = calloc(n ? n : 1, sizeof(moe_real));
-    if (!t->moment1 || !t->moment2) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    moe_runtime *model_rt = moe_model_runtime(t->model); /* the moments live beside the parameters */
+    st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment1);
+    if (st == MOE_OK) st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment2);
+    if (st != MOE_OK) return moe_trainer_destroy(t), st;
     t->schedule = (moe_lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
     if ((st = make_run_id(t)) != MOE_OK) return moe_trainer_destroy(t), st;
     return open_traces(t);
 }
 
 void moe_trainer_destroy(moe_trainer *t) {
+    if (t->model) { /* the moments are the model runtime's memory: freed before it */
+        moe_runtime_free(moe_model_runtime(t->model), t->moment1);
+        moe_runtime_free(moe_model_runtime(t->model), t->moment2);
+    }
     moe_model_destroy(t->model);
     moe_token_file_free(&t->train);
     moe_token_file_free(&t->val);
     moe_routing_trace_close(&t->trace_out);
     moe_routing_trace_close(&t->trace_in);
-    free(t->moment1), free(t->moment2), free(t->inputs), free(t->targets), free(t->trace_ids);
+    free(t->inputs), free(t->targets), free(t->trace_ids);
     memset(t, 0, sizeof *t);
 }
 
-/* ZeRO-1: every rank's dense range (`mine`: the values of this rank's range) concatenated in rank
- * order into full[0 .. num_dense). */
+/* Copies count reals from the model's memory (device memory on a GPU runtime) to the host. */
+static moe_status download(const moe_trainer *t, moe_real *host, const moe_real *src, size_t count) {
+    return moe_runtime_download(moe_model_runtime(t->model), host, src, count * sizeof(moe_real));
+}
+static moe_status upload(const moe_trainer *t, moe_real *dst, const moe_real *host, size_t count) {
+    return moe_runtime_upload(moe_model_runtime(t->model), dst, host, count * sizeof(moe_real));
+}
+
+/* ZeRO-1: every rank's dense range (`mine`: the values of this rank's range, in the model's memory)
+ * concatenated in rank order into full[0 .. num_dense) on the host. */
 static moe_status gather_dense(moe_trainer *t, moe_real *full, const moe_real *mine) {
     moe_comm *world = moe_parallel_world(t->par);
     const size_t dense = moe_model_num_dense(t->model), W = moe_comm_size(world), count = t->dense_end - t->dense_begin;
@@ -119,25 +132,38 @@ static moe_status gather_dense(moe_trainer *t, moe_real *full, const moe_real *m
         dense_range(dense, W, r, &lo, &hi);
         nbytes[r] = (hi - lo) * sizeof(moe_real);
     }
-    memcpy(copy, mine, count * sizeof(moe_real));
-    moe_status st = moe_comm_allgatherv_bytes(world, copy, count * sizeof(moe_real), full, nbytes);
+    moe_status st = download(t, copy, mine, count);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, copy, count * sizeof(moe_real), full, nbytes);
     free(nbytes), free(copy);
+    return st;
+}
+
+/* After a ZeRO-1 update: every rank's updated range into every rank's parameters (through the host on a GPU). */
+static moe_status gather_updated_params(moe_trainer *t) {
+    moe_real *params = moe_model_params(t->model);
+    if (!moe_runtime_gpu(moe_model_runtime(t->model))) return gather_dense(t, params, params + t->dense_begin);
+    const size_t dense = moe_model_num_dense(t->model);
+    moe_real *host = malloc((dense ? dense : 1) * sizeof(moe_real));
+    if (!host) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = gather_dense(t, host, params + t->dense_begin);
+    if (st == MOE_OK) st = upload(t, params, host, dense);
+    free(host);
     return st;
 }
 
 moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full) {
     const moe_real *moments = which ? t->moment2 : t->moment1;
     const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
-    memcpy(full + dense, moments + kept, moe_model_num_expert(t->model) * sizeof(moe_real));
-    if (!t->opt.zero) return memcpy(full, moments, dense * sizeof(moe_real)), MOE_OK;
+    MOE_TRY(download(t, full + dense, moments + kept, moe_model_num_expert(t->model)));
+    if (!t->opt.zero) return download(t, full, moments, dense);
     return gather_dense(t, full, moments);
 }
 
-void moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full) {
+moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full) {
     moe_real *moments = which ? t->moment2 : t->moment1;
     const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
-    memcpy(moments, full + t->dense_begin, kept * sizeof(moe_real));
-    memcpy(moments + kept, full + dense, moe_model_num_expert(t->model) * sizeof(moe_real));
+    MOE_TRY(upload(t, moments, full + t->dense_begin, kept));
+    return upload(t, moments + kept, full + dense, moe_model_num_expert(t->model));
 }
 
 /* Routing statistics of the last micro-batch, added into r (per-rank drops; global counts). */
@@ -326,7 +352,7 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
     MOE_TRY(moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp));
-    if (o->zero) MOE_TRY(gather_dense(t, moe_model_params(t->model), moe_model_params(t->model) + t->dense_begin));
+    if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_update_expert_bias(t->model));
     /* finite gradients can still overflow a weight: then the run stops before anything is saved */
     char what[96];

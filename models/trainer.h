@@ -34,7 +34,7 @@ typedef struct {
      * its experts. Without ZeRO-1 the range is the whole dense region; with it, 1/W of it (the ranks'
      * ranges tile the region in rank order), and the updated parameters are all-gathered. */
     size_t dense_begin, dense_end;
-    moe_real *moment1, *moment2;
+    moe_real *moment1, *moment2; /* the model runtime's memory */
     int *inputs, *targets;       /* [local_seqs * S] */
     int local_seqs;              /* batch / world size */
     moe_lr_schedule schedule;
@@ -68,9 +68,9 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
 /* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
 
-/* The moments in the unsharded layout [dense | experts] (collective under ZeRO-1), and back. */
+/* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO-1), and back. */
 moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full);
-void moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
+moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
 
 /* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */
 moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits);
