@@ -92,6 +92,12 @@ extern "C" void moe_gpu_destroy(moe_gpu *g) {
 
 extern "C" int moe_gpu_device(const moe_gpu *g) { return g->device; }
 
+extern "C" moe_status moe_gpu_memory_info(moe_gpu *g, size_t *free_bytes, size_t *total_bytes) {
+    MOE_CUDA_TRY(cudaSetDevice(g->device));
+    MOE_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return MOE_OK;
+}
+
 extern "C" moe_status moe_gpu_synchronize(moe_gpu *g) {
     MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
     return MOE_OK;

@@ -25,6 +25,8 @@ moe_status moe_gpu_device_count(int *count);
 moe_status moe_gpu_create(int device, moe_gpu **out);
 void moe_gpu_destroy(moe_gpu *gpu);
 int moe_gpu_device(const moe_gpu *gpu);
+/* The device's free and total memory now (cudaMemGetInfo). */
+moe_status moe_gpu_memory_info(moe_gpu *gpu, size_t *free_bytes, size_t *total_bytes);
 
 /* Waits for everything queued on the context's stream; a kernel fault shows up here as MOE_ERR_CUDA
  * (with a message naming it). */

@@ -35,7 +35,8 @@ typedef uint16_t moe_bf16;
     X(MOE_ERR_IO, "a file could not be read or written")                                \
     X(MOE_ERR_BAD_FILE, "a file is not in the expected format")                         \
     X(MOE_ERR_PEER, "another rank failed (see its message)")                           \
-    X(MOE_ERR_LIBRARY, "a call into a math library failed")
+    X(MOE_ERR_LIBRARY, "a call into a math library failed")                             \
+    X(MOE_ERR_MISMATCH, "the run disagrees with its CPU fp32 reference (--verify-steps)")
 
 typedef enum {
 #define MOE__STATUS_ENUM(name, text) name,

@@ -20,7 +20,9 @@
 #include "core/fail.h"
 #include "core/threads.h"
 #include "models/checkpoint.h"
+#include "models/train_device.h"
 #include "models/trainer.h"
+#include "models/verify.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -109,10 +111,10 @@ static void print_sample(moe_trainer *t) {
 }
 
 /* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
-static int stop_all(moe_trainer *t, moe_parallel *par, const char *what, moe_status st) {
+static int stop_all(moe_trainer *t, moe_train_placement *place, const char *what, moe_status st) {
     fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
     moe_trainer_destroy(t);
-    moe_parallel_destroy(par);
+    moe_train_unplace(place);
     MPI_Finalize();
     return 2;
 }
@@ -224,53 +226,85 @@ int main(int argc, char **argv) {
     }
     if (opt.threads == 0) opt.threads = moe_threads_default();
     moe_threads_set(opt.threads);
-    if (refuse_oversized(&opt, world_size)) {
+    /* the host holds the model on the CPU, and the CPU reference of --verify-steps on any device */
+    if ((opt.device == MOE_TRAIN_DEVICE_CPU || opt.verify_steps > 0) && refuse_oversized(&opt, world_size)) {
         MPI_Finalize();
         return 2;
     }
-    moe_parallel *par;
-    require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &par),
-            "parallel layout");
+    moe_train_placement place;
+    moe_status st = moe_train_place(&opt, MPI_COMM_WORLD, world_rank == 0 ? stdout : NULL, &place);
+    if (st != MOE_OK) { /* every rank agreed: a message from each that knows why, then all stop */
+        if (st != MOE_ERR_PEER) fprintf(stderr, "moe-train: rank %d: %s\n", world_rank, moe_failure_message(st));
+        MPI_Finalize();
+        return 2;
+    }
     alarm(0); /* from here on the exchanges' own watchdog covers every wait */
     moe_trainer t;
-    moe_status st = moe_trainer_create(&t, &opt, NULL, par);
+    st = moe_trainer_create(&t, &opt, place.rt, place.par);
     if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) { /* a data file or a trace */
         fprintf(stderr, "moe-train: rank %d: cannot start: %s\n", world_rank, moe_failure_message(st));
-        moe_parallel_destroy(par);
+        moe_train_unplace(&place);
         MPI_Finalize();
         return 2;
     }
     require(st, "model set-up");
     int first_step = 1;
-    if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, par, "cannot load the checkpoint", st);
+    if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, &place, "cannot load the checkpoint", st);
     if (*opt.checkpoint_dir && !opt.eval_only && (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir)) != MOE_OK)
-        return stop_all(&t, par, "before training", st);
+        return stop_all(&t, &place, "before training", st);
     if (opt.eval_only) {
         int rc = eval_only(&t, &opt);
         moe_trainer_destroy(&t);
-        moe_parallel_destroy(par);
+        moe_train_unplace(&place);
         MPI_Finalize();
         return rc;
     }
     FILE *metrics = NULL;
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
-        printf("world %d ranks x %d threads: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters per rank, "
-               "at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
-               world_size, moe_threads_get(), t.ranks.ep_size, t.ranks.dp_size, moe_model_num_dense(t.model),
-               moe_model_num_expert(t.model), moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024),
-               t.train.num_tokens, t.val.num_tokens);
+        printf("world %d ranks x %d threads on %s: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters "
+               "per rank, at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
+               world_size, moe_threads_get(), place.rt ? moe_runtime_name(place.rt) : "cpu", t.ranks.ep_size,
+               t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
+               moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
+               t.val.num_tokens);
         if (*opt.log_file && !(metrics = fopen(opt.log_file, "w"))) {
             fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", opt.log_file);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
+    }
+    moe_parallel *ref_par = NULL; /* --verify-steps: the CPU fp32 reference's own layout of the same ranks */
+    moe_verifier verifier;
+    if (opt.verify_steps > 0) {
+        require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &ref_par),
+                "the reference's layout (--verify-steps)");
+        require(moe_verifier_create(&verifier, &t, ref_par), "the CPU fp32 reference (--verify-steps)");
     }
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
     for (int step = first_step; step <= opt.steps; step++) {
         double t0 = now_ms(), val = -1;
-        require(moe_trainer_step(&t, step, &r), "training step");
+        if (ref_par && step < first_step + opt.verify_steps) {
+            moe_verify_report rep;
+            st = moe_verify_step(&verifier, &t, step, &r, &rep);
+            if (world_rank == 0 && (st == MOE_OK || st == MOE_ERR_MISMATCH)) moe_verify_report_print(&rep, stdout);
+            if (st == MOE_ERR_MISMATCH) {
+                if (world_rank == 0) fprintf(stderr, "moe-train: --verify-steps: %s\n", moe_failure_message(st));
+                moe_verifier_destroy(&verifier);
+                moe_parallel_destroy(ref_par);
+                if (metrics) fclose(metrics);
+                free(r.expert_tokens);
+                moe_trainer_destroy(&t);
+                moe_train_unplace(&place);
+                MPI_Finalize();
+                return 3;
+            }
+            require(st, "training step (verified)");
+            require(moe_trainer_apply(&t, step, &r), "training step");
+        } else {
+            require(moe_trainer_step(&t, step, &r), "training step");
+        }
         double ms = now_ms() - t0;
         if (r.skipped && world_rank == 0)
             fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
@@ -281,13 +315,14 @@ int main(int argc, char **argv) {
         if (*opt.checkpoint_dir &&
             (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
             (st = moe_checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)
-            return stop_all(&t, par, "checkpoint save failed (earlier checkpoints are intact)", st);
+            return stop_all(&t, &place, "checkpoint save failed (earlier checkpoints are intact)", st);
     }
+    if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
     if (opt.sample_tokens > 0) print_sample(&t);
     if (metrics) fclose(metrics);
     free(r.expert_tokens);
     moe_trainer_destroy(&t);
-    moe_parallel_destroy(par);
+    moe_train_unplace(&place);
     MPI_Finalize();
     return 0;
 }

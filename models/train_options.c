@@ -25,7 +25,7 @@ static const opt_spec kOptions[] = {
     {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL},
     {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL},
     {"--heads", "attention heads (head_dim = d_model / heads, even)", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL},
-    {"--kv-heads", "key/value heads (< heads: grouped-query attention)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL},
+    {"--kv-heads", "key/value heads (< heads: grouped-query attention; auto: --heads)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL},
     {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}, NULL},
     {"--vocab", "vocabulary size (256: bytes)", OPT_INT, OFF(model.vocab_size), 2, 65536, {0}, NULL},
     {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}, NULL},
@@ -49,15 +49,15 @@ static const opt_spec kOptions[] = {
     {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL},
     {"--layout-invariant", "1: results bitwise independent of ep/world size (slower)", OPT_INT,
      OFF(model.moe.layout_invariant), 0, 1, {0}, NULL},
-    {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way)",
-     OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL},
+    {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way; "
+     "auto: bf16 on cuda, fp32 on cpu)", OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL},
     /* training */
     {"--batch", "global sequences per micro-batch (divisible by the world size)", OPT_INT, OFF(batch), 1, 1 << 20, {0}, NULL},
     {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL},
     {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL},
     {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL},
     {"--min-lr", "learning rate at the last step (cosine decay)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL},
-    {"--warmup", "linear warm-up steps", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL},
+    {"--warmup", "linear warm-up steps (auto: min(100, --steps / 10))", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL},
     {"--weight-decay", "AdamW weight decay (not on norms)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL},
     {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL},
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL},
@@ -69,6 +69,13 @@ static const opt_spec kOptions[] = {
      "stopping the run", OPT_INT, OFF(skip_nonfinite), 0, 1, {0}, NULL},
     {"--threads", "CPU threads per rank, shared by the loops and the GEMMs; never changes results (0: the CPUs this "
      "rank may use / ranks on this node)", OPT_INT, OFF(threads), 0, 4096, {0}, NULL},
+    {"--device", "where the model runs: cpu, or cuda (one GPU per rank on its node; needs a CUDA build)", OPT_CHOICE,
+     OFF(device), 0, 0, {"cpu", "cuda"}, NULL},
+    {"--gpu-transport", "with --device cuda: how tokens and gradients travel (auto: nccl, or mpi when ranks share a "
+     "GPU)", OPT_CHOICE, OFF(gpu_transport), 0, 0, {"nccl", "mpi"}, NULL},
+    {"--verify-steps", "the first N steps are also computed by the CPU fp32 reference from the same weights and "
+     "batch, compared (loss, grad norm, routing, every gradient) and the run stopped outside the tolerances "
+     "(docs/GPU.md)", OPT_INT, OFF(verify_steps), 0, 1 << 20, {0}, NULL},
     /* data and output */
     {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL},
     {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL},
@@ -118,8 +125,11 @@ static void set_defaults(moe_train_options *o) {
     memset(o, 0, sizeof *o);
     o->model = moe_model_config_default();
     o->model.moe.renormalize = -1; /* decided once --top-k is known */
+    o->model.moe.precision = -1;   /* decided once --device is known */
+    o->model.num_kv_heads = -1;    /* --heads unless given */
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
-    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = 100, o->weight_decay = 0.1f, o->clip = 1.0f;
+    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
+    o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
@@ -166,6 +176,11 @@ static int check_combinations(moe_train_options *o, int world_size, FILE *err) {
     moe_model_config *m = &o->model;
     m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
     if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate must stay the probability */
+    if ((int)m->moe.precision < 0) m->moe.precision = o->device == MOE_TRAIN_DEVICE_CUDA ? MOE_PRECISION_BF16 : MOE_PRECISION_FP32;
+    if (m->num_kv_heads < 0) m->num_kv_heads = m->num_heads; /* plain multi-head attention unless asked */
+    if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100; /* min(100, steps / 10) */
+    if (o->gpu_transport >= 0 && o->device != MOE_TRAIN_DEVICE_CUDA)
+        return complain(err, "moe-train: --gpu-transport needs --device cuda\n"), -1;
     const char *problem = moe_model_config_problem(m);
     if (problem) return complain(err, "moe-train: invalid model: %s\n", problem), -1;
     if (world_size % m->moe.ep_size)
@@ -217,10 +232,13 @@ int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_opt
 static void print_value(const opt_spec *s, const moe_train_options *o, FILE *f) {
     const void *field = (const char *)o + s->offset;
     switch (s->kind) {
-    case OPT_INT: fprintf(f, "%d", *(const int *)field); break;
+    case OPT_INT: /* a negative default is decided from other flags (see check_combinations) */
+        if (*(const int *)field < 0) fprintf(f, "auto");
+        else fprintf(f, "%d", *(const int *)field);
+        break;
     case OPT_FLOAT: fprintf(f, "%g", *(const float *)field); break;
     case OPT_STRING: fprintf(f, "'%s'", *(const char *const *)field); break;
-    case OPT_CHOICE: fprintf(f, "%s", s->choices[*(const int *)field]); break;
+    case OPT_CHOICE: fprintf(f, "%s", *(const int *)field < 0 ? "auto" : s->choices[*(const int *)field]); break;
     }
 }
 

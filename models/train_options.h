@@ -7,6 +7,8 @@
 
 #include "models/model.h"
 
+enum { MOE_TRAIN_DEVICE_CPU = 0, MOE_TRAIN_DEVICE_CUDA = 1 };
+
 typedef struct {
     moe_model_config model;
     /* training */
@@ -19,6 +21,10 @@ typedef struct {
     int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
     int skip_nonfinite; /* 1: drop a step whose loss or gradient is not finite, instead of stopping */
     int threads;        /* CPU threads per rank (core/threads.h); 0: moe_threads_default()          */
+    int device;         /* MOE_TRAIN_DEVICE_*: where the model runs                                 */
+    int gpu_transport;  /* with --device cuda: moe_gpu_transport (0 NCCL, 1 MPI-staged); -1: NCCL unless
+                           ranks share a GPU                                                         */
+    int verify_steps;   /* the first N steps also computed by the CPU fp32 reference (models/verify.h) */
     /* data, evaluation, output */
     const char *train_data, *val_data, *log_file;
     int eval_interval, eval_batches;

@@ -179,33 +179,51 @@ static void add_routing_stats(const moe_trainer *t, moe_step_result *r, double *
     }
 }
 
-/* Forces every MoE layer's routing of this micro-batch from the trace (this rank's tokens). A bad
- * record has been reported on every rank alike: all ranks read the same file. */
-static moe_status replay_routing(moe_trainer *t, int step, int mb) {
-    const int k = t->opt.model.moe.top_k, tokens = t->opt.batch * t->opt.model.seq_len;
-    const size_t first = (size_t)t->ranks.world_rank * t->local_seqs * t->opt.model.seq_len * k;
+/* The global routing choices of one micro-batch, every MoE layer: [num_moe_layers][global tokens * k]. */
+static size_t micro_batch_routes(const moe_trainer *t) {
+    return (size_t)t->num_moe_layers * t->opt.batch * t->opt.model.seq_len * t->opt.model.moe.top_k;
+}
+
+/* Forces every MoE layer's routing of the next forward from ids (one micro-batch's global choices; this rank
+ * takes its tokens' slice). The array must stay as it is until that forward. */
+static moe_status force_routing(moe_trainer *t, const int *ids) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    const size_t first = (size_t)t->ranks.world_rank * t->local_seqs * t->opt.model.seq_len * t->opt.model.moe.top_k;
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
-        if (!layer) continue;
-        int *ids = t->trace_ids + (size_t)i * tokens * k;
-        MOE_TRY(moe_fail_context(moe_routing_trace_read(&t->trace_in, step, mb, i++, ids), "routing replay"));
-        moe_layer_force_routing(layer, ids + first);
+        if (layer) MOE_TRY(moe_layer_force_routing(layer, ids + (size_t)i++ * per_layer + first));
     }
     return MOE_OK;
 }
 
-/* Every MoE layer's global routing of this micro-batch, gathered on every rank (collective); world rank 0
- * appends it to the trace. */
-static moe_status record_routing(moe_trainer *t, int step, int mb) {
+/* Every MoE layer's global routing of the last forward into ids, on every rank (collective). */
+static moe_status gather_routing(moe_trainer *t, int *ids) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
-        if (!layer) continue;
-        int tokens, *ids = t->trace_ids + (size_t)i * t->opt.batch * t->opt.model.seq_len * t->opt.model.moe.top_k;
-        MOE_TRY(moe_layer_gather_routing(layer, ids, &tokens));
-        if (t->ranks.world_rank == 0)
-            MOE_TRY(moe_fail_context(moe_routing_trace_append(&t->trace_out, step, mb, i, ids), "routing trace"));
-        i++;
+        int tokens;
+        if (layer) MOE_TRY(moe_layer_gather_routing(layer, ids + (size_t)i++ * per_layer, &tokens));
     }
+    return MOE_OK;
+}
+
+/* Forces the routing of this micro-batch from the trace. A bad record has been reported on every rank alike:
+ * all ranks read the same file. */
+static moe_status replay_routing(moe_trainer *t, int step, int mb) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    for (int i = 0; i < t->num_moe_layers; i++)
+        MOE_TRY(moe_fail_context(moe_routing_trace_read(&t->trace_in, step, mb, i, t->trace_ids + (size_t)i * per_layer),
+                                 "routing replay"));
+    return force_routing(t, t->trace_ids);
+}
+
+/* This micro-batch's global routing, gathered on every rank (collective); world rank 0 appends it to the trace. */
+static moe_status record_routing(moe_trainer *t, int step, int mb) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    MOE_TRY(gather_routing(t, t->trace_ids));
+    for (int i = 0; i < t->num_moe_layers && t->ranks.world_rank == 0; i++)
+        MOE_TRY(moe_fail_context(moe_routing_trace_append(&t->trace_out, step, mb, i, t->trace_ids + (size_t)i * per_layer),
+                                 "routing trace"));
     return MOE_OK;
 }
 
@@ -221,9 +239,11 @@ static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_st
         long first = batch_index * o->batch + (long)t->ranks.world_rank * t->local_seqs;
         moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
         double loss_sum = 0;
-        if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
+        if (t->routing_replay) MOE_TRY(force_routing(t, t->routing_replay + mb * micro_batch_routes(t)));
+        else if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
         MOE_TRY(moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL));
         if (record && *o->routing_trace_out) MOE_TRY(record_routing(t, step, mb));
+        if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
         MOE_TRY(moe_model_backward(t->model, scale));
         sums[0] += loss_sum;
         if (r) add_routing_stats(t, r, &sums[1], &sums[2]);

@@ -42,6 +42,10 @@ typedef struct {
     moe_routing_trace trace_out, trace_in;
     int num_moe_layers;
     int *trace_ids;              /* [num_moe_layers][global tokens * k] */
+    /* in-memory routing (models/verify.h), [micro_batches][num_moe_layers][global tokens * k], NULL: off:
+     * every micro-batch's global choices gathered into routing_record, or forced from routing_replay */
+    int *routing_record;
+    const int *routing_replay;
 } moe_trainer;
 
 /* Loads and checks both token files (a bad file is the failure message of every rank that sees it, and

@@ -124,6 +124,8 @@ def moe_train_args(a, run):
     args = ["--train-data", a.train_data, "--val-data", a.val_data, "--steps", str(a.steps),
             "--experts", str(E), "--top-k", str(k), "--d-ff", str(dff), "--ep", str(ep)]
     args += [word for flag, value in DEFAULTS.items() if flag not in a.extra for word in (flag, value)]
+    if "--warmup" not in a.extra:  # what docs/SWEEPS.md measured with; the trainer's default is min(100, steps / 10)
+        args += ["--warmup", str(min(100, a.steps))]
     args += (["--capacity-factor", f"{cf:g}"] if cf is not None else []) + a.extra
     return {"ranks": a.ranks, "moe_train_args": args}, args + ["--log-file", run_file(a, run, "metrics.jsonl")]
 
