@@ -334,6 +334,7 @@ size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
 int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
 moe_runtime *moe_model_runtime(const moe_model *m) { return m->rt; }
+void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops) { m->dense = ops; }
 const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state) {
     *state = m->ops_state;
     return m->dense;

@@ -125,6 +125,9 @@ const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count);
 moe_runtime *moe_model_runtime(const moe_model *m);
 /* The runtime's dense-ops table and this model's state for it (the optimizer's arithmetic runs there). */
 const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state);
+/* Tests only: the model runs ops instead of its runtime's table from now on; ops must work on the state that
+ * table created (a wrapper of it: moe/dense_ops_fault.h). */
+void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops);
 const moe_parallel *moe_model_parallel(const moe_model *m);
 
 /* Initialises the weights from seed: every tensor (and every global expert) from its own stream, so

@@ -23,6 +23,7 @@
 #include "models/train_device.h"
 #include "models/trainer.h"
 #include "models/verify.h"
+#include "moe/dense_ops_fault.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -111,6 +112,19 @@ static void print_sample(moe_trainer *t) {
 }
 
 /* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
+/* MOE_TEST_FAULT=<dense entry>: that entry of the run's dense table (not the --verify-steps reference's) does
+ * its work twice (moe/dense_ops_fault.h): how the tests prove that --verify-steps catches a wrong op and names
+ * the tensor it writes. */
+static void inject_test_fault(moe_trainer *t) {
+    static moe_dense_ops faulty;
+    moe_dense_state *state;
+    const char *entry = getenv("MOE_TEST_FAULT");
+    if (!entry || !*entry) return;
+    require(moe_dense_ops_with_fault(moe_model_dense_ops(t->model, &state), entry, &faulty), "MOE_TEST_FAULT");
+    moe_model_replace_dense_ops(t->model, &faulty);
+    if (t->ranks.world_rank == 0) printf("moe-train: MOE_TEST_FAULT: the run's %s does its work twice\n", entry);
+}
+
 static int stop_all(moe_trainer *t, moe_train_placement *place, const char *what, moe_status st) {
     fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
     moe_trainer_destroy(t);
@@ -280,6 +294,7 @@ int main(int argc, char **argv) {
                 "the reference's layout (--verify-steps)");
         require(moe_verifier_create(&verifier, &t, ref_par), "the CPU fp32 reference (--verify-steps)");
     }
+    inject_test_fault(&t);
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
