@@ -121,6 +121,24 @@ static const test_tolerance kTolerance[] = {
      * expf: as the router's GEMM rows, 1e-4 relative, with 1e-5 of rms(want) for elements that cancel */
     {"attention", "f32", 1e-10, 0, 1e-5, 1e-4},
     {"attention backward", "f32", 1e-10, 0, 1e-5, 1e-4},
+    /* ---- the dense table's linear layer and dense SwiGLU: the list of cuBLAS products run by cblas on the CPU
+     * (tests/test_linear_gemms.c, "f32"), and the CUDA table against the CPU table (tests/test_gpu_dense_table.c)
+     * under fp32 ("f32") and under bf16 precision ("bf16": both tables round the same inputs to bf16) ----
+     * linear: sums of up to ~100 terms in another order, ~sqrt(100) * 6e-8 of the scale; bf16 inputs change
+     * nothing here (their products are exact in fp32): as the router's GEMM rows, 1e-4 relative, 1e-5 of
+     * rms(want) for elements that cancel */
+    {"linear", "f32", 1e-10, 0, 1e-5, 1e-4},
+    {"linear", "bf16", 1e-10, 0, 1e-5, 1e-4},
+    /* the dense SwiGLU in fp32: three GEMMs in a chain through expf (CUDA's against core/real.h's, each <= 2 ulp):
+     * as linear, with the chain's few roundings more */
+    {"dense swiglu", "f32", 1e-10, 0, 2e-5, 1e-4},
+    {"dense swiglu backward", "f32", 1e-10, 0, 2e-5, 1e-4},
+    /* under bf16 an intermediate (act; dH1, dH3) that the two sides compute ~1e-6 apart is rounded to bf16 before
+     * the next GEMM, and lands on the other bf16 neighbour when it sits at a rounding boundary (~1e-6 / 2^-8, a few
+     * in 1e4 elements): one term of a sum moves by up to 2^-7 of itself, ~2^-7 / sqrt(d_ff) ~ 1e-3 of the sum's
+     * rms; 5e-3 of rms(want), and nmse 1e-7 (an rms relative error ~3e-4: the flips are rare) */
+    {"dense swiglu", "bf16", 1e-7, 0, 5e-3, 1e-4},
+    {"dense swiglu backward", "bf16", 1e-7, 0, 5e-3, 1e-4},
     /* ---- the CPU's bf16 precision against its fp32 (tests/test_precision.c; dtype "cpu-bf16") ----
      * a GEMM of rounded inputs against the same products in double: only the order of the fp32 sums differs,
      * ~sqrt(k) * 6e-8 of the scale: 1e-5 of rms(want) */
