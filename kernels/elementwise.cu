@@ -1,5 +1,5 @@
-/* elementwise.cu — y = a + b, a *= factor, and the sum of squares on the GPU (elementwise.h), the bits of the
- * dense table's CPU entries (moe/dense_ops_cpu.c). Products and sums are written as __fadd_rn / __dmul_rn /
+/* elementwise.cu — y = a + b, a *= factor, the sum of squares and the fp32 SwiGLU on the GPU (elementwise.h): the
+ * bits of the dense table's CPU entries (moe/dense_ops_cpu.c), and for the SwiGLU the CPU's operations in its order. Products and sums are written as __fadd_rn / __dmul_rn /
  * __dadd_rn so that nvcc cannot contract them into FMAs the CPU does not do.
  *
  * The sum of squares keeps the CPU's partition: chunk c of MOE__SUM_CHUNKS is one chain of double adds in
@@ -36,6 +36,23 @@ __global__ void add_kernel(const float *a, const float *b, size_t n, float *y) {
 __global__ void scale_kernel(float *a, size_t n, double factor) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         a[i] = __double2float_rn(__dmul_rn((double)a[i], factor));
+}
+
+/* s = 1 / (1 + e^-h), as experts/expert_ffn_cpu.c's sigmoid */
+__device__ float sigmoid(float h) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-h))); }
+
+__global__ void swiglu_forward_kernel(const float *h1, const float *h3, size_t n, float *act) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        act[i] = __fmul_rn(__fmul_rn(h1[i], sigmoid(h1[i])), h3[i]);
+}
+
+/* dH3 = (dA h1) s;  dH1 = ((dA h3) s) (1 + h1 (1 - s)), each product and sum rounded once, the CPU's order */
+__global__ void swiglu_backward_kernel(const float *h1, const float *h3, size_t n, float *dh1, float *dh3) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float h = h1[i], s = sigmoid(h), dA = dh1[i];
+        dh3[i] = __fmul_rn(__fmul_rn(dA, h), s);
+        dh1[i] = __fmul_rn(__fmul_rn(__fmul_rn(dA, h3[i]), s), __fadd_rn(1.0f, __fmul_rn(h, __fsub_rn(1.0f, s))));
+    }
 }
 
 /* grid = MOE__SUM_CHUNKS blocks of one warp; part[c] = sum over chunk c in index order. */
@@ -102,5 +119,23 @@ extern "C" moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, size_t 
     MOE_CUDA_TRY(cudaMemcpyAsync(&host, total, sizeof host, cudaMemcpyDeviceToHost, gpu->stream));
     MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
     *sum = host;
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_swiglu_f32_forward_cuda(moe_gpu *gpu, const float *h1, const float *h3, size_t n,
+                                                  float *act) {
+    if (n == 0) return MOE_OK;
+    if (!h1 || !h3 || !act) return MOE_ERR_INVALID_ARG;
+    swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, gpu->stream>>>(h1, h3, n, act);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_swiglu_f32_backward_cuda(moe_gpu *gpu, const float *h1, const float *h3, size_t n,
+                                                   float *dh1, float *dh3) {
+    if (n == 0) return MOE_OK;
+    if (!h1 || !h3 || !dh1 || !dh3) return MOE_ERR_INVALID_ARG;
+    swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, gpu->stream>>>(h1, h3, n, dh1, dh3);
+    MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }

@@ -1,8 +1,10 @@
-/* elementwise.h — the dense table's elementwise ops and the sum of squares, on the GPU (kernels/elementwise.cu).
- * Their CPU twins are the entries add, scale and sum_squares of moe/dense_ops_cpu.c; these do the same
- * operations in the same order, each rounded once, so they give the CPU's bits (where the CPU build does not
- * contract a product and a sum into an FMA). Device pointers, n values, queued on gpu's stream; only
- * moe_sum_squares_cuda waits (its result is a host value). */
+/* elementwise.h — the dense table's elementwise ops, the sum of squares and the fp32 SwiGLU of a dense FFN, on the
+ * GPU (kernels/elementwise.cu). The CPU twins of the first three are the entries add, scale and sum_squares of
+ * moe/dense_ops_cpu.c; these do the same operations in the same order, each rounded once, so they give the CPU's
+ * bits (where the CPU build does not contract a product and a sum into an FMA). The SwiGLU's twin is the loop of
+ * experts/expert_ffn_cpu.c, the same operations in the same order with CUDA's expf for the CPU's moe__exp (both
+ * within 2 ulp): close, not bitwise. Device pointers, n values, queued on gpu's stream; only moe_sum_squares_cuda
+ * waits (its result is a host value). */
 #ifndef MOE_KERNELS_ELEMENTWISE_H
 #define MOE_KERNELS_ELEMENTWISE_H
 
@@ -18,5 +20,12 @@ moe_status moe_scale_cuda(moe_gpu *gpu, float *a, size_t n, double factor);
  * [c n / CHUNKS, (c + 1) n / CHUNKS), each summed in index order from 0, then the chunk sums in chunk order.
  * Host sync. Uses the context's scratch. */
 moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, size_t n, double *sum);
+
+/* fp32 SwiGLU, silu(h) = h s with s = 1 / (1 + e^-h):
+ *   forward:  act = h1 s h3
+ *   backward: dh1 holds dA on entry and dA h3 s (1 + h1 (1 - s)) on return; dh3 = dA h1 s */
+moe_status moe_swiglu_f32_forward_cuda(moe_gpu *gpu, const float *h1, const float *h3, size_t n, float *act);
+moe_status moe_swiglu_f32_backward_cuda(moe_gpu *gpu, const float *h1, const float *h3, size_t n, float *dh1,
+                                        float *dh3);
 
 #endif

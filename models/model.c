@@ -264,7 +264,8 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
     moe_status st = rt ? MOE_OK : moe_runtime_create_cpu(&m->owned_rt);
     m->rt = rt ? rt : m->owned_rt;
     if (st == MOE_OK && !(m->dense = moe_runtime_dense_ops(m->rt)))
-        st = moe_fail(MOE_ERR_INVALID_CONFIG, "the %s runtime has no dense-model ops yet (the model runs on the CPU)",
+        st = moe_fail(MOE_ERR_INVALID_CONFIG,
+                      "the %s runtime has no table of dense-model ops (moe/dense_ops.h): a model cannot run on it",
                       moe_runtime_name(m->rt));
     const int L = cfg->num_layers, max_tensors = 1 + 9 * L + 2 + 3 * L;
     if (st == MOE_OK) {

@@ -1,6 +1,6 @@
 /* dense_ops.h — the ops of a transformer's dense (data-parallel) parts, as a table per runtime, so that
- * models/model.c and models/optimizer.c are written once and a CUDA or bf16 implementation plugs in beside the
- * CPU one (dense_ops_cpu.c) without touching them. Every pointer is the runtime's device memory (tokens and
+ * models/model.c and models/optimizer.c are written once and run on the CPU table (dense_ops_cpu.c) or the CUDA one
+ * (dense_ops_cuda.c) without knowing which. Every pointer is the runtime's device memory (tokens and
  * targets too); the formulas are those of the CPU kernels each entry names (kernels/, experts/).
  *
  * Determinism: the entries reduce in a fixed order (no float atomics), and `linear` cuts its rows as the
@@ -90,5 +90,7 @@ const moe_dense_ops *moe_runtime_dense_ops(const moe_runtime *rt);
 
 /* The CPU table (always built; float or double with moe_real). */
 extern const moe_dense_ops moe_dense_ops_cpu;
+/* The CUDA table (dense_ops_cuda.c; only in libmoe_cuda, float only). */
+extern const moe_dense_ops moe_dense_ops_cuda;
 
 #endif

@@ -1,7 +1,6 @@
 /* runtime_cuda.c — the CUDA runtime (moe/runtime.h): one device's context (core/gpu.h), device memory,
- * pinned host memory, copies queued on the context's stream, and the CUDA layer table (layer_ops_cuda.c).
- * The dense model's ops have no CUDA table yet: a model refuses a CUDA runtime (models/model.h). In
- * libmoe_cuda only, so libmoe keeps no CUDA symbol. */
+ * pinned host memory, copies queued on the context's stream, and the CUDA op tables: the layer's (layer_ops_cuda.c)
+ * and the dense model's (dense_ops_cuda.c). In libmoe_cuda only, so libmoe keeps no CUDA symbol. */
 #include <stdlib.h>
 
 #include "core/fail.h"
@@ -49,7 +48,7 @@ moe_status moe_runtime_create_cuda(int device, moe_runtime **out) {
     MOE_TRY(moe_gpu_create(device, &gpu));
     moe_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return moe_gpu_destroy(gpu), MOE_ERR_OUT_OF_MEMORY;
-    *rt = (moe_runtime){.name = "cuda", .gpu = gpu, .memory = &gpu_memory, .layer = &moe_layer_ops_cuda, .dense = NULL,
+    *rt = (moe_runtime){.name = "cuda", .gpu = gpu, .memory = &gpu_memory, .layer = &moe_layer_ops_cuda, .dense = &moe_dense_ops_cuda,
                         .destroy = cuda_destroy};
     *out = rt;
     return MOE_OK;

@@ -1,0 +1,118 @@
+/* linear.cu — the dense linear layer's products on cuBLAS (linear.h). The calls, with every transpose, leading
+ * dimension, offset and the padded last block, are kernels/linear_gemms.c's list (tests/test_linear_gemms.c runs
+ * the same list on the CPU against the CPU's row-wise GEMMs); this file runs them: a padded block's rows go into
+ * the plan's PAD_IN (zeros after them; C's rows into PAD_OUT when beta is 1), one full-block cublasSgemm, its rows
+ * back. All on the context's stream, in list order.
+ * Checked against the CPU table by tests/test_gpu_dense_table.c (build: ninja -C build; run: meson test -C build
+ * --suite gpu). */
+#include "core/gpu_cuda.h"
+
+extern "C" {
+#include "kernels/gemm_rows.h"
+#include "kernels/linear.h"
+#include "kernels/linear_gemms.h"
+}
+
+namespace {
+
+cublasOperation_t op(int trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+moe_status copy_rows(moe_gpu *gpu, float *dst, const float *src, int rows, int width) {
+    MOE_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 gpu->stream));
+    return MOE_OK;
+}
+
+moe_status zero_rows(moe_gpu *gpu, float *dst, int rows, int width) {
+    MOE_CUDA_TRY(cudaMemsetAsync(dst, 0, (size_t)rows * width * sizeof(float), gpu->stream));
+    return MOE_OK;
+}
+
+/* a padded call's block: its token rows into PAD_IN (and C's into PAD_OUT when it accumulates), zeros after them */
+moe_status fill_pads(moe_gpu *gpu, const moe__lin_gemm &g, float *const *arrays) {
+    const int spare = g.n - g.rows;
+    MOE_TRY(copy_rows(gpu, arrays[g.b], arrays[g.token_in] + (size_t)g.first_row * g.ldb, g.rows, g.ldb));
+    MOE_TRY(zero_rows(gpu, arrays[g.b] + (size_t)g.rows * g.ldb, spare, g.ldb));
+    if (g.beta == 0) return MOE_OK;
+    MOE_TRY(copy_rows(gpu, arrays[g.c], arrays[g.token_out] + (size_t)g.first_row * g.ldc, g.rows, g.ldc));
+    return zero_rows(gpu, arrays[g.c] + (size_t)g.rows * g.ldc, spare, g.ldc);
+}
+
+moe_status check_args(const moe_linear_plan *plan, moe__lin_product product, int rows, int in, int out, float beta) {
+    if (rows < 0 || in < 1 || out < 1)
+        return moe_fail(MOE_ERR_INVALID_ARG, "linear: %d rows of %d -> %d values", rows, in, out);
+    if (beta != 0 && beta != 1)
+        return moe_fail(MOE_ERR_INVALID_ARG, "linear: beta %g is neither 0 nor 1", (double)beta);
+    if (product != MOE__LIN_BACKWARD_WEIGHT && plan->layout_invariant && (in > plan->max_width || out > plan->max_width))
+        return moe_fail(MOE_ERR_INVALID_ARG, "linear: rows of %d -> %d values are wider than the plan's %d", in, out,
+                        plan->max_width);
+    return MOE_OK;
+}
+
+/* arrays: each moe__lin_array's device pointer (only C operands and token_out are written) */
+moe_status run(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product product, float *arrays[MOE__LIN_ARRAYS],
+               int rows, int in, int out, float beta) {
+    MOE_TRY(check_args(plan, product, rows, in, out, beta));
+    arrays[MOE__LIN_PAD_IN] = plan->pad_in, arrays[MOE__LIN_PAD_OUT] = plan->pad_out;
+    if (product == MOE__LIN_BACKWARD_WEIGHT && rows == 0 && beta == 0) /* an empty sum, as the CPU's */
+        return zero_rows(gpu, arrays[MOE__LIN_DW], out, in);
+    const float one = 1;
+    const int count = moe__linear_gemm_count(product, rows, plan->layout_invariant);
+    for (int i = 0; i < count; i++) {
+        const moe__lin_gemm g = moe__linear_gemm(product, rows, in, out, plan->layout_invariant, beta, i);
+        if (g.padded) MOE_TRY(fill_pads(gpu, g, arrays));
+        MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &one,
+                                   arrays[g.a] + g.a_off, g.lda, arrays[g.b] + g.b_off, g.ldb, &g.beta,
+                                   arrays[g.c] + g.c_off, g.ldc));
+        if (g.padded)
+            MOE_TRY(copy_rows(gpu, arrays[g.token_out] + (size_t)g.first_row * g.ldc, arrays[g.c], g.rows, g.ldc));
+    }
+    return MOE_OK;
+}
+
+} // namespace
+
+extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, int layout_invariant, int max_width, moe_linear_plan *plan) {
+    *plan = moe_linear_plan{};
+    plan->layout_invariant = layout_invariant, plan->max_width = max_width;
+    if (!layout_invariant) return MOE_OK;
+    if (max_width < 1) return moe_fail(MOE_ERR_INVALID_ARG, "linear: max_width %d", max_width);
+    const size_t nbytes = (size_t)MOE_GEMM_ROW_BLOCK * max_width * sizeof(float);
+    void *in = NULL, *out = NULL;
+    MOE_TRY(moe_gpu_alloc(gpu, nbytes, &in));
+    moe_status st = moe_gpu_alloc(gpu, nbytes, &out);
+    if (st != MOE_OK) return moe_gpu_free(gpu, in), st;
+    plan->pad_in = (float *)in, plan->pad_out = (float *)out;
+    return MOE_OK;
+}
+
+extern "C" void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan) {
+    moe_gpu_free(gpu, plan->pad_in);
+    moe_gpu_free(gpu, plan->pad_out);
+    *plan = moe_linear_plan{};
+}
+
+extern "C" moe_status moe_linear_forward_cuda(moe_gpu *gpu, const moe_linear_plan *plan, const float *x,
+                                              const float *W, int rows, int in, int out, float *y) {
+    float *arrays[MOE__LIN_ARRAYS] = {};
+    arrays[MOE__LIN_X] = const_cast<float *>(x), arrays[MOE__LIN_W] = const_cast<float *>(W), arrays[MOE__LIN_Y] = y;
+    return run(gpu, plan, MOE__LIN_FORWARD, arrays, rows, in, out, 0);
+}
+
+extern "C" moe_status moe_linear_backward_input_cuda(moe_gpu *gpu, const moe_linear_plan *plan, const float *dy,
+                                                     const float *W, int rows, int in, int out, float beta,
+                                                     float *dx) {
+    float *arrays[MOE__LIN_ARRAYS] = {};
+    arrays[MOE__LIN_DY] = const_cast<float *>(dy), arrays[MOE__LIN_W] = const_cast<float *>(W);
+    arrays[MOE__LIN_DX] = dx;
+    return run(gpu, plan, MOE__LIN_BACKWARD_INPUT, arrays, rows, in, out, beta);
+}
+
+extern "C" moe_status moe_linear_backward_weight_cuda(moe_gpu *gpu, const moe_linear_plan *plan, const float *dy,
+                                                      const float *x, int rows, int in, int out, float beta,
+                                                      float *dW) {
+    float *arrays[MOE__LIN_ARRAYS] = {};
+    arrays[MOE__LIN_DY] = const_cast<float *>(dy), arrays[MOE__LIN_X] = const_cast<float *>(x);
+    arrays[MOE__LIN_DW] = dW;
+    return run(gpu, plan, MOE__LIN_BACKWARD_WEIGHT, arrays, rows, in, out, beta);
+}
