@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_check.sh — the one command for a GPU machine: installs what is missing and builds (scripts/setup.sh),
-# runs the gpu test suite, a --verify-steps training run on every local GPU (bf16, then fp32) checked step by
-# step against the CPU fp32 reference, and the GPU benchmarks; then prints one report (passed / failed /
-# numbers, markdown) for docs/BENCHMARKS.md, also written to $MOE_BUILD_DIR/gpu_check_report.md.
+# runs the gpu test suite, two --verify-steps training runs on the local GPUs (bf16: dropless, then with
+# capacity drops and micro-batches) checked step by step against the CPU fp32 reference, and the GPU
+# benchmarks; then prints one report (passed / failed / numbers, markdown) for docs/BENCHMARKS.md, also
+# written to $MOE_BUILD_DIR/gpu_check_report.md.
 # Exit status: 0 when every check passed, 1 when one failed, 77 when there is no GPU.
 # Environment: MOE_GPU_CHECK_QUICK=1 skips the benchmarks (a minute or two instead of ~15).
 set -uo pipefail
@@ -21,6 +22,8 @@ if [ -z "$gpus" ]; then
     exit 77
 fi
 ngpu=$(printf '%s\n' "$gpus" | wc -l)
+ranks=1 # the verify runs: the largest power of two <= the GPUs, at most 8 (it divides the batch and the experts)
+while [ $((ranks * 2)) -le "$ngpu" ] && [ $ranks -lt 8 ]; do ranks=$((ranks * 2)); done
 bash "$root/scripts/prepare_data.sh" > /dev/null || { echo "gpu_check: scripts/prepare_data.sh failed" >&2; exit 1; }
 
 # 1. the gpu suite: each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
@@ -31,10 +34,11 @@ count() { sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" "$work/suite.txt" | tail -n 1;
 [ "$(count Ok)" -gt 0 ] 2>/dev/null || status=1 # every gpu test skipped on a GPU machine: none saw the GPU
 
 # 2. --verify-steps: 20 steps of the default model on every local GPU, each checked against the CPU reference
+#    (one rank per GPU on up to 8 of them, experts sharded over all: tokens over NCCL)
 verify() { # NAME FLAGS...
     local name=$1
     shift
-    mpirun -np "$ngpu" "$build/moe-train" --device cuda --steps 20 --verify-steps 20 --eval-interval 0 \
+    mpirun -np "$ranks" "$build/moe-train" --device cuda --ep "$ranks" --steps 20 --verify-steps 20 --eval-interval 0 \
         --sample-tokens 0 "$@" > "$work/$name.txt" 2>&1
     local rc=$?
     [ $rc -eq 0 ] || touch "$work/$name.failed"
@@ -44,8 +48,8 @@ verify() { # NAME FLAGS...
     else echo "FAILED (exit $rc): $(grep -E '^moe-train' "$work/$name.txt" | head -n 2 | tr '\n' ' ')"
     fi
 }
-verify_bf16=$(verify verify_bf16)
-verify_fp32=$(verify verify_fp32 --precision fp32)
+verify_dropless=$(verify verify_dropless)
+verify_capacity=$(verify verify_capacity --capacity-factor 1.25 --micro-batches 2)
 
 # 3. benchmarks (numbers only; no pass or fail but a program's own failure)
 bench() { # NAME CMD...: the command's last lines
@@ -74,8 +78,8 @@ compgen -G "$work/*.failed" > /dev/null && status=1
     echo "| check | result |"
     echo "| --- | --- |"
     echo "| gpu suite | $(count Ok) passed, $(( $(count Fail) + $(count Timeout) )) failed, $(count Skipped) skipped |"
-    echo "| --verify-steps 20, bf16, $ngpu rank(s) | $verify_bf16 |"
-    echo "| --verify-steps 20, fp32, $ngpu rank(s) | $verify_fp32 |"
+    echo "| --verify-steps 20, bf16, dropless, $ranks rank(s) | $verify_dropless |"
+    echo "| --verify-steps 20, bf16, capacity 1.25, 2 micro-batches, $ranks rank(s) | $verify_capacity |"
     echo
     echo "### ~1.2B MoE training on one GPU (bench/bench_train_gpu.sh)"
     echo '```'; echo "$b_train"; echo '```'

@@ -1,21 +1,21 @@
 #!/bin/bash
 # test_gpu_train.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE (suite gpu) — two steps of moe-train
-# --device cuda, each checked by --verify-steps against the CPU fp32 reference in the same process: fp32
-# (cuBLAS and the CUDA kernels within the GPU fp32 tolerances) and bf16 (the default on GPUs), 2 ranks sharing
-# GPU 0 through the MPI-staged transport, then 1 rank on NCCL. Exit 77 (skip) where there is no GPU.
+# --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU fp32
+# reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
+# and with micro-batches), then 1 rank on NCCL. Exit 77 (skip) where there is no GPU.
 source "$(dirname "$0")/train_cli_common.sh"
 
-merge --device cuda --precision fp32 --verify-steps 2 --ep 2 --capacity-factor 1.25
+merge --device cuda --verify-steps 2 --ep 2 --capacity-factor 1.25
 timeout 300 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1
 if grep -Eq "this node has no CUDA device|built without CUDA" "$dir/out.txt"; then
     echo "test_gpu_train: no GPU here: $(grep -E -m 1 'no CUDA device|without CUDA' "$dir/out.txt")"
     exit 77
 fi
 cat "$dir/out.txt"
-trains "cuda fp32, 2 ranks on one GPU (mpi transport), vs the CPU" "verify step 2: " \
-    --device cuda --precision fp32 --verify-steps 2 --ep 2 --capacity-factor 1.25
-trains "cuda bf16 (default), 2 ranks, micro-batches 2, vs the CPU" "verify step 2: " \
-    --device cuda --verify-steps 2 --ep 2 --micro-batches 2
+trains "cuda bf16, 2 ranks on one GPU (mpi transport), capacity 1.25, vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --ep 2 --capacity-factor 1.25
+trains "cuda bf16, 2 ranks, micro-batches 2, sigmoid, vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --ep 2 --micro-batches 2 --score sigmoid
 merge --device cuda --verify-steps 2
 if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
     grep -q "NCCL transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt"; then

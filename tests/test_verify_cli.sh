@@ -37,4 +37,5 @@ unset MOE_TEST_FAULT
 
 refuses "--device cuda: (this node has no CUDA device|this moe-train was built without CUDA)" --device cuda
 refuses "--gpu-transport needs --device cuda" --gpu-transport mpi
+refuses "--device cuda runs the experts in bf16 only" --device cuda --precision fp32
 finish test_verify_cli
