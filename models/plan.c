@@ -1,0 +1,190 @@
+/* plan.c — moe-plan: how a Mixtral-architecture MoE model would train with moe-train on a GPU cluster, before
+ * anyone books one: parameters, per-GPU memory, bytes moved, predicted step time, tokens/s and MFU for one layout,
+ * or (--search) every layout ranked. Flags: models/plan_options.h; formulas: docs/SCALING.md.
+ *
+ *   build/moe-plan --hf-config tests/plan_configs/mixtral-8x7b.json --nodes 8 --search
+ *   build/moe-plan --layers 16 --d-model 1024 --experts 16 --gpus-per-node 8 --ep 8 --micro-batch 4 --json */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "models/plan_options.h"
+#include "models/plan_search.h"
+
+static const double GiB = 1073741824.0;
+
+/* The largest of the step's serial terms: what a faster GPU, network or smaller model would have to fix. */
+static const char *limit_of(const moe_plan_prediction *p) {
+    const struct { double s; const char *what; } t[] = {{p->compute_s, "compute"},
+                                                       {p->alltoall_s, "all-to-all bandwidth"},
+                                                       {p->allreduce_s, "gradient all-reduce"},
+                                                       {p->control_s, "routing control latency"},
+                                                       {p->optimizer_s, "optimizer memory bandwidth"}};
+    int best = 0;
+    for (int i = 1; i < 5; i++)
+        if (t[i].s > t[best].s) best = i;
+    return t[best].what;
+}
+
+static void print_model(const moe_plan_options *o, const char **notes, int num_notes) {
+    const moe_plan_model *m = &o->model;
+    const moe_plan_params p = moe_plan_model_params(m);
+    printf("model: %s\n", o->hf_config ? o->hf_config : "moe-train's shape flags");
+    printf("  layers %lld (%lld MoE), d_model %lld, heads %lld x head_dim %lld, kv heads %lld, experts %lld top-%lld, "
+           "d_ff %lld (dense %lld), vocab %lld, %s embeddings%s%s\n",
+           (long long)m->num_layers, (long long)moe_plan_model_num_moe_layers(m), (long long)m->d_model,
+           (long long)m->num_heads, (long long)m->head_dim, (long long)m->num_kv_heads, (long long)m->num_experts,
+           (long long)m->top_k, (long long)m->d_ff_expert, (long long)m->d_ff_dense, (long long)m->vocab_size,
+           m->tie_embeddings ? "tied" : "untied", m->qk_norm ? ", q/k norms" : "",
+           m->d_ff_shared ? ", a shared expert" : "");
+    printf("parameters: total %lld (%.2fB), active %lld (%.2fB); dense %lld, experts %lld\n", (long long)p.total,
+           p.total / 1e9, (long long)p.active, p.active / 1e9, (long long)p.dense, (long long)p.expert);
+    for (int i = 0; i < num_notes; i++) printf("note: moe-train cannot train this model as it is: %s\n", notes[i]);
+}
+
+static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, const moe_plan_prediction *p) {
+    const moe_plan_layout *l = &r->layout;
+    const moe_plan_cluster *c = &o->cluster;
+    const moe_plan_params par = moe_plan_model_params(&o->model);
+    printf("FLOPs per token: 6 x %lld + 12 x L x (H x head_dim) x S = %.4g (PaLM / Megatron-LM formula)\n",
+           (long long)par.matmul_active, p->flops_per_token);
+    printf("layout: %lld GPUs (%lld nodes x %lld), ep %lld, dp %lld, ZeRO-%d, micro-batch %lld x %lld tokens, %lld "
+           "micro-batches per step, global batch %lld sequences, %s, %s attention\n",
+           (long long)l->world, (long long)c->nodes, (long long)c->gpus_per_node, (long long)l->ep,
+           (long long)(l->world / l->ep), l->zero, (long long)l->micro_batch, (long long)l->seq_len,
+           (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
+           l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized");
+    const moe_plan_memory *m = &p->memory;
+    printf("memory per GPU (GiB): weights %.2f, fp32 masters %.2f, gradients %.2f, optimizer %.2f, activations %.2f, "
+           "all-to-all buffers %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
+           m->weights / GiB, m->masters / GiB, m->gradients / GiB, m->optimizer / GiB, m->activations / GiB,
+           m->exchange / GiB, m->workspace / GiB, m->total / GiB, c->gpu_memory / GiB, p->fits ? "fits" : "DOES NOT FIT");
+    printf("sent (= received) per GPU per step: all-to-all %.3f GB to %d peers on its node, %.3f GB to %d on others; "
+           "gradient all-reduce dense %.3f GB (ring over %lld, %s), experts %.3f GB (ring over %lld, %s)",
+           p->alltoall_intra_bytes / 1e9, p->alltoall_peers_intra, p->alltoall_inter_bytes / 1e9,
+           p->alltoall_peers_inter, p->allreduce_dense_bytes / 1e9, (long long)l->world,
+           p->dense_group_spans_nodes ? "across nodes" : "inside a node", p->allreduce_expert_bytes / 1e9,
+           (long long)(l->world / l->ep), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
+    if (l->zero) printf(", ZeRO-1 parameter all-gather %.3f GB", p->zero_gather_bytes / 1e9);
+    printf("\n");
+    printf("time per step (ms): compute %.3f, optimizer %.3f, all-to-all %.3f, routing control %.3f, all-reduce %.3f\n",
+           p->compute_s * 1e3, p->optimizer_s * 1e3, p->alltoall_s * 1e3, p->control_s * 1e3, p->allreduce_s * 1e3);
+    printf("predicted step: %.3f ms serial (as moe-train runs), %.3f ms with exchanges overlapped; tokens/s %.4g / "
+           "%.4g; MFU %.1f%% / %.1f%%; limited by %s\n",
+           p->step_serial_s * 1e3, p->step_overlap_s * 1e3, p->tokens_per_s_serial, p->tokens_per_s_overlap,
+           100 * p->mfu_serial, 100 * p->mfu_overlap, limit_of(p));
+}
+
+static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction *p) {
+    const moe_plan_layout *l = &r->layout;
+    const moe_plan_memory *m = &p->memory;
+    return json_pack("{s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:s, s:s, s:f,"
+                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:b,"
+                     " s:{s:f, s:f, s:i, s:i, s:f, s:f, s:f},"
+                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s}",
+                     "world", (json_int_t)l->world, "ep", (json_int_t)l->ep, "dp", (json_int_t)(l->world / l->ep),
+                     "zero", l->zero, "micro_batch", (json_int_t)l->micro_batch, "seq_len", (json_int_t)l->seq_len,
+                     "accum_steps", (json_int_t)p->accum_steps, "global_batch", (json_int_t)r->global_batch,
+                     "precision", l->bf16 ? "bf16" : "fp32", "attention",
+                     l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", "flops_per_token",
+                     p->flops_per_token, "memory_bytes", "weights", m->weights, "masters", m->masters, "gradients",
+                     m->gradients, "optimizer", m->optimizer, "activations", m->activations, "exchange", m->exchange,
+                     "workspace", m->workspace, "total", m->total, "fits", p->fits, "bytes_sent_per_step",
+                     "alltoall_intra", p->alltoall_intra_bytes, "alltoall_inter", p->alltoall_inter_bytes,
+                     "alltoall_peers_intra", p->alltoall_peers_intra, "alltoall_peers_inter", p->alltoall_peers_inter,
+                     "allreduce_dense", p->allreduce_dense_bytes, "allreduce_expert", p->allreduce_expert_bytes,
+                     "zero_gather", p->zero_gather_bytes, "seconds", "compute", p->compute_s, "optimizer",
+                     p->optimizer_s, "alltoall", p->alltoall_s, "control", p->control_s, "allreduce", p->allreduce_s,
+                     "step_serial", p->step_serial_s, "step_overlap", p->step_overlap_s, "tokens_per_s_serial",
+                     p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",
+                     p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p));
+}
+
+static json_t *model_json(const moe_plan_options *o, const char **notes, int num_notes) {
+    const moe_plan_model *m = &o->model;
+    const moe_plan_params p = moe_plan_model_params(m);
+    json_t *list = json_array();
+    for (int i = 0; i < num_notes; i++) json_array_append_new(list, json_string(notes[i]));
+    return json_pack("{s:s?, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b,"
+                     " s:{s:I, s:I, s:I, s:I, s:I}, s:o}",
+                     "hf_config", o->hf_config, "layers", (json_int_t)m->num_layers, "moe_layers",
+                     (json_int_t)moe_plan_model_num_moe_layers(m), "d_model", (json_int_t)m->d_model, "heads",
+                     (json_int_t)m->num_heads, "head_dim", (json_int_t)m->head_dim, "kv_heads",
+                     (json_int_t)m->num_kv_heads, "experts", (json_int_t)m->num_experts, "top_k", (json_int_t)m->top_k,
+                     "d_ff", (json_int_t)m->d_ff_expert, "d_ff_dense", (json_int_t)m->d_ff_dense, "vocab",
+                     (json_int_t)m->vocab_size, "tie_embeddings", m->tie_embeddings, "qk_norm", m->qk_norm,
+                     "params", "total", (json_int_t)p.total, "active", (json_int_t)p.active, "dense",
+                     (json_int_t)p.dense, "expert", (json_int_t)p.expert, "matmul_active", (json_int_t)p.matmul_active,
+                     "unsupported", list);
+}
+
+static int run_search(const moe_plan_options *o, json_t *doc) {
+    moe_plan_candidate *all;
+    int fit, tried;
+    if (moe_plan_search(&o->model, &o->cluster, &o->run, &all, &fit, &tried) != MOE_OK) {
+        fprintf(stderr, "moe-plan: out of memory while searching\n");
+        return 1;
+    }
+    const int shown = fit < o->top ? fit : o->top;
+    if (doc) {
+        json_t *list = json_array();
+        for (int i = 0; i < shown; i++) json_array_append_new(list, prediction_json(&all[i].run, &all[i].prediction));
+        json_object_set_new(doc, "layouts_tried", json_integer(tried));
+        json_object_set_new(doc, "layouts_fit", json_integer(fit));
+        json_object_set_new(doc, "layouts", list);
+    } else {
+        printf("search: %d layouts of %lld GPUs tried, %d fit in %.1f GiB; global batch %lld x %lld tokens, %s\n",
+               tried, (long long)o->run.layout.world, fit, o->cluster.gpu_memory / GiB, (long long)o->run.global_batch,
+               (long long)o->run.layout.seq_len, o->run.layout.bf16 ? "bf16" : "fp32");
+        if (fit) printf("%4s %6s %6s %4s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "ep", "dp", "zero", "micro",
+                        "accum", "mem GiB", "step ms", "tokens/s", "MFU", "overlap t/s", "MFU ovl", "limited by");
+        for (int i = 0; i < shown; i++) {
+            const moe_plan_layout *l = &all[i].run.layout;
+            const moe_plan_prediction *p = &all[i].prediction;
+            printf("%4d %6lld %6lld %4d %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n", i + 1,
+                   (long long)l->ep, (long long)(l->world / l->ep), l->zero, (long long)l->micro_batch,
+                   (long long)p->accum_steps, p->memory.total / GiB, p->step_serial_s * 1e3, p->tokens_per_s_serial,
+                   100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(p));
+        }
+        if (!fit) {
+            /* the least memory any layout needs: ep = the largest that divides both, ZeRO-1, one sequence */
+            moe_plan_run r = o->run;
+            for (int64_t ep = 1; ep <= r.layout.world; ep++)
+                if (r.layout.world % ep == 0 && o->model.num_experts % ep == 0) r.layout.ep = ep;
+            r.layout.zero = 1, r.layout.micro_batch = 1;
+            const moe_plan_memory m = moe_plan_model_memory(&o->model, &r.layout);
+            printf("no layout fits: the smallest (ep %lld, ZeRO-1, micro-batch 1) needs %.1f GiB per GPU (activations "
+                   "%.1f, optimizer %.1f, masters %.1f); use more GPUs, a shorter --seq-len, or --attention fused\n",
+                   (long long)r.layout.ep, m.total / GiB, m.activations / GiB, m.optimizer / GiB, m.masters / GiB);
+        }
+    }
+    free(all);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    moe_plan_options o;
+    const int parsed = moe_plan_options_parse(argc, argv, &o, stdout, stderr);
+    if (parsed) return parsed > 0 ? 0 : 2;
+    const char *notes[8];
+    const int num_notes = moe_plan_model_unsupported(&o.model, notes, 8);
+    json_t *doc = o.json ? json_object() : NULL;
+    if (doc) json_object_set_new(doc, "model", model_json(&o, notes, num_notes));
+    else print_model(&o, notes, num_notes);
+    int status = 0;
+    if (o.search) {
+        status = run_search(&o, doc);
+    } else {
+        const moe_plan_prediction p = moe_plan_predict(&o.model, &o.cluster, &o.run);
+        if (doc) json_object_set_new(doc, "prediction", prediction_json(&o.run, &p));
+        else print_prediction(&o, &o.run, &p);
+    }
+    if (doc) {
+        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        if (text) printf("%s\n", text);
+        else status = 1;
+        free(text);
+        json_decref(doc);
+    }
+    return status;
+}

@@ -1,0 +1,137 @@
+/* plan_cluster.c — bytes moved and time per training step of a run (models/plan_cluster.h). */
+#include "models/plan_cluster.h"
+
+#include <math.h>
+
+moe_plan_cluster moe_plan_cluster_h100(int bf16) {
+    return (moe_plan_cluster){.gpus_per_node = 8,
+                              .nodes = 1,
+                              .gpu_flops = bf16 ? 989.4e12 : 66.9e12,
+                              .gemm_efficiency = 0.7,
+                              .non_gemm_overhead = 0.25,
+                              .gpu_memory = 80e9,
+                              .mem_bw = 3.35e12,
+                              .intra_bw = 450e9,
+                              .inter_bw = 50e9,
+                              .intra_latency = 5e-6,
+                              .inter_latency = 10e-6};
+}
+
+static int positive(double x) { return x > 0 && isfinite(x); }
+
+const char *moe_plan_cluster_problem(const moe_plan_cluster *c) {
+    if (c->gpus_per_node < 1 || c->nodes < 1) return "--gpus-per-node and --nodes must be at least 1";
+    if (!positive(c->gpu_flops)) return "--gpu-flops must be a positive number";
+    if (!positive(c->gemm_efficiency) || c->gemm_efficiency > 1) return "--gemm-efficiency must be in (0, 1]";
+    if (!(c->non_gemm_overhead >= 0) || !isfinite(c->non_gemm_overhead)) return "--non-gemm-overhead must be >= 0";
+    if (!positive(c->gpu_memory)) return "--gpu-memory must be a positive number";
+    if (!positive(c->mem_bw)) return "--mem-bw must be a positive number";
+    if (!positive(c->intra_bw) || !positive(c->inter_bw)) return "--intra-bw and --inter-bw must be positive";
+    if (!(c->intra_latency >= 0) || !(c->inter_latency >= 0) || !isfinite(c->intra_latency) ||
+        !isfinite(c->inter_latency))
+        return "--intra-latency and --inter-latency must be >= 0";
+    return 0;
+}
+
+const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r) {
+    const moe_plan_layout *l = &r->layout;
+    if (l->world != c->gpus_per_node * c->nodes) return "the layout's world size is not gpus-per-node x nodes";
+    if (l->ep < 1 || l->world % l->ep) return "--ep must divide the number of GPUs";
+    if (m->num_experts % l->ep) return "--ep must divide the number of experts";
+    if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
+    if (r->global_batch < 1 || r->global_batch % (l->world * l->micro_batch))
+        return "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)";
+    return 0;
+}
+
+/* The busiest rank's EP peers on its own node and on others: rank r's group is [g*ep, g*ep + ep), its node's
+ * ranks [n*G, n*G + G); the peers on its node are the overlap minus itself. */
+static void alltoall_peers(int64_t world, int64_t ep, int64_t G, int *intra, int *inter) {
+    *intra = 0, *inter = 0;
+    for (int64_t r = 0; r < world; r++) {
+        const int64_t s = r / ep * ep, n0 = r / G * G;
+        const int64_t hi = s + ep < n0 + G ? s + ep : n0 + G, lo = s > n0 ? s : n0;
+        const int on_node = (int)(hi - lo) - 1, off_node = (int)(ep - 1) - on_node;
+        if (off_node > *inter || (off_node == *inter && on_node > *intra)) *inter = off_node, *intra = on_node;
+    }
+}
+
+/* Seconds of a ring all-reduce of nbytes over n ranks: 2 (n-1) steps, each moving nbytes / n (Patarasuk and
+ * Yuan 2009; NCCL's ring). */
+static double ring_allreduce_s(double nbytes, int64_t n, double bw, double latency) {
+    return n < 2 ? 0 : 2.0 * (n - 1) * latency + 2.0 * (double)(n - 1) / n * nbytes / bw;
+}
+
+moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r) {
+    const moe_plan_layout *l = &r->layout;
+    const moe_plan_params p = moe_plan_model_params(m);
+    const int64_t W = l->world, ep = l->ep, dp = W / ep, G = c->gpus_per_node;
+    const double Lm = (double)moe_plan_model_num_moe_layers(m), row = l->bf16 ? 2 : 4;
+    moe_plan_prediction o = {.accum_steps = r->global_batch / (W * l->micro_batch)};
+    o.tokens_per_step = (double)r->global_batch * l->seq_len;
+    o.flops_per_token = moe_plan_model_flops_per_token(m, l->seq_len);
+    o.memory = moe_plan_model_memory(m, l);
+    o.fits = o.memory.total <= c->gpu_memory;
+
+    /* compute: every GPU holds tokens_per_step / W tokens; balanced routing gives each the same expert rows */
+    const double flops = o.flops_per_token * o.tokens_per_step / (double)W;
+    o.compute_s = flops / (c->gpu_flops * c->gemm_efficiency) * (1 + c->non_gemm_overhead);
+
+    /* all-to-all: 4 exchanges per MoE layer and micro-batch (dispatch, combine; their backward twins), each
+     * sending T k rows of d values (fewer with a capacity factor below 1), 1/ep of them to each EP rank */
+    alltoall_peers(W, ep, G, &o.alltoall_peers_intra, &o.alltoall_peers_inter);
+    const double keep = m->capacity_factor > 0 && m->capacity_factor < 1 ? m->capacity_factor : 1;
+    const double T = (double)l->micro_batch * l->seq_len;
+    const double per_peer = keep * T * (double)m->top_k * (double)m->d_model * row / (double)ep;
+    const double exchanges = 4 * Lm * (double)o.accum_steps;
+    o.alltoall_intra_bytes = exchanges * per_peer * o.alltoall_peers_intra;
+    o.alltoall_inter_bytes = exchanges * per_peer * o.alltoall_peers_inter;
+    const double t_intra = o.alltoall_peers_intra ? c->intra_latency + per_peer * o.alltoall_peers_intra / c->intra_bw : 0;
+    const double t_inter = o.alltoall_peers_inter ? c->inter_latency + per_peer * o.alltoall_peers_inter / c->inter_bw : 0;
+    o.alltoall_s = exchanges * (t_intra > t_inter ? t_intra : t_inter); /* NVLink and the NIC work side by side */
+
+    /* control traffic per MoE layer and micro-batch: the counts exchange (ep x E/ep ints, one latency) and, with a
+     * capacity factor, the scan of the E per-expert counts over the world (ceil(log2 W) steps) */
+    const double ep_latency = o.alltoall_peers_inter ? c->inter_latency : ep > 1 ? c->intra_latency : 0;
+    const double world_latency = c->nodes > 1 ? c->inter_latency : W > 1 ? c->intra_latency : 0;
+    const double world_bw = c->nodes > 1 ? c->inter_bw : c->intra_bw;
+    double control = ep_latency;
+    if (m->capacity_factor > 0 && W > 1)
+        control += ceil(log2((double)W)) * (world_latency + 4.0 * (double)m->num_experts / world_bw);
+    o.control_s = Lm * (double)o.accum_steps * control;
+
+    /* gradients, once per step: dense fp32 over the world, this GPU's experts over the expert-data-parallel group
+     * (ranks ep apart); ZeRO-1 then all-gathers the updated dense parameters */
+    o.dense_group_spans_nodes = c->nodes > 1;
+    /* the group of EP rank ep-1 runs from rank ep-1 (node (ep-1)/G, and ep <= W/2 when dp > 1) to rank W-1 (the
+     * last node): with dp > 1 some group crosses nodes whenever there are several */
+    o.expert_group_spans_nodes = dp > 1 && c->nodes > 1;
+    const double dense_nbytes = 4.0 * (double)p.dense, expert_nbytes = 4.0 * (double)p.expert / (double)ep;
+    const double dense_bw = o.dense_group_spans_nodes ? c->inter_bw : c->intra_bw;
+    const double dense_lat = o.dense_group_spans_nodes ? c->inter_latency : c->intra_latency;
+    const double expert_bw = o.expert_group_spans_nodes ? c->inter_bw : c->intra_bw;
+    const double expert_lat = o.expert_group_spans_nodes ? c->inter_latency : c->intra_latency;
+    o.allreduce_dense_bytes = W > 1 ? 2.0 * (W - 1) / W * dense_nbytes : 0;
+    o.allreduce_expert_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * expert_nbytes : 0;
+    o.zero_gather_bytes = l->zero && W > 1 ? (double)(W - 1) / W * dense_nbytes : 0;
+    o.allreduce_s = ring_allreduce_s(dense_nbytes, W, dense_bw, dense_lat) +
+                    ring_allreduce_s(expert_nbytes, dp, expert_bw, expert_lat) +
+                    (l->zero && W > 1 ? (W - 1) * dense_lat + o.zero_gather_bytes / dense_bw : 0);
+
+    /* AdamW is bound by memory: per parameter it updates, read p, g, m, v and write p, m, v (28 bytes) after the
+     * clipping norm read g (4); every gradient is zeroed (4); under bf16 each matrix is copied (read 4, write 2) */
+    const double updated = (l->zero ? (double)p.dense / W : (double)p.dense) + (double)p.expert / ep;
+    const double held = (double)p.dense + (double)p.expert / ep;
+    const double copied = l->bf16 ? (double)p.dense_matrix + (double)p.expert / ep : 0;
+    o.optimizer_s = (32 * updated + 4 * held + 6 * copied) / c->mem_bw;
+
+    const double comm = o.alltoall_s + o.control_s + o.allreduce_s;
+    o.step_serial_s = o.compute_s + o.optimizer_s + comm;
+    o.step_overlap_s = (o.compute_s > comm ? o.compute_s : comm) + o.optimizer_s;
+    o.tokens_per_s_serial = o.tokens_per_step / o.step_serial_s;
+    o.tokens_per_s_overlap = o.tokens_per_step / o.step_overlap_s;
+    const double peak = (double)W * c->gpu_flops;
+    o.mfu_serial = o.tokens_per_s_serial * o.flops_per_token / peak;
+    o.mfu_overlap = o.tokens_per_s_overlap * o.flops_per_token / peak;
+    return o;
+}

@@ -1,0 +1,65 @@
+/* plan_cluster.h — moe-plan's cluster and its time model: how many bytes each GPU moves per training step
+ * (all-to-all split by where its peers are, ring all-reduce), how long that and the compute take, and the
+ * step time, tokens/s and MFU with and without overlap of exchanges and compute. Formulas: docs/SCALING.md.
+ *
+ * Ranks are placed as mpirun and srun place them by default: rank r on node r / gpus_per_node. EP groups are
+ * blocks of ep consecutive ranks, expert-data-parallel groups are ranks ep apart (README "Ranks and experts"). */
+#ifndef MOE_MODELS_PLAN_CLUSTER_H
+#define MOE_MODELS_PLAN_CLUSTER_H
+
+#include "models/plan_model.h"
+
+typedef struct {
+    int64_t gpus_per_node, nodes;
+    double gpu_flops;          /* peak GEMM FLOP/s of one GPU at the run's precision                          */
+    double gemm_efficiency;    /* the fraction of gpu_flops that the training GEMMs sustain                   */
+    double non_gemm_overhead;  /* time outside GEMMs (norms, softmax, RoPE, routing, permute, SwiGLU, loss) as a
+                                  fraction of the GEMM time                                                      */
+    double gpu_memory;         /* bytes one GPU may use                                                       */
+    double mem_bw;             /* bytes/s of one GPU's memory: the optimizer step is bound by it              */
+    double intra_bw, inter_bw; /* bytes/s one GPU sends (and receives) to peers on its node / on other nodes   */
+    double intra_latency, inter_latency; /* seconds per collective step                                       */
+} moe_plan_cluster;
+
+/* An H100 SXM node: 8 GPUs, 989.4 TFLOP/s dense bf16 (67 TFLOP/s fp32 without tensor cores), 80 GB HBM3 at
+ * 3.35 TB/s, NVLink 4 at 450 GB/s each way per GPU, one 400 Gb/s InfiniBand NIC (50 GB/s) per GPU; latencies
+ * 5 µs (NVLink) and 10 µs (InfiniBand) per collective step; GEMMs at 70% of peak, non-GEMM work 25% of GEMM
+ * time. Assumptions, stated in docs/SCALING.md; every one has a flag. */
+moe_plan_cluster moe_plan_cluster_h100(int bf16);
+
+/* NULL when usable, else a sentence naming the first bad field. */
+const char *moe_plan_cluster_problem(const moe_plan_cluster *c);
+
+/* The run: a layout of the cluster's GPUs and the global batch (sequences per optimizer step). */
+typedef struct {
+    moe_plan_layout layout;
+    int64_t global_batch;
+} moe_plan_run;
+
+/* NULL when the run can be laid out on the cluster (sizes divide, world = gpus_per_node * nodes), else a
+ * sentence naming what does not fit; about shapes and divisibility, not memory. */
+const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r);
+
+typedef struct {
+    int64_t accum_steps;          /* micro-batches per step = global_batch / (world * micro_batch)         */
+    double tokens_per_step;       /* global_batch * seq_len                                                 */
+    double flops_per_token;       /* moe_plan_model_flops_per_token                                         */
+    /* bytes one GPU sends per step (it receives as many under balanced routing) */
+    double alltoall_intra_bytes, alltoall_inter_bytes;
+    double allreduce_dense_bytes, allreduce_expert_bytes; /* ring: 2 (n-1)/n of the gradient bytes      */
+    double zero_gather_bytes;     /* ZeRO-1's all-gather of the updated dense parameters: (n-1)/n        */
+    int alltoall_peers_intra, alltoall_peers_inter; /* the busiest rank's EP peers on / off its node   */
+    int dense_group_spans_nodes, expert_group_spans_nodes;
+    /* seconds per step */
+    double compute_s, optimizer_s, alltoall_s, control_s, allreduce_s;
+    double step_serial_s;         /* compute + optimizer + every exchange, one after another (this project) */
+    double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer         */
+    double tokens_per_s_serial, tokens_per_s_overlap, mfu_serial, mfu_overlap;
+    moe_plan_memory memory;
+    int fits;                     /* memory.total <= gpu_memory */
+} moe_plan_prediction;
+
+/* For a run with no problem (moe_plan_run_problem NULL). */
+moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r);
+
+#endif

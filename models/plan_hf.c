@@ -1,0 +1,125 @@
+/* plan_hf.c — Hugging Face MoE config.json to a plan model (models/plan_hf.h), with jansson. */
+#include "models/plan_hf.h"
+
+#include <jansson.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "models/fileio.h"
+
+typedef enum { HF_MIXTRAL, HF_QWEN3_MOE, HF_QWEN2_MOE } hf_family;
+
+/* An integer key in [lo, hi]; a missing optional key gives fallback. */
+static moe_status get_int(const char *path, json_t *j, const char *key, int required, int64_t fallback, int64_t lo,
+                          int64_t hi, int64_t *out) {
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) {
+        if (required) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing (an integer is required)", path, key);
+        *out = fallback;
+        return MOE_OK;
+    }
+    if (!json_is_integer(v)) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is not an integer", path, key);
+    const json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is %lld, outside [%lld, %lld]", path, key, (long long)x,
+                        (long long)lo, (long long)hi);
+    *out = x;
+    return MOE_OK;
+}
+
+static moe_status get_bool(const char *path, json_t *j, const char *key, int fallback, int *out) {
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) return *out = fallback, MOE_OK;
+    if (!json_is_boolean(v)) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is not true or false", path, key);
+    *out = json_is_true(v);
+    return MOE_OK;
+}
+
+static moe_status family_of(const char *path, json_t *j, hf_family *out) {
+    json_t *type = json_object_get(j, "model_type");
+    if (!json_is_string(type)) return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is missing or not a string", path);
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "mixtral")) return *out = HF_MIXTRAL, MOE_OK;
+    if (!strcmp(t, "qwen3_moe")) return *out = HF_QWEN3_MOE, MOE_OK;
+    if (!strcmp(t, "qwen2_moe")) return *out = HF_QWEN2_MOE, MOE_OK;
+    return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type '%s' is not one moe-plan reads (mixtral, qwen3_moe, qwen2_moe)",
+                    path, t);
+}
+
+/* Qwen's rule (modeling_qwen3_moe.py): layer i is sparse iff i is not in mlp_only_layers and
+ * (i + 1) % decoder_sparse_step == 0. A non-empty list makes the pattern irregular; count its MoE layers. */
+static moe_status qwen_moe_layers(const char *path, json_t *j, moe_plan_model *m) {
+    MOE_TRY(get_int(path, j, "decoder_sparse_step", 0, 1, 1, 1 << 20, &m->moe_every));
+    json_t *list = json_object_get(j, "mlp_only_layers");
+    if (!list || json_is_null(list) || (json_is_array(list) && json_array_size(list) == 0)) return MOE_OK;
+    if (!json_is_array(list)) return moe_fail(MOE_ERR_BAD_FILE, "%s: mlp_only_layers is not a list", path);
+    int64_t moe = 0;
+    for (int64_t l = 0; l < m->num_layers; l++) {
+        int dense = 0;
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            json_t *v = json_array_get(list, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->num_layers)
+                return moe_fail(MOE_ERR_BAD_FILE, "%s: mlp_only_layers[%zu] is not a layer index in [0, %lld)", path, i,
+                                (long long)m->num_layers);
+            dense |= json_integer_value(v) == l;
+        }
+        moe += !dense && (l + 1) % m->moe_every == 0;
+    }
+    m->irregular_moe_layers = 1, m->num_moe_layers_listed = moe;
+    return MOE_OK;
+}
+
+static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
+    hf_family family = HF_MIXTRAL;
+    MOE_TRY(family_of(path, j, &family));
+    const int64_t big = (int64_t)1 << 40;
+    *m = (moe_plan_model){.moe_every = 1};
+    MOE_TRY(get_int(path, j, "hidden_size", 1, 0, 1, big, &m->d_model));
+    MOE_TRY(get_int(path, j, "num_hidden_layers", 1, 0, 1, 1 << 20, &m->num_layers));
+    MOE_TRY(get_int(path, j, "num_attention_heads", 1, 0, 1, 1 << 20, &m->num_heads));
+    MOE_TRY(get_int(path, j, "num_key_value_heads", 0, m->num_heads, 1, m->num_heads, &m->num_kv_heads));
+    if (m->num_heads % m->num_kv_heads)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: num_key_value_heads %lld does not divide num_attention_heads %lld", path,
+                        (long long)m->num_kv_heads, (long long)m->num_heads);
+    MOE_TRY(get_int(path, j, "head_dim", 0, m->d_model / m->num_heads, 1, big, &m->head_dim));
+    if (m->head_dim < 1)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_size / num_attention_heads is 0 and there is no head_dim", path);
+    MOE_TRY(get_int(path, j, "vocab_size", 1, 0, 2, big, &m->vocab_size));
+    MOE_TRY(get_int(path, j, "num_experts_per_tok", 1, 0, 1, 1 << 20, &m->top_k));
+    MOE_TRY(get_bool(path, j, "tie_word_embeddings", 0, &m->tie_embeddings));
+    if (family == HF_MIXTRAL) {
+        MOE_TRY(get_int(path, j, "num_local_experts", 1, 0, 1, 1 << 20, &m->num_experts));
+        MOE_TRY(get_int(path, j, "intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
+        m->d_ff_dense = m->d_ff_expert;
+    } else {
+        MOE_TRY(get_int(path, j, "num_experts", 1, 0, 1, 1 << 20, &m->num_experts));
+        MOE_TRY(get_int(path, j, "moe_intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
+        MOE_TRY(get_int(path, j, "intermediate_size", 0, m->d_ff_expert, 1, big, &m->d_ff_dense));
+        MOE_TRY(qwen_moe_layers(path, j, m));
+        m->qk_norm = family == HF_QWEN3_MOE;
+        if (family == HF_QWEN2_MOE)
+            MOE_TRY(get_int(path, j, "shared_expert_intermediate_size", 0, 0, 0, big, &m->d_ff_shared));
+    }
+    if (m->top_k > m->num_experts)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: num_experts_per_tok %lld exceeds the %lld experts", path,
+                        (long long)m->top_k, (long long)m->num_experts);
+    int sliding = family == HF_MIXTRAL; /* Mixtral has no switch: a window given is a window used */
+    MOE_TRY(get_bool(path, j, "use_sliding_window", sliding, &sliding));
+    int64_t window = 0;
+    MOE_TRY(get_int(path, j, "sliding_window", 0, 0, 0, big, &window));
+    m->sliding_window = sliding ? window : 0;
+    return MOE_OK;
+}
+
+moe_status moe_plan_model_from_hf_config(const char *path, moe_plan_model *out) {
+    FILE *f;
+    MOE_TRY(moe_file_open_regular(path, &f));
+    json_error_t err;
+    json_t *j = json_loadf(f, 0, &err);
+    fclose(f);
+    if (!j) return moe_fail(MOE_ERR_BAD_FILE, "%s: not JSON: %s (line %d)", path, err.text, err.line);
+    moe_status st = json_is_object(j) ? read_model(path, j, out)
+                                      : moe_fail(MOE_ERR_BAD_FILE, "%s: not a JSON object", path);
+    json_decref(j);
+    return st;
+}

@@ -1,0 +1,87 @@
+/* plan_model.h — moe-plan's model: a decoder MoE shape (Mixtral's, or Qwen3-MoE's with its extra features), its
+ * exact parameter counts, its FLOPs per token and the memory one GPU needs for it under a layout. Pure
+ * arithmetic, no allocation, no I/O; every formula and its source is written out in docs/SCALING.md.
+ *
+ * Counts are exact integers (int64): the unit test holds them to the published totals of Mixtral 8x7B and 8x22B
+ * and Qwen3-30B-A3B and 235B-A22B. Memory follows what this project keeps (models/model.c, moe/layer.c), not an
+ * idealised trainer, so that the planner answers "can moe-train run this". */
+#ifndef MOE_MODELS_PLAN_MODEL_H
+#define MOE_MODELS_PLAN_MODEL_H
+
+#include <stdint.h>
+
+#include "models/model.h"
+
+typedef struct {
+    int64_t vocab_size, num_layers, d_model, num_heads, num_kv_heads;
+    int64_t head_dim;        /* per head; d_model / num_heads in this project's model                       */
+    int64_t d_ff_expert;     /* hidden width of each routed expert                                         */
+    int64_t d_ff_dense;      /* hidden width of the dense FFN of non-MoE layers                            */
+    int64_t num_experts, top_k;
+    int64_t moe_every;       /* layer l is MoE iff (l + 1) % moe_every == 0 and E > 1 (model.h's rule)       */
+    int64_t d_ff_shared;     /* a shared expert's hidden width (Qwen2-MoE), 0: none                          */
+    int tie_embeddings;
+    int qk_norm;             /* RMSNorm over each head's q and k (Qwen3): head_dim weights each per layer    */
+    int irregular_moe_layers;/* 1: the MoE layers follow no moe_every rule (HF mlp_only_layers) ...         */
+    int64_t num_moe_layers_listed; /* ... and this many of them are MoE layers                            */
+    int64_t sliding_window;  /* 0: full attention                                                          */
+    float capacity_factor;   /* <= 0: dropless                                                            */
+} moe_plan_model;
+
+/* moe-train's model (its flags map 1:1 onto moe_model_config) as a plan model. */
+moe_plan_model moe_plan_model_from_config(const moe_model_config *cfg);
+
+/* NULL when the shape is countable, else a sentence naming the first impossible field. */
+const char *moe_plan_model_problem(const moe_plan_model *m);
+
+/* What this project's trainer cannot do for m, one sentence each, written into notes[] (at most max_notes);
+ * returns how many. None means moe-train can train the shape as it is. */
+int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int max_notes);
+
+int64_t moe_plan_model_num_moe_layers(const moe_plan_model *m);
+
+/* Exact parameter counts. dense: replicated on every rank (embedding, attention, norms, routers, dense and
+ * shared FFNs, lm_head); expert: every routed expert of every MoE layer; active: what one token uses
+ * (dense + top_k experts per MoE layer); matmul_active: active minus what is not a matrix product per token (the
+ * input embedding table when untied, the norm vectors) — the N of the 6N FLOP rule. */
+typedef struct {
+    int64_t total, active, dense, expert, matmul_active;
+    int64_t embedding;    /* V * d, the input table (the lm_head too when tied) */
+    int64_t dense_matrix; /* the dense region's matrices (what the bf16 GEMM copies hold); dense minus norms */
+} moe_plan_params;
+moe_plan_params moe_plan_model_params(const moe_plan_model *m);
+
+/* Training FLOPs per token at sequence length S: 6 * matmul_active + 12 * L * (H * head_dim) * S (PaLM's
+ * appendix B; Megatron-LM's formula in other words). The attention term counts the whole S x S score matrix, which
+ * is also what this project's attention computes (kernels/attention_cpu.c: the masked half is computed, then
+ * ignored). */
+double moe_plan_model_flops_per_token(const moe_plan_model *m, int64_t seq_len);
+
+typedef enum { MOE_PLAN_ATTENTION_MATERIALIZED = 0, MOE_PLAN_ATTENTION_FUSED = 1 } moe_plan_attention;
+
+/* The layout of one GPU's share of a run. */
+typedef struct {
+    int64_t world;            /* GPUs                                                                    */
+    int64_t ep;               /* expert-parallel group size; divides world and E                         */
+    int zero;                 /* 1: ZeRO-1 as this project does it: the dense AdamW moments sharded over world */
+    int64_t micro_batch;      /* sequences per GPU per micro-batch                                       */
+    int64_t seq_len;
+    int bf16;                 /* 1: bf16 GEMM inputs and exchanged rows, fp32 masters (core/precision.h)  */
+    moe_plan_attention attention;
+    double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */
+} moe_plan_layout;
+
+/* Bytes per GPU, by what holds them. */
+typedef struct {
+    double weights;      /* bf16 copies of the GEMM weights (0 under fp32: the masters are the weights)  */
+    double masters;      /* fp32 parameters: dense + this GPU's experts                                  */
+    double gradients;    /* fp32, mirroring the masters                                                  */
+    double optimizer;    /* AdamW m and v, fp32; the dense part / world under ZeRO-1                     */
+    double activations;  /* what forward keeps for backward and the backward scratch, all layers         */
+    double exchange;     /* the MoE layers' all-to-all send/receive and expert-row buffers               */
+    double workspace;
+    double total;
+} moe_plan_memory;
+moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay);
+
+#endif

@@ -1,0 +1,230 @@
+/* plan_options.c — moe-plan's flag table, parser and the model, cluster and run it builds (models/plan_options.h). */
+#include "models/plan_options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "models/plan_hf.h"
+
+typedef enum { F_INT, F_NUM, F_CHOICE, F_STRING, F_SWITCH } flag_kind;
+
+typedef struct {
+    const char *name, *help;
+    flag_kind kind;
+    double lo, hi;
+    const char *choices[3];
+    const char *default_text; /* what --help says */
+    int shape;                /* 1: a model shape flag (moe-train's), which --hf-config replaces */
+} flag_spec;
+
+static const flag_spec kFlags[] = {
+    /* model: moe-train's shape flags, or a Hugging Face config */
+    {"--hf-config", "config.json of a Hugging Face Mixtral, Qwen3-MoE or Qwen2-MoE model", F_STRING, 0, 0, {0}, "none", 0},
+    {"--layers", "decoder layers", F_INT, 1, 1 << 20, {0}, "moe-train's 4", 1},
+    {"--d-model", "model width", F_INT, 2, 1 << 24, {0}, "128", 1},
+    {"--heads", "attention heads (head_dim = d_model / heads)", F_INT, 1, 1 << 16, {0}, "4", 1},
+    {"--kv-heads", "key/value heads, divides --heads", F_INT, 1, 1 << 16, {0}, "--heads", 1},
+    {"--d-ff", "hidden width of each expert and of dense FFNs", F_INT, 1, 1 << 24, {0}, "256", 1},
+    {"--vocab", "vocabulary size", F_INT, 2, 1 << 24, {0}, "256", 1},
+    {"--tie-embeddings", "1: lm_head shares the embedding matrix", F_INT, 0, 1, {0}, "0", 1},
+    {"--experts", "experts per MoE layer (1: a dense model)", F_INT, 1, 1 << 16, {0}, "8", 1},
+    {"--top-k", "experts per token", F_INT, 1, 1 << 16, {0}, "2", 1},
+    {"--moe-every", "every n-th FFN is an MoE layer", F_INT, 1, 1 << 20, {0}, "1", 1},
+    {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", F_NUM, -1, 1e6, {0}, "0", 0},
+    /* layout */
+    {"--ep", "expert-parallel group size (divides the GPUs and the experts)", F_INT, 1, 1 << 20, {0}, "1", 0},
+    {"--dp", "expert-data-parallel size; must be GPUs / --ep (no tensor or pipeline parallelism here)", F_INT, 1,
+     1 << 20, {0}, "GPUs / ep", 0},
+    {"--zero", "1: ZeRO-1 as moe-train does it (dense AdamW moments sharded over the GPUs)", F_INT, 0, 1, {0}, "0", 0},
+    {"--micro-batch", "sequences per GPU per micro-batch", F_INT, 1, 1 << 20, {0}, "1", 0},
+    {"--seq-len", "tokens per sequence", F_INT, 1, 1 << 24, {0}, "128; 4096 with --hf-config", 0},
+    {"--global-batch", "sequences per optimizer step (a multiple of GPUs x micro-batch)", F_INT, 1, 1e12, {0},
+     "GPUs x micro-batch", 0},
+    {"--precision", "GEMM inputs and exchanged rows (fp32 masters either way)", F_CHOICE, 0, 0, {"bf16", "fp32"}, "bf16", 0},
+    {"--attention", "what attention keeps: the S x S probabilities (this project) or a fused kernel's statistics",
+     F_CHOICE, 0, 0, {"materialized", "fused"}, "materialized", 0},
+    {"--workspace-gib", "per GPU for libraries, CUDA context and allocator slack (GiB)", F_NUM, 0, 1e6, {0}, "1", 0},
+    /* cluster */
+    {"--gpus-per-node", "GPUs (ranks) per node", F_INT, 1, 1 << 16, {0}, "8", 0},
+    {"--nodes", "nodes", F_INT, 1, 1 << 20, {0}, "1", 0},
+    {"--gpu-flops", "peak GEMM TFLOP/s of one GPU at --precision", F_NUM, 1e-9, 1e9, {0},
+     "989.4 (H100 SXM bf16 dense), 66.9 fp32", 0},
+    {"--gemm-efficiency", "fraction of --gpu-flops the GEMMs sustain", F_NUM, 1e-6, 1, {0}, "0.7", 0},
+    {"--non-gemm-overhead", "time outside GEMMs as a fraction of GEMM time", F_NUM, 0, 1e6, {0}, "0.25", 0},
+    {"--gpu-memory", "memory of one GPU (GB, 1e9 bytes)", F_NUM, 1e-6, 1e9, {0}, "80", 0},
+    {"--mem-bw", "memory bandwidth of one GPU (GB/s; bounds the optimizer step)", F_NUM, 1e-6, 1e9, {0}, "3350", 0},
+    {"--intra-bw", "GB/s one GPU sends to peers on its node (NVLink, each way)", F_NUM, 1e-6, 1e9, {0}, "450", 0},
+    {"--intra-latency", "µs per collective step inside a node", F_NUM, 0, 1e9, {0}, "5", 0},
+    {"--inter-bw", "GB/s one GPU sends to other nodes (its NIC: 400 Gb/s InfiniBand)", F_NUM, 1e-6, 1e9, {0}, "50", 0},
+    {"--inter-latency", "µs per collective step between nodes", F_NUM, 0, 1e9, {0}, "10", 0},
+    /* output */
+    {"--search", "rank every layout (ep, zero, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0, {0}, "off", 0},
+    {"--top", "layouts --search prints", F_INT, 1, 1 << 20, {0}, "10", 0},
+    {"--json", "one JSON object instead of the report", F_SWITCH, 0, 0, {0}, "off", 0},
+};
+#define NUM_FLAGS (sizeof kFlags / sizeof kFlags[0])
+
+static void complain(FILE *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(err, "moe-plan: ");
+    vfprintf(err, fmt, ap);
+    fprintf(err, "\n");
+    va_end(ap);
+}
+
+static int find(const char *name) {
+    for (size_t i = 0; i < NUM_FLAGS; i++)
+        if (!strcmp(kFlags[i].name, name)) return (int)i;
+    return -1;
+}
+
+/* Checks one value against its flag; 0 or -1 with the message written. */
+static int check_value(const flag_spec *s, const char *v, FILE *err) {
+    if (s->kind == F_SWITCH) return 0;
+    if (s->kind == F_STRING) return *v ? 0 : (complain(err, "%s needs a non-empty value", s->name), -1);
+    if (s->kind == F_CHOICE) {
+        for (int c = 0; c < 3 && s->choices[c]; c++)
+            if (!strcmp(v, s->choices[c])) return 0;
+        return complain(err, "%s must be %s or %s, got '%s'", s->name, s->choices[0], s->choices[1], v), -1;
+    }
+    char *end;
+    errno = 0;
+    const double x = s->kind == F_INT ? (double)strtoll(v, &end, 10) : strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < s->lo || x > s->hi)
+        return complain(err, "%s expects %s in [%g, %g], got '%s'", s->name, s->kind == F_INT ? "an integer" : "a number",
+                        s->lo, s->hi, v),
+               -1;
+    return 0;
+}
+
+typedef struct {
+    const char *given[NUM_FLAGS];
+} flags;
+
+static const char *value(const flags *f, const char *name) {
+    const int i = find(name);
+    return i >= 0 ? f->given[i] : NULL;
+}
+static double num(const flags *f, const char *name, double fallback) {
+    const char *v = value(f, name);
+    return v ? strtod(v, NULL) : fallback;
+}
+static int64_t integer(const flags *f, const char *name, int64_t fallback) {
+    const char *v = value(f, name);
+    return v ? (int64_t)strtoll(v, NULL, 10) : fallback;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: moe-plan [flags]\n"
+                 "Predicts parameters, per-GPU memory, traffic, step time, tokens/s and MFU of training an MoE model\n"
+                 "with moe-train on a GPU cluster (formulas and sources: docs/SCALING.md).\n\n");
+    for (size_t i = 0; i < NUM_FLAGS; i++)
+        fprintf(out, "  %-20s %s (default %s)\n", kFlags[i].name, kFlags[i].help, kFlags[i].default_text);
+}
+
+static int build_model(const flags *f, moe_plan_options *o, FILE *err) {
+    o->hf_config = value(f, "--hf-config");
+    if (o->hf_config) {
+        for (size_t i = 0; i < NUM_FLAGS; i++)
+            if (kFlags[i].shape && f->given[i])
+                return complain(err, "%s cannot be combined with --hf-config (the config gives the model)", kFlags[i].name),
+                       -1;
+        moe_status st = moe_plan_model_from_hf_config(o->hf_config, &o->model);
+        if (st != MOE_OK) return complain(err, "%s", moe_failure_message(st)), -1;
+    } else {
+        moe_model_config c = moe_model_config_default();
+        c.num_layers = (int)integer(f, "--layers", c.num_layers), c.d_model = (int)integer(f, "--d-model", c.d_model);
+        c.num_heads = (int)integer(f, "--heads", c.num_heads);
+        c.num_kv_heads = (int)integer(f, "--kv-heads", c.num_heads);
+        c.d_ff = (int)integer(f, "--d-ff", c.d_ff), c.vocab_size = (int)integer(f, "--vocab", c.vocab_size);
+        c.tie_embeddings = (int)integer(f, "--tie-embeddings", c.tie_embeddings);
+        c.moe.num_experts = (int)integer(f, "--experts", c.moe.num_experts);
+        c.moe.top_k = (int)integer(f, "--top-k", c.moe.top_k), c.moe_every = (int)integer(f, "--moe-every", c.moe_every);
+        if (c.d_model % c.num_heads)
+            return complain(err, "--heads %d must divide --d-model %d (head_dim = d_model / heads)", c.num_heads,
+                            c.d_model), -1;
+        o->model = moe_plan_model_from_config(&c);
+    }
+    o->model.capacity_factor = (float)num(f, "--capacity-factor", moe_model_config_default().moe.capacity_factor);
+    const char *problem = moe_plan_model_problem(&o->model);
+    if (problem) return complain(err, "invalid model%s%s: %s", o->hf_config ? " in " : "",
+                                 o->hf_config ? o->hf_config : "", problem), -1;
+    return 0;
+}
+
+static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err) {
+    const int bf16 = !value(f, "--precision") || !strcmp(value(f, "--precision"), "bf16");
+    moe_plan_cluster *c = &o->cluster;
+    *c = moe_plan_cluster_h100(bf16);
+    c->gpus_per_node = integer(f, "--gpus-per-node", c->gpus_per_node), c->nodes = integer(f, "--nodes", c->nodes);
+    c->gpu_flops = num(f, "--gpu-flops", c->gpu_flops / 1e12) * 1e12;
+    c->gemm_efficiency = num(f, "--gemm-efficiency", c->gemm_efficiency);
+    c->non_gemm_overhead = num(f, "--non-gemm-overhead", c->non_gemm_overhead);
+    c->gpu_memory = num(f, "--gpu-memory", c->gpu_memory / 1e9) * 1e9;
+    c->mem_bw = num(f, "--mem-bw", c->mem_bw / 1e9) * 1e9;
+    c->intra_bw = num(f, "--intra-bw", c->intra_bw / 1e9) * 1e9, c->inter_bw = num(f, "--inter-bw", c->inter_bw / 1e9) * 1e9;
+    c->intra_latency = num(f, "--intra-latency", c->intra_latency * 1e6) * 1e-6;
+    c->inter_latency = num(f, "--inter-latency", c->inter_latency * 1e6) * 1e-6;
+    const char *problem = moe_plan_cluster_problem(c);
+    if (problem) return complain(err, "%s", problem), -1;
+
+    moe_plan_layout *l = &o->run.layout;
+    l->world = c->gpus_per_node * c->nodes;
+    l->ep = integer(f, "--ep", 1), l->zero = (int)integer(f, "--zero", 0);
+    l->micro_batch = integer(f, "--micro-batch", 1), l->seq_len = integer(f, "--seq-len", o->hf_config ? 4096 : 128);
+    l->bf16 = bf16;
+    l->attention = value(f, "--attention") && !strcmp(value(f, "--attention"), "fused") ? MOE_PLAN_ATTENTION_FUSED
+                                                                                       : MOE_PLAN_ATTENTION_MATERIALIZED;
+    l->workspace_bytes = num(f, "--workspace-gib", 1) * 1073741824.0;
+    o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
+    if (o->search) {
+        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch"};
+        for (int i = 0; i < 4; i++)
+            if (value(f, fixed[i]))
+                return complain(err, "--search tries every --ep, --zero and --micro-batch itself: leave out %s", fixed[i]),
+                       -1;
+        if (o->run.global_batch % l->world)
+            return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs", (long long)o->run.global_batch,
+                            (long long)l->world), -1;
+        return 0;
+    }
+    if (value(f, "--dp") && (l->world % l->ep || integer(f, "--dp", 0) != l->world / l->ep))
+        return complain(err, "--dp %lld with --ep %lld on %lld GPUs: dp x ep must be the number of GPUs (this project "
+                        "has neither tensor nor pipeline parallelism)", (long long)integer(f, "--dp", 0),
+                        (long long)l->ep, (long long)l->world), -1;
+    problem = moe_plan_run_problem(&o->model, c, &o->run);
+    if (problem)
+        return complain(err, "%s (GPUs %lld, experts %lld, --ep %lld, --micro-batch %lld, --global-batch %lld)", problem,
+                        (long long)l->world, (long long)o->model.num_experts, (long long)l->ep,
+                        (long long)l->micro_batch, (long long)o->run.global_batch), -1;
+    return 0;
+}
+
+int moe_plan_options_parse(int argc, char **argv, moe_plan_options *o, FILE *out, FILE *err) {
+    memset(o, 0, sizeof *o);
+    flags f = {{0}};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(out), 1;
+        const int k = find(argv[i]);
+        if (k < 0) return complain(err, "unknown flag '%s' (see --help)", argv[i]), -1;
+        const flag_spec *s = &kFlags[k];
+        const char *v = "1";
+        if (s->kind != F_SWITCH) {
+            if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) return complain(err, "%s needs a value", s->name), -1;
+            v = argv[++i];
+        }
+        if (f.given[k]) return complain(err, "%s given twice ('%s', then '%s'): give it once", s->name, f.given[k], v), -1;
+        if (check_value(s, v, err)) return -1;
+        f.given[k] = v;
+    }
+    o->search = value(&f, "--search") != NULL, o->json = value(&f, "--json") != NULL;
+    o->top = (int)integer(&f, "--top", 10);
+    if (value(&f, "--top") && !o->search) return complain(err, "--top needs --search"), -1;
+    if (build_model(&f, o, err)) return -1;
+    return build_cluster_and_run(&f, o, err);
+}

@@ -1,0 +1,24 @@
+/* plan_options.h — moe-plan's flags: one table gives parsing, range checks, --help and the defaults, and the
+ * parsed flags become a model, a cluster and a run (models/plan_model.h, models/plan_cluster.h). */
+#ifndef MOE_MODELS_PLAN_OPTIONS_H
+#define MOE_MODELS_PLAN_OPTIONS_H
+
+#include <stdio.h>
+
+#include "models/plan_cluster.h"
+
+typedef struct {
+    moe_plan_model model;
+    moe_plan_cluster cluster;
+    moe_plan_run run;
+    const char *hf_config; /* NULL: the model came from the shape flags (moe-train's names and defaults) */
+    int search;            /* 1: rank every layout that fits (models/plan_search.h)                       */
+    int top;               /* layouts --search prints                                                    */
+    int json;              /* 1: one JSON object instead of the text report                              */
+} moe_plan_options;
+
+/* Returns 0 on success, 1 when --help was printed to out, -1 on an error (a message naming the flag, the value
+ * and what is allowed, or the config file's problem, written to err). */
+int moe_plan_options_parse(int argc, char **argv, moe_plan_options *o, FILE *out, FILE *err);
+
+#endif

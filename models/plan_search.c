@@ -1,0 +1,44 @@
+/* plan_search.c — enumerate, predict and rank layouts (models/plan_search.h). */
+#include "models/plan_search.h"
+
+#include <stdlib.h>
+
+static int better_first(const void *a, const void *b) {
+    const moe_plan_candidate *x = a, *y = b;
+    const double tx = x->prediction.tokens_per_s_serial, ty = y->prediction.tokens_per_s_serial;
+    if (tx != ty) return tx > ty ? -1 : 1;
+    if (x->run.layout.ep != y->run.layout.ep) return x->run.layout.ep < y->run.layout.ep ? -1 : 1;
+    if (x->run.layout.zero != y->run.layout.zero) return x->run.layout.zero - y->run.layout.zero;
+    return x->run.layout.micro_batch > y->run.layout.micro_batch ? -1 : 1;
+}
+
+moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *base,
+                           moe_plan_candidate **out, int *num_fit, int *num_tried) {
+    const int64_t W = base->layout.world, per_gpu = base->global_batch / W;
+    int cap = 64, n = 0;
+    moe_plan_candidate *all = malloc((size_t)cap * sizeof *all);
+    *out = NULL, *num_fit = 0, *num_tried = 0;
+    if (!all) return MOE_ERR_OUT_OF_MEMORY;
+    for (int64_t ep = 1; ep <= W; ep++) {
+        if (W % ep || m->num_experts % ep) continue;
+        for (int zero = 0; zero <= 1; zero++)
+            for (int64_t mb = 1; mb <= per_gpu; mb++) {
+                if (per_gpu % mb) continue;
+                moe_plan_run r = *base;
+                r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
+                if (moe_plan_run_problem(m, c, &r)) continue;
+                const moe_plan_prediction p = moe_plan_predict(m, c, &r);
+                ++*num_tried;
+                if (!p.fits) continue;
+                if (n == cap) {
+                    moe_plan_candidate *grown = realloc(all, (size_t)(cap *= 2) * sizeof *all);
+                    if (!grown) return free(all), MOE_ERR_OUT_OF_MEMORY;
+                    all = grown;
+                }
+                all[n++] = (moe_plan_candidate){.run = r, .prediction = p};
+            }
+    }
+    qsort(all, (size_t)n, sizeof *all, better_first);
+    *out = all, *num_fit = n;
+    return MOE_OK;
+}

@@ -1,0 +1,22 @@
+/* plan_search.h — moe-plan --search: every layout of a cluster's GPUs for one model and global batch (each ep
+ * dividing the GPUs and the experts, ZeRO-1 off and on, each micro-batch size dividing the sequences per GPU),
+ * predicted (models/plan_cluster.h), the ones that fit in memory ranked by tokens/s as this project runs them
+ * (exchanges not overlapped with compute). */
+#ifndef MOE_MODELS_PLAN_SEARCH_H
+#define MOE_MODELS_PLAN_SEARCH_H
+
+#include "models/plan_cluster.h"
+
+typedef struct {
+    moe_plan_run run;
+    moe_plan_prediction prediction;
+} moe_plan_candidate;
+
+/* base gives the cluster's world, the sequence length, precision, attention, workspace and global batch (a
+ * multiple of the world); its ep, zero and micro_batch are ignored. *out (malloc'ed, the caller frees) holds the
+ * layouts that fit, best first (ties: smaller ep, ZeRO off, larger micro-batch); *num_tried counts all predicted.
+ * MOE_ERR_OUT_OF_MEMORY is the only failure. */
+moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *base,
+                           moe_plan_candidate **out, int *num_fit, int *num_tried);
+
+#endif

@@ -1,0 +1,149 @@
+/* test_plan.c — moe-plan's arithmetic (models/plan_model.h, plan_cluster.h, plan_hf.h):
+ *  - the four reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
+ *    published config (docs/SCALING.md shows the sums), and those agree with the published totals to the digits
+ *    published: Mixtral 8x7B 46.7B / 12.9B, 8x22B 141B / 39B, Qwen3-30B-A3B 30.5B / 3.3B, Qwen3-235B-A22B 235B / 22B;
+ *  - for shapes moe-train takes, the planner's counts and activation bytes equal what the model itself would
+ *    allocate (moe_model_config_footprint), so the two cannot drift apart;
+ *  - the placement of EP peers on nodes, the ring all-reduce bytes and the micro-batch count on hand-worked cases;
+ *  - bad config files are refused with the key named.
+ *   meson test -C build test_plan */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "models/plan_cluster.h"
+#include "models/plan_hf.h"
+#include "test_util.h"
+
+static const char *dir;
+
+/* published: the total and active counts in billions as published, and the digit they were given to */
+static void check_reference(const char *file, int64_t total, int64_t active, double pub_total, double pub_active,
+                            double digit, int unsupported) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    moe_plan_model m;
+    moe_status st = moe_plan_model_from_hf_config(path, &m);
+    CHECK(st == MOE_OK, "%s: %s", path, moe_failure_message(st));
+    if (st != MOE_OK) return;
+    const moe_plan_params p = moe_plan_model_params(&m);
+    CHECK(p.total == total, "%s: total %lld, want %lld", file, (long long)p.total, (long long)total);
+    CHECK(p.active == active, "%s: active %lld, want %lld", file, (long long)p.active, (long long)active);
+    /* within one unit of the last published digit (Qwen3-30B-A3B's 3.353B is published as 3.3B: cut, not rounded) */
+    CHECK(fabs(p.total / 1e9 - pub_total) < digit, "%s: %.3fB total vs published %gB", file, p.total / 1e9, pub_total);
+    CHECK(fabs(p.active / 1e9 - pub_active) < digit, "%s: %.3fB active vs published %gB", file, p.active / 1e9,
+          pub_active);
+    const char *notes[8];
+    const int n = moe_plan_model_unsupported(&m, notes, 8);
+    CHECK((n > 0) == unsupported, "%s: %d notes of what moe-train cannot train, want %s", file, n,
+          unsupported ? "some" : "none");
+}
+
+/* The planner against the model's own allocation plan for a shape moe-train takes (fp32, one rank). */
+static void check_against_model(moe_model_config c, int seqs) {
+    c.moe.d_model = c.d_model, c.moe.d_ff = c.d_ff;
+    CHECK(moe_model_config_problem(&c) == NULL, "test config invalid: %s", moe_model_config_problem(&c));
+    const moe_model_footprint f = moe_model_config_footprint(&c, seqs);
+    const moe_plan_model m = moe_plan_model_from_config(&c);
+    const moe_plan_params p = moe_plan_model_params(&m);
+    CHECK(p.dense == (int64_t)f.dense_params, "dense %lld vs model %zu (L %d d %d E %d every %d tie %d)",
+          (long long)p.dense, f.dense_params, c.num_layers, c.d_model, c.moe.num_experts, c.moe_every,
+          c.tie_embeddings);
+    CHECK(p.expert == (int64_t)f.expert_params, "experts %lld vs model %zu", (long long)p.expert, f.expert_params);
+    if (c.moe.num_experts == 1) { /* no MoE layer: the model's activations are all there is */
+        const moe_plan_layout l = {.world = 1, .ep = 1, .micro_batch = seqs, .seq_len = c.seq_len};
+        const moe_plan_memory mem = moe_plan_model_memory(&m, &l);
+        CHECK(mem.activations == (double)f.activation_bytes, "activations %.0f vs model %zu", mem.activations,
+              f.activation_bytes);
+        CHECK(mem.exchange == 0, "a dense model has no exchange buffers (%.0f)", mem.exchange);
+    }
+}
+
+static moe_plan_prediction predict(const moe_plan_model *m, int64_t G, int64_t nodes, int64_t ep, int64_t mb,
+                                   int64_t global_batch) {
+    moe_plan_cluster c = moe_plan_cluster_h100(1);
+    c.gpus_per_node = G, c.nodes = nodes;
+    moe_plan_run r = {.layout = {.world = G * nodes, .ep = ep, .micro_batch = mb, .seq_len = 64, .bf16 = 1},
+                      .global_batch = global_batch};
+    CHECK(moe_plan_run_problem(m, &c, &r) == NULL, "run refused: %s", moe_plan_run_problem(m, &c, &r));
+    return moe_plan_predict(m, &c, &r);
+}
+
+static void check_layouts(void) {
+    moe_model_config c = moe_model_config_default();
+    c.moe.num_experts = 48;
+    const moe_plan_model m = moe_plan_model_from_config(&c);
+    const struct { int64_t G, nodes, ep; int intra, inter; } cases[] = {
+        {8, 2, 16, 7, 8}, {8, 1, 4, 3, 0}, {4, 4, 8, 3, 4}, {8, 2, 1, 0, 0},
+        {8, 3, 6, 1, 4}, /* group [6, 12): ranks 6-7 on node 0, 8-11 on node 1; rank 6 or 7 has 4 peers away */
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int64_t W = cases[i].G * cases[i].nodes;
+        const moe_plan_prediction p = predict(&m, cases[i].G, cases[i].nodes, cases[i].ep, 1, W);
+        CHECK(p.alltoall_peers_intra == cases[i].intra && p.alltoall_peers_inter == cases[i].inter,
+              "G %lld nodes %lld ep %lld: peers %d on node, %d off, want %d, %d", (long long)cases[i].G,
+              (long long)cases[i].nodes, (long long)cases[i].ep, p.alltoall_peers_intra, p.alltoall_peers_inter,
+              cases[i].intra, cases[i].inter);
+    }
+    /* 16 GPUs, ep 4: dense gradients over 16 (2 * 15/16 of 4 bytes each), experts over dp 4 (2 * 3/4) */
+    const moe_plan_params par = moe_plan_model_params(&m);
+    const moe_plan_prediction p = predict(&m, 8, 2, 4, 2, 16 * 2 * 3);
+    CHECK(p.accum_steps == 3, "accum %lld, want 3", (long long)p.accum_steps);
+    CHECK(fabs(p.allreduce_dense_bytes - 2.0 * 15 / 16 * 4 * (double)par.dense) < 1,
+          "dense all-reduce %.0f bytes", p.allreduce_dense_bytes);
+    CHECK(fabs(p.allreduce_expert_bytes - 2.0 * 3 / 4 * 4 * (double)par.expert / 4) < 1,
+          "expert all-reduce %.0f bytes", p.allreduce_expert_bytes);
+    /* all-to-all: per exchange each GPU sends T k d 2 bytes / ep to each of its 3 peers, 4 exchanges per MoE layer
+     * and micro-batch */
+    const double per_peer = 2.0 * 64 * c.moe.top_k * c.d_model * 2 / 4;
+    CHECK(fabs(p.alltoall_intra_bytes - 4.0 * c.num_layers * 3 * 3 * per_peer) < 1 && p.alltoall_inter_bytes == 0,
+          "all-to-all %.0f + %.0f bytes", p.alltoall_intra_bytes, p.alltoall_inter_bytes);
+    CHECK(p.step_overlap_s <= p.step_serial_s && p.step_serial_s > 0, "overlap %g > serial %g", p.step_overlap_s,
+          p.step_serial_s);
+}
+
+static void check_bad_config(const char *text, const char *want_in_message) {
+    char path[] = "/tmp/test_plan_XXXXXX";
+    const int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "cannot make a temporary file");
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+    moe_plan_model m;
+    const moe_status st = moe_plan_model_from_hf_config(path, &m);
+    CHECK(st == MOE_ERR_BAD_FILE, "%s: accepted (status %d)", text, (int)st);
+    if (st != MOE_OK)
+        CHECK(strstr(moe_failure_message(st), want_in_message) != NULL, "message '%s' does not name '%s'",
+              moe_failure_message(st), want_in_message);
+    remove(path);
+}
+
+int main(int argc, char **argv) {
+    dir = argc > 1 ? argv[1] : "tests/plan_configs";
+    check_reference("mixtral-8x7b.json", 46702792704LL, 12879925248LL, 46.7, 12.9, 0.1, 0);
+    check_reference("mixtral-8x22b.json", 140630071296LL, 39161468928LL, 141, 39, 1, 0);
+    check_reference("qwen3-30b-a3b.json", 30532122624LL, 3353032704LL, 30.5, 3.3, 0.1, 1);
+    check_reference("qwen3-235b-a22b.json", 235093634560LL, 22190763520LL, 235, 22, 1, 1);
+
+    moe_model_config c = moe_model_config_default();
+    check_against_model(c, 3);
+    c.num_kv_heads = 2, c.tie_embeddings = 1, c.moe_every = 2, c.num_layers = 5;
+    check_against_model(c, 2);
+    c.moe.num_experts = 1, c.moe.top_k = 1, c.vocab_size = 300, c.seq_len = 40;
+    check_against_model(c, 4);
+
+    check_layouts();
+
+    check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");
+    check_bad_config("{\"model_type\": \"llama\"}", "llama");
+    check_bad_config("[1, 2]", "not a JSON object");
+    check_bad_config("{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 4, \"vocab_size\": 10, \"num_experts_per_tok\": 2, \"num_experts\": 4, "
+                     "\"moe_intermediate_size\": \"big\"}", "moe_intermediate_size");
+    check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 3, \"vocab_size\": 10}", "num_key_value_heads");
+    return test_finish("test_plan");
+}

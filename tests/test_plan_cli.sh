@@ -1,0 +1,58 @@
+#!/bin/bash
+# test_plan_cli.sh MOE_PLAN CONFIG_DIR — moe-plan's command line: bad flags and configs are refused with exit 2 and a
+# message naming the flag or key; a valid run prints its report, --json parses and holds the exact counts, and
+# --search ranks layouts best first and lists only ones that fit.
+plan=$1 configs=$2
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+
+# expect_error WANT ARGS...: exit 2 and WANT in stderr
+expect_error() {
+    local want=$1
+    shift
+    local err
+    err=$("$plan" "$@" 2>&1 >/dev/null)
+    local rc=$?
+    [ $rc -eq 2 ] || fail "moe-plan $* exited $rc, want 2"
+    case $err in *"$want"*) ;; *) fail "moe-plan $*: message '$err' does not name '$want'" ;; esac
+}
+expect_error "--bogus" --bogus 1
+expect_error "--ep" --ep 0
+expect_error "--ep" --ep x
+expect_error "--layers" --layers 4 --layers 5
+expect_error "needs a value" --nodes
+expect_error "--ep must divide" --ep 3
+expect_error "--ep must divide the number of experts" --gpus-per-node 16 --ep 16
+expect_error "dp x ep" --ep 2 --dp 2
+expect_error "--global-batch" --global-batch 12
+expect_error "--heads 3 must divide" --heads 3
+expect_error "--layers cannot be combined" --hf-config "$configs/mixtral-8x7b.json" --layers 2
+expect_error "no-such.json" --hf-config "$configs/no-such.json"
+expect_error "leave out --ep" --search --ep 2
+expect_error "--top needs --search" --top 3
+expect_error "--precision must be bf16 or fp32" --precision fp16
+expect_error "--gemm-efficiency" --gemm-efficiency 1.5
+
+out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
+case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
+case $out in *"cannot train"*"head_dim"*) ;; *) fail "Qwen3's unsupported head_dim is not noted" ;; esac
+case $out in *"7 peers on its node, "*" to 8 on others"*) ;; *) fail "ep 16 on 2 nodes of 8: want 7 peers on, 8 off" ;; esac
+
+json=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 8 --seq-len 1024 --global-batch 512 --search --top 5 \
+    --json) || fail "--search --json failed"
+python3 - "$json" <<'PY' || status=1
+import json, sys
+d = json.loads(sys.argv[1])
+p = d["model"]["params"]
+assert p["total"] == 30532122624 and p["active"] == 3353032704, p
+assert len(d["model"]["unsupported"]) == 3, d["model"]["unsupported"]  # head_dim, q/k norms, vocabulary
+L = d["layouts"]
+assert 0 < len(L) <= 5 and d["layouts_fit"] >= len(L), (len(L), d["layouts_fit"])
+tps = [l["tokens_per_s_serial"] for l in L]
+assert tps == sorted(tps, reverse=True), tps
+for l in L:
+    assert l["fits"] and l["memory_bytes"]["total"] <= 80e9, l
+    assert l["ep"] * l["dp"] == 64 and 128 % l["ep"] == 0 and l["seconds"]["step_overlap"] <= l["seconds"]["step_serial"], l
+PY
+[ $status -eq 0 ] && echo "ok: moe-plan refuses bad input by name; report, --json and --search hold"
+exit $status
