@@ -118,6 +118,15 @@ static json_t *model_json(const moe_plan_options *o, const char **notes, int num
                      "unsupported", list);
 }
 
+/* The least memory any layout needs: ep = the largest that divides both, ZeRO-1, one sequence per micro-batch. */
+static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *ep) {
+    moe_plan_layout l = o->run.layout;
+    for (int64_t e = 1; e <= l.world; e++)
+        if (l.world % e == 0 && o->model.num_experts % e == 0) l.ep = e;
+    l.zero = 1, l.micro_batch = 1, *ep = l.ep;
+    return moe_plan_model_memory(&o->model, &l);
+}
+
 static int run_search(const moe_plan_options *o, json_t *doc) {
     moe_plan_candidate *all;
     int fit, tried;
@@ -132,6 +141,11 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
         json_object_set_new(doc, "layouts_tried", json_integer(tried));
         json_object_set_new(doc, "layouts_fit", json_integer(fit));
         json_object_set_new(doc, "layouts", list);
+        int64_t ep;
+        const moe_plan_memory least = least_memory(o, &ep);
+        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:f, s:f, s:f, s:f}", "ep", (json_int_t)ep, "total",
+                                                           least.total, "activations", least.activations, "exchange",
+                                                           least.exchange, "optimizer", least.optimizer));
     } else {
         printf("search: %d layouts of %lld GPUs tried, %d fit in %.1f GiB; global batch %lld x %lld tokens, %s\n",
                tried, (long long)o->run.layout.world, fit, o->cluster.gpu_memory / GiB, (long long)o->run.global_batch,
@@ -147,15 +161,12 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
                    100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(p));
         }
         if (!fit) {
-            /* the least memory any layout needs: ep = the largest that divides both, ZeRO-1, one sequence */
-            moe_plan_run r = o->run;
-            for (int64_t ep = 1; ep <= r.layout.world; ep++)
-                if (r.layout.world % ep == 0 && o->model.num_experts % ep == 0) r.layout.ep = ep;
-            r.layout.zero = 1, r.layout.micro_batch = 1;
-            const moe_plan_memory m = moe_plan_model_memory(&o->model, &r.layout);
+            int64_t ep;
+            const moe_plan_memory m = least_memory(o, &ep);
             printf("no layout fits: the smallest (ep %lld, ZeRO-1, micro-batch 1) needs %.1f GiB per GPU (activations "
-                   "%.1f, optimizer %.1f, masters %.1f); use more GPUs, a shorter --seq-len, or --attention fused\n",
-                   (long long)r.layout.ep, m.total / GiB, m.activations / GiB, m.optimizer / GiB, m.masters / GiB);
+                   "%.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f); use more GPUs, a shorter --seq-len, "
+                   "or --attention fused\n", (long long)ep, m.total / GiB, m.activations / GiB, m.exchange / GiB,
+                   m.optimizer / GiB, m.masters / GiB);
         }
     }
     free(all);
