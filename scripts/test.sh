@@ -2,7 +2,8 @@
 # test.sh — the README's second command: installs, builds, then runs every test suite.
 #   unit: CPU tests; ref: against the PyTorch implementation; mpi: 1, 2 and 4 ranks under mpirun;
 #   faults: jobs hurt on purpose (docs/RELIABILITY.md); gpu: CUDA tests (skip without a GPU);
-#   then, in builds of their own, fuzz (scripts/fuzz.sh) and sanitize (scripts/sanitize.sh).
+#   then the mpi suite again over Open MPI's TCP transport (meson test --setup tcp), and, in builds of their
+#   own, fuzz (scripts/fuzz.sh) and sanitize (scripts/sanitize.sh).
 # Extra arguments go to `meson test` of the main build only (for example --suite unit, or a test's name).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" python3-torch python3-numpy python3-pip python3-matplotlib time
@@ -26,6 +27,10 @@ count() { sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" meson-logs/test-summary.txt | 
 failed=$(( $(count Fail) + $(count Timeout) + $(count 'Unexpected Pass') ))
 echo "$(count Ok) passed, $failed failed, $(count Skipped) skipped"
 if [ $# -eq 0 ]; then
+    # the mpi suite once more over Open MPI's TCP transport (the one between nodes) instead of shared memory
+    meson test --print-errorlogs --num-processes 2 --setup tcp --suite mpi > meson-logs/test-tcp-summary.txt 2>&1 ||
+        { tail -n 30 meson-logs/test-tcp-summary.txt; echo "test.sh: the mpi suite over TCP failed" >&2; status=1; }
+    echo "mpi suite over TCP: $(grep -E '^(Ok|Fail|Timeout):' meson-logs/test-tcp-summary.txt | tr -s ' \n' ' ')"
     bash "$moe_root/scripts/fuzz.sh" || { echo "test.sh: the fuzz suite failed" >&2; status=1; }
     bash "$moe_root/scripts/sanitize.sh" || { echo "test.sh: the sanitize suite failed" >&2; status=1; }
 fi

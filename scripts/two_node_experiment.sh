@@ -1,0 +1,100 @@
+#!/bin/bash
+# two_node_experiment.sh [BUILD_DIR] — two "nodes" on one machine, as root: network namespaces moe_a and moe_b
+# (each with its own host name) joined by a veth pair, 10.77.0.1 and 10.77.0.2, shaped to $RATE (tbf; default
+# 10gbit) and, where the kernel has netem, $DELAY one way (default 50us). Open MPI starts one rank in each
+# (its rsh agent is `ip netns exec`), over its TCP transport on that link only. Measured across the link and,
+# for comparison, within one namespace: bench_alltoall (latency at 4 KiB, bandwidth at 16 MiB) and moe-train's
+# default model (2 ranks, ep 2: the expert all-to-all and the gradient all-reduce cross the link); beside them
+# moe-plan's prediction for 2 nodes of 1 rank, fed the link's measured latency and bandwidth and the compute
+# rates bench_moe_layer measures (as scripts/plan_vs_measured.sh does). Addresses only inside the namespaces;
+# they are removed at exit. Results: docs/SCALING.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$(realpath "${1:-build}")
+RATE=${RATE:-10gbit} DELAY=${DELAY:-50us}
+[ "$(id -u)" -eq 0 ] || { echo "two_node_experiment: needs root (network namespaces)" >&2; exit 1; }
+source scripts/mpi_env.sh
+py=/usr/bin/python3
+[ -f data/kjv_train.bin ] || scripts/prepare_data.sh >/dev/null
+tmp=$(mktemp -d)
+cleanup() { ip netns del moe_a 2>/dev/null || true; ip netns del moe_b 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+cleanup && tmp=$(mktemp -d)
+
+ip netns add moe_a
+ip netns add moe_b
+ip link add veth_a type veth peer name veth_b
+delay_note="not shaped (this kernel has no netem qdisc)"
+for n in a b; do
+    ip link set "veth_$n" netns "moe_$n"
+    ip -n "moe_$n" addr add "10.77.0.$([ $n = a ] && echo 1 || echo 2)/24" dev "veth_$n"
+    ip -n "moe_$n" link set lo up
+    ip -n "moe_$n" link set "veth_$n" up
+    if ip netns exec "moe_$n" tc qdisc add dev "veth_$n" root netem delay "$DELAY" rate "$RATE" 2>/dev/null; then
+        delay_note="$DELAY each way (netem)"
+    else
+        ip netns exec "moe_$n" tc qdisc add dev "veth_$n" root tbf rate "$RATE" burst 1mb latency 50ms
+    fi
+done
+cat > "$tmp/agent" <<'EOF'
+#!/bin/bash
+# Open MPI's rsh agent here: "agent [options] HOST COMMAND..." runs COMMAND in HOST's namespace
+while [[ $1 == -* ]]; do shift; done
+case $1 in 10.77.0.1) n=a ;; 10.77.0.2) n=b ;; *) echo "agent: unknown host $1" >&2; exit 1 ;; esac
+shift
+exec ip netns exec "moe_$n" unshare --uts bash -c "hostname node-$n; $*"
+EOF
+chmod +x "$tmp/agent"
+
+across() { # CMD...: one rank on each node, TCP over the shaped link
+    ip netns exec moe_a unshare --uts bash -c 'hostname node-a; exec "$@"' _ mpirun --host 10.77.0.1:1,10.77.0.2:1 \
+        -np 2 --mca plm_rsh_agent "$tmp/agent" --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
+        --mca oob_tcp_if_include 10.77.0.0/24 --bind-to none "$@"
+}
+within() { mpirun -np 2 --bind-to none "$@"; } # both ranks in one namespace, shared memory
+
+a2a() { # WHERE: "latency_us bandwidth_GBps" of bench_alltoall's row exchange (d = 128 floats per row)
+    "$1" "$build/bench/bench_alltoall" --min-bytes 4K --max-bytes 16M --row-bytes 512 --pattern uniform \
+        --warmup 3 --iters 10 | sed -n 's/^json: //p' > "$tmp/a2a"
+    "$py" - "$tmp/a2a" <<'PY'
+import json, sys
+rows = {r["size_bytes"]: r for r in map(json.loads, open(sys.argv[1]))}
+lat, big = rows[min(rows)]["moe_us"], rows[max(rows)]
+print(lat, big["size_bytes"] / 2 / ((big["moe_us"] - lat) * 1e-6) / 1e9)  # half of it goes to the peer
+PY
+}
+train_ms() { # WHERE: median step ms of moe-train's default model, 2 ranks, ep 2, steps 4-12
+    "$1" "$build/moe-train" --ep 2 --steps 12 --warmup 0 --threads 1 --sample-tokens 0 --eval-interval 0 \
+        --eval-batches 1 --log-file "$tmp/train.jsonl" > /dev/null
+    "$py" -c 'import json, statistics, sys
+print(statistics.median([json.loads(l)["ms"] for l in open(sys.argv[1])][3:]))' "$tmp/train.jsonl"
+}
+
+read -r lat_x bw_x < <(a2a across)
+read -r lat_w bw_w < <(a2a within)
+ms_x=$(train_ms across)
+ms_w=$(train_ms within)
+# compute rates as plan_vs_measured.sh measures them for 2 ranks on this machine's cores
+cores=$(getconf _NPROCESSORS_ONLN)
+layer=$("$build/bench/bench_moe_layer" --tokens 1024 --d-model 128 --d-ff 256 --experts 8 --top-k 2 --threads 1 \
+    --warmup 1 --iters 5 | sed -n 's/^json: //p')
+read -r gflops overhead < <("$py" -c 'import json, sys
+d = json.loads(sys.argv[1]); print(d["gemm_gflops"] * min(1, int(sys.argv[2]) / 2), max(0, d["ratio"]["total"] - 1))' \
+    "$layer" "$cores")
+plan() { # INTER_LATENCY_US INTER_GBPS: predicted step ms for 2 nodes of 1 rank
+    "$build/moe-plan" --precision fp32 --gpus-per-node 1 --nodes 2 --ep 2 --micro-batch 8 --global-batch 16 \
+        --seq-len 128 --gpu-flops "$("$py" -c "print($gflops / 1000)")" --gemm-efficiency 1 \
+        --non-gemm-overhead "$overhead" --gpu-memory 20 --inter-latency "$1" --inter-bw "$2" --workspace-gib 0 \
+        --json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["prediction"]["seconds"]["step_serial"] * 1e3)'
+}
+pred_x=$(plan "$lat_x" "$bw_x")
+
+echo "two nodes in network namespaces, $(date -u +%F), $(lscpu | sed -n 's/^Model name: *//p'), $cores CPUs"
+echo "link: veth, rate $RATE (tbf or netem), delay $delay_note; Open MPI TCP (pml ob1, btl tcp)"
+printf "| %-38s | %12s | %12s |\n" "" "across nodes" "within a node"
+printf "| %-38s | %12s | %12s |\n" "---" "---:" "---:"
+printf "| %-38s | %12.1f | %12.1f |\n" "all-to-all latency at 4 KiB (us)" "$lat_x" "$lat_w"
+printf "| %-38s | %12.3f | %12.3f |\n" "all-to-all bandwidth at 16 MiB (GB/s)" "$bw_x" "$bw_w"
+printf "| %-38s | %12.1f | %12.1f |\n" "moe-train step, median (ms)" "$ms_x" "$ms_w"
+printf "| %-38s | %12.1f | %12s |\n" "moe-plan's predicted step (ms)" "$pred_x" "-"
+"$py" -c "print('prediction error across nodes: %+.0f%%' % (100 * ($pred_x / $ms_x - 1)))"
