@@ -1,6 +1,7 @@
 /* fuzz_config.c — fuzzes the check of a checkpoint's config.json against the flags (models/checkpoint_config.c:
  * moe__checkpoint_check_config), for both of fuzz/make_corpus.sh's tiny runs. An accepted config.json must
- * describe that model, checked here field by field on its own parse: the shapes, rope_theta and rms_norm_eps,
+ * describe that model, checked here field by field on its own parse: the shapes, rope_theta and rms_norm_eps
+ * (absent: 1e6 and 1e-5, MixtralConfig's defaults),
  * hidden_act, sliding_window, tie_word_embeddings, and moe_train's score_func and moe_every when present; a
  * refusal must name the file.
  * Seeds: config.json of fuzz/make_corpus.sh's checkpoints (fuzz/corpus/config/).
@@ -17,8 +18,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
 
-static int close_to(json_t *v, double want) {
-    return json_is_number(v) && fabs(json_number_value(v) - want) <= 1e-6 * want;
+/* v (absent: transformers' MixtralConfig default) is want */
+static int close_to(json_t *v, double want, double absent) {
+    return v ? json_is_number(v) && fabs(json_number_value(v) - want) <= 1e-6 * want
+             : fabs(absent - want) <= 1e-6 * want;
 }
 
 /* config.json accepted for model c: what it must say. */
@@ -37,12 +40,15 @@ static void check_accepted(const char *path, const uint8_t *data, size_t nbytes,
         if (!json_is_integer(v) || json_integer_value(v) != ints[i].want)
             fuzz_invalid("%s: accepted with %s not the integer %ld", path, ints[i].key, ints[i].want);
     }
-    if (!close_to(json_object_get(j, "rope_theta"), c->rope_theta) ||
-        !close_to(json_object_get(j, "rms_norm_eps"), c->norm_eps))
+    if (!close_to(json_object_get(j, "rope_theta"), c->rope_theta, 1e6) ||
+        !close_to(json_object_get(j, "rms_norm_eps"), c->norm_eps, 1e-5))
         fuzz_invalid("%s: accepted with another rope_theta or rms_norm_eps", path);
     json_t *tie = json_object_get(j, "tie_word_embeddings"), *act = json_object_get(j, "hidden_act"),
            *window = json_object_get(j, "sliding_window"), *moe = json_object_get(j, "moe_train");
-    if (tie && (!json_is_boolean(tie) || json_is_true(tie) != c->tie_embeddings))
+    const int tie_value = json_is_boolean(tie)   ? json_is_true(tie)
+                          : json_is_integer(tie) ? (int)json_integer_value(tie)
+                                                 : -1;
+    if (tie && tie_value != c->tie_embeddings) /* true/false, or 0/1 as moe-train's early files wrote flags */
         fuzz_invalid("%s: accepted with another tie_word_embeddings", path);
     if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         fuzz_invalid("%s: accepted with hidden_act other than silu", path);

@@ -15,6 +15,7 @@
 #include "models/checkpoint_internal.h"
 #include "models/fileio.h"
 #include "models/safetensors.h"
+#include "models/train_config.h"
 
 _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
 
@@ -158,7 +159,7 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
 
     json_t *config = moe__checkpoint_config_json(c);
     if (st == MOE_OK &&
-        (json_dump_file(config, paths[1], JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || moe_fsync_path(paths[1]) != 0))
+        (json_dump_file(config, paths[1], JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 || moe_fsync_path(paths[1]) != 0))
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", paths[1], strerror(errno));
     json_decref(config);
 
@@ -185,7 +186,8 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     const moe_safetensors_meta state_meta[] = {
         {"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position}, {"fingerprint", value}};
     if (st == MOE_OK) st = moe_safetensors_write(paths[2], e, k, state_meta, 4);
-    if (st == MOE_OK) st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step);
+    if (st == MOE_OK) /* with the configuration this run trained with (what --resume inherits) */
+        st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step, moe_train_options_json(&tr->opt));
     free(e), free(names);
     for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) free(paths[i]);
     return st;
@@ -308,16 +310,46 @@ static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const cha
     return st;
 }
 
+/* The routers' selection biases (expert_bias.layers.I) of the training state f. */
+static moe_status read_biases(moe_trainer *tr, moe_safetensors_file *f) {
+    const moe_model_config *c = &tr->opt.model;
+    char name[64];
+    for (int l = 0; l < c->num_layers; l++) {
+        moe_real *bias = moe_model_expert_bias(tr->model, l);
+        long E = c->moe.num_experts;
+        snprintf(name, sizeof name, "expert_bias.layers.%d", l);
+        if (bias) MOE_TRY(moe_safetensors_read(f, name, 1, &E, bias));
+    }
+    return MOE_OK;
+}
+
+/* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state. */
+static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
+    if (tr->opt.model.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
+    char *path = moe_path_join(dir, moe__checkpoint_files[2]);
+    moe_safetensors_file f;
+    moe_status st = path ? moe_safetensors_open(path, &f) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = read_biases(tr, &f), moe_safetensors_close(&f);
+    if (st != MOE_OK && st != MOE_ERR_OUT_OF_MEMORY) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", moe_failure_message(st));
+        st = moe_fail(st, "sigmoid routing's selection biases are part of the model, kept in %s: %s",
+                      moe__checkpoint_files[2], why);
+    }
+    free(path);
+    return st;
+}
+
 moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
     ckpt_table tab = {0};
     moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = load_selection_biases(tr, dir);
     free(tab.t);
     return agree(tr, st);
 }
 
 static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char *dir, int *step) {
-    const moe_model_config *c = &tr->opt.model;
-    char want[512], name[64];
+    char want[512];
     char *path = moe_path_join(dir, moe__checkpoint_files[2]);
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
     moe_safetensors_file f;
@@ -343,12 +375,7 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
         if (st == MOE_OK) st = moe_trainer_moments_set(tr, which, full);
     }
     free(full);
-    for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
-        moe_real *bias = moe_model_expert_bias(tr->model, l);
-        long E = c->moe.num_experts;
-        snprintf(name, sizeof name, "expert_bias.layers.%d", l);
-        if (bias) st = moe_safetensors_read(&f, name, 1, &E, bias);
-    }
+    if (st == MOE_OK) st = read_biases(tr, &f);
     moe_safetensors_close(&f);
     free(path);
     return st;

@@ -3,14 +3,18 @@
  * A checkpoint is a directory:
  *   model.safetensors        the whole model in Hugging Face Mixtral names and shapes; experts by global
  *                            id, so the file does not depend on ep or the world size
- *   config.json              Mixtral's config.json (plus a "moe_train" object for what Mixtral has no key
- *                            for); with every FFN an MoE layer, softmax routing renormalised and no
- *                            capacity limit, the directory loads in transformers as MixtralForCausalLM
+ *   config.json              Mixtral's config.json plus a "moe_train" object for what Mixtral has no key for
+ *                            (docs/CHECKPOINTS.md). With every FFN an MoE layer, softmax routing renormalised
+ *                            (any k) and no capacity limit, it says MixtralForCausalLM and the directory loads
+ *                            in transformers as one; any other model says MoeTrainMixtralVariantForCausalLM
+ *                            (model_type moe_train_mixtral_variant) with a moe_train_note saying why, so that
+ *                            no tool computes another function from the weights
  *   train_state.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME), the routers' selection biases
  *                            (expert_bias.layers.I), and metadata: step, data position, and a fingerprint
  *                            of everything that must match to continue the same run
- *   manifest.json            the run that wrote it (run id, parent run id), the step, when, and each
- *                            file's size
+ *   manifest.json            the run that wrote it (run id, parent run id), the step, when, each file's
+ *                            size, and the configuration the run trained with (models/train_config.h; what
+ *                            --resume inherits)
  * Both safetensors files carry every tensor's CRC-32C; a load verifies the sizes and the checksums and
  * names what is corrupt, and refuses non-finite weights or moments. A save refuses non-finite values.
  *
@@ -25,6 +29,36 @@
 #define MOE_MODELS_CHECKPOINT_H
 
 #include "models/trainer.h"
+
+/* ---- config.json ---- */
+#define MOE_CHECKPOINT_MIXTRAL "MixtralForCausalLM"
+#define MOE_CHECKPOINT_VARIANT "MoeTrainMixtralVariantForCausalLM"
+#define MOE_CHECKPOINT_VARIANT_TYPE "moe_train_mixtral_variant"
+
+/* 1 when transformers' MixtralForCausalLM computes the same function as model c; else 0, and why (NULL: not
+ * wanted) gets the reasons ("sigmoid router scores ...; a capacity limit that drops tokens"). */
+int moe_checkpoint_is_mixtral(const moe_model_config *c, char *why, size_t why_nbytes);
+
+/* DIR/config.json as a model config: the architecture and the routing semantics (moe_checkpoint_field_at), and
+ * max_positions = max_position_embeddings (0 when absent). The rest of *out is moe_model_config_default()'s
+ * (seq_len included: config.json does not fix it). sliding_window (NULL: not wanted) gets its value, 0 for none.
+ * A key of the wrong type, a label (architectures, model_type) not Mixtral's or ours, or a model that
+ * moe_model_config_problem refuses is MOE_ERR_BAD_FILE naming the key. */
+moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, int *sliding_window);
+
+/* The fields of moe_model_config that config.json defines, i = 0 .. moe_checkpoint_num_fields() - 1: the shapes,
+ * tie_word_embeddings, rope_theta, rms_norm_eps, and moe_train's moe_every, score_func, renormalize,
+ * capacity_factor and drop_priority. */
+typedef struct {
+    const char *key;  /* "rope_theta", "score_func"                                             */
+    char path[40];    /* where in config.json: "rope_theta", "moe_train.score_func"              */
+    size_t offset;    /* of the field in moe_model_config (an int, an enum or a float)           */
+    double value;     /* c's value (enums as their index; every capacity factor <= 0 as 0)       */
+    char text[48];    /* the value as config.json writes it: 8, 1e+06, true, "softmax"           */
+} moe_checkpoint_field;
+int moe_checkpoint_num_fields(void);
+moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i);
+void moe_checkpoint_field_set(moe_model_config *c, int i, double value);
 
 /* Before training: ROOT is made if missing (its parent must exist) and must be a writable directory holding
  * no checkpoints but this run's and its parent's (a fresh run into a used directory would mix them). */

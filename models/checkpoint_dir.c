@@ -13,6 +13,7 @@
 #include "core/fail.h"
 #include "models/checkpoint_internal.h"
 #include "models/fileio.h"
+#include "models/train_config.h"
 
 const char *const moe__checkpoint_files[MOE__CHECKPOINT_FILES] = {"model.safetensors", "config.json",
                                                                   "train_state.safetensors"};
@@ -32,15 +33,18 @@ static long long size_of(const char *dir, const char *name) {
     return n;
 }
 
-moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step) {
+moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
+                                          json_t *config) {
     json_t *files = json_object();
     for (int i = 0; i < MOE__CHECKPOINT_FILES; i++)
         json_object_set_new(files, moe__checkpoint_files[i], json_integer(size_of(dir, moe__checkpoint_files[i])));
-    json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:I, s:o}", "format", kFormat, "run_id", run_id, "parent_run_id",
-                          parent_run_id, "step", step, "saved_at_ns", (json_int_t)now_ns(), "files", files);
+    json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:I, s:o, s:o}", "format", kFormat, "run_id", run_id, "parent_run_id",
+                          parent_run_id, "step", step, "saved_at_ns", (json_int_t)now_ns(), "files", files, "config",
+                          config ? config : json_null());
     char *path = moe_path_join(dir, kManifest);
-    moe_status st = m && path ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK && (json_dump_file(m, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || moe_fsync_path(path) != 0))
+    moe_status st = m && path && config ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && (json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0 ||
+                         moe_fsync_path(path) != 0))
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     json_decref(m);
     free(path);

@@ -30,8 +30,11 @@ typedef struct {
     long long file_nbytes[MOE__CHECKPOINT_FILES]; /* -1: not listed */
 } moe__checkpoint_manifest;
 
-/* Writes DIR/manifest.json (the files' sizes read from DIR) and fsyncs it. */
-moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step);
+/* Writes DIR/manifest.json (the files' sizes read from DIR, and config: the options the run trained with,
+ * models/train_config.h, stolen; NULL is out of memory) and fsyncs it. The configuration lives here rather than
+ * in train_state.safetensors, which stays byte-identical across layouts (ep, ZeRO-1 and threads are options). */
+moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
+                                          json_t *config);
 /* Reads DIR/manifest.json; a missing one gives the legacy manifest (MOE_OK). Refused (MOE_ERR_BAD_FILE): a run
  * id that is not 16 hex digits (the parent's may also be "" or "legacy"), a step outside 0..INT_MAX, a listed
  * size that is not a byte count. */

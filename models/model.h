@@ -32,6 +32,8 @@ typedef struct {
     int tie_embeddings; /* 1: lm_head is the embedding matrix                                 */
     float rope_theta;
     float norm_eps;
+    int max_positions;  /* config.json's max_position_embeddings: max(S, a loaded checkpoint's); a label (RoPE
+                           has no table), 0: S                                                  */
     moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients, ep_size      */
 } moe_model_config;
 

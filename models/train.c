@@ -20,6 +20,8 @@
 #include "core/fail.h"
 #include "core/threads.h"
 #include "models/checkpoint.h"
+#include "models/run_record.h"
+#include "models/train_config.h"
 #include "models/train_device.h"
 #include "models/trainer.h"
 #include "models/verify.h"
@@ -61,7 +63,7 @@ static void load_balance(const moe_model_config *m, const double *tokens, double
 }
 
 static void log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
-                     double val) {
+                     double val, double eval_ms) {
     const moe_model_config *m = &o->model;
     const double tokens_per_s = (double)o->batch * o->micro_batches * m->seq_len / (ms / 1e3);
     double lo, hi, cv;
@@ -77,7 +79,8 @@ static void log_step(const moe_train_options *o, FILE *metrics, int step, const 
             "{\"step\":%d,\"loss\":%.17g,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
             "\"tokens_per_s\":%.1f,\"load_min\":%.4f,\"load_max\":%.4f,\"load_cv\":%.4f,\"drop_fraction\":%.6f",
             step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, r->drop_fraction);
-    if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g", val);
+    if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g,\"eval_ms\":%.3f", val, eval_ms);
+    moe_run_record_clock(metrics);
     if (r->skipped) fprintf(metrics, ",\"skipped\":true");
     fprintf(metrics, ",\"expert_tokens\":[");
     for (int l = 0, first = 1; l < m->num_layers; l++) {
@@ -159,9 +162,14 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
     return MOE_OK;
 }
 
-static int eval_only(moe_trainer *t, const moe_train_options *o) {
-    double val = 0;
+static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) {
+    double val = 0, t0 = now_ms();
     require(moe_trainer_evaluate(t, &val), "validation");
+    if (metrics) {
+        fprintf(metrics, "{\"record\":\"eval\",\"val_loss\":%.17g,\"eval_ms\":%.3f", val, now_ms() - t0);
+        moe_run_record_clock(metrics);
+        fprintf(metrics, "}\n");
+    }
     const size_t count = (size_t)o->model.seq_len * o->model.vocab_size;
     moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
     if (*o->dump_logits) require(logits ? moe_trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
@@ -225,7 +233,19 @@ static void start_startup_watchdog(int argc, char **argv) {
     alarm((unsigned)(seconds + 0.5));
 }
 
+/* Rank 0: the metrics file, opened and begun with the run record; NULL without --log-file. */
+static FILE *open_metrics(const moe_trainer *t, int world_size, const char *device) {
+    FILE *metrics = NULL;
+    if (*t->opt.log_file && !(metrics = fopen(t->opt.log_file, "w"))) {
+        fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", t->opt.log_file);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (metrics) moe_run_record_write(metrics, t, world_size, device);
+    return metrics;
+}
+
 int main(int argc, char **argv) {
+    moe_run_record_start();
     start_startup_watchdog(argc, argv);
     MPI_Init(&argc, &argv);
     int world_rank, world_size;
@@ -233,11 +253,22 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     moe_train_options opt;
     /* every rank parses the same argv; rank 0 alone reports, all ranks stop together */
-    int parsed = moe_train_options_parse(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL);
-    if (parsed != 0) {
-        MPI_Finalize();
-        return parsed > 0 ? 0 : 2;
+    int parsed = moe_train_options_load(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL,
+                                        world_rank == 0 ? stdout : NULL);
+    if (parsed == 0 && opt.print_config && world_rank == 0) { /* a --config file that reproduces this run */
+        json_t *j = moe_train_options_json(&opt);
+        if (!j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0) parsed = -1;
+        printf("\n");
+        json_decref(j);
     }
+    if (parsed != 0 || opt.print_config) {
+        MPI_Finalize();
+        return parsed >= 0 ? 0 : 2;
+    }
+    char why[512];
+    if (world_rank == 0 && !moe_checkpoint_is_mixtral(&opt.model, why, sizeof why))
+        printf("note: not a Mixtral (%s): checkpoints are labelled " MOE_CHECKPOINT_VARIANT ", not "
+               MOE_CHECKPOINT_MIXTRAL " (docs/CHECKPOINTS.md)\n", why);
     if (opt.threads == 0) opt.threads = moe_threads_default();
     moe_threads_set(opt.threads);
     /* the host holds the model on the CPU, and the CPU reference of --verify-steps on any device */
@@ -266,26 +297,24 @@ int main(int argc, char **argv) {
     if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, &place, "cannot load the checkpoint", st);
     if (*opt.checkpoint_dir && !opt.eval_only && (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir)) != MOE_OK)
         return stop_all(&t, &place, "before training", st);
+    const char *device = place.rt ? moe_runtime_name(place.rt) : "cpu";
+    FILE *metrics = world_rank == 0 ? open_metrics(&t, world_size, device) : NULL;
     if (opt.eval_only) {
-        int rc = eval_only(&t, &opt);
+        int rc = eval_only(&t, &opt, metrics);
+        if (metrics) fclose(metrics);
         moe_trainer_destroy(&t);
         moe_train_unplace(&place);
         MPI_Finalize();
         return rc;
     }
-    FILE *metrics = NULL;
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
         printf("world %d ranks x %d threads on %s: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters "
                "per rank, at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
-               world_size, moe_threads_get(), place.rt ? moe_runtime_name(place.rt) : "cpu", t.ranks.ep_size,
+               world_size, moe_threads_get(), device, t.ranks.ep_size,
                t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
                t.val.num_tokens);
-        if (*opt.log_file && !(metrics = fopen(opt.log_file, "w"))) {
-            fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", opt.log_file);
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
     }
     moe_parallel *ref_par = NULL; /* --verify-steps: the CPU fp32 reference's own layout of the same ranks */
     moe_verifier verifier;
@@ -324,9 +353,10 @@ int main(int argc, char **argv) {
         if (r.skipped && world_rank == 0)
             fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
                     moe_failure_message(MOE_ERR_NONFINITE));
+        double eval_t0 = now_ms();
         if (step == opt.steps || (opt.eval_interval > 0 && step % opt.eval_interval == 0))
             require(moe_trainer_evaluate(&t, &val), "validation");
-        if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val);
+        if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val, now_ms() - eval_t0);
         if (*opt.checkpoint_dir &&
             (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
             (st = moe_checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)

@@ -1,5 +1,5 @@
-/* train_options.h — moe-train's flags: one table gives parsing, validation, --help and the printed
- * configuration, so a new flag is one line. */
+/* train_options.h — moe-train's flags: one table gives parsing, validation, --help, the printed configuration
+ * and the keys of a --config file (models/train_config.h), so a new flag is one line. */
 #ifndef MOE_MODELS_TRAIN_OPTIONS_H
 #define MOE_MODELS_TRAIN_OPTIONS_H
 
@@ -8,6 +8,17 @@
 #include "models/model.h"
 
 enum { MOE_TRAIN_DEVICE_CPU = 0, MOE_TRAIN_DEVICE_CUDA = 1 };
+enum { MOE_TRAIN_MAX_OPTIONS = 96 };
+
+/* Where an option's value came from, weakest first. A stronger source overrides a weaker one, except that a
+ * checkpoint's architecture (config.json) never gives way: a config file or flag that disagrees is an error. */
+typedef enum {
+    MOE_OPTION_DEFAULT = 0,
+    MOE_OPTION_SAVED_RUN,   /* --resume: the configuration the checkpoint's run trained with */
+    MOE_OPTION_CHECKPOINT,  /* --init-from / --resume / --eval-only: the checkpoint's config.json */
+    MOE_OPTION_CONFIG_FILE, /* --config FILE */
+    MOE_OPTION_FLAG,        /* the command line */
+} moe_option_source;
 
 typedef struct {
     moe_model_config model;
@@ -43,14 +54,63 @@ typedef struct {
     const char *dump_logits;    /* with eval_only: float32 logits of validation sequence 0 */
     const char *routing_trace_out; /* write every training step's routing here ('' : no)   */
     const char *routing_trace_in;  /* take the routing from this trace instead of the routers */
+    const char *config_file;    /* --config: options from this JSON file ('' : none)      */
+    int print_config;           /* 1: write the resolved configuration as JSON and stop    */
+    unsigned char source[MOE_TRAIN_MAX_OPTIONS]; /* moe_option_source of each option, in table order */
 } moe_train_options;
 
-/* Parses argv into o (defaults first). Returns 0 on success, 1 when --help was printed, -1 on an error
- * (message already written to err, naming the flag, the value and what is allowed; err NULL: quiet,
- * for ranks other than 0). world_size checks the combinations that depend on it (ep, batch). */
+typedef enum { MOE_OPT_INT, MOE_OPT_FLOAT, MOE_OPT_STRING, MOE_OPT_CHOICE } moe_train_option_kind;
+/* What an option is part of: the run (inherited by --resume, written by --print-config), the command (written by
+ * --print-config, never inherited: --resume, --eval-only, ...), or the command line only (--config, --print-config). */
+typedef enum { MOE_OPT_SCOPE_RUN, MOE_OPT_SCOPE_COMMAND, MOE_OPT_SCOPE_FLAG_ONLY } moe_train_option_scope;
+
+/* One row of the flag table. A config file's key is the flag without its dashes, '-' as '_' (--d-model: d_model). */
+typedef struct {
+    const char *name, *help;
+    moe_train_option_kind kind;
+    size_t offset;           /* into moe_train_options */
+    double lo, hi;           /* numeric range */
+    const char *choices[3];  /* MOE_OPT_CHOICE: the words; the value stored is the index */
+    const char *implicit;    /* the value when the flag is given without one (NULL: a value is required) */
+    moe_train_option_scope scope;
+} moe_train_option;
+
+/* The table, in --help order; *count gets its length. */
+const moe_train_option *moe_train_option_table(int *count);
+/* The row whose stored value lives at offsetof(moe_train_options, ...) == offset, or NULL. */
+const moe_train_option *moe_train_option_at(size_t offset);
+/* The config-file key of an option ("d_model"), in a static buffer per row. */
+const char *moe_train_option_key(const moe_train_option *s);
+
+/* A message about the options, to err; ranks other than 0 pass NULL and stay quiet. */
+void moe_train_complain(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sets option s from text (range- and choice-checked) and records source. label names the value in a message
+ * ("--lr", "run.json: lr"). Returns 0, or -1 with the message written to err (NULL: quiet). */
+int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const char *text, moe_option_source source,
+                         const char *label, FILE *err);
+/* 1 when the option's default is decided from others (negative: "auto", which moe_train_option_set takes). */
+int moe_train_option_has_auto(const moe_train_option *s);
+/* 1 when the option's current value came from source or a stronger one. */
+int moe_train_option_from(const moe_train_options *o, const moe_train_option *s, moe_option_source source);
+
+/* Defaults, then argv's flags (each recorded as MOE_OPTION_FLAG). Returns 0, 1 when --help was printed, -1 on an
+ * error (message written to err naming the flag, the value and what is allowed; err NULL: quiet). */
+int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, FILE *err);
+/* Decides the automatic values (renormalize, precision, kv heads, warmup) and checks the combinations no single
+ * option can check, some of which depend on world_size (ep, batch). Returns 0 or -1 (message to err). */
+int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err);
+
+/* moe_train_options_parse_flags, then moe_train_options_finish: flags alone, no --config file and no checkpoint
+ * (moe-train itself uses moe_train_options_load, models/train_config.h). */
 int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err);
 
 void moe_train_options_print(const moe_train_options *o, FILE *f);
+/* Option s's value as text: 12, 0.003, cpu, 'path' (quoted: quote_strings), auto for an undecided negative. */
+void moe_train_option_format(const moe_train_options *o, const moe_train_option *s, int quote_strings, char *out,
+                             size_t nbytes);
+/* The float32 v as the shortest decimal that reads back as v ("1e-05", not "9.9999997473787516e-06"). */
+void moe_format_float(float v, char *out, size_t nbytes);
 
 /* The memory one rank needs for a parsed configuration on world_size ranks, in bytes: parameters and their
  * gradients, the AdamW moments (the dense ones 1/W of it under ZeRO-1), the activations the model keeps.

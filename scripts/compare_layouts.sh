@@ -15,8 +15,9 @@ for ep in 1 2; do
     mpirun -np 2 "$build/moe-train" --train-data "$root/data/kjv_train.bin" --val-data "$root/data/kjv_val.bin" \
         --steps "$steps" --eval-interval 0 --sample-tokens 0 --ep "$ep" --log-file "$out/ep$ep.jsonl" "$@" > "$out/ep$ep.txt"
 done
-paste -d' ' <(sed -E 's/.*"step":([0-9]+),"loss":([0-9.]+).*/\1 \2/' "$out/ep1.jsonl") \
-            <(sed -E 's/.*"loss":([0-9.]+).*/\1/' "$out/ep2.jsonl") |
+# the step records (the files open with a run record)
+paste -d' ' <(grep '^{"step"' "$out/ep1.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([0-9.]+).*/\1 \2/') \
+            <(grep '^{"step"' "$out/ep2.jsonl" | sed -E 's/.*"loss":([0-9.]+).*/\1/') |
     awk '{ same += ($2 == $3); d = $2 - $3; if (d < 0) d = -d; r = d / $2; if (r > max) { max = r; at = $1 }
            if ($1 <= 5 || $1 % 10 == 0) printf "step %4d  ep=1 %s  ep=2 %s  rel diff %.1e\n", $1, $2, $3, r }
          END { printf "%d of %d steps bitwise identical; largest relative difference %.2e", same, NR, max

@@ -5,8 +5,12 @@ Proves two directions on a tiny model (vocab 256, d 64, 2 layers, 4 heads / 2 kv
   A. ours -> HF: moe-train trains 20 steps on 2 ranks and saves a checkpoint; transformers loads the
      directory as MixtralForCausalLM and gives the same logits on validation sequence 0 (moe-train
      --dump-logits) and the same mean cross-entropy over the eval sequences as moe-train --eval-only.
-  B. HF -> ours: a random MixtralConfig model saved with save_pretrained (safetensors, float32) loads in
-     moe-train with --init-from and gives the same eval loss as transformers on the same sequences.
+  B. HF -> ours: random MixtralConfig models saved with save_pretrained (safetensors, float32) load in
+     moe-train with --init-from and no shape flags (the architecture comes from config.json) and give the same
+     eval loss as transformers on the same sequences: the top-2 model above (rope_theta 1e4), a top-1 one (Mixtral
+     renormalises its one gate to 1) and one with rope_theta 1e6 and rms_norm_eps 1e-6.
+  C. A model transformers cannot compute (top-1 without renormalisation) is saved by moe-train as
+     MoeTrainMixtralVariantForCausalLM: transformers refuses to load it instead of computing another function.
 Tolerances: logits max|diff| <= 1e-4 * max|logit| + 1e-5; loss relative difference <= 1e-5.
 
 Run (Debian's python3 with python3-torch and transformers, e.g. 4.40.2; scripts/test.sh installs it):
@@ -90,9 +94,10 @@ def run(cmd, what):
 
 
 def ours_eval(args, data, init_from, dump=None):
-    """moe-train --eval-only on 2 ranks; returns the printed val loss, or None when it failed."""
-    cmd = [args.mpirun, "-np", "2", args.moe_train, *MODEL_FLAGS, *data, "--init-from", init_from,
-           "--eval-only", "1", "--eval-batches", str(EVAL_BATCHES)]
+    """moe-train --eval-only on 2 ranks, the architecture from init_from's config.json (no shape flags); returns
+    the printed val loss, or None when it failed."""
+    cmd = [args.mpirun, "-np", "2", args.moe_train, "--seq-len", str(SEQ), "--batch", str(BATCH), *data,
+           "--init-from", init_from, "--eval-only", "1", "--eval-batches", str(EVAL_BATCHES)]
     if dump:
         cmd += ["--dump-logits", dump]
     ok, out = run(cmd, f"moe-train --eval-only --init-from {init_from}")
@@ -160,22 +165,22 @@ def part_a(args, w, data, val, results):
     loss_check("A loss", ours, hf_loss, results)
 
 
-def part_b(args, w, data, val, results):
-    print("== B. Hugging Face -> ours: random MixtralConfig model, moe-train --init-from ==")
+def part_b(args, w, data, val, results, name, top_k, theta, eps):
+    print(f"== B. Hugging Face -> ours: random MixtralConfig model ({name}), moe-train --init-from ==")
     config = MixtralConfig(vocab_size=VOCAB, hidden_size=MODEL["d_model"], intermediate_size=MODEL["d_ff"],
                            num_hidden_layers=MODEL["layers"], num_attention_heads=MODEL["heads"],
                            num_key_value_heads=MODEL["kv_heads"], num_local_experts=MODEL["experts"],
-                           num_experts_per_tok=MODEL["top_k"], max_position_embeddings=4 * SEQ,
-                           rope_theta=THETA, rms_norm_eps=EPS, tie_word_embeddings=False, sliding_window=None,
+                           num_experts_per_tok=top_k, max_position_embeddings=4 * SEQ,
+                           rope_theta=theta, rms_norm_eps=eps, tie_word_embeddings=False, sliding_window=None,
                            hidden_act="silu", torch_dtype="float32")
     torch.manual_seed(1234)
     config.initializer_range = 0.1  # larger than the default 0.02 so that the routing is not near-uniform
     model = MixtralForCausalLM(config).float().eval()
     with torch.no_grad():  # norms start at 1 in transformers; random gains check that they load too
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
-    hf_dir = os.path.join(w, "hf_model")
+    hf_dir = os.path.join(w, f"hf_model_{name}")
     model.save_pretrained(hf_dir, safe_serialization=True)
     print(f"saved {hf_dir}: {sorted(os.listdir(hf_dir))}")
     inputs, targets = eval_sequences(val, EVAL_BATCHES * BATCH)
@@ -183,9 +188,31 @@ def part_b(args, w, data, val, results):
     ours = ours_eval(args, data, hf_dir)
     if ours is None:
         print("FAIL: moe-train did not load the transformers directory (its message is above)")
-        results.append(("B: moe-train --init-from the transformers directory", False))
+        results.append((f"B {name}: moe-train --init-from the transformers directory", False))
         return
-    loss_check("B loss", ours, hf_loss, results)
+    loss_check(f"B {name} loss", ours, hf_loss, results)
+
+
+def part_c(args, w, data, results):
+    print("== C. a model Mixtral cannot compute (top-1, not renormalised) is not labelled MixtralForCausalLM ==")
+    ckpt = os.path.join(w, "ckpt_top1")
+    flags = list(MODEL_FLAGS)
+    flags[flags.index("--top-k") + 1] = "1"
+    ok, _ = run([args.mpirun, "-np", "2", args.moe_train, *flags, *data, "--renormalize", "0", "--steps", "2",
+                 "--warmup", "1", "--eval-batches", "1", "--sample-tokens", "0", "--checkpoint-dir", ckpt],
+                "moe-train top-1 training run")
+    if not ok:
+        results.append(("C: moe-train top-1 run", False))
+        return
+    step_dir = os.path.join(ckpt, "step-00000002")
+    try:
+        transformers.AutoModelForCausalLM.from_pretrained(step_dir, torch_dtype=torch.float32)
+        print("FAIL: transformers loaded a top-1 model without renormalisation as a Mixtral")
+        refused = False
+    except (ValueError, KeyError, OSError) as e:
+        print(f"transformers refuses it: {type(e).__name__}: {str(e).splitlines()[0]}")
+        refused = True
+    results.append(("C: a variant checkpoint is refused by transformers", refused))
 
 
 def main():
@@ -206,7 +233,10 @@ def main():
     data = ["--train-data", os.path.join(w, "train.bin"), "--val-data", os.path.join(w, "val.bin")]
     results = []
     part_a(args, w, data, val, results)
-    part_b(args, w, data, val, results)
+    part_b(args, w, data, val, results, "top2", MODEL["top_k"], THETA, EPS)
+    part_b(args, w, data, val, results, "top1", 1, THETA, EPS)
+    part_b(args, w, data, val, results, "theta1e6", MODEL["top_k"], 1e6, 1e-6)
+    part_c(args, w, data, results)
     print("== summary ==")
     for name, ok in results:
         print(f"  {'ok  ' if ok else 'FAIL'}  {name}")

@@ -4,7 +4,8 @@
     /usr/bin/python3 scripts/routing_report.py RUN/metrics.jsonl --out DIR [--last-fraction 0.1]
 
 Reads the file moe-train writes with --log-file (one object per step with step, aux_loss, z_loss,
-drop_fraction and expert_tokens: [{"layer": l, "tokens": [per-expert counts]}]) and writes to DIR:
+drop_fraction and expert_tokens: [{"layer": l, "tokens": [per-expert counts]}]; objects with a "record" key, such
+as the run record it opens with, are not steps and are skipped) and writes to DIR:
   expert_load_heatmap.png  per MoE layer, tokens each expert received at each step as a multiple of the
                            mean over the layer's experts (1 = perfectly balanced), one subplot per layer
   drop_fraction.png        fraction of (token, expert) assignments dropped by capacity limits, per step
@@ -52,6 +53,8 @@ def load(path):
                      f"truncated or corrupt?")
             if not isinstance(obj, dict):
                 fail(f"{where}: expected a JSON object per line")
+            if "record" in obj:  # the run record the file opens with, an --eval-only evaluation: not a step
+                continue
             step = number(obj, "step", where)
             if rows and step <= rows[-1]["step"]:
                 fail(f"{where}: step {step} after step {rows[-1]['step']} (two runs in one file?)")

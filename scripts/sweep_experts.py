@@ -152,6 +152,8 @@ def read_metrics(path):
         for n, line in enumerate(f, 1):
             try:
                 rows += [json.loads(line)] if line.strip() else []
+                if rows and "record" in rows[-1]:  # the run record the file opens with: not a step
+                    rows.pop()
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: line {n}: {e}") from None
     return rows

@@ -5,7 +5,7 @@
  *    removed while the others stay is refused; overlapping data_offsets are refused;
  *  - a FIFO or a directory given as a safetensors file, a token file, a routing trace or a config.json is
  *    refused at once with what it is (a FIFO used to block in fopen forever: an alarm guards the test);
- *  - config.json without rope_theta, or with a tie_word_embeddings that is not a boolean, is refused by name;
+ *  - config.json without num_hidden_layers, or with a tie_word_embeddings that is not a boolean, is refused by name;
  *  - paths of any length are joined whole. */
 #define _GNU_SOURCE /* memmem */
 #include <signal.h>
@@ -150,7 +150,8 @@ static moe_status check_edited_config(const char *key, json_t *value) {
 
 static void config_keys(void) {
     CHECK_OK(check_edited_config("unused_key", json_true())); /* the unedited config passes */
-    expect_refusal("config.json without rope_theta", check_edited_config("rope_theta", NULL), "rope_theta is missing");
+    expect_refusal("config.json without num_hidden_layers", check_edited_config("num_hidden_layers", NULL),
+                   "num_hidden_layers is missing");
     expect_refusal("tie_word_embeddings \"yes\"", check_edited_config("tie_word_embeddings", json_string("yes")),
                    "tie_word_embeddings must be true or false");
 }

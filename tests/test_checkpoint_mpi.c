@@ -196,11 +196,11 @@ int main(int argc, char **argv) {
     moe_train_options deeper = o;
     deeper.model.num_layers = 3;
     expect_refusal("config vs flags", full, deeper, 0, "config.json", NULL, NULL, 0,
-                   "num_hidden_layers is 2 but the flags ask for 3");
+                   "num_hidden_layers is 2 but this model has 3");
     moe_train_options far = o;
     far.model.rope_theta = 500000;
     expect_refusal("rope theta", full, far, 0, "config.json", NULL, NULL, 0,
-                   "rope_theta is 10000 but the flags ask for 500000");
+                   "rope_theta is 10000 but this model has 500000");
     moe_train_options other_run = o;
     other_run.seed = 4242;
     expect_refusal("another run's state", full, other_run, 1, "config.json", NULL, NULL, 0,

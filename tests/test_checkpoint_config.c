@@ -1,0 +1,248 @@
+/* test_checkpoint_config.c — config.json and moe-train's configuration sources, without MPI (issue 16):
+ *  - config.json round trip: every field that defines the model reads back equal; float32 values are written
+ *    as their shortest decimal (1e-5, not 9.9999997473787516e-06); max_position_embeddings is max(S, loaded);
+ *  - the label: a model transformers' MixtralForCausalLM computes says MixtralForCausalLM (k = 1 renormalised
+ *    included); sigmoid scores, k = 1 without renormalisation, capacity drops, moe_every 2 and a dense model say
+ *    MoeTrainMixtralVariantForCausalLM with a moe_train_note naming the reason;
+ *  - a transformers-made config (no moe_train, no rope_theta) reads as Mixtral: renormalised, softmax, dropless,
+ *    every layer MoE, rope_theta 1e6; bad keys, types and labels are refused by name;
+ *  - options: a --config object's unknown keys, wrong types, out-of-range values and flag-only keys are refused by
+ *    key; flags beat the file; --init-from takes the architecture from config.json and refuses a disagreeing
+ *    flag naming both values.
+ * Run: meson test -C build test_checkpoint_config -v */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/fail.h"
+#include "models/checkpoint_internal.h"
+#include "models/fileio.h"
+#include "models/train_config.h"
+#include "tests/test_util.h"
+
+static char dir[64];
+
+/* Writes j (stolen) as DIR/NAME/config.json; returns the malloc'ed checkpoint directory. */
+static char *write_config(const char *name, json_t *j) {
+    char *ckpt = moe_path_join(dir, name), *path = moe_path_join(ckpt, "config.json");
+    mkdir(ckpt, 0700);
+    CHECK(json_dump_file(j, path, JSON_INDENT(2) | MOE_JSON_FLOATS) == 0, "writing %s", path);
+    json_decref(j);
+    free(path);
+    return ckpt;
+}
+
+static char *file_text(const char *ckpt) {
+    char *path = moe_path_join(ckpt, "config.json"), *text = calloc(1, 1 << 16);
+    FILE *f = fopen(path, "rb");
+    if (f) fread(text, 1, (1 << 16) - 1, f), fclose(f);
+    free(path);
+    return text;
+}
+
+static void expect_refusal(const char *what, moe_status st, const char *expect) {
+    CHECK(st != MOE_OK, "%s: accepted", what);
+    if (st == MOE_OK) return;
+    CHECK(strstr(moe_failure_message(st), expect) != NULL, "%s: message '%s' lacks '%s'", what,
+          moe_failure_message(st), expect);
+    printf("%-40s refused: %s\n", what, moe_failure_message(st));
+}
+
+static moe_model_config small(void) {
+    moe_model_config c = moe_model_config_default();
+    c.rope_theta = 1e6f, c.norm_eps = 1e-5f, c.num_kv_heads = 2, c.max_positions = 4096;
+    return c;
+}
+
+static void round_trip(void) {
+    moe_model_config c = small(), back;
+    c.moe.capacity_factor = 1.25f, c.moe.drop_priority = MOE_DROP_BY_SCORE, c.moe_every = 2, c.tie_embeddings = 1;
+    char *ckpt = write_config("round_trip", moe__checkpoint_config_json(&c));
+    int window = -1;
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, &window));
+    CHECK(window == 0, "sliding_window null read as %d", window);
+    for (int i = 0; i < moe_checkpoint_num_fields(); i++) {
+        moe_checkpoint_field a = moe_checkpoint_field_at(&c, i), b = moe_checkpoint_field_at(&back, i);
+        CHECK(a.value == b.value, "%s: wrote %s, read %s", a.path, a.text, b.text);
+    }
+    CHECK(back.max_positions == 4096, "max_position_embeddings read as %d", back.max_positions);
+    CHECK_OK(moe__checkpoint_check_config(ckpt, &c));
+    char *text = file_text(ckpt);
+    CHECK(strstr(text, "\"rms_norm_eps\": 1e-5") && strstr(text, "\"rope_theta\": 1000000.0") &&
+              strstr(text, "\"capacity_factor\": 1.25") && !strstr(text, "99999"),
+          "float32 values not written as their shortest decimals:\n%s", text);
+    CHECK(strstr(text, "\"max_position_embeddings\": 4096"), "max_position_embeddings is not max(S, loaded)");
+    free(text), free(ckpt);
+    c.max_positions = 0; /* none loaded: the training sequence length */
+    json_t *j = moe__checkpoint_config_json(&c);
+    CHECK(json_integer_value(json_object_get(j, "max_position_embeddings")) == c.seq_len, "max_position_embeddings");
+    json_decref(j);
+}
+
+static const char *label_of(const moe_model_config *c, char *note, size_t n) {
+    json_t *j = moe__checkpoint_config_json(c);
+    static char arch[64];
+    snprintf(arch, sizeof arch, "%s", json_string_value(json_array_get(json_object_get(j, "architectures"), 0)));
+    snprintf(note, n, "%s", json_string_value(json_object_get(j, "moe_train_note")) ?: "");
+    json_decref(j);
+    return arch;
+}
+
+static void labels(void) {
+    char note[1024];
+    moe_model_config c = small();
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_MIXTRAL) && !*note, "top-2 softmax: %s", note);
+    c.moe.top_k = 1, c.moe.renormalize = 1; /* Mixtral at k = 1: gate 1 */
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_MIXTRAL), "k = 1 renormalised is Mixtral");
+    const struct { const char *what, *reason; } variants[] = {
+        {"k = 1 without renormalisation", "top-1 gates not renormalised"}, {"sigmoid scores", "sigmoid router scores"},
+        {"capacity drops", "capacity limit"}, {"moe_every 2", "moe_every > 1"}, {"a dense model", "a dense model"},
+    };
+    for (int i = 0; i < 5; i++) {
+        c = small();
+        if (i == 0) c.moe.top_k = 1, c.moe.renormalize = 0;
+        if (i == 1) c.moe.score_func = MOE_SCORE_SIGMOID;
+        if (i == 2) c.moe.capacity_factor = 1.0f;
+        if (i == 3) c.moe_every = 2;
+        if (i == 4) c.moe.num_experts = 1, c.moe.top_k = 1;
+        const char *arch = label_of(&c, note, sizeof note);
+        CHECK(!strcmp(arch, MOE_CHECKPOINT_VARIANT) && strstr(note, variants[i].reason), "%s: labelled %s, note '%s'",
+              variants[i].what, arch, note);
+        json_t *j = moe__checkpoint_config_json(&c);
+        CHECK(!strcmp(json_string_value(json_object_get(j, "model_type")), MOE_CHECKPOINT_VARIANT_TYPE),
+              "%s: model_type must not be mixtral (AutoModel picks the class by it)", variants[i].what);
+        json_decref(j);
+        printf("%-32s -> %s: %s\n", variants[i].what, arch, note);
+    }
+}
+
+/* What transformers' MixtralConfig(...).save_pretrained writes for a k = 1 model, less what it may leave out. */
+static json_t *transformers_config(void) {
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:s, s:n, s:i}", "architectures",
+                     "MixtralForCausalLM", "model_type", "mixtral", "vocab_size", 256, "hidden_size", 64,
+                     "intermediate_size", 96, "num_hidden_layers", 2, "num_attention_heads", 4, "num_key_value_heads",
+                     2, "num_local_experts", 4, "num_experts_per_tok", 1, "tie_word_embeddings", 0, "hidden_act", "silu",
+                     "sliding_window", "max_position_embeddings", 131072);
+}
+
+static void transformers_made(void) {
+    moe_model_config c;
+    char *ckpt = write_config("hf", transformers_config());
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.moe.renormalize == 1 && c.moe.score_func == MOE_SCORE_SOFTMAX && c.moe.capacity_factor <= 0 &&
+              c.moe_every == 1 && c.moe.top_k == 1 && c.rope_theta == 1e6f && c.norm_eps == 1e-5f &&
+              c.max_positions == 131072,
+          "a config.json without moe_train is not read as Mixtral's semantics");
+    free(ckpt);
+    const struct { const char *what, *key, *value_json, *expect; } bad[] = {
+        {"layers as a string", "num_hidden_layers", "\"2\"", "num_hidden_layers must be an integer, not \"2\""},
+        {"no hidden_size", "hidden_size", NULL, "hidden_size is missing"},
+        {"a Llama", "architectures", "[\"LlamaForCausalLM\"]", "architectures is LlamaForCausalLM"},
+        {"another model_type", "model_type", "\"qwen2_moe\"", "model_type is qwen2_moe"},
+        {"our variant without moe_train", "architectures", "[\"" MOE_CHECKPOINT_VARIANT "\"]", "without its moe_train"},
+        {"score_func 513", "moe_train", "{\"score_func\": 513}", "moe_train.score_func must be \"softmax\" or"},
+        {"renormalize 2", "moe_train", "{\"renormalize\": 2}", "moe_train.renormalize must be true or false"},
+        {"moe_every 2.0", "moe_train", "{\"moe_every\": 2.0}", "moe_train.moe_every must be an integer"},
+        {"rope_theta a string", "rope_theta", "\"big\"", "rope_theta must be a number"},
+        {"head_dim 7", "head_dim", "7", "head_dim must be hidden_size / num_attention_heads = 16"},
+        {"top_k above the experts", "num_experts_per_tok", "5", "top_k must be between 1 and the number of experts"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_t *j = transformers_config();
+        if (bad[i].value_json) json_object_set_new(j, bad[i].key, json_loads(bad[i].value_json, JSON_DECODE_ANY, NULL));
+        else json_object_del(j, bad[i].key);
+        ckpt = write_config("bad", j);
+        expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c, NULL), bad[i].expect);
+        free(ckpt);
+    }
+    /* a model that differs from the file in one field: named, with both values */
+    ckpt = write_config("hf", transformers_config());
+    moe_checkpoint_read_config(ckpt, &c, NULL);
+    c.rope_theta = 1e4f;
+    expect_refusal("a model with another rope_theta", moe__checkpoint_check_config(ckpt, &c),
+                   "rope_theta is 1000000 but this model has 10000");
+    free(ckpt);
+}
+
+/* moe_train_options_load over argv (NULL-terminated, without the program name); the message in msg. */
+static int load(moe_train_options *o, char *msg, size_t n, const char *const *args) {
+    char *argv[64] = {"moe-train"};
+    int argc = 1;
+    while (args[argc - 1]) argv[argc] = (char *)args[argc - 1], argc++;
+    FILE *err = fmemopen(msg, n, "w");
+    int rc = moe_train_options_load(argc, argv, 1, o, err, NULL);
+    fclose(err);
+    return rc;
+}
+
+static void expect_option_refusal(const char *what, const char *expect, const char *const *args) {
+    moe_train_options o;
+    char msg[2048] = "";
+    int rc = load(&o, msg, sizeof msg, args);
+    CHECK(rc == -1 && strstr(msg, expect), "%s: rc %d, message '%s' lacks '%s'", what, rc, msg, expect);
+    if (rc == -1) printf("%-40s refused: %s", what, msg);
+}
+
+static void options(void) {
+    char *file = moe_path_join(dir, "run.json"), *ckpt = write_config("hf", transformers_config()), msg[2048];
+    const struct { const char *what, *json, *expect; } bad[] = {
+        {"an unknown key", "{\"lerning_rate\": 1}", "unknown key 'lerning_rate'"},
+        {"an integer as a string", "{\"layers\": \"2\"}", "'layers' must be an integer, not \"2\""},
+        {"a number out of range", "{\"lr\": -1}", "'lr' expects a number in [0, 10], got '-1'"},
+        {"a bad choice", "{\"score\": \"relu\"}", "'score' must be softmax or sigmoid, got 'relu'"},
+        {"a flag-only key", "{\"print_config\": 1}", "'print_config' is a command-line flag only"},
+        {"not an object", "[1, 2]", "not a JSON object of options"},
+        {"not JSON", "{\"lr\": ", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FILE *f = fopen(file, "w");
+        fputs(bad[i].json, f), fclose(f);
+        expect_option_refusal(bad[i].what, bad[i].expect, (const char *[]){"--config", file, NULL});
+    }
+    /* flags beat the file; the file beats the defaults; "auto" is a value */
+    FILE *f = fopen(file, "w");
+    fputs("{\"layers\": 3, \"lr\": 0.001, \"kv_heads\": \"auto\", \"heads\": 8}", f), fclose(f);
+    moe_train_options o;
+    int rc = load(&o, msg, sizeof msg, (const char *[]){"--config", file, "--layers", "5", NULL});
+    CHECK(rc == 0 && o.model.num_layers == 5 && o.lr == 0.001f && o.model.num_kv_heads == 8,
+          "precedence: rc %d layers %d lr %g kv %d (%s)", rc, o.model.num_layers, o.lr, o.model.num_kv_heads, msg);
+    /* --print-config's object read back is the same configuration */
+    json_t *j = moe_train_options_json(&o);
+    CHECK(json_dump_file(j, file, MOE_JSON_FLOATS) == 0, "writing %s", file);
+    moe_train_options again;
+    rc = load(&again, msg, sizeof msg, (const char *[]){"--config", file, NULL});
+    json_t *j2 = rc == 0 ? moe_train_options_json(&again) : NULL;
+    CHECK(j2 && json_equal(j, j2), "a printed configuration read back differs (%s)", msg);
+    json_decref(j), json_decref(j2);
+    /* the checkpoint's architecture: taken without flags, a disagreeing flag or key refused with both values */
+    rc = load(&o, msg, sizeof msg, (const char *[]){"--init-from", ckpt, "--eval-only", "1", NULL});
+    CHECK(rc == 0 && o.model.num_layers == 2 && o.model.d_model == 64 && o.model.num_kv_heads == 2 &&
+              o.model.moe.top_k == 1 && o.model.moe.renormalize == 1 && o.model.rope_theta == 1e6f &&
+              o.model.max_positions == 131072,
+          "--init-from did not take the architecture (rc %d: %s)", rc, msg);
+    rc = load(&o, msg, sizeof msg, (const char *[]){"--init-from", ckpt, "--layers", "2", "--renormalize", "auto", NULL});
+    CHECK(rc == 0 && o.model.moe.renormalize == 1, "an agreeing flag or an auto was refused: %s", msg);
+    expect_option_refusal("a disagreeing --rope-theta", "--rope-theta 10000 disagrees with",
+                          (const char *[]){"--init-from", ckpt, "--rope-theta", "10000", NULL});
+    expect_option_refusal("a disagreeing --renormalize", "whose moe_train.renormalize is true",
+                          (const char *[]){"--init-from", ckpt, "--renormalize", "0", NULL});
+    f = fopen(file, "w");
+    fputs("{\"d_model\": 128}", f), fclose(f);
+    expect_option_refusal("a disagreeing config key", "--d-model 128 disagrees with",
+                          (const char *[]){"--init-from", ckpt, "--config", file, NULL});
+    free(file), free(ckpt);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/moe-config-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    round_trip();
+    labels();
+    transformers_made();
+    options();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return test_finish("test_checkpoint_config");
+}

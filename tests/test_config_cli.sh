@@ -1,0 +1,103 @@
+#!/bin/bash
+# test_config_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train's configuration as a user meets it,
+# on 2 ranks (issue 16):
+#  1. --init-from, --eval-only and --resume take the architecture from the checkpoint's config.json: no shape flag
+#     is needed, and one that disagrees is refused naming both values;
+#  2. a model transformers' Mixtral cannot compute (here top-1 without renormalisation) is saved as
+#     MoeTrainMixtralVariantForCausalLM with a note, and said so at start; top-1 renormalised is a Mixtral;
+#  3. the metrics log opens with the run record (options, layout, versions, commit); steps carry the clock and
+#     evaluations their duration;
+#  4. --print-config writes JSON that --config reads back into the same run (bitwise the same losses); a bad key
+#     is refused naming it; flags override the file.
+. "$(dirname "$0")/train_cli_common.sh"
+
+# a model unlike the defaults in every architecture field
+arch=(--layers 2 --d-model 32 --heads 4 --kv-heads 2 --d-ff 24 --vocab 256 --experts 4 --top-k 1 --renormalize 0
+      --rope-theta 1e6 --norm-eps 1e-6 --moe-every 1 --tie-embeddings 1)
+ck="$dir/ck" step2="$dir/ck/step-00000002"
+trains "a top-1 model without renormalisation trains, with a note" \
+    "^note: not a Mixtral \(top-1 gates not renormalised" "${arch[@]}" --checkpoint-dir "$ck" --log-file "$dir/m.jsonl"
+grep -q '"architectures": \[\s*$' "$step2/config.json" && grep -q '"MoeTrainMixtralVariantForCausalLM"' "$step2/config.json" &&
+    grep -q '"model_type": "moe_train_mixtral_variant"' "$step2/config.json" &&
+    grep -q '"moe_train_note": "Not a Mixtral: top-1 gates not renormalised' "$step2/config.json" &&
+    grep -q '"rms_norm_eps": 1e-6,' "$step2/config.json" && echo "ok: labelled as our variant, floats written short" ||
+    fail_with_output "config.json of the top-1 model: $(cat "$step2/config.json")"
+
+# 1. no shape flags: the same validation loss as the run's last evaluation
+evaluates_as_trained() { # WHAT METRICS CHECKPOINT
+    local want got
+    want=$(grep -o '"val_loss":[0-9.e+-]*' "$2" | tail -n 1 | cut -d: -f2)
+    if timeout 120 "$mpirun" -np 2 "$train" --seq-len 16 --batch 2 --eval-batches 1 --train-data "$dir/train.bin" \
+            --val-data "$dir/val.bin" --init-from "$3" --eval-only 1 > "$dir/out.txt" 2>&1 &&
+        got=$(sed -nE 's/^eval: val_loss ([0-9.]+) over.*/\1/p' "$dir/out.txt") && [ -n "$got" ] &&
+        awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 5e-9 && d > -5e-9) }'; then
+        echo "ok: $1: --eval-only --init-from with no shape flags: val_loss $got (the run's last: $want)"
+    else
+        fail_with_output "$1: --eval-only --init-from without shape flags (want val_loss $want)"
+    fi
+}
+evaluates_as_trained "top-1" "$dir/m.jsonl" "$step2"
+# sigmoid routing selects by score + bias: --init-from loads the biases too (6 steps at rate 0.05 move them)
+trains "a sigmoid model trains" "^step     6" --score sigmoid --bias-update-rate 0.05 --steps 6 \
+    --checkpoint-dir "$dir/cks" --log-file "$dir/s.jsonl"
+evaluates_as_trained "sigmoid" "$dir/s.jsonl" "$dir/cks/step-00000006"
+# (the small run's flags disagree in d_model first; shapes agree with the checkpoint up to its RoPE base)
+shapes=(--layers 2 --d-model 32 --heads 4 --d-ff 24)
+refuses "--d-model 16 disagrees with .*config.json, whose hidden_size is 32" --init-from "$step2" --eval-only 1
+refuses "--top-k 2 disagrees with .*config.json, whose num_experts_per_tok is 1" --init-from "$step2" "${shapes[@]}"
+refuses "--rope-theta 10000 disagrees with .*step-00000002/config.json, whose rope_theta is 1000000" \
+    --init-from "$step2" "${shapes[@]}" --top-k 1 --rope-theta 10000
+refuses "--norm-eps 1e-05 disagrees with .*config.json, whose rms_norm_eps is 1e-06" --resume "$step2" --steps 3 \
+    "${shapes[@]}" --top-k 1 --norm-eps 1e-5
+# --resume: the architecture from config.json, the rest from the saved run (its batch, seed, sequence length)
+if timeout 120 "$mpirun" -np 2 "$train" --resume "$step2" --steps 3 --sample-tokens 0 --exchange-timeout 20 \
+        > "$dir/out.txt" 2>&1 && grep -q "^resume: --steps 3 (the saved run had 2)" "$dir/out.txt" &&
+    grep -q "^step     3" "$dir/out.txt"; then
+    echo "ok: --resume with no other flags continues the run: $(grep '^resume: --steps' "$dir/out.txt")"
+else
+    fail_with_output "--resume without the run's flags"
+fi
+
+# 2. top-1 renormalised (gate 1) is what Mixtral computes
+trains "top-1 renormalised trains" "^step     2" --top-k 1 --renormalize 1 --checkpoint-dir "$dir/ck1"
+grep -q '"MixtralForCausalLM"' "$dir/ck1/step-00000002/config.json" && ! grep -q moe_train_note "$dir/ck1/step-00000002/config.json" &&
+    ! grep -q "^note: not a Mixtral" "$dir/out.txt" && echo "ok: top-1 renormalised is labelled MixtralForCausalLM" ||
+    fail_with_output "top-1 renormalised is not labelled MixtralForCausalLM"
+
+# 3. the metrics log
+first=$(head -n 1 "$dir/m.jsonl")
+for pattern in '^\{"record":"run","config":\{"layers":2,"d_model":32,' '"layout":\{"world_size":2,"ep":1,' \
+               '"versions":\{"moe":"[^"]+","compiler":"[^"]+","gemm":"[^"]+","openblas":"[^"]+","mpi":"[^"]+"' \
+               '"git_commit":"([0-9a-f]{40}(-dirty)?|unknown|[^"]+-g[0-9a-f]{40}(-dirty)?)"' '"started":"20[0-9-]+T'; do
+    [[ $first =~ $pattern ]] || fail_with_output "the run record lacks /$pattern/: $first"
+done
+steps=$(grep -c '^{"step":[0-9]*,.*"elapsed_s":[0-9.]*,"time":"20[0-9-]*T[0-9:.]*Z"' "$dir/m.jsonl")
+[ "$steps" -eq 2 ] && grep -q '"val_loss":[0-9.e+-]*,"eval_ms":[0-9.]*' "$dir/m.jsonl" &&
+    echo "ok: the metrics log: a run record, 2 clocked steps, a timed evaluation" ||
+    fail_with_output "metrics: $(cat "$dir/m.jsonl")"
+
+# 4. --print-config and --config
+merge "${arch[@]}" --seed 7 --print-config
+if "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/run.json" 2> "$dir/out.txt" && grep -q '^  "seed": 7,$' "$dir/run.json" &&
+    ! grep -q '"print_config"' "$dir/run.json"; then
+    echo "ok: --print-config wrote $(wc -l < "$dir/run.json") lines of JSON"
+else
+    fail_with_output "--print-config"
+fi
+timeout 120 "$mpirun" -np 2 "$train" --config "$dir/run.json" --log-file "$dir/a.jsonl" > "$dir/out.txt" 2>&1
+merge "${arch[@]}" --seed 7 --log-file "$dir/b.jsonl"
+timeout 120 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1
+losses() { grep -o '"step":[0-9]*,"loss":[0-9.e+-]*' "$1"; }
+[ -n "$(losses "$dir/a.jsonl")" ] && [ "$(losses "$dir/a.jsonl")" = "$(losses "$dir/b.jsonl")" ] &&
+    echo "ok: --config run.json reproduces the run: $(losses "$dir/a.jsonl" | tr '\n' ' ')" ||
+    fail_with_output "--config run.json did not reproduce the run ($(losses "$dir/a.jsonl"), $(losses "$dir/b.jsonl"))"
+trains "a flag overrides the config file" "^step     3" --config "$dir/run.json" --steps 3
+sed 's/"seed": 7/"seeed": 7/' "$dir/run.json" > "$dir/typo.json"
+refuses "typo.json: unknown key 'seeed'" --config "$dir/typo.json"
+sed 's/"seed": 7/"seed": "seven"/' "$dir/run.json" > "$dir/type.json"
+refuses "type.json: 'seed' must be an integer, not \"seven\"" --config "$dir/type.json"
+sed 's/"beta2": 0.95/"beta2": 2/' "$dir/run.json" > "$dir/range.json"
+refuses "range.json: 'beta2' expects a number in \[0, 0.999999\], got '2'" --config "$dir/range.json"
+refuses "--config: .*missing.json: cannot open" --config "$dir/missing.json"
+
+finish test_config_cli
