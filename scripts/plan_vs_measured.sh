@@ -67,7 +67,7 @@ PY
     "$py" - "$plan" "$tmp/train$W.jsonl" $W $threads "$gflops" "$overhead" "$lat_us" "$bw" $a2a_bytes "$a2a_meas" <<'PY'
 import json, statistics, sys
 plan = json.loads(sys.argv[1])["prediction"]["seconds"]
-ms = statistics.median([json.loads(l)["ms"] for l in open(sys.argv[2])][3:])  # steps 4-10
+ms = statistics.median([r["ms"] for r in map(json.loads, open(sys.argv[2])) if "step" in r][3:])  # steps 4-10
 W, threads, gf, ov, lat, bw, size, a2a_meas = sys.argv[3:]
 pred = plan["step_serial"] * 1e3
 a2a_pred = (float(lat) + float(size) * (int(W) - 1) / int(W) / (float(bw) * 1e9) * 1e6) if int(W) > 1 else 0

@@ -67,7 +67,7 @@ train_ms() { # WHERE: median step ms of moe-train's default model, 2 ranks, ep 2
     "$1" "$build/moe-train" --ep 2 --steps 12 --warmup 0 --threads 1 --sample-tokens 0 --eval-interval 0 \
         --eval-batches 1 --log-file "$tmp/train.jsonl" > /dev/null
     "$py" -c 'import json, statistics, sys
-print(statistics.median([json.loads(l)["ms"] for l in open(sys.argv[1])][3:]))' "$tmp/train.jsonl"
+print(statistics.median([r["ms"] for r in map(json.loads, open(sys.argv[1])) if "step" in r][3:]))' "$tmp/train.jsonl"
 }
 
 read -r lat_x bw_x < <(a2a across)
@@ -81,13 +81,16 @@ layer=$("$build/bench/bench_moe_layer" --tokens 1024 --d-model 128 --d-ff 256 --
 read -r gflops overhead < <("$py" -c 'import json, sys
 d = json.loads(sys.argv[1]); print(d["gemm_gflops"] * min(1, int(sys.argv[2]) / 2), max(0, d["ratio"]["total"] - 1))' \
     "$layer" "$cores")
-plan() { # INTER_LATENCY_US INTER_GBPS: predicted step ms for 2 nodes of 1 rank
-    "$build/moe-plan" --precision fp32 --gpus-per-node 1 --nodes 2 --ep 2 --micro-batch 8 --global-batch 16 \
+plan() { # NODES LATENCY_US GBPS: predicted step ms for 2 ranks on NODES nodes, the link(s) between them given
+    local nodes=$1 link
+    [ "$nodes" -eq 2 ] && link=(--inter-latency "$2" --inter-bw "$3") || link=(--intra-latency "$2" --intra-bw "$3")
+    "$build/moe-plan" --precision fp32 --gpus-per-node $((2 / nodes)) --nodes "$nodes" --ep 2 --micro-batch 8 --global-batch 16 \
         --seq-len 128 --gpu-flops "$("$py" -c "print($gflops / 1000)")" --gemm-efficiency 1 \
-        --non-gemm-overhead "$overhead" --gpu-memory 20 --inter-latency "$1" --inter-bw "$2" --workspace-gib 0 \
+        --non-gemm-overhead "$overhead" --gpu-memory 20 "${link[@]}" --workspace-gib 0 \
         --json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["prediction"]["seconds"]["step_serial"] * 1e3)'
 }
-pred_x=$(plan "$lat_x" "$bw_x")
+pred_x=$(plan 2 "$lat_x" "$bw_x")
+pred_w=$(plan 1 "$lat_w" "$bw_w")
 
 echo "two nodes in network namespaces, $(date -u +%F), $(lscpu | sed -n 's/^Model name: *//p'), $cores CPUs"
 echo "link: veth, rate $RATE (tbf or netem), delay $delay_note; Open MPI TCP (pml ob1, btl tcp)"
@@ -96,5 +99,7 @@ printf "| %-38s | %12s | %12s |\n" "---" "---:" "---:"
 printf "| %-38s | %12.1f | %12.1f |\n" "all-to-all latency at 4 KiB (us)" "$lat_x" "$lat_w"
 printf "| %-38s | %12.3f | %12.3f |\n" "all-to-all bandwidth at 16 MiB (GB/s)" "$bw_x" "$bw_w"
 printf "| %-38s | %12.1f | %12.1f |\n" "moe-train step, median (ms)" "$ms_x" "$ms_w"
-printf "| %-38s | %12.1f | %12s |\n" "moe-plan's predicted step (ms)" "$pred_x" "-"
-"$py" -c "print('prediction error across nodes: %+.0f%%' % (100 * ($pred_x / $ms_x - 1)))"
+printf "| %-38s | %12.1f | %12.1f |\n" "moe-plan's predicted step (ms)" "$pred_x" "$pred_w"
+"$py" -c "print('prediction error: across nodes %+.0f%%, within a node %+.0f%%; the link costs %.1f ms per step '
+               'measured, %.1f ms predicted' % (100 * ($pred_x / $ms_x - 1), 100 * ($pred_w / $ms_w - 1),
+                                                $ms_x - $ms_w, $pred_x - $pred_w))"
