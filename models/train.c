@@ -128,6 +128,17 @@ static void inject_test_fault(moe_trainer *t) {
     if (t->ranks.world_rank == 0) printf("moe-train: MOE_TEST_FAULT: the run's %s does its work twice\n", entry);
 }
 
+/* One step of --verify-steps: computed, checked against the CPU reference (rank 0 prints the report), then
+ * applied. MOE_ERR_MISMATCH (rank 0 says why) when outside the tolerances: the step is not applied. */
+static moe_status verified_step(moe_verifier *v, moe_trainer *t, int step, moe_step_result *r) {
+    moe_verify_report rep;
+    moe_status st = moe_verify_step(v, t, step, r, &rep);
+    const int rank0 = t->ranks.world_rank == 0;
+    if (rank0 && (st == MOE_OK || st == MOE_ERR_MISMATCH)) moe_verify_report_print(&rep, stdout);
+    if (st == MOE_ERR_MISMATCH && rank0) fprintf(stderr, "moe-train: --verify-steps: %s\n", moe_failure_message(st));
+    return st == MOE_OK ? moe_trainer_apply(t, step, r) : st;
+}
+
 static int stop_all(moe_trainer *t, moe_train_placement *place, const char *what, moe_status st) {
     fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
     moe_trainer_destroy(t);
@@ -327,25 +338,15 @@ int main(int argc, char **argv) {
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
+    int rc = 0;
     for (int step = first_step; step <= opt.steps; step++) {
         double t0 = now_ms(), val = -1;
         if (ref_par && step < first_step + opt.verify_steps) {
-            moe_verify_report rep;
-            st = moe_verify_step(&verifier, &t, step, &r, &rep);
-            if (world_rank == 0 && (st == MOE_OK || st == MOE_ERR_MISMATCH)) moe_verify_report_print(&rep, stdout);
-            if (st == MOE_ERR_MISMATCH) {
-                if (world_rank == 0) fprintf(stderr, "moe-train: --verify-steps: %s\n", moe_failure_message(st));
-                moe_verifier_destroy(&verifier);
-                moe_parallel_destroy(ref_par);
-                if (metrics) fclose(metrics);
-                free(r.expert_tokens);
-                moe_trainer_destroy(&t);
-                moe_train_unplace(&place);
-                MPI_Finalize();
-                return 3;
+            if ((st = verified_step(&verifier, &t, step, &r)) == MOE_ERR_MISMATCH) {
+                rc = 3;
+                break;
             }
             require(st, "training step (verified)");
-            require(moe_trainer_apply(&t, step, &r), "training step");
         } else {
             require(moe_trainer_step(&t, step, &r), "training step");
         }
@@ -363,11 +364,11 @@ int main(int argc, char **argv) {
             return stop_all(&t, &place, "checkpoint save failed (earlier checkpoints are intact)", st);
     }
     if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
-    if (opt.sample_tokens > 0) print_sample(&t);
+    if (rc == 0 && opt.sample_tokens > 0) print_sample(&t);
     if (metrics) fclose(metrics);
     free(r.expert_tokens);
     moe_trainer_destroy(&t);
     moe_train_unplace(&place);
     MPI_Finalize();
-    return 0;
+    return rc;
 }
