@@ -52,6 +52,28 @@ moe_status moe_comm_allreduce_sum_f64(moe_comm *c, double *buf, size_t count) {
     TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_sum_f64(c, buf, count));
 }
 
+/* The tree over ranks needs whole subtrees: refused locally, so every rank refuses alike and none waits. */
+static moe_status check_tree_world(const moe_comm *c) {
+    if (c->size & (c->size - 1))
+        return moe_fail(MOE_ERR_INVALID_CONFIG,
+                        "world rank %d: the fixed-tree all-reduce on communicator '%s' needs a power-of-two number "
+                        "of ranks, and it has %d: run on 1, 2, 4, 8, ... ranks",
+                        c->world_rank, c->label, c->size);
+    return MOE_OK;
+}
+
+moe_status moe_comm_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
+    MOE_TRY(check_tree_world(c));
+    TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_tree_real(c, buf, count));
+}
+
+moe_status moe_comm_allreduce_tree_f64(moe_comm *c, double *buf, size_t count) {
+    MOE_TRY(check_tree_world(c));
+    TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_tree_f64(c, buf, count));
+}
+
+void moe_comm_set_tree_algorithm(moe_comm *c, moe_tree_algorithm algo) { c->tree_algorithm = algo; }
+
 moe_status moe_comm_scan_sum_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {
     TIMED(c, MOE_EXCHANGE_ROUTING, c->ops->scan_sum_ints(c, in, prefix, total, count));
 }

@@ -35,9 +35,26 @@ moe_status moe_comm_alltoallv_rows(moe_comm *c, const void *send, const int *sen
 /* recv = every rank's send, concatenated in rank order; recv_nbytes[p] is what rank p sends. */
 moe_status moe_comm_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                      const size_t *recv_nbytes);
-/* Sums over the ranks, in place (allreduce_sum_real on payload memory). */
+/* Sums over the ranks, in place (allreduce_sum_real on payload memory), in the transport library's order
+ * (MPI_Allreduce, ncclAllReduce): repeatable on one layout, not across world sizes. */
 moe_status moe_comm_allreduce_sum_real(moe_comm *c, moe_real *buf, size_t count);
 moe_status moe_comm_allreduce_sum_f64(moe_comm *c, double *buf, size_t count);
+/* Sums over the ranks, in place, in the fixed binary tree over ranks in rank order (tree_reduce.h): rank r's
+ * buffer is the tree's r-th node at its level, and every rank gets bitwise the root, ((b0 + b1) + (b2 + b3))
+ * for 4 ranks, whichever algorithm runs. The world size must be a power of two: otherwise MOE_ERR_INVALID_CONFIG
+ * with a message, on every rank, before any communication. count must be the same on every rank.
+ * allreduce_tree_real works on payload memory (on nccl: ncclSend/ncclRecv and an add kernel queued on the
+ * communication stream, one host sync at the end; on mpi-staged: one staging copy each way), allreduce_tree_f64
+ * on host memory. Scratch: the transport keeps up to count values (payload memory), grown on demand. */
+moe_status moe_comm_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count);
+moe_status moe_comm_allreduce_tree_f64(moe_comm *c, double *buf, size_t count);
+typedef enum {
+    MOE_TREE_AUTO = 0,           /* recursive doubling up to 32 KiB, halving + doubling above (the default) */
+    MOE_TREE_RECURSIVE_DOUBLING, /* log2 W exchanges of the whole buffer: fewest messages */
+    MOE_TREE_HALVING_DOUBLING,   /* reduce-scatter by recursive halving, all-gather by recursive doubling */
+} moe_tree_algorithm;
+/* Which algorithm the tree all-reduces of c run (every rank must choose the same); the bits never change. */
+void moe_comm_set_tree_algorithm(moe_comm *c, moe_tree_algorithm algo);
 /* For each i < count: prefix[i] = sum of in[i] over the ranks before this one (0 on rank 0) and
  * total[i] = sum over all ranks (MPI_Exscan and MPI_Allreduce). Integer sums: exact. */
 moe_status moe_comm_scan_sum_ints(moe_comm *c, const int *in, int *prefix, int *total, int count);

@@ -7,6 +7,7 @@ moe_comm *moe__comm_forward_enter(moe_comm *c) {
     moe_comm *in = inner_of(c);
     in->completed = c->completed;
     in->timeout_s = c->timeout_s;
+    in->tree_algorithm = c->tree_algorithm;
     return in;
 }
 
@@ -29,6 +30,11 @@ moe_status moe__comm_forward_allgatherv_bytes(moe_comm *c, const void *send, siz
 moe_status moe__comm_forward_allreduce_f64(moe_comm *c, double *buf, size_t count) {
     moe_comm *in = moe__comm_forward_enter(c);
     return moe__comm_forward_leave(c, moe_comm_allreduce_sum_f64(in, buf, count));
+}
+
+moe_status moe__comm_forward_allreduce_tree_f64(moe_comm *c, double *buf, size_t count) {
+    moe_comm *in = moe__comm_forward_enter(c);
+    return moe__comm_forward_leave(c, moe_comm_allreduce_tree_f64(in, buf, count));
 }
 
 moe_status moe__comm_forward_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {

@@ -15,6 +15,7 @@ moe_status moe__comm_forward_alltoall_ints(moe_comm *c, const int *send, int *re
 moe_status moe__comm_forward_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                              const size_t *recv_nbytes);
 moe_status moe__comm_forward_allreduce_f64(moe_comm *c, double *buf, size_t count);
+moe_status moe__comm_forward_allreduce_tree_f64(moe_comm *c, double *buf, size_t count);
 moe_status moe__comm_forward_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count);
 moe_status moe__comm_forward_barrier(moe_comm *c);
 

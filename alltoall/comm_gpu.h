@@ -7,7 +7,8 @@
  *   mpi-staged MPI on device buffers, staged through pinned host memory, so that several ranks can share
  *              one GPU (tests; NCCL refuses two ranks on one device). Host syncs: each payload exchange
  *              waits for the stream before MPI moves the staged copy.
- *   nccl       grouped ncclSend/ncclRecv and ncclAllReduce on a communication stream of its own, ordered
+ *   nccl       grouped ncclSend/ncclRecv and ncclAllReduce (the fixed-tree all-reduce: its ncclSend/ncclRecv
+ *              steps and an add kernel, tree_add_cuda.h) on a communication stream of its own, ordered
  *              against the compute stream with events; bootstrapped from MPI (ncclGetUniqueId on rank 0,
  *              MPI_Bcast, ncclCommInitRank). Control entries go over MPI. Host syncs: the watchdog waits for
  *              each payload exchange to complete; one still running after timeout_s, or an asynchronous

@@ -1,9 +1,12 @@
-/* comm_mpi.c — the MPI transport: every collective is started non-blocking and polled, so a peer that
- * never arrives turns into MOE_ERR_TIMEOUT with a message naming the operation and the missing peers
- * (comm_mpi_probe.h), instead of a silent hang (nccl-tests' watchdog, in MPI terms). */
+/* comm_mpi.c — the MPI transport: every collective (and every step of the fixed-tree all-reduce, a pair of
+ * MPI_Irecv / MPI_Isend) is started non-blocking and polled, so a peer that never arrives turns into
+ * MOE_ERR_TIMEOUT with a message naming the operation and the missing peers (comm_mpi_probe.h), instead of a
+ * silent hang (nccl-tests' watchdog, in MPI terms). */
 #include "alltoall/comm_mpi.h"
 #include "alltoall/comm_mpi_probe.h"
 #include "alltoall/comm_transport.h"
+#include "alltoall/tree_add.h"
+#include "alltoall/tree_allreduce.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -21,9 +24,12 @@
 typedef struct {
     MPI_Comm comm;
     moe_mpi_probe *probe; /* the watchdog's twin: who is missing */
+    void *tree_scratch;   /* the tree all-reduce's: moe__tree_scratch_count values, grown on demand */
+    size_t tree_scratch_nbytes;
 } mpi_state;
 
-enum { PROBE_MESSAGE_NBYTES = 1024 };
+/* TAG_TREE: the tree all-reduce's point-to-point messages (collectives never match them) */
+enum { PROBE_MESSAGE_NBYTES = 1024, TAG_TREE = 15 };
 static const double kAnswerAfterS = 0.05; /* a wait this long answers the watchdog questions of other ranks */
 
 static MPI_Comm comm_of(const moe_comm *c) { return ((const mpi_state *)c->impl)->comm; }
@@ -42,18 +48,16 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
                     op, c->label, c->rank, c->size, text);
 }
 
-/* Polls the requests until all complete or the watchdog expires. Open MPI moves data only inside MPI calls, so
- * the loop keeps calling MPI_Test (sleeping between polls made 2-rank exchanges of 2 MiB and more about
- * 5x slower); sched_yield lets ranks oversubscribed on few cores give the CPU to the peers they wait for. */
-static moe_status wait_all(moe_comm *c, int count, MPI_Request *req, const char *op) {
-    const double start = now_s();
+/* Polls the requests until all complete or the watchdog expires, `start` being when the exchange began (not yet
+ * counted as a completed exchange: the tree all-reduce waits for several steps of one exchange). Open MPI moves
+ * data only inside MPI calls, so the loop keeps calling MPI_Test (sleeping between polls made 2-rank exchanges
+ * of 2 MiB and more about 5x slower); sched_yield lets ranks oversubscribed on few cores give the CPU to the
+ * peers they wait for. */
+static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char *op, double start) {
     for (long polls = 0;; polls++) {
         int done = 0, rc = MPI_Testall(count, req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_failed(c, op, rc);
-        if (done) {
-            c->completed++;
-            return MOE_OK;
-        }
+        if (done) return MOE_OK;
         const double waited = now_s() - start;
         if (waited > kAnswerAfterS) moe__mpi_probe_answer(c, op);
         if (c->timeout_s > 0 && waited > c->timeout_s) {
@@ -68,6 +72,13 @@ static moe_status wait_all(moe_comm *c, int count, MPI_Request *req, const char 
         }
         if (polls > 100) sched_yield();
     }
+}
+
+/* poll_all, then one exchange more completed */
+static moe_status wait_all(moe_comm *c, int count, MPI_Request *req, const char *op) {
+    MOE_TRY(poll_all(c, count, req, op, now_s()));
+    c->completed++;
+    return MOE_OK;
 }
 
 static moe_status wait_for(moe_comm *c, MPI_Request *req, const char *op) { return wait_all(c, 1, req, op); }
@@ -139,6 +150,61 @@ static moe_status mpi_allreduce_f64(moe_comm *c, double *buf, size_t count) {
     return allreduce(c, buf, count, MPI_DOUBLE);
 }
 
+/* ---- the fixed-tree all-reduce (tree_allreduce.h): host buffers, one step at a time ---- */
+
+static const char kTreeOp[] = "fixed-tree all-reduce";
+
+typedef struct {
+    moe_comm *c;
+    moe_tree_dtype dtype;
+    double start_s; /* the watchdog times the whole all-reduce, not each step */
+} tree_ctx;
+
+static moe_status tree_sendrecv(void *ctx, const void *send, size_t send_nbytes, void *recv, size_t recv_nbytes,
+                                int peer) {
+    moe_comm *c = ((tree_ctx *)ctx)->c;
+    if (send_nbytes > INT_MAX || recv_nbytes > INT_MAX)
+        return moe_fail(MOE_ERR_INVALID_ARG, "%s: a step of %zu bytes is beyond MPI's int counts", kTreeOp,
+                        send_nbytes > recv_nbytes ? send_nbytes : recv_nbytes);
+    MPI_Request req[2];
+    int rc = MPI_Irecv(recv, (int)recv_nbytes, MPI_BYTE, peer, TAG_TREE, comm_of(c), &req[0]);
+    if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Irecv", rc);
+    rc = MPI_Isend(send, (int)send_nbytes, MPI_BYTE, peer, TAG_TREE, comm_of(c), &req[1]);
+    if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Isend", rc); /* the job ends: req[0] is left */
+    return poll_all(c, 2, req, kTreeOp, ((tree_ctx *)ctx)->start_s);
+}
+
+static moe_status tree_add(void *ctx, void *y, const void *lower, const void *higher, size_t count) {
+    moe_tree_add_cpu(((tree_ctx *)ctx)->dtype, y, lower, higher, count);
+    return MOE_OK;
+}
+
+static moe_status allreduce_tree(moe_comm *c, void *buf, size_t count, moe_tree_dtype dtype) {
+    static const moe__tree_ops ops = {tree_sendrecv, tree_add};
+    const size_t elem_nbytes = dtype == MOE_TREE_F64 ? sizeof(double) : sizeof(float);
+    mpi_state *s = c->impl;
+    const moe_tree_algorithm algo = moe__tree_algorithm_for(c, count, elem_nbytes);
+    const size_t scratch_nbytes = moe__tree_scratch_count(algo, count) * elem_nbytes;
+    if (scratch_nbytes > s->tree_scratch_nbytes) {
+        free(s->tree_scratch);
+        s->tree_scratch_nbytes = 0;
+        if (!(s->tree_scratch = malloc(scratch_nbytes))) return MOE_ERR_OUT_OF_MEMORY;
+        s->tree_scratch_nbytes = scratch_nbytes;
+    }
+    tree_ctx ctx = {.c = c, .dtype = dtype, .start_s = now_s()};
+    MOE_TRY(moe__tree_allreduce_run(&ops, &ctx, c, algo, buf, count, elem_nbytes, s->tree_scratch));
+    c->completed++;
+    return MOE_OK;
+}
+
+static moe_status mpi_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
+    return allreduce_tree(c, buf, count, MOE_TREE_REAL);
+}
+
+static moe_status mpi_allreduce_tree_f64(moe_comm *c, double *buf, size_t count) {
+    return allreduce_tree(c, buf, count, MOE_TREE_F64);
+}
+
 static moe_status mpi_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {
     MPI_Request req[2];
     int rc = MPI_Iexscan(in, prefix, count, MPI_INT, MPI_SUM, comm_of(c), &req[0]);
@@ -161,6 +227,7 @@ static void mpi_destroy(moe_comm *c) {
     mpi_state *s = c->impl;
     moe__mpi_probe_destroy(s->probe);
     MPI_Comm_free(&s->comm);
+    free(s->tree_scratch);
     free(s);
     free(c);
 }
@@ -172,6 +239,8 @@ static const moe_transport_ops mpi_ops = {
     .allgatherv_bytes = mpi_allgatherv_bytes,
     .allreduce_sum_real = mpi_allreduce_real,
     .allreduce_sum_f64 = mpi_allreduce_f64,
+    .allreduce_tree_real = mpi_allreduce_tree_real,
+    .allreduce_tree_f64 = mpi_allreduce_tree_f64,
     .scan_sum_ints = mpi_scan_ints,
     .barrier = mpi_barrier,
     .copy_payload = moe__comm_copy_host,

@@ -5,7 +5,8 @@
  * it before the kernels that read the result. It makes no assumption about CUDA-aware MPI, and several
  * ranks may share one GPU (NCCL refuses that), which is what it is for: tests and small machines.
  * Control entries are the inner MPI transport's, unchanged.
- * Checked by tests/test_gpu_alltoall.c (meson test --suite gpu; skips without a GPU). */
+ * Checked by tests/test_gpu_alltoall.c and, for the fixed-tree all-reduce, tests/test_gpu_tree_allreduce.c
+ * (meson test --suite gpu; skips without a GPU). */
 #include <stdlib.h>
 
 #include "alltoall/comm_forward.h"
@@ -72,14 +73,25 @@ static moe_status staged_alltoallv_rows(moe_comm *c, const void *send, const int
     return stage_in(s, recv, host_recv, recv_nbytes);
 }
 
-static moe_status staged_allreduce_real(moe_comm *c, moe_real *buf, size_t count) {
+/* An all-reduce of the inner MPI transport (`reduce`) on a host copy of buf, in place. */
+static moe_status staged_reduce(moe_comm *c, moe_real *buf, size_t count,
+                                moe_status (*reduce)(moe_comm *in, moe_real *host, size_t count)) {
     staged_state *s = c->impl;
     const size_t nbytes = count * sizeof(moe_real);
     MOE_TRY(reserve_pinned(s, nbytes));
     MOE_TRY(stage_out(s, s->pinned, buf, nbytes));
     moe_comm *in = moe__comm_forward_enter(c);
-    MOE_TRY(moe__comm_forward_leave(c, moe_comm_allreduce_sum_real(in, s->pinned, count)));
+    MOE_TRY(moe__comm_forward_leave(c, reduce(in, s->pinned, count)));
     return stage_in(s, buf, s->pinned, nbytes);
+}
+
+static moe_status staged_allreduce_real(moe_comm *c, moe_real *buf, size_t count) {
+    return staged_reduce(c, buf, count, moe_comm_allreduce_sum_real);
+}
+
+/* the tree's steps and adds run on the host copy (the MPI transport's), the same bits as on the host */
+static moe_status staged_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
+    return staged_reduce(c, buf, count, moe_comm_allreduce_tree_real);
 }
 
 /* device to device, queued on the stream; dst and src must not overlap unless equal */
@@ -103,6 +115,8 @@ static const moe_transport_ops staged_ops = {
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = staged_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
+    .allreduce_tree_real = staged_allreduce_tree_real,
+    .allreduce_tree_f64 = moe__comm_forward_allreduce_tree_f64,
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,
     .copy_payload = staged_copy_payload,

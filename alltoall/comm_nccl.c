@@ -16,7 +16,8 @@
  * Bootstrap: rank 0 of the MPI communicator makes the unique id, MPI_Bcast sends it, every rank calls
  * ncclCommInitRank on its context's device; the ranks agree on the outcome of each step over the inner
  * MPI transport (on a dup of the communicator), which also carries the control entries.
- * Checked by tests/test_gpu_alltoall.c (meson test --suite gpu; skips without a GPU). */
+ * Checked by tests/test_gpu_alltoall.c and, for the fixed-tree all-reduce, tests/test_gpu_tree_allreduce.c
+ * (meson test --suite gpu; skips without a GPU). */
 #include <nccl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -26,6 +27,8 @@
 #include "alltoall/comm_forward.h"
 #include "alltoall/comm_gpu_mpi.h"
 #include "alltoall/comm_mpi.h"
+#include "alltoall/tree_add_cuda.h"
+#include "alltoall/tree_allreduce.h"
 #include "core/gpu_cuda.h"
 
 #ifdef MOE_REAL_IS_DOUBLE
@@ -39,6 +42,8 @@ typedef struct {
     ncclComm_t nccl;     /* NULL once aborted */
     cudaStream_t stream; /* communication stream (non-blocking, on gpu->device) */
     cudaEvent_t ready, done;
+    void *tree_scratch;  /* device: the tree all-reduce's moe__tree_scratch_count floats, grown on demand */
+    size_t tree_scratch_nbytes;
 } nccl_state;
 
 static double now_s(void) {
@@ -153,6 +158,46 @@ static moe_status nccl_allreduce_real(moe_comm *c, moe_real *buf, size_t count) 
     return finish(c, op);
 }
 
+/* The fixed-tree all-reduce (tree_allreduce.h): every step's grouped ncclSend/ncclRecv and every add kernel are
+ * queued in order on the communication stream, so the whole schedule runs without the host, which waits once
+ * at the end (finish: the watchdog). */
+static moe_status tree_sendrecv(void *ctx, const void *send, size_t send_nbytes, void *recv, size_t recv_nbytes,
+                                int peer) {
+    moe_comm *c = ctx;
+    nccl_state *s = c->impl;
+    MOE_NCCL_TRY(c, ncclGroupStart());
+    ncclResult_t r = ncclSuccess;
+    if (send_nbytes) r = ncclSend(send, send_nbytes, ncclUint8, peer, s->nccl, s->stream);
+    if (recv_nbytes && r == ncclSuccess) r = ncclRecv(recv, recv_nbytes, ncclUint8, peer, s->nccl, s->stream);
+    ncclResult_t end = ncclGroupEnd(); /* closed whatever happened inside */
+    if (r != ncclSuccess) return nccl_failed(c, "ncclSend/ncclRecv", r);
+    if (end != ncclSuccess) return nccl_failed(c, "ncclGroupEnd", end);
+    return MOE_OK;
+}
+
+static moe_status tree_add(void *ctx, void *y, const void *lower, const void *higher, size_t count) {
+    return moe__tree_add_f32_cuda(((nccl_state *)((moe_comm *)ctx)->impl)->stream, y, lower, higher, count);
+}
+
+static moe_status nccl_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
+    static const char op[] = "fixed-tree all-reduce";
+    static const moe__tree_ops ops = {tree_sendrecv, tree_add};
+    nccl_state *s = c->impl;
+    const moe_tree_algorithm algo = moe__tree_algorithm_for(c, count, sizeof *buf);
+    const size_t scratch_nbytes = moe__tree_scratch_count(algo, count) * sizeof *buf;
+    if (scratch_nbytes > s->tree_scratch_nbytes) {
+        /* the last exchange's finish saw the stream drained, so no queued step still reads the old buffer */
+        MOE_CUDA_TRY(cudaSetDevice(s->gpu->device));
+        MOE_CUDA_TRY(cudaFree(s->tree_scratch));
+        s->tree_scratch = NULL, s->tree_scratch_nbytes = 0;
+        MOE_CUDA_TRY(cudaMalloc(&s->tree_scratch, scratch_nbytes));
+        s->tree_scratch_nbytes = scratch_nbytes;
+    }
+    MOE_TRY(begin(c, op));
+    MOE_TRY(moe__tree_allreduce_run(&ops, c, c, algo, buf, count, sizeof *buf, s->tree_scratch));
+    return finish(c, op);
+}
+
 /* device to device on the compute stream (no communication: no watchdog); dst and src must not overlap
  * unless equal */
 static moe_status nccl_copy_payload(moe_comm *c, void *dst, const void *src, size_t nbytes) {
@@ -165,6 +210,7 @@ static void release(nccl_state *s) {
     if (s->nccl) ncclCommDestroy(s->nccl);
     if (s->ready) cudaEventDestroy(s->ready);
     if (s->done) cudaEventDestroy(s->done);
+    if (s->tree_scratch) cudaFree(s->tree_scratch);
     if (s->stream) cudaStreamDestroy(s->stream);
     moe_comm_destroy(s->inner);
     free(s);
@@ -185,6 +231,8 @@ static const moe_transport_ops nccl_ops = {
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = nccl_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
+    .allreduce_tree_real = nccl_allreduce_tree_real,
+    .allreduce_tree_f64 = moe__comm_forward_allreduce_tree_f64,
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,
     .copy_payload = nccl_copy_payload,

@@ -3,7 +3,8 @@
  * kernels around it and returns without waiting); the all-reduce of one rank leaves the buffer as it is.
  * The control entries (host pointers) are those of the self transport, reached through an inner self
  * comm, so their semantics stay defined in one place (comm_self.c).
- * Checked by tests/test_gpu_alltoall.c (meson test --suite gpu; skips without a GPU). */
+ * Checked by tests/test_gpu_alltoall.c and, for the fixed-tree all-reduce, tests/test_gpu_tree_allreduce.c
+ * (meson test --suite gpu; skips without a GPU). */
 #include <stdlib.h>
 
 #include "alltoall/comm_forward.h"
@@ -50,6 +51,8 @@ static const moe_transport_ops self_gpu_ops = {
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = self_gpu_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
+    .allreduce_tree_real = self_gpu_allreduce_real, /* the tree of one rank: its own buffer */
+    .allreduce_tree_f64 = moe__comm_forward_allreduce_tree_f64,
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,
     .copy_payload = self_gpu_copy_payload,

@@ -17,6 +17,9 @@ typedef struct {
                                    const size_t *recv_nbytes);
     moe_status (*allreduce_sum_real)(moe_comm *c, moe_real *buf, size_t count);
     moe_status (*allreduce_sum_f64)(moe_comm *c, double *buf, size_t count);
+    /* called with a power-of-two size only (comm.c checks); the schedule: tree_allreduce.h */
+    moe_status (*allreduce_tree_real)(moe_comm *c, moe_real *buf, size_t count);
+    moe_status (*allreduce_tree_f64)(moe_comm *c, double *buf, size_t count);
     moe_status (*scan_sum_ints)(moe_comm *c, const int *in, int *prefix, int *total, int count);
     moe_status (*barrier)(moe_comm *c);
     moe_status (*copy_payload)(moe_comm *c, void *dst, const void *src, size_t nbytes);
@@ -31,6 +34,7 @@ struct moe_comm {
     double timeout_s;           /* watchdog: an exchange still running after this long fails with MOE_ERR_TIMEOUT */
     long completed;             /* exchanges completed on this communicator, for messages */
     moe_exchange_times *times;  /* when set, each entry adds its wall time here (comm_timing.h) */
+    moe_tree_algorithm tree_algorithm; /* what the tree all-reduces run (tree_allreduce.h) */
     void *impl;                 /* the transport's state */
 };
 

@@ -6,11 +6,13 @@
  *                                   rank 1 than the global routing lets it send; rank 1's check names the
  *                                   ranks, layer and counts and the job aborts
  *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts, naming rank 1
+ *   test_ep_faults tree-watchdog    the same in the fixed-tree all-reduce (its point-to-point steps)
  *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1 */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "alltoall/comm_mpi.h"
 #include "alltoall/parallel_mpi.h"
 #include "tests/test_mpi.h"
 
@@ -54,6 +56,20 @@ static void forward_once(int ep, int E, int k, double timeout_s, int late_rank, 
     free(x), free(out);
 }
 
+/* Rank 1 sleeps past the 2 s watchdog of rank 0's fixed-tree all-reduce. */
+static void tree_allreduce_late(void) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    moe_comm *c;
+    test_mpi_require(moe_comm_create_mpi(test_mpi_dup_world(), "world", 2, &c), "comm");
+    enum { COUNT = 1 << 16 };
+    moe_real *buf = calloc(COUNT, sizeof *buf);
+    if (rank == 1) sleep(60);
+    test_mpi_require(moe_comm_allreduce_tree_real(c, buf, COUNT), "tree all-reduce");
+    moe_comm_destroy(c);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
@@ -64,10 +80,12 @@ int main(int argc, char **argv) {
         forward_once(2, 8, 2, 60, -1, 0.25f);
     } else if (!strcmp(mode, "watchdog")) {
         forward_once(2, 8, 2, 2, 1, 0);
+    } else if (!strcmp(mode, "tree-watchdog")) {
+        tree_allreduce_late();
     } else if (!strcmp(mode, "config") && argc == 5) {
         forward_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 60, -1, 0);
     } else {
-        fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | config EP E K\n");
+        fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | tree-watchdog | config EP E K\n");
         MPI_Finalize();
         return 2;
     }

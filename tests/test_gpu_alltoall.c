@@ -171,26 +171,13 @@ static void check_transport(const transport_pair *t) {
         printf("%-10s on %d rank(s): exchanges, all-reduce and control entries checked\n", t->name, moe_comm_size(t->dev));
 }
 
-static MPI_Comm dup_world(void) {
-    MPI_Comm dup;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) test_mpi_require(MOE_ERR_COMM, "MPI_Comm_dup");
-    return dup;
-}
-
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int W, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    /* all ranks skip together (a lone exit would leave the others in their first collective) */
-    int devices = test_gpu_device_count("test_gpu_alltoall"), min_devices = 0;
-    MPI_Allreduce(&devices, &min_devices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (min_devices == 0) {
-        if (rank == 0)
-            printf("test_gpu_alltoall: skip: no CUDA device on %s\n", W > 1 ? "at least one rank" : "this machine");
-        MPI_Finalize();
-        return TEST_SKIP;
-    }
+    const int min_devices =
+        test_mpi_min_devices_or_skip(test_gpu_device_count("test_gpu_alltoall"), "test_gpu_alltoall");
     moe_gpu *gpu = test_gpu_require("test_gpu_alltoall"); /* device 0, shared by all ranks */
 
     transport_pair self = {.name = "self-gpu", .gpu = gpu};
@@ -200,8 +187,9 @@ int main(int argc, char **argv) {
     moe_comm_destroy(self.dev), moe_comm_destroy(self.host);
 
     transport_pair staged = {.name = "mpi-staged", .gpu = gpu};
-    test_mpi_require(moe_comm_create_mpi_staged(gpu, dup_world(), "staged", 60, &staged.dev), "mpi-staged comm");
-    test_mpi_require(moe_comm_create_mpi(dup_world(), "mpi", 60, &staged.host), "mpi comm");
+    test_mpi_require(moe_comm_create_mpi_staged(gpu, test_mpi_dup_world(), "staged", 60, &staged.dev),
+                     "mpi-staged comm");
+    test_mpi_require(moe_comm_create_mpi(test_mpi_dup_world(), "mpi", 60, &staged.host), "mpi comm");
     CHECK(!strcmp(moe_comm_transport_name(staged.dev), "mpi-staged") && staged.dev->world_rank == rank && staged.dev->timeout_s == 60,
           "mpi-staged: name %s, world rank %d, timeout %g", moe_comm_transport_name(staged.dev), staged.dev->world_rank,
           staged.dev->timeout_s);
@@ -214,8 +202,8 @@ int main(int argc, char **argv) {
         moe_gpu *own = gpu;
         if (W > 1) test_mpi_require(moe_gpu_create(rank, &own), "context on a device of this rank's own");
         transport_pair nccl = {.name = "nccl", .gpu = own};
-        test_mpi_require(moe_comm_create_nccl(own, dup_world(), "nccl", 60, &nccl.dev), "nccl comm");
-        test_mpi_require(moe_comm_create_mpi(dup_world(), "mpi", 60, &nccl.host), "mpi comm");
+        test_mpi_require(moe_comm_create_nccl(own, test_mpi_dup_world(), "nccl", 60, &nccl.dev), "nccl comm");
+        test_mpi_require(moe_comm_create_mpi(test_mpi_dup_world(), "mpi", 60, &nccl.host), "mpi comm");
         check_transport(&nccl);
         moe_comm_destroy(nccl.dev), moe_comm_destroy(nccl.host);
         if (own != gpu) moe_gpu_destroy(own);

@@ -73,13 +73,7 @@ int main(int argc, char **argv) {
     int W, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int have_gpu = test_gpu_device_count("test_gpu_ep_layer") > 0, all_have = 0;
-    MPI_Allreduce(&have_gpu, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all_have) {
-        if (rank == 0) printf("test_gpu_ep_layer: skip: no CUDA device on this machine\n");
-        MPI_Finalize();
-        return TEST_SKIP;
-    }
+    test_mpi_min_devices_or_skip(test_gpu_device_count("test_gpu_ep_layer"), "test_gpu_ep_layer");
     moe_gpu_transport transport = W == 1 ? MOE_GPU_TRANSPORT_NCCL : MOE_GPU_TRANSPORT_MPI;
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.capacity_factor = 1.0f, cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;

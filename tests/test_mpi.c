@@ -1,6 +1,8 @@
 /* test_mpi.c — verdict over ranks and abort-on-failure for the multi-rank tests. */
 #include "tests/test_mpi.h"
 
+#include <stdlib.h>
+
 #include "core/fail.h"
 
 int test_mpi_finish(const char *name) {
@@ -21,4 +23,21 @@ void test_mpi_require(moe_status st, const char *what) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, moe_failure_message(st));
     MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+MPI_Comm test_mpi_dup_world(void) {
+    MPI_Comm dup;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS) test_mpi_require(MOE_ERR_COMM, "MPI_Comm_dup");
+    return dup;
+}
+
+int test_mpi_min_devices_or_skip(int devices, const char *name) {
+    int rank, W, min_devices = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Allreduce(&devices, &min_devices, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (min_devices > 0) return min_devices;
+    if (rank == 0) printf("%s: skip: no CUDA device on %s\n", name, W > 1 ? "at least one rank" : "this machine");
+    MPI_Finalize();
+    exit(TEST_SKIP);
 }

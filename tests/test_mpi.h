@@ -13,4 +13,12 @@ int test_mpi_finish(const char *name);
 /* MPI_Abort with the status string unless st == MOE_OK. */
 void test_mpi_require(moe_status st, const char *what);
 
+/* A dup of MPI_COMM_WORLD (for a communicator that takes ownership of its MPI_Comm); aborts on failure. */
+MPI_Comm test_mpi_dup_world(void);
+
+/* The number of CUDA devices of the rank that has the fewest (devices: this rank's). When that is 0, every rank
+ * skips together (a lone exit would leave the others in their first collective): rank 0 prints
+ * "name: skip: no CUDA device on ...", MPI is finalized and the program exits 77. */
+int test_mpi_min_devices_or_skip(int devices, const char *name);
+
 #endif
