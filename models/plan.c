@@ -67,8 +67,11 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            (long long)(l->world / l->ep), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
     if (l->zero) printf(", ZeRO-1 parameter all-gather %.3f GB", p->zero_gather_bytes / 1e9);
     printf("\n");
-    printf("time per step (ms): compute %.3f, optimizer %.3f, all-to-all %.3f, routing control %.3f, all-reduce %.3f\n",
-           p->compute_s * 1e3, p->optimizer_s * 1e3, p->alltoall_s * 1e3, p->control_s * 1e3, p->allreduce_s * 1e3);
+    printf("time per step (ms): compute %.3f (dense path %.3f %s, MoE layers %.3f), optimizer %.3f (%s), all-to-all "
+           "%.3f, routing control %.3f, all-reduce %.3f\n", p->compute_s * 1e3, p->compute_dense_s * 1e3,
+           c->dense_s_per_token > 0 ? "measured per token" : "at the GEMM rate", p->compute_moe_s * 1e3,
+           p->optimizer_s * 1e3, c->optimizer_s_per_param > 0 ? "measured per parameter" : "memory bandwidth",
+           p->alltoall_s * 1e3, p->control_s * 1e3, p->allreduce_s * 1e3);
     printf("predicted step: %.3f ms serial (as moe-train runs), %.3f ms with exchanges overlapped; tokens/s %.4g / "
            "%.4g; MFU %.1f%% / %.1f%%; limited by %s\n",
            p->step_serial_s * 1e3, p->step_overlap_s * 1e3, p->tokens_per_s_serial, p->tokens_per_s_overlap,
@@ -81,7 +84,7 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
     return json_pack("{s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:s, s:s, s:f,"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:b,"
                      " s:{s:f, s:f, s:i, s:i, s:f, s:f, s:f},"
-                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s}",
+                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s}",
                      "world", (json_int_t)l->world, "ep", (json_int_t)l->ep, "dp", (json_int_t)(l->world / l->ep),
                      "zero", l->zero, "micro_batch", (json_int_t)l->micro_batch, "seq_len", (json_int_t)l->seq_len,
                      "accum_steps", (json_int_t)p->accum_steps, "global_batch", (json_int_t)r->global_batch,
@@ -93,7 +96,8 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
                      "alltoall_intra", p->alltoall_intra_bytes, "alltoall_inter", p->alltoall_inter_bytes,
                      "alltoall_peers_intra", p->alltoall_peers_intra, "alltoall_peers_inter", p->alltoall_peers_inter,
                      "allreduce_dense", p->allreduce_dense_bytes, "allreduce_expert", p->allreduce_expert_bytes,
-                     "zero_gather", p->zero_gather_bytes, "seconds", "compute", p->compute_s, "optimizer",
+                     "zero_gather", p->zero_gather_bytes, "seconds", "compute", p->compute_s, "compute_dense",
+                     p->compute_dense_s, "compute_moe", p->compute_moe_s, "optimizer",
                      p->optimizer_s, "alltoall", p->alltoall_s, "control", p->control_s, "allreduce", p->allreduce_s,
                      "step_serial", p->step_serial_s, "step_overlap", p->step_overlap_s, "tokens_per_s_serial",
                      p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",

@@ -30,6 +30,10 @@ const char *moe_plan_cluster_problem(const moe_plan_cluster *c) {
     if (!(c->intra_latency >= 0) || !(c->inter_latency >= 0) || !isfinite(c->intra_latency) ||
         !isfinite(c->inter_latency))
         return "--intra-latency and --inter-latency must be >= 0";
+    if (!(c->dense_s_per_token >= 0) || !isfinite(c->dense_s_per_token))
+        return "--dense-us-per-token must be a positive number (or not given)";
+    if (!(c->optimizer_s_per_param >= 0) || !isfinite(c->optimizer_s_per_param))
+        return "--optimizer-ns-per-param must be a positive number (or not given)";
     return 0;
 }
 
@@ -73,9 +77,15 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     o.memory = moe_plan_model_memory(m, l);
     o.fits = o.memory.total <= c->gpu_memory;
 
-    /* compute: every GPU holds tokens_per_step / W tokens; balanced routing gives each the same expert rows */
-    const double flops = o.flops_per_token * o.tokens_per_step / (double)W;
-    o.compute_s = flops / (c->gpu_flops * c->gemm_efficiency) * (1 + c->non_gemm_overhead);
+    /* compute: every GPU holds tokens_per_step / W tokens; balanced routing gives each the same expert rows. The
+     * dense path at the GEMM rate, or at its measured time per token */
+    const double tokens = o.tokens_per_step / (double)W, rate = c->gpu_flops * c->gemm_efficiency;
+    const double moe_flops = moe_plan_model_moe_flops_per_token(m) * tokens;
+    const double overhead = 1 + c->non_gemm_overhead;
+    o.compute_moe_s = moe_flops / rate * overhead;
+    o.compute_dense_s = c->dense_s_per_token > 0 ? c->dense_s_per_token * tokens
+                                                 : (o.flops_per_token * tokens - moe_flops) / rate * overhead;
+    o.compute_s = o.compute_dense_s + o.compute_moe_s;
 
     /* all-to-all: 4 exchanges per MoE layer and micro-batch (dispatch, combine; their backward twins), each
      * sending T k rows of d values (fewer with a capacity factor below 1), 1/ep of them to each EP rank */
@@ -123,7 +133,10 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double updated = (l->zero ? (double)p.dense / W : (double)p.dense) + (double)p.expert / ep;
     const double held = (double)p.dense + (double)p.expert / ep;
     const double copied = l->bf16 ? (double)p.dense_matrix + (double)p.expert / ep : 0;
-    o.optimizer_s = (32 * updated + 4 * held + 6 * copied) / c->mem_bw;
+    const double optimizer_nbytes = 32 * updated + 4 * held + 6 * copied;
+    /* a measured time per parameter was taken with every parameter updated in fp32: 36 bytes each by this count */
+    o.optimizer_s = c->optimizer_s_per_param > 0 ? c->optimizer_s_per_param * optimizer_nbytes / 36
+                                                 : optimizer_nbytes / c->mem_bw;
 
     const double comm = o.alltoall_s + o.control_s + o.allreduce_s;
     o.step_serial_s = o.compute_s + o.optimizer_s + comm;

@@ -19,12 +19,17 @@ typedef struct {
     double mem_bw;             /* bytes/s of one GPU's memory: the optimizer step is bound by it              */
     double intra_bw, inter_bw; /* bytes/s one GPU sends (and receives) to peers on its node / on other nodes   */
     double intra_latency, inter_latency; /* seconds per collective step                                       */
+    /* Measured calibrations (CPU: bench/bench_model_dense.c), 0 when not given. dense_s_per_token: seconds of the
+     * dense path's forward + backward per token on one GPU, in place of its FLOPs over the GEMM rate (the GEMM
+     * rate and non-GEMM overhead then price the MoE layers only); optimizer_s_per_param: seconds of the optimizer
+     * step per parameter, measured in fp32 with every parameter updated, in place of the bytes over mem_bw. */
+    double dense_s_per_token, optimizer_s_per_param;
 } moe_plan_cluster;
 
 /* An H100 SXM node: 8 GPUs, 989.4 TFLOP/s dense bf16 (67 TFLOP/s fp32 without tensor cores), 80 GB HBM3 at
  * 3.35 TB/s, NVLink 4 at 450 GB/s each way per GPU, one 400 Gb/s InfiniBand NIC (50 GB/s) per GPU; latencies
  * 5 µs (NVLink) and 10 µs (InfiniBand) per collective step; GEMMs at 70% of peak, non-GEMM work 25% of GEMM
- * time. Assumptions, stated in docs/SCALING.md; every one has a flag. */
+ * time. Assumptions, stated in docs/SCALING.md; every one has a flag. No measured calibrations. */
 moe_plan_cluster moe_plan_cluster_h100(int bf16);
 
 /* NULL when usable, else a sentence naming the first bad field. */
@@ -52,6 +57,7 @@ typedef struct {
     int dense_group_spans_nodes, expert_group_spans_nodes;
     /* seconds per step */
     double compute_s, optimizer_s, alltoall_s, control_s, allreduce_s;
+    double compute_dense_s, compute_moe_s; /* compute_s = their sum: the dense path's and the MoE layers' */
     double step_serial_s;         /* compute + optimizer + every exchange, one after another (this project) */
     double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer         */
     double tokens_per_s_serial, tokens_per_s_overlap, mfu_serial, mfu_overlap;

@@ -90,6 +90,12 @@ double moe_plan_model_flops_per_token(const moe_plan_model *m, int64_t seq_len) 
                                                (double)seq_len;
 }
 
+double moe_plan_model_moe_flops_per_token(const moe_plan_model *m) {
+    const double d = (double)m->d_model, shared = 3 * d * (double)m->d_ff_shared + (m->d_ff_shared > 0 ? d : 0);
+    const double per_layer = (double)m->num_experts * d + (double)m->top_k * 3 * d * (double)m->d_ff_expert + shared;
+    return 6.0 * (double)moe_plan_model_num_moe_layers(m) * per_layer;
+}
+
 /* What models/model.c keeps for T = micro_batch * S tokens (its layer_acts and model buffers, moe_real = fp32):
  * the same sum as moe_model_config_footprint for the shapes that function takes (tests/test_plan.c). */
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay) {

@@ -57,6 +57,11 @@ moe_plan_params moe_plan_model_params(const moe_plan_model *m);
  * ignored). */
 double moe_plan_model_flops_per_token(const moe_plan_model *m, int64_t seq_len);
 
+/* The part of moe_plan_model_flops_per_token that the MoE layers do: 6 * L_m * (E d (the router) + k 3 d F (the
+ * experts a token goes to) + the shared expert's matrices). The rest is the dense path (attention, its projections,
+ * dense FFNs, lm_head), which moe-plan --dense-us-per-token replaces by a measured time. */
+double moe_plan_model_moe_flops_per_token(const moe_plan_model *m);
+
 typedef enum { MOE_PLAN_ATTENTION_MATERIALIZED = 0, MOE_PLAN_ATTENTION_FUSED = 1 } moe_plan_attention;
 
 /* The layout of one GPU's share of a run. */

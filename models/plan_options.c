@@ -61,6 +61,11 @@ static const flag_spec kFlags[] = {
     {"--intra-latency", "µs per collective step inside a node", F_NUM, 0, 1e9, {0}, "5", 0},
     {"--inter-bw", "GB/s one GPU sends to other nodes (its NIC: 400 Gb/s InfiniBand)", F_NUM, 1e-6, 1e9, {0}, "50", 0},
     {"--inter-latency", "µs per collective step between nodes", F_NUM, 0, 1e9, {0}, "10", 0},
+    /* measured calibrations (CPU: bench/bench_model_dense's json "dense_us_per_token", "optimizer_ns_per_param") */
+    {"--dense-us-per-token", "measured µs per token of the dense path's forward + backward on one GPU (all but the "
+     "MoE layers); replaces its FLOPs / GEMM rate", F_NUM, 1e-12, 1e12, {0}, "none: from --gpu-flops", 0},
+    {"--optimizer-ns-per-param", "measured ns per parameter of the optimizer step (fp32, every parameter updated); "
+     "replaces bytes / --mem-bw", F_NUM, 1e-12, 1e12, {0}, "none: from --mem-bw", 0},
     /* output */
     {"--search", "rank every layout (ep, zero, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0, {0}, "off", 0},
     {"--top", "layouts --search prints", F_INT, 1, 1 << 20, {0}, "10", 0},
@@ -170,6 +175,8 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     c->intra_bw = num(f, "--intra-bw", c->intra_bw / 1e9) * 1e9, c->inter_bw = num(f, "--inter-bw", c->inter_bw / 1e9) * 1e9;
     c->intra_latency = num(f, "--intra-latency", c->intra_latency * 1e6) * 1e-6;
     c->inter_latency = num(f, "--inter-latency", c->inter_latency * 1e6) * 1e-6;
+    c->dense_s_per_token = num(f, "--dense-us-per-token", 0) * 1e-6;
+    c->optimizer_s_per_param = num(f, "--optimizer-ns-per-param", 0) * 1e-9;
     const char *problem = moe_plan_cluster_problem(c);
     if (problem) return complain(err, "%s", problem), -1;
 

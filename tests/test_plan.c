@@ -5,6 +5,7 @@
  *  - for shapes moe-train takes, the planner's counts and activation bytes equal what the model itself would
  *    allocate (moe_model_config_footprint), so the two cannot drift apart;
  *  - the placement of EP peers on nodes, the ring all-reduce bytes and the micro-batch count on hand-worked cases;
+ *  - the MoE layers' share of the FLOPs, and the measured dense-path and optimizer calibrations on hand-worked cases;
  *  - bad config files are refused with the key named.
  *   meson test -C build test_plan */
 #include <math.h>
@@ -104,6 +105,70 @@ static void check_layouts(void) {
           p.step_serial_s);
 }
 
+/* The MoE layers' share of the FLOPs, and the two measured calibrations (--dense-us-per-token,
+ * --optimizer-ns-per-param) on moe-train's default model (L 4, d 128, E 8, k 2, F 256, V 256, S 128), 2 GPUs,
+ * ep 2, 2 sequences each (256 tokens per GPU), fp32, against hand-worked values. */
+static double relative_error(double got, double want) { return fabs(got - want) / fabs(want); }
+
+static void check_calibrations(void) {
+    const moe_model_config cfg = moe_model_config_default();
+    const moe_plan_model m = moe_plan_model_from_config(&cfg);
+    /* MoE layers: 6 x 4 x (8 x 128 router + 2 x 3 x 128 x 256 experts); the dense rest: 6 x (4 x 4 x 128^2 + 256 x
+     * 128 lm_head) + 12 x 4 x 128 x 128 attention */
+    CHECK(moe_plan_model_moe_flops_per_token(&m) == 4743168.0, "MoE FLOPs per token %.0f, want 4743168",
+          moe_plan_model_moe_flops_per_token(&m));
+    CHECK(moe_plan_model_flops_per_token(&m, 128) - moe_plan_model_moe_flops_per_token(&m) == 2555904.0,
+          "dense FLOPs per token %.0f, want 2555904",
+          moe_plan_model_flops_per_token(&m, 128) - moe_plan_model_moe_flops_per_token(&m));
+
+    moe_plan_cluster c = moe_plan_cluster_h100(0);
+    c.gpus_per_node = 2;
+    moe_plan_run r = {.layout = {.world = 2, .ep = 2, .micro_batch = 2, .seq_len = 128}, .global_batch = 4};
+    CHECK(moe_plan_run_problem(&m, &c, &r) == NULL, "run refused: %s", moe_plan_run_problem(&m, &c, &r));
+    const double rate = 66.9e12 * 0.7, tokens = 256;
+    /* without calibrations (the GPU defaults): everything at the GEMM rate, the optimizer's bytes at 3.35 TB/s:
+     * 36 x (332928 dense + 3145728 / 2 experts) parameters held and updated */
+    moe_plan_prediction p = moe_plan_predict(&m, &c, &r);
+    CHECK(relative_error(p.compute_s, 7299072.0 * tokens / rate * 1.25) < 1e-12, "compute %g", p.compute_s);
+    CHECK(relative_error(p.compute_moe_s, 4743168.0 * tokens / rate * 1.25) < 1e-12, "MoE compute %g", p.compute_moe_s);
+    CHECK(relative_error(p.optimizer_s, 36.0 * 1905792 / 3.35e12) < 1e-12, "optimizer %g", p.optimizer_s);
+
+    /* the dense path measured at 20 µs per token: 5.12 ms per step whatever the GEMM rate; the MoE layers at it */
+    c.dense_s_per_token = 20e-6;
+    CHECK(moe_plan_cluster_problem(&c) == NULL, "calibrated cluster refused: %s", moe_plan_cluster_problem(&c));
+    p = moe_plan_predict(&m, &c, &r);
+    CHECK(relative_error(p.compute_dense_s, 5.12e-3) < 1e-12, "measured dense path %g s, want 5.12e-3",
+          p.compute_dense_s);
+    CHECK(relative_error(p.compute_moe_s, 4743168.0 * tokens / rate * 1.25) < 1e-12, "MoE compute %g", p.compute_moe_s);
+    CHECK(p.compute_s == p.compute_dense_s + p.compute_moe_s, "compute %g is not dense + MoE", p.compute_s);
+    c.gpu_flops /= 2;
+    const moe_plan_prediction slow = moe_plan_predict(&m, &c, &r);
+    CHECK(slow.compute_dense_s == p.compute_dense_s && relative_error(slow.compute_moe_s, 2 * p.compute_moe_s) < 1e-12,
+          "half the GEMM rate: dense %g (want %g), MoE %g (want %g)", slow.compute_dense_s, p.compute_dense_s,
+          slow.compute_moe_s, 2 * p.compute_moe_s);
+
+    /* the optimizer measured at 1 ns per parameter (fp32, every one updated: 36 bytes by the count): 1 ns x the
+     * 1905792 parameters held; ZeRO-1 updates 332928 / 2 + 1572864 of them: (32 x 1739328 + 4 x 1905792) / 36 ns;
+     * bf16 also copies the 331776 dense matrix values and the experts: (36 x 1905792 + 6 x 1904640) / 36 ns */
+    c.optimizer_s_per_param = 1e-9;
+    p = moe_plan_predict(&m, &c, &r);
+    CHECK(relative_error(p.optimizer_s, 1905792e-9) < 1e-12, "measured optimizer %g s, want 1.905792e-3",
+          p.optimizer_s);
+    r.layout.zero = 1;
+    p = moe_plan_predict(&m, &c, &r);
+    CHECK(relative_error(p.optimizer_s, 1757824e-9) < 1e-12, "ZeRO-1 optimizer %g s, want 1.757824e-3", p.optimizer_s);
+    r.layout.zero = 0, r.layout.bf16 = 1;
+    p = moe_plan_predict(&m, &c, &r);
+    CHECK(relative_error(p.optimizer_s, 2223232e-9) < 1e-12, "bf16 optimizer %g s, want 2.223232e-3", p.optimizer_s);
+
+    c.dense_s_per_token = -1;
+    const char *problem = moe_plan_cluster_problem(&c);
+    CHECK(problem && strstr(problem, "--dense-us-per-token"), "a negative dense time is not refused by name");
+    c.dense_s_per_token = 0, c.optimizer_s_per_param = NAN;
+    problem = moe_plan_cluster_problem(&c);
+    CHECK(problem && strstr(problem, "--optimizer-ns-per-param"), "a NaN optimizer time is not refused by name");
+}
+
 static void check_bad_config(const char *text, const char *want_in_message) {
     char path[] = "/tmp/test_plan_XXXXXX";
     const int fd = mkstemp(path);
@@ -136,6 +201,7 @@ int main(int argc, char **argv) {
     check_against_model(c, 4);
 
     check_layouts();
+    check_calibrations();
 
     check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");
     check_bad_config("{\"model_type\": \"llama\"}", "llama");

@@ -32,6 +32,8 @@ expect_error "leave out --ep" --search --ep 2
 expect_error "--top needs --search" --top 3
 expect_error "--precision must be bf16 or fp32" --precision fp16
 expect_error "--gemm-efficiency" --gemm-efficiency 1.5
+expect_error "--dense-us-per-token" --dense-us-per-token 0
+expect_error "--optimizer-ns-per-param" --optimizer-ns-per-param -1
 
 out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
@@ -53,6 +55,18 @@ assert tps == sorted(tps, reverse=True), tps
 for l in L:
     assert l["fits"] and l["memory_bytes"]["total"] <= 80e9, l
     assert l["ep"] * l["dp"] == 64 and 128 % l["ep"] == 0 and l["seconds"]["step_overlap"] <= l["seconds"]["step_serial"], l
+PY
+# the CPU calibrations: the dense path at 20 µs per token over the 2 x 128 tokens of each of 2 GPUs, the optimizer
+# at 1 ns per parameter updated (fp32, no ZeRO: 36 bytes each by the bandwidth count, so 1 ns x held parameters)
+json=$("$plan" --precision fp32 --gpus-per-node 2 --ep 2 --micro-batch 2 --dense-us-per-token 20 \
+    --optimizer-ns-per-param 1 --json) || fail "a run with --dense-us-per-token failed"
+python3 - "$json" <<'PY' || status=1
+import json, sys
+d = json.loads(sys.argv[1])
+s, p = d["prediction"]["seconds"], d["model"]["params"]
+assert abs(s["compute_dense"] - 20e-6 * 256) < 1e-12, s
+assert abs(s["compute"] - s["compute_dense"] - s["compute_moe"]) < 1e-12 and s["compute_moe"] > 0, s
+assert abs(s["optimizer"] - 1e-9 * (p["dense"] + p["expert"] / 2)) < 1e-12, (s, p)
 PY
 [ $status -eq 0 ] && echo "ok: moe-plan refuses bad input by name; report, --json and --search hold"
 exit $status
