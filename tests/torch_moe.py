@@ -168,8 +168,13 @@ class SparseMoeBlock(torch.nn.Module):
     buffer expert_bias [E] (the selection bias, used with score_func='sigmoid')."""
 
     def __init__(self, d_model, d_ff, num_experts, top_k, score_func="softmax", renormalize=True,
-                 capacity_factor=0.0, drop_by_score=False):
+                 capacity_factor=0.0, drop_by_score=False, row_invariant_router=False):
         super().__init__()
+        # row_invariant_router: the router's logits one token row at a time, so that equal rows get equal bits
+        # wherever they sit, as libmoe's fixed row blocks guarantee (kernels/gemm_rows.h); a whole-matrix sgemm
+        # need not (Debian's torch runs OpenBLAS, whose Haswell and Zen kernels give a row other bits by its
+        # position), which breaks exact ties in another order than libmoe's. For the exact-tie test cases.
+        self.row_invariant_router = row_invariant_router
         if score_func not in SCORE_FUNCS:
             raise ValueError(f"score_func must be one of {SCORE_FUNCS}, got {score_func!r}")
         if not 1 <= top_k <= num_experts:
@@ -205,7 +210,10 @@ class SparseMoeBlock(torch.nn.Module):
     def forward(self, x):
         """x [T, d] -> MoeOutput(out, aux_loss, z_loss, experts, kept); see the module docstring."""
         T, E, k = x.shape[0], self.num_experts, self.top_k
-        logits = self.router(x)                                              # [T, E]
+        if self.row_invariant_router:
+            logits = torch.cat([self.router(x[t:t + 1]) for t in range(T)])  # [T, E], one row per call
+        else:
+            logits = self.router(x)                                          # [T, E]
         # bf16 under autocast: route from float32 logits (a no-op for float32 and float64)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         scores = router_scores(logits, self.score_func)

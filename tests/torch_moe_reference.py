@@ -81,7 +81,7 @@ def main():
     block = torch_moe.SparseMoeBlock(cfg["d"], cfg["d_ff"], cfg["E"], cfg["k"],
                                      score_func="sigmoid" if cfg["sigmoid"] else "softmax",
                                      renormalize=cfg["renormalize"], capacity_factor=cfg["capacity_factor"],
-                                     drop_by_score=cfg["score_priority"])
+                                     drop_by_score=cfg["score_priority"], row_invariant_router=True)
     block.load_stacked(t["router_w"], t["w1"], t["w3"], t["w2"], t["expert_bias"])
     x = t["x"].requires_grad_()
     out, aux, z, experts, kept = block(x)
