@@ -1,14 +1,16 @@
 /* fuzz_manifest.c — fuzzes the reading of a checkpoint's manifest.json (models/checkpoint_dir.c:
  * moe__checkpoint_manifest_read, then _verify against a directory that holds only the manifest). An accepted
  * manifest must say what moe-train writes, checked here on its own parse: format, a run id of 16 hex digits, a
- * parent run id that is empty, "legacy" or 16 hex digits, the step exactly (0 to INT_MAX), and each listed
- * file's size a byte count; a refusal must name the file.
+ * parent run id that is empty, "legacy" or 16 hex digits, the step exactly (0 to INT_MAX), each listed file a
+ * plain name with its size a byte count, each checksum 8 hex digits of a listed file; a refusal must name the
+ * file.
  * Seeds: manifest.json of fuzz/make_corpus.sh's checkpoints (fuzz/corpus/manifest/).
  *   bash scripts/fuzz.sh                                  (the whole fuzz suite: replay, then a timed run)
  *   build-fuzz/fuzz/fuzz_manifest -max_total_time=60 /tmp/new fuzz/corpus/manifest   (longer, by hand)
  *   build-fuzz/fuzz/fuzz_manifest FILE                    (one input: reproduce a finding) */
 #include <jansson.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/fail.h"
@@ -35,12 +37,18 @@ static void check_accepted(const char *path, const uint8_t *data, size_t nbytes,
     if (!json_is_integer(step) || json_integer_value(step) < 0 || json_integer_value(step) > INT_MAX ||
         json_integer_value(step) != m->step)
         fuzz_invalid("%s: accepted with the step read as %d", path, m->step);
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) {
-        json_t *n = json_object_get(files, moe__checkpoint_files[i]);
-        if (n ? !json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) != m->file_nbytes[i]
-              : m->file_nbytes[i] != -1)
-            fuzz_invalid("%s: accepted with the size of %s read as %lld", path, moe__checkpoint_files[i],
-                         m->file_nbytes[i]);
+    if ((int)json_object_size(files) != m->num_files)
+        fuzz_invalid("%s: accepted with %d files listed, the JSON lists %d", path, m->num_files,
+                     (int)json_object_size(files));
+    json_t *crcs = json_object_get(j, "crc32c");
+    for (int i = 0; i < m->num_files; i++) {
+        const moe__checkpoint_file *f = &m->files[i];
+        json_t *n = json_object_get(files, f->name), *crc = json_object_get(crcs, f->name);
+        if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) != f->nbytes ||
+            strchr(f->name, '/') || f->name[0] == '.' || !f->name[0])
+            fuzz_invalid("%s: accepted the file '%s' with size %lld", path, f->name, f->nbytes);
+        if (!crc != !f->has_crc || (crc && strtoul(json_string_value(crc), NULL, 16) != f->crc))
+            fuzz_invalid("%s: accepted the checksum of '%s' as %08x", path, f->name, f->crc);
     }
     json_decref(j);
 }
@@ -56,10 +64,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes) {
     check_accepted(path, data, nbytes, &m);
     /* the directory holds no checkpoint files: every size the manifest lists must be refused */
     int listed = 0;
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) listed |= m.file_nbytes[i] >= 0;
+    for (int i = 0; i < m.num_files; i++) listed |= strcmp(m.files[i].name, "manifest.json") != 0;
     moe_failure_clear();
     st = moe__checkpoint_manifest_verify(fuzz_temp_dir(), &m);
     if (st == MOE_OK && listed) fuzz_invalid("%s: the sizes of missing files verified", path);
     fuzz_check_failure(st, fuzz_temp_dir());
+    moe__checkpoint_manifest_free(&m);
     return 0;
 }

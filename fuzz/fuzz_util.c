@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/fail.h"
+#include "kernels/cast.h"
 #include "models/checkpoint_internal.h"
 
 /* ---- temporary files ------------------------------------------------------------------------------------ */
@@ -160,27 +161,35 @@ static void check_header(const char *path, const uint8_t *data, size_t header_nb
     json_decref(root);
 }
 
-/* Reads tensor t with shape (ndim, shape): the values must be the file's bytes when it succeeds. */
+/* Reads tensor t with shape (ndim, shape): the values must be the file's bytes when it succeeds (F32), or those
+ * bytes converted (BF16: the top half of a float; F16: moe_f16_to_float). */
 static void read_back(moe_safetensors_file *f, const moe_safetensors_tensor *t, int ndim, const long *shape,
                       const uint8_t *bytes, size_t count) {
-    float *dst = malloc((count ? count : 1) * sizeof(float));
-    if (!dst) abort();
+    float *dst = malloc((count ? count : 1) * sizeof(float)), *want = malloc((count ? count : 1) * sizeof(float));
+    if (!dst || !want) abort();
     moe_failure_clear();
     moe_status st = moe_safetensors_read(f, t->name, ndim, shape, dst);
+    const int dtype = moe_safetensors_dtype_parse(t->dtype);
+    const size_t element_nbytes = dtype == MOE_SAFETENSORS_F32 ? 4 : 2;
     if (st == MOE_OK) {
         int same_shape = ndim == t->ndim;
         for (int d = 0; same_shape && d < ndim; d++) same_shape = shape[d] == t->shape[d];
-        if (!same_shape || strcmp(t->dtype, "F32"))
-            fuzz_invalid("%s: tensor %s (%s, %d dims) read as F32 with another shape", f->path, t->name, t->dtype,
+        if (!same_shape || dtype < 0)
+            fuzz_invalid("%s: tensor %s (%s, %d dims) read with another shape or dtype", f->path, t->name, t->dtype,
                          t->ndim);
-        if (t->end - t->begin != count * sizeof(float))
-            fuzz_invalid("%s: tensor %s: %zu floats read from %zu bytes", f->path, t->name, count, t->end - t->begin);
-        if (count && memcmp(dst, bytes, count * sizeof(float)))
+        if (t->end - t->begin != count * element_nbytes)
+            fuzz_invalid("%s: tensor %s: %zu values read from %zu bytes", f->path, t->name, count, t->end - t->begin);
+        for (size_t i = 0; i < count; i++) {
+            const uint16_t half = (uint16_t)(bytes[2 * i] | bytes[2 * i + 1] << 8);
+            if (dtype == MOE_SAFETENSORS_F32) memcpy(&want[i], bytes + 4 * i, 4);
+            else want[i] = dtype == MOE_SAFETENSORS_BF16 ? moe_bf16_to_float(half) : moe_f16_to_float(half);
+        }
+        if (count && memcmp(dst, want, count * sizeof(float)))
             fuzz_invalid("%s: tensor %s: the values read are not the file's bytes", f->path, t->name);
     } else {
         fuzz_check_failure(st, f->path);
     }
-    free(dst);
+    free(dst), free(want);
 }
 
 void fuzz_open_safetensors(const char *path, const uint8_t *data, size_t nbytes, moe_safetensors_file *f,

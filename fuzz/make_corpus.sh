@@ -23,18 +23,22 @@ tiny=(--layers 1 --d-model 8 --heads 2 --kv-heads 2 --d-ff 8 --experts 2 --top-k
 run=(--steps 3 --warmup 1 --eval-batches 1 --sample-tokens 0 --train-data train.bin --val-data val.bin)
 mpirun -np 1 "$build/moe-train" "${tiny[@]}" "${run[@]}" --checkpoint-dir ckpt --checkpoint-interval 2 \
     --routing-trace-out trace_k1.bin > train_k1.log
+# the same model saved in shards of at most 1 KB: its model.safetensors.index.json
+mpirun -np 1 "$build/moe-train" "${tiny[@]}" "${run[@]}" --checkpoint-dir ckpt_shards --save-shard-size 1KB \
+    > train_shards.log
 # a second run with top-2 of 4 experts, sigmoid scores, tied embeddings and two layers (the second one MoE)
 k2=(--layers 2 --d-model 4 --heads 2 --kv-heads 2 --d-ff 4 --experts 4 --top-k 2 --seq-len 8 --batch 2 --vocab 64
     --score sigmoid --moe-every 2 --tie-embeddings 1)
 mpirun -np 1 "$build/moe-train" "${k2[@]}" "${run[@]}" --checkpoint-dir ckpt_k2 --routing-trace-out trace_k2.bin \
     > train_k2.log
 
-for t in safetensors train_state step config manifest token_file routing_trace train_options; do
+for t in safetensors safetensors_index train_state step config manifest token_file routing_trace train_options; do
     mkdir -p "$corpus/$t"
     rm -f "$corpus/$t"/seed-*
 done
 cp ckpt/step-00000003/model.safetensors "$corpus/safetensors/seed-model-k1.safetensors"
 cp ckpt_k2/step-00000003/model.safetensors "$corpus/safetensors/seed-model-k2.safetensors"
+cp ckpt_shards/step-00000003/model.safetensors.index.json "$corpus/safetensors_index/seed-index-k1.json"
 cp ckpt/step-00000003/train_state.safetensors "$corpus/train_state/seed-train-state-k1.safetensors"
 cp ckpt_k2/step-00000003/train_state.safetensors "$corpus/train_state/seed-train-state-k2.safetensors"
 # the step texts of the train states' metadata, as the loader hands them to moe__checkpoint_parse_step

@@ -1,10 +1,12 @@
-/* cast.h — fp32 <-> bf16 (round to nearest even, NaN kept a quiet NaN), on the CPU and the GPU.
+/* cast.h — fp32 <-> bf16 (round to nearest even, NaN kept a quiet NaN), on the CPU and the GPU; and IEEE half
+ * (f16) -> fp32 on the CPU, for loading checkpoints stored in F16.
  * The CPU versions are the reference the GPU tests compare against, and let CPU code build bf16-rounded
  * inputs for tolerance tables. */
 #ifndef MOE_KERNELS_CAST_H
 #define MOE_KERNELS_CAST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/gpu.h"
 
@@ -15,6 +17,9 @@ float moe_bf16_round(float x);
 /* The same for n values at once (vectorised; the bits of the scalar forms). */
 void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out);
 void moe_bf16_round_n(const float *x, size_t n, float *out);
+/* IEEE binary16 bits -> float, exactly (every half value, subnormals included, is a float): infinities stay
+ * infinities, a NaN stays a NaN with its sign and its payload in the top mantissa bits. */
+float moe_f16_to_float(uint16_t h);
 
 /* CUDA: n values, device pointers, queued on gpu's stream (no host sync). */
 moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);

@@ -4,6 +4,8 @@
  *              into the exponent, so values that round past the largest bf16 become inf, as they should;
  *   NaN:       the top 16 bits with the quiet bit (0x0040) set: sign kept, never rounded into an inf;
  *   inf, zero: unchanged (the low half is zero), the sign kept.
+ * f16 -> fp32: the exponent rebased from 15 to 127; a subnormal half (exponent 0) is normalised by shifting its
+ * mantissa up until the leading 1 reaches the implicit bit, lowering the exponent once per shift.
  * Tested by tests/test_cast.c (suite unit) against a rounding written out in double. */
 #include "kernels/cast.h"
 
@@ -51,3 +53,22 @@ float moe_bf16_to_float(moe_bf16 x) {
 }
 
 float moe_bf16_round(float x) { return moe_bf16_to_float(moe_bf16_from_float(x)); }
+
+float moe_f16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, u;
+    if (exp == 0x1F) { /* inf or NaN: the mantissa kept in the top bits */
+        u = sign | 0x7F800000u | mant << 13;
+    } else if (exp) {
+        u = sign | (exp + 127 - 15) << 23 | mant << 13;
+    } else if (!mant) {
+        u = sign; /* signed zero */
+    } else { /* subnormal: mant * 2^-24; normalise */
+        exp = 127 - 15 + 1;
+        while (!(mant & 0x400u)) mant <<= 1, exp--;
+        u = sign | exp << 23 | (mant & 0x3FFu) << 13;
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}

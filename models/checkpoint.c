@@ -15,6 +15,7 @@
 #include "models/checkpoint_internal.h"
 #include "models/fileio.h"
 #include "models/safetensors.h"
+#include "models/safetensors_shards.h"
 #include "models/train_config.h"
 
 _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
@@ -152,10 +153,13 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     moe_status st = e && names && paths[0] && paths[1] && paths[2] ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < tab->count && st == MOE_OK; i++) {
         const ckpt_tensor *t = &tab->t[i];
-        e[i] = (moe_safetensors_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset};
+        e[i] = (moe_safetensors_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset,
+                                       tr->opt.save_dtype ? MOE_SAFETENSORS_BF16 : MOE_SAFETENSORS_F32};
     }
     const moe_safetensors_meta model_meta[] = {{"format", "pt"}};
-    if (st == MOE_OK) st = moe_safetensors_write(paths[0], e, tab->count, model_meta, 1);
+    if (st == MOE_OK)
+        st = moe_safetensors_write_shards(dir, "model", e, tab->count, model_meta, 1, (size_t)tr->opt.save_shard_nbytes,
+                                          NULL);
 
     json_t *config = moe__checkpoint_config_json(c);
     if (st == MOE_OK &&
@@ -168,15 +172,15 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
         for (int which = 0; which < 2; which++) {
             const ckpt_tensor *t = &tab->t[i];
             snprintf(names[k], sizeof names[k], "%s.%s", which ? "exp_avg_sq" : "exp_avg", t->name);
-            e[k] = (moe_safetensors_entry){
-                names[k], t->ndim, {t->shape[0], t->shape[1]}, (which ? gv : gm) + t->global_offset};
+            e[k] = (moe_safetensors_entry){names[k], t->ndim, {t->shape[0], t->shape[1]},
+                                           (which ? gv : gm) + t->global_offset, MOE_SAFETENSORS_F32};
             k++;
         }
     for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
         const moe_real *bias = moe_model_expert_bias(tr->model, l);
         if (!bias) continue;
         snprintf(names[k], sizeof names[k], "expert_bias.layers.%d", l);
-        e[k] = (moe_safetensors_entry){names[k], 1, {c->moe.num_experts}, bias};
+        e[k] = (moe_safetensors_entry){names[k], 1, {c->moe.num_experts}, bias, MOE_SAFETENSORS_F32};
         k++;
     }
     char step_text[32], position[32];
@@ -185,7 +189,11 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     moe__checkpoint_fingerprint(tr, value, sizeof value);
     const moe_safetensors_meta state_meta[] = {
         {"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position}, {"fingerprint", value}};
-    if (st == MOE_OK) st = moe_safetensors_write(paths[2], e, k, state_meta, 4);
+    /* a bf16 save is an export of the weights: without the fp32 masters there is nothing exact to resume, so its
+     * training state is left out, or under sigmoid routing holds the selection biases alone (part of the function) */
+    const int moments = tr->opt.save_dtype ? 2 * tab->count : 0;
+    if (st == MOE_OK && (!tr->opt.save_dtype || c->moe.score_func == MOE_SCORE_SIGMOID))
+        st = moe_safetensors_write(paths[2], e + moments, k - moments, state_meta, 4);
     if (st == MOE_OK) /* with the configuration this run trained with (what --resume inherits) */
         st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step, moe_train_options_json(&tr->opt));
     free(e), free(names);
@@ -252,56 +260,63 @@ moe_status moe_checkpoint_latest(const char *root, char **out) {
 
 /* ---- loading ---------------------------------------------------------------------------------- */
 
-/* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks every tensor of
- * the table exists with its shape and F32, and that the file has no tensor the model does not know. */
-static moe_status read_tensors(moe_safetensors_file *f, const ckpt_table *tab, const char *prefix, moe_real *dst,
-                               int extra_ok) {
+/* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks that every tensor of the
+ * table exists with its shape in a dtype the reader converts, and that the files hold no tensor the model does
+ * not know. *lossy (may be NULL): 1 when a tensor is stored in less than F32 (BF16, F16). */
+static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const ckpt_table *tab, const char *prefix,
+                               moe_real *dst, int extra_ok, int *lossy) {
     char name[160];
     for (int i = 0; i < tab->count; i++) {
         const ckpt_tensor *t = &tab->t[i];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
-        moe_status st;
-        if (t->local_offset >= 0) {
-            st = moe_safetensors_read(f, name, t->ndim, t->shape, dst + t->local_offset);
-        } else {
-            const moe_safetensors_tensor *s = moe_safetensors_find(f, name);
-            int same =
-                s && s->ndim == t->ndim && s->shape[0] == t->shape[0] && (t->ndim < 2 || s->shape[1] == t->shape[1]);
-            st = same && !strcmp(s->dtype, "F32") ? MOE_OK : moe_safetensors_read(f, name, t->ndim, t->shape, NULL);
-        }
+        moe_safetensors_file *f = moe_safetensors_set_file(set, name);
+        if (!f && set->index.num_shards)
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing (in no shard of the index)", dir, name);
+        if (!f) f = &set->files[0]; /* its read names the missing tensor and the file */
+        moe_status st = t->local_offset >= 0 ? moe_safetensors_read(f, name, t->ndim, t->shape, dst + t->local_offset)
+                                             : moe_safetensors_check(f, name, t->ndim, t->shape);
         if (st != MOE_OK) return st;
+        if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
     }
-    for (int i = 0; i < f->num_tensors && !extra_ok; i++) {
-        const char *have = f->tensors[i].name;
-        int known = 0;
-        for (int j = 0; j < tab->count && !known; j++) {
-            snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
-            known = !strcmp(name, have);
+    for (int k = 0; k < set->num_files && !extra_ok; k++)
+        for (int i = 0; i < set->files[k].num_tensors; i++) {
+            const char *have = set->files[k].tensors[i].name;
+            int known = 0;
+            for (int j = 0; j < tab->count && !known; j++) {
+                snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
+                known = !strcmp(name, have);
+            }
+            if (!known)
+                return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)",
+                                set->files[k].path, have);
         }
-        if (!known)
-            return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)", f->path,
-                            have);
-    }
     return MOE_OK;
 }
 
-/* The config, the manifest's sizes, then the weights (their checksums as they are read), which must be
- * finite. */
-static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir) {
+/* Every file the weights come from (the model or its shards and index, config.json) is one the manifest lists. */
+static moe_status check_covered(const char *dir, const moe__checkpoint_manifest *m, const moe_safetensors_set *set) {
+    MOE_TRY(moe__checkpoint_manifest_covers(dir, m, moe__checkpoint_files[1]));
+    for (int i = 0; i < set->num_files; i++) MOE_TRY(moe__checkpoint_manifest_covers(dir, m, set->names[i]));
+    return set->index.num_shards ? moe__checkpoint_manifest_covers(dir, m, "model.safetensors.index.json") : MOE_OK;
+}
+
+/* The config, the manifest's files, then the weights (their checksums as they are read), which must be finite.
+ * *lossy: 1 when they were stored in less than F32. */
+static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir, int *lossy) {
     moe__checkpoint_manifest manifest;
     MOE_TRY(moe__checkpoint_check_config(dir, &tr->opt.model));
     MOE_TRY(moe__checkpoint_manifest_read(dir, &manifest));
-    MOE_TRY(moe__checkpoint_manifest_verify(dir, &manifest));
-    char *path = moe_path_join(dir, moe__checkpoint_files[0]);
+    moe_status st = moe__checkpoint_manifest_verify(dir, &manifest);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *host = malloc((local_count ? local_count : 1) * sizeof(moe_real)); /* read, checked, then uploaded */
-    moe_safetensors_file f;
-    moe_status st = path && host ? moe_safetensors_open(path, &f) : MOE_ERR_OUT_OF_MEMORY;
+    moe_safetensors_set set;
+    if (st == MOE_OK) st = host ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        st = read_tensors(&f, tab, "", host, 0);
-        moe_safetensors_close(&f);
+        st = check_covered(dir, &manifest, &set);
+        if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", host, 0, lossy);
+        moe_safetensors_set_close(&set);
     }
-    free(path);
+    moe__checkpoint_manifest_free(&manifest);
     if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, host, "the loaded weights");
     if (st == MOE_OK)
         st = moe_runtime_upload(moe_model_runtime(tr->model), moe_model_params(tr->model), host,
@@ -310,39 +325,44 @@ static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const cha
     return st;
 }
 
-/* The routers' selection biases (expert_bias.layers.I) of the training state f. */
-static moe_status read_biases(moe_trainer *tr, moe_safetensors_file *f) {
+/* The routers' selection biases (expert_bias.layers.I) from whichever file of the training state holds them. */
+static moe_status read_biases(moe_trainer *tr, const moe_safetensors_set *set) {
     const moe_model_config *c = &tr->opt.model;
     char name[64];
     for (int l = 0; l < c->num_layers; l++) {
         moe_real *bias = moe_model_expert_bias(tr->model, l);
         long E = c->moe.num_experts;
         snprintf(name, sizeof name, "expert_bias.layers.%d", l);
-        if (bias) MOE_TRY(moe_safetensors_read(f, name, 1, &E, bias));
+        moe_safetensors_file *holder = moe_safetensors_set_file(set, name);
+        if (bias) MOE_TRY(moe_safetensors_read(holder ? holder : &set->files[0], name, 1, &E, bias));
     }
     return MOE_OK;
 }
 
-/* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state. */
+/* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state (which
+ * a --save-dtype bf16 export writes with the biases alone), a file the manifest must list. */
 static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
     if (tr->opt.model.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
-    char *path = moe_path_join(dir, moe__checkpoint_files[2]);
-    moe_safetensors_file f;
-    moe_status st = path ? moe_safetensors_open(path, &f) : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = read_biases(tr, &f), moe_safetensors_close(&f);
-    if (st != MOE_OK && st != MOE_ERR_OUT_OF_MEMORY) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", moe_failure_message(st));
-        st = moe_fail(st, "sigmoid routing's selection biases are part of the model, kept in %s: %s",
-                      moe__checkpoint_files[2], why);
+    moe__checkpoint_manifest manifest;
+    moe_safetensors_set set;
+    moe_status st = moe__checkpoint_manifest_read(dir, &manifest);
+    if (st == MOE_OK) {
+        st = moe__checkpoint_manifest_covers(dir, &manifest, moe__checkpoint_files[2]);
+        moe__checkpoint_manifest_free(&manifest);
     }
-    free(path);
-    return st;
+    if (st == MOE_OK && (st = moe_safetensors_set_open(dir, "train_state", &set)) == MOE_OK)
+        st = read_biases(tr, &set), moe_safetensors_set_close(&set);
+    if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", moe_failure_message(st));
+    return moe_fail(st, "sigmoid routing's selection biases are part of the model, kept in %s: %s",
+                    moe__checkpoint_files[2], why);
 }
 
 moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
     ckpt_table tab = {0};
-    moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir) : MOE_ERR_OUT_OF_MEMORY;
+    int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
+    moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir, &lossy) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = load_selection_biases(tr, dir);
     free(tab.t);
     return agree(tr, st);
@@ -352,9 +372,10 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
     char want[512];
     char *path = moe_path_join(dir, moe__checkpoint_files[2]);
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
-    moe_safetensors_file f;
-    moe_status st = moe_safetensors_open(path, &f);
+    moe_safetensors_set set;
+    moe_status st = moe_safetensors_set_open(dir, "train_state", &set);
     if (st != MOE_OK) return free(path), st;
+    moe_safetensors_file f = set.files[0]; /* metadata and biases: the first (and, as saved, only) file */
     const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"),
                *saved = moe_safetensors_metadata(&f, "step");
     moe__checkpoint_fingerprint(tr, want, sizeof want);
@@ -370,13 +391,13 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        st = read_tensors(&f, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1);
+        st = read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1, NULL);
         if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, full, which_name[which]);
         if (st == MOE_OK) st = moe_trainer_moments_set(tr, which, full);
     }
     free(full);
-    if (st == MOE_OK) st = read_biases(tr, &f);
-    moe_safetensors_close(&f);
+    if (st == MOE_OK) st = read_biases(tr, &set);
+    moe_safetensors_set_close(&set);
     free(path);
     return st;
 }
@@ -399,6 +420,7 @@ static char *parent_of(const char *dir) {
 static moe_status continue_run(moe_trainer *tr, const char *dir) {
     moe__checkpoint_manifest m;
     MOE_TRY(moe__checkpoint_manifest_read(dir, &m));
+    moe__checkpoint_manifest_free(&m); /* only the run ids are needed */
     char *root = parent_of(dir);
     moe__checkpoint_entry *list = NULL;
     int count = 0, newer = 0;
@@ -420,7 +442,12 @@ static moe_status continue_run(moe_trainer *tr, const char *dir) {
 moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
     ckpt_table tab = {0};
     moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = load_weights(tr, &tab, dir);
+    int lossy = 0;
+    if (st == MOE_OK) st = load_weights(tr, &tab, dir, &lossy);
+    if (st == MOE_OK && lossy)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s holds weights stored in less than F32 (a --save-dtype bf16 export, or "
+                      "another tool's checkpoint): resuming needs the run's fp32 masters. Start from these weights with "
+                      "--init-from %s (a fresh optimizer), or resume from an f32 checkpoint", dir, dir);
     if (st == MOE_OK) st = load_state(tr, &tab, dir, step);
     if (st == MOE_OK) st = continue_run(tr, dir);
     free(tab.t);

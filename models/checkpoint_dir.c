@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "core/fail.h"
 #include "models/checkpoint_internal.h"
+#include "models/checksum.h"
 #include "models/fileio.h"
 #include "models/train_config.h"
 
@@ -33,16 +35,52 @@ static long long size_of(const char *dir, const char *name) {
     return n;
 }
 
+static int is_json(const char *name) {
+    const size_t n = strlen(name);
+    return n >= 5 && !strcmp(name + n - 5, ".json");
+}
+
+/* CRC-32C of the whole file DIR/NAME; -1 when it cannot be read. */
+static long long crc_of(const char *dir, const char *name) {
+    char *path = moe_path_join(dir, name);
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    free(path);
+    if (!f) return -1;
+    unsigned char buf[1 << 14];
+    uint32_t crc = 0;
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) crc = moe_crc32c(crc, buf, got);
+    long long out = ferror(f) ? -1 : (long long)crc;
+    fclose(f);
+    return out;
+}
+
+static int listed(const struct dirent *e) { return e->d_name[0] != '.' && strcmp(e->d_name, kManifest) != 0; }
+
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
                                           json_t *config) {
-    json_t *files = json_object();
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++)
-        json_object_set_new(files, moe__checkpoint_files[i], json_integer(size_of(dir, moe__checkpoint_files[i])));
-    json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:I, s:o, s:o}", "format", kFormat, "run_id", run_id, "parent_run_id",
-                          parent_run_id, "step", step, "saved_at_ns", (json_int_t)now_ns(), "files", files, "config",
-                          config ? config : json_null());
+    struct dirent **names;
+    const int count = scandir(dir, &names, listed, alphasort); /* sorted: the manifest keeps its keys' order */
+    if (count < 0) return json_decref(config), moe_fail(MOE_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    json_t *files = json_object(), *crcs = json_object();
+    moe_status st = MOE_OK;
+    for (int i = 0; i < count; i++) {
+        const char *name = names[i]->d_name;
+        const long long n = st == MOE_OK ? size_of(dir, name) : 0,
+                        crc = st == MOE_OK && is_json(name) ? crc_of(dir, name) : 0;
+        if (n < 0 || crc < 0) st = moe_fail(MOE_ERR_IO, "%s/%s: cannot read it back", dir, name);
+        else if (st == MOE_OK) json_object_set_new(files, name, json_integer(n));
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
+        if (st == MOE_OK && is_json(name)) json_object_set_new(crcs, name, json_string(hex));
+        free(names[i]);
+    }
+    free(names);
+    json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:I, s:o, s:o, s:o}", "format", kFormat, "run_id", run_id,
+                          "parent_run_id", parent_run_id, "step", step, "saved_at_ns", (json_int_t)now_ns(), "files",
+                          files, "crc32c", crcs, "config", config ? config : json_null());
     char *path = moe_path_join(dir, kManifest);
-    moe_status st = m && path && config ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && (!m || !path || !config)) st = MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && (json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0 ||
                          moe_fsync_path(path) != 0))
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
@@ -52,9 +90,13 @@ moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, c
 }
 
 static void legacy(moe__checkpoint_manifest *m) {
-    *m = (moe__checkpoint_manifest){.step = -1, .saved_at_ns = 0};
+    *m = (moe__checkpoint_manifest){.step = -1, .saved_at_ns = 0, .num_files = -1};
     snprintf(m->run_id, sizeof m->run_id, "%s", kLegacy);
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) m->file_nbytes[i] = -1;
+}
+
+void moe__checkpoint_manifest_free(moe__checkpoint_manifest *m) {
+    free(m->files);
+    m->files = NULL, m->num_files = -1;
 }
 
 /* A run id as make_run_id writes it: 16 lowercase hex digits (it names files when pruning: no '/', no ".."). */
@@ -65,11 +107,32 @@ static int is_run_id(const char *s) {
     return 1;
 }
 
-/* The files' sizes: absent, or a byte count. */
-static int sizes_ok(json_t *files) {
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) {
-        json_t *n = json_object_get(files, moe__checkpoint_files[i]);
-        if (n && (!json_is_integer(n) || json_integer_value(n) < 0)) return 0;
+/* "files" (plain names to byte counts) and "crc32c" (listed names to 8 hex digits, optional) into m->files;
+ * 0 with a reason in *why when one is not what the writer writes. */
+static int read_files(json_t *files, json_t *crcs, moe__checkpoint_manifest *m, const char **why) {
+    const char *name;
+    json_t *v;
+    if (crcs && !json_is_object(crcs)) return *why = "\"crc32c\" is not an object", 0;
+    if (!(m->files = calloc(json_object_size(files) + 1, sizeof *m->files))) return *why = "out of memory", 0;
+    m->num_files = 0;
+    json_object_foreach(files, name, v) {
+        moe__checkpoint_file *f = &m->files[m->num_files++];
+        if (!*name || name[0] == '.' || strchr(name, '/') || strlen(name) >= sizeof f->name)
+            return *why = "a name in \"files\" is not a plain file name", 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 0) return *why = "a file size in \"files\" is not a byte count", 0;
+        snprintf(f->name, sizeof f->name, "%s", name);
+        f->nbytes = (long long)json_integer_value(v);
+    }
+    json_object_foreach(crcs, name, v) {
+        const char *hex = json_string_value(v);
+        char *end = NULL;
+        unsigned long crc = hex && strlen(hex) == 8 ? strtoul(hex, &end, 16) : 0;
+        moe__checkpoint_file *f = NULL;
+        for (int i = 0; i < m->num_files && !f; i++) f = strcmp(m->files[i].name, name) ? NULL : &m->files[i];
+        if (!hex || strlen(hex) != 8 || !end || *end || strspn(hex, "0123456789abcdef") != 8)
+            return *why = "a checksum in \"crc32c\" is not 8 hex digits", 0;
+        if (!f) return *why = "\"crc32c\" names a file that \"files\" does not list", 0;
+        f->has_crc = 1, f->crc = (unsigned)crc;
     }
     return 1;
 }
@@ -84,11 +147,11 @@ moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manife
     moe_status st = moe_file_open_regular(path, &f);
     if (st != MOE_OK) return free(path), st;
     json_error_t err;
-    json_t *j = json_loadf(f, 0, &err), *files = json_object_get(j, "files");
+    json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &err), *files = json_object_get(j, "files");
     fclose(f);
     const char *format = json_string_value(json_object_get(j, "format")),
                *run = json_string_value(json_object_get(j, "run_id")),
-               *parent = json_string_value(json_object_get(j, "parent_run_id"));
+               *parent = json_string_value(json_object_get(j, "parent_run_id")), *why = NULL;
     json_t *step = json_object_get(j, "step"), *saved = json_object_get(j, "saved_at_ns");
     if (!j) st = moe_fail(MOE_ERR_BAD_FILE, "%s: not JSON: %s (line %d)", path, err.text, err.line);
     else if (!format || strcmp(format, kFormat) || !run || !parent || !json_is_integer(step) ||
@@ -101,17 +164,16 @@ moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manife
     else if (json_integer_value(step) < 0 || json_integer_value(step) > INT_MAX)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: step %lld is not a step number (0 to %d)", path,
                       (long long)json_integer_value(step), INT_MAX);
-    else if (!sizes_ok(files))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: a file size in \"files\" is not a byte count", path);
+    else if (!read_files(files, json_object_get(j, "crc32c"), m, &why))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s", path, why);
     if (st == MOE_OK) {
         snprintf(m->run_id, sizeof m->run_id, "%s", run);
         snprintf(m->parent_run_id, sizeof m->parent_run_id, "%s", parent);
         m->step = (int)json_integer_value(step);
         m->saved_at_ns = (long long)json_integer_value(saved);
-        for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) {
-            json_t *n = json_object_get(files, moe__checkpoint_files[i]);
-            m->file_nbytes[i] = json_is_integer(n) ? (long long)json_integer_value(n) : -1;
-        }
+    } else {
+        moe__checkpoint_manifest_free(m);
+        legacy(m);
     }
     json_decref(j);
     free(path);
@@ -119,14 +181,26 @@ moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manife
 }
 
 moe_status moe__checkpoint_manifest_verify(const char *dir, const moe__checkpoint_manifest *m) {
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) {
-        if (m->file_nbytes[i] < 0) continue;
-        long long have = size_of(dir, moe__checkpoint_files[i]);
-        if (have != m->file_nbytes[i])
+    for (int i = 0; i < m->num_files; i++) {
+        const moe__checkpoint_file *f = &m->files[i];
+        long long have = size_of(dir, f->name);
+        if (have != f->nbytes)
             return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: %lld bytes, the manifest says %lld (truncated, grown or missing)",
-                            dir, moe__checkpoint_files[i], have, m->file_nbytes[i]);
+                            dir, f->name, have, f->nbytes);
+        long long crc = f->has_crc ? crc_of(dir, f->name) : 0;
+        if (f->has_crc && crc != (long long)f->crc)
+            return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: its bytes have checksum %08llx, the manifest says %08x (altered)",
+                            dir, f->name, crc, f->crc);
     }
     return MOE_OK;
+}
+
+moe_status moe__checkpoint_manifest_covers(const char *dir, const moe__checkpoint_manifest *m, const char *name) {
+    for (int i = 0; i < m->num_files; i++)
+        if (!strcmp(m->files[i].name, name)) return MOE_OK;
+    if (m->num_files < 0) return MOE_OK;
+    return moe_fail(MOE_ERR_BAD_FILE, "%s/%s is not in the checkpoint's manifest.json (added after the save?)", dir,
+                    name);
 }
 
 static int is_step_dir(const char *name, long *step) {
@@ -144,7 +218,7 @@ static int older(const void *pa, const void *pb) {
 }
 
 void moe__checkpoint_list_free(moe__checkpoint_entry *entries, int count) {
-    for (int i = 0; i < count; i++) free(entries[i].path);
+    for (int i = 0; i < count; i++) free(entries[i].path), moe__checkpoint_manifest_free(&entries[i].manifest);
     free(entries);
 }
 

@@ -21,26 +21,44 @@ moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *s
 enum { MOE__CHECKPOINT_FILES = 3 };
 extern const char *const moe__checkpoint_files[MOE__CHECKPOINT_FILES]; /* model, config, train state */
 
-/* manifest.json of a step directory: who wrote it and what it holds. A directory without one (written
- * before manifests existed, or by another tool) reads as run "legacy", saved at time 0. */
+typedef struct {
+    char name[256];  /* a plain file name in the step directory */
+    long long nbytes;
+    int has_crc;     /* the JSON files (config, shard index) carry a CRC-32C of their bytes; safetensors files
+                        carry one per tensor inside */
+    unsigned crc;
+} moe__checkpoint_file;
+
+/* manifest.json of a step directory: who wrote it and what it holds: every file of the directory but the
+ * manifest itself (the model, or its shards and index; config.json; train_state.safetensors when saved). A
+ * directory without one (written before manifests existed, or by another tool) reads as run "legacy", saved at
+ * time 0, listing nothing (num_files -1). */
 typedef struct {
     char run_id[MOE_RUN_ID_NBYTES], parent_run_id[MOE_RUN_ID_NBYTES];
     int step;
     long long saved_at_ns;
-    long long file_nbytes[MOE__CHECKPOINT_FILES]; /* -1: not listed */
+    moe__checkpoint_file *files; /* [num_files], malloc'ed: moe__checkpoint_manifest_free */
+    int num_files;
 } moe__checkpoint_manifest;
 
-/* Writes DIR/manifest.json (the files' sizes read from DIR, and config: the options the run trained with,
- * models/train_config.h, stolen; NULL is out of memory) and fsyncs it. The configuration lives here rather than
- * in train_state.safetensors, which stays byte-identical across layouts (ep, ZeRO-1 and threads are options). */
+/* Writes DIR/manifest.json listing every regular file of DIR (sizes read from DIR, CRC-32C of the JSON files) and
+ * config: the options the run trained with (models/train_config.h; stolen; NULL is out of memory), and fsyncs it.
+ * The configuration lives here rather than in train_state.safetensors, which stays byte-identical across layouts
+ * (ep, ZeRO-1 and threads are options). */
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
                                           json_t *config);
 /* Reads DIR/manifest.json; a missing one gives the legacy manifest (MOE_OK). Refused (MOE_ERR_BAD_FILE): a run
  * id that is not 16 hex digits (the parent's may also be "" or "legacy"), a step outside 0..INT_MAX, a listed
- * size that is not a byte count. */
+ * name that is not a plain file name, a listed size that is not a byte count, a checksum that is not 8 hex digits
+ * or names an unlisted file. */
 moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manifest *m);
-/* The sizes the manifest lists against the files in DIR: a truncated or grown file is MOE_ERR_BAD_FILE. */
+void moe__checkpoint_manifest_free(moe__checkpoint_manifest *m);
+/* The files the manifest lists against DIR: a truncated, grown, missing or (JSON) altered file is
+ * MOE_ERR_BAD_FILE. */
 moe_status moe__checkpoint_manifest_verify(const char *dir, const moe__checkpoint_manifest *m);
+/* A file the loader reads must be one the manifest lists (a legacy manifest lists nothing and is not asked):
+ * MOE_ERR_BAD_FILE naming it otherwise. */
+moe_status moe__checkpoint_manifest_covers(const char *dir, const moe__checkpoint_manifest *m, const char *name);
 
 typedef struct {
     char *path; /* ROOT/step-NNNNNNNN */

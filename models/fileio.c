@@ -66,3 +66,25 @@ int moe_fsync_path(const char *path) {
     errno = err;
     return rc;
 }
+
+int moe_parse_nbytes(const char *text, long long *nbytes) {
+    static const struct {
+        const char *unit;
+        long long scale;
+    } units[] = {{"", 1}, {"B", 1}, {"KB", 1000LL}, {"MB", 1000000LL}, {"GB", 1000000000LL}, {"TB", 1000000000000LL},
+                 {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30}, {"TiB", 1LL << 40}};
+    const char *p = text;
+    long long n = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (n > (1LL << 62) / 10) return -1;
+        n = n * 10 + (*p - '0');
+    }
+    if (p == text) return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(p, units[i].unit)) {
+            if (n < 1 || n > (1LL << 62) / units[i].scale) return -1;
+            *nbytes = n * units[i].scale;
+            return 0;
+        }
+    return -1;
+}

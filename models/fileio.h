@@ -18,6 +18,11 @@ long long moe_file_size(FILE *f);
 /* dir + "/" + name (or just name when dir is empty), malloc'ed, any length; NULL when out of memory. */
 char *moe_path_join(const char *dir, const char *name);
 
+/* A byte count as a user writes one: digits, then optionally a unit, KB MB GB TB (powers of 1000, as transformers'
+ * max_shard_size) or KiB MiB GiB TiB (powers of 1024), e.g. "5GB", "500MiB", "1048576". 0 with *nbytes set
+ * (at least 1, at most 2^62), or -1 for anything else. */
+int moe_parse_nbytes(const char *text, long long *nbytes);
+
 /* fsync of a file or a directory given by path: 0, or -1 with errno set. */
 int moe_fsync_path(const char *path);
 

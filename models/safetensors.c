@@ -1,14 +1,17 @@
-/* safetensors.c — the safetensors container (format in safetensors.h), float32, with jansson. */
+/* safetensors.c — the safetensors container (format in safetensors.h): F32, BF16 and F16 read as float32, F32 and
+ * BF16 written; the header with jansson. */
 #include "models/safetensors.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/fail.h"
+#include "kernels/cast.h"
 #include "models/checksum.h"
 #include "models/fileio.h"
 
@@ -21,46 +24,105 @@ static size_t element_count(int ndim, const long *shape) {
     return n;
 }
 
-moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries,
-                                 const moe_safetensors_meta *meta, int num_meta) {
+/* ---- dtypes ----------------------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    size_t nbytes;
+} kDtypes[] = {[MOE_SAFETENSORS_F32] = {"F32", 4}, [MOE_SAFETENSORS_BF16] = {"BF16", 2}, [MOE_SAFETENSORS_F16] = {"F16", 2}};
+enum { NUM_DTYPES = sizeof kDtypes / sizeof kDtypes[0], CHUNK = 1 << 16 /* elements converted at a time */ };
+
+const char *moe_safetensors_dtype_name(moe_safetensors_dtype d) {
+    return (unsigned)d < NUM_DTYPES ? kDtypes[d].name : "?";
+}
+
+int moe_safetensors_dtype_parse(const char *name) {
+    for (int d = 0; d < NUM_DTYPES; d++)
+        if (!strcmp(name, kDtypes[d].name)) return d;
+    return -1;
+}
+
+size_t moe_safetensors_data_nbytes(const moe_safetensors_entry *entries, int num_entries) {
+    size_t n = 0;
+    for (int i = 0; i < num_entries; i++)
+        n += element_count(entries[i].ndim, entries[i].shape) * kDtypes[entries[i].dtype].nbytes;
+    return n;
+}
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+/* The bytes of entry e as stored, CHUNK elements at a time: each chunk goes to crc (when not NULL) and to
+ * out (when not NULL). A BF16 entry is rounded here, and a finite value that becomes Inf is refused. */
+static moe_status store_entry(const char *path, const moe_safetensors_entry *e, moe_bf16 *buf, uint32_t *crc,
+                              FILE *out) {
+    const size_t count = element_count(e->ndim, e->shape);
+    if (e->dtype == MOE_SAFETENSORS_F32) { /* little-endian hosts only */
+        if (crc) *crc = moe_crc32c(0, e->data, count * sizeof(float));
+        return !out || fwrite(e->data, sizeof(float), count, out) == count ? MOE_OK : MOE_ERR_IO;
+    }
+    if (e->dtype != MOE_SAFETENSORS_BF16)
+        return moe_fail(MOE_ERR_INVALID_ARG, "%s: tensor %s: only F32 and BF16 are written", path, e->name);
+    if (crc) *crc = 0;
+    for (size_t at = 0; at < count; at += CHUNK) {
+        const size_t n = count - at < CHUNK ? count - at : CHUNK;
+        moe_bf16_from_float_n(e->data + at, n, buf);
+        for (size_t j = 0; crc && j < n; j++)
+            if ((buf[j] & 0x7F80u) == 0x7F80u && isfinite(e->data[at + j]))
+                return moe_fail(MOE_ERR_NONFINITE, "%s: tensor %s[%zu] = %g does not fit in bf16 (it would round to "
+                                "Inf): save it as F32", path, e->name, at + j, (double)e->data[at + j]);
+        if (crc) *crc = moe_crc32c(*crc, buf, n * sizeof *buf);
+        if (out && fwrite(buf, sizeof *buf, n, out) != n) return MOE_ERR_IO;
+    }
+    return MOE_OK;
+}
+
+/* The header: every tensor's dtype, shape, offsets, and its stored bytes' CRC-32C in the metadata. */
+static moe_status build_header(const char *path, const moe_safetensors_entry *entries, int num_entries,
+                               const moe_safetensors_meta *meta, int num_meta, moe_bf16 *buf, char **out) {
     json_t *root = json_object(), *md = json_object();
     size_t offset = 0;
-    for (int i = 0; i < num_entries; i++) {
+    moe_status st = MOE_OK;
+    for (int i = 0; i < num_entries && st == MOE_OK; i++) {
         const moe_safetensors_entry *e = &entries[i];
         json_t *shape = json_array();
         for (int d = 0; d < e->ndim; d++) json_array_append_new(shape, json_integer(e->shape[d]));
-        size_t nbytes = element_count(e->ndim, e->shape) * sizeof(float);
+        size_t nbytes = moe_safetensors_data_nbytes(e, 1);
         json_object_set_new(root, e->name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape, "data_offsets",
-                                      (json_int_t)offset, (json_int_t)(offset + nbytes)));
-        char key[MOE_SAFETENSORS_MAX_NAME + 16], crc[16];
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", moe_safetensors_dtype_name(e->dtype), "shape",
+                                      shape, "data_offsets", (json_int_t)offset, (json_int_t)(offset + nbytes)));
+        uint32_t crc = 0;
+        if ((st = store_entry(path, e, buf, &crc, NULL)) != MOE_OK) break;
+        char key[MOE_SAFETENSORS_MAX_NAME + 16], text[16];
         snprintf(key, sizeof key, "%s%s", CRC_KEY_PREFIX, e->name);
-        snprintf(crc, sizeof crc, "%08x", moe_crc32c(0, e->data, nbytes));
-        json_object_set_new(md, key, json_string(crc));
+        snprintf(text, sizeof text, "%08x", crc);
+        json_object_set_new(md, key, json_string(text));
         offset += nbytes;
     }
     for (int i = 0; i < num_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
     json_object_set_new(root, "__metadata__", md);
-    char *header = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
+    *out = st == MOE_OK ? json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(root);
-    if (!header) return moe_fail(MOE_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+    if (st == MOE_OK && !*out) st = moe_fail(MOE_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+    return st;
+}
+
+moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries,
+                                 const moe_safetensors_meta *meta, int num_meta) {
+    moe_bf16 *buf = malloc(CHUNK * sizeof *buf);
+    char *header = NULL;
+    moe_status st = buf ? build_header(path, entries, num_entries, meta, num_meta, buf, &header) : MOE_ERR_OUT_OF_MEMORY;
+    FILE *f = NULL;
+    if (st == MOE_OK && !(f = fopen(path, "wb"))) st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (st != MOE_OK) return free(buf), free(header), st;
     size_t header_nbytes = strlen(header), padded = (header_nbytes + 7) / 8 * 8;
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(header);
-        return moe_fail(MOE_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    }
     unsigned char size_le[8];
     for (int b = 0; b < 8; b++) size_le[b] = (unsigned char)((uint64_t)padded >> (8 * b));
     int ok = fwrite(size_le, 1, 8, f) == 8 && fwrite(header, 1, header_nbytes, f) == header_nbytes;
     for (size_t i = header_nbytes; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < num_entries; i++) {
-        size_t count = element_count(entries[i].ndim, entries[i].shape);
-        ok = fwrite(entries[i].data, sizeof(float), count, f) == count; /* little-endian hosts only */
-    }
+    for (int i = 0; ok && i < num_entries; i++) ok = store_entry(path, &entries[i], buf, NULL, f) == MOE_OK;
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
-    free(header);
+    free(header), free(buf);
     return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: write failed: %s", path, strerror(errno));
 }
 
@@ -148,7 +210,7 @@ moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
          * length that reaches into the data, say) */
         const char *nul = memchr(header, 0, header_nbytes);
         json_error_t err;
-        if (!nul) root = json_loadb(header, header_nbytes, 0, &err);
+        if (!nul) root = json_loadb(header, header_nbytes, JSON_REJECT_DUPLICATES, &err);
         if (nul)
             st = moe_fail(MOE_ERR_BAD_FILE, "%s: the %llu-byte header holds a NUL byte at byte %zu (a wrong header "
                           "length?)", path, (unsigned long long)header_nbytes, (size_t)(nul - header));
@@ -223,11 +285,13 @@ static moe_status verify_checksum(const moe_safetensors_file *f, const moe_safet
     return MOE_OK;
 }
 
-moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int ndim, const long *shape, float *dst) {
+moe_status moe_safetensors_check(const moe_safetensors_file *f, const char *name, int ndim, const long *shape) {
     const moe_safetensors_tensor *t = moe_safetensors_find(f, name);
     if (!t) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing", f->path, name);
-    if (strcmp(t->dtype, "F32"))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; only F32 is supported", f->path, name, t->dtype);
+    const int dtype = moe_safetensors_dtype_parse(t->dtype);
+    if (dtype < 0)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; supported are F32, BF16 and F16", f->path, name,
+                        t->dtype);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
@@ -236,11 +300,25 @@ moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int n
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has shape %s, the model needs %s", f->path, name, got, want);
     }
     size_t count = element_count(ndim, shape);
-    if (t->end - t->begin != count * sizeof(float))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: %zu data bytes for %zu floats", f->path, name,
-                        t->end - t->begin, count);
-    if (fseeko(f->file, (off_t)(f->data_start + t->begin), SEEK_SET) != 0 ||
-        fread(dst, sizeof(float), count, f->file) != count)
+    if (t->end - t->begin != count * kDtypes[dtype].nbytes)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: %zu data bytes for %zu %s values", f->path, name,
+                        t->end - t->begin, count, t->dtype);
+    return MOE_OK;
+}
+
+moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int ndim, const long *shape, float *dst) {
+    MOE_TRY(moe_safetensors_check(f, name, ndim, shape));
+    const moe_safetensors_tensor *t = moe_safetensors_find(f, name);
+    const size_t count = element_count(ndim, shape), nbytes = t->end - t->begin;
+    if (fseeko(f->file, (off_t)(f->data_start + t->begin), SEEK_SET) != 0 || fread(dst, 1, nbytes, f->file) != nbytes)
         return moe_fail(MOE_ERR_IO, "%s: tensor %s: read failed", f->path, name);
-    return verify_checksum(f, t, dst, count * sizeof(float));
+    MOE_TRY(verify_checksum(f, t, dst, nbytes));
+    /* 2-byte values widened in place from the end: value i (bytes 2i, 2i+1) is read before bytes 4i.. are written */
+    const unsigned char *raw = (const unsigned char *)dst;
+    const int dtype = moe_safetensors_dtype_parse(t->dtype);
+    for (size_t i = count; dtype != MOE_SAFETENSORS_F32 && i-- > 0;) {
+        const uint16_t bits = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8);
+        dst[i] = dtype == MOE_SAFETENSORS_BF16 ? moe_bf16_to_float(bits) : moe_f16_to_float(bits);
+    }
+    return MOE_OK;
 }

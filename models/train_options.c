@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/fileio.h"
+
 #define OPT_INT MOE_OPT_INT
 #define OPT_FLOAT MOE_OPT_FLOAT
 #define OPT_STRING MOE_OPT_STRING
@@ -99,6 +101,10 @@ static const opt_spec kOptions[] = {
      NULL, RUN},
     {"--checkpoint-timeout", "seconds the other ranks wait for rank 0 to write a checkpoint", OPT_FLOAT,
      OFF(checkpoint_timeout_s), 1, 1e7, {0}, NULL, RUN},
+    {"--save-dtype", "dtype of the saved weights: f32 (the masters), or bf16 (an export, half the size: cannot be "
+     "resumed; --init-from takes it)", OPT_CHOICE, OFF(save_dtype), 0, 0, {"f32", "bf16"}, NULL, RUN},
+    {"--save-shard-size", "split the saved model into shards of at most this many bytes with an index, as transformers "
+     "does (e.g. 5GB, 500MiB; '' : one file)", OPT_STRING, OFF(save_shard_size), 0, 0, {0}, NULL, RUN},
     {"--resume", "continue a run from a checkpoint directory, or (no value) the latest in --checkpoint-dir; the "
      "architecture comes from its config.json and every option not given from the run it saved", OPT_STRING,
      OFF(resume), 0, 0, {0}, "latest", COMMAND},
@@ -166,6 +172,7 @@ static void set_defaults(moe_train_options *o) {
     o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
     o->exchange_timeout_s = 300;
     o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3, o->checkpoint_timeout_s = 3600;
+    o->save_shard_size = "";
     o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
     o->routing_trace_out = "", o->routing_trace_in = "";
     o->config_file = "", o->print_config = 0;
@@ -250,6 +257,10 @@ int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --resume and --init-from exclude each other (resume restores the weights too)\n"), -1;
     if (!strcmp(o->resume, "latest") && !*o->checkpoint_dir)
         return moe_train_complain(err, "moe-train: --resume latest needs --checkpoint-dir\n"), -1;
+    o->save_shard_nbytes = 0;
+    if (*o->save_shard_size && moe_parse_nbytes(o->save_shard_size, &o->save_shard_nbytes) != 0)
+        return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
+                                       "1048576, got '%s'\n", o->save_shard_size), -1;
     if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
     if (*o->routing_trace_out && *o->resume)
         return moe_train_complain(err, "moe-train: --routing-trace-out records a run from step 1; it cannot be combined with --resume\n"), -1;

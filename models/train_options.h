@@ -50,6 +50,9 @@ typedef struct {
     float checkpoint_timeout_s; /* how long the other ranks wait for rank 0's save      */
     const char *resume;         /* '' : fresh start; 'latest' (in checkpoint_dir) or a directory */
     const char *init_from;      /* weights only, from a checkpoint directory              */
+    int save_dtype;             /* 0: F32 (the masters), 1: BF16 (an export: not resumable) */
+    const char *save_shard_size; /* '' : one model.safetensors; else a byte count (moe_parse_nbytes) */
+    long long save_shard_nbytes; /* save_shard_size parsed; 0: one file                   */
     int eval_only;              /* 1: print the validation loss of the weights and stop   */
     const char *dump_logits;    /* with eval_only: float32 logits of validation sequence 0 */
     const char *routing_trace_out; /* write every training step's routing here ('' : no)   */

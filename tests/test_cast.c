@@ -3,7 +3,9 @@
  * signaling NaNs, infinities, signed zeros), every one of the 65536 bf16 values decoded by formula, and
  * 2^24 random float bit patterns against a rounding written out independently: the two bf16 neighbours
  * of x compared by distance in double (the value past the largest bf16 counts as 2^128, which is how
- * IEEE rounds into infinity), ties to the even one. */
+ * IEEE rounds into infinity), ties to the even one. moe_f16_to_float (loading F16 checkpoints): every one of the
+ * 65536 half values against the IEEE binary16 formula in double (subnormals m * 2^-24, signed zeros, infinities),
+ * NaNs kept NaN with their sign and payload, and hand-picked values. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -150,7 +152,35 @@ static void test_bulk_forms(void) {
     free(x), free(rounded), free(bits);
 }
 
+/* The value of half bits h by the IEEE formula (5-bit exponent, bias 15, 10-bit mantissa); NaNs not passed in. */
+static double f16_formula(uint16_t h) {
+    int sign = h >> 15, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    double v = e == 0x1F ? INFINITY : e == 0 ? ldexp(m, -24) : ldexp(1.0 + m / 1024.0, e - 15);
+    return sign ? -v : v;
+}
+
+static void test_all_f16(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = moe_f16_to_float((uint16_t)h);
+        if (((h >> 10) & 0x1F) == 0x1F && (h & 0x3FF)) { /* NaN: sign and payload (top mantissa bits) kept */
+            bad += !isnan(f) || (to_bits(f) >> 31) != (h >> 15) || ((to_bits(f) >> 13) & 0x3FF) != (h & 0x3FF);
+            continue;
+        }
+        double want = f16_formula((uint16_t)h);
+        bad += !((double)f == want && !signbit(f) == !signbit(want));
+    }
+    CHECK(bad == 0, "%d half values decode differently from the formula", bad);
+    CHECK(moe_f16_to_float(0x0001) == ldexpf(1, -24), "smallest half subnormal is 2^-24");
+    CHECK(moe_f16_to_float(0x03FF) == 1023 * ldexpf(1, -24), "largest half subnormal");
+    CHECK(moe_f16_to_float(0x7BFF) == 65504.0f, "largest half is 65504");
+    CHECK(moe_f16_to_float(0x3C00) == 1.0f && moe_f16_to_float(0xC000) == -2.0f, "1 and -2");
+    CHECK(isinf(moe_f16_to_float(0xFC00)) && moe_f16_to_float(0xFC00) < 0, "-inf");
+    CHECK(signbit(moe_f16_to_float(0x8000)) && moe_f16_to_float(0x8000) == 0, "-0");
+}
+
 int main(void) {
+    test_all_f16();
     test_hand_picked();
     test_bulk_forms();
     test_all_bf16();

@@ -2,7 +2,11 @@
 # test_checkpoint_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train's checkpoints as a user
 # meets them, on 2 ranks (issue 12): a saved step that is not a step number, a checkpoint beyond --steps, a
 # fresh run into a directory of another run, a resume from an older checkpoint (a fork: --keep-last prunes
-# only the fork's own checkpoints), and a --checkpoint-dir path longer than any fixed buffer.
+# only the fork's own checkpoints), and a --checkpoint-dir path longer than any fixed buffer; issue 16: a
+# --save-dtype bf16 export (BF16 weights, no moments: no training state, or under sigmoid routing the
+# selection biases alone; --init-from takes it, --resume refuses it) and a --save-shard-size save (shards + index,
+# every file in the manifest, the same eval loss as one file, resumable, the size inherited by --resume, written
+# by --print-config and read by --config; a missing shard and an altered index refused).
 . "$(dirname "$0")/train_cli_common.sh"
 
 ck="$dir/ck"
@@ -40,5 +44,64 @@ for i in 1 2 3 4 5 6 7; do long="$long/$(printf 'a%.0s' $(seq 1 95))"; done
 mkdir -p "$long"
 trains "a 700-character --checkpoint-dir" "^step     2" --checkpoint-dir "$long/ck"
 trains "resume from it" "resumed from .*/ck/step-00000002 after step 2" --steps 3 --resume --checkpoint-dir "$long/ck"
+
+# --save-dtype bf16: an export of the weights
+trains "a bf16 export" "^step     2" --checkpoint-dir "$dir/bf16" --save-dtype bf16
+b=$(step_dir "$dir/bf16" 2)
+grep -q '"dtype":"BF16"' "$b/model.safetensors" || fail_with_output "the bf16 export holds no BF16 tensor"
+[ ! -e "$b/train_state.safetensors" ] || fail_with_output "the bf16 export holds a training state"
+trains "--init-from a bf16 export" "weights from .*bf16/step-00000002" --steps 1 --init-from "$b"
+refuses "holds weights stored in less than F32 .*--init-from" --steps 4 --resume "$b"
+# under sigmoid routing the selection biases are part of the function: the export keeps them (and no moments)
+trains "a sigmoid bf16 export" "^step     2" --checkpoint-dir "$dir/bf16s" --save-dtype bf16 --score sigmoid
+b=$(step_dir "$dir/bf16s" 2)
+grep -q 'expert_bias.layers.0' "$b/train_state.safetensors" && ! grep -q 'exp_avg' "$b/train_state.safetensors" ||
+    fail_with_output "the sigmoid bf16 export's training state is not the biases alone"
+trains "--init-from a sigmoid bf16 export" "eval: val_loss" --init-from "$b" --eval-only 1
+
+# --save-shard-size: the same run saved whole and in shards of at most 20 KB
+trains "one file" "^step     2" --checkpoint-dir "$dir/whole"
+trains "shards of 20KB" "^step     2" --checkpoint-dir "$dir/sharded" --save-shard-size 20KB
+sh=$(step_dir "$dir/sharded" 2)
+shards=$(ls "$sh" | grep -c '^model-0000[0-9]-of-0000[0-9]\.safetensors$')
+[ "$shards" -ge 2 ] && [ -f "$sh/model.safetensors.index.json" ] && [ ! -e "$sh/model.safetensors" ] ||
+    fail_with_output "no shards and index in $sh ($(ls "$sh"))"
+for f in "$sh"/*; do
+    n=$(basename "$f")
+    [ "$n" = manifest.json ] || grep -q "\"$n\": $(stat -c %s "$f")" "$sh/manifest.json" ||
+        fail_with_output "manifest.json does not list $n with its size"
+done
+grep -q '"save_shard_size": "20KB"' "$sh/manifest.json" ||
+    fail_with_output "manifest.json's config does not record --save-shard-size"
+for d in whole sharded; do
+    trains "eval of the $d save" "eval: val_loss" --init-from "$(step_dir "$dir/$d" 2)" --eval-only 1
+    grep -o 'eval: val_loss [0-9.]*' "$dir/out.txt" > "$dir/eval_$d.txt"
+done
+cmp -s "$dir/eval_whole.txt" "$dir/eval_sharded.txt" ||
+    fail_with_output "sharded and whole saves evaluate differently: $(cat "$dir"/eval_*.txt)"
+# both save options are run options: --resume inherits them (no --save-shard-size here), --print-config writes
+# them and --config reads them back, checked like the flag
+trains "resume from shards" "resumed from .*sharded/step-00000002 after step 2" --steps 3 --resume \
+    --checkpoint-dir "$dir/sharded"
+[ -f "$(step_dir "$dir/sharded" 3)/model.safetensors.index.json" ] ||
+    fail_with_output "the resumed run did not inherit --save-shard-size"
+merge --save-dtype bf16 --save-shard-size 20KB --print-config
+if "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/save.json" 2> "$dir/out.txt" &&
+    grep -q '^  "save_dtype": "bf16",$' "$dir/save.json" &&
+    grep -q '^  "save_shard_size": "20KB",$' "$dir/save.json"; then
+    echo "ok: --print-config writes save_dtype and save_shard_size"
+else
+    fail_with_output "--print-config without save_dtype/save_shard_size: $(cat "$dir/save.json")"
+fi
+sed 's/"save_shard_size": "20KB"/"save_shard_size": "5XB"/' "$dir/save.json" > "$dir/badsize.json"
+refuses "--save-shard-size expects a byte count .* got '5XB'" --config "$dir/badsize.json"
+refuses "--save-shard-size expects a byte count .* got '5XB'" --save-shard-size 5XB
+cp -r "$sh" "$dir/noshard" && rm "$dir/noshard/model-00002-of-0000$shards.safetensors"
+refuses "model-00002-of-0000$shards.safetensors: -1 bytes, the manifest says" --init-from "$dir/noshard"
+cp -r "$sh" "$dir/badindex" && sed -i 's/model-00001-of/model-00002-of/' "$dir/badindex/model.safetensors.index.json"
+refuses "model.safetensors.index.json: its bytes have checksum .* \(altered\)" --init-from "$dir/badindex"
+rm "$dir/badindex/manifest.json" # without a manifest the index's own check finds it
+refuses "index.json names tensor .* in .*model-00002-of-0000$shards.safetensors, which does not hold it" \
+    --init-from "$dir/badindex"
 
 finish test_checkpoint_cli

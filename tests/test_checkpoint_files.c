@@ -6,9 +6,18 @@
  *  - a FIFO or a directory given as a safetensors file, a token file, a routing trace or a config.json is
  *    refused at once with what it is (a FIFO used to block in fopen forever: an alarm guards the test);
  *  - config.json without num_hidden_layers, or with a tie_word_embeddings that is not a boolean, is refused by name;
- *  - paths of any length are joined whole. */
+ *  - paths of any length are joined whole;
+ *  - dtypes: BF16 written rounded to nearest even and read back exactly, a finite value that would round to Inf in
+ *    bf16 refused at save; F16 (hand-made file) read exactly, subnormal 2^-24 included, Inf and NaN passed through
+ *    for the loader's finite check; an unsupported dtype and a tensor named twice in a header refused;
+ *  - shards: written (greedy split, index) and read back through the index; refused: a missing shard, an index
+ *    naming a tensor its shard lacks, a tensor in two shards, a truncated shard, both a single file and an index,
+ *    a shard name outside the directory, a duplicate key in the index;
+ *  - byte counts for --save-shard-size: 5GB, 500MiB, plain digits; 0, spaces, units alone, overflow refused. */
 #define _GNU_SOURCE /* memmem */
+#include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +29,9 @@
 #include "models/dataloader.h"
 #include "models/fileio.h"
 #include "models/routing_trace.h"
+#include "kernels/cast.h"
 #include "models/safetensors.h"
+#include "models/safetensors_shards.h"
 #include "tests/test_util.h"
 
 static char dir[64];
@@ -95,7 +106,7 @@ static moe_status read_both(const char *path) {
 
 static void safetensors(void) {
     const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
-    const moe_safetensors_entry e[2] = {{"a", 1, {4}, a}, {"b", 1, {4}, b}};
+    const moe_safetensors_entry e[2] = {{"a", 1, {4}, a, MOE_SAFETENSORS_F32}, {"b", 1, {4}, b, MOE_SAFETENSORS_F32}};
     char *good = path_in("good.safetensors");
     CHECK_OK(moe_safetensors_write(good, e, 2, NULL, 0));
     CHECK_OK(read_both(good));
@@ -106,6 +117,171 @@ static void safetensors(void) {
     char *overlap = edited(good, "overlap.safetensors", "[16,32]", "[12,28]", 0);
     expect_refusal("overlapping data_offsets", read_both(overlap), "tensors a and b overlap");
     free(good), free(flipped), free(unchecked), free(overlap);
+}
+
+/* A safetensors file of one tensor "t" of `count` 2-byte values with the given dtype, written by hand. */
+static char *hand_made(const char *name, const char *dtype, const uint16_t *values, int count) {
+    char header[256], *path = path_in(name);
+    int n = snprintf(header, sizeof header, "{\"t\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[0,%d]}}", dtype,
+                     count, 2 * count);
+    while (n % 8) header[n++] = ' ';
+    FILE *f = fopen(path, "wb");
+    unsigned char size_le[8] = {(unsigned char)n};
+    fwrite(size_le, 1, 8, f), fwrite(header, 1, (size_t)n, f);
+    for (int i = 0; i < count; i++) fputc(values[i] & 255, f), fputc(values[i] >> 8, f);
+    fclose(f);
+    return path;
+}
+
+static moe_status read_t(const char *path, int count, float *out) {
+    moe_safetensors_file f;
+    MOE_TRY(moe_safetensors_open(path, &f));
+    const long shape[1] = {count};
+    moe_status st = moe_safetensors_read(&f, "t", 1, shape, out);
+    moe_safetensors_close(&f);
+    return st;
+}
+
+static void dtypes(void) {
+    /* BF16: rounded to nearest even on the way out, read back exactly */
+    const float x[5] = {1.0f, -2.5f, 1.00390625f /* 1 + 2^-8: a tie, to even 1 */, 3.0e-39f /* subnormal */, 1e30f};
+    const moe_safetensors_entry e[1] = {{"t", 1, {5}, x, MOE_SAFETENSORS_BF16}};
+    char *bf16 = path_in("bf16.safetensors");
+    CHECK_OK(moe_safetensors_write(bf16, e, 1, NULL, 0));
+    float back[5];
+    CHECK_OK(read_t(bf16, 5, back));
+    for (int i = 0; i < 5; i++)
+        CHECK(back[i] == moe_bf16_round(x[i]), "bf16 value %d: %g read back as %g, want %g", i, x[i], back[i],
+              moe_bf16_round(x[i]));
+    CHECK(back[2] == 1.0f, "1 + 2^-8 rounds to 1 (ties to even)");
+    const float huge[1] = {3.4e38f}; /* above the largest bf16 (3.3895e38): rounds to Inf */
+    const moe_safetensors_entry h[1] = {{"big", 1, {1}, huge, MOE_SAFETENSORS_BF16}};
+    char *overflow = path_in("overflow.safetensors");
+    expect_refusal("a value past the largest bf16", moe_safetensors_write(overflow, h, 1, NULL, 0),
+                   "big[0] = 3.4e+38 does not fit in bf16");
+    /* F16 by hand: 1, -2, 2^-24 (the smallest subnormal), 65504, then +Inf and NaN */
+    const uint16_t half[6] = {0x3C00, 0xC000, 0x0001, 0x7BFF, 0x7C00, 0x7E00};
+    char *f16 = hand_made("f16.safetensors", "F16", half, 6);
+    float got[6];
+    CHECK_OK(read_t(f16, 6, got));
+    CHECK(got[0] == 1 && got[1] == -2 && got[2] == ldexpf(1, -24) && got[3] == 65504, "f16 values: %g %g %g %g",
+          got[0], got[1], got[2], got[3]);
+    CHECK(isinf(got[4]) && isnan(got[5]), "f16 Inf and NaN pass through to the finite check (%g, %g)", got[4], got[5]);
+    char *bf16_by_hand = hand_made("bf16hand.safetensors", "BF16", (const uint16_t[]){0x3F80, 0x0001}, 2);
+    CHECK_OK(read_t(bf16_by_hand, 2, got));
+    CHECK(got[0] == 1 && got[1] == ldexpf(1, -133), "bf16 by hand: %g %g", got[0], got[1]);
+    char *i16 = hand_made("i16.safetensors", "I16", half, 6);
+    expect_refusal("dtype I16", read_t(i16, 6, got), "has dtype I16; supported are F32, BF16 and F16");
+    /* a header naming "t" twice (JSON allows it; a reader that keeps either would load the wrong bytes) */
+    char *twice = path_in("twice.safetensors");
+    const char header[] = "{\"t\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                          "\"t\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}";
+    FILE *f = fopen(twice, "wb");
+    unsigned char size_le[8] = {(unsigned char)(sizeof header - 1)};
+    fwrite(size_le, 1, 8, f), fwrite(header, 1, sizeof header - 1, f), fwrite(half, 2, 4, f);
+    fclose(f);
+    expect_refusal("a tensor named twice in a header", read_t(twice, 2, back), "duplicate object key");
+    free(bf16), free(overflow), free(f16), free(bf16_by_hand), free(i16), free(twice);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Opens the set in `sub` and reads a, b, c; returns the first failure. */
+static moe_status read_set(const char *sub) {
+    char *d = path_in(sub);
+    moe_safetensors_set set;
+    moe_status st = moe_safetensors_set_open(d, "model", &set);
+    free(d);
+    if (st != MOE_OK) return st;
+    const char *names[3] = {"a", "b", "c"};
+    const long shape[1] = {4};
+    for (int i = 0; i < 3 && st == MOE_OK; i++) {
+        float out[4];
+        moe_safetensors_file *f = moe_safetensors_set_file(&set, names[i]);
+        st = f ? moe_safetensors_read(f, names[i], 1, shape, out) : moe_fail(MOE_ERR_BAD_FILE, "%s missing", names[i]);
+        CHECK(st != MOE_OK || out[0] == (float)(4 * i + 1), "tensor %s read as %g", names[i], out[0]);
+    }
+    moe_safetensors_set_close(&set);
+    return st;
+}
+
+/* A fresh copy of the sharded directory "shards" as `sub`. */
+static char *copy_shards(const char *sub) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/%s' && cp -r '%s/shards' '%s/%s'", dir, sub, dir, dir, sub);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    return path_in(sub);
+}
+
+static void shards(void) {
+    const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {9, 10, 11, 12};
+    const moe_safetensors_entry e[3] = {{"a", 1, {4}, a, MOE_SAFETENSORS_F32}, {"b", 1, {4}, b, MOE_SAFETENSORS_F32},
+                                        {"c", 1, {4}, c, MOE_SAFETENSORS_F32}};
+    char *d = path_in("shards"), *one = path_in("one");
+    mkdir(d, 0700), mkdir(one, 0700);
+    int files = 0;
+    CHECK_OK(moe_safetensors_write_shards(d, "model", e, 3, NULL, 0, 40, &files)); /* a+b = 32 bytes, then c */
+    CHECK(files == 3, "2 shards and the index: %d files", files);
+    CHECK_OK(read_set("shards"));
+    CHECK_OK(moe_safetensors_write_shards(one, "model", e, 3, NULL, 0, 48, &files));
+    CHECK(files == 1, "everything in one shard is one model.safetensors: %d files", files);
+    CHECK_OK(read_set("one"));
+    char *s1 = path_in("shards/model-00001-of-00002.safetensors"), *s2 = path_in("shards/model-00002-of-00002.safetensors");
+    CHECK(access(s1, F_OK) == 0 && access(s2, F_OK) == 0, "shard files named as transformers names them");
+    free(copy_shards("missing"));
+    char *p = path_in("missing/model-00002-of-00002.safetensors");
+    unlink(p), free(p);
+    expect_refusal("a missing shard", read_set("missing"), "shard 2 of the 2 that");
+    free(copy_shards("extra"));
+    p = path_in("extra/model.safetensors.index.json");
+    write_text(p, "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":"
+                  "\"model-00001-of-00002.safetensors\",\"c\":\"model-00002-of-00002.safetensors\",\"d\":"
+                  "\"model-00002-of-00002.safetensors\"}}");
+    free(p);
+    expect_refusal("an index naming a missing tensor", read_set("extra"), "names tensor d in");
+    free(copy_shards("twice"));
+    p = path_in("twice/model-00002-of-00002.safetensors");
+    const moe_safetensors_entry ca[2] = {e[0], e[2]};
+    CHECK_OK(moe_safetensors_write(p, ca, 2, NULL, 0));
+    free(p);
+    expect_refusal("a tensor in two shards", read_set("twice"), "holds tensor a, which the index");
+    free(copy_shards("truncated"));
+    p = path_in("truncated/model-00001-of-00002.safetensors");
+    CHECK(truncate(p, 60) == 0, "truncate");
+    free(p);
+    expect_refusal("a truncated shard", read_set("truncated"), "truncated");
+    free(copy_shards("both"));
+    p = path_in("both/model.safetensors");
+    CHECK_OK(moe_safetensors_write(p, e, 3, NULL, 0));
+    free(p);
+    expect_refusal("a single file and an index", read_set("both"), "which one is the model");
+    free(copy_shards("outside"));
+    p = path_in("outside/model.safetensors.index.json");
+    write_text(p, "{\"weight_map\":{\"a\":\"../one/model.safetensors\"}}");
+    expect_refusal("a shard outside the directory", read_set("outside"), "must be a file name ending in .safetensors");
+    write_text(p, "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"a\":\"model-00002-of-00002.safetensors\"}}");
+    expect_refusal("a duplicate key in the index", read_set("outside"), "duplicate");
+    write_text(p, "[1, 2]");
+    expect_refusal("an index that is not an object", read_set("outside"), "needs a non-empty \"weight_map\"");
+    free(p), free(d), free(one), free(s1), free(s2);
+}
+
+static void byte_counts(void) {
+    const char *good[] = {"5GB", "500MiB", "1048576", "1KB", "2TiB", "7B"};
+    const long long value[] = {5000000000LL, 500LL << 20, 1048576, 1000, 2LL << 40, 7};
+    for (int i = 0; i < 6; i++) {
+        long long n = -1;
+        CHECK(moe_parse_nbytes(good[i], &n) == 0 && n == value[i], "'%s' read as %lld", good[i], n);
+    }
+    const char *bad[] = {"", "0", "0GB", "5 GB", "GB", "-1", "5gb", "1.5GB", "99999999999999999999", "5000000TB", "5GBB"};
+    for (int i = 0; i < 11; i++) {
+        long long n = 0;
+        CHECK(moe_parse_nbytes(bad[i], &n) != 0, "'%s' accepted as %lld", bad[i], n);
+    }
 }
 
 static void not_regular_files(void) {
@@ -173,6 +349,9 @@ int main(void) {
     not_regular_files();
     config_keys();
     long_paths();
+    dtypes();
+    shards();
+    byte_counts();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -188,7 +188,10 @@ int main(int argc, char **argv) {
     /* the tensor's own entry (its checksum's key in __metadata__ comes first in the sorted header) */
     expect_refusal("renamed tensor", full, o, 0, "model.safetensors", "\"model.norm.weight\":{", "\"model.norx.weight\":{",
                    0, "tensor model.norm.weight is missing");
-    expect_refusal("wrong dtype", full, o, 0, "model.safetensors", "\"F32\"", "\"F16\"", 0, "has dtype F16");
+    expect_refusal("wrong dtype", full, o, 0, "model.safetensors", "\"F32\"", "\"I32\"", 0,
+                   "has dtype I32; supported are F32, BF16 and F16");
+    expect_refusal("F16 with F32's bytes", full, o, 0, "model.safetensors", "\"F32\"", "\"F16\"", 0,
+                   "data bytes for 1024 F16 values");
     moe_train_options wide = o;
     wide.model.d_ff = 48, wide.model.moe.d_ff = 48;
     expect_refusal("wrong shape", full, wide, 0, "config.json", "\"intermediate_size\": 32",

@@ -118,7 +118,7 @@ static void nan_checkpoint(void) {
             test_mpi_require(moe_safetensors_read(&f, t->name, t->ndim, t->shape, data), "read");
             if (!strcmp(t->name, "model.norm.weight")) data[3] = NAN;
             memcpy(names[i], t->name, sizeof names[i]);
-            e[i] = (moe_safetensors_entry){names[i], t->ndim, {0}, data};
+            e[i] = (moe_safetensors_entry){names[i], t->ndim, {0}, data, MOE_SAFETENSORS_F32};
             memcpy(e[i].shape, t->shape, sizeof e[i].shape);
         }
         moe_safetensors_close(&f);
