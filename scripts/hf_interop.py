@@ -11,7 +11,13 @@ Proves two directions on a tiny model (vocab 256, d 64, 2 layers, 4 heads / 2 kv
      renormalises its one gate to 1) and one with rope_theta 1e6 and rms_norm_eps 1e-6.
   C. A model transformers cannot compute (top-1 without renormalisation) is saved by moe-train as
      MoeTrainMixtralVariantForCausalLM: transformers refuses to load it instead of computing another function.
-Tolerances: logits max|diff| <= 1e-4 * max|logit| + 1e-5; loss relative difference <= 1e-5.
+  D. HF bf16 -> ours: the top-2 model saved by transformers in bfloat16 (model.to(torch.bfloat16)); moe-train
+     widens the BF16 tensors to fp32 exactly, as transformers does loading it with torch_dtype=float32.
+  E. HF shards -> ours: the float32 top-2 model saved with save_pretrained(max_shard_size="100KB") (shards + index).
+  F. ours (bf16, sharded) -> HF: moe-train saves with --save-dtype bf16 --save-shard-size 100KB; transformers
+     loads the directory and gives moe-train --eval-only's loss on it.
+Tolerances: logits max|diff| <= 1e-4 * max|logit| + 1e-5; loss relative difference <= 1e-5 (every comparison
+computes in fp32 from the same weights on both sides: the bf16 ones are exact in fp32).
 
 Run (Debian's python3 with python3-torch and transformers, e.g. 4.40.2; scripts/test.sh installs it):
   /usr/bin/python3 scripts/hf_interop.py --moe-train build/moe-train --mpirun mpirun --workdir /tmp/hf
@@ -167,30 +173,41 @@ def part_a(args, w, data, val, results):
 
 def part_b(args, w, data, val, results, name, top_k, theta, eps):
     print(f"== B. Hugging Face -> ours: random MixtralConfig model ({name}), moe-train --init-from ==")
+    model = hf_model(top_k, theta, eps)
+    hf_save_then_ours(args, w, data, val, results, f"B {name}", f"hf_model_{name}",
+                      lambda d: model.save_pretrained(d, safe_serialization=True))
+
+
+def hf_model(top_k=MODEL["top_k"], theta=THETA, eps=EPS, seed=1234):
     config = MixtralConfig(vocab_size=VOCAB, hidden_size=MODEL["d_model"], intermediate_size=MODEL["d_ff"],
                            num_hidden_layers=MODEL["layers"], num_attention_heads=MODEL["heads"],
                            num_key_value_heads=MODEL["kv_heads"], num_local_experts=MODEL["experts"],
                            num_experts_per_tok=top_k, max_position_embeddings=4 * SEQ,
                            rope_theta=theta, rms_norm_eps=eps, tie_word_embeddings=False, sliding_window=None,
                            hidden_act="silu", torch_dtype="float32")
-    torch.manual_seed(1234)
+    torch.manual_seed(seed)
     config.initializer_range = 0.1  # larger than the default 0.02 so that the routing is not near-uniform
     model = MixtralForCausalLM(config).float().eval()
     with torch.no_grad():  # norms start at 1 in transformers; random gains check that they load too
         for pname, p in model.named_parameters():
             if pname.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
-    hf_dir = os.path.join(w, f"hf_model_{name}")
-    model.save_pretrained(hf_dir, safe_serialization=True)
+    return model
+
+
+def hf_save_then_ours(args, w, data, val, results, name, subdir, save):
+    """save(dir) writes a transformers directory; moe-train --init-from it must give transformers' loss on it."""
+    hf_dir = os.path.join(w, subdir)
+    save(hf_dir)
     print(f"saved {hf_dir}: {sorted(os.listdir(hf_dir))}")
     inputs, targets = eval_sequences(val, EVAL_BATCHES * BATCH)
     _, hf_loss = hf_eval(load_hf(hf_dir), inputs, targets)
     ours = ours_eval(args, data, hf_dir)
     if ours is None:
-        print("FAIL: moe-train did not load the transformers directory (its message is above)")
-        results.append((f"B {name}: moe-train --init-from the transformers directory", False))
+        print(f"FAIL: moe-train did not load {hf_dir} (its message is above)")
+        results.append((f"{name}: moe-train --init-from the transformers directory", False))
         return
-    loss_check(f"B {name} loss", ours, hf_loss, results)
+    loss_check(f"{name} loss", ours, hf_loss, results)
 
 
 def part_c(args, w, data, results):
@@ -215,6 +232,38 @@ def part_c(args, w, data, results):
     results.append(("C: a variant checkpoint is refused by transformers", refused))
 
 
+def part_d_e(args, w, data, val, results):
+    print("== D. Hugging Face bf16 -> ours; E. Hugging Face shards -> ours ==")
+    model = hf_model()
+    hf_save_then_ours(args, w, data, val, results, "D bf16", "hf_model_bf16",
+                      lambda d: model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True))
+    model = hf_model()
+
+    def sharded(d):
+        model.save_pretrained(d, safe_serialization=True, max_shard_size="100KB")
+        if not os.path.exists(os.path.join(d, "model.safetensors.index.json")):
+            raise RuntimeError(f"transformers wrote no index in {d}: {os.listdir(d)}")
+    hf_save_then_ours(args, w, data, val, results, "E shards", "hf_model_shards", sharded)
+
+
+def part_f(args, w, data, val, results):
+    print("== F. ours (bf16 export, shards of 100KB) -> Hugging Face ==")
+    ckpt = os.path.join(w, "ckpt_bf16")
+    ok, _ = run([args.mpirun, "-np", "2", args.moe_train, *MODEL_FLAGS, *data, "--steps", "5", "--warmup", "1",
+                 "--eval-interval", "0", "--eval-batches", "1", "--sample-tokens", "0", "--checkpoint-dir", ckpt,
+                 "--save-dtype", "bf16", "--save-shard-size", "100KB"], "moe-train bf16 sharded save")
+    step_dir = os.path.join(ckpt, "step-00000005")
+    ours = ours_eval(args, data, step_dir) if ok else None
+    shards = [f for f in os.listdir(step_dir) if f.startswith("model-")] if ok else []
+    if ours is None or len(shards) < 2:
+        print(f"FAIL: no bf16 sharded checkpoint to compare (files: {shards})")
+        results.append(("F: moe-train bf16 sharded save", False))
+        return
+    inputs, targets = eval_sequences(val, EVAL_BATCHES * BATCH)
+    _, hf_loss = hf_eval(load_hf(step_dir), inputs, targets)
+    loss_check(f"F loss ({len(shards)} shards)", ours, hf_loss, results)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--moe-train", required=True)
@@ -237,6 +286,8 @@ def main():
     part_b(args, w, data, val, results, "top1", 1, THETA, EPS)
     part_b(args, w, data, val, results, "theta1e6", MODEL["top_k"], 1e6, 1e-6)
     part_c(args, w, data, results)
+    part_d_e(args, w, data, val, results)
+    part_f(args, w, data, val, results)
     print("== summary ==")
     for name, ok in results:
         print(f"  {'ok  ' if ok else 'FAIL'}  {name}")
