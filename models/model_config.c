@@ -26,7 +26,7 @@ int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
 }
 
 const char *moe_model_config_problem(const moe_model_config *c) {
-    if (c->vocab_size < 2 || c->vocab_size > 65536) return "vocab size must be in [2, 65536] (tokens are uint16)";
+    if (c->vocab_size < 2) return "vocab size must be at least 2"; /* token files hold up to 2^32 - 1 */
     if (c->num_layers < 1) return "the number of layers must be at least 1";
     if (c->d_model < 2) return "d_model must be at least 2";
     if (c->num_heads < 1 || c->d_model % c->num_heads != 0) return "the number of heads must divide d_model";

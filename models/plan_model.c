@@ -49,7 +49,6 @@ int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int 
             ? "head_dim * heads != d_model: this project's attention has head_dim = d_model / heads" : 0,
         m->qk_norm ? "RMSNorm on q and k per head (Qwen3's q_norm/k_norm): this project's attention has none" : 0,
         m->d_ff_shared > 0 ? "a shared expert beside the routed ones: this project's MoE layer has none" : 0,
-        m->vocab_size > 65536 ? "vocabulary over 65536: this project's token files hold uint16 tokens" : 0,
         m->irregular_moe_layers ? "MoE layers in no every-n-th pattern (mlp_only_layers): this project has only "
                                   "--moe-every" : 0,
         m->sliding_window > 0 ? "sliding-window attention: this project's attention is full causal" : 0,

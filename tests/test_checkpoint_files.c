@@ -13,6 +13,8 @@
  *  - shards: written (greedy split, index) and read back through the index; refused: a missing shard, an index
  *    naming a tensor its shard lacks, a tensor in two shards, a truncated shard, both a single file and an index,
  *    a shard name outside the directory, a duplicate key in the index;
+ *  - token files: uint32 tokens (magic 20240801, version 7) past 65536 load exactly, a token >= vocab is refused
+ *    by value and position, a wrong version for the magic and a truncated file are refused; uint16 files still load;
  *  - byte counts for --save-shard-size: 5GB, 500MiB, plain digits; 0, spaces, units alone, overflow refused. */
 #define _GNU_SOURCE /* memmem */
 #include <math.h>
@@ -270,6 +272,36 @@ static void shards(void) {
     free(p), free(d), free(one), free(s1), free(s2);
 }
 
+static void token_files(void) {
+    const uint32_t wide[6] = {70000, 0, 65535, 65536, 12, 4000000000u};
+    char *u32 = path_in("u32.bin"), *u16 = path_in("u16.bin");
+    CHECK_OK(moe_token_file_write_u32(u32, wide, 5)); /* without 4e9 */
+    moe_token_file tf;
+    CHECK_OK(moe_token_file_load(u32, 70001, 2, &tf));
+    for (int i = 0; i < 5 && tf.tokens; i++) CHECK((uint32_t)tf.tokens[i] == wide[i], "token %d: %d", i, tf.tokens[i]);
+    moe_token_file_free(&tf);
+    expect_refusal("a uint32 token past the vocabulary", moe_token_file_load(u32, 70000, 2, &tf),
+                   "token 70000 at position 0 is outside the vocabulary (size 70000)");
+    CHECK_OK(moe_token_file_write_u32(u32, wide, 6));
+    expect_refusal("a token of 4e9 (past INT_MAX)", moe_token_file_load(u32, 2147483647, 2, &tf),
+                   "token 4000000000 at position 5 is outside");
+    char *v1 = path_in("u32v1.bin");
+    CHECK_OK(moe_token_file_write_u32(v1, wide, 5));
+    FILE *f = fopen(v1, "r+b");
+    fseek(f, 4, SEEK_SET), fputc(1, f), fclose(f); /* version 1 with the uint32 magic */
+    expect_refusal("uint32 magic, version 1", moe_token_file_load(v1, 70001, 2, &tf),
+                   "unsupported version 1 for magic 20240801 (expected 7)");
+    CHECK(truncate(u32, 1024 + 4 * 6 - 2) == 0, "truncate");
+    expect_refusal("a truncated uint32 file", moe_token_file_load(u32, 70001, 2, &tf),
+                   "announces 6 tokens but the file holds 22 bytes of uint32 tokens");
+    const unsigned short narrow[4] = {1, 65535, 7, 0};
+    CHECK_OK(moe_token_file_write(u16, narrow, 4));
+    CHECK_OK(moe_token_file_load(u16, 65536, 2, &tf));
+    CHECK(tf.num_tokens == 4 && tf.tokens[1] == 65535, "uint16 tokens");
+    moe_token_file_free(&tf);
+    free(u32), free(u16), free(v1);
+}
+
 static void byte_counts(void) {
     const char *good[] = {"5GB", "500MiB", "1048576", "1KB", "2TiB", "7B"};
     const long long value[] = {5000000000LL, 500LL << 20, 1048576, 1000, 2LL << 40, 7};
@@ -352,6 +384,7 @@ int main(void) {
     dtypes();
     shards();
     byte_counts();
+    token_files();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

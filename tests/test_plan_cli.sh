@@ -47,7 +47,7 @@ import json, sys
 d = json.loads(sys.argv[1])
 p = d["model"]["params"]
 assert p["total"] == 30532122624 and p["active"] == 3353032704, p
-assert len(d["model"]["unsupported"]) == 3, d["model"]["unsupported"]  # head_dim, q/k norms, vocabulary
+assert len(d["model"]["unsupported"]) == 2, d["model"]["unsupported"]  # head_dim, q/k norms
 L = d["layouts"]
 assert 0 < len(L) <= 5 and d["layouts_fit"] >= len(L), (len(L), d["layouts_fit"])
 tps = [l["tokens_per_s_serial"] for l in L]

@@ -32,6 +32,21 @@ refuses "bad data file: .*truncated.bin: the header announces [0-9]+ tokens but 
 refuses "bad data file: .*wrong_version.bin: unsupported version 2" --train-data "$dir/wrong_version.bin" --val-data "$dir/val.bin"
 refuses "bad data file: .*train.bin: token [0-9]+ at position [0-9]+ is outside the vocabulary \(size 64\)" --vocab 64
 
+# issue 16: uint32 token files (llm.c's Llama 3 format: magic 20240801, version 7) for vocabularies past 65536;
+# the corpus's bytes shifted to tokens 69700 + byte
+u32() { # TEXT OUT
+    perl -e 'local $/; open(my $g, "<", $ARGV[0]) or die; my @t = map { ord($_) + 69700 } split //, <$g>;
+             open(my $f, ">", $ARGV[1]) or die; binmode $f;
+             print $f pack("l<256", 20240801, 7, scalar(@t), (0) x 253), pack("L<*", @t)' "$1" "$2"
+}
+head -c 2400 "$dir/text.txt" > "$dir/u32_train.txt" && tail -c 600 "$dir/text.txt" > "$dir/u32_val.txt"
+u32 "$dir/u32_train.txt" "$dir/u32_train.bin" && u32 "$dir/u32_val.txt" "$dir/u32_val.bin"
+trains "--vocab 70000 on uint32 tokens" "^step     2 .* val [0-9.]+" --vocab 70000 --train-data "$dir/u32_train.bin" \
+    --val-data "$dir/u32_val.bin"
+refuses "bad data file: .*u32_train.bin: token 698[0-9][0-9] at position [0-9]+ is outside the vocabulary \(size 69800" \
+    --vocab 69800 --train-data "$dir/u32_train.bin" --val-data "$dir/u32_val.bin"
+refuses "--vocab expects an integer in \[2, 2.14748e\+09\], got '2147483648'" --vocab 2147483648
+
 # issue 12: inputs that hung, were silently accepted or silently cut
 refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr 1e-3 --lr 2e-3
 refuses "bad data file: .*fifo.bin is a FIFO \(named pipe\), not a file to read" --train-data "$dir/fifo.bin"
