@@ -185,7 +185,10 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
     moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
     if (*o->dump_logits) require(logits ? moe_trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
     if (t->ranks.world_rank == 0) {
-        printf("eval: val_loss %.9f over %ld tokens\n", val, (long)o->eval_batches * o->batch * o->model.seq_len);
+        const long seqs = moe_trainer_eval_sequences(t), want = (long)o->eval_batches * o->batch;
+        printf("eval: val_loss %.9f over %ld tokens", val, seqs * o->model.seq_len);
+        if (seqs < want) printf(" (%ld distinct sequences: all the validation file holds, of %ld asked for)", seqs, want);
+        printf("\n");
         FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
         if (logits && (!f || fwrite(logits, sizeof(moe_real), count, f) != count || fclose(f) != 0)) {
             fprintf(stderr, "moe-train: cannot write %s\n", o->dump_logits);
@@ -326,6 +329,10 @@ int main(int argc, char **argv) {
                t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
                t.val.num_tokens);
+        if (moe_trainer_eval_sequences(&t) < (long)opt.eval_batches * opt.batch)
+            printf("validation: %ld distinct sequences, all the validation file holds (--eval-batches %d x --batch %d "
+                   "asks for %ld)\n", moe_trainer_eval_sequences(&t), opt.eval_batches, opt.batch,
+                   (long)opt.eval_batches * opt.batch);
     }
     moe_parallel *ref_par = NULL; /* --verify-steps: the CPU fp32 reference's own layout of the same ranks */
     moe_verifier verifier;

@@ -74,6 +74,9 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     const moe_model_config *m = &opt->model;
     moe_status st = moe_token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
     if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
+    if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %ld validation windows of %d + 1 tokens, fewer than the %d ranks",
+                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.world_size);
     st = moe_fail_context(st, "bad data file");
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
@@ -385,19 +388,28 @@ moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
     return moe_trainer_apply(t, step, r);
 }
 
+long moe_trainer_eval_sequences(const moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
+    const long windows = (t->val.num_tokens - 1) / o->model.seq_len, want = (long)o->eval_batches * o->batch;
+    const long n = windows < want ? windows : want, rest = n % o->batch;
+    return n - rest + (rest - rest % t->ranks.world_size); /* whole batches, then a multiple of the ranks */
+}
+
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     const moe_train_options *o = &t->opt;
+    const long n = moe_trainer_eval_sequences(t);
     double loss_sum = 0;
-    for (int b = 0; b < o->eval_batches; b++) {
-        long first = (long)b * o->batch + (long)t->ranks.world_rank * t->local_seqs;
-        moe_token_file_sequences(&t->val, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
+    for (long first = 0; first < n; first += o->batch) { /* micro-batch of min(batch, n - first) sequences */
+        const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.world_size);
+        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.world_rank * seqs, seqs, t->inputs,
+                                 t->targets);
         double s = 0;
-        moe_status st = moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &s, NULL);
+        moe_status st = moe_model_forward(t->model, t->inputs, t->targets, seqs, &s, NULL);
         if (st != MOE_OK) return st;
         loss_sum += s;
     }
     MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
-    *val_loss = loss_sum / ((double)o->eval_batches * o->batch * o->model.seq_len);
+    *val_loss = loss_sum / ((double)n * o->model.seq_len);
     if (isfinite(*val_loss)) return MOE_OK;
     /* every rank has the same loss: all look for the cause together */
     moe_status st = moe_comm_agree(moe_parallel_world(t->par),

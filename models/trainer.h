@@ -69,8 +69,13 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r);
  * Collective. */
 moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
 
-/* Mean validation loss over opt.eval_batches micro-batches from the start of the validation file. */
+/* Mean validation loss over the first moe_trainer_eval_sequences sequences of the validation file. */
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
+/* The validation sequences an evaluation reads: distinct windows only (never the file wrapped around), so
+ * min(eval_batches * batch, windows in the file), cut to whole micro-batches plus a last one whose size is a
+ * multiple of the world size (every rank reads as many). moe_trainer_create refuses a file with fewer windows than
+ * ranks. */
+long moe_trainer_eval_sequences(const moe_trainer *t);
 
 /* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO-1), and back. */
 moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full);

@@ -45,6 +45,22 @@ trains "--vocab 70000 on uint32 tokens" "^step     2 .* val [0-9.]+" --vocab 700
     --val-data "$dir/u32_val.bin"
 refuses "bad data file: .*u32_train.bin: token 698[0-9][0-9] at position [0-9]+ is outside the vocabulary \(size 69800" \
     --vocab 69800 --train-data "$dir/u32_train.bin" --val-data "$dir/u32_val.bin"
+# issue 16: validation reads distinct windows only. val.bin holds (600 - 1) / 16 = 37 windows: --eval-batches 30
+# x --batch 2 asks for 60, gets 36 (whole micro-batches, then a multiple of the 2 ranks), and so the loss of
+# --eval-batches 18 (exactly those 36), not one inflated by repeated windows
+eval_line() { grep -o 'eval: val_loss [0-9.]* over [0-9]* tokens' "$dir/out.txt"; }
+trains "a short validation file" "over 576 tokens \(36 distinct sequences: all the validation file holds, of 60" \
+    --eval-only 1 --eval-batches 30
+short=$(eval_line)
+trains "the same 36 sequences asked for" "eval: val_loss" --eval-only 1 --eval-batches 18
+[ "$short" = "$(eval_line)" ] || fail_with_output "36 distinct sequences evaluate differently: '$short' vs '$(eval_line)'"
+# --batch 8: 4 whole micro-batches and a last one of 4 (2 per rank): the same 36 sequences, the same loss
+trains "a partial last validation micro-batch" "of 40 asked for" --eval-only 1 --batch 8 --eval-batches 5
+[ "$short" = "$(eval_line)" ] || fail_with_output "a partial last micro-batch evaluates differently: '$(eval_line)'"
+trains "the short file in training" "^validation: 36 distinct sequences, all the validation file holds \(--eval-batches 30" \
+    --eval-batches 30
+perl -e 'print pack("l<256", 20240520, 1, 20, (0) x 253), pack("S<*", (65) x 20)' > "$dir/one_window.bin"
+refuses "one_window.bin: 1 validation windows of 16 \+ 1 tokens, fewer than the 2 ranks" --val-data "$dir/one_window.bin"
 refuses "--vocab expects an integer in \[2, 2.14748e\+09\], got '2147483648'" --vocab 2147483648
 
 # issue 12: inputs that hung, were silently accepted or silently cut
