@@ -2,7 +2,8 @@
  * vocabulary and sequence length of fuzz/make_corpus.sh's tiny runs (64, 8), with (65536, 1) and with a vocabulary
  * past uint16 (2^20, 1). An accepted file must be what models/dataloader.h describes, checked here on the bytes:
  * magic and version of one of the two formats, a size of exactly header + N tokens of that format's width, at least
- * one sequence, and every token loaded equal to its bytes and inside the vocabulary; sequences cut from it must hold its tokens. A refusal must name the file.
+ * one sequence, and every token loaded equal to its bytes and inside the vocabulary; sequences cut from it must
+ * hold its tokens. A refusal must name the file.
  * Seeds: train.bin and val.bin made by moe-text-to-tokens (fuzz/corpus/token_file/).
  *   bash scripts/fuzz.sh                                  (the whole fuzz suite: replay, then a timed run)
  *   build-fuzz/fuzz/fuzz_token_file -max_total_time=60 /tmp/new fuzz/corpus/token_file   (longer, by hand)

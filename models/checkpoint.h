@@ -2,7 +2,10 @@
  *
  * A checkpoint is a directory:
  *   model.safetensors        the whole model in Hugging Face Mixtral names and shapes; experts by global
- *                            id, so the file does not depend on ep or the world size
+ *                            id, so the file does not depend on ep or the world size; F32, or BF16 with
+ *                            --save-dtype bf16 (an export, refused by resume); with --save-shard-size,
+ *                            model-0000i-of-0000n.safetensors and model.safetensors.index.json instead
+ *                            (models/safetensors_shards.h)
  *   config.json              Mixtral's config.json plus a "moe_train" object for what Mixtral has no key for
  *                            (docs/CHECKPOINTS.md). With every FFN an MoE layer, softmax routing renormalised
  *                            (any k) and no capacity limit, it says MixtralForCausalLM and the directory loads
@@ -11,10 +14,12 @@
  *                            no tool computes another function from the weights
  *   train_state.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME), the routers' selection biases
  *                            (expert_bias.layers.I), and metadata: step, data position, and a fingerprint
- *                            of everything that must match to continue the same run
- *   manifest.json            the run that wrote it (run id, parent run id), the step, when, each file's
- *                            size, and the configuration the run trained with (models/train_config.h; what
- *                            --resume inherits)
+ *                            of everything that must match to continue the same run. A bf16 export has none,
+ *                            or under sigmoid routing one with the selection biases alone
+ *   manifest.json            the run that wrote it (run id, parent run id), the step, when, every file of the
+ *                            directory with its size (a CRC-32C of the JSON ones; a load reads no file it does
+ *                            not list), and the configuration the run trained with (models/train_config.h;
+ *                            what --resume inherits)
  * Both safetensors files carry every tensor's CRC-32C; a load verifies the sizes and the checksums and
  * names what is corrupt, and refuses non-finite weights or moments. A save refuses non-finite values.
  *
@@ -68,11 +73,12 @@ moe_status moe_checkpoint_prepare(moe_trainer *t, const char *root);
  * newest keep_last checkpoints of this run (keep_last <= 0: keep all). */
 moe_status moe_checkpoint_save(moe_trainer *t, const char *root, int step, int keep_last);
 
-/* Weights only (--init-from): the optimizer starts fresh. */
+/* Weights only (--init-from): the optimizer starts fresh. F32, BF16 and F16 weights (widened exactly). */
 moe_status moe_checkpoint_load_weights(moe_trainer *t, const char *dir);
 
 /* Weights, moments, biases and step (--resume): *step is the last completed step. The run's fingerprint
- * (model, batch, micro-batches, seed) must match the saved one; ep and the world size may differ. The run
+ * (model, batch, micro-batches, seed) must match the saved one; ep and the world size may differ. Weights stored in
+ * less than F32 (a bf16 export) are refused: resuming needs the masters. The run
  * continues under the checkpoint's run id when it is that run's newest; else it becomes a new run whose
  * parent is that one. */
 moe_status moe_checkpoint_resume(moe_trainer *t, const char *dir, int *step);

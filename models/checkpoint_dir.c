@@ -119,7 +119,8 @@ static int read_files(json_t *files, json_t *crcs, moe__checkpoint_manifest *m, 
         moe__checkpoint_file *f = &m->files[m->num_files++];
         if (!*name || name[0] == '.' || strchr(name, '/') || strlen(name) >= sizeof f->name)
             return *why = "a name in \"files\" is not a plain file name", 0;
-        if (!json_is_integer(v) || json_integer_value(v) < 0) return *why = "a file size in \"files\" is not a byte count", 0;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return *why = "a file size in \"files\" is not a byte count", 0;
         snprintf(f->name, sizeof f->name, "%s", name);
         f->nbytes = (long long)json_integer_value(v);
     }

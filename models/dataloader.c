@@ -1,4 +1,5 @@
-/* dataloader.c — reading and validating llm.c token files (uint16 or uint32 tokens); slicing sequences out of them. */
+/* dataloader.c — reading and validating llm.c token files (uint16 or uint32 tokens); slicing sequences out of
+ * them. */
 #include "models/dataloader.h"
 
 #include <errno.h>
