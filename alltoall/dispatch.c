@@ -7,22 +7,26 @@
 
 #include "core/fail.h"
 
-moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts, int witness_ints) {
+moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts, int witness_ints,
+                                   int shards_per_peer) {
     memset(plan, 0, sizeof *plan);
+    if (shards_per_peer < 1) return MOE_ERR_INVALID_ARG;
     size_t blocks = (size_t)ep_size * num_local_experts;
     plan->ep_size = ep_size;
     plan->num_local_experts = num_local_experts;
     plan->witness_ints = witness_ints;
+    plan->shards_per_peer = shards_per_peer;
     plan->witness = calloc(blocks * witness_ints + 1, sizeof(int));
-    /* the counts exchange's send and receive buffers: [count, witness...] per (peer, local expert) */
-    plan->packed = calloc(2 * blocks * (1 + witness_ints), sizeof(int));
+    /* the counts exchange's send and receive buffers: [count, witness..., rows per shard...] per (peer, local
+     * expert); the shard counts travel only when spp > 1 */
+    plan->packed = calloc(2 * blocks * (1 + witness_ints + shards_per_peer), sizeof(int));
     plan->send_rows = calloc(ep_size, sizeof(int));
     plan->recv_rows = calloc(ep_size, sizeof(int));
     plan->recv_counts = calloc(blocks, sizeof(int));
     plan->expert_offset = calloc(num_local_experts + 1, sizeof(int));
     plan->peer_major_at = calloc(blocks, sizeof(int));
     plan->expert_major_at = calloc(blocks, sizeof(int));
-    plan->segment_start = calloc(blocks + 1, sizeof(int));
+    plan->segment_start = calloc(blocks * shards_per_peer + 1, sizeof(int));
     if (!plan->send_rows || !plan->recv_rows || !plan->recv_counts || !plan->expert_offset || !plan->peer_major_at ||
         !plan->expert_major_at || !plan->segment_start || !plan->witness || !plan->packed) {
         moe_dispatch_plan_free(plan);
@@ -44,14 +48,38 @@ void moe_dispatch_plan_free(moe_dispatch_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
+/* The received rows of each (peer, local expert) block, split by the peer's local shards, into segment_start
+ * (recv: the exchange's received [count, witness..., rows per shard...] entries). */
+static moe_status fill_segments(moe_dispatch_plan *plan, const int *recv, int stride) {
+    const int R = plan->ep_size, EL = plan->num_local_experts, spp = plan->shards_per_peer;
+    int at = 0;
+    for (int le = 0; le < EL; le++)
+        for (int p = 0; p < R; p++) {
+            const int b = p * EL + le, *shard_rows = recv + (size_t)b * stride + 1 + plan->witness_ints;
+            int sum = 0;
+            for (int j = 0; j < spp; j++) {
+                plan->segment_start[(le * R + p) * spp + j] = at;
+                const int rows = spp == 1 ? plan->recv_counts[b] : shard_rows[j];
+                at += rows, sum += rows;
+            }
+            if (sum != plan->recv_counts[b])
+                return moe_fail(MOE_ERR_COUNT_MISMATCH, "EP peer %d announced %d rows for local expert %d but %d "
+                                "over its %d shards", p, plan->recv_counts[b], le, sum, spp);
+        }
+    plan->segment_start[EL * R * spp] = at;
+    return MOE_OK;
+}
+
 moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_rows_per_expert, const int *witness,
-                                      moe_dispatch_plan *plan) {
-    const int R = plan->ep_size, EL = plan->num_local_experts, wi = plan->witness_ints, stride = 1 + wi;
+                                      const int *rows_per_shard, moe_dispatch_plan *plan) {
+    const int R = plan->ep_size, EL = plan->num_local_experts, wi = plan->witness_ints, spp = plan->shards_per_peer;
+    const int stride = 1 + wi + (spp > 1 ? spp : 0);
     const size_t entries = (size_t)R * EL;
     int *send = plan->packed, *recv = plan->packed + entries * stride;
     for (size_t e = 0; e < entries; e++) {
         send[e * stride] = num_rows_per_expert[e];
         if (wi) memcpy(send + e * stride + 1, witness + e * wi, (size_t)wi * sizeof(int));
+        if (spp > 1) memcpy(send + e * stride + 1 + wi, rows_per_shard + e * spp, (size_t)spp * sizeof(int));
     }
     MOE_TRY(moe_comm_alltoall_ints(ep, send, recv, EL * stride));
     for (size_t e = 0; e < entries; e++) {
@@ -74,12 +102,12 @@ moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_rows_per_expe
     for (int le = 0; le < EL; le++) {
         plan->expert_offset[le] = at;
         for (int p = 0; p < R; p++) {
-            plan->expert_major_at[p * EL + le] = plan->segment_start[le * R + p] = at;
+            plan->expert_major_at[p * EL + le] = at;
             at += plan->recv_counts[p * EL + le];
         }
     }
-    plan->expert_offset[EL] = plan->segment_start[EL * R] = at;
-    return MOE_OK;
+    plan->expert_offset[EL] = at;
+    return fill_segments(plan, recv, stride);
 }
 
 /* Copies every (peer, expert) block between peer-major and expert-major order. */

@@ -20,25 +20,33 @@ typedef struct {
     int *expert_offset;    /* [E_local + 1]  expert-major offsets of the received rows                */
     int *peer_major_at;    /* [ep * E_local] first row of block (p, le) in peer-major order             */
     int *expert_major_at;  /* [ep * E_local] first row of block (p, le) in expert-major order           */
-    int *segment_start;    /* [E_local * ep + 1] the same blocks listed expert by expert: rows of local
-                              expert le from peer p start at [le * ep + p]; the last entry is num_recv */
+    int shards_per_peer;   /* the batch's virtual shards each peer holds (1 when the layer does not split its
+                              sums by shard; moe_config.num_shards / world size otherwise)               */
+    int *segment_start;    /* [E_local * ep * spp + 1] (spp = shards_per_peer) the blocks listed expert by
+                              expert and split by source shard: rows of local expert le from peer p's local
+                              shard j start at [(le * ep + p) * spp + j]; the last entry is num_recv.
+                              Within an expert that is global shard order (the peers of an EP group hold
+                              consecutive shards) */
     int witness_ints;      /* ints of witness per (peer, local expert)                                 */
     int *witness;          /* [ep * E_local * witness_ints] what each peer sent beside its count for each
                               local expert, for the receiver's check (router/capacity.h)               */
-    int *packed;           /* [2 * ep * E_local * (1 + witness_ints)] the counts exchange's buffers      */
+    int *packed;           /* [2 * ep * E_local * (1 + witness_ints + spp)] the counts exchange's buffers */
     int num_send, num_recv;
 } moe_dispatch_plan;
 
-/* witness_ints: ints each rank sends beside every count (0: none). */
-moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts, int witness_ints);
+/* witness_ints: ints each rank sends beside every count (0: none); shards_per_peer: >= 1. */
+moe_status moe_dispatch_plan_alloc(moe_dispatch_plan *plan, int ep_size, int num_local_experts, int witness_ints,
+                                   int shards_per_peer);
 void moe_dispatch_plan_free(moe_dispatch_plan *plan);
 
 /* Exchanges counts with the EP peers (one alltoall of ints) and fills the plan. num_rows_per_expert[E]: the
  * rows this rank sends per global expert (experts are contiguous per rank, so this is also per destination
  * peer). witness[E * plan->witness_ints] (ignored when witness_ints is 0) travels with the counts and lands
- * in plan->witness on the receiving side; what it means is the caller's. */
+ * in plan->witness on the receiving side; what it means is the caller's. rows_per_shard[E * spp] (ignored when
+ * spp is 1): how many of the rows for expert e come from this rank's local shard j, at [e * spp + j]; they must
+ * add up to num_rows_per_expert[e] (MOE_ERR_COUNT_MISMATCH on the receiver otherwise). */
 moe_status moe_dispatch_plan_exchange(moe_comm *ep, const int *num_rows_per_expert, const int *witness,
-                                      moe_dispatch_plan *plan);
+                                      const int *rows_per_shard, moe_dispatch_plan *plan);
 
 /* send [num_send rows] -> expert_rows [num_recv rows], expert-major; rows of row_nbytes bytes in the
  * transport's payload memory. staging: num_recv rows of scratch. */

@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     moe_parallel *par;
     bench_check(moe_parallel_create_mpi(MPI_COMM_WORLD, W, o.timeout_s, &par), "moe_parallel_create_mpi (ep = W)");
     b.ep = moe_parallel_ep(par);
-    bench_check(moe_dispatch_plan_alloc(&b.plan, W, 1, 0), "moe_dispatch_plan_alloc");
+    bench_check(moe_dispatch_plan_alloc(&b.plan, W, 1, 0, 1), "moe_dispatch_plan_alloc");
 
     /* Buffers for the largest size: what this rank receives is W times what one peer sends it. */
     const long max_count = (long)(o.max_bytes / row_bytes);
@@ -175,7 +175,7 @@ int main(int argc, char **argv) {
                 s += b.send_rows[p], r += b.recv_rows[p];
             }
             /* one expert per rank: num_tokens_per_expert is the per-peer row count */
-            bench_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, &b.plan), "moe_dispatch_plan_exchange");
+            bench_check(moe_dispatch_plan_exchange(b.ep, b.send_rows, NULL, NULL, &b.plan), "moe_dispatch_plan_exchange");
             for (int p = 0; p < W; p++)
                 if (b.plan.recv_rows[p] != b.recv_rows[p])
                     fprintf(stderr, "rank %d: plan says %d rows from rank %d, pattern says %d\n", my_rank,

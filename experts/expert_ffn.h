@@ -20,12 +20,16 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
                                       moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm);
 
 /* From dy [rows, d]: dxp = dH1 W1 + dH3 W3 (overwritten) and grads->w1, w3, w2 += their GEMMs.
- * The rows of expert e arrive as `segments` consecutive segments, one per source rank of the EP group:
+ * The rows of expert e arrive as `segments` consecutive segments: one per source rank of the EP group, or with
+ * the batch split into virtual shards (moe_config.num_shards) one per source shard, in global shard order:
  * segment s starts at row segment_start[e * segments + s], and segment_start[E * segments] = all rows.
- * Each weight gradient is summed as one product per segment, in segment order, each product formed
- * whole before it is added. Replicated experts sum per-rank partial products with an all-reduce, so this
- * makes the gradients of sharded and replicated experts bitwise equal on 2 ranks (docs/DETERMINISM.md).
- * dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch: d_ff * d reals. grads->router_w is not touched. */
+ * Each weight gradient is summed as one product per segment, each formed whole (an empty segment's is zero),
+ * the products added in the fixed binary tree over the segments (tree_reduce.h's tree; in segment order when
+ * `segments` is not a power of two). A replica forms the subtree of its EP group's shards, and the replicas'
+ * tree all-reduce the levels above, so sharded and replicated experts, on any power-of-two world, form the same
+ * sum (docs/DETERMINISM.md). dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch:
+ * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) reals. grads->router_w is not touched. */
+size_t moe_expert_ffn_wgrad_scratch_count(int d_model, int d_ff, int segments);
 moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,
                                        int d_model, int d_ff, const int *segment_start, int segments,
                                        const moe_real *xp, const moe_real *h1, const moe_real *h3, const moe_real *act,

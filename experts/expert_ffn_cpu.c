@@ -37,15 +37,57 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
     return MOE_OK;
 }
 
-/* dW[out, in] += dY[rows, out]^T X[rows, in] (staged inputs: moe_gemm_rows_stage), computed whole into scratch and
- * then added: the sum a replica's all-reduce would form from per-rank partials (why: expert_ffn.h). */
-static moe_status add_weight_grad(moe_gemm_rows_plan *gemm, int out, int in, int rows, const void *dY, const void *X,
-                                  moe_real *dW, moe_real *scratch) {
-    MOE_TRY(moe_gemm_rows_at_b_staged_cpu(gemm, rows, out, in, dY, X, 0, scratch));
-    const size_t count = (size_t)out * in;
+static void add_into(moe_real *y, const moe_real *a, const moe_real *b, size_t count) {
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < count; i++) dW[i] += scratch[i];
+    for (size_t i = 0; i < count; i++) y[i] = a[i] + b[i];
+}
+
+/* One weight gradient of one expert, dW[out, in] += the sum over its segments of dY_s^T X_s (staged inputs:
+ * moe_gemm_rows_stage), each segment's product formed whole (an empty segment's is zero) and the products added
+ * in the fixed binary tree over the segments when their number is a power of two (tree_reduce.h's counter: slot l
+ * holds the last complete subtree of 2^l segments), in segment order otherwise. That is the sum the replicas'
+ * tree all-reduce or a one-rank run forms from the same shards (why: expert_ffn.h). */
+typedef struct {
+    moe_gemm_rows_plan *gemm;
+    const int *seg; /* the expert's segment_start, [segments + 1] */
+    int segments, out, in;
+    const void *dY, *X; /* staged, from the expert's first row */
+    size_t dY_width, X_width;
+} segment_products;
+
+static moe_status add_weight_grad(const segment_products *p, moe_real *dW, moe_real *scratch) {
+    const size_t count = (size_t)p->out * p->in;
+    const int tree = !(p->segments & (p->segments - 1));
+    moe_real *spare = scratch, *slots = scratch + count; /* tree: [spare | slot 0 | slot 1 | ...] */
+    for (int sg = 0; sg < p->segments; sg++) {
+        const size_t a = p->seg[sg] - p->seg[0], rows = p->seg[sg + 1] - p->seg[sg];
+        moe_real *leaf = tree && !(sg & 1) ? slots : spare;
+        const void *dY = moe_gemm_rows_staged_at(p->gemm, p->dY, a * p->dY_width);
+        const void *X = moe_gemm_rows_staged_at(p->gemm, p->X, a * p->X_width);
+        if (rows) MOE_TRY(moe_gemm_rows_at_b_staged_cpu(p->gemm, (int)rows, p->out, p->in, dY, X, 0, leaf));
+        else for (size_t i = 0; i < count; i++) leaf[i] = 0;
+        if (!tree) {
+            add_into(dW, dW, leaf, count);
+            continue;
+        }
+        const moe_real *carry = leaf; /* a binary increment of sg, each carry one addition (older on the left) */
+        for (int l = 0; sg >> l & 1; l++) {
+            moe_real *y = slots + count * (size_t)(sg >> (l + 1) & 1 ? l : l + 1);
+            add_into(y, slots + count * (size_t)l, carry, count);
+            carry = y;
+        }
+    }
+    if (!tree) return MOE_OK;
+    int levels = 0;
+    while (1 << levels < p->segments) levels++;
+    add_into(dW, dW, slots + count * (size_t)levels, count);
     return MOE_OK;
+}
+
+size_t moe_expert_ffn_wgrad_scratch_count(int d_model, int d_ff, int segments) {
+    int levels = 0;
+    while (1 << levels < segments) levels++;
+    return (size_t)(levels + 2) * d_ff * d_model;
 }
 
 moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,
@@ -82,19 +124,13 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3_in, w->w3 + e * wcount, 1, dX));
         MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_X, xp + r0 * d, (size_t)n * d, &X_in));
         MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_ACT, act + r0 * d_ff, count, &A_in));
-        /* dW2 += dY^T A;  dW1 += dH1^T X;  dW3 += dH3^T X — one product per segment, in segment order */
-        for (int sgm = 0; sgm < segments; sgm++) {
-            const size_t a = seg[sgm] - r0, rows = seg[sgm + 1] - seg[sgm]; /* a: the segment's first row here */
-            if (rows == 0) continue;
-            const void *dY_s = moe_gemm_rows_staged_at(gemm, dY_in, a * d);
-            const void *X_s = moe_gemm_rows_staged_at(gemm, X_in, a * d);
-            MOE_TRY(add_weight_grad(gemm, d, d_ff, (int)rows, dY_s, moe_gemm_rows_staged_at(gemm, A_in, a * d_ff),
-                                    grads->w2 + e * wcount, wgrad_scratch));
-            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, moe_gemm_rows_staged_at(gemm, dH1_in, a * d_ff), X_s,
-                                    grads->w1 + e * wcount, wgrad_scratch));
-            MOE_TRY(add_weight_grad(gemm, d_ff, d, (int)rows, moe_gemm_rows_staged_at(gemm, dH3_in, a * d_ff), X_s,
-                                    grads->w3 + e * wcount, wgrad_scratch));
-        }
+        /* dW2 += dY^T A;  dW1 += dH1^T X;  dW3 += dH3^T X — one product per segment, added in the tree */
+        const segment_products w2 = {gemm, seg, segments, d, d_ff, dY_in, A_in, d, d_ff},
+                               w1 = {gemm, seg, segments, d_ff, d, dH1_in, X_in, d_ff, d},
+                               w3 = {gemm, seg, segments, d_ff, d, dH3_in, X_in, d_ff, d};
+        MOE_TRY(add_weight_grad(&w2, grads->w2 + e * wcount, wgrad_scratch));
+        MOE_TRY(add_weight_grad(&w1, grads->w1 + e * wcount, wgrad_scratch));
+        MOE_TRY(add_weight_grad(&w3, grads->w3 + e * wcount, wgrad_scratch));
     }
     return MOE_OK;
 }

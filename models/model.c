@@ -12,8 +12,9 @@
 #include <string.h>
 
 #include "core/fail.h"
-#include "core/rng.h"
+#include "alltoall/tree_reduce.h"
 #include "kernels/nonfinite.h"
+#include "models/shard_grads.h"
 #include "moe/dense_ops.h"
 
 /* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). */
@@ -59,6 +60,10 @@ struct moe_model {
     moe_real *dq, *dk, *dv, *dattn;     /* [T, A], [T, B], [T, B], [T, A] */
     int has_forward;
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
+    /* cfg.moe.num_shards > 0: the weight gradients and the loss are summed per shard of this rank (S / W of them)
+     * in the shard tree (models/shard_grads.h); local_shards 0: one sum over the rank's rows */
+    int local_shards;
+    moe_shard_grads shard_grads;
 };
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
@@ -245,6 +250,22 @@ moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int 
     return f;
 }
 
+/* The shard tree of the dense weight gradients, sized for the largest: the embedding (or lm_head), a dense SwiGLU's
+ * three matrices, an attention projection. */
+static moe_status init_shard_grads(moe_model *m) {
+    const int S = m->cfg.moe.num_shards, W = moe_comm_size(moe_parallel_world(m->par));
+    if (!S) return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, 0, 0);
+    if ((W & (W - 1)) || S % W)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "%d virtual shards of the batch need a power-of-two world size that "
+                        "divides them, not %d ranks", S, W);
+    const dims n = dims_of(m);
+    size_t max = (size_t)m->cfg.vocab_size * n.d;
+    const size_t counts[] = {3 * (size_t)n.F * n.d, (size_t)n.A * n.d, (size_t)n.B * n.d};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) max = counts[i] > max ? counts[i] : max;
+    m->local_shards = S / W;
+    return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, m->local_shards, max);
+}
+
 moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
                             int accum_steps, moe_model **out) {
     if (!cfg || !par || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
@@ -295,6 +316,7 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
         widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
         st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest, &m->ops_state);
     }
+    if (st == MOE_OK) st = init_shard_grads(m);
     for (int l = 0; l < L && st == MOE_OK; l++) {
         if (!moe_model_layer_is_moe(cfg, l)) continue;
         moe_config lc = cfg->moe;
@@ -312,6 +334,7 @@ void moe_model_destroy(moe_model *m) {
     if (!m) return;
     const int L = m->cfg.num_layers;
     for (int l = 0; m->moe && l < L; l++) moe_layer_destroy(m->moe[l]);
+    moe_shard_grads_free(&m->shard_grads);
     if (m->ops_state) m->dense->destroy(m->ops_state);
     for (int l = 0; m->resid && l <= L; l++) moe_runtime_free(m->rt, m->resid[l]);
     for (int l = 0; m->acts && l < L; l++) {
@@ -335,7 +358,7 @@ size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
 int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
 moe_runtime *moe_model_runtime(const moe_model *m) { return m->rt; }
-void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops) { m->dense = ops; }
+void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops) { m->dense = m->shard_grads.dense = ops; }
 const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state) {
     *state = m->ops_state;
     return m->dense;
@@ -351,49 +374,6 @@ const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return
 
 moe_status moe_model_zero_grads(moe_model *m) {
     return moe_runtime_zero(m->rt, m->grads, (m->num_dense + m->num_expert) * sizeof(moe_real));
-}
-
-/* ---- initialisation --------------------------------------------------------------------------- */
-
-/* uniform with standard deviation std: bound std * sqrt(3) */
-static void init_tensor(moe_real *t, size_t count, double std, unsigned long long seed, unsigned long long stream) {
-    moe_rng rng = moe_rng_seeded(seed * 0x100000001B3ull + stream);
-    moe_rng_fill_uniform(&rng, t, count, std * sqrt(3.0));
-}
-
-static double std_of(const moe_model *m, moe_tensor_kind kind) {
-    const double std = 0.02; /* residual projections get std / sqrt(2 L) (GPT-2) */
-    return kind == MOE_TENSOR_RESIDUAL ? std / sqrt(2.0 * m->cfg.num_layers) : std;
-}
-
-/* Made on the host, then uploaded: dense tensors draw from stream = their index (the same on every rank),
- * experts from stream = (layer, global expert, matrix), whatever rank holds the expert. */
-moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
-    const size_t total = m->num_dense + m->num_expert;
-    moe_real *host = malloc((total ? total : 1) * sizeof(moe_real));
-    if (!host) return MOE_ERR_OUT_OF_MEMORY;
-    const int first = moe_parallel_ranks(m->par).ep_rank * m->num_local_experts;
-    for (int s = 0, matrix = 0; s < m->num_tensors; s++) {
-        const moe_model_tensor *t = &m->tensors[s];
-        moe_real *data = host + t->offset;
-        if (t->kind == MOE_TENSOR_NORM) {
-            for (size_t i = 0; i < t->count; i++) data[i] = 1;
-        } else if (!t->experts) {
-            init_tensor(data, t->count, std_of(m, t->kind), seed, (unsigned long long)s);
-        } else {
-            /* the layer's expert matrices are numbered 1, 2, 3 in list order (w1, w3, w2) */
-            matrix = s > 0 && m->tensors[s - 1].experts && m->tensors[s - 1].layer == t->layer ? matrix + 1 : 1;
-            const size_t per_expert = (size_t)t->rows * t->cols;
-            for (int e = 0; e < t->experts; e++) {
-                unsigned long long id =
-                    ((unsigned long long)(t->layer + 1) << 40) + ((unsigned long long)(first + e) << 4);
-                init_tensor(data + e * per_expert, per_expert, std_of(m, t->kind), seed, id + matrix);
-            }
-        }
-    }
-    moe_status st = moe_runtime_upload(m->rt, m->params, host, total * sizeof(moe_real));
-    free(host);
-    return st;
 }
 
 /* ---- non-finite values -------------------------------------------------------------------------- */
@@ -470,6 +450,25 @@ static moe_status ffn_forward(moe_model *m, int l, int T) {
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
+/* The loss sum of the rank's T tokens: one sum, or with shards one per local shard added in the shard tree. */
+static moe_status loss_forward(moe_model *m, int T, double *loss_sum) {
+    const int V = m->cfg.vocab_size, L = m->local_shards;
+    if (!L) return m->dense->cross_entropy_forward(m->ops_state, m->logits, m->targets, T, V, loss_sum);
+    moe_tree_acc acc;
+    MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, L, 1));
+    moe_status st = MOE_OK;
+    for (int j = 0; j < L && st == MOE_OK; j++) {
+        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
+        double shard;
+        st = m->dense->cross_entropy_forward(m->ops_state, m->logits + (size_t)first * V, m->targets + first,
+                                             end - first, V, &shard);
+        if (st == MOE_OK) st = moe_tree_acc_push(&acc, &shard);
+    }
+    if (st == MOE_OK) *loss_sum = *(const double *)moe_tree_acc_sum(&acc);
+    moe_tree_acc_free(&acc);
+    return st;
+}
+
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
                              moe_real *logits_out) {
     const moe_model_config *c = &m->cfg;
@@ -516,7 +515,7 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
     MOE_TRY(moe_runtime_upload(m->rt, m->targets, targets, (size_t)T * sizeof(int)));
-    MOE_TRY(dense->cross_entropy_forward(s, m->logits, m->targets, T, V, loss_sum));
+    MOE_TRY(loss_forward(m, T, loss_sum));
     m->has_forward = 1;
     return MOE_OK;
 }
@@ -530,8 +529,9 @@ static moe_status ffn_backward(moe_model *m, int l, int T) {
     const moe_layer_weights *w = &m->c.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
-    return m->dense->swiglu_backward(m->ops_state, w, gw, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
-                                   m->dresid, m->dln);
+    (void)T;
+    return moe_shard_grads_swiglu(&m->shard_grads, w, gw, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
+                                  m->dresid, m->dln);
 }
 
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
@@ -541,15 +541,17 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
+    moe_shard_grads *sg = &m->shard_grads; /* the weight gradients: per shard, or over all rows */
+    sg->num_tokens = T;
     /* head: dlogits (in place), then lm_head and the final norm */
     const size_t Td = (size_t)T * d;
     MOE_TRY(dense->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
     MOE_TRY(watch(m, m->logits, (size_t)T * V, "the gradient of the logits"));
-    MOE_TRY(dense->linear_backward_weight(s, m->logits, m->lnf, T, d, V, m->g.lm_head));
+    MOE_TRY(moe_shard_grads_linear(sg, m->logits, m->lnf, d, V, m->g.lm_head));
     MOE_TRY(dense->linear_backward_input(s, m->logits, m->c.lm_head, T, d, V, 0, m->dln));
     MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)T * d * sizeof(moe_real)));
-    MOE_TRY(dense->rmsnorm_backward(s, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, T, d, m->dresid,
-                                  m->g.final_norm));
+    MOE_TRY(moe_shard_grads_rmsnorm(sg, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, d, m->dresid,
+                                    m->g.final_norm));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
@@ -557,35 +559,40 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, m->moe[l] ? "MoE layer" : "dense FFN"));
-        MOE_TRY(dense->rmsnorm_backward(s, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, T, d, m->dresid, gw->ffn_norm));
+        MOE_TRY(moe_shard_grads_rmsnorm(sg, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, d, m->dresid, gw->ffn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
         /* resid_mid = resid[l] + wo(attention(...)) */
-        MOE_TRY(dense->linear_backward_weight(s, m->dresid, a->attn_y, T, A, d, gw->wo));
+        MOE_TRY(moe_shard_grads_linear(sg, m->dresid, a->attn_y, A, d, gw->wo));
         MOE_TRY(dense->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
         MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk,
                                         m->dv));
         MOE_TRY(dense->rope_backward(s, m->dq, m->num_seqs, S, H, hd, c->rope_theta));
         MOE_TRY(dense->rope_backward(s, m->dk, m->num_seqs, S, KV, hd, c->rope_theta));
-        MOE_TRY(dense->linear_backward_weight(s, m->dq, a->ln1, T, d, A, gw->wq));
-        MOE_TRY(dense->linear_backward_weight(s, m->dk, a->ln1, T, d, B, gw->wk));
-        MOE_TRY(dense->linear_backward_weight(s, m->dv, a->ln1, T, d, B, gw->wv));
+        MOE_TRY(moe_shard_grads_linear(sg, m->dq, a->ln1, d, A, gw->wq));
+        MOE_TRY(moe_shard_grads_linear(sg, m->dk, a->ln1, d, B, gw->wk));
+        MOE_TRY(moe_shard_grads_linear(sg, m->dv, a->ln1, d, B, gw->wv));
         MOE_TRY(dense->linear_backward_input(s, m->dq, w->wq, T, d, A, 0, m->dln));
         MOE_TRY(dense->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
         MOE_TRY(dense->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient of the attention norm's output", l));
-        MOE_TRY(dense->rmsnorm_backward(s, m->resid[l], w->attn_norm, a->rstd1, m->dln, T, d, m->dresid, gw->attn_norm));
+        MOE_TRY(moe_shard_grads_rmsnorm(sg, m->resid[l], w->attn_norm, a->rstd1, m->dln, d, m->dresid, gw->attn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
     }
-    MOE_TRY(dense->embedding_backward(s, m->dresid, m->inputs, T, d, m->g.embedding));
+    MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, m->inputs, d, V, m->g.embedding));
     m->has_forward = 0;
     return MOE_OK;
 }
 
 moe_status moe_model_reduce_grads(moe_model *m) {
-    MOE_TRY(moe_comm_allreduce_sum_real(moe_parallel_world(m->par), m->grads, m->num_dense));
+    /* with shards: the upper levels of the shard tree (each rank's buffer is its subtree's root) */
+    moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
+        m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
+    MOE_TRY(allreduce(moe_parallel_world(m->par), m->grads, m->num_dense));
     if (!m->num_expert) return MOE_OK;
-    return moe_comm_allreduce_sum_real(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
+    return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
 }
+
+int moe_model_local_shards(const moe_model *m) { return m->local_shards; }
 
 moe_status moe_model_update_expert_bias(moe_model *m) {
     if (m->cfg.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;

@@ -147,8 +147,13 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale);
 moe_status moe_model_zero_grads(moe_model *m);
 
-/* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel). */
+/* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel): with
+ * cfg.moe.num_shards, in the fixed tree over ranks (the shard tree's upper levels: bitwise the same sum on any
+ * power-of-two world, docs/DETERMINISM.md), else the transport's all-reduce. */
 moe_status moe_model_reduce_grads(moe_model *m);
+/* cfg.moe.num_shards / world size: the shards of the batch this rank sums over (the loss sum of a forward and
+ * every gradient of a backward are this rank's subtree of the shard tree); 0 when num_shards is 0. */
+int moe_model_local_shards(const moe_model *m);
 
 /* The first NaN or Inf of a buffer laid out like the parameters (the parameters, the gradients, a moment),
  * named: MOE_ERR_NONFINITE with "WHAT: model.layers.3.block_sparse_moe.experts.5.w2.weight[17] is the first

@@ -50,8 +50,9 @@ static const opt_spec kOptions[] = {
     {"--bias-update-rate", "sigmoid routing: aux-loss-free bias step", OPT_FLOAT, OFF(model.moe.bias_update_rate), 0, 1e3,
      {0}, NULL, RUN},
     {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL, RUN},
-    {"--layout-invariant", "1: results bitwise independent of ep/world size (slower)", OPT_INT,
-     OFF(model.moe.layout_invariant), 0, 1, {0}, NULL, RUN},
+    {"--layout-invariant", "1: row-wise GEMMs in fixed 64-row calls, so a token's activations are bitwise independent "
+     "of ep and world size (with --world-invariant 1 the whole run is)", OPT_INT, OFF(model.moe.layout_invariant), 0,
+     1, {0}, NULL, RUN},
     {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way; "
      "auto: bf16 on cuda, fp32 on cpu)", OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL, RUN},
     /* training */
@@ -68,6 +69,13 @@ static const opt_spec kOptions[] = {
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
     {"--zero", "1: ZeRO-1, shard the dense parameters' AdamW state over the ranks (same results)", OPT_INT, OFF(zero), 0,
      1, {0}, NULL, RUN},
+    {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
+     "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
+     "NCCL's all-reduce (bitwise on one layout only); auto: 1 on cpu, 0 on cuda (docs/DETERMINISM.md)", OPT_INT,
+     OFF(world_invariant), -1, 1, {0}, NULL, RUN},
+    {"--shards", "with --world-invariant 1: the global batch's virtual shards, a power of two dividing --batch that "
+     "the number of ranks divides (auto: the largest power of two dividing --batch, at most 64)", OPT_INT,
+     OFF(shards), -1, 1 << 20, {0}, NULL, RUN},
     {"--skip-nonfinite", "1: drop a step whose loss or gradient is NaN or Inf (and say where it appeared) instead of "
      "stopping the run", OPT_INT, OFF(skip_nonfinite), 0, 1, {0}, NULL, RUN},
     {"--threads", "CPU threads per rank, shared by the loops and the GEMMs; never changes results (0: the CPUs this "
@@ -167,6 +175,7 @@ static void set_defaults(moe_train_options *o) {
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
+    o->world_invariant = -1, o->shards = -1;
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
@@ -225,6 +234,27 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
     return 0;
 }
 
+/* --world-invariant and --shards into model.moe.num_shards (0: off). */
+static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
+    if (o->world_invariant < 0) o->world_invariant = o->device != MOE_TRAIN_DEVICE_CUDA;
+    if (o->shards < 0) /* the largest power of two dividing the batch, at most 64 */
+        for (o->shards = 1; o->shards < 64 && o->batch % (2 * o->shards) == 0;) o->shards *= 2;
+    o->model.moe.num_shards = o->world_invariant ? o->shards : 0;
+    if (!o->world_invariant) return 0;
+    if (o->device == MOE_TRAIN_DEVICE_CUDA)
+        return moe_train_complain(err, "moe-train: --world-invariant 1 is not written for --device cuda yet (its "
+                                       "expert weight gradients are one product per expert): use --world-invariant 0\n"), -1;
+    const int S = o->shards, W = world_size;
+    if (S < 1 || (S & (S - 1)) || o->batch % S)
+        return moe_train_complain(err, "moe-train: --shards %d must be a power of two dividing --batch %d\n", S,
+                                  o->batch), -1;
+    if ((W & (W - 1)) || S % W)
+        return moe_train_complain(err, "moe-train: --world-invariant 1 needs a power-of-two number of ranks that divides "
+                                       "--shards %d, not %d ranks (use --shards %d or more, or --world-invariant 0)\n",
+                                  S, W, W), -1;
+    return 0;
+}
+
 /* Combinations no single flag can check. */
 int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
     moe_model_config *m = &o->model;
@@ -251,6 +281,7 @@ int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
     if (choices > INT_MAX)
         return moe_train_complain(err, "moe-train: --batch %d * --seq-len %d * --top-k %d = %lld routing choices per micro-batch, "
                         "more than %d\n", o->batch, m->seq_len, m->moe.top_k, choices, INT_MAX), -1;
+    if (finish_shards(o, world_size, err)) return -1;
     if (o->min_lr > o->lr) return moe_train_complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
     if (o->warmup > o->steps) return moe_train_complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
     if (!*o->train_data || !*o->val_data) return moe_train_complain(err, "moe-train: --train-data and --val-data are required\n"), -1;

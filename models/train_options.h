@@ -30,6 +30,10 @@ typedef struct {
     int warmup;
     int seed;
     int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
+    int world_invariant; /* 1: every sum over the batch per virtual shard, in one fixed tree (model.moe.num_shards =
+                            shards); 0: per rank, then the transport's all-reduce; -1 (auto): 1 on cpu, 0 on cuda */
+    int shards;         /* the batch's virtual shards with world_invariant; -1 (auto): the largest power of two that
+                           divides --batch, at most 64 (and at least the world size)                         */
     int skip_nonfinite; /* 1: drop a step whose loss or gradient is not finite, instead of stopping */
     int threads;        /* CPU threads per rank (core/threads.h); 0: moe_threads_default()          */
     int device;         /* MOE_TRAIN_DEVICE_*: where the model runs                                 */

@@ -12,6 +12,9 @@
 #include "core/fail.h"
 #include "core/rng.h"
 
+/* With shards (cfg.moe.num_shards) every sum over the batch goes through the shard tree (docs/DETERMINISM.md). */
+static int world_invariant(const moe_trainer *t) { return moe_model_local_shards(t->model) > 0; }
+
 /* ZeRO-1's dense range of rank r of W: ranges of ceil(dense / W) in rank order, the last ones shorter. */
 static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi) {
     size_t chunk = (dense + W - 1) / W;
@@ -95,6 +98,9 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     moe_runtime *model_rt = moe_model_runtime(t->model); /* the moments live beside the parameters */
     st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment1);
     if (st == MOE_OK) st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment2);
+    if (st == MOE_OK && world_invariant(t) && opt->micro_batches > 1)
+        st = moe_runtime_alloc(model_rt, (dense + moe_model_num_expert(t->model)) * sizeof(moe_real),
+                               (void **)&t->grad_accum);
     if (st != MOE_OK) return moe_trainer_destroy(t), st;
     t->schedule = (moe_lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
     if ((st = make_run_id(t)) != MOE_OK) return moe_trainer_destroy(t), st;
@@ -105,6 +111,7 @@ void moe_trainer_destroy(moe_trainer *t) {
     if (t->model) { /* the moments are the model runtime's memory: freed before it */
         moe_runtime_free(moe_model_runtime(t->model), t->moment1);
         moe_runtime_free(moe_model_runtime(t->model), t->moment2);
+        moe_runtime_free(moe_model_runtime(t->model), t->grad_accum);
     }
     moe_model_destroy(t->model);
     moe_token_file_free(&t->train);
@@ -169,7 +176,8 @@ moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *fu
     return upload(t, moments + kept, full + dense, moe_model_num_expert(t->model));
 }
 
-/* Routing statistics of the last micro-batch, added into r (per-rank drops; global counts). */
+/* Routing statistics of the last micro-batch, added into r (per-rank drops, added into *dropped and *assignments;
+ * global counts and losses). */
 static void add_routing_stats(const moe_trainer *t, moe_step_result *r, double *dropped, double *assignments) {
     const moe_model_config *m = &t->opt.model;
     for (int l = 0; l < m->num_layers; l++) {
@@ -230,28 +238,51 @@ static moe_status record_routing(moe_trainer *t, int step, int mb) {
     return MOE_OK;
 }
 
-/* The micro-batches of a step: forward and backward of each, this rank's loss sum and drop counts into sums
- * [loss, dropped, assignments]. The gradients accumulate into the model's buffer (zeroed first). */
+/* With shards (cfg.moe.num_shards): each micro-batch's gradients are summed over the ranks on their own, in the
+ * tree, and added into the step's in micro-batch order (an order no world size changes); the step's sum is kept
+ * in t->grad_accum while the next micro-batch's backward fills the model's buffer. */
+static moe_status accumulate_micro_batch(moe_trainer *t, int mb) {
+    moe_model *m = t->model;
+    const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
+    MOE_TRY(moe_model_reduce_grads(m));
+    if (t->opt.micro_batches == 1) return MOE_OK;
+    if (mb == 0) return moe_runtime_copy(moe_model_runtime(m), t->grad_accum, moe_model_grads(m), count * sizeof(moe_real));
+    moe_dense_state *s;
+    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
+    return dense->add(s, t->grad_accum, moe_model_grads(m), count, t->grad_accum);
+}
+
+/* The micro-batches of a step: forward and backward of each, the loss sum and drop counts into sums
+ * [loss, dropped, assignments] — this rank's, or with shards already summed over the world per micro-batch, as the
+ * gradients are (accumulate_micro_batch). The gradients accumulate into the model's buffer (zeroed first). */
 static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_step_result *r, double sums[3]) {
     const moe_train_options *o = &t->opt;
-    const int S = o->model.seq_len;
+    const int S = o->model.seq_len, invariant = world_invariant(t);
     const moe_real scale = (moe_real)(1.0 / ((double)o->batch * o->micro_batches * S)); /* the mean over the step */
-    MOE_TRY(moe_model_zero_grads(t->model));
+    moe_model *m = t->model;
+    MOE_TRY(moe_model_zero_grads(m));
     for (int mb = 0; mb < o->micro_batches; mb++) {
         long batch_index = (long)(step - 1) * o->micro_batches + mb;
         long first = batch_index * o->batch + (long)t->ranks.world_rank * t->local_seqs;
         moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
-        double loss_sum = 0;
+        double mb_sums[3] = {0, 0, 0};
         if (t->routing_replay) MOE_TRY(force_routing(t, t->routing_replay + mb * micro_batch_routes(t)));
         else if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
-        MOE_TRY(moe_model_forward(t->model, t->inputs, t->targets, t->local_seqs, &loss_sum, NULL));
+        if (invariant && mb > 0) MOE_TRY(moe_model_zero_grads(m));
+        MOE_TRY(moe_model_forward(m, t->inputs, t->targets, t->local_seqs, &mb_sums[0], NULL));
         if (record && *o->routing_trace_out) MOE_TRY(record_routing(t, step, mb));
         if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
-        MOE_TRY(moe_model_backward(t->model, scale));
-        sums[0] += loss_sum;
-        if (r) add_routing_stats(t, r, &sums[1], &sums[2]);
+        MOE_TRY(moe_model_backward(m, scale));
+        if (r) add_routing_stats(t, r, &mb_sums[1], &mb_sums[2]);
+        if (invariant) {
+            MOE_TRY(accumulate_micro_batch(t, mb));
+            MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), mb_sums, 3));
+        }
+        for (int i = 0; i < 3; i++) sums[i] += mb_sums[i];
     }
-    return MOE_OK;
+    if (!invariant || o->micro_batches == 1) return MOE_OK;
+    const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
+    return moe_runtime_copy(moe_model_runtime(m), moe_model_grads(m), t->grad_accum, count * sizeof(moe_real));
 }
 
 /* ---- the non-finite guard ---- */
@@ -350,8 +381,10 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
         return stop_or_skip(t, r, explain_nonfinite(t, step, NAN, NAN));
     }
     MOE_TRY(st);
-    MOE_TRY(moe_model_reduce_grads(t->model));
-    MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3));
+    if (!world_invariant(t)) { /* else run_micro_batches summed over the ranks per micro-batch */
+        MOE_TRY(moe_model_reduce_grads(t->model));
+        MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3));
+    }
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
     r->loss = sums[0] / step_tokens;
     r->aux /= per, r->z /= per;
@@ -406,9 +439,10 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
         double s = 0;
         moe_status st = moe_model_forward(t->model, t->inputs, t->targets, seqs, &s, NULL);
         if (st != MOE_OK) return st;
+        if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), &s, 1));
         loss_sum += s;
     }
-    MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
+    if (!world_invariant(t)) MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
     *val_loss = loss_sum / ((double)n * o->model.seq_len);
     if (isfinite(*val_loss)) return MOE_OK;
     /* every rank has the same loss: all look for the cause together */

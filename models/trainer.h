@@ -35,6 +35,7 @@ typedef struct {
      * ranges tile the region in rank order), and the updated parameters are all-gathered. */
     size_t dense_begin, dense_end;
     moe_real *moment1, *moment2; /* the model runtime's memory */
+    moe_real *grad_accum;        /* with shards and micro-batches: the step's gradient sum so far (model runtime) */
     int *inputs, *targets;       /* [local_seqs * S] */
     int local_seqs;              /* batch / world size */
     moe_lr_schedule schedule;

@@ -40,6 +40,8 @@ const char *moe_config_problem(const moe_config *c) {
         return "drop_priority must be MOE_DROP_BY_TOKEN_ORDER or MOE_DROP_BY_SCORE";
     if (c->renormalize != 0 && c->renormalize != 1) return "renormalize must be 0 or 1";
     if (c->layout_invariant != 0 && c->layout_invariant != 1) return "layout_invariant must be 0 or 1";
+    if (c->num_shards < 0 || (c->num_shards & (c->num_shards - 1)))
+        return "num_shards must be 0 or a power of two";
     if (c->precision != MOE_PRECISION_FP32 && c->precision != MOE_PRECISION_BF16)
         return "precision must be MOE_PRECISION_FP32 or MOE_PRECISION_BF16";
     if (!isfinite(c->capacity_factor)) return "capacity_factor must be finite (<= 0 means dropless)";

@@ -23,7 +23,7 @@ struct moe_dense_state {
     size_t att_nbytes, ffn_nbytes, wgrad_nbytes; /* what the scratch below holds */
     moe_real *att_scratch;                      /* [threads, S, S] attention backward  */
     moe_real *dh1, *dh3;                        /* [T, d_ff] dense FFN backward        */
-    moe_real *wgrad_scratch;                    /* [d_ff, d] one weight gradient product */
+    moe_real *wgrad_scratch;                    /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, 1) reals */
 };
 
 /* Grows the buffers behind ptrs to nbytes each when *have is smaller. */
@@ -140,7 +140,7 @@ static moe_status cpu_swiglu_backward(moe_dense_state *s, const moe_layer_weight
                                       const moe_real *act, const moe_real *dy, moe_real *dx) {
     void **ffn[] = {(void **)&s->dh1, (void **)&s->dh3}, **wgrad[] = {(void **)&s->wgrad_scratch};
     MOE_TRY(reserve(s, &s->ffn_nbytes, (size_t)T * d_ff * sizeof(moe_real), ffn, 2));
-    MOE_TRY(reserve(s, &s->wgrad_nbytes, (size_t)d_ff * d * sizeof(moe_real), wgrad, 1));
+    MOE_TRY(reserve(s, &s->wgrad_nbytes, moe_expert_ffn_wgrad_scratch_count(d, d_ff, 1) * sizeof(moe_real), wgrad, 1));
     const int offsets[2] = {0, T};
     return moe_expert_ffn_backward_cpu(w, grads, 1, d, d_ff, offsets, 1, x, h1, h3, act, dy, s->dh1, s->dh3, dx,
                                        s->wgrad_scratch, &s->gemm);

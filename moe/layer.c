@@ -11,9 +11,11 @@
 #include <string.h>
 
 #include "alltoall/dispatch.h"
+#include "alltoall/tree_reduce.h"
 #include "core/fail.h"
 #include "moe/layer_internal.h"
 #include "moe/runtime_backend.h"
+#include "moe/shard_tree.h"
 #include "router/capacity.h"
 
 /* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the runtime's
@@ -43,6 +45,7 @@ typedef struct {
     unsigned char *kept;    /* [T*k] the rule's verdict                      */
     int *layout_counts;     /* [E]   the device layout's rows per expert, checked against the rule's */
     int *witness;           /* [E * MOE_COUNT_WITNESS_INTS] sent with the counts (router/capacity.h) */
+    int *rows_per_shard;    /* [E * local_shards] the kept rows for expert e from local shard j, at [e * L + j] */
 } host_routing;
 
 struct moe_layer {
@@ -55,6 +58,10 @@ struct moe_layer {
     const moe_layer_ops *steps; /* the runtime's table of the layer's steps */
     moe_layer_state *state;
     int num_local_experts;
+    /* cfg.num_shards > 0: this rank's shards of the batch (S / W, in shard order) and the tree that sums the
+     * router weight gradient over them (moe/shard_tree.h); else local_shards = 1 and no tree */
+    int local_shards;
+    moe_shard_tree router_tree;
     int max_tokens, max_rows;  /* what the token and row buffers hold */
     int has_forward;
     const int *forced_experts; /* [T*k] routing to use instead of top-k in the next forward, or NULL */
@@ -78,7 +85,8 @@ static void free_all(moe_layer *L, void *bufs, size_t num_ptrs) {
 }
 
 static void free_host(moe_layer *L) {
-    void *ptrs[] = {L->host.expert, L->host.expert_score, L->host.kept, L->host.layout_counts, L->host.witness};
+    void *ptrs[] = {L->host.expert, L->host.expert_score, L->host.kept, L->host.layout_counts, L->host.witness,
+                    L->host.rows_per_shard};
     for (size_t i = 0; i < NUM_PTRS(ptrs); i++) moe_runtime_host_free(L->rt, ptrs[i]);
     memset(&L->host, 0, sizeof L->host);
 }
@@ -90,6 +98,7 @@ static moe_status alloc_host(moe_layer *L, size_t A) {
     MOE_TRY(moe_runtime_host_alloc(L->rt, A * sizeof(moe_real), (void **)&h->expert_score));
     MOE_TRY(moe_runtime_host_alloc(L->rt, A, (void **)&h->kept));
     MOE_TRY(moe_runtime_host_alloc(L->rt, E * sizeof(int), (void **)&h->layout_counts));
+    MOE_TRY(moe_runtime_host_alloc(L->rt, E * L->local_shards * sizeof(int), (void **)&h->rows_per_shard));
     return moe_runtime_host_alloc(L->rt, E * MOE_COUNT_WITNESS_INTS * sizeof(int), (void **)&h->witness);
 }
 
@@ -127,6 +136,23 @@ static moe_status reserve_rows(moe_layer *L, int N) {
     return MOE_OK;
 }
 
+/* The shard trees' additions: the layer table's add. */
+static moe_status layer_add(void *ctx, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    moe_layer *L = ctx;
+    return L->steps->add(L->state, a, b, n, y);
+}
+
+/* cfg.num_shards: S / W local shards, which needs W a power of two dividing S. */
+static moe_status local_shards_of(moe_layer *L) {
+    const int S = L->cfg.num_shards, W = moe_comm_size(moe_parallel_world(L->par));
+    if (!S) return MOE_OK;
+    if ((W & (W - 1)) || S % W)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "%d virtual shards of the batch need a power-of-two world size that "
+                        "divides them, not %d ranks", S, W);
+    L->local_shards = S / W;
+    return MOE_OK;
+}
+
 moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer) {
     if (!out_layer) return MOE_ERR_INVALID_ARG;
     *out_layer = NULL;
@@ -148,11 +174,18 @@ moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_pa
     L->par = par ? par : L->owned_par;
     L->ranks = moe_parallel_ranks(L->par);
     L->steps = L->rt->layer;
+    L->local_shards = 1;
+    st = local_shards_of(L);
     L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
-    st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK)
+        st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = L->steps->create(cfg, L->rt, &L->state);
     if (st == MOE_OK)
-        st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS);
+        st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS,
+                                     L->local_shards);
+    if (st == MOE_OK && cfg->num_shards)
+        st = moe_shard_tree_init(&L->router_tree, L->rt, layer_add, L, L->local_shards,
+                                 (size_t)cfg->num_experts * cfg->d_model);
     if (st != MOE_OK) return moe_layer_destroy(L), st;
     *out_layer = L;
     return MOE_OK;
@@ -167,6 +200,7 @@ void moe_layer_destroy(moe_layer *L) {
         free_host(L);
     }
     if (L->state) L->steps->destroy(L->state);
+    moe_shard_tree_free(&L->router_tree);
     moe_routing_counts_free(&L->counts);
     moe_dispatch_plan_free(&L->plan);
     moe_parallel_destroy(L->owned_par);
@@ -234,11 +268,28 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     return L->steps->dispatch_layout(L->state, &L->tok, T, L->host.layout_counts);
 }
 
+/* The first token of local shard j of T tokens (j = local_shards: T). Training splits a rank's sequences evenly
+ * (the trainer checks that the batch divides into the shards); any other forward (sampling one sequence) is cut
+ * the same way, token by token. */
+static int shard_begin(const moe_layer *L, int j, int T) { return (int)((long long)j * T / L->local_shards); }
+
+/* host.rows_per_shard: this rank's kept rows per (expert, local shard); an expert's rows are in token order, so
+ * they arrive split by shard. */
+static void count_rows_per_shard(moe_layer *L) {
+    const int T = L->counts.num_tokens, k = L->cfg.top_k, LS = L->local_shards;
+    int *rows = L->host.rows_per_shard;
+    memset(rows, 0, (size_t)L->cfg.num_experts * LS * sizeof(int));
+    for (int j = 0; j < LS; j++)
+        for (int a = shard_begin(L, j, T) * k; a < shard_begin(L, j + 1, T) * k; a++)
+            if (L->host.kept[a]) rows[L->host.expert[a] * LS + j]++;
+}
+
 /* The counts each peer announces, checked against the capacity rule, then the plan. */
 static moe_status plan_exchange(moe_layer *L) {
     moe_router_count_witness(&L->counts, L->cfg.num_experts, L->host.witness);
-    moe_status st =
-        moe_dispatch_plan_exchange(moe_parallel_ep(L->par), L->counts.num_tokens_per_expert, L->host.witness, &L->plan);
+    if (L->local_shards > 1) count_rows_per_shard(L);
+    moe_status st = moe_dispatch_plan_exchange(moe_parallel_ep(L->par), L->counts.num_tokens_per_expert,
+                                               L->host.witness, L->host.rows_per_shard, &L->plan);
     if (st == MOE_OK)
         st = moe_router_check_announced(&L->plan, &L->counts, L->cfg.drop_priority, L->ranks, L->cfg.layer_index);
     return exchange_failed(L, "the counts exchange", st, 1);
@@ -256,12 +307,42 @@ static moe_status check_layout_counts(const moe_layer *L) {
     return MOE_OK;
 }
 
-/* This rank's share of the aux and z losses, summed over the world (the forward's second host sync). */
+/* The per-token routing arrays of tokens [first, ...): a view into tok. */
+static moe_token_routing tokens_from(const moe_layer *L, int first) {
+    const size_t E = L->cfg.num_experts, k = L->cfg.top_k, t = (size_t)first;
+    (void)E, (void)k;
+    moe_token_routing v;
+#define SHIFT(type, name, per_token, what) v.name = L->tok.name + t * (per_token);
+    MOE_TOKEN_ROUTING_ARRAYS(SHIFT)
+#undef SHIFT
+    return v;
+}
+
+/* This rank's share of the aux and z losses, summed over the world (the forward's second host sync): with
+ * shards, one share per local shard, added in the shard tree, then the tree all-reduce. */
 static moe_status router_losses(moe_layer *L) {
     double loss[2];
-    MOE_TRY(L->steps->router_losses(L->state, &L->tok, L->counts.num_tokens, L->counts.num_selected_per_expert,
-                                  L->counts.num_tokens_global, loss));
-    moe_status st = moe_comm_allreduce_sum_f64(moe_parallel_world(L->par), loss, 2);
+    const int T = L->counts.num_tokens, LS = L->local_shards;
+    moe_status st = MOE_OK;
+    if (!L->cfg.num_shards) {
+        MOE_TRY(L->steps->router_losses(L->state, &L->tok, T, L->counts.num_selected_per_expert,
+                                        L->counts.num_tokens_global, loss));
+        st = moe_comm_allreduce_sum_f64(moe_parallel_world(L->par), loss, 2);
+    } else {
+        moe_tree_acc acc;
+        MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, LS, 2));
+        for (int j = 0; j < LS && st == MOE_OK; j++) {
+            const moe_token_routing shard = tokens_from(L, shard_begin(L, j, T));
+            st = L->steps->router_losses(L->state, &shard, shard_begin(L, j + 1, T) - shard_begin(L, j, T),
+                                         L->counts.num_selected_per_expert,
+                                         L->counts.num_tokens_global, loss);
+            if (st == MOE_OK) st = moe_tree_acc_push(&acc, loss);
+        }
+        if (st == MOE_OK) memcpy(loss, moe_tree_acc_sum(&acc), sizeof loss);
+        moe_tree_acc_free(&acc);
+        MOE_TRY(st);
+        st = moe_comm_allreduce_tree_f64(moe_parallel_world(L->par), loss, 2);
+    }
     L->aux_loss = loss[0], L->z_loss = loss[1];
     return exchange_failed(L, "the router-loss all-reduce", st, 1);
 }
@@ -353,6 +434,21 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     return MOE_OK;
 }
 
+/* drouter_w += dlogits^T x: one product over the rank's tokens, or with shards one per local shard, added in the
+ * shard tree. */
+static moe_status router_weight_grad(moe_layer *L, int T, moe_real *drouter_w) {
+    if (!L->cfg.num_shards) return L->steps->router_weight_grad(L->state, L->buf.x, 0, T, drouter_w);
+    MOE_TRY(moe_shard_tree_begin(&L->router_tree, (size_t)L->cfg.num_experts * L->cfg.d_model));
+    for (int j = 0; j < L->local_shards; j++) {
+        moe_real *leaf;
+        const int first = shard_begin(L, j, T);
+        MOE_TRY(moe_shard_tree_leaf(&L->router_tree, &leaf));
+        MOE_TRY(L->steps->router_weight_grad(L->state, L->buf.x, first, shard_begin(L, j + 1, T) - first, leaf));
+        MOE_TRY(moe_shard_tree_push(&L->router_tree));
+    }
+    return moe_shard_tree_add_to(&L->router_tree, drouter_w);
+}
+
 moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const moe_real *dout, moe_real *dx,
                               moe_layer_weights *grads) {
     if (!L || !w || !dout || !grads) return MOE_ERR_INVALID_ARG;
@@ -370,14 +466,15 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     MOE_TRY(steps->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, t->dgate));
     moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
-    MOE_TRY(steps->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size, L->plan.num_recv, b->x, b->dy,
-                                  b->dx));
+    MOE_TRY(steps->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size * L->local_shards,
+                                    L->plan.num_recv, b->x, b->dy, b->dx));
     st = moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
     if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 
     /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
     if (dx) MOE_TRY(steps->combine(s, t->dxp, r->slot, NULL, T, dx));
-    MOE_TRY(steps->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, grads, dx));
+    MOE_TRY(steps->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, dx));
+    MOE_TRY(router_weight_grad(L, T, grads->router_w));
     MOE_TRY(watch(L, grads->router_w, (size_t)L->cfg.num_experts * L->cfg.d_model, 0, "the router weight gradient"));
     L->completed_steps++;
     return MOE_OK;
@@ -391,8 +488,10 @@ moe_status moe_layer_reduce_gradients(moe_layer *L, moe_layer_weights *grads) {
     /* the views of moe_layer_weights_view: w1, w3, w2 are one region after the router */
     if (grads->w3 != grads->w1 + expert_count / 3 || grads->w2 != grads->w3 + expert_count / 3)
         return MOE_ERR_INVALID_ARG;
-    moe_status st = moe_comm_allreduce_sum_real(moe_parallel_world(L->par), grads->router_w, router_count);
-    if (st == MOE_OK) st = moe_comm_allreduce_sum_real(moe_parallel_expert_dp(L->par), grads->w1, expert_count);
+    moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
+        c->num_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
+    moe_status st = allreduce(moe_parallel_world(L->par), grads->router_w, router_count);
+    if (st == MOE_OK) st = allreduce(moe_parallel_expert_dp(L->par), grads->w1, expert_count);
     return exchange_failed(L, "the gradient all-reduce", st, 0);
 }
 

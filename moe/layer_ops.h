@@ -9,7 +9,7 @@
  * (DESIGN.md, Precision). The caller's tensors (x, out, dout, dx, weights, gradients) are device memory too.
  *
  * Host syncs (CUDA): choices_to_host and router_losses wait for the device (the forward's two); router_backward
- * ends with one; everything else is queued. */
+ * and router_weight_grad end with one; everything else is queued. */
 #ifndef MOE_MOE_LAYER_OPS_H
 #define MOE_MOE_LAYER_OPS_H
 
@@ -67,11 +67,17 @@ typedef struct moe_layer_ops {
      * global counts (kept by the table for router_backward). */
     moe_status (*router_losses)(moe_layer_state *s, const moe_token_routing *tok, int num_tokens,
                                 const int *num_selected, int num_tokens_global, double loss[2]);
-    /* From dL/dgate: dL/dscores (gates, balance loss), dL/dlogits (scores, z-loss), then
-     * grads->router_w += dlogits^T x and, when dx != NULL, dx += dlogits router_w. */
+    /* From dL/dgate: dL/dscores (gates, balance loss), dL/dlogits (scores, z-loss), kept for router_weight_grad;
+     * when dx != NULL, dx += dlogits router_w. */
     moe_status (*router_backward)(moe_layer_state *s, const moe_layer_weights *w, const moe_token_routing *tok,
                                   int num_tokens, const moe_real *x, const moe_real *dgate, int num_tokens_global,
-                                  moe_layer_weights *grads, moe_real *dx);
+                                  moe_real *dx);
+    /* drouter_w [E, d] += dlogits^T x over tokens [first_token, first_token + num_tokens) of the last
+     * router_backward (x: all of its tokens) — one product, so that the layer can form it per shard. */
+    moe_status (*router_weight_grad)(moe_layer_state *s, const moe_real *x, int first_token, int num_tokens,
+                                     moe_real *drouter_w);
+    /* y = a + b over n moe_real values, one rounded addition each (the layer's shard trees, moe/shard_tree.h) */
+    moe_status (*add)(moe_layer_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y);
 } moe_layer_ops;
 
 /* The CPU table (always built; float or double with moe_real). */

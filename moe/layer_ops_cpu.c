@@ -5,6 +5,7 @@
 
 #include "core/fail.h"
 #include "core/real.h"
+#include "core/threads.h"
 #include "experts/expert_ffn.h"
 #include "kernels/gemm_rows.h"
 #include "kernels/nonfinite.h"
@@ -25,7 +26,9 @@ struct moe_layer_state {
                                                   * and whether they take bf16 inputs (core/precision.h) */
     moe_layer_weights bf16_experts; /* bf16: the local experts' weights rounded, once per forward (router_w NULL) */
     moe_real *bf16_buffer;
-    moe_real *wgrad_scratch;     /* [d_ff * d] one expert weight gradient product */
+    moe_real *wgrad_scratch;     /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) reals: the products of
+                                  * one expert's segments and their tree */
+    int wgrad_segments;          /* the segments wgrad_scratch holds */
     int *expert_offset;          /* [E + 1] the layout's offsets (scratch) */
     int *num_selected;           /* [E] global top-k counts of the last forward, for the balance loss's gradient */
     int max_rows;                /* what the expert activations hold */
@@ -54,7 +57,6 @@ static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_s
     s->num_local_experts = cfg->num_experts / cfg->ep_size;
     int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
     widest = widest > cfg->num_experts ? widest : cfg->num_experts;
-    s->wgrad_scratch = malloc((size_t)cfg->d_ff * cfg->d_model * sizeof(moe_real));
     s->expert_offset = calloc((size_t)cfg->num_experts + 1, sizeof(int));
     s->num_selected = calloc((size_t)cfg->num_experts, sizeof(int));
     const int bf16 = moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_EXPERTS);
@@ -62,7 +64,7 @@ static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_s
     if (bf16 && (s->bf16_buffer = malloc(3 * per_matrix * sizeof(moe_real))))
         s->bf16_experts = (moe_layer_weights){NULL, s->bf16_buffer, s->bf16_buffer + per_matrix,
                                               s->bf16_buffer + 2 * per_matrix};
-    moe_status st = s->wgrad_scratch && s->expert_offset && s->num_selected && (!bf16 || s->bf16_buffer)
+    moe_status st = s->expert_offset && s->num_selected && (!bf16 || s->bf16_buffer)
                         ? moe_gemm_rows_plan_init(&s->router_gemm, cfg->layout_invariant,
                                                   moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_ROUTER), widest)
                         : MOE_ERR_OUT_OF_MEMORY;
@@ -156,6 +158,14 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
                                        const int *segment_start, int segments, int rows, const void *xp,
                                        const void *dy, void *dxp) {
     if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
+    if (segments > s->wgrad_segments) {
+        free(s->wgrad_scratch);
+        s->wgrad_segments = 0;
+        s->wgrad_scratch = malloc(moe_expert_ffn_wgrad_scratch_count(s->cfg.d_model, s->cfg.d_ff, segments) *
+                                  sizeof(moe_real));
+        if (!s->wgrad_scratch) return MOE_ERR_OUT_OF_MEMORY;
+        s->wgrad_segments = segments;
+    }
     return moe_expert_ffn_backward_cpu(s->bf16_buffer ? &s->bf16_experts : w, grads, s->num_local_experts,
                                        s->cfg.d_model, s->cfg.d_ff, segment_start, segments, xp, s->h1, s->h3, s->act,
                                        dy, s->dh1, s->dh3, dxp, s->wgrad_scratch, &s->expert_gemm);
@@ -179,9 +189,10 @@ static moe_status cpu_router_losses(moe_layer_state *s, const moe_token_routing 
 
 static moe_status cpu_router_backward(moe_layer_state *s, const moe_layer_weights *w, const moe_token_routing *r,
                                       int T, const moe_real *x, const moe_real *dgate, int num_tokens_global,
-                                      moe_layer_weights *grads, moe_real *dx) {
+                                      moe_real *dx) {
     const moe_config *c = &s->cfg;
     const int Tg = num_tokens_global, d = c->d_model, E = c->num_experts, k = c->top_k;
+    (void)x; /* router_weight_grad's */
     if (T > s->max_tokens) {
         void **bufs[] = {(void **)&s->dscores, (void **)&s->dlogits};
         const size_t n = (size_t)T * E * sizeof(moe_real), nbytes[] = {n, n};
@@ -196,9 +207,22 @@ static moe_status cpu_router_backward(moe_layer_state *s, const moe_layer_weight
                                               s->dscores);
     moe_router_scores_backward_cpu(c->score_func, r->scores, s->dscores, T, E, s->dlogits);
     moe_router_z_loss_backward_cpu(r->logits, T, Tg, E, c->z_loss_coef, s->dlogits);
-    /* dWr += dlogits^T x (a sum over this rank's tokens; moe_layer_reduce_gradients sums over ranks) */
-    moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, s->dlogits, E, x, d, 1, grads->router_w, d);
     if (dx) moe_gemm_rows_cpu(&s->router_gemm, CblasNoTrans, T, d, E, s->dlogits, w->router_w, 1, dx);
+    return MOE_OK;
+}
+
+static moe_status cpu_router_weight_grad(moe_layer_state *s, const moe_real *x, int first, int T, moe_real *dW) {
+    const int d = s->cfg.d_model, E = s->cfg.num_experts;
+    if (T > 0) /* dWr += dlogits^T x over the tokens given (the layer sums shards, and ranks, beyond) */
+        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, s->dlogits + (size_t)first * E, E,
+                  x + (size_t)first * d, d, 1, dW, d);
+    return MOE_OK;
+}
+
+static moe_status cpu_add(moe_layer_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    (void)s;
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
     return MOE_OK;
 }
 
@@ -219,4 +243,6 @@ const moe_layer_ops moe_layer_ops_cpu = {
     .find_nonfinite = cpu_find_nonfinite,
     .router_losses = cpu_router_losses,
     .router_backward = cpu_router_backward,
+    .router_weight_grad = cpu_router_weight_grad,
+    .add = cpu_add,
 };

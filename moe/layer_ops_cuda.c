@@ -18,6 +18,7 @@
 #include "core/fail.h"
 #include "experts/expert_ffn.h"
 #include "kernels/cast.h"
+#include "kernels/elementwise.h"
 #include "kernels/permute.h"
 #include "moe/layer_ops.h"
 #include "moe/runtime.h"
@@ -215,7 +216,7 @@ static moe_status cuda_router_losses(moe_layer_state *s, const moe_token_routing
 
 static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weights *w, const moe_token_routing *r,
                                        int T, const moe_real *x, const moe_real *dgate, int num_tokens_global,
-                                       moe_layer_weights *grads, moe_real *dx) {
+                                       moe_real *dx) {
     const moe_config *c = &s->cfg;
     const int Tg = num_tokens_global, E = c->num_experts, k = c->top_k;
     if (T > s->max_tokens) {
@@ -232,9 +233,20 @@ static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weigh
                                                        c->aux_loss_coef, s->dscores));
     MOE_TRY(moe_router_scores_backward_cuda(s->gpu, c->score_func, r->scores, s->dscores, T, E, s->dlogits));
     MOE_TRY(moe_router_z_loss_backward_cuda(s->gpu, r->logits, T, Tg, E, c->z_loss_coef, s->dlogits));
-    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, x, w->router_w, s->dlogits, T, c->d_model, E, grads->router_w, dx));
-    /* the caller reads dx and the gradients on other streams, or from the host: finish here */
+    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, x, w->router_w, s->dlogits, T, c->d_model, E, NULL, dx));
+    /* the caller reads dx on other streams, or from the host: finish here */
     return moe_runtime_synchronize(s->rt);
+}
+
+static moe_status cuda_router_weight_grad(moe_layer_state *s, const moe_real *x, int first, int T, moe_real *dW) {
+    const int d = s->cfg.d_model, E = s->cfg.num_experts;
+    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, x + (size_t)first * d, NULL, s->dlogits + (size_t)first * E, T, d,
+                                            E, dW, NULL));
+    return moe_runtime_synchronize(s->rt); /* the gradients are read on other streams */
+}
+
+static moe_status cuda_add(moe_layer_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    return moe_add_cuda(s->gpu, a, b, n, y);
 }
 
 const moe_layer_ops moe_layer_ops_cuda = {
@@ -254,4 +266,6 @@ const moe_layer_ops moe_layer_ops_cuda = {
     .find_nonfinite = cuda_find_nonfinite,
     .router_losses = cuda_router_losses,
     .router_backward = cuda_router_backward,
+    .router_weight_grad = cuda_router_weight_grad,
+    .add = cuda_add,
 };

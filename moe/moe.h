@@ -41,6 +41,11 @@ typedef struct {
                            * bitwise the same for any ep and world size (costs ~15% on the CPU);
                            * 0: one call per expert, faster, the last bits may depend on the layout */
     moe_precision precision; /* fp32 (default), or bf16 inputs to the expert GEMMs (core/precision.h) */
+    int num_shards;       /* 0 (default): sums over the batch per rank, then the transport's all-reduce (bitwise on
+                           * one layout only). S > 0, a power of two that the world size divides: the global batch
+                           * is S virtual shards (world rank r holds [r S/W, (r+1) S/W)), every sum over the batch is
+                           * formed per shard and added in one fixed binary tree over the S shards, so results are
+                           * bitwise the same for every power-of-two world size and ep (docs/DETERMINISM.md). */
 } moe_config;
 
 /* A config with the usual defaults: softmax, renormalised when k > 1 (Mixtral; with k = 1 the gate is the

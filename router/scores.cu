@@ -136,7 +136,7 @@ extern "C" moe_status moe_router_logits_backward_cuda(moe_gpu *gpu, const float 
     const float one = 1.0f;
     /* dWr^T [d, E] += x^T [d, T] * dlogits [T, E]: A = x as stored (ld d), B = dlogits^T as stored (ld E),
      * transposed. */
-    MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d_model, num_experts, num_tokens, &one, x,
+    if (drouter_w) MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d_model, num_experts, num_tokens, &one, x,
                                d_model, dlogits, num_experts, &one, drouter_w, d_model));
     if (dx) /* dx^T [d, T] += Wr^T [d, E] * dlogits^T [E, T], both as stored */
         MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_N, d_model, num_tokens, num_experts, &one,

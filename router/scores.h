@@ -31,7 +31,7 @@ moe_status moe_router_scores_cuda(moe_gpu *gpu, moe_score_func func, const float
                                   int num_tokens, int num_experts, float *scores, float *select_scores);
 moe_status moe_router_scores_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *dscores,
                                            int num_tokens, int num_experts, float *dlogits);
-/* The router GEMMs' backward: dWr[E, d] += dlogits^T x;  dx[T, d] += dlogits router_w (dx may be NULL). */
+/* The router GEMMs' backward: dWr[E, d] += dlogits^T x;  dx[T, d] += dlogits router_w (either may be NULL). */
 moe_status moe_router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w, const float *dlogits,
                                            int num_tokens, int d_model, int num_experts, float *drouter_w, float *dx);
 

@@ -63,7 +63,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_pri
     moe_routing_counts counts;
     moe_dispatch_plan plan;
     test_mpi_require(moe_routing_counts_alloc(&counts, E), "counts alloc");
-    test_mpi_require(moe_dispatch_plan_alloc(&plan, me.ep_size, EL, MOE_COUNT_WITNESS_INTS), "plan alloc");
+    test_mpi_require(moe_dispatch_plan_alloc(&plan, me.ep_size, EL, MOE_COUNT_WITNESS_INTS, 1), "plan alloc");
     moe_rng rng = moe_rng_seeded(100 * me.world_rank + skewed);
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K; j++) {
@@ -94,7 +94,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_pri
     moe_permute_rows_cpu(x, perm_token, counts.total_kept, D, xp);
 
     moe_router_count_witness(&counts, E, witness);
-    test_mpi_require(moe_dispatch_plan_exchange(ep, counts.num_tokens_per_expert, witness, &plan), "counts");
+    test_mpi_require(moe_dispatch_plan_exchange(ep, counts.num_tokens_per_expert, witness, NULL, &plan), "counts");
     test_mpi_require(moe_router_check_announced(&plan, &counts, prio, me, 0), "count check");
     int want_total = 0;
     for (int p = 0; p < me.ep_size; p++) {

@@ -1,0 +1,94 @@
+/* shard_grads.c — dense weight gradients per shard, added in the shard tree (shard_grads.h). */
+#include "models/shard_grads.h"
+
+#include "core/fail.h"
+
+static moe_status dense_add(void *ctx, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    const moe_shard_grads *g = ctx;
+    return g->dense->add(g->state, a, b, n, y);
+}
+
+moe_status moe_shard_grads_init(moe_shard_grads *g, moe_runtime *rt, const moe_dense_ops *dense,
+                                moe_dense_state *state, int local_shards, size_t max_count) {
+    *g = (moe_shard_grads){.dense = dense, .state = state, .local_shards = local_shards};
+    if (!local_shards) return MOE_OK;
+    return moe_shard_tree_init(&g->tree, rt, dense_add, g, local_shards, max_count);
+}
+
+void moe_shard_grads_free(moe_shard_grads *g) {
+    if (g->local_shards) moe_shard_tree_free(&g->tree);
+}
+
+/* One op over rows [first, first + n) of the backward, its weight gradient into dW. */
+typedef enum { OP_LINEAR, OP_RMSNORM, OP_EMBEDDING, OP_SWIGLU } op_kind;
+typedef struct {
+    op_kind kind;
+    const moe_real *x, *w, *rstd, *dy, *h1, *h3, *act;
+    const int *tokens;
+    const moe_layer_weights *weights;
+    int in, out; /* linear: in, out; rmsnorm and embedding: d = in; swiglu: d = in, d_ff = out */
+    moe_real *dx;
+} op;
+
+static moe_status run(const moe_shard_grads *g, const op *o, int first, int n, moe_real *dW) {
+    const size_t f = (size_t)first, in = o->in, out = o->out;
+    switch (o->kind) {
+    case OP_LINEAR:
+        return g->dense->linear_backward_weight(g->state, o->dy + f * out, o->x + f * in, n, o->in, o->out, dW);
+    case OP_RMSNORM:
+        return g->dense->rmsnorm_backward(g->state, o->x + f * in, o->w, o->rstd + f, o->dy + f * in, n, o->in,
+                                          o->dx + f * in, dW);
+    case OP_EMBEDDING:
+        return g->dense->embedding_backward(g->state, o->dy + f * in, o->tokens + f, n, o->in, dW);
+    case OP_SWIGLU: {
+        const size_t wcount = out * in; /* the three gradients, one region */
+        moe_layer_weights dw = {NULL, dW, dW + wcount, dW + 2 * wcount};
+        return g->dense->swiglu_backward(g->state, o->weights, &dw, n, o->in, o->out, o->x + f * in, o->h1 + f * out,
+                                         o->h3 + f * out, o->act + f * out, o->dy + f * in, o->dx + f * in);
+    }
+    }
+    return MOE_ERR_INVALID_ARG;
+}
+
+/* dW += the op's weight gradient: one run over all rows, or one per local shard added in the tree. */
+static moe_status weight_grad(moe_shard_grads *g, const op *o, size_t count, moe_real *dW) {
+    const int T = g->num_tokens, L = g->local_shards;
+    if (!L) return run(g, o, 0, T, dW);
+    MOE_TRY(moe_shard_tree_begin(&g->tree, count));
+    for (int j = 0; j < L; j++) {
+        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
+        moe_real *leaf;
+        MOE_TRY(moe_shard_tree_leaf(&g->tree, &leaf));
+        MOE_TRY(run(g, o, first, end - first, leaf));
+        MOE_TRY(moe_shard_tree_push(&g->tree));
+    }
+    return moe_shard_tree_add_to(&g->tree, dW);
+}
+
+moe_status moe_shard_grads_linear(moe_shard_grads *g, const moe_real *dy, const moe_real *x, int in, int out,
+                                  moe_real *dW) {
+    const op o = {.kind = OP_LINEAR, .dy = dy, .x = x, .in = in, .out = out};
+    return weight_grad(g, &o, (size_t)in * out, dW);
+}
+
+moe_status moe_shard_grads_rmsnorm(moe_shard_grads *g, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int d, moe_real *dx, moe_real *dw) {
+    const op o = {.kind = OP_RMSNORM, .x = x, .w = w, .rstd = rstd, .dy = dy, .in = d, .dx = dx};
+    return weight_grad(g, &o, (size_t)d, dw);
+}
+
+moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int vocab,
+                                     moe_real *dtable) {
+    const op o = {.kind = OP_EMBEDDING, .dy = dy, .tokens = tokens, .in = d};
+    return weight_grad(g, &o, (size_t)vocab * d, dtable);
+}
+
+moe_status moe_shard_grads_swiglu(moe_shard_grads *g, const moe_layer_weights *w, moe_layer_weights *grads, int d,
+                                  int d_ff, const moe_real *x, const moe_real *h1, const moe_real *h3,
+                                  const moe_real *act, const moe_real *dy, moe_real *dx) {
+    const size_t wcount = (size_t)d_ff * d;
+    if (grads->w3 != grads->w1 + wcount || grads->w2 != grads->w3 + wcount) return MOE_ERR_INVALID_ARG;
+    const op o = {.kind = OP_SWIGLU, .weights = w, .x = x, .h1 = h1, .h3 = h3, .act = act, .dy = dy, .in = d,
+                  .out = d_ff, .dx = dx};
+    return weight_grad(g, &o, 3 * wcount, grads->w1);
+}

@@ -1,0 +1,45 @@
+/* shard_grads.h — the dense model's weight gradients, formed per virtual shard of the batch and added in the
+ * fixed tree over the shards (moe/shard_tree.h; docs/DETERMINISM.md), or, without shards, as one product over the
+ * rank's rows (today's reductions).
+ *
+ * Each call runs one dense-table op (moe/dense_ops.h) over this rank's T rows: with local_shards L > 0, once per
+ * local shard j (rows [j T / L, (j + 1) T / L), the row-wise outputs dx written for those rows only) into a zeroed
+ * leaf pushed into the tree, whose root is then added into the gradient; with L = 0, once over all rows straight
+ * into the gradient. The row-wise outputs (dx) come out the same bits either way: the table's row-wise products
+ * do not depend on which rows share a call (kernels/gemm_rows.h). Host syncs: the table's. */
+#ifndef MOE_MODELS_SHARD_GRADS_H
+#define MOE_MODELS_SHARD_GRADS_H
+
+#include "moe/dense_ops.h"
+#include "moe/shard_tree.h"
+
+typedef struct {
+    const moe_dense_ops *dense;
+    moe_dense_state *state;
+    int local_shards; /* 0: off */
+    int num_tokens;   /* T of the backward under way */
+    moe_shard_tree tree;
+} moe_shard_grads;
+
+/* local_shards 0: off (nothing allocated); else a power of two, max_count the largest gradient tensor summed
+ * (the dense SwiGLU's three count as one). dense, state: where the ops run (the model's). */
+moe_status moe_shard_grads_init(moe_shard_grads *g, moe_runtime *rt, const moe_dense_ops *dense,
+                                moe_dense_state *state, int local_shards, size_t max_count);
+void moe_shard_grads_free(moe_shard_grads *g);
+
+/* dW [out, in] += dy^T x */
+moe_status moe_shard_grads_linear(moe_shard_grads *g, const moe_real *dy, const moe_real *x, int in, int out,
+                                  moe_real *dW);
+/* RMSNorm backward: dx += (rows), dw [d] += */
+moe_status moe_shard_grads_rmsnorm(moe_shard_grads *g, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int d, moe_real *dx, moe_real *dw);
+/* dtable [V, d] += dy scattered by tokens */
+moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int vocab,
+                                     moe_real *dtable);
+/* the dense SwiGLU's backward: dx overwritten (rows), grads->w1, w3, w2 += (they must be one region [w1 | w3 | w2],
+ * as the model lays them out: MOE_ERR_INVALID_ARG otherwise) */
+moe_status moe_shard_grads_swiglu(moe_shard_grads *g, const moe_layer_weights *w, moe_layer_weights *grads, int d,
+                                  int d_ff, const moe_real *x, const moe_real *h1, const moe_real *h3,
+                                  const moe_real *act, const moe_real *dy, moe_real *dx);
+
+#endif

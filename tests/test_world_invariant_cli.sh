@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_world_invariant_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train bitwise the same on any
+# power-of-two world (issue 15, docs/DETERMINISM.md), as a user meets it: a tiny model with capacity drops, 2
+# micro-batches and ZeRO-1, 10 steps on 1 rank, on 2 ranks (ep 2) and on 4 ranks (ep 2, saving at step 5): every
+# step's loss (printed with %.17g in metrics.jsonl) and the step-10 model.safetensors and train_state.safetensors
+# are byte for byte the same. The 4-rank checkpoint of step 5 resumed on 2 ranks (ep 1) and on 1 rank continues
+# the same curve to the same files. The check can fail: with --world-invariant 0 the 4-rank weights differ from the
+# 1-rank ones. Bad --shards are refused.
+source "$(dirname "$0")/train_cli_common.sh"
+
+small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
+       --micro-batches 2 --zero 1 --capacity-factor 1.0 --steps 10 --warmup 1 --eval-batches 1 --eval-interval 100
+       --sample-tokens 0 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
+
+run() { # NAME RANKS FLAGS...: trains into $dir/NAME (checkpoints) and $dir/NAME.jsonl
+    local name=$1 np=$2
+    shift 2
+    merge --checkpoint-dir "$dir/$name" --log-file "$dir/$name.jsonl" "$@"
+    if ! timeout 300 "$mpirun" -np "$np" "$train" "${merged[@]}" > "$dir/out.txt" 2>&1; then
+        fail_with_output "$name: moe-train on $np ranks failed"
+    fi
+}
+
+losses() { grep '"step"' "$1" | sed 's/.*"step": *\([0-9]*\).*"loss": *\([-0-9.e+]*\).*/\1 \2/'; }
+
+same_run() { # WHAT NAME REFERENCE: the same losses for the steps NAME ran, the same step-10 files
+    local what=$1 a=$2 b=$3 f
+    if ! join <(losses "$dir/$a.jsonl") <(losses "$dir/$b.jsonl") | awk '$2 != $3 { bad = 1 } END { exit bad }' ||
+        [ "$(losses "$dir/$a.jsonl" | wc -l)" -lt 5 ]; then
+        echo "FAIL: $what: losses differ from $b's"; paste <(losses "$dir/$a.jsonl") <(losses "$dir/$b.jsonl")
+        failures=$((failures + 1))
+        return
+    fi
+    for f in model.safetensors train_state.safetensors; do
+        if ! cmp -s "$dir/$a/step-00000010/$f" "$dir/$b/step-00000010/$f"; then
+            echo "FAIL: $what: step 10's $f differs from $b's"
+            failures=$((failures + 1))
+            return
+        fi
+    done
+    echo "ok: $what: $(losses "$dir/$a.jsonl" | wc -l) losses and the step-10 checkpoint bitwise $b's"
+}
+
+run one 1
+run two 2 --ep 2
+run four 4 --ep 2 --checkpoint-interval 5 --keep-last 0
+same_run "2 ranks, ep 2" two one
+same_run "4 ranks, ep 2" four one
+run resumed2 2 --ep 1 --resume "$dir/four/step-00000005"
+same_run "step 5 of 4 ranks resumed on 2 ranks, ep 1" resumed2 one
+run resumed1 1 --ep 1 --resume "$dir/four/step-00000005"
+same_run "step 5 of 4 ranks resumed on 1 rank" resumed1 one
+
+run plain1 1 --world-invariant 0
+run plain4 4 --ep 2 --world-invariant 0
+if cmp -s "$dir/plain1/step-00000010/model.safetensors" "$dir/plain4/step-00000010/model.safetensors"; then
+    echo "FAIL: with --world-invariant 0 the 4-rank weights equal the 1-rank ones: the check above is blind"
+    failures=$((failures + 1))
+else
+    echo "ok: with --world-invariant 0 the 4-rank weights differ from the 1-rank ones"
+fi
+
+small=("${small[@]:0:16}" --steps 1 --warmup 1 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
+refuses "--shards 3 must be a power of two dividing --batch 16" --shards 3
+refuses "needs a power-of-two number of ranks that divides --shards 1" --shards 1
+finish test_world_invariant_cli
