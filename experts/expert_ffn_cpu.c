@@ -1,8 +1,9 @@
 /* expert_ffn_cpu.c — the grouped SwiGLU expert GEMMs: row-wise products in fixed row blocks (gemm_rows.h),
- * weight gradients as one product per expert and projection over that expert's rows in order; with bf16 inputs
- * (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM.
+ * weight gradients as one product per expert, projection and segment, added in segment_sum.h's order; with bf16
+ * inputs (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM.
  * Threads: the GEMMs thread themselves; the elementwise SwiGLU and gradient additions are split over elements. */
 #include "experts/expert_ffn.h"
+#include "experts/segment_sum.h"
 
 #include "core/fail.h"
 #include "core/real.h"
@@ -44,9 +45,9 @@ static void add_into(moe_real *y, const moe_real *a, const moe_real *b, size_t c
 
 /* One weight gradient of one expert, dW[out, in] += the sum over its segments of dY_s^T X_s (staged inputs:
  * moe_gemm_rows_stage), each segment's product formed whole (an empty segment's is zero) and the products added
- * in the fixed binary tree over the segments when their number is a power of two (tree_reduce.h's counter: slot l
- * holds the last complete subtree of 2^l segments), in segment order otherwise. That is the sum the replicas'
- * tree all-reduce or a one-rank run forms from the same shards (why: expert_ffn.h). */
+ * in segment_sum.h's schedule: the fixed binary tree over the segments when their number is a power of two
+ * (tree_reduce.h's counter), segment order otherwise. That is the sum the replicas' tree all-reduce or a one-rank
+ * run forms from the same shards (why: expert_ffn.h). */
 typedef struct {
     moe_gemm_rows_plan *gemm;
     const int *seg; /* the expert's segment_start, [segments + 1] */
@@ -55,39 +56,37 @@ typedef struct {
     size_t dY_width, X_width;
 } segment_products;
 
+/* segment_sum.h's buffer b: the gradient, or scratch buffer b of count values */
+static moe_real *buffer(int b, moe_real *dW, moe_real *scratch, size_t count) {
+    return b == MOE_SEGMENT_SUM_GRAD ? dW : scratch + count * (size_t)(b - 1);
+}
+
 static moe_status add_weight_grad(const segment_products *p, moe_real *dW, moe_real *scratch) {
     const size_t count = (size_t)p->out * p->in;
-    const int tree = !(p->segments & (p->segments - 1));
-    moe_real *spare = scratch, *slots = scratch + count; /* tree: [spare | slot 0 | slot 1 | ...] */
-    for (int sg = 0; sg < p->segments; sg++) {
-        const size_t a = p->seg[sg] - p->seg[0], rows = p->seg[sg + 1] - p->seg[sg];
-        moe_real *leaf = tree && !(sg & 1) ? slots : spare;
-        const void *dY = moe_gemm_rows_staged_at(p->gemm, p->dY, a * p->dY_width);
-        const void *X = moe_gemm_rows_staged_at(p->gemm, p->X, a * p->X_width);
-        if (rows) MOE_TRY(moe_gemm_rows_at_b_staged_cpu(p->gemm, (int)rows, p->out, p->in, dY, X, 0, leaf));
-        else for (size_t i = 0; i < count; i++) leaf[i] = 0;
-        if (!tree) {
-            add_into(dW, dW, leaf, count);
-            continue;
-        }
-        const moe_real *carry = leaf; /* a binary increment of sg, each carry one addition (older on the left) */
-        for (int l = 0; sg >> l & 1; l++) {
-            moe_real *y = slots + count * (size_t)(sg >> (l + 1) & 1 ? l : l + 1);
-            add_into(y, slots + count * (size_t)l, carry, count);
-            carry = y;
+    moe_segment_sum_step steps[MOE_SEGMENT_SUM_MAX_STEPS];
+    for (int sg = 0; sg <= p->segments; sg++) {
+        const int n = moe_segment_sum_steps(p->segments, sg, steps);
+        if (n < 0) return MOE_ERR_INVALID_ARG;
+        for (int i = 0; i < n; i++) {
+            const moe_segment_sum_step *st = &steps[i];
+            moe_real *y = buffer(st->dst, dW, scratch, count);
+            if (st->segment < 0) {
+                add_into(y, buffer(st->left, dW, scratch, count), buffer(st->right, dW, scratch, count), count);
+                continue;
+            }
+            const int s = st->segment;
+            const size_t a = p->seg[s] - p->seg[0], rows = p->seg[s + 1] - p->seg[s];
+            const void *dY = moe_gemm_rows_staged_at(p->gemm, p->dY, a * p->dY_width);
+            const void *X = moe_gemm_rows_staged_at(p->gemm, p->X, a * p->X_width);
+            if (rows) MOE_TRY(moe_gemm_rows_at_b_staged_cpu(p->gemm, (int)rows, p->out, p->in, dY, X, 0, y));
+            else for (size_t j = 0; j < count; j++) y[j] = 0;
         }
     }
-    if (!tree) return MOE_OK;
-    int levels = 0;
-    while (1 << levels < p->segments) levels++;
-    add_into(dW, dW, slots + count * (size_t)levels, count);
     return MOE_OK;
 }
 
 size_t moe_expert_ffn_wgrad_scratch_count(int d_model, int d_ff, int segments) {
-    int levels = 0;
-    while (1 << levels < segments) levels++;
-    return (size_t)(levels + 2) * d_ff * d_model;
+    return (size_t)moe_segment_sum_scratch_buffers(segments) * d_ff * d_model;
 }
 
 moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,
