@@ -11,12 +11,18 @@
  * m = i, n = o, k = n_e, A = X (op N, lda = its row stride), B = dY (op T, ldb = its row stride); the
  * halves of dH13 are the [f]-wide column blocks of rows of stride 2f (ldb = 2f, the second at + f).
  *
+ * Segments (expert_ffn.h): with segments > 1 each weight gradient is one GEMM per segment into a scratch leaf
+ * (beta = 0), the leaves added by moe_add_cuda in the steps of experts/segment_sum.h, the very schedule the CPU
+ * follows: S GEMMs or memsets and S additions per expert and projection instead of one GEMM. An fp32 addition
+ * is rounded once on either side, so given the same leaves the GPU's sum has the CPU's bits; the leaves
+ * themselves are cuBLAS's.
+ *
  * MOE_EXPERT_GEMM_GROUPED: one cublasGemmGroupedBatchedEx per row projection (H13, Y, dA, dX), one group of
  * one problem per expert with rows; m/n/k/ld/trans/alpha/beta/group_size are host arrays, the A/B/C
  * pointer arrays live in device memory (the context's scratch), as the cuBLAS documentation requires.
  * The grouped API's type table (cuBLAS 13.1, CUBLAS_COMPUTE_32F) has A/B/C all bf16, all fp16 or all fp32,
- * and no bf16 inputs with an fp32 output: the weight gradients (bf16 inputs, fp32 C, beta = 1) therefore
- * run as one cublasGemmEx per expert and projection in both modes.
+ * and no bf16 inputs with an fp32 output: the weight gradients (bf16 inputs, fp32 C) therefore run as
+ * cublasGemmEx calls per expert, projection (and segment) in both modes.
  * Grouped mode falls back to per-expert calls for an op whose matrices are not all 16-byte aligned (widths
  * not multiples of 8): the grouped API's alignment rules for bf16 (see prepare) are stricter than GemmEx's.
  * MOE_EXPERT_GEMM_PER_EXPERT: one cublasGemmEx per expert and projection.
@@ -35,7 +41,9 @@
 
 extern "C" {
 #include "experts/expert_ffn.h"
+#include "experts/segment_sum.h"
 #include "kernels/cast.h"
+#include "kernels/elementwise.h"
 }
 
 namespace {
@@ -124,11 +132,12 @@ struct row_gemm {
 /* The row projections of one op in either mode. In grouped mode, prepare() uploads the device pointer
  * arrays of all `count` projections in one copy into the context's scratch (valid for this op: nothing
  * else takes the scratch before the op's last GEMM is queued) and keeps the host arrays, one group of one
- * problem per expert with rows, until the op ends. */
+ * problem per expert with rows, until the op ends. Expert e's rows start at start[e * stride] (the expert
+ * offsets, stride 1, or the first of its `stride` segments), and start[E * stride] is the end of the rows. */
 class expert_gemms {
   public:
-    expert_gemms(moe_gpu *gpu, moe_expert_gemm_mode mode, int num_experts, const int *offset)
-        : gpu_(gpu), mode_(mode), num_experts_(num_experts), offset_(offset) {}
+    expert_gemms(moe_gpu *gpu, moe_expert_gemm_mode mode, int num_experts, const int *start, int stride)
+        : gpu_(gpu), mode_(mode), num_experts_(num_experts), start_(start), stride_(stride) {}
     ~expert_gemms() { free(host_); }
     expert_gemms(const expert_gemms &) = delete;
     expert_gemms &operator=(const expert_gemms &) = delete;
@@ -140,7 +149,9 @@ class expert_gemms {
     moe_gpu *gpu_;
     moe_expert_gemm_mode mode_;
     int num_experts_;
-    const int *offset_;
+    const int *start_;
+    int stride_;
+    int offset(int e) const { return start_[(size_t)e * stride_]; }
     const row_gemm *gemms_ = nullptr;
     int groups_ = 0;
     void *host_ = nullptr;
@@ -159,7 +170,7 @@ moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
     gemms_ = gemms;
     if (mode_ != MOE_EXPERT_GEMM_GROUPED) return MOE_OK;
     groups_ = 0;
-    for (int e = 0; e < num_experts_; e++) groups_ += offset_[e + 1] > offset_[e];
+    for (int e = 0; e < num_experts_; e++) groups_ += offset(e + 1) > offset(e);
     if (groups_ == 0) return MOE_OK;
     const size_t G = groups_, P = (size_t)count * 3 * G;
     size_t nbytes = G * (3 * sizeof(int) + 2 * sizeof(float) + sizeof(cublasOperation_t)) +
@@ -180,8 +191,8 @@ moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
     k_ = (int *)p, p += count * G * sizeof(int);
     ldw_ = (int *)p;
     for (int e = 0, g = 0; e < num_experts_; e++) {
-        if (offset_[e + 1] == offset_[e]) continue;
-        expert_[g] = e, n_[g] = offset_[e + 1] - offset_[e], size_[g] = 1;
+        if (offset(e + 1) == offset(e)) continue;
+        expert_[g] = e, n_[g] = offset(e + 1) - offset(e), size_[g] = 1;
         alpha_[g] = 1.0f, beta_[g] = 0.0f, trans_n_[g] = CUBLAS_OP_N;
         g++;
     }
@@ -190,7 +201,7 @@ moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
         const size_t wcount = (size_t)r.m * r.k;
         void **a = ptrs + (size_t)i * 3 * G, **b = a + G, **c = b + G;
         for (size_t g = 0; g < G; g++) {
-            const size_t e = expert_[g], row0 = offset_[e];
+            const size_t e = expert_[g], row0 = offset((int)e);
             a[g] = (void *)(r.w + e * wcount);
             b[g] = (void *)(r.x + row0 * r.k);
             c[g] = (void *)(r.c + row0 * r.m);
@@ -230,9 +241,9 @@ moe_status expert_gemms::run(int i) {
     }
     const size_t wcount = (size_t)r.m * r.k;
     for (int e = 0; e < num_experts_; e++) {
-        const int n = offset_[e + 1] - offset_[e];
+        const int n = offset(e + 1) - offset(e);
         if (n == 0) continue;
-        const size_t row0 = offset_[e];
+        const size_t row0 = offset(e);
         MOE_CUBLAS_TRY(cublasGemmEx(gpu_->blas, r.trans_w, CUBLAS_OP_N, r.m, n, r.k, &kOne, r.w + e * wcount,
                                     CUDA_R_16BF, r.ldw(), r.x + row0 * r.k, CUDA_R_16BF, r.k, &kZero,
                                     r.c + row0 * r.m, CUDA_R_16BF, r.m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -240,34 +251,78 @@ moe_status expert_gemms::run(int i) {
     return MOE_OK;
 }
 
-/* dW2_e += dY_e^T act_e, dW1_e += dH1_e^T X_e, dW3_e += dH3_e^T X_e: fp32 C, beta = 1, per expert. */
-moe_status weight_grads(moe_gpu *gpu, int num_experts, int d, int f, const int *offset, const uint16_t *xp,
-                        const uint16_t *act, const uint16_t *dy, const uint16_t *dh13, moe_layer_weights *grads) {
-    const size_t wcount = (size_t)f * d;
-    for (int e = 0; e < num_experts; e++) {
-        const int n = offset[e + 1] - offset[e];
-        if (n == 0) continue;
-        const size_t r0 = offset[e];
-        const uint16_t *X = xp + r0 * d, *A = act + r0 * f, *dY = dy + r0 * d, *dH = dh13 + r0 * 2 * f;
-        /* dW2^T [f, d] = act^T [f, n] (dY^T [d, n])^T */
-        MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, f, d, n, &kOne, A, CUDA_R_16BF, f, dY,
-                                    CUDA_R_16BF, d, &kOne, grads->w2 + e * wcount, CUDA_R_32F, f, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
-        /* dW1^T [d, f] = X^T [d, n] (dH1^T [f, n], ld 2f)^T; dW3 the same from dH13 + f */
-        MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d, f, n, &kOne, X, CUDA_R_16BF, d, dH,
-                                    CUDA_R_16BF, 2 * f, &kOne, grads->w1 + e * wcount, CUDA_R_32F, d,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d, f, n, &kOne, X, CUDA_R_16BF, d, dH + f,
-                                    CUDA_R_16BF, 2 * f, &kOne, grads->w3 + e * wcount, CUDA_R_32F, d,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+/* One weight gradient's product over rows [r, r + n) of one expert, dW^T [m, o] (op) = A^T B with A = rows of
+ * width m (lda) and B = rows of width o (ldb), fp32 C [m, o] with ldc = m (file comment): into C with beta. */
+struct wgrad_product {
+    int m, o;           /* dW is [o, m] row-major */
+    const uint16_t *a;  /* from the expert's first row */
+    int lda;
+    const uint16_t *b;  /* from the expert's first row */
+    int ldb;
+};
+
+moe_status wgrad_gemm(moe_gpu *gpu, const wgrad_product &p, size_t row, int n, const float *beta, float *c) {
+    MOE_CUBLAS_TRY(cublasGemmEx(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, p.m, p.o, n, &kOne, p.a + row * p.lda,
+                                CUDA_R_16BF, p.lda, p.b + row * p.ldb, CUDA_R_16BF, p.ldb, beta, c, CUDA_R_32F, p.m,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return MOE_OK;
+}
+
+/* dW += the sum over the expert's segments (seg[0..segments]) of their products, in segment_sum.h's steps: a leaf
+ * is one GEMM with beta 0 into its buffer (a zeroed buffer for an empty segment), an addition one moe_add_cuda,
+ * all queued on the one stream in step order, so a buffer is reused only after the steps reading it. */
+moe_status add_segment_products(moe_gpu *gpu, const wgrad_product &p, const int *seg, int segments, float *dW,
+                                float *scratch) {
+    const size_t count = (size_t)p.m * p.o, nbytes = count * sizeof(float);
+    auto buffer = [&](int b) { return b == MOE_SEGMENT_SUM_GRAD ? dW : scratch + count * (size_t)(b - 1); };
+    moe_segment_sum_step steps[MOE_SEGMENT_SUM_MAX_STEPS];
+    for (int sg = 0; sg <= segments; sg++) {
+        const int n = moe_segment_sum_steps(segments, sg, steps);
+        if (n < 0) return MOE_ERR_INVALID_ARG;
+        for (int i = 0; i < n; i++) {
+            const moe_segment_sum_step &st = steps[i];
+            float *y = buffer(st.dst);
+            if (st.segment < 0) {
+                MOE_TRY(moe_add_cuda(gpu, buffer(st.left), buffer(st.right), count, y));
+                continue;
+            }
+            const int rows = seg[st.segment + 1] - seg[st.segment];
+            if (rows) MOE_TRY(wgrad_gemm(gpu, p, (size_t)(seg[st.segment] - seg[0]), rows, &kZero, y));
+            else MOE_CUDA_TRY(cudaMemsetAsync(y, 0, nbytes, gpu->stream));
+        }
     }
     return MOE_OK;
 }
 
-moe_status check_layout(int num_experts, int d, int f, const int *offset) {
-    if (num_experts < 1 || d < 1 || f < 1 || !offset || offset[0] < 0) return MOE_ERR_INVALID_ARG;
-    for (int e = 0; e < num_experts; e++)
-        if (offset[e + 1] < offset[e]) return MOE_ERR_INVALID_ARG;
+/* dW2_e += dY_e^T act_e, dW1_e += dH1_e^T X_e, dW3_e += dH3_e^T X_e: fp32 C, per expert with rows; one product
+ * over all its rows with beta = 1 (segments == 1) or per segment in the tree (add_segment_products). */
+moe_status weight_grads(moe_gpu *gpu, int num_experts, int d, int f, const int *segment_start, int segments,
+                        const uint16_t *xp, const uint16_t *act, const uint16_t *dy, const uint16_t *dh13,
+                        moe_layer_weights *grads, float *scratch) {
+    const size_t wcount = (size_t)f * d;
+    for (int e = 0; e < num_experts; e++) {
+        const int *seg = segment_start + (size_t)e * segments;
+        const int n = seg[segments] - seg[0];
+        if (n == 0) continue;
+        const size_t r0 = seg[0];
+        const uint16_t *X = xp + r0 * d, *A = act + r0 * f, *dY = dy + r0 * d, *dH = dh13 + r0 * 2 * f;
+        /* dW2^T [f, d] = act^T [f, n] (dY^T [d, n])^T; dW1^T [d, f] = X^T [d, n] (dH1^T [f, n], ld 2f)^T, dW3 the
+         * same from dH13 + f */
+        const wgrad_product products[3] = {{f, d, A, f, dY, d}, {d, f, X, d, dH, 2 * f}, {d, f, X, d, dH + f, 2 * f}};
+        float *dW[3] = {grads->w2 + e * wcount, grads->w1 + e * wcount, grads->w3 + e * wcount};
+        for (int i = 0; i < 3; i++) {
+            if (segments == 1) MOE_TRY(wgrad_gemm(gpu, products[i], 0, n, &kOne, dW[i]));
+            else MOE_TRY(add_segment_products(gpu, products[i], seg, segments, dW[i], scratch));
+        }
+    }
+    return MOE_OK;
+}
+
+/* offset: [E * stride + 1] row starts (expert offsets with stride 1, segment starts with stride = segments) */
+moe_status check_layout(int num_experts, int d, int f, const int *offset, int stride = 1) {
+    if (num_experts < 1 || d < 1 || f < 1 || stride < 1 || !offset || offset[0] < 0) return MOE_ERR_INVALID_ARG;
+    for (size_t i = 0; i < (size_t)num_experts * stride; i++)
+        if (offset[i + 1] < offset[i]) return MOE_ERR_INVALID_ARG;
     return MOE_OK;
 }
 
@@ -323,7 +378,7 @@ extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_
         {CUBLAS_OP_T, 2 * f, d_model, w->w13, xp, h13}, /* H13 = X W13^T */
         {CUBLAS_OP_T, d_model, f, w->w2, act, y},        /* Y = act W2^T  */
     };
-    expert_gemms run(gpu, mode, num_experts, expert_offset);
+    expert_gemms run(gpu, mode, num_experts, expert_offset, 1);
     MOE_TRY(run.prepare(gemms, 2));
     return with_bf16_math(gpu, [&]() -> moe_status {
         MOE_TRY(run.run(0));
@@ -334,23 +389,26 @@ extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_
 
 extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode,
                                                    const moe_expert_weights_bf16 *w, moe_layer_weights *grads,
-                                                   int num_experts, int d_model, int d_ff, const int *expert_offset,
-                                                   const moe_bf16 *xp, const moe_bf16 *h13, const moe_bf16 *act,
-                                                   const moe_bf16 *dy, moe_bf16 *dh13, moe_bf16 *dact, moe_bf16 *dxp) {
-    MOE_TRY(check_layout(num_experts, d_model, d_ff, expert_offset));
-    const int r0 = expert_offset[0], rows = expert_offset[num_experts] - r0, f = d_ff;
+                                                   int num_experts, int d_model, int d_ff, const int *segment_start,
+                                                   int segments, const moe_bf16 *xp, const moe_bf16 *h13,
+                                                   const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
+                                                   moe_bf16 *dact, moe_bf16 *dxp, float *wgrad_scratch) {
+    MOE_TRY(check_layout(num_experts, d_model, d_ff, segment_start, segments));
+    if (segments > 1 && !wgrad_scratch) return MOE_ERR_INVALID_ARG;
+    const int r0 = segment_start[0], rows = segment_start[(size_t)num_experts * segments] - r0, f = d_ff;
     if (rows == 0) return MOE_OK;
     const row_gemm gemms[2] = {
         {CUBLAS_OP_N, f, d_model, w->w2, dy, dact},       /* dA = dY W2    (W2 is [d, f])  */
         {CUBLAS_OP_N, d_model, 2 * f, w->w13, dh13, dxp}, /* dX = dH13 W13 (W13 is [2f, d]) */
     };
-    expert_gemms run(gpu, mode, num_experts, expert_offset);
+    expert_gemms run(gpu, mode, num_experts, segment_start, segments);
     MOE_TRY(run.prepare(gemms, 2));
     return with_bf16_math(gpu, [&]() -> moe_status {
         MOE_TRY(run.run(0));
         MOE_TRY(moe_swiglu_backward_cuda(gpu, h13 + (size_t)r0 * 2 * f, dact + (size_t)r0 * f, rows, f,
                                          dh13 + (size_t)r0 * 2 * f));
         MOE_TRY(run.run(1));
-        return weight_grads(gpu, num_experts, d_model, f, expert_offset, xp, act, dy, dh13, grads);
+        return weight_grads(gpu, num_experts, d_model, f, segment_start, segments, xp, act, dy, dh13, grads,
+                            wgrad_scratch);
     });
 }

@@ -25,8 +25,9 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
  * segment s starts at row segment_start[e * segments + s], and segment_start[E * segments] = all rows.
  * Each weight gradient is summed as one product per segment, each formed whole (an empty segment's is zero),
  * the products added in the fixed binary tree over the segments (tree_reduce.h's tree; in segment order when
- * `segments` is not a power of two). A replica forms the subtree of its EP group's shards, and the replicas'
- * tree all-reduce the levels above, so sharded and replicated experts, on any power-of-two world, form the same
+ * `segments` is not a power of two; experts/segment_sum.h gives that order as steps, which the CUDA twin
+ * follows). A replica forms the subtree of its EP group's shards, and the replicas' tree all-reduce the levels
+ * above, so sharded and replicated experts, on any power-of-two world, form the same
  * sum (docs/DETERMINISM.md). dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch:
  * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) reals. grads->router_w is not touched. */
 size_t moe_expert_ffn_wgrad_scratch_count(int d_model, int d_ff, int segments);
@@ -65,13 +66,18 @@ moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, 
                                        const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y);
 
 /* From dy [rows, d]: dxp [rows, d] (overwritten) and grads->w1, w3, w2 (device fp32 views) += the weight
- * GEMMs over each expert's rows (fp32 output, beta = 1). dh13: scratch [rows, 2*d_ff], dact: scratch
- * [rows, d_ff]. expert_offset: HOST [E+1]. */
+ * GEMMs (fp32 output). segment_start, segments: HOST, as moe_expert_ffn_backward_cpu's, and the same sum: with
+ * segments == 1 one product per expert and projection straight into the gradient (beta = 1); with more, one
+ * product per segment into a scratch leaf (beta = 0; an empty segment's leaf is zeroed), the leaves added in
+ * segment_sum.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
+ * adding into the gradient. The row projections are one per expert over all its rows, as with one segment.
+ * dh13: scratch [rows, 2*d_ff], dact: scratch [rows, d_ff]; wgrad_scratch: device,
+ * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats, unused (may be NULL) when segments == 1. */
 moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
                                         moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
-                                        const int *expert_offset, const moe_bf16 *xp, const moe_bf16 *h13,
-                                        const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13, moe_bf16 *dact,
-                                        moe_bf16 *dxp);
+                                        const int *segment_start, int segments, const moe_bf16 *xp,
+                                        const moe_bf16 *h13, const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
+                                        moe_bf16 *dact, moe_bf16 *dxp, float *wgrad_scratch);
 
 /* The fused elementwise parts (exposed for tests): act = silu(h1) * h3, and its backward
  * dh1 = dact * h3 * silu'(h1), dh3 = dact * silu(h1), all in fp32 math on bf16 storage; h13 rows are

@@ -71,8 +71,8 @@ static const opt_spec kOptions[] = {
      1, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
-     "NCCL's all-reduce (bitwise on one layout only); auto: 1 on cpu, 0 on cuda (docs/DETERMINISM.md)", OPT_INT,
-     OFF(world_invariant), -1, 1, {0}, NULL, RUN},
+     "NCCL's all-reduce (bitwise on one layout only); on cuda written but not yet run on a GPU (docs/DETERMINISM.md)",
+     OPT_INT, OFF(world_invariant), 0, 1, {0}, NULL, RUN},
     {"--shards", "with --world-invariant 1: the global batch's virtual shards, a power of two dividing --batch that "
      "the number of ranks divides (auto: the largest power of two dividing --batch, at most 64)", OPT_INT,
      OFF(shards), -1, 1 << 20, {0}, NULL, RUN},
@@ -175,7 +175,7 @@ static void set_defaults(moe_train_options *o) {
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
-    o->world_invariant = -1, o->shards = -1;
+    o->world_invariant = 1, o->shards = -1; /* world_invariant on cuda too: docs/DETERMINISM.md has the cost */
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
@@ -236,14 +236,10 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
 
 /* --world-invariant and --shards into model.moe.num_shards (0: off). */
 static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
-    if (o->world_invariant < 0) o->world_invariant = o->device != MOE_TRAIN_DEVICE_CUDA;
     if (o->shards < 0) /* the largest power of two dividing the batch, at most 64 */
         for (o->shards = 1; o->shards < 64 && o->batch % (2 * o->shards) == 0;) o->shards *= 2;
     o->model.moe.num_shards = o->world_invariant ? o->shards : 0;
     if (!o->world_invariant) return 0;
-    if (o->device == MOE_TRAIN_DEVICE_CUDA)
-        return moe_train_complain(err, "moe-train: --world-invariant 1 is not written for --device cuda yet (its "
-                                       "expert weight gradients are one product per expert): use --world-invariant 0\n"), -1;
     const int S = o->shards, W = world_size;
     if (S < 1 || (S & (S - 1)) || o->batch % S)
         return moe_train_complain(err, "moe-train: --shards %d must be a power of two dividing --batch %d\n", S,

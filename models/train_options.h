@@ -31,7 +31,7 @@ typedef struct {
     int seed;
     int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
     int world_invariant; /* 1: every sum over the batch per virtual shard, in one fixed tree (model.moe.num_shards =
-                            shards); 0: per rank, then the transport's all-reduce; -1 (auto): 1 on cpu, 0 on cuda */
+                            shards, the default); 0: per rank, then the transport's all-reduce */
     int shards;         /* the batch's virtual shards with world_invariant; -1 (auto): the largest power of two that
                            divides --batch, at most 64 (and at least the world size)                         */
     int skip_nonfinite; /* 1: drop a step whose loss or gradient is not finite, instead of stopping */

@@ -37,10 +37,12 @@ struct moe_layer_state {
     int num_local_experts;
     moe_expert_gemm_mode gemm_mode;
     moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
-    int *offsets;                /* host [E_local + 1] expert offsets of the received rows (backward) */
     int max_rows;
     moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward */
     moe_bf16 *dh13, *dact;       /* backward scratch of the same shapes */
+    float *wgrad_scratch;        /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, wgrad_segments) floats: one
+                                  * expert's per-segment weight-gradient products and their tree (segments > 1) */
+    int wgrad_segments;          /* the segments wgrad_scratch holds */
     int max_tokens;
     float *dscores, *dlogits;    /* [T, E] router backward scratch */
     float *bias;                 /* [E] selection bias (sigmoid routing) */
@@ -59,13 +61,12 @@ static void free_device(moe_layer_state *s, void **ptrs[], int n) {
 static void cuda_destroy(moe_layer_state *s) {
     if (!s) return;
     void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->h13, (void **)&s->act,
-                     (void **)&s->dh13, (void **)&s->dact, (void **)&s->dscores, (void **)&s->dlogits,
+                     (void **)&s->dh13, (void **)&s->dact, (void **)&s->wgrad_scratch, (void **)&s->dscores, (void **)&s->dlogits,
                      (void **)&s->bias, (void **)&s->num_selected, (void **)&s->counts, (void **)&s->expert_offset};
     free_device(s, ptrs, sizeof ptrs / sizeof *ptrs);
     moe_runtime_host_free(s->rt, s->bias_host);
     moe_runtime_host_free(s->rt, s->num_selected_host);
     moe_runtime_host_free(s->rt, s->nonfinite_host);
-    free(s->offsets);
     free(s);
 }
 
@@ -90,8 +91,7 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
                      (void **)&s->counts, (void **)&s->expert_offset};
     const size_t nbytes[] = {EL * 2 * wcount * sizeof(moe_bf16), EL * wcount * sizeof(moe_bf16), E * sizeof(float),
                              E * sizeof(int), E * sizeof(int), (E + 1) * sizeof(int)};
-    s->offsets = malloc((EL + 1) * sizeof(int));
-    moe_status st = s->offsets ? moe_runtime_regrow(rt, ptrs, nbytes, 6) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe_runtime_regrow(rt, ptrs, nbytes, 6);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(float), (void **)&s->bias_host);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(int), (void **)&s->num_selected_host);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, sizeof(int), (void **)&s->nonfinite_host);
@@ -178,12 +178,17 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
                                         const int *segment_start, int segments, int rows, const void *xp,
                                         const void *dy, void *dxp) {
     (void)w; /* the bf16 packs of the forward are the weights backward uses */
-    const int EL = s->num_local_experts;
+    const int EL = s->num_local_experts, d = s->cfg.d_model, f = s->cfg.d_ff;
     if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
-    /* one GEMM per expert over all its rows: its segments are consecutive */
-    for (int e = 0; e <= EL; e++) s->offsets[e] = segment_start[(size_t)e * segments];
-    return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, s->cfg.d_model, s->cfg.d_ff,
-                                        s->offsets, xp, s->h13, s->act, dy, s->dh13, s->dact, dxp);
+    if (segments > 1 && segments > s->wgrad_segments) {
+        void **ptrs[] = {(void **)&s->wgrad_scratch};
+        const size_t nbytes[] = {moe_expert_ffn_wgrad_scratch_count(d, f, segments) * sizeof(float)};
+        s->wgrad_segments = 0;
+        MOE_TRY(moe_runtime_regrow(s->rt, ptrs, nbytes, 1));
+        s->wgrad_segments = segments;
+    }
+    return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, d, f, segment_start, segments, xp,
+                                        s->h13, s->act, dy, s->dh13, s->dact, dxp, s->wgrad_scratch);
 }
 
 /* Copies the values to the host and looks there: only used while looking for where a NaN came from. */

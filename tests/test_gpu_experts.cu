@@ -10,6 +10,11 @@
  *     random values (beta = 1 is tested) and are compared as increments; a zero-row expert's gradients
  *     must stay bitwise unchanged and its bf16 weights are poisoned (NaN) so that reading them shows.
  *   The two modes agree within the "expert_ffn modes" row; each mode run twice is bitwise equal.
+ *   The backward with segments = 1, 2, 3, 4, 8 (expert_ffn.h's contract; empty segments, an expert without rows),
+ *     both modes: bitwise the host's sum, in the documented order (the tree; segment order for 3), of the
+ *     products of separate one-segment CUDA calls, the in-order sum and one product per expert shown to differ
+ *     from it (the check is not blind); within the "expert_ffn ..." rows of the CPU backward with the same
+ *     segments.
  * Tolerances: the rows "swiglu ..." and "expert_ffn ..." (bf16) of tests/test_tolerance.c, whose element
  * bounds here are scaled by rms(want).
  * Outputs are poisoned before each run. Exit 77 (skip) when no GPU is present.
@@ -125,8 +130,8 @@ static void gpu_run_once(moe_gpu *gpu, moe_expert_gemm_mode mode, const fixture 
     CHECK_OK(moe_gpu_upload(gpu, F->grads, F->grads0, gn * sizeof(float)));
     moe_layer_weights g = {NULL, F->grads, F->grads + E * F->wcount, F->grads + 2 * E * F->wcount};
     CHECK_OK(moe_expert_ffn_forward_cuda(gpu, mode, &F->wb, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->y));
-    CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, &F->wb, &g, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->dy,
-                                      F->dh13, F->dact, F->dxp));
+    CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, &F->wb, &g, F->E, F->d, F->f, F->offset, 1, F->xp, F->h13, F->act,
+                                          F->dy, F->dh13, F->dact, F->dxp, NULL));
     out->h13 = (uint16_t *)xmalloc(rows * 2 * f * 2), out->act = (uint16_t *)xmalloc(rows * f * 2);
     out->y = (uint16_t *)xmalloc(rows * d * 2), out->dxp = (uint16_t *)xmalloc(rows * d * 2);
     out->grads = (float *)xmalloc(gn * sizeof(float));
@@ -306,6 +311,206 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) test_gpu_free(gpu, dev[i]);
 }
 
+/* ---- segments (expert_ffn.h's contract): per-segment products added in the fixed tree ---- */
+
+enum { SEG_E = 4, SEG_D = 64, SEG_F = 96, SEG_MAX = 8 };
+
+/* n bf16 values k / 8, k uniform in [-4, 4]: products k k' / 64 and their sums over d = 64 are exact in fp32 in
+ * any order, so dA = dY W2 (and with it dh13) has the same bits whatever rows a call covers. */
+static float *bf16_eighths(moe_rng *rng, size_t n, uint16_t **bits) {
+    float *f = (float *)xmalloc(n * sizeof(float));
+    uint16_t *b = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        f[i] = (float)((int)(moe_rng_next(rng) % 9) - 4) / 8;
+        b[i] = moe_bf16_from_float(f[i]);
+    }
+    *bits = b;
+    return f;
+}
+
+/* The documented order, written independently of experts/segment_sum.c: tree over [lo, hi) (a power of two) */
+static float tree_sum(float *const *leaf, int lo, int hi, size_t i) {
+    if (hi - lo == 1) return leaf[lo][i];
+    const int mid = lo + (hi - lo) / 2;
+    const float left = tree_sum(leaf, lo, mid, i), right = tree_sum(leaf, mid, hi, i);
+    return left + right;
+}
+
+/* g + the segments' sum: the tree when S is a power of two, else (((g + l0) + l1) + ...); in_order forces the
+ * latter (the order the check must tell apart from the tree). */
+static void host_segment_sum(float *const *leaf, int S, int in_order, const float *g0, size_t count, float *out) {
+    const int tree = !(S & (S - 1)) && !in_order;
+    for (size_t i = 0; i < count; i++) {
+        float g = g0[i];
+        if (tree) g = g + tree_sum(leaf, 0, S, i);
+        else
+            for (int s = 0; s < S; s++) g = g + leaf[s][i];
+        out[i] = g;
+    }
+}
+
+static size_t bits_differ(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return k;
+}
+
+/* Expert 2 has no rows, expert 3's rows are all in its last segment; with 3 or more segments, segment 1 of
+ * experts 0 and 1 is empty, and with 8, expert 0's segment 6 too. */
+static int segment_rows(int e, int s, int S, moe_rng *rng) {
+    if (e == 2 || (e == 3 && s != S - 1) || (S > 2 && s == 1) || (S == 8 && e == 0 && s == 6)) return 0;
+    return 1 + (int)(moe_rng_next(rng) % 40);
+}
+
+/* The backward with S segments (both modes) against (a) the host sum, in the documented order, of the products
+ * of separate one-segment CUDA calls (bitwise, S > 1), (b) the CPU backward with the same segments (tolerance
+ * rows), and shows (a) can fail: the in-order sum, and the one-product-per-expert call (segments = 1), differ
+ * from it. The one-segment calls' products equal the segmented call's leaves when cuBLAS picks the same kernel
+ * for beta 0 (the leaf) and beta 1 (onto zeros) at the same shape: assumed, and the first thing to look at if
+ * (a) fails on a GPU where (b) passes. */
+static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
+    const int E = SEG_E, d = SEG_D, f = SEG_F;
+    const size_t wc = (size_t)d * f, wn = E * wc;
+    int seg[SEG_E * SEG_MAX + 1], off[SEG_E + 1];
+    seg[0] = 0;
+    for (int e = 0; e < E; e++)
+        for (int s = 0; s < S; s++) seg[e * S + s + 1] = seg[e * S + s] + segment_rows(e, s, S, rng);
+    for (int e = 0; e <= E; e++) off[e] = seg[e * S];
+    const size_t rows = seg[E * S];
+    char label[64];
+    snprintf(label, sizeof label, "segments=%d rows=%zu", S, rows);
+
+    uint16_t *w1b, *w3b, *w2b, *xpb, *dyb, *h13b, *actb;
+    float *w1 = bf16_uniform(rng, wn, sqrt(3.0 / d), &w1b), *w3 = bf16_uniform(rng, wn, sqrt(3.0 / d), &w3b);
+    float *w2 = bf16_eighths(rng, wn, &w2b), *dy = bf16_eighths(rng, rows * d, &dyb);
+    float *xp = bf16_uniform(rng, rows * d, 1.0, &xpb), *h13 = bf16_uniform(rng, rows * 2 * f, 2.0, &h13b);
+    float *act = bf16_uniform(rng, rows * f, 1.0, &actb);
+    float *grads0 = test_alloc_uniform(rng, 3 * wn, 1.0); /* [w1 | w3 | w2] */
+    uint16_t *w13b = (uint16_t *)xmalloc(2 * wn * 2);
+    for (size_t e = 0; e < (size_t)E; e++) {
+        memcpy(w13b + e * 2 * wc, w1b + e * wc, wc * 2);
+        memcpy(w13b + e * 2 * wc + wc, w3b + e * wc, wc * 2);
+    }
+    moe_expert_weights_bf16 wb = {(moe_bf16 *)test_gpu_upload(gpu, w13b, 2 * wn * 2),
+                                  (moe_bf16 *)test_gpu_upload(gpu, w2b, wn * 2)};
+    test_gpu_poison(gpu, wb.w13 + 2 * 2 * wc, 2 * wc * 2); /* expert 2 has no rows: NaN weights must not be read */
+    test_gpu_poison(gpu, wb.w2 + 2 * wc, wc * 2);
+    moe_bf16 *d_xp = (moe_bf16 *)test_gpu_upload(gpu, xpb, rows * d * 2);
+    moe_bf16 *d_dy = (moe_bf16 *)test_gpu_upload(gpu, dyb, rows * d * 2);
+    moe_bf16 *d_h13 = (moe_bf16 *)test_gpu_upload(gpu, h13b, rows * 2 * f * 2);
+    moe_bf16 *d_act = (moe_bf16 *)test_gpu_upload(gpu, actb, rows * f * 2);
+    moe_bf16 *d_dh13 = (moe_bf16 *)test_gpu_alloc(gpu, rows * 2 * f * 2);
+    moe_bf16 *d_dact = (moe_bf16 *)test_gpu_alloc(gpu, rows * f * 2);
+    moe_bf16 *d_dxp = (moe_bf16 *)test_gpu_alloc(gpu, rows * d * 2);
+    float *d_grads = (float *)test_gpu_alloc(gpu, 3 * wn * sizeof(float));
+    float *d_scratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(d, f, S) * sizeof(float));
+    moe_layer_weights g = {NULL, d_grads, d_grads + wn, d_grads + 2 * wn};
+
+    if (S > 1) /* more than one segment needs the scratch */
+        CHECK(moe_expert_ffn_backward_cuda(gpu, MOE_EXPERT_GEMM_PER_EXPERT, &wb, &g, E, d, f, seg, S, d_xp, d_h13,
+                                           d_act, d_dy, d_dh13, d_dact, d_dxp, NULL) == MOE_ERR_INVALID_ARG,
+              "%s: no scratch accepted", label);
+
+    /* the segmented backward, both modes; and one product per expert (the order the segments replace) */
+    float *got[2], *one_product = (float *)xmalloc(3 * wn * 4);
+    uint16_t *dxp_got = (uint16_t *)xmalloc(rows * d * 2 + 2);
+    for (int mode = 0; mode < 3; mode++) {
+        const int segmented = mode < 2;
+        CHECK_OK(moe_gpu_upload(gpu, d_grads, grads0, 3 * wn * sizeof(float)));
+        test_gpu_poison(gpu, d_scratch, moe_expert_ffn_wgrad_scratch_count(d, f, S) * sizeof(float));
+        CHECK_OK(moe_expert_ffn_backward_cuda(gpu, segmented ? (moe_expert_gemm_mode)mode : MOE_EXPERT_GEMM_PER_EXPERT,
+                                              &wb, &g, E, d, f, segmented ? seg : off, segmented ? S : 1, d_xp, d_h13,
+                                              d_act, d_dy, d_dh13, d_dact, d_dxp, d_scratch));
+        float *out = segmented ? (got[mode] = (float *)xmalloc(3 * wn * 4)) : one_product;
+        test_gpu_download(gpu, out, d_grads, 3 * wn * 4);
+        if (mode == MOE_EXPERT_GEMM_PER_EXPERT) test_gpu_download(gpu, dxp_got, d_dxp, rows * d * 2);
+    }
+
+    /* (a) each segment's product alone: a one-expert, one-segment call from zero gradients */
+    float *want = (float *)xmalloc(3 * wn * 4), *in_order = (float *)xmalloc(3 * wn * 4);
+    memcpy(want, grads0, 3 * wn * 4), memcpy(in_order, grads0, 3 * wn * 4);
+    float *leaf_store = (float *)xmalloc((size_t)S * 3 * wc * 4), *leaf[3][SEG_MAX];
+    float *d_leaf = (float *)test_gpu_alloc(gpu, 3 * wc * sizeof(float));
+    moe_layer_weights gl = {NULL, d_leaf, d_leaf + wc, d_leaf + 2 * wc};
+    for (int e = 0; e < E; e++) {
+        if (off[e + 1] == off[e]) continue; /* an expert without rows keeps its gradients */
+        moe_expert_weights_bf16 we = {wb.w13 + (size_t)e * 2 * wc, wb.w2 + (size_t)e * wc};
+        for (int s = 0; s < S; s++) {
+            float *l = leaf_store + (size_t)s * 3 * wc;
+            for (int b = 0; b < 3; b++) leaf[b][s] = l + b * wc;
+            const int *range = seg + e * S + s;
+            if (range[1] == range[0]) { /* an empty segment's product is zero */
+                memset(l, 0, 3 * wc * 4);
+                continue;
+            }
+            CHECK_OK(moe_gpu_zero(gpu, d_leaf, 3 * wc * sizeof(float)));
+            CHECK_OK(moe_expert_ffn_backward_cuda(gpu, MOE_EXPERT_GEMM_PER_EXPERT, &we, &gl, 1, d, f, range, 1, d_xp,
+                                                  d_h13, d_act, d_dy, d_dh13, d_dact, d_dxp, NULL));
+            test_gpu_download(gpu, l, d_leaf, 3 * wc * 4);
+        }
+        for (int b = 0; b < 3; b++) {
+            const size_t o = b * wn + e * wc;
+            host_segment_sum(leaf[b], S, 0, grads0 + o, wc, want + o);
+            host_segment_sum(leaf[b], S, 1, grads0 + o, wc, in_order + o);
+        }
+    }
+    /* one segment is the single beta-1 product, whose epilogue (g + the sum, or split-K partials added into g)
+     * is cuBLAS's: not a sum this test writes down */
+    for (int mode = 0; mode < 2 && S > 1; mode++) {
+        const size_t bad = bits_differ(got[mode], want, 3 * wn);
+        CHECK(bad == 0, "%s %s: %zu of %zu gradient values differ from the documented sum of the segments' products",
+              label, mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : "per-expert", bad, 3 * wn);
+    }
+    const size_t tree_vs_order = bits_differ(want, in_order, 3 * wn);
+    const size_t tree_vs_one = bits_differ(want, one_product, 3 * wn);
+    if (S == 2 || S == 4 || S == 8) /* else the documented order is the segment order */
+        CHECK(tree_vs_order > 0, "%s: the tree and the in-order sum agree everywhere: the bitwise check is blind",
+              label);
+    if (S > 1)
+        CHECK(tree_vs_one > 0, "%s: one product per expert gives the segments' sum: the bitwise check is blind", label);
+    printf("%-40s %s; differ from that sum: in order %zu, one product %zu\n", label,
+           S > 1 ? "checked against the tree of one-segment calls" : "one product", tree_vs_order, tree_vs_one);
+
+    /* (b) the CPU backward with the same segments on the same bf16 values */
+    moe_gemm_rows_plan plan;
+    CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, 0, f));
+    float *h1 = (float *)xmalloc(rows * f * 4 + 4), *h3 = (float *)xmalloc(rows * f * 4 + 4);
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(h1 + r * f, h13 + r * 2 * f, f * 4);
+        memcpy(h3 + r * f, h13 + r * 2 * f + f, f * 4);
+    }
+    float *gc = (float *)xmalloc(3 * wn * 4), *dh1 = (float *)xmalloc(rows * f * 4 + 4);
+    float *dh3 = (float *)xmalloc(rows * f * 4 + 4), *dxp_want = (float *)xmalloc(rows * d * 4 + 4);
+    float *wscratch = (float *)xmalloc(moe_expert_ffn_wgrad_scratch_count(d, f, S) * 4);
+    memcpy(gc, grads0, 3 * wn * 4);
+    moe_layer_weights wcpu = {NULL, w1, w3, w2}, gcw = {NULL, gc, gc + wn, gc + 2 * wn};
+    CHECK_OK(moe_expert_ffn_backward_cpu(&wcpu, &gcw, E, d, f, seg, S, xp, h1, h3, act, dy, dh1, dh3, dxp_want,
+                                         wscratch, &plan));
+    float *dxpg = to_float(dxp_got, rows * d);
+    test_tolerance_check("expert_ffn dxp", "bf16", dxpg, dxp_want, rows * d, "%s", label);
+    const char *gops[] = {"expert_ffn dW1", "expert_ffn dW3", "expert_ffn dW2"};
+    fixture F; /* for increment() */
+    memset(&F, 0, sizeof F);
+    F.E = E, F.wcount = wc, F.grads0 = grads0;
+    for (int b = 0; b < 3; b++) {
+        float *gi = increment(&F, got[MOE_EXPERT_GEMM_PER_EXPERT], b), *wi = increment(&F, gc, b);
+        test_tolerance_check(gops[b], "bf16", gi, wi, wn, "%s", label);
+        free(gi), free(wi);
+    }
+    size_t moved = 0; /* expert 2 (no rows): gradients bitwise unchanged */
+    for (int mode = 0; mode < 2; mode++)
+        for (int b = 0; b < 3; b++) moved += bits_differ(got[mode] + b * wn + 2 * wc, grads0 + b * wn + 2 * wc, wc);
+    CHECK(moved == 0, "%s: gradients of the expert without rows changed (%zu values)", label, moved);
+
+    moe_gemm_rows_plan_free(&plan);
+    free(w1b), free(w3b), free(w2b), free(xpb), free(dyb), free(h13b), free(actb), free(w13b);
+    free(w1), free(w3), free(w2), free(dy), free(xp), free(h13), free(act), free(grads0);
+    free(got[0]), free(got[1]), free(one_product), free(dxp_got), free(want), free(in_order), free(leaf_store);
+    free(h1), free(h3), free(gc), free(dh1), free(dh3), free(dxp_want), free(wscratch), free(dxpg);
+    void *dev[] = {wb.w13, wb.w2, d_xp, d_dy, d_h13, d_act, d_dh13, d_dact, d_dxp, d_grads, d_scratch, d_leaf};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) test_gpu_free(gpu, dev[i]);
+}
+
 int main(void) {
     moe_gpu *gpu = test_gpu_require("test_gpu_experts");
     moe_rng rng = moe_rng_seeded(1234);
@@ -318,6 +523,8 @@ int main(void) {
         {3, 128, 64, {1, 1, 300}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_experts(gpu, &cases[i], &rng);
+    const int segments[] = {1, 2, 3, 4, 8};
+    for (size_t i = 0; i < sizeof segments / sizeof segments[0]; i++) test_segments(gpu, segments[i], &rng);
     moe_gpu_destroy(gpu);
     return test_finish("test_gpu_experts");
 }
