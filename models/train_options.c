@@ -71,7 +71,8 @@ static const opt_spec kOptions[] = {
      1, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
-     "NCCL's all-reduce (bitwise on one layout only); on cuda written but not yet run on a GPU (docs/DETERMINISM.md)",
+     "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards; "
+     "on cuda written but not yet run on a GPU (docs/DETERMINISM.md)",
      OPT_INT, OFF(world_invariant), 0, 1, {0}, NULL, RUN},
     {"--shards", "with --world-invariant 1: the global batch's virtual shards, a power of two dividing --batch that "
      "the number of ranks divides (auto: the largest power of two dividing --batch, at most 64)", OPT_INT,
@@ -175,7 +176,7 @@ static void set_defaults(moe_train_options *o) {
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
-    o->world_invariant = 1, o->shards = -1; /* world_invariant on cuda too: docs/DETERMINISM.md has the cost */
+    o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
@@ -234,17 +235,23 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
     return 0;
 }
 
-/* --world-invariant and --shards into model.moe.num_shards (0: off). */
+/* --world-invariant and --shards into model.moe.num_shards (0: off). Auto: on wherever the layout allows it. */
 static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
     if (o->shards < 0) /* the largest power of two dividing the batch, at most 64 */
         for (o->shards = 1; o->shards < 64 && o->batch % (2 * o->shards) == 0;) o->shards *= 2;
-    o->model.moe.num_shards = o->world_invariant ? o->shards : 0;
-    if (!o->world_invariant) return 0;
-    const int S = o->shards, W = world_size;
+    const int S = o->shards, W = world_size, layout_fits = !(W & (W - 1)) && S % W == 0;
     if (S < 1 || (S & (S - 1)) || o->batch % S)
         return moe_train_complain(err, "moe-train: --shards %d must be a power of two dividing --batch %d\n", S,
                                   o->batch), -1;
-    if ((W & (W - 1)) || S % W)
+    if (o->world_invariant < 0) {
+        o->world_invariant = layout_fits;
+        if (!layout_fits && err)
+            fprintf(err, "moe-train: note: --world-invariant is 0 here: %d ranks is not a power of two dividing "
+                         "--shards %d, so results are bitwise the same on this layout only (docs/DETERMINISM.md)\n",
+                    W, S);
+    }
+    o->model.moe.num_shards = o->world_invariant ? S : 0;
+    if (o->world_invariant && !layout_fits)
         return moe_train_complain(err, "moe-train: --world-invariant 1 needs a power-of-two number of ranks that divides "
                                        "--shards %d, not %d ranks (use --shards %d or more, or --world-invariant 0)\n",
                                   S, W, W), -1;

@@ -62,5 +62,7 @@ fi
 
 small=("${small[@]:0:16}" --steps 1 --warmup 1 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 refuses "--shards 3 must be a power of two dividing --batch 16" --shards 3
-refuses "needs a power-of-two number of ranks that divides --shards 1" --shards 1
+refuses "needs a power-of-two number of ranks that divides --shards 1" --shards 1 --world-invariant 1
+trains "by default the tree is off where the layout does not allow it, and moe-train says so" \
+    "note: --world-invariant is 0 here: 2 ranks is not a power of two dividing --shards 1" --shards 1
 finish test_world_invariant_cli
