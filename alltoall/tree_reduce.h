@@ -9,10 +9,9 @@
  * moe_comm_allreduce_tree_real / _f64 (comm.h): the result is bitwise the one-rank root, for any such W.
  *
  * The local sum is a stream: leaves are pushed one at a time in leaf order, and a binary counter of partial
- * sums keeps only log2(S) + 1 buffers of `count` values, whatever the leaves are (a trainer need not hold all
- * of its micro-batches' gradients at once). Slot l holds the root of the last complete subtree of 2^l leaves
- * while bit l of the number of leaves pushed is set; pushing a leaf carries like a binary increment, each
- * carry one addition (older subtree on the left). Host memory, one thread, no host syncs. */
+ * sums keeps only log2(S) + 2 buffers of `count` values, whatever the leaves are (a trainer need not hold all
+ * of its micro-batches' gradients at once): core/tree_schedule.h's schedule, the one every local tree sum of
+ * the project follows. Host memory, one thread, no host syncs. */
 #ifndef MOE_ALLTOALL_TREE_REDUCE_H
 #define MOE_ALLTOALL_TREE_REDUCE_H
 
@@ -30,11 +29,11 @@ typedef struct {
     long num_leaves;    /* S: a power of two >= 1 */
     long pushed;        /* leaves pushed so far */
     int levels;         /* log2(S) */
-    void *slots;        /* [levels + 1][count] values: slot l = a subtree of 2^l leaves while bit l of pushed is set */
+    void *slots;        /* [levels + 2][count] values: core/tree_schedule.h's scratch buffers (spare, slots 0..levels) */
 } moe_tree_acc;
 
 /* Prepares a sum of num_leaves leaves of count values. MOE_ERR_INVALID_CONFIG when num_leaves is not a power
- * of two >= 1 (the message says which); MOE_ERR_OUT_OF_MEMORY. */
+ * of two in [1, 2^30] (the message says which); MOE_ERR_OUT_OF_MEMORY. */
 moe_status moe_tree_acc_init(moe_tree_acc *acc, moe_tree_dtype dtype, long num_leaves, size_t count);
 /* Adds the next leaf (count values of the dtype). MOE_ERR_INVALID_ARG after num_leaves leaves. */
 moe_status moe_tree_acc_push(moe_tree_acc *acc, const void *leaf);

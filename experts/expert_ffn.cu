@@ -12,7 +12,7 @@
  * halves of dH13 are the [f]-wide column blocks of rows of stride 2f (ldb = 2f, the second at + f).
  *
  * Segments (expert_ffn.h): with segments > 1 each weight gradient is one GEMM per segment into a scratch leaf
- * (beta = 0), the leaves added by moe_add_cuda in the steps of experts/segment_sum.h, the very schedule the CPU
+ * (beta = 0), the leaves added by moe_add_cuda in the steps of core/tree_schedule.h, the very schedule the CPU
  * follows: S GEMMs or memsets and S additions per expert and projection instead of one GEMM. An fp32 addition
  * is rounded once on either side, so given the same leaves the GPU's sum has the CPU's bits; the leaves
  * themselves are cuBLAS's.
@@ -41,7 +41,7 @@
 
 extern "C" {
 #include "experts/expert_ffn.h"
-#include "experts/segment_sum.h"
+#include "core/tree_schedule.h"
 #include "kernels/cast.h"
 #include "kernels/elementwise.h"
 }
@@ -268,19 +268,19 @@ moe_status wgrad_gemm(moe_gpu *gpu, const wgrad_product &p, size_t row, int n, c
     return MOE_OK;
 }
 
-/* dW += the sum over the expert's segments (seg[0..segments]) of their products, in segment_sum.h's steps: a leaf
+/* dW += the sum over the expert's segments (seg[0..segments]) of their products, in tree_schedule.h's steps: a leaf
  * is one GEMM with beta 0 into its buffer (a zeroed buffer for an empty segment), an addition one moe_add_cuda,
  * all queued on the one stream in step order, so a buffer is reused only after the steps reading it. */
 moe_status add_segment_products(moe_gpu *gpu, const wgrad_product &p, const int *seg, int segments, float *dW,
                                 float *scratch) {
     const size_t count = (size_t)p.m * p.o, nbytes = count * sizeof(float);
-    auto buffer = [&](int b) { return b == MOE_SEGMENT_SUM_GRAD ? dW : scratch + count * (size_t)(b - 1); };
-    moe_segment_sum_step steps[MOE_SEGMENT_SUM_MAX_STEPS];
+    auto buffer = [&](int b) { return b == MOE_TREE_OUT ? dW : scratch + count * (size_t)(b - 1); };
+    moe_tree_step steps[MOE_TREE_MAX_STEPS];
     for (int sg = 0; sg <= segments; sg++) {
-        const int n = moe_segment_sum_steps(segments, sg, steps);
+        const int n = moe_tree_schedule_steps(segments, sg, steps);
         if (n < 0) return MOE_ERR_INVALID_ARG;
         for (int i = 0; i < n; i++) {
-            const moe_segment_sum_step &st = steps[i];
+            const moe_tree_step &st = steps[i];
             float *y = buffer(st.dst);
             if (st.segment < 0) {
                 MOE_TRY(moe_add_cuda(gpu, buffer(st.left), buffer(st.right), count, y));

@@ -25,7 +25,7 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
  * segment s starts at row segment_start[e * segments + s], and segment_start[E * segments] = all rows.
  * Each weight gradient is summed as one product per segment, each formed whole (an empty segment's is zero),
  * the products added in the fixed binary tree over the segments (tree_reduce.h's tree; in segment order when
- * `segments` is not a power of two; experts/segment_sum.h gives that order as steps, which the CUDA twin
+ * `segments` is not a power of two; core/tree_schedule.h gives that order as steps, which the CUDA twin
  * follows). A replica forms the subtree of its EP group's shards, and the replicas' tree all-reduce the levels
  * above, so sharded and replicated experts, on any power-of-two world, form the same
  * sum (docs/DETERMINISM.md). dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch:
@@ -69,7 +69,7 @@ moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, 
  * GEMMs (fp32 output). segment_start, segments: HOST, as moe_expert_ffn_backward_cpu's, and the same sum: with
  * segments == 1 one product per expert and projection straight into the gradient (beta = 1); with more, one
  * product per segment into a scratch leaf (beta = 0; an empty segment's leaf is zeroed), the leaves added in
- * segment_sum.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
+ * tree_schedule.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
  * adding into the gradient. The row projections are one per expert over all its rows, as with one segment.
  * dh13: scratch [rows, 2*d_ff], dact: scratch [rows, d_ff]; wgrad_scratch: device,
  * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats, unused (may be NULL) when segments == 1. */

@@ -1,9 +1,9 @@
 /* expert_ffn_cpu.c — the grouped SwiGLU expert GEMMs: row-wise products in fixed row blocks (gemm_rows.h),
- * weight gradients as one product per expert, projection and segment, added in segment_sum.h's order; with bf16
+ * weight gradients as one product per expert, projection and segment, added in tree_schedule.h's order; with bf16
  * inputs (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM.
  * Threads: the GEMMs thread themselves; the elementwise SwiGLU and gradient additions are split over elements. */
 #include "experts/expert_ffn.h"
-#include "experts/segment_sum.h"
+#include "core/tree_schedule.h"
 
 #include "core/fail.h"
 #include "core/real.h"
@@ -45,7 +45,7 @@ static void add_into(moe_real *y, const moe_real *a, const moe_real *b, size_t c
 
 /* One weight gradient of one expert, dW[out, in] += the sum over its segments of dY_s^T X_s (staged inputs:
  * moe_gemm_rows_stage), each segment's product formed whole (an empty segment's is zero) and the products added
- * in segment_sum.h's schedule: the fixed binary tree over the segments when their number is a power of two
+ * in tree_schedule.h's schedule: the fixed binary tree over the segments when their number is a power of two
  * (tree_reduce.h's counter), segment order otherwise. That is the sum the replicas' tree all-reduce or a one-rank
  * run forms from the same shards (why: expert_ffn.h). */
 typedef struct {
@@ -56,19 +56,19 @@ typedef struct {
     size_t dY_width, X_width;
 } segment_products;
 
-/* segment_sum.h's buffer b: the gradient, or scratch buffer b of count values */
+/* tree_schedule.h's buffer b: the gradient, or scratch buffer b of count values */
 static moe_real *buffer(int b, moe_real *dW, moe_real *scratch, size_t count) {
-    return b == MOE_SEGMENT_SUM_GRAD ? dW : scratch + count * (size_t)(b - 1);
+    return b == MOE_TREE_OUT ? dW : scratch + count * (size_t)(b - 1);
 }
 
 static moe_status add_weight_grad(const segment_products *p, moe_real *dW, moe_real *scratch) {
     const size_t count = (size_t)p->out * p->in;
-    moe_segment_sum_step steps[MOE_SEGMENT_SUM_MAX_STEPS];
+    moe_tree_step steps[MOE_TREE_MAX_STEPS];
     for (int sg = 0; sg <= p->segments; sg++) {
-        const int n = moe_segment_sum_steps(p->segments, sg, steps);
+        const int n = moe_tree_schedule_steps(p->segments, sg, steps);
         if (n < 0) return MOE_ERR_INVALID_ARG;
         for (int i = 0; i < n; i++) {
-            const moe_segment_sum_step *st = &steps[i];
+            const moe_tree_step *st = &steps[i];
             moe_real *y = buffer(st->dst, dW, scratch, count);
             if (st->segment < 0) {
                 add_into(y, buffer(st->left, dW, scratch, count), buffer(st->right, dW, scratch, count), count);
@@ -86,7 +86,7 @@ static moe_status add_weight_grad(const segment_products *p, moe_real *dW, moe_r
 }
 
 size_t moe_expert_ffn_wgrad_scratch_count(int d_model, int d_ff, int segments) {
-    return (size_t)moe_segment_sum_scratch_buffers(segments) * d_ff * d_model;
+    return (size_t)moe_tree_schedule_buffers(segments) * d_ff * d_model;
 }
 
 moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,

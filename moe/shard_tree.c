@@ -2,6 +2,7 @@
 #include "moe/shard_tree.h"
 
 #include "core/fail.h"
+#include "core/tree_schedule.h"
 
 static moe_real *slot(const moe_shard_tree *t, int level) { return t->slots + (size_t)level * t->max_count; }
 
@@ -28,30 +29,37 @@ moe_status moe_shard_tree_begin(moe_shard_tree *t, size_t count) {
     return MOE_OK;
 }
 
-/* An even push lands in slot 0 (free: bit 0 clear); an odd one in the spare, to be carried. */
-static moe_real *leaf_of(const moe_shard_tree *t) { return t->pushed & 1 ? t->spare : slot(t, 0); }
+/* Buffer b of core/tree_schedule.h's schedule; MOE_TREE_OUT is out. */
+static moe_real *buffer(const moe_shard_tree *t, int b, moe_real *out) {
+    return b == MOE_TREE_OUT ? out : b == MOE_TREE_SPARE ? t->spare : slot(t, b - MOE_TREE_SLOT(0));
+}
+
+/* The schedule's additions for leaf i (i = num_leaves: the root into out). */
+static moe_status run_additions(moe_shard_tree *t, int i, moe_real *out) {
+    moe_tree_step steps[MOE_TREE_MAX_STEPS];
+    const int n = moe_tree_schedule_steps(t->num_leaves, i, steps);
+    for (int j = 0; j < n; j++)
+        if (steps[j].segment < 0)
+            MOE_TRY(t->add(t->ctx, buffer(t, steps[j].left, out), buffer(t, steps[j].right, out), t->count,
+                           buffer(t, steps[j].dst, out)));
+    return MOE_OK;
+}
 
 moe_status moe_shard_tree_leaf(moe_shard_tree *t, moe_real **leaf) {
     if (t->pushed >= t->num_leaves) return moe_fail(MOE_ERR_INVALID_ARG, "shard %d of %d", t->pushed + 1, t->num_leaves);
-    *leaf = leaf_of(t);
+    moe_tree_step steps[MOE_TREE_MAX_STEPS];
+    moe_tree_schedule_steps(t->num_leaves, t->pushed, steps); /* steps[0]: where the leaf goes */
+    *leaf = buffer(t, steps[0].dst, NULL);
     return moe_runtime_zero(t->rt, *leaf, t->count * sizeof(moe_real));
 }
 
 moe_status moe_shard_tree_push(moe_shard_tree *t) {
-    /* a binary increment: while bit l is set, slot l (older, left) + the carry; the sum goes to slot l + 1 when
-     * that slot is free (bit l + 1 clear: where the carry ends), else back into slot l, to carry on */
-    const moe_real *carry = leaf_of(t);
-    for (int l = 0; t->pushed >> l & 1; l++) {
-        moe_real *y = t->pushed >> (l + 1) & 1 ? slot(t, l) : slot(t, l + 1);
-        MOE_TRY(t->add(t->ctx, slot(t, l), carry, t->count, y));
-        carry = y;
-    }
+    MOE_TRY(run_additions(t, t->pushed, NULL));
     t->pushed++;
     return MOE_OK;
 }
 
 moe_status moe_shard_tree_add_to(moe_shard_tree *t, moe_real *dst) {
     if (t->pushed != t->num_leaves) return MOE_ERR_INVALID_ARG;
-    /* pushed = 2^levels: the root sits in the top slot */
-    return t->add(t->ctx, dst, slot(t, t->levels), t->count, dst);
+    return run_additions(t, t->num_leaves, dst); /* dst = dst + the root */
 }

@@ -1,13 +1,12 @@
 /* shard_tree.h — the local part of the fixed tree over the batch's virtual shards (docs/DETERMINISM.md), on a
- * runtime's memory (host on the CPU, device on CUDA): alltoall/tree_reduce.h's binary counter of subtree sums,
- * with the additions done by the caller's `add` (a runtime op: the dense table's add, the layer table's add), so
+ * runtime's memory (host on the CPU, device on CUDA): core/tree_schedule.h's binary counter of subtree sums (the
+ * order every local tree sum follows), with the additions done by the caller's `add` (a runtime op: the dense table's add, the layer table's add), so
  * the same orchestration runs on every runtime.
  *
  * A sum over this rank's L local shards (L a power of two) of one quantity of `count` reals: for each local shard
  * in shard order, the caller fills moe_shard_tree_leaf() (zeroed by it) and pushes it; moe_shard_tree_add_to(dst)
  * then adds the root into dst (dst = dst + root: a replica's gradient buffer, zeroed at the start of a micro-batch).
- * Slot l holds the root of the last complete subtree of 2^l leaves while bit l of the leaves pushed is set; a carry
- * writes straight into the next free slot, so no push copies. Buffers: (log2 L + 2) * max_count reals.
+ * A carry writes straight into the next free slot, so no push copies. Buffers: (log2 L + 2) * max_count reals.
  * Host syncs: none (the add and zero ops are queued). */
 #ifndef MOE_MOE_SHARD_TREE_H
 #define MOE_MOE_SHARD_TREE_H
@@ -26,8 +25,8 @@ typedef struct {
     int num_leaves, levels; /* L = 2^levels local shards */
     size_t max_count, count;
     int pushed;
-    moe_real *slots;        /* [levels + 1][max_count] */
-    moe_real *spare;        /* [max_count] the leaf while bit 0 of pushed is set */
+    moe_real *slots;        /* [levels + 1][max_count]: the schedule's slots 0..levels */
+    moe_real *spare;        /* [max_count]: the schedule's spare (an odd leaf until its carry) */
 } moe_shard_tree;
 
 /* num_leaves: a power of two >= 1 (MOE_ERR_INVALID_CONFIG otherwise); max_count: the largest quantity summed. */

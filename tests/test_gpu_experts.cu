@@ -328,7 +328,7 @@ static float *bf16_eighths(moe_rng *rng, size_t n, uint16_t **bits) {
     return f;
 }
 
-/* The documented order, written independently of experts/segment_sum.c: tree over [lo, hi) (a power of two) */
+/* The documented order, written independently of core/tree_schedule.c: tree over [lo, hi) (a power of two) */
 static float tree_sum(float *const *leaf, int lo, int hi, size_t i) {
     if (hi - lo == 1) return leaf[lo][i];
     const int mid = lo + (hi - lo) / 2;
