@@ -12,6 +12,9 @@
  * times; in backward a fixed gradient stands for the MoE layer's input gradient. model.c has no hook to leave its
  * MoE layers out, so this is a replay of its op sequence: a change to model.c's forward or backward is a change
  * here too.
+ * With --shards S (moe-train's --world-invariant: default on, S as moe-train picks it for this batch) the loss and
+ * every weight gradient are formed per shard of the batch and added in the fixed shard tree, as model.c does
+ * (models/shard_grads.h); --shards 0 times one product over all rows.
  * Optimizer step: what moe-train does per step beside forward and backward (models/trainer.c: the zeroing in
  * run_micro_batches, then moe_trainer_apply), through models/optimizer.h on a world of one, so over every
  * parameter of the model (all E experts): zero the gradients, the global gradient norm, clipping (at 1, moe-train's
@@ -29,14 +32,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alltoall/tree_reduce.h"
 #include "bench/bench_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
 #include "models/optimizer.h"
+#include "models/shard_grads.h"
 
 typedef struct {
     int batch, seq_len, layers, d_model, heads, kv_heads, d_ff, vocab, experts, moe_every, tie_embeddings;
-    int threads, warmup, iters, seed;
+    int shards, threads, warmup, iters, seed;
 } options;
 
 static const bench_flag kFlags[] = {
@@ -51,6 +56,7 @@ static const bench_flag kFlags[] = {
     BENCH_INT("--experts", options, experts, 1, 4096, "experts per MoE layer (the optimizer updates them all)"),
     BENCH_INT("--moe-every", options, moe_every, 1, 1024, "every n-th FFN is an MoE layer (others: dense SwiGLU)"),
     BENCH_INT("--tie-embeddings", options, tie_embeddings, 0, 1, "1: lm_head shares the embedding matrix"),
+    BENCH_INT("--shards", options, shards, -1, 64, "virtual shards of the batch, summed in a fixed tree as moe-train's --world-invariant (0: off; -1: moe-train's default)"),
     BENCH_INT("--threads", options, threads, 0, 4096, "CPU threads (core/threads.h); 0: the CPUs this process may use"),
     BENCH_INT("--warmup", options, warmup, 0, 100000, "untimed iterations"),
     BENCH_INT("--iters", options, iters, 1, 100000, "timed iterations"),
@@ -70,9 +76,19 @@ static moe_model_config config_of(const options *o) {
 }
 
 static void check(const void *opt) {
-    const moe_model_config c = config_of(opt);
+    const options *o = opt;
+    const moe_model_config c = config_of(o);
     const char *problem = moe_model_config_problem(&c);
     if (problem) bench_usage_errorf("the model these flags give is invalid: %s", problem);
+    if (o->shards > 0 && ((o->shards & (o->shards - 1)) || o->batch % o->shards))
+        bench_usage_errorf("--shards %d must be a power of two dividing --batch %d", o->shards, o->batch);
+}
+
+/* moe-train's default: the largest power of two dividing the batch, at most 64 (models/train_options.c) */
+static int default_shards(int batch) {
+    int shards = 1;
+    while (shards < 64 && batch % (2 * shards) == 0) shards *= 2;
+    return shards;
 }
 
 static const bench_cli kCli = {
@@ -117,6 +133,7 @@ typedef struct {
     moe_real *lnf, *rstdf, *logits, *dresid, *dln, *tmp, *dq, *dk, *dv, *dattn;
     moe_real *moe_dx;                  /* [T, d]: stands for an MoE layer's input gradient */
     moe_real *moment1, *moment2;       /* AdamW's, over every parameter */
+    moe_shard_grads sg;                /* the weight gradients: per shard, or over all rows (shards 0) */
 } bench;
 
 static void *rt_alloc(bench *b, size_t count, size_t size) {
@@ -203,6 +220,12 @@ static void setup(bench *b, const options *o) {
     free(host);
     const size_t P = moe_model_num_dense(b->model) + moe_model_num_expert(b->model);
     b->moment1 = reals(b, P), b->moment2 = reals(b, P);
+    /* the shard tree sized as model.c sizes it: the embedding (or lm_head), a dense SwiGLU, a projection */
+    size_t max = (size_t)V * d;
+    const size_t counts[] = {3 * (size_t)F * d, (size_t)b->A * d, (size_t)b->B * d};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) max = counts[i] > max ? counts[i] : max;
+    bench_check(moe_shard_grads_init(&b->sg, b->rt, b->ops, b->s, o->shards, o->shards ? max : 0),
+                "moe_shard_grads_init");
 }
 
 static void teardown(bench *b) {
@@ -217,6 +240,7 @@ static void teardown(bench *b) {
     void *bufs[] = {b->d_inputs, b->d_targets, b->lnf, b->rstdf, b->logits, b->dresid, b->dln, b->tmp, b->dq, b->dk,
                     b->dv, b->dattn, b->moe_dx, b->moment1, b->moment2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) moe_runtime_free(b->rt, bufs[i]);
+    moe_shard_grads_free(&b->sg);
     free(b->resid), free(b->acts), free(b->inputs), free(b->targets), free(b->p.layers), free(b->g.layers);
     moe_model_destroy(b->model);
     moe_parallel_destroy(b->par);
@@ -254,7 +278,22 @@ static void forward(bench *b, double *loss_sum) {
                 "final rmsnorm");
     bench_check(ops->linear_forward(s, b->lnf, b->p.lm_head, T, d, V, b->logits), "lm_head");
     bench_check(moe_runtime_upload(b->rt, b->d_targets, b->targets, (size_t)T * sizeof(int)), "upload");
-    bench_check(ops->cross_entropy_forward(s, b->logits, b->d_targets, T, V, loss_sum), "cross_entropy_forward");
+    const int L = b->sg.local_shards;
+    if (!L) {
+        bench_check(ops->cross_entropy_forward(s, b->logits, b->d_targets, T, V, loss_sum), "cross_entropy_forward");
+        return;
+    }
+    moe_tree_acc acc; /* model.c's loss_forward: one sum per shard, added in the shard tree */
+    bench_check(moe_tree_acc_init(&acc, MOE_TREE_F64, L, 1), "moe_tree_acc_init");
+    for (int j = 0; j < L; j++) {
+        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
+        double shard;
+        bench_check(ops->cross_entropy_forward(s, b->logits + (size_t)first * V, b->d_targets + first, end - first, V,
+                                               &shard), "cross_entropy_forward");
+        bench_check(moe_tree_acc_push(&acc, &shard), "moe_tree_acc_push");
+    }
+    *loss_sum = *(const double *)moe_tree_acc_sum(&acc);
+    moe_tree_acc_free(&acc);
 }
 
 /* model.c's moe_model_backward without the MoE layers: on an MoE layer moe_dx is dL/dln2. */
@@ -264,42 +303,44 @@ static void backward(bench *b, moe_real loss_scale) {
     moe_dense_state *s = b->s;
     const int S = c->seq_len, T = b->T, d = c->d_model, V = c->vocab_size, H = c->num_heads, KV = c->num_kv_heads;
     const int hd = b->hd, A = b->A, B = b->B, n = b->seqs;
+    moe_shard_grads *sg = &b->sg;
+    sg->num_tokens = T;
     bench_check(ops->cross_entropy_backward(s, b->logits, b->d_targets, T, V, loss_scale), "cross_entropy_backward");
-    bench_check(ops->linear_backward_weight(s, b->logits, b->lnf, T, d, V, b->g.lm_head), "lm_head dW");
+    bench_check(moe_shard_grads_linear(sg, b->logits, b->lnf, d, V, b->g.lm_head), "lm_head dW");
     bench_check(ops->linear_backward_input(s, b->logits, b->p.lm_head, T, d, V, 0, b->dln), "lm_head dx");
     bench_check(moe_runtime_zero(b->rt, b->dresid, (size_t)T * d * sizeof(moe_real)), "zero");
-    bench_check(ops->rmsnorm_backward(s, b->resid[c->num_layers], b->p.final_norm, b->rstdf, b->dln, T, d, b->dresid,
-                                      b->g.final_norm), "final rmsnorm backward");
+    bench_check(moe_shard_grads_rmsnorm(sg, b->resid[c->num_layers], b->p.final_norm, b->rstdf, b->dln, d, b->dresid,
+                                        b->g.final_norm), "final rmsnorm backward");
     for (int l = c->num_layers - 1; l >= 0; l--) {
         const layer_weights *w = &b->p.layers[l];
         layer_weights *gw = &b->g.layers[l];
         layer_acts *a = &b->acts[l];
         const moe_real *dln2 = b->moe_dx;
         if (!moe_model_layer_is_moe(c, l)) {
-            bench_check(ops->swiglu_backward(s, &w->ffn, &gw->ffn, T, d, c->d_ff, a->ln2, a->h1, a->h3, a->act,
-                                             b->dresid, b->dln), "swiglu backward");
+            bench_check(moe_shard_grads_swiglu(sg, &w->ffn, &gw->ffn, d, c->d_ff, a->ln2, a->h1, a->h3, a->act, b->dresid,
+                                               b->dln), "swiglu backward");
             dln2 = b->dln;
         }
-        bench_check(ops->rmsnorm_backward(s, a->resid_mid, w->ffn_norm, a->rstd2, dln2, T, d, b->dresid, gw->ffn_norm),
+        bench_check(moe_shard_grads_rmsnorm(sg, a->resid_mid, w->ffn_norm, a->rstd2, dln2, d, b->dresid, gw->ffn_norm),
                     "rmsnorm backward");
-        bench_check(ops->linear_backward_weight(s, b->dresid, a->attn_y, T, A, d, gw->wo), "o_proj dW");
+        bench_check(moe_shard_grads_linear(sg, b->dresid, a->attn_y, A, d, gw->wo), "o_proj dW");
         bench_check(ops->linear_backward_input(s, b->dresid, w->wo, T, A, d, 0, b->dattn), "o_proj dx");
         bench_check(
             ops->attention_backward(s, a->q, a->k, a->v, a->att, b->dattn, n, S, H, KV, hd, b->dq, b->dk, b->dv),
             "attention backward");
         bench_check(ops->rope_backward(s, b->dq, n, S, H, hd, c->rope_theta), "rope backward q");
         bench_check(ops->rope_backward(s, b->dk, n, S, KV, hd, c->rope_theta), "rope backward k");
-        bench_check(ops->linear_backward_weight(s, b->dq, a->ln1, T, d, A, gw->wq), "q_proj dW");
-        bench_check(ops->linear_backward_weight(s, b->dk, a->ln1, T, d, B, gw->wk), "k_proj dW");
-        bench_check(ops->linear_backward_weight(s, b->dv, a->ln1, T, d, B, gw->wv), "v_proj dW");
+        bench_check(moe_shard_grads_linear(sg, b->dq, a->ln1, d, A, gw->wq), "q_proj dW");
+        bench_check(moe_shard_grads_linear(sg, b->dk, a->ln1, d, B, gw->wk), "k_proj dW");
+        bench_check(moe_shard_grads_linear(sg, b->dv, a->ln1, d, B, gw->wv), "v_proj dW");
         bench_check(ops->linear_backward_input(s, b->dq, w->wq, T, d, A, 0, b->dln), "q_proj dx");
         bench_check(ops->linear_backward_input(s, b->dk, w->wk, T, d, B, 1, b->dln), "k_proj dx");
         bench_check(ops->linear_backward_input(s, b->dv, w->wv, T, d, B, 1, b->dln), "v_proj dx");
         bench_check(
-            ops->rmsnorm_backward(s, b->resid[l], w->attn_norm, a->rstd1, b->dln, T, d, b->dresid, gw->attn_norm),
+            moe_shard_grads_rmsnorm(sg, b->resid[l], w->attn_norm, a->rstd1, b->dln, d, b->dresid, gw->attn_norm),
             "rmsnorm backward");
     }
-    bench_check(ops->embedding_backward(s, b->dresid, b->d_inputs, T, d, b->g.embedding), "embedding backward");
+    bench_check(moe_shard_grads_embedding(sg, b->dresid, b->d_inputs, d, V, b->g.embedding), "embedding backward");
 }
 
 /* moe_trainer_apply's arithmetic on a world of one: norm, clip at 1, AdamW at moe-train's defaults, finite check. */
@@ -330,9 +371,10 @@ static const char *const kSeries[NUM_SERIES] = {"forward_ms", "backward_ms", "de
 
 int main(int argc, char **argv) {
     options o = {.batch = 16, .seq_len = 128, .layers = 4, .d_model = 128, .heads = 4, .kv_heads = 4, .d_ff = 256,
-                 .vocab = 256, .experts = 8, .moe_every = 1, .tie_embeddings = 0, .threads = 0, .warmup = 2,
+                 .vocab = 256, .experts = 8, .moe_every = 1, .tie_embeddings = 0, .shards = -1, .threads = 0, .warmup = 2,
                  .iters = 7, .seed = 0x5eed};
     bench_parse_flags(&kCli, argc, argv, &o); /* --help, --dry-run and usage errors leave here */
+    if (o.shards < 0) o.shards = default_shards(o.batch);
     if (o.threads == 0) o.threads = moe_threads_default();
     moe_threads_set(o.threads);
     bench b = {0};
@@ -365,9 +407,10 @@ int main(int argc, char **argv) {
     const double flop = flops_per_token(&b) * b.T;
     const double us_per_token = median[SERIES_DENSE] * 1e3 / b.T;
     const double ns_per_param = median[SERIES_OPTIMIZER] * 1e6 / (double)P;
-    printf("shape: batch=%d S=%d (T=%d) L=%d d=%d H=%d KV=%d d_ff=%d V=%d E=%d moe_every=%d tie=%d threads=%d "
-           "warmup=%d iters=%d\n", o.batch, c->seq_len, b.T, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads,
-           c->d_ff, c->vocab_size, c->moe.num_experts, c->moe_every, c->tie_embeddings, moe_threads_get(), o.warmup, N);
+    printf("shape: batch=%d S=%d (T=%d) L=%d d=%d H=%d KV=%d d_ff=%d V=%d E=%d moe_every=%d tie=%d shards=%d "
+           "threads=%d warmup=%d iters=%d\n", o.batch, c->seq_len, b.T, c->num_layers, c->d_model, c->num_heads,
+           c->num_kv_heads, c->d_ff, c->vocab_size, c->moe.num_experts, c->moe_every, c->tie_embeddings, o.shards,
+           moe_threads_get(), o.warmup, N);
     printf("parameters %zu (dense %zu, experts %zu); loss %.4f, gradient norm %.4f (last iteration)\n", P,
            moe_model_num_dense(b.model), moe_model_num_expert(b.model), loss_sum / b.T, grad_norm);
     const char *labels[NUM_SERIES] = {"dense forward ", "dense backward", "dense fwd+bwd ", "optimizer step"};

@@ -26,6 +26,7 @@ typedef struct {
     int tokens;           /* the global batch; under mpirun split over the ranks in rank order */
     int d_model, d_ff, experts, top_k, layout_invariant, warmup, iters, seed;
     int precision;        /* moe_precision (core/precision.h) */
+    int shards;           /* moe_config.num_shards: 0 off, else the batch's virtual shards (world-invariant sums) */
     int threads;          /* CPU threads per rank (core/threads.h); 0: moe_threads_default() */
     double capacity_factor;
     int ep;               /* expert-parallel size (1 where the variant has no --ep) */

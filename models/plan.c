@@ -67,6 +67,9 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            (long long)(l->world / l->ep), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
     if (l->zero) printf(", ZeRO-1 parameter all-gather %.3f GB", p->zero_gather_bytes / 1e9);
     printf("\n");
+    if (l->ep > 1 && r->routing_skew > 1)
+        printf("routing skew %.3f%s: the busiest EP rank's expert rows over the mean, which its MoE work and all-to-all "
+               "wait for\n", r->routing_skew, o->routing.num_samples ? " (from --routing-from)" : "");
     printf("time per step (ms): compute %.3f (dense path %.3f %s, MoE layers %.3f), optimizer %.3f (%s), all-to-all "
            "%.3f, routing control %.3f, all-reduce %.3f\n", p->compute_s * 1e3, p->compute_dense_s * 1e3,
            c->dense_s_per_token > 0 ? "measured per token" : "at the GEMM rate", p->compute_moe_s * 1e3,
@@ -84,7 +87,7 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
     return json_pack("{s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:s, s:s, s:f,"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:b,"
                      " s:{s:f, s:f, s:i, s:i, s:f, s:f, s:f},"
-                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s}",
+                     " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s, s:f}",
                      "world", (json_int_t)l->world, "ep", (json_int_t)l->ep, "dp", (json_int_t)(l->world / l->ep),
                      "zero", l->zero, "micro_batch", (json_int_t)l->micro_batch, "seq_len", (json_int_t)l->seq_len,
                      "accum_steps", (json_int_t)p->accum_steps, "global_batch", (json_int_t)r->global_batch,
@@ -101,7 +104,8 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
                      p->optimizer_s, "alltoall", p->alltoall_s, "control", p->control_s, "allreduce", p->allreduce_s,
                      "step_serial", p->step_serial_s, "step_overlap", p->step_overlap_s, "tokens_per_s_serial",
                      p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",
-                     p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p));
+                     p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p), "routing_skew",
+                     l->ep > 1 && r->routing_skew > 1 ? r->routing_skew : 1.0);
 }
 
 static json_t *model_json(const moe_plan_options *o, const char **notes, int num_notes) {
@@ -134,7 +138,8 @@ static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *ep) {
 static int run_search(const moe_plan_options *o, json_t *doc) {
     moe_plan_candidate *all;
     int fit, tried;
-    if (moe_plan_search(&o->model, &o->cluster, &o->run, &all, &fit, &tried) != MOE_OK) {
+    const moe_plan_routing *routing = o->routing.num_samples ? &o->routing : NULL;
+    if (moe_plan_search(&o->model, &o->cluster, &o->run, routing, &all, &fit, &tried) != MOE_OK) {
         fprintf(stderr, "moe-plan: out of memory while searching\n");
         return 1;
     }
@@ -201,5 +206,6 @@ int main(int argc, char **argv) {
         free(text);
         json_decref(doc);
     }
+    moe_plan_options_free(&o);
     return status;
 }

@@ -43,6 +43,8 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
     if (l->ep < 1 || l->world % l->ep) return "--ep must divide the number of GPUs";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
+    if (r->routing_skew != 0 && (!(r->routing_skew >= 1) || !isfinite(r->routing_skew)))
+        return "--routing-skew must be at least 1";
     if (r->global_batch < 1 || r->global_batch % (l->world * l->micro_batch))
         return "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)";
     return 0;
@@ -77,18 +79,22 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     o.memory = moe_plan_model_memory(m, l);
     o.fits = o.memory.total <= c->gpu_memory;
 
-    /* compute: every GPU holds tokens_per_step / W tokens; balanced routing gives each the same expert rows. The
-     * dense path at the GEMM rate, or at its measured time per token */
+    /* compute: every GPU holds tokens_per_step / W tokens; the routed experts' work is that of the busiest EP rank,
+     * skew x the mean (the router and a shared expert work per token). The dense path at the GEMM rate, or at its
+     * measured time per token */
     const double tokens = o.tokens_per_step / (double)W, rate = c->gpu_flops * c->gemm_efficiency;
+    const double skew = ep > 1 && r->routing_skew > 1 ? r->routing_skew : 1; /* one EP rank: no one to wait for */
+    const double routed_flops = 6.0 * Lm * (double)m->top_k * 3 * (double)m->d_model * (double)m->d_ff_expert * tokens;
     const double moe_flops = moe_plan_model_moe_flops_per_token(m) * tokens;
     const double overhead = 1 + c->non_gemm_overhead;
-    o.compute_moe_s = moe_flops / rate * overhead;
+    o.compute_moe_s = (moe_flops + (skew - 1) * routed_flops) / rate * overhead;
     o.compute_dense_s = c->dense_s_per_token > 0 ? c->dense_s_per_token * tokens
                                                  : (o.flops_per_token * tokens - moe_flops) / rate * overhead;
     o.compute_s = o.compute_dense_s + o.compute_moe_s;
 
     /* all-to-all: 4 exchanges per MoE layer and micro-batch (dispatch, combine; their backward twins), each
-     * sending T k rows of d values (fewer with a capacity factor below 1), 1/ep of them to each EP rank */
+     * sending T k rows of d values (fewer with a capacity factor below 1), 1/ep of them to each EP rank on average;
+     * an exchange lasts until the busiest EP rank has moved its skew x the mean */
     alltoall_peers(W, ep, G, &o.alltoall_peers_intra, &o.alltoall_peers_inter);
     const double keep = m->capacity_factor > 0 && m->capacity_factor < 1 ? m->capacity_factor : 1;
     const double T = (double)l->micro_batch * l->seq_len;
@@ -96,8 +102,9 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double exchanges = 4 * Lm * (double)o.accum_steps;
     o.alltoall_intra_bytes = exchanges * per_peer * o.alltoall_peers_intra;
     o.alltoall_inter_bytes = exchanges * per_peer * o.alltoall_peers_inter;
-    const double t_intra = o.alltoall_peers_intra ? c->intra_latency + per_peer * o.alltoall_peers_intra / c->intra_bw : 0;
-    const double t_inter = o.alltoall_peers_inter ? c->inter_latency + per_peer * o.alltoall_peers_inter / c->inter_bw : 0;
+    const double busiest = skew * per_peer;
+    const double t_intra = o.alltoall_peers_intra ? c->intra_latency + busiest * o.alltoall_peers_intra / c->intra_bw : 0;
+    const double t_inter = o.alltoall_peers_inter ? c->inter_latency + busiest * o.alltoall_peers_inter / c->inter_bw : 0;
     o.alltoall_s = exchanges * (t_intra > t_inter ? t_intra : t_inter); /* NVLink and the NIC work side by side */
 
     /* control traffic per MoE layer and micro-batch: the counts exchange (ep x E/ep ints, one latency) and, with a

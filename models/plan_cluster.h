@@ -39,6 +39,9 @@ const char *moe_plan_cluster_problem(const moe_plan_cluster *c);
 typedef struct {
     moe_plan_layout layout;
     int64_t global_batch;
+    /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 1: balanced routing. The MoE layers'
+     * routed-expert work and the all-to-all wait for that rank. 0 is taken as 1. */
+    double routing_skew;
 } moe_plan_run;
 
 /* NULL when the run can be laid out on the cluster (sizes divide, world = gpus_per_node * nodes), else a

@@ -66,6 +66,11 @@ static const flag_spec kFlags[] = {
      "MoE layers); replaces its FLOPs / GEMM rate", F_NUM, 1e-12, 1e12, {0}, "none: from --gpu-flops", 0},
     {"--optimizer-ns-per-param", "measured ns per parameter of the optimizer step (fp32, every parameter updated); "
      "replaces bytes / --mem-bw", F_NUM, 1e-12, 1e12, {0}, "none: from --mem-bw", 0},
+    /* routing: balanced unless a run's routing or a skew is given (models/plan_routing.h) */
+    {"--routing-from", "a moe-train metrics.jsonl (its expert_tokens) whose routing the layout's EP ranks get: each "
+     "MoE layer waits for the rank whose experts got the most rows", F_STRING, 0, 0, {0}, "none: balanced", 0},
+    {"--routing-skew", "the busiest EP rank's expert rows over the mean, for every ep", F_NUM, 1, 1e6, {0},
+     "1 (balanced)", 0},
     /* output */
     {"--search", "rank every layout (ep, zero, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0, {0}, "off", 0},
     {"--top", "layouts --search prints", F_INT, 1, 1 << 20, {0}, "10", 0},
@@ -162,6 +167,21 @@ static int build_model(const flags *f, moe_plan_options *o, FILE *err) {
     return 0;
 }
 
+/* --routing-from (its experts must be the model's) or --routing-skew into the run; balanced without either. */
+static int read_routing(const flags *f, moe_plan_options *o, FILE *err) {
+    const char *path = value(f, "--routing-from");
+    o->run.routing_skew = num(f, "--routing-skew", 1);
+    if (!path) return 0;
+    if (value(f, "--routing-skew"))
+        return complain(err, "--routing-from and --routing-skew both give the routing: give one"), -1;
+    moe_status st = moe_plan_routing_load(path, &o->routing);
+    if (st != MOE_OK) return complain(err, "%s", moe_failure_message(st)), -1;
+    if (o->routing.num_experts != o->model.num_experts)
+        return complain(err, "%s routes over %lld experts, the model has %lld", path,
+                        (long long)o->routing.num_experts, (long long)o->model.num_experts), -1;
+    return 0;
+}
+
 static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err) {
     const int bf16 = !value(f, "--precision") || !strcmp(value(f, "--precision"), "bf16");
     moe_plan_cluster *c = &o->cluster;
@@ -189,6 +209,7 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
                                                                                        : MOE_PLAN_ATTENTION_MATERIALIZED;
     l->workspace_bytes = num(f, "--workspace-gib", 1) * 1073741824.0;
     o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
+    if (read_routing(f, o, err)) return -1;
     if (o->search) {
         const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch"};
         for (int i = 0; i < 4; i++)
@@ -205,6 +226,7 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
                         "has neither tensor nor pipeline parallelism)", (long long)integer(f, "--dp", 0),
                         (long long)l->ep, (long long)l->world), -1;
     problem = moe_plan_run_problem(&o->model, c, &o->run);
+    if (!problem && o->routing.num_samples) o->run.routing_skew = moe_plan_routing_skew(&o->routing, l->ep);
     if (problem)
         return complain(err, "%s (GPUs %lld, experts %lld, --ep %lld, --micro-batch %lld, --global-batch %lld)", problem,
                         (long long)l->world, (long long)o->model.num_experts, (long long)l->ep,
@@ -233,5 +255,8 @@ int moe_plan_options_parse(int argc, char **argv, moe_plan_options *o, FILE *out
     o->top = (int)integer(&f, "--top", 10);
     if (value(&f, "--top") && !o->search) return complain(err, "--top needs --search"), -1;
     if (build_model(&f, o, err)) return -1;
-    return build_cluster_and_run(&f, o, err);
+    if (build_cluster_and_run(&f, o, err)) return moe_plan_options_free(o), -1;
+    return 0;
 }
+
+void moe_plan_options_free(moe_plan_options *o) { moe_plan_routing_free(&o->routing); }

@@ -13,7 +13,7 @@ static int better_first(const void *a, const void *b) {
 }
 
 moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *base,
-                           moe_plan_candidate **out, int *num_fit, int *num_tried) {
+                           const moe_plan_routing *routing, moe_plan_candidate **out, int *num_fit, int *num_tried) {
     const int64_t W = base->layout.world, per_gpu = base->global_batch / W;
     int cap = 64, n = 0;
     moe_plan_candidate *all = malloc((size_t)cap * sizeof *all);
@@ -26,6 +26,7 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
                 if (per_gpu % mb) continue;
                 moe_plan_run r = *base;
                 r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
+                if (routing) r.routing_skew = moe_plan_routing_skew(routing, ep);
                 if (moe_plan_run_problem(m, c, &r)) continue;
                 const moe_plan_prediction p = moe_plan_predict(m, c, &r);
                 ++*num_tried;

@@ -3,11 +3,12 @@
 # (each with its own host name) joined by a veth pair, 10.77.0.1 and 10.77.0.2, shaped to $RATE (tbf; default
 # 10gbit) and, where the kernel has netem, $DELAY one way (default 50us). Open MPI starts one rank in each
 # (its rsh agent is `ip netns exec`), over its TCP transport on that link only. Measured across the link and,
-# for comparison, within one namespace: bench_alltoall (latency at 4 KiB, bandwidth at 16 MiB) and moe-train's
-# default model (2 ranks, ep 2: the expert all-to-all and the gradient all-reduce cross the link); beside them
-# moe-plan's prediction for 2 nodes of 1 rank, fed the link's measured latency and bandwidth and the compute
-# rates bench_moe_layer measures (as scripts/plan_vs_measured.sh does). Addresses only inside the namespaces;
-# they are removed at exit. Results: docs/SCALING.md.
+# for comparison, within one namespace: bench_alltoall (4 KiB to 16 MiB, Hockney's latency and bandwidth fitted to
+# every size) and moe-train's default model (2 ranks, ep 2: the expert all-to-all and the gradient all-reduce cross
+# the link); beside them moe-plan's prediction for 2 nodes of 1 rank (and 1 node of 2), fed the link's fitted
+# latency and bandwidth and what scripts/plan_vs_measured.sh feeds it for 2 ranks: the compute rates of
+# bench_model_dense and bench_moe_layer (before and after the runs) and the routing of a 1-rank run. Addresses only
+# inside the namespaces; they are removed at exit. Results: docs/SCALING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -53,40 +54,37 @@ across() { # CMD...: one rank on each node, TCP over the shaped link
 }
 within() { mpirun -np 2 --bind-to none "$@"; } # both ranks in one namespace, shared memory
 
-a2a() { # WHERE: "latency_us bandwidth_GBps" of bench_alltoall's row exchange (d = 128 floats per row)
-    "$1" "$build/bench/bench_alltoall" --min-bytes 4K --max-bytes 16M --row-bytes 512 --pattern uniform \
+source scripts/plan_benches.sh # the model's shape and bench_pair
+a2a() { # WHERE: "latency_us bandwidth_GBps" of bench_alltoall's row exchange (d floats per row)
+    "$1" "$build/bench/bench_alltoall" --min-bytes 4K --max-bytes 16M --row-bytes $((d * 4)) --pattern uniform \
         --warmup 3 --iters 10 | sed -n 's/^json: //p' > "$tmp/a2a"
-    "$py" - "$tmp/a2a" <<'PY'
-import json, sys
-rows = {r["size_bytes"]: r for r in map(json.loads, open(sys.argv[1]))}
-lat, big = rows[min(rows)]["moe_us"], rows[max(rows)]
-print(lat, big["size_bytes"] / 2 / ((big["moe_us"] - lat) * 1e-6) / 1e9)  # half of it goes to the peer
-PY
+    "$py" scripts/plan_inputs.py alltoall "$tmp/a2a" 2
 }
 train_ms() { # WHERE: median step ms of moe-train's default model, 2 ranks, ep 2, steps 4-12
-    "$1" "$build/moe-train" --ep 2 --steps 12 --warmup 0 --threads 1 --sample-tokens 0 --eval-interval 0 \
-        --eval-batches 1 --log-file "$tmp/train.jsonl" > /dev/null
+    "$1" "$build/moe-train" --ep 2 --steps 12 --warmup 0 --threads 1 --shards $shards --sample-tokens 0 \
+        --eval-interval 0 --eval-batches 1 --log-file "$tmp/train.jsonl" > /dev/null
     "$py" -c 'import json, statistics, sys
 print(statistics.median([r["ms"] for r in map(json.loads, open(sys.argv[1])) if "step" in r][3:]))' "$tmp/train.jsonl"
 }
 
+cores=$(getconf _NPROCESSORS_ONLN)
+bench_pair 2 1 8 before
+# the routing the predictions get: a 1-rank run's (world-invariant: the same bits as the 2-rank runs')
+"$build/moe-train" --steps 12 --warmup 0 --shards $shards --sample-tokens 0 --eval-interval 0 --eval-batches 1 \
+    --log-file "$tmp/routing.jsonl" > /dev/null
 read -r lat_x bw_x < <(a2a across)
 read -r lat_w bw_w < <(a2a within)
 ms_x=$(train_ms across)
 ms_w=$(train_ms within)
-# compute rates as plan_vs_measured.sh measures them for 2 ranks on this machine's cores
-cores=$(getconf _NPROCESSORS_ONLN)
-layer=$("$build/bench/bench_moe_layer" --tokens 1024 --d-model 128 --d-ff 256 --experts 8 --top-k 2 --threads 1 \
-    --warmup 1 --iters 5 | sed -n 's/^json: //p')
-read -r gflops overhead < <("$py" -c 'import json, sys
-d = json.loads(sys.argv[1]); print(d["gemm_gflops"] * min(1, int(sys.argv[2]) / 2), max(0, d["ratio"]["total"] - 1))' \
-    "$layer" "$cores")
+bench_pair 2 1 8 after
+read -r gflops overhead us ns _ < <("$py" scripts/plan_inputs.py rates "$tmp" 2 "$cores")
 plan() { # NODES LATENCY_US GBPS: predicted step ms for 2 ranks on NODES nodes, the link(s) between them given
     local nodes=$1 link
     [ "$nodes" -eq 2 ] && link=(--inter-latency "$2" --inter-bw "$3") || link=(--intra-latency "$2" --intra-bw "$3")
-    "$build/moe-plan" --precision fp32 --gpus-per-node $((2 / nodes)) --nodes "$nodes" --ep 2 --micro-batch 8 --global-batch 16 \
-        --seq-len 128 --gpu-flops "$("$py" -c "print($gflops / 1000)")" --gemm-efficiency 1 \
-        --non-gemm-overhead "$overhead" --gpu-memory 20 "${link[@]}" --workspace-gib 0 \
+    "$build/moe-plan" --precision fp32 --gpus-per-node $((2 / nodes)) --nodes "$nodes" --ep 2 --micro-batch 8 \
+        --global-batch $batch --seq-len $seq --gpu-flops "$("$py" -c "print($gflops / 1000)")" --gemm-efficiency 1 \
+        --non-gemm-overhead "$overhead" --dense-us-per-token "$us" --optimizer-ns-per-param "$ns" \
+        --routing-from "$tmp/routing.jsonl" --gpu-memory 20 "${link[@]}" --workspace-gib 0 \
         --json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["prediction"]["seconds"]["step_serial"] * 1e3)'
 }
 pred_x=$(plan 2 "$lat_x" "$bw_x")
@@ -96,8 +94,8 @@ echo "two nodes in network namespaces, $(date -u +%F), $(lscpu | sed -n 's/^Mode
 echo "link: veth, rate $RATE (tbf or netem), delay $delay_note; Open MPI TCP (pml ob1, btl tcp)"
 printf "| %-38s | %12s | %12s |\n" "" "across nodes" "within a node"
 printf "| %-38s | %12s | %12s |\n" "---" "---:" "---:"
-printf "| %-38s | %12.1f | %12.1f |\n" "all-to-all latency at 4 KiB (us)" "$lat_x" "$lat_w"
-printf "| %-38s | %12.3f | %12.3f |\n" "all-to-all bandwidth at 16 MiB (GB/s)" "$bw_x" "$bw_w"
+printf "| %-38s | %12.1f | %12.1f |\n" "all-to-all latency, fitted (us)" "$lat_x" "$lat_w"
+printf "| %-38s | %12.3f | %12.3f |\n" "all-to-all bandwidth, fitted (GB/s)" "$bw_x" "$bw_w"
 printf "| %-38s | %12.1f | %12.1f |\n" "moe-train step, median (ms)" "$ms_x" "$ms_w"
 printf "| %-38s | %12.1f | %12.1f |\n" "moe-plan's predicted step (ms)" "$pred_x" "$pred_w"
 "$py" -c "print('prediction error: across nodes %+.0f%%, within a node %+.0f%%; the link costs %.1f ms per step '

@@ -6,7 +6,9 @@
  *    allocate (moe_model_config_footprint), so the two cannot drift apart;
  *  - the placement of EP peers on nodes, the ring all-reduce bytes and the micro-batch count on hand-worked cases;
  *  - the MoE layers' share of the FLOPs, and the measured dense-path and optimizer calibrations on hand-worked cases;
- *  - bad config files are refused with the key named.
+ *  - bad config files are refused with the key named;
+ *  - routing skew: a metrics.jsonl's expert counts give each ep its hand-worked skew, bad logs are refused by line,
+ *    and the skew scales the routed experts' work and the all-to-all, nothing else.
  *   meson test -C build test_plan */
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "core/fail.h"
 #include "models/plan_cluster.h"
 #include "models/plan_hf.h"
+#include "models/plan_routing.h"
 #include "test_util.h"
 
 static const char *dir;
@@ -169,21 +172,106 @@ static void check_calibrations(void) {
     CHECK(problem && strstr(problem, "--optimizer-ns-per-param"), "a NaN optimizer time is not refused by name");
 }
 
-static void check_bad_config(const char *text, const char *want_in_message) {
-    char path[] = "/tmp/test_plan_XXXXXX";
+/* text in a new temporary file; its path in path[] (the caller removes it); 0 when it could not be made */
+static int temp_file(const char *text, char path[static 32]) {
+    strcpy(path, "/tmp/test_plan_XXXXXX");
     const int fd = mkstemp(path);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     CHECK(f != NULL, "cannot make a temporary file");
-    if (!f) return;
+    if (!f) return 0;
     fputs(text, f);
     fclose(f);
-    moe_plan_model m;
-    const moe_status st = moe_plan_model_from_hf_config(path, &m);
+    return 1;
+}
+
+/* st: a loader's answer to a bad file made of text; it must refuse it and name want_in_message */
+static void check_refused(moe_status st, const char *text, const char *want_in_message) {
     CHECK(st == MOE_ERR_BAD_FILE, "%s: accepted (status %d)", text, (int)st);
     if (st != MOE_OK)
         CHECK(strstr(moe_failure_message(st), want_in_message) != NULL, "message '%s' does not name '%s'",
               moe_failure_message(st), want_in_message);
+}
+
+static void check_bad_config(const char *text, const char *want_in_message) {
+    char path[32];
+    if (!temp_file(text, path)) return;
+    moe_plan_model m;
+    check_refused(moe_plan_model_from_hf_config(path, &m), text, want_in_message);
     remove(path);
+}
+
+static void check_bad_routing(const char *text, const char *want_in_message) {
+    char path[32];
+    if (!temp_file(text, path)) return;
+    moe_plan_routing r;
+    const moe_status st = moe_plan_routing_load(path, &r);
+    check_refused(st, text, want_in_message);
+    if (st == MOE_OK) moe_plan_routing_free(&r);
+    remove(path);
+}
+
+static void check_routing(void) {
+    /* two steps of a 2-MoE-layer, 4-expert run (a run record and an eval line without counts are skipped):
+     *   [4 2 1 1]: ep 2 groups 6 | 2 -> 6 / 4 = 1.5;   ep 4: 4 / 2 = 2
+     *   [1 1 1 1]: 1 and 1
+     *   [0 0 3 5]: 0 | 8 -> 8 / 4 = 2;                 5 / 2 = 2.5
+     *   [2 2 2 2]: 1 and 1
+     * mean over the 4 samples: ep 2 (1.5 + 1 + 2 + 1) / 4 = 1.375, ep 4 (2 + 1 + 2.5 + 1) / 4 = 1.625, ep 1: 1 */
+    char path[32];
+    if (!temp_file("{\"record\":\"run\",\"config\":{}}\n"
+                   "{\"step\":1,\"loss\":2.5,\"expert_tokens\":[{\"layer\":0,\"tokens\":[4,2,1,1]},"
+                   "{\"layer\":1,\"tokens\":[1,1,1,1]}]}\n"
+                   "{\"step\":2,\"loss\":2.4,\"expert_tokens\":[{\"layer\":0,\"tokens\":[0,0,3,5]},"
+                   "{\"layer\":1,\"tokens\":[2,2,2,2]}]}\n",
+                   path))
+        return;
+    moe_plan_routing r;
+    const moe_status st = moe_plan_routing_load(path, &r);
+    remove(path);
+    CHECK(st == MOE_OK, "routing log refused: %s", moe_failure_message(st));
+    if (st != MOE_OK) return;
+    CHECK(r.num_experts == 4 && r.num_samples == 4, "%lld experts, %lld samples; want 4 and 4",
+          (long long)r.num_experts, (long long)r.num_samples);
+    CHECK(moe_plan_routing_skew(&r, 1) == 1, "ep 1 skew %g, want 1", moe_plan_routing_skew(&r, 1));
+    CHECK(moe_plan_routing_skew(&r, 2) == 1.375, "ep 2 skew %g, want 1.375", moe_plan_routing_skew(&r, 2));
+    CHECK(moe_plan_routing_skew(&r, 4) == 1.625, "ep 4 skew %g, want 1.625", moe_plan_routing_skew(&r, 4));
+    moe_plan_routing_free(&r);
+
+    check_bad_routing("{\"step\":1,\"expert_tokens\":[{\"layer\":0,\"tokens\":[1,2]}]}\nnot json\n", ":2:");
+    check_bad_routing("{\"step\":1,\"expert_tokens\":[{\"layer\":0,\"tokens\":[1,2]},{\"layer\":1,\"tokens\":[1,2,3]}]}\n",
+                      "3 experts");
+    check_bad_routing("{\"step\":1,\"expert_tokens\":[{\"layer\":0,\"tokens\":[1,-2]}]}\n", "not a count");
+    check_bad_routing("{\"step\":1,\"loss\":2}\n", "no step record with expert_tokens");
+
+    /* the default model on 2 GPUs, ep 2: a skew of 1.5 adds half the routed experts' FLOPs (6 x 4 layers x 2 x 3 x
+     * 128 x 256 per token) to the MoE compute and half the bandwidth term to each exchange; nothing else moves */
+    moe_model_config cfg = moe_model_config_default();
+    cfg.moe.d_model = cfg.d_model, cfg.moe.d_ff = cfg.d_ff;
+    const moe_plan_model m = moe_plan_model_from_config(&cfg);
+    moe_plan_cluster c = moe_plan_cluster_h100(0);
+    c.gpus_per_node = 2;
+    moe_plan_run run = {.layout = {.world = 2, .ep = 2, .micro_batch = 2, .seq_len = 128}, .global_batch = 4};
+    const moe_plan_prediction even = moe_plan_predict(&m, &c, &run);
+    run.routing_skew = 1.5;
+    CHECK(moe_plan_run_problem(&m, &c, &run) == NULL, "skew 1.5 refused");
+    const moe_plan_prediction skewed = moe_plan_predict(&m, &c, &run);
+    const double rate = 66.9e12 * 0.7, tokens = 256, routed = 6.0 * 4 * 2 * 3 * 128 * 256;
+    CHECK(relative_error(skewed.compute_moe_s - even.compute_moe_s, 0.5 * routed * tokens / rate * 1.25) < 1e-9,
+          "skewed MoE compute %g vs even %g", skewed.compute_moe_s, even.compute_moe_s);
+    /* 16 exchanges of 256 x 2 x 128 x 4 / 2 bytes to the one peer at 450 GB/s */
+    const double bandwidth_term = 16 * (256.0 * 2 * 128 * 4 / 2) / 450e9;
+    CHECK(relative_error(skewed.alltoall_s - even.alltoall_s, 0.5 * bandwidth_term) < 1e-9,
+          "skewed all-to-all %g vs even %g", skewed.alltoall_s, even.alltoall_s);
+    CHECK(skewed.compute_dense_s == even.compute_dense_s && skewed.allreduce_s == even.allreduce_s &&
+          skewed.optimizer_s == even.optimizer_s && skewed.alltoall_intra_bytes == even.alltoall_intra_bytes,
+          "the skew moved the dense path, the all-reduce, the optimizer or the mean bytes");
+    run.layout.ep = 1;
+    const moe_plan_prediction one = moe_plan_predict(&m, &c, &run);
+    run.routing_skew = 0;
+    const moe_plan_prediction one_even = moe_plan_predict(&m, &c, &run);
+    CHECK(one.compute_moe_s == one_even.compute_moe_s, "a skew moved an ep 1 layout (no EP rank to wait for)");
+    run.routing_skew = 0.5;
+    CHECK(moe_plan_run_problem(&m, &c, &run) != NULL, "a skew below 1 is not refused");
 }
 
 int main(int argc, char **argv) {
@@ -202,6 +290,7 @@ int main(int argc, char **argv) {
 
     check_layouts();
     check_calibrations();
+    check_routing();
 
     check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");
     check_bad_config("{\"model_type\": \"llama\"}", "llama");

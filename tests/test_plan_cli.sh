@@ -56,6 +56,38 @@ for l in L:
     assert l["fits"] and l["memory_bytes"]["total"] <= 80e9, l
     assert l["ep"] * l["dp"] == 64 and 128 % l["ep"] == 0 and l["seconds"]["step_overlap"] <= l["seconds"]["step_serial"], l
 PY
+# routing: a log where experts 0-3 get 3 rows each and 4-7 one: the busiest EP rank has 1.5x the mean at ep 2, 4
+# and 8 and 1 at ep 1 (--search gives each ep its own); bad logs and flag pairs are refused by name
+routing=$(mktemp)
+trap 'rm -f "$routing"' EXIT
+echo '{"record":"run"}' > "$routing"
+for step in 1 2; do
+    echo "{\"step\":$step,\"expert_tokens\":[{\"layer\":0,\"tokens\":[3,3,3,3,1,1,1,1]}]}" >> "$routing"
+done
+expect_error "give one" --routing-from "$routing" --routing-skew 2
+expect_error "no-such.jsonl" --routing-from "$configs/no-such.jsonl"
+expect_error "--routing-skew" --routing-skew 0.5
+expect_error "routes over 8 experts, the model has 4" --routing-from "$routing" --experts 4
+expect_error "not JSON" --routing-from "$configs/mixtral-8x7b.json"
+json=$("$plan" --gpus-per-node 8 --global-batch 8 --routing-from "$routing" --search --top 20 --json) ||
+    fail "--search with --routing-from failed"
+python3 - "$json" <<'PY' || status=1
+import json, sys
+skew = {l["ep"]: l["routing_skew"] for l in json.loads(sys.argv[1])["layouts"]}
+# ep 2: 12 of 16 rows over the mean 8; ep 4: 6 / 4; ep 8: 3 / 2; ep 1: 1
+assert skew == {1: 1.0, 2: 1.5, 4: 1.5, 8: 1.5}, skew
+PY
+json=$("$plan" --gpus-per-node 2 --ep 2 --micro-batch 2 --json) && skewed=$("$plan" --gpus-per-node 2 --ep 2 \
+    --micro-batch 2 --routing-skew 1.5 --json) || fail "a run with --routing-skew failed"
+python3 - "$json" "$skewed" <<'PY' || status=1
+import json, sys
+even, skewed = (json.loads(a)["prediction"] for a in sys.argv[1:3])
+assert even["routing_skew"] == 1 and skewed["routing_skew"] == 1.5, (even, skewed)
+e, s = even["seconds"], skewed["seconds"]
+assert s["compute_moe"] > e["compute_moe"] and s["alltoall"] > e["alltoall"], (e, s)
+assert s["compute_dense"] == e["compute_dense"] and s["allreduce"] == e["allreduce"], (e, s)
+PY
+
 # the CPU calibrations: the dense path at 20 µs per token over the 2 x 128 tokens of each of 2 GPUs, the optimizer
 # at 1 ns per parameter updated (fp32, no ZeRO: 36 bytes each by the bandwidth count, so 1 ns x held parameters)
 json=$("$plan" --precision fp32 --gpus-per-node 2 --ep 2 --micro-batch 2 --dense-us-per-token 20 \
