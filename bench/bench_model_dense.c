@@ -56,7 +56,8 @@ static const bench_flag kFlags[] = {
     BENCH_INT("--experts", options, experts, 1, 4096, "experts per MoE layer (the optimizer updates them all)"),
     BENCH_INT("--moe-every", options, moe_every, 1, 1024, "every n-th FFN is an MoE layer (others: dense SwiGLU)"),
     BENCH_INT("--tie-embeddings", options, tie_embeddings, 0, 1, "1: lm_head shares the embedding matrix"),
-    BENCH_INT("--shards", options, shards, -1, 64, "virtual shards of the batch, summed in a fixed tree as moe-train's --world-invariant (0: off; -1: moe-train's default)"),
+    BENCH_INT("--shards", options, shards, -1, 64, "virtual shards of the batch, summed in a fixed tree as "
+              "moe-train's --world-invariant (0: off; -1: moe-train's default)"),
     BENCH_INT("--threads", options, threads, 0, 4096, "CPU threads (core/threads.h); 0: the CPUs this process may use"),
     BENCH_INT("--warmup", options, warmup, 0, 100000, "untimed iterations"),
     BENCH_INT("--iters", options, iters, 1, 100000, "timed iterations"),
@@ -371,8 +372,8 @@ static const char *const kSeries[NUM_SERIES] = {"forward_ms", "backward_ms", "de
 
 int main(int argc, char **argv) {
     options o = {.batch = 16, .seq_len = 128, .layers = 4, .d_model = 128, .heads = 4, .kv_heads = 4, .d_ff = 256,
-                 .vocab = 256, .experts = 8, .moe_every = 1, .tie_embeddings = 0, .shards = -1, .threads = 0, .warmup = 2,
-                 .iters = 7, .seed = 0x5eed};
+                 .vocab = 256, .experts = 8, .moe_every = 1, .tie_embeddings = 0, .shards = -1, .threads = 0,
+                 .warmup = 2, .iters = 7, .seed = 0x5eed};
     bench_parse_flags(&kCli, argc, argv, &o); /* --help, --dry-run and usage errors leave here */
     if (o.shards < 0) o.shards = default_shards(o.batch);
     if (o.threads == 0) o.threads = moe_threads_default();

@@ -42,7 +42,8 @@ static const bench_flag kCommonFlags[] = {
     LAYER_FLAG(REAL, "--capacity-factor", capacity_factor, 0, 1e6, "slots per expert ceil(cf * T * k / E); 0: dropless"),
     LAYER_FLAG(INT, "--layout-invariant", layout_invariant, 0, 1, "1: GEMMs in fixed 64-row calls, bitwise equal for any ep"),
     LAYER_FLAG(CHOICE, "--precision", precision, kPrecisions, "the experts' GEMM inputs: fp32, or bf16 (fp32 accumulation)"),
-    LAYER_FLAG(INT, "--shards", shards, 0, 1 << 20, "virtual shards of the batch, summed in a fixed tree (moe-train's --world-invariant); 0: off"),
+    LAYER_FLAG(INT, "--shards", shards, 0, 1 << 20, "virtual shards of the batch, summed in a fixed tree "
+               "(moe-train's --world-invariant); 0: off"),
     LAYER_FLAG(INT, "--warmup", warmup, 0, 100000, "untimed iterations"),
     LAYER_FLAG(INT, "--iters", iters, 1, 100000, "timed iterations"),
     LAYER_FLAG(INT, "--seed", seed, 0, 1 << 30, "seed of the weights and the batch"),

@@ -67,9 +67,9 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            (long long)(l->world / l->ep), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
     if (l->zero) printf(", ZeRO-1 parameter all-gather %.3f GB", p->zero_gather_bytes / 1e9);
     printf("\n");
-    if (l->ep > 1 && r->routing_skew > 1)
+    if (p->routing_skew > 1)
         printf("routing skew %.3f%s: the busiest EP rank's expert rows over the mean, which its MoE work and all-to-all "
-               "wait for\n", r->routing_skew, o->routing.num_samples ? " (from --routing-from)" : "");
+               "wait for\n", p->routing_skew, o->routing.num_samples ? " (from --routing-from)" : "");
     printf("time per step (ms): compute %.3f (dense path %.3f %s, MoE layers %.3f), optimizer %.3f (%s), all-to-all "
            "%.3f, routing control %.3f, all-reduce %.3f\n", p->compute_s * 1e3, p->compute_dense_s * 1e3,
            c->dense_s_per_token > 0 ? "measured per token" : "at the GEMM rate", p->compute_moe_s * 1e3,
@@ -105,7 +105,7 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
                      "step_serial", p->step_serial_s, "step_overlap", p->step_overlap_s, "tokens_per_s_serial",
                      p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",
                      p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p), "routing_skew",
-                     l->ep > 1 && r->routing_skew > 1 ? r->routing_skew : 1.0);
+                     p->routing_skew);
 }
 
 static json_t *model_json(const moe_plan_options *o, const char **notes, int num_notes) {

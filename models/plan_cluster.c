@@ -83,7 +83,7 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * skew x the mean (the router and a shared expert work per token). The dense path at the GEMM rate, or at its
      * measured time per token */
     const double tokens = o.tokens_per_step / (double)W, rate = c->gpu_flops * c->gemm_efficiency;
-    const double skew = ep > 1 && r->routing_skew > 1 ? r->routing_skew : 1; /* one EP rank: no one to wait for */
+    const double skew = o.routing_skew = ep > 1 && r->routing_skew > 1 ? r->routing_skew : 1;
     const double routed_flops = 6.0 * Lm * (double)m->top_k * 3 * (double)m->d_model * (double)m->d_ff_expert * tokens;
     const double moe_flops = moe_plan_model_moe_flops_per_token(m) * tokens;
     const double overhead = 1 + c->non_gemm_overhead;

@@ -64,6 +64,7 @@ typedef struct {
     double step_serial_s;         /* compute + optimizer + every exchange, one after another (this project) */
     double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer         */
     double tokens_per_s_serial, tokens_per_s_overlap, mfu_serial, mfu_overlap;
+    double routing_skew;          /* the skew used: the run's, or 1 at ep 1 (one EP rank waits for no one)     */
     moe_plan_memory memory;
     int fits;                     /* memory.total <= gpu_memory */
 } moe_plan_prediction;

@@ -26,9 +26,6 @@ struct moe_layer_state {
                                                   * and whether they take bf16 inputs (core/precision.h) */
     moe_layer_weights bf16_experts; /* bf16: the local experts' weights rounded, once per forward (router_w NULL) */
     moe_real *bf16_buffer;
-    moe_real *wgrad_scratch;     /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) reals: the products of
-                                  * one expert's segments and their tree */
-    int wgrad_segments;          /* the segments wgrad_scratch holds */
     int *expert_offset;          /* [E + 1] the layout's offsets (scratch) */
     int *num_selected;           /* [E] global top-k counts of the last forward, for the balance loss's gradient */
     int max_rows;                /* what the expert activations hold */
@@ -42,7 +39,7 @@ struct moe_layer_state {
 static void cpu_destroy(moe_layer_state *s) {
     if (!s) return;
     moe_gemm_rows_plan_free(&s->router_gemm), moe_gemm_rows_plan_free(&s->expert_gemm);
-    free(s->wgrad_scratch), free(s->expert_offset), free(s->num_selected), free(s->bf16_buffer);
+    free(s->expert_offset), free(s->num_selected), free(s->bf16_buffer);
     void **bufs[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act, (void **)&s->dh1, (void **)&s->dh3,
                      (void **)&s->dscores, (void **)&s->dlogits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) moe_runtime_free(s->rt, *bufs[i]);
@@ -158,17 +155,13 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
                                        const int *segment_start, int segments, int rows, const void *xp,
                                        const void *dy, void *dxp) {
     if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
-    if (segments > s->wgrad_segments) {
-        free(s->wgrad_scratch);
-        s->wgrad_segments = 0;
-        s->wgrad_scratch = malloc(moe_expert_ffn_wgrad_scratch_count(s->cfg.d_model, s->cfg.d_ff, segments) *
-                                  sizeof(moe_real));
-        if (!s->wgrad_scratch) return MOE_ERR_OUT_OF_MEMORY;
-        s->wgrad_segments = segments;
-    }
+    void *wgrad_scratch; /* one for every layer of the runtime: their backward runs one at a time */
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
+                                moe_expert_ffn_wgrad_scratch_count(s->cfg.d_model, s->cfg.d_ff, segments) *
+                                    sizeof(moe_real), &wgrad_scratch));
     return moe_expert_ffn_backward_cpu(s->bf16_buffer ? &s->bf16_experts : w, grads, s->num_local_experts,
                                        s->cfg.d_model, s->cfg.d_ff, segment_start, segments, xp, s->h1, s->h3, s->act,
-                                       dy, s->dh1, s->dh3, dxp, s->wgrad_scratch, &s->expert_gemm);
+                                       dy, s->dh1, s->dh3, dxp, wgrad_scratch, &s->expert_gemm);
 }
 
 static moe_status cpu_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {

@@ -40,9 +40,6 @@ struct moe_layer_state {
     int max_rows;
     moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward */
     moe_bf16 *dh13, *dact;       /* backward scratch of the same shapes */
-    float *wgrad_scratch;        /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, wgrad_segments) floats: one
-                                  * expert's per-segment weight-gradient products and their tree (segments > 1) */
-    int wgrad_segments;          /* the segments wgrad_scratch holds */
     int max_tokens;
     float *dscores, *dlogits;    /* [T, E] router backward scratch */
     float *bias;                 /* [E] selection bias (sigmoid routing) */
@@ -61,7 +58,7 @@ static void free_device(moe_layer_state *s, void **ptrs[], int n) {
 static void cuda_destroy(moe_layer_state *s) {
     if (!s) return;
     void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->h13, (void **)&s->act,
-                     (void **)&s->dh13, (void **)&s->dact, (void **)&s->wgrad_scratch, (void **)&s->dscores, (void **)&s->dlogits,
+                     (void **)&s->dh13, (void **)&s->dact, (void **)&s->dscores, (void **)&s->dlogits,
                      (void **)&s->bias, (void **)&s->num_selected, (void **)&s->counts, (void **)&s->expert_offset};
     free_device(s, ptrs, sizeof ptrs / sizeof *ptrs);
     moe_runtime_host_free(s->rt, s->bias_host);
@@ -180,15 +177,13 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
     (void)w; /* the bf16 packs of the forward are the weights backward uses */
     const int EL = s->num_local_experts, d = s->cfg.d_model, f = s->cfg.d_ff;
     if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
-    if (segments > 1 && segments > s->wgrad_segments) {
-        void **ptrs[] = {(void **)&s->wgrad_scratch};
-        const size_t nbytes[] = {moe_expert_ffn_wgrad_scratch_count(d, f, segments) * sizeof(float)};
-        s->wgrad_segments = 0;
-        MOE_TRY(moe_runtime_regrow(s->rt, ptrs, nbytes, 1));
-        s->wgrad_segments = segments;
-    }
+    void *wgrad_scratch = NULL; /* one for every layer of the runtime: their backward runs one at a time, in order
+                                 * on its stream (a larger size frees the old buffer: cudaFree waits for the device) */
+    if (segments > 1)
+        MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
+                                    moe_expert_ffn_wgrad_scratch_count(d, f, segments) * sizeof(float), &wgrad_scratch));
     return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, d, f, segment_start, segments, xp,
-                                        s->h13, s->act, dy, s->dh13, s->dact, dxp, s->wgrad_scratch);
+                                        s->h13, s->act, dy, s->dh13, s->dact, dxp, wgrad_scratch);
 }
 
 /* Copies the values to the host and looks there: only used while looking for where a NaN came from. */

@@ -11,7 +11,9 @@ moe_gpu *moe_runtime_gpu(const moe_runtime *rt) { return rt->gpu; }
 const moe_dense_ops *moe_runtime_dense_ops(const moe_runtime *rt) { return rt->dense; }
 
 void moe_runtime_destroy(moe_runtime *rt) {
-    if (rt) rt->destroy(rt);
+    if (!rt) return;
+    for (int i = 0; i < MOE_SCRATCH_SLOTS; i++) moe_runtime_free(rt, rt->scratch[i]);
+    rt->destroy(rt);
 }
 
 moe_status moe_runtime_alloc(moe_runtime *rt, size_t nbytes, void **out) { return rt->memory->alloc(rt, nbytes, out); }
@@ -20,6 +22,18 @@ void moe_runtime_free(moe_runtime *rt, void *ptr) { rt->memory->free(rt, ptr); }
 moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n) {
     for (int i = 0; i < n; i++) moe_runtime_free(rt, *ptrs[i]), *ptrs[i] = NULL;
     for (int i = 0; i < n; i++) MOE_TRY(moe_runtime_alloc(rt, nbytes[i], ptrs[i]));
+    return MOE_OK;
+}
+
+moe_status moe_runtime_scratch(moe_runtime *rt, moe_scratch_slot slot, size_t nbytes, void **out) {
+    if (slot < 0 || slot >= MOE_SCRATCH_SLOTS) return MOE_ERR_INVALID_ARG;
+    if (nbytes > rt->scratch_nbytes[slot]) {
+        void **ptrs[] = {&rt->scratch[slot]};
+        rt->scratch_nbytes[slot] = 0;
+        MOE_TRY(moe_runtime_regrow(rt, ptrs, &nbytes, 1));
+        rt->scratch_nbytes[slot] = nbytes;
+    }
+    *out = rt->scratch[slot];
     return MOE_OK;
 }
 

@@ -32,6 +32,16 @@ void moe_runtime_free(moe_runtime *rt, void *ptr);
 /* Frees and reallocates n device buffers to nbytes[i] each (contents are not kept): how every buffer that
  * grows with the batch grows. */
 moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n);
+/* Scratch shared by every user of the runtime, one purpose per slot. Its users run one after another on the
+ * runtime (each MoE layer's backward in turn, on the one stream), so one buffer of the largest size asked serves
+ * them all, instead of one per layer. *out is valid until the next call for the slot with a larger nbytes (which
+ * frees and reallocates; contents are not kept) or the runtime's end. */
+typedef enum {
+    MOE_SCRATCH_EXPERT_WGRAD, /* the experts' per-segment weight-gradient leaves (experts/expert_ffn.h) */
+    MOE_SCRATCH_SLOTS
+} moe_scratch_slot;
+moe_status moe_runtime_scratch(moe_runtime *rt, moe_scratch_slot slot, size_t nbytes, void **out);
+
 /* Host memory the device can copy from and to asynchronously (pinned on CUDA). */
 moe_status moe_runtime_host_alloc(moe_runtime *rt, size_t nbytes, void **out);
 void moe_runtime_host_free(moe_runtime *rt, void *ptr);

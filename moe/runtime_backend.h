@@ -28,6 +28,8 @@ struct moe_runtime {
     const moe_layer_ops *layer;
     const moe_dense_ops *dense;
     void (*destroy)(moe_runtime *rt); /* frees the context (if any) and rt */
+    void *scratch[MOE_SCRATCH_SLOTS];  /* moe_runtime_scratch's, freed before destroy */
+    size_t scratch_nbytes[MOE_SCRATCH_SLOTS];
 };
 
 #endif
