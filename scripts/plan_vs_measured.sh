@@ -22,7 +22,7 @@
 # against moe-train's median step (steps 4-10), and from their minima against its fastest step (what each would
 # take on a quiet machine). The whole comparison runs REPEATS times (default 3), one table each, then the errors per
 # configuration and their median. Also the all-to-all alone: the planner's time for one exchange of the model's
-# size against bench_alltoall's (balanced rows, as the bench sends). ~30 s per repetition on 2 idle cores; results:
+# size against bench_alltoall's (balanced rows, as the bench sends). ~12 s per repetition on 2 idle cores; results:
 # docs/SCALING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
