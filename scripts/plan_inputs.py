@@ -39,6 +39,8 @@ def hockney(rows, ranks):
 
 def alltoall(path, ranks, size=None):
     rows = [json.loads(line) for line in open(path)]
+    if len({r["size_bytes"] for r in rows}) < 2:
+        sys.exit(f"plan_inputs.py: {path} holds {len(rows)} bench_alltoall rows; the fit needs two sizes or more")
     latency, per_byte = hockney(rows, int(ranks))
     out = [latency, 1e-3 / per_byte]
     if size is not None:

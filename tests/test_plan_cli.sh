@@ -88,6 +88,25 @@ assert s["compute_moe"] > e["compute_moe"] and s["alltoall"] > e["alltoall"], (e
 assert s["compute_dense"] == e["compute_dense"] and s["allreduce"] == e["allreduce"], (e, s)
 PY
 
+# scripts/plan_inputs.py, the arithmetic scripts/plan_vs_measured.sh feeds the planner: the fair-share skew on hand-
+# worked cases, and Hockney's fit recovering the latency and bandwidth of exact timings (5 us + bytes to peers at
+# 2 GB/s, 2 ranks)
+inputs="$(dirname "$0")/../scripts/plan_inputs.py"
+a2a=$(mktemp)
+trap 'rm -f "$routing" "$a2a"' EXIT
+for size in 4096 65536 1048576 4194304; do
+    python3 -c "print('{\"size_bytes\": %d, \"moe_us\": %.6f}' % ($size, 5 + $size / 2 / 2000))"
+done > "$a2a"
+python3 - "$inputs" "$a2a" <<'PY' || status=1
+import subprocess, sys
+run = lambda *a: [float(x) for x in subprocess.check_output([sys.executable, sys.argv[1], *a], text=True).split()]
+assert abs(run("skew", "2.12", "4", "2")[0] - 1.3733333) < 1e-6  # others 0.6267: 0.6267 x 2 + 1.4933 over 2
+assert run("skew", "4", "4", "2") == [2.0] and run("skew", "1", "4", "2") == [1.0]
+assert run("skew", "1.37", "2", "2") == [1.37]  # a core each: the skew itself
+lat, bw, near = run("alltoall", sys.argv[2], "2", "65536")
+assert abs(lat - 5) < 1e-6 and abs(bw - 2) < 1e-6 and abs(near - (5 + 65536 / 4000)) < 1e-6, (lat, bw, near)
+PY
+
 # the CPU calibrations: the dense path at 20 µs per token over the 2 x 128 tokens of each of 2 GPUs, the optimizer
 # at 1 ns per parameter updated (fp32, no ZeRO: 36 bytes each by the bandwidth count, so 1 ns x held parameters)
 json=$("$plan" --precision fp32 --gpus-per-node 2 --ep 2 --micro-batch 2 --dense-us-per-token 20 \
