@@ -43,7 +43,7 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
     if (l->ep < 1 || l->world % l->ep) return "--ep must divide the number of GPUs";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
-    if (r->routing_skew != 0 && (!(r->routing_skew >= 1) || !isfinite(r->routing_skew)))
+    if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
     if (r->global_batch < 1 || r->global_batch % (l->world * l->micro_batch))
         return "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)";
@@ -80,10 +80,13 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     o.fits = o.memory.total <= c->gpu_memory;
 
     /* compute: every GPU holds tokens_per_step / W tokens; the routed experts' work is that of the busiest EP rank,
-     * skew x the mean (the router and a shared expert work per token). The dense path at the GEMM rate, or at its
-     * measured time per token */
+     * its kept rows over a balanced rank's (the skew, capped by a capacity factor; the router and a shared expert
+     * work per token). The dense path at the GEMM rate, or at its measured time per token */
     const double tokens = o.tokens_per_step / (double)W, rate = c->gpu_flops * c->gemm_efficiency;
-    const double skew = o.routing_skew = ep > 1 && r->routing_skew > 1 ? r->routing_skew : 1;
+    moe_plan_layout balanced = *l;
+    balanced.routing_skew = 1;
+    const double skew = moe_plan_model_busiest_rows(m, l) / moe_plan_model_busiest_rows(m, &balanced);
+    o.routing_skew = ep > 1 && l->routing_skew > 1 ? l->routing_skew : 1;
     const double routed_flops = 6.0 * Lm * (double)m->top_k * 3 * (double)m->d_model * (double)m->d_ff_expert * tokens;
     const double moe_flops = moe_plan_model_moe_flops_per_token(m) * tokens;
     const double overhead = 1 + c->non_gemm_overhead;

@@ -39,9 +39,6 @@ const char *moe_plan_cluster_problem(const moe_plan_cluster *c);
 typedef struct {
     moe_plan_layout layout;
     int64_t global_batch;
-    /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 1: balanced routing. The MoE layers'
-     * routed-expert work and the all-to-all wait for that rank. 0 is taken as 1. */
-    double routing_skew;
 } moe_plan_run;
 
 /* NULL when the run can be laid out on the cluster (sizes divide, world = gpus_per_node * nodes), else a
@@ -64,7 +61,7 @@ typedef struct {
     double step_serial_s;         /* compute + optimizer + every exchange, one after another (this project) */
     double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer         */
     double tokens_per_s_serial, tokens_per_s_overlap, mfu_serial, mfu_overlap;
-    double routing_skew;          /* the skew used: the run's, or 1 at ep 1 (one EP rank waits for no one)     */
+    double routing_skew;          /* the layout's, or 1 at ep 1 (one EP rank waits for no one)                 */
     moe_plan_memory memory;
     int fits;                     /* memory.total <= gpu_memory */
 } moe_plan_prediction;

@@ -112,12 +112,10 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     return r * ((L + 1) * T * d /* residual stream */ + L * per_layer + (L - Lm) * dense_ffn + model);
 }
 
-/* Rows one GPU's experts receive per micro-batch under balanced routing: T * k, or cf * T * k when a capacity
- * factor below 1 drops the rest (each of E/ep local experts keeps at most ceil(cf * ep*T * k / E) rows). Skewed
- * routing receives more, up to cf * T * k with a capacity factor over 1; dropless, without a bound. */
-static double expert_rows(const moe_plan_model *m, const moe_plan_layout *lay) {
-    const double Tk = (double)lay->micro_batch * lay->seq_len * m->top_k;
-    return m->capacity_factor > 0 && m->capacity_factor < 1 ? m->capacity_factor * Tk : Tk;
+double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay) {
+    const double Tk = (double)lay->micro_batch * lay->seq_len * m->top_k, cf = m->capacity_factor;
+    const double skew = lay->ep > 1 && lay->routing_skew > 1 ? lay->routing_skew : 1;
+    return cf > 0 && cf < skew ? cf * Tk : skew * Tk;
 }
 
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay) {
@@ -125,7 +123,7 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     const double local_expert = (double)p.expert / (double)lay->ep, dense = (double)p.dense;
     const double T = (double)lay->micro_batch * lay->seq_len, d = (double)m->d_model, k = (double)m->top_k;
     const double E = (double)m->num_experts, Lm = (double)moe_plan_model_num_moe_layers(m);
-    const double row = lay->bf16 ? 2 : 4, N = expert_rows(m, lay);
+    const double row = lay->bf16 ? 2 : 4, N = moe_plan_model_busiest_rows(m, lay);
     moe_plan_memory mem = {0};
     mem.weights = lay->bf16 ? 2 * ((double)p.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);

@@ -74,6 +74,8 @@ typedef struct {
     int bf16;                 /* 1: bf16 GEMM inputs and exchanged rows, fp32 masters (core/precision.h)  */
     moe_plan_attention attention;
     double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */
+    double routing_skew;      /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 0 or 1:
+                               * balanced. Its experts' rows, their memory and time, and the all-to-all wait for it */
 } moe_plan_layout;
 
 /* Bytes per GPU, by what holds them. */
@@ -88,5 +90,9 @@ typedef struct {
     double total;
 } moe_plan_memory;
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay);
+
+/* Rows the busiest GPU's experts keep per micro-batch: T k s under routing skew s (1 at ep 1: one EP rank holds every
+ * expert), at most cf T k with a capacity factor (each of E/ep local experts keeps at most ceil(cf ep T k / E)). */
+double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay);
 
 #endif

@@ -170,7 +170,7 @@ static int build_model(const flags *f, moe_plan_options *o, FILE *err) {
 /* --routing-from (its experts must be the model's) or --routing-skew into the run; balanced without either. */
 static int read_routing(const flags *f, moe_plan_options *o, FILE *err) {
     const char *path = value(f, "--routing-from");
-    o->run.routing_skew = num(f, "--routing-skew", 1);
+    o->run.layout.routing_skew = num(f, "--routing-skew", 1);
     if (!path) return 0;
     if (value(f, "--routing-skew"))
         return complain(err, "--routing-from and --routing-skew both give the routing: give one"), -1;
@@ -226,7 +226,7 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
                         "has neither tensor nor pipeline parallelism)", (long long)integer(f, "--dp", 0),
                         (long long)l->ep, (long long)l->world), -1;
     problem = moe_plan_run_problem(&o->model, c, &o->run);
-    if (!problem && o->routing.num_samples) o->run.routing_skew = moe_plan_routing_skew(&o->routing, l->ep);
+    if (!problem && o->routing.num_samples) l->routing_skew = moe_plan_routing_skew(&o->routing, l->ep);
     if (problem)
         return complain(err, "%s (GPUs %lld, experts %lld, --ep %lld, --micro-batch %lld, --global-batch %lld)", problem,
                         (long long)l->world, (long long)o->model.num_experts, (long long)l->ep,

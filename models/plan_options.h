@@ -13,7 +13,7 @@ typedef struct {
     moe_plan_cluster cluster;
     moe_plan_run run;
     moe_plan_routing routing; /* --routing-from: a run's expert counts (num_samples 0: not given); the run's
-                                 routing_skew is its skew at the run's ep (moe_plan_options_free releases it) */
+                                 layout's routing_skew is its skew at the layout's ep (moe_plan_options_free releases it) */
     const char *hf_config; /* NULL: the model came from the shape flags (moe-train's names and defaults) */
     int search;            /* 1: rank every layout that fits (models/plan_search.h)                       */
     int top;               /* layouts --search prints                                                    */

@@ -26,7 +26,7 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
                 if (per_gpu % mb) continue;
                 moe_plan_run r = *base;
                 r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
-                if (routing) r.routing_skew = moe_plan_routing_skew(routing, ep);
+                if (routing) r.layout.routing_skew = moe_plan_routing_skew(routing, ep);
                 if (moe_plan_run_problem(m, c, &r)) continue;
                 const moe_plan_prediction p = moe_plan_predict(m, c, &r);
                 ++*num_tried;

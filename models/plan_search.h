@@ -15,7 +15,7 @@ typedef struct {
 
 /* base gives the cluster's world, the sequence length, precision, attention, workspace and global batch (a
  * multiple of the world); its ep, zero and micro_batch are ignored. routing: a run's routing, whose skew each ep
- * gets (models/plan_routing.h); NULL: every ep gets base's routing_skew. *out (malloc'ed, the caller frees) holds the
+ * gets (models/plan_routing.h); NULL: every ep gets base's layout.routing_skew. *out (malloc'ed, the caller frees) holds the
  * layouts that fit, best first (ties: smaller ep, ZeRO off, larger micro-batch); *num_tried counts all predicted.
  * MOE_ERR_OUT_OF_MEMORY is the only failure. */
 moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *base,

@@ -244,7 +244,9 @@ static void check_routing(void) {
     check_bad_routing("{\"step\":1,\"loss\":2}\n", "no step record with expert_tokens");
 
     /* the default model on 2 GPUs, ep 2: a skew of 1.5 adds half the routed experts' FLOPs (6 x 4 layers x 2 x 3 x
-     * 128 x 256 per token) to the MoE compute and half the bandwidth term to each exchange; nothing else moves */
+     * 128 x 256 per token) to the MoE compute and half the bandwidth term to each exchange; the busiest GPU's
+     * experts keep half as many rows again (T k = 512 -> 768): per MoE layer 5 [N, 256] fp32 activations and 5
+     * [N, 128] exchange rows more; nothing else moves */
     moe_model_config cfg = moe_model_config_default();
     cfg.moe.d_model = cfg.d_model, cfg.moe.d_ff = cfg.d_ff;
     const moe_plan_model m = moe_plan_model_from_config(&cfg);
@@ -252,7 +254,7 @@ static void check_routing(void) {
     c.gpus_per_node = 2;
     moe_plan_run run = {.layout = {.world = 2, .ep = 2, .micro_batch = 2, .seq_len = 128}, .global_batch = 4};
     const moe_plan_prediction even = moe_plan_predict(&m, &c, &run);
-    run.routing_skew = 1.5;
+    run.layout.routing_skew = 1.5;
     CHECK(moe_plan_run_problem(&m, &c, &run) == NULL, "skew 1.5 refused");
     const moe_plan_prediction skewed = moe_plan_predict(&m, &c, &run);
     const double rate = 66.9e12 * 0.7, tokens = 256, routed = 6.0 * 4 * 2 * 3 * 128 * 256;
@@ -262,15 +264,37 @@ static void check_routing(void) {
     const double bandwidth_term = 16 * (256.0 * 2 * 128 * 4 / 2) / 450e9;
     CHECK(relative_error(skewed.alltoall_s - even.alltoall_s, 0.5 * bandwidth_term) < 1e-9,
           "skewed all-to-all %g vs even %g", skewed.alltoall_s, even.alltoall_s);
+    CHECK(skewed.memory.activations - even.memory.activations == 4.0 * 5 * 256 * 256 * 4 &&
+              skewed.memory.exchange - even.memory.exchange == 4.0 * 5 * 256 * 128 * 4,
+          "skewed memory: activations +%.0f (want 5242880), exchange +%.0f (want 2621440)",
+          skewed.memory.activations - even.memory.activations, skewed.memory.exchange - even.memory.exchange);
     CHECK(skewed.compute_dense_s == even.compute_dense_s && skewed.allreduce_s == even.allreduce_s &&
           skewed.optimizer_s == even.optimizer_s && skewed.alltoall_intra_bytes == even.alltoall_intra_bytes,
           "the skew moved the dense path, the all-reduce, the optimizer or the mean bytes");
-    run.layout.ep = 1;
+    /* a capacity factor caps the busiest rank's rows: at cf 1.25 a skew of 1.5 counts as 1.25; at cf 0.8 every
+     * rank is capped already, balanced or not, and the skew changes nothing */
+    moe_plan_model capped = m;
+    capped.capacity_factor = 1.25f;
+    run.layout.routing_skew = 1;
+    const moe_plan_prediction capped_even = moe_plan_predict(&capped, &c, &run);
+    run.layout.routing_skew = 1.5;
+    const moe_plan_prediction capped_skewed = moe_plan_predict(&capped, &c, &run);
+    CHECK(relative_error(capped_skewed.compute_moe_s - capped_even.compute_moe_s, 0.25 * routed * tokens / rate * 1.25) <
+              1e-9, "cf 1.25, skew 1.5: MoE compute %g vs even %g", capped_skewed.compute_moe_s,
+          capped_even.compute_moe_s);
+    capped.capacity_factor = 0.8f;
+    const moe_plan_prediction dropping = moe_plan_predict(&capped, &c, &run);
+    run.layout.routing_skew = 1;
+    const moe_plan_prediction dropping_even = moe_plan_predict(&capped, &c, &run);
+    CHECK(dropping.compute_moe_s == dropping_even.compute_moe_s && dropping.alltoall_s == dropping_even.alltoall_s &&
+              dropping.memory.total == dropping_even.memory.total,
+          "cf 0.8: a skew moved the prediction though every rank is capped");
+    run.layout.ep = 1, run.layout.routing_skew = 1.5;
     const moe_plan_prediction one = moe_plan_predict(&m, &c, &run);
-    run.routing_skew = 0;
+    run.layout.routing_skew = 0;
     const moe_plan_prediction one_even = moe_plan_predict(&m, &c, &run);
     CHECK(one.compute_moe_s == one_even.compute_moe_s, "a skew moved an ep 1 layout (no EP rank to wait for)");
-    run.routing_skew = 0.5;
+    run.layout.routing_skew = 0.5;
     CHECK(moe_plan_run_problem(&m, &c, &run) != NULL, "a skew below 1 is not refused");
 }
 
