@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "models/fileio.h"
+#include "models/plan_model.h"
 
 #define OPT_INT MOE_OPT_INT
 #define OPT_FLOAT MOE_OPT_FLOAT
@@ -388,11 +389,18 @@ void moe_train_options_print(const moe_train_options *o, FILE *f) {
 }
 
 moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size) {
-    const moe_model_footprint f = moe_model_config_footprint(&o->model, o->batch / world_size);
-    const double r = sizeof(moe_real), dense_moments = o->zero ? (double)f.dense_params / world_size : f.dense_params;
-    moe_train_memory m = {.params = 2 * r * (double)(f.dense_params + f.expert_params),
-                          .moments = 2 * r * (dense_moments + (double)f.expert_params),
-                          .activations = (double)f.activation_bytes};
+    const moe_plan_model model = moe_plan_model_from_config(&o->model);
+    const moe_plan_layout layout = {.world = world_size,
+                                    .ep = o->model.moe.ep_size,
+                                    .zero = o->zero,
+                                    .micro_batch = o->batch / world_size,
+                                    .seq_len = o->model.seq_len,
+                                    .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
+                                    .attention = MOE_PLAN_ATTENTION_MATERIALIZED};
+    const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
+    moe_train_memory m = {.params = p.weights + p.masters + p.gradients,
+                          .moments = p.optimizer,
+                          .activations = p.activations + p.exchange};
     m.total = m.params + m.moments + m.activations;
     return m;
 }

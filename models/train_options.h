@@ -119,9 +119,11 @@ void moe_train_option_format(const moe_train_options *o, const moe_train_option 
 /* The float32 v as the shortest decimal that reads back as v ("1e-05", not "9.9999997473787516e-06"). */
 void moe_format_float(float v, char *out, size_t nbytes);
 
-/* The memory one rank needs for a parsed configuration on world_size ranks, in bytes: parameters and their
- * gradients, the AdamW moments (the dense ones 1/W of it under ZeRO-1), the activations the model keeps.
- * A lower bound: the MoE layers' routing and expert buffers and the libraries' own come on top. */
+/* The memory one rank needs for a parsed configuration on world_size ranks, in bytes, by moe-plan's memory model
+ * (models/plan_model.h, which follows what models/model.c and moe/layer.c allocate): parameters, their gradients and
+ * bf16 copies; the AdamW moments (the dense ones 1/W of it under ZeRO-1); the activations the model keeps with each
+ * MoE layer's routing, expert and exchange buffers. A lower bound: it assumes balanced routing (the busiest rank's
+ * experts get more rows), and the libraries' own memory and the world-invariant trees come on top. */
 typedef struct {
     double params, moments, activations, total;
 } moe_train_memory;
