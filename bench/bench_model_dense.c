@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alltoall/tree_reduce.h"
 #include "bench/bench_util.h"
 #include "core/rng.h"
 #include "core/threads.h"
@@ -221,12 +220,8 @@ static void setup(bench *b, const options *o) {
     free(host);
     const size_t P = moe_model_num_dense(b->model) + moe_model_num_expert(b->model);
     b->moment1 = reals(b, P), b->moment2 = reals(b, P);
-    /* the shard tree sized as model.c sizes it: the embedding (or lm_head), a dense SwiGLU, a projection */
-    size_t max = (size_t)V * d;
-    const size_t counts[] = {3 * (size_t)F * d, (size_t)b->A * d, (size_t)b->B * d};
-    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) max = counts[i] > max ? counts[i] : max;
-    bench_check(moe_shard_grads_init(&b->sg, b->rt, b->ops, b->s, o->shards, o->shards ? max : 0),
-                "moe_shard_grads_init");
+    bench_check(moe_shard_grads_init(&b->sg, b->rt, b->ops, b->s, o->shards,
+                                     o->shards ? moe_shard_grads_max_count(c) : 0), "moe_shard_grads_init");
 }
 
 static void teardown(bench *b) {
@@ -279,22 +274,7 @@ static void forward(bench *b, double *loss_sum) {
                 "final rmsnorm");
     bench_check(ops->linear_forward(s, b->lnf, b->p.lm_head, T, d, V, b->logits), "lm_head");
     bench_check(moe_runtime_upload(b->rt, b->d_targets, b->targets, (size_t)T * sizeof(int)), "upload");
-    const int L = b->sg.local_shards;
-    if (!L) {
-        bench_check(ops->cross_entropy_forward(s, b->logits, b->d_targets, T, V, loss_sum), "cross_entropy_forward");
-        return;
-    }
-    moe_tree_acc acc; /* model.c's loss_forward: one sum per shard, added in the shard tree */
-    bench_check(moe_tree_acc_init(&acc, MOE_TREE_F64, L, 1), "moe_tree_acc_init");
-    for (int j = 0; j < L; j++) {
-        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
-        double shard;
-        bench_check(ops->cross_entropy_forward(s, b->logits + (size_t)first * V, b->d_targets + first, end - first, V,
-                                               &shard), "cross_entropy_forward");
-        bench_check(moe_tree_acc_push(&acc, &shard), "moe_tree_acc_push");
-    }
-    *loss_sum = *(const double *)moe_tree_acc_sum(&acc);
-    moe_tree_acc_free(&acc);
+    bench_check(moe_shard_grads_loss(&b->sg, b->logits, b->d_targets, T, V, loss_sum), "moe_shard_grads_loss");
 }
 
 /* model.c's moe_model_backward without the MoE layers: on an MoE layer moe_dx is dL/dln2. */

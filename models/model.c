@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/fail.h"
-#include "alltoall/tree_reduce.h"
 #include "kernels/nonfinite.h"
 #include "models/shard_grads.h"
 #include "moe/dense_ops.h"
@@ -250,20 +249,16 @@ moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int 
     return f;
 }
 
-/* The shard tree of the dense weight gradients, sized for the largest: the embedding (or lm_head), a dense SwiGLU's
- * three matrices, an attention projection. */
+/* The shard tree of the dense weight gradients, sized for the largest (moe_shard_grads_max_count). */
 static moe_status init_shard_grads(moe_model *m) {
     const int S = m->cfg.moe.num_shards, W = moe_comm_size(moe_parallel_world(m->par));
     if (!S) return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, 0, 0);
     if ((W & (W - 1)) || S % W)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "%d virtual shards of the batch need a power-of-two world size that "
                         "divides them, not %d ranks", S, W);
-    const dims n = dims_of(m);
-    size_t max = (size_t)m->cfg.vocab_size * n.d;
-    const size_t counts[] = {3 * (size_t)n.F * n.d, (size_t)n.A * n.d, (size_t)n.B * n.d};
-    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) max = counts[i] > max ? counts[i] : max;
     m->local_shards = S / W;
-    return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, m->local_shards, max);
+    return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, m->local_shards,
+                                moe_shard_grads_max_count(&m->cfg));
 }
 
 moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
@@ -450,25 +445,6 @@ static moe_status ffn_forward(moe_model *m, int l, int T) {
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
-/* The loss sum of the rank's T tokens: one sum, or with shards one per local shard added in the shard tree. */
-static moe_status loss_forward(moe_model *m, int T, double *loss_sum) {
-    const int V = m->cfg.vocab_size, L = m->local_shards;
-    if (!L) return m->dense->cross_entropy_forward(m->ops_state, m->logits, m->targets, T, V, loss_sum);
-    moe_tree_acc acc;
-    MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, L, 1));
-    moe_status st = MOE_OK;
-    for (int j = 0; j < L && st == MOE_OK; j++) {
-        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
-        double shard;
-        st = m->dense->cross_entropy_forward(m->ops_state, m->logits + (size_t)first * V, m->targets + first,
-                                             end - first, V, &shard);
-        if (st == MOE_OK) st = moe_tree_acc_push(&acc, &shard);
-    }
-    if (st == MOE_OK) *loss_sum = *(const double *)moe_tree_acc_sum(&acc);
-    moe_tree_acc_free(&acc);
-    return st;
-}
-
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
                              moe_real *logits_out) {
     const moe_model_config *c = &m->cfg;
@@ -515,7 +491,7 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
     MOE_TRY(moe_runtime_upload(m->rt, m->targets, targets, (size_t)T * sizeof(int)));
-    MOE_TRY(loss_forward(m, T, loss_sum));
+    MOE_TRY(moe_shard_grads_loss(&m->shard_grads, m->logits, m->targets, T, m->cfg.vocab_size, loss_sum));
     m->has_forward = 1;
     return MOE_OK;
 }

@@ -1,6 +1,7 @@
 /* shard_grads.c — dense weight gradients per shard, added in the shard tree (shard_grads.h). */
 #include "models/shard_grads.h"
 
+#include "alltoall/tree_reduce.h"
 #include "core/fail.h"
 
 static moe_status dense_add(void *ctx, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
@@ -17,6 +18,34 @@ moe_status moe_shard_grads_init(moe_shard_grads *g, moe_runtime *rt, const moe_d
 
 void moe_shard_grads_free(moe_shard_grads *g) {
     if (g->local_shards) moe_shard_tree_free(&g->tree);
+}
+
+size_t moe_shard_grads_max_count(const moe_model_config *cfg) {
+    const size_t d = (size_t)cfg->d_model, hd = d / (size_t)cfg->num_heads;
+    const size_t counts[] = {(size_t)cfg->vocab_size * d, 3 * (size_t)cfg->d_ff * d, cfg->num_heads * hd * d,
+                             cfg->num_kv_heads * hd * d};
+    size_t max = 0;
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) max = counts[i] > max ? counts[i] : max;
+    return max;
+}
+
+moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
+                                double *loss_sum) {
+    const int L = g->local_shards;
+    if (!L) return g->dense->cross_entropy_forward(g->state, logits, targets, T, vocab, loss_sum);
+    moe_tree_acc acc;
+    MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, L, 1));
+    moe_status st = MOE_OK;
+    for (int j = 0; j < L && st == MOE_OK; j++) {
+        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
+        double shard;
+        st = g->dense->cross_entropy_forward(g->state, logits + (size_t)first * vocab, targets + first, end - first,
+                                             vocab, &shard);
+        if (st == MOE_OK) st = moe_tree_acc_push(&acc, &shard);
+    }
+    if (st == MOE_OK) *loss_sum = *(const double *)moe_tree_acc_sum(&acc);
+    moe_tree_acc_free(&acc);
+    return st;
 }
 
 /* One op over rows [first, first + n) of the backward, its weight gradient into dW. */

@@ -10,6 +10,7 @@
 #ifndef MOE_MODELS_SHARD_GRADS_H
 #define MOE_MODELS_SHARD_GRADS_H
 
+#include "models/model.h"
 #include "moe/dense_ops.h"
 #include "moe/shard_tree.h"
 
@@ -22,10 +23,18 @@ typedef struct {
 } moe_shard_grads;
 
 /* local_shards 0: off (nothing allocated); else a power of two, max_count the largest gradient tensor summed
- * (the dense SwiGLU's three count as one). dense, state: where the ops run (the model's). */
+ * (the dense SwiGLU's three count as one: moe_shard_grads_max_count). dense, state: where the ops run (the model's). */
 moe_status moe_shard_grads_init(moe_shard_grads *g, moe_runtime *rt, const moe_dense_ops *dense,
                                 moe_dense_state *state, int local_shards, size_t max_count);
 void moe_shard_grads_free(moe_shard_grads *g);
+/* The largest dense weight gradient of cfg's model: the embedding (or lm_head), a dense SwiGLU's three matrices, an
+ * attention projection. */
+size_t moe_shard_grads_max_count(const moe_model_config *cfg);
+
+/* The cross-entropy loss sum of T rows of logits [T, vocab]: one sum, or one per local shard added in double in
+ * the fixed tree (alltoall/tree_reduce.h), as every sum over the batch is with shards. */
+moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
+                                double *loss_sum);
 
 /* dW [out, in] += dy^T x */
 moe_status moe_shard_grads_linear(moe_shard_grads *g, const moe_real *dy, const moe_real *x, int in, int out,
