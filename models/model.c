@@ -253,10 +253,7 @@ moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int 
 static moe_status init_shard_grads(moe_model *m) {
     const int S = m->cfg.moe.num_shards, W = moe_comm_size(moe_parallel_world(m->par));
     if (!S) return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, 0, 0);
-    if ((W & (W - 1)) || S % W)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "%d virtual shards of the batch need a power-of-two world size that "
-                        "divides them, not %d ranks", S, W);
-    m->local_shards = S / W;
+    MOE_TRY(moe_shard_tree_local_shards(S, W, &m->local_shards));
     return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, m->local_shards,
                                 moe_shard_grads_max_count(&m->cfg));
 }

@@ -144,13 +144,8 @@ static moe_status layer_add(void *ctx, const moe_real *a, const moe_real *b, siz
 
 /* cfg.num_shards: S / W local shards, which needs W a power of two dividing S. */
 static moe_status local_shards_of(moe_layer *L) {
-    const int S = L->cfg.num_shards, W = moe_comm_size(moe_parallel_world(L->par));
-    if (!S) return MOE_OK;
-    if ((W & (W - 1)) || S % W)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "%d virtual shards of the batch need a power-of-two world size that "
-                        "divides them, not %d ranks", S, W);
-    L->local_shards = S / W;
-    return MOE_OK;
+    if (!L->cfg.num_shards) return MOE_OK;
+    return moe_shard_tree_local_shards(L->cfg.num_shards, moe_comm_size(moe_parallel_world(L->par)), &L->local_shards);
 }
 
 moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer) {

@@ -6,6 +6,15 @@
 
 static moe_real *slot(const moe_shard_tree *t, int level) { return t->slots + (size_t)level * t->max_count; }
 
+moe_status moe_shard_tree_local_shards(int num_shards, int world_size, int *local) {
+    const int S = num_shards, W = world_size;
+    if (W < 1 || (W & (W - 1)) || S % W)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "%d virtual shards of the batch need a power-of-two world size that "
+                        "divides them, not %d ranks", S, W);
+    *local = S / W;
+    return MOE_OK;
+}
+
 moe_status moe_shard_tree_init(moe_shard_tree *t, moe_runtime *rt, moe_shard_add_fn add, void *ctx, int num_leaves,
                                size_t max_count) {
     *t = (moe_shard_tree){.rt = rt, .add = add, .ctx = ctx, .num_leaves = num_leaves, .max_count = max_count};

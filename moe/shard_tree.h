@@ -29,6 +29,10 @@ typedef struct {
     moe_real *spare;        /* [max_count]: the schedule's spare (an odd leaf until its carry) */
 } moe_shard_tree;
 
+/* The local shards of S virtual shards on world_size ranks (rank r holds [r S/W, (r+1) S/W)) into *local: S / W,
+ * which needs W a power of two dividing S (MOE_ERR_INVALID_CONFIG, the reason recorded, otherwise). */
+moe_status moe_shard_tree_local_shards(int num_shards, int world_size, int *local);
+
 /* num_leaves: a power of two >= 1 (MOE_ERR_INVALID_CONFIG otherwise); max_count: the largest quantity summed. */
 moe_status moe_shard_tree_init(moe_shard_tree *t, moe_runtime *rt, moe_shard_add_fn add, void *ctx, int num_leaves,
                                size_t max_count);
