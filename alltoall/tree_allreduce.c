@@ -11,7 +11,8 @@ moe_tree_algorithm moe__tree_algorithm_for(const moe_comm *c, size_t count, size
                                                                : MOE_TREE_HALVING_DOUBLING;
 }
 
-size_t moe__tree_scratch_count(moe_tree_algorithm algo, size_t count) {
+size_t moe__tree_scratch_count(const moe_comm *c, moe_tree_algorithm algo, size_t count) {
+    if (c->size == 1) return 0;
     /* halving: step 0 receives the larger half at most */
     return algo == MOE_TREE_RECURSIVE_DOUBLING ? count : count - count / 2;
 }

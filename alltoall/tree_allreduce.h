@@ -36,8 +36,9 @@ typedef struct {
 enum { MOE__TREE_DOUBLING_MAX_NBYTES = 32 << 10 };
 moe_tree_algorithm moe__tree_algorithm_for(const moe_comm *c, size_t count, size_t elem_nbytes);
 
-/* Elements of scratch the schedule needs (what the partner sends before it is added). */
-size_t moe__tree_scratch_count(moe_tree_algorithm algo, size_t count);
+/* Elements of scratch the schedule needs on c (what the partner sends before it is added): none on one rank,
+ * where the all-reduce is the identity. */
+size_t moe__tree_scratch_count(const moe_comm *c, moe_tree_algorithm algo, size_t count);
 
 /* Runs the schedule on c (size a power of two, checked by comm.c) over buf, count elements of elem_nbytes. */
 moe_status moe__tree_allreduce_run(const moe__tree_ops *ops, void *ctx, const moe_comm *c, moe_tree_algorithm algo,

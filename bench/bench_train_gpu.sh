@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# bench_train_gpu.sh [--peak-tflops F] [--steps N] [moe-train flags...] — training throughput and MFU of a
+# bench_train_gpu.sh [--peak-tflops F] [--steps N] [--data DIR] [moe-train flags...] — training throughput and MFU of a
 # ~1.2B-parameter MoE (~0.39B active) on one GPU with moe-train --device cuda (bf16 by default), for
 # docs/BENCHMARKS.md. Needs the build (scripts/setup.sh), a GPU and the data (scripts/prepare_data.sh).
 # Exit 77 without a GPU.
 #
 # The model: 16 layers, d_model 1024, 16 heads, 8 KV heads, 8 experts of d_ff 2816, top-2, vocab 32000,
 # sequences of 1024 tokens, 16 per step (2 micro-batches of 8): 1.22e9 parameters, 0.39e9 active per token. Extra flags replace
-# these (moe-train refuses a flag given twice, so the defaults below are dropped for every flag given).
+# these (moe-train refuses a flag given twice, so the defaults below are dropped for every flag given). The token
+# files: DIR/kjv_train.bin and DIR/kjv_val.bin (default DIR: the checkout's data/, scripts/prepare_data.sh), by
+# absolute path, so that the script runs from any folder.
 #
 # MFU = achieved model FLOP/s / the GPU's dense bf16 peak, with the model FLOPs of one token
 #   6 * N_active + 12 * L * d_model * S
@@ -19,17 +21,19 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
-steps=40 peak=""
+steps=40 peak="" data="$root/data"
 while [ $# -gt 0 ]; do
     case $1 in
     --peak-tflops) peak=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
     *) break ;;
     esac
 done
 [ "$steps" -gt 10 ] || { echo "bench_train_gpu: --steps must exceed 10 (the first 10 are not timed)" >&2; exit 2; }
+data=$(cd "$data" && pwd) || { echo "bench_train_gpu: no data folder $data" >&2; exit 2; }
 model=(--layers 16 --d-model 1024 --heads 16 --kv-heads 8 --d-ff 2816 --experts 8 --top-k 2 --vocab 32000
-       --seq-len 1024 --batch 8 --micro-batches 2)
+       --seq-len 1024 --batch 8 --micro-batches 2 --train-data "$data/kjv_train.bin" --val-data "$data/kjv_val.bin")
 declare -A given=()
 for a in "$@"; do [[ $a == --* ]] && given[$a]=1; done
 flags=()

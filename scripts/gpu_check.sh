@@ -1,97 +1,229 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the one command for a GPU machine: installs what is missing and builds (scripts/setup.sh),
-# runs the gpu test suite, two --verify-steps training runs on the local GPUs (bf16: dropless, then with
-# capacity drops and micro-batches) checked step by step against the CPU fp32 reference, and the GPU
-# benchmarks; then prints one report (passed / failed / numbers, markdown) for docs/BENCHMARKS.md, also
-# written to $MOE_BUILD_DIR/gpu_check_report.md.
-# Exit status: 0 when every check passed, 1 when one failed, 77 when there is no GPU.
-# Environment: MOE_GPU_CHECK_QUICK=1 skips the benchmarks (a minute or two instead of ~15).
+# gpu_check.sh — the one command for a GPU machine (docs/GPU.md): builds for the GPU it finds, runs the gpu test
+# suite, two --verify-steps training runs checked step by step against the CPU fp32 reference, and the GPU
+# benchmarks, and writes one report.
+#   scripts/gpu_check.sh [--out DIR] [--bundle DIR] [--more] [--budget SECONDS] [--rehearse]
+# --out DIR      where the report goes (default: BUILD/gpu_check): report.md (markdown for docs/BENCHMARKS.md and
+#                docs/GPU.md), phases.tsv (each phase: seconds, status), logs/PHASE.log, logs.tar.gz (all logs)
+# --bundle DIR   take Open MPI, jansson, OpenBLAS, pkg-config and the token files from DIR (scripts/gpu_bundle.sh,
+#                made where apt works and carried here), unpacked into BUILD/bundle-prefix. Without the flag:
+#                the machine's own libraries when pkg-config finds them (a cluster's modules, or apt's packages),
+#                else .gpu-bundle/ when it exists, else apt-get installs them (scripts/setup_lib.sh)
+# --more         the second run: what does not fit the first run's budget (the larger benchmark shapes, the
+#                longer training benchmark); builds too (quick when BUILD is there), skips the suite and the verify
+#                runs
+# --budget S     the whole run's seconds (default 480 for the first run, 540 for --more): each phase has its own
+#                limit, cut to what is left; a phase that would start with under 15 s left is not run
+# --rehearse     no GPU needed: every phase that does not need one, as on a GPU machine (bundle, configure,
+#                build for sm_90, report), the gpu suite (which skips), the verify runs on the CPU in bf16 against
+#                the same fp32 reference (2 ranks), the benchmarks' flag checks (--dry-run); for the tests
+# BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
+# commit in the report where the checkout is a copy without .git.
+# NCCL: the toolkit's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh), else none (the
+# report says so; the tests then expect the MPI-staged transport).
+# Exit: 0 every phase passed; 1 a phase failed, ran out of time or was not run (the report says which);
+# 2 usage; 77 no GPU (nvidia-smi lists none) and no --rehearse.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$root/scripts/setup.sh" python3-numpy time || exit 1
-source "$root/scripts/mpi_env.sh"
-build="$moe_build"
-report="$build/gpu_check_report.md"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-status=0
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-gpus=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true)
-if [ -z "$gpus" ]; then
-    echo "gpu_check: no GPU here (nvidia-smi lists none); nothing to check"
-    exit 77
-fi
-ngpu=$(printf '%s\n' "$gpus" | wc -l)
-ranks=1 # the verify runs: the largest power of two <= the GPUs, at most 8 (it divides the batch and the experts)
-while [ $((ranks * 2)) -le "$ngpu" ] && [ $ranks -lt 8 ]; do ranks=$((ranks * 2)); done
-bash "$root/scripts/prepare_data.sh" > /dev/null || { echo "gpu_check: scripts/prepare_data.sh failed" >&2; exit 1; }
+out="" bundle="" mode=first budget="" rehearse=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --out) out=${2:?--out needs a folder}; shift 2 ;;
+    --bundle) bundle=${2:?--bundle needs a folder}; shift 2 ;;
+    --more) mode=more; shift ;;
+    --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    --rehearse) rehearse=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ -n "$budget" ] || budget=$([ $mode = more ] && echo 540 || echo 480)
+[[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_check: --budget takes whole seconds, not '$budget'" >&2; exit 2; }
+build="${MOE_BUILD_DIR:-$root/build-gpu}"
+mkdir -p "$build" && build=$(cd "$build" && pwd)
+out="${out:-$build/gpu_check}"
+rm -rf "$out/logs" && mkdir -p "$out/logs" && out=$(cd "$out" && pwd) || exit 2
+logs="$out/logs"
+start=$(date +%s)
+deadline=$((start + budget))
+printf 'phase\tseconds\tstatus\n' > "$out/phases.tsv"
 
-# 1. the gpu suite: each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
-(cd "$build" && meson test --suite gpu --print-errorlogs --num-processes 1) > "$work/suite.txt" 2>&1
-suite_rc=$?
-count() { sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" "$work/suite.txt" | tail -n 1; }
-[ $suite_rc -eq 0 ] || status=1
-[ "$(count Ok)" -gt 0 ] 2>/dev/null || status=1 # every gpu test skipped on a GPU machine: none saw the GPU
-
-# 2. --verify-steps: 20 steps of the default model on every local GPU, each checked against the CPU reference
-#    (one rank per GPU on up to 8 of them, experts sharded over all: tokens over NCCL)
-verify() { # NAME FLAGS...
-    local name=$1
-    shift
-    mpirun -np "$ranks" "$build/moe-train" --device cuda --ep "$ranks" --steps 20 --verify-steps 20 --eval-interval 0 \
-        --sample-tokens 0 "$@" > "$work/$name.txt" 2>&1
-    local rc=$?
-    [ $rc -eq 0 ] || touch "$work/$name.failed"
-    local last
-    last=$(grep -E "^verify step" "$work/$name.txt" | tail -n 1)
-    if [ $rc -eq 0 ]; then echo "passed: $last"
-    else echo "FAILED (exit $rc): $(grep -E '^moe-train' "$work/$name.txt" | head -n 2 | tr '\n' ' ')"
-    fi
-}
-verify_dropless=$(verify verify_dropless)
-verify_capacity=$(verify verify_capacity --capacity-factor 1.25 --micro-batches 2)
-
-# 3. benchmarks (numbers only; no pass or fail but a program's own failure)
-bench() { # NAME CMD...: the command's last lines
-    local name=$1
-    shift
-    if "$@" > "$work/$name.txt" 2>&1; then grep -vE '^json: ' "$work/$name.txt" | tail -n 6
-    else echo "FAILED (exit $?): $(tail -n 2 "$work/$name.txt" | tr '\n' ' ')"; touch "$work/$name.failed"
-    fi
-}
-if [ "${MOE_GPU_CHECK_QUICK:-0}" != 1 ]; then
-    b_train=$(bench train bash "$root/bench/bench_train_gpu.sh")
-    b_grouped=$(bench grouped "$build/bench/bench_grouped_gemm")
-    b_permute=$(bench permute "$build/bench/bench_permute")
-    b_layer=$(bench layer "$build/bench/bench_moe_layer_gpu")
+# ---- the GPU ----
+source "$root/scripts/setup_lib.sh"
+moe_build_env
+command -v nvcc > /dev/null || { echo "gpu_check: nvcc is not on PATH (nor in /usr/local/cuda/bin): put the CUDA toolkit's bin/ on PATH" >&2; exit 2; }
+if [ $rehearse = 1 ]; then
+    gpus="none: a rehearsal on the CPU (--rehearse)" ngpu=0 arch=90
 else
-    b_train="skipped (MOE_GPU_CHECK_QUICK=1)" b_grouped=$b_train b_permute=$b_train b_layer=$b_train
+    gpus=$(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>/dev/null)
+    if [ -z "$gpus" ]; then
+        echo "gpu_check: no GPU here (nvidia-smi lists none); nothing to check (--rehearse runs the rest)"
+        exit 77
+    fi
+    ngpu=$(printf '%s\n' "$gpus" | wc -l)
+    # SASS for the GPUs found (compute capability 9.0 -> 90), nothing else: a third of the compile time
+    arch=$(printf '%s\n' "$gpus" | awk -F', *' '{ gsub(/\./, "", $4); print $4 }' | sort -u | paste -sd, -)
 fi
-# the functions above ran in $(...) subshells: their failures are marks in $work
-compgen -G "$work/*.failed" > /dev/null && status=1
 
+# ---- phases ----
+# phase NAME LIMIT CMD...: runs CMD with its output in logs/NAME.log, at most LIMIT seconds (and never past the
+# budget); one line in phases.tsv. Returns CMD's status (124: out of time; 3: not run, the budget was spent).
+failed=0
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+since() { # T0_MS -> seconds since, to a tenth
+    local d=$(($(now_ms) - $1))
+    printf '%d.%d' $((d / 1000)) $((d % 1000 / 100))
+}
+record() { # NAME SECONDS STATUS
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$out/phases.tsv"
+    printf 'gpu_check: %-18s %6ss  %s\n' "$1" "$2" "$3"
+    case $3 in ok | "skipped (rehearsal)" | "skipped (no GPU)") ;; *) failed=1 ;; esac
+}
+phase() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((deadline - $(date +%s) - 5))
+    if [ $left -lt 15 ]; then
+        record "$name" 0 "not run: the ${budget}-second budget was spent"
+        return 3
+    fi
+    [ "$limit" -le $left ] || limit=$left
+    local t0 rc status
+    t0=$(now_ms)
+    timeout -k 10 "$limit" "$@" > "$logs/$name.log" 2>&1
+    rc=$?
+    case $rc in
+    0) status=ok ;;
+    124 | 137) status="out of time (${limit} s)" ;;
+    77) status=$([ $rehearse = 1 ] && echo "skipped (rehearsal)" || echo "skipped (no GPU)") ;;
+    *) status="FAILED (exit $rc)" ;;
+    esac
+    record "$name" "$(since "$t0")" "$status"
+    return $rc
+}
+# timed NAME FUNCTION...: a step that changes this shell's environment (no time limit of its own)
+timed() {
+    local name=$1 t0 rc
+    shift
+    t0=$(now_ms)
+    "$@" > "$logs/$name.log" 2>&1
+    rc=$?
+    record "$name" "$(since "$t0")" "$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")"
+    return $rc
+}
+finish() { # writes the report, packs the logs, exits
+    python3 "$root/scripts/gpu_report.py" "$out" > "$out/report.md" 2> "$logs/report.log" ||
+        { echo "gpu_check: the report could not be written ($logs/report.log)" >&2; failed=1; }
+    tar -czf "$out/logs.tar.gz" -C "$out" logs
+    cat "$out/report.md"
+    echo "gpu_check: report $out/report.md, logs $logs (and logs.tar.gz)"
+    exit $failed
+}
+
+# ---- what the build needs: the machine's own, the bundle's, or apt's ----
+system_has_deps() {
+    command -v mpirun && command -v pkg-config && pkg-config --exists jansson openblas &&
+        { pkg-config --exists ompi-c || pkg-config --exists mpi || command -v mpicc; }
+}
+if [ -z "$bundle" ] && ! system_has_deps > /dev/null 2>&1 && [ -f "$root/.gpu-bundle/debian-packages.tar.gz" ]; then
+    bundle="$root/.gpu-bundle"
+fi
+source "$root/scripts/bundle_env.sh"
+if [ -n "$bundle" ]; then
+    bundle=$(cd "$bundle" 2>/dev/null && pwd) || { echo "gpu_check: no bundle folder $bundle" >&2; exit 2; }
+    deps="the bundle $bundle"
+    data="$bundle/data"
+    timed bundle moe_bundle_activate "$bundle" "$build/bundle-prefix" || finish
+    nccl_prefix="$build/bundle-prefix"
+else
+    if system_has_deps > /dev/null 2>&1; then
+        deps="the machine's own (pkg-config)"
+    else
+        deps="apt-get"
+        timed packages moe_install_packages "${moe_build_packages[@]}" bible-kjv || finish
+    fi
+    data="$root/data"
+    nccl_prefix="$build/nccl-prefix"
+fi
+nccl_dir=$(moe_nccl_dir "$nccl_prefix")
+if [ -n "$nccl_dir" ]; then nccl="$nccl_dir"
+elif [ -f "$(dirname "$(dirname "$(command -v nvcc)")")/include/nccl.h" ]; then nccl="the CUDA toolkit's"
+else nccl="none found: the MPI-staged transport only"
+fi
 {
-    echo "## gpu_check: $(date -u +%Y-%m-%d) on $ngpu GPU(s): $(printf '%s\n' "$gpus" | head -n 1)"
-    echo
-    echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-    echo
-    echo "| check | result |"
-    echo "| --- | --- |"
-    echo "| gpu suite | $(count Ok) passed, $(( $(count Fail) + $(count Timeout) )) failed, $(count Skipped) skipped |"
-    echo "| --verify-steps 20, bf16, dropless, $ranks rank(s) | $verify_dropless |"
-    echo "| --verify-steps 20, bf16, capacity 1.25, 2 micro-batches, $ranks rank(s) | $verify_capacity |"
-    echo
-    echo "### ~1.2B MoE training on one GPU (bench/bench_train_gpu.sh)"
-    echo '```'; echo "$b_train"; echo '```'
-    echo "### grouped expert GEMM (build/bench/bench_grouped_gemm)"
-    echo '```'; echo "$b_grouped"; echo '```'
-    echo "### permute / combine (build/bench/bench_permute)"
-    echo '```'; echo "$b_permute"; echo '```'
-    echo "### MoE layer forward + backward (build/bench/bench_moe_layer_gpu)"
-    echo '```'; echo "$b_layer"; echo '```'
-    [ $suite_rc -eq 0 ] || { echo "### gpu suite failures"; echo '```'; grep -E "FAIL|Timeout" "$work/suite.txt" | head -n 20; echo '```'; }
-    echo
-    [ $status -eq 0 ] && echo "**every check passed**" || echo "**FAILED: see above; the logs (suite.txt, verify_*.txt, ...) are in $build**"
-} | tee "$report"
-cp "$work"/*.txt "$build/" 2>/dev/null || true
-exit $status
+    echo "mode: $mode$([ $rehearse = 1 ] && echo ", rehearsal")"
+    echo "gpus: $gpus"
+    echo "gpu_arch: $arch"
+    echo "dependencies: $deps"
+    echo "nccl: $nccl"
+    echo "data: $data"
+    echo "cores: $(getconf _NPROCESSORS_ONLN)"
+    if git -C "$root" rev-parse --short HEAD > /dev/null 2>&1; then
+        echo "commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD || echo " (with uncommitted changes)")"
+    else # a copy of the tree without .git: the commit as the sender named it
+        echo "commit: ${MOE_COMMIT:-unknown}"
+    fi
+    echo "nvcc: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+    echo "python: $(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null)"
+    echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)"
+    echo "budget_s: $budget"
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} > "$out/env.txt"
+
+# ---- configure and build ----
+meson_args=(--buildtype=release -Dcuda=enabled "-Dgpu_arch=$arch")
+[ -n "$nccl_dir" ] && meson_args+=("-Dnccl_dir=$nccl_dir")
+reconfigure=()
+[ -f "$build/build.ninja" ] && reconfigure=(--reconfigure)
+phase configure 120 meson setup "${reconfigure[@]}" "$build" "$root" "${meson_args[@]}" || finish
+phase build 300 meson compile -C "$build" || finish
+ldd "$build/moe-train" > "$logs/libraries.log" 2>&1
+# the token files: the bundle's, or prepared here (bible-kjv from apt, and this build's moe-text-to-tokens)
+[ -f "$data/kjv_train.bin" ] || phase data 120 env MOE_BUILD_DIR="$build" bash "$root/scripts/prepare_data.sh" ||
+    finish
+data=$(cd "$data" && pwd)
+
+source "$root/scripts/mpi_env.sh"
+if [ $rehearse = 1 ]; then
+    ranks=2 device=(--device cpu --precision bf16 --threads 1) dry=(--dry-run)
+else
+    ranks=1 # one rank per GPU: the largest power of two <= the GPUs, at most 8 (it divides the batch and experts)
+    while [ $((ranks * 2)) -le "$ngpu" ] && [ $ranks -lt 8 ]; do ranks=$((ranks * 2)); done
+    device=(--device cuda) dry=()
+fi
+gpu_only() { # NAME LIMIT CMD...: a benchmark that needs torch or a whole training run: not in a rehearsal
+    if [ $rehearse = 1 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
+}
+
+if [ $mode = first ]; then
+    # 1. each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
+    phase suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4
+    # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
+    source "$root/scripts/gpu_verify_runs.sh"
+    for name in "${gpu_verify_names[@]}"; do
+        gpu_verify_command "$name" "$data"
+        phase "verify_$name" 120 mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks "${gpu_verify_args[@]}"
+    done
+    # 3. benchmarks, the goals' first (docs/GPU.md): training MFU, grouped GEMM vs dense, permute vs copy, the layer
+    #    vs PyTorch
+    gpu_only train 150 bash "$root/bench/bench_train_gpu.sh" --steps 30 --data "$data"
+    phase grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"
+    phase permute 45 "$build/bench/bench_permute" "${dry[@]}"
+    phase layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"
+    gpu_only layer_torch 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py"
+    phase layer_invariant 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
+else
+    # the second run: other shapes (Qwen3-30B-A3B's experts: 128 of d_ff 768 at d 2048, top-8), longer training
+    qwen=(--experts 128 --top-k 8 --d-model 2048 --d-ff 768)
+    gpu_only train_long 240 bash "$root/bench/bench_train_gpu.sh" --steps 100 --data "$data"
+    phase grouped_gemm_small 45 "$build/bench/bench_grouped_gemm" --experts 8 --rows 4096 "${dry[@]}"
+    phase grouped_gemm_large 60 "$build/bench/bench_grouped_gemm" --experts 8 --rows 65536 "${dry[@]}"
+    phase grouped_gemm_qwen 60 "$build/bench/bench_grouped_gemm" --experts 128 --d-model 2048 --d-ff 768 \
+        --rows 131072 "${dry[@]}"
+    phase permute_qwen 45 "$build/bench/bench_permute" --experts 128 --top-k 8 --d-model 2048 "${dry[@]}"
+    phase layer_qwen 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${qwen[@]}" "${dry[@]}"
+    gpu_only layer_torch_qwen 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py" "${qwen[@]}"
+fi
+finish

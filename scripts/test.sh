@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh — the README's second command: installs, builds, then runs every test suite.
 #   unit: CPU tests; ref: against the PyTorch implementation; mpi: 1, 2 and 4 ranks under mpirun;
-#   faults: jobs hurt on purpose (docs/RELIABILITY.md); gpu: CUDA tests (skip without a GPU);
+#   faults: jobs hurt on purpose (docs/RELIABILITY.md); gpu: CUDA tests (skip without a GPU); bundle: the bare GPU
+#   machine's path (scripts/gpu_check.sh --rehearse from the bundle alone);
 #   then the mpi suite again over Open MPI's TCP transport (meson test --setup tcp), and, in builds of their
 #   own, fuzz (scripts/fuzz.sh) and sanitize (scripts/sanitize.sh).
 # Extra arguments go to `meson test` of the main build only (for example --suite unit, or a test's name).
@@ -19,7 +20,7 @@ if ! /usr/bin/python3 -c 'import transformers' 2>/dev/null; then
         || echo "test.sh: could not install transformers; test_hf_interop will skip" >&2
 fi
 cd "$moe_build"
-suites=(--suite unit --suite ref --suite mpi --suite faults --suite gpu)
+suites=(--suite unit --suite ref --suite mpi --suite faults --suite gpu --suite bundle)
 [ $# -gt 0 ] && suites=()
 status=0
 meson test --print-errorlogs --num-processes 2 "${suites[@]}" "$@" | tee meson-logs/test-summary.txt || status=$?

@@ -365,9 +365,10 @@ static int segment_rows(int e, int s, int S, moe_rng *rng) {
 /* The backward with S segments (both modes) against (a) the host sum, in the documented order, of the products
  * of separate one-segment CUDA calls (bitwise, S > 1), (b) the CPU backward with the same segments (tolerance
  * rows), and shows (a) can fail: the in-order sum, and the one-product-per-expert call (segments = 1), differ
- * from it. The one-segment calls' products equal the segmented call's leaves when cuBLAS picks the same kernel
- * for beta 0 (the leaf) and beta 1 (onto zeros) at the same shape: assumed, and the first thing to look at if
- * (a) fails on a GPU where (b) passes. */
+ * from it. Each separate call forms its leaf as the segmented call does, with beta 0: it is a two-segment call
+ * (the segment, then an empty one) onto zero gradients, whose tree gives 0 + (leaf + 0) = the leaf exactly. (A
+ * one-segment call would be one beta-1 product onto zeros, for which cuBLAS may choose another kernel or split
+ * than for beta 0 at the same shape: other bits, not an error.) */
 static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
     const int E = SEG_E, d = SEG_D, f = SEG_F;
     const size_t wc = (size_t)d * f, wn = E * wc;
@@ -431,6 +432,7 @@ static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
     memcpy(want, grads0, 3 * wn * 4), memcpy(in_order, grads0, 3 * wn * 4);
     float *leaf_store = (float *)xmalloc((size_t)S * 3 * wc * 4), *leaf[3][SEG_MAX];
     float *d_leaf = (float *)test_gpu_alloc(gpu, 3 * wc * sizeof(float));
+    float *d_leaf_scratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(d, f, 2) * sizeof(float));
     moe_layer_weights gl = {NULL, d_leaf, d_leaf + wc, d_leaf + 2 * wc};
     for (int e = 0; e < E; e++) {
         if (off[e + 1] == off[e]) continue; /* an expert without rows keeps its gradients */
@@ -443,9 +445,10 @@ static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
                 memset(l, 0, 3 * wc * 4);
                 continue;
             }
+            const int leaf_then_empty[3] = {range[0], range[1], range[1]};
             CHECK_OK(moe_gpu_zero(gpu, d_leaf, 3 * wc * sizeof(float)));
-            CHECK_OK(moe_expert_ffn_backward_cuda(gpu, MOE_EXPERT_GEMM_PER_EXPERT, &we, &gl, 1, d, f, range, 1, d_xp,
-                                                  d_h13, d_act, d_dy, d_dh13, d_dact, d_dxp, NULL));
+            CHECK_OK(moe_expert_ffn_backward_cuda(gpu, MOE_EXPERT_GEMM_PER_EXPERT, &we, &gl, 1, d, f, leaf_then_empty, 2,
+                                                  d_xp, d_h13, d_act, d_dy, d_dh13, d_dact, d_dxp, d_leaf_scratch));
             test_gpu_download(gpu, l, d_leaf, 3 * wc * 4);
         }
         for (int b = 0; b < 3; b++) {
@@ -507,7 +510,8 @@ static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
     free(w1), free(w3), free(w2), free(dy), free(xp), free(h13), free(act), free(grads0);
     free(got[0]), free(got[1]), free(one_product), free(dxp_got), free(want), free(in_order), free(leaf_store);
     free(h1), free(h3), free(gc), free(dh1), free(dh3), free(dxp_want), free(wscratch), free(dxpg);
-    void *dev[] = {wb.w13, wb.w2, d_xp, d_dy, d_h13, d_act, d_dh13, d_dact, d_dxp, d_grads, d_scratch, d_leaf};
+    void *dev[] = {wb.w13, wb.w2, d_xp, d_dy, d_h13, d_act, d_dh13, d_dact, d_dxp, d_grads, d_scratch, d_leaf,
+                   d_leaf_scratch};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) test_gpu_free(gpu, dev[i]);
 }
 

@@ -1,8 +1,15 @@
 #!/bin/bash
-# test_gpu_train.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE (suite gpu) — two steps of moe-train
-# --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU fp32
-# reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
-# and with micro-batches), then 1 rank on NCCL. Exit 77 (skip) where there is no GPU.
+# test_gpu_train.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE nccl|no-nccl (suite gpu) — two steps of
+# moe-train --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU
+# fp32 reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
+# and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
+# argument, from meson), else MPI-staged. Exit 77 (skip) where there is no GPU.
+nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
+case $nccl in
+nccl) lone_transport="NCCL transport" ;;
+no-nccl) lone_transport="MPI-staged transport" ;;
+*) echo "test_gpu_train: the fifth argument is nccl or no-nccl, not '$nccl'" >&2; exit 2 ;;
+esac
 source "$(dirname "$0")/train_cli_common.sh"
 
 merge --device cuda --verify-steps 2 --ep 2 --capacity-factor 1.25
@@ -18,9 +25,9 @@ trains "cuda bf16, 2 ranks, micro-batches 2, sigmoid, vs the CPU" "verify step 2
     --device cuda --verify-steps 2 --ep 2 --micro-batches 2 --score sigmoid
 merge --device cuda --verify-steps 2
 if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
-    grep -q "NCCL transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt"; then
-    echo "ok: cuda bf16, 1 rank on NCCL: $(grep 'verify step 2: ' "$dir/out.txt")"
+    grep -q "$lone_transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt"; then
+    echo "ok: cuda bf16, 1 rank ($lone_transport): $(grep 'verify step 2: ' "$dir/out.txt")"
 else
-    fail_with_output "cuda bf16, 1 rank on NCCL"
+    fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport expected)"
 fi
 finish test_gpu_train

@@ -10,12 +10,14 @@
  * every data set the left-to-right sum of the leaves, and for W >= 4 the left-to-right sum of the ranks' subtrees
  * (what a rank-order chain would give), must differ from the tree somewhere. Also: the local accumulator's
  * refusals (6 leaves, a leaf too many) and array form, and, for W >= 4, a 3-rank communicator refused with
- * MOE_ERR_INVALID_CONFIG on each of its ranks before any communication. */
+ * MOE_ERR_INVALID_CONFIG on each of its ranks before any communication; and the scratch the transports allocate
+ * for the all-reduce: none on one rank. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/comm_mpi.h"
 #include "alltoall/comm_transport.h" /* white box: the count of completed exchanges */
+#include "alltoall/tree_allreduce.h"  /* white box: the scratch the transports allocate */
 #include "core/fail.h"
 #include "tests/test_mpi.h"
 #include "tests/test_tree_data.h"
@@ -128,6 +130,18 @@ static void check_not_power_of_two(int rank) {
     moe_comm_destroy(c);
 }
 
+/* The scratch every transport sizes from moe__tree_scratch_count (the NCCL transport's is device memory): none
+ * on one rank, where the all-reduce copies nothing; the partner's whole buffer (doubling) or its larger half
+ * (halving) otherwise. */
+static void check_scratch_count(const moe_comm *c, int W) {
+    const size_t n = 1001;
+    const size_t doubling = moe__tree_scratch_count(c, MOE_TREE_RECURSIVE_DOUBLING, n);
+    const size_t halving = moe__tree_scratch_count(c, MOE_TREE_HALVING_DOUBLING, n);
+    if (W == 1) CHECK(doubling == 0 && halving == 0, "W=1: tree scratch %zu / %zu values, want none", doubling, halving);
+    else CHECK(doubling == n && halving == n - n / 2, "W=%d: tree scratch %zu / %zu values, want %zu / %zu", W,
+               doubling, halving, n, n - n / 2);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int W, rank;
@@ -148,6 +162,7 @@ int main(int argc, char **argv) {
                 printf("W=%d %s count %zu: local trees and the all-reduce (3 algorithms) checked\n", W,
                        d ? "double" : "float", kCounts[k]);
         }
+    check_scratch_count(c, W);
     moe_comm_destroy(c);
     if (W >= 4) check_not_power_of_two(rank);
     return test_mpi_finish("test_tree_allreduce_mpi");

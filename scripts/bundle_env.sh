@@ -1,0 +1,81 @@
+# bundle_env.sh — sourced: puts the GPU bundle (scripts/gpu_bundle.sh) to use on a machine that lacks what the
+# build and the tests need (a bare GPU machine: CUDA, Python, meson and ninja, no Open MPI, jansson, OpenBLAS or
+# pkg-config, no package registry).
+#   source scripts/bundle_env.sh
+#   moe_bundle_activate BUNDLE_DIR PREFIX   # unpacks into PREFIX (made anew; never /), exports the environment
+#   moe_nccl_dir PREFIX                     # prints a folder for meson's -Dnccl_dir, or nothing (see below)
+# The packages are Debian 12's (glibc 2.36), unpacked under PREFIX/usr, never over /. What activation exports:
+#   PATH             PREFIX/usr/bin first (mpirun, pkg-config)
+#   LD_LIBRARY_PATH  the bundle's library folders first (Open MPI, PMIx, OpenBLAS, jansson, ...); the few base
+#                    libraries a bare machine may still lack (libudev, libuuid, libatomic) only where the system
+#                    has none of that name (ldconfig -p), so that the system's own copies keep serving the rest
+#   PKG_CONFIG, PKG_CONFIG_PATH  the bundle's pkgconf and .pc files, whose /usr paths are rewritten to PREFIX/usr
+#   OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_INSTALL_PREFIX  Open MPI's and PMIx's relocation: they look for their
+#                    plugins, help texts and configuration under PREFIX instead of the /usr they were built for
+# Returns non-zero with a message on stderr when the bundle is missing or incomplete.
+
+moe_bundle_activate() {
+    local bundle=$1 prefix=$2
+    case $prefix in
+    / | "" | /usr | /usr/*) echo "bundle_env: will not unpack into '$prefix' (give a private folder)" >&2; return 1 ;;
+    esac
+    local tarball="$bundle/debian-packages.tar.gz"
+    [ -f "$tarball" ] || { echo "bundle_env: $tarball missing: run scripts/gpu_bundle.sh where apt works" >&2; return 1; }
+    local need have
+    need=$(sed -n 's/^glibc //p' "$bundle/MANIFEST" 2>/dev/null)
+    have=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed 's/^glibc //')
+    if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n 1)" != "$need" ]; then
+        echo "bundle_env: the bundle's libraries need glibc $need or newer; this machine has $have (make the" \
+            "bundle on a Debian release as old as this machine, or install Open MPI, jansson and OpenBLAS here)" >&2
+        return 1
+    fi
+    rm -rf "$prefix" && mkdir -p "$prefix" || return 1
+    prefix=$(cd "$prefix" && pwd)
+    tar -xzf "$tarball" -C "$prefix" || { echo "bundle_env: could not unpack $tarball" >&2; return 1; }
+    local lib="$prefix/usr/lib/x86_64-linux-gnu"
+    [ -f "$lib/libmpi.so.40" ] || { echo "bundle_env: $tarball holds no Open MPI" >&2; return 1; }
+
+    # .pc files name /usr (as prefix= or as whole paths): point them into the prefix
+    local pc
+    while IFS= read -r -d '' pc; do
+        sed -i -E "s#^([A-Za-z_]+)=/usr(/|\$)#\\1=$prefix/usr\\2#" "$pc" || return 1
+    done < <(find "$prefix/usr" -name '*.pc' -type f -print0)
+
+    # base libraries, only where the system lacks them (ldconfig's cache names a file that is there)
+    local active="$prefix/fallback-active" so name path
+    mkdir -p "$active"
+    for so in "$prefix"/fallback/*.so.*; do
+        [ -e "$so" ] || continue
+        name=$(basename "$so")
+        path=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n { print $NF; exit }')
+        [ -n "$path" ] && [ -e "$path" ] || ln -sf "$so" "$active/$name"
+    done
+
+    export PATH="$prefix/usr/bin:$PATH"
+    export LD_LIBRARY_PATH="$lib:$lib/openmpi/lib:$lib/openblas-pthread:$active${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export PKG_CONFIG="$prefix/usr/bin/pkgconf"
+    export PKG_CONFIG_PATH="$lib/pkgconfig:$lib/openmpi/lib/pkgconfig:$lib/openblas-pthread/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export OPAL_PREFIX="$prefix/usr" OPAL_SYSCONFDIR="$prefix/etc/openmpi" PMIX_INSTALL_PREFIX="$prefix/usr"
+    export MOE_BUNDLE_PREFIX="$prefix"
+}
+
+# NCCL for the build: the toolkit's own (meson finds it there; nothing to print), else the nvidia-nccl-cu13 (or
+# -cu12) pip package beside the machine's python3, whose lib folder has libnccl.so.2 but no libnccl.so: a folder
+# PREFIX/nccl is made with include -> the package's headers and lib/libnccl.so(.2) -> its library, and printed.
+# Nothing printed and status 1 when neither has NCCL (the build then goes without it and says so).
+moe_nccl_dir() {
+    local prefix=$1 cuda
+    cuda=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
+    if [ -f "$cuda/include/nccl.h" ] || [ -f /usr/include/nccl.h ]; then return 0; fi
+    local py pkg=""
+    for py in python3 /usr/bin/python3; do
+        pkg=$("$py" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) && [ -n "$pkg" ] && break
+        pkg=""
+    done
+    [ -n "$pkg" ] && [ -f "$pkg/include/nccl.h" ] && [ -f "$pkg/lib/libnccl.so.2" ] || return 1
+    mkdir -p "$prefix/nccl/lib" || return 1
+    ln -sfn "$pkg/include" "$prefix/nccl/include"
+    ln -sf "$pkg/lib/libnccl.so.2" "$prefix/nccl/lib/libnccl.so.2"
+    ln -sf libnccl.so.2 "$prefix/nccl/lib/libnccl.so"
+    echo "$prefix/nccl"
+}

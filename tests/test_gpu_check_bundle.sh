@@ -1,0 +1,75 @@
+#!/bin/bash
+# test_gpu_check_bundle.sh SOURCE_ROOT BUILD_DIR (suite bundle) — the bare GPU machine's path, shown without a GPU:
+# scripts/gpu_bundle.sh fills a bundle (apt-get download), then, in a mount namespace in which every file of the
+# bundled packages, of oneDNN and of pkg-config is gone (overlays on /usr and /etc whiting them out), gpu_check.sh
+# --rehearse --bundle runs from another folder: unpacks the bundle into a private prefix, configures and builds the
+# whole project (CUDA for sm_90 included) against the bundle's Open MPI, jansson, OpenBLAS and pkgconf, runs the gpu
+# suite (which skips), the two --verify-steps runs on 2 ranks under the bundle's mpirun (CPU bf16 against the fp32
+# reference, on the bundle's token files) and the benchmarks' flag checks.
+# Checks: gpu_check passes; moe-train loads libmpi, libopenblas and libjansson from the prefix; the hidden files
+# are gone inside the namespace (the hiding is real); both verify runs verified all their steps.
+# Exit 77 (skip) where this is not root or unshare is refused. Needs apt-get (as scripts/gpu_bundle.sh does).
+set -u
+root=$1 build=$2
+[ "$(id -u)" -eq 0 ] || { echo "test_gpu_check_bundle: needs root (mount namespace, overlay mounts)"; exit 77; }
+unshare -m true 2> /dev/null || { echo "test_gpu_check_bundle: unshare -m is refused here"; exit 77; }
+tmp=$(mktemp -d)
+trap '[ -n "${MOE_TEST_KEEP:-}" ] || rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+MOE_BUILD_DIR="$build" bash "$root/scripts/gpu_bundle.sh" "$tmp/bundle" || { echo "FAIL: gpu_bundle.sh"; exit 1; }
+
+# every file (and link) that the bundled packages, oneDNN and pkg-config installed on this machine, by its real
+# folder (/lib is /usr/lib on a merged-/usr system): a whiteout for each in an overlay over /usr and over /etc,
+# so that inside the namespace they do not exist at all (meson's and the linker's searches find nothing)
+packages=$(sed -n 's/^package \([^=]*\)=.*/\1/p' "$tmp/bundle/MANIFEST")
+[ -n "$packages" ] || { echo "FAIL: the bundle's MANIFEST lists no package"; exit 1; }
+for p in $packages libdnnl-dev libdnnl3 pkg-config; do dpkg -L "$p" 2> /dev/null; done | sort -u |
+    while IFS= read -r f; do
+        [ -f "$f" ] || { [ -L "$f" ] && [ ! -d "$f" ]; } || continue # files and their links, not folders
+        echo "$(readlink -f "$(dirname "$f")")/$(basename "$f")"
+    done | sort -u > "$tmp/hidden.txt"
+hidden_mpi=/usr/lib/x86_64-linux-gnu/libmpi.so.40
+grep -qx "$hidden_mpi" "$tmp/hidden.txt" || fail "the system's $hidden_mpi is not among the hidden files"
+for top in usr etc; do
+    mkdir -p "$tmp/overlay-$top/upper" "$tmp/overlay-$top/work"
+    grep "^/$top/" "$tmp/hidden.txt" | while IFS= read -r f; do
+        mkdir -p "$tmp/overlay-$top/upper$(dirname "${f#/$top}")"
+        mknod "$tmp/overlay-$top/upper${f#/$top}" c 0 0
+    done
+done
+[ "$(grep -cvE '^/(usr|etc)/' "$tmp/hidden.txt")" -eq 0 ] || fail "files outside /usr and /etc are not hidden"
+echo "hiding $(wc -l < "$tmp/hidden.txt") files of: $(echo $packages) libdnnl-dev libdnnl3 pkg-config"
+
+mkdir -p "$tmp/elsewhere"
+cat > "$tmp/inside.sh" << EOF
+for top in etc usr; do # /usr last: the mount program needs its libraries
+    mount -t overlay overlay -o lowerdir=/\$top,upperdir=$tmp/overlay-\$top/upper,workdir=$tmp/overlay-\$top/work /\$top ||
+        exit 90
+done
+[ ! -e $hidden_mpi ] && [ ! -e /usr/include/jansson.h ] || exit 91
+cd "$tmp/elsewhere"
+MOE_BUILD_DIR="$tmp/build" bash "$root/scripts/gpu_check.sh" --rehearse --bundle "$tmp/bundle" --out "$tmp/out"
+EOF
+unshare -m bash "$tmp/inside.sh"
+rc=$?
+case $rc in
+0) echo "ok: gpu_check.sh --rehearse --bundle passed with the system's libraries hidden" ;;
+90) fail "an overlay mount failed" ;;
+91) fail "the system's libmpi or jansson.h is still there inside the namespace" ;;
+*) fail "gpu_check.sh --rehearse --bundle exited $rc"; cat "$tmp/out/report.md" 2> /dev/null ;;
+esac
+report="$tmp/out/report.md"
+prefix="$tmp/build/bundle-prefix"
+for lib in libmpi.so.40 libopenblas.so.0 libjansson.so.4; do
+    grep -Eq "$lib => $prefix/" "$tmp/out/logs/libraries.log" 2> /dev/null ||
+        fail "moe-train does not load $lib from the bundle: $(grep "$lib" "$tmp/out/logs/libraries.log")"
+done
+grep -q "libraries from the bundle $tmp/bundle" "$report" || fail "the report does not say the bundle was used"
+for run in dropless capacity; do
+    grep -Eq "^verify_$run: 40 steps against the CPU fp32 reference" "$report" ||
+        fail "verify_$run did not verify 40 steps: $(grep "^verify_$run" "$report")"
+done
+echo "test_gpu_check_bundle: $failures failure(s)"
+[ $failures -eq 0 ]
