@@ -2,8 +2,8 @@
  * moe__checkpoint_manifest_read, then _verify against a directory that holds only the manifest). An accepted
  * manifest must say what moe-train writes, checked here on its own parse: format, a run id of 16 hex digits, a
  * parent run id that is empty, "legacy" or 16 hex digits, the step exactly (0 to INT_MAX), each listed file a
- * plain name with its size a byte count, each checksum 8 hex digits of a listed file; a refusal must name the
- * file.
+ * plain name with its size a byte count, each checksum (of a whole file or of a safetensors header) 8 hex digits
+ * of a listed file, at most one per file; a refusal must name the file.
  * Seeds: manifest.json of fuzz/make_corpus.sh's checkpoints (fuzz/corpus/manifest/).
  *   bash scripts/fuzz.sh                                  (the whole fuzz suite: replay, then a timed run)
  *   build-fuzz/fuzz/fuzz_manifest -max_total_time=60 /tmp/new fuzz/corpus/manifest   (longer, by hand)
@@ -40,15 +40,17 @@ static void check_accepted(const char *path, const uint8_t *data, size_t nbytes,
     if ((int)json_object_size(files) != m->num_files)
         fuzz_invalid("%s: accepted with %d files listed, the JSON lists %d", path, m->num_files,
                      (int)json_object_size(files));
-    json_t *crcs = json_object_get(j, "crc32c");
+    json_t *crcs = json_object_get(j, "crc32c"), *header_crcs = json_object_get(j, "header_crc32c");
     for (int i = 0; i < m->num_files; i++) {
         const moe__checkpoint_file *f = &m->files[i];
-        json_t *n = json_object_get(files, f->name), *crc = json_object_get(crcs, f->name);
+        json_t *n = json_object_get(files, f->name), *whole = json_object_get(crcs, f->name),
+               *header = json_object_get(header_crcs, f->name), *crc = whole ? whole : header;
         if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) != f->nbytes ||
             strchr(f->name, '/') || f->name[0] == '.' || !f->name[0])
             fuzz_invalid("%s: accepted the file '%s' with size %lld", path, f->name, f->nbytes);
-        if (!crc != !f->has_crc || (crc && strtoul(json_string_value(crc), NULL, 16) != f->crc))
-            fuzz_invalid("%s: accepted the checksum of '%s' as %08x", path, f->name, f->crc);
+        const int kind = whole ? MOE__CRC_WHOLE : header ? MOE__CRC_HEADER : MOE__CRC_NONE;
+        if ((whole && header) || kind != f->crc_kind || (crc && strtoul(json_string_value(crc), NULL, 16) != f->crc))
+            fuzz_invalid("%s: accepted the checksum of '%s' as %08x (kind %d)", path, f->name, f->crc, f->crc_kind);
     }
     json_decref(j);
 }

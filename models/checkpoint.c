@@ -187,6 +187,7 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     snprintf(step_text, sizeof step_text, "%d", step);
     snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
     moe__checkpoint_fingerprint(tr, value, sizeof value);
+    /* no run id here: the file stays byte-identical across layouts and runs; the manifest binds it to its run */
     const moe_safetensors_meta state_meta[] = {
         {"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position}, {"fingerprint", value}};
     /* a bf16 save is an export of the weights: without the fp32 masters there is nothing exact to resume, so its
@@ -195,7 +196,7 @@ static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, cons
     if (st == MOE_OK && (!tr->opt.save_dtype || c->moe.score_func == MOE_SCORE_SIGMOID))
         st = moe_safetensors_write(paths[2], e + moments, k - moments, state_meta, 4);
     if (st == MOE_OK) /* with the configuration this run trained with (what --resume inherits) */
-        st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step, moe_train_options_json(&tr->opt));
+        st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step, moe_train_options_json(&tr->opt, 0));
     free(e), free(names);
     for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) free(paths[i]);
     return st;
@@ -215,9 +216,9 @@ static moe_status write_step(const moe_trainer *tr, const ckpt_table *tab, const
     if (!tmp) return MOE_ERR_OUT_OF_MEMORY;
     moe_status st = mkdir(tmp, 0755) == 0 ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     if (st == MOE_OK) st = write_files(tr, tab, g, g + tab->global_count, g + 2 * tab->global_count, tmp, step);
-    if (st == MOE_OK) st = moe__checkpoint_publish(root, tmp, step);
+    if (st == MOE_OK) st = moe__checkpoint_publish(root, tmp, step, tr->run_id);
     if (st != MOE_OK) moe__checkpoint_remove_dir(tmp);
-    if (st == MOE_OK) st = moe__checkpoint_prune(root, tr->run_id, keep_last);
+    if (st == MOE_OK) st = moe__checkpoint_prune(root, tr->run_id, keep_last, tr->notes);
     free(tmp);
     return st;
 }
@@ -246,14 +247,14 @@ moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int 
     return agree_after_io(tr, st, "checkpoint save");
 }
 
-moe_status moe_checkpoint_latest(const char *root, char **out) {
+moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
     *out = NULL;
     moe__checkpoint_entry *list;
     int count;
-    MOE_TRY(moe__checkpoint_list(root, &list, &count));
+    MOE_TRY(moe__checkpoint_list(root, &list, &count, notes));
     moe_status st = MOE_OK;
     if (!count) st = moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
-    else if (!(*out = strdup(list[count - 1].path))) st = MOE_ERR_OUT_OF_MEMORY; /* the newest saved */
+    else if (!(*out = strdup(list[count - 1].path))) st = MOE_ERR_OUT_OF_MEMORY; /* the highest step */
     moe__checkpoint_list_free(list, count);
     return st;
 }
@@ -300,23 +301,21 @@ static moe_status check_covered(const char *dir, const moe__checkpoint_manifest 
     return set->index.num_shards ? moe__checkpoint_manifest_covers(dir, m, "model.safetensors.index.json") : MOE_OK;
 }
 
-/* The config, the manifest's files, then the weights (their checksums as they are read), which must be finite.
- * *lossy: 1 when they were stored in less than F32. */
-static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir, int *lossy) {
-    moe__checkpoint_manifest manifest;
+/* The config, the manifest's files (read by the caller), then the weights (their checksums as they are read),
+ * which must be finite. *lossy: 1 when they were stored in less than F32. */
+static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir,
+                               const moe__checkpoint_manifest *manifest, int *lossy) {
     MOE_TRY(moe__checkpoint_check_config(dir, &tr->opt.model));
-    MOE_TRY(moe__checkpoint_manifest_read(dir, &manifest));
-    moe_status st = moe__checkpoint_manifest_verify(dir, &manifest);
+    moe_status st = moe__checkpoint_manifest_verify(dir, manifest);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *host = malloc((local_count ? local_count : 1) * sizeof(moe_real)); /* read, checked, then uploaded */
     moe_safetensors_set set;
     if (st == MOE_OK) st = host ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        st = check_covered(dir, &manifest, &set);
+        st = check_covered(dir, manifest, &set);
         if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", host, 0, lossy);
         moe_safetensors_set_close(&set);
     }
-    moe__checkpoint_manifest_free(&manifest);
     if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, host, "the loaded weights");
     if (st == MOE_OK)
         st = moe_runtime_upload(moe_model_runtime(tr->model), moe_model_params(tr->model), host,
@@ -362,18 +361,43 @@ static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
 moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
     ckpt_table tab = {0};
     int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
-    moe_status st = build_table(tr, &tab) ? load_weights(tr, &tab, dir, &lossy) : MOE_ERR_OUT_OF_MEMORY;
+    moe__checkpoint_manifest manifest;
+    moe_status st = build_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) {
+        st = load_weights(tr, &tab, dir, &manifest, &lossy);
+        moe__checkpoint_manifest_free(&manifest);
+    }
     if (st == MOE_OK) st = load_selection_biases(tr, dir);
     free(tab.t);
     return agree(tr, st);
 }
 
-static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char *dir, int *step) {
+/* Second moments are means of squares: a negative one (a hand-edited or corrupt state with valid checksums) would
+ * make the next step's update NaN and blame the weights. */
+static moe_status check_second_moments(const ckpt_table *tab, const moe_real *full, const char *path) {
+    for (int i = 0; i < tab->count; i++) {
+        const ckpt_tensor *t = &tab->t[i];
+        if (t->local_offset < 0) continue;
+        const size_t n = (size_t)t->shape[0] * (t->ndim > 1 ? (size_t)t->shape[1] : 1);
+        for (size_t j = 0; j < n; j++)
+            if (full[t->local_offset + j] < 0)
+                return moe_fail(MOE_ERR_BAD_FILE, "%s: exp_avg_sq.%s[%zu] is %g: a second moment is a mean of squares "
+                                "and cannot be negative (a corrupt or edited training state)", path, t->name, j,
+                                (double)full[t->local_offset + j]);
+    }
+    return MOE_OK;
+}
+
+/* The training state: its file listed by the manifest (whose checksum of its header binds it to the manifest's run),
+ * from the step the manifest says. */
+static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char *dir,
+                             const moe__checkpoint_manifest *manifest, int *step) {
     char want[512];
     char *path = moe_path_join(dir, moe__checkpoint_files[2]);
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
     moe_safetensors_set set;
-    moe_status st = moe_safetensors_set_open(dir, "train_state", &set);
+    moe_status st = moe__checkpoint_manifest_covers(dir, manifest, moe__checkpoint_files[2]);
+    if (st == MOE_OK) st = moe_safetensors_set_open(dir, "train_state", &set);
     if (st != MOE_OK) return free(path), st;
     moe_safetensors_file f = set.files[0]; /* metadata and biases: the first (and, as saved, only) file */
     const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"),
@@ -386,13 +410,18 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
                       fp ? fp : "?", want);
     else
         st = moe__checkpoint_parse_step(saved, path, step);
+    if (st == MOE_OK && manifest->step >= 0 && *step != manifest->step)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: the training state of step %d, in a checkpoint of step %d (manifest.json): "
+                      "a file of another step", path, *step, manifest->step);
     const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
     moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
     if (!full) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
         st = read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1, NULL);
-        if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, full, which_name[which]);
+        if (st == MOE_OK) st = moe_fail_context(moe_model_check_finite_host(tr->model, full, which_name[which]), "%s",
+                                                path);
+        if (st == MOE_OK && which) st = check_second_moments(tab, full, path);
         if (st == MOE_OK) st = moe_trainer_moments_set(tr, which, full);
     }
     free(full);
@@ -417,77 +446,101 @@ static char *parent_of(const char *dir) {
 /* The run goes on under the checkpoint's run id when the checkpoint is that run's newest in its directory;
  * resumed from an older one it becomes a new run (a fork: parent = that run), so that pruning never deletes
  * the newer checkpoints of the run it left. */
-static moe_status continue_run(moe_trainer *tr, const char *dir) {
-    moe__checkpoint_manifest m;
-    MOE_TRY(moe__checkpoint_manifest_read(dir, &m));
-    moe__checkpoint_manifest_free(&m); /* only the run ids are needed */
+static moe_status continue_run(moe_trainer *tr, const char *dir, const moe__checkpoint_manifest *m) {
     char *root = parent_of(dir);
     moe__checkpoint_entry *list = NULL;
     int count = 0, newer = 0;
-    moe_status st = root ? moe__checkpoint_list(root, &list, &count) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = root ? moe__checkpoint_list(root, &list, &count, tr->notes) : MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < count && st == MOE_OK; i++)
-        newer += !strcmp(list[i].manifest.run_id, m.run_id) && list[i].manifest.saved_at_ns > m.saved_at_ns;
+        newer += !strcmp(list[i].manifest.run_id, m->run_id) && list[i].manifest.step > m->step;
     moe__checkpoint_list_free(list, count);
     free(root);
     if (st != MOE_OK) return st;
-    if (!newer && strcmp(m.run_id, "legacy")) {
-        snprintf(tr->run_id, sizeof tr->run_id, "%s", m.run_id);
-        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m.parent_run_id);
+    if (!newer && strcmp(m->run_id, "legacy")) {
+        snprintf(tr->run_id, sizeof tr->run_id, "%s", m->run_id);
+        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m->parent_run_id);
     } else { /* a new run id of this run's own (made in moe_trainer_create) with the checkpoint's as parent */
-        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m.run_id);
+        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m->run_id);
     }
     return MOE_OK;
 }
 
 moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
     ckpt_table tab = {0};
-    moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    moe__checkpoint_manifest manifest = {.files = NULL};
+    moe_status st = build_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     int lossy = 0;
-    if (st == MOE_OK) st = load_weights(tr, &tab, dir, &lossy);
+    if (st == MOE_OK) st = load_weights(tr, &tab, dir, &manifest, &lossy);
     if (st == MOE_OK && lossy)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s holds weights stored in less than F32 (a --save-dtype bf16 export, or "
                       "another tool's checkpoint): resuming needs the run's fp32 masters. Start from these weights with "
                       "--init-from %s (a fresh optimizer), or resume from an f32 checkpoint", dir, dir);
-    if (st == MOE_OK) st = load_state(tr, &tab, dir, step);
-    if (st == MOE_OK) st = continue_run(tr, dir);
+    if (st == MOE_OK) st = load_state(tr, &tab, dir, &manifest, step);
+    if (st == MOE_OK) st = continue_run(tr, dir, &manifest);
+    moe__checkpoint_manifest_free(&manifest);
     free(tab.t);
     return agree(tr, st);
 }
 
 /* ---- the directory before training ------------------------------------------------------------- */
 
-/* World rank 0: ROOT exists as a writable directory (made if missing) and holds no other run's checkpoints. */
-static moe_status check_root(const moe_trainer *tr, const char *root) {
+/* ROOT exists as a directory (made if missing) that this process can write into. */
+static moe_status check_writable(const char *root) {
     struct stat sb;
     if (stat(root, &sb) != 0) {
         if (errno != ENOENT) return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s: %s", root, strerror(errno));
-        if (mkdir(root, 0755) != 0)
+        if (mkdir(root, 0755) != 0 && errno != EEXIST) /* EEXIST: another job made it meanwhile */
             return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s: cannot create it: %s", root, strerror(errno));
     } else if (!S_ISDIR(sb.st_mode)) {
         return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s exists and is not a directory", root);
     }
-    char *probe = moe_path_join(root, ".write-probe");
+    char name[64];
+    snprintf(name, sizeof name, ".write-probe-%ld", (long)getpid()); /* this process's own: no race with another's */
+    char *probe = moe_path_join(root, name);
     if (!probe) return MOE_ERR_OUT_OF_MEMORY;
     FILE *f = fopen(probe, "wb");
-    moe_status st = f && fclose(f) == 0 && unlink(probe) == 0
+    const int opened = f != NULL, why = errno;
+    moe_status st = opened && fclose(f) == 0 && unlink(probe) == 0
                         ? MOE_OK
-                        : moe_fail(MOE_ERR_IO, "--checkpoint-dir %s is not writable: %s", root, strerror(errno));
+                        : moe_fail(MOE_ERR_IO, "--checkpoint-dir %s is not writable: %s", root,
+                                   strerror(opened ? errno : why));
     free(probe);
+    return st;
+}
+
+/* ROOT holds no other run's checkpoints but the parent's, and none of another run after resumed_step. */
+static moe_status check_runs(const moe_trainer *tr, const char *root, int resumed_step) {
     moe__checkpoint_entry *list = NULL;
     int count = 0;
-    if (st == MOE_OK) st = moe__checkpoint_list(root, &list, &count);
+    moe_status st = moe__checkpoint_list(root, &list, &count, tr->notes);
     for (int i = count - 1; i >= 0 && st == MOE_OK; i--) { /* newest first: the one to name */
-        const char *run = list[i].manifest.run_id;
-        if (strcmp(run, tr->run_id) && strcmp(run, tr->parent_run_id))
+        const moe__checkpoint_manifest *m = &list[i].manifest;
+        if (!strcmp(m->run_id, tr->run_id)) continue;
+        if (strcmp(m->run_id, tr->parent_run_id))
             st = moe_fail(MOE_ERR_INVALID_CONFIG,
                           "--checkpoint-dir %s already holds another run's checkpoints (newest: %s, run %s): continue "
                           "it with --resume, or save into another --checkpoint-dir",
-                          root, list[i].path, run);
+                          root, list[i].path, m->run_id);
+        else if (m->step > resumed_step)
+            st = moe_fail(MOE_ERR_INVALID_CONFIG,
+                          "this run resumed run %s at step %d, and --checkpoint-dir %s holds that run's newer "
+                          "checkpoint %s (step %d): this run's saves would reach its steps, and a save never replaces "
+                          "another run's checkpoint. Save this run into another --checkpoint-dir (or resume the newest "
+                          "checkpoint to continue that run)",
+                          m->run_id, resumed_step, root, list[i].path, m->step);
     }
     moe__checkpoint_list_free(list, count);
     return st;
 }
 
-moe_status moe_checkpoint_prepare(moe_trainer *tr, const char *root) {
-    return agree(tr, tr->ranks.world_rank == 0 ? check_root(tr, root) : MOE_OK);
+moe_status moe_checkpoint_prepare(moe_trainer *tr, const char *root, int resumed_step, moe_checkpoint_lock **lock) {
+    *lock = NULL;
+    moe_status st = MOE_OK;
+    if (tr->ranks.world_rank == 0) {
+        st = check_writable(root);
+        if (st == MOE_OK) st = moe__checkpoint_lock(root, tr->run_id, lock);
+        if (st == MOE_OK) st = check_runs(tr, root, resumed_step);
+        if (st != MOE_OK) moe_checkpoint_unlock(*lock), *lock = NULL;
+    }
+    return agree(tr, st);
 }

@@ -65,12 +65,19 @@ int moe_checkpoint_num_fields(void);
 moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i);
 void moe_checkpoint_field_set(moe_model_config *c, int i, double value);
 
-/* Before training: ROOT is made if missing (its parent must exist) and must be a writable directory holding
- * no checkpoints but this run's and its parent's (a fresh run into a used directory would mix them). */
-moe_status moe_checkpoint_prepare(moe_trainer *t, const char *root);
+/* Before training, with the run's identity settled (after a resume): ROOT is made if missing (its parent must
+ * exist), must be a writable directory, and is locked for this job (world rank 0 holds ROOT/.lock until
+ * moe_checkpoint_unlock or its end, which the kernel notices however the process ends): a second job on ROOT is
+ * refused, naming the run, host and pid that hold it. ROOT may hold no checkpoints but this run's and its
+ * parent's (a fresh run into a used directory would mix them), and none of another run after resumed_step (0 for
+ * a fresh run): a fork resumed from an older checkpoint would reach those steps, and a save never replaces
+ * another run's checkpoint (save the fork into another --checkpoint-dir). *lock: NULL on other ranks. */
+typedef struct moe_checkpoint_lock moe_checkpoint_lock;
+moe_status moe_checkpoint_prepare(moe_trainer *t, const char *root, int resumed_step, moe_checkpoint_lock **lock);
+void moe_checkpoint_unlock(moe_checkpoint_lock *lock); /* NULL: nothing */
 
-/* Saves the trainer's model and state after `step` into ROOT/step-NNNNNNNN, then deletes all but the
- * newest keep_last checkpoints of this run (keep_last <= 0: keep all). */
+/* Saves the trainer's model and state after `step` into ROOT/step-NNNNNNNN (never over another run's), then
+ * deletes all but the newest keep_last checkpoints of this run (keep_last <= 0: keep all). */
 moe_status moe_checkpoint_save(moe_trainer *t, const char *root, int step, int keep_last);
 
 /* Weights only (--init-from): the optimizer starts fresh. F32, BF16 and F16 weights (widened exactly). */
@@ -78,13 +85,15 @@ moe_status moe_checkpoint_load_weights(moe_trainer *t, const char *dir);
 
 /* Weights, moments, biases and step (--resume): *step is the last completed step. The run's fingerprint
  * (model, batch, micro-batches, seed) must match the saved one; ep and the world size may differ. Weights stored in
- * less than F32 (a bf16 export) are refused: resuming needs the masters. The run
- * continues under the checkpoint's run id when it is that run's newest; else it becomes a new run whose
- * parent is that one. */
+ * less than F32 (a bf16 export) are refused: resuming needs the masters. Every file must match the manifest's
+ * checksums, the training state's step and run the manifest's, and the second moments must be >= 0. The run
+ * continues under the checkpoint's run id when it is that run's newest (by step) in its directory; else it
+ * becomes a new run whose parent is that one. */
 moe_status moe_checkpoint_resume(moe_trainer *t, const char *dir, int *step);
 
-/* The newest saved step directory of ROOT (malloc'ed into *out); MOE_ERR_IO with a message when there is
- * none. */
-moe_status moe_checkpoint_latest(const char *root, char **out);
+/* The newest step directory of ROOT (the highest step; the later save of equal steps) (malloc'ed into *out);
+ * MOE_ERR_IO with a message when there is none. Unreadable step directories are passed over with a warning on
+ * notes (NULL: none). */
+moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes);
 
 #endif

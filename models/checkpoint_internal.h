@@ -1,10 +1,12 @@
 /* checkpoint_internal.h — inside models/checkpoint*.c only: the pieces of a checkpoint beside the tensors.
  *   checkpoint_config.c  config.json, the run's fingerprint, the saved step
- *   checkpoint_dir.c     the manifest of a step directory, listing, latest, durable publication, pruning */
+ *   checkpoint_dir.c     the manifest of a step directory, listing, latest, durable publication, pruning
+ *   checkpoint_lock.c    one job at a time on a checkpoint directory */
 #ifndef MOE_MODELS_CHECKPOINT_INTERNAL_H
 #define MOE_MODELS_CHECKPOINT_INTERNAL_H
 
 #include <jansson.h>
+#include <stdio.h>
 
 #include "models/checkpoint.h"
 
@@ -21,11 +23,15 @@ moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *s
 enum { MOE__CHECKPOINT_FILES = 3 };
 extern const char *const moe__checkpoint_files[MOE__CHECKPOINT_FILES]; /* model, config, train state */
 
+/* What a file's checksum in the manifest covers: nothing (a manifest older than the checksums), the whole file
+ * (every file but the safetensors ones), or a safetensors file's header, which holds the CRC-32C of each tensor's
+ * bytes (checked as they are read): so the manifest binds every byte of the directory. */
+enum { MOE__CRC_NONE = 0, MOE__CRC_WHOLE, MOE__CRC_HEADER };
+
 typedef struct {
     char name[256];  /* a plain file name in the step directory */
     long long nbytes;
-    int has_crc;     /* the JSON files (config, shard index) carry a CRC-32C of their bytes; safetensors files
-                        carry one per tensor inside */
+    int crc_kind;    /* MOE__CRC_* */
     unsigned crc;
 } moe__checkpoint_file;
 
@@ -41,8 +47,8 @@ typedef struct {
     int num_files;
 } moe__checkpoint_manifest;
 
-/* Writes DIR/manifest.json listing every regular file of DIR (sizes read from DIR, CRC-32C of the JSON files) and
- * config: the options the run trained with (models/train_config.h; stolen; NULL is out of memory), and fsyncs it.
+/* Writes DIR/manifest.json listing every regular file of DIR with its size and checksum (MOE__CRC_HEADER for the
+ * safetensors files, MOE__CRC_WHOLE for the others), and config: the options the run trained with (models/train_config.h; stolen; NULL is out of memory), and fsyncs it.
  * The configuration lives here rather than in train_state.safetensors, which stays byte-identical across layouts
  * (ep, ZeRO-1 and threads are options). */
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
@@ -53,8 +59,8 @@ moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, c
  * or names an unlisted file. */
 moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manifest *m);
 void moe__checkpoint_manifest_free(moe__checkpoint_manifest *m);
-/* The files the manifest lists against DIR: a truncated, grown, missing or (JSON) altered file is
- * MOE_ERR_BAD_FILE. */
+/* The files the manifest lists against DIR: a truncated, grown, missing or altered file (a safetensors header other
+ * than the one saved: another step's or run's file, a relabelled dtype) is MOE_ERR_BAD_FILE naming it. */
 moe_status moe__checkpoint_manifest_verify(const char *dir, const moe__checkpoint_manifest *m);
 /* A file the loader reads must be one the manifest lists (a legacy manifest lists nothing and is not asked):
  * MOE_ERR_BAD_FILE naming it otherwise. */
@@ -65,19 +71,29 @@ typedef struct {
     moe__checkpoint_manifest manifest;
 } moe__checkpoint_entry;
 
-/* The step directories of root, oldest first (by saved time, then step); an unreadable root lists none. */
-moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, int *count);
+/* The step directories of root, oldest first: by step, the save time breaking ties (a wrong clock never makes an
+ * older step the newest). An unreadable root lists none. A step directory whose manifest cannot be read, or an
+ * empty one, is left out with a warning line on notes (NULL: none) naming it and why: never fatal to the others,
+ * never deleted. */
+moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, int *count, FILE *notes);
 void moe__checkpoint_list_free(moe__checkpoint_entry *entries, int count);
 
-/* Makes TMP (a complete, fsynced step directory) ROOT/step-NNNNNNNN: an older directory of the same step is
- * moved aside first, and deleted only after the rename and an fsync of ROOT. */
-moe_status moe__checkpoint_publish(const char *root, const char *tmp, int step);
-/* Deletes all but the newest keep_last checkpoints of run_id in root (other runs' are never touched): each is
- * renamed out of the way first, then emptied, so a kill leaves no half-deleted step directory. */
-moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_last);
+/* Makes TMP (a complete, fsynced step directory) ROOT/step-NNNNNNNN: an older directory of the same step, saved by
+ * run_id, is moved aside first, and deleted only after the rename and an fsync of ROOT; one of another run (or one
+ * that cannot be identified) is never replaced (MOE_ERR_INVALID_CONFIG naming it). */
+moe_status moe__checkpoint_publish(const char *root, const char *tmp, int step, const char *run_id);
+/* Deletes all but the newest keep_last checkpoints (by step) of run_id in root (other runs' and unreadable ones are
+ * never touched): each is renamed out of the way first, then emptied, so a kill leaves no half-deleted step
+ * directory. */
+moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_last, FILE *notes);
 /* Removes what interrupted saves and prunes left in root (.tmp-*, .old-*, .trash-*). */
 void moe__checkpoint_clean_leftovers(const char *root);
 /* Removes a directory and the files in it (nothing recursive beyond that). */
 void moe__checkpoint_remove_dir(const char *dir);
+
+/* ---- checkpoint_lock.c ---- */
+/* Takes ROOT/.lock (flock, exclusive, not waiting) for this process and writes the holder's run id, host, pid and
+ * start time into it. Held by another process: MOE_ERR_INVALID_CONFIG naming that holder. */
+moe_status moe__checkpoint_lock(const char *root, const char *run_id, moe_checkpoint_lock **out);
 
 #endif

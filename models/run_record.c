@@ -44,13 +44,13 @@ void moe_run_record_clock(FILE *f) {
             (double)(now.tv_sec - started.tv_sec) + (now.tv_nsec - started.tv_nsec) / 1e9, when);
 }
 
-void moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const char *device) {
+int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const char *device) {
     char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "unknown", when[64];
     int len = 0;
     if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS) mpi[strcspn(mpi, "\n,")] = 0; /* its first clause */
     utc_now(when, sizeof when);
     json_t *r = json_pack("{s:s, s:o, s:{s:i, s:i, s:i, s:i, s:s}, s:{s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:s}",
-                          "record", "run", "config", moe_train_options_json(&t->opt), "layout", "world_size",
+                          "record", "run", "config", moe_train_options_json(&t->opt, 0), "layout", "world_size",
                           world_size, "ep", t->ranks.ep_size, "expert_data_parallel", t->ranks.dp_size,
                           "threads_per_rank", moe_threads_get(), "device", device, "versions", "moe",
                           MOE_PROJECT_VERSION, "compiler", MOE_COMPILER, "gemm", moe_gemm_library(), "openblas",
@@ -60,5 +60,5 @@ void moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const c
     fprintf(f, "%s\n", text ? text : "{\"record\":\"run\",\"error\":\"out of memory\"}");
     free(text);
     json_decref(r);
-    fflush(f);
+    return fflush(f) != 0 || ferror(f) ? -1 : 0;
 }

@@ -8,8 +8,9 @@
 #include "models/trainer.h"
 
 /* Writes {"record":"run","config":{every option, as --print-config},"layout":{...},"versions":{...},
- * "git_commit":"...","started":"<UTC time>"} as one line. device: where the model runs ("cpu", "cuda"). */
-void moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const char *device);
+ * "git_commit":"...","started":"<UTC time>"} as one line. device: where the model runs ("cpu", "cuda"). 0, or -1
+ * (errno set) when the file could not take it. */
+int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const char *device);
 
 /* ,"elapsed_s":S,"time":"2026-11-24T10:11:12.345Z" — seconds since moe-train started, and the UTC wall clock:
  * the fields every later record carries. */

@@ -155,7 +155,8 @@ moe_status moe_safetensors_set_open(const char *dir, const char *stem, moe_safet
         st = read_index(index, &s->index);
         if (st == MOE_OK) st = open_files(dir, s, s->index.shards, s->index.num_shards);
         if (st != MOE_OK && s->index.num_shards && s->num_files < s->index.num_shards)
-            st = moe_fail_context(st, "shard %d of the %d that %s names", s->num_files + 1, s->index.num_shards, index);
+            st = moe_fail_context(st, "shard %s (one of the %d that %s names)", s->index.shards[s->num_files],
+                                  s->index.num_shards, index);
         if (st == MOE_OK) st = check_shards(s, index);
     }
     free(single), free(index);

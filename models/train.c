@@ -7,6 +7,7 @@
  * clipped by the global norm and applied with AdamW (models/trainer.h). Rank 0 prints one line per
  * step and writes the JSON-lines metrics. A bad flag or data file stops every rank with a message; a
  * failure inside a step aborts the job (MPI_Abort) instead of leaving ranks waiting. */
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "models/run_record.h"
 #include "models/train_config.h"
 #include "models/train_device.h"
+#include "models/train_signals.h"
 #include "models/trainer.h"
 #include "models/verify.h"
 #include "moe/dense_ops_fault.h"
@@ -62,8 +64,10 @@ static void load_balance(const moe_model_config *m, const double *tokens, double
     *cv = n ? sqrt(fmax(0, sum_sq / n - mean * mean)) / mean : 0;
 }
 
-static void log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
-                     double val, double eval_ms) {
+/* Rank 0: the step's line, and its metrics record. -1 when the metrics file could not be written (a full disk):
+ * the caller stops the run (after a checkpoint where the disk allows) rather than train on without its log. */
+static int log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
+                    double val, double eval_ms) {
     const moe_model_config *m = &o->model;
     const double tokens_per_s = (double)o->batch * o->micro_batches * m->seq_len / (ms / 1e3);
     double lo, hi, cv;
@@ -74,7 +78,7 @@ static void log_step(const moe_train_options *o, FILE *metrics, int step, const 
     if (val >= 0) printf(" | val %.4f", val);
     printf("\n");
     fflush(stdout);
-    if (!metrics) return;
+    if (!metrics) return 0;
     fprintf(metrics,
             "{\"step\":%d,\"loss\":%.17g,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
             "\"tokens_per_s\":%.1f,\"load_min\":%.4f,\"load_max\":%.4f,\"load_cv\":%.4f,\"drop_fraction\":%.6f",
@@ -92,7 +96,7 @@ static void log_step(const moe_train_options *o, FILE *metrics, int step, const 
         first = 0;
     }
     fprintf(metrics, "]}\n");
-    fflush(metrics);
+    return fflush(metrics) != 0 || ferror(metrics) ? -1 : 0;
 }
 
 static void print_sample(moe_trainer *t) {
@@ -114,7 +118,6 @@ static void print_sample(moe_trainer *t) {
     free(text);
 }
 
-/* A failure every rank agreed on (bad checkpoint, failed save): each says what it knows, all stop. */
 /* MOE_TEST_FAULT=<dense entry>: that entry of the run's dense table (not the --verify-steps reference's) does
  * its work twice (moe/dense_ops_fault.h): how the tests prove that --verify-steps catches a wrong op and names
  * the tensor it writes. */
@@ -139,11 +142,10 @@ static moe_status verified_step(moe_verifier *v, moe_trainer *t, int step, moe_s
     return st == MOE_OK ? moe_trainer_apply(t, step, r) : st;
 }
 
-static int stop_all(moe_trainer *t, moe_train_placement *place, const char *what, moe_status st) {
+/* A failure every rank agreed on (a bad checkpoint, a failed save): each says what it knows; the caller cleans up
+ * and exits with the status returned. */
+static int report_failure(const moe_trainer *t, const char *what, moe_status st) {
     fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
-    moe_trainer_destroy(t);
-    moe_train_unplace(place);
-    MPI_Finalize();
     return 2;
 }
 
@@ -153,7 +155,7 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
     if (*o->resume) {
         char *dir = NULL;
         if (strcmp(o->resume, "latest")) dir = strdup(o->resume);
-        else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, &dir));
+        else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, &dir, t->notes));
         moe_status st = dir ? moe_checkpoint_resume(t, dir, &done) : MOE_ERR_OUT_OF_MEMORY;
         if (st == MOE_OK && t->ranks.world_rank == 0)
             printf("resumed from %s after step %d (run %s%s%s)\n", dir, done, t->run_id,
@@ -190,8 +192,11 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
         if (seqs < want) printf(" (%ld distinct sequences: all the validation file holds, of %ld asked for)", seqs, want);
         printf("\n");
         FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
-        if (logits && (!f || fwrite(logits, sizeof(moe_real), count, f) != count || fclose(f) != 0)) {
-            fprintf(stderr, "moe-train: cannot write %s\n", o->dump_logits);
+        const int written = f && fwrite(logits, sizeof(moe_real), count, f) == count;
+        if (f && fclose(f) != 0) f = NULL;
+        if (logits && (!f || !written)) {
+            fprintf(stderr, "moe-train: cannot write %s: %s\n", o->dump_logits, strerror(errno));
+            free(logits);
             return 2;
         }
     }
@@ -228,6 +233,26 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
     return any;
 }
 
+/* --print-config: a --config file that reproduces this run, derived values as "auto" (so that flags given beside the
+ * file re-derive them as on a fresh command line), and on stderr which those are and what they are here. */
+static int print_config(const moe_train_options *o) {
+    json_t *j = moe_train_options_json(o, 1);
+    const int failed = !j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0;
+    printf("\n");
+    json_decref(j);
+    int count, shown = 0;
+    const moe_train_option *table = moe_train_option_table(&count);
+    char value[64];
+    for (int i = 0; i < count; i++) {
+        if (!o->derived[i]) continue;
+        moe_train_option_format(o, &table[i], 0, value, sizeof value);
+        fprintf(stderr, "%s%s %s", shown++ ? ", " : "moe-train: --print-config: derived, written \"auto\": ",
+                moe_train_option_key(&table[i]), value);
+    }
+    if (shown) fprintf(stderr, "\n");
+    return failed ? -1 : 0;
+}
+
 /* Start-up runs outside any exchange watchdog: a rank that never arrives in MPI_Init (stopped, or on an
  * unreachable node) would hold the others there forever. This alarm ends the process with a message instead;
  * mpirun then ends the job. The limit is --exchange-timeout's (read from argv before MPI starts). */
@@ -259,8 +284,108 @@ static FILE *open_metrics(const moe_trainer *t, int world_size, const char *devi
         fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", t->opt.log_file);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (metrics) moe_run_record_write(metrics, t, world_size, device);
+    if (metrics && moe_run_record_write(metrics, t, world_size, device) != 0) {
+        fprintf(stderr, "moe-train: cannot write the metrics file '%s': %s\n", t->opt.log_file, strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     return metrics;
+}
+
+/* What ends a run before its last step, agreed by every rank at a step boundary: the first watched signal any rank
+ * received (models/train_signals.h), and rank 0's failure to write an output (the metrics log, the routing trace). */
+typedef struct {
+    int signo, log_failed;
+} stop_request;
+
+/* Through the world's communicator, under the exchange watchdog (a rank stopped here is named, not waited for): per
+ * signal number the ranks that received it, and the ranks whose output failed; the lowest signal any rank got wins. */
+static stop_request agree_on_stop(moe_trainer *t, int log_failed) {
+    enum { SIGNALS = 32 };
+    double counts[SIGNALS + 1] = {0};
+    const int signo = moe_train_signal_received();
+    if (signo > 0 && signo < SIGNALS) counts[signo] = 1;
+    counts[SIGNALS] = log_failed;
+    require(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), counts, SIGNALS + 1),
+            "agreeing on a stop at the step boundary");
+    stop_request stop = {0, counts[SIGNALS] > 0};
+    for (int s = 1; s < SIGNALS && !stop.signo; s++) stop.signo = counts[s] > 0 ? s : 0;
+    return stop;
+}
+
+/* The steps from first_step on, with their evaluations, logs and checkpoints. Returns the exit status: 0 at the end;
+ * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
+ * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, or
+ * --max-skipped-steps consecutive steps were dropped. A checkpoint is saved only after a step whose update was
+ * applied: one due at a dropped step waits for the next step that updates. */
+static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verifier, FILE *metrics, int first_step,
+                 moe_step_result *r) {
+    const int rank0 = t->ranks.world_rank == 0;
+    int skipped_in_a_row = 0, save_waiting = 0;
+    for (int step = first_step; step <= o->steps; step++) {
+        double t0 = now_ms(), val = -1;
+        moe_status st;
+        if (verifier && step < first_step + o->verify_steps) {
+            if ((st = verified_step(verifier, t, step, r)) == MOE_ERR_MISMATCH) return 3;
+            require(st, "training step (verified)");
+        } else {
+            require(moe_trainer_step(t, step, r), "training step");
+        }
+        double ms = now_ms() - t0;
+        if (r->skipped && rank0)
+            fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
+                    moe_failure_message(MOE_ERR_NONFINITE));
+        skipped_in_a_row = r->skipped ? skipped_in_a_row + 1 : 0;
+        double eval_t0 = now_ms();
+        if (step == o->steps || (o->eval_interval > 0 && step % o->eval_interval == 0))
+            require(moe_trainer_evaluate(t, &val), "validation");
+        if (rank0 && !t->output_error[0] && log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) != 0)
+            snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file, strerror(errno));
+        const stop_request stop = agree_on_stop(t, t->output_error[0] != 0);
+        if (skipped_in_a_row >= o->max_skipped_steps) {
+            if (rank0)
+                fprintf(stderr, "moe-train: %d steps in a row were dropped as non-finite (--max-skipped-steps %d): the "
+                        "run no longer learns; stopping without a checkpoint of them (the last one saved stays the "
+                        "newest)\n", skipped_in_a_row, o->max_skipped_steps);
+            return 2;
+        }
+        const int due = step == o->steps || stop.signo || stop.log_failed ||
+                        (o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0);
+        if (*o->checkpoint_dir && (due || save_waiting)) {
+            if (r->skipped) {
+                if (rank0 && !save_waiting)
+                    printf("moe-train: step %d's update was dropped: its checkpoint waits for the next step that "
+                           "updates\n", step);
+                save_waiting = 1;
+            } else {
+                const double save_t0 = now_ms();
+                if ((st = moe_checkpoint_save(t, o->checkpoint_dir, step, o->keep_last)) != MOE_OK)
+                    return report_failure(t, "checkpoint save failed (earlier checkpoints are intact)", st);
+                save_waiting = 0;
+                if (rank0) printf("checkpoint: %s/step-%08d saved in %.2f s\n", o->checkpoint_dir, step,
+                                  (now_ms() - save_t0) / 1e3);
+            }
+        }
+        if (stop.log_failed) {
+            if (rank0)
+                fprintf(stderr, "moe-train: cannot write %s; stopped after step %d%s\n", t->output_error, step,
+                        *o->checkpoint_dir ? " (the checkpoint above has it)" : " (no --checkpoint-dir: nothing saved)");
+            return 2;
+        }
+        if (stop.signo) {
+            if (rank0)
+                printf("moe-train: %s: stopped after step %d of %d%s; exit status %d\n",
+                       moe_train_signal_name(stop.signo), step, o->steps,
+                       !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)"
+                       : save_waiting      ? " (its update was dropped: no checkpoint of it)"
+                                           : ", checkpoint saved",
+                       128 + stop.signo);
+            return 128 + stop.signo;
+        }
+    }
+    if (save_waiting && rank0)
+        fprintf(stderr, "moe-train: the last steps' updates were dropped: no checkpoint of them (the last one saved "
+                "stays the newest)\n");
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -274,12 +399,7 @@ int main(int argc, char **argv) {
     /* every rank parses the same argv; rank 0 alone reports, all ranks stop together */
     int parsed = moe_train_options_load(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL,
                                         world_rank == 0 ? stdout : NULL);
-    if (parsed == 0 && opt.print_config && world_rank == 0) { /* a --config file that reproduces this run */
-        json_t *j = moe_train_options_json(&opt);
-        if (!j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0) parsed = -1;
-        printf("\n");
-        json_decref(j);
-    }
+    if (parsed == 0 && opt.print_config && world_rank == 0) parsed = print_config(&opt);
     if (parsed != 0 || opt.print_config) {
         MPI_Finalize();
         return parsed >= 0 ? 0 : 2;
@@ -313,18 +433,27 @@ int main(int argc, char **argv) {
     }
     require(st, "model set-up");
     int first_step = 1;
-    if ((st = restore(&t, &opt, &first_step)) != MOE_OK) return stop_all(&t, &place, "cannot load the checkpoint", st);
-    if (*opt.checkpoint_dir && !opt.eval_only && (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir)) != MOE_OK)
-        return stop_all(&t, &place, "before training", st);
+    t.notes = world_rank == 0 ? stderr : NULL;
+    moe_checkpoint_lock *lock = NULL;
+    FILE *metrics = NULL;
+    moe_parallel *ref_par = NULL; /* --verify-steps: the CPU fp32 reference's own layout of the same ranks */
+    moe_verifier verifier;
+    moe_step_result r = {0};
+    int rc = 0;
+    if ((st = restore(&t, &opt, &first_step)) != MOE_OK) {
+        rc = report_failure(&t, "cannot load the checkpoint", st);
+        goto done;
+    }
+    if (*opt.checkpoint_dir && !opt.eval_only &&
+        (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir, first_step - 1, &lock)) != MOE_OK) {
+        rc = report_failure(&t, "before training", st);
+        goto done;
+    }
     const char *device = place.rt ? moe_runtime_name(place.rt) : "cpu";
-    FILE *metrics = world_rank == 0 ? open_metrics(&t, world_size, device) : NULL;
+    metrics = world_rank == 0 ? open_metrics(&t, world_size, device) : NULL;
     if (opt.eval_only) {
-        int rc = eval_only(&t, &opt, metrics);
-        if (metrics) fclose(metrics);
-        moe_trainer_destroy(&t);
-        moe_train_unplace(&place);
-        MPI_Finalize();
-        return rc;
+        rc = eval_only(&t, &opt, metrics);
+        goto done;
     }
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
@@ -339,46 +468,23 @@ int main(int argc, char **argv) {
                    "asks for %ld)\n", moe_trainer_eval_sequences(&t), opt.eval_batches, opt.batch,
                    (long)opt.eval_batches * opt.batch);
     }
-    moe_parallel *ref_par = NULL; /* --verify-steps: the CPU fp32 reference's own layout of the same ranks */
-    moe_verifier verifier;
     if (opt.verify_steps > 0) {
         require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &ref_par),
                 "the reference's layout (--verify-steps)");
         require(moe_verifier_create(&verifier, &t, ref_par), "the CPU fp32 reference (--verify-steps)");
     }
     inject_test_fault(&t);
-    moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
-    int rc = 0;
-    for (int step = first_step; step <= opt.steps; step++) {
-        double t0 = now_ms(), val = -1;
-        if (ref_par && step < first_step + opt.verify_steps) {
-            if ((st = verified_step(&verifier, &t, step, &r)) == MOE_ERR_MISMATCH) {
-                rc = 3;
-                break;
-            }
-            require(st, "training step (verified)");
-        } else {
-            require(moe_trainer_step(&t, step, &r), "training step");
-        }
-        double ms = now_ms() - t0;
-        if (r.skipped && world_rank == 0)
-            fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
-                    moe_failure_message(MOE_ERR_NONFINITE));
-        double eval_t0 = now_ms();
-        if (step == opt.steps || (opt.eval_interval > 0 && step % opt.eval_interval == 0))
-            require(moe_trainer_evaluate(&t, &val), "validation");
-        if (world_rank == 0) log_step(&opt, metrics, step, &r, ms, val, now_ms() - eval_t0);
-        if (*opt.checkpoint_dir &&
-            (step == opt.steps || (opt.checkpoint_interval > 0 && step % opt.checkpoint_interval == 0)) &&
-            (st = moe_checkpoint_save(&t, opt.checkpoint_dir, step, opt.keep_last)) != MOE_OK)
-            return stop_all(&t, &place, "checkpoint save failed (earlier checkpoints are intact)", st);
-    }
-    if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
+    if (moe_train_signals_watch(opt.stop_signals, why, sizeof why))
+        require(moe_fail(MOE_ERR_INVALID_CONFIG, "%s", why), "--stop-signals");
+    rc = train(&t, &opt, ref_par ? &verifier : NULL, metrics, first_step, &r);
     if (rc == 0 && opt.sample_tokens > 0) print_sample(&t);
+done:
+    if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
     if (metrics) fclose(metrics);
     free(r.expert_tokens);
+    moe_checkpoint_unlock(lock);
     moe_trainer_destroy(&t);
     moe_train_unplace(&place);
     MPI_Finalize();

@@ -29,7 +29,7 @@ json_t *moe_json_float(float v) {
     return json_real(strtod(text, NULL));
 }
 
-json_t *moe_train_options_json(const moe_train_options *o) {
+json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto) {
     json_t *j = json_object();
     int count;
     const moe_train_option *table = moe_train_option_table(&count);
@@ -38,7 +38,8 @@ json_t *moe_train_options_json(const moe_train_options *o) {
         const void *field = (const char *)o + s->offset;
         if (s->scope == MOE_OPT_SCOPE_FLAG_ONLY) continue;
         json_t *v;
-        if ((s->kind == MOE_OPT_INT || s->kind == MOE_OPT_CHOICE) && *(const int *)field < 0) v = json_string("auto");
+        if ((s->kind == MOE_OPT_INT || s->kind == MOE_OPT_CHOICE) && (*(const int *)field < 0 || (derived_as_auto && o->derived[i])))
+            v = json_string("auto");
         else if (s->kind == MOE_OPT_INT) v = json_integer(*(const int *)field);
         else if (s->kind == MOE_OPT_FLOAT) v = moe_json_float(*(const float *)field);
         else if (s->kind == MOE_OPT_STRING) v = json_string(*(const char *const *)field);
@@ -174,7 +175,7 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err) {
 static void compare_with_saved(const moe_train_options *o, json_t *saved, FILE *notes) {
     int count, inherited = 0;
     const moe_train_option *table = moe_train_option_table(&count);
-    json_t *now = moe_train_options_json(o);
+    json_t *now = moe_train_options_json(o, 0);
     for (int i = 0; i < count && now && notes; i++) {
         const moe_train_option *s = &table[i];
         json_t *was = json_object_get(saved, moe_train_option_key(s)), *is = json_object_get(now, moe_train_option_key(s));
@@ -201,7 +202,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
     const int usable = !(*o->resume && *o->init_from) && (strcmp(o->resume, "latest") || *o->checkpoint_dir);
     if (!usable) {
     } else if (!strcmp(o->resume, "latest")) {
-        moe_status st = moe_checkpoint_latest(o->checkpoint_dir, &dir);
+        moe_status st = moe_checkpoint_latest(o->checkpoint_dir, &dir, NULL); /* restore() warns of what it skips */
         if (st != MOE_OK) return moe_train_complain(err, "moe-train: --resume: %s\n", moe_failure_message(st)), -1;
     } else if (*o->resume || *o->init_from) {
         dir = strdup(*o->resume ? o->resume : o->init_from);
@@ -215,7 +216,11 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
                                                             "the saved run's configuration", err);
     if (!failed && dir) failed = take_architecture(o, dir, err);
     free(dir);
-    if (failed || moe_train_options_finish(o, world_size, err)) return -1;
+    if (failed) return -1;
+    if (moe_train_options_finish(o, world_size, err)) {
+        if (*o->config_file) moe_train_complain(err, "moe-train: (the options include those of --config %s)\n", o->config_file);
+        return -1;
+    }
     if (saved && !o->print_config) compare_with_saved(o, saved, notes);
     return 0;
 }

@@ -21,8 +21,11 @@
 int moe_train_options_load(int argc, char **argv, int world_size, moe_train_options *o, FILE *err, FILE *notes);
 
 /* The options as a JSON object, in --help order, keys as in a --config file; options of scope flag-only
- * (--config, --print-config) left out. Dump with MOE_JSON_FLOATS. NULL when out of memory. */
-json_t *moe_train_options_json(const moe_train_options *o);
+ * (--config, --print-config) left out. derived_as_auto: the values moe_train_options_finish derived are written
+ * "auto", so that a --config file re-derives them from what is given beside it (--print-config); else as decided
+ * (a checkpoint's record of the run, which --resume continues exactly). Dump with MOE_JSON_FLOATS. NULL when out of
+ * memory. */
+json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto);
 
 /* Sets the options named in j (a --config file's object) whose source is weaker than source. what names j in
  * messages ("run.json"). Unknown keys, flag-only keys, wrong types and out-of-range values are errors naming the

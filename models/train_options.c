@@ -10,6 +10,7 @@
 
 #include "models/fileio.h"
 #include "models/plan_model.h"
+#include "models/train_signals.h"
 
 #define OPT_INT MOE_OPT_INT
 #define OPT_FLOAT MOE_OPT_FLOAT
@@ -80,6 +81,8 @@ static const opt_spec kOptions[] = {
      OFF(shards), -1, 1 << 20, {0}, NULL, RUN},
     {"--skip-nonfinite", "1: drop a step whose loss or gradient is NaN or Inf (and say where it appeared) instead of "
      "stopping the run", OPT_INT, OFF(skip_nonfinite), 0, 1, {0}, NULL, RUN},
+    {"--max-skipped-steps", "with --skip-nonfinite 1: stop the run after this many consecutive dropped steps (a run "
+     "that no longer learns)", OPT_INT, OFF(max_skipped_steps), 1, 1 << 30, {0}, NULL, RUN},
     {"--threads", "CPU threads per rank, shared by the loops and the GEMMs; never changes results (0: the CPUs this "
      "rank may use / ranks on this node)", OPT_INT, OFF(threads), 0, 4096, {0}, NULL, RUN},
     {"--device", "where the model runs: cpu, or cuda (one GPU per rank on its node; needs a CUDA build)", OPT_CHOICE,
@@ -103,6 +106,9 @@ static const opt_spec kOptions[] = {
     {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}, NULL, RUN},
     {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
      {0}, NULL, RUN},
+    {"--stop-signals", "signals that stop the run at the next step boundary after a checkpoint (with --checkpoint-dir), "
+     "exit status 128 + the signal; a second one ends it at once (names without SIG, comma-separated, of TERM INT "
+     "USR1 USR2 HUP; none)", OPT_STRING, OFF(stop_signals), 0, 0, {0}, NULL, COMMAND},
     /* checkpoints */
     {"--checkpoint-dir", "save checkpoints (step-NNNNNNNN directories) here ('': never)", OPT_STRING, OFF(checkpoint_dir),
      0, 0, {0}, NULL, RUN},
@@ -182,7 +188,7 @@ static void set_defaults(moe_train_options *o) {
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
     o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
-    o->exchange_timeout_s = 300;
+    o->exchange_timeout_s = 300, o->stop_signals = "TERM,INT,USR1", o->max_skipped_steps = 10;
     o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3, o->checkpoint_timeout_s = 3600;
     o->save_shard_size = "";
     o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
@@ -260,7 +266,21 @@ static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
 }
 
 /* Combinations no single flag can check. */
+static int finish_checks(moe_train_options *o, int world_size, FILE *err);
+
+static int is_auto(const moe_train_options *o, size_t i) {
+    return moe_train_option_has_auto(&kOptions[i]) && *(const int *)((const char *)o + kOptions[i].offset) < 0;
+}
+
 int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
+    for (size_t i = 0; i < NUM_OPTIONS; i++) o->derived[i] = is_auto(o, i);
+    const int rc = finish_checks(o, world_size, err);
+    for (size_t i = 0; i < NUM_OPTIONS; i++) o->derived[i] &= !is_auto(o, i); /* decided here, not left to run time */
+    return rc;
+}
+
+/* The automatic values, then the combinations. */
+static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     moe_model_config *m = &o->model;
     m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
     if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate stays the probability */
@@ -298,6 +318,9 @@ int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
                                        "1048576, got '%s'\n", o->save_shard_size), -1;
     if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
+    char why[256];
+    if (moe_train_signals_check(o->stop_signals, why, sizeof why))
+        return moe_train_complain(err, "moe-train: --stop-signals: %s\n", why), -1;
     if (*o->routing_trace_out && *o->resume)
         return moe_train_complain(err, "moe-train: --routing-trace-out records a run from step 1; it cannot be combined with --resume\n"), -1;
     return 0;

@@ -35,6 +35,7 @@ typedef struct {
     int shards;         /* the batch's virtual shards with world_invariant; -1 (auto): the largest power of two that
                            divides --batch, at most 64 (and at least the world size)                         */
     int skip_nonfinite; /* 1: drop a step whose loss or gradient is not finite, instead of stopping */
+    int max_skipped_steps; /* with skip_nonfinite: the run stops after this many consecutive dropped steps */
     int threads;        /* CPU threads per rank (core/threads.h); 0: moe_threads_default()          */
     int device;         /* MOE_TRAIN_DEVICE_*: where the model runs                                 */
     int gpu_transport;  /* with --device cuda: moe_gpu_transport (0 NCCL, 1 MPI-staged); -1: NCCL unless
@@ -47,6 +48,7 @@ typedef struct {
     const char *sample_prompt;
     float sample_temperature;
     float exchange_timeout_s;
+    const char *stop_signals; /* models/train_signals.h: "TERM,INT,USR1", or "none" */
     /* checkpoints */
     const char *checkpoint_dir; /* '' : no saves                                        */
     int checkpoint_interval;    /* save every N steps (and at the end); 0: at the end   */
@@ -64,6 +66,7 @@ typedef struct {
     const char *config_file;    /* --config: options from this JSON file ('' : none)      */
     int print_config;           /* 1: write the resolved configuration as JSON and stop    */
     unsigned char source[MOE_TRAIN_MAX_OPTIONS]; /* moe_option_source of each option, in table order */
+    unsigned char derived[MOE_TRAIN_MAX_OPTIONS]; /* 1: left "auto" and decided by moe_train_options_finish */
 } moe_train_options;
 
 typedef enum { MOE_OPT_INT, MOE_OPT_FLOAT, MOE_OPT_STRING, MOE_OPT_CHOICE } moe_train_option_kind;
@@ -104,8 +107,9 @@ int moe_train_option_from(const moe_train_options *o, const moe_train_option *s,
 /* Defaults, then argv's flags (each recorded as MOE_OPTION_FLAG). Returns 0, 1 when --help was printed, -1 on an
  * error (message written to err naming the flag, the value and what is allowed; err NULL: quiet). */
 int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, FILE *err);
-/* Decides the automatic values (renormalize, precision, kv heads, warmup) and checks the combinations no single
- * option can check, some of which depend on world_size (ep, batch). Returns 0 or -1 (message to err). */
+/* Decides the automatic values (renormalize, precision, kv heads, warmup, shards, world-invariant; each marked in
+ * o->derived) and checks the combinations no single option can check, some of which depend on world_size (ep,
+ * batch). Returns 0 or -1 (message to err). */
 int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err);
 
 /* moe_train_options_parse_flags, then moe_train_options_finish: flags alone, no --config file and no checkpoint

@@ -228,13 +228,18 @@ static moe_status replay_routing(moe_trainer *t, int step, int mb) {
     return force_routing(t, t->trace_ids);
 }
 
-/* This micro-batch's global routing, gathered on every rank (collective); world rank 0 appends it to the trace. */
+/* This micro-batch's global routing, gathered on every rank (collective); world rank 0 appends it to the trace. A
+ * failed write is kept in t->output_error (the other ranks are in the step: failing it here would leave them
+ * waiting), and the trace is written no further. */
 static moe_status record_routing(moe_trainer *t, int step, int mb) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
     MOE_TRY(gather_routing(t, t->trace_ids));
-    for (int i = 0; i < t->num_moe_layers && t->ranks.world_rank == 0; i++)
-        MOE_TRY(moe_fail_context(moe_routing_trace_append(&t->trace_out, step, mb, i, t->trace_ids + (size_t)i * per_layer),
-                                 "routing trace"));
+    for (int i = 0; i < t->num_moe_layers && t->ranks.world_rank == 0 && !t->output_error[0]; i++) {
+        moe_status st = moe_routing_trace_append(&t->trace_out, step, mb, i, t->trace_ids + (size_t)i * per_layer);
+        if (st == MOE_OK) continue;
+        if (st == MOE_ERR_OUT_OF_MEMORY) return st;
+        snprintf(t->output_error, sizeof t->output_error, "the routing trace: %s", moe_failure_message(st));
+    }
     return MOE_OK;
 }
 

@@ -28,6 +28,9 @@ typedef struct {
     /* the run's identity in checkpoint manifests: made fresh by moe_trainer_create (the same on every rank),
      * taken over by moe_checkpoint_resume when it continues a run; parent: "" for a fresh run */
     char run_id[MOE_RUN_ID_NBYTES], parent_run_id[MOE_RUN_ID_NBYTES];
+    /* where warnings that stop nothing go (an unreadable old checkpoint passed over); NULL (the default): nowhere.
+     * moe-train: world rank 0's stderr */
+    FILE *notes;
     moe_model *model;
     moe_token_file train, val;
     /* AdamW state: the moments of the dense range [dense_begin, dense_end) this rank updates, then of
@@ -41,6 +44,9 @@ typedef struct {
     moe_lr_schedule schedule;
     /* routing traces (models/routing_trace.h): world rank 0 writes, every rank replays */
     moe_routing_trace trace_out, trace_in;
+    /* world rank 0's first failed write of the routing trace (a full disk): the step goes on without the trace, and
+     * the caller stops the run at the step's end (moe-train: after a checkpoint); "" while none */
+    char output_error[512];
     int num_moe_layers;
     int *trace_ids;              /* [num_moe_layers][global tokens * k] */
     /* in-memory routing (models/verify.h), [micro_batches][num_moe_layers][global tokens * k], NULL: off:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# sanitize.sh — the unit and mpi test suites under AddressSanitizer + UndefinedBehaviorSanitizer (with
-# LeakSanitizer), in their own build directory:
+# sanitize.sh — the unit and mpi test suites, and the faults tests that end jobs by their error paths, under
+# AddressSanitizer + UndefinedBehaviorSanitizer (with LeakSanitizer), in their own build directory:
 #   bash scripts/sanitize.sh [extra meson test arguments, e.g. a test's name]
 # Configures build-sanitize/ once (again only when the options below change), rebuilds what changed, runs
 # the tests. Needs the packages scripts/setup.sh installs (run it, or scripts/test.sh, first). CPU only: nvcc
@@ -57,6 +57,14 @@ suites=(--suite unit --suite mpi)
 cd "$build"
 status=0
 meson test --print-errorlogs --num-processes 2 "${suites[@]}" "$@" | tee meson-logs/test-summary.txt || status=$?
+# the faults tests whose jobs end by their own error paths (a full disk, a failed save, a held lock, a stop by signal):
+# the clean-up on the way out is checked for leaks too (not the kill -9 ones: a killed process checks nothing)
+if [ $# -eq 0 ]; then
+    cp meson-logs/testlog.txt meson-logs/testlog-main.txt
+    meson test --print-errorlogs --num-processes 1 fault_disk fault_two_jobs fault_signals |
+        tee -a meson-logs/test-summary.txt || status=$?
+    cat meson-logs/testlog-main.txt >> meson-logs/testlog.txt
+fi
 # A test that tolerates a failing command (the expected failures) must not hide a sanitizer report in it:
 # expect_failure.sh fails on one; this catches any other that reached a test's log.
 report='(ERROR|SUMMARY): (Address|Leak|UndefinedBehavior)Sanitizer|: runtime error: '

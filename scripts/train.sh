@@ -2,12 +2,24 @@
 # train.sh — the README's first command: installs what is missing, builds, prepares the default data
 # (the King James Bible, byte-level, from Debian's bible-kjv) and trains the default MoE language model
 # with moe-train under mpirun on MOE_RANKS ranks (default 2). Extra arguments go to moe-train
-# (see: build/moe-train --help); the metrics land in data/train_metrics.jsonl.
+# (see: build/moe-train --help); the metrics land in data/train_metrics.jsonl. Ctrl-C (or SIGTERM) stops the run
+# at the next step, after a checkpoint when --checkpoint-dir is given; twice, at once.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" bible-kjv
 bash "$moe_root/scripts/prepare_data.sh"
 source "$moe_root/scripts/mpi_env.sh"
 ranks="${MOE_RANKS:-2}"
 cd "$moe_root"
-exec mpirun -np "$ranks" "$moe_build/moe-train" \
-    --train-data data/kjv_train.bin --val-data data/kjv_val.bin --log-file data/train_metrics.jsonl "$@"
+# Stopping: Ctrl-C or a SIGTERM to this script (a scheduler's) becomes one SIGUSR1 to mpirun, which forwards it to
+# every rank at once: moe-train saves a checkpoint at the next step boundary (with --checkpoint-dir) and exits with
+# 138; a second one ends it at once. (mpirun itself, given SIGINT or SIGTERM, would SIGKILL the ranks a second
+# later, before a save of any size; in a session of its own it sees neither.)
+setsid mpirun -np "$ranks" "$moe_build/moe-train" \
+    --train-data data/kjv_train.bin --val-data data/kjv_val.bin --log-file data/train_metrics.jsonl "$@" &
+job=$!
+trap 'kill -USR1 "$job" 2>/dev/null' INT TERM
+while :; do
+    rc=0
+    wait "$job" || rc=$?
+    kill -0 "$job" 2>/dev/null || exit $rc # else wait was cut short by the trap: the job goes on stopping
+done

@@ -1,8 +1,9 @@
 #!/bin/bash
 # test_checkpoint_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train's checkpoints as a user
 # meets them, on 2 ranks (issue 12): a saved step that is not a step number, a checkpoint beyond --steps, a
-# fresh run into a directory of another run, a resume from an older checkpoint (a fork: --keep-last prunes
-# only the fork's own checkpoints), and a --checkpoint-dir path longer than any fixed buffer; issue 16: a
+# fresh run into a directory of another run, a resume from an older checkpoint (a fork: refused in its parent's
+# directory, where its saves would replace the parent's newer ones; elsewhere --keep-last prunes only the fork's
+# own checkpoints), and a --checkpoint-dir path longer than any fixed buffer; issue 16: a
 # --save-dtype bf16 export (BF16 weights, no moments: no training state, or under sigmoid routing the
 # selection biases alone; --init-from takes it, --resume refuses it) and a --save-shard-size save (shards + index,
 # every file in the manifest, the same eval loss as one file, resumable, the size inherited by --resume, written
@@ -17,25 +18,33 @@ trains "a run saves at 4, 8, 12" "^step    12" --steps 12 --checkpoint-dir "$ck"
 for s in 4 8 12; do [ -d "$(step_dir "$ck" $s)" ] || fail_with_output "step $s was not saved"; done
 first_run=$(run_of "$(step_dir "$ck" 12)")
 
-# the saved step, edited to what is not a step number (same length: the header stays valid)
+# the saved step, edited to what is not a step number (same length: the header stays valid). The manifest binds
+# the header (issue 25): refused as altered; without the manifest (another tool's directory) the step's own parse
+# refuses it
 for bad in -1 ab; do
     cp -r "$(step_dir "$ck" 12)" "$dir/bad$bad"
     perl -0777 -pi -e "s/\"step\":\"12\"/\"step\":\"$bad\"/" "$dir/bad$bad/train_state.safetensors"
+    refuses "train_state.safetensors: its header .* checksum .*, the manifest says" --steps 20 --resume "$dir/bad$bad"
+    rm "$dir/bad$bad/manifest.json"
     refuses "the saved step '$bad' is not a step number" --steps 20 --resume "$dir/bad$bad"
 done
 refuses "the checkpoint is at step 12, beyond --steps 8" --steps 8 --resume --checkpoint-dir "$ck"
 trains "a complete run resumed" "the run is complete at step 12" --steps 12 --resume --checkpoint-dir "$ck"
 refuses "already holds another run's checkpoints .*step-00000012, run" --steps 12 --checkpoint-dir "$ck"
 
-# a fork: resume the old step 4 into the same directory, saving at 6, 9, 12 and keeping 1 of its own
-trains "a resume from step 4 forks" "resumed from .*step-00000004 after step 4 \(run [0-9a-f]+, continued from run" \
+# a fork: resume the old step 4. Into the same directory it would reach the first run's steps 8 and 12 and replace
+# them (issue 25): refused before training, nothing touched; into a directory of its own it trains, saving at 6, 9,
+# 12 and keeping 1 of its own
+refuses "this run resumed run [0-9a-f]+ at step 4, and --checkpoint-dir .*ck holds that run's newer checkpoint .*step-00000012 \(step 12\)" \
     --steps 12 --resume "$(step_dir "$ck" 4)" --checkpoint-dir "$ck" --checkpoint-interval 3 --keep-last 1
-for s in 4 8; do # the first run's: never pruned by the fork
+for s in 4 8 12; do # the first run's: all there, all its own
     [ "$(run_of "$(step_dir "$ck" $s)")" = "$first_run" ] || fail_with_output "the first run's step $s was lost"
 done
-for s in 6 9; do [ ! -e "$(step_dir "$ck" $s)" ] || fail_with_output "the fork's step $s was not pruned"; done
-[ "$(run_of "$(step_dir "$ck" 12)")" != "$first_run" ] || fail_with_output "step 12 is not the fork's"
-trains "latest is the newest saved" "resumed from .*step-00000012 after step 12" --steps 12 --resume \
+trains "a resume from step 4 forks" "resumed from .*step-00000004 after step 4 \(run [0-9a-f]+, continued from run" \
+    --steps 12 --resume "$(step_dir "$ck" 4)" --checkpoint-dir "$dir/fork" --checkpoint-interval 3 --keep-last 1
+for s in 6 9; do [ ! -e "$(step_dir "$dir/fork" $s)" ] || fail_with_output "the fork's step $s was not pruned"; done
+[ "$(run_of "$(step_dir "$dir/fork" 12)")" != "$first_run" ] || fail_with_output "the fork's step 12 is not its own"
+trains "latest is the newest saved" "resumed from .*ck/step-00000012 after step 12" --steps 12 --resume \
     --checkpoint-dir "$ck"
 
 # a path of 700 characters (fixed buffers cut paths at about 580)
@@ -98,8 +107,11 @@ refuses "--save-shard-size expects a byte count .* got '5XB'" --config "$dir/bad
 refuses "--save-shard-size expects a byte count .* got '5XB'" --save-shard-size 5XB
 cp -r "$sh" "$dir/noshard" && rm "$dir/noshard/model-00002-of-0000$shards.safetensors"
 refuses "model-00002-of-0000$shards.safetensors: -1 bytes, the manifest says" --init-from "$dir/noshard"
+rm "$dir/noshard/manifest.json" # without one (another tool's directory): named by its file, not by its rank in the index
+refuses "shard model-00002-of-0000$shards.safetensors \(one of the $shards that .*index.json names\)" \
+    --init-from "$dir/noshard"
 cp -r "$sh" "$dir/badindex" && sed -i 's/model-00001-of/model-00002-of/' "$dir/badindex/model.safetensors.index.json"
-refuses "model.safetensors.index.json: its bytes have checksum .* \(altered\)" --init-from "$dir/badindex"
+refuses "model.safetensors.index.json: its bytes have checksum .* \(altered" --init-from "$dir/badindex"
 rm "$dir/badindex/manifest.json" # without a manifest the index's own check finds it
 refuses "index.json names tensor .* in .*model-00002-of-0000$shards.safetensors, which does not hold it" \
     --init-from "$dir/badindex"

@@ -208,11 +208,11 @@ static void options(void) {
     CHECK(rc == 0 && o.model.num_layers == 5 && o.lr == 0.001f && o.model.num_kv_heads == 8,
           "precedence: rc %d layers %d lr %g kv %d (%s)", rc, o.model.num_layers, o.lr, o.model.num_kv_heads, msg);
     /* --print-config's object read back is the same configuration */
-    json_t *j = moe_train_options_json(&o);
+    json_t *j = moe_train_options_json(&o, 0);
     CHECK(json_dump_file(j, file, MOE_JSON_FLOATS) == 0, "writing %s", file);
     moe_train_options again;
     rc = load(&again, msg, sizeof msg, (const char *[]){"--config", file, NULL});
-    json_t *j2 = rc == 0 ? moe_train_options_json(&again) : NULL;
+    json_t *j2 = rc == 0 ? moe_train_options_json(&again, 0) : NULL;
     CHECK(j2 && json_equal(j, j2), "a printed configuration read back differs (%s)", msg);
     json_decref(j), json_decref(j2);
     /* the checkpoint's architecture: taken without flags, a disagreeing flag or key refused with both values */

@@ -237,7 +237,7 @@ static void shards(void) {
     free(copy_shards("missing"));
     char *p = path_in("missing/model-00002-of-00002.safetensors");
     unlink(p), free(p);
-    expect_refusal("a missing shard", read_set("missing"), "shard 2 of the 2 that");
+    expect_refusal("a missing shard", read_set("missing"), "shard model-00002-of-00002.safetensors (one of the 2 that");
     free(copy_shards("extra"));
     p = path_in("extra/model.safetensors.index.json");
     write_text(p, "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":"

@@ -8,7 +8,11 @@
 #  3. the metrics log opens with the run record (options, layout, versions, commit); steps carry the clock and
 #     evaluations their duration;
 #  4. --print-config writes JSON that --config reads back into the same run (bitwise the same losses); a bad key
-#     is refused naming it; flags override the file.
+#     is refused naming it; flags override the file;
+#  5. (issue 25, R6) values derived from others stay "auto" in that file, and --print-config says which they are:
+#     flags given beside --config re-derive them as on a fresh command line (--top-k 1 turns renormalisation off,
+#     --heads 8 takes 8 kv heads, --steps 400 a warm-up of 40, --device cuda bf16), where main @ 203d493 kept the
+#     values of the run that wrote the file.
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -99,5 +103,29 @@ refuses "type.json: 'seed' must be an integer, not \"seven\"" --config "$dir/typ
 sed 's/"beta2": 0.95/"beta2": 2/' "$dir/run.json" > "$dir/range.json"
 refuses "range.json: 'beta2' expects a number in \[0, 0.999999\], got '2'" --config "$dir/range.json"
 refuses "--config: .*missing.json: cannot open" --config "$dir/missing.json"
+sed 's/"ep": 1,/"ep": 4,/' "$dir/run.json" > "$dir/ep4.json" # a combination the file makes (ep 4 on 2 ranks): named
+refuses "--ep 4 must divide the number of ranks" --config "$dir/ep4.json"
+refuses "the options include those of --config .*ep4.json" --config "$dir/ep4.json"
+
+# 5. derived values
+data=(--train-data "$dir/train.bin" --val-data "$dir/val.bin")
+derived() { # FILE FLAGS...: --print-config into FILE.json, its note into FILE.txt
+    local f=$1
+    shift
+    "$mpirun" -np 1 "$train" "${data[@]}" "$@" --print-config > "$f.json" 2> "$f.txt"
+}
+derived "$dir/auto" --steps 20 --heads 4 --d-model 32
+for key in kv_heads renormalize precision warmup; do
+    grep -q "^  \"$key\": \"auto\",\$" "$dir/auto.json" || fail_with_output "--print-config wrote $key as a value, not \"auto\""
+done
+grep -q 'derived, written "auto": kv_heads 4, renormalize 1, precision fp32, warmup 2' "$dir/auto.txt" &&
+    echo "ok: --print-config says what it derived: $(cat "$dir/auto.txt")" ||
+    fail_with_output "--print-config's note: $(cat "$dir/auto.txt")"
+derived "$dir/again" --config "$dir/auto.json" --steps 400 --top-k 1 --heads 8
+grep -q 'kv_heads 8, renormalize 0, precision fp32, warmup 40' "$dir/again.txt" &&
+    echo "ok: flags beside --config re-derive: $(cat "$dir/again.txt")" ||
+    fail_with_output "flags beside --config did not re-derive: $(cat "$dir/again.txt")"
+derived "$dir/cuda" --config "$dir/auto.json" --device cuda && grep -q 'precision bf16' "$dir/cuda.txt" &&
+    echo "ok: --device cuda beside --config derives bf16" || fail_with_output "--device cuda beside --config: $(cat "$dir/cuda.txt")"
 
 finish test_config_cli

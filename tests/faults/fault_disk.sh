@@ -4,7 +4,10 @@
 #   full: room for one checkpoint and not two; with --keep-last 1 the second save (which needs both until the
 #   new one is durable) fails with "No space left on device", the job ends, and the first checkpoint loads;
 #   read-only: a run saving there is refused before training; a checkpoint there resumes and initialises a
-#   run that saves elsewhere (loading never writes).
+#   run that saves elsewhere (loading never writes);
+#   outputs on a full disk (issue 25, R7): the metrics log, the routing trace: the run stops at that step's end with
+#   a message naming the file, non-zero, after a checkpoint of the step (on main @ 203d493 the log was cut short and
+#   the run exited 0 without a word).
 . "$(dirname "$0")/faults_common.sh"
 mounts=()
 unmount_all() {
@@ -44,5 +47,17 @@ trains "a read-only checkpoint resumes" "resumed from .*ro/ck/step-00000001 afte
 trains "a read-only checkpoint initialises" "weights from .*ro/ck/step-00000001" --steps 1 \
     --init-from "$dir/ro/ck/step-00000001"
 
-report "checkpoint disk full, read-only" 2 $((2 - (failures > 0))) 0 0 0
+# outputs on a full disk: a tmpfs of 8 KiB, the checkpoints elsewhere
+for output in log trace; do
+    mount_tmpfs "$dir/full-$output" 8 || exit 1
+    flag=$([ $output = log ] && echo --log-file || echo --routing-trace-out)
+    file="$dir/full-$output/$output.out"
+    refuses "cannot write the (metrics log|routing trace:) $file.*No space left on device; stopped after step [0-9]+ \(the checkpoint above has it\)" \
+        --steps 100000 --eval-interval 0 "$flag" "$file" --checkpoint-dir "$dir/ck-$output"
+    last=$(sed -n 's/.*stopped after step \([0-9]*\) .*/\1/p' "$dir/out.txt")
+    [ -n "$last" ] && [ -d "$(printf '%s/step-%08d' "$dir/ck-$output" "$last")" ] ||
+        fail_with_output "$output: no checkpoint of the step the run stopped after"
+done
+
+report "checkpoint disk full, read-only; outputs on a full disk" 4 $((4 - (failures > 0))) 0 0 0
 finish fault_disk

@@ -39,6 +39,12 @@ wait_job() {
     done
     wait "$job"
     job_rc=$? job_s=$((SECONDS - start))
+    # under scripts/sanitize.sh: a report in the job's output is a failure, whatever else the test checks
+    if grep -Eq '(ERROR|SUMMARY): (Address|Leak|UndefinedBehavior)Sanitizer|: runtime error: ' "$dir/job.txt"; then
+        cat "$dir/job.txt"
+        echo "FAIL: a sanitizer report in the job's output (above)"
+        failures=$((failures + 1))
+    fi
     return 0
 }
 

@@ -1,0 +1,74 @@
+#!/bin/bash
+# fault_signals.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — a job told to stop (issue 25, R9): Slurm's
+# preemption and scancel send SIGTERM to every task and SIGKILL ~30 s later; Ctrl-C sends SIGINT; Slurm's --signal
+# and `kill -USR1 <mpirun>` (mpirun forwards it) send SIGUSR1. Each stops the run at the next step boundary on
+# every rank, saves a checkpoint of that step, says so, and exits with 128 + the signal's number; the checkpoint
+# resumes. A second signal ends the job at once, with no new checkpoint. --stop-signals none leaves the default
+# (the process ends at once, nothing saved). On main @ 203d493 every such job ended within a second, silently,
+# losing everything since the last interval.
+. "$(dirname "$0")/faults_common.sh"
+
+# stopped SIGNAL TARGET STATUS: a long run, SIGNAL sent to TARGET (ranks: every rank, as Slurm does; mpirun) once it
+# has trained 20 steps; the job must exit STATUS having saved its last step, which resumes
+clean=0
+stopped() {
+    local sig=$1 target=$2 status=$3 ck="$dir/ck-$1-$2"
+    launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
+    for ((i = 0; i < 300; i++)); do grep -q "^step    20 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+    local t0=$SECONDS
+    if [ "$target" = ranks ]; then pkill "-$sig" -s "$job" -x "$(basename "$train")"; else kill "-$sig" "$job"; fi
+    wait_job 60 || { fail_with_output "SIG$sig to $target: the job did not end within 60 s"; return; }
+    local line last
+    line=$(grep -m 1 "^moe-train: SIG$sig: stopped after step" "$dir/job.txt")
+    last=$(echo "$line" | sed -n 's/.*stopped after step \([0-9]*\) .*/\1/p')
+    if [ "$job_rc" -ne "$status" ] || [ -z "$last" ] || ! grep -q "checkpoint saved; exit status $status" <<< "$line" ||
+        [ ! -d "$(printf '%s/step-%08d' "$ck" "$last")" ]; then
+        echo "FAIL: SIG$sig to $target: exit $job_rc (want $status), '$line', saved: $(ls "$ck" 2>/dev/null)"
+        grep moe-train "$dir/job.txt" | head -5
+        failures=$((failures + 1))
+        return
+    fi
+    leftovers > /dev/null || fail_with_output "SIG$sig to $target: processes left"
+    echo "ok: SIG$sig to $target: $line (ended $((SECONDS - t0)) s after the signal)"
+    trains "SIG$sig's checkpoint resumes" "resumed from .*step-0*$last after step $last" --steps $((last + 2)) \
+        --resume --checkpoint-dir "$ck"
+    clean=$((clean + 1))
+}
+stopped TERM ranks 143
+stopped INT ranks 130
+stopped USR1 ranks 138
+stopped USR1 mpirun 138
+
+# a second signal: at once, nothing new saved (a slower model, so that both land inside one step)
+ck="$dir/twice"
+launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0 --d-model 256 --heads 4 --kv-heads 4 --d-ff 1024 \
+    --seq-len 128 --batch 8
+for ((i = 0; i < 600; i++)); do grep -q "^step     3 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+pkill -TERM -s "$job" -x "$(basename "$train")"
+sleep 0.05
+pkill -TERM -s "$job" -x "$(basename "$train")"
+wait_job 60 || fail_with_output "two SIGTERMs: the job did not end"
+if [ "$job_rc" -ne 0 ] && ! grep -q "stopped after step" "$dir/job.txt" && [ -z "$(ls "$ck" | grep step-)" ]; then
+    echo "ok: two SIGTERMs: ended at once (exit $job_rc), nothing saved"
+    clean=$((clean + 1))
+else
+    fail_with_output "two SIGTERMs: exit $job_rc, saved: $(ls "$ck")"
+fi
+leftovers > /dev/null || fail_with_output "two SIGTERMs: processes left"
+
+# --stop-signals none: the default action
+launch --steps 100000 --checkpoint-dir "$dir/none" --eval-interval 0 --stop-signals none
+for ((i = 0; i < 300; i++)); do grep -q "^step    20 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+pkill -TERM -s "$job" -x "$(basename "$train")"
+wait_job 60 || fail_with_output "--stop-signals none: the job did not end"
+if [ "$job_rc" -ne 0 ] && [ -z "$(ls "$dir/none" | grep step-)" ]; then
+    echo "ok: --stop-signals none: SIGTERM ended it at once (exit $job_rc)"
+    clean=$((clean + 1))
+else
+    fail_with_output "--stop-signals none: exit $job_rc, saved: $(ls "$dir/none")"
+fi
+leftovers > /dev/null || fail_with_output "--stop-signals none: processes left"
+refuses "--stop-signals: 'KILL' is not one of TERM, INT, USR1, USR2, HUP" --stop-signals TERM,KILL
+
+report "stop signals" 6 $clean 0 0 0
+finish fault_signals

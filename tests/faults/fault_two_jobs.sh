@@ -1,0 +1,52 @@
+#!/bin/bash
+# fault_two_jobs.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — two jobs on one --checkpoint-dir (issue 25, R1):
+#   a job submitted twice: while the first trains, the second is refused before training, naming the first's run
+#   id and pid (the directory's lock); once the first is killed (kill -9: the kernel drops its lock), a job starts;
+#   near-simultaneous starts (0.5 s apart, seeds 1 and 2, saves at 10 and 20, --keep-last 0): exactly one trains
+#   and every checkpoint in the directory is its own (on main @ 203d493 step directories held one run's weights
+#   with the other's optimizer state, or all of one run's checkpoints were the other's).
+. "$(dirname "$0")/faults_common.sh"
+
+lock_holder() { cat "$1/.lock" 2>/dev/null; }
+
+# a job submitted twice
+ck="$dir/twice"
+launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
+for ((i = 0; i < 300; i++)); do [ -n "$(lock_holder "$ck")" ] && break; sleep 0.1; done
+holder=$(lock_holder "$ck")
+[ -n "$holder" ] || fail_with_output "the first job never took the directory's lock"
+first_run=$(echo "$holder" | sed -n 's/^run \([0-9a-f]*\),.*/\1/p')
+refuses "is in use by another job: run $first_run, host .*, pid [0-9]+, since .*Wait for it or stop it" --steps 4 \
+    --checkpoint-dir "$ck" --seed 2
+kill -9 -- -"$job" 2>/dev/null
+wait_job 30 || fail_with_output "the first job did not die"
+leftovers > /dev/null || fail_with_output "processes of the killed job left"
+trains "a job after the holder was killed" "^step     4" --steps 4 --checkpoint-dir "$ck" --seed 2
+clean=0
+
+# near-simultaneous starts, 4 trials
+trials=4
+for ((t = 0; t < trials; t++)); do
+    ck="$dir/race$t"
+    merge --steps 20 --checkpoint-dir "$ck" --checkpoint-interval 10 --keep-last 0 --seed 1
+    "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/a.txt" 2>&1 &
+    a=$!
+    sleep 0.5
+    merge --steps 20 --checkpoint-dir "$ck" --checkpoint-interval 10 --keep-last 0 --seed 2
+    timeout 120 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/b.txt" 2>&1
+    b_rc=$?
+    wait $a
+    a_rc=$?
+    runs=$(cat "$ck"/step-*/manifest.json 2>/dev/null | grep -o '"run_id": "[0-9a-f]*"' | sort -u | wc -l)
+    if [ $((a_rc == 0)) -ne $((b_rc != 0)) ] || [ "$runs" -ne 1 ] || [ "$(ls -d "$ck"/step-* | wc -l)" -ne 2 ]; then
+        echo "FAIL: trial $t: exit statuses $a_rc and $b_rc, $runs run(s) in $(ls "$ck")"
+        cat "$dir/a.txt" "$dir/b.txt" | grep moe-train
+        failures=$((failures + 1))
+    else
+        refused_out=$([ $a_rc -eq 0 ] && echo b.txt || echo a.txt)
+        clean=$((clean + 1))
+        echo "ok: trial $t: one job trained, the other: $(grep -m 1 -o 'is in use by another job\|already holds another run.s checkpoints' "$dir/$refused_out")"
+    fi
+done
+report "two jobs on one checkpoint directory" $((trials + 1)) $((clean + (failures == 0))) 0 0 0
+finish fault_two_jobs

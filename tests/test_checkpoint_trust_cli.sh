@@ -1,0 +1,88 @@
+#!/bin/bash
+# test_checkpoint_trust_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — checkpoints nobody can mix up (issue 25),
+# on 2 ranks, each case one that main @ 203d493 got wrong:
+#   R3  newest is the highest step: a checkpoint saved with a clock ahead is not "latest", and --keep-last keeps the
+#       real newest;
+#   R4  an unreadable manifest.json in an old step directory is passed over with a warning naming it: --resume latest,
+#       naming the newest, and a run that saves and prunes beside it all go on (and it is not deleted);
+#   R5  the manifest binds every file: a training state of another step, weights of another run of the same shape and
+#       a BF16 header relabelled F16 (same length) are refused, naming the file;
+#   R11 a second moment below zero (a valid file, checksums right) is refused naming the file and the tensor;
+#   R10 with --skip-nonfinite 1 and every step non-finite (an expert at 1e20), the run stops after
+#       --max-skipped-steps in a row, and no checkpoint is published of a step whose update was dropped;
+#   R12 an empty step directory is passed over as "not a checkpoint", not called another run's checkpoints.
+. "$(dirname "$0")/train_cli_common.sh"
+edit="$(dirname "$0")/safetensors_edit.py"
+
+step_dir() { printf '%s/step-%08d' "$1" "$2"; }
+saved_at() { sed -n 's/.*"saved_at_ns": \([0-9]*\).*/\1/p' "$1/manifest.json"; } # DIR
+run_of() { grep -o '"run_id": "[^"]*"' "$1/manifest.json"; }                        # DIR
+
+ck="$dir/ck"
+trains "a run saves at 4, 8, 12" "^step    12" --steps 12 --checkpoint-dir "$ck" --checkpoint-interval 4 --keep-last 0
+
+# R3: step 4's manifest says it was saved a day after step 12 (a node's clock ahead)
+cp -r "$ck" "$dir/skew"
+s4=$(step_dir "$dir/skew" 4)
+sed -i "s/\"saved_at_ns\": [0-9]*/\"saved_at_ns\": $(($(saved_at "$(step_dir "$dir/skew" 12)") + 86400000000000))/" \
+    "$s4/manifest.json"
+trains "latest is the highest step, not the latest clock" "resumed from .*skew/step-00000012 after step 12" \
+    --steps 16 --resume --checkpoint-dir "$dir/skew" --checkpoint-interval 2 --keep-last 2
+for s in 14 16; do [ -d "$(step_dir "$dir/skew" $s)" ] || fail_with_output "--keep-last 2 pruned step $s"; done
+for s in 4 8 12; do [ ! -e "$(step_dir "$dir/skew" $s)" ] || fail_with_output "--keep-last 2 kept step $s"; done
+
+# R4: an unreadable manifest in an old step directory
+cp -r "$ck" "$dir/bad"
+echo "not json {" > "$(step_dir "$dir/bad" 4)/manifest.json"
+trains "--resume latest passes over it" "warning: .*bad/step-00000004 is skipped: .*manifest.json: not JSON" \
+    --steps 12 --resume --checkpoint-dir "$dir/bad"
+trains "naming the newest" "resumed from .*bad/step-00000012 after step 12" --steps 14 \
+    --resume "$(step_dir "$dir/bad" 12)" --checkpoint-dir "$dir/bad" --keep-last 1
+[ -d "$(step_dir "$dir/bad" 14)" ] && [ ! -e "$(step_dir "$dir/bad" 12)" ] ||
+    fail_with_output "the run beside it did not save step 14 and prune step 12"
+[ -d "$(step_dir "$dir/bad" 4)" ] || fail_with_output "the unreadable step directory was deleted"
+
+# R5: files put in the place of others, each refused by name
+cp -r "$ck" "$dir/swap"
+cp "$(step_dir "$ck" 8)/train_state.safetensors" "$(step_dir "$dir/swap" 12)/"
+refuses "step-00000012/train_state.safetensors: its header .* the manifest says .*another step or run" --steps 14 \
+    --resume "$(step_dir "$dir/swap" 12)"
+trains "another run of the same shape" "^step     4" --steps 4 --seed 7 --checkpoint-dir "$dir/other"
+cp -r "$ck" "$dir/mixed"
+cp "$(step_dir "$dir/other" 4)/model.safetensors" "$(step_dir "$dir/mixed" 4)/"
+refuses "step-00000004/model.safetensors: its header .* the manifest says" --steps 8 --resume "$(step_dir "$dir/mixed" 4)"
+trains "a bf16 export" "^step     4" --steps 4 --checkpoint-dir "$dir/bf16" --save-dtype bf16
+relabelled="$(step_dir "$dir/bf16" 4)"
+perl -0777 -pi -e 's/"dtype":"BF16"/"dtype":"F16" /g' "$relabelled/model.safetensors"
+refuses "step-00000004/model.safetensors: its header .* the manifest says" --steps 8 --init-from "$relabelled"
+
+# R11: a negative second moment in a well-formed state (no manifest: another tool's checkpoint, checked on its own)
+cp -r "$(step_dir "$ck" 8)" "$dir/negative"
+rm "$dir/negative/manifest.json"
+python3 "$edit" "$dir/negative/train_state.safetensors" exp_avg_sq.model.norm.weight -0.5 ||
+    fail_with_output "safetensors_edit.py failed"
+refuses "negative/train_state.safetensors: exp_avg_sq.model.norm.weight\[0\] is -0.5: a second moment .* cannot be negative" \
+    --steps 12 --resume "$dir/negative"
+
+# R12: an empty step directory beside a run's checkpoints
+cp -r "$ck" "$dir/empty" && mkdir "$(step_dir "$dir/empty" 2)"
+trains "an empty step directory passed over" "empty/step-00000002 is skipped: an empty directory, not a checkpoint" \
+    --steps 14 --resume --checkpoint-dir "$dir/empty"
+[ "$(run_of "$(step_dir "$dir/empty" 14)")" = "$(run_of "$(step_dir "$ck" 12)")" ] ||
+    fail_with_output "the run did not continue as itself beside the empty directory"
+
+# R10: weights that overflow in every step (expert 0's w1 and w2 at 1e20: finite, so they load)
+cp -r "$(step_dir "$ck" 4)" "$dir/overflow"
+rm "$dir/overflow/manifest.json"
+for w in w1 w2; do
+    python3 "$edit" "$dir/overflow/model.safetensors" "model.layers.0.block_sparse_moe.experts.0.$w.weight" 1e20 ||
+        fail_with_output "safetensors_edit.py failed"
+done
+refuses "3 steps in a row were dropped as non-finite \(--max-skipped-steps 3\)" --steps 10 --init-from "$dir/overflow" \
+    --skip-nonfinite 1 --max-skipped-steps 3 --checkpoint-dir "$dir/dropped" --checkpoint-interval 1
+# a save due at a dropped step waits (the run then ends at the final evaluation, which the overflow fails)
+refuses "step 2's update was dropped: its checkpoint waits for the next step that updates" --steps 4 \
+    --init-from "$dir/overflow" --skip-nonfinite 1 --checkpoint-dir "$dir/dropped" --checkpoint-interval 2
+[ -z "$(ls "$dir/dropped" | grep step-)" ] || fail_with_output "checkpoints of dropped steps: $(ls "$dir/dropped")"
+
+finish test_checkpoint_trust_cli
