@@ -1,6 +1,7 @@
 /* checkpoint.c — saving and loading checkpoints (layout and format in checkpoint.h): the table of tensors in
- * file order, gathering the experts of every rank, writing and reading the tensor files. The manifest,
- * listing and pruning are checkpoint_dir.c's; config.json and the fingerprint checkpoint_config.c's. */
+ * file order, a save's steps (the tensor files are checkpoint_write.c's, written by every rank), reading the tensor
+ * files (each rank reads what it holds). The manifest, listing and pruning are checkpoint_dir.c's; config.json and the
+ * fingerprint checkpoint_config.c's. */
 #include "models/checkpoint.h"
 
 #include <errno.h>
@@ -22,43 +23,21 @@ _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 para
 
 /* ---- the tensors of a model, in file order ---------------------------------------------------- */
 
-typedef struct {
-    char name[112];
-    int ndim;
-    long shape[2];
-    int expert;           /* global expert id, or -1 for a dense tensor */
-    size_t global_offset; /* in the global buffer [dense | all experts of every MoE layer] */
-    long local_offset;    /* in this rank's buffer [dense | local experts], -1 if another rank holds it */
-} ckpt_tensor;
-
-typedef struct {
-    ckpt_tensor *t;
-    int count;
-    size_t global_count; /* reals in the global buffer */
-} ckpt_table;
-
-static void add(ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, size_t global_offset,
-                long local_offset) {
-    ckpt_tensor *t = &tab->t[tab->count++];
-    *t = (ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .expert = expert, .global_offset = global_offset,
-                       .local_offset = local_offset};
+static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, long local_offset) {
+    moe__ckpt_tensor *t = &tab->t[tab->count++];
+    *t = (moe__ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .count = (size_t)rows * (cols ? cols : 1),
+                            .expert = expert, .local_offset = local_offset};
     snprintf(t->name, sizeof t->name, "%s", name);
 }
 
-/* The model's tensors (models/model.h) in file order — the embedding, then each layer's dense tensors followed
- * by its experts (every w1, then every w3, then every w2, by global id), then the final norm and lm_head —
- * with their places in the global buffer [dense | every MoE layer's w1 of all E experts, w3, w2]. */
-static int build_table(const moe_trainer *tr, ckpt_table *tab) {
+int moe__checkpoint_table(const moe_trainer *tr, moe__ckpt_table *tab) {
     const moe_model *m = tr->model;
     const moe_model_config *c = &tr->opt.model;
     const int E = c->moe.num_experts, EL = moe_model_num_local_experts(m), first = tr->ranks.ep_rank * EL;
     int count;
     const moe_model_tensor *mt = moe_model_tensors(m, &count);
-    size_t *global_at = calloc((size_t)count, sizeof(size_t)), experts_at = moe_model_num_dense(m);
-    tab->t = calloc((size_t)count * E + 1, sizeof(ckpt_tensor));
-    if (!global_at || !tab->t) return free(global_at), 0;
-    for (int i = 0; i < count; i++) /* the expert part of the global buffer is in the table's order */
-        if (mt[i].experts) global_at[i] = experts_at, experts_at += (size_t)E * mt[i].rows * mt[i].cols;
+    tab->t = calloc((size_t)count * E + 1, sizeof(moe__ckpt_tensor));
+    if (!tab->t) return 0;
     tab->count = 0;
     char name[sizeof tab->t->name];
     for (int layer = -1; layer <= c->num_layers; layer++)
@@ -67,44 +46,17 @@ static int build_table(const moe_trainer *tr, ckpt_table *tab) {
                 const moe_model_tensor *t = &mt[i];
                 if (t->layer != layer || !t->experts != !experts) continue;
                 if (!experts) {
-                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, t->offset, (long)t->offset);
+                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, (long)t->offset);
                     continue;
                 }
                 const size_t per_expert = (size_t)t->rows * t->cols;
                 for (int j = 0; j < E; j++) {
                     snprintf(name, sizeof name, t->name, j);
                     const long local = j >= first && j < first + EL ? (long)(t->offset + (j - first) * per_expert) : -1;
-                    add(tab, name, t->ndim, t->rows, t->cols, j, global_at[i] + j * per_expert, local);
+                    add(tab, name, t->ndim, t->rows, t->cols, j, local);
                 }
             }
-    tab->global_count = experts_at;
-    free(global_at);
     return 1;
-}
-
-/* ---- gathering and scattering the global buffer ----------------------------------------------- */
-
-/* global[global_count] = dense part of `local`, plus every rank's experts (allgather over the EP group). */
-static moe_status gather_global(const moe_trainer *tr, const moe_real *local, moe_real *global) {
-    const moe_model *m = tr->model;
-    const size_t dense = moe_model_num_dense(m);
-    memcpy(global, local, dense * sizeof(moe_real));
-    int count;
-    const moe_model_tensor *t = moe_model_tensors(m, &count);
-    moe_comm *ep = moe_parallel_ep(tr->par);
-    const int R = moe_comm_size(ep);
-    size_t *nbytes = malloc((size_t)R * sizeof(size_t)), at = dense;
-    if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = MOE_OK;
-    for (int i = 0; i < count && st == MOE_OK; i++) {
-        if (!t[i].experts) continue;
-        for (int p = 0; p < R; p++) nbytes[p] = t[i].count * sizeof(moe_real);
-        /* EP rank p holds global experts [p*EL, (p+1)*EL): rank order is expert order */
-        st = moe_comm_allgatherv_bytes(ep, local + t[i].offset, nbytes[0], global + at, nbytes);
-        at += t[i].count * R;
-    }
-    free(nbytes);
-    return st;
 }
 
 /* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
@@ -112,7 +64,7 @@ static moe_status agree(const moe_trainer *tr, moe_status st) {
     return moe_comm_agree(moe_parallel_world(tr->par), st);
 }
 
-/* The same, when rank 0 did slow file work meanwhile: the others wait under the checkpoint timeout, not the
+/* The same, when ranks did slow file work meanwhile: the others wait under the checkpoint timeout, not the
  * exchange watchdog, and a timeout says so. */
 static moe_status agree_after_io(const moe_trainer *tr, moe_status st, const char *what) {
     moe_comm *world = moe_parallel_world(tr->par);
@@ -121,129 +73,60 @@ static moe_status agree_after_io(const moe_trainer *tr, moe_status st, const cha
     moe_status agreed = moe_comm_agree(world, st);
     moe_comm_set_timeout(world, watchdog);
     if (agreed == MOE_ERR_TIMEOUT)
-        return moe_fail_context(agreed, "%s: world rank 0 did not finish within --checkpoint-timeout %g s", what,
+        return moe_fail_context(agreed, "%s: a rank did not finish within --checkpoint-timeout %g s", what,
                                 tr->opt.checkpoint_timeout_s);
     return agreed;
 }
 
-/* The first non-finite value of the global buffer's `which` part (0: weights, 1, 2: the moments), named. */
-static moe_status check_finite(const ckpt_table *tab, const moe_real *part, int which) {
-    static const char *const prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
-    for (int i = 0; i < tab->count; i++) {
-        const ckpt_tensor *t = &tab->t[i];
-        const size_t n = (size_t)t->shape[0] * (t->ndim > 1 ? (size_t)t->shape[1] : 1);
-        for (size_t j = 0; j < n; j++)
-            if (!isfinite(part[t->global_offset + j]))
-                return moe_fail(MOE_ERR_NONFINITE, "%s%s[%zu] is %g: refusing to save non-finite values", prefix[which],
-                                t->name, j, (double)part[t->global_offset + j]);
-    }
-    return MOE_OK;
-}
-
 /* ---- writing ---------------------------------------------------------------------------------- */
 
-static moe_status write_files(const moe_trainer *tr, const ckpt_table *tab, const moe_real *gp, const moe_real *gm,
-                              const moe_real *gv, const char *dir, int step) {
-    const moe_model_config *c = &tr->opt.model;
-    char value[512];
-    moe_safetensors_entry *e = calloc((size_t)2 * tab->count + c->num_layers, sizeof *e);
-    char (*names)[128] = calloc((size_t)2 * tab->count + c->num_layers, sizeof *names);
-    char *paths[MOE__CHECKPOINT_FILES] = {0};
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) paths[i] = moe_path_join(dir, moe__checkpoint_files[i]);
-    moe_status st = e && names && paths[0] && paths[1] && paths[2] ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    for (int i = 0; i < tab->count && st == MOE_OK; i++) {
-        const ckpt_tensor *t = &tab->t[i];
-        e[i] = (moe_safetensors_entry){t->name, t->ndim, {t->shape[0], t->shape[1]}, gp + t->global_offset,
-                                       tr->opt.save_dtype ? MOE_SAFETENSORS_BF16 : MOE_SAFETENSORS_F32};
-    }
-    const moe_safetensors_meta model_meta[] = {{"format", "pt"}};
-    if (st == MOE_OK)
-        st = moe_safetensors_write_shards(dir, "model", e, tab->count, model_meta, 1, (size_t)tr->opt.save_shard_nbytes,
-                                          NULL);
-
-    json_t *config = moe__checkpoint_config_json(c);
-    if (st == MOE_OK &&
-        (json_dump_file(config, paths[1], JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 || moe_fsync_path(paths[1]) != 0))
-        st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", paths[1], strerror(errno));
+/* World rank 0: config.json and the manifest, with the configuration this run trained with (what --resume
+ * inherits), once every tensor file is whole. */
+static moe_status write_config_and_manifest(const moe_trainer *tr, const char *dir, int step) {
+    char *path = moe_path_join(dir, moe__checkpoint_files[1]);
+    if (!path) return MOE_ERR_OUT_OF_MEMORY;
+    json_t *config = moe__checkpoint_config_json(&tr->opt.model);
+    moe_status st = MOE_OK;
+    if (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 || moe_fsync_path(path) != 0)
+        st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     json_decref(config);
-
-    int k = 0; /* train state: both moments of every tensor, then the routers' selection biases */
-    for (int i = 0; i < tab->count && st == MOE_OK; i++)
-        for (int which = 0; which < 2; which++) {
-            const ckpt_tensor *t = &tab->t[i];
-            snprintf(names[k], sizeof names[k], "%s.%s", which ? "exp_avg_sq" : "exp_avg", t->name);
-            e[k] = (moe_safetensors_entry){names[k], t->ndim, {t->shape[0], t->shape[1]},
-                                           (which ? gv : gm) + t->global_offset, MOE_SAFETENSORS_F32};
-            k++;
-        }
-    for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
-        const moe_real *bias = moe_model_expert_bias(tr->model, l);
-        if (!bias) continue;
-        snprintf(names[k], sizeof names[k], "expert_bias.layers.%d", l);
-        e[k] = (moe_safetensors_entry){names[k], 1, {c->moe.num_experts}, bias, MOE_SAFETENSORS_F32};
-        k++;
-    }
-    char step_text[32], position[32];
-    snprintf(step_text, sizeof step_text, "%d", step);
-    snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
-    moe__checkpoint_fingerprint(tr, value, sizeof value);
-    /* no run id here: the file stays byte-identical across layouts and runs; the manifest binds it to its run */
-    const moe_safetensors_meta state_meta[] = {
-        {"format", "moe-train-state-1"}, {"step", step_text}, {"micro_batches_done", position}, {"fingerprint", value}};
-    /* a bf16 save is an export of the weights: without the fp32 masters there is nothing exact to resume, so its
-     * training state is left out, or under sigmoid routing holds the selection biases alone (part of the function) */
-    const int moments = tr->opt.save_dtype ? 2 * tab->count : 0;
-    if (st == MOE_OK && (!tr->opt.save_dtype || c->moe.score_func == MOE_SCORE_SIGMOID))
-        st = moe_safetensors_write(paths[2], e + moments, k - moments, state_meta, 4);
-    if (st == MOE_OK) /* with the configuration this run trained with (what --resume inherits) */
+    free(path);
+    if (st == MOE_OK)
         st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step, moe_train_options_json(&tr->opt, 0));
-    free(e), free(names);
-    for (int i = 0; i < MOE__CHECKPOINT_FILES; i++) free(paths[i]);
     return st;
 }
 
-/* World rank 0: the step directory written whole under a temporary name, then published and the run's old
- * ones pruned (checkpoint_dir.c). */
-static moe_status write_step(const moe_trainer *tr, const ckpt_table *tab, const moe_real *g, const char *root,
-                             int step, int keep_last) {
-    for (int which = 0; which < 3; which++) MOE_TRY(check_finite(tab, g + which * tab->global_count, which));
-    if (mkdir(root, 0755) != 0 && errno != EEXIST) /* moe_checkpoint_prepare made it; a caller may not have */
-        return moe_fail(MOE_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
-    moe__checkpoint_clean_leftovers(root);
+/* Every rank: the step directory written whole under a temporary name (world rank 0 makes it, every rank stores its
+ * part of the tensor files, rank 0 adds config.json and the manifest), then published and the run's old ones pruned
+ * by rank 0 (checkpoint_dir.c). */
+moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int keep_last) {
+    const int rank0 = tr->ranks.world_rank == 0;
     char name[64];
     snprintf(name, sizeof name, ".tmp-step-%08d", step);
     char *tmp = moe_path_join(root, name);
-    if (!tmp) return MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = mkdir(tmp, 0755) == 0 ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    if (st == MOE_OK) st = write_files(tr, tab, g, g + tab->global_count, g + 2 * tab->global_count, tmp, step);
-    if (st == MOE_OK) st = moe__checkpoint_publish(root, tmp, step, tr->run_id);
-    if (st != MOE_OK) moe__checkpoint_remove_dir(tmp);
-    if (st == MOE_OK) st = moe__checkpoint_prune(root, tr->run_id, keep_last, tr->notes);
-    free(tmp);
-    return st;
-}
-
-moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int keep_last) {
-    ckpt_table tab = {0};
-    moe_real *g = NULL;
-    moe_status st = build_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK && !(g = malloc(3 * tab.global_count * sizeof(moe_real)))) st = MOE_ERR_OUT_OF_MEMORY;
-    st = agree(tr, st);
-    /* the moments in the unsharded local layout first (ZeRO-1 shards the dense part), then like the weights */
-    const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
-    moe_real *full = st == MOE_OK ? malloc(local_count * sizeof(moe_real)) : NULL;
-    if (st == MOE_OK && !full) st = MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) /* the weights through the host (they may live on a GPU) */
-        st = moe_runtime_download(moe_model_runtime(tr->model), full, moe_model_params(tr->model),
-                                  local_count * sizeof(moe_real));
-    if (st == MOE_OK) st = gather_global(tr, full, g);
-    for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        st = moe_trainer_moments_gather(tr, which, full);
-        if (st == MOE_OK) st = gather_global(tr, full, g + (1 + which) * tab.global_count);
+    moe__ckpt_table tab = {0};
+    moe_status st = tmp && moe__checkpoint_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && rank0) {
+        if (mkdir(root, 0755) != 0 && errno != EEXIST) /* moe_checkpoint_prepare made it; a caller may not have */
+            st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
+        if (st == MOE_OK) moe__checkpoint_clean_leftovers(root);
+        if (st == MOE_OK && mkdir(tmp, 0755) != 0)
+            st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     }
-    free(full);
-    if (st == MOE_OK && tr->ranks.world_rank == 0) st = write_step(tr, &tab, g, root, step, keep_last);
-    free(g), free(tab.t);
+    st = agree(tr, st);
+    char step_text[32], position[32], fingerprint[512];
+    snprintf(step_text, sizeof step_text, "%d", step);
+    snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
+    moe__checkpoint_fingerprint(tr, fingerprint, sizeof fingerprint);
+    /* no run id here: the file stays byte-identical across layouts and runs; the manifest binds it to its run */
+    const moe_safetensors_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text},
+                                               {"micro_batches_done", position}, {"fingerprint", fingerprint}};
+    if (st == MOE_OK) st = moe__checkpoint_write_tensors(tr, &tab, tmp, state_meta, 4, agree_after_io);
+    if (st == MOE_OK && rank0) st = write_config_and_manifest(tr, tmp, step);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, tr->run_id);
+    if (st != MOE_OK && rank0 && tmp) moe__checkpoint_remove_dir(tmp);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, tr->run_id, keep_last, tr->notes);
+    free(tmp), free(tab.t);
     return agree_after_io(tr, st, "checkpoint save");
 }
 
@@ -261,22 +144,50 @@ moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
 
 /* ---- loading ---------------------------------------------------------------------------------- */
 
-/* Reads the table's tensors (named prefix + name) that this rank holds into dst; checks that every tensor of the
- * table exists with its shape in a dtype the reader converts, and that the files hold no tensor the model does
- * not know. *lossy (may be NULL): 1 when a tensor is stored in less than F32 (BF16, F16). */
-static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const ckpt_table *tab, const char *prefix,
-                               moe_real *dst, int extra_ok, int *lossy) {
+/* Where a tensor read from a checkpoint goes: `what` names the values in messages ("the loaded weights"), moment -1
+ * is the weights, 0 and 1 the moments. */
+typedef struct {
+    moe_trainer *tr;
+    const char *what;
+    int moment;
+} tensor_sink;
+
+/* One tensor read into buf: finite (second moments >= 0 too), then into this rank's memory. */
+static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, const moe_real *buf) {
+    for (size_t j = 0; j < t->count; j++) {
+        if (!isfinite(buf[j]))
+            return moe_fail(MOE_ERR_NONFINITE, "%s: %s[%zu] is the first NaN or Inf (world rank %d)", to->what, t->name,
+                            j, to->tr->ranks.world_rank);
+        /* a mean of squares: a negative one (valid checksums) would make the next update NaN and blame the weights */
+        if (to->moment == 1 && buf[j] < 0)
+            return moe_fail(MOE_ERR_BAD_FILE, "exp_avg_sq.%s[%zu] is %g: a second moment is a mean of squares and "
+                            "cannot be negative (a corrupt or edited training state)", t->name, j, (double)buf[j]);
+    }
+    if (to->moment >= 0) return moe_trainer_moment_range_set(to->tr, to->moment, (size_t)t->local_offset, t->count, buf);
+    return moe_runtime_upload(moe_model_runtime(to->tr->model), moe_model_params(to->tr->model) + t->local_offset,
+                              buf, t->count * sizeof(moe_real));
+}
+
+/* Reads the table's tensors (named prefix + name) that this rank holds, one at a time through buf (room for the
+ * largest), into their place (put_tensor); checks that every tensor of the table exists with its shape in a dtype
+ * the reader converts, and (unless extra_ok) that the files hold no tensor the model does not know. *lossy (may be
+ * NULL): 1 when a tensor is stored in less than F32 (BF16, F16). */
+static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const moe__ckpt_table *tab, const char *prefix,
+                               const tensor_sink *to, moe_real *buf, int extra_ok, int *lossy) {
     char name[160];
     for (int i = 0; i < tab->count; i++) {
-        const ckpt_tensor *t = &tab->t[i];
+        const moe__ckpt_tensor *t = &tab->t[i];
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
         moe_safetensors_file *f = moe_safetensors_set_file(set, name);
         if (!f && set->index.num_shards)
             return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing (in no shard of the index)", dir, name);
         if (!f) f = &set->files[0]; /* its read names the missing tensor and the file */
-        moe_status st = t->local_offset >= 0 ? moe_safetensors_read(f, name, t->ndim, t->shape, dst + t->local_offset)
-                                             : moe_safetensors_check(f, name, t->ndim, t->shape);
-        if (st != MOE_OK) return st;
+        if (t->local_offset < 0) {
+            MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
+        } else {
+            MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
+            MOE_TRY(put_tensor(to, t, buf));
+        }
         if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
     }
     for (int k = 0; k < set->num_files && !extra_ok; k++)
@@ -294,6 +205,13 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
     return MOE_OK;
 }
 
+/* A buffer for the largest tensor of the table (a load's only memory beyond the model's). */
+static moe_real *tensor_buffer(const moe__ckpt_table *tab) {
+    size_t largest = 1;
+    for (int i = 0; i < tab->count; i++) largest = tab->t[i].count > largest ? tab->t[i].count : largest;
+    return malloc(largest * sizeof(moe_real));
+}
+
 /* Every file the weights come from (the model or its shards and index, config.json) is one the manifest lists. */
 static moe_status check_covered(const char *dir, const moe__checkpoint_manifest *m, const moe_safetensors_set *set) {
     MOE_TRY(moe__checkpoint_manifest_covers(dir, m, moe__checkpoint_files[1]));
@@ -303,24 +221,20 @@ static moe_status check_covered(const char *dir, const moe__checkpoint_manifest 
 
 /* The config, the manifest's files (read by the caller), then the weights (their checksums as they are read),
  * which must be finite. *lossy: 1 when they were stored in less than F32. */
-static moe_status load_weights(moe_trainer *tr, const ckpt_table *tab, const char *dir,
+static moe_status load_weights(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
                                const moe__checkpoint_manifest *manifest, int *lossy) {
     MOE_TRY(moe__checkpoint_check_config(dir, &tr->opt.model));
     moe_status st = moe__checkpoint_manifest_verify(dir, manifest);
-    const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
-    moe_real *host = malloc((local_count ? local_count : 1) * sizeof(moe_real)); /* read, checked, then uploaded */
+    moe_real *buf = tensor_buffer(tab);
     moe_safetensors_set set;
-    if (st == MOE_OK) st = host ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = buf ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
+        const tensor_sink to = {tr, "the loaded weights", -1};
         st = check_covered(dir, manifest, &set);
-        if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", host, 0, lossy);
+        if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", &to, buf, 0, lossy);
         moe_safetensors_set_close(&set);
     }
-    if (st == MOE_OK) st = moe_model_check_finite_host(tr->model, host, "the loaded weights");
-    if (st == MOE_OK)
-        st = moe_runtime_upload(moe_model_runtime(tr->model), moe_model_params(tr->model), host,
-                                local_count * sizeof(moe_real));
-    free(host);
+    free(buf);
     return st;
 }
 
@@ -359,10 +273,10 @@ static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
 }
 
 moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
-    ckpt_table tab = {0};
+    moe__ckpt_table tab = {0};
     int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
     moe__checkpoint_manifest manifest;
-    moe_status st = build_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe__checkpoint_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
         st = load_weights(tr, &tab, dir, &manifest, &lossy);
         moe__checkpoint_manifest_free(&manifest);
@@ -372,25 +286,9 @@ moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
     return agree(tr, st);
 }
 
-/* Second moments are means of squares: a negative one (a hand-edited or corrupt state with valid checksums) would
- * make the next step's update NaN and blame the weights. */
-static moe_status check_second_moments(const ckpt_table *tab, const moe_real *full, const char *path) {
-    for (int i = 0; i < tab->count; i++) {
-        const ckpt_tensor *t = &tab->t[i];
-        if (t->local_offset < 0) continue;
-        const size_t n = (size_t)t->shape[0] * (t->ndim > 1 ? (size_t)t->shape[1] : 1);
-        for (size_t j = 0; j < n; j++)
-            if (full[t->local_offset + j] < 0)
-                return moe_fail(MOE_ERR_BAD_FILE, "%s: exp_avg_sq.%s[%zu] is %g: a second moment is a mean of squares "
-                                "and cannot be negative (a corrupt or edited training state)", path, t->name, j,
-                                (double)full[t->local_offset + j]);
-    }
-    return MOE_OK;
-}
-
 /* The training state: its file listed by the manifest (whose checksum of its header binds it to the manifest's run),
  * from the step the manifest says. */
-static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char *dir,
+static moe_status load_state(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
                              const moe__checkpoint_manifest *manifest, int *step) {
     char want[512];
     char *path = moe_path_join(dir, moe__checkpoint_files[2]);
@@ -413,18 +311,15 @@ static moe_status load_state(moe_trainer *tr, const ckpt_table *tab, const char 
     if (st == MOE_OK && manifest->step >= 0 && *step != manifest->step)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: the training state of step %d, in a checkpoint of step %d (manifest.json): "
                       "a file of another step", path, *step, manifest->step);
-    const size_t local_count = moe_model_num_dense(tr->model) + moe_model_num_expert(tr->model);
-    moe_real *full = malloc(local_count * sizeof(moe_real)); /* unsharded local layout (ZeRO-1 keeps a range) */
-    if (!full) st = MOE_ERR_OUT_OF_MEMORY;
+    moe_real *buf = tensor_buffer(tab);
+    if (!buf) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        st = read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", full, 1, NULL);
-        if (st == MOE_OK) st = moe_fail_context(moe_model_check_finite_host(tr->model, full, which_name[which]), "%s",
-                                                path);
-        if (st == MOE_OK && which) st = check_second_moments(tab, full, path);
-        if (st == MOE_OK) st = moe_trainer_moments_set(tr, which, full);
+        const tensor_sink to = {tr, which_name[which], which};
+        st = moe_fail_context(read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", &to, buf, 1, NULL), "%s",
+                              path);
     }
-    free(full);
+    free(buf);
     if (st == MOE_OK) st = read_biases(tr, &set);
     moe_safetensors_set_close(&set);
     free(path);
@@ -466,9 +361,9 @@ static moe_status continue_run(moe_trainer *tr, const char *dir, const moe__chec
 }
 
 moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
-    ckpt_table tab = {0};
+    moe__ckpt_table tab = {0};
     moe__checkpoint_manifest manifest = {.files = NULL};
-    moe_status st = build_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe__checkpoint_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     int lossy = 0;
     if (st == MOE_OK) st = load_weights(tr, &tab, dir, &manifest, &lossy);
     if (st == MOE_OK && lossy)

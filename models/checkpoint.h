@@ -27,9 +27,12 @@
  * file and the directory fsynced, renamed, ROOT fsynced; an interrupted save leaves the earlier
  * checkpoints as they were. Pruning deletes only this run's own older checkpoints, after the new one is
  * durable, each renamed out of the way before it is emptied. Loading never writes.
- * All functions are collective over the trainer's layout; world rank 0 writes, every rank reads; while rank
- * 0 writes, the others wait under --checkpoint-timeout, not the exchange watchdog. On failure every rank
- * returns the same status and the message names the file and the tensor or field. */
+ * Nothing gathers the model: every rank writes the tensors it holds into the files (each tensor by one of its
+ * holders, at its place: the files are byte for byte those one process would write, on any layout) and reads only
+ * what it holds; a save takes one tensor's memory per rank beyond the model (models/checkpoint_write.c). So the
+ * checkpoint directory must be on a file system every rank sees (a save checks it). All functions are collective
+ * over the trainer's layout; while ranks write, the others wait under --checkpoint-timeout, not the exchange
+ * watchdog. On failure every rank returns the same status and the message names the file and the tensor or field. */
 #ifndef MOE_MODELS_CHECKPOINT_H
 #define MOE_MODELS_CHECKPOINT_H
 

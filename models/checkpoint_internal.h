@@ -1,5 +1,7 @@
 /* checkpoint_internal.h — inside models/checkpoint*.c only: the pieces of a checkpoint beside the tensors.
  *   checkpoint_config.c  config.json, the run's fingerprint, the saved step
+ *   checkpoint.c         the table of a model's tensors in file order (what saving and loading walk)
+ *   checkpoint_write.c   a step's tensor files, written by every rank at once
  *   checkpoint_dir.c     the manifest of a step directory, listing, latest, durable publication, pruning
  *   checkpoint_lock.c    one job at a time on a checkpoint directory */
 #ifndef MOE_MODELS_CHECKPOINT_INTERNAL_H
@@ -9,6 +11,7 @@
 #include <stdio.h>
 
 #include "models/checkpoint.h"
+#include "models/safetensors.h"
 
 /* ---- checkpoint_config.c ---- */
 json_t *moe__checkpoint_config_json(const moe_model_config *c);
@@ -18,6 +21,35 @@ moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config 
 void moe__checkpoint_fingerprint(const moe_trainer *tr, char *out, size_t n);
 /* A saved step: digits only, 0 to INT_MAX; anything else is MOE_ERR_BAD_FILE naming path. */
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step);
+
+/* ---- checkpoint.c: the tensors of a model, in file order ---- */
+typedef struct {
+    char name[112];
+    int ndim;
+    long shape[2];
+    size_t count;      /* elements */
+    int expert;        /* global expert id, or -1 for a dense tensor */
+    long local_offset; /* in this rank's buffer [dense | local experts] (and its moments'), -1 if another rank holds it */
+} moe__ckpt_tensor;
+
+typedef struct {
+    moe__ckpt_tensor *t; /* malloc'ed */
+    int count;
+} moe__ckpt_table;
+
+/* The embedding, then each layer's dense tensors followed by its experts (every w1, then every w3, then every w2, by
+ * global id), then the final norm and lm_head. 0 when out of memory. */
+int moe__checkpoint_table(const moe_trainer *tr, moe__ckpt_table *tab);
+
+/* ---- checkpoint_write.c ---- */
+/* The tensor files of a step directory DIR (made by the caller): model.safetensors (or its shards and index, by
+ * --save-shard-size) and train_state.safetensors with state_meta, written by every rank at once, each tensor by one
+ * rank that holds it, byte for byte what one process would write. Non-finite values are refused (the writer names
+ * the tensor). Collective; agree(tr, st, what) agrees on a status after file work (the checkpoint timeout). DIR must
+ * be on a file system every rank sees (checked: else MOE_ERR_IO naming the rank and host). */
+moe_status moe__checkpoint_write_tensors(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
+                                         const moe_safetensors_meta *state_meta, int num_state_meta,
+                                         moe_status (*agree)(const moe_trainer *, moe_status, const char *));
 
 /* ---- checkpoint_dir.c ---- */
 enum { MOE__CHECKPOINT_FILES = 3 };

@@ -51,14 +51,31 @@ size_t moe_safetensors_data_nbytes(const moe_safetensors_entry *entries, int num
 
 /* ---- writing ---------------------------------------------------------------------------------- */
 
+/* Where stored bytes go: a stream (f), or a descriptor at a position (pwrite: several writers of one file). */
+typedef struct {
+    FILE *f;
+    int fd;
+    size_t at;
+} sink;
+
+static int sink_write(sink *out, const void *data, size_t nbytes) {
+    if (out->f) return fwrite(data, 1, nbytes, out->f) == nbytes;
+    for (const char *p = data; nbytes;) {
+        const ssize_t n = pwrite(out->fd, p, nbytes, (off_t)out->at);
+        if (n <= 0) return 0;
+        p += n, nbytes -= (size_t)n, out->at += (size_t)n;
+    }
+    return 1;
+}
+
 /* The bytes of entry e as stored, CHUNK elements at a time: each chunk goes to crc (when not NULL) and to
  * out (when not NULL). A BF16 entry is rounded here, and a finite value that becomes Inf is refused. */
 static moe_status store_entry(const char *path, const moe_safetensors_entry *e, moe_bf16 *buf, uint32_t *crc,
-                              FILE *out) {
+                              sink *out) {
     const size_t count = element_count(e->ndim, e->shape);
     if (e->dtype == MOE_SAFETENSORS_F32) { /* little-endian hosts only */
         if (crc) *crc = moe_crc32c(0, e->data, count * sizeof(float));
-        return !out || fwrite(e->data, sizeof(float), count, out) == count ? MOE_OK : MOE_ERR_IO;
+        return !out || sink_write(out, e->data, count * sizeof(float)) ? MOE_OK : MOE_ERR_IO;
     }
     if (e->dtype != MOE_SAFETENSORS_BF16)
         return moe_fail(MOE_ERR_INVALID_ARG, "%s: tensor %s: only F32 and BF16 are written", path, e->name);
@@ -71,18 +88,18 @@ static moe_status store_entry(const char *path, const moe_safetensors_entry *e, 
                 return moe_fail(MOE_ERR_NONFINITE, "%s: tensor %s[%zu] = %g does not fit in bf16 (it would round to "
                                 "Inf): save it as F32", path, e->name, at + j, (double)e->data[at + j]);
         if (crc) *crc = moe_crc32c(*crc, buf, n * sizeof *buf);
-        if (out && fwrite(buf, sizeof *buf, n, out) != n) return MOE_ERR_IO;
+        if (out && !sink_write(out, buf, n * sizeof *buf)) return MOE_ERR_IO;
     }
     return MOE_OK;
 }
 
-/* The header: every tensor's dtype, shape, offsets, and its stored bytes' CRC-32C in the metadata. */
+/* The header: every tensor's dtype, shape, offsets, and its stored bytes' CRC-32C (crcs[i]) in the metadata. Its
+ * length does not depend on the checksums' values (8 hex digits each). */
 static moe_status build_header(const char *path, const moe_safetensors_entry *entries, int num_entries,
-                               const moe_safetensors_meta *meta, int num_meta, moe_bf16 *buf, char **out) {
+                               const moe_safetensors_meta *meta, int num_meta, const uint32_t *crcs, char **out) {
     json_t *root = json_object(), *md = json_object();
     size_t offset = 0;
-    moe_status st = MOE_OK;
-    for (int i = 0; i < num_entries && st == MOE_OK; i++) {
+    for (int i = 0; i < num_entries; i++) {
         const moe_safetensors_entry *e = &entries[i];
         json_t *shape = json_array();
         for (int d = 0; d < e->ndim; d++) json_array_append_new(shape, json_integer(e->shape[d]));
@@ -90,40 +107,79 @@ static moe_status build_header(const char *path, const moe_safetensors_entry *en
         json_object_set_new(root, e->name,
                             json_pack("{s:s, s:o, s:[I, I]}", "dtype", moe_safetensors_dtype_name(e->dtype), "shape",
                                       shape, "data_offsets", (json_int_t)offset, (json_int_t)(offset + nbytes)));
-        uint32_t crc = 0;
-        if ((st = store_entry(path, e, buf, &crc, NULL)) != MOE_OK) break;
         char key[MOE_SAFETENSORS_MAX_NAME + 16], text[16];
         snprintf(key, sizeof key, "%s%s", CRC_KEY_PREFIX, e->name);
-        snprintf(text, sizeof text, "%08x", crc);
+        snprintf(text, sizeof text, "%08x", crcs ? crcs[i] : 0u);
         json_object_set_new(md, key, json_string(text));
         offset += nbytes;
     }
     for (int i = 0; i < num_meta; i++) json_object_set_new(md, meta[i].key, json_string(meta[i].value));
     json_object_set_new(root, "__metadata__", md);
-    *out = st == MOE_OK ? json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    *out = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(root);
-    if (st == MOE_OK && !*out) st = moe_fail(MOE_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
-    return st;
+    return *out ? MOE_OK : moe_fail(MOE_ERR_OUT_OF_MEMORY, "%s: cannot build the header", path);
+}
+
+/* The 8-byte length, the header and its padding to a multiple of 8. */
+static int write_header(sink *out, const char *header) {
+    const size_t header_nbytes = strlen(header), padded = (header_nbytes + 7) / 8 * 8;
+    unsigned char size_le[8];
+    for (int b = 0; b < 8; b++) size_le[b] = (unsigned char)((uint64_t)padded >> (8 * b));
+    static const char spaces[8] = "        ";
+    return sink_write(out, size_le, 8) && sink_write(out, header, header_nbytes) &&
+           sink_write(out, spaces, padded - header_nbytes);
 }
 
 moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries,
                                  const moe_safetensors_meta *meta, int num_meta) {
     moe_bf16 *buf = malloc(CHUNK * sizeof *buf);
+    uint32_t *crcs = calloc((size_t)num_entries + 1, sizeof *crcs);
     char *header = NULL;
-    moe_status st = buf ? build_header(path, entries, num_entries, meta, num_meta, buf, &header) : MOE_ERR_OUT_OF_MEMORY;
-    FILE *f = NULL;
-    if (st == MOE_OK && !(f = fopen(path, "wb"))) st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    if (st != MOE_OK) return free(buf), free(header), st;
-    size_t header_nbytes = strlen(header), padded = (header_nbytes + 7) / 8 * 8;
-    unsigned char size_le[8];
-    for (int b = 0; b < 8; b++) size_le[b] = (unsigned char)((uint64_t)padded >> (8 * b));
-    int ok = fwrite(size_le, 1, 8, f) == 8 && fwrite(header, 1, header_nbytes, f) == header_nbytes;
-    for (size_t i = header_nbytes; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < num_entries; i++) ok = store_entry(path, &entries[i], buf, NULL, f) == MOE_OK;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    free(header), free(buf);
+    moe_status st = buf && crcs ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < num_entries && st == MOE_OK; i++) st = store_entry(path, &entries[i], buf, &crcs[i], NULL);
+    if (st == MOE_OK) st = build_header(path, entries, num_entries, meta, num_meta, crcs, &header);
+    sink out = {0};
+    if (st == MOE_OK && !(out.f = fopen(path, "wb"))) st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (st != MOE_OK) return free(buf), free(crcs), free(header), st;
+    int ok = write_header(&out, header);
+    for (int i = 0; ok && i < num_entries; i++) ok = store_entry(path, &entries[i], buf, NULL, &out) == MOE_OK;
+    ok = ok && fflush(out.f) == 0 && fsync(fileno(out.f)) == 0;
+    ok = fclose(out.f) == 0 && ok;
+    free(header), free(buf), free(crcs);
     return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+}
+
+moe_status moe_safetensors_layout(const char *path, const moe_safetensors_entry *entries, int num_entries,
+                                  const moe_safetensors_meta *meta, int num_meta, size_t *data_start, size_t *offsets,
+                                  size_t *file_nbytes) {
+    char *header = NULL;
+    MOE_TRY(build_header(path, entries, num_entries, meta, num_meta, NULL, &header));
+    *data_start = 8 + (strlen(header) + 7) / 8 * 8;
+    free(header);
+    size_t at = 0;
+    for (int i = 0; i < num_entries; i++) offsets[i] = *data_start + at, at += moe_safetensors_data_nbytes(&entries[i], 1);
+    *file_nbytes = *data_start + at;
+    return MOE_OK;
+}
+
+moe_status moe_safetensors_store_at(const char *path, int fd, size_t at, const moe_safetensors_entry *e, uint32_t *crc) {
+    moe_bf16 *buf = e->dtype == MOE_SAFETENSORS_BF16 ? malloc(CHUNK * sizeof *buf) : NULL;
+    if (e->dtype == MOE_SAFETENSORS_BF16 && !buf) return MOE_ERR_OUT_OF_MEMORY;
+    sink out = {.fd = fd, .at = at};
+    moe_status st = store_entry(path, e, buf, crc, &out);
+    free(buf);
+    if (st == MOE_ERR_IO) st = moe_fail(st, "%s: cannot write tensor %s: %s", path, e->name, strerror(errno));
+    return st;
+}
+
+moe_status moe_safetensors_write_header(const char *path, int fd, const moe_safetensors_entry *entries, int num_entries,
+                                        const moe_safetensors_meta *meta, int num_meta, const uint32_t *crcs) {
+    char *header = NULL;
+    MOE_TRY(build_header(path, entries, num_entries, meta, num_meta, crcs, &header));
+    sink out = {.fd = fd, .at = 0};
+    const int ok = write_header(&out, header);
+    free(header);
+    return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: cannot write the header: %s", path, strerror(errno));
 }
 
 /* ---- reading ---------------------------------------------------------------------------------- */

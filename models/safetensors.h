@@ -18,6 +18,7 @@
 #define MOE_MODELS_SAFETENSORS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "moe/moe.h"
@@ -48,6 +49,20 @@ typedef struct {
 /* Writes path (not atomically: see models/checkpoint.c) and fsyncs it. */
 moe_status moe_safetensors_write(const char *path, const moe_safetensors_entry *entries, int num_entries,
                                  const moe_safetensors_meta *meta, int num_meta);
+
+/* One file written by several processes, each storing the tensors it holds (models/checkpoint_write.c: nobody
+ * gathers the model). The entries alone fix the layout (their data pointers are not read here):
+ * moe_safetensors_layout gives where the data starts, each tensor's byte offset in the file (offsets[num_entries])
+ * and the file's size; a writer stores a tensor's bytes at its offset (moe_safetensors_store_at: F32, or BF16
+ * rounded as moe_safetensors_write rounds; *crc gets their CRC-32C); once every tensor's CRC-32C is known, one
+ * process writes the header (crcs[num_entries]). The file is then byte for byte what moe_safetensors_write makes
+ * from the same entries. The descriptors are the caller's (opened for writing, fsynced and closed by it). */
+moe_status moe_safetensors_layout(const char *path, const moe_safetensors_entry *entries, int num_entries,
+                                  const moe_safetensors_meta *meta, int num_meta, size_t *data_start, size_t *offsets,
+                                  size_t *file_nbytes);
+moe_status moe_safetensors_store_at(const char *path, int fd, size_t at, const moe_safetensors_entry *e, uint32_t *crc);
+moe_status moe_safetensors_write_header(const char *path, int fd, const moe_safetensors_entry *entries, int num_entries,
+                                        const moe_safetensors_meta *meta, int num_meta, const uint32_t *crcs);
 
 typedef struct {
     char name[MOE_SAFETENSORS_MAX_NAME];

@@ -183,7 +183,8 @@ moe_safetensors_file *moe_safetensors_set_file(const moe_safetensors_set *s, con
 /* ---- writing ----------------------------------------------------------------------------------- */
 
 /* The first entry of each shard: greedy in order, a new shard when the next tensor would pass the limit. */
-static int split(const moe_safetensors_entry *e, int n, size_t max_nbytes, int *first) {
+int moe_safetensors_shard_split(const moe_safetensors_entry *e, int n, size_t max_nbytes, int *first) {
+    if (n == 0) return first[0] = first[1] = 0, 1;
     int shards = 0;
     size_t in_shard = 0;
     for (int i = 0; i < n; i++) {
@@ -195,12 +196,17 @@ static int split(const moe_safetensors_entry *e, int n, size_t max_nbytes, int *
     return shards;
 }
 
-static moe_status write_index(const char *dir, const char *stem, const moe_safetensors_entry *e, int n,
-                              const int *first, int shards) {
+void moe_safetensors_shard_name(const char *stem, int s, int shards, char *out, size_t n) {
+    if (shards == 1) snprintf(out, n, "%s.safetensors", stem);
+    else snprintf(out, n, "%s-%05d-of-%05d.safetensors", stem, s + 1, shards);
+}
+
+moe_status moe_safetensors_write_index(const char *dir, const char *stem, const moe_safetensors_entry *e, int n,
+                                       const int *first, int shards) {
     char name[MAX_FILE_NAME + 1];
     json_t *map = json_object();
     for (int s = 0; s < shards; s++) {
-        snprintf(name, sizeof name, "%s-%05d-of-%05d.safetensors", stem, s + 1, shards);
+        moe_safetensors_shard_name(stem, s, shards, name, sizeof name);
         for (int i = first[s]; i < first[s + 1]; i++) json_object_set_new(map, e[i].name, json_string(name));
     }
     json_t *root = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)moe_safetensors_data_nbytes(e, n),
@@ -220,18 +226,17 @@ moe_status moe_safetensors_write_shards(const char *dir, const char *stem, const
                                         size_t max_shard_nbytes, int *num_files) {
     int *first = malloc((size_t)(num_entries + 2) * sizeof *first);
     if (!first) return MOE_ERR_OUT_OF_MEMORY;
-    const int shards = num_entries ? split(entries, num_entries, max_shard_nbytes, first) : (first[0] = first[1] = 0, 1);
+    const int shards = moe_safetensors_shard_split(entries, num_entries, max_shard_nbytes, first);
     moe_status st = MOE_OK;
     char name[MAX_FILE_NAME + 1];
     for (int s = 0; s < shards && st == MOE_OK; s++) {
-        if (shards == 1) snprintf(name, sizeof name, "%s.safetensors", stem);
-        else snprintf(name, sizeof name, "%s-%05d-of-%05d.safetensors", stem, s + 1, shards);
+        moe_safetensors_shard_name(stem, s, shards, name, sizeof name);
         char *path = moe_path_join(dir, name);
         st = path ? moe_safetensors_write(path, entries + first[s], first[s + 1] - first[s], meta, num_meta)
                   : MOE_ERR_OUT_OF_MEMORY;
         free(path);
     }
-    if (st == MOE_OK && shards > 1) st = write_index(dir, stem, entries, num_entries, first, shards);
+    if (st == MOE_OK && shards > 1) st = moe_safetensors_write_index(dir, stem, entries, num_entries, first, shards);
     if (st == MOE_OK && num_files) *num_files = shards + (shards > 1);
     free(first);
     return st;

@@ -50,7 +50,14 @@ moe_safetensors_file *moe_safetensors_set_file(const moe_safetensors_set *s, con
 
 /* Writes the entries into DIR as STEM.safetensors (max_shard_nbytes 0, or everything fits in one shard) or as
  * shards and an index; each file gets the metadata. *num_files (may be NULL): the files written, the index
- * included. */
+ * included. The pieces, for writers that store the files' tensors from several processes (models/checkpoint_write.c):
+ * the split (first[s]: shard s's first entry, first[shards] = num_entries; first holds num_entries + 2 ints; returns
+ * the shards, 1 for no entries), a shard's file name, and the index of a split into more than one shard. */
+int moe_safetensors_shard_split(const moe_safetensors_entry *entries, int num_entries, size_t max_shard_nbytes,
+                                int *first);
+void moe_safetensors_shard_name(const char *stem, int s, int shards, char *out, size_t nbytes);
+moe_status moe_safetensors_write_index(const char *dir, const char *stem, const moe_safetensors_entry *entries,
+                                       int num_entries, const int *first, int shards);
 moe_status moe_safetensors_write_shards(const char *dir, const char *stem, const moe_safetensors_entry *entries,
                                         int num_entries, const moe_safetensors_meta *meta, int num_meta,
                                         size_t max_shard_nbytes, int *num_files);

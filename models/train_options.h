@@ -53,7 +53,7 @@ typedef struct {
     const char *checkpoint_dir; /* '' : no saves                                        */
     int checkpoint_interval;    /* save every N steps (and at the end); 0: at the end   */
     int keep_last;              /* step directories kept (0: all)                        */
-    float checkpoint_timeout_s; /* how long the other ranks wait for rank 0's save      */
+    float checkpoint_timeout_s; /* how long a rank waits for the others' part of a save */
     const char *resume;         /* '' : fresh start; 'latest' (in checkpoint_dir) or a directory */
     const char *init_from;      /* weights only, from a checkpoint directory              */
     int save_dtype;             /* 0: F32 (the masters), 1: BF16 (an export: not resumable) */

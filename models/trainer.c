@@ -169,12 +169,40 @@ moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full)
     return gather_dense(t, full, moments);
 }
 
-moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full) {
-    moe_real *moments = which ? t->moment2 : t->moment1;
+moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst) {
+    const moe_real *moments = which ? t->moment2 : t->moment1;
     const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
-    MOE_TRY(upload(t, moments, full + t->dense_begin, kept));
-    return upload(t, moments + kept, full + dense, moe_model_num_expert(t->model));
+    if (offset >= dense) return download(t, dst, moments + kept + (offset - dense), count);
+    if (!t->opt.zero) return download(t, dst, moments + offset, count);
+    /* ZeRO-1: rank r holds [lo_r, hi_r), consecutive in rank order: its overlap with the range, concatenated */
+    moe_comm *world = moe_parallel_world(t->par);
+    const size_t W = moe_comm_size(world), end = offset + count;
+    size_t *nbytes = calloc(W, sizeof(size_t)), mine = 0, lo, hi;
+    if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
+    for (size_t r = 0; r < W; r++) {
+        dense_range(dense, W, r, &lo, &hi);
+        const size_t a = lo > offset ? lo : offset, b = hi < end ? hi : end;
+        nbytes[r] = b > a ? (b - a) * sizeof(moe_real) : 0;
+    }
+    const size_t a = t->dense_begin > offset ? t->dense_begin : offset, b = t->dense_end < end ? t->dense_end : end;
+    mine = b > a ? b - a : 0;
+    moe_real *piece = malloc((mine ? mine : 1) * sizeof(moe_real)); /* send and receive may not overlap */
+    moe_status st = piece ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && mine) st = download(t, piece, moments + (a - t->dense_begin), mine);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, piece, mine * sizeof(moe_real), dst, nbytes);
+    free(piece), free(nbytes);
+    return st;
 }
+
+moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src) {
+    moe_real *moments = which ? t->moment2 : t->moment1;
+    const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin, end = offset + count;
+    if (offset >= dense) return upload(t, moments + kept + (offset - dense), src, count);
+    if (!t->opt.zero) return upload(t, moments + offset, src, count);
+    const size_t a = t->dense_begin > offset ? t->dense_begin : offset, b = t->dense_end < end ? t->dense_end : end;
+    return b > a ? upload(t, moments + (a - t->dense_begin), src + (a - offset), b - a) : MOE_OK;
+}
+
 
 /* Routing statistics of the last micro-batch, added into r (per-rank drops, added into *dropped and *assignments;
  * global counts and losses). */

@@ -84,8 +84,16 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
  * ranks. */
 long moe_trainer_eval_sequences(const moe_trainer *t);
 
-/* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO-1), and back. */
+/* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO-1). */
 moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full);
+/* One range [offset, offset + count) of the `which` moment (0: first, 1: second) in the unsharded layout, into the
+ * host dst: what a checkpoint writer takes one tensor at a time. The range must lie in the dense part or in the
+ * experts' (a tensor does). Under ZeRO-1 a dense range is spread over the ranks' slices: every rank calls with the
+ * same range (collective over the world; each gets the whole range); else nothing is exchanged. */
+moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst);
+/* The reverse, what a checkpoint loader does one tensor at a time: the range's values from the host src into this
+ * rank's moments (under ZeRO-1, of a dense range only the part in this rank's slice is kept). Local. */
+moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src);
 moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
 
 /* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */

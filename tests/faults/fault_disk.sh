@@ -7,7 +7,10 @@
 #   run that saves elsewhere (loading never writes);
 #   outputs on a full disk (issue 25, R7): the metrics log, the routing trace: the run stops at that step's end with
 #   a message naming the file, non-zero, after a checkpoint of the step (on main @ 203d493 the log was cut short and
-#   the run exited 0 without a word).
+#   the run exited 0 without a word);
+#   a checkpoint directory that not every rank sees (issue 26: every rank writes its part): rank 1 in a mount
+#   namespace of its own with a tmpfs over the directory, as a node-local disk would be: refused at the first save,
+#   naming the rank and host, nothing published.
 . "$(dirname "$0")/faults_common.sh"
 mounts=()
 unmount_all() {
@@ -59,5 +62,22 @@ for output in log trace; do
         fail_with_output "$output: no checkpoint of the step the run stopped after"
 done
 
-report "checkpoint disk full, read-only; outputs on a full disk" 4 $((4 - (failures > 0))) 0 0 0
+# a directory rank 1 does not share: its own tmpfs over it
+cat > "$dir/private.sh" << EOF
+#!/bin/bash
+[ "\$OMPI_COMM_WORLD_RANK" = 1 ] || exec "\$@"
+exec unshare -m bash -c 'mount -t tmpfs -o size=64m tmpfs "$dir/shared" && exec "\$@"' _ "\$@"
+EOF
+chmod +x "$dir/private.sh"
+mkdir -p "$dir/shared"
+merge --steps 2 --checkpoint-dir "$dir/shared/ck"
+if "$expect_failure" "world rank 1 \(host .*\) does not see .*shared/ck/.tmp-step-00000002/.ranks-see-this, which world rank 0 wrote: .* a file system all ranks share" \
+    60 "$mpirun" -np 2 "$dir/private.sh" "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
+    [ -z "$(ls "$dir/shared/ck" 2>/dev/null | grep step-)" ]; then
+    echo "ok: a directory rank 1 does not see: $(grep -m 1 -o 'world rank 1 (host .*) does not see' "$dir/out.txt")"
+else
+    fail_with_output "a checkpoint directory rank 1 does not see"
+fi
+
+report "checkpoint disk full, read-only; outputs on a full disk; not shared" 5 $((5 - (failures > 0))) 0 0 0
 finish fault_disk

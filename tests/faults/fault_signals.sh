@@ -39,13 +39,13 @@ stopped INT ranks 130
 stopped USR1 ranks 138
 stopped USR1 mpirun 138
 
-# a second signal: at once, nothing new saved (a slower model, so that both land inside one step)
+# a second signal: at once, nothing new saved (a slower model, steps of about a second here, so that both land
+# inside one step)
 ck="$dir/twice"
-launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0 --d-model 256 --heads 4 --kv-heads 4 --d-ff 1024 \
-    --seq-len 128 --batch 8
-for ((i = 0; i < 600; i++)); do grep -q "^step     3 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0 --d-model 512 --heads 8 --kv-heads 8 --d-ff 2048 \
+    --seq-len 256 --batch 8 --layers 2
+for ((i = 0; i < 900; i++)); do grep -q "^step     2 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
 pkill -TERM -s "$job" -x "$(basename "$train")"
-sleep 0.05
 pkill -TERM -s "$job" -x "$(basename "$train")"
 wait_job 60 || fail_with_output "two SIGTERMs: the job did not end"
 if [ "$job_rc" -ne 0 ] && ! grep -q "stopped after step" "$dir/job.txt" && [ -z "$(ls "$ck" | grep step-)" ]; then

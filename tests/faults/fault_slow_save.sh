@@ -1,7 +1,7 @@
 #!/bin/bash
 # fault_slow_save.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE SLOW_FSYNC_SHIM — a checkpoint save slower
 # than --exchange-timeout (every fsync 0.5 s slower: about 4 s a save) does not trip the exchange watchdog:
-# the other ranks wait for rank 0 under --checkpoint-timeout; a save slower than --checkpoint-timeout ends
+# the ranks wait for each other's part of the save under --checkpoint-timeout; a save slower than that ends
 # the job with that message; the newest checkpoint loads (the earlier one, or the slow one when rank 0 finished it
 # after the others left).
 . "$(dirname "$0")/faults_common.sh"
