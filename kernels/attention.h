@@ -32,4 +32,28 @@ moe_status moe_attention_backward_cuda(moe_gpu *gpu, const float *q, const float
                                        const float *dout, int num_seqs, int seq_len, int num_heads, int num_kv_heads,
                                        int head_dim, float *dq, float *dk, float *dv);
 
+/* Fused attention: the same function in tiles of MOE_ATTENTION_TILE query rows and keys with an online softmax
+ * (kernels/attention_fused_cpu.c gives the formulas), no [S, S] matrix kept: forward writes out and lse
+ * [num_seqs, H, S] (each row's log-sum-exp of its scaled scores, what backward recomputes the probabilities from);
+ * backward takes out too, and overwrites dq, dk, dv (dk and dv summed over a kv head's query heads in increasing
+ * head order, no atomics). Key tiles after a query tile are skipped. CPU scratch: moe_threads_get() *
+ * moe_attention_fused_scratch_count(hd) reals (one part per thread). CUDA: no scratch beyond gpu's own; queued on
+ * gpu's stream, no host sync; the same contracts. */
+enum { MOE_ATTENTION_TILE = 64 };
+size_t moe_attention_fused_scratch_count(int head_dim);
+void moe_attention_fused_forward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, int num_seqs, int seq_len,
+                                     int num_heads, int num_kv_heads, int head_dim, moe_real *lse, moe_real *out,
+                                     moe_real *scratch);
+void moe_attention_fused_backward_cpu(const moe_real *q, const moe_real *k, const moe_real *v, const moe_real *out,
+                                      const moe_real *lse, const moe_real *dout, int num_seqs, int seq_len,
+                                      int num_heads, int num_kv_heads, int head_dim, moe_real *dq, moe_real *dk,
+                                      moe_real *dv, moe_real *scratch);
+moe_status moe_attention_fused_forward_cuda(moe_gpu *gpu, const float *q, const float *k, const float *v, int num_seqs,
+                                            int seq_len, int num_heads, int num_kv_heads, int head_dim, float *lse,
+                                            float *out);
+moe_status moe_attention_fused_backward_cuda(moe_gpu *gpu, const float *q, const float *k, const float *v,
+                                             const float *out, const float *lse, const float *dout, int num_seqs,
+                                             int seq_len, int num_heads, int num_kv_heads, int head_dim, float *dq,
+                                             float *dk, float *dv);
+
 #endif

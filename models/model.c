@@ -20,7 +20,7 @@
 typedef struct {
     moe_real *ln1, *rstd1;      /* [T, d], [T]           */
     moe_real *q, *k, *v;        /* [T, A], [T, B], [T, B] after RoPE */
-    moe_real *att;              /* [max_seqs, H, S, S]   */
+    moe_real *att;              /* [max_seqs, H, S, S]; fused: lse [max_seqs, H, S] */
     moe_real *attn_y;           /* [T, A]                */
     moe_real *resid_mid;        /* [T, d]  x + attention */
     moe_real *ln2, *rstd2;      /* [T, d], [T]           */
@@ -193,9 +193,9 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const dims D = dims_of(m);
     const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, S = c->seq_len, A = D.A, B = D.B,
                  r = sizeof(moe_real), ffn = moe_model_layer_is_moe(c, l) ? 0 : T * D.F * r;
-    const size_t n[LAYER_BUFFERS] = {T * d * r, T * r, T * A * r, T * B * r, T * B * r,
-                                     (size_t)m->max_seqs * c->num_heads * S * S * r, T * A * r, T * d * r, T * d * r,
-                                     T * r, ffn, ffn, ffn};
+    const size_t att = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) * r;
+    const size_t n[LAYER_BUFFERS] = {T * d * r, T * r, T * A * r, T * B * r, T * B * r, att, T * A * r, T * d * r,
+                                     T * d * r, T * r, ffn, ffn, ffn};
     memcpy(nbytes, n, sizeof n);
 }
 
@@ -470,7 +470,10 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
         MOE_TRY(watch(m, a->v, (size_t)T * B, "layer %d: v", l));
         MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
         MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
-        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        if (c->attention == MOE_ATTENTION_FUSED)
+            MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        else
+            MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
         MOE_TRY(watch(m, a->attn_y, (size_t)T * A, "layer %d: the attention output", l));
         MOE_TRY(dense->linear_forward(s, a->attn_y, w->wo, T, A, d, m->tmp));
         MOE_TRY(dense->add(s, m->resid[l], m->tmp, Td, a->resid_mid));
@@ -537,8 +540,12 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         /* resid_mid = resid[l] + wo(attention(...)) */
         MOE_TRY(moe_shard_grads_linear(sg, m->dresid, a->attn_y, A, d, gw->wo));
         MOE_TRY(dense->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
-        MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq, m->dk,
-                                        m->dv));
+        if (c->attention == MOE_ATTENTION_FUSED)
+            MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, m->num_seqs, S, H,
+                                                    KV, hd, m->dq, m->dk, m->dv));
+        else
+            MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq,
+                                              m->dk, m->dv));
         MOE_TRY(dense->rope_backward(s, m->dq, m->num_seqs, S, H, hd, c->rope_theta));
         MOE_TRY(dense->rope_backward(s, m->dk, m->num_seqs, S, KV, hd, c->rope_theta));
         MOE_TRY(moe_shard_grads_linear(sg, m->dq, a->ln1, d, A, gw->wq));

@@ -35,9 +35,15 @@ typedef struct {
     int max_positions;  /* config.json's max_position_embeddings: max(S, a loaded checkpoint's); a label (RoPE
                            has no table), 0: S                                                  */
     moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients, ep_size      */
+    int attention;      /* how attention runs (not the function: not in config.json): MOE_ATTENTION_* */
 } moe_model_config;
 
-/* Mixtral-like defaults for a small model: V=256, L=4, d=128, H=4, KV=4, d_ff=256, S=128, E=8, k=2. */
+/* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
+ * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */
+enum { MOE_ATTENTION_MATERIALIZED = 0, MOE_ATTENTION_FUSED = 1 };
+
+/* Mixtral-like defaults for a small model: V=256, L=4, d=128, H=4, KV=4, d_ff=256, S=128, E=8, k=2; fused
+ * attention. */
 moe_model_config moe_model_config_default(void);
 /* NULL when valid, else a sentence naming the first wrong field. */
 const char *moe_model_config_problem(const moe_model_config *cfg);

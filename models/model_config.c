@@ -16,6 +16,9 @@ moe_model_config moe_model_config_default(void) {
         .tie_embeddings = 0,
         .rope_theta = 10000.0f,
         .norm_eps = 1e-5f,
+        /* fused: as fast at the default model on the dev VM (2 ranks: 86.8 / 83.9 ms a step against 87.0 / 84.4
+         * materialized), 14% faster and 162 MiB a rank lighter at S = 1024 (docs/BENCHMARKS.md) */
+        .attention = MOE_ATTENTION_FUSED,
     };
     c.moe = moe_config_default(c.d_model, c.d_ff, 8, 2);
     return c;
@@ -40,5 +43,7 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) return "rope theta must be a positive number";
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) return "the norm epsilon must be a positive number";
     if (c->moe.d_model != c->d_model || c->moe.d_ff != c->d_ff) return "the MoE config's d_model/d_ff must match";
+    if (c->attention != MOE_ATTENTION_MATERIALIZED && c->attention != MOE_ATTENTION_FUSED)
+        return "attention must be materialized or fused";
     return moe_config_problem(&c->moe);
 }

@@ -55,6 +55,9 @@ static const opt_spec kOptions[] = {
     {"--layout-invariant", "1: row-wise GEMMs in fixed 64-row calls, so a token's activations are bitwise independent "
      "of ep and world size (with --world-invariant 1 the whole run is)", OPT_INT, OFF(model.moe.layout_invariant), 0,
      1, {0}, NULL, RUN},
+    {"--attention", "how attention runs: fused (the default: tiles with an online softmax, per head S statistics kept "
+     "instead of the S x S probabilities, future tiles skipped) or materialized; the same function, rounded otherwise",
+     OPT_CHOICE, OFF(model.attention), 0, 0, {"materialized", "fused"}, NULL, RUN},
     {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way; "
      "auto: bf16 on cuda, fp32 on cpu)", OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL, RUN},
     /* training */
@@ -419,7 +422,9 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .micro_batch = o->batch / world_size,
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
-                                    .attention = MOE_PLAN_ATTENTION_MATERIALIZED};
+                                    .attention = o->model.attention == MOE_ATTENTION_FUSED
+                                                     ? MOE_PLAN_ATTENTION_FUSED
+                                                     : MOE_PLAN_ATTENTION_MATERIALIZED};
     const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
     moe_train_memory m = {.params = p.weights + p.masters + p.gradients,
                           .moments = p.optimizer,

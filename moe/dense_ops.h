@@ -58,6 +58,15 @@ typedef struct moe_dense_ops {
                                      const moe_real *att, const moe_real *dout, int num_seqs, int seq_len,
                                      int num_heads, int num_kv_heads, int head_dim, moe_real *dq, moe_real *dk,
                                      moe_real *dv);
+    /* the same function fused (kernels/attention.h): lse [num_seqs, H, S] is kept for backward instead of att, which
+     * also takes the forward's out */
+    moe_status (*attention_fused_forward)(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
+                                          int num_seqs, int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                                          moe_real *lse, moe_real *out);
+    moe_status (*attention_fused_backward)(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
+                                           const moe_real *out, const moe_real *lse, const moe_real *dout,
+                                           int num_seqs, int seq_len, int num_heads, int num_kv_heads, int head_dim,
+                                           moe_real *dq, moe_real *dk, moe_real *dv);
     /* a dense SwiGLU FFN: one expert over every token (experts/expert_ffn.h, router_w unused); h1, h3, act
      * [T, d_ff] are kept for backward, which overwrites dx and accumulates into grads */
     moe_status (*swiglu_forward)(moe_dense_state *s, const moe_layer_weights *w, int num_tokens, int d, int d_ff,

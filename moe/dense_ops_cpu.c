@@ -21,7 +21,7 @@ struct moe_dense_state {
     moe_runtime *rt;
     moe_gemm_rows_plan gemm;
     size_t att_nbytes, ffn_nbytes, wgrad_nbytes; /* what the scratch below holds */
-    moe_real *att_scratch;                      /* [threads, S, S] attention backward  */
+    moe_real *att_scratch;                      /* [threads, S, S] attention backward, or the fused kernels' tiles */
     moe_real *dh1, *dh3;                        /* [T, d_ff] dense FFN backward        */
     moe_real *wgrad_scratch;                    /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, 1) reals */
 };
@@ -129,6 +129,30 @@ static moe_status cpu_attention_backward(moe_dense_state *s, const moe_real *q, 
     return MOE_OK;
 }
 
+/* The fused kernels' per-thread tiles, in the attention scratch (grown as the materialized backward grows it). */
+static moe_status fused_scratch(moe_dense_state *s, int hd) {
+    void **ptrs[] = {(void **)&s->att_scratch};
+    return reserve(s, &s->att_nbytes, (size_t)moe_threads_get() * moe_attention_fused_scratch_count(hd) * sizeof(moe_real),
+                   ptrs, 1);
+}
+
+static moe_status cpu_attention_fused_forward(moe_dense_state *s, const moe_real *q, const moe_real *k,
+                                              const moe_real *v, int num_seqs, int S, int H, int KV, int hd,
+                                              moe_real *lse, moe_real *out) {
+    MOE_TRY(fused_scratch(s, hd));
+    moe_attention_fused_forward_cpu(q, k, v, num_seqs, S, H, KV, hd, lse, out, s->att_scratch);
+    return MOE_OK;
+}
+
+static moe_status cpu_attention_fused_backward(moe_dense_state *s, const moe_real *q, const moe_real *k,
+                                               const moe_real *v, const moe_real *out, const moe_real *lse,
+                                               const moe_real *dout, int num_seqs, int S, int H, int KV, int hd,
+                                               moe_real *dq, moe_real *dk, moe_real *dv) {
+    MOE_TRY(fused_scratch(s, hd));
+    moe_attention_fused_backward_cpu(q, k, v, out, lse, dout, num_seqs, S, H, KV, hd, dq, dk, dv, s->att_scratch);
+    return MOE_OK;
+}
+
 static moe_status cpu_swiglu_forward(moe_dense_state *s, const moe_layer_weights *w, int T, int d, int d_ff,
                                      const moe_real *x, moe_real *h1, moe_real *h3, moe_real *act, moe_real *y) {
     const int offsets[2] = {0, T}; /* one expert that sees every token */
@@ -223,6 +247,8 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .rope_backward = cpu_rope_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_fused_forward = cpu_attention_fused_forward,
+    .attention_fused_backward = cpu_attention_fused_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .add = cpu_add,

@@ -150,6 +150,19 @@ static moe_status cuda_attention_backward(moe_dense_state *s, const moe_real *q,
     return moe_attention_backward_cuda(s->gpu, q, k, v, att, dout, num_seqs, S, H, KV, hd, dq, dk, dv);
 }
 
+static moe_status cuda_attention_fused_forward(moe_dense_state *s, const moe_real *q, const moe_real *k,
+                                               const moe_real *v, int num_seqs, int S, int H, int KV, int hd,
+                                               moe_real *lse, moe_real *out) {
+    return moe_attention_fused_forward_cuda(s->gpu, q, k, v, num_seqs, S, H, KV, hd, lse, out);
+}
+
+static moe_status cuda_attention_fused_backward(moe_dense_state *s, const moe_real *q, const moe_real *k,
+                                                const moe_real *v, const moe_real *out, const moe_real *lse,
+                                                const moe_real *dout, int num_seqs, int S, int H, int KV, int hd,
+                                                moe_real *dq, moe_real *dk, moe_real *dv) {
+    return moe_attention_fused_backward_cuda(s->gpu, q, k, v, out, lse, dout, num_seqs, S, H, KV, hd, dq, dk, dv);
+}
+
 /* experts/expert_ffn_cpu.c's forward for one expert over every token: H1 = x W1^T, H3 = x W3^T (x rounded once for
  * both under bf16), act = silu(H1) H3, y = act W2^T */
 static moe_status cuda_swiglu_forward(moe_dense_state *s, const moe_layer_weights *w, int T, int d, int d_ff,
@@ -251,6 +264,8 @@ const moe_dense_ops moe_dense_ops_cuda = {
     .rope_backward = cuda_rope_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
+    .attention_fused_forward = cuda_attention_fused_forward,
+    .attention_fused_backward = cuda_attention_fused_backward,
     .swiglu_forward = cuda_swiglu_forward,
     .swiglu_backward = cuda_swiglu_backward,
     .add = cuda_add,

@@ -4,7 +4,8 @@
  * (layout_invariant), bf16 precision with them; two shapes: 2 sequences of 37 tokens (74 rows: a full row block and
  * a padded one) with GQA (4 query heads, 2 kv heads), and a single token.
  *   bitwise:        embedding forward and backward, add, scale, round_bf16, find_nonfinite (the exact index)
- *   per-op rows of tests/test_tolerance.c: RMSNorm, linear (all three products, beta 0 and 1), RoPE, attention,
+ *   per-op rows of tests/test_tolerance.c: RMSNorm, linear (all three products, beta 0 and 1), RoPE, attention
+ *                   (materialized; fused also at 2 sequences of 150 tokens),
  *                   the dense SwiGLU, cross-entropy, AdamW, the sum of squares; "f32" or "bf16" by precision
  *   every entry:    a second GPU run from the same start gives the same bits (no atomics)
  *   layout_invariant: a linear product over the first 10 rows gives those rows the bits of the 74-row product (a
@@ -307,6 +308,43 @@ static moe_status run_attention_backward(tables *t, int side, void *c) {
                                             AT(side, a->dq), AT(side, a->dk), AT(side, a->dv));
 }
 
+/* The fused pair keeps lse [num_seqs, H, S] in att's place; its backward also reads out. */
+static moe_status run_attention_fused_forward(tables *t, int side, void *c) {
+    attention_ctx *a = c;
+    return t->ops[side]->attention_fused_forward(t->state[side], AT(side, a->q), AT(side, a->k), AT(side, a->v),
+                                                 a->num_seqs, a->S, a->H, a->KV, a->hd, AT(side, a->att),
+                                                 AT(side, a->out));
+}
+
+static moe_status run_attention_fused_backward(tables *t, int side, void *c) {
+    attention_ctx *a = c;
+    return t->ops[side]->attention_fused_backward(t->state[side], AT(side, a->q), AT(side, a->k), AT(side, a->v),
+                                                  AT(side, a->out), AT(side, a->att), AT(side, a->dout), a->num_seqs,
+                                                  a->S, a->H, a->KV, a->hd, AT(side, a->dq), AT(side, a->dk),
+                                                  AT(side, a->dv));
+}
+
+/* The fused attention: forward (lse, out), then backward from the CPU's lse and out on both sides. */
+static void test_attention_fused(tables *t, const char *label, int num_seqs, int S, int H, int KV, int hd) {
+    const size_t nq = (size_t)num_seqs * S * H * hd, nkv = (size_t)num_seqs * S * KV * hd;
+    const size_t nlse = (size_t)num_seqs * H * S;
+    pair q = pair_random(t, nq, 1), k = pair_random(t, nkv, 1), v = pair_random(t, nkv, 1);
+    pair lse = pair_random(t, nlse, 1), out = pair_random(t, nq, 1), dout = pair_random(t, nq, 1);
+    pair dq = pair_random(t, nq, 1), dk = pair_random(t, nkv, 1), dv = pair_random(t, nkv, 1);
+    attention_ctx a = {num_seqs, S, H, KV, hd, &q, &k, &v, &lse, &out, &dout, &dq, &dk, &dv};
+    const output fwd[] = {{&lse, "attention fused lse", "attention fused", 0},
+                          {&out, "attention fused out", "attention fused", 0}};
+    check_entry(t, label, run_attention_fused_forward, &a, fwd, 2);
+    CHECK_OK(moe_gpu_upload(t->gpu, lse.d, lse.h, nlse * sizeof(float))); /* the CPU's statistics and output */
+    CHECK_OK(moe_gpu_upload(t->gpu, out.d, out.h, nq * sizeof(float)));
+    const output bwd[] = {{&dq, "attention fused dq", "attention fused backward", 0},
+                          {&dk, "attention fused dk", "attention fused backward", 0},
+                          {&dv, "attention fused dv", "attention fused backward", 0}};
+    check_entry(t, label, run_attention_fused_backward, &a, bwd, 3);
+    pair *all[] = {&q, &k, &v, &lse, &out, &dout, &dq, &dk, &dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(t, all[i]);
+}
+
 static void test_rope_attention(tables *t, const char *label, int num_seqs, int S, int H, int KV, int hd) {
     const size_t nq = (size_t)num_seqs * S * H * hd, nkv = (size_t)num_seqs * S * KV * hd;
     const size_t natt = (size_t)num_seqs * H * S * S;
@@ -490,6 +528,8 @@ static void test_configuration(moe_runtime *cpu_rt, moe_runtime *gpu_rt, moe_pre
     test_linear(&t, label, T, m->d, m->KV * hd);     /* k, v */
     test_linear(&t, label, T, m->d, m->V);           /* lm_head */
     test_rope_attention(&t, label, m->num_seqs, m->S, m->H, m->KV, hd);
+    test_attention_fused(&t, label, m->num_seqs, m->S, m->H, m->KV, hd);
+    test_attention_fused(&t, label, 2, 150, m->H, m->KV, hd); /* several tiles of keys and of rows, and tails */
     test_swiglu(&t, label, T, m->d, m->d_ff);
     test_cross_entropy(&t, label, T, m->V);
     test_vectors(&t, label, (size_t)100003);

@@ -1,7 +1,7 @@
 /* test_model_gradcheck.c — the whole language model's gradients against central finite differences, in
  * the float64 build: every parameter (embedding, attention, norms, routers, dense FFN, experts, lm_head)
  * of a tiny model with one dense and one MoE layer, grouped-query attention, tied and untied heads,
- * softmax and sigmoid routing, with and without capacity drops. The loss is the summed cross-entropy
+ * softmax and sigmoid routing, with and without capacity drops, fused (the default) and materialized attention. The loss is the summed cross-entropy
  * plus the layers' weighted aux and z losses — exactly what backward differentiates. */
 #include <math.h>
 #include <stdlib.h>
@@ -77,5 +77,8 @@ int main(void) {
     moe_model_config dense = c;
     dense.moe = moe_config_default(c.d_model, c.d_ff, 1, 1);
     run_case("dense baseline (E = 1)", dense, 4);
+    moe_model_config materialized = c; /* the defaults run the fused attention; the other way too */
+    materialized.attention = MOE_ATTENTION_MATERIALIZED;
+    run_case("untied, GQA, softmax, dropless, materialized attention", materialized, 1);
     return test_finish("test_model_gradcheck");
 }

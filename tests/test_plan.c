@@ -57,7 +57,9 @@ static void check_against_model(moe_model_config c, int seqs) {
           c.tie_embeddings);
     CHECK(p.expert == (int64_t)f.expert_params, "experts %lld vs model %zu", (long long)p.expert, f.expert_params);
     if (c.moe.num_experts == 1) { /* no MoE layer: the model's activations are all there is */
-        const moe_plan_layout l = {.world = 1, .ep = 1, .micro_batch = seqs, .seq_len = c.seq_len};
+        const moe_plan_layout l = {.world = 1, .ep = 1, .micro_batch = seqs, .seq_len = c.seq_len,
+                                   .attention = c.attention == MOE_ATTENTION_FUSED ? MOE_PLAN_ATTENTION_FUSED
+                                                                                 : MOE_PLAN_ATTENTION_MATERIALIZED};
         const moe_plan_memory mem = moe_plan_model_memory(&m, &l);
         CHECK(mem.activations == (double)f.activation_bytes, "activations %.0f vs model %zu", mem.activations,
               f.activation_bytes);
@@ -310,6 +312,8 @@ int main(int argc, char **argv) {
     c.num_kv_heads = 2, c.tie_embeddings = 1, c.moe_every = 2, c.num_layers = 5;
     check_against_model(c, 2);
     c.moe.num_experts = 1, c.moe.top_k = 1, c.vocab_size = 300, c.seq_len = 40;
+    check_against_model(c, 4);
+    c.attention = MOE_ATTENTION_MATERIALIZED; /* the [S, S] probabilities instead of the fused kernels' statistics */
     check_against_model(c, 4);
 
     check_layouts();

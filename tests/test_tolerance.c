@@ -121,6 +121,10 @@ static const test_tolerance kTolerance[] = {
      * expf: as the router's GEMM rows, 1e-4 relative, with 1e-5 of rms(want) for elements that cancel */
     {"attention", "f32", 1e-10, 0, 1e-5, 1e-4},
     {"attention backward", "f32", 1e-10, 0, 1e-5, 1e-4},
+    /* the fused kernels against the CPU's fused tiles: another order of additions (per key on the GPU, per tile in
+     * the CPU's GEMMs) and expf against the CPU's exp, the same bounds as the materialized pair */
+    {"attention fused", "f32", 1e-10, 0, 1e-5, 1e-4},
+    {"attention fused backward", "f32", 1e-10, 0, 1e-5, 1e-4},
     /* ---- the dense table's linear layer and dense SwiGLU: the list of cuBLAS products run by cblas on the CPU
      * (tests/test_linear_gemms.c, "f32"), and the CUDA table against the CPU table (tests/test_gpu_dense_table.c)
      * under fp32 ("f32") and under bf16 precision ("bf16": both tables round the same inputs to bf16) ----
