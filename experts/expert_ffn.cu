@@ -379,11 +379,11 @@ extern "C" moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_
         {CUBLAS_OP_T, d_model, f, w->w2, act, y},        /* Y = act W2^T  */
     };
     expert_gemms run(gpu, mode, num_experts, expert_offset, 1);
-    MOE_TRY(run.prepare(gemms, 2));
+    MOE_TRY(run.prepare(gemms, y ? 2 : 1)); /* y NULL: the intermediates only */
     return with_bf16_math(gpu, [&]() -> moe_status {
         MOE_TRY(run.run(0));
         MOE_TRY(moe_swiglu_forward_cuda(gpu, h13 + (size_t)r0 * 2 * f, rows, f, act + (size_t)r0 * f));
-        return run.run(1);
+        return y ? run.run(1) : MOE_OK;
     });
 }
 

@@ -13,7 +13,8 @@
 #include "core/gpu.h"
 #include "core/types.h"
 
-/* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d];
+/* h1, h3, act: [offset[E], d_ff] saved for backward; y: [offset[E], d], or NULL: the intermediates only (what
+ * recomputation before backward needs, moe/moe.h's moe_recompute);
  * gemm: how the row-wise products are cut into calls (kernels/gemm_rows.h). */
 moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
                                       const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
@@ -60,7 +61,7 @@ moe_status moe_expert_weights_to_bf16_cuda(moe_gpu *gpu, const moe_layer_weights
                                            int d_ff, moe_expert_weights_bf16 *out);
 
 /* expert_offset: HOST array [E+1] (the dispatch plan's). h13 [rows, 2*d_ff] and act [rows, d_ff] are
- * kept for backward; y [rows, d]. act = silu(H1) * H3 computed in fp32 from the bf16 H13, stored bf16. */
+ * kept for backward; y [rows, d], or NULL: the intermediates only. act = silu(H1) * H3 computed in fp32 from the bf16 H13, stored bf16. */
 moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
                                        int num_experts, int d_model, int d_ff, const int *expert_offset,
                                        const moe_bf16 *xp, moe_bf16 *h13, moe_bf16 *act, moe_bf16 *y);

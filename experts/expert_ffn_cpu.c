@@ -33,7 +33,7 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
         const size_t count = (size_t)n * d_ff;
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
         for (size_t i = 0; i < count; i++) A[i] = H1[i] * sigmoid(H1[i]) * H3[i];
-        MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d, d_ff, A, w->w2 + e * wcount, 0, y + r0 * d));
+        if (y) MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d, d_ff, A, w->w2 + e * wcount, 0, y + r0 * d));
     }
     return MOE_OK;
 }

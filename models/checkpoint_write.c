@@ -151,9 +151,12 @@ static moe_status fetch(moe_trainer *tr, const moe__ckpt_table *tab, const file_
                                 t->count * sizeof(moe_real));
 }
 
-/* A collective fetch: a dense tensor's moment under ZeRO-1 (every rank takes part, in the table's order). */
+/* A collective fetch: a moment under ZeRO-1 — a dense tensor's over the world (every rank takes part), an expert
+ * tensor's over its expert-data-parallel group (the ranks that hold it), in the table's order. */
 static int collective(const moe_trainer *tr, const moe__ckpt_table *tab, const file_set *s, int k) {
-    return tr->opt.zero && s->tensor[k] >= 0 && s->moment[k] >= 0 && tab->t[s->tensor[k]].expert < 0;
+    if (!tr->opt.zero || s->tensor[k] < 0 || s->moment[k] < 0) return 0;
+    const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
+    return t->expert < 0 || t->local_offset >= 0;
 }
 
 static int writer_of(const file_set *s, const int *writer, int k) { return s->tensor[k] < 0 ? 0 : writer[s->tensor[k]]; }

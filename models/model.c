@@ -16,7 +16,8 @@
 #include "models/shard_grads.h"
 #include "moe/dense_ops.h"
 
-/* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). */
+/* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). What cfg.moe.recompute rebuilds in
+ * backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
 typedef struct {
     moe_real *ln1, *rstd1;      /* [T, d], [T]           */
     moe_real *q, *k, *v;        /* [T, A], [T, B], [T, B] after RoPE */
@@ -187,6 +188,24 @@ static moe_status refresh_compute_weights(moe_model *m) {
 
 enum { LAYER_BUFFERS = 13, MODEL_BUFFERS = 12 };
 
+/* layer_acts' buffers, in its order. */
+static void layer_buffer_ptrs(layer_acts *a, void **ptrs[LAYER_BUFFERS]) {
+    void **all[LAYER_BUFFERS] = {(void **)&a->ln1,  (void **)&a->rstd1, (void **)&a->q,         (void **)&a->k,
+                                 (void **)&a->v,    (void **)&a->att,   (void **)&a->attn_y,    (void **)&a->resid_mid,
+                                 (void **)&a->ln2,  (void **)&a->rstd2, (void **)&a->h1,        (void **)&a->h3,
+                                 (void **)&a->act};
+    memcpy(ptrs, all, sizeof all);
+}
+
+/* Whether buffer i of layer_acts is rebuilt in backward (one buffer for every layer) rather than kept per layer:
+ * the attention block's (ln1 .. attn_y) from recompute attention up, the dense FFN's SwiGLU intermediates from moe
+ * up, all of them under full (only the residual stream entering each layer is kept). */
+static int layer_buffer_shared(moe_recompute recompute, int i) {
+    if (i <= 6) return recompute >= MOE_RECOMPUTE_ATTENTION; /* ln1, rstd1, q, k, v, att, attn_y */
+    if (i <= 9) return recompute == MOE_RECOMPUTE_FULL;      /* resid_mid, ln2, rstd2            */
+    return recompute >= MOE_RECOMPUTE_MOE;                   /* h1, h3, act                      */
+}
+
 /* The bytes of layer l's activations, in layer_acts' order, for T = max_seqs * S tokens. */
 static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAYER_BUFFERS]) {
     const moe_model_config *c = &m->cfg;
@@ -208,24 +227,41 @@ static void model_buffer_nbytes(const moe_model *m, size_t nbytes[MODEL_BUFFERS]
     memcpy(nbytes, n, sizeof n);
 }
 
+/* The bytes of each layer buffer: per layer (layer_activation_nbytes) for the kept ones, in row l; a shared one's
+ * largest size over the layers in row 0, and 0 in the other rows. */
+static void activation_plan(const moe_model *m, size_t (*nbytes)[LAYER_BUFFERS]) {
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        layer_activation_nbytes(m, l, nbytes[l]);
+        for (int i = 0; i < LAYER_BUFFERS && l > 0; i++)
+            if (layer_buffer_shared(m->cfg.moe.recompute, i)) {
+                if (nbytes[l][i] > nbytes[0][i]) nbytes[0][i] = nbytes[l][i];
+                nbytes[l][i] = 0;
+            }
+    }
+}
+
 /* Allocates every activation and scratch buffer of T = max_seqs * S tokens in the runtime's memory. */
 static moe_status alloc_activations(moe_model *m) {
     const int L = m->cfg.num_layers;
     const size_t resid_nbytes = (size_t)m->max_seqs * m->cfg.seq_len * m->cfg.d_model * sizeof(moe_real);
     m->resid = calloc(L + 1, sizeof(moe_real *));
     m->acts = calloc(L, sizeof(layer_acts));
-    if (!m->resid || !m->acts) return MOE_ERR_OUT_OF_MEMORY;
-    for (int l = 0; l <= L; l++) MOE_TRY(moe_runtime_alloc(m->rt, resid_nbytes, (void **)&m->resid[l]));
-    size_t nbytes[LAYER_BUFFERS > MODEL_BUFFERS ? LAYER_BUFFERS : MODEL_BUFFERS];
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &m->acts[l];
-        void **ptrs[LAYER_BUFFERS] = {(void **)&a->ln1, (void **)&a->rstd1, (void **)&a->q, (void **)&a->k,
-                                      (void **)&a->v, (void **)&a->att, (void **)&a->attn_y, (void **)&a->resid_mid,
-                                      (void **)&a->ln2, (void **)&a->rstd2, (void **)&a->h1, (void **)&a->h3,
-                                      (void **)&a->act};
-        layer_activation_nbytes(m, l, nbytes);
-        MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, LAYER_BUFFERS));
+    size_t(*plan)[LAYER_BUFFERS] = calloc(L, sizeof *plan);
+    if (!m->resid || !m->acts || !plan) return free(plan), MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = MOE_OK;
+    for (int l = 0; l <= L && st == MOE_OK; l++) st = moe_runtime_alloc(m->rt, resid_nbytes, (void **)&m->resid[l]);
+    activation_plan(m, plan);
+    void **first[LAYER_BUFFERS], **layer[LAYER_BUFFERS];
+    layer_buffer_ptrs(&m->acts[0], first);
+    for (int l = 0; l < L && st == MOE_OK; l++) {
+        layer_buffer_ptrs(&m->acts[l], layer);
+        for (int i = 0; i < LAYER_BUFFERS && st == MOE_OK; i++)
+            if (l > 0 && layer_buffer_shared(m->cfg.moe.recompute, i)) *layer[i] = *first[i];
+            else st = moe_runtime_alloc(m->rt, plan[l][i], layer[i]);
     }
+    free(plan);
+    MOE_TRY(st);
+    size_t nbytes[MODEL_BUFFERS];
     void **ptrs[MODEL_BUFFERS] = {(void **)&m->inputs, (void **)&m->targets, (void **)&m->lnf, (void **)&m->rstdf,
                                   (void **)&m->logits, (void **)&m->dresid, (void **)&m->dln, (void **)&m->tmp,
                                   (void **)&m->dq, (void **)&m->dk, (void **)&m->dv, (void **)&m->dattn};
@@ -239,11 +275,12 @@ moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int 
     lay_out(&m); /* no tensor table: it only counts */
     moe_model_footprint f = {.dense_params = m.num_dense, .expert_params = m.num_expert};
     f.activation_bytes = (size_t)(cfg->num_layers + 1) * max_seqs * cfg->seq_len * cfg->d_model * sizeof(moe_real);
-    size_t nbytes[LAYER_BUFFERS > MODEL_BUFFERS ? LAYER_BUFFERS : MODEL_BUFFERS];
-    for (int l = 0; l < cfg->num_layers; l++) {
-        layer_activation_nbytes(&m, l, nbytes);
-        for (int i = 0; i < LAYER_BUFFERS; i++) f.activation_bytes += nbytes[i];
-    }
+    size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), nbytes[MODEL_BUFFERS];
+    if (!plan) return f; /* without the layer activations: the caller's allocation will fail as plainly */
+    activation_plan(&m, plan);
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int i = 0; i < LAYER_BUFFERS; i++) f.activation_bytes += plan[l][i];
+    free(plan);
     model_buffer_nbytes(&m, nbytes);
     for (int i = 0; i < MODEL_BUFFERS; i++) f.activation_bytes += nbytes[i];
     return f;
@@ -330,10 +367,10 @@ void moe_model_destroy(moe_model *m) {
     if (m->ops_state) m->dense->destroy(m->ops_state);
     for (int l = 0; m->resid && l <= L; l++) moe_runtime_free(m->rt, m->resid[l]);
     for (int l = 0; m->acts && l < L; l++) {
-        layer_acts *a = &m->acts[l];
-        moe_real *all[] = {a->ln1, a->rstd1, a->q, a->k, a->v, a->att, a->attn_y, a->resid_mid, a->ln2, a->rstd2,
-                           a->h1, a->h3, a->act};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++) moe_runtime_free(m->rt, all[i]);
+        void **ptrs[LAYER_BUFFERS];
+        layer_buffer_ptrs(&m->acts[l], ptrs);
+        for (int i = 0; i < LAYER_BUFFERS; i++)
+            if (l == 0 || !layer_buffer_shared(m->cfg.moe.recompute, i)) moe_runtime_free(m->rt, *ptrs[i]);
     }
     void *bufs[] = {m->params, m->grads, m->compute, m->inputs, m->targets, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp,
                     m->dq, m->dk, m->dv, m->dattn};
@@ -434,6 +471,61 @@ static moe_status watch(moe_model *m, const moe_real *data, size_t count, const 
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
+/* Layer l's attention block up to its output, for num_seqs sequences: ln1 = rmsnorm(resid[l]), q, k, v with RoPE,
+ * attention into attn_y (its statistics or probabilities in att). */
+static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
+    const moe_model_config *c = &m->cfg;
+    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, H = c->num_heads, KV = c->num_kv_heads,
+              hd = m->head_dim, A = H * hd, B = KV * hd;
+    const moe_dense_ops *dense = m->dense;
+    moe_dense_state *s = m->ops_state;
+    const moe_model_layer_params *w = &m->c.layers[l];
+    layer_acts *a = &m->acts[l];
+    MOE_TRY(dense->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
+    MOE_TRY(watch(m, a->ln1, (size_t)T * d, "layer %d: the attention norm's output", l));
+    MOE_TRY(dense->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
+    MOE_TRY(dense->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
+    MOE_TRY(dense->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
+    MOE_TRY(watch(m, a->q, (size_t)T * A, "layer %d: q", l));
+    MOE_TRY(watch(m, a->k, (size_t)T * B, "layer %d: k", l));
+    MOE_TRY(watch(m, a->v, (size_t)T * B, "layer %d: v", l));
+    MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
+    MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
+    if (c->attention == MOE_ATTENTION_FUSED)
+        MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+    else
+        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+    return watch(m, a->attn_y, (size_t)T * A, "layer %d: the attention output", l);
+}
+
+/* From attn_y to the FFN's input: resid_mid = resid[l] + o_proj(attn_y) (o_proj's output in m->tmp), ln2. */
+static moe_status attention_residual_forward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const size_t Td = (size_t)T * c->d_model;
+    const moe_model_layer_params *w = &m->c.layers[l];
+    layer_acts *a = &m->acts[l];
+    MOE_TRY(m->dense->linear_forward(m->ops_state, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
+    MOE_TRY(m->dense->add(m->ops_state, m->resid[l], m->tmp, Td, a->resid_mid));
+    MOE_TRY(watch(m, a->resid_mid, Td, "layer %d: the residual after attention (o_proj)", l));
+    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T, c->d_model, c->norm_eps, a->ln2,
+                                      a->rstd2));
+    return watch(m, a->ln2, Td, "layer %d: the FFN norm's output", l);
+}
+
+/* Before layer l's backward: what cfg.moe.recompute did not keep, rebuilt from what forward kept by the forward's
+ * own ops on the same inputs (bitwise the same); an MoE layer reuses its routing (moe_layer_recompute). */
+static moe_status recompute_layer(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const moe_recompute r = c->moe.recompute;
+    layer_acts *a = &m->acts[l];
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    if (r >= MOE_RECOMPUTE_ATTENTION) MOE_TRY(attention_block_forward(m, l, m->num_seqs));
+    if (r == MOE_RECOMPUTE_FULL) MOE_TRY(attention_residual_forward(m, l, T));
+    if (m->moe[l]) return r == MOE_RECOMPUTE_FULL ? moe_layer_recompute(m->moe[l], w, a->ln2) : MOE_OK;
+    if (r < MOE_RECOMPUTE_MOE) return MOE_OK; /* the dense FFN's intermediates (its output in m->tmp, unused) */
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+}
+
 static moe_status ffn_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->acts[l];
@@ -446,8 +538,7 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
                              moe_real *logits_out) {
     const moe_model_config *c = &m->cfg;
     if (num_seqs < 1 || num_seqs > m->max_seqs || !inputs) return MOE_ERR_INVALID_ARG;
-    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
-              KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
+    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     m->has_forward = 0;
@@ -458,28 +549,9 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
     MOE_TRY(dense->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
     MOE_TRY(watch(m, m->resid[0], Td, "the embedding output"));
     for (int l = 0; l < c->num_layers; l++) {
-        const moe_model_layer_params *w = &m->c.layers[l];
-        layer_acts *a = &m->acts[l];
-        MOE_TRY(dense->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
-        MOE_TRY(watch(m, a->ln1, Td, "layer %d: the attention norm's output", l));
-        MOE_TRY(dense->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
-        MOE_TRY(dense->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
-        MOE_TRY(dense->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
-        MOE_TRY(watch(m, a->q, (size_t)T * A, "layer %d: q", l));
-        MOE_TRY(watch(m, a->k, (size_t)T * B, "layer %d: k", l));
-        MOE_TRY(watch(m, a->v, (size_t)T * B, "layer %d: v", l));
-        MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
-        MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
-        if (c->attention == MOE_ATTENTION_FUSED)
-            MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
-        else
-            MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
-        MOE_TRY(watch(m, a->attn_y, (size_t)T * A, "layer %d: the attention output", l));
-        MOE_TRY(dense->linear_forward(s, a->attn_y, w->wo, T, A, d, m->tmp));
-        MOE_TRY(dense->add(s, m->resid[l], m->tmp, Td, a->resid_mid));
-        MOE_TRY(watch(m, a->resid_mid, Td, "layer %d: the residual after attention (o_proj)", l));
-        MOE_TRY(dense->rmsnorm_forward(s, a->resid_mid, w->ffn_norm, T, d, c->norm_eps, a->ln2, a->rstd2));
-        MOE_TRY(watch(m, a->ln2, Td, "layer %d: the FFN norm's output", l));
+        const layer_acts *a = &m->acts[l];
+        MOE_TRY(attention_block_forward(m, l, num_seqs));
+        MOE_TRY(attention_residual_forward(m, l, T));
         MOE_TRY(ffn_forward(m, l, T));
         MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, m->moe[l] ? "MoE" : "dense FFN"));
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, m->resid[l + 1]));
@@ -532,6 +604,7 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
         layer_acts *a = &m->acts[l];
+        MOE_TRY(recompute_layer(m, l, T));
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, m->moe[l] ? "MoE layer" : "dense FFN"));

@@ -78,25 +78,24 @@ moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *f
     return dense->scale(s, moe_model_grads(m), moe_model_num_dense(m) + moe_model_num_expert(m), *factor);
 }
 
-moe_status moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1,
-                                moe_real *moment2, const moe_adamw_params *hp) {
+moe_status moe_model_adamw_step(moe_model *m, const moe_update_range *r, moe_real *moment1, moe_real *moment2,
+                                const moe_adamw_params *hp) {
     moe_dense_state *s;
     const moe_dense_ops *ops = moe_model_dense_ops(m, &s);
     int count;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
-    const size_t dense = moe_model_num_dense(m), kept = dense_end - dense_begin;
+    const size_t dense = moe_model_num_dense(m), kept = r->dense_end - r->dense_begin;
     moe_real *p = moe_model_params(m), *g = moe_model_grads(m);
     moe_adamw_params no_decay = *hp;
     no_decay.weight_decay = 0;
     for (int i = 0; i < count; i++) {
-        /* the part of the tensor inside [dense_begin, dense_end) or in the expert region */
-        size_t lo = t[i].offset, hi = lo + t[i].count;
-        if (lo < dense) { /* a dense tensor: only its part in this rank's range */
-            lo = lo > dense_begin ? lo : dense_begin;
-            hi = hi < dense_end ? hi : dense_end;
-        }
+        /* the part of the tensor inside this rank's range of its region */
+        const size_t begin = t[i].offset < dense ? r->dense_begin : dense + r->expert_begin;
+        const size_t end = t[i].offset < dense ? r->dense_end : dense + r->expert_end;
+        size_t lo = t[i].offset > begin ? t[i].offset : begin, hi = t[i].offset + t[i].count;
+        hi = hi < end ? hi : end;
         if (lo >= hi) continue;
-        size_t at = lo < dense ? lo - dense_begin : kept + (lo - dense); /* index in the moments */
+        const size_t at = lo < dense ? lo - begin : kept + (lo - begin); /* index in the moments */
         MOE_TRY(ops->adamw_update(s, p + lo, g + lo, moment1 + at, moment2 + at, hi - lo,
                                   t[i].kind != MOE_TENSOR_NORM ? hp : &no_decay));
     }

@@ -25,11 +25,17 @@ moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *no
 /* Scales every gradient by clip / norm when norm > clip > 0; *factor gets the factor applied. */
 moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *factor);
 
-/* AdamW over the dense parameters [dense_begin, dense_end) and all of this rank's experts; norms get no
- * weight decay. The moments hold exactly what is updated:
- * moment[0 .. dense_end - dense_begin) for the dense range, then the expert region. Without ZeRO-1 the
- * range is the whole dense region; with it, this rank's shard (models/trainer.h). */
-moe_status moe_model_adamw_step(moe_model *m, size_t dense_begin, size_t dense_end, moe_real *moment1,
-                                moe_real *moment2, const moe_adamw_params *hp);
+/* What a rank updates and holds AdamW moments for: [dense_begin, dense_end) of the dense region and [expert_begin,
+ * expert_end) of its expert region (offsets from that region's start). Without ZeRO-1 both are whole; with it, this
+ * rank's shard of each (models/trainer.h): 1/W of the dense region, 1/dp of its experts' (dp: the
+ * expert-data-parallel group, the ranks holding the same experts). */
+typedef struct {
+    size_t dense_begin, dense_end, expert_begin, expert_end;
+} moe_update_range;
+
+/* AdamW over r's parameters; norms get no weight decay. The moments hold exactly what is updated: the dense range,
+ * then the expert range. Element-wise, so a shard's update is bitwise the whole update's. */
+moe_status moe_model_adamw_step(moe_model *m, const moe_update_range *r, moe_real *moment1, moe_real *moment2,
+                                const moe_adamw_params *hp);
 
 #endif

@@ -42,18 +42,27 @@ static void print_model(const moe_plan_options *o, const char **notes, int num_n
     for (int i = 0; i < num_notes; i++) printf("note: moe-train cannot train this model as it is: %s\n", notes[i]);
 }
 
+static const char *recompute_name(moe_recompute r) {
+    static const char *const names[] = {"none", "attention", "moe", "full"};
+    return names[r];
+}
+
 static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, const moe_plan_prediction *p) {
     const moe_plan_layout *l = &r->layout;
     const moe_plan_cluster *c = &o->cluster;
     const moe_plan_params par = moe_plan_model_params(&o->model);
-    printf("FLOPs per token: 6 x %lld + 12 x L x (H x head_dim) x S = %.4g (PaLM / Megatron-LM formula)\n",
+    printf("FLOPs per token: 6 x %lld + 12 x L x (H x head_dim) x S = %.4g (PaLM / Megatron-LM formula)",
            (long long)par.matmul_active, p->flops_per_token);
+    if (p->recompute_flops_per_token > 0)
+        printf("; recompute %s adds %.4g (hardware FLOPs, in the step time, not in MFU)", recompute_name(l->recompute),
+               p->recompute_flops_per_token);
+    printf("\n");
     printf("layout: %lld GPUs (%lld nodes x %lld), ep %lld, dp %lld, ZeRO-%d, micro-batch %lld x %lld tokens, %lld "
-           "micro-batches per step, global batch %lld sequences, %s, %s attention\n",
+           "micro-batches per step, global batch %lld sequences, %s, %s attention, recompute %s\n",
            (long long)l->world, (long long)c->nodes, (long long)c->gpus_per_node, (long long)l->ep,
            (long long)(l->world / l->ep), l->zero, (long long)l->micro_batch, (long long)l->seq_len,
            (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
-           l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized");
+           l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     const moe_plan_memory *m = &p->memory;
     printf("memory per GPU (GiB): weights %.2f, fp32 masters %.2f, gradients %.2f, optimizer %.2f, activations %.2f, "
            "all-to-all buffers %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
@@ -84,7 +93,7 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
 static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction *p) {
     const moe_plan_layout *l = &r->layout;
     const moe_plan_memory *m = &p->memory;
-    return json_pack("{s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:s, s:s, s:f,"
+    json_t *doc = json_pack("{s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:s, s:s, s:f,"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:b,"
                      " s:{s:f, s:f, s:i, s:i, s:f, s:f, s:f},"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s, s:f}",
@@ -106,6 +115,9 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
                      p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",
                      p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p), "routing_skew",
                      p->routing_skew);
+    json_object_set_new(doc, "recompute", json_string(recompute_name(l->recompute)));
+    json_object_set_new(doc, "recompute_flops_per_token", json_real(p->recompute_flops_per_token));
+    return doc;
 }
 
 static json_t *model_json(const moe_plan_options *o, const char **notes, int num_notes) {
@@ -131,7 +143,7 @@ static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *ep) {
     moe_plan_layout l = o->run.layout;
     for (int64_t e = 1; e <= l.world; e++)
         if (l.world % e == 0 && o->model.num_experts % e == 0) l.ep = e;
-    l.zero = 1, l.micro_batch = 1, *ep = l.ep;
+    l.zero = 1, l.micro_batch = 1, l.recompute = MOE_RECOMPUTE_FULL, *ep = l.ep;
     return moe_plan_model_memory(&o->model, &l);
 }
 
@@ -159,23 +171,26 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
         printf("search: %d layouts of %lld GPUs tried, %d fit in %.1f GiB; global batch %lld x %lld tokens, %s\n",
                tried, (long long)o->run.layout.world, fit, o->cluster.gpu_memory / GiB, (long long)o->run.global_batch,
                (long long)o->run.layout.seq_len, o->run.layout.bf16 ? "bf16" : "fp32");
-        if (fit) printf("%4s %6s %6s %4s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "ep", "dp", "zero", "micro",
-                        "accum", "mem GiB", "step ms", "tokens/s", "MFU", "overlap t/s", "MFU ovl", "limited by");
+        if (fit) printf("%4s %6s %6s %4s %9s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "ep", "dp", "zero",
+                        "recompute", "micro", "accum", "mem GiB", "step ms", "tokens/s", "MFU", "overlap t/s", "MFU ovl",
+                        "limited by");
         for (int i = 0; i < shown; i++) {
             const moe_plan_layout *l = &all[i].run.layout;
             const moe_plan_prediction *p = &all[i].prediction;
-            printf("%4d %6lld %6lld %4d %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n", i + 1,
-                   (long long)l->ep, (long long)(l->world / l->ep), l->zero, (long long)l->micro_batch,
+            printf("%4d %6lld %6lld %4d %9s %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n", i + 1,
+                   (long long)l->ep, (long long)(l->world / l->ep), l->zero, recompute_name(l->recompute),
+                   (long long)l->micro_batch,
                    (long long)p->accum_steps, p->memory.total / GiB, p->step_serial_s * 1e3, p->tokens_per_s_serial,
                    100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(p));
         }
         if (!fit) {
             int64_t ep;
             const moe_plan_memory m = least_memory(o, &ep);
-            printf("no layout fits: the smallest (ep %lld, ZeRO-1, micro-batch 1) needs %.1f GiB per GPU (activations "
-                   "%.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f); use more GPUs, a shorter --seq-len, "
-                   "or --attention fused\n", (long long)ep, m.total / GiB, m.activations / GiB, m.exchange / GiB,
-                   m.optimizer / GiB, m.masters / GiB);
+            printf("no layout fits: the smallest (ep %lld, ZeRO-1, recompute full, micro-batch 1) needs %.1f GiB per GPU "
+                   "(activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, gradients %.1f, bf16 "
+                   "copies %.1f); use more GPUs or a shorter --seq-len (sharded gradients and masters, pipeline and tensor "
+                   "parallelism are not in this project yet)\n", (long long)ep, m.total / GiB, m.activations / GiB,
+                   m.exchange / GiB, m.optimizer / GiB, m.masters / GiB, m.gradients / GiB, m.weights / GiB);
         }
     }
     free(all);

@@ -90,9 +90,16 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double routed_flops = 6.0 * Lm * (double)m->top_k * 3 * (double)m->d_model * (double)m->d_ff_expert * tokens;
     const double moe_flops = moe_plan_model_moe_flops_per_token(m) * tokens;
     const double overhead = 1 + c->non_gemm_overhead;
-    o.compute_moe_s = (moe_flops + (skew - 1) * routed_flops) / rate * overhead;
-    o.compute_dense_s = c->dense_s_per_token > 0 ? c->dense_s_per_token * tokens
-                                                 : (o.flops_per_token * tokens - moe_flops) / rate * overhead;
+    /* recomputation's forward work on top (hardware FLOPs: the time counts them, MFU does not); the routed
+     * experts' share waits for the busiest rank like the rest of their work */
+    const moe_plan_recompute_flops again = moe_plan_model_recompute_flops_per_token(m, l->seq_len, l->recompute);
+    o.recompute_flops_per_token = again.dense + again.moe;
+    const double dense_flops = o.flops_per_token * tokens - moe_flops;
+    const double moe_work = moe_flops + again.moe * tokens;
+    o.compute_moe_s = (moe_work + (moe_flops > 0 ? (skew - 1) * routed_flops * moe_work / moe_flops : 0)) / rate *
+                      overhead;
+    o.compute_dense_s = (c->dense_s_per_token > 0 ? c->dense_s_per_token * tokens : dense_flops / rate * overhead) *
+                        (1 + again.dense * tokens / dense_flops);
     o.compute_s = o.compute_dense_s + o.compute_moe_s;
 
     /* all-to-all: 4 exchanges per MoE layer and micro-batch (dispatch, combine; their backward twins), each
@@ -102,7 +109,8 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double keep = m->capacity_factor > 0 && m->capacity_factor < 1 ? m->capacity_factor : 1;
     const double T = (double)l->micro_batch * l->seq_len;
     const double per_peer = keep * T * (double)m->top_k * (double)m->d_model * row / (double)ep;
-    const double exchanges = 4 * Lm * (double)o.accum_steps;
+    const double exchanges = (l->recompute == MOE_RECOMPUTE_FULL ? 6 : 4) * Lm * (double)o.accum_steps; /* full:
+                                                                          the dispatch and combine run again */
     o.alltoall_intra_bytes = exchanges * per_peer * o.alltoall_peers_intra;
     o.alltoall_inter_bytes = exchanges * per_peer * o.alltoall_peers_inter;
     const double busiest = skew * per_peer;
@@ -127,20 +135,31 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * last node): with dp > 1 some group crosses nodes whenever there are several */
     o.expert_group_spans_nodes = dp > 1 && c->nodes > 1;
     const double dense_nbytes = 4.0 * (double)p.dense, expert_nbytes = 4.0 * (double)p.expert / (double)ep;
-    const double dense_bw = o.dense_group_spans_nodes ? c->inter_bw : c->intra_bw;
+    /* A ring over nodes runs as one ring per member GPU of a node (NCCL's channels), each crossing nodes through its
+     * GPU's own NIC: the group's bandwidth is its members per node times one NIC's, capped by NVLink. The world's
+     * group has G members per node; an expert-data-parallel group G / ep (at least 1: its ranks are ep apart) */
+    const double expert_members = G > ep ? (double)G / (double)ep : 1;
+    const double dense_nic = (double)G * c->inter_bw, expert_nic = expert_members * c->inter_bw;
+    const double dense_bw = o.dense_group_spans_nodes ? (dense_nic < c->intra_bw ? dense_nic : c->intra_bw) : c->intra_bw;
     const double dense_lat = o.dense_group_spans_nodes ? c->inter_latency : c->intra_latency;
-    const double expert_bw = o.expert_group_spans_nodes ? c->inter_bw : c->intra_bw;
+    const double expert_bw =
+        o.expert_group_spans_nodes ? (expert_nic < c->intra_bw ? expert_nic : c->intra_bw) : c->intra_bw;
     const double expert_lat = o.expert_group_spans_nodes ? c->inter_latency : c->intra_latency;
     o.allreduce_dense_bytes = W > 1 ? 2.0 * (W - 1) / W * dense_nbytes : 0;
     o.allreduce_expert_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * expert_nbytes : 0;
-    o.zero_gather_bytes = l->zero && W > 1 ? (double)(W - 1) / W * dense_nbytes : 0;
+    /* ZeRO-1's all-gathers of the updated parameters: a ring's second half, (n-1) steps of 1/n each */
+    const double dense_gather = l->zero && W > 1 ? (double)(W - 1) / W * dense_nbytes : 0;
+    const double expert_gather = l->zero && dp > 1 ? (double)(dp - 1) / dp * expert_nbytes : 0;
+    o.zero_gather_bytes = dense_gather + expert_gather;
     o.allreduce_s = ring_allreduce_s(dense_nbytes, W, dense_bw, dense_lat) +
                     ring_allreduce_s(expert_nbytes, dp, expert_bw, expert_lat) +
-                    (l->zero && W > 1 ? (W - 1) * dense_lat + o.zero_gather_bytes / dense_bw : 0);
+                    (dense_gather > 0 ? (W - 1) * dense_lat + dense_gather / dense_bw : 0) +
+                    (expert_gather > 0 ? (dp - 1) * expert_lat + expert_gather / expert_bw : 0);
 
     /* AdamW is bound by memory: per parameter it updates, read p, g, m, v and write p, m, v (28 bytes) after the
      * clipping norm read g (4); every gradient is zeroed (4); under bf16 each matrix is copied (read 4, write 2) */
-    const double updated = (l->zero ? (double)p.dense / W : (double)p.dense) + (double)p.expert / ep;
+    const double updated = l->zero ? (double)p.dense / W + (double)p.expert / ep / dp
+                                   : (double)p.dense + (double)p.expert / ep;
     const double held = (double)p.dense + (double)p.expert / ep;
     const double copied = l->bf16 ? (double)p.dense_matrix + (double)p.expert / ep : 0;
     const double optimizer_nbytes = 32 * updated + 4 * held + 6 * copied;

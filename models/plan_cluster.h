@@ -48,11 +48,13 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
 typedef struct {
     int64_t accum_steps;          /* micro-batches per step = global_batch / (world * micro_batch)         */
     double tokens_per_step;       /* global_batch * seq_len                                                 */
-    double flops_per_token;       /* moe_plan_model_flops_per_token                                         */
+    double flops_per_token;       /* moe_plan_model_flops_per_token: model FLOPs, what MFU counts          */
+    double recompute_flops_per_token; /* what recomputation adds (hardware FLOPs, in the step time only)    */
     /* bytes one GPU sends per step (it receives as many under balanced routing) */
     double alltoall_intra_bytes, alltoall_inter_bytes;
     double allreduce_dense_bytes, allreduce_expert_bytes; /* ring: 2 (n-1)/n of the gradient bytes      */
-    double zero_gather_bytes;     /* ZeRO-1's all-gather of the updated dense parameters: (n-1)/n        */
+    double zero_gather_bytes;     /* ZeRO-1's all-gathers of the updated parameters: (n-1)/n of the dense over
+                                   * the world, of a GPU's experts over its expert-data-parallel group        */
     int alltoall_peers_intra, alltoall_peers_inter; /* the busiest rank's EP peers on / off its node   */
     int dense_group_spans_nodes, expert_group_spans_nodes;
     /* seconds per step */

@@ -95,21 +95,45 @@ double moe_plan_model_moe_flops_per_token(const moe_plan_model *m) {
     return 6.0 * (double)moe_plan_model_num_moe_layers(m) * per_layer;
 }
 
+moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan_model *m, int64_t seq_len,
+                                                                  moe_recompute recompute) {
+    const double d = (double)m->d_model, A = (double)(m->num_heads * m->head_dim),
+                 B = (double)(m->num_kv_heads * m->head_dim), S = (double)seq_len, k = (double)m->top_k;
+    const double L = (double)m->num_layers, Lm = (double)moe_plan_model_num_moe_layers(m);
+    const double F = (double)m->d_ff_expert, Fd = (double)m->d_ff_dense, Fs = (double)m->d_ff_shared;
+    moe_plan_recompute_flops f = {0, 0};
+    const int full = recompute == MOE_RECOMPUTE_FULL;
+    /* 2 FLOPs per multiply-add of a forward: q, k, v and the attention scores and their product with V (4 A S, the
+     * whole matrix as the model FLOPs count it), then o_proj under full */
+    if (recompute >= MOE_RECOMPUTE_ATTENTION) f.dense += L * (2 * d * (A + 2 * B) + 4 * A * S + (full ? 2 * A * d : 0));
+    if (recompute >= MOE_RECOMPUTE_MOE) {
+        f.dense += (L - Lm) * 2 * 3 * d * Fd;                      /* a dense FFN runs whole (model.c)   */
+        f.moe += Lm * 2 * (full ? 3 : 2) * d * (k * F + Fs);       /* w1, w3; and w2 under full         */
+    }
+    return f;
+}
+
 /* What models/model.c keeps for T = micro_batch * S tokens (its layer_acts and model buffers, moe_real = fp32):
- * the same sum as moe_model_config_footprint for the shapes that function takes (tests/test_plan.c). */
+ * the same sum as moe_model_config_footprint for the shapes that function takes (tests/test_plan.c). What the
+ * recompute setting rebuilds in backward is one buffer for every layer (model.c's layer_buffer_shared). */
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay) {
     const double T = (double)lay->micro_batch * lay->seq_len, S = (double)lay->seq_len, d = (double)m->d_model;
-    const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim), r = 4;
+    const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     const double H = (double)m->num_heads, L = (double)m->num_layers, Lm = (double)moe_plan_model_num_moe_layers(m);
     /* the attention probabilities [seqs, H, S, S], or a fused kernel's row statistics [T, H] */
     const double att = lay->attention == MOE_PLAN_ATTENTION_MATERIALIZED ? (double)lay->micro_batch * H * S * S : T * H;
-    const double per_layer = T * d /* ln1 */ + T /* rstd1 */ + T * (A + 2 * B) /* q k v */ + att + T * A /* attn_y */ +
-                             T * d /* resid_mid */ + T * d /* ln2 */ + T /* rstd2 */;
+    const double attention_block = T * d /* ln1 */ + T /* rstd1 */ + T * (A + 2 * B) /* q k v */ + att +
+                                   T * A /* attn_y */;
+    const double mid = T * d /* resid_mid */ + T * d /* ln2 */ + T /* rstd2 */;
     const double dense_ffn = 3 * T * (double)m->d_ff_dense; /* h1, h3, act of a dense FFN layer */
-    const double model = 2 * T * 4.0 / r /* inputs, targets (int) */ + T * d + T /* lnf, rstdf */ +
+    const moe_recompute r = lay->recompute;
+    const double copies_attention = r >= MOE_RECOMPUTE_ATTENTION ? 1 : L, copies_mid = r == MOE_RECOMPUTE_FULL ? 1 : L;
+    const double copies_ffn = r >= MOE_RECOMPUTE_MOE ? (L > Lm ? 1 : 0) : L - Lm;
+    const double model = 2 * T /* inputs, targets (int, as many bytes as fp32) */ + T * d + T /* lnf, rstdf */ +
                          T * (double)m->vocab_size /* logits */ + 3 * T * d /* dresid, dln, tmp */ +
                          T * (2 * A + 2 * B) /* dq, dk, dv, dattn */;
-    return r * ((L + 1) * T * d /* residual stream */ + L * per_layer + (L - Lm) * dense_ffn + model);
+    return 4 * ((L + 1) * T * d /* residual stream */ + copies_attention * attention_block + copies_mid * mid +
+                copies_ffn * dense_ffn + model);
 }
 
 double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay) {
@@ -128,15 +152,21 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     mem.weights = lay->bf16 ? 2 * ((double)p.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);
     mem.gradients = mem.masters;
-    mem.optimizer = 8 * ((lay->zero ? dense / (double)lay->world : dense) + local_expert);
-    /* per MoE layer (each has its own, moe/layer.c): routing arrays (router/routing.h: logits, scores, select
-     * scores [T, E] fp32; expert, gate, score, kept, slot, perm_token [T, k]: 21 bytes), x [T, d], dgate [T, k];
-     * the experts' h1, h3, act kept for backward and dh1, dh3 (moe/layer_ops_cpu.c: 5 [N, F] fp32) */
-    const double routing = T * (12 * E + 21 * k) + 4 * T * d + 4 * T * k;
-    const double expert_acts = 5 * N * (double)m->d_ff_expert * 4;
-    mem.activations = model_activation_nbytes(m, lay) + Lm * (routing + expert_acts);
-    /* xp, y, dy, dxp [T * k, d] and the received rows' staging, x, y, dy, dx [N, d], in the exchanged precision */
-    mem.exchange = Lm * (4 * T * k * d * row + 5 * N * d * row);
+    const double expert_dp = (double)lay->world / (double)lay->ep; /* the ranks holding the same experts */
+    mem.optimizer = 8 * (lay->zero ? dense / (double)lay->world + local_expert / expert_dp : dense + local_expert);
+    /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h: logits, scores, select scores [T, E] fp32;
+     * expert, gate, score, kept, slot, perm_token [T, k]: 21 bytes) and dgate [T, k]; kept for backward unless
+     * recomputed (then one copy serves every layer): x [T, d] fp32 (full), the experts' h1, h3, act (moe and full;
+     * moe/layer_ops_cpu.c: 3 [N, F] fp32); the backward scratch dh1, dh3 (2 [N, F] fp32), once */
+    const moe_recompute r = lay->recompute;
+    const double layers = Lm > 0 ? 1 : 0, F = (double)m->d_ff_expert;
+    const double copies_rows = r == MOE_RECOMPUTE_FULL ? layers : Lm, copies_h = r >= MOE_RECOMPUTE_MOE ? layers : Lm;
+    const double routing = T * (12 * E + 21 * k) + 4 * T * k;
+    mem.activations = model_activation_nbytes(m, lay) + Lm * routing + copies_rows * 4 * T * d +
+                      copies_h * 3 * N * F * 4 + layers * 2 * N * F * 4;
+    /* in the exchanged precision: kept, y [T k, d] (the outputs back from the combine) and the received rows x [N, d];
+     * one pass's scratch, once: xp, dy, dxp [T k, d] and the received rows' staging, y, dy, dx [N, d] */
+    mem.exchange = copies_rows * (T * k * d + N * d) * row + layers * (3 * T * k * d + 4 * N * d) * row;
     mem.workspace = lay->workspace_bytes;
     mem.total = mem.weights + mem.masters + mem.gradients + mem.optimizer + mem.activations + mem.exchange +
                 mem.workspace;

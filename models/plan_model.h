@@ -52,9 +52,9 @@ typedef struct {
 moe_plan_params moe_plan_model_params(const moe_plan_model *m);
 
 /* Training FLOPs per token at sequence length S: 6 * matmul_active + 12 * L * (H * head_dim) * S (PaLM's
- * appendix B; Megatron-LM's formula in other words). The attention term counts the whole S x S score matrix, which
- * is also what this project's attention computes (kernels/attention_cpu.c: the masked half is computed, then
- * ignored). */
+ * appendix B; Megatron-LM's formula without its recompute pass). The attention term counts the whole S x S score
+ * matrix, as MFU's model FLOPs do (the materialized attention computes it whole; the fused one skips the tiles above
+ * the diagonal). */
 double moe_plan_model_flops_per_token(const moe_plan_model *m, int64_t seq_len);
 
 /* The part of moe_plan_model_flops_per_token that the MoE layers do: 6 * L_m * (E d (the router) + k 3 d F (the
@@ -64,15 +64,27 @@ double moe_plan_model_moe_flops_per_token(const moe_plan_model *m);
 
 typedef enum { MOE_PLAN_ATTENTION_MATERIALIZED = 0, MOE_PLAN_ATTENTION_FUSED = 1 } moe_plan_attention;
 
+/* The FLOPs per token that activation recomputation (moe/moe.h's moe_recompute) adds to a step: hardware FLOPs,
+ * which the step time counts, not model FLOPs, which MFU counts (Megatron-LM and PaLM leave recomputation out of
+ * MFU). moe: the MoE layers' share (their experts' products run again; the router does not, its routing is reused),
+ * dense: the rest (the attention block from attention up; its o_proj and the dense FFNs' under full). */
+typedef struct {
+    double dense, moe;
+} moe_plan_recompute_flops;
+moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan_model *m, int64_t seq_len,
+                                                                  moe_recompute recompute);
+
 /* The layout of one GPU's share of a run. */
 typedef struct {
     int64_t world;            /* GPUs                                                                    */
     int64_t ep;               /* expert-parallel group size; divides world and E                         */
-    int zero;                 /* 1: ZeRO-1 as this project does it: the dense AdamW moments sharded over world */
+    int zero;                 /* 1: ZeRO-1 as this project does it: the AdamW moments of the dense parameters sharded
+                               * over the world, of a GPU's experts over its expert-data-parallel group (world / ep) */
     int64_t micro_batch;      /* sequences per GPU per micro-batch                                       */
     int64_t seq_len;
     int bf16;                 /* 1: bf16 GEMM inputs and exchanged rows, fp32 masters (core/precision.h)  */
     moe_plan_attention attention;
+    moe_recompute recompute;  /* what backward rebuilds instead of keeping (moe/moe.h): memory and hardware FLOPs */
     double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */
     double routing_skew;      /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 0 or 1:
                                * balanced. Its experts' rows, their memory and time, and the all-to-all wait for it */
@@ -83,9 +95,10 @@ typedef struct {
     double weights;      /* bf16 copies of the GEMM weights (0 under fp32: the masters are the weights)  */
     double masters;      /* fp32 parameters: dense + this GPU's experts                                  */
     double gradients;    /* fp32, mirroring the masters                                                  */
-    double optimizer;    /* AdamW m and v, fp32; the dense part / world under ZeRO-1                     */
+    double optimizer;    /* AdamW m and v, fp32; under ZeRO-1 the dense part / world, the experts' / dp   */
     double activations;  /* what forward keeps for backward and the backward scratch, all layers         */
-    double exchange;     /* the MoE layers' all-to-all send/receive and expert-row buffers               */
+    double exchange;     /* the MoE layers' all-to-all send/receive and expert-row buffers: what each layer
+                          * keeps, and the scratch of one pass, which every layer shares                  */
     double workspace;
     double total;
 } moe_plan_memory;

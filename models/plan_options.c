@@ -16,7 +16,7 @@ typedef struct {
     const char *name, *help;
     flag_kind kind;
     double lo, hi;
-    const char *choices[3];
+    const char *choices[4];
     const char *default_text; /* what --help says */
     int shape;                /* 1: a model shape flag (moe-train's), which --hf-config replaces */
 } flag_spec;
@@ -39,14 +39,17 @@ static const flag_spec kFlags[] = {
     {"--ep", "expert-parallel group size (divides the GPUs and the experts)", F_INT, 1, 1 << 20, {0}, "1", 0},
     {"--dp", "expert-data-parallel size; must be GPUs / --ep (no tensor or pipeline parallelism here)", F_INT, 1,
      1 << 20, {0}, "GPUs / ep", 0},
-    {"--zero", "1: ZeRO-1 as moe-train does it (dense AdamW moments sharded over the GPUs)", F_INT, 0, 1, {0}, "0", 0},
+    {"--zero", "1: ZeRO-1 as moe-train does it (AdamW moments sharded: the dense over the GPUs, a GPU's experts over "
+     "the GPUs holding the same experts)", F_INT, 0, 1, {0}, "0", 0},
     {"--micro-batch", "sequences per GPU per micro-batch", F_INT, 1, 1 << 20, {0}, "1", 0},
     {"--seq-len", "tokens per sequence", F_INT, 1, 1 << 24, {0}, "128; 4096 with --hf-config", 0},
     {"--global-batch", "sequences per optimizer step (a multiple of GPUs x micro-batch)", F_INT, 1, 1e12, {0},
      "GPUs x micro-batch", 0},
     {"--precision", "GEMM inputs and exchanged rows (fp32 masters either way)", F_CHOICE, 0, 0, {"bf16", "fp32"}, "bf16", 0},
-    {"--attention", "what attention keeps: the S x S probabilities (this project) or a fused kernel's statistics",
-     F_CHOICE, 0, 0, {"materialized", "fused"}, "materialized", 0},
+    {"--attention", "what attention keeps: a fused kernel's row statistics (moe-train's default) or the S x S "
+     "probabilities", F_CHOICE, 0, 0, {"materialized", "fused"}, "fused", 0},
+    {"--recompute", "what backward recomputes (moe-train --recompute): memory saved, forward work added to the step "
+     "(not to MFU)", F_CHOICE, 0, 0, {"none", "attention", "moe", "full"}, "none; --search tries each", 0},
     {"--workspace-gib", "per GPU for libraries, CUDA context and allocator slack (GiB)", F_NUM, 0, 1e6, {0}, "1", 0},
     /* cluster */
     {"--gpus-per-node", "GPUs (ranks) per node", F_INT, 1, 1 << 16, {0}, "8", 0},
@@ -98,9 +101,14 @@ static int check_value(const flag_spec *s, const char *v, FILE *err) {
     if (s->kind == F_SWITCH) return 0;
     if (s->kind == F_STRING) return *v ? 0 : (complain(err, "%s needs a non-empty value", s->name), -1);
     if (s->kind == F_CHOICE) {
-        for (int c = 0; c < 3 && s->choices[c]; c++)
+        char words[160] = "";
+        for (int c = 0; c < 4 && s->choices[c]; c++) {
             if (!strcmp(v, s->choices[c])) return 0;
-        return complain(err, "%s must be %s or %s, got '%s'", s->name, s->choices[0], s->choices[1], v), -1;
+            const int last = c == 3 || !s->choices[c + 1];
+            snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s", c == 0 ? "" : last ? " or " : ", ",
+                     s->choices[c]);
+        }
+        return complain(err, "%s must be %s, got '%s'", s->name, words, v), -1;
     }
     char *end;
     errno = 0;
@@ -205,17 +213,21 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     l->ep = integer(f, "--ep", 1), l->zero = (int)integer(f, "--zero", 0);
     l->micro_batch = integer(f, "--micro-batch", 1), l->seq_len = integer(f, "--seq-len", o->hf_config ? 4096 : 128);
     l->bf16 = bf16;
-    l->attention = value(f, "--attention") && !strcmp(value(f, "--attention"), "fused") ? MOE_PLAN_ATTENTION_FUSED
-                                                                                       : MOE_PLAN_ATTENTION_MATERIALIZED;
+    l->attention = value(f, "--attention") && !strcmp(value(f, "--attention"), "materialized")
+                       ? MOE_PLAN_ATTENTION_MATERIALIZED
+                       : MOE_PLAN_ATTENTION_FUSED;
+    static const char *const recompute[] = {"none", "attention", "moe", "full"};
+    for (int i = 0; i < 4; i++)
+        if (value(f, "--recompute") && !strcmp(value(f, "--recompute"), recompute[i])) l->recompute = (moe_recompute)i;
     l->workspace_bytes = num(f, "--workspace-gib", 1) * 1073741824.0;
     o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
     if (read_routing(f, o, err)) return -1;
     if (o->search) {
-        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch"};
-        for (int i = 0; i < 4; i++)
+        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch", "--recompute"};
+        for (int i = 0; i < 5; i++)
             if (value(f, fixed[i]))
-                return complain(err, "--search tries every --ep, --zero and --micro-batch itself: leave out %s", fixed[i]),
-                       -1;
+                return complain(err, "--search tries every --ep, --zero, --micro-batch and --recompute itself: leave "
+                                "out %s", fixed[i]), -1;
         if (o->run.global_batch % l->world)
             return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs", (long long)o->run.global_batch,
                             (long long)l->world), -1;

@@ -9,6 +9,8 @@ static int better_first(const void *a, const void *b) {
     if (tx != ty) return tx > ty ? -1 : 1;
     if (x->run.layout.ep != y->run.layout.ep) return x->run.layout.ep < y->run.layout.ep ? -1 : 1;
     if (x->run.layout.zero != y->run.layout.zero) return x->run.layout.zero - y->run.layout.zero;
+    if (x->run.layout.recompute != y->run.layout.recompute)
+        return (int)x->run.layout.recompute - (int)y->run.layout.recompute;
     return x->run.layout.micro_batch > y->run.layout.micro_batch ? -1 : 1;
 }
 
@@ -22,10 +24,12 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
     for (int64_t ep = 1; ep <= W; ep++) {
         if (W % ep || m->num_experts % ep) continue;
         for (int zero = 0; zero <= 1; zero++)
+            for (int recompute = MOE_RECOMPUTE_NONE; recompute <= MOE_RECOMPUTE_FULL; recompute++)
             for (int64_t mb = 1; mb <= per_gpu; mb++) {
                 if (per_gpu % mb) continue;
                 moe_plan_run r = *base;
                 r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
+                r.layout.recompute = (moe_recompute)recompute;
                 if (routing) r.layout.routing_skew = moe_plan_routing_skew(routing, ep);
                 if (moe_plan_run_problem(m, c, &r)) continue;
                 const moe_plan_prediction p = moe_plan_predict(m, c, &r);

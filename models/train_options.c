@@ -58,6 +58,10 @@ static const opt_spec kOptions[] = {
     {"--attention", "how attention runs: fused (the default: tiles with an online softmax, per head S statistics kept "
      "instead of the S x S probabilities, future tiles skipped) or materialized; the same function, rounded otherwise",
      OPT_CHOICE, OFF(model.attention), 0, 0, {"materialized", "fused"}, NULL, RUN},
+    {"--recompute", "what backward recomputes instead of keeping from forward, each level including the ones before: "
+     "none, attention (the attention block), moe (also the experts' and dense FFNs' SwiGLU intermediates), full (only "
+     "each layer's input is kept; the layer runs again, routing reused); bitwise the same results",
+     OPT_CHOICE, OFF(model.moe.recompute), 0, 0, {"none", "attention", "moe", "full"}, NULL, RUN},
     {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way; "
      "auto: bf16 on cuda, fp32 on cpu)", OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL, RUN},
     /* training */
@@ -72,7 +76,8 @@ static const opt_spec kOptions[] = {
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL, RUN},
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
-    {"--zero", "1: ZeRO-1, shard the dense parameters' AdamW state over the ranks (same results)", OPT_INT, OFF(zero), 0,
+    {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
+     "ranks holding the same experts (same results)", OPT_INT, OFF(zero), 0,
      1, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
@@ -228,9 +233,14 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
         return o->source[s - kOptions] = (unsigned char)source, 0;
     }
     if (s->kind == OPT_CHOICE) {
-        for (int c = 0; c < 3 && s->choices[c]; c++)
+        char words[160] = "";
+        for (int c = 0; c < MOE_OPT_MAX_CHOICES && s->choices[c]; c++) {
             if (!strcmp(v, s->choices[c])) return *(int *)field = c, o->source[s - kOptions] = (unsigned char)source, 0;
-        moe_train_complain(err, "moe-train: %s must be %s or %s, got '%s'\n", label, s->choices[0], s->choices[1], v);
+            const int last = c + 1 == MOE_OPT_MAX_CHOICES || !s->choices[c + 1];
+            snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s", c == 0 ? "" : last ? " or " : ", ",
+                     s->choices[c]);
+        }
+        moe_train_complain(err, "moe-train: %s must be %s, got '%s'\n", label, words, v);
         return -1;
     }
     double x = s->kind == OPT_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
@@ -424,7 +434,8 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
                                     .attention = o->model.attention == MOE_ATTENTION_FUSED
                                                      ? MOE_PLAN_ATTENTION_FUSED
-                                                     : MOE_PLAN_ATTENTION_MATERIALIZED};
+                                                     : MOE_PLAN_ATTENTION_MATERIALIZED,
+                                    .recompute = o->model.moe.recompute};
     const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
     moe_train_memory m = {.params = p.weights + p.masters + p.gradients,
                           .moments = p.optimizer,

@@ -75,12 +75,14 @@ typedef enum { MOE_OPT_INT, MOE_OPT_FLOAT, MOE_OPT_STRING, MOE_OPT_CHOICE } moe_
 typedef enum { MOE_OPT_SCOPE_RUN, MOE_OPT_SCOPE_COMMAND, MOE_OPT_SCOPE_FLAG_ONLY } moe_train_option_scope;
 
 /* One row of the flag table. A config file's key is the flag without its dashes, '-' as '_' (--d-model: d_model). */
+enum { MOE_OPT_MAX_CHOICES = 4 };
+
 typedef struct {
     const char *name, *help;
     moe_train_option_kind kind;
     size_t offset;           /* into moe_train_options */
     double lo, hi;           /* numeric range */
-    const char *choices[3];  /* MOE_OPT_CHOICE: the words; the value stored is the index */
+    const char *choices[MOE_OPT_MAX_CHOICES]; /* MOE_OPT_CHOICE: the words; the value stored is the index */
     const char *implicit;    /* the value when the flag is given without one (NULL: a value is required) */
     moe_train_option_scope scope;
 } moe_train_option;
@@ -125,8 +127,8 @@ void moe_format_float(float v, char *out, size_t nbytes);
 
 /* The memory one rank needs for a parsed configuration on world_size ranks, in bytes, by moe-plan's memory model
  * (models/plan_model.h, which follows what models/model.c and moe/layer.c allocate): parameters, their gradients and
- * bf16 copies; the AdamW moments (the dense ones 1/W of it under ZeRO-1); the activations the model keeps with each
- * MoE layer's routing, expert and exchange buffers. A lower bound: it assumes balanced routing (the busiest rank's
+ * bf16 copies; the AdamW moments (under ZeRO-1 the dense ones / W, the experts' / dp); the activations the model
+ * keeps with each MoE layer's routing, expert and exchange buffers (--recompute: what is rebuilt, once). A lower bound: it assumes balanced routing (the busiest rank's
  * experts get more rows), and the libraries' own memory and the world-invariant trees come on top. */
 typedef struct {
     double params, moments, activations, total;

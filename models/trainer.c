@@ -15,11 +15,30 @@
 /* With shards (cfg.moe.num_shards) every sum over the batch goes through the shard tree (docs/DETERMINISM.md). */
 static int world_invariant(const moe_trainer *t) { return moe_model_local_shards(t->model) > 0; }
 
-/* ZeRO-1's dense range of rank r of W: ranges of ceil(dense / W) in rank order, the last ones shorter. */
-static void dense_range(size_t dense, size_t W, size_t r, size_t *lo, size_t *hi) {
-    size_t chunk = (dense + W - 1) / W;
-    *lo = r * chunk < dense ? r * chunk : dense;
-    *hi = (r + 1) * chunk < dense ? (r + 1) * chunk : dense;
+/* ZeRO-1's range of member r of a group of W over a region of n values: ranges of ceil(n / W) in group order, the
+ * last ones shorter. */
+static void zero_range(size_t n, size_t W, size_t r, size_t *lo, size_t *hi) {
+    size_t chunk = (n + W - 1) / W;
+    *lo = r * chunk < n ? r * chunk : n;
+    *hi = (r + 1) * chunk < n ? (r + 1) * chunk : n;
+}
+
+/* A region of the parameter buffer as ZeRO-1 shards it: the dense region over the world, the expert region over the
+ * expert-data-parallel group (without ZeRO-1 a rank's range is the whole region). */
+typedef struct {
+    moe_comm *group;
+    size_t offset, count; /* the region in the buffer                                   */
+    size_t begin, end;    /* this rank's range, from the region's start                 */
+    size_t moments_at;    /* where the range's moments start (the dense range's come first) */
+} zero_region;
+
+static zero_region region_of(const moe_trainer *t, int expert) {
+    const moe_update_range *r = &t->range;
+    if (!expert)
+        return (zero_region){moe_parallel_world(t->par), 0, moe_model_num_dense(t->model), r->dense_begin, r->dense_end,
+                             0};
+    return (zero_region){moe_parallel_expert_dp(t->par), moe_model_num_dense(t->model),
+                         moe_model_num_expert(t->model), r->expert_begin, r->expert_end, r->dense_end - r->dense_begin};
 }
 
 /* --routing-trace-out / --routing-trace-in; every rank agrees on the outcome. */
@@ -91,10 +110,14 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
         return moe_trainer_destroy(t), st;
     if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
         return moe_trainer_destroy(t), st;
-    const size_t dense = moe_model_num_dense(t->model);
-    t->dense_begin = 0, t->dense_end = dense;
-    if (opt->zero) dense_range(dense, t->ranks.world_size, t->ranks.world_rank, &t->dense_begin, &t->dense_end);
-    size_t n = (t->dense_end - t->dense_begin) + moe_model_num_expert(t->model);
+    const size_t dense = moe_model_num_dense(t->model), experts = moe_model_num_expert(t->model);
+    t->range = (moe_update_range){0, dense, 0, experts};
+    if (opt->zero) {
+        moe_comm *edp = moe_parallel_expert_dp(par);
+        zero_range(dense, t->ranks.world_size, t->ranks.world_rank, &t->range.dense_begin, &t->range.dense_end);
+        zero_range(experts, moe_comm_size(edp), moe_comm_rank(edp), &t->range.expert_begin, &t->range.expert_end);
+    }
+    size_t n = (t->range.dense_end - t->range.dense_begin) + (t->range.expert_end - t->range.expert_begin);
     moe_runtime *model_rt = moe_model_runtime(t->model); /* the moments live beside the parameters */
     st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment1);
     if (st == MOE_OK) st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment2);
@@ -130,79 +153,85 @@ static moe_status upload(const moe_trainer *t, moe_real *dst, const moe_real *ho
     return moe_runtime_upload(moe_model_runtime(t->model), dst, host, count * sizeof(moe_real));
 }
 
-/* ZeRO-1: every rank's dense range (`mine`: the values of this rank's range, in the model's memory)
- * concatenated in rank order into full[0 .. num_dense) on the host. */
-static moe_status gather_dense(moe_trainer *t, moe_real *full, const moe_real *mine) {
-    moe_comm *world = moe_parallel_world(t->par);
-    const size_t dense = moe_model_num_dense(t->model), W = moe_comm_size(world), count = t->dense_end - t->dense_begin;
+/* ZeRO-1: every member's range of region z (`mine`: the values of this rank's range, in the model's memory)
+ * concatenated in group order into full[0 .. z.count) on the host. */
+static moe_status gather_region(moe_trainer *t, const zero_region *z, moe_real *full, const moe_real *mine) {
+    const size_t W = moe_comm_size(z->group), count = z->end - z->begin;
     size_t *nbytes = calloc(W, sizeof(size_t));
     moe_real *copy = malloc((count ? count : 1) * sizeof(moe_real)); /* send and receive may not overlap */
     if (!nbytes || !copy) return free(nbytes), free(copy), MOE_ERR_OUT_OF_MEMORY;
     for (size_t r = 0, lo, hi; r < W; r++) {
-        dense_range(dense, W, r, &lo, &hi);
+        zero_range(z->count, W, r, &lo, &hi);
         nbytes[r] = (hi - lo) * sizeof(moe_real);
     }
     moe_status st = download(t, copy, mine, count);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, copy, count * sizeof(moe_real), full, nbytes);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(z->group, copy, count * sizeof(moe_real), full, nbytes);
     free(nbytes), free(copy);
     return st;
 }
 
-/* After a ZeRO-1 update: every rank's updated range into every rank's parameters (through the host on a GPU). */
+/* After a ZeRO-1 update: every member's updated range of each region into every member's parameters (through the
+ * host on a GPU). */
 static moe_status gather_updated_params(moe_trainer *t) {
     moe_real *params = moe_model_params(t->model);
-    if (!moe_runtime_gpu(moe_model_runtime(t->model))) return gather_dense(t, params, params + t->dense_begin);
-    const size_t dense = moe_model_num_dense(t->model);
-    moe_real *host = malloc((dense ? dense : 1) * sizeof(moe_real));
-    if (!host) return MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = gather_dense(t, host, params + t->dense_begin);
-    if (st == MOE_OK) st = upload(t, params, host, dense);
-    free(host);
-    return st;
+    const int on_gpu = moe_runtime_gpu(moe_model_runtime(t->model)) != NULL;
+    for (int expert = 0; expert <= 1; expert++) {
+        const zero_region z = region_of(t, expert);
+        moe_real *region = params + z.offset;
+        if (!on_gpu) {
+            MOE_TRY(gather_region(t, &z, region, region + z.begin));
+            continue;
+        }
+        moe_real *host = malloc((z.count ? z.count : 1) * sizeof(moe_real));
+        if (!host) return MOE_ERR_OUT_OF_MEMORY;
+        moe_status st = gather_region(t, &z, host, region + z.begin);
+        if (st == MOE_OK) st = upload(t, region, host, z.count);
+        free(host);
+        MOE_TRY(st);
+    }
+    return MOE_OK;
 }
 
 moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full) {
     const moe_real *moments = which ? t->moment2 : t->moment1;
-    const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
-    MOE_TRY(download(t, full + dense, moments + kept, moe_model_num_expert(t->model)));
-    if (!t->opt.zero) return download(t, full, moments, dense);
-    return gather_dense(t, full, moments);
+    for (int expert = 0; expert <= 1; expert++) {
+        const zero_region z = region_of(t, expert);
+        MOE_TRY(t->opt.zero ? gather_region(t, &z, full + z.offset, moments + z.moments_at)
+                            : download(t, full + z.offset, moments + z.moments_at, z.count));
+    }
+    return MOE_OK;
 }
 
 moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst) {
     const moe_real *moments = which ? t->moment2 : t->moment1;
-    const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin;
-    if (offset >= dense) return download(t, dst, moments + kept + (offset - dense), count);
-    if (!t->opt.zero) return download(t, dst, moments + offset, count);
-    /* ZeRO-1: rank r holds [lo_r, hi_r), consecutive in rank order: its overlap with the range, concatenated */
-    moe_comm *world = moe_parallel_world(t->par);
-    const size_t W = moe_comm_size(world), end = offset + count;
-    size_t *nbytes = calloc(W, sizeof(size_t)), mine = 0, lo, hi;
+    const zero_region z = region_of(t, offset >= moe_model_num_dense(t->model));
+    const size_t from = offset - z.offset, end = from + count; /* in the region */
+    if (!t->opt.zero) return download(t, dst, moments + z.moments_at + from, count);
+    /* ZeRO-1: member r holds [lo_r, hi_r), consecutive in group order: its overlap with the range, concatenated */
+    const size_t W = moe_comm_size(z.group);
+    size_t *nbytes = calloc(W, sizeof(size_t)), lo, hi;
     if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
     for (size_t r = 0; r < W; r++) {
-        dense_range(dense, W, r, &lo, &hi);
-        const size_t a = lo > offset ? lo : offset, b = hi < end ? hi : end;
+        zero_range(z.count, W, r, &lo, &hi);
+        const size_t a = lo > from ? lo : from, b = hi < end ? hi : end;
         nbytes[r] = b > a ? (b - a) * sizeof(moe_real) : 0;
     }
-    const size_t a = t->dense_begin > offset ? t->dense_begin : offset, b = t->dense_end < end ? t->dense_end : end;
-    mine = b > a ? b - a : 0;
+    const size_t a = z.begin > from ? z.begin : from, b = z.end < end ? z.end : end, mine = b > a ? b - a : 0;
     moe_real *piece = malloc((mine ? mine : 1) * sizeof(moe_real)); /* send and receive may not overlap */
     moe_status st = piece ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK && mine) st = download(t, piece, moments + (a - t->dense_begin), mine);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, piece, mine * sizeof(moe_real), dst, nbytes);
+    if (st == MOE_OK && mine) st = download(t, piece, moments + z.moments_at + (a - z.begin), mine);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(z.group, piece, mine * sizeof(moe_real), dst, nbytes);
     free(piece), free(nbytes);
     return st;
 }
 
 moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src) {
     moe_real *moments = which ? t->moment2 : t->moment1;
-    const size_t dense = moe_model_num_dense(t->model), kept = t->dense_end - t->dense_begin, end = offset + count;
-    if (offset >= dense) return upload(t, moments + kept + (offset - dense), src, count);
-    if (!t->opt.zero) return upload(t, moments + offset, src, count);
-    const size_t a = t->dense_begin > offset ? t->dense_begin : offset, b = t->dense_end < end ? t->dense_end : end;
-    return b > a ? upload(t, moments + (a - t->dense_begin), src + (a - offset), b - a) : MOE_OK;
+    const zero_region z = region_of(t, offset >= moe_model_num_dense(t->model));
+    const size_t from = offset - z.offset, end = from + count; /* in the region */
+    const size_t a = z.begin > from ? z.begin : from, b = z.end < end ? z.end : end;
+    return b > a ? upload(t, moments + z.moments_at + (a - z.begin), src + (a - from), b - a) : MOE_OK;
 }
-
 
 /* Routing statistics of the last micro-batch, added into r (per-rank drops, added into *dropped and *assignments;
  * global counts and losses). */
@@ -440,7 +469,7 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     double clip_factor;
     MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
-    MOE_TRY(moe_model_adamw_step(t->model, t->dense_begin, t->dense_end, t->moment1, t->moment2, &hp));
+    MOE_TRY(moe_model_adamw_step(t->model, &t->range, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_update_expert_bias(t->model));
     /* finite gradients can still overflow a weight: then the run stops before anything is saved */

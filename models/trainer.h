@@ -33,10 +33,11 @@ typedef struct {
     FILE *notes;
     moe_model *model;
     moe_token_file train, val;
-    /* AdamW state: the moments of the dense range [dense_begin, dense_end) this rank updates, then of
-     * its experts. Without ZeRO-1 the range is the whole dense region; with it, 1/W of it (the ranks'
-     * ranges tile the region in rank order), and the updated parameters are all-gathered. */
-    size_t dense_begin, dense_end;
+    /* AdamW state: the moments of what this rank updates (models/optimizer.h). Without ZeRO-1 its whole dense and
+     * expert regions; with it, 1/W of the dense region (the world's ranges tile it in rank order) and 1/dp of its
+     * expert region (the expert-data-parallel group's ranges tile it in group order), and the updated parameters are
+     * all-gathered over each group. */
+    moe_update_range range;
     moe_real *moment1, *moment2; /* the model runtime's memory */
     moe_real *grad_accum;        /* with shards and micro-batches: the step's gradient sum so far (model runtime) */
     int *inputs, *targets;       /* [local_seqs * S] */

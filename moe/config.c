@@ -44,6 +44,8 @@ const char *moe_config_problem(const moe_config *c) {
         return "num_shards must be 0 or a power of two";
     if (c->precision != MOE_PRECISION_FP32 && c->precision != MOE_PRECISION_BF16)
         return "precision must be MOE_PRECISION_FP32 or MOE_PRECISION_BF16";
+    if (c->recompute < MOE_RECOMPUTE_NONE || c->recompute > MOE_RECOMPUTE_FULL)
+        return "recompute must be MOE_RECOMPUTE_NONE, _ATTENTION, _MOE or _FULL";
     if (!isfinite(c->capacity_factor)) return "capacity_factor must be finite (<= 0 means dropless)";
     if (!finite_nonnegative(c->aux_loss_coef)) return "aux_loss_coef must be finite and >= 0";
     if (!finite_nonnegative(c->z_loss_coef)) return "z_loss_coef must be finite and >= 0";

@@ -18,24 +18,34 @@
 #include "moe/shard_tree.h"
 #include "router/capacity.h"
 
-/* Buffers for this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the runtime's
- * memory. "row" buffers hold steps->row_elem bytes per value (moe/layer_ops.h). */
+/* The buffers of a pass over this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the
+ * runtime's memory. "row" buffers hold steps->row_elem bytes per value (moe/layer_ops.h). x and y are kept from
+ * forward for backward: the layer's own (kept_buffers), or under recompute full runtime slots rebuilt by
+ * moe_layer_recompute; the others live within one pass and are runtime slots (moe_runtime_scratch), one for every
+ * layer. The pointers are set at the start of each pass (point_token_buffers). */
 typedef struct {
     void *x;     /* [T, d] moe_real  copy of the input (router weight gradient)                */
     void *xp;    /* [A, d] row       input rows in send order                                  */
     void *y;     /* [A, d] row       expert outputs, back from the combine, in send order      */
     void *dy;    /* [A, d] row       dL/dy in send order                                       */
     void *dxp;   /* [A, d] row       dL/dxp back from the experts, in send order               */
-    void *dgate; /* [A]    moe_real                                                            */
 } token_buffers;
 
-/* Buffers for the N rows this rank's experts received, expert-major, in the runtime's memory. */
+/* The same for the N rows this rank's experts received, expert-major (point_row_buffers): x is kept, the others
+ * are slots. */
 typedef struct {
     void *staging; /* [N, d] peer-major landing zone of the exchanges */
     void *x;       /* [N, d] expert inputs                            */
     void *y;       /* [N, d] expert outputs                           */
     void *dy, *dx; /* [N, d]                                          */
 } row_buffers;
+
+/* What the layer itself allocates and keeps for backward (x, y, recv_x: NULL under recompute full). */
+typedef struct {
+    void *x, *y;    /* token_buffers' */
+    void *recv_x;   /* row_buffers' x */
+    void *dgate;    /* [A] moe_real   */
+} kept_buffers;
 
 /* Host arrays of the routing (runtime host memory: pinned on CUDA, so the copies to and from them stay
  * queued). */
@@ -64,6 +74,8 @@ struct moe_layer {
     moe_shard_tree router_tree;
     int max_tokens, max_rows;  /* what the token and row buffers hold */
     int has_forward;
+    int rebuilt;               /* what backward needs is in place: after a forward, or under recompute full after
+                                * moe_layer_recompute */
     const int *forced_experts; /* [T*k] routing to use instead of top-k in the next forward, or NULL */
     long completed_steps;      /* forward+backward pairs done, for failure messages */
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_layer_set_checks) */
@@ -73,9 +85,13 @@ struct moe_layer {
     moe_routing_counts counts;
     host_routing host;
     moe_dispatch_plan plan;
+    kept_buffers kept;
     token_buffers buf;
     row_buffers rows;
 };
+
+/* Whether forward's x, y and received rows stay for backward (else moe_layer_recompute rebuilds them). */
+static int keeps_rows(const moe_layer *L) { return L->cfg.recompute != MOE_RECOMPUTE_FULL; }
 
 #define NUM_PTRS(s) (sizeof(s) / sizeof(void *))
 
@@ -108,32 +124,52 @@ static moe_status reserve_tokens(moe_layer *L, int T) {
     const size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->steps->row_elem;
     const size_t E = c->num_experts, k = c->top_k;
     L->max_tokens = 0;
-    /* the per-token routing arrays, then the token buffers, in one regrow */
+    /* the per-token routing arrays, then the kept token buffers (x and y, last, unless recomputed), in one regrow */
 #define ROUTING_PTR(type, name, per_token, what) (void **)&L->tok.name,
 #define ROUTING_NBYTES(type, name, per_token, what) (size_t)T * (per_token) * sizeof(type),
-    void **ptrs[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_PTR) &L->buf.x, &L->buf.xp, &L->buf.y, &L->buf.dy, &L->buf.dxp,
-                     &L->buf.dgate};
-    const size_t nbytes[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES) T * d * real, A * d * row, A * d * row,
-                             A * d * row, A * d * row, A * real};
+    void **ptrs[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_PTR) & L->kept.dgate, &L->kept.x, &L->kept.y};
+    const size_t nbytes[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES) A * real, T * d * real, A * d * row};
 #undef ROUTING_PTR
 #undef ROUTING_NBYTES
     _Static_assert(sizeof ptrs / sizeof *ptrs == sizeof nbytes / sizeof *nbytes, "one size per buffer");
     free_host(L);
-    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, (int)(sizeof ptrs / sizeof *ptrs)));
+    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, (int)(sizeof ptrs / sizeof *ptrs) - (keeps_rows(L) ? 0 : 2)));
     MOE_TRY(alloc_host(L, A));
     L->max_tokens = T;
     return MOE_OK;
 }
 
-static moe_status reserve_rows(moe_layer *L, int N) {
-    if (N <= L->max_rows) return MOE_OK;
-    const size_t n = (size_t)N * L->cfg.d_model * L->steps->row_elem, nbytes[] = {n, n, n, n, n};
-    void **ptrs[] = {&L->rows.staging, &L->rows.x, &L->rows.y, &L->rows.dy, &L->rows.dx};
-    _Static_assert(sizeof nbytes / sizeof *nbytes == NUM_PTRS(row_buffers), "one size per buffer");
-    L->max_rows = 0;
-    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, 5));
-    L->max_rows = N;
-    return MOE_OK;
+/* buf's pointers for a pass over T tokens (reserve_tokens(T) came first). */
+static moe_status point_token_buffers(moe_layer *L, int T) {
+    const size_t Td = (size_t)T * L->cfg.d_model, Ad = Td * L->cfg.top_k, row = L->steps->row_elem;
+    token_buffers *b = &L->buf;
+    b->x = L->kept.x, b->y = L->kept.y;
+    if (!keeps_rows(L)) {
+        MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_KEEP_X, Td * sizeof(moe_real), &b->x));
+        MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_KEEP_Y, Ad * row, &b->y));
+    }
+    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_SEND_XP, Ad * row, &b->xp));
+    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_SEND_DY, Ad * row, &b->dy));
+    return moe_runtime_scratch(L->rt, MOE_SCRATCH_SEND_DXP, Ad * row, &b->dxp);
+}
+
+/* rows' pointers for a pass over N received rows: the kept inputs grow with the largest N seen (a forward's; its
+ * backward asks for the same N, which keeps them), the others are slots. */
+static moe_status point_row_buffers(moe_layer *L, int N) {
+    const size_t n = (size_t)N * L->cfg.d_model * L->steps->row_elem;
+    row_buffers *r = &L->rows;
+    if (keeps_rows(L) && N > L->max_rows) {
+        void **ptrs[] = {&L->kept.recv_x};
+        L->max_rows = 0;
+        MOE_TRY(moe_runtime_regrow(L->rt, ptrs, &n, 1));
+        L->max_rows = N;
+    }
+    r->x = L->kept.recv_x;
+    if (!keeps_rows(L)) MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_KEEP_RECV_X, n, &r->x));
+    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_STAGING, n, &r->staging));
+    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_Y, n, &r->y));
+    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_DY, n, &r->dy));
+    return moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_DX, n, &r->dx);
 }
 
 /* The shard trees' additions: the layer table's add. */
@@ -190,8 +226,7 @@ void moe_layer_destroy(moe_layer *L) {
     if (!L) return;
     if (L->rt) {
         free_all(L, &L->tok, NUM_PTRS(moe_token_routing));
-        free_all(L, &L->buf, NUM_PTRS(token_buffers));
-        free_all(L, &L->rows, NUM_PTRS(row_buffers));
+        free_all(L, &L->kept, NUM_PTRS(kept_buffers));
         free_host(L);
     }
     if (L->state) L->steps->destroy(L->state);
@@ -389,6 +424,7 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     if (!L || !w || !x || !out || num_tokens < 1) return MOE_ERR_INVALID_ARG;
     L->has_forward = 0;
     MOE_TRY(reserve_tokens(L, num_tokens));
+    MOE_TRY(point_token_buffers(L, num_tokens));
     const moe_config *c = &L->cfg;
     const int T = num_tokens, d = c->d_model;
     const size_t row_nbytes = (size_t)d * L->steps->row_elem;
@@ -400,7 +436,7 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
 
     MOE_TRY(steps->permute(s, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
     MOE_TRY(plan_exchange(L));
-    MOE_TRY(reserve_rows(L, L->plan.num_recv));
+    MOE_TRY(point_row_buffers(L, L->plan.num_recv));
     row_buffers *b = &L->rows;
     moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
     if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
@@ -414,6 +450,7 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     MOE_TRY(router_losses(L));
     MOE_TRY(check_layout_counts(L));
     L->has_forward = 1;
+    L->rebuilt = keeps_rows(L);
     if (stats) {
         stats->aux_loss = L->aux_loss;
         stats->z_loss = L->z_loss;
@@ -444,10 +481,33 @@ static moe_status router_weight_grad(moe_layer *L, int T, moe_real *drouter_w) {
     return moe_shard_tree_add_to(&L->router_tree, drouter_w);
 }
 
+moe_status moe_layer_recompute(moe_layer *L, const moe_layer_weights *w, const moe_real *x) {
+    if (!L || !w || !x) return MOE_ERR_INVALID_ARG;
+    if (!L->has_forward) return MOE_ERR_NO_FORWARD;
+    const int T = L->counts.num_tokens;
+    const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
+    moe_comm *ep = moe_parallel_ep(L->par);
+    MOE_TRY(point_token_buffers(L, T));
+    MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * L->cfg.d_model * sizeof(moe_real)));
+    MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
+    MOE_TRY(point_row_buffers(L, L->plan.num_recv));
+    row_buffers *b = &L->rows;
+    moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
+    if (st != MOE_OK) return exchange_failed(L, "the recomputed dispatch", st, 1);
+    MOE_TRY(L->steps->experts_forward(L->state, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
+    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
+    if (st != MOE_OK) return exchange_failed(L, "the recomputed combine", st, 1);
+    L->rebuilt = 1;
+    return MOE_OK;
+}
+
 moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const moe_real *dout, moe_real *dx,
                               moe_layer_weights *grads) {
     if (!L || !w || !dout || !grads) return MOE_ERR_INVALID_ARG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
+    if (!L->rebuilt)
+        return moe_fail(MOE_ERR_NO_FORWARD, "layer %d: under recompute full, backward needs moe_layer_recompute first",
+                        L->cfg.layer_index);
     const int T = L->counts.num_tokens;
     const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
     const moe_layer_ops *steps = L->steps;
@@ -456,11 +516,16 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     token_buffers *t = &L->buf;
     row_buffers *b = &L->rows;
     moe_comm *ep = moe_parallel_ep(L->par);
+    moe_real *dgate = L->kept.dgate;
+    MOE_TRY(point_token_buffers(L, T));
+    MOE_TRY(point_row_buffers(L, L->plan.num_recv));
 
     /* Experts: dL/dy and dL/dgate here, dL/dy travels to the experts, dL/dx of their rows travels back. */
-    MOE_TRY(steps->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, t->dgate));
+    MOE_TRY(steps->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, dgate));
     moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
+    if (L->cfg.recompute == MOE_RECOMPUTE_MOE) /* the SwiGLU intermediates, from the rows kept (full: already) */
+        MOE_TRY(steps->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, NULL));
     MOE_TRY(steps->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size * L->local_shards,
                                     L->plan.num_recv, b->x, b->dy, b->dx));
     st = moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
@@ -468,10 +533,11 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
 
     /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
     if (dx) MOE_TRY(steps->combine(s, t->dxp, r->slot, NULL, T, dx));
-    MOE_TRY(steps->router_backward(s, w, r, T, t->x, t->dgate, L->counts.num_tokens_global, dx));
+    MOE_TRY(steps->router_backward(s, w, r, T, t->x, dgate, L->counts.num_tokens_global, dx));
     MOE_TRY(router_weight_grad(L, T, grads->router_w));
     MOE_TRY(watch(L, grads->router_w, (size_t)L->cfg.num_experts * L->cfg.d_model, 0, "the router weight gradient"));
     L->completed_steps++;
+    L->rebuilt = keeps_rows(L);
     return MOE_OK;
 }
 

@@ -52,7 +52,9 @@ typedef struct moe_layer_ops {
                                    const moe_real *gate, int num_tokens, void *dy, moe_real *dgate);
 
     /* SwiGLU experts on `rows` rows in expert-major order (expert_offset: host [E_local + 1]); the table keeps
-     * what backward needs. Backward: segment_start as moe_expert_ffn_backward_cpu (host). */
+     * what backward needs: the SwiGLU intermediates, per layer, or under cfg.recompute MOE and FULL in runtime slots
+     * that the layer rebuilds before backward by calling experts_forward again (y NULL: the intermediates only, no
+     * down projection). Backward: segment_start as moe_expert_ffn_backward_cpu (host); its scratch is slots. */
     moe_status (*experts_forward)(moe_layer_state *s, const moe_layer_weights *w, const int *expert_offset, int rows,
                                   const void *xp, void *y);
     moe_status (*experts_backward)(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
@@ -84,5 +86,9 @@ typedef struct moe_layer_ops {
 extern const moe_layer_ops moe_layer_ops_cpu;
 /* The CUDA table (libmoe_cuda; float only). */
 extern const moe_layer_ops moe_layer_ops_cuda;
+
+/* Whether a layer's table keeps the experts' SwiGLU intermediates from forward to backward (else they are runtime
+ * slots, rebuilt before each layer's backward: cfg.recompute MOE and FULL). */
+static inline int moe_layer_keeps_expert_acts(const moe_config *cfg) { return cfg->recompute < MOE_RECOMPUTE_MOE; }
 
 #endif

@@ -28,9 +28,9 @@ struct moe_layer_state {
     moe_real *bf16_buffer;
     int *expert_offset;          /* [E + 1] the layout's offsets (scratch) */
     int *num_selected;           /* [E] global top-k counts of the last forward, for the balance loss's gradient */
-    int max_rows;                /* what the expert activations hold */
-    moe_real *h1, *h3, *act;     /* [rows, d_ff] kept from forward for backward */
-    moe_real *dh1, *dh3;         /* [rows, d_ff] backward scratch */
+    int max_rows;                /* what the kept expert activations hold */
+    moe_real *h1, *h3, *act;     /* [rows, d_ff] kept from forward for backward (the state's, or slots: expert_acts) */
+    moe_real *dh1, *dh3;         /* [rows, d_ff] backward scratch (slots) */
     int max_tokens;
     moe_real *dscores, *dlogits; /* [T, E] router backward scratch */
     int nonfinite;               /* the last route's logits held a NaN or an Inf */
@@ -40,8 +40,9 @@ static void cpu_destroy(moe_layer_state *s) {
     if (!s) return;
     moe_gemm_rows_plan_free(&s->router_gemm), moe_gemm_rows_plan_free(&s->expert_gemm);
     free(s->expert_offset), free(s->num_selected), free(s->bf16_buffer);
-    void **bufs[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act, (void **)&s->dh1, (void **)&s->dh3,
-                     (void **)&s->dscores, (void **)&s->dlogits};
+    if (moe_layer_keeps_expert_acts(&s->cfg))
+        moe_runtime_free(s->rt, s->h1), moe_runtime_free(s->rt, s->h3), moe_runtime_free(s->rt, s->act);
+    void **bufs[] = {(void **)&s->dscores, (void **)&s->dlogits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) moe_runtime_free(s->rt, *bufs[i]);
     free(s);
 }
@@ -132,15 +133,27 @@ static moe_status cpu_combine_backward(moe_layer_state *s, const moe_real *dout,
     return MOE_OK;
 }
 
+/* h1, h3, act for `rows` rows: the state's own, grown by a forward (grow 1), or the runtime's slots. */
+static moe_status expert_acts(moe_layer_state *s, int rows, int grow) {
+    const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_real);
+    void **acts[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act};
+    if (!moe_layer_keeps_expert_acts(&s->cfg)) {
+        const moe_scratch_slot slots[] = {MOE_SCRATCH_KEEP_H_A, MOE_SCRATCH_KEEP_H_B, MOE_SCRATCH_KEEP_H_C};
+        for (int i = 0; i < 3; i++) MOE_TRY(moe_runtime_scratch(s->rt, slots[i], n, acts[i]));
+        return MOE_OK;
+    }
+    if (rows <= s->max_rows) return MOE_OK;
+    if (!grow) return MOE_ERR_NO_FORWARD;
+    const size_t nbytes[] = {n, n, n};
+    s->max_rows = 0;
+    MOE_TRY(moe_runtime_regrow(s->rt, acts, nbytes, 3));
+    s->max_rows = rows;
+    return MOE_OK;
+}
+
 static moe_status cpu_experts_forward(moe_layer_state *s, const moe_layer_weights *w, const int *expert_offset,
                                       int rows, const void *xp, void *y) {
-    if (rows > s->max_rows) {
-        void **bufs[] = {(void **)&s->h1, (void **)&s->h3, (void **)&s->act, (void **)&s->dh1, (void **)&s->dh3};
-        const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_real), nbytes[] = {n, n, n, n, n};
-        s->max_rows = 0;
-        MOE_TRY(moe_runtime_regrow(s->rt, bufs, nbytes, 5));
-        s->max_rows = rows;
-    }
+    MOE_TRY(expert_acts(s, rows, 1));
     if (s->bf16_buffer) { /* the weights' bf16 copy, which backward uses too */
         const size_t per_matrix = (size_t)s->num_local_experts * s->cfg.d_ff * s->cfg.d_model;
         moe_round_bf16_cpu(w->w1, per_matrix, s->bf16_experts.w1);
@@ -154,7 +167,10 @@ static moe_status cpu_experts_forward(moe_layer_state *s, const moe_layer_weight
 static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
                                        const int *segment_start, int segments, int rows, const void *xp,
                                        const void *dy, void *dxp) {
-    if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
+    MOE_TRY(expert_acts(s, rows, 0));
+    const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_real);
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_A, n, (void **)&s->dh1));
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_B, n, (void **)&s->dh3));
     void *wgrad_scratch; /* one for every layer of the runtime: their backward runs one at a time */
     MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
                                 moe_expert_ffn_wgrad_scratch_count(s->cfg.d_model, s->cfg.d_ff, segments) *

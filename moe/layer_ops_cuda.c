@@ -38,8 +38,8 @@ struct moe_layer_state {
     moe_expert_gemm_mode gemm_mode;
     moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
     int max_rows;
-    moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward */
-    moe_bf16 *dh13, *dact;       /* backward scratch of the same shapes */
+    moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward (the state's, or slots: expert_acts) */
+    moe_bf16 *dh13, *dact;       /* backward scratch of the same shapes (slots) */
     int max_tokens;
     float *dscores, *dlogits;    /* [T, E] router backward scratch */
     float *bias;                 /* [E] selection bias (sigmoid routing) */
@@ -57,8 +57,9 @@ static void free_device(moe_layer_state *s, void **ptrs[], int n) {
 
 static void cuda_destroy(moe_layer_state *s) {
     if (!s) return;
-    void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->h13, (void **)&s->act,
-                     (void **)&s->dh13, (void **)&s->dact, (void **)&s->dscores, (void **)&s->dlogits,
+    if (moe_layer_keeps_expert_acts(&s->cfg))
+        moe_runtime_free(s->rt, s->h13), moe_runtime_free(s->rt, s->act);
+    void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->dscores, (void **)&s->dlogits,
                      (void **)&s->bias, (void **)&s->num_selected, (void **)&s->counts, (void **)&s->expert_offset};
     free_device(s, ptrs, sizeof ptrs / sizeof *ptrs);
     moe_runtime_host_free(s->rt, s->bias_host);
@@ -156,17 +157,27 @@ static moe_status cuda_combine_backward(moe_layer_state *s, const moe_real *dout
     return moe_combine_rows_backward_cuda(s->gpu, dout, y, slot, gate, T, s->cfg.top_k, s->cfg.d_model, dy, dgate);
 }
 
+/* h13, act for `rows` rows: the state's own, grown by a forward (grow 1), or the runtime's slots. */
+static moe_status expert_acts(moe_layer_state *s, int rows, int grow) {
+    const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_bf16);
+    if (!moe_layer_keeps_expert_acts(&s->cfg)) {
+        MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_KEEP_H_A, 2 * n, (void **)&s->h13));
+        return moe_runtime_scratch(s->rt, MOE_SCRATCH_KEEP_H_B, n, (void **)&s->act);
+    }
+    if (rows <= s->max_rows) return MOE_OK;
+    if (!grow) return MOE_ERR_NO_FORWARD;
+    void **ptrs[] = {(void **)&s->h13, (void **)&s->act};
+    const size_t nbytes[] = {2 * n, n};
+    s->max_rows = 0;
+    MOE_TRY(moe_runtime_regrow(s->rt, ptrs, nbytes, 2));
+    s->max_rows = rows;
+    return MOE_OK;
+}
+
 static moe_status cuda_experts_forward(moe_layer_state *s, const moe_layer_weights *w, const int *expert_offset,
                                        int rows, const void *xp, void *y) {
     const int EL = s->num_local_experts, d = s->cfg.d_model, f = s->cfg.d_ff;
-    if (rows > s->max_rows) {
-        void **ptrs[] = {(void **)&s->h13, (void **)&s->act, (void **)&s->dh13, (void **)&s->dact};
-        size_t n = (size_t)rows * f * sizeof(moe_bf16);
-        const size_t nbytes[] = {2 * n, n, 2 * n, n};
-        s->max_rows = 0;
-        MOE_TRY(moe_runtime_regrow(s->rt, ptrs, nbytes, 4));
-        s->max_rows = rows;
-    }
+    MOE_TRY(expert_acts(s, rows, 1));
     MOE_TRY(moe_expert_weights_to_bf16_cuda(s->gpu, w, EL, d, f, &s->wb));
     return moe_expert_ffn_forward_cuda(s->gpu, s->gemm_mode, &s->wb, EL, d, f, expert_offset, xp, s->h13, s->act, y);
 }
@@ -176,7 +187,10 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
                                         const void *dy, void *dxp) {
     (void)w; /* the bf16 packs of the forward are the weights backward uses */
     const int EL = s->num_local_experts, d = s->cfg.d_model, f = s->cfg.d_ff;
-    if (rows > s->max_rows) return MOE_ERR_NO_FORWARD;
+    MOE_TRY(expert_acts(s, rows, 0));
+    const size_t n = (size_t)rows * f * sizeof(moe_bf16);
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_A, 2 * n, (void **)&s->dh13));
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_B, n, (void **)&s->dact));
     void *wgrad_scratch = NULL; /* one for every layer of the runtime: their backward runs one at a time, in order
                                  * on its stream (a larger size frees the old buffer: cudaFree waits for the device) */
     if (segments > 1)

@@ -23,6 +23,20 @@
 #include "core/types.h"
 #include "moe/runtime.h"
 
+/* Activation recomputation (Megatron's selective and full recompute): what forward does not keep, rebuilt in
+ * backward from what it did keep, bitwise what forward computed (the same ops on the same inputs; an MoE layer
+ * reuses the forward's routing, capacity decisions and exchange plan, so nothing is decided twice).
+ *   NONE: everything is kept.  ATTENTION: a model's attention block (norm, q, k, v, attention output) is rebuilt
+ *   from the layer's input.  MOE: the experts' (and dense FFNs') SwiGLU intermediates are rebuilt from their input
+ *   rows.  FULL: only each layer's input is kept; the whole layer runs again (the MoE layer's dispatch and combine
+ *   exchanges included) before its backward. The order matters: each level recomputes what the ones before do. */
+typedef enum {
+    MOE_RECOMPUTE_NONE = 0,
+    MOE_RECOMPUTE_ATTENTION = 1,
+    MOE_RECOMPUTE_MOE = 2,
+    MOE_RECOMPUTE_FULL = 3
+} moe_recompute;
+
 typedef struct {
     int d_model;          /* d: width of the token rows                                       */
     int d_ff;             /* hidden width of each SwiGLU expert                               */
@@ -41,6 +55,7 @@ typedef struct {
                            * bitwise the same for any ep and world size (costs ~15% on the CPU);
                            * 0: one call per expert, faster, the last bits may depend on the layout */
     moe_precision precision; /* fp32 (default), or bf16 inputs to the expert GEMMs (core/precision.h) */
+    moe_recompute recompute; /* what backward recomputes instead of keeping from forward (none by default) */
     int num_shards;       /* 0 (default): sums over the batch per rank, then the transport's all-reduce (bitwise on
                            * one layout only). S > 0, a power of two that the world size divides: the global batch
                            * is S virtual shards (world rank r holds [r S/W, (r+1) S/W)), every sum over the batch is
@@ -103,6 +118,12 @@ moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights,
  * complete on return), plus the transport's. */
 moe_status moe_layer_backward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *dout,
                               moe_real *dx, moe_layer_weights *grads);
+
+/* Under cfg.recompute FULL, before moe_layer_backward: rebuilds what the last forward kept (its input copy, the
+ * dispatched rows, the expert activations and outputs) from the same input x, bitwise, reusing the forward's routing,
+ * capacity decisions and exchange plan (the dispatch and combine exchanges run again; nothing is routed or counted
+ * again). Allowed, and a repeat of the same work, under any other setting. Collective over the EP group. */
+moe_status moe_layer_recompute(moe_layer *layer, const moe_layer_weights *weights, const moe_real *x);
 
 /* Sums the gradients over the ranks that share them: the router over the world, the experts over the
  * expert-data-parallel group. grads must be a moe_layer_weights_view. Collective. */

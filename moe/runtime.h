@@ -38,6 +38,24 @@ moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbyt
  * frees and reallocates; contents are not kept) or the runtime's end. */
 typedef enum {
     MOE_SCRATCH_EXPERT_WGRAD, /* the experts' per-segment weight-gradient leaves (experts/expert_ffn.h) */
+    /* an MoE layer's buffers that live within one pass (moe/layer.c) */
+    MOE_SCRATCH_SEND_XP,      /* [T k, d] input rows in send order          */
+    MOE_SCRATCH_SEND_DY,      /* [T k, d] dL/dy in send order               */
+    MOE_SCRATCH_SEND_DXP,     /* [T k, d] dL/dxp back from the experts      */
+    MOE_SCRATCH_RECV_STAGING, /* [N, d] the exchanges' landing zone         */
+    MOE_SCRATCH_RECV_Y,       /* [N, d] expert outputs                      */
+    MOE_SCRATCH_RECV_DY,      /* [N, d]                                     */
+    MOE_SCRATCH_RECV_DX,      /* [N, d]                                     */
+    MOE_SCRATCH_EXPERT_DH_A,  /* the experts' backward scratch (moe/layer_ops_*.c) */
+    MOE_SCRATCH_EXPERT_DH_B,
+    /* what an MoE layer keeps for backward unless recomputed (moe.h's moe_recompute): then one slot serves every
+     * layer, rebuilt just before each layer's backward */
+    MOE_SCRATCH_KEEP_X,       /* [T, d] the layer's input                   (recompute full)      */
+    MOE_SCRATCH_KEEP_Y,       /* [T k, d] expert outputs in send order      (recompute full)      */
+    MOE_SCRATCH_KEEP_RECV_X,  /* [N, d] the rows the experts received       (recompute full)      */
+    MOE_SCRATCH_KEEP_H_A,     /* the experts' SwiGLU intermediates          (recompute moe, full) */
+    MOE_SCRATCH_KEEP_H_B,
+    MOE_SCRATCH_KEEP_H_C,
     MOE_SCRATCH_SLOTS
 } moe_scratch_slot;
 moe_status moe_runtime_scratch(moe_runtime *rt, moe_scratch_slot slot, size_t nbytes, void **out);

@@ -3,7 +3,8 @@
 # moe-train --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU
 # fp32 reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
 # and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
-# argument, from meson), else MPI-staged. Exit 77 (skip) where there is no GPU.
+# argument, from meson), else MPI-staged; recompute full bitwise none on 2 ranks. Exit 77 (skip) where there is no
+# GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
 nccl) lone_transport="NCCL transport" ;;
@@ -29,5 +30,17 @@ if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
     echo "ok: cuda bf16, 1 rank ($lone_transport): $(grep 'verify step 2: ' "$dir/out.txt")"
 else
     fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport expected)"
+fi
+# --recompute full on the GPU: the same ops on the same inputs, routing reused, so the same bits as none
+for level in none full; do
+    merge --device cuda --ep 2 --capacity-factor 1.25 --steps 3 --recompute $level --checkpoint-dir "$dir/gpu-$level"
+    timeout 300 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 ||
+        fail_with_output "cuda bf16, 2 ranks, recompute $level"
+done
+if cmp -s "$dir/gpu-none/step-00000003/model.safetensors" "$dir/gpu-full/step-00000003/model.safetensors"; then
+    echo "ok: cuda bf16, 2 ranks, capacity 1.25: recompute full's step-3 weights bitwise none's"
+else
+    echo "FAIL: cuda bf16: recompute full's step-3 weights differ from none's"
+    failures=$((failures + 1))
 fi
 finish test_gpu_train

@@ -59,12 +59,52 @@ static void check_against_model(moe_model_config c, int seqs) {
     if (c.moe.num_experts == 1) { /* no MoE layer: the model's activations are all there is */
         const moe_plan_layout l = {.world = 1, .ep = 1, .micro_batch = seqs, .seq_len = c.seq_len,
                                    .attention = c.attention == MOE_ATTENTION_FUSED ? MOE_PLAN_ATTENTION_FUSED
-                                                                                 : MOE_PLAN_ATTENTION_MATERIALIZED};
+                                                                                 : MOE_PLAN_ATTENTION_MATERIALIZED,
+                                   .recompute = c.moe.recompute};
         const moe_plan_memory mem = moe_plan_model_memory(&m, &l);
-        CHECK(mem.activations == (double)f.activation_bytes, "activations %.0f vs model %zu", mem.activations,
-              f.activation_bytes);
+        CHECK(mem.activations == (double)f.activation_bytes, "activations %.0f vs model %zu (recompute %d)",
+              mem.activations, f.activation_bytes, (int)c.moe.recompute);
         CHECK(mem.exchange == 0, "a dense model has no exchange buffers (%.0f)", mem.exchange);
     }
+}
+
+/* Each recompute level holds less and adds forward work to the step (hardware FLOPs), never to MFU's FLOPs. */
+static void check_recompute(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mixtral-8x7b.json", dir);
+    moe_plan_model mix;
+    const moe_status st = moe_plan_model_from_hf_config(path, &mix);
+    CHECK(st == MOE_OK, "%s: %s", path, moe_failure_message(st));
+    if (st != MOE_OK) return;
+    moe_plan_cluster c = moe_plan_cluster_h100(4);
+    moe_plan_run r = {.layout = {.world = 32, .ep = 8, .zero = 1, .micro_batch = 1, .seq_len = 4096, .bf16 = 1,
+                                 .attention = MOE_PLAN_ATTENTION_FUSED},
+                      .global_batch = 32};
+    moe_plan_prediction last = {0};
+    for (int level = MOE_RECOMPUTE_NONE; level <= MOE_RECOMPUTE_FULL; level++) {
+        r.layout.recompute = (moe_recompute)level;
+        const moe_plan_prediction p = moe_plan_predict(&mix, &c, &r);
+        const moe_plan_recompute_flops f = moe_plan_model_recompute_flops_per_token(&mix, 4096, r.layout.recompute);
+        CHECK(p.recompute_flops_per_token == f.dense + f.moe, "recompute FLOPs %g vs %g", p.recompute_flops_per_token,
+              f.dense + f.moe);
+        if (level == MOE_RECOMPUTE_NONE) {
+            CHECK(p.recompute_flops_per_token == 0, "none recomputes %g FLOPs", p.recompute_flops_per_token);
+        } else {
+            CHECK(p.memory.activations + p.memory.exchange < last.memory.activations + last.memory.exchange,
+                  "recompute %d holds %.3g bytes, not less than the level below's %.3g", level,
+                  p.memory.activations + p.memory.exchange, last.memory.activations + last.memory.exchange);
+            CHECK(p.compute_s > last.compute_s && p.flops_per_token == last.flops_per_token &&
+                      p.mfu_serial < last.mfu_serial,
+                  "recompute %d: compute %g s (below %g), model FLOPs %g (%g), MFU %g (%g)", level, p.compute_s,
+                  last.compute_s, p.flops_per_token, last.flops_per_token, p.mfu_serial, last.mfu_serial);
+        }
+        last = p;
+    }
+    /* full recompute runs each layer's forward again, less the router: about a third of the 6N products */
+    const moe_plan_recompute_flops full = moe_plan_model_recompute_flops_per_token(&mix, 4096, MOE_RECOMPUTE_FULL);
+    const double third = moe_plan_model_flops_per_token(&mix, 4096) / 3;
+    CHECK(full.dense + full.moe > 0.8 * third && full.dense + full.moe < third, "full recompute %g FLOPs per token vs "
+          "a third of the model's %g", full.dense + full.moe, third);
 }
 
 static moe_plan_prediction predict(const moe_plan_model *m, int64_t G, int64_t nodes, int64_t ep, int64_t mb,
@@ -76,6 +116,8 @@ static moe_plan_prediction predict(const moe_plan_model *m, int64_t G, int64_t n
     CHECK(moe_plan_run_problem(m, &c, &r) == NULL, "run refused: %s", moe_plan_run_problem(m, &c, &r));
     return moe_plan_predict(m, &c, &r);
 }
+
+static double relative_error(double got, double want) { return fabs(got - want) / fabs(want); }
 
 static void check_layouts(void) {
     moe_model_config c = moe_model_config_default();
@@ -101,6 +143,14 @@ static void check_layouts(void) {
           "dense all-reduce %.0f bytes", p.allreduce_dense_bytes);
     CHECK(fabs(p.allreduce_expert_bytes - 2.0 * 3 / 4 * 4 * (double)par.expert / 4) < 1,
           "expert all-reduce %.0f bytes", p.allreduce_expert_bytes);
+    /* their time: both groups span the 2 nodes; the dense ring runs at 8 NICs' 400 GB/s (under NVLink's 450), the
+     * expert group (ranks 4 apart, 2 per node) at 2 NICs' 100 GB/s; latency 2 (n-1) steps of 10 us */
+    const double ring_dense = 2.0 * 15 * 10e-6 + 2.0 * 15 / 16 * 4 * (double)par.dense / 400e9;
+    const double ring_expert = 2.0 * 3 * 10e-6 + 2.0 * 3 / 4 * 4 * (double)par.expert / 4 / 100e9;
+    CHECK(p.dense_group_spans_nodes && p.expert_group_spans_nodes &&
+              relative_error(p.allreduce_s, ring_dense + ring_expert) < 1e-12,
+          "all-reduce %g s, want %g (dense %g, experts %g)", p.allreduce_s, ring_dense + ring_expert, ring_dense,
+          ring_expert);
     /* all-to-all: per exchange each GPU sends T k d 2 bytes / ep to each of its 3 peers, 4 exchanges per MoE layer
      * and micro-batch */
     const double per_peer = 2.0 * 64 * c.moe.top_k * c.d_model * 2 / 4;
@@ -113,7 +163,6 @@ static void check_layouts(void) {
 /* The MoE layers' share of the FLOPs, and the two measured calibrations (--dense-us-per-token,
  * --optimizer-ns-per-param) on moe-train's default model (L 4, d 128, E 8, k 2, F 256, V 256, S 128), 2 GPUs,
  * ep 2, 2 sequences each (256 tokens per GPU), fp32, against hand-worked values. */
-static double relative_error(double got, double want) { return fabs(got - want) / fabs(want); }
 
 static void check_calibrations(void) {
     const moe_model_config cfg = moe_model_config_default();
@@ -247,8 +296,8 @@ static void check_routing(void) {
 
     /* the default model on 2 GPUs, ep 2: a skew of 1.5 adds half the routed experts' FLOPs (6 x 4 layers x 2 x 3 x
      * 128 x 256 per token) to the MoE compute and half the bandwidth term to each exchange; the busiest GPU's
-     * experts keep half as many rows again (T k = 512 -> 768): per MoE layer 5 [N, 256] fp32 activations and 5
-     * [N, 128] exchange rows more; nothing else moves */
+     * experts keep half as many rows again (T k = 512 -> 768): per MoE layer 3 [N, 256] fp32 activations and 1
+     * [N, 128] exchange row kept, and once for all layers 2 [N, 256] and 4 [N, 128] of scratch; nothing else moves */
     moe_model_config cfg = moe_model_config_default();
     cfg.moe.d_model = cfg.d_model, cfg.moe.d_ff = cfg.d_ff;
     const moe_plan_model m = moe_plan_model_from_config(&cfg);
@@ -266,9 +315,9 @@ static void check_routing(void) {
     const double bandwidth_term = 16 * (256.0 * 2 * 128 * 4 / 2) / 450e9;
     CHECK(relative_error(skewed.alltoall_s - even.alltoall_s, 0.5 * bandwidth_term) < 1e-9,
           "skewed all-to-all %g vs even %g", skewed.alltoall_s, even.alltoall_s);
-    CHECK(skewed.memory.activations - even.memory.activations == 4.0 * 5 * 256 * 256 * 4 &&
-              skewed.memory.exchange - even.memory.exchange == 4.0 * 5 * 256 * 128 * 4,
-          "skewed memory: activations +%.0f (want 5242880), exchange +%.0f (want 2621440)",
+    CHECK(skewed.memory.activations - even.memory.activations == (4.0 * 3 + 2) * 256 * 256 * 4 &&
+              skewed.memory.exchange - even.memory.exchange == (4.0 * 1 + 4) * 256 * 128 * 4,
+          "skewed memory: activations +%.0f (want 3670016), exchange +%.0f (want 1048576)",
           skewed.memory.activations - even.memory.activations, skewed.memory.exchange - even.memory.exchange);
     CHECK(skewed.compute_dense_s == even.compute_dense_s && skewed.allreduce_s == even.allreduce_s &&
           skewed.optimizer_s == even.optimizer_s && skewed.alltoall_intra_bytes == even.alltoall_intra_bytes,
@@ -315,6 +364,14 @@ int main(int argc, char **argv) {
     check_against_model(c, 4);
     c.attention = MOE_ATTENTION_MATERIALIZED; /* the [S, S] probabilities instead of the fused kernels' statistics */
     check_against_model(c, 4);
+    for (int r = MOE_RECOMPUTE_ATTENTION; r <= MOE_RECOMPUTE_FULL; r++) { /* what is rebuilt is held once */
+        c.moe.recompute = (moe_recompute)r;
+        check_against_model(c, 4);
+        c.attention = MOE_ATTENTION_FUSED;
+        check_against_model(c, 2);
+        c.attention = MOE_ATTENTION_MATERIALIZED;
+    }
+    check_recompute();
 
     check_layouts();
     check_calibrations();

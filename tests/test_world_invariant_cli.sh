@@ -5,7 +5,8 @@
 # step's loss (printed with %.17g in metrics.jsonl) and the step-10 model.safetensors and train_state.safetensors
 # are byte for byte the same. The 4-rank checkpoint of step 5 resumed on 2 ranks (ep 1) and on 1 rank continues
 # the same curve to the same files. The check can fail: with --world-invariant 0 the 4-rank weights differ from the
-# 1-rank ones. Bad --shards are refused.
+# 1-rank ones. Every --recompute level (with dense FFN layers and bf16 too) gives the 1-rank run's bits. Bad --shards
+# are refused.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -59,6 +60,19 @@ if cmp -s "$dir/plain1/step-00000010/model.safetensors" "$dir/plain4/step-000000
 else
     echo "ok: with --world-invariant 0 the 4-rank weights differ from the 1-rank ones"
 fi
+
+# --recompute (issue 26): what backward rebuilds is bitwise what forward kept, routing reused, drops included
+run full4 4 --ep 2 --recompute full
+same_run "4 ranks, ep 2, recompute full" full4 one
+run moe2 2 --ep 2 --recompute moe
+same_run "2 ranks, ep 2, recompute moe" moe2 one
+run attention1 1 --recompute attention
+same_run "1 rank, recompute attention" attention1 one
+run dense1 1 --moe-every 2 --precision bf16
+run dense_full2 2 --ep 2 --moe-every 2 --precision bf16 --recompute full
+same_run "2 ranks, dense FFN layers, bf16, recompute full" dense_full2 dense1
+run dense_moe1 1 --moe-every 2 --precision bf16 --recompute moe
+same_run "1 rank, dense FFN layers, bf16, recompute moe" dense_moe1 dense1
 
 small=("${small[@]:0:16}" --steps 1 --warmup 1 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 refuses "--shards 3 must be a power of two dividing --batch 16" --shards 3
