@@ -184,7 +184,7 @@ static moe_status allreduce_tree(moe_comm *c, void *buf, size_t count, moe_tree_
     const size_t elem_nbytes = dtype == MOE_TREE_F64 ? sizeof(double) : sizeof(float);
     mpi_state *s = c->impl;
     const moe_tree_algorithm algo = moe__tree_algorithm_for(c, count, elem_nbytes);
-    const size_t scratch_nbytes = moe__tree_scratch_count(c, algo, count) * elem_nbytes;
+    const size_t scratch_nbytes = moe__tree_scratch_count(c, algo, count, elem_nbytes) * elem_nbytes;
     if (scratch_nbytes > s->tree_scratch_nbytes) {
         free(s->tree_scratch);
         s->tree_scratch_nbytes = 0;

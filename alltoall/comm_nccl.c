@@ -184,7 +184,7 @@ static moe_status nccl_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t co
     static const moe__tree_ops ops = {tree_sendrecv, tree_add};
     nccl_state *s = c->impl;
     const moe_tree_algorithm algo = moe__tree_algorithm_for(c, count, sizeof *buf);
-    const size_t scratch_nbytes = moe__tree_scratch_count(c, algo, count) * sizeof *buf;
+    const size_t scratch_nbytes = moe__tree_scratch_count(c, algo, count, sizeof *buf) * sizeof *buf;
     if (scratch_nbytes > s->tree_scratch_nbytes) {
         /* the last exchange's finish saw the stream drained, so no queued step still reads the old buffer */
         MOE_CUDA_TRY(cudaSetDevice(s->gpu->device));

@@ -35,6 +35,7 @@ struct moe_comm {
     long completed;             /* exchanges completed on this communicator, for messages */
     moe_exchange_times *times;  /* when set, each entry adds its wall time here (comm_timing.h) */
     moe_tree_algorithm tree_algorithm; /* what the tree all-reduces run (tree_allreduce.h) */
+    size_t tree_piece_nbytes;   /* the pieces they run over (tree_allreduce.h); 0: MOE__TREE_PIECE_NBYTES */
     void *impl;                 /* the transport's state */
 };
 

@@ -11,8 +11,18 @@ moe_tree_algorithm moe__tree_algorithm_for(const moe_comm *c, size_t count, size
                                                                : MOE_TREE_HALVING_DOUBLING;
 }
 
-size_t moe__tree_scratch_count(const moe_comm *c, moe_tree_algorithm algo, size_t count) {
+void moe__comm_set_tree_piece_nbytes(moe_comm *c, size_t nbytes) { c->tree_piece_nbytes = nbytes; }
+
+/* Elements of one piece (at least one). */
+static size_t piece_count(const moe_comm *c, size_t elem_nbytes) {
+    const size_t nbytes = c->tree_piece_nbytes ? c->tree_piece_nbytes : MOE__TREE_PIECE_NBYTES;
+    return nbytes / elem_nbytes ? nbytes / elem_nbytes : 1;
+}
+
+size_t moe__tree_scratch_count(const moe_comm *c, moe_tree_algorithm algo, size_t count, size_t elem_nbytes) {
     if (c->size == 1) return 0;
+    const size_t piece = piece_count(c, elem_nbytes);
+    count = count < piece ? count : piece;
     /* halving: step 0 receives the larger half at most */
     return algo == MOE_TREE_RECURSIVE_DOUBLING ? count : count - count / 2;
 }
@@ -63,7 +73,13 @@ static moe_status halving_doubling(const moe__tree_ops *ops, void *ctx, int rank
 moe_status moe__tree_allreduce_run(const moe__tree_ops *ops, void *ctx, const moe_comm *c, moe_tree_algorithm algo,
                                    void *buf, size_t count, size_t elem_nbytes, void *scratch) {
     if (c->size == 1 || count == 0) return MOE_OK;
-    return algo == MOE_TREE_RECURSIVE_DOUBLING
-               ? recursive_doubling(ops, ctx, c->rank, c->size, buf, count, elem_nbytes, scratch)
-               : halving_doubling(ops, ctx, c->rank, c->size, buf, count, elem_nbytes, scratch);
+    const size_t piece = piece_count(c, elem_nbytes);
+    for (size_t at = 0; at < count; at += piece) {
+        char *p = (char *)buf + at * elem_nbytes;
+        const size_t n = count - at < piece ? count - at : piece;
+        MOE_TRY(algo == MOE_TREE_RECURSIVE_DOUBLING
+                    ? recursive_doubling(ops, ctx, c->rank, c->size, p, n, elem_nbytes, scratch)
+                    : halving_doubling(ops, ctx, c->rank, c->size, p, n, elem_nbytes, scratch));
+    }
+    return MOE_OK;
 }

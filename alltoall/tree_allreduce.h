@@ -36,9 +36,15 @@ typedef struct {
 enum { MOE__TREE_DOUBLING_MAX_NBYTES = 32 << 10 };
 moe_tree_algorithm moe__tree_algorithm_for(const moe_comm *c, size_t count, size_t elem_nbytes);
 
-/* Elements of scratch the schedule needs on c (what the partner sends before it is added): none on one rank,
- * where the all-reduce is the identity. */
-size_t moe__tree_scratch_count(const moe_comm *c, moe_tree_algorithm algo, size_t count);
+/* The schedule runs over the buffer in pieces of at most MOE__TREE_PIECE_NBYTES, one after another, so its scratch
+ * is a piece's, not the buffer's (a GPU's expert gradients of Mixtral 8x7B are 22 GB); every element's sum is the
+ * same whatever the pieces, its order fixed by the ranks' bits alone. Tests set smaller pieces on c. */
+enum { MOE__TREE_PIECE_NBYTES = 64 << 20 };
+void moe__comm_set_tree_piece_nbytes(moe_comm *c, size_t nbytes);
+
+/* Elements of scratch the schedule needs on c for count elements of elem_nbytes (what the partner sends before it
+ * is added, for the largest piece): none on one rank, where the all-reduce is the identity. */
+size_t moe__tree_scratch_count(const moe_comm *c, moe_tree_algorithm algo, size_t count, size_t elem_nbytes);
 
 /* Runs the schedule on c (size a power of two, checked by comm.c) over buf, count elements of elem_nbytes. */
 moe_status moe__tree_allreduce_run(const moe__tree_ops *ops, void *ctx, const moe_comm *c, moe_tree_algorithm algo,

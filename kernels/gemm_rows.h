@@ -32,6 +32,14 @@ enum { MOE_GEMM_STAGE_SLOTS = 5 };
 
 typedef struct moe_gemm_engine moe_gemm_engine;
 
+/* Where a plan's staged inputs can live instead of its own buffers: get(ctx, slot, nbytes, &buffer) gives a buffer of
+ * at least nbytes for the slot, kept until the next get of that slot asks for more. Plans whose products run one after
+ * another (a runtime's MoE layers) share one set of the largest size this way (moe/layer_ops_cpu.c: runtime slots). */
+typedef struct {
+    moe_status (*get)(void *ctx, int slot, size_t nbytes, void **buffer);
+    void *ctx;
+} moe_gemm_stage_source;
+
 typedef struct {
     int row_block;            /* MOE_GEMM_ROW_BLOCK or 0 */
     int bf16_inputs;          /* 1: the inputs are rounded to bf16 (see above) */
@@ -39,8 +47,9 @@ typedef struct {
     moe_bf16 *weights16;      /* a native bf16 engine: B as moe_bf16, converted once per call */
     size_t weights16_count;   /* what weights16 holds */
     moe_gemm_engine *engine;  /* the GEMM library's state (primitive cache) */
-    void *stage[MOE_GEMM_STAGE_SLOTS]; /* staged inputs (moe_gemm_rows_stage), grown on demand */
+    void *stage[MOE_GEMM_STAGE_SLOTS]; /* staged inputs (moe_gemm_rows_stage), grown on demand: the plan's own, */
     size_t stage_bytes[MOE_GEMM_STAGE_SLOTS];
+    moe_gemm_stage_source stage_source; /* or, when get is set, from there (nothing of its own)             */
 } moe_gemm_rows_plan;
 
 /* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for widths (k, n, m) up to max_width. */

@@ -85,6 +85,12 @@ moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_rea
     if (slot < 0 || slot >= MOE_GEMM_STAGE_SLOTS)
         return moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: stage slot %d is not in [0, %d)", slot, MOE_GEMM_STAGE_SLOTS);
     const size_t bytes = (count ? count : 1) * input_size(plan);
+    if (plan->stage_source.get) {
+        void *buffer;
+        MOE_TRY(plan->stage_source.get(plan->stage_source.ctx, slot, bytes, &buffer));
+        *out = as_input(plan, x, count, buffer);
+        return MOE_OK;
+    }
     if (plan->stage_bytes[slot] < bytes) {
         void *grown = realloc(plan->stage[slot], bytes);
         if (!grown) return MOE_ERR_OUT_OF_MEMORY;

@@ -13,19 +13,16 @@
 
 #include "core/fail.h"
 #include "kernels/nonfinite.h"
+#include "models/model_activations.h"
 #include "models/shard_grads.h"
 #include "moe/dense_ops.h"
 
-/* Activations of one layer for T = max_seqs * S tokens (A = H*hd, B = KV*hd). What cfg.moe.recompute rebuilds in
- * backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
+/* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
+ * rebuilds in backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
 typedef struct {
-    moe_real *ln1, *rstd1;      /* [T, d], [T]           */
-    moe_real *q, *k, *v;        /* [T, A], [T, B], [T, B] after RoPE */
-    moe_real *att;              /* [max_seqs, H, S, S]; fused: lse [max_seqs, H, S] */
-    moe_real *attn_y;           /* [T, A]                */
-    moe_real *resid_mid;        /* [T, d]  x + attention */
-    moe_real *ln2, *rstd2;      /* [T, d], [T]           */
-    moe_real *h1, *h3, *act;    /* [T, d_ff] dense FFN only */
+#define LAYER_FIELD(name, count, rebuilt_from) moe_real *name;
+    MOE_MODEL_LAYER_ACTIVATIONS(LAYER_FIELD)
+#undef LAYER_FIELD
 } layer_acts;
 
 struct moe_model {
@@ -50,14 +47,13 @@ struct moe_model {
     moe_layer_stats *stats;     /* [L] */
     /* activations of the last forward */
     int num_seqs;
-    int *inputs, *targets;      /* [T] */
     moe_real **resid;           /* [L + 1] of [T, d]: the residual stream entering each layer */
     layer_acts *acts;           /* [L] */
-    moe_real *lnf, *rstdf;      /* [T, d], [T] */
-    moe_real *logits;           /* [T, V] */
-    /* backward scratch */
-    moe_real *dresid, *dln, *tmp;       /* [T, d] */
-    moe_real *dq, *dk, *dv, *dattn;     /* [T, A], [T, B], [T, B], [T, A] */
+    struct {                    /* the model's own buffers (inputs, targets, logits, backward scratch) */
+#define MODEL_FIELD(name, type, count) type *name;
+        MOE_MODEL_BUFFERS(MODEL_FIELD)
+#undef MODEL_FIELD
+    };
     int has_forward;
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
     /* cfg.moe.num_shards > 0: the weight gradients and the loss are summed per shard of this rank (S / W of them)
@@ -186,45 +182,59 @@ static moe_status refresh_compute_weights(moe_model *m) {
 
 /* ---- creation --------------------------------------------------------------------------------- */
 
-enum { LAYER_BUFFERS = 13, MODEL_BUFFERS = 12 };
+#define COUNT_ONE(...) +1
+enum {
+    LAYER_BUFFERS = 0 MOE_MODEL_LAYER_ACTIVATIONS(COUNT_ONE),
+    MODEL_BUFFERS = 0 MOE_MODEL_BUFFERS(COUNT_ONE)
+};
+#undef COUNT_ONE
 
 /* layer_acts' buffers, in its order. */
 static void layer_buffer_ptrs(layer_acts *a, void **ptrs[LAYER_BUFFERS]) {
-    void **all[LAYER_BUFFERS] = {(void **)&a->ln1,  (void **)&a->rstd1, (void **)&a->q,         (void **)&a->k,
-                                 (void **)&a->v,    (void **)&a->att,   (void **)&a->attn_y,    (void **)&a->resid_mid,
-                                 (void **)&a->ln2,  (void **)&a->rstd2, (void **)&a->h1,        (void **)&a->h3,
-                                 (void **)&a->act};
+#define LAYER_PTR(name, count, rebuilt_from) (void **)&a->name,
+    void **all[LAYER_BUFFERS] = {MOE_MODEL_LAYER_ACTIVATIONS(LAYER_PTR)};
+#undef LAYER_PTR
     memcpy(ptrs, all, sizeof all);
 }
 
-/* Whether buffer i of layer_acts is rebuilt in backward (one buffer for every layer) rather than kept per layer:
- * the attention block's (ln1 .. attn_y) from recompute attention up, the dense FFN's SwiGLU intermediates from moe
- * up, all of them under full (only the residual stream entering each layer is kept). */
+/* Whether buffer i of layer_acts is rebuilt in backward under cfg.moe.recompute (one buffer for every layer) rather
+ * than kept per layer. */
 static int layer_buffer_shared(moe_recompute recompute, int i) {
-    if (i <= 6) return recompute >= MOE_RECOMPUTE_ATTENTION; /* ln1, rstd1, q, k, v, att, attn_y */
-    if (i <= 9) return recompute == MOE_RECOMPUTE_FULL;      /* resid_mid, ln2, rstd2            */
-    return recompute >= MOE_RECOMPUTE_MOE;                   /* h1, h3, act                      */
+#define LAYER_LEVEL(name, count, rebuilt_from) rebuilt_from,
+    static const int rebuilt_from[LAYER_BUFFERS] = {MOE_MODEL_LAYER_ACTIVATIONS(LAYER_LEVEL)};
+#undef LAYER_LEVEL
+    return (int)recompute >= rebuilt_from[i];
 }
 
 /* The bytes of layer l's activations, in layer_acts' order, for T = max_seqs * S tokens. */
 static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAYER_BUFFERS]) {
     const moe_model_config *c = &m->cfg;
     const dims D = dims_of(m);
-    const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, S = c->seq_len, A = D.A, B = D.B,
-                 r = sizeof(moe_real), ffn = moe_model_layer_is_moe(c, l) ? 0 : T * D.F * r;
-    const size_t att = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) * r;
-    const size_t n[LAYER_BUFFERS] = {T * d * r, T * r, T * A * r, T * B * r, T * B * r, att, T * A * r, T * d * r,
-                                     T * d * r, T * r, ffn, ffn, ffn};
+    const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, S = c->seq_len, A = D.A, B = D.B;
+    const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.F;
+    const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S);
+#define LAYER_NBYTES(name, count, rebuilt_from) (count) * sizeof(moe_real),
+    const size_t n[LAYER_BUFFERS] = {MOE_MODEL_LAYER_ACTIVATIONS(LAYER_NBYTES)};
+#undef LAYER_NBYTES
     memcpy(nbytes, n, sizeof n);
 }
 
-/* The bytes of the model's own buffers: inputs, targets, lnf, rstdf, logits, then the backward scratch. */
+/* The bytes of the model's own buffers, in MOE_MODEL_BUFFERS' order. */
 static void model_buffer_nbytes(const moe_model *m, size_t nbytes[MODEL_BUFFERS]) {
     const dims D = dims_of(m);
-    const size_t T = (size_t)m->max_seqs * m->cfg.seq_len, d = D.d, A = D.A, B = D.B, r = sizeof(moe_real);
-    const size_t n[MODEL_BUFFERS] = {T * sizeof(int), T * sizeof(int), T * d * r, T * r, T * m->cfg.vocab_size * r,
-                                     T * d * r, T * d * r, T * d * r, T * A * r, T * B * r, T * B * r, T * A * r};
+    const size_t T = (size_t)m->max_seqs * m->cfg.seq_len, d = D.d, A = D.A, B = D.B, V = m->cfg.vocab_size;
+#define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
+    const size_t n[MODEL_BUFFERS] = {MOE_MODEL_BUFFERS(MODEL_NBYTES)};
+#undef MODEL_NBYTES
     memcpy(nbytes, n, sizeof n);
+}
+
+/* The model's own buffers, in MOE_MODEL_BUFFERS' order. */
+static void model_buffer_ptrs(moe_model *m, void **ptrs[MODEL_BUFFERS]) {
+#define MODEL_PTR(name, type, count) (void **)&m->name,
+    void **all[MODEL_BUFFERS] = {MOE_MODEL_BUFFERS(MODEL_PTR)};
+#undef MODEL_PTR
+    memcpy(ptrs, all, sizeof all);
 }
 
 /* The bytes of each layer buffer: per layer (layer_activation_nbytes) for the kept ones, in row l; a shared one's
@@ -262,9 +272,8 @@ static moe_status alloc_activations(moe_model *m) {
     free(plan);
     MOE_TRY(st);
     size_t nbytes[MODEL_BUFFERS];
-    void **ptrs[MODEL_BUFFERS] = {(void **)&m->inputs, (void **)&m->targets, (void **)&m->lnf, (void **)&m->rstdf,
-                                  (void **)&m->logits, (void **)&m->dresid, (void **)&m->dln, (void **)&m->tmp,
-                                  (void **)&m->dq, (void **)&m->dk, (void **)&m->dv, (void **)&m->dattn};
+    void **ptrs[MODEL_BUFFERS];
+    model_buffer_ptrs(m, ptrs);
     model_buffer_nbytes(m, nbytes);
     return moe_runtime_regrow(m->rt, ptrs, nbytes, MODEL_BUFFERS);
 }
@@ -372,9 +381,11 @@ void moe_model_destroy(moe_model *m) {
         for (int i = 0; i < LAYER_BUFFERS; i++)
             if (l == 0 || !layer_buffer_shared(m->cfg.moe.recompute, i)) moe_runtime_free(m->rt, *ptrs[i]);
     }
-    void *bufs[] = {m->params, m->grads, m->compute, m->inputs, m->targets, m->lnf, m->rstdf, m->logits, m->dresid, m->dln, m->tmp,
-                    m->dq, m->dk, m->dv, m->dattn};
+    void *bufs[] = {m->params, m->grads, m->compute};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
+    void **own[MODEL_BUFFERS];
+    model_buffer_ptrs(m, own);
+    for (int i = 0; i < MODEL_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
     moe_runtime_destroy(m->owned_rt);
     free(m->resid), free(m->acts);
     free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors), free(m->moe), free(m->stats);

@@ -65,9 +65,10 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     const moe_plan_memory *m = &p->memory;
     printf("memory per GPU (GiB): weights %.2f, fp32 masters %.2f, gradients %.2f, optimizer %.2f, activations %.2f, "
-           "all-to-all buffers %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
+           "all-to-all buffers %.2f, all-reduce scratch %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
            m->weights / GiB, m->masters / GiB, m->gradients / GiB, m->optimizer / GiB, m->activations / GiB,
-           m->exchange / GiB, m->workspace / GiB, m->total / GiB, c->gpu_memory / GiB, p->fits ? "fits" : "DOES NOT FIT");
+           m->exchange / GiB, m->reduce_scratch / GiB, m->workspace / GiB, m->total / GiB, c->gpu_memory / GiB,
+           p->fits ? "fits" : "DOES NOT FIT");
     printf("sent (= received) per GPU per step: all-to-all %.3f GB to %d peers on its node, %.3f GB to %d on others; "
            "gradient all-reduce dense %.3f GB (ring over %lld, %s), experts %.3f GB (ring over %lld, %s)",
            p->alltoall_intra_bytes / 1e9, p->alltoall_peers_intra, p->alltoall_inter_bytes / 1e9,
@@ -115,6 +116,7 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
                      p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",
                      p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p), "routing_skew",
                      p->routing_skew);
+    json_object_set_new(json_object_get(doc, "memory_bytes"), "reduce_scratch", json_real(m->reduce_scratch));
     json_object_set_new(doc, "recompute", json_string(recompute_name(l->recompute)));
     json_object_set_new(doc, "recompute_flops_per_token", json_real(p->recompute_flops_per_token));
     return doc;

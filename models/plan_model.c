@@ -2,6 +2,12 @@
  * The formulas and their sources: docs/SCALING.md. */
 #include "models/plan_model.h"
 
+#include "alltoall/tree_allreduce.h"
+#include "models/model_activations.h"
+#include "router/routing.h"
+
+#include <math.h>
+
 moe_plan_model moe_plan_model_from_config(const moe_model_config *c) {
     return (moe_plan_model){.vocab_size = c->vocab_size,
                             .num_layers = c->num_layers,
@@ -113,27 +119,40 @@ moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan
     return f;
 }
 
-/* What models/model.c keeps for T = micro_batch * S tokens (its layer_acts and model buffers, moe_real = fp32):
- * the same sum as moe_model_config_footprint for the shapes that function takes (tests/test_plan.c). What the
- * recompute setting rebuilds in backward is one buffer for every layer (model.c's layer_buffer_shared). */
+/* What models/model.c keeps for T = micro_batch * S tokens (its layer_acts and model buffers: the list of
+ * models/model_activations.h, with its rules): the same sum as moe_model_config_footprint for the shapes that function
+ * takes (tests/test_plan.c). What the recompute setting rebuilds in backward is one buffer for every layer, of the
+ * largest layer's size. */
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay) {
     const double T = (double)lay->micro_batch * lay->seq_len, S = (double)lay->seq_len, d = (double)m->d_model;
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     const double H = (double)m->num_heads, L = (double)m->num_layers, Lm = (double)moe_plan_model_num_moe_layers(m);
-    /* the attention probabilities [seqs, H, S, S], or a fused kernel's row statistics [T, H] */
-    const double att = lay->attention == MOE_PLAN_ATTENTION_MATERIALIZED ? (double)lay->micro_batch * H * S * S : T * H;
-    const double attention_block = T * d /* ln1 */ + T /* rstd1 */ + T * (A + 2 * B) /* q k v */ + att +
-                                   T * A /* attn_y */;
-    const double mid = T * d /* resid_mid */ + T * d /* ln2 */ + T /* rstd2 */;
-    const double dense_ffn = 3 * T * (double)m->d_ff_dense; /* h1, h3, act of a dense FFN layer */
-    const moe_recompute r = lay->recompute;
-    const double copies_attention = r >= MOE_RECOMPUTE_ATTENTION ? 1 : L, copies_mid = r == MOE_RECOMPUTE_FULL ? 1 : L;
-    const double copies_ffn = r >= MOE_RECOMPUTE_MOE ? (L > Lm ? 1 : 0) : L - Lm;
-    const double model = 2 * T /* inputs, targets (int, as many bytes as fp32) */ + T * d + T /* lnf, rstdf */ +
-                         T * (double)m->vocab_size /* logits */ + 3 * T * d /* dresid, dln, tmp */ +
-                         T * (2 * A + 2 * B) /* dq, dk, dv, dattn */;
-    return 4 * ((L + 1) * T * d /* residual stream */ + copies_attention * attention_block + copies_mid * mid +
-                copies_ffn * dense_ffn + model);
+    const double V = (double)m->vocab_size, real = sizeof(moe_real);
+    const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S);
+    double bytes = (L + 1) * T * d * real; /* the residual stream entering each layer, and the model's output */
+    /* each buffer on the L - Lm dense FFN layers (FD = T d_ff) and on the Lm MoE layers (FD = 0) */
+#define LAYER_NBYTES(name, count, rebuilt_from)                                                                    \
+    {                                                                                                             \
+        double on_dense, on_moe;                                                                                  \
+        {                                                                                                         \
+            const double FD = T * (double)m->d_ff_dense;                                                          \
+            on_dense = (count) * real, (void)FD;                                                                  \
+        }                                                                                                         \
+        {                                                                                                         \
+            const double FD = 0;                                                                                  \
+            on_moe = (count) * real, (void)FD;                                                                    \
+        }                                                                                                         \
+        if ((int)lay->recompute >= (rebuilt_from)) /* one buffer, the largest layer's */                          \
+            bytes += L > Lm && on_dense > on_moe ? on_dense : on_moe;                                             \
+        else                                                                                                      \
+            bytes += (L - Lm) * on_dense + Lm * on_moe;                                                           \
+    }
+    MOE_MODEL_LAYER_ACTIVATIONS(LAYER_NBYTES)
+#undef LAYER_NBYTES
+#define MODEL_NBYTES(name, type, count) bytes += (count) * sizeof(type);
+    MOE_MODEL_BUFFERS(MODEL_NBYTES)
+#undef MODEL_NBYTES
+    return bytes;
 }
 
 double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay) {
@@ -142,33 +161,70 @@ double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layou
     return cf > 0 && cf < skew ? cf * Tk : skew * Tk;
 }
 
+int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch) {
+    const int64_t batch = world * micro_batch;
+    int64_t S = 1;
+    while (S < 64 && batch % (2 * S) == 0) S *= 2;
+    return S % world == 0 ? S / world : 0;
+}
+
+static double log2_of(double n) { return n > 1 ? ceil(log2(n)) : 0; }
+
+/* mem.reduce_scratch (plan_model.h). */
+static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, double dense,
+                                    double local_expert) {
+    const double real = sizeof(moe_real), d = (double)m->d_model, dp = (double)(lay->world / lay->ep);
+    const int64_t LS = lay->local_shards < 0 ? moe_plan_default_local_shards(lay->world, lay->micro_batch)
+                                             : lay->local_shards;
+    const double larger = dense > local_expert || dp < 2 ? dense : local_expert;
+    if (LS == 0) return lay->cpu && lay->world > 1 ? real * larger : 0; /* MPI_Allreduce's copy; NCCL: in place */
+    /* the tree all-reduce: half of a piece (alltoall/tree_allreduce.h) */
+    const double piece = (double)MOE__TREE_PIECE_NBYTES / real, region = larger < piece ? larger : piece;
+    double bytes = lay->world > 1 ? real * ceil(region / 2) : 0;
+    /* the shard tree of the dense weight gradients: log2(LS) + 2 slots of the largest (models/shard_grads.c) */
+    const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
+    double largest = (double)m->vocab_size * d, other[] = {3 * (double)m->d_ff_dense * d, A * d, B * d};
+    for (int i = 0; i < 3; i++) largest = other[i] > largest ? other[i] : largest;
+    bytes += (log2_of((double)LS) + 2) * largest * real;
+    /* the experts' per-segment weight-gradient leaves, one per (EP rank, shard) segment (core/tree_schedule.h) */
+    if (moe_plan_model_num_moe_layers(m) > 0)
+        bytes += (log2_of((double)(lay->ep * LS)) + 2) * d * (double)m->d_ff_expert * real;
+    return bytes;
+}
+
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay) {
     const moe_plan_params p = moe_plan_model_params(m);
     const double local_expert = (double)p.expert / (double)lay->ep, dense = (double)p.dense;
     const double T = (double)lay->micro_batch * lay->seq_len, d = (double)m->d_model, k = (double)m->top_k;
     const double E = (double)m->num_experts, Lm = (double)moe_plan_model_num_moe_layers(m);
-    const double row = lay->bf16 ? 2 : 4, N = moe_plan_model_busiest_rows(m, lay);
+    const double row = lay->cpu ? sizeof(moe_real) : 2, N = moe_plan_model_busiest_rows(m, lay);
     moe_plan_memory mem = {0};
     mem.weights = lay->bf16 ? 2 * ((double)p.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);
     mem.gradients = mem.masters;
     const double expert_dp = (double)lay->world / (double)lay->ep; /* the ranks holding the same experts */
     mem.optimizer = 8 * (lay->zero ? dense / (double)lay->world + local_expert / expert_dp : dense + local_expert);
-    /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h: logits, scores, select scores [T, E] fp32;
-     * expert, gate, score, kept, slot, perm_token [T, k]: 21 bytes) and dgate [T, k]; kept for backward unless
-     * recomputed (then one copy serves every layer): x [T, d] fp32 (full), the experts' h1, h3, act (moe and full;
-     * moe/layer_ops_cpu.c: 3 [N, F] fp32); the backward scratch dh1, dh3 (2 [N, F] fp32), once */
+    /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h's list: [T, E] fp32 scores, [T, k] choices)
+     * and dgate [T, k]; kept for backward unless
+     * recomputed (then one copy serves every layer): x [T, d] fp32 (full), the experts' SwiGLU intermediates (moe and
+     * full: 3 [N, F] values, h1, h3, act in fp32 on the CPU, h13 and act in bf16 on CUDA); their backward scratch,
+     * once (dh1, dh3: 2 [N, F] fp32 on the CPU; dh13, dact: 3 [N, F] bf16 on CUDA) */
     const moe_recompute r = lay->recompute;
     const double layers = Lm > 0 ? 1 : 0, F = (double)m->d_ff_expert;
     const double copies_rows = r == MOE_RECOMPUTE_FULL ? layers : Lm, copies_h = r >= MOE_RECOMPUTE_MOE ? layers : Lm;
-    const double routing = T * (12 * E + 21 * k) + 4 * T * k;
+    double routing = 4 * T * k; /* dgate, then router/routing.h's per-token arrays */
+#define ROUTING_NBYTES(type, name, per_token, what) routing += T * (per_token) * sizeof(type);
+    MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES)
+#undef ROUTING_NBYTES
+    const double h = lay->cpu ? sizeof(moe_real) : 2, scratch_h = lay->cpu ? 2 : 3;
     mem.activations = model_activation_nbytes(m, lay) + Lm * routing + copies_rows * 4 * T * d +
-                      copies_h * 3 * N * F * 4 + layers * 2 * N * F * 4;
+                      copies_h * 3 * N * F * h + layers * scratch_h * N * F * h;
     /* in the exchanged precision: kept, y [T k, d] (the outputs back from the combine) and the received rows x [N, d];
      * one pass's scratch, once: xp, dy, dxp [T k, d] and the received rows' staging, y, dy, dx [N, d] */
     mem.exchange = copies_rows * (T * k * d + N * d) * row + layers * (3 * T * k * d + 4 * N * d) * row;
+    mem.reduce_scratch = reduce_scratch_nbytes(m, lay, dense, local_expert);
     mem.workspace = lay->workspace_bytes;
     mem.total = mem.weights + mem.masters + mem.gradients + mem.optimizer + mem.activations + mem.exchange +
-                mem.workspace;
+                mem.reduce_scratch + mem.workspace;
     return mem;
 }

@@ -82,9 +82,14 @@ typedef struct {
                                * over the world, of a GPU's experts over its expert-data-parallel group (world / ep) */
     int64_t micro_batch;      /* sequences per GPU per micro-batch                                       */
     int64_t seq_len;
-    int bf16;                 /* 1: bf16 GEMM inputs and exchanged rows, fp32 masters (core/precision.h)  */
+    int bf16;                 /* 1: bf16 GEMM inputs, fp32 masters (core/precision.h)                     */
+    int cpu;                  /* the code path whose buffers are counted: 0, the CUDA path (moe-plan: bf16 exchanged
+                               * rows and expert activations, moe/layer_ops_cuda.c); 1, the CPU path (moe-train's
+                               * memory check: rows and expert activations in fp32 whatever the precision)        */
     moe_plan_attention attention;
     moe_recompute recompute;  /* what backward rebuilds instead of keeping (moe/moe.h): memory and hardware FLOPs */
+    int64_t local_shards;     /* the world-invariant sums' batch shards per GPU (moe-train --world-invariant): 0, off
+                               * (the transport's all-reduce); -1, moe-train's default (moe_plan_default_local_shards) */
     double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */
     double routing_skew;      /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 0 or 1:
                                * balanced. Its experts' rows, their memory and time, and the all-to-all wait for it */
@@ -99,10 +104,18 @@ typedef struct {
     double activations;  /* what forward keeps for backward and the backward scratch, all layers         */
     double exchange;     /* the MoE layers' all-to-all send/receive and expert-row buffers: what each layer
                           * keeps, and the scratch of one pass, which every layer shares                  */
+    double reduce_scratch; /* the gradient sums': with world-invariant sums, the fixed tree all-reduce's (half of a
+                            * piece of the region it sums), the shard tree's slots for the largest dense gradient
+                            * (models/shard_grads.c) and the experts' per-segment weight-gradient leaves; without,
+                            * on the CPU path the transport's (MPI) copy of the larger region            */
     double workspace;
     double total;
 } moe_plan_memory;
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay);
+
+/* moe-train's default shards per GPU for world sequences per micro-batch (models/train_options.c): the batch's
+ * largest power-of-two divisor up to 64, split over the world when it divides it, else 0 (off). */
+int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch);
 
 /* Rows the busiest GPU's experts keep per micro-batch: T k s under routing skew s (1 at ep 1: one EP rank holds every
  * expert), at most cf T k with a capacity factor (each of E/ep local experts keeps at most ceil(cf ep T k / E)). */

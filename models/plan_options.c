@@ -220,6 +220,7 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     for (int i = 0; i < 4; i++)
         if (value(f, "--recompute") && !strcmp(value(f, "--recompute"), recompute[i])) l->recompute = (moe_recompute)i;
     l->workspace_bytes = num(f, "--workspace-gib", 1) * 1073741824.0;
+    l->local_shards = -1; /* moe-train's default world-invariant sums, for whatever micro-batch the layout has */
     o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
     if (read_routing(f, o, err)) return -1;
     if (o->search) {

@@ -213,7 +213,8 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
     moe_train_memory need = moe_train_options_memory(o, world_size);
     need.params *= copies, need.activations *= copies;
     need.moments *= o->device == MOE_TRAIN_DEVICE_CPU;
-    need.total = need.params + need.moments + need.activations;
+    if (o->device != MOE_TRAIN_DEVICE_CPU) need.process = MOE_TRAIN_PROCESS_BYTES; /* the sums run on the GPU */
+    need.total = need.params + need.moments + need.activations + need.process;
     MPI_Comm node;
     int node_ranks = 1, node_rank = 0;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
@@ -226,11 +227,13 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
     MPI_Allreduce(&too_big, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (too_big && node_rank == 0) /* one message per machine that cannot hold its ranks */
         fprintf(stderr, "moe-train: this configuration needs at least %.1f GiB per rank (weights and gradients %.1f, "
-                "AdamW moments %.1f, activations %.1f GiB%s), %d rank(s) on this machine: more than its %.1f GiB. "
+                "AdamW moments %.1f, activations %.1f GiB%s, the process %.1f), %d rank(s) on this machine: more than "
+                "its %.1f GiB. "
                 "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1, --recompute full, or "
                 "more machines\n",
                 need.total / gib, need.params / gib, need.moments / gib, need.activations / gib,
-                copies > 1 ? "; the run's model and --verify-steps' CPU reference" : "", node_ranks, have / gib);
+                copies > 1 ? "; the run's model and --verify-steps' CPU reference" : "", need.process / gib, node_ranks,
+                have / gib);
     return any;
 }
 

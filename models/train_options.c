@@ -432,14 +432,17 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .micro_batch = o->batch / world_size,
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
+                                    .cpu = o->device == MOE_TRAIN_DEVICE_CPU,
                                     .attention = o->model.attention == MOE_ATTENTION_FUSED
                                                      ? MOE_PLAN_ATTENTION_FUSED
                                                      : MOE_PLAN_ATTENTION_MATERIALIZED,
-                                    .recompute = o->model.moe.recompute};
+                                    .recompute = o->model.moe.recompute,
+                                    .local_shards = o->model.moe.num_shards / world_size};
     const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
     moe_train_memory m = {.params = p.weights + p.masters + p.gradients,
                           .moments = p.optimizer,
-                          .activations = p.activations + p.exchange};
-    m.total = m.params + m.moments + m.activations;
+                          .activations = p.activations + p.exchange,
+                          .process = MOE_TRAIN_PROCESS_BYTES + p.reduce_scratch};
+    m.total = m.params + m.moments + m.activations + m.process;
     return m;
 }

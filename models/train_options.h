@@ -128,11 +128,17 @@ void moe_format_float(float v, char *out, size_t nbytes);
 /* The memory one rank needs for a parsed configuration on world_size ranks, in bytes, by moe-plan's memory model
  * (models/plan_model.h, which follows what models/model.c and moe/layer.c allocate): parameters, their gradients and
  * bf16 copies; the AdamW moments (under ZeRO-1 the dense ones / W, the experts' / dp); the activations the model
- * keeps with each MoE layer's routing, expert and exchange buffers (--recompute: what is rebuilt, once). A lower bound: it assumes balanced routing (the busiest rank's
- * experts get more rows), and the libraries' own memory and the world-invariant trees come on top. */
+ * keeps with each MoE layer's routing, expert and exchange buffers (--recompute: what is rebuilt, once); the process
+ * and the gradient sum's scratch (the tree's half of the larger region, or without --world-invariant the
+ * transport's whole region). A lower bound: it assumes balanced routing (the busiest rank's experts get more rows). */
 typedef struct {
-    double params, moments, activations, total;
+    double params, moments, activations;
+    double process; /* the process itself (MOE_TRAIN_PROCESS_BYTES) and the gradient sum's scratch on the CPU */
+    double total;
 } moe_train_memory;
+/* An empty model's peak RSS per rank (moe-train --layers 1 --d-model 8, 2 ranks, 2026-11-26: 227-233 MiB): the
+ * libraries, the BLAS and MPI buffers, the token files of data/. */
+#define MOE_TRAIN_PROCESS_BYTES (230.0 * 1024 * 1024)
 moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size);
 void moe_train_options_usage(FILE *f);
 

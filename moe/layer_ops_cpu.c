@@ -47,6 +47,14 @@ static void cpu_destroy(moe_layer_state *s) {
     free(s);
 }
 
+/* The experts' staged GEMM inputs in the runtime's slots: one set for every layer (their products run one after
+ * another, each staging what it reads just before). */
+_Static_assert(MOE_SCRATCH_EXPERT_STAGE_END - MOE_SCRATCH_EXPERT_STAGE + 1 == MOE_GEMM_STAGE_SLOTS,
+               "a runtime slot per stage slot");
+static moe_status expert_stage(void *ctx, int slot, size_t nbytes, void **buffer) {
+    return moe_runtime_scratch(ctx, (moe_scratch_slot)(MOE_SCRATCH_EXPERT_STAGE + slot), nbytes, buffer);
+}
+
 static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out) {
     moe_layer_state *s = calloc(1, sizeof *s);
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
@@ -67,6 +75,7 @@ static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_s
                                                   moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_ROUTER), widest)
                         : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = moe_gemm_rows_plan_init(&s->expert_gemm, cfg->layout_invariant, bf16, widest);
+    s->expert_gemm.stage_source = (moe_gemm_stage_source){expert_stage, rt};
     if (st != MOE_OK) return cpu_destroy(s), st;
     *out = s;
     return MOE_OK;

@@ -48,6 +48,8 @@ typedef enum {
     MOE_SCRATCH_RECV_DX,      /* [N, d]                                     */
     MOE_SCRATCH_EXPERT_DH_A,  /* the experts' backward scratch (moe/layer_ops_*.c) */
     MOE_SCRATCH_EXPERT_DH_B,
+    MOE_SCRATCH_EXPERT_STAGE, /* ... and the CPU experts' bf16-staged GEMM inputs: MOE_GEMM_STAGE_SLOTS slots */
+    MOE_SCRATCH_EXPERT_STAGE_END = MOE_SCRATCH_EXPERT_STAGE + 4,
     /* what an MoE layer keeps for backward unless recomputed (moe.h's moe_recompute): then one slot serves every
      * layer, rebuilt just before each layer's backward */
     MOE_SCRATCH_KEEP_X,       /* [T, d] the layer's input                   (recompute full)      */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alltoall/tree_allreduce.h"
 #include "core/fail.h"
 #include "models/plan_cluster.h"
 #include "models/plan_hf.h"
@@ -143,6 +144,24 @@ static void check_layouts(void) {
           "dense all-reduce %.0f bytes", p.allreduce_dense_bytes);
     CHECK(fabs(p.allreduce_expert_bytes - 2.0 * 3 / 4 * 4 * (double)par.expert / 4) < 1,
           "expert all-reduce %.0f bytes", p.allreduce_expert_bytes);
+    /* the gradient sums' scratch. Without world-invariant sums none on the GPU path (NCCL in place), the larger
+     * region on the CPU path (MPI's copy); with moe-train's default (16 x 2 sequences: 32 shards, 2 per GPU) the
+     * tree's half of the larger region (here under one piece), 3 slots of the largest dense gradient (moe-train's rule
+     * counts a dense SwiGLU's three, 3 x 256 x 128) and log2(4 x 2) + 2 = 5 expert leaves of 128 x 256 */
+    CHECK(p.memory.reduce_scratch == 0, "NCCL's all-reduce: scratch %.0f bytes", p.memory.reduce_scratch);
+    moe_plan_layout lay = {.world = 16, .ep = 4, .micro_batch = 2, .seq_len = 64, .bf16 = 1, .cpu = 1};
+    const double larger = (double)par.dense > (double)par.expert / 4 ? (double)par.dense : (double)par.expert / 4;
+    CHECK(moe_plan_model_memory(&m, &lay).reduce_scratch == 4 * larger, "MPI's all-reduce: scratch %.0f bytes",
+          moe_plan_model_memory(&m, &lay).reduce_scratch);
+    lay.local_shards = -1, lay.cpu = 0;
+    CHECK(moe_plan_default_local_shards(16, 2) == 2 && moe_plan_default_local_shards(16, 3) == 1 &&
+              moe_plan_default_local_shards(6, 1) == 0 &&
+              moe_plan_default_local_shards(1, 128) == 64,
+          "moe-train's default shards per GPU");
+    CHECK(4 * larger < MOE__TREE_PIECE_NBYTES, "the regions fit in one piece of the tree's"); /* else a piece's half */
+    const double tree = 4 * ceil(larger / 2) + 3 * (3 * 256.0 * 128) * 4 + 5 * 128.0 * 256 * 4;
+    CHECK(moe_plan_model_memory(&m, &lay).reduce_scratch == tree, "world-invariant sums: scratch %.0f bytes, want %.0f",
+          moe_plan_model_memory(&m, &lay).reduce_scratch, tree);
     /* their time: both groups span the 2 nodes; the dense ring runs at 8 NICs' 400 GB/s (under NVLink's 450), the
      * expert group (ranks 4 apart, 2 per node) at 2 NICs' 100 GB/s; latency 2 (n-1) steps of 10 us */
     const double ring_dense = 2.0 * 15 * 10e-6 + 2.0 * 15 / 16 * 4 * (double)par.dense / 400e9;
@@ -296,16 +315,27 @@ static void check_routing(void) {
 
     /* the default model on 2 GPUs, ep 2: a skew of 1.5 adds half the routed experts' FLOPs (6 x 4 layers x 2 x 3 x
      * 128 x 256 per token) to the MoE compute and half the bandwidth term to each exchange; the busiest GPU's
-     * experts keep half as many rows again (T k = 512 -> 768): per MoE layer 3 [N, 256] fp32 activations and 1
-     * [N, 128] exchange row kept, and once for all layers 2 [N, 256] and 4 [N, 128] of scratch; nothing else moves */
+     * experts keep half as many rows again (T k = 512 -> 768): per MoE layer 3 [N, 256] activations and 1 [N, 128]
+     * exchange row kept, and once for all layers 2 [N, 256] and 4 [N, 128] of scratch, fp32 on the CPU path; on the
+     * CUDA path all in bf16 and 3 [N, 256] of expert scratch (dh13, dact); nothing else moves */
     moe_model_config cfg = moe_model_config_default();
     cfg.moe.d_model = cfg.d_model, cfg.moe.d_ff = cfg.d_ff;
     const moe_plan_model m = moe_plan_model_from_config(&cfg);
     moe_plan_cluster c = moe_plan_cluster_h100(0);
     c.gpus_per_node = 2;
-    moe_plan_run run = {.layout = {.world = 2, .ep = 2, .micro_batch = 2, .seq_len = 128}, .global_batch = 4};
+    moe_plan_run run = {.layout = {.world = 2, .ep = 2, .micro_batch = 2, .seq_len = 128, .cpu = 1},
+                        .global_batch = 4};
     const moe_plan_prediction even = moe_plan_predict(&m, &c, &run);
+    run.layout.cpu = 0;
+    const moe_plan_prediction even_cuda = moe_plan_predict(&m, &c, &run);
     run.layout.routing_skew = 1.5;
+    const moe_plan_prediction skewed_cuda = moe_plan_predict(&m, &c, &run);
+    CHECK(skewed_cuda.memory.activations - even_cuda.memory.activations == (4.0 * 3 + 3) * 256 * 256 * 2 &&
+              skewed_cuda.memory.exchange - even_cuda.memory.exchange == (4.0 * 1 + 4) * 256 * 128 * 2,
+          "skewed memory, CUDA path: activations +%.0f (want 1966080), exchange +%.0f (want 524288)",
+          skewed_cuda.memory.activations - even_cuda.memory.activations,
+          skewed_cuda.memory.exchange - even_cuda.memory.exchange);
+    run.layout.cpu = 1;
     CHECK(moe_plan_run_problem(&m, &c, &run) == NULL, "skew 1.5 refused");
     const moe_plan_prediction skewed = moe_plan_predict(&m, &c, &run);
     const double rate = 66.9e12 * 0.7, tokens = 256, routed = 6.0 * 4 * 2 * 3 * 128 * 256;

@@ -67,20 +67,25 @@ static void check_count(moe_comm *c, moe_tree_dtype dtype, size_t count) {
           r, dtype_name(dtype), count, span, bad, first);
     if (count >= 1000) check_order_matters(dtype, count, want, W);
 
-    for (size_t a = 0; a < sizeof kAlgos / sizeof kAlgos[0]; a++) {
-        moe_comm_set_tree_algorithm(c, kAlgos[a]);
+    /* whole, and in 3 or 4 pieces of count / 3 + 1 values (the last one shorter, odd sizes): the same bits */
+    for (size_t a = 0; a < 2 * sizeof kAlgos / sizeof kAlgos[0]; a++) {
+        const size_t algo = a % (sizeof kAlgos / sizeof kAlgos[0]);
+        const size_t piece = a < sizeof kAlgos / sizeof kAlgos[0] ? 0 : count / 3 + 1;
+        moe_comm_set_tree_algorithm(c, kAlgos[algo]);
+        moe__comm_set_tree_piece_nbytes(c, piece * test_tree_elem_nbytes(dtype));
         if (nbytes) memcpy(buf, mine, nbytes);
         const long before = c->completed;
         moe_status st = dtype == MOE_TREE_F64 ? moe_comm_allreduce_tree_f64(c, buf, count)
                                               : moe_comm_allreduce_tree_real(c, buf, count);
         test_mpi_require(st, "tree all-reduce");
-        CHECK(c->completed == before + 1, "%s: completed went from %ld to %ld over one all-reduce", kAlgoNames[a],
+        CHECK(c->completed == before + 1, "%s: completed went from %ld to %ld over one all-reduce", kAlgoNames[algo],
               before, c->completed);
         bad = test_tree_count_diff(dtype, buf, want, count, &first);
-        CHECK(bad == 0, "rank %d of %d, %s, %s, %zu values: %zu differ from the one-process tree, first at %zu",
-              r, W, kAlgoNames[a], dtype_name(dtype), count, bad, first);
+        CHECK(bad == 0, "rank %d of %d, %s, pieces of %zu, %s, %zu values: %zu differ from the one-process tree, first "
+              "at %zu", r, W, kAlgoNames[algo], piece, dtype_name(dtype), count, bad, first);
     }
     moe_comm_set_tree_algorithm(c, MOE_TREE_AUTO);
+    moe__comm_set_tree_piece_nbytes(c, 0);
     free(want), free(mine), free(buf), free(node);
 }
 
@@ -131,15 +136,20 @@ static void check_not_power_of_two(int rank) {
 }
 
 /* The scratch every transport sizes from moe__tree_scratch_count (the NCCL transport's is device memory): none
- * on one rank, where the all-reduce copies nothing; the partner's whole buffer (doubling) or its larger half
- * (halving) otherwise. */
+ * on one rank, where the all-reduce copies nothing; the partner's whole piece (doubling) or its larger half
+ * (halving) otherwise: the buffer's, or past MOE__TREE_PIECE_NBYTES a piece's. */
 static void check_scratch_count(const moe_comm *c, int W) {
-    const size_t n = 1001;
-    const size_t doubling = moe__tree_scratch_count(c, MOE_TREE_RECURSIVE_DOUBLING, n);
-    const size_t halving = moe__tree_scratch_count(c, MOE_TREE_HALVING_DOUBLING, n);
-    if (W == 1) CHECK(doubling == 0 && halving == 0, "W=1: tree scratch %zu / %zu values, want none", doubling, halving);
-    else CHECK(doubling == n && halving == n - n / 2, "W=%d: tree scratch %zu / %zu values, want %zu / %zu", W,
-               doubling, halving, n, n - n / 2);
+    const size_t piece = MOE__TREE_PIECE_NBYTES / sizeof(float);
+    const size_t sizes[] = {1001, 3 * piece + 5}, want_piece[] = {1001, piece};
+    for (int i = 0; i < 2; i++) {
+        const size_t n = sizes[i], p = want_piece[i];
+        const size_t doubling = moe__tree_scratch_count(c, MOE_TREE_RECURSIVE_DOUBLING, n, sizeof(float));
+        const size_t halving = moe__tree_scratch_count(c, MOE_TREE_HALVING_DOUBLING, n, sizeof(float));
+        if (W == 1) CHECK(doubling == 0 && halving == 0, "W=1: tree scratch %zu / %zu values, want none", doubling,
+                          halving);
+        else CHECK(doubling == p && halving == p - p / 2, "W=%d, %zu values: tree scratch %zu / %zu values, want %zu / "
+                   "%zu", W, n, doubling, halving, p, p - p / 2);
+    }
 }
 
 int main(int argc, char **argv) {

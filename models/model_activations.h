@@ -1,0 +1,55 @@
+/* model_activations.h — the one list of the decoder model's activation buffers: models/model.c allocates and names
+ * them from it, models/plan_model.c (moe-plan, moe-train's memory check) counts them from it.
+ *
+ * Each entry: X(field, elements, rebuilt_from). Elements are an expression in
+ *   T    tokens of a forward (max_seqs * S)
+ *   d    d_model;  A = H * head_dim;  B = KV * head_dim
+ *   ATT  what attention keeps per layer: the probabilities [seqs, H, S, S] (materialized) or the row statistics
+ *        [seqs, H, S] (fused)
+ *   FD   a dense FFN layer's T * d_ff (0 on an MoE layer, whose FFN buffers are the MoE layer's)
+ *   V    the vocabulary
+ * rebuilt_from: the --recompute level (moe/moe.h's moe_recompute) from which backward rebuilds the buffer, so that one
+ * buffer serves every layer instead of one per layer; MOE_MODEL_KEPT: always one per layer (the residual stream
+ * entering a layer is what recomputation starts from).
+ *
+ * Every value is a moe_real; the model's own buffers (MOE_MODEL_BUFFERS) are one per model. The MoE layers' buffers
+ * are moe/layer.c's (counted in plan_model.c from the same rules). */
+#ifndef MOE_MODELS_MODEL_ACTIVATIONS_H
+#define MOE_MODELS_MODEL_ACTIVATIONS_H
+
+#include "moe/moe.h"
+
+#define MOE_MODEL_KEPT (MOE_RECOMPUTE_FULL + 1)
+
+/* One decoder layer's (model.c's layer_acts), in the order forward writes them. */
+#define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
+    X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l])                                    */      \
+    X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
+    X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
+    X(k, T * B, MOE_RECOMPUTE_ATTENTION)                                                                         \
+    X(v, T * B, MOE_RECOMPUTE_ATTENTION)                                                                         \
+    X(att, ATT, MOE_RECOMPUTE_ATTENTION)          /* probabilities, or each row's log-sum-exp (fused)     */      \
+    X(attn_y, T * A, MOE_RECOMPUTE_ATTENTION)     /* attention output, o_proj's input                     */      \
+    X(resid_mid, T * d, MOE_RECOMPUTE_FULL)       /* resid[l] + o_proj(attn_y)                            */      \
+    X(ln2, T * d, MOE_RECOMPUTE_FULL)             /* rmsnorm(resid_mid), the FFN's input                  */      \
+    X(rstd2, T, MOE_RECOMPUTE_FULL)                                                                              \
+    X(h1, FD, MOE_RECOMPUTE_MOE)                  /* a dense FFN's gate and up projections, silu(h1) * h3 */      \
+    X(h3, FD, MOE_RECOMPUTE_MOE)                                                                                 \
+    X(act, FD, MOE_RECOMPUTE_MOE)
+
+/* The model's own, one each: X(field, element type, elements). */
+#define MOE_MODEL_BUFFERS(X)                                                                                       \
+    X(inputs, int, T)                                                                                              \
+    X(targets, int, T)                                                                                             \
+    X(lnf, moe_real, T * d)        /* the final norm's output and 1 / rms */                                       \
+    X(rstdf, moe_real, T)                                                                                          \
+    X(logits, moe_real, T * V)     /* in backward, their gradient, in place */                                     \
+    X(dresid, moe_real, T * d)     /* backward scratch */                                                          \
+    X(dln, moe_real, T * d)                                                                                        \
+    X(tmp, moe_real, T * d)        /* forward: o_proj's and the FFN's outputs */                                   \
+    X(dq, moe_real, T * A)                                                                                         \
+    X(dk, moe_real, T * B)                                                                                         \
+    X(dv, moe_real, T * B)                                                                                         \
+    X(dattn, moe_real, T * A)
+
+#endif
