@@ -199,7 +199,8 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     const double E = (double)m->num_experts, Lm = (double)moe_plan_model_num_moe_layers(m);
     const double row = lay->cpu ? sizeof(moe_real) : 2, N = moe_plan_model_busiest_rows(m, lay);
     moe_plan_memory mem = {0};
-    mem.weights = lay->bf16 ? 2 * ((double)p.dense_matrix + local_expert) : 0;
+    /* the bf16 copies: 2 bytes a value on the CUDA path, a moe_real holding the rounded value on the CPU path */
+    mem.weights = lay->bf16 ? (lay->cpu ? sizeof(moe_real) : 2) * ((double)p.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);
     mem.gradients = mem.masters;
     const double expert_dp = (double)lay->world / (double)lay->ep; /* the ranks holding the same experts */

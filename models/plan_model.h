@@ -97,7 +97,8 @@ typedef struct {
 
 /* Bytes per GPU, by what holds them. */
 typedef struct {
-    double weights;      /* bf16 copies of the GEMM weights (0 under fp32: the masters are the weights)  */
+    double weights;      /* bf16 copies of the GEMM weights (0 under fp32: the masters are the weights; fp32-sized
+                          * on the CPU path)                                                             */
     double masters;      /* fp32 parameters: dense + this GPU's experts                                  */
     double gradients;    /* fp32, mirroring the masters                                                  */
     double optimizer;    /* AdamW m and v, fp32; under ZeRO-1 the dense part / world, the experts' / dp   */
