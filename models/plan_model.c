@@ -3,6 +3,7 @@
 #include "models/plan_model.h"
 
 #include "alltoall/tree_allreduce.h"
+#include "kernels/gemm_rows.h"
 #include "models/model_activations.h"
 #include "router/routing.h"
 
@@ -192,6 +193,20 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
     return bytes;
 }
 
+/* On the CPU path, the row-wise GEMM plans' scratch (kernels/gemm_rows_cpu.c: MOE_GEMM_ROUND_ROWS x 2 x the widest
+ * operand, of which a call touches its rows' share): the dense ops' one plan, whose widest is the vocabulary at the
+ * lm_head (256 MB at V = 1M and 32 tokens), and each MoE layer's router and expert plans. */
+static double cpu_gemm_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay) {
+    if (!lay->cpu) return 0;
+    const double T = (double)lay->micro_batch * lay->seq_len, rows = T < MOE_GEMM_ROUND_ROWS ? T : MOE_GEMM_ROUND_ROWS;
+    const double d = (double)m->d_model, F = (double)m->d_ff_expert, E = (double)m->num_experts;
+    double dense_widest = (double)m->vocab_size, layer_widest = d > F ? d : F;
+    dense_widest = dense_widest > layer_widest ? dense_widest : layer_widest;
+    layer_widest = layer_widest > E ? layer_widest : E;
+    return sizeof(moe_real) * 2 * (rows * dense_widest + (double)moe_plan_model_num_moe_layers(m) * 2 *
+                                                             MOE_GEMM_ROUND_ROWS * layer_widest);
+}
+
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay) {
     const moe_plan_params p = moe_plan_model_params(m);
     const double local_expert = (double)p.expert / (double)lay->ep, dense = (double)p.dense;
@@ -219,7 +234,7 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
 #undef ROUTING_NBYTES
     const double h = lay->cpu ? sizeof(moe_real) : 2, scratch_h = lay->cpu ? 2 : 3;
     mem.activations = model_activation_nbytes(m, lay) + Lm * routing + copies_rows * 4 * T * d +
-                      copies_h * 3 * N * F * h + layers * scratch_h * N * F * h;
+                      copies_h * 3 * N * F * h + layers * scratch_h * N * F * h + cpu_gemm_scratch_nbytes(m, lay);
     /* in the exchanged precision: kept, y [T k, d] (the outputs back from the combine) and the received rows x [N, d];
      * one pass's scratch, once: xp, dy, dxp [T k, d] and the received rows' staging, y, dy, dx [N, d] */
     mem.exchange = copies_rows * (T * k * d + N * d) * row + layers * (3 * T * k * d + 4 * N * d) * row;

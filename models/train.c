@@ -204,7 +204,7 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
     return 0;
 }
 
-/* Refuses, on every rank alike, a configuration whose lower-bound memory (models/train_options.h) times the
+/* Refuses, on every rank alike, a configuration whose estimated memory (models/train_options.h) times the
  * ranks sharing this machine exceeds its physical memory: better a sentence now than the kernel's OOM killer
  * after minutes of initialisation. On the host: the run's model on the CPU, and --verify-steps' CPU reference
  * beside it (weights, gradients, activations; no optimizer). Returns 0 when it fits. */

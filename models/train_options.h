@@ -130,7 +130,9 @@ void moe_format_float(float v, char *out, size_t nbytes);
  * bf16 copies; the AdamW moments (under ZeRO-1 the dense ones / W, the experts' / dp); the activations the model
  * keeps with each MoE layer's routing, expert and exchange buffers (--recompute: what is rebuilt, once); the process
  * and the gradient sum's scratch (the tree's half of the larger region, or without --world-invariant the
- * transport's whole region). A lower bound: it assumes balanced routing (the busiest rank's experts get more rows). */
+ * transport's whole region) and the CPU GEMMs' scratch. An estimate, within 8% of the measured peak RSS on the CPU
+ * runs of docs/BENCHMARKS.md except under bf16 (14-22% below); it assumes balanced routing (the busiest rank's experts
+ * get more rows). */
 typedef struct {
     double params, moments, activations;
     double process; /* the process itself (MOE_TRAIN_PROCESS_BYTES) and the gradient sum's scratch on the CPU */
