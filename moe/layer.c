@@ -419,6 +419,24 @@ moe_status moe_layer_set_checks(moe_layer *L, moe_nonfinite_finding *finding) {
     return MOE_OK;
 }
 
+/* The permuted rows (buf.xp) to this rank's experts and their outputs back, in send order (buf.y), by the exchange
+ * plan: the forward's, or moe_layer_recompute's again. `pass` names it in failure messages. */
+static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const char *pass) {
+    const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
+    moe_comm *ep = moe_parallel_ep(L->par);
+    char what[64];
+    MOE_TRY(point_row_buffers(L, L->plan.num_recv));
+    row_buffers *b = &L->rows;
+    moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
+    snprintf(what, sizeof what, "the %s dispatch", pass);
+    if (st != MOE_OK) return exchange_failed(L, what, st, 1);
+    MOE_TRY(L->steps->experts_forward(L->state, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
+    MOE_TRY(watch_experts(L, b->y, "the output", NULL, NULL));
+    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
+    snprintf(what, sizeof what, "the %s combine", pass);
+    return st == MOE_OK ? MOE_OK : exchange_failed(L, what, st, 1);
+}
+
 moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe_real *x, int num_tokens,
                              moe_real *out, moe_layer_stats *stats) {
     if (!L || !w || !x || !out || num_tokens < 1) return MOE_ERR_INVALID_ARG;
@@ -427,23 +445,14 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     MOE_TRY(point_token_buffers(L, num_tokens));
     const moe_config *c = &L->cfg;
     const int T = num_tokens, d = c->d_model;
-    const size_t row_nbytes = (size_t)d * L->steps->row_elem;
     const moe_layer_ops *steps = L->steps;
     moe_layer_state *s = L->state;
-    moe_comm *ep = moe_parallel_ep(L->par);
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * d * sizeof(moe_real))); /* for backward */
     MOE_TRY(route(L, w, T));
 
     MOE_TRY(steps->permute(s, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
     MOE_TRY(plan_exchange(L));
-    MOE_TRY(point_row_buffers(L, L->plan.num_recv));
-    row_buffers *b = &L->rows;
-    moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
-    if (st != MOE_OK) return exchange_failed(L, "the forward dispatch", st, 1);
-    MOE_TRY(steps->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
-    MOE_TRY(watch_experts(L, b->y, "the output", NULL, NULL));
-    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
-    if (st != MOE_OK) return exchange_failed(L, "the forward combine", st, 1);
+    MOE_TRY(run_experts(L, w, "forward"));
     MOE_TRY(steps->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
     MOE_TRY(watch(L, out, (size_t)T * d, 0, "the combined output"));
 
@@ -485,18 +494,10 @@ moe_status moe_layer_recompute(moe_layer *L, const moe_layer_weights *w, const m
     if (!L || !w || !x) return MOE_ERR_INVALID_ARG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
     const int T = L->counts.num_tokens;
-    const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
-    moe_comm *ep = moe_parallel_ep(L->par);
     MOE_TRY(point_token_buffers(L, T));
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * L->cfg.d_model * sizeof(moe_real)));
     MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
-    MOE_TRY(point_row_buffers(L, L->plan.num_recv));
-    row_buffers *b = &L->rows;
-    moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
-    if (st != MOE_OK) return exchange_failed(L, "the recomputed dispatch", st, 1);
-    MOE_TRY(L->steps->experts_forward(L->state, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
-    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
-    if (st != MOE_OK) return exchange_failed(L, "the recomputed combine", st, 1);
+    MOE_TRY(run_experts(L, w, "recomputed"));
     L->rebuilt = 1;
     return MOE_OK;
 }
