@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "alltoall/comm_transport.h"
+#include "alltoall/tree_allreduce.h"
 #include "core/fail.h"
 
 static double now_s(void) {
@@ -53,22 +54,49 @@ moe_status moe_comm_allreduce_sum_f64(moe_comm *c, double *buf, size_t count) {
 }
 
 /* The tree over ranks needs whole subtrees: refused locally, so every rank refuses alike and none waits. */
-static moe_status check_tree_world(const moe_comm *c) {
+static moe_status check_tree_world(const moe_comm *c, const char *op) {
     if (c->size & (c->size - 1))
         return moe_fail(MOE_ERR_INVALID_CONFIG,
-                        "world rank %d: the fixed-tree all-reduce on communicator '%s' needs a power-of-two number "
-                        "of ranks, and it has %d: run on 1, 2, 4, 8, ... ranks",
-                        c->world_rank, c->label, c->size);
+                        "world rank %d: the %s on communicator '%s' needs a power-of-two number of ranks, and it has "
+                        "%d: run on 1, 2, 4, 8, ... ranks",
+                        c->world_rank, op, c->label, c->size);
     return MOE_OK;
 }
 
+moe_status moe__comm_tree_real(moe_comm *c, moe_real *buf, const moe__tree_job *job) {
+    MOE_TRY(check_tree_world(c, moe__tree_job_name(job)));
+    MOE_TRY(moe__tree_job_check(c, job));
+    TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->tree_real(c, buf, job));
+}
+
 moe_status moe_comm_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
-    MOE_TRY(check_tree_world(c));
-    TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_tree_real(c, buf, count));
+    const moe__tree_job job = moe__tree_job_allreduce(c, count, sizeof *buf);
+    return moe__comm_tree_real(c, buf, &job);
+}
+
+/* One half of the fixed tree on the window [from, from + n) of p's region. */
+static moe_status tree_half(moe_comm *c, moe_real *buf, const moe_tree_partition *p, size_t from, size_t n,
+                            moe__tree_phases phase) {
+    const moe__tree_job job = {.phases = phase, .algo = MOE_TREE_HALVING_DOUBLING,
+                               .part = p ? *p : (moe_tree_partition){0}, .from = from, .n = n};
+    if (!p)
+        return moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: %s on communicator '%s' without a partition",
+                        c->world_rank, moe__tree_job_name(&job), c->label);
+    return moe__comm_tree_real(c, buf, &job);
+}
+
+moe_status moe_comm_reduce_scatter_tree_real(moe_comm *c, moe_real *buf, const moe_tree_partition *p, size_t from,
+                                             size_t n) {
+    return tree_half(c, buf, p, from, n, MOE__TREE_REDUCE_SCATTER);
+}
+
+moe_status moe_comm_allgather_tree_real(moe_comm *c, moe_real *buf, const moe_tree_partition *p, size_t from,
+                                        size_t n) {
+    return tree_half(c, buf, p, from, n, MOE__TREE_ALLGATHER);
 }
 
 moe_status moe_comm_allreduce_tree_f64(moe_comm *c, double *buf, size_t count) {
-    MOE_TRY(check_tree_world(c));
+    MOE_TRY(check_tree_world(c, "fixed-tree all-reduce"));
     TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_tree_f64(c, buf, count));
 }
 
@@ -108,6 +136,12 @@ moe_comm *moe__comm_new(const moe_transport_ops *ops, const char *label, int ran
     if (c) *c = (moe_comm){.ops = ops, .rank = rank, .size = size, .label = label, .world_rank = world_rank,
                            .timeout_s = timeout_s};
     return c;
+}
+
+moe_status moe__comm_tree_one(moe_comm *c, moe_real *buf, const moe__tree_job *job) {
+    (void)buf, (void)job;
+    c->completed++;
+    return MOE_OK;
 }
 
 moe_status moe__comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes) {

@@ -2,9 +2,10 @@
  * exchanges among them. Opaque: callers use these functions; the transports behind them (self, mpi,
  * mpi-staged, nccl) are tables of functions inside alltoall/ (comm_transport.h), nccl-tests' pattern.
  *
- * Memory: "payload" entries (alltoallv_rows, allreduce_sum_real, copy_payload) work on the transport's
- * payload memory (host for self and mpi; device for the GPU transports of comm_gpu.h); every other entry
- * takes host pointers on every transport.
+ * Memory: "payload" entries (alltoallv_rows, allreduce_sum_real, allreduce_tree_real and its halves
+ * reduce_scatter_tree_real and allgather_tree_real, copy_payload) work on the transport's payload memory (host for
+ * self and mpi; device for the GPU transports of comm_gpu.h); every other entry takes host pointers on every
+ * transport.
  * Failures: every entry returns a moe_status; a transport failure or a watchdog timeout records what the
  * exchange was doing (communicator, rank, operation; core/fail.h) and returns MOE_ERR_COMM /
  * MOE_ERR_TIMEOUT. After either the job cannot go on: end it (MPI_Abort).
@@ -45,7 +46,8 @@ moe_status moe_comm_allreduce_sum_f64(moe_comm *c, double *buf, size_t count);
  * with a message, on every rank, before any communication. count must be the same on every rank.
  * allreduce_tree_real works on payload memory (on nccl: ncclSend/ncclRecv and an add kernel queued on the
  * communication stream, one host sync at the end; on mpi-staged: one staging copy each way), allreduce_tree_f64
- * on host memory. Scratch: the transport keeps up to count values (payload memory), grown on demand. */
+ * on host memory. Scratch: the transport keeps what a partner sends before it is added (payload memory), grown on
+ * demand: at most a 64 MiB piece of values, half of one with halving + doubling (tree_allreduce.h). */
 moe_status moe_comm_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count);
 moe_status moe_comm_allreduce_tree_f64(moe_comm *c, double *buf, size_t count);
 typedef enum {
@@ -55,6 +57,40 @@ typedef enum {
 } moe_tree_algorithm;
 /* Which algorithm the tree all-reduces of c run (every rank must choose the same); the bits never change. */
 void moe_comm_set_tree_algorithm(moe_comm *c, moe_tree_algorithm algo);
+
+/* ---- the fixed tree's halves (ZeRO-2: models/zero.h) ----
+ * A region of `count` values is partitioned over a group of W = 2^L members by the tree's recursive halving: at step
+ * j = 0 .. L-1 (bit 2^j of the member's rank) the range a member holds is split, the member with bit j = 0 keeping the
+ * lower part; after L steps each member holds one range, and the ranges tile the region (in bit-reversed rank order).
+ * The split of [lo, hi) is the entry of `bounds` nearest to lo + (hi - lo) / 2 within [lo, hi] (lo and hi count as
+ * entries; the lower one on a tie), or that midpoint itself when bounds is NULL. A range may be empty (bounds far
+ * from a midpoint; a non-NULL bounds with no entries gives the whole region to one member). */
+typedef struct {
+    size_t count;         /* values in the region                                                       */
+    const size_t *bounds; /* ascending positions in (0, count) a split may fall on; NULL: anywhere      */
+    size_t num_bounds;
+} moe_tree_partition;
+
+/* [*lo, *hi): the range member `rank` of a group of `size` members (a power of two) holds under p. Pure. */
+void moe_tree_partition_range(const moe_tree_partition *p, int size, int rank, size_t *lo, size_t *hi);
+
+/* The window [from, from + n) of p's region (buf[0 .. n) on every member) summed over c's members in the fixed
+ * tree, reduce-scatter only: afterwards this member's range ∩ window holds the sums, bitwise those
+ * moe_comm_allreduce_tree_real gives over the same values; the rest of buf is left part-summed. Windows of one region
+ * may be reduced one after another (a model's layers as their backward finishes): an element's sum depends only on the
+ * members' rank bits. Needs c's size a power of two (the all-reduce's check and error). */
+moe_status moe_comm_reduce_scatter_tree_real(moe_comm *c, moe_real *buf, const moe_tree_partition *p, size_t from,
+                                             size_t n);
+/* Its mirror: every member's range ∩ window copied into every member's buf (no arithmetic). */
+moe_status moe_comm_allgather_tree_real(moe_comm *c, moe_real *buf, const moe_tree_partition *p, size_t from,
+                                        size_t n);
+/* Both halves: every member passes the same p, from and n; buf is payload memory, as allreduce_tree_real's, with the
+ * same host syncs. Errors, before any communication and alike on every member: the size check above
+ * (MOE_ERR_INVALID_CONFIG); MOE_ERR_INVALID_ARG with a message for a NULL p, bounds that do not ascend within
+ * [0, count] (repeats and the ends themselves are harmless), or a window outside [0, count). One call is one
+ * completed exchange. Scratch: the transport's, at most half a tree piece (tree_allreduce.h) for reduce-scatter,
+ * none for all-gather, which copies straight into buf. */
+
 /* For each i < count: prefix[i] = sum of in[i] over the ranks before this one (0 on rank 0) and
  * total[i] = sum over all ranks (MPI_Exscan and MPI_Allreduce). Integer sums: exact. */
 moe_status moe_comm_scan_sum_ints(moe_comm *c, const int *in, int *prefix, int *total, int count);

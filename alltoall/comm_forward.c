@@ -8,6 +8,7 @@ moe_comm *moe__comm_forward_enter(moe_comm *c) {
     in->completed = c->completed;
     in->timeout_s = c->timeout_s;
     in->tree_algorithm = c->tree_algorithm;
+    in->tree_piece_nbytes = c->tree_piece_nbytes;
     return in;
 }
 

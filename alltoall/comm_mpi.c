@@ -1,5 +1,5 @@
-/* comm_mpi.c — the MPI transport: every collective (and every step of the fixed-tree all-reduce, a pair of
- * MPI_Irecv / MPI_Isend) is started non-blocking and polled, so a peer that never arrives turns into
+/* comm_mpi.c — the MPI transport: every collective (and every round of the fixed tree's all-reduce and halves, a pair
+ * of MPI_Irecv / MPI_Isend) is started non-blocking and polled, so a peer that never arrives turns into
  * MOE_ERR_TIMEOUT with a message naming the operation and the missing peers (comm_mpi_probe.h), instead of a
  * silent hang (nccl-tests' watchdog, in MPI terms). */
 #include "alltoall/comm_mpi.h"
@@ -24,11 +24,11 @@
 typedef struct {
     MPI_Comm comm;
     moe_mpi_probe *probe; /* the watchdog's twin: who is missing */
-    void *tree_scratch;   /* the tree all-reduce's: moe__tree_scratch_count values, grown on demand */
+    void *tree_scratch;   /* the fixed tree's: moe__tree_scratch_count values, grown on demand */
     size_t tree_scratch_nbytes;
 } mpi_state;
 
-/* TAG_TREE: the tree all-reduce's point-to-point messages (collectives never match them) */
+/* TAG_TREE: the fixed tree's point-to-point messages (collectives never match them) */
 enum { PROBE_MESSAGE_NBYTES = 1024, TAG_TREE = 15 };
 static const double kAnswerAfterS = 0.05; /* a wait this long answers the watchdog questions of other ranks */
 
@@ -49,7 +49,7 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
 }
 
 /* Polls the requests until all complete or the watchdog expires, `start` being when the exchange began (not yet
- * counted as a completed exchange: the tree all-reduce waits for several steps of one exchange). Open MPI moves
+ * counted as a completed exchange: the fixed tree waits for several rounds of one exchange). Open MPI moves
  * data only inside MPI calls, so the loop keeps calling MPI_Test (sleeping between polls made 2-rank exchanges
  * of 2 MiB and more about 5x slower); sched_yield lets ranks oversubscribed on few cores give the CPU to the
  * peers they wait for. */
@@ -150,28 +150,28 @@ static moe_status mpi_allreduce_f64(moe_comm *c, double *buf, size_t count) {
     return allreduce(c, buf, count, MPI_DOUBLE);
 }
 
-/* ---- the fixed-tree all-reduce (tree_allreduce.h): host buffers, one step at a time ---- */
-
-static const char kTreeOp[] = "fixed-tree all-reduce";
+/* ---- the fixed tree (tree_allreduce.h): host buffers, one step at a time ---- */
 
 typedef struct {
     moe_comm *c;
     moe_tree_dtype dtype;
-    double start_s; /* the watchdog times the whole all-reduce, not each step */
+    const char *op; /* the job's name, for messages */
+    double start_s; /* the watchdog times the whole job, not each step */
 } tree_ctx;
 
 static moe_status tree_sendrecv(void *ctx, const void *send, size_t send_nbytes, void *recv, size_t recv_nbytes,
                                 int peer) {
-    moe_comm *c = ((tree_ctx *)ctx)->c;
+    const tree_ctx *t = ctx;
+    moe_comm *c = t->c;
     if (send_nbytes > INT_MAX || recv_nbytes > INT_MAX)
-        return moe_fail(MOE_ERR_INVALID_ARG, "%s: a step of %zu bytes is beyond MPI's int counts", kTreeOp,
+        return moe_fail(MOE_ERR_INVALID_ARG, "%s: a step of %zu bytes is beyond MPI's int counts", t->op,
                         send_nbytes > recv_nbytes ? send_nbytes : recv_nbytes);
     MPI_Request req[2];
     int rc = MPI_Irecv(recv, (int)recv_nbytes, MPI_BYTE, peer, TAG_TREE, comm_of(c), &req[0]);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Irecv", rc);
     rc = MPI_Isend(send, (int)send_nbytes, MPI_BYTE, peer, TAG_TREE, comm_of(c), &req[1]);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Isend", rc); /* the job ends: req[0] is left */
-    return poll_all(c, 2, req, kTreeOp, ((tree_ctx *)ctx)->start_s);
+    return poll_all(c, 2, req, t->op, t->start_s);
 }
 
 static moe_status tree_add(void *ctx, void *y, const void *lower, const void *higher, size_t count) {
@@ -179,30 +179,30 @@ static moe_status tree_add(void *ctx, void *y, const void *lower, const void *hi
     return MOE_OK;
 }
 
-static moe_status allreduce_tree(moe_comm *c, void *buf, size_t count, moe_tree_dtype dtype) {
+static moe_status run_tree(moe_comm *c, void *buf, const moe__tree_job *job, moe_tree_dtype dtype) {
     static const moe__tree_ops ops = {tree_sendrecv, tree_add};
     const size_t elem_nbytes = dtype == MOE_TREE_F64 ? sizeof(double) : sizeof(float);
     mpi_state *s = c->impl;
-    const moe_tree_algorithm algo = moe__tree_algorithm_for(c, count, elem_nbytes);
-    const size_t scratch_nbytes = moe__tree_scratch_count(c, algo, count, elem_nbytes) * elem_nbytes;
+    const size_t scratch_nbytes = moe__tree_scratch_count(c, job, elem_nbytes) * elem_nbytes;
     if (scratch_nbytes > s->tree_scratch_nbytes) {
         free(s->tree_scratch);
         s->tree_scratch_nbytes = 0;
         if (!(s->tree_scratch = malloc(scratch_nbytes))) return MOE_ERR_OUT_OF_MEMORY;
         s->tree_scratch_nbytes = scratch_nbytes;
     }
-    tree_ctx ctx = {.c = c, .dtype = dtype, .start_s = now_s()};
-    MOE_TRY(moe__tree_allreduce_run(&ops, &ctx, c, algo, buf, count, elem_nbytes, s->tree_scratch));
+    tree_ctx ctx = {.c = c, .dtype = dtype, .op = moe__tree_job_name(job), .start_s = now_s()};
+    MOE_TRY(moe__tree_run(&ops, &ctx, c, job, buf, elem_nbytes, s->tree_scratch));
     c->completed++;
     return MOE_OK;
 }
 
-static moe_status mpi_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
-    return allreduce_tree(c, buf, count, MOE_TREE_REAL);
+static moe_status mpi_tree_real(moe_comm *c, moe_real *buf, const moe__tree_job *job) {
+    return run_tree(c, buf, job, MOE_TREE_REAL);
 }
 
 static moe_status mpi_allreduce_tree_f64(moe_comm *c, double *buf, size_t count) {
-    return allreduce_tree(c, buf, count, MOE_TREE_F64);
+    const moe__tree_job job = moe__tree_job_allreduce(c, count, sizeof *buf);
+    return run_tree(c, buf, &job, MOE_TREE_F64);
 }
 
 static moe_status mpi_scan_ints(moe_comm *c, const int *in, int *prefix, int *total, int count) {
@@ -239,7 +239,7 @@ static const moe_transport_ops mpi_ops = {
     .allgatherv_bytes = mpi_allgatherv_bytes,
     .allreduce_sum_real = mpi_allreduce_real,
     .allreduce_sum_f64 = mpi_allreduce_f64,
-    .allreduce_tree_real = mpi_allreduce_tree_real,
+    .tree_real = mpi_tree_real,
     .allreduce_tree_f64 = mpi_allreduce_tree_f64,
     .scan_sum_ints = mpi_scan_ints,
     .barrier = mpi_barrier,

@@ -12,6 +12,7 @@
 #include "alltoall/comm_forward.h"
 #include "alltoall/comm_gpu_mpi.h"
 #include "alltoall/comm_mpi.h"
+#include "alltoall/tree_allreduce.h"
 #include "core/gpu_cuda.h"
 
 enum { STAGING_ALIGN = 256, STAGING_MIN_NBYTES = 4096 };
@@ -21,8 +22,8 @@ typedef struct {
     moe_gpu *gpu;
     /* Pinned staging, grown on demand: [send copy | pad to STAGING_ALIGN | recv copy], i.e.
      * round_up(send_nbytes, 256) + recv_nbytes bytes for an exchange, count * sizeof(moe_real) for an
-     * all-reduce (in place). A copy back to the device queued by the previous exchange may still read it
-     * until the next synchronisation of gpu->stream. */
+     * all-reduce (in place), the window's n * sizeof(moe_real) for a half of the fixed tree. A copy back to the
+     * device queued by the previous exchange may still read it until the next synchronisation of gpu->stream. */
     void *pinned;
     size_t pinned_nbytes;
 } staged_state;
@@ -73,25 +74,26 @@ static moe_status staged_alltoallv_rows(moe_comm *c, const void *send, const int
     return stage_in(s, recv, host_recv, recv_nbytes);
 }
 
-/* An all-reduce of the inner MPI transport (`reduce`) on a host copy of buf, in place. */
-static moe_status staged_reduce(moe_comm *c, moe_real *buf, size_t count,
-                                moe_status (*reduce)(moe_comm *in, moe_real *host, size_t count)) {
+/* On a host copy of buf's count values, in place: the inner MPI transport's all-reduce, or with a job its fixed
+ * tree (whose window is buf's count values). */
+static moe_status staged_reduce(moe_comm *c, moe_real *buf, size_t count, const moe__tree_job *job) {
     staged_state *s = c->impl;
     const size_t nbytes = count * sizeof(moe_real);
     MOE_TRY(reserve_pinned(s, nbytes));
     MOE_TRY(stage_out(s, s->pinned, buf, nbytes));
     moe_comm *in = moe__comm_forward_enter(c);
-    MOE_TRY(moe__comm_forward_leave(c, reduce(in, s->pinned, count)));
+    MOE_TRY(moe__comm_forward_leave(c, job ? moe__comm_tree_real(in, s->pinned, job)
+                                           : moe_comm_allreduce_sum_real(in, s->pinned, count)));
     return stage_in(s, buf, s->pinned, nbytes);
 }
 
 static moe_status staged_allreduce_real(moe_comm *c, moe_real *buf, size_t count) {
-    return staged_reduce(c, buf, count, moe_comm_allreduce_sum_real);
+    return staged_reduce(c, buf, count, NULL);
 }
 
-/* the tree's steps and adds run on the host copy (the MPI transport's), the same bits as on the host */
-static moe_status staged_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
-    return staged_reduce(c, buf, count, moe_comm_allreduce_tree_real);
+/* the tree's steps and adds run on a host copy of the window (the MPI transport's), the same bits as on the host */
+static moe_status staged_tree_real(moe_comm *c, moe_real *buf, const moe__tree_job *job) {
+    return staged_reduce(c, buf, job->n, job);
 }
 
 /* device to device, queued on the stream; dst and src must not overlap unless equal */
@@ -115,7 +117,7 @@ static const moe_transport_ops staged_ops = {
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = staged_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
-    .allreduce_tree_real = staged_allreduce_tree_real,
+    .tree_real = staged_tree_real,
     .allreduce_tree_f64 = moe__comm_forward_allreduce_tree_f64,
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,

@@ -42,7 +42,7 @@ typedef struct {
     ncclComm_t nccl;     /* NULL once aborted */
     cudaStream_t stream; /* communication stream (non-blocking, on gpu->device) */
     cudaEvent_t ready, done;
-    void *tree_scratch;  /* device: the tree all-reduce's moe__tree_scratch_count floats, grown on demand */
+    void *tree_scratch;  /* device: the fixed tree's moe__tree_scratch_count floats, grown on demand */
     size_t tree_scratch_nbytes;
 } nccl_state;
 
@@ -158,9 +158,9 @@ static moe_status nccl_allreduce_real(moe_comm *c, moe_real *buf, size_t count) 
     return finish(c, op);
 }
 
-/* The fixed-tree all-reduce (tree_allreduce.h): every step's grouped ncclSend/ncclRecv and every add kernel are
- * queued in order on the communication stream, so the whole schedule runs without the host, which waits once
- * at the end (finish: the watchdog). */
+/* The fixed tree (tree_allreduce.h: the all-reduce or a half): every round's grouped ncclSend/ncclRecv and every add
+ * kernel are queued in order on the communication stream, so the whole schedule runs without the host, which waits
+ * once at the end (finish: the watchdog). */
 static moe_status tree_sendrecv(void *ctx, const void *send, size_t send_nbytes, void *recv, size_t recv_nbytes,
                                 int peer) {
     moe_comm *c = ctx;
@@ -179,12 +179,11 @@ static moe_status tree_add(void *ctx, void *y, const void *lower, const void *hi
     return moe__tree_add_f32_cuda(((nccl_state *)((moe_comm *)ctx)->impl)->stream, y, lower, higher, count);
 }
 
-static moe_status nccl_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t count) {
-    static const char op[] = "fixed-tree all-reduce";
+static moe_status nccl_tree_real(moe_comm *c, moe_real *buf, const moe__tree_job *job) {
     static const moe__tree_ops ops = {tree_sendrecv, tree_add};
+    const char *op = moe__tree_job_name(job);
     nccl_state *s = c->impl;
-    const moe_tree_algorithm algo = moe__tree_algorithm_for(c, count, sizeof *buf);
-    const size_t scratch_nbytes = moe__tree_scratch_count(c, algo, count, sizeof *buf) * sizeof *buf;
+    const size_t scratch_nbytes = moe__tree_scratch_count(c, job, sizeof *buf) * sizeof *buf;
     if (scratch_nbytes > s->tree_scratch_nbytes) {
         /* the last exchange's finish saw the stream drained, so no queued step still reads the old buffer */
         MOE_CUDA_TRY(cudaSetDevice(s->gpu->device));
@@ -194,7 +193,7 @@ static moe_status nccl_allreduce_tree_real(moe_comm *c, moe_real *buf, size_t co
         s->tree_scratch_nbytes = scratch_nbytes;
     }
     MOE_TRY(begin(c, op));
-    MOE_TRY(moe__tree_allreduce_run(&ops, c, c, algo, buf, count, sizeof *buf, s->tree_scratch));
+    MOE_TRY(moe__tree_run(&ops, c, c, job, buf, sizeof *buf, s->tree_scratch));
     return finish(c, op);
 }
 
@@ -231,7 +230,7 @@ static const moe_transport_ops nccl_ops = {
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = nccl_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,
-    .allreduce_tree_real = nccl_allreduce_tree_real,
+    .tree_real = nccl_tree_real,
     .allreduce_tree_f64 = moe__comm_forward_allreduce_tree_f64,
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,

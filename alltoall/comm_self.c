@@ -1,5 +1,5 @@
 /* comm_self.c — the transport of a world of one: every exchange is a local copy, reductions are no-ops (the
- * tree of one rank is its leaf, so the tree all-reduces are the same no-ops). */
+ * tree of one rank is its leaf, so the fixed tree's all-reduces and halves are the same no-ops). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +59,7 @@ static const moe_transport_ops self_ops = {
     .allgatherv_bytes = self_allgatherv_bytes,
     .allreduce_sum_real = self_allreduce_real,
     .allreduce_sum_f64 = self_allreduce_f64,
-    .allreduce_tree_real = self_allreduce_real,
+    .tree_real = moe__comm_tree_one,
     .allreduce_tree_f64 = self_allreduce_f64,
     .scan_sum_ints = self_scan_ints,
     .barrier = self_barrier,

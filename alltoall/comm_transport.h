@@ -7,6 +7,8 @@
 #include "alltoall/comm.h"
 #include "alltoall/comm_timing.h"
 
+struct moe__tree_job; /* tree_allreduce.h */
+
 /* The entries of comm.h, with the same meaning; every entry is required. */
 typedef struct {
     const char *name;
@@ -17,8 +19,10 @@ typedef struct {
                                    const size_t *recv_nbytes);
     moe_status (*allreduce_sum_real)(moe_comm *c, moe_real *buf, size_t count);
     moe_status (*allreduce_sum_f64)(moe_comm *c, double *buf, size_t count);
-    /* called with a power-of-two size only (comm.c checks); the schedule: tree_allreduce.h */
-    moe_status (*allreduce_tree_real)(moe_comm *c, moe_real *buf, size_t count);
+    /* called with a power-of-two size only (comm.c checks); the schedule: tree_allreduce.h. tree_real runs one job
+     * (checked by comm.c) of the fixed tree on payload memory: the all-reduce of moe_comm_allreduce_tree_real or
+     * one of its halves, so a transport writes its tree once */
+    moe_status (*tree_real)(moe_comm *c, moe_real *buf, const struct moe__tree_job *job);
     moe_status (*allreduce_tree_f64)(moe_comm *c, double *buf, size_t count);
     moe_status (*scan_sum_ints)(moe_comm *c, const int *in, int *prefix, int *total, int count);
     moe_status (*barrier)(moe_comm *c);
@@ -35,7 +39,7 @@ struct moe_comm {
     long completed;             /* exchanges completed on this communicator, for messages */
     moe_exchange_times *times;  /* when set, each entry adds its wall time here (comm_timing.h) */
     moe_tree_algorithm tree_algorithm; /* what the tree all-reduces run (tree_allreduce.h) */
-    size_t tree_piece_nbytes;   /* the pieces they run over (tree_allreduce.h); 0: MOE__TREE_PIECE_NBYTES */
+    size_t tree_piece_nbytes;   /* the most they move at once (tree_allreduce.h); 0: MOE__TREE_PIECE_NBYTES */
     void *impl;                 /* the transport's state */
 };
 
@@ -45,5 +49,7 @@ moe_comm *moe__comm_new(const moe_transport_ops *ops, const char *label, int ran
 
 /* copy_payload of the transports on host memory (a memmove). */
 moe_status moe__comm_copy_host(moe_comm *c, void *dst, const void *src, size_t nbytes);
+/* tree_real of the transports of one rank: the tree of one leaf is the identity (one more exchange completed). */
+moe_status moe__comm_tree_one(moe_comm *c, moe_real *buf, const struct moe__tree_job *job);
 
 #endif
