@@ -13,11 +13,17 @@
 
 static const double GiB = 1073741824.0;
 
+/* How the layout reduces its gradients: once per step, or ZeRO-2's per micro-batch into shards. */
+static const char *gradient_reduction(const moe_plan_layout *l) {
+    return l->zero == 2 ? "reduce-scatter" : "all-reduce";
+}
+
 /* The largest of the step's serial terms: what a faster GPU, network or smaller model would have to fix. */
-static const char *limit_of(const moe_plan_prediction *p) {
+static const char *limit_of(const moe_plan_layout *l, const moe_plan_prediction *p) {
     const struct { double s; const char *what; } t[] = {{p->compute_s, "compute"},
                                                        {p->alltoall_s, "all-to-all bandwidth"},
-                                                       {p->allreduce_s, "gradient all-reduce"},
+                                                       {p->allreduce_s, l->zero == 2 ? "gradient reduce-scatter"
+                                                                                     : "gradient all-reduce"},
                                                        {p->control_s, "routing control latency"},
                                                        {p->optimizer_s, "optimizer memory bandwidth"}};
     int best = 0;
@@ -65,30 +71,41 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     const moe_plan_memory *m = &p->memory;
     printf("memory per GPU (GiB): weights %.2f, fp32 masters %.2f, gradients %.2f, optimizer %.2f, activations %.2f, "
-           "all-to-all buffers %.2f, all-reduce scratch %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
+           "all-to-all buffers %.2f, gradient-sum scratch %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
            m->weights / GiB, m->masters / GiB, m->gradients / GiB, m->optimizer / GiB, m->activations / GiB,
            m->exchange / GiB, m->reduce_scratch / GiB, m->workspace / GiB, m->total / GiB, c->gpu_memory / GiB,
            p->fits ? "fits" : "DOES NOT FIT");
+    if (l->zero == 2) {
+        const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&o->model, l->ep);
+        printf("ZeRO-2 gradients (GiB): shard %.2f (dense / %lld, experts / %lld), one layer's window %.2f, the ends "
+               "(%s) %.2f\n", (m->gradients - 4.0 * (double)(g.window + g.ends)) / GiB, (long long)l->world,
+               (long long)(l->world / l->ep), 4.0 * (double)g.window / GiB,
+               o->model.tie_embeddings ? "embedding, final norm" : "embedding, final norm, lm_head",
+               4.0 * (double)g.ends / GiB);
+    }
+    char how[64] = "once per step";
+    if (l->zero == 2) snprintf(how, sizeof how, "per micro-batch, x %lld", (long long)p->accum_steps);
     printf("sent (= received) per GPU per step: all-to-all %.3f GB to %d peers on its node, %.3f GB to %d on others; "
-           "gradient all-reduce dense %.3f GB (ring over %lld, %s), experts %.3f GB (ring over %lld, %s)",
+           "gradient %s %s: dense %.3f GB (ring over %lld, %s), experts %.3f GB (ring over %lld, %s)",
            p->alltoall_intra_bytes / 1e9, p->alltoall_peers_intra, p->alltoall_inter_bytes / 1e9,
-           p->alltoall_peers_inter, p->allreduce_dense_bytes / 1e9, (long long)l->world,
+           p->alltoall_peers_inter, gradient_reduction(l), how, p->allreduce_dense_bytes / 1e9, (long long)l->world,
            p->dense_group_spans_nodes ? "across nodes" : "inside a node", p->allreduce_expert_bytes / 1e9,
            (long long)(l->world / l->ep), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
-    if (l->zero) printf(", ZeRO-1 parameter all-gather %.3f GB", p->zero_gather_bytes / 1e9);
+    if (l->zero) printf(", ZeRO-%d parameter all-gather %.3f GB", l->zero, p->zero_gather_bytes / 1e9);
     printf("\n");
     if (p->routing_skew > 1)
         printf("routing skew %.3f%s: the busiest EP rank's expert rows over the mean, which its MoE work and all-to-all "
                "wait for\n", p->routing_skew, o->routing.num_samples ? " (from --routing-from)" : "");
     printf("time per step (ms): compute %.3f (dense path %.3f %s, MoE layers %.3f), optimizer %.3f (%s), all-to-all "
-           "%.3f, routing control %.3f, all-reduce %.3f\n", p->compute_s * 1e3, p->compute_dense_s * 1e3,
+           "%.3f, routing control %.3f, gradient %s%s %.3f\n", p->compute_s * 1e3, p->compute_dense_s * 1e3,
            c->dense_s_per_token > 0 ? "measured per token" : "at the GEMM rate", p->compute_moe_s * 1e3,
            p->optimizer_s * 1e3, c->optimizer_s_per_param > 0 ? "measured per parameter" : "memory bandwidth",
-           p->alltoall_s * 1e3, p->control_s * 1e3, p->allreduce_s * 1e3);
+           p->alltoall_s * 1e3, p->control_s * 1e3, gradient_reduction(l), l->zero ? " + all-gather" : "",
+           p->allreduce_s * 1e3);
     printf("predicted step: %.3f ms serial (as moe-train runs), %.3f ms with exchanges overlapped; tokens/s %.4g / "
            "%.4g; MFU %.1f%% / %.1f%%; limited by %s\n",
            p->step_serial_s * 1e3, p->step_overlap_s * 1e3, p->tokens_per_s_serial, p->tokens_per_s_overlap,
-           100 * p->mfu_serial, 100 * p->mfu_overlap, limit_of(p));
+           100 * p->mfu_serial, 100 * p->mfu_overlap, limit_of(l, p));
 }
 
 static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction *p) {
@@ -114,10 +131,11 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
                      p->optimizer_s, "alltoall", p->alltoall_s, "control", p->control_s, "allreduce", p->allreduce_s,
                      "step_serial", p->step_serial_s, "step_overlap", p->step_overlap_s, "tokens_per_s_serial",
                      p->tokens_per_s_serial, "tokens_per_s_overlap", p->tokens_per_s_overlap, "mfu_serial",
-                     p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(p), "routing_skew",
+                     p->mfu_serial, "mfu_overlap", p->mfu_overlap, "limited_by", limit_of(l, p), "routing_skew",
                      p->routing_skew);
     json_object_set_new(json_object_get(doc, "memory_bytes"), "reduce_scratch", json_real(m->reduce_scratch));
     json_object_set_new(doc, "recompute", json_string(recompute_name(l->recompute)));
+    json_object_set_new(doc, "gradient_reduction", json_string(gradient_reduction(l)));
     json_object_set_new(doc, "recompute_flops_per_token", json_real(p->recompute_flops_per_token));
     return doc;
 }
@@ -140,13 +158,22 @@ static json_t *model_json(const moe_plan_options *o, const char **notes, int num
                      "unsupported", list);
 }
 
-/* The least memory any layout needs: ep = the largest that divides both, ZeRO-1, one sequence per micro-batch. */
-static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *ep) {
-    moe_plan_layout l = o->run.layout;
-    for (int64_t e = 1; e <= l.world; e++)
-        if (l.world % e == 0 && o->model.num_experts % e == 0) l.ep = e;
-    l.zero = 1, l.micro_batch = 1, l.recompute = MOE_RECOMPUTE_FULL, *ep = l.ep;
-    return moe_plan_model_memory(&o->model, &l);
+/* The least memory any layout needs: ep = the largest that divides both, one sequence per micro-batch, recompute
+ * full, and ZeRO-1 or, where it is possible and smaller, ZeRO-2 (its shard, window and ends outweigh whole gradients
+ * on few GPUs). */
+static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *ep, int *zero) {
+    moe_plan_run r = o->run;
+    moe_plan_layout *l = &r.layout;
+    for (int64_t e = 1; e <= l->world; e++)
+        if (l->world % e == 0 && o->model.num_experts % e == 0) l->ep = e;
+    l->zero = 1, l->micro_batch = 1, l->recompute = MOE_RECOMPUTE_FULL, *ep = l->ep, *zero = 1;
+    moe_plan_memory least = moe_plan_model_memory(&o->model, l);
+    l->zero = 2;
+    if (!moe_plan_run_problem(&o->model, &o->cluster, &r)) {
+        const moe_plan_memory sharded = moe_plan_model_memory(&o->model, l);
+        if (sharded.total < least.total) least = sharded, *zero = 2;
+    }
+    return least;
 }
 
 static int run_search(const moe_plan_options *o, json_t *doc) {
@@ -165,10 +192,12 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
         json_object_set_new(doc, "layouts_fit", json_integer(fit));
         json_object_set_new(doc, "layouts", list);
         int64_t ep;
-        const moe_plan_memory least = least_memory(o, &ep);
-        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:f, s:f, s:f, s:f}", "ep", (json_int_t)ep, "total",
-                                                           least.total, "activations", least.activations, "exchange",
-                                                           least.exchange, "optimizer", least.optimizer));
+        int zero;
+        const moe_plan_memory least = least_memory(o, &ep, &zero);
+        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "ep", (json_int_t)ep,
+                                                           "zero", zero, "total", least.total, "activations",
+                                                           least.activations, "exchange", least.exchange, "optimizer",
+                                                           least.optimizer, "gradients", least.gradients));
     } else {
         printf("search: %d layouts of %lld GPUs tried, %d fit in %.1f GiB; global batch %lld x %lld tokens, %s\n",
                tried, (long long)o->run.layout.world, fit, o->cluster.gpu_memory / GiB, (long long)o->run.global_batch,
@@ -183,16 +212,18 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
                    (long long)l->ep, (long long)(l->world / l->ep), l->zero, recompute_name(l->recompute),
                    (long long)l->micro_batch,
                    (long long)p->accum_steps, p->memory.total / GiB, p->step_serial_s * 1e3, p->tokens_per_s_serial,
-                   100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(p));
+                   100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(l, p));
         }
         if (!fit) {
             int64_t ep;
-            const moe_plan_memory m = least_memory(o, &ep);
-            printf("no layout fits: the smallest (ep %lld, ZeRO-1, recompute full, micro-batch 1) needs %.1f GiB per GPU "
-                   "(activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, gradients %.1f, bf16 "
-                   "copies %.1f); use more GPUs or a shorter --seq-len (sharded gradients and masters, pipeline and tensor "
-                   "parallelism are not in this project yet)\n", (long long)ep, m.total / GiB, m.activations / GiB,
-                   m.exchange / GiB, m.optimizer / GiB, m.masters / GiB, m.gradients / GiB, m.weights / GiB);
+            int zero;
+            const moe_plan_memory m = least_memory(o, &ep, &zero);
+            printf("no layout fits: the smallest (ep %lld, ZeRO-%d, recompute full, micro-batch 1) needs %.1f GiB per "
+                   "GPU (activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, gradients %.1f, bf16 "
+                   "copies %.1f); use more GPUs or a shorter --seq-len (sharded masters and weights, pipeline and "
+                   "tensor parallelism are not in this project yet)\n", (long long)ep, zero, m.total / GiB,
+                   m.activations / GiB, m.exchange / GiB, m.optimizer / GiB, m.masters / GiB, m.gradients / GiB,
+                   m.weights / GiB);
         }
     }
     free(all);

@@ -43,6 +43,11 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
     if (l->ep < 1 || l->world % l->ep) return "--ep must divide the number of GPUs";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
+    if (l->zero < 0 || l->zero > 2) return "--zero must be 0, 1 or 2";
+    if (l->zero == 2 && moe_plan_layout_local_shards(l) == 0)
+        return "--zero 2 needs moe-train's world-invariant sums (its reduce-scatter is their fixed tree), which are "
+               "off here: moe-train's shards (the largest power of two dividing GPUs x --micro-batch, at most 64) "
+               "must be a multiple of the number of GPUs, a power of two; use --zero 1";
     if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
     if (r->global_batch < 1 || r->global_batch % (l->world * l->micro_batch))
@@ -66,6 +71,12 @@ static void alltoall_peers(int64_t world, int64_t ep, int64_t G, int *intra, int
  * Yuan 2009; NCCL's ring). */
 static double ring_allreduce_s(double nbytes, int64_t n, double bw, double latency) {
     return n < 2 ? 0 : 2.0 * (n - 1) * latency + 2.0 * (double)(n - 1) / n * nbytes / bw;
+}
+
+/* Seconds of reduce-scattering nbytes over n ranks in `collectives` calls (ZeRO-2: one per layer's window and one
+ * for the ends, per micro-batch): the ring's first half, (n-1) steps of nbytes / n each, per call. */
+static double ring_reduce_scatter_s(double nbytes, int64_t n, double collectives, double bw, double latency) {
+    return n < 2 ? 0 : collectives * (n - 1) * latency + (double)(n - 1) / n * nbytes / bw;
 }
 
 moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r) {
@@ -128,8 +139,9 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
         control += ceil(log2((double)W)) * (world_latency + 4.0 * (double)m->num_experts / world_bw);
     o.control_s = Lm * (double)o.accum_steps * control;
 
-    /* gradients, once per step: dense fp32 over the world, this GPU's experts over the expert-data-parallel group
-     * (ranks ep apart); ZeRO-1 then all-gathers the updated dense parameters */
+    /* gradients: dense fp32 over the world, this GPU's experts over the expert-data-parallel group (ranks ep apart);
+     * all-reduced once per step, or under ZeRO-2 reduce-scattered per micro-batch, layer by layer as each layer's
+     * backward ends (the ends once more); ZeRO-1 and 2 then all-gather the updated parameters */
     o.dense_group_spans_nodes = c->nodes > 1;
     /* the group of EP rank ep-1 runs from rank ep-1 (node (ep-1)/G, and ep <= W/2 when dp > 1) to rank W-1 (the
      * last node): with dp > 1 some group crosses nodes whenever there are several */
@@ -145,22 +157,32 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double expert_bw =
         o.expert_group_spans_nodes ? (expert_nic < c->intra_bw ? expert_nic : c->intra_bw) : c->intra_bw;
     const double expert_lat = o.expert_group_spans_nodes ? c->inter_latency : c->intra_latency;
-    o.allreduce_dense_bytes = W > 1 ? 2.0 * (W - 1) / W * dense_nbytes : 0;
-    o.allreduce_expert_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * expert_nbytes : 0;
-    /* ZeRO-1's all-gathers of the updated parameters: a ring's second half, (n-1) steps of 1/n each */
+    const double micro = (double)o.accum_steps;
+    if (l->zero == 2) {
+        o.allreduce_dense_bytes = W > 1 ? micro * (W - 1) / W * dense_nbytes : 0;
+        o.allreduce_expert_bytes = dp > 1 ? micro * (dp - 1) / dp * expert_nbytes : 0;
+        const double dense_calls = (double)m->num_layers + 1; /* each layer's window, then the ends */
+        o.allreduce_s = micro * (ring_reduce_scatter_s(dense_nbytes, W, dense_calls, dense_bw, dense_lat) +
+                                 ring_reduce_scatter_s(expert_nbytes, dp, Lm, expert_bw, expert_lat));
+    } else {
+        o.allreduce_dense_bytes = W > 1 ? 2.0 * (W - 1) / W * dense_nbytes : 0;
+        o.allreduce_expert_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * expert_nbytes : 0;
+        o.allreduce_s = ring_allreduce_s(dense_nbytes, W, dense_bw, dense_lat) +
+                        ring_allreduce_s(expert_nbytes, dp, expert_bw, expert_lat);
+    }
+    /* ZeRO-1's and 2's all-gathers of the updated parameters: a ring's second half, (n-1) steps of 1/n each */
     const double dense_gather = l->zero && W > 1 ? (double)(W - 1) / W * dense_nbytes : 0;
     const double expert_gather = l->zero && dp > 1 ? (double)(dp - 1) / dp * expert_nbytes : 0;
     o.zero_gather_bytes = dense_gather + expert_gather;
-    o.allreduce_s = ring_allreduce_s(dense_nbytes, W, dense_bw, dense_lat) +
-                    ring_allreduce_s(expert_nbytes, dp, expert_bw, expert_lat) +
-                    (dense_gather > 0 ? (W - 1) * dense_lat + dense_gather / dense_bw : 0) +
-                    (expert_gather > 0 ? (dp - 1) * expert_lat + expert_gather / expert_bw : 0);
+    o.allreduce_s += (dense_gather > 0 ? (W - 1) * dense_lat + dense_gather / dense_bw : 0) +
+                     (expert_gather > 0 ? (dp - 1) * expert_lat + expert_gather / expert_bw : 0);
 
     /* AdamW is bound by memory: per parameter it updates, read p, g, m, v and write p, m, v (28 bytes) after the
-     * clipping norm read g (4); every gradient is zeroed (4); under bf16 each matrix is copied (read 4, write 2) */
+     * clipping norm read g (4); every gradient held between steps is zeroed (4: all of them, or ZeRO-2's shard);
+     * under bf16 each matrix is copied (read 4, write 2) */
     const double updated = l->zero ? (double)p.dense / W + (double)p.expert / ep / dp
                                    : (double)p.dense + (double)p.expert / ep;
-    const double held = (double)p.dense + (double)p.expert / ep;
+    const double held = l->zero == 2 ? updated : (double)p.dense + (double)p.expert / ep;
     const double copied = l->bf16 ? (double)p.dense_matrix + (double)p.expert / ep : 0;
     const double optimizer_nbytes = 32 * updated + 4 * held + 6 * copied;
     /* a measured time per parameter was taken with every parameter updated in fp32: 36 bytes each by this count */

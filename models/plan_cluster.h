@@ -1,6 +1,7 @@
 /* plan_cluster.h — moe-plan's cluster and its time model: how many bytes each GPU moves per training step
- * (all-to-all split by where its peers are, ring all-reduce), how long that and the compute take, and the
- * step time, tokens/s and MFU with and without overlap of exchanges and compute. Formulas: docs/SCALING.md.
+ * (all-to-all split by where its peers are, ring all-reduce or ZeRO-2's reduce-scatter), how long that and the
+ * compute take, and the step time, tokens/s and MFU with and without overlap of exchanges and compute. Formulas:
+ * docs/SCALING.md.
  *
  * Ranks are placed as mpirun and srun place them by default: rank r on node r / gpus_per_node. EP groups are
  * blocks of ep consecutive ranks, expert-data-parallel groups are ranks ep apart (README "Ranks and experts"). */
@@ -42,7 +43,8 @@ typedef struct {
 } moe_plan_run;
 
 /* NULL when the run can be laid out on the cluster (sizes divide, world = gpus_per_node * nodes), else a
- * sentence naming what does not fit; about shapes and divisibility, not memory. */
+ * sentence naming what does not fit; about shapes and divisibility, not memory (and ZeRO-2's need of the
+ * world-invariant sums). */
 const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r);
 
 typedef struct {
@@ -52,13 +54,17 @@ typedef struct {
     double recompute_flops_per_token; /* what recomputation adds (hardware FLOPs, in the step time only)    */
     /* bytes one GPU sends per step (it receives as many under balanced routing) */
     double alltoall_intra_bytes, alltoall_inter_bytes;
-    double allreduce_dense_bytes, allreduce_expert_bytes; /* ring: 2 (n-1)/n of the gradient bytes      */
-    double zero_gather_bytes;     /* ZeRO-1's all-gathers of the updated parameters: (n-1)/n of the dense over
-                                   * the world, of a GPU's experts over its expert-data-parallel group        */
+    /* the gradient reduction: ring all-reduce, 2 (n-1)/n of the gradient bytes once per step; under ZeRO-2 a
+     * reduce-scatter, (n-1)/n of them per micro-batch (dense over the world, a GPU's experts over dp) */
+    double allreduce_dense_bytes, allreduce_expert_bytes;
+    double zero_gather_bytes;     /* ZeRO-1's and 2's all-gathers of the updated parameters: (n-1)/n of the dense
+                                   * over the world, of a GPU's experts over its expert-data-parallel group    */
     int alltoall_peers_intra, alltoall_peers_inter; /* the busiest rank's EP peers on / off its node   */
     int dense_group_spans_nodes, expert_group_spans_nodes;
     /* seconds per step */
-    double compute_s, optimizer_s, alltoall_s, control_s, allreduce_s;
+    double compute_s, optimizer_s, alltoall_s, control_s;
+    double allreduce_s;           /* the gradient reduction (all-reduce, or ZeRO-2's reduce-scatters) and the
+                                   * ZeRO all-gather                                                           */
     double compute_dense_s, compute_moe_s; /* compute_s = their sum: the dense path's and the MoE layers' */
     double step_serial_s;         /* compute + optimizer + every exchange, one after another (this project) */
     double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer         */

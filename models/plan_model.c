@@ -69,25 +69,52 @@ int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int 
     return n;
 }
 
-moe_plan_params moe_plan_model_params(const moe_plan_model *m) {
+/* One layer's parameters by tensor, and the ends' (what params and ZeRO-2's gradient buffers both count). */
+typedef struct {
+    int64_t attention;      /* q, k, v, o projections                                */
+    int64_t norms;          /* input and post-attention; q and k per head (Qwen3)     */
+    int64_t expert;         /* one routed expert: w1, w3: [F, d]; w2: [d, F]          */
+    int64_t router, shared; /* an MoE layer's; a shared expert with its gate          */
+    int64_t dense_ffn;      /* a dense layer's FFN                                    */
+    int64_t embedding, lm_head, final_norm; /* the ends; lm_head 0 when tied          */
+} parameter_counts;
+
+static parameter_counts parameter_counts_of(const moe_plan_model *m) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
-    const int64_t L = m->num_layers, Lm = moe_plan_model_num_moe_layers(m), E = m->num_experts;
-    const int64_t attention = d * A + 2 * d * B + A * d;         /* q, k, v, o projections */
-    const int64_t norms = 2 * d + (m->qk_norm ? 2 * m->head_dim : 0); /* input and post-attention, q and k */
-    const int64_t expert = 3 * d * m->d_ff_expert;                /* w1, w3: [F, d]; w2: [d, F] */
-    const int64_t router = E * d, shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 ? d : 0); /* + its gate */
-    const int64_t dense_ffn = 3 * d * m->d_ff_dense;
-    const int64_t V = m->vocab_size, embedding = V * d, lm_head = m->tie_embeddings ? 0 : V * d;
-    moe_plan_params p = {.embedding = embedding};
-    p.dense = embedding + lm_head + d /* final norm */ + L * (attention + norms) + Lm * (router + shared) +
-              (L - Lm) * dense_ffn;
-    p.expert = Lm * E * expert;
+    return (parameter_counts){.attention = d * A + 2 * d * B + A * d,
+                              .norms = 2 * d + (m->qk_norm ? 2 * m->head_dim : 0),
+                              .expert = 3 * d * m->d_ff_expert,
+                              .router = m->num_experts * d,
+                              .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 ? d : 0),
+                              .dense_ffn = 3 * d * m->d_ff_dense,
+                              .embedding = m->vocab_size * d,
+                              .lm_head = m->tie_embeddings ? 0 : m->vocab_size * d,
+                              .final_norm = d};
+}
+
+moe_plan_params moe_plan_model_params(const moe_plan_model *m) {
+    const parameter_counts c = parameter_counts_of(m);
+    const int64_t L = m->num_layers, Lm = moe_plan_model_num_moe_layers(m), E = m->num_experts, d = m->d_model;
+    moe_plan_params p = {.embedding = c.embedding};
+    p.dense = c.embedding + c.lm_head + c.final_norm + L * (c.attention + c.norms) + Lm * (c.router + c.shared) +
+              (L - Lm) * c.dense_ffn;
+    p.expert = Lm * E * c.expert;
     p.total = p.dense + p.expert;
-    p.active = p.dense + Lm * m->top_k * expert;
-    p.dense_matrix = p.dense - d - L * norms;
+    p.active = p.dense + Lm * m->top_k * c.expert;
+    p.dense_matrix = p.dense - d - L * c.norms;
     /* the lm_head product is V * d per token whether or not it shares the embedding's storage */
-    p.matmul_active = p.active - embedding - d - L * norms + (m->tie_embeddings ? embedding : 0);
+    p.matmul_active = p.active - c.embedding - d - L * c.norms + (m->tie_embeddings ? c.embedding : 0);
     return p;
+}
+
+moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep) {
+    const parameter_counts c = parameter_counts_of(m);
+    const int64_t Lm = moe_plan_model_num_moe_layers(m), local_experts = m->num_experts / (ep > 0 ? ep : 1);
+    const int64_t moe_layer = c.attention + c.norms + c.router + c.shared + local_experts * c.expert;
+    const int64_t dense_layer = c.attention + c.norms + c.dense_ffn;
+    int64_t window = Lm > 0 ? moe_layer : 0;
+    if (Lm < m->num_layers && dense_layer > window) window = dense_layer;
+    return (moe_plan_gradient_buffers){.window = window, .ends = c.embedding + c.lm_head + c.final_norm};
 }
 
 double moe_plan_model_flops_per_token(const moe_plan_model *m, int64_t seq_len) {
@@ -169,19 +196,28 @@ int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch) {
     return S % world == 0 ? S / world : 0;
 }
 
+int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay) {
+    return lay->local_shards < 0 ? moe_plan_default_local_shards(lay->world, lay->micro_batch) : lay->local_shards;
+}
+
 static double log2_of(double n) { return n > 1 ? ceil(log2(n)) : 0; }
 
 /* mem.reduce_scratch (plan_model.h). */
 static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, double dense,
                                     double local_expert) {
     const double real = sizeof(moe_real), d = (double)m->d_model, dp = (double)(lay->world / lay->ep);
-    const int64_t LS = lay->local_shards < 0 ? moe_plan_default_local_shards(lay->world, lay->micro_batch)
-                                             : lay->local_shards;
+    const int64_t LS = moe_plan_layout_local_shards(lay);
     const double larger = dense > local_expert || dp < 2 ? dense : local_expert;
     if (LS == 0) return lay->cpu && lay->world > 1 ? real * larger : 0; /* MPI_Allreduce's copy; NCCL: in place */
-    /* the tree all-reduce: half of a piece (alltoall/tree_allreduce.h) */
-    const double piece = (double)MOE__TREE_PIECE_NBYTES / real, region = larger < piece ? larger : piece;
-    double bytes = lay->world > 1 ? real * ceil(region / 2) : 0;
+    const double piece = (double)MOE__TREE_PIECE_NBYTES / real;
+    double bytes = 0;
+    if (lay->world > 1 && lay->zero == 2) { /* the reduce-scatter's one chunk: a piece, half a window at most */
+        const double half_window = ceil((double)moe_plan_model_gradient_buffers(m, lay->ep).window / 2);
+        bytes = real * (half_window < piece ? half_window : piece);
+    } else if (lay->world > 1) { /* the tree all-reduce: half of a piece (alltoall/tree_allreduce.h) */
+        const double region = larger < piece ? larger : piece;
+        bytes = real * ceil(region / 2);
+    }
     /* the shard tree of the dense weight gradients: log2(LS) + 2 slots of the largest (models/shard_grads.c) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     double largest = (double)m->vocab_size * d, other[] = {3 * (double)m->d_ff_dense * d, A * d, B * d};
@@ -217,8 +253,13 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     /* the bf16 copies: 2 bytes a value on the CUDA path, a moe_real holding the rounded value on the CPU path */
     mem.weights = lay->bf16 ? (lay->cpu ? sizeof(moe_real) : 2) * ((double)p.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);
-    mem.gradients = mem.masters;
     const double expert_dp = (double)lay->world / (double)lay->ep; /* the ranks holding the same experts */
+    if (lay->zero == 2) { /* the shard (the moments' ranges), one layer's window, the ends */
+        const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(m, lay->ep);
+        mem.gradients = 4 * (dense / (double)lay->world + local_expert / expert_dp + (double)g.window + (double)g.ends);
+    } else {
+        mem.gradients = mem.masters;
+    }
     mem.optimizer = 8 * (lay->zero ? dense / (double)lay->world + local_expert / expert_dp : dense + local_expert);
     /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h's list: [T, E] fp32 scores, [T, k] choices)
      * and dgate [T, k]; kept for backward unless

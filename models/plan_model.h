@@ -78,8 +78,12 @@ moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan
 typedef struct {
     int64_t world;            /* GPUs                                                                    */
     int64_t ep;               /* expert-parallel group size; divides world and E                         */
-    int zero;                 /* 1: ZeRO-1 as this project does it: the AdamW moments of the dense parameters sharded
-                               * over the world, of a GPU's experts over its expert-data-parallel group (world / ep) */
+    int zero;                 /* 0: nothing sharded. 1: ZeRO-1 as this project does it: the AdamW moments of the dense
+                               * parameters sharded over the world, of a GPU's experts over its expert-data-parallel
+                               * group (dp = world / ep). 2: ZeRO-2: the moments as under 1, and the gradients never
+                               * held whole: each layer's backward writes one window (moe_plan_gradient_buffers) that is
+                               * reduce-scattered into a shard of the same ranges as the moments, per micro-batch; needs
+                               * the world-invariant sums (moe_plan_layout_local_shards > 0, moe_plan_run_problem) */
     int64_t micro_batch;      /* sequences per GPU per micro-batch                                       */
     int64_t seq_len;
     int bf16;                 /* 1: bf16 GEMM inputs, fp32 masters (core/precision.h)                     */
@@ -100,15 +104,17 @@ typedef struct {
     double weights;      /* bf16 copies of the GEMM weights (0 under fp32: the masters are the weights; fp32-sized
                           * on the CPU path)                                                             */
     double masters;      /* fp32 parameters: dense + this GPU's experts                                  */
-    double gradients;    /* fp32, mirroring the masters                                                  */
-    double optimizer;    /* AdamW m and v, fp32; under ZeRO-1 the dense part / world, the experts' / dp   */
+    double gradients;    /* fp32: mirroring the masters; under ZeRO-2 the shard (dense / world + the experts' / dp,
+                          * the moments' ranges), the window and the ends (moe_plan_gradient_buffers)       */
+    double optimizer;    /* AdamW m and v, fp32; under ZeRO-1 and 2 the dense part / world, the experts' / dp */
     double activations;  /* what forward keeps for backward and the backward scratch, all layers         */
     double exchange;     /* the MoE layers' all-to-all send/receive and expert-row buffers: what each layer
                           * keeps, and the scratch of one pass, which every layer shares                  */
     double reduce_scratch; /* the gradient sums': with world-invariant sums, the fixed tree all-reduce's (half of a
-                            * piece of the region it sums), the shard tree's slots for the largest dense gradient
-                            * (models/shard_grads.c) and the experts' per-segment weight-gradient leaves; without,
-                            * on the CPU path the transport's (MPI) copy of the larger region            */
+                            * piece of the region it sums; under ZeRO-2 its reduce-scatter's one transfer chunk, at
+                            * most a piece, at most half the window), the shard tree's slots for the largest dense
+                            * gradient (models/shard_grads.c) and the experts' per-segment weight-gradient leaves;
+                            * without, on the CPU path the transport's (MPI) copy of the larger region    */
     double workspace;
     double total;
 } moe_plan_memory;
@@ -117,6 +123,19 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
 /* moe-train's default shards per GPU for world sequences per micro-batch (models/train_options.c): the batch's
  * largest power-of-two divisor up to 64, split over the world when it divides it, else 0 (off). */
 int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch);
+
+/* The layout's world-invariant shards per GPU: its local_shards, or moe_plan_default_local_shards for -1. 0: the sums
+ * are the transport's all-reduce, and ZeRO-2 (whose reduce-scatter is the fixed tree's) is not possible. */
+int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay);
+
+/* ZeRO-2's resident gradient buffers, in fp32 values. window: the largest decoder layer's weight gradients — its
+ * attention q, k, v, o, its norms (q/k norms too), the router (and a shared expert) or the dense FFN's three matrices,
+ * and this GPU's E/ep experts of that layer (3 d F each) — which each layer's backward writes and reduce-scatters;
+ * ends: the embedding, the final norm and the lm_head when untied, held through the whole backward. */
+typedef struct {
+    int64_t window, ends;
+} moe_plan_gradient_buffers;
+moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep);
 
 /* Rows the busiest GPU's experts keep per micro-batch: T k s under routing skew s (1 at ep 1: one EP rank holds every
  * expert), at most cf T k with a capacity factor (each of E/ep local experts keeps at most ceil(cf ep T k / E)). */

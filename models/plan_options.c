@@ -39,8 +39,10 @@ static const flag_spec kFlags[] = {
     {"--ep", "expert-parallel group size (divides the GPUs and the experts)", F_INT, 1, 1 << 20, {0}, "1", 0},
     {"--dp", "expert-data-parallel size; must be GPUs / --ep (no tensor or pipeline parallelism here)", F_INT, 1,
      1 << 20, {0}, "GPUs / ep", 0},
-    {"--zero", "1: ZeRO-1 as moe-train does it (AdamW moments sharded: the dense over the GPUs, a GPU's experts over "
-     "the GPUs holding the same experts)", F_INT, 0, 1, {0}, "0", 0},
+    {"--zero", "as moe-train --zero: 1, ZeRO-1 (AdamW moments sharded: the dense over the GPUs, a GPU's experts over "
+     "the GPUs holding the same experts); 2, ZeRO-2 (the gradients too: one layer's window reduce-scattered per "
+     "micro-batch into a shard; needs the world-invariant sums: a power-of-two number of GPUs, at most 64 shards)",
+     F_INT, 0, 2, {0}, "0; --search tries each", 0},
     {"--micro-batch", "sequences per GPU per micro-batch", F_INT, 1, 1 << 20, {0}, "1", 0},
     {"--seq-len", "tokens per sequence", F_INT, 1, 1 << 24, {0}, "128; 4096 with --hf-config", 0},
     {"--global-batch", "sequences per optimizer step (a multiple of GPUs x micro-batch)", F_INT, 1, 1e12, {0},
@@ -75,7 +77,8 @@ static const flag_spec kFlags[] = {
     {"--routing-skew", "the busiest EP rank's expert rows over the mean, for every ep", F_NUM, 1, 1e6, {0},
      "1 (balanced)", 0},
     /* output */
-    {"--search", "rank every layout (ep, zero, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0, {0}, "off", 0},
+    {"--search", "rank every layout (ep, zero, recompute, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0,
+     {0}, "off", 0},
     {"--top", "layouts --search prints", F_INT, 1, 1 << 20, {0}, "10", 0},
     {"--json", "one JSON object instead of the report", F_SWITCH, 0, 0, {0}, "off", 0},
 };

@@ -23,7 +23,7 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
     if (!all) return MOE_ERR_OUT_OF_MEMORY;
     for (int64_t ep = 1; ep <= W; ep++) {
         if (W % ep || m->num_experts % ep) continue;
-        for (int zero = 0; zero <= 1; zero++)
+        for (int zero = 0; zero <= 2; zero++) /* 2: skipped by moe_plan_run_problem without the tree */
             for (int recompute = MOE_RECOMPUTE_NONE; recompute <= MOE_RECOMPUTE_FULL; recompute++)
             for (int64_t mb = 1; mb <= per_gpu; mb++) {
                 if (per_gpu % mb) continue;

@@ -8,7 +8,10 @@
  *  - the MoE layers' share of the FLOPs, and the measured dense-path and optimizer calibrations on hand-worked cases;
  *  - bad config files are refused with the key named;
  *  - routing skew: a metrics.jsonl's expert counts give each ep its hand-worked skew, bad logs are refused by line,
- *    and the skew scales the routed experts' work and the all-to-all, nothing else.
+ *    and the skew scales the routed experts' work and the all-to-all, nothing else;
+ *  - ZeRO-2: its gradient bytes (shard, window, ends) and the reduce-scatter's scratch, traffic, time and optimizer
+ *    bytes on hand-worked cases; less memory than ZeRO-1 (Mixtral 8x7B fits 64 GPUs only with it); refused, and
+ *    skipped by --search, where moe-train's world-invariant sums are off.
  *   meson test -C build test_plan */
 #include <math.h>
 #include <stdio.h>
@@ -20,19 +23,25 @@
 #include "models/plan_cluster.h"
 #include "models/plan_hf.h"
 #include "models/plan_routing.h"
+#include "models/plan_search.h"
 #include "test_util.h"
 
 static const char *dir;
 
+/* dir/file (a config.json) into *m; 0, after a failed check, when it cannot be read */
+static int load_config(const char *file, moe_plan_model *m) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    const moe_status st = moe_plan_model_from_hf_config(path, m);
+    CHECK(st == MOE_OK, "%s: %s", path, moe_failure_message(st));
+    return st == MOE_OK;
+}
+
 /* published: the total and active counts in billions as published, and the digit they were given to */
 static void check_reference(const char *file, int64_t total, int64_t active, double pub_total, double pub_active,
                             double digit, int unsupported) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
     moe_plan_model m;
-    moe_status st = moe_plan_model_from_hf_config(path, &m);
-    CHECK(st == MOE_OK, "%s: %s", path, moe_failure_message(st));
-    if (st != MOE_OK) return;
+    if (!load_config(file, &m)) return;
     const moe_plan_params p = moe_plan_model_params(&m);
     CHECK(p.total == total, "%s: total %lld, want %lld", file, (long long)p.total, (long long)total);
     CHECK(p.active == active, "%s: active %lld, want %lld", file, (long long)p.active, (long long)active);
@@ -71,12 +80,8 @@ static void check_against_model(moe_model_config c, int seqs) {
 
 /* Each recompute level holds less and adds forward work to the step (hardware FLOPs), never to MFU's FLOPs. */
 static void check_recompute(void) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/mixtral-8x7b.json", dir);
     moe_plan_model mix;
-    const moe_status st = moe_plan_model_from_hf_config(path, &mix);
-    CHECK(st == MOE_OK, "%s: %s", path, moe_failure_message(st));
-    if (st != MOE_OK) return;
+    if (!load_config("mixtral-8x7b.json", &mix)) return;
     moe_plan_cluster c = moe_plan_cluster_h100(4);
     moe_plan_run r = {.layout = {.world = 32, .ep = 8, .zero = 1, .micro_batch = 1, .seq_len = 4096, .bf16 = 1,
                                  .attention = MOE_PLAN_ATTENTION_FUSED},
@@ -379,6 +384,150 @@ static void check_routing(void) {
     CHECK(moe_plan_run_problem(&m, &c, &run) != NULL, "a skew below 1 is not refused");
 }
 
+/* ZeRO-2 (models/plan_model.h's layout.zero): the gradients are a shard (dense / W + a GPU's experts / dp), one
+ * layer's window and the ends; reduced per micro-batch by reduce-scatter; valid only with world-invariant sums. */
+static void check_zero2(void) {
+    /* moe-train's default model (L 4 all MoE, d 128, H 4, E 8, F 256, V 256, untied) on 4 GPUs, ep 2, dp 2, 2
+     * sequences each: dense 332928 = 2 x 256 x 128 + 128 + 4 x (4 x 128^2 + 256 + 8 x 128); experts 3145728, 1572864
+     * per GPU; window 4 x 128^2 + 256 + 8 x 128 (router) + 4 local experts x 3 x 128 x 256 = 460032; ends 2 x 256 x
+     * 128 + 128 = 65664; gradients 4 x (332928 / 4 + 1572864 / 2 + 460032 + 65664) = 5581440 bytes */
+    moe_model_config cfg = moe_model_config_default();
+    const moe_plan_model m = moe_plan_model_from_config(&cfg);
+    const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&m, 2);
+    CHECK(g.window == 460032 && g.ends == 65664, "window %lld (want 460032), ends %lld (want 65664)",
+          (long long)g.window, (long long)g.ends);
+    moe_plan_layout lay = {.world = 4, .ep = 2, .zero = 1, .micro_batch = 2, .seq_len = 128, .bf16 = 1,
+                           .local_shards = -1};
+    const moe_plan_memory one = moe_plan_model_memory(&m, &lay);
+    lay.zero = 2;
+    const moe_plan_memory two = moe_plan_model_memory(&m, &lay);
+    CHECK(two.gradients == 5581440 && one.gradients == 4.0 * (332928 + 1572864),
+          "gradients: ZeRO-2 %.0f bytes (want 5581440), ZeRO-1 %.0f (want 7623168)", two.gradients, one.gradients);
+    CHECK(two.optimizer == one.optimizer && two.masters == one.masters && two.weights == one.weights &&
+              two.activations == one.activations && two.exchange == one.exchange,
+          "ZeRO-2 moved more than the gradients and their scratch");
+    /* the scratch: one chunk of the reduce-scatter, half the window (under a piece) for ZeRO-1's half of the larger
+     * region (the experts' 1572864); the shard tree's slots and the expert leaves as before (8 sequences: 2 shards
+     * per GPU) */
+    CHECK(moe_plan_layout_local_shards(&lay) == 2, "shards per GPU %lld, want 2",
+          (long long)moe_plan_layout_local_shards(&lay));
+    CHECK(two.reduce_scratch - one.reduce_scratch == 4.0 * (460032 / 2 - 1572864 / 2),
+          "scratch: ZeRO-2 %.0f, ZeRO-1 %.0f bytes", two.reduce_scratch, one.reduce_scratch);
+    CHECK(two.total < one.total, "ZeRO-2 total %.0f not below ZeRO-1's %.0f", two.total, one.total);
+    /* on one GPU nothing is sharded: the shard is every gradient and the window and ends come on top */
+    lay.world = 1, lay.ep = 1;
+    CHECK(moe_plan_model_memory(&m, &lay).gradients ==
+              4.0 * (332928 + 3145728 + 65536 + 256 + 1024 + 8 * 98304 + 65664),
+          "one GPU: ZeRO-2 gradients %.0f", moe_plan_model_memory(&m, &lay).gradients);
+
+    /* a dense layer wider than an MoE layer's share: L 4, every 2nd MoE (E 8, F 256), dense F 1024, tied, ep 4: the
+     * MoE layer 65536 + 256 + 1024 + 2 x 98304 = 263424, the dense one 65536 + 256 + 3 x 128 x 1024 = 459008; the
+     * ends 256 x 128 + 128 */
+    moe_plan_model wide = m;
+    wide.moe_every = 2, wide.d_ff_dense = 1024, wide.tie_embeddings = 1;
+    const moe_plan_gradient_buffers w = moe_plan_model_gradient_buffers(&wide, 4);
+    CHECK(w.window == 459008 && w.ends == 32896, "dense-layer window %lld (want 459008), ends %lld (want 32896)",
+          (long long)w.window, (long long)w.ends);
+
+    /* traffic and time: 16 GPUs on 2 nodes, ep 4, 2 sequences each, 3 micro-batches (48 experts, as check_layouts):
+     * the reduce-scatter sends (n-1)/n of the gradients per micro-batch, half an all-reduce's; the all-gather after
+     * the step is ZeRO-1's */
+    cfg.moe.num_experts = 48;
+    const moe_plan_model m48 = moe_plan_model_from_config(&cfg);
+    const moe_plan_params par = moe_plan_model_params(&m48);
+    moe_plan_cluster c = moe_plan_cluster_h100(1);
+    c.nodes = 2;
+    moe_plan_run r = {.layout = {.world = 16, .ep = 4, .zero = 1, .micro_batch = 2, .seq_len = 64, .bf16 = 1,
+                                 .local_shards = -1},
+                      .global_batch = 16 * 2 * 3};
+    const moe_plan_prediction p1 = moe_plan_predict(&m48, &c, &r);
+    r.layout.zero = 2;
+    CHECK(moe_plan_run_problem(&m48, &c, &r) == NULL, "ZeRO-2 refused: %s", moe_plan_run_problem(&m48, &c, &r));
+    const moe_plan_prediction p2 = moe_plan_predict(&m48, &c, &r);
+    CHECK(p2.accum_steps == 3, "accum %lld, want 3", (long long)p2.accum_steps);
+    CHECK(relative_error(p2.allreduce_dense_bytes, 3.0 / 2 * p1.allreduce_dense_bytes) < 1e-12 &&
+              relative_error(p2.allreduce_expert_bytes, 3.0 / 2 * p1.allreduce_expert_bytes) < 1e-12 &&
+              p2.zero_gather_bytes == p1.zero_gather_bytes,
+          "ZeRO-2 reduce-scatter %.0f + %.0f bytes vs all-reduce %.0f + %.0f; gather %.0f vs %.0f",
+          p2.allreduce_dense_bytes, p2.allreduce_expert_bytes, p1.allreduce_dense_bytes, p1.allreduce_expert_bytes,
+          p2.zero_gather_bytes, p1.zero_gather_bytes);
+    /* per micro-batch: L + 1 = 5 dense reduce-scatters (each layer, the ends) of 15 steps over the world at 400 GB/s,
+     * 4 expert ones of 3 steps over dp 4 at 100 GB/s, 10 us a step; then the gathers, one each */
+    const double dense = 4.0 * (double)par.dense, expert = 4.0 * (double)par.expert / 4;
+    const double scatter = 3 * (5 * 15 * 10e-6 + 15.0 / 16 * dense / 400e9 + 4 * 3 * 10e-6 + 3.0 / 4 * expert / 100e9);
+    const double gather = 15 * 10e-6 + 15.0 / 16 * dense / 400e9 + 3 * 10e-6 + 3.0 / 4 * expert / 100e9;
+    CHECK(relative_error(p2.allreduce_s, scatter + gather) < 1e-12, "ZeRO-2 gradient time %g s, want %g",
+          p2.allreduce_s, scatter + gather);
+    CHECK(p2.compute_s == p1.compute_s && p2.alltoall_s == p1.alltoall_s, "ZeRO-2 moved the compute or all-to-all");
+    /* one micro-batch: exactly half the all-reduce's bytes */
+    r.global_batch = 32, r.layout.zero = 1;
+    const moe_plan_prediction q1 = moe_plan_predict(&m48, &c, &r);
+    r.layout.zero = 2;
+    const moe_plan_prediction q2 = moe_plan_predict(&m48, &c, &r);
+    CHECK(relative_error(q2.allreduce_dense_bytes, q1.allreduce_dense_bytes / 2) < 1e-12 &&
+              relative_error(q2.allreduce_expert_bytes, q1.allreduce_expert_bytes / 2) < 1e-12,
+          "one micro-batch: reduce-scatter %.0f + %.0f bytes, all-reduce %.0f + %.0f", q2.allreduce_dense_bytes,
+          q2.allreduce_expert_bytes, q1.allreduce_dense_bytes, q1.allreduce_expert_bytes);
+    /* the optimizer zeroes the shard only, fp32, at 1 ns per 36 bytes: 36 x updated (the dense / 16 and a GPU's
+     * experts / 4) bytes; ZeRO-1 zeroes every gradient held: 32 x updated + 4 x held */
+    c.optimizer_s_per_param = 1e-9;
+    r.layout.bf16 = 0;
+    const double updated = (double)par.dense / 16 + (double)par.expert / 4 / 4, held = par.dense + par.expert / 4.0;
+    const moe_plan_prediction o2 = moe_plan_predict(&m48, &c, &r);
+    r.layout.zero = 1;
+    const moe_plan_prediction o1 = moe_plan_predict(&m48, &c, &r);
+    CHECK(relative_error(o2.optimizer_s, updated * 1e-9) < 1e-12 &&
+              relative_error(o1.optimizer_s, (32 * updated + 4 * held) / 36 * 1e-9) < 1e-12,
+          "optimizer: ZeRO-2 %g s (want %g), ZeRO-1 %g s", o2.optimizer_s, updated * 1e-9, o1.optimizer_s);
+
+    /* refused without world-invariant sums: explicitly off, 6 GPUs (not a power of two), 128 (over 64 shards) */
+    r.layout.zero = 2, r.layout.local_shards = 0;
+    const char *problem = moe_plan_run_problem(&m48, &c, &r);
+    CHECK(problem && strstr(problem, "world-invariant"), "ZeRO-2 without world-invariant sums: %s",
+          problem ? problem : "accepted");
+    r.layout.local_shards = -1, r.layout.zero = 3;
+    problem = moe_plan_run_problem(&m48, &c, &r);
+    CHECK(problem && strstr(problem, "--zero"), "--zero 3: %s", problem ? problem : "accepted");
+
+    /* the search: on 8 GPUs every ZeRO-1 layout has its ZeRO-2 twin; on 6 and 128 none (with memory to spare, every
+     * layout tried fits and is listed) */
+    const int64_t worlds[] = {8, 6, 128};
+    for (int i = 0; i < 3; i++) {
+        moe_plan_cluster big = moe_plan_cluster_h100(1);
+        big.gpus_per_node = worlds[i] < 8 ? worlds[i] : 8, big.nodes = worlds[i] < 8 ? 1 : worlds[i] / 8;
+        big.gpu_memory = 1e15;
+        moe_plan_run base = {.layout = {.world = worlds[i], .seq_len = 64, .bf16 = 1, .local_shards = -1},
+                             .global_batch = 2 * worlds[i]};
+        moe_plan_candidate *all;
+        int fit, tried, count[3] = {0, 0, 0};
+        CHECK(moe_plan_search(&m, &big, &base, NULL, &all, &fit, &tried) == MOE_OK, "search failed");
+        for (int k = 0; k < fit; k++) count[all[k].run.layout.zero]++;
+        free(all);
+        CHECK(fit == tried && count[0] > 0 && count[0] == count[1] && count[2] == (worlds[i] == 8 ? count[1] : 0),
+              "%lld GPUs: %d of %d fit; ZeRO 0, 1, 2: %d, %d, %d layouts", (long long)worlds[i], fit, tried, count[0],
+              count[1], count[2]);
+    }
+
+    /* Mixtral 8x7B, S 4096, 64 H100s, ep 8, recompute full: ZeRO-1 does not fit 80 GB, ZeRO-2 does; its chunk is a
+     * whole 64 MiB piece (half the 218 M-value window is more), ZeRO-1's half a piece */
+    moe_plan_model mix;
+    if (!load_config("mixtral-8x7b.json", &mix)) return;
+    moe_plan_cluster h100 = moe_plan_cluster_h100(1);
+    h100.nodes = 8;
+    moe_plan_run run = {.layout = {.world = 64, .ep = 8, .zero = 1, .micro_batch = 1, .seq_len = 4096, .bf16 = 1,
+                                   .attention = MOE_PLAN_ATTENTION_FUSED, .recompute = MOE_RECOMPUTE_FULL,
+                                   .local_shards = -1, .workspace_bytes = 1073741824.0},
+                        .global_batch = 64};
+    const moe_plan_prediction mix1 = moe_plan_predict(&mix, &h100, &run);
+    run.layout.zero = 2;
+    const moe_plan_prediction mix2 = moe_plan_predict(&mix, &h100, &run);
+    CHECK(!mix1.fits && mix2.fits, "Mixtral 8x7B on 64 GPUs: ZeRO-1 %.1f GiB (%s), ZeRO-2 %.1f GiB (%s)",
+          mix1.memory.total / 1073741824.0, mix1.fits ? "fits" : "no", mix2.memory.total / 1073741824.0,
+          mix2.fits ? "fits" : "no");
+    CHECK(mix2.memory.reduce_scratch - mix1.memory.reduce_scratch == MOE__TREE_PIECE_NBYTES / 2,
+          "Mixtral scratch: ZeRO-2 %.0f, ZeRO-1 %.0f bytes", mix2.memory.reduce_scratch, mix1.memory.reduce_scratch);
+}
+
 int main(int argc, char **argv) {
     dir = argc > 1 ? argv[1] : "tests/plan_configs";
     check_reference("mixtral-8x7b.json", 46702792704LL, 12879925248LL, 46.7, 12.9, 0.1, 0);
@@ -406,6 +555,7 @@ int main(int argc, char **argv) {
     check_layouts();
     check_calibrations();
     check_routing();
+    check_zero2();
 
     check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");
     check_bad_config("{\"model_type\": \"llama\"}", "llama");

@@ -34,6 +34,10 @@ expect_error "--precision must be bf16 or fp32" --precision fp16
 expect_error "--gemm-efficiency" --gemm-efficiency 1.5
 expect_error "--dense-us-per-token" --dense-us-per-token 0
 expect_error "--optimizer-ns-per-param" --optimizer-ns-per-param -1
+expect_error "--zero expects an integer in [0, 2], got '3'" --zero 3
+expect_error "--zero expects an integer in [0, 2], got 'two'" --zero two
+expect_error "--zero 2 needs moe-train's world-invariant sums" --nodes 16 --zero 2   # 128 GPUs, 64 shards at most
+expect_error "--zero 2 needs moe-train's world-invariant sums" --gpus-per-node 6 --zero 2
 
 out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
@@ -56,6 +60,26 @@ for l in L:
     assert l["fits"] and l["memory_bytes"]["total"] <= 80e9, l
     assert l["ep"] * l["dp"] == 64 and 128 % l["ep"] == 0 and l["seconds"]["step_overlap"] <= l["seconds"]["step_serial"], l
 PY
+# ZeRO-2: Mixtral 8x7B at S 4096 on 64 GPUs fits only with it (best layout ZeRO-2, reduced by reduce-scatter, less
+# gradient memory than whole gradients); on 128 GPUs the world-invariant sums are off and the search has none of it
+json=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 8 --search --top 50 --json) &&
+    json128=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 16 --gpu-memory 1000 --search --top 1000 \
+        --json) || fail "--search for ZeRO-2 failed"
+python3 - "$json" "$json128" <<'PY' || status=1
+import json, sys
+d, d128 = (json.loads(a) for a in sys.argv[1:3])
+L = d["layouts"]
+assert L and all(l["zero"] == 2 and l["gradient_reduction"] == "reduce-scatter" for l in L), [(l["zero"], l["ep"]) for l in L]
+assert L[0]["memory_bytes"]["gradients"] < L[0]["memory_bytes"]["masters"], L[0]["memory_bytes"]
+assert d["least_memory"]["zero"] == 2, d["least_memory"]
+zeros = {l["zero"] for l in d128["layouts"]}
+assert zeros == {0, 1} and d128["layouts_fit"] == d128["layouts_tried"] == len(d128["layouts"]), (zeros, d128["layouts_tried"])
+assert all(l["gradient_reduction"] == "all-reduce" for l in d128["layouts"])
+PY
+out=$("$plan" --gpus-per-node 8 --ep 2 --zero 2 --global-batch 16) || fail "a ZeRO-2 run failed"
+case $out in *"ZeRO-2,"*"ZeRO-2 gradients (GiB): shard"*"gradient reduce-scatter per micro-batch, x 2:"*"ZeRO-2 parameter all-gather"*) ;;
+    *) fail "the ZeRO-2 report lacks its layout, gradients or traffic: $out" ;; esac
+
 # routing: a log where experts 0-3 get 3 rows each and 4-7 one: the busiest EP rank has 1.5x the mean at ep 2, 4
 # and 8 and 1 at ep 1 (--search gives each ep its own); bad logs and flag pairs are refused by name
 routing=$(mktemp)
