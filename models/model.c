@@ -15,6 +15,7 @@
 #include "kernels/nonfinite.h"
 #include "models/model_activations.h"
 #include "models/shard_grads.h"
+#include "models/zero_grads.h"
 #include "moe/dense_ops.h"
 
 /* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
@@ -33,8 +34,10 @@ struct moe_model {
     moe_dense_state *ops_state;
     int max_seqs, head_dim, num_local_experts;
     size_t num_dense, num_expert;
-    moe_real *params, *grads;
+    moe_real *params, *grads; /* grads: NULL under ZeRO-2, which keeps a window, the ends and a shard (zero_grads) */
     moe_model_views p, g;
+    moe_zero_layout zero;      /* the ZeRO ranges (cfg.zero) and the norm's atoms                              */
+    moe_zero_grads zero_grads; /* cfg.zero 2: where backward's gradients go                                    */
     /* what the GEMMs read: p itself (fp32), or under bf16 precision the same views with the dense GEMM weights
      * (attention projections, dense FFNs, lm_head) pointing into `compute`, their bf16 copies made at the start of
      * every forward (core/precision.h). Norms, the embedding lookup, the routers and the experts stay p's (an MoE
@@ -126,12 +129,18 @@ static void lay_out(moe_model *m) {
     (void)A, (void)B, (void)E; /* the lists name every dimension; a model may use only some */
 }
 
+/* Where a tensor of one buffer (params or grads) is: base + its offset, or with zg (ZeRO-2's gradients) in their window
+ * or ends. */
+static moe_real *tensor_at(moe_real *base, const moe_zero_grads *zg, const moe_model_tensor *t) {
+    return zg ? moe_zero_grads_at(zg, t) : base + t->offset;
+}
+
 /* Points the views of one buffer (params or grads) at the tensors: the same walk as lay_out. */
-static void set_views(moe_model *m, moe_real *base, moe_model_views *v) {
+static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, moe_model_views *v) {
     const moe_model_config *c = &m->cfg;
     const moe_model_tensor *t = m->tensors;
-    v->embedding = base + (t++)->offset;
-#define VIEW(field, hf, rows, cols, kind) L->field = base + (t++)->offset;
+    v->embedding = tensor_at(base, zg, t++);
+#define VIEW(field, hf, rows, cols, kind) L->field = tensor_at(base, zg, t++);
     for (int l = 0; l < c->num_layers; l++) {
         moe_model_layer_params *L = &v->layers[l];
         L->ffn.router_w = NULL;
@@ -142,8 +151,8 @@ static void set_views(moe_model *m, moe_real *base, moe_model_views *v) {
             MOE_MODEL_DENSE_FFN_TENSORS(VIEW)
         }
     }
-    v->final_norm = base + (t++)->offset;
-    v->lm_head = c->tie_embeddings ? v->embedding : base + (t++)->offset;
+    v->final_norm = tensor_at(base, zg, t++);
+    v->lm_head = c->tie_embeddings ? v->embedding : tensor_at(base, zg, t++);
     for (int l = 0; l < c->num_layers; l++) {
         moe_model_layer_params *L = &v->layers[l];
         if (moe_model_layer_is_moe(c, l)) {
@@ -304,6 +313,21 @@ static moe_status init_shard_grads(moe_model *m) {
                                 moe_shard_grads_max_count(&m->cfg));
 }
 
+/* The gradient views: into the whole buffer, or under ZeRO-2 into the window and the ends (it needs the fixed tree). */
+static moe_status init_grads(moe_model *m) {
+    if (m->cfg.zero < 2) {
+        set_views(m, m->grads, NULL, &m->g);
+        return MOE_OK;
+    }
+    if (!m->local_shards)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "ZeRO-2 reduce-scatters the gradients in the fixed tree: it needs the "
+                                                "world-invariant sums (cfg.moe.num_shards > 0)");
+    MOE_TRY(moe_zero_grads_init(&m->zero_grads, &m->zero, m->rt, m->dense, m->ops_state, m->tensors, m->num_tensors,
+                                m->cfg.num_layers));
+    set_views(m, NULL, &m->zero_grads, &m->g);
+    return MOE_OK;
+}
+
 moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
                             int accum_steps, moe_model **out) {
     if (!cfg || !par || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
@@ -341,20 +365,23 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
         lay_out(m);
         const size_t n = (m->num_dense + m->num_expert) * sizeof(moe_real);
         st = moe_runtime_alloc(m->rt, n, (void **)&m->params);
-        if (st == MOE_OK) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
+        if (st == MOE_OK && cfg->zero < 2) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
+        if (st == MOE_OK)
+            st = moe_zero_layout_init(&m->zero, cfg->zero, m->tensors, m->num_tensors, m->num_dense, m->num_expert,
+                                      moe_parallel_world(par), moe_parallel_expert_dp(par));
         if (st == MOE_OK && moe_precision_bf16_inputs(cfg->moe.precision, MOE_GEMM_DENSE))
             st = moe_runtime_alloc(m->rt, m->num_dense * sizeof(moe_real), (void **)&m->compute);
     }
     if (st == MOE_OK) st = alloc_activations(m);
     if (st == MOE_OK) {
-        set_views(m, m->params, &m->p);
-        set_views(m, m->grads, &m->g);
+        set_views(m, m->params, NULL, &m->p);
         set_compute_views(m);
         int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
         widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
         st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest, &m->ops_state);
     }
     if (st == MOE_OK) st = init_shard_grads(m);
+    if (st == MOE_OK) st = init_grads(m);
     for (int l = 0; l < L && st == MOE_OK; l++) {
         if (!moe_model_layer_is_moe(cfg, l)) continue;
         moe_config lc = cfg->moe;
@@ -373,6 +400,8 @@ void moe_model_destroy(moe_model *m) {
     const int L = m->cfg.num_layers;
     for (int l = 0; m->moe && l < L; l++) moe_layer_destroy(m->moe[l]);
     moe_shard_grads_free(&m->shard_grads);
+    moe_zero_grads_free(&m->zero_grads);
+    moe_zero_layout_free(&m->zero);
     if (m->ops_state) m->dense->destroy(m->ops_state);
     for (int l = 0; m->resid && l <= L; l++) moe_runtime_free(m->rt, m->resid[l]);
     for (int l = 0; m->acts && l < L; l++) {
@@ -394,6 +423,11 @@ void moe_model_destroy(moe_model *m) {
 
 moe_real *moe_model_params(moe_model *m) { return m->params; }
 moe_real *moe_model_grads(moe_model *m) { return m->grads; }
+const moe_zero_layout *moe_model_zero(const moe_model *m) { return &m->zero; }
+moe_real *moe_model_range_grads(moe_model *m, int expert) {
+    if (m->cfg.zero == 2) return moe_zero_grads_range(&m->zero_grads, expert);
+    return m->grads + (expert ? m->num_dense + m->zero.expert.begin : m->zero.dense.begin);
+}
 size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
 int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
@@ -413,6 +447,7 @@ moe_real *moe_model_expert_bias(moe_model *m, int l) { return m->moe[l] ? moe_la
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return m->moe[l] ? &m->stats[l] : NULL; }
 
 moe_status moe_model_zero_grads(moe_model *m) {
+    if (m->cfg.zero == 2) return m->zero_grads.fresh = 1, MOE_OK; /* the step's first backward copies into the shard */
     return moe_runtime_zero(m->rt, m->grads, (m->num_dense + m->num_expert) * sizeof(moe_real));
 }
 
@@ -430,20 +465,24 @@ static void element_name(const moe_model *m, const moe_model_tensor *t, size_t i
     snprintf(out, n, "%s[%zu]", name, i % per);
 }
 
-/* The first NaN or Inf of a buffer laid out like the parameters, found tensor by tensor: on_host 0, by the
- * runtime's find_nonfinite in its memory; 1, by the CPU's in host memory. */
+/* The first NaN or Inf among values [lo, hi) of tensor t, held at `at` (on_host 0: by the runtime's find_nonfinite
+ * in its memory; 1: by the CPU's in host memory), as a failure naming the element. */
+static moe_status tensor_finite(moe_model *m, const moe_model_tensor *t, const moe_real *at, size_t lo, size_t hi,
+                                int on_host, const char *what) {
+    long long first;
+    if (on_host) first = moe_find_nonfinite_cpu(at, hi - lo);
+    else MOE_TRY(m->dense->find_nonfinite(m->ops_state, at, hi - lo, &first));
+    if (first < 0) return MOE_OK;
+    char name[192];
+    element_name(m, t, lo + (size_t)first, name, sizeof name);
+    return moe_fail(MOE_ERR_NONFINITE, "%s: %s is the first NaN or Inf (world rank %d)", what, name,
+                    moe_parallel_ranks(m->par).world_rank);
+}
+
+/* The first NaN or Inf of a buffer laid out like the parameters, found tensor by tensor. */
 static moe_status check_finite(moe_model *m, const moe_real *buffer, int on_host, const char *what) {
-    for (int i = 0; i < m->num_tensors; i++) {
-        const moe_model_tensor *t = &m->tensors[i];
-        long long first;
-        if (on_host) first = moe_find_nonfinite_cpu(buffer + t->offset, t->count);
-        else MOE_TRY(m->dense->find_nonfinite(m->ops_state, buffer + t->offset, t->count, &first));
-        if (first < 0) continue;
-        char name[192];
-        element_name(m, t, (size_t)first, name, sizeof name);
-        return moe_fail(MOE_ERR_NONFINITE, "%s: %s is the first NaN or Inf (world rank %d)", what, name,
-                        moe_parallel_ranks(m->par).world_rank);
-    }
+    for (int i = 0; i < m->num_tensors; i++)
+        MOE_TRY(tensor_finite(m, &m->tensors[i], buffer + m->tensors[i].offset, 0, m->tensors[i].count, on_host, what));
     return MOE_OK;
 }
 
@@ -453,6 +492,20 @@ moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const ch
 
 moe_status moe_model_check_finite_host(moe_model *m, const moe_real *host_buffer, const char *what) {
     return check_finite(m, host_buffer, 1, what);
+}
+
+moe_status moe_model_check_range_grads_finite(moe_model *m, const char *what) {
+    for (int i = 0; i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        const int expert = t->offset >= m->num_dense;
+        const moe_zero_region *r = expert ? &m->zero.expert : &m->zero.dense;
+        const size_t from = t->offset - (expert ? m->num_dense : 0); /* in the region */
+        const size_t lo = from > r->begin ? from : r->begin, hi = from + t->count < r->end ? from + t->count : r->end;
+        if (hi > lo)
+            MOE_TRY(tensor_finite(m, t, moe_model_range_grads(m, expert) + (lo - r->begin), lo - from, hi - from, 0,
+                                  what));
+    }
+    return MOE_OK;
 }
 
 void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding) {
@@ -602,6 +655,8 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     moe_dense_state *s = m->ops_state;
     moe_shard_grads *sg = &m->shard_grads; /* the weight gradients: per shard, or over all rows */
     sg->num_tokens = T;
+    moe_zero_grads *zg = c->zero == 2 ? &m->zero_grads : NULL; /* ZeRO-2: each layer's gradients summed as it ends */
+    if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
     /* head: dlogits (in place), then lm_head and the final norm */
     const size_t Td = (size_t)T * d;
     MOE_TRY(dense->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
@@ -615,6 +670,7 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
         layer_acts *a = &m->acts[l];
+        if (zg) MOE_TRY(moe_zero_grads_begin_layer(zg, l));
         MOE_TRY(recompute_layer(m, l, T));
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
@@ -641,13 +697,16 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient of the attention norm's output", l));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, m->resid[l], w->attn_norm, a->rstd1, m->dln, d, m->dresid, gw->attn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
+        if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
     MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, m->inputs, d, V, m->g.embedding));
+    if (zg) MOE_TRY(moe_zero_grads_end_backward(zg));
     m->has_forward = 0;
     return MOE_OK;
 }
 
 moe_status moe_model_reduce_grads(moe_model *m) {
+    if (m->cfg.zero == 2) return MOE_OK; /* backward summed each layer's as it ended */
     /* with shards: the upper levels of the shard tree (each rank's buffer is its subtree's root) */
     moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
         m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;

@@ -36,6 +36,9 @@ typedef struct {
                            has no table), 0: S                                                  */
     moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients, ep_size      */
     int attention;      /* how attention runs (not the function: not in config.json): MOE_ATTENTION_* */
+    int zero;           /* ZeRO level, 0-2 (not in config.json): 1 and 2 give each rank a range of every region to
+                           update (models/zero.h); 2 also keeps no whole gradient (models/zero_grads.h) and needs
+                           moe.num_shards > 0 */
 } moe_model_config;
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
@@ -106,6 +109,7 @@ typedef struct {
 } moe_model_tensor;
 
 typedef struct moe_model moe_model;
+typedef struct moe_zero_layout moe_zero_layout; /* models/zero.h */
 
 /* rt: where it runs (NULL: the CPU); it needs a dense-ops table (MOE_ERR_INVALID_CONFIG otherwise). par: the
  * layout. max_seqs: the most sequences one forward will see on this rank. accum_steps: micro-batches per step
@@ -125,7 +129,13 @@ moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int 
 
 /* The buffers are the runtime's memory (host memory on the CPU). */
 moe_real *moe_model_params(moe_model *m);
+/* The whole gradient buffer, laid out as the parameters; NULL under ZeRO-2 (cfg.zero 2), which has none. */
 moe_real *moe_model_grads(moe_model *m);
+/* The ZeRO ranges and the norm's atoms of this rank's buffer (models/zero.h). */
+const moe_zero_layout *moe_model_zero(const moe_model *m);
+/* The gradients of this rank's range of a region (expert 0: dense, 1: experts), once the step's are summed: in the
+ * whole buffer, or in ZeRO-2's shard. What the optimizer reads (models/optimizer.h). */
+moe_real *moe_model_range_grads(moe_model *m, int expert);
 size_t moe_model_num_dense(const moe_model *m);   /* reals in the dense region  */
 size_t moe_model_num_expert(const moe_model *m);  /* reals in the expert region */
 int moe_model_num_local_experts(const moe_model *m); /* E / ep */
@@ -167,6 +177,8 @@ int moe_model_local_shards(const moe_model *m);
 moe_status moe_model_check_finite(moe_model *m, const moe_real *buffer, const char *what);
 /* The same for a buffer in host memory (a checkpoint's tensors before they are uploaded). */
 moe_status moe_model_check_finite_host(moe_model *m, const moe_real *host_buffer, const char *what);
+/* The same for the gradients of this rank's ranges (moe_model_range_grads: every rank looks at its own). */
+moe_status moe_model_check_range_grads_finite(moe_model *m, const char *what);
 
 /* NaN provenance (moe_layer_set_checks for the whole model): with a finding (not NULL), forward and backward
  * look at every op's output, and the first NaN or Inf sets finding->found and writes which layer and op (and

@@ -45,5 +45,6 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->moe.d_model != c->d_model || c->moe.d_ff != c->d_ff) return "the MoE config's d_model/d_ff must match";
     if (c->attention != MOE_ATTENTION_MATERIALIZED && c->attention != MOE_ATTENTION_FUSED)
         return "attention must be materialized or fused";
+    if (c->zero < 0 || c->zero > 2) return "zero must be 0, 1 or 2";
     return moe_config_problem(&c->moe);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "core/fail.h"
+#include "models/zero.h"
 
 float moe_lr_at(const moe_lr_schedule *s, long step) {
     if (step <= s->warmup_steps) return s->lr * (float)step / (float)(s->warmup_steps > 0 ? s->warmup_steps : 1);
@@ -15,42 +16,62 @@ float moe_lr_at(const moe_lr_schedule *s, long step) {
     return (float)(s->min_lr + 0.5 * (s->lr - s->min_lr) * (1 + cos(M_PI * progress)));
 }
 
-/* Every expert's sum of squares is formed on its own, gathered over the EP group, and added in global
- * (MoE layer, expert) order: the same additions in the same order whether the experts are sharded or
- * replicated. mine[moe_layer * E_local + e], expert tensors in the table's order. */
-static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
+/* sums[i] = the sum of squares of region r's atom i (models/zero.h): computed for the atoms of this rank's range from
+ * g (that range's gradients), 0 for the others; with the region sharded over its group, added over it: an atom is
+ * non-zero on its owner alone, so the sum is exact in any order. */
+static moe_status atom_sums(moe_model *m, const moe_zero_region *r, const moe_real *g, double **out) {
     moe_dense_state *s;
     const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
-    const moe_real *g = moe_model_grads(m);
+    const size_t n = moe_zero_num_atoms(r);
+    double *sums = calloc(n, sizeof(double));
+    if (!sums) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = MOE_OK;
+    for (size_t i = 0; i < n && st == MOE_OK; i++) {
+        const size_t a = moe_zero_atom_begin(r, i), b = moe_zero_atom_begin(r, i + 1);
+        if (a >= r->begin && b <= r->end && b > a) st = dense->sum_squares(s, g + (a - r->begin), b - a, &sums[i]);
+    }
+    if (st == MOE_OK && (r->begin > 0 || r->end < r->part.count)) st = moe_comm_allreduce_sum_f64(r->group, sums, n);
+    if (st != MOE_OK) return free(sums), st;
+    *out = sums;
+    return MOE_OK;
+}
+
+/* Every local expert's sum of squares, its atoms added in table order (tensor by tensor: the atoms of its slice):
+ * mine[moe_layer * E_local + e]. The expert region's atoms follow the table, so one walk visits them in order. */
+static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
+    const moe_zero_region *r = &moe_model_zero(m)->expert;
     const int local = moe_model_num_local_experts(m);
+    const size_t dense = moe_model_num_dense(m);
     int count, layers = 0;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
     for (int i = 0; i < count; i++)
         layers += t[i].experts && (i == 0 || !t[i - 1].experts || t[i - 1].layer != t[i].layer);
-    double *mine = calloc((size_t)(layers ? layers : 1) * local, sizeof(double));
+    double *atoms, *mine = calloc((size_t)(layers ? layers : 1) * local, sizeof(double));
     if (!mine) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = atom_sums(m, r, moe_model_range_grads(m, 1), &atoms);
+    if (st != MOE_OK) return free(mine), st;
+    size_t k = 0; /* the next atom */
     for (int i = 0, ml = -1; i < count; i++) {
         if (!t[i].experts) continue;
         if (i == 0 || !t[i - 1].experts || t[i - 1].layer != t[i].layer) ml++;
         const size_t per_expert = t[i].count / local;
-        for (int e = 0; e < local; e++) {
-            double sum;
-            moe_status st = dense->sum_squares(s, g + t[i].offset + e * per_expert, per_expert, &sum);
-            if (st != MOE_OK) return free(mine), st;
-            mine[ml * local + e] += sum;
-        }
+        for (int e = 0; e < local; e++)
+            for (const size_t end = t[i].offset - dense + (e + 1) * per_expert; moe_zero_atom_begin(r, k) < end; k++)
+                mine[ml * local + e] += atoms[k];
     }
+    free(atoms);
     *num_moe_layers = layers;
     *out = mine;
     return MOE_OK;
 }
 
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
-    moe_dense_state *s;
-    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
     moe_comm *ep = moe_parallel_ep(par);
-    double total;
-    MOE_TRY(dense->sum_squares(s, moe_model_grads(m), moe_model_num_dense(m), &total));
+    double total = 0, *atoms;
+    const moe_zero_region *dense = &moe_model_zero(m)->dense;
+    MOE_TRY(atom_sums(m, dense, moe_model_range_grads(m, 0), &atoms));
+    for (size_t i = 0; i < moe_zero_num_atoms(dense); i++) total += atoms[i];
+    free(atoms);
     int layers;
     double *mine;
     MOE_TRY(expert_sums(m, &layers, &mine));
@@ -75,29 +96,32 @@ moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *f
     *factor = clip / norm;
     moe_dense_state *s;
     const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
-    return dense->scale(s, moe_model_grads(m), moe_model_num_dense(m) + moe_model_num_expert(m), *factor);
+    const moe_zero_layout *z = moe_model_zero(m);
+    MOE_TRY(dense->scale(s, moe_model_range_grads(m, 0), z->dense.end - z->dense.begin, *factor));
+    return dense->scale(s, moe_model_range_grads(m, 1), z->expert.end - z->expert.begin, *factor);
 }
 
-moe_status moe_model_adamw_step(moe_model *m, const moe_update_range *r, moe_real *moment1, moe_real *moment2,
-                                const moe_adamw_params *hp) {
+moe_status moe_model_adamw_step(moe_model *m, moe_real *moment1, moe_real *moment2, const moe_adamw_params *hp) {
     moe_dense_state *s;
     const moe_dense_ops *ops = moe_model_dense_ops(m, &s);
     int count;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
-    const size_t dense = moe_model_num_dense(m), kept = r->dense_end - r->dense_begin;
-    moe_real *p = moe_model_params(m), *g = moe_model_grads(m);
+    const moe_zero_layout *z = moe_model_zero(m);
+    const size_t dense = moe_model_num_dense(m), kept = z->dense.end - z->dense.begin;
+    moe_real *p = moe_model_params(m);
     moe_adamw_params no_decay = *hp;
     no_decay.weight_decay = 0;
     for (int i = 0; i < count; i++) {
-        /* the part of the tensor inside this rank's range of its region */
-        const size_t begin = t[i].offset < dense ? r->dense_begin : dense + r->expert_begin;
-        const size_t end = t[i].offset < dense ? r->dense_end : dense + r->expert_end;
+        /* the part of the tensor inside this rank's range of its region, in the buffer */
+        const int expert = t[i].offset >= dense;
+        const moe_zero_region *r = expert ? &z->expert : &z->dense;
+        const size_t base = expert ? dense : 0, begin = base + r->begin, end = base + r->end;
         size_t lo = t[i].offset > begin ? t[i].offset : begin, hi = t[i].offset + t[i].count;
         hi = hi < end ? hi : end;
         if (lo >= hi) continue;
-        const size_t at = lo < dense ? lo - begin : kept + (lo - begin); /* index in the moments */
-        MOE_TRY(ops->adamw_update(s, p + lo, g + lo, moment1 + at, moment2 + at, hi - lo,
-                                  t[i].kind != MOE_TENSOR_NORM ? hp : &no_decay));
+        const size_t at = (expert ? kept : 0) + (lo - begin); /* index in the moments */
+        MOE_TRY(ops->adamw_update(s, p + lo, moe_model_range_grads(m, expert) + (lo - begin), moment1 + at,
+                                  moment2 + at, hi - lo, t[i].kind != MOE_TENSOR_NORM ? hp : &no_decay));
     }
     return MOE_OK;
 }

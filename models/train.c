@@ -229,7 +229,7 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
         fprintf(stderr, "moe-train: this configuration needs at least %.1f GiB per rank (weights and gradients %.1f, "
                 "AdamW moments %.1f, activations %.1f GiB%s, the process %.1f), %d rank(s) on this machine: more than "
                 "its %.1f GiB. "
-                "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1, --recompute full, or "
+                "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1 or 2, --recompute full, or "
                 "more machines\n",
                 need.total / gib, need.params / gib, need.moments / gib, need.activations / gib,
                 copies > 1 ? "; the run's model and --verify-steps' CPU reference" : "", need.process / gib, node_ranks,

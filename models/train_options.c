@@ -77,8 +77,9 @@ static const opt_spec kOptions[] = {
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
     {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
-     "ranks holding the same experts (same results)", OPT_INT, OFF(zero), 0,
-     1, {0}, NULL, RUN},
+     "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
+     "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
+     0, 2, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
      "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards; "
@@ -278,6 +279,24 @@ static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
     return 0;
 }
 
+/* --zero: its ranges are the fixed tree's (models/zero.h), over groups of a power-of-two size; ZeRO-2 sums in that
+ * tree, so it needs the world-invariant sums. */
+static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
+    const int dp = world_size / o->model.moe.ep_size;
+    if (o->zero && ((world_size & (world_size - 1)) || (dp & (dp - 1))))
+        return moe_train_complain(err, "moe-train: --zero %d shards over the ranks in the fixed tree's halves: it needs a "
+                                       "power-of-two number of ranks (%d) and of ranks holding the same experts (%d / "
+                                       "--ep %d = %d)\n", o->zero, world_size, world_size, o->model.moe.ep_size, dp), -1;
+    if (o->zero == 2 && !o->world_invariant)
+        return moe_train_complain(err, "moe-train: --zero 2 reduce-scatters the gradients in the fixed tree of the "
+                                       "world-invariant sums: it needs --world-invariant 1 (--shards a multiple of the "
+                                       "%d ranks)\n", world_size), -1;
+    if (o->zero == 2 && o->verify_steps)
+        return moe_train_complain(err, "moe-train: --verify-steps compares whole gradients, which --zero 2 never holds: "
+                                       "verify with --zero 1 (the same results)\n"), -1;
+    return 0;
+}
+
 /* Combinations no single flag can check. */
 static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 
@@ -306,6 +325,7 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --device cuda runs the experts in bf16 only (fp32 CUDA experts "
                                        "are not written yet): drop --precision fp32 (bf16 is the default on cuda)\n"),
                -1;
+    m->zero = o->zero;
     const char *problem = moe_model_config_problem(m);
     if (problem) return moe_train_complain(err, "moe-train: invalid model: %s\n", problem), -1;
     if (world_size % m->moe.ep_size)
@@ -319,6 +339,7 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --batch %d * --seq-len %d * --top-k %d = %lld routing choices per micro-batch, "
                         "more than %d\n", o->batch, m->seq_len, m->moe.top_k, choices, INT_MAX), -1;
     if (finish_shards(o, world_size, err)) return -1;
+    if (finish_zero(o, world_size, err)) return -1;
     if (o->min_lr > o->lr) return moe_train_complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
     if (o->warmup > o->steps) return moe_train_complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
     if (!*o->train_data || !*o->val_data) return moe_train_complain(err, "moe-train: --train-data and --val-data are required\n"), -1;

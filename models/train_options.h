@@ -29,7 +29,7 @@ typedef struct {
     float lr, min_lr, weight_decay, clip, beta1, beta2;
     int warmup;
     int seed;
-    int zero;           /* 1: ZeRO-1, the dense optimizer state sharded over the ranks */
+    int zero;           /* 0-2: ZeRO-1 shards the AdamW state, ZeRO-2 the gradients too (models/zero.h) */
     int world_invariant; /* 1: every sum over the batch per virtual shard, in one fixed tree (model.moe.num_shards =
                             shards, the default); 0: per rank, then the transport's all-reduce */
     int shards;         /* the batch's virtual shards with world_invariant; -1 (auto): the largest power of two that

@@ -11,34 +11,23 @@
 
 #include "core/fail.h"
 #include "core/rng.h"
+#include "models/zero.h"
 
 /* With shards (cfg.moe.num_shards) every sum over the batch goes through the shard tree (docs/DETERMINISM.md). */
 static int world_invariant(const moe_trainer *t) { return moe_model_local_shards(t->model) > 0; }
 
-/* ZeRO-1's range of member r of a group of W over a region of n values: ranges of ceil(n / W) in group order, the
- * last ones shorter. */
-static void zero_range(size_t n, size_t W, size_t r, size_t *lo, size_t *hi) {
-    size_t chunk = (n + W - 1) / W;
-    *lo = r * chunk < n ? r * chunk : n;
-    *hi = (r + 1) * chunk < n ? (r + 1) * chunk : n;
-}
-
-/* A region of the parameter buffer as ZeRO-1 shards it: the dense region over the world, the expert region over the
- * expert-data-parallel group (without ZeRO-1 a rank's range is the whole region). */
+/* A region of the parameter buffer as ZeRO shards it (models/zero.h): the dense region over the world, the expert
+ * region over the expert-data-parallel group; without ZeRO a rank's range is the whole region. */
 typedef struct {
-    moe_comm *group;
-    size_t offset, count; /* the region in the buffer                                   */
-    size_t begin, end;    /* this rank's range, from the region's start                 */
-    size_t moments_at;    /* where the range's moments start (the dense range's come first) */
+    const moe_zero_region *r;
+    size_t offset;     /* the region in the buffer                                        */
+    size_t moments_at; /* where the range's moments start (the dense range's come first)   */
 } zero_region;
 
 static zero_region region_of(const moe_trainer *t, int expert) {
-    const moe_update_range *r = &t->range;
-    if (!expert)
-        return (zero_region){moe_parallel_world(t->par), 0, moe_model_num_dense(t->model), r->dense_begin, r->dense_end,
-                             0};
-    return (zero_region){moe_parallel_expert_dp(t->par), moe_model_num_dense(t->model),
-                         moe_model_num_expert(t->model), r->expert_begin, r->expert_end, r->dense_end - r->dense_begin};
+    const moe_zero_layout *z = moe_model_zero(t->model);
+    if (!expert) return (zero_region){&z->dense, 0, 0};
+    return (zero_region){&z->expert, moe_model_num_dense(t->model), z->dense.end - z->dense.begin};
 }
 
 /* --routing-trace-out / --routing-trace-in; every rank agrees on the outcome. */
@@ -106,22 +95,19 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     if (!t->inputs || !t->targets) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
-    if ((st = moe_model_create(m, rt, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
+    moe_model_config mc = *m;
+    mc.zero = opt->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
+    if ((st = moe_model_create(&mc, rt, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
         return moe_trainer_destroy(t), st;
     if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
         return moe_trainer_destroy(t), st;
-    const size_t dense = moe_model_num_dense(t->model), experts = moe_model_num_expert(t->model);
-    t->range = (moe_update_range){0, dense, 0, experts};
-    if (opt->zero) {
-        moe_comm *edp = moe_parallel_expert_dp(par);
-        zero_range(dense, t->ranks.world_size, t->ranks.world_rank, &t->range.dense_begin, &t->range.dense_end);
-        zero_range(experts, moe_comm_size(edp), moe_comm_rank(edp), &t->range.expert_begin, &t->range.expert_end);
-    }
-    size_t n = (t->range.dense_end - t->range.dense_begin) + (t->range.expert_end - t->range.expert_begin);
+    const size_t dense = moe_model_num_dense(t->model);
+    const moe_zero_layout *z = moe_model_zero(t->model);
+    const size_t n = (z->dense.end - z->dense.begin) + (z->expert.end - z->expert.begin);
     moe_runtime *model_rt = moe_model_runtime(t->model); /* the moments live beside the parameters */
     st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment1);
     if (st == MOE_OK) st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment2);
-    if (st == MOE_OK && world_invariant(t) && opt->micro_batches > 1)
+    if (st == MOE_OK && world_invariant(t) && opt->micro_batches > 1 && opt->zero < 2) /* ZeRO-2: the model's shard */
         st = moe_runtime_alloc(model_rt, (dense + moe_model_num_expert(t->model)) * sizeof(moe_real),
                                (void **)&t->grad_accum);
     if (st != MOE_OK) return moe_trainer_destroy(t), st;
@@ -153,41 +139,39 @@ static moe_status upload(const moe_trainer *t, moe_real *dst, const moe_real *ho
     return moe_runtime_upload(moe_model_runtime(t->model), dst, host, count * sizeof(moe_real));
 }
 
-/* ZeRO-1: every member's range of region z (`mine`: the values of this rank's range, in the model's memory)
- * concatenated in group order into full[0 .. z.count) on the host. */
-static moe_status gather_region(moe_trainer *t, const zero_region *z, moe_real *full, const moe_real *mine) {
-    const size_t W = moe_comm_size(z->group), count = z->end - z->begin;
-    size_t *nbytes = calloc(W, sizeof(size_t));
-    moe_real *copy = malloc((count ? count : 1) * sizeof(moe_real)); /* send and receive may not overlap */
-    if (!nbytes || !copy) return free(nbytes), free(copy), MOE_ERR_OUT_OF_MEMORY;
-    for (size_t r = 0, lo, hi; r < W; r++) {
-        zero_range(z->count, W, r, &lo, &hi);
-        nbytes[r] = (hi - lo) * sizeof(moe_real);
+/* Values [from, end) of region z (from this rank's range: `mine`, in the model's memory) of every member, in place
+ * in dst[0 .. end - from) on the host (collective over z's group). The members' ranges are whole atoms in the tree's
+ * order, not in rank order (models/zero.h): gathered in rank order, then each member's piece moved to its place. */
+static moe_status gather_range(moe_trainer *t, const zero_region *z, const moe_real *mine, size_t from, size_t end,
+                               moe_real *dst) {
+    const moe_zero_layout *layout = moe_model_zero(t->model);
+    const moe_zero_region *r = z->r;
+    const int W = moe_comm_size(r->group);
+    size_t *nbytes = calloc(W, sizeof(size_t)), *at = calloc(W, sizeof(size_t)), lo, hi;
+    moe_real *all = malloc((end > from ? end - from : 1) * sizeof(moe_real));
+    moe_real *piece = malloc((r->end - r->begin ? r->end - r->begin : 1) * sizeof(moe_real));
+    moe_status st = nbytes && at && all && piece ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < W && st == MOE_OK; p++) { /* member p's overlap [at[p], at[p] + nbytes[p]) */
+        moe_zero_member_range(layout, r, p, &lo, &hi);
+        lo = lo > from ? lo : from, hi = hi < end ? hi : end;
+        at[p] = lo, nbytes[p] = hi > lo ? (hi - lo) * sizeof(moe_real) : 0;
     }
-    moe_status st = download(t, copy, mine, count);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(z->group, copy, count * sizeof(moe_real), full, nbytes);
-    free(nbytes), free(copy);
+    const int me = moe_comm_rank(r->group);
+    if (st == MOE_OK && nbytes[me]) st = download(t, piece, mine + (at[me] - r->begin), nbytes[me] / sizeof(moe_real));
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(r->group, piece, nbytes[me], all, nbytes);
+    for (size_t p = 0, src = 0; p < (size_t)W && st == MOE_OK; src += nbytes[p++] / sizeof(moe_real))
+        if (nbytes[p]) memcpy(dst + (at[p] - from), all + src, nbytes[p]);
+    free(nbytes), free(at), free(all), free(piece);
     return st;
 }
 
-/* After a ZeRO-1 update: every member's updated range of each region into every member's parameters (through the
- * host on a GPU). */
+/* After a ZeRO update: every member's updated range of each region into every member's parameters, in place (the
+ * fixed tree's all-gather: the ranges are its reduce-scatter's). */
 static moe_status gather_updated_params(moe_trainer *t) {
     moe_real *params = moe_model_params(t->model);
-    const int on_gpu = moe_runtime_gpu(moe_model_runtime(t->model)) != NULL;
     for (int expert = 0; expert <= 1; expert++) {
         const zero_region z = region_of(t, expert);
-        moe_real *region = params + z.offset;
-        if (!on_gpu) {
-            MOE_TRY(gather_region(t, &z, region, region + z.begin));
-            continue;
-        }
-        moe_real *host = malloc((z.count ? z.count : 1) * sizeof(moe_real));
-        if (!host) return MOE_ERR_OUT_OF_MEMORY;
-        moe_status st = gather_region(t, &z, host, region + z.begin);
-        if (st == MOE_OK) st = upload(t, region, host, z.count);
-        free(host);
-        MOE_TRY(st);
+        MOE_TRY(moe_comm_allgather_tree_real(z.r->group, params + z.offset, &z.r->part, 0, z.r->part.count));
     }
     return MOE_OK;
 }
@@ -196,8 +180,8 @@ moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full)
     const moe_real *moments = which ? t->moment2 : t->moment1;
     for (int expert = 0; expert <= 1; expert++) {
         const zero_region z = region_of(t, expert);
-        MOE_TRY(t->opt.zero ? gather_region(t, &z, full + z.offset, moments + z.moments_at)
-                            : download(t, full + z.offset, moments + z.moments_at, z.count));
+        MOE_TRY(t->opt.zero ? gather_range(t, &z, moments + z.moments_at, 0, z.r->part.count, full + z.offset)
+                            : download(t, full + z.offset, moments + z.moments_at, z.r->part.count));
     }
     return MOE_OK;
 }
@@ -205,32 +189,17 @@ moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full)
 moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst) {
     const moe_real *moments = which ? t->moment2 : t->moment1;
     const zero_region z = region_of(t, offset >= moe_model_num_dense(t->model));
-    const size_t from = offset - z.offset, end = from + count; /* in the region */
+    const size_t from = offset - z.offset; /* in the region */
     if (!t->opt.zero) return download(t, dst, moments + z.moments_at + from, count);
-    /* ZeRO-1: member r holds [lo_r, hi_r), consecutive in group order: its overlap with the range, concatenated */
-    const size_t W = moe_comm_size(z.group);
-    size_t *nbytes = calloc(W, sizeof(size_t)), lo, hi;
-    if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
-    for (size_t r = 0; r < W; r++) {
-        zero_range(z.count, W, r, &lo, &hi);
-        const size_t a = lo > from ? lo : from, b = hi < end ? hi : end;
-        nbytes[r] = b > a ? (b - a) * sizeof(moe_real) : 0;
-    }
-    const size_t a = z.begin > from ? z.begin : from, b = z.end < end ? z.end : end, mine = b > a ? b - a : 0;
-    moe_real *piece = malloc((mine ? mine : 1) * sizeof(moe_real)); /* send and receive may not overlap */
-    moe_status st = piece ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK && mine) st = download(t, piece, moments + z.moments_at + (a - z.begin), mine);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(z.group, piece, mine * sizeof(moe_real), dst, nbytes);
-    free(piece), free(nbytes);
-    return st;
+    return gather_range(t, &z, moments + z.moments_at, from, from + count, dst);
 }
 
 moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src) {
     moe_real *moments = which ? t->moment2 : t->moment1;
     const zero_region z = region_of(t, offset >= moe_model_num_dense(t->model));
     const size_t from = offset - z.offset, end = from + count; /* in the region */
-    const size_t a = z.begin > from ? z.begin : from, b = z.end < end ? z.end : end;
-    return b > a ? upload(t, moments + z.moments_at + (a - z.begin), src + (a - from), b - a) : MOE_OK;
+    const size_t a = z.r->begin > from ? z.r->begin : from, b = z.r->end < end ? z.r->end : end;
+    return b > a ? upload(t, moments + z.moments_at + (a - z.r->begin), src + (a - from), b - a) : MOE_OK;
 }
 
 /* Routing statistics of the last micro-batch, added into r (per-rank drops, added into *dropped and *assignments;
@@ -330,19 +299,19 @@ static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_st
         double mb_sums[3] = {0, 0, 0};
         if (t->routing_replay) MOE_TRY(force_routing(t, t->routing_replay + mb * micro_batch_routes(t)));
         else if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
-        if (invariant && mb > 0) MOE_TRY(moe_model_zero_grads(m));
+        if (invariant && mb > 0 && o->zero < 2) MOE_TRY(moe_model_zero_grads(m)); /* ZeRO-2: zeroed per layer */
         MOE_TRY(moe_model_forward(m, t->inputs, t->targets, t->local_seqs, &mb_sums[0], NULL));
         if (record && *o->routing_trace_out) MOE_TRY(record_routing(t, step, mb));
         if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
         MOE_TRY(moe_model_backward(m, scale));
         if (r) add_routing_stats(t, r, &mb_sums[1], &mb_sums[2]);
         if (invariant) {
-            MOE_TRY(accumulate_micro_batch(t, mb));
+            if (o->zero < 2) MOE_TRY(accumulate_micro_batch(t, mb)); /* ZeRO-2: backward added into the shard */
             MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), mb_sums, 3));
         }
         for (int i = 0; i < 3; i++) sums[i] += mb_sums[i];
     }
-    if (!invariant || o->micro_batches == 1) return MOE_OK;
+    if (!invariant || o->micro_batches == 1 || o->zero == 2) return MOE_OK;
     const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
     return moe_runtime_copy(moe_model_runtime(m), moe_model_grads(m), t->grad_accum, count * sizeof(moe_real));
 }
@@ -396,7 +365,7 @@ static moe_status explain_nonfinite(moe_trainer *t, int step, double loss, doubl
     char text[sizeof mine.where];
     moe_status st = moe_model_check_finite(t->model, moe_model_params(t->model), "the weights before the step");
     if (st == MOE_ERR_NONFINITE) note(&mine, FOUND_IN_WEIGHTS, 0, moe_failure_message(st));
-    st = moe_model_check_finite(t->model, moe_model_grads(t->model), "the gradients as the step left them");
+    st = moe_model_check_range_grads_finite(t->model, "the gradients as the step left them");
     if (st == MOE_ERR_NONFINITE) {
         snprintf(text, sizeof text, "%s (a checked re-run of the step found no op that made it)",
                  moe_failure_message(st));
@@ -469,7 +438,7 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     double clip_factor;
     MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
-    MOE_TRY(moe_model_adamw_step(t->model, &t->range, t->moment1, t->moment2, &hp));
+    MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_update_expert_bias(t->model));
     /* finite gradients can still overflow a weight: then the run stops before anything is saved */

@@ -33,11 +33,9 @@ typedef struct {
     FILE *notes;
     moe_model *model;
     moe_token_file train, val;
-    /* AdamW state: the moments of what this rank updates (models/optimizer.h). Without ZeRO-1 its whole dense and
-     * expert regions; with it, 1/W of the dense region (the world's ranges tile it in rank order) and 1/dp of its
-     * expert region (the expert-data-parallel group's ranges tile it in group order), and the updated parameters are
-     * all-gathered over each group. */
-    moe_update_range range;
+    /* AdamW state: the moments of what this rank updates (models/optimizer.h): without ZeRO its whole dense and
+     * expert regions; with it, its ranges of them (models/zero.h: about 1/W of the dense region, 1/dp of its expert
+     * region), and the updated parameters are all-gathered over each group after the step. */
     moe_real *moment1, *moment2; /* the model runtime's memory */
     moe_real *grad_accum;        /* with shards and micro-batches: the step's gradient sum so far (model runtime) */
     int *inputs, *targets;       /* [local_seqs * S] */
@@ -73,7 +71,7 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r);
  * with MOE_ERR_NONFINITE and one message on every rank naming where it first appeared (the weights, the layer,
  * op and expert of a checked re-run of the step, the router, or the gradients) — or, with --skip-nonfinite,
  * drops the step's gradients (r->skipped = 1, the message recorded) — before anything is applied. Then
- * clipping, AdamW, the ZeRO-1 gather, the bias update, and a check that the updated weights are finite.
+ * clipping, AdamW, the ZeRO gather, the bias update, and a check that the updated weights are finite.
  * Collective. */
 moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
 
@@ -85,15 +83,15 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
  * ranks. */
 long moe_trainer_eval_sequences(const moe_trainer *t);
 
-/* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO-1). */
+/* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO). */
 moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full);
 /* One range [offset, offset + count) of the `which` moment (0: first, 1: second) in the unsharded layout, into the
  * host dst: what a checkpoint writer takes one tensor at a time. The range must lie in the dense part or in the
- * experts' (a tensor does). Under ZeRO-1 a dense range is spread over the ranks' slices: every rank calls with the
- * same range (collective over the world; each gets the whole range); else nothing is exchanged. */
+ * experts' (a tensor does). Under ZeRO a range is spread over the ranks' slices: every rank of the region's group
+ * calls with the same range (collective over it; each gets the whole range); else nothing is exchanged. */
 moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst);
 /* The reverse, what a checkpoint loader does one tensor at a time: the range's values from the host src into this
- * rank's moments (under ZeRO-1, of a dense range only the part in this rank's slice is kept). Local. */
+ * rank's moments (under ZeRO, only the part in this rank's range is kept). Local. */
 moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src);
 moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
 

@@ -56,8 +56,7 @@ int main(void) {
     memcpy(before, p, n * sizeof *p);
     moe_real *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
     moe_adamw_params hp = {0.1f, 0.9f, 0.95f, 1e-8f, 0.5f, 1};
-    const moe_update_range all = {0, moe_model_num_dense(m), 0, moe_model_num_expert(m)};
-    CHECK_OK(moe_model_adamw_step(m, &all, m1, m2, &hp));
+    CHECK_OK(moe_model_adamw_step(m, m1, m2, &hp));
     int spans_n, norms = 0;
     const moe_model_tensor *spans = moe_model_tensors(m, &spans_n);
     for (int s = 0; s < spans_n; s++)

@@ -5,8 +5,8 @@
 # step's loss (printed with %.17g in metrics.jsonl) and the step-10 model.safetensors and train_state.safetensors
 # are byte for byte the same. The 4-rank checkpoint of step 5 resumed on 2 ranks (ep 1) and on 1 rank continues
 # the same curve to the same files. The check can fail: with --world-invariant 0 the 4-rank weights differ from the
-# 1-rank ones. Every --recompute level (with dense FFN layers and bf16 too) gives the 1-rank run's bits. Bad --shards
-# are refused.
+# 1-rank ones. Every --recompute level (with dense FFN layers and bf16 too) gives the 1-rank run's bits, and so does
+# --zero 0 and 2, resumed across zero levels. Bad --shards and zero combinations are refused.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -74,8 +74,24 @@ same_run "2 ranks, dense FFN layers, bf16, recompute full" dense_full2 dense1
 run dense_moe1 1 --moe-every 2 --precision bf16 --recompute moe
 same_run "1 rank, dense FFN layers, bf16, recompute moe" dense_moe1 dense1
 
+# --zero 2 (issue 26): each layer's gradients reduce-scattered as its backward ends, never held whole; the bits of
+# --zero 0 and 1, and its checkpoints resume at other zero levels and layouts
+run zero0 1 --zero 0
+same_run "1 rank, ZeRO-0" zero0 one
+run zero2_4 4 --ep 2 --zero 2 --recompute full --checkpoint-interval 5 --keep-last 0
+same_run "4 ranks, ep 2, ZeRO-2, recompute full" zero2_4 one
+run zero2_2 2 --ep 1 --zero 2
+same_run "2 ranks, ep 1, ZeRO-2" zero2_2 one
+run zero2_to0 2 --ep 2 --zero 0 --resume "$dir/zero2_4/step-00000005"
+same_run "ZeRO-2's step 5 (4 ranks) resumed at ZeRO-0 on 2 ranks" zero2_to0 one
+run zero1_to2 4 --ep 1 --zero 2 --resume "$dir/four/step-00000005"
+same_run "ZeRO-1's step 5 (4 ranks, ep 2) resumed at ZeRO-2 on 4 ranks, ep 1" zero1_to2 one
+
 small=("${small[@]:0:16}" --steps 1 --warmup 1 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 refuses "--shards 3 must be a power of two dividing --batch 16" --shards 3
+refuses "--zero 2 reduce-scatters the gradients in the fixed tree .* needs --world-invariant 1" --zero 2 \
+    --world-invariant 0
+refuses "--verify-steps compares whole gradients, which --zero 2 never holds" --zero 2 --verify-steps 1
 refuses "needs a power-of-two number of ranks that divides --shards 1" --shards 1 --world-invariant 1
 trains "by default the tree is off where the layout does not allow it, and moe-train says so" \
     "note: --world-invariant is 0 here: 2 ranks is not a power of two dividing --shards 1" --shards 1

@@ -6,7 +6,9 @@
  * (each with capacity drops):
  *   - softmax, drops by token order, 2 micro-batches per step, ZeRO-1;
  *   - sigmoid scores with the selection bias and its update, drops by score;
- *   - exact ties: every router weight zero, so every score ties and top-k takes the lowest ids (heavy drops).
+ *   - exact ties: every router weight zero, so every score ties and top-k takes the lowest ids (heavy drops);
+ *   - as the first, with ZeRO-2 (gradients reduce-scattered layer by layer) against a ZeRO-0 reference, and the
+ *     norm's atoms made small so that every range boundary cuts a tensor.
  * The check can fail: with num_shards = 0 (today's reductions: one product per rank, MPI's all-reduce) the final
  * weights of W >= 2 differ from the reference in some bit (checked too); and replacing the tree all-reduce of the
  * gradients by MPI's fails the W = 4 and 8 runs (tried). */
@@ -16,14 +18,17 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "models/trainer.h"
+#include "models/zero.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 
 enum { STEPS = 10, SHARDS = 8, MAX_STEPS = 16 };
 
-typedef enum { SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, NUM_CASES } test_case;
+typedef enum { SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, SOFTMAX_ZERO2, NUM_CASES } test_case;
 static const char *const case_names[] = {"softmax, 2 micro-batches, ZeRO-1", "sigmoid, drops by score",
-                                         "all ties (router weights 0)"};
+                                         "all ties (router weights 0)",
+                                         "softmax, 2 micro-batches, ZeRO-2 against ZeRO-0, atoms of 40 values"};
+enum { SMALL_ATOM = 40 }; /* SOFTMAX_ZERO2: ranges fall inside tensors (models/zero.h) */
 
 /* What a run leaves: per step {loss, aux, z, norm}; the full model and moments in the unsharded layout of its rank
  * [dense | its experts], with its expert range. */
@@ -35,10 +40,11 @@ typedef struct {
 } run_result;
 
 static moe_train_options options(const char *train, const char *val, test_case c, int shards) {
-    moe_train_options o = test_small_options(train, val, 1, STEPS, c == SOFTMAX_ZERO ? 2 : 1);
+    const int softmax = c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2;
+    moe_train_options o = test_small_options(train, val, 1, STEPS, softmax ? 2 : 1);
     o.model.moe.capacity_factor = 1.0f;
     o.model.moe.num_shards = shards;
-    o.zero = c == SOFTMAX_ZERO;
+    o.zero = c == SOFTMAX_ZERO ? 1 : c == SOFTMAX_ZERO2 ? 2 : 0;
     if (c == SIGMOID_BY_SCORE) {
         o.model.moe.score_func = MOE_SCORE_SIGMOID;
         o.model.moe.drop_priority = MOE_DROP_BY_SCORE;
@@ -109,7 +115,9 @@ static void reference(const char *train_path, const char *val_path, test_case c,
     if (rank == 0) {
         moe_parallel *self;
         test_mpi_require(moe_parallel_create_self(&self), "self layout");
-        train(self, options(train_path, val_path, c, shards), c, 1, ref);
+        moe_train_options o = options(train_path, val_path, c, shards);
+        o.zero = c == SOFTMAX_ZERO2 ? 0 : o.zero; /* ZeRO-2 must give ZeRO-0's bits */
+        train(self, o, c, 1, ref);
         moe_parallel_destroy(self);
     }
     const size_t n_max = 1 << 20;
@@ -134,6 +142,7 @@ static const moe_model_tensor *tensor_table(moe_parallel *par, moe_train_options
 
 static void check_case(const char *train_path, const char *val_path, test_case c, int W, int rank) {
     run_result ref;
+    moe__zero_set_atom_values(c == SOFTMAX_ZERO2 ? SMALL_ATOM : 0);
     reference(train_path, val_path, c, SHARDS, &ref, rank);
     for (int ep = 1; ep <= W && ep <= 8; ep *= 2) {
         if (W % ep) continue;

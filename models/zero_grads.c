@@ -1,0 +1,125 @@
+/* zero_grads.c — ZeRO-2's layer-by-layer gradient reduction (zero_grads.h). */
+#include "models/zero_grads.h"
+
+#include <stdlib.h>
+
+#include "core/fail.h"
+
+static moe_zero_slice widen(moe_zero_slice s, size_t from, size_t count) {
+    if (!s.count) return (moe_zero_slice){from, count};
+    const size_t lo = s.from < from ? s.from : from, hi = s.from + s.count > from + count ? s.from + s.count
+                                                                                        : from + count;
+    return (moe_zero_slice){lo, hi - lo};
+}
+
+/* The slices of every layer and of the ends, from the table: a tensor belongs to its layer's slice of its region. */
+static void find_slices(moe_zero_grads *g, const moe_model_tensor *t, int n, size_t num_dense) {
+    for (int i = 0; i < n; i++) {
+        const int expert = t[i].offset >= num_dense;
+        const size_t from = t[i].offset - (expert ? num_dense : 0);
+        moe_zero_slice *s = t[i].layer < 0                ? &g->head
+                            : t[i].layer >= g->num_layers ? &g->tail
+                            : expert                      ? &g->layer_expert[t[i].layer]
+                                                          : &g->layer_dense[t[i].layer];
+        *s = widen(*s, from, t[i].count);
+    }
+    g->window_count = 0;
+    for (int l = 0; l < g->num_layers; l++) {
+        const size_t c = g->layer_dense[l].count + g->layer_expert[l].count;
+        g->window_count = c > g->window_count ? c : g->window_count;
+    }
+    g->ends_count = g->head.count + g->tail.count;
+}
+
+static size_t shard_count(const moe_zero_layout *z) {
+    return (z->dense.end - z->dense.begin) + (z->expert.end - z->expert.begin);
+}
+
+size_t moe_zero_grads_count(const moe_zero_layout *zero, const moe_model_tensor *tensors, int num_tensors,
+                            int num_layers) {
+    moe_zero_grads g = {.num_layers = num_layers};
+    g.layer_dense = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
+    g.layer_expert = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
+    size_t count = shard_count(zero);
+    if (g.layer_dense && g.layer_expert) {
+        find_slices(&g, tensors, num_tensors, zero->dense.part.count);
+        count += g.window_count + g.ends_count;
+    }
+    free(g.layer_dense), free(g.layer_expert);
+    return count;
+}
+
+moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, moe_runtime *rt,
+                               const moe_dense_ops *dense, moe_dense_state *state, const moe_model_tensor *tensors,
+                               int num_tensors, int num_layers) {
+    *g = (moe_zero_grads){.zero = zero, .rt = rt, .dense = dense, .state = state, .num_layers = num_layers};
+    g->layer_dense = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
+    g->layer_expert = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
+    if (!g->layer_dense || !g->layer_expert) return moe_zero_grads_free(g), MOE_ERR_OUT_OF_MEMORY;
+    find_slices(g, tensors, num_tensors, zero->dense.part.count);
+    const size_t shard = shard_count(zero), one = sizeof(moe_real);
+    moe_status st = moe_runtime_alloc(rt, (g->window_count ? g->window_count : 1) * one, (void **)&g->window);
+    if (st == MOE_OK) st = moe_runtime_alloc(rt, (g->ends_count ? g->ends_count : 1) * one, (void **)&g->ends);
+    if (st == MOE_OK) st = moe_runtime_alloc(rt, (shard ? shard : 1) * one, (void **)&g->shard);
+    if (st == MOE_OK) st = moe_runtime_zero(rt, g->shard, (shard ? shard : 1) * one);
+    if (st != MOE_OK) moe_zero_grads_free(g);
+    g->fresh = 1;
+    return st;
+}
+
+void moe_zero_grads_free(moe_zero_grads *g) {
+    if (g->rt) {
+        moe_runtime_free(g->rt, g->window);
+        moe_runtime_free(g->rt, g->ends);
+        moe_runtime_free(g->rt, g->shard);
+    }
+    free(g->layer_dense), free(g->layer_expert);
+    *g = (moe_zero_grads){0};
+}
+
+moe_real *moe_zero_grads_at(const moe_zero_grads *g, const moe_model_tensor *t) {
+    const size_t num_dense = g->zero->dense.part.count;
+    if (t->layer < 0) return g->ends + (t->offset - g->head.from);
+    if (t->layer >= g->num_layers) return g->ends + g->head.count + (t->offset - g->tail.from);
+    if (t->offset < num_dense) return g->window + (t->offset - g->layer_dense[t->layer].from);
+    return g->window + g->layer_dense[t->layer].count + (t->offset - num_dense - g->layer_expert[t->layer].from);
+}
+
+moe_real *moe_zero_grads_range(const moe_zero_grads *g, int expert) {
+    return g->shard + (expert ? g->zero->dense.end - g->zero->dense.begin : 0);
+}
+
+/* Slice s of a region, held at `at`, summed over the region's group; this rank's range of it into the shard. */
+static moe_status sum_into_shard(moe_zero_grads *g, int expert, moe_zero_slice s, moe_real *at) {
+    if (!s.count) return MOE_OK;
+    const moe_zero_region *r = expert ? &g->zero->expert : &g->zero->dense;
+    MOE_TRY(moe_comm_reduce_scatter_tree_real(r->group, at, &r->part, s.from, s.count));
+    const size_t lo = s.from > r->begin ? s.from : r->begin;
+    const size_t hi = s.from + s.count < r->end ? s.from + s.count : r->end;
+    if (hi <= lo) return MOE_OK;
+    moe_real *dst = moe_zero_grads_range(g, expert) + (lo - r->begin);
+    const moe_real *src = at + (lo - s.from);
+    if (g->fresh) return moe_runtime_copy(g->rt, dst, src, (hi - lo) * sizeof(moe_real));
+    return g->dense->add(g->state, dst, src, hi - lo, dst); /* the step's sum so far + this micro-batch's */
+}
+
+moe_status moe_zero_grads_begin_backward(moe_zero_grads *g) {
+    return moe_runtime_zero(g->rt, g->ends, g->ends_count * sizeof(moe_real));
+}
+
+moe_status moe_zero_grads_begin_layer(moe_zero_grads *g, int layer) {
+    const size_t n = g->layer_dense[layer].count + g->layer_expert[layer].count;
+    return moe_runtime_zero(g->rt, g->window, n * sizeof(moe_real));
+}
+
+moe_status moe_zero_grads_end_layer(moe_zero_grads *g, int layer) {
+    MOE_TRY(sum_into_shard(g, 0, g->layer_dense[layer], g->window));
+    return sum_into_shard(g, 1, g->layer_expert[layer], g->window + g->layer_dense[layer].count);
+}
+
+moe_status moe_zero_grads_end_backward(moe_zero_grads *g) {
+    MOE_TRY(sum_into_shard(g, 0, g->head, g->ends));
+    MOE_TRY(sum_into_shard(g, 0, g->tail, g->ends + g->head.count));
+    g->fresh = 0;
+    return MOE_OK;
+}
