@@ -87,7 +87,9 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     moe_plan_prediction o = {.accum_steps = r->global_batch / (W * l->micro_batch)};
     o.tokens_per_step = (double)r->global_batch * l->seq_len;
     o.flops_per_token = moe_plan_model_flops_per_token(m, l->seq_len);
-    o.memory = moe_plan_model_memory(m, l);
+    moe_plan_layout with_steps = *l;
+    with_steps.accum_steps = o.accum_steps;
+    o.memory = moe_plan_model_memory(m, &with_steps);
     o.fits = o.memory.total <= c->gpu_memory;
 
     /* compute: every GPU holds tokens_per_step / W tokens; the routed experts' work is that of the busiest EP rank,

@@ -257,8 +257,9 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     if (lay->zero == 2) { /* the shard (the moments' ranges), one layer's window, the ends */
         const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(m, lay->ep);
         mem.gradients = 4 * (dense / (double)lay->world + local_expert / expert_dp + (double)g.window + (double)g.ends);
-    } else {
-        mem.gradients = mem.masters;
+    } else { /* the whole gradient, and with world-invariant micro-batches the step's sum beside it */
+        const int accumulator = lay->accum_steps > 1 && moe_plan_layout_local_shards(lay) > 0;
+        mem.gradients = mem.masters * (1 + accumulator);
     }
     mem.optimizer = 8 * (lay->zero ? dense / (double)lay->world + local_expert / expert_dp : dense + local_expert);
     /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h's list: [T, E] fp32 scores, [T, k] choices)

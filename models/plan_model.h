@@ -92,6 +92,8 @@ typedef struct {
                                * memory check: rows and expert activations in fp32 whatever the precision)        */
     moe_plan_attention attention;
     moe_recompute recompute;  /* what backward rebuilds instead of keeping (moe/moe.h): memory and hardware FLOPs */
+    int64_t accum_steps;      /* micro-batches per step (0: one); with world-invariant sums and zero < 2, more than
+                               * one keeps the step's gradient sum apart (moe-train's grad_accum: one more gradient) */
     int64_t local_shards;     /* the world-invariant sums' batch shards per GPU (moe-train --world-invariant): 0, off
                                * (the transport's all-reduce); -1, moe-train's default (moe_plan_default_local_shards) */
     double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */

@@ -458,6 +458,7 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                                      ? MOE_PLAN_ATTENTION_FUSED
                                                      : MOE_PLAN_ATTENTION_MATERIALIZED,
                                     .recompute = o->model.moe.recompute,
+                                    .accum_steps = o->micro_batches,
                                     .local_shards = o->model.moe.num_shards / world_size};
     const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
     moe_train_memory m = {.params = p.weights + p.masters + p.gradients,

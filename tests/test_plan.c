@@ -414,6 +414,18 @@ static void check_zero2(void) {
     CHECK(two.reduce_scratch - one.reduce_scratch == 4.0 * (460032 / 2 - 1572864 / 2),
           "scratch: ZeRO-2 %.0f, ZeRO-1 %.0f bytes", two.reduce_scratch, one.reduce_scratch);
     CHECK(two.total < one.total, "ZeRO-2 total %.0f not below ZeRO-1's %.0f", two.total, one.total);
+    /* micro-batches: with world-invariant sums ZeRO-0 and 1 keep the step's sum apart (one more gradient), ZeRO-2 adds
+     * into its shard; without the sums the micro-batches accumulate in place */
+    lay.accum_steps = 3, lay.zero = 1;
+    CHECK(moe_plan_model_memory(&m, &lay).gradients == 2 * one.gradients, "ZeRO-1, 3 micro-batches: gradients %.0f",
+          moe_plan_model_memory(&m, &lay).gradients);
+    lay.zero = 2;
+    CHECK(moe_plan_model_memory(&m, &lay).gradients == two.gradients, "ZeRO-2, 3 micro-batches: gradients %.0f",
+          moe_plan_model_memory(&m, &lay).gradients);
+    lay.zero = 1, lay.local_shards = 0;
+    CHECK(moe_plan_model_memory(&m, &lay).gradients == one.gradients, "no shards, 3 micro-batches: gradients %.0f",
+          moe_plan_model_memory(&m, &lay).gradients);
+    lay.zero = 2, lay.local_shards = -1, lay.accum_steps = 0;
     /* on one GPU nothing is sharded: the shard is every gradient and the window and ends come on top */
     lay.world = 1, lay.ep = 1;
     CHECK(moe_plan_model_memory(&m, &lay).gradients ==
