@@ -287,6 +287,9 @@ static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --zero %d shards over the ranks in the fixed tree's halves: it needs a "
                                        "power-of-two number of ranks (%d) and of ranks holding the same experts (%d / "
                                        "--ep %d = %d)\n", o->zero, world_size, world_size, o->model.moe.ep_size, dp), -1;
+    if (o->zero && world_size == 1 && err) /* kept valid: one config serves every world size (docs/DETERMINISM.md) */
+        fprintf(err, "moe-train: note: --zero %d on 1 rank shards nothing (each range is a whole region); it divides "
+                     "the optimizer state%s over the ranks from 2\n", o->zero, o->zero == 2 ? " and the gradients" : "");
     if (o->zero == 2 && !o->world_invariant)
         return moe_train_complain(err, "moe-train: --zero 2 reduce-scatters the gradients in the fixed tree of the "
                                        "world-invariant sums: it needs --world-invariant 1 (--shards a multiple of the "

@@ -3,7 +3,7 @@
 # moe-train --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU
 # fp32 reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
 # and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
-# argument, from meson), else MPI-staged; recompute full bitwise none on 2 ranks. Exit 77 (skip) where there is no
+# argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks. Exit 77 (skip) where there is no
 # GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
@@ -31,16 +31,26 @@ if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
 else
     fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport expected)"
 fi
+gpu_run() { # NAME FLAGS...: 3 steps on 2 ranks sharing the GPU, checkpointed into $dir/gpu-NAME
+    local name=$1
+    shift
+    merge --device cuda --capacity-factor 1.25 --steps 3 --checkpoint-dir "$dir/gpu-$name" "$@"
+    timeout 300 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 || fail_with_output "cuda bf16, $name"
+}
+same_weights() { # WHAT A B: the step-3 weights of runs A and B are the same bytes
+    if cmp -s "$dir/gpu-$2/step-00000003/model.safetensors" "$dir/gpu-$3/step-00000003/model.safetensors"; then
+        echo "ok: cuda bf16, 2 ranks, capacity 1.25: $1"
+    else
+        echo "FAIL: cuda bf16: $1: the step-3 weights differ"
+        failures=$((failures + 1))
+    fi
+}
 # --recompute full on the GPU: the same ops on the same inputs, routing reused, so the same bits as none
-for level in none full; do
-    merge --device cuda --ep 2 --capacity-factor 1.25 --steps 3 --recompute $level --checkpoint-dir "$dir/gpu-$level"
-    timeout 300 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 ||
-        fail_with_output "cuda bf16, 2 ranks, recompute $level"
-done
-if cmp -s "$dir/gpu-none/step-00000003/model.safetensors" "$dir/gpu-full/step-00000003/model.safetensors"; then
-    echo "ok: cuda bf16, 2 ranks, capacity 1.25: recompute full's step-3 weights bitwise none's"
-else
-    echo "FAIL: cuda bf16: recompute full's step-3 weights differ from none's"
-    failures=$((failures + 1))
-fi
+gpu_run none --ep 2 --recompute none
+gpu_run full --ep 2 --recompute full
+same_weights "recompute full's step-3 weights bitwise none's" full none
+# --zero 2 on the GPU: each layer's gradients reduce-scattered on the transport, the same bits as --zero 0
+gpu_run zero0 --ep 1 --micro-batches 2 --zero 0
+gpu_run zero2 --ep 1 --micro-batches 2 --zero 2
+same_weights "ZeRO-2's step-3 weights (ep 1, 2 micro-batches) bitwise ZeRO-0's" zero2 zero0
 finish test_gpu_train

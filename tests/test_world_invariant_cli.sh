@@ -43,6 +43,11 @@ same_run() { # WHAT NAME REFERENCE: the same losses for the steps NAME ran, the 
 }
 
 run one 1
+if grep -q "note: --zero 1 on 1 rank shards nothing" "$dir/out.txt"; then
+    echo "ok: --zero 1 on 1 rank runs, with a note that it shards nothing"
+else
+    fail_with_output "no note that --zero 1 on 1 rank shards nothing"
+fi
 run two 2 --ep 2
 run four 4 --ep 2 --checkpoint-interval 5 --keep-last 0
 same_run "2 ranks, ep 2" two one
