@@ -5,6 +5,7 @@
 #include "alltoall/tree_allreduce.h"
 #include "kernels/gemm_rows.h"
 #include "models/model_activations.h"
+#include "moe/layer_buffers.h"
 #include "router/routing.h"
 
 #include <math.h>
@@ -263,23 +264,28 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     }
     mem.optimizer = 8 * (lay->zero ? dense / (double)lay->world + local_expert / expert_dp : dense + local_expert);
     /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h's list: [T, E] fp32 scores, [T, k] choices)
-     * and dgate [T, k]; kept for backward unless
-     * recomputed (then one copy serves every layer): x [T, d] fp32 (full), the experts' SwiGLU intermediates (moe and
-     * full: 3 [N, F] values, h1, h3, act in fp32 on the CPU, h13 and act in bf16 on CUDA); their backward scratch,
-     * once (dh1, dh3: 2 [N, F] fp32 on the CPU; dh13, dact: 3 [N, F] bf16 on CUDA) */
+     * and dgate [T, k]; the experts' SwiGLU intermediates, kept for backward unless recomputed (moe and full: then
+     * one copy serves every layer): 3 [N, F] values, h1, h3, act in fp32 on the CPU, h13 and act in bf16 on CUDA;
+     * their backward scratch, once (dh1, dh3: 2 [N, F] fp32 on the CPU; dh13, dact: 3 [N, F] bf16 on CUDA) */
     const moe_recompute r = lay->recompute;
     const double layers = Lm > 0 ? 1 : 0, F = (double)m->d_ff_expert;
-    const double copies_rows = r == MOE_RECOMPUTE_FULL ? layers : Lm, copies_h = r >= MOE_RECOMPUTE_MOE ? layers : Lm;
+    const double copies_h = r >= MOE_RECOMPUTE_MOE ? layers : Lm;
     double routing = 4 * T * k; /* dgate, then router/routing.h's per-token arrays */
 #define ROUTING_NBYTES(type, name, per_token, what) routing += T * (per_token) * sizeof(type);
     MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES)
 #undef ROUTING_NBYTES
     const double h = lay->cpu ? sizeof(moe_real) : 2, scratch_h = lay->cpu ? 2 : 3;
-    mem.activations = model_activation_nbytes(m, lay) + Lm * routing + copies_rows * 4 * T * d +
-                      copies_h * 3 * N * F * h + layers * scratch_h * N * F * h + cpu_gemm_scratch_nbytes(m, lay);
-    /* in the exchanged precision: kept, y [T k, d] (the outputs back from the combine) and the received rows x [N, d];
-     * one pass's scratch, once: xp, dy, dxp [T k, d] and the received rows' staging, y, dy, dx [N, d] */
-    mem.exchange = copies_rows * (T * k * d + N * d) * row + layers * (3 * T * k * d + 4 * N * d) * row;
+    mem.activations = model_activation_nbytes(m, lay) + Lm * routing + copies_h * 3 * N * F * h +
+                      layers * scratch_h * N * F * h + cpu_gemm_scratch_nbytes(m, lay);
+    /* the layer's buffers of a pass (moe/layer_buffers.h's lists, `row` the exchanged precision): what each layer
+     * keeps for backward, and once for every layer the scratch of one pass */
+    double kept = 0, pass = 0;
+    const double A = T * k, real = sizeof(moe_real);
+#define LAYER_BUFFER(name, n_rows, elem, slot, kept_below) *(r < (kept_below) ? &kept : &pass) += (n_rows) * d * (elem);
+    MOE_LAYER_TOKEN_BUFFERS(LAYER_BUFFER)
+    MOE_LAYER_ROW_BUFFERS(LAYER_BUFFER)
+#undef LAYER_BUFFER
+    mem.exchange = Lm * kept + layers * pass;
     mem.reduce_scratch = reduce_scratch_nbytes(m, lay, dense, local_expert);
     mem.workspace = lay->workspace_bytes;
     mem.total = mem.weights + mem.masters + mem.gradients + mem.optimizer + mem.activations + mem.exchange +

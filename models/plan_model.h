@@ -110,8 +110,9 @@ typedef struct {
                           * the moments' ranges), the window and the ends (moe_plan_gradient_buffers)       */
     double optimizer;    /* AdamW m and v, fp32; under ZeRO-1 and 2 the dense part / world, the experts' / dp */
     double activations;  /* what forward keeps for backward and the backward scratch, all layers         */
-    double exchange;     /* the MoE layers' all-to-all send/receive and expert-row buffers: what each layer
-                          * keeps, and the scratch of one pass, which every layer shares                  */
+    double exchange;     /* the MoE layers' buffers of moe/layer_buffers.h (the input copy, the all-to-all
+                          * send/receive and expert rows): what each layer keeps, and the scratch of one
+                          * pass, which every layer shares                                                */
     double reduce_scratch; /* the gradient sums': with world-invariant sums, the fixed tree all-reduce's (half of a
                             * piece of the region it sums; under ZeRO-2 its reduce-scatter's one transfer chunk, at
                             * most a piece, at most half the window), the shard tree's slots for the largest dense

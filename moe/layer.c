@@ -13,38 +13,36 @@
 #include "alltoall/dispatch.h"
 #include "alltoall/tree_reduce.h"
 #include "core/fail.h"
+#include "moe/layer_buffers.h"
 #include "moe/layer_internal.h"
 #include "moe/runtime_backend.h"
 #include "moe/shard_tree.h"
 #include "router/capacity.h"
 
-/* The buffers of a pass over this rank's T tokens, A = T*k assignment rows, in layout (send) order, in the
- * runtime's memory. "row" buffers hold steps->row_elem bytes per value (moe/layer_ops.h). x and y are kept from
- * forward for backward: the layer's own (kept_buffers), or under recompute full runtime slots rebuilt by
- * moe_layer_recompute; the others live within one pass and are runtime slots (moe_runtime_scratch), one for every
- * layer. The pointers are set at the start of each pass (point_token_buffers). */
+/* The buffers of a pass, moe/layer_buffers.h's lists, in the runtime's memory: over this rank's T tokens (A = T k
+ * assignment rows, in layout (send) order) and over the N rows its experts received. What each layer keeps from
+ * forward for backward is its own (kept_buffers); the rest, and under recompute full also what would be kept
+ * (rebuilt by moe_layer_recompute), are runtime slots (moe_runtime_scratch), one for every layer. The pointers are
+ * set at the start of each pass (point_token_buffers, point_row_buffers). */
+#define BUFFER_FIELD(name, n_rows, elem, slot, kept_below) void *name;
 typedef struct {
-    void *x;     /* [T, d] moe_real  copy of the input (router weight gradient)                */
-    void *xp;    /* [A, d] row       input rows in send order                                  */
-    void *y;     /* [A, d] row       expert outputs, back from the combine, in send order      */
-    void *dy;    /* [A, d] row       dL/dy in send order                                       */
-    void *dxp;   /* [A, d] row       dL/dxp back from the experts, in send order               */
+    MOE_LAYER_TOKEN_BUFFERS(BUFFER_FIELD)
 } token_buffers;
-
-/* The same for the N rows this rank's experts received, expert-major (point_row_buffers): x is kept, the others
- * are slots. */
 typedef struct {
-    void *staging; /* [N, d] peer-major landing zone of the exchanges */
-    void *x;       /* [N, d] expert inputs                            */
-    void *y;       /* [N, d] expert outputs                           */
-    void *dy, *dx; /* [N, d]                                          */
+    MOE_LAYER_ROW_BUFFERS(BUFFER_FIELD)
 } row_buffers;
+#undef BUFFER_FIELD
+#define COUNT_ONE(...) +1
+enum { ROUTING_ARRAYS = 0 MOE_TOKEN_ROUTING_ARRAYS(COUNT_ONE), ROW_BUFFERS = 0 MOE_LAYER_ROW_BUFFERS(COUNT_ONE),
+       TOKEN_BUFFERS = 0 MOE_LAYER_TOKEN_BUFFERS(COUNT_ONE) };
+#undef COUNT_ONE
 
-/* What the layer itself allocates and keeps for backward (x, y, recv_x: NULL under recompute full). */
+/* What the layer itself allocates and keeps for backward: the lists' buffers kept below cfg.recompute (the others
+ * NULL), and dgate. */
 typedef struct {
-    void *x, *y;    /* token_buffers' */
-    void *recv_x;   /* row_buffers' x */
-    void *dgate;    /* [A] moe_real   */
+    token_buffers tokens;
+    row_buffers rows;
+    void *dgate; /* [A] moe_real */
 } kept_buffers;
 
 /* Host arrays of the routing (runtime host memory: pinned on CUDA, so the copies to and from them stay
@@ -124,53 +122,62 @@ static moe_status reserve_tokens(moe_layer *L, int T) {
     const size_t A = (size_t)T * c->top_k, d = c->d_model, real = sizeof(moe_real), row = L->steps->row_elem;
     const size_t E = c->num_experts, k = c->top_k;
     L->max_tokens = 0;
-    /* the per-token routing arrays, then the kept token buffers (x and y, last, unless recomputed), in one regrow */
-#define ROUTING_PTR(type, name, per_token, what) (void **)&L->tok.name,
-#define ROUTING_NBYTES(type, name, per_token, what) (size_t)T * (per_token) * sizeof(type),
-    void **ptrs[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_PTR) & L->kept.dgate, &L->kept.x, &L->kept.y};
-    const size_t nbytes[] = {MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES) A * real, T * d * real, A * d * row};
-#undef ROUTING_PTR
-#undef ROUTING_NBYTES
-    _Static_assert(sizeof ptrs / sizeof *ptrs == sizeof nbytes / sizeof *nbytes, "one size per buffer");
+    /* the per-token routing arrays, dgate, then the token buffers each layer keeps, in one regrow */
+    void **ptrs[ROUTING_ARRAYS + 1 + TOKEN_BUFFERS];
+    size_t nbytes[ROUTING_ARRAYS + 1 + TOKEN_BUFFERS];
+    int n = 0;
+#define ROUTING_ARRAY(type, name, per_token, what) \
+    ptrs[n] = (void **)&L->tok.name, nbytes[n++] = (size_t)T * (per_token) * sizeof(type);
+    MOE_TOKEN_ROUTING_ARRAYS(ROUTING_ARRAY)
+#undef ROUTING_ARRAY
+    ptrs[n] = &L->kept.dgate, nbytes[n++] = A * real;
+#define KEPT(name, n_rows, elem, slot, kept_below) \
+    if (c->recompute < (kept_below)) ptrs[n] = &L->kept.tokens.name, nbytes[n++] = (size_t)(n_rows) * d * (elem);
+    MOE_LAYER_TOKEN_BUFFERS(KEPT)
+#undef KEPT
     free_host(L);
-    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, (int)(sizeof ptrs / sizeof *ptrs) - (keeps_rows(L) ? 0 : 2)));
+    MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, n));
     MOE_TRY(alloc_host(L, A));
     L->max_tokens = T;
     return MOE_OK;
 }
 
+/* A buffer's pointer for a pass: the layer's own when it keeps it, else its runtime slot of `nbytes`. */
+#define POINT_BUFFER(to, kept, name, n_rows, elem, slot, kept_below)                                        \
+    if (L->cfg.recompute < (kept_below)) (to)->name = (kept)->name;                                         \
+    else MOE_TRY(moe_runtime_scratch(L->rt, slot, (size_t)(n_rows) * d * (elem), &(to)->name));
+
 /* buf's pointers for a pass over T tokens (reserve_tokens(T) came first). */
 static moe_status point_token_buffers(moe_layer *L, int T) {
-    const size_t Td = (size_t)T * L->cfg.d_model, Ad = Td * L->cfg.top_k, row = L->steps->row_elem;
-    token_buffers *b = &L->buf;
-    b->x = L->kept.x, b->y = L->kept.y;
-    if (!keeps_rows(L)) {
-        MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_KEEP_X, Td * sizeof(moe_real), &b->x));
-        MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_KEEP_Y, Ad * row, &b->y));
-    }
-    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_SEND_XP, Ad * row, &b->xp));
-    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_SEND_DY, Ad * row, &b->dy));
-    return moe_runtime_scratch(L->rt, MOE_SCRATCH_SEND_DXP, Ad * row, &b->dxp);
+    const size_t d = L->cfg.d_model, A = (size_t)T * L->cfg.top_k, real = sizeof(moe_real), row = L->steps->row_elem;
+#define POINT(...) POINT_BUFFER(&L->buf, &L->kept.tokens, __VA_ARGS__)
+    MOE_LAYER_TOKEN_BUFFERS(POINT)
+#undef POINT
+    return MOE_OK;
 }
 
-/* rows' pointers for a pass over N received rows: the kept inputs grow with the largest N seen (a forward's; its
+/* rows' pointers for a pass over N received rows: the kept ones grow with the largest N seen (a forward's; its
  * backward asks for the same N, which keeps them), the others are slots. */
 static moe_status point_row_buffers(moe_layer *L, int N) {
-    const size_t n = (size_t)N * L->cfg.d_model * L->steps->row_elem;
-    row_buffers *r = &L->rows;
-    if (keeps_rows(L) && N > L->max_rows) {
-        void **ptrs[] = {&L->kept.recv_x};
+    const size_t d = L->cfg.d_model, row = L->steps->row_elem;
+    if (N > L->max_rows) {
+        void **ptrs[ROW_BUFFERS];
+        size_t nbytes[ROW_BUFFERS];
+        int n = 0;
+#define KEPT(name, n_rows, elem, slot, kept_below) \
+    if (L->cfg.recompute < (kept_below)) ptrs[n] = &L->kept.rows.name, nbytes[n++] = (size_t)(n_rows) * d * (elem);
+        MOE_LAYER_ROW_BUFFERS(KEPT)
+#undef KEPT
         L->max_rows = 0;
-        MOE_TRY(moe_runtime_regrow(L->rt, ptrs, &n, 1));
+        if (n) MOE_TRY(moe_runtime_regrow(L->rt, ptrs, nbytes, n));
         L->max_rows = N;
     }
-    r->x = L->kept.recv_x;
-    if (!keeps_rows(L)) MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_KEEP_RECV_X, n, &r->x));
-    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_STAGING, n, &r->staging));
-    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_Y, n, &r->y));
-    MOE_TRY(moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_DY, n, &r->dy));
-    return moe_runtime_scratch(L->rt, MOE_SCRATCH_RECV_DX, n, &r->dx);
+#define POINT(...) POINT_BUFFER(&L->rows, &L->kept.rows, __VA_ARGS__)
+    MOE_LAYER_ROW_BUFFERS(POINT)
+#undef POINT
+    return MOE_OK;
 }
+#undef POINT_BUFFER
 
 /* The shard trees' additions: the layer table's add. */
 static moe_status layer_add(void *ctx, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
