@@ -139,29 +139,55 @@ static moe_status upload(const moe_trainer *t, moe_real *dst, const moe_real *ho
     return moe_runtime_upload(moe_model_runtime(t->model), dst, host, count * sizeof(moe_real));
 }
 
-/* Values [from, end) of region z (from this rank's range: `mine`, in the model's memory) of every member, in place
- * in dst[0 .. end - from) on the host (collective over z's group). The members' ranges are whole atoms in the tree's
- * order, not in rank order (models/zero.h): gathered in rank order, then each member's piece moved to its place. */
+/* Reverses values [lo, hi) of a, in place. */
+static void reverse(moe_real *a, size_t lo, size_t hi) {
+    for (; hi > lo + 1; lo++, hi--) {
+        const moe_real v = a[lo];
+        a[lo] = a[hi - 1], a[hi - 1] = v;
+    }
+}
+
+/* buf holds W blocks back to back in member order, member p's of nbytes[p] bytes; reorders them in place by at[p]
+ * (their places, distinct where not empty): each next block rotated to the end of the ordered prefix (three
+ * reversals; W rotations of at most the buffer: only at a checkpoint, and no second buffer). order[] is scratch. */
+static void order_blocks(moe_real *buf, const size_t *at, const size_t *nbytes, int W, int *order) {
+    for (int p = 0; p < W; p++) order[p] = p; /* the blocks as they lie */
+    size_t done = 0;                          /* values of the ordered prefix */
+    for (int k = 0; k < W; k++) {
+        int best = k;
+        for (int i = k + 1; i < W; i++) best = at[order[i]] < at[order[best]] ? i : best;
+        size_t start = done; /* where the chosen block lies now */
+        for (int i = k; i < best; i++) start += nbytes[order[i]] / sizeof(moe_real);
+        const size_t n = nbytes[order[best]] / sizeof(moe_real);
+        reverse(buf, done, start), reverse(buf, start, start + n), reverse(buf, done, start + n);
+        const int chosen = order[best];
+        for (int i = best; i > k; i--) order[i] = order[i - 1];
+        order[k] = chosen, done += n;
+    }
+}
+
+/* Values [from, end) of region z (from this rank's range: `mine`, in the model's memory) of every member, into
+ * dst[0 .. end - from) on the host (collective over z's group). The members' ranges are whole atoms in the tree's
+ * order, not in rank order (models/zero.h): gathered in rank order, then put in place (order_blocks). */
 static moe_status gather_range(moe_trainer *t, const zero_region *z, const moe_real *mine, size_t from, size_t end,
                                moe_real *dst) {
     const moe_zero_layout *layout = moe_model_zero(t->model);
     const moe_zero_region *r = z->r;
-    const int W = moe_comm_size(r->group);
+    const int W = moe_comm_size(r->group), me = moe_comm_rank(r->group);
     size_t *nbytes = calloc(W, sizeof(size_t)), *at = calloc(W, sizeof(size_t)), lo, hi;
-    moe_real *all = malloc((end > from ? end - from : 1) * sizeof(moe_real));
-    moe_real *piece = malloc((r->end - r->begin ? r->end - r->begin : 1) * sizeof(moe_real));
-    moe_status st = nbytes && at && all && piece ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    int *order = calloc(W, sizeof(int));
+    moe_status st = nbytes && at && order ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     for (int p = 0; p < W && st == MOE_OK; p++) { /* member p's overlap [at[p], at[p] + nbytes[p]) */
         moe_zero_member_range(layout, r, p, &lo, &hi);
         lo = lo > from ? lo : from, hi = hi < end ? hi : end;
         at[p] = lo, nbytes[p] = hi > lo ? (hi - lo) * sizeof(moe_real) : 0;
     }
-    const int me = moe_comm_rank(r->group);
+    moe_real *piece = st == MOE_OK ? malloc(nbytes[me] ? nbytes[me] : 1) : NULL; /* send and receive may not overlap */
+    if (st == MOE_OK && !piece) st = MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && nbytes[me]) st = download(t, piece, mine + (at[me] - r->begin), nbytes[me] / sizeof(moe_real));
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(r->group, piece, nbytes[me], all, nbytes);
-    for (size_t p = 0, src = 0; p < (size_t)W && st == MOE_OK; src += nbytes[p++] / sizeof(moe_real))
-        if (nbytes[p]) memcpy(dst + (at[p] - from), all + src, nbytes[p]);
-    free(nbytes), free(at), free(all), free(piece);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(r->group, piece, nbytes[me], dst, nbytes);
+    if (st == MOE_OK) order_blocks(dst, at, nbytes, W, order);
+    free(nbytes), free(at), free(order), free(piece);
     return st;
 }
 
