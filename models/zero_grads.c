@@ -31,24 +31,6 @@ static void find_slices(moe_zero_grads *g, const moe_model_tensor *t, int n, siz
     g->ends_count = g->head.count + g->tail.count;
 }
 
-static size_t shard_count(const moe_zero_layout *z) {
-    return (z->dense.end - z->dense.begin) + (z->expert.end - z->expert.begin);
-}
-
-size_t moe_zero_grads_count(const moe_zero_layout *zero, const moe_model_tensor *tensors, int num_tensors,
-                            int num_layers) {
-    moe_zero_grads g = {.num_layers = num_layers};
-    g.layer_dense = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
-    g.layer_expert = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
-    size_t count = shard_count(zero);
-    if (g.layer_dense && g.layer_expert) {
-        find_slices(&g, tensors, num_tensors, zero->dense.part.count);
-        count += g.window_count + g.ends_count;
-    }
-    free(g.layer_dense), free(g.layer_expert);
-    return count;
-}
-
 moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, moe_runtime *rt,
                                const moe_dense_ops *dense, moe_dense_state *state, const moe_model_tensor *tensors,
                                int num_tensors, int num_layers) {
@@ -57,13 +39,14 @@ moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, m
     g->layer_expert = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
     if (!g->layer_dense || !g->layer_expert) return moe_zero_grads_free(g), MOE_ERR_OUT_OF_MEMORY;
     find_slices(g, tensors, num_tensors, zero->dense.part.count);
-    const size_t shard = shard_count(zero), one = sizeof(moe_real);
+    const size_t shard = (zero->dense.end - zero->dense.begin) + (zero->expert.end - zero->expert.begin);
+    const size_t one = sizeof(moe_real);
     moe_status st = moe_runtime_alloc(rt, (g->window_count ? g->window_count : 1) * one, (void **)&g->window);
     if (st == MOE_OK) st = moe_runtime_alloc(rt, (g->ends_count ? g->ends_count : 1) * one, (void **)&g->ends);
     if (st == MOE_OK) st = moe_runtime_alloc(rt, (shard ? shard : 1) * one, (void **)&g->shard);
     if (st == MOE_OK) st = moe_runtime_zero(rt, g->shard, (shard ? shard : 1) * one);
-    if (st != MOE_OK) moe_zero_grads_free(g);
     g->fresh = 1;
+    if (st != MOE_OK) moe_zero_grads_free(g);
     return st;
 }
 

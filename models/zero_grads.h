@@ -36,10 +36,6 @@ moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, m
                                const moe_dense_ops *dense, moe_dense_state *state, const moe_model_tensor *tensors,
                                int num_tensors, int num_layers);
 void moe_zero_grads_free(moe_zero_grads *g);
-/* What init would allocate, in values (the model's footprint and moe-train's memory check). */
-size_t moe_zero_grads_count(const moe_zero_layout *zero, const moe_model_tensor *tensors, int num_tensors,
-                            int num_layers);
-
 /* Where tensor t's gradient is written while its layer's backward runs. */
 moe_real *moe_zero_grads_at(const moe_zero_grads *g, const moe_model_tensor *t);
 /* This rank's range of a region's gradient (expert 0: dense, 1: experts), in the shard. */
