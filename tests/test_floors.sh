@@ -2,16 +2,18 @@
 # test_floors.sh SOURCE_ROOT — the folders form floors (docs/ARCHITECTURE.md) and a file includes only from
 # its own folder and the folders it stands on:
 #   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> models
+#   core -> pipeline (the schedules as data) -> models
 # Programs (tests/, bench/) may include anything. Every violation is printed as file:line.
 root=${1:-.}
 declare -A may=(
     [core]="core"
+    [pipeline]="core pipeline"
     [kernels]="core kernels"
     [alltoall]="core alltoall"
     [experts]="core kernels experts"
     [router]="core kernels alltoall router"
     [moe]="core kernels alltoall experts router moe"
-    [models]="core kernels alltoall experts router moe models"
+    [models]="core kernels alltoall experts router moe pipeline models"
 )
 status=0
 checked=0
