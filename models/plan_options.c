@@ -43,6 +43,9 @@ static const flag_spec kFlags[] = {
      "the GPUs holding the same experts); 2, ZeRO-2 (the gradients too: one layer's window reduce-scattered per "
      "micro-batch into a shard; needs the world-invariant sums: a power-of-two number of GPUs, at most 64 shards)",
      F_INT, 0, 2, {0}, "0; --search tries each", 0},
+    {"--shards", "as moe-train --shards: the world-invariant sums' virtual shards of the batch, a power of two that "
+     "the GPUs divide and that divides GPUs x micro-batch (more than 64 GPUs need it for --zero 2); 0: the sums off",
+     F_INT, 0, 1 << 30, {0}, "moe-train's: the largest power of two dividing GPUs x micro-batch, at most 64", 0},
     {"--micro-batch", "sequences per GPU per micro-batch", F_INT, 1, 1 << 20, {0}, "1", 0},
     {"--seq-len", "tokens per sequence", F_INT, 1, 1 << 24, {0}, "128; 4096 with --hf-config", 0},
     {"--global-batch", "sequences per optimizer step (a multiple of GPUs x micro-batch)", F_INT, 1, 1e12, {0},
@@ -224,6 +227,13 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
         if (value(f, "--recompute") && !strcmp(value(f, "--recompute"), recompute[i])) l->recompute = (moe_recompute)i;
     l->workspace_bytes = num(f, "--workspace-gib", 1) * 1073741824.0;
     l->local_shards = -1; /* moe-train's default world-invariant sums, for whatever micro-batch the layout has */
+    if (value(f, "--shards")) { /* a multiple of the world: its shards per GPU, for any micro-batch they divide */
+        const int64_t S = integer(f, "--shards", 0);
+        if (S && ((S & (S - 1)) || S % l->world))
+            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs divide", (long long)S,
+                            (long long)l->world), -1;
+        l->local_shards = S / l->world;
+    }
     o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
     if (read_routing(f, o, err)) return -1;
     if (o->search) {

@@ -38,6 +38,11 @@ expect_error "--zero expects an integer in [0, 2], got '3'" --zero 3
 expect_error "--zero expects an integer in [0, 2], got 'two'" --zero two
 expect_error "--zero 2 needs moe-train's world-invariant sums" --nodes 16 --zero 2   # 128 GPUs, 64 shards at most
 expect_error "--zero 2 needs moe-train's world-invariant sums" --gpus-per-node 6 --zero 2
+expect_error "--shards 3 must be 0 or a power of two" --shards 3
+expect_error "--shards 32 must be 0 or a power of two that the 64 GPUs divide" --nodes 8 --shards 32
+expect_error "--shards must divide GPUs x --micro-batch" --nodes 2 --shards 32
+expect_error "--zero 2 needs moe-train's world-invariant sums" --zero 2 --shards 0
+"$plan" --nodes 16 --zero 2 --shards 128 > /dev/null || fail "--zero 2 on 128 GPUs with --shards 128 refused"
 
 out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
