@@ -6,7 +6,6 @@
  * a micro-batch's forwards through virtual stages 0 .. pV - 1 in order and its backwards in reverse), the
  * refusals with their messages, and finally schedules broken on purpose, which the checks must catch.
  * Run: meson test -C build test_pp_schedule */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,22 +15,6 @@
 #include "tests/test_util.h"
 
 enum { MAX_STAGES = 8 };
-
-/* ---- what the checks found: counted, and printed unless a broken schedule is expected to produce them ---- */
-
-static int problems, expecting_problems;
-
-static void problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void problem(const char *fmt, ...) {
-    problems++;
-    FILE *out = expecting_problems ? stdout : stderr;
-    fputs(expecting_problems ? "  caught, as it should be: " : "  problem: ", out);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(out, fmt, ap);
-    va_end(ap);
-    fputc('\n', out);
-}
 
 /* ---- a compact text of a list, for the hand-worked schedules: F<mb>.<chunk>, B<mb>.<chunk>, and exchanges
  * ra/sa (activation) and rg/sg (gradient) <mb>.<chunk>, with <peer (received from) or >peer (sent to) ---- */
@@ -142,12 +125,12 @@ static void check_rank(const moe_pp_shape *shape, int s, const moe_pp_step *st, 
     for (int i = 0; i < n; i++) {
         if (st[i].op < 0 || st[i].op >= MOE_PP_OP_COUNT || st[i].micro_batch < 0 || st[i].micro_batch >= m ||
             st[i].chunk < 0 || st[i].chunk >= V) {
-            problem("rank %d step %d: op %s, micro-batch %d, chunk %d out of range", s, i, op_name(st[i].op),
-                    st[i].micro_batch, st[i].chunk);
+            test_problem("rank %d step %d: op %s, micro-batch %d, chunk %d out of range", s, i, op_name(st[i].op),
+                         st[i].micro_batch, st[i].chunk);
             continue;
         }
         if (is_exchange(st[i].op) ? st[i].peer < 0 || st[i].peer >= p : st[i].peer != -1)
-            problem("rank %d step %d: peer %d", s, i, st[i].peer);
+            test_problem("rank %d step %d: peer %d", s, i, st[i].peer);
         const int key = (st[i].op * m + st[i].micro_batch) * V + st[i].chunk;
         seen[key]++, at[key] = i;
         held += (st[i].op == MOE_PP_FORWARD) - (st[i].op == MOE_PP_BACKWARD);
@@ -159,13 +142,13 @@ static void check_rank(const moe_pp_shape *shape, int s, const moe_pp_step *st, 
 #define SEEN(op) seen[((op) * m + mb) * V + c]
 #define AT(op) at[((op) * m + mb) * V + c]
             if (SEEN(MOE_PP_FORWARD) != 1 || SEEN(MOE_PP_BACKWARD) != 1) {
-                problem("rank %d: micro-batch %d chunk %d has %d forwards and %d backwards", s, mb, c,
-                        SEEN(MOE_PP_FORWARD), SEEN(MOE_PP_BACKWARD));
+                test_problem("rank %d: micro-batch %d chunk %d has %d forwards and %d backwards", s, mb, c,
+                             SEEN(MOE_PP_FORWARD), SEEN(MOE_PP_BACKWARD));
                 continue;
             }
             if (AT(MOE_PP_BACKWARD) < AT(MOE_PP_FORWARD))
-                problem("rank %d: micro-batch %d chunk %d: backward (step %d) before forward (step %d)", s, mb, c,
-                        AT(MOE_PP_BACKWARD), AT(MOE_PP_FORWARD));
+                test_problem("rank %d: micro-batch %d chunk %d: backward (step %d) before forward (step %d)", s, mb, c,
+                             AT(MOE_PP_BACKWARD), AT(MOE_PP_FORWARD));
             /* each exchange: whether it must be there, the compute it goes with, the virtual stage at the other end */
             const struct {
                 moe_pp_op op, compute;
@@ -178,25 +161,27 @@ static void check_rank(const moe_pp_shape *shape, int s, const moe_pp_step *st, 
             };
             for (size_t e = 0; e < sizeof ex / sizeof ex[0]; e++) {
                 if (SEEN(ex[e].op) != ex[e].wanted) {
-                    problem("rank %d: micro-batch %d chunk %d (virtual stage %d): %d %s steps, want %d", s, mb, c,
-                            v, SEEN(ex[e].op), op_name(ex[e].op), ex[e].wanted);
+                    test_problem("rank %d: micro-batch %d chunk %d (virtual stage %d): %d %s steps, want %d", s, mb, c,
+                                 v, SEEN(ex[e].op), op_name(ex[e].op), ex[e].wanted);
                     continue;
                 }
                 if (!ex[e].wanted) continue;
                 if ((AT(ex[e].op) < AT(ex[e].compute)) != ex[e].before)
-                    problem("rank %d: micro-batch %d chunk %d: %s at step %d is on the wrong side of %s at step %d", s,
-                            mb, c, op_name(ex[e].op), AT(ex[e].op), op_name(ex[e].compute), AT(ex[e].compute));
+                    test_problem(
+                        "rank %d: micro-batch %d chunk %d: %s at step %d is on the wrong side of %s at step %d", s, mb,
+                        c, op_name(ex[e].op), AT(ex[e].op), op_name(ex[e].compute), AT(ex[e].compute));
                 if (st[AT(ex[e].op)].peer != ex[e].other % p) /* virtual stage u is on rank u % p */
-                    problem("rank %d: micro-batch %d chunk %d: %s names peer %d; virtual stage %d is on rank %d", s, mb,
-                            c, op_name(ex[e].op), st[AT(ex[e].op)].peer, ex[e].other, ex[e].other % p);
+                    test_problem("rank %d: micro-batch %d chunk %d: %s names peer %d; virtual stage %d is on rank %d",
+                                 s, mb, c, op_name(ex[e].op), st[AT(ex[e].op)].peer, ex[e].other, ex[e].other % p);
             }
 #undef SEEN
 #undef AT
         }
     const int want = stash_formula(p, V, m, s), got = moe_pp_schedule_max_in_flight(st, n);
     if (most != want || got != want)
-        problem("rank %d: %d activations in flight at most (moe_pp_schedule_max_in_flight: %d); the formula says %d",
-                s, most, got, want);
+        test_problem(
+            "rank %d: %d activations in flight at most (moe_pp_schedule_max_in_flight: %d); the formula says %d", s,
+            most, got, want);
     free(seen), free(at);
 }
 
@@ -225,33 +210,34 @@ static void simulate(const moe_pp_shape *shape, moe_pp_step *const *steps, const
                 if (st->op == MOE_PP_RECV_ACTIVATION || st->op == MOE_PP_RECV_GRADIENT) {
                     if (!posted[grad][here]) break;
                     if (taken[grad][here]++)
-                        problem("rank %d receives micro-batch %d's %s for virtual stage %d twice", r, mb,
-                                grad ? "gradient" : "activation", v);
+                        test_problem("rank %d receives micro-batch %d's %s for virtual stage %d twice", r, mb,
+                                     grad ? "gradient" : "activation", v);
                     if (posted[grad][here] - 1 != st->peer)
-                        problem("rank %d receives micro-batch %d's %s for virtual stage %d from rank %d; rank %d "
-                                "sent it",
-                                r, mb, grad ? "gradient" : "activation", v, st->peer, posted[grad][here] - 1);
+                        test_problem("rank %d receives micro-batch %d's %s for virtual stage %d from rank %d; rank %d "
+                                     "sent it",
+                                     r, mb, grad ? "gradient" : "activation", v, st->peer, posted[grad][here] - 1);
                 } else if (st->op == MOE_PP_SEND_ACTIVATION || st->op == MOE_PP_SEND_GRADIENT) {
                     const int to = grad ? v - 1 : v + 1;
                     if (to < 0 || to >= stages) {
-                        problem("rank %d sends micro-batch %d's %s from virtual stage %d, the end", r, mb,
-                                grad ? "gradient" : "activation", v);
+                        test_problem("rank %d sends micro-batch %d's %s from virtual stage %d, the end", r, mb,
+                                     grad ? "gradient" : "activation", v);
                         continue;
                     }
                     if (posted[grad][(size_t)mb * stages + to]++)
-                        problem("rank %d sends micro-batch %d's %s to virtual stage %d twice", r, mb,
-                                grad ? "gradient" : "activation", to);
+                        test_problem("rank %d sends micro-batch %d's %s to virtual stage %d twice", r, mb,
+                                     grad ? "gradient" : "activation", to);
                     posted[grad][(size_t)mb * stages + to] = r + 1;
                 } else if (st->op == MOE_PP_FORWARD) {
                     if (v > 0 && !forward_at[here - 1])
-                        problem("micro-batch %d's forward at virtual stage %d runs before the one at %d", mb, v, v - 1);
+                        test_problem("micro-batch %d's forward at virtual stage %d runs before the one at %d", mb, v,
+                                     v - 1);
                     forward_at[here] = clock++;
                 } else if (st->op == MOE_PP_BACKWARD) {
                     if (!forward_at[here])
-                        problem("micro-batch %d's backward at virtual stage %d runs before its forward", mb, v);
+                        test_problem("micro-batch %d's backward at virtual stage %d runs before its forward", mb, v);
                     if (v < stages - 1 && !backward_at[here + 1])
-                        problem("micro-batch %d's backward at virtual stage %d runs before the one at %d", mb, v,
-                                v + 1);
+                        test_problem("micro-batch %d's backward at virtual stage %d runs before the one at %d", mb, v,
+                                     v + 1);
                     backward_at[here] = clock++;
                 }
             }
@@ -260,7 +246,7 @@ static void simulate(const moe_pp_shape *shape, moe_pp_step *const *steps, const
         if (pc[r] < count[r]) {
             char what[64];
             compact(&steps[r][pc[r]], 1, what, sizeof what);
-            problem("deadlock: rank %d waits forever at step %d of %d (%s)", r, pc[r], count[r], what);
+            test_problem("deadlock: rank %d waits forever at step %d of %d (%s)", r, pc[r], count[r], what);
         }
     /* what never happened: counted, the first of each kind named */
     size_t unreceived = 0, unrun = 0, first_unreceived = 0, first_unrun = 0;
@@ -270,12 +256,12 @@ static void simulate(const moe_pp_shape *shape, moe_pp_step *const *steps, const
         if ((!forward_at[i] || !backward_at[i]) && !unrun++) first_unrun = i;
     }
     if (unreceived)
-        problem("%zu sends never received, the first to micro-batch %zu's virtual stage %zu", unreceived,
-                first_unreceived / stages, first_unreceived % stages);
+        test_problem("%zu sends never received, the first to micro-batch %zu's virtual stage %zu", unreceived,
+                     first_unreceived / stages, first_unreceived % stages);
     if (unrun)
-        problem("%zu (micro-batch, virtual stage) pairs lack a forward or backward, the first micro-batch %zu at "
-                "virtual stage %zu",
-                unrun, first_unrun / stages, first_unrun % stages);
+        test_problem("%zu (micro-batch, virtual stage) pairs lack a forward or backward, the first micro-batch %zu at "
+                     "virtual stage %zu",
+                     unrun, first_unrun / stages, first_unrun % stages);
     free(forward_at), free(backward_at);
     for (int k = 0; k < 2; k++) free(posted[k]), free(taken[k]);
 }
@@ -305,10 +291,10 @@ static void pipeline_free(pipeline *pl) {
 
 /* the problems the checks find in the pipeline's schedules */
 static int pipeline_problems(const pipeline *pl) {
-    problems = 0;
+    test_problems = 0;
     for (int s = 0; s < pl->shape.stages; s++) check_rank(&pl->shape, s, pl->steps[s], pl->count[s]);
     simulate(&pl->shape, pl->steps, pl->count);
-    return problems;
+    return test_problems;
 }
 
 static void test_properties(void) {
@@ -394,9 +380,9 @@ static void swap(moe_pp_step *st, int i, int j) {
 
 static void expect_caught(const char *what, pipeline *pl) {
     printf("broken on purpose: %s\n", what);
-    expecting_problems = 1;
+    test_expecting_problems = 1;
     const int found = pipeline_problems(pl);
-    expecting_problems = 0;
+    test_expecting_problems = 0;
     CHECK(found > 0, "%s: not caught", what);
     pipeline_free(pl);
 }

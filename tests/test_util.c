@@ -1,6 +1,7 @@
-/* test_util.c — RNG, fills, weight fixtures and the verdict of a test program. */
+/* test_util.c — RNG, fills, weight fixtures, a property checker's findings and the verdict of a test program. */
 #include "tests/test_util.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 
 int test_failures = 0;
@@ -35,6 +36,19 @@ test_weights test_weights_random(const moe_config *cfg, moe_rng *rng) {
 void test_weights_free(test_weights *tw) {
     free(tw->buffer);
     tw->buffer = NULL;
+}
+
+int test_problems = 0, test_expecting_problems = 0;
+
+void test_problem(const char *fmt, ...) {
+    test_problems++;
+    FILE *out = test_expecting_problems ? stdout : stderr;
+    fputs(test_expecting_problems ? "  caught, as it should be: " : "  problem: ", out);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(out, fmt, ap);
+    va_end(ap);
+    fputc('\n', out);
 }
 
 int test_finish(const char *name) {

@@ -44,6 +44,12 @@ test_weights test_weights_random(const moe_config *cfg, moe_rng *rng);
 test_weights test_weights_zero(const moe_config *cfg);
 void test_weights_free(test_weights *tw);
 
+/* A property checker's findings (the schedule and grid tests): each counted in test_problems and printed
+ * ("  problem: ..." on stderr), or, while test_expecting_problems is set (a layout broken on purpose),
+ * as "  caught, as it should be: ..." on stdout. The checker resets test_problems and returns it. */
+extern int test_problems, test_expecting_problems;
+void test_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 int test_finish(const char *name);
 
 #endif
