@@ -212,9 +212,14 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
     if (LS == 0) return lay->cpu && lay->world > 1 ? real * larger : 0; /* MPI_Allreduce's copy; NCCL: in place */
     const double piece = (double)MOE__TREE_PIECE_NBYTES / real;
     double bytes = 0;
-    if (lay->world > 1 && lay->zero == 2) { /* the reduce-scatter's one chunk: a piece, half a window at most */
-        const double half_window = ceil((double)moe_plan_model_gradient_buffers(m, lay->ep).window / 2);
-        bytes = real * (half_window < piece ? half_window : piece);
+    if (lay->world > 1 && lay->zero == 2) {
+        /* the reduce-scatter's one chunk (alltoall/tree_allreduce.h): half a piece, or at most half the largest slice
+         * it reduces: a layer's window, the embedding, or the final norm with an untied lm_head */
+        const double V = (double)m->vocab_size, tail = d + (m->tie_embeddings ? 0 : V * d);
+        double slice = (double)moe_plan_model_gradient_buffers(m, lay->ep).window;
+        slice = slice > V * d ? slice : V * d;
+        slice = slice > tail ? slice : tail;
+        bytes = real * (ceil(slice / 2) < ceil(piece / 2) ? ceil(slice / 2) : ceil(piece / 2));
     } else if (lay->world > 1) { /* the tree all-reduce: half of a piece (alltoall/tree_allreduce.h) */
         const double region = larger < piece ? larger : piece;
         bytes = real * ceil(region / 2);

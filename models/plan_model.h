@@ -114,9 +114,10 @@ typedef struct {
                           * send/receive and expert rows): what each layer keeps, and the scratch of one
                           * pass, which every layer shares                                                */
     double reduce_scratch; /* the gradient sums': with world-invariant sums, the fixed tree all-reduce's (half of a
-                            * piece of the region it sums; under ZeRO-2 its reduce-scatter's one transfer chunk, at
-                            * most a piece, at most half the window), the shard tree's slots for the largest dense
-                            * gradient (models/shard_grads.c) and the experts' per-segment weight-gradient leaves;
+                            * piece of the region it sums; under ZeRO-2 its reduce-scatter's one transfer chunk: half
+                            * the largest slice it reduces, at most half a piece), the shard tree's slots for the
+                            * largest dense gradient (models/shard_grads.c) and the experts' per-segment weight-gradient
+                            * leaves;
                             * without, on the CPU path the transport's (MPI) copy of the larger region    */
     double workspace;
     double total;

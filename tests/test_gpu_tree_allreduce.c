@@ -9,7 +9,8 @@
  * For each transport, each algorithm (auto, doubling, halving + doubling) and counts 0, 1, 7, 1000, 1001, 2^20:
  * rank r sums its S/W of S = 16 leaves on the host (moe_tree_acc), uploads, all-reduces on the device, and the
  * download must equal the oracle's tree over all S leaves; the double variant (host memory on every transport)
- * likewise. Exit 77 on every rank when a rank has no GPU (the ranks agree first). */
+ * likewise; and for floats the tree's halves (reduce-scatter then all-gather, window by window, with uneven splits).
+ * Exit 77 on every rank when a rank has no GPU (the ranks agree first). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,36 @@ static void check_add_kernel(moe_gpu *gpu, size_t count, int which) {
     free(a), free(b), free(want), free(got);
 }
 
+/* The tree's halves (ZeRO-2) on the transport's payload memory: a region of `count` floats with splits allowed at a
+ * third and two thirds, reduce-scattered window by window (its two halves, the upper first, as a backward runs
+ * layers from the last), then all-gathered: this rank's range of each window must equal the one-process tree after
+ * the reduce-scatter, and every value after the all-gather. */
+static void check_halves(const char *name, moe_comm *c, moe_gpu *gpu, const float *mine, const float *want,
+                         size_t count) {
+    const int W = moe_comm_size(c), r = moe_comm_rank(c);
+    const size_t bounds[] = {count / 3, 2 * count / 3}, half = count / 2;
+    const moe_tree_partition part = {count, count >= 3 ? bounds : NULL, count >= 3 ? 2 : 0};
+    size_t lo, hi;
+    moe_tree_partition_range(&part, W, r, &lo, &hi);
+    float *got = alloc_host(count * sizeof(float));
+    float *dev = test_gpu_upload(gpu, mine, count * sizeof(float));
+    const size_t from[] = {half, 0}, n[] = {count - half, half};
+    for (int w = 0; w < 2; w++)
+        test_mpi_require(moe_comm_reduce_scatter_tree_real(c, dev + from[w], &part, from[w], n[w]), "reduce-scatter");
+    test_gpu_download(gpu, got, dev, count * sizeof(float));
+    size_t first, bad = test_tree_count_diff(MOE_TREE_F32, got + lo, want + lo, hi - lo, &first);
+    CHECK(bad == 0, "%s rank %d of %d, %zu values: reduce-scatter, %zu of its range [%zu, %zu) differ, first at %zu",
+          name, r, W, count, bad, lo, hi, lo + first);
+    for (int w = 0; w < 2; w++)
+        test_mpi_require(moe_comm_allgather_tree_real(c, dev + from[w], &part, from[w], n[w]), "all-gather");
+    test_gpu_download(gpu, got, dev, count * sizeof(float));
+    bad = test_tree_count_diff(MOE_TREE_F32, got, want, count, &first);
+    CHECK(bad == 0, "%s rank %d of %d, %zu values: all-gather, %zu differ, first at %zu", name, r, W, count, bad,
+          first);
+    test_gpu_free(gpu, dev);
+    free(got);
+}
+
 static void check_transport(const char *name, moe_comm *c, moe_gpu *gpu) {
     const int W = moe_comm_size(c), r = moe_comm_rank(c), span = TEST_TREE_LEAVES / W;
     for (size_t k = 0; k < sizeof kCounts / sizeof kCounts[0]; k++)
@@ -76,12 +107,14 @@ static void check_transport(const char *name, moe_comm *c, moe_gpu *gpu) {
                 CHECK(bad == 0, "%s rank %d of %d, %s, %s, %zu values: %zu differ from the one-process tree, first "
                       "at %zu", name, r, W, kAlgoNames[a], d ? "double" : "float", count, bad, first);
             }
+            if (dtype == MOE_TREE_F32) check_halves(name, c, gpu, mine, want, count);
             free(want), free(mine), free(got);
         }
     moe_comm_set_tree_algorithm(c, MOE_TREE_AUTO);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) printf("%-10s on %d rank(s): tree all-reduce checked bitwise\n", name, W);
+    if (rank == 0)
+        printf("%-10s on %d rank(s): tree all-reduce, reduce-scatter and all-gather checked bitwise\n", name, W);
 }
 
 int main(int argc, char **argv) {
