@@ -5,37 +5,47 @@
 
 struct moe_parallel {
     moe_ranks ranks;
-    moe_comm *world, *ep, *expert_dp;
+    moe__parallel_comms c; /* c.stage may be c.world (pp = 1) */
 };
 
 moe_ranks moe_parallel_ranks(const moe_parallel *p) { return p->ranks; }
-moe_comm *moe_parallel_world(const moe_parallel *p) { return p->world; }
-moe_comm *moe_parallel_ep(const moe_parallel *p) { return p->ep; }
-moe_comm *moe_parallel_expert_dp(const moe_parallel *p) { return p->expert_dp; }
+moe_comm *moe_parallel_world(const moe_parallel *p) { return p->c.world; }
+moe_comm *moe_parallel_stage(const moe_parallel *p) { return p->c.stage; }
+moe_comm *moe_parallel_pipeline(const moe_parallel *p) { return p->c.pipeline; }
+moe_comm *moe_parallel_ep(const moe_parallel *p) { return p->c.ep; }
+moe_comm *moe_parallel_expert_dp(const moe_parallel *p) { return p->c.expert_dp; }
 
-moe_status moe__parallel_assemble(moe_ranks ranks, moe_comm *world, moe_comm *ep, moe_comm *expert_dp,
-                                  moe_parallel **out) {
-    moe_parallel *p = world && ep && expert_dp ? calloc(1, sizeof *p) : NULL;
+static void destroy_comms(moe__parallel_comms *c) {
+    if (c->stage != c->world) moe_comm_destroy(c->stage);
+    moe_comm_destroy(c->world), moe_comm_destroy(c->pipeline), moe_comm_destroy(c->ep), moe_comm_destroy(c->expert_dp);
+}
+
+moe_status moe__parallel_assemble(moe_ranks ranks, moe__parallel_comms comms, moe_parallel **out) {
+    if (!comms.stage) comms.stage = comms.world;
+    moe__parallel_comms *c = &comms;
+    moe_parallel *p = c->world && c->stage && c->pipeline && c->ep && c->expert_dp ? calloc(1, sizeof *p) : NULL;
     if (!p) {
-        moe_comm_destroy(world), moe_comm_destroy(ep), moe_comm_destroy(expert_dp);
+        destroy_comms(c);
         return MOE_ERR_OUT_OF_MEMORY;
     }
-    *p = (moe_parallel){.ranks = ranks, .world = world, .ep = ep, .expert_dp = expert_dp};
+    *p = (moe_parallel){.ranks = ranks, .c = comms};
     *out = p;
     return MOE_OK;
 }
 
+moe_ranks moe__parallel_ranks_one(void) {
+    return (moe_ranks){.world_size = 1, .pp_size = 1, .stage_size = 1, .ep_size = 1, .dp_size = 1};
+}
+
 moe_status moe_parallel_create_self(moe_parallel **out) {
-    moe_comm *world = NULL, *ep = NULL, *dp = NULL;
-    moe_comm_create_self("world", &world), moe_comm_create_self("ep", &ep), moe_comm_create_self("expert-dp", &dp);
-    const moe_ranks one = {.world_size = 1, .ep_size = 1, .dp_size = 1};
-    return moe__parallel_assemble(one, world, ep, dp, out);
+    moe__parallel_comms c = {0};
+    moe_comm_create_self("world", &c.world), moe_comm_create_self("pipeline", &c.pipeline);
+    moe_comm_create_self("ep", &c.ep), moe_comm_create_self("expert-dp", &c.expert_dp);
+    return moe__parallel_assemble(moe__parallel_ranks_one(), c, out);
 }
 
 void moe_parallel_destroy(moe_parallel *p) {
     if (!p) return;
-    moe_comm_destroy(p->world);
-    moe_comm_destroy(p->ep);
-    moe_comm_destroy(p->expert_dp);
+    destroy_comms(&p->c);
     free(p);
 }

@@ -5,10 +5,10 @@
 
 moe_status moe_parallel_create_self_gpu(moe_gpu *gpu, moe_parallel **out) {
     if (!gpu || !out) return MOE_ERR_INVALID_ARG;
-    moe_comm *world = NULL, *ep = NULL, *dp = NULL;
-    moe_comm_create_self_gpu(gpu, "world", &world);
-    moe_comm_create_self_gpu(gpu, "ep", &ep);
-    moe_comm_create_self_gpu(gpu, "expert-dp", &dp);
-    const moe_ranks one = {.world_size = 1, .ep_size = 1, .dp_size = 1};
-    return moe__parallel_assemble(one, world, ep, dp, out);
+    moe__parallel_comms c = {0};
+    moe_comm_create_self_gpu(gpu, "world", &c.world);
+    moe_comm_create_self_gpu(gpu, "pipeline", &c.pipeline);
+    moe_comm_create_self_gpu(gpu, "ep", &c.ep);
+    moe_comm_create_self_gpu(gpu, "expert-dp", &c.expert_dp);
+    return moe__parallel_assemble(moe__parallel_ranks_one(), c, out);
 }

@@ -1,10 +1,11 @@
-/* parallel_mpi.c — world, EP and expert-data-parallel communicators by MPI_Comm_split. */
+/* parallel_mpi.c — the layout's communicators by MPI_Comm_split, from pipeline/grid.h's rank grid. */
 #include "alltoall/parallel_mpi.h"
 
 #include <stdlib.h>
 
 #include "alltoall/comm_mpi.h"
 #include "core/fail.h"
+#include "pipeline/grid.h"
 
 static moe_status wrap(moe__comm_wrap_fn fn, void *ctx, MPI_Comm comm, const char *label, double timeout_s,
                        moe_comm **out) {
@@ -20,38 +21,63 @@ static moe_status wrap_mpi(void *ctx, MPI_Comm comm, const char *label, double t
 }
 
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out) {
-    return moe__parallel_create_mpi_with(world, ep_size, timeout_s, wrap_mpi, NULL, out);
+    return moe__parallel_create_mpi_with(world, 1, ep_size, timeout_s, wrap_mpi, NULL, out);
 }
 
-moe_status moe__parallel_create_mpi_with(MPI_Comm world, int ep_size, double timeout_s, moe__comm_wrap_fn wrap_fn,
-                                         void *wrap_ctx, moe_parallel **out) {
+moe_status moe_parallel_create_mpi_pp(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
+                                      moe_parallel **out) {
+    return moe__parallel_create_mpi_with(world, pp_size, ep_size, timeout_s, wrap_mpi, NULL, out);
+}
+
+/* The MPI communicator of g's group of this kind: split from world by the group's first member, ordered by world
+ * rank (the grid's order inside a group). */
+static MPI_Comm split_group(MPI_Comm world, const moe_rank_grid *g, moe_rank_group kind) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    if (MPI_Comm_split(world, moe_rank_grid_group_first(g, kind), g->rank, &comm) != MPI_SUCCESS) return MPI_COMM_NULL;
+    return comm;
+}
+
+moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
+                                         moe__comm_wrap_fn wrap_fn, void *wrap_ctx, moe_parallel **out) {
     int size, rank;
     if (MPI_Comm_size(world, &size) != MPI_SUCCESS || MPI_Comm_rank(world, &rank) != MPI_SUCCESS)
         return moe_fail(MOE_ERR_COMM, "cannot query the MPI world");
-    if (ep_size < 1 || size % ep_size != 0)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "ep = %d must be at least 1 and divide the world size %d", ep_size,
-                        size);
+    moe_rank_grid g;
+    MOE_TRY(moe_rank_grid_make(size, pp_size, ep_size, 1, rank, &g));
+    const int stage_size = size / pp_size;
     const moe_ranks r = {.world_size = size,
                          .world_rank = rank,
+                         .pp_size = pp_size,
+                         .pp_rank = g.pp_rank,
+                         .stage_size = stage_size,
+                         .stage_rank = rank % stage_size,
                          .ep_size = ep_size,
-                         .ep_rank = rank % ep_size,
-                         .dp_size = size / ep_size,
-                         .dp_rank = rank / ep_size};
-    MPI_Comm dup = MPI_COMM_NULL, ep = MPI_COMM_NULL, dp = MPI_COMM_NULL;
+                         .ep_rank = g.ep_rank,
+                         .dp_size = g.dp,
+                         .dp_rank = g.dp_rank};
+    MPI_Comm dup = MPI_COMM_NULL;
     MPI_Comm_dup(world, &dup);
-    MPI_Comm_split(world, r.dp_rank, rank, &ep); /* same block of ep consecutive ranks */
-    MPI_Comm_split(world, r.ep_rank, rank, &dp); /* same expert shard */
+    /* every rank makes every split (collective), in one order */
+    MPI_Comm stage = pp_size > 1 ? split_group(world, &g, MOE_RANK_GROUP_STAGE) : MPI_COMM_NULL;
+    MPI_Comm pipeline = split_group(world, &g, MOE_RANK_GROUP_PIPELINE);
+    MPI_Comm ep = split_group(world, &g, MOE_RANK_GROUP_EP);
+    MPI_Comm dp = split_group(world, &g, MOE_RANK_GROUP_EXPERT_DP);
     /* each wrap owns its communicator from here on, whatever happens to the others */
-    moe_comm *c_world = NULL, *c_ep = NULL, *c_dp = NULL;
-    moe_status st_world = wrap(wrap_fn, wrap_ctx, dup, "world", timeout_s, &c_world);
-    moe_status st_ep = wrap(wrap_fn, wrap_ctx, ep, "ep", timeout_s, &c_ep);
-    moe_status st_dp = wrap(wrap_fn, wrap_ctx, dp, "expert-dp", timeout_s, &c_dp);
-    moe_status st = st_world != MOE_OK ? st_world : st_ep != MOE_OK ? st_ep : st_dp;
-    if (st != MOE_OK) {
-        moe_comm_destroy(c_world), moe_comm_destroy(c_ep), moe_comm_destroy(c_dp);
-        return st;
-    }
-    return moe__parallel_assemble(r, c_world, c_ep, c_dp, out);
+    moe__parallel_comms c = {0};
+    moe_status st[5] = {
+        wrap(wrap_fn, wrap_ctx, dup, "world", timeout_s, &c.world),
+        pp_size > 1 ? wrap(wrap_fn, wrap_ctx, stage, "stage", timeout_s, &c.stage) : MOE_OK,
+        wrap(wrap_fn, wrap_ctx, pipeline, "pipeline", timeout_s, &c.pipeline),
+        wrap(wrap_fn, wrap_ctx, ep, "ep", timeout_s, &c.ep),
+        wrap(wrap_fn, wrap_ctx, dp, "expert-dp", timeout_s, &c.expert_dp),
+    };
+    for (int i = 0; i < 5; i++)
+        if (st[i] != MOE_OK) {
+            moe_comm_destroy(c.world), moe_comm_destroy(c.stage), moe_comm_destroy(c.pipeline);
+            moe_comm_destroy(c.ep), moe_comm_destroy(c.expert_dp);
+            return st[i];
+        }
+    return moe__parallel_assemble(r, c, out);
 }
 
 moe_status moe_parallel_node_rank(MPI_Comm world, int *node_rank) {

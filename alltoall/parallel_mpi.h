@@ -9,16 +9,21 @@
 /* Collective over `world`. MOE_ERR_INVALID_CONFIG (on every rank alike) when ep_size < 1 or does not
  * divide the world size. timeout_s: the watchdog of every exchange (<= 0: none). */
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out);
+/* The same with pp_size pipeline stages (pipeline/grid.h's layout): MOE_ERR_INVALID_CONFIG, with the grid's message,
+ * when pp does not divide the world or ep the ranks of a stage. */
+moe_status moe_parallel_create_mpi_pp(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
+                                      moe_parallel **out);
 
 /* This process's rank among the processes of its node (MPI_COMM_TYPE_SHARED): for picking a GPU. Collective. */
 moe_status moe_parallel_node_rank(MPI_Comm world, int *node_rank);
 
 /* Internal to alltoall/ (how the GPU layouts reuse these groups): the same layout, with each of its MPI
- * communicators (a dup of world, the EP block, the expert-data-parallel group) turned into a moe_comm by
+ * communicators (a dup of world, the stage, the pipeline, the EP block, the expert-data-parallel group) turned into
+ * a moe_comm by
  * `wrap`, which owns the communicator when it returns MOE_OK and leaves it to the caller otherwise. */
 typedef moe_status (*moe__comm_wrap_fn)(void *ctx, MPI_Comm comm, const char *label, double timeout_s,
                                         moe_comm **out);
-moe_status moe__parallel_create_mpi_with(MPI_Comm world, int ep_size, double timeout_s, moe__comm_wrap_fn wrap,
-                                         void *wrap_ctx, moe_parallel **out);
+moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
+                                         moe__comm_wrap_fn wrap, void *wrap_ctx, moe_parallel **out);
 
 #endif

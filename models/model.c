@@ -26,8 +26,24 @@ typedef struct {
 #undef LAYER_FIELD
 } layer_acts;
 
+/* One forward's activations, kept from its forward to its backward: an entry of the stash. A pipeline schedule keeps
+ * several forwards of a stage in flight (pipeline/schedule.h); one-stage training keeps one. */
+typedef struct {
+    int num_seqs;
+    int has_forward;
+    moe_real **resid;       /* [L + 1] of [T, d]: the residual stream entering each layer (this stage's, first .. last) */
+    layer_acts *acts;       /* [L] (this stage's layers)                                                             */
+    moe_layer **moe;        /* [L]: this pass's MoE layers (routing, expert activations); NULL for dense layers       */
+    moe_layer_stats *stats; /* [L]                                                                                    */
+#define PASS_FIELD(name, type, count) type *name;
+    MOE_MODEL_PASS_BUFFERS(PASS_FIELD)
+#undef PASS_FIELD
+} model_pass;
+
 struct moe_model {
     moe_model_config cfg;
+    moe_model_stage stage;     /* the decoder layers [first, last) this model holds, and the ends */
+    int first, last, embeds, heads;
     moe_runtime *rt, *owned_rt;
     const moe_parallel *par;
     const moe_dense_ops *dense; /* the runtime's dense ops */
@@ -46,18 +62,14 @@ struct moe_model {
     moe_model_views c;
     moe_model_tensor *tensors;
     int num_tensors;
-    moe_layer **moe;            /* [L], NULL for dense layers */
-    moe_layer_stats *stats;     /* [L] */
-    /* activations of the last forward */
-    int num_seqs;
-    moe_real **resid;           /* [L + 1] of [T, d]: the residual stream entering each layer */
-    layer_acts *acts;           /* [L] */
-    struct {                    /* the model's own buffers (inputs, targets, logits, backward scratch) */
+    model_pass *passes;         /* [stage.passes] */
+    model_pass *P;              /* the selected one: what the next forward writes and backward reads */
+    model_pass *last_forward;   /* the pass of the last forward (its routing counts move sigmoid routing's bias) */
+    struct {                    /* the model's scratch (backward's gradients, forward's temporaries) */
 #define MODEL_FIELD(name, type, count) type *name;
-        MOE_MODEL_BUFFERS(MODEL_FIELD)
+        MOE_MODEL_SCRATCH_BUFFERS(MODEL_FIELD)
 #undef MODEL_FIELD
     };
-    int has_forward;
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
     /* cfg.moe.num_shards > 0: the weight gradients and the loss are summed per shard of this rank (S / W of them)
      * in the shard tree (models/shard_grads.h); local_shards 0: one sum over the rank's rows */
@@ -78,33 +90,44 @@ static dims dims_of(const moe_model *m) {
                   c->moe.num_experts};
 }
 
-/* Appends a tensor at the end of the buffer laid out so far (*cursor); without a table (m->tensors NULL) it
- * only counts. */
-static void append(moe_model *m, size_t *cursor, int layer, int experts, long rows, long cols, moe_tensor_kind kind,
-                   const char *name) {
+/* Whether this model holds the tensors of `layer` (-1: the embedding; num_layers: the final norm and lm_head). */
+static int holds_layer(const moe_model *m, int layer) {
+    if (layer < 0) return m->embeds;
+    if (layer >= m->cfg.num_layers) return m->heads;
+    return layer >= m->first && layer < m->last;
+}
+
+/* The next tensor of the one-stage table (*index counts them all): appended at the end of the buffer laid out so far
+ * (*cursor) when this model holds its layer; without a table (m->tensors NULL) it only counts. */
+static void append(moe_model *m, size_t *cursor, int *index, int layer, int experts, long rows, long cols,
+                   moe_tensor_kind kind, const char *name) {
+    const int at = (*index)++;
+    if (!holds_layer(m, layer)) return;
     const size_t count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
     if (m->tensors) {
         moe_model_tensor *t = &m->tensors[m->num_tensors++];
         *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
-                                .offset = *cursor, .count = count, .kind = kind};
+                                .offset = *cursor, .count = count, .kind = kind, .index = at};
         snprintf(t->name, sizeof t->name, "%s", name);
     }
     *cursor += count;
 }
 
-/* Every tensor in buffer order, [dense | experts]: the embedding, each layer's attention and FFN (router or
- * dense SwiGLU), the final norm and lm_head, then each MoE layer's local experts. */
+/* Every tensor this model holds in buffer order, [dense | experts]: the embedding, each layer's attention and FFN
+ * (router or dense SwiGLU), the final norm and lm_head, then each MoE layer's local experts — the one-stage model's
+ * order, with the tensors of other stages left out. */
 static void lay_out(moe_model *m) {
     const moe_model_config *c = &m->cfg;
     const dims D = dims_of(m);
     const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, V = c->vocab_size, EL = m->num_local_experts;
     char name[sizeof m->tensors->name];
     size_t at = 0;
+    int index = 0;
     m->num_tensors = 0;
-    append(m, &at, -1, 0, V, d, MOE_TENSOR_WEIGHT, "model.embed_tokens.weight");
+    append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, "model.embed_tokens.weight");
 #define DENSE_TENSOR(field, hf, rows, cols, kind)                                                                   \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);                                                      \
-    append(m, &at, l, 0, rows, cols, kind, name);
+    append(m, &at, &index, l, 0, rows, cols, kind, name);
     for (int l = 0; l < c->num_layers; l++) {
         MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
         if (moe_model_layer_is_moe(c, l)) {
@@ -114,12 +137,12 @@ static void lay_out(moe_model *m) {
         }
     }
 #undef DENSE_TENSOR
-    append(m, &at, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, "model.norm.weight");
-    if (!c->tie_embeddings) append(m, &at, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "lm_head.weight");
+    append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, "model.norm.weight");
+    if (!c->tie_embeddings) append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "lm_head.weight");
     m->num_dense = at;
 #define EXPERT_TENSOR(field, hf, rows, cols, kind)                                                                  \
     snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
-    append(m, &at, l, (int)EL, rows, cols, kind, name);
+    append(m, &at, &index, l, (int)EL, rows, cols, kind, name);
     for (int l = 0; l < c->num_layers; l++)
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_EXPERT_TENSORS(EXPERT_TENSOR)
@@ -135,13 +158,14 @@ static moe_real *tensor_at(moe_real *base, const moe_zero_grads *zg, const moe_m
     return zg ? moe_zero_grads_at(zg, t) : base + t->offset;
 }
 
-/* Points the views of one buffer (params or grads) at the tensors: the same walk as lay_out. */
+/* Points the views of one buffer (params or grads) at the tensors: the same walk as lay_out (what this model does not
+ * hold stays NULL). */
 static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, moe_model_views *v) {
     const moe_model_config *c = &m->cfg;
     const moe_model_tensor *t = m->tensors;
-    v->embedding = tensor_at(base, zg, t++);
+    v->embedding = m->embeds ? tensor_at(base, zg, t++) : NULL;
 #define VIEW(field, hf, rows, cols, kind) L->field = tensor_at(base, zg, t++);
-    for (int l = 0; l < c->num_layers; l++) {
+    for (int l = m->first; l < m->last; l++) {
         moe_model_layer_params *L = &v->layers[l];
         L->ffn.router_w = NULL;
         MOE_MODEL_ATTENTION_TENSORS(VIEW)
@@ -151,9 +175,12 @@ static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, mo
             MOE_MODEL_DENSE_FFN_TENSORS(VIEW)
         }
     }
-    v->final_norm = tensor_at(base, zg, t++);
-    v->lm_head = c->tie_embeddings ? v->embedding : tensor_at(base, zg, t++);
-    for (int l = 0; l < c->num_layers; l++) {
+    v->final_norm = v->lm_head = NULL;
+    if (m->heads) {
+        v->final_norm = tensor_at(base, zg, t++);
+        v->lm_head = c->tie_embeddings ? v->embedding : tensor_at(base, zg, t++);
+    }
+    for (int l = m->first; l < m->last; l++) {
         moe_model_layer_params *L = &v->layers[l];
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_EXPERT_TENSORS(VIEW)
@@ -170,12 +197,12 @@ static void set_compute_views(moe_model *m) {
     memcpy(layers, m->p.layers, (size_t)m->cfg.num_layers * sizeof *layers);
     if (!m->compute) return;
 #define IN_COMPUTE(ptr) ((ptr) = m->compute + ((ptr) - m->params))
-    for (int l = 0; l < m->cfg.num_layers; l++) {
+    for (int l = m->first; l < m->last; l++) {
         moe_model_layer_params *w = &layers[l];
         IN_COMPUTE(w->wq), IN_COMPUTE(w->wk), IN_COMPUTE(w->wv), IN_COMPUTE(w->wo);
         if (!moe_model_layer_is_moe(&m->cfg, l)) IN_COMPUTE(w->ffn.w1), IN_COMPUTE(w->ffn.w3), IN_COMPUTE(w->ffn.w2);
     }
-    IN_COMPUTE(m->c.lm_head);
+    if (m->heads) IN_COMPUTE(m->c.lm_head);
 #undef IN_COMPUTE
 }
 
@@ -194,9 +221,28 @@ static moe_status refresh_compute_weights(moe_model *m) {
 #define COUNT_ONE(...) +1
 enum {
     LAYER_BUFFERS = 0 MOE_MODEL_LAYER_ACTIVATIONS(COUNT_ONE),
-    MODEL_BUFFERS = 0 MOE_MODEL_BUFFERS(COUNT_ONE)
+    PASS_BUFFERS = 0 MOE_MODEL_PASS_BUFFERS(COUNT_ONE),
+    SCRATCH_BUFFERS = 0 MOE_MODEL_SCRATCH_BUFFERS(COUNT_ONE)
 };
 #undef COUNT_ONE
+
+/* The stage's layers and ends, checked: MOE_ERR_INVALID_CONFIG with a message for a range outside the model, no
+ * pass, or a tied embedding whose two ends lie on different stages. */
+static moe_status set_stage(moe_model *m, const moe_model_stage *stage) {
+    const int L = m->cfg.num_layers;
+    if (stage->num_layers < 1 || stage->first_layer < 0 || stage->first_layer + stage->num_layers > L ||
+        stage->passes < 1)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "a stage of layers %d .. %d with %d passes: it needs at least one of "
+                        "the model's %d layers and one pass", stage->first_layer,
+                        stage->first_layer + stage->num_layers - 1, stage->passes, L);
+    m->stage = *stage;
+    m->first = stage->first_layer, m->last = stage->first_layer + stage->num_layers;
+    m->embeds = m->first == 0, m->heads = m->last == L;
+    if (m->cfg.tie_embeddings && m->embeds != m->heads)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "tied embeddings (tie_word_embeddings) need the embedding and the "
+                        "lm_head on one stage: a pipeline of several stages cannot hold this model yet");
+    return MOE_OK;
+}
 
 /* layer_acts' buffers, in its order. */
 static void layer_buffer_ptrs(layer_acts *a, void **ptrs[LAYER_BUFFERS]) {
@@ -206,8 +252,8 @@ static void layer_buffer_ptrs(layer_acts *a, void **ptrs[LAYER_BUFFERS]) {
     memcpy(ptrs, all, sizeof all);
 }
 
-/* Whether buffer i of layer_acts is rebuilt in backward under cfg.moe.recompute (one buffer for every layer) rather
- * than kept per layer. */
+/* Whether buffer i of layer_acts is rebuilt in backward under cfg.moe.recompute (one buffer for every layer and pass)
+ * rather than kept per layer and pass. */
 static int layer_buffer_shared(moe_recompute recompute, int i) {
 #define LAYER_LEVEL(name, count, rebuilt_from) rebuilt_from,
     static const int rebuilt_from[LAYER_BUFFERS] = {MOE_MODEL_LAYER_ACTIVATIONS(LAYER_LEVEL)};
@@ -228,85 +274,146 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     memcpy(nbytes, n, sizeof n);
 }
 
-/* The bytes of the model's own buffers, in MOE_MODEL_BUFFERS' order. */
-static void model_buffer_nbytes(const moe_model *m, size_t nbytes[MODEL_BUFFERS]) {
+/* The bytes of a pass's own buffers (MOE_MODEL_PASS_BUFFERS' order: the tokens on the first stage, the head's on the
+ * last, 0 elsewhere) and of the scratch (MOE_MODEL_SCRATCH_BUFFERS'). */
+static void model_buffer_nbytes(const moe_model *m, size_t pass[PASS_BUFFERS], size_t scratch[SCRATCH_BUFFERS]) {
     const dims D = dims_of(m);
     const size_t T = (size_t)m->max_seqs * m->cfg.seq_len, d = D.d, A = D.A, B = D.B, V = m->cfg.vocab_size;
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
-    const size_t n[MODEL_BUFFERS] = {MOE_MODEL_BUFFERS(MODEL_NBYTES)};
+    const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
+    const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};
 #undef MODEL_NBYTES
-    memcpy(nbytes, n, sizeof n);
+    memcpy(pass, p, sizeof p), memcpy(scratch, n, sizeof n);
+    pass[0] = m->embeds ? pass[0] : 0; /* inputs */
+    for (int i = 1; i < PASS_BUFFERS; i++) pass[i] = m->heads ? pass[i] : 0;
 }
 
-/* The model's own buffers, in MOE_MODEL_BUFFERS' order. */
-static void model_buffer_ptrs(moe_model *m, void **ptrs[MODEL_BUFFERS]) {
-#define MODEL_PTR(name, type, count) (void **)&m->name,
-    void **all[MODEL_BUFFERS] = {MOE_MODEL_BUFFERS(MODEL_PTR)};
-#undef MODEL_PTR
+static void pass_buffer_ptrs(model_pass *P, void **ptrs[PASS_BUFFERS]) {
+#define PASS_PTR(name, type, count) (void **)&P->name,
+    void **all[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(PASS_PTR)};
+#undef PASS_PTR
     memcpy(ptrs, all, sizeof all);
 }
 
-/* The bytes of each layer buffer: per layer (layer_activation_nbytes) for the kept ones, in row l; a shared one's
- * largest size over the layers in row 0, and 0 in the other rows. */
+static void scratch_buffer_ptrs(moe_model *m, void **ptrs[SCRATCH_BUFFERS]) {
+#define SCRATCH_PTR(name, type, count) (void **)&m->name,
+    void **all[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(SCRATCH_PTR)};
+#undef SCRATCH_PTR
+    memcpy(ptrs, all, sizeof all);
+}
+
+/* The bytes of each layer buffer of one pass: per layer (layer_activation_nbytes) for the kept ones, in row l; a
+ * shared one's largest size over the stage's layers in row `first`, and 0 in the other rows (and passes). */
 static void activation_plan(const moe_model *m, size_t (*nbytes)[LAYER_BUFFERS]) {
-    for (int l = 0; l < m->cfg.num_layers; l++) {
+    for (int l = m->first; l < m->last; l++) {
         layer_activation_nbytes(m, l, nbytes[l]);
-        for (int i = 0; i < LAYER_BUFFERS && l > 0; i++)
+        for (int i = 0; i < LAYER_BUFFERS && l > m->first; i++)
             if (layer_buffer_shared(m->cfg.moe.recompute, i)) {
-                if (nbytes[l][i] > nbytes[0][i]) nbytes[0][i] = nbytes[l][i];
+                if (nbytes[l][i] > nbytes[m->first][i]) nbytes[m->first][i] = nbytes[l][i];
                 nbytes[l][i] = 0;
             }
     }
 }
 
-/* Allocates every activation and scratch buffer of T = max_seqs * S tokens in the runtime's memory. */
-static moe_status alloc_activations(moe_model *m) {
+/* Allocates one pass's activations (pass 0 also the shared ones, which the others point at); nothing of 0 bytes. */
+static moe_status alloc_pass(moe_model *m, model_pass *P, size_t (*plan)[LAYER_BUFFERS]) {
     const int L = m->cfg.num_layers;
     const size_t resid_nbytes = (size_t)m->max_seqs * m->cfg.seq_len * m->cfg.d_model * sizeof(moe_real);
-    m->resid = calloc(L + 1, sizeof(moe_real *));
-    m->acts = calloc(L, sizeof(layer_acts));
-    size_t(*plan)[LAYER_BUFFERS] = calloc(L, sizeof *plan);
-    if (!m->resid || !m->acts || !plan) return free(plan), MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = MOE_OK;
-    for (int l = 0; l <= L && st == MOE_OK; l++) st = moe_runtime_alloc(m->rt, resid_nbytes, (void **)&m->resid[l]);
-    activation_plan(m, plan);
-    void **first[LAYER_BUFFERS], **layer[LAYER_BUFFERS];
-    layer_buffer_ptrs(&m->acts[0], first);
-    for (int l = 0; l < L && st == MOE_OK; l++) {
-        layer_buffer_ptrs(&m->acts[l], layer);
-        for (int i = 0; i < LAYER_BUFFERS && st == MOE_OK; i++)
-            if (l > 0 && layer_buffer_shared(m->cfg.moe.recompute, i)) *layer[i] = *first[i];
-            else st = moe_runtime_alloc(m->rt, plan[l][i], layer[i]);
+    P->resid = calloc(L + 1, sizeof(moe_real *));
+    P->acts = calloc(L, sizeof(layer_acts));
+    P->moe = calloc(L, sizeof(moe_layer *));
+    P->stats = calloc(L, sizeof(moe_layer_stats));
+    if (!P->resid || !P->acts || !P->moe || !P->stats) return MOE_ERR_OUT_OF_MEMORY;
+    for (int l = m->first; l <= m->last; l++) MOE_TRY(moe_runtime_alloc(m->rt, resid_nbytes, (void **)&P->resid[l]));
+    void **shared[LAYER_BUFFERS], **layer[LAYER_BUFFERS];
+    layer_buffer_ptrs(&m->passes[0].acts[m->first], shared);
+    for (int l = m->first; l < m->last; l++) {
+        layer_buffer_ptrs(&P->acts[l], layer);
+        for (int i = 0; i < LAYER_BUFFERS; i++)
+            if (layer_buffer_shared(m->cfg.moe.recompute, i) && (l > m->first || P != m->passes)) *layer[i] = *shared[i];
+            else if (plan[l][i]) MOE_TRY(moe_runtime_alloc(m->rt, plan[l][i], layer[i]));
     }
+    size_t nbytes[PASS_BUFFERS], scratch[SCRATCH_BUFFERS];
+    void **ptrs[PASS_BUFFERS];
+    model_buffer_nbytes(m, nbytes, scratch);
+    pass_buffer_ptrs(P, ptrs);
+    for (int i = 0; i < PASS_BUFFERS; i++)
+        if (nbytes[i]) MOE_TRY(moe_runtime_alloc(m->rt, nbytes[i], ptrs[i]));
+    return MOE_OK;
+}
+
+static void free_pass(moe_model *m, model_pass *P) {
+    for (int l = m->first; P->moe && l < m->last; l++) moe_layer_destroy(P->moe[l]);
+    for (int l = m->first; P->resid && l <= m->last; l++) moe_runtime_free(m->rt, P->resid[l]);
+    for (int l = m->first; P->acts && l < m->last; l++) {
+        void **ptrs[LAYER_BUFFERS];
+        layer_buffer_ptrs(&P->acts[l], ptrs);
+        for (int i = 0; i < LAYER_BUFFERS; i++)
+            if (!layer_buffer_shared(m->cfg.moe.recompute, i) || (l == m->first && P == m->passes))
+                moe_runtime_free(m->rt, *ptrs[i]);
+    }
+    void **ptrs[PASS_BUFFERS];
+    pass_buffer_ptrs(P, ptrs);
+    for (int i = 0; i < PASS_BUFFERS; i++) moe_runtime_free(m->rt, *ptrs[i]);
+    free(P->resid), free(P->acts), free(P->moe), free(P->stats);
+}
+
+/* Allocates every pass's activations and the scratch, for T = max_seqs * S tokens, in the runtime's memory. */
+static moe_status alloc_activations(moe_model *m) {
+    size_t(*plan)[LAYER_BUFFERS] = calloc(m->cfg.num_layers, sizeof *plan);
+    m->passes = calloc(m->stage.passes, sizeof(model_pass));
+    if (!plan || !m->passes) return free(plan), MOE_ERR_OUT_OF_MEMORY;
+    m->P = m->passes;
+    activation_plan(m, plan);
+    moe_status st = MOE_OK;
+    for (int i = 0; i < m->stage.passes && st == MOE_OK; i++) st = alloc_pass(m, &m->passes[i], plan);
     free(plan);
     MOE_TRY(st);
-    size_t nbytes[MODEL_BUFFERS];
-    void **ptrs[MODEL_BUFFERS];
-    model_buffer_ptrs(m, ptrs);
-    model_buffer_nbytes(m, nbytes);
-    return moe_runtime_regrow(m->rt, ptrs, nbytes, MODEL_BUFFERS);
+    size_t nbytes[SCRATCH_BUFFERS], pass[PASS_BUFFERS];
+    void **ptrs[SCRATCH_BUFFERS];
+    scratch_buffer_ptrs(m, ptrs);
+    model_buffer_nbytes(m, pass, nbytes);
+    return moe_runtime_regrow(m->rt, ptrs, nbytes, SCRATCH_BUFFERS);
+}
+
+moe_model_stage moe_model_stage_whole(const moe_model_config *cfg) {
+    return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .passes = 1};
+}
+
+moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
+                                              int max_seqs) {
+    moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = cfg->d_model / cfg->num_heads,
+                   .num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size};
+    moe_model_footprint f = {0};
+    if (set_stage(&m, stage) != MOE_OK) return f; /* the caller's create fails with the message */
+    lay_out(&m); /* no tensor table: it only counts */
+    f.dense_params = m.num_dense, f.expert_params = m.num_expert;
+    const size_t T = (size_t)max_seqs * cfg->seq_len;
+    size_t per_pass = (size_t)(m.last - m.first + 1) * T * cfg->d_model * sizeof(moe_real), shared = 0;
+    size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), pass[PASS_BUFFERS], nbytes[SCRATCH_BUFFERS];
+    if (!plan) return f; /* without the activations: the caller's allocation will fail as plainly */
+    activation_plan(&m, plan);
+    for (int l = m.first; l < m.last; l++)
+        for (int i = 0; i < LAYER_BUFFERS; i++) {
+            if (layer_buffer_shared(cfg->moe.recompute, i)) shared += plan[l][i];
+            else per_pass += plan[l][i];
+        }
+    free(plan);
+    model_buffer_nbytes(&m, pass, nbytes);
+    for (int i = 0; i < PASS_BUFFERS; i++) per_pass += pass[i];
+    for (int i = 0; i < SCRATCH_BUFFERS; i++) shared += nbytes[i];
+    f.activation_bytes = per_pass * stage->passes + shared;
+    return f;
 }
 
 moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int max_seqs) {
-    moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = cfg->d_model / cfg->num_heads,
-                   .num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size};
-    lay_out(&m); /* no tensor table: it only counts */
-    moe_model_footprint f = {.dense_params = m.num_dense, .expert_params = m.num_expert};
-    f.activation_bytes = (size_t)(cfg->num_layers + 1) * max_seqs * cfg->seq_len * cfg->d_model * sizeof(moe_real);
-    size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), nbytes[MODEL_BUFFERS];
-    if (!plan) return f; /* without the layer activations: the caller's allocation will fail as plainly */
-    activation_plan(&m, plan);
-    for (int l = 0; l < cfg->num_layers; l++)
-        for (int i = 0; i < LAYER_BUFFERS; i++) f.activation_bytes += plan[l][i];
-    free(plan);
-    model_buffer_nbytes(&m, nbytes);
-    for (int i = 0; i < MODEL_BUFFERS; i++) f.activation_bytes += nbytes[i];
-    return f;
+    const moe_model_stage whole = moe_model_stage_whole(cfg);
+    return moe_model_stage_footprint(cfg, &whole, max_seqs);
 }
 
 /* The shard tree of the dense weight gradients, sized for the largest (moe_shard_grads_max_count). */
 static moe_status init_shard_grads(moe_model *m) {
-    const int S = m->cfg.moe.num_shards, W = moe_comm_size(moe_parallel_world(m->par));
+    const int S = m->cfg.moe.num_shards, W = moe_comm_size(moe_parallel_stage(m->par));
     if (!S) return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, 0, 0);
     MOE_TRY(moe_shard_tree_local_shards(S, W, &m->local_shards));
     return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, m->local_shards,
@@ -328,9 +435,25 @@ static moe_status init_grads(moe_model *m) {
     return MOE_OK;
 }
 
-moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
-                            int accum_steps, moe_model **out) {
-    if (!cfg || !par || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
+/* Every pass's MoE layers (the aux and z coefficients divided by the micro-batches: the step's loss is their mean);
+ * pass 0's own each layer's selection bias, the others route with it. */
+static moe_status create_moe_layers(moe_model *m, int accum_steps) {
+    for (int i = 0; i < m->stage.passes; i++)
+        for (int l = m->first; l < m->last; l++) {
+            if (!moe_model_layer_is_moe(&m->cfg, l)) continue;
+            moe_config lc = m->cfg.moe;
+            lc.layer_index = l;
+            lc.aux_loss_coef /= accum_steps;
+            lc.z_loss_coef /= accum_steps;
+            MOE_TRY(moe_layer_create(&lc, m->rt, m->par, &m->passes[i].moe[l]));
+            if (i > 0) MOE_TRY(moe_layer_share_expert_bias(m->passes[i].moe[l], m->passes[0].moe[l]));
+        }
+    return MOE_OK;
+}
+
+moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par,
+                                  const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out) {
+    if (!cfg || !par || !stage || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
     *out = NULL;
     const char *problem = moe_model_config_problem(cfg);
     if (problem) return moe_fail(MOE_ERR_INVALID_CONFIG, "%s", problem);
@@ -344,7 +467,9 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
     m->max_seqs = max_seqs;
     m->head_dim = cfg->d_model / cfg->num_heads;
     m->num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size;
-    moe_status st = rt ? MOE_OK : moe_runtime_create_cpu(&m->owned_rt);
+    moe_status st = set_stage(m, stage);
+    if (st != MOE_OK) return free(m), st;
+    st = rt ? MOE_OK : moe_runtime_create_cpu(&m->owned_rt);
     m->rt = rt ? rt : m->owned_rt;
     if (st == MOE_OK && !(m->dense = moe_runtime_dense_ops(m->rt)))
         st = moe_fail(MOE_ERR_INVALID_CONFIG,
@@ -356,10 +481,7 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
         m->g.layers = calloc(L, sizeof(moe_model_layer_params));
         m->c.layers = calloc(L, sizeof(moe_model_layer_params));
         m->tensors = calloc(max_tensors, sizeof(moe_model_tensor));
-        m->moe = calloc(L, sizeof(moe_layer *));
-        m->stats = calloc(L, sizeof(moe_layer_stats));
-        if (!m->p.layers || !m->g.layers || !m->c.layers || !m->tensors || !m->moe || !m->stats)
-            st = MOE_ERR_OUT_OF_MEMORY;
+        if (!m->p.layers || !m->g.layers || !m->c.layers || !m->tensors) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK) {
         lay_out(m);
@@ -368,7 +490,7 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
         if (st == MOE_OK && cfg->zero < 2) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
         if (st == MOE_OK)
             st = moe_zero_layout_init(&m->zero, cfg->zero, m->tensors, m->num_tensors, m->num_dense, m->num_expert,
-                                      moe_parallel_world(par), moe_parallel_expert_dp(par));
+                                      moe_parallel_stage(par), moe_parallel_expert_dp(par));
         if (st == MOE_OK && moe_precision_bf16_inputs(cfg->moe.precision, MOE_GEMM_DENSE))
             st = moe_runtime_alloc(m->rt, m->num_dense * sizeof(moe_real), (void **)&m->compute);
     }
@@ -382,42 +504,34 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
     }
     if (st == MOE_OK) st = init_shard_grads(m);
     if (st == MOE_OK) st = init_grads(m);
-    for (int l = 0; l < L && st == MOE_OK; l++) {
-        if (!moe_model_layer_is_moe(cfg, l)) continue;
-        moe_config lc = cfg->moe;
-        lc.layer_index = l;
-        lc.aux_loss_coef /= accum_steps; /* the step's loss is the mean over its micro-batches */
-        lc.z_loss_coef /= accum_steps;
-        st = moe_layer_create(&lc, m->rt, par, &m->moe[l]);
-    }
+    if (st == MOE_OK) st = create_moe_layers(m, accum_steps);
     if (st != MOE_OK) return moe_model_destroy(m), st;
     *out = m;
     return MOE_OK;
 }
 
+moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
+                            int accum_steps, moe_model **out) {
+    if (!cfg) return MOE_ERR_INVALID_ARG;
+    const moe_model_stage whole = moe_model_stage_whole(cfg);
+    return moe_model_create_stage(cfg, rt, par, &whole, max_seqs, accum_steps, out);
+}
+
 void moe_model_destroy(moe_model *m) {
     if (!m) return;
-    const int L = m->cfg.num_layers;
-    for (int l = 0; m->moe && l < L; l++) moe_layer_destroy(m->moe[l]);
     moe_shard_grads_free(&m->shard_grads);
     moe_zero_grads_free(&m->zero_grads);
     moe_zero_layout_free(&m->zero);
     if (m->ops_state) m->dense->destroy(m->ops_state);
-    for (int l = 0; m->resid && l <= L; l++) moe_runtime_free(m->rt, m->resid[l]);
-    for (int l = 0; m->acts && l < L; l++) {
-        void **ptrs[LAYER_BUFFERS];
-        layer_buffer_ptrs(&m->acts[l], ptrs);
-        for (int i = 0; i < LAYER_BUFFERS; i++)
-            if (l == 0 || !layer_buffer_shared(m->cfg.moe.recompute, i)) moe_runtime_free(m->rt, *ptrs[i]);
-    }
+    for (int i = m->stage.passes - 1; m->passes && i >= 0; i--) free_pass(m, &m->passes[i]); /* pass 0 last */
     void *bufs[] = {m->params, m->grads, m->compute};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
-    void **own[MODEL_BUFFERS];
-    model_buffer_ptrs(m, own);
-    for (int i = 0; i < MODEL_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
+    void **own[SCRATCH_BUFFERS];
+    scratch_buffer_ptrs(m, own);
+    for (int i = 0; i < SCRATCH_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
     moe_runtime_destroy(m->owned_rt);
-    free(m->resid), free(m->acts);
-    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors), free(m->moe), free(m->stats);
+    free(m->passes);
+    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors);
     free(m);
 }
 
@@ -438,13 +552,17 @@ const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **s
     return m->dense;
 }
 const moe_parallel *moe_model_parallel(const moe_model *m) { return m->par; }
+const moe_model_config *moe_model_config_of(const moe_model *m) { return &m->cfg; }
+const moe_model_stage *moe_model_stage_of(const moe_model *m) { return &m->stage; }
 const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count) {
     *count = m->num_tensors;
     return m->tensors;
 }
-moe_layer *moe_model_moe_layer(moe_model *m, int l) { return m->moe[l]; }
-moe_real *moe_model_expert_bias(moe_model *m, int l) { return m->moe[l] ? moe_layer_expert_bias(m->moe[l]) : NULL; }
-const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return m->moe[l] ? &m->stats[l] : NULL; }
+moe_layer *moe_model_moe_layer(moe_model *m, int l) { return m->P->moe[l]; }
+moe_real *moe_model_expert_bias(moe_model *m, int l) { /* pass 0's layer owns the bias the others share */
+    return m->passes[0].moe[l] ? moe_layer_expert_bias(m->passes[0].moe[l]) : NULL;
+}
+const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return m->P->moe[l] ? &m->P->stats[l] : NULL; }
 
 moe_status moe_model_zero_grads(moe_model *m) {
     if (m->cfg.zero == 2) return m->zero_grads.fresh = 1, MOE_OK; /* the step's first backward copies into the shard */
@@ -510,8 +628,9 @@ moe_status moe_model_check_range_grads_finite(moe_model *m, const char *what) {
 
 void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding) {
     m->finding = finding;
-    for (int l = 0; l < m->cfg.num_layers; l++)
-        if (m->moe[l]) moe_layer_set_checks(m->moe[l], finding);
+    for (int i = 0; i < m->stage.passes; i++)
+        for (int l = m->first; l < m->last; l++)
+            if (m->passes[i].moe[l]) moe_layer_set_checks(m->passes[i].moe[l], finding);
 }
 
 /* While checking: records the first NaN or Inf of an op's output once, naming the op, and goes on. */
@@ -544,8 +663,8 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     const moe_model_layer_params *w = &m->c.layers[l];
-    layer_acts *a = &m->acts[l];
-    MOE_TRY(dense->rmsnorm_forward(s, m->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
+    layer_acts *a = &m->P->acts[l];
+    MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
     MOE_TRY(watch(m, a->ln1, (size_t)T * d, "layer %d: the attention norm's output", l));
     MOE_TRY(dense->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
     MOE_TRY(dense->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
@@ -567,9 +686,9 @@ static moe_status attention_residual_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     const size_t Td = (size_t)T * c->d_model;
     const moe_model_layer_params *w = &m->c.layers[l];
-    layer_acts *a = &m->acts[l];
+    layer_acts *a = &m->P->acts[l];
     MOE_TRY(m->dense->linear_forward(m->ops_state, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
-    MOE_TRY(m->dense->add(m->ops_state, m->resid[l], m->tmp, Td, a->resid_mid));
+    MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp, Td, a->resid_mid));
     MOE_TRY(watch(m, a->resid_mid, Td, "layer %d: the residual after attention (o_proj)", l));
     MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T, c->d_model, c->norm_eps, a->ln2,
                                       a->rstd2));
@@ -581,75 +700,111 @@ static moe_status attention_residual_forward(moe_model *m, int l, int T) {
 static moe_status recompute_layer(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     const moe_recompute r = c->moe.recompute;
-    layer_acts *a = &m->acts[l];
+    layer_acts *a = &m->P->acts[l];
     const moe_layer_weights *w = &m->c.layers[l].ffn;
-    if (r >= MOE_RECOMPUTE_ATTENTION) MOE_TRY(attention_block_forward(m, l, m->num_seqs));
+    if (r >= MOE_RECOMPUTE_ATTENTION) MOE_TRY(attention_block_forward(m, l, m->P->num_seqs));
     if (r == MOE_RECOMPUTE_FULL) MOE_TRY(attention_residual_forward(m, l, T));
-    if (m->moe[l]) return r == MOE_RECOMPUTE_FULL ? moe_layer_recompute(m->moe[l], w, a->ln2) : MOE_OK;
+    if (m->P->moe[l]) return r == MOE_RECOMPUTE_FULL ? moe_layer_recompute(m->P->moe[l], w, a->ln2) : MOE_OK;
     if (r < MOE_RECOMPUTE_MOE) return MOE_OK; /* the dense FFN's intermediates (its output in m->tmp, unused) */
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
 static moe_status ffn_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
-    layer_acts *a = &m->acts[l];
+    layer_acts *a = &m->P->acts[l];
     const moe_layer_weights *w = &m->c.layers[l].ffn;
-    if (m->moe[l]) return moe_layer_forward(m->moe[l], w, a->ln2, T, m->tmp, &m->stats[l]);
+    if (m->P->moe[l]) return moe_layer_forward(m->P->moe[l], w, a->ln2, T, m->tmp, &m->P->stats[l]);
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+}
+
+moe_status moe_model_select_pass(moe_model *m, int pass) {
+    if (pass < 0 || pass >= m->stage.passes) return MOE_ERR_INVALID_ARG;
+    m->P = &m->passes[pass];
+    return MOE_OK;
+}
+
+int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
+
+/* The selected pass's forward through this stage: the embedding of the tokens (first stage) or the previous stage's
+ * output x, the stage's layers, then on the last stage the final norm, the logits (into logits_out when asked) and,
+ * with targets, the loss. Keeps what backward needs unless it is the last stage without targets. */
+static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real *x, const int *targets, int num_seqs,
+                                double *loss_sum, moe_real *logits_out) {
+    const moe_model_config *c = &m->cfg;
+    if (num_seqs < 1 || num_seqs > m->max_seqs || (m->embeds ? !inputs : !x) || (m->heads && targets && !loss_sum))
+        return MOE_ERR_INVALID_ARG;
+    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
+    const moe_dense_ops *dense = m->dense;
+    moe_dense_state *s = m->ops_state;
+    model_pass *P = m->P;
+    const size_t Td = (size_t)T * d;
+    P->has_forward = 0;
+    P->num_seqs = num_seqs;
+    MOE_TRY(refresh_compute_weights(m));
+    if (m->embeds) {
+        MOE_TRY(moe_runtime_upload(m->rt, P->inputs, inputs, (size_t)T * sizeof(int)));
+        MOE_TRY(dense->embedding_forward(s, m->p.embedding, P->inputs, T, d, P->resid[0]));
+        MOE_TRY(watch(m, P->resid[0], Td, "the embedding output"));
+    } else {
+        MOE_TRY(moe_runtime_copy(m->rt, P->resid[m->first], x, Td * sizeof(moe_real)));
+    }
+    for (int l = m->first; l < m->last; l++) {
+        const layer_acts *a = &P->acts[l];
+        MOE_TRY(attention_block_forward(m, l, num_seqs));
+        MOE_TRY(attention_residual_forward(m, l, T));
+        MOE_TRY(ffn_forward(m, l, T));
+        MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
+        MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
+    }
+    m->last_forward = P;
+    if (!m->heads) return P->has_forward = 1, MOE_OK;
+    MOE_TRY(dense->rmsnorm_forward(s, P->resid[m->last], m->p.final_norm, T, d, c->norm_eps, P->lnf, P->rstdf));
+    MOE_TRY(watch(m, P->lnf, Td, "the final norm's output"));
+    MOE_TRY(dense->linear_forward(s, P->lnf, m->c.lm_head, T, d, V, P->logits));
+    MOE_TRY(watch(m, P->logits, (size_t)T * V, "the logits (lm_head)"));
+    if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * V * sizeof(moe_real)));
+    if (!targets) return MOE_OK;
+    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets, (size_t)T * sizeof(int)));
+    MOE_TRY(moe_shard_grads_loss(&m->shard_grads, P->logits, P->targets, T, m->cfg.vocab_size, loss_sum));
+    P->has_forward = 1;
+    return MOE_OK;
 }
 
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
                              moe_real *logits_out) {
-    const moe_model_config *c = &m->cfg;
-    if (num_seqs < 1 || num_seqs > m->max_seqs || !inputs) return MOE_ERR_INVALID_ARG;
-    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
-    const moe_dense_ops *dense = m->dense;
-    moe_dense_state *s = m->ops_state;
-    m->has_forward = 0;
-    m->num_seqs = num_seqs;
-    MOE_TRY(moe_runtime_upload(m->rt, m->inputs, inputs, (size_t)T * sizeof(int)));
-    MOE_TRY(refresh_compute_weights(m));
-    const size_t Td = (size_t)T * d;
-    MOE_TRY(dense->embedding_forward(s, m->p.embedding, m->inputs, T, d, m->resid[0]));
-    MOE_TRY(watch(m, m->resid[0], Td, "the embedding output"));
-    for (int l = 0; l < c->num_layers; l++) {
-        const layer_acts *a = &m->acts[l];
-        MOE_TRY(attention_block_forward(m, l, num_seqs));
-        MOE_TRY(attention_residual_forward(m, l, T));
-        MOE_TRY(ffn_forward(m, l, T));
-        MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, m->moe[l] ? "MoE" : "dense FFN"));
-        MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, m->resid[l + 1]));
-    }
-    MOE_TRY(dense->rmsnorm_forward(s, m->resid[c->num_layers], m->p.final_norm, T, d, c->norm_eps, m->lnf, m->rstdf));
-    MOE_TRY(watch(m, m->lnf, Td, "the final norm's output"));
-    MOE_TRY(dense->linear_forward(s, m->lnf, m->c.lm_head, T, d, V, m->logits));
-    MOE_TRY(watch(m, m->logits, (size_t)T * V, "the logits (lm_head)"));
-    if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, m->logits, (size_t)T * V * sizeof(moe_real)));
-    if (!targets) return MOE_OK;
-    MOE_TRY(moe_runtime_upload(m->rt, m->targets, targets, (size_t)T * sizeof(int)));
-    MOE_TRY(moe_shard_grads_loss(&m->shard_grads, m->logits, m->targets, T, m->cfg.vocab_size, loss_sum));
-    m->has_forward = 1;
-    return MOE_OK;
+    if (!m->embeds || !m->heads) return MOE_ERR_INVALID_ARG; /* a stage: moe_model_stage_forward */
+    return stage_forward(m, inputs, NULL, targets, num_seqs, loss_sum, logits_out);
 }
+
+moe_status moe_model_stage_forward(moe_model *m, const int *inputs, const moe_real *x, const int *targets,
+                                   int num_seqs, double *loss_sum, moe_real *logits_out) {
+    return stage_forward(m, inputs, x, targets, num_seqs, loss_sum, logits_out);
+}
+
+const moe_real *moe_model_stage_output(const moe_model *m) { return m->P->resid[m->last]; }
 
 /* ---- backward --------------------------------------------------------------------------------- */
 
 /* From dL/dffn_out (m->dresid) to dL/dln2 (m->dln, overwritten). */
 static moe_status ffn_backward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
-    layer_acts *a = &m->acts[l];
+    layer_acts *a = &m->P->acts[l];
     const moe_layer_weights *w = &m->c.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
-    if (m->moe[l]) return moe_layer_backward(m->moe[l], w, m->dresid, m->dln, gw);
+    if (m->P->moe[l]) return moe_layer_backward(m->P->moe[l], w, m->dresid, m->dln, gw);
     (void)T;
     return moe_shard_grads_swiglu(&m->shard_grads, w, gw, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
                                   m->dresid, m->dln);
 }
 
-moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
-    if (!m->has_forward) return MOE_ERR_NO_FORWARD;
+/* The selected pass's backward through this stage, from the loss (last stage, dL/dloss_t = loss_scale) or from dy,
+ * the gradient of the stage's output, down to the embedding (first stage) or to dL/dx in m->dresid. */
+static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy) {
+    model_pass *P = m->P;
+    if (!P->has_forward) return MOE_ERR_NO_FORWARD;
+    if (!m->heads && !dy) return MOE_ERR_INVALID_ARG;
     const moe_model_config *c = &m->cfg;
-    const int S = c->seq_len, T = m->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
+    const int S = c->seq_len, T = P->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
@@ -657,37 +812,40 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     sg->num_tokens = T;
     moe_zero_grads *zg = c->zero == 2 ? &m->zero_grads : NULL; /* ZeRO-2: each layer's gradients summed as it ends */
     if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
-    /* head: dlogits (in place), then lm_head and the final norm */
     const size_t Td = (size_t)T * d;
-    MOE_TRY(dense->cross_entropy_backward(s, m->logits, m->targets, T, V, loss_scale));
-    MOE_TRY(watch(m, m->logits, (size_t)T * V, "the gradient of the logits"));
-    MOE_TRY(moe_shard_grads_linear(sg, m->logits, m->lnf, d, V, m->g.lm_head));
-    MOE_TRY(dense->linear_backward_input(s, m->logits, m->c.lm_head, T, d, V, 0, m->dln));
-    MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)T * d * sizeof(moe_real)));
-    MOE_TRY(moe_shard_grads_rmsnorm(sg, m->resid[c->num_layers], m->p.final_norm, m->rstdf, m->dln, d, m->dresid,
-                                    m->g.final_norm));
-    for (int l = c->num_layers - 1; l >= 0; l--) {
+    if (m->heads) { /* dlogits (in place), then lm_head and the final norm */
+        MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, T, V, loss_scale));
+        MOE_TRY(watch(m, P->logits, (size_t)T * V, "the gradient of the logits"));
+        MOE_TRY(moe_shard_grads_linear(sg, P->logits, P->lnf, d, V, m->g.lm_head));
+        MOE_TRY(dense->linear_backward_input(s, P->logits, m->c.lm_head, T, d, V, 0, m->dln));
+        MOE_TRY(moe_runtime_zero(m->rt, m->dresid, Td * sizeof(moe_real)));
+        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[m->last], m->p.final_norm, P->rstdf, m->dln, d, m->dresid,
+                                        m->g.final_norm));
+    } else {
+        MOE_TRY(moe_runtime_copy(m->rt, m->dresid, dy, Td * sizeof(moe_real)));
+    }
+    for (int l = m->last - 1; l >= m->first; l--) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
-        layer_acts *a = &m->acts[l];
+        layer_acts *a = &P->acts[l];
         if (zg) MOE_TRY(moe_zero_grads_begin_layer(zg, l));
         MOE_TRY(recompute_layer(m, l, T));
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
-        MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, m->moe[l] ? "MoE layer" : "dense FFN"));
+        MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, P->moe[l] ? "MoE layer" : "dense FFN"));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, d, m->dresid, gw->ffn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
         /* resid_mid = resid[l] + wo(attention(...)) */
         MOE_TRY(moe_shard_grads_linear(sg, m->dresid, a->attn_y, A, d, gw->wo));
         MOE_TRY(dense->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
         if (c->attention == MOE_ATTENTION_FUSED)
-            MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, m->num_seqs, S, H,
+            MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, P->num_seqs, S, H,
                                                     KV, hd, m->dq, m->dk, m->dv));
         else
-            MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, m->num_seqs, S, H, KV, hd, m->dq,
+            MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KV, hd, m->dq,
                                               m->dk, m->dv));
-        MOE_TRY(dense->rope_backward(s, m->dq, m->num_seqs, S, H, hd, c->rope_theta));
-        MOE_TRY(dense->rope_backward(s, m->dk, m->num_seqs, S, KV, hd, c->rope_theta));
+        MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
+        MOE_TRY(dense->rope_backward(s, m->dk, P->num_seqs, S, KV, hd, c->rope_theta));
         MOE_TRY(moe_shard_grads_linear(sg, m->dq, a->ln1, d, A, gw->wq));
         MOE_TRY(moe_shard_grads_linear(sg, m->dk, a->ln1, d, B, gw->wk));
         MOE_TRY(moe_shard_grads_linear(sg, m->dv, a->ln1, d, B, gw->wv));
@@ -695,22 +853,33 @@ moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
         MOE_TRY(dense->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
         MOE_TRY(dense->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient of the attention norm's output", l));
-        MOE_TRY(moe_shard_grads_rmsnorm(sg, m->resid[l], w->attn_norm, a->rstd1, m->dln, d, m->dresid, gw->attn_norm));
+        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[l], w->attn_norm, a->rstd1, m->dln, d, m->dresid, gw->attn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
-    MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, m->inputs, d, V, m->g.embedding));
+    if (m->embeds) MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, V, m->g.embedding));
     if (zg) MOE_TRY(moe_zero_grads_end_backward(zg));
-    m->has_forward = 0;
+    P->has_forward = 0;
     return MOE_OK;
 }
+
+moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
+    if (!m->embeds || !m->heads) return MOE_ERR_INVALID_ARG; /* a stage: moe_model_stage_backward */
+    return stage_backward(m, loss_scale, NULL);
+}
+
+moe_status moe_model_stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy) {
+    return stage_backward(m, loss_scale, dy);
+}
+
+const moe_real *moe_model_stage_input_grad(const moe_model *m) { return m->dresid; }
 
 moe_status moe_model_reduce_grads(moe_model *m) {
     if (m->cfg.zero == 2) return MOE_OK; /* backward summed each layer's as it ended */
     /* with shards: the upper levels of the shard tree (each rank's buffer is its subtree's root) */
     moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
         m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
-    MOE_TRY(allreduce(moe_parallel_world(m->par), m->grads, m->num_dense));
+    MOE_TRY(allreduce(moe_parallel_stage(m->par), m->grads, m->num_dense));
     if (!m->num_expert) return MOE_OK;
     return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
 }
@@ -719,7 +888,8 @@ int moe_model_local_shards(const moe_model *m) { return m->local_shards; }
 
 moe_status moe_model_update_expert_bias(moe_model *m) {
     if (m->cfg.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
-    for (int l = 0; l < m->cfg.num_layers; l++)
-        if (m->moe[l]) MOE_TRY(moe_layer_update_expert_bias(m->moe[l]));
+    if (!m->last_forward) return MOE_ERR_NO_FORWARD;
+    for (int l = m->first; l < m->last; l++) /* one bias per layer, moved by the last forward's counts */
+        if (m->last_forward->moe[l]) MOE_TRY(moe_layer_update_expert_bias(m->last_forward->moe[l]));
     return MOE_OK;
 }

@@ -106,6 +106,8 @@ typedef struct {
     long rows, cols;      /* one tensor's (one expert's) shape; cols 0 for a vector */
     size_t offset, count; /* reals in the buffer: count = max(experts, 1) * rows * max(cols, 1) */
     moe_tensor_kind kind;
+    int index;            /* its place in the table of the whole model (one stage): the same on every stage, so
+                             what is keyed by it (the weights' random streams) does not depend on the stages */
 } moe_model_tensor;
 
 typedef struct moe_model moe_model;
@@ -116,6 +118,21 @@ typedef struct moe_zero_layout moe_zero_layout; /* models/zero.h */
  * (the aux and z-loss coefficients are divided by it, as the cross-entropy is). */
 moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par, int max_seqs,
                             int accum_steps, moe_model **out);
+
+/* A pipeline stage's part of the model (pipeline/schedule.h): the decoder layers [first_layer, first_layer +
+ * num_layers); the stage holding layer 0 also holds the embedding, the one holding the last layer the final norm,
+ * the lm_head and the loss. Its buffer [dense | local experts] holds those tensors only, in the whole model's order.
+ * passes: the forwards whose activations are kept at once for their backwards (the stash: a 1F1B schedule keeps up
+ * to pipeline/schedule.h's max_in_flight); each pass has its own activations and MoE routing, the scratch is shared.
+ * Tied embeddings need both ends on one stage (refused otherwise, for now). */
+typedef struct {
+    int first_layer, num_layers;
+    int passes;
+} moe_model_stage;
+/* Every layer, one pass: what moe_model_create makes. */
+moe_model_stage moe_model_stage_whole(const moe_model_config *cfg);
+moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par,
+                                  const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);
 
 /* What moe_model_create will allocate for a valid cfg and max_seqs, before anything is allocated (moe-train
@@ -126,6 +143,9 @@ typedef struct {
     size_t activation_bytes;
 } moe_model_footprint;
 moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int max_seqs);
+/* The same for a stage (every pass's activations; zeros for a stage create refuses). */
+moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
+                                              int max_seqs);
 
 /* The buffers are the runtime's memory (host memory on the CPU). */
 moe_real *moe_model_params(moe_model *m);
@@ -147,20 +167,42 @@ const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **s
  * table created (a wrapper of it: moe/dense_ops_fault.h). */
 void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops);
 const moe_parallel *moe_model_parallel(const moe_model *m);
+const moe_model_config *moe_model_config_of(const moe_model *m);
+/* The stage this model holds (moe_model_stage_whole's for moe_model_create). */
+const moe_model_stage *moe_model_stage_of(const moe_model *m);
 
 /* Initialises the weights from seed: every tensor (and every global expert) from its own stream, so
  * the same seed gives the same global model for any world size and ep. */
 moe_status moe_model_init_weights(moe_model *m, unsigned long long seed);
 
-/* Forward over num_seqs sequences of seq_len tokens (host inputs [num_seqs*S]); with targets (host), returns
- * the sum of this rank's token losses in *loss_sum and keeps what backward needs; logits_out (optional, host)
- * receives [num_seqs*S, V]. Collective over the layout (MoE layers exchange tokens). */
+/* The passes (stash entries): forward writes the selected one, backward reads it (0 until selected otherwise). */
+moe_status moe_model_select_pass(moe_model *m, int pass);
+int moe_model_num_passes(const moe_model *m);
+
+/* The whole model's forward (a model of one stage) over num_seqs sequences of seq_len tokens (host inputs
+ * [num_seqs*S]); with targets (host), returns the sum of this rank's token losses in *loss_sum and keeps what backward
+ * needs; logits_out (optional, host) receives [num_seqs*S, V]. Collective over the layout (MoE layers exchange
+ * tokens). */
 moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets, int num_seqs, double *loss_sum,
                              moe_real *logits_out);
 
 /* Backward of the last forward with dL/dloss_t = loss_scale for every token: ACCUMULATES into the
  * gradient buffer (call moe_model_zero_grads first on a new step). Collective. */
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale);
+
+/* A stage's forward of the selected pass: the first stage embeds the host tokens `inputs`, the others start from x
+ * [num_seqs*S, d] (the previous stage's output, in the runtime's memory); the last stage ends with the loss of the
+ * host `targets` into *loss_sum (without targets it keeps nothing for backward) and, with logits_out (host), writes
+ * the logits [num_seqs*S, V] there (ignored on the other stages). Every other stage keeps what
+ * backward needs, and its output stays at moe_model_stage_output until the pass's next forward. */
+moe_status moe_model_stage_forward(moe_model *m, const int *inputs, const moe_real *x, const int *targets,
+                                   int num_seqs, double *loss_sum, moe_real *logits_out);
+const moe_real *moe_model_stage_output(const moe_model *m);
+/* A stage's backward of the selected pass, accumulating as moe_model_backward does: the last stage from the loss
+ * (loss_scale), the others from dy, the gradient of their output [T, d]. Ends with the gradient of the stage's input
+ * at moe_model_stage_input_grad (runtime memory, until the next backward) on every stage but the first. */
+moe_status moe_model_stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy);
+const moe_real *moe_model_stage_input_grad(const moe_model *m);
 moe_status moe_model_zero_grads(moe_model *m);
 
 /* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel): with

@@ -12,7 +12,7 @@
  * buffer serves every layer instead of one per layer; MOE_MODEL_KEPT: always one per layer (the residual stream
  * entering a layer is what recomputation starts from).
  *
- * Every value is a moe_real; the model's own buffers (MOE_MODEL_BUFFERS) are one per model. The MoE layers' buffers
+ * Every value is a moe_real unless typed; the model's own buffers are MOE_MODEL_BUFFERS. The MoE layers' buffers
  * are moe/layer.c's (counted in plan_model.c from the same rules). */
 #ifndef MOE_MODELS_MODEL_ACTIVATIONS_H
 #define MOE_MODELS_MODEL_ACTIVATIONS_H
@@ -37,13 +37,16 @@
     X(h3, FD, MOE_RECOMPUTE_MOE)                                                                                 \
     X(act, FD, MOE_RECOMPUTE_MOE)
 
-/* The model's own, one each: X(field, element type, elements). */
-#define MOE_MODEL_BUFFERS(X)                                                                                       \
-    X(inputs, int, T)                                                                                              \
-    X(targets, int, T)                                                                                             \
+/* The model's own: X(field, element type, elements). One per forward kept (a stash entry, model.h's passes), the
+ * ends' only on the stage that holds them: */
+#define MOE_MODEL_PASS_BUFFERS(X)                                                                                  \
+    X(inputs, int, T)              /* the first stage's tokens */                                                  \
+    X(targets, int, T)             /* the last stage's: its final norm, logits and loss */                          \
     X(lnf, moe_real, T * d)        /* the final norm's output and 1 / rms */                                       \
     X(rstdf, moe_real, T)                                                                                          \
-    X(logits, moe_real, T * V)     /* in backward, their gradient, in place */                                     \
+    X(logits, moe_real, T * V)     /* in backward, their gradient, in place */
+/* One per model: */
+#define MOE_MODEL_SCRATCH_BUFFERS(X)                                                                               \
     X(dresid, moe_real, T * d)     /* backward scratch */                                                          \
     X(dln, moe_real, T * d)                                                                                        \
     X(tmp, moe_real, T * d)        /* forward: o_proj's and the FFN's outputs */                                   \
@@ -51,5 +54,7 @@
     X(dk, moe_real, T * B)                                                                                         \
     X(dv, moe_real, T * B)                                                                                         \
     X(dattn, moe_real, T * A)
+/* All of them, for a model of one stage and one pass. */
+#define MOE_MODEL_BUFFERS(X) MOE_MODEL_PASS_BUFFERS(X) MOE_MODEL_SCRATCH_BUFFERS(X)
 
 #endif

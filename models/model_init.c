@@ -17,23 +17,23 @@ static double std_of(int num_layers, moe_tensor_kind kind) {
     return kind == MOE_TENSOR_RESIDUAL ? std / sqrt(2.0 * num_layers) : std;
 }
 
-/* Made on the host, then uploaded: dense tensors draw from stream = their index (the same on every rank),
- * experts from stream = (layer, global expert, matrix), whatever rank holds the expert. */
+/* Made on the host, then uploaded: dense tensors draw from stream = their index in the whole model's table (the same
+ * on every rank and stage), experts from stream = (layer, global expert, matrix), whatever rank holds the expert. */
 moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
     const size_t total = moe_model_num_dense(m) + moe_model_num_expert(m);
     moe_real *host = malloc((total ? total : 1) * sizeof(moe_real));
     if (!host) return MOE_ERR_OUT_OF_MEMORY;
     const int first = moe_parallel_ranks(moe_model_parallel(m)).ep_rank * moe_model_num_local_experts(m);
-    int count, num_layers = 0;
+    int count;
     const moe_model_tensor *tensors = moe_model_tensors(m, &count);
-    for (int s = 0; s < count; s++) num_layers = tensors[s].layer > num_layers ? tensors[s].layer : num_layers;
+    const int num_layers = moe_model_config_of(m)->num_layers;
     for (int s = 0, matrix = 0; s < count; s++) {
         const moe_model_tensor *t = &tensors[s];
         moe_real *data = host + t->offset;
         if (t->kind == MOE_TENSOR_NORM) {
             for (size_t i = 0; i < t->count; i++) data[i] = 1;
         } else if (!t->experts) {
-            init_tensor(data, t->count, std_of(num_layers, t->kind), seed, (unsigned long long)s);
+            init_tensor(data, t->count, std_of(num_layers, t->kind), seed, (unsigned long long)t->index);
         } else {
             /* the layer's expert matrices are numbered 1, 2, 3 in list order (w1, w3, w2) */
             matrix = s > 0 && tensors[s - 1].experts && tensors[s - 1].layer == t->layer ? matrix + 1 : 1;

@@ -65,28 +65,66 @@ static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
     return MOE_OK;
 }
 
-moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
+/* Every stage's terms, in pipeline (= the whole model's) order, on every rank of the pipeline (collective over it):
+ * *all malloc'd, *total values. With one stage, a copy of mine. */
+static moe_status gather_stages(moe_comm *pipeline, const double *mine, size_t n, double **all, size_t *total) {
+    const int P = moe_comm_size(pipeline);
+    size_t *counts = calloc(P, sizeof(size_t)), *nbytes = calloc(P, sizeof(size_t)), sum = 0;
+    moe_status st = counts && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < P && st == MOE_OK; p++) nbytes[p] = sizeof(size_t);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(pipeline, &n, sizeof n, counts, nbytes);
+    for (int p = 0; p < P && st == MOE_OK; p++) sum += counts[p], nbytes[p] = counts[p] * sizeof(double);
+    *all = st == MOE_OK ? malloc((sum ? sum : 1) * sizeof(double)) : NULL;
+    if (st == MOE_OK && !*all) st = MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(pipeline, mine, n * sizeof(double), *all, nbytes);
+    if (st != MOE_OK) free(*all), *all = NULL;
+    *total = sum;
+    free(counts), free(nbytes);
+    return st;
+}
+
+/* This stage's terms of the norm in the order the whole model adds them: its dense atoms' sums in buffer order into
+ * dense[0 .. *num_dense), then every MoE layer's global experts (layer, EP rank, local expert) into experts[...]. */
+static moe_status stage_terms(moe_model *m, const moe_parallel *par, double **dense, size_t *num_dense,
+                              double **experts, size_t *num_experts) {
     moe_comm *ep = moe_parallel_ep(par);
-    double total = 0, *atoms;
-    const moe_zero_region *dense = &moe_model_zero(m)->dense;
-    MOE_TRY(atom_sums(m, dense, moe_model_range_grads(m, 0), &atoms));
-    for (size_t i = 0; i < moe_zero_num_atoms(dense); i++) total += atoms[i];
-    free(atoms);
+    const moe_zero_region *region = &moe_model_zero(m)->dense;
+    MOE_TRY(atom_sums(m, region, moe_model_range_grads(m, 0), dense));
+    *num_dense = moe_zero_num_atoms(region);
     int layers;
     double *mine;
-    MOE_TRY(expert_sums(m, &layers, &mine));
-    if (layers == 0) return free(mine), *norm = sqrt(total), MOE_OK;
+    moe_status st = expert_sums(m, &layers, &mine);
+    if (st != MOE_OK) return free(*dense), st;
     const int local = moe_model_num_local_experts(m), R = moe_comm_size(ep);
-    double *all = calloc((size_t)R * layers * local, sizeof(double));
+    double *all = calloc((size_t)R * layers * local + 1, sizeof(double)), *ordered = calloc((size_t)R * layers * local + 1,
+                                                                                            sizeof(double));
     size_t *nbytes = calloc(R, sizeof(size_t));
-    moe_status st = all && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    st = all && ordered && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     for (int p = 0; p < R && st == MOE_OK; p++) nbytes[p] = (size_t)layers * local * sizeof(double);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(ep, mine, nbytes[0], all, nbytes);
+    if (st == MOE_OK && layers) st = moe_comm_allgatherv_bytes(ep, mine, nbytes[0], all, nbytes);
+    size_t k = 0;
     for (int l = 0; l < layers && st == MOE_OK; l++)
         for (int p = 0; p < R; p++) /* EP rank p holds global experts p * local .. */
-            for (int e = 0; e < local; e++) total += all[((size_t)p * layers + l) * local + e];
-    *norm = sqrt(total);
+            for (int e = 0; e < local; e++) ordered[k++] = all[((size_t)p * layers + l) * local + e];
     free(mine), free(all), free(nbytes);
+    if (st != MOE_OK) return free(*dense), free(ordered), st;
+    *experts = ordered, *num_experts = k;
+    return MOE_OK;
+}
+
+moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
+    double *dense, *experts, *all_dense = NULL, *all_experts = NULL;
+    size_t num_dense, num_experts, n_dense = 0, n_experts = 0;
+    MOE_TRY(stage_terms(m, par, &dense, &num_dense, &experts, &num_experts));
+    /* the stages hold consecutive pieces of the whole model's order: gathered stage by stage, the same list */
+    moe_comm *pipeline = moe_parallel_pipeline(par);
+    moe_status st = gather_stages(pipeline, dense, num_dense, &all_dense, &n_dense);
+    if (st == MOE_OK) st = gather_stages(pipeline, experts, num_experts, &all_experts, &n_experts);
+    double total = 0;
+    for (size_t i = 0; i < n_dense && st == MOE_OK; i++) total += all_dense[i];
+    for (size_t i = 0; i < n_experts && st == MOE_OK; i++) total += all_experts[i];
+    *norm = sqrt(total);
+    free(dense), free(experts), free(all_dense), free(all_experts);
     return st;
 }
 

@@ -19,8 +19,9 @@ float moe_lr_at(const moe_lr_schedule *s, long step);
 /* sqrt(sum of squares of all gradients of the global model), from the gradients of the ranges this rank updates
  * (moe_model_range_grads): every atom's sum of squares (models/zero.h) by the rank whose range holds it, exchanged
  * over the region's group when ZeRO shards it; the dense atoms added in buffer order, each expert's atoms in table
- * order into that expert's sum, gathered over the EP group and added in global (MoE layer, expert) order. The same
- * additions in the same order on any layout and ZeRO level: the same bits. Collective. */
+ * order into that expert's sum, gathered over the EP group and added in global (MoE layer, expert) order; with
+ * pipeline stages, every stage's terms gathered over the pipeline and added in the whole model's order. The same
+ * additions in the same order on any layout, pipeline and ZeRO level: the same bits. Collective. */
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
 
 /* Scales the gradients of this rank's ranges by clip / norm when norm > clip > 0; *factor gets the factor applied. */

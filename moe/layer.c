@@ -78,7 +78,8 @@ struct moe_layer {
     long completed_steps;      /* forward+backward pairs done, for failure messages */
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_layer_set_checks) */
     double aux_loss, z_loss;
-    moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host) */
+    moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host): own_bias, or another layer's */
+    moe_real *own_bias;
     moe_token_routing tok;
     moe_routing_counts counts;
     host_routing host;
@@ -188,7 +189,7 @@ static moe_status layer_add(void *ctx, const moe_real *a, const moe_real *b, siz
 /* cfg.num_shards: S / W local shards, which needs W a power of two dividing S. */
 static moe_status local_shards_of(moe_layer *L) {
     if (!L->cfg.num_shards) return MOE_OK;
-    return moe_shard_tree_local_shards(L->cfg.num_shards, moe_comm_size(moe_parallel_world(L->par)), &L->local_shards);
+    return moe_shard_tree_local_shards(L->cfg.num_shards, moe_comm_size(moe_parallel_stage(L->par)), &L->local_shards);
 }
 
 moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer) {
@@ -214,7 +215,7 @@ moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_pa
     L->steps = L->rt->layer;
     L->local_shards = 1;
     st = local_shards_of(L);
-    L->expert_bias = calloc(cfg->num_experts, sizeof(moe_real));
+    L->expert_bias = L->own_bias = calloc(cfg->num_experts, sizeof(moe_real));
     if (st == MOE_OK)
         st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = L->steps->create(cfg, L->rt, &L->state);
@@ -242,7 +243,7 @@ void moe_layer_destroy(moe_layer *L) {
     moe_dispatch_plan_free(&L->plan);
     moe_parallel_destroy(L->owned_par);
     moe_runtime_destroy(L->owned_rt);
-    free(L->expert_bias);
+    free(L->own_bias);
     free(L);
 }
 
@@ -280,7 +281,7 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
     return moe_runtime_upload(L->rt, L->tok.expert, forced, (size_t)T * k * sizeof(int));
 }
 
-/* Router: logits -> scores -> top-k (or the forced choices) -> gates, then capacity over the world on the
+/* Router: logits -> scores -> top-k (or the forced choices) -> gates, then capacity over the stage on the
  * host copies of the choices (the forward's first host sync on a GPU), then the layout. */
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const moe_config *c = &L->cfg;
@@ -291,7 +292,7 @@ static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     MOE_TRY(L->steps->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score,
                                       &L->counts.nonfinite_local));
     L->counts.num_tokens = T;
-    moe_status st = moe_router_global_capacity(moe_parallel_world(L->par), c->capacity_factor, c->drop_priority,
+    moe_status st = moe_router_global_capacity(moe_parallel_stage(L->par), c->capacity_factor, c->drop_priority,
                                                c->num_experts, c->top_k, L->host.expert, L->host.expert_score,
                                                L->host.kept, &L->counts);
     if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
@@ -355,7 +356,7 @@ static moe_token_routing tokens_from(const moe_layer *L, int first) {
     return v;
 }
 
-/* This rank's share of the aux and z losses, summed over the world (the forward's second host sync): with
+/* This rank's share of the aux and z losses, summed over the stage (the forward's second host sync): with
  * shards, one share per local shard, added in the shard tree, then the tree all-reduce. */
 static moe_status router_losses(moe_layer *L) {
     double loss[2];
@@ -364,7 +365,7 @@ static moe_status router_losses(moe_layer *L) {
     if (!L->cfg.num_shards) {
         MOE_TRY(L->steps->router_losses(L->state, &L->tok, T, L->counts.num_selected_per_expert,
                                         L->counts.num_tokens_global, loss));
-        st = moe_comm_allreduce_sum_f64(moe_parallel_world(L->par), loss, 2);
+        st = moe_comm_allreduce_sum_f64(moe_parallel_stage(L->par), loss, 2);
     } else {
         moe_tree_acc acc;
         MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, LS, 2));
@@ -378,7 +379,7 @@ static moe_status router_losses(moe_layer *L) {
         if (st == MOE_OK) memcpy(loss, moe_tree_acc_sum(&acc), sizeof loss);
         moe_tree_acc_free(&acc);
         MOE_TRY(st);
-        st = moe_comm_allreduce_tree_f64(moe_parallel_world(L->par), loss, 2);
+        st = moe_comm_allreduce_tree_f64(moe_parallel_stage(L->par), loss, 2);
     }
     L->aux_loss = loss[0], L->z_loss = loss[1];
     return exchange_failed(L, "the router-loss all-reduce", st, 1);
@@ -559,12 +560,20 @@ moe_status moe_layer_reduce_gradients(moe_layer *L, moe_layer_weights *grads) {
         return MOE_ERR_INVALID_ARG;
     moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
         c->num_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
-    moe_status st = allreduce(moe_parallel_world(L->par), grads->router_w, router_count);
+    moe_status st = allreduce(moe_parallel_stage(L->par), grads->router_w, router_count);
     if (st == MOE_OK) st = allreduce(moe_parallel_expert_dp(L->par), grads->w1, expert_count);
     return exchange_failed(L, "the gradient all-reduce", st, 0);
 }
 
 moe_real *moe_layer_expert_bias(moe_layer *L) { return L ? L->expert_bias : NULL; }
+
+moe_status moe_layer_share_expert_bias(moe_layer *L, moe_layer *owner) {
+    if (!L || !owner || owner->cfg.num_experts != L->cfg.num_experts) return MOE_ERR_INVALID_ARG;
+    free(L->own_bias);
+    L->own_bias = NULL;
+    L->expert_bias = owner->expert_bias;
+    return MOE_OK;
+}
 
 moe_status moe_layer_force_routing(moe_layer *L, const int *experts) {
     if (!L) return MOE_ERR_INVALID_ARG;
@@ -575,16 +584,16 @@ moe_status moe_layer_force_routing(moe_layer *L, const int *experts) {
 moe_status moe_layer_gather_routing(moe_layer *L, int *experts, int *num_tokens_global) {
     if (!L || !experts || !num_tokens_global) return MOE_ERR_INVALID_ARG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
-    moe_comm *world = moe_parallel_world(L->par);
-    const int W = moe_comm_size(world), k = L->cfg.top_k, mine = L->counts.num_tokens;
+    moe_comm *stage = moe_parallel_stage(L->par);
+    const int W = moe_comm_size(stage), k = L->cfg.top_k, mine = L->counts.num_tokens;
     int *tokens_of = malloc((size_t)W * sizeof(int));
     size_t *nbytes = malloc((size_t)W * sizeof(size_t));
     moe_status st = tokens_of && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     for (int p = 0; p < W && st == MOE_OK; p++) nbytes[p] = sizeof(int);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, &mine, sizeof(int), tokens_of, nbytes);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(stage, &mine, sizeof(int), tokens_of, nbytes);
     for (int p = 0; p < W && st == MOE_OK; p++) nbytes[p] = (size_t)tokens_of[p] * k * sizeof(int);
     if (st == MOE_OK)
-        st = moe_comm_allgatherv_bytes(world, L->host.expert, (size_t)mine * k * sizeof(int), experts, nbytes);
+        st = moe_comm_allgatherv_bytes(stage, L->host.expert, (size_t)mine * k * sizeof(int), experts, nbytes);
     *num_tokens_global = L->counts.num_tokens_global;
     free(tokens_of), free(nbytes);
     return exchange_failed(L, "the routing gather", st, 0);

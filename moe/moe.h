@@ -156,6 +156,9 @@ moe_status moe_layer_set_checks(moe_layer *layer, moe_nonfinite_finding *finding
 
 /* Sigmoid routing's selection bias b[E] (used for top-k selection only, never for gate values). */
 moe_real *moe_layer_expert_bias(moe_layer *layer);
+/* From now on `layer` selects with owner's bias (its own is dropped): the layers that hold the same MoE layer's
+ * forwards in flight (a pipeline's stash, models/model.h) route with one bias. owner must outlive layer. */
+moe_status moe_layer_share_expert_bias(moe_layer *layer, moe_layer *owner);
 /* DeepSeek-V3's aux-loss-free balancing, after a step: b_e += rate * sign(mean_e' n_e' - n_e), with n
  * the global top-k counts of the last forward (overloaded experts become less attractive); every rank
  * makes the same update. */

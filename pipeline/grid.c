@@ -80,6 +80,11 @@ int moe_rank_grid_group_rank(const moe_rank_grid *g, moe_rank_group kind) {
     return group_span(g, kind, &s) ? s.position : -1;
 }
 
+int moe_rank_grid_group_first(const moe_rank_grid *g, moe_rank_group kind) {
+    moe__group_span s;
+    return group_span(g, kind, &s) ? s.first : -1;
+}
+
 int moe_rank_grid_group(const moe_rank_grid *g, moe_rank_group kind, int *members) {
     moe__group_span s;
     if (!group_span(g, kind, &s)) return 0;

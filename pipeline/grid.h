@@ -57,6 +57,10 @@ int moe_rank_grid_group_size(const moe_rank_grid *g, moe_rank_group kind);
 /* g's rank's position inside its group of this kind (-1 for an unknown kind). */
 int moe_rank_grid_group_rank(const moe_rank_grid *g, moe_rank_group kind);
 
+/* The lowest world rank of g's rank's group of this kind, which names the group (-1 for an unknown kind): what a
+ * communicator split colours by. */
+int moe_rank_grid_group_first(const moe_rank_grid *g, moe_rank_group kind);
+
 /* Writes the world ranks of g's rank's group of this kind into members (room for moe_rank_grid_group_size),
  * ascending; returns their count (0 for an unknown kind, with nothing written). */
 int moe_rank_grid_group(const moe_rank_grid *g, moe_rank_group kind, int *members);

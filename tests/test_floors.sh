@@ -2,14 +2,14 @@
 # test_floors.sh SOURCE_ROOT — the folders form floors (docs/ARCHITECTURE.md) and a file includes only from
 # its own folder and the folders it stands on:
 #   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> models
-#   core -> pipeline (the schedules as data) -> models
+#   core -> pipeline (the rank grid and the schedules, as data) -> {alltoall (splits its groups from the grid), models}
 # Programs (tests/, bench/) may include anything. Every violation is printed as file:line.
 root=${1:-.}
 declare -A may=(
     [core]="core"
     [pipeline]="core pipeline"
     [kernels]="core kernels"
-    [alltoall]="core alltoall"
+    [alltoall]="core pipeline alltoall"
     [experts]="core kernels experts"
     [router]="core kernels alltoall router"
     [moe]="core kernels alltoall experts router moe"
