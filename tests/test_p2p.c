@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "alltoall/comm_transport.h" /* white box: the count of completed exchanges */
+#include "pipeline/schedule.h"
 #include "tests/test_util.h"
 
 enum { MESSAGES = 9, GUARD_NBYTES = 32, TAG_COUNT = 65, DIRECTIONS = 2 };
@@ -196,4 +197,71 @@ void test_p2p_check(moe_comm *c, const test_p2p_memory *mem, const char *name, i
         check_ring(c, mem, name, 0);
         check_tags(c, mem, name);
     }
+}
+
+/* ---- the pipeline's schedules ---- */
+
+enum { STAGE_MESSAGE_NBYTES = 64 * 1024 };
+
+static int is_exchange(moe_pp_op op) { return op != MOE_PP_FORWARD && op != MOE_PP_BACKWARD; }
+static int is_send(moe_pp_op op) { return op == MOE_PP_SEND_ACTIVATION || op == MOE_PP_SEND_GRADIENT; }
+static int is_activation(moe_pp_op op) { return op == MOE_PP_SEND_ACTIVATION || op == MOE_PP_RECV_ACTIVATION; }
+
+/* what names a message: its kind, micro-batch and the virtual stage it goes to */
+static int message_id(int activation, int micro_batch, int to_virtual_stage) {
+    return (activation * 1000 + micro_batch) * 1000 + to_virtual_stage;
+}
+
+/* The message a step sends or expects, as STAGE_MESSAGE_NBYTES / sizeof(int) copies of its id. */
+static int step_message(const moe_pp_shape *shape, int stage, const moe_pp_step *st) {
+    const int v = moe_pp_virtual_stage(shape, stage, st->chunk), act = is_activation(st->op);
+    const int to = !is_send(st->op) ? v : act ? v + 1 : v - 1;
+    return message_id(act, st->micro_batch, to);
+}
+
+static void walk_schedule(moe_comm *c, const moe_pp_shape *shape, const char *name, int early_receives, int one_tag) {
+    const int me = moe_comm_rank(c), words = STAGE_MESSAGE_NBYTES / (int)sizeof(int);
+    moe_pp_step *steps = NULL;
+    int count = 0;
+    CHECK_OK(moe_pp_schedule(shape, me, &steps, &count));
+    moe_comm_request **req = calloc((size_t)count + 1, sizeof *req);
+    int **buf = calloc((size_t)count + 1, sizeof *buf), bad = 0;
+    for (int i = 0; i < count; i++) {
+        if (!is_exchange(steps[i].op)) continue;
+        buf[i] = malloc(STAGE_MESSAGE_NBYTES);
+        for (int w = 0; w < words; w++) buf[i][w] = is_send(steps[i].op) ? step_message(shape, me, &steps[i]) : -1;
+    }
+    for (int pass = early_receives ? 0 : 1; pass < 2; pass++)
+        for (int i = 0; i < count; i++) {
+            const moe_pp_step *st = &steps[i];
+            if (!is_exchange(st->op)) continue;
+            const int tag = is_activation(st->op) || one_tag ? 0 : 1;
+            if (pass == 0 || (!is_send(st->op) && !early_receives)) {
+                if (!is_send(st->op))
+                    CHECK_OK(moe_comm_irecv_bytes(c, buf[i], STAGE_MESSAGE_NBYTES, st->peer, tag, &req[i]));
+                if (pass == 0) continue;
+            }
+            if (is_send(st->op)) {
+                CHECK_OK(moe_comm_isend_bytes(c, buf[i], STAGE_MESSAGE_NBYTES, st->peer, tag, &req[i]));
+                continue;
+            }
+            CHECK_OK(moe_comm_wait(c, req[i]));
+            req[i] = NULL;
+            const int want = step_message(shape, me, st);
+            if (buf[i][0] != want || buf[i][words - 1] != want) {
+                if (bad++ == 0)
+                    CHECK(0, "%s: p %d V %d m %d, stage %d step %d (micro-batch %d chunk %d from %d): got message %d, "
+                          "want %d", name, shape->stages, shape->virtual_stages, shape->micro_batches, me, i,
+                          st->micro_batch, st->chunk, st->peer, buf[i][0], want);
+            }
+        }
+    CHECK_OK(moe_comm_wait_all(c, req, count));
+    for (int i = 0; i < count; i++) free(buf[i]);
+    free(buf), free(req), free(steps);
+}
+
+void test_p2p_check_pipeline(moe_comm *c, const char *name, int early_receives, int one_tag) {
+    const int p = moe_comm_size(c);
+    for (int m = 1; m <= 8; m++) walk_schedule(c, &(moe_pp_shape){p, 1, m}, name, early_receives, one_tag);
+    for (int m = p; m <= 2 * p; m += p) walk_schedule(c, &(moe_pp_shape){p, 2, m}, name, early_receives, one_tag);
 }

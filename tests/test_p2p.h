@@ -33,4 +33,13 @@ extern const test_p2p_memory test_p2p_host; /* malloc'ed host memory: self and m
 /* The checks above on c; name is printed in failures. tags_carried: 0 for nccl (messages match in posting order). */
 void test_p2p_check(moe_comm *c, const test_p2p_memory *mem, const char *name, int tags_carried);
 
+/* The exchanges of the pipeline's schedules (pipeline/schedule.h) on host memory, the ranks of c its stages: for
+ * V = 1 with m = 1 .. 8 micro-batches and V = 2 with m = p and 2p, every rank walks its steps with no compute,
+ * sending 64 KiB (past MPI's eager limit, so a send completes only once received) whose bytes name the message
+ * (activation or gradient, micro-batch, the virtual stage it goes to), waiting for the sends at the end. Receives
+ * are posted at their step, or all at the start (early_receives: the runtime's other choice), each waited for at
+ * its step. Tags: 0 for activations, 1 for gradients, or 0 for both (one_tag: nccl's matching, every message
+ * between a pair in posting order). Each received message must be the one its step expects. */
+void test_p2p_check_pipeline(moe_comm *c, const char *name, int early_receives, int one_tag);
+
 #endif

@@ -7,6 +7,8 @@
  *   collectives while messages are in flight: a receive posted before a fixed-tree all-reduce, whose own
  *   point-to-point steps must not match it (the caller's tag 15 is the tree's tag inside MPI without the offset),
  *   and an all-reduce.
+ *   the exchanges of the pipeline's 1F1B and interleaved schedules (test_p2p.h), receives posted at their step
+ *   and all at the start, and with one tag for all (the order nccl matches in: the schedules' orders agree).
  * The watchdog over a wait whose send never comes: tests/test_ep_faults.c (p2p-watchdog, p2p-send-watchdog). */
 #include <string.h>
 
@@ -72,6 +74,9 @@ int main(int argc, char **argv) {
     test_p2p_check(reversed, &test_p2p_host, "mpi reversed", 1);
     check_size_mismatch(world);
     check_beside_collectives(world);
+    test_p2p_check_pipeline(world, "mpi pipeline", 0, 0);
+    test_p2p_check_pipeline(world, "mpi pipeline, receives posted early", 1, 0);
+    test_p2p_check_pipeline(world, "mpi pipeline, one tag (nccl's matching)", 1, 1);
     if (rank == 0) printf("mpi on %d rank(s): rings, tags, refusals, size mismatches, beside collectives\n", W);
     moe_comm_destroy(reversed);
     moe_comm_destroy(world);

@@ -1,7 +1,8 @@
 /* test_p2p_self.c — point-to-point on the self transport (a world of one, alltoall/comm.h): the shared driver
  * (tests/test_p2p.h) on host memory, then what only a world of one can tell at once: a wait whose match was never
  * posted fails immediately (nothing else could post it) with a message naming it, a size mismatch fails at the post
- * that meets it, messages with one tag match in posting order, and waits are timed under MOE_EXCHANGE_P2P. */
+ * that meets it, messages with one tag match in posting order, and waits are timed under MOE_EXCHANGE_P2P; the
+ * pipeline schedules' exchanges of one stage (p = 1, V = 2: a rank sending to itself). */
 #include <string.h>
 #include <time.h>
 
@@ -79,6 +80,8 @@ int main(void) {
     check_size_mismatch(c);
     check_posting_order(c);
     check_timed(c);
+    test_p2p_check_pipeline(c, "self pipeline", 0, 0); /* p = 1: with V = 2 chunk 0 sends to chunk 1 on its own rank */
+    test_p2p_check_pipeline(c, "self pipeline, receives posted early", 1, 0);
     moe_comm_destroy(c);
     return test_finish("test_p2p_self");
 }
