@@ -1,5 +1,6 @@
 /* comm.c — the communicator's functions (comm.h): each forwards to its transport's table, timing the
  * exchange when asked (comm_timing.h); what every transport shares. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -112,6 +113,78 @@ moe_status moe_comm_copy_payload(moe_comm *c, void *dst, const void *src, size_t
     return c->ops->copy_payload(c, dst, src, nbytes);
 }
 
+/* ---- point-to-point (comm.h): checks here, the exchange in the transport ---- */
+
+void moe__comm_request_describe(const moe_comm_request *r, char *out, size_t n) {
+    snprintf(out, n, "%s of %zu bytes %s rank %d with tag %d", r->sending ? "send" : "receive", r->nbytes,
+             r->sending ? "to" : "from", r->peer, r->tag);
+}
+
+static moe_status post(moe_comm *c, const moe_comm_request *what, moe_comm_request **req) {
+    if (req) *req = NULL;
+    const char *problem = !req                                       ? "no place for its request (req is NULL)"
+                          : what->peer < 0 || what->peer >= c->size ? "the peer is not a rank of the communicator"
+                          : what->tag < 0 || what->tag > MOE_COMM_MAX_TAG ? "the tag is outside 0 .. MOE_COMM_MAX_TAG"
+                          : !what->buf && what->nbytes                    ? "its buffer is NULL"
+                                                                          : NULL;
+    if (problem) {
+        char op[128];
+        moe__comm_request_describe(what, op, sizeof op);
+        return moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: %s on communicator '%s' (%d ranks): %s", c->world_rank,
+                        op, c->label, c->size, problem);
+    }
+    return c->ops->post(c, what, req);
+}
+
+moe_status moe_comm_isend_bytes(moe_comm *c, const void *buf, size_t nbytes, int peer, int tag,
+                                moe_comm_request **req) {
+    /* the transports only read a send's buffer: the cast gives the request one buffer field for both directions */
+    const moe_comm_request what = {.comm = c, .sending = 1, .peer = peer, .tag = tag, .nbytes = nbytes,
+                                   .buf = (void *)buf};
+    return post(c, &what, req);
+}
+
+moe_status moe_comm_irecv_bytes(moe_comm *c, void *buf, size_t nbytes, int peer, int tag, moe_comm_request **req) {
+    const moe_comm_request what = {.comm = c, .peer = peer, .tag = tag, .nbytes = nbytes, .buf = buf};
+    return post(c, &what, req);
+}
+
+moe_status moe_comm_wait(moe_comm *c, moe_comm_request *req) {
+    if (!req || req->comm != c || c->in_batch)
+        return moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: a wait on communicator '%s' %s", c->world_rank, c->label,
+                        !req ? "for no request (NULL)"
+                        : req->comm != c ? "for a request posted on another communicator"
+                                         : "inside a batch of posts (end the batch first)");
+    TIMED(c, MOE_EXCHANGE_P2P, c->ops->wait(c, req));
+}
+
+moe_status moe_comm_wait_all(moe_comm *c, moe_comm_request **reqs, int count) {
+    for (int i = 0; i < count; i++) {
+        if (!reqs[i]) continue;
+        moe_comm_request *r = reqs[i];
+        reqs[i] = NULL; /* freed by the wait, whatever its outcome */
+        MOE_TRY(moe_comm_wait(c, r));
+    }
+    return MOE_OK;
+}
+
+static moe_status batch(moe_comm *c, int begin) {
+    if (c->in_batch == begin)
+        return moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: communicator '%s': %s", c->world_rank, c->label,
+                        begin ? "a batch of posts begun inside another" : "a batch of posts ended without a begin");
+    const moe_status st = c->ops->batch(c, begin);
+    if (st == MOE_OK || !begin) c->in_batch = begin; /* an end that failed still closed the batch */
+    return st;
+}
+
+moe_status moe_comm_batch_begin(moe_comm *c) { return batch(c, 1); }
+moe_status moe_comm_batch_end(moe_comm *c) { return batch(c, 0); }
+
+moe_status moe__comm_batch_none(moe_comm *c, int begin) {
+    (void)c, (void)begin;
+    return MOE_OK;
+}
+
 void moe_comm_destroy(moe_comm *c) {
     if (c) c->ops->destroy(c);
 }
@@ -126,7 +199,8 @@ moe_status moe_comm_agree(moe_comm *c, moe_status mine) {
 void moe_comm_time_exchanges(moe_comm *c, moe_exchange_times *times) { c->times = times; }
 
 const char *moe_exchange_kind_name(moe_exchange_kind kind) {
-    static const char *const names[MOE_EXCHANGE_KINDS] = {"payload", "counts", "routing", "allreduce", "barrier"};
+    static const char *const names[MOE_EXCHANGE_KINDS] = {"payload", "counts", "routing", "allreduce", "barrier",
+                                                                    "p2p"};
     return kind >= 0 && kind < MOE_EXCHANGE_KINDS ? names[kind] : "unknown";
 }
 

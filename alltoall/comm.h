@@ -9,7 +9,8 @@
  * Failures: every entry returns a moe_status; a transport failure or a watchdog timeout records what the
  * exchange was doing (communicator, rank, operation; core/fail.h) and returns MOE_ERR_COMM /
  * MOE_ERR_TIMEOUT. After either the job cannot go on: end it (MPI_Abort).
- * Host syncs: the host entries return when the exchange is complete. */
+ * Host syncs: the host entries return when the exchange is complete; point-to-point posts return at once and
+ * their waits when it is complete (below). */
 #ifndef MOE_ALLTOALL_COMM_H
 #define MOE_ALLTOALL_COMM_H
 
@@ -97,6 +98,57 @@ moe_status moe_comm_scan_sum_ints(moe_comm *c, const int *in, int *prefix, int *
 moe_status moe_comm_barrier(moe_comm *c);
 /* A copy between two buffers of payload memory (how dispatch.c reorders received blocks). */
 moe_status moe_comm_copy_payload(moe_comm *c, void *dst, const void *src, size_t nbytes);
+
+/* ---- point-to-point: asynchronous sends and receives of bytes, with handles (a pipeline's activations) ----
+ * Post, go on (compute), wait where the data is needed or the buffer is to be reused:
+ *   moe_comm_request *r;
+ *   MOE_TRY(moe_comm_irecv_bytes(c, grad_in, nbytes, next, TAG_GRAD, &r));  ...  MOE_TRY(moe_comm_wait(c, r));
+ * Memory: payload memory (host for self and mpi; device for the GPU transports, ordered against the context's
+ * stream: a send reads what the kernels queued before its post wrote, the kernels queued after a wait see what a
+ * receive brought). Ownership: from the post until its wait returns the buffer belongs to the exchange: a send's
+ * must not be written, a receive's neither read nor written. Every request must be waited for (else it leaks).
+ * Matching: `peer` is a rank of c (a world of one sends to itself); a receive of nbytes matches a send of exactly
+ * nbytes: a shorter send fails the receive's wait with MOE_ERR_COUNT_MISMATCH (self fails the later post), a
+ * longer one with MOE_ERR_COMM (MPI's truncation; Open MPI misses it for a rank's message to itself); nccl cannot
+ * tell (undefined). Tags 0 .. MOE_COMM_MAX_TAG separate streams of messages.
+ * Order: messages from one rank to another with the same tag are received in posting order (MPI's non-overtaking
+ * rule). nccl carries no tags: there every message from one rank to another is received in posting order whatever
+ * its tag, so a program meant for every transport posts, for each pair and direction, the sends and the peer's
+ * receives in the same order.
+ * Progress: a post returns once the buffer is handed off (mpi: MPI_Isend / MPI_Irecv; mpi-staged: a send waits for
+ * the stream and copies its bytes to a host buffer of the request's; nccl: queued on the communication stream;
+ * self: copied if its match is posted, else queued), so the caller goes on computing. A send completes once its
+ * receive is posted: wait on it only where the peer's schedule has posted that receive (a world of one: a wait whose
+ * match was never posted fails at once, MOE_ERR_COMM, as nothing else could post it).
+ * nccl runs a communicator's operations one after another in posting order: a posted receive holds back everything
+ * posted after it (sends and collectives included) until its send arrives. Posts that must progress together (a
+ * schedule step's receive and the send its peer waits for: Megatron's batched p2p) go in one batch:
+ * moe_comm_batch_begin, the posts, moe_comm_batch_end (nccl: one ncclGroup; elsewhere posts start at once anyway).
+ * Waiting: moe_comm_wait blocks the host until the exchange is complete (nccl: its event, polled; mpi-staged: then
+ * queues a receive's copy to the device) and frees the request whatever the outcome, except a wait refused for its
+ * arguments (MOE_ERR_INVALID_ARG: a NULL request, one of another communicator, a wait inside a batch), which leaves
+ * it posted. The watchdog times the wait itself, not the time since the post (which a schedule fills with compute):
+ * a request still incomplete after moe_comm_timeout seconds fails with MOE_ERR_TIMEOUT and a message naming the
+ * operation, byte count, peer (its rank in c; mpi and mpi-staged add its world rank and who is missing) and tag.
+ * After that or any other failure the job cannot go on: requests still posted are abandoned; nccl aborts its
+ * communicator. Collectives may run while requests are posted (on nccl they queue behind them). One wait is one
+ * exchange completed; timed communicators add each wait's time under MOE_EXCHANGE_P2P (comm_timing.h). */
+typedef struct moe_comm_request moe_comm_request;
+enum { MOE_COMM_MAX_TAG = 32000 }; /* below MPI's least MPI_TAG_UB (32767) with room for the transport's own tags */
+
+moe_status moe_comm_isend_bytes(moe_comm *c, const void *buf, size_t nbytes, int peer, int tag,
+                                moe_comm_request **req);
+moe_status moe_comm_irecv_bytes(moe_comm *c, void *buf, size_t nbytes, int peer, int tag, moe_comm_request **req);
+/* Errors of a post, before any communication: MOE_ERR_INVALID_ARG with a message for a peer outside c, a tag
+ * outside 0 .. MOE_COMM_MAX_TAG, a NULL req, or a NULL buf with nbytes > 0 (*req is NULL then). */
+moe_status moe_comm_wait(moe_comm *c, moe_comm_request *req);
+/* Opens and closes a batch of posts (no wait inside one; batches do not nest). MOE_ERR_INVALID_ARG with a message
+ * when unpaired. */
+moe_status moe_comm_batch_begin(moe_comm *c);
+moe_status moe_comm_batch_end(moe_comm *c);
+/* Waits for reqs[0 .. count) in that order (NULL entries are skipped) and sets each to NULL; stops at the first
+ * failure, leaving the rest posted (abandoned: the job ends). */
+moe_status moe_comm_wait_all(moe_comm *c, moe_comm_request **reqs, int count);
 
 /* For work that each rank does on its own and that must succeed everywhere (loading files, writing a
  * checkpoint on rank 0): returns `mine` if this rank failed, MOE_ERR_PEER if only others did (recording

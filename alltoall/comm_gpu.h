@@ -14,6 +14,10 @@
  *              each payload exchange to complete; one still running after timeout_s, or an asynchronous
  *              NCCL error, aborts the NCCL communicator and returns MOE_ERR_TIMEOUT / MOE_ERR_COMM with a
  *              message saying what it was doing.
+ * Point-to-point sends and receives (comm.h) take device pointers on all three: self-gpu matches them as the self
+ * transport does and copies on the stream; mpi-staged sends a host copy made at the post and uploads a receive at
+ * its wait; nccl queues ncclSend / ncclRecv on its communication stream (one ncclGroup per batch) and its waits poll
+ * an event of each request under the watchdog.
  * The MPI-based ones are declared in comm_gpu_mpi.h. */
 #ifndef MOE_ALLTOALL_COMM_GPU_H
 #define MOE_ALLTOALL_COMM_GPU_H

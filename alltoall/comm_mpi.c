@@ -1,7 +1,8 @@
 /* comm_mpi.c — the MPI transport: every collective (and every round of the fixed tree's all-reduce and halves, a pair
  * of MPI_Irecv / MPI_Isend) is started non-blocking and polled, so a peer that never arrives turns into
  * MOE_ERR_TIMEOUT with a message naming the operation and the missing peers (comm_mpi_probe.h), instead of a
- * silent hang (nccl-tests' watchdog, in MPI terms). */
+ * silent hang (nccl-tests' watchdog, in MPI terms). Point-to-point sends and receives (comm.h) are MPI_Isend /
+ * MPI_Irecv, polled the same way when waited on. */
 #include "alltoall/comm_mpi.h"
 #include "alltoall/comm_mpi_probe.h"
 #include "alltoall/comm_transport.h"
@@ -10,6 +11,7 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -28,8 +30,9 @@ typedef struct {
     size_t tree_scratch_nbytes;
 } mpi_state;
 
-/* TAG_TREE: the fixed tree's point-to-point messages (collectives never match them) */
-enum { PROBE_MESSAGE_NBYTES = 1024, TAG_TREE = 15 };
+/* TAG_TREE: the fixed tree's point-to-point messages (collectives never match them); a caller's tag t travels as
+ * TAG_P2P + t, so the tree's messages and the caller's never match each other */
+enum { PROBE_MESSAGE_NBYTES = 1024, TAG_TREE = 15, TAG_P2P = 16 };
 static const double kAnswerAfterS = 0.05; /* a wait this long answers the watchdog questions of other ranks */
 
 static MPI_Comm comm_of(const moe_comm *c) { return ((const mpi_state *)c->impl)->comm; }
@@ -53,9 +56,13 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
  * data only inside MPI calls, so the loop keeps calling MPI_Test (sleeping between polls made 2-rank exchanges
  * of 2 MiB and more about 5x slower); sched_yield lets ranks oversubscribed on few cores give the CPU to the
  * peers they wait for. */
-static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char *op, double start) {
+static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char *op, double start,
+                           MPI_Status *statuses) {
     for (long polls = 0;; polls++) {
-        int done = 0, rc = MPI_Testall(count, req, &done, MPI_STATUSES_IGNORE);
+        int done = 0, rc = MPI_Testall(count, req, &done, statuses);
+        if (rc == MPI_ERR_IN_STATUS && statuses != MPI_STATUSES_IGNORE)
+            for (int i = 0; i < count; i++)
+                if (statuses[i].MPI_ERROR != MPI_SUCCESS) rc = statuses[i].MPI_ERROR; /* what went wrong */
         if (rc != MPI_SUCCESS) return mpi_failed(c, op, rc);
         if (done) return MOE_OK;
         const double waited = now_s() - start;
@@ -76,7 +83,7 @@ static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char 
 
 /* poll_all, then one exchange more completed */
 static moe_status wait_all(moe_comm *c, int count, MPI_Request *req, const char *op) {
-    MOE_TRY(poll_all(c, count, req, op, now_s()));
+    MOE_TRY(poll_all(c, count, req, op, now_s(), MPI_STATUSES_IGNORE));
     c->completed++;
     return MOE_OK;
 }
@@ -171,7 +178,7 @@ static moe_status tree_sendrecv(void *ctx, const void *send, size_t send_nbytes,
     if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Irecv", rc);
     rc = MPI_Isend(send, (int)send_nbytes, MPI_BYTE, peer, TAG_TREE, comm_of(c), &req[1]);
     if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Isend", rc); /* the job ends: req[0] is left */
-    return poll_all(c, 2, req, t->op, t->start_s);
+    return poll_all(c, 2, req, t->op, t->start_s, MPI_STATUSES_IGNORE);
 }
 
 static moe_status tree_add(void *ctx, void *y, const void *lower, const void *higher, size_t count) {
@@ -223,6 +230,56 @@ static moe_status mpi_barrier(moe_comm *c) {
     return rc == MPI_SUCCESS ? wait_for(c, &req, "barrier") : mpi_failed(c, "MPI_Ibarrier", rc);
 }
 
+/* ---- point-to-point (comm.h): MPI_Isend / MPI_Irecv, polled under the watchdog at the wait ---- */
+
+typedef struct {
+    moe_comm_request base;
+    MPI_Request mpi;
+} mpi_request;
+
+static moe_status mpi_post(moe_comm *c, const moe_comm_request *what, moe_comm_request **req) {
+    if (what->nbytes > INT_MAX)
+        return moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: a message of %zu bytes on communicator '%s' is beyond "
+                        "MPI's int counts", c->world_rank, what->nbytes, c->label);
+    mpi_request *r = malloc(sizeof *r);
+    if (!r) return MOE_ERR_OUT_OF_MEMORY;
+    r->base = *what;
+    const int count = (int)what->nbytes, tag = TAG_P2P + what->tag;
+    int rc = what->sending ? MPI_Isend(what->buf, count, MPI_BYTE, what->peer, tag, comm_of(c), &r->mpi)
+                           : MPI_Irecv(what->buf, count, MPI_BYTE, what->peer, tag, comm_of(c), &r->mpi);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_failed(c, what->sending ? "MPI_Isend" : "MPI_Irecv", rc);
+    }
+    *req = &r->base;
+    return MOE_OK;
+}
+
+/* A receive longer than posted fails in MPI (MPI_ERR_TRUNCATE); a shorter one is caught here. */
+static moe_status check_received(const moe_comm *c, const moe_comm_request *req, const char *op, MPI_Status *status) {
+    int got = 0;
+    int rc = MPI_Get_count(status, MPI_BYTE, &got);
+    if (rc != MPI_SUCCESS) return mpi_failed(c, "MPI_Get_count", rc);
+    if ((size_t)got == req->nbytes) return MOE_OK;
+    return moe_fail(MOE_ERR_COUNT_MISMATCH, "world rank %d: %s on communicator '%s' (rank %d of %d) got %d bytes: the "
+                    "sender posted another size", c->world_rank, op, c->label, c->rank, c->size, got);
+}
+
+/* The MPI request is left to MPI after a failure (the job ends), as the tree's are. */
+static moe_status mpi_wait(moe_comm *c, moe_comm_request *req) {
+    mpi_request *r = (mpi_request *)req;
+    char op[192], what[128];
+    moe__comm_request_describe(req, what, sizeof what);
+    snprintf(op, sizeof op, "%s (world rank %d)", what,
+             moe__mpi_probe_world_rank(((mpi_state *)c->impl)->probe, req->peer));
+    MPI_Status status;
+    moe_status st = poll_all(c, 1, &r->mpi, op, now_s(), &status);
+    if (st == MOE_OK && !req->sending) st = check_received(c, req, op, &status);
+    if (st == MOE_OK) c->completed++;
+    free(r);
+    return st;
+}
+
 static void mpi_destroy(moe_comm *c) {
     mpi_state *s = c->impl;
     moe__mpi_probe_destroy(s->probe);
@@ -244,6 +301,9 @@ static const moe_transport_ops mpi_ops = {
     .scan_sum_ints = mpi_scan_ints,
     .barrier = mpi_barrier,
     .copy_payload = moe__comm_copy_host,
+    .post = mpi_post,
+    .wait = mpi_wait,
+    .batch = moe__comm_batch_none, /* MPI_Isend and MPI_Irecv start at once */
     .destroy = mpi_destroy,
 };
 

@@ -68,6 +68,8 @@ void moe__mpi_probe_destroy(moe_mpi_probe *p) {
     free(p);
 }
 
+int moe__mpi_probe_world_rank(const moe_mpi_probe *p, int rank) { return p->world_ranks[rank]; }
+
 void moe__mpi_probe_answer(const moe_comm *c, const char *op) {
     for (moe_mpi_probe *p = registry; p; p = p->next) {
         int pending = 0;

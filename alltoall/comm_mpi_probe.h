@@ -20,6 +20,9 @@ typedef struct moe_mpi_probe moe_mpi_probe;
 moe_status moe__mpi_probe_create(MPI_Comm comm, moe_mpi_probe **out);
 void moe__mpi_probe_destroy(moe_mpi_probe *p);
 
+/* The world rank of rank `rank` of the communicator (for messages). */
+int moe__mpi_probe_world_rank(const moe_mpi_probe *p, int rank);
+
 /* From every wait loop once it has waited a moment: answers the questions pending on every twin with
  * "op on communicator 'label' (exchange #n)" of c, the exchange this rank waits in. */
 void moe__mpi_probe_answer(const moe_comm *c, const char *op);

@@ -4,7 +4,7 @@
  * MPI exchange with its watchdog on the host copies, and queues the copy back on the stream, which orders
  * it before the kernels that read the result. It makes no assumption about CUDA-aware MPI, and several
  * ranks may share one GPU (NCCL refuses that), which is what it is for: tests and small machines.
- * Control entries are the inner MPI transport's, unchanged.
+ * Control entries are the inner MPI transport's, unchanged; point-to-point messages are too, on host copies.
  * Checked by tests/test_gpu_alltoall.c and, for the fixed-tree all-reduce, tests/test_gpu_tree_allreduce.c
  * (meson test --suite gpu; skips without a GPU). */
 #include <stdlib.h>
@@ -101,6 +101,46 @@ static moe_status staged_copy_payload(moe_comm *c, void *dst, const void *src, s
     return moe_gpu_copy(((staged_state *)c->impl)->gpu, dst, src, nbytes);
 }
 
+/* ---- point-to-point (comm.h): the inner MPI transport's, on a host copy per request ----
+ * A send's bytes are copied out at the post (its host sync: the copy follows the kernels that wrote them), so the
+ * device buffer is handed off when the post returns; a receive's host copy goes up at its wait, queued on the
+ * stream. The host copies are pageable (malloc): a cudaMemcpyAsync from pageable memory returns once it has read
+ * the source (CUDA's "API synchronization behavior"), so a copy may be freed right after, with no stream sync, and
+ * a request costs no pinned allocation. */
+
+typedef struct {
+    moe_comm_request base;
+    moe_comm_request *inner; /* the MPI transport's request on `host` */
+    void *host;              /* nbytes, malloc'ed (NULL for an empty message) */
+} staged_request;
+
+static moe_status staged_post(moe_comm *c, const moe_comm_request *what, moe_comm_request **req) {
+    staged_state *s = c->impl;
+    staged_request *r = calloc(1, sizeof *r);
+    if (!r || (what->nbytes && !(r->host = malloc(what->nbytes)))) return free(r), MOE_ERR_OUT_OF_MEMORY;
+    r->base = *what;
+    moe_status st = what->sending ? stage_out(s, r->host, what->buf, what->nbytes) : MOE_OK;
+    if (st == MOE_OK) {
+        moe_comm *in = moe__comm_forward_enter(c);
+        st = moe__comm_forward_leave(
+            c, what->sending ? moe_comm_isend_bytes(in, r->host, what->nbytes, what->peer, what->tag, &r->inner)
+                             : moe_comm_irecv_bytes(in, r->host, what->nbytes, what->peer, what->tag, &r->inner));
+    }
+    if (st != MOE_OK) return free(r->host), free(r), st;
+    *req = &r->base;
+    return MOE_OK;
+}
+
+static moe_status staged_wait(moe_comm *c, moe_comm_request *req) {
+    staged_request *r = (staged_request *)req;
+    moe_comm *in = moe__comm_forward_enter(c);
+    moe_status st = moe__comm_forward_leave(c, moe_comm_wait(in, r->inner));
+    if (st != MOE_OK) return free(r), st; /* MPI may still write r->host: left to the ending job */
+    if (!req->sending) st = stage_in(c->impl, req->buf, r->host, req->nbytes);
+    free(r->host), free(r);
+    return st;
+}
+
 static void staged_destroy(moe_comm *c) {
     staged_state *s = c->impl;
     cudaStreamSynchronize(s->gpu->stream); /* a queued copy back may still read the staging buffer */
@@ -122,6 +162,9 @@ static const moe_transport_ops staged_ops = {
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,
     .copy_payload = staged_copy_payload,
+    .post = staged_post,
+    .wait = staged_wait,
+    .batch = moe__comm_batch_none, /* MPI's posts start at once */
     .destroy = staged_destroy,
 };
 

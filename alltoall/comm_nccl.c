@@ -7,6 +7,9 @@
  * never arrives or a failed connection becomes MOE_ERR_TIMEOUT / MOE_ERR_COMM with a message
  * (nccl-tests' watchdog), after ncclCommAbort; an aborted comm fails every later payload entry.
  *
+ * Point-to-point sends and receives (comm.h) are ncclSend / ncclRecv on the same stream, each with an event of its
+ * own that its wait polls the same way; a batch of them is one ncclGroup.
+ *
  * Limits of the watchdog: the communicator is blocking (default config), so ncclCommInitRank and the
  * connection setup inside the first ncclGroupEnd with a new peer run inside NCCL calls that the
  * watchdog cannot interrupt; only the transfers themselves are covered. A non-blocking config
@@ -44,6 +47,7 @@ typedef struct {
     cudaEvent_t ready, done;
     void *tree_scratch;  /* device: the fixed tree's moe__tree_scratch_count floats, grown on demand */
     size_t tree_scratch_nbytes;
+    struct nccl_request *batch; /* point-to-point posts of the open batch, recorded at its end */
 } nccl_state;
 
 static double now_s(void) {
@@ -88,14 +92,13 @@ static moe_status begin(moe_comm *c, const char *op) {
     return MOE_OK;
 }
 
-/* Ordering after it (the compute stream waits for `done`), then the watchdog's poll. */
-static moe_status finish(moe_comm *c, const char *op) {
+/* The watchdog's poll of `done` (recorded after the operation on the comm stream): one exchange more completed, or
+ * the communicator aborted with a message. */
+static moe_status poll_done(moe_comm *c, cudaEvent_t done, const char *op) {
     nccl_state *s = c->impl;
-    MOE_CUDA_TRY(cudaEventRecord(s->done, s->stream));
-    MOE_CUDA_TRY(cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
     const double start = now_s();
     for (long polls = 0;; polls++) {
-        cudaError_t q = cudaEventQuery(s->done);
+        cudaError_t q = cudaEventQuery(done);
         if (q == cudaSuccess) {
             c->completed++;
             return MOE_OK;
@@ -122,6 +125,14 @@ static moe_status finish(moe_comm *c, const char *op) {
         }
         if (polls > 100) sched_yield();
     }
+}
+
+/* Ordering after the operation (the compute stream waits for `done`), then the watchdog's poll. */
+static moe_status finish(moe_comm *c, const char *op) {
+    nccl_state *s = c->impl;
+    MOE_CUDA_TRY(cudaEventRecord(s->done, s->stream));
+    MOE_CUDA_TRY(cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
+    return poll_done(c, s->done, op);
 }
 
 static moe_status nccl_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
@@ -203,6 +214,95 @@ static moe_status nccl_copy_payload(moe_comm *c, void *dst, const void *src, siz
     return moe_gpu_copy(((nccl_state *)c->impl)->gpu, dst, src, nbytes);
 }
 
+/* ---- point-to-point (comm.h): ncclSend / ncclRecv on the communication stream ----
+ * A post queues the operation after the kernels queued on the compute stream before it (begin) and records the
+ * request's event after it; inside a batch (one ncclGroup) the operations launch at its end, and so the events are
+ * recorded there. A wait makes the compute stream wait for the event and polls it under the watchdog. NCCL carries
+ * no tags and no sizes: messages between a pair match in posting order, and an empty one is no call at all (both
+ * sides skip it alike, the sizes being equal). */
+
+typedef struct nccl_request {
+    moe_comm_request base;
+    cudaEvent_t done;                  /* recorded on the comm stream after the operation */
+    int queued;                        /* done is recorded: the operation was launched */
+    struct nccl_request *next_in_batch; /* posted in the open batch, waiting for its launch */
+} nccl_request;
+
+static void request_free(nccl_request *r) {
+    if (r->done) cudaEventDestroy(r->done); /* released by CUDA once complete, if it is still pending */
+    free(r);
+}
+
+static moe_status record_done(nccl_request *r, cudaStream_t stream) {
+    MOE_CUDA_TRY(cudaEventRecord(r->done, stream));
+    r->queued = 1;
+    return MOE_OK;
+}
+
+static moe_status post_on_stream(moe_comm *c, nccl_request *r) {
+    nccl_state *s = c->impl;
+    const moe_comm_request *m = &r->base;
+    char op[128];
+    moe__comm_request_describe(m, op, sizeof op);
+    MOE_CUDA_TRY(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    MOE_TRY(begin(c, op)); /* inside a group too: the wait is queued on the stream before the group's launch */
+    if (m->nbytes && m->sending) MOE_NCCL_TRY(c, ncclSend(m->buf, m->nbytes, ncclUint8, m->peer, s->nccl, s->stream));
+    if (m->nbytes && !m->sending) MOE_NCCL_TRY(c, ncclRecv(m->buf, m->nbytes, ncclUint8, m->peer, s->nccl, s->stream));
+    if (!c->in_batch) return record_done(r, s->stream);
+    r->next_in_batch = s->batch;
+    s->batch = r;
+    return MOE_OK;
+}
+
+static moe_status nccl_post(moe_comm *c, const moe_comm_request *what, moe_comm_request **req) {
+    nccl_request *r = calloc(1, sizeof *r);
+    if (!r) return MOE_ERR_OUT_OF_MEMORY;
+    r->base = *what;
+    const moe_status st = post_on_stream(c, r);
+    if (st != MOE_OK) return request_free(r), st; /* a failed post inside a batch is not in its list */
+    *req = &r->base;
+    return MOE_OK;
+}
+
+/* begin: ncclGroupStart; end: ncclGroupEnd launches the batch, then its requests' events are recorded. */
+static moe_status nccl_batch(moe_comm *c, int begin) {
+    nccl_state *s = c->impl;
+    if (begin) {
+        if (!s->nccl)
+            return moe_fail(MOE_ERR_COMM, "world rank %d: a batch of posts on communicator '%s': its NCCL "
+                                          "communicator was aborted after an earlier failure", c->world_rank, c->label);
+        MOE_NCCL_TRY(c, ncclGroupStart());
+        return MOE_OK;
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    moe_status st = end == ncclSuccess ? MOE_OK : nccl_failed(c, "ncclGroupEnd", end);
+    for (nccl_request *r = s->batch; r && st == MOE_OK; r = r->next_in_batch) st = record_done(r, s->stream);
+    s->batch = NULL; /* after a failure its requests stay unqueued: their waits fail */
+    return st;
+}
+
+static moe_status nccl_wait(moe_comm *c, moe_comm_request *req) {
+    nccl_state *s = c->impl;
+    nccl_request *r = (nccl_request *)req;
+    char op[128];
+    moe__comm_request_describe(req, op, sizeof op);
+    moe_status st = MOE_OK;
+    if (!r->queued)
+        st = moe_fail(MOE_ERR_COMM, "world rank %d: %s on communicator '%s': never launched (its batch failed)",
+                      c->world_rank, op, c->label);
+    else if (!s->nccl)
+        st = moe_fail(MOE_ERR_COMM, "world rank %d: %s on communicator '%s': its NCCL communicator was aborted after "
+                                    "an earlier failure", c->world_rank, op, c->label);
+    else {
+        const cudaError_t e = cudaStreamWaitEvent(s->gpu->stream, r->done, 0);
+        st = e == cudaSuccess ? poll_done(c, r->done, op)
+                              : moe_fail(MOE_ERR_CUDA, "world rank %d: %s: cudaStreamWaitEvent failed: %s",
+                                         c->world_rank, op, cudaGetErrorString(e));
+    }
+    request_free(r);
+    return st;
+}
+
 /* Frees what exists of a partly built state; `comm` stays with whoever owns it. */
 static void release(nccl_state *s) {
     if (s->stream) cudaStreamSynchronize(s->stream);
@@ -235,6 +335,9 @@ static const moe_transport_ops nccl_ops = {
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,
     .copy_payload = nccl_copy_payload,
+    .post = nccl_post,
+    .wait = nccl_wait,
+    .batch = nccl_batch,
     .destroy = nccl_destroy,
 };
 

@@ -1,6 +1,7 @@
 /* comm_self_gpu.c — the self-gpu transport (comm_gpu.h): a world of one whose payloads live on the device.
  * Rows move by a device-to-device copy queued on the context's stream (so the exchange is ordered with the
  * kernels around it and returns without waiting); the all-reduce of one rank leaves the buffer as it is.
+ * Point-to-point messages to itself follow the self transport's matching, with device copies.
  * The control entries (host pointers) are those of the self transport, reached through an inner self
  * comm, so their semantics stay defined in one place (comm_self.c).
  * Checked by tests/test_gpu_alltoall.c and, for the fixed-tree all-reduce, tests/test_gpu_tree_allreduce.c
@@ -12,8 +13,9 @@
 #include "core/gpu_cuda.h"
 
 typedef struct {
-    moe_comm *inner; /* the self transport: control entries */
-    moe_gpu *gpu;    /* payload copies run on gpu->stream */
+    moe_comm *inner;      /* the self transport: control entries */
+    moe_gpu *gpu;         /* payload copies run on gpu->stream */
+    moe__self_p2p *queue; /* point-to-point posts not yet matched (comm_self.c's rule, device copies) */
 } self_gpu_state;
 
 /* send and recv: device buffers of send_rows[0] == recv_rows[0] rows; the same pointer twice is a no-op. */
@@ -37,8 +39,19 @@ static moe_status self_gpu_allreduce_real(moe_comm *c, moe_real *buf, size_t cou
     return MOE_OK;
 }
 
+/* Matched by comm_self.c's rule; the bytes move by self_gpu_copy_payload when both sides are posted, queued on
+ * the stream after the kernels queued before the later post, before those queued after the waits. */
+static moe_status self_gpu_post(moe_comm *c, const moe_comm_request *what, moe_comm_request **req) {
+    return moe__self_p2p_post(c, &((self_gpu_state *)c->impl)->queue, what, req);
+}
+
+static moe_status self_gpu_wait(moe_comm *c, moe_comm_request *req) {
+    return moe__self_p2p_wait(c, &((self_gpu_state *)c->impl)->queue, req);
+}
+
 static void self_gpu_destroy(moe_comm *c) {
     self_gpu_state *s = c->impl;
+    moe__self_p2p_free(s->queue);
     moe_comm_destroy(s->inner);
     free(s);
     free(c);
@@ -56,6 +69,9 @@ static const moe_transport_ops self_gpu_ops = {
     .scan_sum_ints = moe__comm_forward_scan_ints,
     .barrier = moe__comm_forward_barrier,
     .copy_payload = self_gpu_copy_payload,
+    .post = self_gpu_post,
+    .wait = self_gpu_wait,
+    .batch = moe__comm_batch_none, /* a post copies as soon as its match exists */
     .destroy = self_gpu_destroy,
 };
 

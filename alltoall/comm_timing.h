@@ -12,6 +12,7 @@ typedef enum {
     MOE_EXCHANGE_ROUTING,   /* scans and gathers: capacity, global counts, routing traces, norms  */
     MOE_EXCHANGE_ALLREDUCE, /* all-reduce: losses, gradients                                      */
     MOE_EXCHANGE_BARRIER,
+    MOE_EXCHANGE_P2P,       /* waits for point-to-point sends and receives: a pipeline's activations */
     MOE_EXCHANGE_KINDS
 } moe_exchange_kind;
 

@@ -7,6 +7,11 @@
  *                                   ranks, layer and counts and the job aborts
  *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts, naming rank 1
  *   test_ep_faults tree-watchdog    the same in the fixed-tree all-reduce (its point-to-point steps)
+ *   test_ep_faults p2p-watchdog     rank 1 posts its send with another tag than rank 0 waits for, then stops (sleeps):
+ *                                   rank 0's wait for the receive fails after its 2 s watchdog, naming the receive
+ *                                   (bytes, peer, tag) and rank 1
+ *   test_ep_faults p2p-send-watchdog rank 0 waits on a send of 4 MiB (past MPI's eager limit) that rank 1 never
+ *                                   receives: the same, for the send
  *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1 */
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +75,29 @@ static void tree_allreduce_late(void) {
     free(buf);
 }
 
+/* Rank 0 waits for a message from rank 1 that never comes: a receive (rank 1 sends with tag 8, not 7) or a send
+ * of 4 MiB that rank 1 never receives; rank 1 then sleeps past rank 0's 2 s watchdog. */
+static void p2p_late(int sending) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    moe_comm *c;
+    test_mpi_require(moe_comm_create_mpi(test_mpi_dup_world(), "world", 2, &c), "comm");
+    enum { SMALL = 64, LARGE = 4 << 20 };
+    char *buf = calloc(LARGE, 1);
+    moe_comm_request *req;
+    if (rank == 1) {
+        if (!sending) test_mpi_require(moe_comm_isend_bytes(c, buf, SMALL, 0, 8, &req), "send with another tag");
+        sleep(60);
+    } else if (rank == 0) {
+        test_mpi_require(sending ? moe_comm_isend_bytes(c, buf, LARGE, 1, 3, &req)
+                                 : moe_comm_irecv_bytes(c, buf, SMALL, 1, 7, &req),
+                         "post");
+        test_mpi_require(moe_comm_wait(c, req), sending ? "send" : "receive");
+    }
+    moe_comm_destroy(c);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
@@ -82,10 +110,15 @@ int main(int argc, char **argv) {
         forward_once(2, 8, 2, 2, 1, 0);
     } else if (!strcmp(mode, "tree-watchdog")) {
         tree_allreduce_late();
+    } else if (!strcmp(mode, "p2p-watchdog")) {
+        p2p_late(0);
+    } else if (!strcmp(mode, "p2p-send-watchdog")) {
+        p2p_late(1);
     } else if (!strcmp(mode, "config") && argc == 5) {
         forward_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 60, -1, 0);
     } else {
-        fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | tree-watchdog | config EP E K\n");
+        fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | tree-watchdog | p2p-watchdog | "
+                        "p2p-send-watchdog | config EP E K\n");
         MPI_Finalize();
         return 2;
     }

@@ -9,7 +9,9 @@
  * copy still queued on the compute stream and read back through another queued copy (the transport must
  * order itself against that stream), with guard bytes after the received rows that must stay poisoned;
  * allreduce_sum_real of small integers (exact in float); copy_payload; the control entries on host
- * buffers; the count of completed exchanges.
+ * buffers; the count of completed exchanges; point-to-point sends and receives (the driver of tests/test_p2p.h on
+ * device buffers written and read through copies queued on the compute stream; nccl, which carries no tags: its
+ * batched ring only).
  * Exit 77 (skip) on every rank when a rank has no GPU: the ranks agree, finalize MPI, and return 77, which
  * mpirun passes on as its own exit code. */
 #include <stdint.h>
@@ -21,6 +23,7 @@
 #include "alltoall/comm_transport.h" /* white box: world rank, timeout and exchange counts */
 #include "tests/test_gpu_util.h"
 #include "tests/test_mpi.h"
+#include "tests/test_p2p.h"
 
 enum { GUARD_NBYTES = 64, ALLREDUCE_COUNT = 1003 };
 
@@ -154,6 +157,53 @@ static void check_control(const transport_pair *t) {
     free(ints), free(nbytes), free(all);
 }
 
+/* ---- point-to-point: the shared driver on device memory ----
+ * A payload is written by a copy queued on the compute stream from a staging buffer, so the transport's send must
+ * order itself after it; the staging buffers are freed once the stream has drained (check_p2p's end). */
+enum { MAX_STAGING = 512 };
+typedef struct {
+    moe_gpu *gpu;
+    void *staging[MAX_STAGING];
+    int num_staging;
+} device_memory;
+
+static void release_staging(device_memory *m) {
+    CHECK_OK(moe_gpu_synchronize(m->gpu));
+    for (int i = 0; i < m->num_staging; i++) test_gpu_free(m->gpu, m->staging[i]);
+    m->num_staging = 0;
+}
+
+static void *device_alloc(void *ctx, size_t nbytes) { return test_gpu_alloc(((device_memory *)ctx)->gpu, nbytes); }
+
+static void device_write(void *ctx, void *buf, const void *host, size_t nbytes) {
+    device_memory *m = ctx;
+    if (m->num_staging == MAX_STAGING) release_staging(m);
+    void *src = m->staging[m->num_staging++] = test_gpu_upload(m->gpu, host, nbytes);
+    CHECK_OK(moe_gpu_copy(m->gpu, buf, src, nbytes));
+}
+
+/* through a copy queued after the wait: the transport must have ordered the stream after the receive */
+static void device_read(void *ctx, void *host, const void *buf, size_t nbytes) {
+    device_memory *m = ctx;
+    void *out = test_gpu_alloc(m->gpu, nbytes);
+    CHECK_OK(moe_gpu_copy(m->gpu, out, buf, nbytes));
+    test_gpu_download(m->gpu, host, out, nbytes);
+    test_gpu_free(m->gpu, out);
+}
+
+static void device_release(void *ctx, void *buf) {
+    device_memory *m = ctx;
+    CHECK_OK(moe_gpu_synchronize(m->gpu)); /* a queued copy may still read it */
+    test_gpu_free(m->gpu, buf);
+}
+
+static void check_p2p(const transport_pair *t) {
+    device_memory m = {.gpu = t->gpu};
+    const test_p2p_memory mem = {device_alloc, device_write, device_read, device_release, &m};
+    test_p2p_check(t->dev, &mem, t->name, strcmp(t->name, "nccl") != 0);
+    release_staging(&m);
+}
+
 static void check_transport(const transport_pair *t) {
     CHECK(moe_comm_rank(t->dev) == moe_comm_rank(t->host) && moe_comm_size(t->dev) == moe_comm_size(t->host), "%s: rank %d of %d, the reference %d of %d",
           t->name, moe_comm_rank(t->dev), moe_comm_size(t->dev), moe_comm_rank(t->host), moe_comm_size(t->host));
@@ -165,10 +215,12 @@ static void check_transport(const transport_pair *t) {
     check_allreduce(t, 1);
     check_allreduce(t, ALLREDUCE_COUNT);
     check_control(t);
+    check_p2p(t);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0)
-        printf("%-10s on %d rank(s): exchanges, all-reduce and control entries checked\n", t->name, moe_comm_size(t->dev));
+        printf("%-10s on %d rank(s): exchanges, all-reduce, control entries and point-to-point checked\n", t->name,
+               moe_comm_size(t->dev));
 }
 
 int main(int argc, char **argv) {
