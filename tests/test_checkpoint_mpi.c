@@ -1,4 +1,4 @@
-/* test_checkpoint_mpi.c — checkpoints under mpirun -np 2 (models/checkpoint.h), on a tiny model with
+/* test_checkpoint_mpi.c — checkpoints under mpirun -np 2 (checkpoint/checkpoint.h), on a tiny model with
  * 8 experts and capacity drops:
  *  - resume is bitwise: 20 steps straight vs 10 + resume + 10, with ep unchanged (1 -> 1) and changed
  *    (1 -> 2), with ZeRO-1 off and on: the losses of steps 11-20 and the final weight and state files are
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "core/fail.h"
-#include "models/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 

@@ -1,4 +1,4 @@
-/* test_nonfinite_mpi.c — the non-finite guard (models/trainer.h) under mpirun -np 2, on the tiny model with
+/* test_nonfinite_mpi.c — the non-finite guard (train/trainer.h) under mpirun -np 2, on the tiny model with
  * ep 2 (rank 1 holds experts 4-7), NaN injected where a real run gets it:
  *  - into one expert weight on rank 1 only: the next step stops on every rank, naming that expert's tensor,
  *    and the weights are not updated; evaluation of those weights fails; a save refuses them and writes
@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "core/fail.h"
-#include "models/checkpoint.h"
-#include "models/safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 
