@@ -17,7 +17,7 @@
 #include "models/fileio.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_shards.h"
-#include "train/config.h"
+#include "checkpoint/json_float.h"
 
 _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
 
@@ -30,10 +30,10 @@ static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, lon
     snprintf(t->name, sizeof t->name, "%s", name);
 }
 
-int moe__checkpoint_table(const moe_trainer *tr, moe__ckpt_table *tab) {
-    const moe_model *m = tr->model;
-    const moe_model_config *c = &tr->opt.model;
-    const int E = c->moe.num_experts, EL = moe_model_num_local_experts(m), first = tr->ranks.ep_rank * EL;
+int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
+    const moe_model *m = run->model;
+    const moe_model_config *c = run->config;
+    const int E = c->moe.num_experts, EL = moe_model_num_local_experts(m), first = run->ranks.ep_rank * EL;
     int count;
     const moe_model_tensor *mt = moe_model_tensors(m, &count);
     tab->t = calloc((size_t)count * E + 1, sizeof(moe__ckpt_tensor));
@@ -60,21 +60,21 @@ int moe__checkpoint_table(const moe_trainer *tr, moe__ckpt_table *tab) {
 }
 
 /* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
-static moe_status agree(const moe_trainer *tr, moe_status st) {
-    return moe_comm_agree(moe_parallel_world(tr->par), st);
+static moe_status agree(const moe_checkpoint_run *run, moe_status st) {
+    return moe_comm_agree(moe_parallel_world(run->par), st);
 }
 
 /* The same, when ranks did slow file work meanwhile: the others wait under the checkpoint timeout, not the
  * exchange watchdog, and a timeout says so. */
-static moe_status agree_after_io(const moe_trainer *tr, moe_status st, const char *what) {
-    moe_comm *world = moe_parallel_world(tr->par);
+static moe_status agree_after_io(const moe_checkpoint_run *run, moe_status st, const char *what) {
+    moe_comm *world = moe_parallel_world(run->par);
     const double watchdog = moe_comm_timeout(world);
-    moe_comm_set_timeout(world, tr->opt.checkpoint_timeout_s);
+    moe_comm_set_timeout(world, run->timeout_s);
     moe_status agreed = moe_comm_agree(world, st);
     moe_comm_set_timeout(world, watchdog);
     if (agreed == MOE_ERR_TIMEOUT)
         return moe_fail_context(agreed, "%s: a rank did not finish within --checkpoint-timeout %g s", what,
-                                tr->opt.checkpoint_timeout_s);
+                                run->timeout_s);
     return agreed;
 }
 
@@ -82,30 +82,31 @@ static moe_status agree_after_io(const moe_trainer *tr, moe_status st, const cha
 
 /* World rank 0: config.json and the manifest, with the configuration this run trained with (what --resume
  * inherits), once every tensor file is whole. */
-static moe_status write_config_and_manifest(const moe_trainer *tr, const char *dir, int step) {
+static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const char *dir, int step) {
     char *path = moe_path_join(dir, moe__checkpoint_files[1]);
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
-    json_t *config = moe__checkpoint_config_json(&tr->opt.model);
+    json_t *config = moe__checkpoint_config_json(run->config);
     moe_status st = MOE_OK;
     if (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 || moe_fsync_path(path) != 0)
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     json_decref(config);
     free(path);
     if (st == MOE_OK)
-        st = moe__checkpoint_manifest_write(dir, tr->run_id, tr->parent_run_id, step, moe_train_options_json(&tr->opt, 0));
+        st = moe__checkpoint_manifest_write(dir, run->run_id, run->parent_run_id, step, run->run_config(run->owner));
     return st;
 }
 
 /* Every rank: the step directory written whole under a temporary name (world rank 0 makes it, every rank stores its
  * part of the tensor files, rank 0 adds config.json and the manifest), then published and the run's old ones pruned
  * by rank 0 (checkpoint/dir.c). */
-moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int keep_last) {
-    const int rank0 = tr->ranks.world_rank == 0;
+moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int step, int keep_last) {
+    const moe_checkpoint_run *run = &view;
+    const int rank0 = run->ranks.world_rank == 0;
     char name[64];
     snprintf(name, sizeof name, ".tmp-step-%08d", step);
     char *tmp = moe_path_join(root, name);
     moe__ckpt_table tab = {0};
-    moe_status st = tmp && moe__checkpoint_table(tr, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = tmp && moe__checkpoint_table(run, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && rank0) {
         if (mkdir(root, 0755) != 0 && errno != EEXIST) /* moe_checkpoint_prepare made it; a caller may not have */
             st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
@@ -113,21 +114,21 @@ moe_status moe_checkpoint_save(moe_trainer *tr, const char *root, int step, int 
         if (st == MOE_OK && mkdir(tmp, 0755) != 0)
             st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     }
-    st = agree(tr, st);
+    st = agree(run, st);
     char step_text[32], position[32], fingerprint[512];
     snprintf(step_text, sizeof step_text, "%d", step);
-    snprintf(position, sizeof position, "%ld", (long)step * tr->opt.micro_batches);
-    moe__checkpoint_fingerprint(tr, fingerprint, sizeof fingerprint);
+    snprintf(position, sizeof position, "%ld", (long)step * run->micro_batches);
+    moe__checkpoint_fingerprint(run, fingerprint, sizeof fingerprint);
     /* no run id here: the file stays byte-identical across layouts and runs; the manifest binds it to its run */
     const moe_safetensors_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text},
                                                {"micro_batches_done", position}, {"fingerprint", fingerprint}};
-    if (st == MOE_OK) st = moe__checkpoint_write_tensors(tr, &tab, tmp, state_meta, 4, agree_after_io);
-    if (st == MOE_OK && rank0) st = write_config_and_manifest(tr, tmp, step);
-    if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, tr->run_id);
+    if (st == MOE_OK) st = moe__checkpoint_write_tensors(run, &tab, tmp, state_meta, 4, agree_after_io);
+    if (st == MOE_OK && rank0) st = write_config_and_manifest(run, tmp, step);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, run->run_id);
     if (st != MOE_OK && rank0 && tmp) moe__checkpoint_remove_dir(tmp);
-    if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, tr->run_id, keep_last, tr->notes);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, run->run_id, keep_last, run->notes);
     free(tmp), free(tab.t);
-    return agree_after_io(tr, st, "checkpoint save");
+    return agree_after_io(run, st, "checkpoint save");
 }
 
 moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
@@ -147,7 +148,7 @@ moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
 /* Where a tensor read from a checkpoint goes: `what` names the values in messages ("the loaded weights"), moment -1
  * is the weights, 0 and 1 the moments. */
 typedef struct {
-    moe_trainer *tr;
+    const moe_checkpoint_run *run;
     const char *what;
     int moment;
 } tensor_sink;
@@ -157,14 +158,15 @@ static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, c
     for (size_t j = 0; j < t->count; j++) {
         if (!isfinite(buf[j]))
             return moe_fail(MOE_ERR_NONFINITE, "%s: %s[%zu] is the first NaN or Inf (world rank %d)", to->what, t->name,
-                            j, to->tr->ranks.world_rank);
+                            j, to->run->ranks.world_rank);
         /* a mean of squares: a negative one (valid checksums) would make the next update NaN and blame the weights */
         if (to->moment == 1 && buf[j] < 0)
             return moe_fail(MOE_ERR_BAD_FILE, "exp_avg_sq.%s[%zu] is %g: a second moment is a mean of squares and "
                             "cannot be negative (a corrupt or edited training state)", t->name, j, (double)buf[j]);
     }
-    if (to->moment >= 0) return moe_trainer_moment_range_set(to->tr, to->moment, (size_t)t->local_offset, t->count, buf);
-    return moe_runtime_upload(moe_model_runtime(to->tr->model), moe_model_params(to->tr->model) + t->local_offset,
+    if (to->moment >= 0)
+        return to->run->moment_range_set(to->run->owner, to->moment, (size_t)t->local_offset, t->count, buf);
+    return moe_runtime_upload(moe_model_runtime(to->run->model), moe_model_params(to->run->model) + t->local_offset,
                               buf, t->count * sizeof(moe_real));
 }
 
@@ -221,15 +223,15 @@ static moe_status check_covered(const char *dir, const moe__checkpoint_manifest 
 
 /* The config, the manifest's files (read by the caller), then the weights (their checksums as they are read),
  * which must be finite. *lossy: 1 when they were stored in less than F32. */
-static moe_status load_weights(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
+static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
                                const moe__checkpoint_manifest *manifest, int *lossy) {
-    MOE_TRY(moe__checkpoint_check_config(dir, &tr->opt.model));
+    MOE_TRY(moe__checkpoint_check_config(dir, run->config));
     moe_status st = moe__checkpoint_manifest_verify(dir, manifest);
     moe_real *buf = tensor_buffer(tab);
     moe_safetensors_set set;
     if (st == MOE_OK) st = buf ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        const tensor_sink to = {tr, "the loaded weights", -1};
+        const tensor_sink to = {run, "the loaded weights", -1};
         st = check_covered(dir, manifest, &set);
         if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", &to, buf, 0, lossy);
         moe_safetensors_set_close(&set);
@@ -239,11 +241,11 @@ static moe_status load_weights(moe_trainer *tr, const moe__ckpt_table *tab, cons
 }
 
 /* The routers' selection biases (expert_bias.layers.I) from whichever file of the training state holds them. */
-static moe_status read_biases(moe_trainer *tr, const moe_safetensors_set *set) {
-    const moe_model_config *c = &tr->opt.model;
+static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetensors_set *set) {
+    const moe_model_config *c = run->config;
     char name[64];
     for (int l = 0; l < c->num_layers; l++) {
-        moe_real *bias = moe_model_expert_bias(tr->model, l);
+        moe_real *bias = moe_model_expert_bias(run->model, l);
         long E = c->moe.num_experts;
         snprintf(name, sizeof name, "expert_bias.layers.%d", l);
         moe_safetensors_file *holder = moe_safetensors_set_file(set, name);
@@ -254,8 +256,8 @@ static moe_status read_biases(moe_trainer *tr, const moe_safetensors_set *set) {
 
 /* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state (which
  * a --save-dtype bf16 export writes with the biases alone), a file the manifest must list. */
-static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
-    if (tr->opt.model.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
+static moe_status load_selection_biases(const moe_checkpoint_run *run, const char *dir) {
+    if (run->config->moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
     moe__checkpoint_manifest manifest;
     moe_safetensors_set set;
     moe_status st = moe__checkpoint_manifest_read(dir, &manifest);
@@ -264,7 +266,7 @@ static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
         moe__checkpoint_manifest_free(&manifest);
     }
     if (st == MOE_OK && (st = moe_safetensors_set_open(dir, "train_state", &set)) == MOE_OK)
-        st = read_biases(tr, &set), moe_safetensors_set_close(&set);
+        st = read_biases(run, &set), moe_safetensors_set_close(&set);
     if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
     char why[1024];
     snprintf(why, sizeof why, "%s", moe_failure_message(st));
@@ -272,23 +274,24 @@ static moe_status load_selection_biases(moe_trainer *tr, const char *dir) {
                     moe__checkpoint_files[2], why);
 }
 
-moe_status moe_checkpoint_load_weights(moe_trainer *tr, const char *dir) {
+moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir) {
+    const moe_checkpoint_run *run = &view;
     moe__ckpt_table tab = {0};
     int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
     moe__checkpoint_manifest manifest;
-    moe_status st = moe__checkpoint_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        st = load_weights(tr, &tab, dir, &manifest, &lossy);
+        st = load_weights(run, &tab, dir, &manifest, &lossy);
         moe__checkpoint_manifest_free(&manifest);
     }
-    if (st == MOE_OK) st = load_selection_biases(tr, dir);
+    if (st == MOE_OK) st = load_selection_biases(run, dir);
     free(tab.t);
-    return agree(tr, st);
+    return agree(run, st);
 }
 
 /* The training state: its file listed by the manifest (whose checksum of its header binds it to the manifest's run),
  * from the step the manifest says. */
-static moe_status load_state(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
+static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
                              const moe__checkpoint_manifest *manifest, int *step) {
     char want[512];
     char *path = moe_path_join(dir, moe__checkpoint_files[2]);
@@ -300,7 +303,7 @@ static moe_status load_state(moe_trainer *tr, const moe__ckpt_table *tab, const 
     moe_safetensors_file f = set.files[0]; /* metadata and biases: the first (and, as saved, only) file */
     const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"),
                *saved = moe_safetensors_metadata(&f, "step");
-    moe__checkpoint_fingerprint(tr, want, sizeof want);
+    moe__checkpoint_fingerprint(run, want, sizeof want);
     if (!format || strcmp(format, "moe-train-state-1"))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
     else if (!fp || strcmp(fp, want))
@@ -315,12 +318,12 @@ static moe_status load_state(moe_trainer *tr, const moe__ckpt_table *tab, const 
     if (!buf) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        const tensor_sink to = {tr, which_name[which], which};
+        const tensor_sink to = {run, which_name[which], which};
         st = moe_fail_context(read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", &to, buf, 1, NULL), "%s",
                               path);
     }
     free(buf);
-    if (st == MOE_OK) st = read_biases(tr, &set);
+    if (st == MOE_OK) st = read_biases(run, &set);
     moe_safetensors_set_close(&set);
     free(path);
     return st;
@@ -341,40 +344,41 @@ static char *parent_of(const char *dir) {
 /* The run goes on under the checkpoint's run id when the checkpoint is that run's newest in its directory;
  * resumed from an older one it becomes a new run (a fork: parent = that run), so that pruning never deletes
  * the newer checkpoints of the run it left. */
-static moe_status continue_run(moe_trainer *tr, const char *dir, const moe__checkpoint_manifest *m) {
+static moe_status continue_run(const moe_checkpoint_run *run, const char *dir, const moe__checkpoint_manifest *m) {
     char *root = parent_of(dir);
     moe__checkpoint_entry *list = NULL;
     int count = 0, newer = 0;
-    moe_status st = root ? moe__checkpoint_list(root, &list, &count, tr->notes) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = root ? moe__checkpoint_list(root, &list, &count, run->notes) : MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < count && st == MOE_OK; i++)
         newer += !strcmp(list[i].manifest.run_id, m->run_id) && list[i].manifest.step > m->step;
     moe__checkpoint_list_free(list, count);
     free(root);
     if (st != MOE_OK) return st;
     if (!newer && strcmp(m->run_id, "legacy")) {
-        snprintf(tr->run_id, sizeof tr->run_id, "%s", m->run_id);
-        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m->parent_run_id);
-    } else { /* a new run id of this run's own (made in moe_trainer_create) with the checkpoint's as parent */
-        snprintf(tr->parent_run_id, sizeof tr->parent_run_id, "%s", m->run_id);
+        snprintf(run->run_id, MOE_RUN_ID_NBYTES, "%s", m->run_id);
+        snprintf(run->parent_run_id, MOE_RUN_ID_NBYTES, "%s", m->parent_run_id);
+    } else { /* a new run id of this run's own (made when the run began) with the checkpoint's as parent */
+        snprintf(run->parent_run_id, MOE_RUN_ID_NBYTES, "%s", m->run_id);
     }
     return MOE_OK;
 }
 
-moe_status moe_checkpoint_resume(moe_trainer *tr, const char *dir, int *step) {
+moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *step) {
+    const moe_checkpoint_run *run = &view;
     moe__ckpt_table tab = {0};
     moe__checkpoint_manifest manifest = {.files = NULL};
-    moe_status st = moe__checkpoint_table(tr, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     int lossy = 0;
-    if (st == MOE_OK) st = load_weights(tr, &tab, dir, &manifest, &lossy);
+    if (st == MOE_OK) st = load_weights(run, &tab, dir, &manifest, &lossy);
     if (st == MOE_OK && lossy)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s holds weights stored in less than F32 (a --save-dtype bf16 export, or "
                       "another tool's checkpoint): resuming needs the run's fp32 masters. Start from these weights with "
                       "--init-from %s (a fresh optimizer), or resume from an f32 checkpoint", dir, dir);
-    if (st == MOE_OK) st = load_state(tr, &tab, dir, &manifest, step);
-    if (st == MOE_OK) st = continue_run(tr, dir, &manifest);
+    if (st == MOE_OK) st = load_state(run, &tab, dir, &manifest, step);
+    if (st == MOE_OK) st = continue_run(run, dir, &manifest);
     moe__checkpoint_manifest_free(&manifest);
     free(tab.t);
-    return agree(tr, st);
+    return agree(run, st);
 }
 
 /* ---- the directory before training ------------------------------------------------------------- */
@@ -404,14 +408,14 @@ static moe_status check_writable(const char *root) {
 }
 
 /* ROOT holds no other run's checkpoints but the parent's, and none of another run after resumed_step. */
-static moe_status check_runs(const moe_trainer *tr, const char *root, int resumed_step) {
+static moe_status check_runs(const moe_checkpoint_run *run, const char *root, int resumed_step) {
     moe__checkpoint_entry *list = NULL;
     int count = 0;
-    moe_status st = moe__checkpoint_list(root, &list, &count, tr->notes);
+    moe_status st = moe__checkpoint_list(root, &list, &count, run->notes);
     for (int i = count - 1; i >= 0 && st == MOE_OK; i--) { /* newest first: the one to name */
         const moe__checkpoint_manifest *m = &list[i].manifest;
-        if (!strcmp(m->run_id, tr->run_id)) continue;
-        if (strcmp(m->run_id, tr->parent_run_id))
+        if (!strcmp(m->run_id, run->run_id)) continue;
+        if (strcmp(m->run_id, run->parent_run_id))
             st = moe_fail(MOE_ERR_INVALID_CONFIG,
                           "--checkpoint-dir %s already holds another run's checkpoints (newest: %s, run %s): continue "
                           "it with --resume, or save into another --checkpoint-dir",
@@ -428,14 +432,16 @@ static moe_status check_runs(const moe_trainer *tr, const char *root, int resume
     return st;
 }
 
-moe_status moe_checkpoint_prepare(moe_trainer *tr, const char *root, int resumed_step, moe_checkpoint_lock **lock) {
+moe_status moe_checkpoint_prepare(moe_checkpoint_run view, const char *root, int resumed_step,
+                                  moe_checkpoint_lock **lock) {
+    const moe_checkpoint_run *run = &view;
     *lock = NULL;
     moe_status st = MOE_OK;
-    if (tr->ranks.world_rank == 0) {
+    if (run->ranks.world_rank == 0) {
         st = check_writable(root);
-        if (st == MOE_OK) st = moe__checkpoint_lock(root, tr->run_id, lock);
-        if (st == MOE_OK) st = check_runs(tr, root, resumed_step);
+        if (st == MOE_OK) st = moe__checkpoint_lock(root, run->run_id, lock);
+        if (st == MOE_OK) st = check_runs(run, root, resumed_step);
         if (st != MOE_OK) moe_checkpoint_unlock(*lock), *lock = NULL;
     }
-    return agree(tr, st);
+    return agree(run, st);
 }

@@ -31,12 +31,49 @@
  * holders, at its place: the files are byte for byte those one process would write, on any layout) and reads only
  * what it holds; a save takes one tensor's memory per rank beyond the model (checkpoint/write.c). So the
  * checkpoint directory must be on a file system every rank sees (a save checks it). All functions are collective
- * over the trainer's layout; while ranks write, the others wait under --checkpoint-timeout, not the exchange
- * watchdog. On failure every rank returns the same status and the message names the file and the tensor or field. */
+ * over the run's layout; while ranks write, the others wait under --checkpoint-timeout, not the exchange
+ * watchdog. On failure every rank returns the same status and the message names the file and the tensor or field.
+ *
+ * Checkpoints stand below the trainer (train/ includes this folder, never the reverse): what they read from a run
+ * and write back into it is moe_checkpoint_run below, which the trainer fills (train/checkpoint_run.h). */
 #ifndef MOE_CHECKPOINT_H
 #define MOE_CHECKPOINT_H
 
-#include "train/trainer.h"
+#include <jansson.h>
+#include <stdio.h>
+
+#include "models/model.h"
+
+enum { MOE_RUN_ID_NBYTES = 24 }; /* a run id in a manifest: 16 hex digits, or "legacy" */
+
+/* A run as a checkpoint sees it: the model, the layout, the few settings a save and a load read, the run's identity,
+ * and the optimizer state through two functions of the owner (so that how the trainer shards its moments stays the
+ * trainer's business). The pointers are the run's own: a load writes the weights, moments and biases in place and a
+ * resume may take over the checkpoint's run id. */
+typedef struct {
+    moe_model *model;               /* parameters and selection biases, saved and loaded in place                  */
+    const moe_parallel *par;        /* whose world agrees on every outcome                                         */
+    moe_ranks ranks;
+    const moe_model_config *config; /* the architecture: config.json, and the tensor table's shapes and experts    */
+    int batch, micro_batches, seed; /* with config, the fingerprint a resume must match; micro_batches also gives the
+                                       data position saved (step * micro_batches)                                  */
+    int save_dtype;                 /* 0: F32 (the masters), 1: BF16 (an export: not resumable)                    */
+    long long save_shard_nbytes;    /* 0: one model.safetensors; else the shards' size                            */
+    float timeout_s;                /* how long a rank waits for the others' part of a save (--checkpoint-timeout) */
+    char *run_id, *parent_run_id;   /* [MOE_RUN_ID_NBYTES] each; parent "" for a fresh run                        */
+    FILE *notes;                    /* warnings that stop nothing (an unreadable old checkpoint); NULL: nowhere    */
+    /* The AdamW moments (which 0: first, 1: second), one range [offset, offset + count) of the unsharded layout
+     * [dense | experts] at a time, lying in one region; moment_range to the host dst, moment_range_set from the host
+     * src (keeping what this rank holds). With moments_sharded (ZeRO) moment_range is collective over the region's
+     * group: every rank of it calls with the same range. */
+    void *owner;
+    int moments_sharded;
+    moe_status (*moment_range)(void *owner, int which, size_t offset, size_t count, moe_real *dst);
+    moe_status (*moment_range_set)(void *owner, int which, size_t offset, size_t count, const moe_real *src);
+    /* The configuration the run trained with, for the manifest (what --resume inherits): a new JSON object, NULL when
+     * out of memory. */
+    json_t *(*run_config)(const void *owner);
+} moe_checkpoint_run;
 
 /* ---- config.json ---- */
 #define MOE_CHECKPOINT_MIXTRAL "MixtralForCausalLM"
@@ -76,15 +113,16 @@ void moe_checkpoint_field_set(moe_model_config *c, int i, double value);
  * a fresh run): a fork resumed from an older checkpoint would reach those steps, and a save never replaces
  * another run's checkpoint (save the fork into another --checkpoint-dir). *lock: NULL on other ranks. */
 typedef struct moe_checkpoint_lock moe_checkpoint_lock;
-moe_status moe_checkpoint_prepare(moe_trainer *t, const char *root, int resumed_step, moe_checkpoint_lock **lock);
+moe_status moe_checkpoint_prepare(moe_checkpoint_run run, const char *root, int resumed_step,
+                                  moe_checkpoint_lock **lock);
 void moe_checkpoint_unlock(moe_checkpoint_lock *lock); /* NULL: nothing */
 
-/* Saves the trainer's model and state after `step` into ROOT/step-NNNNNNNN (never over another run's), then
+/* Saves the run's model and state after `step` into ROOT/step-NNNNNNNN (never over another run's), then
  * deletes all but the newest keep_last checkpoints of this run (keep_last <= 0: keep all). */
-moe_status moe_checkpoint_save(moe_trainer *t, const char *root, int step, int keep_last);
+moe_status moe_checkpoint_save(moe_checkpoint_run run, const char *root, int step, int keep_last);
 
 /* Weights only (--init-from): the optimizer starts fresh. F32, BF16 and F16 weights (widened exactly). */
-moe_status moe_checkpoint_load_weights(moe_trainer *t, const char *dir);
+moe_status moe_checkpoint_load_weights(moe_checkpoint_run run, const char *dir);
 
 /* Weights, moments, biases and step (--resume): *step is the last completed step. The run's fingerprint
  * (model, batch, micro-batches, seed) must match the saved one; ep and the world size may differ. Weights stored in
@@ -92,7 +130,7 @@ moe_status moe_checkpoint_load_weights(moe_trainer *t, const char *dir);
  * checksums, the training state's step and run the manifest's, and the second moments must be >= 0. The run
  * continues under the checkpoint's run id when it is that run's newest (by step) in its directory; else it
  * becomes a new run whose parent is that one. */
-moe_status moe_checkpoint_resume(moe_trainer *t, const char *dir, int *step);
+moe_status moe_checkpoint_resume(moe_checkpoint_run run, const char *dir, int *step);
 
 /* The newest step directory of ROOT (the highest step; the later save of equal steps) (malloc'ed into *out);
  * MOE_ERR_IO with a message when there is none. Unreadable step directories are passed over with a warning on

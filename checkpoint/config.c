@@ -13,7 +13,7 @@
 #include "core/fail.h"
 #include "checkpoint/internal.h"
 #include "models/fileio.h"
-#include "train/config.h"
+#include "checkpoint/json_float.h"
 
 /* The fields of config.json that define the function a model computes, one table for reading, writing, comparing
  * and the --init-from / --resume resolution of moe-train's flags (train/config.c). Keys in "moe_train"
@@ -284,8 +284,8 @@ moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config 
 }
 
 /* Everything that must match to continue a run: the architecture, routing, data order and seed. */
-void moe__checkpoint_fingerprint(const moe_trainer *tr, char *out, size_t n) {
-    const moe_model_config *c = &tr->opt.model;
+void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_t n) {
+    const moe_model_config *c = run->config;
     const moe_config *q = &c->moe;
     snprintf(out, n,
              "V=%d L=%d d=%d H=%d KV=%d F=%d S=%d E=%d k=%d every=%d tie=%d score=%d renorm=%d cf=%g prio=%d aux=%g "
@@ -293,7 +293,7 @@ void moe__checkpoint_fingerprint(const moe_trainer *tr, char *out, size_t n) {
              c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len,
              q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
              q->capacity_factor, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
-             q->layout_invariant, tr->opt.batch, tr->opt.micro_batches, tr->opt.seed);
+             q->layout_invariant, run->batch, run->micro_batches, run->seed);
 }
 
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step) {

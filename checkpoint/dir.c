@@ -15,7 +15,7 @@
 #include "checkpoint/internal.h"
 #include "checkpoint/checksum.h"
 #include "models/fileio.h"
-#include "train/config.h"
+#include "checkpoint/json_float.h"
 
 const char *const moe__checkpoint_files[MOE__CHECKPOINT_FILES] = {"model.safetensors", "config.json",
                                                                   "train_state.safetensors"};

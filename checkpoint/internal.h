@@ -1,4 +1,4 @@
-/* checkpoint/internal.h — inside checkpoint/*.c only: the pieces of a checkpoint beside the tensors.
+/* checkpoint/internal.h — for checkpoint/'s own .c files only: the pieces of a checkpoint beside the tensors.
  *   checkpoint/config.c  config.json, the run's fingerprint, the saved step
  *   checkpoint.c         the table of a model's tensors in file order (what saving and loading walk)
  *   checkpoint/write.c   a step's tensor files, written by every rank at once
@@ -18,7 +18,7 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c);
 /* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
 moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c);
 /* Everything that must match to continue a run: the architecture, routing, data order and seed. */
-void moe__checkpoint_fingerprint(const moe_trainer *tr, char *out, size_t n);
+void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_t n);
 /* A saved step: digits only, 0 to INT_MAX; anything else is MOE_ERR_BAD_FILE naming path. */
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step);
 
@@ -39,17 +39,17 @@ typedef struct {
 
 /* The embedding, then each layer's dense tensors followed by its experts (every w1, then every w3, then every w2, by
  * global id), then the final norm and lm_head. 0 when out of memory. */
-int moe__checkpoint_table(const moe_trainer *tr, moe__ckpt_table *tab);
+int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab);
 
 /* ---- checkpoint/write.c ---- */
 /* The tensor files of a step directory DIR (made by the caller): model.safetensors (or its shards and index, by
  * --save-shard-size) and train_state.safetensors with state_meta, written by every rank at once, each tensor by one
  * rank that holds it, byte for byte what one process would write. Non-finite values are refused (the writer names
- * the tensor). Collective; agree(tr, st, what) agrees on a status after file work (the checkpoint timeout). DIR must
+ * the tensor). Collective; agree(run, st, what) agrees on a status after file work (the checkpoint timeout). DIR must
  * be on a file system every rank sees (checked: else MOE_ERR_IO naming the rank and host). */
-moe_status moe__checkpoint_write_tensors(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
+moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
                                          const moe_safetensors_meta *state_meta, int num_state_meta,
-                                         moe_status (*agree)(const moe_trainer *, moe_status, const char *));
+                                         moe_status (*agree)(const moe_checkpoint_run *, moe_status, const char *));
 
 /* ---- checkpoint/dir.c ---- */
 enum { MOE__CHECKPOINT_FILES = 3 };
@@ -80,7 +80,8 @@ typedef struct {
 } moe__checkpoint_manifest;
 
 /* Writes DIR/manifest.json listing every regular file of DIR with its size and checksum (MOE__CRC_HEADER for the
- * safetensors files, MOE__CRC_WHOLE for the others), and config: the options the run trained with (train/config.h; stolen; NULL is out of memory), and fsyncs it.
+ * safetensors files, MOE__CRC_WHOLE for the others), and config: the configuration the run trained with
+ * (moe_checkpoint_run's run_config; stolen; NULL is out of memory), and fsyncs it.
  * The configuration lives here rather than in train_state.safetensors, which stays byte-identical across layouts
  * (ep, ZeRO-1 and threads are options). */
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,

@@ -43,16 +43,16 @@ typedef struct {
 } file_set;
 
 /* The ranks that hold tensor t: every rank (dense), or the EP rank that holds its expert in every replica. */
-static int holds(const moe_trainer *tr, const moe__ckpt_tensor *t, int world_rank) {
+static int holds(const moe_checkpoint_run *run, const moe__ckpt_tensor *t, int world_rank) {
     if (t->expert < 0) return 1;
-    const int EL = tr->opt.model.moe.num_experts / tr->ranks.ep_size;
-    return world_rank % tr->ranks.ep_size == t->expert / EL; /* alltoall/parallel.h: ep_rank = world_rank % ep */
+    const int EL = run->config->moe.num_experts / run->ranks.ep_size;
+    return world_rank % run->ranks.ep_size == t->expert / EL; /* alltoall/parallel.h: ep_rank = world_rank % ep */
 }
 
 /* writer[i] of every tensor: among the ranks holding it, the one with the fewest bytes to write so far (ties: the
  * lowest rank). The same on every rank: sizes and the layout are all it reads. */
-static int *plan_writers(const moe_trainer *tr, const moe__ckpt_table *tab) {
-    const int W = tr->ranks.world_size;
+static int *plan_writers(const moe_checkpoint_run *run, const moe__ckpt_table *tab) {
+    const int W = run->ranks.world_size;
     int *writer = malloc((size_t)(tab->count ? tab->count : 1) * sizeof *writer);
     double *load = calloc((size_t)W, sizeof *load);
     if (!writer || !load) return free(writer), free(load), NULL;
@@ -60,7 +60,7 @@ static int *plan_writers(const moe_trainer *tr, const moe__ckpt_table *tab) {
         const moe__ckpt_tensor *t = &tab->t[i];
         int best = -1;
         for (int r = 0; r < W; r++)
-            if (holds(tr, t, r) && (best < 0 || load[r] < load[best])) best = r;
+            if (holds(run, t, r) && (best < 0 || load[r] < load[best])) best = r;
         writer[i] = best;
         load[best] += (double)t->count;
     }
@@ -105,33 +105,33 @@ static moe_status set_layout(file_set *s, size_t max_shard_nbytes) {
 }
 
 /* The model's weights: every tensor in table order, stored as asked (--save-dtype). */
-static int model_set(const moe_trainer *tr, const moe__ckpt_table *tab, file_set *s) {
+static int model_set(const moe_checkpoint_run *run, const moe__ckpt_table *tab, file_set *s) {
     static const moe_safetensors_meta meta[] = {{"format", "pt"}};
     *s = (file_set){.stem = "model", .meta = meta, .num_meta = 1};
     if (!set_alloc(s, tab->count)) return 0;
     for (int i = 0; i < tab->count; i++)
         set_add(s, tab->t[i].name, tab->t[i].ndim, tab->t[i].shape,
-                tr->opt.save_dtype ? MOE_SAFETENSORS_BF16 : MOE_SAFETENSORS_F32, i, -1);
+                run->save_dtype ? MOE_SAFETENSORS_BF16 : MOE_SAFETENSORS_F32, i, -1);
     return 1;
 }
 
 /* The training state: both moments of every tensor, then the routers' selection biases; a bf16 export keeps the
  * biases alone (under sigmoid routing) or nothing (count 0: no file). */
-static int state_set(const moe_trainer *tr, const moe__ckpt_table *tab, const moe_safetensors_meta *meta, int num_meta,
+static int state_set(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const moe_safetensors_meta *meta, int num_meta,
                      file_set *s) {
-    const moe_model_config *c = &tr->opt.model;
+    const moe_model_config *c = run->config;
     *s = (file_set){.stem = "train_state", .meta = meta, .num_meta = num_meta};
     if (!set_alloc(s, 2 * tab->count + c->num_layers)) return 0;
     char name[160];
-    if (!tr->opt.save_dtype)
+    if (!run->save_dtype)
         for (int i = 0; i < tab->count; i++)
             for (int m = 0; m < 2; m++) {
                 snprintf(name, sizeof name, "%s.%s", m ? "exp_avg_sq" : "exp_avg", tab->t[i].name);
                 set_add(s, name, tab->t[i].ndim, tab->t[i].shape, MOE_SAFETENSORS_F32, i, m);
             }
-    if (!tr->opt.save_dtype || c->moe.score_func == MOE_SCORE_SIGMOID)
+    if (!run->save_dtype || c->moe.score_func == MOE_SCORE_SIGMOID)
         for (int l = 0; l < c->num_layers; l++)
-            if (moe_model_expert_bias(tr->model, l)) {
+            if (moe_model_expert_bias(run->model, l)) {
                 const long shape[2] = {c->moe.num_experts, 0};
                 snprintf(name, sizeof name, "expert_bias.layers.%d", l);
                 set_add(s, name, 1, shape, MOE_SAFETENSORS_F32, -1, l);
@@ -140,21 +140,21 @@ static int state_set(const moe_trainer *tr, const moe__ckpt_table *tab, const mo
 }
 
 /* Entry k's values into buf on the host (whoever stores it; collective for a ZeRO-sharded dense moment). */
-static moe_status fetch(moe_trainer *tr, const moe__ckpt_table *tab, const file_set *s, int k, moe_real *buf) {
+static moe_status fetch(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const file_set *s, int k, moe_real *buf) {
     if (s->tensor[k] < 0) { /* a selection bias: every rank's host copy */
-        memcpy(buf, moe_model_expert_bias(tr->model, s->moment[k]), (size_t)s->e[k].shape[0] * sizeof(moe_real));
+        memcpy(buf, moe_model_expert_bias(run->model, s->moment[k]), (size_t)s->e[k].shape[0] * sizeof(moe_real));
         return MOE_OK;
     }
     const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
-    if (s->moment[k] >= 0) return moe_trainer_moment_range(tr, s->moment[k], (size_t)t->local_offset, t->count, buf);
-    return moe_runtime_download(moe_model_runtime(tr->model), buf, moe_model_params(tr->model) + t->local_offset,
+    if (s->moment[k] >= 0) return run->moment_range(run->owner, s->moment[k], (size_t)t->local_offset, t->count, buf);
+    return moe_runtime_download(moe_model_runtime(run->model), buf, moe_model_params(run->model) + t->local_offset,
                                 t->count * sizeof(moe_real));
 }
 
 /* A collective fetch: a moment under ZeRO-1 — a dense tensor's over the world (every rank takes part), an expert
  * tensor's over its expert-data-parallel group (the ranks that hold it), in the table's order. */
-static int collective(const moe_trainer *tr, const moe__ckpt_table *tab, const file_set *s, int k) {
-    if (!tr->opt.zero || s->tensor[k] < 0 || s->moment[k] < 0) return 0;
+static int collective(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const file_set *s, int k) {
+    if (!run->moments_sharded || s->tensor[k] < 0 || s->moment[k] < 0) return 0;
     const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
     return t->expert < 0 || t->local_offset >= 0;
 }
@@ -172,16 +172,16 @@ static moe_status check_finite(const file_set *s, int k, const moe_real *v) {
 }
 
 /* This rank's part of a set: each entry it writes, fetched and stored at its offset; crc[k] of those (0 elsewhere). */
-static moe_status store_mine(moe_trainer *tr, const moe__ckpt_table *tab, const int *writer, const char *dir,
+static moe_status store_mine(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const int *writer, const char *dir,
                              file_set *s, moe_real *buf, double *crc) {
-    const int me = tr->ranks.world_rank;
+    const int me = run->ranks.world_rank;
     int fd = -1, open_file = -1;
     char *path = NULL;
     moe_status st = MOE_OK;
     for (int k = 0; k < s->count; k++) {
         const int mine = writer_of(s, writer, k) == me;
         moe_status got = MOE_OK;
-        if (mine || collective(tr, tab, s, k)) got = fetch(tr, tab, s, k, buf);
+        if (mine || collective(run, tab, s, k)) got = fetch(run, tab, s, k, buf);
         if (!mine || st != MOE_OK) { /* a failed rank still takes part in the collective fetches */
             if (got != MOE_OK && st == MOE_OK) st = got;
             continue;
@@ -252,25 +252,25 @@ static moe_status finish_files(const file_set *s, const char *dir, const double 
 }
 
 /* Every rank reads rank 0's token in DIR: the directory is one they all see. */
-static moe_status check_shared(moe_trainer *tr, const char *dir, moe_status st) {
-    moe_comm *world = moe_parallel_world(tr->par);
+static moe_status check_shared(const moe_checkpoint_run *run, const char *dir, moe_status st) {
+    moe_comm *world = moe_parallel_world(run->par);
     char token[64] = "", seen[64] = "";
-    if (tr->ranks.world_rank == 0) {
+    if (run->ranks.world_rank == 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        snprintf(token, sizeof token, "%s %lld.%09ld %ld", tr->run_id, (long long)ts.tv_sec, ts.tv_nsec, (long)getpid());
+        snprintf(token, sizeof token, "%s %lld.%09ld %ld", run->run_id, (long long)ts.tv_sec, ts.tv_nsec, (long)getpid());
     }
     char *path = moe_path_join(dir, kToken);
     if (!path) st = MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK && tr->ranks.world_rank == 0) {
+    if (st == MOE_OK && run->ranks.world_rank == 0) {
         FILE *f = fopen(path, "wb");
         if (!f || fputs(token, f) < 0 || fclose(f) != 0) st = moe_fail(MOE_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    size_t *nbytes = calloc((size_t)tr->ranks.world_size, sizeof(size_t));
+    size_t *nbytes = calloc((size_t)run->ranks.world_size, sizeof(size_t));
     if (!nbytes) st = MOE_ERR_OUT_OF_MEMORY;
     else nbytes[0] = sizeof token;
     st = moe_comm_agree(world, st);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, token, tr->ranks.world_rank == 0 ? sizeof token : 0, seen, nbytes);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(world, token, run->ranks.world_rank == 0 ? sizeof token : 0, seen, nbytes);
     free(nbytes);
     if (st == MOE_OK) {
         char got[64] = "";
@@ -281,38 +281,38 @@ static moe_status check_shared(moe_trainer *tr, const char *dir, moe_status st) 
             gethostname(host, sizeof host - 1);
             st = moe_fail(MOE_ERR_IO, "world rank %d (host %s) does not see %s, which world rank 0 wrote: every rank "
                           "writes its part of a checkpoint, so --checkpoint-dir must be on a file system all ranks "
-                          "share", tr->ranks.world_rank, host, path);
+                          "share", run->ranks.world_rank, host, path);
         }
     }
     st = moe_comm_agree(world, st);
-    if (tr->ranks.world_rank == 0 && path) unlink(path);
+    if (run->ranks.world_rank == 0 && path) unlink(path);
     free(path);
     return st;
 }
 
-moe_status moe__checkpoint_write_tensors(moe_trainer *tr, const moe__ckpt_table *tab, const char *dir,
+moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
                                          const moe_safetensors_meta *state_meta, int num_state_meta,
-                                         moe_status (*agree)(const moe_trainer *, moe_status, const char *)) {
-    moe_comm *world = moe_parallel_world(tr->par);
-    const int rank0 = tr->ranks.world_rank == 0;
+                                         moe_status (*agree)(const moe_checkpoint_run *, moe_status, const char *)) {
+    moe_comm *world = moe_parallel_world(run->par);
+    const int rank0 = run->ranks.world_rank == 0;
     file_set sets[2];
     size_t largest = 1;
     for (int i = 0; i < tab->count; i++) largest = tab->t[i].count > largest ? tab->t[i].count : largest;
-    if ((size_t)tr->opt.model.moe.num_experts > largest) largest = (size_t)tr->opt.model.moe.num_experts;
-    int *writer = plan_writers(tr, tab);
+    if ((size_t)run->config->moe.num_experts > largest) largest = (size_t)run->config->moe.num_experts;
+    int *writer = plan_writers(run, tab);
     moe_real *buf = malloc(largest * sizeof(moe_real));
-    const int made_model = model_set(tr, tab, &sets[0]), made_state = state_set(tr, tab, state_meta, num_state_meta, &sets[1]);
+    const int made_model = model_set(run, tab, &sets[0]), made_state = state_set(run, tab, state_meta, num_state_meta, &sets[1]);
     moe_status st = writer && buf && made_model && made_state ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    for (int i = 0; i < 2 && st == MOE_OK; i++) st = set_layout(&sets[i], i == 0 ? (size_t)tr->opt.save_shard_nbytes : 0);
+    for (int i = 0; i < 2 && st == MOE_OK; i++) st = set_layout(&sets[i], i == 0 ? (size_t)run->save_shard_nbytes : 0);
     if (st == MOE_OK && rank0)
         for (int i = 0; i < 2 && st == MOE_OK; i++) st = create_files(&sets[i], dir);
-    st = check_shared(tr, dir, st);
+    st = check_shared(run, dir, st);
     double *crc[2] = {NULL, NULL};
     for (int i = 0; i < 2 && st == MOE_OK; i++) {
         if (!(crc[i] = calloc((size_t)sets[i].count + 1, sizeof(double)))) st = MOE_ERR_OUT_OF_MEMORY;
         st = moe_comm_agree(world, st);
-        if (st == MOE_OK) st = store_mine(tr, tab, writer, dir, &sets[i], buf, crc[i]);
-        st = agree(tr, st, "checkpoint save (storing tensors)");
+        if (st == MOE_OK) st = store_mine(run, tab, writer, dir, &sets[i], buf, crc[i]);
+        st = agree(run, st, "checkpoint save (storing tensors)");
         /* each entry's checksum is its writer's: the sum over ranks is it (exact: below 2^32) */
         if (st == MOE_OK) st = moe_comm_allreduce_sum_f64(world, crc[i], (size_t)sets[i].count + 1);
     }

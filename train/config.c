@@ -23,12 +23,6 @@ static int keep(json_t *j) {
     return 0;
 }
 
-json_t *moe_json_float(float v) {
-    char text[32];
-    moe_format_float(v, text, sizeof text);
-    return json_real(strtod(text, NULL));
-}
-
 json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto) {
     json_t *j = json_object();
     int count;

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "checkpoint/json_float.h" /* what the JSON is dumped with: MOE_JSON_FLOATS */
 #include "train/options.h"
 
 /* Every source above, then moe_train_options_finish. Returns 0, 1 when --help was printed, -1 on an error (the
@@ -33,10 +34,5 @@ json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto);
  * run are taken. Strings stay owned by j: keep it alive as long as o. Returns 0 or -1 (message to err). */
 int moe_train_options_apply_json(moe_train_options *o, json_t *j, moe_option_source source, const char *what,
                                  FILE *err);
-
-/* float32 v as a JSON real holding its shortest decimal; dumped with MOE_JSON_FLOATS it is written as that
- * decimal (jansson's default precision, 17 digits, writes the widened double: 1.0000000000000001e-05). */
-json_t *moe_json_float(float v);
-#define MOE_JSON_FLOATS JSON_REAL_PRECISION(9)
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/json_float.h"
 #include "models/fileio.h"
 #include "models/plan_model.h"
 #include "train/signals.h"
@@ -389,21 +390,6 @@ int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, F
 int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err) {
     int rc = moe_train_options_parse_flags(argc, argv, o, err);
     return rc ? rc : moe_train_options_finish(o, world_size, err);
-}
-
-void moe_format_float(float v, char *out, size_t nbytes) {
-    int digits = 1;
-    while (digits < 9) { /* 9 significant digits always read back as the same float */
-        snprintf(out, nbytes, "%.*g", digits, (double)v);
-        if (strtof(out, NULL) == v) break;
-        digits++;
-    }
-    const double size = fabs((double)v);
-    if (size >= 1 && size < 1e15) { /* every integer digit, no exponent: 10000, not 1e+04 */
-        const int integer_digits = (int)floor(log10(size)) + 1;
-        if (integer_digits > digits) digits = integer_digits;
-    }
-    snprintf(out, nbytes, "%.*g", digits, (double)v);
 }
 
 void moe_train_option_format(const moe_train_options *o, const moe_train_option *s, int quote_strings, char *out,

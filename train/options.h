@@ -122,8 +122,6 @@ void moe_train_options_print(const moe_train_options *o, FILE *f);
 /* Option s's value as text: 12, 0.003, cpu, 'path' (quoted: quote_strings), auto for an undecided negative. */
 void moe_train_option_format(const moe_train_options *o, const moe_train_option *s, int quote_strings, char *out,
                              size_t nbytes);
-/* The float32 v as the shortest decimal that reads back as v ("1e-05", not "9.9999997473787516e-06"). */
-void moe_format_float(float v, char *out, size_t nbytes);
 
 /* The memory one rank needs for a parsed configuration on world_size ranks, in bytes, by moe-plan's memory model
  * (models/plan_model.h, which follows what models/model.c and moe/layer.c allocate): parameters, their gradients and

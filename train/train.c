@@ -21,6 +21,7 @@
 #include "core/fail.h"
 #include "core/threads.h"
 #include "checkpoint/checkpoint.h"
+#include "train/checkpoint_run.h"
 #include "train/run_record.h"
 #include "train/config.h"
 #include "train/device.h"
@@ -156,7 +157,7 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
         char *dir = NULL;
         if (strcmp(o->resume, "latest")) dir = strdup(o->resume);
         else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, &dir, t->notes));
-        moe_status st = dir ? moe_checkpoint_resume(t, dir, &done) : MOE_ERR_OUT_OF_MEMORY;
+        moe_status st = dir ? moe_checkpoint_resume(moe_trainer_checkpoint_run(t), dir, &done) : MOE_ERR_OUT_OF_MEMORY;
         if (st == MOE_OK && t->ranks.world_rank == 0)
             printf("resumed from %s after step %d (run %s%s%s)\n", dir, done, t->run_id,
                    *t->parent_run_id ? ", continued from run " : "", t->parent_run_id);
@@ -168,7 +169,7 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
         if (done == o->steps && t->ranks.world_rank == 0)
             printf("the run is complete at step %d (--steps %d): nothing to train\n", done, o->steps);
     } else if (*o->init_from) {
-        MOE_TRY(moe_checkpoint_load_weights(t, o->init_from));
+        MOE_TRY(moe_checkpoint_load_weights(moe_trainer_checkpoint_run(t), o->init_from));
         if (t->ranks.world_rank == 0) printf("weights from %s\n", o->init_from);
     }
     *first_step = done + 1;
@@ -362,7 +363,8 @@ static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verif
                 save_waiting = 1;
             } else {
                 const double save_t0 = now_ms();
-                if ((st = moe_checkpoint_save(t, o->checkpoint_dir, step, o->keep_last)) != MOE_OK)
+                st = moe_checkpoint_save(moe_trainer_checkpoint_run(t), o->checkpoint_dir, step, o->keep_last);
+                if (st != MOE_OK)
                     return report_failure(t, "checkpoint save failed (earlier checkpoints are intact)", st);
                 save_waiting = 0;
                 if (rank0) printf("checkpoint: %s/step-%08d saved in %.2f s\n", o->checkpoint_dir, step,
@@ -449,7 +451,8 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (*opt.checkpoint_dir && !opt.eval_only &&
-        (st = moe_checkpoint_prepare(&t, opt.checkpoint_dir, first_step - 1, &lock)) != MOE_OK) {
+        (st = moe_checkpoint_prepare(moe_trainer_checkpoint_run(&t), opt.checkpoint_dir, first_step - 1, &lock)) !=
+            MOE_OK) {
         rc = report_failure(&t, "before training", st);
         goto done;
     }

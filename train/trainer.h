@@ -3,12 +3,11 @@
 #ifndef MOE_TRAIN_TRAINER_H
 #define MOE_TRAIN_TRAINER_H
 
-#include "train/dataloader.h"
-#include "train/routing_trace.h"
+#include "checkpoint/checkpoint.h" /* MOE_RUN_ID_NBYTES: a run id as manifests hold it */
 #include "models/optimizer.h"
+#include "train/dataloader.h"
 #include "train/options.h"
-
-enum { MOE_RUN_ID_NBYTES = 24 }; /* 16 hex digits, or "legacy" */
+#include "train/routing_trace.h"
 
 typedef struct {
     double loss;          /* mean cross-entropy over the step's global tokens                        */
