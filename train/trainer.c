@@ -131,6 +131,17 @@ void moe_trainer_destroy(moe_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
+moe_trainer_shape moe_trainer_shape_of(const moe_trainer *t) {
+    return (moe_trainer_shape){.config = &t->opt.model, .batch = t->opt.batch, .micro_batches = t->opt.micro_batches};
+}
+
+moe_status moe_trainer_create_reference(moe_trainer *ref, const moe_trainer *run, const moe_parallel *par) {
+    moe_train_options o = run->opt;
+    o.model.moe.precision = MOE_PRECISION_FP32;
+    o.routing_trace_out = ""; /* the run records; the reference replays what the run replays */
+    return moe_trainer_create(ref, &o, NULL, par);
+}
+
 /* Copies count reals from the model's memory (device memory on a GPU runtime) to the host. */
 static moe_status download(const moe_trainer *t, moe_real *host, const moe_real *src, size_t count) {
     return moe_runtime_download(moe_model_runtime(t->model), host, src, count * sizeof(moe_real));

@@ -59,6 +59,18 @@ typedef struct {
 moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par);
 void moe_trainer_destroy(moe_trainer *t);
 
+/* What code that drives a trainer needs of its options, and no more (train/verify.h): the architecture and the
+ * step's batch. Points into t. */
+typedef struct {
+    const moe_model_config *config;
+    int batch, micro_batches; /* global sequences per micro-batch; micro-batches per step */
+} moe_trainer_shape;
+moe_trainer_shape moe_trainer_shape_of(const moe_trainer *t);
+
+/* A twin of run for checking it (--verify-steps): run's options in fp32, on the CPU runtime and layout par,
+ * writing no routing trace (it replays whatever run replays), created and initialised as moe_trainer_create does. */
+moe_status moe_trainer_create_reference(moe_trainer *ref, const moe_trainer *run, const moe_parallel *par);
+
 /* One optimizer step (1-based): moe_trainer_compute then moe_trainer_apply. r->expert_tokens must hold L * E
  * doubles. Collective. */
 moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r);

@@ -7,8 +7,8 @@
 
 #include "core/fail.h"
 
-moe_verify_tolerances moe_verify_tolerances_for(const moe_train_options *o, int on_gpu) {
-    if (o->model.moe.precision == MOE_PRECISION_BF16) /* bf16 GEMM inputs: 2^-9 relative per input, measured */
+moe_verify_tolerances moe_verify_tolerances_for(const moe_model_config *c, int on_gpu) {
+    if (c->moe.precision == MOE_PRECISION_BF16) /* bf16 GEMM inputs: 2^-9 relative per input, measured */
         return (moe_verify_tolerances){.loss_rel = 1e-2, .grad_norm_rel = 5e-2, .grad_rel = 0.25,
                                        .routing_agreement = 0.95};
     if (on_gpu) /* fp32 on cuBLAS and CUDA kernels: other summation orders, no TF32 */
@@ -25,20 +25,17 @@ static int num_moe_layers(const moe_model_config *c) {
 }
 
 /* A step's global routing choices: [micro_batches][MoE layers][global tokens * k]. */
-static size_t route_count(const moe_trainer *t) {
-    return (size_t)t->opt.micro_batches * num_moe_layers(&t->opt.model) * t->opt.batch * t->opt.model.seq_len *
-           t->opt.model.moe.top_k;
+static size_t route_count(const moe_trainer_shape *s) {
+    return (size_t)s->micro_batches * num_moe_layers(s->config) * s->batch * s->config->seq_len * s->config->moe.top_k;
 }
 
 moe_status moe_verifier_create(moe_verifier *v, const moe_trainer *run, const moe_parallel *ref_par) {
     memset(v, 0, sizeof *v);
-    moe_train_options o = run->opt;
-    o.model.moe.precision = MOE_PRECISION_FP32;
-    o.routing_trace_out = ""; /* the run records; the reference replays what the run replays */
-    v->tol = moe_verify_tolerances_for(&run->opt, moe_runtime_gpu(moe_model_runtime(run->model)) != NULL);
-    MOE_TRY(moe_trainer_create(&v->ref, &o, NULL, ref_par));
+    v->shape = moe_trainer_shape_of(run);
+    v->tol = moe_verify_tolerances_for(v->shape.config, moe_runtime_gpu(moe_model_runtime(run->model)) != NULL);
+    MOE_TRY(moe_trainer_create_reference(&v->ref, run, ref_par));
     const size_t n = moe_model_num_dense(run->model) + moe_model_num_expert(run->model);
-    const size_t routes = route_count(run) ? route_count(run) : 1;
+    const size_t routes = route_count(&v->shape) ? route_count(&v->shape) : 1;
     v->host = malloc((n ? n : 1) * sizeof(moe_real));
     v->routes = malloc(routes * sizeof(int));
     v->ref_routes = malloc(routes * sizeof(int));
@@ -53,9 +50,9 @@ void moe_verifier_destroy(moe_verifier *v) {
 }
 
 /* The fraction of the run's choices that the reference made for the same token. */
-static double routing_agreement(const moe_trainer *t, const int *a, const int *b) {
-    const int k = t->opt.model.moe.top_k;
-    const size_t n = route_count(t);
+static double routing_agreement(const moe_trainer_shape *s, const int *a, const int *b) {
+    const int k = s->config->moe.top_k;
+    const size_t n = route_count(s);
     size_t same = 0;
     for (size_t tok = 0; tok < n; tok += k)
         for (int i = 0; i < k; i++)
@@ -73,9 +70,9 @@ static moe_status copy_state(moe_verifier *v, moe_trainer *run) {
     MOE_TRY(moe_runtime_download(moe_model_runtime(run->model), v->host, moe_model_params(run->model),
                                  n * sizeof(moe_real)));
     memcpy(moe_model_params(v->ref.model), v->host, n * sizeof(moe_real));
-    for (int l = 0; l < run->opt.model.num_layers; l++) {
+    for (int l = 0; l < v->shape.config->num_layers; l++) {
         const moe_real *bias = moe_model_expert_bias(run->model, l);
-        if (bias) memcpy(moe_model_expert_bias(v->ref.model, l), bias, run->opt.model.moe.num_experts * sizeof *bias);
+        if (bias) memcpy(moe_model_expert_bias(v->ref.model, l), bias, v->shape.config->moe.num_experts * sizeof *bias);
     }
     return MOE_OK;
 }
@@ -160,7 +157,7 @@ static double relative(double a, double b) {
 
 moe_status moe_verify_step(moe_verifier *v, moe_trainer *run, int step, moe_step_result *r, moe_verify_report *rep) {
     moe_step_result ref_r = {0};
-    const moe_model_config *c = &run->opt.model;
+    const moe_model_config *c = v->shape.config;
     ref_r.expert_tokens = calloc((size_t)c->num_layers * c->moe.num_experts, sizeof(double));
     if (!ref_r.expert_tokens) return MOE_ERR_OUT_OF_MEMORY;
     /* the run, recording its routing; the reference on the same weights (only apply changes them) by its own
@@ -181,7 +178,7 @@ moe_status moe_verify_step(moe_verifier *v, moe_trainer *run, int step, moe_step
     *rep = (moe_verify_report){.step = step, .loss = r->loss, .ref_loss = ref_r.loss};
     MOE_TRY(moe_model_grad_norm(run->model, run->par, &rep->grad_norm));
     MOE_TRY(moe_model_grad_norm(v->ref.model, v->ref.par, &rep->ref_grad_norm));
-    rep->routing_agreement = routing_agreement(run, v->routes, v->ref_routes);
+    rep->routing_agreement = routing_agreement(&v->shape, v->routes, v->ref_routes);
     const size_t n = moe_model_num_dense(run->model) + moe_model_num_expert(run->model);
     MOE_TRY(moe_runtime_download(moe_model_runtime(run->model), v->host, moe_model_grads(run->model),
                                  n * sizeof(moe_real)));

@@ -28,8 +28,8 @@ typedef struct {
     double routing_agreement; /* least fraction of routing choices that must agree     */
 } moe_verify_tolerances;
 
-/* The documented tolerances for a run of o's device and precision against the CPU fp32 reference. */
-moe_verify_tolerances moe_verify_tolerances_for(const moe_train_options *o, int on_gpu);
+/* The documented tolerances for a run of c's precision, on a GPU or not, against the CPU fp32 reference. */
+moe_verify_tolerances moe_verify_tolerances_for(const moe_model_config *c, int on_gpu);
 
 typedef struct {
     int step;
@@ -41,6 +41,7 @@ typedef struct {
 
 typedef struct {
     moe_trainer ref;           /* the reference: same options, fp32, the CPU runtime, ref_par's layout */
+    moe_trainer_shape shape;   /* what the checks read of the run's options: its architecture and batch */
     moe_verify_tolerances tol;
     moe_real *host;            /* [dense + experts] the run's weights, then its gradients, on the host */
     int *routes, *ref_routes;  /* [global tokens * k] one MoE layer's choices */
