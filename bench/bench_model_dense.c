@@ -15,7 +15,7 @@
  * With --shards S (moe-train's --world-invariant: default on, S as moe-train picks it for this batch) the loss and
  * every weight gradient are formed per shard of the batch and added in the fixed shard tree, as model.c does
  * (models/shard_grads.h); --shards 0 times one product over all rows.
- * Optimizer step: what moe-train does per step beside forward and backward (models/trainer.c: the zeroing in
+ * Optimizer step: what moe-train does per step beside forward and backward (train/trainer.c: the zeroing in
  * run_micro_batches, then moe_trainer_apply), through models/optimizer.h on a world of one, so over every
  * parameter of the model (all E experts): zero the gradients, the global gradient norm, clipping (at 1, moe-train's
  * default), AdamW (moe-train's default hyperparameters), the weights checked finite.
@@ -84,7 +84,7 @@ static void check(const void *opt) {
         bench_usage_errorf("--shards %d must be a power of two dividing --batch %d", o->shards, o->batch);
 }
 
-/* moe-train's default: the largest power of two dividing the batch, at most 64 (models/train_options.c) */
+/* moe-train's default: the largest power of two dividing the batch, at most 64 (train/options.c) */
 static int default_shards(int batch) {
     int shards = 1;
     while (shards < 64 && batch % (2 * shards) == 0) shards *= 2;

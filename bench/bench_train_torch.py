@@ -2,7 +2,7 @@
 """bench_train_torch.py — moe-train's default model trained by Hugging Face transformers' MixtralForCausalLM
 on the CPU, as the PyTorch reference point for moe-train's tokens/s.
 
-The model is moe-train's default (models/model_config.c, models/train_options.c): vocab 256 (bytes), 4 layers,
+The model is moe-train's default (models/model_config.c, train/options.c): vocab 256 (bytes), 4 layers,
 d_model 128, 4 heads and 4 key/value heads, d_ff 256, 8 SwiGLU experts top-2 in every layer (softmax router,
 the k gates renormalised), RoPE theta 10000, RMSNorm eps 1e-5, untied embeddings, sequences of 128 tokens,
 router aux-loss coefficient 0.01 with output_router_logits=True so that the aux loss is trained. Weights
@@ -54,7 +54,7 @@ from bench_args import int_in  # bench/, the script's own directory
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is built from a config: nothing to download
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# moe-train's defaults (models/model_config.c moe_model_config_default, models/train_options.c set_defaults,
+# moe-train's defaults (models/model_config.c moe_model_config_default, train/options.c set_defaults,
 # moe/config.c moe_config_default)
 MODEL = dict(vocab=256, layers=4, d_model=128, heads=4, kv_heads=4, d_ff=256, experts=8, top_k=2,
              rope_theta=10000.0, rms_norm_eps=1e-5, tie_embeddings=False, aux_loss_coef=0.01)

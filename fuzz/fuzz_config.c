@@ -1,4 +1,4 @@
-/* fuzz_config.c — fuzzes the check of a checkpoint's config.json against the flags (models/checkpoint_config.c:
+/* fuzz_config.c — fuzzes the check of a checkpoint's config.json against the flags (checkpoint/config.c:
  * moe__checkpoint_check_config), for both of fuzz/make_corpus.sh's tiny runs. An accepted config.json must
  * describe that model, checked here field by field on its own parse: the shapes, rope_theta and rms_norm_eps
  * (absent: 1e6 and 1e-5, MixtralConfig's defaults),
@@ -14,7 +14,7 @@
 
 #include "core/fail.h"
 #include "fuzz/fuzz_util.h"
-#include "models/checkpoint_internal.h"
+#include "checkpoint/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
 

@@ -1,4 +1,4 @@
-/* fuzz_manifest.c — fuzzes the reading of a checkpoint's manifest.json (models/checkpoint_dir.c:
+/* fuzz_manifest.c — fuzzes the reading of a checkpoint's manifest.json (checkpoint/dir.c:
  * moe__checkpoint_manifest_read, then _verify against a directory that holds only the manifest). An accepted
  * manifest must say what moe-train writes, checked here on its own parse: format, a run id of 16 hex digits, a
  * parent run id that is empty, "legacy" or 16 hex digits, the step exactly (0 to INT_MAX), each listed file a
@@ -15,7 +15,7 @@
 
 #include "core/fail.h"
 #include "fuzz/fuzz_util.h"
-#include "models/checkpoint_internal.h"
+#include "checkpoint/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
 

@@ -1,4 +1,4 @@
-/* fuzz_routing_trace.c — fuzzes routing-trace replay (models/routing_trace.c: moe_routing_trace_open, _read):
+/* fuzz_routing_trace.c — fuzzes routing-trace replay (train/routing_trace.c: moe_routing_trace_open, _read):
  * the header against a run, then every record of the run in order until one is refused. Each input is opened
  * twice: for fuzz/make_corpus.sh's first tiny run, and for the run its own header describes (when that is
  * small), so that the fuzzer reaches the records of any E and k. An accepted record must be the file's bytes
@@ -12,7 +12,7 @@
 
 #include "core/fail.h"
 #include "fuzz/fuzz_util.h"
-#include "models/routing_trace.h"
+#include "train/routing_trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
 

@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c — fuzzes the safetensors reader (models/safetensors.c: moe_safetensors_open, _read) with
+/* fuzz_safetensors.c — fuzzes the safetensors reader (checkpoint/safetensors.c: moe_safetensors_open, _read) with
  * whole files: the header length, the JSON header, dtypes, shapes, data_offsets, checksums and the data. An
  * accepted file must keep the reader's promises (fuzz_util.h: fuzz_open_safetensors): the header all one JSON
  * object, tensors inside the file and not sharing bytes, values read equal to the file's bytes, a wrong shape

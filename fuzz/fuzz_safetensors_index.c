@@ -1,4 +1,4 @@
-/* fuzz_safetensors_index.c — fuzzes the parser of a sharded model's index (models/safetensors_shards.c:
+/* fuzz_safetensors_index.c — fuzzes the parser of a sharded model's index (checkpoint/safetensors_shards.c:
  * moe_safetensors_index_parse), model.safetensors.index.json as transformers writes it. An accepted index must be
  * what safetensors_shards.h describes, checked here on its own parse: one JSON object without duplicate keys, a
  * non-empty "weight_map" of tensor names (shorter than MOE_SAFETENSORS_MAX_NAME) to plain file names ending in
@@ -12,7 +12,7 @@
 
 #include "core/fail.h"
 #include "fuzz/fuzz_util.h"
-#include "models/safetensors_shards.h"
+#include "checkpoint/safetensors_shards.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
 

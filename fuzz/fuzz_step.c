@@ -1,6 +1,6 @@
-/* fuzz_step.c — fuzzes the parser of the step a training state was saved at (models/checkpoint_config.c:
+/* fuzz_step.c — fuzzes the parser of the step a training state was saved at (checkpoint/config.c:
  * moe__checkpoint_parse_step), on its own: the input up to its first NUL is the text of train_state's "step"
- * metadata. The parser's rule (checkpoint_internal.h) is written out again in fuzz_check_step: an accepted
+ * metadata. The parser's rule (checkpoint/internal.h) is written out again in fuzz_check_step: an accepted
  * text must be one or more decimal digits of value at most INT_MAX and read as that value, every such text
  * must be accepted, and a refusal must name the file. (fuzz_train_state reaches the same parser through whole
  * files, where a mutation rarely lands on the step's few bytes.)

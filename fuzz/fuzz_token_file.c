@@ -1,6 +1,6 @@
-/* fuzz_token_file.c — fuzzes the llm.c token-file loader (models/dataloader.c: moe_token_file_load) with the
+/* fuzz_token_file.c — fuzzes the llm.c token-file loader (train/dataloader.c: moe_token_file_load) with the
  * vocabulary and sequence length of fuzz/make_corpus.sh's tiny runs (64, 8), with (65536, 1) and with a vocabulary
- * past uint16 (2^20, 1). An accepted file must be what models/dataloader.h describes, checked here on the bytes:
+ * past uint16 (2^20, 1). An accepted file must be what train/dataloader.h describes, checked here on the bytes:
  * magic and version of one of the two formats, a size of exactly header + N tokens of that format's width, at least
  * one sequence, and every token loaded equal to its bytes and inside the vocabulary; sequences cut from it must
  * hold its tokens. A refusal must name the file.
@@ -12,7 +12,7 @@
 
 #include "core/fail.h"
 #include "fuzz/fuzz_util.h"
-#include "models/dataloader.h"
+#include "train/dataloader.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes);
 

@@ -1,4 +1,4 @@
-/* fuzz_train_options.c — fuzzes moe-train's flag parser (models/train_options.c: moe_train_options_parse),
+/* fuzz_train_options.c — fuzzes moe-train's flag parser (train/options.c: moe_train_options_parse),
  * which also checks the combinations. An input is a command line: words split at white space (and NUL), ''
  * an empty word; it is parsed for 1, 2 and 4 ranks. Accepted options must make a run the trainer can hold,
  * checked here on their own: a valid model, --ep dividing the ranks and the experts, --batch divisible by

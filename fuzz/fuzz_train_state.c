@@ -1,4 +1,4 @@
-/* fuzz_train_state.c — fuzzes what a resume reads from train_state.safetensors (models/checkpoint.c's
+/* fuzz_train_state.c — fuzzes what a resume reads from train_state.safetensors (checkpoint/checkpoint.c's
  * load_state): the safetensors container with its moments and biases (checked as fuzz_safetensors does), and
  * the saved step in its metadata (moe__checkpoint_parse_step: digits only, 0 to INT_MAX; fuzz_step fuzzes
  * the step's text alone). An accepted step must be exactly the text's digits, a valid one must be accepted,

@@ -11,7 +11,7 @@
 
 #include "core/fail.h"
 #include "kernels/cast.h"
-#include "models/checkpoint_internal.h"
+#include "checkpoint/internal.h"
 
 /* ---- temporary files ------------------------------------------------------------------------------------ */
 

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/safetensors.h"
-#include "models/train_options.h"
+#include "checkpoint/safetensors.h"
+#include "train/options.h"
 
 /* $TMPDIR/NAME (default /tmp) inside a directory of this process, made on first use and removed at exit;
  * the same string for the same name, valid until exit. */

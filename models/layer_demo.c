@@ -2,7 +2,7 @@
  * A frozen random "teacher" MoE layer defines y = teacher(x); a "student" layer of the same shape, from
  * another seed, is trained by plain gradient descent on L = mean ||student(x) - y||^2 + aux + z-loss,
  * over fresh random batches. The falling loss shows forward, backward and routing working together.
- * A small example of the layer API beside moe-train (models/train.c), which trains the whole model. */
+ * A small example of the layer API beside moe-train (train/train.c), which trains the whole model. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """safetensors_edit.py FILE TENSOR VALUE — sets every element of the F32 tensor TENSOR in the safetensors FILE to
-VALUE, in place, and rewrites the tensor's CRC-32C in the header's metadata (models/safetensors.c keeps one per
+VALUE, in place, and rewrites the tensor's CRC-32C in the header's metadata (checkpoint/safetensors.c keeps one per
 tensor, "crc32c:NAME", 8 hex digits), so the file stays valid with the same header length: how the tests make a
 checkpoint that is well-formed but holds what training never writes (a negative second moment, an expert at 1e20).
 A checkpoint directory's manifest.json binds the header's checksum, so an edited file loads only from a directory
@@ -11,7 +11,7 @@ import sys
 
 
 def crc32c(data):
-    """CRC-32C (Castagnoli, reflected 0x82F63B78), as models/checksum.c computes it."""
+    """CRC-32C (Castagnoli, reflected 0x82F63B78), as checkpoint/checksum.c computes it."""
     table = []
     for i in range(256):
         c = i

@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 
 #include "core/fail.h"
-#include "models/checkpoint_internal.h"
+#include "checkpoint/internal.h"
 #include "models/fileio.h"
-#include "models/train_config.h"
+#include "train/config.h"
 #include "tests/test_util.h"
 
 static char dir[64];

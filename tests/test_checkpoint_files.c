@@ -27,13 +27,13 @@
 #include <unistd.h>
 
 #include "core/fail.h"
-#include "models/checkpoint_internal.h"
-#include "models/dataloader.h"
+#include "checkpoint/internal.h"
+#include "train/dataloader.h"
 #include "models/fileio.h"
-#include "models/routing_trace.h"
+#include "train/routing_trace.h"
 #include "kernels/cast.h"
-#include "models/safetensors.h"
-#include "models/safetensors_shards.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_shards.h"
 #include "tests/test_util.h"
 
 static char dir[64];

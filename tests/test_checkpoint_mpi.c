@@ -1,4 +1,4 @@
-/* test_checkpoint_mpi.c — checkpoints under mpirun -np 2 (models/checkpoint.h), on a tiny model with
+/* test_checkpoint_mpi.c — checkpoints under mpirun -np 2 (checkpoint/checkpoint.h), on a tiny model with
  * 8 experts and capacity drops:
  *  - resume is bitwise: 20 steps straight vs 10 + resume + 10, with ep unchanged (1 -> 1) and changed
  *    (1 -> 2), with ZeRO-1 off and on: the losses of steps 11-20 and the final weight and state files are
@@ -15,7 +15,8 @@
 #include <unistd.h>
 
 #include "core/fail.h"
-#include "models/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "train/checkpoint_run.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 
@@ -26,7 +27,7 @@ static const char *dir;
 static int rank;
 
 static void save(test_run *r, const char *root, int step) {
-    test_mpi_require(moe_checkpoint_save(&r->t, root, step, 0), "checkpoint save");
+    test_mpi_require(moe_checkpoint_save(moe_trainer_checkpoint_run(&r->t), root, step, 0), "checkpoint save");
 }
 
 static long file_bytes(const char *path, char **data) {
@@ -91,8 +92,8 @@ static void expect_refusal(const char *what, const char *good, moe_train_options
     test_run r;
     test_run_start(&r, 1, o);
     int step = 0;
-    moe_status st = resume ? moe_checkpoint_resume(&r.t, bad, &step)
-                           : moe_checkpoint_load_weights(&r.t, bad);
+    moe_status st = resume ? moe_checkpoint_resume(moe_trainer_checkpoint_run(&r.t), bad, &step)
+                           : moe_checkpoint_load_weights(moe_trainer_checkpoint_run(&r.t), bad);
     CHECK(st != MOE_OK, "%s: accepted", what);
     const char *message = moe_failure_message(st);
     if (rank == 0) {
@@ -149,7 +150,7 @@ int main(int argc, char **argv) {
         moe_train_options resumed = o;
         resumed.zero = use_zero;
         test_run_start(&r, ep, resumed);
-        test_mpi_require(moe_checkpoint_resume(&r.t, half, &done), "resume");
+        test_mpi_require(moe_checkpoint_resume(moe_trainer_checkpoint_run(&r.t), half, &done), "resume");
         CHECK(done == HALF, "resumed after step %d", done);
         memcpy(losses, reference, sizeof losses);
         test_run_steps(&r, HALF + 1, STEPS, losses);
@@ -174,7 +175,7 @@ int main(int argc, char **argv) {
     snprintf(again, sizeof again, "%s/again", dir);
     int done = 0;
     test_run_start(&r, 2, o);
-    test_mpi_require(moe_checkpoint_resume(&r.t, full, &done), "resume");
+    test_mpi_require(moe_checkpoint_resume(moe_trainer_checkpoint_run(&r.t), full, &done), "resume");
     save(&r, again, done);
     test_run_stop(&r);
     for (int i = 0; i < 2 && rank == 0; i++) {
@@ -213,7 +214,8 @@ int main(int argc, char **argv) {
     char pruned[128];
     snprintf(pruned, sizeof pruned, "%s/pruned", dir);
     test_run_start(&r, 1, o);
-    for (int s = 10; s <= 30; s += 10) test_mpi_require(moe_checkpoint_save(&r.t, pruned, s, 2), "checkpoint save");
+    for (int s = 10; s <= 30; s += 10)
+        test_mpi_require(moe_checkpoint_save(moe_trainer_checkpoint_run(&r.t), pruned, s, 2), "checkpoint save");
     test_run_stop(&r);
     if (rank == 0) {
         const int expect[3] = {0, 1, 1};
@@ -230,11 +232,12 @@ int main(int argc, char **argv) {
     if (rank == 0) fclose(fopen(blocker, "w"));
     MPI_Barrier(MPI_COMM_WORLD);
     test_run_start(&r, 1, o);
-    moe_status blocked = moe_checkpoint_save(&r.t, straight, 30, 1);
+    moe_status blocked = moe_checkpoint_save(moe_trainer_checkpoint_run(&r.t), straight, 30, 1);
     CHECK(blocked != MOE_OK, "a blocked save succeeded");
     if (rank == 0) printf("failed save: %s\n", moe_failure_message(blocked));
     int step = 0;
-    test_mpi_require(moe_checkpoint_resume(&r.t, full, &step), "the good checkpoint after a failed save");
+    test_mpi_require(moe_checkpoint_resume(moe_trainer_checkpoint_run(&r.t), full, &step),
+                     "the good checkpoint after a failed save");
     test_run_stop(&r);
     if (rank == 0) {
         snprintf(path_b, sizeof path_b, "%s/step-%08d/model.safetensors", again, STEPS);

@@ -1,4 +1,4 @@
-/* test_nonfinite_mpi.c — the non-finite guard (models/trainer.h) under mpirun -np 2, on the tiny model with
+/* test_nonfinite_mpi.c — the non-finite guard (train/trainer.h) under mpirun -np 2, on the tiny model with
  * ep 2 (rank 1 holds experts 4-7), NaN injected where a real run gets it:
  *  - into one expert weight on rank 1 only: the next step stops on every rank, naming that expert's tensor,
  *    and the weights are not updated; evaluation of those weights fails; a save refuses them and writes
@@ -14,8 +14,9 @@
 #include <unistd.h>
 
 #include "core/fail.h"
-#include "models/checkpoint.h"
-#include "models/safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "train/checkpoint_run.h"
+#include "checkpoint/safetensors.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 
@@ -87,7 +88,7 @@ static void nan_weight(void) {
     char root[200], step_dir[260];
     snprintf(root, sizeof root, "%s/nan", corpus.dir);
     snprintf(step_dir, sizeof step_dir, "%s/step-%08d", root, 3);
-    expect_nonfinite("NaN weight: a save", moe_checkpoint_save(&r.t, root, 3, 0),
+    expect_nonfinite("NaN weight: a save", moe_checkpoint_save(moe_trainer_checkpoint_run(&r.t), root, 3, 0),
                      "model.layers.1.block_sparse_moe.experts.5.w3.weight[7] is nan: refusing to save");
     CHECK(access(step_dir, F_OK) != 0, "NaN weight: a step directory was written");
     free(before), free(s.expert_tokens);
@@ -103,7 +104,7 @@ static void nan_checkpoint(void) {
     test_run r;
     test_run_start(&r, 1, o);
     test_run_steps(&r, 1, 1, NULL);
-    test_mpi_require(moe_checkpoint_save(&r.t, root, 1, 0), "save");
+    test_mpi_require(moe_checkpoint_save(moe_trainer_checkpoint_run(&r.t), root, 1, 0), "save");
     if (rank == 0) { /* rewrite the norm with a NaN through the writer: the checksums are right */
         moe_safetensors_file f;
         test_mpi_require(moe_safetensors_open(path, &f), "open");
@@ -131,7 +132,8 @@ static void nan_checkpoint(void) {
     MPI_Barrier(MPI_COMM_WORLD);
     char dir[260];
     snprintf(dir, sizeof dir, "%s/step-%08d", root, 1);
-    expect_nonfinite("NaN in a checkpoint", moe_checkpoint_load_weights(&r.t, dir), "model.norm.weight[3]");
+    expect_nonfinite("NaN in a checkpoint", moe_checkpoint_load_weights(moe_trainer_checkpoint_run(&r.t), dir),
+                     "model.norm.weight[3]");
     test_run_stop(&r);
 }
 

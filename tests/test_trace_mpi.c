@@ -1,4 +1,4 @@
-/* test_trace_mpi.c — routing traces (models/routing_trace.h) under mpirun -np 2, on a tiny model with
+/* test_trace_mpi.c — routing traces (train/routing_trace.h) under mpirun -np 2, on a tiny model with
  * capacity drops:
  *  - a run that replays its own trace (here on another ep) reproduces the recorded run's losses bitwise;
  *  - replay really drives the routing: a trace that sends every token to experts 0 and 1 gives other
@@ -10,7 +10,7 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
-#include "models/trainer.h"
+#include "train/trainer.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 

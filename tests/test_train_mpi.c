@@ -19,7 +19,7 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "core/threads.h"
-#include "models/trainer.h"
+#include "train/trainer.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "alltoall/parallel_mpi.h"
-#include "models/dataloader.h"
+#include "train/dataloader.h"
 #include "tests/test_mpi.h"
 
 static void write_corpus(const char *path, long n, unsigned long long seed) {

@@ -5,7 +5,7 @@
 #define MOE_TESTS_TEST_TRAINING_H
 
 #include "alltoall/parallel.h"
-#include "models/trainer.h"
+#include "train/trainer.h"
 
 enum { TEST_VOCAB = 32 };
 

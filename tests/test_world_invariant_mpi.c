@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "alltoall/parallel_mpi.h"
-#include "models/trainer.h"
+#include "train/trainer.h"
 #include "models/zero.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"

@@ -1,0 +1,447 @@
+/* checkpoint.c — saving and loading checkpoints (layout and format in checkpoint.h): the table of tensors in
+ * file order, a save's steps (the tensor files are checkpoint/write.c's, written by every rank), reading the tensor
+ * files (each rank reads what it holds). The manifest, listing and pruning are checkpoint/dir.c's; config.json and the
+ * fingerprint checkpoint/config.c's. */
+#include "checkpoint/checkpoint.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/fail.h"
+#include "checkpoint/internal.h"
+#include "models/fileio.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_shards.h"
+#include "checkpoint/json_float.h"
+
+_Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 parameters");
+
+/* ---- the tensors of a model, in file order ---------------------------------------------------- */
+
+static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, long local_offset) {
+    moe__ckpt_tensor *t = &tab->t[tab->count++];
+    *t = (moe__ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .count = (size_t)rows * (cols ? cols : 1),
+                            .expert = expert, .local_offset = local_offset};
+    snprintf(t->name, sizeof t->name, "%s", name);
+}
+
+int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
+    const moe_model *m = run->model;
+    const moe_model_config *c = run->config;
+    const int E = c->moe.num_experts, EL = moe_model_num_local_experts(m), first = run->ranks.ep_rank * EL;
+    int count;
+    const moe_model_tensor *mt = moe_model_tensors(m, &count);
+    tab->t = calloc((size_t)count * E + 1, sizeof(moe__ckpt_tensor));
+    if (!tab->t) return 0;
+    tab->count = 0;
+    char name[sizeof tab->t->name];
+    for (int layer = -1; layer <= c->num_layers; layer++)
+        for (int experts = 0; experts < 2; experts++)
+            for (int i = 0; i < count; i++) {
+                const moe_model_tensor *t = &mt[i];
+                if (t->layer != layer || !t->experts != !experts) continue;
+                if (!experts) {
+                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, (long)t->offset);
+                    continue;
+                }
+                const size_t per_expert = (size_t)t->rows * t->cols;
+                for (int j = 0; j < E; j++) {
+                    snprintf(name, sizeof name, t->name, j);
+                    const long local = j >= first && j < first + EL ? (long)(t->offset + (j - first) * per_expert) : -1;
+                    add(tab, name, t->ndim, t->rows, t->cols, j, local);
+                }
+            }
+    return 1;
+}
+
+/* Every rank agrees on the outcome of a step that only some ranks (or only rank 0) performed. */
+static moe_status agree(const moe_checkpoint_run *run, moe_status st) {
+    return moe_comm_agree(moe_parallel_world(run->par), st);
+}
+
+/* The same, when ranks did slow file work meanwhile: the others wait under the checkpoint timeout, not the
+ * exchange watchdog, and a timeout says so. */
+static moe_status agree_after_io(const moe_checkpoint_run *run, moe_status st, const char *what) {
+    moe_comm *world = moe_parallel_world(run->par);
+    const double watchdog = moe_comm_timeout(world);
+    moe_comm_set_timeout(world, run->timeout_s);
+    moe_status agreed = moe_comm_agree(world, st);
+    moe_comm_set_timeout(world, watchdog);
+    if (agreed == MOE_ERR_TIMEOUT)
+        return moe_fail_context(agreed, "%s: a rank did not finish within --checkpoint-timeout %g s", what,
+                                run->timeout_s);
+    return agreed;
+}
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+/* World rank 0: config.json and the manifest, with the configuration this run trained with (what --resume
+ * inherits), once every tensor file is whole. */
+static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const char *dir, int step) {
+    char *path = moe_path_join(dir, moe__checkpoint_files[1]);
+    if (!path) return MOE_ERR_OUT_OF_MEMORY;
+    json_t *config = moe__checkpoint_config_json(run->config);
+    moe_status st = MOE_OK;
+    if (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 || moe_fsync_path(path) != 0)
+        st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    json_decref(config);
+    free(path);
+    if (st == MOE_OK)
+        st = moe__checkpoint_manifest_write(dir, run->run_id, run->parent_run_id, step, run->run_config(run->owner));
+    return st;
+}
+
+/* Every rank: the step directory written whole under a temporary name (world rank 0 makes it, every rank stores its
+ * part of the tensor files, rank 0 adds config.json and the manifest), then published and the run's old ones pruned
+ * by rank 0 (checkpoint/dir.c). */
+moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int step, int keep_last) {
+    const moe_checkpoint_run *run = &view;
+    const int rank0 = run->ranks.world_rank == 0;
+    char name[64];
+    snprintf(name, sizeof name, ".tmp-step-%08d", step);
+    char *tmp = moe_path_join(root, name);
+    moe__ckpt_table tab = {0};
+    moe_status st = tmp && moe__checkpoint_table(run, &tab) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && rank0) {
+        if (mkdir(root, 0755) != 0 && errno != EEXIST) /* moe_checkpoint_prepare made it; a caller may not have */
+            st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
+        if (st == MOE_OK) moe__checkpoint_clean_leftovers(root);
+        if (st == MOE_OK && mkdir(tmp, 0755) != 0)
+            st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    st = agree(run, st);
+    char step_text[32], position[32], fingerprint[512];
+    snprintf(step_text, sizeof step_text, "%d", step);
+    snprintf(position, sizeof position, "%ld", (long)step * run->micro_batches);
+    moe__checkpoint_fingerprint(run, fingerprint, sizeof fingerprint);
+    /* no run id here: the file stays byte-identical across layouts and runs; the manifest binds it to its run */
+    const moe_safetensors_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text},
+                                               {"micro_batches_done", position}, {"fingerprint", fingerprint}};
+    if (st == MOE_OK) st = moe__checkpoint_write_tensors(run, &tab, tmp, state_meta, 4, agree_after_io);
+    if (st == MOE_OK && rank0) st = write_config_and_manifest(run, tmp, step);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, run->run_id);
+    if (st != MOE_OK && rank0 && tmp) moe__checkpoint_remove_dir(tmp);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, run->run_id, keep_last, run->notes);
+    free(tmp), free(tab.t);
+    return agree_after_io(run, st, "checkpoint save");
+}
+
+moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
+    *out = NULL;
+    moe__checkpoint_entry *list;
+    int count;
+    MOE_TRY(moe__checkpoint_list(root, &list, &count, notes));
+    moe_status st = MOE_OK;
+    if (!count) st = moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
+    else if (!(*out = strdup(list[count - 1].path))) st = MOE_ERR_OUT_OF_MEMORY; /* the highest step */
+    moe__checkpoint_list_free(list, count);
+    return st;
+}
+
+/* ---- loading ---------------------------------------------------------------------------------- */
+
+/* Where a tensor read from a checkpoint goes: `what` names the values in messages ("the loaded weights"), moment -1
+ * is the weights, 0 and 1 the moments. */
+typedef struct {
+    const moe_checkpoint_run *run;
+    const char *what;
+    int moment;
+} tensor_sink;
+
+/* One tensor read into buf: finite (second moments >= 0 too), then into this rank's memory. */
+static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, const moe_real *buf) {
+    for (size_t j = 0; j < t->count; j++) {
+        if (!isfinite(buf[j]))
+            return moe_fail(MOE_ERR_NONFINITE, "%s: %s[%zu] is the first NaN or Inf (world rank %d)", to->what, t->name,
+                            j, to->run->ranks.world_rank);
+        /* a mean of squares: a negative one (valid checksums) would make the next update NaN and blame the weights */
+        if (to->moment == 1 && buf[j] < 0)
+            return moe_fail(MOE_ERR_BAD_FILE, "exp_avg_sq.%s[%zu] is %g: a second moment is a mean of squares and "
+                            "cannot be negative (a corrupt or edited training state)", t->name, j, (double)buf[j]);
+    }
+    if (to->moment >= 0)
+        return to->run->moment_range_set(to->run->owner, to->moment, (size_t)t->local_offset, t->count, buf);
+    return moe_runtime_upload(moe_model_runtime(to->run->model), moe_model_params(to->run->model) + t->local_offset,
+                              buf, t->count * sizeof(moe_real));
+}
+
+/* Reads the table's tensors (named prefix + name) that this rank holds, one at a time through buf (room for the
+ * largest), into their place (put_tensor); checks that every tensor of the table exists with its shape in a dtype
+ * the reader converts, and (unless extra_ok) that the files hold no tensor the model does not know. *lossy (may be
+ * NULL): 1 when a tensor is stored in less than F32 (BF16, F16). */
+static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const moe__ckpt_table *tab, const char *prefix,
+                               const tensor_sink *to, moe_real *buf, int extra_ok, int *lossy) {
+    char name[160];
+    for (int i = 0; i < tab->count; i++) {
+        const moe__ckpt_tensor *t = &tab->t[i];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        moe_safetensors_file *f = moe_safetensors_set_file(set, name);
+        if (!f && set->index.num_shards)
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing (in no shard of the index)", dir, name);
+        if (!f) f = &set->files[0]; /* its read names the missing tensor and the file */
+        if (t->local_offset < 0) {
+            MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
+        } else {
+            MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
+            MOE_TRY(put_tensor(to, t, buf));
+        }
+        if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
+    }
+    for (int k = 0; k < set->num_files && !extra_ok; k++)
+        for (int i = 0; i < set->files[k].num_tensors; i++) {
+            const char *have = set->files[k].tensors[i].name;
+            int known = 0;
+            for (int j = 0; j < tab->count && !known; j++) {
+                snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
+                known = !strcmp(name, have);
+            }
+            if (!known)
+                return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)",
+                                set->files[k].path, have);
+        }
+    return MOE_OK;
+}
+
+/* A buffer for the largest tensor of the table (a load's only memory beyond the model's). */
+static moe_real *tensor_buffer(const moe__ckpt_table *tab) {
+    size_t largest = 1;
+    for (int i = 0; i < tab->count; i++) largest = tab->t[i].count > largest ? tab->t[i].count : largest;
+    return malloc(largest * sizeof(moe_real));
+}
+
+/* Every file the weights come from (the model or its shards and index, config.json) is one the manifest lists. */
+static moe_status check_covered(const char *dir, const moe__checkpoint_manifest *m, const moe_safetensors_set *set) {
+    MOE_TRY(moe__checkpoint_manifest_covers(dir, m, moe__checkpoint_files[1]));
+    for (int i = 0; i < set->num_files; i++) MOE_TRY(moe__checkpoint_manifest_covers(dir, m, set->names[i]));
+    return set->index.num_shards ? moe__checkpoint_manifest_covers(dir, m, "model.safetensors.index.json") : MOE_OK;
+}
+
+/* The config, the manifest's files (read by the caller), then the weights (their checksums as they are read),
+ * which must be finite. *lossy: 1 when they were stored in less than F32. */
+static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
+                               const moe__checkpoint_manifest *manifest, int *lossy) {
+    MOE_TRY(moe__checkpoint_check_config(dir, run->config));
+    moe_status st = moe__checkpoint_manifest_verify(dir, manifest);
+    moe_real *buf = tensor_buffer(tab);
+    moe_safetensors_set set;
+    if (st == MOE_OK) st = buf ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) {
+        const tensor_sink to = {run, "the loaded weights", -1};
+        st = check_covered(dir, manifest, &set);
+        if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", &to, buf, 0, lossy);
+        moe_safetensors_set_close(&set);
+    }
+    free(buf);
+    return st;
+}
+
+/* The routers' selection biases (expert_bias.layers.I) from whichever file of the training state holds them. */
+static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetensors_set *set) {
+    const moe_model_config *c = run->config;
+    char name[64];
+    for (int l = 0; l < c->num_layers; l++) {
+        moe_real *bias = moe_model_expert_bias(run->model, l);
+        long E = c->moe.num_experts;
+        snprintf(name, sizeof name, "expert_bias.layers.%d", l);
+        moe_safetensors_file *holder = moe_safetensors_set_file(set, name);
+        if (bias) MOE_TRY(moe_safetensors_read(holder ? holder : &set->files[0], name, 1, &E, bias));
+    }
+    return MOE_OK;
+}
+
+/* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state (which
+ * a --save-dtype bf16 export writes with the biases alone), a file the manifest must list. */
+static moe_status load_selection_biases(const moe_checkpoint_run *run, const char *dir) {
+    if (run->config->moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
+    moe__checkpoint_manifest manifest;
+    moe_safetensors_set set;
+    moe_status st = moe__checkpoint_manifest_read(dir, &manifest);
+    if (st == MOE_OK) {
+        st = moe__checkpoint_manifest_covers(dir, &manifest, moe__checkpoint_files[2]);
+        moe__checkpoint_manifest_free(&manifest);
+    }
+    if (st == MOE_OK && (st = moe_safetensors_set_open(dir, "train_state", &set)) == MOE_OK)
+        st = read_biases(run, &set), moe_safetensors_set_close(&set);
+    if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", moe_failure_message(st));
+    return moe_fail(st, "sigmoid routing's selection biases are part of the model, kept in %s: %s",
+                    moe__checkpoint_files[2], why);
+}
+
+moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir) {
+    const moe_checkpoint_run *run = &view;
+    moe__ckpt_table tab = {0};
+    int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
+    moe__checkpoint_manifest manifest;
+    moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) {
+        st = load_weights(run, &tab, dir, &manifest, &lossy);
+        moe__checkpoint_manifest_free(&manifest);
+    }
+    if (st == MOE_OK) st = load_selection_biases(run, dir);
+    free(tab.t);
+    return agree(run, st);
+}
+
+/* The training state: its file listed by the manifest (whose checksum of its header binds it to the manifest's run),
+ * from the step the manifest says. */
+static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
+                             const moe__checkpoint_manifest *manifest, int *step) {
+    char want[512];
+    char *path = moe_path_join(dir, moe__checkpoint_files[2]);
+    if (!path) return MOE_ERR_OUT_OF_MEMORY;
+    moe_safetensors_set set;
+    moe_status st = moe__checkpoint_manifest_covers(dir, manifest, moe__checkpoint_files[2]);
+    if (st == MOE_OK) st = moe_safetensors_set_open(dir, "train_state", &set);
+    if (st != MOE_OK) return free(path), st;
+    moe_safetensors_file f = set.files[0]; /* metadata and biases: the first (and, as saved, only) file */
+    const char *format = moe_safetensors_metadata(&f, "format"), *fp = moe_safetensors_metadata(&f, "fingerprint"),
+               *saved = moe_safetensors_metadata(&f, "step");
+    moe__checkpoint_fingerprint(run, want, sizeof want);
+    if (!format || strcmp(format, "moe-train-state-1"))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
+    else if (!fp || strcmp(fp, want))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: training state from another run: saved for [%s], this run is [%s]", path,
+                      fp ? fp : "?", want);
+    else
+        st = moe__checkpoint_parse_step(saved, path, step);
+    if (st == MOE_OK && manifest->step >= 0 && *step != manifest->step)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: the training state of step %d, in a checkpoint of step %d (manifest.json): "
+                      "a file of another step", path, *step, manifest->step);
+    moe_real *buf = tensor_buffer(tab);
+    if (!buf) st = MOE_ERR_OUT_OF_MEMORY;
+    static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
+    for (int which = 0; which < 2 && st == MOE_OK; which++) {
+        const tensor_sink to = {run, which_name[which], which};
+        st = moe_fail_context(read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", &to, buf, 1, NULL), "%s",
+                              path);
+    }
+    free(buf);
+    if (st == MOE_OK) st = read_biases(run, &set);
+    moe_safetensors_set_close(&set);
+    free(path);
+    return st;
+}
+
+/* dirname of a step directory: where its siblings (and its run's newer checkpoints) live */
+static char *parent_of(const char *dir) {
+    char *p = strdup(dir);
+    if (!p) return NULL;
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = 0;
+    char *slash = strrchr(p, '/');
+    if (!slash) return strcpy(p, ".");
+    if (slash == p) slash[1] = 0;
+    else *slash = 0;
+    return p;
+}
+
+/* The run goes on under the checkpoint's run id when the checkpoint is that run's newest in its directory;
+ * resumed from an older one it becomes a new run (a fork: parent = that run), so that pruning never deletes
+ * the newer checkpoints of the run it left. */
+static moe_status continue_run(const moe_checkpoint_run *run, const char *dir, const moe__checkpoint_manifest *m) {
+    char *root = parent_of(dir);
+    moe__checkpoint_entry *list = NULL;
+    int count = 0, newer = 0;
+    moe_status st = root ? moe__checkpoint_list(root, &list, &count, run->notes) : MOE_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < count && st == MOE_OK; i++)
+        newer += !strcmp(list[i].manifest.run_id, m->run_id) && list[i].manifest.step > m->step;
+    moe__checkpoint_list_free(list, count);
+    free(root);
+    if (st != MOE_OK) return st;
+    if (!newer && strcmp(m->run_id, "legacy")) {
+        snprintf(run->run_id, MOE_RUN_ID_NBYTES, "%s", m->run_id);
+        snprintf(run->parent_run_id, MOE_RUN_ID_NBYTES, "%s", m->parent_run_id);
+    } else { /* a new run id of this run's own (made when the run began) with the checkpoint's as parent */
+        snprintf(run->parent_run_id, MOE_RUN_ID_NBYTES, "%s", m->run_id);
+    }
+    return MOE_OK;
+}
+
+moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *step) {
+    const moe_checkpoint_run *run = &view;
+    moe__ckpt_table tab = {0};
+    moe__checkpoint_manifest manifest = {.files = NULL};
+    moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
+    int lossy = 0;
+    if (st == MOE_OK) st = load_weights(run, &tab, dir, &manifest, &lossy);
+    if (st == MOE_OK && lossy)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s holds weights stored in less than F32 (a --save-dtype bf16 export, or "
+                      "another tool's checkpoint): resuming needs the run's fp32 masters. Start from these weights with "
+                      "--init-from %s (a fresh optimizer), or resume from an f32 checkpoint", dir, dir);
+    if (st == MOE_OK) st = load_state(run, &tab, dir, &manifest, step);
+    if (st == MOE_OK) st = continue_run(run, dir, &manifest);
+    moe__checkpoint_manifest_free(&manifest);
+    free(tab.t);
+    return agree(run, st);
+}
+
+/* ---- the directory before training ------------------------------------------------------------- */
+
+/* ROOT exists as a directory (made if missing) that this process can write into. */
+static moe_status check_writable(const char *root) {
+    struct stat sb;
+    if (stat(root, &sb) != 0) {
+        if (errno != ENOENT) return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s: %s", root, strerror(errno));
+        if (mkdir(root, 0755) != 0 && errno != EEXIST) /* EEXIST: another job made it meanwhile */
+            return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s: cannot create it: %s", root, strerror(errno));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        return moe_fail(MOE_ERR_IO, "--checkpoint-dir %s exists and is not a directory", root);
+    }
+    char name[64];
+    snprintf(name, sizeof name, ".write-probe-%ld", (long)getpid()); /* this process's own: no race with another's */
+    char *probe = moe_path_join(root, name);
+    if (!probe) return MOE_ERR_OUT_OF_MEMORY;
+    FILE *f = fopen(probe, "wb");
+    const int opened = f != NULL, why = errno;
+    moe_status st = opened && fclose(f) == 0 && unlink(probe) == 0
+                        ? MOE_OK
+                        : moe_fail(MOE_ERR_IO, "--checkpoint-dir %s is not writable: %s", root,
+                                   strerror(opened ? errno : why));
+    free(probe);
+    return st;
+}
+
+/* ROOT holds no other run's checkpoints but the parent's, and none of another run after resumed_step. */
+static moe_status check_runs(const moe_checkpoint_run *run, const char *root, int resumed_step) {
+    moe__checkpoint_entry *list = NULL;
+    int count = 0;
+    moe_status st = moe__checkpoint_list(root, &list, &count, run->notes);
+    for (int i = count - 1; i >= 0 && st == MOE_OK; i--) { /* newest first: the one to name */
+        const moe__checkpoint_manifest *m = &list[i].manifest;
+        if (!strcmp(m->run_id, run->run_id)) continue;
+        if (strcmp(m->run_id, run->parent_run_id))
+            st = moe_fail(MOE_ERR_INVALID_CONFIG,
+                          "--checkpoint-dir %s already holds another run's checkpoints (newest: %s, run %s): continue "
+                          "it with --resume, or save into another --checkpoint-dir",
+                          root, list[i].path, m->run_id);
+        else if (m->step > resumed_step)
+            st = moe_fail(MOE_ERR_INVALID_CONFIG,
+                          "this run resumed run %s at step %d, and --checkpoint-dir %s holds that run's newer "
+                          "checkpoint %s (step %d): this run's saves would reach its steps, and a save never replaces "
+                          "another run's checkpoint. Save this run into another --checkpoint-dir (or resume the newest "
+                          "checkpoint to continue that run)",
+                          m->run_id, resumed_step, root, list[i].path, m->step);
+    }
+    moe__checkpoint_list_free(list, count);
+    return st;
+}
+
+moe_status moe_checkpoint_prepare(moe_checkpoint_run view, const char *root, int resumed_step,
+                                  moe_checkpoint_lock **lock) {
+    const moe_checkpoint_run *run = &view;
+    *lock = NULL;
+    moe_status st = MOE_OK;
+    if (run->ranks.world_rank == 0) {
+        st = check_writable(root);
+        if (st == MOE_OK) st = moe__checkpoint_lock(root, run->run_id, lock);
+        if (st == MOE_OK) st = check_runs(run, root, resumed_step);
+        if (st != MOE_OK) moe_checkpoint_unlock(*lock), *lock = NULL;
+    }
+    return agree(run, st);
+}

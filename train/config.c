@@ -1,0 +1,220 @@
+/* train/config.c — moe-train's configuration from its sources (flags, --config file, a checkpoint's config.json
+ * and saved run) and as JSON (train/config.h).
+ *   from train/options.h: the flag table, setting an option from text with its source, the final checks
+ *   from checkpoint.h:    config.json as a model config, the fields that define a model, the newest checkpoint
+ *   from fileio.h:        opening the files (a --config file, a checkpoint's manifest.json with the saved run) */
+#include "train/config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+#include "checkpoint/checkpoint.h"
+#include "models/fileio.h"
+
+/* The JSON documents whose strings the options point into: alive for the process, never freed (reachable). */
+static json_t **kept;
+static size_t num_kept;
+
+static int keep(json_t *j) {
+    json_t **more = realloc(kept, (num_kept + 1) * sizeof *kept);
+    if (!more) return json_decref(j), -1;
+    kept = more, kept[num_kept++] = j;
+    return 0;
+}
+
+json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto) {
+    json_t *j = json_object();
+    int count;
+    const moe_train_option *table = moe_train_option_table(&count);
+    for (int i = 0; i < count && j; i++) {
+        const moe_train_option *s = &table[i];
+        const void *field = (const char *)o + s->offset;
+        if (s->scope == MOE_OPT_SCOPE_FLAG_ONLY) continue;
+        json_t *v;
+        if ((s->kind == MOE_OPT_INT || s->kind == MOE_OPT_CHOICE) && (*(const int *)field < 0 || (derived_as_auto && o->derived[i])))
+            v = json_string("auto");
+        else if (s->kind == MOE_OPT_INT) v = json_integer(*(const int *)field);
+        else if (s->kind == MOE_OPT_FLOAT) v = moe_json_float(*(const float *)field);
+        else if (s->kind == MOE_OPT_STRING) v = json_string(*(const char *const *)field);
+        else v = json_string(s->choices[*(const int *)field]);
+        if (json_object_set_new(j, moe_train_option_key(s), v)) json_decref(j), j = NULL;
+    }
+    return j;
+}
+
+static const moe_train_option *find_key(const char *key) {
+    int count;
+    const moe_train_option *table = moe_train_option_table(&count);
+    for (int i = 0; i < count; i++)
+        if (!strcmp(moe_train_option_key(&table[i]), key)) return &table[i];
+    return NULL;
+}
+
+/* v as the text moe_train_option_set reads, or NULL with *want set to the type s needs */
+static const char *value_text(const moe_train_option *s, json_t *v, char *buf, size_t n, const char **want) {
+    if (json_is_string(v) && moe_train_option_has_auto(s) && !strcmp(json_string_value(v), "auto")) return "auto";
+    switch (s->kind) {
+    case MOE_OPT_INT:
+        *want = "an integer";
+        if (!json_is_integer(v)) return NULL;
+        snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return buf;
+    case MOE_OPT_FLOAT:
+        *want = "a number";
+        if (!json_is_number(v)) return NULL;
+        snprintf(buf, n, "%.17g", json_number_value(v));
+        return buf;
+    case MOE_OPT_STRING:
+        *want = "a string";
+        return json_string_value(v);
+    case MOE_OPT_CHOICE:
+        *want = "a string";
+        return json_string_value(v);
+    }
+    return NULL;
+}
+
+int moe_train_options_apply_json(moe_train_options *o, json_t *j, moe_option_source source, const char *what,
+                                 FILE *err) {
+    if (!json_is_object(j)) return moe_train_complain(err, "moe-train: %s: not a JSON object of options\n", what), -1;
+    const char *key;
+    json_t *v;
+    char label[1024], buf[64];
+    json_object_foreach(j, key, v) {
+        const moe_train_option *s = find_key(key);
+        if (!s && source == MOE_OPTION_SAVED_RUN) continue;
+        if (!s)
+            return moe_train_complain(err, "moe-train: %s: unknown key '%s' (keys are the flags without their dashes, '-' as "
+                            "'_': see --help or --print-config)\n", what, key), -1;
+        if (s->scope == MOE_OPT_SCOPE_FLAG_ONLY)
+            return moe_train_complain(err, "moe-train: %s: '%s' is a command-line flag only, not a config file key\n", what, key),
+                   -1;
+        if (source == MOE_OPTION_SAVED_RUN && s->scope != MOE_OPT_SCOPE_RUN) continue;
+        const char *want = NULL, *text = value_text(s, v, buf, sizeof buf, &want);
+        if (!text) {
+            char got[64] = "";
+            json_dumpb(v, got, sizeof got - 1, JSON_ENCODE_ANY);
+            return moe_train_complain(err, "moe-train: %s: '%s' must be %s%s, not %s\n", what, key, want,
+                            moe_train_option_has_auto(s) ? " (or \"auto\")" : "", got), -1;
+        }
+        if (moe_train_option_from(o, s, source)) continue; /* a stronger source gave it */
+        snprintf(label, sizeof label, "%s: '%s'", what, key);
+        if (moe_train_option_set(o, s, text, source, label, err)) return -1;
+    }
+    return 0;
+}
+
+static json_t *read_json_file(const char *path, FILE *err) {
+    FILE *f;
+    moe_status st = moe_file_open_regular(path, &f);
+    if (st != MOE_OK) return moe_train_complain(err, "moe-train: --config: %s\n", moe_failure_message(st)), NULL;
+    json_error_t e;
+    json_t *j = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
+    fclose(f);
+    if (!j) moe_train_complain(err, "moe-train: --config %s: not JSON: %s (line %d, column %d)\n", path, e.text, e.line, e.column);
+    return j;
+}
+
+/* The configuration the checkpoint's run trained with (manifest.json's "config"); NULL when the checkpoint
+ * predates it. */
+static json_t *saved_run(const char *dir, FILE *err, int *failed) {
+    char *path = moe_path_join(dir, "manifest.json");
+    FILE *f = NULL;
+    moe_status st = path ? moe_file_open_regular(path, &f) : MOE_ERR_OUT_OF_MEMORY;
+    json_t *j = NULL, *config = NULL;
+    if (st == MOE_OK) {
+        json_error_t e;
+        if (!(j = json_loadf(f, 0, &e)))
+            moe_train_complain(err, "moe-train: --resume: %s: not JSON: %s (line %d)\n", path, e.text, e.line), *failed = 1;
+        fclose(f);
+    } else if (st != MOE_ERR_IO) { /* a missing manifest: a checkpoint from before manifests */
+        moe_train_complain(err, "moe-train: --resume: %s\n", moe_failure_message(st)), *failed = 1;
+    }
+    config = json_object_get(j, "config");
+    if (config && !json_is_object(config) && !json_is_null(config))
+        moe_train_complain(err, "moe-train: --resume: %s: config is not an object of options\n", path), *failed = 1;
+    config = json_is_object(config) && !*failed ? json_incref(config) : NULL;
+    json_decref(j);
+    free(path);
+    return config;
+}
+
+/* config.json defines the architecture: taken where no config file or flag gave it, compared where one did. */
+static int take_architecture(moe_train_options *o, const char *dir, FILE *err) {
+    int count;
+    const moe_train_option *table = moe_train_option_table(&count);
+    moe_model_config saved;
+    moe_status st = moe_checkpoint_read_config(dir, &saved, NULL);
+    if (st != MOE_OK) return moe_train_complain(err, "moe-train: %s\n", moe_failure_message(st)), -1;
+    for (int i = 0; i < moe_checkpoint_num_fields(); i++) {
+        const moe_checkpoint_field have = moe_checkpoint_field_at(&saved, i), asked = moe_checkpoint_field_at(&o->model, i);
+        const moe_train_option *s = moe_train_option_at(offsetof(moe_train_options, model) + have.offset);
+        const int undecided = *(const int *)((const char *)o + s->offset) < 0 && moe_train_option_has_auto(s);
+        if (moe_train_option_from(o, s, MOE_OPTION_CONFIG_FILE) && !undecided && asked.value != have.value) {
+            char value[64];
+            moe_train_option_format(o, s, 0, value, sizeof value);
+            return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, whose %s is %s: the checkpoint "
+                            "defines the architecture (leave %s out, or start without it)\n", s->name, value, dir,
+                            have.path, have.text, s->name), -1;
+        }
+        moe_checkpoint_field_set(&o->model, i, have.value);
+        if (!moe_train_option_from(o, s, MOE_OPTION_CHECKPOINT)) o->source[s - table] = MOE_OPTION_CHECKPOINT;
+    }
+    o->model.max_positions = saved.max_positions;
+    return 0;
+}
+
+/* --resume: the options given now that differ from the saved run's, and how many it inherited */
+static void compare_with_saved(const moe_train_options *o, json_t *saved, FILE *notes) {
+    int count, inherited = 0;
+    const moe_train_option *table = moe_train_option_table(&count);
+    json_t *now = moe_train_options_json(o, 0);
+    for (int i = 0; i < count && now && notes; i++) {
+        const moe_train_option *s = &table[i];
+        json_t *was = json_object_get(saved, moe_train_option_key(s)), *is = json_object_get(now, moe_train_option_key(s));
+        if (o->source[i] == MOE_OPTION_SAVED_RUN) inherited++;
+        if (s->scope != MOE_OPT_SCOPE_RUN || !was || !is || json_equal(was, is)) continue;
+        char *a = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS), *b = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
+        fprintf(notes, "resume: %s %s (the saved run had %s)\n", s->name, a ? a : "?", b ? b : "?");
+        free(a), free(b);
+    }
+    if (notes) fprintf(notes, "resume: %d options as the saved run had them (--print-config shows all)\n", inherited);
+    json_decref(now);
+}
+
+int moe_train_options_load(int argc, char **argv, int world_size, moe_train_options *o, FILE *err, FILE *notes) {
+    int rc = moe_train_options_parse_flags(argc, argv, o, err);
+    if (rc) return rc;
+    if (*o->config_file) {
+        json_t *j = read_json_file(o->config_file, err);
+        if (!j) return -1;
+        if (keep(j)) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
+        if (moe_train_options_apply_json(o, j, MOE_OPTION_CONFIG_FILE, o->config_file, err)) return -1;
+    }
+    char *dir = NULL; /* both, or latest without a directory: moe_train_options_finish says why not */
+    const int usable = !(*o->resume && *o->init_from) && (strcmp(o->resume, "latest") || *o->checkpoint_dir);
+    if (!usable) {
+    } else if (!strcmp(o->resume, "latest")) {
+        moe_status st = moe_checkpoint_latest(o->checkpoint_dir, &dir, NULL); /* restore() warns of what it skips */
+        if (st != MOE_OK) return moe_train_complain(err, "moe-train: --resume: %s\n", moe_failure_message(st)), -1;
+    } else if (*o->resume || *o->init_from) {
+        dir = strdup(*o->resume ? o->resume : o->init_from);
+        if (!dir) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
+    }
+    json_t *saved = NULL;
+    int failed = 0;
+    if (dir && *o->resume && (saved = saved_run(dir, err, &failed)) != NULL)
+        failed = keep(saved) ? (moe_train_complain(err, "moe-train: out of memory\n"), 1)
+                             : moe_train_options_apply_json(o, saved, MOE_OPTION_SAVED_RUN,
+                                                            "the saved run's configuration", err);
+    if (!failed && dir) failed = take_architecture(o, dir, err);
+    free(dir);
+    if (failed) return -1;
+    if (moe_train_options_finish(o, world_size, err)) {
+        if (*o->config_file) moe_train_complain(err, "moe-train: (the options include those of --config %s)\n", o->config_file);
+        return -1;
+    }
+    if (saved && !o->print_config) compare_with_saved(o, saved, notes);
+    return 0;
+}

@@ -1,0 +1,459 @@
+/* train/options.c — the flag table of moe-train, its parser and printer. */
+#include "train/options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/json_float.h"
+#include "models/fileio.h"
+#include "models/plan_model.h"
+#include "train/signals.h"
+
+#define OPT_INT MOE_OPT_INT
+#define OPT_FLOAT MOE_OPT_FLOAT
+#define OPT_STRING MOE_OPT_STRING
+#define OPT_CHOICE MOE_OPT_CHOICE
+#define RUN MOE_OPT_SCOPE_RUN
+#define COMMAND MOE_OPT_SCOPE_COMMAND
+#define FLAG_ONLY MOE_OPT_SCOPE_FLAG_ONLY
+typedef moe_train_option opt_spec;
+
+#define OFF(field) offsetof(moe_train_options, field)
+static const opt_spec kOptions[] = {
+    /* model */
+    {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL, RUN},
+    {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL, RUN},
+    {"--heads", "attention heads (head_dim = d_model / heads, even)", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL, RUN},
+    {"--kv-heads", "key/value heads (< heads: grouped-query attention; auto: --heads)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL, RUN},
+    {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}, NULL, RUN},
+    {"--vocab", "vocabulary size (256: bytes; above 65536 the token files must hold uint32 tokens)", OPT_INT,
+     OFF(model.vocab_size), 2, 2147483647, {0}, NULL, RUN},
+    {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}, NULL, RUN},
+    {"--tie-embeddings", "1: lm_head shares the embedding matrix", OPT_INT, OFF(model.tie_embeddings), 0, 1, {0}, NULL, RUN},
+    {"--rope-theta", "RoPE base", OPT_FLOAT, OFF(model.rope_theta), 1, 1e9, {0}, NULL, RUN},
+    {"--norm-eps", "RMSNorm epsilon (rms_norm_eps)", OPT_FLOAT, OFF(model.norm_eps), 1e-12, 1, {0}, NULL, RUN},
+    /* experts */
+    {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},
+    {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL, RUN},
+    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}, NULL, RUN},
+    {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
+    {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
+     OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL, RUN},
+    {"--renormalize", "1: gates divided by their sum over the k chosen (Mixtral; with k = 1 the gate is 1); 0: the "
+     "gate is the router's score; auto: 1 when k > 1, else 0 (see docs/CHECKPOINTS.md)", OPT_INT,
+     OFF(model.moe.renormalize), -1, 1, {0}, NULL, RUN},
+    {"--drop-priority", "which assignments an overflowing expert keeps", OPT_CHOICE, OFF(model.moe.drop_priority), 0, 0,
+     {"token", "score"}, NULL, RUN},
+    {"--aux-loss-coef", "load-balancing loss coefficient", OPT_FLOAT, OFF(model.moe.aux_loss_coef), 0, 1e3, {0}, NULL, RUN},
+    {"--z-loss-coef", "router z-loss coefficient", OPT_FLOAT, OFF(model.moe.z_loss_coef), 0, 1e3, {0}, NULL, RUN},
+    {"--bias-update-rate", "sigmoid routing: aux-loss-free bias step", OPT_FLOAT, OFF(model.moe.bias_update_rate), 0, 1e3,
+     {0}, NULL, RUN},
+    {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL, RUN},
+    {"--layout-invariant", "1: row-wise GEMMs in fixed 64-row calls, so a token's activations are bitwise independent "
+     "of ep and world size (with --world-invariant 1 the whole run is)", OPT_INT, OFF(model.moe.layout_invariant), 0,
+     1, {0}, NULL, RUN},
+    {"--attention", "how attention runs: fused (the default: tiles with an online softmax, per head S statistics kept "
+     "instead of the S x S probabilities, future tiles skipped) or materialized; the same function, rounded otherwise",
+     OPT_CHOICE, OFF(model.attention), 0, 0, {"materialized", "fused"}, NULL, RUN},
+    {"--recompute", "what backward recomputes instead of keeping from forward, each level including the ones before: "
+     "none, attention (the attention block), moe (also the experts' and dense FFNs' SwiGLU intermediates), full (only "
+     "each layer's input is kept; the layer runs again, routing reused); bitwise the same results",
+     OPT_CHOICE, OFF(model.moe.recompute), 0, 0, {"none", "attention", "moe", "full"}, NULL, RUN},
+    {"--precision", "GEMM inputs of the experts and dense layers (fp32 masters, accumulation and router either way; "
+     "auto: bf16 on cuda, fp32 on cpu)", OPT_CHOICE, OFF(model.moe.precision), 0, 0, {"fp32", "bf16"}, NULL, RUN},
+    /* training */
+    {"--batch", "global sequences per micro-batch (divisible by the world size)", OPT_INT, OFF(batch), 1, 1 << 20, {0}, NULL, RUN},
+    {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL, RUN},
+    {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL, RUN},
+    {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL, RUN},
+    {"--min-lr", "learning rate at the last step (cosine decay)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
+    {"--warmup", "linear warm-up steps (auto: min(100, --steps / 10))", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL, RUN},
+    {"--weight-decay", "AdamW weight decay (not on norms)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL, RUN},
+    {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL, RUN},
+    {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL, RUN},
+    {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},
+    {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
+    {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
+     "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
+     "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
+     0, 2, {0}, NULL, RUN},
+    {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
+     "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
+     "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards; "
+     "on cuda written but not yet run on a GPU (docs/DETERMINISM.md)",
+     OPT_INT, OFF(world_invariant), 0, 1, {0}, NULL, RUN},
+    {"--shards", "with --world-invariant 1: the global batch's virtual shards, a power of two dividing --batch that "
+     "the number of ranks divides (auto: the largest power of two dividing --batch, at most 64)", OPT_INT,
+     OFF(shards), -1, 1 << 20, {0}, NULL, RUN},
+    {"--skip-nonfinite", "1: drop a step whose loss or gradient is NaN or Inf (and say where it appeared) instead of "
+     "stopping the run", OPT_INT, OFF(skip_nonfinite), 0, 1, {0}, NULL, RUN},
+    {"--max-skipped-steps", "with --skip-nonfinite 1: stop the run after this many consecutive dropped steps (a run "
+     "that no longer learns)", OPT_INT, OFF(max_skipped_steps), 1, 1 << 30, {0}, NULL, RUN},
+    {"--threads", "CPU threads per rank, shared by the loops and the GEMMs; never changes results (0: the CPUs this "
+     "rank may use / ranks on this node)", OPT_INT, OFF(threads), 0, 4096, {0}, NULL, RUN},
+    {"--device", "where the model runs: cpu, or cuda (one GPU per rank on its node; needs a CUDA build)", OPT_CHOICE,
+     OFF(device), 0, 0, {"cpu", "cuda"}, NULL, RUN},
+    {"--gpu-transport", "with --device cuda: how tokens and gradients travel (auto: nccl, or mpi when ranks share a "
+     "GPU)", OPT_CHOICE, OFF(gpu_transport), 0, 0, {"nccl", "mpi"}, NULL, RUN},
+    {"--verify-steps", "the first N steps are also computed by the CPU fp32 reference from the same weights and "
+     "batch, compared (loss, grad norm, routing, every gradient) and the run stopped outside the tolerances "
+     "(docs/GPU.md)", OPT_INT, OFF(verify_steps), 0, 1 << 20, {0}, NULL, RUN},
+    /* data and output */
+    {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL, RUN},
+    {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL, RUN},
+    {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}, NULL, RUN},
+    {"--eval-batches", "micro-batches of validation data per evaluation (each a forward pass of --batch sequences)",
+     OPT_INT, OFF(eval_batches), 1, 1 << 16, {0}, NULL, RUN},
+    {"--log-file", "JSON-lines metrics file ('' : none); it opens with a record of the whole run", OPT_STRING,
+     OFF(log_file), 0, 0, {0}, NULL, COMMAND},
+    {"--sample-tokens", "tokens sampled at the end (0: none; each a forward pass of up to --seq-len tokens)", OPT_INT,
+     OFF(sample_tokens), 0, 1 << 16, {0}, NULL, RUN},
+    {"--sample-prompt", "text the samples start from", OPT_STRING, OFF(sample_prompt), 0, 0, {0}, NULL, RUN},
+    {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}, NULL, RUN},
+    {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
+     {0}, NULL, RUN},
+    {"--stop-signals", "signals that stop the run at the next step boundary after a checkpoint (with --checkpoint-dir), "
+     "exit status 128 + the signal; a second one ends it at once (names without SIG, comma-separated, of TERM INT "
+     "USR1 USR2 HUP; none)", OPT_STRING, OFF(stop_signals), 0, 0, {0}, NULL, COMMAND},
+    /* checkpoints */
+    {"--checkpoint-dir", "save checkpoints (step-NNNNNNNN directories) here ('': never)", OPT_STRING, OFF(checkpoint_dir),
+     0, 0, {0}, NULL, RUN},
+    {"--checkpoint-interval", "save every N steps and at the end (0: at the end only)", OPT_INT, OFF(checkpoint_interval),
+     0, 1 << 30, {0}, NULL, RUN},
+    {"--keep-last", "checkpoints of this run kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0},
+     NULL, RUN},
+    {"--checkpoint-timeout", "seconds a rank waits for the others to write their part of a checkpoint", OPT_FLOAT,
+     OFF(checkpoint_timeout_s), 1, 1e7, {0}, NULL, RUN},
+    {"--save-dtype", "dtype of the saved weights: f32 (the masters), or bf16 (an export, half the size: cannot be "
+     "resumed; --init-from takes it)", OPT_CHOICE, OFF(save_dtype), 0, 0, {"f32", "bf16"}, NULL, RUN},
+    {"--save-shard-size", "split the saved model into shards of at most this many bytes with an index, as transformers "
+     "does (e.g. 5GB, 500MiB; '' : one file)", OPT_STRING, OFF(save_shard_size), 0, 0, {0}, NULL, RUN},
+    {"--resume", "continue a run from a checkpoint directory, or (no value) the latest in --checkpoint-dir; the "
+     "architecture comes from its config.json and every option not given from the run it saved", OPT_STRING,
+     OFF(resume), 0, 0, {0}, "latest", COMMAND},
+    {"--init-from", "start from the weights of a checkpoint directory (fresh optimizer); the architecture comes from "
+     "its config.json", OPT_STRING, OFF(init_from), 0, 0, {0}, NULL, COMMAND},
+    {"--eval-only", "1: print the validation loss of the (loaded) weights and stop", OPT_INT, OFF(eval_only), 0, 1, {0},
+     NULL, COMMAND},
+    {"--routing-trace-out", "write each training step's routing (every token's experts) to this file", OPT_STRING,
+     OFF(routing_trace_out), 0, 0, {0}, NULL, COMMAND},
+    {"--routing-trace-in", "replay: take the routing from this trace instead of the routers", OPT_STRING,
+     OFF(routing_trace_in), 0, 0, {0}, NULL, RUN},
+    {"--dump-logits", "with --eval-only: write validation sequence 0's logits (float32 [S, V]) here", OPT_STRING,
+     OFF(dump_logits), 0, 0, {0}, NULL, COMMAND},
+    /* configuration files */
+    {"--config", "read options from this JSON file (keys: the flags without dashes, '-' as '_'); flags override it",
+     OPT_STRING, OFF(config_file), 0, 0, {0}, NULL, FLAG_ONLY},
+    {"--print-config", "write the resolved configuration as JSON (a --config file) to stdout and stop", OPT_INT,
+     OFF(print_config), 0, 1, {0}, "1", FLAG_ONLY},
+};
+#define NUM_OPTIONS (sizeof kOptions / sizeof kOptions[0])
+_Static_assert(NUM_OPTIONS <= MOE_TRAIN_MAX_OPTIONS, "raise MOE_TRAIN_MAX_OPTIONS");
+
+const moe_train_option *moe_train_option_table(int *count) {
+    *count = (int)NUM_OPTIONS;
+    return kOptions;
+}
+
+const moe_train_option *moe_train_option_at(size_t offset) {
+    for (size_t i = 0; i < NUM_OPTIONS; i++)
+        if (kOptions[i].offset == offset) return &kOptions[i];
+    return NULL;
+}
+
+const char *moe_train_option_key(const moe_train_option *s) {
+    static char keys[NUM_OPTIONS][32];
+    char *k = keys[s - kOptions];
+    if (!*k) {
+        snprintf(k, sizeof keys[0], "%s", s->name + 2);
+        for (char *c = k; *c; c++)
+            if (*c == '-') *c = '_';
+    }
+    return k;
+}
+
+void moe_train_complain(FILE *err, const char *fmt, ...) {
+    if (!err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(err, fmt, ap);
+    va_end(ap);
+}
+
+static void set_defaults(moe_train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->model = moe_model_config_default();
+    o->model.moe.renormalize = -1; /* decided once --top-k is known */
+    o->model.moe.precision = -1;   /* decided once --device is known */
+    o->model.num_kv_heads = -1;    /* --heads unless given */
+    o->batch = 16, o->micro_batches = 1, o->steps = 400;
+    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
+    o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
+    o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
+    o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
+    o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
+    o->eval_interval = 50, o->eval_batches = 4;
+    o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
+    o->exchange_timeout_s = 300, o->stop_signals = "TERM,INT,USR1", o->max_skipped_steps = 10;
+    o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3, o->checkpoint_timeout_s = 3600;
+    o->save_shard_size = "";
+    o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
+    o->routing_trace_out = "", o->routing_trace_in = "";
+    o->config_file = "", o->print_config = 0;
+}
+
+static const opt_spec *find(const char *name) {
+    for (size_t i = 0; i < NUM_OPTIONS; i++)
+        if (!strcmp(kOptions[i].name, name)) return &kOptions[i];
+    return NULL;
+}
+
+int moe_train_option_from(const moe_train_options *o, const moe_train_option *s, moe_option_source source) {
+    return o->source[s - kOptions] >= source;
+}
+
+int moe_train_option_has_auto(const moe_train_option *s) {
+    static moe_train_options d;
+    static int made;
+    if (!made) set_defaults(&d), made = 1;
+    return (s->kind == OPT_INT || s->kind == OPT_CHOICE) && *(const int *)((const char *)&d + s->offset) < 0;
+}
+
+int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const char *v, moe_option_source source,
+                         const char *label, FILE *err) {
+    void *field = (char *)o + s->offset;
+    char *end;
+    errno = 0;
+    if (!strcmp(v, "auto") && moe_train_option_has_auto(s)) /* decided by moe_train_options_finish */
+        return *(int *)field = -1, o->source[s - kOptions] = (unsigned char)source, 0;
+    if (s->kind == OPT_STRING) {
+        *(const char **)field = v;
+        return o->source[s - kOptions] = (unsigned char)source, 0;
+    }
+    if (s->kind == OPT_CHOICE) {
+        char words[160] = "";
+        for (int c = 0; c < MOE_OPT_MAX_CHOICES && s->choices[c]; c++) {
+            if (!strcmp(v, s->choices[c])) return *(int *)field = c, o->source[s - kOptions] = (unsigned char)source, 0;
+            const int last = c + 1 == MOE_OPT_MAX_CHOICES || !s->choices[c + 1];
+            snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s", c == 0 ? "" : last ? " or " : ", ",
+                     s->choices[c]);
+        }
+        moe_train_complain(err, "moe-train: %s must be %s, got '%s'\n", label, words, v);
+        return -1;
+    }
+    double x = s->kind == OPT_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < s->lo || x > s->hi) {
+        moe_train_complain(err, "moe-train: %s expects %s in [%g, %g], got '%s'\n", label,
+                s->kind == OPT_INT ? "an integer" : "a number", s->lo, s->hi, v);
+        return -1;
+    }
+    if (s->kind == OPT_INT) *(int *)field = (int)x;
+    else *(float *)field = (float)x;
+    o->source[s - kOptions] = (unsigned char)source;
+    return 0;
+}
+
+/* --world-invariant and --shards into model.moe.num_shards (0: off). Auto: on wherever the layout allows it. */
+static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
+    if (o->shards < 0) /* the largest power of two dividing the batch, at most 64 */
+        for (o->shards = 1; o->shards < 64 && o->batch % (2 * o->shards) == 0;) o->shards *= 2;
+    const int S = o->shards, W = world_size, layout_fits = !(W & (W - 1)) && S % W == 0;
+    if (S < 1 || (S & (S - 1)) || o->batch % S)
+        return moe_train_complain(err, "moe-train: --shards %d must be a power of two dividing --batch %d\n", S,
+                                  o->batch), -1;
+    if (o->world_invariant < 0) {
+        o->world_invariant = layout_fits;
+        if (!layout_fits && err)
+            fprintf(err, "moe-train: note: --world-invariant is 0 here: %d ranks is not a power of two dividing "
+                         "--shards %d, so results are bitwise the same on this layout only (docs/DETERMINISM.md)\n",
+                    W, S);
+    }
+    o->model.moe.num_shards = o->world_invariant ? S : 0;
+    if (o->world_invariant && !layout_fits)
+        return moe_train_complain(err, "moe-train: --world-invariant 1 needs a power-of-two number of ranks that divides "
+                                       "--shards %d, not %d ranks (use --shards %d or more, or --world-invariant 0)\n",
+                                  S, W, W), -1;
+    return 0;
+}
+
+/* --zero: its ranges are the fixed tree's (models/zero.h), over groups of a power-of-two size; ZeRO-2 sums in that
+ * tree, so it needs the world-invariant sums. */
+static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
+    const int dp = world_size / o->model.moe.ep_size;
+    if (o->zero && ((world_size & (world_size - 1)) || (dp & (dp - 1))))
+        return moe_train_complain(err, "moe-train: --zero %d shards over the ranks in the fixed tree's halves: it needs a "
+                                       "power-of-two number of ranks (%d) and of ranks holding the same experts (%d / "
+                                       "--ep %d = %d)\n", o->zero, world_size, world_size, o->model.moe.ep_size, dp), -1;
+    if (o->zero && world_size == 1 && err) /* kept valid: one config serves every world size (docs/DETERMINISM.md) */
+        fprintf(err, "moe-train: note: --zero %d on 1 rank shards nothing (each range is a whole region); it divides "
+                     "the optimizer state%s over the ranks from 2\n", o->zero, o->zero == 2 ? " and the gradients" : "");
+    if (o->zero == 2 && !o->world_invariant)
+        return moe_train_complain(err, "moe-train: --zero 2 reduce-scatters the gradients in the fixed tree of the "
+                                       "world-invariant sums: it needs --world-invariant 1 (--shards a multiple of the "
+                                       "%d ranks)\n", world_size), -1;
+    if (o->zero == 2 && o->verify_steps)
+        return moe_train_complain(err, "moe-train: --verify-steps compares whole gradients, which --zero 2 never holds: "
+                                       "verify with --zero 1 (the same results)\n"), -1;
+    return 0;
+}
+
+/* Combinations no single flag can check. */
+static int finish_checks(moe_train_options *o, int world_size, FILE *err);
+
+static int is_auto(const moe_train_options *o, size_t i) {
+    return moe_train_option_has_auto(&kOptions[i]) && *(const int *)((const char *)o + kOptions[i].offset) < 0;
+}
+
+int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
+    for (size_t i = 0; i < NUM_OPTIONS; i++) o->derived[i] = is_auto(o, i);
+    const int rc = finish_checks(o, world_size, err);
+    for (size_t i = 0; i < NUM_OPTIONS; i++) o->derived[i] &= !is_auto(o, i); /* decided here, not left to run time */
+    return rc;
+}
+
+/* The automatic values, then the combinations. */
+static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
+    moe_model_config *m = &o->model;
+    m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
+    if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate stays the probability */
+    if ((int)m->moe.precision < 0) m->moe.precision = o->device == MOE_TRAIN_DEVICE_CUDA ? MOE_PRECISION_BF16 : MOE_PRECISION_FP32;
+    if (m->num_kv_heads < 0) m->num_kv_heads = m->num_heads; /* plain multi-head attention unless asked */
+    if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100; /* min(100, steps / 10) */
+    if (o->gpu_transport >= 0 && o->device != MOE_TRAIN_DEVICE_CUDA)
+        return moe_train_complain(err, "moe-train: --gpu-transport needs --device cuda\n"), -1;
+    if (o->device == MOE_TRAIN_DEVICE_CUDA && m->moe.precision == MOE_PRECISION_FP32)
+        return moe_train_complain(err, "moe-train: --device cuda runs the experts in bf16 only (fp32 CUDA experts "
+                                       "are not written yet): drop --precision fp32 (bf16 is the default on cuda)\n"),
+               -1;
+    m->zero = o->zero;
+    const char *problem = moe_model_config_problem(m);
+    if (problem) return moe_train_complain(err, "moe-train: invalid model: %s\n", problem), -1;
+    if (world_size % m->moe.ep_size)
+        return moe_train_complain(err, "moe-train: --ep %d must divide the number of ranks (%d)\n", m->moe.ep_size, world_size), -1;
+    if (o->batch % world_size)
+        return moe_train_complain(err, "moe-train: --batch %d must be divisible by the number of ranks (%d)\n", o->batch,
+                       world_size), -1;
+    /* the trainer, the layer and the routing trace count a micro-batch's tokens and routing choices in an int */
+    const long long choices = (long long)o->batch * m->seq_len * m->moe.top_k;
+    if (choices > INT_MAX)
+        return moe_train_complain(err, "moe-train: --batch %d * --seq-len %d * --top-k %d = %lld routing choices per micro-batch, "
+                        "more than %d\n", o->batch, m->seq_len, m->moe.top_k, choices, INT_MAX), -1;
+    if (finish_shards(o, world_size, err)) return -1;
+    if (finish_zero(o, world_size, err)) return -1;
+    if (o->min_lr > o->lr) return moe_train_complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
+    if (o->warmup > o->steps) return moe_train_complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
+    if (!*o->train_data || !*o->val_data) return moe_train_complain(err, "moe-train: --train-data and --val-data are required\n"), -1;
+    if (*o->resume && *o->init_from)
+        return moe_train_complain(err, "moe-train: --resume and --init-from exclude each other (resume restores the weights too)\n"), -1;
+    if (!strcmp(o->resume, "latest") && !*o->checkpoint_dir)
+        return moe_train_complain(err, "moe-train: --resume latest needs --checkpoint-dir\n"), -1;
+    o->save_shard_nbytes = 0;
+    if (*o->save_shard_size && moe_parse_nbytes(o->save_shard_size, &o->save_shard_nbytes) != 0)
+        return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
+                                       "1048576, got '%s'\n", o->save_shard_size), -1;
+    if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
+    char why[256];
+    if (moe_train_signals_check(o->stop_signals, why, sizeof why))
+        return moe_train_complain(err, "moe-train: --stop-signals: %s\n", why), -1;
+    if (*o->routing_trace_out && *o->resume)
+        return moe_train_complain(err, "moe-train: --routing-trace-out records a run from step 1; it cannot be combined with --resume\n"), -1;
+    return 0;
+}
+
+int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, FILE *err) {
+    set_defaults(o);
+    const char *given[NUM_OPTIONS] = {0}; /* the value of each flag seen: a second one is an error, not a winner */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            if (err) moe_train_options_usage(stdout);
+            return 1;
+        }
+        const opt_spec *s = find(argv[i]);
+        if (!s) return moe_train_complain(err, "moe-train: unknown flag '%s' (see --help)\n", argv[i]), -1;
+        int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
+        if (!has_value && !s->implicit) return moe_train_complain(err, "moe-train: %s needs a value\n", argv[i]), -1;
+        const char *value = has_value ? argv[++i] : s->implicit;
+        const char **seen = &given[s - kOptions];
+        if (*seen)
+            return moe_train_complain(err, "moe-train: %s given twice ('%s', then '%s'): give it once\n", s->name, *seen, value),
+                   -1;
+        *seen = value;
+        if (moe_train_option_set(o, s, value, MOE_OPTION_FLAG, s->name, err)) return -1;
+    }
+    return 0;
+}
+
+int moe_train_options_parse(int argc, char **argv, int world_size, moe_train_options *o, FILE *err) {
+    int rc = moe_train_options_parse_flags(argc, argv, o, err);
+    return rc ? rc : moe_train_options_finish(o, world_size, err);
+}
+
+void moe_train_option_format(const moe_train_options *o, const moe_train_option *s, int quote_strings, char *out,
+                             size_t nbytes) {
+    const void *field = (const char *)o + s->offset;
+    const int i = *(const int *)field;
+    switch (s->kind) {
+    case OPT_INT: /* a negative default is decided from other flags (see moe_train_options_finish) */
+        if (i < 0) snprintf(out, nbytes, "auto");
+        else snprintf(out, nbytes, "%d", i);
+        break;
+    case OPT_FLOAT: moe_format_float(*(const float *)field, out, nbytes); break;
+    case OPT_STRING: snprintf(out, nbytes, quote_strings ? "'%s'" : "%s", *(const char *const *)field); break;
+    case OPT_CHOICE: snprintf(out, nbytes, "%s", i < 0 ? "auto" : s->choices[i]); break;
+    }
+}
+
+static void print_value(const opt_spec *s, const moe_train_options *o, FILE *f) {
+    char text[4096];
+    moe_train_option_format(o, s, 1, text, sizeof text);
+    fputs(text, f);
+}
+
+void moe_train_options_usage(FILE *f) {
+    moe_train_options d;
+    set_defaults(&d);
+    fprintf(f, "usage: mpirun -np N moe-train [flags]\n"
+               "Trains a Mixtral-architecture MoE language model on llm.c token files.\n\n");
+    for (size_t i = 0; i < NUM_OPTIONS; i++) {
+        fprintf(f, "  %-22s %s (default ", kOptions[i].name, kOptions[i].help);
+        print_value(&kOptions[i], &d, f);
+        fprintf(f, ")\n");
+    }
+}
+
+void moe_train_options_print(const moe_train_options *o, FILE *f) {
+    fprintf(f, "configuration:\n");
+    for (size_t i = 0; i < NUM_OPTIONS; i++) {
+        fprintf(f, "  %-22s ", kOptions[i].name);
+        print_value(&kOptions[i], o, f);
+        fprintf(f, "\n");
+    }
+}
+
+moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size) {
+    const moe_plan_model model = moe_plan_model_from_config(&o->model);
+    const moe_plan_layout layout = {.world = world_size,
+                                    .ep = o->model.moe.ep_size,
+                                    .zero = o->zero,
+                                    .micro_batch = o->batch / world_size,
+                                    .seq_len = o->model.seq_len,
+                                    .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
+                                    .cpu = o->device == MOE_TRAIN_DEVICE_CPU,
+                                    .attention = o->model.attention == MOE_ATTENTION_FUSED
+                                                     ? MOE_PLAN_ATTENTION_FUSED
+                                                     : MOE_PLAN_ATTENTION_MATERIALIZED,
+                                    .recompute = o->model.moe.recompute,
+                                    .accum_steps = o->micro_batches,
+                                    .local_shards = o->model.moe.num_shards / world_size};
+    const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
+    moe_train_memory m = {.params = p.weights + p.masters + p.gradients,
+                          .moments = p.optimizer,
+                          .activations = p.activations + p.exchange,
+                          .process = MOE_TRAIN_PROCESS_BYTES + p.reduce_scratch};
+    m.total = m.params + m.moments + m.activations + m.process;
+    return m;
+}

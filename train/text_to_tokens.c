@@ -1,0 +1,58 @@
+/* text_to_tokens.c — moe-text-to-tokens: a text file -> byte-level llm.c token files (vocab 256).
+ *   moe-text-to-tokens INPUT.txt TRAIN.bin VAL.bin [VAL_FRACTION]
+ * The first (1 - VAL_FRACTION) of the bytes (default 0.9) become the training file, the rest the
+ * validation file; each byte is one token. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/dataloader.h"
+
+int main(int argc, char **argv) {
+    if (argc < 4 || argc > 5) {
+        fprintf(stderr, "usage: moe-text-to-tokens INPUT.txt TRAIN.bin VAL.bin [VAL_FRACTION]\n");
+        return 2;
+    }
+    double val_fraction = 0.1;
+    if (argc == 5) {
+        char *end;
+        val_fraction = strtod(argv[4], &end);
+        if (*end || end == argv[4] || !(val_fraction > 0 && val_fraction < 1)) {
+            fprintf(stderr, "moe-text-to-tokens: VAL_FRACTION must be a number in (0, 1), got '%s'\n", argv[4]);
+            return 2;
+        }
+    }
+    FILE *f = fopen(argv[1], "rb");
+    if (!f) {
+        fprintf(stderr, "moe-text-to-tokens: cannot open %s: %s\n", argv[1], strerror(errno));
+        return 1;
+    }
+    size_t cap = 1 << 20, n = 0, got;
+    unsigned short *tokens = malloc(cap * sizeof *tokens);
+    unsigned char buf[1 << 16];
+    while (tokens && (got = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (n + got > cap) tokens = realloc(tokens, (cap *= 2) * sizeof *tokens);
+        for (size_t i = 0; tokens && i < got; i++) tokens[n++] = buf[i];
+    }
+    int read_error = ferror(f);
+    fclose(f);
+    if (!tokens || read_error) {
+        fprintf(stderr, "moe-text-to-tokens: %s: %s\n", argv[1], tokens ? "read error" : "out of memory");
+        return 1;
+    }
+    long num_val = (long)(n * val_fraction), num_train = (long)n - num_val;
+    if (num_val < 2 || num_train < 2) {
+        fprintf(stderr, "moe-text-to-tokens: %s has %zu bytes, too few to split\n", argv[1], n);
+        return 1;
+    }
+    if (moe_token_file_write(argv[2], tokens, num_train) != MOE_OK ||
+        moe_token_file_write(argv[3], tokens + num_train, num_val) != MOE_OK) {
+        fprintf(stderr, "moe-text-to-tokens: cannot write %s or %s\n", argv[2], argv[3]);
+        return 1;
+    }
+    printf("moe-text-to-tokens: %s: %zu bytes -> %s (%ld tokens), %s (%ld tokens)\n", argv[1], n, argv[2], num_train,
+           argv[3], num_val);
+    free(tokens);
+    return 0;
+}

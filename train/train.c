@@ -1,0 +1,499 @@
+/* train.c — moe-train: trains the MoE language model (models/model.h) on llm.c token files under mpirun.
+ *
+ *   mpirun -np N moe-train --train-data data/kjv_train.bin --val-data data/kjv_val.bin [flags]
+ *
+ * Each rank reads its slice of every global batch (train/dataloader.h), runs forward and backward
+ * (tokens travel to the experts' ranks inside the MoE layers), gradients are summed over their groups,
+ * clipped by the global norm and applied with AdamW (train/trainer.h). Rank 0 prints one line per
+ * step and writes the JSON-lines metrics. A bad flag or data file stops every rank with a message; a
+ * failure inside a step aborts the job (MPI_Abort) instead of leaving ranks waiting. */
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alltoall/parallel_mpi.h"
+#include "core/fail.h"
+#include "core/threads.h"
+#include "checkpoint/checkpoint.h"
+#include "train/checkpoint_run.h"
+#include "train/run_record.h"
+#include "train/config.h"
+#include "train/device.h"
+#include "train/signals.h"
+#include "train/trainer.h"
+#include "train/verify.h"
+#include "moe/dense_ops_fault.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The other ranks may be waiting inside a collective: end the whole job. */
+static void require(moe_status st, const char *what) {
+    if (st == MOE_OK) return;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "moe-train: rank %d: %s failed: %s\n", rank, what, moe_failure_message(st));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* min and max of load / mean load over every (MoE layer, expert), and the coefficient of variation */
+static void load_balance(const moe_model_config *m, const double *tokens, double *lo, double *hi, double *cv) {
+    const int E = m->moe.num_experts;
+    double sum = 0, sum_sq = 0;
+    int n = 0;
+    *lo = INFINITY, *hi = 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        if (!moe_model_layer_is_moe(m, l)) continue;
+        double mean = 0;
+        for (int e = 0; e < E; e++) mean += tokens[l * E + e] / E;
+        for (int e = 0; e < E && mean > 0; e++) {
+            double ratio = tokens[l * E + e] / mean;
+            *lo = fmin(*lo, ratio), *hi = fmax(*hi, ratio), sum += ratio, sum_sq += ratio * ratio, n++;
+        }
+    }
+    if (!n) *lo = *hi = 1;
+    double mean = n ? sum / n : 1;
+    *cv = n ? sqrt(fmax(0, sum_sq / n - mean * mean)) / mean : 0;
+}
+
+/* Rank 0: the step's line, and its metrics record. -1 when the metrics file could not be written (a full disk):
+ * the caller stops the run (after a checkpoint where the disk allows) rather than train on without its log. */
+static int log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
+                    double val, double eval_ms) {
+    const moe_model_config *m = &o->model;
+    const double tokens_per_s = (double)o->batch * o->micro_batches * m->seq_len / (ms / 1e3);
+    double lo, hi, cv;
+    load_balance(m, r->expert_tokens, &lo, &hi, &cv);
+    printf("step %5d | loss %.4f | aux %.4f | z %.3f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | load %.2f-%.2f "
+           "cv %.3f | drop %.2f%%",
+           step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, 100 * r->drop_fraction);
+    if (val >= 0) printf(" | val %.4f", val);
+    printf("\n");
+    fflush(stdout);
+    if (!metrics) return 0;
+    fprintf(metrics,
+            "{\"step\":%d,\"loss\":%.17g,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
+            "\"tokens_per_s\":%.1f,\"load_min\":%.4f,\"load_max\":%.4f,\"load_cv\":%.4f,\"drop_fraction\":%.6f",
+            step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, r->drop_fraction);
+    if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g,\"eval_ms\":%.3f", val, eval_ms);
+    moe_run_record_clock(metrics);
+    if (r->skipped) fprintf(metrics, ",\"skipped\":true");
+    fprintf(metrics, ",\"expert_tokens\":[");
+    for (int l = 0, first = 1; l < m->num_layers; l++) {
+        if (!moe_model_layer_is_moe(m, l)) continue;
+        fprintf(metrics, "%s{\"layer\":%d,\"tokens\":[", first ? "" : ",", l);
+        for (int e = 0; e < m->moe.num_experts; e++)
+            fprintf(metrics, "%s%.0f", e ? "," : "", r->expert_tokens[l * m->moe.num_experts + e]);
+        fprintf(metrics, "]}");
+        first = 0;
+    }
+    fprintf(metrics, "]}\n");
+    return fflush(metrics) != 0 || ferror(metrics) ? -1 : 0;
+}
+
+static void print_sample(moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
+    int n = 0, max_n = (int)strlen(o->sample_prompt) + o->sample_tokens + 1;
+    int *text = calloc((size_t)max_n, sizeof(int));
+    if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
+    for (const char *c = o->sample_prompt; *c; c++) text[n++] = (unsigned char)*c % o->model.vocab_size;
+    if (n == 0) text[n++] = '\n' % o->model.vocab_size;
+    require(
+        moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
+        "sampling");
+    if (t->ranks.world_rank == 0) {
+        printf("sample (temperature %g):\n---\n", o->sample_temperature);
+        for (int i = 0; i < n + o->sample_tokens; i++)
+            putchar(text[i] < 128 && (text[i] >= 32 || text[i] == '\n') ? text[i] : '?');
+        printf("\n---\n");
+    }
+    free(text);
+}
+
+/* MOE_TEST_FAULT=<dense entry>: that entry of the run's dense table (not the --verify-steps reference's) does
+ * its work twice (moe/dense_ops_fault.h): how the tests prove that --verify-steps catches a wrong op and names
+ * the tensor it writes. */
+static void inject_test_fault(moe_trainer *t) {
+    static moe_dense_ops faulty;
+    moe_dense_state *state;
+    const char *entry = getenv("MOE_TEST_FAULT");
+    if (!entry || !*entry) return;
+    require(moe_dense_ops_with_fault(moe_model_dense_ops(t->model, &state), entry, &faulty), "MOE_TEST_FAULT");
+    moe_model_replace_dense_ops(t->model, &faulty);
+    if (t->ranks.world_rank == 0) printf("moe-train: MOE_TEST_FAULT: the run's %s does its work twice\n", entry);
+}
+
+/* One step of --verify-steps: computed, checked against the CPU reference (rank 0 prints the report), then
+ * applied. MOE_ERR_MISMATCH (rank 0 says why) when outside the tolerances: the step is not applied. */
+static moe_status verified_step(moe_verifier *v, moe_trainer *t, int step, moe_step_result *r) {
+    moe_verify_report rep;
+    moe_status st = moe_verify_step(v, t, step, r, &rep);
+    const int rank0 = t->ranks.world_rank == 0;
+    if (rank0 && (st == MOE_OK || st == MOE_ERR_MISMATCH)) moe_verify_report_print(&rep, stdout);
+    if (st == MOE_ERR_MISMATCH && rank0) fprintf(stderr, "moe-train: --verify-steps: %s\n", moe_failure_message(st));
+    return st == MOE_OK ? moe_trainer_apply(t, step, r) : st;
+}
+
+/* A failure every rank agreed on (a bad checkpoint, a failed save): each says what it knows; the caller cleans up
+ * and exits with the status returned. */
+static int report_failure(const moe_trainer *t, const char *what, moe_status st) {
+    fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
+    return 2;
+}
+
+/* --resume / --init-from; *first_step gets the first step to run. */
+static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first_step) {
+    int done = 0;
+    if (*o->resume) {
+        char *dir = NULL;
+        if (strcmp(o->resume, "latest")) dir = strdup(o->resume);
+        else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, &dir, t->notes));
+        moe_status st = dir ? moe_checkpoint_resume(moe_trainer_checkpoint_run(t), dir, &done) : MOE_ERR_OUT_OF_MEMORY;
+        if (st == MOE_OK && t->ranks.world_rank == 0)
+            printf("resumed from %s after step %d (run %s%s%s)\n", dir, done, t->run_id,
+                   *t->parent_run_id ? ", continued from run " : "", t->parent_run_id);
+        free(dir);
+        MOE_TRY(st);
+        if (done > o->steps)
+            return moe_fail(MOE_ERR_INVALID_CONFIG, "the checkpoint is at step %d, beyond --steps %d: nothing to train "
+                                                    "(raise --steps to continue)", done, o->steps);
+        if (done == o->steps && t->ranks.world_rank == 0)
+            printf("the run is complete at step %d (--steps %d): nothing to train\n", done, o->steps);
+    } else if (*o->init_from) {
+        MOE_TRY(moe_checkpoint_load_weights(moe_trainer_checkpoint_run(t), o->init_from));
+        if (t->ranks.world_rank == 0) printf("weights from %s\n", o->init_from);
+    }
+    *first_step = done + 1;
+    return MOE_OK;
+}
+
+static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) {
+    double val = 0, t0 = now_ms();
+    require(moe_trainer_evaluate(t, &val), "validation");
+    if (metrics) {
+        fprintf(metrics, "{\"record\":\"eval\",\"val_loss\":%.17g,\"eval_ms\":%.3f", val, now_ms() - t0);
+        moe_run_record_clock(metrics);
+        fprintf(metrics, "}\n");
+    }
+    const size_t count = (size_t)o->model.seq_len * o->model.vocab_size;
+    moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
+    if (*o->dump_logits) require(logits ? moe_trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
+    if (t->ranks.world_rank == 0) {
+        const long seqs = moe_trainer_eval_sequences(t), want = (long)o->eval_batches * o->batch;
+        printf("eval: val_loss %.9f over %ld tokens", val, seqs * o->model.seq_len);
+        if (seqs < want) printf(" (%ld distinct sequences: all the validation file holds, of %ld asked for)", seqs, want);
+        printf("\n");
+        FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
+        const int written = f && fwrite(logits, sizeof(moe_real), count, f) == count;
+        if (f && fclose(f) != 0) f = NULL;
+        if (logits && (!f || !written)) {
+            fprintf(stderr, "moe-train: cannot write %s: %s\n", o->dump_logits, strerror(errno));
+            free(logits);
+            return 2;
+        }
+    }
+    free(logits);
+    return 0;
+}
+
+/* Refuses, on every rank alike, a configuration whose estimated memory (train/options.h) times the
+ * ranks sharing this machine exceeds its physical memory: better a sentence now than the kernel's OOM killer
+ * after minutes of initialisation. On the host: the run's model on the CPU, and --verify-steps' CPU reference
+ * beside it (weights, gradients, activations; no optimizer). Returns 0 when it fits. */
+static int refuse_oversized(const moe_train_options *o, int world_size) {
+    const int copies = (o->device == MOE_TRAIN_DEVICE_CPU) + (o->verify_steps > 0);
+    moe_train_memory need = moe_train_options_memory(o, world_size);
+    need.params *= copies, need.activations *= copies;
+    need.moments *= o->device == MOE_TRAIN_DEVICE_CPU;
+    if (o->device != MOE_TRAIN_DEVICE_CPU) need.process = MOE_TRAIN_PROCESS_BYTES; /* the sums run on the GPU */
+    need.total = need.params + need.moments + need.activations + need.process;
+    MPI_Comm node;
+    int node_ranks = 1, node_rank = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &node_ranks);
+        MPI_Comm_rank(node, &node_rank);
+        MPI_Comm_free(&node);
+    }
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE), gib = 1024.0 * 1024 * 1024;
+    int too_big = have > 0 && need.total * node_ranks > have, any = too_big;
+    MPI_Allreduce(&too_big, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (too_big && node_rank == 0) /* one message per machine that cannot hold its ranks */
+        fprintf(stderr, "moe-train: this configuration needs at least %.1f GiB per rank (weights and gradients %.1f, "
+                "AdamW moments %.1f, activations %.1f GiB%s, the process %.1f), %d rank(s) on this machine: more than "
+                "its %.1f GiB. "
+                "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1 or 2, --recompute full, or "
+                "more machines\n",
+                need.total / gib, need.params / gib, need.moments / gib, need.activations / gib,
+                copies > 1 ? "; the run's model and --verify-steps' CPU reference" : "", need.process / gib, node_ranks,
+                have / gib);
+    return any;
+}
+
+/* --print-config: a --config file that reproduces this run, derived values as "auto" (so that flags given beside the
+ * file re-derive them as on a fresh command line), and on stderr which those are and what they are here. */
+static int print_config(const moe_train_options *o) {
+    json_t *j = moe_train_options_json(o, 1);
+    const int failed = !j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0;
+    printf("\n");
+    json_decref(j);
+    int count, shown = 0;
+    const moe_train_option *table = moe_train_option_table(&count);
+    char value[64];
+    for (int i = 0; i < count; i++) {
+        if (!o->derived[i]) continue;
+        moe_train_option_format(o, &table[i], 0, value, sizeof value);
+        fprintf(stderr, "%s%s %s", shown++ ? ", " : "moe-train: --print-config: derived, written \"auto\": ",
+                moe_train_option_key(&table[i]), value);
+    }
+    if (shown) fprintf(stderr, "\n");
+    return failed ? -1 : 0;
+}
+
+/* Start-up runs outside any exchange watchdog: a rank that never arrives in MPI_Init (stopped, or on an
+ * unreachable node) would hold the others there forever. This alarm ends the process with a message instead;
+ * mpirun then ends the job. The limit is --exchange-timeout's (read from argv before MPI starts). */
+static void startup_timed_out(int sig) {
+    (void)sig;
+    static const char msg[] = "moe-train: start-up (MPI_Init and the parallel layout) did not finish within "
+                              "--exchange-timeout: a rank is stopped, gone or unreachable\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(3);
+}
+
+static void start_startup_watchdog(int argc, char **argv) {
+    double seconds = 300;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strncmp(a, "--exchange-timeout=", 19)) v = a + 19;
+        else if (!strcmp(a, "--exchange-timeout") && i + 1 < argc) v = argv[i + 1];
+        if (v && atof(v) >= 1) seconds = atof(v);
+    }
+    signal(SIGALRM, startup_timed_out);
+    alarm((unsigned)(seconds + 0.5));
+}
+
+/* Rank 0: the metrics file, opened and begun with the run record; NULL without --log-file. */
+static FILE *open_metrics(const moe_trainer *t, int world_size, const char *device) {
+    FILE *metrics = NULL;
+    if (*t->opt.log_file && !(metrics = fopen(t->opt.log_file, "w"))) {
+        fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", t->opt.log_file);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (metrics && moe_run_record_write(metrics, t, world_size, device) != 0) {
+        fprintf(stderr, "moe-train: cannot write the metrics file '%s': %s\n", t->opt.log_file, strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return metrics;
+}
+
+/* What ends a run before its last step, agreed by every rank at a step boundary: the first watched signal any rank
+ * received (train/signals.h), and rank 0's failure to write an output (the metrics log, the routing trace). */
+typedef struct {
+    int signo, log_failed;
+} stop_request;
+
+/* Through the world's communicator, under the exchange watchdog (a rank stopped here is named, not waited for): per
+ * signal number the ranks that received it, and the ranks whose output failed; the lowest signal any rank got wins. */
+static stop_request agree_on_stop(moe_trainer *t, int log_failed) {
+    enum { SIGNALS = 32 };
+    double counts[SIGNALS + 1] = {0};
+    const int signo = moe_train_signal_received();
+    if (signo > 0 && signo < SIGNALS) counts[signo] = 1;
+    counts[SIGNALS] = log_failed;
+    require(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), counts, SIGNALS + 1),
+            "agreeing on a stop at the step boundary");
+    stop_request stop = {0, counts[SIGNALS] > 0};
+    for (int s = 1; s < SIGNALS && !stop.signo; s++) stop.signo = counts[s] > 0 ? s : 0;
+    return stop;
+}
+
+/* The steps from first_step on, with their evaluations, logs and checkpoints. Returns the exit status: 0 at the end;
+ * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
+ * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, or
+ * --max-skipped-steps consecutive steps were dropped. A checkpoint is saved only after a step whose update was
+ * applied: one due at a dropped step waits for the next step that updates. */
+static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verifier, FILE *metrics, int first_step,
+                 moe_step_result *r) {
+    const int rank0 = t->ranks.world_rank == 0;
+    int skipped_in_a_row = 0, save_waiting = 0;
+    for (int step = first_step; step <= o->steps; step++) {
+        double t0 = now_ms(), val = -1;
+        moe_status st;
+        if (verifier && step < first_step + o->verify_steps) {
+            if ((st = verified_step(verifier, t, step, r)) == MOE_ERR_MISMATCH) return 3;
+            require(st, "training step (verified)");
+        } else {
+            require(moe_trainer_step(t, step, r), "training step");
+        }
+        double ms = now_ms() - t0;
+        if (r->skipped && rank0)
+            fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
+                    moe_failure_message(MOE_ERR_NONFINITE));
+        skipped_in_a_row = r->skipped ? skipped_in_a_row + 1 : 0;
+        double eval_t0 = now_ms();
+        if (step == o->steps || (o->eval_interval > 0 && step % o->eval_interval == 0))
+            require(moe_trainer_evaluate(t, &val), "validation");
+        if (rank0 && !t->output_error[0] && log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) != 0)
+            snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file, strerror(errno));
+        const stop_request stop = agree_on_stop(t, t->output_error[0] != 0);
+        if (skipped_in_a_row >= o->max_skipped_steps) {
+            if (rank0)
+                fprintf(stderr, "moe-train: %d steps in a row were dropped as non-finite (--max-skipped-steps %d): the "
+                        "run no longer learns; stopping without a checkpoint of them (the last one saved stays the "
+                        "newest)\n", skipped_in_a_row, o->max_skipped_steps);
+            return 2;
+        }
+        const int due = step == o->steps || stop.signo || stop.log_failed ||
+                        (o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0);
+        if (*o->checkpoint_dir && (due || save_waiting)) {
+            if (r->skipped) {
+                if (rank0 && !save_waiting)
+                    printf("moe-train: step %d's update was dropped: its checkpoint waits for the next step that "
+                           "updates\n", step);
+                save_waiting = 1;
+            } else {
+                const double save_t0 = now_ms();
+                st = moe_checkpoint_save(moe_trainer_checkpoint_run(t), o->checkpoint_dir, step, o->keep_last);
+                if (st != MOE_OK)
+                    return report_failure(t, "checkpoint save failed (earlier checkpoints are intact)", st);
+                save_waiting = 0;
+                if (rank0) printf("checkpoint: %s/step-%08d saved in %.2f s\n", o->checkpoint_dir, step,
+                                  (now_ms() - save_t0) / 1e3);
+            }
+        }
+        if (stop.log_failed) {
+            if (rank0)
+                fprintf(stderr, "moe-train: cannot write %s; stopped after step %d%s\n", t->output_error, step,
+                        *o->checkpoint_dir ? " (the checkpoint above has it)" : " (no --checkpoint-dir: nothing saved)");
+            return 2;
+        }
+        if (stop.signo) {
+            if (rank0)
+                printf("moe-train: %s: stopped after step %d of %d%s; exit status %d\n",
+                       moe_train_signal_name(stop.signo), step, o->steps,
+                       !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)"
+                       : save_waiting      ? " (its update was dropped: no checkpoint of it)"
+                                           : ", checkpoint saved",
+                       128 + stop.signo);
+            return 128 + stop.signo;
+        }
+    }
+    if (save_waiting && rank0)
+        fprintf(stderr, "moe-train: the last steps' updates were dropped: no checkpoint of them (the last one saved "
+                "stays the newest)\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    moe_run_record_start();
+    start_startup_watchdog(argc, argv);
+    MPI_Init(&argc, &argv);
+    int world_rank, world_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    moe_train_options opt;
+    /* every rank parses the same argv; rank 0 alone reports, all ranks stop together */
+    int parsed = moe_train_options_load(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL,
+                                        world_rank == 0 ? stdout : NULL);
+    if (parsed == 0 && opt.print_config && world_rank == 0) parsed = print_config(&opt);
+    if (parsed != 0 || opt.print_config) {
+        MPI_Finalize();
+        return parsed >= 0 ? 0 : 2;
+    }
+    char why[512];
+    if (world_rank == 0 && !moe_checkpoint_is_mixtral(&opt.model, why, sizeof why))
+        printf("note: not a Mixtral (%s): checkpoints are labelled " MOE_CHECKPOINT_VARIANT ", not "
+               MOE_CHECKPOINT_MIXTRAL " (docs/CHECKPOINTS.md)\n", why);
+    if (opt.threads == 0) opt.threads = moe_threads_default();
+    moe_threads_set(opt.threads);
+    /* the host holds the model on the CPU, and the CPU reference of --verify-steps on any device */
+    if ((opt.device == MOE_TRAIN_DEVICE_CPU || opt.verify_steps > 0) && refuse_oversized(&opt, world_size)) {
+        MPI_Finalize();
+        return 2;
+    }
+    moe_train_placement place;
+    moe_status st = moe_train_place(&opt, MPI_COMM_WORLD, world_rank == 0 ? stdout : NULL, &place);
+    if (st != MOE_OK) { /* every rank agreed: a message from each that knows why, then all stop */
+        if (st != MOE_ERR_PEER) fprintf(stderr, "moe-train: rank %d: %s\n", world_rank, moe_failure_message(st));
+        MPI_Finalize();
+        return 2;
+    }
+    alarm(0); /* from here on the exchanges' own watchdog covers every wait */
+    moe_trainer t;
+    st = moe_trainer_create(&t, &opt, place.rt, place.par);
+    if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) { /* a data file or a trace */
+        fprintf(stderr, "moe-train: rank %d: cannot start: %s\n", world_rank, moe_failure_message(st));
+        moe_train_unplace(&place);
+        MPI_Finalize();
+        return 2;
+    }
+    require(st, "model set-up");
+    int first_step = 1;
+    t.notes = world_rank == 0 ? stderr : NULL;
+    moe_checkpoint_lock *lock = NULL;
+    FILE *metrics = NULL;
+    moe_parallel *ref_par = NULL; /* --verify-steps: the CPU fp32 reference's own layout of the same ranks */
+    moe_verifier verifier;
+    moe_step_result r = {0};
+    int rc = 0;
+    if ((st = restore(&t, &opt, &first_step)) != MOE_OK) {
+        rc = report_failure(&t, "cannot load the checkpoint", st);
+        goto done;
+    }
+    if (*opt.checkpoint_dir && !opt.eval_only &&
+        (st = moe_checkpoint_prepare(moe_trainer_checkpoint_run(&t), opt.checkpoint_dir, first_step - 1, &lock)) !=
+            MOE_OK) {
+        rc = report_failure(&t, "before training", st);
+        goto done;
+    }
+    const char *device = place.rt ? moe_runtime_name(place.rt) : "cpu";
+    metrics = world_rank == 0 ? open_metrics(&t, world_size, device) : NULL;
+    if (opt.eval_only) {
+        rc = eval_only(&t, &opt, metrics);
+        goto done;
+    }
+    if (world_rank == 0) {
+        moe_train_options_print(&opt, stdout);
+        printf("world %d ranks x %d threads on %s: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters "
+               "per rank, at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
+               world_size, moe_threads_get(), device, t.ranks.ep_size,
+               t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
+               moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
+               t.val.num_tokens);
+        if (moe_trainer_eval_sequences(&t) < (long)opt.eval_batches * opt.batch)
+            printf("validation: %ld distinct sequences, all the validation file holds (--eval-batches %d x --batch %d "
+                   "asks for %ld)\n", moe_trainer_eval_sequences(&t), opt.eval_batches, opt.batch,
+                   (long)opt.eval_batches * opt.batch);
+    }
+    if (opt.verify_steps > 0) {
+        require(moe_parallel_create_mpi(MPI_COMM_WORLD, opt.model.moe.ep_size, opt.exchange_timeout_s, &ref_par),
+                "the reference's layout (--verify-steps)");
+        require(moe_verifier_create(&verifier, &t, ref_par), "the CPU fp32 reference (--verify-steps)");
+    }
+    inject_test_fault(&t);
+    r.expert_tokens = calloc((size_t)opt.model.num_layers * opt.model.moe.num_experts, sizeof(double));
+    if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
+    if (moe_train_signals_watch(opt.stop_signals, why, sizeof why))
+        require(moe_fail(MOE_ERR_INVALID_CONFIG, "%s", why), "--stop-signals");
+    rc = train(&t, &opt, ref_par ? &verifier : NULL, metrics, first_step, &r);
+    if (rc == 0 && opt.sample_tokens > 0) print_sample(&t);
+done:
+    if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
+    if (metrics) fclose(metrics);
+    free(r.expert_tokens);
+    moe_checkpoint_unlock(lock);
+    moe_trainer_destroy(&t);
+    moe_train_unplace(&place);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,559 @@
+/* trainer.c — data, one training step, evaluation and sampling over the model on one rank. */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/fail.h"
+#include "core/rng.h"
+#include "models/zero.h"
+
+/* With shards (cfg.moe.num_shards) every sum over the batch goes through the shard tree (docs/DETERMINISM.md). */
+static int world_invariant(const moe_trainer *t) { return moe_model_local_shards(t->model) > 0; }
+
+/* A region of the parameter buffer as ZeRO shards it (models/zero.h): the dense region over the world, the expert
+ * region over the expert-data-parallel group; without ZeRO a rank's range is the whole region. */
+typedef struct {
+    const moe_zero_region *r;
+    size_t offset;     /* the region in the buffer                                        */
+    size_t moments_at; /* where the range's moments start (the dense range's come first)   */
+} zero_region;
+
+static zero_region region_of(const moe_trainer *t, int expert) {
+    const moe_zero_layout *z = moe_model_zero(t->model);
+    if (!expert) return (zero_region){&z->dense, 0, 0};
+    return (zero_region){&z->expert, moe_model_num_dense(t->model), z->dense.end - z->dense.begin};
+}
+
+/* --routing-trace-out / --routing-trace-in; every rank agrees on the outcome. */
+static moe_status open_traces(moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
+    const int tokens = o->batch * o->model.seq_len, E = o->model.moe.num_experts, k = o->model.moe.top_k;
+    for (int l = 0; l < o->model.num_layers; l++) t->num_moe_layers += moe_model_layer_is_moe(&o->model, l);
+    moe_status st = MOE_OK;
+    if (*o->routing_trace_out || *o->routing_trace_in) {
+        t->trace_ids = malloc((size_t)(t->num_moe_layers ? t->num_moe_layers : 1) * tokens * k * sizeof(int));
+        if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
+    }
+    if (st == MOE_OK && *o->routing_trace_out && t->ranks.world_rank == 0)
+        st = moe_fail_context(moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers,
+                                                       tokens, o->micro_batches),
+                              "cannot write the routing trace");
+    if (st == MOE_OK && *o->routing_trace_in)
+        st = moe_fail_context(moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers,
+                                                     tokens, o->micro_batches),
+                              "bad routing trace");
+    st = moe_comm_agree(moe_parallel_world(t->par), st);
+    if (st != MOE_OK) moe_trainer_destroy(t);
+    return st;
+}
+
+/* A fresh run id, made on world rank 0 and the same on every rank (collective). */
+static moe_status make_run_id(moe_trainer *t) {
+    moe_comm *world = moe_parallel_world(t->par);
+    const int W = moe_comm_size(world);
+    uint64_t mine = 0, id = 0;
+    if (t->ranks.world_rank == 0) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&mine, sizeof mine, 1, f) != 1) { /* no entropy source: time and process */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            mine = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+        }
+        if (f) fclose(f);
+    }
+    size_t *nbytes = calloc((size_t)W, sizeof(size_t));
+    if (!nbytes) return MOE_ERR_OUT_OF_MEMORY;
+    nbytes[0] = sizeof mine;
+    moe_status st = moe_comm_allgatherv_bytes(world, &mine, t->ranks.world_rank == 0 ? sizeof mine : 0, &id, nbytes);
+    free(nbytes);
+    snprintf(t->run_id, sizeof t->run_id, "%016llx", (unsigned long long)id);
+    t->parent_run_id[0] = 0;
+    return st;
+}
+
+moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par) {
+    memset(t, 0, sizeof *t);
+    t->opt = *opt;
+    t->par = par;
+    t->ranks = moe_parallel_ranks(par);
+    const moe_model_config *m = &opt->model;
+    moe_status st = moe_token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
+    if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
+    if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %ld validation windows of %d + 1 tokens, fewer than the %d ranks",
+                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.world_size);
+    st = moe_fail_context(st, "bad data file");
+    /* one rank's bad file stops every rank (the files may differ between nodes) */
+    if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
+    t->local_seqs = opt->batch / t->ranks.world_size;
+    t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
+    t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
+    if (!t->inputs || !t->targets) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    moe_model_config mc = *m;
+    mc.zero = opt->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
+    if ((st = moe_model_create(&mc, rt, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
+        return moe_trainer_destroy(t), st;
+    if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
+        return moe_trainer_destroy(t), st;
+    const size_t dense = moe_model_num_dense(t->model);
+    const moe_zero_layout *z = moe_model_zero(t->model);
+    const size_t n = (z->dense.end - z->dense.begin) + (z->expert.end - z->expert.begin);
+    moe_runtime *model_rt = moe_model_runtime(t->model); /* the moments live beside the parameters */
+    st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment1);
+    if (st == MOE_OK) st = moe_runtime_alloc(model_rt, (n ? n : 1) * sizeof(moe_real), (void **)&t->moment2);
+    if (st == MOE_OK && world_invariant(t) && opt->micro_batches > 1 && opt->zero < 2) /* ZeRO-2: the model's shard */
+        st = moe_runtime_alloc(model_rt, (dense + moe_model_num_expert(t->model)) * sizeof(moe_real),
+                               (void **)&t->grad_accum);
+    if (st != MOE_OK) return moe_trainer_destroy(t), st;
+    t->schedule = (moe_lr_schedule){opt->lr, opt->min_lr, opt->warmup, opt->steps};
+    if ((st = make_run_id(t)) != MOE_OK) return moe_trainer_destroy(t), st;
+    return open_traces(t);
+}
+
+void moe_trainer_destroy(moe_trainer *t) {
+    if (t->model) { /* the moments are the model runtime's memory: freed before it */
+        moe_runtime_free(moe_model_runtime(t->model), t->moment1);
+        moe_runtime_free(moe_model_runtime(t->model), t->moment2);
+        moe_runtime_free(moe_model_runtime(t->model), t->grad_accum);
+    }
+    moe_model_destroy(t->model);
+    moe_token_file_free(&t->train);
+    moe_token_file_free(&t->val);
+    moe_routing_trace_close(&t->trace_out);
+    moe_routing_trace_close(&t->trace_in);
+    free(t->inputs), free(t->targets), free(t->trace_ids);
+    memset(t, 0, sizeof *t);
+}
+
+moe_trainer_shape moe_trainer_shape_of(const moe_trainer *t) {
+    return (moe_trainer_shape){.config = &t->opt.model, .batch = t->opt.batch, .micro_batches = t->opt.micro_batches};
+}
+
+moe_status moe_trainer_create_reference(moe_trainer *ref, const moe_trainer *run, const moe_parallel *par) {
+    moe_train_options o = run->opt;
+    o.model.moe.precision = MOE_PRECISION_FP32;
+    o.routing_trace_out = ""; /* the run records; the reference replays what the run replays */
+    return moe_trainer_create(ref, &o, NULL, par);
+}
+
+/* Copies count reals from the model's memory (device memory on a GPU runtime) to the host. */
+static moe_status download(const moe_trainer *t, moe_real *host, const moe_real *src, size_t count) {
+    return moe_runtime_download(moe_model_runtime(t->model), host, src, count * sizeof(moe_real));
+}
+static moe_status upload(const moe_trainer *t, moe_real *dst, const moe_real *host, size_t count) {
+    return moe_runtime_upload(moe_model_runtime(t->model), dst, host, count * sizeof(moe_real));
+}
+
+/* Reverses values [lo, hi) of a, in place. */
+static void reverse(moe_real *a, size_t lo, size_t hi) {
+    for (; hi > lo + 1; lo++, hi--) {
+        const moe_real v = a[lo];
+        a[lo] = a[hi - 1], a[hi - 1] = v;
+    }
+}
+
+/* buf holds W blocks back to back in member order, member p's of nbytes[p] bytes; reorders them in place by at[p]
+ * (their places, distinct where not empty): each next block rotated to the end of the ordered prefix (three
+ * reversals; W rotations of at most the buffer: only at a checkpoint, and no second buffer). order[] is scratch. */
+static void order_blocks(moe_real *buf, const size_t *at, const size_t *nbytes, int W, int *order) {
+    for (int p = 0; p < W; p++) order[p] = p; /* the blocks as they lie */
+    size_t done = 0;                          /* values of the ordered prefix */
+    for (int k = 0; k < W; k++) {
+        int best = k;
+        for (int i = k + 1; i < W; i++) best = at[order[i]] < at[order[best]] ? i : best;
+        size_t start = done; /* where the chosen block lies now */
+        for (int i = k; i < best; i++) start += nbytes[order[i]] / sizeof(moe_real);
+        const size_t n = nbytes[order[best]] / sizeof(moe_real);
+        reverse(buf, done, start), reverse(buf, start, start + n), reverse(buf, done, start + n);
+        const int chosen = order[best];
+        for (int i = best; i > k; i--) order[i] = order[i - 1];
+        order[k] = chosen, done += n;
+    }
+}
+
+/* Values [from, end) of region z (from this rank's range: `mine`, in the model's memory) of every member, into
+ * dst[0 .. end - from) on the host (collective over z's group). The members' ranges are whole atoms in the tree's
+ * order, not in rank order (models/zero.h): gathered in rank order, then put in place (order_blocks). */
+static moe_status gather_range(moe_trainer *t, const zero_region *z, const moe_real *mine, size_t from, size_t end,
+                               moe_real *dst) {
+    const moe_zero_layout *layout = moe_model_zero(t->model);
+    const moe_zero_region *r = z->r;
+    const int W = moe_comm_size(r->group), me = moe_comm_rank(r->group);
+    size_t *nbytes = calloc(W, sizeof(size_t)), *at = calloc(W, sizeof(size_t)), lo, hi;
+    int *order = calloc(W, sizeof(int));
+    moe_status st = nbytes && at && order ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < W && st == MOE_OK; p++) { /* member p's overlap [at[p], at[p] + nbytes[p]) */
+        moe_zero_member_range(layout, r, p, &lo, &hi);
+        lo = lo > from ? lo : from, hi = hi < end ? hi : end;
+        at[p] = lo, nbytes[p] = hi > lo ? (hi - lo) * sizeof(moe_real) : 0;
+    }
+    moe_real *piece = st == MOE_OK ? malloc(nbytes[me] ? nbytes[me] : 1) : NULL; /* send and receive may not overlap */
+    if (st == MOE_OK && !piece) st = MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK && nbytes[me]) st = download(t, piece, mine + (at[me] - r->begin), nbytes[me] / sizeof(moe_real));
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(r->group, piece, nbytes[me], dst, nbytes);
+    if (st == MOE_OK) order_blocks(dst, at, nbytes, W, order);
+    free(nbytes), free(at), free(order), free(piece);
+    return st;
+}
+
+/* After a ZeRO update: every member's updated range of each region into every member's parameters, in place (the
+ * fixed tree's all-gather: the ranges are its reduce-scatter's). */
+static moe_status gather_updated_params(moe_trainer *t) {
+    moe_real *params = moe_model_params(t->model);
+    for (int expert = 0; expert <= 1; expert++) {
+        const zero_region z = region_of(t, expert);
+        MOE_TRY(moe_comm_allgather_tree_real(z.r->group, params + z.offset, &z.r->part, 0, z.r->part.count));
+    }
+    return MOE_OK;
+}
+
+moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full) {
+    const moe_real *moments = which ? t->moment2 : t->moment1;
+    for (int expert = 0; expert <= 1; expert++) {
+        const zero_region z = region_of(t, expert);
+        MOE_TRY(t->opt.zero ? gather_range(t, &z, moments + z.moments_at, 0, z.r->part.count, full + z.offset)
+                            : download(t, full + z.offset, moments + z.moments_at, z.r->part.count));
+    }
+    return MOE_OK;
+}
+
+moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst) {
+    const moe_real *moments = which ? t->moment2 : t->moment1;
+    const zero_region z = region_of(t, offset >= moe_model_num_dense(t->model));
+    const size_t from = offset - z.offset; /* in the region */
+    if (!t->opt.zero) return download(t, dst, moments + z.moments_at + from, count);
+    return gather_range(t, &z, moments + z.moments_at, from, from + count, dst);
+}
+
+moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src) {
+    moe_real *moments = which ? t->moment2 : t->moment1;
+    const zero_region z = region_of(t, offset >= moe_model_num_dense(t->model));
+    const size_t from = offset - z.offset, end = from + count; /* in the region */
+    const size_t a = z.r->begin > from ? z.r->begin : from, b = z.r->end < end ? z.r->end : end;
+    return b > a ? upload(t, moments + z.moments_at + (a - z.r->begin), src + (a - from), b - a) : MOE_OK;
+}
+
+/* Routing statistics of the last micro-batch, added into r (per-rank drops, added into *dropped and *assignments;
+ * global counts and losses). */
+static void add_routing_stats(const moe_trainer *t, moe_step_result *r, double *dropped, double *assignments) {
+    const moe_model_config *m = &t->opt.model;
+    for (int l = 0; l < m->num_layers; l++) {
+        const moe_layer_stats *ls = moe_model_layer_stats(t->model, l);
+        if (!ls) continue;
+        r->aux += ls->aux_loss, r->z += ls->z_loss;
+        *dropped += ls->num_dropped, *assignments += ls->num_assignments;
+        for (int e = 0; e < m->moe.num_experts; e++)
+            r->expert_tokens[l * m->moe.num_experts + e] += ls->num_selected_per_expert[e];
+    }
+}
+
+/* The global routing choices of one micro-batch, every MoE layer: [num_moe_layers][global tokens * k]. */
+static size_t micro_batch_routes(const moe_trainer *t) {
+    return (size_t)t->num_moe_layers * t->opt.batch * t->opt.model.seq_len * t->opt.model.moe.top_k;
+}
+
+/* Forces every MoE layer's routing of the next forward from ids (one micro-batch's global choices; this rank
+ * takes its tokens' slice). The array must stay as it is until that forward. */
+static moe_status force_routing(moe_trainer *t, const int *ids) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    const size_t first = (size_t)t->ranks.world_rank * t->local_seqs * t->opt.model.seq_len * t->opt.model.moe.top_k;
+    for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
+        moe_layer *layer = moe_model_moe_layer(t->model, l);
+        if (layer) MOE_TRY(moe_layer_force_routing(layer, ids + (size_t)i++ * per_layer + first));
+    }
+    return MOE_OK;
+}
+
+/* Every MoE layer's global routing of the last forward into ids, on every rank (collective). */
+static moe_status gather_routing(moe_trainer *t, int *ids) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
+        moe_layer *layer = moe_model_moe_layer(t->model, l);
+        int tokens;
+        if (layer) MOE_TRY(moe_layer_gather_routing(layer, ids + (size_t)i++ * per_layer, &tokens));
+    }
+    return MOE_OK;
+}
+
+/* Forces the routing of this micro-batch from the trace. A bad record has been reported on every rank alike:
+ * all ranks read the same file. */
+static moe_status replay_routing(moe_trainer *t, int step, int mb) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    for (int i = 0; i < t->num_moe_layers; i++)
+        MOE_TRY(moe_fail_context(moe_routing_trace_read(&t->trace_in, step, mb, i, t->trace_ids + (size_t)i * per_layer),
+                                 "routing replay"));
+    return force_routing(t, t->trace_ids);
+}
+
+/* This micro-batch's global routing, gathered on every rank (collective); world rank 0 appends it to the trace. A
+ * failed write is kept in t->output_error (the other ranks are in the step: failing it here would leave them
+ * waiting), and the trace is written no further. */
+static moe_status record_routing(moe_trainer *t, int step, int mb) {
+    const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
+    MOE_TRY(gather_routing(t, t->trace_ids));
+    for (int i = 0; i < t->num_moe_layers && t->ranks.world_rank == 0 && !t->output_error[0]; i++) {
+        moe_status st = moe_routing_trace_append(&t->trace_out, step, mb, i, t->trace_ids + (size_t)i * per_layer);
+        if (st == MOE_OK) continue;
+        if (st == MOE_ERR_OUT_OF_MEMORY) return st;
+        snprintf(t->output_error, sizeof t->output_error, "the routing trace: %s", moe_failure_message(st));
+    }
+    return MOE_OK;
+}
+
+/* With shards (cfg.moe.num_shards): each micro-batch's gradients are summed over the ranks on their own, in the
+ * tree, and added into the step's in micro-batch order (an order no world size changes); the step's sum is kept
+ * in t->grad_accum while the next micro-batch's backward fills the model's buffer. */
+static moe_status accumulate_micro_batch(moe_trainer *t, int mb) {
+    moe_model *m = t->model;
+    const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
+    MOE_TRY(moe_model_reduce_grads(m));
+    if (t->opt.micro_batches == 1) return MOE_OK;
+    if (mb == 0) return moe_runtime_copy(moe_model_runtime(m), t->grad_accum, moe_model_grads(m), count * sizeof(moe_real));
+    moe_dense_state *s;
+    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
+    return dense->add(s, t->grad_accum, moe_model_grads(m), count, t->grad_accum);
+}
+
+/* The micro-batches of a step: forward and backward of each, the loss sum and drop counts into sums
+ * [loss, dropped, assignments] — this rank's, or with shards already summed over the world per micro-batch, as the
+ * gradients are (accumulate_micro_batch). The gradients accumulate into the model's buffer (zeroed first). */
+static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_step_result *r, double sums[3]) {
+    const moe_train_options *o = &t->opt;
+    const int S = o->model.seq_len, invariant = world_invariant(t);
+    const moe_real scale = (moe_real)(1.0 / ((double)o->batch * o->micro_batches * S)); /* the mean over the step */
+    moe_model *m = t->model;
+    MOE_TRY(moe_model_zero_grads(m));
+    for (int mb = 0; mb < o->micro_batches; mb++) {
+        long batch_index = (long)(step - 1) * o->micro_batches + mb;
+        long first = batch_index * o->batch + (long)t->ranks.world_rank * t->local_seqs;
+        moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
+        double mb_sums[3] = {0, 0, 0};
+        if (t->routing_replay) MOE_TRY(force_routing(t, t->routing_replay + mb * micro_batch_routes(t)));
+        else if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
+        if (invariant && mb > 0 && o->zero < 2) MOE_TRY(moe_model_zero_grads(m)); /* ZeRO-2: zeroed per layer */
+        MOE_TRY(moe_model_forward(m, t->inputs, t->targets, t->local_seqs, &mb_sums[0], NULL));
+        if (record && *o->routing_trace_out) MOE_TRY(record_routing(t, step, mb));
+        if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
+        MOE_TRY(moe_model_backward(m, scale));
+        if (r) add_routing_stats(t, r, &mb_sums[1], &mb_sums[2]);
+        if (invariant) {
+            if (o->zero < 2) MOE_TRY(accumulate_micro_batch(t, mb)); /* ZeRO-2: backward added into the shard */
+            MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), mb_sums, 3));
+        }
+        for (int i = 0; i < 3; i++) sums[i] += mb_sums[i];
+    }
+    if (!invariant || o->micro_batches == 1 || o->zero == 2) return MOE_OK;
+    const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
+    return moe_runtime_copy(moe_model_runtime(m), moe_model_grads(m), t->grad_accum, count * sizeof(moe_real));
+}
+
+/* ---- the non-finite guard ---- */
+
+/* What a rank found, by rank of evidence: the weights themselves, the op a checked re-run named, a router
+ * logit that ended the re-run, the gradients as the step left them. */
+typedef enum { FOUND_NOTHING, FOUND_IN_WEIGHTS, FOUND_IN_OP, FOUND_IN_ROUTER, FOUND_IN_GRADIENTS } finding_kind;
+
+typedef struct {
+    int kind;   /* finding_kind */
+    long order; /* FOUND_IN_OP: the looks of the checked run before it (the same sequence on every rank) */
+    char where[1000];
+} finding_record;
+
+/* The first finding of all ranks (by kind, then order, then world rank) into *best, on every rank
+ * (collective: an all-gather of one record per rank, only after a step went bad). */
+static moe_status share_first_finding(moe_comm *world, const finding_record *mine, finding_record *best) {
+    const int W = moe_comm_size(world);
+    finding_record *all = malloc((size_t)W * sizeof *all);
+    size_t *nbytes = malloc((size_t)W * sizeof(size_t));
+    if (!all || !nbytes) return free(all), free(nbytes), MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < W; p++) nbytes[p] = sizeof *all;
+    moe_status st = moe_comm_allgatherv_bytes(world, mine, sizeof *mine, all, nbytes);
+    *best = (finding_record){FOUND_NOTHING, 0, ""};
+    for (int p = 0; p < W && st == MOE_OK; p++) {
+        const finding_record *r = &all[p];
+        if (r->kind != FOUND_NOTHING && (best->kind == FOUND_NOTHING || r->kind < best->kind ||
+                                         (r->kind == best->kind && r->order < best->order)))
+            *best = *r;
+    }
+    best->where[sizeof best->where - 1] = 0;
+    free(all), free(nbytes);
+    return st;
+}
+
+/* Records a finding of `kind` when it ranks before what the rank holds. */
+static void note(finding_record *r, finding_kind kind, long order, const char *where) {
+    if (r->kind != FOUND_NOTHING && r->kind <= (int)kind) return;
+    r->kind = kind, r->order = order;
+    snprintf(r->where, sizeof r->where, "%s", where);
+}
+
+/* Why a step went non-finite, as the one message every rank returns (collective): where the weights hold a
+ * NaN or Inf if they do; else the step run again with every op's output looked at (moe_model_set_checks),
+ * naming the layer, op and expert of the first NaN or Inf; else the router logit that ended that run; else
+ * the gradients as the step left them. */
+static moe_status explain_nonfinite(moe_trainer *t, int step, double loss, double grad_norm) {
+    finding_record mine = {FOUND_NOTHING, 0, ""}, first;
+    char text[sizeof mine.where];
+    moe_status st = moe_model_check_finite(t->model, moe_model_params(t->model), "the weights before the step");
+    if (st == MOE_ERR_NONFINITE) note(&mine, FOUND_IN_WEIGHTS, 0, moe_failure_message(st));
+    st = moe_model_check_range_grads_finite(t->model, "the gradients as the step left them");
+    if (st == MOE_ERR_NONFINITE) {
+        snprintf(text, sizeof text, "%s (a checked re-run of the step found no op that made it)",
+                 moe_failure_message(st));
+        note(&mine, FOUND_IN_GRADIENTS, 0, text);
+    }
+    moe_nonfinite_finding finding = {0};
+    double sums[3] = {0, 0, 0};
+    moe_model_set_checks(t->model, &finding);
+    st = run_micro_batches(t, step, 0, NULL, sums); /* a non-finite router logit ends it on every rank alike */
+    moe_model_set_checks(t->model, NULL);
+    if (st != MOE_OK && st != MOE_ERR_NONFINITE)
+        return moe_fail_context(st, "step %d, run again to find a non-finite value", step);
+    if (finding.found) note(&mine, FOUND_IN_OP, finding.order, finding.where);
+    if (st == MOE_ERR_NONFINITE) note(&mine, FOUND_IN_ROUTER, 0, moe_failure_message(st));
+    MOE_TRY(share_first_finding(moe_parallel_world(t->par), &mine, &first));
+    if (first.kind == FOUND_NOTHING)
+        return moe_fail(MOE_ERR_NONFINITE, "step %d: loss %g, gradient norm %g, but neither the weights, the gradients "
+                                           "nor a checked run of the step hold a NaN or Inf", step, loss, grad_norm);
+    return moe_fail(MOE_ERR_NONFINITE, "step %d: a non-finite loss or gradient: %s", step, first.where);
+}
+
+/* After explain_nonfinite: the run stops with its status, or with --skip-nonfinite drops the step's gradients
+ * (r->skipped = 1, the message stays recorded). */
+static moe_status stop_or_skip(moe_trainer *t, moe_step_result *r, moe_status st) {
+    if (st != MOE_ERR_NONFINITE || !t->opt.skip_nonfinite) return st;
+    r->skipped = 1;
+    return moe_model_zero_grads(t->model);
+}
+
+/* ---- the step ---- */
+
+moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
+    const moe_train_options *o = &t->opt;
+    const moe_model_config *m = &o->model;
+    const double step_tokens = (double)o->batch * o->micro_batches * m->seq_len;
+    double sums[3] = {0, 0, 0}; /* loss, dropped, assignments: per rank */
+    int num_moe = 0;
+    for (int l = 0; l < m->num_layers; l++) num_moe += moe_model_layer_is_moe(m, l);
+    memset(r->expert_tokens, 0, (size_t)m->num_layers * m->moe.num_experts * sizeof(double));
+    r->aux = r->z = 0, r->skipped = 0;
+    moe_status st = run_micro_batches(t, step, 1, r, sums);
+    if (st == MOE_ERR_NONFINITE) { /* a router logit: every rank's forward ended */
+        r->loss = r->grad_norm = NAN;
+        return stop_or_skip(t, r, explain_nonfinite(t, step, NAN, NAN));
+    }
+    MOE_TRY(st);
+    if (!world_invariant(t)) { /* else run_micro_batches summed over the ranks per micro-batch */
+        MOE_TRY(moe_model_reduce_grads(t->model));
+        MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3));
+    }
+    double per = num_moe ? (double)num_moe * o->micro_batches : 1;
+    r->loss = sums[0] / step_tokens;
+    r->aux /= per, r->z /= per;
+    r->drop_fraction = sums[2] > 0 ? sums[1] / sums[2] : 0;
+    return MOE_OK;
+}
+
+moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
+    const moe_train_options *o = &t->opt;
+    r->lr = moe_lr_at(&t->schedule, step);
+    if (r->skipped) return MOE_OK; /* compute dropped the step */
+    MOE_TRY(moe_model_grad_norm(t->model, t->par, &r->grad_norm));
+    /* agreed (one 8-byte all-reduce): a rank whose memory alone went bad must not apply while the others stop */
+    moe_status st = moe_comm_agree(moe_parallel_world(t->par), isfinite(r->loss) && isfinite(r->grad_norm)
+                                                                   ? MOE_OK
+                                                                   : MOE_ERR_NONFINITE);
+    if (st == MOE_ERR_NONFINITE || st == MOE_ERR_PEER)
+        return stop_or_skip(t, r, explain_nonfinite(t, step, r->loss, r->grad_norm));
+    MOE_TRY(st);
+    double clip_factor;
+    MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
+    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
+    MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
+    if (o->zero) MOE_TRY(gather_updated_params(t));
+    MOE_TRY(moe_model_update_expert_bias(t->model));
+    /* finite gradients can still overflow a weight: then the run stops before anything is saved */
+    char what[96];
+    snprintf(what, sizeof what, "the weights after the update of step %d", step);
+    return moe_comm_agree(moe_parallel_world(t->par), moe_model_check_finite(t->model, moe_model_params(t->model), what));
+}
+
+moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
+    MOE_TRY(moe_trainer_compute(t, step, r));
+    return moe_trainer_apply(t, step, r);
+}
+
+long moe_trainer_eval_sequences(const moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
+    const long windows = (t->val.num_tokens - 1) / o->model.seq_len, want = (long)o->eval_batches * o->batch;
+    const long n = windows < want ? windows : want, rest = n % o->batch;
+    return n - rest + (rest - rest % t->ranks.world_size); /* whole batches, then a multiple of the ranks */
+}
+
+moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
+    const moe_train_options *o = &t->opt;
+    const long n = moe_trainer_eval_sequences(t);
+    double loss_sum = 0;
+    for (long first = 0; first < n; first += o->batch) { /* micro-batch of min(batch, n - first) sequences */
+        const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.world_size);
+        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.world_rank * seqs, seqs, t->inputs,
+                                 t->targets);
+        double s = 0;
+        moe_status st = moe_model_forward(t->model, t->inputs, t->targets, seqs, &s, NULL);
+        if (st != MOE_OK) return st;
+        if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), &s, 1));
+        loss_sum += s;
+    }
+    if (!world_invariant(t)) MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
+    *val_loss = loss_sum / ((double)n * o->model.seq_len);
+    if (isfinite(*val_loss)) return MOE_OK;
+    /* every rank has the same loss: all look for the cause together */
+    moe_status st = moe_comm_agree(moe_parallel_world(t->par),
+                                   moe_model_check_finite(t->model, moe_model_params(t->model), "the weights"));
+    if (st == MOE_OK)
+        st = moe_fail(MOE_ERR_NONFINITE, "the weights are finite: an op overflowed (a training step names which)");
+    return moe_fail_context(st, "the validation loss is %g", *val_loss);
+    return MOE_OK;
+}
+
+moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
+    moe_token_file_sequences(&t->val, t->opt.model.seq_len, 0, 1, t->inputs, t->targets);
+    return moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
+}
+
+/* The context sits at the start of one sequence of S tokens; causal attention makes the padding after
+ * it irrelevant to the logits read at the last context position. */
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {
+    const int S = t->opt.model.seq_len, V = t->opt.model.vocab_size;
+    moe_real *logits = malloc((size_t)S * V * sizeof(moe_real));
+    if (!logits) return MOE_ERR_OUT_OF_MEMORY;
+    moe_rng rng = moe_rng_seeded(seed);
+    moe_status st = MOE_OK;
+    while (n < max_n && st == MOE_OK) {
+        int start = n > S ? n - S : 0, len = n - start;
+        for (int i = 0; i < S; i++) t->inputs[i] = i < len ? text[start + i] : 0;
+        st = moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
+        const moe_real *l = logits + (size_t)(len - 1) * V;
+        int next = 0;
+        if (temperature <= 0) {
+            for (int v = 1; v < V; v++) next = l[v] > l[next] ? v : next;
+        } else {
+            double max = l[0], total = 0, u = (moe_rng_uniform(&rng) + 1) / 2, acc = 0;
+            for (int v = 1; v < V; v++) max = fmax(max, l[v]);
+            for (int v = 0; v < V; v++) total += exp((l[v] - max) / temperature);
+            for (; next < V - 1; next++) {
+                acc += exp((l[next] - max) / temperature) / total;
+                if (acc > u) break;
+            }
+        }
+        text[n++] = next;
+    }
+    free(logits);
+    return st;
+}

@@ -1,0 +1,116 @@
+/* trainer.h — the training loop's pieces on one rank: data, model, optimizer state, one step,
+ * evaluation and sampling. moe-train (train/train.c) drives it; tests drive it directly. */
+#ifndef MOE_TRAIN_TRAINER_H
+#define MOE_TRAIN_TRAINER_H
+
+#include "checkpoint/checkpoint.h" /* MOE_RUN_ID_NBYTES: a run id as manifests hold it */
+#include "models/optimizer.h"
+#include "train/dataloader.h"
+#include "train/options.h"
+#include "train/routing_trace.h"
+
+typedef struct {
+    double loss;          /* mean cross-entropy over the step's global tokens                        */
+    double aux, z;        /* unweighted router losses, averaged over MoE layers and micro-batches     */
+    double drop_fraction; /* dropped / all assignments, over the world                               */
+    double grad_norm;     /* before clipping                                                        */
+    int skipped;          /* 1: the loss or gradient was not finite and --skip-nonfinite dropped the step */
+    float lr;
+    double
+        *expert_tokens; /* [L * E] global top-k assignments per (layer, expert) before capacity, summed over the step */
+} moe_step_result;
+
+typedef struct {
+    moe_train_options opt;
+    const moe_parallel *par;
+    moe_ranks ranks;
+    /* the run's identity in checkpoint manifests: made fresh by moe_trainer_create (the same on every rank),
+     * taken over by moe_checkpoint_resume when it continues a run; parent: "" for a fresh run */
+    char run_id[MOE_RUN_ID_NBYTES], parent_run_id[MOE_RUN_ID_NBYTES];
+    /* where warnings that stop nothing go (an unreadable old checkpoint passed over); NULL (the default): nowhere.
+     * moe-train: world rank 0's stderr */
+    FILE *notes;
+    moe_model *model;
+    moe_token_file train, val;
+    /* AdamW state: the moments of what this rank updates (models/optimizer.h): without ZeRO its whole dense and
+     * expert regions; with it, its ranges of them (models/zero.h: about 1/W of the dense region, 1/dp of its expert
+     * region), and the updated parameters are all-gathered over each group after the step. */
+    moe_real *moment1, *moment2; /* the model runtime's memory */
+    moe_real *grad_accum;        /* with shards and micro-batches: the step's gradient sum so far (model runtime) */
+    int *inputs, *targets;       /* [local_seqs * S] */
+    int local_seqs;              /* batch / world size */
+    moe_lr_schedule schedule;
+    /* routing traces (train/routing_trace.h): world rank 0 writes, every rank replays */
+    moe_routing_trace trace_out, trace_in;
+    /* world rank 0's first failed write of the routing trace (a full disk): the step goes on without the trace, and
+     * the caller stops the run at the step's end (moe-train: after a checkpoint); "" while none */
+    char output_error[512];
+    int num_moe_layers;
+    int *trace_ids;              /* [num_moe_layers][global tokens * k] */
+    /* in-memory routing (train/verify.h), [micro_batches][num_moe_layers][global tokens * k], NULL: off:
+     * every micro-batch's global choices gathered into routing_record, or forced from routing_replay */
+    int *routing_record;
+    const int *routing_replay;
+} moe_trainer;
+
+/* Loads and checks both token files (a bad file is the failure message of every rank that sees it, and
+ * every rank returns the same failure), creates the model on rt (NULL: the CPU) and par, and initialises it
+ * from opt->seed. */
+moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par);
+void moe_trainer_destroy(moe_trainer *t);
+
+/* What code that drives a trainer needs of its options, and no more (train/verify.h): the architecture and the
+ * step's batch. Points into t. */
+typedef struct {
+    const moe_model_config *config;
+    int batch, micro_batches; /* global sequences per micro-batch; micro-batches per step */
+} moe_trainer_shape;
+moe_trainer_shape moe_trainer_shape_of(const moe_trainer *t);
+
+/* A twin of run for checking it (--verify-steps): run's options in fp32, on the CPU runtime and layout par,
+ * writing no routing trace (it replays whatever run replays), created and initialised as moe_trainer_create does. */
+moe_status moe_trainer_create_reference(moe_trainer *ref, const moe_trainer *run, const moe_parallel *par);
+
+/* One optimizer step (1-based): moe_trainer_compute then moe_trainer_apply. r->expert_tokens must hold L * E
+ * doubles. Collective. */
+moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r);
+/* The step's micro-batches (forward, backward), the gradient reduction and the step's statistics in r. A
+ * forward ended by a non-finite router logit (on every rank alike) goes to the non-finite guard below: the
+ * run stops with where it began, or with --skip-nonfinite the step is dropped (r->skipped = 1). */
+moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r);
+/* The gradient norm, then the non-finite guard: a NaN or Inf in the loss or the norm on any rank stops the run
+ * with MOE_ERR_NONFINITE and one message on every rank naming where it first appeared (the weights, the layer,
+ * op and expert of a checked re-run of the step, the router, or the gradients) — or, with --skip-nonfinite,
+ * drops the step's gradients (r->skipped = 1, the message recorded) — before anything is applied. Then
+ * clipping, AdamW, the ZeRO gather, the bias update, and a check that the updated weights are finite.
+ * Collective. */
+moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
+
+/* Mean validation loss over the first moe_trainer_eval_sequences sequences of the validation file. */
+moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
+/* The validation sequences an evaluation reads: distinct windows only (never the file wrapped around), so
+ * min(eval_batches * batch, windows in the file), cut to whole micro-batches plus a last one whose size is a
+ * multiple of the world size (every rank reads as many). moe_trainer_create refuses a file with fewer windows than
+ * ranks. */
+long moe_trainer_eval_sequences(const moe_trainer *t);
+
+/* The moments in the unsharded layout [dense | experts], on the host (collective under ZeRO). */
+moe_status moe_trainer_moments_gather(moe_trainer *t, int which, moe_real *full);
+/* One range [offset, offset + count) of the `which` moment (0: first, 1: second) in the unsharded layout, into the
+ * host dst: what a checkpoint writer takes one tensor at a time. The range must lie in the dense part or in the
+ * experts' (a tensor does). Under ZeRO a range is spread over the ranks' slices: every rank of the region's group
+ * calls with the same range (collective over it; each gets the whole range); else nothing is exchanged. */
+moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, size_t count, moe_real *dst);
+/* The reverse, what a checkpoint loader does one tensor at a time: the range's values from the host src into this
+ * rank's moments (under ZeRO, only the part in this rank's range is kept). Local. */
+moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src);
+moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
+
+/* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */
+moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits);
+
+/* Continues `text` (n tokens, capacity max_n) to max_n tokens; every rank gets the same tokens.
+ * temperature 0: greedy. Collective. */
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed);
+
+#endif
