@@ -1,10 +1,11 @@
-/* test_world_invariant_mpi.c — training bitwise the same on any power-of-two world and any ep (issue 15,
- * docs/DETERMINISM.md), under mpirun -np W (1, 2, 4, 8). World rank 0 first trains alone (a one-rank layout, the
- * whole batch) as the reference; then the world trains on every ep dividing W and E = 8. After 10 steps every
- * step's loss, aux and z loss and gradient norm, every final weight (each expert compared with the reference's
- * expert of the same global id) and both AdamW moments must be bitwise the reference's, in three configurations
- * (each with capacity drops):
- *   - softmax, drops by token order, 2 micro-batches per step, ZeRO-1;
+/* test_world_invariant_mpi.c — training bitwise the same on any power-of-two world, any ep and any pipeline (issues
+ * 15, 27, docs/DETERMINISM.md), under mpirun -np W (1, 2, 4, 8). World rank 0 first trains alone (a one-rank layout,
+ * the whole batch) as the reference; then the world trains in every pipeline of pp = 1, 2, 4 stages (of the 4 layers)
+ * dividing W, times every ep dividing W / pp and E = 8. After 10 steps every step's loss, aux and z loss and gradient
+ * norm, every final weight (each stage's tensors found in the whole model's table; each expert compared with the
+ * reference's expert of the same global id) and both AdamW moments must be bitwise the reference's, in these
+ * configurations (each with capacity drops):
+ *   - softmax, drops by token order, 4 micro-batches per step (a 1F1B schedule keeps several in flight), ZeRO-1;
  *   - sigmoid scores with the selection bias and its update, drops by score;
  *   - exact ties: every router weight zero, so every score ties and top-k takes the lowest ids (heavy drops);
  *   - as the first, with ZeRO-2 (gradients reduce-scattered layer by layer) against a ZeRO-0 reference, and the
@@ -22,12 +23,12 @@
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 
-enum { STEPS = 10, SHARDS = 8, MAX_STEPS = 16 };
+enum { STEPS = 10, SHARDS = 8, MAX_STEPS = 16, LAYERS = 4, MICRO = 4 };
 
 typedef enum { SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, SOFTMAX_ZERO2, NUM_CASES } test_case;
-static const char *const case_names[] = {"softmax, 2 micro-batches, ZeRO-1", "sigmoid, drops by score",
+static const char *const case_names[] = {"softmax, 4 micro-batches, ZeRO-1", "sigmoid, drops by score",
                                          "all ties (router weights 0)",
-                                         "softmax, 2 micro-batches, ZeRO-2 against ZeRO-0, atoms of 40 values"};
+                                         "softmax, 4 micro-batches, ZeRO-2 against ZeRO-0, atoms of 40 values"};
 enum { SMALL_ATOM = 40 }; /* SOFTMAX_ZERO2: ranges fall inside tensors (models/zero.h) */
 
 /* What a run leaves: per step {loss, aux, z, norm}; the full model and moments in the unsharded layout of its rank
@@ -41,7 +42,8 @@ typedef struct {
 
 static moe_train_options options(const char *train, const char *val, test_case c, int shards) {
     const int softmax = c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2;
-    moe_train_options o = test_small_options(train, val, 1, STEPS, softmax ? 2 : 1);
+    moe_train_options o = test_small_options(train, val, 1, STEPS, softmax ? MICRO : 1);
+    o.model.num_layers = LAYERS; /* pipelines of 2 and 4 stages */
     o.model.moe.capacity_factor = 1.0f;
     o.model.moe.num_shards = shards;
     o.zero = c == SOFTMAX_ZERO ? 1 : c == SOFTMAX_ZERO2 ? 2 : 0;
@@ -92,18 +94,18 @@ static void train(moe_parallel *par, moe_train_options o, test_case c, int ep, r
 
 static void free_result(run_result *r) { free(r->params), free(r->m1), free(r->m2); }
 
-/* Element differences between a run's buffer and the reference's over the same tensors (experts by global id). */
-static long differences(const moe_model_tensor *tensors, int count, const run_result *run, const moe_real *mine,
-                        const run_result *ref, const moe_real *theirs) {
+/* Element differences between a run's buffer (its stage's tensors, its experts) and the reference's over the same
+ * tensors: each found in the whole one-rank table by its place there (moe_model_tensor.index), experts by global id. */
+static long differences(const moe_model_tensor *tensors, int count, const moe_model_tensor *whole,
+                        const run_result *run, const moe_real *mine, const moe_real *theirs) {
     long diff = 0;
-    size_t at = 0, ref_at = 0;
     for (int i = 0; i < count; i++) {
+        const moe_model_tensor *w = &whole[tensors[i].index];
         const size_t per = (size_t)tensors[i].rows * (tensors[i].cols ? tensors[i].cols : 1);
         const size_t n = tensors[i].experts ? per * run->local_experts : per;
-        const size_t ref_n = tensors[i].experts ? per * ref->local_experts : per;
         const size_t skip = tensors[i].experts ? per * run->first_expert : 0;
-        for (size_t j = 0; j < n; j++) diff += memcmp(&mine[at + j], &theirs[ref_at + skip + j], sizeof(moe_real)) != 0;
-        at += n, ref_at += ref_n;
+        for (size_t j = 0; j < n; j++)
+            diff += memcmp(&mine[tensors[i].offset + j], &theirs[w->offset + skip + j], sizeof(moe_real)) != 0;
     }
     return diff;
 }
@@ -132,7 +134,7 @@ static void reference(const char *train_path, const char *val_path, test_case c,
     }
 }
 
-/* The tensor table of a layout (the same list for every ep, with the local expert counts). */
+/* The tensor table of a layout: its stage's tensors, with the local expert counts. */
 static const moe_model_tensor *tensor_table(moe_parallel *par, moe_train_options o, int ep, int *count,
                                             moe_trainer *keep) {
     o.model.moe.ep_size = ep;
@@ -140,46 +142,67 @@ static const moe_model_tensor *tensor_table(moe_parallel *par, moe_train_options
     return moe_model_tensors(keep->model, count);
 }
 
+/* The whole model at ep 1 on a layout of its own (*self): the reference's table, entry i at index i. */
+static moe_model *whole_model(moe_train_options o, moe_parallel **self) {
+    moe_model *m;
+    test_mpi_require(moe_parallel_create_self(self), "self layout");
+    o.model.moe.ep_size = 1;
+    test_mpi_require(moe_model_create(&o.model, NULL, *self, 1, 1, &m), "whole model");
+    return m;
+}
+
+/* One layout (pp stages, ep) against the reference: every step's statistics, every weight and moment. */
+static void check_layout(const char *train_path, const char *val_path, test_case c, int W, int rank, int pp, int ep,
+                         const run_result *ref, const moe_model_tensor *whole) {
+    moe_parallel *par;
+    test_mpi_require(moe_parallel_create_mpi_pp(MPI_COMM_WORLD, pp, ep, 60, &par), "parallel layout");
+    moe_train_options o = options(train_path, val_path, c, SHARDS);
+    o.pp = pp;
+    run_result run = {0};
+    train(par, o, c, ep, &run);
+    for (int s = 0; s < STEPS; s++)
+        CHECK(!memcmp(run.steps[s], ref->steps[s], sizeof run.steps[s]),
+              "%s, W %d pp %d ep %d, step %d: loss %.17g aux %.17g z %.17g norm %.17g, one rank: %.17g %.17g %.17g "
+              "%.17g", case_names[c], W, pp, ep, s + 1, run.steps[s][0], run.steps[s][1], run.steps[s][2],
+              run.steps[s][3], ref->steps[s][0], ref->steps[s][1], ref->steps[s][2], ref->steps[s][3]);
+    moe_trainer keep;
+    int count;
+    const moe_model_tensor *tensors = tensor_table(par, o, ep, &count, &keep);
+    const long dp = differences(tensors, count, whole, &run, run.params, ref->params);
+    const long d1 = differences(tensors, count, whole, &run, run.m1, ref->m1);
+    const long d2 = differences(tensors, count, whole, &run, run.m2, ref->m2);
+    CHECK(dp == 0 && d1 == 0 && d2 == 0, "%s, W %d pp %d ep %d, rank %d: %ld weights, %ld first and %ld second "
+          "moments differ from the one-rank run", case_names[c], W, pp, ep, rank, dp, d1, d2);
+    if (c == SOFTMAX_ZERO && pp == 1 && ep == 1 && W > 1) { /* the check can fail: today's reductions part ways */
+        run_result plain = {0};
+        train(par, options(train_path, val_path, c, 0), c, ep, &plain);
+        run_result plain_ref;
+        reference(train_path, val_path, c, 0, &plain_ref, rank);
+        long total = differences(tensors, count, whole, &plain, plain.params, plain_ref.params);
+        MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(total > 0, "W %d: without shards the weights still equal the one-rank run's (the check is blind)", W);
+        if (rank == 0) printf("W %d: without shards %ld weights differ from one rank\n", W, total);
+        free_result(&plain), free_result(&plain_ref);
+    }
+    moe_trainer_destroy(&keep);
+    free_result(&run);
+    moe_parallel_destroy(par);
+    if (rank == 0) printf("%s: W %d pp %d ep %d checked over %d steps\n", case_names[c], W, pp, ep, STEPS);
+}
+
 static void check_case(const char *train_path, const char *val_path, test_case c, int W, int rank) {
     run_result ref;
     moe__zero_set_atom_values(c == SOFTMAX_ZERO2 ? SMALL_ATOM : 0);
     reference(train_path, val_path, c, SHARDS, &ref, rank);
-    for (int ep = 1; ep <= W && ep <= 8; ep *= 2) {
-        if (W % ep) continue;
-        moe_parallel *par;
-        test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-        const moe_train_options o = options(train_path, val_path, c, SHARDS);
-        run_result run = {0};
-        train(par, o, c, ep, &run);
-        for (int s = 0; s < STEPS; s++)
-            CHECK(!memcmp(run.steps[s], ref.steps[s], sizeof run.steps[s]),
-                  "%s, W %d ep %d, step %d: loss %.17g aux %.17g z %.17g norm %.17g, one rank: %.17g %.17g %.17g %.17g",
-                  case_names[c], W, ep, s + 1, run.steps[s][0], run.steps[s][1], run.steps[s][2], run.steps[s][3],
-                  ref.steps[s][0], ref.steps[s][1], ref.steps[s][2], ref.steps[s][3]);
-        moe_trainer keep;
-        int count;
-        const moe_model_tensor *tensors = tensor_table(par, o, ep, &count, &keep);
-        const long dp = differences(tensors, count, &run, run.params, &ref, ref.params);
-        const long d1 = differences(tensors, count, &run, run.m1, &ref, ref.m1);
-        const long d2 = differences(tensors, count, &run, run.m2, &ref, ref.m2);
-        CHECK(dp == 0 && d1 == 0 && d2 == 0, "%s, W %d ep %d, rank %d: %ld weights, %ld first and %ld second moments "
-              "differ from the one-rank run", case_names[c], W, ep, rank, dp, d1, d2);
-        if (c == SOFTMAX_ZERO && ep == 1 && W > 1) { /* the check can fail: today's reductions part ways */
-            run_result plain = {0};
-            train(par, options(train_path, val_path, c, 0), c, ep, &plain);
-            run_result plain_ref;
-            reference(train_path, val_path, c, 0, &plain_ref, rank);
-            long total = differences(tensors, count, &plain, plain.params, &plain_ref, plain_ref.params);
-            MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-            CHECK(total > 0, "W %d: without shards the weights still equal the one-rank run's (the check is blind)", W);
-            if (rank == 0) printf("W %d: without shards %ld weights differ from one rank\n", W, total);
-            free_result(&plain), free_result(&plain_ref);
-        }
-        moe_trainer_destroy(&keep);
-        free_result(&run);
-        moe_parallel_destroy(par);
-        if (rank == 0) printf("%s: W %d ep %d checked over %d steps\n", case_names[c], W, ep, STEPS);
-    }
+    moe_parallel *self;
+    moe_model *whole = whole_model(options(train_path, val_path, c, SHARDS), &self);
+    int count;
+    const moe_model_tensor *table = moe_model_tensors(whole, &count);
+    for (int pp = 1; pp <= W && pp <= LAYERS; pp *= 2)
+        for (int ep = 1; ep <= W / pp && ep <= 8; ep *= 2)
+            if ((W / pp) % ep == 0) check_layout(train_path, val_path, c, W, rank, pp, ep, &ref, table);
+    moe_model_destroy(whole);
+    moe_parallel_destroy(self);
     free_result(&ref);
 }
 

@@ -72,7 +72,7 @@ static moe_status place_cuda(const moe_train_options *o, MPI_Comm world, FILE *l
     if (log)
         fprintf(log, "placement: %d rank(s) per node on %d GPU(s); %s transport\n", node_ranks, count,
                 transport == MOE_GPU_TRANSPORT_NCCL ? "NCCL" : "MPI-staged");
-    return moe_parallel_create_mpi_gpu(world, 1, o->model.moe.ep_size, o->exchange_timeout_s, moe_runtime_gpu(out->rt),
+    return moe_parallel_create_mpi_gpu(world, o->pp, o->model.moe.ep_size, o->exchange_timeout_s, moe_runtime_gpu(out->rt),
                                        transport, &out->par);
 }
 #endif
@@ -81,7 +81,7 @@ moe_status moe_train_place(const moe_train_options *o, MPI_Comm world, FILE *log
     *out = (moe_train_placement){.rt = NULL, .par = NULL, .device = -1};
     moe_status st;
     if (o->device != MOE_TRAIN_DEVICE_CUDA) {
-        st = moe_parallel_create_mpi(world, o->model.moe.ep_size, o->exchange_timeout_s, &out->par);
+        st = moe_parallel_create_mpi_pp(world, o->pp, o->model.moe.ep_size, o->exchange_timeout_s, &out->par);
     } else {
 #ifdef MOE_HAVE_CUDA
         st = place_cuda(o, world, log, out);

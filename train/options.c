@@ -81,6 +81,12 @@ static const opt_spec kOptions[] = {
      "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
      "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
      0, 2, {0}, NULL, RUN},
+    {"--pp", "pipeline stages: the ranks form this many stages of consecutive ranks, each holding --layers / --pp "
+     "consecutive layers (the first the embedding, the last the head), run in a 1F1B schedule over the micro-batches; "
+     "the batch is split over the ranks of a stage. Bitwise the same results as --pp 1", OPT_INT, OFF(pp), 1, 4096,
+     {0}, NULL, RUN},
+    {"--virtual-stages", "model chunks per pipeline rank (interleaved 1F1B; planned by moe-plan, run: 1 only)",
+     OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
      "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards; "
@@ -193,6 +199,7 @@ static void set_defaults(moe_train_options *o) {
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
+    o->pp = 1, o->virtual_stages = 1;
     o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
@@ -301,6 +308,40 @@ static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
     return 0;
 }
 
+/* --pp and --virtual-stages: stages of equal layers over equal groups of ranks, and what does not run in a pipeline
+ * yet. */
+static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err) {
+    const int pp = o->pp, V = o->virtual_stages, L = o->model.num_layers;
+    if (world_size % pp)
+        return moe_train_complain(err, "moe-train: --pp %d must divide the number of ranks (%d)\n", pp, world_size), -1;
+    if (V > 1 && pp == 1)
+        return moe_train_complain(err, "moe-train: --virtual-stages %d needs --pp 2 or more (chunks of a pipeline "
+                                       "rank)\n", V), -1;
+    if (L % (pp * V))
+        return moe_train_complain(err, "moe-train: --pp %d x --virtual-stages %d = %d stages must divide --layers %d "
+                                       "(every stage holds as many layers)\n", pp, V, pp * V, L), -1;
+    if (V > 1 && o->micro_batches % pp)
+        return moe_train_complain(err, "moe-train: the interleaved schedule runs micro-batches in groups of --pp: "
+                                       "--micro-batches %d must be a multiple of --pp %d\n", o->micro_batches, pp), -1;
+    if (V > 1)
+        return moe_train_complain(err, "moe-train: --virtual-stages %d: interleaved pipeline schedules are planned "
+                                       "(moe-plan --virtual-stages) but not run yet; use --virtual-stages 1\n", V), -1;
+    if (pp == 1) return 0;
+    const char *not_yet = o->model.tie_embeddings    ? "--tie-embeddings 1 (the embedding and the lm_head on two stages)"
+                          : *o->routing_trace_out    ? "--routing-trace-out"
+                          : *o->routing_trace_in     ? "--routing-trace-in"
+                          : o->verify_steps          ? "--verify-steps"
+                          : *o->checkpoint_dir       ? "--checkpoint-dir (checkpoints of a pipeline)"
+                          : *o->init_from            ? "--init-from"
+                          : *o->resume               ? "--resume"
+                          : o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda (the pipeline is run on the CPU only)"
+                                                     : NULL;
+    if (not_yet)
+        return moe_train_complain(err, "moe-train: --pp %d with %s is not supported yet: train with --pp 1 for it\n", pp,
+                                  not_yet), -1;
+    return 0;
+}
+
 /* Combinations no single flag can check. */
 static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 
@@ -332,11 +373,15 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     m->zero = o->zero;
     const char *problem = moe_model_config_problem(m);
     if (problem) return moe_train_complain(err, "moe-train: invalid model: %s\n", problem), -1;
+    if (finish_pipeline(o, world_size, err)) return -1;
+    world_size /= o->pp; /* from here on: the ranks of a stage, which split the batch and hold its layers' experts */
+    const char *of_stage = o->pp > 1 ? " of a pipeline stage" : "";
     if (world_size % m->moe.ep_size)
-        return moe_train_complain(err, "moe-train: --ep %d must divide the number of ranks (%d)\n", m->moe.ep_size, world_size), -1;
+        return moe_train_complain(err, "moe-train: --ep %d must divide the number of ranks%s (%d)\n", m->moe.ep_size,
+                                  of_stage, world_size), -1;
     if (o->batch % world_size)
-        return moe_train_complain(err, "moe-train: --batch %d must be divisible by the number of ranks (%d)\n", o->batch,
-                       world_size), -1;
+        return moe_train_complain(err, "moe-train: --batch %d must be divisible by the number of ranks%s (%d)\n",
+                                  o->batch, of_stage, world_size), -1;
     /* the trainer, the layer and the routing trace count a micro-batch's tokens and routing choices in an int */
     const long long choices = (long long)o->batch * m->seq_len * m->moe.top_k;
     if (choices > INT_MAX)

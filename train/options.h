@@ -30,6 +30,8 @@ typedef struct {
     int warmup;
     int seed;
     int zero;           /* 0-2: ZeRO-1 shards the AdamW state, ZeRO-2 the gradients too (models/zero.h) */
+    int pp;             /* pipeline stages (pipeline/grid.h): each of world / pp ranks holds layers / pp layers  */
+    int virtual_stages; /* model chunks per pipeline rank (interleaved 1F1B); 1: 1F1B                          */
     int world_invariant; /* 1: every sum over the batch per virtual shard, in one fixed tree (model.moe.num_shards =
                             shards, the default); 0: per rank, then the transport's all-reduce */
     int shards;         /* the batch's virtual shards with world_invariant; -1 (auto): the largest power of two that

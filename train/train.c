@@ -26,6 +26,7 @@
 #include "train/config.h"
 #include "train/device.h"
 #include "train/signals.h"
+#include "pipeline/grid.h"
 #include "train/trainer.h"
 #include "train/verify.h"
 #include "moe/dense_ops_fault.h"
@@ -317,6 +318,32 @@ static stop_request agree_on_stop(moe_trainer *t, int log_failed) {
     return stop;
 }
 
+/* With --pp: each stage's time per step and how much of it was spent waiting for its neighbours (the bubble and
+ * the imbalance), over the steps after the first (which holds one-time costs), on rank 0's stdout: the waiting
+ * against the work, beside the schedule's bubble (p - 1) / m (idle slots per busy slot). Collective over the
+ * pipeline. */
+static void report_pipeline(moe_trainer *t, const double first[2], int steps) {
+    moe_comm *pipeline = moe_parallel_pipeline(t->par);
+    const int P = moe_comm_size(pipeline), m = t->opt.micro_batches;
+    if (P == 1 || steps < 1) return;
+    double mine[2] = {(t->runner.step_s - first[0]) / steps * 1e3, (t->runner.wait_s - first[1]) / steps * 1e3};
+    double *all = calloc((size_t)2 * P, sizeof(double));
+    size_t *nbytes = calloc(P, sizeof(size_t));
+    if (!all || !nbytes) return free(all), free(nbytes);
+    for (int p = 0; p < P; p++) nbytes[p] = sizeof mine;
+    require(moe_comm_allgatherv_bytes(pipeline, mine, sizeof mine, all, nbytes), "the pipeline's timings");
+    if (t->ranks.world_rank == 0) {
+        printf("pipeline: %d stages x %d micro-batches (1F1B), per step over the last %d steps:", P, m, steps);
+        for (int p = 0; p < P; p++) { /* idle against busy: what (p - 1) / m predicts */
+            const double busy = all[2 * p] - all[2 * p + 1];
+            printf("%s stage %d %.1f ms, waiting %.1f ms (%.1f%% of its %.1f ms of work)", p ? ";" : "", p, all[2 * p],
+                   all[2 * p + 1], busy > 0 ? 100 * all[2 * p + 1] / busy : 0, busy);
+        }
+        printf("; the 1F1B bubble (p - 1) / m = %.1f%%\n", 100.0 * (P - 1) / m);
+    }
+    free(all), free(nbytes);
+}
+
 /* The steps from first_step on, with their evaluations, logs and checkpoints. Returns the exit status: 0 at the end;
  * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
  * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, or
@@ -326,6 +353,7 @@ static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verif
                  moe_step_result *r) {
     const int rank0 = t->ranks.world_rank == 0;
     int skipped_in_a_row = 0, save_waiting = 0;
+    double pipeline_first[2] = {0, 0}; /* the runner's times after the first step */
     for (int step = first_step; step <= o->steps; step++) {
         double t0 = now_ms(), val = -1;
         moe_status st;
@@ -336,6 +364,7 @@ static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verif
             require(moe_trainer_step(t, step, r), "training step");
         }
         double ms = now_ms() - t0;
+        if (step == first_step) pipeline_first[0] = t->runner.step_s, pipeline_first[1] = t->runner.wait_s;
         if (r->skipped && rank0)
             fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
                     moe_failure_message(MOE_ERR_NONFINITE));
@@ -391,6 +420,7 @@ static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verif
     if (save_waiting && rank0)
         fprintf(stderr, "moe-train: the last steps' updates were dropped: no checkpoint of them (the last one saved "
                 "stays the newest)\n");
+    report_pipeline(t, pipeline_first, o->steps - first_step);
     return 0;
 }
 
@@ -464,10 +494,16 @@ int main(int argc, char **argv) {
     }
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
-        printf("world %d ranks x %d threads on %s: ep %d x expert-data-parallel %d; %zu dense + %zu expert parameters "
-               "per rank, at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
-               world_size, moe_threads_get(), device, t.ranks.ep_size,
-               t.ranks.dp_size, moe_model_num_dense(t.model), moe_model_num_expert(t.model),
+        moe_rank_grid grid;
+        if (moe_rank_grid_make(world_size, opt.pp, opt.model.moe.ep_size, 1, 0, &grid) == MOE_OK)
+            moe_rank_grid_print(stdout, &grid);
+        printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
+               "parameters per rank of stage 0 (layers %d .. %d, %d forwards in flight), at least %.1f MiB of memory "
+               "per rank; train %ld tokens, val %ld tokens\n",
+               world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.dp_size,
+               moe_model_num_dense(t.model), moe_model_num_expert(t.model), moe_model_stage_of(t.model)->first_layer,
+               moe_model_stage_of(t.model)->first_layer + moe_model_stage_of(t.model)->num_layers - 1,
+               moe_model_num_passes(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
                t.val.num_tokens);
         if (moe_trainer_eval_sequences(&t) < (long)opt.eval_batches * opt.batch)

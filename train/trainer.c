@@ -77,6 +77,22 @@ static moe_status make_run_id(moe_trainer *t) {
     return st;
 }
 
+/* This rank's pipeline stage of the model (every layer at --pp 1), with a pass for each forward its schedule keeps
+ * in flight, and the runner of its schedule. */
+static moe_status create_stage_model(moe_trainer *t, moe_runtime *rt) {
+    const moe_train_options *o = &t->opt;
+    const moe_pp_shape shape = {.stages = t->ranks.pp_size, .virtual_stages = o->virtual_stages,
+                                .micro_batches = o->micro_batches};
+    const int per_stage = o->model.num_layers / shape.stages;
+    moe_model_stage stage = {.first_layer = t->ranks.pp_rank * per_stage, .num_layers = per_stage};
+    MOE_TRY(moe_stage_runner_passes(&shape, t->ranks.pp_rank, &stage.passes));
+    moe_model_config mc = o->model;
+    mc.zero = o->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
+    MOE_TRY(moe_model_create_stage(&mc, rt, t->par, &stage, t->local_seqs, o->micro_batches, &t->model));
+    return moe_stage_runner_init(&t->runner, t->model, moe_parallel_pipeline(t->par), &shape,
+                                 t->local_seqs * o->model.seq_len);
+}
+
 moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par) {
     memset(t, 0, sizeof *t);
     t->opt = *opt;
@@ -87,18 +103,17 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: %ld validation windows of %d + 1 tokens, fewer than the %d ranks",
-                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.world_size);
+                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.stage_size);
     st = moe_fail_context(st, "bad data file");
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
-    t->local_seqs = opt->batch / t->ranks.world_size;
+    t->local_seqs = opt->batch / t->ranks.stage_size;
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
-    if (!t->inputs || !t->targets) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
-    moe_model_config mc = *m;
-    mc.zero = opt->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
-    if ((st = moe_model_create(&mc, rt, par, t->local_seqs, opt->micro_batches, &t->model)) != MOE_OK)
-        return moe_trainer_destroy(t), st;
+    t->mb_loss = calloc(opt->micro_batches, sizeof(double));
+    t->layer_terms = calloc((size_t)opt->micro_batches * m->num_layers * 2, sizeof(double));
+    if (!t->inputs || !t->targets || !t->mb_loss || !t->layer_terms) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    if ((st = create_stage_model(t, rt)) != MOE_OK) return moe_trainer_destroy(t), st;
     if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
         return moe_trainer_destroy(t), st;
     const size_t dense = moe_model_num_dense(t->model);
@@ -122,12 +137,13 @@ void moe_trainer_destroy(moe_trainer *t) {
         moe_runtime_free(moe_model_runtime(t->model), t->moment2);
         moe_runtime_free(moe_model_runtime(t->model), t->grad_accum);
     }
+    moe_stage_runner_free(&t->runner);
     moe_model_destroy(t->model);
     moe_token_file_free(&t->train);
     moe_token_file_free(&t->val);
     moe_routing_trace_close(&t->trace_out);
     moe_routing_trace_close(&t->trace_in);
-    free(t->inputs), free(t->targets), free(t->trace_ids);
+    free(t->inputs), free(t->targets), free(t->trace_ids), free(t->mb_loss), free(t->layer_terms);
     memset(t, 0, sizeof *t);
 }
 
@@ -239,14 +255,16 @@ moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset
     return b > a ? upload(t, moments + z.moments_at + (a - z.r->begin), src + (a - from), b - a) : MOE_OK;
 }
 
-/* Routing statistics of the last micro-batch, added into r (per-rank drops, added into *dropped and *assignments;
- * global counts and losses). */
-static void add_routing_stats(const moe_trainer *t, moe_step_result *r, double *dropped, double *assignments) {
+/* Routing statistics of micro-batch mb (its pass selected), this stage's MoE layers: per-rank drops, added into
+ * *dropped and *assignments; global counts into r; the aux and z losses into t->layer_terms (added up by
+ * sum_over_stages). */
+static void add_routing_stats(const moe_trainer *t, moe_step_result *r, int mb, double *dropped, double *assignments) {
     const moe_model_config *m = &t->opt.model;
     for (int l = 0; l < m->num_layers; l++) {
-        const moe_layer_stats *ls = moe_model_layer_stats(t->model, l);
+        const moe_layer_stats *ls = moe_model_layer_stats(t->model, l); /* NULL: dense, or another stage's */
         if (!ls) continue;
-        r->aux += ls->aux_loss, r->z += ls->z_loss;
+        double *terms = t->layer_terms + ((size_t)mb * m->num_layers + l) * 2;
+        terms[0] = ls->aux_loss, terms[1] = ls->z_loss;
         *dropped += ls->num_dropped, *assignments += ls->num_assignments;
         for (int e = 0; e < m->moe.num_experts; e++)
             r->expert_tokens[l * m->moe.num_experts + e] += ls->num_selected_per_expert[e];
@@ -262,7 +280,7 @@ static size_t micro_batch_routes(const moe_trainer *t) {
  * takes its tokens' slice). The array must stay as it is until that forward. */
 static moe_status force_routing(moe_trainer *t, const int *ids) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
-    const size_t first = (size_t)t->ranks.world_rank * t->local_seqs * t->opt.model.seq_len * t->opt.model.moe.top_k;
+    const size_t first = (size_t)t->ranks.stage_rank * t->local_seqs * t->opt.model.seq_len * t->opt.model.moe.top_k;
     for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         if (layer) MOE_TRY(moe_layer_force_routing(layer, ids + (size_t)i++ * per_layer + first));
@@ -320,37 +338,90 @@ static moe_status accumulate_micro_batch(moe_trainer *t, int mb) {
     return dense->add(s, t->grad_accum, moe_model_grads(m), count, t->grad_accum);
 }
 
-/* The micro-batches of a step: forward and backward of each, the loss sum and drop counts into sums
- * [loss, dropped, assignments] — this rank's, or with shards already summed over the world per micro-batch, as the
- * gradients are (accumulate_micro_batch). The gradients accumulate into the model's buffer (zeroed first). */
+/* One step's micro-batches as the schedule runs them: the runner's hooks' context. */
+typedef struct {
+    moe_trainer *t;
+    int step, record;
+    moe_step_result *r; /* NULL: no statistics (a checked re-run) */
+    double *sums;       /* [3]: loss, dropped, assignments */
+} step_run;
+
+static moe_status before_forward(void *ctx, int mb, const int **inputs, const int **targets) {
+    step_run *run = ctx;
+    moe_trainer *t = run->t;
+    const moe_train_options *o = &t->opt;
+    const long batch_index = (long)(run->step - 1) * o->micro_batches + mb;
+    const long first = batch_index * o->batch + (long)t->ranks.stage_rank * t->local_seqs;
+    moe_token_file_sequences(&t->train, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
+    *inputs = t->inputs, *targets = t->targets;
+    if (t->routing_replay) return force_routing(t, t->routing_replay + mb * micro_batch_routes(t));
+    if (t->trace_in.file) return replay_routing(t, run->step, mb);
+    return MOE_OK;
+}
+
+static moe_status after_forward(void *ctx, int mb, double loss_sum) {
+    step_run *run = ctx;
+    moe_trainer *t = run->t;
+    t->mb_loss[mb] = loss_sum;
+    if (run->record && *t->opt.routing_trace_out) MOE_TRY(record_routing(t, run->step, mb));
+    if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
+    return MOE_OK;
+}
+
+static moe_status before_backward(void *ctx, int mb) {
+    step_run *run = ctx;
+    moe_trainer *t = run->t;
+    if (world_invariant(t) && mb > 0 && t->opt.zero < 2) /* each micro-batch summed on its own; ZeRO-2: per layer */
+        return moe_model_zero_grads(t->model);
+    return MOE_OK;
+}
+
+/* The micro-batch's statistics: with shards summed over the stage per micro-batch, as the gradients are
+ * (accumulate_micro_batch); the routing's into r, its MoE layers' aux and z losses into t->layer_terms. */
+static moe_status after_backward(void *ctx, int mb) {
+    step_run *run = ctx;
+    moe_trainer *t = run->t;
+    double mb_sums[3] = {t->mb_loss[mb], 0, 0};
+    if (run->r) add_routing_stats(t, run->r, mb, &mb_sums[1], &mb_sums[2]);
+    if (world_invariant(t)) {
+        if (t->opt.zero < 2) MOE_TRY(accumulate_micro_batch(t, mb)); /* ZeRO-2: backward added into the shard */
+        MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), mb_sums, 3));
+    }
+    for (int i = 0; i < 3; i++) run->sums[i] += mb_sums[i];
+    return MOE_OK;
+}
+
+/* The micro-batches of a step, run by this stage's schedule (models/stage_runner.h): forward and backward of each,
+ * the loss sum and drop counts into sums [loss, dropped, assignments] — this rank's, or with shards already summed
+ * over the stage per micro-batch, as the gradients are (accumulate_micro_batch). The gradients accumulate into the
+ * model's buffer (zeroed first). */
 static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_step_result *r, double sums[3]) {
     const moe_train_options *o = &t->opt;
-    const int S = o->model.seq_len, invariant = world_invariant(t);
-    const moe_real scale = (moe_real)(1.0 / ((double)o->batch * o->micro_batches * S)); /* the mean over the step */
+    const moe_real scale = (moe_real)(1.0 / ((double)o->batch * o->micro_batches * o->model.seq_len)); /* the mean */
     moe_model *m = t->model;
     MOE_TRY(moe_model_zero_grads(m));
-    for (int mb = 0; mb < o->micro_batches; mb++) {
-        long batch_index = (long)(step - 1) * o->micro_batches + mb;
-        long first = batch_index * o->batch + (long)t->ranks.world_rank * t->local_seqs;
-        moe_token_file_sequences(&t->train, S, first, t->local_seqs, t->inputs, t->targets);
-        double mb_sums[3] = {0, 0, 0};
-        if (t->routing_replay) MOE_TRY(force_routing(t, t->routing_replay + mb * micro_batch_routes(t)));
-        else if (t->trace_in.file) MOE_TRY(replay_routing(t, step, mb));
-        if (invariant && mb > 0 && o->zero < 2) MOE_TRY(moe_model_zero_grads(m)); /* ZeRO-2: zeroed per layer */
-        MOE_TRY(moe_model_forward(m, t->inputs, t->targets, t->local_seqs, &mb_sums[0], NULL));
-        if (record && *o->routing_trace_out) MOE_TRY(record_routing(t, step, mb));
-        if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
-        MOE_TRY(moe_model_backward(m, scale));
-        if (r) add_routing_stats(t, r, &mb_sums[1], &mb_sums[2]);
-        if (invariant) {
-            if (o->zero < 2) MOE_TRY(accumulate_micro_batch(t, mb)); /* ZeRO-2: backward added into the shard */
-            MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), mb_sums, 3));
-        }
-        for (int i = 0; i < 3; i++) sums[i] += mb_sums[i];
-    }
-    if (!invariant || o->micro_batches == 1 || o->zero == 2) return MOE_OK;
+    memset(t->layer_terms, 0, (size_t)o->micro_batches * o->model.num_layers * 2 * sizeof(double));
+    step_run run = {t, step, record, r, sums};
+    const moe_stage_hooks hooks = {&run, before_forward, after_forward, before_backward, after_backward};
+    MOE_TRY(moe_stage_runner_step(&t->runner, &hooks, t->local_seqs, scale));
+    if (!world_invariant(t) || o->micro_batches == 1 || o->zero == 2) return MOE_OK;
     const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
     return moe_runtime_copy(moe_model_runtime(m), moe_model_grads(m), t->grad_accum, count * sizeof(moe_real));
+}
+
+/* The step's statistics over the pipeline's stages (each holds some layers; the last the loss): every value is one
+ * stage's, or an integer count, so the sum is exact in any order; then the aux and z losses added in (micro-batch,
+ * layer) order, as one stage would. Collective over the pipeline. */
+static moe_status sum_over_stages(moe_trainer *t, moe_step_result *r, double sums[3]) {
+    const moe_train_options *o = &t->opt;
+    const int L = o->model.num_layers, E = o->model.moe.num_experts;
+    const size_t terms = (size_t)o->micro_batches * L * 2, tokens = (size_t)L * E;
+    moe_comm *pipeline = moe_parallel_pipeline(t->par);
+    MOE_TRY(moe_comm_allreduce_sum_f64(pipeline, sums, 3));
+    MOE_TRY(moe_comm_allreduce_sum_f64(pipeline, t->layer_terms, terms));
+    MOE_TRY(moe_comm_allreduce_sum_f64(pipeline, r->expert_tokens, tokens));
+    for (size_t i = 0; i < terms; i += 2) r->aux += t->layer_terms[i], r->z += t->layer_terms[i + 1];
+    return MOE_OK;
 }
 
 /* ---- the non-finite guard ---- */
@@ -449,10 +520,11 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
         return stop_or_skip(t, r, explain_nonfinite(t, step, NAN, NAN));
     }
     MOE_TRY(st);
-    if (!world_invariant(t)) { /* else run_micro_batches summed over the ranks per micro-batch */
+    if (!world_invariant(t)) { /* else run_micro_batches summed over the stage per micro-batch */
         MOE_TRY(moe_model_reduce_grads(t->model));
-        MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), sums, 3));
+        MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_stage(t->par), sums, 3));
     }
+    MOE_TRY(sum_over_stages(t, r, sums));
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
     r->loss = sums[0] / step_tokens;
     r->aux /= per, r->z /= per;
@@ -493,7 +565,7 @@ long moe_trainer_eval_sequences(const moe_trainer *t) {
     const moe_train_options *o = &t->opt;
     const long windows = (t->val.num_tokens - 1) / o->model.seq_len, want = (long)o->eval_batches * o->batch;
     const long n = windows < want ? windows : want, rest = n % o->batch;
-    return n - rest + (rest - rest % t->ranks.world_size); /* whole batches, then a multiple of the ranks */
+    return n - rest + (rest - rest % t->ranks.stage_size); /* whole batches, then a multiple of a stage's ranks */
 }
 
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
@@ -501,16 +573,17 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     const long n = moe_trainer_eval_sequences(t);
     double loss_sum = 0;
     for (long first = 0; first < n; first += o->batch) { /* micro-batch of min(batch, n - first) sequences */
-        const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.world_size);
-        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.world_rank * seqs, seqs, t->inputs,
+        const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.stage_size);
+        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.stage_rank * seqs, seqs, t->inputs,
                                  t->targets);
         double s = 0;
-        moe_status st = moe_model_forward(t->model, t->inputs, t->targets, seqs, &s, NULL);
+        moe_status st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
         if (st != MOE_OK) return st;
-        if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_world(t->par), &s, 1));
+        if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), &s, 1));
         loss_sum += s;
     }
-    if (!world_invariant(t)) MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_world(t->par), &loss_sum, 1));
+    if (!world_invariant(t)) MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_stage(t->par), &loss_sum, 1));
+    MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_pipeline(t->par), &loss_sum, 1)); /* the last stage's: exact */
     *val_loss = loss_sum / ((double)n * o->model.seq_len);
     if (isfinite(*val_loss)) return MOE_OK;
     /* every rank has the same loss: all look for the cause together */
@@ -522,9 +595,29 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     return MOE_OK;
 }
 
+/* The logits [S, V] of one sequence of tokens (host), on every rank: the last stage's, shared over the pipeline. */
+static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *logits) {
+    double loss;
+    MOE_TRY(moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, logits));
+    moe_comm *pipeline = moe_parallel_pipeline(t->par);
+    const int P = moe_comm_size(pipeline), last = moe_comm_rank(pipeline) == P - 1;
+    if (P == 1) return MOE_OK;
+    const size_t count = (size_t)t->opt.model.seq_len * t->opt.model.vocab_size;
+    size_t *nbytes = calloc(P, sizeof(size_t));
+    moe_real *mine = last ? malloc(count * sizeof(moe_real)) : NULL; /* send and receive may not overlap */
+    moe_status st = nbytes && (mine || !last) ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) {
+        nbytes[P - 1] = count * sizeof(moe_real);
+        if (last) memcpy(mine, logits, nbytes[P - 1]);
+        st = moe_comm_allgatherv_bytes(pipeline, mine, last ? nbytes[P - 1] : 0, logits, nbytes);
+    }
+    free(nbytes), free(mine);
+    return st;
+}
+
 moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
     moe_token_file_sequences(&t->val, t->opt.model.seq_len, 0, 1, t->inputs, t->targets);
-    return moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
+    return sequence_logits(t, t->inputs, logits);
 }
 
 /* The context sits at the start of one sequence of S tokens; causal attention makes the padding after
@@ -538,7 +631,7 @@ moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float
     while (n < max_n && st == MOE_OK) {
         int start = n > S ? n - S : 0, len = n - start;
         for (int i = 0; i < S; i++) t->inputs[i] = i < len ? text[start + i] : 0;
-        st = moe_model_forward(t->model, t->inputs, NULL, 1, NULL, logits);
+        st = sequence_logits(t, t->inputs, logits);
         const moe_real *l = logits + (size_t)(len - 1) * V;
         int next = 0;
         if (temperature <= 0) {

@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h" /* MOE_RUN_ID_NBYTES: a run id as manifests hold it */
 #include "models/optimizer.h"
+#include "models/stage_runner.h"
 #include "train/dataloader.h"
 #include "train/options.h"
 #include "train/routing_trace.h"
@@ -38,7 +39,10 @@ typedef struct {
     moe_real *moment1, *moment2; /* the model runtime's memory */
     moe_real *grad_accum;        /* with shards and micro-batches: the step's gradient sum so far (model runtime) */
     int *inputs, *targets;       /* [local_seqs * S] */
-    int local_seqs;              /* batch / world size */
+    int local_seqs;              /* batch / the ranks of a pipeline stage */
+    moe_stage_runner runner;     /* this stage's schedule over the model (models/stage_runner.h) */
+    double *mb_loss;             /* [micro_batches]: this rank's loss sum of each micro-batch of the step */
+    double *layer_terms;         /* [micro_batches][L][2]: the aux and z losses of this stage's MoE layers */
     moe_lr_schedule schedule;
     /* routing traces (train/routing_trace.h): world rank 0 writes, every rank replays */
     moe_routing_trace trace_out, trace_in;

@@ -4,7 +4,8 @@
 #   stopped (SIGSTOP, a hung node): the other rank's exchange watchdog (--exchange-timeout 3) fires, names the
 #   stopped rank as the missing peer, and the job ends, non-zero, with no process left (the stopped one too);
 #   stopped as soon as it exists (inside MPI_Init, outside any exchange): the start-up alarm ends the job.
-# Each MOE_FAULT_TRIALS times (default 2), at a random moment of the run.
+# Each MOE_FAULT_TRIALS times (default 2), at a random moment of the run; killed and stopped also in a pipeline of two
+# stages (--pp 2: the stopped stage is missed by the other's point-to-point wait or a collective).
 . "$(dirname "$0")/faults_common.sh"
 trials=${MOE_FAULT_TRIALS:-2}
 flags=(--steps 1000000 --eval-interval 0 --exchange-timeout 3)
@@ -12,10 +13,11 @@ flags=(--steps 1000000 --eval-interval 0 --exchange-timeout 3)
 world_rank_of() { tr '\0' '\n' < "/proc/$1/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p'; }
 
 tried=0 clean=0 crashes=0 hangs=0
-for signal in KILL STOP START; do
+for case in "KILL 1" "STOP 1" "START 1" "KILL 2" "STOP 2"; do
+    read -r signal pp <<< "$case"
     for ((trial = 1; trial <= trials; trial++)); do
         tried=$((tried + 1))
-        launch "${flags[@]}"
+        launch "${flags[@]}" --pp "$pp" --layers "$pp"
         victim= rank=
         if [ "$signal" = START ]; then # the first rank process, stopped the moment it exists
             wait_for_ranks 1 30 && victim=$(job_ranks | head -n 1) && kill -STOP "$victim"
@@ -28,23 +30,23 @@ for signal in KILL STOP START; do
         [ "$signal" = START ] && rank=$(world_rank_of "$victim")
         case $signal in
         KILL) expect="exited on signal 9|killed" ;;
-        STOP) expect="watchdog: .* still incomplete after 3.0 s.*missing: world rank $rank \\(no answer" ;;
+        STOP) expect="watchdog: .* still incomplete after 3.0 s.*missing: world rank $rank\\b" ;;
         START) expect="start-up \\(MPI_Init and the parallel layout\\) did not finish within --exchange-timeout|missing: world rank $rank" ;;
         esac
         cp "$dir/job.txt" "$dir/out.txt"
         if ! wait_job 30; then
             hangs=$((hangs + 1))
-            fail_with_output "$signal of world rank $rank: the job did not end within 30 s"
+            fail_with_output "$signal of world rank $rank (pp $pp): the job did not end within 30 s"
             continue
         fi
         cp "$dir/job.txt" "$dir/out.txt"
         left=$(leftovers) || { hangs=$((hangs + 1)); echo "FAIL: $signal: processes left: $left"; continue; }
         if [ "$job_rc" -ne 0 ] && grep -Eq -e "$expect" "$dir/out.txt"; then
             clean=$((clean + 1))
-            echo "ok: $signal of world rank $rank: ended in ${job_s}s with: $(grep -E -e "$expect" "$dir/out.txt" | head -n 1 | cut -c1-300)"
+            echo "ok: $signal of world rank $rank (pp $pp): ended in ${job_s}s with: $(grep -E -e "$expect" "$dir/out.txt" | head -n 1 | cut -c1-300)"
         else
             crashes=$((crashes + 1))
-            fail_with_output "$signal of world rank $rank: exit $job_rc without /$expect/"
+            fail_with_output "$signal of world rank $rank (pp $pp): exit $job_rc without /$expect/"
         fi
     done
 done

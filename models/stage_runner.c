@@ -1,0 +1,210 @@
+/* stage_runner.c — a pipeline stage's step: its schedule walked over its model (stage_runner.h). */
+#include "models/stage_runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fail.h"
+
+/* one stream of messages each way: activations forward, gradients back (in posting order per pair and tag) */
+enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
+
+static moe_status schedule_of(const moe_pp_shape *shape, int stage, moe_pp_step **steps, int *count) {
+    if (shape->virtual_stages != 1)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "interleaved pipeline schedules (%d virtual stages per rank) are not "
+                        "run yet: only 1F1B (--virtual-stages 1)", shape->virtual_stages);
+    return moe_pp_schedule(shape, stage, steps, count);
+}
+
+moe_status moe_stage_runner_passes(const moe_pp_shape *shape, int stage, int *passes) {
+    moe_pp_step *steps;
+    int count;
+    MOE_TRY(schedule_of(shape, stage, &steps, &count));
+    *passes = moe_pp_schedule_max_in_flight(steps, count);
+    free(steps);
+    return MOE_OK;
+}
+
+moe_status moe_stage_runner_init(moe_stage_runner *r, moe_model *model, moe_comm *pipeline, const moe_pp_shape *shape,
+                                 int max_tokens) {
+    memset(r, 0, sizeof *r);
+    const int stage = moe_comm_rank(pipeline);
+    if (moe_comm_size(pipeline) != shape->stages)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "a pipeline of %d ranks for a schedule of %d stages",
+                        moe_comm_size(pipeline), shape->stages);
+    r->model = model, r->pipeline = pipeline, r->shape = *shape, r->stage = stage;
+    MOE_TRY(schedule_of(shape, stage, &r->steps, &r->num_steps));
+    r->passes = moe_pp_schedule_max_in_flight(r->steps, r->num_steps);
+    if (r->passes > moe_model_num_passes(model))
+        return moe_stage_runner_free(r), moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d keeps %d forwards in flight; its "
+                                                  "model holds %d", stage, r->passes, moe_model_num_passes(model));
+    r->nbytes = (size_t)max_tokens * moe_model_config_of(model)->d_model * sizeof(moe_real);
+    r->grad_out = calloc(r->passes, sizeof(moe_real *));
+    r->act_sent = calloc(r->passes, sizeof(moe_comm_request *));
+    r->grad_sent = calloc(r->passes, sizeof(moe_comm_request *));
+    r->pass_mb = malloc(r->passes * sizeof(int));
+    moe_status st = r->grad_out && r->act_sent && r->grad_sent && r->pass_mb ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    moe_runtime *rt = moe_model_runtime(model);
+    if (st == MOE_OK && shape->stages > 1) st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->recv);
+    for (int i = 0; i < r->passes && st == MOE_OK && stage > 0; i++)
+        st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->grad_out[i]);
+    for (int i = 0; i < r->passes && st == MOE_OK; i++) r->pass_mb[i] = -1;
+    if (st != MOE_OK) moe_stage_runner_free(r);
+    return st;
+}
+
+void moe_stage_runner_free(moe_stage_runner *r) {
+    moe_runtime *rt = r->model ? moe_model_runtime(r->model) : NULL;
+    if (rt) {
+        moe_runtime_free(rt, r->recv);
+        for (int i = 0; r->grad_out && i < r->passes; i++) moe_runtime_free(rt, r->grad_out[i]);
+    }
+    free(r->steps), free(r->grad_out), free(r->act_sent), free(r->grad_sent), free(r->pass_mb);
+    memset(r, 0, sizeof *r);
+}
+
+/* The pass of micro-batch mb, selected. */
+static moe_status select_pass(moe_stage_runner *r, int mb) {
+    return moe_model_select_pass(r->model, mb % r->passes);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* moe_comm_wait, its time added to r->wait_s. */
+static moe_status timed_wait(moe_stage_runner *r, moe_comm_request *req) {
+    const double start = now_s();
+    const moe_status st = moe_comm_wait(r->pipeline, req);
+    r->wait_s += now_s() - start;
+    return st;
+}
+
+/* Posts a send of `nbytes` of buf to pipeline rank peer into *slot, after the slot's earlier send completed (its
+ * buffer is about to be written again). */
+static moe_status post_send(moe_stage_runner *r, moe_comm_request **slot, const void *buf, size_t nbytes, int peer,
+                            int tag) {
+    if (*slot) MOE_TRY(timed_wait(r, *slot));
+    *slot = NULL;
+    return moe_comm_isend_bytes(r->pipeline, buf, nbytes, peer, tag, slot);
+}
+
+/* Receives nbytes from pipeline rank peer into r->recv (complete on return). */
+static moe_status receive(moe_stage_runner *r, size_t nbytes, int peer, int tag) {
+    moe_comm_request *req;
+    MOE_TRY(moe_comm_irecv_bytes(r->pipeline, r->recv, nbytes, peer, tag, &req));
+    return timed_wait(r, req);
+}
+
+/* Waits for every send still posted. */
+static moe_status finish_sends(moe_stage_runner *r) {
+    const double start = now_s();
+    moe_status st = moe_comm_wait_all(r->pipeline, r->act_sent, r->passes);
+    if (st == MOE_OK) st = moe_comm_wait_all(r->pipeline, r->grad_sent, r->passes);
+    r->wait_s += now_s() - start;
+    return st;
+}
+
+static moe_status forward_step(moe_stage_runner *r, const moe_stage_hooks *h, int mb, int num_seqs,
+                               const moe_real *x) {
+    const int slot = mb % r->passes;
+    if (r->pass_mb[slot] >= 0)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d: micro-batch %d's forward would overwrite micro-batch %d's "
+                        "activations (the schedule keeps more in flight than the stash holds)", r->stage, mb,
+                        r->pass_mb[slot]);
+    if (r->act_sent[slot]) MOE_TRY(timed_wait(r, r->act_sent[slot])); /* the pass's output is rewritten */
+    r->act_sent[slot] = NULL;
+    const int *inputs = NULL, *targets = NULL;
+    MOE_TRY(h->before_forward(h->ctx, mb, &inputs, &targets));
+    MOE_TRY(select_pass(r, mb));
+    double loss = 0;
+    MOE_TRY(moe_model_stage_forward(r->model, inputs, x, targets, num_seqs, &loss, NULL));
+    r->pass_mb[slot] = mb;
+    return h->after_forward(h->ctx, mb, loss);
+}
+
+static moe_status backward_step(moe_stage_runner *r, const moe_stage_hooks *h, int mb, moe_real loss_scale,
+                                const moe_real *dy) {
+    const int slot = mb % r->passes;
+    if (r->pass_mb[slot] != mb)
+        return moe_fail(MOE_ERR_NO_FORWARD, "stage %d: micro-batch %d's backward has no forward in the stash",
+                        r->stage, mb);
+    MOE_TRY(h->before_backward(h->ctx, mb));
+    MOE_TRY(select_pass(r, mb));
+    MOE_TRY(moe_model_stage_backward(r->model, loss_scale, dy));
+    r->pass_mb[slot] = -1;
+    return h->after_backward(h->ctx, mb);
+}
+
+static moe_status run_steps(moe_stage_runner *r, const moe_stage_hooks *h, int num_seqs, moe_real loss_scale) {
+    const size_t nbytes = (size_t)num_seqs * moe_model_config_of(r->model)->seq_len *
+                          moe_model_config_of(r->model)->d_model * sizeof(moe_real);
+    if (nbytes > r->nbytes) return MOE_ERR_INVALID_ARG;
+    for (int i = 0; i < r->passes; i++) r->pass_mb[i] = -1; /* a step that failed left its stash behind */
+    const moe_real *arrived = NULL; /* the last receive's buffer, for the compute step after it */
+    for (int i = 0; i < r->num_steps; i++) {
+        const moe_pp_step *s = &r->steps[i];
+        const int slot = s->micro_batch % r->passes;
+        switch (s->op) {
+        case MOE_PP_RECV_ACTIVATION:
+            MOE_TRY(receive(r, nbytes, s->peer, TAG_ACTIVATION));
+            arrived = r->recv;
+            break;
+        case MOE_PP_RECV_GRADIENT:
+            MOE_TRY(receive(r, nbytes, s->peer, TAG_GRADIENT));
+            arrived = r->recv;
+            break;
+        case MOE_PP_FORWARD:
+            MOE_TRY(forward_step(r, h, s->micro_batch, num_seqs, arrived));
+            arrived = NULL;
+            break;
+        case MOE_PP_BACKWARD:
+            MOE_TRY(backward_step(r, h, s->micro_batch, loss_scale, arrived));
+            arrived = NULL;
+            break;
+        case MOE_PP_SEND_ACTIVATION: /* from the pass's output, which stays until its next forward */
+            MOE_TRY(select_pass(r, s->micro_batch));
+            MOE_TRY(post_send(r, &r->act_sent[slot], moe_model_stage_output(r->model), nbytes, s->peer,
+                              TAG_ACTIVATION));
+            break;
+        case MOE_PP_SEND_GRADIENT: /* the input gradient is scratch: copied into the pass's own buffer */
+            if (r->grad_sent[slot]) MOE_TRY(timed_wait(r, r->grad_sent[slot]));
+            r->grad_sent[slot] = NULL;
+            MOE_TRY(moe_runtime_copy(moe_model_runtime(r->model), r->grad_out[slot],
+                                     moe_model_stage_input_grad(r->model), nbytes));
+            MOE_TRY(post_send(r, &r->grad_sent[slot], r->grad_out[slot], nbytes, s->peer, TAG_GRADIENT));
+            break;
+        default:
+            return moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d: unknown schedule step %d", r->stage, (int)s->op);
+        }
+    }
+    return finish_sends(r);
+}
+
+moe_status moe_stage_runner_step(moe_stage_runner *r, const moe_stage_hooks *h, int num_seqs, moe_real loss_scale) {
+    const double start = now_s();
+    const moe_status st = run_steps(r, h, num_seqs, loss_scale);
+    r->step_s += now_s() - start;
+    return st;
+}
+
+moe_status moe_stage_runner_forward(moe_stage_runner *r, const int *inputs, const int *targets, int num_seqs,
+                                    double *loss_sum, moe_real *logits) {
+    const size_t nbytes = (size_t)num_seqs * moe_model_config_of(r->model)->seq_len *
+                          moe_model_config_of(r->model)->d_model * sizeof(moe_real);
+    if (nbytes > r->nbytes) return MOE_ERR_INVALID_ARG;
+    const int P = r->shape.stages, last = r->stage == P - 1;
+    *loss_sum = 0;
+    MOE_TRY(moe_model_select_pass(r->model, 0));
+    if (r->stage > 0) MOE_TRY(receive(r, nbytes, r->stage - 1, TAG_ACTIVATION));
+    MOE_TRY(moe_model_stage_forward(r->model, inputs, r->stage > 0 ? r->recv : NULL, last ? targets : NULL, num_seqs,
+                                    loss_sum, last ? logits : NULL));
+    if (last) return MOE_OK;
+    moe_comm_request *req;
+    MOE_TRY(moe_comm_isend_bytes(r->pipeline, moe_model_stage_output(r->model), nbytes, r->stage + 1, TAG_ACTIVATION,
+                                 &req));
+    return moe_comm_wait(r->pipeline, req);
+}
