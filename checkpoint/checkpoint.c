@@ -23,10 +23,11 @@ _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 para
 
 /* ---- the tensors of a model, in file order ---------------------------------------------------- */
 
-static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, long local_offset) {
+static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, int stage,
+                long local_offset) {
     moe__ckpt_tensor *t = &tab->t[tab->count++];
     *t = (moe__ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .count = (size_t)rows * (cols ? cols : 1),
-                            .expert = expert, .local_offset = local_offset};
+                            .expert = expert, .stage = stage, .local_offset = local_offset};
     snprintf(t->name, sizeof t->name, "%s", name);
 }
 
@@ -34,10 +35,15 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
     const moe_model *m = run->model;
     const moe_model_config *c = run->config;
     const int E = c->moe.num_experts, EL = moe_model_num_local_experts(m), first = run->ranks.ep_rank * EL;
-    int count;
-    const moe_model_tensor *mt = moe_model_tensors(m, &count);
+    int count, held;
+    moe_model_tensor *mt;
+    if (moe_model_whole_tensors(m, &mt, &count) != MOE_OK) return 0;
+    const moe_model_tensor *mine = moe_model_tensors(m, &held);
+    long *offset = malloc((size_t)(count ? count : 1) * sizeof(long)); /* by whole-table index: here, or -1 */
     tab->t = calloc((size_t)count * E + 1, sizeof(moe__ckpt_tensor));
-    if (!tab->t) return 0;
+    if (!tab->t || !offset) return free(mt), free(offset), free(tab->t), tab->t = NULL, 0;
+    for (int i = 0; i < count; i++) offset[i] = -1;
+    for (int i = 0; i < held; i++) offset[mine[i].index] = (long)mine[i].offset;
     tab->count = 0;
     char name[sizeof tab->t->name];
     for (int layer = -1; layer <= c->num_layers; layer++)
@@ -45,17 +51,21 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
             for (int i = 0; i < count; i++) {
                 const moe_model_tensor *t = &mt[i];
                 if (t->layer != layer || !t->experts != !experts) continue;
+                const int stage = moe_model_pipeline_stage_of(c, run->ranks.pp_size, layer);
                 if (!experts) {
-                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, (long)t->offset);
+                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i]);
                     continue;
                 }
                 const size_t per_expert = (size_t)t->rows * t->cols;
                 for (int j = 0; j < E; j++) {
                     snprintf(name, sizeof name, t->name, j);
-                    const long local = j >= first && j < first + EL ? (long)(t->offset + (j - first) * per_expert) : -1;
-                    add(tab, name, t->ndim, t->rows, t->cols, j, local);
+                    const long local =
+                        offset[i] >= 0 && j >= first && j < first + EL ? (long)(offset[i] + (j - first) * per_expert)
+                                                                       : -1;
+                    add(tab, name, t->ndim, t->rows, t->cols, j, stage, local);
                 }
             }
+    free(mt), free(offset);
     return 1;
 }
 

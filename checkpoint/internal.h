@@ -29,6 +29,7 @@ typedef struct {
     long shape[2];
     size_t count;      /* elements */
     int expert;        /* global expert id, or -1 for a dense tensor */
+    int stage;         /* the pipeline stage that holds it (models/model.h's moe_model_pipeline_stage_of) */
     long local_offset; /* in this rank's buffer [dense | local experts] (and its moments'), -1 if another rank holds it */
 } moe__ckpt_tensor;
 
@@ -37,8 +38,9 @@ typedef struct {
     int count;
 } moe__ckpt_table;
 
-/* The embedding, then each layer's dense tensors followed by its experts (every w1, then every w3, then every w2, by
- * global id), then the final norm and lm_head. 0 when out of memory. */
+/* Every tensor of the whole model, wherever it is held (another pipeline stage, another EP rank): the embedding,
+ * then each layer's dense tensors followed by its experts (every w1, then every w3, then every w2, by global id), then
+ * the final norm and lm_head. 0 when out of memory. */
 int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab);
 
 /* ---- checkpoint/write.c ---- */

@@ -42,11 +42,18 @@ typedef struct {
     int num_meta;
 } file_set;
 
-/* The ranks that hold tensor t: every rank (dense), or the EP rank that holds its expert in every replica. */
+/* The ranks that hold tensor t: every rank of its pipeline stage (dense), or of those the EP rank that holds its
+ * expert in every replica (alltoall/parallel.h: stage = world_rank / stage_size, ep_rank = world_rank % ep). */
 static int holds(const moe_checkpoint_run *run, const moe__ckpt_tensor *t, int world_rank) {
+    if (world_rank / run->ranks.stage_size != t->stage) return 0;
     if (t->expert < 0) return 1;
     const int EL = run->config->moe.num_experts / run->ranks.ep_size;
-    return world_rank % run->ranks.ep_size == t->expert / EL; /* alltoall/parallel.h: ep_rank = world_rank % ep */
+    return world_rank % run->ranks.ep_size == t->expert / EL;
+}
+
+/* The rank that writes layer l's selection bias: the first of the stage that holds it (every rank of it has it). */
+static int bias_writer(const moe_checkpoint_run *run, int layer) {
+    return moe_model_pipeline_stage_of(run->config, run->ranks.pp_size, layer) * run->ranks.stage_size;
 }
 
 /* writer[i] of every tensor: among the ranks holding it, the one with the fewest bytes to write so far (ties: the
@@ -131,7 +138,7 @@ static int state_set(const moe_checkpoint_run *run, const moe__ckpt_table *tab, 
             }
     if (!run->save_dtype || c->moe.score_func == MOE_SCORE_SIGMOID)
         for (int l = 0; l < c->num_layers; l++)
-            if (moe_model_expert_bias(run->model, l)) {
+            if (moe_model_layer_is_moe(c, l)) { /* held on one stage, listed on every rank */
                 const long shape[2] = {c->moe.num_experts, 0};
                 snprintf(name, sizeof name, "expert_bias.layers.%d", l);
                 set_add(s, name, 1, shape, MOE_SAFETENSORS_F32, -1, l);
@@ -151,15 +158,16 @@ static moe_status fetch(const moe_checkpoint_run *run, const moe__ckpt_table *ta
                                 t->count * sizeof(moe_real));
 }
 
-/* A collective fetch: a moment under ZeRO-1 — a dense tensor's over the world (every rank takes part), an expert
- * tensor's over its expert-data-parallel group (the ranks that hold it), in the table's order. */
+/* A collective fetch: a moment under ZeRO — a dense tensor's over its stage (every rank of it takes part), an expert
+ * tensor's over its expert-data-parallel group: the ranks that hold it, in the table's order. */
 static int collective(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const file_set *s, int k) {
     if (!run->moments_sharded || s->tensor[k] < 0 || s->moment[k] < 0) return 0;
-    const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
-    return t->expert < 0 || t->local_offset >= 0;
+    return tab->t[s->tensor[k]].local_offset >= 0;
 }
 
-static int writer_of(const file_set *s, const int *writer, int k) { return s->tensor[k] < 0 ? 0 : writer[s->tensor[k]]; }
+static int writer_of(const moe_checkpoint_run *run, const file_set *s, const int *writer, int k) {
+    return s->tensor[k] < 0 ? bias_writer(run, s->moment[k]) : writer[s->tensor[k]];
+}
 
 /* The first non-finite value of an entry, refused by name. */
 static moe_status check_finite(const file_set *s, int k, const moe_real *v) {
@@ -179,7 +187,7 @@ static moe_status store_mine(const moe_checkpoint_run *run, const moe__ckpt_tabl
     char *path = NULL;
     moe_status st = MOE_OK;
     for (int k = 0; k < s->count; k++) {
-        const int mine = writer_of(s, writer, k) == me;
+        const int mine = writer_of(run, s, writer, k) == me;
         moe_status got = MOE_OK;
         if (mine || collective(run, tab, s, k)) got = fetch(run, tab, s, k, buf);
         if (!mine || st != MOE_OK) { /* a failed rank still takes part in the collective fetches */

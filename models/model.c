@@ -15,6 +15,7 @@
 #include "kernels/nonfinite.h"
 #include "models/model_activations.h"
 #include "models/shard_grads.h"
+#include "models/tied_grads.h"
 #include "models/zero_grads.h"
 #include "moe/dense_ops.h"
 
@@ -71,6 +72,9 @@ struct moe_model {
 #undef MODEL_FIELD
     };
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
+    /* tied embeddings on a stage holding an end: the lm_head's gradient, summed apart from the embedding's
+     * (models/tied_grads.h); tied.grad NULL otherwise */
+    moe_tied_grads tied;
     /* cfg.moe.num_shards > 0: the weight gradients and the loss are summed per shard of this rank (S / W of them)
      * in the shard tree (models/shard_grads.h); local_shards 0: one sum over the rank's rows */
     int local_shards;
@@ -97,21 +101,29 @@ static int holds_layer(const moe_model *m, int layer) {
     return layer >= m->first && layer < m->last;
 }
 
-/* The next tensor of the one-stage table (*index counts them all): appended at the end of the buffer laid out so far
- * (*cursor) when this model holds its layer; without a table (m->tensors NULL) it only counts. */
-static void append(moe_model *m, size_t *cursor, int *index, int layer, int experts, long rows, long cols,
-                   moe_tensor_kind kind, const char *name) {
-    const int at = (*index)++;
-    if (!holds_layer(m, layer)) return;
+/* Appends a tensor at the end of the buffer laid out so far (*cursor); without a table (m->tensors NULL) it only
+ * counts. */
+static void put(moe_model *m, size_t *cursor, int index, int replica, int layer, int experts, long rows, long cols,
+                moe_tensor_kind kind, const char *name) {
     const size_t count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
     if (m->tensors) {
         moe_model_tensor *t = &m->tensors[m->num_tensors++];
         *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
-                                .offset = *cursor, .count = count, .kind = kind, .index = at};
+                                .offset = *cursor, .count = count, .kind = kind, .index = index, .replica = replica};
         snprintf(t->name, sizeof t->name, "%s", name);
     }
     *cursor += count;
 }
+
+/* The next tensor of the one-stage table (*index counts them all), put when this model holds its layer. */
+static void append(moe_model *m, size_t *cursor, int *index, int layer, int experts, long rows, long cols,
+                   moe_tensor_kind kind, const char *name) {
+    const int at = (*index)++;
+    if (holds_layer(m, layer)) put(m, cursor, at, 0, layer, experts, rows, cols, kind, name);
+}
+
+/* Whether this stage's lm_head is a replica of another stage's embedding (model.h). */
+static int holds_tied_replica(const moe_model *m) { return m->cfg.tie_embeddings && m->heads && !m->embeds; }
 
 /* Every tensor this model holds in buffer order, [dense | experts]: the embedding, each layer's attention and FFN
  * (router or dense SwiGLU), the final norm and lm_head, then each MoE layer's local experts — the one-stage model's
@@ -139,6 +151,7 @@ static void lay_out(moe_model *m) {
 #undef DENSE_TENSOR
     append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, "model.norm.weight");
     if (!c->tie_embeddings) append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "lm_head.weight");
+    if (holds_tied_replica(m)) put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "model.embed_tokens.weight");
     m->num_dense = at;
 #define EXPERT_TENSOR(field, hf, rows, cols, kind)                                                                  \
     snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
@@ -178,7 +191,7 @@ static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, mo
     v->final_norm = v->lm_head = NULL;
     if (m->heads) {
         v->final_norm = tensor_at(base, zg, t++);
-        v->lm_head = c->tie_embeddings ? v->embedding : tensor_at(base, zg, t++);
+        v->lm_head = c->tie_embeddings && m->embeds ? v->embedding : tensor_at(base, zg, t++);
     }
     for (int l = m->first; l < m->last; l++) {
         moe_model_layer_params *L = &v->layers[l];
@@ -238,9 +251,6 @@ static moe_status set_stage(moe_model *m, const moe_model_stage *stage) {
     m->stage = *stage;
     m->first = stage->first_layer, m->last = stage->first_layer + stage->num_layers;
     m->embeds = m->first == 0, m->heads = m->last == L;
-    if (m->cfg.tie_embeddings && m->embeds != m->heads)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "tied embeddings (tie_word_embeddings) need the embedding and the "
-                        "lm_head on one stage: a pipeline of several stages cannot hold this model yet");
     return MOE_OK;
 }
 
@@ -380,6 +390,17 @@ moe_model_stage moe_model_stage_whole(const moe_model_config *cfg) {
     return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .passes = 1};
 }
 
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int stage, int passes) {
+    const int per = cfg->num_layers / pp;
+    return (moe_model_stage){.first_layer = stage * per, .num_layers = per, .passes = passes};
+}
+
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int layer) {
+    if (layer < 0) return 0;
+    if (layer >= cfg->num_layers) return pp - 1;
+    return layer / (cfg->num_layers / pp);
+}
+
 moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
                                               int max_seqs) {
     moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = cfg->d_model / cfg->num_heads,
@@ -435,6 +456,20 @@ static moe_status init_grads(moe_model *m) {
     return MOE_OK;
 }
 
+/* The most tensors a table of cfg holds: the embedding, 9 per layer, the final norm and lm_head, 3 expert tensors per
+ * layer. */
+static int max_tensors_of(const moe_model_config *cfg) { return 1 + 9 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
+
+/* Tied embeddings on a stage that holds an end (models/tied_grads.h): the lm_head's gradient goes to its own buffer. */
+static moe_status init_tied(moe_model *m) {
+    if (!m->cfg.tie_embeddings || (!m->embeds && !m->heads)) return MOE_OK;
+    const moe_tied_end end = m->embeds && m->heads ? MOE_TIED_BOTH_ENDS : m->embeds ? MOE_TIED_FIRST : MOE_TIED_LAST;
+    MOE_TRY(moe_tied_grads_init(&m->tied, end, m->rt, m->dense, m->ops_state, moe_parallel_pipeline(m->par),
+                                (size_t)m->cfg.vocab_size * m->cfg.d_model));
+    if (m->heads) m->g.lm_head = m->tied.grad;
+    return MOE_OK;
+}
+
 /* Every pass's MoE layers (the aux and z coefficients divided by the micro-batches: the step's loss is their mean);
  * pass 0's own each layer's selection bias, the others route with it. */
 static moe_status create_moe_layers(moe_model *m, int accum_steps) {
@@ -475,12 +510,12 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
         st = moe_fail(MOE_ERR_INVALID_CONFIG,
                       "the %s runtime has no table of dense-model ops (moe/dense_ops.h): a model cannot run on it",
                       moe_runtime_name(m->rt));
-    const int L = cfg->num_layers, max_tensors = 1 + 9 * L + 2 + 3 * L;
+    const int L = cfg->num_layers;
     if (st == MOE_OK) {
         m->p.layers = calloc(L, sizeof(moe_model_layer_params));
         m->g.layers = calloc(L, sizeof(moe_model_layer_params));
         m->c.layers = calloc(L, sizeof(moe_model_layer_params));
-        m->tensors = calloc(max_tensors, sizeof(moe_model_tensor));
+        m->tensors = calloc(max_tensors_of(cfg), sizeof(moe_model_tensor));
         if (!m->p.layers || !m->g.layers || !m->c.layers || !m->tensors) st = MOE_ERR_OUT_OF_MEMORY;
     }
     if (st == MOE_OK) {
@@ -505,8 +540,19 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
     if (st == MOE_OK) st = init_shard_grads(m);
     if (st == MOE_OK) st = init_grads(m);
     if (st == MOE_OK) st = create_moe_layers(m, accum_steps);
+    if (st == MOE_OK) st = init_tied(m);
     if (st != MOE_OK) return moe_model_destroy(m), st;
     *out = m;
+    return MOE_OK;
+}
+
+moe_status moe_model_whole_tensors(const moe_model *m, moe_model_tensor **tensors, int *count) {
+    moe_model w = {.cfg = m->cfg, .head_dim = m->head_dim, .num_local_experts = m->num_local_experts};
+    const moe_model_stage whole = moe_model_stage_whole(&m->cfg);
+    MOE_TRY(set_stage(&w, &whole));
+    if (!(w.tensors = calloc(max_tensors_of(&m->cfg), sizeof(moe_model_tensor)))) return MOE_ERR_OUT_OF_MEMORY;
+    lay_out(&w);
+    *tensors = w.tensors, *count = w.num_tensors;
     return MOE_OK;
 }
 
@@ -524,6 +570,7 @@ void moe_model_destroy(moe_model *m) {
     moe_zero_layout_free(&m->zero);
     if (m->ops_state) m->dense->destroy(m->ops_state);
     for (int i = m->stage.passes - 1; m->passes && i >= 0; i--) free_pass(m, &m->passes[i]); /* pass 0 last */
+    moe_tied_grads_free(&m->tied);
     void *bufs[] = {m->params, m->grads, m->compute};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
     void **own[SCRATCH_BUFFERS];
@@ -797,6 +844,11 @@ static moe_status ffn_backward(moe_model *m, int l, int T) {
                                   m->dresid, m->dln);
 }
 
+moe_status moe_model_sync_tied(moe_model *m) {
+    if (!m->tied.grad) return MOE_OK;
+    return moe_tied_grads_sync_weights(&m->tied, m->embeds ? m->p.embedding : m->p.lm_head);
+}
+
 /* The selected pass's backward through this stage, from the loss (last stage, dL/dloss_t = loss_scale) or from dy,
  * the gradient of the stage's output, down to the embedding (first stage) or to dL/dx in m->dresid. */
 static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy) {
@@ -814,6 +866,7 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
     const size_t Td = (size_t)T * d;
     if (m->heads) { /* dlogits (in place), then lm_head and the final norm */
+        if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
         MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, T, V, loss_scale));
         MOE_TRY(watch(m, P->logits, (size_t)T * V, "the gradient of the logits"));
         MOE_TRY(moe_shard_grads_linear(sg, P->logits, P->lnf, d, V, m->g.lm_head));
@@ -821,6 +874,7 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(moe_runtime_zero(m->rt, m->dresid, Td * sizeof(moe_real)));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[m->last], m->p.final_norm, P->rstdf, m->dln, d, m->dresid,
                                         m->g.final_norm));
+        if (m->tied.grad) MOE_TRY(moe_tied_grads_end_head(&m->tied));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, m->dresid, dy, Td * sizeof(moe_real)));
     }
@@ -858,7 +912,9 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
     if (m->embeds) MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, V, m->g.embedding));
-    if (zg) MOE_TRY(moe_zero_grads_end_backward(zg));
+    const int tied_here = m->embeds && m->tied.grad; /* the tied lm_head's gradient is combined on this stage */
+    if (tied_here) MOE_TRY(moe_tied_grads_end_backward(&m->tied, m->g.embedding, m->local_shards > 0));
+    if (zg) MOE_TRY(moe_zero_grads_end_backward(zg, tied_here ? m->tied.grad : NULL));
     P->has_forward = 0;
     return MOE_OK;
 }
@@ -880,6 +936,8 @@ moe_status moe_model_reduce_grads(moe_model *m) {
     moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
         m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
     MOE_TRY(allreduce(moe_parallel_stage(m->par), m->grads, m->num_dense));
+    if (m->local_shards && m->embeds && m->tied.grad) /* G = tree(E) + tree(H) */
+        MOE_TRY(moe_tied_grads_add_summed(&m->tied, moe_parallel_stage(m->par), m->g.embedding));
     if (!m->num_expert) return MOE_OK;
     return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
 }

@@ -108,6 +108,10 @@ typedef struct {
     moe_tensor_kind kind;
     int index;            /* its place in the table of the whole model (one stage): the same on every stage, so
                              what is keyed by it (the weights' random streams) does not depend on the stages */
+    int replica;          /* 1: a copy of a tensor another stage holds — the tied embedding as the last stage's lm_head
+                             (index 0, the embedding's): its gradient goes to the first stage, which updates the
+                             tensor and sends it back (moe_model_sync_tied); never updated, counted in the norm or
+                             saved here */
 } moe_model_tensor;
 
 typedef struct moe_model moe_model;
@@ -124,13 +128,21 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
  * the lm_head and the loss. Its buffer [dense | local experts] holds those tensors only, in the whole model's order.
  * passes: the forwards whose activations are kept at once for their backwards (the stash: a 1F1B schedule keeps up
  * to pipeline/schedule.h's max_in_flight); each pass has its own activations and MoE routing, the scratch is shared.
- * Tied embeddings need both ends on one stage (refused otherwise, for now). */
+ * Tied embeddings on a pipeline: the last stage holds a replica of the embedding as its lm_head (moe_model_tensor's
+ * replica), its gradient of each backward sent to the first stage, which sums it as one stage does
+ * (models/tied_grads.h); the first stage's updated embedding is sent back after each step (moe_model_sync_tied). Both
+ * over the layout's pipeline communicator (pipeline rank 0 and the last). */
 typedef struct {
     int first_layer, num_layers;
     int passes;
 } moe_model_stage;
 /* Every layer, one pass: what moe_model_create makes. */
 moe_model_stage moe_model_stage_whole(const moe_model_config *cfg);
+/* Stage `stage` of a pipeline of pp stages of equal layers (pp divides num_layers): layers [stage L/pp, (stage + 1)
+ * L/pp), with `passes`; and which stage holds layer `layer` (-1, the embedding: the first; num_layers, the final norm
+ * and lm_head: the last). The one rule the trainer and the checkpoints share. */
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int stage, int passes);
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int layer);
 moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par,
                                   const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);
@@ -160,6 +172,10 @@ size_t moe_model_num_dense(const moe_model *m);   /* reals in the dense region  
 size_t moe_model_num_expert(const moe_model *m);  /* reals in the expert region */
 int moe_model_num_local_experts(const moe_model *m); /* E / ep */
 const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count);
+/* The table of the whole model (one stage) with m's local experts, whatever stage m holds: entry i has index i; offsets
+ * are the one-stage buffer's. *tensors malloc'd (the caller frees it). What a checkpoint walks: every tensor of the
+ * files, held here or not. */
+moe_status moe_model_whole_tensors(const moe_model *m, moe_model_tensor **tensors, int *count);
 moe_runtime *moe_model_runtime(const moe_model *m);
 /* The runtime's dense-ops table and this model's state for it (the optimizer's arithmetic runs there). */
 const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state);
@@ -203,6 +219,10 @@ const moe_real *moe_model_stage_output(const moe_model *m);
  * at moe_model_stage_input_grad (runtime memory, until the next backward) on every stage but the first. */
 moe_status moe_model_stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy);
 const moe_real *moe_model_stage_input_grad(const moe_model *m);
+/* After an optimizer step with tied embeddings on a pipeline: the first stage's embedding into the last stage's
+ * replica (collective over the two; nothing elsewhere). Also completes the last backward's send of the replica's
+ * gradient. */
+moe_status moe_model_sync_tied(moe_model *m);
 moe_status moe_model_zero_grads(moe_model *m);
 
 /* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel): with

@@ -83,6 +83,22 @@ static moe_status gather_stages(moe_comm *pipeline, const double *mine, size_t n
     return st;
 }
 
+/* Removes from the dense atoms' sums [moe_zero_num_atoms] those of replica tensors (model.h: another stage counts
+ * them), keeping the order; returns how many remain. */
+static size_t drop_replica_atoms(moe_model *m, const moe_zero_region *r, double *sums) {
+    int count;
+    const moe_model_tensor *t = moe_model_tensors(m, &count);
+    size_t kept = 0;
+    for (size_t i = 0; i < moe_zero_num_atoms(r); i++) {
+        const size_t at = moe_zero_atom_begin(r, i); /* atoms never cross a tensor's start */
+        int replica = 0;
+        for (int k = 0; k < count && !replica; k++)
+            replica = t[k].replica && at >= t[k].offset && at < t[k].offset + t[k].count;
+        if (!replica) sums[kept++] = sums[i];
+    }
+    return kept;
+}
+
 /* This stage's terms of the norm in the order the whole model adds them: its dense atoms' sums in buffer order into
  * dense[0 .. *num_dense), then every MoE layer's global experts (layer, EP rank, local expert) into experts[...]. */
 static moe_status stage_terms(moe_model *m, const moe_parallel *par, double **dense, size_t *num_dense,
@@ -90,7 +106,7 @@ static moe_status stage_terms(moe_model *m, const moe_parallel *par, double **de
     moe_comm *ep = moe_parallel_ep(par);
     const moe_zero_region *region = &moe_model_zero(m)->dense;
     MOE_TRY(atom_sums(m, region, moe_model_range_grads(m, 0), dense));
-    *num_dense = moe_zero_num_atoms(region);
+    *num_dense = drop_replica_atoms(m, region, *dense);
     int layers;
     double *mine;
     moe_status st = expert_sums(m, &layers, &mine);
@@ -150,6 +166,7 @@ moe_status moe_model_adamw_step(moe_model *m, moe_real *moment1, moe_real *momen
     moe_adamw_params no_decay = *hp;
     no_decay.weight_decay = 0;
     for (int i = 0; i < count; i++) {
+        if (t[i].replica) continue; /* another stage updates it and sends it back (moe_model_sync_tied) */
         /* the part of the tensor inside this rank's range of its region, in the buffer */
         const int expert = t[i].offset >= dense;
         const moe_zero_region *r = expert ? &z->expert : &z->dense;

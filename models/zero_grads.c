@@ -72,16 +72,20 @@ moe_real *moe_zero_grads_range(const moe_zero_grads *g, int expert) {
     return g->shard + (expert ? g->zero->dense.end - g->zero->dense.begin : 0);
 }
 
-/* Slice s of a region, held at `at`, summed over the region's group; this rank's range of it into the shard. */
-static moe_status sum_into_shard(moe_zero_grads *g, int expert, moe_zero_slice s, moe_real *at) {
+/* Slice s of a region, held at `at`, summed over the region's group; this rank's range of it into the shard. With
+ * `also` (a second gradient of the slice, summed apart: the tied lm_head's, models/tied_grads.h), its sum is added to
+ * the range first. */
+static moe_status sum_into_shard(moe_zero_grads *g, int expert, moe_zero_slice s, moe_real *at, moe_real *also) {
     if (!s.count) return MOE_OK;
     const moe_zero_region *r = expert ? &g->zero->expert : &g->zero->dense;
     MOE_TRY(moe_comm_reduce_scatter_tree_real(r->group, at, &r->part, s.from, s.count));
+    if (also) MOE_TRY(moe_comm_reduce_scatter_tree_real(r->group, also, &r->part, s.from, s.count));
     const size_t lo = s.from > r->begin ? s.from : r->begin;
     const size_t hi = s.from + s.count < r->end ? s.from + s.count : r->end;
     if (hi <= lo) return MOE_OK;
     moe_real *dst = moe_zero_grads_range(g, expert) + (lo - r->begin);
-    const moe_real *src = at + (lo - s.from);
+    moe_real *src = at + (lo - s.from);
+    if (also) MOE_TRY(g->dense->add(g->state, src, also + (lo - s.from), hi - lo, src));
     if (g->fresh) return moe_runtime_copy(g->rt, dst, src, (hi - lo) * sizeof(moe_real));
     return g->dense->add(g->state, dst, src, hi - lo, dst); /* the step's sum so far + this micro-batch's */
 }
@@ -96,13 +100,13 @@ moe_status moe_zero_grads_begin_layer(moe_zero_grads *g, int layer) {
 }
 
 moe_status moe_zero_grads_end_layer(moe_zero_grads *g, int layer) {
-    MOE_TRY(sum_into_shard(g, 0, g->layer_dense[layer], g->window));
-    return sum_into_shard(g, 1, g->layer_expert[layer], g->window + g->layer_dense[layer].count);
+    MOE_TRY(sum_into_shard(g, 0, g->layer_dense[layer], g->window, NULL));
+    return sum_into_shard(g, 1, g->layer_expert[layer], g->window + g->layer_dense[layer].count, NULL);
 }
 
-moe_status moe_zero_grads_end_backward(moe_zero_grads *g) {
-    MOE_TRY(sum_into_shard(g, 0, g->head, g->ends));
-    MOE_TRY(sum_into_shard(g, 0, g->tail, g->ends + g->head.count));
+moe_status moe_zero_grads_end_backward(moe_zero_grads *g, moe_real *head_also) {
+    MOE_TRY(sum_into_shard(g, 0, g->head, g->ends, head_also));
+    MOE_TRY(sum_into_shard(g, 0, g->tail, g->ends + g->head.count, NULL));
     g->fresh = 0;
     return MOE_OK;
 }

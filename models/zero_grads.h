@@ -42,10 +42,12 @@ moe_real *moe_zero_grads_at(const moe_zero_grads *g, const moe_model_tensor *t);
 moe_real *moe_zero_grads_range(const moe_zero_grads *g, int expert);
 
 /* Backward's steps: the ends zeroed before the head, layer l's window before its backward; then each summed into
- * the shard as its backward ends (collective over the region's group). end_backward ends the step's first sum. */
+ * the shard as its backward ends (collective over the region's group). end_backward ends the step's first sum; with
+ * head_also (the tied lm_head's gradient of the embedding's slice, models/tied_grads.h) that is summed apart and
+ * added to the embedding's before its range goes into the shard. */
 moe_status moe_zero_grads_begin_backward(moe_zero_grads *g);
 moe_status moe_zero_grads_begin_layer(moe_zero_grads *g, int layer);
 moe_status moe_zero_grads_end_layer(moe_zero_grads *g, int layer);
-moe_status moe_zero_grads_end_backward(moe_zero_grads *g);
+moe_status moe_zero_grads_end_backward(moe_zero_grads *g, moe_real *head_also);
 
 #endif

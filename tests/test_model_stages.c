@@ -6,7 +6,8 @@
  *   - passes: forwards of several micro-batches kept at once and their backwards run later (F0 F1 F2 B0 B1 B2, the
  *     order a pipeline's warm-up makes) give the bits of one pass run F0 B0 F1 B1 F2 B2;
  * over dense and MoE layers, capacity drops, sigmoid routing (its bias moved by the last forward), the world-invariant
- * shard sums, recompute none and full. Tied embeddings across stages are refused with a message. */
+ * shard sums, recompute none and full. A stage holding one end of a tied embedding with no pipeline to hold the other
+ * is refused with a message. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,7 +174,7 @@ static void check_refusals(void) {
     c.tie_embeddings = 1;
     const moe_model_stage first_half = {0, 2, 1};
     CHECK(moe_model_create_stage(&c, NULL, par, &first_half, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
-          "tied embeddings across stages refused");
+          "a tied embedding's end without a pipeline refused");
     CHECK(strstr(moe_failure_message(MOE_ERR_INVALID_CONFIG), "tied"), "the refusal names tied embeddings: %s",
           moe_failure_message(MOE_ERR_INVALID_CONFIG));
     const moe_model_stage all = moe_model_stage_whole(&c);

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # test_pipeline_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train's pipeline parallelism (--pp, issue
-# 27) as a user meets it: a 4-layer model with capacity drops and 4 micro-batches, 6 steps with two evaluations and a
-# sample, on 1 rank, then in pipelines of 2 stages (2 ranks), 2 stages x ep 2 (4 ranks), 4 stages (4 ranks), and 2
-# stages x 2 data-parallel ranks with ZeRO-1 and sigmoid routing against its own 1-rank run: every step's metrics
-# (loss, aux and z losses, gradient norm, drops, expert counts, validation loss; everything but the timings) and the
-# sampled text are the 1-rank run's. The grid is printed at start. Bad pipeline flags are refused up front.
+# 27) as a user meets it: a 4-layer model with capacity drops and 4 micro-batches, 6 steps with two evaluations, a
+# sample and checkpoints at steps 3 and 6, on 1 rank, then in pipelines of 2 stages (2 ranks), 2 stages x ep 2 (4
+# ranks), 4 stages (4 ranks), 2 stages x 2 data-parallel ranks with ZeRO-1 and sigmoid routing (its selection
+# biases in the training state), and 2 x 2 with tied embeddings and ZeRO-2 (the first and the last stage each hold the
+# embedding), each against its own 1-rank run: every step's metrics (loss, aux and z losses, gradient
+# norm, drops, expert counts, validation loss; everything but the timings), the sampled text and both checkpoints'
+# model.safetensors and train_state.safetensors are the 1-rank run's, byte for byte. Step 3 of the 2-stage run
+# resumed in 4 stages and on 1 rank, and step 3 of the 1-rank run resumed in 2 stages, continue to the same metrics
+# and step-6 files. The grid is printed at start. Bad pipeline flags are refused up front.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 4 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
        --micro-batches 4 --capacity-factor 1.0 --steps 6 --warmup 1 --eval-batches 1 --eval-interval 3
        --sample-tokens 12 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 
-run() { # NAME RANKS FLAGS...: trains, metrics into $dir/NAME.jsonl, output into $dir/NAME.txt
+run() { # NAME RANKS FLAGS...: trains, checkpoints into $dir/NAME, metrics into $dir/NAME.jsonl, output into $dir/NAME.txt
     local name=$1 np=$2
     shift 2
-    merge --log-file "$dir/$name.jsonl" "$@"
+    merge --log-file "$dir/$name.jsonl" --checkpoint-dir "$dir/$name" --checkpoint-interval 3 "$@"
     if ! timeout 300 "$mpirun" -np "$np" "$train" "${merged[@]}" > "$dir/$name.txt" 2>&1; then
         cp "$dir/$name.txt" "$dir/out.txt"
         fail_with_output "$name: moe-train on $np ranks failed"
@@ -27,17 +31,28 @@ metrics() { # the step records without their timings
 
 sample() { sed -n '/^sample/,$p' "$1"; }
 
-same_run() { # WHAT NAME REFERENCE
-    local what=$1 a=$2 b=$3
-    if [ "$(metrics "$dir/$a.jsonl" | wc -l)" -ne 6 ] || ! cmp -s <(metrics "$dir/$a.jsonl") <(metrics "$dir/$b.jsonl"); then
+same_files() { # NAME REFERENCE STEP: the step's checkpoint files are byte for byte the reference's
+    local f
+    for f in model.safetensors train_state.safetensors; do
+        cmp -s "$dir/$1/step-0000000$3/$f" "$dir/$2/step-0000000$3/$f" || { echo "step $3's $f"; return 1; }
+    done
+}
+
+same_run() { # WHAT NAME REFERENCE [STEPS]: the NAME run's metrics (STEPS records, 6 by default), sample and step-6
+    local what=$1 a=$2 b=$3 n=${4:-6} bad # checkpoint (and step 3's, for a whole run) are the reference's
+    if [ "$(metrics "$dir/$a.jsonl" | wc -l)" -ne "$n" ] ||
+        ! cmp -s <(metrics "$dir/$a.jsonl") <(metrics "$dir/$b.jsonl" | tail -n "$n"); then
         echo "FAIL: $what: the metrics differ from $b's"
-        diff <(metrics "$dir/$a.jsonl") <(metrics "$dir/$b.jsonl") | head -n 6
+        diff <(metrics "$dir/$a.jsonl") <(metrics "$dir/$b.jsonl" | tail -n "$n") | head -n 6
         failures=$((failures + 1))
     elif [ -z "$(sample "$dir/$a.txt")" ] || ! cmp -s <(sample "$dir/$a.txt") <(sample "$dir/$b.txt"); then
         echo "FAIL: $what: the sample differs from $b's"
         failures=$((failures + 1))
+    elif ! bad=$(same_files "$a" "$b" 6) || { [ "$n" -eq 6 ] && ! bad=$(same_files "$a" "$b" 3); }; then
+        echo "FAIL: $what: $bad differs from $b's"
+        failures=$((failures + 1))
     else
-        echo "ok: $what: 6 steps' metrics, 2 validation losses and the sample bitwise $b's"
+        echo "ok: $what: $n steps' metrics, the validation losses, the sample and the checkpoints bitwise $b's"
     fi
 }
 
@@ -60,10 +75,22 @@ same_run "pp 4 on 4 ranks" pp4 one
 shows pp2ep2 "^grid: 4 ranks = pp 2 x dp 1 x ep 2 x tp 1"
 shows pp4 "pp 4 x ep 1 x expert-data-parallel 1; .* \(layers 0 \.\. 0, 4 forwards in flight\)"
 
+run pp2_resumed_pp4 4 --pp 4 --resume "$dir/pp2/step-00000003"
+run pp2_resumed_one 1 --pp 1 --resume "$dir/pp2/step-00000003"
+run one_resumed_pp2 2 --pp 2 --resume "$dir/one/step-00000003"
+same_run "step 3 of pp 2 resumed in pp 4" pp2_resumed_pp4 one 3
+same_run "step 3 of pp 2 resumed on 1 rank" pp2_resumed_one one 3
+same_run "step 3 of 1 rank resumed in pp 2" one_resumed_pp2 one 3
+
 sigmoid=(--score sigmoid --bias-update-rate 0.01 --drop-priority score --zero 1)
 run sigmoid1 1 "${sigmoid[@]}"
 run sigmoid_pp2dp2 4 --pp 2 "${sigmoid[@]}"
 same_run "pp 2 x dp 2 on 4 ranks, sigmoid routing, ZeRO-1" sigmoid_pp2dp2 sigmoid1
+
+tied=(--tie-embeddings 1 --zero 2)
+run tied1 1 "${tied[@]}"
+run tied_pp2dp2 4 --pp 2 "${tied[@]}"
+same_run "pp 2 x dp 2 on 4 ranks, tied embeddings, ZeRO-2" tied_pp2dp2 tied1
 
 refuses "--pp 3 must divide the number of ranks \(2\)" --pp 3
 refuses "--pp 2 x --virtual-stages 1 = 2 stages must divide --layers 3" --pp 2 --layers 3
@@ -71,7 +98,5 @@ refuses "--virtual-stages 2 needs --pp 2 or more" --virtual-stages 2
 refuses "--micro-batches 3 must be a multiple of --pp 2" --pp 2 --virtual-stages 2 --micro-batches 3 --layers 4
 refuses "interleaved pipeline schedules are planned .* but not run yet" --pp 2 --virtual-stages 2 --micro-batches 2 \
     --layers 4
-refuses "--pp 2 with --tie-embeddings 1 .* is not supported yet" --pp 2 --layers 2 --tie-embeddings 1
-refuses "--pp 2 with --checkpoint-dir .* is not supported yet" --pp 2 --layers 2 --checkpoint-dir "$dir/ck"
 refuses "--ep 2 must divide the number of ranks of a pipeline stage \(1\)" --pp 2 --layers 2 --ep 2
 finish test_pipeline_cli

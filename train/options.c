@@ -327,13 +327,9 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
         return moe_train_complain(err, "moe-train: --virtual-stages %d: interleaved pipeline schedules are planned "
                                        "(moe-plan --virtual-stages) but not run yet; use --virtual-stages 1\n", V), -1;
     if (pp == 1) return 0;
-    const char *not_yet = o->model.tie_embeddings    ? "--tie-embeddings 1 (the embedding and the lm_head on two stages)"
-                          : *o->routing_trace_out    ? "--routing-trace-out"
+    const char *not_yet = *o->routing_trace_out      ? "--routing-trace-out"
                           : *o->routing_trace_in     ? "--routing-trace-in"
                           : o->verify_steps          ? "--verify-steps"
-                          : *o->checkpoint_dir       ? "--checkpoint-dir (checkpoints of a pipeline)"
-                          : *o->init_from            ? "--init-from"
-                          : *o->resume               ? "--resume"
                           : o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda (the pipeline is run on the CPU only)"
                                                      : NULL;
     if (not_yet)

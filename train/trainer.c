@@ -83,9 +83,9 @@ static moe_status create_stage_model(moe_trainer *t, moe_runtime *rt) {
     const moe_train_options *o = &t->opt;
     const moe_pp_shape shape = {.stages = t->ranks.pp_size, .virtual_stages = o->virtual_stages,
                                 .micro_batches = o->micro_batches};
-    const int per_stage = o->model.num_layers / shape.stages;
-    moe_model_stage stage = {.first_layer = t->ranks.pp_rank * per_stage, .num_layers = per_stage};
-    MOE_TRY(moe_stage_runner_passes(&shape, t->ranks.pp_rank, &stage.passes));
+    int passes;
+    MOE_TRY(moe_stage_runner_passes(&shape, t->ranks.pp_rank, &passes));
+    const moe_model_stage stage = moe_model_pipeline_stage(&o->model, shape.stages, t->ranks.pp_rank, passes);
     moe_model_config mc = o->model;
     mc.zero = o->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
     MOE_TRY(moe_model_create_stage(&mc, rt, t->par, &stage, t->local_seqs, o->micro_batches, &t->model));
@@ -549,6 +549,7 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
     MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
+    MOE_TRY(moe_model_sync_tied(t->model)); /* tied embeddings on a pipeline: the first stage's into the last's */
     MOE_TRY(moe_model_update_expert_bias(t->model));
     /* finite gradients can still overflow a weight: then the run stops before anything is saved */
     char what[96];
