@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "models/fileio.h"
-#include "models/plan_model.h"
+#include "plan/model.h"
 #include "models/train_signals.h"
 
 #define OPT_INT MOE_OPT_INT

@@ -1,4 +1,4 @@
-/* test_plan.c — moe-plan's arithmetic (models/plan_model.h, plan_cluster.h, plan_hf.h):
+/* test_plan.c — moe-plan's arithmetic (plan/model.h, plan/cluster.h, plan/hf.h):
  *  - the four reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
  *    published config (docs/SCALING.md shows the sums), and those agree with the published totals to the digits
  *    published: Mixtral 8x7B 46.7B / 12.9B, 8x22B 141B / 39B, Qwen3-30B-A3B 30.5B / 3.3B, Qwen3-235B-A22B 235B / 22B;
@@ -20,10 +20,10 @@
 
 #include "alltoall/tree_allreduce.h"
 #include "core/fail.h"
-#include "models/plan_cluster.h"
-#include "models/plan_hf.h"
-#include "models/plan_routing.h"
-#include "models/plan_search.h"
+#include "plan/cluster.h"
+#include "plan/hf.h"
+#include "plan/routing.h"
+#include "plan/search.h"
 #include "test_util.h"
 
 static const char *dir;
@@ -384,7 +384,7 @@ static void check_routing(void) {
     CHECK(moe_plan_run_problem(&m, &c, &run) != NULL, "a skew below 1 is not refused");
 }
 
-/* ZeRO-2 (models/plan_model.h's layout.zero): the gradients are a shard (dense / W + a GPU's experts / dp), one
+/* ZeRO-2 (plan/model.h's layout.zero): the gradients are a shard (dense / W + a GPU's experts / dp), one
  * layer's window and the ends; reduced per micro-batch by reduce-scatter; valid only with world-invariant sums. */
 static void check_zero2(void) {
     /* moe-train's default model (L 4 all MoE, d 128, H 4, E 8, F 256, V 256, untied) on 4 GPUs, ep 2, dp 2, 2

@@ -1,6 +1,6 @@
-/* plan.c — moe-plan: how a Mixtral-architecture MoE model would train with moe-train on a GPU cluster, before
+/* plan/plan.c — moe-plan: how a Mixtral-architecture MoE model would train with moe-train on a GPU cluster, before
  * anyone books one: parameters, per-GPU memory, bytes moved, predicted step time, tokens/s and MFU for one layout,
- * or (--search) every layout ranked. Flags: models/plan_options.h; formulas: docs/SCALING.md.
+ * or (--search) every layout ranked. Flags: plan/options.h; formulas: docs/SCALING.md.
  *
  *   build/moe-plan --hf-config tests/plan_configs/mixtral-8x7b.json --nodes 8 --search
  *   build/moe-plan --layers 16 --d-model 1024 --experts 16 --gpus-per-node 8 --ep 8 --micro-batch 4 --json */
@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "models/plan_options.h"
-#include "models/plan_search.h"
+#include "plan/options.h"
+#include "plan/search.h"
 
 static const double GiB = 1073741824.0;
 

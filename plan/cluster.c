@@ -1,5 +1,5 @@
-/* plan_cluster.c — bytes moved and time per training step of a run (models/plan_cluster.h). */
-#include "models/plan_cluster.h"
+/* plan/cluster.c — bytes moved and time per training step of a run (plan/cluster.h). */
+#include "plan/cluster.h"
 
 #include <math.h>
 

@@ -1,6 +1,6 @@
-/* plan_model.c — parameter counts, FLOPs per token and per-GPU memory of a plan model (models/plan_model.h).
+/* plan/model.c — parameter counts, FLOPs per token and per-GPU memory of a plan model (plan/model.h).
  * The formulas and their sources: docs/SCALING.md. */
-#include "models/plan_model.h"
+#include "plan/model.h"
 
 #include "alltoall/tree_allreduce.h"
 #include "kernels/gemm_rows.h"
@@ -203,7 +203,7 @@ int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay) {
 
 static double log2_of(double n) { return n > 1 ? ceil(log2(n)) : 0; }
 
-/* mem.reduce_scratch (plan_model.h). */
+/* mem.reduce_scratch (plan/model.h). */
 static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, double dense,
                                     double local_expert) {
     const double real = sizeof(moe_real), d = (double)m->d_model, dp = (double)(lay->world / lay->ep);

@@ -1,5 +1,5 @@
-/* plan_search.c — enumerate, predict and rank layouts (models/plan_search.h). */
-#include "models/plan_search.h"
+/* plan/search.c — enumerate, predict and rank layouts (plan/search.h). */
+#include "plan/search.h"
 
 #include <stdlib.h>
 

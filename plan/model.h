@@ -1,12 +1,12 @@
-/* plan_model.h — moe-plan's model: a decoder MoE shape (Mixtral's, or Qwen3-MoE's with its extra features), its
+/* plan/model.h — moe-plan's model: a decoder MoE shape (Mixtral's, or Qwen3-MoE's with its extra features), its
  * exact parameter counts, its FLOPs per token and the memory one GPU needs for it under a layout. Pure
  * arithmetic, no allocation, no I/O; every formula and its source is written out in docs/SCALING.md.
  *
  * Counts are exact integers (int64): the unit test holds them to the published totals of Mixtral 8x7B and 8x22B
  * and Qwen3-30B-A3B and 235B-A22B. Memory follows what this project keeps (models/model.c, moe/layer.c), not an
  * idealised trainer, so that the planner answers "can moe-train run this". */
-#ifndef MOE_MODELS_PLAN_MODEL_H
-#define MOE_MODELS_PLAN_MODEL_H
+#ifndef MOE_PLAN_MODEL_H
+#define MOE_PLAN_MODEL_H
 
 #include <stdint.h>
 
@@ -97,7 +97,7 @@ typedef struct {
     int64_t local_shards;     /* the world-invariant sums' batch shards per GPU (moe-train --world-invariant): 0, off
                                * (the transport's all-reduce); -1, moe-train's default (moe_plan_default_local_shards) */
     double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */
-    double routing_skew;      /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 0 or 1:
+    double routing_skew;      /* the busiest EP rank's expert rows over the mean (plan/routing.h); 0 or 1:
                                * balanced. Its experts' rows, their memory and time, and the all-to-all wait for it */
 } moe_plan_layout;
 

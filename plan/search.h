@@ -1,13 +1,13 @@
-/* plan_search.h — moe-plan --search: every layout of a cluster's GPUs for one model and global batch (each ep
+/* plan/search.h — moe-plan --search: every layout of a cluster's GPUs for one model and global batch (each ep
  * dividing the GPUs and the experts, ZeRO 0, 1 and 2 (2 only where moe-train's world-invariant sums are on:
  * moe_plan_run_problem), each recompute level, each micro-batch size dividing the sequences per GPU),
- * predicted (models/plan_cluster.h), the ones that fit in memory ranked by tokens/s as this project runs them
+ * predicted (plan/cluster.h), the ones that fit in memory ranked by tokens/s as this project runs them
  * (exchanges not overlapped with compute). */
-#ifndef MOE_MODELS_PLAN_SEARCH_H
-#define MOE_MODELS_PLAN_SEARCH_H
+#ifndef MOE_PLAN_SEARCH_H
+#define MOE_PLAN_SEARCH_H
 
-#include "models/plan_cluster.h"
-#include "models/plan_routing.h"
+#include "plan/cluster.h"
+#include "plan/routing.h"
 
 typedef struct {
     moe_plan_run run;
@@ -16,7 +16,7 @@ typedef struct {
 
 /* base gives the cluster's world, the sequence length, precision, attention, workspace and global batch (a
  * multiple of the world); its ep, zero, recompute and micro_batch are ignored. routing: a run's routing, whose skew
- * each ep gets (models/plan_routing.h); NULL: every ep gets base's layout.routing_skew. *out (malloc'ed, the caller
+ * each ep gets (plan/routing.h); NULL: every ep gets base's layout.routing_skew. *out (malloc'ed, the caller
  * frees) holds the layouts that fit, best first (ties: smaller ep, lower ZeRO, less recompute, larger micro-batch);
  * *num_tried counts all predicted (the valid layouts: not ZeRO-2 where moe_plan_run_problem refuses it).
  * MOE_ERR_OUT_OF_MEMORY is the only failure. */

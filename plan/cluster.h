@@ -1,14 +1,14 @@
-/* plan_cluster.h — moe-plan's cluster and its time model: how many bytes each GPU moves per training step
+/* plan/cluster.h — moe-plan's cluster and its time model: how many bytes each GPU moves per training step
  * (all-to-all split by where its peers are, ring all-reduce or ZeRO-2's reduce-scatter), how long that and the
  * compute take, and the step time, tokens/s and MFU with and without overlap of exchanges and compute. Formulas:
  * docs/SCALING.md.
  *
  * Ranks are placed as mpirun and srun place them by default: rank r on node r / gpus_per_node. EP groups are
  * blocks of ep consecutive ranks, expert-data-parallel groups are ranks ep apart (README "Ranks and experts"). */
-#ifndef MOE_MODELS_PLAN_CLUSTER_H
-#define MOE_MODELS_PLAN_CLUSTER_H
+#ifndef MOE_PLAN_CLUSTER_H
+#define MOE_PLAN_CLUSTER_H
 
-#include "models/plan_model.h"
+#include "plan/model.h"
 
 typedef struct {
     int64_t gpus_per_node, nodes;

@@ -1,5 +1,5 @@
-/* plan_options.c — moe-plan's flag table, parser and the model, cluster and run it builds (models/plan_options.h). */
-#include "models/plan_options.h"
+/* plan/options.c — moe-plan's flag table, parser and the model, cluster and run it builds (plan/options.h). */
+#include "plan/options.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/fail.h"
-#include "models/plan_hf.h"
+#include "plan/hf.h"
 
 typedef enum { F_INT, F_NUM, F_CHOICE, F_STRING, F_SWITCH } flag_kind;
 
@@ -74,7 +74,7 @@ static const flag_spec kFlags[] = {
      "MoE layers); replaces its FLOPs / GEMM rate", F_NUM, 1e-12, 1e12, {0}, "none: from --gpu-flops", 0},
     {"--optimizer-ns-per-param", "measured ns per parameter of the optimizer step (fp32, every parameter updated); "
      "replaces bytes / --mem-bw", F_NUM, 1e-12, 1e12, {0}, "none: from --mem-bw", 0},
-    /* routing: balanced unless a run's routing or a skew is given (models/plan_routing.h) */
+    /* routing: balanced unless a run's routing or a skew is given (plan/routing.h) */
     {"--routing-from", "a moe-train metrics.jsonl (its expert_tokens) whose routing the layout's EP ranks get: each "
      "MoE layer waits for the rank whose experts got the most rows", F_STRING, 0, 0, {0}, "none: balanced", 0},
     {"--routing-skew", "the busiest EP rank's expert rows over the mean, for every ep", F_NUM, 1, 1e6, {0},
