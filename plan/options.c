@@ -253,8 +253,12 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
                 return complain(err, "--search tries every --ep, --pp, --virtual-stages, --zero, --micro-batch and "
                                 "--recompute itself: leave out %s", fixed[i]), -1;
         l->pp = 1, l->virtual_stages = 1;
-        if (o->run.global_batch % l->world)
-            return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs", (long long)o->run.global_batch,
+        int64_t pp = 1; /* the batch must split over the GPUs of a stage for some pipeline */
+        while (pp <= l->world && (l->world % pp || o->model.num_layers % pp || o->run.global_batch % (l->world / pp)))
+            pp++;
+        if (pp > l->world)
+            return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs, or of the GPUs of a stage "
+                            "(GPUs / --pp for a pp dividing the GPUs and the layers)", (long long)o->run.global_batch,
                             (long long)l->world), -1;
         return 0;
     }

@@ -29,6 +29,7 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
     for (int64_t V = 1; pp * V <= m->num_layers && (V == 1 || pp > 1); V++)
     for (int64_t ep = 1; ep <= W / pp; ep++) {
         if (W % pp || m->num_layers % (pp * V) || (W / pp) % ep || m->num_experts % ep) continue;
+        if (base->global_batch % (W / pp)) continue; /* every GPU of a stage reads its own sequences */
         const int64_t per_gpu = base->global_batch / (W / pp); /* sequences per GPU of a stage */
         for (int zero = 0; zero <= 2; zero++) /* 2: skipped by moe_plan_run_problem without the tree */
             for (int recompute = MOE_RECOMPUTE_NONE; recompute <= MOE_RECOMPUTE_FULL; recompute++)

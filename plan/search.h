@@ -16,7 +16,7 @@ typedef struct {
 } moe_plan_candidate;
 
 /* base gives the cluster's world, the sequence length, precision, attention, workspace and global batch (a
- * multiple of the world); its ep, pp, virtual_stages, zero, recompute and micro_batch are ignored. routing: a run's routing, whose skew
+ * multiple of a stage's GPUs, world / pp, for the pipelines tried); its ep, pp, virtual_stages, zero, recompute and micro_batch are ignored. routing: a run's routing, whose skew
  * each ep gets (plan/routing.h); NULL: every ep gets base's layout.routing_skew. *out (malloc'ed, the caller
  * frees) holds the layouts that fit, best first (ties: smaller ep, pp, V, lower ZeRO, less recompute, larger micro-batch);
  * *num_tried counts all predicted (the valid layouts: not ZeRO-2 where moe_plan_run_problem refuses it).
