@@ -3,13 +3,16 @@
 # (tests/plan_configs/: Mixtral 8x7B and 8x22B, Qwen3-30B-A3B and 235B-A22B) on 8, 64, 512 and 1024 H100-class GPUs
 # (8 per node, the planner's default cluster), global batch 1024 sequences of 4096 and of 1024 tokens, bf16; attention
 # materialized (the S x S probabilities kept) and fused (moe-train's default); the search tries every --recompute and
-# --zero 0, 1 and 2 (2 where moe-train's world-invariant sums are on: up to 64 GPUs with its default shards). One
+# --zero 0, 1 and 2 (2 where moe-train's world-invariant sums are on: up to 64 GPUs of a stage with its default
+# shards) and every pipeline (--pp dividing the GPUs and layers, --virtual-stages with pp V dividing the layers). One
 # line per case: the best layout, its memory, predicted step, tokens/s, MFU (serial and overlapped) and what limits
-# it, or the memory the smallest layout needs. Output: docs/SCALING.md.
+# it, or the memory the smallest layout needs. Then the pipelines (issue 27): Megatron-Core's published Mixtral 8x7B
+# layout predicted, and the best layouts of Mixtral 8x7B and 8x22B on 64-512 GPUs. Output: docs/SCALING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 plan=${1:-build}/moe-plan
-printf "%-16s %-17s %5s | %4s %4s %4s %9s %5s %5s %8s %10s %10s %6s %6s  %s\n" model attention GPUs ep dp zero recompute micro accum \
+row='%-16s %-17s %5s | %3s %3s %4s %4s %4s %9s %5s %5s %8s %10s %10s %6s %6s  %s\n'
+printf "$row" model attention GPUs pp V ep dp zero recompute micro accum \
     "mem GiB" "step s" "tokens/s" MFU "MFU ov" "limited by"
 for model in mixtral-8x7b mixtral-8x22b qwen3-30b-a3b qwen3-235b-a22b; do
     for case in "materialized 4096" "fused 4096" "materialized 1024" "fused 1024"; do
@@ -17,21 +20,36 @@ for model in mixtral-8x7b mixtral-8x22b qwen3-30b-a3b qwen3-235b-a22b; do
         for gpus in 8 64 512 1024; do
             json=$("$plan" --hf-config tests/plan_configs/$model.json --nodes $((gpus / 8)) --seq-len $seq \
                 --global-batch 1024 --attention $attention --search --top 1 --json)
-            /usr/bin/python3 - "$json" $model "$attention $seq" $gpus <<'PY'
-import json, sys
-d = json.loads(sys.argv[1]); model, attention, gpus = sys.argv[2:]
-if not d["layouts"]:
-    m = d["least_memory"]
-    print("%-16s %-17s %5s | none of %d fits: the least needs %.0f GiB (ep %d, ZeRO-%d, recompute full, 1 sequence: "
-          "activations %.0f, all-to-all buffers %.0f, AdamW %.0f, gradients %.0f)" % (model, attention, gpus,
-          d["layouts_tried"], m["total"] / 2**30, m["ep"], m["zero"], m["activations"] / 2**30, m["exchange"] / 2**30,
-          m["optimizer"] / 2**30, m["gradients"] / 2**30))
-else:
-    l = d["layouts"][0]; s = l["seconds"]
-    print("%-16s %-17s %5s | %4d %4d %4d %9s %5d %5d %8.1f %10.3f %10.4g %5.1f%% %5.1f%%  %s" % (model, attention, gpus,
-          l["ep"], l["dp"], l["zero"], l["recompute"], l["micro_batch"], l["accum_steps"], l["memory_bytes"]["total"] / 2**30,
-          s["step_serial"], l["tokens_per_s_serial"], 100 * l["mfu_serial"], 100 * l["mfu_overlap"], l["limited_by"]))
-PY
+            echo "$json" | /usr/bin/python3 scripts/plan_row.py $model "$attention $seq" $gpus
+        done
+    done
+done
+
+# Pipelines: Megatron-Core's Mixtral 8x7B recipe (64 H100s, pp 4, 8 virtual stages, ep 8, micro-batch 1, global batch
+# 256, S 4096; its distributed optimizer is ZeRO-1), at each --recompute, beside its published ~468 TFLOP/s per GPU;
+# then the search's best for Mixtral 8x7B and 8x22B on 64-512 GPUs, global batch 256 and 1024 sequences of 4096.
+echo
+echo "Megatron-Core's Mixtral 8x7B layout (published: ~468 TFLOP/s per GPU = 47.3% of 989.4):"
+printf "$row" model attention GPUs pp V ep dp zero recompute micro accum "mem GiB" "step s" "tokens/s" MFU "MFU ov" \
+    "limited by"
+for zero in 0 1 2; do
+    for recompute in none attention moe full; do
+        "$plan" --hf-config tests/plan_configs/mixtral-8x7b.json --nodes 8 --pp 4 --virtual-stages 8 --ep 8 \
+            --micro-batch 1 --global-batch 256 --zero $zero --recompute $recompute --json |
+            /usr/bin/python3 scripts/plan_row.py mixtral-8x7b "fused 4096" 64 --tflops
+    done
+done
+echo
+echo "The search's best layouts with pipelines (fused attention, S 4096):"
+printf "$row" model "global batch" GPUs pp V ep dp zero recompute micro accum "mem GiB" "step s" "tokens/s" MFU \
+    "MFU ov" "limited by"
+for model in mixtral-8x7b mixtral-8x22b; do
+    for batch in 256 1024; do
+        for gpus in 64 128 256 512; do
+            # a pipeline needs at least pp micro-batches: a global batch of at least one sequence per GPU
+            [ "$batch" -ge "$gpus" ] || continue
+            "$plan" --hf-config tests/plan_configs/$model.json --nodes $((gpus / 8)) --seq-len 4096 \
+                --global-batch $batch --search --top 1 --json | /usr/bin/python3 scripts/plan_row.py $model "$batch" $gpus
         done
     done
 done

@@ -3,8 +3,8 @@
 # its own folder and the folders it stands on:
 #   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> models
 #   core -> pipeline (the rank grid and the schedules, as data) -> {alltoall (splits its groups from the grid), models}
-#   models -> checkpoint (checkpoints and their file formats) -> train (the trainer, its options, moe-train);
-#   train also stands on plan (the planner's memory model gives moe-train's estimate)
+#   models -> plan (moe-plan, the planner) -> ...; models -> checkpoint (checkpoints and their file formats) -> train
+#   (the trainer, its options, moe-train), which also stands on plan (its memory estimate is the planner's)
 # Programs (tests/, bench/) may include anything. Every violation is printed as file:line.
 root=${1:-.}
 declare -A may=(
@@ -16,6 +16,7 @@ declare -A may=(
     [router]="core kernels alltoall router"
     [moe]="core kernels alltoall experts router moe"
     [models]="core kernels alltoall experts router moe pipeline models"
+    [plan]="core kernels alltoall experts router moe pipeline models plan"
     [checkpoint]="core kernels alltoall experts router moe pipeline models checkpoint"
     [train]="core kernels alltoall experts router moe pipeline models plan checkpoint train"
 )

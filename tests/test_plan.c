@@ -1,4 +1,4 @@
-/* test_plan.c — moe-plan's arithmetic (models/plan_model.h, plan_cluster.h, plan_hf.h):
+/* test_plan.c — moe-plan's arithmetic (plan/model.h, plan/cluster.h, plan/hf.h):
  *  - the four reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
  *    published config (docs/SCALING.md shows the sums), and those agree with the published totals to the digits
  *    published: Mixtral 8x7B 46.7B / 12.9B, 8x22B 141B / 39B, Qwen3-30B-A3B 30.5B / 3.3B, Qwen3-235B-A22B 235B / 22B;
@@ -20,10 +20,11 @@
 
 #include "alltoall/tree_allreduce.h"
 #include "core/fail.h"
-#include "models/plan_cluster.h"
-#include "models/plan_hf.h"
-#include "models/plan_routing.h"
-#include "models/plan_search.h"
+#include "plan/cluster.h"
+#include "plan/hf.h"
+#include "plan/routing.h"
+#include "plan/search.h"
+#include "plan/pipeline.h"
 #include "test_util.h"
 
 static const char *dir;
@@ -384,7 +385,7 @@ static void check_routing(void) {
     CHECK(moe_plan_run_problem(&m, &c, &run) != NULL, "a skew below 1 is not refused");
 }
 
-/* ZeRO-2 (models/plan_model.h's layout.zero): the gradients are a shard (dense / W + a GPU's experts / dp), one
+/* ZeRO-2 (plan/model.h's layout.zero): the gradients are a shard (dense / W + a GPU's experts / dp), one
  * layer's window and the ends; reduced per micro-batch by reduce-scatter; valid only with world-invariant sums. */
 static void check_zero2(void) {
     /* moe-train's default model (L 4 all MoE, d 128, H 4, E 8, F 256, V 256, untied) on 4 GPUs, ep 2, dp 2, 2
@@ -501,8 +502,9 @@ static void check_zero2(void) {
     problem = moe_plan_run_problem(&m48, &c, &r);
     CHECK(problem && strstr(problem, "--zero"), "--zero 3: %s", problem ? problem : "accepted");
 
-    /* the search: on 8 GPUs every ZeRO-1 layout has its ZeRO-2 twin; on 6 and 128 none (with memory to spare, every
-     * layout tried fits and is listed) */
+    /* the search without a pipeline: on 8 GPUs every ZeRO-1 layout has its ZeRO-2 twin; on 6 and 128 none (with memory
+     * to spare, every layout tried fits and is listed; pipelines, whose stages of 64 GPUs or fewer have the sums, are
+     * left out of the count) */
     const int64_t worlds[] = {8, 6, 128};
     for (int i = 0; i < 3; i++) {
         moe_plan_cluster big = moe_plan_cluster_h100(1);
@@ -513,7 +515,8 @@ static void check_zero2(void) {
         moe_plan_candidate *all;
         int fit, tried, count[3] = {0, 0, 0};
         CHECK(moe_plan_search(&m, &big, &base, NULL, &all, &fit, &tried) == MOE_OK, "search failed");
-        for (int k = 0; k < fit; k++) count[all[k].run.layout.zero]++;
+        for (int k = 0; k < fit; k++)
+            if (all[k].run.layout.pp <= 1) count[all[k].run.layout.zero]++;
         free(all);
         CHECK(fit == tried && count[0] > 0 && count[0] == count[1] && count[2] == (worlds[i] == 8 ? count[1] : 0),
               "%lld GPUs: %d of %d fit; ZeRO 0, 1, 2: %d, %d, %d layouts", (long long)worlds[i], fit, tried, count[0],
@@ -539,6 +542,98 @@ static void check_zero2(void) {
     /* both halve a 64 MiB piece at most: the reduce-scatter's chunk is half a piece (alltoall/tree_allreduce.h) */
     CHECK(mix2.memory.reduce_scratch == mix1.memory.reduce_scratch,
           "Mixtral scratch: ZeRO-2 %.0f, ZeRO-1 %.0f bytes", mix2.memory.reduce_scratch, mix1.memory.reduce_scratch);
+}
+
+/* Pipeline parallelism by hand: moe-train's default model (4 layers, d 128, 4 heads, 8 experts of d_ff 256, vocab 256,
+ * untied) on 4 GPUs as pp 2 x ep 2, sequences of 64, 4 micro-batches per step. */
+static void check_pipeline(void) {
+    moe_model_config mc = moe_model_config_default();
+    const moe_plan_model model = moe_plan_model_from_config(&mc);
+    CHECK(model.num_layers == 4 && model.d_model == 128 && model.num_experts == 8 && model.vocab_size == 256 &&
+              model.d_ff_expert == 256 && model.num_heads == 4 && model.num_kv_heads == 4 && !model.tie_embeddings,
+          "moe-train's default model changed: rework this case");
+    moe_plan_cluster c = moe_plan_cluster_h100(1);
+    c.gpus_per_node = 4;
+    moe_plan_run r = {.layout = {.world = 4, .ep = 2, .pp = 2, .micro_batch = 1, .seq_len = 64, .bf16 = 1,
+                                 .local_shards = -1},
+                      .global_batch = 8}; /* 2 GPUs per stage x 4 micro-batches */
+    CHECK(moe_plan_run_problem(&model, &c, &r) == NULL, "pp 2 refused: %s", moe_plan_run_problem(&model, &c, &r));
+    const moe_plan_prediction p = moe_plan_predict(&model, &c, &r);
+    CHECK(p.accum_steps == 4, "micro-batches %lld, want 8 / (4 / 2)", (long long)p.accum_steps);
+    /* the bubble: (p - 1)/(V m) = 1/4 of compute, all-to-all, control and the sends */
+    CHECK(p.bubble_fraction == 0.25, "bubble %g, want 0.25", p.bubble_fraction);
+    CHECK(relative_error(p.bubble_s, 0.25 * (p.compute_s + p.alltoall_s + p.control_s + p.p2p_s)) < 1e-12,
+          "bubble %g s", p.bubble_s);
+    /* the sends: 2 per micro-batch (activation on, gradient back), 64 x 128 bf16 values, inside the node */
+    CHECK(p.p2p_bytes == 2 * 4 * 64 * 128 * 2.0, "sends %g bytes", p.p2p_bytes);
+    CHECK(relative_error(p.p2p_s, 8 * (c.intra_latency + 64 * 128 * 2.0 / c.intra_bw)) < 1e-12, "sends %g s", p.p2p_s);
+    CHECK(relative_error(p.step_serial_s, p.compute_s + p.optimizer_s + p.alltoall_s + p.control_s + p.allreduce_s +
+                                              p.p2p_s + p.bubble_s) < 1e-12, "serial step %g s", p.step_serial_s);
+    /* stage 0 holds layers 0-1 and the embedding, stage 1 layers 2-3, the final norm and lm_head. Per layer: attention
+     * 4 d^2 = 65536, norms 2d = 256, router E d = 1024, experts 8 x 3 d F = 786432, of which a GPU at ep 2 holds half */
+    const moe_plan_stage s0 = moe_plan_pipeline_stage(&model, &(moe_plan_layout){.world = 4, .pp = 2, .accum_steps = 4}, 0);
+    const moe_plan_stage s1 = moe_plan_pipeline_stage(&model, &(moe_plan_layout){.world = 4, .pp = 2, .accum_steps = 4}, 1);
+    CHECK(s0.layers == 2 && s0.moe_layers == 2 && s0.embedding && !s0.head && s0.in_flight == 2 && s1.layers == 2 &&
+              !s1.embedding && s1.head && s1.in_flight == 1,
+          "stages: %lld layers (%lld MoE), ends %d %d, in flight %g; %lld, %d %d, %g", (long long)s0.layers,
+          (long long)s0.moe_layers, s0.embedding, s0.head, s0.in_flight, (long long)s1.layers, s1.embedding, s1.head,
+          s1.in_flight);
+    const double dense0 = 256 * 128 + 2 * (65536 + 256 + 1024), experts0 = 2 * 786432 / 2;
+    CHECK(p.memory.stage == 0, "the largest stage is %lld, want 0 (2 micro-batches in flight)", (long long)p.memory.stage);
+    /* gradients: the micro-batch's and the step's sum beside it (world-invariant sums, 4 micro-batches) */
+    CHECK(p.memory.masters == 4 * (dense0 + experts0) && p.memory.gradients == 8 * (dense0 + experts0) &&
+              p.memory.optimizer == 8 * (dense0 + experts0),
+          "stage 0: masters %.0f, gradients %.0f, optimizer %.0f; want 4, 8, 8 x %.0f", p.memory.masters,
+          p.memory.gradients, p.memory.optimizer, dense0 + experts0);
+    /* ZeRO-1 shards the moments over the stage's 2 GPUs (dense) and the 1 GPU holding the same experts */
+    r.layout.zero = 1;
+    const moe_plan_prediction z = moe_plan_predict(&model, &c, &r);
+    CHECK(z.memory.optimizer == 8 * (dense0 / 2 + experts0), "ZeRO-1 optimizer %.0f", z.memory.optimizer);
+    CHECK(z.allreduce_dense_bytes == 2.0 * (2 - 1) / 2 * 4 * dense0, "dense all-reduce over the stage: %g bytes",
+          z.allreduce_dense_bytes);
+    r.layout.zero = 0;
+
+    /* activations: what each layer keeps, times the micro-batches in flight: 1 (m = 1), 2 (1F1B, m = 4) and
+     * 2 (1 + 1/4) = 2.5 (interleaved, V 2: 5 chunk stashes of half a stage) on stage 0, linear in between */
+    moe_plan_layout l = r.layout;
+    double act[3];
+    const int64_t accum[3] = {1, 4, 4}, virtual_stages[3] = {1, 1, 2};
+    const double want_in_flight[3] = {1, 2, 2.5};
+    for (int i = 0; i < 3; i++) {
+        l.accum_steps = accum[i], l.virtual_stages = virtual_stages[i];
+        const moe_plan_stage st = moe_plan_pipeline_stage(&model, &l, 0);
+        CHECK(st.in_flight == want_in_flight[i], "in flight %g, want %g", st.in_flight, want_in_flight[i]);
+        const moe_plan_memory mem = moe_plan_model_memory(&model, &l);
+        act[i] = mem.activations + mem.exchange;
+    }
+    const double kept = act[1] - act[0];
+    CHECK(kept > 0 && relative_error(act[2] - act[1], 0.5 * kept) < 1e-12,
+          "activations %g, %g, %g: not linear in the micro-batches in flight", act[0], act[1], act[2]);
+
+    /* pp 1 (or 0, as every layout before pipelines) is no pipeline: the same prediction to the bit */
+    r.layout.pp = 0, r.global_batch = 8;
+    const moe_plan_prediction none = moe_plan_predict(&model, &c, &r);
+    r.layout.pp = 1, r.layout.virtual_stages = 1;
+    const moe_plan_prediction one = moe_plan_predict(&model, &c, &r);
+    CHECK(!memcmp(&none, &one, sizeof none) && none.bubble_s == 0 && none.p2p_s == 0 && none.memory.stage == 0,
+          "pp 1 differs from no pipeline");
+
+    /* refusals */
+    const struct { int64_t pp, V, global_batch; const char *want; } bad[] = {
+        {3, 1, 12, "--pp must divide the number of GPUs"},
+        {2, 3, 8, "must divide the layers"},
+        {1, 2, 8, "--virtual-stages needs --pp above 1"},
+        {2, 1, 2, "at least --pp micro-batches"},
+        {2, 2, 6, "multiple of --pp"},
+        {4, 1, 16, "--ep must divide the GPUs of a pipeline stage"},
+    };
+    for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+        moe_plan_run b = r;
+        b.layout.pp = bad[i].pp, b.layout.virtual_stages = bad[i].V, b.global_batch = bad[i].global_batch;
+        const char *problem = moe_plan_run_problem(&model, &c, &b);
+        CHECK(problem && strstr(problem, bad[i].want), "pp %lld V %lld batch %lld: %s, want '%s'", (long long)bad[i].pp,
+              (long long)bad[i].V, (long long)bad[i].global_batch, problem ? problem : "accepted", bad[i].want);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -569,6 +664,7 @@ int main(int argc, char **argv) {
     check_calibrations();
     check_routing();
     check_zero2();
+    check_pipeline();
 
     check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");
     check_bad_config("{\"model_type\": \"llama\"}", "llama");

@@ -10,7 +10,7 @@
 
 #include "checkpoint/json_float.h"
 #include "models/fileio.h"
-#include "models/plan_model.h"
+#include "plan/model.h"
 #include "train/signals.h"
 
 #define OPT_INT MOE_OPT_INT
@@ -477,10 +477,13 @@ void moe_train_options_print(const moe_train_options *o, FILE *f) {
 
 moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size) {
     const moe_plan_model model = moe_plan_model_from_config(&o->model);
+    const int stage_ranks = world_size / o->pp; /* the batch is split over a stage's ranks */
     const moe_plan_layout layout = {.world = world_size,
                                     .ep = o->model.moe.ep_size,
+                                    .pp = o->pp,
+                                    .virtual_stages = o->virtual_stages,
                                     .zero = o->zero,
-                                    .micro_batch = o->batch / world_size,
+                                    .micro_batch = o->batch / stage_ranks,
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
                                     .cpu = o->device == MOE_TRAIN_DEVICE_CPU,
@@ -489,7 +492,7 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                                      : MOE_PLAN_ATTENTION_MATERIALIZED,
                                     .recompute = o->model.moe.recompute,
                                     .accum_steps = o->micro_batches,
-                                    .local_shards = o->model.moe.num_shards / world_size};
+                                    .local_shards = o->model.moe.num_shards / stage_ranks};
     const moe_plan_memory p = moe_plan_model_memory(&model, &layout);
     moe_train_memory m = {.params = p.weights + p.masters + p.gradients,
                           .moments = p.optimizer,

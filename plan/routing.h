@@ -1,4 +1,4 @@
-/* plan_routing.h — the routing a model really has, for moe-plan --routing-from: the tokens each expert got per MoE
+/* plan/routing.h — the routing a model really has, for moe-plan --routing-from: the tokens each expert got per MoE
  * layer and step of a moe-train run (its metrics.jsonl, "expert_tokens"), and the imbalance that routing gives an
  * EP layout.
  *
@@ -9,8 +9,8 @@
  * (README "Ranks and experts": EP rank g holds experts [g E/ep, (g+1) E/ep)). 1 is balanced; ep 1 is always 1.
  * Under world-invariant training the routing is the same bits for every layout, so one run's log (any world size)
  * gives the skew of every ep. */
-#ifndef MOE_MODELS_PLAN_ROUTING_H
-#define MOE_MODELS_PLAN_ROUTING_H
+#ifndef MOE_PLAN_ROUTING_H
+#define MOE_PLAN_ROUTING_H
 
 #include <stdint.h>
 

@@ -1,11 +1,12 @@
-/* plan_model.c — parameter counts, FLOPs per token and per-GPU memory of a plan model (models/plan_model.h).
+/* plan/model.c — parameter counts, FLOPs per token and per-GPU memory of a plan model (plan/model.h).
  * The formulas and their sources: docs/SCALING.md. */
-#include "models/plan_model.h"
+#include "plan/model.h"
 
 #include "alltoall/tree_allreduce.h"
 #include "kernels/gemm_rows.h"
 #include "models/model_activations.h"
 #include "moe/layer_buffers.h"
+#include "plan/pipeline.h"
 #include "router/routing.h"
 
 #include <math.h>
@@ -108,6 +109,25 @@ moe_plan_params moe_plan_model_params(const moe_plan_model *m) {
     return p;
 }
 
+/* The ends a pipeline stage holds: the embedding on the first; the final norm and lm_head on the last, where with tied
+ * embeddings the lm_head is the embedding's copy (one table when one stage holds both ends). */
+static int64_t stage_ends(const moe_plan_model *m, const moe_plan_stage *s) {
+    const parameter_counts c = parameter_counts_of(m);
+    return (s->embedding || (s->head && m->tie_embeddings) ? c.embedding : 0) +
+           (s->head ? c.lm_head + c.final_norm : 0);
+}
+
+moe_plan_params moe_plan_model_stage_params(const moe_plan_model *m, const moe_plan_stage *s) {
+    const parameter_counts c = parameter_counts_of(m);
+    const int64_t L = s->layers, Lm = s->moe_layers;
+    moe_plan_params p = moe_plan_model_params(m);
+    p.dense = stage_ends(m, s) + L * (c.attention + c.norms) + Lm * (c.router + c.shared) + (L - Lm) * c.dense_ffn;
+    p.expert = Lm * m->num_experts * c.expert;
+    p.total = p.dense + p.expert;
+    p.dense_matrix = p.dense - (s->head ? c.final_norm : 0) - L * c.norms;
+    return p;
+}
+
 moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep) {
     const parameter_counts c = parameter_counts_of(m);
     const int64_t Lm = moe_plan_model_num_moe_layers(m), local_experts = m->num_experts / (ep > 0 ? ep : 1);
@@ -151,14 +171,15 @@ moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan
 /* What models/model.c keeps for T = micro_batch * S tokens (its layer_acts and model buffers: the list of
  * models/model_activations.h, with its rules): the same sum as moe_model_config_footprint for the shapes that function
  * takes (tests/test_plan.c). What the recompute setting rebuilds in backward is one buffer for every layer, of the
- * largest layer's size. */
-static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay) {
+ * largest layer's size. A pipeline stage counts its layers, and keeps what they keep for backward (the residual stream
+ * entering each layer and the buffers not rebuilt) for each micro-batch in flight; the model's own buffers once. */
+static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     const double T = (double)lay->micro_batch * lay->seq_len, S = (double)lay->seq_len, d = (double)m->d_model;
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
-    const double H = (double)m->num_heads, L = (double)m->num_layers, Lm = (double)moe_plan_model_num_moe_layers(m);
-    const double V = (double)m->vocab_size, real = sizeof(moe_real);
+    const double H = (double)m->num_heads, L = (double)st->layers, Lm = (double)st->moe_layers;
+    const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
     const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S);
-    double bytes = (L + 1) * T * d * real; /* the residual stream entering each layer, and the model's output */
+    double bytes = (L * in_flight + 1) * T * d * real; /* the residual stream entering each layer, the output */
     /* each buffer on the L - Lm dense FFN layers (FD = T d_ff) and on the Lm MoE layers (FD = 0) */
 #define LAYER_NBYTES(name, count, rebuilt_from)                                                                    \
     {                                                                                                             \
@@ -174,7 +195,7 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
         if ((int)lay->recompute >= (rebuilt_from)) /* one buffer, the largest layer's */                          \
             bytes += L > Lm && on_dense > on_moe ? on_dense : on_moe;                                             \
         else                                                                                                      \
-            bytes += (L - Lm) * on_dense + Lm * on_moe;                                                           \
+            bytes += ((L - Lm) * on_dense + Lm * on_moe) * in_flight;                                             \
     }
     MOE_MODEL_LAYER_ACTIVATIONS(LAYER_NBYTES)
 #undef LAYER_NBYTES
@@ -198,39 +219,43 @@ int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch) {
 }
 
 int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay) {
-    return lay->local_shards < 0 ? moe_plan_default_local_shards(lay->world, lay->micro_batch) : lay->local_shards;
+    return lay->local_shards < 0 ? moe_plan_default_local_shards(moe_plan_layout_stage_ranks(lay), lay->micro_batch)
+                                 : lay->local_shards;
 }
 
 static double log2_of(double n) { return n > 1 ? ceil(log2(n)) : 0; }
 
-/* mem.reduce_scratch (plan_model.h). */
-static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, double dense,
-                                    double local_expert) {
-    const double real = sizeof(moe_real), d = (double)m->d_model, dp = (double)(lay->world / lay->ep);
+/* mem.reduce_scratch (plan/model.h), of a pipeline stage: its sums run over its ranks (world / pp), its largest
+ * slices and gradients are its own (the vocabulary's only where it holds an end). */
+static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st,
+                                    double dense, double local_expert) {
+    const int64_t ranks = moe_plan_layout_stage_ranks(lay);
+    const int vocab = st->embedding || (st->head && m->tie_embeddings), untied_head = st->head && !m->tie_embeddings;
+    const double real = sizeof(moe_real), d = (double)m->d_model, dp = (double)(ranks / lay->ep);
     const int64_t LS = moe_plan_layout_local_shards(lay);
     const double larger = dense > local_expert || dp < 2 ? dense : local_expert;
-    if (LS == 0) return lay->cpu && lay->world > 1 ? real * larger : 0; /* MPI_Allreduce's copy; NCCL: in place */
+    if (LS == 0) return lay->cpu && ranks > 1 ? real * larger : 0; /* MPI_Allreduce's copy; NCCL: in place */
     const double piece = (double)MOE__TREE_PIECE_NBYTES / real;
     double bytes = 0;
-    if (lay->world > 1 && lay->zero == 2) {
+    if (ranks > 1 && lay->zero == 2) {
         /* the reduce-scatter's one chunk (alltoall/tree_allreduce.h): half a piece, or at most half the largest slice
          * it reduces: a layer's window, the embedding, or the final norm with an untied lm_head */
         const double V = (double)m->vocab_size, tail = d + (m->tie_embeddings ? 0 : V * d);
         double slice = (double)moe_plan_model_gradient_buffers(m, lay->ep).window;
-        slice = slice > V * d ? slice : V * d;
-        slice = slice > tail ? slice : tail;
+        if (vocab) slice = slice > V * d ? slice : V * d;
+        if (st->head) slice = slice > tail ? slice : tail;
         bytes = real * (ceil(slice / 2) < ceil(piece / 2) ? ceil(slice / 2) : ceil(piece / 2));
-    } else if (lay->world > 1) { /* the tree all-reduce: half of a piece (alltoall/tree_allreduce.h) */
+    } else if (ranks > 1) { /* the tree all-reduce: half of a piece (alltoall/tree_allreduce.h) */
         const double region = larger < piece ? larger : piece;
         bytes = real * ceil(region / 2);
     }
     /* the shard tree of the dense weight gradients: log2(LS) + 2 slots of the largest (models/shard_grads.c) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
-    double largest = (double)m->vocab_size * d, other[] = {3 * (double)m->d_ff_dense * d, A * d, B * d};
+    double largest = vocab || untied_head ? (double)m->vocab_size * d : 0, other[] = {3 * (double)m->d_ff_dense * d, A * d, B * d};
     for (int i = 0; i < 3; i++) largest = other[i] > largest ? other[i] : largest;
     bytes += (log2_of((double)LS) + 2) * largest * real;
     /* the experts' per-segment weight-gradient leaves, one per (EP rank, shard) segment (core/tree_schedule.h) */
-    if (moe_plan_model_num_moe_layers(m) > 0)
+    if (st->moe_layers > 0)
         bytes += (log2_of((double)(lay->ep * LS)) + 2) * d * (double)m->d_ff_expert * real;
     return bytes;
 }
@@ -238,50 +263,52 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
 /* On the CPU path, the row-wise GEMM plans' scratch (kernels/gemm_rows_cpu.c: MOE_GEMM_ROUND_ROWS x 2 x the widest
  * operand, of which a call touches its rows' share): the dense ops' one plan, whose widest is the vocabulary at the
  * lm_head (256 MB at V = 1M and 32 tokens), and each MoE layer's router and expert plans. */
-static double cpu_gemm_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay) {
+static double cpu_gemm_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     if (!lay->cpu) return 0;
     const double T = (double)lay->micro_batch * lay->seq_len, rows = T < MOE_GEMM_ROUND_ROWS ? T : MOE_GEMM_ROUND_ROWS;
     const double d = (double)m->d_model, F = (double)m->d_ff_expert, E = (double)m->num_experts;
     double dense_widest = (double)m->vocab_size, layer_widest = d > F ? d : F;
     dense_widest = dense_widest > layer_widest ? dense_widest : layer_widest;
     layer_widest = layer_widest > E ? layer_widest : E;
-    return sizeof(moe_real) * 2 * (rows * dense_widest + (double)moe_plan_model_num_moe_layers(m) * 2 *
+    return sizeof(moe_real) * 2 * (rows * dense_widest + (double)st->moe_layers * 2 *
                                                              MOE_GEMM_ROUND_ROWS * layer_widest);
 }
 
-moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay) {
-    const moe_plan_params p = moe_plan_model_params(m);
+/* One pipeline stage's bytes (the whole model's without a pipeline). */
+static moe_plan_memory stage_memory(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
+    const moe_plan_params p = moe_plan_model_stage_params(m, st);
+    const double ranks = (double)moe_plan_layout_stage_ranks(lay), in_flight = st->in_flight;
     const double local_expert = (double)p.expert / (double)lay->ep, dense = (double)p.dense;
     const double T = (double)lay->micro_batch * lay->seq_len, d = (double)m->d_model, k = (double)m->top_k;
-    const double E = (double)m->num_experts, Lm = (double)moe_plan_model_num_moe_layers(m);
+    const double E = (double)m->num_experts, Lm = (double)st->moe_layers;
     const double row = lay->cpu ? sizeof(moe_real) : 2, N = moe_plan_model_busiest_rows(m, lay);
     moe_plan_memory mem = {0};
     /* the bf16 copies: 2 bytes a value on the CUDA path, a moe_real holding the rounded value on the CPU path */
     mem.weights = lay->bf16 ? (lay->cpu ? sizeof(moe_real) : 2) * ((double)p.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);
-    const double expert_dp = (double)lay->world / (double)lay->ep; /* the ranks holding the same experts */
+    const double expert_dp = ranks / (double)lay->ep; /* the ranks holding the same experts */
     if (lay->zero == 2) { /* the shard (the moments' ranges), one layer's window, the ends */
         const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(m, lay->ep);
-        mem.gradients = 4 * (dense / (double)lay->world + local_expert / expert_dp + (double)g.window + (double)g.ends);
+        mem.gradients = 4 * (dense / ranks + local_expert / expert_dp + (double)g.window + (double)stage_ends(m, st));
     } else { /* the whole gradient, and with world-invariant micro-batches the step's sum beside it */
         const int accumulator = lay->accum_steps > 1 && moe_plan_layout_local_shards(lay) > 0;
         mem.gradients = mem.masters * (1 + accumulator);
     }
-    mem.optimizer = 8 * (lay->zero ? dense / (double)lay->world + local_expert / expert_dp : dense + local_expert);
+    mem.optimizer = 8 * (lay->zero ? dense / ranks + local_expert / expert_dp : dense + local_expert);
     /* per MoE layer (moe/layer.c): the routing arrays (router/routing.h's list: [T, E] fp32 scores, [T, k] choices)
      * and dgate [T, k]; the experts' SwiGLU intermediates, kept for backward unless recomputed (moe and full: then
      * one copy serves every layer): 3 [N, F] values, h1, h3, act in fp32 on the CPU, h13 and act in bf16 on CUDA;
      * their backward scratch, once (dh1, dh3: 2 [N, F] fp32 on the CPU; dh13, dact: 3 [N, F] bf16 on CUDA) */
     const moe_recompute r = lay->recompute;
     const double layers = Lm > 0 ? 1 : 0, F = (double)m->d_ff_expert;
-    const double copies_h = r >= MOE_RECOMPUTE_MOE ? layers : Lm;
+    const double copies_h = r >= MOE_RECOMPUTE_MOE ? layers : Lm * in_flight;
     double routing = 4 * T * k; /* dgate, then router/routing.h's per-token arrays */
 #define ROUTING_NBYTES(type, name, per_token, what) routing += T * (per_token) * sizeof(type);
     MOE_TOKEN_ROUTING_ARRAYS(ROUTING_NBYTES)
 #undef ROUTING_NBYTES
     const double h = lay->cpu ? sizeof(moe_real) : 2, scratch_h = lay->cpu ? 2 : 3;
-    mem.activations = model_activation_nbytes(m, lay) + Lm * routing + copies_h * 3 * N * F * h +
-                      layers * scratch_h * N * F * h + cpu_gemm_scratch_nbytes(m, lay);
+    mem.activations = model_activation_nbytes(m, lay, st) + Lm * in_flight * routing + copies_h * 3 * N * F * h +
+                      layers * scratch_h * N * F * h + cpu_gemm_scratch_nbytes(m, lay, st);
     /* the layer's buffers of a pass (moe/layer_buffers.h's lists, `row` the exchanged precision): what each layer
      * keeps for backward, and once for every layer the scratch of one pass */
     double kept = 0, pass = 0;
@@ -290,10 +317,26 @@ moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_la
     MOE_LAYER_TOKEN_BUFFERS(LAYER_BUFFER)
     MOE_LAYER_ROW_BUFFERS(LAYER_BUFFER)
 #undef LAYER_BUFFER
-    mem.exchange = Lm * kept + layers * pass;
-    mem.reduce_scratch = reduce_scratch_nbytes(m, lay, dense, local_expert);
+    mem.exchange = Lm * in_flight * kept + layers * pass;
+    mem.reduce_scratch = reduce_scratch_nbytes(m, lay, st, dense, local_expert);
     mem.workspace = lay->workspace_bytes;
     mem.total = mem.weights + mem.masters + mem.gradients + mem.optimizer + mem.activations + mem.exchange +
                 mem.reduce_scratch + mem.workspace;
     return mem;
+}
+
+/* The stage needing the most: the first (the most micro-batches in flight, the embedding) or the last (the head), or
+ * a middle one holding more MoE layers than both (moe_every above 1); the others hold no more than those. */
+moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay) {
+    const int64_t pp = moe_plan_layout_pp(lay);
+    moe_plan_stage first = moe_plan_pipeline_stage(m, lay, 0);
+    moe_plan_memory most = stage_memory(m, lay, &first);
+    for (int64_t s = 1; s < pp; s++) {
+        const moe_plan_stage st = moe_plan_pipeline_stage(m, lay, s);
+        if (s < pp - 1 && st.moe_layers <= first.moe_layers) continue;
+        moe_plan_memory mem = stage_memory(m, lay, &st);
+        mem.stage = s;
+        if (mem.total > most.total) most = mem;
+    }
+    return most;
 }

@@ -1,12 +1,12 @@
-/* plan_model.h — moe-plan's model: a decoder MoE shape (Mixtral's, or Qwen3-MoE's with its extra features), its
+/* plan/model.h — moe-plan's model: a decoder MoE shape (Mixtral's, or Qwen3-MoE's with its extra features), its
  * exact parameter counts, its FLOPs per token and the memory one GPU needs for it under a layout. Pure
  * arithmetic, no allocation, no I/O; every formula and its source is written out in docs/SCALING.md.
  *
  * Counts are exact integers (int64): the unit test holds them to the published totals of Mixtral 8x7B and 8x22B
  * and Qwen3-30B-A3B and 235B-A22B. Memory follows what this project keeps (models/model.c, moe/layer.c), not an
  * idealised trainer, so that the planner answers "can moe-train run this". */
-#ifndef MOE_MODELS_PLAN_MODEL_H
-#define MOE_MODELS_PLAN_MODEL_H
+#ifndef MOE_PLAN_MODEL_H
+#define MOE_PLAN_MODEL_H
 
 #include <stdint.h>
 
@@ -51,6 +51,12 @@ typedef struct {
 } moe_plan_params;
 moe_plan_params moe_plan_model_params(const moe_plan_model *m);
 
+struct moe_plan_stage;
+/* The parameters of one pipeline stage's share (plan/pipeline.h: its layers, and the ends it holds): dense,
+ * expert and dense_matrix as above, over that share (total = dense + expert; active, matmul_active and embedding
+ * are the whole model's). The whole model's stage gives moe_plan_model_params's numbers. */
+moe_plan_params moe_plan_model_stage_params(const moe_plan_model *m, const struct moe_plan_stage *stage);
+
 /* Training FLOPs per token at sequence length S: 6 * matmul_active + 12 * L * (H * head_dim) * S (PaLM's
  * appendix B; Megatron-LM's formula without its recompute pass). The attention term counts the whole S x S score
  * matrix, as MFU's model FLOPs do (the materialized attention computes it whole; the fused one skips the tiles above
@@ -77,7 +83,10 @@ moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan
 /* The layout of one GPU's share of a run. */
 typedef struct {
     int64_t world;            /* GPUs                                                                    */
-    int64_t ep;               /* expert-parallel group size; divides world and E                         */
+    int64_t ep;               /* expert-parallel group size; divides world / pp and E                    */
+    int64_t pp;               /* pipeline stages (moe-train --pp; 0 or 1: none), outermost in the rank grid: each
+                               * stage is world / pp ranks holding its layers (plan/pipeline.h)                  */
+    int64_t virtual_stages;   /* model chunks per stage (--virtual-stages; 0 or 1: 1F1B, above: interleaved)       */
     int zero;                 /* 0: nothing sharded. 1: ZeRO-1 as this project does it: the AdamW moments of the dense
                                * parameters sharded over the world, of a GPU's experts over its expert-data-parallel
                                * group (dp = world / ep). 2: ZeRO-2: the moments as under 1, and the gradients never
@@ -97,11 +106,13 @@ typedef struct {
     int64_t local_shards;     /* the world-invariant sums' batch shards per GPU (moe-train --world-invariant): 0, off
                                * (the transport's all-reduce); -1, moe-train's default (moe_plan_default_local_shards) */
     double workspace_bytes;   /* libraries, CUDA context, allocator slack                               */
-    double routing_skew;      /* the busiest EP rank's expert rows over the mean (models/plan_routing.h); 0 or 1:
+    double routing_skew;      /* the busiest EP rank's expert rows over the mean (plan/routing.h); 0 or 1:
                                * balanced. Its experts' rows, their memory and time, and the all-to-all wait for it */
 } moe_plan_layout;
 
-/* Bytes per GPU, by what holds them. */
+/* Bytes per GPU, by what holds them; with a pipeline, of the stage that needs the most (plan/pipeline.h): its
+ * layers' and ends' weights, gradients and state, sharded over the stage's ranks (world / pp), and each layer's kept
+ * activations times the micro-batches its schedule keeps at once. */
 typedef struct {
     double weights;      /* bf16 copies of the GEMM weights (0 under fp32: the masters are the weights; fp32-sized
                           * on the CPU path)                                                             */
@@ -121,6 +132,7 @@ typedef struct {
                             * without, on the CPU path the transport's (MPI) copy of the larger region    */
     double workspace;
     double total;
+    int64_t stage;       /* the pipeline stage these bytes are of: the one needing the most (0 without a pipeline) */
 } moe_plan_memory;
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay);
 
@@ -135,7 +147,8 @@ int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay);
 /* ZeRO-2's resident gradient buffers, in fp32 values. window: the largest decoder layer's weight gradients — its
  * attention q, k, v, o, its norms (q/k norms too), the router (and a shared expert) or the dense FFN's three matrices,
  * and this GPU's E/ep experts of that layer (3 d F each) — which each layer's backward writes and reduce-scatters;
- * ends: the embedding, the final norm and the lm_head when untied, held through the whole backward. */
+ * ends: the embedding, the final norm and the lm_head when untied, held through the whole backward (of the whole model;
+ * moe_plan_model_memory counts a pipeline stage's own ends). */
 typedef struct {
     int64_t window, ends;
 } moe_plan_gradient_buffers;

@@ -1,5 +1,5 @@
-/* plan_hf.c — Hugging Face MoE config.json to a plan model (models/plan_hf.h), with jansson. */
-#include "models/plan_hf.h"
+/* plan/hf.c — Hugging Face MoE config.json to a plan model (plan/hf.h), with jansson. */
+#include "plan/hf.h"
 
 #include <jansson.h>
 #include <string.h>

@@ -1,14 +1,16 @@
-/* plan_cluster.h — moe-plan's cluster and its time model: how many bytes each GPU moves per training step
+/* plan/cluster.h — moe-plan's cluster and its time model: how many bytes each GPU moves per training step
  * (all-to-all split by where its peers are, ring all-reduce or ZeRO-2's reduce-scatter), how long that and the
  * compute take, and the step time, tokens/s and MFU with and without overlap of exchanges and compute. Formulas:
  * docs/SCALING.md.
  *
  * Ranks are placed as mpirun and srun place them by default: rank r on node r / gpus_per_node. EP groups are
- * blocks of ep consecutive ranks, expert-data-parallel groups are ranks ep apart (README "Ranks and experts"). */
-#ifndef MOE_MODELS_PLAN_CLUSTER_H
-#define MOE_MODELS_PLAN_CLUSTER_H
+ * blocks of ep consecutive ranks, expert-data-parallel groups are ranks ep apart (README "Ranks and experts"); a
+ * pipeline stage is a block of world / pp consecutive ranks, its stages world / pp apart (pipeline/grid.h). */
+#ifndef MOE_PLAN_CLUSTER_H
+#define MOE_PLAN_CLUSTER_H
 
-#include "models/plan_model.h"
+#include "plan/model.h"
+#include "plan/pipeline.h"
 
 typedef struct {
     int64_t gpus_per_node, nodes;
@@ -42,13 +44,13 @@ typedef struct {
     int64_t global_batch;
 } moe_plan_run;
 
-/* NULL when the run can be laid out on the cluster (sizes divide, world = gpus_per_node * nodes), else a
- * sentence naming what does not fit; about shapes and divisibility, not memory (and ZeRO-2's need of the
- * world-invariant sums). */
+/* NULL when the run can be laid out on the cluster (sizes divide, world = gpus_per_node * nodes, the pipeline's
+ * shape and micro-batches: moe_plan_pipeline_problem), else a sentence naming what does not fit; about shapes and
+ * divisibility, not memory (and ZeRO-2's need of the world-invariant sums). */
 const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r);
 
 typedef struct {
-    int64_t accum_steps;          /* micro-batches per step = global_batch / (world * micro_batch)         */
+    int64_t accum_steps;          /* micro-batches per step = global_batch / (world / pp * micro_batch)    */
     double tokens_per_step;       /* global_batch * seq_len                                                 */
     double flops_per_token;       /* moe_plan_model_flops_per_token: model FLOPs, what MFU counts          */
     double recompute_flops_per_token; /* what recomputation adds (hardware FLOPs, in the step time only)    */
@@ -60,14 +62,20 @@ typedef struct {
     double zero_gather_bytes;     /* ZeRO-1's and 2's all-gathers of the updated parameters: (n-1)/n of the dense
                                    * over the world, of a GPU's experts over its expert-data-parallel group    */
     int alltoall_peers_intra, alltoall_peers_inter; /* the busiest rank's EP peers on / off its node   */
-    int dense_group_spans_nodes, expert_group_spans_nodes;
+    int dense_group_spans_nodes, expert_group_spans_nodes, pipeline_spans_nodes;
+    /* the pipeline (pp > 1): a GPU sends one activation forward and one gradient back per micro-batch and chunk, of
+     * its micro-batch's T d values at the exchanged precision; the idle fraction (pp - 1)/(V m) and its seconds */
+    double p2p_bytes, bubble_fraction;
     /* seconds per step */
     double compute_s, optimizer_s, alltoall_s, control_s;
     double allreduce_s;           /* the gradient reduction (all-reduce, or ZeRO-2's reduce-scatters) and the
                                    * ZeRO all-gather                                                           */
     double compute_dense_s, compute_moe_s; /* compute_s = their sum: the dense path's and the MoE layers' */
-    double step_serial_s;         /* compute + optimizer + every exchange, one after another (this project) */
-    double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer         */
+    double p2p_s;                 /* the pipeline's sends between stages, one after another                 */
+    double bubble_s;              /* bubble_fraction of the pipelined time (compute, all-to-all, control, p2p) */
+    double step_serial_s;         /* compute + optimizer + every exchange + the bubble, one after another (this
+                                   * project)                                                                  */
+    double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer + the bubble */
     double tokens_per_s_serial, tokens_per_s_overlap, mfu_serial, mfu_overlap;
     double routing_skew;          /* the layout's, or 1 at ep 1 (one EP rank waits for no one)                 */
     moe_plan_memory memory;

@@ -1,6 +1,6 @@
-/* plan_routing.c — a moe-train run's expert token counts and the EP skew they give (models/plan_routing.h). */
+/* plan/routing.c — a moe-train run's expert token counts and the EP skew they give (plan/routing.h). */
 #define _GNU_SOURCE /* getline */
-#include "models/plan_routing.h"
+#include "plan/routing.h"
 
 #include <jansson.h>
 #include <stdio.h>

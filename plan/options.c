@@ -1,5 +1,5 @@
-/* plan_options.c — moe-plan's flag table, parser and the model, cluster and run it builds (models/plan_options.h). */
-#include "models/plan_options.h"
+/* plan/options.c — moe-plan's flag table, parser and the model, cluster and run it builds (plan/options.h). */
+#include "plan/options.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/fail.h"
-#include "models/plan_hf.h"
+#include "plan/hf.h"
 
 typedef enum { F_INT, F_NUM, F_CHOICE, F_STRING, F_SWITCH } flag_kind;
 
@@ -37,8 +37,13 @@ static const flag_spec kFlags[] = {
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", F_NUM, -1, 1e6, {0}, "0", 0},
     /* layout */
     {"--ep", "expert-parallel group size (divides the GPUs and the experts)", F_INT, 1, 1 << 20, {0}, "1", 0},
-    {"--dp", "expert-data-parallel size; must be GPUs / --ep (no tensor or pipeline parallelism here)", F_INT, 1,
-     1 << 20, {0}, "GPUs / ep", 0},
+    {"--dp", "expert-data-parallel size; must be GPUs / (--pp x --ep) (no tensor parallelism here)", F_INT, 1,
+     1 << 20, {0}, "GPUs / (pp x ep)", 0},
+    {"--pp", "pipeline stages (as moe-train --pp): divides the GPUs and the layers; each stage is GPUs / pp of them "
+     "holding layers / pp layers, run by the 1F1B schedule", F_INT, 1, 1 << 20, {0}, "1; --search tries each", 0},
+    {"--virtual-stages", "model chunks per pipeline stage (as moe-train --virtual-stages): above 1, the interleaved "
+     "1F1B schedule; pp x V divides the layers, micro-batches a multiple of pp; needs --pp above 1", F_INT, 1, 1 << 20,
+     {0}, "1; --search tries each", 0},
     {"--zero", "as moe-train --zero: 1, ZeRO-1 (AdamW moments sharded: the dense over the GPUs, a GPU's experts over "
      "the GPUs holding the same experts); 2, ZeRO-2 (the gradients too: one layer's window reduce-scattered per "
      "micro-batch into a shard; needs the world-invariant sums: a power-of-two number of GPUs, at most 64 shards)",
@@ -74,7 +79,7 @@ static const flag_spec kFlags[] = {
      "MoE layers); replaces its FLOPs / GEMM rate", F_NUM, 1e-12, 1e12, {0}, "none: from --gpu-flops", 0},
     {"--optimizer-ns-per-param", "measured ns per parameter of the optimizer step (fp32, every parameter updated); "
      "replaces bytes / --mem-bw", F_NUM, 1e-12, 1e12, {0}, "none: from --mem-bw", 0},
-    /* routing: balanced unless a run's routing or a skew is given (models/plan_routing.h) */
+    /* routing: balanced unless a run's routing or a skew is given (plan/routing.h) */
     {"--routing-from", "a moe-train metrics.jsonl (its expert_tokens) whose routing the layout's EP ranks get: each "
      "MoE layer waits for the rank whose experts got the most rows", F_STRING, 0, 0, {0}, "none: balanced", 0},
     {"--routing-skew", "the busiest EP rank's expert rows over the mean, for every ep", F_NUM, 1, 1e6, {0},
@@ -217,6 +222,11 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     moe_plan_layout *l = &o->run.layout;
     l->world = c->gpus_per_node * c->nodes;
     l->ep = integer(f, "--ep", 1), l->zero = (int)integer(f, "--zero", 0);
+    l->pp = integer(f, "--pp", 1), l->virtual_stages = integer(f, "--virtual-stages", 1);
+    if (l->world % l->pp)
+        return complain(err, "--pp %lld must divide the %lld GPUs (each stage is GPUs / pp of them)", (long long)l->pp,
+                        (long long)l->world), -1;
+    const int64_t stage_ranks = l->world / l->pp;
     l->micro_batch = integer(f, "--micro-batch", 1), l->seq_len = integer(f, "--seq-len", o->hf_config ? 4096 : 128);
     l->bf16 = bf16;
     l->attention = value(f, "--attention") && !strcmp(value(f, "--attention"), "materialized")
@@ -229,34 +239,41 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     l->local_shards = -1; /* moe-train's default world-invariant sums, for whatever micro-batch the layout has */
     if (value(f, "--shards")) { /* a multiple of the world: its shards per GPU, for any micro-batch they divide */
         const int64_t S = integer(f, "--shards", 0);
-        if (S && ((S & (S - 1)) || S % l->world))
-            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs divide", (long long)S,
-                            (long long)l->world), -1;
-        l->local_shards = S / l->world;
+        if (S && ((S & (S - 1)) || S % stage_ranks))
+            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs%s divide", (long long)S,
+                            (long long)stage_ranks, l->pp > 1 ? " of a pipeline stage" : ""), -1;
+        l->local_shards = S / stage_ranks;
     }
     o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
     if (read_routing(f, o, err)) return -1;
     if (o->search) {
-        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch", "--recompute"};
-        for (int i = 0; i < 5; i++)
+        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch", "--recompute", "--pp", "--virtual-stages"};
+        for (int i = 0; i < 7; i++)
             if (value(f, fixed[i]))
-                return complain(err, "--search tries every --ep, --zero, --micro-batch and --recompute itself: leave "
-                                "out %s", fixed[i]), -1;
-        if (o->run.global_batch % l->world)
-            return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs", (long long)o->run.global_batch,
+                return complain(err, "--search tries every --ep, --pp, --virtual-stages, --zero, --micro-batch and "
+                                "--recompute itself: leave out %s", fixed[i]), -1;
+        l->pp = 1, l->virtual_stages = 1;
+        int64_t pp = 1; /* the batch must split over the GPUs of a stage for some pipeline */
+        while (pp <= l->world && (l->world % pp || o->model.num_layers % pp || o->run.global_batch % (l->world / pp)))
+            pp++;
+        if (pp > l->world)
+            return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs, or of the GPUs of a stage "
+                            "(GPUs / --pp for a pp dividing the GPUs and the layers)", (long long)o->run.global_batch,
                             (long long)l->world), -1;
         return 0;
     }
-    if (value(f, "--dp") && (l->world % l->ep || integer(f, "--dp", 0) != l->world / l->ep))
-        return complain(err, "--dp %lld with --ep %lld on %lld GPUs: dp x ep must be the number of GPUs (this project "
-                        "has neither tensor nor pipeline parallelism)", (long long)integer(f, "--dp", 0),
-                        (long long)l->ep, (long long)l->world), -1;
+    if (value(f, "--dp") && (stage_ranks % l->ep || integer(f, "--dp", 0) != stage_ranks / l->ep))
+        return complain(err, "--dp %lld with --ep %lld and --pp %lld on %lld GPUs: pp x dp x ep must be the number of "
+                        "GPUs (this project has no tensor parallelism)", (long long)integer(f, "--dp", 0),
+                        (long long)l->ep, (long long)l->pp, (long long)l->world), -1;
     problem = moe_plan_run_problem(&o->model, c, &o->run);
     if (!problem && o->routing.num_samples) l->routing_skew = moe_plan_routing_skew(&o->routing, l->ep);
     if (problem)
-        return complain(err, "%s (GPUs %lld, experts %lld, --ep %lld, --micro-batch %lld, --global-batch %lld)", problem,
-                        (long long)l->world, (long long)o->model.num_experts, (long long)l->ep,
-                        (long long)l->micro_batch, (long long)o->run.global_batch), -1;
+        return complain(err, "%s (GPUs %lld, layers %lld, experts %lld, --pp %lld, --virtual-stages %lld, --ep %lld, "
+                        "--micro-batch %lld, --global-batch %lld)", problem, (long long)l->world,
+                        (long long)o->model.num_layers, (long long)o->model.num_experts, (long long)l->pp,
+                        (long long)l->virtual_stages, (long long)l->ep, (long long)l->micro_batch,
+                        (long long)o->run.global_batch), -1;
     return 0;
 }
 

@@ -1,5 +1,5 @@
-/* plan_cluster.c — bytes moved and time per training step of a run (models/plan_cluster.h). */
-#include "models/plan_cluster.h"
+/* plan/cluster.c — bytes moved and time per training step of a run (plan/cluster.h). */
+#include "plan/cluster.h"
 
 #include <math.h>
 
@@ -40,7 +40,11 @@ const char *moe_plan_cluster_problem(const moe_plan_cluster *c) {
 const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r) {
     const moe_plan_layout *l = &r->layout;
     if (l->world != c->gpus_per_node * c->nodes) return "the layout's world size is not gpus-per-node x nodes";
+    const char *pipeline = moe_plan_pipeline_problem(m, l, 0); /* its shape; the micro-batches below */
+    if (pipeline) return pipeline;
+    const int64_t pp = moe_plan_layout_pp(l), ranks = moe_plan_layout_stage_ranks(l);
     if (l->ep < 1 || l->world % l->ep) return "--ep must divide the number of GPUs";
+    if (ranks % l->ep) return "--ep must divide the GPUs of a pipeline stage (GPUs / --pp)";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
     if (l->zero < 0 || l->zero > 2) return "--zero must be 0, 1 or 2";
@@ -52,9 +56,11 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                "must be a multiple of the number of GPUs, a power of two; use --zero 1, or --shards";
     if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
-    if (r->global_batch < 1 || r->global_batch % (l->world * l->micro_batch))
-        return "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)";
-    return 0;
+    if (r->global_batch < 1 || r->global_batch % (ranks * l->micro_batch))
+        return pp == 1 ? "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)"
+                       : "--global-batch must be a multiple of GPUs / --pp x --micro-batch (every GPU of a stage reads "
+                         "its own sequences)";
+    return moe_plan_pipeline_problem(m, l, r->global_batch / (ranks * l->micro_batch));
 }
 
 /* The busiest rank's EP peers on its own node and on others: rank r's group is [g*ep, g*ep + ep), its node's
@@ -83,18 +89,25 @@ static double ring_reduce_scatter_s(double nbytes, int64_t n, double collectives
 
 moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_cluster *c, const moe_plan_run *r) {
     const moe_plan_layout *l = &r->layout;
-    const moe_plan_params p = moe_plan_model_params(m);
-    const int64_t W = l->world, ep = l->ep, dp = W / ep, G = c->gpus_per_node;
-    const double Lm = (double)moe_plan_model_num_moe_layers(m), row = l->bf16 ? 2 : 4;
-    moe_plan_prediction o = {.accum_steps = r->global_batch / (W * l->micro_batch)};
+    /* W: every GPU; under a pipeline each stage's W / pp of them (`ranks`) hold distinct sequences, its dense
+     * gradients are summed over them and its experts' over dp = ranks / ep (pipeline/grid.h). The parameters,
+     * layers and gradient sums below are the stage's whose memory is reported (the whole model's without one). */
+    const int64_t W = l->world, ep = l->ep, pp = moe_plan_layout_pp(l), ranks = W / pp, dp = ranks / ep;
+    const int64_t G = c->gpus_per_node;
+    const double row = l->bf16 ? 2 : 4;
+    moe_plan_prediction o = {.accum_steps = r->global_batch / (ranks * l->micro_batch)};
     o.tokens_per_step = (double)r->global_batch * l->seq_len;
     o.flops_per_token = moe_plan_model_flops_per_token(m, l->seq_len);
     moe_plan_layout with_steps = *l;
     with_steps.accum_steps = o.accum_steps;
     o.memory = moe_plan_model_memory(m, &with_steps);
     o.fits = o.memory.total <= c->gpu_memory;
+    const moe_plan_stage stage = moe_plan_pipeline_stage(m, &with_steps, o.memory.stage);
+    const moe_plan_params p = moe_plan_model_stage_params(m, &stage);
+    const double Lm = (double)stage.moe_layers;
 
-    /* compute: every GPU holds tokens_per_step / W tokens; the routed experts' work is that of the busiest EP rank,
+    /* compute: every GPU holds tokens_per_step / W tokens' work (a stage's GPU, pp times as many through 1/pp of the
+     * layers: the ends' work counted as if spread evenly over the stages); the routed experts' work is that of the busiest EP rank,
      * its kept rows over a balanced rank's (the skew, capped by a capacity factor; the router and a shared expert
      * work per token). The dense path at the GEMM rate, or at its measured time per token */
     const double tokens = o.tokens_per_step / (double)W, rate = c->gpu_flops * c->gemm_efficiency;
@@ -139,23 +152,26 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double world_latency = c->nodes > 1 ? c->inter_latency : W > 1 ? c->intra_latency : 0;
     const double world_bw = c->nodes > 1 ? c->inter_bw : c->intra_bw;
     double control = ep_latency;
-    if (m->capacity_factor > 0 && W > 1)
-        control += ceil(log2((double)W)) * (world_latency + 4.0 * (double)m->num_experts / world_bw);
+    if (m->capacity_factor > 0 && ranks > 1) /* over the ranks sharing the layer: the stage's */
+        control += ceil(log2((double)ranks)) * (world_latency + 4.0 * (double)m->num_experts / world_bw);
     o.control_s = Lm * (double)o.accum_steps * control;
 
     /* gradients: dense fp32 over the world, this GPU's experts over the expert-data-parallel group (ranks ep apart);
      * all-reduced once per step, or under ZeRO-2 reduce-scattered per micro-batch, layer by layer as each layer's
      * backward ends (the ends once more); ZeRO-1 and 2 then all-gather the updated parameters */
-    o.dense_group_spans_nodes = c->nodes > 1;
-    /* the group of EP rank ep-1 runs from rank ep-1 (node (ep-1)/G, and ep <= W/2 when dp > 1) to rank W-1 (the
-     * last node): with dp > 1 some group crosses nodes whenever there are several */
-    o.expert_group_spans_nodes = dp > 1 && c->nodes > 1;
+    /* a stage's ranks are a block of W / pp (all W without a pipeline): it crosses a node boundary unless it fits in a
+     * node whose GPUs it divides */
+    o.dense_group_spans_nodes = c->nodes > 1 && (ranks > G || G % ranks != 0);
+    /* the group of EP rank ep-1 runs from rank ep-1 of the stage (and ep <= ranks/2 when dp > 1) to its last rank:
+     * with dp > 1 some group crosses nodes whenever the stage does */
+    o.expert_group_spans_nodes = dp > 1 && o.dense_group_spans_nodes;
     const double dense_nbytes = 4.0 * (double)p.dense, expert_nbytes = 4.0 * (double)p.expert / (double)ep;
     /* A ring over nodes runs as one ring per member GPU of a node (NCCL's channels), each crossing nodes through its
      * GPU's own NIC: the group's bandwidth is its members per node times one NIC's, capped by NVLink. The world's
      * group has G members per node; an expert-data-parallel group G / ep (at least 1: its ranks are ep apart) */
-    const double expert_members = G > ep ? (double)G / (double)ep : 1;
-    const double dense_nic = (double)G * c->inter_bw, expert_nic = expert_members * c->inter_bw;
+    const double per_node = ranks < G ? (double)ranks : (double)G; /* a stage's GPUs on one node */
+    const double expert_members = per_node > ep ? per_node / (double)ep : 1;
+    const double dense_nic = per_node * c->inter_bw, expert_nic = expert_members * c->inter_bw;
     const double dense_bw = o.dense_group_spans_nodes ? (dense_nic < c->intra_bw ? dense_nic : c->intra_bw) : c->intra_bw;
     const double dense_lat = o.dense_group_spans_nodes ? c->inter_latency : c->intra_latency;
     const double expert_bw =
@@ -163,28 +179,28 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double expert_lat = o.expert_group_spans_nodes ? c->inter_latency : c->intra_latency;
     const double micro = (double)o.accum_steps;
     if (l->zero == 2) {
-        o.allreduce_dense_bytes = W > 1 ? micro * (W - 1) / W * dense_nbytes : 0;
+        o.allreduce_dense_bytes = ranks > 1 ? micro * (ranks - 1) / ranks * dense_nbytes : 0;
         o.allreduce_expert_bytes = dp > 1 ? micro * (dp - 1) / dp * expert_nbytes : 0;
-        const double dense_calls = (double)m->num_layers + 1; /* each layer's window, then the ends */
-        o.allreduce_s = micro * (ring_reduce_scatter_s(dense_nbytes, W, dense_calls, dense_bw, dense_lat) +
+        const double dense_calls = (double)stage.layers + 1; /* each layer's window, then the ends */
+        o.allreduce_s = micro * (ring_reduce_scatter_s(dense_nbytes, ranks, dense_calls, dense_bw, dense_lat) +
                                  ring_reduce_scatter_s(expert_nbytes, dp, Lm, expert_bw, expert_lat));
     } else {
-        o.allreduce_dense_bytes = W > 1 ? 2.0 * (W - 1) / W * dense_nbytes : 0;
+        o.allreduce_dense_bytes = ranks > 1 ? 2.0 * (ranks - 1) / ranks * dense_nbytes : 0;
         o.allreduce_expert_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * expert_nbytes : 0;
-        o.allreduce_s = ring_allreduce_s(dense_nbytes, W, dense_bw, dense_lat) +
+        o.allreduce_s = ring_allreduce_s(dense_nbytes, ranks, dense_bw, dense_lat) +
                         ring_allreduce_s(expert_nbytes, dp, expert_bw, expert_lat);
     }
     /* ZeRO-1's and 2's all-gathers of the updated parameters: a ring's second half, (n-1) steps of 1/n each */
-    const double dense_gather = l->zero && W > 1 ? (double)(W - 1) / W * dense_nbytes : 0;
+    const double dense_gather = l->zero && ranks > 1 ? (double)(ranks - 1) / ranks * dense_nbytes : 0;
     const double expert_gather = l->zero && dp > 1 ? (double)(dp - 1) / dp * expert_nbytes : 0;
     o.zero_gather_bytes = dense_gather + expert_gather;
-    o.allreduce_s += (dense_gather > 0 ? (W - 1) * dense_lat + dense_gather / dense_bw : 0) +
+    o.allreduce_s += (dense_gather > 0 ? (ranks - 1) * dense_lat + dense_gather / dense_bw : 0) +
                      (expert_gather > 0 ? (dp - 1) * expert_lat + expert_gather / expert_bw : 0);
 
     /* AdamW is bound by memory: per parameter it updates, read p, g, m, v and write p, m, v (28 bytes) after the
      * clipping norm read g (4); every gradient held between steps is zeroed (4: all of them, or ZeRO-2's shard);
      * under bf16 each matrix is copied (read 4, write 2) */
-    const double updated = l->zero ? (double)p.dense / W + (double)p.expert / ep / dp
+    const double updated = l->zero ? (double)p.dense / ranks + (double)p.expert / ep / dp
                                    : (double)p.dense + (double)p.expert / ep;
     const double held = l->zero == 2 ? updated : (double)p.dense + (double)p.expert / ep;
     const double copied = l->bf16 ? (double)p.dense_matrix + (double)p.expert / ep : 0;
@@ -193,9 +209,27 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     o.optimizer_s = c->optimizer_s_per_param > 0 ? c->optimizer_s_per_param * optimizer_nbytes / 36
                                                  : optimizer_nbytes / c->mem_bw;
 
+    /* the pipeline: per micro-batch and chunk a GPU sends its T d activation to the next virtual stage and its
+     * gradient back (none before the first or after the last; every middle GPU sends 2 m V), each a latency and
+     * its bytes over the link to its peer, W / pp ranks away: across nodes whenever there are several. Then the
+     * bubble: every stage idles (pp - 1)/(V m) of the pipelined time (plan/pipeline.h), that time being what runs per
+     * micro-batch (compute, all-to-all, control, these sends), not the step's gradient sums and optimizer */
+    if (pp > 1) {
+        const double V = (double)moe_plan_layout_virtual_stages(l), sends = 2 * micro * V;
+        const double nbytes = T * (double)m->d_model * row;
+        o.pipeline_spans_nodes = c->nodes > 1;
+        o.p2p_bytes = sends * nbytes;
+        o.p2p_s = sends * (o.pipeline_spans_nodes ? c->inter_latency + nbytes / c->inter_bw
+                                                  : c->intra_latency + nbytes / c->intra_bw);
+        o.bubble_fraction = moe_plan_pipeline_bubble(l, o.accum_steps);
+        o.bubble_s = o.bubble_fraction * (o.compute_s + o.alltoall_s + o.control_s + o.p2p_s);
+    }
     const double comm = o.alltoall_s + o.control_s + o.allreduce_s;
-    o.step_serial_s = o.compute_s + o.optimizer_s + comm;
-    o.step_overlap_s = (o.compute_s > comm ? o.compute_s : comm) + o.optimizer_s;
+    o.step_serial_s = o.compute_s + o.optimizer_s + comm + o.p2p_s + o.bubble_s;
+    const double pipelined_comm = o.alltoall_s + o.control_s + o.p2p_s; /* overlapped: the bubble of the longer */
+    const double hidden = o.compute_s > comm + o.p2p_s ? o.compute_s : comm + o.p2p_s;
+    o.step_overlap_s = hidden + o.optimizer_s +
+                       o.bubble_fraction * (o.compute_s > pipelined_comm ? o.compute_s : pipelined_comm);
     o.tokens_per_s_serial = o.tokens_per_step / o.step_serial_s;
     o.tokens_per_s_overlap = o.tokens_per_step / o.step_overlap_s;
     const double peak = (double)W * c->gpu_flops;

@@ -1,6 +1,6 @@
-/* plan.c — moe-plan: how a Mixtral-architecture MoE model would train with moe-train on a GPU cluster, before
+/* plan/plan.c — moe-plan: how a Mixtral-architecture MoE model would train with moe-train on a GPU cluster, before
  * anyone books one: parameters, per-GPU memory, bytes moved, predicted step time, tokens/s and MFU for one layout,
- * or (--search) every layout ranked. Flags: models/plan_options.h; formulas: docs/SCALING.md.
+ * or (--search) every layout ranked. Flags: plan/options.h; formulas: docs/SCALING.md.
  *
  *   build/moe-plan --hf-config tests/plan_configs/mixtral-8x7b.json --nodes 8 --search
  *   build/moe-plan --layers 16 --d-model 1024 --experts 16 --gpus-per-node 8 --ep 8 --micro-batch 4 --json */
@@ -8,8 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "models/plan_options.h"
-#include "models/plan_search.h"
+#include "plan/options.h"
+#include "plan/pipeline.h"
+#include "plan/search.h"
 
 static const double GiB = 1073741824.0;
 
@@ -25,9 +26,11 @@ static const char *limit_of(const moe_plan_layout *l, const moe_plan_prediction 
                                                        {p->allreduce_s, l->zero == 2 ? "gradient reduce-scatter"
                                                                                      : "gradient all-reduce"},
                                                        {p->control_s, "routing control latency"},
-                                                       {p->optimizer_s, "optimizer memory bandwidth"}};
+                                                       {p->optimizer_s, "optimizer memory bandwidth"},
+                                                       {p->bubble_s, "pipeline bubble"},
+                                                       {p->p2p_s, "pipeline sends"}};
     int best = 0;
-    for (int i = 1; i < 5; i++)
+    for (int i = 1; i < 7; i++)
         if (t[i].s > t[best].s) best = i;
     return t[best].what;
 }
@@ -48,6 +51,16 @@ static void print_model(const moe_plan_options *o, const char **notes, int num_n
     for (int i = 0; i < num_notes; i++) printf("note: moe-train cannot train this model as it is: %s\n", notes[i]);
 }
 
+/* The data-parallel size of a GPU's experts: GPUs / (pp x ep) (pipeline/grid.h). */
+static long long dp_of(const moe_plan_layout *l) { return (long long)(moe_plan_layout_stage_ranks(l) / l->ep); }
+
+/* The stage whose memory p reports, under the layout with p's micro-batches. */
+static moe_plan_stage stage_of(const moe_plan_options *o, const moe_plan_layout *l, const moe_plan_prediction *p) {
+    moe_plan_layout with_steps = *l;
+    with_steps.accum_steps = p->accum_steps;
+    return moe_plan_pipeline_stage(&o->model, &with_steps, p->memory.stage);
+}
+
 static const char *recompute_name(moe_recompute r) {
     static const char *const names[] = {"none", "attention", "moe", "full"};
     return names[r];
@@ -63,13 +76,25 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
         printf("; recompute %s adds %.4g (hardware FLOPs, in the step time, not in MFU)", recompute_name(l->recompute),
                p->recompute_flops_per_token);
     printf("\n");
-    printf("layout: %lld GPUs (%lld nodes x %lld), ep %lld, dp %lld, ZeRO-%d, micro-batch %lld x %lld tokens, %lld "
+    char pipeline[96] = "";
+    if (moe_plan_layout_pp(l) > 1)
+        snprintf(pipeline, sizeof pipeline, "pp %lld x %lld virtual stage%s, ", (long long)moe_plan_layout_pp(l),
+                 (long long)moe_plan_layout_virtual_stages(l), moe_plan_layout_virtual_stages(l) > 1 ? "s" : "");
+    printf("layout: %lld GPUs (%lld nodes x %lld), %sep %lld, dp %lld, ZeRO-%d, micro-batch %lld x %lld tokens, %lld "
            "micro-batches per step, global batch %lld sequences, %s, %s attention, recompute %s\n",
-           (long long)l->world, (long long)c->nodes, (long long)c->gpus_per_node, (long long)l->ep,
-           (long long)(l->world / l->ep), l->zero, (long long)l->micro_batch, (long long)l->seq_len,
+           (long long)l->world, (long long)c->nodes, (long long)c->gpus_per_node, pipeline, (long long)l->ep,
+           dp_of(l), l->zero, (long long)l->micro_batch, (long long)l->seq_len,
            (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     const moe_plan_memory *m = &p->memory;
+    const moe_plan_stage stage = stage_of(o, l, p);
+    if (moe_plan_layout_pp(l) > 1)
+        printf("pipeline: the largest stage is %lld of 0..%lld (%lld layers, %lld MoE%s%s), keeping %.4g micro-batches' "
+               "activations at its schedule's peak; bubble (pp - 1)/(V m) = %.4g of the pipelined time; sends %.3f GB "
+               "per GPU per step %s\n", (long long)m->stage, (long long)moe_plan_layout_pp(l) - 1,
+               (long long)stage.layers, (long long)stage.moe_layers, stage.embedding ? ", the embedding" : "",
+               stage.head ? ", the final norm and lm_head" : "", stage.in_flight, p->bubble_fraction,
+               p->p2p_bytes / 1e9, p->pipeline_spans_nodes ? "across nodes" : "inside a node");
     printf("memory per GPU (GiB): weights %.2f, fp32 masters %.2f, gradients %.2f, optimizer %.2f, activations %.2f, "
            "all-to-all buffers %.2f, gradient-sum scratch %.2f, workspace %.2f; total %.2f of %.2f: %s\n",
            m->weights / GiB, m->masters / GiB, m->gradients / GiB, m->optimizer / GiB, m->activations / GiB,
@@ -77,45 +102,54 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            p->fits ? "fits" : "DOES NOT FIT");
     if (l->zero == 2) {
         const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&o->model, l->ep);
+        moe_plan_stage ends_only = stage; /* the stage's ends: its parameters without its layers */
+        ends_only.layers = 0, ends_only.moe_layers = 0;
+        const int64_t ends = moe_plan_model_stage_params(&o->model, &ends_only).dense;
         printf("ZeRO-2 gradients (GiB): shard %.2f (dense / %lld, experts / %lld), one layer's window %.2f, the ends "
-               "(%s) %.2f\n", (m->gradients - 4.0 * (double)(g.window + g.ends)) / GiB, (long long)l->world,
-               (long long)(l->world / l->ep), 4.0 * (double)g.window / GiB,
-               o->model.tie_embeddings ? "embedding, final norm" : "embedding, final norm, lm_head",
-               4.0 * (double)g.ends / GiB);
+               "(%s) %.2f\n", (m->gradients - 4.0 * (double)(g.window + ends)) / GiB,
+               (long long)moe_plan_layout_stage_ranks(l), dp_of(l), 4.0 * (double)g.window / GiB,
+               !stage.embedding && !stage.head ? "none on this stage"
+               : o->model.tie_embeddings       ? "embedding, final norm"
+                                               : "embedding, final norm, lm_head",
+               4.0 * (double)ends / GiB);
     }
     char how[64] = "once per step";
     if (l->zero == 2) snprintf(how, sizeof how, "per micro-batch, x %lld", (long long)p->accum_steps);
     printf("sent (= received) per GPU per step: all-to-all %.3f GB to %d peers on its node, %.3f GB to %d on others; "
            "gradient %s %s: dense %.3f GB (ring over %lld, %s), experts %.3f GB (ring over %lld, %s)",
            p->alltoall_intra_bytes / 1e9, p->alltoall_peers_intra, p->alltoall_inter_bytes / 1e9,
-           p->alltoall_peers_inter, gradient_reduction(l), how, p->allreduce_dense_bytes / 1e9, (long long)l->world,
-           p->dense_group_spans_nodes ? "across nodes" : "inside a node", p->allreduce_expert_bytes / 1e9,
-           (long long)(l->world / l->ep), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
+           p->alltoall_peers_inter, gradient_reduction(l), how, p->allreduce_dense_bytes / 1e9,
+           (long long)moe_plan_layout_stage_ranks(l), p->dense_group_spans_nodes ? "across nodes" : "inside a node",
+           p->allreduce_expert_bytes / 1e9, dp_of(l), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
     if (l->zero) printf(", ZeRO-%d parameter all-gather %.3f GB", l->zero, p->zero_gather_bytes / 1e9);
     printf("\n");
     if (p->routing_skew > 1)
         printf("routing skew %.3f%s: the busiest EP rank's expert rows over the mean, which its MoE work and all-to-all "
                "wait for\n", p->routing_skew, o->routing.num_samples ? " (from --routing-from)" : "");
     printf("time per step (ms): compute %.3f (dense path %.3f %s, MoE layers %.3f), optimizer %.3f (%s), all-to-all "
-           "%.3f, routing control %.3f, gradient %s%s %.3f\n", p->compute_s * 1e3, p->compute_dense_s * 1e3,
+           "%.3f, routing control %.3f, gradient %s%s %.3f", p->compute_s * 1e3, p->compute_dense_s * 1e3,
            c->dense_s_per_token > 0 ? "measured per token" : "at the GEMM rate", p->compute_moe_s * 1e3,
            p->optimizer_s * 1e3, c->optimizer_s_per_param > 0 ? "measured per parameter" : "memory bandwidth",
            p->alltoall_s * 1e3, p->control_s * 1e3, gradient_reduction(l), l->zero ? " + all-gather" : "",
            p->allreduce_s * 1e3);
+    if (moe_plan_layout_pp(l) > 1)
+        printf(", pipeline sends %.3f, bubble %.3f", p->p2p_s * 1e3, p->bubble_s * 1e3);
+    printf("\n");
     printf("predicted step: %.3f ms serial (as moe-train runs), %.3f ms with exchanges overlapped; tokens/s %.4g / "
            "%.4g; MFU %.1f%% / %.1f%%; limited by %s\n",
            p->step_serial_s * 1e3, p->step_overlap_s * 1e3, p->tokens_per_s_serial, p->tokens_per_s_overlap,
            100 * p->mfu_serial, 100 * p->mfu_overlap, limit_of(l, p));
 }
 
-static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction *p) {
+static json_t *prediction_json(const moe_plan_options *o, const moe_plan_run *r, const moe_plan_prediction *p) {
     const moe_plan_layout *l = &r->layout;
     const moe_plan_memory *m = &p->memory;
+    const double in_flight = stage_of(o, l, p).in_flight;
     json_t *doc = json_pack("{s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I, s:s, s:s, s:f,"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:b,"
                      " s:{s:f, s:f, s:i, s:i, s:f, s:f, s:f},"
                      " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:s, s:f}",
-                     "world", (json_int_t)l->world, "ep", (json_int_t)l->ep, "dp", (json_int_t)(l->world / l->ep),
+                     "world", (json_int_t)l->world, "ep", (json_int_t)l->ep, "dp", (json_int_t)dp_of(l),
                      "zero", l->zero, "micro_batch", (json_int_t)l->micro_batch, "seq_len", (json_int_t)l->seq_len,
                      "accum_steps", (json_int_t)p->accum_steps, "global_batch", (json_int_t)r->global_batch,
                      "precision", l->bf16 ? "bf16" : "fp32", "attention",
@@ -137,6 +171,15 @@ static json_t *prediction_json(const moe_plan_run *r, const moe_plan_prediction 
     json_object_set_new(doc, "recompute", json_string(recompute_name(l->recompute)));
     json_object_set_new(doc, "gradient_reduction", json_string(gradient_reduction(l)));
     json_object_set_new(doc, "recompute_flops_per_token", json_real(p->recompute_flops_per_token));
+    /* the pipeline (pp 1: no stages, no sends, no bubble) */
+    json_object_set_new(doc, "pp", json_integer((json_int_t)moe_plan_layout_pp(l)));
+    json_object_set_new(doc, "virtual_stages", json_integer((json_int_t)moe_plan_layout_virtual_stages(l)));
+    json_object_set_new(doc, "memory_stage", json_integer((json_int_t)m->stage));
+    json_object_set_new(doc, "in_flight", json_real(in_flight));
+    json_object_set_new(doc, "bubble_fraction", json_real(p->bubble_fraction));
+    json_object_set_new(json_object_get(doc, "bytes_sent_per_step"), "p2p", json_real(p->p2p_bytes));
+    json_object_set_new(json_object_get(doc, "seconds"), "p2p", json_real(p->p2p_s));
+    json_object_set_new(json_object_get(doc, "seconds"), "bubble", json_real(p->bubble_s));
     return doc;
 }
 
@@ -158,20 +201,39 @@ static json_t *model_json(const moe_plan_options *o, const char **notes, int num
                      "unsupported", list);
 }
 
-/* The least memory any layout needs: ep = the largest that divides both, one sequence per micro-batch, recompute
- * full, and ZeRO-1 or, where it is possible and smaller, ZeRO-2 (its shard, window and ends outweigh whole gradients
- * on few GPUs). */
-static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *ep, int *zero) {
+/* The least memory a layout of pp stages (1F1B) needs: ep = the largest that divides the stage's GPUs and the
+ * experts, one sequence per micro-batch, recompute full, and ZeRO-1 or, where it is possible and smaller, ZeRO-2 (its
+ * shard, window and ends outweigh whole gradients on few GPUs). Without a pipeline the step's micro-batches are left
+ * out (no gradient accumulator counted), as before pipelines; with one they set the activations in flight. */
+static moe_plan_memory least_memory_at(const moe_plan_options *o, int64_t pp, int64_t *ep, int *zero) {
     moe_plan_run r = o->run;
     moe_plan_layout *l = &r.layout;
-    for (int64_t e = 1; e <= l->world; e++)
-        if (l->world % e == 0 && o->model.num_experts % e == 0) l->ep = e;
+    l->pp = pp, l->virtual_stages = 1;
+    for (int64_t e = 1; e <= l->world / pp; e++)
+        if ((l->world / pp) % e == 0 && o->model.num_experts % e == 0) l->ep = e;
     l->zero = 1, l->micro_batch = 1, l->recompute = MOE_RECOMPUTE_FULL, *ep = l->ep, *zero = 1;
+    if (pp > 1) l->accum_steps = r.global_batch / (l->world / pp);
     moe_plan_memory least = moe_plan_model_memory(&o->model, l);
     l->zero = 2;
     if (!moe_plan_run_problem(&o->model, &o->cluster, &r)) {
         const moe_plan_memory sharded = moe_plan_model_memory(&o->model, l);
         if (sharded.total < least.total) least = sharded, *zero = 2;
+    }
+    return least;
+}
+
+/* The least over every pipeline the run allows (pp dividing the GPUs and the layers, enough micro-batches). */
+static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *pp, int64_t *ep, int *zero) {
+    moe_plan_memory least = least_memory_at(o, 1, ep, zero);
+    *pp = 1;
+    for (int64_t p = 2; p <= o->run.layout.world; p++) {
+        moe_plan_run r = o->run;
+        r.layout.pp = p, r.layout.virtual_stages = 1, r.layout.ep = 1, r.layout.micro_batch = 1, r.layout.zero = 1;
+        if (moe_plan_run_problem(&o->model, &o->cluster, &r)) continue;
+        int64_t e;
+        int z;
+        const moe_plan_memory m = least_memory_at(o, p, &e, &z);
+        if (m.total < least.total) least = m, *pp = p, *ep = e, *zero = z;
     }
     return least;
 }
@@ -187,14 +249,15 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
     const int shown = fit < o->top ? fit : o->top;
     if (doc) {
         json_t *list = json_array();
-        for (int i = 0; i < shown; i++) json_array_append_new(list, prediction_json(&all[i].run, &all[i].prediction));
+        for (int i = 0; i < shown; i++) json_array_append_new(list, prediction_json(o, &all[i].run, &all[i].prediction));
         json_object_set_new(doc, "layouts_tried", json_integer(tried));
         json_object_set_new(doc, "layouts_fit", json_integer(fit));
         json_object_set_new(doc, "layouts", list);
-        int64_t ep;
+        int64_t ep, pp;
         int zero;
-        const moe_plan_memory least = least_memory(o, &ep, &zero);
-        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "ep", (json_int_t)ep,
+        const moe_plan_memory least = least_memory(o, &pp, &ep, &zero);
+        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "pp",
+                                                           (json_int_t)pp, "ep", (json_int_t)ep,
                                                            "zero", zero, "total", least.total, "activations",
                                                            least.activations, "exchange", least.exchange, "optimizer",
                                                            least.optimizer, "gradients", least.gradients));
@@ -202,26 +265,29 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
         printf("search: %d layouts of %lld GPUs tried, %d fit in %.1f GiB; global batch %lld x %lld tokens, %s\n",
                tried, (long long)o->run.layout.world, fit, o->cluster.gpu_memory / GiB, (long long)o->run.global_batch,
                (long long)o->run.layout.seq_len, o->run.layout.bf16 ? "bf16" : "fp32");
-        if (fit) printf("%4s %6s %6s %4s %9s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "ep", "dp", "zero",
+        if (fit) printf("%4s %4s %3s %6s %6s %4s %9s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "pp", "V", "ep",
+                        "dp", "zero",
                         "recompute", "micro", "accum", "mem GiB", "step ms", "tokens/s", "MFU", "overlap t/s", "MFU ovl",
                         "limited by");
         for (int i = 0; i < shown; i++) {
             const moe_plan_layout *l = &all[i].run.layout;
             const moe_plan_prediction *p = &all[i].prediction;
-            printf("%4d %6lld %6lld %4d %9s %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n", i + 1,
-                   (long long)l->ep, (long long)(l->world / l->ep), l->zero, recompute_name(l->recompute),
+            printf("%4d %4lld %3lld %6lld %6lld %4d %9s %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n",
+                   i + 1, (long long)moe_plan_layout_pp(l), (long long)moe_plan_layout_virtual_stages(l),
+                   (long long)l->ep, dp_of(l), l->zero, recompute_name(l->recompute),
                    (long long)l->micro_batch,
                    (long long)p->accum_steps, p->memory.total / GiB, p->step_serial_s * 1e3, p->tokens_per_s_serial,
                    100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(l, p));
         }
         if (!fit) {
-            int64_t ep;
+            int64_t ep, pp;
             int zero;
-            const moe_plan_memory m = least_memory(o, &ep, &zero);
-            printf("no layout fits: the smallest (ep %lld, ZeRO-%d, recompute full, micro-batch 1) needs %.1f GiB per "
-                   "GPU (activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, gradients %.1f, bf16 "
-                   "copies %.1f); use more GPUs or a shorter --seq-len (sharded masters and weights, pipeline and "
-                   "tensor parallelism are not in this project yet)\n", (long long)ep, zero, m.total / GiB,
+            const moe_plan_memory m = least_memory(o, &pp, &ep, &zero);
+            printf("no layout fits: the smallest (pp %lld, ep %lld, ZeRO-%d, recompute full, micro-batch 1) needs %.1f "
+                   "GiB per GPU (activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, gradients "
+                   "%.1f, bf16 copies %.1f); use more GPUs, a larger --global-batch (more micro-batches allow more "
+                   "stages) or a shorter --seq-len (sharded masters and weights and tensor parallelism are not in this "
+                   "project yet)\n", (long long)pp, (long long)ep, zero, m.total / GiB,
                    m.activations / GiB, m.exchange / GiB, m.optimizer / GiB, m.masters / GiB, m.gradients / GiB,
                    m.weights / GiB);
         }
@@ -244,7 +310,7 @@ int main(int argc, char **argv) {
         status = run_search(&o, doc);
     } else {
         const moe_plan_prediction p = moe_plan_predict(&o.model, &o.cluster, &o.run);
-        if (doc) json_object_set_new(doc, "prediction", prediction_json(&o.run, &p));
+        if (doc) json_object_set_new(doc, "prediction", prediction_json(&o, &o.run, &p));
         else print_prediction(&o, &o.run, &p);
     }
     if (doc) {

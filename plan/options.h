@@ -1,12 +1,12 @@
-/* plan_options.h — moe-plan's flags: one table gives parsing, range checks, --help and the defaults, and the
- * parsed flags become a model, a cluster and a run (models/plan_model.h, models/plan_cluster.h). */
-#ifndef MOE_MODELS_PLAN_OPTIONS_H
-#define MOE_MODELS_PLAN_OPTIONS_H
+/* plan/options.h — moe-plan's flags: one table gives parsing, range checks, --help and the defaults, and the
+ * parsed flags become a model, a cluster and a run (plan/model.h, plan/cluster.h). */
+#ifndef MOE_PLAN_OPTIONS_H
+#define MOE_PLAN_OPTIONS_H
 
 #include <stdio.h>
 
-#include "models/plan_cluster.h"
-#include "models/plan_routing.h"
+#include "plan/cluster.h"
+#include "plan/routing.h"
 
 typedef struct {
     moe_plan_model model;
@@ -15,7 +15,7 @@ typedef struct {
     moe_plan_routing routing; /* --routing-from: a run's expert counts (num_samples 0: not given); the run's
                                  layout's routing_skew is its skew at the layout's ep (moe_plan_options_free releases it) */
     const char *hf_config; /* NULL: the model came from the shape flags (moe-train's names and defaults) */
-    int search;            /* 1: rank every layout that fits (models/plan_search.h)                       */
+    int search;            /* 1: rank every layout that fits (plan/search.h)                       */
     int top;               /* layouts --search prints                                                    */
     int json;              /* 1: one JSON object instead of the text report                              */
 } moe_plan_options;

@@ -1,0 +1,82 @@
+/* plan/pipeline.c — a pipeline stage's share of the model, its activations in flight, the bubble and the refusals
+ * (plan/pipeline.h). */
+#include "plan/pipeline.h"
+
+#include <stdlib.h>
+
+#include "pipeline/schedule.h"
+
+int64_t moe_plan_layout_pp(const moe_plan_layout *lay) { return lay->pp > 1 ? lay->pp : 1; }
+
+int64_t moe_plan_layout_virtual_stages(const moe_plan_layout *lay) {
+    return lay->virtual_stages > 1 ? lay->virtual_stages : 1;
+}
+
+int64_t moe_plan_layout_stage_ranks(const moe_plan_layout *lay) { return lay->world / moe_plan_layout_pp(lay); }
+
+/* MoE layers among layers [first, first + count): (l + 1) % moe_every == 0 (model.h's rule); a model whose MoE
+ * layers follow no rule (HF mlp_only_layers) gets its share, rounded up */
+static int64_t moe_layers_in(const moe_plan_model *m, int64_t first, int64_t count) {
+    const int64_t all = moe_plan_model_num_moe_layers(m);
+    if (all == 0) return 0;
+    if (m->irregular_moe_layers) return (all * count + m->num_layers - 1) / m->num_layers;
+    return (first + count) / m->moe_every - first / m->moe_every;
+}
+
+/* Chunk stashes at the schedule's peak (pipeline/schedule.h), in stages' worth. Where the schedule cannot be made
+ * (too few micro-batches: a layout refused elsewhere, or a memory bound asked for without a step), its unclamped
+ * peak: 1F1B pp - s, interleaved 2(pp - s - 1) + (V - 1)pp + 1 chunk stashes. */
+static double in_flight(int64_t pp, int64_t V, int64_t m, int64_t stage) {
+    const moe_pp_shape shape = {.stages = (int)pp, .virtual_stages = (int)V, .micro_batches = (int)m};
+    moe_pp_step *steps = NULL;
+    int count = 0;
+    double chunks = V == 1 ? (double)(pp - stage) : (double)(2 * (pp - stage - 1) + (V - 1) * pp + 1);
+    if (m >= 1 && moe_pp_schedule(&shape, (int)stage, &steps, &count) == MOE_OK)
+        chunks = moe_pp_schedule_max_in_flight(steps, count);
+    free(steps);
+    return chunks / (double)V;
+}
+
+moe_plan_stage moe_plan_pipeline_stage(const moe_plan_model *m, const moe_plan_layout *lay, int64_t stage) {
+    const int64_t pp = moe_plan_layout_pp(lay), V = moe_plan_layout_virtual_stages(lay);
+    if (pp == 1) /* the whole model, one micro-batch's activations */
+        return (moe_plan_stage){.layers = m->num_layers, .moe_layers = moe_plan_model_num_moe_layers(m),
+                                .embedding = 1, .head = 1, .in_flight = 1};
+    const int64_t per_chunk = m->num_layers / (pp * V);
+    moe_plan_stage s = {.embedding = stage == 0, .head = stage == pp - 1};
+    for (int64_t c = 0; c < V; c++) {
+        const int64_t v = c * pp + stage;
+        s.layers += per_chunk;
+        s.moe_layers += moe_layers_in(m, v * per_chunk, per_chunk);
+    }
+    const int64_t micro_batches = lay->accum_steps > 0 ? lay->accum_steps : 1;
+    s.in_flight = in_flight(pp, V, micro_batches, stage);
+    return s;
+}
+
+double moe_plan_pipeline_bubble(const moe_plan_layout *lay, int64_t micro_batches) {
+    const int64_t pp = moe_plan_layout_pp(lay), V = moe_plan_layout_virtual_stages(lay);
+    if (pp == 1 || micro_batches < 1) return 0;
+    return (double)(pp - 1) / ((double)V * (double)micro_batches);
+}
+
+const char *moe_plan_pipeline_problem(const moe_plan_model *m, const moe_plan_layout *lay, int64_t micro_batches) {
+    if (lay->pp < 0 || lay->virtual_stages < 0) return "--pp and --virtual-stages must be at least 1";
+    const int64_t pp = moe_plan_layout_pp(lay), V = moe_plan_layout_virtual_stages(lay);
+    if (V > 1 && pp == 1) return "--virtual-stages needs --pp above 1 (they are chunks of each pipeline stage)";
+    if (pp == 1) return 0;
+    if (lay->world % pp) return "--pp must divide the number of GPUs (each stage is GPUs / pp of them)";
+    if (m->num_layers % (pp * V))
+        return "--pp x --virtual-stages must divide the layers (each of the pp x V chunks gets the same number)";
+    if (micro_batches == 0) return 0; /* the shape only */
+    if (micro_batches < pp)
+        return "a pipeline needs at least --pp micro-batches per step (global batch / (GPUs / pp x micro-batch)) to "
+               "fill its stages";
+    if (V > 1 && micro_batches % pp)
+        return "the interleaved schedule (--virtual-stages above 1) needs the micro-batches per step to be a multiple "
+               "of --pp (they pass each chunk in groups of pp, as in Megatron-LM)";
+    const moe_pp_shape shape = {.stages = (int)pp, .virtual_stages = (int)V, .micro_batches = (int)micro_batches};
+    if (pp > (1 << 20) || V > (1 << 20) || micro_batches > (1 << 24) || moe_pp_shape_check(&shape) != MOE_OK)
+        return "the pipeline schedule has too many steps to count";
+    return 0;
+}
