@@ -51,7 +51,7 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
             for (int i = 0; i < count; i++) {
                 const moe_model_tensor *t = &mt[i];
                 if (t->layer != layer || !t->experts != !experts) continue;
-                const int stage = moe_model_pipeline_stage_of(c, run->ranks.pp_size, layer);
+                const int stage = moe_model_pipeline_stage_of(c, run->ranks.pp_size, moe_model_stage_of(m)->chunks, layer);
                 if (!experts) {
                     add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i]);
                     continue;

@@ -30,6 +30,7 @@ typedef struct {
 /* One forward's activations, kept from its forward to its backward: an entry of the stash. A pipeline schedule keeps
  * several forwards of a stage in flight (pipeline/schedule.h); one-stage training keeps one. */
 typedef struct {
+    int chunk;              /* the stage's chunk whose layers it holds (model.h)                                    */
     int num_seqs;
     int has_forward;
     moe_real **resid;       /* [L + 1] of [T, d]: the residual stream entering each layer (this stage's, first .. last) */
@@ -43,8 +44,9 @@ typedef struct {
 
 struct moe_model {
     moe_model_config cfg;
-    moe_model_stage stage;     /* the decoder layers [first, last) this model holds, and the ends */
-    int first, last, embeds, heads;
+    moe_model_stage stage;     /* the chunks of decoder layers this model holds (model.h), and the ends */
+    int first[MOE_MODEL_MAX_CHUNKS], last[MOE_MODEL_MAX_CHUNKS]; /* chunk c: layers [first[c], last[c])           */
+    int embeds, heads;         /* chunk 0 starts with the embedding; the last chunk ends with the head           */
     moe_runtime *rt, *owned_rt;
     const moe_parallel *par;
     const moe_dense_ops *dense; /* the runtime's dense ops */
@@ -63,9 +65,10 @@ struct moe_model {
     moe_model_views c;
     moe_model_tensor *tensors;
     int num_tensors;
-    model_pass *passes;         /* [stage.passes] */
+    model_pass *passes;         /* [stage.chunks * stage.passes]: chunk c's are c * stage.passes + 0, 1, ... */
     model_pass *P;              /* the selected one: what the next forward writes and backward reads */
-    model_pass *last_forward;   /* the pass of the last forward (its routing counts move sigmoid routing's bias) */
+    model_pass *last_forward[MOE_MODEL_MAX_CHUNKS]; /* each chunk's last forward (its routing counts move the bias) */
+    moe_zero_slice chunk_dense[MOE_MODEL_MAX_CHUNKS], chunk_expert[MOE_MODEL_MAX_CHUNKS]; /* in each region */
     struct {                    /* the model's scratch (backward's gradients, forward's temporaries) */
 #define MODEL_FIELD(name, type, count) type *name;
         MOE_MODEL_SCRATCH_BUFFERS(MODEL_FIELD)
@@ -94,11 +97,24 @@ static dims dims_of(const moe_model *m) {
                   c->moe.num_experts};
 }
 
-/* Whether this model holds the tensors of `layer` (-1: the embedding; num_layers: the final norm and lm_head). */
-static int holds_layer(const moe_model *m, int layer) {
-    if (layer < 0) return m->embeds;
-    if (layer >= m->cfg.num_layers) return m->heads;
-    return layer >= m->first && layer < m->last;
+/* The chunk that holds `layer` (-1, the embedding: chunk 0; num_layers, the final norm and lm_head: the last chunk),
+ * or -1 when this model holds none of it. */
+static int chunk_of(const moe_model *m, int layer) {
+    if (layer < 0) return m->embeds ? 0 : -1;
+    if (layer >= m->cfg.num_layers) return m->heads ? m->stage.chunks - 1 : -1;
+    for (int c = 0; c < m->stage.chunks; c++)
+        if (layer >= m->first[c] && layer < m->last[c]) return c;
+    return -1;
+}
+
+/* Whether this model holds the tensors of `layer`. */
+static int holds_layer(const moe_model *m, int layer) { return chunk_of(m, layer) >= 0; }
+
+/* Every layer this model holds, ascending: for (FIRST_LAYER(m, c, l); l >= 0; l = next_layer(m, &c, l)). */
+#define FIRST_LAYER(m, c, l) int c = 0, l = (m)->first[0]
+static int next_layer(const moe_model *m, int *c, int l) {
+    if (l + 1 < m->last[*c]) return l + 1;
+    return ++*c < m->stage.chunks ? m->first[*c] : -1;
 }
 
 /* Appends a tensor at the end of the buffer laid out so far (*cursor); without a table (m->tensors NULL) it only
@@ -178,7 +194,7 @@ static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, mo
     const moe_model_tensor *t = m->tensors;
     v->embedding = m->embeds ? tensor_at(base, zg, t++) : NULL;
 #define VIEW(field, hf, rows, cols, kind) L->field = tensor_at(base, zg, t++);
-    for (int l = m->first; l < m->last; l++) {
+    for (FIRST_LAYER(m, ch, l); l >= 0; l = next_layer(m, &ch, l)) {
         moe_model_layer_params *L = &v->layers[l];
         L->ffn.router_w = NULL;
         MOE_MODEL_ATTENTION_TENSORS(VIEW)
@@ -193,7 +209,7 @@ static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, mo
         v->final_norm = tensor_at(base, zg, t++);
         v->lm_head = c->tie_embeddings && m->embeds ? v->embedding : tensor_at(base, zg, t++);
     }
-    for (int l = m->first; l < m->last; l++) {
+    for (FIRST_LAYER(m, ch, l); l >= 0; l = next_layer(m, &ch, l)) {
         moe_model_layer_params *L = &v->layers[l];
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_EXPERT_TENSORS(VIEW)
@@ -210,7 +226,7 @@ static void set_compute_views(moe_model *m) {
     memcpy(layers, m->p.layers, (size_t)m->cfg.num_layers * sizeof *layers);
     if (!m->compute) return;
 #define IN_COMPUTE(ptr) ((ptr) = m->compute + ((ptr) - m->params))
-    for (int l = m->first; l < m->last; l++) {
+    for (FIRST_LAYER(m, ch, l); l >= 0; l = next_layer(m, &ch, l)) {
         moe_model_layer_params *w = &layers[l];
         IN_COMPUTE(w->wq), IN_COMPUTE(w->wk), IN_COMPUTE(w->wv), IN_COMPUTE(w->wo);
         if (!moe_model_layer_is_moe(&m->cfg, l)) IN_COMPUTE(w->ffn.w1), IN_COMPUTE(w->ffn.w3), IN_COMPUTE(w->ffn.w2);
@@ -239,20 +255,27 @@ enum {
 };
 #undef COUNT_ONE
 
-/* The stage's layers and ends, checked: MOE_ERR_INVALID_CONFIG with a message for a range outside the model, no
- * pass, or a tied embedding whose two ends lie on different stages. */
+/* The stage's chunks and ends, checked: MOE_ERR_INVALID_CONFIG with a message for chunks outside the model or
+ * overlapping, or no pass. */
 static moe_status set_stage(moe_model *m, const moe_model_stage *stage) {
-    const int L = m->cfg.num_layers;
-    if (stage->num_layers < 1 || stage->first_layer < 0 || stage->first_layer + stage->num_layers > L ||
-        stage->passes < 1)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "a stage of layers %d .. %d with %d passes: it needs at least one of "
-                        "the model's %d layers and one pass", stage->first_layer,
-                        stage->first_layer + stage->num_layers - 1, stage->passes, L);
+    const int L = m->cfg.num_layers, V = stage->chunks ? stage->chunks : 1;
+    const int stride = V > 1 ? stage->chunk_stride : stage->num_layers;
+    if (stage->num_layers < 1 || stage->first_layer < 0 || V > MOE_MODEL_MAX_CHUNKS || stride < stage->num_layers ||
+        stage->first_layer + (long)(V - 1) * stride + stage->num_layers > L || stage->passes < 1)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "a stage of %d chunk(s) of %d layers from layer %d, %d apart, with %d "
+                        "passes: each chunk needs at least one of the model's %d layers, the chunks may not overlap "
+                        "(at most %d), and it needs a pass", V, stage->num_layers, stage->first_layer, stride,
+                        stage->passes, L, MOE_MODEL_MAX_CHUNKS);
     m->stage = *stage;
-    m->first = stage->first_layer, m->last = stage->first_layer + stage->num_layers;
-    m->embeds = m->first == 0, m->heads = m->last == L;
+    m->stage.chunks = V, m->stage.chunk_stride = stride;
+    for (int c = 0; c < V; c++) m->first[c] = stage->first_layer + c * stride, m->last[c] = m->first[c] + stage->num_layers;
+    m->embeds = m->first[0] == 0, m->heads = m->last[V - 1] == L;
     return MOE_OK;
 }
+
+/* Whether chunk c starts with the embedding / ends with the head. */
+static int chunk_embeds(const moe_model *m, int c) { return m->first[c] == 0; }
+static int chunk_heads(const moe_model *m, int c) { return m->last[c] == m->cfg.num_layers; }
 
 /* layer_acts' buffers, in its order. */
 static void layer_buffer_ptrs(layer_acts *a, void **ptrs[LAYER_BUFFERS]) {
@@ -284,9 +307,9 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     memcpy(nbytes, n, sizeof n);
 }
 
-/* The bytes of a pass's own buffers (MOE_MODEL_PASS_BUFFERS' order: the tokens on the first stage, the head's on the
- * last, 0 elsewhere) and of the scratch (MOE_MODEL_SCRATCH_BUFFERS'). */
-static void model_buffer_nbytes(const moe_model *m, size_t pass[PASS_BUFFERS], size_t scratch[SCRATCH_BUFFERS]) {
+/* The bytes of a pass's own buffers for chunk c (MOE_MODEL_PASS_BUFFERS' order: the tokens on the embedding's chunk,
+ * the head's on the last one, 0 elsewhere) and of the scratch (MOE_MODEL_SCRATCH_BUFFERS'). */
+static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFFERS], size_t scratch[SCRATCH_BUFFERS]) {
     const dims D = dims_of(m);
     const size_t T = (size_t)m->max_seqs * m->cfg.seq_len, d = D.d, A = D.A, B = D.B, V = m->cfg.vocab_size;
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
@@ -294,8 +317,8 @@ static void model_buffer_nbytes(const moe_model *m, size_t pass[PASS_BUFFERS], s
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};
 #undef MODEL_NBYTES
     memcpy(pass, p, sizeof p), memcpy(scratch, n, sizeof n);
-    pass[0] = m->embeds ? pass[0] : 0; /* inputs */
-    for (int i = 1; i < PASS_BUFFERS; i++) pass[i] = m->heads ? pass[i] : 0;
+    pass[0] = chunk_embeds(m, c) ? pass[0] : 0; /* inputs */
+    for (int i = 1; i < PASS_BUFFERS; i++) pass[i] = chunk_heads(m, c) ? pass[i] : 0;
 }
 
 static void pass_buffer_ptrs(model_pass *P, void **ptrs[PASS_BUFFERS]) {
@@ -312,40 +335,47 @@ static void scratch_buffer_ptrs(moe_model *m, void **ptrs[SCRATCH_BUFFERS]) {
     memcpy(ptrs, all, sizeof all);
 }
 
-/* The bytes of each layer buffer of one pass: per layer (layer_activation_nbytes) for the kept ones, in row l; a
- * shared one's largest size over the stage's layers in row `first`, and 0 in the other rows (and passes). */
+/* The bytes of each layer buffer of a pass: per layer (layer_activation_nbytes) for the kept ones, in row l; a
+ * shared one's largest size over the stage's layers in the row of its first layer (first[0]), and 0 in the other rows
+ * (and passes). */
 static void activation_plan(const moe_model *m, size_t (*nbytes)[LAYER_BUFFERS]) {
-    for (int l = m->first; l < m->last; l++) {
+    const int first = m->first[0];
+    for (FIRST_LAYER(m, c, l); l >= 0; l = next_layer(m, &c, l)) {
         layer_activation_nbytes(m, l, nbytes[l]);
-        for (int i = 0; i < LAYER_BUFFERS && l > m->first; i++)
+        for (int i = 0; i < LAYER_BUFFERS && l > first; i++)
             if (layer_buffer_shared(m->cfg.moe.recompute, i)) {
-                if (nbytes[l][i] > nbytes[m->first][i]) nbytes[m->first][i] = nbytes[l][i];
+                if (nbytes[l][i] > nbytes[first][i]) nbytes[first][i] = nbytes[l][i];
                 nbytes[l][i] = 0;
             }
     }
 }
 
-/* Allocates one pass's activations (pass 0 also the shared ones, which the others point at); nothing of 0 bytes. */
+/* Whether pass P's buffer i of layer l is the one every pass shares (rebuilt under --recompute), owned by pass 0 at
+ * the stage's first layer. */
+static int owns_shared(const moe_model *m, const model_pass *P, int l) { return P == m->passes && l == m->first[0]; }
+
+/* Allocates one pass's activations, of its chunk's layers (pass 0 also the shared ones, which the others point at);
+ * nothing of 0 bytes. */
 static moe_status alloc_pass(moe_model *m, model_pass *P, size_t (*plan)[LAYER_BUFFERS]) {
-    const int L = m->cfg.num_layers;
+    const int L = m->cfg.num_layers, c = P->chunk;
     const size_t resid_nbytes = (size_t)m->max_seqs * m->cfg.seq_len * m->cfg.d_model * sizeof(moe_real);
     P->resid = calloc(L + 1, sizeof(moe_real *));
     P->acts = calloc(L, sizeof(layer_acts));
     P->moe = calloc(L, sizeof(moe_layer *));
     P->stats = calloc(L, sizeof(moe_layer_stats));
     if (!P->resid || !P->acts || !P->moe || !P->stats) return MOE_ERR_OUT_OF_MEMORY;
-    for (int l = m->first; l <= m->last; l++) MOE_TRY(moe_runtime_alloc(m->rt, resid_nbytes, (void **)&P->resid[l]));
+    for (int l = m->first[c]; l <= m->last[c]; l++) MOE_TRY(moe_runtime_alloc(m->rt, resid_nbytes, (void **)&P->resid[l]));
     void **shared[LAYER_BUFFERS], **layer[LAYER_BUFFERS];
-    layer_buffer_ptrs(&m->passes[0].acts[m->first], shared);
-    for (int l = m->first; l < m->last; l++) {
+    layer_buffer_ptrs(&m->passes[0].acts[m->first[0]], shared);
+    for (int l = m->first[c]; l < m->last[c]; l++) {
         layer_buffer_ptrs(&P->acts[l], layer);
         for (int i = 0; i < LAYER_BUFFERS; i++)
-            if (layer_buffer_shared(m->cfg.moe.recompute, i) && (l > m->first || P != m->passes)) *layer[i] = *shared[i];
+            if (layer_buffer_shared(m->cfg.moe.recompute, i) && !owns_shared(m, P, l)) *layer[i] = *shared[i];
             else if (plan[l][i]) MOE_TRY(moe_runtime_alloc(m->rt, plan[l][i], layer[i]));
     }
     size_t nbytes[PASS_BUFFERS], scratch[SCRATCH_BUFFERS];
     void **ptrs[PASS_BUFFERS];
-    model_buffer_nbytes(m, nbytes, scratch);
+    model_buffer_nbytes(m, c, nbytes, scratch);
     pass_buffer_ptrs(P, ptrs);
     for (int i = 0; i < PASS_BUFFERS; i++)
         if (nbytes[i]) MOE_TRY(moe_runtime_alloc(m->rt, nbytes[i], ptrs[i]));
@@ -353,14 +383,14 @@ static moe_status alloc_pass(moe_model *m, model_pass *P, size_t (*plan)[LAYER_B
 }
 
 static void free_pass(moe_model *m, model_pass *P) {
-    for (int l = m->first; P->moe && l < m->last; l++) moe_layer_destroy(P->moe[l]);
-    for (int l = m->first; P->resid && l <= m->last; l++) moe_runtime_free(m->rt, P->resid[l]);
-    for (int l = m->first; P->acts && l < m->last; l++) {
+    const int c = P->chunk;
+    for (int l = m->first[c]; P->moe && l < m->last[c]; l++) moe_layer_destroy(P->moe[l]);
+    for (int l = m->first[c]; P->resid && l <= m->last[c]; l++) moe_runtime_free(m->rt, P->resid[l]);
+    for (int l = m->first[c]; P->acts && l < m->last[c]; l++) {
         void **ptrs[LAYER_BUFFERS];
         layer_buffer_ptrs(&P->acts[l], ptrs);
         for (int i = 0; i < LAYER_BUFFERS; i++)
-            if (!layer_buffer_shared(m->cfg.moe.recompute, i) || (l == m->first && P == m->passes))
-                moe_runtime_free(m->rt, *ptrs[i]);
+            if (!layer_buffer_shared(m->cfg.moe.recompute, i) || owns_shared(m, P, l)) moe_runtime_free(m->rt, *ptrs[i]);
     }
     void **ptrs[PASS_BUFFERS];
     pass_buffer_ptrs(P, ptrs);
@@ -370,35 +400,38 @@ static void free_pass(moe_model *m, model_pass *P) {
 
 /* Allocates every pass's activations and the scratch, for T = max_seqs * S tokens, in the runtime's memory. */
 static moe_status alloc_activations(moe_model *m) {
+    const int n = m->stage.chunks * m->stage.passes;
     size_t(*plan)[LAYER_BUFFERS] = calloc(m->cfg.num_layers, sizeof *plan);
-    m->passes = calloc(m->stage.passes, sizeof(model_pass));
+    m->passes = calloc(n, sizeof(model_pass));
     if (!plan || !m->passes) return free(plan), MOE_ERR_OUT_OF_MEMORY;
     m->P = m->passes;
     activation_plan(m, plan);
     moe_status st = MOE_OK;
-    for (int i = 0; i < m->stage.passes && st == MOE_OK; i++) st = alloc_pass(m, &m->passes[i], plan);
+    for (int i = 0; i < n; i++) m->passes[i].chunk = i / m->stage.passes;
+    for (int i = 0; i < n && st == MOE_OK; i++) st = alloc_pass(m, &m->passes[i], plan);
     free(plan);
     MOE_TRY(st);
     size_t nbytes[SCRATCH_BUFFERS], pass[PASS_BUFFERS];
     void **ptrs[SCRATCH_BUFFERS];
     scratch_buffer_ptrs(m, ptrs);
-    model_buffer_nbytes(m, pass, nbytes);
+    model_buffer_nbytes(m, 0, pass, nbytes);
     return moe_runtime_regrow(m->rt, ptrs, nbytes, SCRATCH_BUFFERS);
 }
 
 moe_model_stage moe_model_stage_whole(const moe_model_config *cfg) {
-    return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .passes = 1};
+    return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .chunks = 1, .passes = 1};
 }
 
-moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int stage, int passes) {
-    const int per = cfg->num_layers / pp;
-    return (moe_model_stage){.first_layer = stage * per, .num_layers = per, .passes = passes};
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int chunks, int stage, int passes) {
+    const int per = cfg->num_layers / (pp * chunks); /* virtual stage v = c pp + stage holds [v per, (v + 1) per) */
+    return (moe_model_stage){.first_layer = stage * per, .num_layers = per, .chunks = chunks,
+                             .chunk_stride = pp * per, .passes = passes};
 }
 
-int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int layer) {
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks, int layer) {
     if (layer < 0) return 0;
     if (layer >= cfg->num_layers) return pp - 1;
-    return layer / (cfg->num_layers / pp);
+    return layer / (cfg->num_layers / (pp * chunks)) % pp;
 }
 
 moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
@@ -409,21 +442,25 @@ moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const
     if (set_stage(&m, stage) != MOE_OK) return f; /* the caller's create fails with the message */
     lay_out(&m); /* no tensor table: it only counts */
     f.dense_params = m.num_dense, f.expert_params = m.num_expert;
-    const size_t T = (size_t)max_seqs * cfg->seq_len;
-    size_t per_pass = (size_t)(m.last - m.first + 1) * T * cfg->d_model * sizeof(moe_real), shared = 0;
+    const size_t T = (size_t)max_seqs * cfg->seq_len, resid = T * cfg->d_model * sizeof(moe_real);
     size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), pass[PASS_BUFFERS], nbytes[SCRATCH_BUFFERS];
     if (!plan) return f; /* without the activations: the caller's allocation will fail as plainly */
     activation_plan(&m, plan);
-    for (int l = m.first; l < m.last; l++)
-        for (int i = 0; i < LAYER_BUFFERS; i++) {
-            if (layer_buffer_shared(cfg->moe.recompute, i)) shared += plan[l][i];
-            else per_pass += plan[l][i];
-        }
+    size_t shared = 0;
+    for (int c = 0; c < m.stage.chunks; c++) { /* each chunk's passes: its layers' kept buffers and residuals */
+        size_t per_pass = (size_t)(m.last[c] - m.first[c] + 1) * resid;
+        for (int l = m.first[c]; l < m.last[c]; l++)
+            for (int i = 0; i < LAYER_BUFFERS; i++) {
+                if (layer_buffer_shared(cfg->moe.recompute, i)) shared += plan[l][i];
+                else per_pass += plan[l][i];
+            }
+        model_buffer_nbytes(&m, c, pass, nbytes);
+        for (int i = 0; i < PASS_BUFFERS; i++) per_pass += pass[i];
+        f.activation_bytes += per_pass * m.stage.passes;
+    }
     free(plan);
-    model_buffer_nbytes(&m, pass, nbytes);
-    for (int i = 0; i < PASS_BUFFERS; i++) per_pass += pass[i];
     for (int i = 0; i < SCRATCH_BUFFERS; i++) shared += nbytes[i];
-    f.activation_bytes = per_pass * stage->passes + shared;
+    f.activation_bytes += shared;
     return f;
 }
 
@@ -460,6 +497,18 @@ static moe_status init_grads(moe_model *m) {
  * layer. */
 static int max_tensors_of(const moe_model_config *cfg) { return 1 + 9 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
 
+/* Each chunk's slices of the two regions, from the table (chunk_of each tensor's layer). */
+static void find_chunk_slices(moe_model *m) {
+    for (int i = 0; i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        const int c = chunk_of(m, t->layer), expert = t->offset >= m->num_dense;
+        moe_zero_slice *sl = expert ? &m->chunk_expert[c] : &m->chunk_dense[c];
+        const size_t from = t->offset - (expert ? m->num_dense : 0);
+        if (!sl->count) *sl = (moe_zero_slice){from, t->count};
+        else if (from + t->count > sl->from + sl->count) sl->count = from + t->count - sl->from; /* table order */
+    }
+}
+
 /* Tied embeddings on a stage that holds an end (models/tied_grads.h): the lm_head's gradient goes to its own buffer. */
 static moe_status init_tied(moe_model *m) {
     if (!m->cfg.tie_embeddings || (!m->embeds && !m->heads)) return MOE_OK;
@@ -473,16 +522,18 @@ static moe_status init_tied(moe_model *m) {
 /* Every pass's MoE layers (the aux and z coefficients divided by the micro-batches: the step's loss is their mean);
  * pass 0's own each layer's selection bias, the others route with it. */
 static moe_status create_moe_layers(moe_model *m, int accum_steps) {
-    for (int i = 0; i < m->stage.passes; i++)
-        for (int l = m->first; l < m->last; l++) {
+    for (int i = 0; i < m->stage.chunks * m->stage.passes; i++) {
+        const int c = m->passes[i].chunk, owner = c * m->stage.passes; /* the chunk's first pass owns the biases */
+        for (int l = m->first[c]; l < m->last[c]; l++) {
             if (!moe_model_layer_is_moe(&m->cfg, l)) continue;
             moe_config lc = m->cfg.moe;
             lc.layer_index = l;
             lc.aux_loss_coef /= accum_steps;
             lc.z_loss_coef /= accum_steps;
             MOE_TRY(moe_layer_create(&lc, m->rt, m->par, &m->passes[i].moe[l]));
-            if (i > 0) MOE_TRY(moe_layer_share_expert_bias(m->passes[i].moe[l], m->passes[0].moe[l]));
+            if (i > owner) MOE_TRY(moe_layer_share_expert_bias(m->passes[i].moe[l], m->passes[owner].moe[l]));
         }
+    }
     return MOE_OK;
 }
 
@@ -520,6 +571,7 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
     }
     if (st == MOE_OK) {
         lay_out(m);
+        find_chunk_slices(m);
         const size_t n = (m->num_dense + m->num_expert) * sizeof(moe_real);
         st = moe_runtime_alloc(m->rt, n, (void **)&m->params);
         if (st == MOE_OK && cfg->zero < 2) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
@@ -569,7 +621,8 @@ void moe_model_destroy(moe_model *m) {
     moe_zero_grads_free(&m->zero_grads);
     moe_zero_layout_free(&m->zero);
     if (m->ops_state) m->dense->destroy(m->ops_state);
-    for (int i = m->stage.passes - 1; m->passes && i >= 0; i--) free_pass(m, &m->passes[i]); /* pass 0 last */
+    for (int i = m->stage.chunks * m->stage.passes - 1; m->passes && i >= 0; i--) /* owners last */
+        free_pass(m, &m->passes[i]);
     moe_tied_grads_free(&m->tied);
     void *bufs[] = {m->params, m->grads, m->compute};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
@@ -606,13 +659,26 @@ const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count) {
     return m->tensors;
 }
 moe_layer *moe_model_moe_layer(moe_model *m, int l) { return m->P->moe[l]; }
-moe_real *moe_model_expert_bias(moe_model *m, int l) { /* pass 0's layer owns the bias the others share */
-    return m->passes[0].moe[l] ? moe_layer_expert_bias(m->passes[0].moe[l]) : NULL;
+moe_real *moe_model_expert_bias(moe_model *m, int l) { /* the chunk's first pass owns the bias the others share */
+    const int c = chunk_of(m, l);
+    moe_layer *owner = c >= 0 ? m->passes[c * m->stage.passes].moe[l] : NULL;
+    return owner ? moe_layer_expert_bias(owner) : NULL;
 }
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return m->P->moe[l] ? &m->P->stats[l] : NULL; }
 
+moe_status moe_model_finish_tied_grads(moe_model *m) {
+    if (!m->tied.grad) return MOE_OK;
+    if (!m->embeds) return moe_tied_grads_finish_step(&m->tied, NULL, 0, 0); /* the last stage sends its sum */
+    const size_t count = (size_t)m->cfg.vocab_size * m->cfg.d_model; /* the embedding: the dense region's start */
+    if (m->cfg.zero < 2) return moe_tied_grads_finish_step(&m->tied, m->g.embedding, 0, count);
+    const moe_zero_region *r = &m->zero.dense; /* ZeRO-2: this rank's range of it, in the shard */
+    const size_t hi = r->end < count ? r->end : count, lo = r->begin < hi ? r->begin : hi;
+    return moe_tied_grads_finish_step(&m->tied, moe_zero_grads_range(&m->zero_grads, 0), lo, hi);
+}
+
 moe_status moe_model_zero_grads(moe_model *m) {
-    if (m->cfg.zero == 2) return m->zero_grads.fresh = 1, MOE_OK; /* the step's first backward copies into the shard */
+    if (m->tied.grad) moe_tied_grads_start_step(&m->tied);
+    if (m->cfg.zero == 2) return moe_zero_grads_start_step(&m->zero_grads), MOE_OK; /* first sums copy into the shard */
     return moe_runtime_zero(m->rt, m->grads, (m->num_dense + m->num_expert) * sizeof(moe_real));
 }
 
@@ -675,8 +741,8 @@ moe_status moe_model_check_range_grads_finite(moe_model *m, const char *what) {
 
 void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding) {
     m->finding = finding;
-    for (int i = 0; i < m->stage.passes; i++)
-        for (int l = m->first; l < m->last; l++)
+    for (int i = 0; i < m->stage.chunks * m->stage.passes; i++)
+        for (int l = 0; l < m->cfg.num_layers; l++)
             if (m->passes[i].moe[l]) moe_layer_set_checks(m->passes[i].moe[l], finding);
 }
 
@@ -764,9 +830,9 @@ static moe_status ffn_forward(moe_model *m, int l, int T) {
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
-moe_status moe_model_select_pass(moe_model *m, int pass) {
-    if (pass < 0 || pass >= m->stage.passes) return MOE_ERR_INVALID_ARG;
-    m->P = &m->passes[pass];
+moe_status moe_model_select_pass(moe_model *m, int chunk, int pass) {
+    if (chunk < 0 || chunk >= m->stage.chunks || pass < 0 || pass >= m->stage.passes) return MOE_ERR_INVALID_ARG;
+    m->P = &m->passes[chunk * m->stage.passes + pass];
     return MOE_OK;
 }
 
@@ -778,24 +844,25 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real *x, const int *targets, int num_seqs,
                                 double *loss_sum, moe_real *logits_out) {
     const moe_model_config *c = &m->cfg;
-    if (num_seqs < 1 || num_seqs > m->max_seqs || (m->embeds ? !inputs : !x) || (m->heads && targets && !loss_sum))
+    model_pass *P = m->P;
+    const int first = m->first[P->chunk], last = m->last[P->chunk], embeds = first == 0, heads = last == c->num_layers;
+    if (num_seqs < 1 || num_seqs > m->max_seqs || (embeds ? !inputs : !x) || (heads && targets && !loss_sum))
         return MOE_ERR_INVALID_ARG;
     const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
-    model_pass *P = m->P;
     const size_t Td = (size_t)T * d;
     P->has_forward = 0;
     P->num_seqs = num_seqs;
     MOE_TRY(refresh_compute_weights(m));
-    if (m->embeds) {
+    if (embeds) {
         MOE_TRY(moe_runtime_upload(m->rt, P->inputs, inputs, (size_t)T * sizeof(int)));
         MOE_TRY(dense->embedding_forward(s, m->p.embedding, P->inputs, T, d, P->resid[0]));
         MOE_TRY(watch(m, P->resid[0], Td, "the embedding output"));
     } else {
-        MOE_TRY(moe_runtime_copy(m->rt, P->resid[m->first], x, Td * sizeof(moe_real)));
+        MOE_TRY(moe_runtime_copy(m->rt, P->resid[first], x, Td * sizeof(moe_real)));
     }
-    for (int l = m->first; l < m->last; l++) {
+    for (int l = first; l < last; l++) {
         const layer_acts *a = &P->acts[l];
         MOE_TRY(attention_block_forward(m, l, num_seqs));
         MOE_TRY(attention_residual_forward(m, l, T));
@@ -803,9 +870,9 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
         MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
     }
-    m->last_forward = P;
-    if (!m->heads) return P->has_forward = 1, MOE_OK;
-    MOE_TRY(dense->rmsnorm_forward(s, P->resid[m->last], m->p.final_norm, T, d, c->norm_eps, P->lnf, P->rstdf));
+    m->last_forward[P->chunk] = P;
+    if (!heads) return P->has_forward = 1, MOE_OK;
+    MOE_TRY(dense->rmsnorm_forward(s, P->resid[last], m->p.final_norm, T, d, c->norm_eps, P->lnf, P->rstdf));
     MOE_TRY(watch(m, P->lnf, Td, "the final norm's output"));
     MOE_TRY(dense->linear_forward(s, P->lnf, m->c.lm_head, T, d, V, P->logits));
     MOE_TRY(watch(m, P->logits, (size_t)T * V, "the logits (lm_head)"));
@@ -828,7 +895,7 @@ moe_status moe_model_stage_forward(moe_model *m, const int *inputs, const moe_re
     return stage_forward(m, inputs, x, targets, num_seqs, loss_sum, logits_out);
 }
 
-const moe_real *moe_model_stage_output(const moe_model *m) { return m->P->resid[m->last]; }
+const moe_real *moe_model_stage_output(const moe_model *m) { return m->P->resid[m->last[m->P->chunk]]; }
 
 /* ---- backward --------------------------------------------------------------------------------- */
 
@@ -850,11 +917,16 @@ moe_status moe_model_sync_tied(moe_model *m) {
 }
 
 /* The selected pass's backward through this stage, from the loss (last stage, dL/dloss_t = loss_scale) or from dy,
- * the gradient of the stage's output, down to the embedding (first stage) or to dL/dx in m->dresid. */
-static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy) {
+ * the gradient of the stage's output, down to the embedding (first stage) or to dL/dx in m->dresid. A tied lm_head's
+ * gradient: with combine_tied (moe_model_backward) added into the embedding's at once, as one rank adds them; else
+ * kept apart for the step's sum (models/tied_grads.h) — here without the world-invariant sums and under ZeRO-2 (which
+ * sums each layer in backward), by moe_model_reduce_chunk_grads with them. */
+static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy, int combine_tied) {
     model_pass *P = m->P;
+    const int first = m->first[P->chunk], last = m->last[P->chunk], embeds = first == 0,
+              heads = last == m->cfg.num_layers;
     if (!P->has_forward) return MOE_ERR_NO_FORWARD;
-    if (!m->heads && !dy) return MOE_ERR_INVALID_ARG;
+    if (!heads && !dy) return MOE_ERR_INVALID_ARG;
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = P->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
               KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
@@ -865,20 +937,19 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     moe_zero_grads *zg = c->zero == 2 ? &m->zero_grads : NULL; /* ZeRO-2: each layer's gradients summed as it ends */
     if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
     const size_t Td = (size_t)T * d;
-    if (m->heads) { /* dlogits (in place), then lm_head and the final norm */
+    if (heads) { /* dlogits (in place), then lm_head and the final norm */
         if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
         MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, T, V, loss_scale));
         MOE_TRY(watch(m, P->logits, (size_t)T * V, "the gradient of the logits"));
         MOE_TRY(moe_shard_grads_linear(sg, P->logits, P->lnf, d, V, m->g.lm_head));
         MOE_TRY(dense->linear_backward_input(s, P->logits, m->c.lm_head, T, d, V, 0, m->dln));
         MOE_TRY(moe_runtime_zero(m->rt, m->dresid, Td * sizeof(moe_real)));
-        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[m->last], m->p.final_norm, P->rstdf, m->dln, d, m->dresid,
+        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[last], m->p.final_norm, P->rstdf, m->dln, d, m->dresid,
                                         m->g.final_norm));
-        if (m->tied.grad) MOE_TRY(moe_tied_grads_end_head(&m->tied));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, m->dresid, dy, Td * sizeof(moe_real)));
     }
-    for (int l = m->last - 1; l >= m->first; l--) {
+    for (int l = last - 1; l >= first; l--) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
         layer_acts *a = &P->acts[l];
@@ -911,24 +982,54 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
-    if (m->embeds) MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, V, m->g.embedding));
-    const int tied_here = m->embeds && m->tied.grad; /* the tied lm_head's gradient is combined on this stage */
-    if (tied_here) MOE_TRY(moe_tied_grads_end_backward(&m->tied, m->g.embedding, m->local_shards > 0));
-    if (zg) MOE_TRY(moe_zero_grads_end_backward(zg, tied_here ? m->tied.grad : NULL));
+    if (embeds) MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, V, m->g.embedding));
+    if (heads && m->tied.grad) {
+        if (combine_tied) MOE_TRY(dense->add(s, m->g.embedding, m->tied.grad, (size_t)V * d, m->g.embedding));
+        else if (zg || !m->local_shards)
+            MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_stage(m->par), m->local_shards > 0));
+    }
+    if (zg) MOE_TRY(moe_zero_grads_end_backward(zg, embeds, heads));
     P->has_forward = 0;
     return MOE_OK;
 }
 
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale) {
     if (!m->embeds || !m->heads) return MOE_ERR_INVALID_ARG; /* a stage: moe_model_stage_backward */
-    return stage_backward(m, loss_scale, NULL);
+    return stage_backward(m, loss_scale, NULL, 1);
 }
 
 moe_status moe_model_stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy) {
-    return stage_backward(m, loss_scale, dy);
+    return stage_backward(m, loss_scale, dy, 0);
 }
 
 const moe_real *moe_model_stage_input_grad(const moe_model *m) { return m->dresid; }
+
+void moe_model_chunk_slices(const moe_model *m, int chunk, size_t *dense_from, size_t *dense_count,
+                            size_t *expert_from, size_t *expert_count) {
+    *dense_from = m->chunk_dense[chunk].from, *dense_count = m->chunk_dense[chunk].count;
+    *expert_from = m->chunk_expert[chunk].from, *expert_count = m->chunk_expert[chunk].count;
+}
+
+int moe_model_chunk_heads(const moe_model *m, int chunk) { return chunk_heads(m, chunk); }
+
+moe_status moe_model_zero_chunk_grads(moe_model *m, int chunk) {
+    if (m->cfg.zero == 2) return MOE_OK; /* each layer's window is zeroed before its backward */
+    const moe_zero_slice d = m->chunk_dense[chunk], e = m->chunk_expert[chunk];
+    MOE_TRY(moe_runtime_zero(m->rt, m->grads + d.from, d.count * sizeof(moe_real)));
+    return moe_runtime_zero(m->rt, m->grads + m->num_dense + e.from, e.count * sizeof(moe_real));
+}
+
+moe_status moe_model_reduce_chunk_grads(moe_model *m, int chunk) {
+    if (m->cfg.zero == 2) return MOE_OK; /* backward summed each layer's as it ended */
+    moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
+        m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
+    const moe_zero_slice d = m->chunk_dense[chunk], e = m->chunk_expert[chunk];
+    MOE_TRY(allreduce(moe_parallel_stage(m->par), m->grads + d.from, d.count));
+    if (m->local_shards && chunk_heads(m, chunk) && m->tied.grad) /* the micro-batch's tied lm_head gradient, apart */
+        MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_stage(m->par), 1));
+    if (!e.count) return MOE_OK;
+    return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense + e.from, e.count);
+}
 
 moe_status moe_model_reduce_grads(moe_model *m) {
     if (m->cfg.zero == 2) return MOE_OK; /* backward summed each layer's as it ended */
@@ -936,8 +1037,6 @@ moe_status moe_model_reduce_grads(moe_model *m) {
     moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
         m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
     MOE_TRY(allreduce(moe_parallel_stage(m->par), m->grads, m->num_dense));
-    if (m->local_shards && m->embeds && m->tied.grad) /* G = tree(E) + tree(H) */
-        MOE_TRY(moe_tied_grads_add_summed(&m->tied, moe_parallel_stage(m->par), m->g.embedding));
     if (!m->num_expert) return MOE_OK;
     return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
 }
@@ -946,8 +1045,11 @@ int moe_model_local_shards(const moe_model *m) { return m->local_shards; }
 
 moe_status moe_model_update_expert_bias(moe_model *m) {
     if (m->cfg.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
-    if (!m->last_forward) return MOE_ERR_NO_FORWARD;
-    for (int l = m->first; l < m->last; l++) /* one bias per layer, moved by the last forward's counts */
-        if (m->last_forward->moe[l]) MOE_TRY(moe_layer_update_expert_bias(m->last_forward->moe[l]));
+    for (int c = 0; c < m->stage.chunks; c++) { /* one bias per layer, moved by its chunk's last forward's counts */
+        const model_pass *P = m->last_forward[c];
+        if (!P) return MOE_ERR_NO_FORWARD;
+        for (int l = m->first[c]; l < m->last[c]; l++)
+            if (P->moe[l]) MOE_TRY(moe_layer_update_expert_bias(P->moe[l]));
+    }
     return MOE_OK;
 }

@@ -128,21 +128,29 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
  * the lm_head and the loss. Its buffer [dense | local experts] holds those tensors only, in the whole model's order.
  * passes: the forwards whose activations are kept at once for their backwards (the stash: a 1F1B schedule keeps up
  * to pipeline/schedule.h's max_in_flight); each pass has its own activations and MoE routing, the scratch is shared.
+ * With chunks (the interleaved schedule: V model chunks per pipeline rank, chunk c of stage s being virtual stage
+ * c p + s), a stage holds V equal ranges of layers, each with its own passes; a forward or backward runs one chunk
+ * (the selected pass's), which embeds when it starts at layer 0 and ends with the head when it ends at the last.
  * Tied embeddings on a pipeline: the last stage holds a replica of the embedding as its lm_head (moe_model_tensor's
- * replica), its gradient of each backward sent to the first stage, which sums it as one stage does
- * (models/tied_grads.h); the first stage's updated embedding is sent back after each step (moe_model_sync_tied). Both
- * over the layout's pipeline communicator (pipeline rank 0 and the last). */
+ * replica), its gradient summed there over the step and sent to the first stage (models/tied_grads.h,
+ * moe_model_finish_tied_grads); the first stage's updated embedding is sent back after each step
+ * (moe_model_sync_tied). Both over the layout's pipeline communicator (pipeline rank 0 and the last). */
 typedef struct {
-    int first_layer, num_layers;
-    int passes;
+    int first_layer, num_layers; /* chunk 0: layers [first_layer, first_layer + num_layers)                        */
+    int chunks;                  /* V: chunks of num_layers layers each, chunk c from first_layer + c * chunk_stride
+                                    (the interleaved schedule's model chunks); 0 or 1: one                          */
+    int chunk_stride;
+    int passes;                  /* per chunk */
 } moe_model_stage;
+enum { MOE_MODEL_MAX_CHUNKS = 64 };
 /* Every layer, one pass: what moe_model_create makes. */
 moe_model_stage moe_model_stage_whole(const moe_model_config *cfg);
-/* Stage `stage` of a pipeline of pp stages of equal layers (pp divides num_layers): layers [stage L/pp, (stage + 1)
- * L/pp), with `passes`; and which stage holds layer `layer` (-1, the embedding: the first; num_layers, the final norm
- * and lm_head: the last). The one rule the trainer and the checkpoints share. */
-moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int stage, int passes);
-int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int layer);
+/* Stage `stage` of a pipeline of pp stages of `chunks` equal chunks each (pp x chunks divides num_layers): chunk c is
+ * virtual stage v = c pp + stage, layers [v n, (v + 1) n) with n = L / (pp chunks), with `passes` each; and which
+ * stage holds layer `layer` (-1, the embedding: the first; num_layers, the final norm and lm_head: the last). The one
+ * rule the trainer and the checkpoints share. */
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int chunks, int stage, int passes);
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks, int layer);
 moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par,
                                   const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);
@@ -191,9 +199,21 @@ const moe_model_stage *moe_model_stage_of(const moe_model *m);
  * the same seed gives the same global model for any world size and ep. */
 moe_status moe_model_init_weights(moe_model *m, unsigned long long seed);
 
-/* The passes (stash entries): forward writes the selected one, backward reads it (0 until selected otherwise). */
-moe_status moe_model_select_pass(moe_model *m, int pass);
-int moe_model_num_passes(const moe_model *m);
+/* The passes (stash entries) of a chunk: forward writes the selected one, backward reads it (chunk 0's pass 0 until
+ * selected otherwise). */
+moe_status moe_model_select_pass(moe_model *m, int chunk, int pass);
+int moe_model_num_passes(const moe_model *m); /* per chunk */
+
+/* A chunk's part of the gradient: its values [from, from + count) of the dense region and of the expert region (one
+ * chunk: both whole). Zeroed, or summed over the ranks that share them as moe_model_reduce_grads does, chunk by chunk:
+ * the interleaved schedule runs a micro-batch's chunks at different times, so a micro-batch's sum is formed per chunk
+ * (ZeRO-2 sums per layer anyway). */
+void moe_model_chunk_slices(const moe_model *m, int chunk, size_t *dense_from, size_t *dense_count,
+                            size_t *expert_from, size_t *expert_count);
+moe_status moe_model_zero_chunk_grads(moe_model *m, int chunk);
+moe_status moe_model_reduce_chunk_grads(moe_model *m, int chunk);
+/* Whether chunk `chunk` of this model computes the loss (ends with the head). */
+int moe_model_chunk_heads(const moe_model *m, int chunk);
 
 /* The whole model's forward (a model of one stage) over num_seqs sequences of seq_len tokens (host inputs
  * [num_seqs*S]); with targets (host), returns the sum of this rank's token losses in *loss_sum and keeps what backward
@@ -203,7 +223,8 @@ moe_status moe_model_forward(moe_model *m, const int *inputs, const int *targets
                              moe_real *logits_out);
 
 /* Backward of the last forward with dL/dloss_t = loss_scale for every token: ACCUMULATES into the
- * gradient buffer (call moe_model_zero_grads first on a new step). Collective. */
+ * gradient buffer (call moe_model_zero_grads first on a new step); a tied lm_head's gradient is added into the
+ * embedding's at once (per rank: the world-invariant step keeps it apart, moe_model_stage_backward). Collective. */
 moe_status moe_model_backward(moe_model *m, moe_real loss_scale);
 
 /* A stage's forward of the selected pass: the first stage embeds the host tokens `inputs`, the others start from x
@@ -216,7 +237,8 @@ moe_status moe_model_stage_forward(moe_model *m, const int *inputs, const moe_re
 const moe_real *moe_model_stage_output(const moe_model *m);
 /* A stage's backward of the selected pass, accumulating as moe_model_backward does: the last stage from the loss
  * (loss_scale), the others from dy, the gradient of their output [T, d]. Ends with the gradient of the stage's input
- * at moe_model_stage_input_grad (runtime memory, until the next backward) on every stage but the first. */
+ * at moe_model_stage_input_grad (runtime memory, until the next backward) on every stage but the first. A tied lm_head's
+ * gradient is kept apart over the step until moe_model_finish_tied_grads. */
 moe_status moe_model_stage_backward(moe_model *m, moe_real loss_scale, const moe_real *dy);
 const moe_real *moe_model_stage_input_grad(const moe_model *m);
 /* After an optimizer step with tied embeddings on a pipeline: the first stage's embedding into the last stage's
@@ -224,6 +246,10 @@ const moe_real *moe_model_stage_input_grad(const moe_model *m);
  * gradient. */
 moe_status moe_model_sync_tied(moe_model *m);
 moe_status moe_model_zero_grads(moe_model *m);
+/* With tied embeddings, after a step's backwards: the lm_head's gradient, summed apart over the step
+ * (models/tied_grads.h), added to the embedding's — before moe_model_reduce_grads without the world-invariant sums,
+ * after each micro-batch's sum with them. On a pipeline the last stage sends it to the first (collective over them). */
+moe_status moe_model_finish_tied_grads(moe_model *m);
 
 /* Sums the gradients over the ranks that share them (dense: world; experts: expert-data-parallel): with
  * cfg.moe.num_shards, in the fixed tree over ranks (the shard tree's upper levels: bitwise the same sum on any

@@ -36,9 +36,21 @@ static moe_status atom_sums(moe_model *m, const moe_zero_region *r, const moe_re
     return MOE_OK;
 }
 
+/* The chunk (model.h) whose slice of a region holds value `at` of it (expert 0: dense, 1: experts). */
+static int chunk_at(const moe_model *m, int expert, size_t at) {
+    const int V = moe_model_stage_of(m)->chunks;
+    for (int c = 0; c < V; c++) {
+        size_t from[2], count[2];
+        moe_model_chunk_slices(m, c, &from[0], &count[0], &from[1], &count[1]);
+        if (at >= from[expert] && at < from[expert] + count[expert]) return c;
+    }
+    return V - 1;
+}
+
 /* Every local expert's sum of squares, its atoms added in table order (tensor by tensor: the atoms of its slice):
- * mine[moe_layer * E_local + e]. The expert region's atoms follow the table, so one walk visits them in order. */
-static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
+ * mine[moe_layer * E_local + e]; chunk[moe_layer]: the chunk holding that MoE layer. The expert region's atoms follow
+ * the table, so one walk visits them in order. */
+static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out, int **chunk) {
     const moe_zero_region *r = &moe_model_zero(m)->expert;
     const int local = moe_model_num_local_experts(m);
     const size_t dense = moe_model_num_dense(m);
@@ -47,13 +59,15 @@ static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
     for (int i = 0; i < count; i++)
         layers += t[i].experts && (i == 0 || !t[i - 1].experts || t[i - 1].layer != t[i].layer);
     double *atoms, *mine = calloc((size_t)(layers ? layers : 1) * local, sizeof(double));
-    if (!mine) return MOE_ERR_OUT_OF_MEMORY;
+    *chunk = calloc(layers ? layers : 1, sizeof(int));
+    if (!mine || !*chunk) return free(mine), free(*chunk), MOE_ERR_OUT_OF_MEMORY;
     moe_status st = atom_sums(m, r, moe_model_range_grads(m, 1), &atoms);
-    if (st != MOE_OK) return free(mine), st;
+    if (st != MOE_OK) return free(mine), free(*chunk), st;
     size_t k = 0; /* the next atom */
     for (int i = 0, ml = -1; i < count; i++) {
         if (!t[i].experts) continue;
         if (i == 0 || !t[i - 1].experts || t[i - 1].layer != t[i].layer) ml++;
+        (*chunk)[ml] = chunk_at(m, 1, t[i].offset - dense);
         const size_t per_expert = t[i].count / local;
         for (int e = 0; e < local; e++)
             for (const size_t end = t[i].offset - dense + (e + 1) * per_expert; moe_zero_atom_begin(r, k) < end; k++)
@@ -65,52 +79,69 @@ static moe_status expert_sums(moe_model *m, int *num_moe_layers, double **out) {
     return MOE_OK;
 }
 
-/* Every stage's terms, in pipeline (= the whole model's) order, on every rank of the pipeline (collective over it):
- * *all malloc'd, *total values. With one stage, a copy of mine. */
-static moe_status gather_stages(moe_comm *pipeline, const double *mine, size_t n, double **all, size_t *total) {
+/* A stage's terms of the norm, chunk by chunk: terms[0 .. n), counts[c] of them for chunk c, back to back. */
+typedef struct {
+    double *terms;
+    size_t n, counts[MOE_MODEL_MAX_CHUNKS];
+} chunk_terms;
+
+/* Every stage's terms added to *total in the whole model's order — virtual stage v = c P + p is stage p's chunk c, and
+ * the virtual stages hold consecutive pieces of the model — the same additions as one stage makes. Collective over the
+ * pipeline (P stages of V chunks). */
+static moe_status add_in_model_order(moe_comm *pipeline, int V, const chunk_terms *mine, double *total) {
     const int P = moe_comm_size(pipeline);
-    size_t *counts = calloc(P, sizeof(size_t)), *nbytes = calloc(P, sizeof(size_t)), sum = 0;
-    moe_status st = counts && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
-    for (int p = 0; p < P && st == MOE_OK; p++) nbytes[p] = sizeof(size_t);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(pipeline, &n, sizeof n, counts, nbytes);
-    for (int p = 0; p < P && st == MOE_OK; p++) sum += counts[p], nbytes[p] = counts[p] * sizeof(double);
-    *all = st == MOE_OK ? malloc((sum ? sum : 1) * sizeof(double)) : NULL;
-    if (st == MOE_OK && !*all) st = MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(pipeline, mine, n * sizeof(double), *all, nbytes);
-    if (st != MOE_OK) free(*all), *all = NULL;
-    *total = sum;
-    free(counts), free(nbytes);
+    size_t *counts = calloc((size_t)P * V, sizeof(size_t)), *nbytes = calloc(P, sizeof(size_t)), sum = 0;
+    size_t *start = calloc(P, sizeof(size_t));
+    moe_status st = counts && nbytes && start ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < P && st == MOE_OK; p++) nbytes[p] = V * sizeof(size_t);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(pipeline, mine->counts, V * sizeof(size_t), counts, nbytes);
+    for (int p = 0; p < P && st == MOE_OK; p++) {
+        start[p] = sum, nbytes[p] = 0;
+        for (int c = 0; c < V; c++) nbytes[p] += counts[p * V + c] * sizeof(double);
+        sum += nbytes[p] / sizeof(double);
+    }
+    double *all = st == MOE_OK ? malloc((sum ? sum : 1) * sizeof(double)) : NULL;
+    if (st == MOE_OK && !all) st = MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(pipeline, mine->terms, mine->n * sizeof(double), all, nbytes);
+    for (int v = 0; v < P * V && st == MOE_OK; v++) {
+        const int p = v % P, c = v / P;
+        size_t at = start[p];
+        for (int k = 0; k < c; k++) at += counts[p * V + k];
+        for (size_t i = 0; i < counts[p * V + c]; i++) *total += all[at + i];
+    }
+    free(counts), free(nbytes), free(start), free(all);
     return st;
 }
 
-/* Removes from the dense atoms' sums [moe_zero_num_atoms] those of replica tensors (model.h: another stage counts
- * them), keeping the order; returns how many remain. */
-static size_t drop_replica_atoms(moe_model *m, const moe_zero_region *r, double *sums) {
+/* The dense atoms' sums [moe_zero_num_atoms] without those of replica tensors (model.h: another stage counts them),
+ * in order, counted per chunk. */
+static void dense_terms(moe_model *m, const moe_zero_region *r, double *sums, chunk_terms *out) {
     int count;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
-    size_t kept = 0;
+    *out = (chunk_terms){.terms = sums};
     for (size_t i = 0; i < moe_zero_num_atoms(r); i++) {
         const size_t at = moe_zero_atom_begin(r, i); /* atoms never cross a tensor's start */
         int replica = 0;
         for (int k = 0; k < count && !replica; k++)
             replica = t[k].replica && at >= t[k].offset && at < t[k].offset + t[k].count;
-        if (!replica) sums[kept++] = sums[i];
+        if (replica || at >= r->part.count) continue; /* an empty region's one atom too */
+        sums[out->n++] = sums[i];
+        out->counts[chunk_at(m, 0, at)]++;
     }
-    return kept;
 }
 
-/* This stage's terms of the norm in the order the whole model adds them: its dense atoms' sums in buffer order into
- * dense[0 .. *num_dense), then every MoE layer's global experts (layer, EP rank, local expert) into experts[...]. */
-static moe_status stage_terms(moe_model *m, const moe_parallel *par, double **dense, size_t *num_dense,
-                              double **experts, size_t *num_experts) {
+/* This stage's terms of the norm in the order the whole model adds them: its dense atoms' sums in buffer order, then
+ * every MoE layer's global experts (layer, EP rank, local expert), each counted per chunk. */
+static moe_status stage_terms(moe_model *m, const moe_parallel *par, chunk_terms *dense, chunk_terms *experts) {
     moe_comm *ep = moe_parallel_ep(par);
     const moe_zero_region *region = &moe_model_zero(m)->dense;
-    MOE_TRY(atom_sums(m, region, moe_model_range_grads(m, 0), dense));
-    *num_dense = drop_replica_atoms(m, region, *dense);
-    int layers;
+    double *sums;
+    MOE_TRY(atom_sums(m, region, moe_model_range_grads(m, 0), &sums));
+    dense_terms(m, region, sums, dense);
+    int layers, *chunk;
     double *mine;
-    moe_status st = expert_sums(m, &layers, &mine);
-    if (st != MOE_OK) return free(*dense), st;
+    moe_status st = expert_sums(m, &layers, &mine, &chunk);
+    if (st != MOE_OK) return free(dense->terms), st;
     const int local = moe_model_num_local_experts(m), R = moe_comm_size(ep);
     double *all = calloc((size_t)R * layers * local + 1, sizeof(double)), *ordered = calloc((size_t)R * layers * local + 1,
                                                                                             sizeof(double));
@@ -118,29 +149,28 @@ static moe_status stage_terms(moe_model *m, const moe_parallel *par, double **de
     st = all && ordered && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     for (int p = 0; p < R && st == MOE_OK; p++) nbytes[p] = (size_t)layers * local * sizeof(double);
     if (st == MOE_OK && layers) st = moe_comm_allgatherv_bytes(ep, mine, nbytes[0], all, nbytes);
-    size_t k = 0;
+    *experts = (chunk_terms){.terms = ordered};
     for (int l = 0; l < layers && st == MOE_OK; l++)
         for (int p = 0; p < R; p++) /* EP rank p holds global experts p * local .. */
-            for (int e = 0; e < local; e++) ordered[k++] = all[((size_t)p * layers + l) * local + e];
-    free(mine), free(all), free(nbytes);
-    if (st != MOE_OK) return free(*dense), free(ordered), st;
-    *experts = ordered, *num_experts = k;
+            for (int e = 0; e < local; e++) {
+                ordered[experts->n++] = all[((size_t)p * layers + l) * local + e];
+                experts->counts[chunk[l]]++;
+            }
+    free(mine), free(all), free(nbytes), free(chunk);
+    if (st != MOE_OK) return free(dense->terms), free(ordered), st;
     return MOE_OK;
 }
 
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
-    double *dense, *experts, *all_dense = NULL, *all_experts = NULL;
-    size_t num_dense, num_experts, n_dense = 0, n_experts = 0;
-    MOE_TRY(stage_terms(m, par, &dense, &num_dense, &experts, &num_experts));
-    /* the stages hold consecutive pieces of the whole model's order: gathered stage by stage, the same list */
+    chunk_terms dense, experts;
+    MOE_TRY(stage_terms(m, par, &dense, &experts));
     moe_comm *pipeline = moe_parallel_pipeline(par);
-    moe_status st = gather_stages(pipeline, dense, num_dense, &all_dense, &n_dense);
-    if (st == MOE_OK) st = gather_stages(pipeline, experts, num_experts, &all_experts, &n_experts);
-    double total = 0;
-    for (size_t i = 0; i < n_dense && st == MOE_OK; i++) total += all_dense[i];
-    for (size_t i = 0; i < n_experts && st == MOE_OK; i++) total += all_experts[i];
+    const int V = moe_model_stage_of(m)->chunks;
+    double total = 0; /* the dense terms of the whole model in order, then the experts' */
+    moe_status st = add_in_model_order(pipeline, V, &dense, &total);
+    if (st == MOE_OK) st = add_in_model_order(pipeline, V, &experts, &total);
     *norm = sqrt(total);
-    free(dense), free(experts), free(all_dense), free(all_experts);
+    free(dense.terms), free(experts.terms);
     return st;
 }
 

@@ -10,18 +10,25 @@
 /* one stream of messages each way: activations forward, gradients back (in posting order per pair and tag) */
 enum { TAG_ACTIVATION = 1, TAG_GRADIENT = 2 };
 
-static moe_status schedule_of(const moe_pp_shape *shape, int stage, moe_pp_step **steps, int *count) {
-    if (shape->virtual_stages != 1)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "interleaved pipeline schedules (%d virtual stages per rank) are not "
-                        "run yet: only 1F1B (--virtual-stages 1)", shape->virtual_stages);
-    return moe_pp_schedule(shape, stage, steps, count);
+/* The most forwards of one chunk that the steps keep in flight. */
+static int passes_per_chunk(const moe_pp_step *steps, int count, int chunks) {
+    int most = 1;
+    for (int c = 0; c < chunks; c++) {
+        int now = 0;
+        for (int i = 0; i < count; i++)
+            if (steps[i].chunk == c) {
+                now += steps[i].op == MOE_PP_FORWARD ? 1 : steps[i].op == MOE_PP_BACKWARD ? -1 : 0;
+                most = now > most ? now : most;
+            }
+    }
+    return most;
 }
 
 moe_status moe_stage_runner_passes(const moe_pp_shape *shape, int stage, int *passes) {
     moe_pp_step *steps;
     int count;
-    MOE_TRY(schedule_of(shape, stage, &steps, &count));
-    *passes = moe_pp_schedule_max_in_flight(steps, count);
+    MOE_TRY(moe_pp_schedule(shape, stage, &steps, &count));
+    *passes = passes_per_chunk(steps, count, shape->virtual_stages);
     free(steps);
     return MOE_OK;
 }
@@ -33,23 +40,27 @@ moe_status moe_stage_runner_init(moe_stage_runner *r, moe_model *model, moe_comm
     if (moe_comm_size(pipeline) != shape->stages)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "a pipeline of %d ranks for a schedule of %d stages",
                         moe_comm_size(pipeline), shape->stages);
-    r->model = model, r->pipeline = pipeline, r->shape = *shape, r->stage = stage;
-    MOE_TRY(schedule_of(shape, stage, &r->steps, &r->num_steps));
-    r->passes = moe_pp_schedule_max_in_flight(r->steps, r->num_steps);
-    if (r->passes > moe_model_num_passes(model))
-        return moe_stage_runner_free(r), moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d keeps %d forwards in flight; its "
-                                                  "model holds %d", stage, r->passes, moe_model_num_passes(model));
+    r->model = model, r->pipeline = pipeline, r->shape = *shape, r->stage = stage, r->chunks = shape->virtual_stages;
+    MOE_TRY(moe_pp_schedule(shape, stage, &r->steps, &r->num_steps));
+    r->passes = passes_per_chunk(r->steps, r->num_steps, r->chunks);
+    if (r->passes > moe_model_num_passes(model) || r->chunks != moe_model_stage_of(model)->chunks)
+        return moe_stage_runner_free(r), moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d keeps %d forwards of each of %d "
+                                                  "chunks in flight; its model holds %d of %d", stage, r->passes,
+                                                  r->chunks, moe_model_num_passes(model),
+                                                  moe_model_stage_of(model)->chunks);
+    const int n = r->chunks * r->passes;
     r->nbytes = (size_t)max_tokens * moe_model_config_of(model)->d_model * sizeof(moe_real);
-    r->grad_out = calloc(r->passes, sizeof(moe_real *));
-    r->act_sent = calloc(r->passes, sizeof(moe_comm_request *));
-    r->grad_sent = calloc(r->passes, sizeof(moe_comm_request *));
-    r->pass_mb = malloc(r->passes * sizeof(int));
+    r->grad_out = calloc(n, sizeof(moe_real *));
+    r->act_sent = calloc(n, sizeof(moe_comm_request *));
+    r->grad_sent = calloc(n, sizeof(moe_comm_request *));
+    r->pass_mb = malloc(n * sizeof(int));
     moe_status st = r->grad_out && r->act_sent && r->grad_sent && r->pass_mb ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     moe_runtime *rt = moe_model_runtime(model);
-    if (st == MOE_OK && shape->stages > 1) st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->recv);
-    for (int i = 0; i < r->passes && st == MOE_OK && stage > 0; i++)
+    const int exchanges = shape->stages > 1 || r->chunks > 1;
+    if (st == MOE_OK && exchanges) st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->recv);
+    for (int i = 0; i < n && st == MOE_OK && exchanges; i++)
         st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->grad_out[i]);
-    for (int i = 0; i < r->passes && st == MOE_OK; i++) r->pass_mb[i] = -1;
+    for (int i = 0; i < n && st == MOE_OK; i++) r->pass_mb[i] = -1;
     if (st != MOE_OK) moe_stage_runner_free(r);
     return st;
 }
@@ -58,15 +69,16 @@ void moe_stage_runner_free(moe_stage_runner *r) {
     moe_runtime *rt = r->model ? moe_model_runtime(r->model) : NULL;
     if (rt) {
         moe_runtime_free(rt, r->recv);
-        for (int i = 0; r->grad_out && i < r->passes; i++) moe_runtime_free(rt, r->grad_out[i]);
+        for (int i = 0; r->grad_out && i < r->chunks * r->passes; i++) moe_runtime_free(rt, r->grad_out[i]);
     }
     free(r->steps), free(r->grad_out), free(r->act_sent), free(r->grad_sent), free(r->pass_mb);
     memset(r, 0, sizeof *r);
 }
 
-/* The pass of micro-batch mb, selected. */
-static moe_status select_pass(moe_stage_runner *r, int mb) {
-    return moe_model_select_pass(r->model, mb % r->passes);
+/* The (chunk, pass) slot of micro-batch mb's forward of chunk c, selected. */
+static int slot_of(const moe_stage_runner *r, int mb, int chunk) { return chunk * r->passes + mb % r->passes; }
+static moe_status select_pass(moe_stage_runner *r, int mb, int chunk) {
+    return moe_model_select_pass(r->model, chunk, mb % r->passes);
 }
 
 static double now_s(void) {
@@ -108,46 +120,46 @@ static moe_status finish_sends(moe_stage_runner *r) {
     return st;
 }
 
-static moe_status forward_step(moe_stage_runner *r, const moe_stage_hooks *h, int mb, int num_seqs,
+static moe_status forward_step(moe_stage_runner *r, const moe_stage_hooks *h, int mb, int chunk, int num_seqs,
                                const moe_real *x) {
-    const int slot = mb % r->passes;
+    const int slot = slot_of(r, mb, chunk);
     if (r->pass_mb[slot] >= 0)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d: micro-batch %d's forward would overwrite micro-batch %d's "
-                        "activations (the schedule keeps more in flight than the stash holds)", r->stage, mb,
-                        r->pass_mb[slot]);
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d: micro-batch %d's forward of chunk %d would overwrite "
+                        "micro-batch %d's activations (the schedule keeps more in flight than the stash holds)",
+                        r->stage, mb, chunk, r->pass_mb[slot]);
     if (r->act_sent[slot]) MOE_TRY(timed_wait(r, r->act_sent[slot])); /* the pass's output is rewritten */
     r->act_sent[slot] = NULL;
+    MOE_TRY(select_pass(r, mb, chunk));
     const int *inputs = NULL, *targets = NULL;
-    MOE_TRY(h->before_forward(h->ctx, mb, &inputs, &targets));
-    MOE_TRY(select_pass(r, mb));
+    MOE_TRY(h->before_forward(h->ctx, mb, chunk, &inputs, &targets));
     double loss = 0;
     MOE_TRY(moe_model_stage_forward(r->model, inputs, x, targets, num_seqs, &loss, NULL));
     r->pass_mb[slot] = mb;
-    return h->after_forward(h->ctx, mb, loss);
+    return h->after_forward(h->ctx, mb, chunk, loss);
 }
 
-static moe_status backward_step(moe_stage_runner *r, const moe_stage_hooks *h, int mb, moe_real loss_scale,
-                                const moe_real *dy) {
-    const int slot = mb % r->passes;
+static moe_status backward_step(moe_stage_runner *r, const moe_stage_hooks *h, int mb, int chunk,
+                                moe_real loss_scale, const moe_real *dy) {
+    const int slot = slot_of(r, mb, chunk);
     if (r->pass_mb[slot] != mb)
-        return moe_fail(MOE_ERR_NO_FORWARD, "stage %d: micro-batch %d's backward has no forward in the stash",
-                        r->stage, mb);
-    MOE_TRY(h->before_backward(h->ctx, mb));
-    MOE_TRY(select_pass(r, mb));
+        return moe_fail(MOE_ERR_NO_FORWARD, "stage %d: micro-batch %d's backward of chunk %d has no forward in the "
+                        "stash", r->stage, mb, chunk);
+    MOE_TRY(h->before_backward(h->ctx, mb, chunk));
+    MOE_TRY(select_pass(r, mb, chunk));
     MOE_TRY(moe_model_stage_backward(r->model, loss_scale, dy));
     r->pass_mb[slot] = -1;
-    return h->after_backward(h->ctx, mb);
+    return h->after_backward(h->ctx, mb, chunk);
 }
 
 static moe_status run_steps(moe_stage_runner *r, const moe_stage_hooks *h, int num_seqs, moe_real loss_scale) {
     const size_t nbytes = (size_t)num_seqs * moe_model_config_of(r->model)->seq_len *
                           moe_model_config_of(r->model)->d_model * sizeof(moe_real);
     if (nbytes > r->nbytes) return MOE_ERR_INVALID_ARG;
-    for (int i = 0; i < r->passes; i++) r->pass_mb[i] = -1; /* a step that failed left its stash behind */
+    for (int i = 0; i < r->chunks * r->passes; i++) r->pass_mb[i] = -1; /* a failed step left its stash behind */
     const moe_real *arrived = NULL; /* the last receive's buffer, for the compute step after it */
     for (int i = 0; i < r->num_steps; i++) {
         const moe_pp_step *s = &r->steps[i];
-        const int slot = s->micro_batch % r->passes;
+        const int slot = slot_of(r, s->micro_batch, s->chunk);
         switch (s->op) {
         case MOE_PP_RECV_ACTIVATION:
             MOE_TRY(receive(r, nbytes, s->peer, TAG_ACTIVATION));
@@ -158,15 +170,15 @@ static moe_status run_steps(moe_stage_runner *r, const moe_stage_hooks *h, int n
             arrived = r->recv;
             break;
         case MOE_PP_FORWARD:
-            MOE_TRY(forward_step(r, h, s->micro_batch, num_seqs, arrived));
+            MOE_TRY(forward_step(r, h, s->micro_batch, s->chunk, num_seqs, arrived));
             arrived = NULL;
             break;
         case MOE_PP_BACKWARD:
-            MOE_TRY(backward_step(r, h, s->micro_batch, loss_scale, arrived));
+            MOE_TRY(backward_step(r, h, s->micro_batch, s->chunk, loss_scale, arrived));
             arrived = NULL;
             break;
         case MOE_PP_SEND_ACTIVATION: /* from the pass's output, which stays until its next forward */
-            MOE_TRY(select_pass(r, s->micro_batch));
+            MOE_TRY(select_pass(r, s->micro_batch, s->chunk));
             MOE_TRY(post_send(r, &r->act_sent[slot], moe_model_stage_output(r->model), nbytes, s->peer,
                               TAG_ACTIVATION));
             break;
@@ -196,15 +208,28 @@ moe_status moe_stage_runner_forward(moe_stage_runner *r, const int *inputs, cons
     const size_t nbytes = (size_t)num_seqs * moe_model_config_of(r->model)->seq_len *
                           moe_model_config_of(r->model)->d_model * sizeof(moe_real);
     if (nbytes > r->nbytes) return MOE_ERR_INVALID_ARG;
-    const int P = r->shape.stages, last = r->stage == P - 1;
+    const int P = r->shape.stages, V = r->chunks, prev = (r->stage + P - 1) % P, next = (r->stage + 1) % P;
     *loss_sum = 0;
-    MOE_TRY(moe_model_select_pass(r->model, 0));
-    if (r->stage > 0) MOE_TRY(receive(r, nbytes, r->stage - 1, TAG_ACTIVATION));
-    MOE_TRY(moe_model_stage_forward(r->model, inputs, r->stage > 0 ? r->recv : NULL, last ? targets : NULL, num_seqs,
-                                    loss_sum, last ? logits : NULL));
-    if (last) return MOE_OK;
-    moe_comm_request *req;
-    MOE_TRY(moe_comm_isend_bytes(r->pipeline, moe_model_stage_output(r->model), nbytes, r->stage + 1, TAG_ACTIVATION,
-                                 &req));
-    return moe_comm_wait(r->pipeline, req);
+    moe_comm_request *sent = NULL; /* the previous chunk's output on its way (to this rank itself when P = 1) */
+    moe_status st = MOE_OK;
+    for (int c = 0; c < V && st == MOE_OK; c++) { /* virtual stage c P + stage: from the one before, to the next */
+        const int v = c * P + r->stage, first = v == 0, last = v == P * V - 1;
+        if (!first) st = receive(r, nbytes, prev, TAG_ACTIVATION);
+        if (st == MOE_OK && sent) st = timed_wait(r, sent); /* its receive is posted by now (or just completed) */
+        sent = NULL;
+        if (st == MOE_OK) st = moe_model_select_pass(r->model, c, 0);
+        double loss = 0;
+        if (st == MOE_OK)
+            st = moe_model_stage_forward(r->model, inputs, first ? NULL : r->recv, last ? targets : NULL, num_seqs,
+                                         &loss, last ? logits : NULL);
+        *loss_sum += loss;
+        if (st == MOE_OK && !last)
+            st = moe_comm_isend_bytes(r->pipeline, moe_model_stage_output(r->model), nbytes, next, TAG_ACTIVATION,
+                                      &sent);
+    }
+    if (sent) { /* the last chunk of a stage before the last: its send completes once the next stage takes it */
+        const moe_status waited = timed_wait(r, sent);
+        st = st == MOE_OK ? waited : st;
+    }
+    return st;
 }

@@ -2,6 +2,7 @@
 #include "models/zero_grads.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/fail.h"
 
@@ -37,7 +38,8 @@ moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, m
     *g = (moe_zero_grads){.zero = zero, .rt = rt, .dense = dense, .state = state, .num_layers = num_layers};
     g->layer_dense = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
     g->layer_expert = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
-    if (!g->layer_dense || !g->layer_expert) return moe_zero_grads_free(g), MOE_ERR_OUT_OF_MEMORY;
+    g->fresh = calloc((size_t)num_layers + 2, 1);
+    if (!g->layer_dense || !g->layer_expert || !g->fresh) return moe_zero_grads_free(g), MOE_ERR_OUT_OF_MEMORY;
     find_slices(g, tensors, num_tensors, zero->dense.part.count);
     const size_t shard = (zero->dense.end - zero->dense.begin) + (zero->expert.end - zero->expert.begin);
     const size_t one = sizeof(moe_real);
@@ -45,7 +47,7 @@ moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, m
     if (st == MOE_OK) st = moe_runtime_alloc(rt, (g->ends_count ? g->ends_count : 1) * one, (void **)&g->ends);
     if (st == MOE_OK) st = moe_runtime_alloc(rt, (shard ? shard : 1) * one, (void **)&g->shard);
     if (st == MOE_OK) st = moe_runtime_zero(rt, g->shard, (shard ? shard : 1) * one);
-    g->fresh = 1;
+    moe_zero_grads_start_step(g);
     if (st != MOE_OK) moe_zero_grads_free(g);
     return st;
 }
@@ -56,7 +58,7 @@ void moe_zero_grads_free(moe_zero_grads *g) {
         moe_runtime_free(g->rt, g->ends);
         moe_runtime_free(g->rt, g->shard);
     }
-    free(g->layer_dense), free(g->layer_expert);
+    free(g->layer_dense), free(g->layer_expert), free(g->fresh);
     *g = (moe_zero_grads){0};
 }
 
@@ -68,25 +70,24 @@ moe_real *moe_zero_grads_at(const moe_zero_grads *g, const moe_model_tensor *t) 
     return g->window + g->layer_dense[t->layer].count + (t->offset - num_dense - g->layer_expert[t->layer].from);
 }
 
+void moe_zero_grads_start_step(moe_zero_grads *g) { memset(g->fresh, 1, (size_t)g->num_layers + 2); }
+
 moe_real *moe_zero_grads_range(const moe_zero_grads *g, int expert) {
     return g->shard + (expert ? g->zero->dense.end - g->zero->dense.begin : 0);
 }
 
-/* Slice s of a region, held at `at`, summed over the region's group; this rank's range of it into the shard. With
- * `also` (a second gradient of the slice, summed apart: the tied lm_head's, models/tied_grads.h), its sum is added to
- * the range first. */
-static moe_status sum_into_shard(moe_zero_grads *g, int expert, moe_zero_slice s, moe_real *at, moe_real *also) {
+/* Slice s of a region, held at `at`, summed over the region's group; this rank's range of it copied (fresh: the step's
+ * first sum of the slice) or added into the shard. */
+static moe_status sum_into_shard(moe_zero_grads *g, int expert, moe_zero_slice s, moe_real *at, int fresh) {
     if (!s.count) return MOE_OK;
     const moe_zero_region *r = expert ? &g->zero->expert : &g->zero->dense;
     MOE_TRY(moe_comm_reduce_scatter_tree_real(r->group, at, &r->part, s.from, s.count));
-    if (also) MOE_TRY(moe_comm_reduce_scatter_tree_real(r->group, also, &r->part, s.from, s.count));
     const size_t lo = s.from > r->begin ? s.from : r->begin;
     const size_t hi = s.from + s.count < r->end ? s.from + s.count : r->end;
     if (hi <= lo) return MOE_OK;
     moe_real *dst = moe_zero_grads_range(g, expert) + (lo - r->begin);
-    moe_real *src = at + (lo - s.from);
-    if (also) MOE_TRY(g->dense->add(g->state, src, also + (lo - s.from), hi - lo, src));
-    if (g->fresh) return moe_runtime_copy(g->rt, dst, src, (hi - lo) * sizeof(moe_real));
+    const moe_real *src = at + (lo - s.from);
+    if (fresh) return moe_runtime_copy(g->rt, dst, src, (hi - lo) * sizeof(moe_real));
     return g->dense->add(g->state, dst, src, hi - lo, dst); /* the step's sum so far + this micro-batch's */
 }
 
@@ -100,13 +101,21 @@ moe_status moe_zero_grads_begin_layer(moe_zero_grads *g, int layer) {
 }
 
 moe_status moe_zero_grads_end_layer(moe_zero_grads *g, int layer) {
-    MOE_TRY(sum_into_shard(g, 0, g->layer_dense[layer], g->window, NULL));
-    return sum_into_shard(g, 1, g->layer_expert[layer], g->window + g->layer_dense[layer].count, NULL);
+    const int fresh = g->fresh[layer];
+    g->fresh[layer] = 0;
+    MOE_TRY(sum_into_shard(g, 0, g->layer_dense[layer], g->window, fresh));
+    return sum_into_shard(g, 1, g->layer_expert[layer], g->window + g->layer_dense[layer].count, fresh);
 }
 
-moe_status moe_zero_grads_end_backward(moe_zero_grads *g, moe_real *head_also) {
-    MOE_TRY(sum_into_shard(g, 0, g->head, g->ends, head_also));
-    MOE_TRY(sum_into_shard(g, 0, g->tail, g->ends + g->head.count, NULL));
-    g->fresh = 0;
+moe_status moe_zero_grads_end_backward(moe_zero_grads *g, int head, int tail) {
+    unsigned char *fresh = g->fresh + g->num_layers; /* the head's, then the tail's */
+    if (head) {
+        MOE_TRY(sum_into_shard(g, 0, g->head, g->ends, fresh[0]));
+        fresh[0] = 0;
+    }
+    if (tail) {
+        MOE_TRY(sum_into_shard(g, 0, g->tail, g->ends + g->head.count, fresh[1]));
+        fresh[1] = 0;
+    }
     return MOE_OK;
 }

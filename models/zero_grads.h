@@ -28,7 +28,9 @@ typedef struct {
     moe_zero_slice head, tail;                  /* the dense region's ends: the embedding; final norm and lm_head */
     size_t window_count, ends_count;
     moe_real *window, *ends, *shard;            /* the runtime's memory; shard: [dense range | expert range]    */
-    int fresh;                                  /* the next backward starts the step's sum: copies, not adds     */
+    /* per slice (layer l's at l, the head's at L, the tail's at L + 1): its next sum starts the step's (copies, not
+     * adds) — per slice, since an interleaved schedule runs a micro-batch's chunks at different times */
+    unsigned char *fresh;
 } moe_zero_grads;
 
 /* Sizes and allocates from the tensor table (layers -1 and num_layers are the ends). */
@@ -40,14 +42,15 @@ void moe_zero_grads_free(moe_zero_grads *g);
 moe_real *moe_zero_grads_at(const moe_zero_grads *g, const moe_model_tensor *t);
 /* This rank's range of a region's gradient (expert 0: dense, 1: experts), in the shard. */
 moe_real *moe_zero_grads_range(const moe_zero_grads *g, int expert);
+/* The next backward of every slice starts the step's sum. */
+void moe_zero_grads_start_step(moe_zero_grads *g);
 
 /* Backward's steps: the ends zeroed before the head, layer l's window before its backward; then each summed into
- * the shard as its backward ends (collective over the region's group). end_backward ends the step's first sum; with
- * head_also (the tied lm_head's gradient of the embedding's slice, models/tied_grads.h) that is summed apart and
- * added to the embedding's before its range goes into the shard. */
+ * the shard as its backward ends (collective over the region's group); end_backward the ends a backward ran (the head:
+ * the embedding's chunk; the tail: the head's). */
 moe_status moe_zero_grads_begin_backward(moe_zero_grads *g);
 moe_status moe_zero_grads_begin_layer(moe_zero_grads *g, int layer);
 moe_status moe_zero_grads_end_layer(moe_zero_grads *g, int layer);
-moe_status moe_zero_grads_end_backward(moe_zero_grads *g, moe_real *head_also);
+moe_status moe_zero_grads_end_backward(moe_zero_grads *g, int head, int tail);
 
 #endif

@@ -74,7 +74,7 @@ static void check_stages(const char *label, moe_model_config c, int num_stages) 
     CHECK_OK(moe_model_init_weights(whole, 7));
     const int per = c.num_layers / num_stages;
     for (int s = 0; s < num_stages; s++) {
-        const moe_model_stage st = {.first_layer = s * per, .num_layers = per, .passes = 1};
+        const moe_model_stage st = {.first_layer = s * per, .num_layers = per, .chunks = 1, .passes = 1};
         CHECK_OK(moe_model_create_stage(&c, NULL, par, &st, SEQS, MICRO, &stages[s]));
         CHECK_OK(moe_model_init_weights(stages[s], 7));
         CHECK_OK(moe_model_zero_grads(stages[s]));
@@ -114,7 +114,7 @@ static void check_passes(const char *label, moe_model_config c) {
     moe_parallel *par;
     CHECK_OK(moe_parallel_create_self(&par));
     moe_model *one, *many;
-    const moe_model_stage whole = moe_model_stage_whole(&c), stash = {0, c.num_layers, MICRO};
+    const moe_model_stage whole = moe_model_stage_whole(&c), stash = {0, c.num_layers, 1, 0, MICRO};
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &whole, SEQS, MICRO, &one));
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &stash, SEQS, MICRO, &many));
     CHECK(moe_model_num_passes(many) == MICRO, "%s: passes", label);
@@ -131,11 +131,11 @@ static void check_passes(const char *label, moe_model_config c) {
         CHECK_OK(moe_model_backward(one, scale));
     }
     for (int mb = 0; mb < MICRO; mb++) {
-        CHECK_OK(moe_model_select_pass(many, mb));
+        CHECK_OK(moe_model_select_pass(many, 0, mb));
         CHECK_OK(moe_model_forward(many, in[mb], tg[mb], SEQS, &loss_many[mb], NULL));
     }
     for (int mb = 0; mb < MICRO; mb++) {
-        CHECK_OK(moe_model_select_pass(many, mb));
+        CHECK_OK(moe_model_select_pass(many, 0, mb));
         CHECK_OK(moe_model_backward(many, scale));
         CHECK(loss_one[mb] == loss_many[mb], "%s: micro-batch %d's loss", label, mb);
     }
@@ -150,7 +150,7 @@ static void check_passes(const char *label, moe_model_config c) {
             if (!a) continue;
             CHECK(!memcmp(a, b, c.moe.num_experts * sizeof(moe_real)), "%s: layer %d's bias", label, l);
             for (int i = 0; i < MICRO; i++) { /* every pass routes with the one bias */
-                CHECK_OK(moe_model_select_pass(many, i));
+                CHECK_OK(moe_model_select_pass(many, 0, i));
                 CHECK(moe_layer_expert_bias(moe_model_moe_layer(many, l)) == b, "%s: pass %d's bias", label, i);
             }
         }
@@ -166,13 +166,13 @@ static void check_refusals(void) {
     CHECK_OK(moe_parallel_create_self(&par));
     moe_model_config c = small_config();
     moe_model *m = NULL;
-    const moe_model_stage bad_range = {3, 2, 1}, no_pass = {0, 2, 0};
+    const moe_model_stage bad_range = {3, 2, 1, 0, 1}, no_pass = {0, 2, 1, 0, 0};
     CHECK(moe_model_create_stage(&c, NULL, par, &bad_range, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
           "layers past the model refused");
     CHECK(moe_model_create_stage(&c, NULL, par, &no_pass, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
           "no pass refused");
     c.tie_embeddings = 1;
-    const moe_model_stage first_half = {0, 2, 1};
+    const moe_model_stage first_half = {0, 2, 1, 0, 1};
     CHECK(moe_model_create_stage(&c, NULL, par, &first_half, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
           "a tied embedding's end without a pipeline refused");
     CHECK(strstr(moe_failure_message(MOE_ERR_INVALID_CONFIG), "tied"), "the refusal names tied embeddings: %s",
@@ -185,7 +185,7 @@ static void check_refusals(void) {
     CHECK(moe_model_stage_forward(m, NULL, NULL, tg, SEQS, &loss, NULL) == MOE_ERR_INVALID_ARG, "the first stage needs tokens");
     moe_model_destroy(m);
     c.tie_embeddings = 0;
-    const moe_model_stage second_half = {2, 2, 1};
+    const moe_model_stage second_half = {2, 2, 1, 0, 1};
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &second_half, SEQS, 1, &m));
     CHECK(moe_model_forward(m, in, tg, SEQS, &loss, NULL) == MOE_ERR_INVALID_ARG, "a stage is not the whole model");
     CHECK(moe_model_stage_forward(m, in, NULL, tg, SEQS, &loss, NULL) == MOE_ERR_INVALID_ARG, "a later stage needs x");

@@ -2,9 +2,9 @@
 # test_pipeline_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train's pipeline parallelism (--pp, issue
 # 27) as a user meets it: a 4-layer model with capacity drops and 4 micro-batches, 6 steps with two evaluations, a
 # sample and checkpoints at steps 3 and 6, on 1 rank, then in pipelines of 2 stages (2 ranks), 2 stages x ep 2 (4
-# ranks), 4 stages (4 ranks), 2 stages x 2 data-parallel ranks with ZeRO-1 and sigmoid routing (its selection
+# ranks), 4 stages (4 ranks), 2 stages of 2 virtual stages each (the interleaved schedule, 2 ranks), 2 stages x 2 data-parallel ranks with ZeRO-1 and sigmoid routing (its selection
 # biases in the training state), and 2 x 2 with tied embeddings and ZeRO-2 (the first and the last stage each hold the
-# embedding), each against its own 1-rank run: every step's metrics (loss, aux and z losses, gradient
+# embedding; 1F1B and interleaved), each against its own 1-rank run: every step's metrics (loss, aux and z losses, gradient
 # norm, drops, expert counts, validation loss; everything but the timings), the sampled text and both checkpoints'
 # model.safetensors and train_state.safetensors are the 1-rank run's, byte for byte. Step 3 of the 2-stage run
 # resumed in 4 stages and on 1 rank, and step 3 of the 1-rank run resumed in 2 stages, continue to the same metrics
@@ -69,11 +69,15 @@ run one 1
 run pp2 2 --pp 2
 run pp2ep2 4 --pp 2 --ep 2
 run pp4 4 --pp 4
+run pp2v2 2 --pp 2 --virtual-stages 2
 same_run "pp 2 on 2 ranks" pp2 one
 same_run "pp 2 x ep 2 on 4 ranks" pp2ep2 one
 same_run "pp 4 on 4 ranks" pp4 one
+same_run "pp 2 x 2 virtual stages (interleaved) on 2 ranks" pp2v2 one
 shows pp2ep2 "^grid: 4 ranks = pp 2 x dp 1 x ep 2 x tp 1"
-shows pp4 "pp 4 x ep 1 x expert-data-parallel 1; .* \(layers 0 \.\. 0, 4 forwards in flight\)"
+shows pp4 "pp 4 x ep 1 x expert-data-parallel 1; .* \(1 chunk\(s\) of 1 layers from layer 0, 4 forwards of each in flight\)"
+shows pp2v2 "\(2 chunk\(s\) of 1 layers from layer 0, [0-9] forwards of each in flight\)"
+shows pp2v2 "^pipeline: 2 stages x 4 micro-batches \(interleaved 1F1B\).*\(p - 1\) / \(V m\) = 12.5%"
 
 run pp2_resumed_pp4 4 --pp 4 --resume "$dir/pp2/step-00000003"
 run pp2_resumed_one 1 --pp 1 --resume "$dir/pp2/step-00000003"
@@ -90,13 +94,24 @@ same_run "pp 2 x dp 2 on 4 ranks, sigmoid routing, ZeRO-1" sigmoid_pp2dp2 sigmoi
 tied=(--tie-embeddings 1 --zero 2)
 run tied1 1 "${tied[@]}"
 run tied_pp2dp2 4 --pp 2 "${tied[@]}"
+run tied_pp2v2dp2 4 --pp 2 --virtual-stages 2 "${tied[@]}"
 same_run "pp 2 x dp 2 on 4 ranks, tied embeddings, ZeRO-2" tied_pp2dp2 tied1
+same_run "pp 2 x 2 virtual stages x dp 2 on 4 ranks, tied embeddings, ZeRO-2" tied_pp2v2dp2 tied1
+
+# the schedules as data: stage 1 of 2 with 4 micro-batches warms up with none and keeps one forward in flight
+merge --pp 2 --micro-batches 4 --print-schedule
+if timeout 60 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
+    grep -q "^stage 1 of 2 (1 virtual stage(s) each, 4 micro-batches): 16 steps, at most 1 forwards in flight" \
+        "$dir/out.txt" && [ "$(sed -n '/^stage 1 of 2/{n;p;}' "$dir/out.txt")" = "recv act mb 0 chunk 0 <- 0" ]; then
+    echo "ok: --print-schedule: $(grep -c '^stage' "$dir/out.txt") stages, e.g. $(grep '^stage 1' "$dir/out.txt")"
+else
+    fail_with_output "--print-schedule"
+fi
 
 refuses "--pp 3 must divide the number of ranks \(2\)" --pp 3
 refuses "--pp 2 x --virtual-stages 1 = 2 stages must divide --layers 3" --pp 2 --layers 3
 refuses "--virtual-stages 2 needs --pp 2 or more" --virtual-stages 2
 refuses "--micro-batches 3 must be a multiple of --pp 2" --pp 2 --virtual-stages 2 --micro-batches 3 --layers 4
-refuses "interleaved pipeline schedules are planned .* but not run yet" --pp 2 --virtual-stages 2 --micro-batches 2 \
-    --layers 4
+refuses "--pp 2 x --virtual-stages 4 = 8 stages must divide --layers 4" --pp 2 --virtual-stages 4
 refuses "--ep 2 must divide the number of ranks of a pipeline stage \(1\)" --pp 2 --layers 2 --ep 2
 finish test_pipeline_cli

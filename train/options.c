@@ -85,7 +85,9 @@ static const opt_spec kOptions[] = {
      "consecutive layers (the first the embedding, the last the head), run in a 1F1B schedule over the micro-batches; "
      "the batch is split over the ranks of a stage. Bitwise the same results as --pp 1", OPT_INT, OFF(pp), 1, 4096,
      {0}, NULL, RUN},
-    {"--virtual-stages", "model chunks per pipeline rank (interleaved 1F1B; planned by moe-plan, run: 1 only)",
+    {"--virtual-stages", "model chunks per pipeline rank: rank s holds chunks s, s + pp, s + 2 pp, ... of --layers / (pp "
+     "x V) layers each, run in Megatron's interleaved 1F1B schedule (micro-batches in groups of --pp), which shrinks "
+     "the bubble by V; bitwise the same results",
      OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
@@ -156,6 +158,9 @@ static const opt_spec kOptions[] = {
      OPT_STRING, OFF(config_file), 0, 0, {0}, NULL, FLAG_ONLY},
     {"--print-config", "write the resolved configuration as JSON (a --config file) to stdout and stop", OPT_INT,
      OFF(print_config), 0, 1, {0}, "1", FLAG_ONLY},
+    {"--print-schedule", "write each pipeline stage's schedule (its forwards, backwards, sends and receives in order, "
+     "from --pp, --virtual-stages and --micro-batches) to stdout and stop", OPT_INT, OFF(print_schedule), 0, 1, {0},
+     "1", FLAG_ONLY},
 };
 #define NUM_OPTIONS (sizeof kOptions / sizeof kOptions[0])
 _Static_assert(NUM_OPTIONS <= MOE_TRAIN_MAX_OPTIONS, "raise MOE_TRAIN_MAX_OPTIONS");
@@ -210,7 +215,7 @@ static void set_defaults(moe_train_options *o) {
     o->save_shard_size = "";
     o->resume = "", o->init_from = "", o->eval_only = 0, o->dump_logits = "";
     o->routing_trace_out = "", o->routing_trace_in = "";
-    o->config_file = "", o->print_config = 0;
+    o->config_file = "", o->print_config = 0, o->print_schedule = 0;
 }
 
 static const opt_spec *find(const char *name) {
@@ -323,9 +328,7 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
     if (V > 1 && o->micro_batches % pp)
         return moe_train_complain(err, "moe-train: the interleaved schedule runs micro-batches in groups of --pp: "
                                        "--micro-batches %d must be a multiple of --pp %d\n", o->micro_batches, pp), -1;
-    if (V > 1)
-        return moe_train_complain(err, "moe-train: --virtual-stages %d: interleaved pipeline schedules are planned "
-                                       "(moe-plan --virtual-stages) but not run yet; use --virtual-stages 1\n", V), -1;
+
     if (pp == 1) return 0;
     const char *not_yet = *o->routing_trace_out      ? "--routing-trace-out"
                           : *o->routing_trace_in     ? "--routing-trace-in"

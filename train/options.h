@@ -67,6 +67,7 @@ typedef struct {
     const char *routing_trace_in;  /* take the routing from this trace instead of the routers */
     const char *config_file;    /* --config: options from this JSON file ('' : none)      */
     int print_config;           /* 1: write the resolved configuration as JSON and stop    */
+    int print_schedule;         /* 1: write every pipeline stage's schedule and stop       */
     unsigned char source[MOE_TRAIN_MAX_OPTIONS]; /* moe_option_source of each option, in table order */
     unsigned char derived[MOE_TRAIN_MAX_OPTIONS]; /* 1: left "auto" and decided by moe_train_options_finish */
 } moe_train_options;

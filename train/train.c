@@ -27,6 +27,7 @@
 #include "train/device.h"
 #include "train/signals.h"
 #include "pipeline/grid.h"
+#include "pipeline/schedule.h"
 #include "train/trainer.h"
 #include "train/verify.h"
 #include "moe/dense_ops_fault.h"
@@ -241,6 +242,22 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
 
 /* --print-config: a --config file that reproduces this run, derived values as "auto" (so that flags given beside the
  * file re-derive them as on a fresh command line), and on stderr which those are and what they are here. */
+/* --print-schedule: every pipeline stage's steps (pipeline/schedule.h), and the forwards each keeps in flight. */
+static int print_schedule(const moe_train_options *o) {
+    const moe_pp_shape shape = {o->pp, o->virtual_stages, o->micro_batches};
+    for (int s = 0; s < o->pp; s++) {
+        moe_pp_step *steps;
+        int count;
+        const moe_status st = moe_pp_schedule(&shape, s, &steps, &count);
+        if (st != MOE_OK) return fprintf(stderr, "moe-train: %s\n", moe_failure_message(st)), -1;
+        printf("stage %d of %d (%d virtual stage(s) each, %d micro-batches): %d steps, at most %d forwards in flight\n",
+               s, o->pp, o->virtual_stages, o->micro_batches, count, moe_pp_schedule_max_in_flight(steps, count));
+        moe_pp_schedule_print(stdout, steps, count);
+        free(steps);
+    }
+    return 0;
+}
+
 static int print_config(const moe_train_options *o) {
     json_t *j = moe_train_options_json(o, 1);
     const int failed = !j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0;
@@ -333,13 +350,15 @@ static void report_pipeline(moe_trainer *t, const double first[2], int steps) {
     for (int p = 0; p < P; p++) nbytes[p] = sizeof mine;
     require(moe_comm_allgatherv_bytes(pipeline, mine, sizeof mine, all, nbytes), "the pipeline's timings");
     if (t->ranks.world_rank == 0) {
-        printf("pipeline: %d stages x %d micro-batches (1F1B), per step over the last %d steps:", P, m, steps);
+        const int V = t->opt.virtual_stages;
+        printf("pipeline: %d stages x %d micro-batches (%s), per step over the last %d steps:", P, m,
+               V > 1 ? "interleaved 1F1B" : "1F1B", steps);
         for (int p = 0; p < P; p++) { /* idle against busy: what (p - 1) / m predicts */
             const double busy = all[2 * p] - all[2 * p + 1];
             printf("%s stage %d %.1f ms, waiting %.1f ms (%.1f%% of its %.1f ms of work)", p ? ";" : "", p, all[2 * p],
                    all[2 * p + 1], busy > 0 ? 100 * all[2 * p + 1] / busy : 0, busy);
         }
-        printf("; the 1F1B bubble (p - 1) / m = %.1f%%\n", 100.0 * (P - 1) / m);
+        printf("; the schedule's bubble (p - 1) / (V m) = %.1f%%\n", 100.0 * (P - 1) / ((double)V * m));
     }
     free(all), free(nbytes);
 }
@@ -436,7 +455,8 @@ int main(int argc, char **argv) {
     int parsed = moe_train_options_load(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL,
                                         world_rank == 0 ? stdout : NULL);
     if (parsed == 0 && opt.print_config && world_rank == 0) parsed = print_config(&opt);
-    if (parsed != 0 || opt.print_config) {
+    if (parsed == 0 && opt.print_schedule && world_rank == 0) parsed = print_schedule(&opt);
+    if (parsed != 0 || opt.print_config || opt.print_schedule) {
         MPI_Finalize();
         return parsed >= 0 ? 0 : 2;
     }
@@ -497,13 +517,13 @@ int main(int argc, char **argv) {
         moe_rank_grid grid;
         if (moe_rank_grid_make(world_size, opt.pp, opt.model.moe.ep_size, 1, 0, &grid) == MOE_OK)
             moe_rank_grid_print(stdout, &grid);
+        const moe_model_stage *stage = moe_model_stage_of(t.model);
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
-               "parameters per rank of stage 0 (layers %d .. %d, %d forwards in flight), at least %.1f MiB of memory "
-               "per rank; train %ld tokens, val %ld tokens\n",
+               "parameters per rank of stage 0 (%d chunk(s) of %d layers from layer %d, %d forwards of each in "
+               "flight), at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
                world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.dp_size,
-               moe_model_num_dense(t.model), moe_model_num_expert(t.model), moe_model_stage_of(t.model)->first_layer,
-               moe_model_stage_of(t.model)->first_layer + moe_model_stage_of(t.model)->num_layers - 1,
-               moe_model_num_passes(t.model),
+               moe_model_num_dense(t.model), moe_model_num_expert(t.model), stage->chunks, stage->num_layers,
+               stage->first_layer, moe_model_num_passes(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
                t.val.num_tokens);
         if (moe_trainer_eval_sequences(&t) < (long)opt.eval_batches * opt.batch)

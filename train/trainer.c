@@ -85,7 +85,8 @@ static moe_status create_stage_model(moe_trainer *t, moe_runtime *rt) {
                                 .micro_batches = o->micro_batches};
     int passes;
     MOE_TRY(moe_stage_runner_passes(&shape, t->ranks.pp_rank, &passes));
-    const moe_model_stage stage = moe_model_pipeline_stage(&o->model, shape.stages, t->ranks.pp_rank, passes);
+    const moe_model_stage stage = moe_model_pipeline_stage(&o->model, shape.stages, shape.virtual_stages,
+                                                           t->ranks.pp_rank, passes);
     moe_model_config mc = o->model;
     mc.zero = o->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
     MOE_TRY(moe_model_create_stage(&mc, rt, t->par, &stage, t->local_seqs, o->micro_batches, &t->model));
@@ -326,16 +327,23 @@ static moe_status record_routing(moe_trainer *t, int step, int mb) {
 
 /* With shards (cfg.moe.num_shards): each micro-batch's gradients are summed over the ranks on their own, in the
  * tree, and added into the step's in micro-batch order (an order no world size changes); the step's sum is kept
- * in t->grad_accum while the next micro-batch's backward fills the model's buffer. */
-static moe_status accumulate_micro_batch(moe_trainer *t, int mb) {
+ * in t->grad_accum while the next micro-batch's backward fills the model's buffer. Chunk by chunk (an interleaved
+ * schedule runs a micro-batch's chunks at different times): every value belongs to one chunk. */
+static moe_status accumulate_chunk(moe_trainer *t, int mb, int chunk) {
     moe_model *m = t->model;
-    const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
-    MOE_TRY(moe_model_reduce_grads(m));
+    MOE_TRY(moe_model_reduce_chunk_grads(m, chunk));
     if (t->opt.micro_batches == 1) return MOE_OK;
-    if (mb == 0) return moe_runtime_copy(moe_model_runtime(m), t->grad_accum, moe_model_grads(m), count * sizeof(moe_real));
+    size_t from[2], count[2];
+    moe_model_chunk_slices(m, chunk, &from[0], &count[0], &from[1], &count[1]);
+    from[1] += moe_model_num_dense(m); /* the expert region follows the dense one */
     moe_dense_state *s;
     const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
-    return dense->add(s, t->grad_accum, moe_model_grads(m), count, t->grad_accum);
+    for (int i = 0; i < 2; i++) {
+        moe_real *sum = t->grad_accum + from[i], *g = moe_model_grads(m) + from[i];
+        if (mb == 0) MOE_TRY(moe_runtime_copy(moe_model_runtime(m), sum, g, count[i] * sizeof(moe_real)));
+        else MOE_TRY(dense->add(s, sum, g, count[i], sum));
+    }
+    return MOE_OK;
 }
 
 /* One step's micro-batches as the schedule runs them: the runner's hooks' context. */
@@ -346,12 +354,13 @@ typedef struct {
     double *sums;       /* [3]: loss, dropped, assignments */
 } step_run;
 
-static moe_status before_forward(void *ctx, int mb, const int **inputs, const int **targets) {
+static moe_status before_forward(void *ctx, int mb, int chunk, const int **inputs, const int **targets) {
     step_run *run = ctx;
     moe_trainer *t = run->t;
     const moe_train_options *o = &t->opt;
     const long batch_index = (long)(run->step - 1) * o->micro_batches + mb;
     const long first = batch_index * o->batch + (long)t->ranks.stage_rank * t->local_seqs;
+    (void)chunk;
     moe_token_file_sequences(&t->train, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
     *inputs = t->inputs, *targets = t->targets;
     if (t->routing_replay) return force_routing(t, t->routing_replay + mb * micro_batch_routes(t));
@@ -359,54 +368,57 @@ static moe_status before_forward(void *ctx, int mb, const int **inputs, const in
     return MOE_OK;
 }
 
-static moe_status after_forward(void *ctx, int mb, double loss_sum) {
+/* The loss comes from the head's chunk: with shards summed over the stage per micro-batch, as the gradients are. */
+static moe_status after_forward(void *ctx, int mb, int chunk, double loss_sum) {
     step_run *run = ctx;
     moe_trainer *t = run->t;
-    t->mb_loss[mb] = loss_sum;
+    if (moe_model_chunk_heads(t->model, chunk)) {
+        if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), &loss_sum, 1));
+        t->mb_loss[mb] = loss_sum;
+    }
     if (run->record && *t->opt.routing_trace_out) MOE_TRY(record_routing(t, run->step, mb));
     if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
     return MOE_OK;
 }
 
-static moe_status before_backward(void *ctx, int mb) {
+static moe_status before_backward(void *ctx, int mb, int chunk) {
     step_run *run = ctx;
     moe_trainer *t = run->t;
     if (world_invariant(t) && mb > 0 && t->opt.zero < 2) /* each micro-batch summed on its own; ZeRO-2: per layer */
-        return moe_model_zero_grads(t->model);
+        return moe_model_zero_chunk_grads(t->model, chunk);
     return MOE_OK;
 }
 
-/* The micro-batch's statistics: with shards summed over the stage per micro-batch, as the gradients are
- * (accumulate_micro_batch); the routing's into r, its MoE layers' aux and z losses into t->layer_terms. */
-static moe_status after_backward(void *ctx, int mb) {
+/* The chunk's statistics of the micro-batch (this rank's drops into sums, the routing's into r, its MoE layers' aux
+ * and z losses into t->layer_terms); with shards its gradients summed (accumulate_chunk). */
+static moe_status after_backward(void *ctx, int mb, int chunk) {
     step_run *run = ctx;
     moe_trainer *t = run->t;
-    double mb_sums[3] = {t->mb_loss[mb], 0, 0};
-    if (run->r) add_routing_stats(t, run->r, mb, &mb_sums[1], &mb_sums[2]);
-    if (world_invariant(t)) {
-        if (t->opt.zero < 2) MOE_TRY(accumulate_micro_batch(t, mb)); /* ZeRO-2: backward added into the shard */
-        MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), mb_sums, 3));
-    }
-    for (int i = 0; i < 3; i++) run->sums[i] += mb_sums[i];
+    if (run->r) add_routing_stats(t, run->r, mb, &run->sums[1], &run->sums[2]);
+    if (world_invariant(t) && t->opt.zero < 2) MOE_TRY(accumulate_chunk(t, mb, chunk)); /* ZeRO-2: in backward */
     return MOE_OK;
 }
 
 /* The micro-batches of a step, run by this stage's schedule (models/stage_runner.h): forward and backward of each,
- * the loss sum and drop counts into sums [loss, dropped, assignments] — this rank's, or with shards already summed
- * over the stage per micro-batch, as the gradients are (accumulate_micro_batch). The gradients accumulate into the
- * model's buffer (zeroed first). */
+ * the loss sum (with shards already summed over the stage per micro-batch, as the gradients are: accumulate_chunk)
+ * and this rank's drop counts into sums [loss, dropped, assignments]. The gradients accumulate into the model's
+ * buffer (zeroed first). */
 static moe_status run_micro_batches(moe_trainer *t, int step, int record, moe_step_result *r, double sums[3]) {
     const moe_train_options *o = &t->opt;
     const moe_real scale = (moe_real)(1.0 / ((double)o->batch * o->micro_batches * o->model.seq_len)); /* the mean */
     moe_model *m = t->model;
     MOE_TRY(moe_model_zero_grads(m));
     memset(t->layer_terms, 0, (size_t)o->micro_batches * o->model.num_layers * 2 * sizeof(double));
+    memset(t->mb_loss, 0, (size_t)o->micro_batches * sizeof(double));
     step_run run = {t, step, record, r, sums};
     const moe_stage_hooks hooks = {&run, before_forward, after_forward, before_backward, after_backward};
     MOE_TRY(moe_stage_runner_step(&t->runner, &hooks, t->local_seqs, scale));
-    if (!world_invariant(t) || o->micro_batches == 1 || o->zero == 2) return MOE_OK;
-    const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
-    return moe_runtime_copy(moe_model_runtime(m), moe_model_grads(m), t->grad_accum, count * sizeof(moe_real));
+    for (int mb = 0; mb < o->micro_batches; mb++) sums[0] += t->mb_loss[mb]; /* in micro-batch order */
+    if (world_invariant(t) && o->micro_batches > 1 && o->zero < 2) {
+        const size_t count = moe_model_num_dense(m) + moe_model_num_expert(m);
+        MOE_TRY(moe_runtime_copy(moe_model_runtime(m), moe_model_grads(m), t->grad_accum, count * sizeof(moe_real)));
+    }
+    return moe_model_finish_tied_grads(m); /* a tied lm_head's gradient, summed apart over the step */
 }
 
 /* The step's statistics over the pipeline's stages (each holds some layers; the last the loss): every value is one
@@ -520,9 +532,11 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
         return stop_or_skip(t, r, explain_nonfinite(t, step, NAN, NAN));
     }
     MOE_TRY(st);
-    if (!world_invariant(t)) { /* else run_micro_batches summed over the stage per micro-batch */
+    if (!world_invariant(t)) { /* else run_micro_batches summed the gradients and the loss per micro-batch */
         MOE_TRY(moe_model_reduce_grads(t->model));
         MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_stage(t->par), sums, 3));
+    } else { /* the drop counts: integers, exact in any order */
+        MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_stage(t->par), sums + 1, 2));
     }
     MOE_TRY(sum_over_stages(t, r, sums));
     double per = num_moe ? (double)num_moe * o->micro_batches : 1;
