@@ -114,8 +114,8 @@ static moe_status receive(moe_stage_runner *r, size_t nbytes, int peer, int tag)
 /* Waits for every send still posted. */
 static moe_status finish_sends(moe_stage_runner *r) {
     const double start = now_s();
-    moe_status st = moe_comm_wait_all(r->pipeline, r->act_sent, r->passes);
-    if (st == MOE_OK) st = moe_comm_wait_all(r->pipeline, r->grad_sent, r->passes);
+    moe_status st = moe_comm_wait_all(r->pipeline, r->act_sent, r->chunks * r->passes);
+    if (st == MOE_OK) st = moe_comm_wait_all(r->pipeline, r->grad_sent, r->chunks * r->passes);
     r->wait_s += now_s() - start;
     return st;
 }
