@@ -10,8 +10,9 @@
 #                    libraries a bare machine may still lack (libudev, libuuid, libatomic) only where the system
 #                    has none of that name (ldconfig -p), so that the system's own copies keep serving the rest
 #   PKG_CONFIG, PKG_CONFIG_PATH  the bundle's pkgconf and .pc files, whose /usr paths are rewritten to PREFIX/usr
-#   OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_INSTALL_PREFIX  Open MPI's and PMIx's relocation: they look for their
-#                    plugins, help texts and configuration under PREFIX instead of the /usr they were built for
+#   OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_INSTALL_PREFIX, PMIX_MCA_mca_base_component_path  Open MPI's and PMIx's
+#                    relocation: they look for their plugins, help texts and configuration under PREFIX instead of
+#                    the /usr they were built for
 # Returns non-zero with a message on stderr when the bundle is missing or incomplete.
 
 moe_bundle_activate() {
@@ -56,26 +57,35 @@ moe_bundle_activate() {
     export PKG_CONFIG="$prefix/usr/bin/pkgconf"
     export PKG_CONFIG_PATH="$lib/pkgconfig:$lib/openmpi/lib/pkgconfig:$lib/openblas-pthread/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     export OPAL_PREFIX="$prefix/usr" OPAL_SYSCONFDIR="$prefix/etc/openmpi" PMIX_INSTALL_PREFIX="$prefix/usr"
+    # PMIx looks for its plugins at the path it was built with even when relocated: on a machine with another
+    # PMIx there it opened that one's (an H100 image, 2026-11-26: "undefined symbol: pmix_output_info")
+    export PMIX_MCA_mca_base_component_path="$lib/pmix2/lib/pmix"
     export MOE_BUNDLE_PREFIX="$prefix"
 }
 
-# NCCL for the build: the toolkit's own (meson finds it there; nothing to print), else the nvidia-nccl-cu13 (or
-# -cu12) pip package beside the machine's python3, whose lib folder has libnccl.so.2 but no libnccl.so: a folder
-# PREFIX/nccl is made with include -> the package's headers and lib/libnccl.so(.2) -> its library, and printed.
+# NCCL for the build: the toolkit's own (meson finds it there; nothing to print), else a pip package beside the
+# machine's python3 (PyTorch's nvidia-nccl-cu13 or -cu12: nccl.h and libnccl.so.2 somewhere below the `nvidia`
+# namespace package, nvidia/nccl/ or nvidia/cu13/ by the wheel's generation; no libnccl.so): a folder PREFIX/nccl is
+# made with include -> the headers' folder and lib/libnccl.so(.2) -> the library, and printed.
 # Nothing printed and status 1 when neither has NCCL (the build then goes without it and says so).
 moe_nccl_dir() {
     local prefix=$1 cuda
     cuda=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
     if [ -f "$cuda/include/nccl.h" ] || [ -f /usr/include/nccl.h ]; then return 0; fi
-    local py pkg=""
+    local py roots="" root header="" library=""
     for py in python3 /usr/bin/python3; do
-        pkg=$("$py" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) && [ -n "$pkg" ] && break
-        pkg=""
+        roots=$("$py" -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null) && [ -n "$roots" ] && break
+        roots=""
     done
-    [ -n "$pkg" ] && [ -f "$pkg/include/nccl.h" ] && [ -f "$pkg/lib/libnccl.so.2" ] || return 1
+    while IFS= read -r root; do
+        [ -d "$root" ] || continue
+        [ -n "$header" ] || header=$(find "$root" -maxdepth 4 -path '*/include/nccl.h' -print -quit 2>/dev/null)
+        [ -n "$library" ] || library=$(find "$root" -maxdepth 4 -name libnccl.so.2 -print -quit 2>/dev/null)
+    done <<< "$roots"
+    [ -n "$header" ] && [ -n "$library" ] || return 1
     mkdir -p "$prefix/nccl/lib" || return 1
-    ln -sfn "$pkg/include" "$prefix/nccl/include"
-    ln -sf "$pkg/lib/libnccl.so.2" "$prefix/nccl/lib/libnccl.so.2"
+    ln -sfn "$(dirname "$header")" "$prefix/nccl/include"
+    ln -sf "$library" "$prefix/nccl/lib/libnccl.so.2"
     ln -sf libnccl.so.2 "$prefix/nccl/lib/libnccl.so"
     echo "$prefix/nccl"
 }

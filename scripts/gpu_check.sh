@@ -2,7 +2,7 @@
 # gpu_check.sh — the one command for a GPU machine (docs/GPU.md): builds for the GPU it finds, runs the gpu test
 # suite, two --verify-steps training runs checked step by step against the CPU fp32 reference, and the GPU
 # benchmarks, and writes one report.
-#   scripts/gpu_check.sh [--out DIR] [--bundle DIR] [--more] [--budget SECONDS] [--rehearse]
+#   scripts/gpu_check.sh [--out DIR] [--bundle DIR] [--more] [--only PHASES] [--budget SECONDS] [--rehearse]
 # --out DIR      where the report goes (default: BUILD/gpu_check): report.md (markdown for docs/BENCHMARKS.md and
 #                docs/GPU.md), phases.tsv (each phase: seconds, status), logs/PHASE.log, logs.tar.gz (all logs)
 # --bundle DIR   take Open MPI, jansson, OpenBLAS, pkg-config and the token files from DIR (scripts/gpu_bundle.sh,
@@ -12,6 +12,8 @@
 # --more         the second run: what does not fit the first run's budget (the larger benchmark shapes, the
 #                longer training benchmark); builds too (quick when BUILD is there), skips the suite and the verify
 #                runs
+# --only PHASES  a comma-separated list of the mode's phases to run after the build (e.g. suite,train: a rerun of
+#                what failed); the others are reported as skipped
 # --budget S     the whole run's seconds (default 480 for the first run, 540 for --more): each phase has its own
 #                limit, cut to what is left; a phase that would start with under 15 s left is not run
 # --rehearse     no GPU needed: every phase that does not need one, as on a GPU machine (bundle, configure,
@@ -27,13 +29,14 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-out="" bundle="" mode=first budget="" rehearse=0
+out="" bundle="" mode=first budget="" rehearse=0 only=""
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --bundle) bundle=${2:?--bundle needs a folder}; shift 2 ;;
     --more) mode=more; shift ;;
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+    --only) only=${2:?--only needs a list of phases}; shift 2 ;;
     --rehearse) rehearse=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -43,6 +46,7 @@ done
 [[ $budget =~ ^[0-9]+$ ]] || { echo "gpu_check: --budget takes whole seconds, not '$budget'" >&2; exit 2; }
 build="${MOE_BUILD_DIR:-$root/build-gpu}"
 mkdir -p "$build" && build=$(cd "$build" && pwd)
+export MOE_BUILD_DIR="$build" # the benchmark scripts' build
 out="${out:-$build/gpu_check}"
 rm -rf "$out/logs" && mkdir -p "$out/logs" && out=$(cd "$out" && pwd) || exit 2
 logs="$out/logs"
@@ -79,11 +83,17 @@ since() { # T0_MS -> seconds since, to a tenth
 record() { # NAME SECONDS STATUS
     printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$out/phases.tsv"
     printf 'gpu_check: %-18s %6ss  %s\n' "$1" "$2" "$3"
-    case $3 in ok | "skipped (rehearsal)" | "skipped (no GPU)") ;; *) failed=1 ;; esac
+    case $3 in ok | "skipped (rehearsal)" | "skipped (no GPU)" | "skipped (--only)") ;; *) failed=1 ;; esac
 }
 phase() {
     local name=$1 limit=$2
     shift 2
+    case $name in configure | build | data) ;; *)
+        if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then
+            record "$name" 0 "skipped (--only)"
+            return 0
+        fi ;;
+    esac
     local left=$((deadline - $(date +%s) - 5))
     if [ $left -lt 15 ]; then
         record "$name" 0 "not run: the ${budget}-second budget was spent"

@@ -154,7 +154,7 @@ def main():
             p("\n".join(lines))
             p("```")
     p()
-    failed = [n for n, _, s in phases if s not in ("ok", "skipped (rehearsal)", "skipped (no GPU)")]
+    failed = [n for n, _, s in phases if s not in ("ok", "skipped (rehearsal)", "skipped (no GPU)", "skipped (--only)")]
     p("**every phase passed**" if not failed else "**not passed: %s** (logs in logs.tar.gz)" % ", ".join(failed))
 
 

@@ -337,8 +337,9 @@ static void test_attention_fused(tables *t, const char *label, int num_seqs, int
     check_entry(t, label, run_attention_fused_forward, &a, fwd, 2);
     CHECK_OK(moe_gpu_upload(t->gpu, lse.d, lse.h, nlse * sizeof(float))); /* the CPU's statistics and output */
     CHECK_OK(moe_gpu_upload(t->gpu, out.d, out.h, nq * sizeof(float)));
-    const output bwd[] = {{&dq, "attention fused dq", "attention fused backward", 0},
-                          {&dk, "attention fused dk", "attention fused backward", 0},
+    const char *dqk_row = S == 1 ? "attention fused backward, one key" : "attention fused backward";
+    const output bwd[] = {{&dq, "attention fused dq", dqk_row, 0},
+                          {&dk, "attention fused dk", dqk_row, 0},
                           {&dv, "attention fused dv", "attention fused backward", 0}};
     check_entry(t, label, run_attention_fused_backward, &a, bwd, 3);
     pair *all[] = {&q, &k, &v, &lse, &out, &dout, &dq, &dk, &dv};

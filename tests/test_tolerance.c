@@ -67,8 +67,11 @@ static const test_tolerance kTolerance[] = {
     {"layer out", "bf16", 1e-4, 2e-2, 0, 5e-2},
     {"layer dx", "bf16", 1e-4, 2e-2, 0, 5e-2},
     /* the router's gradient comes through dgate = dout . y (bf16 y) and the softmax backward, which subtracts
-     * a weighted mean: it cancels most, so nmse 1e-3 */
-    {"layer drouter_w", "bf16", 1e-3, 5e-2, 0, 5e-2},
+     * a weighted mean: it cancels most, so nmse 1e-3. An element is a sum over every token of x dlogit, so its
+     * error is a random walk over all the tokens' dgate errors, sized by the gradient's rms rather than by the
+     * element: 5% of rms besides 5e-2 absolute (on an H100, 2026-11-26: 3 of 2048 elements of the dropless case
+     * at T 1024 were over 5e-2 + 5% |w| alone; worst |diff| 0.074 of values up to 8.5, nmse 1.6e-5) */
+    {"layer drouter_w", "bf16", 1e-3, 5e-2, 5e-2, 5e-2},
     {"layer dexperts", "bf16", 1e-4, 5e-2, 0, 5e-2},
     /* the losses: the router is fp32 on both sides, on the same routes; sums in another order: relative 1e-5,
      * and 1e-7 absolute for a loss near 0 */
@@ -125,6 +128,10 @@ static const test_tolerance kTolerance[] = {
      * the CPU's GEMMs) and expf against the CPU's exp, the same bounds as the materialized pair */
     {"attention fused", "f32", 1e-10, 0, 1e-5, 1e-4},
     {"attention fused backward", "f32", 1e-10, 0, 1e-5, 1e-4},
+    /* dq and dk of a one-token sequence: zero in exact arithmetic (a softmax over one key has no gradient), so
+     * both sides give rounding noise or 0 (dP - D, D = rowsum(dO o O), cancels exactly or to ~1e-8 of the O(1)
+     * inputs): an absolute bound alone, no nmse against a reference that is all noise */
+    {"attention fused backward, one key", "f32", INFINITY, 1e-6, 0, 0},
     /* ---- the dense table's linear layer and dense SwiGLU: the list of cuBLAS products run by cblas on the CPU
      * (tests/test_linear_gemms.c, "f32"), and the CUDA table against the CPU table (tests/test_gpu_dense_table.c)
      * under fp32 ("f32") and under bf16 precision ("bf16": both tables round the same inputs to bf16) ----

@@ -7,8 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "moe/moe.h"
+#include "core/fail.h"
 #include "core/rng.h"
+#include "moe/moe.h"
 
 /* meson's code for a skipped test */
 #define TEST_SKIP 77
@@ -25,10 +26,12 @@ extern int test_failures;
         }                                                                    \
     } while (0)
 
-#define CHECK_OK(call)                                                                  \
-    do {                                                                                \
-        moe_status check_ok_status_ = (call);                                           \
-        CHECK(check_ok_status_ == MOE_OK, "%s", moe_status_string(check_ok_status_)); \
+/* On failure prints the library's recorded sentence (core/fail.h: the file, line and call of a failed CUDA,
+ * cuBLAS or MPI call), not only the status's name. */
+#define CHECK_OK(call)                                                                      \
+    do {                                                                                    \
+        moe_status check_ok_status_ = (call);                                               \
+        CHECK(check_ok_status_ == MOE_OK, "%s", moe_failure_message(check_ok_status_));   \
     } while (0)
 
 /* Every random input derives from a fixed seed (core/rng.h), so a failure reproduces. */
