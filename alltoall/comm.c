@@ -41,6 +41,11 @@ moe_status moe_comm_alltoallv_rows(moe_comm *c, const void *send, const int *sen
     TIMED(c, MOE_EXCHANGE_PAYLOAD, c->ops->alltoallv_rows(c, send, send_rows, recv, recv_rows, row_nbytes));
 }
 
+moe_status moe_comm_alltoallv_host_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                        const int *recv_rows, size_t row_nbytes) {
+    TIMED(c, MOE_EXCHANGE_ROUTING, c->ops->alltoallv_host_rows(c, send, send_rows, recv, recv_rows, row_nbytes));
+}
+
 moe_status moe_comm_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                      const size_t *recv_nbytes) {
     TIMED(c, MOE_EXCHANGE_ROUTING, c->ops->allgatherv_bytes(c, send, send_nbytes, recv, recv_nbytes));

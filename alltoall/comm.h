@@ -34,6 +34,10 @@ moe_status moe_comm_alltoall_ints(moe_comm *c, const int *send, int *recv, int c
  * recv gets recv_rows[p] rows from each peer p, in peer order (MPI_Alltoallv). */
 moe_status moe_comm_alltoallv_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
                                    const int *recv_rows, size_t row_nbytes);
+/* The same on host memory, on every transport: control data such as the capacity rule's candidates (the GPU
+ * transports forward it to the host transport they wrap). */
+moe_status moe_comm_alltoallv_host_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                        const int *recv_rows, size_t row_nbytes);
 /* recv = every rank's send, concatenated in rank order; recv_nbytes[p] is what rank p sends. */
 moe_status moe_comm_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                      const size_t *recv_nbytes);

@@ -22,6 +22,12 @@ moe_status moe__comm_forward_alltoall_ints(moe_comm *c, const int *send, int *re
     return moe__comm_forward_leave(c, moe_comm_alltoall_ints(in, send, recv, count_per_peer));
 }
 
+moe_status moe__comm_forward_alltoallv_host_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                                const int *recv_rows, size_t row_nbytes) {
+    moe_comm *in = moe__comm_forward_enter(c);
+    return moe__comm_forward_leave(c, moe_comm_alltoallv_host_rows(in, send, send_rows, recv, recv_rows, row_nbytes));
+}
+
 moe_status moe__comm_forward_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                              const size_t *recv_nbytes) {
     moe_comm *in = moe__comm_forward_enter(c);

@@ -12,6 +12,8 @@ moe_comm *moe__comm_forward_enter(moe_comm *c);
 moe_status moe__comm_forward_leave(moe_comm *c, moe_status st);
 
 moe_status moe__comm_forward_alltoall_ints(moe_comm *c, const int *send, int *recv, int count_per_peer);
+moe_status moe__comm_forward_alltoallv_host_rows(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                                const int *recv_rows, size_t row_nbytes);
 moe_status moe__comm_forward_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                              const size_t *recv_nbytes);
 moe_status moe__comm_forward_allreduce_f64(moe_comm *c, double *buf, size_t count);

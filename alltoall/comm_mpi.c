@@ -293,6 +293,7 @@ static const moe_transport_ops mpi_ops = {
     .name = "mpi",
     .alltoall_ints = mpi_alltoall_ints,
     .alltoallv_rows = mpi_alltoallv_rows,
+    .alltoallv_host_rows = mpi_alltoallv_rows, /* payload memory is host memory */
     .allgatherv_bytes = mpi_allgatherv_bytes,
     .allreduce_sum_real = mpi_allreduce_real,
     .allreduce_sum_f64 = mpi_allreduce_f64,

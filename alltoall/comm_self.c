@@ -155,6 +155,7 @@ static const moe_transport_ops self_ops = {
     .name = "self",
     .alltoall_ints = self_alltoall_ints,
     .alltoallv_rows = self_alltoallv_rows,
+    .alltoallv_host_rows = self_alltoallv_rows, /* payload memory is host memory */
     .allgatherv_bytes = self_allgatherv_bytes,
     .allreduce_sum_real = self_allreduce_real,
     .allreduce_sum_f64 = self_allreduce_f64,

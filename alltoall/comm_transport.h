@@ -15,6 +15,8 @@ typedef struct {
     moe_status (*alltoall_ints)(moe_comm *c, const int *send, int *recv, int count_per_peer);
     moe_status (*alltoallv_rows)(moe_comm *c, const void *send, const int *send_rows, void *recv,
                                  const int *recv_rows, size_t row_nbytes);
+    moe_status (*alltoallv_host_rows)(moe_comm *c, const void *send, const int *send_rows, void *recv,
+                                      const int *recv_rows, size_t row_nbytes);
     moe_status (*allgatherv_bytes)(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                    const size_t *recv_nbytes);
     moe_status (*allreduce_sum_real)(moe_comm *c, moe_real *buf, size_t count);

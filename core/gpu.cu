@@ -45,6 +45,9 @@ extern "C" moe_status moe_gpu_device_count(int *count) {
 
 extern "C" moe_status moe__gpu_call_failed(moe_status status, const char *file, int line, const char *call,
                                           const char *text) {
+    /* A failed runtime call leaves its error as the thread's last error, which the next launch check
+     * (cudaGetLastError) would report as its own: take it here (a sticky error, a fault, stays anyway). */
+    (void)cudaGetLastError();
     return moe_fail(status, "%s:%d: %s failed: %s", file, line, call, text);
 }
 

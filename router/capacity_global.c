@@ -76,7 +76,7 @@ static moe_status send_candidates(moe_comm *world, int E, int k, const int *expe
     for (int q = 0; q < W; q++) *received += recv_rows[q];
     x->recv = malloc((size_t)(*received ? *received : 1) * sizeof *x->recv);
     if (!x->recv) return MOE_ERR_OUT_OF_MEMORY;
-    return moe_comm_alltoallv_rows(world, x->send, send_rows, x->recv, recv_rows, sizeof(candidate));
+    return moe_comm_alltoallv_host_rows(world, x->send, send_rows, x->recv, recv_rows, sizeof(candidate));
 }
 
 /* The decider's part: per expert it decides, the C-th best of all candidates, and per rank how many of its
@@ -118,7 +118,7 @@ static moe_status receive_answers(moe_comm *world, int E, int k, const int *expe
     x->by_decider = malloc((size_t)E * sizeof *x->by_decider);
     x->answer = malloc((size_t)E * sizeof *x->answer);
     if (!x->by_decider || !x->answer) return MOE_ERR_OUT_OF_MEMORY;
-    MOE_TRY(moe_comm_alltoallv_rows(world, x->reply, reply_rows, x->by_decider, answer_rows, sizeof(threshold)));
+    MOE_TRY(moe_comm_alltoallv_host_rows(world, x->reply, reply_rows, x->by_decider, answer_rows, sizeof(threshold)));
     for (int q = 0, i = 0; q < W; q++)
         for (int e = q; e < E; e += W) x->answer[e] = x->by_decider[i++];
     for (int e = 0; e < E; e++) counts->kept_by_decider[e] = x->answer[e].kept;

@@ -63,28 +63,36 @@ moe_bundle_activate() {
     export MOE_BUNDLE_PREFIX="$prefix"
 }
 
-# NCCL for the build: the toolkit's own (meson finds it there; nothing to print), else a pip package beside the
-# machine's python3 (PyTorch's nvidia-nccl-cu13 or -cu12: nccl.h and libnccl.so.2 somewhere below the `nvidia`
-# namespace package, nvidia/nccl/ or nvidia/cu13/ by the wheel's generation; no libnccl.so): a folder PREFIX/nccl is
-# made with include -> the headers' folder and lib/libnccl.so(.2) -> the library, and printed.
-# Nothing printed and status 1 when neither has NCCL (the build then goes without it and says so).
+# NCCL for the build: the toolkit's own (meson finds it there; nothing to print), else the system's (a distribution's
+# libnccl-dev: /usr/include/nccl.h and libnccl.so.2 in ldconfig's cache), else a pip package beside the machine's
+# python3 (PyTorch's nvidia-nccl-cu13 or -cu12: nccl.h and libnccl.so.2 below the `nvidia` namespace package,
+# nvidia/nccl/ or nvidia/cu13/ by the wheel's generation; no libnccl.so). For the last two a folder PREFIX/nccl is
+# made, include/ with links to the nccl* headers and lib/libnccl.so(.2) -> the library, and printed (meson's
+# -Dnccl_dir). Nothing printed and status 1 when none has NCCL (the build then goes without it and says so).
 moe_nccl_dir() {
     local prefix=$1 cuda
     cuda=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
-    if [ -f "$cuda/include/nccl.h" ] || [ -f /usr/include/nccl.h ]; then return 0; fi
-    local py roots="" root header="" library=""
-    for py in python3 /usr/bin/python3; do
-        roots=$("$py" -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null) && [ -n "$roots" ] && break
-        roots=""
-    done
-    while IFS= read -r root; do
-        [ -d "$root" ] || continue
-        [ -n "$header" ] || header=$(find "$root" -maxdepth 4 -path '*/include/nccl.h' -print -quit 2>/dev/null)
-        [ -n "$library" ] || library=$(find "$root" -maxdepth 4 -name libnccl.so.2 -print -quit 2>/dev/null)
-    done <<< "$roots"
+    [ -f "$cuda/include/nccl.h" ] && return 0
+    local header="" library="" py roots="" root h
+    if [ -f /usr/include/nccl.h ]; then
+        library=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
+        [ -n "$library" ] && header=/usr/include/nccl.h
+    fi
+    if [ -z "$header" ]; then
+        library=""
+        for py in python3 /usr/bin/python3; do
+            roots=$("$py" -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null) && [ -n "$roots" ] && break
+            roots=""
+        done
+        while IFS= read -r root; do
+            [ -d "$root" ] || continue
+            [ -n "$header" ] || header=$(find "$root" -maxdepth 4 -path '*/include/nccl.h' -print -quit 2>/dev/null)
+            [ -n "$library" ] || library=$(find "$root" -maxdepth 4 -name libnccl.so.2 -print -quit 2>/dev/null)
+        done <<< "$roots"
+    fi
     [ -n "$header" ] && [ -n "$library" ] || return 1
-    mkdir -p "$prefix/nccl/lib" || return 1
-    ln -sfn "$(dirname "$header")" "$prefix/nccl/include"
+    rm -rf "$prefix/nccl" && mkdir -p "$prefix/nccl/lib" "$prefix/nccl/include" || return 1
+    for h in "$(dirname "$header")"/nccl*; do ln -sf "$h" "$prefix/nccl/include/"; done
     ln -sf "$library" "$prefix/nccl/lib/libnccl.so.2"
     ln -sf libnccl.so.2 "$prefix/nccl/lib/libnccl.so"
     echo "$prefix/nccl"

@@ -20,7 +20,7 @@
 #                build for sm_90, report), the gpu suite (which skips), the verify runs on the CPU in bf16 against
 #                the same fp32 reference (2 ranks), the benchmarks' flag checks (--dry-run); for the tests
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
-# commit in the report where the checkout is a copy without .git.
+# commit in the report (for a copy of the tree; else git's HEAD).
 # NCCL: the toolkit's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh), else none (the
 # report says so; the tests then expect the MPI-staged transport).
 # Exit: 0 every phase passed; 1 a phase failed, ran out of time or was not run (the report says which);
@@ -170,10 +170,12 @@ fi
     echo "nccl: $nccl"
     echo "data: $data"
     echo "cores: $(getconf _NPROCESSORS_ONLN)"
-    if git -C "$root" rev-parse --short HEAD > /dev/null 2>&1; then
+    if [ -n "${MOE_COMMIT:-}" ]; then # named by the sender (a copy of the tree, whose .git may be older)
+        echo "commit: $MOE_COMMIT"
+    elif git -C "$root" rev-parse --short HEAD > /dev/null 2>&1; then
         echo "commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD || echo " (with uncommitted changes)")"
-    else # a copy of the tree without .git: the commit as the sender named it
-        echo "commit: ${MOE_COMMIT:-unknown}"
+    else
+        echo "commit: unknown"
     fi
     echo "nvcc: $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "python: $(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null)"
