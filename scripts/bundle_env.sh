@@ -10,9 +10,9 @@
 #                    libraries a bare machine may still lack (libudev, libuuid, libatomic) only where the system
 #                    has none of that name (ldconfig -p), so that the system's own copies keep serving the rest
 #   PKG_CONFIG, PKG_CONFIG_PATH  the bundle's pkgconf and .pc files, whose /usr paths are rewritten to PREFIX/usr
-#   OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_INSTALL_PREFIX, PMIX_MCA_mca_base_component_path  Open MPI's and PMIx's
-#                    relocation: they look for their plugins, help texts and configuration under PREFIX instead of
-#                    the /usr they were built for
+#   OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_INSTALL_PREFIX  Open MPI's and PMIx's relocation: they look for their
+#                    plugins, help texts and configuration under PREFIX instead of the /usr they were built for
+#   PMIX_MCA_pcompress_base_silence_warning  (below)
 # Returns non-zero with a message on stderr when the bundle is missing or incomplete.
 
 moe_bundle_activate() {
@@ -57,9 +57,12 @@ moe_bundle_activate() {
     export PKG_CONFIG="$prefix/usr/bin/pkgconf"
     export PKG_CONFIG_PATH="$lib/pkgconfig:$lib/openmpi/lib/pkgconfig:$lib/openblas-pthread/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     export OPAL_PREFIX="$prefix/usr" OPAL_SYSCONFDIR="$prefix/etc/openmpi" PMIX_INSTALL_PREFIX="$prefix/usr"
-    # PMIx looks for its plugins at the path it was built with even when relocated: on a machine with another
-    # PMIx there it opened that one's (an H100 image, 2026-11-26: "undefined symbol: pmix_output_info")
-    export PMIX_MCA_mca_base_component_path="$lib/pmix2/lib/pmix"
+    # PMIx also opens plugins at the path it was built with (/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix), relocated or
+    # not (neither PMIX_INSTALL_PREFIX nor its component-path variables change that, strace, 2026-11-26): on a
+    # machine whose own PMIx is there, its zlib plugin fails to load ("undefined symbol: pmix_output_info", an H100
+    # image) and PMIx prints a banner about compression. Harmless (it compresses nothing at these sizes): the banner
+    # is silenced, the one dlopen line stays.
+    export PMIX_MCA_pcompress_base_silence_warning=1
     export MOE_BUNDLE_PREFIX="$prefix"
 }
 
