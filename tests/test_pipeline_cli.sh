@@ -8,7 +8,10 @@
 # norm, drops, expert counts, validation loss; everything but the timings), the sampled text and both checkpoints'
 # model.safetensors and train_state.safetensors are the 1-rank run's, byte for byte. Step 3 of the 2-stage run
 # resumed in 4 stages and on 1 rank, and step 3 of the 1-rank run resumed in 2 stages, continue to the same metrics
-# and step-6 files. The grid is printed at start. Bad pipeline flags are refused up front.
+# and step-6 files. Routing traces recorded in pipelines (pp 2, pp 2 x ep 2, pp 2 x 2 virtual stages: each stage writes
+# its layers' records) are the 1-rank run's byte for byte; replayed in pp 2 x 2 virtual stages the 1-rank run's trace
+# gives that run, and another run's trace other losses. The grid is printed at start. Bad pipeline flags are refused
+# up front.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 4 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -65,11 +68,19 @@ shows() { # NAME PATTERN: the run's output has a line matching PATTERN
     fi
 }
 
-run one 1
-run pp2 2 --pp 2
-run pp2ep2 4 --pp 2 --ep 2
+same_trace() { # NAME: the run's routing trace is byte for byte the 1-rank run's (a trace depends on no layout)
+    if cmp -s "$dir/$1.trace" "$dir/one.trace"; then
+        echo "ok: $1's routing trace is the 1-rank run's, byte for byte ($(stat -c %s "$dir/$1.trace") bytes)"
+    else
+        fail_with_output "$1: the routing trace differs from the 1-rank run's"
+    fi
+}
+
+run one 1 --routing-trace-out "$dir/one.trace"
+run pp2 2 --pp 2 --routing-trace-out "$dir/pp2.trace"
+run pp2ep2 4 --pp 2 --ep 2 --routing-trace-out "$dir/pp2ep2.trace"
 run pp4 4 --pp 4
-run pp2v2 2 --pp 2 --virtual-stages 2
+run pp2v2 2 --pp 2 --virtual-stages 2 --routing-trace-out "$dir/pp2v2.trace"
 same_run "pp 2 on 2 ranks" pp2 one
 same_run "pp 2 x ep 2 on 4 ranks" pp2ep2 one
 same_run "pp 4 on 4 ranks" pp4 one
@@ -78,6 +89,19 @@ shows pp2ep2 "^grid: 4 ranks = pp 2 x dp 1 x ep 2 x tp 1"
 shows pp4 "pp 4 x ep 1 x expert-data-parallel 1; .* \(1 chunk\(s\) of 1 layers from layer 0, 4 forwards of each in flight\)"
 shows pp2v2 "\(2 chunk\(s\) of 1 layers from layer 0, [0-9] forwards of each in flight\)"
 shows pp2v2 "^pipeline: 2 stages x 4 micro-batches \(interleaved 1F1B\).*\(p - 1\) / \(V m\) = 12.5%"
+for name in pp2 pp2ep2 pp2v2; do same_trace $name; done
+# replay: the 1-rank run's trace in an interleaved pipeline gives that run; another run's trace (other weights, other
+# routes) gives other losses, so the replay drives the routing
+run pp2v2_replay 2 --pp 2 --virtual-stages 2 --routing-trace-in "$dir/one.trace"
+same_run "pp 2 x 2 virtual stages replaying the 1-rank run's trace" pp2v2_replay one
+run seed2 1 --seed 2 --routing-trace-out "$dir/seed2.trace"
+run pp2_replay_seed2 2 --pp 2 --routing-trace-in "$dir/seed2.trace"
+if ! cmp -s <(metrics "$dir/pp2_replay_seed2.jsonl") <(metrics "$dir/one.jsonl") &&
+    grep -q '"step"' "$dir/pp2_replay_seed2.jsonl"; then
+    echo "ok: pp 2 replaying another run's trace trains differently from the 1-rank run"
+else
+    fail_with_output "pp 2 replaying another run's trace gave the 1-rank run's metrics (or none): the replay is not used"
+fi
 
 run pp2_resumed_pp4 4 --pp 4 --resume "$dir/pp2/step-00000003"
 run pp2_resumed_one 1 --pp 1 --resume "$dir/pp2/step-00000003"

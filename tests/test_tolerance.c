@@ -69,9 +69,9 @@ static const test_tolerance kTolerance[] = {
     /* the router's gradient comes through dgate = dout . y (bf16 y) and the softmax backward, which subtracts
      * a weighted mean: it cancels most, so nmse 1e-3. An element is a sum over every token of x dlogit, so its
      * error is a random walk over all the tokens' dgate errors, sized by the gradient's rms rather than by the
-     * element: 5% of rms besides 5e-2 absolute (on an H100, 2026-11-26: 3 of 2048 elements of the dropless case
-     * at T 1024 were over 5e-2 + 5% |w| alone; worst |diff| 0.074 of values up to 8.5, nmse 1.6e-5) */
-    {"layer drouter_w", "bf16", 1e-3, 5e-2, 5e-2, 5e-2},
+     * element: 5% of rms (on an H100, 2026-11-26, a fixed 5e-2 failed 3 of 2048 elements of the dropless case at
+     * T 1024: worst |diff| 0.074 among values up to 8.5, nmse 1.6e-5, so errors ~0.4% of rms, 4 sigma ~1.6%) */
+    {"layer drouter_w", "bf16", 1e-3, 0, 5e-2, 5e-2},
     {"layer dexperts", "bf16", 1e-4, 5e-2, 0, 5e-2},
     /* the losses: the router is fp32 on both sides, on the same routes; sums in another order: relative 1e-5,
      * and 1e-7 absolute for a loss near 0 */

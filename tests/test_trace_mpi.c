@@ -52,7 +52,7 @@ static void write_fixed_trace(const char *path, const moe_train_options *o) {
                      "trace create");
     for (int s = 1; s <= STEPS; s++)
         for (int l = 0; l < o->model.num_layers; l++)
-            test_mpi_require(moe_routing_trace_append(&t, s, 0, l, ids), "trace append");
+            test_mpi_require(moe_routing_trace_write(&t, s, 0, l, ids), "trace write");
     moe_routing_trace_close(&t);
     free(ids);
 }

@@ -330,11 +330,9 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
                                        "--micro-batches %d must be a multiple of --pp %d\n", o->micro_batches, pp), -1;
 
     if (pp == 1) return 0;
-    const char *not_yet = *o->routing_trace_out      ? "--routing-trace-out"
-                          : *o->routing_trace_in     ? "--routing-trace-in"
-                          : o->verify_steps          ? "--verify-steps"
+    const char *not_yet = o->verify_steps                   ? "--verify-steps"
                           : o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda (the pipeline is run on the CPU only)"
-                                                     : NULL;
+                                                              : NULL;
     if (not_yet)
         return moe_train_complain(err, "moe-train: --pp %d with %s is not supported yet: train with --pp 1 for it\n", pp,
                                   not_yet), -1;

@@ -38,31 +38,35 @@ moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int 
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     const int32_t header[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
-    if (!(t->file = fopen(path, "wb")) || fwrite(header, 4, HEADER_INTS, t->file) != HEADER_INTS) {
+    if (!(t->file = fopen(path, "wb")) || fwrite(header, 4, HEADER_INTS, t->file) != HEADER_INTS ||
+        fflush(t->file) != 0) { /* other writers read the header (moe_routing_trace_join) */
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
         moe_routing_trace_close(t);
     }
     return st;
 }
 
-moe_status moe_routing_trace_append(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts) {
+moe_status moe_routing_trace_write(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts) {
     for (size_t i = 0; i < ids_per_record(t); i++) t->buffer[i] = (unsigned short)experts[i];
     const int32_t head[4] = {step, micro_batch, layer, (int32_t)fnv1a(t->buffer, ids_per_record(t))};
-    if (fwrite(head, 4, 4, t->file) != 4 || fwrite(t->buffer, 2, ids_per_record(t), t->file) != ids_per_record(t) ||
-        fflush(t->file) != 0)
+    if (fseek(t->file, record_offset(t, step, micro_batch, layer), SEEK_SET) != 0 || fwrite(head, 4, 4, t->file) != 4 ||
+        fwrite(t->buffer, 2, ids_per_record(t), t->file) != ids_per_record(t) || fflush(t->file) != 0)
         return moe_fail(MOE_ERR_IO, "%s: write failed at step %d: %s", t->path, step, strerror(errno));
     return MOE_OK;
 }
 
-moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens,
-                                  int micro) {
+/* Opens an existing trace and checks its header against the run: for replay, or (for_writing) to add records. */
+static moe_status open_existing(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens, int micro,
+                                int for_writing) {
     moe_status st = start(t, path, E, k, layers, tokens, micro);
     if (st != MOE_OK) return st;
     int32_t h[HEADER_INTS];
     const int32_t want[HEADER_INTS] = {kMagic[0], kMagic[1], TRACE_VERSION, E, k, layers, tokens, micro};
     const char *field[HEADER_INTS] = {"magic", "magic", "version", "experts", "top-k", "MoE layers",
                                       "global tokens per micro-batch", "micro-batches per step"};
-    st = moe_file_open_regular(path, &t->file);
+    if (!for_writing) st = moe_file_open_regular(path, &t->file);
+    else if (!(t->file = fopen(path, "r+b")))
+        st = moe_fail(MOE_ERR_IO, "%s: cannot open to write: %s", path, strerror(errno));
     if (st == MOE_OK && fread(h, 4, HEADER_INTS, t->file) != HEADER_INTS)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: truncated header", path);
     for (int i = 0; i < HEADER_INTS && st == MOE_OK; i++)
@@ -72,6 +76,16 @@ moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E,
                                   h[i], want[i]);
     if (st != MOE_OK) moe_routing_trace_close(t);
     return st;
+}
+
+moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens,
+                                  int micro) {
+    return open_existing(t, path, E, k, layers, tokens, micro, 0);
+}
+
+moe_status moe_routing_trace_join(moe_routing_trace *t, const char *path, int E, int k, int layers, int tokens,
+                                  int micro) {
+    return open_existing(t, path, E, k, layers, tokens, micro, 1);
 }
 
 moe_status moe_routing_trace_read(moe_routing_trace *t, int step, int micro_batch, int layer, int *experts) {

@@ -24,8 +24,13 @@ typedef struct {
 /* Creates (truncates) a trace for writing. */
 moe_status moe_routing_trace_create(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
                                     int tokens, int micro_batches);
-/* Appends the record of (step, micro_batch, layer): experts[tokens * k]. Records must come in order. */
-moe_status moe_routing_trace_append(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts);
+/* Opens a trace another process created (its header must match) to write records into it too: a pipeline's stages
+ * each write the records of their own layers. */
+moe_status moe_routing_trace_join(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,
+                                  int tokens, int micro_batches);
+/* Writes the record of (step, micro_batch, layer): experts[tokens * k], at its place (records are of one size, in
+ * (step, micro-batch, layer) order), so writers may come in any order. */
+moe_status moe_routing_trace_write(moe_routing_trace *t, int step, int micro_batch, int layer, const int *experts);
 
 /* Opens a trace for replay; the header must match the run (E, k, layers, tokens, micro-batches). */
 moe_status moe_routing_trace_open(moe_routing_trace *t, const char *path, int num_experts, int top_k, int num_layers,

@@ -350,15 +350,21 @@ static void report_pipeline(moe_trainer *t, const double first[2], int steps) {
     for (int p = 0; p < P; p++) nbytes[p] = sizeof mine;
     require(moe_comm_allgatherv_bytes(pipeline, mine, sizeof mine, all, nbytes), "the pipeline's timings");
     if (t->ranks.world_rank == 0) {
+        /* Every stage starts a step together (the last one ended in sums over the pipeline) and waits at its end
+         * for the slowest: a stage's idle time is its waits inside the schedule plus the tail from its last step
+         * to the slowest stage's end, so that waiting + work = the pipeline's step on every stage. */
+        double pipeline_ms = 0;
+        for (int p = 0; p < P; p++) pipeline_ms = all[2 * p] > pipeline_ms ? all[2 * p] : pipeline_ms;
         const int V = t->opt.virtual_stages;
         printf("pipeline: %d stages x %d micro-batches (%s), per step over the last %d steps:", P, m,
                V > 1 ? "interleaved 1F1B" : "1F1B", steps);
-        for (int p = 0; p < P; p++) { /* idle against busy: what (p - 1) / m predicts */
-            const double busy = all[2 * p] - all[2 * p + 1];
-            printf("%s stage %d %.1f ms, waiting %.1f ms (%.1f%% of its %.1f ms of work)", p ? ";" : "", p, all[2 * p],
-                   all[2 * p + 1], busy > 0 ? 100 * all[2 * p + 1] / busy : 0, busy);
+        for (int p = 0; p < P; p++) { /* idle against busy: what (p - 1) / (V m) predicts */
+            const double busy = all[2 * p] - all[2 * p + 1], idle = pipeline_ms - busy;
+            printf("%s stage %d %.1f ms, waiting %.1f ms (%.1f%% of its %.1f ms of work)", p ? ";" : "", p, pipeline_ms,
+                   idle, busy > 0 ? 100 * idle / busy : 0, busy);
         }
-        printf("; the schedule's bubble (p - 1) / (V m) = %.1f%%\n", 100.0 * (P - 1) / ((double)V * m));
+        printf("; waiting includes the tail after a stage's last step; the schedule's bubble (p - 1) / (V m) = %.1f%%\n",
+               100.0 * (P - 1) / ((double)V * m));
     }
     free(all), free(nbytes);
 }

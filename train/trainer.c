@@ -40,9 +40,16 @@ static moe_status open_traces(moe_trainer *t) {
         t->trace_ids = malloc((size_t)(t->num_moe_layers ? t->num_moe_layers : 1) * tokens * k * sizeof(int));
         if (!t->trace_ids) st = MOE_ERR_OUT_OF_MEMORY;
     }
+    /* world rank 0 creates the trace; the first rank of every other pipeline stage then opens it to write its own
+     * layers' records */
     if (st == MOE_OK && *o->routing_trace_out && t->ranks.world_rank == 0)
         st = moe_fail_context(moe_routing_trace_create(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers,
                                                        tokens, o->micro_batches),
+                              "cannot write the routing trace");
+    st = moe_comm_agree(moe_parallel_world(t->par), st);
+    if (st == MOE_OK && *o->routing_trace_out && t->ranks.world_rank != 0 && t->ranks.stage_rank == 0)
+        st = moe_fail_context(moe_routing_trace_join(&t->trace_out, o->routing_trace_out, E, k, t->num_moe_layers,
+                                                     tokens, o->micro_batches),
                               "cannot write the routing trace");
     if (st == MOE_OK && *o->routing_trace_in)
         st = moe_fail_context(moe_routing_trace_open(&t->trace_in, o->routing_trace_in, E, k, t->num_moe_layers,
@@ -277,22 +284,42 @@ static size_t micro_batch_routes(const moe_trainer *t) {
     return (size_t)t->num_moe_layers * t->opt.batch * t->opt.model.seq_len * t->opt.model.moe.top_k;
 }
 
-/* Forces every MoE layer's routing of the next forward from ids (one micro-batch's global choices; this rank
- * takes its tokens' slice). The array must stay as it is until that forward. */
-static moe_status force_routing(moe_trainer *t, const int *ids) {
+/* The MoE layers a forward of chunk `chunk` of this rank's model runs: model layers [begin, end), the first of
+ * them MoE layer *first of the whole model (the trace's and ids' numbering); returns how many. One chunk: every
+ * layer this rank holds. */
+static int chunk_moe_layers(const moe_trainer *t, int chunk, int *begin, int *end, int *first) {
+    const moe_model_stage *s = moe_model_stage_of(t->model);
+    *begin = s->first_layer + chunk * s->chunk_stride, *end = *begin + s->num_layers, *first = 0;
+    int count = 0;
+    for (int l = 0; l < *end; l++) {
+        const int moe = moe_model_layer_is_moe(&t->opt.model, l);
+        if (l < *begin) *first += moe;
+        else count += moe;
+    }
+    return count;
+}
+
+/* Forces the routing of the chunk's MoE layers in the next forward from ids (one micro-batch's global choices of
+ * every MoE layer of the model; this rank takes its tokens' slice). The array must stay as it is until then. */
+static moe_status force_routing(moe_trainer *t, const int *ids, int chunk) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
     const size_t first = (size_t)t->ranks.stage_rank * t->local_seqs * t->opt.model.seq_len * t->opt.model.moe.top_k;
-    for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
+    int begin, end, i;
+    chunk_moe_layers(t, chunk, &begin, &end, &i);
+    for (int l = begin; l < end; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         if (layer) MOE_TRY(moe_layer_force_routing(layer, ids + (size_t)i++ * per_layer + first));
     }
     return MOE_OK;
 }
 
-/* Every MoE layer's global routing of the last forward into ids, on every rank (collective). */
-static moe_status gather_routing(moe_trainer *t, int *ids) {
+/* The global routing of the chunk's MoE layers in the last forward into their places of ids, on every rank of the
+ * stage (collective over it). */
+static moe_status gather_routing(moe_trainer *t, int *ids, int chunk) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
-    for (int l = 0, i = 0; l < t->opt.model.num_layers; l++) {
+    int begin, end, i;
+    chunk_moe_layers(t, chunk, &begin, &end, &i);
+    for (int l = begin; l < end; l++) {
         moe_layer *layer = moe_model_moe_layer(t->model, l);
         int tokens;
         if (layer) MOE_TRY(moe_layer_gather_routing(layer, ids + (size_t)i++ * per_layer, &tokens));
@@ -300,24 +327,28 @@ static moe_status gather_routing(moe_trainer *t, int *ids) {
     return MOE_OK;
 }
 
-/* Forces the routing of this micro-batch from the trace. A bad record has been reported on every rank alike:
- * all ranks read the same file. */
-static moe_status replay_routing(moe_trainer *t, int step, int mb) {
+/* Forces the chunk's routing of this micro-batch from the trace. A bad record has been reported on every rank of
+ * the stage alike: they read the same file. */
+static moe_status replay_routing(moe_trainer *t, int step, int mb, int chunk) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
-    for (int i = 0; i < t->num_moe_layers; i++)
+    int begin, end, first;
+    const int count = chunk_moe_layers(t, chunk, &begin, &end, &first);
+    for (int i = first; i < first + count; i++)
         MOE_TRY(moe_fail_context(moe_routing_trace_read(&t->trace_in, step, mb, i, t->trace_ids + (size_t)i * per_layer),
                                  "routing replay"));
-    return force_routing(t, t->trace_ids);
+    return force_routing(t, t->trace_ids, chunk);
 }
 
-/* This micro-batch's global routing, gathered on every rank (collective); world rank 0 appends it to the trace. A
- * failed write is kept in t->output_error (the other ranks are in the step: failing it here would leave them
- * waiting), and the trace is written no further. */
-static moe_status record_routing(moe_trainer *t, int step, int mb) {
+/* The chunk's global routing of this micro-batch, gathered over the stage (collective); the stage's first rank
+ * writes its records into the trace (every stage its own layers'). A failed write is kept in t->output_error (the
+ * other ranks are in the step: failing it here would leave them waiting), and the trace is written no further. */
+static moe_status record_routing(moe_trainer *t, int step, int mb, int chunk) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
-    MOE_TRY(gather_routing(t, t->trace_ids));
-    for (int i = 0; i < t->num_moe_layers && t->ranks.world_rank == 0 && !t->output_error[0]; i++) {
-        moe_status st = moe_routing_trace_append(&t->trace_out, step, mb, i, t->trace_ids + (size_t)i * per_layer);
+    int begin, end, first;
+    const int count = chunk_moe_layers(t, chunk, &begin, &end, &first);
+    MOE_TRY(gather_routing(t, t->trace_ids, chunk));
+    for (int i = first; i < first + count && t->trace_out.file && !t->output_error[0]; i++) {
+        moe_status st = moe_routing_trace_write(&t->trace_out, step, mb, i, t->trace_ids + (size_t)i * per_layer);
         if (st == MOE_OK) continue;
         if (st == MOE_ERR_OUT_OF_MEMORY) return st;
         snprintf(t->output_error, sizeof t->output_error, "the routing trace: %s", moe_failure_message(st));
@@ -360,11 +391,10 @@ static moe_status before_forward(void *ctx, int mb, int chunk, const int **input
     const moe_train_options *o = &t->opt;
     const long batch_index = (long)(run->step - 1) * o->micro_batches + mb;
     const long first = batch_index * o->batch + (long)t->ranks.stage_rank * t->local_seqs;
-    (void)chunk;
     moe_token_file_sequences(&t->train, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
     *inputs = t->inputs, *targets = t->targets;
-    if (t->routing_replay) return force_routing(t, t->routing_replay + mb * micro_batch_routes(t));
-    if (t->trace_in.file) return replay_routing(t, run->step, mb);
+    if (t->routing_replay) return force_routing(t, t->routing_replay + mb * micro_batch_routes(t), chunk);
+    if (t->trace_in.file) return replay_routing(t, run->step, mb, chunk);
     return MOE_OK;
 }
 
@@ -376,8 +406,8 @@ static moe_status after_forward(void *ctx, int mb, int chunk, double loss_sum) {
         if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), &loss_sum, 1));
         t->mb_loss[mb] = loss_sum;
     }
-    if (run->record && *t->opt.routing_trace_out) MOE_TRY(record_routing(t, run->step, mb));
-    if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t)));
+    if (run->record && *t->opt.routing_trace_out) MOE_TRY(record_routing(t, run->step, mb, chunk));
+    if (t->routing_record) MOE_TRY(gather_routing(t, t->routing_record + mb * micro_batch_routes(t), chunk));
     return MOE_OK;
 }
 
