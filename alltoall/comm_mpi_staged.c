@@ -153,8 +153,8 @@ static void staged_destroy(moe_comm *c) {
 static const moe_transport_ops staged_ops = {
     .name = "mpi-staged",
     .alltoall_ints = moe__comm_forward_alltoall_ints,
-    .alltoallv_host_rows = moe__comm_forward_alltoallv_host_rows,
     .alltoallv_rows = staged_alltoallv_rows,
+    .alltoallv_host_rows = moe__comm_forward_alltoallv_host_rows,
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = staged_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,

@@ -326,8 +326,8 @@ static void nccl_destroy(moe_comm *c) {
 static const moe_transport_ops nccl_ops = {
     .name = "nccl",
     .alltoall_ints = moe__comm_forward_alltoall_ints,
-    .alltoallv_host_rows = moe__comm_forward_alltoallv_host_rows,
     .alltoallv_rows = nccl_alltoallv_rows,
+    .alltoallv_host_rows = moe__comm_forward_alltoallv_host_rows,
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = nccl_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,

@@ -60,8 +60,8 @@ static void self_gpu_destroy(moe_comm *c) {
 static const moe_transport_ops self_gpu_ops = {
     .name = "self-gpu",
     .alltoall_ints = moe__comm_forward_alltoall_ints,
-    .alltoallv_host_rows = moe__comm_forward_alltoallv_host_rows,
     .alltoallv_rows = self_gpu_alltoallv_rows,
+    .alltoallv_host_rows = moe__comm_forward_alltoallv_host_rows,
     .allgatherv_bytes = moe__comm_forward_allgatherv_bytes,
     .allreduce_sum_real = self_gpu_allreduce_real,
     .allreduce_sum_f64 = moe__comm_forward_allreduce_f64,

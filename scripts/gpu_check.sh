@@ -21,8 +21,8 @@
 #                the same fp32 reference (2 ranks), the benchmarks' flag checks (--dry-run); for the tests
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
 # commit in the report (for a copy of the tree; else git's HEAD).
-# NCCL: the toolkit's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh), else none (the
-# report says so; the tests then expect the MPI-staged transport).
+# NCCL: the toolkit's, else the system's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh),
+# else none (the report says so; the tests then expect the MPI-staged transport).
 # Exit: 0 every phase passed; 1 a phase failed, ran out of time or was not run (the report says which);
 # 2 usage; 77 no GPU (nvidia-smi lists none) and no --rehearse.
 set -uo pipefail

@@ -99,7 +99,9 @@ def goals(logs):
 def main():
     out_dir = sys.argv[1]
     env, phases = env_of(out_dir), phases_of(out_dir)
-    logs = {name: read(os.path.join(out_dir, "logs", name + ".log")) for name, _, _ in phases}
+    # the phases that ran (one left out by --only or by the budget has no log)
+    logs = {name: read(os.path.join(out_dir, "logs", name + ".log")) for name, _, status in phases
+            if not status.startswith(("skipped (--only)", "not run"))}
     p = print
     p("## gpu_check (%s): %s" % (env.get("mode", "?"), env.get("date", "?")))
     p()
