@@ -7,7 +7,8 @@
  * flight of one chunk are consecutive micro-batches, at most `passes` of them (the most of any chunk: the model's
  * passes per chunk). An activation is sent from the pass's output (waited for before the pass's next forward
  * overwrites it); a gradient from a copy per pass (the model's input gradient is scratch that the next backward
- * overwrites). Receives complete where the schedule's step stands. */
+ * overwrites). The exchanges between two compute steps are posted as one batch and its receives complete there
+ * (schedule.h "Posting in order": what keeps NCCL, which runs posts in order, from deadlocking). */
 #ifndef MOE_MODELS_STAGE_RUNNER_H
 #define MOE_MODELS_STAGE_RUNNER_H
 
@@ -36,7 +37,7 @@ typedef struct {
     moe_pp_step *steps;             /* this stage's schedule                                               */
     int num_steps, chunks, passes;  /* passes per chunk                                                        */
     size_t nbytes;                  /* one micro-batch's activation (or its gradient): [T, d] reals           */
-    moe_real *recv;                 /* runtime memory: where an activation or a gradient arrives             */
+    moe_real *recv[2];              /* runtime memory: where an activation [0] or a gradient [1] arrives      */
     /* per (chunk, pass), at chunk * passes + pass: */
     moe_real **grad_out;            /* the input gradients sent back                                          */
     moe_comm_request **act_sent, **grad_sent; /* sends not yet waited for                                     */

@@ -49,23 +49,37 @@ static void add(builder *b, moe_pp_op op, int micro_batch, int chunk, int peer) 
     b->steps[b->count++] = (moe_pp_step){op, micro_batch, chunk, peer};
 }
 
-/* the k-th forward or backward micro-step: groups of p micro-batches pass the chunks in turn, forwards in chunk
- * order 0 .. V - 1, backwards in reverse (with V = 1: micro-batch k, chunk 0) */
-static void add_micro_step(builder *b, int k, int forward) {
+/* Parts of the k-th forward or backward micro-step: groups of p micro-batches pass the chunks in turn, forwards in
+ * chunk order 0 .. V - 1, backwards in reverse (with V = 1: micro-batch k, chunk 0). */
+enum { RECEIVE = 1, COMPUTE = 2, SEND = 4, WHOLE = RECEIVE | COMPUTE | SEND };
+
+static void add_micro_step(builder *b, int k, int forward, int parts) {
     const int p = b->shape->stages, V = b->shape->virtual_stages, last = p * V - 1;
     const int micro_batch = k / (p * V) * p + k % p;
     const int turn = k / p % V, chunk = forward ? turn : V - 1 - turn;
     const int v = moe_pp_virtual_stage(b->shape, b->stage, chunk);
     const int prev = (b->stage + p - 1) % p, next = (b->stage + 1) % p;
     if (forward) {
-        if (v > 0) add(b, MOE_PP_RECV_ACTIVATION, micro_batch, chunk, prev);
-        add(b, MOE_PP_FORWARD, micro_batch, chunk, -1);
-        if (v < last) add(b, MOE_PP_SEND_ACTIVATION, micro_batch, chunk, next);
+        if (parts & RECEIVE && v > 0) add(b, MOE_PP_RECV_ACTIVATION, micro_batch, chunk, prev);
+        if (parts & COMPUTE) add(b, MOE_PP_FORWARD, micro_batch, chunk, -1);
+        if (parts & SEND && v < last) add(b, MOE_PP_SEND_ACTIVATION, micro_batch, chunk, next);
     } else {
-        if (v < last) add(b, MOE_PP_RECV_GRADIENT, micro_batch, chunk, next);
-        add(b, MOE_PP_BACKWARD, micro_batch, chunk, -1);
-        if (v > 0) add(b, MOE_PP_SEND_GRADIENT, micro_batch, chunk, prev);
+        if (parts & RECEIVE && v < last) add(b, MOE_PP_RECV_GRADIENT, micro_batch, chunk, next);
+        if (parts & COMPUTE) add(b, MOE_PP_BACKWARD, micro_batch, chunk, -1);
+        if (parts & SEND && v > 0) add(b, MOE_PP_SEND_GRADIENT, micro_batch, chunk, prev);
     }
+}
+
+/* A steady-state pair, forward f then backward k. 1F1B: each micro-step whole. Interleaved: both receives, both
+ * computes, both sends (Megatron-LM's send_forward_backward_recv_forward_backward: on a transport that runs posts in
+ * order, the sends of one pair and the receives of the next go as one batch, which the interleaved schedule needs
+ * to be free of deadlock there). */
+static void add_pair(builder *b, int f, int k) {
+    if (b->shape->virtual_stages == 1) {
+        add_micro_step(b, f, 1, WHOLE), add_micro_step(b, k, 0, WHOLE);
+        return;
+    }
+    for (int part = RECEIVE; part <= SEND; part <<= 1) add_micro_step(b, f, 1, part), add_micro_step(b, k, 0, part);
 }
 
 moe_status moe_pp_schedule(const moe_pp_shape *shape, int stage, moe_pp_step **steps, int *count) {
@@ -81,9 +95,9 @@ moe_status moe_pp_schedule(const moe_pp_shape *shape, int stage, moe_pp_step **s
     builder b = {shape, stage, malloc((size_t)micro_steps * 2 * STEPS_PER_MICRO_STEP * sizeof(moe_pp_step)), 0};
     if (!b.steps)
         return moe_fail(MOE_ERR_OUT_OF_MEMORY, "pipeline schedule: no memory for %d micro-steps", 2 * micro_steps);
-    for (int k = 0; k < warmup; k++) add_micro_step(&b, k, 1);
-    for (int k = 0; k < steady; k++) add_micro_step(&b, k + warmup, 1), add_micro_step(&b, k, 0);
-    for (int k = steady; k < micro_steps; k++) add_micro_step(&b, k, 0);
+    for (int k = 0; k < warmup; k++) add_micro_step(&b, k, 1, WHOLE);
+    for (int k = 0; k < steady; k++) add_pair(&b, k + warmup, k);
+    for (int k = steady; k < micro_steps; k++) add_micro_step(&b, k, 0, WHOLE);
     *steps = b.steps, *count = b.count;
     return MOE_OK;
 }
@@ -95,6 +109,28 @@ int moe_pp_schedule_max_in_flight(const moe_pp_step *steps, int count) {
         if (held > most) most = held;
     }
     return most;
+}
+
+int moe_pp_schedule_passes(const moe_pp_step *steps, int count, int chunks) {
+    int most = 1;
+    for (int c = 0; c < chunks; c++) {
+        int held = 0;
+        for (int i = 0; i < count; i++)
+            if (steps[i].chunk == c) {
+                held += (steps[i].op == MOE_PP_FORWARD) - (steps[i].op == MOE_PP_BACKWARD);
+                if (held > most) most = held;
+            }
+    }
+    return most;
+}
+
+int moe_pp_step_exchanges(const moe_pp_step *step) {
+    return step->op != MOE_PP_FORWARD && step->op != MOE_PP_BACKWARD;
+}
+
+int moe_pp_exchange_run_end(const moe_pp_step *steps, int count, int i) {
+    while (i < count && moe_pp_step_exchanges(&steps[i])) i++;
+    return i;
 }
 
 static const char *const op_names[] = {

@@ -12,7 +12,8 @@
  *   with micro-batch groups of p): needs m a multiple of p. The rank runs m·V forward micro-steps; the k-th runs
  *   chunk (k / p) % V of micro-batch (k / (p·V))·p + k % p; the k-th backward runs chunk V - 1 - (k / p) % V of the
  *   same micro-batch. w = min(2·(p - s - 1) + (V - 1)·p, m·V) warm-up forwards, then forward k + w and backward k
- *   alternately, then the remaining backwards.
+ *   alternately, then the remaining backwards. A steady (forward, backward) pair runs as both receives, both
+ *   computes, both sends (Megatron's send_forward_backward_recv_forward_backward: see "Posting in order").
  *
  * Exchanges: a forward of virtual stage v > 0 is preceded by its RECV_ACTIVATION, and one of v < p·V - 1 followed
  * by its SEND_ACTIVATION; a backward of v < p·V - 1 is preceded by its RECV_GRADIENT, and one of v > 0 followed by
@@ -23,6 +24,17 @@
  * m <= 16). The interleaved warm-up has 2·(p - s - 1) where 1F1B has p - s - 1; simulated that way, these steps
  * are deadlock-free with p - s - 1 too (that many fewer stash entries), but the schedule is kept Megatron's, so that
  * its measured overlap and memory carry over.
+ *
+ * Posting in order (NCCL): a transport that runs a communicator's operations one after another in posting order
+ * (the next starts when the last is matched and done) deadlocks 1F1B if each exchange is posted alone: in the steady
+ * state rank s posts "send act (k)" and then "recv grad (j)", rank s + 1 "send grad (j)" and then "recv act (k)", and
+ * each send waits for a receive queued behind the other's send. So the runtime posts each run of consecutive
+ * exchange steps (between two compute steps: at most the send of the one before and the receive of the one after)
+ * as one batch, which progresses as a whole (Megatron's send_forward_recv_backward), and waits for its receives
+ * before the compute. 1F1B needs no more; the interleaved schedule needs its steady pairs' exchanges gathered too
+ * (above: one pair's sends and the next pair's receives make one batch). Such a transport also carries no tags: each directed pair's receives must be posted in the order of
+ * its sends, which these schedules do. tests/test_pp_schedule.c simulates all ranks that way for every shape above
+ * (no deadlock, every message delivered where it belongs; posted one by one, p 2 m 2 deadlocks).
  *
  * Stash: each forward keeps its (micro-batch, chunk) activations until its backward; the most kept at once is
  * min(w + 1, m·V) for the unclamped warm-up w above: 1F1B min(p - s, m), interleaved
@@ -79,6 +91,17 @@ moe_status moe_pp_schedule(const moe_pp_shape *shape, int stage, moe_pp_step **s
 /* The most (micro-batch, chunk) activations the steps hold at once: forwards run minus backwards run, at its
  * highest (the stash size; its formula above). */
 int moe_pp_schedule_max_in_flight(const moe_pp_step *steps, int count);
+
+/* The forwards of one chunk the steps hold at once, at the most over the chunks 0 .. chunks - 1: the stash slots a
+ * runtime keeps per chunk (micro-batch mb's forward of chunk c in slot mb % passes: its forwards in flight are
+ * consecutive micro-batches). */
+int moe_pp_schedule_passes(const moe_pp_step *steps, int count, int chunks);
+
+/* Whether a step is an exchange (a send or a receive), and the end of the run of consecutive exchanges that starts
+ * at step i (i itself when step i computes): the steps a runtime posts as one batch (above; a run holds up to two
+ * sends and two receives, one of each kind). */
+int moe_pp_step_exchanges(const moe_pp_step *step);
+int moe_pp_exchange_run_end(const moe_pp_step *steps, int count, int i);
 
 /* One line per step: "F mb 3 chunk 1", "send act mb 3 chunk 1 -> 2", "recv grad mb 0 chunk 0 <- 1". */
 void moe_pp_schedule_print(FILE *f, const moe_pp_step *steps, int count);

@@ -3,8 +3,8 @@
 # moe-train --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU
 # fp32 reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
 # and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
-# argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks. Exit 77 (skip) where there is no
-# GPU.
+# argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; pipelines
+# (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1. Exit 77 (skip) where there is no GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
 nccl) lone_transport="NCCL transport" ;;
@@ -31,11 +31,12 @@ if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
 else
     fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport expected)"
 fi
-gpu_run() { # NAME FLAGS...: 3 steps on 2 ranks sharing the GPU, checkpointed into $dir/gpu-NAME
+gpu_run() { # NAME FLAGS...: 3 steps on $ranks ranks (default 2) sharing the GPU, checkpointed into $dir/gpu-NAME
     local name=$1
     shift
     merge --device cuda --capacity-factor 1.25 --steps 3 --checkpoint-dir "$dir/gpu-$name" "$@"
-    timeout 300 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 || fail_with_output "cuda bf16, $name"
+    timeout 300 "$mpirun" -np "${ranks:-2}" "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 ||
+        fail_with_output "cuda bf16, $name"
 }
 same_weights() { # WHAT A B: the step-3 weights of runs A and B are the same bytes
     if cmp -s "$dir/gpu-$2/step-00000003/model.safetensors" "$dir/gpu-$3/step-00000003/model.safetensors"; then
@@ -53,4 +54,13 @@ same_weights "recompute full's step-3 weights bitwise none's" full none
 gpu_run zero0 --ep 1 --micro-batches 2 --zero 0
 gpu_run zero2 --ep 1 --micro-batches 2 --zero 2
 same_weights "ZeRO-2's step-3 weights (ep 1, 2 micro-batches) bitwise ZeRO-0's" zero2 zero0
+# pipelines on the GPU: checked against the CPU, and --pp 2 (a stage per rank) bitwise --pp 1 on one rank (every
+# GEMM of the same rows)
+trains "cuda bf16, pp 2 on 2 ranks, micro-batches 2, vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --pp 2 --layers 2 --micro-batches 2
+trains "cuda bf16, pp 2 x 2 virtual stages, tied embeddings, vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --pp 2 --virtual-stages 2 --layers 4 --micro-batches 2 --tie-embeddings 1
+ranks=1 gpu_run pp1 --layers 2 --micro-batches 4
+gpu_run pp2 --layers 2 --micro-batches 4 --pp 2
+same_weights "pp 2's step-3 weights (2 layers, 4 micro-batches) bitwise pp 1's on one rank" pp2 pp1
 finish test_gpu_train

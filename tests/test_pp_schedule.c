@@ -3,7 +3,8 @@
  * (each rank's own list: every (micro-batch, chunk) forward once and backward once, forward first, its exchanges
  * with the right peers, the stash no larger than the formula; all ranks together, run as a simulated pipeline with
  * non-blocking sends and blocking receives: no deadlock, every receive matched by a send from the rank it names,
- * a micro-batch's forwards through virtual stages 0 .. pV - 1 in order and its backwards in reverse), the
+ * a micro-batch's forwards through virtual stages 0 .. pV - 1 in order and its backwards in reverse; and again on a
+ * transport that runs each rank's posts in order, without tags, as NCCL does, posted as the runtime posts them), the
  * refusals with their messages, and finally schedules broken on purpose, which the checks must catch.
  * Run: meson test -C build test_pp_schedule */
 #include <stdio.h>
@@ -82,18 +83,18 @@ static void test_hand_worked(void) {
     check_hand_worked(4, 1, 4, 3,
                       "ra0.0<2 F0.0 B0.0 sg0.0>2 ra1.0<2 F1.0 B1.0 sg1.0>2 ra2.0<2 F2.0 B2.0 sg2.0>2 ra3.0<2 F3.0 "
                       "B3.0 sg3.0>2");
-    /* p 2 V 2 m 4. Rank 0: warm-up 0.0 1.0 0.1 1.1; then (F, B) pairs (2.0, 0.1) (3.0, 1.1) (2.1, 0.0) (3.1, 1.0);
-     * cool-down 2.1 3.1 2.0 3.0. */
+    /* p 2 V 2 m 4. Rank 0: warm-up 0.0 1.0 0.1 1.1; then (F, B) pairs (2.0, 0.1) (3.0, 1.1) (2.1, 0.0) (3.1, 1.0),
+     * each as its receives, F, B, its sends; cool-down 2.1 3.1 2.0 3.0. */
     check_hand_worked(2, 2, 4, 0,
                       "F0.0 sa0.0>1 F1.0 sa1.0>1 ra0.1<1 F0.1 sa0.1>1 ra1.1<1 F1.1 sa1.1>1 "
-                      "F2.0 sa2.0>1 rg0.1<1 B0.1 sg0.1>1 F3.0 sa3.0>1 rg1.1<1 B1.1 sg1.1>1 "
-                      "ra2.1<1 F2.1 sa2.1>1 rg0.0<1 B0.0 ra3.1<1 F3.1 sa3.1>1 rg1.0<1 B1.0 "
+                      "rg0.1<1 F2.0 B0.1 sa2.0>1 sg0.1>1 rg1.1<1 F3.0 B1.1 sa3.0>1 sg1.1>1 "
+                      "ra2.1<1 rg0.0<1 F2.1 B0.0 sa2.1>1 ra3.1<1 rg1.0<1 F3.1 B1.0 sa3.1>1 "
                       "rg2.1<1 B2.1 sg2.1>1 rg3.1<1 B3.1 sg3.1>1 rg2.0<1 B2.0 rg3.0<1 B3.0");
     /* Rank 1: warm-up 0.0 1.0; pairs (0.1, 0.1) (1.1, 1.1) (2.0, 0.0) (3.0, 1.0) (2.1, 2.1) (3.1, 3.1); cool-down
      * 2.0 3.0. */
     check_hand_worked(2, 2, 4, 1,
                       "ra0.0<0 F0.0 sa0.0>0 ra1.0<0 F1.0 sa1.0>0 ra0.1<0 F0.1 B0.1 sg0.1>0 ra1.1<0 F1.1 B1.1 sg1.1>0 "
-                      "ra2.0<0 F2.0 sa2.0>0 rg0.0<0 B0.0 sg0.0>0 ra3.0<0 F3.0 sa3.0>0 rg1.0<0 B1.0 sg1.0>0 "
+                      "ra2.0<0 rg0.0<0 F2.0 B0.0 sa2.0>0 sg0.0>0 ra3.0<0 rg1.0<0 F3.0 B1.0 sa3.0>0 sg1.0>0 "
                       "ra2.1<0 F2.1 B2.1 sg2.1>0 ra3.1<0 F3.1 B3.1 sg3.1>0 rg2.0<0 B2.0 sg2.0>0 rg3.0<0 B3.0 sg3.0>0");
     /* p 2 V 2 m 2: rank 0's warm-up (4) is all m·V = 4 forwards, then the 4 backwards; rank 1: warm-up 0.0 1.0,
      * pairs (0.1, 0.1) (1.1, 1.1), cool-down 0.0 1.0. */
@@ -266,6 +267,155 @@ static void simulate(const moe_pp_shape *shape, moe_pp_step *const *steps, const
     for (int k = 0; k < 2; k++) free(posted[k]), free(taken[k]);
 }
 
+/* ---- all ranks together on a transport that runs each rank's posts in order (NCCL), posted as the runtime posts
+ * them (models/stage_runner.c, schedule.h "Posting in order"): each run of consecutive exchanges one batch, its
+ * receive waited for before the compute; a slot's earlier send waited for before the slot's buffer is written
+ * again (a forward rewrites its pass's output; a gradient's copy its pass's buffer); every send at the end. A batch
+ * at the head of a rank's queue completes an exchange when the peer's matching post heads the peer's queue; the
+ * queue moves on when the whole batch is done. Matching has no tags: the k-th send from a to b meets the k-th
+ * receive b posts from a, which must be the message it was meant for. paired = 0 posts every exchange alone. ---- */
+
+enum { MAX_OPS = 4096 };
+
+typedef struct {
+    int rank, peer, send, grad, mb, v; /* v: the virtual stage the message goes to */
+    int batch, seq, done;              /* the rank's batch it was posted in, its place in its directed pair */
+} sim_op;
+
+typedef struct {
+    sim_op ops[MAX_OPS];
+    int num_ops;
+    int posted[MAX_STAGES][MAX_STAGES][2]; /* [from][to][is a receive]: posts so far */
+    int by_seq[MAX_STAGES][MAX_STAGES][2][MAX_OPS / 4];
+    int head[MAX_STAGES], batches[MAX_STAGES]; /* the batch at the head of each rank's queue; batches posted */
+} in_order_sim;
+
+/* Host actions: post a batch (ops first .. first + n), wait for one op, or compute. */
+typedef struct {
+    int kind, op, n; /* kind: 0 post, 1 wait, 2 compute */
+} sim_action;
+
+static int sim_post(in_order_sim *sim, const moe_pp_shape *shape, int r, const moe_pp_step *st, int batch) {
+    const int p = shape->stages, v = st->chunk * p + r;
+    const int send = st->op == MOE_PP_SEND_ACTIVATION || st->op == MOE_PP_SEND_GRADIENT;
+    const int grad = st->op == MOE_PP_SEND_GRADIENT || st->op == MOE_PP_RECV_GRADIENT;
+    if (sim->num_ops == MAX_OPS) abort();
+    const int id = sim->num_ops++, from = send ? r : st->peer, to = send ? st->peer : r;
+    int *n = &sim->posted[from][to][!send];
+    if (*n == MAX_OPS / 4) abort();
+    sim->ops[id] = (sim_op){r, st->peer, send, grad, st->micro_batch, send ? (grad ? v - 1 : v + 1) : v, batch, *n, 0};
+    sim->by_seq[from][to][!send][(*n)++] = id;
+    return id;
+}
+
+/* The host's actions of rank r, as the runtime takes them. */
+static int sim_actions(in_order_sim *sim, const moe_pp_shape *shape, int r, const moe_pp_step *st, int n,
+                       int paired, sim_action *out) {
+    const int V = shape->virtual_stages, passes = moe_pp_schedule_passes(st, n, V);
+    int act_sent[MAX_STAGES * 4 * 17], grad_sent[MAX_STAGES * 4 * 17], count = 0, batch = 0;
+    if (V * passes > (int)(sizeof act_sent / sizeof act_sent[0])) abort();
+    for (int i = 0; i < V * passes; i++) act_sent[i] = grad_sent[i] = -1;
+#define WAIT_FOR(x) \
+    if ((x) >= 0) out[count++] = (sim_action){1, (x), 0}, (x) = -1
+    for (int i = 0; i < n; i++) {
+        const int slot = st[i].chunk * passes + st[i].micro_batch % passes;
+        if (!is_exchange(st[i].op)) {
+            if (st[i].op == MOE_PP_FORWARD) WAIT_FOR(act_sent[slot]);
+            out[count++] = (sim_action){2, -1, 0};
+            continue;
+        }
+        const int end = paired ? moe_pp_exchange_run_end(st, n, i) : i + 1;
+        for (int j = i; j < end; j++) {
+            const int s = st[j].chunk * passes + st[j].micro_batch % passes;
+            if (st[j].op == MOE_PP_SEND_ACTIVATION) WAIT_FOR(act_sent[s]);
+            if (st[j].op == MOE_PP_SEND_GRADIENT) WAIT_FOR(grad_sent[s]);
+        }
+        const int first = sim->num_ops;
+        for (int j = i; j < end; j++) {
+            const int s = st[j].chunk * passes + st[j].micro_batch % passes, id = sim_post(sim, shape, r, &st[j], batch);
+            if (st[j].op == MOE_PP_SEND_ACTIVATION) act_sent[s] = id;
+            if (st[j].op == MOE_PP_SEND_GRADIENT) grad_sent[s] = id;
+        }
+        out[count++] = (sim_action){0, first, end - i}, batch++;
+        for (int j = i; j < end; j++)
+            if (!sim->ops[first + j - i].send) out[count++] = (sim_action){1, first + j - i, 0};
+        i = end - 1;
+    }
+    for (int i = 0; i < V * passes; i++) {
+        WAIT_FOR(act_sent[i]);
+        WAIT_FOR(grad_sent[i]);
+    }
+#undef WAIT_FOR
+    return count;
+}
+
+static void simulate_in_order(const moe_pp_shape *shape, moe_pp_step *const *steps, const int *count, int paired) {
+    const int p = shape->stages;
+    in_order_sim *sim = calloc(1, sizeof *sim);
+    sim_action *actions[MAX_STAGES];
+    int num_actions[MAX_STAGES], pc[MAX_STAGES] = {0}, queued[MAX_STAGES] = {0}, *queue[MAX_STAGES];
+    if (!sim) abort();
+    for (int r = 0; r < p; r++) {
+        actions[r] = malloc((size_t)count[r] * 4 * sizeof(sim_action));
+        queue[r] = malloc((size_t)count[r] * sizeof(int)); /* each batch's first op */
+        if (!actions[r] || !queue[r]) abort();
+        num_actions[r] = sim_actions(sim, shape, r, steps[r], count[r], paired, actions[r]);
+    }
+    /* every directed pair: as many receives as sends, each the message its send carries */
+    for (int a = 0; a < p; a++)
+        for (int b = 0; b < p; b++) {
+            if (sim->posted[a][b][0] != sim->posted[a][b][1])
+                test_problem("in order: rank %d sends %d messages to rank %d, which receives %d", a,
+                             sim->posted[a][b][0], b, sim->posted[a][b][1]);
+            for (int k = 0; k < sim->posted[a][b][0] && k < sim->posted[a][b][1]; k++) {
+                const sim_op *s = &sim->ops[sim->by_seq[a][b][0][k]], *q = &sim->ops[sim->by_seq[a][b][1][k]];
+                if (s->grad != q->grad || s->mb != q->mb || s->v != q->v)
+                    test_problem("in order: rank %d's message %d to rank %d (micro-batch %d's %s for virtual stage %d) "
+                                 "lands in the receive of micro-batch %d's %s for virtual stage %d",
+                                 a, k, b, s->mb, s->grad ? "gradient" : "activation", s->v, q->mb,
+                                 q->grad ? "gradient" : "activation", q->v);
+            }
+        }
+    /* a rank's queue: the first op of each batch it posted, batch_size[first] ops from there */
+    int *batch_size = calloc(sim->num_ops + 1, sizeof(int));
+    if (!batch_size) abort();
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < p; r++) /* the host runs until a wait blocks it */
+            for (; pc[r] < num_actions[r]; pc[r]++, progress = 1) {
+                const sim_action *a = &actions[r][pc[r]];
+                if (a->kind == 1 && !sim->ops[a->op].done) break;
+                if (a->kind == 0) queue[r][queued[r]++] = a->op, batch_size[a->op] = a->n;
+            }
+        for (int r = 0; r < p; r++) { /* the head batches complete what their peers' head batches match */
+            if (sim->head[r] == queued[r]) continue;
+            const int first = queue[r][sim->head[r]];
+            int open = 0;
+            for (int id = first; id < first + batch_size[first]; id++) {
+                sim_op *o = &sim->ops[id];
+                if (o->done) continue;
+                const int from = o->send ? r : o->peer, to = o->send ? o->peer : r;
+                const int other = o->seq < sim->posted[from][to][o->send] ? sim->by_seq[from][to][o->send][o->seq] : -1;
+                const int peer_head = sim->head[o->peer] < queued[o->peer] ? sim->ops[queue[o->peer][sim->head[o->peer]]].batch : -1;
+                if (other >= 0 && sim->ops[other].batch == peer_head)
+                    o->done = sim->ops[other].done = 1, progress = 1;
+                else
+                    open++;
+            }
+            if (!open) sim->head[r]++, progress = 1;
+        }
+    }
+    for (int r = 0; r < p; r++)
+        if (pc[r] < num_actions[r] || sim->head[r] < queued[r]) {
+            const sim_op *o = pc[r] < num_actions[r] ? &sim->ops[actions[r][pc[r]].op] : NULL;
+            test_problem("in order: deadlock: rank %d waits forever%s%s (micro-batch %d's %s, peer %d)", r,
+                         o ? " for a " : " on its queue", o ? (o->send ? "send" : "receive") : "", o ? o->mb : -1,
+                         o ? (o->grad ? "gradient" : "activation") : "", o ? o->peer : -1);
+        }
+    for (int r = 0; r < p; r++) free(actions[r]), free(queue[r]);
+    free(batch_size), free(sim);
+}
+
 /* ---- a whole pipeline's schedules ---- */
 
 typedef struct {
@@ -294,6 +444,8 @@ static int pipeline_problems(const pipeline *pl) {
     test_problems = 0;
     for (int s = 0; s < pl->shape.stages; s++) check_rank(&pl->shape, s, pl->steps[s], pl->count[s]);
     simulate(&pl->shape, pl->steps, pl->count);
+    if (pl->shape.stages > 1 || pl->shape.virtual_stages == 1) /* one rank's chunks sending to itself: not run so */
+        simulate_in_order(&pl->shape, pl->steps, pl->count, 1);
     return test_problems;
 }
 
@@ -411,6 +563,20 @@ static void test_broken_schedules(void) {
     if (pipeline_build(&pl, 4, 1, 4)) {
         pl.steps[1][0].peer = 2;
         expect_caught("p 4 V 1 m 4, rank 1 receives mb 0's activation from rank 2", &pl);
+    }
+    /* on an in-order transport (NCCL): each exchange posted alone deadlocks 1F1B (why the runtime pairs them), and
+     * rank 0 sending mb 1's activation before mb 0's lands each in the other's receive */
+    if (pipeline_build(&pl, 2, 1, 2)) {
+        for (int broken = 0; broken < 2; broken++) {
+            printf("broken on purpose: p 2 V 1 m 2 on an in-order transport, %s\n",
+                   broken ? "rank 0's sends of mb 0 and 1 swapped" : "every exchange posted alone");
+            if (broken) swap(pl.steps[0], 1, 3);
+            test_expecting_problems = 1, test_problems = 0;
+            simulate_in_order(&pl.shape, pl.steps, pl.count, broken);
+            test_expecting_problems = 0;
+            CHECK(test_problems > 0, "p 2 V 1 m 2 in order, case %d: not caught", broken);
+        }
+        pipeline_free(&pl);
     }
     /* p 2 V 1 m 4 rank 1 as GPipe (all forwards, then all backwards): valid, but a stash of 4, not 1 */
     if (pipeline_build(&pl, 2, 1, 4)) {

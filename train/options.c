@@ -313,8 +313,7 @@ static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
     return 0;
 }
 
-/* --pp and --virtual-stages: stages of equal layers over equal groups of ranks, and what does not run in a pipeline
- * yet. */
+/* --pp and --virtual-stages: stages of equal layers over equal groups of ranks. */
 static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err) {
     const int pp = o->pp, V = o->virtual_stages, L = o->model.num_layers;
     if (world_size % pp)
@@ -328,14 +327,6 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
     if (V > 1 && o->micro_batches % pp)
         return moe_train_complain(err, "moe-train: the interleaved schedule runs micro-batches in groups of --pp: "
                                        "--micro-batches %d must be a multiple of --pp %d\n", o->micro_batches, pp), -1;
-
-    if (pp == 1) return 0;
-    const char *not_yet = o->verify_steps                   ? "--verify-steps"
-                          : o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda (the pipeline is run on the CPU only)"
-                                                              : NULL;
-    if (not_yet)
-        return moe_train_complain(err, "moe-train: --pp %d with %s is not supported yet: train with --pp 1 for it\n", pp,
-                                  not_yet), -1;
     return 0;
 }
 

@@ -156,7 +156,8 @@ void moe_trainer_destroy(moe_trainer *t) {
 }
 
 moe_trainer_shape moe_trainer_shape_of(const moe_trainer *t) {
-    return (moe_trainer_shape){.config = &t->opt.model, .batch = t->opt.batch, .micro_batches = t->opt.micro_batches};
+    return (moe_trainer_shape){.config = &t->opt.model, .batch = t->opt.batch, .micro_batches = t->opt.micro_batches,
+                               .pp = t->opt.pp, .virtual_stages = t->opt.virtual_stages};
 }
 
 moe_status moe_trainer_create_reference(moe_trainer *ref, const moe_trainer *run, const moe_parallel *par) {

@@ -63,11 +63,12 @@ typedef struct {
 moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_runtime *rt, const moe_parallel *par);
 void moe_trainer_destroy(moe_trainer *t);
 
-/* What code that drives a trainer needs of its options, and no more (train/verify.h): the architecture and the
- * step's batch. Points into t. */
+/* What code that drives a trainer needs of its options, and no more (train/verify.h): the architecture, the
+ * step's batch and the pipeline's cut. Points into t. */
 typedef struct {
     const moe_model_config *config;
     int batch, micro_batches; /* global sequences per micro-batch; micro-batches per step */
+    int pp, virtual_stages;   /* pipeline stages, model chunks per stage */
 } moe_trainer_shape;
 moe_trainer_shape moe_trainer_shape_of(const moe_trainer *t);
 

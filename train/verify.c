@@ -49,19 +49,32 @@ void moe_verifier_destroy(moe_verifier *v) {
     memset(v, 0, sizeof *v);
 }
 
-/* The fraction of the run's choices that the reference made for the same token. */
-static double routing_agreement(const moe_trainer_shape *s, const int *a, const int *b) {
-    const int k = s->config->moe.top_k;
-    const size_t n = route_count(s);
-    size_t same = 0;
-    for (size_t tok = 0; tok < n; tok += k)
-        for (int i = 0; i < k; i++)
-            for (int j = 0; j < k; j++)
-                if (a[tok + i] == b[tok + j]) {
-                    same++;
-                    break;
-                }
-    return n ? (double)same / n : 1;
+/* The fraction of the run's choices that the reference made for the same token, over the MoE layers this rank's
+ * pipeline stage holds (the others' places in the arrays are not written here), then over the whole pipeline: each
+ * stage's counts added (integers: exact in any order). Collective over the pipeline. */
+static moe_status routing_agreement(const moe_trainer_shape *s, const moe_trainer *run, const int *a, const int *b,
+                                    double *agreement) {
+    const moe_model_config *c = s->config;
+    const int k = c->moe.top_k, moe_layers = num_moe_layers(c);
+    const size_t per_layer = route_count(s) / (size_t)s->micro_batches / (moe_layers ? moe_layers : 1);
+    double counts[2] = {0, 0}; /* agreeing choices, choices */
+    for (int mb = 0; mb < s->micro_batches; mb++)
+        for (int l = 0, i = 0; l < c->num_layers; l++) {
+            if (!moe_model_layer_is_moe(c, l)) continue;
+            const size_t from = ((size_t)mb * moe_layers + i++) * per_layer;
+            if (moe_model_pipeline_stage_of(c, s->pp, s->virtual_stages, l) != run->ranks.pp_rank) continue;
+            for (size_t tok = from; tok < from + per_layer; tok += k)
+                for (int x = 0; x < k; x++)
+                    for (int y = 0; y < k; y++)
+                        if (a[tok + x] == b[tok + y]) {
+                            counts[0]++;
+                            break;
+                        }
+            counts[1] += (double)per_layer;
+        }
+    MOE_TRY(moe_comm_allreduce_sum_f64(moe_parallel_pipeline(run->par), counts, 2));
+    *agreement = counts[1] > 0 ? counts[0] / counts[1] : 1;
+    return MOE_OK;
 }
 
 /* The reference takes the run's weights and sigmoid routing's selection biases. */
@@ -178,7 +191,7 @@ moe_status moe_verify_step(moe_verifier *v, moe_trainer *run, int step, moe_step
     *rep = (moe_verify_report){.step = step, .loss = r->loss, .ref_loss = ref_r.loss};
     MOE_TRY(moe_model_grad_norm(run->model, run->par, &rep->grad_norm));
     MOE_TRY(moe_model_grad_norm(v->ref.model, v->ref.par, &rep->ref_grad_norm));
-    rep->routing_agreement = routing_agreement(&v->shape, v->routes, v->ref_routes);
+    MOE_TRY(routing_agreement(&v->shape, run, v->routes, v->ref_routes, &rep->routing_agreement));
     const size_t n = moe_model_num_dense(run->model) + moe_model_num_expert(run->model);
     MOE_TRY(moe_runtime_download(moe_model_runtime(run->model), v->host, moe_model_grads(run->model),
                                  n * sizeof(moe_real)));
