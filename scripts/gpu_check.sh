@@ -18,7 +18,9 @@
 #                limit, cut to what is left; a phase that would start with under 15 s left is not run
 # --rehearse     no GPU needed: every phase that does not need one, as on a GPU machine (bundle, configure,
 #                build for sm_90, report), the gpu suite (which skips), the verify runs on the CPU in bf16 against
-#                the same fp32 reference (2 ranks), the benchmarks' flag checks (--dry-run); for the tests
+#                the same fp32 reference (2 ranks), the benchmarks' flag checks (--dry-run); for the tests. Each
+#                phase gets 4x its limit (a rehearsal shares its CPU with the rest of scripts/test.sh), still cut to
+#                the budget
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
 # commit in the report (for a copy of the tree; else git's HEAD).
 # NCCL: the toolkit's, else the system's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh),
@@ -88,6 +90,7 @@ record() { # NAME SECONDS STATUS
 phase() {
     local name=$1 limit=$2
     shift 2
+    [ $rehearse = 1 ] && limit=$((limit * 4)) # a rehearsal's CPU is shared with whatever else runs (--rehearse)
     case $name in configure | build | data) ;; *)
         if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then
             record "$name" 0 "skipped (--only)"

@@ -3,7 +3,7 @@
 # same bits as the one within a node: a small 2-rank run (ep 2, capacity drops, ZeRO-1, 2 micro-batches) over
 # Open MPI's shared memory (pml ob1, btl vader) and again over TCP on loopback (btl tcp), each checked to have
 # used that transport; every loss in the metrics and the saved checkpoint's files are bitwise the same.
-# (The whole mpi suite also runs over TCP: `meson test --setup tcp --suite mpi`, from scripts/test.sh.)
+# (The MPI test programs also run over TCP: `meson test --setup tcp --suite transport`, from scripts/test.sh.)
 source "$(dirname "$0")/train_cli_common.sh"
 
 run() { # NAME BTL: the small run over that btl, its metrics and checkpoint under $dir/NAME
