@@ -8,13 +8,15 @@
 #             faults (jobs hurt on purpose, docs/RELIABILITY.md), gpu (skips without a GPU), bundle (the bare GPU
 #             machine's path), MOE_TEST_PROCESSES tests at a time (default 4)
 #   tcp       the transport suite once more over Open MPI's TCP transport, the one between nodes (tests/meson.build
-#             says which tests and why)
+#             says which tests and why), at nice 5: short, and off the critical path
 #   fuzz      scripts/fuzz.sh: its own build, each parser's corpus, then MOE_FUZZ_SECONDS (default 20) of fuzzing per
 #             target, one target at a time, at a lower priority (nice 10): its seconds are wall-clock, so it takes
 #             the CPU the other lanes leave while they wait
 #   sanitize  scripts/sanitize.sh: its own build, the unit and mpi suites and three faults tests under ASan and UBSan
 # At once, because the tests mostly wait (mpirun starting and ending ranks, processes exiting, watchdogs timing
 # out, files): run one after another on 2 cores, the main suites alone left 72% of the CPU idle for 12 minutes.
+# The longest lanes are main (test_gpu_check_bundle builds the whole project again) and sanitize (its build, then
+# its tests); together about 12 minutes from a fresh clone on 2 cores (README, "Tests").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
@@ -58,7 +60,7 @@ lane_command() {
     case $1 in
     main) meson test --no-rebuild --print-errorlogs --num-processes "$processes" --suite unit --suite ref \
         --suite mpi --suite faults --suite gpu --suite bundle ;;
-    tcp) meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
+    tcp) nice -n 5 meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
     fuzz) nice -n 10 bash "$moe_root/scripts/fuzz.sh" --num-processes 1 ;; # CPU-bound: fills the others' waits
     sanitize) bash "$moe_root/scripts/sanitize.sh" ;;
     esac

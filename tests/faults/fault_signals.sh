@@ -14,7 +14,7 @@ clean=0
 stopped() {
     local sig=$1 target=$2 status=$3 ck="$dir/ck-$1-$2"
     launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
-    for ((i = 0; i < 300; i++)); do grep -q "^step    20 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+    wait_for_step 20 120 || { fail_with_output "SIG$sig to $target: the job did not reach step 20 in 120 s"; return; }
     local t0=$SECONDS
     if [ "$target" = ranks ]; then pkill "-$sig" -s "$job" -x "$(basename "$train")"; else kill "-$sig" "$job"; fi
     wait_job 60 || { fail_with_output "SIG$sig to $target: the job did not end within 60 s"; return; }
@@ -58,7 +58,7 @@ leftovers > /dev/null || fail_with_output "two SIGTERMs: processes left"
 
 # --stop-signals none: the default action
 launch --steps 100000 --checkpoint-dir "$dir/none" --eval-interval 0 --stop-signals none
-for ((i = 0; i < 300; i++)); do grep -q "^step    20 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+wait_for_step 20 120 || fail_with_output "--stop-signals none: the job did not reach step 20 in 120 s"
 pkill -TERM -s "$job" -x "$(basename "$train")"
 wait_job 60 || fail_with_output "--stop-signals none: the job did not end"
 if [ "$job_rc" -ne 0 ] && [ -z "$(ls "$dir/none" | grep step-)" ]; then

@@ -12,7 +12,7 @@ lock_holder() { cat "$1/.lock" 2>/dev/null; }
 # a job submitted twice
 ck="$dir/twice"
 launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
-for ((i = 0; i < 300; i++)); do [ -n "$(lock_holder "$ck")" ] && break; sleep 0.1; done
+for ((start = SECONDS; SECONDS - start < 120; )); do [ -n "$(lock_holder "$ck")" ] && break; sleep 0.1; done
 holder=$(lock_holder "$ck")
 [ -n "$holder" ] || fail_with_output "the first job never took the directory's lock"
 first_run=$(echo "$holder" | sed -n 's/^run \([0-9a-f]*\),.*/\1/p')

@@ -24,6 +24,18 @@ wait_for_ranks() {
     return 1
 }
 
+# wait_for_step N LIMIT_S: until the job's output has step N's line (1: not within LIMIT_S seconds of wall time).
+# Limits are generous: under scripts/test.sh these jobs share 2 cores with three other lanes of tests, and a
+# sanitized job then took over 30 s to start and train 20 steps.
+wait_for_step() {
+    local step start=$SECONDS
+    step=$(printf 'step %5d ' "$1")
+    until grep -q "^$step" "$dir/job.txt" 2>/dev/null; do
+        [ $((SECONDS - start)) -lt "$2" ] || return 1
+        sleep 0.1
+    done
+}
+
 # wait_job LIMIT_S: waits for mpirun to end; $job_rc is its status, $job_s the seconds it took. Past the limit
 # the session is killed and it returns 1 (a hang).
 wait_job() {
