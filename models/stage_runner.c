@@ -43,7 +43,8 @@ moe_status moe_stage_runner_init(moe_stage_runner *r, moe_model *model, moe_comm
     moe_status st = r->grad_out && r->act_sent && r->grad_sent && r->pass_mb ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     moe_runtime *rt = moe_model_runtime(model);
     const int exchanges = shape->stages > 1 || r->chunks > 1;
-    for (int i = 0; i < 2 && st == MOE_OK && exchanges; i++) st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->recv[i]);
+    for (int i = 0; i < 2 && st == MOE_OK && exchanges; i++)
+        st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->recv[i]);
     for (int i = 0; i < n && st == MOE_OK && exchanges; i++)
         st = moe_runtime_alloc(rt, r->nbytes, (void **)&r->grad_out[i]);
     for (int i = 0; i < n && st == MOE_OK; i++) r->pass_mb[i] = -1;

@@ -25,16 +25,18 @@
  * are deadlock-free with p - s - 1 too (that many fewer stash entries), but the schedule is kept Megatron's, so that
  * its measured overlap and memory carry over.
  *
- * Posting in order (NCCL): a transport that runs a communicator's operations one after another in posting order
- * (the next starts when the last is matched and done) deadlocks 1F1B if each exchange is posted alone: in the steady
- * state rank s posts "send act (k)" and then "recv grad (j)", rank s + 1 "send grad (j)" and then "recv act (k)", and
- * each send waits for a receive queued behind the other's send. So the runtime posts each run of consecutive
- * exchange steps (between two compute steps: at most the send of the one before and the receive of the one after)
- * as one batch, which progresses as a whole (Megatron's send_forward_recv_backward), and waits for its receives
- * before the compute. 1F1B needs no more; the interleaved schedule needs its steady pairs' exchanges gathered too
- * (above: one pair's sends and the next pair's receives make one batch). Such a transport also carries no tags: each directed pair's receives must be posted in the order of
- * its sends, which these schedules do. tests/test_pp_schedule.c simulates all ranks that way for every shape above
- * (no deadlock, every message delivered where it belongs; posted one by one, p 2 m 2 deadlocks).
+ * Posting in order (NCCL): a transport that runs a communicator's operations one after another in posting order (the
+ * next starts when the last is matched and done) deadlocks 1F1B if each exchange is posted alone: in the steady
+ * state rank s posts "send act (k)" and then "recv grad (j)", rank s + 1 "send grad (j)" and then "recv act (k)",
+ * and each send waits for a receive queued behind the other's send. So the runtime posts each run of consecutive
+ * exchange steps (between two compute steps: the sends of what was computed and the receives of what comes next) as
+ * one batch, which progresses as a whole (Megatron's send_forward_recv_backward), and waits for its receives before
+ * the compute. 1F1B needs no more; the interleaved schedule needs its steady pairs' exchanges gathered too (above:
+ * one pair's sends and the next pair's receives make one batch). Such a transport also carries no tags: each
+ * directed pair's receives must be posted in the order of its sends, which these schedules do.
+ * tests/test_pp_schedule.c simulates all ranks that way for every shape above but p = 1 with V >= 2 (a rank sending
+ * to itself, which moe-train refuses): no deadlock, every message delivered where it belongs; posted one by one,
+ * p 2 m 2 deadlocks.
  *
  * Stash: each forward keeps its (micro-batch, chunk) activations until its backward; the most kept at once is
  * min(w + 1, m·V) for the unclamped warm-up w above: 1F1B min(p - s, m), interleaved

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh — the README's second command: installs, builds, then runs every test suite.
 #   bash scripts/test.sh            everything (what CI runs)
-#   bash scripts/test.sh --quick    the unit and ref suites of the main build only: the edit-compile-test loop
+#   bash scripts/test.sh --quick    the unit and ref suites of the main build only (35 s once built): the
+#                                   edit-compile-test loop
 #   bash scripts/test.sh ARGS...    `meson test ARGS` on the main build only (a suite, or a test's name)
 # Everything is four lanes run at once, each with its own log in build/meson-logs/lane-<name>.txt:
 #   main      build/: the suites unit (CPU tests), ref (against PyTorch and transformers), mpi (1 to 8 ranks),
@@ -41,6 +42,10 @@ processes="${MOE_TEST_PROCESSES:-4}"
 count() { # FIELD FILE: meson's counts of that result, added over the summaries in FILE
     sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" "$2" | awk '{ n += $1 } END { print n + 0 }'
 }
+summarize() { # FILE: "N passed, N failed, N skipped" from meson's summaries in FILE
+    local failed=$(($(count Fail "$1") + $(count Timeout "$1")))
+    echo "$(count Ok "$1") passed, $failed failed, $(count Skipped "$1") skipped"
+}
 
 if [ $quick -eq 1 ] || [ $# -gt 0 ]; then
     suites=(--suite unit --suite ref)
@@ -48,8 +53,7 @@ if [ $quick -eq 1 ] || [ $# -gt 0 ]; then
     status=0
     meson test --print-errorlogs --num-processes "$processes" "${suites[@]}" "$@" |
         tee meson-logs/test-summary.txt || status=$?
-    echo "$(count Ok meson-logs/test-summary.txt) passed, $(( $(count Fail meson-logs/test-summary.txt) + \
-        $(count Timeout meson-logs/test-summary.txt) )) failed, $(count Skipped meson-logs/test-summary.txt) skipped"
+    summarize meson-logs/test-summary.txt
     exit $status
 fi
 
@@ -77,12 +81,12 @@ for lane in "${lanes[@]}"; do
     wait "${pid[$lane]}" || true
     log="meson-logs/lane-$lane.txt"
     result=$(tail -n 1 "$log")
-    summary="$(count Ok "$log") passed, $(( $(count Fail "$log") + $(count Timeout "$log") )) failed, $(count Skipped "$log") skipped"
-    echo "$result: $summary (log: $moe_build/$log)"
+    echo "$result: $(summarize "$log") (log: $moe_build/$log)"
     if [[ $result != *"exit status 0 "* ]]; then
         status=1
         grep -E '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR) ' "$log" || tail -n 40 "$log"
     fi
 done
-echo "test.sh: every lane done after $(( $(date +%s) - start ))s$([ $status -eq 0 ] && echo ', all passed' || echo ', FAILED')"
+verdict=$([ $status -eq 0 ] && echo 'all passed' || echo 'FAILED')
+echo "test.sh: every lane done after $(($(date +%s) - start))s, $verdict"
 exit $status

@@ -332,7 +332,8 @@ static int sim_actions(in_order_sim *sim, const moe_pp_shape *shape, int r, cons
         }
         const int first = sim->num_ops;
         for (int j = i; j < end; j++) {
-            const int s = st[j].chunk * passes + st[j].micro_batch % passes, id = sim_post(sim, shape, r, &st[j], batch);
+            const int s = st[j].chunk * passes + st[j].micro_batch % passes;
+            const int id = sim_post(sim, shape, r, &st[j], batch);
             if (st[j].op == MOE_PP_SEND_ACTIVATION) act_sent[s] = id;
             if (st[j].op == MOE_PP_SEND_GRADIENT) grad_sent[s] = id;
         }
@@ -396,7 +397,8 @@ static void simulate_in_order(const moe_pp_shape *shape, moe_pp_step *const *ste
                 if (o->done) continue;
                 const int from = o->send ? r : o->peer, to = o->send ? o->peer : r;
                 const int other = o->seq < sim->posted[from][to][o->send] ? sim->by_seq[from][to][o->send][o->seq] : -1;
-                const int peer_head = sim->head[o->peer] < queued[o->peer] ? sim->ops[queue[o->peer][sim->head[o->peer]]].batch : -1;
+                const int peer_first = sim->head[o->peer] < queued[o->peer] ? queue[o->peer][sim->head[o->peer]] : -1;
+                const int peer_head = peer_first >= 0 ? sim->ops[peer_first].batch : -1;
                 if (other >= 0 && sim->ops[other].batch == peer_head)
                     o->done = sim->ops[other].done = 1, progress = 1;
                 else
