@@ -47,8 +47,8 @@ typedef struct {
     int *routes, *ref_routes;  /* [global tokens * k] one MoE layer's choices */
 } moe_verifier;
 
-/* Collective. run: the trainer being checked (created); ref_par: a CPU layout of the same ranks and ep as the
- * run's (its own communicators). The reference loads the data files itself and needs host memory for a
+/* Collective. run: the trainer being checked (created); ref_par: a CPU layout of the same ranks, pp and ep as the
+ * run's (its own communicators; in a pipeline each stage's reference holds and checks that stage's layers). The reference loads the data files itself and needs host memory for a
  * second copy of the model. */
 moe_status moe_verifier_create(moe_verifier *v, const moe_trainer *run, const moe_parallel *ref_par);
 void moe_verifier_destroy(moe_verifier *v);
