@@ -151,7 +151,9 @@ static moe_status exchange(moe_stage_runner *r, int i, int end, size_t nbytes, c
     exchange_post posts[4];
     moe_comm_request *received[2] = {NULL, NULL};
     int n = 0;
-    if (end - i > (int)(sizeof posts / sizeof posts[0])) return MOE_ERR_INVALID_ARG;
+    if (end - i > (int)(sizeof posts / sizeof posts[0]))
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "stage %d: %d exchanges between two computes at step %d of its "
+                        "schedule (at most 4)", r->stage, end - i, i);
     for (int j = i; j < end; j++) { /* before the batch: a batch may not wait */
         const moe_pp_step *s = &r->steps[j];
         const int slot = slot_of(r, s->micro_batch, s->chunk), grad = s->op == MOE_PP_SEND_GRADIENT ||

@@ -275,7 +275,7 @@ static void simulate(const moe_pp_shape *shape, moe_pp_step *const *steps, const
  * queue moves on when the whole batch is done. Matching has no tags: the k-th send from a to b meets the k-th
  * receive b posts from a, which must be the message it was meant for. paired = 0 posts every exchange alone. ---- */
 
-enum { MAX_OPS = 4096 };
+enum { MAX_OPS = 4096, MAX_SLOTS = 4 * 16 }; /* slots: V <= 4 chunks of at most m <= 16 passes */
 
 typedef struct {
     int rank, peer, send, grad, mb, v; /* v: the virtual stage the message goes to */
@@ -287,13 +287,18 @@ typedef struct {
     int num_ops;
     int posted[MAX_STAGES][MAX_STAGES][2]; /* [from][to][is a receive]: posts so far */
     int by_seq[MAX_STAGES][MAX_STAGES][2][MAX_OPS / 4];
-    int head[MAX_STAGES], batches[MAX_STAGES]; /* the batch at the head of each rank's queue; batches posted */
+    int head[MAX_STAGES]; /* the batch at the head of each rank's queue */
 } in_order_sim;
 
-/* Host actions: post a batch (ops first .. first + n), wait for one op, or compute. */
+/* Host actions: post a batch (ops op .. op + n), wait for op, or compute. */
+typedef enum { SIM_POST, SIM_WAIT, SIM_COMPUTE } sim_action_kind;
 typedef struct {
-    int kind, op, n; /* kind: 0 post, 1 wait, 2 compute */
+    sim_action_kind kind;
+    int op, n;
 } sim_action;
+
+/* the runtime's stash slot of a step's (micro-batch, chunk) */
+static int sim_slot(const moe_pp_step *st, int passes) { return st->chunk * passes + st->micro_batch % passes; }
 
 static int sim_post(in_order_sim *sim, const moe_pp_shape *shape, int r, const moe_pp_step *st, int batch) {
     const int p = shape->stages, v = st->chunk * p + r;
@@ -312,34 +317,32 @@ static int sim_post(in_order_sim *sim, const moe_pp_shape *shape, int r, const m
 static int sim_actions(in_order_sim *sim, const moe_pp_shape *shape, int r, const moe_pp_step *st, int n,
                        int paired, sim_action *out) {
     const int V = shape->virtual_stages, passes = moe_pp_schedule_passes(st, n, V);
-    int act_sent[MAX_STAGES * 4 * 17], grad_sent[MAX_STAGES * 4 * 17], count = 0, batch = 0;
+    int act_sent[MAX_SLOTS], grad_sent[MAX_SLOTS], count = 0, batch = 0;
     if (V * passes > (int)(sizeof act_sent / sizeof act_sent[0])) abort();
     for (int i = 0; i < V * passes; i++) act_sent[i] = grad_sent[i] = -1;
 #define WAIT_FOR(x) \
-    if ((x) >= 0) out[count++] = (sim_action){1, (x), 0}, (x) = -1
+    if ((x) >= 0) out[count++] = (sim_action){SIM_WAIT, (x), 0}, (x) = -1
     for (int i = 0; i < n; i++) {
-        const int slot = st[i].chunk * passes + st[i].micro_batch % passes;
         if (!is_exchange(st[i].op)) {
-            if (st[i].op == MOE_PP_FORWARD) WAIT_FOR(act_sent[slot]);
-            out[count++] = (sim_action){2, -1, 0};
+            if (st[i].op == MOE_PP_FORWARD) WAIT_FOR(act_sent[sim_slot(&st[i], passes)]);
+            out[count++] = (sim_action){SIM_COMPUTE, -1, 0};
             continue;
         }
         const int end = paired ? moe_pp_exchange_run_end(st, n, i) : i + 1;
         for (int j = i; j < end; j++) {
-            const int s = st[j].chunk * passes + st[j].micro_batch % passes;
+            const int s = sim_slot(&st[j], passes);
             if (st[j].op == MOE_PP_SEND_ACTIVATION) WAIT_FOR(act_sent[s]);
             if (st[j].op == MOE_PP_SEND_GRADIENT) WAIT_FOR(grad_sent[s]);
         }
         const int first = sim->num_ops;
         for (int j = i; j < end; j++) {
-            const int s = st[j].chunk * passes + st[j].micro_batch % passes;
-            const int id = sim_post(sim, shape, r, &st[j], batch);
+            const int s = sim_slot(&st[j], passes), id = sim_post(sim, shape, r, &st[j], batch);
             if (st[j].op == MOE_PP_SEND_ACTIVATION) act_sent[s] = id;
             if (st[j].op == MOE_PP_SEND_GRADIENT) grad_sent[s] = id;
         }
-        out[count++] = (sim_action){0, first, end - i}, batch++;
+        out[count++] = (sim_action){SIM_POST, first, end - i}, batch++;
         for (int j = i; j < end; j++)
-            if (!sim->ops[first + j - i].send) out[count++] = (sim_action){1, first + j - i, 0};
+            if (!sim->ops[first + j - i].send) out[count++] = (sim_action){SIM_WAIT, first + j - i, 0};
         i = end - 1;
     }
     for (int i = 0; i < V * passes; i++) {
@@ -385,8 +388,8 @@ static void simulate_in_order(const moe_pp_shape *shape, moe_pp_step *const *ste
         for (int r = 0; r < p; r++) /* the host runs until a wait blocks it */
             for (; pc[r] < num_actions[r]; pc[r]++, progress = 1) {
                 const sim_action *a = &actions[r][pc[r]];
-                if (a->kind == 1 && !sim->ops[a->op].done) break;
-                if (a->kind == 0) queue[r][queued[r]++] = a->op, batch_size[a->op] = a->n;
+                if (a->kind == SIM_WAIT && !sim->ops[a->op].done) break;
+                if (a->kind == SIM_POST) queue[r][queued[r]++] = a->op, batch_size[a->op] = a->n;
             }
         for (int r = 0; r < p; r++) { /* the head batches complete what their peers' head batches match */
             if (sim->head[r] == queued[r]) continue;
