@@ -22,7 +22,8 @@ for case in "KILL 1" "STOP 1" "START 1" "KILL 2" "STOP 2"; do
         if [ "$signal" = START ]; then # the first rank process, stopped the moment it exists
             wait_for_ranks 1 30 && victim=$(job_ranks | head -n 1) && kill -STOP "$victim"
         else
-            wait_for_ranks 2 30 && sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.5 + rand() }')"
+            # training, then a random moment (a start-up slowed by other jobs is not "mid-step")
+            wait_for_step 1 120 && sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.5 + rand() }')"
             victim=$(job_ranks | sed -n "$((RANDOM % 2 + 1))p")
             [ -n "$victim" ] && rank=$(world_rank_of "$victim") && kill -"$signal" "$victim"
         fi
