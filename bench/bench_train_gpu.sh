@@ -32,15 +32,8 @@ while [ $# -gt 0 ]; do
 done
 [ "$steps" -gt 10 ] || { echo "bench_train_gpu: --steps must exceed 10 (the first 10 are not timed)" >&2; exit 2; }
 data=$(cd "$data" && pwd) || { echo "bench_train_gpu: no data folder $data" >&2; exit 2; }
-model=(--layers 16 --d-model 1024 --heads 16 --kv-heads 8 --d-ff 2816 --experts 8 --top-k 2 --vocab 32000
-       --seq-len 1024 --batch 8 --micro-batches 2 --train-data "$data/kjv_train.bin" --val-data "$data/kjv_val.bin")
-declare -A given=()
-for a in "$@"; do [[ $a == --* ]] && given[$a]=1; done
-flags=()
-for ((i = 0; i < ${#model[@]}; i += 2)); do
-    [ -n "${given[${model[i]}]:-}" ] || flags+=("${model[i]}" "${model[i + 1]}")
-done
-flags+=("$@")
+source "$root/bench/train_gpu_model.sh"
+train_gpu_model_flags 16 "$data" "$@"
 
 if [ -z "$peak" ]; then
     name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)

@@ -6,6 +6,8 @@
 
 #include "core/gpu_cuda.h"
 
+#include <cuda_profiler_api.h>
+
 extern "C" const char *moe_cublas_status_string(cublasStatus_t status) {
     switch (status) {
     case CUBLAS_STATUS_SUCCESS: return "success";
@@ -103,6 +105,12 @@ extern "C" moe_status moe_gpu_memory_info(moe_gpu *g, size_t *free_bytes, size_t
 
 extern "C" moe_status moe_gpu_synchronize(moe_gpu *g) {
     MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_gpu_profiler_range(moe_gpu *g, int start) {
+    MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    MOE_CUDA_TRY(start ? cudaProfilerStart() : cudaProfilerStop());
     return MOE_OK;
 }
 

@@ -31,6 +31,9 @@ moe_status moe_gpu_memory_info(moe_gpu *gpu, size_t *free_bytes, size_t *total_b
 /* Waits for everything queued on the context's stream; a kernel fault shows up here as MOE_ERR_CUDA
  * (with a message naming it). */
 moe_status moe_gpu_synchronize(moe_gpu *gpu);
+/* Opens (start 1) or closes (0) the range a profiler started with "collection off" records (cudaProfilerStart /
+ * Stop: Nsight Compute's --profile-from-start off); waits for the stream first, so the range holds whole steps. */
+moe_status moe_gpu_profiler_range(moe_gpu *gpu, int start);
 
 /* Device memory (cudaMalloc on the context's device, never managed memory); NULL-safe free. */
 moe_status moe_gpu_alloc(moe_gpu *gpu, size_t nbytes, void **out);

@@ -224,6 +224,8 @@ if [ $mode = first ]; then
     # 3. benchmarks, the goals' first (docs/GPU.md): training MFU, grouped GEMM vs dense, permute vs copy, the layer
     #    vs PyTorch
     gpu_only train 150 bash "$root/bench/bench_train_gpu.sh" --steps 30 --data "$data"
+    # where a step's GPU time goes, kernel by kernel (Nsight Compute; skipped where the machine has no ncu)
+    gpu_only profile 150 bash "$root/bench/profile_train_gpu.sh" --steps 3 --data "$data" --out "$logs/profile"
     phase grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"
     phase permute 45 "$build/bench/bench_permute" "${dry[@]}"
     phase layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"

@@ -2,6 +2,9 @@
  * builds only where libmoe_cuda does (MOE_HAVE_CUDA); elsewhere --device cuda is refused with the reason. */
 #include "train/device.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #ifdef MOE_HAVE_CUDA
@@ -94,6 +97,24 @@ moe_status moe_train_place(const moe_train_options *o, MPI_Comm world, FILE *log
     }
     if (st != MOE_OK) moe_train_unplace(out);
     return st;
+}
+
+moe_status moe_train_profile_mark(const moe_train_placement *p, int step, int begin) {
+#ifdef MOE_HAVE_CUDA
+    const char *range = getenv("MOE_PROFILE_STEPS");
+    if (!p->rt || !range || !*range) return MOE_OK;
+    int first = 0, last = 0;
+    const int n = sscanf(range, "%d-%d", &first, &last);
+    if (n < 1 || first < 1 || (n == 2 && last < first))
+        return moe_fail(MOE_ERR_INVALID_ARG, "MOE_PROFILE_STEPS='%s': give a step or a range of steps (3, 3-5)",
+                        range);
+    if (n == 1) last = first;
+    if (begin ? step != first : step != last) return MOE_OK;
+    return moe_gpu_profiler_range(moe_runtime_gpu(p->rt), begin);
+#else
+    (void)p, (void)step, (void)begin;
+    return MOE_OK;
+#endif
 }
 
 void moe_train_unplace(moe_train_placement *p) {

@@ -23,4 +23,9 @@ typedef struct {
 moe_status moe_train_place(const moe_train_options *o, MPI_Comm world, FILE *log, moe_train_placement *out);
 void moe_train_unplace(moe_train_placement *p);
 
+/* MOE_PROFILE_STEPS=A[-B] in the environment: on a GPU, steps A to B (default B = A) are the range a profiler
+ * started with collection off records (bench/profile_train_gpu.sh; ncu --profile-from-start off). Called before
+ * (begin 1) and after (0) each step; nothing on the CPU or without the variable. */
+moe_status moe_train_profile_mark(const moe_train_placement *p, int step, int begin);
+
 #endif

@@ -374,20 +374,22 @@ static void report_pipeline(moe_trainer *t, const double first[2], int steps) {
  * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, or
  * --max-skipped-steps consecutive steps were dropped. A checkpoint is saved only after a step whose update was
  * applied: one due at a dropped step waits for the next step that updates. */
-static int train(moe_trainer *t, const moe_train_options *o, moe_verifier *verifier, FILE *metrics, int first_step,
-                 moe_step_result *r) {
+static int train(moe_trainer *t, const moe_train_options *o, const moe_train_placement *place, moe_verifier *verifier,
+                 FILE *metrics, int first_step, moe_step_result *r) {
     const int rank0 = t->ranks.world_rank == 0;
     int skipped_in_a_row = 0, save_waiting = 0;
     double pipeline_first[2] = {0, 0}; /* the runner's times after the first step */
     for (int step = first_step; step <= o->steps; step++) {
         double t0 = now_ms(), val = -1;
         moe_status st;
+        require(moe_train_profile_mark(place, step, 1), "MOE_PROFILE_STEPS");
         if (verifier && step < first_step + o->verify_steps) {
             if ((st = verified_step(verifier, t, step, r)) == MOE_ERR_MISMATCH) return 3;
             require(st, "training step (verified)");
         } else {
             require(moe_trainer_step(t, step, r), "training step");
         }
+        require(moe_train_profile_mark(place, step, 0), "MOE_PROFILE_STEPS");
         double ms = now_ms() - t0;
         if (step == first_step) pipeline_first[0] = t->runner.step_s, pipeline_first[1] = t->runner.wait_s;
         if (r->skipped && rank0)
@@ -548,7 +550,7 @@ int main(int argc, char **argv) {
     if (!r.expert_tokens) require(MOE_ERR_OUT_OF_MEMORY, "statistics");
     if (moe_train_signals_watch(opt.stop_signals, why, sizeof why))
         require(moe_fail(MOE_ERR_INVALID_CONFIG, "%s", why), "--stop-signals");
-    rc = train(&t, &opt, ref_par ? &verifier : NULL, metrics, first_step, &r);
+    rc = train(&t, &opt, &place, ref_par ? &verifier : NULL, metrics, first_step, &r);
     if (rc == 0 && opt.sample_tokens > 0) print_sample(&t);
 done:
     if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
