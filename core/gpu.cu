@@ -148,6 +148,13 @@ extern "C" void moe_gpu_host_free(moe_gpu *g, void *ptr) {
     if (ptr) cudaFreeHost(ptr);
 }
 
+extern "C" moe_status moe_gpu_copy_2d_async(moe_gpu *g, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                             size_t width_nbytes, size_t rows) {
+    if (rows == 0 || width_nbytes == 0) return MOE_OK;
+    MOE_CUDA_TRY(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_nbytes, rows, cudaMemcpyDefault, g->stream));
+    return MOE_OK;
+}
+
 extern "C" moe_status moe_gpu_copy_async(moe_gpu *g, void *dst, const void *src, size_t nbytes) {
     if (!nbytes || dst == src) return MOE_OK;
     MOE_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, g->stream));

@@ -45,6 +45,9 @@ moe_status moe_gpu_copy(moe_gpu *gpu, void *device_dst, const void *device_src, 
 /* Any direction (unified addressing), queued on the stream: asynchronous when the host side is pinned
  * (moe_gpu_host_alloc), complete after the next moe_gpu_synchronize. */
 moe_status moe_gpu_copy_async(moe_gpu *gpu, void *dst, const void *src, size_t nbytes);
+/* rows rows of width_nbytes, from src every src_pitch bytes to dst every dst_pitch bytes (cudaMemcpy2DAsync), queued */
+moe_status moe_gpu_copy_2d_async(moe_gpu *gpu, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                 size_t width_nbytes, size_t rows);
 /* Pinned host memory (zeroed); NULL-safe free. */
 moe_status moe_gpu_host_alloc(moe_gpu *gpu, size_t nbytes, void **out);
 void moe_gpu_host_free(moe_gpu *gpu, void *ptr);

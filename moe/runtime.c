@@ -60,6 +60,12 @@ moe_status moe_runtime_download_async(moe_runtime *rt, void *host_dst, const voi
     return rt->memory->copy(rt, host_dst, src, nbytes, MOE_COPY_TO_HOST);
 }
 
+moe_status moe_runtime_copy_2d(moe_runtime *rt, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                               size_t width_nbytes, size_t rows) {
+    if (width_nbytes > dst_pitch || width_nbytes > src_pitch) return MOE_ERR_INVALID_ARG;
+    return rt->memory->copy_2d(rt, dst, dst_pitch, src, src_pitch, width_nbytes, rows);
+}
+
 moe_status moe_runtime_copy(moe_runtime *rt, void *dst, const void *src, size_t nbytes) {
     return rt->memory->copy(rt, dst, src, nbytes, MOE_COPY_ON_DEVICE);
 }
@@ -86,6 +92,14 @@ static moe_status host_copy(moe_runtime *rt, void *dst, const void *src, size_t 
     return MOE_OK;
 }
 
+static moe_status host_copy_2d(moe_runtime *rt, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                               size_t width_nbytes, size_t rows) {
+    (void)rt;
+    for (size_t r = 0; r < rows && width_nbytes; r++)
+        memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width_nbytes);
+    return MOE_OK;
+}
+
 static moe_status host_zero(moe_runtime *rt, void *dst, size_t nbytes) {
     (void)rt;
     memset(dst, 0, nbytes);
@@ -103,6 +117,7 @@ static const moe_memory_ops cpu_memory = {
     .host_alloc = host_alloc,
     .host_free = host_free,
     .copy = host_copy,
+    .copy_2d = host_copy_2d,
     .zero = host_zero,
     .synchronize = host_synchronize,
 };

@@ -76,6 +76,10 @@ moe_status moe_runtime_download_async(moe_runtime *rt, void *host_dst, const voi
 /* Queued, within device memory. */
 moe_status moe_runtime_copy(moe_runtime *rt, void *dst, const void *src, size_t nbytes);
 moe_status moe_runtime_zero(moe_runtime *rt, void *dst, size_t nbytes);
+/* Queued, within device memory: `rows` rows of width_nbytes, read every src_pitch bytes and written every dst_pitch
+ * bytes (a block of columns out of a row-major matrix, or into one). The regions must not overlap. */
+moe_status moe_runtime_copy_2d(moe_runtime *rt, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                               size_t width_nbytes, size_t rows);
 /* Waits for everything queued; a fault on the device shows up here. */
 moe_status moe_runtime_synchronize(moe_runtime *rt);
 

@@ -17,6 +17,8 @@ typedef struct {
     moe_status (*host_alloc)(moe_runtime *rt, size_t nbytes, void **out);
     void (*host_free)(moe_runtime *rt, void *ptr);
     moe_status (*copy)(moe_runtime *rt, void *dst, const void *src, size_t nbytes, moe_copy_direction dir);
+    moe_status (*copy_2d)(moe_runtime *rt, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                          size_t width_nbytes, size_t rows);
     moe_status (*zero)(moe_runtime *rt, void *dst, size_t nbytes);
     moe_status (*synchronize)(moe_runtime *rt);
 } moe_memory_ops;

@@ -25,6 +25,11 @@ static moe_status gpu_copy(moe_runtime *rt, void *dst, const void *src, size_t n
     return moe_gpu_copy_async(rt->gpu, dst, src, nbytes);
 }
 
+static moe_status gpu_copy_2d(moe_runtime *rt, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                              size_t width_nbytes, size_t rows) {
+    return moe_gpu_copy_2d_async(rt->gpu, dst, dst_pitch, src, src_pitch, width_nbytes, rows);
+}
+
 static moe_status gpu_zero(moe_runtime *rt, void *dst, size_t nbytes) { return moe_gpu_zero(rt->gpu, dst, nbytes); }
 static moe_status gpu_synchronize(moe_runtime *rt) { return moe_gpu_synchronize(rt->gpu); }
 
@@ -34,6 +39,7 @@ static const moe_memory_ops gpu_memory = {
     .host_alloc = gpu_host_alloc,
     .host_free = gpu_host_free,
     .copy = gpu_copy,
+    .copy_2d = gpu_copy_2d,
     .zero = gpu_zero,
     .synchronize = gpu_synchronize,
 };

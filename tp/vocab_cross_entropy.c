@@ -1,0 +1,136 @@
+/* vocab_cross_entropy.c — the vocabulary-parallel cross-entropy (vocab_cross_entropy.h), with
+ * kernels/cross_entropy_cpu.c's formulas and sums, so that S = 1 is that kernel bit for bit. */
+#include "tp/vocab_cross_entropy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "alltoall/tree_reduce.h"
+#include "core/fail.h"
+#include "core/real.h"
+#include "core/threads.h"
+#include "tp/piece_sum.h"
+
+moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_comm *group, int num_pieces) {
+    *ce = (moe_tp_cross_entropy){.group = group, .tp = 1, .num_pieces = num_pieces};
+    if (group) ce->tp = moe_comm_size(group), ce->tp_rank = moe_comm_rank(group);
+    return moe_tp_pieces_check(num_pieces, ce->tp);
+}
+
+void moe_tp_cross_entropy_free(moe_tp_cross_entropy *ce) {
+    free(ce->max), free(ce->z), free(ce->pieces), free(ce->gathered);
+    ce->max = NULL, ce->z = ce->pieces = ce->gathered = NULL, ce->cap = 0;
+}
+
+static moe_status reserve(moe_tp_cross_entropy *ce, int T) {
+    if ((size_t)T <= ce->cap) return MOE_OK;
+    moe_tp_cross_entropy_free(ce);
+    const size_t n = (size_t)T;
+    ce->max = malloc(n * sizeof *ce->max), ce->z = malloc(n * sizeof *ce->z);
+    ce->pieces = malloc(n * (size_t)(ce->num_pieces / ce->tp) * sizeof *ce->pieces);
+    ce->gathered = malloc(n * (size_t)ce->tp * sizeof *ce->gathered);
+    if (!ce->max || !ce->z || !ce->pieces || !ce->gathered) {
+        moe_tp_cross_entropy_free(ce);
+        return moe_fail(MOE_ERR_OUT_OF_MEMORY, "the vocabulary-parallel cross-entropy's buffers for %d tokens", T);
+    }
+    ce->cap = n;
+    return MOE_OK;
+}
+
+static moe_status check_shape(const moe_tp_cross_entropy *ce, int T, int V) {
+    if (T < 0 || V < 1 || V % ce->num_pieces)
+        return moe_fail(MOE_ERR_INVALID_ARG, "a vocabulary of %d split into %d fixed pieces (--tp-shards): the pieces "
+                        "must divide it", V, ce->num_pieces);
+    return MOE_OK;
+}
+
+/* M_t over the whole vocabulary: this rank's row maxima, then the largest of every rank's (exact in any order) */
+static moe_status global_max(moe_tp_cross_entropy *ce, const moe_real *logits, int T, int V_local) {
+#pragma omp parallel for schedule(static) if ((size_t)T * V_local >= MOE__PAR_MIN_ELEMS)
+    for (int t = 0; t < T; t++) {
+        const moe_real *l = logits + (size_t)t * V_local;
+        moe_real max = l[0];
+        for (int i = 1; i < V_local; i++) max = l[i] > max ? l[i] : max;
+        ce->max[t] = max;
+    }
+    if (ce->tp == 1) return MOE_OK;
+    size_t nbytes[64];
+    if (ce->tp > (int)(sizeof nbytes / sizeof *nbytes))
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "a tensor-parallel group of %d ranks (at most 64)", ce->tp);
+    for (int r = 0; r < ce->tp; r++) nbytes[r] = (size_t)T * sizeof(moe_real);
+    moe_real *all = (moe_real *)ce->gathered; /* [tp][T] */
+    MOE_TRY(moe_comm_allgatherv_bytes(ce->group, ce->max, (size_t)T * sizeof(moe_real), all, nbytes));
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < ce->tp; r++) ce->max[t] = all[(size_t)r * T + t] > ce->max[t] ? all[(size_t)r * T + t]
+                                                                                         : ce->max[t];
+    return MOE_OK;
+}
+
+moe_status moe_tp_cross_entropy_forward(moe_tp_cross_entropy *ce, const moe_real *logits_local, const int *targets,
+                                        int num_tokens, int vocab, double *loss_sum) {
+    MOE_TRY(check_shape(ce, num_tokens, vocab));
+    const int T = num_tokens, V_local = vocab / ce->tp, w = vocab / ce->num_pieces, L = ce->num_pieces / ce->tp;
+    const int col0 = ce->tp_rank * V_local;
+    MOE_TRY(reserve(ce, T > 0 ? T : 1));
+    ce->num_tokens = T;
+    *loss_sum = 0;
+    if (T == 0) return MOE_OK;
+    for (int t = 0; t < T; t++) /* before any exchange: every rank has the same targets and stops alike */
+        if (targets[t] < 0 || targets[t] >= vocab)
+            return moe_fail(MOE_ERR_INVALID_ARG, "token %d's target %d is outside the vocabulary of %d", t, targets[t],
+                            vocab);
+    MOE_TRY(global_max(ce, logits_local, T, V_local));
+    /* the piece sums, each in column order, in double (the whole-vocabulary kernel's sum when S = 1) */
+#pragma omp parallel for schedule(static) if ((size_t)T * V_local >= MOE__PAR_MIN_ELEMS)
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < L; j++) {
+            const moe_real *l = logits_local + (size_t)t * V_local + (size_t)j * w;
+            double sum = 0;
+            for (int i = 0; i < w; i++) sum += moe__exp(l[i] - ce->max[t]);
+            ce->pieces[(size_t)j * T + t] = sum;
+        }
+    const void *leaves[64];
+    if (L > (int)(sizeof leaves / sizeof *leaves))
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "%d fixed pieces per rank (at most 64)", L);
+    for (int j = 0; j < L; j++) leaves[j] = ce->pieces + (size_t)j * T;
+    MOE_TRY(moe_tree_reduce_local(MOE_TREE_F64, leaves, L, (size_t)T, ce->z));
+    /* the target logits: each from the rank that holds its column, plus exact zeros from the others */
+    double *target_logit = ce->gathered;
+    for (int t = 0; t < T; t++) {
+        const int c = targets[t] - col0;
+        target_logit[t] = c >= 0 && c < V_local ? (double)logits_local[(size_t)t * V_local + c] : 0.0;
+    }
+    if (ce->tp > 1) {
+        MOE_TRY(moe_comm_allreduce_tree_f64(ce->group, ce->z, (size_t)T));
+        MOE_TRY(moe_comm_allreduce_sum_f64(ce->group, target_logit, (size_t)T));
+    }
+    /* the token losses in the whole-vocabulary kernel's fixed chunks */
+    double part[MOE__SUM_CHUNKS], total = 0;
+    for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
+        const int t0 = (int)((long long)T * c / MOE__SUM_CHUNKS), t1 = (int)((long long)T * (c + 1) / MOE__SUM_CHUNKS);
+        part[c] = 0;
+        for (int t = t0; t < t1; t++) part[c] += (double)ce->max[t] + log(ce->z[t]) - target_logit[t];
+    }
+    for (int c = 0; c < MOE__SUM_CHUNKS; c++) total += part[c];
+    *loss_sum = total;
+    return MOE_OK;
+}
+
+moe_status moe_tp_cross_entropy_backward(moe_tp_cross_entropy *ce, moe_real *logits_local, const int *targets,
+                                         int num_tokens, int vocab, moe_real scale) {
+    MOE_TRY(check_shape(ce, num_tokens, vocab));
+    if (num_tokens != ce->num_tokens)
+        return moe_fail(MOE_ERR_INVALID_ARG, "the vocabulary-parallel cross-entropy's backward of %d tokens after a "
+                        "forward of %d", num_tokens, ce->num_tokens);
+    const int T = num_tokens, V_local = vocab / ce->tp, col0 = ce->tp_rank * V_local;
+#pragma omp parallel for schedule(static) if ((size_t)T * V_local >= MOE__PAR_MIN_ELEMS)
+    for (int t = 0; t < T; t++) {
+        moe_real *l = logits_local + (size_t)t * V_local;
+        const moe_real max = ce->max[t], k = (moe_real)(scale / ce->z[t]);
+        for (int i = 0; i < V_local; i++) l[i] = moe__exp(l[i] - max);
+        for (int i = 0; i < V_local; i++) l[i] *= k;
+        const int c = targets[t] - col0;
+        if (c >= 0 && c < V_local) l[c] -= scale;
+    }
+    return MOE_OK;
+}
