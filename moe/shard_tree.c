@@ -54,11 +54,16 @@ static moe_status run_additions(moe_shard_tree *t, int i, moe_real *out) {
     return MOE_OK;
 }
 
-moe_status moe_shard_tree_leaf(moe_shard_tree *t, moe_real **leaf) {
+moe_status moe_shard_tree_leaf_raw(moe_shard_tree *t, moe_real **leaf) {
     if (t->pushed >= t->num_leaves) return moe_fail(MOE_ERR_INVALID_ARG, "shard %d of %d", t->pushed + 1, t->num_leaves);
     moe_tree_step steps[MOE_TREE_MAX_STEPS];
     moe_tree_schedule_steps(t->num_leaves, t->pushed, steps); /* steps[0]: where the leaf goes */
     *leaf = buffer(t, steps[0].dst, NULL);
+    return MOE_OK;
+}
+
+moe_status moe_shard_tree_leaf(moe_shard_tree *t, moe_real **leaf) {
+    MOE_TRY(moe_shard_tree_leaf_raw(t, leaf));
     return moe_runtime_zero(t->rt, *leaf, t->count * sizeof(moe_real));
 }
 
@@ -66,6 +71,12 @@ moe_status moe_shard_tree_push(moe_shard_tree *t) {
     MOE_TRY(run_additions(t, t->pushed, NULL));
     t->pushed++;
     return MOE_OK;
+}
+
+moe_status moe_shard_tree_copy_to(moe_shard_tree *t, moe_real *dst) {
+    if (t->pushed != t->num_leaves) return MOE_ERR_INVALID_ARG;
+    /* a power of two of leaves ends with the root in the last slot (core/tree_schedule.h) */
+    return moe_runtime_copy(t->rt, dst, slot(t, t->levels), t->count * sizeof(moe_real));
 }
 
 moe_status moe_shard_tree_add_to(moe_shard_tree *t, moe_real *dst) {

@@ -41,8 +41,12 @@ void moe_shard_tree_free(moe_shard_tree *t);
 moe_status moe_shard_tree_begin(moe_shard_tree *t, size_t count);
 /* The next leaf's buffer, zeroed: fill it (accumulating ops welcome), then push. */
 moe_status moe_shard_tree_leaf(moe_shard_tree *t, moe_real **leaf);
+/* The same, not zeroed: for a product that overwrites it. */
+moe_status moe_shard_tree_leaf_raw(moe_shard_tree *t, moe_real **leaf);
 moe_status moe_shard_tree_push(moe_shard_tree *t);
 /* After all leaves: dst = dst + root. */
 moe_status moe_shard_tree_add_to(moe_shard_tree *t, moe_real *dst);
+/* After all leaves: dst = root (a copy: the bits of add_to onto zeros, without reading dst). */
+moe_status moe_shard_tree_copy_to(moe_shard_tree *t, moe_real *dst);
 
 #endif

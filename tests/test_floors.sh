@@ -1,7 +1,8 @@
 #!/bin/bash
 # test_floors.sh SOURCE_ROOT — the folders form floors (docs/ARCHITECTURE.md) and a file includes only from
 # its own folder and the folders it stands on:
-#   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> models
+#   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> tp (tensor
+#   parallelism's sums) -> models
 #   core -> pipeline (the rank grid and the schedules, as data) -> {alltoall (splits its groups from the grid), models}
 #   models -> plan (moe-plan, the planner) -> ...; models -> checkpoint (checkpoints and their file formats) -> train
 #   (the trainer, its options, moe-train), which also stands on plan (its memory estimate is the planner's)
@@ -15,10 +16,11 @@ declare -A may=(
     [experts]="core kernels experts"
     [router]="core kernels alltoall router"
     [moe]="core kernels alltoall experts router moe"
-    [models]="core kernels alltoall experts router moe pipeline models"
-    [plan]="core kernels alltoall experts router moe pipeline models plan"
-    [checkpoint]="core kernels alltoall experts router moe pipeline models checkpoint"
-    [train]="core kernels alltoall experts router moe pipeline models plan checkpoint train"
+    [tp]="core kernels alltoall experts router moe tp"
+    [models]="core kernels alltoall experts router moe tp pipeline models"
+    [plan]="core kernels alltoall experts router moe tp pipeline models plan"
+    [checkpoint]="core kernels alltoall experts router moe tp pipeline models checkpoint"
+    [train]="core kernels alltoall experts router moe tp pipeline models plan checkpoint train"
 )
 status=0
 checked=0

@@ -98,6 +98,10 @@ static moe_status column_parallel_piece(moe_tp_piece_sum *s, const piece_args *a
 /* out[T, n] = the sum of all S pieces' products (overwritten), on every rank of the group */
 static moe_status sum_pieces(moe_tp_piece_sum *s, piece_product_fn product, const piece_args *a, moe_real *out) {
     const size_t count = (size_t)a->T * a->n;
+    if (s->local_pieces == 1) { /* the subtree is its leaf: formed in place (0 + leaf would give the same bits) */
+        MOE_TRY(product(s, a, 0, out));
+        return s->tp > 1 ? moe_comm_allreduce_tree_real(s->group, out, count) : MOE_OK;
+    }
     if (count > s->tree.max_count) {
         moe_shard_tree_free(&s->tree);
         MOE_TRY(moe_shard_tree_init(&s->tree, s->rt, dense_add, s, s->local_pieces, count));
@@ -105,12 +109,11 @@ static moe_status sum_pieces(moe_tp_piece_sum *s, piece_product_fn product, cons
     MOE_TRY(moe_shard_tree_begin(&s->tree, count));
     for (int j = 0; j < s->local_pieces; j++) {
         moe_real *leaf;
-        MOE_TRY(moe_shard_tree_leaf(&s->tree, &leaf));
+        MOE_TRY(moe_shard_tree_leaf_raw(&s->tree, &leaf)); /* the product overwrites it */
         MOE_TRY(product(s, a, j, leaf));
         MOE_TRY(moe_shard_tree_push(&s->tree));
     }
-    MOE_TRY(moe_runtime_zero(s->rt, out, count * sizeof(moe_real)));
-    MOE_TRY(moe_shard_tree_add_to(&s->tree, out)); /* 0 + root: the root's bits */
+    MOE_TRY(moe_shard_tree_copy_to(&s->tree, out));
     return s->tp > 1 ? moe_comm_allreduce_tree_real(s->group, out, count) : MOE_OK;
 }
 
