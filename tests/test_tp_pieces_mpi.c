@@ -25,6 +25,7 @@
 #include "kernels/cross_entropy.h"
 #include "moe/dense_ops.h"
 #include "tests/test_mpi.h"
+#include "tests/test_tp_blocks.h"
 #include "tp/piece_sum.h"
 #include "tp/vocab_cross_entropy.h"
 
@@ -41,18 +42,8 @@ static moe_real *operand(uint64_t seed, size_t count, double scale, int mixed) {
     return a;
 }
 
-/* dst [rows, cols / W] = the block of columns of this rank */
 static moe_real *column_block(const moe_real *m, int rows, int cols) {
-    const int w = cols / W;
-    moe_real *b = malloc((size_t)rows * w * sizeof *b);
-    for (int r = 0; r < rows; r++) memcpy(b + (size_t)r * w, m + (size_t)r * cols + (size_t)rank * w, w * sizeof *b);
-    return b;
-}
-
-static size_t count_diff(const moe_real *a, const moe_real *b, size_t n) {
-    size_t d = 0;
-    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof *a) != 0;
-    return d;
+    return test_tp_column_block(m, rows, cols, rank, W);
 }
 
 static double max_rel_err(const moe_real *a, const moe_real *b, size_t n) {
@@ -108,7 +99,7 @@ static void check_products(moe_comm *group, moe_precision precision) {
                              "linear dx");
         }
         run_product(dense, NULL, 1, p, x, w, dx0, want);
-        CHECK(count_diff(want, plain, n) == 0, "%s, %s: one piece is not the plain product bit for bit",
+        CHECK(test_tp_count_diff(want, plain, n) == 0, "%s, %s: one piece is not the plain product bit for bit",
               kProductNames[p], moe_precision_name(precision));
         const int sizes[] = {W, 8, 16};
         for (int i = 0; i < 3; i++) {
@@ -116,13 +107,13 @@ static void check_products(moe_comm *group, moe_precision precision) {
             if (S < W || (i > 0 && S == W)) continue;
             run_product(dense, NULL, S, p, x, w, dx0, want);
             run_product(dense, group, S, p, x, w, dx0, got);
-            const size_t diff = count_diff(got, want, n);
+            const size_t diff = test_tp_count_diff(got, want, n);
             CHECK(diff == 0, "%s, %s, S %d: tp %d differs from tp 1 in %zu of %zu values", kProductNames[p],
                   moe_precision_name(precision), S, W, diff, n);
             CHECK(max_rel_err(want, plain, n) < 1e-5, "%s, %s, S %d: %g from the plain product", kProductNames[p],
                   moe_precision_name(precision), S, max_rel_err(want, plain, n));
             if (S == 8 && p != COLUMN_BACKWARD_BETA1)
-                CHECK(count_diff(want, plain, n) > 0, "%s, %s: 8 pieces give the plain product's bits everywhere: "
+                CHECK(test_tp_count_diff(want, plain, n) > 0, "%s, %s: 8 pieces give the plain product's bits everywhere: "
                       "the data cannot tell the orders apart", kProductNames[p], moe_precision_name(precision));
         }
     }
@@ -160,9 +151,9 @@ static void check_cross_entropy(moe_comm *group) {
     const double loss_plain = moe_cross_entropy_forward_cpu(plain, targets, CE_T, CE_V);
     moe_cross_entropy_backward_cpu(plain, targets, CE_T, CE_V, (moe_real)(1.0 / CE_T));
     run_cross_entropy(NULL, 1, logits, targets, &loss_want, z_plain, want);
-    CHECK(memcmp(&loss_want, &loss_plain, sizeof loss_want) == 0 && count_diff(want, plain, n) == 0,
+    CHECK(memcmp(&loss_want, &loss_plain, sizeof loss_want) == 0 && test_tp_count_diff(want, plain, n) == 0,
           "one piece: loss %.17g vs the kernel's %.17g, %zu gradient values differ", loss_want, loss_plain,
-          count_diff(want, plain, n));
+          test_tp_count_diff(want, plain, n));
     const int sizes[] = {W, 8, 16};
     for (int i = 0; i < 3; i++) {
         const int S = sizes[i];
@@ -174,7 +165,7 @@ static void check_cross_entropy(moe_comm *group) {
         CHECK(memcmp(z_got, z_want, sizeof z_got) == 0, "cross-entropy, S %d: tp %d's denominators differ from tp 1's",
               S, W);
         moe_real *want_local = column_block(want, CE_T, CE_V);
-        const size_t diff = count_diff(got, want_local, n / W);
+        const size_t diff = test_tp_count_diff(got, want_local, n / W);
         CHECK(diff == 0, "cross-entropy, S %d: tp %d's gradient differs from tp 1's in %zu of %zu values", S, W, diff,
               n / W);
         free(want_local);
