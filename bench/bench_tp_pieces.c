@@ -1,14 +1,14 @@
-/* bench_tp_pieces.c — what the fixed pieces of tensor parallelism's sums cost on one rank (tp 1; issue 28, part 3):
- * the row-parallel forward y = x W^T and the column-parallel input gradient dx = dy W of tp/piece_sum.h at S = 1, 2,
- * 4, ..., --max-pieces pieces of K, against the dense table's plain product (moe/dense_ops.h's linear, what the model
- * runs today), on the CPU; and the vocabulary-parallel cross-entropy (tp/vocab_cross_entropy.h) against the
- * whole-vocabulary kernel. Each time is the median of --iters runs after --warmup; the ratio to the plain product is
- * what choosing S costs where tp = 1 (the pieces' GEMMs are K / S deep, their partial products are added in the tree,
- * and the pieces' columns are copied out when S > 1).
+/* bench_tp_pieces.c — what the fixed pieces of tensor parallelism cost on one rank (tp 1; issue 28, part 3): the six
+ * products of tp/linear.h at S = 1, 2, 4, ..., --max-pieces pieces of the split dimension, against the dense table's
+ * plain product (moe/dense_ops.h's linear, what the model runs today), on the CPU; and the vocabulary-parallel
+ * cross-entropy (tp/vocab_cross_entropy.h) against the whole-vocabulary kernel. Each time is the median of --iters
+ * runs after --warmup; the ratio to the plain product is what choosing S costs where tp = 1 (each piece is its own
+ * GEMM, 1/S of the split dimension; the two sums add the pieces' products in the tree; a piece's columns are copied
+ * between the operands and scratch when S > 1).
  *
- * Default shapes: moe-train's CPU benchmark model (d 512, d_ff 1024, 16 sequences of 128 tokens: T 2048), the row
- * products of o_proj (K = d) and a dense FFN's down_proj (K = d_ff), the column product of q_proj's input gradient
- * (K = d) and gate_proj's (K = d_ff), and a vocabulary of 32000 for the loss. Last line "json: {...}".
+ * Default shapes: moe-train's CPU benchmark model (d 512, d_ff 1024, 16 sequences of 128 tokens: T 2048): a column-
+ * and a row-parallel linear splitting d (q_proj, o_proj: D = M = d) and splitting d_ff (gate_proj, down_proj: D = d_ff,
+ * M = d), and a vocabulary of 32000 for the loss. Last line "json: {...}".
  *
  *   build/bench/bench_tp_pieces [--tokens 2048 --d-model 512 --d-ff 1024 --vocab 32000 --max-pieces 32
  *       --precision bf16 --threads 1 --warmup 2 --iters 9]
@@ -22,7 +22,7 @@
 #include "core/threads.h"
 #include "kernels/cross_entropy.h"
 #include "moe/dense_ops.h"
-#include "tp/piece_sum.h"
+#include "tp/linear.h"
 #include "tp/vocab_cross_entropy.h"
 
 typedef struct {
@@ -60,7 +60,12 @@ static const bench_cli kCli = {
     .check = check_options,
 };
 
-typedef enum { PLAIN_ROW, PLAIN_COLUMN, PIECES_ROW, PIECES_COLUMN } kind;
+/* The six products of tp/linear.h, with the split dimension D and the other M: sizes of a (activation), b and out */
+typedef enum { COL_FORWARD, COL_BACKWARD_INPUT, COL_BACKWARD_WEIGHT, ROW_FORWARD, ROW_BACKWARD_INPUT,
+               ROW_BACKWARD_WEIGHT, NUM_PRODUCTS } product;
+static const char *const kProductNames[NUM_PRODUCTS] = {"column forward", "column backward input",
+                                                        "column backward weight", "row forward", "row backward input",
+                                                        "row backward weight"};
 
 typedef struct {
     moe_runtime *rt;
@@ -69,53 +74,80 @@ typedef struct {
     const options *o;
 } bench;
 
-/* median ms of one product: y[T, n] from a[T, K] and W ([n, K] row, [K, n] column) */
-static double time_product(bench *b, kind k, int S, int K, int n, const moe_real *a, const moe_real *W,
-                           moe_real *y) {
-    moe_tp_piece_sum s;
-    if (k >= PIECES_ROW) bench_check(moe_tp_piece_sum_init(&s, b->rt, b->dense, NULL, S), "piece sum");
-    const int T = b->o->tokens, runs = b->o->warmup + b->o->iters;
+/* one run of product p (S 0: the dense table's plain product) over T tokens, split dimension D, other M */
+static void run_once(bench *b, moe_tp_linear *l, int S, product p, int D, int M, const moe_real *a, const moe_real *w,
+                     moe_real *out) {
+    const int T = b->o->tokens;
+    moe_dense_state *d = b->dense;
+    const moe_dense_ops *ops = b->ops;
+    moe_status st = MOE_OK;
+    switch (p) {
+    case COL_FORWARD: st = S ? moe_tp_column_forward(l, a, w, T, M, D, out) : ops->linear_forward(d, a, w, T, M, D, out);
+        break;
+    case COL_BACKWARD_INPUT:
+        st = S ? moe_tp_column_backward_input(l, a, w, T, M, D, 0, out)
+               : ops->linear_backward_input(d, a, w, T, M, D, 0, out);
+        break;
+    case COL_BACKWARD_WEIGHT:
+        st = S ? moe_tp_column_backward_weight(l, a, w, T, M, D, out)
+               : ops->linear_backward_weight(d, a, w, T, M, D, out);
+        break;
+    case ROW_FORWARD: st = S ? moe_tp_row_forward(l, a, w, T, D, M, out) : ops->linear_forward(d, a, w, T, D, M, out);
+        break;
+    case ROW_BACKWARD_INPUT:
+        st = S ? moe_tp_row_backward_input(l, a, w, T, D, M, 0, out)
+               : ops->linear_backward_input(d, a, w, T, D, M, 0, out);
+        break;
+    case ROW_BACKWARD_WEIGHT:
+        st = S ? moe_tp_row_backward_weight(l, a, w, T, D, M, out) : ops->linear_backward_weight(d, a, w, T, D, M, out);
+        break;
+    default: break;
+    }
+    bench_check(st, kProductNames[p]);
+}
+
+/* median ms of product p at S pieces (0: plain) */
+static double time_product(bench *b, int S, product p, int D, int M, const moe_real *a, const moe_real *w,
+                           moe_real *out) {
+    moe_tp_linear l;
+    if (S) bench_check(moe_tp_linear_init(&l, b->rt, b->dense, NULL, S), "tp linear");
+    const int runs = b->o->warmup + b->o->iters;
     double *ms = malloc(sizeof *ms * runs);
     for (int i = 0; i < runs; i++) {
         const double t0 = bench_now_ms();
-        switch (k) {
-        case PLAIN_ROW: bench_check(b->ops->linear_forward(b->dense, a, W, T, K, n, y), "linear"); break;
-        case PLAIN_COLUMN:
-            bench_check(b->ops->linear_backward_input(b->dense, a, W, T, n, K, 0, y), "linear dx");
-            break;
-        case PIECES_ROW: bench_check(moe_tp_row_parallel_forward(&s, a, W, T, K, n, y), "row"); break;
-        case PIECES_COLUMN: bench_check(moe_tp_column_parallel_backward_input(&s, a, W, T, n, K, 0, y), "column"); break;
-        }
+        run_once(b, &l, S, p, D, M, a, w, out);
         ms[i] = bench_now_ms() - t0;
     }
     const double median = bench_median(ms + b->o->warmup, b->o->iters);
     free(ms);
-    if (k >= PIECES_ROW) moe_tp_piece_sum_free(&s);
+    if (S) moe_tp_linear_free(&l);
     return median;
 }
 
-/* one product's row of the table: the plain time, then each S's ratio to it; JSON members into json */
-static void product_row(bench *b, const char *name, int column, int K, int n, char *json, size_t json_cap) {
-    const int T = b->o->tokens;
+/* one row of the table: the plain time, then each S's ratio to it; JSON members appended to json */
+static void product_row(bench *b, const char *layer, product p, int D, int M, char *json, size_t json_cap) {
+    const int T = b->o->tokens, big = D > M ? D : M;
     moe_rng rng = moe_rng_seeded(28);
-    moe_real *a = malloc(sizeof *a * T * K), *W = malloc(sizeof *W * K * n), *y = malloc(sizeof *y * T * (K > n ? K : n));
-    if (!a || !W || !y) bench_fail("out of memory");
-    moe_rng_fill_uniform(&rng, a, (size_t)T * K, 1);
-    moe_rng_fill_uniform(&rng, W, (size_t)K * n, 0.05);
-    if (b->o->precision) bench_check(b->ops->round_bf16(b->dense, W, (size_t)K * n, W), "bf16 copy");
-    const double plain = time_product(b, column ? PLAIN_COLUMN : PLAIN_ROW, 1, K, n, a, W, y);
-    printf("%-26s K %5d  plain %8.2f ms", name, K, plain);
+    moe_real *a = malloc(sizeof *a * T * big), *w = malloc(sizeof *w * (size_t)D * M), *out = malloc(sizeof *out * T * big);
+    if (!a || !w || !out) bench_fail("out of memory");
+    moe_rng_fill_uniform(&rng, a, (size_t)T * big, 1);
+    moe_rng_fill_uniform(&rng, w, (size_t)D * M, 0.05);
+    if (b->o->precision) bench_check(b->ops->round_bf16(b->dense, w, (size_t)D * M, w), "bf16 copy");
+    const double plain = time_product(b, 0, p, D, M, a, w, out);
+    char name[80];
+    snprintf(name, sizeof name, "%s %s", layer, kProductNames[p]);
+    printf("%-34s D %5d  plain %7.2f ms", name, D, plain);
     size_t used = strlen(json);
-    used += snprintf(json + used, json_cap - used, "%s\"%s\":{\"K\":%d,\"plain_ms\":%.3f", used > 1 ? "," : "", name,
-                     K, plain);
+    used += snprintf(json + used, json_cap - used, "%s\"%s\":{\"D\":%d,\"plain_ms\":%.3f", used > 1 ? "," : "", name,
+                     D, plain);
     for (int S = 1; S <= b->o->max_pieces; S *= 2) {
-        const double ms = time_product(b, column ? PIECES_COLUMN : PIECES_ROW, S, K, n, a, W, y);
+        const double ms = time_product(b, S, p, D, M, a, w, out);
         printf("  S%-2d %5.2fx", S, ms / plain);
         used += snprintf(json + used, json_cap - used, ",\"S%d_ms\":%.3f", S, ms);
     }
     snprintf(json + used, json_cap - used, "}");
     printf("\n");
-    free(a), free(W), free(y);
+    free(a), free(w), free(out);
 }
 
 static double time_loss(const options *o, int S, const moe_real *logits, moe_real *work, const int *targets) {
@@ -155,11 +187,12 @@ int main(int argc, char **argv) {
                 "dense state");
     printf("tp 1, T %d, %s GEMM inputs, %d thread(s); times are medians of %d; S columns: time / plain\n", o.tokens,
            kPrecisions[o.precision], moe_threads_get(), o.iters);
-    char json[4096] = "{";
-    product_row(&b, "o_proj (row)", 0, o.d_model, o.d_model, json, sizeof json);
-    product_row(&b, "down_proj (row)", 0, o.d_ff, o.d_model, json, sizeof json);
-    product_row(&b, "q_proj dx (column)", 1, o.d_model, o.d_model, json, sizeof json);
-    product_row(&b, "gate_proj dx (column)", 1, o.d_ff, o.d_model, json, sizeof json);
+    char json[8192] = "{";
+    /* the attention's projections split d (q_proj column-parallel, o_proj row-parallel), the FFN's split d_ff */
+    for (product p = 0; p < NUM_PRODUCTS; p++)
+        product_row(&b, p < ROW_FORWARD ? "q_proj" : "o_proj", p, o.d_model, o.d_model, json, sizeof json);
+    for (product p = 0; p < NUM_PRODUCTS; p++)
+        product_row(&b, p < ROW_FORWARD ? "gate_proj" : "down_proj", p, o.d_ff, o.d_model, json, sizeof json);
     /* the loss over the whole vocabulary: the kernel, then the pieces */
     const size_t n = (size_t)o.ce_tokens * o.vocab;
     moe_real *logits = malloc(sizeof *logits * n), *work = malloc(sizeof *work * n);
@@ -169,7 +202,7 @@ int main(int argc, char **argv) {
     moe_rng_fill_uniform(&rng, logits, n, 4);
     for (int t = 0; t < o.ce_tokens; t++) targets[t] = (int)(moe_rng_next(&rng) % o.vocab);
     const double whole = time_loss(&o, 0, logits, work, targets);
-    printf("%-26s V %5d  whole %8.2f ms", "cross-entropy fwd+bwd", o.vocab, whole);
+    printf("%-34s V %5d  whole %7.2f ms", "cross-entropy fwd+bwd", o.vocab, whole);
     size_t used = strlen(json);
     used += snprintf(json + used, sizeof json - used, ",\"cross_entropy\":{\"whole_ms\":%.3f", whole);
     for (int S = 1; S <= o.max_pieces; S *= 2) {

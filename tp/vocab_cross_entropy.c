@@ -9,7 +9,7 @@
 #include "core/fail.h"
 #include "core/real.h"
 #include "core/threads.h"
-#include "tp/piece_sum.h"
+#include "tp/linear.h"
 
 moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_comm *group, int num_pieces) {
     *ce = (moe_tp_cross_entropy){.group = group, .tp = 1, .num_pieces = num_pieces};

@@ -4,7 +4,7 @@
  * Rank r of tp holds the logits of vocabulary columns [r V/tp, (r+1) V/tp): logits_local [T, V/tp]. Per token t:
  *   M_t     = the largest logit over the whole vocabulary (a max: exact in any order; the ranks' maxima gathered)
  *   s_t,p   = sum over piece p's columns v, in column order, of exp(l_t,v - M_t), in double; the S fixed pieces
- *             p = [p V/S, (p+1) V/S) (--tp-shards, as tp/piece_sum.h's)
+ *             p = [p V/S, (p+1) V/S) (--tp-shards, as tp/linear.h's)
  *   Z_t     = the S piece sums added in the fixed binary tree (a rank's pieces are a whole subtree, summed locally;
  *             the upper levels across the group: moe_comm_allreduce_tree_f64)
  *   loss_t  = M_t + log Z_t - l_t,target   (l_t,target from the rank holding the column; the others add an exact 0)
@@ -30,7 +30,7 @@ typedef struct {
     size_t cap;         /* tokens the buffers hold */
 } moe_tp_cross_entropy;
 
-/* num_pieces and group as moe_tp_piece_sum_init's (MOE_ERR_INVALID_CONFIG otherwise). */
+/* num_pieces and group as moe_tp_linear_init's (MOE_ERR_INVALID_CONFIG otherwise). */
 moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_comm *group, int num_pieces);
 void moe_tp_cross_entropy_free(moe_tp_cross_entropy *ce);
 

@@ -1,0 +1,197 @@
+/* test_tp_products.c — the six products of tp/linear.h checked at every tensor-parallel size (test_tp_products.h). */
+#include "tests/test_tp_products.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm_rows.h"
+#include "moe/dense_ops.h"
+#include "tests/test_mpi.h"
+#include "tp/linear.h"
+
+enum { T = 37, D = 64, M = 24, SEED = 28 };
+
+moe_real *test_tp_operand(uint64_t seed, size_t count, double scale, int mixed) {
+    moe_rng rng = moe_rng_seeded(seed);
+    moe_real *a = test_alloc_uniform(&rng, count, scale);
+    for (size_t i = 0; mixed && i < count; i += 7) a[i] *= 100;
+    return a;
+}
+
+moe_real *test_tp_column_block(const moe_real *m, int rows, int cols, int part, int parts) {
+    const int w = cols / parts;
+    moe_real *b = malloc((size_t)rows * w * sizeof *b);
+    if (!b) abort();
+    for (int r = 0; r < rows; r++) memcpy(b + (size_t)r * w, m + (size_t)r * cols + (size_t)part * w, w * sizeof *b);
+    return b;
+}
+
+size_t test_tp_count_diff(const moe_real *a, const moe_real *b, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(&a[i], &b[i], sizeof *a) != 0;
+    return d;
+}
+
+double test_tp_max_rel_err(const moe_real *a, const moe_real *b, size_t n) {
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)b[i]));
+    for (size_t i = 0; i < n; i++) err = fmax(err, fabs((double)a[i] - (double)b[i]));
+    return err / (scale > 0 ? scale : 1);
+}
+
+/* Each operand and the result: whole on every rank, or split: COLS, a [rows, D]'s block of columns; ROWS, a
+ * [D, cols]'s block of rows. acc: what the result starts from (NONE: overwritten; BETA: beta 0 and 1 both run;
+ * ALWAYS: += ). */
+typedef enum { WHOLE, COLS, ROWS } split;
+typedef enum { NONE, BETA, ALWAYS } accumulation;
+typedef enum { COL_FORWARD, COL_BACKWARD_INPUT, COL_BACKWARD_WEIGHT, ROW_FORWARD, ROW_BACKWARD_INPUT,
+               ROW_BACKWARD_WEIGHT, NUM_PRODUCTS } product;
+typedef struct {
+    int rows, cols;
+    split how;
+} shape;
+static const struct {
+    const char *name;
+    shape a, b, out;
+    accumulation acc;
+    int is_sum;        /* the pieces are added (over the group), not concatenated */
+    int b_is_weight;   /* b is a weight: its bf16 copy is made first under bf16 */
+} kProducts[NUM_PRODUCTS] = {
+    [COL_FORWARD] = {"column forward", {T, M, WHOLE}, {D, M, ROWS}, {T, D, COLS}, NONE, 0, 1},
+    [COL_BACKWARD_INPUT] = {"column backward input", {T, D, COLS}, {D, M, ROWS}, {T, M, WHOLE}, BETA, 1, 1},
+    [COL_BACKWARD_WEIGHT] = {"column backward weight", {T, D, COLS}, {T, M, WHOLE}, {D, M, ROWS}, ALWAYS, 0, 0},
+    [ROW_FORWARD] = {"row forward", {T, D, COLS}, {M, D, COLS}, {T, M, WHOLE}, NONE, 1, 1},
+    [ROW_BACKWARD_INPUT] = {"row backward input", {T, M, WHOLE}, {M, D, COLS}, {T, D, COLS}, BETA, 0, 1},
+    [ROW_BACKWARD_WEIGHT] = {"row backward weight", {T, M, WHOLE}, {T, D, COLS}, {M, D, COLS}, ALWAYS, 0, 0},
+};
+
+static size_t count_of(shape o) { return (size_t)o.rows * o.cols; }
+static size_t part_count(shape o, int parts) { return count_of(o) / (o.how == WHOLE ? 1 : parts); }
+
+/* this rank's part of a whole host operand, malloc'ed */
+static moe_real *part_of(const moe_real *m, shape o, int part, int parts) {
+    if (o.how == COLS) return test_tp_column_block(m, o.rows, o.cols, part, parts);
+    const size_t n = part_count(o, parts);
+    moe_real *p = malloc(sizeof *p * n);
+    if (!p) abort();
+    return memcpy(p, m + (o.how == ROWS ? (size_t)part * n : 0), sizeof *p * n); /* ROWS: a contiguous block */
+}
+
+/* tp/linear.h's call (runtime memory) */
+static moe_status call(moe_tp_linear *l, product p, const moe_real *a, const moe_real *b, moe_real beta, moe_real *out) {
+    switch (p) {
+    case COL_FORWARD: return moe_tp_column_forward(l, a, b, T, M, D, out);
+    case COL_BACKWARD_INPUT: return moe_tp_column_backward_input(l, a, b, T, M, D, beta, out);
+    case COL_BACKWARD_WEIGHT: return moe_tp_column_backward_weight(l, a, b, T, M, D, out);
+    case ROW_FORWARD: return moe_tp_row_forward(l, a, b, T, D, M, out);
+    case ROW_BACKWARD_INPUT: return moe_tp_row_backward_input(l, a, b, T, D, M, beta, out);
+    case ROW_BACKWARD_WEIGHT: return moe_tp_row_backward_weight(l, a, b, T, D, M, out);
+    default: return MOE_ERR_INVALID_ARG;
+    }
+}
+
+/* the dense table's plain product on the whole operands (runtime memory) */
+static moe_status plain_call(const moe_dense_ops *ops, moe_dense_state *d, product p, const moe_real *a,
+                             const moe_real *b, moe_real beta, moe_real *out) {
+    switch (p) {
+    case COL_FORWARD: return ops->linear_forward(d, a, b, T, M, D, out);
+    case COL_BACKWARD_INPUT: return ops->linear_backward_input(d, a, b, T, M, D, beta, out);
+    case COL_BACKWARD_WEIGHT: return ops->linear_backward_weight(d, a, b, T, M, D, out);
+    case ROW_FORWARD: return ops->linear_forward(d, a, b, T, D, M, out);
+    case ROW_BACKWARD_INPUT: return ops->linear_backward_input(d, a, b, T, D, M, beta, out);
+    case ROW_BACKWARD_WEIGHT: return ops->linear_backward_weight(d, a, b, T, D, M, out);
+    default: return MOE_ERR_INVALID_ARG;
+    }
+}
+
+static moe_real *upload(moe_runtime *rt, const moe_real *host, size_t n) {
+    moe_real *dev;
+    test_mpi_require(moe_runtime_alloc(rt, sizeof *dev * n, (void **)&dev), "runtime buffer");
+    test_mpi_require(moe_runtime_upload(rt, dev, host, sizeof *dev * n), "upload");
+    return dev;
+}
+
+typedef struct {
+    const test_tp_setup *s;
+    moe_dense_state *dense;
+    product p;
+    const moe_real *a, *b, *out0; /* host, whole */
+    moe_real beta;
+} product_case;
+
+/* The product at S pieces (S 0: the plain product) on the group (tp 1: none) into out (host: this rank's part of
+ * the result, from out0's part) */
+static void run(const product_case *c, int S, int on_group, moe_real *out) {
+    moe_runtime *rt = c->s->rt;
+    const int parts = on_group ? c->s->tp : 1, part = on_group ? c->s->rank : 0;
+    moe_real *host[3] = {part_of(c->a, kProducts[c->p].a, part, parts), part_of(c->b, kProducts[c->p].b, part, parts),
+                         part_of(c->out0, kProducts[c->p].out, part, parts)};
+    const size_t n[3] = {part_count(kProducts[c->p].a, parts), part_count(kProducts[c->p].b, parts),
+                         part_count(kProducts[c->p].out, parts)};
+    moe_real *dev[3];
+    for (int i = 0; i < 3; i++) dev[i] = upload(rt, host[i], n[i]);
+    if (S == 0) {
+        test_mpi_require(plain_call(moe_runtime_dense_ops(rt), c->dense, c->p, dev[0], dev[1], c->beta, dev[2]),
+                         "plain product");
+    } else {
+        moe_tp_linear l;
+        test_mpi_require(moe_tp_linear_init(&l, rt, c->dense, on_group ? c->s->group : NULL, S), "tp linear");
+        test_mpi_require(call(&l, c->p, dev[0], dev[1], c->beta, dev[2]), kProducts[c->p].name);
+        moe_tp_linear_free(&l);
+    }
+    test_mpi_require(moe_runtime_download(rt, out, dev[2], sizeof *out * n[2]), "download");
+    for (int i = 0; i < 3; i++) moe_runtime_free(rt, dev[i]), free(host[i]);
+}
+
+static void check_case(const product_case *c, const char *what) {
+    const test_tp_setup *s = c->s;
+    const shape o = kProducts[c->p].out;
+    const size_t n = count_of(o);
+    moe_real *want = malloc(sizeof *want * n), *got = malloc(sizeof *got * n), *plain = malloc(sizeof *plain * n);
+    run(c, 0, 0, plain);
+    run(c, 1, 0, want);
+    CHECK(test_tp_count_diff(want, plain, n) == 0, "%s: one piece is not the plain product bit for bit", what);
+    const int sizes[] = {s->tp, 8, 16};
+    for (int i = 0; i < 3; i++) {
+        const int S = sizes[i];
+        if (S < s->tp || (i > 0 && S == s->tp)) continue;
+        run(c, S, 0, want);
+        run(c, S, 1, got);
+        moe_real *want_part = part_of(want, o, s->rank, s->tp);
+        const size_t np = part_count(o, s->tp), diff = test_tp_count_diff(got, want_part, np);
+        CHECK(diff == 0, "%s, S %d: tp %d differs from tp 1 in %zu of %zu values", what, S, s->tp, diff, np);
+        free(want_part);
+        const double err = test_tp_max_rel_err(want, plain, n);
+        CHECK(err < s->plain_tolerance, "%s, S %d: %g from the plain product", what, S, err);
+        if (S == 8 && kProducts[c->p].is_sum && c->beta == 0)
+            CHECK(test_tp_count_diff(want, plain, n) > 0, "%s: 8 pieces give the plain product's bits everywhere: the "
+                  "data cannot tell the orders apart", what);
+        if (S == 8 && !kProducts[c->p].is_sum && s->rank == 0 && s->tp == 1)
+            printf("%s: 8 pieces of the split dimension against one call: %zu of %zu values differ\n", what,
+                   test_tp_count_diff(want, plain, n), n);
+    }
+    free(want), free(got), free(plain);
+}
+
+void test_tp_check_products(const test_tp_setup *s, moe_precision precision) {
+    const moe_dense_ops *ops = moe_runtime_dense_ops(s->rt);
+    moe_dense_state *dense;
+    test_mpi_require(ops->create(s->rt, 1, precision, D, &dense), "dense state");
+    for (product p = 0; p < NUM_PRODUCTS; p++) {
+        const size_t na = count_of(kProducts[p].a), nb = count_of(kProducts[p].b), no = count_of(kProducts[p].out);
+        moe_real *a = test_tp_operand(SEED + 10 * p, na, 1, 1), *b = test_tp_operand(SEED + 10 * p + 1, nb, 0.1, 1);
+        moe_real *out0 = test_tp_operand(SEED + 10 * p + 2, no, 1, 1);
+        if (precision == MOE_PRECISION_BF16 && kProducts[p].b_is_weight) /* the weights' bf16 copies, on the host */
+            moe_round_bf16_cpu(b, nb, b);
+        for (int beta = 0; beta <= (kProducts[p].acc == BETA); beta++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s%s, %s", kProducts[p].name,
+                     kProducts[p].acc == BETA ? (beta ? " (beta 1)" : " (beta 0)") : "", moe_precision_name(precision));
+            const product_case c = {.s = s, .dense = dense, .p = p, .a = a, .b = b, .out0 = out0, .beta = beta};
+            check_case(&c, what);
+        }
+        free(a), free(b), free(out0);
+    }
+    ops->destroy(dense);
+}
