@@ -126,13 +126,16 @@ static double time_product(bench *b, int S, product p, int D, int M, const moe_r
 
 /* one row of the table: the plain time, then each S's ratio to it; JSON members appended to json */
 static void product_row(bench *b, const char *layer, product p, int D, int M, char *json, size_t json_cap) {
+    /* every operand and result fits [T or D, max(D, M)]: a weight [D, M], or activations [T, D or M] (the weight
+     * gradients' second operand) */
     const int T = b->o->tokens, big = D > M ? D : M;
+    const size_t n = (size_t)(T > D ? T : D) * big;
     moe_rng rng = moe_rng_seeded(28);
-    moe_real *a = malloc(sizeof *a * T * big), *w = malloc(sizeof *w * (size_t)D * M), *out = malloc(sizeof *out * T * big);
+    moe_real *a = malloc(sizeof *a * n), *w = malloc(sizeof *w * n), *out = malloc(sizeof *out * n);
     if (!a || !w || !out) bench_fail("out of memory");
-    moe_rng_fill_uniform(&rng, a, (size_t)T * big, 1);
-    moe_rng_fill_uniform(&rng, w, (size_t)D * M, 0.05);
-    if (b->o->precision) bench_check(b->ops->round_bf16(b->dense, w, (size_t)D * M, w), "bf16 copy");
+    moe_rng_fill_uniform(&rng, a, n, 1);
+    moe_rng_fill_uniform(&rng, w, n, 0.05);
+    if (b->o->precision) bench_check(b->ops->round_bf16(b->dense, w, n, w), "bf16 copy");
     const double plain = time_product(b, 0, p, D, M, a, w, out);
     char name[80];
     snprintf(name, sizeof name, "%s %s", layer, kProductNames[p]);
