@@ -42,9 +42,31 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
     if (l->world != c->gpus_per_node * c->nodes) return "the layout's world size is not gpus-per-node x nodes";
     const char *pipeline = moe_plan_pipeline_problem(m, l, 0); /* its shape; the micro-batches below */
     if (pipeline) return pipeline;
-    const int64_t pp = moe_plan_layout_pp(l), ranks = moe_plan_layout_stage_ranks(l);
+    const int64_t pp = moe_plan_layout_pp(l), ranks = moe_plan_layout_stage_ranks(l), tp = moe_plan_layout_tp(l);
+    if (l->tp < 0) return "--tp must be at least 1";
+    if (tp > 1) {
+        if (tp & (tp - 1))
+            return "--tp must be a power of two (the fixed pieces of its products, --tp-shards, are one: "
+                   "docs/DETERMINISM.md)";
+        if (c->gpus_per_node % tp)
+            return "--tp must divide --gpus-per-node: a tensor-parallel group stays inside a node (it all-gathers and "
+                   "reduce-scatters every layer's tokens, over NVLink)";
+        if (ranks % tp) return "--tp must divide the GPUs of a pipeline stage (GPUs / --pp)";
+        if (m->num_heads % tp) return "--tp must divide the attention heads (each GPU computes heads / tp of them)";
+        if (m->num_kv_heads % tp && tp % m->num_kv_heads)
+            return "--tp and the kv heads: one must divide the other (the kv heads are split, or each GPU keeps the one "
+                   "its query heads read)";
+        if (moe_plan_model_num_moe_layers(m) < m->num_layers && m->d_ff_dense % tp)
+            return "--tp must divide the dense FFNs' width (--d-ff; gate/up are split by rows, down by columns)";
+        if (m->d_ff_shared % tp) return "--tp must divide the shared expert's width";
+        if (m->vocab_size % tp) return "--tp must divide the vocabulary (the embedding and lm_head are split by rows)";
+    }
+    const int64_t data = ranks / tp; /* the stage's GPUs reading distinct sequences */
     if (l->ep < 1 || l->world % l->ep) return "--ep must divide the number of GPUs";
-    if (ranks % l->ep) return "--ep must divide the GPUs of a pipeline stage (GPUs / --pp)";
+    if (data % l->ep)
+        return tp > 1 ? "--ep must divide the GPUs of a pipeline stage over --tp (GPUs / (--pp x --tp): expert-parallel "
+                        "groups are GPUs of the same tensor-parallel rank)"
+                      : "--ep must divide the GPUs of a pipeline stage (GPUs / --pp)";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
     if (l->zero < 0 || l->zero > 2) return "--zero must be 0, 1 or 2";
@@ -56,21 +78,25 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                "must be a multiple of the number of GPUs, a power of two; use --zero 1, or --shards";
     if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
-    if (r->global_batch < 1 || r->global_batch % (ranks * l->micro_batch))
-        return pp == 1 ? "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)"
-                       : "--global-batch must be a multiple of GPUs / --pp x --micro-batch (every GPU of a stage reads "
-                         "its own sequences)";
-    return moe_plan_pipeline_problem(m, l, r->global_batch / (ranks * l->micro_batch));
+    if (r->global_batch < 1 || r->global_batch % (data * l->micro_batch))
+        return tp > 1    ? "--global-batch must be a multiple of GPUs / (--pp x --tp) x --micro-batch (every tensor-parallel "
+                           "group reads its own sequences)"
+               : pp == 1 ? "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)"
+                         : "--global-batch must be a multiple of GPUs / --pp x --micro-batch (every GPU of a stage reads "
+                           "its own sequences)";
+    return moe_plan_pipeline_problem(m, l, r->global_batch / (data * l->micro_batch));
 }
 
-/* The busiest rank's EP peers on its own node and on others: rank r's group is [g*ep, g*ep + ep), its node's
- * ranks [n*G, n*G + G); the peers on its node are the overlap minus itself. */
-static void alltoall_peers(int64_t world, int64_t ep, int64_t G, int *intra, int *inter) {
+/* The busiest rank's EP peers on its own node and on others: rank r's group is the ep ranks tp apart from the start
+ * of its block of ep tp (its tensor-parallel rank's: pipeline/grid.h; [g*ep, g*ep + ep) at tp 1), its node's ranks
+ * [n*G, n*G + G); the peers on its node are its members there but itself. */
+static void alltoall_peers(int64_t world, int64_t ep, int64_t tp, int64_t G, int *intra, int *inter) {
     *intra = 0, *inter = 0;
     for (int64_t r = 0; r < world; r++) {
-        const int64_t s = r / ep * ep, n0 = r / G * G;
-        const int64_t hi = s + ep < n0 + G ? s + ep : n0 + G, lo = s > n0 ? s : n0;
-        const int on_node = (int)(hi - lo) - 1, off_node = (int)(ep - 1) - on_node;
+        const int64_t first = r / (ep * tp) * (ep * tp) + r % tp;
+        int on_node = -1; /* itself */
+        for (int64_t i = 0; i < ep; i++) on_node += (first + i * tp) / G == r / G;
+        const int off_node = (int)(ep - 1) - on_node;
         if (off_node > *inter || (off_node == *inter && on_node > *intra)) *inter = off_node, *intra = on_node;
     }
 }
@@ -92,10 +118,13 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     /* W: every GPU; under a pipeline each stage's W / pp of them (`ranks`) hold distinct sequences, its dense
      * gradients are summed over them and its experts' over dp = ranks / ep (pipeline/grid.h). The parameters,
      * layers and gradient sums below are the stage's whose memory is reported (the whole model's without one). */
+    /* Under tensor parallelism a stage's W / (pp tp) `data` ranks read distinct sequences: its split tensors' gradients
+     * are summed over them; the experts (fed distinct tokens by every GPU) over the stage's GPUs holding the same ones */
     const int64_t W = l->world, ep = l->ep, pp = moe_plan_layout_pp(l), ranks = W / pp, dp = ranks / ep;
+    const int64_t tp = moe_plan_layout_tp(l), data = ranks / tp;
     const int64_t G = c->gpus_per_node;
     const double row = l->bf16 ? 2 : 4;
-    moe_plan_prediction o = {.accum_steps = r->global_batch / (ranks * l->micro_batch)};
+    moe_plan_prediction o = {.accum_steps = r->global_batch / (data * l->micro_batch)};
     o.tokens_per_step = (double)r->global_batch * l->seq_len;
     o.flops_per_token = moe_plan_model_flops_per_token(m, l->seq_len);
     moe_plan_layout with_steps = *l;
@@ -104,6 +133,7 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     o.fits = o.memory.total <= c->gpu_memory;
     const moe_plan_stage stage = moe_plan_pipeline_stage(m, &with_steps, o.memory.stage);
     const moe_plan_params p = moe_plan_model_stage_params(m, &stage);
+    const moe_plan_tp_share held = moe_plan_model_tp_share(m, &stage, tp); /* this GPU's dense parameters */
     const double Lm = (double)stage.moe_layers;
 
     /* compute: every GPU holds tokens_per_step / W tokens' work (a stage's GPU, pp times as many through 1/pp of the
@@ -133,10 +163,10 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     /* all-to-all: 4 exchanges per MoE layer and micro-batch (dispatch, combine; their backward twins), each
      * sending T k rows of d values (fewer with a capacity factor below 1), 1/ep of them to each EP rank on average;
      * an exchange lasts until the busiest EP rank has moved its skew x the mean */
-    alltoall_peers(W, ep, G, &o.alltoall_peers_intra, &o.alltoall_peers_inter);
+    alltoall_peers(W, ep, tp, G, &o.alltoall_peers_intra, &o.alltoall_peers_inter);
     const double keep = m->capacity_factor > 0 && m->capacity_factor < 1 ? m->capacity_factor : 1;
-    const double T = (double)l->micro_batch * l->seq_len;
-    const double per_peer = keep * T * (double)m->top_k * (double)m->d_model * row / (double)ep;
+    const double T = (double)l->micro_batch * l->seq_len; /* a micro-batch's tokens, of a tensor-parallel group */
+    const double per_peer = keep * T / (double)tp * (double)m->top_k * (double)m->d_model * row / (double)ep;
     const double exchanges = (l->recompute == MOE_RECOMPUTE_FULL ? 6 : 4) * Lm * (double)o.accum_steps; /* full:
                                                                           the dispatch and combine run again */
     o.alltoall_intra_bytes = exchanges * per_peer * o.alltoall_peers_intra;
@@ -161,17 +191,17 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * backward ends (the ends once more); ZeRO-1 and 2 then all-gather the updated parameters */
     /* a stage's ranks are a block of W / pp (all W without a pipeline): it crosses a node boundary unless it fits in a
      * node whose GPUs it divides */
-    o.dense_group_spans_nodes = c->nodes > 1 && (ranks > G || G % ranks != 0);
+    o.dense_group_spans_nodes = c->nodes > 1 && (ranks > G || G % ranks != 0); /* the data ranks span the stage */
     /* the group of EP rank ep-1 runs from rank ep-1 of the stage (and ep <= ranks/2 when dp > 1) to its last rank:
      * with dp > 1 some group crosses nodes whenever the stage does */
     o.expert_group_spans_nodes = dp > 1 && o.dense_group_spans_nodes;
-    const double dense_nbytes = 4.0 * (double)p.dense, expert_nbytes = 4.0 * (double)p.expert / (double)ep;
+    const double dense_nbytes = 4.0 * held.dense, expert_nbytes = 4.0 * (double)p.expert / (double)ep;
     /* A ring over nodes runs as one ring per member GPU of a node (NCCL's channels), each crossing nodes through its
      * GPU's own NIC: the group's bandwidth is its members per node times one NIC's, capped by NVLink. The world's
      * group has G members per node; an expert-data-parallel group G / ep (at least 1: its ranks are ep apart) */
     const double per_node = ranks < G ? (double)ranks : (double)G; /* a stage's GPUs on one node */
     const double expert_members = per_node > ep ? per_node / (double)ep : 1;
-    const double dense_nic = per_node * c->inter_bw, expert_nic = expert_members * c->inter_bw;
+    const double dense_nic = per_node / (double)tp * c->inter_bw, expert_nic = expert_members * c->inter_bw;
     const double dense_bw = o.dense_group_spans_nodes ? (dense_nic < c->intra_bw ? dense_nic : c->intra_bw) : c->intra_bw;
     const double dense_lat = o.dense_group_spans_nodes ? c->inter_latency : c->intra_latency;
     const double expert_bw =
@@ -179,32 +209,31 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     const double expert_lat = o.expert_group_spans_nodes ? c->inter_latency : c->intra_latency;
     const double micro = (double)o.accum_steps;
     if (l->zero == 2) {
-        o.allreduce_dense_bytes = ranks > 1 ? micro * (ranks - 1) / ranks * dense_nbytes : 0;
+        o.allreduce_dense_bytes = data > 1 ? micro * (data - 1) / data * dense_nbytes : 0;
         o.allreduce_expert_bytes = dp > 1 ? micro * (dp - 1) / dp * expert_nbytes : 0;
         const double dense_calls = (double)stage.layers + 1; /* each layer's window, then the ends */
-        o.allreduce_s = micro * (ring_reduce_scatter_s(dense_nbytes, ranks, dense_calls, dense_bw, dense_lat) +
+        o.allreduce_s = micro * (ring_reduce_scatter_s(dense_nbytes, data, dense_calls, dense_bw, dense_lat) +
                                  ring_reduce_scatter_s(expert_nbytes, dp, Lm, expert_bw, expert_lat));
     } else {
-        o.allreduce_dense_bytes = ranks > 1 ? 2.0 * (ranks - 1) / ranks * dense_nbytes : 0;
+        o.allreduce_dense_bytes = data > 1 ? 2.0 * (data - 1) / data * dense_nbytes : 0;
         o.allreduce_expert_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * expert_nbytes : 0;
-        o.allreduce_s = ring_allreduce_s(dense_nbytes, ranks, dense_bw, dense_lat) +
+        o.allreduce_s = ring_allreduce_s(dense_nbytes, data, dense_bw, dense_lat) +
                         ring_allreduce_s(expert_nbytes, dp, expert_bw, expert_lat);
     }
     /* ZeRO-1's and 2's all-gathers of the updated parameters: a ring's second half, (n-1) steps of 1/n each */
-    const double dense_gather = l->zero && ranks > 1 ? (double)(ranks - 1) / ranks * dense_nbytes : 0;
+    const double dense_gather = l->zero && data > 1 ? (double)(data - 1) / data * dense_nbytes : 0;
     const double expert_gather = l->zero && dp > 1 ? (double)(dp - 1) / dp * expert_nbytes : 0;
     o.zero_gather_bytes = dense_gather + expert_gather;
-    o.allreduce_s += (dense_gather > 0 ? (ranks - 1) * dense_lat + dense_gather / dense_bw : 0) +
+    o.allreduce_s += (dense_gather > 0 ? (data - 1) * dense_lat + dense_gather / dense_bw : 0) +
                      (expert_gather > 0 ? (dp - 1) * expert_lat + expert_gather / expert_bw : 0);
 
     /* AdamW is bound by memory: per parameter it updates, read p, g, m, v and write p, m, v (28 bytes) after the
      * clipping norm read g (4); every gradient held between steps is zeroed (4: all of them, or ZeRO-2's shard);
      * under bf16 each matrix is copied (read 4, write 2) */
-    const double updated = l->zero ? (double)p.dense / ranks + (double)p.expert / ep / dp
-                                   : (double)p.dense + (double)p.expert / ep;
-    const double held = l->zero == 2 ? updated : (double)p.dense + (double)p.expert / ep;
-    const double copied = l->bf16 ? (double)p.dense_matrix + (double)p.expert / ep : 0;
-    const double optimizer_nbytes = 32 * updated + 4 * held + 6 * copied;
+    const double updated = l->zero ? held.dense / data + (double)p.expert / ep / dp : held.dense + (double)p.expert / ep;
+    const double grads_held = l->zero == 2 ? updated : held.dense + (double)p.expert / ep;
+    const double copied = l->bf16 ? held.dense_matrix + (double)p.expert / ep : 0;
+    const double optimizer_nbytes = 32 * updated + 4 * grads_held + 6 * copied;
     /* a measured time per parameter was taken with every parameter updated in fp32: 36 bytes each by this count */
     o.optimizer_s = c->optimizer_s_per_param > 0 ? c->optimizer_s_per_param * optimizer_nbytes / 36
                                                  : optimizer_nbytes / c->mem_bw;
@@ -214,19 +243,37 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * its bytes over the link to its peer, W / pp ranks away: across nodes whenever there are several. Then the
      * bubble: every stage idles (pp - 1)/(V m) of the pipelined time (plan/pipeline.h), that time being what runs per
      * micro-batch (compute, all-to-all, control, these sends), not the step's gradient sums and optimizer */
+    /* tensor parallelism with sequence parallelism: per micro-batch, around each block whose weights it splits (every
+     * layer's attention, a dense FFN; an MoE layer takes its GPU's T/tp tokens as they are) the group all-gathers the
+     * tokens before and reduce-scatters after, forward, and the reverse in backward: 4 collectives, each moving
+     * (tp - 1)/tp of the group's T d values per GPU in tp - 1 steps over NVLink. The vocabulary-split ends add 2 each
+     * (the embedding's output reduce-scattered, the final norm's gathered for lm_head). Recomputation runs the forward
+     * collectives of what it rebuilds again: the attention block's all-gather (attention), a dense FFN's (moe), and
+     * under full also o_proj's reduce-scatter. */
+    if (tp > 1) {
+        const double L = (double)stage.layers, dense_ffn = (double)(stage.layers - stage.moe_layers);
+        double per_micro = 4 * (L + dense_ffn) + 2 * (stage.embedding + stage.head);
+        if (l->recompute >= MOE_RECOMPUTE_ATTENTION) per_micro += L;
+        if (l->recompute >= MOE_RECOMPUTE_MOE) per_micro += dense_ffn;
+        if (l->recompute == MOE_RECOMPUTE_FULL) per_micro += L;
+        const double nbytes = (double)(tp - 1) / (double)tp * T * (double)m->d_model * row;
+        o.tp_bytes = per_micro * micro * nbytes;
+        o.tp_s = per_micro * micro * ((double)(tp - 1) * c->intra_latency + nbytes / c->intra_bw);
+    }
+
     if (pp > 1) {
         const double V = (double)moe_plan_layout_virtual_stages(l), sends = 2 * micro * V;
-        const double nbytes = T * (double)m->d_model * row;
+        const double nbytes = T / (double)tp * (double)m->d_model * row; /* this GPU's tokens */
         o.pipeline_spans_nodes = c->nodes > 1;
         o.p2p_bytes = sends * nbytes;
         o.p2p_s = sends * (o.pipeline_spans_nodes ? c->inter_latency + nbytes / c->inter_bw
                                                   : c->intra_latency + nbytes / c->intra_bw);
         o.bubble_fraction = moe_plan_pipeline_bubble(l, o.accum_steps);
-        o.bubble_s = o.bubble_fraction * (o.compute_s + o.alltoall_s + o.control_s + o.p2p_s);
+        o.bubble_s = o.bubble_fraction * (o.compute_s + o.alltoall_s + o.control_s + o.tp_s + o.p2p_s);
     }
-    const double comm = o.alltoall_s + o.control_s + o.allreduce_s;
+    const double comm = o.alltoall_s + o.control_s + o.tp_s + o.allreduce_s;
     o.step_serial_s = o.compute_s + o.optimizer_s + comm + o.p2p_s + o.bubble_s;
-    const double pipelined_comm = o.alltoall_s + o.control_s + o.p2p_s; /* overlapped: the bubble of the longer */
+    const double pipelined_comm = o.alltoall_s + o.control_s + o.tp_s + o.p2p_s; /* overlapped: the bubble of the longer */
     const double hidden = o.compute_s > comm + o.p2p_s ? o.compute_s : comm + o.p2p_s;
     o.step_overlap_s = hidden + o.optimizer_s +
                        o.bubble_fraction * (o.compute_s > pipelined_comm ? o.compute_s : pipelined_comm);

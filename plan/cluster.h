@@ -5,7 +5,8 @@
  *
  * Ranks are placed as mpirun and srun place them by default: rank r on node r / gpus_per_node. EP groups are
  * blocks of ep consecutive ranks, expert-data-parallel groups are ranks ep apart (README "Ranks and experts"); a
- * pipeline stage is a block of world / pp consecutive ranks, its stages world / pp apart (pipeline/grid.h). */
+ * pipeline stage is a block of world / pp consecutive ranks, its stages world / pp apart; tensor-parallel groups are
+ * blocks of tp consecutive ranks inside a node (pipeline/grid.h). */
 #ifndef MOE_PLAN_CLUSTER_H
 #define MOE_PLAN_CLUSTER_H
 
@@ -66,13 +67,16 @@ typedef struct {
     /* the pipeline (pp > 1): a GPU sends one activation forward and one gradient back per micro-batch and chunk, of
      * its micro-batch's T d values at the exchanged precision; the idle fraction (pp - 1)/(V m) and its seconds */
     double p2p_bytes, bubble_fraction;
+    double tp_bytes;              /* tensor parallelism's all-gathers and reduce-scatters of tokens (0 at tp 1)    */
     /* seconds per step */
     double compute_s, optimizer_s, alltoall_s, control_s;
     double allreduce_s;           /* the gradient reduction (all-reduce, or ZeRO-2's reduce-scatters) and the
                                    * ZeRO all-gather                                                           */
     double compute_dense_s, compute_moe_s; /* compute_s = their sum: the dense path's and the MoE layers' */
     double p2p_s;                 /* the pipeline's sends between stages, one after another                 */
-    double bubble_s;              /* bubble_fraction of the pipelined time (compute, all-to-all, control, p2p) */
+    double tp_s;                  /* tensor parallelism's collectives, one after another                    */
+    double bubble_s;              /* bubble_fraction of the pipelined time (compute, all-to-all, control, the
+                                   * tensor-parallel collectives, p2p)                                         */
     double step_serial_s;         /* compute + optimizer + every exchange + the bubble, one after another (this
                                    * project)                                                                  */
     double step_overlap_s;        /* exchanges hidden behind compute: max(compute, comm) + optimizer + the bubble */

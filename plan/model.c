@@ -128,14 +128,40 @@ moe_plan_params moe_plan_model_stage_params(const moe_plan_model *m, const moe_p
     return p;
 }
 
-moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep) {
+/* The attention's parameters that tensor parallelism splits: q and o by heads, k and v by kv heads where tp divides
+ * them (moe_plan_model_tp_share). */
+static int64_t attention_split(const moe_plan_model *m, int64_t tp) {
+    const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
+    return 2 * d * A + (m->num_kv_heads % tp == 0 ? 2 * d * B : 0);
+}
+
+/* n values of which `split` are split over tp GPUs: what one GPU holds */
+static int64_t share(int64_t n, int64_t split, int64_t tp) { return n - split + split / tp; }
+
+moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep, int64_t tp) {
     const parameter_counts c = parameter_counts_of(m);
+    tp = tp > 1 ? tp : 1;
     const int64_t Lm = moe_plan_model_num_moe_layers(m), local_experts = m->num_experts / (ep > 0 ? ep : 1);
-    const int64_t moe_layer = c.attention + c.norms + c.router + c.shared + local_experts * c.expert;
-    const int64_t dense_layer = c.attention + c.norms + c.dense_ffn;
+    const int64_t attention = share(c.attention, attention_split(m, tp), tp);
+    const int64_t shared = share(c.shared, 3 * m->d_model * m->d_ff_shared, tp);
+    const int64_t moe_layer = attention + c.norms + c.router + shared + local_experts * c.expert;
+    const int64_t dense_layer = attention + c.norms + c.dense_ffn / tp;
     int64_t window = Lm > 0 ? moe_layer : 0;
     if (Lm < m->num_layers && dense_layer > window) window = dense_layer;
-    return (moe_plan_gradient_buffers){.window = window, .ends = c.embedding + c.lm_head + c.final_norm};
+    return (moe_plan_gradient_buffers){.window = window, .ends = (c.embedding + c.lm_head) / tp + c.final_norm};
+}
+
+moe_plan_tp_share moe_plan_model_tp_share(const moe_plan_model *m, const moe_plan_stage *s, int64_t tp) {
+    const moe_plan_params p = moe_plan_model_stage_params(m, s);
+    if (tp <= 1) return (moe_plan_tp_share){(double)p.dense, (double)p.dense_matrix};
+    const parameter_counts c = parameter_counts_of(m);
+    const double L = (double)s->layers, Lm = (double)s->moe_layers;
+    const double ends = (s->embedding || (s->head && m->tie_embeddings) ? (double)c.embedding : 0) +
+                        (s->head ? (double)c.lm_head : 0);
+    const double split = L * (double)attention_split(m, tp) + (L - Lm) * (double)c.dense_ffn +
+                         Lm * 3.0 * (double)m->d_model * (double)m->d_ff_shared + ends;
+    const double kept = split - split / (double)tp; /* what the other GPUs of the group hold instead */
+    return (moe_plan_tp_share){(double)p.dense - kept, (double)p.dense_matrix - kept};
 }
 
 double moe_plan_model_flops_per_token(const moe_plan_model *m, int64_t seq_len) {
@@ -168,17 +194,25 @@ moe_plan_recompute_flops moe_plan_model_recompute_flops_per_token(const moe_plan
     return f;
 }
 
+/* The tokens of a micro-batch one GPU holds between blocks: micro_batch * S, split over a tensor-parallel group
+ * (sequence parallelism); inside a block its GPUs hold 1/tp of every token's heads or columns instead, the same
+ * count. */
+static double tokens_per_gpu(const moe_plan_layout *lay) {
+    return (double)lay->micro_batch * (double)lay->seq_len / (double)moe_plan_layout_tp(lay);
+}
+
 /* What models/model.c keeps for T = micro_batch * S tokens (its layer_acts and model buffers: the list of
  * models/model_activations.h, with its rules): the same sum as moe_model_config_footprint for the shapes that function
  * takes (tests/test_plan.c). What the recompute setting rebuilds in backward is one buffer for every layer, of the
  * largest layer's size. A pipeline stage counts its layers, and keeps what they keep for backward (the residual stream
  * entering each layer and the buffers not rebuilt) for each micro-batch in flight; the model's own buffers once. */
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
-    const double T = (double)lay->micro_batch * lay->seq_len, S = (double)lay->seq_len, d = (double)m->d_model;
+    const double T = tokens_per_gpu(lay), S = (double)lay->seq_len, d = (double)m->d_model;
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     const double H = (double)m->num_heads, L = (double)st->layers, Lm = (double)st->moe_layers;
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
-    const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S);
+    const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S) /
+                       (double)moe_plan_layout_tp(lay); /* its heads */
     double bytes = (L * in_flight + 1) * T * d * real; /* the residual stream entering each layer, the output */
     /* each buffer on the L - Lm dense FFN layers (FD = T d_ff) and on the Lm MoE layers (FD = 0) */
 #define LAYER_NBYTES(name, count, rebuilt_from)                                                                    \
@@ -206,7 +240,7 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
 }
 
 double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay) {
-    const double Tk = (double)lay->micro_batch * lay->seq_len * m->top_k, cf = m->capacity_factor;
+    const double Tk = tokens_per_gpu(lay) * (double)m->top_k, cf = m->capacity_factor;
     const double skew = lay->ep > 1 && lay->routing_skew > 1 ? lay->routing_skew : 1;
     return cf > 0 && cf < skew ? cf * Tk : skew * Tk;
 }
@@ -219,17 +253,18 @@ int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch) {
 }
 
 int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay) {
-    return lay->local_shards < 0 ? moe_plan_default_local_shards(moe_plan_layout_stage_ranks(lay), lay->micro_batch)
+    return lay->local_shards < 0 ? moe_plan_default_local_shards(moe_plan_layout_data_ranks(lay), lay->micro_batch)
                                  : lay->local_shards;
 }
 
 static double log2_of(double n) { return n > 1 ? ceil(log2(n)) : 0; }
 
 /* mem.reduce_scratch (plan/model.h), of a pipeline stage: its sums run over its ranks (world / pp), its largest
- * slices and gradients are its own (the vocabulary's only where it holds an end). */
+ * slices and gradients are its own (the vocabulary's only where it holds an end), a GPU's share of them under tensor
+ * parallelism. dense: what this GPU holds of the stage's dense parameters. */
 static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st,
                                     double dense, double local_expert) {
-    const int64_t ranks = moe_plan_layout_stage_ranks(lay);
+    const int64_t ranks = moe_plan_layout_stage_ranks(lay), tp = moe_plan_layout_tp(lay);
     const int vocab = st->embedding || (st->head && m->tie_embeddings), untied_head = st->head && !m->tie_embeddings;
     const double real = sizeof(moe_real), d = (double)m->d_model, dp = (double)(ranks / lay->ep);
     const int64_t LS = moe_plan_layout_local_shards(lay);
@@ -240,8 +275,8 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
     if (ranks > 1 && lay->zero == 2) {
         /* the reduce-scatter's one chunk (alltoall/tree_allreduce.h): half a piece, or at most half the largest slice
          * it reduces: a layer's window, the embedding, or the final norm with an untied lm_head */
-        const double V = (double)m->vocab_size, tail = d + (m->tie_embeddings ? 0 : V * d);
-        double slice = (double)moe_plan_model_gradient_buffers(m, lay->ep).window;
+        const double V = (double)m->vocab_size / (double)tp, tail = d + (m->tie_embeddings ? 0 : V * d);
+        double slice = (double)moe_plan_model_gradient_buffers(m, lay->ep, tp).window;
         if (vocab) slice = slice > V * d ? slice : V * d;
         if (st->head) slice = slice > tail ? slice : tail;
         bytes = real * (ceil(slice / 2) < ceil(piece / 2) ? ceil(slice / 2) : ceil(piece / 2));
@@ -251,7 +286,9 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
     }
     /* the shard tree of the dense weight gradients: log2(LS) + 2 slots of the largest (models/shard_grads.c) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
-    double largest = vocab || untied_head ? (double)m->vocab_size * d : 0, other[] = {3 * (double)m->d_ff_dense * d, A * d, B * d};
+    const double t = (double)tp, kv_t = m->num_kv_heads % tp == 0 ? t : 1;
+    double largest = vocab || untied_head ? (double)m->vocab_size * d / t : 0;
+    const double other[] = {3 * (double)m->d_ff_dense * d / t, A * d / t, B * d / kv_t};
     for (int i = 0; i < 3; i++) largest = other[i] > largest ? other[i] : largest;
     bytes += (log2_of((double)LS) + 2) * largest * real;
     /* the experts' per-segment weight-gradient leaves, one per (EP rank, shard) segment (core/tree_schedule.h) */
@@ -277,19 +314,25 @@ static double cpu_gemm_scratch_nbytes(const moe_plan_model *m, const moe_plan_la
 /* One pipeline stage's bytes (the whole model's without a pipeline). */
 static moe_plan_memory stage_memory(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     const moe_plan_params p = moe_plan_model_stage_params(m, st);
-    const double ranks = (double)moe_plan_layout_stage_ranks(lay), in_flight = st->in_flight;
-    const double local_expert = (double)p.expert / (double)lay->ep, dense = (double)p.dense;
-    const double T = (double)lay->micro_batch * lay->seq_len, d = (double)m->d_model, k = (double)m->top_k;
+    const int64_t tp = moe_plan_layout_tp(lay);
+    const moe_plan_tp_share held = moe_plan_model_tp_share(m, st, tp); /* of the dense parameters */
+    /* the dense parameters are sharded (ZeRO) over the GPUs holding the same share: a stage's data ranks; the experts
+     * over the stage's GPUs holding the same experts (tensor-parallel GPUs feed their experts distinct tokens) */
+    const double ranks = (double)moe_plan_layout_data_ranks(lay), in_flight = st->in_flight;
+    const double local_expert = (double)p.expert / (double)lay->ep, dense = held.dense;
+    const double T = tokens_per_gpu(lay), d = (double)m->d_model, k = (double)m->top_k;
     const double E = (double)m->num_experts, Lm = (double)st->moe_layers;
     const double row = lay->cpu ? sizeof(moe_real) : 2, N = moe_plan_model_busiest_rows(m, lay);
     moe_plan_memory mem = {0};
     /* the bf16 copies: 2 bytes a value on the CUDA path, a moe_real holding the rounded value on the CPU path */
-    mem.weights = lay->bf16 ? (lay->cpu ? sizeof(moe_real) : 2) * ((double)p.dense_matrix + local_expert) : 0;
+    mem.weights = lay->bf16 ? (lay->cpu ? sizeof(moe_real) : 2) * (held.dense_matrix + local_expert) : 0;
     mem.masters = 4 * (dense + local_expert);
-    const double expert_dp = ranks / (double)lay->ep; /* the ranks holding the same experts */
+    const double expert_dp = (double)moe_plan_layout_stage_ranks(lay) / (double)lay->ep;
     if (lay->zero == 2) { /* the shard (the moments' ranges), one layer's window, the ends */
-        const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(m, lay->ep);
-        mem.gradients = 4 * (dense / ranks + local_expert / expert_dp + (double)g.window + (double)stage_ends(m, st));
+        const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(m, lay->ep, tp);
+        const double ends = (double)stage_ends(m, st), final_norm = st->head ? (double)m->d_model : 0;
+        mem.gradients = 4 * (dense / ranks + local_expert / expert_dp + (double)g.window +
+                             (ends - final_norm) / (double)tp + final_norm);
     } else { /* the whole gradient, and with world-invariant micro-batches the step's sum beside it */
         const int accumulator = lay->accum_steps > 1 && moe_plan_layout_local_shards(lay) > 0;
         mem.gradients = mem.masters * (1 + accumulator);

@@ -52,6 +52,15 @@ typedef struct {
 moe_plan_params moe_plan_model_params(const moe_plan_model *m);
 
 struct moe_plan_stage;
+/* What one GPU of a tensor-parallel group of tp holds of a stage's dense parameters (tp 1: the stage's dense and
+ * dense_matrix): 1/tp of the split tensors — q and o by heads, k and v by kv heads where tp divides them (else whole:
+ * each GPU keeps the kv heads its query heads use, as Megatron-LM replicates them for GQA), the dense and shared FFNs
+ * by d_ff, the embedding and lm_head by vocabulary rows — and the rest whole (norms, routers, a shared expert's gate). */
+typedef struct {
+    double dense, dense_matrix;
+} moe_plan_tp_share;
+moe_plan_tp_share moe_plan_model_tp_share(const moe_plan_model *m, const struct moe_plan_stage *stage, int64_t tp);
+
 /* The parameters of one pipeline stage's share (plan/pipeline.h: its layers, and the ends it holds): dense,
  * expert and dense_matrix as above, over that share (total = dense + expert; active, matmul_active and embedding
  * are the whole model's). The whole model's stage gives moe_plan_model_params's numbers. */
@@ -87,6 +96,15 @@ typedef struct {
     int64_t pp;               /* pipeline stages (moe-train --pp; 0 or 1: none), outermost in the rank grid: each
                                * stage is world / pp ranks holding its layers (plan/pipeline.h)                  */
     int64_t virtual_stages;   /* model chunks per stage (--virtual-stages; 0 or 1: 1F1B, above: interleaved)       */
+    int64_t tp;               /* tensor-parallel size (moe-plan --tp; 0 or 1: none), innermost in the rank grid:
+                               * Megatron-LM's tensor parallelism with sequence parallelism, as issue 28 builds it
+                               * (moe-train has no --tp yet). A tp group shares its sequences: each of its GPUs holds
+                               * 1/tp of the split tensors (moe_plan_model_tp_share) and of every token-sized
+                               * activation (the tokens between blocks, the heads and vocabulary columns inside them);
+                               * its MoE layers take T/tp distinct tokens per GPU, the experts whole (E/ep per GPU,
+                               * replicated over the stage's GPUs / ep). Per micro-batch and layer its GPUs all-gather
+                               * the tokens before the attention block and a dense FFN and reduce-scatter after them,
+                               * forward and backward (plan/cluster.h)                                               */
     int zero;                 /* 0: nothing sharded. 1: ZeRO-1 as this project does it: the AdamW moments of the dense
                                * parameters sharded over the world, of a GPU's experts over its expert-data-parallel
                                * group (dp = world / ep). 2: ZeRO-2: the moments as under 1, and the gradients never
@@ -148,11 +166,12 @@ int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay);
  * attention q, k, v, o, its norms (q/k norms too), the router (and a shared expert) or the dense FFN's three matrices,
  * and this GPU's E/ep experts of that layer (3 d F each) — which each layer's backward writes and reduce-scatters;
  * ends: the embedding, the final norm and the lm_head when untied, held through the whole backward (of the whole model;
- * moe_plan_model_memory counts a pipeline stage's own ends). */
+ * moe_plan_model_memory counts a pipeline stage's own ends). Under tensor parallelism (tp > 1), a GPU's share of them
+ * (moe_plan_model_tp_share's split). */
 typedef struct {
     int64_t window, ends;
 } moe_plan_gradient_buffers;
-moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep);
+moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep, int64_t tp);
 
 /* Rows the busiest GPU's experts keep per micro-batch: T k s under routing skew s (1 at ep 1: one EP rank holds every
  * expert), at most cf T k with a capacity factor (each of E/ep local experts keeps at most ceil(cf ep T k / E)). */

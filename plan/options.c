@@ -37,8 +37,12 @@ static const flag_spec kFlags[] = {
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", F_NUM, -1, 1e6, {0}, "0", 0},
     /* layout */
     {"--ep", "expert-parallel group size (divides the GPUs and the experts)", F_INT, 1, 1 << 20, {0}, "1", 0},
-    {"--dp", "expert-data-parallel size; must be GPUs / (--pp x --ep) (no tensor parallelism here)", F_INT, 1,
-     1 << 20, {0}, "GPUs / (pp x ep)", 0},
+    {"--dp", "data-parallel size; must be GPUs / (--pp x --ep x --tp)", F_INT, 1, 1 << 20, {0}, "GPUs / (pp x ep x tp)",
+     0},
+    {"--tp", "tensor-parallel size, innermost: Megatron-LM's tensor parallelism with sequence parallelism (the "
+     "attention by heads, dense FFNs by d_ff, the vocabulary by rows; the MoE layers take each GPU's tokens), a power "
+     "of two dividing --gpus-per-node; moe-train has no --tp yet (issue 28): this plans what it will run", F_INT, 1,
+     1 << 20, {0}, "1; --search tries each", 0},
     {"--pp", "pipeline stages (as moe-train --pp): divides the GPUs and the layers; each stage is GPUs / pp of them "
      "holding layers / pp layers, run by the 1F1B schedule", F_INT, 1, 1 << 20, {0}, "1; --search tries each", 0},
     {"--virtual-stages", "model chunks per pipeline stage (as moe-train --virtual-stages): above 1, the interleaved "
@@ -85,7 +89,7 @@ static const flag_spec kFlags[] = {
     {"--routing-skew", "the busiest EP rank's expert rows over the mean, for every ep", F_NUM, 1, 1e6, {0},
      "1 (balanced)", 0},
     /* output */
-    {"--search", "rank every layout (ep, zero, recompute, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0,
+    {"--search", "rank every layout (pp, V, tp, ep, zero, recompute, micro-batch) that fits by predicted tokens/s", F_SWITCH, 0, 0,
      {0}, "off", 0},
     {"--top", "layouts --search prints", F_INT, 1, 1 << 20, {0}, "10", 0},
     {"--json", "one JSON object instead of the report", F_SWITCH, 0, 0, {0}, "off", 0},
@@ -222,11 +226,14 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     moe_plan_layout *l = &o->run.layout;
     l->world = c->gpus_per_node * c->nodes;
     l->ep = integer(f, "--ep", 1), l->zero = (int)integer(f, "--zero", 0);
-    l->pp = integer(f, "--pp", 1), l->virtual_stages = integer(f, "--virtual-stages", 1);
+    l->pp = integer(f, "--pp", 1), l->virtual_stages = integer(f, "--virtual-stages", 1), l->tp = integer(f, "--tp", 1);
     if (l->world % l->pp)
         return complain(err, "--pp %lld must divide the %lld GPUs (each stage is GPUs / pp of them)", (long long)l->pp,
                         (long long)l->world), -1;
-    const int64_t stage_ranks = l->world / l->pp;
+    if ((l->world / l->pp) % l->tp)
+        return complain(err, "--tp %lld must divide the %lld GPUs of a pipeline stage", (long long)l->tp,
+                        (long long)(l->world / l->pp)), -1;
+    const int64_t stage_ranks = l->world / l->pp, data_ranks = stage_ranks / l->tp; /* reading distinct sequences */
     l->micro_batch = integer(f, "--micro-batch", 1), l->seq_len = integer(f, "--seq-len", o->hf_config ? 4096 : 128);
     l->bf16 = bf16;
     l->attention = value(f, "--attention") && !strcmp(value(f, "--attention"), "materialized")
@@ -239,20 +246,22 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     l->local_shards = -1; /* moe-train's default world-invariant sums, for whatever micro-batch the layout has */
     if (value(f, "--shards")) { /* a multiple of the world: its shards per GPU, for any micro-batch they divide */
         const int64_t S = integer(f, "--shards", 0);
-        if (S && ((S & (S - 1)) || S % stage_ranks))
-            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs%s divide", (long long)S,
-                            (long long)stage_ranks, l->pp > 1 ? " of a pipeline stage" : ""), -1;
-        l->local_shards = S / stage_ranks;
+        if (S && ((S & (S - 1)) || S % data_ranks))
+            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs%s%s divide", (long long)S,
+                            (long long)data_ranks, l->pp > 1 ? " of a pipeline stage" : "",
+                            l->tp > 1 ? " reading distinct sequences (GPUs / --tp)" : ""), -1;
+        l->local_shards = S / data_ranks;
     }
-    o->run.global_batch = integer(f, "--global-batch", l->world * l->micro_batch);
+    o->run.global_batch = integer(f, "--global-batch", l->world / l->tp * l->micro_batch);
     if (read_routing(f, o, err)) return -1;
     if (o->search) {
-        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch", "--recompute", "--pp", "--virtual-stages"};
-        for (int i = 0; i < 7; i++)
+        const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch", "--recompute", "--pp", "--virtual-stages",
+                               "--tp"};
+        for (int i = 0; i < 8; i++)
             if (value(f, fixed[i]))
-                return complain(err, "--search tries every --ep, --pp, --virtual-stages, --zero, --micro-batch and "
+                return complain(err, "--search tries every --ep, --pp, --virtual-stages, --tp, --zero, --micro-batch and "
                                 "--recompute itself: leave out %s", fixed[i]), -1;
-        l->pp = 1, l->virtual_stages = 1;
+        l->pp = 1, l->virtual_stages = 1, l->tp = 1;
         int64_t pp = 1; /* the batch must split over the GPUs of a stage for some pipeline */
         while (pp <= l->world && (l->world % pp || o->model.num_layers % pp || o->run.global_batch % (l->world / pp)))
             pp++;
@@ -262,17 +271,17 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
                             (long long)l->world), -1;
         return 0;
     }
-    if (value(f, "--dp") && (stage_ranks % l->ep || integer(f, "--dp", 0) != stage_ranks / l->ep))
-        return complain(err, "--dp %lld with --ep %lld and --pp %lld on %lld GPUs: pp x dp x ep must be the number of "
-                        "GPUs (this project has no tensor parallelism)", (long long)integer(f, "--dp", 0),
-                        (long long)l->ep, (long long)l->pp, (long long)l->world), -1;
+    if (value(f, "--dp") && (data_ranks % l->ep || integer(f, "--dp", 0) != data_ranks / l->ep))
+        return complain(err, "--dp %lld with --ep %lld, --pp %lld and --tp %lld on %lld GPUs: pp x dp x ep x tp must be "
+                        "the number of GPUs", (long long)integer(f, "--dp", 0), (long long)l->ep, (long long)l->pp,
+                        (long long)l->tp, (long long)l->world), -1;
     problem = moe_plan_run_problem(&o->model, c, &o->run);
     if (!problem && o->routing.num_samples) l->routing_skew = moe_plan_routing_skew(&o->routing, l->ep);
     if (problem)
-        return complain(err, "%s (GPUs %lld, layers %lld, experts %lld, --pp %lld, --virtual-stages %lld, --ep %lld, "
-                        "--micro-batch %lld, --global-batch %lld)", problem, (long long)l->world,
+        return complain(err, "%s (GPUs %lld, layers %lld, experts %lld, --pp %lld, --virtual-stages %lld, --tp %lld, "
+                        "--ep %lld, --micro-batch %lld, --global-batch %lld)", problem, (long long)l->world,
                         (long long)o->model.num_layers, (long long)o->model.num_experts, (long long)l->pp,
-                        (long long)l->virtual_stages, (long long)l->ep, (long long)l->micro_batch,
+                        (long long)l->virtual_stages, (long long)l->tp, (long long)l->ep, (long long)l->micro_batch,
                         (long long)o->run.global_batch), -1;
     return 0;
 }

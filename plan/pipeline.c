@@ -14,6 +14,12 @@ int64_t moe_plan_layout_virtual_stages(const moe_plan_layout *lay) {
 
 int64_t moe_plan_layout_stage_ranks(const moe_plan_layout *lay) { return lay->world / moe_plan_layout_pp(lay); }
 
+int64_t moe_plan_layout_tp(const moe_plan_layout *lay) { return lay->tp > 1 ? lay->tp : 1; }
+
+int64_t moe_plan_layout_data_ranks(const moe_plan_layout *lay) {
+    return moe_plan_layout_stage_ranks(lay) / moe_plan_layout_tp(lay);
+}
+
 /* MoE layers among layers [first, first + count): (l + 1) % moe_every == 0 (model.h's rule); a model whose MoE
  * layers follow no rule (HF mlp_only_layers) gets its share, rounded up */
 static int64_t moe_layers_in(const moe_plan_model *m, int64_t first, int64_t count) {

@@ -24,8 +24,12 @@
 int64_t moe_plan_layout_pp(const moe_plan_layout *lay);
 int64_t moe_plan_layout_virtual_stages(const moe_plan_layout *lay);
 
-/* The ranks of one stage (W / pp): the data x expert block whose dense gradients one sum runs over. */
+/* The ranks of one stage (W / pp): the data x expert x tensor block that holds its layers. */
 int64_t moe_plan_layout_stage_ranks(const moe_plan_layout *lay);
+/* The layout's tensor-parallel size (0 reads as 1), and the ranks of a stage that read distinct sequences, W / (pp tp):
+ * the batch splits over them, and a split tensor's gradient is summed over them (ZeRO shards it over them). */
+int64_t moe_plan_layout_tp(const moe_plan_layout *lay);
+int64_t moe_plan_layout_data_ranks(const moe_plan_layout *lay);
 
 /* What stage `stage` (0 .. pp - 1) of the layout holds. */
 typedef struct moe_plan_stage {

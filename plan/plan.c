@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan/options.h"
 #include "plan/pipeline.h"
@@ -28,9 +29,10 @@ static const char *limit_of(const moe_plan_layout *l, const moe_plan_prediction 
                                                        {p->control_s, "routing control latency"},
                                                        {p->optimizer_s, "optimizer memory bandwidth"},
                                                        {p->bubble_s, "pipeline bubble"},
-                                                       {p->p2p_s, "pipeline sends"}};
+                                                       {p->p2p_s, "pipeline sends"},
+                                                       {p->tp_s, "tensor-parallel collectives"}};
     int best = 0;
-    for (int i = 1; i < 7; i++)
+    for (int i = 1; i < (int)(sizeof t / sizeof *t); i++)
         if (t[i].s > t[best].s) best = i;
     return t[best].what;
 }
@@ -51,8 +53,11 @@ static void print_model(const moe_plan_options *o, const char **notes, int num_n
     for (int i = 0; i < num_notes; i++) printf("note: moe-train cannot train this model as it is: %s\n", notes[i]);
 }
 
-/* The data-parallel size of a GPU's experts: GPUs / (pp x ep) (pipeline/grid.h). */
-static long long dp_of(const moe_plan_layout *l) { return (long long)(moe_plan_layout_stage_ranks(l) / l->ep); }
+/* The data-parallel size: GPUs / (pp x ep x tp) (pipeline/grid.h). */
+static long long dp_of(const moe_plan_layout *l) { return (long long)(moe_plan_layout_data_ranks(l) / l->ep); }
+/* The GPUs holding the same experts, over which their gradients are summed: dp x tp (the GPUs of a tensor-parallel
+ * group feed their experts distinct tokens). */
+static long long expert_dp_of(const moe_plan_layout *l) { return (long long)(moe_plan_layout_stage_ranks(l) / l->ep); }
 
 /* The stage whose memory p reports, under the layout with p's micro-batches. */
 static moe_plan_stage stage_of(const moe_plan_options *o, const moe_plan_layout *l, const moe_plan_prediction *p) {
@@ -76,16 +81,22 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
         printf("; recompute %s adds %.4g (hardware FLOPs, in the step time, not in MFU)", recompute_name(l->recompute),
                p->recompute_flops_per_token);
     printf("\n");
-    char pipeline[96] = "";
+    char pipeline[128] = "";
     if (moe_plan_layout_pp(l) > 1)
         snprintf(pipeline, sizeof pipeline, "pp %lld x %lld virtual stage%s, ", (long long)moe_plan_layout_pp(l),
                  (long long)moe_plan_layout_virtual_stages(l), moe_plan_layout_virtual_stages(l) > 1 ? "s" : "");
+    if (moe_plan_layout_tp(l) > 1)
+        snprintf(pipeline + strlen(pipeline), sizeof pipeline - strlen(pipeline), "tp %lld (with sequence parallelism), ",
+                 (long long)moe_plan_layout_tp(l));
     printf("layout: %lld GPUs (%lld nodes x %lld), %sep %lld, dp %lld, ZeRO-%d, micro-batch %lld x %lld tokens, %lld "
            "micro-batches per step, global batch %lld sequences, %s, %s attention, recompute %s\n",
            (long long)l->world, (long long)c->nodes, (long long)c->gpus_per_node, pipeline, (long long)l->ep,
            dp_of(l), l->zero, (long long)l->micro_batch, (long long)l->seq_len,
            (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
+    if (moe_plan_layout_tp(l) > 1)
+        printf("note: moe-train has no --tp yet (issue 28; tp/linear.h holds its products): this plans Megatron-LM's "
+               "tensor parallelism with sequence parallelism as moe-train will run it\n");
     const moe_plan_memory *m = &p->memory;
     const moe_plan_stage stage = stage_of(o, l, p);
     if (moe_plan_layout_pp(l) > 1)
@@ -101,17 +112,17 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            m->exchange / GiB, m->reduce_scratch / GiB, m->workspace / GiB, m->total / GiB, c->gpu_memory / GiB,
            p->fits ? "fits" : "DOES NOT FIT");
     if (l->zero == 2) {
-        const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&o->model, l->ep);
+        const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&o->model, l->ep, moe_plan_layout_tp(l));
         moe_plan_stage ends_only = stage; /* the stage's ends: its parameters without its layers */
         ends_only.layers = 0, ends_only.moe_layers = 0;
-        const int64_t ends = moe_plan_model_stage_params(&o->model, &ends_only).dense;
+        const double ends = moe_plan_model_tp_share(&o->model, &ends_only, moe_plan_layout_tp(l)).dense;
         printf("ZeRO-2 gradients (GiB): shard %.2f (dense / %lld, experts / %lld), one layer's window %.2f, the ends "
-               "(%s) %.2f\n", (m->gradients - 4.0 * (double)(g.window + ends)) / GiB,
-               (long long)moe_plan_layout_stage_ranks(l), dp_of(l), 4.0 * (double)g.window / GiB,
+               "(%s) %.2f\n", (m->gradients - 4.0 * ((double)g.window + ends)) / GiB,
+               (long long)moe_plan_layout_data_ranks(l), expert_dp_of(l), 4.0 * (double)g.window / GiB,
                !stage.embedding && !stage.head ? "none on this stage"
                : o->model.tie_embeddings       ? "embedding, final norm"
                                                : "embedding, final norm, lm_head",
-               4.0 * (double)ends / GiB);
+               4.0 * ends / GiB);
     }
     char how[64] = "once per step";
     if (l->zero == 2) snprintf(how, sizeof how, "per micro-batch, x %lld", (long long)p->accum_steps);
@@ -119,9 +130,11 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            "gradient %s %s: dense %.3f GB (ring over %lld, %s), experts %.3f GB (ring over %lld, %s)",
            p->alltoall_intra_bytes / 1e9, p->alltoall_peers_intra, p->alltoall_inter_bytes / 1e9,
            p->alltoall_peers_inter, gradient_reduction(l), how, p->allreduce_dense_bytes / 1e9,
-           (long long)moe_plan_layout_stage_ranks(l), p->dense_group_spans_nodes ? "across nodes" : "inside a node",
-           p->allreduce_expert_bytes / 1e9, dp_of(l), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
+           (long long)moe_plan_layout_data_ranks(l), p->dense_group_spans_nodes ? "across nodes" : "inside a node",
+           p->allreduce_expert_bytes / 1e9, expert_dp_of(l), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
     if (l->zero) printf(", ZeRO-%d parameter all-gather %.3f GB", l->zero, p->zero_gather_bytes / 1e9);
+    if (moe_plan_layout_tp(l) > 1)
+        printf(", tensor-parallel all-gathers and reduce-scatters %.3f GB (inside a node)", p->tp_bytes / 1e9);
     printf("\n");
     if (p->routing_skew > 1)
         printf("routing skew %.3f%s: the busiest EP rank's expert rows over the mean, which its MoE work and all-to-all "
@@ -132,6 +145,7 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            p->optimizer_s * 1e3, c->optimizer_s_per_param > 0 ? "measured per parameter" : "memory bandwidth",
            p->alltoall_s * 1e3, p->control_s * 1e3, gradient_reduction(l), l->zero ? " + all-gather" : "",
            p->allreduce_s * 1e3);
+    if (moe_plan_layout_tp(l) > 1) printf(", tensor-parallel collectives %.3f", p->tp_s * 1e3);
     if (moe_plan_layout_pp(l) > 1)
         printf(", pipeline sends %.3f, bubble %.3f", p->p2p_s * 1e3, p->bubble_s * 1e3);
     printf("\n");
@@ -180,6 +194,11 @@ static json_t *prediction_json(const moe_plan_options *o, const moe_plan_run *r,
     json_object_set_new(json_object_get(doc, "bytes_sent_per_step"), "p2p", json_real(p->p2p_bytes));
     json_object_set_new(json_object_get(doc, "seconds"), "p2p", json_real(p->p2p_s));
     json_object_set_new(json_object_get(doc, "seconds"), "bubble", json_real(p->bubble_s));
+    /* tensor parallelism (tp 1: none of its collectives) */
+    json_object_set_new(doc, "tp", json_integer((json_int_t)moe_plan_layout_tp(l)));
+    json_object_set_new(doc, "expert_dp", json_integer((json_int_t)expert_dp_of(l)));
+    json_object_set_new(json_object_get(doc, "bytes_sent_per_step"), "tp", json_real(p->tp_bytes));
+    json_object_set_new(json_object_get(doc, "seconds"), "tp", json_real(p->tp_s));
     return doc;
 }
 
@@ -201,18 +220,20 @@ static json_t *model_json(const moe_plan_options *o, const char **notes, int num
                      "unsupported", list);
 }
 
-/* The least memory a layout of pp stages (1F1B) needs: ep = the largest that divides the stage's GPUs and the
- * experts, one sequence per micro-batch, recompute full, and ZeRO-1 or, where it is possible and smaller, ZeRO-2 (its
- * shard, window and ends outweigh whole gradients on few GPUs). Without a pipeline the step's micro-batches are left
- * out (no gradient accumulator counted), as before pipelines; with one they set the activations in flight. */
-static moe_plan_memory least_memory_at(const moe_plan_options *o, int64_t pp, int64_t *ep, int *zero) {
+/* The least memory a layout of pp stages (1F1B) and tensor-parallel size tp needs: ep = the largest that divides the
+ * stage's GPUs reading distinct sequences and the experts, one sequence per micro-batch, recompute full, and ZeRO-1 or,
+ * where it is possible and smaller, ZeRO-2 (its shard, window and ends outweigh whole gradients on few GPUs). Without a
+ * pipeline the step's micro-batches are left out (no gradient accumulator counted), as before pipelines; with one they
+ * set the activations in flight. */
+static moe_plan_memory least_memory_at(const moe_plan_options *o, int64_t pp, int64_t tp, int64_t *ep, int *zero) {
     moe_plan_run r = o->run;
     moe_plan_layout *l = &r.layout;
-    l->pp = pp, l->virtual_stages = 1;
-    for (int64_t e = 1; e <= l->world / pp; e++)
-        if ((l->world / pp) % e == 0 && o->model.num_experts % e == 0) l->ep = e;
+    l->pp = pp, l->virtual_stages = 1, l->tp = tp;
+    const int64_t data = l->world / pp / tp;
+    for (int64_t e = 1; e <= data; e++)
+        if (data % e == 0 && o->model.num_experts % e == 0) l->ep = e;
     l->zero = 1, l->micro_batch = 1, l->recompute = MOE_RECOMPUTE_FULL, *ep = l->ep, *zero = 1;
-    if (pp > 1) l->accum_steps = r.global_batch / (l->world / pp);
+    if (pp > 1) l->accum_steps = r.global_batch / data;
     moe_plan_memory least = moe_plan_model_memory(&o->model, l);
     l->zero = 2;
     if (!moe_plan_run_problem(&o->model, &o->cluster, &r)) {
@@ -222,19 +243,23 @@ static moe_plan_memory least_memory_at(const moe_plan_options *o, int64_t pp, in
     return least;
 }
 
-/* The least over every pipeline the run allows (pp dividing the GPUs and the layers, enough micro-batches). */
-static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *pp, int64_t *ep, int *zero) {
-    moe_plan_memory least = least_memory_at(o, 1, ep, zero);
-    *pp = 1;
-    for (int64_t p = 2; p <= o->run.layout.world; p++) {
-        moe_plan_run r = o->run;
-        r.layout.pp = p, r.layout.virtual_stages = 1, r.layout.ep = 1, r.layout.micro_batch = 1, r.layout.zero = 1;
-        if (moe_plan_run_problem(&o->model, &o->cluster, &r)) continue;
-        int64_t e;
-        int z;
-        const moe_plan_memory m = least_memory_at(o, p, &e, &z);
-        if (m.total < least.total) least = m, *pp = p, *ep = e, *zero = z;
-    }
+/* The least over every pipeline and tensor-parallel size the run allows (pp dividing the GPUs and the layers, enough
+ * micro-batches; tp as moe_plan_run_problem allows it). */
+static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *pp, int64_t *tp, int64_t *ep, int *zero) {
+    moe_plan_memory least = least_memory_at(o, 1, 1, ep, zero);
+    *pp = 1, *tp = 1;
+    for (int64_t p = 1; p <= o->run.layout.world; p++)
+        for (int64_t t = 1; t <= o->cluster.gpus_per_node; t *= 2) {
+            if (p == 1 && t == 1) continue;
+            moe_plan_run r = o->run;
+            r.layout.pp = p, r.layout.virtual_stages = 1, r.layout.tp = t, r.layout.ep = 1, r.layout.micro_batch = 1;
+            r.layout.zero = 1;
+            if (moe_plan_run_problem(&o->model, &o->cluster, &r)) continue;
+            int64_t e;
+            int z;
+            const moe_plan_memory m = least_memory_at(o, p, t, &e, &z);
+            if (m.total < least.total) least = m, *pp = p, *tp = t, *ep = e, *zero = z;
+        }
     return least;
 }
 
@@ -253,11 +278,11 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
         json_object_set_new(doc, "layouts_tried", json_integer(tried));
         json_object_set_new(doc, "layouts_fit", json_integer(fit));
         json_object_set_new(doc, "layouts", list);
-        int64_t ep, pp;
+        int64_t ep, pp, tp;
         int zero;
-        const moe_plan_memory least = least_memory(o, &pp, &ep, &zero);
-        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "pp",
-                                                           (json_int_t)pp, "ep", (json_int_t)ep,
+        const moe_plan_memory least = least_memory(o, &pp, &tp, &ep, &zero);
+        json_object_set_new(doc, "least_memory", json_pack("{s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "pp",
+                                                           (json_int_t)pp, "tp", (json_int_t)tp, "ep", (json_int_t)ep,
                                                            "zero", zero, "total", least.total, "activations",
                                                            least.activations, "exchange", least.exchange, "optimizer",
                                                            least.optimizer, "gradients", least.gradients));
@@ -265,29 +290,29 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
         printf("search: %d layouts of %lld GPUs tried, %d fit in %.1f GiB; global batch %lld x %lld tokens, %s\n",
                tried, (long long)o->run.layout.world, fit, o->cluster.gpu_memory / GiB, (long long)o->run.global_batch,
                (long long)o->run.layout.seq_len, o->run.layout.bf16 ? "bf16" : "fp32");
-        if (fit) printf("%4s %4s %3s %6s %6s %4s %9s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "pp", "V", "ep",
-                        "dp", "zero",
+        if (fit) printf("%4s %4s %3s %3s %6s %6s %4s %9s %6s %6s %9s %11s %12s %7s %12s %8s  %s\n", "rank", "pp", "V",
+                        "tp", "ep", "dp", "zero",
                         "recompute", "micro", "accum", "mem GiB", "step ms", "tokens/s", "MFU", "overlap t/s", "MFU ovl",
                         "limited by");
         for (int i = 0; i < shown; i++) {
             const moe_plan_layout *l = &all[i].run.layout;
             const moe_plan_prediction *p = &all[i].prediction;
-            printf("%4d %4lld %3lld %6lld %6lld %4d %9s %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n",
+            printf("%4d %4lld %3lld %3lld %6lld %6lld %4d %9s %6lld %6lld %9.2f %11.3f %12.4g %6.1f%% %12.4g %7.1f%%  %s\n",
                    i + 1, (long long)moe_plan_layout_pp(l), (long long)moe_plan_layout_virtual_stages(l),
-                   (long long)l->ep, dp_of(l), l->zero, recompute_name(l->recompute),
+                   (long long)moe_plan_layout_tp(l), (long long)l->ep, dp_of(l), l->zero, recompute_name(l->recompute),
                    (long long)l->micro_batch,
                    (long long)p->accum_steps, p->memory.total / GiB, p->step_serial_s * 1e3, p->tokens_per_s_serial,
                    100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(l, p));
         }
         if (!fit) {
-            int64_t ep, pp;
+            int64_t ep, pp, tp;
             int zero;
-            const moe_plan_memory m = least_memory(o, &pp, &ep, &zero);
-            printf("no layout fits: the smallest (pp %lld, ep %lld, ZeRO-%d, recompute full, micro-batch 1) needs %.1f "
-                   "GiB per GPU (activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, gradients "
-                   "%.1f, bf16 copies %.1f); use more GPUs, a larger --global-batch (more micro-batches allow more "
-                   "stages) or a shorter --seq-len (sharded masters and weights and tensor parallelism are not in this "
-                   "project yet)\n", (long long)pp, (long long)ep, zero, m.total / GiB,
+            const moe_plan_memory m = least_memory(o, &pp, &tp, &ep, &zero);
+            printf("no layout fits: the smallest (pp %lld, tp %lld, ep %lld, ZeRO-%d, recompute full, micro-batch 1) "
+                   "needs %.1f GiB per GPU (activations %.1f, all-to-all buffers %.1f, optimizer %.1f, masters %.1f, "
+                   "gradients %.1f, bf16 copies %.1f); use more GPUs, a larger --global-batch (more micro-batches allow "
+                   "more stages) or a shorter --seq-len (sharded masters and weights are not in this project yet)\n",
+                   (long long)pp, (long long)tp, (long long)ep, zero, m.total / GiB,
                    m.activations / GiB, m.exchange / GiB, m.optimizer / GiB, m.masters / GiB, m.gradients / GiB,
                    m.weights / GiB);
         }

@@ -9,6 +9,7 @@ static int better_first(const void *a, const void *b) {
     if (tx != ty) return tx > ty ? -1 : 1;
     if (x->run.layout.ep != y->run.layout.ep) return x->run.layout.ep < y->run.layout.ep ? -1 : 1;
     if (x->run.layout.pp != y->run.layout.pp) return x->run.layout.pp < y->run.layout.pp ? -1 : 1;
+    if (x->run.layout.tp != y->run.layout.tp) return x->run.layout.tp < y->run.layout.tp ? -1 : 1;
     if (x->run.layout.virtual_stages != y->run.layout.virtual_stages)
         return x->run.layout.virtual_stages < y->run.layout.virtual_stages ? -1 : 1;
     if (x->run.layout.zero != y->run.layout.zero) return x->run.layout.zero - y->run.layout.zero;
@@ -24,20 +25,23 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
     moe_plan_candidate *all = malloc((size_t)cap * sizeof *all);
     *out = NULL, *num_fit = 0, *num_tried = 0;
     if (!all) return MOE_ERR_OUT_OF_MEMORY;
-    /* pp dividing the GPUs and the layers; V from 1 while pp V divides the layers (V without pp > 1 is no layout) */
+    /* pp dividing the GPUs and the layers; V from 1 while pp V divides the layers (V without pp > 1 is no layout); tp a
+     * power of two inside a node (moe_plan_run_problem refuses the ones the model's shape does not allow) */
     for (int64_t pp = 1; pp <= W && pp <= m->num_layers; pp++)
     for (int64_t V = 1; pp * V <= m->num_layers && (V == 1 || pp > 1); V++)
-    for (int64_t ep = 1; ep <= W / pp; ep++) {
-        if (W % pp || m->num_layers % (pp * V) || (W / pp) % ep || m->num_experts % ep) continue;
-        if (base->global_batch % (W / pp)) continue; /* every GPU of a stage reads its own sequences */
-        const int64_t per_gpu = base->global_batch / (W / pp); /* sequences per GPU of a stage */
+    for (int64_t tp = 1; tp <= c->gpus_per_node && W % pp == 0 && tp <= W / pp; tp *= 2)
+    for (int64_t ep = 1; ep <= W / pp / tp; ep++) {
+        const int64_t data = W / pp / tp; /* a stage's GPUs reading distinct sequences */
+        if (W % pp || m->num_layers % (pp * V) || (W / pp) % tp || data % ep || m->num_experts % ep) continue;
+        if (base->global_batch % data) continue; /* every tensor-parallel group of a stage reads its own sequences */
+        const int64_t per_gpu = base->global_batch / data; /* sequences per such group */
         for (int zero = 0; zero <= 2; zero++) /* 2: skipped by moe_plan_run_problem without the tree */
             for (int recompute = MOE_RECOMPUTE_NONE; recompute <= MOE_RECOMPUTE_FULL; recompute++)
             for (int64_t mb = 1; mb <= per_gpu; mb++) {
                 if (per_gpu % mb) continue;
                 moe_plan_run r = *base;
                 r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
-                r.layout.pp = pp, r.layout.virtual_stages = V;
+                r.layout.pp = pp, r.layout.virtual_stages = V, r.layout.tp = tp;
                 r.layout.recompute = (moe_recompute)recompute;
                 if (routing) r.layout.routing_skew = moe_plan_routing_skew(routing, ep);
                 if (moe_plan_run_problem(m, c, &r)) continue;

@@ -13,9 +13,9 @@ elif d["layouts"]:
     l = d["layouts"][0]
 else:
     m = d["least_memory"]
-    print("%-16s %-17s %5s | none of %d fits: the least needs %.0f GiB (pp %d, ep %d, ZeRO-%d, recompute full, 1 sequence: "
-          "activations %.0f, all-to-all buffers %.0f, AdamW %.0f, gradients %.0f)" % (model, case, gpus,
-          d["layouts_tried"], m["total"] / 2**30, m["pp"], m["ep"], m["zero"], m["activations"] / 2**30,
+    print("%-16s %-17s %5s | none of %d fits: the least needs %.0f GiB (pp %d, tp %d, ep %d, ZeRO-%d, recompute full, 1 "
+          "sequence: activations %.0f, all-to-all buffers %.0f, AdamW %.0f, gradients %.0f)" % (model, case, gpus,
+          d["layouts_tried"], m["total"] / 2**30, m["pp"], m["tp"], m["ep"], m["zero"], m["activations"] / 2**30,
           m["exchange"] / 2**30, m["optimizer"] / 2**30, m["gradients"] / 2**30))
     sys.exit(0)
 s = l["seconds"]
@@ -24,7 +24,7 @@ if not l["fits"]:
     limit = "DOES NOT FIT"
 if tflops:  # model FLOPs per second per GPU: MFU x the 989.4 TFLOP/s peak moe-plan assumes (--gpu-flops)
     limit += "; %.0f TFLOP/s per GPU" % (l["tokens_per_s_serial"] * l["flops_per_token"] / int(gpus) / 1e12)
-print("%-16s %-17s %5s | %3d %3d %4d %4d %4d %9s %5d %5d %8.1f %10.3f %10.4g %5.1f%% %5.1f%%  %s" % (model, case, gpus,
-      l["pp"], l["virtual_stages"], l["ep"], l["dp"], l["zero"], l["recompute"], l["micro_batch"], l["accum_steps"],
+print("%-16s %-17s %5s | %3d %3d %3d %4d %4d %4d %9s %5d %5d %8.1f %10.3f %10.4g %5.1f%% %5.1f%%  %s" % (model, case,
+      gpus, l["pp"], l["virtual_stages"], l["tp"], l["ep"], l["dp"], l["zero"], l["recompute"], l["micro_batch"], l["accum_steps"],
       l["memory_bytes"]["total"] / 2**30, s["step_serial"], l["tokens_per_s_serial"], 100 * l["mfu_serial"],
       100 * l["mfu_overlap"], limit))

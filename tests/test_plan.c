@@ -11,7 +11,10 @@
  *    and the skew scales the routed experts' work and the all-to-all, nothing else;
  *  - ZeRO-2: its gradient bytes (shard, window, ends) and the reduce-scatter's scratch, traffic, time and optimizer
  *    bytes on hand-worked cases; less memory than ZeRO-1 (Mixtral 8x7B fits 64 GPUs only with it); refused, and
- *    skipped by --search, where moe-train's world-invariant sums are off.
+ *    skipped by --search, where moe-train's world-invariant sums are off;
+ *  - tensor parallelism: tp 1 is none to the bit, a GPU's share of Mixtral 8x7B's parameters at tp 2 and 16 (kv heads
+ *    replicated), token-sized memory and the all-to-all halved at tp 2, the collectives' bytes and time, the gradient
+ *    sums over the data ranks, recomputation's extra collectives, and each refusal by name.
  *   meson test -C build test_plan */
 #include <math.h>
 #include <stdio.h>
@@ -394,7 +397,7 @@ static void check_zero2(void) {
      * 128 + 128 = 65664; gradients 4 x (332928 / 4 + 1572864 / 2 + 460032 + 65664) = 5581440 bytes */
     moe_model_config cfg = moe_model_config_default();
     const moe_plan_model m = moe_plan_model_from_config(&cfg);
-    const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&m, 2);
+    const moe_plan_gradient_buffers g = moe_plan_model_gradient_buffers(&m, 2, 1);
     CHECK(g.window == 460032 && g.ends == 65664, "window %lld (want 460032), ends %lld (want 65664)",
           (long long)g.window, (long long)g.ends);
     moe_plan_layout lay = {.world = 4, .ep = 2, .zero = 1, .micro_batch = 2, .seq_len = 128, .bf16 = 1,
@@ -438,7 +441,7 @@ static void check_zero2(void) {
      * ends 256 x 128 + 128 */
     moe_plan_model wide = m;
     wide.moe_every = 2, wide.d_ff_dense = 1024, wide.tie_embeddings = 1;
-    const moe_plan_gradient_buffers w = moe_plan_model_gradient_buffers(&wide, 4);
+    const moe_plan_gradient_buffers w = moe_plan_model_gradient_buffers(&wide, 4, 1);
     CHECK(w.window == 459008 && w.ends == 32896, "dense-layer window %lld (want 459008), ends %lld (want 32896)",
           (long long)w.window, (long long)w.ends);
 
@@ -502,9 +505,9 @@ static void check_zero2(void) {
     problem = moe_plan_run_problem(&m48, &c, &r);
     CHECK(problem && strstr(problem, "--zero"), "--zero 3: %s", problem ? problem : "accepted");
 
-    /* the search without a pipeline: on 8 GPUs every ZeRO-1 layout has its ZeRO-2 twin; on 6 and 128 none (with memory
-     * to spare, every layout tried fits and is listed; pipelines, whose stages of 64 GPUs or fewer have the sums, are
-     * left out of the count) */
+    /* the search without a pipeline or tensor parallelism: on 8 GPUs every ZeRO-1 layout has its ZeRO-2 twin; on 6 and
+     * 128 none (with memory to spare, every layout tried fits and is listed; pipelines and tensor-parallel layouts, whose
+     * 64 or fewer GPUs reading distinct sequences have the sums, are left out of the count) */
     const int64_t worlds[] = {8, 6, 128};
     for (int i = 0; i < 3; i++) {
         moe_plan_cluster big = moe_plan_cluster_h100(1);
@@ -516,7 +519,7 @@ static void check_zero2(void) {
         int fit, tried, count[3] = {0, 0, 0};
         CHECK(moe_plan_search(&m, &big, &base, NULL, &all, &fit, &tried) == MOE_OK, "search failed");
         for (int k = 0; k < fit; k++)
-            if (all[k].run.layout.pp <= 1) count[all[k].run.layout.zero]++;
+            if (all[k].run.layout.pp <= 1 && all[k].run.layout.tp <= 1) count[all[k].run.layout.zero]++;
         free(all);
         CHECK(fit == tried && count[0] > 0 && count[0] == count[1] && count[2] == (worlds[i] == 8 ? count[1] : 0),
               "%lld GPUs: %d of %d fit; ZeRO 0, 1, 2: %d, %d, %d layouts", (long long)worlds[i], fit, tried, count[0],
@@ -636,6 +639,95 @@ static void check_pipeline(void) {
     }
 }
 
+/* Tensor parallelism (--tp, with sequence parallelism): tp 1 is no tensor parallelism to the bit; a GPU's share of the
+ * dense parameters (the split tensors / tp, kv heads replicated where tp does not divide them); token-sized memory and
+ * the all-to-all / tp; the collectives' count and bytes; the data ranks (batch, gradient sums, ZeRO); the refusals. */
+static void check_tensor_parallel(void) {
+    moe_plan_model mix;
+    if (!load_config("mixtral-8x7b.json", &mix)) return;
+    moe_plan_cluster c = moe_plan_cluster_h100(1);
+    c.nodes = 2; /* 16 GPUs */
+    moe_plan_run r = {.layout = {.world = 16, .ep = 4, .micro_batch = 1, .seq_len = 4096, .bf16 = 1, .local_shards = -1,
+                                 .zero = 1},
+                      .global_batch = 16};
+    const moe_plan_prediction one = moe_plan_predict(&mix, &c, &r);
+    r.layout.tp = 1;
+    const moe_plan_prediction tp1 = moe_plan_predict(&mix, &c, &r);
+    CHECK(!memcmp(&one, &tp1, sizeof one) && one.tp_s == 0 && one.tp_bytes == 0, "tp 1 differs from none");
+
+    /* a GPU's share at tp 2 (Mixtral 8x7B: d 4096, 32 heads of 128, 8 kv heads, V 32000, untied, no dense FFN): q, o,
+     * k, v, the embedding and lm_head halved; norms and routers whole */
+    const moe_plan_stage whole = moe_plan_pipeline_stage(&mix, &r.layout, 0);
+    const moe_plan_params par = moe_plan_model_params(&mix);
+    const double split = 32.0 * (2 * 4096.0 * 4096 + 2 * 4096.0 * 1024) + 2 * 32000.0 * 4096;
+    const moe_plan_tp_share s2 = moe_plan_model_tp_share(&mix, &whole, 2);
+    CHECK(s2.dense == (double)par.dense - split / 2 && s2.dense_matrix == (double)par.dense_matrix - split / 2,
+          "tp 2 share: dense %.0f of %lld, matrices %.0f", s2.dense, (long long)par.dense, s2.dense_matrix);
+    /* at tp 16 the 8 kv heads cannot be split 16 ways: each GPU keeps k and v whole */
+    const moe_plan_tp_share s16 = moe_plan_model_tp_share(&mix, &whole, 16);
+    const double split16 = 32.0 * 2 * 4096.0 * 4096 + 2 * 32000.0 * 4096;
+    CHECK(s16.dense == (double)par.dense - split16 * 15 / 16, "tp 16 share: dense %.0f", s16.dense);
+
+    r.layout.tp = 2, r.global_batch = 8; /* 8 groups of 2 read distinct sequences */
+    CHECK(moe_plan_run_problem(&mix, &c, &r) == NULL, "tp 2 refused: %s", moe_plan_run_problem(&mix, &c, &r));
+    const moe_plan_prediction p = moe_plan_predict(&mix, &c, &r);
+    CHECK(p.accum_steps == 1, "tp 2: %lld micro-batches, want 8 / (16 / 2)", (long long)p.accum_steps);
+    /* every token-sized buffer halves (sequence parallelism), the experts' too (T/tp tokens per GPU) */
+    CHECK(relative_error(2 * p.memory.activations, one.memory.activations) < 1e-12 &&
+              relative_error(2 * p.memory.exchange, one.memory.exchange) < 1e-12,
+          "tp 2: activations %g, exchange %g; tp 1: %g, %g", p.memory.activations, p.memory.exchange,
+          one.memory.activations, one.memory.exchange);
+    const double local_expert = (double)par.expert / 4;
+    CHECK(p.memory.masters == 4 * (s2.dense + local_expert) && p.memory.optimizer == 8 * (s2.dense / 8 + local_expert / 4),
+          "tp 2: masters %.0f, optimizer %.0f (ZeRO-1: the share over 8 data ranks, experts over 16 / 4)",
+          p.memory.masters, p.memory.optimizer);
+    CHECK(relative_error(2 * p.alltoall_intra_bytes + 2 * p.alltoall_inter_bytes,
+                         one.alltoall_intra_bytes + one.alltoall_inter_bytes) < 1e-12,
+          "tp 2: the all-to-all carries T/tp tokens per GPU");
+    /* the dense gradients over the 8 data ranks, the experts' over the 4 GPUs holding them */
+    CHECK(relative_error(p.allreduce_dense_bytes, 2.0 * 7 / 8 * 4 * s2.dense) < 1e-12 &&
+              relative_error(p.allreduce_expert_bytes, 2.0 * 3 / 4 * 4 * local_expert) < 1e-12,
+          "tp 2: gradient all-reduce %g + %g bytes", p.allreduce_dense_bytes, p.allreduce_expert_bytes);
+    /* the collectives: per micro-batch 4 per layer (attention; no dense FFN) and 2 per end, each (tp - 1)/tp of
+     * T d bf16 values, one step of 5 us and its bytes at 450 GB/s */
+    const double n = 4.0 * 32 + 2 * 2, nbytes = 0.5 * 4096 * 4096 * 2;
+    CHECK(relative_error(p.tp_bytes, n * nbytes) < 1e-12 &&
+              relative_error(p.tp_s, n * (c.intra_latency + nbytes / c.intra_bw)) < 1e-12,
+          "tp 2: collectives %g bytes, %g s", p.tp_bytes, p.tp_s);
+    CHECK(relative_error(p.step_serial_s, p.compute_s + p.optimizer_s + p.alltoall_s + p.control_s + p.allreduce_s +
+                                              p.tp_s) < 1e-12, "tp 2: serial step %g s", p.step_serial_s);
+    /* recomputation repeats the forward's all-gathers (and under full o_proj's reduce-scatters) */
+    r.layout.recompute = MOE_RECOMPUTE_FULL;
+    CHECK(relative_error(moe_plan_predict(&mix, &c, &r).tp_bytes, (n + 2 * 32) * nbytes) < 1e-12,
+          "tp 2, recompute full: collectives %g bytes", moe_plan_predict(&mix, &c, &r).tp_bytes);
+    r.layout.recompute = MOE_RECOMPUTE_NONE;
+
+    /* refusals, each named */
+    moe_plan_model odd = mix;
+    odd.num_heads = 24, odd.num_kv_heads = 3, odd.head_dim = 4096 / 24, odd.vocab_size = 32001;
+    moe_plan_model twelve = odd; /* 12 heads: not 8 ways */
+    twelve.num_heads = 12, twelve.num_kv_heads = 12;
+    const struct { const moe_plan_model *m; int64_t tp, ep, batch; const char *want; } bad[] = {
+        {&mix, 3, 1, 16, "power of two"},
+        {&mix, 16, 1, 16, "--gpus-per-node"},
+        {&twelve, 8, 1, 16, "attention heads"},
+        {&odd, 4, 1, 16, "kv heads"},
+        {&odd, 2, 1, 16, "kv heads"},
+        {&mix, 2, 16, 16, "--ep must divide the GPUs of a pipeline stage over --tp"},
+        {&mix, 2, 4, 12, "every tensor-parallel group reads its own sequences"},
+    };
+    for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+        moe_plan_run b = r;
+        b.layout.tp = bad[i].tp, b.layout.ep = bad[i].ep, b.global_batch = bad[i].batch;
+        const char *problem = moe_plan_run_problem(bad[i].m, &c, &b);
+        CHECK(problem && strstr(problem, bad[i].want), "tp %lld ep %lld: %s, want '%s'", (long long)bad[i].tp,
+              (long long)bad[i].ep, problem ? problem : "accepted", bad[i].want);
+    }
+    odd.num_heads = 32, odd.num_kv_heads = 8, odd.head_dim = 128; /* only the vocabulary is odd now */
+    const char *problem = moe_plan_run_problem(&odd, &c, &r);
+    CHECK(problem && strstr(problem, "vocabulary"), "V 32001 at tp 2: %s", problem ? problem : "accepted");
+}
+
 int main(int argc, char **argv) {
     dir = argc > 1 ? argv[1] : "tests/plan_configs";
     check_reference("mixtral-8x7b.json", 46702792704LL, 12879925248LL, 46.7, 12.9, 0.1, 0);
@@ -665,6 +757,7 @@ int main(int argc, char **argv) {
     check_routing();
     check_zero2();
     check_pipeline();
+    check_tensor_parallel();
 
     check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");
     check_bad_config("{\"model_type\": \"llama\"}", "llama");

@@ -63,26 +63,27 @@ tps = [l["tokens_per_s_serial"] for l in L]
 assert tps == sorted(tps, reverse=True), tps
 for l in L:
     assert l["fits"] and l["memory_bytes"]["total"] <= 80e9, l
-    assert l["pp"] * l["ep"] * l["dp"] == 64 and 128 % l["ep"] == 0 and l["seconds"]["step_overlap"] <= l["seconds"]["step_serial"], l
+    assert l["pp"] * l["ep"] * l["dp"] * l["tp"] == 64 and 128 % l["ep"] == 0 and l["seconds"]["step_overlap"] <= l["seconds"]["step_serial"], l
 PY
-# ZeRO-2: without a pipeline Mixtral 8x7B at S 4096 on 64 GPUs fits only with it (best layout ZeRO-2, reduced by
-# reduce-scatter, less gradient memory than whole gradients); on 128 GPUs the world-invariant sums are off and the
-# search has none of it (pipelines, whose stages hold fewer GPUs, are left out here)
+# ZeRO-2: without a pipeline or tensor parallelism Mixtral 8x7B at S 4096 on 64 GPUs fits only with it (best layout
+# ZeRO-2, reduced by reduce-scatter, less gradient memory than whole gradients); on 128 GPUs the world-invariant sums
+# are off and the search has none of it (pipelines and tensor parallelism, which leave fewer GPUs reading distinct
+# sequences, are left out here); tensor parallelism lets ZeRO-1 fit 64 GPUs without a pipeline
 big=$(mktemp)  # every layout of 128 GPUs: too long for an argument
 trap 'rm -f "$big"' EXIT
 big64=$(mktemp)
 trap 'rm -f "$big" "$big64"' EXIT
 "$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 8 --search --top 100000 --json > "$big64" &&
-    "$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 16 --gpu-memory 1000 --search --top 100000 --json \
+    "$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 16 --gpu-memory 2000 --search --top 100000 --json \
         > "$big" || fail "--search for ZeRO-2 failed"
 python3 - "$big64" "$big" <<'PY' || status=1
 import json, sys
 d, d128 = (json.load(open(a)) for a in sys.argv[1:3])
-L = [l for l in d["layouts"] if l["pp"] == 1]
+L = [l for l in d["layouts"] if l["pp"] == 1 and l["tp"] == 1]
 assert L and all(l["zero"] == 2 and l["gradient_reduction"] == "reduce-scatter" for l in L), [(l["zero"], l["ep"]) for l in L]
 assert L[0]["memory_bytes"]["gradients"] < L[0]["memory_bytes"]["masters"], L[0]["memory_bytes"]
-assert d["least_memory"]["zero"] == 2, d["least_memory"]
-flat = [l for l in d128["layouts"] if l["pp"] == 1]
+assert any(l["pp"] == 1 and l["tp"] > 1 and l["zero"] == 1 for l in d["layouts"]), "no tensor-parallel ZeRO-1 layout fits"
+flat = [l for l in d128["layouts"] if l["pp"] == 1 and l["tp"] == 1]
 zeros = {l["zero"] for l in flat}
 assert zeros == {0, 1} and d128["layouts_fit"] == d128["layouts_tried"] == len(d128["layouts"]), (zeros, d128["layouts_tried"])
 assert all(l["gradient_reduction"] == "all-reduce" for l in flat)
@@ -185,6 +186,31 @@ out=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 8 --pp 4 --virtua
     fail "a pipeline report failed"
 case $out in *"pp 4 x 8 virtual stages, ep 8, dp 2"*"pipeline: the largest stage is 0 of 0..3 (8 layers"*"bubble"*) ;;
     *) fail "the pipeline report lacks its layout or stage: $out" ;; esac
+
+# tensor parallelism (--tp): refused up front by name; tp 1 is the report without it, number for number; tp 2 reports
+# its layout, collectives and time, and halves the tokens every GPU holds
+expect_error "--tp 3 must divide the 8 GPUs of a pipeline stage" --tp 3
+expect_error "--tp must be a power of two" --gpus-per-node 6 --tp 6 --experts 6
+expect_error "--tp must divide --gpus-per-node" --gpus-per-node 4 --nodes 2 --tp 8 --heads 8
+expect_error "--tp must divide the attention heads" --tp 8
+expect_error "--tp must divide the vocabulary" --tp 2 --heads 2 --vocab 255
+expect_error "pp x dp x ep x tp" --tp 2 --heads 2 --ep 2 --dp 4
+expect_error "--search tries every --ep, --pp, --virtual-stages, --tp" --search --tp 2
+one=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 2 --ep 4 --json) &&
+    tp1=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 2 --ep 4 --tp 1 --json) &&
+    tp2=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 2 --ep 4 --tp 2 --json) || fail "a --tp run failed"
+python3 - "$one" "$tp1" "$tp2" <<'PY' || status=1
+import json, sys
+one, tp1, tp2 = (json.loads(a)["prediction"] for a in sys.argv[1:4])
+assert one == tp1 and tp1["tp"] == 1 and tp1["seconds"]["tp"] == 0, (one, tp1)
+assert tp2["tp"] == 2 and tp2["dp"] == 2 and tp2["expert_dp"] == 4 and tp2["global_batch"] == 8, tp2
+assert tp2["bytes_sent_per_step"]["tp"] > 0 and tp2["seconds"]["tp"] > 0, tp2
+assert abs(2 * tp2["memory_bytes"]["activations"] - one["memory_bytes"]["activations"]) < 1e-6 * one["memory_bytes"]["activations"]
+assert tp2["memory_bytes"]["masters"] < one["memory_bytes"]["masters"], (tp2["memory_bytes"], one["memory_bytes"])
+PY
+out=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 2 --ep 4 --tp 2) || fail "a --tp report failed"
+case $out in *"tp 2 (with sequence parallelism), ep 4, dp 2"*"tensor-parallel all-gathers and reduce-scatters"*"tensor-parallel collectives"*) ;;
+    *) fail "the --tp report lacks its layout or collectives: $out" ;; esac
 
 [ $status -eq 0 ] && echo "ok: moe-plan refuses bad input by name; report, --json and --search hold"
 exit $status
