@@ -17,10 +17,11 @@
 # --budget S     the whole run's seconds (default 480 for the first run, 540 for --more): each phase has its own
 #                limit, cut to what is left; a phase that would start with under 15 s left is not run
 # --rehearse     no GPU needed: every phase that does not need one, as on a GPU machine (bundle, configure,
-#                build for sm_90, report), the gpu suite (which skips), the verify runs on the CPU in bf16 against
-#                the same fp32 reference (2 ranks), the benchmarks' flag checks (--dry-run); for the tests. Each
-#                phase gets 4x its limit (a rehearsal shares its CPU with the rest of scripts/test.sh), still cut to
-#                the budget
+#                build for sm_90 — only the programs the phases run: moe-train, the benchmarks, the gpu suite's
+#                programs, which is where the bundle's libraries are linked —, report), the gpu suite (which skips),
+#                the verify runs on the CPU in bf16 against the same fp32 reference (2 ranks), the benchmarks' flag
+#                checks (--dry-run); for the tests. Each phase gets 4x its limit (a rehearsal shares its CPU with the
+#                rest of scripts/test.sh), still cut to the budget
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
 # commit in the report (for a copy of the tree; else git's HEAD).
 # NCCL: the toolkit's, else the system's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh),
@@ -193,7 +194,17 @@ meson_args=(--buildtype=release -Dcuda=enabled "-Dgpu_arch=$arch")
 reconfigure=()
 [ -f "$build/build.ninja" ] && reconfigure=(--reconfigure)
 phase configure 120 meson setup "${reconfigure[@]}" "$build" "$root" "${meson_args[@]}" || finish
-phase build 300 meson compile -C "$build" || finish
+# a rehearsal builds what its phases run (on 2 shared cores the whole project's second build was its longest phase);
+# then the suite must not rebuild the rest
+build_targets=() suite_flags=()
+if [ $rehearse = 1 ]; then
+    read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
+import json, sys
+run = {"moe-train", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu"}
+print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in run or t["name"].startswith("test_gpu_"))))')"
+    suite_flags=(--no-rebuild)
+fi
+phase build 300 meson compile -C "$build" "${build_targets[@]}" || finish
 ldd "$build/moe-train" > "$logs/libraries.log" 2>&1
 # the token files: the bundle's, or prepared here (bible-kjv from apt, and this build's moe-text-to-tokens)
 [ -f "$data/kjv_train.bin" ] || phase data 120 env MOE_BUILD_DIR="$build" bash "$root/scripts/prepare_data.sh" ||
@@ -214,7 +225,7 @@ gpu_only() { # NAME LIMIT CMD...: a benchmark that needs torch or a whole traini
 
 if [ $mode = first ]; then
     # 1. each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
-    phase suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4
+    phase suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
     # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
     source "$root/scripts/gpu_verify_runs.sh"
     for name in "${gpu_verify_names[@]}"; do

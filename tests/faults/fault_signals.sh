@@ -39,13 +39,16 @@ stopped INT ranks 130
 stopped USR1 ranks 138
 stopped USR1 mpirun 138
 
-# a second signal: at once, nothing new saved (a slower model, steps of about a second here, so that both land
-# inside one step)
+# a second signal: at once, nothing new saved — sent while the save the first one asked for is under way (every fsync
+# made 2 s slower by the shim, so the save lasts seconds; the first signal has surely been handled by then). Sent
+# back to back instead, two signals can reach a rank as one (a pending signal is not queued twice): under the test
+# lanes' load that happened, and the job stopped after its step as for one signal.
 ck="$dir/twice"
-launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0 --d-model 512 --heads 8 --kv-heads 8 --d-ff 2048 \
-    --seq-len 256 --batch 8 --layers 2
-for ((i = 0; i < 900; i++)); do grep -q "^step     2 " "$dir/job.txt" 2>/dev/null && break; sleep 0.1; done
+LD_PRELOAD=$5 MOE_TEST_FSYNC_DELAY_S=2 launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
+wait_for_step 2 120 || fail_with_output "two SIGTERMs: the job did not reach step 2 in 120 s"
 pkill -TERM -s "$job" -x "$(basename "$train")"
+for ((i = 0; i < 600; i++)); do ls -a "$ck" 2>/dev/null | grep -q '^\.tmp-step-' && break; sleep 0.1; done
+ls -a "$ck" 2>/dev/null | grep -q '^\.tmp-step-' || fail_with_output "two SIGTERMs: no save began within 60 s"
 pkill -TERM -s "$job" -x "$(basename "$train")"
 wait_job 60 || fail_with_output "two SIGTERMs: the job did not end"
 if [ "$job_rc" -ne 0 ] && ! grep -q "stopped after step" "$dir/job.txt" && [ -z "$(ls "$ck" | grep step-)" ]; then
