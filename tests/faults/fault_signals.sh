@@ -9,15 +9,18 @@
 . "$(dirname "$0")/faults_common.sh"
 
 # stopped SIGNAL TARGET STATUS: a long run, SIGNAL sent to TARGET (ranks: every rank, as Slurm does; mpirun) once it
-# has trained 20 steps; the job must exit STATUS having saved its last step, which resumes
+# has trained 20 steps; the job must exit STATUS having saved its last step, which resumes. It has 150 s to end: alone
+# it ends 2-4 s after the signal, but under scripts/test.sh's four lanes two runs in a row each had one stop that did
+# not end within 60 s (which stop varied; not reproduced alone; the save's fsyncs stalling behind the other lanes'
+# build writes is the suspect). fail_job then shows what the processes were doing.
 clean=0
 stopped() {
     local sig=$1 target=$2 status=$3 ck="$dir/ck-$1-$2"
     launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
-    wait_for_step 20 120 || { fail_with_output "SIG$sig to $target: the job did not reach step 20 in 120 s"; return; }
+    wait_for_step 20 120 || { fail_job "SIG$sig to $target: the job did not reach step 20 in 120 s"; return; }
     local t0=$SECONDS
     if [ "$target" = ranks ]; then pkill "-$sig" -s "$job" -x "$(basename "$train")"; else kill "-$sig" "$job"; fi
-    wait_job 60 || { fail_with_output "SIG$sig to $target: the job did not end within 60 s"; return; }
+    wait_job 150 || { fail_job "SIG$sig to $target: the job did not end within 150 s"; return; }
     local line last
     line=$(grep -m 1 "^moe-train: SIG$sig: stopped after step" "$dir/job.txt")
     last=$(echo "$line" | sed -n 's/.*stopped after step \([0-9]*\) .*/\1/p')
@@ -28,7 +31,7 @@ stopped() {
         failures=$((failures + 1))
         return
     fi
-    leftovers > /dev/null || fail_with_output "SIG$sig to $target: processes left"
+    leftovers > /dev/null || fail_job "SIG$sig to $target: processes left"
     echo "ok: SIG$sig to $target: $line (ended $((SECONDS - t0)) s after the signal)"
     trains "SIG$sig's checkpoint resumes" "resumed from .*step-0*$last after step $last" --steps $((last + 2)) \
         --resume --checkpoint-dir "$ck"
@@ -45,32 +48,32 @@ stopped USR1 mpirun 138
 # lanes' load that happened, and the job stopped after its step as for one signal.
 ck="$dir/twice"
 LD_PRELOAD=$5 MOE_TEST_FSYNC_DELAY_S=2 launch --steps 100000 --checkpoint-dir "$ck" --eval-interval 0
-wait_for_step 2 120 || fail_with_output "two SIGTERMs: the job did not reach step 2 in 120 s"
+wait_for_step 2 120 || fail_job "two SIGTERMs: the job did not reach step 2 in 120 s"
 pkill -TERM -s "$job" -x "$(basename "$train")"
 for ((i = 0; i < 600; i++)); do ls -a "$ck" 2>/dev/null | grep -q '^\.tmp-step-' && break; sleep 0.1; done
-ls -a "$ck" 2>/dev/null | grep -q '^\.tmp-step-' || fail_with_output "two SIGTERMs: no save began within 60 s"
+ls -a "$ck" 2>/dev/null | grep -q '^\.tmp-step-' || fail_job "two SIGTERMs: no save began within 60 s"
 pkill -TERM -s "$job" -x "$(basename "$train")"
-wait_job 60 || fail_with_output "two SIGTERMs: the job did not end"
+wait_job 60 || fail_job "two SIGTERMs: the job did not end within 60 s"
 if [ "$job_rc" -ne 0 ] && ! grep -q "stopped after step" "$dir/job.txt" && [ -z "$(ls "$ck" | grep step-)" ]; then
     echo "ok: two SIGTERMs: ended at once (exit $job_rc), nothing saved"
     clean=$((clean + 1))
 else
-    fail_with_output "two SIGTERMs: exit $job_rc, saved: $(ls "$ck")"
+    fail_job "two SIGTERMs: exit $job_rc, saved: $(ls "$ck")"
 fi
-leftovers > /dev/null || fail_with_output "two SIGTERMs: processes left"
+leftovers > /dev/null || fail_job "two SIGTERMs: processes left"
 
 # --stop-signals none: the default action
 launch --steps 100000 --checkpoint-dir "$dir/none" --eval-interval 0 --stop-signals none
-wait_for_step 20 120 || fail_with_output "--stop-signals none: the job did not reach step 20 in 120 s"
+wait_for_step 20 120 || fail_job "--stop-signals none: the job did not reach step 20 in 120 s"
 pkill -TERM -s "$job" -x "$(basename "$train")"
-wait_job 60 || fail_with_output "--stop-signals none: the job did not end"
+wait_job 60 || fail_job "--stop-signals none: the job did not end within 60 s"
 if [ "$job_rc" -ne 0 ] && [ -z "$(ls "$dir/none" | grep step-)" ]; then
     echo "ok: --stop-signals none: SIGTERM ended it at once (exit $job_rc)"
     clean=$((clean + 1))
 else
-    fail_with_output "--stop-signals none: exit $job_rc, saved: $(ls "$dir/none")"
+    fail_job "--stop-signals none: exit $job_rc, saved: $(ls "$dir/none")"
 fi
-leftovers > /dev/null || fail_with_output "--stop-signals none: processes left"
+leftovers > /dev/null || fail_job "--stop-signals none: processes left"
 refuses "--stop-signals: 'KILL' is not one of TERM, INT, USR1, USR2, HUP" --stop-signals TERM,KILL
 
 report "stop signals" 6 $clean 0 0 0

@@ -42,6 +42,8 @@ wait_job() {
     local limit=$1 start=$SECONDS
     while kill -0 "$job" 2>/dev/null; do
         if [ $((SECONDS - start)) -ge "$limit" ]; then
+            # what each process was doing, for fail_job, before they go
+            ps -o pid,stat,wchan:24,etime,args -s "$job" > "$dir/hang.txt" 2>&1
             kill -9 -- -"$job" 2>/dev/null
             wait "$job" 2>/dev/null
             job_rc=124 job_s=$((SECONDS - start))
@@ -58,6 +60,19 @@ wait_job() {
         failures=$((failures + 1))
     fi
     return 0
+}
+
+# fail_job WHAT: counts a failure and shows the background job's output (its last lines) and, after a hang, what its
+# processes were doing when wait_job gave up (fail_with_output shows the last foreground run's instead)
+fail_job() {
+    echo "FAIL: $1; the job's output ends:"
+    tail -n 15 "$dir/job.txt" 2>/dev/null
+    if [ -s "$dir/hang.txt" ]; then
+        echo "its processes when it was stopped:"
+        cat "$dir/hang.txt"
+        rm -f "$dir/hang.txt"
+    fi
+    failures=$((failures + 1))
 }
 
 # leftovers: the processes of the job's session still alive after a few seconds' grace (ranks that mpirun
