@@ -79,11 +79,12 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
     if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
     if (r->global_batch < 1 || r->global_batch % (data * l->micro_batch))
-        return tp > 1    ? "--global-batch must be a multiple of GPUs / (--pp x --tp) x --micro-batch (every tensor-parallel "
-                           "group reads its own sequences)"
-               : pp == 1 ? "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)"
-                         : "--global-batch must be a multiple of GPUs / --pp x --micro-batch (every GPU of a stage reads "
-                           "its own sequences)";
+        return tp > 1 ? "--global-batch must be a multiple of GPUs / (--pp x --tp) x --micro-batch (every "
+                        "tensor-parallel group reads its own sequences)"
+               : pp == 1
+                   ? "--global-batch must be a multiple of GPUs x --micro-batch (every GPU reads its own sequences)"
+                   : "--global-batch must be a multiple of GPUs / --pp x --micro-batch (every GPU of a stage reads its "
+                     "own sequences)";
     return moe_plan_pipeline_problem(m, l, r->global_batch / (data * l->micro_batch));
 }
 

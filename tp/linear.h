@@ -18,7 +18,8 @@
  * group of tp ranks (a power of two dividing S) holds pieces [r S/tp, (r+1) S/tp), a whole subtree, sums it locally
  * (moe/shard_tree.h: core/tree_schedule.h's order) and runs the tree's upper levels across the group
  * (moe_comm_allreduce_tree_real). So every result depends on S and the values alone: tp 1, 2, 4, ..., S give the same
- * bits (tests/test_tp_products.c, on the CPU and CUDA), and S = 1 at tp 1 is the dense table's plain product, bit for bit.
+ * bits (tests/test_tp_products.c, on the CPU and CUDA), and S = 1 at tp 1 is the dense table's plain product, bit for
+ * bit.
  *
  * D must be a multiple of S. A piece's columns are copied between the row-major operands and scratch
  * (moe_runtime_copy_2d) unless the piece is the rank's whole block. Runtime memory throughout (host on the CPU,
