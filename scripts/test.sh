@@ -76,7 +76,7 @@ for lane in "${lanes[@]}"; do
       echo "lane $lane: exit status $status after ${SECONDS}s" ) > "meson-logs/lane-$lane.txt" 2>&1 &
     pid[$lane]=$!
 done
-status=0
+status=0 failed_lanes=()
 for lane in "${lanes[@]}"; do
     wait "${pid[$lane]}" || true
     log="meson-logs/lane-$lane.txt"
@@ -85,7 +85,13 @@ for lane in "${lanes[@]}"; do
     if [[ $result != *"exit status 0 "* ]]; then
         status=1
         grep -E '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR) ' "$log" || tail -n 40 "$log"
+        failed_lanes+=("$log")
     fi
+done
+# why, last: CI shows only the end of this output. Our tests print "FAIL: what" and then their evidence.
+for log in "${failed_lanes[@]}"; do
+    echo "--- $log: the failures' own words"
+    grep -E -A 20 '(^|[^A-Za-z_])FAIL: ' "$log" | head -n 100
 done
 verdict=$([ $status -eq 0 ] && echo 'all passed' || echo 'FAILED')
 echo "test.sh: every lane done after $(($(date +%s) - start))s, $verdict"
