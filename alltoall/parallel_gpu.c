@@ -10,5 +10,6 @@ moe_status moe_parallel_create_self_gpu(moe_gpu *gpu, moe_parallel **out) {
     moe_comm_create_self_gpu(gpu, "pipeline", &c.pipeline);
     moe_comm_create_self_gpu(gpu, "ep", &c.ep);
     moe_comm_create_self_gpu(gpu, "expert-dp", &c.expert_dp);
+    moe_comm_create_self_gpu(gpu, "tensor", &c.tensor);
     return moe__parallel_assemble(moe__parallel_ranks_one(), c, out);
 }

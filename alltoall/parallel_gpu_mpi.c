@@ -44,5 +44,5 @@ moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int pp_size, int ep_size,
     if (mine) return moe_fail(MOE_ERR_NO_DEVICE, "world rank %d has no GPU context for its layout", rank);
     if (any) return moe_fail(MOE_ERR_PEER, "another rank has no GPU (see its message)");
     gpu_wrap_ctx ctx = {.gpu = gpu, .transport = transport};
-    return moe__parallel_create_mpi_with(world, pp_size, ep_size, timeout_s, wrap_gpu, &ctx, out);
+    return moe__parallel_create_mpi_with(world, pp_size, ep_size, 1, timeout_s, wrap_gpu, &ctx, out);
 }

@@ -21,12 +21,17 @@ static moe_status wrap_mpi(void *ctx, MPI_Comm comm, const char *label, double t
 }
 
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out) {
-    return moe__parallel_create_mpi_with(world, 1, ep_size, timeout_s, wrap_mpi, NULL, out);
+    return moe__parallel_create_mpi_with(world, 1, ep_size, 1, timeout_s, wrap_mpi, NULL, out);
 }
 
 moe_status moe_parallel_create_mpi_pp(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
                                       moe_parallel **out) {
-    return moe__parallel_create_mpi_with(world, pp_size, ep_size, timeout_s, wrap_mpi, NULL, out);
+    return moe__parallel_create_mpi_with(world, pp_size, ep_size, 1, timeout_s, wrap_mpi, NULL, out);
+}
+
+moe_status moe_parallel_create_mpi_tp(MPI_Comm world, int pp_size, int ep_size, int tp_size, double timeout_s,
+                                      moe_parallel **out) {
+    return moe__parallel_create_mpi_with(world, pp_size, ep_size, tp_size, timeout_s, wrap_mpi, NULL, out);
 }
 
 /* The MPI communicator of g's group of this kind: split from world by the group's first member, ordered by world
@@ -37,44 +42,41 @@ static MPI_Comm split_group(MPI_Comm world, const moe_rank_grid *g, moe_rank_gro
     return comm;
 }
 
-moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
+moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, int tp_size, double timeout_s,
                                          moe__comm_wrap_fn wrap_fn, void *wrap_ctx, moe_parallel **out) {
     int size, rank;
     if (MPI_Comm_size(world, &size) != MPI_SUCCESS || MPI_Comm_rank(world, &rank) != MPI_SUCCESS)
         return moe_fail(MOE_ERR_COMM, "cannot query the MPI world");
     moe_rank_grid g;
-    MOE_TRY(moe_rank_grid_make(size, pp_size, ep_size, 1, rank, &g));
-    const int stage_size = size / pp_size;
-    const moe_ranks r = {.world_size = size,
-                         .world_rank = rank,
-                         .pp_size = pp_size,
-                         .pp_rank = g.pp_rank,
-                         .stage_size = stage_size,
-                         .stage_rank = rank % stage_size,
-                         .ep_size = ep_size,
-                         .ep_rank = g.ep_rank,
-                         .dp_size = g.dp,
-                         .dp_rank = g.dp_rank};
+    MOE_TRY(moe_rank_grid_make(size, pp_size, ep_size, tp_size, rank, &g));
+    const moe_ranks r = {.world_size = size, .world_rank = rank, .pp_size = pp_size, .pp_rank = g.pp_rank,
+                         .stage_size = size / pp_size, .stage_rank = g.stage_rank, .ep_size = ep_size,
+                         .ep_rank = g.ep_rank, .edp_size = g.edp, .edp_rank = g.edp_rank, .tp_size = tp_size,
+                         .tp_rank = g.tp_rank, .dp_size = g.dp, .dp_rank = g.dp_rank};
     MPI_Comm dup = MPI_COMM_NULL;
     MPI_Comm_dup(world, &dup);
     /* every rank makes every split (collective), in one order */
     MPI_Comm stage = pp_size > 1 ? split_group(world, &g, MOE_RANK_GROUP_STAGE) : MPI_COMM_NULL;
     MPI_Comm pipeline = split_group(world, &g, MOE_RANK_GROUP_PIPELINE);
     MPI_Comm ep = split_group(world, &g, MOE_RANK_GROUP_EP);
-    MPI_Comm dp = split_group(world, &g, MOE_RANK_GROUP_EXPERT_DP);
+    MPI_Comm edp = split_group(world, &g, MOE_RANK_GROUP_EXPERT_DP);
+    MPI_Comm tensor = split_group(world, &g, MOE_RANK_GROUP_TENSOR);
+    MPI_Comm data = tp_size > 1 ? split_group(world, &g, MOE_RANK_GROUP_DATA) : MPI_COMM_NULL;
     /* each wrap owns its communicator from here on, whatever happens to the others */
     moe__parallel_comms c = {0};
-    moe_status st[5] = {
+    moe_status st[7] = {
         wrap(wrap_fn, wrap_ctx, dup, "world", timeout_s, &c.world),
         pp_size > 1 ? wrap(wrap_fn, wrap_ctx, stage, "stage", timeout_s, &c.stage) : MOE_OK,
         wrap(wrap_fn, wrap_ctx, pipeline, "pipeline", timeout_s, &c.pipeline),
         wrap(wrap_fn, wrap_ctx, ep, "ep", timeout_s, &c.ep),
-        wrap(wrap_fn, wrap_ctx, dp, "expert-dp", timeout_s, &c.expert_dp),
+        wrap(wrap_fn, wrap_ctx, edp, "expert-dp", timeout_s, &c.expert_dp),
+        wrap(wrap_fn, wrap_ctx, tensor, "tensor", timeout_s, &c.tensor),
+        tp_size > 1 ? wrap(wrap_fn, wrap_ctx, data, "data", timeout_s, &c.data) : MOE_OK,
     };
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         if (st[i] != MOE_OK) {
             moe_comm_destroy(c.world), moe_comm_destroy(c.stage), moe_comm_destroy(c.pipeline);
-            moe_comm_destroy(c.ep), moe_comm_destroy(c.expert_dp);
+            moe_comm_destroy(c.ep), moe_comm_destroy(c.expert_dp), moe_comm_destroy(c.tensor), moe_comm_destroy(c.data);
             return st[i];
         }
     return moe__parallel_assemble(r, c, out);

@@ -13,17 +13,20 @@ moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s
  * when pp does not divide the world or ep the ranks of a stage. */
 moe_status moe_parallel_create_mpi_pp(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
                                       moe_parallel **out);
+/* The same with tp_size tensor-parallel ranks (grid.h: tp divides the ranks of a stage). */
+moe_status moe_parallel_create_mpi_tp(MPI_Comm world, int pp_size, int ep_size, int tp_size, double timeout_s,
+                                      moe_parallel **out);
 
 /* This process's rank among the processes of its node (MPI_COMM_TYPE_SHARED): for picking a GPU. Collective. */
 moe_status moe_parallel_node_rank(MPI_Comm world, int *node_rank);
 
 /* Internal to alltoall/ (how the GPU layouts reuse these groups): the same layout, with each of its MPI
- * communicators (a dup of world, the stage, the pipeline, the EP block, the expert-data-parallel group) turned into
- * a moe_comm by
- * `wrap`, which owns the communicator when it returns MOE_OK and leaves it to the caller otherwise. */
+ * communicators (a dup of world, the stage, the pipeline, the EP block, the expert-data-parallel group, the tensor and
+ * data-parallel groups) turned into a moe_comm by `wrap`, which owns the communicator when it returns MOE_OK and
+ * leaves it to the caller otherwise. */
 typedef moe_status (*moe__comm_wrap_fn)(void *ctx, MPI_Comm comm, const char *label, double timeout_s,
                                         moe_comm **out);
-moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, double timeout_s,
+moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, int tp_size, double timeout_s,
                                          moe__comm_wrap_fn wrap, void *wrap_ctx, moe_parallel **out);
 
 #endif

@@ -288,7 +288,7 @@ static void report(bench_layer_run *r, const double *sums, const int *rows) {
     printf(",");
     bench_json_flags(o);
     printf(",\"world\":%d,\"dp\":%d,\"rows\":%.0f,\"dropped\":%.0f,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"checksum\":%.9e",
-           r->ranks.world_size, r->ranks.dp_size, kept, sums[E + SUM_DROPPED], r->stats.aux_loss, r->stats.z_loss,
+           r->ranks.world_size, r->ranks.edp_size, kept, sums[E + SUM_DROPPED], r->stats.aux_loss, r->stats.z_loss,
            sums[E + SUM_CHECKSUM]);
     json_time("forward_ms", r, BENCH_LAYER_FORWARD);
     json_time("backward_ms", r, BENCH_LAYER_BACKWARD);

@@ -42,7 +42,7 @@ static void describe_openblas(const bench_layer_run *r) {
     const moe_ranks k = r->ranks;
     printf("openblas: threads=%d per rank (OPENBLAS_NUM_THREADS=%s) corename=%s  W=%d ep=%d dp=%d  experts/rank %d\n",
            openblas_get_num_threads(), env ? env : "(unset)", openblas_get_corename(), k.world_size, k.ep_size,
-           k.dp_size, r->o->experts / k.ep_size);
+           k.edp_size, r->o->experts / k.ep_size);
 }
 
 static void json_openblas(const bench_layer_run *r) {

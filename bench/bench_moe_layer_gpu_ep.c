@@ -66,7 +66,7 @@ static void describe_gpu_ep(const bench_layer_run *r) {
     printf("gpu %s (%d SMs, %.1f GB; rank 0 on device %d of %d on its node) | transport %s | W=%d ep=%d dp=%d  "
            "experts/rank %d | expert GEMMs: %s\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
            device, devices_per_node, moe_comm_transport_name(moe_parallel_ep(r->par)), k.world_size, k.ep_size,
-           k.dp_size, r->o->experts / k.ep_size, expert_gemm_mode());
+           k.edp_size, r->o->experts / k.ep_size, expert_gemm_mode());
 }
 
 static void json_gpu_ep(const bench_layer_run *r) {

@@ -16,28 +16,31 @@ moe_status moe_rank_grid_make(int world, int pp, int ep, int tp, int rank, moe_r
     if (world % pp != 0)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "rank grid: pp = %d pipeline stages do not divide the %d ranks", pp,
                         world);
-    if ((world / pp) % tp != 0)
+    const int stage_ranks = world / pp;
+    if (stage_ranks % tp != 0)
         return moe_fail(MOE_ERR_INVALID_CONFIG,
-                        "rank grid: pp %d x tp %d does not divide the %d ranks (tp must divide the %d ranks of a "
-                        "stage)",
-                        pp, tp, world, world / pp);
-    if ((world / pp / tp) % ep != 0)
+                        "rank grid: tp = %d does not divide the %d ranks of a stage (%d ranks / pp %d)", tp,
+                        stage_ranks, world, pp);
+    if (stage_ranks % ep != 0)
         return moe_fail(MOE_ERR_INVALID_CONFIG,
-                        "rank grid: ep = %d does not divide the %d ranks / (pp %d x tp %d) = %d data x expert ranks",
-                        ep, world, pp, tp, world / pp / tp);
+                        "rank grid: ep = %d does not divide the %d ranks of a stage (%d ranks / pp %d)", ep,
+                        stage_ranks, world, pp);
     if (rank < 0 || rank >= world)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "rank grid: rank %d is outside 0 .. %d", rank, world - 1);
-    const int dp = world / pp / tp / ep;
-    *g = (moe_rank_grid){.world = world, .pp = pp, .dp = dp, .ep = ep, .tp = tp, .rank = rank};
-    g->tp_rank = rank % tp;
-    g->ep_rank = rank / tp % ep;
-    g->dp_rank = rank / tp / ep % dp;
-    g->pp_rank = rank / tp / ep / dp;
+    const int stage_rank = rank % stage_ranks;
+    *g = (moe_rank_grid){.world = world, .pp = pp, .tp = tp, .ep = ep, .dp = stage_ranks / tp,
+                         .edp = stage_ranks / ep, .rank = rank, .pp_rank = rank / stage_ranks,
+                         .stage_rank = stage_rank, .tp_rank = stage_rank % tp, .dp_rank = stage_rank / tp,
+                         .ep_rank = stage_rank % ep, .edp_rank = stage_rank / ep};
     return MOE_OK;
 }
 
-int moe_rank_grid_rank_at(const moe_rank_grid *g, int pp_rank, int dp_rank, int ep_rank, int tp_rank) {
-    return ((pp_rank * g->dp + dp_rank) * g->ep + ep_rank) * g->tp + tp_rank;
+int moe_rank_grid_rank_at(const moe_rank_grid *g, int pp_rank, int dp_rank, int tp_rank) {
+    return pp_rank * (g->world / g->pp) + dp_rank * g->tp + tp_rank;
+}
+
+int moe_rank_grid_expert_rank_at(const moe_rank_grid *g, int pp_rank, int edp_rank, int ep_rank) {
+    return pp_rank * (g->world / g->pp) + edp_rank * g->ep + ep_rank;
 }
 
 /* A group as an arithmetic progression: its first rank, the stride between members, the count. */
@@ -46,24 +49,25 @@ typedef struct {
 } moe__group_span;
 
 static int group_span(const moe_rank_grid *g, moe_rank_group kind, moe__group_span *s) {
-    const int stage_ranks = g->world / g->pp;
+    const int stage_ranks = g->world / g->pp, stage_first = g->pp_rank * stage_ranks;
     switch (kind) {
     case MOE_RANK_GROUP_PIPELINE:
-        *s = (moe__group_span){g->rank % stage_ranks, stage_ranks, g->pp, g->pp_rank};
+        *s = (moe__group_span){g->stage_rank, stage_ranks, g->pp, g->pp_rank};
         return 1;
     case MOE_RANK_GROUP_STAGE:
-        *s = (moe__group_span){g->pp_rank * stage_ranks, 1, stage_ranks, g->rank % stage_ranks};
+        *s = (moe__group_span){stage_first, 1, stage_ranks, g->stage_rank};
         return 1;
     case MOE_RANK_GROUP_EP:
-        *s = (moe__group_span){moe_rank_grid_rank_at(g, g->pp_rank, g->dp_rank, 0, g->tp_rank), g->tp, g->ep,
-                               g->ep_rank};
+        *s = (moe__group_span){g->rank - g->ep_rank, 1, g->ep, g->ep_rank};
         return 1;
     case MOE_RANK_GROUP_EXPERT_DP:
-        *s = (moe__group_span){moe_rank_grid_rank_at(g, g->pp_rank, 0, g->ep_rank, g->tp_rank), g->ep * g->tp, g->dp,
-                               g->dp_rank};
+        *s = (moe__group_span){stage_first + g->ep_rank, g->ep, g->edp, g->edp_rank};
         return 1;
     case MOE_RANK_GROUP_TENSOR:
         *s = (moe__group_span){g->rank - g->tp_rank, 1, g->tp, g->tp_rank};
+        return 1;
+    case MOE_RANK_GROUP_DATA:
+        *s = (moe__group_span){stage_first + g->tp_rank, g->tp, g->dp, g->dp_rank};
         return 1;
     default:
         return 0;
@@ -102,6 +106,7 @@ const char *moe_rank_grid_group_name(moe_rank_group kind) {
 }
 
 void moe_rank_grid_print(FILE *f, const moe_rank_grid *g) {
-    fprintf(f, "grid: %d ranks = pp %d x dp %d x ep %d x tp %d; rank %d: stage %d, dp %d, ep %d, tp %d\n", g->world,
-            g->pp, g->dp, g->ep, g->tp, g->rank, g->pp_rank, g->dp_rank, g->ep_rank, g->tp_rank);
+    fprintf(f, "grid: %d ranks = pp %d x (tp %d x dp %d | ep %d x edp %d); rank %d: stage %d, tp %d, dp %d, ep %d, "
+            "edp %d\n", g->world, g->pp, g->tp, g->dp, g->ep, g->edp, g->rank, g->pp_rank, g->tp_rank, g->dp_rank,
+            g->ep_rank, g->edp_rank);
 }

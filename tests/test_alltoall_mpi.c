@@ -98,7 +98,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_pri
     test_mpi_require(moe_router_check_announced(&plan, &counts, prio, me, 0), "count check");
     int want_total = 0;
     for (int p = 0; p < me.ep_size; p++) {
-        const int src = me.dp_rank * me.ep_size + p;
+        const int src = me.edp_rank * me.ep_size + p;
         for (int le = 0; le < EL; le++) {
             int want = 0;
             for (int a = o.first_token[src] * K; a < o.first_token[src + 1] * K; a++)
@@ -117,7 +117,7 @@ static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_pri
     int row = 0;
     for (int le = 0; le < EL; le++)
         for (int p = 0; p < me.ep_size; p++) {
-            int src = me.dp_rank * me.ep_size + p;
+            int src = me.edp_rank * me.ep_size + p;
             for (int gt = o.first_token[src]; gt < o.first_token[src + 1]; gt++)
                 for (int j = 0; j < K; j++) {
                     int a = gt * K + j;

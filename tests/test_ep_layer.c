@@ -135,7 +135,7 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
         CHECK(st.num_rows_received == 0, "rank %d received %d rows", rank, st.num_rows_received);
     if (rank == 0)
         printf("W=%d ep=%d dp=%d %-28s dropped %3d/%d, rank 0 got %3d rows, aux %.6f z %.6f\n", W, me.ep_size,
-               me.dp_size, c->name, dropped, TG * K, st.num_rows_received, st.aux_loss, st.z_loss);
+               me.edp_size, c->name, dropped, TG * K, st.num_rows_received, st.aux_loss, st.z_loss);
 
     moe_layer_destroy(L), moe_layer_destroy(ref);
     test_weights_free(&w), test_weights_free(&g), test_weights_free(&ref_w), test_weights_free(&ref_g);

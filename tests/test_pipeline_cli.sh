@@ -85,7 +85,7 @@ same_run "pp 2 on 2 ranks" pp2 one
 same_run "pp 2 x ep 2 on 4 ranks" pp2ep2 one
 same_run "pp 4 on 4 ranks" pp4 one
 same_run "pp 2 x 2 virtual stages (interleaved) on 2 ranks" pp2v2 one
-shows pp2ep2 "^grid: 4 ranks = pp 2 x dp 1 x ep 2 x tp 1"
+shows pp2ep2 "^grid: 4 ranks = pp 2 x \\(tp 1 x dp 2 \\| ep 2 x edp 1\\)"
 shows pp4 "pp 4 x ep 1 x expert-data-parallel 1; .* \(1 chunk\(s\) of 1 layers from layer 0, 4 forwards of each in flight\)"
 shows pp2v2 "\(2 chunk\(s\) of 1 layers from layer 0, [0-9] forwards of each in flight\)"
 shows pp2v2 "^pipeline: 2 stages x 4 micro-batches \(interleaved 1F1B\).*\(p - 1\) / \(V m\) = 12.5%"

@@ -51,7 +51,7 @@ int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const ch
     utc_now(when, sizeof when);
     json_t *r = json_pack("{s:s, s:o, s:{s:i, s:i, s:i, s:i, s:s}, s:{s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:s}",
                           "record", "run", "config", moe_train_options_json(&t->opt, 0), "layout", "world_size",
-                          world_size, "ep", t->ranks.ep_size, "expert_data_parallel", t->ranks.dp_size,
+                          world_size, "ep", t->ranks.ep_size, "expert_data_parallel", t->ranks.edp_size,
                           "threads_per_rank", moe_threads_get(), "device", device, "versions", "moe",
                           MOE_PROJECT_VERSION, "compiler", MOE_COMPILER, "gemm", moe_gemm_library(), "openblas",
                           openblas_get_config(), "mpi", mpi, "jansson", JANSSON_VERSION, "git_commit", MOE_GIT_COMMIT,

@@ -529,7 +529,7 @@ int main(int argc, char **argv) {
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
                "parameters per rank of stage 0 (%d chunk(s) of %d layers from layer %d, %d forwards of each in "
                "flight), at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
-               world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.dp_size,
+               world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.edp_size,
                moe_model_num_dense(t.model), moe_model_num_expert(t.model), stage->chunks, stage->num_layers,
                stage->first_layer, moe_model_num_passes(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,

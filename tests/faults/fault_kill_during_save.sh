@@ -32,7 +32,15 @@ for ((trial = 1; trial <= trials; trial++)); do
     resume=()
     [ "$expect" -gt 0 ] && resume=(--resume)
     launch "${flags[@]}" "${resume[@]}"
-    wait_for_ranks 2 30 || { hangs=$((hangs + 1)); fail_with_output "trial $trial: the ranks did not start"; }
+    wait_for_ranks 2 60 || { hangs=$((hangs + 1)); fail_with_output "trial $trial: the ranks did not start"; }
+    # a resume is killed once it has loaded (a kill before that tests nothing new, and under the test lanes' load the
+    # load itself can outlast the random wait below)
+    if [ "$expect" -gt 0 ]; then
+        for ((i = 0; i < 1200; i++)); do
+            grep -q "resumed from\|cannot load" "$dir/job.txt" 2>/dev/null || ! kill -0 "$job" 2>/dev/null && break
+            sleep 0.1
+        done
+    fi
     sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.8 + rand() * 1.5 }')"
     if ! kill -0 "$job" 2>/dev/null; then # the job ended by itself: a crash or a failed resume
         wait "$job"
