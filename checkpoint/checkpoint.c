@@ -109,8 +109,16 @@ static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const
 /* Every rank: the step directory written whole under a temporary name (world rank 0 makes it, every rank stores its
  * part of the tensor files, rank 0 adds config.json and the manifest), then published and the run's old ones pruned
  * by rank 0 (checkpoint/dir.c). */
+/* A tensor-parallel model holds blocks of the files' tensors: saving and loading them is not built yet (issue 28). */
+static moe_status refuse_tensor_parallel(const moe_checkpoint_run *run) {
+    if (moe_model_tp_size(run->config) == 1) return MOE_OK;
+    return moe_fail(MOE_ERR_INVALID_CONFIG, "checkpoints of a tensor-parallel model (tp %d) are not built yet",
+                    moe_model_tp_size(run->config));
+}
+
 moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int step, int keep_last) {
     const moe_checkpoint_run *run = &view;
+    MOE_TRY(refuse_tensor_parallel(run));
     const int rank0 = run->ranks.world_rank == 0;
     char name[64];
     snprintf(name, sizeof name, ".tmp-step-%08d", step);
@@ -286,6 +294,7 @@ static moe_status load_selection_biases(const moe_checkpoint_run *run, const cha
 
 moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir) {
     const moe_checkpoint_run *run = &view;
+    MOE_TRY(refuse_tensor_parallel(run));
     moe__ckpt_table tab = {0};
     int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
     moe__checkpoint_manifest manifest;
@@ -375,6 +384,7 @@ static moe_status continue_run(const moe_checkpoint_run *run, const char *dir, c
 
 moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *step) {
     const moe_checkpoint_run *run = &view;
+    MOE_TRY(refuse_tensor_parallel(run));
     moe__ckpt_table tab = {0};
     moe__checkpoint_manifest manifest = {.files = NULL};
     moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;

@@ -18,6 +18,7 @@
 #include "models/tied_grads.h"
 #include "models/zero_grads.h"
 #include "moe/dense_ops.h"
+#include "tp/linear.h"
 
 /* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
  * rebuilds in backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
@@ -82,6 +83,12 @@ struct moe_model {
      * in the shard tree (models/shard_grads.h); local_shards 0: one sum over the rank's rows */
     int local_shards;
     moe_shard_grads shard_grads;
+    /* tensor parallelism (model.h): tp ranks in the group (1: none), this rank's place; the group's products in fixed
+     * pieces; the pieces' weight gradients, formed over the group's T rows in their tp x local_shards shards (the
+     * slice's own rows are shard_grads') */
+    int tp, tp_rank;
+    moe_tp_linear tpl;
+    moe_shard_grads tp_grads;
 };
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
@@ -120,12 +127,16 @@ static int next_layer(const moe_model *m, int *c, int l) {
 /* Appends a tensor at the end of the buffer laid out so far (*cursor); without a table (m->tensors NULL) it only
  * counts. */
 static void put(moe_model *m, size_t *cursor, int index, int replica, int layer, int experts, long rows, long cols,
-                moe_tensor_kind kind, const char *name) {
+                moe_tensor_kind kind, moe_tensor_split split, const char *name) {
+    const int tp = moe_model_tp_size(&m->cfg); /* this rank's block of a split tensor */
+    rows /= split == MOE_SPLIT_ROWS ? tp : 1;
+    cols /= split == MOE_SPLIT_COLS ? tp : 1;
     const size_t count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
     if (m->tensors) {
         moe_model_tensor *t = &m->tensors[m->num_tensors++];
         *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
-                                .offset = *cursor, .count = count, .kind = kind, .index = index, .replica = replica};
+                                .split = split, .offset = *cursor, .count = count, .kind = kind, .index = index,
+                                .replica = replica};
         snprintf(t->name, sizeof t->name, "%s", name);
     }
     *cursor += count;
@@ -133,9 +144,9 @@ static void put(moe_model *m, size_t *cursor, int index, int replica, int layer,
 
 /* The next tensor of the one-stage table (*index counts them all), put when this model holds its layer. */
 static void append(moe_model *m, size_t *cursor, int *index, int layer, int experts, long rows, long cols,
-                   moe_tensor_kind kind, const char *name) {
+                   moe_tensor_kind kind, moe_tensor_split split, const char *name) {
     const int at = (*index)++;
-    if (holds_layer(m, layer)) put(m, cursor, at, 0, layer, experts, rows, cols, kind, name);
+    if (holds_layer(m, layer)) put(m, cursor, at, 0, layer, experts, rows, cols, kind, split, name);
 }
 
 /* Whether this stage's lm_head is a replica of another stage's embedding (model.h). */
@@ -152,10 +163,10 @@ static void lay_out(moe_model *m) {
     size_t at = 0;
     int index = 0;
     m->num_tensors = 0;
-    append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, "model.embed_tokens.weight");
-#define DENSE_TENSOR(field, hf, rows, cols, kind)                                                                   \
+    append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_NONE, "model.embed_tokens.weight");
+#define DENSE_TENSOR(field, hf, rows, cols, kind, split)                                                            \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);                                                      \
-    append(m, &at, &index, l, 0, rows, cols, kind, name);
+    append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++) {
         MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
         if (moe_model_layer_is_moe(c, l)) {
@@ -165,13 +176,15 @@ static void lay_out(moe_model *m) {
         }
     }
 #undef DENSE_TENSOR
-    append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, "model.norm.weight");
-    if (!c->tie_embeddings) append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "lm_head.weight");
-    if (holds_tied_replica(m)) put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, "model.embed_tokens.weight");
+    append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE, "model.norm.weight");
+    if (!c->tie_embeddings)
+        append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_NONE, "lm_head.weight");
+    if (holds_tied_replica(m))
+        put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_NONE, "model.embed_tokens.weight");
     m->num_dense = at;
-#define EXPERT_TENSOR(field, hf, rows, cols, kind)                                                                  \
+#define EXPERT_TENSOR(field, hf, rows, cols, kind, split)                                                           \
     snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
-    append(m, &at, &index, l, (int)EL, rows, cols, kind, name);
+    append(m, &at, &index, l, (int)EL, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++)
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_EXPERT_TENSORS(EXPERT_TENSOR)
@@ -193,7 +206,7 @@ static void set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, mo
     const moe_model_config *c = &m->cfg;
     const moe_model_tensor *t = m->tensors;
     v->embedding = m->embeds ? tensor_at(base, zg, t++) : NULL;
-#define VIEW(field, hf, rows, cols, kind) L->field = tensor_at(base, zg, t++);
+#define VIEW(field, hf, rows, cols, kind, split) L->field = tensor_at(base, zg, t++);
     for (FIRST_LAYER(m, ch, l); l >= 0; l = next_layer(m, &ch, l)) {
         moe_model_layer_params *L = &v->layers[l];
         L->ffn.router_w = NULL;
@@ -478,6 +491,26 @@ static moe_status init_shard_grads(moe_model *m) {
                                 moe_shard_grads_max_count(&m->cfg));
 }
 
+/* Tensor parallelism (model.h): the layout's tensor group, its products in fixed pieces, and the shard tree of the
+ * pieces' weight gradients over the group's rows (tp x local_shards shards), sized for the largest piece held. */
+static moe_status init_tensor_parallel(moe_model *m) {
+    const moe_ranks r = moe_parallel_ranks(m->par);
+    const int layout_tp = r.tp_size > 1 ? r.tp_size : 1;
+    m->tp = moe_model_tp_size(&m->cfg), m->tp_rank = layout_tp > 1 ? r.tp_rank : 0;
+    if (layout_tp != m->tp)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's tp %d differs from the layout's tp %d", m->tp, layout_tp);
+    if (m->tp > 1 && m->cfg.zero)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "ZeRO with tensor parallelism is not built yet (issue 28): use zero 0");
+    if (m->tp > 1 && r.pp_size > 1)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "pipeline stages with tensor parallelism are not built yet (issue 28)");
+    MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
+                               moe_model_tp_pieces(&m->cfg)));
+    size_t widest = 0;
+    for (int i = 0; i < m->num_tensors; i++)
+        if (m->tensors[i].split != MOE_SPLIT_NONE && m->tensors[i].count > widest) widest = m->tensors[i].count;
+    return moe_shard_grads_init(&m->tp_grads, m->rt, m->dense, m->ops_state, m->local_shards * m->tp, widest);
+}
+
 /* The gradient views: into the whole buffer, or under ZeRO-2 into the window and the ends (it needs the fixed tree). */
 static moe_status init_grads(moe_model *m) {
     if (m->cfg.zero < 2) {
@@ -590,6 +623,7 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
         st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest, &m->ops_state);
     }
     if (st == MOE_OK) st = init_shard_grads(m);
+    if (st == MOE_OK) st = init_tensor_parallel(m);
     if (st == MOE_OK) st = init_grads(m);
     if (st == MOE_OK) st = create_moe_layers(m, accum_steps);
     if (st == MOE_OK) st = init_tied(m);
@@ -618,6 +652,8 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
 void moe_model_destroy(moe_model *m) {
     if (!m) return;
     moe_shard_grads_free(&m->shard_grads);
+    moe_shard_grads_free(&m->tp_grads);
+    moe_tp_linear_free(&m->tpl);
     moe_zero_grads_free(&m->zero_grads);
     moe_zero_layout_free(&m->zero);
     if (m->ops_state) m->dense->destroy(m->ops_state);
@@ -646,7 +682,9 @@ size_t moe_model_num_dense(const moe_model *m) { return m->num_dense; }
 size_t moe_model_num_expert(const moe_model *m) { return m->num_expert; }
 int moe_model_num_local_experts(const moe_model *m) { return m->num_local_experts; }
 moe_runtime *moe_model_runtime(const moe_model *m) { return m->rt; }
-void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops) { m->dense = m->shard_grads.dense = ops; }
+void moe_model_replace_dense_ops(moe_model *m, const moe_dense_ops *ops) {
+    m->dense = m->shard_grads.dense = m->tp_grads.dense = m->tpl.ops = ops;
+}
 const moe_dense_ops *moe_model_dense_ops(const moe_model *m, moe_dense_state **state) {
     *state = m->ops_state;
     return m->dense;
@@ -767,45 +805,62 @@ static moe_status watch(moe_model *m, const moe_real *data, size_t count, const 
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
-/* Layer l's attention block up to its output, for num_seqs sequences: ln1 = rmsnorm(resid[l]), q, k, v with RoPE,
- * attention into attn_y (its statistics or probabilities in att). */
+/* Sequence parallelism (model.h): this rank's slice of its tensor group's T rows is rows [tp_rank Ts, (tp_rank + 1) Ts)
+ * with Ts = T / tp; at tp 1 the slice is every row. */
+static size_t slice_first(const moe_model *m, int T) { return (size_t)m->tp_rank * (size_t)(T / m->tp); }
+
+/* The tensor group's T rows of `width` values from each rank's slice (an all-gather in rank order: exact). */
+static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int width, moe_real *whole) {
+    size_t nbytes[64];
+    if (m->tp > (int)(sizeof nbytes / sizeof *nbytes)) return MOE_ERR_INVALID_CONFIG;
+    const size_t each = (size_t)(T / m->tp) * width * sizeof(moe_real);
+    for (int p = 0; p < m->tp; p++) nbytes[p] = each;
+    return moe_comm_allgatherv_bytes(moe_parallel_tensor(m->par), slice, each, whole, nbytes);
+}
+
+/* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =
+ * rmsnorm(resid[l]) on this rank's slice, gathered over the group at tp > 1; q, k, v of this rank's heads (all of them
+ * at tp 1) with RoPE; attention into attn_y (its statistics or probabilities in att). */
 static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     const moe_model_config *c = &m->cfg;
-    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, H = c->num_heads, KV = c->num_kv_heads,
-              hd = m->head_dim, A = H * hd, B = KV * hd;
+    const int S = c->seq_len, T = num_seqs * S, Ts = T / m->tp, d = c->d_model, H = c->num_heads / m->tp,
+              KV = c->num_kv_heads / m->tp, hd = m->head_dim, A = c->num_heads * hd, B = c->num_kv_heads * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     const moe_model_layer_params *w = &m->c.layers[l];
     layer_acts *a = &m->P->acts[l];
-    MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, T, d, c->norm_eps, a->ln1, a->rstd1));
-    MOE_TRY(watch(m, a->ln1, (size_t)T * d, "layer %d: the attention norm's output", l));
-    MOE_TRY(dense->linear_forward(s, a->ln1, w->wq, T, d, A, a->q));
-    MOE_TRY(dense->linear_forward(s, a->ln1, w->wk, T, d, B, a->k));
-    MOE_TRY(dense->linear_forward(s, a->ln1, w->wv, T, d, B, a->v));
-    MOE_TRY(watch(m, a->q, (size_t)T * A, "layer %d: q", l));
-    MOE_TRY(watch(m, a->k, (size_t)T * B, "layer %d: k", l));
-    MOE_TRY(watch(m, a->v, (size_t)T * B, "layer %d: v", l));
+    moe_real *ln1_slice = m->tp > 1 ? m->tmp : a->ln1;
+    MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, ln1_slice, a->rstd1));
+    MOE_TRY(watch(m, ln1_slice, (size_t)Ts * d, "layer %d: the attention norm's output", l));
+    if (m->tp > 1) MOE_TRY(gather_slices(m, ln1_slice, T, d, a->ln1));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wq, T, d, A, a->q));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wk, T, d, B, a->k));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wv, T, d, B, a->v));
+    MOE_TRY(watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
+    MOE_TRY(watch(m, a->k, (size_t)T * KV * hd, "layer %d: k", l));
+    MOE_TRY(watch(m, a->v, (size_t)T * KV * hd, "layer %d: v", l));
     MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
     MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
     if (c->attention == MOE_ATTENTION_FUSED)
         MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
     else
         MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
-    return watch(m, a->attn_y, (size_t)T * A, "layer %d: the attention output", l);
+    return watch(m, a->attn_y, (size_t)T * H * hd, "layer %d: the attention output", l);
 }
 
-/* From attn_y to the FFN's input: resid_mid = resid[l] + o_proj(attn_y) (o_proj's output in m->tmp), ln2. */
+/* From attn_y (T rows) to the FFN's input on this rank's slice: resid_mid = resid[l] + o_proj(attn_y) (o_proj's whole
+ * output in m->tmp: at tp > 1 the group's sum, of which the slice is taken), ln2. */
 static moe_status attention_residual_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
-    const size_t Td = (size_t)T * c->d_model;
+    const size_t Tsd = (size_t)(T / m->tp) * c->d_model;
     const moe_model_layer_params *w = &m->c.layers[l];
     layer_acts *a = &m->P->acts[l];
-    MOE_TRY(m->dense->linear_forward(m->ops_state, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
-    MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp, Td, a->resid_mid));
-    MOE_TRY(watch(m, a->resid_mid, Td, "layer %d: the residual after attention (o_proj)", l));
-    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T, c->d_model, c->norm_eps, a->ln2,
-                                      a->rstd2));
-    return watch(m, a->ln2, Td, "layer %d: the FFN norm's output", l);
+    MOE_TRY(moe_tp_row_forward(&m->tpl, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
+    MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + slice_first(m, T) * c->d_model, Tsd, a->resid_mid));
+    MOE_TRY(watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
+    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T / m->tp, c->d_model, c->norm_eps,
+                                      a->ln2, a->rstd2));
+    return watch(m, a->ln2, Tsd, "layer %d: the FFN norm's output", l);
 }
 
 /* Before layer l's backward: what cfg.moe.recompute did not keep, rebuilt from what forward kept by the forward's
@@ -819,7 +874,8 @@ static moe_status recompute_layer(moe_model *m, int l, int T) {
     if (r == MOE_RECOMPUTE_FULL) MOE_TRY(attention_residual_forward(m, l, T));
     if (m->P->moe[l]) return r == MOE_RECOMPUTE_FULL ? moe_layer_recompute(m->P->moe[l], w, a->ln2) : MOE_OK;
     if (r < MOE_RECOMPUTE_MOE) return MOE_OK; /* the dense FFN's intermediates (its output in m->tmp, unused) */
-    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+    return m->dense->swiglu_forward(m->ops_state, w, T / m->tp, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
+                                    m->tmp);
 }
 
 static moe_status ffn_forward(moe_model *m, int l, int T) {
@@ -840,7 +896,9 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 
 /* The selected pass's forward through this stage: the embedding of the tokens (first stage) or the previous stage's
  * output x, the stage's layers, then on the last stage the final norm, the logits (into logits_out when asked) and,
- * with targets, the loss. Keeps what backward needs unless it is the last stage without targets. */
+ * with targets, the loss. Keeps what backward needs unless it is the last stage without targets. At tp > 1 the inputs
+ * and targets are the tensor group's num_seqs sequences and everything but attention runs on this rank's slice of
+ * their rows: x, the output, the logits and the loss are the slice's. */
 static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real *x, const int *targets, int num_seqs,
                                 double *loss_sum, moe_real *logits_out) {
     const moe_model_config *c = &m->cfg;
@@ -849,15 +907,20 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     if (num_seqs < 1 || num_seqs > m->max_seqs || (embeds ? !inputs : !x) || (heads && targets && !loss_sum))
         return MOE_ERR_INVALID_ARG;
     const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
+    if (T % m->tp)
+        return moe_fail(MOE_ERR_INVALID_ARG, "%d sequences of %d tokens do not split into %d equal slices (tp)",
+                        num_seqs, S, m->tp);
+    const int Ts = T / m->tp; /* this rank's slice of the rows (all of them at tp 1) */
+    const size_t first_row = slice_first(m, T);
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
-    const size_t Td = (size_t)T * d;
+    const size_t Td = (size_t)Ts * d;
     P->has_forward = 0;
     P->num_seqs = num_seqs;
     MOE_TRY(refresh_compute_weights(m));
     if (embeds) {
-        MOE_TRY(moe_runtime_upload(m->rt, P->inputs, inputs, (size_t)T * sizeof(int)));
-        MOE_TRY(dense->embedding_forward(s, m->p.embedding, P->inputs, T, d, P->resid[0]));
+        MOE_TRY(moe_runtime_upload(m->rt, P->inputs, inputs + first_row, (size_t)Ts * sizeof(int)));
+        MOE_TRY(dense->embedding_forward(s, m->p.embedding, P->inputs, Ts, d, P->resid[0]));
         MOE_TRY(watch(m, P->resid[0], Td, "the embedding output"));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, P->resid[first], x, Td * sizeof(moe_real)));
@@ -866,20 +929,20 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
         const layer_acts *a = &P->acts[l];
         MOE_TRY(attention_block_forward(m, l, num_seqs));
         MOE_TRY(attention_residual_forward(m, l, T));
-        MOE_TRY(ffn_forward(m, l, T));
+        MOE_TRY(ffn_forward(m, l, Ts));
         MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
     }
     m->last_forward[P->chunk] = P;
     if (!heads) return P->has_forward = 1, MOE_OK;
-    MOE_TRY(dense->rmsnorm_forward(s, P->resid[last], m->p.final_norm, T, d, c->norm_eps, P->lnf, P->rstdf));
+    MOE_TRY(dense->rmsnorm_forward(s, P->resid[last], m->p.final_norm, Ts, d, c->norm_eps, P->lnf, P->rstdf));
     MOE_TRY(watch(m, P->lnf, Td, "the final norm's output"));
-    MOE_TRY(dense->linear_forward(s, P->lnf, m->c.lm_head, T, d, V, P->logits));
-    MOE_TRY(watch(m, P->logits, (size_t)T * V, "the logits (lm_head)"));
-    if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * V * sizeof(moe_real)));
+    MOE_TRY(dense->linear_forward(s, P->lnf, m->c.lm_head, Ts, d, V, P->logits));
+    MOE_TRY(watch(m, P->logits, (size_t)Ts * V, "the logits (lm_head)"));
+    if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)Ts * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
-    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets, (size_t)T * sizeof(int)));
-    MOE_TRY(moe_shard_grads_loss(&m->shard_grads, P->logits, P->targets, T, m->cfg.vocab_size, loss_sum));
+    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets + first_row, (size_t)Ts * sizeof(int)));
+    MOE_TRY(moe_shard_grads_loss(&m->shard_grads, P->logits, P->targets, Ts, m->cfg.vocab_size, loss_sum));
     P->has_forward = 1;
     return MOE_OK;
 }
@@ -928,27 +991,31 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     if (!P->has_forward) return MOE_ERR_NO_FORWARD;
     if (!heads && !dy) return MOE_ERR_INVALID_ARG;
     const moe_model_config *c = &m->cfg;
-    const int S = c->seq_len, T = P->num_seqs * S, d = c->d_model, V = c->vocab_size, H = c->num_heads,
-              KV = c->num_kv_heads, hd = m->head_dim, A = H * hd, B = KV * hd;
+    const int S = c->seq_len, T = P->num_seqs * S, Ts = T / m->tp, d = c->d_model, V = c->vocab_size,
+              H = c->num_heads / m->tp, KV = c->num_kv_heads / m->tp, hd = m->head_dim, A = c->num_heads * hd,
+              B = c->num_kv_heads * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
-    moe_shard_grads *sg = &m->shard_grads; /* the weight gradients: per shard, or over all rows */
-    sg->num_tokens = T;
+    moe_shard_grads *sg = &m->shard_grads; /* the weight gradients: per shard, or over all rows, of this rank's slice */
+    moe_shard_grads *tg = &m->tp_grads;    /* the tensor-parallel pieces', over the tensor group's rows */
+    sg->num_tokens = Ts, tg->num_tokens = T;
     moe_zero_grads *zg = c->zero == 2 ? &m->zero_grads : NULL; /* ZeRO-2: each layer's gradients summed as it ends */
     if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
-    const size_t Td = (size_t)T * d;
+    const size_t Td = (size_t)Ts * d; /* the slice's residual stream */
     if (heads) { /* dlogits (in place), then lm_head and the final norm */
         if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
-        MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, T, V, loss_scale));
-        MOE_TRY(watch(m, P->logits, (size_t)T * V, "the gradient of the logits"));
+        MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, Ts, V, loss_scale));
+        MOE_TRY(watch(m, P->logits, (size_t)Ts * V, "the gradient of the logits"));
         MOE_TRY(moe_shard_grads_linear(sg, P->logits, P->lnf, d, V, m->g.lm_head));
-        MOE_TRY(dense->linear_backward_input(s, P->logits, m->c.lm_head, T, d, V, 0, m->dln));
+        MOE_TRY(dense->linear_backward_input(s, P->logits, m->c.lm_head, Ts, d, V, 0, m->dln));
         MOE_TRY(moe_runtime_zero(m->rt, m->dresid, Td * sizeof(moe_real)));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[last], m->p.final_norm, P->rstdf, m->dln, d, m->dresid,
                                         m->g.final_norm));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, m->dresid, dy, Td * sizeof(moe_real)));
     }
+    /* at tp > 1 the attention block's gradients span the group's rows: dln holds them whole, the slice is its part */
+    moe_real *dln_slice = m->dln + slice_first(m, T) * d;
     for (int l = last - 1; l >= first; l--) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
@@ -956,13 +1023,18 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         if (zg) MOE_TRY(moe_zero_grads_begin_layer(zg, l));
         MOE_TRY(recompute_layer(m, l, T));
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
-        MOE_TRY(ffn_backward(m, l, T));
+        MOE_TRY(ffn_backward(m, l, Ts));
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, P->moe[l] ? "MoE layer" : "dense FFN"));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, d, m->dresid, gw->ffn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
-        /* resid_mid = resid[l] + wo(attention(...)) */
-        MOE_TRY(moe_shard_grads_linear(sg, m->dresid, a->attn_y, A, d, gw->wo));
-        MOE_TRY(dense->linear_backward_input(s, m->dresid, w->wo, T, A, d, 0, m->dattn));
+        /* resid_mid = resid[l] + wo(attention(...)): o_proj's output gradient over the group's rows */
+        const moe_real *dout = m->dresid;
+        if (m->tp > 1) {
+            MOE_TRY(gather_slices(m, m->dresid, T, d, m->dln));
+            dout = m->dln;
+        }
+        MOE_TRY(moe_shard_grads_tp_row(tg, &m->tpl, dout, a->attn_y, A, d, gw->wo));
+        MOE_TRY(moe_tp_row_backward_input(&m->tpl, dout, w->wo, T, A, d, 0, m->dattn));
         if (c->attention == MOE_ATTENTION_FUSED)
             MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, P->num_seqs, S, H,
                                                     KV, hd, m->dq, m->dk, m->dv));
@@ -971,14 +1043,15 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
                                               m->dk, m->dv));
         MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
         MOE_TRY(dense->rope_backward(s, m->dk, P->num_seqs, S, KV, hd, c->rope_theta));
-        MOE_TRY(moe_shard_grads_linear(sg, m->dq, a->ln1, d, A, gw->wq));
-        MOE_TRY(moe_shard_grads_linear(sg, m->dk, a->ln1, d, B, gw->wk));
-        MOE_TRY(moe_shard_grads_linear(sg, m->dv, a->ln1, d, B, gw->wv));
-        MOE_TRY(dense->linear_backward_input(s, m->dq, w->wq, T, d, A, 0, m->dln));
-        MOE_TRY(dense->linear_backward_input(s, m->dk, w->wk, T, d, B, 1, m->dln));
-        MOE_TRY(dense->linear_backward_input(s, m->dv, w->wv, T, d, B, 1, m->dln));
-        MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient of the attention norm's output", l));
-        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[l], w->attn_norm, a->rstd1, m->dln, d, m->dresid, gw->attn_norm));
+        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, a->ln1, d, A, gw->wq));
+        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dk, a->ln1, d, B, gw->wk));
+        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dv, a->ln1, d, B, gw->wv));
+        MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
+        MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dk, w->wk, T, d, B, 1, m->dln));
+        MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dv, w->wv, T, d, B, 1, m->dln));
+        MOE_TRY(watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
+        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,
+                                        gw->attn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
@@ -1019,12 +1092,32 @@ moe_status moe_model_zero_chunk_grads(moe_model *m, int chunk) {
     return moe_runtime_zero(m->rt, m->grads + m->num_dense + e.from, e.count * sizeof(moe_real));
 }
 
+typedef moe_status (*allreduce_fn)(moe_comm *, moe_real *, size_t);
+
+/* The dense gradients [from, from + count) summed over the ranks that share them: the stage's; at tp > 1 in runs of
+ * consecutive tensors alike, the tensor-parallel pieces' over the data-parallel group (model.h). */
+static moe_status reduce_dense(moe_model *m, size_t from, size_t count, allreduce_fn allreduce) {
+    if (m->tp == 1) return allreduce(moe_parallel_stage(m->par), m->grads + from, count);
+    size_t run_from = from;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i], *next = i + 1 < m->num_tensors ? &m->tensors[i + 1] : NULL;
+        if (t->offset < from || t->offset >= from + count) continue;
+        const int pieces = t->split != MOE_SPLIT_NONE;
+        if (next && next->offset < from + count && (next->split != MOE_SPLIT_NONE) == pieces) continue;
+        const size_t end = t->offset + t->count;
+        MOE_TRY(allreduce(pieces ? moe_parallel_data(m->par) : moe_parallel_stage(m->par), m->grads + run_from,
+                          end - run_from));
+        run_from = end;
+    }
+    return MOE_OK;
+}
+
 moe_status moe_model_reduce_chunk_grads(moe_model *m, int chunk) {
     if (m->cfg.zero == 2) return MOE_OK; /* backward summed each layer's as it ended */
-    moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
+    const allreduce_fn allreduce =
         m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
     const moe_zero_slice d = m->chunk_dense[chunk], e = m->chunk_expert[chunk];
-    MOE_TRY(allreduce(moe_parallel_stage(m->par), m->grads + d.from, d.count));
+    MOE_TRY(reduce_dense(m, d.from, d.count, allreduce));
     if (m->local_shards && chunk_heads(m, chunk) && m->tied.grad) /* the micro-batch's tied lm_head gradient, apart */
         MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_stage(m->par), 1));
     if (!e.count) return MOE_OK;
@@ -1034,9 +1127,9 @@ moe_status moe_model_reduce_chunk_grads(moe_model *m, int chunk) {
 moe_status moe_model_reduce_grads(moe_model *m) {
     if (m->cfg.zero == 2) return MOE_OK; /* backward summed each layer's as it ended */
     /* with shards: the upper levels of the shard tree (each rank's buffer is its subtree's root) */
-    moe_status (*allreduce)(moe_comm *, moe_real *, size_t) =
+    const allreduce_fn allreduce =
         m->local_shards ? moe_comm_allreduce_tree_real : moe_comm_allreduce_sum_real;
-    MOE_TRY(allreduce(moe_parallel_stage(m->par), m->grads, m->num_dense));
+    MOE_TRY(reduce_dense(m, 0, m->num_dense, allreduce));
     if (!m->num_expert) return MOE_OK;
     return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense, m->num_expert);
 }

@@ -39,7 +39,23 @@ typedef struct {
     int zero;           /* ZeRO level, 0-2 (not in config.json): 1 and 2 give each rank a range of every region to
                            update (models/zero.h); 2 also keeps no whole gradient (models/zero_grads.h) and needs
                            moe.num_shards > 0 */
+    int tp;             /* tensor-parallel ranks (not in config.json; the layout's, as moe.ep_size): 1, or a power of
+                           two dividing H and KV; see "Tensor parallelism" below                 */
+    int tp_shards;      /* S, the fixed pieces of tp/linear.h (--tp-shards): 0 means tp; else a power of two that tp
+                           divides and that divides H * head_dim and KV * head_dim. The same S gives the same bits at
+                           any tp                                                               */
 } moe_model_config;
+
+/* Tensor parallelism with sequence parallelism (Megatron-LM's, issue 28), on a layout of tp > 1 (alltoall/parallel.h):
+ * q/k/v are column-parallel (each rank holds H/tp heads and KV/tp kv heads), o_proj row-parallel, through tp/linear.h's
+ * fixed pieces; the residual stream, the norms, the MoE layers, the embedding and the head run on each rank's slice
+ * of its tensor group's tokens (rows [tp_rank T/tp, (tp_rank + 1) T/tp) of the group's T), gathered before the
+ * attention block and cut again after o_proj's sum. So an MoE layer sees T/tp distinct tokens per rank and the layout
+ * of tp 1 over the stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel
+ * group, formed over the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over
+ * the stage, over the slice. Not yet: dense FFN layers (moe_every > 1), kv heads fewer than tp, a vocabulary-parallel
+ * embedding and head (they are replicated, each rank computing its slice's rows), activations sized by the slice (they
+ * are allocated for T), ZeRO, checkpoints, the gradient norm and moe-train's --tp. */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */
@@ -51,34 +67,42 @@ moe_model_config moe_model_config_default(void);
 /* NULL when valid, else a sentence naming the first wrong field. */
 const char *moe_model_config_problem(const moe_model_config *cfg);
 int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
+/* cfg->tp with 0 read as 1; cfg->tp_shards with 0 read as that tp. */
+int moe_model_tp_size(const moe_model_config *cfg);
+int moe_model_tp_pieces(const moe_model_config *cfg);
 
 /* The tensors of one decoder layer, as one list: X(field of moe_model_layer_params, Hugging Face name after
- * "model.layers.N.", rows, cols (0: a vector), kind). Rows and cols are expressions in d (d_model), A (H * hd),
- * B (KV * hd), F (d_ff) and E (experts). The list drives the buffer layout, the views, the checkpoint names,
- * the optimizer's weight decay and the initialisation, so a tensor is added here and nowhere else. */
+ * "model.layers.N.", rows, cols (0: a vector), kind, split). Rows and cols are the whole tensor's, expressions in d
+ * (d_model), A (H * hd), B (KV * hd), F (d_ff) and E (experts); split says how tensor parallelism cuts it: ROWS
+ * (column-parallel: rows of the output features), COLS (row-parallel: columns of the input features) or NONE
+ * (replicated). The list drives the buffer layout, the views, the checkpoint names, the optimizer's weight decay and
+ * the initialisation, so a tensor is added here and nowhere else. */
 #define MOE_MODEL_ATTENTION_TENSORS(X)                                          \
-    X(attn_norm, "input_layernorm.weight", d, 0, MOE_TENSOR_NORM)              \
-    X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT)                  \
-    X(wk, "self_attn.k_proj.weight", B, d, MOE_TENSOR_WEIGHT)                  \
-    X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT)                  \
-    X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL)                \
-    X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM)
+    X(attn_norm, "input_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)        \
+    X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT, ROWS)            \
+    X(wk, "self_attn.k_proj.weight", B, d, MOE_TENSOR_WEIGHT, ROWS)            \
+    X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT, ROWS)            \
+    X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL, COLS)          \
+    X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)
 /* the FFN of an MoE layer: the router (dense, replicated) ... */
-#define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT)
+#define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT, NONE)
 /* ... and its experts, one tensor per expert ("block_sparse_moe.experts.J." + name), in the expert region */
 #define MOE_MODEL_EXPERT_TENSORS(X)                                             \
-    X(ffn.w1, "w1.weight", F, d, MOE_TENSOR_WEIGHT)                            \
-    X(ffn.w3, "w3.weight", F, d, MOE_TENSOR_WEIGHT)                            \
-    X(ffn.w2, "w2.weight", d, F, MOE_TENSOR_RESIDUAL)
+    X(ffn.w1, "w1.weight", F, d, MOE_TENSOR_WEIGHT, NONE)                      \
+    X(ffn.w3, "w3.weight", F, d, MOE_TENSOR_WEIGHT, NONE)                      \
+    X(ffn.w2, "w2.weight", d, F, MOE_TENSOR_RESIDUAL, NONE)
 /* the FFN of a dense layer (Mixtral has none: Llama's names) */
 #define MOE_MODEL_DENSE_FFN_TENSORS(X)                                          \
-    X(ffn.w1, "mlp.gate_proj.weight", F, d, MOE_TENSOR_WEIGHT)                 \
-    X(ffn.w3, "mlp.up_proj.weight", F, d, MOE_TENSOR_WEIGHT)                   \
-    X(ffn.w2, "mlp.down_proj.weight", d, F, MOE_TENSOR_RESIDUAL)
+    X(ffn.w1, "mlp.gate_proj.weight", F, d, MOE_TENSOR_WEIGHT, ROWS)           \
+    X(ffn.w3, "mlp.up_proj.weight", F, d, MOE_TENSOR_WEIGHT, ROWS)             \
+    X(ffn.w2, "mlp.down_proj.weight", d, F, MOE_TENSOR_RESIDUAL, COLS)
 
 /* How a tensor is initialised and decayed: norms start at 1 and are not decayed; weights are uniform with
  * standard deviation 0.02, residual output projections 0.02 / sqrt(2 L) (GPT-2). */
 typedef enum { MOE_TENSOR_NORM, MOE_TENSOR_WEIGHT, MOE_TENSOR_RESIDUAL } moe_tensor_kind;
+
+/* How tensor parallelism cuts a tensor (the lists' last column): this rank holds block tp_rank of tp along it. */
+typedef enum { MOE_SPLIT_NONE, MOE_SPLIT_ROWS, MOE_SPLIT_COLS } moe_tensor_split;
 
 /* Views of one layer's parameters (or gradients) in the rank's buffer. */
 typedef struct {
@@ -103,7 +127,9 @@ typedef struct {
     int layer;            /* its decoder layer; -1 for the embedding, num_layers for the final norm and lm_head */
     int experts;          /* 0: a dense tensor; else the local experts whose tensors it holds, back to back */
     int ndim;
-    long rows, cols;      /* one tensor's (one expert's) shape; cols 0 for a vector */
+    long rows, cols;      /* one tensor's (one expert's) shape as this rank holds it; cols 0 for a vector */
+    moe_tensor_split split; /* under tensor parallelism: the whole tensor is tp blocks along it, this rank's the
+                               tp_rank-th (rows or cols above are the block's); NONE: whole                          */
     size_t offset, count; /* reals in the buffer: count = max(experts, 1) * rows * max(cols, 1) */
     moe_tensor_kind kind;
     int index;            /* its place in the table of the whole model (one stage): the same on every stage, so

@@ -28,6 +28,30 @@ int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
     return c->moe.num_experts > 1 && c->moe_every > 0 && (layer + 1) % c->moe_every == 0;
 }
 
+static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+int moe_model_tp_size(const moe_model_config *c) { return c->tp > 1 ? c->tp : 1; }
+int moe_model_tp_pieces(const moe_model_config *c) { return c->tp_shards > 0 ? c->tp_shards : moe_model_tp_size(c); }
+
+/* tp and tp_shards against the shapes (model.h, "Tensor parallelism"). */
+static const char *tensor_parallel_problem(const moe_model_config *c) {
+    const int tp = moe_model_tp_size(c), S = moe_model_tp_pieces(c), hd = c->d_model / c->num_heads;
+    if (c->tp < 0 || !power_of_two(tp))
+        return "tp must be a power of two (a tensor group's sums run in the fixed binary tree)";
+    if (c->num_heads % tp != 0) return "tp must divide the number of heads (each rank holds whole heads)";
+    if (c->num_kv_heads % tp != 0)
+        return "tp must divide the number of kv heads (kv heads fewer than tp, replicated over the ranks that share "
+               "one, are not built yet)";
+    if (c->tp_shards < 0 || !power_of_two(S) || S % tp != 0)
+        return "tp_shards must be a power of two that tp divides (the fixed pieces of the tensor-parallel sums)";
+    if (((long)c->num_heads * hd) % S != 0 || ((long)c->num_kv_heads * hd) % S != 0)
+        return "tp_shards must divide heads x head_dim and kv heads x head_dim (the split widths)";
+    for (int l = 0; tp > 1 && l < c->num_layers; l++)
+        if (!moe_model_layer_is_moe(c, l))
+            return "tensor parallelism of dense FFN layers (moe_every > 1, or one expert) is not built yet";
+    return NULL;
+}
+
 const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->vocab_size < 2) return "vocab size must be at least 2"; /* token files hold up to 2^32 - 1 */
     if (c->num_layers < 1) return "the number of layers must be at least 1";
@@ -46,5 +70,7 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->attention != MOE_ATTENTION_MATERIALIZED && c->attention != MOE_ATTENTION_FUSED)
         return "attention must be materialized or fused";
     if (c->zero < 0 || c->zero > 2) return "zero must be 0, 1 or 2";
+    const char *tp_problem = tensor_parallel_problem(c);
+    if (tp_problem) return tp_problem;
     return moe_config_problem(&c->moe);
 }

@@ -2,6 +2,7 @@
  * of the buffer: the tensor table, the layout, the runtime. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "models/model.h"
@@ -17,21 +18,43 @@ static double std_of(int num_layers, moe_tensor_kind kind) {
     return kind == MOE_TENSOR_RESIDUAL ? std / sqrt(2.0 * num_layers) : std;
 }
 
+/* A tensor-parallel block (model.h's split): the whole tensor drawn from its stream into scratch, this rank's block of
+ * it kept, so that the model is the same at any tp. */
+static moe_status init_block(const moe_model_tensor *t, moe_real *data, double std, unsigned long long seed, int tp,
+                             int tp_rank) {
+    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, whole = t->count * tp;
+    moe_real *all = malloc(whole * sizeof(moe_real));
+    if (!all) return MOE_ERR_OUT_OF_MEMORY;
+    init_tensor(all, whole, std, seed, (unsigned long long)t->index);
+    if (t->split == MOE_SPLIT_ROWS) /* rows [tp_rank rows, +rows) of the whole [rows tp, cols] */
+        memcpy(data, all + (size_t)tp_rank * rows * cols, rows * cols * sizeof(moe_real));
+    else /* columns [tp_rank cols, +cols) of each row of the whole [rows, cols tp] */
+        for (size_t r = 0; r < rows; r++)
+            memcpy(data + r * cols, all + r * cols * tp + (size_t)tp_rank * cols, cols * sizeof(moe_real));
+    free(all);
+    return MOE_OK;
+}
+
 /* Made on the host, then uploaded: dense tensors draw from stream = their index in the whole model's table (the same
- * on every rank and stage), experts from stream = (layer, global expert, matrix), whatever rank holds the expert. */
+ * on every rank and stage; a tensor-parallel block keeps its part of the whole tensor's draw), experts from stream =
+ * (layer, global expert, matrix), whatever rank holds the expert. */
 moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
     const size_t total = moe_model_num_dense(m) + moe_model_num_expert(m);
     moe_real *host = malloc((total ? total : 1) * sizeof(moe_real));
     if (!host) return MOE_ERR_OUT_OF_MEMORY;
-    const int first = moe_parallel_ranks(moe_model_parallel(m)).ep_rank * moe_model_num_local_experts(m);
+    const moe_ranks ranks = moe_parallel_ranks(moe_model_parallel(m));
+    const int first = ranks.ep_rank * moe_model_num_local_experts(m), tp = moe_model_tp_size(moe_model_config_of(m));
+    moe_status st = MOE_OK;
     int count;
     const moe_model_tensor *tensors = moe_model_tensors(m, &count);
     const int num_layers = moe_model_config_of(m)->num_layers;
-    for (int s = 0, matrix = 0; s < count; s++) {
+    for (int s = 0, matrix = 0; s < count && st == MOE_OK; s++) {
         const moe_model_tensor *t = &tensors[s];
         moe_real *data = host + t->offset;
         if (t->kind == MOE_TENSOR_NORM) {
             for (size_t i = 0; i < t->count; i++) data[i] = 1;
+        } else if (t->split != MOE_SPLIT_NONE && tp > 1) {
+            st = init_block(t, data, std_of(num_layers, t->kind), seed, tp, ranks.tp_rank);
         } else if (!t->experts) {
             init_tensor(data, t->count, std_of(num_layers, t->kind), seed, (unsigned long long)t->index);
         } else {
@@ -45,7 +68,8 @@ moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
             }
         }
     }
-    moe_status st = moe_runtime_upload(moe_model_runtime(m), moe_model_params(m), host, total * sizeof(moe_real));
+    if (st == MOE_OK)
+        st = moe_runtime_upload(moe_model_runtime(m), moe_model_params(m), host, total * sizeof(moe_real));
     free(host);
     return st;
 }

@@ -162,6 +162,8 @@ static moe_status stage_terms(moe_model *m, const moe_parallel *par, chunk_terms
 }
 
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
+    if (moe_model_tp_size(moe_model_config_of(m)) > 1) /* the pieces' squares would need their own fixed order */
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the gradient norm of a tensor-parallel model is not built yet");
     chunk_terms dense, experts;
     MOE_TRY(stage_terms(m, par, &dense, &experts));
     moe_comm *pipeline = moe_parallel_pipeline(par);

@@ -49,13 +49,15 @@ moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, cons
 }
 
 /* One op over rows [first, first + n) of the backward, its weight gradient into dW. */
-typedef enum { OP_LINEAR, OP_RMSNORM, OP_EMBEDDING, OP_SWIGLU } op_kind;
+typedef enum { OP_LINEAR, OP_RMSNORM, OP_EMBEDDING, OP_SWIGLU, OP_TP_COLUMN, OP_TP_ROW } op_kind;
 typedef struct {
     op_kind kind;
     const moe_real *x, *w, *rstd, *dy, *h1, *h3, *act;
     const int *tokens;
     const moe_layer_weights *weights;
-    int in, out; /* linear: in, out; rmsnorm and embedding: d = in; swiglu: d = in, d_ff = out */
+    moe_tp_linear *tp;
+    int in, out; /* linear: in, out; rmsnorm and embedding: d = in; swiglu: d = in, d_ff = out; tensor-parallel: the
+                    whole widths (in, N for a column-parallel linear; K, out for a row-parallel one) */
     moe_real *dx;
 } op;
 
@@ -69,6 +71,11 @@ static moe_status run(const moe_shard_grads *g, const op *o, int first, int n, m
                                           o->dx + f * in, dW);
     case OP_EMBEDDING:
         return g->dense->embedding_backward(g->state, o->dy + f * in, o->tokens + f, n, o->in, dW);
+    case OP_TP_COLUMN: /* dy_local rows of N / tp */
+        return moe_tp_column_backward_weight(o->tp, o->dy + f * (out / o->tp->tp), o->x + f * in, n, o->in, o->out,
+                                             dW);
+    case OP_TP_ROW: /* x_local rows of K / tp */
+        return moe_tp_row_backward_weight(o->tp, o->dy + f * out, o->x + f * (in / o->tp->tp), n, o->in, o->out, dW);
     case OP_SWIGLU: {
         const size_t wcount = out * in; /* the three gradients, one region */
         moe_layer_weights dw = {NULL, dW, dW + wcount, dW + 2 * wcount};
@@ -120,4 +127,16 @@ moe_status moe_shard_grads_swiglu(moe_shard_grads *g, const moe_layer_weights *w
     const op o = {.kind = OP_SWIGLU, .weights = w, .x = x, .h1 = h1, .h3 = h3, .act = act, .dy = dy, .in = d,
                   .out = d_ff, .dx = dx};
     return weight_grad(g, &o, 3 * wcount, grads->w1);
+}
+
+moe_status moe_shard_grads_tp_column(moe_shard_grads *g, moe_tp_linear *tp, const moe_real *dy_local,
+                                     const moe_real *x, int in, int N, moe_real *dW_local) {
+    const op o = {.kind = OP_TP_COLUMN, .tp = tp, .dy = dy_local, .x = x, .in = in, .out = N};
+    return weight_grad(g, &o, (size_t)(N / tp->tp) * in, dW_local);
+}
+
+moe_status moe_shard_grads_tp_row(moe_shard_grads *g, moe_tp_linear *tp, const moe_real *dy, const moe_real *x_local,
+                                  int K, int out, moe_real *dW_local) {
+    const op o = {.kind = OP_TP_ROW, .tp = tp, .dy = dy, .x = x_local, .in = K, .out = out};
+    return weight_grad(g, &o, (size_t)out * (K / tp->tp), dW_local);
 }

@@ -13,6 +13,7 @@
 #include "models/model.h"
 #include "moe/dense_ops.h"
 #include "moe/shard_tree.h"
+#include "tp/linear.h"
 
 typedef struct {
     const moe_dense_ops *dense;
@@ -50,5 +51,13 @@ moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, con
 moe_status moe_shard_grads_swiglu(moe_shard_grads *g, const moe_layer_weights *w, moe_layer_weights *grads, int d,
                                   int d_ff, const moe_real *x, const moe_real *h1, const moe_real *h3,
                                   const moe_real *act, const moe_real *dy, moe_real *dx);
+
+/* Tensor parallelism's weight gradients (tp/linear.h), one piece-by-piece product per shard of g's rows (the tensor
+ * group's): a column-parallel linear's dW_local [N/tp, in] += dy_local^T x, a row-parallel one's dW_local [out, K/tp]
+ * += dy^T x_local. */
+moe_status moe_shard_grads_tp_column(moe_shard_grads *g, moe_tp_linear *tp, const moe_real *dy_local,
+                                     const moe_real *x, int in, int N, moe_real *dW_local);
+moe_status moe_shard_grads_tp_row(moe_shard_grads *g, moe_tp_linear *tp, const moe_real *dy, const moe_real *x_local,
+                                  int K, int out, moe_real *dW_local);
 
 #endif
