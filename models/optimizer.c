@@ -130,14 +130,90 @@ static void dense_terms(moe_model *m, const moe_zero_region *r, double *sums, ch
     }
 }
 
-/* This stage's terms of the norm in the order the whole model adds them: its dense atoms' sums in buffer order, then
- * every MoE layer's global experts (layer, EP rank, local expert), each counted per chunk. */
+/* The sums of squares of n values from g, in atoms from its start, appended at terms[*k]. */
+static moe_status atoms_of(moe_model *m, const moe_real *g, size_t n, double *terms, size_t *k) {
+    moe_dense_state *s;
+    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
+    const size_t atom = moe_zero_atom_values();
+    for (size_t a = 0; a < n; a += atom) MOE_TRY(dense->sum_squares(s, g + a, n - a < atom ? n - a : atom, &terms[(*k)++]));
+    return MOE_OK;
+}
+
+static size_t num_atoms(size_t n) { return n ? (n + moe_zero_atom_values() - 1) / moe_zero_atom_values() : 0; }
+
+/* With fixed pieces (tp_shards S > 1, models/model.h): the dense terms tensor by tensor in buffer order, a replicated
+ * tensor's atoms from its start, a split tensor's piece by piece (piece p of the whole tensor, in piece order, each cut
+ * into atoms from its start): terms that depend on S and the gradients alone, the same list at any tp. A rank computes
+ * its own pieces' (a column-parallel tensor's piece is rows of its block; a row-parallel one's, columns of it, copied
+ * out first); the tensor group's lists are gathered and merged. ZeRO 0 only (the model refuses ZeRO with S > 1). */
+static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms *out) {
+    const moe_model_config *cfg = moe_model_config_of(m);
+    const int local = moe_model_tp_pieces(cfg) / moe_model_tp_size(cfg);
+    moe_comm *group = moe_parallel_tensor(par);
+    const int tp = moe_comm_size(group);
+    int count;
+    const moe_model_tensor *t = moe_model_tensors(m, &count);
+    size_t n = 0, widest = 0; /* this rank's terms; the largest piece */
+    for (int i = 0; i < count; i++) {
+        if (t[i].experts || t[i].replica) continue;
+        const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, per = t[i].count / pieces;
+        n += pieces * num_atoms(per);
+        widest = per > widest ? per : widest;
+    }
+    double *mine = calloc(n + 1, sizeof(double)), *all = calloc((size_t)tp * n + 1, sizeof(double));
+    size_t *nbytes = calloc(tp, sizeof(size_t));
+    moe_real *scratch = NULL;
+    moe_status st = mine && all && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = moe_runtime_alloc(moe_model_runtime(m), (widest ? widest : 1) * sizeof(moe_real),
+                                             (void **)&scratch);
+    const moe_real *g = moe_model_grads(m);
+    size_t k = 0;
+    for (int i = 0; i < count && st == MOE_OK; i++) {
+        if (t[i].experts || t[i].replica) continue;
+        if (t[i].split != MOE_SPLIT_COLS) { /* whole, or row pieces: contiguous */
+            const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, per = t[i].count / pieces;
+            for (size_t p = 0; p < pieces && st == MOE_OK; p++) st = atoms_of(m, g + t[i].offset + p * per, per, mine, &k);
+            continue;
+        }
+        const size_t rows = (size_t)t[i].rows, cols = (size_t)t[i].cols, w = cols / local;
+        for (int p = 0; p < local && st == MOE_OK; p++) {
+            st = moe_runtime_copy_2d(moe_model_runtime(m), scratch, w * sizeof(moe_real), g + t[i].offset + p * w,
+                                     cols * sizeof(moe_real), w * sizeof(moe_real), rows);
+            if (st == MOE_OK) st = atoms_of(m, scratch, rows * w, mine, &k);
+        }
+    }
+    for (int r = 0; r < tp && st == MOE_OK; r++) nbytes[r] = n * sizeof(double);
+    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(group, mine, n * sizeof(double), all, nbytes);
+    *out = (chunk_terms){.terms = calloc((size_t)tp * n + 1, sizeof(double))};
+    if (st == MOE_OK && !out->terms) st = MOE_ERR_OUT_OF_MEMORY;
+    size_t at = 0; /* the tensor's first term in each rank's list */
+    for (int i = 0; i < count && st == MOE_OK; i++) {
+        if (t[i].experts || t[i].replica) continue;
+        const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, terms = pieces * num_atoms(t[i].count / pieces);
+        for (int r = 0; r < (t[i].split == MOE_SPLIT_NONE ? 1 : tp); r++)
+            for (size_t j = 0; j < terms; j++) out->terms[out->n++] = all[(size_t)r * n + at + j];
+        out->counts[chunk_at(m, 0, t[i].offset)] += t[i].split == MOE_SPLIT_NONE ? terms : terms * tp;
+        at += terms;
+    }
+    moe_runtime_free(moe_model_runtime(m), scratch);
+    free(mine), free(all), free(nbytes);
+    if (st != MOE_OK) free(out->terms), out->terms = NULL;
+    return st;
+}
+
+/* This stage's terms of the norm in the order the whole model adds them: its dense atoms' sums in buffer order (piece
+ * by piece with tp_shards > 1), then every MoE layer's global experts (layer, EP rank, local expert), each counted per
+ * chunk. */
 static moe_status stage_terms(moe_model *m, const moe_parallel *par, chunk_terms *dense, chunk_terms *experts) {
     moe_comm *ep = moe_parallel_ep(par);
-    const moe_zero_region *region = &moe_model_zero(m)->dense;
-    double *sums;
-    MOE_TRY(atom_sums(m, region, moe_model_range_grads(m, 0), &sums));
-    dense_terms(m, region, sums, dense);
+    if (moe_model_tp_pieces(moe_model_config_of(m)) > 1) {
+        MOE_TRY(piece_terms(m, par, dense));
+    } else {
+        const moe_zero_region *region = &moe_model_zero(m)->dense;
+        double *sums;
+        MOE_TRY(atom_sums(m, region, moe_model_range_grads(m, 0), &sums));
+        dense_terms(m, region, sums, dense);
+    }
     int layers, *chunk;
     double *mine;
     moe_status st = expert_sums(m, &layers, &mine, &chunk);
@@ -162,8 +238,6 @@ static moe_status stage_terms(moe_model *m, const moe_parallel *par, chunk_terms
 }
 
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm) {
-    if (moe_model_tp_size(moe_model_config_of(m)) > 1) /* the pieces' squares would need their own fixed order */
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "the gradient norm of a tensor-parallel model is not built yet");
     chunk_terms dense, experts;
     MOE_TRY(stage_terms(m, par, &dense, &experts));
     moe_comm *pipeline = moe_parallel_pipeline(par);

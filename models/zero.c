@@ -5,6 +5,7 @@
 
 static size_t atom_values = MOE_ZERO_ATOM;
 void moe__zero_set_atom_values(size_t n) { atom_values = n ? n : MOE_ZERO_ATOM; }
+size_t moe_zero_atom_values(void) { return atom_values; }
 
 /* Appends to b (capacity enough) the atom starts of [at, at + n) inside its region, 0 excepted. */
 static void cut(size_t *b, size_t *nb, size_t at, size_t n) {

@@ -47,6 +47,8 @@ void moe_zero_member_range(const moe_zero_layout *z, const moe_zero_region *r, i
 /* Tests only: atoms of at most n values from now on (0: MOE_ZERO_ATOM), so that a small model's tensors hold several
  * and ranges split them. Every rank and every model of a comparison must use the same. */
 void moe__zero_set_atom_values(size_t n);
+/* The atom size in force (MOE_ZERO_ATOM unless a test set another). */
+size_t moe_zero_atom_values(void);
 
 /* The atoms of region r: num_atoms = num_bounds + 1; atom i is [atom_begin(i), atom_begin(i + 1)). */
 static inline size_t moe_zero_num_atoms(const moe_zero_region *r) { return r->part.num_bounds + 1; }

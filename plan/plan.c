@@ -95,8 +95,9 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     if (moe_plan_layout_tp(l) > 1)
-        printf("note: moe-train has no --tp yet (issue 28; tp/linear.h holds its products): this plans Megatron-LM's "
-               "tensor parallelism with sequence parallelism as moe-train will run it\n");
+        printf("note: this plans Megatron-LM's tensor parallelism with sequence parallelism; moe-train's --tp runs its "
+               "attention part on the CPU so far (issue 28: not yet dense FFNs, the vocabulary, activations divided by "
+               "tp, --pp, ZeRO, GPUs)\n");
     const moe_plan_memory *m = &p->memory;
     const moe_plan_stage stage = stage_of(o, l, p);
     if (moe_plan_layout_pp(l) > 1)

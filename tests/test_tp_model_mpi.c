@@ -6,6 +6,7 @@
  *   - the initial weights: each rank's blocks of the split tensors (q/k/v rows, o_proj columns) cut from the whole
  *     tensors, its experts by global id (init is the same at any tp);
  *   - the loss of a forward (the ranks' sums added in the fixed tree over the stage);
+ *   - the gradient norm (models/optimizer.c: with fixed pieces, a split tensor's terms piece by piece);
  *   - every gradient after the sums the trainer makes (moe_model_reduce_chunk_grads: the pieces' over the
  *     data-parallel group, the rest over the stage, the experts' over the expert-data-parallel group; a tied lm_head's
  *     apart, then into the embedding's).
@@ -20,6 +21,8 @@
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #include "models/model.h"
+#include "models/optimizer.h"
+#include "models/zero.h"
 #include "tests/test_mpi.h"
 
 enum { SEQS = 8, SEQ_LEN = 16, SHARDS = 8, PIECES = 8, SEED = 7 };
@@ -58,7 +61,7 @@ typedef struct {
     moe_model_tensor *tensors;
     int num_tensors, tp_rank, first_expert, local_experts;
     int dropped; /* assignments over capacity, this rank's, over the layers */
-    double loss;
+    double loss, norm; /* the forward's loss; the gradient norm (models/optimizer.h) */
 } run_result;
 
 static void free_result(run_result *r) { free(r->params), free(r->grads), free(r->tensors); }
@@ -96,6 +99,7 @@ static moe_status run(const moe_model_config *cfg, const moe_parallel *par, cons
     if (st == MOE_OK) st = moe_model_stage_backward(m, 1.0f / (SEQS * SEQ_LEN), NULL);
     if (st == MOE_OK) st = moe_model_reduce_chunk_grads(m, 0);
     if (st == MOE_OK) st = moe_model_finish_tied_grads(m);
+    if (st == MOE_OK) st = moe_model_grad_norm(m, par, &out->norm);
     if (st == MOE_OK) memcpy(out->grads, moe_model_grads(m), n * sizeof(moe_real));
     moe_model_destroy(m);
     return st;
@@ -126,12 +130,14 @@ static void compare(test_case c, int tp, int ep, int pieces, const run_result *r
     const long params = differences(got, got->params, ref, ref->params);
     const long grads = differences(got, got->grads, ref, ref->grads);
     const int loss_same = !memcmp(&got->loss, &ref->loss, sizeof got->loss);
+    const int norm_same = !memcmp(&got->norm, &ref->norm, sizeof got->norm);
     char what[160];
     snprintf(what, sizeof what, "%s, tp %d (%d pieces), ep %d", case_names[c], tp, pieces, ep);
     CHECK(params == 0, "%s: %ld rows of the initial weights differ from the reference's blocks", what, params);
     if (expect_same) {
-        CHECK(loss_same && grads == 0, "%s: loss %.17g (reference %.17g), %ld gradient rows differ", what, got->loss,
-              ref->loss, grads);
+        CHECK(loss_same && grads == 0 && norm_same,
+              "%s: loss %.17g (reference %.17g), %ld gradient rows differ, norm %.17g (reference %.17g)", what,
+              got->loss, ref->loss, grads, got->norm, ref->norm);
     } else {
         CHECK(!loss_same || grads > 0, "%s: the plain split gave the reference's bits: the check cannot fail", what);
         if (rank == 0) printf("  the plain split: loss %s, %ld gradient rows differ\n",
@@ -200,7 +206,7 @@ static void test_refusals(int world) {
     refused(c, 2, "dense FFN layers");
     c = config(DROPLESS, 2, 1, PIECES);
     c.zero = 1;
-    refused(c, 2, "ZeRO with tensor parallelism");
+    refused(c, 2, "ZeRO with tensor-parallel pieces");
     c = config(DROPLESS, 2, 1, 1);
     refused(c, 2, "tp_shards must be a power of two that tp divides");
 }
@@ -210,6 +216,7 @@ int main(int argc, char **argv) {
     int world, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    moe__zero_set_atom_values(40); /* the norm's atoms cut the pieces (tensors of 64 to 2048 values here) */
     test_layouts(world, rank);
     test_refusals(world);
     return test_mpi_finish("test_tp_model_mpi");

@@ -89,6 +89,15 @@ static const opt_spec kOptions[] = {
      "x V) layers each, run in Megatron's interleaved 1F1B schedule (micro-batches in groups of --pp), which shrinks "
      "the bubble by V; bitwise the same results",
      OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, RUN},
+    {"--tp", "tensor-parallel ranks (Megatron's, with sequence parallelism): groups of --tp consecutive ranks read the "
+     "same sequences; q/k/v are column- and o_proj row-parallel (a rank holds --heads / --tp heads), the norms, MoE "
+     "layers and head run on each rank's slice of the group's tokens. A power of two dividing the ranks of a stage, "
+     "--heads, --kv-heads and --seq-len. Bitwise the same as --tp 1 with the same --tp-shards. Not yet with --pp, "
+     "--zero, dense FFN layers, checkpoints, routing traces, --verify-steps or --device cuda",
+     OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
+    {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
+     "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
+     OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
      "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards; "
@@ -204,7 +213,7 @@ static void set_defaults(moe_train_options *o) {
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
-    o->pp = 1, o->virtual_stages = 1;
+    o->pp = 1, o->virtual_stages = 1, o->model.tp = 1, o->model.tp_shards = -1; /* tp_shards auto: --tp */
     o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
@@ -333,6 +342,27 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
 /* Combinations no single flag can check. */
 static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 
+/* --tp: groups of consecutive ranks inside a stage; what it does not combine with yet, refused by name (issue 28). */
+static int finish_tensor_parallel(const moe_train_options *o, int world_size, FILE *err) {
+    const int tp = o->model.tp;
+    if (tp == 1) return 0;
+    const char *not_yet = o->pp > 1                       ? "--pp above 1"
+                          : o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda"
+                          : *o->checkpoint_dir || *o->resume || *o->init_from ? "checkpoints (--checkpoint-dir, --resume, --init-from)"
+                          : *o->routing_trace_out || *o->routing_trace_in    ? "routing traces"
+                          : o->verify_steps > 0                              ? "--verify-steps"
+                                                                             : NULL;
+    if (not_yet)
+        return moe_train_complain(err, "moe-train: --tp %d with %s is not built yet (issue 28)\n", tp, not_yet), -1;
+    if ((world_size / o->pp) % tp)
+        return moe_train_complain(err, "moe-train: --tp %d must divide the ranks of a stage (%d)\n", tp,
+                                  world_size / o->pp), -1;
+    if (o->model.seq_len % tp)
+        return moe_train_complain(err, "moe-train: --tp %d must divide --seq-len %d (every forward's tokens split into "
+                                       "--tp slices)\n", tp, o->model.seq_len), -1;
+    return 0;
+}
+
 static int is_auto(const moe_train_options *o, size_t i) {
     return moe_train_option_has_auto(&kOptions[i]) && *(const int *)((const char *)o + kOptions[i].offset) < 0;
 }
@@ -359,6 +389,8 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
                                        "are not written yet): drop --precision fp32 (bf16 is the default on cuda)\n"),
                -1;
     m->zero = o->zero;
+    if (m->tp_shards < 0) m->tp_shards = m->tp;
+    if (finish_tensor_parallel(o, world_size, err)) return -1;
     const char *problem = moe_model_config_problem(m);
     if (problem) return moe_train_complain(err, "moe-train: invalid model: %s\n", problem), -1;
     if (finish_pipeline(o, world_size, err)) return -1;
@@ -367,9 +399,11 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (world_size % m->moe.ep_size)
         return moe_train_complain(err, "moe-train: --ep %d must divide the number of ranks%s (%d)\n", m->moe.ep_size,
                                   of_stage, world_size), -1;
-    if (o->batch % world_size)
-        return moe_train_complain(err, "moe-train: --batch %d must be divisible by the number of ranks%s (%d)\n",
-                                  o->batch, of_stage, world_size), -1;
+    const int data_ranks = world_size / o->model.tp; /* a tensor group reads one part of the batch */
+    if (o->batch % data_ranks)
+        return moe_train_complain(err, "moe-train: --batch %d must be divisible by the number of %s%s (%d)\n",
+                                  o->batch, o->model.tp > 1 ? "tensor-parallel groups" : "ranks", of_stage,
+                                  data_ranks), -1;
     /* the trainer, the layer and the routing trace count a micro-batch's tokens and routing choices in an int */
     const long long choices = (long long)o->batch * m->seq_len * m->moe.top_k;
     if (choices > INT_MAX)
@@ -475,7 +509,10 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .pp = o->pp,
                                     .virtual_stages = o->virtual_stages,
                                     .zero = o->zero,
-                                    .micro_batch = o->batch / stage_ranks,
+                                    /* --tp: a tensor group's sequences; its activations are sized for
+                                       all their tokens and its weights counted whole (models/model.h), so the
+                                       planner's tp 1 is what this rank allocates, or more */
+                                    .micro_batch = o->batch / (stage_ranks / o->model.tp),
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
                                     .cpu = o->device == MOE_TRAIN_DEVICE_CPU,

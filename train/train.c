@@ -523,7 +523,7 @@ int main(int argc, char **argv) {
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
         moe_rank_grid grid;
-        if (moe_rank_grid_make(world_size, opt.pp, opt.model.moe.ep_size, 1, 0, &grid) == MOE_OK)
+        if (moe_rank_grid_make(world_size, opt.pp, opt.model.moe.ep_size, opt.model.tp, 0, &grid) == MOE_OK)
             moe_rank_grid_print(stdout, &grid);
         const moe_model_stage *stage = moe_model_stage_of(t.model);
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "

@@ -111,11 +111,11 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: %ld validation windows of %d + 1 tokens, fewer than the %d ranks",
-                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.stage_size);
+                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.dp_size);
     st = moe_fail_context(st, "bad data file");
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
-    t->local_seqs = opt->batch / t->ranks.stage_size;
+    t->local_seqs = opt->batch / t->ranks.dp_size; /* a tensor group's sequences (a rank's at tp 1) */
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->mb_loss = calloc(opt->micro_batches, sizeof(double));
@@ -304,7 +304,9 @@ static int chunk_moe_layers(const moe_trainer *t, int chunk, int *begin, int *en
  * every MoE layer of the model; this rank takes its tokens' slice). The array must stay as it is until then. */
 static moe_status force_routing(moe_trainer *t, const int *ids, int chunk) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
-    const size_t first = (size_t)t->ranks.stage_rank * t->local_seqs * t->opt.model.seq_len * t->opt.model.moe.top_k;
+    /* this rank's tokens: its slice of its tensor group's (models/model.h), the stage's slices in rank order */
+    const size_t tokens = (size_t)t->local_seqs * t->opt.model.seq_len / moe_model_tp_size(&t->opt.model);
+    const size_t first = (size_t)t->ranks.stage_rank * tokens * t->opt.model.moe.top_k;
     int begin, end, i;
     chunk_moe_layers(t, chunk, &begin, &end, &i);
     for (int l = begin; l < end; l++) {
@@ -391,7 +393,7 @@ static moe_status before_forward(void *ctx, int mb, int chunk, const int **input
     moe_trainer *t = run->t;
     const moe_train_options *o = &t->opt;
     const long batch_index = (long)(run->step - 1) * o->micro_batches + mb;
-    const long first = batch_index * o->batch + (long)t->ranks.stage_rank * t->local_seqs;
+    const long first = batch_index * o->batch + (long)t->ranks.dp_rank * t->local_seqs;
     moe_token_file_sequences(&t->train, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
     *inputs = t->inputs, *targets = t->targets;
     if (t->routing_replay) return force_routing(t, t->routing_replay + mb * micro_batch_routes(t), chunk);
@@ -611,7 +613,7 @@ long moe_trainer_eval_sequences(const moe_trainer *t) {
     const moe_train_options *o = &t->opt;
     const long windows = (t->val.num_tokens - 1) / o->model.seq_len, want = (long)o->eval_batches * o->batch;
     const long n = windows < want ? windows : want, rest = n % o->batch;
-    return n - rest + (rest - rest % t->ranks.stage_size); /* whole batches, then a multiple of a stage's ranks */
+    return n - rest + (rest - rest % t->ranks.dp_size); /* whole batches, then a multiple of a stage's data ranks */
 }
 
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
@@ -619,8 +621,8 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     const long n = moe_trainer_eval_sequences(t);
     double loss_sum = 0;
     for (long first = 0; first < n; first += o->batch) { /* micro-batch of min(batch, n - first) sequences */
-        const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.stage_size);
-        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.stage_rank * seqs, seqs, t->inputs,
+        const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.dp_size);
+        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.dp_rank * seqs, seqs, t->inputs,
                                  t->targets);
         double s = 0;
         moe_status st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
@@ -641,10 +643,25 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     return MOE_OK;
 }
 
-/* The logits [S, V] of one sequence of tokens (host), on every rank: the last stage's, shared over the pipeline. */
+/* The logits [S, V] of one sequence of tokens (host), on every rank: the last stage's, shared over the pipeline; at
+ * tp > 1 each rank's slice of the positions gathered over its tensor group. */
 static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *logits) {
     double loss;
-    MOE_TRY(moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, logits));
+    const int tp = moe_model_tp_size(&t->opt.model);
+    moe_real *slice = tp > 1 ? malloc((size_t)t->opt.model.seq_len / tp * t->opt.model.vocab_size * sizeof(moe_real))
+                             : logits;
+    if (!slice) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status fst = moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, slice);
+    if (tp > 1) {
+        size_t nbytes[64]; /* tp <= 64 is not checked elsewhere: refuse more here */
+        const size_t each = (size_t)t->opt.model.seq_len / tp * t->opt.model.vocab_size * sizeof(moe_real);
+        for (int p = 0; p < tp && p < 64; p++) nbytes[p] = each;
+        if (fst == MOE_OK) fst = tp > 64 ? MOE_ERR_INVALID_CONFIG
+                                         : moe_comm_allgatherv_bytes(moe_parallel_tensor(t->par), slice, each, logits,
+                                                                     nbytes);
+        free(slice);
+    }
+    MOE_TRY(fst);
     moe_comm *pipeline = moe_parallel_pipeline(t->par);
     const int P = moe_comm_size(pipeline), last = moe_comm_rank(pipeline) == P - 1;
     if (P == 1) return MOE_OK;
