@@ -23,12 +23,39 @@ _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 para
 
 /* ---- the tensors of a model, in file order ---------------------------------------------------- */
 
+/* A tensor of the files; a tensor-parallel one (split: its rows or cols are this rank's block of tp) whole. */
 static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, int stage,
-                long local_offset) {
+                long local_offset, moe_tensor_split split, int tp, int tp_rank) {
     moe__ckpt_tensor *t = &tab->t[tab->count++];
+    const size_t local_count = (size_t)rows * (cols ? cols : 1);
+    if (split == MOE_SPLIT_NONE) tp = 1, tp_rank = 0;
+    rows *= split == MOE_SPLIT_ROWS ? tp : 1;
+    cols *= split == MOE_SPLIT_COLS ? tp : 1;
     *t = (moe__ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .count = (size_t)rows * (cols ? cols : 1),
-                            .expert = expert, .stage = stage, .local_offset = local_offset};
+                            .expert = expert, .stage = stage, .local_offset = local_offset, .split = split,
+                            .parts = tp, .part = tp_rank, .local_count = local_count};
     snprintf(t->name, sizeof t->name, "%s", name);
+}
+
+void moe__ckpt_block_from_whole(const moe__ckpt_tensor *t, const moe_real *whole, moe_real *block) {
+    if (t->split != MOE_SPLIT_COLS) { /* whole, or rows: one contiguous range */
+        memmove(block, whole + (size_t)t->part * t->local_count, t->local_count * sizeof(moe_real));
+        return;
+    }
+    const size_t rows = (size_t)t->shape[0], w = (size_t)t->shape[1] / t->parts;
+    for (size_t r = 0; r < rows; r++) /* memmove: put_tensor cuts the block out in place */
+        memmove(block + r * w, whole + r * t->shape[1] + (size_t)t->part * w, w * sizeof(moe_real));
+}
+
+void moe__ckpt_whole_from_blocks(const moe__ckpt_tensor *t, const moe_real *blocks, moe_real *whole) {
+    if (t->split != MOE_SPLIT_COLS) {
+        memcpy(whole, blocks, t->count * sizeof(moe_real));
+        return;
+    }
+    const size_t rows = (size_t)t->shape[0], w = (size_t)t->shape[1] / t->parts;
+    for (int p = 0; p < t->parts; p++)
+        for (size_t r = 0; r < rows; r++)
+            memcpy(whole + r * t->shape[1] + (size_t)p * w, blocks + ((size_t)p * rows + r) * w, w * sizeof(moe_real));
 }
 
 int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
@@ -53,7 +80,8 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
                 if (t->layer != layer || !t->experts != !experts) continue;
                 const int stage = moe_model_pipeline_stage_of(c, run->ranks.pp_size, moe_model_stage_of(m)->chunks, layer);
                 if (!experts) {
-                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i]);
+                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i], t->split, run->ranks.tp_size,
+                        run->ranks.tp_rank);
                     continue;
                 }
                 const size_t per_expert = (size_t)t->rows * t->cols;
@@ -62,7 +90,7 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
                     const long local =
                         offset[i] >= 0 && j >= first && j < first + EL ? (long)(offset[i] + (j - first) * per_expert)
                                                                        : -1;
-                    add(tab, name, t->ndim, t->rows, t->cols, j, stage, local);
+                    add(tab, name, t->ndim, t->rows, t->cols, j, stage, local, MOE_SPLIT_NONE, 1, 0);
                 }
             }
     free(mt), free(offset);
@@ -109,16 +137,8 @@ static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const
 /* Every rank: the step directory written whole under a temporary name (world rank 0 makes it, every rank stores its
  * part of the tensor files, rank 0 adds config.json and the manifest), then published and the run's old ones pruned
  * by rank 0 (checkpoint/dir.c). */
-/* A tensor-parallel model holds blocks of the files' tensors: saving and loading them is not built yet (issue 28). */
-static moe_status refuse_tensor_parallel(const moe_checkpoint_run *run) {
-    if (moe_model_tp_size(run->config) == 1) return MOE_OK;
-    return moe_fail(MOE_ERR_INVALID_CONFIG, "checkpoints of a tensor-parallel model (tp %d) are not built yet",
-                    moe_model_tp_size(run->config));
-}
-
 moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int step, int keep_last) {
     const moe_checkpoint_run *run = &view;
-    MOE_TRY(refuse_tensor_parallel(run));
     const int rank0 = run->ranks.world_rank == 0;
     char name[64];
     snprintf(name, sizeof name, ".tmp-step-%08d", step);
@@ -171,8 +191,9 @@ typedef struct {
     int moment;
 } tensor_sink;
 
-/* One tensor read into buf: finite (second moments >= 0 too), then into this rank's memory. */
-static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, const moe_real *buf) {
+/* One tensor read into buf: finite (second moments >= 0 too), then into this rank's memory (a tensor-parallel one's
+ * block of it, moved to buf's start first). */
+static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, moe_real *buf) {
     for (size_t j = 0; j < t->count; j++) {
         if (!isfinite(buf[j]))
             return moe_fail(MOE_ERR_NONFINITE, "%s: %s[%zu] is the first NaN or Inf (world rank %d)", to->what, t->name,
@@ -182,10 +203,11 @@ static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, c
             return moe_fail(MOE_ERR_BAD_FILE, "exp_avg_sq.%s[%zu] is %g: a second moment is a mean of squares and "
                             "cannot be negative (a corrupt or edited training state)", t->name, j, (double)buf[j]);
     }
+    if (t->split != MOE_SPLIT_NONE) moe__ckpt_block_from_whole(t, buf, buf); /* in place: blocks move forward */
     if (to->moment >= 0)
-        return to->run->moment_range_set(to->run->owner, to->moment, (size_t)t->local_offset, t->count, buf);
+        return to->run->moment_range_set(to->run->owner, to->moment, (size_t)t->local_offset, t->local_count, buf);
     return moe_runtime_upload(moe_model_runtime(to->run->model), moe_model_params(to->run->model) + t->local_offset,
-                              buf, t->count * sizeof(moe_real));
+                              buf, t->local_count * sizeof(moe_real));
 }
 
 /* Reads the table's tensors (named prefix + name) that this rank holds, one at a time through buf (room for the
@@ -294,7 +316,6 @@ static moe_status load_selection_biases(const moe_checkpoint_run *run, const cha
 
 moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir) {
     const moe_checkpoint_run *run = &view;
-    MOE_TRY(refuse_tensor_parallel(run));
     moe__ckpt_table tab = {0};
     int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
     moe__checkpoint_manifest manifest;
@@ -384,7 +405,6 @@ static moe_status continue_run(const moe_checkpoint_run *run, const char *dir, c
 
 moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *step) {
     const moe_checkpoint_run *run = &view;
-    MOE_TRY(refuse_tensor_parallel(run));
     moe__ckpt_table tab = {0};
     moe__checkpoint_manifest manifest = {.files = NULL};
     moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;

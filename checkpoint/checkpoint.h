@@ -28,8 +28,8 @@
  * checkpoints as they were. Pruning deletes only this run's own older checkpoints, after the new one is
  * durable, each renamed out of the way before it is emptied. Loading never writes.
  * Nothing gathers the model: every rank writes the tensors it holds into the files (each tensor by one of its
- * holders, at its place: the files are byte for byte those one process would write, on any layout) and reads only
- * what it holds; a save takes one tensor's memory per rank beyond the model (checkpoint/write.c). So the
+ * holders, at its place: the files are byte for byte those one process would write, on any layout; a tensor-parallel
+ * tensor's blocks gathered over its tensor group, one tensor at a time) and reads only what it holds; a save takes one tensor's memory per rank beyond the model (checkpoint/write.c). So the
  * checkpoint directory must be on a file system every rank sees (a save checks it). All functions are collective
  * over the run's layout; while ranks write, the others wait under --checkpoint-timeout, not the exchange
  * watchdog. On failure every rank returns the same status and the message names the file and the tensor or field.

@@ -31,7 +31,16 @@ typedef struct {
     int expert;        /* global expert id, or -1 for a dense tensor */
     int stage;         /* the pipeline stage that holds it (models/model.h's moe_model_pipeline_stage_of) */
     long local_offset; /* in this rank's buffer [dense | local experts] (and its moments'), -1 if another rank holds it */
+    /* a tensor-parallel one (models/model.h's split, ROWS or COLS): this rank holds block `part` of `parts` along it,
+     * local_count values at local_offset; the file holds the whole tensor (shape and count above) */
+    int split, parts, part;
+    size_t local_count;
 } moe__ckpt_tensor;
+
+/* The tensor-parallel block of t that this rank holds, from the whole tensor in whole (row-major) into block, and back
+ * (checkpoint.c). */
+void moe__ckpt_block_from_whole(const moe__ckpt_tensor *t, const moe_real *whole, moe_real *block);
+void moe__ckpt_whole_from_blocks(const moe__ckpt_tensor *t, const moe_real *blocks, moe_real *whole);
 
 typedef struct {
     moe__ckpt_tensor *t; /* malloc'ed */

@@ -147,21 +147,44 @@ static int state_set(const moe_checkpoint_run *run, const moe__ckpt_table *tab, 
     return 1;
 }
 
-/* Entry k's values into buf on the host (whoever stores it; collective for a ZeRO-sharded dense moment). */
+/* This rank's values of table tensor t (its block of a tensor-parallel one), or of its moment `moment` (>= 0), into dst
+ * on the host. */
+static moe_status fetch_local(const moe_checkpoint_run *run, const moe__ckpt_tensor *t, int moment, moe_real *dst) {
+    if (moment >= 0) return run->moment_range(run->owner, moment, (size_t)t->local_offset, t->local_count, dst);
+    return moe_runtime_download(moe_model_runtime(run->model), dst, moe_model_params(run->model) + t->local_offset,
+                                t->local_count * sizeof(moe_real));
+}
+
+/* Entry k's values into buf on the host (whoever stores it; collective for a ZeRO-sharded dense moment, and for a
+ * tensor-parallel tensor over the tensor group, whose blocks are gathered into the whole). */
 static moe_status fetch(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const file_set *s, int k, moe_real *buf) {
     if (s->tensor[k] < 0) { /* a selection bias: every rank's host copy */
         memcpy(buf, moe_model_expert_bias(run->model, s->moment[k]), (size_t)s->e[k].shape[0] * sizeof(moe_real));
         return MOE_OK;
     }
     const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
-    if (s->moment[k] >= 0) return run->moment_range(run->owner, s->moment[k], (size_t)t->local_offset, t->count, buf);
-    return moe_runtime_download(moe_model_runtime(run->model), buf, moe_model_params(run->model) + t->local_offset,
-                                t->count * sizeof(moe_real));
+    if (t->split == MOE_SPLIT_NONE) return fetch_local(run, t, s->moment[k], buf);
+    moe_real *mine = malloc(t->local_count * sizeof(moe_real)), *blocks = malloc(t->count * sizeof(moe_real));
+    size_t *nbytes = calloc((size_t)t->parts, sizeof(size_t));
+    moe_status st = mine && blocks && nbytes ? fetch_local(run, t, s->moment[k], mine) : MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < t->parts; p++) nbytes[p] = t->local_count * sizeof(moe_real);
+    /* every rank of the group takes part, failed or not (the others would wait) */
+    moe_status got = mine && blocks && nbytes
+                         ? moe_comm_allgatherv_bytes(moe_parallel_tensor(run->par), mine,
+                                                     t->local_count * sizeof(moe_real), blocks, nbytes)
+                         : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = got;
+    if (st == MOE_OK) moe__ckpt_whole_from_blocks(t, blocks, buf);
+    free(mine), free(blocks), free(nbytes);
+    return st;
 }
 
-/* A collective fetch: a moment under ZeRO — a dense tensor's over its stage (every rank of it takes part), an expert
- * tensor's over its expert-data-parallel group: the ranks that hold it, in the table's order. */
+/* A collective fetch: a tensor-parallel tensor or its moments (every holder, over its tensor group); a moment under
+ * ZeRO — a dense tensor's over its stage (every rank of it takes part), an expert tensor's over its
+ * expert-data-parallel group: the ranks that hold it, in the table's order. */
 static int collective(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const file_set *s, int k) {
+    if (s->tensor[k] >= 0 && tab->t[s->tensor[k]].split != MOE_SPLIT_NONE) /* every holder: its tensor group */
+        return tab->t[s->tensor[k]].local_offset >= 0;
     if (!run->moments_sharded || s->tensor[k] < 0 || s->moment[k] < 0) return 0;
     return tab->t[s->tensor[k]].local_offset >= 0;
 }

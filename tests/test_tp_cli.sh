@@ -3,8 +3,10 @@
 # sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention
 # (4 heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks
 # (tp 2), on 4 ranks (tp 2 x ep 2; tp 4) and 4 ranks tp 2 with 2 kv heads: every step's loss and the validation loss
-# (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so is the text sampled after training, and the
-# grid line names the tensor groups. The
+# (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole
+# Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers)
+# and the text sampled after training, and the grid line names the tensor groups. The tp 2 run's step-4 checkpoint
+# resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The
 # check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses. What --tp does not combine with
 # yet, and shapes it cannot split, are refused up front with the reason.
 source "$(dirname "$0")/train_cli_common.sh"
@@ -13,10 +15,10 @@ small=(--layers 2 --d-model 32 --heads 4 --kv-heads 4 --d-ff 16 --seq-len 16 --e
        --micro-batches 2 --capacity-factor 1.0 --tp-shards 4 --steps 8 --warmup 1 --eval-batches 1 --eval-interval 4
        --sample-tokens 12 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 
-run() { # NAME RANKS FLAGS...: trains, metrics into $dir/NAME.jsonl, output into $dir/NAME.txt
-    local name=$1 np=$2
+run() { # NAME RANKS FLAGS...: trains, metrics into $dir/NAME.jsonl, output into $dir/NAME.txt, checkpoints of steps
+    local name=$1 np=$2 # 4 and 8 into $dir/NAME
     shift 2
-    merge --log-file "$dir/$name.jsonl" "$@"
+    merge --log-file "$dir/$name.jsonl" --checkpoint-dir "$dir/$name" --checkpoint-interval 4 --keep-last 0 "$@"
     if ! timeout 300 "$mpirun" -np "$np" "$train" "${merged[@]}" > "$dir/$name.txt" 2>&1; then
         cp "$dir/$name.txt" "$dir/out.txt"
         fail_with_output "$name: moe-train on $np ranks failed"
@@ -26,9 +28,21 @@ run() { # NAME RANKS FLAGS...: trains, metrics into $dir/NAME.jsonl, output into
 # every step's loss and every validation loss, as printed (%.17g)
 losses() { grep -o '"\(step\|loss\|val_loss\)":[-0-9.e+]*' "$1" | tr '\n' ' '; }
 
-same_as() { # WHAT NAME REFERENCE
-    if [ -n "$(losses "$dir/$2.jsonl")" ] && [ "$(losses "$dir/$2.jsonl")" = "$(losses "$dir/$3.jsonl")" ]; then
-        echo "ok: $1: $(grep -c '"step"' "$dir/$2.jsonl") steps' losses and the validation losses bitwise $3's"
+from_step() { sed "s/.*\(\"step\":$1 \)/\1/"; } # the losses from step N on
+
+same_as() { # WHAT NAME REFERENCE [FROM]: the losses (the reference's from step FROM on), the step-8 checkpoint's files
+    local f
+    for f in model.safetensors train_state.safetensors; do
+        if ! cmp -s "$dir/$2/step-00000008/$f" "$dir/$3/step-00000008/$f"; then
+            echo "FAIL: $1: step 8's $f differs from $3's"
+            failures=$((failures + 1))
+            return
+        fi
+    done
+    if [ -n "$(losses "$dir/$2.jsonl")" ] &&
+        [ "$(losses "$dir/$2.jsonl")" = "$(losses "$dir/$3.jsonl" | from_step "${4:-1}")" ]; then
+        echo "ok: $1: $(grep -c '"step"' "$dir/$2.jsonl") steps' losses, the validation losses and the step-8" \
+             "checkpoint (whole tensors, byte for byte) bitwise $3's"
     else
         echo "FAIL: $1: losses differ from $3's"
         diff <(losses "$dir/$2.jsonl" | tr ' ' '\n') <(losses "$dir/$3.jsonl" | tr ' ' '\n') | head -n 6
@@ -56,6 +70,11 @@ else
     cp "$dir/tp2ep2.txt" "$dir/out.txt"
     fail_with_output "tp 2 x ep 2: no grid line naming the tensor groups"
 fi
+# a tp 2 checkpoint resumed at tp 1 and at tp 4: the rest of the one-rank run (its steps from 5 on)
+run resumed1 1 --tp 1 --resume "$dir/tp2/step-00000004"
+same_as "step 4 of tp 2 resumed on 1 rank" resumed1 one 5
+run resumed4 4 --tp 4 --resume "$dir/tp2/step-00000004"
+same_as "step 4 of tp 2 resumed at tp 4" resumed4 one 5
 run gqa1 1 --kv-heads 2
 run gqa2 4 --kv-heads 2 --tp 2
 same_as "2 kv heads, tp 2 on 4 ranks" gqa2 gqa1
@@ -71,7 +90,7 @@ fi
 
 refuses "--tp 3 must divide the ranks of a stage" --tp 3
 refuses "--tp 2 with --pp above 1 is not built yet" --tp 2 --pp 2 --layers 2
-refuses "--tp 2 with checkpoints" --tp 2 --checkpoint-dir "$dir/ck"
+refuses "--tp 2 with routing traces" --tp 2 --routing-trace-out "$dir/trace"
 refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
 refuses "ZeRO with tensor-parallel pieces" --tp 2 --zero 1
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15
