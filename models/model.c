@@ -499,8 +499,6 @@ static moe_status init_tensor_parallel(moe_model *m) {
     m->tp = moe_model_tp_size(&m->cfg), m->tp_rank = layout_tp > 1 ? r.tp_rank : 0;
     if (layout_tp != m->tp)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's tp %d differs from the layout's tp %d", m->tp, layout_tp);
-    if (m->tp > 1 && r.pp_size > 1)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "pipeline stages with tensor parallelism are not built yet (issue 28)");
     MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                moe_model_tp_pieces(&m->cfg)));
     size_t widest = 0;

@@ -53,9 +53,9 @@ typedef struct {
  * attention block and cut again after o_proj's sum. So an MoE layer sees T/tp distinct tokens per rank and the layout
  * of tp 1 over the stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel
  * group, formed over the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over
- * the stage, over the slice. Not yet: dense FFN layers (moe_every > 1), kv heads fewer than tp, a vocabulary-parallel
- * embedding and head (they are replicated, each rank computing its slice's rows), activations sized by the slice (they
- * are allocated for T), ZeRO, checkpoints, the gradient norm and moe-train's --tp. */
+ * the stage, over the slice. Pipeline stages pass each rank's slice. Not yet: dense FFN layers (moe_every > 1), kv heads
+ * fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its slice's rows),
+ * activations sized by the slice (they are allocated for T), ZeRO. */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */

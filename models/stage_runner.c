@@ -195,9 +195,14 @@ static moe_status exchange(moe_stage_runner *r, int i, int end, size_t nbytes, c
     return MOE_OK;
 }
 
+/* What passes between stages for num_seqs sequences: [T, d], or at tp > 1 this rank's slice of it (models/model.h). */
+static size_t activation_nbytes(const moe_stage_runner *r, int num_seqs) {
+    const moe_model_config *c = moe_model_config_of(r->model);
+    return (size_t)num_seqs * c->seq_len / moe_model_tp_size(c) * c->d_model * sizeof(moe_real);
+}
+
 static moe_status run_steps(moe_stage_runner *r, const moe_stage_hooks *h, int num_seqs, moe_real loss_scale) {
-    const size_t nbytes = (size_t)num_seqs * moe_model_config_of(r->model)->seq_len *
-                          moe_model_config_of(r->model)->d_model * sizeof(moe_real);
+    const size_t nbytes = activation_nbytes(r, num_seqs);
     if (nbytes > r->nbytes) return MOE_ERR_INVALID_ARG;
     for (int i = 0; i < r->chunks * r->passes; i++) r->pass_mb[i] = -1; /* a failed step left its stash behind */
     const moe_real *arrived[2] = {NULL, NULL}; /* what the receives brought for the next forward and backward */
@@ -227,8 +232,7 @@ moe_status moe_stage_runner_step(moe_stage_runner *r, const moe_stage_hooks *h, 
 
 moe_status moe_stage_runner_forward(moe_stage_runner *r, const int *inputs, const int *targets, int num_seqs,
                                     double *loss_sum, moe_real *logits) {
-    const size_t nbytes = (size_t)num_seqs * moe_model_config_of(r->model)->seq_len *
-                          moe_model_config_of(r->model)->d_model * sizeof(moe_real);
+    const size_t nbytes = activation_nbytes(r, num_seqs);
     if (nbytes > r->nbytes) return MOE_ERR_INVALID_ARG;
     const int P = r->shape.stages, V = r->chunks, prev = (r->stage + P - 1) % P, next = (r->stage + 1) % P;
     *loss_sum = 0;

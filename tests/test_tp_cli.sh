@@ -5,7 +5,8 @@
 # (tp 2), on 4 ranks (tp 2 x ep 2; tp 4) and 4 ranks tp 2 with 2 kv heads: every step's loss and the validation loss
 # (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole
 # Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers)
-# and the text sampled after training, and the grid line names the tensor groups. The tp 2 run's step-4 checkpoint
+# and the text sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of
+# tp 2. The tp 2 run's step-4 checkpoint
 # resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The
 # check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses. What --tp does not combine with
 # yet, and shapes it cannot split, are refused up front with the reason.
@@ -54,14 +55,18 @@ run one 1
 run tp2 2 --tp 2
 run tp2ep2 4 --tp 2 --ep 2
 run tp4 4 --tp 4
+run pp2tp2 4 --pp 2 --tp 2
 same_as "tp 2 on 2 ranks" tp2 one
 same_as "tp 2 x ep 2 on 4 ranks" tp2ep2 one
 same_as "tp 4 on 4 ranks" tp4 one
+same_as "pp 2 x tp 2 on 4 ranks (the stages pass each rank's slice)" pp2tp2 one
 sample() { grep -A 2 '^sample' "$dir/$1.txt" | tail -n 1; } # the text sampled after training
-if [ -n "$(sample one)" ] && [ "$(sample tp2)" = "$(sample one)" ] && [ "$(sample tp4)" = "$(sample one)" ]; then
-    echo "ok: tp 2 and tp 4 sample the 1-rank run's text (each rank's slice of the logits gathered)"
+if [ -n "$(sample one)" ] && [ "$(sample tp2)" = "$(sample one)" ] && [ "$(sample tp4)" = "$(sample one)" ] &&
+    [ "$(sample pp2tp2)" = "$(sample one)" ]; then
+    echo "ok: tp 2, tp 4 and pp 2 x tp 2 sample the 1-rank run's text (each rank's slice of the logits gathered)"
 else
-    echo "FAIL: samples differ: '$(sample one)', tp 2 '$(sample tp2)', tp 4 '$(sample tp4)'"
+    echo "FAIL: samples differ: '$(sample one)', tp 2 '$(sample tp2)', tp 4 '$(sample tp4)', pp 2 x tp 2" \
+         "'$(sample pp2tp2)'"
     failures=$((failures + 1))
 fi
 if grep -q "^grid: 4 ranks = pp 1 x (tp 2 x dp 2 | ep 2 x edp 2)" "$dir/tp2ep2.txt"; then
@@ -89,7 +94,6 @@ else
 fi
 
 refuses "--tp 3 must divide the ranks of a stage" --tp 3
-refuses "--tp 2 with --pp above 1 is not built yet" --tp 2 --pp 2 --layers 2
 refuses "--tp 2 with routing traces" --tp 2 --routing-trace-out "$dir/trace"
 refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
 refuses "ZeRO with tensor-parallel pieces" --tp 2 --zero 1
