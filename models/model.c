@@ -89,6 +89,8 @@ struct moe_model {
     int tp, tp_rank;
     moe_tp_linear tpl;
     moe_shard_grads tp_grads;
+    int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
+    moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
 };
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
@@ -501,6 +503,14 @@ static moe_status init_tensor_parallel(moe_model *m) {
         return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's tp %d differs from the layout's tp %d", m->tp, layout_tp);
     MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                moe_model_tp_pieces(&m->cfg)));
+    m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
+    int dense_layers = 0;
+    for (int l = 0; l < m->cfg.num_layers; l++) dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
+    if (m->pieces && dense_layers) {
+        const size_t n = (size_t)m->max_seqs * m->cfg.seq_len * (m->cfg.d_ff / m->tp) * sizeof(moe_real);
+        MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh1));
+        MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh3));
+    }
     size_t widest = 0;
     for (int i = 0; i < m->num_tensors; i++)
         if (m->tensors[i].split != MOE_SPLIT_NONE && m->tensors[i].count > widest) widest = m->tensors[i].count;
@@ -656,7 +666,7 @@ void moe_model_destroy(moe_model *m) {
     for (int i = m->stage.chunks * m->stage.passes - 1; m->passes && i >= 0; i--) /* owners last */
         free_pass(m, &m->passes[i]);
     moe_tied_grads_free(&m->tied);
-    void *bufs[] = {m->params, m->grads, m->compute};
+    void *bufs[] = {m->params, m->grads, m->compute, m->tp_dh1, m->tp_dh3};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && m->rt; i++) moe_runtime_free(m->rt, bufs[i]);
     void **own[SCRATCH_BUFFERS];
     scratch_buffer_ptrs(m, own);
@@ -854,9 +864,56 @@ static moe_status attention_residual_forward(moe_model *m, int l, int T) {
     MOE_TRY(moe_tp_row_forward(&m->tpl, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
     MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + slice_first(m, T) * c->d_model, Tsd, a->resid_mid));
     MOE_TRY(watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
+    /* a tensor-parallel dense FFN reads the group's rows: the slice's norm gathered (o_proj's output is spent) */
+    const int gather = m->tp > 1 && m->pieces && !moe_model_layer_is_moe(c, l);
+    moe_real *ln2 = gather ? m->tmp : a->ln2;
     MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T / m->tp, c->d_model, c->norm_eps,
-                                      a->ln2, a->rstd2));
-    return watch(m, a->ln2, Tsd, "layer %d: the FFN norm's output", l);
+                                      ln2, a->rstd2));
+    MOE_TRY(watch(m, ln2, Tsd, "layer %d: the FFN norm's output", l));
+    return gather ? gather_slices(m, ln2, T, c->d_model, a->ln2) : MOE_OK;
+}
+
+/* A dense FFN in tensor-parallel pieces (tp_shards > 1): h1, h3 of this rank's d_ff / tp columns from ln2 (the group's
+ * T rows), act, then down_proj's sum over the group; y (optional: a recompute needs only h1, h3, act) gets this rank's
+ * slice of its rows. */
+static moe_status tp_dense_ffn_forward(moe_model *m, int l, int T, moe_real *y) {
+    const moe_model_config *c = &m->cfg;
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    layer_acts *a = &m->P->acts[l];
+    const int d = c->d_model, F = c->d_ff;
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w1, T, d, F, a->h1));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w3, T, d, F, a->h3));
+    MOE_TRY(m->dense->swiglu_act_forward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->tp), a->act));
+    if (!y) return MOE_OK;
+    moe_real *whole = m->tp > 1 ? m->dln : y; /* backward's scratch, free in forward */
+    MOE_TRY(moe_tp_row_forward(&m->tpl, a->act, w->w2, T, F, d, whole));
+    if (m->tp == 1) return MOE_OK;
+    return moe_runtime_copy(m->rt, y, whole + slice_first(m, T) * d, (size_t)(T / m->tp) * d * sizeof(moe_real));
+}
+
+/* Its backward from dL/dy of the slice (m->dresid) to dL/dln2 of the slice at m->dln's start; the weight gradients
+ * over the group's rows (m->tp_grads). */
+static moe_status tp_dense_ffn_backward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    moe_layer_weights *gw = &m->g.layers[l].ffn;
+    layer_acts *a = &m->P->acts[l];
+    const int d = c->d_model, F = c->d_ff;
+    const moe_real *dy = m->dresid;
+    if (m->tp > 1) { /* the group's rows of dL/dy (m->dattn: [T, H hd] = [T, d], free until attention's backward) */
+        MOE_TRY(gather_slices(m, m->dresid, T, d, m->dattn));
+        dy = m->dattn;
+    }
+    MOE_TRY(moe_shard_grads_tp_row(&m->tp_grads, &m->tpl, dy, a->act, F, d, gw->w2));
+    MOE_TRY(moe_tp_row_backward_input(&m->tpl, dy, w->w2, T, F, d, 0, m->tp_dh1));
+    MOE_TRY(m->dense->swiglu_act_backward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->tp), m->tp_dh1, m->tp_dh3));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, m->tp_dh1, a->ln2, d, F, gw->w1));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, m->tp_dh3, a->ln2, d, F, gw->w3));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->tp_dh1, w->w1, T, d, F, 0, m->dln));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->tp_dh3, w->w3, T, d, F, 1, m->dln));
+    const size_t first = slice_first(m, T) * d; /* the slice to dln's start (disjoint unless it is already there) */
+    if (!first) return MOE_OK;
+    return moe_runtime_copy(m->rt, m->dln, m->dln + first, (size_t)(T / m->tp) * d * sizeof(moe_real));
 }
 
 /* Before layer l's backward: what cfg.moe.recompute did not keep, rebuilt from what forward kept by the forward's
@@ -870,15 +927,17 @@ static moe_status recompute_layer(moe_model *m, int l, int T) {
     if (r == MOE_RECOMPUTE_FULL) MOE_TRY(attention_residual_forward(m, l, T));
     if (m->P->moe[l]) return r == MOE_RECOMPUTE_FULL ? moe_layer_recompute(m->P->moe[l], w, a->ln2) : MOE_OK;
     if (r < MOE_RECOMPUTE_MOE) return MOE_OK; /* the dense FFN's intermediates (its output in m->tmp, unused) */
-    return m->dense->swiglu_forward(m->ops_state, w, T / m->tp, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
-                                    m->tmp);
+    if (m->pieces) return tp_dense_ffn_forward(m, l, T, NULL);
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
+/* The FFN of layer l on this rank's slice of the group's T rows, its output into m->tmp. */
 static moe_status ffn_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->P->acts[l];
     const moe_layer_weights *w = &m->c.layers[l].ffn;
-    if (m->P->moe[l]) return moe_layer_forward(m->P->moe[l], w, a->ln2, T, m->tmp, &m->P->stats[l]);
+    if (m->P->moe[l]) return moe_layer_forward(m->P->moe[l], w, a->ln2, T / m->tp, m->tmp, &m->P->stats[l]);
+    if (m->pieces) return tp_dense_ffn_forward(m, l, T, m->tmp);
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
 
@@ -925,7 +984,7 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
         const layer_acts *a = &P->acts[l];
         MOE_TRY(attention_block_forward(m, l, num_seqs));
         MOE_TRY(attention_residual_forward(m, l, T));
-        MOE_TRY(ffn_forward(m, l, Ts));
+        MOE_TRY(ffn_forward(m, l, T));
         MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
     }
@@ -958,14 +1017,14 @@ const moe_real *moe_model_stage_output(const moe_model *m) { return m->P->resid[
 
 /* ---- backward --------------------------------------------------------------------------------- */
 
-/* From dL/dffn_out (m->dresid) to dL/dln2 (m->dln, overwritten). */
+/* From dL/dffn_out (m->dresid) to dL/dln2 (m->dln, overwritten), on this rank's slice of the group's T rows. */
 static moe_status ffn_backward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->P->acts[l];
     const moe_layer_weights *w = &m->c.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     if (m->P->moe[l]) return moe_layer_backward(m->P->moe[l], w, m->dresid, m->dln, gw);
-    (void)T;
+    if (m->pieces) return tp_dense_ffn_backward(m, l, T);
     return moe_shard_grads_swiglu(&m->shard_grads, w, gw, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
                                   m->dresid, m->dln);
 }
@@ -1019,7 +1078,7 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         if (zg) MOE_TRY(moe_zero_grads_begin_layer(zg, l));
         MOE_TRY(recompute_layer(m, l, T));
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
-        MOE_TRY(ffn_backward(m, l, Ts));
+        MOE_TRY(ffn_backward(m, l, T));
         MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, P->moe[l] ? "MoE layer" : "dense FFN"));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, d, m->dresid, gw->ffn_norm));
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));

@@ -47,14 +47,13 @@ typedef struct {
 } moe_model_config;
 
 /* Tensor parallelism with sequence parallelism (Megatron-LM's, issue 28), on a layout of tp > 1 (alltoall/parallel.h):
- * q/k/v are column-parallel (each rank holds H/tp heads and KV/tp kv heads), o_proj row-parallel, through tp/linear.h's
- * fixed pieces; the residual stream, the norms, the MoE layers, the embedding and the head run on each rank's slice
+ * q/k/v are column-parallel (each rank holds H/tp heads and KV/tp kv heads), o_proj row-parallel, and so are a dense
+ * FFN's gate/up and down (d_ff/tp each; with tp_shards > 1 always, even at tp 1), through tp/linear.h's fixed pieces; the residual stream, the norms, the MoE layers, the embedding and the head run on each rank's slice
  * of its tensor group's tokens (rows [tp_rank T/tp, (tp_rank + 1) T/tp) of the group's T), gathered before the
  * attention block and cut again after o_proj's sum. So an MoE layer sees T/tp distinct tokens per rank and the layout
  * of tp 1 over the stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel
  * group, formed over the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over
- * the stage, over the slice. Pipeline stages pass each rank's slice. Not yet: dense FFN layers (moe_every > 1), kv heads
- * fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its slice's rows),
+ * the stage, over the slice. Pipeline stages pass each rank's slice. Not yet: kv heads fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its slice's rows),
  * activations sized by the slice (they are allocated for T), ZeRO. */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]

@@ -48,9 +48,9 @@ static const char *tensor_parallel_problem(const moe_model_config *c) {
         return "tp_shards must divide heads x head_dim and kv heads x head_dim (the split widths)";
     if (S > 1 && c->zero)
         return "ZeRO with tensor-parallel pieces (tp or tp_shards above 1) is not built yet: use zero 0";
-    for (int l = 0; tp > 1 && l < c->num_layers; l++)
-        if (!moe_model_layer_is_moe(c, l))
-            return "tensor parallelism of dense FFN layers (moe_every > 1, or one expert) is not built yet";
+    for (int l = 0; l < c->num_layers; l++)
+        if (!moe_model_layer_is_moe(c, l) && c->d_ff % S != 0)
+            return "tp_shards must divide d_ff (the split width of the dense FFN layers)";
     return NULL;
 }
 

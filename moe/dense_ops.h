@@ -74,6 +74,13 @@ typedef struct moe_dense_ops {
     moe_status (*swiglu_backward)(moe_dense_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
                                   int num_tokens, int d, int d_ff, const moe_real *x, const moe_real *h1,
                                   const moe_real *h3, const moe_real *act, const moe_real *dy, moe_real *dx);
+    /* the SwiGLU's elementwise part alone, over n values (a tensor-parallel dense FFN runs its GEMMs in pieces,
+     * tp/linear.h): act = silu(h1) h3; backward: dh1 holds dact on entry and dL/dh1 on return, dh3 = dL/dh3. The
+     * formulas and order of swiglu_forward/backward's */
+    moe_status (*swiglu_act_forward)(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
+                                     moe_real *act);
+    moe_status (*swiglu_act_backward)(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
+                                      moe_real *dh1, moe_real *dh3);
     /* y = a + b, n values */
     moe_status (*add)(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y);
     /* *loss_sum = sum_t of the token losses (kernels/cross_entropy.h; host double); backward overwrites the

@@ -170,6 +170,28 @@ static moe_status cpu_swiglu_backward(moe_dense_state *s, const moe_layer_weight
                                        s->wgrad_scratch, &s->gemm);
 }
 
+static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); } /* experts/expert_ffn_cpu.c's */
+
+static moe_status cpu_swiglu_act_forward(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
+                                         moe_real *act) {
+    (void)s;
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) act[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+    return MOE_OK;
+}
+
+static moe_status cpu_swiglu_act_backward(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
+                                          moe_real *dh1, moe_real *dh3) {
+    (void)s;
+#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
+    for (size_t i = 0; i < n; i++) { /* dh3 = dA silu(h1); dh1 = dA h3 silu'(h1), silu'(h) = s (1 + h (1 - s)) */
+        const moe_real sg = sigmoid(h1[i]), dA = dh1[i];
+        dh3[i] = dA * h1[i] * sg;
+        dh1[i] = dA * h3[i] * sg * (1 + h1[i] * (1 - sg));
+    }
+    return MOE_OK;
+}
+
 static moe_status cpu_add(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
     (void)s;
 #pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
@@ -251,6 +273,8 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .attention_fused_backward = cpu_attention_fused_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
+    .swiglu_act_forward = cpu_swiglu_act_forward,
+    .swiglu_act_backward = cpu_swiglu_act_backward,
     .add = cpu_add,
     .cross_entropy_forward = cpu_cross_entropy_forward,
     .cross_entropy_backward = cpu_cross_entropy_backward,

@@ -177,6 +177,16 @@ static moe_status cuda_swiglu_forward(moe_dense_state *s, const moe_layer_weight
     return moe_linear_forward_cuda(s->gpu, &s->linear, act_in, w->w2, T, d_ff, d, y);
 }
 
+static moe_status cuda_swiglu_act_forward(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
+                                          moe_real *act) {
+    return n ? moe_swiglu_f32_forward_cuda(s->gpu, h1, h3, n, act) : MOE_OK;
+}
+
+static moe_status cuda_swiglu_act_backward(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
+                                           moe_real *dh1, moe_real *dh3) {
+    return n ? moe_swiglu_f32_backward_cuda(s->gpu, h1, h3, n, dh1, dh3) : MOE_OK;
+}
+
 /* dW[out, in] += dY^T X, formed whole into scratch and then added, as expert_ffn_cpu.c's add_weight_grad */
 static moe_status add_weight_grad(moe_dense_state *s, int T, int in, int out, const float *dY, const float *X,
                                   float *dW) {
@@ -268,6 +278,8 @@ const moe_dense_ops moe_dense_ops_cuda = {
     .attention_fused_backward = cuda_attention_fused_backward,
     .swiglu_forward = cuda_swiglu_forward,
     .swiglu_backward = cuda_swiglu_backward,
+    .swiglu_act_forward = cuda_swiglu_act_forward,
+    .swiglu_act_backward = cuda_swiglu_act_backward,
     .add = cuda_add,
     .cross_entropy_forward = cuda_cross_entropy_forward,
     .cross_entropy_backward = cuda_cross_entropy_backward,

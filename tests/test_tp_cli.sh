@@ -6,7 +6,7 @@
 # (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole
 # Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers)
 # and the text sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of
-# tp 2. The tp 2 run's step-4 checkpoint
+# tp 2, and a model with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4 checkpoint
 # resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The
 # check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses. What --tp does not combine with
 # yet, and shapes it cannot split, are refused up front with the reason.
@@ -80,6 +80,11 @@ run resumed1 1 --tp 1 --resume "$dir/tp2/step-00000004"
 same_as "step 4 of tp 2 resumed on 1 rank" resumed1 one 5
 run resumed4 4 --tp 4 --resume "$dir/tp2/step-00000004"
 same_as "step 4 of tp 2 resumed at tp 4" resumed4 one 5
+run dense1 1 --moe-every 2
+run dense2 2 --moe-every 2 --tp 2
+same_as "a dense FFN layer (gate/up column-, down row-parallel), tp 2" dense2 dense1
+run dense2full 2 --moe-every 2 --tp 2 --recompute full
+same_as "the same with --recompute full (each layer run again from its slice)" dense2full dense1
 run gqa1 1 --kv-heads 2
 run gqa2 4 --kv-heads 2 --tp 2
 same_as "2 kv heads, tp 2 on 4 ranks" gqa2 gqa1
@@ -98,6 +103,6 @@ refuses "--tp 2 with routing traces" --tp 2 --routing-trace-out "$dir/trace"
 refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
 refuses "ZeRO with tensor-parallel pieces" --tp 2 --zero 1
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15
-refuses "tensor parallelism of dense FFN layers" --tp 2 --moe-every 2
+refuses "tp_shards must divide d_ff" --tp 2 --moe-every 2 --d-ff 18
 refuses "tp_shards must be a power of two that tp divides" --tp 2 --tp-shards 1
 finish test_tp_cli

@@ -11,10 +11,11 @@
  *     data-parallel group, the rest over the stage, the experts' over the expert-data-parallel group; a tied lm_head's
  *     apart, then into the embedding's).
  * Cases: dropless softmax routing; a capacity of 1.0 with drops by token order (the capacity scan sees every rank's
- * slice); grouped-query attention (KV 2 of H 4) with tied embeddings.
+ * slice); grouped-query attention (KV 2 of H 4) with tied embeddings; a dense FFN layer (gate/up column-, down
+ * row-parallel) before an MoE layer.
  * The check can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split) the tp 2 runs differ
  * from the reference somewhere (checked: the sums over pieces are then added in another order). Refusals: tp not
- * dividing the kv heads, tensor parallelism with a dense FFN layer, ZeRO, tp_shards not a multiple of tp. */
+ * dividing the kv heads, tp_shards not dividing a dense FFN's d_ff, ZeRO, tp_shards not a multiple of tp. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,15 +28,17 @@
 
 enum { SEQS = 8, SEQ_LEN = 16, SHARDS = 8, PIECES = 8, SEED = 7 };
 
-typedef enum { DROPLESS, CAPACITY, GQA_TIED, NUM_CASES } test_case;
+typedef enum { DROPLESS, CAPACITY, GQA_TIED, DENSE_FFN, NUM_CASES } test_case;
 static const char *const case_names[] = {"dropless", "capacity 1.0, drops by token order",
-                                         "GQA (kv 2 of 4 heads), tied embeddings"};
+                                         "GQA (kv 2 of 4 heads), tied embeddings",
+                                         "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer"};
 
 static moe_model_config config(test_case c, int tp, int ep, int pieces) {
     moe_model_config cfg = moe_model_config_default();
     cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
     cfg.num_kv_heads = c == GQA_TIED ? 2 : 4;
     cfg.tie_embeddings = c == GQA_TIED;
+    cfg.moe_every = c == DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */
     cfg.seq_len = SEQ_LEN;
     cfg.moe = moe_config_default(cfg.d_model, cfg.d_ff, 4, 2);
     cfg.moe.capacity_factor = c == CAPACITY ? 1.0f : 0.0f;
@@ -201,9 +204,9 @@ static void test_refusals(int world) {
     moe_model_config c = config(GQA_TIED, tp, 1, PIECES);
     c.num_kv_heads = tp / 2;
     refused(c, tp, "tp must divide the number of kv heads");
-    c = config(DROPLESS, 2, 1, PIECES);
-    c.moe_every = 2;
-    refused(c, 2, "dense FFN layers");
+    c = config(DENSE_FFN, 2, 1, PIECES);
+    c.d_ff = 36, c.moe.d_ff = 36;
+    refused(c, 2, "tp_shards must divide d_ff");
     c = config(DROPLESS, 2, 1, PIECES);
     c.zero = 1;
     refused(c, 2, "ZeRO with tensor-parallel pieces");
