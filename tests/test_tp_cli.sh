@@ -51,8 +51,8 @@ same_as() { # WHAT NAME REFERENCE [FROM]: the losses (the reference's from step 
     fi
 }
 
-run one 1
-run tp2 2 --tp 2
+run one 1 --routing-trace-out "$dir/one.trace"
+run tp2 2 --tp 2 --routing-trace-out "$dir/tp2.trace"
 run tp2ep2 4 --tp 2 --ep 2
 run tp4 4 --tp 4
 run pp2tp2 4 --pp 2 --tp 2
@@ -89,6 +89,25 @@ run gqa1 1 --kv-heads 2
 run gqa2 4 --kv-heads 2 --tp 2
 same_as "2 kv heads, tp 2 on 4 ranks" gqa2 gqa1
 
+# routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
+# byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training
+if cmp -s "$dir/one.trace" "$dir/tp2.trace"; then
+    echo "ok: the routing trace recorded at tp 2 is the 1-rank run's, byte for byte"
+else
+    echo "FAIL: the routing trace recorded at tp 2 differs from the 1-rank run's"
+    failures=$((failures + 1))
+fi
+run seed2 1 --seed 2 --routing-trace-out "$dir/seed2.trace"
+run tp2_replay_seed2 2 --tp 2 --routing-trace-in "$dir/seed2.trace"
+run one_replay_seed2 1 --routing-trace-in "$dir/seed2.trace"
+same_as "tp 2 replaying another run's trace (each rank its slice's choices)" tp2_replay_seed2 one_replay_seed2
+if [ "$(losses "$dir/one_replay_seed2.jsonl")" != "$(losses "$dir/one.jsonl")" ]; then
+    echo "ok: replaying another run's trace trains differently (the replay is used)"
+else
+    echo "FAIL: replaying seed 2's trace gave the 1-rank run's losses: the replay is not used"
+    failures=$((failures + 1))
+fi
+
 # the check can fail: each rank's block one piece adds the sums in another order
 run plain 2 --tp 2 --tp-shards 2
 if [ -n "$(losses "$dir/plain.jsonl")" ] && [ "$(losses "$dir/plain.jsonl")" != "$(losses "$dir/one.jsonl")" ]; then
@@ -99,7 +118,6 @@ else
 fi
 
 refuses "--tp 3 must divide the ranks of a stage" --tp 3
-refuses "--tp 2 with routing traces" --tp 2 --routing-trace-out "$dir/trace"
 refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
 refuses "ZeRO with tensor-parallel pieces" --tp 2 --zero 1
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15

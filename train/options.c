@@ -93,7 +93,7 @@ static const opt_spec kOptions[] = {
      "same sequences; q/k/v are column- and o_proj row-parallel (a rank holds --heads / --tp heads), the norms, MoE "
      "layers and head run on each rank's slice of the group's tokens. A power of two dividing the ranks of a stage, "
      "--heads, --kv-heads and --seq-len. Bitwise the same as --tp 1 with the same --tp-shards; checkpoints hold whole "
-     "tensors (any --tp resumes them). Not yet with --zero, routing traces, --verify-steps or "
+     "tensors (any --tp resumes them). Not yet with --zero, --verify-steps or "
      "--device cuda",
      OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
@@ -348,7 +348,6 @@ static int finish_tensor_parallel(const moe_train_options *o, int world_size, FI
     const int tp = o->model.tp;
     if (tp == 1) return 0;
     const char *not_yet = o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda"
-                          : *o->routing_trace_out || *o->routing_trace_in    ? "routing traces"
                           : o->verify_steps > 0                              ? "--verify-steps"
                                                                              : NULL;
     if (not_yet)
