@@ -313,9 +313,10 @@ static int layer_buffer_shared(moe_recompute recompute, int i) {
 static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAYER_BUFFERS]) {
     const moe_model_config *c = &m->cfg;
     const dims D = dims_of(m);
-    const size_t T = (size_t)m->max_seqs * c->seq_len, d = D.d, S = c->seq_len, A = D.A, B = D.B;
+    const size_t tp = (size_t)moe_model_tp_size(c), TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
+                 S = c->seq_len, A = D.A, B = D.B; /* T: this rank's slice (model_activations.h) */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.F;
-    const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S);
+    const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) / tp;
 #define LAYER_NBYTES(name, count, rebuilt_from) (count) * sizeof(moe_real),
     const size_t n[LAYER_BUFFERS] = {MOE_MODEL_LAYER_ACTIVATIONS(LAYER_NBYTES)};
 #undef LAYER_NBYTES
@@ -326,7 +327,8 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
  * the head's on the last one, 0 elsewhere) and of the scratch (MOE_MODEL_SCRATCH_BUFFERS'). */
 static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFFERS], size_t scratch[SCRATCH_BUFFERS]) {
     const dims D = dims_of(m);
-    const size_t T = (size_t)m->max_seqs * m->cfg.seq_len, d = D.d, A = D.A, B = D.B, V = m->cfg.vocab_size;
+    const size_t TG = (size_t)m->max_seqs * m->cfg.seq_len, T = TG / moe_model_tp_size(&m->cfg), d = D.d, A = D.A,
+                 B = D.B, V = m->cfg.vocab_size;
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
     const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};
@@ -373,7 +375,8 @@ static int owns_shared(const moe_model *m, const model_pass *P, int l) { return 
  * nothing of 0 bytes. */
 static moe_status alloc_pass(moe_model *m, model_pass *P, size_t (*plan)[LAYER_BUFFERS]) {
     const int L = m->cfg.num_layers, c = P->chunk;
-    const size_t resid_nbytes = (size_t)m->max_seqs * m->cfg.seq_len * m->cfg.d_model * sizeof(moe_real);
+    const size_t resid_nbytes = /* this rank's slice of the rows (model_activations.h's T) */
+        (size_t)m->max_seqs * m->cfg.seq_len / moe_model_tp_size(&m->cfg) * m->cfg.d_model * sizeof(moe_real);
     P->resid = calloc(L + 1, sizeof(moe_real *));
     P->acts = calloc(L, sizeof(layer_acts));
     P->moe = calloc(L, sizeof(moe_layer *));
@@ -457,7 +460,7 @@ moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const
     if (set_stage(&m, stage) != MOE_OK) return f; /* the caller's create fails with the message */
     lay_out(&m); /* no tensor table: it only counts */
     f.dense_params = m.num_dense, f.expert_params = m.num_expert;
-    const size_t T = (size_t)max_seqs * cfg->seq_len, resid = T * cfg->d_model * sizeof(moe_real);
+    const size_t T = (size_t)max_seqs * cfg->seq_len / moe_model_tp_size(cfg), resid = T * cfg->d_model * sizeof(moe_real);
     size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), pass[PASS_BUFFERS], nbytes[SCRATCH_BUFFERS];
     if (!plan) return f; /* without the activations: the caller's allocation will fail as plainly */
     activation_plan(&m, plan);
@@ -900,9 +903,9 @@ static moe_status tp_dense_ffn_backward(moe_model *m, int l, int T) {
     layer_acts *a = &m->P->acts[l];
     const int d = c->d_model, F = c->d_ff;
     const moe_real *dy = m->dresid;
-    if (m->tp > 1) { /* the group's rows of dL/dy (m->dattn: [T, H hd] = [T, d], free until attention's backward) */
-        MOE_TRY(gather_slices(m, m->dresid, T, d, m->dattn));
-        dy = m->dattn;
+    if (m->tp > 1) { /* the group's rows of dL/dy (m->tmp: forward's, spent once the layer is recomputed) */
+        MOE_TRY(gather_slices(m, m->dresid, T, d, m->tmp));
+        dy = m->tmp;
     }
     MOE_TRY(moe_shard_grads_tp_row(&m->tp_grads, &m->tpl, dy, a->act, F, d, gw->w2));
     MOE_TRY(moe_tp_row_backward_input(&m->tpl, dy, w->w2, T, F, d, 0, m->tp_dh1));

@@ -53,8 +53,10 @@ typedef struct {
  * attention block and cut again after o_proj's sum. So an MoE layer sees T/tp distinct tokens per rank and the layout
  * of tp 1 over the stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel
  * group, formed over the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over
- * the stage, over the slice. Pipeline stages pass each rank's slice. Not yet: kv heads fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its slice's rows),
- * activations sized by the slice (they are allocated for T), ZeRO. */
+ * the stage, over the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads'
+ * (models/model_activations.h), but for ln1 and a dense FFN's ln2, kept gathered, and two [T, d] scratch buffers. Not
+ * yet: kv heads fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its
+ * slice's rows), ZeRO. */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */

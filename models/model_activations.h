@@ -2,11 +2,13 @@
  * them from it, models/plan_model.c (moe-plan, moe-train's memory check) counts them from it.
  *
  * Each entry: X(field, elements, rebuilt_from). Elements are an expression in
- *   T    tokens of a forward (max_seqs * S)
+ *   T    tokens of a forward on this rank: max_seqs * S, or under tensor parallelism (models/model.h) this rank's slice
+ *        of its tensor group's, TG / tp; a rank's heads [TG, A / tp] are then T * A values
+ *   TG   the tensor group's tokens (max_seqs * S): what a buffer holds gathered over the group (T at tp 1)
  *   d    d_model;  A = H * head_dim;  B = KV * head_dim
  *   ATT  what attention keeps per layer: the probabilities [seqs, H, S, S] (materialized) or the row statistics
- *        [seqs, H, S] (fused)
- *   FD   a dense FFN layer's T * d_ff (0 on an MoE layer, whose FFN buffers are the MoE layer's)
+ *        [seqs, H, S] (fused), of this rank's H / tp heads
+ *   FD   a dense FFN layer's T * d_ff ([TG, d_ff / tp]; 0 on an MoE layer, whose FFN buffers are the MoE layer's)
  *   V    the vocabulary
  * rebuilt_from: the --recompute level (moe/moe.h's moe_recompute) from which backward rebuilds the buffer, so that one
  * buffer serves every layer instead of one per layer; MOE_MODEL_KEPT: always one per layer (the residual stream
@@ -23,7 +25,7 @@
 
 /* One decoder layer's (model.c's layer_acts), in the order forward writes them. */
 #define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
-    X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l])                                    */      \
+    X(ln1, TG * d, MOE_RECOMPUTE_ATTENTION)       /* rmsnorm(resid[l]), gathered over the tensor group    */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
     X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
     X(k, T * B, MOE_RECOMPUTE_ATTENTION)                                                                         \
@@ -31,7 +33,8 @@
     X(att, ATT, MOE_RECOMPUTE_ATTENTION)          /* probabilities, or each row's log-sum-exp (fused)     */      \
     X(attn_y, T * A, MOE_RECOMPUTE_ATTENTION)     /* attention output, o_proj's input                     */      \
     X(resid_mid, T * d, MOE_RECOMPUTE_FULL)       /* resid[l] + o_proj(attn_y)                            */      \
-    X(ln2, T * d, MOE_RECOMPUTE_FULL)             /* rmsnorm(resid_mid), the FFN's input                  */      \
+    X(ln2, (FD ? TG : T) * d, MOE_RECOMPUTE_FULL) /* rmsnorm(resid_mid), the FFN's input (a dense one's:  */      \
+                                                  /* gathered)                                            */      \
     X(rstd2, T, MOE_RECOMPUTE_FULL)                                                                              \
     X(h1, FD, MOE_RECOMPUTE_MOE)                  /* a dense FFN's gate and up projections, silu(h1) * h3 */      \
     X(h3, FD, MOE_RECOMPUTE_MOE)                                                                                 \
@@ -48,8 +51,8 @@
 /* One per model: */
 #define MOE_MODEL_SCRATCH_BUFFERS(X)                                                                               \
     X(dresid, moe_real, T * d)     /* backward scratch */                                                          \
-    X(dln, moe_real, T * d)                                                                                        \
-    X(tmp, moe_real, T * d)        /* forward: o_proj's and the FFN's outputs */                                   \
+    X(dln, moe_real, TG * d)       /* gathers and sums over the tensor group's rows land here and in tmp */        \
+    X(tmp, moe_real, TG * d)       /* forward: o_proj's and the FFN's outputs */                                   \
     X(dq, moe_real, T * A)                                                                                         \
     X(dk, moe_real, T * B)                                                                                         \
     X(dv, moe_real, T * B)                                                                                         \

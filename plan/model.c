@@ -208,6 +208,8 @@ static double tokens_per_gpu(const moe_plan_layout *lay) {
  * entering each layer and the buffers not rebuilt) for each micro-batch in flight; the model's own buffers once. */
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     const double T = tokens_per_gpu(lay), S = (double)lay->seq_len, d = (double)m->d_model;
+    const double TG = T; /* the planner's sequence parallelism gathers nothing it keeps (model.c gathers ln1, ln2 of a
+                            dense FFN and its sums' outputs over the tensor group: more than this at tp > 1) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     const double H = (double)m->num_heads, L = (double)st->layers, Lm = (double)st->moe_layers;
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
