@@ -618,8 +618,11 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
         st = moe_runtime_alloc(m->rt, n, (void **)&m->params);
         if (st == MOE_OK && cfg->zero < 2) st = moe_runtime_alloc(m->rt, n, (void **)&m->grads);
         if (st == MOE_OK)
+            /* the dense region over the ranks holding the same one: the data-parallel group (the stage at tp 1; at tp
+             * > 1 its members hold the same tensor-parallel blocks, and the replicated tensors, summed over the
+             * stage, alike) */
             st = moe_zero_layout_init(&m->zero, cfg->zero, m->tensors, m->num_tensors, m->num_dense, m->num_expert,
-                                      moe_parallel_stage(par), moe_parallel_expert_dp(par));
+                                      moe_parallel_data(par), moe_parallel_expert_dp(par));
         if (st == MOE_OK && moe_precision_bf16_inputs(cfg->moe.precision, MOE_GEMM_DENSE))
             st = moe_runtime_alloc(m->rt, m->num_dense * sizeof(moe_real), (void **)&m->compute);
     }

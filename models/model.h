@@ -56,7 +56,8 @@ typedef struct {
  * the stage, over the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads'
  * (models/model_activations.h), but for ln1 and a dense FFN's ln2, kept gathered, and two [T, d] scratch buffers. Not
  * yet: kv heads fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its
- * slice's rows), ZeRO. */
+ * slice's rows), ZeRO-2 (ZeRO-1 shards the dense state over the data-parallel group, whose members hold the same
+ * blocks). */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */

@@ -46,8 +46,8 @@ static const char *tensor_parallel_problem(const moe_model_config *c) {
         return "tp_shards must be a power of two that tp divides (the fixed pieces of the tensor-parallel sums)";
     if (((long)c->num_heads * hd) % S != 0 || ((long)c->num_kv_heads * hd) % S != 0)
         return "tp_shards must divide heads x head_dim and kv heads x head_dim (the split widths)";
-    if (S > 1 && c->zero)
-        return "ZeRO with tensor-parallel pieces (tp or tp_shards above 1) is not built yet: use zero 0";
+    if (S > 1 && c->zero == 2) /* its reduce-scatter would sum the tensor-parallel pieces over the whole stage */
+        return "ZeRO-2 with tensor-parallel pieces (tp or tp_shards above 1) is not built yet: use zero 0 or 1";
     for (int l = 0; l < c->num_layers; l++)
         if (!moe_model_layer_is_moe(c, l) && c->d_ff % S != 0)
             return "tp_shards must divide d_ff (the split width of the dense FFN layers)";

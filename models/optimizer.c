@@ -145,7 +145,8 @@ static size_t num_atoms(size_t n) { return n ? (n + moe_zero_atom_values() - 1) 
  * tensor's atoms from its start, a split tensor's piece by piece (piece p of the whole tensor, in piece order, each cut
  * into atoms from its start): terms that depend on S and the gradients alone, the same list at any tp. A rank computes
  * its own pieces' (a column-parallel tensor's piece is rows of its block; a row-parallel one's, columns of it, copied
- * out first); the tensor group's lists are gathered and merged. ZeRO 0 only (the model refuses ZeRO with S > 1). */
+ * out first); the tensor group's lists are gathered and merged. From the whole gradients: ZeRO 0 or 1 (the model
+ * refuses ZeRO-2 with S > 1). */
 static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms *out) {
     const moe_model_config *cfg = moe_model_config_of(m);
     const int local = moe_model_tp_pieces(cfg) / moe_model_tp_size(cfg);

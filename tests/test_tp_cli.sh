@@ -53,11 +53,11 @@ same_as() { # WHAT NAME REFERENCE [FROM]: the losses (the reference's from step 
 
 run one 1 --routing-trace-out "$dir/one.trace"
 run tp2 2 --tp 2 --routing-trace-out "$dir/tp2.trace"
-run tp2ep2 4 --tp 2 --ep 2
+run tp2ep2 4 --tp 2 --ep 2 --zero 1
 run tp4 4 --tp 4
 run pp2tp2 4 --pp 2 --tp 2
 same_as "tp 2 on 2 ranks" tp2 one
-same_as "tp 2 x ep 2 on 4 ranks" tp2ep2 one
+same_as "tp 2 x ep 2 with ZeRO-1 on 4 ranks (the dense state sharded over the data-parallel group)" tp2ep2 one
 same_as "tp 4 on 4 ranks" tp4 one
 same_as "pp 2 x tp 2 on 4 ranks (the stages pass each rank's slice)" pp2tp2 one
 sample() { grep -A 2 '^sample' "$dir/$1.txt" | tail -n 1; } # the text sampled after training
@@ -119,7 +119,7 @@ fi
 
 refuses "--tp 3 must divide the ranks of a stage" --tp 3
 refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
-refuses "ZeRO with tensor-parallel pieces" --tp 2 --zero 1
+refuses "ZeRO-2 with tensor-parallel pieces" --tp 2 --zero 2
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15
 refuses "tp_shards must divide d_ff" --tp 2 --moe-every 2 --d-ff 18
 refuses "tp_shards must be a power of two that tp divides" --tp 2 --tp-shards 1

@@ -15,7 +15,7 @@
  * row-parallel) before an MoE layer.
  * The check can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split) the tp 2 runs differ
  * from the reference somewhere (checked: the sums over pieces are then added in another order). Refusals: tp not
- * dividing the kv heads, tp_shards not dividing a dense FFN's d_ff, ZeRO, tp_shards not a multiple of tp. */
+ * dividing the kv heads, tp_shards not dividing a dense FFN's d_ff, ZeRO-2, tp_shards not a multiple of tp. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,8 +208,8 @@ static void test_refusals(int world) {
     c.d_ff = 36, c.moe.d_ff = 36;
     refused(c, 2, "tp_shards must divide d_ff");
     c = config(DROPLESS, 2, 1, PIECES);
-    c.zero = 1;
-    refused(c, 2, "ZeRO with tensor-parallel pieces");
+    c.zero = 2;
+    refused(c, 2, "ZeRO-2 with tensor-parallel pieces");
     c = config(DROPLESS, 2, 1, 1);
     refused(c, 2, "tp_shards must be a power of two that tp divides");
 }
