@@ -90,6 +90,7 @@ struct moe_model {
     moe_tp_linear tpl;
     moe_shard_grads tp_grads;
     int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
+    size_t *slice_nbytes;      /* [tp]: what each rank of the group gives a gather (gather_slices) */
     moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
 };
 
@@ -507,6 +508,7 @@ static moe_status init_tensor_parallel(moe_model *m) {
     MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                moe_model_tp_pieces(&m->cfg)));
     m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
+    if (!(m->slice_nbytes = calloc((size_t)m->tp, sizeof(size_t)))) return MOE_ERR_OUT_OF_MEMORY;
     int dense_layers = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
     if (m->pieces && dense_layers) {
@@ -679,7 +681,7 @@ void moe_model_destroy(moe_model *m) {
     for (int i = 0; i < SCRATCH_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
     moe_runtime_destroy(m->owned_rt);
     free(m->passes);
-    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors);
+    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors), free(m->slice_nbytes);
     free(m);
 }
 
@@ -823,11 +825,9 @@ static size_t slice_first(const moe_model *m, int T) { return (size_t)m->tp_rank
 
 /* The tensor group's T rows of `width` values from each rank's slice (an all-gather in rank order: exact). */
 static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int width, moe_real *whole) {
-    size_t nbytes[64];
-    if (m->tp > (int)(sizeof nbytes / sizeof *nbytes)) return MOE_ERR_INVALID_CONFIG;
     const size_t each = (size_t)(T / m->tp) * width * sizeof(moe_real);
-    for (int p = 0; p < m->tp; p++) nbytes[p] = each;
-    return moe_comm_allgatherv_bytes(moe_parallel_tensor(m->par), slice, each, whole, nbytes);
+    for (int p = 0; p < m->tp; p++) m->slice_nbytes[p] = each;
+    return moe_comm_allgatherv_bytes(moe_parallel_tensor(m->par), slice, each, whole, m->slice_nbytes);
 }
 
 /* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =

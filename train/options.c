@@ -90,12 +90,11 @@ static const opt_spec kOptions[] = {
      "the bubble by V; bitwise the same results",
      OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, RUN},
     {"--tp", "tensor-parallel ranks (Megatron's, with sequence parallelism): groups of --tp consecutive ranks read the "
-     "same sequences; q/k/v are column- and o_proj row-parallel (a rank holds --heads / --tp heads), the norms, MoE "
-     "layers and head run on each rank's slice of the group's tokens. A power of two dividing the ranks of a stage, "
-     "--heads, --kv-heads and --seq-len. Bitwise the same as --tp 1 with the same --tp-shards; checkpoints hold whole "
-     "tensors (any --tp resumes them). Not yet with --zero 2, --verify-steps or "
-     "--device cuda",
-     OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
+     "same sequences; q/k/v and a dense FFN's gate/up are column-, o_proj and down row-parallel (a rank holds --heads / "
+     "--tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power of two "
+     "dividing the ranks of a stage, --heads, --kv-heads and --seq-len. Bitwise the same as --tp 1 with the same "
+     "--tp-shards; checkpoints hold whole tensors (any --tp resumes them). Not yet with --zero 2, --verify-steps or "
+     "--device cuda", OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
      "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
@@ -507,9 +506,9 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .pp = o->pp,
                                     .virtual_stages = o->virtual_stages,
                                     .zero = o->zero,
-                                    /* --tp: a tensor group's sequences; its activations are sized for
-                                       all their tokens and its weights counted whole (models/model.h), so the
-                                       planner's tp 1 is what this rank allocates, or more */
+                                    /* --tp: the planner's tp 1 over a tensor group's sequences, more than
+                                       a rank allocates (its weights' blocks, its slice's activations and its
+                                       heads', models/model.h): an upper bound */
                                     .micro_batch = o->batch / (stage_ranks / o->model.tp),
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,

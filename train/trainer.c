@@ -653,13 +653,15 @@ static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *l
     if (!slice) return MOE_ERR_OUT_OF_MEMORY;
     moe_status fst = moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, slice);
     if (tp > 1) {
-        size_t nbytes[64]; /* tp <= 64 is not checked elsewhere: refuse more here */
+        size_t *nbytes = calloc((size_t)tp, sizeof(size_t));
         const size_t each = (size_t)t->opt.model.seq_len / tp * t->opt.model.vocab_size * sizeof(moe_real);
-        for (int p = 0; p < tp && p < 64; p++) nbytes[p] = each;
-        if (fst == MOE_OK) fst = tp > 64 ? MOE_ERR_INVALID_CONFIG
-                                         : moe_comm_allgatherv_bytes(moe_parallel_tensor(t->par), slice, each, logits,
-                                                                     nbytes);
-        free(slice);
+        for (int p = 0; nbytes && p < tp; p++) nbytes[p] = each;
+        /* every rank of the group takes part, failed or not */
+        const moe_status gathered = nbytes ? moe_comm_allgatherv_bytes(moe_parallel_tensor(t->par), slice, each,
+                                                                       logits, nbytes)
+                                           : MOE_ERR_OUT_OF_MEMORY;
+        if (fst == MOE_OK) fst = gathered;
+        free(slice), free(nbytes);
     }
     MOE_TRY(fst);
     moe_comm *pipeline = moe_parallel_pipeline(t->par);
