@@ -252,7 +252,8 @@ static void forward(bench *b, double *loss_sum) {
     const int hd = b->hd, A = b->A, B = b->B, n = b->seqs;
     const size_t Td = (size_t)T * d;
     bench_check(moe_runtime_upload(b->rt, b->d_inputs, b->inputs, (size_t)T * sizeof(int)), "upload");
-    bench_check(ops->embedding_forward(s, b->p.embedding, b->d_inputs, T, d, b->resid[0]), "embedding_forward");
+    bench_check(ops->embedding_forward(s, b->p.embedding, b->d_inputs, T, d, 0, c->vocab_size, b->resid[0]),
+                "embedding_forward");
     for (int l = 0; l < c->num_layers; l++) {
         const layer_weights *w = &b->p.layers[l];
         layer_acts *a = &b->acts[l];
@@ -321,7 +322,7 @@ static void backward(bench *b, moe_real loss_scale) {
             moe_shard_grads_rmsnorm(sg, b->resid[l], w->attn_norm, a->rstd1, b->dln, d, b->dresid, gw->attn_norm),
             "rmsnorm backward");
     }
-    bench_check(moe_shard_grads_embedding(sg, b->dresid, b->d_inputs, d, V, b->g.embedding), "embedding backward");
+    bench_check(moe_shard_grads_embedding(sg, b->dresid, b->d_inputs, d, 0, V, b->g.embedding), "embedding backward");
 }
 
 /* moe_trainer_apply's arithmetic on a world of one: norm, clip at 1, AdamW at moe-train's defaults, finite check. */

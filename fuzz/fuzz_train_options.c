@@ -2,7 +2,8 @@
  * which also checks the combinations. An input is a command line: words split at white space (and NUL), ''
  * an empty word; it is parsed for 1, 2 and 4 ranks. Accepted options must make a run the trainer can hold,
  * checked here on their own: a valid model, --pp dividing the ranks and --pp x --virtual-stages the layers, --ep
- * dividing a pipeline stage's ranks and the experts, --batch divisible by a stage's ranks, the routing of a micro-batch (global tokens * top-k) counted in an int as the trainer, the layer
+ * dividing a pipeline stage's ranks and the experts, --tp dividing them and --seq-len, --batch divisible by a stage's
+ * tensor-parallel groups, the routing of a micro-batch (global tokens * top-k) counted in an int as the trainer, the layer
  * and the routing trace count it, --min-lr <= --lr, --warmup <= --steps, data files named; printing them must
  * work.
  * Seeds: moe-train command lines from the README, docs/TRAINING.md and fuzz/make_corpus.sh
@@ -30,9 +31,12 @@ static void check_accepted(const moe_train_options *o, int world_size) {
         fuzz_invalid("options accepted with --pp %d, --virtual-stages %d, --layers %d on %d ranks", o->pp,
                      o->virtual_stages, m->num_layers, world_size);
     const int stage = world_size / o->pp; /* the ranks of a pipeline stage split the batch and hold its experts */
-    if (stage % m->moe.ep_size || m->moe.num_experts % m->moe.ep_size || o->batch % stage)
+    if (m->tp < 1 || stage % m->tp || m->seq_len % m->tp)
+        fuzz_invalid("options accepted with --tp %d, --seq-len %d on %d ranks of a stage", m->tp, m->seq_len, stage);
+    const int groups = stage / m->tp; /* tensor-parallel groups: each reads its part of the batch */
+    if (stage % m->moe.ep_size || m->moe.num_experts % m->moe.ep_size || o->batch % groups)
         fuzz_invalid("options accepted with --ep %d, --experts %d, --batch %d on %d ranks of a stage (%d ranks, --pp "
-                     "%d)", m->moe.ep_size, m->moe.num_experts, o->batch, stage, world_size, o->pp);
+                     "%d, --tp %d)", m->moe.ep_size, m->moe.num_experts, o->batch, stage, world_size, o->pp, m->tp);
     if ((long long)o->batch * m->seq_len * m->moe.top_k > INT_MAX)
         fuzz_invalid("options accepted with %lld routing choices per micro-batch (--batch %d * --seq-len %d * "
                      "--top-k %d), more than an int holds", (long long)o->batch * m->seq_len * m->moe.top_k, o->batch,

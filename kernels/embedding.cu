@@ -8,6 +8,8 @@
  * Checked bitwise against the CPU by tests/test_gpu_dense_ops_a.cu (suite gpu). */
 #include "core/gpu_cuda.h"
 
+#include <climits>
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cast_device.cuh"
@@ -20,10 +22,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-/* grid = num_tokens blocks */
-__global__ void gather_rows(const float *table, const int *tokens, int d, float *y) {
-    const float *src = table + (size_t)tokens[blockIdx.x] * d;
+/* grid = num_tokens blocks; the table holds the rows of ids [first, first + rows): -0.0 for the others */
+__global__ void gather_rows(const float *table, const int *tokens, int d, int first, int rows, float *y) {
+    const long row = (long)tokens[blockIdx.x] - first;
     float *dst = y + (size_t)blockIdx.x * d;
+    if (row < 0 || row >= rows) {
+        for (int c = threadIdx.x; c < d; c += blockDim.x) dst[c] = -0.0f;
+        return;
+    }
+    const float *src = table + (size_t)row * d;
     for (int c = threadIdx.x; c < d; c += blockDim.x) dst[c] = src[c];
 }
 
@@ -33,10 +40,11 @@ __global__ void iota(int n, int *out) {
 
 /* grid = num_tokens blocks, block i for sorted position i; sorted_pos lists positions by (token, position). */
 __global__ void add_runs(const float *dy, const int *sorted_tok, const int *sorted_pos, int num_tokens, int d,
-                         float *dtable) {
+                         int first, int rows, float *dtable) {
     const int i = blockIdx.x, tok = sorted_tok[i];
     if (i > 0 && sorted_tok[i - 1] == tok) return; /* not the start of tok's run */
-    float *row = dtable + (size_t)tok * d;
+    if ((long)tok - first < 0 || (long)tok - first >= rows) return; /* another rank's row */
+    float *row = dtable + (size_t)(tok - first) * d;
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float acc = row[c];
         for (int j = i; j < num_tokens && sorted_tok[j] == tok; j++)
@@ -49,17 +57,27 @@ size_t align_up(size_t nbytes) { return (nbytes + 255) / 256 * 256; }
 
 } // namespace
 
-extern "C" moe_status moe_embedding_forward_cuda(moe_gpu *gpu, const float *table, const int *tokens, int num_tokens,
-                                                 int d, float *y) {
+extern "C" moe_status moe_embedding_forward_range_cuda(moe_gpu *gpu, const float *table, const int *tokens,
+                                                       int num_tokens, int d, int first, int rows, float *y) {
     if (num_tokens < 0 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
-    gather_rows<<<num_tokens, moe_cuda::row_block_threads(d), 0, gpu->stream>>>(table, tokens, d, y);
+    gather_rows<<<num_tokens, moe_cuda::row_block_threads(d), 0, gpu->stream>>>(table, tokens, d, first, rows, y);
     MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }
 
+extern "C" moe_status moe_embedding_forward_cuda(moe_gpu *gpu, const float *table, const int *tokens, int num_tokens,
+                                                 int d, float *y) {
+    return moe_embedding_forward_range_cuda(gpu, table, tokens, num_tokens, d, 0, INT_MAX, y);
+}
+
 extern "C" moe_status moe_embedding_backward_cuda(moe_gpu *gpu, const float *dy, const int *tokens, int num_tokens,
                                                   int d, float *dtable) {
+    return moe_embedding_backward_range_cuda(gpu, dy, tokens, num_tokens, d, 0, INT_MAX, dtable);
+}
+
+extern "C" moe_status moe_embedding_backward_range_cuda(moe_gpu *gpu, const float *dy, const int *tokens,
+                                                        int num_tokens, int d, int first, int rows, float *dtable) {
     if (num_tokens < 0 || d < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     cudaStream_t stream = gpu->stream;
@@ -81,7 +99,7 @@ extern "C" moe_status moe_embedding_backward_cuda(moe_gpu *gpu, const float *dy,
     MOE_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, sort_nbytes, tokens, sorted_tok, pos, sorted_pos, num_tokens, 0,
                                                  32, stream));
     add_runs<<<num_tokens, moe_cuda::row_block_threads(d), 0, stream>>>(dy, sorted_tok, sorted_pos, num_tokens, d,
-                                                                        dtable);
+                                                                        first, rows, dtable);
     MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }

@@ -19,6 +19,7 @@
 #include "models/zero_grads.h"
 #include "moe/dense_ops.h"
 #include "tp/linear.h"
+#include "tp/vocab_cross_entropy.h"
 
 /* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
  * rebuilds in backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
@@ -91,6 +92,7 @@ struct moe_model {
     moe_shard_grads tp_grads;
     int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
     size_t *slice_nbytes;      /* [tp]: what each rank of the group gives a gather (gather_slices) */
+    moe_tp_cross_entropy vocab_ce; /* with pieces: the head's loss over the vocabulary's pieces (vocab_head_*) */
     moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
 };
 
@@ -166,7 +168,8 @@ static void lay_out(moe_model *m) {
     size_t at = 0;
     int index = 0;
     m->num_tensors = 0;
-    append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_NONE, "model.embed_tokens.weight");
+    /* the embedding and lm_head are vocabulary-parallel (rows of the vocabulary) */
+    append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
 #define DENSE_TENSOR(field, hf, rows, cols, kind, split)                                                            \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);                                                      \
     append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
@@ -181,9 +184,9 @@ static void lay_out(moe_model *m) {
 #undef DENSE_TENSOR
     append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE, "model.norm.weight");
     if (!c->tie_embeddings)
-        append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_NONE, "lm_head.weight");
+        append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "lm_head.weight");
     if (holds_tied_replica(m))
-        put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_NONE, "model.embed_tokens.weight");
+        put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
     m->num_dense = at;
 #define EXPERT_TENSOR(field, hf, rows, cols, kind, split)                                                           \
     snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
@@ -509,6 +512,8 @@ static moe_status init_tensor_parallel(moe_model *m) {
                                moe_model_tp_pieces(&m->cfg)));
     m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
     if (!(m->slice_nbytes = calloc((size_t)m->tp, sizeof(size_t)))) return MOE_ERR_OUT_OF_MEMORY;
+    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
+                                      moe_model_tp_pieces(&m->cfg)));
     int dense_layers = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
     if (m->pieces && dense_layers) {
@@ -558,7 +563,7 @@ static moe_status init_tied(moe_model *m) {
     if (!m->cfg.tie_embeddings || (!m->embeds && !m->heads)) return MOE_OK;
     const moe_tied_end end = m->embeds && m->heads ? MOE_TIED_BOTH_ENDS : m->embeds ? MOE_TIED_FIRST : MOE_TIED_LAST;
     MOE_TRY(moe_tied_grads_init(&m->tied, end, m->rt, m->dense, m->ops_state, moe_parallel_pipeline(m->par),
-                                (size_t)m->cfg.vocab_size * m->cfg.d_model));
+                                (size_t)(m->cfg.vocab_size / m->tp) * m->cfg.d_model)); /* its vocabulary block */
     if (m->heads) m->g.lm_head = m->tied.grad;
     return MOE_OK;
 }
@@ -668,6 +673,7 @@ void moe_model_destroy(moe_model *m) {
     moe_shard_grads_free(&m->shard_grads);
     moe_shard_grads_free(&m->tp_grads);
     moe_tp_linear_free(&m->tpl);
+    moe_tp_cross_entropy_free(&m->vocab_ce);
     moe_zero_grads_free(&m->zero_grads);
     moe_zero_layout_free(&m->zero);
     if (m->ops_state) m->dense->destroy(m->ops_state);
@@ -721,7 +727,8 @@ const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int l) { return
 moe_status moe_model_finish_tied_grads(moe_model *m) {
     if (!m->tied.grad) return MOE_OK;
     if (!m->embeds) return moe_tied_grads_finish_step(&m->tied, NULL, 0, 0); /* the last stage sends its sum */
-    const size_t count = (size_t)m->cfg.vocab_size * m->cfg.d_model; /* the embedding: the dense region's start */
+    /* the embedding (its vocabulary block at tp > 1): the dense region's start */
+    const size_t count = (size_t)(m->cfg.vocab_size / m->tp) * m->cfg.d_model;
     if (m->cfg.zero < 2) return moe_tied_grads_finish_step(&m->tied, m->g.embedding, 0, count);
     const moe_zero_region *r = &m->zero.dense; /* ZeRO-2: this rank's range of it, in the shard */
     const size_t hi = r->end < count ? r->end : count, lo = r->begin < hi ? r->begin : hi;
@@ -955,6 +962,71 @@ moe_status moe_model_select_pass(moe_model *m, int chunk, int pass) {
 
 int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 
+/* The first stage's input: the embedding of this rank's slice of the group's T tokens (host) into resid[0]. At tp > 1
+ * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
+ * adds them (one value and -0.0s: exact) and each keeps its slice. */
+static moe_status embed(moe_model *m, const int *tokens, int T) {
+    const int d = m->cfg.d_model, V = m->cfg.vocab_size, Ts = T / m->tp;
+    model_pass *P = m->P;
+    if (m->tp == 1) {
+        MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
+        return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
+    }
+    MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
+    MOE_TRY(m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, m->tp_rank * (V / m->tp),
+                                        V / m->tp, m->tmp));
+    MOE_TRY(moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->tmp, (size_t)T * d));
+    return moe_runtime_copy(m->rt, P->resid[0], m->tmp + slice_first(m, T) * d, (size_t)Ts * d * sizeof(moe_real));
+}
+
+/* The loss sum of rows [from, from + count) of the group's, from the head's last loss forward. */
+static moe_status vocab_loss_of_rows(void *ctx, int from, int count, double *s) {
+    *s = moe_tp_cross_entropy_range_sum(&((moe_model *)ctx)->vocab_ce, from, count);
+    return MOE_OK;
+}
+
+/* With pieces (tp_shards > 1) the head is vocabulary-parallel (Megatron's): the final norm of the slice gathered over
+ * the group into lnf [T, d]; this rank's logits [T, V / tp] (its rows of lm_head, tp/linear.h's column-parallel
+ * product); the loss over the vocabulary's pieces (tp/vocab_cross_entropy.h), of every row of the group, of which this
+ * rank sums its slice's: per shard (the group's T rows hold tp x local_shards of them) in the tree, or at once. */
+static moe_status vocab_head_forward(moe_model *m, const int *targets, int T, double *loss_sum, moe_real *logits_out) {
+    const moe_model_config *c = &m->cfg;
+    model_pass *P = m->P;
+    const int d = c->d_model, V = c->vocab_size, Ts = T / m->tp, last = m->last[P->chunk];
+    moe_real *lnf_slice = m->tp > 1 ? m->tmp : P->lnf;
+    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, P->resid[last], m->p.final_norm, Ts, d, c->norm_eps, lnf_slice,
+                                      P->rstdf));
+    MOE_TRY(watch(m, lnf_slice, (size_t)Ts * d, "the final norm's output"));
+    if (m->tp > 1) MOE_TRY(gather_slices(m, lnf_slice, T, d, P->lnf));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, P->lnf, m->c.lm_head, T, d, V, P->logits));
+    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->tp), "the logits (lm_head)"));
+    if (logits_out) /* [T, V / tp]: this rank's columns of every row of the group */
+        MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * (V / m->tp) * sizeof(moe_real)));
+    if (!targets) return MOE_OK;
+    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets, (size_t)T * sizeof(int)));
+    double total;
+    MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
+    return moe_shard_grads_sum(&m->shard_grads, (int)slice_first(m, T), Ts, vocab_loss_of_rows, m, loss_sum);
+}
+
+/* Its backward from dL/dloss_t = loss_scale: the logits' gradient (the loss's forward run again on the kept logits
+ * first: the loss keeps the statistics of its last forward only, and a schedule may run other forwards between),
+ * lm_head's rows' gradient over the group's rows, the final norm's input gradient of the slice into m->dresid. */
+static moe_status vocab_head_backward(moe_model *m, int T, moe_real loss_scale) {
+    const moe_model_config *c = &m->cfg;
+    model_pass *P = m->P;
+    const int d = c->d_model, V = c->vocab_size, Ts = T / m->tp, last = m->last[P->chunk];
+    double total;
+    MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
+    MOE_TRY(moe_tp_cross_entropy_backward(&m->vocab_ce, P->logits, P->targets, T, V, loss_scale));
+    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->tp), "the gradient of the logits"));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, P->logits, P->lnf, d, V, m->g.lm_head));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, P->logits, m->c.lm_head, T, d, V, 0, m->dln));
+    MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)Ts * d * sizeof(moe_real)));
+    return moe_shard_grads_rmsnorm(&m->shard_grads, P->resid[last], m->p.final_norm, P->rstdf,
+                                   m->dln + slice_first(m, T) * d, d, m->dresid, m->g.final_norm);
+}
+
 /* The selected pass's forward through this stage: the embedding of the tokens (first stage) or the previous stage's
  * output x, the stage's layers, then on the last stage the final norm, the logits (into logits_out when asked) and,
  * with targets, the loss. Keeps what backward needs unless it is the last stage without targets. At tp > 1 the inputs
@@ -980,8 +1052,7 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     P->num_seqs = num_seqs;
     MOE_TRY(refresh_compute_weights(m));
     if (embeds) {
-        MOE_TRY(moe_runtime_upload(m->rt, P->inputs, inputs + first_row, (size_t)Ts * sizeof(int)));
-        MOE_TRY(dense->embedding_forward(s, m->p.embedding, P->inputs, Ts, d, P->resid[0]));
+        MOE_TRY(embed(m, inputs, T));
         MOE_TRY(watch(m, P->resid[0], Td, "the embedding output"));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, P->resid[first], x, Td * sizeof(moe_real)));
@@ -996,6 +1067,11 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     }
     m->last_forward[P->chunk] = P;
     if (!heads) return P->has_forward = 1, MOE_OK;
+    if (m->pieces) {
+        MOE_TRY(vocab_head_forward(m, targets, T, loss_sum, logits_out));
+        P->has_forward = targets != NULL;
+        return MOE_OK;
+    }
     MOE_TRY(dense->rmsnorm_forward(s, P->resid[last], m->p.final_norm, Ts, d, c->norm_eps, P->lnf, P->rstdf));
     MOE_TRY(watch(m, P->lnf, Td, "the final norm's output"));
     MOE_TRY(dense->linear_forward(s, P->lnf, m->c.lm_head, Ts, d, V, P->logits));
@@ -1063,7 +1139,10 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     moe_zero_grads *zg = c->zero == 2 ? &m->zero_grads : NULL; /* ZeRO-2: each layer's gradients summed as it ends */
     if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
     const size_t Td = (size_t)Ts * d; /* the slice's residual stream */
-    if (heads) { /* dlogits (in place), then lm_head and the final norm */
+    if (heads && m->pieces) {
+        if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
+        MOE_TRY(vocab_head_backward(m, T, loss_scale));
+    } else if (heads) { /* dlogits (in place), then lm_head and the final norm */
         if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
         MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, Ts, V, loss_scale));
         MOE_TRY(watch(m, P->logits, (size_t)Ts * V, "the gradient of the logits"));
@@ -1116,11 +1195,18 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
-    if (embeds) MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, V, m->g.embedding));
-    if (heads && m->tied.grad) {
-        if (combine_tied) MOE_TRY(dense->add(s, m->g.embedding, m->tied.grad, (size_t)V * d, m->g.embedding));
+    if (embeds && m->tp > 1) { /* the vocabulary block's rows, from the group's tokens */
+        MOE_TRY(gather_slices(m, m->dresid, T, d, m->dln));
+        MOE_TRY(moe_shard_grads_embedding(tg, m->dln, P->inputs, d, m->tp_rank * (V / m->tp), V / m->tp,
+                                          m->g.embedding));
+    } else if (embeds) {
+        MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, 0, V, m->g.embedding));
+    }
+    if (heads && m->tied.grad) { /* the tied lm_head's gradient: a vocabulary block's at tp > 1 */
+        if (combine_tied)
+            MOE_TRY(dense->add(s, m->g.embedding, m->tied.grad, (size_t)(V / m->tp) * d, m->g.embedding));
         else if (zg || !m->local_shards)
-            MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_stage(m->par), m->local_shards > 0));
+            MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_data(m->par), m->local_shards > 0));
     }
     if (zg) MOE_TRY(moe_zero_grads_end_backward(zg, embeds, heads));
     P->has_forward = 0;
@@ -1180,7 +1266,7 @@ moe_status moe_model_reduce_chunk_grads(moe_model *m, int chunk) {
     const moe_zero_slice d = m->chunk_dense[chunk], e = m->chunk_expert[chunk];
     MOE_TRY(reduce_dense(m, d.from, d.count, allreduce));
     if (m->local_shards && chunk_heads(m, chunk) && m->tied.grad) /* the micro-batch's tied lm_head gradient, apart */
-        MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_stage(m->par), 1));
+        MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_data(m->par), 1)); /* the stage's at tp 1 */
     if (!e.count) return MOE_OK;
     return allreduce(moe_parallel_expert_dp(m->par), m->grads + m->num_dense + e.from, e.count);
 }

@@ -48,16 +48,18 @@ typedef struct {
 
 /* Tensor parallelism with sequence parallelism (Megatron-LM's, issue 28), on a layout of tp > 1 (alltoall/parallel.h):
  * q/k/v are column-parallel (each rank holds H/tp heads and KV/tp kv heads), o_proj row-parallel, and so are a dense
- * FFN's gate/up and down (d_ff/tp each; with tp_shards > 1 always, even at tp 1), through tp/linear.h's fixed pieces; the residual stream, the norms, the MoE layers, the embedding and the head run on each rank's slice
- * of its tensor group's tokens (rows [tp_rank T/tp, (tp_rank + 1) T/tp) of the group's T), gathered before the
- * attention block and cut again after o_proj's sum. So an MoE layer sees T/tp distinct tokens per rank and the layout
- * of tp 1 over the stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel
- * group, formed over the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over
- * the stage, over the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads'
- * (models/model_activations.h), but for ln1 and a dense FFN's ln2, kept gathered, and two [T, d] scratch buffers. Not
- * yet: kv heads fewer than tp, a vocabulary-parallel embedding and head (they are replicated, each rank computing its
- * slice's rows), ZeRO-2 (ZeRO-1 shards the dense state over the data-parallel group, whose members hold the same
- * blocks). */
+ * FFN's gate/up and down (d_ff/tp each), through tp/linear.h's fixed pieces; the embedding and lm_head hold V/tp rows
+ * of the vocabulary each: the lookup is added over the group (one value and -0.0s: exact), the logits are [T, V/tp]
+ * and the loss tp/vocab_cross_entropy.h's (with tp_shards > 1 all of these run in pieces, even at tp 1). The residual
+ * stream, the norms and the MoE layers run on each rank's slice of its tensor group's tokens (rows [tp_rank T/tp,
+ * (tp_rank + 1) T/tp) of the group's T), gathered before the attention block, a dense FFN and the head, and cut again
+ * after the row-parallel sums. So an MoE layer sees T/tp distinct tokens per rank and the layout of tp 1 over the
+ * stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel group, formed over the
+ * group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over the
+ * slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
+ * columns' (models/model_activations.h), but for ln1, a dense FFN's ln2 and the final norm's output, kept gathered,
+ * and two [T, d] scratch buffers. Not yet: kv heads fewer than tp, ZeRO-2 (ZeRO-1 shards the dense state over the
+ * data-parallel group, whose members hold the same blocks). */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */

@@ -43,9 +43,9 @@
 /* The model's own: X(field, element type, elements). One per forward kept (a stash entry, model.h's passes), the
  * ends' only on the stage that holds them: */
 #define MOE_MODEL_PASS_BUFFERS(X)                                                                                  \
-    X(inputs, int, T)              /* the first stage's tokens */                                                  \
-    X(targets, int, T)             /* the last stage's: its final norm, logits and loss */                          \
-    X(lnf, moe_real, T * d)        /* the final norm's output and 1 / rms */                                       \
+    X(inputs, int, TG)             /* the first stage's tokens (the tensor group's) */                             \
+    X(targets, int, TG)            /* the last stage's: its final norm, logits and loss */                          \
+    X(lnf, moe_real, TG * d)       /* the final norm's output (gathered at tp > 1) and 1 / rms */                   \
     X(rstdf, moe_real, T)                                                                                          \
     X(logits, moe_real, T * V)     /* in backward, their gradient, in place */
 /* One per model: */

@@ -29,23 +29,41 @@ size_t moe_shard_grads_max_count(const moe_model_config *cfg) {
     return max;
 }
 
-moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
-                                double *loss_sum) {
+moe_status moe_shard_grads_sum(const moe_shard_grads *g, int first, int T,
+                               moe_status (*sum)(void *ctx, int from, int count, double *s), void *ctx, double *out) {
     const int L = g->local_shards;
-    if (!L) return g->dense->cross_entropy_forward(g->state, logits, targets, T, vocab, loss_sum);
+    if (!L) return sum(ctx, first, T, out);
     moe_tree_acc acc;
     MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, L, 1));
     moe_status st = MOE_OK;
     for (int j = 0; j < L && st == MOE_OK; j++) {
-        const int first = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
+        const int from = first + (int)((long long)j * T / L), end = first + (int)((long long)(j + 1) * T / L);
         double shard;
-        st = g->dense->cross_entropy_forward(g->state, logits + (size_t)first * vocab, targets + first, end - first,
-                                             vocab, &shard);
+        st = sum(ctx, from, end - from, &shard);
         if (st == MOE_OK) st = moe_tree_acc_push(&acc, &shard);
     }
-    if (st == MOE_OK) *loss_sum = *(const double *)moe_tree_acc_sum(&acc);
+    if (st == MOE_OK) *out = *(const double *)moe_tree_acc_sum(&acc);
     moe_tree_acc_free(&acc);
     return st;
+}
+
+typedef struct {
+    const moe_shard_grads *g;
+    const moe_real *logits;
+    const int *targets;
+    int vocab;
+} loss_rows;
+
+static moe_status loss_of_rows(void *ctx, int from, int count, double *s) {
+    const loss_rows *r = ctx;
+    return r->g->dense->cross_entropy_forward(r->g->state, r->logits + (size_t)from * r->vocab, r->targets + from,
+                                              count, r->vocab, s);
+}
+
+moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
+                                double *loss_sum) {
+    loss_rows r = {g, logits, targets, vocab};
+    return moe_shard_grads_sum(g, 0, T, loss_of_rows, &r, loss_sum);
 }
 
 /* One op over rows [first, first + n) of the backward, its weight gradient into dW. */
@@ -56,6 +74,7 @@ typedef struct {
     const int *tokens;
     const moe_layer_weights *weights;
     moe_tp_linear *tp;
+    int first, rows; /* embedding: the ids the table holds */
     int in, out; /* linear: in, out; rmsnorm and embedding: d = in; swiglu: d = in, d_ff = out; tensor-parallel: the
                     whole widths (in, N for a column-parallel linear; K, out for a row-parallel one) */
     moe_real *dx;
@@ -70,7 +89,7 @@ static moe_status run(const moe_shard_grads *g, const op *o, int first, int n, m
         return g->dense->rmsnorm_backward(g->state, o->x + f * in, o->w, o->rstd + f, o->dy + f * in, n, o->in,
                                           o->dx + f * in, dW);
     case OP_EMBEDDING:
-        return g->dense->embedding_backward(g->state, o->dy + f * in, o->tokens + f, n, o->in, dW);
+        return g->dense->embedding_backward(g->state, o->dy + f * in, o->tokens + f, n, o->in, o->first, o->rows, dW);
     case OP_TP_COLUMN: /* dy_local rows of N / tp */
         return moe_tp_column_backward_weight(o->tp, o->dy + f * (out / o->tp->tp), o->x + f * in, n, o->in, o->out,
                                              dW);
@@ -113,10 +132,10 @@ moe_status moe_shard_grads_rmsnorm(moe_shard_grads *g, const moe_real *x, const 
     return weight_grad(g, &o, (size_t)d, dw);
 }
 
-moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int vocab,
-                                     moe_real *dtable) {
-    const op o = {.kind = OP_EMBEDDING, .dy = dy, .tokens = tokens, .in = d};
-    return weight_grad(g, &o, (size_t)vocab * d, dtable);
+moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int first,
+                                     int rows, moe_real *dtable) {
+    const op o = {.kind = OP_EMBEDDING, .dy = dy, .tokens = tokens, .first = first, .rows = rows, .in = d};
+    return weight_grad(g, &o, (size_t)rows * d, dtable);
 }
 
 moe_status moe_shard_grads_swiglu(moe_shard_grads *g, const moe_layer_weights *w, moe_layer_weights *grads, int d,

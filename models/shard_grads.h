@@ -32,8 +32,14 @@ void moe_shard_grads_free(moe_shard_grads *g);
  * attention projection. */
 size_t moe_shard_grads_max_count(const moe_model_config *cfg);
 
-/* The cross-entropy loss sum of T rows of logits [T, vocab]: one sum, or one per local shard added in double in
- * the fixed tree (alltoall/tree_reduce.h), as every sum over the batch is with shards. */
+/* A sum over rows [first, first + T) in shards: sum(ctx, from, count, &s) gives rows [from, from + count)'s, once for
+ * all of them (local_shards 0), or once per local shard (rows [first + j T / L, first + (j + 1) T / L)) with the
+ * shards' sums added in double in the fixed tree (alltoall/tree_reduce.h), as every sum over the batch is with
+ * shards. */
+moe_status moe_shard_grads_sum(const moe_shard_grads *g, int first, int T,
+                               moe_status (*sum)(void *ctx, int from, int count, double *s), void *ctx, double *out);
+
+/* The cross-entropy loss sum of T rows of logits [T, vocab]: moe_shard_grads_sum of the dense table's. */
 moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
                                 double *loss_sum);
 
@@ -43,9 +49,10 @@ moe_status moe_shard_grads_linear(moe_shard_grads *g, const moe_real *dy, const 
 /* RMSNorm backward: dx += (rows), dw [d] += */
 moe_status moe_shard_grads_rmsnorm(moe_shard_grads *g, const moe_real *x, const moe_real *w, const moe_real *rstd,
                                    const moe_real *dy, int d, moe_real *dx, moe_real *dw);
-/* dtable [V, d] += dy scattered by tokens */
-moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int vocab,
-                                     moe_real *dtable);
+/* dtable [rows, d] += dy scattered by tokens: the table holds the rows of ids [first, first + rows) (0 and the
+ * vocabulary: all; a vocabulary-parallel block otherwise, other ids adding nothing) */
+moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int first,
+                                     int rows, moe_real *dtable);
 /* the dense SwiGLU's backward: dx overwritten (rows), grads->w1, w3, w2 += (they must be one region [w1 | w3 | w2],
  * as the model lays them out: MOE_ERR_INVALID_ARG otherwise) */
 moe_status moe_shard_grads_swiglu(moe_shard_grads *g, const moe_layer_weights *w, moe_layer_weights *grads, int d,

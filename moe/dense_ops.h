@@ -28,11 +28,13 @@ typedef struct moe_dense_ops {
                          moe_dense_state **out);
     void (*destroy)(moe_dense_state *s);
 
-    /* y[t] = table[tokens[t]]; dtable[tokens[t]] += dy[t] in token order (kernels/embedding.h) */
+    /* y[t] = table[tokens[t] - first]; dtable[tokens[t] - first] += dy[t] in token order; the table holds the rows
+     * of ids [first, first + rows) (0 and the vocabulary: all of them), another id reads -0.0 and adds nothing
+     * (kernels/embedding.h) */
     moe_status (*embedding_forward)(moe_dense_state *s, const moe_real *table, const int *tokens, int num_tokens,
-                                    int d, moe_real *y);
+                                    int d, int first, int rows, moe_real *y);
     moe_status (*embedding_backward)(moe_dense_state *s, const moe_real *dy, const int *tokens, int num_tokens, int d,
-                                     moe_real *dtable);
+                                     int first, int rows, moe_real *dtable);
     /* RMSNorm (kernels/rmsnorm.h): y, rstd; backward accumulates into dx and dw */
     moe_status (*rmsnorm_forward)(moe_dense_state *s, const moe_real *x, const moe_real *w, int num_tokens, int d,
                                   moe_real eps, moe_real *y, moe_real *rstd);

@@ -57,16 +57,16 @@ static moe_status cpu_create(moe_runtime *rt, int layout_invariant, moe_precisio
 }
 
 static moe_status cpu_embedding_forward(moe_dense_state *s, const moe_real *table, const int *tokens, int T, int d,
-                                        moe_real *y) {
+                                        int first, int rows, moe_real *y) {
     (void)s;
-    moe_embedding_forward_cpu(table, tokens, T, d, y);
+    moe_embedding_forward_range_cpu(table, tokens, T, d, first, rows, y);
     return MOE_OK;
 }
 
 static moe_status cpu_embedding_backward(moe_dense_state *s, const moe_real *dy, const int *tokens, int T, int d,
-                                         moe_real *dtable) {
+                                         int first, int rows, moe_real *dtable) {
     (void)s;
-    moe_embedding_backward_cpu(dy, tokens, T, d, dtable);
+    moe_embedding_backward_range_cpu(dy, tokens, T, d, first, rows, dtable);
     return MOE_OK;
 }
 

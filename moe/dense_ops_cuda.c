@@ -88,13 +88,13 @@ static moe_status cuda_create(moe_runtime *rt, int layout_invariant, moe_precisi
 }
 
 static moe_status cuda_embedding_forward(moe_dense_state *s, const moe_real *table, const int *tokens, int T, int d,
-                                         moe_real *y) {
-    return moe_embedding_forward_cuda(s->gpu, table, tokens, T, d, y);
+                                         int first, int rows, moe_real *y) {
+    return moe_embedding_forward_range_cuda(s->gpu, table, tokens, T, d, first, rows, y);
 }
 
 static moe_status cuda_embedding_backward(moe_dense_state *s, const moe_real *dy, const int *tokens, int T, int d,
-                                          moe_real *dtable) {
-    return moe_embedding_backward_cuda(s->gpu, dy, tokens, T, d, dtable);
+                                          int first, int rows, moe_real *dtable) {
+    return moe_embedding_backward_range_cuda(s->gpu, dy, tokens, T, d, first, rows, dtable);
 }
 
 static moe_status cuda_rmsnorm_forward(moe_dense_state *s, const moe_real *x, const moe_real *w, int T, int d,

@@ -21,9 +21,9 @@ static moe_status linear_backward_weight_twice(moe_dense_state *s, const moe_rea
 }
 
 static moe_status embedding_backward_twice(moe_dense_state *s, const moe_real *dy, const int *tokens, int num_tokens,
-                                           int d, moe_real *dtable) {
-    MOE_TRY(g_base->embedding_backward(s, dy, tokens, num_tokens, d, dtable));
-    return g_base->embedding_backward(s, dy, tokens, num_tokens, d, dtable);
+                                           int d, int first, int rows, moe_real *dtable) {
+    MOE_TRY(g_base->embedding_backward(s, dy, tokens, num_tokens, d, first, rows, dtable));
+    return g_base->embedding_backward(s, dy, tokens, num_tokens, d, first, rows, dtable);
 }
 
 static moe_status swiglu_backward_twice(moe_dense_state *s, const moe_layer_weights *w, moe_layer_weights *grads,

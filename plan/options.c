@@ -41,8 +41,8 @@ static const flag_spec kFlags[] = {
      0},
     {"--tp", "tensor-parallel size, innermost: Megatron-LM's tensor parallelism with sequence parallelism (the "
      "attention by heads, dense FFNs by d_ff, the vocabulary by rows; the MoE layers take each GPU's tokens), a power "
-     "of two dividing --gpus-per-node; moe-train's --tp runs the attention and dense FFNs on the CPU so far (issue "
-     "28): this plans the whole of it", F_INT, 1,
+     "of two dividing --gpus-per-node; moe-train's --tp runs on the CPU so far (issue 28): this plans what it runs "
+     "on GPUs", F_INT, 1,
      1 << 20, {0}, "1; --search tries each", 0},
     {"--pp", "pipeline stages (as moe-train --pp): divides the GPUs and the layers; each stage is GPUs / pp of them "
      "holding layers / pp layers, run by the 1F1B schedule", F_INT, 1, 1 << 20, {0}, "1; --search tries each", 0},

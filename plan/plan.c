@@ -96,7 +96,7 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     if (moe_plan_layout_tp(l) > 1)
         printf("note: this plans Megatron-LM's tensor parallelism with sequence parallelism; moe-train's --tp runs its "
-               "attention and dense FFNs on the CPU so far (issue 28: not yet the vocabulary, ZeRO-2, GPUs; it keeps ln1 "
+               "attention, dense FFNs and vocabulary on the CPU so far (issue 28: not yet ZeRO-2, GPUs; it keeps ln1 "
                "gathered)\n");
     const moe_plan_memory *m = &p->memory;
     const moe_plan_stage stage = stage_of(o, l, p);

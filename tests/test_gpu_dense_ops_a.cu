@@ -55,8 +55,8 @@ static void test_embedding(moe_gpu *gpu, moe_dense_state *s, int T, int V, int d
     float *table = test_alloc_uniform(rng, tn, 1.0), *dy = test_alloc_uniform(rng, yn, 1.0);
     float *y_want = (float *)malloc(yn * sizeof(float)), *dtable_want = (float *)malloc(tn * sizeof(float));
     memcpy(dtable_want, table, tn * sizeof(float)); /* the gradient accumulates into a non-zero table */
-    CHECK_OK(cpu->embedding_forward(s, table, tokens, T, d, y_want));
-    CHECK_OK(cpu->embedding_backward(s, dy, tokens, T, d, dtable_want));
+    CHECK_OK(cpu->embedding_forward(s, table, tokens, T, d, 0, V, y_want));
+    CHECK_OK(cpu->embedding_backward(s, dy, tokens, T, d, 0, V, dtable_want));
 
     int *d_tokens = (int *)test_gpu_upload(gpu, tokens, (size_t)T * sizeof(int));
     float *d_table = dev_upload(gpu, table, tn), *d_dy = dev_upload(gpu, dy, yn);

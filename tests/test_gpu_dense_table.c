@@ -150,7 +150,7 @@ static void check_entry(tables *t, const char *label, entry_run run, void *ctx, 
 /* ---- the entries, each run on one side ---- */
 
 typedef struct {
-    int T, d, V;
+    int T, d, V, first, rows; /* the table holds the rows of ids [first, first + rows) */
     pair *table, *y, *dy, *dtable;
     int_pair *tokens;
 } embedding_ctx;
@@ -158,20 +158,21 @@ typedef struct {
 static moe_status run_embedding_forward(tables *t, int side, void *c) {
     embedding_ctx *e = c;
     return t->ops[side]->embedding_forward(t->state[side], AT(side, e->table), AT(side, e->tokens), e->T, e->d,
-                                           AT(side, e->y));
+                                           e->first, e->rows, AT(side, e->y));
 }
 
 static moe_status run_embedding_backward(tables *t, int side, void *c) {
     embedding_ctx *e = c;
     return t->ops[side]->embedding_backward(t->state[side], AT(side, e->dy), AT(side, e->tokens), e->T, e->d,
-                                            AT(side, e->dtable));
+                                            e->first, e->rows, AT(side, e->dtable));
 }
 
-static void test_embedding(tables *t, const char *label, int T, int d, int V) {
-    pair table = pair_random(t, (size_t)V * d, 1), y = pair_random(t, (size_t)T * d, 1);
-    pair dy = pair_random(t, (size_t)T * d, 1), dtable = pair_random(t, (size_t)V * d, 1);
+/* rows < V: a vocabulary-parallel block, ids [first, first + rows) (the others read -0.0 and add nothing) */
+static void test_embedding(tables *t, const char *label, int T, int d, int V, int first, int rows) {
+    pair table = pair_random(t, (size_t)rows * d, 1), y = pair_random(t, (size_t)T * d, 1);
+    pair dy = pair_random(t, (size_t)T * d, 1), dtable = pair_random(t, (size_t)rows * d, 1);
     int_pair tokens = ints_random(t, (size_t)T, V / 2); /* repeats, and rows that no token touches */
-    embedding_ctx e = {T, d, V, &table, &y, &dy, &dtable, &tokens};
+    embedding_ctx e = {T, d, V, first, rows, &table, &y, &dy, &dtable, &tokens};
     check_entry(t, label, run_embedding_forward, &e, &(output){&y, "embedding forward", NULL, 0}, 1);
     check_entry(t, label, run_embedding_backward, &e, &(output){&dtable, "embedding backward", NULL, 1}, 1);
     pair_free(t, &table), pair_free(t, &y), pair_free(t, &dy), pair_free(t, &dtable);
@@ -523,7 +524,8 @@ static void test_configuration(moe_runtime *cpu_rt, moe_runtime *gpu_rt, moe_pre
     if (!t.state[CPU_SIDE] || !t.state[GPU_SIDE]) return;
     char label[96];
     snprintf(label, sizeof label, "T %d %s blocks %d", T, moe_precision_name(precision), layout_invariant);
-    test_embedding(&t, label, T, m->d, m->V);
+    test_embedding(&t, label, T, m->d, m->V, 0, m->V);
+    test_embedding(&t, label, T, m->d, m->V, m->V / 8, m->V / 4); /* a block of the vocabulary */
     test_rmsnorm(&t, label, T, m->d);
     test_linear(&t, label, T, m->d, m->H * hd);      /* q */
     test_linear(&t, label, T, m->d, m->KV * hd);     /* k, v */

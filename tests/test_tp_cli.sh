@@ -63,7 +63,8 @@ same_as "pp 2 x tp 2 on 4 ranks (the stages pass each rank's slice)" pp2tp2 one
 sample() { grep -A 2 '^sample' "$dir/$1.txt" | tail -n 1; } # the text sampled after training
 if [ -n "$(sample one)" ] && [ "$(sample tp2)" = "$(sample one)" ] && [ "$(sample tp4)" = "$(sample one)" ] &&
     [ "$(sample pp2tp2)" = "$(sample one)" ]; then
-    echo "ok: tp 2, tp 4 and pp 2 x tp 2 sample the 1-rank run's text (each rank's slice of the logits gathered)"
+    echo "ok: tp 2, tp 4 and pp 2 x tp 2 sample the 1-rank run's text (each rank's vocabulary block of the logits" \
+         "gathered)"
 else
     echo "FAIL: samples differ: '$(sample one)', tp 2 '$(sample tp2)', tp 4 '$(sample tp4)', pp 2 x tp 2" \
          "'$(sample pp2tp2)'"
@@ -122,5 +123,6 @@ refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
 refuses "ZeRO-2 with tensor-parallel pieces" --tp 2 --zero 2
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15
 refuses "tp_shards must divide d_ff" --tp 2 --moe-every 2 --d-ff 18
+refuses "tp_shards must divide the vocabulary size \(pad the vocabulary" --tp 2 --vocab 257
 refuses "tp_shards must be a power of two that tp divides" --tp 2 --tp-shards 1
 finish test_tp_cli

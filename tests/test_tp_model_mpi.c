@@ -15,7 +15,8 @@
  * row-parallel) before an MoE layer.
  * The check can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split) the tp 2 runs differ
  * from the reference somewhere (checked: the sums over pieces are then added in another order). Refusals: tp not
- * dividing the kv heads, tp_shards not dividing a dense FFN's d_ff, ZeRO-2, tp_shards not a multiple of tp. */
+ * dividing the kv heads, tp_shards not dividing a dense FFN's d_ff or the vocabulary, ZeRO-2, tp_shards not a multiple
+ * of tp. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,6 +213,9 @@ static void test_refusals(int world) {
     refused(c, 2, "ZeRO-2 with tensor-parallel pieces");
     c = config(DROPLESS, 2, 1, 1);
     refused(c, 2, "tp_shards must be a power of two that tp divides");
+    c = config(DROPLESS, 2, 1, PIECES);
+    c.vocab_size = 60; /* not a multiple of the 8 pieces */
+    refused(c, 2, "tp_shards must divide the vocabulary size");
 }
 
 int main(int argc, char **argv) {

@@ -18,8 +18,8 @@ moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_comm *group, 
 }
 
 void moe_tp_cross_entropy_free(moe_tp_cross_entropy *ce) {
-    free(ce->max), free(ce->z), free(ce->pieces), free(ce->gathered);
-    ce->max = NULL, ce->z = ce->pieces = ce->gathered = NULL, ce->cap = 0;
+    free(ce->max), free(ce->z), free(ce->pieces), free(ce->gathered), free(ce->token_loss);
+    ce->max = NULL, ce->z = ce->pieces = ce->gathered = ce->token_loss = NULL, ce->cap = 0;
 }
 
 static moe_status reserve(moe_tp_cross_entropy *ce, int T) {
@@ -29,7 +29,8 @@ static moe_status reserve(moe_tp_cross_entropy *ce, int T) {
     ce->max = malloc(n * sizeof *ce->max), ce->z = malloc(n * sizeof *ce->z);
     ce->pieces = malloc(n * (size_t)(ce->num_pieces / ce->tp) * sizeof *ce->pieces);
     ce->gathered = malloc(n * (size_t)ce->tp * sizeof *ce->gathered);
-    if (!ce->max || !ce->z || !ce->pieces || !ce->gathered) {
+    ce->token_loss = malloc(n * sizeof *ce->token_loss);
+    if (!ce->max || !ce->z || !ce->pieces || !ce->gathered || !ce->token_loss) {
         moe_tp_cross_entropy_free(ce);
         return moe_fail(MOE_ERR_OUT_OF_MEMORY, "the vocabulary-parallel cross-entropy's buffers for %d tokens", T);
     }
@@ -104,16 +105,23 @@ moe_status moe_tp_cross_entropy_forward(moe_tp_cross_entropy *ce, const moe_real
         MOE_TRY(moe_comm_allreduce_tree_f64(ce->group, ce->z, (size_t)T));
         MOE_TRY(moe_comm_allreduce_sum_f64(ce->group, target_logit, (size_t)T));
     }
-    /* the token losses in the whole-vocabulary kernel's fixed chunks */
+    for (int t = 0; t < T; t++) ce->token_loss[t] = (double)ce->max[t] + log(ce->z[t]) - target_logit[t];
+    *loss_sum = moe_tp_cross_entropy_range_sum(ce, 0, T);
+    return MOE_OK;
+}
+
+/* the token losses in the whole-vocabulary kernel's fixed chunks */
+double moe_tp_cross_entropy_range_sum(const moe_tp_cross_entropy *ce, int first, int count) {
     double part[MOE__SUM_CHUNKS], total = 0;
+    const double *loss = ce->token_loss + first;
     for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
-        const int t0 = (int)((long long)T * c / MOE__SUM_CHUNKS), t1 = (int)((long long)T * (c + 1) / MOE__SUM_CHUNKS);
+        const int t0 = (int)((long long)count * c / MOE__SUM_CHUNKS);
+        const int t1 = (int)((long long)count * (c + 1) / MOE__SUM_CHUNKS);
         part[c] = 0;
-        for (int t = t0; t < t1; t++) part[c] += (double)ce->max[t] + log(ce->z[t]) - target_logit[t];
+        for (int t = t0; t < t1; t++) part[c] += loss[t];
     }
     for (int c = 0; c < MOE__SUM_CHUNKS; c++) total += part[c];
-    *loss_sum = total;
-    return MOE_OK;
+    return total;
 }
 
 moe_status moe_tp_cross_entropy_backward(moe_tp_cross_entropy *ce, moe_real *logits_local, const int *targets,

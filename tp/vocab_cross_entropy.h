@@ -27,6 +27,7 @@ typedef struct {
     double *z;          /* [T] Z_t */
     double *pieces;     /* [S/tp][T] this rank's piece sums */
     double *gathered;   /* [tp][T] the ranks' maxima (as double), then the target logits */
+    double *token_loss; /* [T] of the last forward */
     size_t cap;         /* tokens the buffers hold */
 } moe_tp_cross_entropy;
 
@@ -38,6 +39,10 @@ void moe_tp_cross_entropy_free(moe_tp_cross_entropy *ce);
  * rank. */
 moe_status moe_tp_cross_entropy_forward(moe_tp_cross_entropy *ce, const moe_real *logits_local, const int *targets,
                                         int num_tokens, int vocab, double *loss_sum);
+/* The loss sum of tokens [first, first + count) of the last forward, added in the fixed chunks that a forward of those
+ * tokens alone uses (a token's loss does not depend on the tokens beside it): the sums of shards of a forward's tokens
+ * with one forward. */
+double moe_tp_cross_entropy_range_sum(const moe_tp_cross_entropy *ce, int first, int count);
 /* Overwrites logits_local with scale * dL/dlogits of this rank's columns; after a forward of the same tokens. */
 moe_status moe_tp_cross_entropy_backward(moe_tp_cross_entropy *ce, moe_real *logits_local, const int *targets,
                                          int num_tokens, int vocab, moe_real scale);

@@ -345,12 +345,14 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 /* --tp: groups of consecutive ranks inside a stage; what it does not combine with yet, refused by name (issue 28). */
 static int finish_tensor_parallel(const moe_train_options *o, int world_size, FILE *err) {
     const int tp = o->model.tp;
-    if (tp == 1) return 0;
+    if (tp == 1 && o->model.tp_shards <= 1) return 0;
     const char *not_yet = o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda"
                           : o->verify_steps > 0                              ? "--verify-steps"
                                                                              : NULL;
     if (not_yet)
-        return moe_train_complain(err, "moe-train: --tp %d with %s is not built yet (issue 28)\n", tp, not_yet), -1;
+        return moe_train_complain(err, "moe-train: --tp %d --tp-shards %d with %s is not built yet (issue 28)\n", tp,
+                                  o->model.tp_shards, not_yet), -1;
+    if (tp == 1) return 0;
     if ((world_size / o->pp) % tp)
         return moe_train_complain(err, "moe-train: --tp %d must divide the ranks of a stage (%d)\n", tp,
                                   world_size / o->pp), -1;

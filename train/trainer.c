@@ -644,24 +644,25 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
 }
 
 /* The logits [S, V] of one sequence of tokens (host), on every rank: the last stage's, shared over the pipeline; at
- * tp > 1 each rank's slice of the positions gathered over its tensor group. */
+ * tp > 1 each rank's vocabulary block [S, V / tp] gathered over its tensor group and put in its columns. */
 static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *logits) {
     double loss;
-    const int tp = moe_model_tp_size(&t->opt.model);
-    moe_real *slice = tp > 1 ? malloc((size_t)t->opt.model.seq_len / tp * t->opt.model.vocab_size * sizeof(moe_real))
-                             : logits;
-    if (!slice) return MOE_ERR_OUT_OF_MEMORY;
-    moe_status fst = moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, slice);
+    const int tp = moe_model_tp_size(&t->opt.model), S = t->opt.model.seq_len, w = t->opt.model.vocab_size / tp;
+    const size_t each = (size_t)S * w * sizeof(moe_real);
+    moe_real *block = tp > 1 ? malloc(each) : logits, *blocks = tp > 1 ? malloc(each * tp) : NULL;
+    size_t *parts = tp > 1 ? calloc((size_t)tp, sizeof(size_t)) : NULL;
+    if (tp > 1 && (!block || !blocks || !parts)) return free(block), free(blocks), free(parts), MOE_ERR_OUT_OF_MEMORY;
+    moe_status fst = moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, block);
     if (tp > 1) {
-        size_t *nbytes = calloc((size_t)tp, sizeof(size_t));
-        const size_t each = (size_t)t->opt.model.seq_len / tp * t->opt.model.vocab_size * sizeof(moe_real);
-        for (int p = 0; nbytes && p < tp; p++) nbytes[p] = each;
+        for (int p = 0; p < tp; p++) parts[p] = each;
         /* every rank of the group takes part, failed or not */
-        const moe_status gathered = nbytes ? moe_comm_allgatherv_bytes(moe_parallel_tensor(t->par), slice, each,
-                                                                       logits, nbytes)
-                                           : MOE_ERR_OUT_OF_MEMORY;
+        const moe_status gathered = moe_comm_allgatherv_bytes(moe_parallel_tensor(t->par), block, each, blocks, parts);
         if (fst == MOE_OK) fst = gathered;
-        free(slice), free(nbytes);
+        for (int p = 0; fst == MOE_OK && p < tp; p++) /* block p: columns [p w, (p + 1) w) of every position */
+            for (int i = 0; i < S; i++)
+                memcpy(logits + (size_t)i * w * tp + (size_t)p * w, blocks + ((size_t)p * S + i) * w,
+                       w * sizeof(moe_real));
+        free(block), free(blocks), free(parts);
     }
     MOE_TRY(fst);
     moe_comm *pipeline = moe_parallel_pipeline(t->par);
