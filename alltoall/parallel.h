@@ -11,7 +11,8 @@
  *     edp_rank = stage_rank / ep).
  *   - the dense layers: tensor-parallel groups are blocks of tp consecutive ranks (tp_rank = stage_rank % tp), which
  *     hold pieces of the same tensors and, with sequence parallelism, each a consecutive slice of the group's tokens;
- *     ranks with the same tp_rank hold the same pieces: the data-parallel group (size Ws/tp, dp_rank = stage_rank / tp).
+ *     ranks with the same tp_rank hold the same pieces: the data-parallel group (size Ws/tp, dp_rank =
+ *     stage_rank / tp).
  *   Gradients are summed over: the stage for replicated tensors (norms, routers, embedding), the data-parallel group
  *   for tensor-parallel pieces, the expert-data-parallel group for experts. The ranks at one stage position form a
  *   pipeline, which passes activations forward and gradients back. With pp = 1 the stage is the world, with tp = 1

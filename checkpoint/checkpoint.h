@@ -27,12 +27,13 @@
  * file and the directory fsynced, renamed, ROOT fsynced; an interrupted save leaves the earlier
  * checkpoints as they were. Pruning deletes only this run's own older checkpoints, after the new one is
  * durable, each renamed out of the way before it is emptied. Loading never writes.
- * Nothing gathers the model: every rank writes the tensors it holds into the files (each tensor by one of its
- * holders, at its place: the files are byte for byte those one process would write, on any layout; a tensor-parallel
- * tensor's blocks gathered over its tensor group, one tensor at a time) and reads only what it holds; a save takes one tensor's memory per rank beyond the model (checkpoint/write.c). So the
- * checkpoint directory must be on a file system every rank sees (a save checks it). All functions are collective
- * over the run's layout; while ranks write, the others wait under --checkpoint-timeout, not the exchange
- * watchdog. On failure every rank returns the same status and the message names the file and the tensor or field.
+ * Nothing gathers the model: every rank writes the tensors it holds into the files (each tensor by one of its holders,
+ * at its place: the files are byte for byte those one process would write, on any layout; a tensor-parallel tensor's
+ * blocks gathered over its tensor group, one tensor at a time) and reads only what it holds; a save takes one tensor's
+ * memory per rank beyond the model (checkpoint/write.c). So the checkpoint directory must be on a file system every
+ * rank sees (a save checks it). All functions are collective over the run's layout; while ranks write, the others wait
+ * under --checkpoint-timeout, not the exchange watchdog. On failure every rank returns the same status and the message
+ * names the file and the tensor or field.
  *
  * Checkpoints stand below the trainer (train/ includes this folder, never the reverse): what they read from a run
  * and write back into it is moe_checkpoint_run below, which the trainer fills (train/checkpoint_run.h). */

@@ -3,8 +3,8 @@
  * an empty word; it is parsed for 1, 2 and 4 ranks. Accepted options must make a run the trainer can hold,
  * checked here on their own: a valid model, --pp dividing the ranks and --pp x --virtual-stages the layers, --ep
  * dividing a pipeline stage's ranks and the experts, --tp dividing them and --seq-len, --batch divisible by a stage's
- * tensor-parallel groups, the routing of a micro-batch (global tokens * top-k) counted in an int as the trainer, the layer
- * and the routing trace count it, --min-lr <= --lr, --warmup <= --steps, data files named; printing them must
+ * tensor-parallel groups, the routing of a micro-batch (global tokens * top-k) counted in an int as the trainer, the
+ * layer and the routing trace count it, --min-lr <= --lr, --warmup <= --steps, data files named; printing them must
  * work.
  * Seeds: moe-train command lines from the README, docs/TRAINING.md and fuzz/make_corpus.sh
  * (fuzz/corpus/train_options/).

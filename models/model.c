@@ -464,7 +464,8 @@ moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const
     if (set_stage(&m, stage) != MOE_OK) return f; /* the caller's create fails with the message */
     lay_out(&m); /* no tensor table: it only counts */
     f.dense_params = m.num_dense, f.expert_params = m.num_expert;
-    const size_t T = (size_t)max_seqs * cfg->seq_len / moe_model_tp_size(cfg), resid = T * cfg->d_model * sizeof(moe_real);
+    const size_t T = (size_t)max_seqs * cfg->seq_len / moe_model_tp_size(cfg); /* this rank's slice */
+    const size_t resid = T * cfg->d_model * sizeof(moe_real);
     size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), pass[PASS_BUFFERS], nbytes[SCRATCH_BUFFERS];
     if (!plan) return f; /* without the activations: the caller's allocation will fail as plainly */
     activation_plan(&m, plan);
@@ -515,7 +516,8 @@ static moe_status init_tensor_parallel(moe_model *m) {
     MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                       moe_model_tp_pieces(&m->cfg)));
     int dense_layers = 0;
-    for (int l = 0; l < m->cfg.num_layers; l++) dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
     if (m->pieces && dense_layers) {
         const size_t n = (size_t)m->max_seqs * m->cfg.seq_len * (m->cfg.d_ff / m->tp) * sizeof(moe_real);
         MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh1));

@@ -135,7 +135,8 @@ static moe_status atoms_of(moe_model *m, const moe_real *g, size_t n, double *te
     moe_dense_state *s;
     const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
     const size_t atom = moe_zero_atom_values();
-    for (size_t a = 0; a < n; a += atom) MOE_TRY(dense->sum_squares(s, g + a, n - a < atom ? n - a : atom, &terms[(*k)++]));
+    for (size_t a = 0; a < n; a += atom)
+        MOE_TRY(dense->sum_squares(s, g + a, n - a < atom ? n - a : atom, &terms[(*k)++]));
     return MOE_OK;
 }
 
@@ -173,7 +174,8 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
         if (t[i].experts || t[i].replica) continue;
         if (t[i].split != MOE_SPLIT_COLS) { /* whole, or row pieces: contiguous */
             const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, per = t[i].count / pieces;
-            for (size_t p = 0; p < pieces && st == MOE_OK; p++) st = atoms_of(m, g + t[i].offset + p * per, per, mine, &k);
+            for (size_t p = 0; p < pieces && st == MOE_OK; p++)
+                st = atoms_of(m, g + t[i].offset + p * per, per, mine, &k);
             continue;
         }
         const size_t rows = (size_t)t[i].rows, cols = (size_t)t[i].cols, w = cols / local;
@@ -190,7 +192,8 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
     size_t at = 0; /* the tensor's first term in each rank's list */
     for (int i = 0; i < count && st == MOE_OK; i++) {
         if (t[i].experts || t[i].replica) continue;
-        const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, terms = pieces * num_atoms(t[i].count / pieces);
+        const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local;
+        const size_t terms = pieces * num_atoms(t[i].count / pieces);
         for (int r = 0; r < (t[i].split == MOE_SPLIT_NONE ? 1 : tp); r++)
             for (size_t j = 0; j < terms; j++) out->terms[out->n++] = all[(size_t)r * n + at + j];
         out->counts[chunk_at(m, 0, t[i].offset)] += t[i].split == MOE_SPLIT_NONE ? terms : terms * tp;

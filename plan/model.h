@@ -98,8 +98,8 @@ typedef struct {
     int64_t virtual_stages;   /* model chunks per stage (--virtual-stages; 0 or 1: 1F1B, above: interleaved)       */
     int64_t tp;               /* tensor-parallel size (moe-plan --tp; 0 or 1: none), innermost in the rank grid:
                                * Megatron-LM's tensor parallelism with sequence parallelism, as issue 28 builds it
-                               * (moe-train --tp runs part of it so far). A tp group shares its sequences: each of its GPUs holds
-                               * 1/tp of the split tensors (moe_plan_model_tp_share) and of every token-sized
+                               * (moe-train --tp runs it on the CPU so far). A tp group shares its sequences: each
+                               * GPU holds 1/tp of the split tensors (moe_plan_model_tp_share) and of every token-sized
                                * activation (the tokens between blocks, the heads and vocabulary columns inside them);
                                * its MoE layers take T/tp distinct tokens per GPU, the experts whole (E/ep per GPU,
                                * replicated over the stage's GPUs / ep). Per micro-batch and layer its GPUs all-gather

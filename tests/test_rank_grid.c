@@ -202,7 +202,8 @@ static void test_hand_worked(void) {
     check_group(&g, MOE_RANK_GROUP_EXPERT_DP, 0, 2, (int[]){5, 7});
     check_group(&g, MOE_RANK_GROUP_TENSOR, 1, 2, (int[]){4, 5});
     check_group(&g, MOE_RANK_GROUP_DATA, 0, 2, (int[]){5, 7});
-    /* W 16, pp 2, ep 2, tp 2: stages of 8. Rank 11: stage 1 (8..15), stage rank 3 = dp 1·2 + tp 1 = edp 1·2 + ep 1. */
+    /* W 16, pp 2, ep 2, tp 2: stages of 8. Rank 11: stage 1 (8..15), stage rank 3 = dp 1·2 + tp 1 = edp 1·2 + ep
+     * 1. */
     CHECK_OK(moe_rank_grid_make(16, 2, 2, 2, 11, &g));
     check_group(&g, MOE_RANK_GROUP_PIPELINE, 1, 2, (int[]){3, 11});
     check_group(&g, MOE_RANK_GROUP_STAGE, 3, 8, (int[]){8, 9, 10, 11, 12, 13, 14, 15});
@@ -246,7 +247,8 @@ static void test_print(void) {
     rewind(f);
     if (!fgets(got, sizeof got, f)) got[0] = 0;
     fclose(f);
-    const char *want = "grid: 8 ranks = pp 2 x (tp 1 x dp 4 | ep 2 x edp 2); rank 5: stage 1, tp 0, dp 1, ep 1, edp 0\n";
+    const char *want =
+        "grid: 8 ranks = pp 2 x (tp 1 x dp 4 | ep 2 x edp 2); rank 5: stage 1, tp 0, dp 1, ep 1, edp 0\n";
     CHECK(!strcmp(got, want), "printed \"%s\", want \"%s\"", got, want);
     fputs(got, stdout);
 }

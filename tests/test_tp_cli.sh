@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # test_tp_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train --tp (issue 28: tensor parallelism with
-# sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention
-# (4 heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks
-# (tp 2), on 4 ranks (tp 2 x ep 2; tp 4) and 4 ranks tp 2 with 2 kv heads: every step's loss and the validation loss
-# (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole
-# Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers)
-# and the text sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of
-# tp 2, and a model with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4 checkpoint
-# resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The
-# check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses. What --tp does not combine with
-# yet, and shapes it cannot split, are refused up front with the reason.
+# sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention (4
+# heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp 2),
+# on 4 ranks (tp 2 x ep 2; tp 4) and 4 ranks tp 2 with 2 kv heads: every step's loss and the validation loss (printed
+# with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole Hugging Face
+# tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers) and the text
+# sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of tp 2, and a model
+# with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4 checkpoint resumed
+# at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The check can fail: --tp 2 --tp-shards 2
+# (Megatron's plain split) gives other losses. What --tp does not combine with yet, and shapes it cannot split, are
+# refused up front with the reason.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 32 --heads 4 --kv-heads 4 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8

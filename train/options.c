@@ -90,8 +90,9 @@ static const opt_spec kOptions[] = {
      "the bubble by V; bitwise the same results",
      OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, RUN},
     {"--tp", "tensor-parallel ranks (Megatron's, with sequence parallelism): groups of --tp consecutive ranks read the "
-     "same sequences; q/k/v and a dense FFN's gate/up are column-, o_proj and down row-parallel (a rank holds --heads / "
-     "--tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power of two "
+     "same sequences; q/k/v and a dense FFN's gate/up are column-, o_proj and down row-parallel (a rank holds "
+     "--heads / --tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power "
+     "of two "
      "dividing the ranks of a stage, --heads, --kv-heads and --seq-len. Bitwise the same as --tp 1 with the same "
      "--tp-shards; checkpoints hold whole tensors (any --tp resumes them). Not yet with --zero 2, --verify-steps or "
      "--device cuda", OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
