@@ -51,6 +51,16 @@ moe_status moe_comm_allgatherv_bytes(moe_comm *c, const void *send, size_t send_
     TIMED(c, MOE_EXCHANGE_ROUTING, c->ops->allgatherv_bytes(c, send, send_nbytes, recv, recv_nbytes));
 }
 
+moe_status moe_comm_allgather_bytes(moe_comm *c, const void *send, size_t nbytes, void *recv) {
+    const int W = moe_comm_size(c);
+    size_t *each = malloc((size_t)W * sizeof *each);
+    if (!each) return MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < W; p++) each[p] = nbytes;
+    const moe_status st = moe_comm_allgatherv_bytes(c, send, nbytes, recv, each);
+    free(each);
+    return st;
+}
+
 moe_status moe_comm_allreduce_sum_real(moe_comm *c, moe_real *buf, size_t count) {
     TIMED(c, MOE_EXCHANGE_ALLREDUCE, c->ops->allreduce_sum_real(c, buf, count));
 }

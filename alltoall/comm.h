@@ -41,6 +41,8 @@ moe_status moe_comm_alltoallv_host_rows(moe_comm *c, const void *send, const int
 /* recv = every rank's send, concatenated in rank order; recv_nbytes[p] is what rank p sends. */
 moe_status moe_comm_allgatherv_bytes(moe_comm *c, const void *send, size_t send_nbytes, void *recv,
                                      const size_t *recv_nbytes);
+/* The same when every rank sends nbytes: recv holds size x nbytes (host memory, as allgatherv_bytes). */
+moe_status moe_comm_allgather_bytes(moe_comm *c, const void *send, size_t nbytes, void *recv);
 /* Sums over the ranks, in place (allreduce_sum_real on payload memory), in the transport library's order
  * (MPI_Allreduce, ncclAllReduce): repeatable on one layout, not across world sizes. */
 moe_status moe_comm_allreduce_sum_real(moe_comm *c, moe_real *buf, size_t count);

@@ -165,17 +165,14 @@ static moe_status fetch(const moe_checkpoint_run *run, const moe__ckpt_table *ta
     const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
     if (t->split == MOE_SPLIT_NONE) return fetch_local(run, t, s->moment[k], buf);
     moe_real *mine = malloc(t->local_count * sizeof(moe_real)), *blocks = malloc(t->count * sizeof(moe_real));
-    size_t *nbytes = calloc((size_t)t->parts, sizeof(size_t));
-    moe_status st = mine && blocks && nbytes ? fetch_local(run, t, s->moment[k], mine) : MOE_ERR_OUT_OF_MEMORY;
-    for (int p = 0; p < t->parts; p++) nbytes[p] = t->local_count * sizeof(moe_real);
+    moe_status st = mine && blocks ? fetch_local(run, t, s->moment[k], mine) : MOE_ERR_OUT_OF_MEMORY;
     /* every rank of the group takes part, failed or not (the others would wait) */
-    moe_status got = mine && blocks && nbytes
-                         ? moe_comm_allgatherv_bytes(moe_parallel_tensor(run->par), mine,
-                                                     t->local_count * sizeof(moe_real), blocks, nbytes)
-                         : MOE_ERR_OUT_OF_MEMORY;
+    moe_status got = mine && blocks ? moe_comm_allgather_bytes(moe_parallel_tensor(run->par), mine,
+                                                               t->local_count * sizeof(moe_real), blocks)
+                                    : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = got;
     if (st == MOE_OK) moe__ckpt_whole_from_blocks(t, blocks, buf);
-    free(mine), free(blocks), free(nbytes);
+    free(mine), free(blocks);
     return st;
 }
 

@@ -91,7 +91,6 @@ struct moe_model {
     moe_tp_linear tpl;
     moe_shard_grads tp_grads;
     int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
-    size_t *slice_nbytes;      /* [tp]: what each rank of the group gives a gather (gather_slices) */
     moe_tp_cross_entropy vocab_ce; /* with pieces: the head's loss over the vocabulary's pieces (vocab_head_*) */
     moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
 };
@@ -512,7 +511,6 @@ static moe_status init_tensor_parallel(moe_model *m) {
     MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                moe_model_tp_pieces(&m->cfg)));
     m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
-    if (!(m->slice_nbytes = calloc((size_t)m->tp, sizeof(size_t)))) return MOE_ERR_OUT_OF_MEMORY;
     MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                       moe_model_tp_pieces(&m->cfg)));
     int dense_layers = 0;
@@ -689,7 +687,7 @@ void moe_model_destroy(moe_model *m) {
     for (int i = 0; i < SCRATCH_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
     moe_runtime_destroy(m->owned_rt);
     free(m->passes);
-    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors), free(m->slice_nbytes);
+    free(m->p.layers), free(m->g.layers), free(m->c.layers), free(m->tensors);
     free(m);
 }
 
@@ -834,9 +832,8 @@ static size_t slice_first(const moe_model *m, int T) { return (size_t)m->tp_rank
 
 /* The tensor group's T rows of `width` values from each rank's slice (an all-gather in rank order: exact). */
 static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int width, moe_real *whole) {
-    const size_t each = (size_t)(T / m->tp) * width * sizeof(moe_real);
-    for (int p = 0; p < m->tp; p++) m->slice_nbytes[p] = each;
-    return moe_comm_allgatherv_bytes(moe_parallel_tensor(m->par), slice, each, whole, m->slice_nbytes);
+    return moe_comm_allgather_bytes(moe_parallel_tensor(m->par), slice, (size_t)(T / m->tp) * width * sizeof(moe_real),
+                                    whole);
 }
 
 /* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =
@@ -970,11 +967,8 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 static moe_status embed(moe_model *m, const int *tokens, int T) {
     const int d = m->cfg.d_model, V = m->cfg.vocab_size, Ts = T / m->tp;
     model_pass *P = m->P;
-    if (m->tp == 1) {
-        MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
-        return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
-    }
     MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
+    if (m->tp == 1) return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
     MOE_TRY(m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, m->tp_rank * (V / m->tp),
                                         V / m->tp, m->tmp));
     MOE_TRY(moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->tmp, (size_t)T * d));

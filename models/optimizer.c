@@ -163,9 +163,8 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
         widest = per > widest ? per : widest;
     }
     double *mine = calloc(n + 1, sizeof(double)), *all = calloc((size_t)tp * n + 1, sizeof(double));
-    size_t *nbytes = calloc(tp, sizeof(size_t));
     moe_real *scratch = NULL;
-    moe_status st = mine && all && nbytes ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = mine && all ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = moe_runtime_alloc(moe_model_runtime(m), (widest ? widest : 1) * sizeof(moe_real),
                                              (void **)&scratch);
     const moe_real *g = moe_model_grads(m);
@@ -185,8 +184,7 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
             if (st == MOE_OK) st = atoms_of(m, scratch, rows * w, mine, &k);
         }
     }
-    for (int r = 0; r < tp && st == MOE_OK; r++) nbytes[r] = n * sizeof(double);
-    if (st == MOE_OK) st = moe_comm_allgatherv_bytes(group, mine, n * sizeof(double), all, nbytes);
+    if (st == MOE_OK) st = moe_comm_allgather_bytes(group, mine, n * sizeof(double), all);
     *out = (chunk_terms){.terms = calloc((size_t)tp * n + 1, sizeof(double))};
     if (st == MOE_OK && !out->terms) st = MOE_ERR_OUT_OF_MEMORY;
     size_t at = 0; /* the tensor's first term in each rank's list */
@@ -200,7 +198,7 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
         at += terms;
     }
     moe_runtime_free(moe_model_runtime(m), scratch);
-    free(mine), free(all), free(nbytes);
+    free(mine), free(all);
     if (st != MOE_OK) free(out->terms), out->terms = NULL;
     return st;
 }

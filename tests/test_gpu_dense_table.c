@@ -3,10 +3,12 @@
  * models/model.c calls them. Three table configurations: fp32 without row blocks, fp32 with them
  * (layout_invariant), bf16 precision with them; two shapes: 2 sequences of 37 tokens (74 rows: a full row block and
  * a padded one) with GQA (4 query heads, 2 kv heads), and a single token.
- *   bitwise:        embedding forward and backward, add, scale, round_bf16, find_nonfinite (the exact index)
+ *   bitwise:        embedding forward and backward (the whole vocabulary and a block of it), add, scale, round_bf16,
+ *                   find_nonfinite (the exact index)
  *   per-op rows of tests/test_tolerance.c: RMSNorm, linear (all three products, beta 0 and 1), RoPE, attention
  *                   (materialized; fused also at 2 sequences of 150 tokens),
- *                   the dense SwiGLU, cross-entropy, AdamW, the sum of squares; "f32" or "bf16" by precision
+ *                   the dense SwiGLU (and its elementwise part alone), cross-entropy, AdamW, the sum of squares; "f32"
+ *                   or "bf16" by precision
  *   every entry:    a second GPU run from the same start gives the same bits (no atomics)
  *   layout_invariant: a linear product over the first 10 rows gives those rows the bits of the 74-row product (a
  *                   padded block against a full one)
@@ -388,6 +390,36 @@ static moe_status run_swiglu_backward(tables *t, int side, void *c) {
                                          AT(side, f->dy), AT(side, f->dx));
 }
 
+/* the elementwise part alone (a tensor-parallel dense FFN's, models/model.c): act from h1, h3; dh1 (dact on entry),
+ * dh3 */
+typedef struct {
+    size_t n;
+    pair *h1, *h3, *act, *dh1, *dh3;
+} swiglu_act_ctx;
+
+static moe_status run_swiglu_act_forward(tables *t, int side, void *c) {
+    swiglu_act_ctx *f = c;
+    return t->ops[side]->swiglu_act_forward(t->state[side], AT(side, f->h1), AT(side, f->h3), f->n, AT(side, f->act));
+}
+
+static moe_status run_swiglu_act_backward(tables *t, int side, void *c) {
+    swiglu_act_ctx *f = c;
+    return t->ops[side]->swiglu_act_backward(t->state[side], AT(side, f->h1), AT(side, f->h3), f->n, AT(side, f->dh1),
+                                             AT(side, f->dh3));
+}
+
+static void test_swiglu_act(tables *t, const char *label, size_t n) {
+    pair h1 = pair_random(t, n, 2), h3 = pair_random(t, n, 1), act = pair_random(t, n, 1);
+    pair dh1 = pair_random(t, n, 1), dh3 = pair_random(t, n, 1);
+    swiglu_act_ctx f = {n, &h1, &h3, &act, &dh1, &dh3};
+    check_entry(t, label, run_swiglu_act_forward, &f, &(output){&act, "swiglu act alone", "dense swiglu", 0}, 1);
+    const output bwd[] = {{&dh1, "swiglu act backward dh1 (in place)", "dense swiglu backward", 1},
+                          {&dh3, "swiglu act backward dh3", "dense swiglu backward", 0}};
+    check_entry(t, label, run_swiglu_act_backward, &f, bwd, 2);
+    pair *all[] = {&h1, &h3, &act, &dh1, &dh3};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(t, all[i]);
+}
+
 static void test_swiglu(tables *t, const char *label, int T, int d, int d_ff) {
     const size_t nw = (size_t)d_ff * d, nx = (size_t)T * d, nf = (size_t)T * d_ff;
     pair w1 = pair_weight(t, nw, 0.3), w2 = pair_weight(t, nw, 0.3), w3 = pair_weight(t, nw, 0.3);
@@ -534,6 +566,7 @@ static void test_configuration(moe_runtime *cpu_rt, moe_runtime *gpu_rt, moe_pre
     test_attention_fused(&t, label, m->num_seqs, m->S, m->H, m->KV, hd);
     test_attention_fused(&t, label, 2, 150, m->H, m->KV, hd); /* several tiles of keys and of rows, and tails */
     test_swiglu(&t, label, T, m->d, m->d_ff);
+    test_swiglu_act(&t, label, (size_t)T * m->d_ff);
     test_cross_entropy(&t, label, T, m->V);
     test_vectors(&t, label, (size_t)100003);
     t.ops[CPU_SIDE]->destroy(t.state[CPU_SIDE]);

@@ -55,12 +55,8 @@ static moe_status global_max(moe_tp_cross_entropy *ce, const moe_real *logits, i
         ce->max[t] = max;
     }
     if (ce->tp == 1) return MOE_OK;
-    size_t nbytes[64];
-    if (ce->tp > (int)(sizeof nbytes / sizeof *nbytes))
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "a tensor-parallel group of %d ranks (at most 64)", ce->tp);
-    for (int r = 0; r < ce->tp; r++) nbytes[r] = (size_t)T * sizeof(moe_real);
     moe_real *all = (moe_real *)ce->gathered; /* [tp][T] */
-    MOE_TRY(moe_comm_allgatherv_bytes(ce->group, ce->max, (size_t)T * sizeof(moe_real), all, nbytes));
+    MOE_TRY(moe_comm_allgather_bytes(ce->group, ce->max, (size_t)T * sizeof(moe_real), all));
     for (int t = 0; t < T; t++)
         for (int r = 0; r < ce->tp; r++) ce->max[t] = all[(size_t)r * T + t] > ce->max[t] ? all[(size_t)r * T + t]
                                                                                          : ce->max[t];

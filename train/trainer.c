@@ -650,19 +650,17 @@ static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *l
     const int tp = moe_model_tp_size(&t->opt.model), S = t->opt.model.seq_len, w = t->opt.model.vocab_size / tp;
     const size_t each = (size_t)S * w * sizeof(moe_real);
     moe_real *block = tp > 1 ? malloc(each) : logits, *blocks = tp > 1 ? malloc(each * tp) : NULL;
-    size_t *parts = tp > 1 ? calloc((size_t)tp, sizeof(size_t)) : NULL;
-    if (tp > 1 && (!block || !blocks || !parts)) return free(block), free(blocks), free(parts), MOE_ERR_OUT_OF_MEMORY;
+    if (tp > 1 && (!block || !blocks)) return free(block), free(blocks), MOE_ERR_OUT_OF_MEMORY;
     moe_status fst = moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, block);
     if (tp > 1) {
-        for (int p = 0; p < tp; p++) parts[p] = each;
         /* every rank of the group takes part, failed or not */
-        const moe_status gathered = moe_comm_allgatherv_bytes(moe_parallel_tensor(t->par), block, each, blocks, parts);
+        const moe_status gathered = moe_comm_allgather_bytes(moe_parallel_tensor(t->par), block, each, blocks);
         if (fst == MOE_OK) fst = gathered;
         for (int p = 0; fst == MOE_OK && p < tp; p++) /* block p: columns [p w, (p + 1) w) of every position */
             for (int i = 0; i < S; i++)
                 memcpy(logits + (size_t)i * w * tp + (size_t)p * w, blocks + ((size_t)p * S + i) * w,
                        w * sizeof(moe_real));
-        free(block), free(blocks), free(parts);
+        free(block), free(blocks);
     }
     MOE_TRY(fst);
     moe_comm *pipeline = moe_parallel_pipeline(t->par);
