@@ -23,17 +23,18 @@ _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 para
 
 /* ---- the tensors of a model, in file order ---------------------------------------------------- */
 
-/* A tensor of the files; a tensor-parallel one (split: its rows or cols are this rank's block of tp) whole. */
+/* A tensor of the files; a tensor-parallel one (split: its rows or cols are this rank's block, `part` of `parts`)
+ * whole. */
 static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, int stage,
-                long local_offset, moe_tensor_split split, int tp, int tp_rank) {
+                long local_offset, moe_tensor_split split, int parts, int part) {
     moe__ckpt_tensor *t = &tab->t[tab->count++];
     const size_t local_count = (size_t)rows * (cols ? cols : 1);
-    if (split == MOE_SPLIT_NONE) tp = 1, tp_rank = 0;
-    rows *= split == MOE_SPLIT_ROWS ? tp : 1;
-    cols *= split == MOE_SPLIT_COLS ? tp : 1;
+    if (split == MOE_SPLIT_NONE) parts = 1, part = 0;
+    rows *= split == MOE_SPLIT_ROWS ? parts : 1;
+    cols *= split == MOE_SPLIT_COLS ? parts : 1;
     *t = (moe__ckpt_tensor){.ndim = ndim, .shape = {rows, cols}, .count = (size_t)rows * (cols ? cols : 1),
                             .expert = expert, .stage = stage, .local_offset = local_offset, .split = split,
-                            .parts = tp, .part = tp_rank, .local_count = local_count};
+                            .parts = parts, .part = part, .local_count = local_count};
     snprintf(t->name, sizeof t->name, "%s", name);
 }
 
@@ -80,8 +81,9 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
                 if (t->layer != layer || !t->experts != !experts) continue;
                 const int stage = moe_model_pipeline_stage_of(c, run->ranks.pp_size, moe_model_stage_of(m)->chunks, layer);
                 if (!experts) {
-                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i], t->split, run->ranks.tp_size,
-                        run->ranks.tp_rank);
+                    const int tp = run->ranks.tp_size > 1 ? run->ranks.tp_size : 1;
+                    add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i], t->split, t->parts,
+                        moe_model_tensor_part(t, tp, run->ranks.tp_rank));
                     continue;
                 }
                 const size_t per_expert = (size_t)t->rows * t->cols;

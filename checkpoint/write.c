@@ -164,13 +164,16 @@ static moe_status fetch(const moe_checkpoint_run *run, const moe__ckpt_table *ta
     }
     const moe__ckpt_tensor *t = &tab->t[s->tensor[k]];
     if (t->split == MOE_SPLIT_NONE) return fetch_local(run, t, s->moment[k], buf);
-    moe_real *mine = malloc(t->local_count * sizeof(moe_real)), *blocks = malloc(t->count * sizeof(moe_real));
+    moe_comm *group = moe_parallel_tensor(run->par);
+    const size_t copies = (size_t)moe_comm_size(group) / t->parts, n = t->local_count; /* ranks holding each block */
+    moe_real *mine = malloc(n * sizeof(moe_real)), *blocks = malloc(copies * t->count * sizeof(moe_real));
     moe_status st = mine && blocks ? fetch_local(run, t, s->moment[k], mine) : MOE_ERR_OUT_OF_MEMORY;
     /* every rank of the group takes part, failed or not (the others would wait) */
-    moe_status got = mine && blocks ? moe_comm_allgather_bytes(moe_parallel_tensor(run->par), mine,
-                                                               t->local_count * sizeof(moe_real), blocks)
+    moe_status got = mine && blocks ? moe_comm_allgather_bytes(group, mine, n * sizeof(moe_real), blocks)
                                     : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = got;
+    for (size_t p = 1; p < (size_t)t->parts && st == MOE_OK && copies > 1; p++) /* block p: from rank p x copies */
+        memmove(blocks + p * n, blocks + p * copies * n, n * sizeof(moe_real));
     if (st == MOE_OK) moe__ckpt_whole_from_blocks(t, blocks, buf);
     free(mine), free(blocks);
     return st;

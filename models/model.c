@@ -93,6 +93,12 @@ struct moe_model {
     int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
     moe_tp_cross_entropy vocab_ce; /* with pieces: the head's loss over the vocabulary's pieces (vocab_head_*) */
     moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
+    /* grouped-query attention in pieces (model.h): k_proj and v_proj in kv_blocks blocks over the group; the rank's
+     * kv_heads kv heads, which attention reads kv_copies times each; their products (&tpl, or kv_block_linear when
+     * kv_blocks < tp: the rank's block, no sums); the tree that adds a head's copies' gradients */
+    int kv_blocks, kv_heads, kv_copies;
+    moe_tp_linear kv_block_linear, *kv_linear;
+    moe_shard_tree kv_tree;
 };
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
@@ -100,12 +106,14 @@ struct moe_model {
 /* The shape symbols of model.h's tensor lists. */
 typedef struct {
     long d, A, B, F, E;
+    long BK; /* model_activations.h's */
 } dims;
 
 static dims dims_of(const moe_model *m) {
     const moe_model_config *c = &m->cfg;
-    return (dims){c->d_model, (long)c->num_heads * m->head_dim, (long)c->num_kv_heads * m->head_dim, c->d_ff,
-                  c->moe.num_experts};
+    const long B = (long)c->num_kv_heads * m->head_dim;
+    return (dims){c->d_model, (long)c->num_heads * m->head_dim, B, c->d_ff, c->moe.num_experts,
+                  B * moe_model_kv_chunks(c)};
 }
 
 /* The chunk that holds `layer` (-1, the embedding: chunk 0; num_layers, the final norm and lm_head: the last chunk),
@@ -132,15 +140,19 @@ static int next_layer(const moe_model *m, int *c, int l) {
  * counts. */
 static void put(moe_model *m, size_t *cursor, int index, int replica, int layer, int experts, long rows, long cols,
                 moe_tensor_kind kind, moe_tensor_split split, const char *name) {
-    const int tp = moe_model_tp_size(&m->cfg); /* this rank's block of a split tensor */
-    rows /= split == MOE_SPLIT_ROWS ? tp : 1;
-    cols /= split == MOE_SPLIT_COLS ? tp : 1;
+    /* this rank's block of a split tensor */
+    const int parts = split == MOE_SPLIT_NONE      ? 1
+                      : split == MOE_SPLIT_KV_ROWS ? moe_model_kv_blocks(&m->cfg)
+                                                   : moe_model_tp_size(&m->cfg);
+    split = split == MOE_SPLIT_KV_ROWS ? MOE_SPLIT_ROWS : split;
+    rows /= split == MOE_SPLIT_ROWS ? parts : 1;
+    cols /= split == MOE_SPLIT_COLS ? parts : 1;
     const size_t count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
     if (m->tensors) {
         moe_model_tensor *t = &m->tensors[m->num_tensors++];
         *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
-                                .split = split, .offset = *cursor, .count = count, .kind = kind, .index = index,
-                                .replica = replica};
+                                .split = split, .parts = parts, .offset = *cursor, .count = count, .kind = kind,
+                                .index = index, .replica = replica};
         snprintf(t->name, sizeof t->name, "%s", name);
     }
     *cursor += count;
@@ -317,7 +329,7 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const moe_model_config *c = &m->cfg;
     const dims D = dims_of(m);
     const size_t tp = (size_t)moe_model_tp_size(c), TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
-                 S = c->seq_len, A = D.A, B = D.B; /* T: this rank's slice (model_activations.h) */
+                 S = c->seq_len, A = D.A, BK = D.BK; /* T: this rank's slice (model_activations.h) */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.F;
     const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) / tp;
 #define LAYER_NBYTES(name, count, rebuilt_from) (count) * sizeof(moe_real),
@@ -331,7 +343,8 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
 static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFFERS], size_t scratch[SCRATCH_BUFFERS]) {
     const dims D = dims_of(m);
     const size_t TG = (size_t)m->max_seqs * m->cfg.seq_len, T = TG / moe_model_tp_size(&m->cfg), d = D.d, A = D.A,
-                 B = D.B, V = m->cfg.vocab_size;
+                 BK = D.BK, V = m->cfg.vocab_size;
+    const size_t KVG = moe_model_kv_blocks(&m->cfg) < moe_model_tp_size(&m->cfg) ? TG * D.B : 0;
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
     const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};
@@ -500,6 +513,27 @@ static moe_status init_shard_grads(moe_model *m) {
                                 moe_shard_grads_max_count(&m->cfg));
 }
 
+static moe_status model_add(void *ctx, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    moe_model *m = ctx;
+    return m->dense->add(m->ops_state, a, b, n, y);
+}
+
+/* Grouped-query attention in pieces (model.h): the rank's kv heads, their copies, the products of k_proj and v_proj. */
+static moe_status init_kv_heads(moe_model *m) {
+    const int S = moe_model_tp_pieces(&m->cfg);
+    m->kv_blocks = moe_model_kv_blocks(&m->cfg);
+    m->kv_heads = m->cfg.num_kv_heads / m->kv_blocks;
+    m->kv_copies = moe_model_kv_chunks(&m->cfg) * m->kv_blocks / m->tp;
+    m->kv_linear = &m->tpl;
+    if (m->kv_blocks < m->tp) {
+        MOE_TRY(moe_tp_linear_init_block(&m->kv_block_linear, m->rt, m->ops_state, S, m->kv_blocks,
+                                         m->tp_rank / (m->tp / m->kv_blocks)));
+        m->kv_linear = &m->kv_block_linear;
+    }
+    const size_t heads = (size_t)m->max_seqs * m->cfg.seq_len * m->kv_heads * m->head_dim; /* [TG, kv_heads hd] */
+    return moe_shard_tree_init(&m->kv_tree, m->rt, model_add, m, m->kv_copies, m->kv_copies > 1 ? heads : 0);
+}
+
 /* Tensor parallelism (model.h): the layout's tensor group, its products in fixed pieces, and the shard tree of the
  * pieces' weight gradients over the group's rows (tp x local_shards shards), sized for the largest piece held. */
 static moe_status init_tensor_parallel(moe_model *m) {
@@ -513,6 +547,7 @@ static moe_status init_tensor_parallel(moe_model *m) {
     m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
     MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                       moe_model_tp_pieces(&m->cfg)));
+    MOE_TRY(init_kv_heads(m));
     int dense_layers = 0;
     for (int l = 0; l < m->cfg.num_layers; l++)
         dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
@@ -673,6 +708,8 @@ void moe_model_destroy(moe_model *m) {
     moe_shard_grads_free(&m->shard_grads);
     moe_shard_grads_free(&m->tp_grads);
     moe_tp_linear_free(&m->tpl);
+    moe_tp_linear_free(&m->kv_block_linear);
+    moe_shard_tree_free(&m->kv_tree);
     moe_tp_cross_entropy_free(&m->vocab_ce);
     moe_zero_grads_free(&m->zero_grads);
     moe_zero_layout_free(&m->zero);
@@ -836,13 +873,84 @@ static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int 
                                     whole);
 }
 
+/* Grouped-query attention in pieces (model.h): attention's k or v, each of the rank's kv heads kv_copies times in a
+ * row ([T, kv_heads x kv_copies heads]), from the heads' [T, kv_heads heads]. */
+static moe_status copy_kv_heads(moe_model *m, const moe_real *heads, int T, moe_real *copies) {
+    const int n = m->kv_heads, c = m->kv_copies;
+    const size_t hd = (size_t)m->head_dim, row = hd * sizeof(moe_real);
+    for (int h = 0; h < n; h++)
+        for (int j = 0; j < c; j++)
+            MOE_TRY(moe_runtime_copy_2d(m->rt, copies + (size_t)(h * c + j) * hd, n * c * row, heads + h * hd, n * row,
+                                        row, (size_t)T));
+    return MOE_OK;
+}
+
+/* Its backward's first part: the gradient of the rank's kv heads from attention's gradient of their copies (dkv),
+ * each head's copies added in the fixed tree (leaf j holds copy j of every head), overwriting dkv's start
+ * ([T, kv_heads heads]). */
+static moe_status sum_kv_copies(moe_model *m, int T, moe_real *dkv) {
+    const int n = m->kv_heads, c = m->kv_copies;
+    if (c == 1) return MOE_OK;
+    const size_t hd = (size_t)m->head_dim, row = hd * sizeof(moe_real);
+    MOE_TRY(moe_shard_tree_begin(&m->kv_tree, (size_t)T * n * hd));
+    for (int j = 0; j < c; j++) {
+        moe_real *leaf;
+        MOE_TRY(moe_shard_tree_leaf_raw(&m->kv_tree, &leaf));
+        for (int h = 0; h < n; h++)
+            MOE_TRY(moe_runtime_copy_2d(m->rt, leaf + h * hd, n * row, dkv + (size_t)(h * c + j) * hd, n * c * row,
+                                        row, (size_t)T));
+        MOE_TRY(moe_shard_tree_push(&m->kv_tree));
+    }
+    return moe_shard_tree_copy_to(&m->kv_tree, dkv);
+}
+
+/* With fewer kv heads than tp the tree goes on over the ranks that share the head: into m->kv_group [T, B], whole on
+ * every rank, each rank's head at its columns and -0.0 elsewhere (x + -0.0 = x for every x: each column is its
+ * sharers' sum, exactly), added over the group in its fixed tree. */
+static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
+    const size_t hd = (size_t)m->head_dim, B = (size_t)m->cfg.num_kv_heads * hd, n = (size_t)T * B;
+    const size_t h = (size_t)(m->tp_rank / (m->tp / m->kv_blocks));
+    MOE_TRY(moe_runtime_zero(m->rt, m->kv_group, n * sizeof(moe_real)));
+    MOE_TRY(m->dense->scale(m->ops_state, m->kv_group, n, -1.0)); /* -0.0 */
+    MOE_TRY(moe_runtime_copy_2d(m->rt, m->kv_group + h * hd, B * sizeof(moe_real), head, hd * sizeof(moe_real),
+                                hd * sizeof(moe_real), (size_t)T));
+    return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
+}
+
+/* k's or v's part of layer l's attention backward, from attention's gradient of the copies (dkv: m->dk or m->dv):
+ * the rank's kv heads' gradient, RoPE's backward (k), the gradient of the rank's block of W (k_proj or v_proj), and
+ * the input gradient added into m->dln. */
+static moe_status kv_backward(moe_model *m, int l, moe_real *dkv, int rope, const moe_real *W, moe_real *dW) {
+    const moe_model_config *c = &m->cfg;
+    const int S = c->seq_len, seqs = m->P->num_seqs, T = seqs * S, d = c->d_model, hd = m->head_dim,
+              B = c->num_kv_heads * hd;
+    const moe_real *ln1 = m->P->acts[l].ln1;
+    MOE_TRY(sum_kv_copies(m, T, dkv));
+    if (m->kv_blocks == m->tp) {
+        if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
+        MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
+        return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
+    }
+    /* from the group's whole gradient: the rank's head for its block's weight gradient, then columns [tp_rank w,
+     * +w) (w = B / tp) for its part of the plain split's input gradient, with the block's matching rows */
+    MOE_TRY(sum_kv_over_group(m, T, dkv));
+    if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, c->rope_theta));
+    const int sharing = m->tp / m->kv_blocks, w = B / m->tp;
+    const size_t pitch = (size_t)B * sizeof(moe_real), hb = (size_t)hd * sizeof(moe_real), wb = w * sizeof(moe_real);
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->tp_rank / sharing) * hd, pitch, hb,
+                                (size_t)T));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, ln1, d, B, dW));
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, m->kv_group + (size_t)m->tp_rank * w, pitch, wb, (size_t)T));
+    return moe_tp_column_backward_input(&m->tpl, dkv, W + (size_t)(m->tp_rank % sharing) * w * d, T, d, B, 1, m->dln);
+}
+
 /* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =
  * rmsnorm(resid[l]) on this rank's slice, gathered over the group at tp > 1; q, k, v of this rank's heads (all of them
  * at tp 1) with RoPE; attention into attn_y (its statistics or probabilities in att). */
 static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = num_seqs * S, Ts = T / m->tp, d = c->d_model, H = c->num_heads / m->tp,
-              KV = c->num_kv_heads / m->tp, hd = m->head_dim, A = c->num_heads * hd, B = c->num_kv_heads * hd;
+              KV = m->kv_heads, hd = m->head_dim, A = c->num_heads * hd, B = c->num_kv_heads * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     const moe_model_layer_params *w = &m->c.layers[l];
@@ -851,18 +959,25 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, ln1_slice, a->rstd1));
     MOE_TRY(watch(m, ln1_slice, (size_t)Ts * d, "layer %d: the attention norm's output", l));
     if (m->tp > 1) MOE_TRY(gather_slices(m, ln1_slice, T, d, a->ln1));
+    /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
+    moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
     MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wq, T, d, A, a->q));
-    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wk, T, d, B, a->k));
-    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wv, T, d, B, a->v));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, a->ln1, w->wk, T, d, B, k));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, a->ln1, w->wv, T, d, B, v));
     MOE_TRY(watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
-    MOE_TRY(watch(m, a->k, (size_t)T * KV * hd, "layer %d: k", l));
-    MOE_TRY(watch(m, a->v, (size_t)T * KV * hd, "layer %d: v", l));
+    MOE_TRY(watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
+    MOE_TRY(watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
     MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
-    MOE_TRY(dense->rope_forward(s, a->k, num_seqs, S, KV, hd, c->rope_theta));
+    MOE_TRY(dense->rope_forward(s, k, num_seqs, S, KV, hd, c->rope_theta));
+    if (m->kv_copies > 1) {
+        MOE_TRY(copy_kv_heads(m, k, T, a->k));
+        MOE_TRY(copy_kv_heads(m, v, T, a->v));
+    }
+    const int KVC = KV * m->kv_copies; /* the kv heads attention reads */
     if (c->attention == MOE_ATTENTION_FUSED)
-        MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
     else
-        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y));
+        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
     return watch(m, a->attn_y, (size_t)T * H * hd, "layer %d: the attention output", l);
 }
 
@@ -1125,8 +1240,7 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     if (!heads && !dy) return MOE_ERR_INVALID_ARG;
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = P->num_seqs * S, Ts = T / m->tp, d = c->d_model, V = c->vocab_size,
-              H = c->num_heads / m->tp, KV = c->num_kv_heads / m->tp, hd = m->head_dim, A = c->num_heads * hd,
-              B = c->num_kv_heads * hd;
+              H = c->num_heads / m->tp, KVC = m->kv_heads * m->kv_copies, hd = m->head_dim, A = c->num_heads * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     moe_shard_grads *sg = &m->shard_grads; /* the weight gradients: per shard, or over all rows, of this rank's slice */
@@ -1173,18 +1287,15 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(moe_tp_row_backward_input(&m->tpl, dout, w->wo, T, A, d, 0, m->dattn));
         if (c->attention == MOE_ATTENTION_FUSED)
             MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, P->num_seqs, S, H,
-                                                    KV, hd, m->dq, m->dk, m->dv));
+                                                    KVC, hd, m->dq, m->dk, m->dv));
         else
-            MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KV, hd, m->dq,
+            MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KVC, hd, m->dq,
                                               m->dk, m->dv));
         MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
-        MOE_TRY(dense->rope_backward(s, m->dk, P->num_seqs, S, KV, hd, c->rope_theta));
         MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, a->ln1, d, A, gw->wq));
-        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dk, a->ln1, d, B, gw->wk));
-        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dv, a->ln1, d, B, gw->wv));
         MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
-        MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dk, w->wk, T, d, B, 1, m->dln));
-        MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dv, w->wv, T, d, B, 1, m->dln));
+        MOE_TRY(kv_backward(m, l, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
+        MOE_TRY(kv_backward(m, l, m->dv, 0, w->wv, gw->wv));
         MOE_TRY(watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,
                                         gw->attn_norm));

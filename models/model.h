@@ -40,7 +40,7 @@ typedef struct {
                            update (models/zero.h); 2 also keeps no whole gradient (models/zero_grads.h) and needs
                            moe.num_shards > 0 */
     int tp;             /* tensor-parallel ranks (not in config.json; the layout's, as moe.ep_size): 1, or a power of
-                           two dividing H and KV; see "Tensor parallelism" below                 */
+                           two dividing H, and dividing KV or a multiple of it; see "Tensor parallelism" below */
     int tp_shards;      /* S, the fixed pieces of tp/linear.h (--tp-shards): 0 means tp; else a power of two that tp
                            divides and that divides H * head_dim and KV * head_dim. The same S gives the same bits at
                            any tp                                                               */
@@ -58,8 +58,19 @@ typedef struct {
  * group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over the
  * slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
  * columns' (models/model_activations.h), but for ln1, a dense FFN's ln2 and the final norm's output, kept gathered,
- * and two [T, d] scratch buffers. Not yet: kv heads fewer than tp, ZeRO-2 (ZeRO-1 shards the dense state over the
- * data-parallel group, whose members hold the same blocks). */
+ * and two [T, d] scratch buffers. Not yet: ZeRO-2 (ZeRO-1 shards the dense state over the data-parallel group, whose
+ * members hold the same blocks).
+ *
+ * Grouped-query attention: a kv head's gradients of k and v are sums over its G = H/KV query heads, which the attention
+ * kernel adds in head order. When the pieces allow a tp above KV (P, the largest power of two dividing S and H, above
+ * KV and a multiple of it), those sums are formed in the fixed tree instead, so that ranks holding different query
+ * heads of one kv head give the same bits: the query heads are cut into C = P/KV chunks (moe_model_kv_chunks),
+ * attention reads one copy of k and v per chunk (a rank's kv heads repeated C x KV / tp times: the same values, so the
+ * forward is unchanged), and the copies' gradients are added in the tree, locally and then over the ranks sharing the
+ * kv head, before RoPE's backward. With tp > KV (tp a multiple of KV) each rank holds its query heads' one kv head:
+ * k_proj and v_proj are KV blocks (moe_model_kv_blocks), each held by tp/KV consecutive ranks, which compute the same
+ * gradient of it; their input gradients are the plain split's (rank r: rows [r B/tp, (r+1) B/tp)), and the norm and
+ * the checkpoints count each block once. */
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */
@@ -74,6 +85,11 @@ int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
 /* cfg->tp with 0 read as 1; cfg->tp_shards with 0 read as that tp. */
 int moe_model_tp_size(const moe_model_config *cfg);
 int moe_model_tp_pieces(const moe_model_config *cfg);
+/* Grouped-query attention under fixed pieces ("Tensor parallelism" below): the chunks C each kv head's query heads are
+ * cut into, whose gradients of k and v are added in the fixed tree (1: one sum, the kernel's); and the distinct blocks
+ * of k_proj and v_proj over the tensor group, min(tp, KV). */
+int moe_model_kv_chunks(const moe_model_config *cfg);
+int moe_model_kv_blocks(const moe_model_config *cfg);
 
 /* The tensors of one decoder layer, as one list: X(field of moe_model_layer_params, Hugging Face name after
  * "model.layers.N.", rows, cols (0: a vector), kind, split). Rows and cols are the whole tensor's, expressions in d
@@ -84,8 +100,8 @@ int moe_model_tp_pieces(const moe_model_config *cfg);
 #define MOE_MODEL_ATTENTION_TENSORS(X)                                          \
     X(attn_norm, "input_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)        \
     X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT, ROWS)            \
-    X(wk, "self_attn.k_proj.weight", B, d, MOE_TENSOR_WEIGHT, ROWS)            \
-    X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT, ROWS)            \
+    X(wk, "self_attn.k_proj.weight", B, d, MOE_TENSOR_WEIGHT, KV_ROWS)         \
+    X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT, KV_ROWS)         \
     X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL, COLS)          \
     X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)
 /* the FFN of an MoE layer: the router (dense, replicated) ... */
@@ -105,8 +121,9 @@ int moe_model_tp_pieces(const moe_model_config *cfg);
  * standard deviation 0.02, residual output projections 0.02 / sqrt(2 L) (GPT-2). */
 typedef enum { MOE_TENSOR_NORM, MOE_TENSOR_WEIGHT, MOE_TENSOR_RESIDUAL } moe_tensor_kind;
 
-/* How tensor parallelism cuts a tensor (the lists' last column): this rank holds block tp_rank of tp along it. */
-typedef enum { MOE_SPLIT_NONE, MOE_SPLIT_ROWS, MOE_SPLIT_COLS } moe_tensor_split;
+/* How tensor parallelism cuts a tensor (the lists' last column): this rank holds block tp_rank of tp along it. KV_ROWS,
+ * only in the lists: ROWS in whole kv heads, which are min(tp, KV) blocks (the table says ROWS, with its parts). */
+typedef enum { MOE_SPLIT_NONE, MOE_SPLIT_ROWS, MOE_SPLIT_COLS, MOE_SPLIT_KV_ROWS } moe_tensor_split;
 
 /* Views of one layer's parameters (or gradients) in the rank's buffer. */
 typedef struct {
@@ -132,8 +149,10 @@ typedef struct {
     int experts;          /* 0: a dense tensor; else the local experts whose tensors it holds, back to back */
     int ndim;
     long rows, cols;      /* one tensor's (one expert's) shape as this rank holds it; cols 0 for a vector */
-    moe_tensor_split split; /* under tensor parallelism: the whole tensor is tp blocks along it, this rank's the
-                               tp_rank-th (rows or cols above are the block's); NONE: whole                          */
+    moe_tensor_split split; /* under tensor parallelism: the whole tensor is `parts` blocks along it (rows or cols
+                               above are the block's), this rank's moe_model_tensor_part; NONE: whole               */
+    int parts;            /* 1 (NONE); tp; or for k_proj and v_proj with fewer kv heads than tp, KV: each block then
+                             held by tp / KV consecutive ranks of the tensor group                                   */
     size_t offset, count; /* reals in the buffer: count = max(experts, 1) * rows * max(cols, 1) */
     moe_tensor_kind kind;
     int index;            /* its place in the table of the whole model (one stage): the same on every stage, so
@@ -143,6 +162,11 @@ typedef struct {
                              tensor and sends it back (moe_model_sync_tied); never updated, counted in the norm or
                              saved here */
 } moe_model_tensor;
+
+/* The block of tensor t that rank tp_rank of a tensor group of tp holds. */
+static inline int moe_model_tensor_part(const moe_model_tensor *t, int tp, int tp_rank) {
+    return tp_rank / (tp / t->parts);
+}
 
 typedef struct moe_model moe_model;
 typedef struct moe_zero_layout moe_zero_layout; /* models/zero.h */

@@ -6,6 +6,8 @@
  *        of its tensor group's, TG / tp; a rank's heads [TG, A / tp] are then T * A values
  *   TG   the tensor group's tokens (max_seqs * S): what a buffer holds gathered over the group (T at tp 1)
  *   d    d_model;  A = H * head_dim;  B = KV * head_dim
+ *   BK   the k and v attention reads: B x the kv chunks (models/model.h, grouped-query attention; B but with pieces)
+ *   KVG  with fewer kv heads than tp, TG * B (a gradient of k or v summed over the group); else 0
  *   ATT  what attention keeps per layer: the probabilities [seqs, H, S, S] (materialized) or the row statistics
  *        [seqs, H, S] (fused), of this rank's H / tp heads
  *   FD   a dense FFN layer's T * d_ff ([TG, d_ff / tp]; 0 on an MoE layer, whose FFN buffers are the MoE layer's)
@@ -28,8 +30,8 @@
     X(ln1, TG * d, MOE_RECOMPUTE_ATTENTION)       /* rmsnorm(resid[l]), gathered over the tensor group    */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
     X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
-    X(k, T * B, MOE_RECOMPUTE_ATTENTION)                                                                         \
-    X(v, T * B, MOE_RECOMPUTE_ATTENTION)                                                                         \
+    X(k, T * BK, MOE_RECOMPUTE_ATTENTION)         /* after RoPE; a copy per kv chunk                      */      \
+    X(v, T * BK, MOE_RECOMPUTE_ATTENTION)                                                                        \
     X(att, ATT, MOE_RECOMPUTE_ATTENTION)          /* probabilities, or each row's log-sum-exp (fused)     */      \
     X(attn_y, T * A, MOE_RECOMPUTE_ATTENTION)     /* attention output, o_proj's input                     */      \
     X(resid_mid, T * d, MOE_RECOMPUTE_FULL)       /* resid[l] + o_proj(attn_y)                            */      \
@@ -54,8 +56,9 @@
     X(dln, moe_real, TG * d)       /* gathers and sums over the tensor group's rows land here and in tmp */        \
     X(tmp, moe_real, TG * d)       /* forward: o_proj's and the FFN's outputs */                                   \
     X(dq, moe_real, T * A)                                                                                         \
-    X(dk, moe_real, T * B)                                                                                         \
-    X(dv, moe_real, T * B)                                                                                         \
+    X(dk, moe_real, T * BK)        /* forward: k and v before their copies are made */                            \
+    X(dv, moe_real, T * BK)                                                                                        \
+    X(kv_group, moe_real, KVG)                                                                                     \
     X(dattn, moe_real, T * A)
 /* All of them, for a model of one stage and one pass. */
 #define MOE_MODEL_BUFFERS(X) MOE_MODEL_PASS_BUFFERS(X) MOE_MODEL_SCRATCH_BUFFERS(X)

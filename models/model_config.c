@@ -33,15 +33,27 @@ static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 int moe_model_tp_size(const moe_model_config *c) { return c->tp > 1 ? c->tp : 1; }
 int moe_model_tp_pieces(const moe_model_config *c) { return c->tp_shards > 0 ? c->tp_shards : moe_model_tp_size(c); }
 
+int moe_model_kv_chunks(const moe_model_config *c) {
+    const int S = moe_model_tp_pieces(c), KV = c->num_kv_heads;
+    int P = 1; /* the largest tp the pieces and the heads allow: the largest power of two dividing S and H */
+    while (S % (2 * P) == 0 && c->num_heads % (2 * P) == 0) P *= 2;
+    return P > KV && P % KV == 0 ? P / KV : 1;
+}
+
+int moe_model_kv_blocks(const moe_model_config *c) {
+    const int tp = moe_model_tp_size(c);
+    return c->num_kv_heads < tp ? c->num_kv_heads : tp;
+}
+
 /* tp and tp_shards against the shapes (model.h, "Tensor parallelism"). */
 static const char *tensor_parallel_problem(const moe_model_config *c) {
     const int tp = moe_model_tp_size(c), S = moe_model_tp_pieces(c), hd = c->d_model / c->num_heads;
     if (c->tp < 0 || !power_of_two(tp))
         return "tp must be a power of two (a tensor group's sums run in the fixed binary tree)";
     if (c->num_heads % tp != 0) return "tp must divide the number of heads (each rank holds whole heads)";
-    if (c->num_kv_heads % tp != 0)
-        return "tp must divide the number of kv heads (kv heads fewer than tp, replicated over the ranks that share "
-               "one, are not built yet)";
+    if (c->num_kv_heads % tp != 0 && tp % c->num_kv_heads != 0)
+        return "tp and the number of kv heads: one must divide the other (the kv heads are split over the ranks, or "
+               "each kv head is replicated over the tp / kv heads ranks whose query heads read it)";
     if (c->tp_shards < 0 || !power_of_two(S) || S % tp != 0)
         return "tp_shards must be a power of two that tp divides (the fixed pieces of the tensor-parallel sums)";
     if (((long)c->num_heads * hd) % S != 0 || ((long)c->num_kv_heads * hd) % S != 0)

@@ -20,17 +20,17 @@ static double std_of(int num_layers, moe_tensor_kind kind) {
 
 /* A tensor-parallel block (model.h's split): the whole tensor drawn from its stream into scratch, this rank's block of
  * it kept, so that the model is the same at any tp. */
-static moe_status init_block(const moe_model_tensor *t, moe_real *data, double std, unsigned long long seed, int tp,
-                             int tp_rank) {
-    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, whole = t->count * tp;
+static moe_status init_block(const moe_model_tensor *t, moe_real *data, double std, unsigned long long seed,
+                             int part) {
+    const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, parts = (size_t)t->parts, whole = t->count * parts;
     moe_real *all = malloc(whole * sizeof(moe_real));
     if (!all) return MOE_ERR_OUT_OF_MEMORY;
     init_tensor(all, whole, std, seed, (unsigned long long)t->index);
-    if (t->split == MOE_SPLIT_ROWS) /* rows [tp_rank rows, +rows) of the whole [rows tp, cols] */
-        memcpy(data, all + (size_t)tp_rank * rows * cols, rows * cols * sizeof(moe_real));
-    else /* columns [tp_rank cols, +cols) of each row of the whole [rows, cols tp] */
+    if (t->split == MOE_SPLIT_ROWS) /* rows [part rows, +rows) of the whole [rows parts, cols] */
+        memcpy(data, all + (size_t)part * rows * cols, rows * cols * sizeof(moe_real));
+    else /* columns [part cols, +cols) of each row of the whole [rows, cols parts] */
         for (size_t r = 0; r < rows; r++)
-            memcpy(data + r * cols, all + r * cols * tp + (size_t)tp_rank * cols, cols * sizeof(moe_real));
+            memcpy(data + r * cols, all + r * cols * parts + (size_t)part * cols, cols * sizeof(moe_real));
     free(all);
     return MOE_OK;
 }
@@ -54,7 +54,7 @@ moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
         if (t->kind == MOE_TENSOR_NORM) {
             for (size_t i = 0; i < t->count; i++) data[i] = 1;
         } else if (t->split != MOE_SPLIT_NONE && tp > 1) {
-            st = init_block(t, data, std_of(num_layers, t->kind), seed, tp, ranks.tp_rank);
+            st = init_block(t, data, std_of(num_layers, t->kind), seed, moe_model_tensor_part(t, tp, ranks.tp_rank));
         } else if (!t->experts) {
             init_tensor(data, t->count, std_of(num_layers, t->kind), seed, (unsigned long long)t->index);
         } else {

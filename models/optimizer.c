@@ -142,6 +142,20 @@ static moe_status atoms_of(moe_model *m, const moe_real *g, size_t n, double *te
 
 static size_t num_atoms(size_t n) { return n ? (n + moe_zero_atom_values() - 1) / moe_zero_atom_values() : 0; }
 
+/* The pieces of a dense tensor's gradient that this rank adds to the norm: how many, the values of each, and the
+ * first one's place in its block. A split tensor's block holds S / parts pieces; with tp / parts ranks holding it (k
+ * and v with fewer kv heads than tp) each adds those of its place in the group, so that the group's lists hold every
+ * piece once, in order. */
+typedef struct {
+    size_t pieces, per, first;
+} norm_pieces;
+
+static norm_pieces pieces_of(const moe_model_tensor *t, int S, int tp, int rank) {
+    if (t->split == MOE_SPLIT_NONE) return (norm_pieces){1, t->count, 0};
+    const size_t held = (size_t)(S / t->parts), local = (size_t)(S / tp);
+    return (norm_pieces){local, t->count / held, (size_t)(rank % (tp / t->parts)) * local};
+}
+
 /* With fixed pieces (tp_shards S > 1, models/model.h): the dense terms tensor by tensor in buffer order, a replicated
  * tensor's atoms from its start, a split tensor's piece by piece (piece p of the whole tensor, in piece order, each cut
  * into atoms from its start): terms that depend on S and the gradients alone, the same list at any tp. A rank computes
@@ -150,17 +164,16 @@ static size_t num_atoms(size_t n) { return n ? (n + moe_zero_atom_values() - 1) 
  * refuses ZeRO-2 with S > 1). */
 static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms *out) {
     const moe_model_config *cfg = moe_model_config_of(m);
-    const int local = moe_model_tp_pieces(cfg) / moe_model_tp_size(cfg);
     moe_comm *group = moe_parallel_tensor(par);
-    const int tp = moe_comm_size(group);
+    const int tp = moe_comm_size(group), rank = moe_comm_rank(group), S = moe_model_tp_pieces(cfg);
     int count;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
     size_t n = 0, widest = 0; /* this rank's terms; the largest piece */
     for (int i = 0; i < count; i++) {
         if (t[i].experts || t[i].replica) continue;
-        const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, per = t[i].count / pieces;
-        n += pieces * num_atoms(per);
-        widest = per > widest ? per : widest;
+        const norm_pieces p = pieces_of(&t[i], S, tp, rank);
+        n += p.pieces * num_atoms(p.per);
+        widest = p.per > widest ? p.per : widest;
     }
     double *mine = calloc(n + 1, sizeof(double)), *all = calloc((size_t)tp * n + 1, sizeof(double));
     moe_real *scratch = NULL;
@@ -171,16 +184,17 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
     size_t k = 0;
     for (int i = 0; i < count && st == MOE_OK; i++) {
         if (t[i].experts || t[i].replica) continue;
+        const norm_pieces p = pieces_of(&t[i], S, tp, rank);
         if (t[i].split != MOE_SPLIT_COLS) { /* whole, or row pieces: contiguous */
-            const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local, per = t[i].count / pieces;
-            for (size_t p = 0; p < pieces && st == MOE_OK; p++)
-                st = atoms_of(m, g + t[i].offset + p * per, per, mine, &k);
+            for (size_t j = 0; j < p.pieces && st == MOE_OK; j++)
+                st = atoms_of(m, g + t[i].offset + (p.first + j) * p.per, p.per, mine, &k);
             continue;
         }
-        const size_t rows = (size_t)t[i].rows, cols = (size_t)t[i].cols, w = cols / local;
-        for (int p = 0; p < local && st == MOE_OK; p++) {
-            st = moe_runtime_copy_2d(moe_model_runtime(m), scratch, w * sizeof(moe_real), g + t[i].offset + p * w,
-                                     cols * sizeof(moe_real), w * sizeof(moe_real), rows);
+        const size_t rows = (size_t)t[i].rows, cols = (size_t)t[i].cols, w = p.per / rows;
+        for (size_t j = 0; j < p.pieces && st == MOE_OK; j++) {
+            st = moe_runtime_copy_2d(moe_model_runtime(m), scratch, w * sizeof(moe_real),
+                                     g + t[i].offset + (p.first + j) * w, cols * sizeof(moe_real),
+                                     w * sizeof(moe_real), rows);
             if (st == MOE_OK) st = atoms_of(m, scratch, rows * w, mine, &k);
         }
     }
@@ -190,8 +204,8 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
     size_t at = 0; /* the tensor's first term in each rank's list */
     for (int i = 0; i < count && st == MOE_OK; i++) {
         if (t[i].experts || t[i].replica) continue;
-        const size_t pieces = t[i].split == MOE_SPLIT_NONE ? 1 : (size_t)local;
-        const size_t terms = pieces * num_atoms(t[i].count / pieces);
+        const norm_pieces p = pieces_of(&t[i], S, tp, rank);
+        const size_t terms = p.pieces * num_atoms(p.per);
         for (int r = 0; r < (t[i].split == MOE_SPLIT_NONE ? 1 : tp); r++)
             for (size_t j = 0; j < terms; j++) out->terms[out->n++] = all[(size_t)r * n + at + j];
         out->counts[chunk_at(m, 0, t[i].offset)] += t[i].split == MOE_SPLIT_NONE ? terms : terms * tp;

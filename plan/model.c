@@ -211,6 +211,10 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     const double TG = T; /* the planner's sequence parallelism gathers nothing it keeps (model.c gathers ln1, ln2 of a
                             dense FFN and its sums' outputs over the tensor group: more than this at tp > 1) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
+    /* fewer kv heads than tp: each GPU holds its query heads' kv head, [TG, head_dim] (T B tp / KV values), and in
+     * backward a whole gradient of k or v (models/model.h, grouped-query attention; --tp-shards = tp) */
+    const double tp = (double)moe_plan_layout_tp(lay), kv_copies = tp > m->num_kv_heads ? tp / m->num_kv_heads : 1;
+    const double BK = B * kv_copies, KVG = kv_copies > 1 ? TG * B : 0;
     const double H = (double)m->num_heads, L = (double)st->layers, Lm = (double)st->moe_layers;
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
     const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S) /

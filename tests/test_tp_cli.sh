@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # test_tp_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train --tp (issue 28: tensor parallelism with
-# sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention (4
-# heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp 2),
-# on 4 ranks (tp 2 x ep 2; tp 4) and 4 ranks tp 2 with 2 kv heads: every step's loss and the validation loss (printed
-# with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole Hugging Face
-# tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers) and the text
-# sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of tp 2, and a model
-# with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4 checkpoint resumed
-# at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The check can fail: --tp 2 --tp-shards 2
-# (Megatron's plain split) gives other losses. What --tp does not combine with yet, and shapes it cannot split, are
-# refused up front with the reason.
+# sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention
+# (4 heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp
+# 2), on 4 ranks (tp 2 x ep 2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2 with 1 kv head (the kv heads
+# fewer than tp: replicated, also loaded so from a 1-rank checkpoint): every step's loss and the validation loss
+# (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole
+# Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers)
+# and the text sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of tp
+# 2, and a model with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4
+# checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The check can fail:
+# --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses. What --tp does not combine with yet, and shapes it
+# cannot split, are refused up front with the reason.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 32 --heads 4 --kv-heads 4 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -89,6 +90,13 @@ same_as "the same with --recompute full (each layer run again from its slice)" d
 run gqa1 1 --kv-heads 2
 run gqa2 4 --kv-heads 2 --tp 2
 same_as "2 kv heads, tp 2 on 4 ranks" gqa2 gqa1
+run gqa4 4 --kv-heads 2 --tp 4
+same_as "2 kv heads, tp 4 (each kv head on 2 ranks)" gqa4 gqa1
+run mqa1 1 --kv-heads 1
+run mqa2 2 --kv-heads 1 --tp 2
+same_as "1 kv head, tp 2 (on both ranks)" mqa2 mqa1
+run mqa2_resumed 2 --kv-heads 1 --tp 2 --resume "$dir/mqa1/step-00000004"
+same_as "1 kv head: step 4 of 1 rank resumed at tp 2" mqa2_resumed mqa1 5
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training
@@ -119,7 +127,7 @@ else
 fi
 
 refuses "--tp 3 must divide the ranks of a stage" --tp 3
-refuses "tp must divide the number of kv heads" --tp 2 --kv-heads 1
+refuses "tp and the number of kv heads: one must divide the other" --tp 2 --heads 6 --d-model 24 --kv-heads 3
 refuses "ZeRO-2 with tensor-parallel pieces" --tp 2 --zero 2
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15
 refuses "tp_shards must divide d_ff" --tp 2 --moe-every 2 --d-ff 18

@@ -1,7 +1,7 @@
 /* test_tp_model_mpi.c — the decoder model under tensor and sequence parallelism (issue 28; models/model.h, "Tensor
  * parallelism") bitwise the model at tp 1, under mpirun -np W (1, 2, 4, 8). Every rank first runs the reference alone:
  * a one-rank layout, tp 1, the whole global batch, the same fixed pieces (tp_shards 8) and batch shards (8). Then the
- * world runs every layout of tp in {1, 2, 4} dividing W (and the kv heads) times every ep dividing W: each tensor group
+ * world runs every layout of tp in {1, 2, 4} dividing W times every ep dividing W: each tensor group
  * reads its data rank's sequences, each rank keeps its slice of their rows. Against the reference, bitwise:
  *   - the initial weights: each rank's blocks of the split tensors (q/k/v rows, o_proj columns) cut from the whole
  *     tensors, its experts by global id (init is the same at any tp);
@@ -12,11 +12,13 @@
  *     apart, then into the embedding's).
  * Cases: dropless softmax routing; a capacity of 1.0 with drops by token order (the capacity scan sees every rank's
  * slice); grouped-query attention (KV 2 of H 4) with tied embeddings; a dense FFN layer (gate/up column-, down
- * row-parallel) before an MoE layer.
+ * row-parallel) before an MoE layer; one kv head (so fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their
+ * gradients summed over the ranks sharing the head, models/model.h) with the materialized attention kernel. The GQA
+ * and one-kv-head cases also exercise the kv heads' copies (the reference itself runs them: 8 pieces, 4 heads).
  * The check can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split) the tp 2 runs differ
- * from the reference somewhere (checked: the sums over pieces are then added in another order). Refusals: tp not
- * dividing the kv heads, tp_shards not dividing a dense FFN's d_ff or the vocabulary, ZeRO-2, tp_shards not a multiple
- * of tp. */
+ * from the reference somewhere (checked: the sums over pieces are then added in another order). Refusals: tp and the
+ * kv heads neither dividing the other, tp_shards not dividing a dense FFN's d_ff or the vocabulary, ZeRO-2,
+ * tp_shards not a multiple of tp. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,15 +31,17 @@
 
 enum { SEQS = 8, SEQ_LEN = 16, SHARDS = 8, PIECES = 8, SEED = 7 };
 
-typedef enum { DROPLESS, CAPACITY, GQA_TIED, DENSE_FFN, NUM_CASES } test_case;
+typedef enum { DROPLESS, CAPACITY, GQA_TIED, DENSE_FFN, MQA, NUM_CASES } test_case;
 static const char *const case_names[] = {"dropless", "capacity 1.0, drops by token order",
                                          "GQA (kv 2 of 4 heads), tied embeddings",
-                                         "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer"};
+                                         "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer",
+                                         "one kv head of 4 (kv heads fewer than tp), materialized attention"};
 
 static moe_model_config config(test_case c, int tp, int ep, int pieces) {
     moe_model_config cfg = moe_model_config_default();
     cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
-    cfg.num_kv_heads = c == GQA_TIED ? 2 : 4;
+    cfg.num_kv_heads = c == GQA_TIED ? 2 : c == MQA ? 1 : 4;
+    cfg.attention = c == MQA ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
     cfg.tie_embeddings = c == GQA_TIED;
     cfg.moe_every = c == DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */
     cfg.seq_len = SEQ_LEN;
@@ -63,7 +67,7 @@ static void make_batch(int vocab, int *inputs, int *targets) {
 typedef struct {
     moe_real *params, *grads;
     moe_model_tensor *tensors;
-    int num_tensors, tp_rank, first_expert, local_experts;
+    int num_tensors, tp, tp_rank, first_expert, local_experts;
     int dropped; /* assignments over capacity, this rank's, over the layers */
     double loss, norm; /* the forward's loss; the gradient norm (models/optimizer.h) */
 } run_result;
@@ -89,7 +93,7 @@ static moe_status run(const moe_model_config *cfg, const moe_parallel *par, cons
     if (st == MOE_OK) {
         memcpy(out->params, moe_model_params(m), n * sizeof(moe_real));
         memcpy(out->tensors, tensors, (size_t)count * sizeof *tensors);
-        out->num_tensors = count, out->tp_rank = tp > 1 ? r.tp_rank : 0;
+        out->num_tensors = count, out->tp = tp, out->tp_rank = tp > 1 ? r.tp_rank : 0;
         out->local_experts = moe_model_num_local_experts(m), out->first_expert = r.ep_rank * out->local_experts;
     }
     const size_t at = (size_t)data_rank * seqs * SEQ_LEN;
@@ -110,17 +114,18 @@ static moe_status run(const moe_model_config *cfg, const moe_parallel *par, cons
 }
 
 /* Elements of a run's buffer (mine: laid out as its table) that differ from the reference's over the same tensors:
- * each found in the reference's whole table by its index, a split tensor's block by the run's tp_rank, experts by
- * global id. */
+ * each found in the reference's whole table by its index, a split tensor's block by the run's tp_rank (k and v with
+ * fewer kv heads than tp: the block of its kv head), experts by global id. */
 static long differences(const run_result *run, const moe_real *mine, const run_result *ref, const moe_real *theirs) {
     long diff = 0;
     for (int i = 0; i < run->num_tensors; i++) {
         const moe_model_tensor *t = &run->tensors[i], *w = &ref->tensors[t->index];
         const size_t rows = (size_t)t->rows, cols = t->cols ? (size_t)t->cols : 1, per = rows * cols;
         const size_t whole_cols = t->split == MOE_SPLIT_COLS ? (size_t)w->cols : cols;
+        const size_t part = (size_t)moe_model_tensor_part(t, run->tp, run->tp_rank);
         size_t from = w->offset; /* where the block's first row starts in the reference */
-        if (t->split == MOE_SPLIT_ROWS) from += (size_t)run->tp_rank * per;
-        if (t->split == MOE_SPLIT_COLS) from += (size_t)run->tp_rank * cols;
+        if (t->split == MOE_SPLIT_ROWS) from += part * per;
+        if (t->split == MOE_SPLIT_COLS) from += part * cols;
         if (t->experts) from += per * run->first_expert;
         const size_t row_count = t->experts ? rows * run->local_experts : rows;
         for (size_t r = 0; r < row_count; r++)
@@ -161,7 +166,7 @@ static void test_layouts(int world, int rank) {
         moe_parallel_destroy(self);
         CHECK((ref.dropped > 0) == (c == CAPACITY), "%s: %d assignments dropped", case_names[c], ref.dropped);
         for (int tp = 1; tp <= 4 && tp <= world; tp *= 2) {
-            if (world % tp || ref_cfg.num_kv_heads % tp) continue;
+            if (world % tp) continue;
             for (int ep = 1; ep <= world && ep <= ref_cfg.moe.num_experts; ep *= 2) {
                 if (world % ep) continue;
                 const int plain = tp == 2 && ep == 1; /* also the plain split, once per case */
@@ -203,8 +208,8 @@ static void test_refusals(int world) {
     if (world < 2) return;
     const int tp = world >= 4 ? 4 : 2;
     moe_model_config c = config(GQA_TIED, tp, 1, PIECES);
-    c.num_kv_heads = tp / 2;
-    refused(c, tp, "tp must divide the number of kv heads");
+    c.d_model = c.moe.d_model = 48, c.num_heads = 12, c.num_kv_heads = 3; /* neither divides the other */
+    refused(c, tp, "tp and the number of kv heads: one must divide the other");
     c = config(DENSE_FFN, 2, 1, PIECES);
     c.d_ff = 36, c.moe.d_ff = 36;
     refused(c, 2, "tp_shards must divide d_ff");

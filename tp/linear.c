@@ -30,6 +30,15 @@ moe_status moe_tp_linear_init(moe_tp_linear *l, moe_runtime *rt, moe_dense_state
     return moe_shard_tree_init(&l->tree, rt, dense_add, l, l->local_pieces, 0);
 }
 
+moe_status moe_tp_linear_init_block(moe_tp_linear *l, moe_runtime *rt, moe_dense_state *dense, int num_pieces,
+                                    int blocks, int block) {
+    MOE_TRY(moe_tp_pieces_check(num_pieces, blocks));
+    if (block < 0 || block >= blocks) return moe_fail(MOE_ERR_INVALID_ARG, "block %d of %d", block, blocks);
+    MOE_TRY(moe_tp_linear_init(l, rt, dense, NULL, num_pieces)); /* its tree (S leaves) serves no sum here */
+    l->tp = blocks, l->tp_rank = block, l->local_pieces = num_pieces / blocks;
+    return MOE_OK;
+}
+
 void moe_tp_linear_free(moe_tp_linear *l) {
     moe_shard_tree_free(&l->tree);
     if (l->rt) {
@@ -135,6 +144,8 @@ static moe_status column_backward_input_piece(moe_tp_linear *l, const sum_args *
 /* out[T, n] = the sum of all S pieces' products (overwritten), on every rank of the group */
 static moe_status sum_pieces(moe_tp_linear *l, piece_product_fn product, const sum_args *a, moe_real *out) {
     const size_t count = (size_t)a->T * a->n;
+    if (l->tp > 1 && !l->group)
+        return moe_fail(MOE_ERR_INVALID_ARG, "a sum over the pieces of a block held without its group");
     if (l->local_pieces == 1) { /* the subtree is its leaf: formed in place (0 + leaf would give the same bits) */
         MOE_TRY(product(l, a, 0, out));
         return l->tp > 1 ? moe_comm_allreduce_tree_real(l->group, out, count) : MOE_OK;

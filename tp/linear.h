@@ -38,8 +38,8 @@ typedef struct {
     moe_runtime *rt;
     const moe_dense_ops *ops;
     moe_dense_state *dense;  /* the caller's: the GEMMs' precision and row blocking */
-    moe_comm *group;         /* the tensor-parallel group; NULL: this rank alone (tp 1) */
-    int tp, tp_rank;
+    moe_comm *group;         /* the tensor-parallel group; NULL: this rank alone (tp 1), or a block's products */
+    int tp, tp_rank;         /* the ranks (blocks) the split dimension is cut into; this rank's */
     int num_pieces;          /* S */
     int local_pieces;        /* S / tp */
     moe_shard_tree tree;     /* the sums' local subtree, grown to the largest product asked */
@@ -55,6 +55,12 @@ moe_status moe_tp_pieces_check(int num_pieces, int tp);
  * accepts them). dense: a state of rt's dense-ops table. */
 moe_status moe_tp_linear_init(moe_tp_linear *l, moe_runtime *rt, moe_dense_state *dense, moe_comm *group,
                               int num_pieces);
+/* A split held in `blocks` distinct blocks over a larger group (k_proj and v_proj with fewer kv heads than tp, each
+ * block replicated over the ranks that share it): this rank's block `block` of `blocks` (a power of two dividing
+ * num_pieces), for the products without a sum over the group (column forward and backward weight, row backward input
+ * and weight); the two sums answer MOE_ERR_INVALID_ARG. */
+moe_status moe_tp_linear_init_block(moe_tp_linear *l, moe_runtime *rt, moe_dense_state *dense, int num_pieces,
+                                    int blocks, int block);
 void moe_tp_linear_free(moe_tp_linear *l);
 
 /* The width a rank holds of a split dimension D: D / tp. MOE_ERR_INVALID_ARG unless S divides D. */

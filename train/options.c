@@ -93,7 +93,8 @@ static const opt_spec kOptions[] = {
      "same sequences; q/k/v and a dense FFN's gate/up are column-, o_proj and down row-parallel (a rank holds "
      "--heads / --tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power "
      "of two "
-     "dividing the ranks of a stage, --heads, --kv-heads and --seq-len. Bitwise the same as --tp 1 with the same "
+     "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
+     "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
      "--tp-shards; checkpoints hold whole tensors (any --tp resumes them). Not yet with --zero 2, --verify-steps or "
      "--device cuda", OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
