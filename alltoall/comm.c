@@ -200,6 +200,30 @@ moe_status moe__comm_batch_none(moe_comm *c, int begin) {
     return MOE_OK;
 }
 
+moe_status moe_comm_allgather_payload(moe_comm *c, const void *send, size_t nbytes, void *recv) {
+    char *out = recv;
+    MOE_TRY(moe_comm_copy_payload(c, out + (size_t)c->rank * nbytes, send, nbytes));
+    if (c->size == 1) return MOE_OK;
+    const int n = 2 * (c->size - 1);
+    moe_comm_request **reqs = calloc((size_t)n, sizeof *reqs);
+    if (!reqs) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = moe_comm_batch_begin(c);
+    int posted = 0;
+    for (int k = 1; k < c->size && st == MOE_OK; k++) { /* ring order: from rank - k, to rank + k */
+        const int to = (c->rank + k) % c->size, from = (c->rank - k + c->size) % c->size;
+        st = moe_comm_irecv_bytes(c, out + (size_t)from * nbytes, nbytes, from, MOE_COMM_ALLGATHER_TAG,
+                                  &reqs[posted]);
+        if (st != MOE_OK) break;
+        st = moe_comm_isend_bytes(c, send, nbytes, to, MOE_COMM_ALLGATHER_TAG, &reqs[++posted]);
+        posted += st == MOE_OK;
+    }
+    const moe_status ended = moe_comm_batch_end(c);
+    if (st == MOE_OK) st = ended;
+    if (st == MOE_OK) st = moe_comm_wait_all(c, reqs, posted);
+    free(reqs); /* after a failure the requests still posted are abandoned (comm.h): the job ends */
+    return st;
+}
+
 void moe_comm_destroy(moe_comm *c) {
     if (c) c->ops->destroy(c);
 }

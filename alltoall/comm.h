@@ -141,6 +141,7 @@ moe_status moe_comm_copy_payload(moe_comm *c, void *dst, const void *src, size_t
  * exchange completed; timed communicators add each wait's time under MOE_EXCHANGE_P2P (comm_timing.h). */
 typedef struct moe_comm_request moe_comm_request;
 enum { MOE_COMM_MAX_TAG = 32000 }; /* below MPI's least MPI_TAG_UB (32767) with room for the transport's own tags */
+enum { MOE_COMM_ALLGATHER_TAG = MOE_COMM_MAX_TAG }; /* moe_comm_allgather_payload's: other posts leave it alone */
 
 moe_status moe_comm_isend_bytes(moe_comm *c, const void *buf, size_t nbytes, int peer, int tag,
                                 moe_comm_request **req);
@@ -155,6 +156,13 @@ moe_status moe_comm_batch_end(moe_comm *c);
 /* Waits for reqs[0 .. count) in that order (NULL entries are skipped) and sets each to NULL; stops at the first
  * failure, leaving the rest posted (abandoned: the job ends). */
 moe_status moe_comm_wait_all(moe_comm *c, moe_comm_request **reqs, int count);
+
+/* moe_comm_allgather_bytes on payload memory, on every transport (send: nbytes; recv: size x nbytes, rank p's at
+ * p x nbytes; no arithmetic, so the same bytes everywhere): this rank's bytes copied into place (copy_payload), then
+ * sent to every other rank and theirs received, in one batch of the posts above (tag MOE_COMM_ALLGATHER_TAG; on nccl,
+ * with nothing else of the communicator's posted), each peer's send and receive one exchange, waited for under the
+ * watchdog. Host syncs: the waits'. What a tensor-parallel group gathers each layer (models/model.c). */
+moe_status moe_comm_allgather_payload(moe_comm *c, const void *send, size_t nbytes, void *recv);
 
 /* For work that each rank does on its own and that must succeed everywhere (loading files, writing a
  * checkpoint on rank 0): returns `mine` if this rank failed, MOE_ERR_PEER if only others did (recording

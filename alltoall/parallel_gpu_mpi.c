@@ -20,8 +20,8 @@ static moe_status wrap_gpu(void *ctx, MPI_Comm comm, const char *label, double t
     return moe_comm_create_mpi_staged(g->gpu, comm, label, timeout_s, out);
 }
 
-moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int pp_size, int ep_size, double timeout_s, moe_gpu *gpu,
-                                       moe_gpu_transport transport, moe_parallel **out) {
+moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int pp_size, int ep_size, int tp_size, double timeout_s,
+                                       moe_gpu *gpu, moe_gpu_transport transport, moe_parallel **out) {
     int size, rank;
     if (!out || (transport != MOE_GPU_TRANSPORT_NCCL && transport != MOE_GPU_TRANSPORT_MPI))
         return MOE_ERR_INVALID_ARG;
@@ -29,7 +29,7 @@ moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int pp_size, int ep_size,
         return moe_fail(MOE_ERR_COMM, "cannot query the MPI world");
     /* the errors every rank finds alike come first */
     moe_rank_grid grid;
-    MOE_TRY(moe_rank_grid_make(size, pp_size, ep_size, 1, rank, &grid));
+    MOE_TRY(moe_rank_grid_make(size, pp_size, ep_size, tp_size, rank, &grid));
 #ifndef MOE_HAVE_NCCL
     if (transport == MOE_GPU_TRANSPORT_NCCL)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "the NCCL transport is not in this build (NCCL was not found when it "
@@ -44,5 +44,5 @@ moe_status moe_parallel_create_mpi_gpu(MPI_Comm world, int pp_size, int ep_size,
     if (mine) return moe_fail(MOE_ERR_NO_DEVICE, "world rank %d has no GPU context for its layout", rank);
     if (any) return moe_fail(MOE_ERR_PEER, "another rank has no GPU (see its message)");
     gpu_wrap_ctx ctx = {.gpu = gpu, .transport = transport};
-    return moe__parallel_create_mpi_with(world, pp_size, ep_size, 1, timeout_s, wrap_gpu, &ctx, out);
+    return moe__parallel_create_mpi_with(world, pp_size, ep_size, tp_size, timeout_s, wrap_gpu, &ctx, out);
 }

@@ -50,7 +50,7 @@ static void open_gpu_ep(bench_layer_run *r) {
     bench_check(moe_parallel_node_rank(MPI_COMM_WORLD, &node_rank), "moe_parallel_node_rank");
     device = node_rank % devices_per_node;
     bench_check(moe_runtime_create_cuda(device, &r->rt), "moe_runtime_create_cuda");
-    bench_check(moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, 1, r->o->ep, r->o->timeout_s, moe_runtime_gpu(r->rt),
+    bench_check(moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, 1, r->o->ep, 1, r->o->timeout_s, moe_runtime_gpu(r->rt),
                                             (moe_gpu_transport)r->o->transport, &r->par),
                 "moe_parallel_create_mpi_gpu");
     if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) bench_fail("cudaGetDeviceProperties failed");

@@ -153,9 +153,10 @@ static void product_row(bench *b, const char *layer, product p, int D, int M, ch
     free(a), free(w), free(out);
 }
 
-static double time_loss(const options *o, int S, const moe_real *logits, moe_real *work, const int *targets) {
+static double time_loss(const bench *b, int S, const moe_real *logits, moe_real *work, const int *targets) {
+    const options *o = b->o;
     moe_tp_cross_entropy ce;
-    if (S > 0) bench_check(moe_tp_cross_entropy_init(&ce, NULL, S), "cross-entropy");
+    if (S > 0) bench_check(moe_tp_cross_entropy_init(&ce, b->rt, b->dense, NULL, S), "cross-entropy");
     const int T = o->ce_tokens, V = o->vocab, runs = o->warmup + o->iters;
     double *ms = malloc(sizeof *ms * runs), loss;
     for (int i = 0; i < runs; i++) {
@@ -204,12 +205,12 @@ int main(int argc, char **argv) {
     moe_rng rng = moe_rng_seeded(29);
     moe_rng_fill_uniform(&rng, logits, n, 4);
     for (int t = 0; t < o.ce_tokens; t++) targets[t] = (int)(moe_rng_next(&rng) % o.vocab);
-    const double whole = time_loss(&o, 0, logits, work, targets);
+    const double whole = time_loss(&b, 0, logits, work, targets);
     printf("%-34s V %5d  whole %7.2f ms", "cross-entropy fwd+bwd", o.vocab, whole);
     size_t used = strlen(json);
     used += snprintf(json + used, sizeof json - used, ",\"cross_entropy\":{\"whole_ms\":%.3f", whole);
     for (int S = 1; S <= o.max_pieces; S *= 2) {
-        const double ms = time_loss(&o, S, logits, work, targets);
+        const double ms = time_loss(&b, S, logits, work, targets);
         printf("  S%-2d %5.2fx", S, ms / whole);
         used += snprintf(json + used, sizeof json - used, ",\"S%d_ms\":%.3f", S, ms);
     }

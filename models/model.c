@@ -545,7 +545,7 @@ static moe_status init_tensor_parallel(moe_model *m) {
     MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                moe_model_tp_pieces(&m->cfg)));
     m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
-    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
+    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                       moe_model_tp_pieces(&m->cfg)));
     MOE_TRY(init_kv_heads(m));
     int dense_layers = 0;
@@ -869,8 +869,8 @@ static size_t slice_first(const moe_model *m, int T) { return (size_t)m->tp_rank
 
 /* The tensor group's T rows of `width` values from each rank's slice (an all-gather in rank order: exact). */
 static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int width, moe_real *whole) {
-    return moe_comm_allgather_bytes(moe_parallel_tensor(m->par), slice, (size_t)(T / m->tp) * width * sizeof(moe_real),
-                                    whole);
+    const size_t nbytes = (size_t)(T / m->tp) * width * sizeof(moe_real);
+    return moe_comm_allgather_payload(moe_parallel_tensor(m->par), slice, nbytes, whole);
 }
 
 /* Grouped-query attention in pieces (model.h): attention's k or v, each of the rank's kv heads kv_copies times in a

@@ -91,6 +91,14 @@ typedef struct moe_dense_ops {
                                         int num_tokens, int vocab, double *loss_sum);
     moe_status (*cross_entropy_backward)(moe_dense_state *s, moe_real *logits, const int *targets, int num_tokens,
                                          int vocab, moe_real scale);
+    /* the vocabulary-parallel cross-entropy's per-row parts (kernels/vocab_cross_entropy.h: logits [T, width] are
+     * columns [first, first + width) of the vocabulary; sums [width / piece][T] and target [T] in double), all in
+     * runtime memory; tp/vocab_cross_entropy.h runs the exchanges between them */
+    moe_status (*vocab_row_max)(moe_dense_state *s, const moe_real *logits, int num_tokens, int width, moe_real *max);
+    moe_status (*vocab_piece_sums)(moe_dense_state *s, const moe_real *logits, const moe_real *max, const int *targets,
+                                   int num_tokens, int width, int piece, int first, double *sums, double *target);
+    moe_status (*vocab_backward)(moe_dense_state *s, moe_real *logits, const moe_real *max, const double *z,
+                                 const int *targets, int num_tokens, int width, int first, moe_real scale);
     /* the optimizer's: AdamW on count values (kernels/adamw.h); *sum = sum of squares in double, in index
      * order (host); a *= factor, each product rounded once to moe_real */
     moe_status (*adamw_update)(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m, moe_real *v,

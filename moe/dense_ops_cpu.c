@@ -10,6 +10,7 @@
 #include "experts/expert_ffn.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/vocab_cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gemm_rows.h"
 #include "kernels/nonfinite.h"
@@ -213,6 +214,27 @@ static moe_status cpu_cross_entropy_backward(moe_dense_state *s, moe_real *logit
     return MOE_OK;
 }
 
+static moe_status cpu_vocab_row_max(moe_dense_state *s, const moe_real *logits, int T, int width, moe_real *max) {
+    (void)s;
+    moe_vocab_row_max_cpu(logits, T, width, max);
+    return MOE_OK;
+}
+
+static moe_status cpu_vocab_piece_sums(moe_dense_state *s, const moe_real *logits, const moe_real *max,
+                                       const int *targets, int T, int width, int piece, int first, double *sums,
+                                       double *target) {
+    (void)s;
+    moe_vocab_piece_sums_cpu(logits, max, targets, T, width, piece, first, sums, target);
+    return MOE_OK;
+}
+
+static moe_status cpu_vocab_backward(moe_dense_state *s, moe_real *logits, const moe_real *max, const double *z,
+                                     const int *targets, int T, int width, int first, moe_real scale) {
+    (void)s;
+    moe_vocab_backward_cpu(logits, max, z, targets, T, width, first, scale);
+    return MOE_OK;
+}
+
 static moe_status cpu_adamw_update(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m, moe_real *v,
                                    size_t count, const moe_adamw_params *hp) {
     (void)s;
@@ -278,6 +300,9 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .add = cpu_add,
     .cross_entropy_forward = cpu_cross_entropy_forward,
     .cross_entropy_backward = cpu_cross_entropy_backward,
+    .vocab_row_max = cpu_vocab_row_max,
+    .vocab_piece_sums = cpu_vocab_piece_sums,
+    .vocab_backward = cpu_vocab_backward,
     .adamw_update = cpu_adamw_update,
     .sum_squares = cpu_sum_squares,
     .find_nonfinite = cpu_find_nonfinite,

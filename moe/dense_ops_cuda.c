@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/vocab_cross_entropy.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -237,6 +238,21 @@ static moe_status cuda_cross_entropy_backward(moe_dense_state *s, moe_real *logi
     return moe_cross_entropy_backward_cuda(s->gpu, logits, targets, T, V, scale);
 }
 
+static moe_status cuda_vocab_row_max(moe_dense_state *s, const moe_real *logits, int T, int width, moe_real *max) {
+    return moe_vocab_row_max_cuda(s->gpu, logits, T, width, max);
+}
+
+static moe_status cuda_vocab_piece_sums(moe_dense_state *s, const moe_real *logits, const moe_real *max,
+                                        const int *targets, int T, int width, int piece, int first, double *sums,
+                                        double *target) {
+    return moe_vocab_piece_sums_cuda(s->gpu, logits, max, targets, T, width, piece, first, sums, target);
+}
+
+static moe_status cuda_vocab_backward(moe_dense_state *s, moe_real *logits, const moe_real *max, const double *z,
+                                      const int *targets, int T, int width, int first, moe_real scale) {
+    return moe_vocab_backward_cuda(s->gpu, logits, max, z, targets, T, width, first, scale);
+}
+
 static moe_status cuda_adamw_update(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m,
                                     moe_real *v, size_t count, const moe_adamw_params *hp) {
     return moe_adamw_update_cuda(s->gpu, param, grad, m, v, count, hp);
@@ -283,6 +299,9 @@ const moe_dense_ops moe_dense_ops_cuda = {
     .add = cuda_add,
     .cross_entropy_forward = cuda_cross_entropy_forward,
     .cross_entropy_backward = cuda_cross_entropy_backward,
+    .vocab_row_max = cuda_vocab_row_max,
+    .vocab_piece_sums = cuda_vocab_piece_sums,
+    .vocab_backward = cuda_vocab_backward,
     .adamw_update = cuda_adamw_update,
     .sum_squares = cuda_sum_squares,
     .find_nonfinite = cuda_find_nonfinite,

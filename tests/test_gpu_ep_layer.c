@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     test_mpi_require(moe_runtime_create_cuda(0, &rt), "CUDA runtime");
     test_mpi_require(moe_parallel_create_self_gpu(moe_runtime_gpu(rt), &ref_par), "one-rank GPU layout");
     run_result ref = run(rt, ref_par, &ref_cfg, w.buffer, 0, TG, x, dout, NULL);
-    moe_status st = moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, 1, W, 60.0, moe_runtime_gpu(rt), transport, &par);
+    moe_status st = moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, 1, W, 1, 60.0, moe_runtime_gpu(rt), transport, &par);
     if (st == MOE_ERR_INVALID_CONFIG && transport == MOE_GPU_TRANSPORT_NCCL) {
         if (rank == 0) printf("test_gpu_ep_layer: skip: built without NCCL\n");
         MPI_Finalize();

@@ -1,5 +1,6 @@
-/* test_gpu_tp_pieces.c — tensor parallelism's products in fixed pieces (tp/linear.h) on the CUDA runtime: the same
- * bits at every tensor-parallel size, as on the CPU (tests/test_tp_products.h's checks, fp32 and bf16 inputs).
+/* test_gpu_tp_pieces.c — tensor parallelism's products in fixed pieces (tp/linear.h) and the vocabulary-parallel
+ * cross-entropy (tp/vocab_cross_entropy.h, its CUDA kernels) on the CUDA runtime: the same bits at every
+ * tensor-parallel size, as on the CPU (tests/test_tp_products.h's checks, fp32 and bf16 inputs).
  * Under mpirun -np W (meson: W = 1 and 2; every rank on GPU 0, the group over the MPI-staged transport at W = 2): the
  * pieces' columns go through moe_runtime_copy_2d (cudaMemcpy2DAsync), the sums through the staged fixed tree.
  * Exit 77 on every rank when a rank has no GPU (the ranks agree first). */
@@ -22,10 +23,12 @@ int main(int argc, char **argv) {
         test_mpi_require(moe_comm_create_mpi_staged(moe_runtime_gpu(rt), test_mpi_dup_world(), "tensor-parallel", 60,
                                                     &group), "mpi-staged group");
     /* cuBLAS's SGEMM against the pieces' tree: the same tolerance as the CPU's */
-    const test_tp_setup setup = {.rt = rt, .group = group, .tp = W, .rank = rank, .plain_tolerance = 1e-5};
+    const test_tp_setup setup = {.rt = rt, .group = group, .tp = W, .rank = rank, .plain_tolerance = 1e-5,
+                                 .one_piece_loss_tolerance = 1e-14};
     test_tp_check_products(&setup, MOE_PRECISION_FP32);
     test_tp_check_products(&setup, MOE_PRECISION_BF16);
-    if (rank == 0) printf("tp %d on the GPU: the six products checked\n", W);
+    test_tp_check_cross_entropy(&setup);
+    if (rank == 0) printf("tp %d on the GPU: the six products and the vocabulary-parallel cross-entropy checked\n", W);
     if (group) moe_comm_destroy(group);
     moe_runtime_destroy(rt);
     return test_mpi_finish("test_gpu_tp_pieces");

@@ -4,7 +4,8 @@
 # fp32 reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
 # and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
 # argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; pipelines
-# (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1. Exit 77 (skip) where there is no GPU.
+# (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1; tensor parallelism (--tp 2, one kv head) against
+# the CPU and bitwise --tp 1 at the same --tp-shards. Exit 77 (skip) where there is no GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
 nccl) lone_transport="NCCL transport" ;;
@@ -63,4 +64,11 @@ trains "cuda bf16, pp 2 x 2 virtual stages, tied embeddings, vs the CPU" "verify
 ranks=1 gpu_run pp1 --layers 2 --micro-batches 4
 gpu_run pp2 --layers 2 --micro-batches 4 --pp 2
 same_weights "pp 2's step-3 weights (2 layers, 4 micro-batches) bitwise pp 1's on one rank" pp2 pp1
+# tensor parallelism on the GPU (2 ranks sharing it, MPI-staged: the tensor group's gathers and sums and the
+# vocabulary-parallel loss on device memory): against the CPU, and --tp 2 bitwise --tp 1 with the same --tp-shards 2
+trains "cuda bf16, tp 2 x ep 2 on 2 ranks, 1 kv head, vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --tp 2 --ep 2 --kv-heads 1 --micro-batches 2
+ranks=1 gpu_run tp1 --layers 2 --micro-batches 2 --tp-shards 2 --kv-heads 1
+gpu_run tp2 --layers 2 --micro-batches 2 --tp 2 --kv-heads 1
+same_weights "tp 2's step-3 weights (1 kv head, 2 micro-batches) bitwise tp 1's on one rank (--tp-shards 2)" tp2 tp1
 finish test_gpu_train

@@ -190,9 +190,35 @@ static void check_refusals(moe_comm *c, const char *name) {
     CHECK_OK(moe_comm_wait_all(c, pair, 2));
 }
 
+/* moe_comm_allgather_payload of sizes 0 to 300 KiB: every rank's bytes in rank order, the guard after them poisoned,
+ * one exchange per peer and direction */
+static void check_allgather(moe_comm *c, const test_p2p_memory *mem, const char *name) {
+    const int W = moe_comm_size(c), me = moe_comm_rank(c);
+    for (int m = 0; m < MESSAGES; m++) {
+        const size_t n = kNbytes[m], total = n * (size_t)W + GUARD_NBYTES;
+        uint8_t *host = malloc(total + 1), *want = malloc(total + 1);
+        void *send = mem->alloc(mem->ctx, n + 1), *recv = mem->alloc(mem->ctx, total + 1);
+        if (!host || !want) abort();
+        fill(host, me, me, m, 0, n);
+        mem->write(mem->ctx, send, host, n);
+        for (int p = 0; p < W; p++) fill(want + (size_t)p * n, p, p, m, 0, n);
+        memset(want + (size_t)W * n, 0xFF, GUARD_NBYTES);
+        const long before = c->completed;
+        CHECK_OK(moe_comm_allgather_payload(c, send, n, recv));
+        mem->read(mem->ctx, host, recv, total);
+        CHECK(!memcmp(host, want, total), "%s: the all-gather of %zu bytes per rank is not every rank's in order (or "
+              "wrote past them)", name, n);
+        CHECK(c->completed - before == 2L * (W - 1), "%s: the all-gather of %zu bytes completed %ld exchanges, not %d",
+              name, n, c->completed - before, 2 * (W - 1));
+        mem->release(mem->ctx, send), mem->release(mem->ctx, recv);
+        free(host), free(want);
+    }
+}
+
 void test_p2p_check(moe_comm *c, const test_p2p_memory *mem, const char *name, int tags_carried) {
     check_refusals(c, name);
     check_ring(c, mem, name, 1);
+    check_allgather(c, mem, name);
     if (tags_carried) {
         check_ring(c, mem, name, 0);
         check_tags(c, mem, name);

@@ -10,6 +10,8 @@
  *             unbatched, sends before receives.
  *   tags      (transports that carry tags) TAG_COUNT messages to the right, tags 0 .. MOE_COMM_MAX_TAG, received in
  *             the reverse order of their tags: each gets its own tag's bytes.
+ *   allgather moe_comm_allgather_payload of 0 B to 300 KiB per rank: every rank's bytes in rank order, nothing
+ *             written past them, one exchange per peer and direction.
  *   refusals  a peer outside c, tags outside 0 .. MOE_COMM_MAX_TAG, a NULL request pointer or buffer, a wait for no
  *             request or inside a batch, unpaired batches: MOE_ERR_INVALID_ARG, before any communication. */
 #ifndef MOE_TESTS_TEST_P2P_H

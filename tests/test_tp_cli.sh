@@ -9,8 +9,8 @@
 # and the text sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of tp
 # 2, and a model with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4
 # checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The check can fail:
-# --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses. What --tp does not combine with yet, and shapes it
-# cannot split, are refused up front with the reason.
+# --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run at tp 2 passes --verify-steps. What
+# --tp does not combine with yet, and shapes it cannot split, are refused up front with the reason.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 32 --heads 4 --kv-heads 4 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -115,6 +115,16 @@ if [ "$(losses "$dir/one_replay_seed2.jsonl")" != "$(losses "$dir/one.jsonl")" ]
 else
     echo "FAIL: replaying seed 2's trace gave the 1-rank run's losses: the replay is not used"
     failures=$((failures + 1))
+fi
+
+# --verify-steps: a bf16 run at tp 2 against the fp32 reference at tp 2 in the same processes (what a GPU run does)
+merge --tp 2 --precision bf16 --verify-steps 2 --steps 2
+if timeout 300 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/verify.txt" 2>&1 &&
+    grep -q "^verify step 2: " "$dir/verify.txt"; then
+    echo "ok: bf16 at tp 2 verified against the fp32 reference: $(grep '^verify step 2: ' "$dir/verify.txt")"
+else
+    cp "$dir/verify.txt" "$dir/out.txt"
+    fail_with_output "--tp 2 --verify-steps 2: no 'verify step 2' line"
 fi
 
 # the check can fail: each rank's block one piece adds the sums in another order

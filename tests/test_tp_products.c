@@ -9,8 +9,9 @@
 #include "moe/dense_ops.h"
 #include "tests/test_mpi.h"
 #include "tp/linear.h"
+#include "tp/vocab_cross_entropy.h"
 
-enum { T = 37, D = 64, M = 24, SEED = 28 };
+enum { T = 37, D = 64, M = 24, SEED = 28, CE_T = 29, CE_V = 1024 };
 
 moe_real *test_tp_operand(uint64_t seed, size_t count, double scale, int mixed) {
     moe_rng rng = moe_rng_seeded(seed);
@@ -193,5 +194,86 @@ void test_tp_check_products(const test_tp_setup *s, moe_precision precision) {
         }
         free(a), free(b), free(out0);
     }
+    ops->destroy(dense);
+}
+
+/* ---- the vocabulary-parallel cross-entropy ---- */
+
+static void *upload_bytes(moe_runtime *rt, const void *host, size_t nbytes) {
+    void *dev;
+    test_mpi_require(moe_runtime_alloc(rt, nbytes ? nbytes : 1, &dev), "runtime buffer");
+    test_mpi_require(moe_runtime_upload(rt, dev, host, nbytes), "upload");
+    return dev;
+}
+
+/* the loss, the softmax denominators Z_t (white box: the tree's sums, which the loss and the gradient, rounded
+ * further, rarely show) and this rank's gradient columns at S pieces, on the group or alone (the whole vocabulary);
+ * S 0: the runtime's whole-vocabulary kernel (no denominators) */
+static void run_cross_entropy(const test_tp_setup *s, moe_dense_state *dense, int S, int on_group,
+                              const moe_real *logits, const int *targets, double *loss, double z[CE_T],
+                              moe_real *grad) {
+    const int parts = on_group ? s->tp : 1, cols = CE_V / parts;
+    moe_real *block = test_tp_column_block(logits, CE_T, CE_V, on_group ? s->rank : 0, parts);
+    moe_real *l = upload_bytes(s->rt, block, sizeof *l * CE_T * cols);
+    int *tg = upload_bytes(s->rt, targets, sizeof *tg * CE_T);
+    const moe_real scale = (moe_real)(1.0 / CE_T);
+    if (S == 0) {
+        const moe_dense_ops *ops = moe_runtime_dense_ops(s->rt);
+        test_mpi_require(ops->cross_entropy_forward(dense, l, tg, CE_T, CE_V, loss), "the whole-vocabulary forward");
+        test_mpi_require(ops->cross_entropy_backward(dense, l, tg, CE_T, CE_V, scale), "its backward");
+    } else {
+        moe_tp_cross_entropy ce;
+        test_mpi_require(moe_tp_cross_entropy_init(&ce, s->rt, dense, on_group ? s->group : NULL, S), "cross-entropy");
+        test_mpi_require(moe_tp_cross_entropy_forward(&ce, l, tg, CE_T, CE_V, loss), "forward");
+        test_mpi_require(moe_tp_cross_entropy_backward(&ce, l, tg, CE_T, CE_V, scale), "backward");
+        memcpy(z, ce.z, sizeof *z * CE_T);
+        moe_tp_cross_entropy_free(&ce);
+    }
+    test_mpi_require(moe_runtime_download(s->rt, grad, l, sizeof *grad * CE_T * cols), "download");
+    moe_runtime_free(s->rt, l), moe_runtime_free(s->rt, tg);
+    free(block);
+}
+
+void test_tp_check_cross_entropy(const test_tp_setup *s) {
+    const moe_dense_ops *ops = moe_runtime_dense_ops(s->rt);
+    moe_dense_state *dense;
+    test_mpi_require(ops->create(s->rt, 1, MOE_PRECISION_FP32, CE_V, &dense), "dense state");
+    moe_real *logits = test_tp_operand(SEED + 3, (size_t)CE_T * CE_V, 16, 0);
+    int targets[CE_T];
+    moe_rng rng = moe_rng_seeded(SEED + 4);
+    for (int t = 0; t < CE_T; t++) targets[t] = (int)(moe_rng_next(&rng) % CE_V);
+    const size_t n = (size_t)CE_T * CE_V;
+    moe_real *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got), *plain = malloc(n * sizeof *plain);
+    double loss_plain, loss_want, loss_got, z_plain[CE_T], z_want[CE_T], z_got[CE_T];
+    run_cross_entropy(s, dense, 0, 0, logits, targets, &loss_plain, NULL, plain);
+    run_cross_entropy(s, dense, 1, 0, logits, targets, &loss_want, z_plain, want);
+    const double one_piece_err = fabs(loss_want - loss_plain) / fabs(loss_plain);
+    CHECK(s->one_piece_loss_tolerance ? one_piece_err <= s->one_piece_loss_tolerance
+                                      : memcmp(&loss_want, &loss_plain, sizeof loss_want) == 0,
+          "cross-entropy, one piece: loss %.17g vs the whole-vocabulary kernel's %.17g", loss_want, loss_plain);
+    CHECK(test_tp_count_diff(want, plain, n) == 0, "cross-entropy, one piece: %zu gradient values differ from the "
+          "whole-vocabulary kernel's", test_tp_count_diff(want, plain, n));
+    const int sizes[] = {s->tp, 8, 16};
+    for (int i = 0; i < 3; i++) {
+        const int S = sizes[i];
+        if (S < s->tp || (i > 0 && S == s->tp)) continue;
+        run_cross_entropy(s, dense, S, 0, logits, targets, &loss_want, z_want, want);
+        run_cross_entropy(s, dense, S, 1, logits, targets, &loss_got, z_got, got);
+        CHECK(memcmp(&loss_got, &loss_want, sizeof loss_got) == 0, "cross-entropy, S %d: tp %d loss %.17g, tp 1 %.17g",
+              S, s->tp, loss_got, loss_want);
+        CHECK(memcmp(z_got, z_want, sizeof z_got) == 0, "cross-entropy, S %d: tp %d's denominators differ from tp 1's",
+              S, s->tp);
+        moe_real *want_local = test_tp_column_block(want, CE_T, CE_V, s->rank, s->tp);
+        const size_t diff = test_tp_count_diff(got, want_local, n / s->tp);
+        CHECK(diff == 0, "cross-entropy, S %d: tp %d's gradient differs from tp 1's in %zu of %zu values", S, s->tp,
+              diff, n / s->tp);
+        free(want_local);
+        CHECK(fabs(loss_want - loss_plain) < 1e-9 * fabs(loss_plain) && test_tp_max_rel_err(want, plain, n) < 1e-5,
+              "cross-entropy, S %d: loss %.17g vs the kernel's %.17g", S, loss_want, loss_plain);
+        if (S == 8)
+            CHECK(memcmp(z_want, z_plain, sizeof z_want) != 0, "cross-entropy: 8 pieces give the whole-vocabulary "
+                  "sums' bits for every token: the data cannot tell the orders apart");
+    }
+    free(logits), free(want), free(got), free(plain);
     ops->destroy(dense);
 }

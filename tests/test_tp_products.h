@@ -26,9 +26,20 @@ typedef struct {
     moe_comm *group;        /* the world as one group; NULL at tp 1 */
     int tp, rank;
     double plain_tolerance; /* of S pieces against the plain product */
+    double one_piece_loss_tolerance; /* the cross-entropy's loss at S = 1 against the whole-vocabulary kernel's,
+                                        relative (0: bitwise; the host's log may round otherwise than the GPU's) */
 } test_tp_setup;
 
 void test_tp_check_products(const test_tp_setup *setup, moe_precision precision);
+
+/* The vocabulary-parallel cross-entropy (tp/vocab_cross_entropy.h) on the runtime (T 29, V 1024, logits uniform in
+ * [-16, 16): exp(l - M) spans 2^-46 .. 1, so even the double sums round and their order shows) at S = tp, 8, 16: the
+ * loss and the softmax denominators (white box: the loss and gradient, rounded further, rarely show their last bits)
+ * bitwise tp 1's on every rank, each rank's gradient columns bitwise tp 1's columns; S = 1 the runtime's
+ * whole-vocabulary kernel (cross_entropy_forward/backward) bit for bit in the gradient, the loss within
+ * one_piece_loss_tolerance; S = 8 within rounding of it (the loss 1e-9, the gradient 1e-5 relative) with denominators
+ * that differ somewhere (the plain split fails the check at every tp > 1: tried on the CPU). */
+void test_tp_check_cross_entropy(const test_tp_setup *setup);
 
 /* count values uniform in scale * [-1, 1), the same on every rank for a seed; mixed: every 7th 100x larger */
 moe_real *test_tp_operand(uint64_t seed, size_t count, double scale, int mixed);

@@ -1,5 +1,6 @@
-/* vocab_cross_entropy.c — the vocabulary-parallel cross-entropy (vocab_cross_entropy.h), with
- * kernels/cross_entropy_cpu.c's formulas and sums, so that S = 1 is that kernel bit for bit. */
+/* vocab_cross_entropy.c — the vocabulary-parallel cross-entropy (vocab_cross_entropy.h): the runtime's per-row parts
+ * (kernels/vocab_cross_entropy.h; on the CPU kernels/cross_entropy_cpu.c's formulas and sums, so that S = 1 is that
+ * kernel bit for bit) and the group's exchanges on the host. */
 #include "tp/vocab_cross_entropy.h"
 
 #include <math.h>
@@ -7,32 +8,45 @@
 
 #include "alltoall/tree_reduce.h"
 #include "core/fail.h"
-#include "core/real.h"
-#include "core/threads.h"
+#include "core/threads.h" /* MOE__SUM_CHUNKS */
 #include "tp/linear.h"
 
-moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_comm *group, int num_pieces) {
-    *ce = (moe_tp_cross_entropy){.group = group, .tp = 1, .num_pieces = num_pieces};
+moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_runtime *rt, moe_dense_state *dense,
+                                     moe_comm *group, int num_pieces) {
+    *ce = (moe_tp_cross_entropy){.rt = rt, .ops = moe_runtime_dense_ops(rt), .dense = dense, .group = group, .tp = 1,
+                                 .num_pieces = num_pieces};
     if (group) ce->tp = moe_comm_size(group), ce->tp_rank = moe_comm_rank(group);
     return moe_tp_pieces_check(num_pieces, ce->tp);
 }
 
 void moe_tp_cross_entropy_free(moe_tp_cross_entropy *ce) {
-    free(ce->max), free(ce->z), free(ce->pieces), free(ce->gathered), free(ce->token_loss);
-    ce->max = NULL, ce->z = ce->pieces = ce->gathered = ce->token_loss = NULL, ce->cap = 0;
+    free(ce->max), free(ce->z), free(ce->pieces), free(ce->gathered), free(ce->token_loss), free(ce->targets);
+    ce->max = NULL, ce->z = ce->pieces = ce->gathered = ce->token_loss = NULL, ce->targets = NULL;
+    if (ce->rt) {
+        moe_runtime_free(ce->rt, ce->dev_max), moe_runtime_free(ce->rt, ce->dev_z);
+        moe_runtime_free(ce->rt, ce->dev_pieces), moe_runtime_free(ce->rt, ce->dev_target);
+    }
+    ce->dev_max = NULL, ce->dev_z = ce->dev_pieces = ce->dev_target = NULL, ce->cap = 0;
 }
 
 static moe_status reserve(moe_tp_cross_entropy *ce, int T) {
     if ((size_t)T <= ce->cap) return MOE_OK;
     moe_tp_cross_entropy_free(ce);
-    const size_t n = (size_t)T;
+    const size_t n = (size_t)T, L = (size_t)(ce->num_pieces / ce->tp);
     ce->max = malloc(n * sizeof *ce->max), ce->z = malloc(n * sizeof *ce->z);
-    ce->pieces = malloc(n * (size_t)(ce->num_pieces / ce->tp) * sizeof *ce->pieces);
+    ce->pieces = malloc(n * L * sizeof *ce->pieces);
     ce->gathered = malloc(n * (size_t)ce->tp * sizeof *ce->gathered);
-    ce->token_loss = malloc(n * sizeof *ce->token_loss);
-    if (!ce->max || !ce->z || !ce->pieces || !ce->gathered || !ce->token_loss) {
+    ce->token_loss = malloc(n * sizeof *ce->token_loss), ce->targets = malloc(n * sizeof *ce->targets);
+    moe_status st = ce->max && ce->z && ce->pieces && ce->gathered && ce->token_loss && ce->targets
+                        ? MOE_OK
+                        : MOE_ERR_OUT_OF_MEMORY;
+    if (st == MOE_OK) st = moe_runtime_alloc(ce->rt, n * sizeof(moe_real), (void **)&ce->dev_max);
+    if (st == MOE_OK) st = moe_runtime_alloc(ce->rt, n * sizeof(double), (void **)&ce->dev_z);
+    if (st == MOE_OK) st = moe_runtime_alloc(ce->rt, n * L * sizeof(double), (void **)&ce->dev_pieces);
+    if (st == MOE_OK) st = moe_runtime_alloc(ce->rt, n * sizeof(double), (void **)&ce->dev_target);
+    if (st != MOE_OK) {
         moe_tp_cross_entropy_free(ce);
-        return moe_fail(MOE_ERR_OUT_OF_MEMORY, "the vocabulary-parallel cross-entropy's buffers for %d tokens", T);
+        return moe_fail(st, "the vocabulary-parallel cross-entropy's buffers for %d tokens", T);
     }
     ce->cap = n;
     return MOE_OK;
@@ -45,62 +59,52 @@ static moe_status check_shape(const moe_tp_cross_entropy *ce, int T, int V) {
     return MOE_OK;
 }
 
-/* M_t over the whole vocabulary: this rank's row maxima, then the largest of every rank's (exact in any order) */
+/* M_t over the whole vocabulary: this rank's row maxima, then the largest of every rank's (exact in any order), on the
+ * host and in dev_max */
 static moe_status global_max(moe_tp_cross_entropy *ce, const moe_real *logits, int T, int V_local) {
-#pragma omp parallel for schedule(static) if ((size_t)T * V_local >= MOE__PAR_MIN_ELEMS)
-    for (int t = 0; t < T; t++) {
-        const moe_real *l = logits + (size_t)t * V_local;
-        moe_real max = l[0];
-        for (int i = 1; i < V_local; i++) max = l[i] > max ? l[i] : max;
-        ce->max[t] = max;
-    }
+    const size_t nbytes = (size_t)T * sizeof(moe_real);
+    MOE_TRY(ce->ops->vocab_row_max(ce->dense, logits, T, V_local, ce->dev_max));
+    MOE_TRY(moe_runtime_download(ce->rt, ce->max, ce->dev_max, nbytes));
     if (ce->tp == 1) return MOE_OK;
     moe_real *all = (moe_real *)ce->gathered; /* [tp][T] */
-    MOE_TRY(moe_comm_allgather_bytes(ce->group, ce->max, (size_t)T * sizeof(moe_real), all));
+    MOE_TRY(moe_comm_allgather_bytes(ce->group, ce->max, nbytes, all));
     for (int t = 0; t < T; t++)
         for (int r = 0; r < ce->tp; r++) ce->max[t] = all[(size_t)r * T + t] > ce->max[t] ? all[(size_t)r * T + t]
                                                                                          : ce->max[t];
-    return MOE_OK;
+    return moe_runtime_upload(ce->rt, ce->dev_max, ce->max, nbytes);
 }
 
 moe_status moe_tp_cross_entropy_forward(moe_tp_cross_entropy *ce, const moe_real *logits_local, const int *targets,
                                         int num_tokens, int vocab, double *loss_sum) {
     MOE_TRY(check_shape(ce, num_tokens, vocab));
     const int T = num_tokens, V_local = vocab / ce->tp, w = vocab / ce->num_pieces, L = ce->num_pieces / ce->tp;
-    const int col0 = ce->tp_rank * V_local;
     MOE_TRY(reserve(ce, T > 0 ? T : 1));
     ce->num_tokens = T;
     *loss_sum = 0;
     if (T == 0) return MOE_OK;
+    MOE_TRY(moe_runtime_download(ce->rt, ce->targets, targets, (size_t)T * sizeof(int)));
     for (int t = 0; t < T; t++) /* before any exchange: every rank has the same targets and stops alike */
-        if (targets[t] < 0 || targets[t] >= vocab)
-            return moe_fail(MOE_ERR_INVALID_ARG, "token %d's target %d is outside the vocabulary of %d", t, targets[t],
-                            vocab);
+        if (ce->targets[t] < 0 || ce->targets[t] >= vocab)
+            return moe_fail(MOE_ERR_INVALID_ARG, "token %d's target %d is outside the vocabulary of %d", t,
+                            ce->targets[t], vocab);
     MOE_TRY(global_max(ce, logits_local, T, V_local));
-    /* the piece sums, each in column order, in double (the whole-vocabulary kernel's sum when S = 1) */
-#pragma omp parallel for schedule(static) if ((size_t)T * V_local >= MOE__PAR_MIN_ELEMS)
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < L; j++) {
-            const moe_real *l = logits_local + (size_t)t * V_local + (size_t)j * w;
-            double sum = 0;
-            for (int i = 0; i < w; i++) sum += moe__exp(l[i] - ce->max[t]);
-            ce->pieces[(size_t)j * T + t] = sum;
-        }
+    /* the piece sums (CPU: each in column order, in double: the whole-vocabulary kernel's sum when S = 1) and the
+     * target logits, each from the rank that holds its column, exact zeros from the others */
+    MOE_TRY(ce->ops->vocab_piece_sums(ce->dense, logits_local, ce->dev_max, targets, T, V_local, w,
+                                      ce->tp_rank * V_local, ce->dev_pieces, ce->dev_target));
+    double *target_logit = ce->gathered;
+    MOE_TRY(moe_runtime_download(ce->rt, ce->pieces, ce->dev_pieces, (size_t)L * T * sizeof(double)));
+    MOE_TRY(moe_runtime_download(ce->rt, target_logit, ce->dev_target, (size_t)T * sizeof(double)));
     const void *leaves[64];
     if (L > (int)(sizeof leaves / sizeof *leaves))
         return moe_fail(MOE_ERR_INVALID_CONFIG, "%d fixed pieces per rank (at most 64)", L);
     for (int j = 0; j < L; j++) leaves[j] = ce->pieces + (size_t)j * T;
     MOE_TRY(moe_tree_reduce_local(MOE_TREE_F64, leaves, L, (size_t)T, ce->z));
-    /* the target logits: each from the rank that holds its column, plus exact zeros from the others */
-    double *target_logit = ce->gathered;
-    for (int t = 0; t < T; t++) {
-        const int c = targets[t] - col0;
-        target_logit[t] = c >= 0 && c < V_local ? (double)logits_local[(size_t)t * V_local + c] : 0.0;
-    }
     if (ce->tp > 1) {
         MOE_TRY(moe_comm_allreduce_tree_f64(ce->group, ce->z, (size_t)T));
         MOE_TRY(moe_comm_allreduce_sum_f64(ce->group, target_logit, (size_t)T));
     }
+    MOE_TRY(moe_runtime_upload(ce->rt, ce->dev_z, ce->z, (size_t)T * sizeof(double)));
     for (int t = 0; t < T; t++) ce->token_loss[t] = (double)ce->max[t] + log(ce->z[t]) - target_logit[t];
     *loss_sum = moe_tp_cross_entropy_range_sum(ce, 0, T);
     return MOE_OK;
@@ -126,15 +130,8 @@ moe_status moe_tp_cross_entropy_backward(moe_tp_cross_entropy *ce, moe_real *log
     if (num_tokens != ce->num_tokens)
         return moe_fail(MOE_ERR_INVALID_ARG, "the vocabulary-parallel cross-entropy's backward of %d tokens after a "
                         "forward of %d", num_tokens, ce->num_tokens);
-    const int T = num_tokens, V_local = vocab / ce->tp, col0 = ce->tp_rank * V_local;
-#pragma omp parallel for schedule(static) if ((size_t)T * V_local >= MOE__PAR_MIN_ELEMS)
-    for (int t = 0; t < T; t++) {
-        moe_real *l = logits_local + (size_t)t * V_local;
-        const moe_real max = ce->max[t], k = (moe_real)(scale / ce->z[t]);
-        for (int i = 0; i < V_local; i++) l[i] = moe__exp(l[i] - max);
-        for (int i = 0; i < V_local; i++) l[i] *= k;
-        const int c = targets[t] - col0;
-        if (c >= 0 && c < V_local) l[c] -= scale;
-    }
-    return MOE_OK;
+    if (num_tokens == 0) return MOE_OK;
+    const int V_local = vocab / ce->tp;
+    return ce->ops->vocab_backward(ce->dense, logits_local, ce->dev_max, ce->dev_z, targets, num_tokens, V_local,
+                                   ce->tp_rank * V_local, scale);
 }

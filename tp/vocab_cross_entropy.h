@@ -12,31 +12,45 @@
  * the bits depend on S and the logits alone; with S = 1 (tp 1) the loss and the gradient are the whole-vocabulary
  * kernel's, bit for bit (the same max, the same in-order sum, the same formulas).
  * Backward: dl_t,v = scale (exp(l_t,v - M_t) / Z_t - [v == target_t]) on this rank's columns, from the forward's M and
- * Z (kept). Host syncs: the group's exchanges. */
+ * Z (kept). The per-row work is the runtime's dense table's (kernels/vocab_cross_entropy.h: the CPU's in column order
+ * as above; CUDA's a fixed block order, the same bits at any tp on the GPU), the exchanges run on the host: a forward
+ * downloads T maxima, T x S/tp piece sums, T target logits and T targets, and uploads T maxima and T denominators.
+ * Host syncs: those transfers and the group's exchanges. */
 #ifndef MOE_TP_VOCAB_CROSS_ENTROPY_H
 #define MOE_TP_VOCAB_CROSS_ENTROPY_H
 
 #include "alltoall/comm.h"
-#include "core/types.h"
+#include "moe/dense_ops.h"
+#include "moe/runtime.h"
 
 typedef struct {
-    moe_comm *group;    /* NULL: alone (tp 1) */
+    moe_runtime *rt;
+    const moe_dense_ops *ops;
+    moe_dense_state *dense; /* the caller's */
+    moe_comm *group;        /* NULL: alone (tp 1) */
     int tp, tp_rank, num_pieces;
-    int num_tokens;     /* of the last forward (what backward may take) */
-    moe_real *max;      /* [T] M_t */
-    double *z;          /* [T] Z_t */
-    double *pieces;     /* [S/tp][T] this rank's piece sums */
-    double *gathered;   /* [tp][T] the ranks' maxima (as double), then the target logits */
-    double *token_loss; /* [T] of the last forward */
-    size_t cap;         /* tokens the buffers hold */
+    int num_tokens;         /* of the last forward (what backward may take) */
+    /* host */
+    moe_real *max;          /* [T] M_t */
+    double *z;              /* [T] Z_t */
+    double *pieces;         /* [S/tp][T] this rank's piece sums */
+    double *gathered;       /* [tp][T] the ranks' maxima (as double), then the target logits */
+    double *token_loss;     /* [T] of the last forward */
+    int *targets;           /* [T] */
+    /* runtime memory: M_t and Z_t (what backward reads), the piece sums and target logits */
+    moe_real *dev_max;
+    double *dev_z, *dev_pieces, *dev_target;
+    size_t cap;             /* tokens the buffers hold */
 } moe_tp_cross_entropy;
 
-/* num_pieces and group as moe_tp_linear_init's (MOE_ERR_INVALID_CONFIG otherwise). */
-moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_comm *group, int num_pieces);
+/* num_pieces and group as moe_tp_linear_init's (MOE_ERR_INVALID_CONFIG otherwise); dense: a state of rt's dense
+ * table. */
+moe_status moe_tp_cross_entropy_init(moe_tp_cross_entropy *ce, moe_runtime *rt, moe_dense_state *dense,
+                                     moe_comm *group, int num_pieces);
 void moe_tp_cross_entropy_free(moe_tp_cross_entropy *ce);
 
-/* *loss_sum = sum_t loss_t (the same on every rank). vocab: the whole V (S must divide it); targets in [0, V) on every
- * rank. */
+/* *loss_sum = sum_t loss_t (the same on every rank). vocab: the whole V (S must divide it); targets (runtime memory)
+ * in [0, V) on every rank. */
 moe_status moe_tp_cross_entropy_forward(moe_tp_cross_entropy *ce, const moe_real *logits_local, const int *targets,
                                         int num_tokens, int vocab, double *loss_sum);
 /* The loss sum of tokens [first, first + count) of the last forward, added in the fixed chunks that a forward of those

@@ -95,8 +95,8 @@ static const opt_spec kOptions[] = {
      "of two "
      "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
      "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
-     "--tp-shards; checkpoints hold whole tensors (any --tp resumes them). Not yet with --zero 2, --verify-steps or "
-     "--device cuda", OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
+     "--tp-shards; checkpoints hold whole tensors (any --tp resumes them). Not yet with --zero 2",
+     OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
      "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
@@ -344,16 +344,9 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
 /* Combinations no single flag can check. */
 static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 
-/* --tp: groups of consecutive ranks inside a stage; what it does not combine with yet, refused by name (issue 28). */
+/* --tp: groups of consecutive ranks inside a stage (the shapes it splits: moe_model_config_problem). */
 static int finish_tensor_parallel(const moe_train_options *o, int world_size, FILE *err) {
     const int tp = o->model.tp;
-    if (tp == 1 && o->model.tp_shards <= 1) return 0;
-    const char *not_yet = o->device != MOE_TRAIN_DEVICE_CPU ? "--device cuda"
-                          : o->verify_steps > 0                              ? "--verify-steps"
-                                                                             : NULL;
-    if (not_yet)
-        return moe_train_complain(err, "moe-train: --tp %d --tp-shards %d with %s is not built yet (issue 28)\n", tp,
-                                  o->model.tp_shards, not_yet), -1;
     if (tp == 1) return 0;
     if ((world_size / o->pp) % tp)
         return moe_train_complain(err, "moe-train: --tp %d must divide the ranks of a stage (%d)\n", tp,

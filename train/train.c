@@ -540,8 +540,8 @@ int main(int argc, char **argv) {
                    (long)opt.eval_batches * opt.batch);
     }
     if (opt.verify_steps > 0) {
-        require(moe_parallel_create_mpi_pp(MPI_COMM_WORLD, opt.pp, opt.model.moe.ep_size, opt.exchange_timeout_s,
-                                           &ref_par),
+        require(moe_parallel_create_mpi_tp(MPI_COMM_WORLD, opt.pp, opt.model.moe.ep_size, opt.model.tp,
+                                           opt.exchange_timeout_s, &ref_par),
                 "the reference's layout (--verify-steps)");
         require(moe_verifier_create(&verifier, &t, ref_par), "the CPU fp32 reference (--verify-steps)");
     }
