@@ -572,7 +572,7 @@ static moe_status init_grads(moe_model *m) {
         return moe_fail(MOE_ERR_INVALID_CONFIG, "ZeRO-2 reduce-scatters the gradients in the fixed tree: it needs the "
                                                 "world-invariant sums (cfg.moe.num_shards > 0)");
     MOE_TRY(moe_zero_grads_init(&m->zero_grads, &m->zero, m->rt, m->dense, m->ops_state, m->tensors, m->num_tensors,
-                                m->cfg.num_layers));
+                                m->cfg.num_layers, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL));
     set_views(m, NULL, &m->zero_grads, &m->g);
     return MOE_OK;
 }

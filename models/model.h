@@ -58,8 +58,9 @@ typedef struct {
  * group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over the
  * slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
  * columns' (models/model_activations.h), but for ln1, a dense FFN's ln2 and the final norm's output, kept gathered,
- * and two [T, d] scratch buffers. Not yet: ZeRO-2 (ZeRO-1 shards the dense state over the data-parallel group, whose
- * members hold the same blocks).
+ * and two [T, d] scratch buffers. ZeRO shards the dense state over the data-parallel group, whose members hold the
+ * same blocks; ZeRO-2 sums a layer's replicated tensors over the tensor group before its reduce-scatter over that
+ * group (models/zero_grads.h), and the norm gathers each tensor's gradient in turn (models/optimizer.c).
  *
  * Grouped-query attention: a kv head's gradients of k and v are sums over its G = H/KV query heads, which the attention
  * kernel adds in head order. When the pieces allow a tp above KV (P, the largest power of two dividing S and H, above

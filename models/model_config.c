@@ -61,8 +61,6 @@ static const char *tensor_parallel_problem(const moe_model_config *c) {
     if (c->vocab_size % S != 0) /* the embedding and lm_head are split by vocabulary rows, its loss by pieces */
         return "tp_shards must divide the vocabulary size (pad the vocabulary to a multiple of it: the tokenizer's ids "
                "stay below the real size, the extra rows are never a target)";
-    if (S > 1 && c->zero == 2) /* its reduce-scatter would sum the tensor-parallel pieces over the whole stage */
-        return "ZeRO-2 with tensor-parallel pieces (tp or tp_shards above 1) is not built yet: use zero 0 or 1";
     for (int l = 0; l < c->num_layers; l++)
         if (!moe_model_layer_is_moe(c, l) && c->d_ff % S != 0)
             return "tp_shards must divide d_ff (the split width of the dense FFN layers)";

@@ -156,12 +156,27 @@ static norm_pieces pieces_of(const moe_model_tensor *t, int S, int tp, int rank)
     return (norm_pieces){local, t->count / held, (size_t)(rank % (tp / t->parts)) * local};
 }
 
+/* Dense tensor t's summed gradient (this rank's block): in the whole gradient buffer, or under ZeRO-2 gathered into
+ * `whole` from the members of the dense region's group (each holds its range of the region: this rank's part copied
+ * into place, the fixed tree's all-gather brings the rest). Collective under ZeRO-2. */
+static moe_status tensor_grads(moe_model *m, const moe_model_tensor *t, moe_real *whole, const moe_real **g) {
+    if (moe_model_grads(m)) return *g = moe_model_grads(m) + t->offset, MOE_OK;
+    const moe_zero_region *r = &moe_model_zero(m)->dense;
+    const size_t lo = t->offset > r->begin ? t->offset : r->begin;
+    const size_t hi = t->offset + t->count < r->end ? t->offset + t->count : r->end;
+    if (hi > lo)
+        MOE_TRY(moe_runtime_copy(moe_model_runtime(m), whole + (lo - t->offset),
+                                 moe_model_range_grads(m, 0) + (lo - r->begin), (hi - lo) * sizeof(moe_real)));
+    MOE_TRY(moe_comm_allgather_tree_real(r->group, whole, &r->part, t->offset, t->count));
+    return *g = whole, MOE_OK;
+}
+
 /* With fixed pieces (tp_shards S > 1, models/model.h): the dense terms tensor by tensor in buffer order, a replicated
  * tensor's atoms from its start, a split tensor's piece by piece (piece p of the whole tensor, in piece order, each cut
  * into atoms from its start): terms that depend on S and the gradients alone, the same list at any tp. A rank computes
  * its own pieces' (a column-parallel tensor's piece is rows of its block; a row-parallel one's, columns of it, copied
- * out first); the tensor group's lists are gathered and merged. From the whole gradients: ZeRO 0 or 1 (the model
- * refuses ZeRO-2 with S > 1). */
+ * out first); the tensor group's lists are gathered and merged. From the whole gradients (ZeRO 0 or 1), or under
+ * ZeRO-2 from each tensor's gathered in turn (tensor_grads: one tensor's memory, one all-gather each). */
 static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms *out) {
     const moe_model_config *cfg = moe_model_config_of(m);
     moe_comm *group = moe_parallel_tensor(par);
@@ -175,26 +190,32 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
         n += p.pieces * num_atoms(p.per);
         widest = p.per > widest ? p.per : widest;
     }
+    const int zero2 = moe_model_grads(m) == NULL; /* each tensor's gradient gathered in turn (tensor_grads) */
+    size_t largest = 0;
+    for (int i = 0; i < count && zero2; i++)
+        if (!t[i].experts && !t[i].replica && t[i].count > largest) largest = t[i].count;
     double *mine = calloc(n + 1, sizeof(double)), *all = calloc((size_t)tp * n + 1, sizeof(double));
-    moe_real *scratch = NULL;
+    moe_real *scratch = NULL, *whole = NULL;
     moe_status st = mine && all ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) st = moe_runtime_alloc(moe_model_runtime(m), (widest ? widest : 1) * sizeof(moe_real),
                                              (void **)&scratch);
-    const moe_real *g = moe_model_grads(m);
+    if (st == MOE_OK && zero2) st = moe_runtime_alloc(moe_model_runtime(m), (largest ? largest : 1) * sizeof(moe_real),
+                                                      (void **)&whole);
     size_t k = 0;
     for (int i = 0; i < count && st == MOE_OK; i++) {
         if (t[i].experts || t[i].replica) continue;
         const norm_pieces p = pieces_of(&t[i], S, tp, rank);
-        if (t[i].split != MOE_SPLIT_COLS) { /* whole, or row pieces: contiguous */
+        const moe_real *g;
+        st = tensor_grads(m, &t[i], whole, &g);
+        if (st == MOE_OK && t[i].split != MOE_SPLIT_COLS) { /* whole, or row pieces: contiguous */
             for (size_t j = 0; j < p.pieces && st == MOE_OK; j++)
-                st = atoms_of(m, g + t[i].offset + (p.first + j) * p.per, p.per, mine, &k);
+                st = atoms_of(m, g + (p.first + j) * p.per, p.per, mine, &k);
             continue;
         }
         const size_t rows = (size_t)t[i].rows, cols = (size_t)t[i].cols, w = p.per / rows;
         for (size_t j = 0; j < p.pieces && st == MOE_OK; j++) {
-            st = moe_runtime_copy_2d(moe_model_runtime(m), scratch, w * sizeof(moe_real),
-                                     g + t[i].offset + (p.first + j) * w, cols * sizeof(moe_real),
-                                     w * sizeof(moe_real), rows);
+            st = moe_runtime_copy_2d(moe_model_runtime(m), scratch, w * sizeof(moe_real), g + (p.first + j) * w,
+                                     cols * sizeof(moe_real), w * sizeof(moe_real), rows);
             if (st == MOE_OK) st = atoms_of(m, scratch, rows * w, mine, &k);
         }
     }
@@ -211,7 +232,7 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
         out->counts[chunk_at(m, 0, t[i].offset)] += t[i].split == MOE_SPLIT_NONE ? terms : terms * tp;
         at += terms;
     }
-    moe_runtime_free(moe_model_runtime(m), scratch);
+    moe_runtime_free(moe_model_runtime(m), scratch), moe_runtime_free(moe_model_runtime(m), whole);
     free(mine), free(all);
     if (st != MOE_OK) free(out->terms), out->terms = NULL;
     return st;

@@ -34,8 +34,9 @@ static void find_slices(moe_zero_grads *g, const moe_model_tensor *t, int n, siz
 
 moe_status moe_zero_grads_init(moe_zero_grads *g, const moe_zero_layout *zero, moe_runtime *rt,
                                const moe_dense_ops *dense, moe_dense_state *state, const moe_model_tensor *tensors,
-                               int num_tensors, int num_layers) {
-    *g = (moe_zero_grads){.zero = zero, .rt = rt, .dense = dense, .state = state, .num_layers = num_layers};
+                               int num_tensors, int num_layers, moe_comm *tensor) {
+    *g = (moe_zero_grads){.zero = zero, .rt = rt, .dense = dense, .state = state, .num_layers = num_layers,
+                          .tensor = tensor, .tensors = tensors, .num_tensors = num_tensors};
     g->layer_dense = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
     g->layer_expert = calloc((size_t)num_layers + 1, sizeof(moe_zero_slice));
     g->fresh = calloc((size_t)num_layers + 2, 1);
@@ -76,10 +77,31 @@ moe_real *moe_zero_grads_range(const moe_zero_grads *g, int expert) {
     return g->shard + (expert ? g->zero->dense.end - g->zero->dense.begin : 0);
 }
 
+/* Under tensor parallelism: the replicated tensors of dense slice s (held at `at`) summed over the tensor group first,
+ * runs of consecutive ones at once. */
+static moe_status sum_replicated(moe_zero_grads *g, moe_zero_slice s, moe_real *at) {
+    size_t run_from = 0, run_end = 0; /* the run so far: [run_from, run_end) of the region */
+    for (int i = 0; i <= g->num_tensors; i++) {
+        const moe_model_tensor *t = i < g->num_tensors ? &g->tensors[i] : NULL;
+        const int inside = t && !t->experts && t->offset >= s.from && t->offset < s.from + s.count;
+        if (inside && t->split == MOE_SPLIT_NONE && (run_end == run_from || t->offset == run_end)) {
+            if (run_end == run_from) run_from = t->offset;
+            run_end = t->offset + t->count;
+            continue;
+        }
+        if (run_end > run_from)
+            MOE_TRY(moe_comm_allreduce_tree_real(g->tensor, at + (run_from - s.from), run_end - run_from));
+        run_from = run_end = 0;
+        if (inside && t->split == MOE_SPLIT_NONE) run_from = t->offset, run_end = t->offset + t->count;
+    }
+    return MOE_OK;
+}
+
 /* Slice s of a region, held at `at`, summed over the region's group; this rank's range of it copied (fresh: the step's
  * first sum of the slice) or added into the shard. */
 static moe_status sum_into_shard(moe_zero_grads *g, int expert, moe_zero_slice s, moe_real *at, int fresh) {
     if (!s.count) return MOE_OK;
+    if (!expert && g->tensor) MOE_TRY(sum_replicated(g, s, at));
     const moe_zero_region *r = expert ? &g->zero->expert : &g->zero->dense;
     MOE_TRY(moe_comm_reduce_scatter_tree_real(r->group, at, &r->part, s.from, s.count));
     const size_t lo = s.from > r->begin ? s.from : r->begin;

@@ -2,15 +2,16 @@
 # test_tp_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train --tp (issue 28: tensor parallelism with
 # sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention
 # (4 heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp
-# 2), on 4 ranks (tp 2 x ep 2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2 with 1 kv head (the kv heads
-# fewer than tp: replicated, also loaded so from a 1-rank checkpoint): every step's loss and the validation loss
-# (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8 checkpoint's files (whole
-# Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which test_hf_interop loads in transformers)
-# and the text sampled after training, and the grid line names the tensor groups; so is a pipeline of 2 stages of tp
-# 2, and a model with a dense FFN layer at tp 2 (with --recompute full too) its 1-rank run's. The tp 2 run's step-4
-# checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to its step-8 files. The check can fail:
-# --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run at tp 2 passes --verify-steps. What
-# --tp does not combine with yet, and shapes it cannot split, are refused up front with the reason.
+# 2), on 4 ranks (tp 2 x ep 2 with ZeRO-1 and with ZeRO-2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2
+# with 1 kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint): every step's loss
+# and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8
+# checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which
+# test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the tensor
+# groups; so is a pipeline of 2 stages of tp 2, and a model with a dense FFN layer at tp 2 (with --recompute full too)
+# its 1-rank run's. The tp 2 run's step-4 checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to
+# its step-8 files. The check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run
+# at tp 2 passes --verify-steps. What --tp does not combine with yet, and shapes it cannot split, are refused up front
+# with the reason.
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 32 --heads 4 --kv-heads 4 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -60,6 +61,9 @@ run pp2tp2 4 --pp 2 --tp 2
 same_as "tp 2 on 2 ranks" tp2 one
 same_as "tp 2 x ep 2 with ZeRO-1 on 4 ranks (the dense state sharded over the data-parallel group)" tp2ep2 one
 same_as "tp 4 on 4 ranks" tp4 one
+run tp2zero2 4 --tp 2 --ep 2 --zero 2
+same_as "tp 2 x ep 2 with ZeRO-2 on 4 ranks (each layer's gradients reduce-scattered over the data-parallel group)" \
+    tp2zero2 one
 same_as "pp 2 x tp 2 on 4 ranks (the stages pass each rank's slice)" pp2tp2 one
 sample() { grep -A 2 '^sample' "$dir/$1.txt" | tail -n 1; } # the text sampled after training
 if [ -n "$(sample one)" ] && [ "$(sample tp2)" = "$(sample one)" ] && [ "$(sample tp4)" = "$(sample one)" ] &&
@@ -138,7 +142,6 @@ fi
 
 refuses "--tp 3 must divide the ranks of a stage" --tp 3
 refuses "tp and the number of kv heads: one must divide the other" --tp 2 --heads 6 --d-model 24 --kv-heads 3
-refuses "ZeRO-2 with tensor-parallel pieces" --tp 2 --zero 2
 refuses "--tp 2 must divide --seq-len 15" --tp 2 --seq-len 15
 refuses "tp_shards must divide d_ff" --tp 2 --moe-every 2 --d-ff 18
 refuses "tp_shards must divide the vocabulary size \(pad the vocabulary" --tp 2 --vocab 257

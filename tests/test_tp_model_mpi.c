@@ -74,6 +74,20 @@ typedef struct {
 
 static void free_result(run_result *r) { free(r->params), free(r->grads), free(r->tensors); }
 
+/* Under ZeRO-2 no buffer holds the whole gradient: each region's ranges gathered from its group's members (the fixed
+ * tree's all-gather) into grads, laid out as the table. */
+static moe_status gather_zero2_grads(moe_model *m, moe_real *grads) {
+    const moe_zero_layout *z = moe_model_zero(m);
+    const moe_zero_region *regions[2] = {&z->dense, &z->expert};
+    for (int expert = 0; expert < 2; expert++) {
+        const moe_zero_region *r = regions[expert];
+        moe_real *region = grads + (expert ? moe_model_num_dense(m) : 0);
+        memcpy(region + r->begin, moe_model_range_grads(m, expert), (r->end - r->begin) * sizeof(moe_real));
+        if (r->part.count) MOE_TRY(moe_comm_allgather_tree_real(r->group, region, &r->part, 0, r->part.count));
+    }
+    return MOE_OK;
+}
+
 /* One forward and backward of this rank's part of the global batch (a tensor group's sequences: the data rank's),
  * then the gradient sums; the loss added over the stage in the fixed tree. */
 static moe_status run(const moe_model_config *cfg, const moe_parallel *par, const int *inputs, const int *targets,
@@ -108,7 +122,8 @@ static moe_status run(const moe_model_config *cfg, const moe_parallel *par, cons
     if (st == MOE_OK) st = moe_model_reduce_chunk_grads(m, 0);
     if (st == MOE_OK) st = moe_model_finish_tied_grads(m);
     if (st == MOE_OK) st = moe_model_grad_norm(m, par, &out->norm);
-    if (st == MOE_OK) memcpy(out->grads, moe_model_grads(m), n * sizeof(moe_real));
+    if (st == MOE_OK && cfg->zero == 2) st = gather_zero2_grads(m, out->grads);
+    else if (st == MOE_OK) memcpy(out->grads, moe_model_grads(m), n * sizeof(moe_real));
     moe_model_destroy(m);
     return st;
 }
@@ -169,19 +184,21 @@ static void test_layouts(int world, int rank) {
             if (world % tp) continue;
             for (int ep = 1; ep <= world && ep <= ref_cfg.moe.num_experts; ep *= 2) {
                 if (world % ep) continue;
-                const int plain = tp == 2 && ep == 1; /* also the plain split, once per case */
-                for (int variant = 0; variant <= plain; variant++) {
-                    const int pieces = variant ? tp : PIECES;
+                /* at ep 1 also the plain split (variant 1; at tp 2) and ZeRO-2 (variant 2) */
+                for (int variant = 0; variant < 3; variant++) {
+                    if ((variant == 1 && (tp != 2 || ep != 1)) || (variant == 2 && ep != 1)) continue;
+                    const int pieces = variant == 1 ? tp : PIECES;
                     moe_parallel *par;
                     test_mpi_require(moe_parallel_create_mpi_tp(MPI_COMM_WORLD, 1, ep, tp, 60, &par), "the layout");
                     run_result got = {0};
-                    const moe_model_config cfg = config(c, tp, ep, pieces);
+                    moe_model_config cfg = config(c, tp, ep, pieces);
+                    cfg.zero = variant == 2 ? 2 : 0;
                     test_mpi_require(run(&cfg, par, inputs, targets, &got), "the tensor-parallel run");
-                    compare(c, tp, ep, pieces, &ref, &got, !variant, rank);
+                    compare(c, tp, ep, pieces, &ref, &got, variant != 1, rank);
                     free_result(&got);
                     moe_parallel_destroy(par);
-                    if (rank == 0) printf("%s: tp %d, ep %d, %d pieces over %d ranks: compared\n", case_names[c], tp,
-                                          ep, pieces, world);
+                    if (rank == 0) printf("%s: tp %d, ep %d, %d pieces%s over %d ranks: compared\n", case_names[c],
+                                          tp, ep, pieces, cfg.zero ? ", ZeRO-2" : "", world);
                 }
             }
         }
@@ -213,9 +230,6 @@ static void test_refusals(int world) {
     c = config(DENSE_FFN, 2, 1, PIECES);
     c.d_ff = 36, c.moe.d_ff = 36;
     refused(c, 2, "tp_shards must divide d_ff");
-    c = config(DROPLESS, 2, 1, PIECES);
-    c.zero = 2;
-    refused(c, 2, "ZeRO-2 with tensor-parallel pieces");
     c = config(DROPLESS, 2, 1, 1);
     refused(c, 2, "tp_shards must be a power of two that tp divides");
     c = config(DROPLESS, 2, 1, PIECES);

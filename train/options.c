@@ -95,7 +95,7 @@ static const opt_spec kOptions[] = {
      "of two "
      "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
      "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
-     "--tp-shards; checkpoints hold whole tensors (any --tp resumes them). Not yet with --zero 2",
+     "--tp-shards; checkpoints hold whole tensors (any --tp resumes them)",
      OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
      "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
