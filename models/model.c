@@ -873,6 +873,13 @@ static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int 
     return moe_comm_allgather_payload(moe_parallel_tensor(m->par), slice, nbytes, whole);
 }
 
+/* The group's T rows of a slice: the slice itself at tp 1, else gathered into m->tmp. */
+static moe_status group_rows(moe_model *m, const moe_real *slice, int T, int width, const moe_real **rows) {
+    if (m->tp == 1) return *rows = slice, MOE_OK;
+    MOE_TRY(gather_slices(m, slice, T, width, m->tmp));
+    return *rows = m->tmp, MOE_OK;
+}
+
 /* Grouped-query attention in pieces (model.h): attention's k or v, each of the rank's kv heads kv_copies times in a
  * row ([T, kv_heads x kv_copies heads]), from the heads' [T, kv_heads heads]. */
 static moe_status copy_kv_heads(moe_model *m, const moe_real *heads, int T, moe_real *copies) {
@@ -917,14 +924,15 @@ static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
     return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
 }
 
-/* k's or v's part of layer l's attention backward, from attention's gradient of the copies (dkv: m->dk or m->dv):
+/* k's or v's part of a layer's attention backward (ln1: its input, the group's rows), from attention's gradient of
+ * the copies (dkv: m->dk or m->dv):
  * the rank's kv heads' gradient, RoPE's backward (k), the gradient of the rank's block of W (k_proj or v_proj), and
  * the input gradient added into m->dln. */
-static moe_status kv_backward(moe_model *m, int l, moe_real *dkv, int rope, const moe_real *W, moe_real *dW) {
+static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, int rope, const moe_real *W,
+                              moe_real *dW) {
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, seqs = m->P->num_seqs, T = seqs * S, d = c->d_model, hd = m->head_dim,
               B = c->num_kv_heads * hd;
-    const moe_real *ln1 = m->P->acts[l].ln1;
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
@@ -945,8 +953,9 @@ static moe_status kv_backward(moe_model *m, int l, moe_real *dkv, int rope, cons
 }
 
 /* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =
- * rmsnorm(resid[l]) on this rank's slice, gathered over the group at tp > 1; q, k, v of this rank's heads (all of them
- * at tp 1) with RoPE; attention into attn_y (its statistics or probabilities in att). */
+ * rmsnorm(resid[l]) on this rank's slice (kept), gathered over the group into m->tmp at tp > 1 (backward gathers it
+ * again: Megatron's sequence parallelism keeps the slice); q, k, v of this rank's heads (all of them at tp 1) with
+ * RoPE; attention into attn_y (its statistics or probabilities in att). */
 static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, T = num_seqs * S, Ts = T / m->tp, d = c->d_model, H = c->num_heads / m->tp,
@@ -955,15 +964,15 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     moe_dense_state *s = m->ops_state;
     const moe_model_layer_params *w = &m->c.layers[l];
     layer_acts *a = &m->P->acts[l];
-    moe_real *ln1_slice = m->tp > 1 ? m->tmp : a->ln1;
-    MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, ln1_slice, a->rstd1));
-    MOE_TRY(watch(m, ln1_slice, (size_t)Ts * d, "layer %d: the attention norm's output", l));
-    if (m->tp > 1) MOE_TRY(gather_slices(m, ln1_slice, T, d, a->ln1));
+    MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, a->ln1, a->rstd1));
+    MOE_TRY(watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
+    const moe_real *x; /* q/k/v read the group's rows */
+    MOE_TRY(group_rows(m, a->ln1, T, d, &x));
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
-    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln1, w->wq, T, d, A, a->q));
-    MOE_TRY(moe_tp_column_forward(m->kv_linear, a->ln1, w->wk, T, d, B, k));
-    MOE_TRY(moe_tp_column_forward(m->kv_linear, a->ln1, w->wv, T, d, B, v));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, a->q));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, k));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
     MOE_TRY(watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
     MOE_TRY(watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
     MOE_TRY(watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
@@ -1292,10 +1301,12 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
             MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KVC, hd, m->dq,
                                               m->dk, m->dv));
         MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
-        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, a->ln1, d, A, gw->wq));
+        const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */
+        MOE_TRY(group_rows(m, a->ln1, T, d, &ln1));
+        MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, ln1, d, A, gw->wq));
         MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
-        MOE_TRY(kv_backward(m, l, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
-        MOE_TRY(kv_backward(m, l, m->dv, 0, w->wv, gw->wv));
+        MOE_TRY(kv_backward(m, ln1, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
+        MOE_TRY(kv_backward(m, ln1, m->dv, 0, w->wv, gw->wv));
         MOE_TRY(watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,
                                         gw->attn_norm));

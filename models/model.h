@@ -54,18 +54,19 @@ typedef struct {
  * stream, the norms and the MoE layers run on each rank's slice of its tensor group's tokens (rows [tp_rank T/tp,
  * (tp_rank + 1) T/tp) of the group's T), gathered before the attention block, a dense FFN and the head, and cut again
  * after the row-parallel sums. So an MoE layer sees T/tp distinct tokens per rank and the layout of tp 1 over the
- * stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel group, formed over the
- * group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over the
- * slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
- * columns' (models/model_activations.h), but for ln1, a dense FFN's ln2 and the final norm's output, kept gathered,
- * and two [T, d] scratch buffers. ZeRO shards the dense state over the data-parallel group, whose members hold the
- * same blocks; ZeRO-2 sums a layer's replicated tensors over the tensor group before its reduce-scatter over that
- * group (models/zero_grads.h), and the norm gathers each tensor's gradient in turn (models/optimizer.c).
+ * stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel group, formed over
+ * the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over
+ * the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
+ * columns' (models/model_activations.h; ln1 too, gathered again in backward as Megatron does), but for a dense FFN's
+ * ln2 and the final norm's output, kept gathered, and two [T, d] scratch buffers of the group's rows. ZeRO shards the
+ * dense state over the data-parallel group, whose members hold the same blocks; ZeRO-2 sums a layer's replicated
+ * tensors over the tensor group before its reduce-scatter over that group (models/zero_grads.h), and the norm gathers
+ * each tensor's gradient in turn (models/optimizer.c).
  *
- * Grouped-query attention: a kv head's gradients of k and v are sums over its G = H/KV query heads, which the attention
- * kernel adds in head order. When the pieces allow a tp above KV (P, the largest power of two dividing S and H, above
- * KV and a multiple of it), those sums are formed in the fixed tree instead, so that ranks holding different query
- * heads of one kv head give the same bits: the query heads are cut into C = P/KV chunks (moe_model_kv_chunks),
+ * Grouped-query attention: a kv head's gradients of k and v are sums over its G = H/KV query heads, which the
+ * attention kernel adds in head order. When the pieces allow a tp above KV (P, the largest power of two dividing S and
+ * H, above KV and a multiple of it), those sums are formed in the fixed tree instead, so that ranks holding different
+ * query heads of one kv head give the same bits: the query heads are cut into C = P/KV chunks (moe_model_kv_chunks),
  * attention reads one copy of k and v per chunk (a rank's kv heads repeated C x KV / tp times: the same values, so the
  * forward is unchanged), and the copies' gradients are added in the tree, locally and then over the ranks sharing the
  * kv head, before RoPE's backward. With tp > KV (tp a multiple of KV) each rank holds its query heads' one kv head:

@@ -27,7 +27,7 @@
 
 /* One decoder layer's (model.c's layer_acts), in the order forward writes them. */
 #define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
-    X(ln1, TG * d, MOE_RECOMPUTE_ATTENTION)       /* rmsnorm(resid[l]), gathered over the tensor group    */      \
+    X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l]) (gathered into tmp where read)     */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
     X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
     X(k, T * BK, MOE_RECOMPUTE_ATTENTION)         /* after RoPE; a copy per kv chunk                      */      \

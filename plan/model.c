@@ -128,11 +128,16 @@ moe_plan_params moe_plan_model_stage_params(const moe_plan_model *m, const moe_p
     return p;
 }
 
-/* The attention's parameters that tensor parallelism splits: q and o by heads, k and v by kv heads where tp divides
- * them (moe_plan_model_tp_share). */
-static int64_t attention_split(const moe_plan_model *m, int64_t tp) {
+/* The blocks k_proj and v_proj are cut into over tp GPUs: by kv heads where tp divides them; with fewer kv heads than
+ * tp each GPU keeps the one its query heads read (models/model.h), KV blocks. */
+static int64_t kv_parts(const moe_plan_model *m, int64_t tp) {
+    return m->num_kv_heads % tp == 0 ? tp : tp % m->num_kv_heads == 0 ? m->num_kv_heads : 1;
+}
+
+/* The attention projections' values one GPU of a tensor group of tp holds: q and o by heads, k and v by kv_parts. */
+static int64_t attention_share(const moe_plan_model *m, int64_t tp) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
-    return 2 * d * A + (m->num_kv_heads % tp == 0 ? 2 * d * B : 0);
+    return 2 * d * A / tp + 2 * d * B / kv_parts(m, tp);
 }
 
 /* n values of which `split` are split over tp GPUs: what one GPU holds */
@@ -142,7 +147,7 @@ moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *
     const parameter_counts c = parameter_counts_of(m);
     tp = tp > 1 ? tp : 1;
     const int64_t Lm = moe_plan_model_num_moe_layers(m), local_experts = m->num_experts / (ep > 0 ? ep : 1);
-    const int64_t attention = share(c.attention, attention_split(m, tp), tp);
+    const int64_t attention = attention_share(m, tp);
     const int64_t shared = share(c.shared, 3 * m->d_model * m->d_ff_shared, tp);
     const int64_t moe_layer = attention + c.norms + c.router + shared + local_experts * c.expert;
     const int64_t dense_layer = attention + c.norms + c.dense_ffn / tp;
@@ -158,9 +163,9 @@ moe_plan_tp_share moe_plan_model_tp_share(const moe_plan_model *m, const moe_pla
     const double L = (double)s->layers, Lm = (double)s->moe_layers;
     const double ends = (s->embedding || (s->head && m->tie_embeddings) ? (double)c.embedding : 0) +
                         (s->head ? (double)c.lm_head : 0);
-    const double split = L * (double)attention_split(m, tp) + (L - Lm) * (double)c.dense_ffn +
-                         Lm * 3.0 * (double)m->d_model * (double)m->d_ff_shared + ends;
-    const double kept = split - split / (double)tp; /* what the other GPUs of the group hold instead */
+    const double split = (L - Lm) * (double)c.dense_ffn + Lm * 3.0 * (double)m->d_model * (double)m->d_ff_shared + ends;
+    /* what the other GPUs of the group hold instead */
+    const double kept = split - split / (double)tp + L * (double)(c.attention - attention_share(m, tp));
     return (moe_plan_tp_share){(double)p.dense - kept, (double)p.dense_matrix - kept};
 }
 
@@ -208,8 +213,8 @@ static double tokens_per_gpu(const moe_plan_layout *lay) {
  * entering each layer and the buffers not rebuilt) for each micro-batch in flight; the model's own buffers once. */
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     const double T = tokens_per_gpu(lay), S = (double)lay->seq_len, d = (double)m->d_model;
-    const double TG = T; /* the planner's sequence parallelism gathers nothing it keeps (model.c gathers ln1, ln2 of a
-                            dense FFN and its sums' outputs over the tensor group: more than this at tp > 1) */
+    const double TG = T; /* the planner's sequence parallelism gathers nothing it keeps (model.c keeps a dense FFN's
+                            ln2, the final norm's output and two scratch buffers gathered: more than this at tp > 1) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     /* fewer kv heads than tp: each GPU holds its query heads' kv head, [TG, head_dim] (T B tp / KV values), and in
      * backward a whole gradient of k or v (models/model.h, grouped-query attention; --tp-shards = tp) */
@@ -292,7 +297,7 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
     }
     /* the shard tree of the dense weight gradients: log2(LS) + 2 slots of the largest (models/shard_grads.c) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
-    const double t = (double)tp, kv_t = m->num_kv_heads % tp == 0 ? t : 1;
+    const double t = (double)tp, kv_t = (double)kv_parts(m, tp);
     double largest = vocab || untied_head ? (double)m->vocab_size * d / t : 0;
     const double other[] = {3 * (double)m->d_ff_dense * d / t, A * d / t, B * d / kv_t};
     for (int i = 0; i < 3; i++) largest = other[i] > largest ? other[i] : largest;

@@ -95,9 +95,9 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
     if (moe_plan_layout_tp(l) > 1)
-        printf("note: this plans Megatron-LM's tensor parallelism with sequence parallelism; moe-train's --tp runs its "
-               "attention, dense FFNs and vocabulary on the CPU so far (issue 28: not yet ZeRO-2, GPUs; it keeps ln1 "
-               "gathered)\n");
+        printf("note: this plans Megatron-LM's tensor parallelism with sequence parallelism; moe-train's --tp runs it "
+               "on the CPU (issue 28: CUDA built, not yet run on a GPU; it keeps a dense FFN's norm output, the final "
+               "norm's and two scratch buffers gathered over the group, more than planned here)\n");
     const moe_plan_memory *m = &p->memory;
     const moe_plan_stage stage = stage_of(o, l, p);
     if (moe_plan_layout_pp(l) > 1)

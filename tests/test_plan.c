@@ -640,7 +640,7 @@ static void check_pipeline(void) {
 }
 
 /* Tensor parallelism (--tp, with sequence parallelism): tp 1 is no tensor parallelism to the bit; a GPU's share of the
- * dense parameters (the split tensors / tp, kv heads replicated where tp does not divide them); token-sized memory and
+ * dense parameters (the split tensors / tp, k and v / KV where tp exceeds the kv heads); token-sized memory and
  * the all-to-all / tp; the collectives' count and bytes; the data ranks (batch, gradient sums, ZeRO); the refusals. */
 static void check_tensor_parallel(void) {
     moe_plan_model mix;
@@ -663,10 +663,10 @@ static void check_tensor_parallel(void) {
     const moe_plan_tp_share s2 = moe_plan_model_tp_share(&mix, &whole, 2);
     CHECK(s2.dense == (double)par.dense - split / 2 && s2.dense_matrix == (double)par.dense_matrix - split / 2,
           "tp 2 share: dense %.0f of %lld, matrices %.0f", s2.dense, (long long)par.dense, s2.dense_matrix);
-    /* at tp 16 the 8 kv heads cannot be split 16 ways: each GPU keeps k and v whole */
+    /* at tp 16 the 8 kv heads cannot be split 16 ways: each GPU keeps the kv head its query heads read (1/8 of k, v) */
     const moe_plan_tp_share s16 = moe_plan_model_tp_share(&mix, &whole, 16);
-    const double split16 = 32.0 * 2 * 4096.0 * 4096 + 2 * 32000.0 * 4096;
-    CHECK(s16.dense == (double)par.dense - split16 * 15 / 16, "tp 16 share: dense %.0f", s16.dense);
+    const double split16 = 32.0 * 2 * 4096.0 * 4096 + 2 * 32000.0 * 4096, kv16 = 32.0 * 2 * 4096.0 * 1024;
+    CHECK(s16.dense == (double)par.dense - split16 * 15 / 16 - kv16 * 7 / 8, "tp 16 share: dense %.0f", s16.dense);
 
     r.layout.tp = 2, r.global_batch = 8; /* 8 groups of 2 read distinct sequences */
     CHECK(moe_plan_run_problem(&mix, &c, &r) == NULL, "tp 2 refused: %s", moe_plan_run_problem(&mix, &c, &r));
