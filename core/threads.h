@@ -7,9 +7,20 @@
 #ifndef MOE_CORE_THREADS_H
 #define MOE_CORE_THREADS_H
 
-/* Online CPUs this process may run on (its affinity mask), divided by the ranks on this node
- * (OMPI_COMM_WORLD_LOCAL_SIZE, else 1); at least 1. */
+#include <stddef.h>
+
+/* Where a rank's threads may run: the online CPUs of its affinity mask, the machine's online CPUs, and the ranks on
+ * its node (OMPI_COMM_WORLD_LOCAL_SIZE, else 1). */
+typedef struct {
+    int allowed, online, node_ranks;
+} moe_cpu_share;
+moe_cpu_share moe_threads_cpu_share(void);
+/* The CPUs this process may run on divided by the ranks on its node; at least 1. */
 int moe_threads_default(void);
+/* A line for the start of a run when its threads and its CPUs do not match, with the fix (in buf; NULL when they
+ * match): asked (--threads given) beyond the CPUs the rank may run on, or the default held below the node's CPUs by
+ * a binding (Open MPI binds a lone rank to one core). */
+const char *moe_threads_advice(int threads, int asked, char *buf, size_t n);
 /* Sets the OpenMP pool's threads to n (n >= 1) and OpenBLAS's to 1. */
 void moe_threads_set(int n);
 /* The threads a parallel loop gets now. */

@@ -14,7 +14,10 @@ cd "$moe_root"
 # every rank at once: moe-train saves a checkpoint at the next step boundary (with --checkpoint-dir) and exits with
 # 138; a second one ends it at once. (mpirun itself, given SIGINT or SIGTERM, would SIGKILL the ranks a second
 # later, before a save of any size; in a session of its own it sees neither.)
-setsid mpirun -np "$ranks" "$moe_build/moe-train" \
+# one rank takes every core: Open MPI would bind it to one (more ranks: a core each, their default thread count)
+bind=()
+[ "$ranks" -eq 1 ] && bind=(--bind-to none)
+setsid mpirun -np "$ranks" "${bind[@]}" "$moe_build/moe-train" \
     --train-data data/kjv_train.bin --val-data data/kjv_val.bin --log-file data/train_metrics.jsonl "$@" &
 job=$!
 trap 'kill -USR1 "$job" 2>/dev/null' INT TERM

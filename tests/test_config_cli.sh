@@ -12,7 +12,9 @@
 #  5. (issue 25, R6) values derived from others stay "auto" in that file, and --print-config says which they are:
 #     flags given beside --config re-derive them as on a fresh command line (--top-k 1 turns renormalisation off,
 #     --heads 8 takes 8 kv heads, --steps 400 a warm-up of 40, --device cuda bf16), where main @ 203d493 kept the
-#     values of the run that wrote the file.
+#     values of the run that wrote the file;
+#  6. (issue 29) threads against the CPUs a rank may run on: a note when a binding holds a lone rank to one core (with
+#     `mpirun --bind-to none` as the fix), none without it, a warning when --threads exceed the CPUs.
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -127,5 +129,38 @@ grep -q 'kv_heads 8, renormalize 0, precision fp32, warmup 40' "$dir/again.txt" 
     fail_with_output "flags beside --config did not re-derive: $(cat "$dir/again.txt")"
 derived "$dir/cuda" --config "$dir/auto.json" --device cuda && grep -q 'precision bf16' "$dir/cuda.txt" &&
     echo "ok: --device cuda beside --config derives bf16" || fail_with_output "--device cuda beside --config: $(cat "$dir/cuda.txt")"
+
+# 6. (issue 29, part 2) threads and CPUs: a lone rank bound to one core (Open MPI's default) runs 1 thread and says how
+#    to lift the binding; --bind-to none takes every CPU; --threads beyond the CPUs a rank may run on is warned about
+threads_run() { # NAME MPIRUN_FLAGS... -- MOE_TRAIN_FLAGS...: one step on 1 rank, its output in $dir/NAME.txt
+    local name=$1 launch=()
+    shift
+    while [ "$1" != -- ]; do launch+=("$1"); shift; done
+    shift
+    merge --steps 1 --eval-batches 1 "$@"
+    "$mpirun" -np 1 "${launch[@]}" "$train" "${merged[@]}" > "$dir/$name.txt" 2>&1 ||
+        { cp "$dir/$name.txt" "$dir/out.txt"; fail_with_output "$name: moe-train failed"; }
+}
+cpus=$(getconf _NPROCESSORS_ONLN) # what moe-train counts (online CPUs)
+threads_run oversubscribed --bind-to none -- --threads $((cpus + 1))
+grep -q "^warning: --threads $((cpus + 1)) on each of 1 rank(s) of a node of $cpus CPUs: .* give --threads $cpus" \
+    "$dir/oversubscribed.txt" && echo "ok: $(grep '^warning: --threads' "$dir/oversubscribed.txt")" ||
+    fail_with_output "--threads $((cpus + 1)) on $cpus CPUs: no warning"
+threads_run unbound --bind-to none --
+grep -q "^world 1 ranks x $cpus threads" "$dir/unbound.txt" &&
+    ! grep -q "^note: this rank may run on" "$dir/unbound.txt" &&
+    echo "ok: --bind-to none: $(grep -o '^world 1 ranks x [0-9]* threads' "$dir/unbound.txt"), no note" ||
+    fail_with_output "--bind-to none: not $cpus threads, or a binding note"
+if [ "$cpus" -gt 1 ]; then
+    threads_run bound --bind-to core --
+    grep -q "^note: this rank may run on 1 of the node's $cpus CPUs .*--bind-to none" "$dir/bound.txt" &&
+        grep -q "^world 1 ranks x 1 threads" "$dir/bound.txt" &&
+        echo "ok: bound to a core: $(grep '^note: this rank' "$dir/bound.txt" | cut -c 1-100)..." ||
+        fail_with_output "a rank bound to one core: no note naming --bind-to none"
+    threads_run bound_asked --bind-to core -- --threads 2
+    grep -q "^warning: --threads 2, but this rank may run on 1 of the node's $cpus CPUs.*--bind-to none" \
+        "$dir/bound_asked.txt" && echo "ok: --threads 2 on one bound core: warned" ||
+        fail_with_output "--threads 2 on one bound core: no warning"
+fi
 
 finish test_config_cli

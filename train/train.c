@@ -472,8 +472,12 @@ int main(int argc, char **argv) {
     if (world_rank == 0 && !moe_checkpoint_is_mixtral(&opt.model, why, sizeof why))
         printf("note: not a Mixtral (%s): checkpoints are labelled " MOE_CHECKPOINT_VARIANT ", not "
                MOE_CHECKPOINT_MIXTRAL " (docs/CHECKPOINTS.md)\n", why);
+    const int threads_asked = opt.threads != 0;
     if (opt.threads == 0) opt.threads = moe_threads_default();
     moe_threads_set(opt.threads);
+    char advice[512];
+    if (world_rank == 0 && moe_threads_advice(opt.threads, threads_asked, advice, sizeof advice))
+        printf("%s\n", advice);
     /* the host holds the model on the CPU, and the CPU reference of --verify-steps on any device */
     if ((opt.device == MOE_TRAIN_DEVICE_CPU || opt.verify_steps > 0) && refuse_oversized(&opt, world_size)) {
         MPI_Finalize();
