@@ -263,11 +263,12 @@ static moe_status check_covered(const char *dir, const moe__checkpoint_manifest 
     return set->index.num_shards ? moe__checkpoint_manifest_covers(dir, m, "model.safetensors.index.json") : MOE_OK;
 }
 
-/* The config, the manifest's files (read by the caller), then the weights (their checksums as they are read),
- * which must be finite. *lossy: 1 when they were stored in less than F32. */
+/* The config (with `policy`, the routing policy too: a resumed run continues the saved one), the manifest's files
+ * (read by the caller), then the weights (their checksums as they are read), which must be finite. *lossy: 1 when
+ * they were stored in less than F32. */
 static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
-                               const moe__checkpoint_manifest *manifest, int *lossy) {
-    MOE_TRY(moe__checkpoint_check_config(dir, run->config));
+                               const moe__checkpoint_manifest *manifest, int policy, int *lossy) {
+    MOE_TRY(moe__checkpoint_check_config(dir, run->config, policy));
     moe_status st = moe__checkpoint_manifest_verify(dir, manifest);
     moe_real *buf = tensor_buffer(tab);
     moe_safetensors_set set;
@@ -323,7 +324,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir)
     moe__checkpoint_manifest manifest;
     moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        st = load_weights(run, &tab, dir, &manifest, &lossy);
+        st = load_weights(run, &tab, dir, &manifest, 0, &lossy);
         moe__checkpoint_manifest_free(&manifest);
     }
     if (st == MOE_OK) st = load_selection_biases(run, dir);
@@ -411,7 +412,7 @@ moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *
     moe__checkpoint_manifest manifest = {.files = NULL};
     moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     int lossy = 0;
-    if (st == MOE_OK) st = load_weights(run, &tab, dir, &manifest, &lossy);
+    if (st == MOE_OK) st = load_weights(run, &tab, dir, &manifest, 1, &lossy);
     if (st == MOE_OK && lossy)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s holds weights stored in less than F32 (a --save-dtype bf16 export, or "
                       "another tool's checkpoint): resuming needs the run's fp32 masters. Start from these weights with "

@@ -101,6 +101,8 @@ typedef struct {
     size_t offset;    /* of the field in moe_model_config (an int, an enum or a float)           */
     double value;     /* c's value (enums as their index; every capacity factor <= 0 as 0)       */
     char text[48];    /* the value as config.json writes it: 8, 1e+06, true, "softmax"           */
+    int policy;       /* 1: the routing policy of training (capacity_factor, drop_priority), which a run started
+                         from the weights (--init-from) may change; 0: what the weights compute      */
 } moe_checkpoint_field;
 int moe_checkpoint_num_fields(void);
 moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i);

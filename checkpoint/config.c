@@ -25,6 +25,7 @@ typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP } fie
 typedef struct {
     const char *key;
     int in_moe_train;      /* 1: inside the "moe_train" object */
+    int policy;            /* 1: the routing policy of training (--init-from may train with another) */
     field_kind kind;
     size_t offset;         /* in moe_model_config */
     int required;
@@ -33,22 +34,22 @@ typedef struct {
 
 #define MC(field) offsetof(moe_model_config, field)
 static const arch_field kFields[] = {
-    {"vocab_size", 0, FIELD_INT, MC(vocab_size), 1, 0},
-    {"hidden_size", 0, FIELD_INT, MC(d_model), 1, 0},
-    {"intermediate_size", 0, FIELD_INT, MC(d_ff), 1, 0},
-    {"num_hidden_layers", 0, FIELD_INT, MC(num_layers), 1, 0},
-    {"num_attention_heads", 0, FIELD_INT, MC(num_heads), 1, 0},
-    {"num_key_value_heads", 0, FIELD_INT, MC(num_kv_heads), 1, 0},
-    {"num_local_experts", 0, FIELD_INT, MC(moe.num_experts), 1, 0},
-    {"num_experts_per_tok", 0, FIELD_INT, MC(moe.top_k), 1, 0},
-    {"tie_word_embeddings", 0, FIELD_BOOL, MC(tie_embeddings), 0, 0},
-    {"rope_theta", 0, FIELD_FLOAT, MC(rope_theta), 0, 1e6},
-    {"rms_norm_eps", 0, FIELD_FLOAT, MC(norm_eps), 0, 1e-5},
-    {"moe_every", 1, FIELD_INT, MC(moe_every), 0, 1},
-    {"score_func", 1, FIELD_SCORE, MC(moe.score_func), 0, MOE_SCORE_SOFTMAX},
-    {"renormalize", 1, FIELD_BOOL, MC(moe.renormalize), 0, 1},
-    {"capacity_factor", 1, FIELD_FLOAT, MC(moe.capacity_factor), 0, 0},
-    {"drop_priority", 1, FIELD_DROP, MC(moe.drop_priority), 0, MOE_DROP_BY_TOKEN_ORDER},
+    {"vocab_size", 0, 0, FIELD_INT, MC(vocab_size), 1, 0},
+    {"hidden_size", 0, 0, FIELD_INT, MC(d_model), 1, 0},
+    {"intermediate_size", 0, 0, FIELD_INT, MC(d_ff), 1, 0},
+    {"num_hidden_layers", 0, 0, FIELD_INT, MC(num_layers), 1, 0},
+    {"num_attention_heads", 0, 0, FIELD_INT, MC(num_heads), 1, 0},
+    {"num_key_value_heads", 0, 0, FIELD_INT, MC(num_kv_heads), 1, 0},
+    {"num_local_experts", 0, 0, FIELD_INT, MC(moe.num_experts), 1, 0},
+    {"num_experts_per_tok", 0, 0, FIELD_INT, MC(moe.top_k), 1, 0},
+    {"tie_word_embeddings", 0, 0, FIELD_BOOL, MC(tie_embeddings), 0, 0},
+    {"rope_theta", 0, 0, FIELD_FLOAT, MC(rope_theta), 0, 1e6},
+    {"rms_norm_eps", 0, 0, FIELD_FLOAT, MC(norm_eps), 0, 1e-5},
+    {"moe_every", 1, 0, FIELD_INT, MC(moe_every), 0, 1},
+    {"score_func", 1, 0, FIELD_SCORE, MC(moe.score_func), 0, MOE_SCORE_SOFTMAX},
+    {"renormalize", 1, 0, FIELD_BOOL, MC(moe.renormalize), 0, 1},
+    {"capacity_factor", 1, 1, FIELD_FLOAT, MC(moe.capacity_factor), 0, 0},
+    {"drop_priority", 1, 1, FIELD_DROP, MC(moe.drop_priority), 0, MOE_DROP_BY_TOKEN_ORDER},
 };
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
 static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"};
@@ -83,7 +84,7 @@ int moe_checkpoint_num_fields(void) { return NUM_FIELDS; }
 
 moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i) {
     const arch_field *f = &kFields[i];
-    moe_checkpoint_field r = {.key = f->key, .offset = f->offset, .value = field_value(c, f)};
+    moe_checkpoint_field r = {.key = f->key, .offset = f->offset, .value = field_value(c, f), .policy = f->policy};
     if (f->in_moe_train) snprintf(r.path, sizeof r.path, "moe_train.%s", f->key);
     else snprintf(r.path, sizeof r.path, "%s", f->key);
     field_text(f, r.value, r.text, sizeof r.text);
@@ -266,8 +267,9 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     return st;
 }
 
-/* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
-moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c) {
+/* Compares the architecture in DIR/config.json with the model (with `policy`, the routing policy too); names the
+ * first field that differs. */
+moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c, int policy) {
     moe_model_config saved;
     int window;
     MOE_TRY(moe_checkpoint_read_config(dir, &saved, &window));
@@ -276,7 +278,7 @@ moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config 
                         "(no sliding window attention here)", dir, window, c->seq_len);
     for (int i = 0; i < NUM_FIELDS; i++) {
         const moe_checkpoint_field have = moe_checkpoint_field_at(&saved, i), want = moe_checkpoint_field_at(c, i);
-        if (have.value != want.value)
+        if (have.value != want.value && (policy || !have.policy))
             return moe_fail(MOE_ERR_BAD_FILE, "%s/config.json: %s is %s but this model has %s", dir, have.path,
                             have.text, want.text);
     }

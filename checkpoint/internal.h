@@ -16,7 +16,7 @@
 /* ---- checkpoint/config.c ---- */
 json_t *moe__checkpoint_config_json(const moe_model_config *c);
 /* Compares the architecture in DIR/config.json with the model; names the first field that differs. */
-moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c);
+moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c, int policy);
 /* Everything that must match to continue a run: the architecture, routing, data order and seed. */
 void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_t n);
 /* A saved step: digits only, 0 to INT_MAX; anything else is MOE_ERR_BAD_FILE naming path. */

@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t nbytes) {
     for (int r = 0; r < FUZZ_TINY_RUNS; r++) {
         const moe_model_config *c = &fuzz_tiny_run(r)->model;
         moe_failure_clear();
-        moe_status st = moe__checkpoint_check_config(fuzz_temp_dir(), c);
+        moe_status st = moe__checkpoint_check_config(fuzz_temp_dir(), c, 1);
         if (st == MOE_OK) check_accepted(path, data, nbytes, c);
         fuzz_check_failure(st, path);
     }

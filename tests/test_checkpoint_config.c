@@ -67,7 +67,7 @@ static void round_trip(void) {
         CHECK(a.value == b.value, "%s: wrote %s, read %s", a.path, a.text, b.text);
     }
     CHECK(back.max_positions == 4096, "max_position_embeddings read as %d", back.max_positions);
-    CHECK_OK(moe__checkpoint_check_config(ckpt, &c));
+    CHECK_OK(moe__checkpoint_check_config(ckpt, &c, 1));
     char *text = file_text(ckpt);
     CHECK(strstr(text, "\"rms_norm_eps\": 1e-5") && strstr(text, "\"rope_theta\": 1000000.0") &&
               strstr(text, "\"capacity_factor\": 1.25") && !strstr(text, "99999"),
@@ -160,8 +160,16 @@ static void transformers_made(void) {
     ckpt = write_config("hf", transformers_config());
     moe_checkpoint_read_config(ckpt, &c, NULL);
     c.rope_theta = 1e4f;
-    expect_refusal("a model with another rope_theta", moe__checkpoint_check_config(ckpt, &c),
+    expect_refusal("a model with another rope_theta", moe__checkpoint_check_config(ckpt, &c, 1),
                    "rope_theta is 1000000 but this model has 10000");
+    expect_refusal("another rope_theta, the routing policy aside", moe__checkpoint_check_config(ckpt, &c, 0),
+                   "rope_theta is 1000000 but this model has 10000");
+    /* the routing policy: what --init-from may train with (policy 0), not what --resume continues (1) */
+    moe_checkpoint_read_config(ckpt, &c, NULL);
+    c.moe.capacity_factor = 1.25f, c.moe.drop_priority = MOE_DROP_BY_SCORE;
+    expect_refusal("another capacity factor, resuming", moe__checkpoint_check_config(ckpt, &c, 1),
+                   "moe_train.capacity_factor is 0 but this model has 1.25");
+    CHECK_OK(moe__checkpoint_check_config(ckpt, &c, 0));
     free(ckpt);
 }
 

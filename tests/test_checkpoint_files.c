@@ -335,7 +335,7 @@ static void not_regular_files(void) {
     config = moe_path_join(ckpt, "config.json");
     CHECK(mkfifo(config, 0600) == 0, "mkfifo");
     moe_model_config c = moe_model_config_default();
-    expect_refusal("config.json", moe__checkpoint_check_config(ckpt, &c), "is a FIFO (named pipe)");
+    expect_refusal("config.json", moe__checkpoint_check_config(ckpt, &c, 1), "is a FIFO (named pipe)");
     alarm(0);
     free(fifo), free(folder), free(ckpt), free(config);
 }
@@ -351,7 +351,7 @@ static moe_status check_edited_config(const char *key, json_t *value) {
     else json_object_del(j, key);
     CHECK(json_dump_file(j, path, 0) == 0, "writing %s", path);
     json_decref(j);
-    moe_status st = moe__checkpoint_check_config(ckpt, &c);
+    moe_status st = moe__checkpoint_check_config(ckpt, &c, 1);
     free(ckpt), free(path);
     return st;
 }

@@ -2,7 +2,8 @@
 # test_config_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train's configuration as a user meets it,
 # on 2 ranks (issue 16):
 #  1. --init-from, --eval-only and --resume take the architecture from the checkpoint's config.json: no shape flag
-#     is needed, and one that disagrees is refused naming both values;
+#     is needed, and one that disagrees is refused naming both values; --init-from may train with another routing
+#     policy (capacity factor, drop priority: issue 29), said in a note and recorded in what it saves;
 #  2. a model transformers' Mixtral cannot compute (here top-1 without renormalisation) is saved as
 #     MoeTrainMixtralVariantForCausalLM with a note, and said so at start; top-1 renormalised is a Mixtral;
 #  3. the metrics log opens with the run record (options, layout, versions, commit); steps carry the clock and
@@ -69,6 +70,18 @@ trains "top-1 renormalised trains" "^step     2" --top-k 1 --renormalize 1 --che
 grep -q '"MixtralForCausalLM"' "$dir/ck1/step-00000002/config.json" && ! grep -q moe_train_note "$dir/ck1/step-00000002/config.json" &&
     ! grep -q "^note: not a Mixtral" "$dir/out.txt" && echo "ok: top-1 renormalised is labelled MixtralForCausalLM" ||
     fail_with_output "top-1 renormalised is not labelled MixtralForCausalLM"
+# --init-from with another routing policy for training (issue 29, part 4): fine-tuning a Mixtral with a capacity
+# factor and drops by score is said in a note, trained with, and recorded (so the checkpoint is labelled our variant)
+trains "--init-from a Mixtral, trained with a capacity factor" \
+    "^note: --init-from .*: training with --capacity-factor 1.25 \(its config.json's moe_train.capacity_factor is 0\)" \
+    --top-k 1 --renormalize 1 --init-from "$dir/ck1/step-00000002" --capacity-factor 1.25 --drop-priority score \
+    --checkpoint-dir "$dir/ck_cf"
+cf_config="$dir/ck_cf/step-00000002/config.json"
+grep -q '^note: --init-from .*: training with --drop-priority "score"' "$dir/out.txt" &&
+    grep -q '"capacity_factor": 1.25' "$cf_config" && grep -q '"drop_priority": "score"' "$cf_config" &&
+    grep -q '"moe_train_note": "Not a Mixtral' "$cf_config" &&
+    echo "ok: its checkpoint records the policy it trained with, labelled our variant" ||
+    fail_with_output "--init-from with a capacity factor: the note or the saved policy is missing: $(cat "$cf_config")"
 
 # 3. the metrics log
 first=$(head -n 1 "$dir/m.jsonl")

@@ -140,8 +140,10 @@ static json_t *saved_run(const char *dir, FILE *err, int *failed) {
     return config;
 }
 
-/* config.json defines the architecture: taken where no config file or flag gave it, compared where one did. */
-static int take_architecture(moe_train_options *o, const char *dir, FILE *err) {
+/* config.json defines the architecture: taken where no config file or flag gave it, compared where one did — except
+ * the routing policy of training (capacity factor, drop priority: moe_checkpoint_field's policy) under --init-from,
+ * which trains with what was given, said in a note; what the run saves then records it. */
+static int take_architecture(moe_train_options *o, const char *dir, FILE *err, FILE *notes) {
     int count;
     const moe_train_option *table = moe_train_option_table(&count);
     moe_model_config saved;
@@ -151,7 +153,14 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err) {
         const moe_checkpoint_field have = moe_checkpoint_field_at(&saved, i), asked = moe_checkpoint_field_at(&o->model, i);
         const moe_train_option *s = moe_train_option_at(offsetof(moe_train_options, model) + have.offset);
         const int undecided = *(const int *)((const char *)o + s->offset) < 0 && moe_train_option_has_auto(s);
-        if (moe_train_option_from(o, s, MOE_OPTION_CONFIG_FILE) && !undecided && asked.value != have.value) {
+        const int given = moe_train_option_from(o, s, MOE_OPTION_CONFIG_FILE) && !undecided;
+        if (given && have.policy && *o->init_from) {
+            if (asked.value != have.value && notes && !o->print_config)
+                fprintf(notes, "note: --init-from %s: training with %s %s (its config.json's %s is %s); the checkpoints "
+                        "of this run record %s\n", dir, s->name, asked.text, have.path, have.text, asked.text);
+            continue;
+        }
+        if (given && asked.value != have.value) {
             char value[64];
             moe_train_option_format(o, s, 0, value, sizeof value);
             return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, whose %s is %s: the checkpoint "
@@ -208,7 +217,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         failed = keep(saved) ? (moe_train_complain(err, "moe-train: out of memory\n"), 1)
                              : moe_train_options_apply_json(o, saved, MOE_OPTION_SAVED_RUN,
                                                             "the saved run's configuration", err);
-    if (!failed && dir) failed = take_architecture(o, dir, err);
+    if (!failed && dir) failed = take_architecture(o, dir, err, notes);
     free(dir);
     if (failed) return -1;
     if (moe_train_options_finish(o, world_size, err)) {
