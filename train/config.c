@@ -156,8 +156,9 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
         const int given = moe_train_option_from(o, s, MOE_OPTION_CONFIG_FILE) && !undecided;
         if (given && have.policy && *o->init_from) {
             if (asked.value != have.value && notes && !o->print_config)
-                fprintf(notes, "note: --init-from %s: training with %s %s (its config.json's %s is %s); the checkpoints "
-                        "of this run record %s\n", dir, s->name, asked.text, have.path, have.text, asked.text);
+                fprintf(notes, "note: --init-from %s: training with %s %s (its config.json's %s is %s); the "
+                        "checkpoints of this run record %s\n", dir, s->name, asked.text, have.path, have.text,
+                        asked.text);
             continue;
         }
         if (given && asked.value != have.value) {
