@@ -925,9 +925,8 @@ static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
 }
 
 /* k's or v's part of a layer's attention backward (ln1: its input, the group's rows), from attention's gradient of
- * the copies (dkv: m->dk or m->dv):
- * the rank's kv heads' gradient, RoPE's backward (k), the gradient of the rank's block of W (k_proj or v_proj), and
- * the input gradient added into m->dln. */
+ * the copies (dkv: m->dk or m->dv): the rank's kv heads' gradient, RoPE's backward (k), the gradient of the rank's
+ * block of W (k_proj or v_proj), and the input gradient added into m->dln. */
 static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, int rope, const moe_real *W,
                               moe_real *dW) {
     const moe_model_config *c = &m->cfg;
