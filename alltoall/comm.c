@@ -211,11 +211,9 @@ moe_status moe_comm_allgather_payload(moe_comm *c, const void *send, size_t nbyt
     int posted = 0;
     for (int k = 1; k < c->size && st == MOE_OK; k++) { /* ring order: from rank - k, to rank + k */
         const int to = (c->rank + k) % c->size, from = (c->rank - k + c->size) % c->size;
-        st = moe_comm_irecv_bytes(c, out + (size_t)from * nbytes, nbytes, from, MOE_COMM_ALLGATHER_TAG,
-                                  &reqs[posted]);
-        if (st != MOE_OK) break;
-        st = moe_comm_isend_bytes(c, send, nbytes, to, MOE_COMM_ALLGATHER_TAG, &reqs[++posted]);
-        posted += st == MOE_OK;
+        moe_comm_request **recv_req = &reqs[posted++], **send_req = &reqs[posted++]; /* NULL unless posted */
+        st = moe_comm_irecv_bytes(c, out + (size_t)from * nbytes, nbytes, from, MOE_COMM_ALLGATHER_TAG, recv_req);
+        if (st == MOE_OK) st = moe_comm_isend_bytes(c, send, nbytes, to, MOE_COMM_ALLGATHER_TAG, send_req);
     }
     const moe_status ended = moe_comm_batch_end(c);
     if (st == MOE_OK) st = ended;
