@@ -44,7 +44,7 @@ gcc -shared -fPIC -O2 -o "$build/keep_modules_loaded.so" "$root/tests/keep_modul
 #                                with DWARF instead took 6x the CPU of the whole sanitized run.)
 #         malloc_context_size=8  allocation stacks of 8 frames, not 30: the project's frames and the library frame
 #                                above malloc that the suppressions name stay in them; the run's CPU fell 9% (501 s to
-#                                458 s for the tests alone, 2026-11-27).
+#                                458 s: `/usr/bin/time bash scripts/sanitize.sh` with its build done, 2026-11-27).
 #   LD_PRELOAD tests/keep_modules_loaded.c: dlclose does nothing, so Open MPI's components (mca_*.so), unloaded in
 #                                MPI_Finalize, keep their names in the leak reports at exit.
 #   UBSan halt_on_error=1, print_stacktrace=1: every report is fatal and shows its stack (the build also

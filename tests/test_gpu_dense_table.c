@@ -7,7 +7,8 @@
  *                   find_nonfinite (the exact index)
  *   per-op rows of tests/test_tolerance.c: RMSNorm, linear (all three products, beta 0 and 1), RoPE, attention
  *                   (materialized; fused also at 2 sequences of 150 tokens),
- *                   the dense SwiGLU (and its elementwise part alone), cross-entropy, AdamW, the sum of squares; "f32"
+ *                   the dense SwiGLU (and its elementwise part alone), cross-entropy (and the vocabulary-parallel
+ *                   one's per-row parts: the maxima and target logits bitwise), AdamW, the sum of squares; "f32"
  *                   or "bf16" by precision
  *   every entry:    a second GPU run from the same start gives the same bits (no atomics)
  *   layout_invariant: a linear product over the first 10 rows gives those rows the bits of the 74-row product (a
@@ -538,6 +539,63 @@ static void test_cross_entropy(tables *t, const char *label, int T, int V) {
     free(targets.h), test_gpu_free(t->gpu, targets.d);
 }
 
+/* The vocabulary-parallel cross-entropy's per-row parts (kernels/vocab_cross_entropy.h) on columns [first, first +
+ * width) of a vocabulary of V, pieces of `piece` columns: the row maxima bitwise; from the CPU's maxima on both sides,
+ * the piece sums (double sums of expf: the loss's row, at the worst element) and the target logits (bitwise); from the
+ * CPU's maxima and denominators, backward in place under the cross-entropy backward's row. */
+typedef struct {
+    int T, width, piece, first;
+    float scale;
+    pair *logits, *max;
+    int_pair *targets;
+    double *z[2]; /* each side's denominators: the CPU's piece sums added */
+} vocab_ctx;
+
+static moe_status run_vocab_row_max(tables *t, int side, void *c) {
+    vocab_ctx *v = c;
+    return t->ops[side]->vocab_row_max(t->state[side], AT(side, v->logits), v->T, v->width, AT(side, v->max));
+}
+
+static moe_status run_vocab_backward(tables *t, int side, void *c) {
+    vocab_ctx *v = c;
+    return t->ops[side]->vocab_backward(t->state[side], AT(side, v->logits), AT(side, v->max), v->z[side],
+                                        AT(side, v->targets), v->T, v->width, v->first, v->scale);
+}
+
+static void test_vocab_cross_entropy(tables *t, const char *label, int T, int V, int first, int width, int piece) {
+    pair logits = pair_random(t, (size_t)T * width, 4), max = pair_random(t, (size_t)T, 1);
+    int_pair targets = ints_random(t, (size_t)T, V);
+    vocab_ctx v = {T, width, piece, first, 1.0f / (float)T, &logits, &max, &targets, {NULL, NULL}};
+    check_entry(t, label, run_vocab_row_max, &v, &(output){&max, "vocab row max", NULL, 0}, 1);
+    CHECK_OK(moe_gpu_upload(t->gpu, max.d, max.h, (size_t)T * sizeof(float)));
+    const size_t ns = (size_t)T * (width / piece), nbytes = (ns + (size_t)T) * sizeof(double);
+    double *cpu = calloc(ns + (size_t)T, sizeof(double)), *gpu = calloc(ns + (size_t)T, sizeof(double));
+    CHECK(cpu && gpu, "out of memory");
+    double *dev = test_gpu_upload(t->gpu, gpu, nbytes); /* [sums | target] */
+    CHECK_OK(t->ops[CPU_SIDE]->vocab_piece_sums(t->state[CPU_SIDE], logits.h, max.h, targets.h, T, width, piece, first,
+                                                cpu, cpu + ns));
+    CHECK_OK(t->ops[GPU_SIDE]->vocab_piece_sums(t->state[GPU_SIDE], logits.d, max.d, targets.d, T, width, piece,
+                                                first, dev, dev + ns));
+    test_gpu_download(t->gpu, gpu, dev, nbytes);
+    size_t worst = 0;
+    for (size_t i = 1; i < ns; i++)
+        if (fabs(gpu[i] - cpu[i]) / cpu[i] > fabs(gpu[worst] - cpu[worst]) / cpu[worst]) worst = i;
+    test_tolerance_check_scalar("cross entropy loss", "f32", gpu[worst], cpu[worst],
+                                "%s: vocab piece sum (the worst of %zu)", label, ns);
+    CHECK(!memcmp(gpu + ns, cpu + ns, (size_t)T * sizeof(double)), "%s: vocab target logits differ", label);
+    double *z = calloc((size_t)T, sizeof(double));
+    CHECK(z != NULL, "out of memory");
+    for (int tok = 0; tok < T; tok++)
+        for (int j = 0; j < width / piece; j++) z[tok] += cpu[(size_t)j * T + tok];
+    v.z[CPU_SIDE] = z, v.z[GPU_SIDE] = test_gpu_upload(t->gpu, z, (size_t)T * sizeof(double));
+    check_entry(t, label, run_vocab_backward, &v,
+                &(output){&logits, "vocab backward (in place)", "cross entropy backward", 1}, 1);
+    test_gpu_free(t->gpu, dev), test_gpu_free(t->gpu, v.z[GPU_SIDE]);
+    free(cpu), free(gpu), free(z);
+    pair_free(t, &logits), pair_free(t, &max);
+    free(targets.h), test_gpu_free(t->gpu, targets.d);
+}
+
 /* ---- the configurations ---- */
 
 typedef struct {
@@ -568,6 +626,8 @@ static void test_configuration(moe_runtime *cpu_rt, moe_runtime *gpu_rt, moe_pre
     test_swiglu(&t, label, T, m->d, m->d_ff);
     test_swiglu_act(&t, label, (size_t)T * m->d_ff);
     test_cross_entropy(&t, label, T, m->V);
+    test_vocab_cross_entropy(&t, label, T, m->V, 0, m->V, m->V / 4);         /* the whole vocabulary, 4 pieces */
+    test_vocab_cross_entropy(&t, label, T, m->V, m->V / 4, m->V / 4, m->V / 20); /* a rank's block, 5 pieces */
     test_vectors(&t, label, (size_t)100003);
     t.ops[CPU_SIDE]->destroy(t.state[CPU_SIDE]);
     t.ops[GPU_SIDE]->destroy(t.state[GPU_SIDE]);

@@ -106,11 +106,16 @@ static moe_status plain_call(const moe_dense_ops *ops, moe_dense_state *d, produ
     }
 }
 
-static moe_real *upload(moe_runtime *rt, const moe_real *host, size_t n) {
-    moe_real *dev;
-    test_mpi_require(moe_runtime_alloc(rt, sizeof *dev * n, (void **)&dev), "runtime buffer");
-    test_mpi_require(moe_runtime_upload(rt, dev, host, sizeof *dev * n), "upload");
+/* host bytes into a new runtime buffer */
+static void *upload_bytes(moe_runtime *rt, const void *host, size_t nbytes) {
+    void *dev;
+    test_mpi_require(moe_runtime_alloc(rt, nbytes ? nbytes : 1, &dev), "runtime buffer");
+    test_mpi_require(moe_runtime_upload(rt, dev, host, nbytes), "upload");
     return dev;
+}
+
+static moe_real *upload(moe_runtime *rt, const moe_real *host, size_t n) {
+    return upload_bytes(rt, host, sizeof(moe_real) * n);
 }
 
 typedef struct {
@@ -198,13 +203,6 @@ void test_tp_check_products(const test_tp_setup *s, moe_precision precision) {
 }
 
 /* ---- the vocabulary-parallel cross-entropy ---- */
-
-static void *upload_bytes(moe_runtime *rt, const void *host, size_t nbytes) {
-    void *dev;
-    test_mpi_require(moe_runtime_alloc(rt, nbytes ? nbytes : 1, &dev), "runtime buffer");
-    test_mpi_require(moe_runtime_upload(rt, dev, host, nbytes), "upload");
-    return dev;
-}
 
 /* the loss, the softmax denominators Z_t (white box: the tree's sums, which the loss and the gradient, rounded
  * further, rarely show) and this rank's gradient columns at S pieces, on the group or alone (the whole vocabulary);
