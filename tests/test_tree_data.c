@@ -25,39 +25,67 @@ static double leaf_value(uint64_t seed, int leaf, size_t i) {
 
 size_t test_tree_elem_nbytes(moe_tree_dtype dtype) { return dtype == MOE_TREE_F64 ? sizeof(double) : sizeof(float); }
 
+/* Every leaf's values, [leaf][i], for the last (seed, count) asked: the oracles read each value many times (every
+ * element's tree over all S leaves, the chains of subtrees, this rank's node, the local pushes), and hashing them
+ * anew each time was most of test_tree_allreduce_mpi's CPU (on every rank of its 1 to 8). A float leaf is the
+ * double's value rounded, as before. */
+static struct {
+    uint64_t seed;
+    size_t count;
+    double *values;
+} cached;
+
+static const double *leaf_values(uint64_t seed, size_t count) {
+    if (cached.values && cached.seed == seed && cached.count == count) return cached.values;
+    free(cached.values);
+    cached.values = malloc((count ? count : 1) * TEST_TREE_LEAVES * sizeof(double));
+    if (!cached.values) {
+        fprintf(stderr, "test_tree_data: no memory for %d leaves of %zu values\n", TEST_TREE_LEAVES, count);
+        abort();
+    }
+    cached.seed = seed, cached.count = count;
+    for (int leaf = 0; leaf < TEST_TREE_LEAVES; leaf++)
+        for (size_t i = 0; i < count; i++) cached.values[leaf * count + i] = leaf_value(seed, leaf, i);
+    return cached.values;
+}
+
 void test_tree_fill_leaf(moe_tree_dtype dtype, uint64_t seed, int leaf, size_t count, void *out) {
+    const double *v = leaf_values(seed, count) + leaf * count;
     for (size_t i = 0; i < count; i++)
-        if (dtype == MOE_TREE_F64) ((double *)out)[i] = leaf_value(seed, leaf, i);
-        else ((float *)out)[i] = (float)leaf_value(seed, leaf, i);
+        if (dtype == MOE_TREE_F64) ((double *)out)[i] = v[i];
+        else ((float *)out)[i] = (float)v[i];
 }
 
-static float tree_f32(uint64_t seed, int lo, int hi, size_t i) {
-    if (hi - lo == 1) return (float)leaf_value(seed, lo, i);
+/* element i of the sum over leaves [lo, hi), the values being v[leaf * count + i] */
+static float tree_f32(const double *v, size_t count, int lo, int hi, size_t i) {
+    if (hi - lo == 1) return (float)v[lo * count + i];
     const int mid = lo + (hi - lo) / 2;
-    return tree_f32(seed, lo, mid, i) + tree_f32(seed, mid, hi, i);
+    return tree_f32(v, count, lo, mid, i) + tree_f32(v, count, mid, hi, i);
 }
 
-static double tree_f64(uint64_t seed, int lo, int hi, size_t i) {
-    if (hi - lo == 1) return leaf_value(seed, lo, i);
+static double tree_f64(const double *v, size_t count, int lo, int hi, size_t i) {
+    if (hi - lo == 1) return v[lo * count + i];
     const int mid = lo + (hi - lo) / 2;
-    return tree_f64(seed, lo, mid, i) + tree_f64(seed, mid, hi, i);
+    return tree_f64(v, count, lo, mid, i) + tree_f64(v, count, mid, hi, i);
 }
 
 void test_tree_oracle(moe_tree_dtype dtype, uint64_t seed, int lo, int hi, size_t count, void *out) {
+    const double *v = leaf_values(seed, count);
     for (size_t i = 0; i < count; i++)
-        if (dtype == MOE_TREE_F64) ((double *)out)[i] = tree_f64(seed, lo, hi, i);
-        else ((float *)out)[i] = tree_f32(seed, lo, hi, i);
+        if (dtype == MOE_TREE_F64) ((double *)out)[i] = tree_f64(v, count, lo, hi, i);
+        else ((float *)out)[i] = tree_f32(v, count, lo, hi, i);
 }
 
 void test_tree_chain_of_subtrees(moe_tree_dtype dtype, uint64_t seed, int span, size_t count, void *out) {
+    const double *v = leaf_values(seed, count);
     for (size_t i = 0; i < count; i++) {
         if (dtype == MOE_TREE_F64) {
-            double sum = tree_f64(seed, 0, span, i);
-            for (int lo = span; lo < TEST_TREE_LEAVES; lo += span) sum += tree_f64(seed, lo, lo + span, i);
+            double sum = tree_f64(v, count, 0, span, i);
+            for (int lo = span; lo < TEST_TREE_LEAVES; lo += span) sum += tree_f64(v, count, lo, lo + span, i);
             ((double *)out)[i] = sum;
         } else {
-            float sum = tree_f32(seed, 0, span, i);
-            for (int lo = span; lo < TEST_TREE_LEAVES; lo += span) sum += tree_f32(seed, lo, lo + span, i);
+            float sum = tree_f32(v, count, 0, span, i);
+            for (int lo = span; lo < TEST_TREE_LEAVES; lo += span) sum += tree_f32(v, count, lo, lo + span, i);
             ((float *)out)[i] = sum;
         }
     }
