@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cpu_target.h"
 #include "core/threads.h"
 #include "kernels/gemm_engine.h"
 #include "train/config.h"
@@ -49,11 +50,12 @@ int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const ch
     int len = 0;
     if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS) mpi[strcspn(mpi, "\n,")] = 0; /* its first clause */
     utc_now(when, sizeof when);
-    json_t *r = json_pack("{s:s, s:o, s:{s:i, s:i, s:i, s:i, s:s}, s:{s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:s}",
+    json_t *r = json_pack("{s:s, s:o, s:{s:i, s:i, s:i, s:i, s:s}, s:{s:s, s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:s}",
                           "record", "run", "config", moe_train_options_json(&t->opt, 0), "layout", "world_size",
                           world_size, "ep", t->ranks.ep_size, "expert_data_parallel", t->ranks.edp_size,
                           "threads_per_rank", moe_threads_get(), "device", device, "versions", "moe",
-                          MOE_PROJECT_VERSION, "compiler", MOE_COMPILER, "gemm", moe_gemm_library(), "openblas",
+                          MOE_PROJECT_VERSION, "compiler", MOE_COMPILER, "cpu_target", moe_cpu_target(), "gemm",
+                          moe_gemm_library(), "openblas",
                           openblas_get_config(), "mpi", mpi, "jansson", JANSSON_VERSION, "git_commit", MOE_GIT_COMMIT,
                           "started", when);
     char *text = r ? json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) : NULL;
