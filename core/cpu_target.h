@@ -9,7 +9,7 @@
 #ifndef MOE_CORE_CPU_TARGET_H
 #define MOE_CORE_CPU_TARGET_H
 
-/* "default" (a portable build), or "native (avx2 avx512f avx512bw avx512bf16)": the -march and the vector
+/* "default" (a portable build), or "native (avx avx2 fma avx512f ...)": the -march and the x86 vector
  * features the build assumed, for logs and the run record. Linking it in also links in the start-up check. */
 const char *moe_cpu_target(void);
 
