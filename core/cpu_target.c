@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef MOE_MARCH
-#define MOE_MARCH ""
+/* Whether this CPU has a feature (a literal name). tests/meson.build compiles this file again with it defined as 0
+ * and 1, so that the refusal and the description are tested on any machine. */
+#ifndef MOE_CPU_SUPPORTS
+#define MOE_CPU_SUPPORTS(name) __builtin_cpu_supports(name)
 #endif
 
 static char description[256]; /* MOE_MARCH and the assumed list */
@@ -30,7 +32,7 @@ static void feature(features *f, const char *name, int built, int here) {
 
 #if defined(__x86_64__)
 /* __builtin_cpu_supports takes literal names only: one line per feature the build may assume */
-#define FEATURE(name, flag) feature(&f, name, flag, __builtin_cpu_supports(name))
+#define FEATURE(name, flag) feature(&f, name, flag, MOE_CPU_SUPPORTS(name))
 #else
 #define FEATURE(name, flag) feature(&f, name, flag, 1)
 #endif
