@@ -19,7 +19,7 @@ done
 # -fno-sanitize-recover=all: every UBSan report ends its process, whatever UBSAN_OPTIONS reaches it.
 # -fno-omit-frame-pointer: whole stacks in the reports. -g1 (after debugoptimized's -g): line tables and functions,
 # all a report's stack needs (file:line per frame), without the types and variables only a debugger reads: the
-# build's compile CPU falls ~20% (models/model.c alone: 3.4 -> 2.7 CPU-s, 2026-11-27).
+# build from scratch, alone, 81 -> 70 CPU-s (2026-11-27, docs/SANITIZERS.md).
 setup_args=(--buildtype=debugoptimized "-Db_sanitize=address,undefined" -Dcuda=disabled
             "-Dc_args=-fno-sanitize-recover=all -fno-omit-frame-pointer -g1")
 stamp="$build/sanitize-setup-args.txt"
