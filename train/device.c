@@ -1,5 +1,6 @@
-/* train/device.c — moe-train's placement on the CPU or a CUDA device (train/device.h). The CUDA part
- * builds only where libmoe_cuda does (MOE_HAVE_CUDA); elsewhere --device cuda is refused with the reason. */
+/* train/device.c — moe-train's placement on the CPU or a CUDA device (train/device.h). The CUDA part is a module
+ * loaded on --device cuda (train/device_cuda.h), built only where libmoe_cuda builds (MOE_HAVE_CUDA); elsewhere
+ * --device cuda is refused with the reason. */
 #include "train/device.h"
 
 #include <stdio.h>
@@ -7,76 +8,49 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
+#include "train/device_cuda.h"
 #ifdef MOE_HAVE_CUDA
-#include "alltoall/parallel_gpu_mpi.h"
+#include <dlfcn.h>
+#include <string.h>
+#include <unistd.h>
 #endif
 
-#ifdef MOE_HAVE_CUDA
-/* The ranks of this node and this rank's index among them. */
-static void node_layout(MPI_Comm world, int *node_rank, int *node_ranks) {
-    MPI_Comm node;
-    *node_rank = 0, *node_ranks = 1;
-    if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
-    MPI_Comm_rank(node, node_rank);
-    MPI_Comm_size(node, node_ranks);
-    MPI_Comm_free(&node);
-}
-
-/* Every rank's status, agreed before the layout exists (MPI directly): the worst one, MOE_ERR_PEER for the
- * ranks that were fine. */
-static moe_status agree_mpi(MPI_Comm world, moe_status mine) {
+moe_status moe_train_agree(MPI_Comm world, moe_status mine) {
     int failed = mine != MOE_OK, any = failed;
     if (MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world) != MPI_SUCCESS)
-        return moe_fail(MOE_ERR_COMM, "MPI_Allreduce failed while placing the ranks on their GPUs");
+        return moe_fail(MOE_ERR_COMM, "MPI_Allreduce failed while placing the ranks on their devices");
     return failed ? mine : any ? moe_fail(MOE_ERR_PEER, "another rank could not use its GPU") : MOE_OK;
 }
 
-/* A lower bound of what this rank keeps on its GPU (train/options.h), refused when more than the
- * device has free: a sentence now instead of an out-of-memory error in the middle of set-up. */
-static moe_status check_memory(const moe_train_options *o, int world_size, moe_gpu *gpu, int device, FILE *log) {
-    const moe_train_memory need = moe_train_options_memory(o, world_size);
-    size_t free_bytes = 0, total_bytes = 0;
-    MOE_TRY(moe_gpu_memory_info(gpu, &free_bytes, &total_bytes));
-    const double gib = 1024.0 * 1024 * 1024;
-    if (log)
-        fprintf(log, "GPU memory per rank: at least %.2f GiB (weights and gradients %.2f, AdamW moments %.2f, "
-                     "activations %.2f) of %.1f GiB free on device %d (%.1f GiB)\n",
-                need.total / gib, need.params / gib, need.moments / gib, need.activations / gib, free_bytes / gib,
-                device, total_bytes / gib);
-    if (need.total <= (double)free_bytes) return MOE_OK;
-    return moe_fail(MOE_ERR_OUT_OF_MEMORY, "this configuration needs at least %.2f GiB on each GPU (weights and "
-                    "gradients %.2f, AdamW moments %.2f, activations %.2f GiB) but device %d has %.2f GiB free: use "
-                    "a smaller --batch, --micro-batches with a smaller batch, --zero 1, a larger --ep, or more GPUs",
-                    need.total / gib, need.params / gib, need.moments / gib, need.activations / gib, device,
-                    free_bytes / gib);
-}
+#ifdef MOE_HAVE_CUDA
+/* The CUDA part's entry points once loaded (train/device_cuda.h); NULL before. */
+static moe_train_place_cuda_fn place_cuda;
+static moe_train_cuda_profiler_range_fn profiler_range;
 
-static moe_status place_cuda(const moe_train_options *o, MPI_Comm world, FILE *log, moe_train_placement *out) {
-    int node_rank, node_ranks, world_size, count = 0;
-    MPI_Comm_size(world, &world_size);
-    node_layout(world, &node_rank, &node_ranks);
-    moe_status st = moe_gpu_device_count(&count);
-    if (st == MOE_OK && count == 0)
-        st = moe_fail(MOE_ERR_NO_DEVICE, "--device cuda: this node has no CUDA device (or no NVIDIA driver)");
-    const int share = count > 0 && node_ranks > count;
-    moe_gpu_transport transport = o->gpu_transport >= 0 ? (moe_gpu_transport)o->gpu_transport
-                                  : share             ? MOE_GPU_TRANSPORT_MPI
-                                                      : MOE_GPU_TRANSPORT_NCCL;
-#ifndef MOE_HAVE_NCCL
-    if (o->gpu_transport < 0) transport = MOE_GPU_TRANSPORT_MPI; /* the only one in this build */
-#endif
-    if (st == MOE_OK && share && transport == MOE_GPU_TRANSPORT_NCCL)
-        st = moe_fail(MOE_ERR_INVALID_CONFIG, "%d ranks on a node with %d GPU(s): NCCL refuses two ranks on one GPU; "
-                      "use --gpu-transport mpi or at most one rank per GPU", node_ranks, count);
-    out->device = count > 0 ? node_rank % count : -1;
-    if (st == MOE_OK) st = moe_runtime_create_cuda(out->device, &out->rt);
-    if (st == MOE_OK) st = check_memory(o, world_size, moe_runtime_gpu(out->rt), out->device, log);
-    MOE_TRY(agree_mpi(world, st));
-    if (log)
-        fprintf(log, "placement: %d rank(s) per node on %d GPU(s); %s transport\n", node_ranks, count,
-                transport == MOE_GPU_TRANSPORT_NCCL ? "NCCL" : "MPI-staged");
-    return moe_parallel_create_mpi_gpu(world, o->pp, o->model.moe.ep_size, o->model.tp, o->exchange_timeout_s,
-                                       moe_runtime_gpu(out->rt), transport, &out->par);
+/* Loads libmoe_train_cuda.so from moe-train's own directory, once; every symbol is bound now (RTLD_NOW) so that
+ * a module that does not match this moe-train is a sentence here, not a crash in the middle of a step. */
+static moe_status load_cuda_part(void) {
+    if (place_cuda) return MOE_OK;
+    char path[4096];
+    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0) return moe_fail(MOE_ERR_IO, "--device cuda: cannot find moe-train's own directory (/proc/self/exe)");
+    path[n] = '\0';
+    char *slash = strrchr(path, '/');
+    const size_t dir = slash ? (size_t)(slash - path) + 1 : 0;
+    if (dir + sizeof MOE_TRAIN_CUDA_MODULE > sizeof path)
+        return moe_fail(MOE_ERR_IO, "--device cuda: moe-train's directory name is too long");
+    memcpy(path + dir, MOE_TRAIN_CUDA_MODULE, sizeof MOE_TRAIN_CUDA_MODULE);
+    void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!module)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: cannot load moe-train's CUDA part: %s (it is built "
+                        "beside moe-train; rebuild both)", dlerror());
+    moe_train_place_cuda_fn place = (moe_train_place_cuda_fn)dlsym(module, MOE_TRAIN_CUDA_PLACE);
+    profiler_range = (moe_train_cuda_profiler_range_fn)dlsym(module, MOE_TRAIN_CUDA_PROFILER_RANGE);
+    if (!place || !profiler_range)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: %s lacks its entry points; rebuild it with moe-train",
+                        path);
+    place_cuda = place;
+    return MOE_OK;
 }
 #endif
 
@@ -88,7 +62,8 @@ moe_status moe_train_place(const moe_train_options *o, MPI_Comm world, FILE *log
                                         &out->par);
     } else {
 #ifdef MOE_HAVE_CUDA
-        st = place_cuda(o, world, log, out);
+        st = moe_train_agree(world, load_cuda_part()); /* all ranks load it, or none goes on */
+        if (st == MOE_OK) st = place_cuda(o, world, log, out);
 #else
         (void)log;
         st = moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: this moe-train was built without CUDA (nvcc was not "
@@ -111,7 +86,7 @@ moe_status moe_train_profile_mark(const moe_train_placement *p, int step, int be
                         range);
     if (n == 1) last = first;
     if (begin ? step != first : step != last) return MOE_OK;
-    return moe_gpu_profiler_range(moe_runtime_gpu(p->rt), begin);
+    return profiler_range(p->rt, begin);
 #else
     (void)p, (void)step, (void)begin;
     return MOE_OK;

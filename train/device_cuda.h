@@ -1,0 +1,30 @@
+/* train/device_cuda.h — moe-train's CUDA part: a module of its own (libmoe_train_cuda.so, beside moe-train),
+ * loaded by train/device.c only on --device cuda, so that a CPU run does not load the CUDA libraries (cuBLAS
+ * and cuBLASLt alone cost each process ~80 ms of CPU and 27,000 page faults at start). The module holds
+ * libmoe_cuda and resolves the rest of the library against moe-train's own symbols (moe-train exports them),
+ * so that one copy of each exists (the failure messages of core/fail.c above all). */
+#ifndef MOE_TRAIN_DEVICE_CUDA_H
+#define MOE_TRAIN_DEVICE_CUDA_H
+
+#include "train/device.h"
+
+#define MOE_TRAIN_CUDA_MODULE "libmoe_train_cuda.so"
+
+/* The module's entry points, found by these names. */
+#define MOE_TRAIN_CUDA_PLACE "moe_train_place_cuda"
+#define MOE_TRAIN_CUDA_PROFILER_RANGE "moe_train_cuda_profiler_range"
+
+/* moe_train_place's --device cuda (train/device.h): the device, the runtime on it, the layout, the memory check. */
+typedef moe_status (*moe_train_place_cuda_fn)(const moe_train_options *o, MPI_Comm world, FILE *log,
+                                              moe_train_placement *out);
+/* Starts (start 1) or stops (0) the profiler's range on the runtime's device. */
+typedef moe_status (*moe_train_cuda_profiler_range_fn)(moe_runtime *rt, int start);
+
+/* From moe-train, for the module: every rank's status, agreed over world with MPI directly (before any layout
+ * exists): the worst one, MOE_ERR_PEER for the ranks that were fine. */
+moe_status moe_train_agree(MPI_Comm world, moe_status mine);
+
+moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE *log, moe_train_placement *out);
+moe_status moe_train_cuda_profiler_range(moe_runtime *rt, int start);
+
+#endif
