@@ -200,12 +200,12 @@ build_targets=() suite_flags=()
 if [ $rehearse = 1 ]; then
     read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
 import json, sys
-run = {"moe-train", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu"}
+run = {"moe-train", "moe_train_cuda", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu"}
 print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in run or t["name"].startswith("test_gpu_"))))')"
     suite_flags=(--no-rebuild)
 fi
 phase build 300 meson compile -C "$build" "${build_targets[@]}" || finish
-ldd "$build/moe-train" > "$logs/libraries.log" 2>&1
+ldd "$build/moe-train" "$build/libmoe_train_cuda.so" > "$logs/libraries.log" 2>&1
 # the token files: the bundle's, or prepared here (bible-kjv from apt, and this build's moe-text-to-tokens)
 [ -f "$data/kjv_train.bin" ] || phase data 120 env MOE_BUILD_DIR="$build" bash "$root/scripts/prepare_data.sh" ||
     finish
