@@ -2,7 +2,8 @@
  *
  *   oneDNN (MOE_HAVE_ONEDNN, float builds): the matmul primitive, in fp32, or with bf16 inputs (moe_bf16
  *     arrays) and fp32 accumulation and output, on AVX512_BF16 / AMX where the CPU has them. Each engine keeps
- *     its primitives per shape, so that a shape met again (the 64-row blocks) costs no primitive creation.
+ *     its primitives per shape, so that a shape met again (the 64-row blocks) costs no primitive creation; a
+ *     weight gradient over at most 256 rows has one for every row count (a run-time k).
  *   OpenBLAS (the fallback, and the float64 build): sgemm / dgemm; bf16 inputs arrive as moe_real arrays of
  *     values already rounded to bf16, whose products are exact in fp32: the same arithmetic at fp32 speed.
  *

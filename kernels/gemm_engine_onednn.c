@@ -2,7 +2,16 @@
  * gemm_engine.h). One CPU engine for the process; per moe_gemm_engine a stream and a small cache of primitives
  * keyed by the call's shape, each with its memory objects made once and pointed at the call's arrays. A shape
  * with prepared_b also keeps a reorder (plain fp32 B -> the matmul's preferred weights layout and type) and
- * the buffer it writes. */
+ * the buffer it writes.
+ *
+ * A weight gradient (trans_a) of at most RUNTIME_K_MAX rows is built with a run-time k: an expert's is summed over its
+ * segments, each a different number of rows at nearly every call, and a primitive per k meant hundreds of primitive
+ * creations per training step (each ~0.5 ms, and evicting the row blocks' primitives from the cache). At these
+ * shapes the run-time-k primitive runs as fast and gives the bits of the fixed-k one, the same with 1, 2, 8 or 16
+ * threads (measured, fp32 and bf16: docs/BENCHMARKS.md); at long k it may split k over threads (seen from k 1024 at
+ * 8 threads), so longer sums keep a primitive per k. oneDNN 2.6 stops with SIGFPE
+ * creating a run-time-k matmul with a sum post-op, so an accumulating call runs without it into the engine's
+ * scratch and adds that to C: the same single fp32 addition per value as the post-op's, so the same bits. */
 #include "kernels/gemm_engine.h"
 
 #include <pthread.h>
@@ -14,12 +23,14 @@
 #include "core/fail.h"
 
 enum { CACHE_SLOTS = 24 }; /* shapes in use at once: a layer's 64-row blocks need ~6, the model's dense ~8 */
+enum { RUNTIME_K_MAX = 256 }; /* the longest weight-gradient sum with a run-time k (see above) */
 
 typedef struct {
-    moe_gemm_call key;
+    moe_gemm_call key;          /* k is not part of the key when runtime_k */
+    int runtime_k;
     unsigned long long last_use; /* 0: empty */
     dnnl_primitive_t matmul;
-    dnnl_memory_t src, weights, dst;
+    dnnl_memory_t src, weights, dst; /* runtime_k: dst only (src and weights are made per call, with the call's k) */
     dnnl_primitive_t reorder;   /* prepared_b: plain fp32 B -> weights layout */
     dnnl_memory_t plain_b;      /* prepared_b: the reorder's source */
     void *prepared;             /* prepared_b: the reorder's destination, the weights of every call */
@@ -27,6 +38,8 @@ typedef struct {
 
 struct moe_gemm_engine {
     dnnl_stream_t stream;
+    float *product;       /* an accumulating run-time-k call's product, before it is added to C */
+    size_t product_count;
     unsigned long long clock;
     cached_matmul slot[CACHE_SLOTS];
 };
@@ -90,12 +103,17 @@ static void release(cached_matmul *s) {
 void moe_gemm_engine_free(moe_gemm_engine *e) {
     if (!e) return;
     for (int i = 0; i < CACHE_SLOTS; i++) release(&e->slot[i]);
+    free(e->product);
     dnnl_stream_destroy(e->stream);
     free(e);
 }
 
+/* The short weight gradients take a run-time k (see the top of this file). */
+static int has_runtime_k(const moe_gemm_call *c) { return c->trans_a && c->k <= RUNTIME_K_MAX; }
+
 /* A [rows, cols] matrix, or its transpose stored [cols, rows] (format ba). */
-static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, int rows, int cols, dnnl_data_type_t type, int transposed) {
+static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, dnnl_data_type_t type,
+                                 int transposed) {
     dnnl_dims_t dims = {rows, cols};
     return dnnl_memory_desc_init_by_tag(md, 2, dims, type, transposed ? dnnl_ba : dnnl_ab);
 }
@@ -121,22 +139,24 @@ static dnnl_status_t build_reorder(cached_matmul *s, const moe_gemm_call *c, con
  * with no data and pointed at the arrays on each call. */
 static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
     const dnnl_data_type_t in = c->bf16 ? dnnl_bf16 : dnnl_f32;
+    const dnnl_dim_t k = has_runtime_k(c) ? DNNL_RUNTIME_DIM_VAL : c->k;
+    s->runtime_k = has_runtime_k(c);
     dnnl_memory_desc_t src_md, weights_md, dst_md;
     dnnl_matmul_desc_t desc;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t post_ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = matrix_desc(&src_md, c->m, c->k, in, c->trans_a);
+    dnnl_status_t st = matrix_desc(&src_md, c->m, k, in, c->trans_a);
     if (st == dnnl_success && c->prepared_b) {
-        dnnl_dims_t dims = {c->k, c->n};
+        dnnl_dims_t dims = {k, c->n};
         st = dnnl_memory_desc_init_by_tag(&weights_md, 2, dims, in, dnnl_format_tag_any);
     } else if (st == dnnl_success) {
-        st = matrix_desc(&weights_md, c->k, c->n, in, c->trans_b);
+        st = matrix_desc(&weights_md, k, c->n, in, c->trans_b);
     }
     if (st == dnnl_success) st = matrix_desc(&dst_md, c->m, c->n, dnnl_f32, 0);
     if (st == dnnl_success) st = dnnl_matmul_desc_init(&desc, &src_md, &weights_md, NULL, &dst_md);
     if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
-    if (st == dnnl_success && c->accumulate) {
+    if (st == dnnl_success && c->accumulate && !s->runtime_k) {
         st = dnnl_post_ops_create(&post_ops);
         if (st == dnnl_success) st = dnnl_post_ops_append_sum(post_ops, 1.0f);
         if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, post_ops);
@@ -144,8 +164,9 @@ static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine, NULL);
     if (st == dnnl_success) st = dnnl_primitive_create(&s->matmul, pd);
     if (st == dnnl_success && c->prepared_b) weights_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    if (st == dnnl_success) st = dnnl_memory_create(&s->src, &src_md, cpu_engine, DNNL_MEMORY_NONE);
-    if (st == dnnl_success) st = dnnl_memory_create(&s->weights, &weights_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success && !s->runtime_k) st = dnnl_memory_create(&s->src, &src_md, cpu_engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success && !s->runtime_k)
+        st = dnnl_memory_create(&s->weights, &weights_md, cpu_engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success) st = dnnl_memory_create(&s->dst, &dst_md, cpu_engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success && c->prepared_b) st = build_reorder(s, c, &weights_md);
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -156,6 +177,9 @@ static dnnl_status_t build(cached_matmul *s, const moe_gemm_call *c) {
 }
 
 static int same_shape(const moe_gemm_call *a, const moe_gemm_call *b) {
+    if (has_runtime_k(a) || has_runtime_k(b)) /* one primitive for every k, accumulating or not */
+        return has_runtime_k(a) && has_runtime_k(b) && a->trans_b == b->trans_b && a->m == b->m && a->n == b->n &&
+               a->bf16 == b->bf16;
     return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->bf16 == b->bf16 && a->accumulate == b->accumulate && a->prepared_b == b->prepared_b;
 }
@@ -192,11 +216,44 @@ moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *e, const moe_gemm_call *c,
     return st == dnnl_success ? MOE_OK : failed(st, "weights reorder", c);
 }
 
+/* A run-time-k call's src and weights, made for its k and pointed at A and B (destroyed after the call). */
+static dnnl_status_t runtime_k_inputs(const moe_gemm_call *c, const void *A, const void *B, dnnl_memory_t *src,
+                                      dnnl_memory_t *weights) {
+    const dnnl_data_type_t in = c->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t src_md, weights_md;
+    *src = *weights = NULL;
+    dnnl_status_t st = matrix_desc(&src_md, c->m, c->k, in, c->trans_a);
+    if (st == dnnl_success) st = matrix_desc(&weights_md, c->k, c->n, in, c->trans_b);
+    if (st == dnnl_success) st = dnnl_memory_create(src, &src_md, cpu_engine, (void *)A);
+    if (st == dnnl_success) st = dnnl_memory_create(weights, &weights_md, cpu_engine, (void *)B);
+    return st;
+}
+
 moe_status moe_gemm_engine_run(moe_gemm_engine *e, const moe_gemm_call *c, const void *A, const void *B,
                                moe_real *C) {
     cached_matmul *s = NULL;
     MOE_TRY(lookup(e, c, &s));
     s->last_use = ++e->clock;
+    if (s->runtime_k) {
+        const size_t count = (size_t)c->m * c->n;
+        if (c->accumulate && e->product_count < count) {
+            float *grown = realloc(e->product, count * sizeof *grown);
+            if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+            e->product = grown, e->product_count = count;
+        }
+        dnnl_memory_t src, weights;
+        dnnl_status_t st = runtime_k_inputs(c, A, B, &src, &weights);
+        if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->dst, c->accumulate ? e->product : C, e->stream);
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, s->dst}};
+        if (st == dnnl_success) st = dnnl_primitive_execute(s->matmul, e->stream, 3, args);
+        if (st == dnnl_success) st = dnnl_stream_wait(e->stream);
+        if (src) dnnl_memory_destroy(src);
+        if (weights) dnnl_memory_destroy(weights);
+        if (st != dnnl_success) return failed(st, "matmul (run-time k)", c);
+        if (c->accumulate)
+            for (size_t i = 0; i < count; i++) C[i] += e->product[i];
+        return MOE_OK;
+    }
     dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->src, (void *)A, e->stream);
     if (st == dnnl_success && !c->prepared_b) st = dnnl_memory_set_data_handle_v2(s->weights, (void *)B, e->stream);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->dst, C, e->stream);
