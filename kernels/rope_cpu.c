@@ -10,23 +10,31 @@
 #include "core/threads.h"
 
 /* sign = +1: forward; -1: backward. One cos/sin per (position, frequency), reused by every sequence
- * and head. Positions are split over the threads (each rotates its own rows). */
+ * and head. Positions are split over the threads (each rotates its own rows); a row's heads are rotated with
+ * the position's cos/sin in a table, frequency innermost, so that the loop runs on contiguous values (vectors). */
 static void rope_rotate(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta,
                         double sign) {
+    enum { MAX_HALF = 512 }; /* head_dim up to 1024 rotates in tables on the stack; rope.h's callers stay far below */
     const int half = head_dim / 2;
     const size_t row = (size_t)num_heads * head_dim;
 #pragma omp parallel for schedule(static) if ((size_t)num_seqs * seq_len * row >= MOE__PAR_MIN_ELEMS)
     for (int p = 0; p < seq_len; p++)
-        for (int i = 0; i < half; i++) {
-            double angle = p * pow(theta, -2.0 * i / head_dim);
-            moe_real c = (moe_real)cos(angle), s = (moe_real)(sign * sin(angle));
+        for (int i0 = 0; i0 < half; i0 += MAX_HALF) {
+            const int count = half - i0 < MAX_HALF ? half - i0 : MAX_HALF;
+            moe_real c[MAX_HALF], s[MAX_HALF];
+            for (int i = 0; i < count; i++) {
+                const double angle = p * pow(theta, -2.0 * (i0 + i) / head_dim);
+                c[i] = (moe_real)cos(angle), s[i] = (moe_real)(sign * sin(angle));
+            }
             for (int n = 0; n < num_seqs; n++) {
                 moe_real *xr = x + ((size_t)n * seq_len + p) * row;
                 for (int h = 0; h < num_heads; h++) {
-                    moe_real *a = xr + (size_t)h * head_dim + i, *b = a + half;
-                    moe_real a0 = *a, b0 = *b;
-                    *a = a0 * c - b0 * s;
-                    *b = b0 * c + a0 * s;
+                    moe_real *a = xr + (size_t)h * head_dim + i0, *b = a + half;
+                    for (int i = 0; i < count; i++) {
+                        const moe_real a0 = a[i], b0 = b[i];
+                        a[i] = a0 * c[i] - b0 * s[i];
+                        b[i] = b0 * c[i] + a0 * s[i];
+                    }
                 }
             }
         }
