@@ -1,4 +1,5 @@
-/* comm_mpi.h — the MPI transport (MPI-3 non-blocking collectives polled against the watchdog timeout). */
+/* comm_mpi.h — the MPI transport (MPI-3 non-blocking collectives and point-to-point messages polled against the
+ * watchdog timeout; the row exchange is point-to-point: comm_mpi.c). */
 #ifndef MOE_ALLTOALL_COMM_MPI_H
 #define MOE_ALLTOALL_COMM_MPI_H
 

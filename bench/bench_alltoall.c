@@ -8,16 +8,18 @@
  *            ranks 1..W-1 (lower ranks get the remainder), so rank 0 receives half of all traffic
  *            (W * S / 2 bytes) and the others W * S / (2 (W-1)) each. For W = 2 that is the uniform split;
  *            for W = 1 everything goes to rank 0 itself.
- * it times (a) raw: one blocking MPI_Alltoallv of those counts, each peer's block contiguous, in rows of an
- * MPI_Type_contiguous(row_bytes, MPI_BYTE); (b) moe: moe_dispatch_rows + moe_combine_rows of the library's
- * MPI transport (non-blocking collective polled against the watchdog, plus the block reorder; with one
- * expert per rank the reorder is one copy of the received rows) on a plan from moe_dispatch_plan_exchange
- * with E = W experts, one per rank; one round trip is two exchanges, so moe_us is half of it.
- * Per size and pattern: --warmup untimed iterations, MPI_Barrier, --iters timed ones; the time per op is the
- * mean over the timed iterations, maxed over ranks (the slowest rank: nccl-tests' -a 3; its default -a 1
- * averages over ranks). algbw = S / time, busbw = algbw * (W-1)/W (nccl-tests' alltoall factor), in GB/s
- * (1e9). After timing, the raw and moe receive buffers are compared bytewise, and combine must return the
- * sent rows. Table on rank 0, then one "json: {...}" line per row.
+ * it times round trips, each two exchanges: (a) raw: two blocking MPI_Alltoallv of those counts, there (send ->
+ * recv) and back (recv -> a third buffer), each peer's block contiguous, in rows of an MPI_Type_contiguous(row_bytes,
+ * MPI_BYTE); (b) moe: moe_dispatch_rows + moe_combine_rows of the library's MPI transport (point-to-point messages
+ * polled against the watchdog, plus the block reorder; with one expert per rank there is none) on a plan from
+ * moe_dispatch_plan_exchange with E = W experts, one per rank, between the same three kinds of buffer. raw_us and
+ * moe_us are half a round trip.
+ * Per size and pattern: --warmup untimed round trips of each, MPI_Barrier, then --iters timed ones of each,
+ * alternating raw and moe (so that a noisy minute of a shared machine falls on both); the time of each is the median
+ * over its timed round trips (robust to the preemptions of a VM), maxed over ranks (the slowest rank: nccl-tests'
+ * -a 3), and the JSON line adds the means. algbw = S / time, busbw = algbw * (W-1)/W (nccl-tests' alltoall factor),
+ * in GB/s (1e9). After timing, the raw and moe receive buffers are compared bytewise, and both round trips must
+ * return the sent rows. Table on rank 0, then one "json: {...}" line per row.
  *
  *   meson setup build-bench --buildtype=release && ninja -C build-bench bench/bench_alltoall
  *   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
@@ -86,14 +88,17 @@ typedef struct {
     int W, d, row_bytes;
     int *send_rows, *recv_rows, *sdispl, *rdispl;
     MPI_Datatype row;
-    moe_real *send, *raw_recv, *staging, *moe_recv, *back;
+    moe_real *send, *raw_recv, *raw_back, *staging, *moe_recv, *back;
     moe_comm *ep;
     moe_dispatch_plan plan;
 } bench;
 
+/* One round trip: there and back. */
 static void run_once(bench *b, int moe) {
     if (!moe) {
         MPI_CHECK(MPI_Alltoallv(b->send, b->send_rows, b->sdispl, b->row, b->raw_recv, b->recv_rows, b->rdispl,
+                                b->row, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Alltoallv(b->raw_recv, b->recv_rows, b->rdispl, b->row, b->raw_back, b->send_rows, b->sdispl,
                                 b->row, MPI_COMM_WORLD));
         return;
     }
@@ -101,15 +106,40 @@ static void run_once(bench *b, int moe) {
     bench_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, (size_t)b->row_bytes, b->staging, b->back), "moe_combine_rows");
 }
 
-/* Mean seconds per iteration of this rank over the timed batch, maxed over ranks. */
-static double time_op(bench *b, int moe, const options *o) {
-    for (int i = 0; i < o->warmup; i++) run_once(b, moe);
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Seconds of one exchange (half a round trip) of raw [0] and moe [1]: medians and means over the timed round
+ * trips of this rank, each maxed over ranks. */
+typedef struct {
+    double median[2], mean[2];
+} timing;
+
+static timing time_both(bench *b, const options *o) {
+    double *t = malloc(2 * (size_t)o->iters * sizeof *t);
+    if (!t) bench_fail("out of memory");
+    for (int i = 0; i < o->warmup; i++) run_once(b, 0), run_once(b, 1);
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < o->iters; i++) run_once(b, moe);
-    double mean = (MPI_Wtime() - t0) / o->iters, slowest;
-    MPI_CHECK(MPI_Allreduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-    return slowest;
+    for (int i = 0; i < o->iters; i++)
+        for (int moe = 0; moe < 2; moe++) {
+            const double t0 = MPI_Wtime();
+            run_once(b, moe);
+            t[moe * o->iters + i] = (MPI_Wtime() - t0) / 2;
+        }
+    double mine[4];
+    for (int moe = 0; moe < 2; moe++) {
+        double *x = t + moe * o->iters, sum = 0;
+        for (int i = 0; i < o->iters; i++) sum += x[i];
+        qsort(x, (size_t)o->iters, sizeof *x, by_value);
+        mine[moe] = o->iters % 2 ? x[o->iters / 2] : (x[o->iters / 2 - 1] + x[o->iters / 2]) / 2;
+        mine[2 + moe] = sum / o->iters;
+    }
+    free(t);
+    double slowest[4];
+    MPI_CHECK(MPI_Allreduce(mine, slowest, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return (timing){{slowest[0], slowest[1]}, {slowest[2], slowest[3]}};
 }
 
 static moe_real *alloc_rows(long rows, int d) {
@@ -148,14 +178,14 @@ int main(int argc, char **argv) {
             pattern_rows(pat, max_count, W, b.send_rows);
             max_recv = (long)W * b.send_rows[my_rank] > max_recv ? (long)W * b.send_rows[my_rank] : max_recv;
         }
-    b.send = alloc_rows(max_count, b.d), b.back = alloc_rows(max_count, b.d);
+    b.send = alloc_rows(max_count, b.d), b.back = alloc_rows(max_count, b.d), b.raw_back = alloc_rows(max_count, b.d);
     b.raw_recv = alloc_rows(max_recv, b.d), b.staging = alloc_rows(max_recv, b.d), b.moe_recv = alloc_rows(max_recv, b.d);
     for (size_t i = 0; i < (size_t)max_count * b.d; i++) b.send[i] = (moe_real)((my_rank * 7919 + i) % 65521);
 
     if (my_rank == 0) {
         printf("# bench_alltoall: W=%d row_bytes=%d (%d floats) warmup=%d iters=%d timeout=%gs transport=%s\n", W,
                row_bytes, b.d, o.warmup, o.iters, o.timeout_s, moe_comm_transport_name(b.ep));
-        printf("# size = bytes sent per rank; count = rows per rank; time = max over ranks of the mean; "
+        printf("# size = bytes sent per rank; count = rows per rank; time = one exchange, max over ranks of the median; "
                "bw in GB/s; busbw = algbw*(W-1)/W\n");
         printf("# skewed: rank 0 receives half of all bytes, ranks 1..W-1 share the rest (W=2: same as uniform)\n");
         printf("#%12s %9s %8s %10s %9s %9s %10s %9s %8s\n", "size", "count", "pattern", "raw_us", "raw_algbw",
@@ -181,11 +211,13 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "rank %d: plan says %d rows from rank %d, pattern says %d\n", my_rank,
                             b.plan.recv_rows[p], p, b.recv_rows[p]), failures++;
 
-            const double raw_s = time_op(&b, 0, &o), moe_s = time_op(&b, 1, &o) / 2;
+            const timing tm = time_both(&b, &o);
+            const double raw_s = tm.median[0], moe_s = tm.median[1];
 
             /* the moe path delivers the same bytes as MPI_Alltoallv and combine returns what was sent */
             size_t rbytes = (size_t)r * row_bytes, sbytes = (size_t)s * row_bytes;
-            if (memcmp(b.raw_recv, b.moe_recv, rbytes) || memcmp(b.back, b.send, sbytes))
+            if (memcmp(b.raw_recv, b.moe_recv, rbytes) || memcmp(b.back, b.send, sbytes) ||
+                memcmp(b.raw_back, b.send, sbytes))
                 fprintf(stderr, "rank %d: size %.0f %s: moe rows differ from MPI_Alltoallv's\n", my_rank, size,
                         pat ? "skewed" : "uniform"), failures++;
 
@@ -197,9 +229,9 @@ int main(int argc, char **argv) {
                 printf("json: {\"bench\":\"alltoall\",\"world\":%d,\"size_bytes\":%.0f,\"count\":%ld,\"row_bytes\":%d,"
                        "\"pattern\":\"%s\",\"warmup\":%d,\"iters\":%d,\"raw_us\":%.3f,\"raw_algbw_gbs\":%.4f,"
                        "\"raw_busbw_gbs\":%.4f,\"moe_us\":%.3f,\"moe_algbw_gbs\":%.4f,\"moe_busbw_gbs\":%.4f,"
-                       "\"ratio_moe_raw\":%.4f}\n",
+                       "\"ratio_moe_raw\":%.4f,\"raw_mean_us\":%.3f,\"moe_mean_us\":%.3f}\n",
                        W, size, count, row_bytes, name, o.warmup, o.iters, raw_s * 1e6, raw_alg, raw_alg * factor,
-                       moe_s * 1e6, moe_alg, moe_alg * factor, moe_s / raw_s);
+                       moe_s * 1e6, moe_alg, moe_alg * factor, moe_s / raw_s, tm.mean[0] * 1e6, tm.mean[1] * 1e6);
                 fflush(stdout);
             }
         }
@@ -211,7 +243,7 @@ int main(int argc, char **argv) {
     moe_dispatch_plan_free(&b.plan);
     moe_parallel_destroy(par);
     MPI_CHECK(MPI_Type_free(&b.row));
-    free(ints), free(b.send), free(b.back), free(b.raw_recv), free(b.staging), free(b.moe_recv);
+    free(ints), free(b.send), free(b.back), free(b.raw_back), free(b.raw_recv), free(b.staging), free(b.moe_recv);
     MPI_CHECK(MPI_Finalize());
     return total ? 1 : 0;
 }
