@@ -14,7 +14,7 @@
  * the position's cos/sin in a table, frequency innermost, so that the loop runs on contiguous values (vectors). */
 static void rope_rotate(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, double theta,
                         double sign) {
-    enum { MAX_HALF = 512 }; /* head_dim up to 1024 rotates in tables on the stack; rope.h's callers stay far below */
+    enum { MAX_HALF = 512 }; /* frequencies per table (on the stack): a larger head_dim takes several rounds */
     const int half = head_dim / 2;
     const size_t row = (size_t)num_heads * head_dim;
 #pragma omp parallel for schedule(static) if ((size_t)num_seqs * seq_len * row >= MOE__PAR_MIN_ELEMS)
