@@ -119,7 +119,11 @@ static moe_status mpi_alltoallv_rows(moe_comm *c, const void *send, const int *s
     moe_status st = MOE_OK;
     MPI_Datatype row;
     int posted = 0;
-    if (MPI_Type_contiguous((int)row_nbytes, MPI_BYTE, &row) != MPI_SUCCESS || MPI_Type_commit(&row) != MPI_SUCCESS)
+    if (recv_rows[me] != send_rows[me])
+        st = moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: alltoallv of rows on '%s': %d rows to itself but %d "
+                      "expected from itself", c->world_rank, c->label, send_rows[me], recv_rows[me]);
+    else if (MPI_Type_contiguous((int)row_nbytes, MPI_BYTE, &row) != MPI_SUCCESS ||
+             MPI_Type_commit(&row) != MPI_SUCCESS)
         st = mpi_failed(c, "MPI_Type_contiguous", MPI_ERR_TYPE);
     else {
         for (int i = 1; i < n && st == MOE_OK; i++) {
@@ -137,9 +141,6 @@ static moe_status mpi_alltoallv_rows(moe_comm *c, const void *send, const int *s
             if (rc == MPI_SUCCESS) posted++;
             else st = mpi_failed(c, "MPI_Isend", rc);
         }
-        if (st == MOE_OK && recv_rows[me] != send_rows[me])
-            st = moe_fail(MOE_ERR_INVALID_ARG, "world rank %d: alltoallv of rows on '%s': %d rows to itself but %d "
-                          "expected from itself", c->world_rank, c->label, send_rows[me], recv_rows[me]);
         if (st == MOE_OK && send_rows[me])
             memcpy((char *)recv + rdispl[me], (const char *)send + sdispl[me], (size_t)send_rows[me] * row_nbytes);
         if (st == MOE_OK) st = wait_all(c, posted, req, "alltoallv of rows"); /* else the job ends: requests left */
