@@ -106,11 +106,6 @@ static void run_once(bench *b, int moe) {
     bench_check(moe_combine_rows(b->ep, &b->plan, b->moe_recv, (size_t)b->row_bytes, b->staging, b->back), "moe_combine_rows");
 }
 
-static int by_value(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Seconds of one exchange (half a round trip) of raw [0] and moe [1]: medians and means over the timed round
  * trips of this rank, each maxed over ranks. */
 typedef struct {
@@ -132,9 +127,8 @@ static timing time_both(bench *b, const options *o) {
     for (int moe = 0; moe < 2; moe++) {
         double *x = t + moe * o->iters, sum = 0;
         for (int i = 0; i < o->iters; i++) sum += x[i];
-        qsort(x, (size_t)o->iters, sizeof *x, by_value);
-        mine[moe] = o->iters % 2 ? x[o->iters / 2] : (x[o->iters / 2 - 1] + x[o->iters / 2]) / 2;
         mine[2 + moe] = sum / o->iters;
+        mine[moe] = bench_median(x, o->iters); /* sorts x */
     }
     free(t);
     double slowest[4];
