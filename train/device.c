@@ -45,11 +45,12 @@ static moe_status load_cuda_part(void) {
         return moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: cannot load moe-train's CUDA part: %s (it is built "
                         "beside moe-train; rebuild both)", dlerror());
     moe_train_place_cuda_fn place = (moe_train_place_cuda_fn)dlsym(module, MOE_TRAIN_CUDA_PLACE);
-    profiler_range = (moe_train_cuda_profiler_range_fn)dlsym(module, MOE_TRAIN_CUDA_PROFILER_RANGE);
-    if (!place || !profiler_range)
+    moe_train_cuda_profiler_range_fn range = (moe_train_cuda_profiler_range_fn)dlsym(module,
+                                                                                    MOE_TRAIN_CUDA_PROFILER_RANGE);
+    if (!place || !range)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: %s lacks its entry points; rebuild it with moe-train",
                         path);
-    place_cuda = place;
+    place_cuda = place, profiler_range = range; /* both or neither */
     return MOE_OK;
 }
 #endif
