@@ -8,9 +8,9 @@
 #include "alltoall/comm_transport.h"
 #include "alltoall/tree_add.h"
 #include "alltoall/tree_allreduce.h"
+#include "alltoall/wait_policy.h"
 
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +29,7 @@ typedef struct {
     moe_mpi_probe *probe; /* the watchdog's twin: who is missing */
     void *tree_scratch;   /* the fixed tree's: moe__tree_scratch_count values, grown on demand */
     size_t tree_scratch_nbytes;
+    moe_wait_policy wait; /* between polls: yield, or sleep when ranks share cores (wait_policy.h) */
 } mpi_state;
 
 /* TAG_ROWS: the row exchange's messages; TAG_TREE: the fixed tree's (collectives never match either); a caller's tag t
@@ -54,9 +55,8 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
 
 /* Polls the requests until all complete or the watchdog expires, `start` being when the exchange began (not yet
  * counted as a completed exchange: the fixed tree waits for several rounds of one exchange). Open MPI moves
- * data only inside MPI calls, so the loop keeps calling MPI_Test (sleeping between polls made 2-rank exchanges
- * of 2 MiB and more about 5x slower); sched_yield lets ranks oversubscribed on few cores give the CPU to the
- * peers they wait for. */
+ * data only inside MPI calls, so the loop keeps calling MPI_Test, yielding the CPU between polls, or sleeping when
+ * ranks share cores (wait_policy.h: sleeping made 2-rank exchanges of 2 MiB and more ~3x slower on free cores). */
 static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char *op, double start,
                            MPI_Status *statuses) {
     for (long polls = 0;; polls++) {
@@ -78,7 +78,7 @@ static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char 
                             "%.1f s; %ld exchanges completed on it before this one; %s",
                             c->world_rank, op, c->label, c->rank, c->size, c->timeout_s, c->completed, missing);
         }
-        if (polls > 100) sched_yield();
+        moe_wait_pause(((const mpi_state *)c->impl)->wait, polls, waited);
     }
 }
 
@@ -344,7 +344,8 @@ moe_status moe_comm_create_mpi(MPI_Comm comm, const char *label, double timeout_
     moe_comm *c = moe__comm_new(&mpi_ops, label, rank, size, world_rank, timeout_s);
     mpi_state *s = calloc(1, sizeof *s);
     if (!c || !s) return free(c), free(s), MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = moe__mpi_probe_create(comm, &s->probe);
+    moe_status st = moe_wait_policy_here(&s->wait);
+    if (st == MOE_OK) st = moe__mpi_probe_create(comm, &s->probe);
     if (st != MOE_OK) return free(c), free(s), st;
     s->comm = comm;
     c->impl = s;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "alltoall/parallel_mpi.h"
+#include "alltoall/wait_policy.h"
 #include "core/fail.h"
 #include "core/threads.h"
 #include "checkpoint/checkpoint.h"
@@ -538,6 +539,9 @@ int main(int argc, char **argv) {
                stage->first_layer, moe_model_num_passes(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
                t.val.num_tokens);
+        moe_wait_policy wait;
+        if (moe_wait_policy_here(&wait) == MOE_OK && wait == MOE_WAIT_PASSIVE)
+            printf("MOE_WAIT_POLICY=passive: a rank waiting for its peers sleeps between polls\n");
         if (moe_trainer_eval_sequences(&t) < (long)opt.eval_batches * opt.batch)
             printf("validation: %ld distinct sequences, all the validation file holds (--eval-batches %d x --batch %d "
                    "asks for %ld)\n", moe_trainer_eval_sequences(&t), opt.eval_batches, opt.batch,
