@@ -2,13 +2,14 @@
  * OMP_WAIT_POLICY, chosen by the environment variable MOE_WAIT_POLICY:
  *   active (the default): poll, yielding the CPU between polls. The fastest when each rank has a core, and also when
  *     only this job's ranks share the cores (a yield hands the core to the rank beside it);
- *   passive: after a short spin, sleep between polls, for a machine shared with other work (a test suite running
- *     several jobs at once, a shared box): a sleeping rank leaves the CPU to others, and the kernel runs it again as
- *     soon as it wakes, while a yielding one may wait out another program's whole time slice at every exchange.
+ *   passive: after a short spin, sleep between polls, for a run that shares its cores with other programs: a
+ *     sleeping rank is run again as soon as it wakes, while a yielding one may wait out another program's whole
+ *     time slice at every exchange. The run gains what the other programs lose (scripts/test.sh does not use it:
+ *     the compile on its critical path lost more than its runs gained).
  * Measured on 2 cores, 2026-11-28 (docs/BENCHMARKS.md, "Ranks that share cores"): with the cores busy, a 2-rank
- * training run 44 s active against 18 s passive; on free cores passive makes 2-rank exchanges of 2 MiB and more ~3x
- * slower (Open MPI moves a message's fragments only inside MPI calls) and 4 or 8 ranks on 2 cores 8-15% slower a
- * step. */
+ * training run 41-45 s active against 19 s passive; on free cores passive makes 2-rank exchanges of 1 MiB and more
+ * 1.5-3x slower (Open MPI moves a message's fragments only inside MPI calls) and 4 or 8 ranks on 2 cores 8-15%
+ * slower a step. */
 #ifndef MOE_ALLTOALL_WAIT_POLICY_H
 #define MOE_ALLTOALL_WAIT_POLICY_H
 

@@ -57,10 +57,6 @@ if [ $quick -eq 1 ] || [ $# -gt 0 ]; then
     exit $status
 fi
 
-# The lanes share 2 cores with each other and run 4 tests at a time: a rank that waits for its peers sleeps instead
-# of yielding (alltoall/wait_policy.h; a yield can wait out another program's whole time slice at each exchange:
-# the rehearsal's 2-rank verify runs took 269 s in-lane active, 166 s passive, 2026-11-28)
-export MOE_WAIT_POLICY=passive
 # Each lane runs in the background with its output in its log; --no-rebuild: the lanes share build/, which
 # setup.sh has just built (two meson tests must not both run ninja there).
 lanes=(main tcp fuzz sanitize)
