@@ -19,9 +19,9 @@
 # --rehearse     no GPU needed: every phase that does not need one, as on a GPU machine (bundle, configure,
 #                build for sm_90 — only the programs the phases run: moe-train, the benchmarks, the gpu suite's
 #                programs, which is where the bundle's libraries are linked —, report), the gpu suite (which skips),
-#                the verify runs on the CPU in bf16 against the same fp32 reference (2 ranks each, side by side),
-#                the benchmarks' flag checks (--dry-run); for the tests. Each phase gets 4x its limit (a rehearsal
-#                shares its CPU with the rest of scripts/test.sh), still cut to the budget
+#                the verify runs on the CPU in bf16 against the same fp32 reference (2 ranks), the benchmarks' flag
+#                checks (--dry-run); for the tests. Each phase gets 4x its limit (a rehearsal shares its CPU with the
+#                rest of scripts/test.sh), still cut to the budget
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
 # commit in the report (for a copy of the tree; else git's HEAD).
 # NCCL: the toolkit's, else the system's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh),
@@ -228,23 +228,10 @@ if [ $mode = first ]; then
     phase suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
     # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
     source "$root/scripts/gpu_verify_runs.sh"
-    verify_run() { # NAME
-        gpu_verify_command "$1" "$data" && phase "verify_$1" 120 \
-            mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks "${gpu_verify_args[@]}"
-    }
-    if [ $rehearse = 1 ]; then
-        # side by side: on shared CPUs a run's ranks wait for each other's turns far more than they compute (in CI's
-        # main lane each took 130 s for 28 CPU-s), so two take about the time of one; a GPU machine runs them one
-        # after another on its GPUs
-        verify_pids=()
-        for name in "${gpu_verify_names[@]}"; do
-            verify_run "$name" &
-            verify_pids+=($!)
-        done
-        for pid in "${verify_pids[@]}"; do wait "$pid" || failed=1; done # a phase's failed=1 stays in its subshell
-    else
-        for name in "${gpu_verify_names[@]}"; do verify_run "$name"; done
-    fi
+    for name in "${gpu_verify_names[@]}"; do
+        gpu_verify_command "$name" "$data"
+        phase "verify_$name" 120 mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks "${gpu_verify_args[@]}"
+    done
     # 3. benchmarks, the goals' first (docs/GPU.md): training MFU, grouped GEMM vs dense, permute vs copy, the layer
     #    vs PyTorch
     gpu_only train 150 bash "$root/bench/bench_train_gpu.sh" --steps 30 --data "$data"
