@@ -29,7 +29,7 @@ typedef struct {
     moe_mpi_probe *probe; /* the watchdog's twin: who is missing */
     void *tree_scratch;   /* the fixed tree's: moe__tree_scratch_count values, grown on demand */
     size_t tree_scratch_nbytes;
-    moe_wait_policy wait; /* between polls: yield, or sleep when ranks share cores (wait_policy.h) */
+    moe_wait_policy wait; /* between polls: yield, or sleep (MOE_WAIT_POLICY=passive, wait_policy.h) */
 } mpi_state;
 
 /* TAG_ROWS: the row exchange's messages; TAG_TREE: the fixed tree's (collectives never match either); a caller's tag t
@@ -55,8 +55,9 @@ static moe_status mpi_failed(const moe_comm *c, const char *op, int rc) {
 
 /* Polls the requests until all complete or the watchdog expires, `start` being when the exchange began (not yet
  * counted as a completed exchange: the fixed tree waits for several rounds of one exchange). Open MPI moves
- * data only inside MPI calls, so the loop keeps calling MPI_Test, yielding the CPU between polls, or sleeping when
- * ranks share cores (wait_policy.h: sleeping made 2-rank exchanges of 2 MiB and more ~3x slower on free cores). */
+ * data only inside MPI calls, so the loop keeps calling MPI_Test, yielding the CPU between polls, or sleeping with
+ * MOE_WAIT_POLICY=passive (wait_policy.h: sleeping makes 2-rank exchanges of 1 MiB and more 1.5-3x slower on free
+ * cores). */
 static moe_status poll_all(moe_comm *c, int count, MPI_Request *req, const char *op, double start,
                            MPI_Status *statuses) {
     for (long polls = 0;; polls++) {
