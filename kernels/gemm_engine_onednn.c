@@ -108,8 +108,9 @@ void moe_gemm_engine_free(moe_gemm_engine *e) {
     free(e);
 }
 
-/* The short weight gradients take a run-time k (see the top of this file). */
-static int has_runtime_k(const moe_gemm_call *c) { return c->trans_a && c->k <= RUNTIME_K_MAX; }
+/* The short weight gradients take a run-time k (see the top of this file); never with prepared_b, whose reorder is
+ * made for one k (and which same_shape does not compare for these). */
+static int has_runtime_k(const moe_gemm_call *c) { return c->trans_a && !c->prepared_b && c->k <= RUNTIME_K_MAX; }
 
 /* A [rows, cols] matrix, or its transpose stored [cols, rows] (format ba). */
 static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, dnnl_data_type_t type,
