@@ -1,209 +1,27 @@
 /* test_tp_model_mpi.c — the decoder model under tensor and sequence parallelism (issue 28; models/model.h, "Tensor
- * parallelism") bitwise the model at tp 1, under mpirun -np W (1, 2, 4, 8). Every rank first runs the reference alone:
- * a one-rank layout, tp 1, the whole global batch, the same fixed pieces (tp_shards 8) and batch shards (8). Then the
- * world runs every layout of tp in {1, 2, 4} dividing W times every ep dividing W: each tensor group
- * reads its data rank's sequences, each rank keeps its slice of their rows. Against the reference, bitwise:
- *   - the initial weights: each rank's blocks of the split tensors (q/k/v rows, o_proj columns) cut from the whole
- *     tensors, its experts by global id (init is the same at any tp);
- *   - the loss of a forward (the ranks' sums added in the fixed tree over the stage);
- *   - the gradient norm (models/optimizer.c: with fixed pieces, a split tensor's terms piece by piece);
- *   - every gradient after the sums the trainer makes (moe_model_reduce_chunk_grads: the pieces' over the
- *     data-parallel group, the rest over the stage, the experts' over the expert-data-parallel group; a tied lm_head's
- *     apart, then into the embedding's).
- * Cases: dropless softmax routing; a capacity of 1.0 with drops by token order (the capacity scan sees every rank's
- * slice); grouped-query attention (KV 2 of H 4) with tied embeddings; a dense FFN layer (gate/up column-, down
- * row-parallel) before an MoE layer; one kv head (so fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their
- * gradients summed over the ranks sharing the head, models/model.h) with the materialized attention kernel. The GQA
- * and one-kv-head cases also exercise the kv heads' copies (the reference itself runs them: 8 pieces, 4 heads).
- * The check can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split) the tp 2 runs differ
- * from the reference somewhere (checked: the sums over pieces are then added in another order). Refusals: tp and the
- * kv heads neither dividing the other, tp_shards not dividing a dense FFN's d_ff or the vocabulary, ZeRO-2,
- * tp_shards not a multiple of tp. */
-#include <stdlib.h>
+ * parallelism") bitwise the model at tp 1, under mpirun -np W (1, 2, 4, 8), on the CPU in fp32: the comparison of
+ * tests/test_tp_model.c (every layout of tp x ep, ZeRO-2 at ep 1, the plain split; the one-kv-head case with the
+ * materialized kernel), then the refusals: tp and the kv heads neither dividing the other, tp_shards not dividing a
+ * dense FFN's d_ff or the vocabulary, tp_shards not a multiple of tp. tests/test_gpu_tp_model.c runs the same
+ * comparison on CUDA. */
 #include <string.h>
 
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
-#include "models/model.h"
-#include "models/optimizer.h"
 #include "models/zero.h"
 #include "tests/test_mpi.h"
+#include "tests/test_tp_model.h"
 
-enum { SEQS = 8, SEQ_LEN = 16, SHARDS = 8, PIECES = 8, SEED = 7 };
+enum { PIECES = 8 };
 
-typedef enum { DROPLESS, CAPACITY, GQA_TIED, DENSE_FFN, MQA, NUM_CASES } test_case;
-static const char *const case_names[] = {"dropless", "capacity 1.0, drops by token order",
-                                         "GQA (kv 2 of 4 heads), tied embeddings",
-                                         "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer",
-                                         "one kv head of 4 (kv heads fewer than tp), materialized attention"};
-
-static moe_model_config config(test_case c, int tp, int ep, int pieces) {
-    moe_model_config cfg = moe_model_config_default();
-    cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
-    cfg.num_kv_heads = c == GQA_TIED ? 2 : c == MQA ? 1 : 4;
-    cfg.attention = c == MQA ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
-    cfg.tie_embeddings = c == GQA_TIED;
-    cfg.moe_every = c == DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */
-    cfg.seq_len = SEQ_LEN;
-    cfg.moe = moe_config_default(cfg.d_model, cfg.d_ff, 4, 2);
-    cfg.moe.capacity_factor = c == CAPACITY ? 1.0f : 0.0f;
-    cfg.moe.num_shards = SHARDS;
-    cfg.moe.ep_size = ep;
-    cfg.tp = tp, cfg.tp_shards = pieces;
-    return cfg;
+static moe_status world_layout(void *ctx, int ep, int tp, moe_parallel **out) {
+    (void)ctx;
+    return moe_parallel_create_mpi_tp(MPI_COMM_WORLD, 1, ep, tp, 60, out);
 }
 
-/* The global batch: SEQS sequences of random tokens and their next tokens (the same on every rank). */
-static void make_batch(int vocab, int *inputs, int *targets) {
-    unsigned x = 12345;
-    for (int i = 0; i < SEQS * SEQ_LEN; i++) {
-        x = x * 1103515245u + 12345u;
-        inputs[i] = (int)((x >> 16) % (unsigned)vocab);
-        targets[i] = (int)((x >> 8) % (unsigned)vocab);
-    }
-}
-
-/* What a model leaves: its weights after init, its loss, its reduced gradients, and its table. */
-typedef struct {
-    moe_real *params, *grads;
-    moe_model_tensor *tensors;
-    int num_tensors, tp, tp_rank, first_expert, local_experts;
-    int dropped; /* assignments over capacity, this rank's, over the layers */
-    double loss, norm; /* the forward's loss; the gradient norm (models/optimizer.h) */
-} run_result;
-
-static void free_result(run_result *r) { free(r->params), free(r->grads), free(r->tensors); }
-
-/* Under ZeRO-2 no buffer holds the whole gradient: each region's ranges gathered from its group's members (the fixed
- * tree's all-gather) into grads, laid out as the table. */
-static moe_status gather_zero2_grads(moe_model *m, moe_real *grads) {
-    const moe_zero_layout *z = moe_model_zero(m);
-    const moe_zero_region *regions[2] = {&z->dense, &z->expert};
-    for (int expert = 0; expert < 2; expert++) {
-        const moe_zero_region *r = regions[expert];
-        moe_real *region = grads + (expert ? moe_model_num_dense(m) : 0);
-        memcpy(region + r->begin, moe_model_range_grads(m, expert), (r->end - r->begin) * sizeof(moe_real));
-        if (r->part.count) MOE_TRY(moe_comm_allgather_tree_real(r->group, region, &r->part, 0, r->part.count));
-    }
-    return MOE_OK;
-}
-
-/* One forward and backward of this rank's part of the global batch (a tensor group's sequences: the data rank's),
- * then the gradient sums; the loss added over the stage in the fixed tree. */
-static moe_status run(const moe_model_config *cfg, const moe_parallel *par, const int *inputs, const int *targets,
-                      run_result *out) {
-    const moe_ranks r = moe_parallel_ranks(par);
-    const int tp = r.tp_size > 1 ? r.tp_size : 1, data_ranks = r.stage_size / tp, seqs = SEQS / data_ranks;
-    const int data_rank = r.stage_rank / tp;
-    moe_model *m;
-    MOE_TRY(moe_model_create(cfg, NULL, par, seqs, 1, &m));
-    moe_status st = moe_model_init_weights(m, SEED);
-    const size_t n = moe_model_num_dense(m) + moe_model_num_expert(m);
-    out->params = malloc(n * sizeof(moe_real)), out->grads = malloc(n * sizeof(moe_real));
-    int count;
-    const moe_model_tensor *tensors = moe_model_tensors(m, &count);
-    out->tensors = malloc((size_t)count * sizeof *tensors);
-    if (!out->params || !out->grads || !out->tensors) st = MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) {
-        memcpy(out->params, moe_model_params(m), n * sizeof(moe_real));
-        memcpy(out->tensors, tensors, (size_t)count * sizeof *tensors);
-        out->num_tensors = count, out->tp = tp, out->tp_rank = tp > 1 ? r.tp_rank : 0;
-        out->local_experts = moe_model_num_local_experts(m), out->first_expert = r.ep_rank * out->local_experts;
-    }
-    const size_t at = (size_t)data_rank * seqs * SEQ_LEN;
-    if (st == MOE_OK) st = moe_model_zero_grads(m);
-    if (st == MOE_OK) st = moe_model_forward(m, inputs + at, targets + at, seqs, &out->loss, NULL);
-    if (st == MOE_OK) st = moe_comm_allreduce_tree_f64(moe_parallel_stage(par), &out->loss, 1);
-    for (int l = 0; st == MOE_OK && l < cfg->num_layers; l++)
-        out->dropped += moe_model_layer_stats(m, l) ? moe_model_layer_stats(m, l)->num_dropped : 0;
-    /* as the trainer sums a micro-batch with the world-invariant sums: a tied lm_head's gradient kept apart, summed,
-     * then added into the embedding's */
-    if (st == MOE_OK) st = moe_model_stage_backward(m, 1.0f / (SEQS * SEQ_LEN), NULL);
-    if (st == MOE_OK) st = moe_model_reduce_chunk_grads(m, 0);
-    if (st == MOE_OK) st = moe_model_finish_tied_grads(m);
-    if (st == MOE_OK) st = moe_model_grad_norm(m, par, &out->norm);
-    if (st == MOE_OK && cfg->zero == 2) st = gather_zero2_grads(m, out->grads);
-    else if (st == MOE_OK) memcpy(out->grads, moe_model_grads(m), n * sizeof(moe_real));
-    moe_model_destroy(m);
-    return st;
-}
-
-/* Elements of a run's buffer (mine: laid out as its table) that differ from the reference's over the same tensors:
- * each found in the reference's whole table by its index, a split tensor's block by the run's tp_rank (k and v with
- * fewer kv heads than tp: the block of its kv head), experts by global id. */
-static long differences(const run_result *run, const moe_real *mine, const run_result *ref, const moe_real *theirs) {
-    long diff = 0;
-    for (int i = 0; i < run->num_tensors; i++) {
-        const moe_model_tensor *t = &run->tensors[i], *w = &ref->tensors[t->index];
-        const size_t rows = (size_t)t->rows, cols = t->cols ? (size_t)t->cols : 1, per = rows * cols;
-        const size_t whole_cols = t->split == MOE_SPLIT_COLS ? (size_t)w->cols : cols;
-        const size_t part = (size_t)moe_model_tensor_part(t, run->tp, run->tp_rank);
-        size_t from = w->offset; /* where the block's first row starts in the reference */
-        if (t->split == MOE_SPLIT_ROWS) from += part * per;
-        if (t->split == MOE_SPLIT_COLS) from += part * cols;
-        if (t->experts) from += per * run->first_expert;
-        const size_t row_count = t->experts ? rows * run->local_experts : rows;
-        for (size_t r = 0; r < row_count; r++)
-            diff += memcmp(&mine[t->offset + r * cols], &theirs[from + r * whole_cols], cols * sizeof(moe_real)) != 0;
-    }
-    return diff;
-}
-
-static void compare(test_case c, int tp, int ep, int pieces, const run_result *ref, const run_result *got,
-                    int expect_same, int rank) {
-    const long params = differences(got, got->params, ref, ref->params);
-    const long grads = differences(got, got->grads, ref, ref->grads);
-    const int loss_same = !memcmp(&got->loss, &ref->loss, sizeof got->loss);
-    const int norm_same = !memcmp(&got->norm, &ref->norm, sizeof got->norm);
-    char what[160];
-    snprintf(what, sizeof what, "%s, tp %d (%d pieces), ep %d", case_names[c], tp, pieces, ep);
-    CHECK(params == 0, "%s: %ld rows of the initial weights differ from the reference's blocks", what, params);
-    if (expect_same) {
-        CHECK(loss_same && grads == 0 && norm_same,
-              "%s: loss %.17g (reference %.17g), %ld gradient rows differ, norm %.17g (reference %.17g)", what,
-              got->loss, ref->loss, grads, got->norm, ref->norm);
-    } else {
-        CHECK(!loss_same || grads > 0, "%s: the plain split gave the reference's bits: the check cannot fail", what);
-        if (rank == 0) printf("  the plain split: loss %s, %ld gradient rows differ\n",
-                                             loss_same ? "same" : "differs", grads);
-    }
-}
-
-static void test_layouts(int world, int rank) {
-    int inputs[SEQS * SEQ_LEN], targets[SEQS * SEQ_LEN];
-    for (int c = 0; c < NUM_CASES; c++) {
-        const moe_model_config ref_cfg = config(c, 1, 1, PIECES);
-        make_batch(ref_cfg.vocab_size, inputs, targets);
-        moe_parallel *self;
-        run_result ref = {0};
-        test_mpi_require(moe_parallel_create_self(&self), "the one-rank layout");
-        test_mpi_require(run(&ref_cfg, self, inputs, targets, &ref), "the reference");
-        moe_parallel_destroy(self);
-        CHECK((ref.dropped > 0) == (c == CAPACITY), "%s: %d assignments dropped", case_names[c], ref.dropped);
-        for (int tp = 1; tp <= 4 && tp <= world; tp *= 2) {
-            if (world % tp) continue;
-            for (int ep = 1; ep <= world && ep <= ref_cfg.moe.num_experts; ep *= 2) {
-                if (world % ep) continue;
-                /* at ep 1 also the plain split (variant 1; at tp 2) and ZeRO-2 (variant 2) */
-                for (int variant = 0; variant < 3; variant++) {
-                    if ((variant == 1 && (tp != 2 || ep != 1)) || (variant == 2 && ep != 1)) continue;
-                    const int pieces = variant == 1 ? tp : PIECES;
-                    moe_parallel *par;
-                    test_mpi_require(moe_parallel_create_mpi_tp(MPI_COMM_WORLD, 1, ep, tp, 60, &par), "the layout");
-                    run_result got = {0};
-                    moe_model_config cfg = config(c, tp, ep, pieces);
-                    cfg.zero = variant == 2 ? 2 : 0;
-                    test_mpi_require(run(&cfg, par, inputs, targets, &got), "the tensor-parallel run");
-                    compare(c, tp, ep, pieces, &ref, &got, variant != 1, rank);
-                    free_result(&got);
-                    moe_parallel_destroy(par);
-                    if (rank == 0) printf("%s: tp %d, ep %d, %d pieces%s over %d ranks: compared\n", case_names[c],
-                                          tp, ep, pieces, cfg.zero ? ", ZeRO-2" : "", world);
-                }
-            }
-        }
-        free_result(&ref);
-    }
+static moe_status self_layout(void *ctx, moe_parallel **out) {
+    (void)ctx;
+    return moe_parallel_create_self(out);
 }
 
 /* Refused up front, with the reason, on every rank alike (before any exchange). */
@@ -224,15 +42,15 @@ static void refused(moe_model_config cfg, int tp, const char *want) {
 static void test_refusals(int world) {
     if (world < 2) return;
     const int tp = world >= 4 ? 4 : 2;
-    moe_model_config c = config(GQA_TIED, tp, 1, PIECES);
+    moe_model_config c = test_tp_model_config(TEST_TP_GQA_TIED, tp, 1, PIECES);
     c.d_model = c.moe.d_model = 48, c.num_heads = 12, c.num_kv_heads = 3; /* neither divides the other */
     refused(c, tp, "tp and the number of kv heads: one must divide the other");
-    c = config(DENSE_FFN, 2, 1, PIECES);
+    c = test_tp_model_config(TEST_TP_DENSE_FFN, 2, 1, PIECES);
     c.d_ff = 36, c.moe.d_ff = 36;
     refused(c, 2, "tp_shards must divide d_ff");
-    c = config(DROPLESS, 2, 1, 1);
+    c = test_tp_model_config(TEST_TP_DROPLESS, 2, 1, 1);
     refused(c, 2, "tp_shards must be a power of two that tp divides");
-    c = config(DROPLESS, 2, 1, PIECES);
+    c = test_tp_model_config(TEST_TP_DROPLESS, 2, 1, PIECES);
     c.vocab_size = 60; /* not a multiple of the 8 pieces */
     refused(c, 2, "tp_shards must divide the vocabulary size");
 }
@@ -243,7 +61,9 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     moe__zero_set_atom_values(40); /* the norm's atoms cut the pieces (tensors of 64 to 2048 values here) */
-    test_layouts(world, rank);
+    const test_tp_model_setup setup = {.precision = MOE_PRECISION_FP32, .last_case = TEST_TP_MQA_MATERIALIZED,
+                                       .zero2 = 1, .layout = world_layout, .self = self_layout};
+    test_tp_model_layouts(&setup, world, rank);
     test_refusals(world);
     return test_mpi_finish("test_tp_model_mpi");
 }
