@@ -26,6 +26,11 @@
  * Grouped mode falls back to per-expert calls for an op whose matrices are not all 16-byte aligned (widths
  * not multiples of 8): the grouped API's alignment rules for bf16 (see prepare) are stricter than GemmEx's.
  * MOE_EXPERT_GEMM_PER_EXPERT: one cublasGemmEx per expert and projection.
+ * MOE_EXPERT_GEMM_ROW_BLOCKS (layout invariance): the row projections per expert in kernels/linear_gemms.h's fixed
+ * blocks of MOE_GEMM_ROW_BLOCK rows, the last one padded through two bf16 buffers in the context's scratch, so every
+ * call has one shape whatever the expert's rows (cuBLAS chooses its kernel, and so a row's sums, by shape: an expert
+ * with 37 rows on one rank and 19 on another would get other bits); the weight gradients always as leaves (beta 0)
+ * added into the gradient, one segment too.
  *
  * Math mode: the context's handle is CUBLAS_PEDANTIC_MATH (fp32 GEMMs stay fp32), which also keeps bf16
  * GEMMs off the tensor cores. The bf16 GEMMs here ask for them explicitly: for the duration of an op the
@@ -34,6 +39,8 @@
  *
  * Checked by tests/test_gpu_experts.cu (suite gpu) against moe_expert_ffn_forward_cpu / _backward_cpu. */
 #include <stdlib.h>
+
+#include <algorithm>
 
 #include "core/gpu_cuda.h"
 
@@ -44,6 +51,8 @@ extern "C" {
 #include "core/tree_schedule.h"
 #include "kernels/cast.h"
 #include "kernels/elementwise.h"
+#include "kernels/gemm_rows.h"
+#include "kernels/linear_gemms.h"
 }
 
 namespace {
@@ -146,6 +155,8 @@ class expert_gemms {
     moe_status run(int i);
 
   private:
+    moe_status run_blocks(const row_gemm &r, int e);
+    uint16_t *pad_in_ = nullptr, *pad_out_ = nullptr; /* row blocks: [MOE_GEMM_ROW_BLOCK, widest] each */
     moe_gpu *gpu_;
     moe_expert_gemm_mode mode_;
     int num_experts_;
@@ -168,6 +179,15 @@ class expert_gemms {
 
 moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
     gemms_ = gemms;
+    if (mode_ == MOE_EXPERT_GEMM_ROW_BLOCKS) { /* the padded block's two buffers in the context's scratch */
+        int widest = 1;
+        for (int i = 0; i < count; i++) widest = std::max(widest, std::max(gemms[i].m, gemms[i].k));
+        const size_t pad = (size_t)MOE_GEMM_ROW_BLOCK * widest;
+        void *scratch = nullptr;
+        MOE_TRY(moe_gpu_scratch(gpu_, 2 * pad * sizeof(uint16_t), &scratch));
+        pad_in_ = (uint16_t *)scratch, pad_out_ = pad_in_ + pad;
+        return MOE_OK;
+    }
     if (mode_ != MOE_EXPERT_GEMM_GROUPED) return MOE_OK;
     groups_ = 0;
     for (int e = 0; e < num_experts_; e++) groups_ += offset(e + 1) > offset(e);
@@ -243,10 +263,48 @@ moe_status expert_gemms::run(int i) {
     for (int e = 0; e < num_experts_; e++) {
         const int n = offset(e + 1) - offset(e);
         if (n == 0) continue;
+        if (mode_ == MOE_EXPERT_GEMM_ROW_BLOCKS) {
+            MOE_TRY(run_blocks(r, e));
+            continue;
+        }
         const size_t row0 = offset(e);
         MOE_CUBLAS_TRY(cublasGemmEx(gpu_->blas, r.trans_w, CUBLAS_OP_N, r.m, n, r.k, &kOne, r.w + e * wcount,
                                     CUDA_R_16BF, r.ldw(), r.x + row0 * r.k, CUDA_R_16BF, r.k, &kZero,
                                     r.c + row0 * r.m, CUDA_R_16BF, r.m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    return MOE_OK;
+}
+
+/* Expert e's rows of projection r in kernels/linear_gemms.h's fixed row blocks, bf16: C = X W^T (W [m, k]) is the
+ * linear's forward of in k, out m; C = X W (W [k, m]) its input gradient of in m, out k (beta 0). A padded block's
+ * rows go through pad_in_ (zeros after them) and come back from pad_out_. */
+moe_status expert_gemms::run_blocks(const row_gemm &r, int e) {
+    const bool forward = r.trans_w == CUBLAS_OP_T;
+    const moe__lin_product product = forward ? MOE__LIN_FORWARD : MOE__LIN_BACKWARD_INPUT;
+    const int in = forward ? r.k : r.m, out = forward ? r.m : r.k, n = offset(e + 1) - offset(e);
+    const size_t row0 = offset(e), elem = sizeof(uint16_t);
+    uint16_t *arrays[MOE__LIN_ARRAYS] = {};
+    arrays[MOE__LIN_W] = const_cast<uint16_t *>(r.w) + (size_t)e * r.m * r.k;
+    arrays[forward ? MOE__LIN_X : MOE__LIN_DY] = const_cast<uint16_t *>(r.x) + row0 * r.k;
+    arrays[forward ? MOE__LIN_Y : MOE__LIN_DX] = r.c + row0 * r.m;
+    arrays[MOE__LIN_PAD_IN] = pad_in_, arrays[MOE__LIN_PAD_OUT] = pad_out_;
+    for (int i = 0; i < moe__linear_gemm_count(product, n, 1); i++) {
+        const moe__lin_gemm g = moe__linear_gemm(product, n, in, out, 1, 0, i);
+        if (g.padded) {
+            const uint16_t *from = arrays[g.token_in] + (size_t)g.first_row * g.ldb;
+            MOE_CUDA_TRY(cudaMemcpyAsync(pad_in_, from, (size_t)g.rows * g.ldb * elem, cudaMemcpyDeviceToDevice,
+                                         gpu_->stream));
+            MOE_CUDA_TRY(cudaMemsetAsync(pad_in_ + (size_t)g.rows * g.ldb, 0, (size_t)(g.n - g.rows) * g.ldb * elem,
+                                         gpu_->stream));
+        }
+        MOE_CUBLAS_TRY(cublasGemmEx(gpu_->blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &kOne, arrays[g.a] + g.a_off,
+                                    CUDA_R_16BF, g.lda, arrays[g.b] + g.b_off, CUDA_R_16BF, g.ldb, &kZero,
+                                    arrays[g.c] + g.c_off, CUDA_R_16BF, g.ldc, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        if (g.padded)
+            MOE_CUDA_TRY(cudaMemcpyAsync(arrays[g.token_out] + (size_t)g.first_row * g.ldc, pad_out_,
+                                         (size_t)g.rows * g.ldc * elem, cudaMemcpyDeviceToDevice, gpu_->stream));
     }
     return MOE_OK;
 }
@@ -295,9 +353,10 @@ moe_status add_segment_products(moe_gpu *gpu, const wgrad_product &p, const int 
 }
 
 /* dW2_e += dY_e^T act_e, dW1_e += dH1_e^T X_e, dW3_e += dH3_e^T X_e: fp32 C, per expert with rows; one product
- * over all its rows with beta = 1 (segments == 1) or per segment in the tree (add_segment_products). */
+ * over all its rows with beta = 1 (segments == 1, without leaves) or per segment in the tree (add_segment_products;
+ * leaves: for one segment too, so that the GEMM is a beta-0 leaf whatever the number of segments). */
 moe_status weight_grads(moe_gpu *gpu, int num_experts, int d, int f, const int *segment_start, int segments,
-                        const uint16_t *xp, const uint16_t *act, const uint16_t *dy, const uint16_t *dh13,
+                        bool leaves, const uint16_t *xp, const uint16_t *act, const uint16_t *dy, const uint16_t *dh13,
                         moe_layer_weights *grads, float *scratch) {
     const size_t wcount = (size_t)f * d;
     for (int e = 0; e < num_experts; e++) {
@@ -311,7 +370,7 @@ moe_status weight_grads(moe_gpu *gpu, int num_experts, int d, int f, const int *
         const wgrad_product products[3] = {{f, d, A, f, dY, d}, {d, f, X, d, dH, 2 * f}, {d, f, X, d, dH + f, 2 * f}};
         float *dW[3] = {grads->w2 + e * wcount, grads->w1 + e * wcount, grads->w3 + e * wcount};
         for (int i = 0; i < 3; i++) {
-            if (segments == 1) MOE_TRY(wgrad_gemm(gpu, products[i], 0, n, &kOne, dW[i]));
+            if (segments == 1 && !leaves) MOE_TRY(wgrad_gemm(gpu, products[i], 0, n, &kOne, dW[i]));
             else MOE_TRY(add_segment_products(gpu, products[i], seg, segments, dW[i], scratch));
         }
     }
@@ -394,7 +453,8 @@ extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm
                                                    const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
                                                    moe_bf16 *dact, moe_bf16 *dxp, float *wgrad_scratch) {
     MOE_TRY(check_layout(num_experts, d_model, d_ff, segment_start, segments));
-    if (segments > 1 && !wgrad_scratch) return MOE_ERR_INVALID_ARG;
+    const bool leaves = mode == MOE_EXPERT_GEMM_ROW_BLOCKS;
+    if ((segments > 1 || leaves) && !wgrad_scratch) return MOE_ERR_INVALID_ARG;
     const int r0 = segment_start[0], rows = segment_start[(size_t)num_experts * segments] - r0, f = d_ff;
     if (rows == 0) return MOE_OK;
     const row_gemm gemms[2] = {
@@ -408,7 +468,7 @@ extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm
         MOE_TRY(moe_swiglu_backward_cuda(gpu, h13 + (size_t)r0 * 2 * f, dact + (size_t)r0 * f, rows, f,
                                          dh13 + (size_t)r0 * 2 * f));
         MOE_TRY(run.run(1));
-        return weight_grads(gpu, num_experts, d_model, f, segment_start, segments, xp, act, dy, dh13, grads,
+        return weight_grads(gpu, num_experts, d_model, f, segment_start, segments, leaves, xp, act, dy, dh13, grads,
                             wgrad_scratch);
     });
 }

@@ -49,6 +49,12 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
 typedef enum {
     MOE_EXPERT_GEMM_GROUPED = 0,    /* cublasGemmGroupedBatchedEx: one call per projection */
     MOE_EXPERT_GEMM_PER_EXPERT = 1, /* one cublasGemmEx per expert and projection */
+    /* layout invariance (moe_config.layout_invariant): one cublasGemmEx per expert, projection and fixed block of
+     * MOE_GEMM_ROW_BLOCK rows (kernels/linear_gemms.h's calls: the last partial block padded through scratch), so
+     * that cuBLAS runs one shape whatever an expert's row count and a row's bits do not depend on it (cuBLAS picks
+     * its kernel by shape); every weight gradient a leaf product (beta 0) added into the gradient, whatever the
+     * number of segments */
+    MOE_EXPERT_GEMM_ROW_BLOCKS = 2,
 } moe_expert_gemm_mode;
 
 typedef struct {
@@ -71,9 +77,11 @@ moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, 
  * segments == 1 one product per expert and projection straight into the gradient (beta = 1); with more, one
  * product per segment into a scratch leaf (beta = 0; an empty segment's leaf is zeroed), the leaves added in
  * tree_schedule.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
- * adding into the gradient. The row projections are one per expert over all its rows, as with one segment.
+ * adding into the gradient (in MOE_EXPERT_GEMM_ROW_BLOCKS mode so is one segment's: its leaf, then the addition).
+ * The row projections are the mode's, per expert over all its rows whatever the segments.
  * dh13: scratch [rows, 2*d_ff], dact: scratch [rows, d_ff]; wgrad_scratch: device,
- * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats, unused (may be NULL) when segments == 1. */
+ * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats, unused (may be NULL) when segments == 1 outside
+ * MOE_EXPERT_GEMM_ROW_BLOCKS mode. */
 moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
                                         moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
                                         const int *segment_start, int segments, const moe_bf16 *xp,

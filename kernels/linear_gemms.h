@@ -1,7 +1,8 @@
-/* linear_gemms.h — internal: the cuBLAS products of the dense linear layer (kernels/linear.cu) as data, so that the
- * list the GPU runs can also run on the CPU: tests/test_linear_gemms.c executes it with column-major cblas calls and
- * compares with the CPU's row-wise GEMMs (kernels/gemm_rows.h), which checks every transpose, m/n/k, leading
- * dimension, offset and the padding of the last row block on a machine without a GPU.
+/* linear_gemms.h — internal: the cuBLAS products of the dense linear layer (kernels/linear.cu; the router's too,
+ * router/scores.cu, and in bf16 each CUDA expert's row projections in row-block mode, experts/expert_ffn.cu) as data,
+ * so that the list the GPU runs can also run on the CPU: tests/test_linear_gemms.c executes it with column-major
+ * cblas calls and compares with the CPU's row-wise GEMMs (kernels/gemm_rows.h), which checks every transpose, m/n/k,
+ * leading dimension, offset and the padding of the last row block on a machine without a GPU.
  *
  * The three products (row-major, W [out, in], T token rows):
  *   forward          y[T, out]   = x[T, in] W^T

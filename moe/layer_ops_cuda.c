@@ -8,9 +8,11 @@
  * the kept flags, the selection bias, the global counts, the layout's counts (checked by the layer after
  * the losses' sync). Growing a buffer (the first calls) frees the old one, which waits for the device.
  *
- * Expert GEMMs: MOE_EXPERT_GEMM_PER_EXPERT by default; MOE_EXPERT_GEMM=grouped in the environment selects
- * cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose pointer
- * arrays go up from pageable memory (a host sync per GEMM group). */
+ * Expert GEMMs: with cfg.layout_invariant (the default) MOE_EXPERT_GEMM_ROW_BLOCKS, per expert in fixed row blocks,
+ * and the router's row-wise products in the same blocks (kernels/linear.h), so that a token's values do not depend
+ * on how many tokens a rank or an expert has; without it MOE_EXPERT_GEMM_PER_EXPERT, or with MOE_EXPERT_GEMM=grouped
+ * in the environment cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose
+ * pointer arrays go up from pageable memory (a host sync per GEMM group). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "experts/expert_ffn.h"
 #include "kernels/cast.h"
 #include "kernels/elementwise.h"
+#include "kernels/linear.h"
 #include "kernels/permute.h"
 #include "moe/layer_ops.h"
 #include "moe/runtime.h"
@@ -35,7 +38,8 @@ struct moe_layer_state {
     moe_runtime *rt;
     moe_gpu *gpu;
     int num_local_experts;
-    moe_expert_gemm_mode gemm_mode;
+    moe_expert_gemm_mode gemm_mode; /* ROW_BLOCKS with cfg.layout_invariant, else MOE_EXPERT_GEMM's choice */
+    moe_linear_plan router_rows;    /* the router's row-wise products: fixed row blocks with cfg.layout_invariant */
     moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
     int max_rows;
     moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward (the state's, or slots: expert_acts) */
@@ -65,6 +69,7 @@ static void cuda_destroy(moe_layer_state *s) {
     moe_runtime_host_free(s->rt, s->bias_host);
     moe_runtime_host_free(s->rt, s->num_selected_host);
     moe_runtime_host_free(s->rt, s->nonfinite_host);
+    moe_linear_plan_free(s->gpu, &s->router_rows);
     free(s);
 }
 
@@ -83,13 +88,18 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
     s->gpu = gpu;
     s->num_local_experts = cfg->num_experts / cfg->ep_size;
     const char *mode = getenv("MOE_EXPERT_GEMM");
-    s->gemm_mode = mode && !strcmp(mode, "grouped") ? MOE_EXPERT_GEMM_GROUPED : MOE_EXPERT_GEMM_PER_EXPERT;
+    s->gemm_mode = cfg->layout_invariant                ? MOE_EXPERT_GEMM_ROW_BLOCKS
+                   : mode && !strcmp(mode, "grouped") ? MOE_EXPERT_GEMM_GROUPED
+                                                      : MOE_EXPERT_GEMM_PER_EXPERT;
     size_t EL = s->num_local_experts, E = cfg->num_experts, wcount = (size_t)cfg->d_ff * cfg->d_model;
     void **ptrs[] = {(void **)&s->wb.w13, (void **)&s->wb.w2, (void **)&s->bias, (void **)&s->num_selected,
                      (void **)&s->counts, (void **)&s->expert_offset};
     const size_t nbytes[] = {EL * 2 * wcount * sizeof(moe_bf16), EL * wcount * sizeof(moe_bf16), E * sizeof(float),
                              E * sizeof(int), E * sizeof(int), (E + 1) * sizeof(int)};
-    moe_status st = moe_runtime_regrow(rt, ptrs, nbytes, 6);
+    moe_status st = moe_linear_plan_init(gpu, cfg->layout_invariant,
+                                         cfg->d_model > cfg->num_experts ? cfg->d_model : cfg->num_experts,
+                                         &s->router_rows);
+    if (st == MOE_OK) st = moe_runtime_regrow(rt, ptrs, nbytes, 6);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(float), (void **)&s->bias_host);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(int), (void **)&s->num_selected_host);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, sizeof(int), (void **)&s->nonfinite_host);
@@ -107,7 +117,8 @@ static moe_status cuda_route(moe_layer_state *s, const moe_layer_weights *w, con
         memcpy(s->bias_host, bias, (size_t)E * sizeof(float));
         MOE_TRY(moe_runtime_upload_async(s->rt, s->bias, s->bias_host, (size_t)E * sizeof(float)));
     }
-    MOE_TRY(moe_router_logits_cuda(s->gpu, x, w->router_w, T, c->d_model, E, r->logits, s->nonfinite_host));
+    MOE_TRY(moe_router_logits_cuda(s->gpu, &s->router_rows, x, w->router_w, T, c->d_model, E, r->logits,
+                                   s->nonfinite_host));
     MOE_TRY(moe_router_scores_cuda(s->gpu, c->score_func, r->logits, sigmoid ? s->bias : NULL, T, E, r->scores,
                                    r->select_scores));
     if (!use_given_experts)
@@ -193,7 +204,7 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
     MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_B, n, (void **)&s->dact));
     void *wgrad_scratch = NULL; /* one for every layer of the runtime: their backward runs one at a time, in order
                                  * on its stream (a larger size frees the old buffer: cudaFree waits for the device) */
-    if (segments > 1)
+    if (segments > 1 || s->gemm_mode == MOE_EXPERT_GEMM_ROW_BLOCKS) /* leaves (experts/expert_ffn.h) */
         MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
                                     moe_expert_ffn_wgrad_scratch_count(d, f, segments) * sizeof(float), &wgrad_scratch));
     return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, d, f, segment_start, segments, xp,
@@ -247,15 +258,16 @@ static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weigh
                                                        c->aux_loss_coef, s->dscores));
     MOE_TRY(moe_router_scores_backward_cuda(s->gpu, c->score_func, r->scores, s->dscores, T, E, s->dlogits));
     MOE_TRY(moe_router_z_loss_backward_cuda(s->gpu, r->logits, T, Tg, E, c->z_loss_coef, s->dlogits));
-    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, x, w->router_w, s->dlogits, T, c->d_model, E, NULL, dx));
+    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, &s->router_rows, x, w->router_w, s->dlogits, T, c->d_model, E,
+                                            NULL, dx));
     /* the caller reads dx on other streams, or from the host: finish here */
     return moe_runtime_synchronize(s->rt);
 }
 
 static moe_status cuda_router_weight_grad(moe_layer_state *s, const moe_real *x, int first, int T, moe_real *dW) {
     const int d = s->cfg.d_model, E = s->cfg.num_experts;
-    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, x + (size_t)first * d, NULL, s->dlogits + (size_t)first * E, T, d,
-                                            E, dW, NULL));
+    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, &s->router_rows, x + (size_t)first * d, NULL,
+                                            s->dlogits + (size_t)first * E, T, d, E, dW, NULL));
     return moe_runtime_synchronize(s->rt); /* the gradients are read on other streams */
 }
 

@@ -2,10 +2,9 @@
  * sigmoid score functions with their backward, one warp per token. Formulas of scores_cpu.c; checked
  * against it by tests/test_gpu_router.cu (build: ninja -C build; run: meson test -C build --suite gpu).
  *
- * Row-major M[r, c] is column-major M^T, so each GEMM below is written for the transposes:
- *   logits^T [E, T]  = Wr [E, d] (= (Wr^T)^T)         x^T [d, T]
- *   dWr^T    [d, E] += x^T [d, T]   (dlogits^T)^T [T, E]
- *   dx^T     [d, T] += Wr^T [d, E]  dlogits^T [E, T]
+ * The three GEMMs are the dense linear's (kernels/linear.h, W = Wr [E, d], in d, out E): logits = x Wr^T its
+ * forward, dWr += dlogits^T x its weight gradient, dx += dlogits Wr its input gradient; the row-wise two in the
+ * caller's plan of row blocks.
  * Warp reductions are xor butterflies: every lane ends with the same bits, the same on every run. */
 #include <math.h>
 
@@ -79,8 +78,9 @@ int row_blocks(int num_tokens) { return (num_tokens + kWarpsPerBlock - 1) / kWar
 
 } // namespace
 
-extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const float *router_w, int num_tokens,
-                                             int d_model, int num_experts, float *logits, int *nonfinite_host) {
+extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const moe_linear_plan *rows, const float *x,
+                                             const float *router_w, int num_tokens, int d_model, int num_experts,
+                                             float *logits, int *nonfinite_host) {
     if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
     if (nonfinite_host) *nonfinite_host = 0;
     if (num_tokens == 0) return MOE_OK;
@@ -89,9 +89,9 @@ extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const float *x, const
         MOE_CUDA_TRY(cudaMemsetAsync(logits, 0, count * sizeof(float), gpu->stream));
         return MOE_OK;
     }
-    const float one = 1.0f, zero = 0.0f;
-    MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, num_experts, num_tokens, d_model, &one, router_w,
-                               d_model, x, d_model, &zero, logits, num_experts));
+    const moe_linear_plan one_call = {};
+    MOE_TRY(moe_linear_forward_cuda(gpu, rows ? rows : &one_call, x, router_w, num_tokens, d_model, num_experts,
+                                    logits));
     MOE_CUDA_TRY(cudaMemsetAsync(gpu->flag, 0, sizeof(int), gpu->stream));
     size_t blocks = (count + kFlatThreads - 1) / kFlatThreads;
     flag_nonfinite<<<(unsigned)(blocks < kMaxFlatBlocks ? blocks : kMaxFlatBlocks), kFlatThreads, 0, gpu->stream>>>(
@@ -128,18 +128,17 @@ extern "C" moe_status moe_router_scores_backward_cuda(moe_gpu *gpu, moe_score_fu
     return MOE_OK;
 }
 
-extern "C" moe_status moe_router_logits_backward_cuda(moe_gpu *gpu, const float *x, const float *router_w,
-                                                      const float *dlogits, int num_tokens, int d_model,
-                                                      int num_experts, float *drouter_w, float *dx) {
+extern "C" moe_status moe_router_logits_backward_cuda(moe_gpu *gpu, const moe_linear_plan *rows, const float *x,
+                                                      const float *router_w, const float *dlogits, int num_tokens,
+                                                      int d_model, int num_experts, float *drouter_w, float *dx) {
     if (num_tokens < 0 || d_model < 0 || num_experts < 1) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0 || d_model == 0) return MOE_OK; /* += of an empty product */
-    const float one = 1.0f;
-    /* dWr^T [d, E] += x^T [d, T] * dlogits [T, E]: A = x as stored (ld d), B = dlogits^T as stored (ld E),
-     * transposed. */
-    if (drouter_w) MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_T, d_model, num_experts, num_tokens, &one, x,
-                               d_model, dlogits, num_experts, &one, drouter_w, d_model));
-    if (dx) /* dx^T [d, T] += Wr^T [d, E] * dlogits^T [E, T], both as stored */
-        MOE_CUBLAS_TRY(cublasSgemm(gpu->blas, CUBLAS_OP_N, CUBLAS_OP_N, d_model, num_tokens, num_experts, &one,
-                                   router_w, d_model, dlogits, num_experts, &one, dx, d_model));
+    const moe_linear_plan one_call = {};
+    if (drouter_w) /* one call over the tokens: the sum over them is the caller's (a shard's rows, or all) */
+        MOE_TRY(moe_linear_backward_weight_cuda(gpu, &one_call, dlogits, x, num_tokens, d_model, num_experts, 1,
+                                                drouter_w));
+    if (dx)
+        MOE_TRY(moe_linear_backward_input_cuda(gpu, rows ? rows : &one_call, dlogits, router_w, num_tokens, d_model,
+                                               num_experts, 1, dx));
     return MOE_OK;
 }

@@ -3,13 +3,16 @@
  *     bf16 inputs, f = 13 (scalar path) and 96 (16-byte path); the scalar path on misaligned pointers is
  *     bitwise equal to the vector path.
  *   moe_expert_weights_to_bf16_cuda: bitwise equal to moe_bf16_from_float of w1 | w3 packed per expert, and of w2.
- *   moe_expert_ffn_forward_cuda / _backward_cuda, both modes: against moe_expert_ffn_forward_cpu / _backward_cpu
+ *   moe_expert_ffn_forward_cuda / _backward_cuda, all three modes: against moe_expert_ffn_forward_cpu / _backward_cpu
  *     (float build, one call per expert, segments = 1) on bf16-rounded weights, inputs and dy. The CPU
  *     backward is given the activations the GPU forward saved (h13, act), so its tolerances measure the
  *     backward's own roundings. Experts with zero rows and skewed counts; weight gradients start from
  *     random values (beta = 1 is tested) and are compared as increments; a zero-row expert's gradients
  *     must stay bitwise unchanged and its bf16 weights are poisoned (NaN) so that reading them shows.
- *   The two modes agree within the "expert_ffn modes" row; each mode run twice is bitwise equal.
+ *   The modes agree within the "expert_ffn modes" row; each mode run twice is bitwise equal.
+ *   Row blocks (MOE_EXPERT_GEMM_ROW_BLOCKS, layout invariance): an expert's rows give the same bits, forward and
+ *     backward, whether the expert has 150 rows or only a part of them (the first 37, or the 113 from row 37 on):
+ *     what differs between two ranks' layouts of the same tokens.
  *   The backward with segments = 1, 2, 3, 4, 8 (expert_ffn.h's contract; empty segments, an expert without rows),
  *     both modes: bitwise the host's sum, in the documented order (the tree; segment order for 3), of the
  *     products of separate one-segment CUDA calls, the in-order sum and one product per expert shown to differ
@@ -43,6 +46,12 @@ static float *to_float(const uint16_t *b, size_t n) {
     float *f = (float *)xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) f[i] = moe_bf16_to_float(b[i]);
     return f;
+}
+
+static size_t bits_differ16(const uint16_t *a, const uint16_t *b, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += a[i] != b[i];
+    return bad;
 }
 
 /* n uniform values of the given scale, rounded to bf16: as floats and as bf16 bits. */
@@ -116,8 +125,14 @@ typedef struct {
     /* device */
     moe_expert_weights_bf16 wb;
     moe_bf16 *xp, *dy, *h13, *act, *y, *dh13, *dact, *dxp;
-    float *grads;
+    float *grads, *wscratch; /* wscratch: the row-block mode's weight-gradient leaves (one segment) */
 } fixture;
+
+enum { NUM_MODES = 3 };
+static const char *mode_name(int mode) {
+    return mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : mode == MOE_EXPERT_GEMM_PER_EXPERT ? "per-expert"
+                                                                                            : "row-blocks";
+}
 
 static void gpu_run_once(moe_gpu *gpu, moe_expert_gemm_mode mode, const fixture *F, gpu_run *out) {
     const size_t rows = F->rows, E = F->E, d = F->d, f = F->f, gn = 3 * E * F->wcount;
@@ -131,7 +146,7 @@ static void gpu_run_once(moe_gpu *gpu, moe_expert_gemm_mode mode, const fixture 
     moe_layer_weights g = {NULL, F->grads, F->grads + E * F->wcount, F->grads + 2 * E * F->wcount};
     CHECK_OK(moe_expert_ffn_forward_cuda(gpu, mode, &F->wb, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->y));
     CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, &F->wb, &g, F->E, F->d, F->f, F->offset, 1, F->xp, F->h13, F->act,
-                                          F->dy, F->dh13, F->dact, F->dxp, NULL));
+                                          F->dy, F->dh13, F->dact, F->dxp, F->wscratch));
     out->h13 = (uint16_t *)xmalloc(rows * 2 * f * 2), out->act = (uint16_t *)xmalloc(rows * f * 2);
     out->y = (uint16_t *)xmalloc(rows * d * 2), out->dxp = (uint16_t *)xmalloc(rows * d * 2);
     out->grads = (float *)xmalloc(gn * sizeof(float));
@@ -237,9 +252,10 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     F.dact = (moe_bf16 *)test_gpu_alloc(gpu, rows * f * 2 + 2);
     F.dxp = (moe_bf16 *)test_gpu_alloc(gpu, rows * d * 2 + 2);
     F.grads = (float *)test_gpu_alloc(gpu, 3 * wn * sizeof(float));
+    F.wscratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(F.d, F.f, 1) * sizeof(float));
 
-    gpu_run runs[2][2]; /* [mode][repeat] */
-    for (int mode = 0; mode < 2; mode++)
+    gpu_run runs[NUM_MODES][2]; /* [mode][repeat] */
+    for (int mode = 0; mode < NUM_MODES; mode++)
         for (int rep = 0; rep < 2; rep++) gpu_run_once(gpu, (moe_expert_gemm_mode)mode, &F, &runs[mode][rep]);
 
     /* CPU forward on the same bf16 values */
@@ -255,10 +271,10 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
         memcpy(h13_want + r * 2 * f + f, h3 + r * f, f * 4);
     }
 
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < NUM_MODES; mode++) {
         const gpu_run *g = &runs[mode][0];
         char l[160];
-        snprintf(l, sizeof l, "%s %s", label, mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : "per-expert");
+        snprintf(l, sizeof l, "%s %s", label, mode_name(mode));
         float *h13g = to_float(g->h13, rows * 2 * f), *actg = to_float(g->act, rows * f);
         float *yg = to_float(g->y, rows * d), *dxpg = to_float(g->dxp, rows * d);
         test_tolerance_check("expert_ffn h13", "bf16", h13g, h13_want, rows * 2 * f, "%s", l);
@@ -302,14 +318,81 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     char l[160];
     snprintf(l, sizeof l, "%s grouped vs per-expert", label);
     compare_runs(l, &F, &runs[MOE_EXPERT_GEMM_GROUPED][0], &runs[MOE_EXPERT_GEMM_PER_EXPERT][0]);
+    snprintf(l, sizeof l, "%s row-blocks vs per-expert", label);
+    compare_runs(l, &F, &runs[MOE_EXPERT_GEMM_ROW_BLOCKS][0], &runs[MOE_EXPERT_GEMM_PER_EXPERT][0]);
 
-    for (int mode = 0; mode < 2; mode++)
+    for (int mode = 0; mode < NUM_MODES; mode++)
         for (int rep = 0; rep < 2; rep++) gpu_run_free(&runs[mode][rep]);
     moe_gemm_rows_plan_free(&plan);
     free(w1), free(w3), free(w2), free(xpb), free(dyb), free(xp), free(dy), free(F.grads0);
     free(h1), free(h3), free(act), free(y), free(h13_want);
-    void *dev[] = {d_w, F.wb.w13, F.wb.w2, F.xp, F.dy, F.h13, F.act, F.y, F.dh13, F.dact, F.dxp, F.grads};
+    void *dev[] = {d_w, F.wb.w13, F.wb.w2, F.xp, F.dy, F.h13, F.act, F.y, F.dh13, F.dact, F.dxp, F.grads, F.wscratch};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) test_gpu_free(gpu, dev[i]);
+}
+
+/* ---- row blocks: a row's bits whatever its expert's row count ---- */
+
+/* One expert (d, f) over rows [first, end) of 150-row buffers in `mode`: the rows' h13, act, y and dxp (host, the
+ * whole buffers, poisoned where not written). */
+static void rows_run(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *wb, int d, int f,
+                     int rows, int first, int end, const moe_bf16 *xp, const moe_bf16 *dy, uint16_t *out[4]) {
+    const size_t n13 = (size_t)rows * 2 * f, na = (size_t)rows * f, nd = (size_t)rows * d;
+    moe_bf16 *h13 = (moe_bf16 *)test_gpu_alloc(gpu, n13 * 2), *act = (moe_bf16 *)test_gpu_alloc(gpu, na * 2);
+    moe_bf16 *y = (moe_bf16 *)test_gpu_alloc(gpu, nd * 2), *dxp = (moe_bf16 *)test_gpu_alloc(gpu, nd * 2);
+    moe_bf16 *dh13 = (moe_bf16 *)test_gpu_alloc(gpu, n13 * 2), *dact = (moe_bf16 *)test_gpu_alloc(gpu, na * 2);
+    float *grads = (float *)test_gpu_alloc(gpu, 3 * (size_t)f * d * sizeof(float));
+    float *wscratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(d, f, 1) * sizeof(float));
+    const int offset[2] = {first, end};
+    moe_layer_weights g = {NULL, grads, grads + (size_t)f * d, grads + 2 * (size_t)f * d};
+    CHECK_OK(moe_expert_ffn_forward_cuda(gpu, mode, wb, 1, d, f, offset, xp, h13, act, y));
+    CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, wb, &g, 1, d, f, offset, 1, xp, h13, act, dy, dh13, dact, dxp,
+                                          wscratch));
+    const void *dev[4] = {h13, act, y, dxp};
+    const size_t n[4] = {n13, na, nd, nd};
+    for (int i = 0; i < 4; i++) {
+        out[i] = (uint16_t *)xmalloc(n[i] * 2);
+        test_gpu_download(gpu, out[i], dev[i], n[i] * 2);
+    }
+    void *all[] = {h13, act, y, dxp, dh13, dact, grads, wscratch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) test_gpu_free(gpu, all[i]);
+}
+
+static void test_row_blocks(moe_gpu *gpu, moe_rng *rng) {
+    const int d = 64, f = 96, rows = 150, part = 37; /* 150 = 2 blocks + 22 rows; 37 and 113: other paddings */
+    const size_t wn = (size_t)f * d;
+    uint16_t *xpb, *dyb;
+    float *w = bf16_uniform(rng, 3 * wn, 0.2, NULL);
+    float *xp = bf16_uniform(rng, (size_t)rows * d, 1.0, &xpb), *dy = bf16_uniform(rng, (size_t)rows * d, 1.0, &dyb);
+    float *d_w = (float *)test_gpu_upload(gpu, w, 3 * wn * sizeof(float));
+    moe_layer_weights dw = {NULL, d_w, d_w + wn, d_w + 2 * wn};
+    moe_expert_weights_bf16 wb = {(moe_bf16 *)test_gpu_alloc(gpu, 2 * wn * 2), (moe_bf16 *)test_gpu_alloc(gpu, wn * 2)};
+    CHECK_OK(moe_expert_weights_to_bf16_cuda(gpu, &dw, 1, d, f, &wb));
+    moe_bf16 *d_xp = (moe_bf16 *)test_gpu_upload(gpu, xpb, (size_t)rows * d * 2);
+    moe_bf16 *d_dy = (moe_bf16 *)test_gpu_upload(gpu, dyb, (size_t)rows * d * 2);
+    const char *names[4] = {"h13", "act", "y", "dxp"};
+    const int width[4] = {2 * f, f, d, d};
+    for (int mode = MOE_EXPERT_GEMM_PER_EXPERT; mode <= MOE_EXPERT_GEMM_ROW_BLOCKS; mode++) {
+        uint16_t *whole[4], *head[4], *tail[4];
+        rows_run(gpu, (moe_expert_gemm_mode)mode, &wb, d, f, rows, 0, rows, d_xp, d_dy, whole);
+        rows_run(gpu, (moe_expert_gemm_mode)mode, &wb, d, f, rows, 0, part, d_xp, d_dy, head);
+        rows_run(gpu, (moe_expert_gemm_mode)mode, &wb, d, f, rows, part, rows, d_xp, d_dy, tail);
+        size_t differ = 0;
+        for (int i = 0; i < 4; i++) {
+            const size_t split = (size_t)part * width[i], n = (size_t)rows * width[i];
+            const size_t bad =
+                bits_differ16(whole[i], head[i], split) + bits_differ16(whole[i] + split, tail[i] + split, n - split);
+            if (mode == MOE_EXPERT_GEMM_ROW_BLOCKS)
+                CHECK(bad == 0, "row blocks: %s: %zu of %zu values of an expert's rows differ with its row count",
+                      names[i], bad, n);
+            differ += bad;
+            free(whole[i]), free(head[i]), free(tail[i]);
+        }
+        printf("%-52s %zu values differ with the expert's row count (150 rows, or 37 + 113)\n", mode_name(mode),
+               differ);
+    }
+    void *dev[] = {d_w, wb.w13, wb.w2, d_xp, d_dy};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) test_gpu_free(gpu, dev[i]);
+    free(w), free(xp), free(dy), free(xpb), free(dyb);
 }
 
 /* ---- segments (expert_ffn.h's contract): per-segment products added in the fixed tree ---- */
@@ -528,6 +611,7 @@ int main(void) {
         {3, 128, 64, {1, 1, 300}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_experts(gpu, &cases[i], &rng);
+    test_row_blocks(gpu, &rng);
     const int segments[] = {1, 2, 3, 4, 8};
     for (size_t i = 0; i < sizeof segments / sizeof segments[0]; i++) test_segments(gpu, segments[i], &rng);
     moe_gpu_destroy(gpu);

@@ -68,7 +68,7 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     float *d_logits = (float *)test_gpu_alloc(gpu, te * sizeof(float));
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_logits, te * sizeof(float));
-        CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, NULL));
+        CHECK_OK(moe_router_logits_cuda(gpu, NULL, d_x, d_w, T, d, E, d_logits, NULL));
         got[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got[run], d_logits, te * sizeof(float));
     }
@@ -78,24 +78,24 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
     /* a non-finite input gives MOE_ERR_NONFINITE, as on the CPU */
     x[(size_t)(T / 2) * d + d / 3] = INFINITY;
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
-    moe_status st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, NULL);
+    moe_status st = moe_router_logits_cuda(gpu, NULL, d_x, d_w, T, d, E, d_logits, NULL);
     CHECK(st == MOE_ERR_NONFINITE, "logits %s with an Inf in x: %s", shape, moe_status_string(st));
     /* the asynchronous form: the flag lands in pinned host memory at the next synchronisation */
     int *flag = NULL;
     CHECK_OK(moe_gpu_host_alloc(gpu, sizeof(int), (void **)&flag));
-    CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, flag));
+    CHECK_OK(moe_router_logits_cuda(gpu, NULL, d_x, d_w, T, d, E, d_logits, flag));
     CHECK_OK(moe_gpu_synchronize(gpu));
     CHECK(*flag != 0, "logits %s with an Inf in x: the asynchronous flag stayed 0", shape);
     x[(size_t)(T / 2) * d + d / 3] = 0.5f;
     w[(size_t)(E - 1) * d] = NAN;
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
     CHECK_OK(moe_gpu_upload(gpu, d_w, w, (size_t)E * d * sizeof(float)));
-    st = moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, NULL);
+    st = moe_router_logits_cuda(gpu, NULL, d_x, d_w, T, d, E, d_logits, NULL);
     CHECK(st == MOE_ERR_NONFINITE, "logits %s with a NaN in router_w: %s", shape, moe_status_string(st));
     x[(size_t)(T / 2) * d + d / 3] = 0.5f, w[(size_t)(E - 1) * d] = 0.25f; /* finite again: the flag must clear */
     CHECK_OK(moe_gpu_upload(gpu, d_x, x, (size_t)T * d * sizeof(float)));
     CHECK_OK(moe_gpu_upload(gpu, d_w, w, (size_t)E * d * sizeof(float)));
-    CHECK_OK(moe_router_logits_cuda(gpu, d_x, d_w, T, d, E, d_logits, flag));
+    CHECK_OK(moe_router_logits_cuda(gpu, NULL, d_x, d_w, T, d, E, d_logits, flag));
     CHECK_OK(moe_gpu_synchronize(gpu));
     CHECK(*flag == 0, "logits %s, all finite: the asynchronous flag is %d", shape, *flag);
     moe_gpu_host_free(gpu, flag);
@@ -134,7 +134,7 @@ static void test_logits_backward(moe_gpu *gpu, moe_rng *rng, int T, int d, int E
     for (int run = 0; run < 2; run++) {
         CHECK_OK(moe_gpu_upload(gpu, d_dw, dw0, ed * sizeof(float)));
         CHECK_OK(moe_gpu_upload(gpu, d_dx, dx0, td * sizeof(float)));
-        CHECK_OK(moe_router_logits_backward_cuda(gpu, d_x, d_w, d_dl, T, d, E, d_dw, with_dx ? d_dx : NULL));
+        CHECK_OK(moe_router_logits_backward_cuda(gpu, NULL, d_x, d_w, d_dl, T, d, E, d_dw, with_dx ? d_dx : NULL));
         got_dw[run] = (float *)host_alloc(ed * sizeof(float));
         got_dx[run] = (float *)host_alloc(td * sizeof(float));
         test_gpu_download(gpu, got_dw[run], d_dw, ed * sizeof(float));
@@ -382,7 +382,7 @@ static void test_empty(moe_gpu *gpu) {
     double loss[2] = {NAN, NAN};
     CHECK_OK(moe_router_losses_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, NULL, 0, 16, E, k, loss));
     CHECK(loss[0] == 0 && loss[1] == 0, "empty losses: %g %g", loss[0], loss[1]);
-    CHECK_OK(moe_router_logits_cuda(gpu, NULL, NULL, 0, 16, E, NULL, NULL));
+    CHECK_OK(moe_router_logits_cuda(gpu, NULL, NULL, NULL, 0, 16, E, NULL, NULL));
     CHECK_OK(moe_router_scores_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, 0, E, NULL, NULL));
     CHECK_OK(moe_router_gates_cuda(gpu, NULL, NULL, 0, E, k, 1, NULL, NULL));
     CHECK_OK(moe_gpu_synchronize(gpu));

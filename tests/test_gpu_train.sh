@@ -3,9 +3,10 @@
 # moe-train --device cuda (bf16: the CUDA experts are bf16 only), each checked by --verify-steps against the CPU
 # fp32 reference in the same process: 2 ranks sharing GPU 0 through the MPI-staged transport (with capacity drops,
 # and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
-# argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; pipelines
-# (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1; tensor parallelism (--tp 2, one kv head) against
-# the CPU and bitwise --tp 1 at the same --tp-shards. Exit 77 (skip) where there is no GPU.
+# argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; 2 ranks
+# (ep 2, and ep 1) bitwise 1 rank; pipelines (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1; tensor
+# parallelism (--tp 2, one kv head) against the CPU and bitwise --tp 1 at the same --tp-shards. Where weights differ,
+# the tensors that do are named. Exit 77 (skip) where there is no GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
 nccl) lone_transport="NCCL transport" ;;
@@ -40,10 +41,23 @@ gpu_run() { # NAME FLAGS...: 3 steps on $ranks ranks (default 2) sharing the GPU
         fail_with_output "cuda bf16, $name"
 }
 same_weights() { # WHAT A B: the step-3 weights of runs A and B are the same bytes
-    if cmp -s "$dir/gpu-$2/step-00000003/model.safetensors" "$dir/gpu-$3/step-00000003/model.safetensors"; then
+    local a="$dir/gpu-$2/step-00000003/model.safetensors" b="$dir/gpu-$3/step-00000003/model.safetensors"
+    if cmp -s "$a" "$b"; then
         echo "ok: cuda bf16, 2 ranks, capacity 1.25: $1"
     else
         echo "FAIL: cuda bf16: $1: the step-3 weights differ"
+        # which tensors (the first suspects of a GPU op that depends on the layout), where python3 is there
+        python3 - "$a" "$b" << 'EOF' 2> /dev/null || true
+import json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        head = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+diff = sorted(k for k in a if a[k] != b.get(k))
+print(f"  {len(diff)} of {len(a)} tensors differ: {' '.join(diff[:10])}")
+EOF
         failures=$((failures + 1))
     fi
 }
@@ -51,10 +65,17 @@ same_weights() { # WHAT A B: the step-3 weights of runs A and B are the same byt
 gpu_run none --ep 2 --recompute none
 gpu_run full --ep 2 --recompute full
 same_weights "recompute full's step-3 weights bitwise none's" full none
+# world invariance on the GPU (--world-invariant 1, the default): 2 ranks bitwise 1 rank, at ep 2 and (below, with 2
+# micro-batches) at ep 1: a token's values whatever the number of tokens a rank or an expert has (the layer's fixed
+# row blocks), the sums over the batch in the shard tree
+ranks=1 gpu_run one
+same_weights "ep 2 on 2 ranks: step-3 weights bitwise 1 rank's" none one
 # --zero 2 on the GPU: each layer's gradients reduce-scattered on the transport, the same bits as --zero 0
 gpu_run zero0 --ep 1 --micro-batches 2 --zero 0
 gpu_run zero2 --ep 1 --micro-batches 2 --zero 2
 same_weights "ZeRO-2's step-3 weights (ep 1, 2 micro-batches) bitwise ZeRO-0's" zero2 zero0
+ranks=1 gpu_run one_mb2 --micro-batches 2
+same_weights "ep 1 on 2 ranks (data-parallel), 2 micro-batches: step-3 weights bitwise 1 rank's" zero0 one_mb2
 # pipelines on the GPU: checked against the CPU, and --pp 2 (a stage per rank) bitwise --pp 1 on one rank (every
 # GEMM of the same rows)
 trains "cuda bf16, pp 2 on 2 ranks, micro-batches 2, vs the CPU" "verify step 2: " \
