@@ -5,8 +5,9 @@
  * --warmup; the runtime is synchronised after each part, so each time includes the device's work), the GEMM
  * FLOPs (experts: forward 3 GEMMs of 2*rows*d*d_ff with rows = kept assignments, backward twice that; plus
  * the router's) and the achieved GFLOP/s; the model and batch are made on the host from --seed and uploaded.
- * The expert GEMM path is picked by MOE_EXPERT_GEMM (per-expert, the default, or grouped). Exits 77 without
- * a GPU, after the flags are parsed (so --help and --dry-run work anywhere). Last line: "json: {...}".
+ * The expert GEMM path: fixed row blocks with --layout-invariant 1 (the default); with 0, MOE_EXPERT_GEMM
+ * (per-expert, the default, or grouped). Exits 77 without a GPU, after the flags are parsed (so --help and
+ * --dry-run work anywhere). Last line: "json: {...}".
  * Compare with bench/bench_moe_layer_torch_gpu.py on the same shapes.
  *
  *   ninja -C build bench/bench_moe_layer_gpu && build/bench/bench_moe_layer_gpu [--tokens 16384
@@ -32,15 +33,16 @@ static void open_gpu(bench_layer_run *r) {
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) bench_fail("cudaGetDeviceProperties failed");
 }
 
-static const char *expert_gemm_mode(void) {
+/* moe/layer_ops_cuda.c's choice: row blocks under layout invariance, else MOE_EXPERT_GEMM's */
+static const char *expert_gemm_mode(const bench_layer_run *r) {
     const char *mode = getenv("MOE_EXPERT_GEMM");
-    return mode ? mode : "per-expert";
+    return r->cfg.layout_invariant ? "row-blocks" : mode ? mode : "per-expert";
 }
 
 static void describe_gpu(const bench_layer_run *r) {
     (void)r;
     printf("gpu %s (%d SMs, %.1f GB) | expert GEMMs: %s\n", prop.name, prop.multiProcessorCount,
-           prop.totalGlobalMem / 1e9, expert_gemm_mode());
+           prop.totalGlobalMem / 1e9, expert_gemm_mode(r));
 }
 
 static void json_gpu(const bench_layer_run *r) {
@@ -48,7 +50,7 @@ static void json_gpu(const bench_layer_run *r) {
     printf(",\"gpu\":");
     bench_json_string(prop.name);
     printf(",\"expert_gemm\":");
-    bench_json_string(expert_gemm_mode());
+    bench_json_string(expert_gemm_mode(r));
 }
 
 static const bench_layer_variant kGpu = {
@@ -56,7 +58,7 @@ static const bench_layer_variant kGpu = {
     .bench = "moe_layer_gpu",
     .synopsis = "bench_moe_layer_gpu [flags]",
     .about = "wall time of the MoE layer (forward, backward) on one GPU; exit 77 without a GPU",
-    .notes = "MOE_EXPERT_GEMM=per-expert|grouped picks the expert GEMM path",
+    .notes = "MOE_EXPERT_GEMM=per-expert|grouped picks the expert GEMM path with --layout-invariant 0",
     .tokens_flag = "--tokens",
     .defaults = {.tokens = 16384, .d_model = 4096, .d_ff = 14336, .experts = 8, .top_k = 2, .layout_invariant = 1,
                  .precision = MOE_PRECISION_BF16, /* the CUDA experts run bf16 */

@@ -7,8 +7,9 @@
  * each rank takes device (its rank within its node, moe_parallel_node_rank) % (devices on the node), and the
  * layout is moe_parallel_create_mpi_gpu with --transport nccl (one GPU per rank) or mpi (device buffers
  * staged through pinned host memory; ranks may share a GPU). The runtime is synchronised after each part.
- * The expert GEMM path is picked by MOE_EXPERT_GEMM (per-expert, the default, or grouped). Exits 77, on
- * every rank, when some rank has no GPU, after the flags are parsed. Last line: "json: {...}".
+ * The expert GEMM path: fixed row blocks with --layout-invariant 1 (the default); with 0, MOE_EXPERT_GEMM
+ * (per-expert, the default, or grouped). Exits 77, on every rank, when some rank has no GPU, after the flags are
+ * parsed. Last line: "json: {...}".
  * Every rank makes the whole model on the host from --seed before keeping its experts (5.6 GB of fp32 at
  * the default shape), so host memory bounds the ranks per node.
  *
@@ -56,9 +57,10 @@ static void open_gpu_ep(bench_layer_run *r) {
     if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) bench_fail("cudaGetDeviceProperties failed");
 }
 
-static const char *expert_gemm_mode(void) {
+/* moe/layer_ops_cuda.c's choice: row blocks under layout invariance, else MOE_EXPERT_GEMM's */
+static const char *expert_gemm_mode(const bench_layer_run *r) {
     const char *mode = getenv("MOE_EXPERT_GEMM");
-    return mode ? mode : "per-expert";
+    return r->cfg.layout_invariant ? "row-blocks" : mode ? mode : "per-expert";
 }
 
 static void describe_gpu_ep(const bench_layer_run *r) {
@@ -66,7 +68,7 @@ static void describe_gpu_ep(const bench_layer_run *r) {
     printf("gpu %s (%d SMs, %.1f GB; rank 0 on device %d of %d on its node) | transport %s | W=%d ep=%d dp=%d  "
            "experts/rank %d | expert GEMMs: %s\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1e9,
            device, devices_per_node, moe_comm_transport_name(moe_parallel_ep(r->par)), k.world_size, k.ep_size,
-           k.edp_size, r->o->experts / k.ep_size, expert_gemm_mode());
+           k.edp_size, r->o->experts / k.ep_size, expert_gemm_mode(r));
 }
 
 static void json_gpu_ep(const bench_layer_run *r) {
@@ -75,7 +77,7 @@ static void json_gpu_ep(const bench_layer_run *r) {
     printf(",\"devices_per_node\":%d,\"transport_name\":", devices_per_node);
     bench_json_string(moe_comm_transport_name(moe_parallel_ep(r->par)));
     printf(",\"expert_gemm\":");
-    bench_json_string(expert_gemm_mode());
+    bench_json_string(expert_gemm_mode(r));
 }
 
 static const bench_layer_variant kGpuEp = {
@@ -84,7 +86,7 @@ static const bench_layer_variant kGpuEp = {
     .synopsis = "mpirun -np W bench_moe_layer_gpu_ep [flags]",
     .about = "one training step (forward, backward, gradient all-reduce) of the MoE layer under expert\n"
              "parallelism, one GPU per rank, and the time inside its exchanges; exit 77 without a GPU",
-    .notes = "--ep must divide W and --experts; MOE_EXPERT_GEMM=per-expert|grouped picks the expert GEMM path",
+    .notes = "--ep must divide W and --experts; MOE_EXPERT_GEMM=per-expert|grouped picks the expert GEMM path with --layout-invariant 0",
     .tokens_flag = "--tokens-global",
     .distributed = 1,
     .defaults = {.tokens = 16384, .d_model = 4096, .d_ff = 14336, .experts = 8, .top_k = 2, .layout_invariant = 1,
