@@ -29,8 +29,8 @@
  * MOE_EXPERT_GEMM_ROW_BLOCKS (layout invariance): the row projections per expert in kernels/linear_gemms.h's fixed
  * blocks of MOE_GEMM_ROW_BLOCK rows, the last one padded through two bf16 buffers in the context's scratch, so every
  * call has one shape whatever the expert's rows (cuBLAS chooses its kernel, and so a row's sums, by shape: an expert
- * with 37 rows on one rank and 19 on another would get other bits); the weight gradients always as leaves (beta 0)
- * added into the gradient, one segment too.
+ * with 37 rows on one rank and 19 on another would get other bits); given the scratch, one segment's weight gradients
+ * as a leaf (beta 0) added into the gradient too.
  *
  * Math mode: the context's handle is CUBLAS_PEDANTIC_MATH (fp32 GEMMs stay fp32), which also keeps bf16
  * GEMMs off the tensor cores. The bf16 GEMMs here ask for them explicitly: for the duration of an op the
@@ -453,8 +453,8 @@ extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm
                                                    const moe_bf16 *act, const moe_bf16 *dy, moe_bf16 *dh13,
                                                    moe_bf16 *dact, moe_bf16 *dxp, float *wgrad_scratch) {
     MOE_TRY(check_layout(num_experts, d_model, d_ff, segment_start, segments));
-    const bool leaves = mode == MOE_EXPERT_GEMM_ROW_BLOCKS;
-    if ((segments > 1 || leaves) && !wgrad_scratch) return MOE_ERR_INVALID_ARG;
+    if (segments > 1 && !wgrad_scratch) return MOE_ERR_INVALID_ARG;
+    const bool leaves = mode == MOE_EXPERT_GEMM_ROW_BLOCKS && wgrad_scratch; /* one segment's too (expert_ffn.h) */
     const int r0 = segment_start[0], rows = segment_start[(size_t)num_experts * segments] - r0, f = d_ff;
     if (rows == 0) return MOE_OK;
     const row_gemm gemms[2] = {

@@ -52,8 +52,7 @@ typedef enum {
     /* layout invariance (moe_config.layout_invariant): one cublasGemmEx per expert, projection and fixed block of
      * MOE_GEMM_ROW_BLOCK rows (kernels/linear_gemms.h's calls: the last partial block padded through scratch), so
      * that cuBLAS runs one shape whatever an expert's row count and a row's bits do not depend on it (cuBLAS picks
-     * its kernel by shape); every weight gradient a leaf product (beta 0) added into the gradient, whatever the
-     * number of segments */
+     * its kernel by shape); given wgrad_scratch, one segment's weight gradients as leaves too (below) */
     MOE_EXPERT_GEMM_ROW_BLOCKS = 2,
 } moe_expert_gemm_mode;
 
@@ -77,11 +76,13 @@ moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, 
  * segments == 1 one product per expert and projection straight into the gradient (beta = 1); with more, one
  * product per segment into a scratch leaf (beta = 0; an empty segment's leaf is zeroed), the leaves added in
  * tree_schedule.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
- * adding into the gradient (in MOE_EXPERT_GEMM_ROW_BLOCKS mode so is one segment's: its leaf, then the addition).
- * The row projections are the mode's, per expert over all its rows whatever the segments.
+ * adding into the gradient. In MOE_EXPERT_GEMM_ROW_BLOCKS mode with wgrad_scratch, one segment's product is such a
+ * leaf too, then added into the gradient: world-invariant sums need the same GEMM whatever the number of segments
+ * (a rank holding one shard of an expert's rows, another holding two). The row projections are the mode's, per
+ * expert over all its rows whatever the segments.
  * dh13: scratch [rows, 2*d_ff], dact: scratch [rows, d_ff]; wgrad_scratch: device,
- * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats, unused (may be NULL) when segments == 1 outside
- * MOE_EXPERT_GEMM_ROW_BLOCKS mode. */
+ * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats; may be NULL when segments == 1 (the single beta-1
+ * product then). */
 moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_weights_bf16 *w,
                                         moe_layer_weights *grads, int num_experts, int d_model, int d_ff,
                                         const int *segment_start, int segments, const moe_bf16 *xp,

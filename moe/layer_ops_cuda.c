@@ -204,7 +204,8 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
     MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_B, n, (void **)&s->dact));
     void *wgrad_scratch = NULL; /* one for every layer of the runtime: their backward runs one at a time, in order
                                  * on its stream (a larger size frees the old buffer: cudaFree waits for the device) */
-    if (segments > 1 || s->gemm_mode == MOE_EXPERT_GEMM_ROW_BLOCKS) /* leaves (experts/expert_ffn.h) */
+    /* leaves for one segment too under world-invariant sums with row blocks (experts/expert_ffn.h) */
+    if (segments > 1 || (s->gemm_mode == MOE_EXPERT_GEMM_ROW_BLOCKS && s->cfg.num_shards > 0))
         MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
                                     moe_expert_ffn_wgrad_scratch_count(d, f, segments) * sizeof(float), &wgrad_scratch));
     return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, d, f, segment_start, segments, xp,
