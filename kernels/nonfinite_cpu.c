@@ -8,16 +8,27 @@
 
 #include "core/threads.h"
 
+/* A chunk is tested SCAN_BLOCK values at a time without an early exit (a loop the compiler vectorizes; a loop that
+ * stops at the first bad value is scalar), and only a block that holds a bad value is searched for its first: the
+ * same answer, a clean scan of 3.5M values 1.9 -> 0.22 ms on one core (the 2-vCPU dev VM, 2026-11-28). */
+enum { SCAN_BLOCK = 512 };
+
 long long moe_find_nonfinite_cpu(const moe_real *a, size_t count) {
     long long first[MOE__SUM_CHUNKS];
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
     for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
         first[c] = -1;
-        for (size_t i = count * c / MOE__SUM_CHUNKS; i < count * (c + 1) / MOE__SUM_CHUNKS; i++)
-            if (!isfinite(a[i])) {
-                first[c] = (long long)i;
-                break;
-            }
+        const size_t hi = count * (c + 1) / MOE__SUM_CHUNKS;
+        for (size_t b = count * c / MOE__SUM_CHUNKS; b < hi && first[c] < 0; b += SCAN_BLOCK) {
+            const size_t e = hi - b < SCAN_BLOCK ? hi : b + SCAN_BLOCK;
+            int bad = 0;
+            for (size_t i = b; i < e; i++) bad |= !isfinite(a[i]);
+            for (size_t i = b; bad && i < e; i++)
+                if (!isfinite(a[i])) {
+                    first[c] = (long long)i;
+                    break;
+                }
+        }
     }
     for (int c = 0; c < MOE__SUM_CHUNKS; c++)
         if (first[c] >= 0) return first[c];

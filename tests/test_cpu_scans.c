@@ -1,0 +1,79 @@
+/* test_cpu_scans.c — the CPU's two whole-buffer scans of every step against their plain definitions, bitwise, at
+ * sizes around their chunk, lane and block boundaries and with 1 and 2 threads:
+ *   sum_squares (moe/dense_ops_cpu.c, the gradient norm's): MOE__SUM_CHUNKS fixed chunks, each one chain of double
+ *     adds in index order, then the chunks in order; the table runs chunks' chains side by side;
+ *   moe_find_nonfinite_cpu (the non-finite checks'): the index of the first NaN or Inf; it tests blocks of values
+ *     without an early exit, so a NaN or Inf is planted at the first and last value, at chunk and block boundaries
+ *     and at random places, alone and behind a later one.
+ * Run: meson test -C build test_cpu_scans (suite unit). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/threads.h"
+#include "kernels/nonfinite.h"
+#include "moe/dense_ops.h"
+#include "tests/test_util.h"
+
+static double plain_sum_squares(const moe_real *a, size_t n) {
+    double total = 0;
+    for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
+        double t = 0;
+        for (size_t i = n * c / MOE__SUM_CHUNKS; i < n * (c + 1) / MOE__SUM_CHUNKS; i++) t += (double)a[i] * a[i];
+        total += t;
+    }
+    return total;
+}
+
+static long long plain_first_nonfinite(const moe_real *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i])) return (long long)i;
+    return -1;
+}
+
+static void check_nonfinite(const moe_real *a, size_t n, const char *what, size_t at) {
+    const long long got = moe_find_nonfinite_cpu(a, n), want = plain_first_nonfinite(a, n);
+    CHECK(got == want, "n=%zu, %s at %zu: first non-finite %lld, want %lld", n, what, at, got, want);
+}
+
+/* a NaN or an Inf at `at` (and, when behind >= 0, another at `behind`), checked, then the values restored */
+static void plant(moe_real *a, size_t n, size_t at, long long behind, int kind) {
+    const moe_real saved = a[at], saved_behind = behind >= 0 ? a[behind] : 0;
+    const moe_real bad = kind == 0 ? (moe_real)NAN : kind == 1 ? (moe_real)INFINITY : -(moe_real)INFINITY;
+    if (behind >= 0) a[behind] = bad;
+    a[at] = bad;
+    check_nonfinite(a, n, kind == 0 ? "a NaN" : "an Inf", at);
+    a[at] = saved;
+    if (behind >= 0) a[behind] = saved_behind;
+}
+
+static void test_size(size_t n, moe_rng *rng) {
+    moe_real *a = test_alloc_uniform(rng, n ? n : 1, 3.0);
+    for (size_t i = 0; i < n; i += 7) a[i] *= 1e-3f; /* magnitudes apart, so that the order of the sums shows */
+    double got;
+    CHECK_OK(moe_dense_ops_cpu.sum_squares(NULL, a, n, &got));
+    const double want = plain_sum_squares(a, n);
+    CHECK(!memcmp(&got, &want, sizeof got), "n=%zu: sum of squares %.17g, the plain chains give %.17g", n, got, want);
+    check_nonfinite(a, n, "none", 0);
+    if (n) {
+        const size_t chunk = n / MOE__SUM_CHUNKS;
+        const size_t places[] = {0, n - 1, chunk, chunk ? chunk - 1 : 0, n / 2, 511 % n, 512 % n, 513 % n,
+                                 (chunk + 512) % n, (size_t)moe_rng_next(rng) % n};
+        for (size_t p = 0; p < sizeof places / sizeof *places; p++) {
+            const size_t at = places[p];
+            plant(a, n, at, -1, (int)(p % 3));
+            if (at + 1 < n) plant(a, n, at, (long long)(at + 1 + (size_t)moe_rng_next(rng) % (n - at - 1)), 0);
+        }
+    }
+    free(a);
+}
+
+int main(void) {
+    moe_rng rng = moe_rng_seeded(29);
+    const size_t sizes[] = {0, 1, 7, 63, 64, 65, 127, 511, 512, 513, 4095, 32767, 32768, 100003, 1 << 20};
+    for (int threads = 1; threads <= 2; threads++) {
+        moe_threads_set(threads);
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) test_size(sizes[i], &rng);
+    }
+    return test_finish("test_cpu_scans");
+}
