@@ -244,8 +244,8 @@ static moe_status cpu_adamw_update(moe_dense_state *s, moe_real *param, const mo
 
 /* in MOE__SUM_CHUNKS fixed chunks, each one chain of double adds in index order, added in chunk order (core/threads.h;
  * kernels/elementwise.cu gives the same bits). A chain is latency-bound (each add waits for the one before), so a
- * thread runs SUM_LANES chunks' chains side by side, each still its own chunk's sum in index order: the same bits,
- * 3.6x faster on one core (3.5M values: 2.9 -> 0.8 ms on the 2-vCPU dev VM, 2026-11-28). */
+ * thread runs SUM_LANES chunks' chains side by side, each still its own chunk's sum in index order: the same bits
+ * (tests/test_cpu_scans.c), the step faster (docs/BENCHMARKS.md, "Where part 1's targets stand"). */
 enum { SUM_LANES = 8 };
 _Static_assert(MOE__SUM_CHUNKS % SUM_LANES == 0, "chunks come in groups of SUM_LANES");
 static moe_status cpu_sum_squares(moe_dense_state *s, const moe_real *a, size_t n, double *sum) {

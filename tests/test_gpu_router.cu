@@ -1,7 +1,8 @@
 /* test_gpu_router.cu — the router's CUDA ops against their CPU versions (the oracle): logits and their
  * backward GEMMs, scores, gates, aux losses within the "router ..." rows (f32) of tests/test_tolerance.c;
  * the dispatch layout (slot, perm_token, counts, offsets) exactly. Every op also runs twice on the same
- * inputs and must give the same bits.
+ * inputs and must give the same bits. With the layer's plan of fixed row blocks, a token's logits and input gradient
+ * are the same bits whatever the number of tokens in the call.
  * Outputs are poisoned (0xFF) before each run; accumulating ops restart from the same initial values.
  * Exit 77 (skip) when no GPU is present. Run: meson test -C build --suite gpu */
 #include <cblas.h>
@@ -102,6 +103,53 @@ static void test_logits(moe_gpu *gpu, moe_rng *rng, int T, int d, int E) {
 
     test_gpu_free(gpu, d_x), test_gpu_free(gpu, d_w), test_gpu_free(gpu, d_logits);
     free(x), free(w), free(want), free(got[0]), free(got[1]);
+}
+
+/* Fixed row blocks (layout invariance, the layer's plan): a token's logits and its dx have the same bits whether the
+ * call has 150 tokens or only a part of them (the first 37, or the 113 after them), and match the CPU. */
+static void test_logits_row_blocks(moe_gpu *gpu, moe_rng *rng, int d, int E) {
+    enum { T = 150, PART = 37 };
+    char shape[64];
+    snprintf(shape, sizeof shape, "row blocks, d=%d E=%d", d, E);
+    const size_t te = (size_t)T * E, td = (size_t)T * d;
+    float *x = test_alloc_uniform(rng, td, 1.0), *w = test_alloc_uniform(rng, (size_t)E * d, 1 / sqrt((double)d));
+    float *dl = test_alloc_uniform(rng, te, 0.1), *dx0 = test_alloc_uniform(rng, td, 1.0);
+    float *want = (float *)host_alloc(te * sizeof(float));
+    moe_gemm_rows_plan cpu_plan;
+    CHECK_OK(moe_gemm_rows_plan_init(&cpu_plan, 1, 0, d > E ? d : E));
+    CHECK_OK(moe_router_logits_cpu(&cpu_plan, x, w, T, d, E, want));
+    moe_gemm_rows_plan_free(&cpu_plan);
+    moe_linear_plan plan;
+    CHECK_OK(moe_linear_plan_init(gpu, 1, d > E ? d : E, &plan));
+    float *d_x = (float *)test_gpu_upload(gpu, x, td * sizeof(float));
+    float *d_w = (float *)test_gpu_upload(gpu, w, (size_t)E * d * sizeof(float));
+    float *d_dl = (float *)test_gpu_upload(gpu, dl, te * sizeof(float));
+    float *d_logits = (float *)test_gpu_alloc(gpu, te * sizeof(float));
+    float *d_dx = (float *)test_gpu_alloc(gpu, td * sizeof(float));
+    float *logits[2], *dx[2]; /* [0]: one call of T tokens; [1]: a call of PART, then one of T - PART */
+    for (int split = 0; split < 2; split++) {
+        test_gpu_poison(gpu, d_logits, te * sizeof(float));
+        CHECK_OK(moe_gpu_upload(gpu, d_dx, dx0, td * sizeof(float)));
+        const int first[2] = {0, PART}, count[2] = {split ? PART : T, T - PART};
+        for (int c = 0; c < 1 + split; c++) {
+            const size_t t0 = (size_t)first[c];
+            CHECK_OK(moe_router_logits_cuda(gpu, &plan, d_x + t0 * d, d_w, count[c], d, E, d_logits + t0 * E, NULL));
+            CHECK_OK(moe_router_logits_backward_cuda(gpu, &plan, d_x + t0 * d, d_w, d_dl + t0 * E, count[c], d, E,
+                                                     NULL, d_dx + t0 * d));
+        }
+        logits[split] = (float *)host_alloc(te * sizeof(float)), dx[split] = (float *)host_alloc(td * sizeof(float));
+        test_gpu_download(gpu, logits[split], d_logits, te * sizeof(float));
+        test_gpu_download(gpu, dx[split], d_dx, td * sizeof(float));
+    }
+    test_tolerance_check("router logits", "f32", logits[0], want, te, "logits %s", shape);
+    CHECK(!memcmp(logits[0], logits[1], te * sizeof(float)), "logits %s: 37 + 113 tokens differ from 150 in one call",
+          shape);
+    CHECK(!memcmp(dx[0], dx[1], td * sizeof(float)), "dx %s: 37 + 113 tokens differ from 150 in one call", shape);
+    moe_linear_plan_free(gpu, &plan);
+    test_gpu_free(gpu, d_x), test_gpu_free(gpu, d_w), test_gpu_free(gpu, d_dl), test_gpu_free(gpu, d_logits);
+    test_gpu_free(gpu, d_dx);
+    for (int i = 0; i < 2; i++) free(logits[i]), free(dx[i]);
+    free(x), free(w), free(dl), free(dx0), free(want);
 }
 
 /* dWr += dlogits^T x and dx += dlogits Wr against a double-precision loop */
@@ -399,6 +447,8 @@ int main(void) {
         for (int with_dx = 0; with_dx <= 1; with_dx++)
             test_logits_backward(gpu, &rng, gemm_shapes[s][0], gemm_shapes[s][1], gemm_shapes[s][2], with_dx);
     }
+    test_logits_row_blocks(gpu, &rng, 64, 8);
+    test_logits_row_blocks(gpu, &rng, 96, 256);
 
     const int score_shapes[][2] = {{1, 1}, {1000, 8}, {777, 64}, {500, 256}, {37, 1000}};
     for (size_t s = 0; s < sizeof score_shapes / sizeof score_shapes[0]; s++) {

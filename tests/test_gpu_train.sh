@@ -47,17 +47,7 @@ same_weights() { # WHAT A B: the step-3 weights of runs A and B are the same byt
     else
         echo "FAIL: cuda bf16: $1: the step-3 weights differ"
         # which tensors (the first suspects of a GPU op that depends on the layout), where python3 is there
-        python3 - "$a" "$b" << 'EOF' 2> /dev/null || true
-import json, struct, sys
-def tensors(path):
-    with open(path, "rb") as f:
-        head = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-        data = f.read()
-    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-diff = sorted(k for k in a if a[k] != b.get(k))
-print(f"  {len(diff)} of {len(a)} tensors differ: {' '.join(diff[:10])}")
-EOF
+        python3 "$(dirname "$0")/../scripts/compare_checkpoints.py" "$a" "$b" 2> /dev/null | sed 's/^/  /'
         failures=$((failures + 1))
     fi
 }
