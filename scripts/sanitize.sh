@@ -30,15 +30,16 @@ if [ ! -f "$build/build.ninja" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${setup_
     printf '%s' "${setup_args[*]}" > "$stamp"
 fi
 meson compile -C "$build"
-# the dlclose shim preloaded below, compiled without the sanitizers: preloaded into every process of the run (bash,
-# mpirun, nm, python), it must not bring the ASan runtime into those that have none
+# the shims preloaded below, compiled without the sanitizers: preloaded into every process of the run (bash,
+# mpirun, nm, python), they must not bring the ASan runtime into those that have none
 gcc -shared -fPIC -O2 -o "$build/keep_modules_loaded.so" "$root/tests/keep_modules_loaded.c"
+gcc -shared -fPIC -O2 -fno-omit-frame-pointer -o "$build/asprintf_frames.so" "$root/tests/asprintf_frames.c"
 
 # Every option and why (docs/SANITIZERS.md says the same at more length):
 #   ASan  halt_on_error=1        stop at the first memory error (the default, stated).
 #         detect_leaks=1         LeakSanitizer at every process exit (the x86-64 Linux default, stated).
 #         print_summary=1        one SUMMARY line per report, which expect_failure.sh looks for.
-#         verify_asan_link_order=0  LD_PRELOAD below puts a shim before the ASan runtime (it defines dlclose only).
+#         verify_asan_link_order=0  LD_PRELOAD below puts two shims before the ASan runtime (no allocator in them).
 #         (fast_unwind_on_malloc, the default 1: allocation stacks by frame pointers. The project's code keeps
 #                                them (-fno-omit-frame-pointer); Debian's Open MPI, PMIx, hwloc and OpenBLAS do not, so
 #                                a stack ends, or turns to noise, inside them — but the frame right above malloc is
@@ -49,6 +50,9 @@ gcc -shared -fPIC -O2 -o "$build/keep_modules_loaded.so" "$root/tests/keep_modul
 #                                458 s: `/usr/bin/time bash scripts/sanitize.sh` with its build done, 2026-11-27).
 #   LD_PRELOAD tests/keep_modules_loaded.c: dlclose does nothing, so Open MPI's components (mca_*.so), unloaded in
 #                                MPI_Finalize, keep their names in the leak reports at exit.
+#              tests/asprintf_frames.c: asprintf and vasprintf with a frame pointer, so that the strings Open MPI
+#                                keeps are named by its library, not by glibc's internal function (which only glibc's
+#                                debug info names, and the run hides that: below).
 #   UBSan halt_on_error=1, print_stacktrace=1: every report is fatal and shows its stack (the build also
 #                                passes -fno-sanitize-recover=all, so this holds without the variable).
 #   LSan  suppressions=tests/lsan.supp: Open MPI's (and its hwloc's and libevent's) own
@@ -58,7 +62,7 @@ gcc -shared -fPIC -O2 -o "$build/keep_modules_loaded.so" "$root/tests/keep_modul
 # -x needed). A rank that ends in MPI_Abort leaves by _exit: no leak check there, but an ASan or UBSan report
 # before it still ends the rank and prints, and expect_failure.sh fails the test on it.
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:print_summary=1:verify_asan_link_order=0:malloc_context_size=8"
-export LD_PRELOAD="$build/keep_modules_loaded.so"
+export LD_PRELOAD="$build/keep_modules_loaded.so $build/asprintf_frames.so"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
 export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
 # OPENBLAS_CORETYPE as scripts/setup.sh sets it, so the sanitized run takes the same GEMM kernels
@@ -66,17 +70,29 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null
     export OPENBLAS_CORETYPE=SkylakeX
 fi
 
+# Without glibc's separate debug info: LSan checks every leak at a process's exit against tests/lsan.supp (Open MPI's,
+# in every process), naming the allocator's frame first, and its symbolizer then loads the DWARF of every library
+# it finds, glibc's from /usr/lib/debug where libc6-dbg is installed (valgrind pulls it in; this VM's image has it):
+# 4 MB inflated by every sanitized process. With /usr/lib/debug hidden (an empty tmpfs over it in a mount namespace
+# of this run only), test_checkpoint_cli and test_config_cli took 16.2 instead of 25.7 CPU-s (2026-11-28). Reports
+# keep glibc's function names (its symbol table), not its line numbers. Only where this is root and may unshare.
+no_debug_info=()
+if [ "$(id -u)" -eq 0 ] && [ -d /usr/lib/debug ] && unshare -m true 2> /dev/null; then
+    no_debug_info=(unshare -m bash -c 'mount -t tmpfs -o size=1m,mode=755 moe-no-debug-info /usr/lib/debug ||
+        echo "sanitize: /usr/lib/debug stays visible (slower leak checks)" >&2; exec "$@"' no_debug_info)
+fi
+
 suites=(--suite unit --suite mpi)
 [ $# -gt 0 ] && suites=()
 cd "$build"
 status=0
-meson test --print-errorlogs --num-processes "${MOE_TEST_PROCESSES:-4}" "${suites[@]}" "$@" |
+"${no_debug_info[@]}" meson test --print-errorlogs --num-processes "${MOE_TEST_PROCESSES:-4}" "${suites[@]}" "$@" |
     tee meson-logs/test-summary.txt || status=$?
 # the faults tests whose jobs end by their own error paths (a full disk, a failed save, a held lock, a stop by signal):
 # the clean-up on the way out is checked for leaks too (not the kill -9 ones: a killed process checks nothing)
 if [ $# -eq 0 ]; then
     cp meson-logs/testlog.txt meson-logs/testlog-main.txt
-    meson test --print-errorlogs --num-processes 3 fault_disk fault_two_jobs fault_signals |
+    "${no_debug_info[@]}" meson test --print-errorlogs --num-processes 3 fault_disk fault_two_jobs fault_signals |
         tee -a meson-logs/test-summary.txt || status=$?
     cat meson-logs/testlog-main.txt >> meson-logs/testlog.txt
 fi
