@@ -69,11 +69,18 @@ lane_command() {
     sanitize) bash "$moe_root/scripts/sanitize.sh" ;;
     esac
 }
+times_cpu() { # FILE: CPU seconds (user + system) of the finished children in the output of bash's `times`
+    awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%.0f", s }' "$1"
+}
 declare -A pid=()
 start=$(date +%s)
 for lane in "${lanes[@]}"; do
+    # `times` in the lane's own shell (a pipe or $(...) would be a subshell without children): its children's CPU,
+    # every descendant's included (meson waits for its tests, mpirun for its ranks)
     ( SECONDS=0; status=0; lane_command "$lane" || status=$?
-      echo "lane $lane: exit status $status after ${SECONDS}s" ) > "meson-logs/lane-$lane.txt" 2>&1 &
+      times > "meson-logs/lane-$lane.times"
+      echo "lane $lane: exit status $status after ${SECONDS}s, $(times_cpu "meson-logs/lane-$lane.times") CPU-s"
+    ) > "meson-logs/lane-$lane.txt" 2>&1 &
     pid[$lane]=$!
 done
 status=0 failed_lanes=()
@@ -94,5 +101,7 @@ for log in "${failed_lanes[@]}"; do
     grep -E -A 20 '(^|[^A-Za-z_])FAIL: ' "$log" | head -n 100
 done
 verdict=$([ $status -eq 0 ] && echo 'all passed' || echo 'FAILED')
-echo "test.sh: every lane done after $(($(date +%s) - start))s, $verdict"
+times > meson-logs/test.times # everything since test.sh started: installs, the main build and every lane
+echo "test.sh: every lane done after $(($(date +%s) - start))s, $verdict;" \
+    "$(times_cpu meson-logs/test.times) CPU-s since test.sh started (installs and the main build included)"
 exit $status
