@@ -4,8 +4,10 @@
  *     only this job's ranks share the cores (a yield hands the core to the rank beside it);
  *   passive: after a short spin, sleep between polls, for a run that shares its cores with other programs: a
  *     sleeping rank is run again as soon as it wakes, while a yielding one may wait out another program's whole
- *     time slice at every exchange. The run gains what the other programs lose (scripts/test.sh does not use it:
- *     the compile on its critical path lost more than its runs gained).
+ *     time slice at every exchange. The run gains what the other programs lose (scripts/test.sh's lanes do not use
+ *     it: the compile on their critical path lost more than their runs gained; the GPU rehearsal's verify runs, after
+ *     its build, do: scripts/gpu_check.sh --rehearse). Open MPI yields inside every MPI call that finds nothing to do
+ *     when a job has more ranks than cores (mpi_yield_when_idle), and then passive gains nothing.
  * Measured on 2 cores, 2026-11-28 (docs/BENCHMARKS.md, "Ranks that share cores"): with the cores busy, a 2-rank
  * training run 41-45 s active against 19 s passive; on free cores passive makes 2-rank exchanges of 1 MiB and more
  * 1.5-3x slower (Open MPI moves a message's fragments only inside MPI calls) and 4 or 8 ranks on 2 cores 8-15%

@@ -17,7 +17,8 @@
 # At once, because the tests mostly wait (mpirun starting and ending ranks, processes exiting, watchdogs timing
 # out, files): run one after another on 2 cores, the main suites alone left 72% of the CPU idle for 12 minutes.
 # The longest lanes are main (test_gpu_check_bundle builds the whole project again) and sanitize (its build, then
-# its tests); together 11.1-13.5 minutes from a fresh clone on 2 cores, builds included (README, "Tests").
+# its tests); together 11.0 minutes from a fresh clone on 2 cores, builds included (README, "Tests"; each lane's
+# last line gives its CPU seconds, docs/BENCHMARKS.md "The test command under 12 minutes").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0

@@ -14,6 +14,7 @@
  * weights of W >= 2 differ from the reference in some bit (checked too); and replacing the tree all-reduce of the
  * gradients by MPI's fails the W = 4 and 8 runs (tried). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,11 @@
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
 
-enum { STEPS = 10, SHARDS = 8, MAX_STEPS = 16, LAYERS = 4, MICRO = 4 };
+enum { SHARDS = 8, MAX_STEPS = 16, LAYERS = 4, MICRO = 4 };
+/* Steps per run: 10, or `--steps N` (the sanitized build's tests, tests/meson.build: every code path has run by
+ * step 3, the moments' first update in step 1 and the buffers' reuse after it; the 10-step comparison of the bits is
+ * the main build's) */
+static int steps = 10;
 
 typedef enum { SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, SOFTMAX_ZERO2, TIED_ZERO2, NUM_CASES } test_case;
 static const char *const case_names[] = {"softmax, 4 micro-batches, ZeRO-1", "sigmoid, drops by score",
@@ -43,7 +48,7 @@ typedef struct {
 
 static moe_train_options options(const char *train, const char *val, test_case c, int shards) {
     const int softmax = c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2 || c == TIED_ZERO2;
-    moe_train_options o = test_small_options(train, val, 1, STEPS, softmax ? MICRO : 1);
+    moe_train_options o = test_small_options(train, val, 1, steps, softmax ? MICRO : 1);
     o.model.num_layers = LAYERS; /* pipelines of 2 and 4 stages */
     o.model.moe.capacity_factor = 1.0f;
     o.model.moe.num_shards = shards;
@@ -74,7 +79,7 @@ static void train(moe_parallel *par, moe_train_options o, test_case c, int ep, r
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)o.model.num_layers * o.model.moe.num_experts, sizeof(double));
     double drops = 0;
-    for (int s = 1; s <= STEPS; s++) {
+    for (int s = 1; s <= steps; s++) {
         test_mpi_require(moe_trainer_step(&t, s, &r), "step");
         out->steps[s - 1][0] = r.loss, out->steps[s - 1][1] = r.aux, out->steps[s - 1][2] = r.z;
         out->steps[s - 1][3] = r.grad_norm;
@@ -165,7 +170,7 @@ static void check_layout(const char *train_path, const char *val_path, test_case
     o.pp = pp, o.virtual_stages = V;
     run_result run = {0};
     train(par, o, c, ep, &run);
-    for (int s = 0; s < STEPS; s++)
+    for (int s = 0; s < steps; s++)
         CHECK(!memcmp(run.steps[s], ref->steps[s], sizeof run.steps[s]),
               "%s, W %d pp %d V %d ep %d, step %d: loss %.17g aux %.17g z %.17g norm %.17g, one rank: %.17g %.17g "
               "%.17g %.17g", case_names[c], W, pp, V, ep, s + 1, run.steps[s][0], run.steps[s][1], run.steps[s][2],
@@ -192,7 +197,7 @@ static void check_layout(const char *train_path, const char *val_path, test_case
     moe_trainer_destroy(&keep);
     free_result(&run);
     moe_parallel_destroy(par);
-    if (rank == 0) printf("%s: W %d pp %d V %d ep %d checked over %d steps\n", case_names[c], W, pp, V, ep, STEPS);
+    if (rank == 0) printf("%s: W %d pp %d V %d ep %d checked over %d steps\n", case_names[c], W, pp, V, ep, steps);
 }
 
 static void check_case(const char *train_path, const char *val_path, test_case c, int W, int rank) {
@@ -219,6 +224,12 @@ int main(int argc, char **argv) {
     int rank, W;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
+    const int steps_given = argc == 3 && !strcmp(argv[1], "--steps");
+    if (steps_given) steps = atoi(argv[2]);
+    if ((argc != 1 && !steps_given) || steps < 1 || steps > MAX_STEPS) {
+        if (rank == 0) fprintf(stderr, "usage: test_world_invariant_mpi [--steps 1..%d]\n", MAX_STEPS);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     test_corpus corpus;
     test_corpus_create(&corpus, 1 << 14);
     for (int c = 0; c < NUM_CASES; c++) check_case(corpus.train, corpus.val, (test_case)c, W, rank);
