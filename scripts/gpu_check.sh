@@ -215,7 +215,7 @@ source "$root/scripts/mpi_env.sh"
 if [ $rehearse = 1 ]; then
     ranks=2 device=(--device cpu --precision bf16 --threads 1) dry=(--dry-run)
     # a rehearsal's 2 ranks share the 2 cores with the rest of scripts/test.sh, the case for sleeping, not yielding,
-    # while a rank waits (alltoall/wait_policy.h): the verify runs 2.3x faster (docs/BENCHMARKS.md)
+    # while a rank waits (alltoall/wait_policy.h): in-lane 259 -> ~185 s for the two (docs/BENCHMARKS.md)
     export MOE_WAIT_POLICY=passive
 else
     ranks=1 # one rank per GPU: the largest power of two <= the GPUs, at most 8 (it divides the batch and experts)
