@@ -135,6 +135,7 @@ static void make_model_and_batch(bench_layer_run *r) {
     r->weights = runtime_reals(r, count, mine);
     r->grads = runtime_reals(r, count, NULL);
     r->w = moe_layer_weights_view(&r->cfg, r->weights);
+    r->w.version = 1; /* no optimizer: one set of values, whose bf16 copies a CPU layer makes once (core/types.h) */
     r->g = moe_layer_weights_view(&r->cfg, r->grads);
     if (mine != global) free(mine);
     free(global);

@@ -31,12 +31,14 @@ void moe_gemm_engine_free(moe_gemm_engine *engine);
 moe_status moe_gemm_engine_run(moe_gemm_engine *engine, const moe_gemm_call *call, const void *A, const void *B,
                                moe_real *C);
 
-/* B (moe_real; holding bf16 values for a bf16 call) made ready for many calls of call's shape with prepared_b
- * set: oneDNN converts and reorders it in one pass into the blocked layout the matmul for call->m rows prefers
- * (the 64-row blocks then run as fast as one whole call: docs/BENCHMARKS.md); OpenBLAS returns B. The result
- * stays valid until the next prepare_b of the same shape, or the engine's freeing. */
+/* B prepared for calls of call's shape with prepared_b set, which take the prepared copy as their B: oneDNN's
+ * blocked layout that its matmul for call->m rows prefers, in the call's input type (the 64-row blocks then run as
+ * fast as one whole call: docs/BENCHMARKS.md); OpenBLAS's plain copy. prepared_bytes: its size; prepare_b: B (moe_real;
+ * holding bf16 values for a bf16 call) converted and reordered into `prepared` in one pass. The caller owns the copy
+ * (kernels/gemm_rows.h keeps a weight's until the weight changes). */
+moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *engine, const moe_gemm_call *call, size_t *bytes);
 moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const moe_real *B,
-                                     const void **prepared);
+                                     void *prepared);
 
 /* 1 when bf16 calls take moe_bf16 arrays (a real bf16 kernel), 0 when they take moe_real arrays of bf16 values. */
 int moe_gemm_native_bf16(void);

@@ -1,8 +1,8 @@
 /* gemm_engine_onednn.c — the GEMM engine on oneDNN's matmul primitive (why and what it guarantees:
  * gemm_engine.h). One CPU engine for the process; per moe_gemm_engine a stream and a small cache of primitives
  * keyed by the call's shape, each with its memory objects made once and pointed at the call's arrays. A shape
- * with prepared_b also keeps a reorder (plain fp32 B -> the matmul's preferred weights layout and type) and
- * the buffer it writes.
+ * with prepared_b also keeps a reorder (plain fp32 B -> the matmul's preferred weights layout and type), which
+ * writes into the caller's buffer.
  *
  * A weight gradient (trans_a) of at most RUNTIME_K_MAX rows is built with a run-time k: an expert's is summed over its
  * segments, each a different number of rows at nearly every call, and a primitive per k meant hundreds of primitive
@@ -32,8 +32,7 @@ typedef struct {
     dnnl_primitive_t matmul;
     dnnl_memory_t src, weights, dst; /* runtime_k: dst only (src and weights are made per call, with the call's k) */
     dnnl_primitive_t reorder;   /* prepared_b: plain fp32 B -> weights layout */
-    dnnl_memory_t plain_b;      /* prepared_b: the reorder's source */
-    void *prepared;             /* prepared_b: the reorder's destination, the weights of every call */
+    dnnl_memory_t plain_b;      /* prepared_b: the reorder's source (its destination is weights) */
 } cached_matmul;
 
 struct moe_gemm_engine {
@@ -96,7 +95,6 @@ static void release(cached_matmul *s) {
     if (s->dst) dnnl_memory_destroy(s->dst);
     if (s->reorder) dnnl_primitive_destroy(s->reorder);
     if (s->plain_b) dnnl_memory_destroy(s->plain_b);
-    free(s->prepared);
     *s = (cached_matmul){0};
 }
 
@@ -119,8 +117,7 @@ static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_d
     return dnnl_memory_desc_init_by_tag(md, 2, dims, type, transposed ? dnnl_ba : dnnl_ab);
 }
 
-/* prepared_b: the reorder from B as the caller holds it (fp32, plain) into the matmul's weights layout and
- * type, and the buffer it fills. */
+/* prepared_b: the reorder from B as the caller holds it (fp32, plain) into the matmul's weights layout and type. */
 static dnnl_status_t build_reorder(cached_matmul *s, const moe_gemm_call *c, const dnnl_memory_desc_t *weights_md) {
     dnnl_memory_desc_t plain_md;
     dnnl_primitive_desc_t pd = NULL;
@@ -130,8 +127,6 @@ static dnnl_status_t build_reorder(cached_matmul *s, const moe_gemm_call *c, con
         st = dnnl_reorder_primitive_desc_create(&pd, &plain_md, cpu_engine, weights_md, cpu_engine, NULL);
     if (st == dnnl_success) st = dnnl_primitive_create(&s->reorder, pd);
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (st == dnnl_success && !(s->prepared = malloc(dnnl_memory_desc_get_size(weights_md)))) st = dnnl_out_of_memory;
-    if (st == dnnl_success) st = dnnl_memory_set_data_handle(s->weights, s->prepared);
     return st;
 }
 
@@ -204,16 +199,32 @@ static moe_status lookup(moe_gemm_engine *e, const moe_gemm_call *c, cached_matm
     return MOE_OK;
 }
 
-moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *e, const moe_gemm_call *c, const moe_real *B,
-                                     const void **prepared) {
+/* The cached prepared_b matmul of c's shape (built on first use). */
+static moe_status prepared_shape(moe_gemm_engine *e, const moe_gemm_call *c, cached_matmul **s) {
+    if (!c->prepared_b) return moe_fail(MOE_ERR_INVALID_ARG, "gemm engine: preparing B for a call without prepared_b");
+    MOE_TRY(lookup(e, c, s));
+    (*s)->last_use = ++e->clock;
+    return MOE_OK;
+}
+
+moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *e, const moe_gemm_call *c, size_t *bytes) {
     cached_matmul *s = NULL;
-    MOE_TRY(lookup(e, c, &s));
-    s->last_use = ++e->clock;
+    MOE_TRY(prepared_shape(e, c, &s));
+    const dnnl_memory_desc_t *md = NULL;
+    dnnl_status_t st = dnnl_memory_get_memory_desc(s->weights, &md);
+    if (st != dnnl_success) return failed(st, "weights layout", c);
+    *bytes = dnnl_memory_desc_get_size(md);
+    return MOE_OK;
+}
+
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *e, const moe_gemm_call *c, const moe_real *B, void *prepared) {
+    cached_matmul *s = NULL;
+    MOE_TRY(prepared_shape(e, c, &s));
     dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->plain_b, (void *)B, e->stream);
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->weights, prepared, e->stream);
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, s->plain_b}, {DNNL_ARG_TO, s->weights}};
     if (st == dnnl_success) st = dnnl_primitive_execute(s->reorder, e->stream, 2, args);
     if (st == dnnl_success) st = dnnl_stream_wait(e->stream);
-    *prepared = s->prepared;
     return st == dnnl_success ? MOE_OK : failed(st, "weights reorder", c);
 }
 
@@ -256,7 +267,7 @@ moe_status moe_gemm_engine_run(moe_gemm_engine *e, const moe_gemm_call *c, const
         return MOE_OK;
     }
     dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->src, (void *)A, e->stream);
-    if (st == dnnl_success && !c->prepared_b) st = dnnl_memory_set_data_handle_v2(s->weights, (void *)B, e->stream);
+    if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->weights, (void *)B, e->stream);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(s->dst, C, e->stream);
     if (st != dnnl_success) return failed(st, "memory", c);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s->src}, {DNNL_ARG_WEIGHTS, s->weights}, {DNNL_ARG_DST, s->dst}};

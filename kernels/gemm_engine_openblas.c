@@ -3,6 +3,7 @@
 #include "kernels/gemm_engine.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "core/real.h"
 
@@ -27,10 +28,16 @@ moe_status moe_gemm_engine_create(moe_gemm_engine **out) {
 
 void moe_gemm_engine_free(moe_gemm_engine *engine) { (void)engine; }
 
+moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *engine, const moe_gemm_call *call, size_t *bytes) {
+    (void)engine;
+    *bytes = (size_t)call->k * call->n * sizeof(moe_real);
+    return MOE_OK;
+}
+
 moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const moe_real *B,
-                                     const void **prepared) {
-    (void)engine, (void)call;
-    *prepared = B;
+                                     void *prepared) {
+    (void)engine;
+    memcpy(prepared, B, (size_t)call->k * call->n * sizeof(moe_real));
     return MOE_OK;
 }
 

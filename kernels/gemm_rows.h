@@ -12,9 +12,17 @@
  * the bits may then depend on the layout).
  *
  * bf16 inputs: A's rows are rounded to bf16 on their way into each call (through scratch, so calls take at most
- * MOE_GEMM_ROUND_ROWS rows); B must already hold bf16 values (a weight's bf16 copy, made once per forward by its
- * owner). Accumulation and C are fp32. The calls run on the CPU GEMM library of kernels/gemm_engine.h: oneDNN's
- * bf16 kernels, or OpenBLAS's sgemm on the rounded values (products of bf16 values are exact in fp32).
+ * MOE_GEMM_ROUND_ROWS rows); B (a weight, fp32) is rounded to bf16 and laid out as the calls read it (oneDNN's blocked
+ * layout for the row blocks) into a prepared copy. Accumulation and C are fp32. The calls run on the CPU GEMM library
+ * of kernels/gemm_engine.h: oneDNN's bf16 kernels, or OpenBLAS's sgemm on the rounded values (products of bf16
+ * values are exact in fp32).
+ *
+ * Prepared weights, kept (bf16 inputs): with a weights version set (moe_gemm_rows_plan_set_weights_version), the plan
+ * keeps the prepared copy of every B it meets, per B address and call shape, and reuses it while the version stays
+ * the same; a new version makes each copy again at its next use. The caller promises that B's values do not change
+ * under one version: a training step's optimizer update, or a checkpoint's load, comes with a new version (the model's
+ * parameter version, models/model.h). Version 0, the default, prepares B at every call. fp32 plans prepare at every
+ * call (a kept fp32 copy would double the weights' memory for ~4% of a step).
  *
  * beta is 0 (C is overwritten, not read) or 1 (C += product); anything else is MOE_ERR_INVALID_ARG. */
 #ifndef MOE_KERNELS_GEMM_ROWS_H
@@ -40,13 +48,26 @@ typedef struct {
     void *ctx;
 } moe_gemm_stage_source;
 
+/* A weight B as the calls of one shape read it (prepared weights, above). */
+typedef struct {
+    const moe_real *source;       /* the B it was made from */
+    int trans_b, block, n, k, accumulate; /* the calls it serves: block 0 is a plain copy for any number of rows */
+    unsigned long long version;   /* the plan's weights_version when it was made */
+    void *data;
+    size_t bytes;                 /* data's capacity */
+} moe_gemm_prepared_weight;
+
 typedef struct {
     int row_block;            /* MOE_GEMM_ROW_BLOCK or 0 */
     int bf16_inputs;          /* 1: the inputs are rounded to bf16 (see above) */
     void *scratch;            /* MOE_GEMM_ROUND_ROWS * 2 * max_width reals: rounded or padded rows */
-    moe_bf16 *weights16;      /* a native bf16 engine: B as moe_bf16, converted once per call */
-    size_t weights16_count;   /* what weights16 holds */
     moe_gemm_engine *engine;  /* the GEMM library's state (primitive cache) */
+    unsigned long long weights_version;   /* see above; 0: B prepared at every call */
+    moe_gemm_prepared_weight *prepared;   /* the kept copies, [prepared_count] of [prepared_capacity] */
+    int prepared_count, prepared_capacity;
+    moe_gemm_prepared_weight once;        /* the copy of a call that keeps none */
+    moe_real *rounded;        /* B rounded to bf16, on its way into a blocked layout */
+    size_t rounded_bytes;
     void *stage[MOE_GEMM_STAGE_SLOTS]; /* staged inputs (moe_gemm_rows_stage), grown on demand: the plan's own, */
     size_t stage_bytes[MOE_GEMM_STAGE_SLOTS];
     moe_gemm_stage_source stage_source; /* or, when get is set, from there (nothing of its own)             */
@@ -55,6 +76,9 @@ typedef struct {
 /* row_block = MOE_GEMM_ROW_BLOCK when layout_invariant, else 0; scratch for widths (k, n, m) up to max_width. */
 moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int bf16_inputs, int max_width);
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan);
+
+/* Prepared weights (above): version 0 stops keeping them; the copies already made stay allocated for reuse. */
+void moe_gemm_rows_plan_set_weights_version(moe_gemm_rows_plan *plan, unsigned long long version);
 
 /* The plan is not const: calls reuse its scratch and the engine's cached primitives (one thread per plan). */
 moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,

@@ -21,7 +21,10 @@ moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invarian
 
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     free(plan->scratch);
-    free(plan->weights16);
+    for (int i = 0; i < plan->prepared_count; i++) free(plan->prepared[i].data);
+    free(plan->prepared);
+    free(plan->once.data);
+    free(plan->rounded);
     for (int i = 0; i < MOE_GEMM_STAGE_SLOTS; i++) free(plan->stage[i]);
     moe_gemm_engine_free(plan->engine);
     *plan = (moe_gemm_rows_plan){0};
@@ -52,19 +55,6 @@ static const void *as_input(const moe_gemm_rows_plan *plan, const moe_real *x, s
 #endif
     moe_round_bf16_cpu(x, count, dst);
     return dst;
-}
-
-/* B as the calls read it: a native bf16 engine's moe_bf16 copy (exact: B holds bf16 values), else B. */
-static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_real *B, size_t count, const void **out) {
-    *out = B;
-    if (!native_bf16(plan)) return MOE_OK;
-    if (plan->weights16_count < count) {
-        moe_bf16 *grown = realloc(plan->weights16, count * sizeof *grown);
-        if (!grown) return MOE_ERR_OUT_OF_MEMORY;
-        plan->weights16 = grown, plan->weights16_count = count;
-    }
-    *out = as_input(plan, B, count, plan->weights16);
-    return MOE_OK;
 }
 
 /* An input of the calls: fp32 values converted on the way in, or values already staged (moe_gemm_rows_stage). */
@@ -104,6 +94,80 @@ const void *moe_gemm_rows_staged_at(const moe_gemm_rows_plan *plan, const void *
     return (const char *)staged + index * input_size(plan);
 }
 
+void moe_gemm_rows_plan_set_weights_version(moe_gemm_rows_plan *plan, unsigned long long version) {
+    plan->weights_version = version;
+}
+
+static moe_status grow(void **buffer, size_t *capacity, size_t bytes) {
+    if (*capacity >= bytes) return MOE_OK;
+    void *grown = realloc(*buffer, bytes);
+    if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+    *buffer = grown, *capacity = bytes;
+    return MOE_OK;
+}
+
+/* The kept copy of B for key's calls: the one made from B, or a stale one to reuse, or a new one (version 0 when it
+ * has to be made). */
+static moe_status kept_copy(moe_gemm_rows_plan *plan, const moe_real *B, const moe_gemm_prepared_weight *key,
+                            moe_gemm_prepared_weight **out) {
+    moe_gemm_prepared_weight *stale = NULL;
+    for (int i = 0; i < plan->prepared_count; i++) {
+        moe_gemm_prepared_weight *w = &plan->prepared[i];
+        if (w->source == B && w->trans_b == key->trans_b && w->block == key->block && w->n == key->n &&
+            w->k == key->k && w->accumulate == key->accumulate)
+            return *out = w, MOE_OK;
+        if (!stale && w->version != plan->weights_version) stale = w;
+    }
+    if (!stale) {
+        if (plan->prepared_count == plan->prepared_capacity) {
+            const int capacity = plan->prepared_capacity ? 2 * plan->prepared_capacity : 16;
+            moe_gemm_prepared_weight *grown = realloc(plan->prepared, (size_t)capacity * sizeof *grown);
+            if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+            plan->prepared = grown, plan->prepared_capacity = capacity;
+        }
+        stale = &plan->prepared[plan->prepared_count++];
+        *stale = (moe_gemm_prepared_weight){0};
+    }
+    void *data = stale->data;
+    const size_t bytes = stale->bytes;
+    *stale = *key;
+    stale->data = data, stale->bytes = bytes, stale->version = 0;
+    return *out = stale, MOE_OK;
+}
+
+/* B [n, k] (trans_b) or [k, n] as call's calls read it: B itself (fp32 whole calls), or its prepared copy (gemm_rows.h):
+ * rounded to bf16 (bf16 inputs) and laid out for the row blocks (call->prepared_b), or converted plain. */
+static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_gemm_call *call, const moe_real *B,
+                                const void **out) {
+    *out = B;
+    if (!plan->bf16_inputs && !call->prepared_b) return MOE_OK;
+    const moe_gemm_prepared_weight key = {.source = B, .trans_b = call->trans_b, .block = call->prepared_b ? call->m : 0,
+                                          .n = call->n, .k = call->k, .accumulate = call->prepared_b && call->accumulate};
+    moe_gemm_prepared_weight *w = &plan->once;
+    if (plan->bf16_inputs && plan->weights_version) {
+        MOE_TRY(kept_copy(plan, B, &key, &w));
+        if (w->version == plan->weights_version) return *out = w->data, MOE_OK;
+    }
+    const size_t count = (size_t)call->n * call->k;
+    size_t bytes = count * input_size(plan);
+    if (call->prepared_b) MOE_TRY(moe_gemm_engine_prepared_bytes(plan->engine, call, &bytes));
+    MOE_TRY(grow(&w->data, &w->bytes, bytes));
+    if (call->prepared_b) {
+        const moe_real *source = B;
+        if (plan->bf16_inputs) {
+            MOE_TRY(grow((void **)&plan->rounded, &plan->rounded_bytes, count * sizeof(moe_real)));
+            moe_round_bf16_cpu(B, count, plan->rounded);
+            source = plan->rounded;
+        }
+        MOE_TRY(moe_gemm_engine_prepare_b(plan->engine, call, source, w->data));
+    } else {
+        as_input(plan, B, count, w->data);
+    }
+    if (w != &plan->once) w->version = plan->weights_version;
+    *out = w->data;
+    return MOE_OK;
+}
+
 static moe_status check_beta(moe_real beta) {
     return beta == 0 || beta == 1 ? MOE_OK : moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: beta %g is neither 0 nor 1",
                                                       (double)beta);
@@ -117,13 +181,9 @@ static moe_status rows_product(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b
     moe_gemm_call call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),
                           .accumulate = beta != 0};
     /* Every call of the blocks has one shape: B is converted and laid out for it once (gemm_engine.h). */
+    if (block) call.m = block, call.prepared_b = 1;
     const void *b;
-    if (block) {
-        call.m = block, call.prepared_b = 1;
-        MOE_TRY(moe_gemm_engine_prepare_b(plan->engine, &call, B, &b));
-    } else {
-        MOE_TRY(weights_input(plan, B, (size_t)n * k, &b));
-    }
+    MOE_TRY(weights_input(plan, &call, B, &b));
     if (block == 0 && !plan->bf16_inputs) {
         call.m = rows;
         return moe_gemm_engine_run(plan->engine, &call, A.data, b, C);

@@ -60,11 +60,14 @@ struct moe_model {
     moe_zero_layout zero;      /* the ZeRO ranges (cfg.zero) and the norm's atoms                              */
     moe_zero_grads zero_grads; /* cfg.zero 2: where backward's gradients go                                    */
     /* what the GEMMs read: p itself (fp32), or under bf16 precision the same views with the dense GEMM weights
-     * (attention projections, dense FFNs, lm_head) pointing into `compute`, their bf16 copies made at the start of
-     * every forward (core/precision.h). Norms, the embedding lookup, the routers and the experts stay p's (an MoE
-     * layer makes its experts' copies itself). */
+     * (attention projections, dense FFNs, lm_head) pointing into `compute`, their bf16 copies made at the first
+     * forward after the parameters changed (core/precision.h). Norms, the embedding lookup, the routers and the
+     * experts stay p's (an MoE layer keeps its experts' copies itself, by c's layers' ffn.version). */
     moe_real *compute;
     moe_model_views c;
+    /* params_version: bumped by every moe_model_params (whoever may write the parameters gets them there);
+     * compute_version: the one `compute` and c's ffn.version were made for */
+    unsigned long long params_version, compute_version;
     moe_model_tensor *tensors;
     int num_tensors;
     model_pass *passes;         /* [stage.chunks * stage.passes]: chunk c's are c * stage.passes + 0, 1, ... */
@@ -265,13 +268,18 @@ static void set_compute_views(moe_model *m) {
 #undef IN_COMPUTE
 }
 
-/* Under bf16: the bf16 copies of every dense weight that is not a norm (the GEMMs read those of set_compute_views). */
+/* When the parameters changed since the last forward: under bf16 the bf16 copies of every dense weight that is not a
+ * norm (the GEMMs read those of set_compute_views), and the layers' ffn.version, which tells an MoE layer when to
+ * make its experts' prepared copies again (core/types.h). Once per optimizer step, not per micro-batch. */
 static moe_status refresh_compute_weights(moe_model *m) {
+    if (m->compute_version == m->params_version) return MOE_OK;
     for (int i = 0; m->compute && i < m->num_tensors; i++) {
         const moe_model_tensor *t = &m->tensors[i];
         if (t->experts == 0 && t->kind != MOE_TENSOR_NORM)
             MOE_TRY(m->dense->round_bf16(m->ops_state, m->params + t->offset, t->count, m->compute + t->offset));
     }
+    for (int l = 0; l < m->cfg.num_layers; l++) m->c.layers[l].ffn.version = m->params_version;
+    m->compute_version = m->params_version;
     return MOE_OK;
 }
 
@@ -728,7 +736,10 @@ void moe_model_destroy(moe_model *m) {
     free(m);
 }
 
-moe_real *moe_model_params(moe_model *m) { return m->params; }
+moe_real *moe_model_params(moe_model *m) {
+    m->params_version++; /* the caller may write them: the GEMMs' copies are made again at the next forward */
+    return m->params;
+}
 moe_real *moe_model_grads(moe_model *m) { return m->grads; }
 const moe_zero_layout *moe_model_zero(const moe_model *m) { return &m->zero; }
 moe_real *moe_model_range_grads(moe_model *m, int expert) {

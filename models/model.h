@@ -223,7 +223,9 @@ moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int 
 moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
                                               int max_seqs);
 
-/* The buffers are the runtime's memory (host memory on the CPU). */
+/* The buffers are the runtime's memory (host memory on the CPU). moe_model_params counts as a change of the
+ * parameters: the GEMMs' bf16 copies of them are made again at the next forward, and kept until the next call (once
+ * per optimizer step). So write through the pointer before the next forward, never after it without calling again. */
 moe_real *moe_model_params(moe_model *m);
 /* The whole gradient buffer, laid out as the parameters; NULL under ZeRO-2 (cfg.zero 2), which has none. */
 moe_real *moe_model_grads(moe_model *m);

@@ -97,7 +97,7 @@ static moe_status run(const moe_shard_grads *g, const op *o, int first, int n, m
         return moe_tp_row_backward_weight(o->tp, o->dy + f * out, o->x + f * (in / o->tp->tp), n, o->in, o->out, dW);
     case OP_SWIGLU: {
         const size_t wcount = out * in; /* the three gradients, one region */
-        moe_layer_weights dw = {NULL, dW, dW + wcount, dW + 2 * wcount};
+        moe_layer_weights dw = {.w1 = dW, .w3 = dW + wcount, .w2 = dW + 2 * wcount};
         return g->dense->swiglu_backward(g->state, o->weights, &dw, n, o->in, o->out, o->x + f * in, o->h1 + f * out,
                                          o->h3 + f * out, o->act + f * out, o->dy + f * in, o->dx + f * in);
     }

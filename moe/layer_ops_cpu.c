@@ -24,8 +24,6 @@ struct moe_layer_state {
     int num_local_experts;
     moe_gemm_rows_plan router_gemm, expert_gemm; /* how row-wise GEMMs are cut into calls (cfg.layout_invariant)
                                                   * and whether they take bf16 inputs (core/precision.h) */
-    moe_layer_weights bf16_experts; /* bf16: the local experts' weights rounded, once per forward (router_w NULL) */
-    moe_real *bf16_buffer;
     int *expert_offset;          /* [E + 1] the layout's offsets (scratch) */
     int *num_selected;           /* [E] global top-k counts of the last forward, for the balance loss's gradient */
     int max_rows;                /* what the kept expert activations hold */
@@ -39,7 +37,7 @@ struct moe_layer_state {
 static void cpu_destroy(moe_layer_state *s) {
     if (!s) return;
     moe_gemm_rows_plan_free(&s->router_gemm), moe_gemm_rows_plan_free(&s->expert_gemm);
-    free(s->expert_offset), free(s->num_selected), free(s->bf16_buffer);
+    free(s->expert_offset), free(s->num_selected);
     if (moe_layer_keeps_expert_acts(&s->cfg))
         moe_runtime_free(s->rt, s->h1), moe_runtime_free(s->rt, s->h3), moe_runtime_free(s->rt, s->act);
     void **bufs[] = {(void **)&s->dscores, (void **)&s->dlogits};
@@ -66,11 +64,7 @@ static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_s
     s->expert_offset = calloc((size_t)cfg->num_experts + 1, sizeof(int));
     s->num_selected = calloc((size_t)cfg->num_experts, sizeof(int));
     const int bf16 = moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_EXPERTS);
-    const size_t per_matrix = (size_t)s->num_local_experts * cfg->d_ff * cfg->d_model;
-    if (bf16 && (s->bf16_buffer = malloc(3 * per_matrix * sizeof(moe_real))))
-        s->bf16_experts = (moe_layer_weights){NULL, s->bf16_buffer, s->bf16_buffer + per_matrix,
-                                              s->bf16_buffer + 2 * per_matrix};
-    moe_status st = s->expert_offset && s->num_selected && (!bf16 || s->bf16_buffer)
+    moe_status st = s->expert_offset && s->num_selected
                         ? moe_gemm_rows_plan_init(&s->router_gemm, cfg->layout_invariant,
                                                   moe_precision_bf16_inputs(cfg->precision, MOE_GEMM_ROUTER), widest)
                         : MOE_ERR_OUT_OF_MEMORY;
@@ -163,13 +157,9 @@ static moe_status expert_acts(moe_layer_state *s, int rows, int grow) {
 static moe_status cpu_experts_forward(moe_layer_state *s, const moe_layer_weights *w, const int *expert_offset,
                                       int rows, const void *xp, void *y) {
     MOE_TRY(expert_acts(s, rows, 1));
-    if (s->bf16_buffer) { /* the weights' bf16 copy, which backward uses too */
-        const size_t per_matrix = (size_t)s->num_local_experts * s->cfg.d_ff * s->cfg.d_model;
-        moe_round_bf16_cpu(w->w1, per_matrix, s->bf16_experts.w1);
-        moe_round_bf16_cpu(w->w3, per_matrix, s->bf16_experts.w3);
-        moe_round_bf16_cpu(w->w2, per_matrix, s->bf16_experts.w2);
-    }
-    return moe_expert_ffn_forward_cpu(s->bf16_buffer ? &s->bf16_experts : w, s->num_local_experts, s->cfg.d_model,
+    /* bf16: the weights' prepared copies are kept while w->version stays the same (kernels/gemm_rows.h) */
+    moe_gemm_rows_plan_set_weights_version(&s->expert_gemm, w->version);
+    return moe_expert_ffn_forward_cpu(w, s->num_local_experts, s->cfg.d_model,
                                       s->cfg.d_ff, expert_offset, xp, s->h1, s->h3, s->act, y, &s->expert_gemm);
 }
 
@@ -184,7 +174,8 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
     MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
                                 moe_expert_ffn_wgrad_scratch_count(s->cfg.d_model, s->cfg.d_ff, segments) *
                                     sizeof(moe_real), &wgrad_scratch));
-    return moe_expert_ffn_backward_cpu(s->bf16_buffer ? &s->bf16_experts : w, grads, s->num_local_experts,
+    moe_gemm_rows_plan_set_weights_version(&s->expert_gemm, w->version);
+    return moe_expert_ffn_backward_cpu(w, grads, s->num_local_experts,
                                        s->cfg.d_model, s->cfg.d_ff, segment_start, segments, xp, s->h1, s->h3, s->act,
                                        dy, s->dh1, s->dh3, dxp, wgrad_scratch, &s->expert_gemm);
 }

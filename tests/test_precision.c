@@ -5,7 +5,9 @@
  *    order of the sums) and are within bf16 error of fp32; every row is bitwise the same whether its call has 1,
  *    37, 64 or 300 rows (layout invariance holds in bf16 too); the weight-gradient product A^T B likewise;
  *  - the layer: the same routes (the router stays fp32), outputs and gradients within bf16 error;
- *  - the model: the loss within bf16 error of fp32, and bitwise the same on a second forward. */
+ *  - prepared weights: a plan keeps each weight's bf16 copy under one version and makes it again under the next;
+ *  - the model: the loss within bf16 error of fp32, and bitwise the same on a second forward; after an optimizer
+ *    step, bitwise a new model's with the updated weights. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "kernels/cast.h"
 #include "kernels/gemm_rows.h"
 #include "models/model.h"
+#include "models/optimizer.h"
 #include "moe/moe.h"
 #include "tests/test_tolerance.h"
 #include "tests/test_util.h"
@@ -154,21 +157,75 @@ static void layer(void) {
     free(x), free(dout);
 }
 
-/* the model's loss on one batch of random tokens, from the same seed */
-static double model_loss(moe_precision precision, int again) {
+/* Prepared weights (kernels/gemm_rows.h): under one version a bf16 plan keeps each B's prepared copy (B's later change
+ * is not seen: the promise broken on purpose, to show the copy is kept), a new version makes it again, a new B at the
+ * same shape takes a stale copy's place; every result has the bits of a plan that keeps nothing. fp32 plans keep none. */
+static void kept_weights(void) {
+    enum { ROWS = 100, N = 96, K = 160 };
+    moe_rng rng = moe_rng_seeded(14);
+    float *A = test_alloc_uniform(&rng, (size_t)ROWS * K, 1), *B = test_alloc_uniform(&rng, (size_t)N * K, 1),
+          *B2 = test_alloc_uniform(&rng, (size_t)N * K, 1), *old = malloc(sizeof(float) * N * K),
+          *got = malloc(sizeof(float) * ROWS * K), *want = malloc(sizeof(float) * ROWS * K),
+          *stale = malloc(sizeof(float) * ROWS * N);
+    const size_t bytes = sizeof(float) * ROWS * N; /* C [ROWS, N]; the other orientation's [ROWS, K] */
+    for (int invariant = 0; invariant < 2; invariant++) {
+        moe_gemm_rows_plan kept, fresh, p32;
+        CHECK_OK(moe_gemm_rows_plan_init(&kept, invariant, 1, K));
+        CHECK_OK(moe_gemm_rows_plan_init(&fresh, invariant, 1, K));
+        CHECK_OK(moe_gemm_rows_plan_init(&p32, invariant, 0, K));
+        moe_gemm_rows_plan_set_weights_version(&kept, 5);
+        moe_gemm_rows_plan_set_weights_version(&p32, 5);
+        memcpy(old, B, sizeof(float) * N * K);
+        CHECK_OK(moe_gemm_rows_cpu(&kept, CblasTrans, ROWS, N, K, A, B, 0, got));
+        CHECK_OK(moe_gemm_rows_cpu(&fresh, CblasTrans, ROWS, N, K, A, B, 0, want));
+        CHECK(!memcmp(got, want, bytes), "a kept bf16 copy differs from a fresh one (invariant %d)", invariant);
+        CHECK_OK(moe_gemm_rows_cpu(&kept, CblasNoTrans, ROWS, K, N, A, B, 0, got)); /* B [N, K] read as [K, N] */
+        CHECK_OK(moe_gemm_rows_cpu(&fresh, CblasNoTrans, ROWS, K, N, A, B, 0, want));
+        CHECK(!memcmp(got, want, sizeof(float) * ROWS * K), "the other orientation's kept copy differs (invariant %d)",
+              invariant);
+        CHECK_OK(moe_gemm_rows_cpu(&p32, CblasTrans, ROWS, N, K, A, B, 0, stale));
+        for (size_t i = 0; i < (size_t)N * K; i++) B[i] = -0.5f * B[i] + 0.25f;
+        CHECK_OK(moe_gemm_rows_cpu(&kept, CblasTrans, ROWS, N, K, A, B, 0, got));
+        CHECK_OK(moe_gemm_rows_cpu(&fresh, CblasTrans, ROWS, N, K, A, old, 0, want));
+        CHECK(!memcmp(got, want, bytes), "under one version the kept copy was not used (invariant %d)", invariant);
+        CHECK_OK(moe_gemm_rows_cpu(&p32, CblasTrans, ROWS, N, K, A, B, 0, got));
+        CHECK(memcmp(got, stale, bytes) != 0, "an fp32 plan kept a copy of B (invariant %d)", invariant);
+        moe_gemm_rows_plan_set_weights_version(&kept, 6);
+        CHECK_OK(moe_gemm_rows_cpu(&kept, CblasTrans, ROWS, N, K, A, B, 0, got));
+        CHECK_OK(moe_gemm_rows_cpu(&fresh, CblasTrans, ROWS, N, K, A, B, 0, want));
+        CHECK(!memcmp(got, want, bytes), "a new version did not make the copy again (invariant %d)", invariant);
+        const int copies = kept.prepared_count;
+        CHECK_OK(moe_gemm_rows_cpu(&kept, CblasTrans, ROWS, N, K, A, B2, 0, got)); /* the stale NoTrans copy's place */
+        CHECK_OK(moe_gemm_rows_cpu(&fresh, CblasTrans, ROWS, N, K, A, B2, 0, want));
+        CHECK(!memcmp(got, want, bytes) && kept.prepared_count == copies,
+              "a second B: %d copies after %d, or its product differs (invariant %d)", kept.prepared_count, copies,
+              invariant);
+        moe_gemm_rows_plan_free(&kept), moe_gemm_rows_plan_free(&fresh), moe_gemm_rows_plan_free(&p32);
+    }
+    free(A), free(B), free(B2), free(old), free(got), free(want), free(stale);
+}
+
+/* A small model (one dense FFN layer, one MoE layer) with weights from seed 13 and one batch of random tokens. */
+static moe_model *small_model(moe_precision precision, moe_parallel *self, int tokens[4 * 32 + 1]) {
     moe_model_config c = moe_model_config_default();
     c.vocab_size = 64, c.num_layers = 2, c.d_model = 64, c.num_heads = 4, c.num_kv_heads = 2, c.d_ff = 96;
-    c.seq_len = 32, c.moe_every = 2; /* one dense FFN layer, one MoE layer */
+    c.seq_len = 32, c.moe_every = 2;
     c.moe = moe_config_default(c.d_model, c.d_ff, 4, 2);
     c.moe.precision = precision;
-    moe_parallel *self;
-    CHECK_OK(moe_parallel_create_self(&self));
     moe_model *m;
     CHECK_OK(moe_model_create(&c, NULL, self, 4, 1, &m));
     CHECK_OK(moe_model_init_weights(m, 13));
     moe_rng rng = moe_rng_seeded(13);
-    int tokens[4 * 32 + 1];
     for (int i = 0; i <= 4 * 32; i++) tokens[i] = (int)(moe_rng_next(&rng) % 64);
+    return m;
+}
+
+/* the model's loss on one batch of random tokens, from the same seed */
+static double model_loss(moe_precision precision, int again) {
+    moe_parallel *self;
+    CHECK_OK(moe_parallel_create_self(&self));
+    int tokens[4 * 32 + 1];
+    moe_model *m = small_model(precision, self, tokens);
     double loss = 0, second = 0;
     CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &loss, NULL));
     if (again) {
@@ -180,10 +237,37 @@ static double model_loss(moe_precision precision, int again) {
     return loss / (4 * 32);
 }
 
+/* The GEMMs' bf16 copies of the weights follow an optimizer step: the loss after it is the loss of a new model given
+ * the updated weights (a stale dense or expert copy would give the old weights' loss). */
+static void model_after_step(void) {
+    moe_parallel *self;
+    CHECK_OK(moe_parallel_create_self(&self));
+    int tokens[4 * 32 + 1];
+    moe_model *m = small_model(MOE_PRECISION_BF16, self, tokens), *fresh = small_model(MOE_PRECISION_BF16, self, tokens);
+    const size_t n = moe_model_num_dense(m) + moe_model_num_expert(m);
+    moe_real *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
+    double before = 0, after = 0, want = 0;
+    CHECK_OK(moe_model_zero_grads(m));
+    CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &before, NULL));
+    CHECK_OK(moe_model_backward(m, 1.0f / (4 * 32)));
+    const moe_adamw_params hp = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+    CHECK_OK(moe_model_adamw_step(m, m1, m2, &hp));
+    CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &after, NULL));
+    memcpy(moe_model_params(fresh), moe_model_params(m), n * sizeof(moe_real));
+    CHECK_OK(moe_model_forward(fresh, tokens, tokens + 1, 4, &want, NULL));
+    CHECK(after != before && after == want, "bf16 model after a step: loss %.17g, a new model with its weights %.17g "
+          "(before the step %.17g)", after, want, before);
+    moe_model_destroy(m), moe_model_destroy(fresh);
+    moe_parallel_destroy(self);
+    free(m1), free(m2);
+}
+
 int main(void) {
     policy();
     gemms();
+    kept_weights();
     layer();
+    model_after_step();
     double fp32 = model_loss(MOE_PRECISION_FP32, 0), bf16 = model_loss(MOE_PRECISION_BF16, 1);
     CHECK(fp32 != bf16, "the bf16 model's loss is bitwise the fp32 one (were the inputs rounded?)");
     test_tolerance_check_scalar("model loss", "cpu-bf16", bf16, fp32, "a dense and an MoE layer");
