@@ -269,8 +269,9 @@ static void set_compute_views(moe_model *m) {
 }
 
 /* When the parameters changed since the last forward: under bf16 the bf16 copies of every dense weight that is not a
- * norm (the GEMMs read those of set_compute_views), and the layers' ffn.version, which tells an MoE layer when to
- * make its experts' prepared copies again (core/types.h). Once per optimizer step, not per micro-batch. */
+ * norm (the GEMMs read those of set_compute_views), and the version the layers (ffn.version) and the dense ops are
+ * told, which says when to make the weights' prepared copies again (core/types.h). Once per optimizer step, not per
+ * micro-batch. */
 static moe_status refresh_compute_weights(moe_model *m) {
     if (m->compute_version == m->params_version) return MOE_OK;
     for (int i = 0; m->compute && i < m->num_tensors; i++) {
@@ -279,6 +280,9 @@ static moe_status refresh_compute_weights(moe_model *m) {
             MOE_TRY(m->dense->round_bf16(m->ops_state, m->params + t->offset, t->count, m->compute + t->offset));
     }
     for (int l = 0; l < m->cfg.num_layers; l++) m->c.layers[l].ffn.version = m->params_version;
+    /* not with tensor-parallel pieces: their GEMMs take weight blocks copied into scratch (tp/linear.c), one address for
+     * many weights, where a copy kept by address would be another weight's */
+    if (m->dense->weights_version && !m->pieces) m->dense->weights_version(m->ops_state, m->params_version);
     m->compute_version = m->params_version;
     return MOE_OK;
 }

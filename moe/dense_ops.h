@@ -109,6 +109,10 @@ typedef struct moe_dense_ops {
     moe_status (*scale)(moe_dense_state *s, moe_real *a, size_t count, double factor);
     /* dst = src rounded to bf16 (kept as moe_real): a weight's bf16 copy for the GEMMs */
     moe_status (*round_bf16)(moe_dense_state *s, const moe_real *src, size_t count, moe_real *dst);
+    /* The weights the GEMMs read have this version (core/types.h): a runtime that keeps their prepared copies (the
+     * CPU's: kernels/gemm_rows.h, by address) keeps them while it stays the same, so every W that linear and swiglu
+     * take must then be a weight in place, never a copy in scratch; 0 keeps none. NULL: the runtime keeps none. */
+    void (*weights_version)(moe_dense_state *s, unsigned long long version);
 } moe_dense_ops;
 
 /* The table of a runtime. */

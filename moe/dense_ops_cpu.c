@@ -291,6 +291,10 @@ static moe_status cpu_round_bf16(moe_dense_state *s, const moe_real *src, size_t
     return MOE_OK;
 }
 
+static void cpu_weights_version(moe_dense_state *s, unsigned long long version) {
+    moe_gemm_rows_plan_set_weights_version(&s->gemm, version);
+}
+
 const moe_dense_ops moe_dense_ops_cpu = {
     .name = "cpu",
     .create = cpu_create,
@@ -323,4 +327,5 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .find_nonfinite = cpu_find_nonfinite,
     .scale = cpu_scale,
     .round_bf16 = cpu_round_bf16,
+    .weights_version = cpu_weights_version,
 };
