@@ -33,15 +33,26 @@ moe_status moe_gemm_engine_run(moe_gemm_engine *engine, const moe_gemm_call *cal
 
 /* B prepared for calls of call's shape with prepared_b set, which take the prepared copy as their B: oneDNN's
  * blocked layout that its matmul for call->m rows prefers, in the call's input type (the 64-row blocks then run as
- * fast as one whole call: docs/BENCHMARKS.md); OpenBLAS's plain copy. prepared_bytes: its size; prepare_b: B (moe_real;
- * holding bf16 values for a bf16 call) converted and reordered into `prepared` in one pass. The caller owns the copy
- * (kernels/gemm_rows.h keeps a weight's until the weight changes). */
+ * fast as one whole call: docs/BENCHMARKS.md); OpenBLAS's plain copy. prepared_bytes: its size; prepare_b: B, plain
+ * and in the call's input type (moe_bf16 for a bf16 call, else moe_real), reordered into `prepared`: the same values,
+ * in another order. The caller owns the copy (kernels/gemm_rows.h keeps a weight's until the weight changes). */
 moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *engine, const moe_gemm_call *call, size_t *bytes);
-moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const moe_real *B,
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const void *B,
                                      void *prepared);
 
 /* 1 when bf16 calls take moe_bf16 arrays (a real bf16 kernel), 0 when they take moe_real arrays of bf16 values. */
 int moe_gemm_native_bf16(void);
+
+/* How bf16 calls run where the library has bf16 kernels (oneDNN on AVX512_BF16 or AMX): on those (native), or as fp32
+ * products of the bf16 values (fp32: the same inputs and fp32 accumulation, each product exact in fp32; the sums
+ * round per term where the dot-product instruction rounds per pair, so the bits differ at rounding level). The
+ * faster one depends on the core: auto takes native with AMX or on an AMD CPU (Zen 4 runs AVX512_BF16 dot products at
+ * twice its fp32 FMA rate), fp32 on an Intel CPU without AMX (there the bf16 kernels ran at ~60% of the fp32 ones:
+ * docs/BENCHMARKS.md, "bf16 GEMMs on fp32 units"). The mode comes from the MOE_BF16_GEMM environment variable (auto,
+ * native or fp32; auto when unset) at the first call, or from set_bf16_mode (tests), which must come before any engine
+ * or plan is made. A CPU without bf16 kernels always runs fp32. The choice is in moe_gemm_library()'s text. */
+typedef enum { MOE_BF16_GEMM_AUTO, MOE_BF16_GEMM_NATIVE, MOE_BF16_GEMM_FP32 } moe_bf16_gemm_mode;
+void moe_gemm_set_bf16_mode(moe_bf16_gemm_mode mode);
 /* The library and version, for logs and benchmark output: "oneDNN 2.6.3 (avx512_core_bf16)", "OpenBLAS 0.3.21". */
 const char *moe_gemm_library(void);
 

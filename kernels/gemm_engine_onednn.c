@@ -1,8 +1,8 @@
 /* gemm_engine_onednn.c — the GEMM engine on oneDNN's matmul primitive (why and what it guarantees:
  * gemm_engine.h). One CPU engine for the process; per moe_gemm_engine a stream and a small cache of primitives
  * keyed by the call's shape, each with its memory objects made once and pointed at the call's arrays. A shape
- * with prepared_b also keeps a reorder (plain fp32 B -> the matmul's preferred weights layout and type), which
- * writes into the caller's buffer.
+ * with prepared_b also keeps a reorder (plain B, in the call's input type -> the matmul's preferred weights layout),
+ * which writes into the caller's buffer.
  *
  * A weight gradient (trans_a) of at most RUNTIME_K_MAX rows is built with a run-time k: an expert's is summed over its
  * segments, each a different number of rows at nearly every call, and a primitive per k meant hundreds of primitive
@@ -17,6 +17,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -31,7 +35,7 @@ typedef struct {
     unsigned long long last_use; /* 0: empty */
     dnnl_primitive_t matmul;
     dnnl_memory_t src, weights, dst; /* runtime_k: dst only (src and weights are made per call, with the call's k) */
-    dnnl_primitive_t reorder;   /* prepared_b: plain fp32 B -> weights layout */
+    dnnl_primitive_t reorder;   /* prepared_b: plain B -> weights layout */
     dnnl_memory_t plain_b;      /* prepared_b: the reorder's source (its destination is weights) */
 } cached_matmul;
 
@@ -55,21 +59,52 @@ static moe_status failed(dnnl_status_t st, const char *what, const moe_gemm_call
                     c->m, c->k, c->k, c->n, (int)st);
 }
 
+static int has_isa(dnnl_cpu_isa_t wanted) { return (dnnl_get_effective_cpu_isa() & wanted) == wanted; }
+
+static int cpu_is_amd(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    /* the vendor string "AuthenticAMD" in ebx, edx, ecx */
+    return __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+#else
+    return 0;
+#endif
+}
+
+static moe_bf16_gemm_mode bf16_mode = MOE_BF16_GEMM_AUTO;
+static pthread_once_t bf16_mode_once = PTHREAD_ONCE_INIT;
+
+static void read_bf16_mode(void) {
+    const char *v = getenv("MOE_BF16_GEMM");
+    if (!v || !*v || !strcmp(v, "auto")) return;
+    if (!strcmp(v, "native")) bf16_mode = MOE_BF16_GEMM_NATIVE;
+    else if (!strcmp(v, "fp32")) bf16_mode = MOE_BF16_GEMM_FP32;
+    else fprintf(stderr, "warning: MOE_BF16_GEMM=%s is not auto, native or fp32: auto is used\n", v);
+}
+
+void moe_gemm_set_bf16_mode(moe_bf16_gemm_mode mode) {
+    pthread_once(&bf16_mode_once, read_bf16_mode);
+    bf16_mode = mode;
+}
+
 int moe_gemm_native_bf16(void) {
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+    pthread_once(&bf16_mode_once, read_bf16_mode);
+    if (!has_isa(dnnl_cpu_isa_avx512_core_bf16) || bf16_mode == MOE_BF16_GEMM_FP32) return 0;
+    return bf16_mode == MOE_BF16_GEMM_NATIVE || has_isa(dnnl_cpu_isa_avx512_core_amx) || cpu_is_amd();
 }
 
 const char *moe_gemm_library(void) {
-    static char name[96];
+    static char name[128];
     const dnnl_version_t *v = dnnl_version();
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     const char *isa_name = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx     ? "amx"
                            : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? "avx512_bf16"
                            : (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core           ? "avx512"
                                                                                                     : "below avx512";
-    snprintf(name, sizeof name, "oneDNN %d.%d.%d (%s%s)", v->major, v->minor, v->patch, isa_name,
-             moe_gemm_native_bf16() ? ", bf16 kernels" : ", bf16 emulated in fp32");
+    const int native = moe_gemm_native_bf16(); /* reads the mode first */
+    const char *mode = bf16_mode == MOE_BF16_GEMM_AUTO ? "auto" : bf16_mode == MOE_BF16_GEMM_NATIVE ? "native" : "fp32";
+    snprintf(name, sizeof name, "oneDNN %d.%d.%d (%s%s, MOE_BF16_GEMM %s)", v->major, v->minor, v->patch, isa_name,
+             native ? ", bf16 kernels" : ", bf16 emulated in fp32", mode);
     return name;
 }
 
@@ -117,11 +152,12 @@ static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_d
     return dnnl_memory_desc_init_by_tag(md, 2, dims, type, transposed ? dnnl_ba : dnnl_ab);
 }
 
-/* prepared_b: the reorder from B as the caller holds it (fp32, plain) into the matmul's weights layout and type. */
+/* prepared_b: the reorder from B as the caller holds it (plain, in the call's input type) into the matmul's weights
+ * layout: a permutation of the values, exact. */
 static dnnl_status_t build_reorder(cached_matmul *s, const moe_gemm_call *c, const dnnl_memory_desc_t *weights_md) {
     dnnl_memory_desc_t plain_md;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = matrix_desc(&plain_md, c->k, c->n, dnnl_f32, c->trans_b);
+    dnnl_status_t st = matrix_desc(&plain_md, c->k, c->n, c->bf16 ? dnnl_bf16 : dnnl_f32, c->trans_b);
     if (st == dnnl_success) st = dnnl_memory_create(&s->plain_b, &plain_md, cpu_engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success)
         st = dnnl_reorder_primitive_desc_create(&pd, &plain_md, cpu_engine, weights_md, cpu_engine, NULL);
@@ -217,7 +253,7 @@ moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *e, const moe_gemm_cal
     return MOE_OK;
 }
 
-moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *e, const moe_gemm_call *c, const moe_real *B, void *prepared) {
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *e, const moe_gemm_call *c, const void *B, void *prepared) {
     cached_matmul *s = NULL;
     MOE_TRY(prepared_shape(e, c, &s));
     dnnl_status_t st = dnnl_memory_set_data_handle_v2(s->plain_b, (void *)B, e->stream);

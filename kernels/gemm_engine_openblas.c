@@ -15,6 +15,8 @@ static moe_gemm_engine the_engine;
 
 int moe_gemm_native_bf16(void) { return 0; }
 
+void moe_gemm_set_bf16_mode(moe_bf16_gemm_mode mode) { (void)mode; /* OpenBLAS has no bf16 kernels */ }
+
 const char *moe_gemm_library(void) {
     static char name[160];
     snprintf(name, sizeof name, "%s, core %s (bf16 emulated in fp32)", openblas_get_config(), openblas_get_corename());
@@ -34,7 +36,7 @@ moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *engine, const moe_gem
     return MOE_OK;
 }
 
-moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const moe_real *B,
+moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const void *B,
                                      void *prepared) {
     (void)engine;
     memcpy(prepared, B, (size_t)call->k * call->n * sizeof(moe_real));

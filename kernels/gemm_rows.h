@@ -66,8 +66,8 @@ typedef struct {
     moe_gemm_prepared_weight *prepared;   /* the kept copies, [prepared_count] of [prepared_capacity] */
     int prepared_count, prepared_capacity;
     moe_gemm_prepared_weight once;        /* the copy of a call that keeps none */
-    moe_real *rounded;        /* B rounded to bf16, on its way into a blocked layout */
-    size_t rounded_bytes;
+    void *plain_b;            /* B as the calls' input type (bf16), on its way into a blocked layout */
+    size_t plain_b_bytes;
     void *stage[MOE_GEMM_STAGE_SLOTS]; /* staged inputs (moe_gemm_rows_stage), grown on demand: the plan's own, */
     size_t stage_bytes[MOE_GEMM_STAGE_SLOTS];
     moe_gemm_stage_source stage_source; /* or, when get is set, from there (nothing of its own)             */

@@ -24,7 +24,7 @@ void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     for (int i = 0; i < plan->prepared_count; i++) free(plan->prepared[i].data);
     free(plan->prepared);
     free(plan->once.data);
-    free(plan->rounded);
+    free(plan->plain_b);
     for (int i = 0; i < MOE_GEMM_STAGE_SLOTS; i++) free(plan->stage[i]);
     moe_gemm_engine_free(plan->engine);
     *plan = (moe_gemm_rows_plan){0};
@@ -152,14 +152,9 @@ static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_gemm_call *c
     size_t bytes = count * input_size(plan);
     if (call->prepared_b) MOE_TRY(moe_gemm_engine_prepared_bytes(plan->engine, call, &bytes));
     MOE_TRY(grow(&w->data, &w->bytes, bytes));
-    if (call->prepared_b) {
-        const moe_real *source = B;
-        if (plan->bf16_inputs) {
-            MOE_TRY(grow((void **)&plan->rounded, &plan->rounded_bytes, count * sizeof(moe_real)));
-            moe_round_bf16_cpu(B, count, plan->rounded);
-            source = plan->rounded;
-        }
-        MOE_TRY(moe_gemm_engine_prepare_b(plan->engine, call, source, w->data));
+    if (call->prepared_b) { /* converted plain (bf16 inputs), then reordered: the conversion is this file's */
+        MOE_TRY(grow(&plan->plain_b, &plan->plain_b_bytes, count * input_size(plan)));
+        MOE_TRY(moe_gemm_engine_prepare_b(plan->engine, call, as_input(plan, B, count, plan->plain_b), w->data));
     } else {
         as_input(plan, B, count, w->data);
     }

@@ -1,6 +1,7 @@
 /* test_gemm_engine.c — the weight-gradient calls of the CPU GEMM engine (kernels/gemm_engine.h), C[m, n] (+)= A^T B
  * summed over k rows, at every k an expert's segment may have, in fp32 and bf16 (where the engine has bf16
- * kernels): short sums share one run-time-k primitive, longer ones get their own (kernels/gemm_engine_onednn.c).
+ * kernels, and as fp32 products of the bf16 values: both MOE_BF16_GEMM modes): short sums share one run-time-k
+ * primitive, longer ones get their own (kernels/gemm_engine_onednn.c).
  *  - each product equals the double-precision sum of the same inputs up to fp32 rounding of the sum;
  *  - accumulating (C += product) gives exactly C + the product alone: one fp32 addition per value;
  *  - a call's bits do not depend on the calls before it (the primitive it finds built for another k, or built now). */
@@ -32,8 +33,8 @@ static inputs make_inputs(moe_rng *rng) {
 }
 
 static moe_status at_b(moe_gemm_engine *e, const inputs *in, int bf16, int m, int n, int k, int accumulate, float *C) {
-    const moe_gemm_call call = {.trans_a = 1, .m = m, .n = n, .k = k, .bf16 = bf16, .accumulate = accumulate};
-    const int native = bf16 && moe_gemm_native_bf16();
+    const int native = bf16 && moe_gemm_native_bf16(); /* else bf16 values in an fp32 call (gemm_engine.h) */
+    const moe_gemm_call call = {.trans_a = 1, .m = m, .n = n, .k = k, .bf16 = native, .accumulate = accumulate};
     return moe_gemm_engine_run(e, &call, native ? (const void *)in->a16 : in->a, native ? (const void *)in->b16 : in->b,
                                C);
 }
@@ -91,8 +92,12 @@ int main(void) {
     moe_rng rng = moe_rng_seeded(29);
     inputs in = make_inputs(&rng);
     static const int shapes[][2] = {{256, 128}, {128, 256}, {8, 128}};
-    for (int bf16 = 0; bf16 <= 1; bf16++)
-        for (int s = 0; s < 3; s++) check_shape(&in, bf16, shapes[s][0], shapes[s][1], &rng);
+    static const moe_bf16_gemm_mode modes[] = {MOE_BF16_GEMM_NATIVE, MOE_BF16_GEMM_FP32}; /* both, whatever auto is */
+    for (int mode = 0; mode < 2; mode++) {
+        moe_gemm_set_bf16_mode(modes[mode]);
+        for (int bf16 = 0; bf16 <= 1; bf16++)
+            for (int s = 0; s < 3; s++) check_shape(&in, bf16, shapes[s][0], shapes[s][1], &rng);
+    }
     free(in.a), free(in.b), free(in.a16), free(in.b16);
     return test_finish("test_gemm_engine");
 }

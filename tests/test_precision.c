@@ -6,6 +6,7 @@
  *    37, 64 or 300 rows (layout invariance holds in bf16 too); the weight-gradient product A^T B likewise;
  *  - the layer: the same routes (the router stays fp32), outputs and gradients within bf16 error;
  *  - prepared weights: a plan keeps each weight's bf16 copy under one version and makes it again under the next;
+ *  - the GEMMs and prepared weights in both MOE_BF16_GEMM modes (bf16 kernels, fp32 products of bf16 values);
  *  - the model: the loss within bf16 error of fp32, and bitwise the same on a second forward; after an optimizer
  *    step, bitwise a new model's with the updated weights. */
 #include <math.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/cast.h"
+#include "kernels/gemm_engine.h"
 #include "kernels/gemm_rows.h"
 #include "models/model.h"
 #include "models/optimizer.h"
@@ -264,8 +266,13 @@ static void model_after_step(void) {
 
 int main(void) {
     policy();
-    gemms();
-    kept_weights();
+    static const moe_bf16_gemm_mode modes[] = {MOE_BF16_GEMM_NATIVE, MOE_BF16_GEMM_FP32}; /* both, whatever auto is */
+    for (int mode = 0; mode < 2; mode++) {
+        moe_gemm_set_bf16_mode(modes[mode]);
+        gemms();
+        kept_weights();
+    }
+    moe_gemm_set_bf16_mode(MOE_BF16_GEMM_AUTO);
     layer();
     model_after_step();
     double fp32 = model_loss(MOE_PRECISION_FP32, 0), bf16 = model_loss(MOE_PRECISION_BF16, 1);
