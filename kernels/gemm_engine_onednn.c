@@ -72,25 +72,32 @@ static int cpu_is_amd(void) {
 }
 
 static moe_bf16_gemm_mode bf16_mode = MOE_BF16_GEMM_AUTO;
+static int native_bf16; /* the mode's answer on this CPU: asked once (CPUID is a trap to the hypervisor in a VM) */
 static pthread_once_t bf16_mode_once = PTHREAD_ONCE_INIT;
+
+static void resolve_bf16_mode(void) {
+    native_bf16 = has_isa(dnnl_cpu_isa_avx512_core_bf16) && bf16_mode != MOE_BF16_GEMM_FP32 &&
+                  (bf16_mode == MOE_BF16_GEMM_NATIVE || has_isa(dnnl_cpu_isa_avx512_core_amx) || cpu_is_amd());
+}
 
 static void read_bf16_mode(void) {
     const char *v = getenv("MOE_BF16_GEMM");
-    if (!v || !*v || !strcmp(v, "auto")) return;
-    if (!strcmp(v, "native")) bf16_mode = MOE_BF16_GEMM_NATIVE;
-    else if (!strcmp(v, "fp32")) bf16_mode = MOE_BF16_GEMM_FP32;
-    else fprintf(stderr, "warning: MOE_BF16_GEMM=%s is not auto, native or fp32: auto is used\n", v);
+    if (v && !strcmp(v, "native")) bf16_mode = MOE_BF16_GEMM_NATIVE;
+    else if (v && !strcmp(v, "fp32")) bf16_mode = MOE_BF16_GEMM_FP32;
+    else if (v && *v && strcmp(v, "auto"))
+        fprintf(stderr, "warning: MOE_BF16_GEMM=%s is not auto, native or fp32: auto is used\n", v);
+    resolve_bf16_mode();
 }
 
 void moe_gemm_set_bf16_mode(moe_bf16_gemm_mode mode) {
     pthread_once(&bf16_mode_once, read_bf16_mode);
     bf16_mode = mode;
+    resolve_bf16_mode();
 }
 
 int moe_gemm_native_bf16(void) {
     pthread_once(&bf16_mode_once, read_bf16_mode);
-    if (!has_isa(dnnl_cpu_isa_avx512_core_bf16) || bf16_mode == MOE_BF16_GEMM_FP32) return 0;
-    return bf16_mode == MOE_BF16_GEMM_NATIVE || has_isa(dnnl_cpu_isa_avx512_core_amx) || cpu_is_amd();
+    return native_bf16;
 }
 
 const char *moe_gemm_library(void) {
