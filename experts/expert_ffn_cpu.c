@@ -1,6 +1,8 @@
 /* expert_ffn_cpu.c — the grouped SwiGLU expert GEMMs: row-wise products in fixed row blocks (gemm_rows.h),
  * weight gradients as one product per expert, projection and segment, added in tree_schedule.h's order; with bf16
- * inputs (the plan's), w must hold bf16 values and the activations are rounded on their way into each GEMM.
+ * inputs (the plan's) the weights and activations are rounded on their way into each GEMM. act, dH1 and dH3 are GEMM
+ * inputs only: where the plan stages reals (bf16 on fp32 units) the elementwise loops round them as they write them,
+ * which the GEMMs would do anyway (the same bits), so that they need no staging pass.
  * Threads: the GEMMs thread themselves; the elementwise SwiGLU and gradient additions are split over elements. */
 #include "experts/expert_ffn.h"
 #include "core/tree_schedule.h"
@@ -8,6 +10,7 @@
 #include "core/fail.h"
 #include "core/real.h"
 #include "core/threads.h"
+#include "kernels/cast.h"
 #include "kernels/gemm_rows.h"
 
 /* The plan's stage slots (kernels/gemm_rows.h) this file uses. */
@@ -15,11 +18,21 @@ enum { STAGE_X, STAGE_DY, STAGE_DH1, STAGE_DH3, STAGE_ACT };
 
 static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); }
 
+/* x as a bf16 GEMM input reads it when `round`, else x */
+static inline moe_real input_value(moe_real x, int round) {
+#ifdef MOE_REAL_IS_DOUBLE
+    return round ? (moe_real)moe_bf16_round((float)x) : x;
+#else
+    return round ? moe_bf16_round_inline(x) : x;
+#endif
+}
+
 moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
                                       const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
                                       moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
+    const int round = moe_gemm_rows_caller_rounds(gemm); /* act rounded as it is written (above) */
     for (int e = 0; e < num_experts; e++) {
         int n = expert_offset[e + 1] - expert_offset[e];
         if (n == 0) continue;
@@ -32,8 +45,11 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasTrans, n, d_ff, d, x_in, w->w3 + e * wcount, 0, H3));
         const size_t count = (size_t)n * d_ff;
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
-        for (size_t i = 0; i < count; i++) A[i] = H1[i] * sigmoid(H1[i]) * H3[i];
-        if (y) MOE_TRY(moe_gemm_rows_cpu(gemm, CblasTrans, n, d, d_ff, A, w->w2 + e * wcount, 0, y + r0 * d));
+        for (size_t i = 0; i < count; i++) A[i] = input_value(H1[i] * sigmoid(H1[i]) * H3[i], round);
+        if (!y) continue;
+        const void *A_in;
+        MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_ACT, A, count, &A_in));
+        MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasTrans, n, d, d_ff, A_in, w->w2 + e * wcount, 0, y + r0 * d));
     }
     return MOE_OK;
 }
@@ -96,6 +112,7 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
                                        moe_real *wgrad_scratch, moe_gemm_rows_plan *gemm) {
     const int d = d_model;
     const size_t wcount = (size_t)d_ff * d;
+    const int round = moe_gemm_rows_caller_rounds(gemm); /* as in forward: act was rounded there */
     for (int e = 0; e < num_experts; e++) {
         const int *seg = segment_start + (size_t)e * segments;
         int n = seg[segments] - seg[0];
@@ -113,16 +130,16 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
         for (size_t i = 0; i < count; i++) {
             moe_real s = sigmoid(H1[i]), dA = dH1[i];
-            dH3[i] = dA * H1[i] * s;
-            dH1[i] = dA * H3[i] * s * (1 + H1[i] * (1 - s));
+            dH3[i] = input_value(dA * H1[i] * s, round);
+            dH1[i] = input_value(dA * H3[i] * s * (1 + H1[i] * (1 - s)), round);
         }
         /* dX = dH1 W1 + dH3 W3 */
-        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_DH1, dH1, count, &dH1_in));
-        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_DH3, dH3, count, &dH3_in));
+        MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_DH1, dH1, count, &dH1_in));
+        MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_DH3, dH3, count, &dH3_in));
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d, d_ff, dH1_in, w->w1 + e * wcount, 0, dX));
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d, d_ff, dH3_in, w->w3 + e * wcount, 1, dX));
         MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_X, xp + r0 * d, (size_t)n * d, &X_in));
-        MOE_TRY(moe_gemm_rows_stage(gemm, STAGE_ACT, act + r0 * d_ff, count, &A_in));
+        MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_ACT, act + r0 * d_ff, count, &A_in));
         /* dW2 += dY^T A;  dW1 += dH1^T X;  dW3 += dH3^T X — one product per segment, added in the tree */
         const segment_products w2 = {gemm, seg, segments, d, d_ff, dY_in, A_in, d, d_ff},
                                w1 = {gemm, seg, segments, d_ff, d, dH1_in, X_in, d_ff, d},

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/gpu.h"
 
@@ -14,6 +15,19 @@ moe_bf16 moe_bf16_from_float(float x);
 float moe_bf16_to_float(moe_bf16 x);
 /* x rounded to bf16 and back: what a value keeps of itself when stored as bf16. */
 float moe_bf16_round(float x);
+/* The rounding on the bit pattern (why it is exact: cast_cpu.c), inline so that a loop that rounds its results as it
+ * writes them vectorises: the bf16 bits of the float with bits u, and x rounded to bf16 and back (moe_bf16_round). */
+static inline uint32_t moe_bf16_bits(uint32_t u) { /* branchless: both results formed, one selected */
+    const uint32_t quiet_nan = (u >> 16) | 0x0040u, rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
+}
+static inline float moe_bf16_round_inline(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = moe_bf16_bits(u) << 16;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 /* The same for n values at once (vectorised; the bits of the scalar forms). */
 void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out);
 void moe_bf16_round_n(const float *x, size_t n, float *out);

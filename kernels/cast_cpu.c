@@ -14,16 +14,12 @@
 
 #include "core/threads.h"
 
-/* Branchless (both results formed, one selected), so that the bulk loops below vectorise. */
-static inline uint32_t bf16_bits(uint32_t u) {
-    const uint32_t quiet_nan = (u >> 16) | 0x0040u, rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
-}
+/* moe_bf16_bits (cast.h) is branchless, so that the bulk loops below vectorise. */
 
 moe_bf16 moe_bf16_from_float(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    return (moe_bf16)bf16_bits(u);
+    return (moe_bf16)moe_bf16_bits(u);
 }
 
 void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out) {
@@ -31,7 +27,7 @@ void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out) {
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
-        out[i] = (moe_bf16)bf16_bits(u);
+        out[i] = (moe_bf16)moe_bf16_bits(u);
     }
 }
 
@@ -40,7 +36,7 @@ void moe_bf16_round_n(const float *x, size_t n, float *out) {
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
-        u = bf16_bits(u) << 16;
+        u = moe_bf16_bits(u) << 16;
         memcpy(out + i, &u, sizeof u);
     }
 }

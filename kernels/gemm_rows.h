@@ -95,6 +95,13 @@ moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int
  * of once per product; with fp32 inputs *out is x itself. The _staged products take such inputs and give the bits of
  * their plain twins on the same values. moe_gemm_rows_staged_at: value `index` of a staged input. */
 moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count, const void **out);
+/* Inputs the caller rounds: caller_rounds is 1 when the plan stages bf16 inputs as moe_real values (bf16 on fp32
+ * units: gemm_engine.h), so that a caller that rounds an input as it computes it (moe_bf16_round_inline) has it staged
+ * already. stage_rounded: x as staged, x itself but where the plan stages moe_bf16 values (then moe_gemm_rows_stage);
+ * x must hold the rounded values when caller_rounds. */
+int moe_gemm_rows_caller_rounds(const moe_gemm_rows_plan *plan);
+moe_status moe_gemm_rows_stage_rounded(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count,
+                                       const void **out);
 const void *moe_gemm_rows_staged_at(const moe_gemm_rows_plan *plan, const void *staged, size_t index);
 moe_status moe_gemm_rows_staged_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
                                     const void *A, const moe_real *B, moe_real beta, moe_real *C);

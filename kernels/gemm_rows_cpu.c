@@ -90,6 +90,14 @@ moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_rea
     return MOE_OK;
 }
 
+int moe_gemm_rows_caller_rounds(const moe_gemm_rows_plan *plan) { return plan->bf16_inputs && !native_bf16(plan); }
+
+moe_status moe_gemm_rows_stage_rounded(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count,
+                                       const void **out) {
+    if (!native_bf16(plan)) return *out = x, MOE_OK; /* an fp32 plan stages x itself too */
+    return moe_gemm_rows_stage(plan, slot, x, count, out);
+}
+
 const void *moe_gemm_rows_staged_at(const moe_gemm_rows_plan *plan, const void *staged, size_t index) {
     return (const char *)staged + index * input_size(plan);
 }
