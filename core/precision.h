@@ -9,7 +9,8 @@
  *         trainer does; a bf16 logit would flip top-k choices at ties).
  *
  * A bf16 input times a bf16 input is exact in fp32, so a bf16 GEMM with fp32 accumulation computes the same as an
- * fp32 GEMM of the rounded inputs, up to the order of the sums: which is how a CPU without a bf16 kernel runs it. */
+ * fp32 GEMM of the rounded inputs, up to the order of the sums: which is how a CPU without a bf16 kernel runs it, and
+ * a CPU whose fp32 units outrun its bf16 kernels (kernels/gemm_engine.h, MOE_BF16_GEMM). */
 #ifndef MOE_CORE_PRECISION_H
 #define MOE_CORE_PRECISION_H
 

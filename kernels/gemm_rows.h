@@ -22,7 +22,7 @@
  * the same; a new version makes each copy again at its next use. The caller promises that B's values do not change
  * under one version: a training step's optimizer update, or a checkpoint's load, comes with a new version (the model's
  * parameter version, models/model.h). Version 0, the default, prepares B at every call. fp32 plans prepare at every
- * call (a kept fp32 copy would double the weights' memory for ~4% of a step).
+ * call (a kept fp32 copy would double the weights' memory to save ~4% of a layer's pass).
  *
  * beta is 0 (C is overwritten, not read) or 1 (C += product); anything else is MOE_ERR_INVALID_ARG. */
 #ifndef MOE_KERNELS_GEMM_ROWS_H

@@ -143,7 +143,7 @@ static void gpu_run_once(moe_gpu *gpu, moe_expert_gemm_mode mode, const fixture 
     test_gpu_poison(gpu, F->dact, rows * f * 2 + 2);
     test_gpu_poison(gpu, F->dxp, rows * d * 2 + 2);
     CHECK_OK(moe_gpu_upload(gpu, F->grads, F->grads0, gn * sizeof(float)));
-    moe_layer_weights g = {NULL, F->grads, F->grads + E * F->wcount, F->grads + 2 * E * F->wcount};
+    moe_layer_weights g = {NULL, F->grads, F->grads + E * F->wcount, F->grads + 2 * E * F->wcount, 0};
     CHECK_OK(moe_expert_ffn_forward_cuda(gpu, mode, &F->wb, F->E, F->d, F->f, F->offset, F->xp, F->h13, F->act, F->y));
     CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, &F->wb, &g, F->E, F->d, F->f, F->offset, 1, F->xp, F->h13, F->act,
                                           F->dy, F->dh13, F->dact, F->dxp, F->wscratch));
@@ -221,7 +221,7 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     CHECK_OK(moe_gpu_upload(gpu, d_w, w1, wn * sizeof(float)));
     CHECK_OK(moe_gpu_upload(gpu, d_w + wn, w3, wn * sizeof(float)));
     CHECK_OK(moe_gpu_upload(gpu, d_w + 2 * wn, w2, wn * sizeof(float)));
-    moe_layer_weights dw = {NULL, d_w, d_w + wn, d_w + 2 * wn};
+    moe_layer_weights dw = {NULL, d_w, d_w + wn, d_w + 2 * wn, 0};
     F.wb.w13 = (moe_bf16 *)test_gpu_alloc(gpu, 2 * wn * 2);
     F.wb.w2 = (moe_bf16 *)test_gpu_alloc(gpu, wn * 2);
     CHECK_OK(moe_expert_weights_to_bf16_cuda(gpu, &dw, F.E, F.d, F.f, &F.wb));
@@ -261,7 +261,7 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     /* CPU forward on the same bf16 values */
     moe_gemm_rows_plan plan;
     CHECK_OK(moe_gemm_rows_plan_init(&plan, 0, 0, F.d > F.f ? F.d : F.f));
-    moe_layer_weights wc = {NULL, w1, w3, w2};
+    moe_layer_weights wc = {NULL, w1, w3, w2, 0};
     float *h1 = (float *)xmalloc(rows * f * 4), *h3 = (float *)xmalloc(rows * f * 4);
     float *act = (float *)xmalloc(rows * f * 4), *y = (float *)xmalloc(rows * d * 4);
     moe_expert_ffn_forward_cpu(&wc, F.E, F.d, F.f, F.offset, xp, h1, h3, act, y, &plan);
@@ -289,7 +289,7 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
         }
         float *gc = (float *)xmalloc(3 * wn * 4);
         memcpy(gc, F.grads0, 3 * wn * 4);
-        moe_layer_weights gcw = {NULL, gc, gc + wn, gc + 2 * wn};
+        moe_layer_weights gcw = {NULL, gc, gc + wn, gc + 2 * wn, 0};
         float *dh1 = (float *)xmalloc(rows * f * 4), *dh3 = (float *)xmalloc(rows * f * 4);
         float *dxp_want = (float *)xmalloc(rows * d * 4);
         float *wscratch = (float *)xmalloc(moe_expert_ffn_wgrad_scratch_count(F.d, F.f, 1) * 4); /* leaf + sum */
@@ -343,7 +343,7 @@ static void rows_run(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_w
     float *grads = (float *)test_gpu_alloc(gpu, 3 * (size_t)f * d * sizeof(float));
     float *wscratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(d, f, 1) * sizeof(float));
     const int offset[2] = {first, end};
-    moe_layer_weights g = {NULL, grads, grads + (size_t)f * d, grads + 2 * (size_t)f * d};
+    moe_layer_weights g = {NULL, grads, grads + (size_t)f * d, grads + 2 * (size_t)f * d, 0};
     CHECK_OK(moe_expert_ffn_forward_cuda(gpu, mode, wb, 1, d, f, offset, xp, h13, act, y));
     CHECK_OK(moe_expert_ffn_backward_cuda(gpu, mode, wb, &g, 1, d, f, offset, 1, xp, h13, act, dy, dh13, dact, dxp,
                                           wscratch));
@@ -364,7 +364,7 @@ static void test_row_blocks(moe_gpu *gpu, moe_rng *rng) {
     float *w = bf16_uniform(rng, 3 * wn, 0.2, NULL);
     float *xp = bf16_uniform(rng, (size_t)rows * d, 1.0, &xpb), *dy = bf16_uniform(rng, (size_t)rows * d, 1.0, &dyb);
     float *d_w = (float *)test_gpu_upload(gpu, w, 3 * wn * sizeof(float));
-    moe_layer_weights dw = {NULL, d_w, d_w + wn, d_w + 2 * wn};
+    moe_layer_weights dw = {NULL, d_w, d_w + wn, d_w + 2 * wn, 0};
     moe_expert_weights_bf16 wb = {(moe_bf16 *)test_gpu_alloc(gpu, 2 * wn * 2), (moe_bf16 *)test_gpu_alloc(gpu, wn * 2)};
     CHECK_OK(moe_expert_weights_to_bf16_cuda(gpu, &dw, 1, d, f, &wb));
     moe_bf16 *d_xp = (moe_bf16 *)test_gpu_upload(gpu, xpb, (size_t)rows * d * 2);
@@ -489,7 +489,7 @@ static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
     moe_bf16 *d_dxp = (moe_bf16 *)test_gpu_alloc(gpu, rows * d * 2);
     float *d_grads = (float *)test_gpu_alloc(gpu, 3 * wn * sizeof(float));
     float *d_scratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(d, f, S) * sizeof(float));
-    moe_layer_weights g = {NULL, d_grads, d_grads + wn, d_grads + 2 * wn};
+    moe_layer_weights g = {NULL, d_grads, d_grads + wn, d_grads + 2 * wn, 0};
 
     if (S > 1) /* more than one segment needs the scratch */
         CHECK(moe_expert_ffn_backward_cuda(gpu, MOE_EXPERT_GEMM_PER_EXPERT, &wb, &g, E, d, f, seg, S, d_xp, d_h13,
@@ -517,7 +517,7 @@ static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
     float *leaf_store = (float *)xmalloc((size_t)S * 3 * wc * 4), *leaf[3][SEG_MAX];
     float *d_leaf = (float *)test_gpu_alloc(gpu, 3 * wc * sizeof(float));
     float *d_leaf_scratch = (float *)test_gpu_alloc(gpu, moe_expert_ffn_wgrad_scratch_count(d, f, 2) * sizeof(float));
-    moe_layer_weights gl = {NULL, d_leaf, d_leaf + wc, d_leaf + 2 * wc};
+    moe_layer_weights gl = {NULL, d_leaf, d_leaf + wc, d_leaf + 2 * wc, 0};
     for (int e = 0; e < E; e++) {
         if (off[e + 1] == off[e]) continue; /* an expert without rows keeps its gradients */
         moe_expert_weights_bf16 we = {wb.w13 + (size_t)e * 2 * wc, wb.w2 + (size_t)e * wc};
@@ -570,7 +570,7 @@ static void test_segments(moe_gpu *gpu, int S, moe_rng *rng) {
     float *dh3 = (float *)xmalloc(rows * f * 4 + 4), *dxp_want = (float *)xmalloc(rows * d * 4 + 4);
     float *wscratch = (float *)xmalloc(moe_expert_ffn_wgrad_scratch_count(d, f, S) * 4);
     memcpy(gc, grads0, 3 * wn * 4);
-    moe_layer_weights wcpu = {NULL, w1, w3, w2}, gcw = {NULL, gc, gc + wn, gc + 2 * wn};
+    moe_layer_weights wcpu = {NULL, w1, w3, w2, 0}, gcw = {NULL, gc, gc + wn, gc + 2 * wn, 0};
     CHECK_OK(moe_expert_ffn_backward_cpu(&wcpu, &gcw, E, d, f, seg, S, xp, h1, h3, act, dy, dh1, dh3, dxp_want,
                                          wscratch, &plan));
     float *dxpg = to_float(dxp_got, rows * d);
