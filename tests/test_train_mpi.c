@@ -7,8 +7,9 @@
  *    updated weights differ in the last bits. The step-1 global gradient norm agrees within 1e-6: each
  *    expert is counted once whether it is sharded, replicated or both. With W = 2 and one micro-batch per
  *    step, ep = 1 and ep = 2 are bitwise equal over all steps (experts/expert_ffn.h, models/optimizer.h).
- *  - bf16 precision (core/precision.h), W = 2: run to run and ep = 1 vs 2 bitwise equal over all steps, and within
- *    2% of the fp32 losses (but not equal to them: the GEMM inputs were rounded).
+ *  - bf16 precision (core/precision.h), W = 2, on bf16 kernels and on fp32 units (kernels/gemm_engine.h): run to
+ *    run and ep = 1 vs 2 bitwise equal over all steps, and within 2% of the fp32 losses (but not equal to them: the
+ *    GEMM inputs were rounded).
  *  - threads (core/threads.h), W <= 2: a wider model (every threaded loop above its size threshold) gives
  *    bitwise the same losses with 1, 2 and 3 OpenMP threads per rank.
  *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
@@ -19,6 +20,7 @@
 
 #include "alltoall/parallel_mpi.h"
 #include "core/threads.h"
+#include "kernels/gemm_engine.h"
 #include "train/trainer.h"
 #include "tests/test_mpi.h"
 #include "tests/test_training.h"
@@ -109,20 +111,32 @@ int main(int argc, char **argv) {
         CHECK(norm == reference_norm, "W=2, 1 micro-batch: step-1 norms %.17g vs %.17g", norm, reference_norm);
         if (rank == 0) printf("W=2, 1 micro-batch per step: ep=1 and ep=2 losses bitwise equal over %d steps\n", STEPS);
 
-        double bf16_ep1[STEPS], bf16_again[STEPS], bf16_ep2[STEPS], bf16_norm;
-        train(train_path, val_path, 1, STEPS, 1, bf16_ep1, &bf16_norm, bf16);
-        train(train_path, val_path, 1, STEPS, 1, bf16_again, &norm, bf16);
-        CHECK(!memcmp(bf16_ep1, bf16_again, sizeof bf16_ep1), "bf16: a second run's losses are not bitwise the first's");
-        train(train_path, val_path, 2, STEPS, 1, bf16_ep2, &norm, bf16);
-        CHECK(!memcmp(bf16_ep1, bf16_ep2, sizeof bf16_ep1), "bf16: ep 2 losses not bitwise those of ep 1");
-        CHECK(bf16_ep1[0] != reference[0], "bf16: step 1 loss bitwise the fp32 one (were the inputs rounded?)");
-        for (int s = 0; s < STEPS; s++) {
-            CHECK(fabs(bf16_ep1[s] - reference[s]) <= 0.02 * reference[s], "bf16 step %d: %.9f, fp32 %.9f", s + 1,
-                  bf16_ep1[s], reference[s]);
-            if (rank == 0)
-                printf("bf16 step %d: loss %.9f (fp32 %.9f, rel diff %.2e); run to run and ep 1 vs 2 bitwise\n", s + 1,
-                       bf16_ep1[s], reference[s], fabs(bf16_ep1[s] - reference[s]) / reference[s]);
+        /* in both ways bf16 GEMMs run (kernels/gemm_engine.h: the same where the CPU has no bf16 kernels) */
+        static const moe_bf16_gemm_mode modes[] = {MOE_BF16_GEMM_NATIVE, MOE_BF16_GEMM_FP32};
+        static const char *const mode_names[] = {"bf16 kernels", "fp32 units"};
+        for (int mode = 0; mode < 2; mode++) {
+            moe_gemm_set_bf16_mode(modes[mode]);
+            const char *how = mode_names[mode];
+            double bf16_ep1[STEPS], bf16_again[STEPS], bf16_ep2[STEPS], bf16_norm;
+            train(train_path, val_path, 1, STEPS, 1, bf16_ep1, &bf16_norm, bf16);
+            train(train_path, val_path, 1, STEPS, 1, bf16_again, &norm, bf16);
+            CHECK(!memcmp(bf16_ep1, bf16_again, sizeof bf16_ep1), "bf16 (%s): a second run's losses are not bitwise "
+                  "the first's", how);
+            train(train_path, val_path, 2, STEPS, 1, bf16_ep2, &norm, bf16);
+            CHECK(!memcmp(bf16_ep1, bf16_ep2, sizeof bf16_ep1), "bf16 (%s): ep 2 losses not bitwise those of ep 1",
+                  how);
+            CHECK(bf16_ep1[0] != reference[0], "bf16 (%s): step 1 loss bitwise the fp32 one (were the inputs rounded?)",
+                  how);
+            for (int s = 0; s < STEPS; s++) {
+                CHECK(fabs(bf16_ep1[s] - reference[s]) <= 0.02 * reference[s], "bf16 (%s) step %d: %.9f, fp32 %.9f",
+                      how, s + 1, bf16_ep1[s], reference[s]);
+                if (rank == 0)
+                    printf("bf16 (%s) step %d: loss %.9f (fp32 %.9f, rel diff %.2e); run to run and ep 1 vs 2 "
+                           "bitwise\n", how, s + 1, bf16_ep1[s], reference[s],
+                           fabs(bf16_ep1[s] - reference[s]) / reference[s]);
+            }
         }
+        moe_gemm_set_bf16_mode(MOE_BF16_GEMM_AUTO);
     }
 
     if (W <= 2) check_thread_counts(train_path, val_path, W, rank);
