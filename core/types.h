@@ -66,8 +66,8 @@ typedef enum {
  * The router is a dense (replicated) parameter; the experts are this rank's E_local = E / ep_size. A dense
  * SwiGLU FFN is one "expert" with router_w NULL.
  * version: 0, or a number the owner changes whenever the values change (an optimizer step, a load): a bf16 CPU layer
- * then keeps the experts' prepared bf16 copies from one forward to the next while it stays the same (kernels/gemm_rows.h,
- * "prepared weights"); 0 makes them afresh at every forward. */
+ * then keeps the experts' prepared bf16 copies from one forward to the next while it stays the same
+ * (kernels/gemm_rows.h, "prepared weights"); 0 makes them afresh at every forward. */
 typedef struct {
     moe_real *router_w;
     moe_real *w1;

@@ -33,12 +33,7 @@ void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out) {
 
 void moe_bf16_round_n(const float *x, size_t n, float *out) {
 #pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        u = moe_bf16_bits(u) << 16;
-        memcpy(out + i, &u, sizeof u);
-    }
+    for (size_t i = 0; i < n; i++) out[i] = moe_bf16_round_inline(x[i]);
 }
 
 float moe_bf16_to_float(moe_bf16 x) {
@@ -48,7 +43,7 @@ float moe_bf16_to_float(moe_bf16 x) {
     return f;
 }
 
-float moe_bf16_round(float x) { return moe_bf16_to_float(moe_bf16_from_float(x)); }
+float moe_bf16_round(float x) { return moe_bf16_round_inline(x); }
 
 float moe_f16_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -48,9 +48,10 @@ int moe_gemm_native_bf16(void);
  * round per term where the dot-product instruction rounds per pair, so the bits differ at rounding level). The
  * faster one depends on the core: auto takes native with AMX or on an AMD CPU (Zen 4 runs AVX512_BF16 dot products at
  * twice its fp32 FMA rate), fp32 on an Intel CPU without AMX (there the bf16 kernels ran at ~60% of the fp32 ones:
- * docs/BENCHMARKS.md, "bf16 GEMMs on the faster unit"). The mode comes from the MOE_BF16_GEMM environment variable (auto,
- * native or fp32; auto when unset) at the first call, or from set_bf16_mode (tests), which must come before any engine
- * or plan is made. A CPU without bf16 kernels always runs fp32. The choice is in moe_gemm_library()'s text. */
+ * docs/BENCHMARKS.md, "bf16 GEMMs on the faster unit"). The mode comes from the MOE_BF16_GEMM environment variable
+ * (auto, native or fp32; auto when unset, and when it is anything else, which moe_gemm_library()'s text then names)
+ * at the first call, or from set_bf16_mode (tests), which must come before any engine or plan is made. A CPU without
+ * bf16 kernels always runs fp32. The choice is in moe_gemm_library()'s text. */
 typedef enum { MOE_BF16_GEMM_AUTO, MOE_BF16_GEMM_NATIVE, MOE_BF16_GEMM_FP32 } moe_bf16_gemm_mode;
 void moe_gemm_set_bf16_mode(moe_bf16_gemm_mode mode);
 /* The library, its version and the bf16 mode, for logs, the run record and benchmark output: "oneDNN 2.6.3

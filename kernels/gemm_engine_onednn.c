@@ -72,6 +72,7 @@ static int cpu_is_amd(void) {
 }
 
 static moe_bf16_gemm_mode bf16_mode = MOE_BF16_GEMM_AUTO;
+static char bf16_mode_refused[40]; /* an MOE_BF16_GEMM value that is none of the three (then auto), for the text */
 static int native_bf16; /* the mode's answer on this CPU: asked once (CPUID is a trap to the hypervisor in a VM) */
 static pthread_once_t bf16_mode_once = PTHREAD_ONCE_INIT;
 
@@ -84,8 +85,7 @@ static void read_bf16_mode(void) {
     const char *v = getenv("MOE_BF16_GEMM");
     if (v && !strcmp(v, "native")) bf16_mode = MOE_BF16_GEMM_NATIVE;
     else if (v && !strcmp(v, "fp32")) bf16_mode = MOE_BF16_GEMM_FP32;
-    else if (v && *v && strcmp(v, "auto"))
-        fprintf(stderr, "warning: MOE_BF16_GEMM=%s is not auto, native or fp32: auto is used\n", v);
+    else if (v && *v && strcmp(v, "auto")) snprintf(bf16_mode_refused, sizeof bf16_mode_refused, "%s", v);
     resolve_bf16_mode();
 }
 
@@ -101,7 +101,7 @@ int moe_gemm_native_bf16(void) {
 }
 
 const char *moe_gemm_library(void) {
-    static char name[128];
+    static char name[192];
     const dnnl_version_t *v = dnnl_version();
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     const char *isa_name = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx     ? "amx"
@@ -110,8 +110,9 @@ const char *moe_gemm_library(void) {
                                                                                                     : "below avx512";
     const int native = moe_gemm_native_bf16(); /* reads the mode first */
     const char *mode = bf16_mode == MOE_BF16_GEMM_AUTO ? "auto" : bf16_mode == MOE_BF16_GEMM_NATIVE ? "native" : "fp32";
-    snprintf(name, sizeof name, "oneDNN %d.%d.%d (%s%s, MOE_BF16_GEMM %s)", v->major, v->minor, v->patch, isa_name,
-             native ? ", bf16 kernels" : ", bf16 emulated in fp32", mode);
+    snprintf(name, sizeof name, "oneDNN %d.%d.%d (%s%s, MOE_BF16_GEMM %s%s%s%s)", v->major, v->minor, v->patch,
+             isa_name, native ? ", bf16 kernels" : ", bf16 emulated in fp32", mode, *bf16_mode_refused ? ": " : "",
+             bf16_mode_refused, *bf16_mode_refused ? " is not auto, native or fp32" : "");
     return name;
 }
 

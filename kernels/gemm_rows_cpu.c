@@ -69,6 +69,15 @@ static const void *read_input(const moe_gemm_rows_plan *plan, operand x, size_t 
     return as_input(plan, (const moe_real *)x.data + first, count, dst);
 }
 
+/* *buffer holding at least `bytes` (its *capacity), grown when it holds fewer */
+static moe_status grow(void **buffer, size_t *capacity, size_t bytes) {
+    if (*capacity >= bytes) return MOE_OK;
+    void *grown = realloc(*buffer, bytes);
+    if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+    *buffer = grown, *capacity = bytes;
+    return MOE_OK;
+}
+
 moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count, const void **out) {
     *out = x;
     if (!plan->bf16_inputs) return MOE_OK;
@@ -81,11 +90,7 @@ moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_rea
         *out = as_input(plan, x, count, buffer);
         return MOE_OK;
     }
-    if (plan->stage_bytes[slot] < bytes) {
-        void *grown = realloc(plan->stage[slot], bytes);
-        if (!grown) return MOE_ERR_OUT_OF_MEMORY;
-        plan->stage[slot] = grown, plan->stage_bytes[slot] = bytes;
-    }
+    MOE_TRY(grow(&plan->stage[slot], &plan->stage_bytes[slot], bytes));
     *out = as_input(plan, x, count, plan->stage[slot]);
     return MOE_OK;
 }
@@ -104,14 +109,6 @@ const void *moe_gemm_rows_staged_at(const moe_gemm_rows_plan *plan, const void *
 
 void moe_gemm_rows_plan_set_weights_version(moe_gemm_rows_plan *plan, unsigned long long version) {
     plan->weights_version = version;
-}
-
-static moe_status grow(void **buffer, size_t *capacity, size_t bytes) {
-    if (*capacity >= bytes) return MOE_OK;
-    void *grown = realloc(*buffer, bytes);
-    if (!grown) return MOE_ERR_OUT_OF_MEMORY;
-    *buffer = grown, *capacity = bytes;
-    return MOE_OK;
 }
 
 /* The kept copy of B for key's calls: the one made from B, or a stale one to reuse, or a new one (version 0 when it
@@ -143,14 +140,19 @@ static moe_status kept_copy(moe_gemm_rows_plan *plan, const moe_real *B, const m
     return *out = stale, MOE_OK;
 }
 
-/* B [n, k] (trans_b) or [k, n] as call's calls read it: B itself (fp32 whole calls), or its prepared copy (gemm_rows.h):
- * rounded to bf16 (bf16 inputs) and laid out for the row blocks (call->prepared_b), or converted plain. */
+/* B [n, k] (trans_b) or [k, n] as call's calls read it: B itself (fp32 whole calls), or its prepared copy
+ * (gemm_rows.h): rounded to bf16 (bf16 inputs) and laid out for the row blocks (call->prepared_b), or converted
+ * plain. */
 static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_gemm_call *call, const moe_real *B,
                                 const void **out) {
     *out = B;
     if (!plan->bf16_inputs && !call->prepared_b) return MOE_OK;
-    const moe_gemm_prepared_weight key = {.source = B, .trans_b = call->trans_b, .block = call->prepared_b ? call->m : 0,
-                                          .n = call->n, .k = call->k, .accumulate = call->prepared_b && call->accumulate};
+    const moe_gemm_prepared_weight key = {.source = B,
+                                          .trans_b = call->trans_b,
+                                          .block = call->prepared_b ? call->m : 0,
+                                          .n = call->n,
+                                          .k = call->k,
+                                          .accumulate = call->prepared_b && call->accumulate};
     moe_gemm_prepared_weight *w = &plan->once;
     if (plan->bf16_inputs && plan->weights_version) {
         MOE_TRY(kept_copy(plan, B, &key, &w));

@@ -280,8 +280,8 @@ static moe_status refresh_compute_weights(moe_model *m) {
             MOE_TRY(m->dense->round_bf16(m->ops_state, m->params + t->offset, t->count, m->compute + t->offset));
     }
     for (int l = 0; l < m->cfg.num_layers; l++) m->c.layers[l].ffn.version = m->params_version;
-    /* not with tensor-parallel pieces: their GEMMs take weight blocks copied into scratch (tp/linear.c), one address for
-     * many weights, where a copy kept by address would be another weight's */
+    /* not with tensor-parallel pieces: their GEMMs take weight blocks copied into scratch (tp/linear.c), one address
+     * for many weights, where a copy kept by address would be another weight's */
     if (m->dense->weights_version && !m->pieces) m->dense->weights_version(m->ops_state, m->params_version);
     m->compute_version = m->params_version;
     return MOE_OK;

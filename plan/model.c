@@ -336,10 +336,11 @@ static moe_plan_memory stage_memory(const moe_plan_model *m, const moe_plan_layo
     const double row = lay->cpu ? sizeof(moe_real) : 2, N = moe_plan_model_busiest_rows(m, lay);
     moe_plan_memory mem = {0};
     /* the bf16 copies: 2 bytes a value on the CUDA path; on the CPU path the dense matrices' rounded moe_real copy,
-     * and every matrix's two prepared copies kept between optimizer steps (forward and backward layouts,
-     * kernels/gemm_rows.h): 2 bytes a value on bf16 kernels, moe_real on fp32 units (MOE_BF16_GEMM; the smaller
-     * counted, as the estimate is a floor) */
-    const double cpu_copies = sizeof(moe_real) * held.dense_matrix + 2 * 2 * (held.dense_matrix + local_expert);
+     * and the two prepared copies kept between optimizer steps (forward and backward layouts, kernels/gemm_rows.h) of
+     * every expert matrix, and of every dense one at tp 1 (tensor-parallel pieces keep none: models/model.c): 2 bytes
+     * a value on bf16 kernels, moe_real on fp32 units (MOE_BF16_GEMM; the smaller counted, the estimate is a floor) */
+    const double prepared = tp == 1 ? held.dense_matrix + local_expert : local_expert;
+    const double cpu_copies = sizeof(moe_real) * held.dense_matrix + 2 * 2 * prepared;
     mem.weights = lay->bf16 ? (lay->cpu ? cpu_copies : 2 * (held.dense_matrix + local_expert)) : 0;
     mem.masters = 4 * (dense + local_expert);
     const double expert_dp = (double)moe_plan_layout_stage_ranks(lay) / (double)lay->ep;

@@ -161,7 +161,8 @@ static void layer(void) {
 
 /* Prepared weights (kernels/gemm_rows.h): under one version a bf16 plan keeps each B's prepared copy (B's later change
  * is not seen: the promise broken on purpose, to show the copy is kept), a new version makes it again, a new B at the
- * same shape takes a stale copy's place; every result has the bits of a plan that keeps nothing. fp32 plans keep none. */
+ * same shape takes a stale copy's place; every result has the bits of a plan that keeps nothing. fp32 plans keep
+ * none. */
 static void kept_weights(void) {
     enum { ROWS = 100, N = 96, K = 160 };
     moe_rng rng = moe_rng_seeded(14);
@@ -245,7 +246,8 @@ static void model_after_step(void) {
     moe_parallel *self;
     CHECK_OK(moe_parallel_create_self(&self));
     int tokens[4 * 32 + 1];
-    moe_model *m = small_model(MOE_PRECISION_BF16, self, tokens), *fresh = small_model(MOE_PRECISION_BF16, self, tokens);
+    moe_model *m = small_model(MOE_PRECISION_BF16, self, tokens);
+    moe_model *fresh = small_model(MOE_PRECISION_BF16, self, tokens);
     const size_t n = moe_model_num_dense(m) + moe_model_num_expert(m);
     moe_real *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
     double before = 0, after = 0, want = 0;
