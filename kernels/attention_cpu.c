@@ -12,6 +12,7 @@
 
 #include "core/real.h"
 #include "core/threads.h"
+#include "kernels/row_reduce.h"
 
 typedef struct {
     int S, H, KV, hd, group; /* group = H / KV query heads per kv head */
@@ -44,12 +45,10 @@ void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_r
         /* scores = scale * Q K^T (the part above the diagonal is computed, then ignored) */
         moe__gemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, a.scale, Q, ldq, K, ldk, 0, P, S);
         for (int i = 0; i < S; i++) {
-            moe_real *p = P + (size_t)i * S, max = p[0];
-            for (int j = 1; j <= i; j++) max = p[j] > max ? p[j] : max;
-            double sum = 0;
-            for (int j = 0; j <= i; j++) p[j] = moe__exp(p[j] - max); /* apart from the in-order sum: vectorises */
-            for (int j = 0; j <= i; j++) sum += p[j];
-            moe_real inv = (moe_real)(1 / sum);
+            moe_real *p = P + (size_t)i * S;
+            const moe_real max = moe_row_max(p, i + 1, p[0]);
+            for (int j = 0; j <= i; j++) p[j] = moe__exp(p[j] - max);
+            const moe_real inv = (moe_real)(1 / moe_row_dot(p, NULL, i + 1));
             for (int j = 0; j <= i; j++) p[j] *= inv;
             for (int j = i + 1; j < S; j++) p[j] = 0;
         }
@@ -86,9 +85,8 @@ void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_
             for (int i = 0; i < S; i++) {
                 const moe_real *p = P + (size_t)i * S;
                 moe_real *ds = dS + (size_t)i * S;
-                double dot = 0;
-                for (int j = 0; j <= i; j++) dot += (double)ds[j] * p[j];
-                for (int j = 0; j <= i; j++) ds[j] = p[j] * (ds[j] - (moe_real)dot) * a.scale;
+                const moe_real dot = (moe_real)moe_row_dot(ds, p, i + 1);
+                for (int j = 0; j <= i; j++) ds[j] = p[j] * (ds[j] - dot) * a.scale;
                 for (int j = i + 1; j < S; j++) ds[j] = 0;
             }
             moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, dS, S, k + ko, ldk, 0, dq + qo, ldq);

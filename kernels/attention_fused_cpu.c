@@ -21,6 +21,7 @@
 #include "core/real.h"
 #include "core/threads.h"
 #include "kernels/attention.h"
+#include "kernels/row_reduce.h"
 
 typedef struct {
     int S, H, KV, hd, group, ldq, ldk; /* group = H / KV query heads per kv head */
@@ -48,6 +49,14 @@ static void tile_scores(const fused_dims *a, const moe_real *Q, const moe_real *
               a->ldq, K + (size_t)j0 * a->ldk, a->ldk, 0, scores, TILE);
 }
 
+/* valid rounded up to whole lanes (row_reduce.h), at most cols: the elementwise loops run over whole vectors (each element's bits
+ * do not depend on that: moe__exp is the same operations in a vector or alone), the elements past valid are then
+ * zeroed, and moe_row_dot over the zeros adds +0 to lanes that are >= +0 (the same sum). */
+static int whole_lanes(int valid, int cols) {
+    const int wide = (valid + MOE_ROW_LANES - 1) / MOE_ROW_LANES * MOE_ROW_LANES;
+    return wide < cols ? wide : cols;
+}
+
 /* One (sequence, head): out rows and lse, tile by tile. scratch: moe_attention_fused_scratch_count(hd). */
 static void forward_head(const fused_dims *a, const moe_real *Q, const moe_real *K, const moe_real *V, moe_real *O,
                          moe_real *lse, moe_real *scratch) {
@@ -63,13 +72,12 @@ static void forward_head(const fused_dims *a, const moe_real *Q, const moe_real 
             for (int r = 0; r < rows; r++) {
                 moe_real *p = P + (size_t)r * TILE, new_m = m[r];
                 const int valid = i0 + r - j0 + 1 < cols ? i0 + r - j0 + 1 : cols; /* keys j <= i */
-                for (int c = 0; c < valid; c++) new_m = p[c] > new_m ? p[c] : new_m;
+                new_m = moe_row_max(p, valid, new_m);
                 const moe_real rescale = m[r] == -INFINITY ? 0 : moe__exp(m[r] - new_m);
-                for (int c = 0; c < valid; c++) p[c] = moe__exp(p[c] - new_m);
+                const int wide = whole_lanes(valid, cols);
+                for (int c = 0; c < wide; c++) p[c] = moe__exp(p[c] - new_m);
                 for (int c = valid; c < cols; c++) p[c] = 0;
-                double sum = 0;
-                for (int c = 0; c < valid; c++) sum += p[c];
-                l[r] = l[r] * rescale + sum, m[r] = new_m;
+                l[r] = l[r] * rescale + moe_row_dot(p, NULL, wide), m[r] = new_m;
                 moe_real *o = acc + (size_t)r * a->hd;
                 for (int x = 0; x < a->hd; x++) o[x] *= rescale;
             }
@@ -109,10 +117,7 @@ static void backward_head(const fused_dims *a, const moe_real *Q, const moe_real
     for (int i0 = 0; i0 < a->S; i0 += TILE) {
         const int i1 = i0 + TILE < a->S ? i0 + TILE : a->S, rows = i1 - i0;
         for (int r = 0; r < rows; r++) { /* D_i = dout_i . out_i */
-            const moe_real *o = O + (size_t)(i0 + r) * a->ldq, *d = dO + (size_t)(i0 + r) * a->ldq;
-            double dot = 0;
-            for (int x = 0; x < a->hd; x++) dot += (double)d[x] * o[x];
-            D[r] = (moe_real)dot;
+            D[r] = (moe_real)moe_row_dot(dO + (size_t)(i0 + r) * a->ldq, O + (size_t)(i0 + r) * a->ldq, a->hd);
             memset(dQ + (size_t)(i0 + r) * a->ldq, 0, (size_t)a->hd * sizeof *dQ);
         }
         for (int j0 = 0; j0 < i1; j0 += TILE) {
@@ -124,8 +129,9 @@ static void backward_head(const fused_dims *a, const moe_real *Q, const moe_real
             for (int r = 0; r < rows; r++) {
                 moe_real *p = P + (size_t)r * TILE, *ds = dS + (size_t)r * TILE;
                 const int valid = i0 + r - j0 + 1 < cols ? i0 + r - j0 + 1 : cols;
-                for (int c = 0; c < valid; c++) p[c] = moe__exp(p[c] - lse[i0 + r]);
-                for (int c = 0; c < valid; c++) ds[c] = p[c] * (ds[c] - D[r]) * a->scale;
+                const int wide = whole_lanes(valid, cols);
+                for (int c = 0; c < wide; c++) p[c] = moe__exp(p[c] - lse[i0 + r]);
+                for (int c = 0; c < wide; c++) ds[c] = p[c] * (ds[c] - D[r]) * a->scale;
                 for (int c = valid; c < cols; c++) p[c] = 0, ds[c] = 0;
             }
             /* dV_j += P^T dO_i;  dQ_i += dS K_j;  dK_j += dS^T Q_i */

@@ -7,12 +7,7 @@
 
 #include "core/real.h"
 #include "core/threads.h"
-
-static moe_real row_max(const moe_real *l, int n) {
-    moe_real max = l[0];
-    for (int i = 1; i < n; i++) max = l[i] > max ? l[i] : max;
-    return max;
-}
+#include "kernels/row_reduce.h"
 
 /* loss_t = max + log(sum_i exp(l_i - max)) - l_target */
 double moe_cross_entropy_forward_cpu(const moe_real *logits, const int *targets, int num_tokens, int vocab) {
@@ -24,10 +19,8 @@ double moe_cross_entropy_forward_cpu(const moe_real *logits, const int *targets,
         part[c] = 0;
         for (int t = t0; t < t1; t++) {
             const moe_real *l = logits + (size_t)t * vocab;
-            moe_real max = row_max(l, vocab);
-            double sum = 0;
-            for (int i = 0; i < vocab; i++) sum += moe__exp(l[i] - max);
-            part[c] += (double)max + log(sum) - (double)l[targets[t]];
+            const moe_real max = moe_row_max(l, vocab, l[0]);
+            part[c] += (double)max + log(moe_row_sum_exp(l, vocab, max)) - (double)l[targets[t]];
         }
     }
     for (int c = 0; c < MOE__SUM_CHUNKS; c++) total += part[c];
@@ -39,11 +32,9 @@ void moe_cross_entropy_backward_cpu(moe_real *logits, const int *targets, int nu
 #pragma omp parallel for schedule(static) if ((size_t)num_tokens * vocab >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         moe_real *l = logits + (size_t)t * vocab;
-        moe_real max = row_max(l, vocab);
-        double sum = 0;
-        for (int i = 0; i < vocab; i++) l[i] = moe__exp(l[i] - max); /* apart from the in-order sum: vectorises */
-        for (int i = 0; i < vocab; i++) sum += l[i];
-        moe_real k = (moe_real)(scale / sum);
+        const moe_real max = moe_row_max(l, vocab, l[0]);
+        for (int i = 0; i < vocab; i++) l[i] = moe__exp(l[i] - max);
+        const moe_real k = (moe_real)(scale / moe_row_dot(l, NULL, vocab)); /* forward's sum: the same lanes */
         for (int i = 0; i < vocab; i++) l[i] *= k;
         l[targets[t]] -= scale;
     }

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "core/threads.h"
+#include "kernels/row_reduce.h"
 
 void moe_rmsnorm_forward_cpu(const moe_real *x, const moe_real *w, int num_tokens, int d, moe_real eps, moe_real *y,
                              moe_real *rstd) {
@@ -15,9 +16,7 @@ void moe_rmsnorm_forward_cpu(const moe_real *x, const moe_real *w, int num_token
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *xr = x + (size_t)t * d;
         moe_real *yr = y + (size_t)t * d;
-        double ss = 0;
-        for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
-        moe_real r = (moe_real)(1 / sqrt(ss / d + eps));
+        const moe_real r = (moe_real)(1 / sqrt(moe_row_dot(xr, xr, d) / d + eps));
         rstd[t] = r;
         for (int i = 0; i < d; i++) yr[i] = xr[i] * r * w[i];
     }
@@ -32,9 +31,7 @@ void moe_rmsnorm_backward_cpu(const moe_real *x, const moe_real *w, const moe_re
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *xr = x + (size_t)t * d, *dyr = dy + (size_t)t * d;
         moe_real *dxr = dx + (size_t)t * d, r = rstd[t];
-        double dot = 0;
-        for (int i = 0; i < d; i++) dot += (double)dyr[i] * w[i] * xr[i];
-        moe_real c = (moe_real)(dot / d) * r * r;
+        const moe_real c = (moe_real)(moe_row_dot3(dyr, w, xr, d) / d) * r * r;
         for (int i = 0; i < d; i++) dxr[i] += r * (dyr[i] * w[i] - xr[i] * c);
     }
 #pragma omp parallel for schedule(static) if (par)

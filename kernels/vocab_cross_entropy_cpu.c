@@ -4,14 +4,13 @@
 
 #include "core/real.h"
 #include "core/threads.h"
+#include "kernels/row_reduce.h"
 
 void moe_vocab_row_max_cpu(const moe_real *logits, int num_tokens, int width, moe_real *max) {
 #pragma omp parallel for schedule(static) if ((size_t)num_tokens * width >= MOE__PAR_MIN_ELEMS)
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * width;
-        moe_real m = l[0];
-        for (int i = 1; i < width; i++) m = l[i] > m ? l[i] : m;
-        max[t] = m;
+        max[t] = moe_row_max(l, width, l[0]);
     }
 }
 
@@ -22,10 +21,7 @@ void moe_vocab_piece_sums_cpu(const moe_real *logits, const moe_real *max, const
     for (int t = 0; t < T; t++) {
         const moe_real *row = logits + (size_t)t * width;
         for (int j = 0; j < pieces; j++) {
-            const moe_real *l = row + (size_t)j * piece;
-            double sum = 0;
-            for (int i = 0; i < piece; i++) sum += moe__exp(l[i] - max[t]);
-            sums[(size_t)j * T + t] = sum;
+            sums[(size_t)j * T + t] = moe_row_sum_exp(row + (size_t)j * piece, piece, max[t]);
         }
         const int c = targets[t] - first;
         target[t] = c >= 0 && c < width ? (double)row[c] : 0.0;
