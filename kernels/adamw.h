@@ -1,7 +1,10 @@
 /* adamw.h — the AdamW update (decoupled weight decay, bias-corrected moments). CPU and CUDA.
  * With t = step (1 for the first update):
  *   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
- *   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p ) */
+ *   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p )
+ * computed as p -= (lr / (1 - b1^t)) m / (sqrt(v) (1 / sqrt(1 - b2^t)) + eps) + (lr weight_decay) p, the three
+ * factors in brackets once per step in double (as torch.optim.AdamW folds them): one division and one square root
+ * per element, where the formula as written takes three divisions (the divider bounds the CPU loop). */
 #ifndef MOE_KERNELS_ADAMW_H
 #define MOE_KERNELS_ADAMW_H
 
