@@ -25,6 +25,9 @@ struct moe_dense_state {
     moe_real *att_scratch;                      /* [threads, S, S] attention backward, or the fused kernels' tiles */
     moe_real *dh1, *dh3;                        /* [T, d_ff] dense FFN backward        */
     moe_real *wgrad_scratch;                    /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, 1) reals */
+    moe_real *rope_table;                       /* moe_rope_table_cpu's for the shape below (every layer's) */
+    int rope_seq_len, rope_head_dim;
+    double rope_theta;
 };
 
 /* Grows the buffers behind ptrs to nbytes each when *have is smaller. */
@@ -40,8 +43,8 @@ static moe_status reserve(moe_dense_state *s, size_t *have, size_t nbytes, void 
 static void cpu_destroy(moe_dense_state *s) {
     if (!s) return;
     moe_gemm_rows_plan_free(&s->gemm);
-    moe_real *bufs[] = {s->att_scratch, s->dh1, s->dh3, s->wgrad_scratch};
-    for (int i = 0; i < 4; i++) moe_runtime_free(s->rt, bufs[i]);
+    moe_real *bufs[] = {s->att_scratch, s->dh1, s->dh3, s->wgrad_scratch, s->rope_table};
+    for (int i = 0; i < 5; i++) moe_runtime_free(s->rt, bufs[i]);
     free(s);
 }
 
@@ -101,16 +104,32 @@ static moe_status cpu_linear_backward_weight(moe_dense_state *s, const moe_real 
     return moe_gemm_rows_at_b_cpu(&s->gemm, T, out, in, dy, x, 1, dW);
 }
 
+/* The rotation's cos/sin table for (S, hd, theta), made when the shape changes (kept for every later call). */
+static moe_status rope_table(moe_dense_state *s, int S, int hd, double theta, const moe_real **table) {
+    if (!s->rope_table || s->rope_seq_len != S || s->rope_head_dim != hd || s->rope_theta != theta) {
+        moe_runtime_free(s->rt, s->rope_table);
+        s->rope_table = NULL;
+        const size_t count = moe_rope_table_count(S, hd);
+        MOE_TRY(moe_runtime_alloc(s->rt, (count ? count : 1) * sizeof(moe_real), (void **)&s->rope_table));
+        moe_rope_table_cpu(S, hd, theta, s->rope_table);
+        s->rope_seq_len = S, s->rope_head_dim = hd, s->rope_theta = theta;
+    }
+    *table = s->rope_table;
+    return MOE_OK;
+}
+
 static moe_status cpu_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd, double theta) {
-    (void)s;
-    moe_rope_forward_cpu(x, num_seqs, S, H, hd, theta);
+    const moe_real *table;
+    MOE_TRY(rope_table(s, S, hd, theta, &table));
+    moe_rope_rotate_cpu(x, num_seqs, S, H, hd, table, 0);
     return MOE_OK;
 }
 
 static moe_status cpu_rope_backward(moe_dense_state *s, moe_real *dx, int num_seqs, int S, int H, int hd,
                                     double theta) {
-    (void)s;
-    moe_rope_backward_cpu(dx, num_seqs, S, H, hd, theta);
+    const moe_real *table;
+    MOE_TRY(rope_table(s, S, hd, theta, &table));
+    moe_rope_rotate_cpu(dx, num_seqs, S, H, hd, table, 1);
     return MOE_OK;
 }
 

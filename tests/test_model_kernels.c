@@ -1,7 +1,7 @@
 /* test_model_kernels.c — the dense model's CPU kernels, in the float64 build (so tolerances can be tight):
  *  - rmsnorm: a hand-computed value; dx and dw by central finite differences; both accumulate (+=);
  *  - rope: the backward is the exact transpose, <rope(x), y> = <x, rope_backward(y)>; position 0 (of every
- *    sequence) is the identity; a hand-computed rotation;
+ *    sequence) is the identity; a hand-computed rotation; a kept cos/sin table gives the per-call bits;
  *  - attention: dq, dk, dv by finite differences for H = KV, H = 2 KV and KV = 1; a hand-computed case;
  *    GQA equals repeat_kv; the saved probabilities; causality (perturbing a token leaves earlier outputs
  *    and other sequences bitwise unchanged);
@@ -103,6 +103,22 @@ static void test_rope(void) {
         CHECK(fabs(h[4 + i] - want[i]) <= 1e-14 && h[i] == 9, "hand case [%d]: %.17g, want %.17g", i, h[4 + i],
               want[i]);
     printf("rope: <rope(x),y> - <x,rope^T(y)> = %.3g\n", lhs - rhs);
+    /* a kept table gives the per-call bits, forward and backward; head_dim 1030 also crosses the per-call path's
+     * rounds of 512 frequencies */
+    enum { TS = 4, TH = 2, WIDE = 1030, TN = 1 * TS * TH * WIDE };
+    static moe_real t_in[TN], t_call[TN], t_kept[TN], table[TS * WIDE];
+    const int dims[] = {HD, WIDE};
+    for (int d = 0; d < 2; d++)
+        for (int backward = 0; backward < 2; backward++) {
+            const int n = TS * TH * dims[d];
+            moe_rng_fill_uniform(&rng, t_in, n, 1);
+            memcpy(t_call, t_in, n * sizeof(moe_real)), memcpy(t_kept, t_in, n * sizeof(moe_real));
+            (backward ? moe_rope_backward_cpu : moe_rope_forward_cpu)(t_call, 1, TS, TH, dims[d], 500000);
+            moe_rope_table_cpu(TS, dims[d], 500000, table);
+            moe_rope_rotate_cpu(t_kept, 1, TS, TH, dims[d], table, backward);
+            CHECK(!memcmp(t_call, t_kept, n * sizeof(moe_real)), "rope with a kept table differs (hd %d, %s)",
+                  dims[d], backward ? "backward" : "forward");
+        }
 }
 
 enum { AN = 3, AS = 5, AH = 4, AHD = 4, AQ = AN * AS * AH * AHD };
