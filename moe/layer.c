@@ -427,20 +427,29 @@ moe_status moe_layer_set_checks(moe_layer *L, moe_nonfinite_finding *finding) {
     return MOE_OK;
 }
 
-/* The permuted rows (buf.xp) to this rank's experts and their outputs back, in send order (buf.y), by the exchange
- * plan: the forward's, or moe_layer_recompute's again. `pass` names it in failure messages. */
+/* One EP rank: its exchanges would copy rows to itself in the same order (dispatch.c: the reorder is the identity), so
+ * the rows are written where the other side reads them — the permute into the experts' input rows, the experts'
+ * outputs and input gradients into the token side's buffers — and no exchange runs. The same bits, two copies of every
+ * row less per pass. */
+static int exchange_is_local(const moe_layer *L) { return L->plan.ep_size == 1; }
+
+/* buf.x's rows permuted (buf.xp), to this rank's experts and their outputs back, in send order (buf.y), by the
+ * exchange plan: the forward's, or moe_layer_recompute's again. `pass` names it in failure messages. */
 static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const char *pass) {
     const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
     moe_comm *ep = moe_parallel_ep(L->par);
+    const int local = exchange_is_local(L);
     char what[64];
     MOE_TRY(point_row_buffers(L, L->plan.num_recv));
     row_buffers *b = &L->rows;
-    moe_status st = moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
+    MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, local ? b->x : L->buf.xp));
+    moe_status st = local ? MOE_OK : moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
     snprintf(what, sizeof what, "the %s dispatch", pass);
     if (st != MOE_OK) return exchange_failed(L, what, st, 1);
-    MOE_TRY(L->steps->experts_forward(L->state, w, L->plan.expert_offset, L->plan.num_recv, b->x, b->y));
-    MOE_TRY(watch_experts(L, b->y, "the output", NULL, NULL));
-    st = moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
+    void *y = local ? L->buf.y : b->y;
+    MOE_TRY(L->steps->experts_forward(L->state, w, L->plan.expert_offset, L->plan.num_recv, b->x, y));
+    MOE_TRY(watch_experts(L, y, "the output", NULL, NULL));
+    st = local ? MOE_OK : moe_combine_rows(ep, &L->plan, b->y, row_nbytes, b->staging, L->buf.y);
     snprintf(what, sizeof what, "the %s combine", pass);
     return st == MOE_OK ? MOE_OK : exchange_failed(L, what, st, 1);
 }
@@ -457,8 +466,6 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     moe_layer_state *s = L->state;
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * d * sizeof(moe_real))); /* for backward */
     MOE_TRY(route(L, w, T));
-
-    MOE_TRY(steps->permute(s, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
     MOE_TRY(plan_exchange(L));
     MOE_TRY(run_experts(L, w, "forward"));
     MOE_TRY(steps->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
@@ -504,7 +511,6 @@ moe_status moe_layer_recompute(moe_layer *L, const moe_layer_weights *w, const m
     const int T = L->counts.num_tokens;
     MOE_TRY(point_token_buffers(L, T));
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * L->cfg.d_model * sizeof(moe_real)));
-    MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp));
     MOE_TRY(run_experts(L, w, "recomputed"));
     L->rebuilt = 1;
     return MOE_OK;
@@ -530,14 +536,15 @@ moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const mo
     MOE_TRY(point_row_buffers(L, L->plan.num_recv));
 
     /* Experts: dL/dy and dL/dgate here, dL/dy travels to the experts, dL/dx of their rows travels back. */
-    MOE_TRY(steps->combine_backward(s, dout, t->y, r->slot, r->gate, T, t->dy, dgate));
-    moe_status st = moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
+    const int local = exchange_is_local(L);
+    MOE_TRY(steps->combine_backward(s, dout, t->y, r->slot, r->gate, T, local ? b->dy : t->dy, dgate));
+    moe_status st = local ? MOE_OK : moe_dispatch_rows(ep, &L->plan, t->dy, row_nbytes, b->staging, b->dy);
     if (st != MOE_OK) return exchange_failed(L, "the backward dispatch", st, 1);
     if (L->cfg.recompute == MOE_RECOMPUTE_MOE) /* the SwiGLU intermediates, from the rows kept (full: already) */
         MOE_TRY(steps->experts_forward(s, w, L->plan.expert_offset, L->plan.num_recv, b->x, NULL));
     MOE_TRY(steps->experts_backward(s, w, grads, L->plan.segment_start, L->plan.ep_size * L->local_shards,
-                                    L->plan.num_recv, b->x, b->dy, b->dx));
-    st = moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
+                                    L->plan.num_recv, b->x, b->dy, local ? t->dxp : b->dx));
+    st = local ? MOE_OK : moe_combine_rows(ep, &L->plan, b->dx, row_nbytes, b->staging, t->dxp);
     if (st != MOE_OK) return exchange_failed(L, "the backward combine", st, 1);
 
     /* dx = (unpermute of dxp with unit gates) + dlogits Wr, the router's part added by router_backward */
