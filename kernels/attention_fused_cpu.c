@@ -49,9 +49,9 @@ static void tile_scores(const fused_dims *a, const moe_real *Q, const moe_real *
               a->ldq, K + (size_t)j0 * a->ldk, a->ldk, 0, scores, TILE);
 }
 
-/* valid rounded up to whole lanes (row_reduce.h), at most cols: the elementwise loops run over whole vectors (each element's bits
- * do not depend on that: moe__exp is the same operations in a vector or alone), the elements past valid are then
- * zeroed, and moe_row_dot over the zeros adds +0 to lanes that are >= +0 (the same sum). */
+/* valid rounded up to whole lanes (row_reduce.h), at most cols: the elementwise loops run over whole vectors (each
+ * element's bits do not depend on that: moe__exp is the same operations in a vector or alone), the elements past
+ * valid are then zeroed, and moe_row_dot over the zeros adds +0 to lanes that are >= +0 (the same sum). */
 static int whole_lanes(int valid, int cols) {
     const int wide = (valid + MOE_ROW_LANES - 1) / MOE_ROW_LANES * MOE_ROW_LANES;
     return wide < cols ? wide : cols;

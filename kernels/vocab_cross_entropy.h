@@ -3,7 +3,8 @@
  * width); the pieces are [j piece, (j + 1) piece) of them (piece divides width).
  *   row max        max[t] = the largest of row t
  *   piece sums     sums[j T + t] = sum over piece j's columns of exp(l - max[t]), in double, in a fixed order: the CPU
- *                  adds in column order (one piece is kernels/cross_entropy_cpu.c's sum, bit for bit); CUDA adds
+ *                  adds in kernels/row_reduce.h's lanes from the piece's first column (one piece is
+ *                  kernels/cross_entropy_cpu.c's sum, bit for bit); CUDA adds
  *                  each piece with one block of 256 threads (strided, then the block's fixed order: one piece of the
  *                  whole row is kernels/cross_entropy.cu's sum). target[t] = the target's logit (double) where this
  *                  rank holds its column, else 0

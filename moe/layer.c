@@ -427,10 +427,10 @@ moe_status moe_layer_set_checks(moe_layer *L, moe_nonfinite_finding *finding) {
     return MOE_OK;
 }
 
-/* One EP rank: its exchanges would copy rows to itself in the same order (dispatch.c: the reorder is the identity), so
- * the rows are written where the other side reads them — the permute into the experts' input rows, the experts'
- * outputs and input gradients into the token side's buffers — and no exchange runs. The same bits, two copies of every
- * row less per pass. */
+/* One EP rank: its exchanges would copy rows to itself in the same order (dispatch.c: the reorder is the identity),
+ * so the rows are written where the other side reads them — the permute into the experts' input rows, the experts'
+ * outputs and input gradients into the token side's buffers — and no exchange runs. The same bits, two copies of
+ * every row less per pass. */
 static int exchange_is_local(const moe_layer *L) { return L->plan.ep_size == 1; }
 
 /* buf.x's rows permuted (buf.xp), to this rank's experts and their outputs back, in send order (buf.y), by the
