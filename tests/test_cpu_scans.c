@@ -5,6 +5,10 @@
  *   moe_find_nonfinite_cpu (the non-finite checks'): the index of the first NaN or Inf; it tests blocks of values
  *     without an early exit, so a NaN or Inf is planted at the first and last value, at chunk and block boundaries
  *     and at random places, alone and behind a later one.
+ * And the kernels' row reductions (kernels/row_reduce.h: attention, cross-entropy, RMSNorm) against their definition,
+ * bitwise, at every length 0-80: the max against the one-at-a-time max (NaNs passed over, a start value kept); the
+ * sums against element c added into lane c % 16 in index order, the lanes then added in order; a row padded with
+ * zeros to whole lanes sums to the same bits (the fused attention relies on it).
  * Run: meson test -C build test_cpu_scans (suite unit). */
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +16,7 @@
 
 #include "core/threads.h"
 #include "kernels/nonfinite.h"
+#include "kernels/row_reduce.h"
 #include "moe/dense_ops.h"
 #include "tests/test_util.h"
 
@@ -68,8 +73,51 @@ static void test_size(size_t n, moe_rng *rng) {
     free(a);
 }
 
+/* row_reduce.h's lane order written out: term(c) into lane c % MOE_ROW_LANES, then the lanes in order */
+static double lane_sum(const moe_real *a, const moe_real *b, const moe_real *w, int n, int exp_of, moe_real max) {
+    double lane[MOE_ROW_LANES] = {0}, total = 0;
+    for (int c = 0; c < n; c++) {
+        double term = exp_of ? (double)moe__exp(a[c] - max) : (double)a[c];
+        if (b) term *= b[c];
+        if (w) term *= w[c];
+        lane[c % MOE_ROW_LANES] += term;
+    }
+    for (int i = 0; i < MOE_ROW_LANES; i++) total += lane[i];
+    return total;
+}
+
+static void same_bits(double got, double want, const char *what, int n) {
+    CHECK(!memcmp(&got, &want, sizeof got), "%s, n=%d: %.17g, the definition gives %.17g", what, n, got, want);
+}
+
+static void test_row_reductions(moe_rng *rng) {
+    enum { N = 80 };
+    moe_real a[N + 2 * MOE_ROW_LANES], b[N], w[N];
+    moe_rng_fill_uniform(rng, a, N, 4), moe_rng_fill_uniform(rng, b, N, 1), moe_rng_fill_uniform(rng, w, N, 1);
+    for (int c = 0; c < N; c += 5) a[c] *= 1e-4f; /* magnitudes apart, so that the order shows */
+    for (int n = 0; n <= N; n++) {
+        moe_real max = -INFINITY;
+        for (int c = 0; c < n; c++) max = a[c] > max ? a[c] : max;
+        CHECK(moe_row_max(a, n, -INFINITY) == max, "row max, n=%d", n);
+        CHECK(moe_row_max(a, n, 100) == 100, "row max from a larger start, n=%d", n);
+        same_bits(moe_row_dot(a, NULL, n), lane_sum(a, NULL, NULL, n, 0, 0), "row sum", n);
+        same_bits(moe_row_dot(a, b, n), lane_sum(a, b, NULL, n, 0, 0), "row dot", n);
+        same_bits(moe_row_dot3(a, b, w, n), lane_sum(a, b, w, n, 0, 0), "row dot3", n);
+        same_bits(moe_row_sum_exp(a, n, 1), lane_sum(a, NULL, NULL, n, 1, 1), "row sum of exp", n);
+        /* zeros past n up to whole lanes: the same sum */
+        moe_real padded[N + MOE_ROW_LANES];
+        const int wide = (n + MOE_ROW_LANES - 1) / MOE_ROW_LANES * MOE_ROW_LANES;
+        for (int c = 0; c < wide; c++) padded[c] = c < n ? fabs(a[c]) : 0;
+        same_bits(moe_row_dot(padded, NULL, wide), moe_row_dot(padded, NULL, n), "zero-padded row sum", n);
+    }
+    moe_real with_nan[3] = {1, NAN, 2};
+    CHECK(moe_row_max(with_nan, 3, -INFINITY) == 2, "row max over a NaN: %g, want 2 (NaN passed over)",
+          (double)moe_row_max(with_nan, 3, -INFINITY));
+}
+
 int main(void) {
     moe_rng rng = moe_rng_seeded(29);
+    test_row_reductions(&rng);
     const size_t sizes[] = {0, 1, 7, 63, 64, 65, 127, 511, 512, 513, 4095, 32767, 32768, 100003, 1 << 20};
     for (int threads = 1; threads <= 2; threads++) {
         moe_threads_set(threads);
