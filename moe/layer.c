@@ -431,10 +431,17 @@ moe_status moe_layer_set_checks(moe_layer *L, moe_nonfinite_finding *finding) {
  * so the rows are written where the other side reads them — the permute into the experts' input rows, the experts'
  * outputs and input gradients into the token side's buffers — and no exchange runs. The same bits, two copies of
  * every row less per pass. */
-static int exchange_is_local(const moe_layer *L) { return L->plan.ep_size == 1; }
+static int exchange_is_local(const moe_layer *L) { return moe_comm_size(moe_parallel_ep(L->par)) == 1; }
 
-/* buf.x's rows permuted (buf.xp), to this rank's experts and their outputs back, in send order (buf.y), by the
- * exchange plan: the forward's, or moe_layer_recompute's again. `pass` names it in failure messages. */
+/* buf.x's rows permuted into send order (buf.xp) for the exchange, before the counts exchange so that a GPU permutes
+ * while the host exchanges; at one EP rank run_experts permutes them into the experts' rows instead. */
+static moe_status permute_to_send(moe_layer *L) {
+    if (exchange_is_local(L)) return MOE_OK;
+    return L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, L->buf.xp);
+}
+
+/* The permuted rows (buf.xp) to this rank's experts and their outputs back, in send order (buf.y), by the exchange
+ * plan: the forward's, or moe_layer_recompute's again. `pass` names it in failure messages. */
 static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const char *pass) {
     const size_t row_nbytes = (size_t)L->cfg.d_model * L->steps->row_elem;
     moe_comm *ep = moe_parallel_ep(L->par);
@@ -442,7 +449,7 @@ static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const ch
     char what[64];
     MOE_TRY(point_row_buffers(L, L->plan.num_recv));
     row_buffers *b = &L->rows;
-    MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, local ? b->x : L->buf.xp));
+    if (local) MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, b->x));
     moe_status st = local ? MOE_OK : moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
     snprintf(what, sizeof what, "the %s dispatch", pass);
     if (st != MOE_OK) return exchange_failed(L, what, st, 1);
@@ -466,6 +473,7 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     moe_layer_state *s = L->state;
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * d * sizeof(moe_real))); /* for backward */
     MOE_TRY(route(L, w, T));
+    MOE_TRY(permute_to_send(L));
     MOE_TRY(plan_exchange(L));
     MOE_TRY(run_experts(L, w, "forward"));
     MOE_TRY(steps->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
@@ -511,6 +519,7 @@ moe_status moe_layer_recompute(moe_layer *L, const moe_layer_weights *w, const m
     const int T = L->counts.num_tokens;
     MOE_TRY(point_token_buffers(L, T));
     MOE_TRY(moe_runtime_copy(L->rt, L->buf.x, x, (size_t)T * L->cfg.d_model * sizeof(moe_real)));
+    MOE_TRY(permute_to_send(L));
     MOE_TRY(run_experts(L, w, "recomputed"));
     L->rebuilt = 1;
     return MOE_OK;
