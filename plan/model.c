@@ -310,16 +310,17 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
 
 /* On the CPU path, the row-wise GEMM plans' scratch (kernels/gemm_rows_cpu.c: MOE_GEMM_ROUND_ROWS x 2 x the widest
  * operand, of which a call touches its rows' share): the dense ops' one plan, whose widest is the vocabulary at the
- * lm_head (256 MB at V = 1M and 32 tokens), and each MoE layer's router and expert plans. */
-static double cpu_gemm_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
+ * lm_head (256 MB at V = 1M and 32 tokens), and each MoE layer's router and expert plans; and the dense ops' RoPE
+ * cos/sin table, [seq_len, head_dim] (kernels/rope.h). */
+static double cpu_dense_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     if (!lay->cpu) return 0;
     const double T = (double)lay->micro_batch * lay->seq_len, rows = T < MOE_GEMM_ROUND_ROWS ? T : MOE_GEMM_ROUND_ROWS;
     const double d = (double)m->d_model, F = (double)m->d_ff_expert, E = (double)m->num_experts;
     double dense_widest = (double)m->vocab_size, layer_widest = d > F ? d : F;
     dense_widest = dense_widest > layer_widest ? dense_widest : layer_widest;
     layer_widest = layer_widest > E ? layer_widest : E;
-    return sizeof(moe_real) * 2 * (rows * dense_widest + (double)st->moe_layers * 2 *
-                                                             MOE_GEMM_ROUND_ROWS * layer_widest);
+    const double gemm = 2 * (rows * dense_widest + (double)st->moe_layers * 2 * MOE_GEMM_ROUND_ROWS * layer_widest);
+    return sizeof(moe_real) * (gemm + (double)lay->seq_len * (double)m->head_dim);
 }
 
 /* One pipeline stage's bytes (the whole model's without a pipeline). */
@@ -367,7 +368,7 @@ static moe_plan_memory stage_memory(const moe_plan_model *m, const moe_plan_layo
 #undef ROUTING_NBYTES
     const double h = lay->cpu ? sizeof(moe_real) : 2, scratch_h = lay->cpu ? 2 : 3;
     mem.activations = model_activation_nbytes(m, lay, st) + Lm * in_flight * routing + copies_h * 3 * N * F * h +
-                      layers * scratch_h * N * F * h + cpu_gemm_scratch_nbytes(m, lay, st);
+                      layers * scratch_h * N * F * h + cpu_dense_scratch_nbytes(m, lay, st);
     /* the layer's buffers of a pass (moe/layer_buffers.h's lists, `row` the exchanged precision): what each layer
      * keeps for backward, and once for every layer the scratch of one pass */
     double kept = 0, pass = 0;
