@@ -7,7 +7,8 @@
  * (median and min over --iters timed iterations after --warmup untimed ones), the GEMM FLOPs and the achieved
  * GFLOP/s. This table adds the "floor": it replays the layer's GEMMs (same shapes, transposes and
  * accumulation, one per expert and projection, plus the router's) as whole calls on the library the layer
- * uses (kernels/gemm_engine.h: oneDNN, or OpenBLAS), with the expert GEMMs' inputs already in the run's
+ * uses (kernels/gemm_engine.h: oneDNN, or OpenBLAS), threaded by the library itself over --threads (the layer's
+ * own calls are single-threaded, spread by the engine), with the expert GEMMs' inputs already in the run's
  * precision (bf16 arrays under --precision bf16 on a native bf16 library: no rounding, no 64-row blocks, no
  * copies), takes the median of several replays as the library's rate here, and prints floor_ms = GEMM FLOPs /
  * rate and layer_ms / floor_ms. Last line: "json: {...}".
@@ -60,7 +61,7 @@ static void mm(const replay_bufs *b, int expert, int ta, int tb, int m, int n, i
                int accumulate, float *C) {
     const moe_gemm_call call = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .bf16 = expert && b->bf16,
                                 .accumulate = accumulate};
-    bench_check(moe_gemm_engine_run(b->engine, &call, A, B, C), "the replayed GEMM");
+    bench_check(moe_gemm_engine_run_library_threads(b->engine, &call, A, B, C), "the replayed GEMM");
 }
 
 #define AT(buf, index) ((const char *)(buf) + (size_t)(index) * b->es)

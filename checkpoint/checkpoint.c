@@ -132,7 +132,8 @@ static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const
     json_decref(config);
     free(path);
     if (st == MOE_OK)
-        st = moe__checkpoint_manifest_write(dir, run->run_id, run->parent_run_id, step, run->run_config(run->owner));
+        st = moe__checkpoint_manifest_write(dir, run->run_id, run->parent_run_id, step, run->run_config(run->owner),
+                                            run->run_machine ? run->run_machine(run->owner) : NULL);
     return st;
 }
 

@@ -74,6 +74,9 @@ typedef struct {
     /* The configuration the run trained with, for the manifest (what --resume inherits): a new JSON object, NULL when
      * out of memory. */
     json_t *(*run_config)(const void *owner);
+    /* What computed the run (the CPU, the GEMM library and its instruction set, the build), for the manifest's
+     * "machine": a new JSON object; NULL: not recorded. A resume reads it back to say when it runs elsewhere. */
+    json_t *(*run_machine)(const void *owner);
 } moe_checkpoint_run;
 
 /* ---- config.json ---- */

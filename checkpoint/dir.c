@@ -73,10 +73,12 @@ static long long crc_of(const char *dir, const char *name, int header_only) {
 static int listed(const struct dirent *e) { return e->d_name[0] != '.' && strcmp(e->d_name, kManifest) != 0; }
 
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
-                                          json_t *config) {
+                                          json_t *config, json_t *machine) {
     struct dirent **names;
     const int count = scandir(dir, &names, listed, alphasort); /* sorted: the manifest keeps its keys' order */
-    if (count < 0) return json_decref(config), moe_fail(MOE_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    if (count < 0)
+        return json_decref(config), json_decref(machine),
+               moe_fail(MOE_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
     json_t *files = json_object(), *crcs = json_object(), *header_crcs = json_object();
     moe_status st = MOE_OK;
     for (int i = 0; i < count; i++) {
@@ -96,6 +98,8 @@ moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, c
     json_t *m = json_pack("{s:s, s:s, s:s, s:i, s:I, s:o, s:o, s:o, s:o}", "format", kFormat, "run_id", run_id,
                           "parent_run_id", parent_run_id, "step", step, "saved_at_ns", (json_int_t)now_ns(), "files",
                           files, "crc32c", crcs, "header_crc32c", header_crcs, "config", config ? config : json_null());
+    if (m && machine) json_object_set(m, "machine", machine);
+    json_decref(machine);
     char *path = moe_path_join(dir, kManifest);
     if (st == MOE_OK && (!m || !path || !config)) st = MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK && (json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0 ||

@@ -92,11 +92,12 @@ typedef struct {
 
 /* Writes DIR/manifest.json listing every regular file of DIR with its size and checksum (MOE__CRC_HEADER for the
  * safetensors files, MOE__CRC_WHOLE for the others), and config: the configuration the run trained with
- * (moe_checkpoint_run's run_config; stolen; NULL is out of memory), and fsyncs it.
+ * (moe_checkpoint_run's run_config; stolen; NULL is out of memory), and machine: what computed it (run_machine's;
+ * stolen; NULL: not recorded), and fsyncs it.
  * The configuration lives here rather than in train_state.safetensors, which stays byte-identical across layouts
- * (ep, ZeRO-1 and threads are options). */
+ * (ep, ZeRO-1 and threads are options) and machines. */
 moe_status moe__checkpoint_manifest_write(const char *dir, const char *run_id, const char *parent_run_id, int step,
-                                          json_t *config);
+                                          json_t *config, json_t *machine);
 /* Reads DIR/manifest.json; a missing one gives the legacy manifest (MOE_OK). Refused (MOE_ERR_BAD_FILE): a run
  * id that is not 16 hex digits (the parent's may also be "" or "legacy"), a step outside 0..INT_MAX, a listed
  * name that is not a plain file name, a listed size that is not a byte count, a checksum that is not 8 hex digits

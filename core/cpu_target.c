@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 /* Whether this CPU has a feature (a literal name). tests/meson.build compiles this file again with it defined as 0
  * and 1, so that the refusal and the description are tested on any machine. */
@@ -67,3 +70,33 @@ __attribute__((constructor)) static void check_cpu_target(void) {
 }
 
 const char *moe_cpu_target(void) { return description; }
+
+const char *moe_cpu_model(void) {
+    static char model[160];
+    if (model[0]) return model;
+#if defined(__x86_64__)
+    unsigned regs[12] = {0}, eax, ebx, ecx, edx;
+    char vendor[13] = "", brand[49] = "";
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+        memcpy(vendor, &ebx, 4), memcpy(vendor + 4, &edx, 4), memcpy(vendor + 8, &ecx, 4);
+    }
+    unsigned family = 0, cpu_model = 0, stepping = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) { /* the displayed family and model: base plus extended fields */
+        family = (eax >> 8) & 0xf, cpu_model = (eax >> 4) & 0xf, stepping = eax & 0xf;
+        if (family == 0xf) family += (eax >> 20) & 0xff;
+        if (family == 0x6 || family >= 0xf) cpu_model += ((eax >> 16) & 0xf) << 4;
+    }
+    for (unsigned leaf = 0; leaf < 3; leaf++)
+        if (!__get_cpuid(0x80000002u + leaf, &regs[4 * leaf], &regs[4 * leaf + 1], &regs[4 * leaf + 2],
+                         &regs[4 * leaf + 3]))
+            break;
+    memcpy(brand, regs, 48);
+    const char *b = brand;
+    while (*b == ' ') b++;
+    snprintf(model, sizeof model, "%s family %u model %u stepping %u%s%s", vendor[0] ? vendor : "unknown", family,
+             cpu_model, stepping, *b ? ": " : "", b);
+#else
+    snprintf(model, sizeof model, "unknown");
+#endif
+    return model;
+}

@@ -13,4 +13,9 @@
  * features the build assumed, for logs and the run record. Linking it in also links in the start-up check. */
 const char *moe_cpu_target(void);
 
+/* This CPU as CPUID names it: "AuthenticAMD family 25 model 17 stepping 1: AMD EPYC 9B14 96-Core Processor". Two
+ * CPUs of one family and model run the same GEMM kernels; another model may not (docs/DETERMINISM.md, "Across CPUs").
+ * "unknown" off x86. */
+const char *moe_cpu_model(void);
+
 #endif

@@ -1,8 +1,9 @@
 /* threads.h — the CPU path's threads: one OpenMP pool (libgomp) runs the loops of kernels/, router/, experts/
- * and moe/ (and the GEMMs of a GEMM library on the same pool); OpenBLAS is kept on one thread (threads.c says
- * why), so a run uses N threads, not N per library. Results never depend on N (docs/DETERMINISM.md): a
- * parallel loop's iterations write disjoint outputs, and a sum is formed over chunks fixed by its length
- * (MOE__SUM_CHUNKS), added in chunk order. Tested by tests/test_threads.c (1, 2 and 3 threads, bitwise).
+ * and moe/, and the GEMM engine's calls (kernels/gemm_rows.h spreads a product's single-threaded library calls over
+ * it); OpenBLAS is kept on one thread (threads.c says why), so a run uses N threads, not N per library. Results
+ * never depend on N (docs/DETERMINISM.md): a parallel loop's iterations write disjoint outputs, a GEMM's calls are
+ * fixed by its shape, and a sum is formed over chunks fixed by its length (MOE__SUM_CHUNKS), added in chunk order.
+ * Tested by tests/test_threads.c (1, 2 and 3 threads, bitwise).
  * No host syncs (CPU only). */
 #ifndef MOE_CORE_THREADS_H
 #define MOE_CORE_THREADS_H

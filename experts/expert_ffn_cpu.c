@@ -3,7 +3,8 @@
  * inputs (the plan's) the weights and activations are rounded on their way into each GEMM. act, dH1 and dH3 are GEMM
  * inputs only: where the plan stages reals (bf16 on fp32 units) the elementwise loops round them as they write them,
  * which the GEMMs would do anyway (the same bits), so that they need no staging pass.
- * Threads: the GEMMs thread themselves; the elementwise SwiGLU and gradient additions are split over elements. */
+ * Threads: each product's calls are spread over the pool by kernels/gemm_rows.h; the elementwise SwiGLU and gradient
+ * additions are split over elements. */
 #include "experts/expert_ffn.h"
 #include "core/tree_schedule.h"
 

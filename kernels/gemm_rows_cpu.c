@@ -1,33 +1,93 @@
-/* gemm_rows_cpu.c — row-wise GEMM in fixed-shape blocks (why: gemm_rows.h), each call on the GEMM engine
- * (kernels/gemm_engine.h). A, C row-major, dense (lda = k, ldc = n); B is [n, k] for CblasTrans and [k, n] for
- * CblasNoTrans. */
+/* gemm_rows_cpu.c — row-wise GEMMs in fixed-shape blocks and weight gradients in fixed bands of rows (why: gemm_rows.h), each
+ * call on the GEMM engine (kernels/gemm_engine.h), the calls of a product spread over the pool's threads. A, C
+ * row-major, dense (lda = k, ldc = n); B is [n, k] for CblasTrans and [k, n] for CblasNoTrans. */
 #include "kernels/gemm_rows.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "core/fail.h"
+#include "core/threads.h"
 #include "kernels/cast.h"
 #include "kernels/gemm_engine.h"
 
 moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int bf16_inputs, int max_width) {
-    *plan = (moe_gemm_rows_plan){.row_block = layout_invariant ? MOE_GEMM_ROW_BLOCK : 0, .bf16_inputs = bf16_inputs};
-    plan->scratch = malloc((size_t)MOE_GEMM_ROUND_ROWS * 2 * (size_t)max_width * sizeof(moe_real));
-    if (!plan->scratch) return MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = moe_gemm_engine_create(&plan->engine);
-    if (st != MOE_OK) moe_gemm_rows_plan_free(plan);
-    return st;
+    *plan = (moe_gemm_rows_plan){.row_block = layout_invariant ? MOE_GEMM_ROW_BLOCK : 0, .bf16_inputs = bf16_inputs,
+                                 .max_width = max_width > 0 ? max_width : 1};
+    return MOE_OK;
 }
 
 void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
-    free(plan->scratch);
+    for (int i = 0; i < plan->worker_count; i++) {
+        moe_gemm_engine_free(plan->workers[i].engine);
+        free(plan->workers[i].scratch);
+        free(plan->workers[i].slice);
+    }
+    free(plan->workers);
+    free(plan->rounded);
     for (int i = 0; i < plan->prepared_count; i++) free(plan->prepared[i].data);
     free(plan->prepared);
     free(plan->once.data);
     free(plan->plain_b);
     for (int i = 0; i < MOE_GEMM_STAGE_SLOTS; i++) free(plan->stage[i]);
-    moe_gemm_engine_free(plan->engine);
     *plan = (moe_gemm_rows_plan){0};
+}
+
+/* Workers 0 .. count-1 made (an engine and scratch each), so that count threads can run calls. Outside any parallel
+ * region. */
+static moe_status reserve_workers(moe_gemm_rows_plan *plan, int count) {
+    if (count <= plan->worker_count) return MOE_OK;
+    moe_gemm_worker *grown = realloc(plan->workers, (size_t)count * sizeof *grown);
+    if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+    plan->workers = grown;
+    const size_t scratch = (size_t)MOE_GEMM_ROUND_ROWS * 2 * (size_t)plan->max_width * sizeof(moe_real);
+    while (plan->worker_count < count) {
+        moe_gemm_worker *w = &plan->workers[plan->worker_count];
+        *w = (moe_gemm_worker){.scratch = malloc(scratch)};
+        if (!w->scratch) return MOE_ERR_OUT_OF_MEMORY;
+        moe_status st = moe_gemm_engine_create(&w->engine);
+        if (st != MOE_OK) return free(w->scratch), st;
+        plan->worker_count++;
+    }
+    return MOE_OK;
+}
+
+/* One call of a product: job `job` of its list, on worker w. */
+typedef moe_status (*product_job)(moe_gemm_rows_plan *plan, moe_gemm_worker *w, int job, const void *product);
+
+/* Runs jobs 0 .. count-1 of a product: over the pool's threads (static schedule, one worker each) when called outside
+ * a parallel region with more than one job and thread, else in order on worker 0. Every job writes its own part of
+ * the output, so the result is the same either way. A failed job's status and message are the lowest failed job's. */
+static moe_status run_jobs(moe_gemm_rows_plan *plan, int count, product_job job, const void *product) {
+    int threads = 1;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) threads = moe_threads_get();
+#endif
+    if (threads > count) threads = count;
+    MOE_TRY(reserve_workers(plan, threads > 1 ? threads : 1));
+    if (threads <= 1) {
+        for (int j = 0; j < count; j++) MOE_TRY(job(plan, &plan->workers[0], j, product));
+        return MOE_OK;
+    }
+    moe_status failure = MOE_OK;
+    int failed_job = count;
+    char message[512] = "";
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int j = 0; j < count; j++) {
+        const moe_status st = job(plan, &plan->workers[moe__thread_id()], j, product);
+        if (st != MOE_OK) {
+#pragma omp critical
+            if (j < failed_job) {
+                failed_job = j, failure = st;
+                snprintf(message, sizeof message, "%s", moe_failure_message(st));
+            }
+        }
+    }
+    return failure == MOE_OK ? MOE_OK : moe_fail(failure, "%s", message);
 }
 
 void moe_round_bf16_cpu(const moe_real *src, size_t n, moe_real *dst) {
@@ -119,7 +179,7 @@ static moe_status kept_copy(moe_gemm_rows_plan *plan, const moe_real *B, const m
     for (int i = 0; i < plan->prepared_count; i++) {
         moe_gemm_prepared_weight *w = &plan->prepared[i];
         if (w->source == B && w->trans_b == key->trans_b && w->block == key->block && w->n == key->n &&
-            w->k == key->k && w->accumulate == key->accumulate)
+            w->k == key->k)
             return *out = w, MOE_OK;
         if (!stale && w->version != plan->weights_version) stale = w;
     }
@@ -151,8 +211,7 @@ static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_gemm_call *c
                                           .trans_b = call->trans_b,
                                           .block = call->prepared_b ? call->m : 0,
                                           .n = call->n,
-                                          .k = call->k,
-                                          .accumulate = call->prepared_b && call->accumulate};
+                                          .k = call->k};
     moe_gemm_prepared_weight *w = &plan->once;
     if (plan->bf16_inputs && plan->weights_version) {
         MOE_TRY(kept_copy(plan, B, &key, &w));
@@ -160,11 +219,12 @@ static moe_status weights_input(moe_gemm_rows_plan *plan, const moe_gemm_call *c
     }
     const size_t count = (size_t)call->n * call->k;
     size_t bytes = count * input_size(plan);
-    if (call->prepared_b) MOE_TRY(moe_gemm_engine_prepared_bytes(plan->engine, call, &bytes));
+    moe_gemm_engine *engine = plan->workers[0].engine; /* the calling thread's (reserve_workers made it) */
+    if (call->prepared_b) MOE_TRY(moe_gemm_engine_prepared_bytes(engine, call, &bytes));
     MOE_TRY(grow(&w->data, &w->bytes, bytes));
     if (call->prepared_b) { /* converted plain (bf16 inputs), then reordered: the conversion is this file's */
         MOE_TRY(grow(&plan->plain_b, &plan->plain_b_bytes, count * input_size(plan)));
-        MOE_TRY(moe_gemm_engine_prepare_b(plan->engine, call, as_input(plan, B, count, plan->plain_b), w->data));
+        MOE_TRY(moe_gemm_engine_prepare_b(engine, call, as_input(plan, B, count, plan->plain_b), w->data));
     } else {
         as_input(plan, B, count, w->data);
     }
@@ -178,48 +238,53 @@ static moe_status check_beta(moe_real beta) {
                                                       (double)beta);
 }
 
+/* A row product: calls of `block` rows (the last one zero-padded) when layout-invariant, else of MOE_GEMM_ROUND_ROWS
+ * rows (the last one shorter). */
+typedef struct {
+    moe_gemm_call call; /* m is each call's */
+    int rows, block;
+    operand A;
+    const void *b; /* B as the calls read it (weights_input) */
+    moe_real *C;
+} row_product;
+
+static moe_status row_block_job(moe_gemm_rows_plan *plan, moe_gemm_worker *w, int job, const void *product) {
+    const row_product *p = product;
+    moe_gemm_call call = p->call;
+    const int first = job * p->block, rows = p->rows - first < p->block ? p->rows - first : p->block;
+    const int k = call.k, n = call.n;
+    const size_t in_size = input_size(plan);
+    const int padded = plan->row_block && rows < p->block;
+    const void *a = read_input(plan, p->A, (size_t)first * k, (size_t)rows * k, w->scratch);
+    moe_real *C = p->C + (size_t)first * n;
+    if (!padded) {
+        call.m = rows;
+        return moe_gemm_engine_run(w->engine, &call, a, p->b, C);
+    }
+    /* The last partial block goes through scratch: [block, k] input (zero-padded) and [block, n] output, then its
+     * rows written or added (one addition per value, as the engine's own) into C. */
+    char *in = w->scratch;
+    moe_real *out = (moe_real *)(in + (size_t)p->block * k * sizeof(moe_real));
+    if (a != in) memcpy(in, a, (size_t)rows * k * in_size);
+    memset(in + (size_t)rows * k * in_size, 0, (size_t)(p->block - rows) * k * in_size);
+    call.m = p->block, call.accumulate = 0;
+    MOE_TRY(moe_gemm_engine_run(w->engine, &call, in, p->b, out));
+    for (size_t i = 0; i < (size_t)rows * n; i++) C[i] = p->call.accumulate ? C[i] + out[i] : out[i];
+    return MOE_OK;
+}
+
 static moe_status rows_product(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, operand A,
                                const moe_real *B, moe_real beta, moe_real *C) {
     MOE_TRY(check_beta(beta));
     if (rows == 0) return MOE_OK;
-    const int block = plan->row_block;
-    moe_gemm_call call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),
-                          .accumulate = beta != 0};
+    MOE_TRY(reserve_workers(plan, 1));
+    row_product p = {.call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),
+                              .accumulate = beta != 0},
+                     .rows = rows, .block = plan->row_block ? plan->row_block : MOE_GEMM_ROUND_ROWS, .A = A, .C = C};
     /* Every call of the blocks has one shape: B is converted and laid out for it once (gemm_engine.h). */
-    if (block) call.m = block, call.prepared_b = 1;
-    const void *b;
-    MOE_TRY(weights_input(plan, &call, B, &b));
-    if (block == 0 && !plan->bf16_inputs) {
-        call.m = rows;
-        return moe_gemm_engine_run(plan->engine, &call, A.data, b, C);
-    }
-    /* Chunks of MOE_GEMM_ROUND_ROWS rows, each rounded into scratch in one pass (bf16 inputs), each run as blocks
-     * of `block` rows (layout-invariant) or as one call. */
-    const size_t in_size = input_size(plan);
-    const int full = block ? rows / block * block : rows;
-    for (int r = 0; r < full; r += MOE_GEMM_ROUND_ROWS) {
-        const int chunk = full - r < MOE_GEMM_ROUND_ROWS ? full - r : MOE_GEMM_ROUND_ROWS;
-        const char *a = read_input(plan, A, (size_t)r * k, (size_t)chunk * k, plan->scratch);
-        call.m = block ? block : chunk;
-        for (int i = 0; i < chunk; i += call.m)
-            MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a + (size_t)i * k * in_size, b, C + (size_t)(r + i) * n));
-    }
-    const int tail = rows - full;
-    if (tail == 0) return MOE_OK;
-    /* The last partial block goes through scratch: [block, k] input (zero-padded) and [block, n] output. */
-    char *a = plan->scratch;
-    moe_real *c = (moe_real *)(a + (size_t)block * k * sizeof(moe_real));
-    const void *tail_rows = read_input(plan, A, (size_t)full * k, (size_t)tail * k, a);
-    if (tail_rows != a) memcpy(a, tail_rows, (size_t)tail * k * in_size);
-    memset(a + (size_t)tail * k * in_size, 0, (size_t)(block - tail) * k * in_size);
-    if (call.accumulate) {
-        memcpy(c, C + (size_t)full * n, (size_t)tail * n * sizeof(moe_real));
-        memset(c + (size_t)tail * n, 0, (size_t)(block - tail) * n * sizeof(moe_real));
-    }
-    call.m = block;
-    MOE_TRY(moe_gemm_engine_run(plan->engine, &call, a, b, c));
-    memcpy(C + (size_t)full * n, c, (size_t)tail * n * sizeof(moe_real));
-    return MOE_OK;
+    if (plan->row_block) p.call.m = plan->row_block, p.call.prepared_b = 1;
+    MOE_TRY(weights_input(plan, &p.call, B, &p.b));
+    return run_jobs(plan, (rows + p.block - 1) / p.block, row_block_job, &p);
 }
 
 moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k,
@@ -232,6 +297,42 @@ moe_status moe_gemm_rows_staged_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE tr
     return rows_product(plan, trans_b, rows, n, k, (operand){A, 1}, B, beta, C);
 }
 
+/* A weight gradient C[m, n] (+)= A^T B over `rows` rows: one job per band of at most MOE_GEMM_TILE output rows,
+ * each band's calls over all rows (fp32) or over chunks of MOE_GEMM_ROUND_ROWS rows added in order (bf16 inputs,
+ * rounded: staged, or a chunk at a time by at_b_product). A band reads B whole and its columns of A, copied dense
+ * when the band is not all of C (gemm_rows.h says why). */
+typedef struct {
+    moe_gemm_call call; /* m, k and accumulate are each call's */
+    int rows, m, accumulate;
+    const void *A, *B;
+    moe_real *C;
+} weight_gradient;
+
+static moe_status band_job(moe_gemm_rows_plan *plan, moe_gemm_worker *w, int job, const void *product) {
+    const weight_gradient *p = product;
+    const size_t in_size = input_size(plan);
+    const int i0 = job * MOE_GEMM_TILE, n = p->call.n;
+    moe_gemm_call call = p->call;
+    call.m = p->m - i0 < MOE_GEMM_TILE ? p->m - i0 : MOE_GEMM_TILE;
+    const int whole = call.m == p->m;
+    const int chunk = plan->bf16_inputs ? MOE_GEMM_ROUND_ROWS : p->rows;
+    if (!whole) MOE_TRY(grow(&w->slice, &w->slice_bytes, (size_t)(chunk < p->rows ? chunk : p->rows) * call.m * in_size));
+    for (int r = 0; r < p->rows; r += chunk) {
+        call.k = p->rows - r < chunk ? p->rows - r : chunk;
+        call.accumulate = r > 0 || p->accumulate;
+        const char *a = (const char *)p->A + ((size_t)r * p->m + i0) * in_size;
+        if (!whole) { /* columns [i0, i0 + m) of the chunk's rows of A */
+            for (int t = 0; t < call.k; t++)
+                memcpy((char *)w->slice + (size_t)t * call.m * in_size, a + (size_t)t * p->m * in_size,
+                       (size_t)call.m * in_size);
+            a = w->slice;
+        }
+        const char *b = (const char *)p->B + (size_t)r * n * in_size;
+        MOE_TRY(moe_gemm_engine_run(w->engine, &call, a, b, p->C + (size_t)i0 * n));
+    }
+    return MOE_OK;
+}
+
 static moe_status at_b_product(moe_gemm_rows_plan *plan, int rows, int m, int n, operand A, operand B, moe_real beta,
                                moe_real *C) {
     MOE_TRY(check_beta(beta));
@@ -239,17 +340,20 @@ static moe_status at_b_product(moe_gemm_rows_plan *plan, int rows, int m, int n,
         if (beta == 0) memset(C, 0, (size_t)m * n * sizeof(moe_real));
         return MOE_OK;
     }
-    moe_gemm_call call = {.trans_a = 1, .m = m, .n = n, .bf16 = native_bf16(plan), .accumulate = beta != 0};
-    if (!plan->bf16_inputs) {
-        call.k = rows;
-        return moe_gemm_engine_run(plan->engine, &call, A.data, B.data, C);
-    }
-    char *a = plan->scratch, *b = a + (size_t)MOE_GEMM_ROUND_ROWS * m * input_size(plan);
+    weight_gradient p = {.call = {.trans_a = 1, .n = n, .bf16 = native_bf16(plan)}, .rows = rows, .m = m,
+                         .accumulate = beta != 0, .A = A.data, .B = B.data, .C = C};
+    const int bands = (m + MOE_GEMM_TILE - 1) / MOE_GEMM_TILE;
+    if (!plan->bf16_inputs || (A.staged && B.staged)) return run_jobs(plan, bands, band_job, &p);
+    /* Rounded here a chunk at a time (the bands' calls read each chunk): the same calls as on staged inputs. */
+    const size_t in_size = input_size(plan);
+    MOE_TRY(grow(&plan->rounded, &plan->rounded_bytes, (size_t)MOE_GEMM_ROUND_ROWS * (m + n) * in_size));
+    char *a = plan->rounded, *b = a + (size_t)MOE_GEMM_ROUND_ROWS * m * in_size;
     for (int r = 0; r < rows; r += MOE_GEMM_ROUND_ROWS) {
-        call.k = rows - r < MOE_GEMM_ROUND_ROWS ? rows - r : MOE_GEMM_ROUND_ROWS;
-        call.accumulate = r > 0 || beta != 0;
-        MOE_TRY(moe_gemm_engine_run(plan->engine, &call, read_input(plan, A, (size_t)r * m, (size_t)call.k * m, a),
-                                    read_input(plan, B, (size_t)r * n, (size_t)call.k * n, b), C));
+        p.rows = rows - r < MOE_GEMM_ROUND_ROWS ? rows - r : MOE_GEMM_ROUND_ROWS;
+        p.accumulate = r > 0 || beta != 0;
+        p.A = read_input(plan, A, (size_t)r * m, (size_t)p.rows * m, a);
+        p.B = read_input(plan, B, (size_t)r * n, (size_t)p.rows * n, b);
+        MOE_TRY(run_jobs(plan, bands, band_job, &p));
     }
     return MOE_OK;
 }

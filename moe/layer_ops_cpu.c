@@ -222,10 +222,10 @@ static moe_status cpu_router_backward(moe_layer_state *s, const moe_layer_weight
 
 static moe_status cpu_router_weight_grad(moe_layer_state *s, const moe_real *x, int first, int T, moe_real *dW) {
     const int d = s->cfg.d_model, E = s->cfg.num_experts;
-    if (T > 0) /* dWr += dlogits^T x over the tokens given (the layer sums shards, and ranks, beyond) */
-        moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, E, d, T, 1, s->dlogits + (size_t)first * E, E,
-                  x + (size_t)first * d, d, 1, dW, d);
-    return MOE_OK;
+    /* dWr += dlogits^T x over the tokens given (the layer sums shards, and ranks, beyond) */
+    return T > 0 ? moe_gemm_rows_at_b_cpu(&s->router_gemm, T, E, d, s->dlogits + (size_t)first * E,
+                                          x + (size_t)first * d, 1, dW)
+                 : MOE_OK;
 }
 
 static moe_status cpu_add(moe_layer_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {

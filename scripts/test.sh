@@ -6,8 +6,9 @@
 #   bash scripts/test.sh ARGS...    `meson test ARGS` on the main build only (a suite, or a test's name)
 # Everything is four lanes run at once, each with its own log in build/meson-logs/lane-<name>.txt:
 #   main      build/: the suites unit (CPU tests), ref (against PyTorch and transformers), mpi (1 to 8 ranks),
-#             faults (jobs hurt on purpose, docs/RELIABILITY.md), gpu (skips without a GPU), bundle (the bare GPU
-#             machine's path), MOE_TEST_PROCESSES tests at a time (default 4)
+#             faults (jobs hurt on purpose, docs/RELIABILITY.md), isa (the determinism tests as CPUs without AVX-512
+#             run them: tests/meson.build), gpu (skips without a GPU), bundle (the bare GPU machine's path),
+#             MOE_TEST_PROCESSES tests at a time (default 4)
 #   tcp       the transport suite once more over Open MPI's TCP transport, the one between nodes (tests/meson.build
 #             says which tests and why), at nice 5: short, and off the critical path
 #   fuzz      scripts/fuzz.sh: its own build, each parser's corpus, then MOE_FUZZ_SECONDS (default 20) of fuzzing per
@@ -64,7 +65,7 @@ lanes=(main tcp fuzz sanitize)
 lane_command() {
     case $1 in
     main) meson test --no-rebuild --print-errorlogs --num-processes "$processes" --suite unit --suite ref \
-        --suite mpi --suite faults --suite gpu --suite bundle ;;
+        --suite mpi --suite faults --suite isa --suite gpu --suite bundle ;;
     tcp) nice -n 5 meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
     fuzz) nice -n 19 bash "$moe_root/scripts/fuzz.sh" --num-processes 1 ;; # CPU-bound: fills the others' waits
     sanitize) bash "$moe_root/scripts/sanitize.sh" ;;

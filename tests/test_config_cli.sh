@@ -86,7 +86,7 @@ grep -q '^note: --init-from .*: training with --drop-priority "score"' "$dir/out
 # 3. the metrics log
 first=$(head -n 1 "$dir/m.jsonl")
 for pattern in '^\{"record":"run","config":\{"layers":2,"d_model":32,' '"layout":\{"world_size":2,"ep":1,' \
-               '"versions":\{"moe":"[^"]+","compiler":"[^"]+","cpu_target":"[^"]+","gemm":"[^"]+","openblas":"[^"]+","mpi":"[^"]+"' \
+               '"versions":\{"moe":"[^"]+","compiler":"[^"]+","cpu":"[^"]+ family [0-9]+ model [0-9]+[^"]*","cpu_target":"[^"]+","gemm":"([^"]+, isa [a-z0-9_]+ [^"]+|[^"]+, core [A-Za-z0-9]+ [^"]+)","openblas":"[^"]+, core [A-Za-z0-9]+","mpi":"[^"]+"' \
                '"git_commit":"([0-9a-f]{40}(-dirty)?|unknown|[^"]+-g[0-9a-f]{40}(-dirty)?)"' '"started":"20[0-9-]+T'; do
     [[ $first =~ $pattern ]] || fail_with_output "the run record lacks /$pattern/: $first"
 done

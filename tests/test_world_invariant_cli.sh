@@ -5,8 +5,10 @@
 # step's loss (printed with %.17g in metrics.jsonl) and the step-10 model.safetensors and train_state.safetensors
 # are byte for byte the same. The 4-rank checkpoint of step 5 resumed on 2 ranks (ep 1) and on 1 rank continues
 # the same curve to the same files. The check can fail: with --world-invariant 0 the 4-rank weights differ from the
-# 1-rank ones. Every --recompute level (with dense FFN layers and bf16 too) gives the 1-rank run's bits, and so does
+# 1-rank ones. The 1-rank run with --threads 2 and 3 gives the same bits too (issue 48: the GEMM engine owns the
+# threads). Every --recompute level (with dense FFN layers and bf16 too) gives the 1-rank run's bits, and so does
 # --zero 0 and 2, resumed across zero levels. Bad --shards and zero combinations are refused.
+# MOE_TEST_LAYOUTS_ONLY=1: world sizes, resumes and threads only (tests/meson.build's runs as other CPUs run it).
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
@@ -56,6 +58,12 @@ run resumed2 2 --ep 1 --resume "$dir/four/step-00000005"
 same_run "step 5 of 4 ranks resumed on 2 ranks, ep 1" resumed2 one
 run resumed1 1 --ep 1 --resume "$dir/four/step-00000005"
 same_run "step 5 of 4 ranks resumed on 1 rank" resumed1 one
+
+run threads2 1 --threads 2
+same_run "1 rank, 2 threads" threads2 one
+run threads3 1 --threads 3
+same_run "1 rank, 3 threads" threads3 one
+[ "${MOE_TEST_LAYOUTS_ONLY:-0}" = 1 ] && finish test_world_invariant_cli
 
 run plain1 1 --world-invariant 0
 run plain4 4 --ep 2 --world-invariant 0

@@ -11,6 +11,7 @@
 #include "core/fail.h"
 #include "checkpoint/checkpoint.h"
 #include "models/fileio.h"
+#include "train/machine.h"
 
 /* The JSON documents whose strings the options point into: alive for the process, never freed (reachable). */
 static json_t **kept;
@@ -118,7 +119,7 @@ static json_t *read_json_file(const char *path, FILE *err) {
 
 /* The configuration the checkpoint's run trained with (manifest.json's "config"); NULL when the checkpoint
  * predates it. */
-static json_t *saved_run(const char *dir, FILE *err, int *failed) {
+static json_t *saved_run(const char *dir, FILE *err, int *failed, json_t **machine) {
     char *path = moe_path_join(dir, "manifest.json");
     FILE *f = NULL;
     moe_status st = path ? moe_file_open_regular(path, &f) : MOE_ERR_OUT_OF_MEMORY;
@@ -135,6 +136,7 @@ static json_t *saved_run(const char *dir, FILE *err, int *failed) {
     if (config && !json_is_object(config) && !json_is_null(config))
         moe_train_complain(err, "moe-train: --resume: %s: config is not an object of options\n", path), *failed = 1;
     config = json_is_object(config) && !*failed ? json_incref(config) : NULL;
+    *machine = json_incref(json_object_get(j, "machine"));
     json_decref(j);
     free(path);
     return config;
@@ -212,13 +214,15 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         dir = strdup(*o->resume ? o->resume : o->init_from);
         if (!dir) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
     }
-    json_t *saved = NULL;
+    json_t *saved = NULL, *machine = NULL;
     int failed = 0;
-    if (dir && *o->resume && (saved = saved_run(dir, err, &failed)) != NULL)
+    if (dir && *o->resume && (saved = saved_run(dir, err, &failed, &machine)) != NULL)
         failed = keep(saved) ? (moe_train_complain(err, "moe-train: out of memory\n"), 1)
                              : moe_train_options_apply_json(o, saved, MOE_OPTION_SAVED_RUN,
                                                             "the saved run's configuration", err);
     if (!failed && dir) failed = take_architecture(o, dir, err, notes);
+    if (!failed && machine && !o->print_config) moe_run_machine_note(notes, dir, machine);
+    json_decref(machine);
     free(dir);
     if (failed) return -1;
     if (moe_train_options_finish(o, world_size, err)) {

@@ -1,6 +1,6 @@
 /* run_record.c — the metrics log's run record and clock (train/run_record.h).
  *   from train/config.h: the options as JSON;  from version.h (meson vcs_tag): the commit;
- *   from kernels/gemm_engine.h and OpenBLAS: the GEMM and BLAS libraries;  from MPI: its library version */
+ *   from train/machine.h: the CPU, the GEMM and BLAS libraries;  from MPI: its library version */
 #include "train/run_record.h"
 
 #include <cblas.h>
@@ -14,6 +14,7 @@
 #include "core/threads.h"
 #include "kernels/gemm_engine.h"
 #include "train/config.h"
+#include "train/machine.h"
 #include "version.h"
 
 #ifndef MOE_PROJECT_VERSION
@@ -50,14 +51,14 @@ int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const ch
     int len = 0;
     if (MPI_Get_library_version(mpi, &len) == MPI_SUCCESS) mpi[strcspn(mpi, "\n,")] = 0; /* its first clause */
     utc_now(when, sizeof when);
-    json_t *r = json_pack("{s:s, s:o, s:{s:i, s:i, s:i, s:i, s:s}, s:{s:s, s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:s}",
+    json_t *r = json_pack("{s:s, s:o, s:{s:i, s:i, s:i, s:i, s:s}, s:{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}, s:s, "
+                          "s:s}",
                           "record", "run", "config", moe_train_options_json(&t->opt, 0), "layout", "world_size",
                           world_size, "ep", t->ranks.ep_size, "expert_data_parallel", t->ranks.edp_size,
                           "threads_per_rank", moe_threads_get(), "device", device, "versions", "moe",
-                          MOE_PROJECT_VERSION, "compiler", MOE_COMPILER, "cpu_target", moe_cpu_target(), "gemm",
-                          moe_gemm_library(), "openblas",
-                          openblas_get_config(), "mpi", mpi, "jansson", JANSSON_VERSION, "git_commit", MOE_GIT_COMMIT,
-                          "started", when);
+                          MOE_PROJECT_VERSION, "compiler", MOE_COMPILER, "cpu", moe_cpu_model(), "cpu_target",
+                          moe_cpu_target(), "gemm", moe_gemm_library(), "openblas", moe_run_openblas_text(), "mpi", mpi,
+                          "jansson", JANSSON_VERSION, "git_commit", MOE_GIT_COMMIT, "started", when);
     char *text = r ? json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) : NULL;
     fprintf(f, "%s\n", text ? text : "{\"record\":\"run\",\"error\":\"out of memory\"}");
     free(text);
