@@ -116,12 +116,14 @@ moe_status moe_gemm_engine_prepared_bytes(moe_gemm_engine *engine, const moe_gem
     return st;
 }
 
+/* The reorder itself runs on the library's threads: it permutes values (exactly), so the thread count cannot change
+ * a bit of it, and on one thread it held the others up (the weights of an fp32 plan are laid out at every call). The
+ * matmul it lays B out for is built first, single-threaded, like every other (its layout comes from that build). */
 moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_call *call, const void *B,
                                      void *prepared) {
-    const int saved = serial_begin();
-    const moe_status st = the_backend()->prepare_b(engine, call, B, prepared);
-    serial_end(saved);
-    return st;
+    size_t bytes;
+    MOE_TRY(moe_gemm_engine_prepared_bytes(engine, call, &bytes));
+    return the_backend()->prepare_b(engine, call, B, prepared);
 }
 
 int moe_gemm_native_bf16(void) { return the_backend()->native_bf16(); }

@@ -107,9 +107,9 @@ moe_status moe_gemm_rows_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, 
                              const moe_real *A, const moe_real *B, moe_real beta, moe_real *C);
 
 /* C[m, n] = A^T B + beta * C with A [rows, m] and B [rows, n] row-major: a weight gradient, summed over rows. Each
- * band of output rows is one call over all rows in fp32; with bf16 inputs both operands are rounded (unless staged) and
- * the rows summed in chunks of MOE_GEMM_ROUND_ROWS, each chunk's product added to the band in chunk order (deterministic
- * for a given row count). */
+ * band of output rows is one call over all rows in fp32; with bf16 inputs both operands are rounded (unless staged)
+ * and the rows summed in chunks of MOE_GEMM_ROUND_ROWS, each chunk's product added to the band in chunk order
+ * (deterministic for a given row count). */
 moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int n, const moe_real *A,
                                   const moe_real *B, moe_real beta, moe_real *C);
 

@@ -1,6 +1,6 @@
-/* gemm_rows_cpu.c — row-wise GEMMs in fixed-shape blocks and weight gradients in fixed bands of rows (why: gemm_rows.h), each
- * call on the GEMM engine (kernels/gemm_engine.h), the calls of a product spread over the pool's threads. A, C
- * row-major, dense (lda = k, ldc = n); B is [n, k] for CblasTrans and [k, n] for CblasNoTrans. */
+/* gemm_rows_cpu.c — row-wise GEMMs in fixed-shape blocks and weight gradients in fixed bands of rows (why:
+ * gemm_rows.h), each call on the GEMM engine (kernels/gemm_engine.h), the calls of a product spread over the pool's
+ * threads. A, C row-major, dense (lda = k, ldc = n); B is [n, k] for CblasTrans and [k, n] for CblasNoTrans. */
 #include "kernels/gemm_rows.h"
 
 #include <stdio.h>
@@ -37,6 +37,17 @@ void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
     *plan = (moe_gemm_rows_plan){0};
 }
 
+/* *buffer holding at least `bytes` (its *capacity), grown when it holds fewer. realloc, not a cache-line-aligned
+ * allocation: with the prepared weights at 64-byte (or page) alignment oneDNN's AVX2 sgemm ran the layer's 64-row
+ * blocks 1.4-1.6x slower than at malloc's 16 (bench_moe_layer, 2026-12-06; the cause inside the library not found). */
+static moe_status grow(void **buffer, size_t *capacity, size_t bytes) {
+    if (*capacity >= bytes) return MOE_OK;
+    void *grown = realloc(*buffer, bytes ? bytes : 1);
+    if (!grown) return MOE_ERR_OUT_OF_MEMORY;
+    *buffer = grown, *capacity = bytes;
+    return MOE_OK;
+}
+
 /* Workers 0 .. count-1 made (an engine and scratch each), so that count threads can run calls. Outside any parallel
  * region. */
 static moe_status reserve_workers(moe_gemm_rows_plan *plan, int count) {
@@ -47,8 +58,9 @@ static moe_status reserve_workers(moe_gemm_rows_plan *plan, int count) {
     const size_t scratch = (size_t)MOE_GEMM_ROUND_ROWS * 2 * (size_t)plan->max_width * sizeof(moe_real);
     while (plan->worker_count < count) {
         moe_gemm_worker *w = &plan->workers[plan->worker_count];
-        *w = (moe_gemm_worker){.scratch = malloc(scratch)};
-        if (!w->scratch) return MOE_ERR_OUT_OF_MEMORY;
+        size_t capacity = 0;
+        *w = (moe_gemm_worker){0};
+        MOE_TRY(grow(&w->scratch, &capacity, scratch));
         moe_status st = moe_gemm_engine_create(&w->engine);
         if (st != MOE_OK) return free(w->scratch), st;
         plan->worker_count++;
@@ -127,15 +139,6 @@ typedef struct {
 static const void *read_input(const moe_gemm_rows_plan *plan, operand x, size_t first, size_t count, void *dst) {
     if (x.staged) return (const char *)x.data + first * input_size(plan);
     return as_input(plan, (const moe_real *)x.data + first, count, dst);
-}
-
-/* *buffer holding at least `bytes` (its *capacity), grown when it holds fewer */
-static moe_status grow(void **buffer, size_t *capacity, size_t bytes) {
-    if (*capacity >= bytes) return MOE_OK;
-    void *grown = realloc(*buffer, bytes);
-    if (!grown) return MOE_ERR_OUT_OF_MEMORY;
-    *buffer = grown, *capacity = bytes;
-    return MOE_OK;
 }
 
 moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count, const void **out) {
@@ -316,7 +319,8 @@ static moe_status band_job(moe_gemm_rows_plan *plan, moe_gemm_worker *w, int job
     call.m = p->m - i0 < MOE_GEMM_TILE ? p->m - i0 : MOE_GEMM_TILE;
     const int whole = call.m == p->m;
     const int chunk = plan->bf16_inputs ? MOE_GEMM_ROUND_ROWS : p->rows;
-    if (!whole) MOE_TRY(grow(&w->slice, &w->slice_bytes, (size_t)(chunk < p->rows ? chunk : p->rows) * call.m * in_size));
+    const size_t slice_rows = (size_t)(chunk < p->rows ? chunk : p->rows);
+    if (!whole) MOE_TRY(grow(&w->slice, &w->slice_bytes, slice_rows * call.m * in_size));
     for (int r = 0; r < p->rows; r += chunk) {
         call.k = p->rows - r < chunk ? p->rows - r : chunk;
         call.accumulate = r > 0 || p->accumulate;

@@ -309,7 +309,8 @@ static double reduce_scratch_nbytes(const moe_plan_model *m, const moe_plan_layo
 }
 
 /* On the CPU path, the row-wise GEMM plans' scratch (kernels/gemm_rows_cpu.c: MOE_GEMM_ROUND_ROWS x 2 x the widest
- * operand, of which a call touches its rows' share): the dense ops' one plan, whose widest is the vocabulary at the
+ * operand for each thread's worker, of which the calls touch their rows' share, one worker's rows each, so about a
+ * product's rows in all whatever the threads): the dense ops' one plan, whose widest is the vocabulary at the
  * lm_head (256 MB at V = 1M and 32 tokens), and each MoE layer's router and expert plans; and the dense ops' RoPE
  * cos/sin table, [seq_len, head_dim] (kernels/rope.h). */
 static double cpu_dense_scratch_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {

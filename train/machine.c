@@ -38,8 +38,8 @@ void moe_run_machine_note(FILE *notes, const char *dir, json_t *saved) {
             fprintf(notes, "note: --resume %s: this process computes with another machine or build than the run it "
                     "continues, so the results from here on may differ in their last bits from a run that stayed "
                     "(docs/DETERMINISM.md, \"Across CPUs\"):\n", dir);
-        fprintf(notes, "note:   %s: saved %s, now %s\n", key, json_is_string(was) ? json_string_value(was) : "unrecorded",
-                json_string_value(is));
+        fprintf(notes, "note:   %s: saved %s, now %s\n", key,
+                json_is_string(was) ? json_string_value(was) : "unrecorded", json_string_value(is));
     }
     json_decref(now);
 }

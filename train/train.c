@@ -22,6 +22,7 @@
 #include "core/fail.h"
 #include "core/threads.h"
 #include "checkpoint/checkpoint.h"
+#include "core/cpu_target.h"
 #include "kernels/gemm_engine.h"
 #include "train/checkpoint_run.h"
 #include "train/run_record.h"
@@ -540,8 +541,8 @@ int main(int argc, char **argv) {
                stage->first_layer, moe_model_num_passes(t.model),
                moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
                t.val.num_tokens);
-        if (!place.rt) /* which GEMM library, and how bf16 GEMMs run (MOE_BF16_GEMM) */
-            printf("cpu GEMMs: %s\n", moe_gemm_library());
+        if (!place.rt) /* which GEMM library on which CPU, and how bf16 GEMMs run (MOE_BF16_GEMM) */
+            printf("cpu GEMMs: %s; CPU %s\n", moe_gemm_library(), moe_cpu_model());
         moe_wait_policy wait;
         if (moe_wait_policy_here(&wait) == MOE_OK && wait == MOE_WAIT_PASSIVE)
             printf("MOE_WAIT_POLICY=passive: a rank waiting for its peers sleeps between polls\n");
