@@ -13,7 +13,8 @@
 #   --steps 40 --warmup 40                         0.6% / 1.3% (oneDNN), 12% at step 34 (OpenBLAS): fails
 #   --steps 40 --warmup 40 --lr 1e-3 (these)       0.07% / 0.07% (oneDNN), 0.8% / 0.06% (OpenBLAS)
 # (On the GPU only the experts' GEMMs are bf16, so its differences should be smaller still.)
-gpu_verify_common=(--steps 40 --warmup 40 --lr 1e-3 --verify-steps 40 --eval-interval 0 --sample-tokens 0)
+gpu_verify_steps=40
+gpu_verify_common=(--lr 1e-3 --eval-interval 0 --sample-tokens 0)
 gpu_verify_names=(dropless capacity)
 declare -A gpu_verify_flags=(
     [dropless]=""
@@ -24,12 +25,15 @@ declare -A gpu_verify_titles=(
     [capacity]="capacity 1.25, 2 micro-batches"
 )
 
-# gpu_verify_command NAME DATA_DIR -> the moe-train flags of run NAME (into the array gpu_verify_args), with the
-# token files named by absolute path (the run may start in any folder)
+# gpu_verify_command NAME DATA_DIR [STEPS] -> the moe-train flags of run NAME (into the array gpu_verify_args), with
+# the token files named by absolute path (the run may start in any folder). STEPS (default gpu_verify_steps, the GPU
+# machine's 40) for a rehearsal on the CPU, which shows the path (the bundle's libraries, mpirun, the comparison) and
+# runs fewer: the CPU bf16 run's agreement over many steps is test_verify_cli's (suite mpi), not the rehearsal's, and
+# its two 40-step runs were the longest phase of scripts/test.sh's longest lane (issue 48).
 gpu_verify_command() {
-    local name=$1 data
+    local name=$1 data steps=${3:-$gpu_verify_steps}
     data=$(cd "$2" && pwd) || return 1
     # shellcheck disable=SC2206 # the flags are words
-    gpu_verify_args=("${gpu_verify_common[@]}" ${gpu_verify_flags[$name]}
-        --train-data "$data/kjv_train.bin" --val-data "$data/kjv_val.bin")
+    gpu_verify_args=(--steps "$steps" --warmup "$steps" --verify-steps "$steps" "${gpu_verify_common[@]}"
+        ${gpu_verify_flags[$name]} --train-data "$data/kjv_train.bin" --val-data "$data/kjv_val.bin")
 }

@@ -3,7 +3,8 @@
 # on 2 ranks (issue 16):
 #  1. --init-from, --eval-only and --resume take the architecture from the checkpoint's config.json: no shape flag
 #     is needed, and one that disagrees is refused naming both values; --init-from may train with another routing
-#     policy (capacity factor, drop priority: issue 29), said in a note and recorded in what it saves;
+#     policy (capacity factor, drop priority: issue 29), said in a note and recorded in what it saves; a checkpoint's
+#     manifest records the machine, and a resume on other GEMM kernels says so (issue 48);
 #  2. a model transformers' Mixtral cannot compute (here top-1 without renormalisation) is saved as
 #     MoeTrainMixtralVariantForCausalLM with a note, and said so at start; top-1 renormalised is a Mixtral;
 #  3. the metrics log opens with the run record (options, layout, versions, commit); steps carry the clock and
@@ -63,6 +64,24 @@ if timeout 120 "$mpirun" -np 2 "$train" --resume "$step2" --steps 3 --sample-tok
     echo "ok: --resume with no other flags continues the run: $(grep '^resume: --steps' "$dir/out.txt")"
 else
     fail_with_output "--resume without the run's flags"
+fi
+# the machine record (issue 48, train/machine.h): in the manifest; a resume on the same machine and build says
+# nothing of it, one that runs other kernels (here OpenBLAS's Nehalem ones, which any x86-64 CPU runs, and the other
+# bf16 GEMM mode) names what differs, and goes on
+if grep -q '"machine"' "$step2/manifest.json" && grep -q '"gemm"' "$step2/manifest.json" &&
+    ! grep -q "another machine or build" "$dir/out.txt"; then
+    echo "ok: the manifest records the machine; a resume on the same one says nothing of it"
+else
+    fail_with_output "the manifest's machine record, or a note on a resume on the same machine: $(cat "$step2/manifest.json")"
+fi
+if OPENBLAS_CORETYPE=Nehalem MOE_BF16_GEMM=fp32 timeout 120 "$mpirun" -np 2 "$train" --resume "$step2" --steps 3 \
+        --sample-tokens 0 --exchange-timeout 20 --checkpoint-dir "$dir/elsewhere" > "$dir/out.txt" 2>&1 &&
+    grep -q "^note: --resume .*: this process computes with another machine or build" "$dir/out.txt" &&
+    grep -q "^note:   openblas: saved .*, now .*core Nehalem" "$dir/out.txt" && grep -q "^step     3" "$dir/out.txt"
+then
+    echo "ok: a resume on other kernels says so and continues: $(grep '^note:   ' "$dir/out.txt" | tr '\n' ' ')"
+else
+    fail_with_output "a resume on other kernels: no note naming them, or it did not continue"
 fi
 
 # 2. top-1 renormalised (gate 1) is what Mixtral computes
