@@ -64,9 +64,14 @@ static void serial_end(int saved) {
 #endif
 }
 
+moe_status moe_gemm_engine_available(void) {
+    the_backend();
+    return *refused ? moe_fail(MOE_ERR_INVALID_CONFIG, "%s", refused) : MOE_OK;
+}
+
 moe_status moe_gemm_engine_create(moe_gemm_engine **out) {
     const moe_gemm_backend *b = the_backend();
-    if (*refused) return moe_fail(MOE_ERR_INVALID_CONFIG, "%s", refused);
+    MOE_TRY(moe_gemm_engine_available());
     const int saved = serial_begin();
     const moe_status st = b->create(out);
     serial_end(saved);

@@ -41,6 +41,9 @@ typedef struct {
     int lda, ldb, ldc; /* 0: dense; else the row pitch, in values, of A, B and C as stored (a tile of a larger one) */
 } moe_gemm_call;
 
+/* MOE_OK when the library MOE_CPU_GEMM asks for is in this build (or it asks for none); else MOE_ERR_INVALID_CONFIG
+ * with the reason, which every engine's creation then gives too: for a program to refuse before it starts work. */
+moe_status moe_gemm_engine_available(void);
 moe_status moe_gemm_engine_create(moe_gemm_engine **out);
 void moe_gemm_engine_free(moe_gemm_engine *engine);
 moe_status moe_gemm_engine_run(moe_gemm_engine *engine, const moe_gemm_call *call, const void *A, const void *B,

@@ -13,10 +13,10 @@
  * row_block = 0 makes calls of MOE_GEMM_ROUND_ROWS rows, the last one shorter (faster; the bits may then depend on
  * the layout, never on the thread count).
  *
- * Threads: the calls of one product (its row blocks; a weight gradient's bands of MOE_GEMM_TILE output rows) are a
- * list fixed by the product's shape; called outside a parallel region the plan runs them over the pool's threads,
- * each thread on its own engine and scratch (the plan's workers), and inside one it runs them in order on the calling
- * thread. Every call writes its own rows of C, so the thread count never changes a bit, on any CPU and with
+ * Threads: the calls of one product (its row blocks; a weight gradient's bands of MOE_GEMM_BAND_ROWS output rows)
+ * are a list fixed by the product's shape; called outside a parallel region the plan runs them over the pool's
+ * threads, each thread on its own engine and scratch (the plan's workers), and inside one it runs them in order on the
+ * calling thread. Every call writes its own rows of C, so the thread count never changes a bit, on any CPU and with
  * either library.
  *
  * bf16 inputs: A's rows are rounded to bf16 on their way into each call (through the worker's scratch); B (a weight,
@@ -42,10 +42,15 @@
 
 /* The block size of the layout-invariant mode: 64 rows fill the libraries' AVX-512 tiles and keep the
  * padding small; larger blocks saved little (docs/BENCHMARKS.md). MOE_GEMM_ROUND_ROWS: the rows of a call without
- * row blocks, and of a bf16 weight gradient's chunks. MOE_GEMM_TILE: a weight gradient's output is cut into bands of
- * at most this many whole rows, each one call (wide enough that the library stays on its fast path; a band's columns
- * of A are copied dense, which keeps oneDNN on its brgemm kernels: strided operands send it to its slower sgemm). */
-enum { MOE_GEMM_ROW_BLOCK = 64, MOE_GEMM_ROUND_ROWS = 4 * MOE_GEMM_ROW_BLOCK /* whole blocks */, MOE_GEMM_TILE = 128 };
+ * row blocks, and of a bf16 weight gradient's chunks. MOE_GEMM_BAND_ROWS: a weight gradient's output is cut into
+ * bands of at most this many whole rows, each one call (wide enough that the library stays on its fast path; a band's
+ * columns of A are copied dense, which keeps oneDNN on its brgemm kernels: strided operands send it to its slower
+ * sgemm). */
+enum {
+    MOE_GEMM_ROW_BLOCK = 64,
+    MOE_GEMM_ROUND_ROWS = 4 * MOE_GEMM_ROW_BLOCK, /* whole blocks */
+    MOE_GEMM_BAND_ROWS = 128,
+};
 /* Inputs a caller can keep staged at once (moe_gemm_rows_stage). */
 enum { MOE_GEMM_STAGE_SLOTS = 5 };
 

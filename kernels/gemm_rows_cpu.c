@@ -300,7 +300,7 @@ moe_status moe_gemm_rows_staged_cpu(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE tr
     return rows_product(plan, trans_b, rows, n, k, (operand){A, 1}, B, beta, C);
 }
 
-/* A weight gradient C[m, n] (+)= A^T B over `rows` rows: one job per band of at most MOE_GEMM_TILE output rows,
+/* A weight gradient C[m, n] (+)= A^T B over `rows` rows: one job per band of at most MOE_GEMM_BAND_ROWS output rows,
  * each band's calls over all rows (fp32) or over chunks of MOE_GEMM_ROUND_ROWS rows added in order (bf16 inputs,
  * rounded: staged, or a chunk at a time by at_b_product). A band reads B whole and its columns of A, copied dense
  * when the band is not all of C (gemm_rows.h says why). */
@@ -314,9 +314,9 @@ typedef struct {
 static moe_status band_job(moe_gemm_rows_plan *plan, moe_gemm_worker *w, int job, const void *product) {
     const weight_gradient *p = product;
     const size_t in_size = input_size(plan);
-    const int i0 = job * MOE_GEMM_TILE, n = p->call.n;
+    const int i0 = job * MOE_GEMM_BAND_ROWS, n = p->call.n;
     moe_gemm_call call = p->call;
-    call.m = p->m - i0 < MOE_GEMM_TILE ? p->m - i0 : MOE_GEMM_TILE;
+    call.m = p->m - i0 < MOE_GEMM_BAND_ROWS ? p->m - i0 : MOE_GEMM_BAND_ROWS;
     const int whole = call.m == p->m;
     const int chunk = plan->bf16_inputs ? MOE_GEMM_ROUND_ROWS : p->rows;
     const size_t slice_rows = (size_t)(chunk < p->rows ? chunk : p->rows);
@@ -346,7 +346,7 @@ static moe_status at_b_product(moe_gemm_rows_plan *plan, int rows, int m, int n,
     }
     weight_gradient p = {.call = {.trans_a = 1, .n = n, .bf16 = native_bf16(plan)}, .rows = rows, .m = m,
                          .accumulate = beta != 0, .A = A.data, .B = B.data, .C = C};
-    const int bands = (m + MOE_GEMM_TILE - 1) / MOE_GEMM_TILE;
+    const int bands = (m + MOE_GEMM_BAND_ROWS - 1) / MOE_GEMM_BAND_ROWS;
     if (!plan->bf16_inputs || (A.staged && B.staged)) return run_jobs(plan, bands, band_job, &p);
     /* Rounded here a chunk at a time (the bands' calls read each chunk): the same calls as on staged inputs. */
     const size_t in_size = input_size(plan);

@@ -17,6 +17,7 @@
 #     values of the run that wrote the file;
 #  6. (issue 29) threads against the CPUs a rank may run on: a note when a binding holds a lone rank to one core (with
 #     `mpirun --bind-to none` as the fix), none without it, a warning when --threads exceed the CPUs.
+#  7. (issue 48) an MOE_CPU_GEMM it does not know is refused, naming it.
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -194,5 +195,8 @@ if [ "$cpus" -gt 1 ]; then
         "$dir/bound_asked.txt" && echo "ok: --threads 2 on one bound core: warned" ||
         fail_with_output "--threads 2 on one bound core: no warning"
 fi
+
+# 7. (issue 48) the GEMM library by MOE_CPU_GEMM: a name it does not know refused before training, naming it
+MOE_CPU_GEMM=mkl refuses "MOE_CPU_GEMM=mkl is neither onednn nor openblas" --steps 1
 
 finish test_config_cli

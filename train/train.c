@@ -486,6 +486,12 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 2;
     }
+    const moe_status gemm = moe_gemm_engine_available(); /* the CPU GEMM library MOE_CPU_GEMM names (every rank's) */
+    if (gemm != MOE_OK) {
+        fprintf(stderr, "moe-train: rank %d: %s\n", world_rank, moe_failure_message(gemm));
+        MPI_Finalize();
+        return 2;
+    }
     moe_train_placement place;
     moe_status st = moe_train_place(&opt, MPI_COMM_WORLD, world_rank == 0 ? stdout : NULL, &place);
     if (st != MOE_OK) { /* every rank agreed: a message from each that knows why, then all stop */
