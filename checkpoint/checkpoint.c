@@ -167,7 +167,7 @@ moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int st
     if (st == MOE_OK && rank0) st = write_config_and_manifest(run, tmp, step);
     if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, run->run_id);
     if (st != MOE_OK && rank0 && tmp) moe__checkpoint_remove_dir(tmp);
-    if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, run->run_id, keep_last, run->notes);
+    if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, run->run_id, keep_last);
     free(tmp), free(tab.t);
     return agree_after_io(run, st, "checkpoint save");
 }
@@ -176,9 +176,16 @@ moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
     *out = NULL;
     moe__checkpoint_entry *list;
     int count;
-    MOE_TRY(moe__checkpoint_list(root, &list, &count, notes));
+    moe__checkpoint_skipped skipped;
+    MOE_TRY(moe__checkpoint_list(root, &list, &count, notes, &skipped));
     moe_status st = MOE_OK;
-    if (!count) st = moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
+    if (skipped.step > (count ? list[count - 1].manifest.step : -1))
+        st = moe__checkpoint_refuse_skipped(root, &skipped,
+                                            count ? "it is the newest step directory: --resume would go back to an "
+                                                    "older step, and the run's saves would reach this one's"
+                                                  : "it is the only step directory, so there is no checkpoint to "
+                                                    "resume from, and the run's saves would reach its step");
+    else if (!count) st = moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
     else if (!(*out = strdup(list[count - 1].path))) st = MOE_ERR_OUT_OF_MEMORY; /* the highest step */
     moe__checkpoint_list_free(list, count);
     return st;
@@ -392,7 +399,7 @@ static moe_status continue_run(const moe_checkpoint_run *run, const char *dir, c
     char *root = parent_of(dir);
     moe__checkpoint_entry *list = NULL;
     int count = 0, newer = 0;
-    moe_status st = root ? moe__checkpoint_list(root, &list, &count, run->notes) : MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = root ? moe__checkpoint_list(root, &list, &count, NULL, NULL) : MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < count && st == MOE_OK; i++)
         newer += !strcmp(list[i].manifest.run_id, m->run_id) && list[i].manifest.step > m->step;
     moe__checkpoint_list_free(list, count);
@@ -451,11 +458,17 @@ static moe_status check_writable(const char *root) {
     return st;
 }
 
-/* ROOT holds no other run's checkpoints but the parent's, and none of another run after resumed_step. */
+/* ROOT holds no other run's checkpoints but the parent's, none of another run after resumed_step, and no step
+ * directory that cannot be identified after resumed_step (a save reaching it would fail: issue 49). */
 static moe_status check_runs(const moe_checkpoint_run *run, const char *root, int resumed_step) {
     moe__checkpoint_entry *list = NULL;
     int count = 0;
-    moe_status st = moe__checkpoint_list(root, &list, &count, run->notes);
+    moe__checkpoint_skipped skipped;
+    moe_status st = moe__checkpoint_list(root, &list, &count, NULL, &skipped); /* the resume warned of older ones */
+    char where[128];
+    snprintf(where, sizeof where, "its step is after the one this run starts from (%d), so its saves would reach it",
+             resumed_step);
+    if (st == MOE_OK && skipped.step > resumed_step) st = moe__checkpoint_refuse_skipped(root, &skipped, where);
     for (int i = count - 1; i >= 0 && st == MOE_OK; i--) { /* newest first: the one to name */
         const moe__checkpoint_manifest *m = &list[i].manifest;
         if (!strcmp(m->run_id, run->run_id)) continue;

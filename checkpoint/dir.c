@@ -269,8 +269,10 @@ void moe__checkpoint_list_free(moe__checkpoint_entry *entries, int count) {
     free(entries);
 }
 
-moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, int *count, FILE *notes) {
+moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, int *count, FILE *notes,
+                                moe__checkpoint_skipped *skipped) {
     *out = NULL, *count = 0;
+    if (skipped) *skipped = (moe__checkpoint_skipped){.count = 0, .step = -1};
     DIR *d = opendir(root);
     if (!d) return MOE_OK;
     moe__checkpoint_entry *entries = NULL;
@@ -299,9 +301,14 @@ moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, i
             st = read;
         } else if (read != MOE_OK || (x->manifest.num_files < 0 && is_empty_dir(x->path))) {
             /* an entry nobody can use is passed over, never fatal to the others (nor deleted: not ours to judge) */
-            if (notes)
-                fprintf(notes, "moe-train: warning: %s is skipped: %s\n", x->path,
-                        read != MOE_OK ? moe_failure_message(read) : "an empty directory, not a checkpoint");
+            const char *why = read != MOE_OK ? moe_failure_message(read) : "an empty directory, not a checkpoint";
+            if (notes) fprintf(notes, "moe-train: warning: %s is skipped: %s\n", x->path, why);
+            if (skipped) skipped->count++;
+            if (skipped && step > skipped->step) {
+                skipped->step = step;
+                snprintf(skipped->path, sizeof skipped->path, "%s", x->path);
+                snprintf(skipped->why, sizeof skipped->why, "%s", why);
+            }
             moe__checkpoint_manifest_free(&x->manifest);
             free(x->path);
         } else {
@@ -314,6 +321,18 @@ moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, i
     if (n > 1) qsort(entries, (size_t)n, sizeof *entries, older); /* qsort(NULL, 0, ...) is undefined */
     *out = entries, *count = n;
     return MOE_OK;
+}
+
+moe_status moe__checkpoint_refuse_skipped(const char *root, const moe__checkpoint_skipped *skipped,
+                                          const char *where) {
+    const char *name = strrchr(skipped->path, '/');
+    name = name ? name + 1 : skipped->path;
+    return moe_fail(MOE_ERR_INVALID_CONFIG,
+                    "%s cannot be used as a checkpoint (%s); %s. A save never replaces a directory it cannot "
+                    "identify (another run's, or a damaged one of this run's): look at it, then move it out of the "
+                    "way under a name that is not step-NNNNNNNN (e.g. mv %s %s/damaged-%s) or delete it; or save "
+                    "into another --checkpoint-dir",
+                    skipped->path, skipped->why, where, skipped->path, root, name);
 }
 
 void moe__checkpoint_remove_dir(const char *dir) {
@@ -370,11 +389,11 @@ moe_status moe__checkpoint_publish(const char *root, const char *tmp, int step, 
     return st;
 }
 
-moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_last, FILE *notes) {
+moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_last) {
     if (keep_last <= 0) return MOE_OK;
     moe__checkpoint_entry *list;
     int count, mine = 0;
-    MOE_TRY(moe__checkpoint_list(root, &list, &count, notes));
+    MOE_TRY(moe__checkpoint_list(root, &list, &count, NULL, NULL)); /* what it skips was named at start */
     for (int i = 0; i < count; i++) mine += !strcmp(list[i].manifest.run_id, run_id);
     moe_status st = MOE_OK;
     for (int i = 0; i < count && mine > keep_last && st == MOE_OK; i++) { /* oldest first */

@@ -116,12 +116,27 @@ typedef struct {
     moe__checkpoint_manifest manifest;
 } moe__checkpoint_entry;
 
+/* The step directories a listing passed over (a manifest that cannot be read, or an empty directory): how many,
+ * and the one of the highest step (by its name), with why, for a message that names it. */
+typedef struct {
+    int count;
+    long step; /* -1 when none */
+    char path[1024];
+    char why[512];
+} moe__checkpoint_skipped;
+
 /* The step directories of root, oldest first: by step, the save time breaking ties (a wrong clock never makes an
  * older step the newest). An unreadable root lists none. A step directory whose manifest cannot be read, or an
- * empty one, is left out with a warning line on notes (NULL: none) naming it and why: never fatal to the others,
- * never deleted. */
-moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, int *count, FILE *notes);
+ * empty one, is left out with a warning line on notes (NULL: none) naming it and why, and counted in *skipped
+ * (NULL: not asked): never fatal to the others, never deleted. */
+moe_status moe__checkpoint_list(const char *root, moe__checkpoint_entry **out, int *count, FILE *notes,
+                                moe__checkpoint_skipped *skipped);
 void moe__checkpoint_list_free(moe__checkpoint_entry *entries, int count);
+/* MOE_ERR_INVALID_CONFIG naming skipped's highest step directory, why it cannot be used, why that stops the run
+ * (`where`, e.g. "it is the newest step directory: ...") and what to do: a save never replaces a directory it
+ * cannot identify. */
+moe_status moe__checkpoint_refuse_skipped(const char *root, const moe__checkpoint_skipped *skipped,
+                                          const char *where);
 
 /* Makes TMP (a complete, fsynced step directory) ROOT/step-NNNNNNNN: an older directory of the same step, saved by
  * run_id, is moved aside first, and deleted only after the rename and an fsync of ROOT; one of another run (or one
@@ -130,7 +145,7 @@ moe_status moe__checkpoint_publish(const char *root, const char *tmp, int step, 
 /* Deletes all but the newest keep_last checkpoints (by step) of run_id in root (other runs' and unreadable ones are
  * never touched): each is renamed out of the way first, then emptied, so a kill leaves no half-deleted step
  * directory. */
-moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_last, FILE *notes);
+moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_last);
 /* Removes what interrupted saves and prunes left in root (.tmp-*, .old-*, .trash-*). */
 void moe__checkpoint_clean_leftovers(const char *root);
 /* Removes a directory and the files in it (nothing recursive beyond that). */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,9 +35,24 @@ moe_status moe__checkpoint_lock(const char *root, const char *run_id, moe_checkp
     *out = NULL;
     char *path = moe_path_join(root, kLockName);
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
-    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        moe_status st = moe_fail(MOE_ERR_IO, "%s: cannot open the directory's lock file: %s", path, strerror(errno));
+    /* O_NOFOLLOW: a .lock planted as a link to another file must not get that file truncated and rewritten;
+     * O_NONBLOCK: a FIFO planted there must not hang the open (refused below, like any file that is not regular) */
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    struct stat st_lock;
+    const int opened_errno = errno;
+    if (fd < 0 || fstat(fd, &st_lock) != 0 || !S_ISREG(st_lock.st_mode)) {
+        moe_status st =
+            fd < 0 && opened_errno == ELOOP
+                ? moe_fail(MOE_ERR_INVALID_CONFIG,
+                           "%s is a symbolic link: the directory's lock file must be a regular file, and moe-train "
+                           "does not follow a link there (it would overwrite the link's target). Remove %s, or "
+                           "save into another --checkpoint-dir", path, path)
+            : fd < 0 ? moe_fail(MOE_ERR_IO, "%s: cannot open the directory's lock file: %s", path,
+                                strerror(opened_errno))
+                     : moe_fail(MOE_ERR_INVALID_CONFIG,
+                                "%s is not a regular file: the directory's lock file must be one. Remove it, or save "
+                                "into another --checkpoint-dir", path);
+        if (fd >= 0) close(fd);
         free(path);
         return st;
     }

@@ -10,7 +10,8 @@
 #   R11 a second moment below zero (a valid file, checksums right) is refused naming the file and the tensor;
 #   R10 with --skip-nonfinite 1 and every step non-finite (an expert at 1e20), the run stops after
 #       --max-skipped-steps in a row, and no checkpoint is published of a step whose update was dropped;
-#   R12 an empty step directory is passed over as "not a checkpoint", not called another run's checkpoints.
+#   R12 an empty step directory is passed over as "not a checkpoint", not called another run's checkpoints;
+#   issue 49 (2): one that cannot be used, newer than the step a run starts from, refuses the run before training.
 . "$(dirname "$0")/train_cli_common.sh"
 edit="$(dirname "$0")/safetensors_edit.py"
 
@@ -41,6 +42,22 @@ trains "naming the newest" "resumed from .*bad/step-00000012 after step 12" --st
 [ -d "$(step_dir "$dir/bad" 14)" ] && [ ! -e "$(step_dir "$dir/bad" 12)" ] ||
     fail_with_output "the run beside it did not save step 14 and prune step 12"
 [ -d "$(step_dir "$dir/bad" 4)" ] || fail_with_output "the unreadable step directory was deleted"
+
+# issue 49, 2: an unreadable manifest in the newest step directory: refused before training, naming it and what to
+# do (it warned, trained from step 8, then every save reaching step 12 failed: each requeue lost an interval);
+# the only step directory is named too; once moved aside as the message says, the run resumes
+cp -r "$ck" "$dir/trap"
+echo "not json {" > "$(step_dir "$dir/trap" 12)/manifest.json"
+refuses "trap/step-00000012 cannot be used as a checkpoint .*not JSON.*; it is the newest step directory.*mv .*trap/step-00000012 .*trap/damaged-step-00000012" \
+    --steps 16 --resume --checkpoint-dir "$dir/trap" --checkpoint-interval 4
+refuses "trap/step-00000012 cannot be used as a checkpoint .*its step is after the one this run starts from \(8\)" \
+    --steps 16 --resume "$(step_dir "$dir/trap" 8)" --checkpoint-dir "$dir/trap" --checkpoint-interval 4
+mv "$(step_dir "$dir/trap" 12)" "$dir/trap/damaged-step-00000012"
+trains "the run after the damaged step was moved aside" "resumed from .*trap/step-00000008 after step 8" \
+    --steps 12 --resume --checkpoint-dir "$dir/trap" --checkpoint-interval 4
+mkdir -p "$dir/only" && cp -r "$(step_dir "$dir/trap" 12)" "$dir/only/" && echo "{" > "$(step_dir "$dir/only" 12)/manifest.json"
+refuses "only/step-00000012 cannot be used as a checkpoint .*it is the only step directory" --steps 16 --resume \
+    --checkpoint-dir "$dir/only"
 
 # R5: files put in the place of others, each refused by name
 cp -r "$ck" "$dir/swap"

@@ -5,6 +5,7 @@
 #   near-simultaneous starts (0.5 s apart, seeds 1 and 2, saves at 10 and 20, --keep-last 0): exactly one trains
 #   and every checkpoint in the directory is its own (on main @ 203d493 step directories held one run's weights
 #   with the other's optimizer state, or all of one run's checkpoints were the other's).
+#   A .lock that is a symbolic link or a FIFO is refused, its target untouched (issue 49).
 . "$(dirname "$0")/faults_common.sh"
 
 lock_holder() { cat "$1/.lock" 2>/dev/null; }
@@ -23,6 +24,17 @@ wait_job 30 || fail_with_output "the first job did not die"
 leftovers > /dev/null || fail_with_output "processes of the killed job left"
 trains "a job after the holder was killed" "^step     4" --steps 4 --checkpoint-dir "$ck" --seed 2
 clean=0
+
+# a .lock planted as a symbolic link to another file (issue 49, 1): refused, and the link's target untouched (it
+# was truncated and rewritten with the holder's name); a FIFO there refused too, without hanging the open
+ck="$dir/planted"
+mkdir -p "$ck"
+echo precious > "$dir/victim"
+ln -s "$dir/victim" "$ck/.lock"
+refuses "$ck/.lock is a symbolic link: the directory's lock file must be a regular file" --checkpoint-dir "$ck"
+[ "$(cat "$dir/victim")" = precious ] || fail_with_output "the .lock link's target was changed: $(cat "$dir/victim")"
+rm "$ck/.lock" && mkfifo "$ck/.lock"
+refuses "$ck/.lock is not a regular file" --checkpoint-dir "$ck"
 
 # near-simultaneous starts, 4 trials
 trials=4
