@@ -34,7 +34,7 @@ typedef struct {
 
 /* TAG_ROWS: the row exchange's messages; TAG_TREE: the fixed tree's (collectives never match either); a caller's tag t
  * travels as TAG_P2P + t, so that none of these match each other */
-enum { PROBE_MESSAGE_NBYTES = 1024, TAG_ROWS = 14, TAG_TREE = 15, TAG_P2P = 16 };
+enum { PROBE_MESSAGE_NBYTES = 4096, TAG_ROWS = 14, TAG_TREE = 15, TAG_P2P = 16 };
 static const double kAnswerAfterS = 0.05; /* a wait this long answers the watchdog questions of other ranks */
 
 static MPI_Comm comm_of(const moe_comm *c) { return ((const mpi_state *)c->impl)->comm; }

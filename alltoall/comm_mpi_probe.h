@@ -5,7 +5,9 @@
  * any exchange, on any communicator, answers the questions queued on every twin with where it waits; the
  * rank that timed out asks each peer and waits a short while. A peer that answers is waiting somewhere
  * (the message says where); one that does not is stopped, gone, or busy outside any exchange — the missing
- * one. Ranks that run outside an exchange (computing) answer when they next wait. */
+ * one. Ranks that run outside an exchange (computing) answer when they next wait. When every peer answers (each
+ * waits on someone outside this communicator: under pp x tp a rank waits on its pipeline peer, which waits on its
+ * tensor group), the world is asked too, so that the stopped rank is named at every layout. */
 #ifndef MOE_ALLTOALL_COMM_MPI_PROBE_H
 #define MOE_ALLTOALL_COMM_MPI_PROBE_H
 
@@ -28,7 +30,8 @@ int moe__mpi_probe_world_rank(const moe_mpi_probe *p, int rank);
 void moe__mpi_probe_answer(const moe_comm *c, const char *op);
 
 /* After c's watchdog fired: asks every other rank of c where it is, waits up to window_s for the answers
- * (answering others meanwhile), and writes into out who did not answer and where the others wait. */
+ * (answering others meanwhile), and writes into out who did not answer and where the others wait; when all of
+ * them answered, asks every rank of the widest communicator (the world) the same way. */
 void moe__mpi_probe_ask(moe_mpi_probe *p, const moe_comm *c, double window_s, char *out, size_t n);
 
 #endif

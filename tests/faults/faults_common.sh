@@ -3,15 +3,15 @@
 # session of their own, so that a test can hurt them (kill, stop) and then account for every process.
 . "$(dirname "$0")/../train_cli_common.sh"
 
-# launch FLAGS...: starts mpirun -np 2 moe-train (the small run's flags, FLAGS replacing theirs) in a new
-# session; $job is the session id, the output goes to $dir/job.txt.
+# launch FLAGS...: starts mpirun -np $ranks (default 2) moe-train (the small run's flags, FLAGS replacing theirs)
+# in a new session; $job is the session id, the output goes to $dir/job.txt.
 launch() {
     merge "$@"
     # emptied here, not only by the background job's own redirection: that runs when the forked shell gets the CPU,
     # and under load a test that looked at once found the previous job's lines in it (a "step 20" of the last job:
     # the signal then reached ranks still starting, SIGINT ignored as in every background job, and the job trained on)
     : > "$dir/job.txt"
-    setsid "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/job.txt" 2>&1 &
+    setsid "$mpirun" -np "${ranks:-2}" "$train" "${merged[@]}" > "$dir/job.txt" 2>&1 &
     job=$!
 }
 
