@@ -199,4 +199,30 @@ fi
 # 7. (issue 48) the GEMM library by MOE_CPU_GEMM: a name it does not know refused before training, naming it
 MOE_CPU_GEMM=mkl refuses "MOE_CPU_GEMM=mkl is neither onednn nor openblas" --steps 1
 
+# 8. (issue 49, 4) layout flags (--pp, --virtual-stages, --tp, --ep, --zero, --threads) are not inherited by
+# --resume: a pp 2 x V 2 checkpoint resumed with no layout flag trains at pp 1 (it said "--virtual-stages 2 needs --pp 2")
+# and continues the uninterrupted run's bits, saying what changed; a --tp 2 one resumes at --pp 2 (it said "--tp 2
+# must divide the ranks of a stage (1)"); --tp-shards stays (the same bits), and a --tp it does not divide is
+# refused naming the saved run as its source and the flag that changes it
+losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
+trains "a run at --pp 2 --virtual-stages 2" "^step     4" --layers 4 --micro-batches 2 --pp 2 --virtual-stages 2 \
+    --steps 4 --checkpoint-dir "$dir/lay" --checkpoint-interval 2 --log-file "$dir/lay.jsonl"
+trains "its step 2 resumed with no layout flag, at pp 1" \
+    "^resume: --virtual-stages 1 \(the saved run had 2; layout flags are not inherited: this is the default\)" \
+    --resume "$dir/lay/step-00000002" --steps 4 --layers 4 --log-file "$dir/lay_resumed.jsonl" \
+    --checkpoint-dir "$dir/lay_resumed"
+grep -q "^resume: --pp 1 (the saved run had 2; layout flags are not inherited" "$dir/out.txt" &&
+    [ "$(losses "$dir/lay_resumed.jsonl")" = "$(losses "$dir/lay.jsonl" | sed -n '3,$p')" ] &&
+    echo "ok: steps 3 and 4 at pp 1 bitwise the pp 2 x V 2 run's: $(losses "$dir/lay_resumed.jsonl" | tr '\n' ' ')" ||
+    fail_with_output "the resume at pp 1: no note of --pp, or losses $(losses "$dir/lay_resumed.jsonl" | tr '\n' ' ') \
+against $(losses "$dir/lay.jsonl" | tr '\n' ' ')"
+trains "a run at --tp 2" "^step     2" --tp 2 --layers 2 --checkpoint-dir "$dir/tp2"
+trains "a --tp 2 checkpoint resumed at --pp 2 (tp not inherited)" "^resume: --tp 1 \(the saved run had 2" \
+    --resume "$dir/tp2/step-00000002" --steps 3 --pp 2 --layers 2
+trains "a run at --tp-shards 1" "^step     2" --tp-shards 1 --checkpoint-dir "$dir/shards1"
+refuses "--tp 2 does not divide --tp-shards 1, the fixed pieces .* that the saved run trained with .*give --tp-shards 2" \
+    --resume "$dir/shards1/step-00000002" --steps 3 --tp 2
+grep -q "^moe-train: (from the saved run, as --resume keeps what is not given: .*--tp-shards 1" "$dir/out.txt" ||
+    fail_with_output "the refusal does not list the options the saved run gave"
+
 finish test_config_cli

@@ -177,6 +177,21 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
     return 0;
 }
 
+/* After a refusal on --resume: the options the saved run gave (not the defaults) and this command did not, since
+ * a message about one of them names a flag the user never typed. */
+static void name_inherited(const moe_train_options *o, FILE *err) {
+    int count, named = 0;
+    const moe_train_option *table = moe_train_option_table(&count);
+    char value[256];
+    for (int i = 0; i < count && err; i++) {
+        if (o->source[i] != MOE_OPTION_SAVED_RUN || moe_train_option_is_default(o, &table[i])) continue;
+        moe_train_option_format(o, &table[i], 1, value, sizeof value);
+        fprintf(err, "%s%s %s", named++ ? ", " : "moe-train: (from the saved run, as --resume keeps what is not given: ",
+                table[i].name, value);
+    }
+    if (named) fprintf(err, "; give a flag to change one)\n");
+}
+
 /* --resume: the options given now that differ from the saved run's, and how many it inherited */
 static void compare_with_saved(const moe_train_options *o, json_t *saved, FILE *notes) {
     int count, inherited = 0;
@@ -186,9 +201,14 @@ static void compare_with_saved(const moe_train_options *o, json_t *saved, FILE *
         const moe_train_option *s = &table[i];
         json_t *was = json_object_get(saved, moe_train_option_key(s)), *is = json_object_get(now, moe_train_option_key(s));
         if (o->source[i] == MOE_OPTION_SAVED_RUN) inherited++;
-        if (s->scope != MOE_OPT_SCOPE_RUN || !was || !is || json_equal(was, is)) continue;
+        const int layout = s->scope == MOE_OPT_SCOPE_LAYOUT;
+        if ((s->scope != MOE_OPT_SCOPE_RUN && !layout) || !was || !is || json_equal(was, is)) continue;
+        if (s->offset == offsetof(moe_train_options, threads) && o->threads == 0) continue; /* this machine's count */
         char *a = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS), *b = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
-        fprintf(notes, "resume: %s %s (the saved run had %s)\n", s->name, a ? a : "?", b ? b : "?");
+        fprintf(notes, "resume: %s %s (the saved run had %s%s)\n", s->name, a ? a : "?", b ? b : "?",
+                !layout ? ""
+                : o->source[i] == MOE_OPTION_DEFAULT ? "; layout flags are not inherited: this is the default"
+                                                     : "; layout flags are not inherited");
         free(a), free(b);
     }
     if (notes) fprintf(notes, "resume: %d options as the saved run had them (--print-config shows all)\n", inherited);
@@ -227,6 +247,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
     if (failed) return -1;
     if (moe_train_options_finish(o, world_size, err)) {
         if (*o->config_file) moe_train_complain(err, "moe-train: (the options include those of --config %s)\n", o->config_file);
+        if (saved) name_inherited(o, err);
         return -1;
     }
     if (saved && !o->print_config) compare_with_saved(o, saved, notes);

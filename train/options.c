@@ -18,6 +18,7 @@
 #define OPT_STRING MOE_OPT_STRING
 #define OPT_CHOICE MOE_OPT_CHOICE
 #define RUN MOE_OPT_SCOPE_RUN
+#define LAYOUT MOE_OPT_SCOPE_LAYOUT
 #define COMMAND MOE_OPT_SCOPE_COMMAND
 #define FLAG_ONLY MOE_OPT_SCOPE_FLAG_ONLY
 typedef moe_train_option opt_spec;
@@ -39,7 +40,7 @@ static const opt_spec kOptions[] = {
     /* experts */
     {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},
     {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL, RUN},
-    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}, NULL, RUN},
+    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}, NULL, LAYOUT},
     {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
      OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL, RUN},
@@ -80,15 +81,15 @@ static const opt_spec kOptions[] = {
     {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
      "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
      "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
-     0, 2, {0}, NULL, RUN},
+     0, 2, {0}, NULL, LAYOUT},
     {"--pp", "pipeline stages: the ranks form this many stages of consecutive ranks, each holding --layers / --pp "
      "consecutive layers (the first the embedding, the last the head), run in a 1F1B schedule over the micro-batches; "
      "the batch is split over the ranks of a stage. Bitwise the same results as --pp 1", OPT_INT, OFF(pp), 1, 4096,
-     {0}, NULL, RUN},
+     {0}, NULL, LAYOUT},
     {"--virtual-stages", "model chunks per pipeline rank: rank s holds chunks s, s + pp, s + 2 pp, ... of --layers / (pp "
      "x V) layers each, run in Megatron's interleaved 1F1B schedule (micro-batches in groups of --pp), which shrinks "
      "the bubble by V; bitwise the same results",
-     OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, RUN},
+     OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, LAYOUT},
     {"--tp", "tensor-parallel ranks (Megatron's, with sequence parallelism): groups of --tp consecutive ranks read the "
      "same sequences; q/k/v and a dense FFN's gate/up are column-, o_proj and down row-parallel (a rank holds "
      "--heads / --tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power "
@@ -96,7 +97,7 @@ static const opt_spec kOptions[] = {
      "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
      "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
      "--tp-shards; checkpoints hold whole tensors (any --tp resumes them)",
-     OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, RUN},
+     OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, LAYOUT},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
      "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
@@ -113,7 +114,7 @@ static const opt_spec kOptions[] = {
     {"--max-skipped-steps", "with --skip-nonfinite 1: stop the run after this many consecutive dropped steps (a run "
      "that no longer learns)", OPT_INT, OFF(max_skipped_steps), 1, 1 << 30, {0}, NULL, RUN},
     {"--threads", "CPU threads per rank, shared by the loops and the GEMMs; never changes results (0: the CPUs this "
-     "rank may use / ranks on this node)", OPT_INT, OFF(threads), 0, 4096, {0}, NULL, RUN},
+     "rank may use / ranks on this node)", OPT_INT, OFF(threads), 0, 4096, {0}, NULL, LAYOUT},
     {"--device", "where the model runs: cpu, or cuda (one GPU per rank on its node; needs a CUDA build)", OPT_CHOICE,
      OFF(device), 0, 0, {"cpu", "cuda"}, NULL, RUN},
     {"--gpu-transport", "with --device cuda: how tokens and gradients travel (auto: nccl, or mpi when ranks share a "
@@ -239,11 +240,22 @@ int moe_train_option_from(const moe_train_options *o, const moe_train_option *s,
     return o->source[s - kOptions] >= source;
 }
 
-int moe_train_option_has_auto(const moe_train_option *s) {
+static const moe_train_options *defaults(void) {
     static moe_train_options d;
     static int made;
     if (!made) set_defaults(&d), made = 1;
-    return (s->kind == OPT_INT || s->kind == OPT_CHOICE) && *(const int *)((const char *)&d + s->offset) < 0;
+    return &d;
+}
+
+int moe_train_option_has_auto(const moe_train_option *s) {
+    return (s->kind == OPT_INT || s->kind == OPT_CHOICE) && *(const int *)((const char *)defaults() + s->offset) < 0;
+}
+
+int moe_train_option_is_default(const moe_train_options *o, const moe_train_option *s) {
+    const void *is = (const char *)o + s->offset, *was = (const char *)defaults() + s->offset;
+    if (s->kind == OPT_FLOAT) return *(const float *)is == *(const float *)was;
+    if (s->kind == OPT_STRING) return !strcmp(*(const char *const *)is, *(const char *const *)was);
+    return *(const int *)is == *(const int *)was;
 }
 
 int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const char *v, moe_option_source source,
@@ -346,7 +358,13 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 
 /* --tp: groups of consecutive ranks inside a stage (the shapes it splits: moe_model_config_problem). */
 static int finish_tensor_parallel(const moe_train_options *o, int world_size, FILE *err) {
-    const int tp = o->model.tp;
+    const int tp = o->model.tp, shards = o->model.tp_shards;
+    if (shards % tp && o->source[find("--tp-shards") - kOptions] == MOE_OPTION_SAVED_RUN)
+        return moe_train_complain(err, "moe-train: --tp %d does not divide --tp-shards %d, the fixed pieces of the "
+                                       "tensor-parallel sums that the saved run trained with (--resume keeps them, so "
+                                       "that the bits continue the saved run's): resume at a --tp dividing %d, or give "
+                                       "--tp-shards %d (or a larger power of two) to cut them anew, the bits from "
+                                       "there on differing\n", tp, shards, shards, tp), -1;
     if (tp == 1) return 0;
     if ((world_size / o->pp) % tp)
         return moe_train_complain(err, "moe-train: --tp %d must divide the ranks of a stage (%d)\n", tp,

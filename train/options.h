@@ -73,9 +73,17 @@ typedef struct {
 } moe_train_options;
 
 typedef enum { MOE_OPT_INT, MOE_OPT_FLOAT, MOE_OPT_STRING, MOE_OPT_CHOICE } moe_train_option_kind;
-/* What an option is part of: the run (inherited by --resume, written by --print-config), the command (written by
- * --print-config, never inherited: --resume, --eval-only, ...), or the command line only (--config, --print-config). */
-typedef enum { MOE_OPT_SCOPE_RUN, MOE_OPT_SCOPE_COMMAND, MOE_OPT_SCOPE_FLAG_ONLY } moe_train_option_scope;
+/* What an option is part of: the run (inherited by --resume, written by --print-config), the layout of its ranks
+ * (--ep, --pp, --virtual-stages, --tp, --zero, --threads: written by --print-config and recorded with the run, never
+ * inherited: a checkpoint resumes at any layout, and a layout is what the resuming job was given), the command
+ * (written by --print-config, never inherited: --resume, --eval-only, ...), or the command line only (--config,
+ * --print-config). */
+typedef enum {
+    MOE_OPT_SCOPE_RUN,
+    MOE_OPT_SCOPE_LAYOUT,
+    MOE_OPT_SCOPE_COMMAND,
+    MOE_OPT_SCOPE_FLAG_ONLY
+} moe_train_option_scope;
 
 /* One row of the flag table. A config file's key is the flag without its dashes, '-' as '_' (--d-model: d_model). */
 enum { MOE_OPT_MAX_CHOICES = 4 };
@@ -106,6 +114,8 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
                          const char *label, FILE *err);
 /* 1 when the option's default is decided from others (negative: "auto", which moe_train_option_set takes). */
 int moe_train_option_has_auto(const moe_train_option *s);
+/* 1 when the option's current value is its default (an undecided "auto" included). */
+int moe_train_option_is_default(const moe_train_options *o, const moe_train_option *s);
 /* 1 when the option's current value came from source or a stronger one. */
 int moe_train_option_from(const moe_train_options *o, const moe_train_option *s, moe_option_source source);
 
