@@ -10,17 +10,18 @@ bash "$moe_root/scripts/prepare_data.sh"
 source "$moe_root/scripts/mpi_env.sh"
 ranks="${MOE_RANKS:-2}"
 cd "$moe_root"
-# Stopping: Ctrl-C or a SIGTERM to this script (a scheduler's) becomes one SIGUSR1 to mpirun, which forwards it to
-# every rank at once: moe-train saves a checkpoint at the next step boundary (with --checkpoint-dir) and exits with
-# 138; a second one ends it at once. (mpirun itself, given SIGINT or SIGTERM, would SIGKILL the ranks a second
-# later, before a save of any size; in a session of its own it sees neither.)
+# Stopping: Ctrl-C or a SIGTERM to this script (a scheduler's) goes to every rank as itself (they are mpirun's
+# children on this node): moe-train saves a checkpoint at the next step boundary (with --checkpoint-dir) and exits
+# with 130 or 143, and mpirun, not signalled, waits for the save; a second one ends it at once. (mpirun itself, given
+# SIGINT or SIGTERM, passes on SIGTERM after odls_base_sigkill_timeout seconds and SIGKILLs the ranks as long again
+# later, 1 s by default: docs/RELIABILITY.md; in a session of its own it sees neither.)
 # one rank takes every core: Open MPI would bind it to one (more ranks: a core each, their default thread count)
 bind=()
 [ "$ranks" -eq 1 ] && bind=(--bind-to none)
 setsid mpirun -np "$ranks" "${bind[@]}" "$moe_build/moe-train" \
     --train-data data/kjv_train.bin --val-data data/kjv_val.bin --log-file data/train_metrics.jsonl "$@" &
 job=$!
-trap 'kill -USR1 "$job" 2>/dev/null' INT TERM
+for sig in INT TERM USR1; do trap "pkill -$sig -P \"\$job\" 2>/dev/null" "$sig"; done
 while :; do
     rc=0
     wait "$job" || rc=$?

@@ -1,13 +1,20 @@
 /* train/signals.c — the stop requests of train/signals.h: a handler that records the first watched signal and lets
- * a second one take its default action. Async-signal-safe: it stores a sig_atomic_t, or restores SIG_DFL and
- * raises. */
+ * a second one take its default action. Async-signal-safe: it stores a sig_atomic_t, sets O_NONBLOCK with fcntl,
+ * or restores SIG_DFL and raises. */
 #include "train/signals.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
 
 static volatile sig_atomic_t received;
+static pid_t launcher;      /* the parent when watching began: mpirun, its daemon, or a shell */
+static int may_unblock[3];  /* decided when watching began: standard output / error that mpirun reads */
+static volatile sig_atomic_t unblocked[3]; /* 1: the handler made this descriptor non-blocking */
 
 static const struct {
     const char *name;
@@ -15,13 +22,58 @@ static const struct {
 } kSignals[] = {{"TERM", SIGTERM}, {"INT", SIGINT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}};
 enum { NUM_SIGNALS = sizeof kSignals / sizeof kSignals[0] };
 
-static void on_signal(int signo) {
+enum { LAST_WORDS_S = 10 }; /* after a stop's save: how long the last messages and MPI_Finalize may take */
+
+/* A launcher ending a job repeats the stop in its own words: Open MPI's mpirun, given SIGTERM or SIGINT, sends the
+ * ranks SIGCONT, SIGTERM odls_base_sigkill_timeout seconds later and SIGKILL as long again after. That SIGTERM
+ * continues the request under way (which a scheduler's SIGTERM to every process may have begun), not a second
+ * one. */
+static int is_launchers_term(int signo, const siginfo_t *info) {
+    return signo == SIGTERM && info && info->si_code == SI_USER && launcher > 1 && info->si_pid == launcher;
+}
+
+/* Standard output or error that mpirun reads (a pipe, a socket, or the pseudo-terminal it gives its ranks) and
+ * stops reading once told to end the job: made non-blocking by the stop's handler, so that a step's line written
+ * into a full buffer cannot hold the rank from the step boundary where the stop is agreed and saved (issue 49: at
+ * 1 ms a step nothing was saved). Never the session's own terminal, which the user's shell shares. */
+static int read_by_launcher(int fd) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) return 0;
+    if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)) return 1;
+    return isatty(fd) && tcgetsid(fd) != getsid(0);
+}
+
+static void on_signal(int signo, siginfo_t *info, void *context) {
+    (void)context;
     if (!received) {
         received = signo;
+        for (int fd = 1; fd <= 2; fd++) {
+            const int flags = may_unblock[fd] ? fcntl(fd, F_GETFL) : -1;
+            if (flags >= 0 && !(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0) unblocked[fd] = 1;
+        }
         return;
     }
+    if (is_launchers_term(signo, info)) return;
     signal(signo, SIG_DFL); /* the second: no more waiting */
     raise(signo);
+}
+
+/* The last messages or MPI_Finalize still waiting LAST_WORDS_S after the save: nobody reads them (an mpirun ending
+ * the job); the process ends with the stop's status rather than wait for the launcher's SIGKILL. */
+static void last_words_timed_out(int sig) {
+    (void)sig;
+    _exit(128 + received);
+}
+
+void moe_train_signals_block_output(void) {
+    for (int fd = 1; fd <= 2; fd++) {
+        const int flags = fcntl(fd, F_GETFL);
+        if (unblocked[fd] && flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) unblocked[fd] = 0;
+    }
+    clearerr(stdout), clearerr(stderr); /* what a full buffer refused meanwhile is lost */
+    if (!received) return;
+    signal(SIGALRM, last_words_timed_out);
+    alarm(LAST_WORDS_S);
 }
 
 /* chosen[i] = 1 for each signal the list names; 0, or -1 with why */
@@ -55,9 +107,13 @@ int moe_train_signals_watch(const char *list, char *why, size_t why_nbytes) {
     if (parse(list, chosen, why, why_nbytes)) return -1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART; /* a read or write under way goes on: the step finishes normally */
+    sa.sa_sigaction = on_signal;
+    /* no SA_RESTART: a write blocked on a full pipe (standard output to an mpirun that stopped reading) returns, and
+     * the step goes on to its boundary; files on disk are not interrupted, and MPI's waits retry on EINTR */
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
+    launcher = getppid();
+    for (int fd = 1; fd <= 2; fd++) may_unblock[fd] = read_by_launcher(fd);
     for (int i = 0; i < NUM_SIGNALS; i++)
         if (chosen[i] && sigaction(kSignals[i].signo, &sa, NULL) != 0) {
             snprintf(why, why_nbytes, "cannot watch SIG%s", kSignals[i].name);

@@ -3,7 +3,9 @@
  * sends SIGINT; Slurm's --signal and mpirun (which forwards it at once) SIGUSR1. The first watched signal only
  * records itself: moe-train finishes the step it is in, every rank agrees at the step boundary, a checkpoint is
  * saved (with --checkpoint-dir) and the job exits with 128 + the signal's number. A second watched signal ends the
- * process at once, as if nothing were watched (its default action). */
+ * process at once, as if nothing were watched (its default action) — except the SIGTERM with which the launcher
+ * (the parent: mpirun or its daemon) follows up the job's end, which continues the first request. Until the save,
+ * standard output and error, when mpirun reads them, are non-blocking: an mpirun ending the job stops reading. */
 #ifndef MOE_TRAIN_SIGNALS_H
 #define MOE_TRAIN_SIGNALS_H
 
@@ -13,6 +15,11 @@
  * USR2, HUP; "none": none). 0, or -1 with a message in why (an unknown name). _check only reads the list. */
 int moe_train_signals_watch(const char *list, char *why, size_t why_nbytes);
 int moe_train_signals_check(const char *list, char *why, size_t why_nbytes);
+
+/* After a stop's checkpoint: standard output and error blocking again (their error flags cleared) for the messages
+ * that end the run, which with MPI_Finalize get 10 s: past that nobody reads them, and the process exits with
+ * 128 + the signal's number. Without a stop received: only the first part. */
+void moe_train_signals_block_output(void);
 
 /* The first watched signal received so far, or 0. */
 int moe_train_signal_received(void);

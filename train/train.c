@@ -423,6 +423,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
             } else {
                 const double save_t0 = now_ms();
                 st = moe_checkpoint_save(moe_trainer_checkpoint_run(t), o->checkpoint_dir, step, o->keep_last);
+                if (stop.signo) moe_train_signals_block_output(); /* saved: the last messages may wait for a reader */
                 if (st != MOE_OK)
                     return report_failure(t, "checkpoint save failed (earlier checkpoints are intact)", st);
                 save_waiting = 0;
@@ -437,6 +438,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
             return 2;
         }
         if (stop.signo) {
+            moe_train_signals_block_output();
             if (rank0)
                 printf("moe-train: %s: stopped after step %d of %d%s; exit status %d\n",
                        moe_train_signal_name(stop.signo), step, o->steps,
