@@ -4,6 +4,8 @@
 #include "core/threads.h"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,15 @@ int moe_threads_get(void) {
     return omp_get_max_threads();
 #else
     return 1;
+#endif
+}
+
+void moe_threads_block_signals(const void *set) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(moe_threads_get())
+    if (omp_get_thread_num() != 0) pthread_sigmask(SIG_BLOCK, (const sigset_t *)set, NULL);
+#else
+    (void)set;
 #endif
 }
 

@@ -26,6 +26,10 @@ const char *moe_threads_advice(int threads, int asked, char *buf, size_t n);
 void moe_threads_set(int n);
 /* The threads a parallel loop gets now. */
 int moe_threads_get(void);
+/* Blocks `set` (a sigset_t *) in every thread of the pool but the calling one, for good: a signal's frame must never
+ * land on a thread inside a GEMM library call (oneDNN 2.6's JIT sgemm points rsp into the heap, so a handler's frame
+ * there corrupts the heap: train/signals.h). Threads the pool adds later inherit the caller's mask. */
+void moe_threads_block_signals(const void *set);
 
 /* Internal. A loop over fewer elements than this stays on the calling thread (a parallel region costs
  * microseconds). */

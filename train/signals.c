@@ -3,7 +3,10 @@
  * or restores SIG_DFL and raises. */
 #include "train/signals.h"
 
+#include "core/threads.h"
+
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t received;
+static sigset_t watched;     /* held by every thread that runs GEMMs, taken by this one at step boundaries */
 static pid_t launcher;      /* the parent when watching began: mpirun, its daemon, or a shell */
 static int may_unblock[3];  /* decided when watching began: standard output / error that mpirun reads */
 static volatile sig_atomic_t unblocked[3]; /* 1: the handler made this descriptor non-blocking */
@@ -114,13 +118,20 @@ int moe_train_signals_watch(const char *list, char *why, size_t why_nbytes) {
     sigemptyset(&sa.sa_mask);
     launcher = getppid();
     for (int fd = 1; fd <= 2; fd++) may_unblock[fd] = read_by_launcher(fd);
-    for (int i = 0; i < NUM_SIGNALS; i++)
+    sigemptyset(&watched);
+    for (int i = 0; i < NUM_SIGNALS; i++) {
         if (chosen[i] && sigaction(kSignals[i].signo, &sa, NULL) != 0) {
             snprintf(why, why_nbytes, "cannot watch SIG%s", kSignals[i].name);
             return -1;
         }
+        if (chosen[i]) sigaddset(&watched, kSignals[i].signo);
+    }
+    moe_threads_block_signals(&watched); /* the pool's threads: never */
+    moe_train_signals_boundary(0);       /* this one: only at step boundaries */
     return 0;
 }
+
+void moe_train_signals_boundary(int open) { pthread_sigmask(open ? SIG_UNBLOCK : SIG_BLOCK, &watched, NULL); }
 
 int moe_train_signal_received(void) { return received; }
 

@@ -16,6 +16,14 @@
 int moe_train_signals_watch(const char *list, char *why, size_t why_nbytes);
 int moe_train_signals_check(const char *list, char *why, size_t why_nbytes);
 
+/* Where the watched signals may arrive. A handler's frame written onto a thread inside a GEMM library call corrupts
+ * the heap (oneDNN 2.6's JIT sgemm, gemm:jit, points rsp into a heap workspace, fixed upstream in 2026 by oneDNN PR 4855: issue 49 saw
+ * "corrupted size vs. prev_size" after a SIGTERM, 3 runs in 25), so after moe_train_signals_watch the pool's threads
+ * never take them and this (the main) thread only between moe_train_signals_boundary(1) and (0), around what a step
+ * does after its computation: logging, the stop's agreement, the save. Meanwhile they wait, pending, or reach a
+ * thread that never computes (MPI's). */
+void moe_train_signals_boundary(int open);
+
 /* After a stop's checkpoint: standard output and error blocking again (their error flags cleared) for the messages
  * that end the run, which with MPI_Finalize get 10 s: past that nobody reads them, and the process exits with
  * 128 + the signal's number. Without a stop received: only the first part. */

@@ -402,6 +402,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
         double eval_t0 = now_ms();
         if (step == o->steps || (o->eval_interval > 0 && step % o->eval_interval == 0))
             require(moe_trainer_evaluate(t, &val), "validation");
+        moe_train_signals_boundary(1); /* the computation is over: a stop signal may arrive (train/signals.h) */
         if (rank0 && !t->output_error[0] && log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) != 0)
             snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file, strerror(errno));
         const stop_request stop = agree_on_stop(t, t->output_error[0] != 0);
@@ -448,6 +449,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                        128 + stop.signo);
             return 128 + stop.signo;
         }
+        moe_train_signals_boundary(0);
     }
     if (save_waiting && rank0)
         fprintf(stderr, "moe-train: the last steps' updates were dropped: no checkpoint of them (the last one saved "
