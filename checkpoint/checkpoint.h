@@ -94,6 +94,10 @@ int moe_checkpoint_is_mixtral(const moe_model_config *c, char *why, size_t why_n
  * A key of the wrong type, a label (architectures, model_type) not Mixtral's or ours, or a model that
  * moe_model_config_problem refuses is MOE_ERR_BAD_FILE naming the key. */
 moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, int *sliding_window);
+/* DIR/NAME against DIR's manifest.json (its size and checksum), before anything is taken from it: MOE_ERR_BAD_FILE
+ * naming the file when it differs or the manifest does not list it; MOE_OK without a manifest (another tool's
+ * checkpoint: nothing to check against). */
+moe_status moe_checkpoint_verify_file(const char *dir, const char *name);
 
 /* The fields of moe_model_config that config.json defines, i = 0 .. moe_checkpoint_num_fields() - 1: the shapes,
  * tie_word_embeddings, rope_theta, rms_norm_eps, and moe_train's moe_every, score_func, renormalize,

@@ -213,21 +213,37 @@ moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manife
     return st;
 }
 
-moe_status moe__checkpoint_manifest_verify(const char *dir, const moe__checkpoint_manifest *m) {
-    for (int i = 0; i < m->num_files; i++) {
-        const moe__checkpoint_file *f = &m->files[i];
-        long long have = size_of(dir, f->name);
-        if (have != f->nbytes)
-            return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: %lld bytes, the manifest says %lld (truncated, grown or missing)",
-                            dir, f->name, have, f->nbytes);
-        long long crc = f->crc_kind ? crc_of(dir, f->name, f->crc_kind == MOE__CRC_HEADER) : 0;
-        if (f->crc_kind && crc != (long long)f->crc)
-            return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: its %s checksum %08llx, the manifest says %08x (altered, or a file "
-                            "of another step or run put in its place)", dir, f->name,
-                            f->crc_kind == MOE__CRC_HEADER ? "header (dtypes, shapes, tensor checksums) has" : "bytes have",
-                            crc, f->crc);
-    }
+/* One file the manifest lists: its size, and its checksum where the manifest has one. */
+static moe_status verify_file(const char *dir, const moe__checkpoint_file *f) {
+    long long have = size_of(dir, f->name);
+    if (have < 0)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s/%s is missing or not a regular file: the manifest lists it (%lld bytes)",
+                        dir, f->name, f->nbytes);
+    if (have != f->nbytes)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: %lld bytes, the manifest says %lld (truncated or grown)", dir,
+                        f->name, have, f->nbytes);
+    long long crc = f->crc_kind ? crc_of(dir, f->name, f->crc_kind == MOE__CRC_HEADER) : 0;
+    if (f->crc_kind && crc != (long long)f->crc)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: its %s checksum %08llx, the manifest says %08x (altered, or a file "
+                        "of another step or run put in its place)", dir, f->name,
+                        f->crc_kind == MOE__CRC_HEADER ? "header (dtypes, shapes, tensor checksums) has" : "bytes have",
+                        crc, f->crc);
     return MOE_OK;
+}
+
+moe_status moe__checkpoint_manifest_verify(const char *dir, const moe__checkpoint_manifest *m) {
+    for (int i = 0; i < m->num_files; i++) MOE_TRY(verify_file(dir, &m->files[i]));
+    return MOE_OK;
+}
+
+moe_status moe_checkpoint_verify_file(const char *dir, const char *name) {
+    moe__checkpoint_manifest m;
+    MOE_TRY(moe__checkpoint_manifest_read(dir, &m));
+    moe_status st = moe__checkpoint_manifest_covers(dir, &m, name);
+    for (int i = 0; i < m.num_files && st == MOE_OK; i++)
+        if (!strcmp(m.files[i].name, name)) st = verify_file(dir, &m.files[i]);
+    moe__checkpoint_manifest_free(&m);
+    return st;
 }
 
 moe_status moe__checkpoint_manifest_covers(const char *dir, const moe__checkpoint_manifest *m, const char *name) {

@@ -59,6 +59,16 @@ mkdir -p "$dir/only" && cp -r "$(step_dir "$dir/trap" 12)" "$dir/only/" && echo 
 refuses "only/step-00000012 cannot be used as a checkpoint .*it is the only step directory" --steps 16 --resume \
     --checkpoint-dir "$dir/only"
 
+# issue 49: a file the manifest lists, missing, is named as missing (it said "-1 bytes"); config.json edited to 3
+# layers is named by the manifest check, before a rule of the layout (--pp 2 must divide the layers) refuses it
+cp -r "$ck" "$dir/missing" && rm "$(step_dir "$dir/missing" 12)/train_state.safetensors"
+refuses "missing/step-00000012/train_state.safetensors is missing or not a regular file: the manifest lists it" \
+    --steps 14 --resume "$(step_dir "$dir/missing" 12)"
+trains "a 2-layer run at --pp 2" "^step     2" --layers 2 --pp 2 --checkpoint-dir "$dir/edited"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$(step_dir "$dir/edited" 2)/config.json"
+refuses "edited/step-00000002/config.json: its bytes have checksum .*, the manifest says" --steps 4 --layers 3 --pp 2 \
+    --resume "$(step_dir "$dir/edited" 2)"
+
 # R5: files put in the place of others, each refused by name
 cp -r "$ck" "$dir/swap"
 cp "$(step_dir "$ck" 8)/train_state.safetensors" "$(step_dir "$dir/swap" 12)/"
