@@ -106,7 +106,7 @@ sed 's/"save_shard_size": "20KB"/"save_shard_size": "5XB"/' "$dir/save.json" > "
 refuses "--save-shard-size expects a byte count .* got '5XB'" --config "$dir/badsize.json"
 refuses "--save-shard-size expects a byte count .* got '5XB'" --save-shard-size 5XB
 cp -r "$sh" "$dir/noshard" && rm "$dir/noshard/model-00002-of-0000$shards.safetensors"
-refuses "model-00002-of-0000$shards.safetensors: -1 bytes, the manifest says" --init-from "$dir/noshard"
+refuses "model-00002-of-0000$shards.safetensors is missing or not a regular file: the manifest lists it" --init-from "$dir/noshard"
 rm "$dir/noshard/manifest.json" # without one (another tool's directory): named by its file, not by its rank in the index
 refuses "shard model-00002-of-0000$shards.safetensors \(one of the $shards that .*index.json names\)" \
     --init-from "$dir/noshard"
