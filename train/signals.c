@@ -1,6 +1,6 @@
 /* train/signals.c — the stop requests of train/signals.h: a handler that records the first watched signal and lets
- * a second one take its default action. Async-signal-safe: it stores a sig_atomic_t, sets O_NONBLOCK with fcntl,
- * or restores SIG_DFL and raises. */
+ * a second one take its default action, and the masks that keep it out of the GEMMs. Async-signal-safe: it stores
+ * a sig_atomic_t, sets O_NONBLOCK with fcntl, or restores SIG_DFL and raises. */
 #include "train/signals.h"
 
 #include "core/threads.h"
@@ -16,7 +16,7 @@
 
 static volatile sig_atomic_t received;
 static sigset_t watched;     /* held by every thread that runs GEMMs, taken by this one at step boundaries */
-static pid_t launcher;      /* the parent when watching began: mpirun, its daemon, or a shell */
+static pid_t launcher;      /* the parent when watching began, if Open MPI's mpirun or daemon; else 0 */
 static int may_unblock[3];  /* decided when watching began: standard output / error that mpirun reads */
 static volatile sig_atomic_t unblocked[3]; /* 1: the handler made this descriptor non-blocking */
 
@@ -34,6 +34,22 @@ enum { LAST_WORDS_S = 10 }; /* after a stop's save: how long the last messages a
  * one. */
 static int is_launchers_term(int signo, const siginfo_t *info) {
     return signo == SIGTERM && info && info->si_code == SI_USER && launcher > 1 && info->si_pid == launcher;
+}
+
+/* The parent, when it is Open MPI's launcher (mpirun, mpiexec, orterun) or daemon (orted); 0 otherwise (a shell
+ * or script that signals its child twice means it). */
+static pid_t open_mpi_parent(void) {
+    char path[64], name[32] = "";
+    const pid_t parent = getppid();
+    snprintf(path, sizeof path, "/proc/%ld/comm", (long)parent);
+    FILE *f = fopen(path, "r");
+    if (f && !fgets(name, sizeof name, f)) name[0] = 0;
+    if (f) fclose(f);
+    name[strcspn(name, "\n")] = 0;
+    const char *const known[] = {"mpirun", "mpiexec", "orterun", "orted"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(name, known[i])) return parent;
+    return 0;
 }
 
 /* Standard output or error that mpirun reads (a pipe, a socket, or the pseudo-terminal it gives its ranks) and
@@ -116,7 +132,7 @@ int moe_train_signals_watch(const char *list, char *why, size_t why_nbytes) {
      * the step goes on to its boundary; files on disk are not interrupted, and MPI's waits retry on EINTR */
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    launcher = getppid();
+    launcher = open_mpi_parent();
     for (int fd = 1; fd <= 2; fd++) may_unblock[fd] = read_by_launcher(fd);
     sigemptyset(&watched);
     for (int i = 0; i < NUM_SIGNALS; i++) {

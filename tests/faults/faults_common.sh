@@ -4,14 +4,16 @@
 . "$(dirname "$0")/../train_cli_common.sh"
 
 # launch FLAGS...: starts mpirun -np $ranks (default 2) moe-train (the small run's flags, FLAGS replacing theirs)
-# in a new session; $job is the session id, the output goes to $dir/job.txt.
+# in a new session, under the variables of the array launch_env (VAR=VALUE words; none by default) if set; $job is
+# the session id, the output goes to $dir/job.txt.
 launch() {
     merge "$@"
     # emptied here, not only by the background job's own redirection: that runs when the forked shell gets the CPU,
     # and under load a test that looked at once found the previous job's lines in it (a "step 20" of the last job:
     # the signal then reached ranks still starting, SIGINT ignored as in every background job, and the job trained on)
     : > "$dir/job.txt"
-    setsid "$mpirun" -np "${ranks:-2}" "$train" "${merged[@]}" > "$dir/job.txt" 2>&1 &
+    env ${launch_env[@]+"${launch_env[@]}"} setsid "$mpirun" -np "${ranks:-2}" "$train" "${merged[@]}" \
+        > "$dir/job.txt" 2>&1 &
     job=$!
 }
 
