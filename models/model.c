@@ -19,6 +19,7 @@
 #include "models/zero_grads.h"
 #include "moe/dense_ops.h"
 #include "tp/linear.h"
+#include "tp/sequence.h"
 #include "tp/vocab_cross_entropy.h"
 
 /* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
@@ -90,7 +91,7 @@ struct moe_model {
     /* tensor parallelism (model.h): tp ranks in the group (1: none), this rank's place; the group's products in fixed
      * pieces; the pieces' weight gradients, formed over the group's T rows in their tp x local_shards shards (the
      * slice's own rows are shard_grads') */
-    int tp, tp_rank;
+    moe_tp_sequence seq; /* the group, tp and this rank's place in it: the slices' row moves (tp/sequence.h) */
     moe_tp_linear tpl;
     moe_shard_grads tp_grads;
     int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
@@ -535,11 +536,11 @@ static moe_status init_kv_heads(moe_model *m) {
     const int S = moe_model_tp_pieces(&m->cfg);
     m->kv_blocks = moe_model_kv_blocks(&m->cfg);
     m->kv_heads = m->cfg.num_kv_heads / m->kv_blocks;
-    m->kv_copies = moe_model_kv_chunks(&m->cfg) * m->kv_blocks / m->tp;
+    m->kv_copies = moe_model_kv_chunks(&m->cfg) * m->kv_blocks / m->seq.tp;
     m->kv_linear = &m->tpl;
-    if (m->kv_blocks < m->tp) {
+    if (m->kv_blocks < m->seq.tp) {
         MOE_TRY(moe_tp_linear_init_block(&m->kv_block_linear, m->rt, m->ops_state, S, m->kv_blocks,
-                                         m->tp_rank / (m->tp / m->kv_blocks)));
+                                         m->seq.tp_rank / (m->seq.tp / m->kv_blocks)));
         m->kv_linear = &m->kv_block_linear;
     }
     const size_t heads = (size_t)m->max_seqs * m->cfg.seq_len * m->kv_heads * m->head_dim; /* [TG, kv_heads hd] */
@@ -551,27 +552,30 @@ static moe_status init_kv_heads(moe_model *m) {
 static moe_status init_tensor_parallel(moe_model *m) {
     const moe_ranks r = moe_parallel_ranks(m->par);
     const int layout_tp = r.tp_size > 1 ? r.tp_size : 1;
-    m->tp = moe_model_tp_size(&m->cfg), m->tp_rank = layout_tp > 1 ? r.tp_rank : 0;
-    if (layout_tp != m->tp)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's tp %d differs from the layout's tp %d", m->tp, layout_tp);
-    MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
+    m->seq = (moe_tp_sequence){.group = moe_parallel_tensor(m->par), .rt = m->rt, .tp = moe_model_tp_size(&m->cfg),
+                               .tp_rank = layout_tp > 1 ? r.tp_rank : 0};
+    if (layout_tp != m->seq.tp)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's tp %d differs from the layout's tp %d", m->seq.tp,
+                        layout_tp);
+    MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->seq.tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                moe_model_tp_pieces(&m->cfg)));
     m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
-    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->rt, m->ops_state, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL,
+    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->rt, m->ops_state,
+                                      m->seq.tp > 1 ? moe_parallel_tensor(m->par) : NULL,
                                       moe_model_tp_pieces(&m->cfg)));
     MOE_TRY(init_kv_heads(m));
     int dense_layers = 0;
     for (int l = 0; l < m->cfg.num_layers; l++)
         dense_layers += holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
     if (m->pieces && dense_layers) {
-        const size_t n = (size_t)m->max_seqs * m->cfg.seq_len * (m->cfg.d_ff / m->tp) * sizeof(moe_real);
+        const size_t n = (size_t)m->max_seqs * m->cfg.seq_len * (m->cfg.d_ff / m->seq.tp) * sizeof(moe_real);
         MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh1));
         MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh3));
     }
     size_t widest = 0;
     for (int i = 0; i < m->num_tensors; i++)
         if (m->tensors[i].split != MOE_SPLIT_NONE && m->tensors[i].count > widest) widest = m->tensors[i].count;
-    return moe_shard_grads_init(&m->tp_grads, m->rt, m->dense, m->ops_state, m->local_shards * m->tp, widest);
+    return moe_shard_grads_init(&m->tp_grads, m->rt, m->dense, m->ops_state, m->local_shards * m->seq.tp, widest);
 }
 
 /* The gradient views: into the whole buffer, or under ZeRO-2 into the window and the ends (it needs the fixed tree). */
@@ -584,7 +588,7 @@ static moe_status init_grads(moe_model *m) {
         return moe_fail(MOE_ERR_INVALID_CONFIG, "ZeRO-2 reduce-scatters the gradients in the fixed tree: it needs the "
                                                 "world-invariant sums (cfg.moe.num_shards > 0)");
     MOE_TRY(moe_zero_grads_init(&m->zero_grads, &m->zero, m->rt, m->dense, m->ops_state, m->tensors, m->num_tensors,
-                                m->cfg.num_layers, m->tp > 1 ? moe_parallel_tensor(m->par) : NULL));
+                                m->cfg.num_layers, m->seq.tp > 1 ? moe_parallel_tensor(m->par) : NULL));
     set_views(m, NULL, &m->zero_grads, &m->g);
     return MOE_OK;
 }
@@ -610,7 +614,7 @@ static moe_status init_tied(moe_model *m) {
     if (!m->cfg.tie_embeddings || (!m->embeds && !m->heads)) return MOE_OK;
     const moe_tied_end end = m->embeds && m->heads ? MOE_TIED_BOTH_ENDS : m->embeds ? MOE_TIED_FIRST : MOE_TIED_LAST;
     MOE_TRY(moe_tied_grads_init(&m->tied, end, m->rt, m->dense, m->ops_state, moe_parallel_pipeline(m->par),
-                                (size_t)(m->cfg.vocab_size / m->tp) * m->cfg.d_model)); /* its vocabulary block */
+                                (size_t)(m->cfg.vocab_size / m->seq.tp) * m->cfg.d_model)); /* its vocabulary block */
     if (m->heads) m->g.lm_head = m->tied.grad;
     return MOE_OK;
 }
@@ -780,7 +784,7 @@ moe_status moe_model_finish_tied_grads(moe_model *m) {
     if (!m->tied.grad) return MOE_OK;
     if (!m->embeds) return moe_tied_grads_finish_step(&m->tied, NULL, 0, 0); /* the last stage sends its sum */
     /* the embedding (its vocabulary block at tp > 1): the dense region's start */
-    const size_t count = (size_t)(m->cfg.vocab_size / m->tp) * m->cfg.d_model;
+    const size_t count = (size_t)(m->cfg.vocab_size / m->seq.tp) * m->cfg.d_model;
     if (m->cfg.zero < 2) return moe_tied_grads_finish_step(&m->tied, m->g.embedding, 0, count);
     const moe_zero_region *r = &m->zero.dense; /* ZeRO-2: this rank's range of it, in the shard */
     const size_t hi = r->end < count ? r->end : count, lo = r->begin < hi ? r->begin : hi;
@@ -878,23 +882,6 @@ static moe_status watch(moe_model *m, const moe_real *data, size_t count, const 
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
-/* Sequence parallelism (model.h): this rank's slice of its tensor group's T rows is rows [tp_rank Ts, (tp_rank + 1) Ts)
- * with Ts = T / tp; at tp 1 the slice is every row. */
-static size_t slice_first(const moe_model *m, int T) { return (size_t)m->tp_rank * (size_t)(T / m->tp); }
-
-/* The tensor group's T rows of `width` values from each rank's slice (an all-gather in rank order: exact). */
-static moe_status gather_slices(moe_model *m, const moe_real *slice, int T, int width, moe_real *whole) {
-    const size_t nbytes = (size_t)(T / m->tp) * width * sizeof(moe_real);
-    return moe_comm_allgather_payload(moe_parallel_tensor(m->par), slice, nbytes, whole);
-}
-
-/* The group's T rows of a slice: the slice itself at tp 1, else gathered into m->tmp. */
-static moe_status group_rows(moe_model *m, const moe_real *slice, int T, int width, const moe_real **rows) {
-    if (m->tp == 1) return *rows = slice, MOE_OK;
-    MOE_TRY(gather_slices(m, slice, T, width, m->tmp));
-    return *rows = m->tmp, MOE_OK;
-}
-
 /* Grouped-query attention in pieces (model.h): attention's k or v, each of the rank's kv heads kv_copies times in a
  * row ([T, kv_heads x kv_copies heads]), from the heads' [T, kv_heads heads]. */
 static moe_status copy_kv_heads(moe_model *m, const moe_real *heads, int T, moe_real *copies) {
@@ -931,7 +918,7 @@ static moe_status sum_kv_copies(moe_model *m, int T, moe_real *dkv) {
  * sharers' sum, exactly), added over the group in its fixed tree. */
 static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
     const size_t hd = (size_t)m->head_dim, B = (size_t)m->cfg.num_kv_heads * hd, n = (size_t)T * B;
-    const size_t h = (size_t)(m->tp_rank / (m->tp / m->kv_blocks));
+    const size_t h = (size_t)(m->seq.tp_rank / (m->seq.tp / m->kv_blocks));
     MOE_TRY(moe_runtime_zero(m->rt, m->kv_group, n * sizeof(moe_real)));
     MOE_TRY(m->dense->scale(m->ops_state, m->kv_group, n, -1.0)); /* -0.0 */
     MOE_TRY(moe_runtime_copy_2d(m->rt, m->kv_group + h * hd, B * sizeof(moe_real), head, hd * sizeof(moe_real),
@@ -948,7 +935,7 @@ static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, 
     const int S = c->seq_len, seqs = m->P->num_seqs, T = seqs * S, d = c->d_model, hd = m->head_dim,
               B = c->num_kv_heads * hd;
     MOE_TRY(sum_kv_copies(m, T, dkv));
-    if (m->kv_blocks == m->tp) {
+    if (m->kv_blocks == m->seq.tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
         MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
         return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
@@ -957,13 +944,14 @@ static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, 
      * +w) (w = B / tp) for its part of the plain split's input gradient, with the block's matching rows */
     MOE_TRY(sum_kv_over_group(m, T, dkv));
     if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, c->rope_theta));
-    const int sharing = m->tp / m->kv_blocks, w = B / m->tp;
+    const int sharing = m->seq.tp / m->kv_blocks, w = B / m->seq.tp;
     const size_t pitch = (size_t)B * sizeof(moe_real), hb = (size_t)hd * sizeof(moe_real), wb = w * sizeof(moe_real);
-    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->tp_rank / sharing) * hd, pitch, hb,
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->seq.tp_rank / sharing) * hd, pitch, hb,
                                 (size_t)T));
     MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, ln1, d, B, dW));
-    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, m->kv_group + (size_t)m->tp_rank * w, pitch, wb, (size_t)T));
-    return moe_tp_column_backward_input(&m->tpl, dkv, W + (size_t)(m->tp_rank % sharing) * w * d, T, d, B, 1, m->dln);
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, m->kv_group + (size_t)m->seq.tp_rank * w, pitch, wb, (size_t)T));
+    return moe_tp_column_backward_input(&m->tpl, dkv, W + (size_t)(m->seq.tp_rank % sharing) * w * d, T, d, B, 1,
+                                        m->dln);
 }
 
 /* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =
@@ -972,7 +960,7 @@ static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, 
  * RoPE; attention into attn_y (its statistics or probabilities in att). */
 static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     const moe_model_config *c = &m->cfg;
-    const int S = c->seq_len, T = num_seqs * S, Ts = T / m->tp, d = c->d_model, H = c->num_heads / m->tp,
+    const int S = c->seq_len, T = num_seqs * S, Ts = T / m->seq.tp, d = c->d_model, H = c->num_heads / m->seq.tp,
               KV = m->kv_heads, hd = m->head_dim, A = c->num_heads * hd, B = c->num_kv_heads * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
@@ -981,7 +969,7 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, a->ln1, a->rstd1));
     MOE_TRY(watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
     const moe_real *x; /* q/k/v read the group's rows */
-    MOE_TRY(group_rows(m, a->ln1, T, d, &x));
+    MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
     MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, a->q));
@@ -1008,19 +996,20 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
  * output in m->tmp: at tp > 1 the group's sum, of which the slice is taken), ln2. */
 static moe_status attention_residual_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
-    const size_t Tsd = (size_t)(T / m->tp) * c->d_model;
+    const size_t Tsd = (size_t)(T / m->seq.tp) * c->d_model;
     const moe_model_layer_params *w = &m->c.layers[l];
     layer_acts *a = &m->P->acts[l];
     MOE_TRY(moe_tp_row_forward(&m->tpl, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
-    MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + slice_first(m, T) * c->d_model, Tsd, a->resid_mid));
+    MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + moe_tp_slice_first(&m->seq, T) * c->d_model, Tsd,
+                          a->resid_mid));
     MOE_TRY(watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
     /* a tensor-parallel dense FFN reads the group's rows: the slice's norm gathered (o_proj's output is spent) */
-    const int gather = m->tp > 1 && m->pieces && !moe_model_layer_is_moe(c, l);
+    const int gather = m->seq.tp > 1 && m->pieces && !moe_model_layer_is_moe(c, l);
     moe_real *ln2 = gather ? m->tmp : a->ln2;
-    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T / m->tp, c->d_model, c->norm_eps,
+    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T / m->seq.tp, c->d_model, c->norm_eps,
                                       ln2, a->rstd2));
     MOE_TRY(watch(m, ln2, Tsd, "layer %d: the FFN norm's output", l));
-    return gather ? gather_slices(m, ln2, T, c->d_model, a->ln2) : MOE_OK;
+    return gather ? moe_tp_gather_slices(&m->seq, ln2, T, c->d_model, a->ln2) : MOE_OK;
 }
 
 /* A dense FFN in tensor-parallel pieces (tp_shards > 1): h1, h3 of this rank's d_ff / tp columns from ln2 (the group's
@@ -1033,12 +1022,12 @@ static moe_status tp_dense_ffn_forward(moe_model *m, int l, int T, moe_real *y) 
     const int d = c->d_model, F = c->d_ff;
     MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w1, T, d, F, a->h1));
     MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w3, T, d, F, a->h3));
-    MOE_TRY(m->dense->swiglu_act_forward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->tp), a->act));
+    MOE_TRY(m->dense->swiglu_act_forward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->seq.tp), a->act));
     if (!y) return MOE_OK;
-    moe_real *whole = m->tp > 1 ? m->dln : y; /* backward's scratch, free in forward */
+    moe_real *whole = m->seq.tp > 1 ? m->dln : y; /* backward's scratch, free in forward */
     MOE_TRY(moe_tp_row_forward(&m->tpl, a->act, w->w2, T, F, d, whole));
-    if (m->tp == 1) return MOE_OK;
-    return moe_runtime_copy(m->rt, y, whole + slice_first(m, T) * d, (size_t)(T / m->tp) * d * sizeof(moe_real));
+    if (m->seq.tp == 1) return MOE_OK;
+    return moe_tp_take_slice(&m->seq, whole, T, d, y);
 }
 
 /* Its backward from dL/dy of the slice (m->dresid) to dL/dln2 of the slice at m->dln's start; the weight gradients
@@ -1050,20 +1039,19 @@ static moe_status tp_dense_ffn_backward(moe_model *m, int l, int T) {
     layer_acts *a = &m->P->acts[l];
     const int d = c->d_model, F = c->d_ff;
     const moe_real *dy = m->dresid;
-    if (m->tp > 1) { /* the group's rows of dL/dy (m->tmp: forward's, spent once the layer is recomputed) */
-        MOE_TRY(gather_slices(m, m->dresid, T, d, m->tmp));
+    if (m->seq.tp > 1) { /* the group's rows of dL/dy (m->tmp: forward's, spent once the layer is recomputed) */
+        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->tmp));
         dy = m->tmp;
     }
     MOE_TRY(moe_shard_grads_tp_row(&m->tp_grads, &m->tpl, dy, a->act, F, d, gw->w2));
     MOE_TRY(moe_tp_row_backward_input(&m->tpl, dy, w->w2, T, F, d, 0, m->tp_dh1));
-    MOE_TRY(m->dense->swiglu_act_backward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->tp), m->tp_dh1, m->tp_dh3));
+    MOE_TRY(m->dense->swiglu_act_backward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->seq.tp), m->tp_dh1,
+                                          m->tp_dh3));
     MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, m->tp_dh1, a->ln2, d, F, gw->w1));
     MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, m->tp_dh3, a->ln2, d, F, gw->w3));
     MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->tp_dh1, w->w1, T, d, F, 0, m->dln));
     MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->tp_dh3, w->w3, T, d, F, 1, m->dln));
-    const size_t first = slice_first(m, T) * d; /* the slice to dln's start (disjoint unless it is already there) */
-    if (!first) return MOE_OK;
-    return moe_runtime_copy(m->rt, m->dln, m->dln + first, (size_t)(T / m->tp) * d * sizeof(moe_real));
+    return moe_tp_take_slice(&m->seq, m->dln, T, d, m->dln); /* the slice to dln's start */
 }
 
 /* Before layer l's backward: what cfg.moe.recompute did not keep, rebuilt from what forward kept by the forward's
@@ -1086,7 +1074,7 @@ static moe_status ffn_forward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     layer_acts *a = &m->P->acts[l];
     const moe_layer_weights *w = &m->c.layers[l].ffn;
-    if (m->P->moe[l]) return moe_layer_forward(m->P->moe[l], w, a->ln2, T / m->tp, m->tmp, &m->P->stats[l]);
+    if (m->P->moe[l]) return moe_layer_forward(m->P->moe[l], w, a->ln2, T / m->seq.tp, m->tmp, &m->P->stats[l]);
     if (m->pieces) return tp_dense_ffn_forward(m, l, T, m->tmp);
     return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
 }
@@ -1103,14 +1091,15 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
  * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
  * adds them (one value and -0.0s: exact) and each keeps its slice. */
 static moe_status embed(moe_model *m, const int *tokens, int T) {
-    const int d = m->cfg.d_model, V = m->cfg.vocab_size, Ts = T / m->tp;
+    const int d = m->cfg.d_model, V = m->cfg.vocab_size;
     model_pass *P = m->P;
     MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
-    if (m->tp == 1) return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
-    MOE_TRY(m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, m->tp_rank * (V / m->tp),
-                                        V / m->tp, m->tmp));
+    if (m->seq.tp == 1)
+        return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
+    MOE_TRY(m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, m->seq.tp_rank * (V / m->seq.tp),
+                                        V / m->seq.tp, m->tmp));
     MOE_TRY(moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->tmp, (size_t)T * d));
-    return moe_runtime_copy(m->rt, P->resid[0], m->tmp + slice_first(m, T) * d, (size_t)Ts * d * sizeof(moe_real));
+    return moe_tp_take_slice(&m->seq, m->tmp, T, d, P->resid[0]);
 }
 
 /* The loss sum of rows [from, from + count) of the group's, from the head's last loss forward. */
@@ -1126,21 +1115,22 @@ static moe_status vocab_loss_of_rows(void *ctx, int from, int count, double *s) 
 static moe_status vocab_head_forward(moe_model *m, const int *targets, int T, double *loss_sum, moe_real *logits_out) {
     const moe_model_config *c = &m->cfg;
     model_pass *P = m->P;
-    const int d = c->d_model, V = c->vocab_size, Ts = T / m->tp, last = m->last[P->chunk];
-    moe_real *lnf_slice = m->tp > 1 ? m->tmp : P->lnf;
+    const int d = c->d_model, V = c->vocab_size, Ts = T / m->seq.tp, last = m->last[P->chunk];
+    moe_real *lnf_slice = m->seq.tp > 1 ? m->tmp : P->lnf;
     MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, P->resid[last], m->p.final_norm, Ts, d, c->norm_eps, lnf_slice,
                                       P->rstdf));
     MOE_TRY(watch(m, lnf_slice, (size_t)Ts * d, "the final norm's output"));
-    if (m->tp > 1) MOE_TRY(gather_slices(m, lnf_slice, T, d, P->lnf));
+    if (m->seq.tp > 1) MOE_TRY(moe_tp_gather_slices(&m->seq, lnf_slice, T, d, P->lnf));
     MOE_TRY(moe_tp_column_forward(&m->tpl, P->lnf, m->c.lm_head, T, d, V, P->logits));
-    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->tp), "the logits (lm_head)"));
+    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->seq.tp), "the logits (lm_head)"));
     if (logits_out) /* [T, V / tp]: this rank's columns of every row of the group */
-        MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * (V / m->tp) * sizeof(moe_real)));
+        MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * (V / m->seq.tp) * sizeof(moe_real)));
     if (!targets) return MOE_OK;
     MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets, (size_t)T * sizeof(int)));
     double total;
     MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
-    return moe_shard_grads_sum(&m->shard_grads, (int)slice_first(m, T), Ts, vocab_loss_of_rows, m, loss_sum);
+    return moe_shard_grads_sum(&m->shard_grads, (int)moe_tp_slice_first(&m->seq, T), Ts, vocab_loss_of_rows, m,
+                               loss_sum);
 }
 
 /* Its backward from dL/dloss_t = loss_scale: the logits' gradient (the loss's forward run again on the kept logits
@@ -1149,16 +1139,16 @@ static moe_status vocab_head_forward(moe_model *m, const int *targets, int T, do
 static moe_status vocab_head_backward(moe_model *m, int T, moe_real loss_scale) {
     const moe_model_config *c = &m->cfg;
     model_pass *P = m->P;
-    const int d = c->d_model, V = c->vocab_size, Ts = T / m->tp, last = m->last[P->chunk];
+    const int d = c->d_model, V = c->vocab_size, Ts = T / m->seq.tp, last = m->last[P->chunk];
     double total;
     MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
     MOE_TRY(moe_tp_cross_entropy_backward(&m->vocab_ce, P->logits, P->targets, T, V, loss_scale));
-    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->tp), "the gradient of the logits"));
+    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->seq.tp), "the gradient of the logits"));
     MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, P->logits, P->lnf, d, V, m->g.lm_head));
     MOE_TRY(moe_tp_column_backward_input(&m->tpl, P->logits, m->c.lm_head, T, d, V, 0, m->dln));
     MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)Ts * d * sizeof(moe_real)));
     return moe_shard_grads_rmsnorm(&m->shard_grads, P->resid[last], m->p.final_norm, P->rstdf,
-                                   m->dln + slice_first(m, T) * d, d, m->dresid, m->g.final_norm);
+                                   m->dln + moe_tp_slice_first(&m->seq, T) * d, d, m->dresid, m->g.final_norm);
 }
 
 /* The selected pass's forward through this stage: the embedding of the tokens (first stage) or the previous stage's
@@ -1174,11 +1164,11 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     if (num_seqs < 1 || num_seqs > m->max_seqs || (embeds ? !inputs : !x) || (heads && targets && !loss_sum))
         return MOE_ERR_INVALID_ARG;
     const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
-    if (T % m->tp)
+    if (T % m->seq.tp)
         return moe_fail(MOE_ERR_INVALID_ARG, "%d sequences of %d tokens do not split into %d equal slices (tp)",
-                        num_seqs, S, m->tp);
-    const int Ts = T / m->tp; /* this rank's slice of the rows (all of them at tp 1) */
-    const size_t first_row = slice_first(m, T);
+                        num_seqs, S, m->seq.tp);
+    const int Ts = T / m->seq.tp; /* this rank's slice of the rows (all of them at tp 1) */
+    const size_t first_row = moe_tp_slice_first(&m->seq, T);
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     const size_t Td = (size_t)Ts * d;
@@ -1262,8 +1252,8 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     if (!P->has_forward) return MOE_ERR_NO_FORWARD;
     if (!heads && !dy) return MOE_ERR_INVALID_ARG;
     const moe_model_config *c = &m->cfg;
-    const int S = c->seq_len, T = P->num_seqs * S, Ts = T / m->tp, d = c->d_model, V = c->vocab_size,
-              H = c->num_heads / m->tp, KVC = m->kv_heads * m->kv_copies, hd = m->head_dim, A = c->num_heads * hd;
+    const int S = c->seq_len, T = P->num_seqs * S, Ts = T / m->seq.tp, d = c->d_model, V = c->vocab_size,
+              H = c->num_heads / m->seq.tp, KVC = m->kv_heads * m->kv_copies, hd = m->head_dim, A = c->num_heads * hd;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     moe_shard_grads *sg = &m->shard_grads; /* the weight gradients: per shard, or over all rows, of this rank's slice */
@@ -1288,7 +1278,7 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(moe_runtime_copy(m->rt, m->dresid, dy, Td * sizeof(moe_real)));
     }
     /* at tp > 1 the attention block's gradients span the group's rows: dln holds them whole, the slice is its part */
-    moe_real *dln_slice = m->dln + slice_first(m, T) * d;
+    moe_real *dln_slice = m->dln + moe_tp_slice_first(&m->seq, T) * d;
     for (int l = last - 1; l >= first; l--) {
         const moe_model_layer_params *w = &m->c.layers[l];
         moe_model_layer_params *gw = &m->g.layers[l];
@@ -1302,8 +1292,8 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
         /* resid_mid = resid[l] + wo(attention(...)): o_proj's output gradient over the group's rows */
         const moe_real *dout = m->dresid;
-        if (m->tp > 1) {
-            MOE_TRY(gather_slices(m, m->dresid, T, d, m->dln));
+        if (m->seq.tp > 1) {
+            MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
             dout = m->dln;
         }
         MOE_TRY(moe_shard_grads_tp_row(tg, &m->tpl, dout, a->attn_y, A, d, gw->wo));
@@ -1316,7 +1306,7 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
                                               m->dk, m->dv));
         MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
         const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */
-        MOE_TRY(group_rows(m, a->ln1, T, d, &ln1));
+        MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &ln1));
         MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, ln1, d, A, gw->wq));
         MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
         MOE_TRY(kv_backward(m, ln1, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
@@ -1327,16 +1317,16 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
-    if (embeds && m->tp > 1) { /* the vocabulary block's rows, from the group's tokens */
-        MOE_TRY(gather_slices(m, m->dresid, T, d, m->dln));
-        MOE_TRY(moe_shard_grads_embedding(tg, m->dln, P->inputs, d, m->tp_rank * (V / m->tp), V / m->tp,
+    if (embeds && m->seq.tp > 1) { /* the vocabulary block's rows, from the group's tokens */
+        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
+        MOE_TRY(moe_shard_grads_embedding(tg, m->dln, P->inputs, d, m->seq.tp_rank * (V / m->seq.tp), V / m->seq.tp,
                                           m->g.embedding));
     } else if (embeds) {
         MOE_TRY(moe_shard_grads_embedding(sg, m->dresid, P->inputs, d, 0, V, m->g.embedding));
     }
     if (heads && m->tied.grad) { /* the tied lm_head's gradient: a vocabulary block's at tp > 1 */
         if (combine_tied)
-            MOE_TRY(dense->add(s, m->g.embedding, m->tied.grad, (size_t)(V / m->tp) * d, m->g.embedding));
+            MOE_TRY(dense->add(s, m->g.embedding, m->tied.grad, (size_t)(V / m->seq.tp) * d, m->g.embedding));
         else if (zg || !m->local_shards)
             MOE_TRY(moe_tied_grads_accumulate(&m->tied, moe_parallel_data(m->par), m->local_shards > 0));
     }
@@ -1376,7 +1366,7 @@ typedef moe_status (*allreduce_fn)(moe_comm *, moe_real *, size_t);
 /* The dense gradients [from, from + count) summed over the ranks that share them: the stage's; at tp > 1 in runs of
  * consecutive tensors alike, the tensor-parallel pieces' over the data-parallel group (model.h). */
 static moe_status reduce_dense(moe_model *m, size_t from, size_t count, allreduce_fn allreduce) {
-    if (m->tp == 1) return allreduce(moe_parallel_stage(m->par), m->grads + from, count);
+    if (m->seq.tp == 1) return allreduce(moe_parallel_stage(m->par), m->grads + from, count);
     size_t run_from = from;
     for (int i = 0; i < m->num_tensors; i++) {
         const moe_model_tensor *t = &m->tensors[i], *next = i + 1 < m->num_tensors ? &m->tensors[i + 1] : NULL;

@@ -53,7 +53,7 @@ typedef struct {
  * and the loss tp/vocab_cross_entropy.h's (with tp_shards > 1 all of these run in pieces, even at tp 1). The residual
  * stream, the norms and the MoE layers run on each rank's slice of its tensor group's tokens (rows [tp_rank T/tp,
  * (tp_rank + 1) T/tp) of the group's T), gathered before the attention block, a dense FFN and the head, and cut again
- * after the row-parallel sums. So an MoE layer sees T/tp distinct tokens per rank and the layout of tp 1 over the
+ * after the row-parallel sums (those row moves: tp/sequence.h). So an MoE layer sees T/tp distinct tokens per rank and the layout of tp 1 over the
  * stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel group, formed over
  * the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over
  * the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
