@@ -1,8 +1,9 @@
-/* model.c — the MoE decoder LM: parameter layout, initialisation, forward and backward on one rank.
- * Orchestration only: the dense ops come from the runtime's table (moe/dense_ops.h), the MoE layers from
- * moe/moe.h, the list of tensors from model.h's X-macros. Every row-wise GEMM is cut as the layer cuts its
- * own, and attention runs per sequence, so a token's activations do not depend on which other tokens share
- * this rank: the layout only changes how gradients are summed. */
+/* model.c — the MoE decoder LM: parameter layout, initialisation, forward and backward on one rank; its two ends
+ * (the embedding, the head) are head.c's, the structures model_internal.h's. Orchestration only: the dense ops come
+ * from the runtime's table (moe/dense_ops.h), the MoE layers from moe/moe.h, the list of tensors from model.h's
+ * X-macros. Every row-wise GEMM is cut as the layer cuts its own, and attention runs per sequence, so a token's
+ * activations do not depend on which other tokens share this rank: the layout only changes how gradients are
+ * summed. */
 #include "models/model.h"
 
 #include <math.h>
@@ -12,98 +13,7 @@
 #include <string.h>
 
 #include "core/fail.h"
-#include "kernels/nonfinite.h"
-#include "models/model_activations.h"
-#include "models/shard_grads.h"
-#include "models/tied_grads.h"
-#include "models/zero_grads.h"
-#include "moe/dense_ops.h"
-#include "tp/linear.h"
-#include "tp/sequence.h"
-#include "tp/vocab_cross_entropy.h"
-
-/* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
- * rebuilds in backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
-typedef struct {
-#define LAYER_FIELD(name, count, rebuilt_from) moe_real *name;
-    MOE_MODEL_LAYER_ACTIVATIONS(LAYER_FIELD)
-#undef LAYER_FIELD
-} layer_acts;
-
-/* One forward's activations, kept from its forward to its backward: an entry of the stash. A pipeline schedule keeps
- * several forwards of a stage in flight (pipeline/schedule.h); one-stage training keeps one. */
-typedef struct {
-    int chunk;              /* the stage's chunk whose layers it holds (model.h)                                    */
-    int num_seqs;
-    int has_forward;
-    moe_real **resid;       /* [L + 1] of [T, d]: the residual stream entering each layer (this stage's, first .. last) */
-    layer_acts *acts;       /* [L] (this stage's layers)                                                             */
-    moe_layer **moe;        /* [L]: this pass's MoE layers (routing, expert activations); NULL for dense layers       */
-    moe_layer_stats *stats; /* [L]                                                                                    */
-#define PASS_FIELD(name, type, count) type *name;
-    MOE_MODEL_PASS_BUFFERS(PASS_FIELD)
-#undef PASS_FIELD
-} model_pass;
-
-struct moe_model {
-    moe_model_config cfg;
-    moe_model_stage stage;     /* the chunks of decoder layers this model holds (model.h), and the ends */
-    int first[MOE_MODEL_MAX_CHUNKS], last[MOE_MODEL_MAX_CHUNKS]; /* chunk c: layers [first[c], last[c])           */
-    int embeds, heads;         /* chunk 0 starts with the embedding; the last chunk ends with the head           */
-    moe_runtime *rt, *owned_rt;
-    const moe_parallel *par;
-    const moe_dense_ops *dense; /* the runtime's dense ops */
-    moe_dense_state *ops_state;
-    int max_seqs, head_dim, num_local_experts;
-    size_t num_dense, num_expert;
-    moe_real *params, *grads; /* grads: NULL under ZeRO-2, which keeps a window, the ends and a shard (zero_grads) */
-    moe_model_views p, g;
-    moe_zero_layout zero;      /* the ZeRO ranges (cfg.zero) and the norm's atoms                              */
-    moe_zero_grads zero_grads; /* cfg.zero 2: where backward's gradients go                                    */
-    /* what the GEMMs read: p itself (fp32), or under bf16 precision the same views with the dense GEMM weights
-     * (attention projections, dense FFNs, lm_head) pointing into `compute`, their bf16 copies made at the first
-     * forward after the parameters changed (core/precision.h). Norms, the embedding lookup, the routers and the
-     * experts stay p's (an MoE layer keeps its experts' copies itself, by c's layers' ffn.version). */
-    moe_real *compute;
-    moe_model_views c;
-    /* params_version: bumped by every moe_model_params (whoever may write the parameters gets them there);
-     * compute_version: the one `compute` and c's ffn.version were made for */
-    unsigned long long params_version, compute_version;
-    moe_model_tensor *tensors;
-    int num_tensors;
-    model_pass *passes;         /* [stage.chunks * stage.passes]: chunk c's are c * stage.passes + 0, 1, ... */
-    model_pass *P;              /* the selected one: what the next forward writes and backward reads */
-    model_pass *last_forward[MOE_MODEL_MAX_CHUNKS]; /* each chunk's last forward (its routing counts move the bias) */
-    moe_zero_slice chunk_dense[MOE_MODEL_MAX_CHUNKS], chunk_expert[MOE_MODEL_MAX_CHUNKS]; /* in each region */
-    struct {                    /* the model's scratch (backward's gradients, forward's temporaries) */
-#define MODEL_FIELD(name, type, count) type *name;
-        MOE_MODEL_SCRATCH_BUFFERS(MODEL_FIELD)
-#undef MODEL_FIELD
-    };
-    moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
-    /* tied embeddings on a stage holding an end: the lm_head's gradient, summed apart from the embedding's
-     * (models/tied_grads.h); tied.grad NULL otherwise */
-    moe_tied_grads tied;
-    /* cfg.moe.num_shards > 0: the weight gradients and the loss are summed per shard of this rank (S / W of them)
-     * in the shard tree (models/shard_grads.h); local_shards 0: one sum over the rank's rows */
-    int local_shards;
-    moe_shard_grads shard_grads;
-    /* tensor parallelism (model.h): tp ranks in the group (1: none), this rank's place; the group's products in fixed
-     * pieces; the pieces' weight gradients, formed over the group's T rows in their tp x local_shards shards (the
-     * slice's own rows are shard_grads') */
-    moe_tp_sequence seq; /* the group, tp and this rank's place in it: the slices' row moves (tp/sequence.h) */
-    moe_tp_linear tpl;
-    moe_shard_grads tp_grads;
-    int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
-    moe_tp_cross_entropy vocab_ce; /* with pieces: the head's loss over the vocabulary's pieces (vocab_head_*) */
-    moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
-    /* grouped-query attention in pieces (model.h): k_proj and v_proj in kv_blocks blocks over the group; the rank's
-     * kv_heads kv heads, which attention reads kv_copies times each; their products (&tpl, or kv_block_linear when
-     * kv_blocks < tp: the rank's block, no sums); the tree that adds a head's copies' gradients */
-    int kv_blocks, kv_heads, kv_copies;
-    moe_tp_linear kv_block_linear, *kv_linear;
-    moe_shard_tree kv_tree;
-};
+#include "models/model_internal.h"
 
 /* ---- the tensor table ------------------------------------------------------------------------- */
 
@@ -861,10 +771,7 @@ void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding) {
             if (m->passes[i].moe[l]) moe_layer_set_checks(m->passes[i].moe[l], finding);
 }
 
-/* While checking: records the first NaN or Inf of an op's output once, naming the op, and goes on. */
-static moe_status watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static moe_status watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...) {
+moe_status moe__model_watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...) {
     if (!m->finding || m->finding->found) return MOE_OK;
     long long first;
     MOE_TRY(m->dense->find_nonfinite(m->ops_state, data, count, &first));
@@ -967,7 +874,7 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     const moe_model_layer_params *w = &m->c.layers[l];
     layer_acts *a = &m->P->acts[l];
     MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, a->ln1, a->rstd1));
-    MOE_TRY(watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
+    MOE_TRY(moe__model_watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
     const moe_real *x; /* q/k/v read the group's rows */
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
@@ -975,9 +882,9 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, a->q));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, k));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
-    MOE_TRY(watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
-    MOE_TRY(watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
-    MOE_TRY(watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
+    MOE_TRY(moe__model_watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
+    MOE_TRY(moe__model_watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
+    MOE_TRY(moe__model_watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
     MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
     MOE_TRY(dense->rope_forward(s, k, num_seqs, S, KV, hd, c->rope_theta));
     if (m->kv_copies > 1) {
@@ -989,7 +896,7 @@ static moe_status attention_block_forward(moe_model *m, int l, int num_seqs) {
         MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
     else
         MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
-    return watch(m, a->attn_y, (size_t)T * H * hd, "layer %d: the attention output", l);
+    return moe__model_watch(m, a->attn_y, (size_t)T * H * hd, "layer %d: the attention output", l);
 }
 
 /* From attn_y (T rows) to the FFN's input on this rank's slice: resid_mid = resid[l] + o_proj(attn_y) (o_proj's whole
@@ -1002,13 +909,13 @@ static moe_status attention_residual_forward(moe_model *m, int l, int T) {
     MOE_TRY(moe_tp_row_forward(&m->tpl, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
     MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + moe_tp_slice_first(&m->seq, T) * c->d_model, Tsd,
                           a->resid_mid));
-    MOE_TRY(watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
+    MOE_TRY(moe__model_watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
     /* a tensor-parallel dense FFN reads the group's rows: the slice's norm gathered (o_proj's output is spent) */
     const int gather = m->seq.tp > 1 && m->pieces && !moe_model_layer_is_moe(c, l);
     moe_real *ln2 = gather ? m->tmp : a->ln2;
     MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T / m->seq.tp, c->d_model, c->norm_eps,
                                       ln2, a->rstd2));
-    MOE_TRY(watch(m, ln2, Tsd, "layer %d: the FFN norm's output", l));
+    MOE_TRY(moe__model_watch(m, ln2, Tsd, "layer %d: the FFN norm's output", l));
     return gather ? moe_tp_gather_slices(&m->seq, ln2, T, c->d_model, a->ln2) : MOE_OK;
 }
 
@@ -1090,67 +997,6 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 /* The first stage's input: the embedding of this rank's slice of the group's T tokens (host) into resid[0]. At tp > 1
  * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
  * adds them (one value and -0.0s: exact) and each keeps its slice. */
-static moe_status embed(moe_model *m, const int *tokens, int T) {
-    const int d = m->cfg.d_model, V = m->cfg.vocab_size;
-    model_pass *P = m->P;
-    MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
-    if (m->seq.tp == 1)
-        return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
-    MOE_TRY(m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, m->seq.tp_rank * (V / m->seq.tp),
-                                        V / m->seq.tp, m->tmp));
-    MOE_TRY(moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->tmp, (size_t)T * d));
-    return moe_tp_take_slice(&m->seq, m->tmp, T, d, P->resid[0]);
-}
-
-/* The loss sum of rows [from, from + count) of the group's, from the head's last loss forward. */
-static moe_status vocab_loss_of_rows(void *ctx, int from, int count, double *s) {
-    *s = moe_tp_cross_entropy_range_sum(&((moe_model *)ctx)->vocab_ce, from, count);
-    return MOE_OK;
-}
-
-/* With pieces (tp_shards > 1) the head is vocabulary-parallel (Megatron's): the final norm of the slice gathered over
- * the group into lnf [T, d]; this rank's logits [T, V / tp] (its rows of lm_head, tp/linear.h's column-parallel
- * product); the loss over the vocabulary's pieces (tp/vocab_cross_entropy.h), of every row of the group, of which this
- * rank sums its slice's: per shard (the group's T rows hold tp x local_shards of them) in the tree, or at once. */
-static moe_status vocab_head_forward(moe_model *m, const int *targets, int T, double *loss_sum, moe_real *logits_out) {
-    const moe_model_config *c = &m->cfg;
-    model_pass *P = m->P;
-    const int d = c->d_model, V = c->vocab_size, Ts = T / m->seq.tp, last = m->last[P->chunk];
-    moe_real *lnf_slice = m->seq.tp > 1 ? m->tmp : P->lnf;
-    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, P->resid[last], m->p.final_norm, Ts, d, c->norm_eps, lnf_slice,
-                                      P->rstdf));
-    MOE_TRY(watch(m, lnf_slice, (size_t)Ts * d, "the final norm's output"));
-    if (m->seq.tp > 1) MOE_TRY(moe_tp_gather_slices(&m->seq, lnf_slice, T, d, P->lnf));
-    MOE_TRY(moe_tp_column_forward(&m->tpl, P->lnf, m->c.lm_head, T, d, V, P->logits));
-    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->seq.tp), "the logits (lm_head)"));
-    if (logits_out) /* [T, V / tp]: this rank's columns of every row of the group */
-        MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * (V / m->seq.tp) * sizeof(moe_real)));
-    if (!targets) return MOE_OK;
-    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets, (size_t)T * sizeof(int)));
-    double total;
-    MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
-    return moe_shard_grads_sum(&m->shard_grads, (int)moe_tp_slice_first(&m->seq, T), Ts, vocab_loss_of_rows, m,
-                               loss_sum);
-}
-
-/* Its backward from dL/dloss_t = loss_scale: the logits' gradient (the loss's forward run again on the kept logits
- * first: the loss keeps the statistics of its last forward only, and a schedule may run other forwards between),
- * lm_head's rows' gradient over the group's rows, the final norm's input gradient of the slice into m->dresid. */
-static moe_status vocab_head_backward(moe_model *m, int T, moe_real loss_scale) {
-    const moe_model_config *c = &m->cfg;
-    model_pass *P = m->P;
-    const int d = c->d_model, V = c->vocab_size, Ts = T / m->seq.tp, last = m->last[P->chunk];
-    double total;
-    MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
-    MOE_TRY(moe_tp_cross_entropy_backward(&m->vocab_ce, P->logits, P->targets, T, V, loss_scale));
-    MOE_TRY(watch(m, P->logits, (size_t)T * (V / m->seq.tp), "the gradient of the logits"));
-    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, P->logits, P->lnf, d, V, m->g.lm_head));
-    MOE_TRY(moe_tp_column_backward_input(&m->tpl, P->logits, m->c.lm_head, T, d, V, 0, m->dln));
-    MOE_TRY(moe_runtime_zero(m->rt, m->dresid, (size_t)Ts * d * sizeof(moe_real)));
-    return moe_shard_grads_rmsnorm(&m->shard_grads, P->resid[last], m->p.final_norm, P->rstdf,
-                                   m->dln + moe_tp_slice_first(&m->seq, T) * d, d, m->dresid, m->g.final_norm);
-}
-
 /* The selected pass's forward through this stage: the embedding of the tokens (first stage) or the previous stage's
  * output x, the stage's layers, then on the last stage the final norm, the logits (into logits_out when asked) and,
  * with targets, the loss. Keeps what backward needs unless it is the last stage without targets. At tp > 1 the inputs
@@ -1163,12 +1009,11 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     const int first = m->first[P->chunk], last = m->last[P->chunk], embeds = first == 0, heads = last == c->num_layers;
     if (num_seqs < 1 || num_seqs > m->max_seqs || (embeds ? !inputs : !x) || (heads && targets && !loss_sum))
         return MOE_ERR_INVALID_ARG;
-    const int S = c->seq_len, T = num_seqs * S, d = c->d_model, V = c->vocab_size;
+    const int S = c->seq_len, T = num_seqs * S, d = c->d_model;
     if (T % m->seq.tp)
         return moe_fail(MOE_ERR_INVALID_ARG, "%d sequences of %d tokens do not split into %d equal slices (tp)",
                         num_seqs, S, m->seq.tp);
     const int Ts = T / m->seq.tp; /* this rank's slice of the rows (all of them at tp 1) */
-    const size_t first_row = moe_tp_slice_first(&m->seq, T);
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     const size_t Td = (size_t)Ts * d;
@@ -1176,8 +1021,8 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     P->num_seqs = num_seqs;
     MOE_TRY(refresh_compute_weights(m));
     if (embeds) {
-        MOE_TRY(embed(m, inputs, T));
-        MOE_TRY(watch(m, P->resid[0], Td, "the embedding output"));
+        MOE_TRY(moe__model_embed(m, inputs, T));
+        MOE_TRY(moe__model_watch(m, P->resid[0], Td, "the embedding output"));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, P->resid[first], x, Td * sizeof(moe_real)));
     }
@@ -1186,25 +1031,13 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
         MOE_TRY(attention_block_forward(m, l, num_seqs));
         MOE_TRY(attention_residual_forward(m, l, T));
         MOE_TRY(ffn_forward(m, l, T));
-        MOE_TRY(watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
+        MOE_TRY(moe__model_watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
     }
     m->last_forward[P->chunk] = P;
     if (!heads) return P->has_forward = 1, MOE_OK;
-    if (m->pieces) {
-        MOE_TRY(vocab_head_forward(m, targets, T, loss_sum, logits_out));
-        P->has_forward = targets != NULL;
-        return MOE_OK;
-    }
-    MOE_TRY(dense->rmsnorm_forward(s, P->resid[last], m->p.final_norm, Ts, d, c->norm_eps, P->lnf, P->rstdf));
-    MOE_TRY(watch(m, P->lnf, Td, "the final norm's output"));
-    MOE_TRY(dense->linear_forward(s, P->lnf, m->c.lm_head, Ts, d, V, P->logits));
-    MOE_TRY(watch(m, P->logits, (size_t)Ts * V, "the logits (lm_head)"));
-    if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)Ts * V * sizeof(moe_real)));
-    if (!targets) return MOE_OK;
-    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets + first_row, (size_t)Ts * sizeof(int)));
-    MOE_TRY(moe_shard_grads_loss(&m->shard_grads, P->logits, P->targets, Ts, m->cfg.vocab_size, loss_sum));
-    P->has_forward = 1;
+    MOE_TRY(moe__model_head_forward(m, targets, T, loss_sum, logits_out));
+    P->has_forward = targets != NULL; /* a forward without targets (logits only) has nothing to go back through */
     return MOE_OK;
 }
 
@@ -1262,18 +1095,8 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
     moe_zero_grads *zg = c->zero == 2 ? &m->zero_grads : NULL; /* ZeRO-2: each layer's gradients summed as it ends */
     if (zg) MOE_TRY(moe_zero_grads_begin_backward(zg));
     const size_t Td = (size_t)Ts * d; /* the slice's residual stream */
-    if (heads && m->pieces) {
-        if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
-        MOE_TRY(vocab_head_backward(m, T, loss_scale));
-    } else if (heads) { /* dlogits (in place), then lm_head and the final norm */
-        if (m->tied.grad) MOE_TRY(moe_tied_grads_begin_head(&m->tied));
-        MOE_TRY(dense->cross_entropy_backward(s, P->logits, P->targets, Ts, V, loss_scale));
-        MOE_TRY(watch(m, P->logits, (size_t)Ts * V, "the gradient of the logits"));
-        MOE_TRY(moe_shard_grads_linear(sg, P->logits, P->lnf, d, V, m->g.lm_head));
-        MOE_TRY(dense->linear_backward_input(s, P->logits, m->c.lm_head, Ts, d, V, 0, m->dln));
-        MOE_TRY(moe_runtime_zero(m->rt, m->dresid, Td * sizeof(moe_real)));
-        MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[last], m->p.final_norm, P->rstdf, m->dln, d, m->dresid,
-                                        m->g.final_norm));
+    if (heads) {
+        MOE_TRY(moe__model_head_backward(m, T, loss_scale));
     } else {
         MOE_TRY(moe_runtime_copy(m->rt, m->dresid, dy, Td * sizeof(moe_real)));
     }
@@ -1287,9 +1110,9 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(recompute_layer(m, l, T));
         /* resid[l+1] = resid_mid + ffn(ln2(resid_mid)): dresid flows to both */
         MOE_TRY(ffn_backward(m, l, T));
-        MOE_TRY(watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, P->moe[l] ? "MoE layer" : "dense FFN"));
+        MOE_TRY(moe__model_watch(m, m->dln, Td, "layer %d: the gradient into the %s", l, P->moe[l] ? "MoE layer" : "dense FFN"));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, a->resid_mid, w->ffn_norm, a->rstd2, m->dln, d, m->dresid, gw->ffn_norm));
-        MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
+        MOE_TRY(moe__model_watch(m, m->dresid, Td, "layer %d: the gradient of the residual after attention", l));
         /* resid_mid = resid[l] + wo(attention(...)): o_proj's output gradient over the group's rows */
         const moe_real *dout = m->dresid;
         if (m->seq.tp > 1) {
@@ -1311,10 +1134,10 @@ static moe_status stage_backward(moe_model *m, moe_real loss_scale, const moe_re
         MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
         MOE_TRY(kv_backward(m, ln1, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
         MOE_TRY(kv_backward(m, ln1, m->dv, 0, w->wv, gw->wv));
-        MOE_TRY(watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
+        MOE_TRY(moe__model_watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
         MOE_TRY(moe_shard_grads_rmsnorm(sg, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,
                                         gw->attn_norm));
-        MOE_TRY(watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
+        MOE_TRY(moe__model_watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l));
         if (zg) MOE_TRY(moe_zero_grads_end_layer(zg, l));
     }
     if (embeds && m->seq.tp > 1) { /* the vocabulary block's rows, from the group's tokens */

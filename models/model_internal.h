@@ -1,0 +1,113 @@
+/* model_internal.h — inside models/ only: the model's structures, shared by model.c (creation, the stage's forward
+ * and backward) and head.c (the embedding and both heads), and the helpers they both call. */
+#ifndef MOE_MODELS_MODEL_INTERNAL_H
+#define MOE_MODELS_MODEL_INTERNAL_H
+
+#include "kernels/nonfinite.h"
+#include "models/model.h"
+#include "models/model_activations.h"
+#include "models/shard_grads.h"
+#include "models/tied_grads.h"
+#include "models/zero_grads.h"
+#include "moe/dense_ops.h"
+#include "tp/linear.h"
+#include "tp/sequence.h"
+#include "tp/vocab_cross_entropy.h"
+
+/* Activations of one layer for T = max_seqs * S tokens: models/model_activations.h's list. What cfg.moe.recompute
+ * rebuilds in backward is one buffer that every layer's pointer shares (layer_buffer_shared). */
+typedef struct {
+#define LAYER_FIELD(name, count, rebuilt_from) moe_real *name;
+    MOE_MODEL_LAYER_ACTIVATIONS(LAYER_FIELD)
+#undef LAYER_FIELD
+} layer_acts;
+
+/* One forward's activations, kept from its forward to its backward: an entry of the stash. A pipeline schedule keeps
+ * several forwards of a stage in flight (pipeline/schedule.h); one-stage training keeps one. */
+typedef struct {
+    int chunk;              /* the stage's chunk whose layers it holds (model.h)                                    */
+    int num_seqs;
+    int has_forward;
+    moe_real **resid;       /* [L + 1] of [T, d]: the residual stream entering each layer (this stage's, first .. last) */
+    layer_acts *acts;       /* [L] (this stage's layers)                                                             */
+    moe_layer **moe;        /* [L]: this pass's MoE layers (routing, expert activations); NULL for dense layers       */
+    moe_layer_stats *stats; /* [L]                                                                                    */
+#define PASS_FIELD(name, type, count) type *name;
+    MOE_MODEL_PASS_BUFFERS(PASS_FIELD)
+#undef PASS_FIELD
+} model_pass;
+
+struct moe_model {
+    moe_model_config cfg;
+    moe_model_stage stage;     /* the chunks of decoder layers this model holds (model.h), and the ends */
+    int first[MOE_MODEL_MAX_CHUNKS], last[MOE_MODEL_MAX_CHUNKS]; /* chunk c: layers [first[c], last[c])           */
+    int embeds, heads;         /* chunk 0 starts with the embedding; the last chunk ends with the head           */
+    moe_runtime *rt, *owned_rt;
+    const moe_parallel *par;
+    const moe_dense_ops *dense; /* the runtime's dense ops */
+    moe_dense_state *ops_state;
+    int max_seqs, head_dim, num_local_experts;
+    size_t num_dense, num_expert;
+    moe_real *params, *grads; /* grads: NULL under ZeRO-2, which keeps a window, the ends and a shard (zero_grads) */
+    moe_model_views p, g;
+    moe_zero_layout zero;      /* the ZeRO ranges (cfg.zero) and the norm's atoms                              */
+    moe_zero_grads zero_grads; /* cfg.zero 2: where backward's gradients go                                    */
+    /* what the GEMMs read: p itself (fp32), or under bf16 precision the same views with the dense GEMM weights
+     * (attention projections, dense FFNs, lm_head) pointing into `compute`, their bf16 copies made at the first
+     * forward after the parameters changed (core/precision.h). Norms, the embedding lookup, the routers and the
+     * experts stay p's (an MoE layer keeps its experts' copies itself, by c's layers' ffn.version). */
+    moe_real *compute;
+    moe_model_views c;
+    /* params_version: bumped by every moe_model_params (whoever may write the parameters gets them there);
+     * compute_version: the one `compute` and c's ffn.version were made for */
+    unsigned long long params_version, compute_version;
+    moe_model_tensor *tensors;
+    int num_tensors;
+    model_pass *passes;         /* [stage.chunks * stage.passes]: chunk c's are c * stage.passes + 0, 1, ... */
+    model_pass *P;              /* the selected one: what the next forward writes and backward reads */
+    model_pass *last_forward[MOE_MODEL_MAX_CHUNKS]; /* each chunk's last forward (its routing counts move the bias) */
+    moe_zero_slice chunk_dense[MOE_MODEL_MAX_CHUNKS], chunk_expert[MOE_MODEL_MAX_CHUNKS]; /* in each region */
+    struct {                    /* the model's scratch (backward's gradients, forward's temporaries) */
+#define MODEL_FIELD(name, type, count) type *name;
+        MOE_MODEL_SCRATCH_BUFFERS(MODEL_FIELD)
+#undef MODEL_FIELD
+    };
+    moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
+    /* tied embeddings on a stage holding an end: the lm_head's gradient, summed apart from the embedding's
+     * (models/tied_grads.h); tied.grad NULL otherwise */
+    moe_tied_grads tied;
+    /* cfg.moe.num_shards > 0: the weight gradients and the loss are summed per shard of this rank (S / W of them)
+     * in the shard tree (models/shard_grads.h); local_shards 0: one sum over the rank's rows */
+    int local_shards;
+    moe_shard_grads shard_grads;
+    /* tensor parallelism (model.h): tp ranks in the group (1: none), this rank's place; the group's products in fixed
+     * pieces; the pieces' weight gradients, formed over the group's T rows in their tp x local_shards shards (the
+     * slice's own rows are shard_grads') */
+    moe_tp_sequence seq; /* the group, tp and this rank's place in it: the slices' row moves (tp/sequence.h) */
+    moe_tp_linear tpl;
+    moe_shard_grads tp_grads;
+    int pieces;                /* tp_shards > 1: a dense FFN runs as tensor-parallel products too (tp_dense_ffn_*) */
+    moe_tp_cross_entropy vocab_ce; /* with pieces: the head's loss over the vocabulary's pieces (vocab_head_*) */
+    moe_real *tp_dh1, *tp_dh3; /* its backward's [T, d_ff / tp] gradients (with dense layers) */
+    /* grouped-query attention in pieces (model.h): k_proj and v_proj in kv_blocks blocks over the group; the rank's
+     * kv_heads kv heads, which attention reads kv_copies times each; their products (&tpl, or kv_block_linear when
+     * kv_blocks < tp: the rank's block, no sums); the tree that adds a head's copies' gradients */
+    int kv_blocks, kv_heads, kv_copies;
+    moe_tp_linear kv_block_linear, *kv_linear;
+    moe_shard_tree kv_tree;
+};
+
+/* While checking (moe_model_set_checks): records the first NaN or Inf of an op's output once, naming the op. */
+moe_status moe__model_watch(moe_model *m, const moe_real *data, size_t count, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* head.c. The selected pass's embedding of the group's T tokens into resid[0] (this rank's slice). */
+moe_status moe__model_embed(moe_model *m, const int *tokens, int T);
+/* The last chunk's head: the final norm, the logits (into logits_out when asked: the slice's rows [Ts, V], or with
+ * pieces this rank's columns of every row of the group [T, V / tp]) and with targets the loss (into *loss_sum). */
+moe_status moe__model_head_forward(moe_model *m, const int *targets, int T, double *loss_sum, moe_real *logits_out);
+/* Its backward from dL/dloss_t = loss_scale: lm_head's and the final norm's gradients, and the slice's dL/dresid
+ * into m->dresid. */
+moe_status moe__model_head_backward(moe_model *m, int T, moe_real loss_scale);
+
+#endif
