@@ -16,6 +16,17 @@ moe_status moe__model_embed(moe_model *m, const int *tokens, int T) {
     return moe_tp_take_slice(&m->seq, m->tmp, T, d, P->resid[0]);
 }
 
+/* Its backward, from dL/dresid[0] of the slice (m->dresid): the embedding's gradient, at tp > 1 the vocabulary
+ * block's rows from the group's tokens. */
+moe_status moe__model_embed_backward(moe_model *m, int T) {
+    const int d = m->cfg.d_model, V = m->cfg.vocab_size;
+    if (m->seq.tp == 1)
+        return moe_shard_grads_embedding(&m->shard_grads, m->dresid, m->P->inputs, d, 0, V, m->g.embedding);
+    MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
+    return moe_shard_grads_embedding(&m->tp_grads, m->dln, m->P->inputs, d, m->seq.tp_rank * (V / m->seq.tp),
+                                     V / m->seq.tp, m->g.embedding);
+}
+
 /* The loss sum of rows [from, from + count) of the group's, from the head's last loss forward. */
 static moe_status vocab_loss_of_rows(void *ctx, int from, int count, double *s) {
     *s = moe_tp_cross_entropy_range_sum(&((moe_model *)ctx)->vocab_ce, from, count);

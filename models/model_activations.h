@@ -1,4 +1,4 @@
-/* model_activations.h — the one list of the decoder model's activation buffers: models/model.c allocates and names
+/* model_activations.h — the one list of the decoder model's activation buffers: models/model_activations.c allocates and names
  * them from it, models/plan_model.c (moe-plan, moe-train's memory check) counts them from it.
  *
  * Each entry: X(field, elements, rebuilt_from). Elements are an expression in
@@ -25,7 +25,7 @@
 
 #define MOE_MODEL_KEPT (MOE_RECOMPUTE_FULL + 1)
 
-/* One decoder layer's (model.c's layer_acts), in the order forward writes them. */
+/* One decoder layer's (model_internal.h's layer_acts), in the order forward writes them. */
 #define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
     X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l]) (gathered into tmp where read)     */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \

@@ -1,5 +1,5 @@
 /* model_internal.h — inside models/ only: the model's structures, shared by model.c (creation, the stage's forward
- * and backward) and head.c (the embedding and both heads), and the helpers they both call. */
+ * and backward) and the files it orchestrates, and the functions they give it (tensors.h has the table's). */
 #ifndef MOE_MODELS_MODEL_INTERNAL_H
 #define MOE_MODELS_MODEL_INTERNAL_H
 
@@ -106,8 +106,30 @@ moe_status moe__model_embed(moe_model *m, const int *tokens, int T);
 /* The last chunk's head: the final norm, the logits (into logits_out when asked: the slice's rows [Ts, V], or with
  * pieces this rank's columns of every row of the group [T, V / tp]) and with targets the loss (into *loss_sum). */
 moe_status moe__model_head_forward(moe_model *m, const int *targets, int T, double *loss_sum, moe_real *logits_out);
+/* Its backward, from dL/dresid[0] of the slice (m->dresid): the embedding's gradient. */
+moe_status moe__model_embed_backward(moe_model *m, int T);
 /* Its backward from dL/dloss_t = loss_scale: lm_head's and the final norm's gradients, and the slice's dL/dresid
  * into m->dresid. */
 moe_status moe__model_head_backward(moe_model *m, int T, moe_real loss_scale);
+
+/* model_activations.c. Every pass's activations and the scratch, for T = max_seqs * S tokens, in the runtime's
+ * memory; and their release (what was allocated of them). */
+moe_status moe__model_alloc_activations(moe_model *m);
+void moe__model_free_activations(moe_model *m);
+
+/* attention.c. Grouped-query attention's kv heads in pieces (model.h): their counts, products and tree. */
+moe_status moe__model_init_kv_heads(moe_model *m);
+/* Layer l's attention block up to its output attn_y, for num_seqs sequences (the tensor group's). */
+moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs);
+/* From attn_y (T rows) to the FFN's input on this rank's slice: resid_mid = resid[l] + o_proj(attn_y), ln2. */
+moe_status moe__model_attention_residual_forward(moe_model *m, int l, int T);
+/* The block's backward, from dL/dresid_mid to dL/dresid[l] (both in m->dresid, the slice's). */
+moe_status moe__model_attention_backward(moe_model *m, int l, int T);
+
+/* ffn.c. Layer l's FFN on the slice of the group's T rows: forward (ln2 to m->tmp), backward (m->dresid to m->dln),
+ * and the intermediates --recompute did not keep. */
+moe_status moe__model_ffn_forward(moe_model *m, int l, int T);
+moe_status moe__model_ffn_backward(moe_model *m, int l, int T);
+moe_status moe__model_ffn_recompute(moe_model *m, int l, int T);
 
 #endif

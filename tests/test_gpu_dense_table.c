@@ -391,7 +391,7 @@ static moe_status run_swiglu_backward(tables *t, int side, void *c) {
                                          AT(side, f->dy), AT(side, f->dx));
 }
 
-/* the elementwise part alone (a tensor-parallel dense FFN's, models/model.c): act from h1, h3; dh1 (dact on entry),
+/* the elementwise part alone (a tensor-parallel dense FFN's, models/ffn.c): act from h1, h3; dh1 (dact on entry),
  * dh3 */
 typedef struct {
     size_t n;

@@ -1,0 +1,201 @@
+/* attention.c — a decoder layer's attention block on one rank, forward and backward: the attention norm, q/k/v
+ * (column-parallel under tp, models/model.h), RoPE, attention (kernels/attention.h through the dense ops), o_proj
+ * (row-parallel) and the residual; and grouped-query attention's kv heads in pieces (their copies, and their
+ * gradients added in the fixed tree). */
+#include <stddef.h>
+
+#include "core/fail.h"
+#include "models/model_internal.h"
+
+static moe_status model_add(void *ctx, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
+    moe_model *m = ctx;
+    return m->dense->add(m->ops_state, a, b, n, y);
+}
+
+/* Grouped-query attention in pieces (model.h): the rank's kv heads, their copies, the products of k_proj and v_proj. */
+moe_status moe__model_init_kv_heads(moe_model *m) {
+    const int S = moe_model_tp_pieces(&m->cfg);
+    m->kv_blocks = moe_model_kv_blocks(&m->cfg);
+    m->kv_heads = m->cfg.num_kv_heads / m->kv_blocks;
+    m->kv_copies = moe_model_kv_chunks(&m->cfg) * m->kv_blocks / m->seq.tp;
+    m->kv_linear = &m->tpl;
+    if (m->kv_blocks < m->seq.tp) {
+        MOE_TRY(moe_tp_linear_init_block(&m->kv_block_linear, m->rt, m->ops_state, S, m->kv_blocks,
+                                         m->seq.tp_rank / (m->seq.tp / m->kv_blocks)));
+        m->kv_linear = &m->kv_block_linear;
+    }
+    const size_t heads = (size_t)m->max_seqs * m->cfg.seq_len * m->kv_heads * m->head_dim; /* [TG, kv_heads hd] */
+    return moe_shard_tree_init(&m->kv_tree, m->rt, model_add, m, m->kv_copies, m->kv_copies > 1 ? heads : 0);
+}
+
+/* Grouped-query attention in pieces (model.h): attention's k or v, each of the rank's kv heads kv_copies times in a
+ * row ([T, kv_heads x kv_copies heads]), from the heads' [T, kv_heads heads]. */
+static moe_status copy_kv_heads(moe_model *m, const moe_real *heads, int T, moe_real *copies) {
+    const int n = m->kv_heads, c = m->kv_copies;
+    const size_t hd = (size_t)m->head_dim, row = hd * sizeof(moe_real);
+    for (int h = 0; h < n; h++)
+        for (int j = 0; j < c; j++)
+            MOE_TRY(moe_runtime_copy_2d(m->rt, copies + (size_t)(h * c + j) * hd, n * c * row, heads + h * hd, n * row,
+                                        row, (size_t)T));
+    return MOE_OK;
+}
+
+/* Its backward's first part: the gradient of the rank's kv heads from attention's gradient of their copies (dkv),
+ * each head's copies added in the fixed tree (leaf j holds copy j of every head), overwriting dkv's start
+ * ([T, kv_heads heads]). */
+static moe_status sum_kv_copies(moe_model *m, int T, moe_real *dkv) {
+    const int n = m->kv_heads, c = m->kv_copies;
+    if (c == 1) return MOE_OK;
+    const size_t hd = (size_t)m->head_dim, row = hd * sizeof(moe_real);
+    MOE_TRY(moe_shard_tree_begin(&m->kv_tree, (size_t)T * n * hd));
+    for (int j = 0; j < c; j++) {
+        moe_real *leaf;
+        MOE_TRY(moe_shard_tree_leaf_raw(&m->kv_tree, &leaf));
+        for (int h = 0; h < n; h++)
+            MOE_TRY(moe_runtime_copy_2d(m->rt, leaf + h * hd, n * row, dkv + (size_t)(h * c + j) * hd, n * c * row,
+                                        row, (size_t)T));
+        MOE_TRY(moe_shard_tree_push(&m->kv_tree));
+    }
+    return moe_shard_tree_copy_to(&m->kv_tree, dkv);
+}
+
+/* With fewer kv heads than tp the tree goes on over the ranks that share the head: into m->kv_group [T, B], whole on
+ * every rank, each rank's head at its columns and -0.0 elsewhere (x + -0.0 = x for every x: each column is its
+ * sharers' sum, exactly), added over the group in its fixed tree. */
+static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
+    const size_t hd = (size_t)m->head_dim, B = (size_t)m->cfg.num_kv_heads * hd, n = (size_t)T * B;
+    const size_t h = (size_t)(m->seq.tp_rank / (m->seq.tp / m->kv_blocks));
+    MOE_TRY(moe_runtime_zero(m->rt, m->kv_group, n * sizeof(moe_real)));
+    MOE_TRY(m->dense->scale(m->ops_state, m->kv_group, n, -1.0)); /* -0.0 */
+    MOE_TRY(moe_runtime_copy_2d(m->rt, m->kv_group + h * hd, B * sizeof(moe_real), head, hd * sizeof(moe_real),
+                                hd * sizeof(moe_real), (size_t)T));
+    return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
+}
+
+/* k's or v's part of a layer's attention backward (ln1: its input, the group's rows), from attention's gradient of
+ * the copies (dkv: m->dk or m->dv): the rank's kv heads' gradient, RoPE's backward (k), the gradient of the rank's
+ * block of W (k_proj or v_proj), and the input gradient added into m->dln. */
+static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, int rope, const moe_real *W,
+                              moe_real *dW) {
+    const moe_model_config *c = &m->cfg;
+    const int S = c->seq_len, seqs = m->P->num_seqs, T = seqs * S, d = c->d_model, hd = m->head_dim,
+              B = c->num_kv_heads * hd;
+    MOE_TRY(sum_kv_copies(m, T, dkv));
+    if (m->kv_blocks == m->seq.tp) {
+        if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
+        MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
+        return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
+    }
+    /* from the group's whole gradient: the rank's head for its block's weight gradient, then columns [tp_rank w,
+     * +w) (w = B / tp) for its part of the plain split's input gradient, with the block's matching rows */
+    MOE_TRY(sum_kv_over_group(m, T, dkv));
+    if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, c->rope_theta));
+    const int sharing = m->seq.tp / m->kv_blocks, w = B / m->seq.tp;
+    const size_t pitch = (size_t)B * sizeof(moe_real), hb = (size_t)hd * sizeof(moe_real), wb = w * sizeof(moe_real);
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->seq.tp_rank / sharing) * hd, pitch, hb,
+                                (size_t)T));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, ln1, d, B, dW));
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, m->kv_group + (size_t)m->seq.tp_rank * w, pitch, wb, (size_t)T));
+    return moe_tp_column_backward_input(&m->tpl, dkv, W + (size_t)(m->seq.tp_rank % sharing) * w * d, T, d, B, 1,
+                                        m->dln);
+}
+
+/* Layer l's attention block up to its output, for num_seqs sequences (the tensor group's: T rows): ln1 =
+ * rmsnorm(resid[l]) on this rank's slice (kept), gathered over the group into m->tmp at tp > 1 (backward gathers it
+ * again: Megatron's sequence parallelism keeps the slice); q, k, v of this rank's heads (all of them at tp 1) with
+ * RoPE; attention into attn_y (its statistics or probabilities in att). */
+moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
+    const moe_model_config *c = &m->cfg;
+    const int S = c->seq_len, T = num_seqs * S, Ts = T / m->seq.tp, d = c->d_model, H = c->num_heads / m->seq.tp,
+              KV = m->kv_heads, hd = m->head_dim, A = c->num_heads * hd, B = c->num_kv_heads * hd;
+    const moe_dense_ops *dense = m->dense;
+    moe_dense_state *s = m->ops_state;
+    const moe_model_layer_params *w = &m->c.layers[l];
+    layer_acts *a = &m->P->acts[l];
+    MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, a->ln1, a->rstd1));
+    MOE_TRY(moe__model_watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
+    const moe_real *x; /* q/k/v read the group's rows */
+    MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
+    /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
+    moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
+    MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, a->q));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, k));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
+    MOE_TRY(moe__model_watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
+    MOE_TRY(moe__model_watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
+    MOE_TRY(moe__model_watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
+    MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
+    MOE_TRY(dense->rope_forward(s, k, num_seqs, S, KV, hd, c->rope_theta));
+    if (m->kv_copies > 1) {
+        MOE_TRY(copy_kv_heads(m, k, T, a->k));
+        MOE_TRY(copy_kv_heads(m, v, T, a->v));
+    }
+    const int KVC = KV * m->kv_copies; /* the kv heads attention reads */
+    if (c->attention == MOE_ATTENTION_FUSED)
+        MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
+    else
+        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
+    return moe__model_watch(m, a->attn_y, (size_t)T * H * hd, "layer %d: the attention output", l);
+}
+
+/* From attn_y (T rows) to the FFN's input on this rank's slice: resid_mid = resid[l] + o_proj(attn_y) (o_proj's whole
+ * output in m->tmp: at tp > 1 the group's sum, of which the slice is taken), ln2. */
+moe_status moe__model_attention_residual_forward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const size_t Tsd = (size_t)(T / m->seq.tp) * c->d_model;
+    const moe_model_layer_params *w = &m->c.layers[l];
+    layer_acts *a = &m->P->acts[l];
+    MOE_TRY(moe_tp_row_forward(&m->tpl, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
+    MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + moe_tp_slice_first(&m->seq, T) * c->d_model, Tsd,
+                          a->resid_mid));
+    MOE_TRY(moe__model_watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
+    /* a tensor-parallel dense FFN reads the group's rows: the slice's norm gathered (o_proj's output is spent) */
+    const int gather = m->seq.tp > 1 && m->pieces && !moe_model_layer_is_moe(c, l);
+    moe_real *ln2 = gather ? m->tmp : a->ln2;
+    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, a->resid_mid, w->ffn_norm, T / m->seq.tp, c->d_model, c->norm_eps,
+                                      ln2, a->rstd2));
+    MOE_TRY(moe__model_watch(m, ln2, Tsd, "layer %d: the FFN norm's output", l));
+    return gather ? moe_tp_gather_slices(&m->seq, ln2, T, c->d_model, a->ln2) : MOE_OK;
+}
+
+/* The block's backward, from dL/dresid_mid (m->dresid, this rank's slice) to dL/dresid[l] in m->dresid: o_proj's
+ * (its output gradient over the group's rows), attention's, RoPE's, q/k/v's (their input gradients added in m->dln,
+ * whole over the group's rows) and the attention norm's on the slice. */
+moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const model_pass *P = m->P;
+    const int S = c->seq_len, d = c->d_model, H = c->num_heads / m->seq.tp, KVC = m->kv_heads * m->kv_copies,
+              hd = m->head_dim, A = c->num_heads * hd;
+    const size_t Td = (size_t)(T / m->seq.tp) * d;
+    const moe_dense_ops *dense = m->dense;
+    moe_dense_state *s = m->ops_state;
+    const moe_model_layer_params *w = &m->c.layers[l];
+    moe_model_layer_params *gw = &m->g.layers[l];
+    const layer_acts *a = &P->acts[l];
+    moe_shard_grads *tg = &m->tp_grads; /* the tensor-parallel pieces', over the tensor group's rows */
+    const moe_real *dout = m->dresid;
+    if (m->seq.tp > 1) {
+        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
+        dout = m->dln;
+    }
+    MOE_TRY(moe_shard_grads_tp_row(tg, &m->tpl, dout, a->attn_y, A, d, gw->wo));
+    MOE_TRY(moe_tp_row_backward_input(&m->tpl, dout, w->wo, T, A, d, 0, m->dattn));
+    if (c->attention == MOE_ATTENTION_FUSED)
+        MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, P->num_seqs, S, H,
+                                                KVC, hd, m->dq, m->dk, m->dv));
+    else
+        MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KVC, hd, m->dq,
+                                          m->dk, m->dv));
+    MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
+    const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */
+    MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &ln1));
+    MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, ln1, d, A, gw->wq));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
+    MOE_TRY(kv_backward(m, ln1, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
+    MOE_TRY(kv_backward(m, ln1, m->dv, 0, w->wv, gw->wv));
+    moe_real *dln_slice = m->dln + moe_tp_slice_first(&m->seq, T) * d; /* dln holds the group's rows */
+    MOE_TRY(moe__model_watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
+    MOE_TRY(moe_shard_grads_rmsnorm(&m->shard_grads, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,
+                                    gw->attn_norm));
+    return moe__model_watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l);
+}

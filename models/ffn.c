@@ -1,0 +1,84 @@
+/* ffn.c — a decoder layer's FFN on one rank: the MoE layer (moe/moe.h) on MoE layers, a dense SwiGLU elsewhere, in
+ * tensor-parallel pieces under tp_shards > 1 (models/model.h); forward, backward and the recompute. */
+#include <stddef.h>
+
+#include "core/fail.h"
+#include "models/model_internal.h"
+
+/* A dense FFN in tensor-parallel pieces (tp_shards > 1): h1, h3 of this rank's d_ff / tp columns from ln2 (the group's
+ * T rows), act, then down_proj's sum over the group; y (optional: a recompute needs only h1, h3, act) gets this rank's
+ * slice of its rows. */
+static moe_status tp_dense_ffn_forward(moe_model *m, int l, int T, moe_real *y) {
+    const moe_model_config *c = &m->cfg;
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    layer_acts *a = &m->P->acts[l];
+    const int d = c->d_model, F = c->d_ff;
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w1, T, d, F, a->h1));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w3, T, d, F, a->h3));
+    MOE_TRY(m->dense->swiglu_act_forward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->seq.tp), a->act));
+    if (!y) return MOE_OK;
+    moe_real *whole = m->seq.tp > 1 ? m->dln : y; /* backward's scratch, free in forward */
+    MOE_TRY(moe_tp_row_forward(&m->tpl, a->act, w->w2, T, F, d, whole));
+    if (m->seq.tp == 1) return MOE_OK;
+    return moe_tp_take_slice(&m->seq, whole, T, d, y);
+}
+
+/* Its backward from dL/dy of the slice (m->dresid) to dL/dln2 of the slice at m->dln's start; the weight gradients
+ * over the group's rows (m->tp_grads). */
+static moe_status tp_dense_ffn_backward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    moe_layer_weights *gw = &m->g.layers[l].ffn;
+    layer_acts *a = &m->P->acts[l];
+    const int d = c->d_model, F = c->d_ff;
+    const moe_real *dy = m->dresid;
+    if (m->seq.tp > 1) { /* the group's rows of dL/dy (m->tmp: forward's, spent once the layer is recomputed) */
+        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->tmp));
+        dy = m->tmp;
+    }
+    MOE_TRY(moe_shard_grads_tp_row(&m->tp_grads, &m->tpl, dy, a->act, F, d, gw->w2));
+    MOE_TRY(moe_tp_row_backward_input(&m->tpl, dy, w->w2, T, F, d, 0, m->tp_dh1));
+    MOE_TRY(m->dense->swiglu_act_backward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->seq.tp), m->tp_dh1,
+                                          m->tp_dh3));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, m->tp_dh1, a->ln2, d, F, gw->w1));
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, m->tp_dh3, a->ln2, d, F, gw->w3));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->tp_dh1, w->w1, T, d, F, 0, m->dln));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->tp_dh3, w->w3, T, d, F, 1, m->dln));
+    return moe_tp_take_slice(&m->seq, m->dln, T, d, m->dln); /* the slice to dln's start */
+}
+
+/* The FFN of layer l on this rank's slice of the group's T rows, its output into m->tmp. */
+moe_status moe__model_ffn_forward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    layer_acts *a = &m->P->acts[l];
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    if (m->P->moe[l]) return moe_layer_forward(m->P->moe[l], w, a->ln2, T / m->seq.tp, m->tmp, &m->P->stats[l]);
+    if (m->pieces) return tp_dense_ffn_forward(m, l, T, m->tmp);
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+}
+
+/* From dL/dffn_out (m->dresid) to dL/dln2 (m->dln, overwritten), on this rank's slice of the group's T rows. */
+moe_status moe__model_ffn_backward(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    layer_acts *a = &m->P->acts[l];
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    moe_layer_weights *gw = &m->g.layers[l].ffn;
+    if (m->P->moe[l]) return moe_layer_backward(m->P->moe[l], w, m->dresid, m->dln, gw);
+    if (m->pieces) return tp_dense_ffn_backward(m, l, T);
+    return moe_shard_grads_swiglu(&m->shard_grads, w, gw, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
+                                  m->dresid, m->dln);
+}
+
+/* Its intermediates that cfg.moe.recompute did not keep, before its backward, by the forward's own ops on the same
+ * input ln2 (bitwise the same): an MoE layer's from its routing (moe_layer_recompute, under full recompute), a dense
+ * FFN's h1, h3 and act (from the MoE level on; its output lands in m->tmp, unused). */
+moe_status moe__model_ffn_recompute(moe_model *m, int l, int T) {
+    const moe_model_config *c = &m->cfg;
+    const moe_recompute r = c->moe.recompute;
+    layer_acts *a = &m->P->acts[l];
+    const moe_layer_weights *w = &m->c.layers[l].ffn;
+    if (m->P->moe[l]) return r == MOE_RECOMPUTE_FULL ? moe_layer_recompute(m->P->moe[l], w, a->ln2) : MOE_OK;
+    if (r < MOE_RECOMPUTE_MOE) return MOE_OK;
+    if (m->pieces) return tp_dense_ffn_forward(m, l, T, NULL);
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+}

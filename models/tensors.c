@@ -1,0 +1,242 @@
+/* tensors.c — the model's tensor table (model.h's X-macro lists laid out for the layers this rank holds), the views
+ * of a buffer laid out by it, the bf16 copies the GEMMs read, and the stage: which chunks of layers a model holds. */
+#include "models/tensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fail.h"
+
+model_dims moe__model_dims(const moe_model *m) {
+    const moe_model_config *c = &m->cfg;
+    const long B = (long)c->num_kv_heads * m->head_dim;
+    return (model_dims){c->d_model, (long)c->num_heads * m->head_dim, B, c->d_ff, c->moe.num_experts,
+                  B * moe_model_kv_chunks(c)};
+}
+
+int moe__model_chunk_of(const moe_model *m, int layer) {
+    if (layer < 0) return m->embeds ? 0 : -1;
+    if (layer >= m->cfg.num_layers) return m->heads ? m->stage.chunks - 1 : -1;
+    for (int c = 0; c < m->stage.chunks; c++)
+        if (layer >= m->first[c] && layer < m->last[c]) return c;
+    return -1;
+}
+
+int moe__model_holds_layer(const moe_model *m, int layer) { return moe__model_chunk_of(m, layer) >= 0; }
+
+int moe__model_next_layer(const moe_model *m, int *c, int l) {
+    if (l + 1 < m->last[*c]) return l + 1;
+    return ++*c < m->stage.chunks ? m->first[*c] : -1;
+}
+
+/* Appends a tensor at the end of the buffer laid out so far (*cursor); without a table (m->tensors NULL) it only
+ * counts. */
+static void put(moe_model *m, size_t *cursor, int index, int replica, int layer, int experts, long rows, long cols,
+                moe_tensor_kind kind, moe_tensor_split split, const char *name) {
+    /* this rank's block of a split tensor */
+    const int parts = split == MOE_SPLIT_NONE      ? 1
+                      : split == MOE_SPLIT_KV_ROWS ? moe_model_kv_blocks(&m->cfg)
+                                                   : moe_model_tp_size(&m->cfg);
+    split = split == MOE_SPLIT_KV_ROWS ? MOE_SPLIT_ROWS : split;
+    rows /= split == MOE_SPLIT_ROWS ? parts : 1;
+    cols /= split == MOE_SPLIT_COLS ? parts : 1;
+    const size_t count = (size_t)(experts ? experts : 1) * rows * (cols ? cols : 1);
+    if (m->tensors) {
+        moe_model_tensor *t = &m->tensors[m->num_tensors++];
+        *t = (moe_model_tensor){.layer = layer, .experts = experts, .ndim = cols ? 2 : 1, .rows = rows, .cols = cols,
+                                .split = split, .parts = parts, .offset = *cursor, .count = count, .kind = kind,
+                                .index = index, .replica = replica};
+        snprintf(t->name, sizeof t->name, "%s", name);
+    }
+    *cursor += count;
+}
+
+/* The next tensor of the one-stage table (*index counts them all), put when this model holds its layer. */
+static void append(moe_model *m, size_t *cursor, int *index, int layer, int experts, long rows, long cols,
+                   moe_tensor_kind kind, moe_tensor_split split, const char *name) {
+    const int at = (*index)++;
+    if (moe__model_holds_layer(m, layer)) put(m, cursor, at, 0, layer, experts, rows, cols, kind, split, name);
+}
+
+/* Whether this stage's lm_head is a replica of another stage's embedding (model.h). */
+static int holds_tied_replica(const moe_model *m) { return m->cfg.tie_embeddings && m->heads && !m->embeds; }
+
+/* Every tensor this model holds in buffer order, [dense | experts]: the embedding, each layer's attention and FFN
+ * (router or dense SwiGLU), the final norm and lm_head, then each MoE layer's local experts — the one-stage model's
+ * order, with the tensors of other stages left out. */
+void moe__model_lay_out(moe_model *m) {
+    const moe_model_config *c = &m->cfg;
+    const model_dims D = moe__model_dims(m);
+    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, V = c->vocab_size, EL = m->num_local_experts;
+    char name[sizeof m->tensors->name];
+    size_t at = 0;
+    int index = 0;
+    m->num_tensors = 0;
+    /* the embedding and lm_head are vocabulary-parallel (rows of the vocabulary) */
+    append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
+#define DENSE_TENSOR(field, hf, rows, cols, kind, split)                                                            \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);                                                      \
+    append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
+    for (int l = 0; l < c->num_layers; l++) {
+        MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
+        if (moe_model_layer_is_moe(c, l)) {
+            MOE_MODEL_ROUTER_TENSORS(DENSE_TENSOR)
+        } else {
+            MOE_MODEL_DENSE_FFN_TENSORS(DENSE_TENSOR)
+        }
+    }
+#undef DENSE_TENSOR
+    append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE, "model.norm.weight");
+    if (!c->tie_embeddings)
+        append(m, &at, &index, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "lm_head.weight");
+    if (holds_tied_replica(m))
+        put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
+    m->num_dense = at;
+#define EXPERT_TENSOR(field, hf, rows, cols, kind, split)                                                           \
+    snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
+    append(m, &at, &index, l, (int)EL, rows, cols, kind, MOE_SPLIT_##split, name);
+    for (int l = 0; l < c->num_layers; l++)
+        if (moe_model_layer_is_moe(c, l)) {
+            MOE_MODEL_EXPERT_TENSORS(EXPERT_TENSOR)
+        }
+#undef EXPERT_TENSOR
+    m->num_expert = at - m->num_dense;
+    (void)A, (void)B, (void)E; /* the lists name every dimension; a model may use only some */
+}
+
+/* Where a tensor of one buffer (params or grads) is: base + its offset, or with zg (ZeRO-2's gradients) in their window
+ * or ends. */
+static moe_real *tensor_at(moe_real *base, const moe_zero_grads *zg, const moe_model_tensor *t) {
+    return zg ? moe_zero_grads_at(zg, t) : base + t->offset;
+}
+
+/* Points the views of one buffer (params or grads) at the tensors: the same walk as moe__model_lay_out (what this model does not
+ * hold stays NULL). */
+void moe__model_set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg, moe_model_views *v) {
+    const moe_model_config *c = &m->cfg;
+    const moe_model_tensor *t = m->tensors;
+    v->embedding = m->embeds ? tensor_at(base, zg, t++) : NULL;
+#define VIEW(field, hf, rows, cols, kind, split) L->field = tensor_at(base, zg, t++);
+    for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
+        moe_model_layer_params *L = &v->layers[l];
+        L->ffn.router_w = NULL;
+        MOE_MODEL_ATTENTION_TENSORS(VIEW)
+        if (moe_model_layer_is_moe(c, l)) {
+            MOE_MODEL_ROUTER_TENSORS(VIEW)
+        } else {
+            MOE_MODEL_DENSE_FFN_TENSORS(VIEW)
+        }
+    }
+    v->final_norm = v->lm_head = NULL;
+    if (m->heads) {
+        v->final_norm = tensor_at(base, zg, t++);
+        v->lm_head = c->tie_embeddings && m->embeds ? v->embedding : tensor_at(base, zg, t++);
+    }
+    for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
+        moe_model_layer_params *L = &v->layers[l];
+        if (moe_model_layer_is_moe(c, l)) {
+            MOE_MODEL_EXPERT_TENSORS(VIEW)
+        }
+    }
+#undef VIEW
+}
+
+/* The GEMMs' views (m->c): p's, with the dense GEMM weights moved into m->compute when there is one. */
+void moe__model_set_compute_views(moe_model *m) {
+    moe_model_layer_params *layers = m->c.layers;
+    m->c = m->p;
+    m->c.layers = layers;
+    memcpy(layers, m->p.layers, (size_t)m->cfg.num_layers * sizeof *layers);
+    if (!m->compute) return;
+#define IN_COMPUTE(ptr) ((ptr) = m->compute + ((ptr) - m->params))
+    for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
+        moe_model_layer_params *w = &layers[l];
+        IN_COMPUTE(w->wq), IN_COMPUTE(w->wk), IN_COMPUTE(w->wv), IN_COMPUTE(w->wo);
+        if (!moe_model_layer_is_moe(&m->cfg, l)) IN_COMPUTE(w->ffn.w1), IN_COMPUTE(w->ffn.w3), IN_COMPUTE(w->ffn.w2);
+    }
+    if (m->heads) IN_COMPUTE(m->c.lm_head);
+#undef IN_COMPUTE
+}
+
+/* When the parameters changed since the last forward: under bf16 the bf16 copies of every dense weight that is not a
+ * norm (the GEMMs read those of moe__model_set_compute_views), and the version the layers (ffn.version) and the dense ops are
+ * told, which says when to make the weights' prepared copies again (core/types.h). Once per optimizer step, not per
+ * micro-batch. */
+moe_status moe__model_refresh_compute_weights(moe_model *m) {
+    if (m->compute_version == m->params_version) return MOE_OK;
+    for (int i = 0; m->compute && i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        if (t->experts == 0 && t->kind != MOE_TENSOR_NORM)
+            MOE_TRY(m->dense->round_bf16(m->ops_state, m->params + t->offset, t->count, m->compute + t->offset));
+    }
+    for (int l = 0; l < m->cfg.num_layers; l++) m->c.layers[l].ffn.version = m->params_version;
+    /* not with tensor-parallel pieces: their GEMMs take weight blocks copied into scratch (tp/linear.c), one address
+     * for many weights, where a copy kept by address would be another weight's */
+    if (m->dense->weights_version && !m->pieces) m->dense->weights_version(m->ops_state, m->params_version);
+    m->compute_version = m->params_version;
+    return MOE_OK;
+}
+
+
+moe_status moe__model_set_stage(moe_model *m, const moe_model_stage *stage) {
+    const int L = m->cfg.num_layers, V = stage->chunks ? stage->chunks : 1;
+    const int stride = V > 1 ? stage->chunk_stride : stage->num_layers;
+    if (stage->num_layers < 1 || stage->first_layer < 0 || V > MOE_MODEL_MAX_CHUNKS || stride < stage->num_layers ||
+        stage->first_layer + (long)(V - 1) * stride + stage->num_layers > L || stage->passes < 1)
+        return moe_fail(MOE_ERR_INVALID_CONFIG, "a stage of %d chunk(s) of %d layers from layer %d, %d apart, with %d "
+                        "passes: each chunk needs at least one of the model's %d layers, the chunks may not overlap "
+                        "(at most %d), and it needs a pass", V, stage->num_layers, stage->first_layer, stride,
+                        stage->passes, L, MOE_MODEL_MAX_CHUNKS);
+    m->stage = *stage;
+    m->stage.chunks = V, m->stage.chunk_stride = stride;
+    for (int c = 0; c < V; c++) m->first[c] = stage->first_layer + c * stride, m->last[c] = m->first[c] + stage->num_layers;
+    m->embeds = m->first[0] == 0, m->heads = m->last[V - 1] == L;
+    return MOE_OK;
+}
+
+int moe__model_chunk_embeds(const moe_model *m, int c) { return m->first[c] == 0; }
+int moe__model_chunk_heads(const moe_model *m, int c) { return m->last[c] == m->cfg.num_layers; }
+
+moe_model_stage moe_model_stage_whole(const moe_model_config *cfg) {
+    return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .chunks = 1, .passes = 1};
+}
+
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int chunks, int stage, int passes) {
+    const int per = cfg->num_layers / (pp * chunks); /* virtual stage v = c pp + stage holds [v per, (v + 1) per) */
+    return (moe_model_stage){.first_layer = stage * per, .num_layers = per, .chunks = chunks,
+                             .chunk_stride = pp * per, .passes = passes};
+}
+
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks, int layer) {
+    if (layer < 0) return 0;
+    if (layer >= cfg->num_layers) return pp - 1;
+    return layer / (cfg->num_layers / (pp * chunks)) % pp;
+}
+
+/* The most tensors a table of cfg holds: the embedding, 9 per layer, the final norm and lm_head, 3 expert tensors per
+ * layer. */
+int moe__model_max_tensors(const moe_model_config *cfg) { return 1 + 9 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
+
+/* Each chunk's slices of the two regions, from the table (moe__model_chunk_of each tensor's layer). */
+void moe__model_find_chunk_slices(moe_model *m) {
+    for (int i = 0; i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        const int c = moe__model_chunk_of(m, t->layer), expert = t->offset >= m->num_dense;
+        moe_zero_slice *sl = expert ? &m->chunk_expert[c] : &m->chunk_dense[c];
+        const size_t from = t->offset - (expert ? m->num_dense : 0);
+        if (!sl->count) *sl = (moe_zero_slice){from, t->count};
+        else if (from + t->count > sl->from + sl->count) sl->count = from + t->count - sl->from; /* table order */
+    }
+}
+
+
+moe_status moe_model_whole_tensors(const moe_model *m, moe_model_tensor **tensors, int *count) {
+    moe_model w = {.cfg = m->cfg, .head_dim = m->head_dim, .num_local_experts = m->num_local_experts};
+    const moe_model_stage whole = moe_model_stage_whole(&m->cfg);
+    MOE_TRY(moe__model_set_stage(&w, &whole));
+    if (!(w.tensors = calloc(moe__model_max_tensors(&m->cfg), sizeof(moe_model_tensor)))) return MOE_ERR_OUT_OF_MEMORY;
+    moe__model_lay_out(&w);
+    *tensors = w.tensors, *count = w.num_tensors;
+    return MOE_OK;
+}
