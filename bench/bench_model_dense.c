@@ -188,7 +188,7 @@ static void setup(bench *b, const options *o) {
     views(b, moe_model_grads(b->model), &b->g);
 
     const int L = c->num_layers, d = c->d_model, S = c->seq_len, V = c->vocab_size, F = c->d_ff;
-    b->seqs = o->batch, b->T = o->batch * S, b->hd = d / c->num_heads;
+    b->seqs = o->batch, b->T = o->batch * S, b->hd = moe_model_head_dim(c);
     b->A = c->num_heads * b->hd, b->B = c->num_kv_heads * b->hd;
     const size_t T = (size_t)b->T, Td = T * d;
     b->inputs = malloc(T * sizeof *b->inputs), b->targets = malloc(T * sizeof *b->targets);

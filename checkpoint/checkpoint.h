@@ -84,9 +84,11 @@ typedef struct {
 #define MOE_CHECKPOINT_VARIANT "MoeTrainMixtralVariantForCausalLM"
 #define MOE_CHECKPOINT_VARIANT_TYPE "moe_train_mixtral_variant"
 
-/* 1 when transformers' MixtralForCausalLM computes the same function as model c; else 0, and why (NULL: not
- * wanted) gets the reasons ("sigmoid router scores ...; a capacity limit that drops tokens"). */
-int moe_checkpoint_is_mixtral(const moe_model_config *c, char *why, size_t why_nbytes);
+/* transformers' class of a family (models/model.h): MixtralForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM. */
+const char *moe_checkpoint_hf_class(int family);
+/* 1 when that class computes the same function as model c; else 0, and why (NULL: not wanted) gets the reasons
+ * ("sigmoid router scores ...; a capacity limit that drops tokens"). */
+int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t why_nbytes);
 
 /* DIR/config.json as a model config: the architecture and the routing semantics (moe_checkpoint_field_at), and
  * max_positions = max_position_embeddings (0 when absent). The rest of *out is moe_model_config_default()'s

@@ -16,43 +16,75 @@
 #include "checkpoint/json_float.h"
 
 /* The fields of config.json that define the function a model computes, one table for reading, writing, comparing
- * and the --init-from / --resume resolution of moe-train's flags (train/config.c). Keys in "moe_train"
- * are ours; absent (a Mixtral saved by transformers), they take Mixtral's semantics: a softmax router whose k
- * gates are renormalised (at any k, so k = 1 gives gate 1), no capacity limit, an MoE FFN in every layer. The
- * top-level keys absent take transformers' MixtralConfig defaults (rope_theta 1e6, rms_norm_eps 1e-5, untied);
- * the shapes are required. */
-typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP } field_kind;
+ * and the --init-from / --resume resolution of moe-train's flags (train/config.c). Where a field is depends on the
+ * family (models/model.h): a top-level key of that family's Hugging Face config (Mixtral's, Qwen3-MoE's, OLMoE's),
+ * a key of our "moe_train" object, or none (the value is then fixed). Absent (a file saved by transformers), a key
+ * takes its family's semantics: for a Mixtral a softmax router whose k gates are renormalised (at any k, so k = 1
+ * gives gate 1), no capacity limit, an MoE FFN in every layer; the top-level keys transformers' config classes'
+ * defaults; the shapes are required. */
+typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP, FIELD_FAMILY } field_kind;
+typedef enum { IN_TOP, IN_MOE_TRAIN, IN_NONE } field_where;
 typedef struct {
-    const char *key;
-    int in_moe_train;      /* 1: inside the "moe_train" object */
-    int policy;            /* 1: the routing policy of training (--init-from may train with another) */
-    field_kind kind;
-    size_t offset;         /* in moe_model_config */
+    const char *key;   /* its name (IN_NONE: the name it has elsewhere, for messages)        */
+    const char *alias; /* another top-level key that holds it (transformers 5's name), or NULL */
+    field_where where; /* top level, inside the "moe_train" object, or not in this family's file (fixed at `absent`) */
     int required;
-    double mixtral;        /* the value when absent (not required) */
+    double absent;     /* the value when absent (not required)                              */
+} field_place;
+typedef struct {
+    int policy;        /* 1: the routing policy of training (--init-from may train with another) */
+    field_kind kind;
+    size_t offset;     /* in moe_model_config */
+    field_place at[MOE_MODEL_FAMILIES]; /* Mixtral's, Qwen3-MoE's, OLMoE's */
 } arch_field;
 
 #define MC(field) offsetof(moe_model_config, field)
+#define TOP(key, required, absent) {key, NULL, IN_TOP, required, absent}
+#define TOP2(key, alias, required, absent) {key, alias, IN_TOP, required, absent}
+#define OURS(key, absent) {key, NULL, IN_MOE_TRAIN, 0, absent}
+#define FIXED(key, value) {key, NULL, IN_NONE, 0, value}
+#define ALL3(place) {place, place, place}
+enum { MIX = MOE_MODEL_FAMILY_MIXTRAL, QWEN3 = MOE_MODEL_FAMILY_QWEN3_MOE, OLMOE = MOE_MODEL_FAMILY_OLMOE };
 static const arch_field kFields[] = {
-    {"vocab_size", 0, 0, FIELD_INT, MC(vocab_size), 1, 0},
-    {"hidden_size", 0, 0, FIELD_INT, MC(d_model), 1, 0},
-    {"intermediate_size", 0, 0, FIELD_INT, MC(d_ff), 1, 0},
-    {"num_hidden_layers", 0, 0, FIELD_INT, MC(num_layers), 1, 0},
-    {"num_attention_heads", 0, 0, FIELD_INT, MC(num_heads), 1, 0},
-    {"num_key_value_heads", 0, 0, FIELD_INT, MC(num_kv_heads), 1, 0},
-    {"num_local_experts", 0, 0, FIELD_INT, MC(moe.num_experts), 1, 0},
-    {"num_experts_per_tok", 0, 0, FIELD_INT, MC(moe.top_k), 1, 0},
-    {"tie_word_embeddings", 0, 0, FIELD_BOOL, MC(tie_embeddings), 0, 0},
-    {"rope_theta", 0, 0, FIELD_FLOAT, MC(rope_theta), 0, 1e6},
-    {"rms_norm_eps", 0, 0, FIELD_FLOAT, MC(norm_eps), 0, 1e-5},
-    {"moe_every", 1, 0, FIELD_INT, MC(moe_every), 0, 1},
-    {"score_func", 1, 0, FIELD_SCORE, MC(moe.score_func), 0, MOE_SCORE_SOFTMAX},
-    {"renormalize", 1, 0, FIELD_BOOL, MC(moe.renormalize), 0, 1},
-    {"capacity_factor", 1, 1, FIELD_FLOAT, MC(moe.capacity_factor), 0, 0},
-    {"drop_priority", 1, 1, FIELD_DROP, MC(moe.drop_priority), 0, MOE_DROP_BY_TOKEN_ORDER},
+    /* first: the others' places depend on it (absent: the family the labels name, config_family) */
+    {0, FIELD_FAMILY, MC(family), {OURS("family", MIX), OURS("family", QWEN3), OURS("family", OLMOE)}},
+    {0, FIELD_INT, MC(vocab_size), ALL3(TOP("vocab_size", 1, 0))},
+    {0, FIELD_INT, MC(d_model), ALL3(TOP("hidden_size", 1, 0))},
+    {0, FIELD_INT, MC(d_ff), {TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0),
+                              TOP("intermediate_size", 1, 0)}},
+    {0, FIELD_INT, MC(num_layers), ALL3(TOP("num_hidden_layers", 1, 0))},
+    {0, FIELD_INT, MC(num_heads), ALL3(TOP("num_attention_heads", 1, 0))},
+    {0, FIELD_INT, MC(num_kv_heads), ALL3(TOP("num_key_value_heads", 1, 0))},
+    {0, FIELD_INT, MC(head_dim), {FIXED("head_dim", 0), TOP("head_dim", 1, 0), FIXED("head_dim", 0)}}, /* 0: d / H */
+    {0, FIELD_INT, MC(moe.num_experts), {TOP("num_local_experts", 1, 0), TOP2("num_experts", "num_local_experts", 1, 0),
+                                         TOP2("num_experts", "num_local_experts", 1, 0)}},
+    {0, FIELD_INT, MC(moe.top_k), ALL3(TOP("num_experts_per_tok", 1, 0))},
+    {0, FIELD_BOOL, MC(tie_embeddings), ALL3(TOP("tie_word_embeddings", 0, 0))},
+    {0, FIELD_FLOAT, MC(rope_theta), {TOP("rope_theta", 0, 1e6), TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4)}},
+    {0, FIELD_FLOAT, MC(norm_eps), {TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
+                                    TOP("rms_norm_eps", 0, 1e-5)}},
+    {0, FIELD_INT, MC(moe_every), {OURS("moe_every", 1), TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1)}},
+    {0, FIELD_SCORE, MC(moe.score_func), ALL3(OURS("score_func", MOE_SCORE_SOFTMAX))},
+    {0, FIELD_BOOL, MC(moe.renormalize), {OURS("renormalize", 1), TOP("norm_topk_prob", 0, 0),
+                                          TOP("norm_topk_prob", 0, 0)}},
+    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL3(OURS("capacity_factor", 0))},
+    {1, FIELD_DROP, MC(moe.drop_priority), ALL3(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
 };
+#undef TOP
+#undef TOP2
+#undef OURS
+#undef FIXED
+#undef ALL3
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
 static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"};
+/* transformers' class of each family, and its name in a sentence */
+static const char *const kClasses[MOE_MODEL_FAMILIES] = {MOE_CHECKPOINT_MIXTRAL, "Qwen3MoeForCausalLM",
+                                                         "OlmoeForCausalLM"};
+static const char *const kFamilyTitles[MOE_MODEL_FAMILIES] = {"Mixtral", "Qwen3-MoE", "OLMoE"};
+
+static int family_of(const moe_model_config *c) {
+    return c->family >= 0 && c->family < MOE_MODEL_FAMILIES ? c->family : MOE_MODEL_FAMILY_MIXTRAL;
+}
 
 static double field_value(const moe_model_config *c, const arch_field *f) {
     const void *p = (const char *)c + f->offset;
@@ -77,6 +109,7 @@ static void field_text(const arch_field *f, double v, char *out, size_t n) {
     case FIELD_BOOL: snprintf(out, n, "%s", v ? "true" : "false"); break;
     case FIELD_SCORE: snprintf(out, n, "\"%s\"", kScoreNames[(int)v]); break;
     case FIELD_DROP: snprintf(out, n, "\"%s\"", kDropNames[(int)v]); break;
+    case FIELD_FAMILY: snprintf(out, n, "\"%s\"", moe_model_family_name((int)v)); break;
     }
 }
 
@@ -84,9 +117,9 @@ int moe_checkpoint_num_fields(void) { return NUM_FIELDS; }
 
 moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i) {
     const arch_field *f = &kFields[i];
-    moe_checkpoint_field r = {.key = f->key, .offset = f->offset, .value = field_value(c, f), .policy = f->policy};
-    if (f->in_moe_train) snprintf(r.path, sizeof r.path, "moe_train.%s", f->key);
-    else snprintf(r.path, sizeof r.path, "%s", f->key);
+    const field_place *at = &f->at[family_of(c)];
+    moe_checkpoint_field r = {.key = at->key, .offset = f->offset, .value = field_value(c, f), .policy = f->policy};
+    snprintf(r.path, sizeof r.path, "%s%s", at->where == IN_MOE_TRAIN ? "moe_train." : "", at->key);
     field_text(f, r.value, r.text, sizeof r.text);
     return r;
 }
@@ -94,14 +127,19 @@ moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i) {
 void moe_checkpoint_field_set(moe_model_config *c, int i, double value) { set_field(c, &kFields[i], value); }
 
 
-int moe_checkpoint_is_mixtral(const moe_model_config *c, char *why, size_t n) {
+const char *moe_checkpoint_hf_class(int family) {
+    return family >= 0 && family < MOE_MODEL_FAMILIES ? kClasses[family] : NULL;
+}
+
+int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     const moe_config *q = &c->moe;
     const char *reasons[6];
     int count = 0;
     if (q->num_experts < 2) reasons[count++] = "a dense model (one expert: Llama's mlp tensors)";
-    if (c->moe_every != 1) reasons[count++] = "dense FFNs between the MoE layers (moe_every > 1)";
+    if (c->moe_every != 1 && c->family != MOE_MODEL_FAMILY_QWEN3_MOE) /* Qwen3's decoder_sparse_step is the rule */
+        reasons[count++] = "dense FFNs between the MoE layers (moe_every > 1)";
     if (q->score_func != MOE_SCORE_SOFTMAX) reasons[count++] = "sigmoid router scores with a selection bias";
-    if (!q->renormalize)
+    if (!q->renormalize && c->family == MOE_MODEL_FAMILY_MIXTRAL) /* the others' norm_topk_prob says it */
         reasons[count++] = q->top_k == 1 ? "top-1 gates not renormalised (gate = router probability; Mixtral's is 1)"
                                          : "top-k gates not renormalised";
     if (q->capacity_factor > 0) reasons[count++] = "a capacity limit that drops tokens";
@@ -113,34 +151,56 @@ int moe_checkpoint_is_mixtral(const moe_model_config *c, char *why, size_t n) {
     return count == 0;
 }
 
+/* A field's value as config.json holds it. */
+static json_t *field_json(const arch_field *f, double v) {
+    switch (f->kind) {
+    case FIELD_INT: return json_integer((json_int_t)v);
+    case FIELD_FLOAT: return moe_json_float((float)v);
+    case FIELD_BOOL: return json_boolean(v != 0);
+    case FIELD_SCORE: return json_string(kScoreNames[(int)v]);
+    case FIELD_DROP: return json_string(kDropNames[(int)v]);
+    case FIELD_FAMILY: return json_string(moe_model_family_name((int)v));
+    }
+    return NULL;
+}
+
 json_t *moe__checkpoint_config_json(const moe_model_config *c) {
     const moe_config *q = &c->moe;
+    const int family = family_of(c);
     char why[512], note[768];
-    const int mixtral = moe_checkpoint_is_mixtral(c, why, sizeof why);
+    const int hf = moe_checkpoint_hf_computes(c, why, sizeof why);
     const int max_positions = c->max_positions > c->seq_len ? c->max_positions : c->seq_len;
-    json_t *j = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:s, s:s, s:o, s:b, s:n, s:f,"
-        " s:{s:i, s:s, s:b, s:o, s:s, s:o, s:o, s:b, s:b, s:s}}",
-        "architectures", mixtral ? MOE_CHECKPOINT_MIXTRAL : MOE_CHECKPOINT_VARIANT, "model_type",
-        mixtral ? "mixtral" : MOE_CHECKPOINT_VARIANT_TYPE, "vocab_size", c->vocab_size, "hidden_size", c->d_model,
-        "intermediate_size", c->d_ff, "num_hidden_layers", c->num_layers, "num_attention_heads", c->num_heads,
-        "num_key_value_heads", c->num_kv_heads, "head_dim", c->d_model / c->num_heads, "max_position_embeddings",
-        max_positions, "num_local_experts", q->num_experts, "num_experts_per_tok", q->top_k, "tie_word_embeddings",
-        c->tie_embeddings, "hidden_act", "silu", "torch_dtype", "float32", "router_aux_loss_coef",
-        moe_json_float(q->aux_loss_coef), "output_router_logits", 0, "sliding_window", "attention_dropout", 0.0,
-        "moe_train", "moe_every", c->moe_every, "score_func", kScoreNames[q->score_func], "renormalize",
-        q->renormalize, "capacity_factor", moe_json_float(q->capacity_factor > 0 ? q->capacity_factor : 0),
-        "drop_priority", kDropNames[q->drop_priority], "z_loss_coef", moe_json_float(q->z_loss_coef), "bias_update_rate",
-        moe_json_float(q->bias_update_rate), "router_selection_bias", q->score_func == MOE_SCORE_SIGMOID,
-        "mixtral_compatible", mixtral, "precision", moe_precision_name(q->precision));
-    if (!j) return NULL;
-    json_object_set_new(j, "rope_theta", moe_json_float(c->rope_theta));
-    json_object_set_new(j, "rms_norm_eps", moe_json_float(c->norm_eps));
-    if (!mixtral) {
+    json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:s, s:s, s:o, s:b, s:n, s:f}", "architectures",
+                          hf ? kClasses[family] : MOE_CHECKPOINT_VARIANT, "model_type",
+                          hf ? moe_model_family_name(family) : MOE_CHECKPOINT_VARIANT_TYPE, "head_dim",
+                          moe_model_head_dim(c), "max_position_embeddings", max_positions, "hidden_act", "silu",
+                          "torch_dtype", "float32", "router_aux_loss_coef", moe_json_float(q->aux_loss_coef),
+                          "output_router_logits", 0, "sliding_window", "attention_dropout", 0.0);
+    json_t *ours = json_pack("{s:o, s:o, s:b, s:b, s:s}", "z_loss_coef", moe_json_float(q->z_loss_coef),
+                             "bias_update_rate", moe_json_float(q->bias_update_rate), "router_selection_bias",
+                             q->score_func == MOE_SCORE_SIGMOID, "mixtral_compatible",
+                             hf && family == MOE_MODEL_FAMILY_MIXTRAL, "precision", moe_precision_name(q->precision));
+    if (!j || !ours) return json_decref(j), json_decref(ours), NULL;
+    json_object_set_new(j, "moe_train", ours);
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        const field_place *at = &kFields[i].at[family];
+        if (at->where != IN_NONE)
+            json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key,
+                                field_json(&kFields[i], field_value(c, &kFields[i])));
+    }
+    if (family != MOE_MODEL_FAMILY_MIXTRAL) /* what their configs hold that this project's model has not */
+        json_object_set_new(j, "attention_bias", json_false());
+    if (family == MOE_MODEL_FAMILY_QWEN3_MOE) { /* a dense layer's width is the experts' here */
+        json_object_set_new(j, "intermediate_size", json_integer(c->d_ff));
+        json_object_set_new(j, "mlp_only_layers", json_array());
+        json_object_set_new(j, "use_sliding_window", json_false());
+    }
+    if (family == MOE_MODEL_FAMILY_OLMOE) json_object_set_new(j, "clip_qkv", json_null());
+    if (!hf) {
         snprintf(note, sizeof note,
-                 "Not a Mixtral: %s. transformers' MixtralForCausalLM would compute another function from these "
-                 "weights, so this model is labelled " MOE_CHECKPOINT_VARIANT " and loads in moe-train only "
-                 "(docs/CHECKPOINTS.md).", why);
+                 "Not a %s: %s. transformers' %s would compute another function from these weights, so this model "
+                 "is labelled " MOE_CHECKPOINT_VARIANT " and loads in moe-train only (docs/CHECKPOINTS.md).",
+                 kFamilyTitles[family], why, kClasses[family]);
         json_object_set_new(j, "moe_train_note", json_string(note));
     }
     return j;
@@ -155,13 +215,21 @@ static const char *json_type_name(const json_t *v) {
     return json_is_array(v) ? "an array" : "an object";
 }
 
-/* One field of config.json into *v; 0 when absent and not required (v = Mixtral's), else an error. */
-static moe_status read_field(const char *path, json_t *top, json_t *ours, const arch_field *f, double *v) {
-    json_t *x = json_object_get(f->in_moe_train ? ours : top, f->key);
-    const char *where = f->in_moe_train ? "moe_train." : "";
+/* One field of config.json as a family has it into *v (absent and not required: the family's value), else an
+ * error naming the key. */
+static moe_status read_field(const char *path, json_t *top, json_t *ours, const arch_field *f, int family,
+                             double *v) {
+    const field_place *at = &f->at[family];
+    if (at->where == IN_NONE) return *v = at->absent, MOE_OK;
+    json_t *x = json_object_get(at->where == IN_MOE_TRAIN ? ours : top, at->key);
+    const char *where = at->where == IN_MOE_TRAIN ? "moe_train." : "", *key = at->key;
+    if (!x && at->alias) x = json_object_get(top, key = at->alias);
+    json_t *rope = json_object_get(top, "rope_parameters"); /* transformers 5 keeps rope_theta there */
+    if (!x && f->offset == MC(rope_theta) && json_is_object(rope))
+        x = json_object_get(rope, "rope_theta"), where = "rope_parameters.";
     if (!x) {
-        if (f->required) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing", path, f->key);
-        *v = f->mixtral;
+        if (at->required) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing", path, at->key);
+        *v = at->absent;
         return MOE_OK;
     }
     const char *want = NULL;
@@ -190,16 +258,24 @@ static moe_status read_field(const char *path, json_t *top, json_t *ours, const 
         else want = f->kind == FIELD_SCORE ? "\"softmax\" or \"sigmoid\"" : "\"token\" or \"score\"";
         break;
     }
+    case FIELD_FAMILY: {
+        const char *s = json_string_value(x);
+        want = "\"mixtral\", \"qwen3_moe\" or \"olmoe\"";
+        for (int i = 0; s && i < MOE_MODEL_FAMILIES; i++)
+            if (!strcmp(s, moe_model_family_name(i))) *v = i, want = NULL;
+        break;
+    }
     }
     if (want)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s%s must be %s, not %s%s%s", path, where, f->key, want,
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s%s must be %s, not %s%s%s", path, where, key, want,
                         json_is_string(x) ? "\"" : "", json_is_string(x) ? json_string_value(x) : json_type_name(x),
                         json_is_string(x) ? "\"" : "");
     return MOE_OK;
 }
 
-/* architectures and model_type name a model this reads: Mixtral, or our variant */
-static moe_status check_label(const char *path, json_t *j, int *variant) {
+/* architectures and model_type name a model this reads: a family's (*family) or our variant (*variant 1, *family
+ * the one moe_train.family names, read with the other fields) */
+static moe_status check_label(const char *path, json_t *j, int *family, int *variant) {
     json_t *arch = json_object_get(j, "architectures"), *type = json_object_get(j, "model_type");
     const char *name = json_is_array(arch) ? json_string_value(json_array_get(arch, 0)) : NULL;
     const char *model_type = json_string_value(type);
@@ -207,12 +283,50 @@ static moe_status check_label(const char *path, json_t *j, int *variant) {
         return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures must be a list of one name and model_type a string", path);
     *variant = (name && !strcmp(name, MOE_CHECKPOINT_VARIANT)) ||
                (model_type && !strcmp(model_type, MOE_CHECKPOINT_VARIANT_TYPE));
-    if (name && strcmp(name, MOE_CHECKPOINT_MIXTRAL) && strcmp(name, MOE_CHECKPOINT_VARIANT))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads " MOE_CHECKPOINT_MIXTRAL " and "
-                        MOE_CHECKPOINT_VARIANT, path, name);
-    if (model_type && strcmp(model_type, "mixtral") && strcmp(model_type, MOE_CHECKPOINT_VARIANT_TYPE))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral and "
+    int by_name = name && !strcmp(name, MOE_CHECKPOINT_VARIANT) ? -2 : -1, by_type = -1;
+    for (int f = 0; f < MOE_MODEL_FAMILIES; f++) {
+        if (name && !strcmp(name, kClasses[f])) by_name = f;
+        if (model_type && !strcmp(model_type, moe_model_family_name(f))) by_type = f;
+    }
+    if (name && by_name == -1)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s and "
+                        MOE_CHECKPOINT_VARIANT, path, name, kClasses[0], kClasses[1], kClasses[2]);
+    if (model_type && by_type == -1 && strcmp(model_type, MOE_CHECKPOINT_VARIANT_TYPE))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral, qwen3_moe, olmoe and "
                         MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
+    if (by_name >= 0 && by_type >= 0 && by_name != by_type)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures %s and model_type %s name different models", path, name,
+                        model_type);
+    *family = by_type >= 0 ? by_type : by_name >= 0 ? by_name : MOE_MODEL_FAMILY_MIXTRAL;
+    return MOE_OK;
+}
+
+/* What a family's config.json may hold that this project's model cannot compute: a message naming the key. */
+static moe_status check_unsupported(const char *path, json_t *j, const moe_model_config *c) {
+    json_t *rope = json_object_get(j, "rope_parameters"), *scaling = json_object_get(j, "rope_scaling");
+    json_t *rope_type = json_is_object(rope) ? json_object_get(rope, "rope_type") : NULL;
+    if (scaling && !json_is_null(scaling))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: rope_scaling must be null (RoPE here has no scaling)", path);
+    if (rope && (!json_is_object(rope) || (rope_type && (!json_is_string(rope_type) ||
+                                                         strcmp(json_string_value(rope_type), "default")))))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: rope_parameters must be an object whose rope_type is \"default\" (RoPE "
+                        "here has no scaling)", path);
+    if (json_is_true(json_object_get(j, "attention_bias")))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: attention_bias must be false (q/k/v/o here have no bias)", path);
+    json_t *dense_only = json_object_get(j, "mlp_only_layers"), *clip = json_object_get(j, "clip_qkv");
+    if (dense_only && !json_is_null(dense_only) && !(json_is_array(dense_only) && !json_array_size(dense_only)))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: mlp_only_layers must be empty (the dense layers here follow "
+                        "decoder_sparse_step)", path);
+    if (clip && !json_is_null(clip))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: clip_qkv must be null (q, k and v are not clipped here)", path);
+    json_t *dense_width = json_object_get(j, "intermediate_size");
+    int dense_layers = 0;
+    for (int l = 0; l < c->num_layers; l++) dense_layers += !moe_model_layer_is_moe(c, l);
+    if (c->family == MOE_MODEL_FAMILY_QWEN3_MOE && dense_layers && json_is_integer(dense_width) &&
+        json_integer_value(dense_width) != c->d_ff)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: intermediate_size (%lld, the dense layers' width) must equal "
+                        "moe_intermediate_size (%d): a dense FFN here is as wide as an expert", path,
+                        (long long)json_integer_value(dense_width), c->d_ff);
     return MOE_OK;
 }
 
@@ -231,21 +345,26 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
         json_decref(j);
         return free(path), st;
     }
-    int variant = 0;
+    int variant = 0, family = MOE_MODEL_FAMILY_MIXTRAL;
     json_t *ours = json_object_get(j, "moe_train"), *window = json_object_get(j, "sliding_window"),
            *act = json_object_get(j, "hidden_act"), *head_dim = json_object_get(j, "head_dim"),
            *positions = json_object_get(j, "max_position_embeddings");
-    st = check_label(path, j, &variant);
+    st = check_label(path, j, &family, &variant);
     if (st == MOE_OK && ours && !json_is_object(ours))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_train must be an object", path);
     if (st == MOE_OK && variant && !ours)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: a " MOE_CHECKPOINT_VARIANT " without its moe_train object", path);
     *out = moe_model_config_default();
+    const int labelled = family;
     for (int i = 0; i < NUM_FIELDS && st == MOE_OK; i++) {
         double v = 0;
-        st = read_field(path, j, ours, &kFields[i], &v);
+        st = read_field(path, j, ours, &kFields[i], family, &v); /* kFields[0], the family, decides the rest */
         if (st == MOE_OK) set_field(out, &kFields[i], v);
+        if (st == MOE_OK && i == 0) family = out->family;
     }
+    if (st == MOE_OK && !variant && family != labelled)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_train.family is %s but the file is labelled %s", path,
+                      moe_model_family_name(family), kClasses[labelled]);
     out->moe.d_model = out->d_model, out->moe.d_ff = out->d_ff;
     if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_act must be silu (SwiGLU experts)", path);
@@ -254,14 +373,18 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     if (st == MOE_OK && positions && (!json_is_integer(positions) || json_integer_value(positions) < 1 ||
                                       json_integer_value(positions) > INT_MAX))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: max_position_embeddings must be a positive integer", path);
-    if (st == MOE_OK && out->num_heads > 0 && head_dim && !json_is_null(head_dim) &&
+    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && out->num_heads > 0 && head_dim &&
+        !json_is_null(head_dim) &&
         (!json_is_integer(head_dim) || json_integer_value(head_dim) != out->d_model / out->num_heads))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
                       out->d_model / out->num_heads);
+    if (st == MOE_OK) st = check_unsupported(path, j, out);
     const char *problem = st == MOE_OK ? moe_model_config_problem(out) : NULL;
     if (problem) st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a model moe-train can compute: %s", path, problem);
     out->max_positions = positions ? (int)json_integer_value(positions) : 0;
-    if (sliding_window) *sliding_window = json_is_integer(window) ? (int)json_integer_value(window) : 0;
+    /* Qwen's window is used only with use_sliding_window (Mixtral has no switch: a window given is used) */
+    const int windowed = family != MOE_MODEL_FAMILY_QWEN3_MOE || json_is_true(json_object_get(j, "use_sliding_window"));
+    if (sliding_window) *sliding_window = windowed && json_is_integer(window) ? (int)json_integer_value(window) : 0;
     json_decref(j);
     free(path);
     return st;
@@ -296,6 +419,8 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
              q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
              q->capacity_factor, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
              q->layout_invariant, run->batch, run->micro_batches, run->seed);
+    if (c->family != MOE_MODEL_FAMILY_MIXTRAL || c->head_dim) /* appended: a Mixtral's reads as it always has */
+        snprintf(out + strlen(out), n - strlen(out), " family=%d hd=%d", c->family, moe_model_head_dim(c));
 }
 
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step) {

@@ -72,17 +72,46 @@ static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
     return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
 }
 
+/* A q/k norm (model.h's families; at tp 1): RMSNorm of x [T, width] in rows of width / rows_per_token (each head's,
+ * or one per token: the whole projection's) into y, with its 1 / rms per row in rstd. */
+static moe_status qk_norm_forward(moe_model *m, const moe_real *x, const moe_real *w, int T, int width,
+                                  int rows_per_token, moe_real *y, moe_real *rstd) {
+    return m->dense->rmsnorm_forward(m->ops_state, x, w, T * rows_per_token, width / rows_per_token,
+                                     m->cfg.norm_eps, y, rstd);
+}
+
+/* Its backward from dy: the input gradient into m->dattn (free once attention's backward has read it), the weight
+ * gradient added into dw per shard. Returns m->dattn. */
+static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int T, int width, int rows_per_token, moe_real *dw,
+                                   moe_real **dx) {
+    MOE_TRY(moe_runtime_zero(m->rt, m->dattn, (size_t)T * width * sizeof(moe_real))); /* the op adds into dx */
+    MOE_TRY(moe_shard_grads_rmsnorm_rows(&m->shard_grads, x, w, rstd, dy, rows_per_token, width / rows_per_token,
+                                         m->dattn, dw));
+    *dx = m->dattn;
+    return MOE_OK;
+}
+
+/* The rows per token of layer norms of q (H heads) and k (KV heads): each head's (H, KV), or 1. */
+static int qk_rows(const moe_model *m, int heads) {
+    return moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD ? heads : 1;
+}
+
 /* k's or v's part of a layer's attention backward (ln1: its input, the group's rows), from attention's gradient of
  * the copies (dkv: m->dk or m->dv): the rank's kv heads' gradient, RoPE's backward (k), the gradient of the rank's
  * block of W (k_proj or v_proj), and the input gradient added into m->dln. */
-static moe_status kv_backward(moe_model *m, const moe_real *ln1, moe_real *dkv, int rope, const moe_real *W,
-                              moe_real *dW) {
+static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real *dkv, int rope) {
     const moe_model_config *c = &m->cfg;
     const int S = c->seq_len, seqs = m->P->num_seqs, T = seqs * S, d = c->d_model, hd = m->head_dim,
               B = c->num_kv_heads * hd;
+    const moe_real *W = rope ? m->c.layers[l].wk : m->c.layers[l].wv;
+    moe_real *dW = rope ? m->g.layers[l].wk : m->g.layers[l].wv;
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->seq.tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
+        if (rope && m->c.layers[l].k_norm) /* k's norm (at tp 1: the rank holds every kv head) */
+            MOE_TRY(qk_norm_backward(m, m->P->acts[l].k_raw, m->c.layers[l].k_norm, m->P->acts[l].rstd_k, dkv, T, B,
+                                     qk_rows(m, c->num_kv_heads), m->g.layers[l].k_norm, &dkv));
         MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
         return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
     }
@@ -118,9 +147,13 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
-    MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, a->q));
-    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, k));
+    MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, w->q_norm ? a->q_raw : a->q));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, w->k_norm ? a->k_raw : k));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
+    if (w->q_norm) { /* the family's q/k norms, before RoPE (at tp 1: every head is the rank's) */
+        MOE_TRY(qk_norm_forward(m, a->q_raw, w->q_norm, T, A, qk_rows(m, c->num_heads), a->q, a->rstd_q));
+        MOE_TRY(qk_norm_forward(m, a->k_raw, w->k_norm, T, B, qk_rows(m, c->num_kv_heads), k, a->rstd_k));
+    }
     MOE_TRY(moe__model_watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
     MOE_TRY(moe__model_watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
     MOE_TRY(moe__model_watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
@@ -187,12 +220,16 @@ moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
         MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KVC, hd, m->dq,
                                           m->dk, m->dv));
     MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
+    moe_real *dq = m->dq; /* q_proj's output gradient: through q's norm first, when there is one */
+    if (w->q_norm)
+        MOE_TRY(qk_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, A, qk_rows(m, c->num_heads), gw->q_norm,
+                                 &dq));
     const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &ln1));
-    MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, m->dq, ln1, d, A, gw->wq));
-    MOE_TRY(moe_tp_column_backward_input(&m->tpl, m->dq, w->wq, T, d, A, 0, m->dln));
-    MOE_TRY(kv_backward(m, ln1, m->dk, 1, w->wk, gw->wk)); /* dln += k's and v's input gradients */
-    MOE_TRY(kv_backward(m, ln1, m->dv, 0, w->wv, gw->wv));
+    MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, dq, ln1, d, A, gw->wq));
+    MOE_TRY(moe_tp_column_backward_input(&m->tpl, dq, w->wq, T, d, A, 0, m->dln));
+    MOE_TRY(kv_backward(m, l, ln1, m->dk, 1)); /* dln += k's and v's input gradients */
+    MOE_TRY(kv_backward(m, l, ln1, m->dv, 0));
     moe_real *dln_slice = m->dln + moe_tp_slice_first(&m->seq, T) * d; /* dln holds the group's rows */
     MOE_TRY(moe__model_watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
     MOE_TRY(moe_shard_grads_rmsnorm(&m->shard_grads, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,

@@ -24,8 +24,10 @@ typedef struct {
     int vocab_size;     /* V                                                                  */
     int num_layers;     /* L                                                                  */
     int d_model;        /* d                                                                  */
-    int num_heads;      /* H; head_dim = d / H, even (RoPE)                                   */
+    int num_heads;      /* H                                                                  */
     int num_kv_heads;   /* KV, divides H (KV < H: grouped-query attention)                     */
+    int head_dim;       /* hd, even (RoPE); 0: d / H (Mixtral's and OLMoE's rule; Qwen3's is its own) */
+    int family;         /* MOE_MODEL_FAMILY_*: the attention's q/k norms, the tensors' names, config.json */
     int d_ff;           /* hidden width of each expert, and of the dense FFNs                 */
     int seq_len;        /* S, tokens per sequence                                             */
     int moe_every;      /* layer l's FFN is MoE iff (l + 1) % moe_every == 0 (and E > 1)        */
@@ -74,6 +76,25 @@ typedef struct {
  * gradient of it; their input gradients are the plain split's (rank r: rows [r B/tp, (r+1) B/tp)), and the norm and
  * the checkpoints count each block once. */
 
+/* The model families (their Hugging Face names): the same decoder, with these differences:
+ *   MIXTRAL    (MixtralForCausalLM): no q/k norms; the MoE block is "block_sparse_moe" (router "gate", experts w1,
+ *              w3, w2); head_dim = d / H.
+ *   QWEN3_MOE  (Qwen3MoeForCausalLM): an RMSNorm of each head's q and of each kv head's k, after the projections and
+ *              before RoPE, one weight [hd] each per layer (q_norm, k_norm); head_dim its own; the MoE block is "mlp"
+ *              (router "gate", experts gate_proj, up_proj, down_proj).
+ *   OLMOE      (OlmoeForCausalLM): an RMSNorm over the whole q projection [H hd] and the whole k projection
+ *              [KV hd] (weights of those widths); head_dim = d / H; the MoE block named as Qwen3's.
+ * The routing (softmax top-k, renormalised or not), RoPE (rotate-half), the SwiGLU experts and the norms are the same
+ * function in all three. */
+enum { MOE_MODEL_FAMILY_MIXTRAL = 0, MOE_MODEL_FAMILY_QWEN3_MOE = 1, MOE_MODEL_FAMILY_OLMOE = 2, MOE_MODEL_FAMILIES = 3 };
+/* The q/k norms of a family: none, each head's (Qwen3), or the whole projection's (OLMoE). */
+typedef enum { MOE_QK_NORM_NONE, MOE_QK_NORM_HEAD, MOE_QK_NORM_PROJECTION } moe_qk_norm;
+moe_qk_norm moe_model_qk_norm(const moe_model_config *cfg);
+/* cfg->head_dim, with 0 read as d_model / heads. */
+int moe_model_head_dim(const moe_model_config *cfg);
+/* "mixtral", "qwen3_moe", "olmoe": config.json's model_type and --family's names; NULL outside the range. */
+const char *moe_model_family_name(int family);
+
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]
  * and recomputes tiles of probabilities in backward (kernels/attention.h). The same function, rounded otherwise. */
 enum { MOE_ATTENTION_MATERIALIZED = 0, MOE_ATTENTION_FUSED = 1 };
@@ -106,6 +127,10 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
     X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT, KV_ROWS)         \
     X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL, COLS)          \
     X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)
+/* a family's q/k norms (moe_model_qk_norm): QN = hd (each head's) or A (the projection's), KN = hd or B */
+#define MOE_MODEL_QK_NORM_TENSORS(X)                                            \
+    X(q_norm, "self_attn.q_norm.weight", QN, 0, MOE_TENSOR_NORM, NONE)         \
+    X(k_norm, "self_attn.k_norm.weight", KN, 0, MOE_TENSOR_NORM, NONE)
 /* the FFN of an MoE layer: the router (dense, replicated) ... */
 #define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT, NONE)
 /* ... and its experts, one tensor per expert ("block_sparse_moe.experts.J." + name), in the expert region */
@@ -113,6 +138,8 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
     X(ffn.w1, "w1.weight", F, d, MOE_TENSOR_WEIGHT, NONE)                      \
     X(ffn.w3, "w3.weight", F, d, MOE_TENSOR_WEIGHT, NONE)                      \
     X(ffn.w2, "w2.weight", d, F, MOE_TENSOR_RESIDUAL, NONE)
+/* (Qwen3-MoE and OLMoE name the MoE block "mlp.gate.weight" and "mlp.experts.J." + the dense FFN's names below:
+ * models/tensors.c translates) */
 /* the FFN of a dense layer (Mixtral has none: Llama's names) */
 #define MOE_MODEL_DENSE_FFN_TENSORS(X)                                          \
     X(ffn.w1, "mlp.gate_proj.weight", F, d, MOE_TENSOR_WEIGHT, ROWS)           \
@@ -131,6 +158,7 @@ typedef enum { MOE_SPLIT_NONE, MOE_SPLIT_ROWS, MOE_SPLIT_COLS, MOE_SPLIT_KV_ROWS
 typedef struct {
     moe_real *attn_norm;      /* [d]               input_layernorm                      */
     moe_real *wq, *wk, *wv;   /* [H*hd, d], [KV*hd, d], [KV*hd, d]                      */
+    moe_real *q_norm, *k_norm; /* [QN], [KN] (MOE_MODEL_QK_NORM_TENSORS); NULL without  */
     moe_real *wo;             /* [d, H*hd]                                              */
     moe_real *ffn_norm;       /* [d]               post_attention_layernorm             */
     moe_layer_weights ffn;    /* MoE: router + local experts; dense: w1, w3, w2 of one "expert",

@@ -38,7 +38,10 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
     const size_t tp = (size_t)moe_model_tp_size(c), TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
-                 S = c->seq_len, A = D.A, BK = D.BK; /* T: this rank's slice (model_activations.h) */
+                 S = c->seq_len, A = D.A, B = D.B, BK = D.BK; /* T: this rank's slice (model_activations.h) */
+    const moe_qk_norm qk = moe_model_qk_norm(c);
+    const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads / tp : QK,
+                 KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads / tp : QK; /* q/k norms run at tp 1 */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.F;
     const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) / tp;
 #define LAYER_NBYTES(name, count, rebuilt_from) (count) * sizeof(moe_real),
@@ -174,7 +177,7 @@ moe_status moe__model_alloc_activations(moe_model *m) {
 
 moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
                                               int max_seqs) {
-    moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = cfg->d_model / cfg->num_heads,
+    moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = moe_model_head_dim(cfg),
                    .num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size};
     moe_model_footprint f = {0};
     if (moe__model_set_stage(&m, stage) != MOE_OK) return f; /* the caller's create fails with the message */

@@ -11,6 +11,8 @@
  *   ATT  what attention keeps per layer: the probabilities [seqs, H, S, S] (materialized) or the row statistics
  *        [seqs, H, S] (fused), of this rank's H / tp heads
  *   FD   a dense FFN layer's T * d_ff ([TG, d_ff / tp]; 0 on an MoE layer, whose FFN buffers are the MoE layer's)
+ *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of the q and k norms
+ *        (H and KV for each head's, 1 for the whole projection's; 0 without)
  *   V    the vocabulary
  * rebuilt_from: the --recompute level (moe/moe.h's moe_recompute) from which backward rebuilds the buffer, so that one
  * buffer serves every layer instead of one per layer; MOE_MODEL_KEPT: always one per layer (the residual stream
@@ -29,6 +31,10 @@
 #define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
     X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l]) (gathered into tmp where read)     */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
+    X(q_raw, QK * T * A, MOE_RECOMPUTE_ATTENTION) /* q and k before their norms (with q/k norms)          */      \
+    X(k_raw, QK * T * B, MOE_RECOMPUTE_ATTENTION)                                                                \
+    X(rstd_q, T * QR, MOE_RECOMPUTE_ATTENTION)    /* the norms' 1 / rms per row                           */      \
+    X(rstd_k, T * KR, MOE_RECOMPUTE_ATTENTION)                                                                   \
     X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
     X(k, T * BK, MOE_RECOMPUTE_ATTENTION)         /* after RoPE; a copy per kv chunk                      */      \
     X(v, T * BK, MOE_RECOMPUTE_ATTENTION)                                                                        \

@@ -24,6 +24,21 @@ moe_model_config moe_model_config_default(void) {
     return c;
 }
 
+moe_qk_norm moe_model_qk_norm(const moe_model_config *c) {
+    return c->family == MOE_MODEL_FAMILY_QWEN3_MOE ? MOE_QK_NORM_HEAD
+           : c->family == MOE_MODEL_FAMILY_OLMOE   ? MOE_QK_NORM_PROJECTION
+                                                   : MOE_QK_NORM_NONE;
+}
+
+int moe_model_head_dim(const moe_model_config *c) {
+    return c->head_dim > 0 ? c->head_dim : c->num_heads > 0 ? c->d_model / c->num_heads : 0;
+}
+
+const char *moe_model_family_name(int family) {
+    static const char *const names[MOE_MODEL_FAMILIES] = {"mixtral", "qwen3_moe", "olmoe"};
+    return family >= 0 && family < MOE_MODEL_FAMILIES ? names[family] : NULL;
+}
+
 int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
     return c->moe.num_experts > 1 && c->moe_every > 0 && (layer + 1) % c->moe_every == 0;
 }
@@ -47,13 +62,16 @@ int moe_model_kv_blocks(const moe_model_config *c) {
 
 /* tp and tp_shards against the shapes (model.h, "Tensor parallelism"). */
 static const char *tensor_parallel_problem(const moe_model_config *c) {
-    const int tp = moe_model_tp_size(c), S = moe_model_tp_pieces(c), hd = c->d_model / c->num_heads;
+    const int tp = moe_model_tp_size(c), S = moe_model_tp_pieces(c), hd = moe_model_head_dim(c);
     if (c->tp < 0 || !power_of_two(tp))
         return "tp must be a power of two (a tensor group's sums run in the fixed binary tree)";
     if (c->num_heads % tp != 0) return "tp must divide the number of heads (each rank holds whole heads)";
     if (c->num_kv_heads % tp != 0 && tp % c->num_kv_heads != 0)
         return "tp and the number of kv heads: one must divide the other (the kv heads are split over the ranks, or "
                "each kv head is replicated over the tp / kv heads ranks whose query heads read it)";
+    if (tp > 1 && moe_model_qk_norm(c) != MOE_QK_NORM_NONE)
+        return "q/k norms (Qwen3-MoE's, OLMoE's) run at tp 1 only (a rank would need the norm's sums over heads it does "
+               "not hold): train them with data, expert and pipeline parallelism";
     if (c->tp_shards < 0 || !power_of_two(S) || S % tp != 0)
         return "tp_shards must be a power of two that tp divides (the fixed pieces of the tensor-parallel sums)";
     if (((long)c->num_heads * hd) % S != 0 || ((long)c->num_kv_heads * hd) % S != 0)
@@ -71,8 +89,15 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->vocab_size < 2) return "vocab size must be at least 2"; /* token files hold up to 2^32 - 1 */
     if (c->num_layers < 1) return "the number of layers must be at least 1";
     if (c->d_model < 2) return "d_model must be at least 2";
-    if (c->num_heads < 1 || c->d_model % c->num_heads != 0) return "the number of heads must divide d_model";
-    if ((c->d_model / c->num_heads) % 2 != 0) return "head_dim = d_model / heads must be even (RoPE rotates pairs)";
+    if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES) return "family must be mixtral, qwen3_moe or olmoe";
+    if (c->num_heads < 1) return "the number of heads must be at least 1";
+    if (c->head_dim < 0) return "head_dim must be positive (0: d_model / heads)";
+    if (c->head_dim == 0 && c->d_model % c->num_heads != 0)
+        return "the number of heads must divide d_model (or head_dim be given: --head-dim, Qwen3-MoE's)";
+    if (c->head_dim > 0 && c->family != MOE_MODEL_FAMILY_QWEN3_MOE && c->head_dim * c->num_heads != c->d_model)
+        return "head_dim other than d_model / heads is Qwen3-MoE's (--family qwen3_moe): Mixtral's and OLMoE's "
+               "attention derive it";
+    if (moe_model_head_dim(c) % 2 != 0) return "head_dim must be even (RoPE rotates pairs)";
     if (c->num_kv_heads < 1 || c->num_heads % c->num_kv_heads != 0)
         return "the number of kv heads must divide the number of heads";
     if (c->d_ff < 1) return "d_ff must be at least 1";

@@ -21,7 +21,7 @@ void moe_shard_grads_free(moe_shard_grads *g) {
 }
 
 size_t moe_shard_grads_max_count(const moe_model_config *cfg) {
-    const size_t d = (size_t)cfg->d_model, hd = d / (size_t)cfg->num_heads;
+    const size_t d = (size_t)cfg->d_model, hd = (size_t)moe_model_head_dim(cfg);
     const size_t counts[] = {(size_t)cfg->vocab_size * d, 3 * (size_t)cfg->d_ff * d, cfg->num_heads * hd * d,
                              cfg->num_kv_heads * hd * d};
     size_t max = 0;
@@ -74,7 +74,7 @@ typedef struct {
     const int *tokens;
     const moe_layer_weights *weights;
     moe_tp_linear *tp;
-    int first, rows; /* embedding: the ids the table holds */
+    int first, rows; /* embedding: the ids the table holds; rmsnorm: rows per token (each head's norm: H) */
     int in, out; /* linear: in, out; rmsnorm and embedding: d = in; swiglu: d = in, d_ff = out; tensor-parallel: the
                     whole widths (in, N for a column-parallel linear; K, out for a row-parallel one) */
     moe_real *dx;
@@ -85,9 +85,11 @@ static moe_status run(const moe_shard_grads *g, const op *o, int first, int n, m
     switch (o->kind) {
     case OP_LINEAR:
         return g->dense->linear_backward_weight(g->state, o->dy + f * out, o->x + f * in, n, o->in, o->out, dW);
-    case OP_RMSNORM:
-        return g->dense->rmsnorm_backward(g->state, o->x + f * in, o->w, o->rstd + f, o->dy + f * in, n, o->in,
-                                          o->dx + f * in, dW);
+    case OP_RMSNORM: { /* rows rows of d = in per token */
+        const size_t r = (size_t)o->rows, fr = f * r;
+        return g->dense->rmsnorm_backward(g->state, o->x + fr * in, o->w, o->rstd + fr, o->dy + fr * in, n * o->rows,
+                                          o->in, o->dx + fr * in, dW);
+    }
     case OP_EMBEDDING:
         return g->dense->embedding_backward(g->state, o->dy + f * in, o->tokens + f, n, o->in, o->first, o->rows, dW);
     case OP_TP_COLUMN: /* dy_local rows of N / tp */
@@ -126,10 +128,16 @@ moe_status moe_shard_grads_linear(moe_shard_grads *g, const moe_real *dy, const 
     return weight_grad(g, &o, (size_t)in * out, dW);
 }
 
+moe_status moe_shard_grads_rmsnorm_rows(moe_shard_grads *g, const moe_real *x, const moe_real *w,
+                                        const moe_real *rstd, const moe_real *dy, int rows, int d, moe_real *dx,
+                                        moe_real *dw) {
+    const op o = {.kind = OP_RMSNORM, .x = x, .w = w, .rstd = rstd, .dy = dy, .rows = rows, .in = d, .dx = dx};
+    return weight_grad(g, &o, (size_t)d, dw);
+}
+
 moe_status moe_shard_grads_rmsnorm(moe_shard_grads *g, const moe_real *x, const moe_real *w, const moe_real *rstd,
                                    const moe_real *dy, int d, moe_real *dx, moe_real *dw) {
-    const op o = {.kind = OP_RMSNORM, .x = x, .w = w, .rstd = rstd, .dy = dy, .in = d, .dx = dx};
-    return weight_grad(g, &o, (size_t)d, dw);
+    return moe_shard_grads_rmsnorm_rows(g, x, w, rstd, dy, 1, d, dx, dw);
 }
 
 moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int first,

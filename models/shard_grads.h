@@ -49,6 +49,11 @@ moe_status moe_shard_grads_linear(moe_shard_grads *g, const moe_real *dy, const 
 /* RMSNorm backward: dx += (rows), dw [d] += */
 moe_status moe_shard_grads_rmsnorm(moe_shard_grads *g, const moe_real *x, const moe_real *w, const moe_real *rstd,
                                    const moe_real *dy, int d, moe_real *dx, moe_real *dw);
+/* The same for a norm of `rows` rows of d per token (each head's: a token's H heads), rstd [T * rows]: a shard's
+ * leaf sums its tokens' rows. */
+moe_status moe_shard_grads_rmsnorm_rows(moe_shard_grads *g, const moe_real *x, const moe_real *w,
+                                        const moe_real *rstd, const moe_real *dy, int rows, int d, moe_real *dx,
+                                        moe_real *dw);
 /* dtable [rows, d] += dy scattered by tokens: the table holds the rows of ids [first, first + rows) (0 and the
  * vocabulary: all; a vocabulary-parallel block otherwise, other ids adding nothing) */
 moe_status moe_shard_grads_embedding(moe_shard_grads *g, const moe_real *dy, const int *tokens, int d, int first,

@@ -10,9 +10,26 @@
 
 model_dims moe__model_dims(const moe_model *m) {
     const moe_model_config *c = &m->cfg;
-    const long B = (long)c->num_kv_heads * m->head_dim;
-    return (model_dims){c->d_model, (long)c->num_heads * m->head_dim, B, c->d_ff, c->moe.num_experts,
-                  B * moe_model_kv_chunks(c)};
+    const long A = (long)c->num_heads * m->head_dim, B = (long)c->num_kv_heads * m->head_dim;
+    const moe_qk_norm qk = moe_model_qk_norm(c);
+    return (model_dims){.d = c->d_model, .A = A, .B = B, .F = c->d_ff, .E = c->moe.num_experts,
+                        .BK = B * moe_model_kv_chunks(c), .QN = qk == MOE_QK_NORM_HEAD ? m->head_dim : A,
+                        .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B};
+}
+
+/* A tensor's Hugging Face name after "model.layers.N.": the lists' (Mixtral's), or for Qwen3-MoE and OLMoE their MoE
+ * block's ("mlp.gate.weight"; an expert's "mlp.experts.%d." + the dense FFN's names). */
+static const char *family_name(const moe_model *m, const char *mixtral) {
+    static const char *const renamed[][2] = {
+        {"block_sparse_moe.gate.weight", "mlp.gate.weight"},
+        {"block_sparse_moe.experts.%d.w1.weight", "mlp.experts.%d.gate_proj.weight"},
+        {"block_sparse_moe.experts.%d.w3.weight", "mlp.experts.%d.up_proj.weight"},
+        {"block_sparse_moe.experts.%d.w2.weight", "mlp.experts.%d.down_proj.weight"},
+    };
+    if (m->cfg.family == MOE_MODEL_FAMILY_MIXTRAL) return mixtral;
+    for (size_t i = 0; i < sizeof renamed / sizeof *renamed; i++)
+        if (!strcmp(mixtral, renamed[i][0])) return renamed[i][1];
+    return mixtral;
 }
 
 int moe__model_chunk_of(const moe_model *m, int layer) {
@@ -68,18 +85,23 @@ static int holds_tied_replica(const moe_model *m) { return m->cfg.tie_embeddings
 void moe__model_lay_out(moe_model *m) {
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
-    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, V = c->vocab_size, EL = m->num_local_experts;
-    char name[sizeof m->tensors->name];
+    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, QN = D.QN, KN = D.KN, V = c->vocab_size,
+               EL = m->num_local_experts;
+    const int qk_norm = moe_model_qk_norm(c) != MOE_QK_NORM_NONE;
+    char name[sizeof m->tensors->name], mixtral[sizeof name];
     size_t at = 0;
     int index = 0;
     m->num_tensors = 0;
     /* the embedding and lm_head are vocabulary-parallel (rows of the vocabulary) */
     append(m, &at, &index, -1, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
 #define DENSE_TENSOR(field, hf, rows, cols, kind, split)                                                            \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);                                                      \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, family_name(m, hf));                                      \
     append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++) {
         MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
+        if (qk_norm) {
+            MOE_MODEL_QK_NORM_TENSORS(DENSE_TENSOR)
+        }
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_ROUTER_TENSORS(DENSE_TENSOR)
         } else {
@@ -94,7 +116,8 @@ void moe__model_lay_out(moe_model *m) {
         put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
     m->num_dense = at;
 #define EXPERT_TENSOR(field, hf, rows, cols, kind, split)                                                           \
-    snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%%d.%s", l, hf);                        \
+    snprintf(name, sizeof name, "block_sparse_moe.experts.%%d.%s", hf);                                           \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, family_name(m, strcpy(mixtral, name)));                  \
     append(m, &at, &index, l, (int)EL, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++)
         if (moe_model_layer_is_moe(c, l)) {
@@ -102,7 +125,7 @@ void moe__model_lay_out(moe_model *m) {
         }
 #undef EXPERT_TENSOR
     m->num_expert = at - m->num_dense;
-    (void)A, (void)B, (void)E; /* the lists name every dimension; a model may use only some */
+    (void)A, (void)B, (void)E, (void)QN, (void)KN; /* the lists name every dimension; a model may use only some */
 }
 
 /* Where a tensor of one buffer (params or grads) is: base + its offset, or with zg (ZeRO-2's gradients) in their window
@@ -120,8 +143,11 @@ void moe__model_set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg
 #define VIEW(field, hf, rows, cols, kind, split) L->field = tensor_at(base, zg, t++);
     for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
         moe_model_layer_params *L = &v->layers[l];
-        L->ffn.router_w = NULL;
+        L->ffn.router_w = L->q_norm = L->k_norm = NULL;
         MOE_MODEL_ATTENTION_TENSORS(VIEW)
+        if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE) {
+            MOE_MODEL_QK_NORM_TENSORS(VIEW)
+        }
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_ROUTER_TENSORS(VIEW)
         } else {
@@ -214,9 +240,9 @@ int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks,
     return layer / (cfg->num_layers / (pp * chunks)) % pp;
 }
 
-/* The most tensors a table of cfg holds: the embedding, 9 per layer, the final norm and lm_head, 3 expert tensors per
+/* The most tensors a table of cfg holds: the embedding, 11 per layer (q/k norms with), the final norm and lm_head, 3 expert tensors per
  * layer. */
-int moe__model_max_tensors(const moe_model_config *cfg) { return 1 + 9 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
+int moe__model_max_tensors(const moe_model_config *cfg) { return 1 + 11 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
 
 /* Each chunk's slices of the two regions, from the table (moe__model_chunk_of each tensor's layer). */
 void moe__model_find_chunk_slices(moe_model *m) {

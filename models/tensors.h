@@ -9,6 +9,7 @@
 typedef struct {
     long d, A, B, F, E;
     long BK;
+    long QN, KN; /* the q and k norms' widths (MOE_MODEL_QK_NORM_TENSORS) */
 } model_dims;
 model_dims moe__model_dims(const moe_model *m);
 

@@ -7,7 +7,7 @@
 #include "core/fail.h"
 #include "models/fileio.h"
 
-typedef enum { HF_MIXTRAL, HF_QWEN3_MOE, HF_QWEN2_MOE } hf_family;
+typedef enum { HF_MIXTRAL, HF_QWEN3_MOE, HF_QWEN2_MOE, HF_OLMOE } hf_family;
 
 /* An integer key in [lo, hi]; a missing optional key gives fallback. */
 static moe_status get_int(const char *path, json_t *j, const char *key, int required, int64_t fallback, int64_t lo,
@@ -42,8 +42,9 @@ static moe_status family_of(const char *path, json_t *j, hf_family *out) {
     if (!strcmp(t, "mixtral")) return *out = HF_MIXTRAL, MOE_OK;
     if (!strcmp(t, "qwen3_moe")) return *out = HF_QWEN3_MOE, MOE_OK;
     if (!strcmp(t, "qwen2_moe")) return *out = HF_QWEN2_MOE, MOE_OK;
-    return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type '%s' is not one moe-plan reads (mixtral, qwen3_moe, qwen2_moe)",
-                    path, t);
+    if (!strcmp(t, "olmoe")) return *out = HF_OLMOE, MOE_OK;
+    return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type '%s' is not one moe-plan reads (mixtral, qwen3_moe, qwen2_moe, "
+                    "olmoe)", path, t);
 }
 
 /* Qwen's rule (modeling_qwen3_moe.py): layer i is sparse iff i is not in mlp_only_layers and
@@ -87,16 +88,18 @@ static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
     MOE_TRY(get_int(path, j, "vocab_size", 1, 0, 2, big, &m->vocab_size));
     MOE_TRY(get_int(path, j, "num_experts_per_tok", 1, 0, 1, 1 << 20, &m->top_k));
     MOE_TRY(get_bool(path, j, "tie_word_embeddings", 0, &m->tie_embeddings));
-    if (family == HF_MIXTRAL) {
-        MOE_TRY(get_int(path, j, "num_local_experts", 1, 0, 1, 1 << 20, &m->num_experts));
+    if (family == HF_MIXTRAL || family == HF_OLMOE) { /* OLMoE's intermediate_size is its experts' */
+        MOE_TRY(get_int(path, j, family == HF_MIXTRAL ? "num_local_experts" : "num_experts", 1, 0, 1, 1 << 20,
+                        &m->num_experts));
         MOE_TRY(get_int(path, j, "intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
         m->d_ff_dense = m->d_ff_expert;
+        m->qk_norm = family == HF_OLMOE ? MOE_QK_NORM_PROJECTION : MOE_QK_NORM_NONE;
     } else {
         MOE_TRY(get_int(path, j, "num_experts", 1, 0, 1, 1 << 20, &m->num_experts));
         MOE_TRY(get_int(path, j, "moe_intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
         MOE_TRY(get_int(path, j, "intermediate_size", 0, m->d_ff_expert, 1, big, &m->d_ff_dense));
         MOE_TRY(qwen_moe_layers(path, j, m));
-        m->qk_norm = family == HF_QWEN3_MOE;
+        m->qk_norm = family == HF_QWEN3_MOE ? MOE_QK_NORM_HEAD : MOE_QK_NORM_NONE;
         if (family == HF_QWEN2_MOE)
             MOE_TRY(get_int(path, j, "shared_expert_intermediate_size", 0, 0, 0, big, &m->d_ff_shared));
     }

@@ -17,13 +17,14 @@ moe_plan_model moe_plan_model_from_config(const moe_model_config *c) {
                             .d_model = c->d_model,
                             .num_heads = c->num_heads,
                             .num_kv_heads = c->num_kv_heads,
-                            .head_dim = c->num_heads > 0 ? c->d_model / c->num_heads : 0,
+                            .head_dim = moe_model_head_dim(c),
                             .d_ff_expert = c->d_ff,
                             .d_ff_dense = c->d_ff,
                             .num_experts = c->moe.num_experts,
                             .top_k = c->moe.top_k,
                             .moe_every = c->moe_every,
                             .tie_embeddings = c->tie_embeddings,
+                            .qk_norm = (int)moe_model_qk_norm(c),
                             .capacity_factor = c->moe.capacity_factor};
 }
 
@@ -54,9 +55,8 @@ int64_t moe_plan_model_num_moe_layers(const moe_plan_model *m) {
 
 int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int max_notes) {
     const char *all[] = {
-        m->head_dim * m->num_heads != m->d_model
-            ? "head_dim * heads != d_model: this project's attention has head_dim = d_model / heads" : 0,
-        m->qk_norm ? "RMSNorm on q and k per head (Qwen3's q_norm/k_norm): this project's attention has none" : 0,
+        m->head_dim * m->num_heads != m->d_model && m->qk_norm != MOE_QK_NORM_HEAD
+            ? "head_dim * heads != d_model: this project has a head_dim of its own in Qwen3-MoE's family only" : 0,
         m->d_ff_shared > 0 ? "a shared expert beside the routed ones: this project's MoE layer has none" : 0,
         m->irregular_moe_layers ? "MoE layers in no every-n-th pattern (mlp_only_layers): this project has only "
                                   "--moe-every" : 0,
@@ -84,7 +84,8 @@ typedef struct {
 static parameter_counts parameter_counts_of(const moe_plan_model *m) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
     return (parameter_counts){.attention = d * A + 2 * d * B + A * d,
-                              .norms = 2 * d + (m->qk_norm ? 2 * m->head_dim : 0),
+                              .norms = 2 * d + (m->qk_norm == MOE_QK_NORM_HEAD ? 2 * m->head_dim
+                                                : m->qk_norm == MOE_QK_NORM_PROJECTION ? A + B : 0),
                               .expert = 3 * d * m->d_ff_expert,
                               .router = m->num_experts * d,
                               .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 ? d : 0),
@@ -221,6 +222,11 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     const double tp = (double)moe_plan_layout_tp(lay), kv_copies = tp > m->num_kv_heads ? tp / m->num_kv_heads : 1;
     const double BK = B * kv_copies, KVG = kv_copies > 1 ? TG * B : 0;
     const double H = (double)m->num_heads, L = (double)st->layers, Lm = (double)st->moe_layers;
+    /* the q/k norms' inputs and statistics (model_activations.h; the planner's tp cuts the heads as moe-train's q/k
+     * projections, though moe-train runs q/k norms at tp 1 only) */
+    const double QK = m->qk_norm != MOE_QK_NORM_NONE,
+                 QR = m->qk_norm == MOE_QK_NORM_HEAD ? H / tp : QK,
+                 KR = m->qk_norm == MOE_QK_NORM_HEAD ? (double)m->num_kv_heads / tp : QK;
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
     const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S) /
                        (double)moe_plan_layout_tp(lay); /* its heads */

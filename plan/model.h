@@ -21,7 +21,8 @@ typedef struct {
     int64_t moe_every;       /* layer l is MoE iff (l + 1) % moe_every == 0 and E > 1 (model.h's rule)       */
     int64_t d_ff_shared;     /* a shared expert's hidden width (Qwen2-MoE), 0: none                          */
     int tie_embeddings;
-    int qk_norm;             /* RMSNorm over each head's q and k (Qwen3): head_dim weights each per layer    */
+    int qk_norm;             /* moe_qk_norm (models/model.h): over each head's q and k (Qwen3, head_dim weights
+                                each per layer) or over the whole projections (OLMoE, H and KV x head_dim)   */
     int irregular_moe_layers;/* 1: the MoE layers follow no moe_every rule (HF mlp_only_layers) ...         */
     int64_t num_moe_layers_listed; /* ... and this many of them are MoE layers                            */
     int64_t sliding_window;  /* 0: full attention                                                          */

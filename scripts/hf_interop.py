@@ -30,7 +30,6 @@ import random
 import re
 import shutil
 import struct
-import subprocess
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only; nothing is downloaded
@@ -41,6 +40,7 @@ try:
     import torch.nn.functional as F
     import transformers
     from transformers import MixtralConfig, MixtralForCausalLM
+    from hf_common import run, sequences, write_tokens
 except Exception as e:  # ImportError, or a transformers too old to have Mixtral
     print(f"SKIP: transformers with MixtralForCausalLM is not importable under {sys.executable}: {e!r}")
     sys.exit(77)
@@ -51,20 +51,6 @@ MODEL_FLAGS = ["--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads",
                "--experts", "4", "--top-k", "2", "--seq-len", str(SEQ), "--vocab", str(VOCAB),
                "--rope-theta", str(THETA), "--tie-embeddings", "0", "--batch", str(BATCH)]
 LOGIT_RTOL, LOGIT_ATOL, LOSS_RTOL = 1e-4, 1e-5, 1e-5
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "OPENBLAS_NUM_THREADS": "1"}
-
-
-def write_tokens(path, tokens):
-    """llm.c token file: 256 little-endian int32 header (magic, version, count), then uint16 tokens."""
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-
-
 def synthetic_text(n, seed):
     """Bytes of text-like sentences from a small word list: structure for a tiny model to learn."""
     rng = random.Random(seed)
@@ -78,25 +64,8 @@ def synthetic_text(n, seed):
 
 
 def eval_sequences(tokens, count):
-    """moe-train's validation sequences 0..count-1: windows of S+1 tokens at multiples of S, wrapping."""
-    windows = (len(tokens) - 1) // SEQ
-    starts = [(i % windows) * SEQ for i in range(count)]
-    inputs = torch.tensor([tokens[s:s + SEQ] for s in starts], dtype=torch.long)
-    targets = torch.tensor([tokens[s + 1:s + SEQ + 1] for s in starts], dtype=torch.long)
-    return inputs, targets
-
-
-def run(cmd, what):
-    """Runs a command; returns (ok, output). Output is echoed so the test log shows it."""
-    print("$ " + " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env={**os.environ, **MPI_ENV})
-    quiet = p.returncode == 0  # on success, leave out the flag listing a training run prints
-    listing = lambda line: line == "configuration:\n" or line.startswith("  --")
-    print("".join(l for l in p.stdout.splitlines(True) if not (quiet and listing(l))), end="", flush=True)
-    if p.returncode != 0:
-        print(f"FAIL: {what}: exit status {p.returncode}")
-    return p.returncode == 0, p.stdout
+    """moe-train's validation sequences 0..count-1 (hf_common.sequences)."""
+    return sequences(tokens, count, SEQ)
 
 
 def ours_eval(args, data, init_from, dump=None):

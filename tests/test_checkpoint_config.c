@@ -6,6 +6,8 @@
  *    MoeTrainMixtralVariantForCausalLM with a moe_train_note naming the reason;
  *  - a transformers-made config (no moe_train, no rope_theta) reads as Mixtral: renormalised, softmax, dropless,
  *    every layer MoE, rope_theta 1e6; bad keys, types and labels are refused by name;
+ *  - the families (Qwen3-MoE, OLMoE): round trips under their own labels and keys, transformers 5's keys
+ *    (num_local_experts, rope_parameters) read, and what they hold that moe-train cannot compute refused by key;
  *  - options: a --config object's unknown keys, wrong types, out-of-range values and flag-only keys are refused by
  *    key; flags beat the file; --init-from takes the architecture from config.json and refuses a disagreeing
  *    flag naming both values.
@@ -126,6 +128,22 @@ static json_t *transformers_config(void) {
                      "sliding_window", "max_position_embeddings", 131072);
 }
 
+/* A config.json that make() writes with one key changed (value_json NULL: removed), refused naming it. */
+typedef struct {
+    const char *what, *key, *value_json, *expect;
+} bad_key;
+static void expect_bad_keys(json_t *(*make)(void), const bad_key *bad, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        moe_model_config c;
+        json_t *j = make();
+        if (bad[i].value_json) json_object_set_new(j, bad[i].key, json_loads(bad[i].value_json, JSON_DECODE_ANY, NULL));
+        else json_object_del(j, bad[i].key);
+        char *ckpt = write_config("bad", j);
+        expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c, NULL), bad[i].expect);
+        free(ckpt);
+    }
+}
+
 static void transformers_made(void) {
     moe_model_config c;
     char *ckpt = write_config("hf", transformers_config());
@@ -135,7 +153,7 @@ static void transformers_made(void) {
               c.max_positions == 131072,
           "a config.json without moe_train is not read as Mixtral's semantics");
     free(ckpt);
-    const struct { const char *what, *key, *value_json, *expect; } bad[] = {
+    const bad_key bad[] = {
         {"layers as a string", "num_hidden_layers", "\"2\"", "num_hidden_layers must be an integer, not \"2\""},
         {"no hidden_size", "hidden_size", NULL, "hidden_size is missing"},
         {"a Llama", "architectures", "[\"LlamaForCausalLM\"]", "architectures is LlamaForCausalLM"},
@@ -148,14 +166,7 @@ static void transformers_made(void) {
         {"head_dim 7", "head_dim", "7", "head_dim must be hidden_size / num_attention_heads = 16"},
         {"top_k above the experts", "num_experts_per_tok", "5", "top_k must be between 1 and the number of experts"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        json_t *j = transformers_config();
-        if (bad[i].value_json) json_object_set_new(j, bad[i].key, json_loads(bad[i].value_json, JSON_DECODE_ANY, NULL));
-        else json_object_del(j, bad[i].key);
-        ckpt = write_config("bad", j);
-        expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c, NULL), bad[i].expect);
-        free(ckpt);
-    }
+    expect_bad_keys(transformers_config, bad, sizeof bad / sizeof *bad);
     /* a model that differs from the file in one field: named, with both values */
     ckpt = write_config("hf", transformers_config());
     moe_checkpoint_read_config(ckpt, &c, NULL);
@@ -171,6 +182,94 @@ static void transformers_made(void) {
                    "moe_train.capacity_factor is 0 but this model has 1.25");
     CHECK_OK(moe__checkpoint_check_config(ckpt, &c, 0));
     free(ckpt);
+}
+
+/* The families beside Mixtral (models/model.h): their config.json round trips and loads in their transformers class;
+ * a transformers 5 file (num_local_experts, rope_parameters) reads; what they hold that moe-train cannot compute is
+ * refused by key. */
+static int fields_equal(const moe_model_config *a, const moe_model_config *b, const char *what) {
+    int same = 1;
+    for (int i = 0; i < moe_checkpoint_num_fields(); i++) {
+        moe_checkpoint_field x = moe_checkpoint_field_at(a, i), y = moe_checkpoint_field_at(b, i);
+        CHECK(x.value == y.value, "%s: %s: wrote %s, read %s", what, x.path, x.text, y.text);
+        same &= x.value == y.value;
+    }
+    return same;
+}
+
+/* What transformers 5's Qwen3MoeConfig(...).save_pretrained writes (num_local_experts, rope_parameters). */
+static json_t *qwen3_config(void) {
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:{s:f, s:s}, s:f,"
+                     " s:b, s:[], s:i, s:n}", "architectures", "Qwen3MoeForCausalLM", "model_type", "qwen3_moe",
+                     "vocab_size", 256, "hidden_size", 64, "intermediate_size", 96, "moe_intermediate_size", 48,
+                     "num_hidden_layers", 2, "num_attention_heads", 4, "num_key_value_heads", 2, "head_dim", 24,
+                     "num_local_experts", 8, "num_experts_per_tok", 4, "norm_topk_prob", 1, "tie_word_embeddings", 0,
+                     "rope_parameters", "rope_theta", 1e6, "rope_type", "default", "rms_norm_eps", 1e-6,
+                     "attention_bias", 0, "mlp_only_layers", "decoder_sparse_step", 1, "sliding_window");
+}
+
+static void families(void) {
+    const struct { int family; const char *label, *model_type; } kinds[] = {
+        {MOE_MODEL_FAMILY_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe"},
+        {MOE_MODEL_FAMILY_OLMOE, "OlmoeForCausalLM", "olmoe"},
+    };
+    char note[1024];
+    for (int k = 0; k < 2; k++) {
+        moe_model_config c = small(), back;
+        c.family = kinds[k].family, c.moe.renormalize = k == 0, c.moe.top_k = 4;
+        if (kinds[k].family == MOE_MODEL_FAMILY_QWEN3_MOE) c.head_dim = 48, c.moe_every = 2; /* not d / H = 32 */
+        CHECK(!strcmp(label_of(&c, note, sizeof note), kinds[k].label) && !*note, "%s labelled %s: %s",
+              kinds[k].model_type, label_of(&c, note, sizeof note), note);
+        char *ckpt = write_config(kinds[k].model_type, moe__checkpoint_config_json(&c));
+        CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+        CHECK(fields_equal(&c, &back, kinds[k].model_type) && back.family == c.family, "%s: round trip",
+              kinds[k].model_type);
+        char *text = file_text(ckpt);
+        CHECK(strstr(text, "\"num_experts\": 8") && strstr(text, "\"norm_topk_prob\"") &&
+                  !strstr(text, "\"num_local_experts\"") && !strstr(text, "\"renormalize\""),
+              "%s: not its transformers keys:\n%s", kinds[k].model_type, text);
+        if (k == 0)
+            CHECK(strstr(text, "\"moe_intermediate_size\": 256") && strstr(text, "\"decoder_sparse_step\": 2") &&
+                      strstr(text, "\"head_dim\": 48"), "Qwen3-MoE's keys:\n%s", text);
+        free(text), free(ckpt);
+        c.moe.score_func = MOE_SCORE_SIGMOID; /* our variant, which keeps the family in moe_train */
+        CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "transformers' ") &&
+                  strstr(note, kinds[k].label), "%s with sigmoid scores: %s", kinds[k].model_type, note);
+        ckpt = write_config("variant", moe__checkpoint_config_json(&c));
+        CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+        CHECK(back.family == c.family && fields_equal(&c, &back, "variant"), "the variant's family read back as %d",
+              back.family);
+        free(ckpt);
+    }
+    moe_model_config c;
+    char *ckpt = write_config("qwen3-hf", qwen3_config());
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.family == MOE_MODEL_FAMILY_QWEN3_MOE && c.moe.num_experts == 8 && c.rope_theta == 1e6f &&
+              c.head_dim == 24 && c.d_ff == 48 && c.moe.renormalize == 1 && c.norm_eps == 1e-6f,
+          "transformers 5's Qwen3-MoE config: family %d experts %d rope_theta %g head_dim %d d_ff %d", c.family,
+          c.moe.num_experts, c.rope_theta, c.head_dim, c.d_ff);
+    free(ckpt);
+    const bad_key bad[] = {
+        {"attention biases", "attention_bias", "true", "attention_bias must be false"},
+        {"mlp_only_layers [1]", "mlp_only_layers", "[1]", "mlp_only_layers must be empty"},
+        {"scaled RoPE", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4}", "rope_type is \"default\""},
+        {"rope_scaling", "rope_scaling", "{\"type\": \"linear\"}", "rope_scaling must be null"},
+        {"no head_dim", "head_dim", NULL, "head_dim is missing"},
+        {"an odd head_dim", "head_dim", "25", "head_dim must be even"},
+        {"labels of two families", "model_type", "\"olmoe\"", "name different models"},
+        {"moe_train.family olmoe", "moe_train", "{\"family\": \"olmoe\"}", "moe_train.family is olmoe but"},
+        {"a dense layer narrower", "decoder_sparse_step", "2", "intermediate_size (96, the dense layers' width)"},
+        {"clip_qkv", "clip_qkv", "8.0", "clip_qkv must be null"},
+    };
+    expect_bad_keys(qwen3_config, bad, sizeof bad / sizeof *bad);
+    /* a Mixtral or OLMoE cannot have a head_dim of its own: their transformers classes derive it */
+    c = small();
+    c.head_dim = 64;
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "--family qwen3_moe"),
+          "a Mixtral with head_dim 64 of d 128 / 4 heads: %s", moe_model_config_problem(&c) ?: "accepted");
+    c.family = MOE_MODEL_FAMILY_QWEN3_MOE, c.tp = 2, c.head_dim = 0;
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "q/k norms"),
+          "q/k norms at tp 2: %s", moe_model_config_problem(&c) ?: "accepted");
 }
 
 /* moe_train_options_load over argv (NULL-terminated, without the program name); the message in msg. */
@@ -248,6 +347,7 @@ int main(void) {
     round_trip();
     labels();
     transformers_made();
+    families();
     options();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -18,6 +18,9 @@
 #  6. (issue 29) threads against the CPUs a rank may run on: a note when a binding holds a lone rank to one core (with
 #     `mpirun --bind-to none` as the fix), none without it, a warning when --threads exceed the CPUs.
 #  7. (issue 48) an MOE_CPU_GEMM it does not know is refused, naming it.
+#  8. (issue 49) layout flags are not inherited by --resume.
+#  9. (issue 51) a Qwen3-MoE saves under its own label and names, resumes at another layout bitwise, and is refused
+#     as another family or at --tp 2.
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -224,5 +227,28 @@ refuses "--tp 2 does not divide --tp-shards 1, the fixed pieces .* that the save
     --resume "$dir/shards1/step-00000002" --steps 3 --tp 2
 grep -q "^moe-train: (from the saved run, as --resume keeps what is not given: .*--tp-shards 1" "$dir/out.txt" ||
     fail_with_output "the refusal does not list the options the saved run gave"
+
+# 9. (issue 51) a Qwen3-MoE (q/k norms per head, a head_dim of its own) trains at --pp 2 and saves under its own label
+# and names; its step 2 resumed at pp 1 and ep 2 continues the run's bits; --init-from it as another family, or at
+# --tp 2, is refused by name
+qwen=(--family qwen3_moe --head-dim 12 --layers 2 --top-k 4 --renormalize 1)
+trains "a Qwen3-MoE at --pp 2" "^step     4" "${qwen[@]}" --pp 2 --steps 4 --checkpoint-dir "$dir/qwen" \
+    --checkpoint-interval 2 --log-file "$dir/qwen.jsonl"
+qwen_step2="$dir/qwen/step-00000002"
+grep -q '"Qwen3MoeForCausalLM"' "$qwen_step2/config.json" && grep -q '"head_dim": 12' "$qwen_step2/config.json" &&
+    grep -q '"norm_topk_prob": true' "$qwen_step2/config.json" &&
+    grep -aq 'model.layers.1.self_attn.q_norm.weight' "$qwen_step2/model.safetensors" &&
+    grep -aq 'model.layers.0.mlp.experts.3.down_proj.weight' "$qwen_step2/model.safetensors" &&
+    echo "ok: labelled Qwen3MoeForCausalLM, its tensors named as transformers names them" ||
+    fail_with_output "the Qwen3-MoE checkpoint's label or names: $(cat "$qwen_step2/config.json")"
+trains "its step 2 resumed at pp 1, ep 2" "^step     4" --resume "$qwen_step2" --steps 4 "${qwen[@]}" --ep 2 \
+    --log-file "$dir/qwen_resumed.jsonl" --checkpoint-dir "$dir/qwen_resumed"
+[ "$(losses "$dir/qwen_resumed.jsonl")" = "$(losses "$dir/qwen.jsonl" | sed -n '3,$p')" ] &&
+    echo "ok: steps 3 and 4 at pp 1 x ep 2 bitwise the pp 2 run's: $(losses "$dir/qwen_resumed.jsonl" | tr '\n' ' ')" ||
+    fail_with_output "the Qwen3-MoE resume: losses $(losses "$dir/qwen_resumed.jsonl" | tr '\n' ' ') against \
+$(losses "$dir/qwen.jsonl" | tr '\n' ' ')"
+refuses "--family olmoe disagrees with .*config.json, whose moe_train.family is \"qwen3_moe\"" \
+    --init-from "$qwen_step2" --family olmoe --eval-only 1
+refuses "q/k norms .* run at tp 1 only" "${qwen[@]}" --tp 2
 
 finish test_config_cli

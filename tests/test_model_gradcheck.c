@@ -1,7 +1,8 @@
 /* test_model_gradcheck.c — the whole language model's gradients against central finite differences, in
  * the float64 build: every parameter (embedding, attention, norms, routers, dense FFN, experts, lm_head)
  * of a tiny model with one dense and one MoE layer, grouped-query attention, tied and untied heads,
- * softmax and sigmoid routing, with and without capacity drops, fused (the default) and materialized attention. The loss is the summed cross-entropy
+ * softmax and sigmoid routing, with and without capacity drops, fused (the default) and materialized attention, and the
+ * families' q/k norms (Qwen3-MoE's per head with a head_dim of its own, OLMoE's over the projections). The loss is the summed cross-entropy
  * plus the layers' weighted aux and z losses — exactly what backward differentiates. */
 #include <math.h>
 #include <stdlib.h>
@@ -80,5 +81,11 @@ int main(void) {
     moe_model_config materialized = c; /* the defaults run the fused attention; the other way too */
     materialized.attention = MOE_ATTENTION_MATERIALIZED;
     run_case("untied, GQA, softmax, dropless, materialized attention", materialized, 1);
+    moe_model_config qwen3 = c; /* each head's q/k norm, a head_dim of its own (6, not d / H = 4) */
+    qwen3.family = MOE_MODEL_FAMILY_QWEN3_MOE, qwen3.head_dim = 6, qwen3.moe.renormalize = 1;
+    run_case("Qwen3-MoE: per-head q/k norms, head_dim 6", qwen3, 5);
+    moe_model_config olmoe = c; /* q/k norms over the whole projections, gates not renormalised */
+    olmoe.family = MOE_MODEL_FAMILY_OLMOE, olmoe.moe.renormalize = 0;
+    run_case("OLMoE: q/k norms over the projections", olmoe, 6);
     return test_finish("test_model_gradcheck");
 }

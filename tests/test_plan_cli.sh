@@ -46,7 +46,8 @@ expect_error "--zero 2 needs moe-train's world-invariant sums" --zero 2 --shards
 
 out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
-case $out in *"cannot train"*"head_dim"*) ;; *) fail "Qwen3's unsupported head_dim is not noted" ;; esac
+case $out in *"cannot train"*) fail "Qwen3-MoE is trainable (q/k norms, its own head_dim), yet noted: $out" ;; esac
+expect_error "--tp must be 1 for a model with q/k norms" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --tp 2
 case $out in *"7 peers on its node, "*" to 8 on others"*) ;; *) fail "ep 16 on 2 nodes of 8: want 7 peers on, 8 off" ;; esac
 
 json=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 8 --seq-len 1024 --global-batch 512 --search --top 5 \
@@ -56,8 +57,9 @@ import json, sys
 d = json.loads(sys.argv[1])
 p = d["model"]["params"]
 assert p["total"] == 30532122624 and p["active"] == 3353032704, p
-assert len(d["model"]["unsupported"]) == 2, d["model"]["unsupported"]  # head_dim, q/k norms
+assert d["model"]["unsupported"] == [], d["model"]["unsupported"]  # head_dim and q/k norms: trainable (issue 51)
 L = d["layouts"]
+assert all(l["tp"] == 1 for l in L), [l["tp"] for l in L]  # q/k norms run at tp 1
 assert 0 < len(L) <= 5 and d["layouts_fit"] >= len(L), (len(L), d["layouts_fit"])
 tps = [l["tokens_per_s_serial"] for l in L]
 assert tps == sorted(tps, reverse=True), tps

@@ -11,7 +11,9 @@
  *   - as the first, with ZeRO-2 (gradients reduce-scattered layer by layer) against a ZeRO-0 reference, and the
  *     norm's atoms made small so that every range boundary cuts a tensor;
  *   - as the first in bf16 (the GEMMs' weight copies kept across the micro-batches of a step), pipelines of 1 and 2
- *     stages only.
+ *     stages only;
+ *   - a Qwen3-MoE (models/model.h: q/k norms per head, head_dim 12 of d 32 / 4 heads, top-4) under ZeRO-2 against a
+ *     ZeRO-0 reference.
  * The check can fail: with num_shards = 0 (today's reductions: one product per rank, MPI's all-reduce) the final
  * weights of W >= 2 differ from the reference in some bit (checked too); and replacing the tree all-reduce of the
  * gradients by MPI's fails the W = 4 and 8 runs (tried). */
@@ -32,12 +34,15 @@ enum { SHARDS = 8, MAX_STEPS = 16, LAYERS = 4, MICRO = 4 };
  * the main build's) */
 static int steps = 10;
 
-typedef enum { SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, SOFTMAX_ZERO2, TIED_ZERO2, BF16_SOFTMAX, NUM_CASES } test_case;
+typedef enum {
+    SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, SOFTMAX_ZERO2, TIED_ZERO2, BF16_SOFTMAX, QWEN3_ZERO2, NUM_CASES
+} test_case;
 static const char *const case_names[] = {"softmax, 4 micro-batches, ZeRO-1", "sigmoid, drops by score",
                                          "all ties (router weights 0)",
                                          "softmax, 4 micro-batches, ZeRO-2 against ZeRO-0, atoms of 40 values",
                                          "tied embeddings, 4 micro-batches, ZeRO-2 against ZeRO-0",
-                                         "bf16, softmax, 4 micro-batches, ZeRO-1"};
+                                         "bf16, softmax, 4 micro-batches, ZeRO-1",
+                                         "Qwen3-MoE (q/k norms per head, head_dim 12), 4 micro-batches, ZeRO-2"};
 enum { SMALL_ATOM = 40 }; /* SOFTMAX_ZERO2: ranges fall inside tensors (models/zero.h) */
 
 /* What a run leaves: per step {loss, aux, z, norm}; the full model and moments in the unsharded layout of its rank
@@ -50,12 +55,15 @@ typedef struct {
 } run_result;
 
 static moe_train_options options(const char *train, const char *val, test_case c, int shards) {
-    const int softmax = c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2 || c == TIED_ZERO2 || c == BF16_SOFTMAX;
+    const int softmax =
+        c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2 || c == TIED_ZERO2 || c == BF16_SOFTMAX || c == QWEN3_ZERO2;
     moe_train_options o = test_small_options(train, val, 1, steps, softmax ? MICRO : 1);
     o.model.num_layers = LAYERS; /* pipelines of 2 and 4 stages */
     o.model.moe.capacity_factor = 1.0f;
     o.model.moe.num_shards = shards;
-    o.zero = c == SOFTMAX_ZERO || c == BF16_SOFTMAX ? 1 : c == SOFTMAX_ZERO2 || c == TIED_ZERO2 ? 2 : 0;
+    o.zero = c == SOFTMAX_ZERO || c == BF16_SOFTMAX ? 1 : c == SOFTMAX_ZERO2 || c == TIED_ZERO2 || c == QWEN3_ZERO2 ? 2 : 0;
+    if (c == QWEN3_ZERO2) /* the norms' gradients, per head, summed per shard as every other's */
+        o.model.family = MOE_MODEL_FAMILY_QWEN3_MOE, o.model.head_dim = 12, o.model.moe.top_k = 4;
     if (c == BF16_SOFTMAX) o.model.moe.precision = MOE_PRECISION_BF16;
     o.model.tie_embeddings = c == TIED_ZERO2;
     if (c == SIGMOID_BY_SCORE) {
@@ -132,7 +140,7 @@ static void reference(const char *train_path, const char *val_path, test_case c,
         moe_parallel *self;
         test_mpi_require(moe_parallel_create_self(&self), "self layout");
         moe_train_options o = options(train_path, val_path, c, shards);
-        o.zero = c == SOFTMAX_ZERO2 || c == TIED_ZERO2 ? 0 : o.zero; /* ZeRO-2 must give ZeRO-0's bits */
+        o.zero = c == SOFTMAX_ZERO2 || c == TIED_ZERO2 || c == QWEN3_ZERO2 ? 0 : o.zero; /* ZeRO-2 must give ZeRO-0's bits */
         train(self, o, c, 1, ref);
         moe_parallel_destroy(self);
     }
@@ -216,7 +224,8 @@ static void check_case(const char *train_path, const char *val_path, test_case c
         for (int V = 1; V <= 2; V++) /* interleaved: pp > 1, every chunk a layer at least, micro-batches in groups of pp */
             for (int ep = 1; ep <= W / pp && ep <= 8; ep *= 2)
                 if ((W / pp) % ep == 0 && (V == 1 || (pp > 1 && LAYERS % (pp * V) == 0 && MICRO % pp == 0 &&
-                                                      (c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2 || c == TIED_ZERO2))))
+                                                      (c == SOFTMAX_ZERO || c == SOFTMAX_ZERO2 || c == TIED_ZERO2 ||
+                                                       c == QWEN3_ZERO2))))
                     check_layout(train_path, val_path, c, W, rank, pp, V, ep, &ref, table);
     moe_model_destroy(whole);
     moe_parallel_destroy(self);

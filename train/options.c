@@ -28,7 +28,12 @@ static const opt_spec kOptions[] = {
     /* model */
     {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL, RUN},
     {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL, RUN},
-    {"--heads", "attention heads (head_dim = d_model / heads, even)", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL, RUN},
+    {"--family", "model family (models/model.h): mixtral; qwen3_moe (q/k norms per head, --head-dim its own); olmoe "
+     "(q/k norms over the projections)", OPT_CHOICE, OFF(model.family), 0, 0, {"mixtral", "qwen3_moe", "olmoe"}, NULL,
+     RUN},
+    {"--heads", "attention heads", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL, RUN},
+    {"--head-dim", "width of each head, even (0: d_model / heads; another value with --family qwen3_moe)", OPT_INT,
+     OFF(model.head_dim), 0, 4096, {0}, NULL, RUN},
     {"--kv-heads", "key/value heads (< heads: grouped-query attention; auto: --heads)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL, RUN},
     {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}, NULL, RUN},
     {"--vocab", "vocabulary size (256: bytes; above 65536 the token files must hold uint32 tokens)", OPT_INT,
@@ -77,6 +82,7 @@ static const opt_spec kOptions[] = {
     {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL, RUN},
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL, RUN},
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},
+    {"--adam-eps", "AdamW epsilon (added to sqrt(v))", OPT_FLOAT, OFF(adam_eps), 0, 1e6, {0}, NULL, RUN},
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
     {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
      "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
@@ -218,7 +224,7 @@ static void set_defaults(moe_train_options *o) {
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
     o->pp = 1, o->virtual_stages = 1, o->model.tp = 1, o->model.tp_shards = -1; /* tp_shards auto: --tp */
     o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
-    o->beta1 = 0.9f, o->beta2 = 0.95f, o->seed = 1337;
+    o->beta1 = 0.9f, o->beta2 = 0.95f, o->adam_eps = 1e-8f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
     o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;

@@ -26,7 +26,7 @@ typedef struct {
     int batch;          /* global sequences per micro-batch; divisible by the world size */
     int micro_batches;  /* gradient accumulation steps per optimizer step                */
     int steps;
-    float lr, min_lr, weight_decay, clip, beta1, beta2;
+    float lr, min_lr, weight_decay, clip, beta1, beta2, adam_eps;
     int warmup;
     int seed;
     int zero;           /* 0-2: ZeRO-1 shards the AdamW state, ZeRO-2 the gradients too (models/zero.h) */

@@ -476,9 +476,10 @@ int main(int argc, char **argv) {
         return parsed >= 0 ? 0 : 2;
     }
     char why[512];
-    if (world_rank == 0 && !moe_checkpoint_is_mixtral(&opt.model, why, sizeof why))
-        printf("note: not a Mixtral (%s): checkpoints are labelled " MOE_CHECKPOINT_VARIANT ", not "
-               MOE_CHECKPOINT_MIXTRAL " (docs/CHECKPOINTS.md)\n", why);
+    if (world_rank == 0 && !moe_checkpoint_hf_computes(&opt.model, why, sizeof why))
+        printf("note: not a %s (%s): checkpoints are labelled " MOE_CHECKPOINT_VARIANT ", not %s "
+               "(docs/CHECKPOINTS.md)\n", opt.model.family == MOE_MODEL_FAMILY_MIXTRAL ? "Mixtral"
+               : moe_checkpoint_hf_class(opt.model.family), why, moe_checkpoint_hf_class(opt.model.family));
     const int threads_asked = opt.threads != 0;
     if (opt.threads == 0) opt.threads = moe_threads_default();
     moe_threads_set(opt.threads);

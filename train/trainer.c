@@ -593,7 +593,7 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     MOE_TRY(st);
     double clip_factor;
     MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
-    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, 1e-8f, o->weight_decay, step};
+    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, step};
     MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_sync_tied(t->model)); /* tied embeddings on a pipeline: the first stage's into the last's */

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""hf_families.py — the model families beside Mixtral (models/model.h: Qwen3-MoE, OLMoE) against Hugging Face
+transformers, both ways, on small random models (vocab 256, d 64, 2 layers, 4 heads / 2 kv heads, 8 experts, top-4).
+
+For each family:
+  A. HF -> ours: a random Qwen3MoeForCausalLM / OlmoeForCausalLM (the q/k norms' weights randomised too; Qwen3's
+     head_dim 24, not d / heads) saved with save_pretrained (safetensors, float32) loads in moe-train with --init-from
+     and no shape flags, and gives transformers' logits on validation sequence 0 and its eval loss.
+  B. Gradients: moe-train trains one step from that directory with AdamW at lr 10 and eps 10, no weight decay, no
+     clipping, no aux or z loss; step 1 of AdamW moves each weight by u = lr g / (|g| + eps) exactly, so the saved
+     weights give every gradient back, g = u eps / (lr - |u|), which must equal transformers' (loss.backward() of the
+     mean cross-entropy over the same batch).
+  C. ours -> HF: moe-train trains 10 steps of the family from scratch and saves; transformers loads the directory
+     (AutoModelForCausalLM) and gives moe-train --eval-only's logits and loss.
+Qwen3-MoE runs twice: top-4 renormalised (norm_topk_prob) and a model with a dense layer between MoE layers
+(decoder_sparse_step 2); OLMoE runs top-4 without renormalisation.
+Tolerances (fp32 on both sides): logits max|diff| <= 1e-4 max|logit| + 1e-5; loss relative difference <= 1e-5;
+gradients max|diff| <= 2e-3 max|g| + 1e-6 per tensor (the recovery divides the update's fp32 rounding by lr).
+
+Needs transformers >= 4.51 (Qwen3-MoE), which needs torch >= 2: scripts/hf_env.sh makes that environment.
+Run: scripts/hf_env.sh --python scripts/hf_families.py --moe-train build/moe-train --mpirun mpirun --workdir /tmp/f
+or the meson test: meson test -C build --suite families
+Exit: 0 all comparisons pass, 1 one fails, 77 transformers with these families is not importable.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import struct
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only; nothing is downloaded
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+try:
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import AutoModelForCausalLM, OlmoeConfig, Qwen3MoeConfig
+    from safetensors.torch import load_file
+    from hf_common import run, sequences, write_tokens
+except Exception as e:  # ImportError, or a transformers without these families
+    print(f"SKIP: transformers with Qwen3-MoE and OLMoE is not importable under {sys.executable}: {e!r}")
+    sys.exit(77)
+
+VOCAB, SEQ, BATCH, EVAL_BATCHES = 256, 32, 4, 2
+SHAPE = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             num_experts=8, num_experts_per_tok=4, tie_word_embeddings=False, max_position_embeddings=SEQ)
+LOGIT_RTOL, LOGIT_ATOL, LOSS_RTOL, GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5, 1e-5, 2e-3, 1e-6
+LR, EPS = 10.0, 10.0
+def ours_eval(args, data, init_from, dump):
+    """moe-train --eval-only on 2 ranks (the architecture from init_from's config.json): (loss, logits [S, V])."""
+    ok, out = run([args.mpirun, "-np", "2", args.moe_train, "--seq-len", str(SEQ), "--batch", str(BATCH), *data,
+                   "--init-from", init_from, "--eval-only", "1", "--eval-batches", str(EVAL_BATCHES),
+                   "--dump-logits", dump], f"moe-train --eval-only --init-from {init_from}")
+    m = re.search(r"eval: val_loss ([0-9.eE+-]+) over (\d+) tokens", out)
+    if not ok or not m:
+        return None, None
+    logits = torch.tensor(struct.unpack(f"<{SEQ * VOCAB}f", open(dump, "rb").read())).view(SEQ, VOCAB).double()
+    return float(m.group(1)), logits
+
+
+def hf_eval(model, inputs, targets):
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits.double()
+    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)).item(), logits
+
+
+def compare_eval(name, args, data, val, directory, model, results):
+    inputs, targets = sequences(val, EVAL_BATCHES * BATCH, SEQ)
+    hf_loss, hf_logits = hf_eval(model, inputs, targets)
+    loss, logits = ours_eval(args, data, directory, os.path.join(args.workdir, "logits.bin"))
+    if loss is None:
+        results.append((f"{name}: moe-train --eval-only", False))
+        return
+    diff, scale = (logits - hf_logits[0]).abs().max().item(), hf_logits[0].abs().max().item()
+    rel = abs(loss - hf_loss) / abs(hf_loss)
+    print(f"{name}: logits max|diff| {diff:.3e} (max|logit| {scale:.3f}); loss moe-train {loss:.9f} transformers "
+          f"{hf_loss:.9f} rel {rel:.2e}")
+    results.append((f"{name}: logits", diff <= LOGIT_RTOL * scale + LOGIT_ATOL))
+    results.append((f"{name}: loss", rel <= LOSS_RTOL))
+
+
+def family_config(family, dense_every=1):
+    if family == "qwen3_moe":
+        return Qwen3MoeConfig(**SHAPE, head_dim=24, moe_intermediate_size=48, intermediate_size=48,
+                              norm_topk_prob=True, decoder_sparse_step=dense_every, rope_theta=1e6, rms_norm_eps=1e-6)
+    return OlmoeConfig(**SHAPE, intermediate_size=48, norm_topk_prob=False, rope_theta=1e4, rms_norm_eps=1e-5,
+                       pad_token_id=None, bos_token_id=None, eos_token_id=None)
+
+
+def random_model(family, dense_every=1, seed=1234):
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(family_config(family, dense_every), attn_implementation="eager").float()
+    with torch.no_grad():  # norms away from 1 (transformers starts them at 1: a wrong norm would go unseen)
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+def per_expert_gradients(model, directory):
+    """{saved name: gradient} of every parameter, in the names save_pretrained wrote into directory (transformers 5
+    holds the experts fused, [E, 2F, d] and [E, d, F]; checked against the saved tensors)."""
+    saved = load_file(os.path.join(directory, "model.safetensors"))
+    out = {}
+    for name, p in model.named_parameters():
+        if name in saved:
+            assert torch.equal(saved[name], p.detach()), f"{name}: saved tensor differs from the parameter"
+            out[name] = p.grad.detach().clone()
+            continue
+        m = re.fullmatch(r"(.*\.mlp\.experts)\.(gate_up_proj|down_proj)", name)
+        assert m, f"{name}: not among the saved tensors and not a fused expert tensor"
+        for e in range(p.shape[0]):
+            prefix = f"{m.group(1)}.{e}."
+            if m.group(2) == "down_proj":
+                parts = {"down_proj.weight": (p[e], p.grad[e])}
+            else:
+                half = p.shape[1] // 2
+                parts = {"gate_proj.weight": (p[e, :half], p.grad[e, :half]),
+                         "up_proj.weight": (p[e, half:], p.grad[e, half:])}
+            for suffix, (value, grad) in parts.items():
+                assert torch.equal(saved[prefix + suffix], value.detach()), f"{prefix + suffix}: fused layout differs"
+                out[prefix + suffix] = grad.detach().clone()
+    assert set(out) == set(saved), sorted(set(saved) ^ set(out))
+    return out, saved
+
+
+def gradient_check(name, args, data, train, directory, model, results):
+    inputs, targets = sequences(train, BATCH, SEQ)
+    model.zero_grad()
+    logits = model(input_ids=inputs).logits
+    F.cross_entropy(logits.reshape(-1, VOCAB).float(), targets.reshape(-1)).backward()
+    hf, before = per_expert_gradients(model, directory)
+    ckpt = os.path.join(args.workdir, "grad-ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    ok, _ = run([args.mpirun, "-np", "2", args.moe_train, "--seq-len", str(SEQ), "--batch", str(BATCH), *data,
+                 "--init-from", directory, "--steps", "1", "--lr", str(LR), "--min-lr", str(LR), "--warmup", "0",
+                 "--adam-eps", str(EPS), "--weight-decay", "0", "--clip", "0", "--aux-loss-coef", "0",
+                 "--z-loss-coef", "0", "--eval-interval", "0", "--eval-batches", "1", "--sample-tokens", "0",
+                 "--checkpoint-dir", ckpt], f"{name}: moe-train one step")
+    if not ok:
+        results.append((f"{name}: gradients (moe-train's step)", False))
+        return
+    after = load_file(os.path.join(ckpt, "step-00000001", "model.safetensors"))
+    worst, passed = ("", 0.0), True
+    for key, g in hf.items():
+        u = (before[key].double() - after[key].double())
+        ours = u * EPS / (LR - u.abs())
+        diff, scale = (ours - g.double()).abs().max().item(), g.abs().max().item()
+        if diff > GRAD_RTOL * scale + GRAD_ATOL:
+            passed = False
+            print(f"  {key}: max|diff| {diff:.3e} over max|g| {scale:.3e}")
+        if scale > 0 and diff / scale > worst[1]:
+            worst = (key, diff / scale)
+    print(f"{name}: gradients of {len(hf)} tensors, worst max|diff| / max|g| {worst[1]:.2e} ({worst[0]})")
+    results.append((f"{name}: gradients", passed))
+
+
+def ours_to_hf(name, args, data, val, flags, results):
+    ckpt = os.path.join(args.workdir, "ours-ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    ok, _ = run([args.mpirun, "-np", "2", args.moe_train, *flags, "--vocab", str(VOCAB), "--seq-len", str(SEQ),
+                 "--batch", str(BATCH), *data, "--steps", "10", "--warmup", "2", "--eval-interval", "0",
+                 "--eval-batches", "1", "--sample-tokens", "0", "--checkpoint-dir", ckpt], f"{name}: moe-train run")
+    if not ok:
+        results.append((f"{name}: moe-train run", False))
+        return
+    directory = os.path.join(ckpt, "step-00000010")
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
+    print(f"{name}: transformers loaded {type(model).__name__}")
+    results.append((f"{name}: transformers loads it", type(model).__name__ == flags[1].replace("qwen3_moe",
+                   "Qwen3MoeForCausalLM").replace("olmoe", "OlmoeForCausalLM")))
+    compare_eval(name, args, data, val, directory, model, results)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--moe-train", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    rng = random.Random(5)
+    train = [rng.randrange(VOCAB) for _ in range(40 * SEQ + 1)]
+    val = [rng.randrange(VOCAB) for _ in range(EVAL_BATCHES * BATCH * SEQ + 1)]
+    write_tokens(os.path.join(args.workdir, "train.bin"), train)
+    write_tokens(os.path.join(args.workdir, "val.bin"), val)
+    data = ["--train-data", os.path.join(args.workdir, "train.bin"), "--val-data", os.path.join(args.workdir, "val.bin")]
+    results = []
+    for family, dense_every in (("qwen3_moe", 1), ("qwen3_moe", 2), ("olmoe", 1)):
+        name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "")
+        print(f"== {name}: transformers -> moe-train, gradients ==")
+        model = random_model(family, dense_every)
+        directory = os.path.join(args.workdir, f"hf-{family}-{dense_every}")
+        model.save_pretrained(directory, safe_serialization=True)
+        compare_eval(f"A {name}", args, data, val, directory, model, results)
+        gradient_check(f"B {name}", args, data, train, directory, model, results)
+    shape = ["--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2", "--d-ff", "48", "--experts", "8",
+             "--top-k", "4"]
+    print("== moe-train -> transformers ==")
+    ours_to_hf("C qwen3_moe", args, data, val, ["--family", "qwen3_moe", "--head-dim", "24", "--renormalize", "1",
+                                                 *shape], results)
+    ours_to_hf("C olmoe", args, data, val, ["--family", "olmoe", "--renormalize", "0", *shape], results)
+    failed = [n for n, ok in results if not ok]
+    print(f"{len(results) - len(failed)} of {len(results)} comparisons pass" + (f"; failed: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
