@@ -43,44 +43,55 @@ typedef struct {
 #define TOP2(key, alias, required, absent) {key, alias, IN_TOP, required, absent}
 #define OURS(key, absent) {key, NULL, IN_MOE_TRAIN, 0, absent}
 #define FIXED(key, value) {key, NULL, IN_NONE, 0, value}
-#define ALL3(place) {place, place, place}
-enum { MIX = MOE_MODEL_FAMILY_MIXTRAL, QWEN3 = MOE_MODEL_FAMILY_QWEN3_MOE, OLMOE = MOE_MODEL_FAMILY_OLMOE };
+#define ALL4(place) {place, place, place, place}
+enum { MIX = MOE_MODEL_FAMILY_MIXTRAL, QWEN3 = MOE_MODEL_FAMILY_QWEN3_MOE, OLMOE = MOE_MODEL_FAMILY_OLMOE,
+       QWEN2 = MOE_MODEL_FAMILY_QWEN2_MOE };
 static const arch_field kFields[] = {
     /* first: the others' places depend on it (absent: the family the labels name, config_family) */
-    {0, FIELD_FAMILY, MC(family), {OURS("family", MIX), OURS("family", QWEN3), OURS("family", OLMOE)}},
-    {0, FIELD_INT, MC(vocab_size), ALL3(TOP("vocab_size", 1, 0))},
-    {0, FIELD_INT, MC(d_model), ALL3(TOP("hidden_size", 1, 0))},
+    {0, FIELD_FAMILY, MC(family), {OURS("family", MIX), OURS("family", QWEN3), OURS("family", OLMOE),
+                                   OURS("family", QWEN2)}},
+    {0, FIELD_INT, MC(vocab_size), ALL4(TOP("vocab_size", 1, 0))},
+    {0, FIELD_INT, MC(d_model), ALL4(TOP("hidden_size", 1, 0))},
     {0, FIELD_INT, MC(d_ff), {TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0),
-                              TOP("intermediate_size", 1, 0)}},
-    {0, FIELD_INT, MC(num_layers), ALL3(TOP("num_hidden_layers", 1, 0))},
-    {0, FIELD_INT, MC(num_heads), ALL3(TOP("num_attention_heads", 1, 0))},
-    {0, FIELD_INT, MC(num_kv_heads), ALL3(TOP("num_key_value_heads", 1, 0))},
-    {0, FIELD_INT, MC(head_dim), {FIXED("head_dim", 0), TOP("head_dim", 1, 0), FIXED("head_dim", 0)}}, /* 0: d / H */
+                              TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0)}},
+    {0, FIELD_INT, MC(shared_d_ff), {OURS("shared_d_ff", 0), OURS("shared_d_ff", 0), OURS("shared_d_ff", 0),
+                                     TOP("shared_expert_intermediate_size", 1, 0)}},
+    {0, FIELD_INT, MC(num_layers), ALL4(TOP("num_hidden_layers", 1, 0))},
+    {0, FIELD_INT, MC(num_heads), ALL4(TOP("num_attention_heads", 1, 0))},
+    {0, FIELD_INT, MC(num_kv_heads), ALL4(TOP("num_key_value_heads", 1, 0))},
+    {0, FIELD_INT, MC(head_dim), {FIXED("head_dim", 0), TOP("head_dim", 1, 0), FIXED("head_dim", 0),
+                                  FIXED("head_dim", 0)}}, /* 0: d / H */
     {0, FIELD_INT, MC(moe.num_experts), {TOP("num_local_experts", 1, 0), TOP2("num_experts", "num_local_experts", 1, 0),
+                                         TOP2("num_experts", "num_local_experts", 1, 0),
                                          TOP2("num_experts", "num_local_experts", 1, 0)}},
-    {0, FIELD_INT, MC(moe.top_k), ALL3(TOP("num_experts_per_tok", 1, 0))},
-    {0, FIELD_BOOL, MC(tie_embeddings), ALL3(TOP("tie_word_embeddings", 0, 0))},
-    {0, FIELD_FLOAT, MC(rope_theta), {TOP("rope_theta", 0, 1e6), TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4)}},
+    {0, FIELD_INT, MC(moe.top_k), ALL4(TOP("num_experts_per_tok", 1, 0))},
+    {0, FIELD_BOOL, MC(tie_embeddings), ALL4(TOP("tie_word_embeddings", 0, 0))},
+    {0, FIELD_FLOAT, MC(rope_theta), {TOP("rope_theta", 0, 1e6), TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4),
+                                      TOP("rope_theta", 0, 1e4)}},
     {0, FIELD_FLOAT, MC(norm_eps), {TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
-                                    TOP("rms_norm_eps", 0, 1e-5)}},
-    {0, FIELD_INT, MC(moe_every), {OURS("moe_every", 1), TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1)}},
-    {0, FIELD_SCORE, MC(moe.score_func), ALL3(OURS("score_func", MOE_SCORE_SOFTMAX))},
+                                    TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6)}},
+    {0, FIELD_INT, MC(moe_every), {OURS("moe_every", 1), TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1),
+                                   TOP("decoder_sparse_step", 0, 1)}},
+    {0, FIELD_SCORE, MC(moe.score_func), ALL4(OURS("score_func", MOE_SCORE_SOFTMAX))},
     {0, FIELD_BOOL, MC(moe.renormalize), {OURS("renormalize", 1), TOP("norm_topk_prob", 0, 0),
-                                          TOP("norm_topk_prob", 0, 0)}},
-    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL3(OURS("capacity_factor", 0))},
-    {1, FIELD_DROP, MC(moe.drop_priority), ALL3(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
+                                          TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0)}},
+    {0, FIELD_INT, MC(moe.num_groups), ALL4(OURS("num_groups", 0))},
+    {0, FIELD_INT, MC(moe.topk_groups), ALL4(OURS("topk_groups", 0))},
+    {0, FIELD_FLOAT, MC(moe.routed_scaling), ALL4(OURS("routed_scaling", 0))},
+    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL4(OURS("capacity_factor", 0))},
+    {1, FIELD_DROP, MC(moe.drop_priority), ALL4(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
 };
 #undef TOP
 #undef TOP2
 #undef OURS
 #undef FIXED
-#undef ALL3
+#undef ALL4
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
 static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"};
 /* transformers' class of each family, and its name in a sentence */
 static const char *const kClasses[MOE_MODEL_FAMILIES] = {MOE_CHECKPOINT_MIXTRAL, "Qwen3MoeForCausalLM",
-                                                         "OlmoeForCausalLM"};
-static const char *const kFamilyTitles[MOE_MODEL_FAMILIES] = {"Mixtral", "Qwen3-MoE", "OLMoE"};
+                                                         "OlmoeForCausalLM", "Qwen2MoeForCausalLM"};
+static const char *const kFamilyTitles[MOE_MODEL_FAMILIES] = {"Mixtral", "Qwen3-MoE", "OLMoE", "Qwen2-MoE"};
 
 static int family_of(const moe_model_config *c) {
     return c->family >= 0 && c->family < MOE_MODEL_FAMILIES ? c->family : MOE_MODEL_FAMILY_MIXTRAL;
@@ -90,6 +101,7 @@ static double field_value(const moe_model_config *c, const arch_field *f) {
     const void *p = (const char *)c + f->offset;
     if (f->kind == FIELD_FLOAT) {
         float v = *(const float *)p;
+        if (f->offset == MC(moe.routed_scaling)) return moe_config_gate_scale(&c->moe); /* 0 reads as 1 */
         return f->offset == MC(moe.capacity_factor) && v <= 0 ? 0 : v; /* every cf <= 0 is dropless */
     }
     return *(const int *)p;
@@ -133,16 +145,23 @@ const char *moe_checkpoint_hf_class(int family) {
 
 int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     const moe_config *q = &c->moe;
-    const char *reasons[6];
+    const char *reasons[9];
     int count = 0;
     if (q->num_experts < 2) reasons[count++] = "a dense model (one expert: Llama's mlp tensors)";
-    if (c->moe_every != 1 && c->family != MOE_MODEL_FAMILY_QWEN3_MOE) /* Qwen3's decoder_sparse_step is the rule */
+    const int qwen = c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE;
+    if (c->moe_every != 1 && !qwen) /* Qwen's decoder_sparse_step is the rule */
         reasons[count++] = "dense FFNs between the MoE layers (moe_every > 1)";
+    if (c->shared_d_ff > 0 && c->family != MOE_MODEL_FAMILY_QWEN2_MOE)
+        reasons[count++] = "a shared expert beside the routed ones";
+    if (c->shared_d_ff == 0 && c->family == MOE_MODEL_FAMILY_QWEN2_MOE)
+        reasons[count++] = "no shared expert (Qwen2-MoE's always has one)";
     if (q->score_func != MOE_SCORE_SOFTMAX) reasons[count++] = "sigmoid router scores with a selection bias";
     if (!q->renormalize && c->family == MOE_MODEL_FAMILY_MIXTRAL) /* the others' norm_topk_prob says it */
         reasons[count++] = q->top_k == 1 ? "top-1 gates not renormalised (gate = router probability; Mixtral's is 1)"
                                          : "top-k gates not renormalised";
     if (q->capacity_factor > 0) reasons[count++] = "a capacity limit that drops tokens";
+    if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
+        reasons[count++] = "group-limited routing or routed scaling (DeepSeek-V3's)";
     if (why && n) {
         why[0] = 0;
         for (int i = 0; i < count; i++)
@@ -188,9 +207,11 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
             json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key,
                                 field_json(&kFields[i], field_value(c, &kFields[i])));
     }
-    if (family != MOE_MODEL_FAMILY_MIXTRAL) /* what their configs hold that this project's model has not */
+    if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_OLMOE) /* what this model has not */
         json_object_set_new(j, "attention_bias", json_false());
-    if (family == MOE_MODEL_FAMILY_QWEN3_MOE) { /* a dense layer's width is the experts' here */
+    if (family == MOE_MODEL_FAMILY_QWEN2_MOE) json_object_set_new(j, "qkv_bias", json_true());
+    if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_QWEN2_MOE) { /* a dense layer as wide as
+                                                                                        an expert here */
         json_object_set_new(j, "intermediate_size", json_integer(c->d_ff));
         json_object_set_new(j, "mlp_only_layers", json_array());
         json_object_set_new(j, "use_sliding_window", json_false());
@@ -260,7 +281,7 @@ static moe_status read_field(const char *path, json_t *top, json_t *ours, const 
     }
     case FIELD_FAMILY: {
         const char *s = json_string_value(x);
-        want = "\"mixtral\", \"qwen3_moe\" or \"olmoe\"";
+        want = "\"mixtral\", \"qwen3_moe\", \"olmoe\" or \"qwen2_moe\"";
         for (int i = 0; s && i < MOE_MODEL_FAMILIES; i++)
             if (!strcmp(s, moe_model_family_name(i))) *v = i, want = NULL;
         break;
@@ -289,11 +310,11 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
         if (model_type && !strcmp(model_type, moe_model_family_name(f))) by_type = f;
     }
     if (name && by_name == -1)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s and "
-                        MOE_CHECKPOINT_VARIANT, path, name, kClasses[0], kClasses[1], kClasses[2]);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s, %s and "
+                        MOE_CHECKPOINT_VARIANT, path, name, kClasses[0], kClasses[1], kClasses[2], kClasses[3]);
     if (model_type && by_type == -1 && strcmp(model_type, MOE_CHECKPOINT_VARIANT_TYPE))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral, qwen3_moe, olmoe and "
-                        MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral, qwen3_moe, olmoe, qwen2_moe "
+                        "and " MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
     if (by_name >= 0 && by_type >= 0 && by_name != by_type)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures %s and model_type %s name different models", path, name,
                         model_type);
@@ -319,10 +340,14 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
                         "decoder_sparse_step)", path);
     if (clip && !json_is_null(clip))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: clip_qkv must be null (q, k and v are not clipped here)", path);
+    json_t *qkv_bias = json_object_get(j, "qkv_bias");
+    if (c->family == MOE_MODEL_FAMILY_QWEN2_MOE && qkv_bias && !json_is_true(qkv_bias))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: qkv_bias must be true (a Qwen2-MoE's q, k and v here have biases)", path);
     json_t *dense_width = json_object_get(j, "intermediate_size");
     int dense_layers = 0;
     for (int l = 0; l < c->num_layers; l++) dense_layers += !moe_model_layer_is_moe(c, l);
-    if (c->family == MOE_MODEL_FAMILY_QWEN3_MOE && dense_layers && json_is_integer(dense_width) &&
+    if ((c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE) && dense_layers &&
+        json_is_integer(dense_width) &&
         json_integer_value(dense_width) != c->d_ff)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: intermediate_size (%lld, the dense layers' width) must equal "
                         "moe_intermediate_size (%d): a dense FFN here is as wide as an expert", path,
@@ -383,7 +408,8 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     if (problem) st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a model moe-train can compute: %s", path, problem);
     out->max_positions = positions ? (int)json_integer_value(positions) : 0;
     /* Qwen's window is used only with use_sliding_window (Mixtral has no switch: a window given is used) */
-    const int windowed = family != MOE_MODEL_FAMILY_QWEN3_MOE || json_is_true(json_object_get(j, "use_sliding_window"));
+    const int windowed = (family != MOE_MODEL_FAMILY_QWEN3_MOE && family != MOE_MODEL_FAMILY_QWEN2_MOE) ||
+                         json_is_true(json_object_get(j, "use_sliding_window"));
     if (sliding_window) *sliding_window = windowed && json_is_integer(window) ? (int)json_integer_value(window) : 0;
     json_decref(j);
     free(path);
@@ -421,6 +447,10 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
              q->layout_invariant, run->batch, run->micro_batches, run->seed);
     if (c->family != MOE_MODEL_FAMILY_MIXTRAL || c->head_dim) /* appended: a Mixtral's reads as it always has */
         snprintf(out + strlen(out), n - strlen(out), " family=%d hd=%d", c->family, moe_model_head_dim(c));
+    if (c->shared_d_ff) snprintf(out + strlen(out), n - strlen(out), " shared=%d", c->shared_d_ff);
+    if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
+        snprintf(out + strlen(out), n - strlen(out), " groups=%d/%d scale=%g", q->topk_groups, q->num_groups,
+                 moe_config_gate_scale(q));
 }
 
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step) {

@@ -1,4 +1,5 @@
-/* elementwise.cu — y = a + b, a *= factor, the sum of squares and the fp32 SwiGLU on the GPU (elementwise.h): the
+/* elementwise.cu — y = a + b, a *= factor, the sum of squares, the fp32 SwiGLU, a bias add and a sigmoid row gate on
+ * the GPU (elementwise.h): the
  * bits of the dense table's CPU entries (moe/dense_ops_cpu.c), and for the SwiGLU the CPU's operations in its order. Products and sums are written as __fadd_rn / __dmul_rn /
  * __dadd_rn so that nvcc cannot contract them into FMAs the CPU does not do.
  *
@@ -52,6 +53,33 @@ __global__ void swiglu_backward_kernel(const float *h1, const float *h3, size_t 
         const float h = h1[i], s = sigmoid(h), dA = dh1[i];
         dh3[i] = __fmul_rn(__fmul_rn(dA, h), s);
         dh1[i] = __fmul_rn(__fmul_rn(__fmul_rn(dA, h3[i]), s), __fadd_rn(1.0f, __fmul_rn(h, __fsub_rn(1.0f, s))));
+    }
+}
+
+__global__ void bias_add_kernel(float *x, const float *b, size_t rows, int n) {
+    const size_t total = rows * (size_t)n;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fadd_rn(x[i], b[i % n]);
+}
+
+__global__ void gate_rows_forward_kernel(const float *g, const float *y, size_t rows, int d, float *out) {
+    const size_t total = rows * (size_t)d;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fadd_rn(out[i], __fmul_rn(sigmoid(g[i / d]), y[i]));
+}
+
+/* one thread per row: the dot product in double in index order, as the CPU's loop */
+__global__ void gate_rows_backward_kernel(const float *g, const float *y, const float *dout, size_t rows, int d,
+                                          float *dy, float *dg) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < rows; t += (size_t)gridDim.x * blockDim.x) {
+        const float gate = sigmoid(g[t]);
+        double dot = 0;
+        for (int i = 0; i < d; i++) {
+            const size_t at = t * d + i;
+            dot = __dadd_rn(dot, __dmul_rn((double)dout[at], (double)y[at]));
+            dy[at] = __fmul_rn(gate, dout[at]);
+        }
+        dg[t] = __double2float_rn(__dmul_rn(__dmul_rn(dot, (double)gate), (double)__fsub_rn(1.0f, gate)));
     }
 }
 
@@ -136,6 +164,33 @@ extern "C" moe_status moe_swiglu_f32_backward_cuda(moe_gpu *gpu, const float *h1
     if (n == 0) return MOE_OK;
     if (!h1 || !h3 || !dh1 || !dh3) return MOE_ERR_INVALID_ARG;
     swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, gpu->stream>>>(h1, h3, n, dh1, dh3);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_bias_add_cuda(moe_gpu *gpu, float *x, const float *b, int rows, int n) {
+    if (rows <= 0 || n <= 0) return MOE_OK;
+    if (!x || !b) return MOE_ERR_INVALID_ARG;
+    bias_add_kernel<<<blocks_for((size_t)rows * n), kThreads, 0, gpu->stream>>>(x, b, (size_t)rows, n);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_gate_rows_forward_cuda(moe_gpu *gpu, const float *g, const float *y, int rows, int d,
+                                                 float *out) {
+    if (rows <= 0 || d <= 0) return MOE_OK;
+    if (!g || !y || !out) return MOE_ERR_INVALID_ARG;
+    gate_rows_forward_kernel<<<blocks_for((size_t)rows * d), kThreads, 0, gpu->stream>>>(g, y, (size_t)rows, d, out);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_gate_rows_backward_cuda(moe_gpu *gpu, const float *g, const float *y, const float *dout,
+                                                  int rows, int d, float *dy, float *dg) {
+    if (rows <= 0 || d <= 0) return MOE_OK;
+    if (!g || !y || !dout || !dy || !dg) return MOE_ERR_INVALID_ARG;
+    gate_rows_backward_kernel<<<blocks_for((size_t)rows), kThreads, 0, gpu->stream>>>(g, y, dout, (size_t)rows, d, dy,
+                                                                                       dg);
     MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }

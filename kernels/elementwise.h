@@ -21,6 +21,15 @@ moe_status moe_scale_cuda(moe_gpu *gpu, float *a, size_t n, double factor);
  * Host sync. Uses the context's scratch. */
 moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, size_t n, double *sum);
 
+/* x[t, j] += b[j] for rows rows of n (the CPU's bits). */
+moe_status moe_bias_add_cuda(moe_gpu *gpu, float *x, const float *b, int rows, int n);
+/* A sigmoid gate per row, s = 1 / (1 + e^-g[t]): out[t, :] += s y[t, :]; backward dy[t, :] = s dout[t, :],
+ * dg[t] = s (1 - s) sum_i dout[t, i] y[t, i], the sum in double in index order (one thread per row): the CPU
+ * entries' operations and order, with CUDA's expf (close, not bitwise). */
+moe_status moe_gate_rows_forward_cuda(moe_gpu *gpu, const float *g, const float *y, int rows, int d, float *out);
+moe_status moe_gate_rows_backward_cuda(moe_gpu *gpu, const float *g, const float *y, const float *dout, int rows,
+                                       int d, float *dy, float *dg);
+
 /* fp32 SwiGLU, silu(h) = h s with s = 1 / (1 + e^-h):
  *   forward:  act = h1 s h3
  *   backward: dh1 holds dA on entry and dA h3 s (1 + h1 (1 - s)) on return; dh3 = dA h1 s */

@@ -1,5 +1,5 @@
 /* attention.c — a decoder layer's attention block on one rank, forward and backward: the attention norm, q/k/v
- * (column-parallel under tp, models/model.h), RoPE, attention (kernels/attention.h through the dense ops), o_proj
+ * (column-parallel under tp, models/model.h) with the families' biases and q/k norms, RoPE, attention (kernels/attention.h through the dense ops), o_proj
  * (row-parallel) and the residual; and grouped-query attention's kv heads in pieces (their copies, and their
  * gradients added in the fixed tree). */
 #include <stddef.h>
@@ -105,7 +105,7 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
     const int S = c->seq_len, seqs = m->P->num_seqs, T = seqs * S, d = c->d_model, hd = m->head_dim,
               B = c->num_kv_heads * hd;
     const moe_real *W = rope ? m->c.layers[l].wk : m->c.layers[l].wv;
-    moe_real *dW = rope ? m->g.layers[l].wk : m->g.layers[l].wv;
+    moe_real *dW = rope ? m->g.layers[l].wk : m->g.layers[l].wv, *db = rope ? m->g.layers[l].bk : m->g.layers[l].bv;
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->seq.tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
@@ -113,6 +113,7 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
             MOE_TRY(qk_norm_backward(m, m->P->acts[l].k_raw, m->c.layers[l].k_norm, m->P->acts[l].rstd_k, dkv, T, B,
                                      qk_rows(m, c->num_kv_heads), m->g.layers[l].k_norm, &dkv));
         MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
+        if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, m->ones, 1, B, db));
         return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
     }
     /* from the group's whole gradient: the rank's head for its block's weight gradient, then columns [tp_rank w,
@@ -124,6 +125,7 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
     MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->seq.tp_rank / sharing) * hd, pitch, hb,
                                 (size_t)T));
     MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, ln1, d, B, dW));
+    if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, m->ones, 1, B, db));
     MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, m->kv_group + (size_t)m->seq.tp_rank * w, pitch, wb, (size_t)T));
     return moe_tp_column_backward_input(&m->tpl, dkv, W + (size_t)(m->seq.tp_rank % sharing) * w * d, T, d, B, 1,
                                         m->dln);
@@ -150,6 +152,11 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, w->q_norm ? a->q_raw : a->q));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, w->k_norm ? a->k_raw : k));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
+    if (w->bq) { /* Qwen2-MoE's biases: the rank's blocks of them, as of its projections' columns */
+        MOE_TRY(dense->bias_add(s, w->q_norm ? a->q_raw : a->q, w->bq, T, H * hd));
+        MOE_TRY(dense->bias_add(s, w->k_norm ? a->k_raw : k, w->bk, T, KV * hd));
+        MOE_TRY(dense->bias_add(s, v, w->bv, T, KV * hd));
+    }
     if (w->q_norm) { /* the family's q/k norms, before RoPE (at tp 1: every head is the rank's) */
         MOE_TRY(qk_norm_forward(m, a->q_raw, w->q_norm, T, A, qk_rows(m, c->num_heads), a->q, a->rstd_q));
         MOE_TRY(qk_norm_forward(m, a->k_raw, w->k_norm, T, B, qk_rows(m, c->num_kv_heads), k, a->rstd_k));
@@ -227,6 +234,7 @@ moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
     const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &ln1));
     MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, dq, ln1, d, A, gw->wq));
+    if (gw->bq) MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, dq, m->ones, 1, A, gw->bq)); /* column sums of dq */
     MOE_TRY(moe_tp_column_backward_input(&m->tpl, dq, w->wq, T, d, A, 0, m->dln));
     MOE_TRY(kv_backward(m, l, ln1, m->dk, 1)); /* dln += k's and v's input gradients */
     MOE_TRY(kv_backward(m, l, ln1, m->dv, 0));

@@ -29,6 +29,9 @@ typedef struct {
     int head_dim;       /* hd, even (RoPE); 0: d / H (Mixtral's and OLMoE's rule; Qwen3's is its own) */
     int family;         /* MOE_MODEL_FAMILY_*: the attention's q/k norms, the tensors' names, config.json */
     int d_ff;           /* hidden width of each expert, and of the dense FFNs                 */
+    int shared_d_ff;    /* hidden width of a shared expert beside the routed ones in every MoE layer (0: none): a
+                           SwiGLU over every token, its weights replicated (data-parallel at any layout), gated by
+                           a sigmoid in Qwen2-MoE (moe_model_shared_gate), added to the routed experts' output   */
     int seq_len;        /* S, tokens per sequence                                             */
     int moe_every;      /* layer l's FFN is MoE iff (l + 1) % moe_every == 0 (and E > 1)        */
     int tie_embeddings; /* 1: lm_head is the embedding matrix                                 */
@@ -84,12 +87,24 @@ typedef struct {
  *              (router "gate", experts gate_proj, up_proj, down_proj).
  *   OLMOE      (OlmoeForCausalLM): an RMSNorm over the whole q projection [H hd] and the whole k projection
  *              [KV hd] (weights of those widths); head_dim = d / H; the MoE block named as Qwen3's.
+ *   QWEN2_MOE  (Qwen2MoeForCausalLM): biases on q, k and v (self_attn.*_proj.bias); a shared expert of its own
+ *              width (shared_d_ff) beside the routed ones, scaled by a sigmoid gate (mlp.shared_expert_gate [1, d]);
+ *              head_dim = d / H; the MoE block named as Qwen3's (the shared expert "mlp.shared_expert.*").
  * The routing (softmax top-k, renormalised or not), RoPE (rotate-half), the SwiGLU experts and the norms are the same
  * function in all three. */
-enum { MOE_MODEL_FAMILY_MIXTRAL = 0, MOE_MODEL_FAMILY_QWEN3_MOE = 1, MOE_MODEL_FAMILY_OLMOE = 2, MOE_MODEL_FAMILIES = 3 };
+enum {
+    MOE_MODEL_FAMILY_MIXTRAL = 0,
+    MOE_MODEL_FAMILY_QWEN3_MOE = 1,
+    MOE_MODEL_FAMILY_OLMOE = 2,
+    MOE_MODEL_FAMILY_QWEN2_MOE = 3,
+    MOE_MODEL_FAMILIES = 4
+};
 /* The q/k norms of a family: none, each head's (Qwen3), or the whole projection's (OLMoE). */
 typedef enum { MOE_QK_NORM_NONE, MOE_QK_NORM_HEAD, MOE_QK_NORM_PROJECTION } moe_qk_norm;
 moe_qk_norm moe_model_qk_norm(const moe_model_config *cfg);
+/* Whether q, k and v have biases (Qwen2-MoE); whether the shared expert (shared_d_ff > 0) is gated (Qwen2-MoE). */
+int moe_model_qkv_bias(const moe_model_config *cfg);
+int moe_model_shared_gate(const moe_model_config *cfg);
 /* cfg->head_dim, with 0 read as d_model / heads. */
 int moe_model_head_dim(const moe_model_config *cfg);
 /* "mixtral", "qwen3_moe", "olmoe": config.json's model_type and --family's names; NULL outside the range. */
@@ -131,6 +146,11 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
 #define MOE_MODEL_QK_NORM_TENSORS(X)                                            \
     X(q_norm, "self_attn.q_norm.weight", QN, 0, MOE_TENSOR_NORM, NONE)         \
     X(k_norm, "self_attn.k_norm.weight", KN, 0, MOE_TENSOR_NORM, NONE)
+/* Qwen2-MoE's q, k and v biases (moe_model_qkv_bias), split as their projections */
+#define MOE_MODEL_QKV_BIAS_TENSORS(X)                                           \
+    X(bq, "self_attn.q_proj.bias", A, 0, MOE_TENSOR_BIAS, ROWS)                \
+    X(bk, "self_attn.k_proj.bias", B, 0, MOE_TENSOR_BIAS, KV_ROWS)             \
+    X(bv, "self_attn.v_proj.bias", B, 0, MOE_TENSOR_BIAS, KV_ROWS)
 /* the FFN of an MoE layer: the router (dense, replicated) ... */
 #define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT, NONE)
 /* ... and its experts, one tensor per expert ("block_sparse_moe.experts.J." + name), in the expert region */
@@ -138,7 +158,13 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
     X(ffn.w1, "w1.weight", F, d, MOE_TENSOR_WEIGHT, NONE)                      \
     X(ffn.w3, "w3.weight", F, d, MOE_TENSOR_WEIGHT, NONE)                      \
     X(ffn.w2, "w2.weight", d, F, MOE_TENSOR_RESIDUAL, NONE)
-/* (Qwen3-MoE and OLMoE name the MoE block "mlp.gate.weight" and "mlp.experts.J." + the dense FFN's names below:
+/* ... a shared expert beside them (shared_d_ff = SF > 0; replicated), and its sigmoid gate (Qwen2-MoE) */
+#define MOE_MODEL_SHARED_TENSORS(X)                                             \
+    X(shared.w1, "mlp.shared_expert.gate_proj.weight", SF, d, MOE_TENSOR_WEIGHT, NONE) \
+    X(shared.w3, "mlp.shared_expert.up_proj.weight", SF, d, MOE_TENSOR_WEIGHT, NONE)   \
+    X(shared.w2, "mlp.shared_expert.down_proj.weight", d, SF, MOE_TENSOR_RESIDUAL, NONE)
+#define MOE_MODEL_SHARED_GATE_TENSORS(X) X(shared_gate, "mlp.shared_expert_gate.weight", 1, d, MOE_TENSOR_WEIGHT, NONE)
+/* (Qwen3-MoE, OLMoE and Qwen2-MoE name the MoE block "mlp.gate.weight" and "mlp.experts.J." + the dense FFN's names below:
  * models/tensors.c translates) */
 /* the FFN of a dense layer (Mixtral has none: Llama's names) */
 #define MOE_MODEL_DENSE_FFN_TENSORS(X)                                          \
@@ -146,9 +172,9 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
     X(ffn.w3, "mlp.up_proj.weight", F, d, MOE_TENSOR_WEIGHT, ROWS)             \
     X(ffn.w2, "mlp.down_proj.weight", d, F, MOE_TENSOR_RESIDUAL, COLS)
 
-/* How a tensor is initialised and decayed: norms start at 1 and are not decayed; weights are uniform with
- * standard deviation 0.02, residual output projections 0.02 / sqrt(2 L) (GPT-2). */
-typedef enum { MOE_TENSOR_NORM, MOE_TENSOR_WEIGHT, MOE_TENSOR_RESIDUAL } moe_tensor_kind;
+/* How a tensor is initialised and decayed: norms start at 1 and biases at 0, neither decayed; weights are uniform
+ * with standard deviation 0.02, residual output projections 0.02 / sqrt(2 L) (GPT-2). */
+typedef enum { MOE_TENSOR_NORM, MOE_TENSOR_WEIGHT, MOE_TENSOR_RESIDUAL, MOE_TENSOR_BIAS } moe_tensor_kind;
 
 /* How tensor parallelism cuts a tensor (the lists' last column): this rank holds block tp_rank of tp along it. KV_ROWS,
  * only in the lists: ROWS in whole kv heads, which are min(tp, KV) blocks (the table says ROWS, with its parts). */
@@ -159,10 +185,13 @@ typedef struct {
     moe_real *attn_norm;      /* [d]               input_layernorm                      */
     moe_real *wq, *wk, *wv;   /* [H*hd, d], [KV*hd, d], [KV*hd, d]                      */
     moe_real *q_norm, *k_norm; /* [QN], [KN] (MOE_MODEL_QK_NORM_TENSORS); NULL without  */
+    moe_real *bq, *bk, *bv;   /* [H*hd], [KV*hd], [KV*hd] (Qwen2-MoE); NULL without       */
     moe_real *wo;             /* [d, H*hd]                                              */
     moe_real *ffn_norm;       /* [d]               post_attention_layernorm             */
     moe_layer_weights ffn;    /* MoE: router + local experts; dense: w1, w3, w2 of one "expert",
                                  router_w NULL                                          */
+    moe_layer_weights shared; /* an MoE layer's shared expert (shared_d_ff > 0): w1, w3, w2 */
+    moe_real *shared_gate;    /* [1, d] its sigmoid gate (Qwen2-MoE); NULL without      */
 } moe_model_layer_params;
 
 typedef struct {
@@ -192,6 +221,11 @@ typedef struct {
                              tensor and sends it back (moe_model_sync_tied); never updated, counted in the norm or
                              saved here */
 } moe_model_tensor;
+
+/* Whether AdamW's weight decay applies to t (not to norms and biases). */
+static inline int moe_tensor_decays(const moe_model_tensor *t) {
+    return t->kind != MOE_TENSOR_NORM && t->kind != MOE_TENSOR_BIAS;
+}
 
 /* The block of tensor t that rank tp_rank of a tensor group of tp holds. */
 static inline int moe_model_tensor_part(const moe_model_tensor *t, int tp, int tp_rank) {

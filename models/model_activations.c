@@ -43,6 +43,8 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads / tp : QK,
                  KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads / tp : QK; /* q/k norms run at tp 1 */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.F;
+    const size_t SH = moe_model_layer_is_moe(c, l) && c->shared_d_ff > 0, SF = SH * T * (size_t)c->shared_d_ff,
+                 SG = SH && moe_model_shared_gate(c);
     const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) / tp;
 #define LAYER_NBYTES(name, count, rebuilt_from) (count) * sizeof(moe_real),
     const size_t n[LAYER_BUFFERS] = {MOE_MODEL_LAYER_ACTIVATIONS(LAYER_NBYTES)};
@@ -57,6 +59,8 @@ static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFF
     const size_t TG = (size_t)m->max_seqs * m->cfg.seq_len, T = TG / moe_model_tp_size(&m->cfg), d = D.d, A = D.A,
                  BK = D.BK, V = m->cfg.vocab_size;
     const size_t KVG = moe_model_kv_blocks(&m->cfg) < moe_model_tp_size(&m->cfg) ? TG * D.B : 0;
+    const size_t QB = moe_model_qkv_bias(&m->cfg), SH = m->cfg.shared_d_ff > 0 && m->cfg.moe.num_experts > 1,
+                 SG = SH && moe_model_shared_gate(&m->cfg);
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
     const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};
@@ -154,6 +158,18 @@ void moe__model_free_activations(moe_model *m) {
     for (int i = 0; i < SCRATCH_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
 }
 
+/* m->ones (with q/k/v biases): 1.0 in each of the group's rows. */
+static moe_status fill_ones(moe_model *m) {
+    if (!moe_model_qkv_bias(&m->cfg)) return MOE_OK; /* (an allocation of 0 bytes need not be NULL) */
+    const size_t n = (size_t)m->max_seqs * m->cfg.seq_len;
+    moe_real *host = malloc(n * sizeof *host);
+    if (!host) return MOE_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n; i++) host[i] = 1;
+    const moe_status st = moe_runtime_upload(m->rt, m->ones, host, n * sizeof *host);
+    free(host);
+    return st;
+}
+
 /* Allocates every pass's activations and the scratch, for T = max_seqs * S tokens, in the runtime's memory. */
 moe_status moe__model_alloc_activations(moe_model *m) {
     const int n = m->stage.chunks * m->stage.passes;
@@ -171,7 +187,8 @@ moe_status moe__model_alloc_activations(moe_model *m) {
     void **ptrs[SCRATCH_BUFFERS];
     scratch_buffer_ptrs(m, ptrs);
     model_buffer_nbytes(m, 0, pass, nbytes);
-    return moe_runtime_regrow(m->rt, ptrs, nbytes, SCRATCH_BUFFERS);
+    MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, SCRATCH_BUFFERS));
+    return fill_ones(m);
 }
 
 

@@ -12,7 +12,9 @@
  *        [seqs, H, S] (fused), of this rank's H / tp heads
  *   FD   a dense FFN layer's T * d_ff ([TG, d_ff / tp]; 0 on an MoE layer, whose FFN buffers are the MoE layer's)
  *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of the q and k norms
- *        (H and KV for each head's, 1 for the whole projection's; 0 without)
+ *        (H and KV for each head's, 1 for the whole projection's; 0 without);  QB  1 with q/k/v biases
+ *   SH   1 on an MoE layer with a shared expert (shared_d_ff), else 0 (in the model's buffers: 1 when any layer has
+ *        one);  SF  T * shared_d_ff there;  SG  1 where that shared expert is gated (Qwen2-MoE)
  *   V    the vocabulary
  * rebuilt_from: the --recompute level (moe/moe.h's moe_recompute) from which backward rebuilds the buffer, so that one
  * buffer serves every layer instead of one per layer; MOE_MODEL_KEPT: always one per layer (the residual stream
@@ -46,7 +48,12 @@
     X(rstd2, T, MOE_RECOMPUTE_FULL)                                                                              \
     X(h1, FD, MOE_RECOMPUTE_MOE)                  /* a dense FFN's gate and up projections, silu(h1) * h3 */      \
     X(h3, FD, MOE_RECOMPUTE_MOE)                                                                                 \
-    X(act, FD, MOE_RECOMPUTE_MOE)
+    X(act, FD, MOE_RECOMPUTE_MOE)                                                                                \
+    X(sh1, SF, MOE_RECOMPUTE_MOE)                 /* the shared expert's h1, h3, act, its output and its  */      \
+    X(sh3, SF, MOE_RECOMPUTE_MOE)                 /* gate's logit (on the slice's rows)                   */      \
+    X(sact, SF, MOE_RECOMPUTE_MOE)                                                                               \
+    X(sout, SH * T * d, MOE_RECOMPUTE_MOE)                                                                       \
+    X(sgate, SG * T, MOE_RECOMPUTE_MOE)
 
 /* The model's own: X(field, element type, elements). One per forward kept (a stash entry, model.h's passes), the
  * ends' only on the stage that holds them: */
@@ -65,7 +72,11 @@
     X(dk, moe_real, T * BK)        /* forward: k and v before their copies are made */                            \
     X(dv, moe_real, T * BK)                                                                                        \
     X(kv_group, moe_real, KVG)                                                                                     \
-    X(dattn, moe_real, T * A)
+    X(dattn, moe_real, T * A)                                                                                      \
+    X(ones, moe_real, QB * TG)     /* 1.0s: a bias's gradient is a weight gradient against a column of them */     \
+    X(dshared, moe_real, SH * T * d) /* the shared expert's backward: its output's and input's gradients */       \
+    X(dshared_x, moe_real, SH * T * d)                                                                             \
+    X(dgate, moe_real, SG * T)
 /* All of them, for a model of one stage and one pass. */
 #define MOE_MODEL_BUFFERS(X) MOE_MODEL_PASS_BUFFERS(X) MOE_MODEL_SCRATCH_BUFFERS(X)
 

@@ -30,12 +30,17 @@ moe_qk_norm moe_model_qk_norm(const moe_model_config *c) {
                                                    : MOE_QK_NORM_NONE;
 }
 
+int moe_model_qkv_bias(const moe_model_config *c) { return c->family == MOE_MODEL_FAMILY_QWEN2_MOE; }
+int moe_model_shared_gate(const moe_model_config *c) {
+    return c->family == MOE_MODEL_FAMILY_QWEN2_MOE && c->shared_d_ff > 0;
+}
+
 int moe_model_head_dim(const moe_model_config *c) {
     return c->head_dim > 0 ? c->head_dim : c->num_heads > 0 ? c->d_model / c->num_heads : 0;
 }
 
 const char *moe_model_family_name(int family) {
-    static const char *const names[MOE_MODEL_FAMILIES] = {"mixtral", "qwen3_moe", "olmoe"};
+    static const char *const names[MOE_MODEL_FAMILIES] = {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe"};
     return family >= 0 && family < MOE_MODEL_FAMILIES ? names[family] : NULL;
 }
 
@@ -89,7 +94,9 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->vocab_size < 2) return "vocab size must be at least 2"; /* token files hold up to 2^32 - 1 */
     if (c->num_layers < 1) return "the number of layers must be at least 1";
     if (c->d_model < 2) return "d_model must be at least 2";
-    if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES) return "family must be mixtral, qwen3_moe or olmoe";
+    if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES)
+        return "family must be mixtral, qwen3_moe, olmoe or qwen2_moe";
+    if (c->shared_d_ff < 0) return "the shared expert's width must be 0 (none) or positive";
     if (c->num_heads < 1) return "the number of heads must be at least 1";
     if (c->head_dim < 0) return "head_dim must be positive (0: d_model / heads)";
     if (c->head_dim == 0 && c->d_model % c->num_heads != 0)

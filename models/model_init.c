@@ -51,8 +51,8 @@ moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
     for (int s = 0, matrix = 0; s < count && st == MOE_OK; s++) {
         const moe_model_tensor *t = &tensors[s];
         moe_real *data = host + t->offset;
-        if (t->kind == MOE_TENSOR_NORM) {
-            for (size_t i = 0; i < t->count; i++) data[i] = 1;
+        if (t->kind == MOE_TENSOR_NORM || t->kind == MOE_TENSOR_BIAS) { /* norms start at 1, biases at 0 */
+            for (size_t i = 0; i < t->count; i++) data[i] = t->kind == MOE_TENSOR_NORM;
         } else if (t->split != MOE_SPLIT_NONE && tp > 1) {
             st = init_block(t, data, std_of(num_layers, t->kind), seed, moe_model_tensor_part(t, tp, ranks.tp_rank));
         } else if (!t->experts) {

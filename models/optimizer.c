@@ -319,7 +319,7 @@ moe_status moe_model_adamw_step(moe_model *m, moe_real *moment1, moe_real *momen
         if (lo >= hi) continue;
         const size_t at = (expert ? kept : 0) + (lo - begin); /* index in the moments */
         MOE_TRY(ops->adamw_update(s, p + lo, moe_model_range_grads(m, expert) + (lo - begin), moment1 + at,
-                                  moment2 + at, hi - lo, t[i].kind != MOE_TENSOR_NORM ? hp : &no_decay));
+                                  moment2 + at, hi - lo, moe_tensor_decays(&t[i]) ? hp : &no_decay));
     }
     return MOE_OK;
 }

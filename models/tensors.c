@@ -14,7 +14,7 @@ model_dims moe__model_dims(const moe_model *m) {
     const moe_qk_norm qk = moe_model_qk_norm(c);
     return (model_dims){.d = c->d_model, .A = A, .B = B, .F = c->d_ff, .E = c->moe.num_experts,
                         .BK = B * moe_model_kv_chunks(c), .QN = qk == MOE_QK_NORM_HEAD ? m->head_dim : A,
-                        .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B};
+                        .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B, .SF = c->shared_d_ff};
 }
 
 /* A tensor's Hugging Face name after "model.layers.N.": the lists' (Mixtral's), or for Qwen3-MoE and OLMoE their MoE
@@ -85,9 +85,9 @@ static int holds_tied_replica(const moe_model *m) { return m->cfg.tie_embeddings
 void moe__model_lay_out(moe_model *m) {
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
-    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, QN = D.QN, KN = D.KN, V = c->vocab_size,
+    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, QN = D.QN, KN = D.KN, SF = D.SF, V = c->vocab_size,
                EL = m->num_local_experts;
-    const int qk_norm = moe_model_qk_norm(c) != MOE_QK_NORM_NONE;
+    const int qk_norm = moe_model_qk_norm(c) != MOE_QK_NORM_NONE, qkv_bias = moe_model_qkv_bias(c);
     char name[sizeof m->tensors->name], mixtral[sizeof name];
     size_t at = 0;
     int index = 0;
@@ -99,11 +99,20 @@ void moe__model_lay_out(moe_model *m) {
     append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++) {
         MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
+        if (qkv_bias) {
+            MOE_MODEL_QKV_BIAS_TENSORS(DENSE_TENSOR)
+        }
         if (qk_norm) {
             MOE_MODEL_QK_NORM_TENSORS(DENSE_TENSOR)
         }
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_ROUTER_TENSORS(DENSE_TENSOR)
+            if (SF) {
+                MOE_MODEL_SHARED_TENSORS(DENSE_TENSOR)
+            }
+            if (moe_model_shared_gate(c)) {
+                MOE_MODEL_SHARED_GATE_TENSORS(DENSE_TENSOR)
+            }
         } else {
             MOE_MODEL_DENSE_FFN_TENSORS(DENSE_TENSOR)
         }
@@ -125,7 +134,7 @@ void moe__model_lay_out(moe_model *m) {
         }
 #undef EXPERT_TENSOR
     m->num_expert = at - m->num_dense;
-    (void)A, (void)B, (void)E, (void)QN, (void)KN; /* the lists name every dimension; a model may use only some */
+    (void)A, (void)B, (void)E, (void)QN, (void)KN, (void)SF; /* the lists name every dimension; a model may use some */
 }
 
 /* Where a tensor of one buffer (params or grads) is: base + its offset, or with zg (ZeRO-2's gradients) in their window
@@ -143,13 +152,23 @@ void moe__model_set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg
 #define VIEW(field, hf, rows, cols, kind, split) L->field = tensor_at(base, zg, t++);
     for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
         moe_model_layer_params *L = &v->layers[l];
-        L->ffn.router_w = L->q_norm = L->k_norm = NULL;
+        L->ffn.router_w = L->q_norm = L->k_norm = L->bq = L->bk = L->bv = L->shared_gate = NULL;
+        L->shared = (moe_layer_weights){0};
         MOE_MODEL_ATTENTION_TENSORS(VIEW)
+        if (moe_model_qkv_bias(c)) {
+            MOE_MODEL_QKV_BIAS_TENSORS(VIEW)
+        }
         if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE) {
             MOE_MODEL_QK_NORM_TENSORS(VIEW)
         }
         if (moe_model_layer_is_moe(c, l)) {
             MOE_MODEL_ROUTER_TENSORS(VIEW)
+            if (c->shared_d_ff) {
+                MOE_MODEL_SHARED_TENSORS(VIEW)
+            }
+            if (moe_model_shared_gate(c)) {
+                MOE_MODEL_SHARED_GATE_TENSORS(VIEW)
+            }
         } else {
             MOE_MODEL_DENSE_FFN_TENSORS(VIEW)
         }
@@ -180,6 +199,8 @@ void moe__model_set_compute_views(moe_model *m) {
         moe_model_layer_params *w = &layers[l];
         IN_COMPUTE(w->wq), IN_COMPUTE(w->wk), IN_COMPUTE(w->wv), IN_COMPUTE(w->wo);
         if (!moe_model_layer_is_moe(&m->cfg, l)) IN_COMPUTE(w->ffn.w1), IN_COMPUTE(w->ffn.w3), IN_COMPUTE(w->ffn.w2);
+        if (w->shared.w1) IN_COMPUTE(w->shared.w1), IN_COMPUTE(w->shared.w3), IN_COMPUTE(w->shared.w2);
+        if (w->shared_gate) IN_COMPUTE(w->shared_gate);
     }
     if (m->heads) IN_COMPUTE(m->c.lm_head);
 #undef IN_COMPUTE
@@ -193,10 +214,11 @@ moe_status moe__model_refresh_compute_weights(moe_model *m) {
     if (m->compute_version == m->params_version) return MOE_OK;
     for (int i = 0; m->compute && i < m->num_tensors; i++) {
         const moe_model_tensor *t = &m->tensors[i];
-        if (t->experts == 0 && t->kind != MOE_TENSOR_NORM)
+        if (t->experts == 0 && t->kind != MOE_TENSOR_NORM && t->kind != MOE_TENSOR_BIAS) /* those are read in fp32 */
             MOE_TRY(m->dense->round_bf16(m->ops_state, m->params + t->offset, t->count, m->compute + t->offset));
     }
-    for (int l = 0; l < m->cfg.num_layers; l++) m->c.layers[l].ffn.version = m->params_version;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        m->c.layers[l].ffn.version = m->c.layers[l].shared.version = m->params_version;
     /* not with tensor-parallel pieces: their GEMMs take weight blocks copied into scratch (tp/linear.c), one address
      * for many weights, where a copy kept by address would be another weight's */
     if (m->dense->weights_version && !m->pieces) m->dense->weights_version(m->ops_state, m->params_version);
@@ -240,9 +262,9 @@ int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks,
     return layer / (cfg->num_layers / (pp * chunks)) % pp;
 }
 
-/* The most tensors a table of cfg holds: the embedding, 11 per layer (q/k norms with), the final norm and lm_head, 3 expert tensors per
+/* The most tensors a table of cfg holds: the embedding, 18 per layer (q/k norms, biases, a gated shared expert with), the final norm and lm_head, 3 expert tensors per
  * layer. */
-int moe__model_max_tensors(const moe_model_config *cfg) { return 1 + 11 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
+int moe__model_max_tensors(const moe_model_config *cfg) { return 1 + 18 * cfg->num_layers + 2 + 3 * cfg->num_layers; }
 
 /* Each chunk's slices of the two regions, from the table (moe__model_chunk_of each tensor's layer). */
 void moe__model_find_chunk_slices(moe_model *m) {

@@ -10,6 +10,7 @@ typedef struct {
     long d, A, B, F, E;
     long BK;
     long QN, KN; /* the q and k norms' widths (MOE_MODEL_QK_NORM_TENSORS) */
+    long SF;     /* the shared expert's width (MOE_MODEL_SHARED_TENSORS; 0: none) */
 } model_dims;
 model_dims moe__model_dims(const moe_model *m);
 

@@ -3,6 +3,8 @@
 
 #include "moe/moe.h"
 
+#include "router/group.h"
+
 moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k) {
     return (moe_config){
         .d_model = d_model,
@@ -50,8 +52,26 @@ const char *moe_config_problem(const moe_config *c) {
     if (!finite_nonnegative(c->aux_loss_coef)) return "aux_loss_coef must be finite and >= 0";
     if (!finite_nonnegative(c->z_loss_coef)) return "z_loss_coef must be finite and >= 0";
     if (!finite_nonnegative(c->bias_update_rate)) return "bias_update_rate must be finite and >= 0";
+    if (!finite_nonnegative(c->routed_scaling)) return "routed_scaling must be finite and > 0 (0: 1)";
+    if (c->num_groups < 0 || c->num_groups > MOE_ROUTER_MAX_GROUPS)
+        return "num_groups (n_group) must be between 0 (none) and 64";
+    if (moe_config_grouped(c)) {
+        const int size = c->num_experts / c->num_groups;
+        if (c->num_experts % c->num_groups) return "num_groups (n_group) must divide the number of experts";
+        if (size < 2) return "num_groups (n_group) must leave at least 2 experts per group (a group's score is the "
+                             "sum of its two best)";
+        if (c->topk_groups < 1 || c->topk_groups > c->num_groups)
+            return "topk_groups (topk_group) must be between 1 and num_groups (n_group)";
+        if (c->top_k > c->topk_groups * size)
+            return "top_k must be at most topk_groups x the experts of a group (the experts a token may choose)";
+    } else if (c->topk_groups != 0 && c->topk_groups != c->num_groups) {
+        return "topk_groups (topk_group) needs num_groups (n_group) > 1";
+    }
     return NULL;
 }
+
+float moe_config_gate_scale(const moe_config *c) { return c->routed_scaling > 0 ? c->routed_scaling : 1.0f; }
+int moe_config_grouped(const moe_config *c) { return c->num_groups > 1; }
 
 moe_status moe_config_validate(const moe_config *c) {
     if (!c) return MOE_ERR_INVALID_ARG;

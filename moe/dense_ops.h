@@ -85,6 +85,16 @@ typedef struct moe_dense_ops {
                                       moe_real *dh1, moe_real *dh3);
     /* y = a + b, n values */
     moe_status (*add)(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y);
+    /* x[t, j] += b[j] for num_tokens rows of n (a projection's bias; its gradient is a column sum, formed as a
+     * weight gradient against a column of ones) */
+    moe_status (*bias_add)(moe_dense_state *s, moe_real *x, const moe_real *b, int num_tokens, int n);
+    /* a sigmoid gate per row (Qwen2-MoE's shared expert, kernels/elementwise.h): out[t, :] += sigmoid(g[t]) y[t, :];
+     * backward: dy[t, :] = sigmoid(g[t]) dout[t, :] (overwritten), dg[t] = s (1 - s) sum_i dout[t, i] y[t, i] (the
+     * sum in double, in index order) */
+    moe_status (*gate_rows_forward)(moe_dense_state *s, const moe_real *g, const moe_real *y, int num_tokens, int d,
+                                    moe_real *out);
+    moe_status (*gate_rows_backward)(moe_dense_state *s, const moe_real *g, const moe_real *y, const moe_real *dout,
+                                     int num_tokens, int d, moe_real *dy, moe_real *dg);
     /* *loss_sum = sum_t of the token losses (kernels/cross_entropy.h; host double); backward overwrites the
      * logits with scale * dL/dlogits */
     moe_status (*cross_entropy_forward)(moe_dense_state *s, const moe_real *logits, const int *targets,

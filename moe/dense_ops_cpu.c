@@ -219,6 +219,42 @@ static moe_status cpu_add(moe_dense_state *s, const moe_real *a, const moe_real 
     return MOE_OK;
 }
 
+static moe_status cpu_bias_add(moe_dense_state *s, moe_real *x, const moe_real *b, int T, int n) {
+    (void)s;
+#pragma omp parallel for schedule(static) if ((size_t)T * n >= MOE__PAR_MIN_ELEMS)
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < n; j++) x[(size_t)t * n + j] += b[j];
+    return MOE_OK;
+}
+
+static moe_status cpu_gate_rows_forward(moe_dense_state *s, const moe_real *g, const moe_real *y, int T, int d,
+                                        moe_real *out) {
+    (void)s;
+#pragma omp parallel for schedule(static) if ((size_t)T * d >= MOE__PAR_MIN_ELEMS)
+    for (int t = 0; t < T; t++) {
+        const moe_real gate = sigmoid(g[t]);
+        for (int i = 0; i < d; i++) out[(size_t)t * d + i] += gate * y[(size_t)t * d + i];
+    }
+    return MOE_OK;
+}
+
+static moe_status cpu_gate_rows_backward(moe_dense_state *s, const moe_real *g, const moe_real *y,
+                                         const moe_real *dout, int T, int d, moe_real *dy, moe_real *dg) {
+    (void)s;
+#pragma omp parallel for schedule(static) if ((size_t)T * d >= MOE__PAR_MIN_ELEMS)
+    for (int t = 0; t < T; t++) {
+        const moe_real gate = sigmoid(g[t]);
+        double dot = 0;
+        for (int i = 0; i < d; i++) {
+            const size_t at = (size_t)t * d + i;
+            dot += (double)dout[at] * y[at];
+            dy[at] = gate * dout[at];
+        }
+        dg[t] = (moe_real)(dot * gate * (1 - gate));
+    }
+    return MOE_OK;
+}
+
 static moe_status cpu_cross_entropy_forward(moe_dense_state *s, const moe_real *logits, const int *targets, int T,
                                             int V, double *loss_sum) {
     (void)s;
@@ -336,6 +372,9 @@ const moe_dense_ops moe_dense_ops_cpu = {
     .swiglu_act_forward = cpu_swiglu_act_forward,
     .swiglu_act_backward = cpu_swiglu_act_backward,
     .add = cpu_add,
+    .bias_add = cpu_bias_add,
+    .gate_rows_forward = cpu_gate_rows_forward,
+    .gate_rows_backward = cpu_gate_rows_backward,
     .cross_entropy_forward = cpu_cross_entropy_forward,
     .cross_entropy_backward = cpu_cross_entropy_backward,
     .vocab_row_max = cpu_vocab_row_max,

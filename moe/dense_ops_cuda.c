@@ -228,6 +228,20 @@ static moe_status cuda_add(moe_dense_state *s, const moe_real *a, const moe_real
     return moe_add_cuda(s->gpu, a, b, n, y);
 }
 
+static moe_status cuda_bias_add(moe_dense_state *s, moe_real *x, const moe_real *b, int T, int n) {
+    return moe_bias_add_cuda(s->gpu, x, b, T, n);
+}
+
+static moe_status cuda_gate_rows_forward(moe_dense_state *s, const moe_real *g, const moe_real *y, int T, int d,
+                                         moe_real *out) {
+    return moe_gate_rows_forward_cuda(s->gpu, g, y, T, d, out);
+}
+
+static moe_status cuda_gate_rows_backward(moe_dense_state *s, const moe_real *g, const moe_real *y,
+                                          const moe_real *dout, int T, int d, moe_real *dy, moe_real *dg) {
+    return moe_gate_rows_backward_cuda(s->gpu, g, y, dout, T, d, dy, dg);
+}
+
 static moe_status cuda_cross_entropy_forward(moe_dense_state *s, const moe_real *logits, const int *targets, int T,
                                              int V, double *loss_sum) {
     return moe_cross_entropy_forward_cuda(s->gpu, logits, targets, T, V, loss_sum);
@@ -297,6 +311,9 @@ const moe_dense_ops moe_dense_ops_cuda = {
     .swiglu_act_forward = cuda_swiglu_act_forward,
     .swiglu_act_backward = cuda_swiglu_act_backward,
     .add = cuda_add,
+    .bias_add = cuda_bias_add,
+    .gate_rows_forward = cuda_gate_rows_forward,
+    .gate_rows_backward = cuda_gate_rows_backward,
     .cross_entropy_forward = cuda_cross_entropy_forward,
     .cross_entropy_backward = cuda_cross_entropy_backward,
     .vocab_row_max = cuda_vocab_row_max,

@@ -14,6 +14,7 @@
 #include "moe/runtime.h"
 #include "router/aux_loss.h"
 #include "router/gates.h"
+#include "router/group.h"
 #include "router/layout.h"
 #include "router/scores.h"
 #include "router/topk.h"
@@ -92,8 +93,13 @@ static moe_status cpu_route(moe_layer_state *s, const moe_layer_weights *w, cons
         for (size_t i = 0; i < (size_t)T * E; i++) r->select_scores[i] = r->scores[i] + bias[i % E];
         select = r->select_scores;
     }
+    if (moe_config_grouped(c)) { /* only the token's best groups' experts (router/group.h) */
+        moe_router_group_mask_cpu(select, T, E, c->num_groups, c->topk_groups, r->select_scores);
+        select = r->select_scores;
+    }
     if (!use_given_experts) moe_router_topk_cpu(select, T, E, k, r->expert);
-    moe_router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
+    moe_router_gates_cpu(r->scores, r->expert, T, E, k, c->renormalize, moe_config_gate_scale(c), r->expert_score,
+                         r->gate);
     return MOE_OK;
 }
 
@@ -211,7 +217,8 @@ static moe_status cpu_router_backward(moe_layer_state *s, const moe_layer_weight
     }
     /* gates and the balance loss give dL/dscores; scores and the z-loss give dL/dlogits */
     memset(s->dscores, 0, (size_t)T * E * sizeof(moe_real));
-    moe_router_gates_backward_cpu(r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize, s->dscores);
+    moe_router_gates_backward_cpu(r->scores, r->expert, dgate, T, E, k, c->renormalize, moe_config_gate_scale(c),
+                                  s->dscores);
     moe_router_load_balance_loss_backward_cpu(c->score_func, r->scores, s->num_selected, T, Tg, E, k, c->aux_loss_coef,
                                               s->dscores);
     moe_router_scores_backward_cpu(c->score_func, r->scores, s->dscores, T, E, s->dlogits);

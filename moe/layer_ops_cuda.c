@@ -27,6 +27,7 @@
 #include "moe/runtime.h"
 #include "router/aux_loss.h"
 #include "router/gates.h"
+#include "router/group.h"
 #include "router/layout.h"
 #include "router/scores.h"
 #include "router/topk.h"
@@ -121,9 +122,14 @@ static moe_status cuda_route(moe_layer_state *s, const moe_layer_weights *w, con
                                    s->nonfinite_host));
     MOE_TRY(moe_router_scores_cuda(s->gpu, c->score_func, r->logits, sigmoid ? s->bias : NULL, T, E, r->scores,
                                    r->select_scores));
-    if (!use_given_experts)
-        MOE_TRY(moe_router_topk_cuda(s->gpu, sigmoid ? r->select_scores : r->scores, T, E, k, r->expert));
-    return moe_router_gates_cuda(s->gpu, r->scores, r->expert, T, E, k, c->renormalize, r->expert_score, r->gate);
+    const float *select = sigmoid ? r->select_scores : r->scores;
+    if (moe_config_grouped(c)) { /* only the token's best groups' experts (router/group.h) */
+        MOE_TRY(moe_router_group_mask_cuda(s->gpu, select, T, E, c->num_groups, c->topk_groups, r->select_scores));
+        select = r->select_scores;
+    }
+    if (!use_given_experts) MOE_TRY(moe_router_topk_cuda(s->gpu, select, T, E, k, r->expert));
+    return moe_router_gates_cuda(s->gpu, r->scores, r->expert, T, E, k, c->renormalize, moe_config_gate_scale(c),
+                                 r->expert_score, r->gate);
 }
 
 static moe_status cuda_choices_to_host(moe_layer_state *s, const moe_token_routing *r, int T, int with_scores,
@@ -253,8 +259,8 @@ static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weigh
         s->max_tokens = T;
     }
     MOE_TRY(moe_runtime_zero(s->rt, s->dscores, (size_t)T * E * sizeof(float)));
-    MOE_TRY(moe_router_gates_backward_cuda(s->gpu, r->scores, r->expert, r->gate, dgate, T, E, k, c->renormalize,
-                                           s->dscores));
+    MOE_TRY(moe_router_gates_backward_cuda(s->gpu, r->scores, r->expert, dgate, T, E, k, c->renormalize,
+                                           moe_config_gate_scale(c), s->dscores));
     MOE_TRY(moe_router_load_balance_loss_backward_cuda(s->gpu, c->score_func, r->scores, s->num_selected, T, Tg, E, k,
                                                        c->aux_loss_coef, s->dscores));
     MOE_TRY(moe_router_scores_backward_cuda(s->gpu, c->score_func, r->scores, s->dscores, T, E, s->dlogits));

@@ -46,6 +46,12 @@ typedef struct {
     int layer_index;      /* which layer this is, for error messages                          */
     moe_score_func score_func;
     int renormalize;      /* 1: gate weights of the k chosen experts are divided by their sum */
+    float routed_scaling; /* the gates times this after any renormalisation (DeepSeek's routed_scaling_factor);
+                           * 0 reads as 1 (moe_config_gate_scale)                                               */
+    int num_groups;       /* group-limited routing (DeepSeek-V3's n_group): the E experts in this many groups of
+                           * E / num_groups (router/group.h); 0 or 1: none                                       */
+    int topk_groups;      /* the groups a token chooses its k experts from (topk_group): the best by the sum of
+                           * each group's two best selection scores                                              */
     float capacity_factor; /* cf: C = ceil(cf * T * k / E) slots per expert; cf <= 0: dropless */
     moe_drop_priority drop_priority;
     float aux_loss_coef;  /* Switch/GShard load-balancing loss  E * sum_e f_e * P_e            */
@@ -67,6 +73,10 @@ typedef struct {
  * probability, as in Switch), dropless, aux 0.01, z-loss 0.001. */
 moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k);
 moe_status moe_config_validate(const moe_config *cfg);
+/* cfg->routed_scaling, with 0 read as 1. */
+float moe_config_gate_scale(const moe_config *cfg);
+/* Whether the router limits each token to topk_groups of num_groups groups. */
+int moe_config_grouped(const moe_config *cfg);
 /* NULL for a valid config, else a sentence naming the first field that is wrong (for error messages). */
 const char *moe_config_problem(const moe_config *cfg);
 

@@ -60,7 +60,6 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                    "its query heads read)";
         if (moe_plan_model_num_moe_layers(m) < m->num_layers && m->d_ff_dense % tp)
             return "--tp must divide the dense FFNs' width (--d-ff; gate/up are split by rows, down by columns)";
-        if (m->d_ff_shared % tp) return "--tp must divide the shared expert's width";
         if (m->vocab_size % tp) return "--tp must divide the vocabulary (the embedding and lm_head are split by rows)";
     }
     const int64_t data = ranks / tp; /* the stage's GPUs reading distinct sequences */

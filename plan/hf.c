@@ -100,8 +100,11 @@ static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
         MOE_TRY(get_int(path, j, "intermediate_size", 0, m->d_ff_expert, 1, big, &m->d_ff_dense));
         MOE_TRY(qwen_moe_layers(path, j, m));
         m->qk_norm = family == HF_QWEN3_MOE ? MOE_QK_NORM_HEAD : MOE_QK_NORM_NONE;
-        if (family == HF_QWEN2_MOE)
+        if (family == HF_QWEN2_MOE) { /* a gated shared expert; q, k and v with biases (transformers 5's qkv_bias) */
             MOE_TRY(get_int(path, j, "shared_expert_intermediate_size", 0, 0, 0, big, &m->d_ff_shared));
+            m->shared_gate = m->d_ff_shared > 0;
+            MOE_TRY(get_bool(path, j, "qkv_bias", 1, &m->qkv_bias));
+        }
     }
     if (m->top_k > m->num_experts)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: num_experts_per_tok %lld exceeds the %lld experts", path,

@@ -25,6 +25,9 @@ moe_plan_model moe_plan_model_from_config(const moe_model_config *c) {
                             .moe_every = c->moe_every,
                             .tie_embeddings = c->tie_embeddings,
                             .qk_norm = (int)moe_model_qk_norm(c),
+                            .d_ff_shared = c->moe.num_experts > 1 ? c->shared_d_ff : 0,
+                            .shared_gate = moe_model_shared_gate(c),
+                            .qkv_bias = moe_model_qkv_bias(c),
                             .capacity_factor = c->moe.capacity_factor};
 }
 
@@ -57,7 +60,6 @@ int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int 
     const char *all[] = {
         m->head_dim * m->num_heads != m->d_model && m->qk_norm != MOE_QK_NORM_HEAD
             ? "head_dim * heads != d_model: this project has a head_dim of its own in Qwen3-MoE's family only" : 0,
-        m->d_ff_shared > 0 ? "a shared expert beside the routed ones: this project's MoE layer has none" : 0,
         m->irregular_moe_layers ? "MoE layers in no every-n-th pattern (mlp_only_layers): this project has only "
                                   "--moe-every" : 0,
         m->sliding_window > 0 ? "sliding-window attention: this project's attention is full causal" : 0,
@@ -83,12 +85,12 @@ typedef struct {
 
 static parameter_counts parameter_counts_of(const moe_plan_model *m) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
-    return (parameter_counts){.attention = d * A + 2 * d * B + A * d,
+    return (parameter_counts){.attention = d * A + 2 * d * B + A * d + (m->qkv_bias ? A + 2 * B : 0),
                               .norms = 2 * d + (m->qk_norm == MOE_QK_NORM_HEAD ? 2 * m->head_dim
                                                 : m->qk_norm == MOE_QK_NORM_PROJECTION ? A + B : 0),
                               .expert = 3 * d * m->d_ff_expert,
                               .router = m->num_experts * d,
-                              .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 ? d : 0),
+                              .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 && m->shared_gate ? d : 0),
                               .dense_ffn = 3 * d * m->d_ff_dense,
                               .embedding = m->vocab_size * d,
                               .lm_head = m->tie_embeddings ? 0 : m->vocab_size * d,
@@ -135,22 +137,21 @@ static int64_t kv_parts(const moe_plan_model *m, int64_t tp) {
     return m->num_kv_heads % tp == 0 ? tp : tp % m->num_kv_heads == 0 ? m->num_kv_heads : 1;
 }
 
-/* The attention projections' values one GPU of a tensor group of tp holds: q and o by heads, k and v by kv_parts. */
+/* The attention projections' values one GPU of a tensor group of tp holds: q and o by heads, k and v by kv_parts
+ * (their biases with them). */
 static int64_t attention_share(const moe_plan_model *m, int64_t tp) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
-    return 2 * d * A / tp + 2 * d * B / kv_parts(m, tp);
+    const int64_t bias = m->qkv_bias ? A / tp + 2 * B / kv_parts(m, tp) : 0;
+    return 2 * d * A / tp + 2 * d * B / kv_parts(m, tp) + bias;
 }
-
-/* n values of which `split` are split over tp GPUs: what one GPU holds */
-static int64_t share(int64_t n, int64_t split, int64_t tp) { return n - split + split / tp; }
 
 moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep, int64_t tp) {
     const parameter_counts c = parameter_counts_of(m);
     tp = tp > 1 ? tp : 1;
     const int64_t Lm = moe_plan_model_num_moe_layers(m), local_experts = m->num_experts / (ep > 0 ? ep : 1);
     const int64_t attention = attention_share(m, tp);
-    const int64_t shared = share(c.shared, 3 * m->d_model * m->d_ff_shared, tp);
-    const int64_t moe_layer = attention + c.norms + c.router + shared + local_experts * c.expert;
+    const int64_t moe_layer = attention + c.norms + c.router + c.shared + local_experts * c.expert; /* the shared
+                                                                         expert replicated (models/model.h) */
     const int64_t dense_layer = attention + c.norms + c.dense_ffn / tp;
     int64_t window = Lm > 0 ? moe_layer : 0;
     if (Lm < m->num_layers && dense_layer > window) window = dense_layer;
@@ -164,7 +165,7 @@ moe_plan_tp_share moe_plan_model_tp_share(const moe_plan_model *m, const moe_pla
     const double L = (double)s->layers, Lm = (double)s->moe_layers;
     const double ends = (s->embedding || (s->head && m->tie_embeddings) ? (double)c.embedding : 0) +
                         (s->head ? (double)c.lm_head : 0);
-    const double split = (L - Lm) * (double)c.dense_ffn + Lm * 3.0 * (double)m->d_model * (double)m->d_ff_shared + ends;
+    const double split = (L - Lm) * (double)c.dense_ffn + ends; /* the shared expert is replicated */
     /* what the other GPUs of the group hold instead */
     const double kept = split - split / (double)tp + L * (double)(c.attention - attention_share(m, tp));
     return (moe_plan_tp_share){(double)p.dense - kept, (double)p.dense_matrix - kept};
@@ -227,6 +228,8 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     const double QK = m->qk_norm != MOE_QK_NORM_NONE,
                  QR = m->qk_norm == MOE_QK_NORM_HEAD ? H / tp : QK,
                  KR = m->qk_norm == MOE_QK_NORM_HEAD ? (double)m->num_kv_heads / tp : QK;
+    /* the model's own buffers: with q/k/v biases a column of ones; with a shared expert its backward's scratch */
+    const double QB = m->qkv_bias, SH = m->d_ff_shared > 0 && m->num_experts > 1, SG = SH && m->shared_gate;
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
     const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S) /
                        (double)moe_plan_layout_tp(lay); /* its heads */
@@ -236,12 +239,12 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     {                                                                                                             \
         double on_dense, on_moe;                                                                                  \
         {                                                                                                         \
-            const double FD = T * (double)m->d_ff_dense;                                                          \
-            on_dense = (count) * real, (void)FD;                                                                  \
+            const double FD = T * (double)m->d_ff_dense, SH = 0, SF = 0, SG = 0;                                  \
+            on_dense = (count) * real, (void)FD, (void)SH, (void)SF, (void)SG;                                    \
         }                                                                                                         \
         {                                                                                                         \
-            const double FD = 0;                                                                                  \
-            on_moe = (count) * real, (void)FD;                                                                    \
+            const double FD = 0, SH = m->d_ff_shared > 0, SF = T * (double)m->d_ff_shared, SG = m->shared_gate;   \
+            on_moe = (count) * real, (void)FD, (void)SH, (void)SF, (void)SG;                                      \
         }                                                                                                         \
         if ((int)lay->recompute >= (rebuilt_from)) /* one buffer, the largest layer's */                          \
             bytes += L > Lm && on_dense > on_moe ? on_dense : on_moe;                                             \

@@ -20,6 +20,8 @@ typedef struct {
     int64_t num_experts, top_k;
     int64_t moe_every;       /* layer l is MoE iff (l + 1) % moe_every == 0 and E > 1 (model.h's rule)       */
     int64_t d_ff_shared;     /* a shared expert's hidden width (Qwen2-MoE), 0: none                          */
+    int shared_gate;         /* 1: the shared expert has a sigmoid gate [1, d] (Qwen2-MoE's)                 */
+    int qkv_bias;            /* 1: q, k and v have biases (Qwen2-MoE's)                                     */
     int tie_embeddings;
     int qk_norm;             /* moe_qk_norm (models/model.h): over each head's q and k (Qwen3, head_dim weights
                                 each per layer) or over the whole projections (OLMoE, H and KV x head_dim)   */

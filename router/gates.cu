@@ -12,7 +12,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void gates_forward(const float *scores, const int *expert, int num_tokens, int num_experts, int top_k,
-                              int renormalize, float *expert_score, float *gate) {
+                              int renormalize, float scale, float *expert_score, float *gate) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= num_tokens) return;
     const float *s = scores + (size_t)t * num_experts;
@@ -26,24 +26,27 @@ __global__ void gates_forward(const float *scores, const int *expert, int num_to
     }
     if (renormalize)
         for (int j = 0; j < top_k; j++) g[j] /= sum;
+    for (int j = 0; j < top_k; j++) g[j] = __fmul_rn(g[j], scale);
 }
 
-/* plain: ds[e_j] += dg_j;  renormalised: ds[e_j] += (dg_j - sum_i dg_i g_i) / sum_i s[e_i] */
-__global__ void gates_backward(const float *scores, const int *expert, const float *gate, const float *dgate,
-                               int num_tokens, int num_experts, int top_k, int renormalize, float *dscores) {
+/* with dg_j = scale dL/dgate_j: plain: ds[e_j] += dg_j;  renormalised: ds[e_j] += (dg_j - sum_i dg_i g_i) / sum_i
+ * s[e_i], g_i = s[e_i] / sum formed again from the scores */
+__global__ void gates_backward(const float *scores, const int *expert, const float *dgate, int num_tokens,
+                               int num_experts, int top_k, int renormalize, float scale, float *dscores) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= num_tokens) return;
     const float *s = scores + (size_t)t * num_experts;
     const int *e = expert + (size_t)t * top_k;
-    const float *g = gate + (size_t)t * top_k, *dg = dgate + (size_t)t * top_k;
+    const float *dg = dgate + (size_t)t * top_k;
     float *ds = dscores + (size_t)t * num_experts;
     if (!renormalize) {
-        for (int j = 0; j < top_k; j++) ds[e[j]] += dg[j];
+        for (int j = 0; j < top_k; j++) ds[e[j]] += __fmul_rn(dg[j], scale);
         return;
     }
     float sum = 0.0f, dot = 0.0f;
-    for (int j = 0; j < top_k; j++) sum += s[e[j]], dot += dg[j] * g[j];
-    for (int j = 0; j < top_k; j++) ds[e[j]] += (dg[j] - dot) / sum;
+    for (int j = 0; j < top_k; j++) sum += s[e[j]];
+    for (int j = 0; j < top_k; j++) dot += __fmul_rn(__fmul_rn(dg[j], scale), s[e[j]] / sum);
+    for (int j = 0; j < top_k; j++) ds[e[j]] += (__fmul_rn(dg[j], scale) - dot) / sum;
 }
 
 bool bad_shape(int num_tokens, int num_experts, int top_k) {
@@ -53,23 +56,23 @@ bool bad_shape(int num_tokens, int num_experts, int top_k) {
 } // namespace
 
 extern "C" moe_status moe_router_gates_cuda(moe_gpu *gpu, const float *scores, const int *expert, int num_tokens,
-                                            int num_experts, int top_k, int renormalize, float *expert_score,
-                                            float *gate) {
+                                            int num_experts, int top_k, int renormalize, float scale,
+                                            float *expert_score, float *gate) {
     if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     gates_forward<<<(num_tokens + kThreads - 1) / kThreads, kThreads, 0, gpu->stream>>>(
-        scores, expert, num_tokens, num_experts, top_k, renormalize, expert_score, gate);
+        scores, expert, num_tokens, num_experts, top_k, renormalize, scale, expert_score, gate);
     MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }
 
 extern "C" moe_status moe_router_gates_backward_cuda(moe_gpu *gpu, const float *scores, const int *expert,
-                                                     const float *gate, const float *dgate, int num_tokens,
-                                                     int num_experts, int top_k, int renormalize, float *dscores) {
+                                                     const float *dgate, int num_tokens, int num_experts, int top_k,
+                                                     int renormalize, float scale, float *dscores) {
     if (bad_shape(num_tokens, num_experts, top_k)) return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;
     gates_backward<<<(num_tokens + kThreads - 1) / kThreads, kThreads, 0, gpu->stream>>>(
-        scores, expert, gate, dgate, num_tokens, num_experts, top_k, renormalize, dscores);
+        scores, expert, dgate, num_tokens, num_experts, top_k, renormalize, scale, dscores);
     MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }

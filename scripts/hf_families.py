@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""hf_families.py — the model families beside Mixtral (models/model.h: Qwen3-MoE, OLMoE) against Hugging Face
+"""hf_families.py — the model families beside Mixtral (models/model.h: Qwen3-MoE, OLMoE, Qwen2-MoE) against Hugging Face
 transformers, both ways, on small random models (vocab 256, d 64, 2 layers, 4 heads / 2 kv heads, 8 experts, top-4).
 
 For each family:
-  A. HF -> ours: a random Qwen3MoeForCausalLM / OlmoeForCausalLM (the q/k norms' weights randomised too; Qwen3's
-     head_dim 24, not d / heads) saved with save_pretrained (safetensors, float32) loads in moe-train with --init-from
+  A. HF -> ours: a random Qwen3MoeForCausalLM / OlmoeForCausalLM / Qwen2MoeForCausalLM (the q/k norms' weights and
+     Qwen2-MoE's biases randomised too; Qwen3's head_dim 24, not d / heads; Qwen2-MoE's gated shared expert) saved with save_pretrained (safetensors, float32) loads in moe-train with --init-from
      and no shape flags, and gives transformers' logits on validation sequence 0 and its eval loss.
   B. Gradients: moe-train trains one step from that directory with AdamW at lr 10 and eps 10, no weight decay, no
      clipping, no aux or z loss; step 1 of AdamW moves each weight by u = lr g / (|g| + eps) exactly, so the saved
@@ -13,7 +13,7 @@ For each family:
   C. ours -> HF: moe-train trains 10 steps of the family from scratch and saves; transformers loads the directory
      (AutoModelForCausalLM) and gives moe-train --eval-only's logits and loss.
 Qwen3-MoE runs twice: top-4 renormalised (norm_topk_prob) and a model with a dense layer between MoE layers
-(decoder_sparse_step 2); OLMoE runs top-4 without renormalisation.
+(decoder_sparse_step 2); OLMoE runs top-4 without renormalisation; Qwen2-MoE top-4 without, both ways.
 Tolerances (fp32 on both sides): logits max|diff| <= 1e-4 max|logit| + 1e-5; loss relative difference <= 1e-5;
 gradients max|diff| <= 2e-3 max|g| + 1e-6 per tensor (the recovery divides the update's fp32 rounding by lr).
 
@@ -37,11 +37,11 @@ try:
     import torch
     import torch.nn.functional as F
     import transformers
-    from transformers import AutoModelForCausalLM, OlmoeConfig, Qwen3MoeConfig
+    from transformers import AutoModelForCausalLM, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
     from safetensors.torch import load_file
     from hf_common import run, sequences, write_tokens
 except Exception as e:  # ImportError, or a transformers without these families
-    print(f"SKIP: transformers with Qwen3-MoE and OLMoE is not importable under {sys.executable}: {e!r}")
+    print(f"SKIP: transformers with Qwen3-MoE, OLMoE and Qwen2-MoE is not importable under {sys.executable}: {e!r}")
     sys.exit(77)
 
 VOCAB, SEQ, BATCH, EVAL_BATCHES = 256, 32, 4, 2
@@ -83,6 +83,9 @@ def compare_eval(name, args, data, val, directory, model, results):
 
 
 def family_config(family, dense_every=1):
+    if family == "qwen2_moe":
+        return Qwen2MoeConfig(**SHAPE, moe_intermediate_size=48, intermediate_size=48, shared_expert_intermediate_size=40,
+                              norm_topk_prob=False, decoder_sparse_step=dense_every, rope_theta=1e4, rms_norm_eps=1e-6)
     if family == "qwen3_moe":
         return Qwen3MoeConfig(**SHAPE, head_dim=24, moe_intermediate_size=48, intermediate_size=48,
                               norm_topk_prob=True, decoder_sparse_step=dense_every, rope_theta=1e6, rms_norm_eps=1e-6)
@@ -93,10 +96,12 @@ def family_config(family, dense_every=1):
 def random_model(family, dense_every=1, seed=1234):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(family_config(family, dense_every), attn_implementation="eager").float()
-    with torch.no_grad():  # norms away from 1 (transformers starts them at 1: a wrong norm would go unseen)
+    with torch.no_grad():  # norms away from 1 and biases from 0 (as transformers starts them a wrong one would go unseen)
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.3 * torch.randn_like(p))
+            if name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn_like(p))
     return model.eval()
 
 
@@ -170,8 +175,8 @@ def ours_to_hf(name, args, data, val, flags, results):
     directory = os.path.join(ckpt, "step-00000010")
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
     print(f"{name}: transformers loaded {type(model).__name__}")
-    results.append((f"{name}: transformers loads it", type(model).__name__ == flags[1].replace("qwen3_moe",
-                   "Qwen3MoeForCausalLM").replace("olmoe", "OlmoeForCausalLM")))
+    want = {"qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
+    results.append((f"{name}: transformers loads it", type(model).__name__ == want[flags[1]]))
     compare_eval(name, args, data, val, directory, model, results)
 
 
@@ -190,7 +195,7 @@ def main():
     write_tokens(os.path.join(args.workdir, "val.bin"), val)
     data = ["--train-data", os.path.join(args.workdir, "train.bin"), "--val-data", os.path.join(args.workdir, "val.bin")]
     results = []
-    for family, dense_every in (("qwen3_moe", 1), ("qwen3_moe", 2), ("olmoe", 1)):
+    for family, dense_every in (("qwen3_moe", 1), ("qwen3_moe", 2), ("olmoe", 1), ("qwen2_moe", 1), ("qwen2_moe", 2)):
         name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "")
         print(f"== {name}: transformers -> moe-train, gradients ==")
         model = random_model(family, dense_every)
@@ -204,6 +209,8 @@ def main():
     ours_to_hf("C qwen3_moe", args, data, val, ["--family", "qwen3_moe", "--head-dim", "24", "--renormalize", "1",
                                                  *shape], results)
     ours_to_hf("C olmoe", args, data, val, ["--family", "olmoe", "--renormalize", "0", *shape], results)
+    ours_to_hf("C qwen2_moe", args, data, val, ["--family", "qwen2_moe", "--shared-d-ff", "40", "--renormalize", "0",
+                                                 *shape], results)
     failed = [n for n, ok in results if not ok]
     print(f"{len(results) - len(failed)} of {len(results)} comparisons pass" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

@@ -157,7 +157,7 @@ static void transformers_made(void) {
         {"layers as a string", "num_hidden_layers", "\"2\"", "num_hidden_layers must be an integer, not \"2\""},
         {"no hidden_size", "hidden_size", NULL, "hidden_size is missing"},
         {"a Llama", "architectures", "[\"LlamaForCausalLM\"]", "architectures is LlamaForCausalLM"},
-        {"another model_type", "model_type", "\"qwen2_moe\"", "model_type is qwen2_moe"},
+        {"another model_type", "model_type", "\"dbrx\"", "model_type is dbrx"},
         {"our variant without moe_train", "architectures", "[\"" MOE_CHECKPOINT_VARIANT "\"]", "without its moe_train"},
         {"score_func 513", "moe_train", "{\"score_func\": 513}", "moe_train.score_func must be \"softmax\" or"},
         {"renormalize 2", "moe_train", "{\"renormalize\": 2}", "moe_train.renormalize must be true or false"},
@@ -212,12 +212,14 @@ static void families(void) {
     const struct { int family; const char *label, *model_type; } kinds[] = {
         {MOE_MODEL_FAMILY_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe"},
         {MOE_MODEL_FAMILY_OLMOE, "OlmoeForCausalLM", "olmoe"},
+        {MOE_MODEL_FAMILY_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe"},
     };
     char note[1024];
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         moe_model_config c = small(), back;
         c.family = kinds[k].family, c.moe.renormalize = k == 0, c.moe.top_k = 4;
         if (kinds[k].family == MOE_MODEL_FAMILY_QWEN3_MOE) c.head_dim = 48, c.moe_every = 2; /* not d / H = 32 */
+        if (kinds[k].family == MOE_MODEL_FAMILY_QWEN2_MOE) c.shared_d_ff = 96;
         CHECK(!strcmp(label_of(&c, note, sizeof note), kinds[k].label) && !*note, "%s labelled %s: %s",
               kinds[k].model_type, label_of(&c, note, sizeof note), note);
         char *ckpt = write_config(kinds[k].model_type, moe__checkpoint_config_json(&c));
@@ -231,6 +233,9 @@ static void families(void) {
         if (k == 0)
             CHECK(strstr(text, "\"moe_intermediate_size\": 256") && strstr(text, "\"decoder_sparse_step\": 2") &&
                       strstr(text, "\"head_dim\": 48"), "Qwen3-MoE's keys:\n%s", text);
+        if (k == 2)
+            CHECK(strstr(text, "\"shared_expert_intermediate_size\": 96") && strstr(text, "\"qkv_bias\": true"),
+                  "Qwen2-MoE's keys:\n%s", text);
         free(text), free(ckpt);
         c.moe.score_func = MOE_SCORE_SIGMOID; /* our variant, which keeps the family in moe_train */
         CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "transformers' ") &&
@@ -262,6 +267,20 @@ static void families(void) {
         {"clip_qkv", "clip_qkv", "8.0", "clip_qkv must be null"},
     };
     expect_bad_keys(qwen3_config, bad, sizeof bad / sizeof *bad);
+    /* a shared expert is Qwen2-MoE's: elsewhere, or a Qwen2-MoE without one, our variant saying why */
+    c = small();
+    c.shared_d_ff = 64;
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "a shared expert"),
+          "a Mixtral with a shared expert: %s", note);
+    c.family = MOE_MODEL_FAMILY_QWEN2_MOE, c.shared_d_ff = 0;
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "no shared expert"),
+          "a Qwen2-MoE without a shared expert: %s", note);
+    c.shared_d_ff = 64;
+    json_t *j = moe__checkpoint_config_json(&c);
+    json_object_set_new(j, "qkv_bias", json_false());
+    ckpt = write_config("qwen2-no-bias", j);
+    expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c, NULL), "qkv_bias must be true");
+    free(ckpt);
     /* a Mixtral or OLMoE cannot have a head_dim of its own: their transformers classes derive it */
     c = small();
     c.head_dim = 64;

@@ -6,6 +6,7 @@
  *                        must stay as they were), one token repeated 3000 times, a table that starts non-zero;
  *   add, scale:          bitwise; n = 1, 255, 257, 100003 (not multiples of the block), add in place;
  *   round_bf16:          bitwise on random bit patterns (NaNs, Infs, subnormals among them) and ties;
+ *   bias_add:            bitwise; the sigmoid row gate (forward, dy, dg) within row "gate_rows"; T = 1 and 1000;
  *   find_nonfinite:      the exact index (and the CPU's): none, NaN first, Inf last, -Inf in the middle, two
  *                        (the lower wins), n = 0, 1, 1000, 2^20 + 3;
  *   sum_squares:         row "sum_squares" (relative 1e-12) of tests/test_tolerance.c, and two runs bitwise equal;
@@ -209,6 +210,44 @@ static void test_adamw(moe_gpu *gpu, moe_dense_state *s, size_t n, float wd, moe
     test_gpu_free(gpu, d_p), test_gpu_free(gpu, d_m), test_gpu_free(gpu, d_v), test_gpu_free(gpu, d_g);
 }
 
+/* bias_add bitwise; the sigmoid row gate forward and backward within row "gate_rows" (CUDA's expf) */
+static void test_bias_gate(moe_gpu *gpu, moe_dense_state *s, int T, int d, moe_rng *rng) {
+    const size_t n = (size_t)T * d;
+    float *x = test_alloc_uniform(rng, n, 2.0), *b = test_alloc_uniform(rng, (size_t)d, 1.0);
+    float *g = test_alloc_uniform(rng, (size_t)T, 4.0), *y = test_alloc_uniform(rng, n, 1.0);
+    float *dout = test_alloc_uniform(rng, n, 1.0);
+    float *want = (float *)malloc(n * sizeof(float)), *want_dy = (float *)malloc(n * sizeof(float));
+    float *want_dg = (float *)malloc((size_t)T * sizeof(float));
+    memcpy(want, x, n * sizeof(float));
+    CHECK_OK(cpu->bias_add(s, want, b, T, d));
+    float *d_x = dev_upload(gpu, x, n), *d_b = dev_upload(gpu, b, (size_t)d), *d_g = dev_upload(gpu, g, (size_t)T);
+    float *d_y = dev_upload(gpu, y, n), *d_dout = dev_upload(gpu, dout, n);
+    float *d_dy = (float *)test_gpu_alloc(gpu, n * sizeof(float)), *d_dg = (float *)test_gpu_alloc(gpu, T * sizeof(float));
+    CHECK_OK(moe_bias_add_cuda(gpu, d_x, d_b, T, d));
+    float *got = host_download(gpu, d_x, n);
+    CHECK(same_bits(got, want, n), "bias_add T=%d n=%d: not bitwise equal to the CPU", T, d);
+    free(got);
+    memcpy(want, x, n * sizeof(float));
+    CHECK_OK(cpu->gate_rows_forward(s, g, y, T, d, want));
+    CHECK_OK(moe_gpu_upload(gpu, d_x, x, n * sizeof(float)));
+    CHECK_OK(moe_gate_rows_forward_cuda(gpu, d_g, d_y, T, d, d_x));
+    got = host_download(gpu, d_x, n);
+    test_tolerance_check("gate_rows", "f32", got, want, n, "gate_rows forward T=%d d=%d", T, d);
+    free(got);
+    CHECK_OK(cpu->gate_rows_backward(s, g, y, dout, T, d, want_dy, want_dg));
+    test_gpu_poison(gpu, d_dy, n * sizeof(float)), test_gpu_poison(gpu, d_dg, T * sizeof(float));
+    CHECK_OK(moe_gate_rows_backward_cuda(gpu, d_g, d_y, d_dout, T, d, d_dy, d_dg));
+    got = host_download(gpu, d_dy, n);
+    test_tolerance_check("gate_rows", "f32", got, want_dy, n, "gate_rows dy T=%d d=%d", T, d);
+    free(got);
+    got = host_download(gpu, d_dg, (size_t)T);
+    test_tolerance_check("gate_rows", "f32", got, want_dg, (size_t)T, "gate_rows dg T=%d d=%d", T, d);
+    free(got);
+    free(x), free(b), free(g), free(y), free(dout), free(want), free(want_dy), free(want_dg);
+    test_gpu_free(gpu, d_x), test_gpu_free(gpu, d_b), test_gpu_free(gpu, d_g), test_gpu_free(gpu, d_y);
+    test_gpu_free(gpu, d_dout), test_gpu_free(gpu, d_dy), test_gpu_free(gpu, d_dg);
+}
+
 int main(void) {
     moe_gpu *gpu = test_gpu_require("test_gpu_dense_ops_a");
     moe_runtime *rt = NULL;
@@ -229,6 +268,8 @@ int main(void) {
     const size_t sizes[] = {1, 255, 257, 100003};
     for (int i = 0; i < 4; i++) test_add_scale(gpu, s, sizes[i], &rng);
     test_round_bf16(gpu, s, &rng);
+    test_bias_gate(gpu, s, 1, 7, &rng);
+    test_bias_gate(gpu, s, 1000, 300, &rng);
 
     const size_t nf_sizes[] = {0, 1, 1000, ((size_t)1 << 20) + 3};
     for (int i = 0; i < 4; i++) test_find_nonfinite(gpu, s, nf_sizes[i], &rng);

@@ -250,15 +250,15 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
     for (int run = 0; run < 2; run++) free(got[run]), free(got_select[run]), free(got_dl[run]);
 }
 
-static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int renormalize) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "T=%d E=%d k=%d renormalize=%d", T, E, k, renormalize);
+static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int renormalize, float scale) {
+    char shape[80];
+    snprintf(shape, sizeof shape, "T=%d E=%d k=%d renormalize=%d scale=%g", T, E, k, renormalize, scale);
     size_t te = (size_t)T * E, tk = (size_t)T * k;
     float *scores = random_scores(rng, MOE_SCORE_SOFTMAX, T, E, NULL);
     int *expert = (int *)host_alloc(tk * sizeof(int));
     moe_router_topk_cpu(scores, T, E, k, expert);
     float *want_es = (float *)host_alloc(tk * sizeof(float)), *want_gate = (float *)host_alloc(tk * sizeof(float));
-    moe_router_gates_cpu(scores, expert, T, E, k, renormalize, want_es, want_gate);
+    moe_router_gates_cpu(scores, expert, T, E, k, renormalize, scale, want_es, want_gate);
     float *d_scores = (float *)test_gpu_upload(gpu, scores, te * sizeof(float));
     int *d_expert = (int *)test_gpu_upload(gpu, expert, tk * sizeof(int));
     float *d_es = (float *)test_gpu_alloc(gpu, tk * sizeof(float));
@@ -266,7 +266,7 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
     float *got_es[2], *got_gate[2];
     for (int run = 0; run < 2; run++) {
         test_gpu_poison(gpu, d_es, tk * sizeof(float)), test_gpu_poison(gpu, d_gate, tk * sizeof(float));
-        CHECK_OK(moe_router_gates_cuda(gpu, d_scores, d_expert, T, E, k, renormalize, d_es, d_gate));
+        CHECK_OK(moe_router_gates_cuda(gpu, d_scores, d_expert, T, E, k, renormalize, scale, d_es, d_gate));
         got_es[run] = (float *)host_alloc(tk * sizeof(float)), got_gate[run] = (float *)host_alloc(tk * sizeof(float));
         test_gpu_download(gpu, got_es[run], d_es, tk * sizeof(float));
         test_gpu_download(gpu, got_gate[run], d_gate, tk * sizeof(float));
@@ -279,13 +279,12 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
     /* backward: accumulates into random dscores */
     float *dgate = test_alloc_uniform(rng, tk, 1.0), *ds0 = test_alloc_uniform(rng, te, 1.0);
     float *want_ds = host_copy(ds0, te), *got_ds[2];
-    moe_router_gates_backward_cpu(scores, expert, want_gate, dgate, T, E, k, renormalize, want_ds);
-    CHECK_OK(moe_gpu_upload(gpu, d_gate, want_gate, tk * sizeof(float)));
+    moe_router_gates_backward_cpu(scores, expert, dgate, T, E, k, renormalize, scale, want_ds);
     float *d_dgate = (float *)test_gpu_upload(gpu, dgate, tk * sizeof(float));
     float *d_ds = (float *)test_gpu_alloc(gpu, te * sizeof(float));
     for (int run = 0; run < 2; run++) {
         CHECK_OK(moe_gpu_upload(gpu, d_ds, ds0, te * sizeof(float)));
-        CHECK_OK(moe_router_gates_backward_cuda(gpu, d_scores, d_expert, d_gate, d_dgate, T, E, k, renormalize, d_ds));
+        CHECK_OK(moe_router_gates_backward_cuda(gpu, d_scores, d_expert, d_dgate, T, E, k, renormalize, scale, d_ds));
         got_ds[run] = (float *)host_alloc(te * sizeof(float));
         test_gpu_download(gpu, got_ds[run], d_ds, te * sizeof(float));
     }
@@ -432,7 +431,7 @@ static void test_empty(moe_gpu *gpu) {
     CHECK(loss[0] == 0 && loss[1] == 0, "empty losses: %g %g", loss[0], loss[1]);
     CHECK_OK(moe_router_logits_cuda(gpu, NULL, NULL, NULL, 0, 16, E, NULL, NULL));
     CHECK_OK(moe_router_scores_cuda(gpu, MOE_SCORE_SOFTMAX, NULL, NULL, 0, E, NULL, NULL));
-    CHECK_OK(moe_router_gates_cuda(gpu, NULL, NULL, 0, E, k, 1, NULL, NULL));
+    CHECK_OK(moe_router_gates_cuda(gpu, NULL, NULL, 0, E, k, 1, 1.0f, NULL, NULL));
     CHECK_OK(moe_gpu_synchronize(gpu));
     test_gpu_free(gpu, d_count), test_gpu_free(gpu, d_offset);
 }
@@ -460,7 +459,8 @@ int main(void) {
     const int topk_shapes[][3] = {{1, 1, 1}, {1000, 8, 2}, {777, 64, 8}, {500, 256, 8}};
     for (size_t s = 0; s < sizeof topk_shapes / sizeof topk_shapes[0]; s++)
         for (int renormalize = 0; renormalize <= 1; renormalize++)
-            test_gates(gpu, &rng, topk_shapes[s][0], topk_shapes[s][1], topk_shapes[s][2], renormalize);
+            test_gates(gpu, &rng, topk_shapes[s][0], topk_shapes[s][1], topk_shapes[s][2], renormalize,
+                       renormalize ? 2.5f : 1.0f); /* DeepSeek's routed scaling, with and without renormalising */
 
     /* several blocks of partial sums (256 tokens each) and a partial last block */
     const int loss_shapes[][4] = {{1, 1, 1, 1}, {100, 300, 8, 2}, {3000, 9000, 64, 8}, {1000, 1000, 256, 8}};

@@ -6,7 +6,7 @@
 # argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; 2 ranks
 # (ep 2, and ep 1) bitwise 1 rank; pipelines (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1; tensor
 # parallelism (--tp 2, one kv head) against the CPU and bitwise --tp 1 at the same --tp-shards; Qwen3-MoE's and OLMoE's
-# q/k norms against the CPU. Where weights differ,
+# q/k norms, Qwen2-MoE's biases and gated shared expert against the CPU. Where weights differ,
 # the tensors that do are named. Exit 77 (skip) where there is no GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
@@ -32,6 +32,8 @@ trains "cuda bf16, 2 ranks, Qwen3-MoE (q/k norms per head, head_dim 12), vs the 
     --device cuda --verify-steps 2 --ep 2 --family qwen3_moe --head-dim 12 --renormalize 1
 trains "cuda bf16, 2 ranks, OLMoE (q/k norms over the projections), vs the CPU" "verify step 2: " \
     --device cuda --verify-steps 2 --ep 2 --family olmoe --renormalize 0
+trains "cuda bf16, 2 ranks, Qwen2-MoE (q/k/v biases, a gated shared expert), vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --ep 2 --family qwen2_moe --shared-d-ff 24 --renormalize 0
 merge --device cuda --verify-steps 2
 if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
     grep -q "$lone_transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt"; then

@@ -1,7 +1,8 @@
 /* test_layer_gradcheck.c — the whole layer's analytic gradients against central finite differences,
  * in the float64 build (so the tolerance can be tight): input, router weights and every expert weight,
  * for softmax and sigmoid routing, k = 1 and 2, renormalised or not, dropless and with drops by either
- * priority. The loss is L = <out, R> + aux_coef * L_aux + z_coef * L_z for a fixed random R.
+ * priority, and DeepSeek-V3's group-limited routing with routed scaling. The loss is
+ * L = <out, R> + aux_coef * L_aux + z_coef * L_z for a fixed random R.
  * Run: meson test -C build test_layer_gradcheck */
 #include <math.h>
 #include <stdlib.h>
@@ -46,9 +47,12 @@ static int check_entries(problem *p, const char *what, moe_real *values, const m
     return bad;
 }
 
-static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_priority prio, uint64_t seed) {
+/* deepseek: DeepSeek-V3's routing on top: 2 groups of E / 2 experts, the best one kept, gates scaled by 2.5 */
+static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_priority prio, int deepseek,
+                     uint64_t seed) {
     problem p = {0};
     p.cfg = moe_config_default(D, DFF, E, k);
+    if (deepseek) p.cfg.num_groups = 2, p.cfg.topk_groups = 1, p.cfg.routed_scaling = 2.5f;
     p.cfg.score_func = func;
     p.cfg.renormalize = renorm;
     p.cfg.capacity_factor = cf;
@@ -78,9 +82,10 @@ static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_
     bad += check_entries(&p, "d_w1", p.weights.w.w1, p.grads.w.w1, Efd);
     bad += check_entries(&p, "d_w3", p.weights.w.w3, p.grads.w.w3, Efd);
     bad += check_entries(&p, "d_w2", p.weights.w.w2, p.grads.w.w2, Efd);
-    printf("%-7s k=%d renorm=%d cf=%-4g priority=%-5s dropped=%2d/%2d  mismatches=%d\n",
+    printf("%-7s k=%d renorm=%d cf=%-4g priority=%-5s%s dropped=%2d/%2d  mismatches=%d\n",
            func == MOE_SCORE_SOFTMAX ? "softmax" : "sigmoid", k, renorm, cf,
-           prio == MOE_DROP_BY_SCORE ? "score" : "token", drops, T * k, bad);
+           prio == MOE_DROP_BY_SCORE ? "score" : "token", deepseek ? " groups 1 of 2, scaled 2.5" : "", drops, T * k,
+           bad);
 
     moe_layer_destroy(p.layer);
     test_weights_free(&p.weights);
@@ -94,9 +99,10 @@ int main(void) {
     for (int f = 0; f < 2; f++)
         for (int k = 1; k <= 2; k++)
             for (int renorm = 0; renorm <= (k > 1); renorm++) {
-                run_case(funcs[f], k, renorm, 0, MOE_DROP_BY_TOKEN_ORDER, seed++);
-                run_case(funcs[f], k, renorm, 1.0f, MOE_DROP_BY_TOKEN_ORDER, seed++);
-                run_case(funcs[f], k, renorm, 1.0f, MOE_DROP_BY_SCORE, seed++);
+                run_case(funcs[f], k, renorm, 0, MOE_DROP_BY_TOKEN_ORDER, 0, seed++);
+                run_case(funcs[f], k, renorm, 1.0f, MOE_DROP_BY_TOKEN_ORDER, 0, seed++);
+                run_case(funcs[f], k, renorm, 1.0f, MOE_DROP_BY_SCORE, 0, seed++);
+                run_case(funcs[f], k, renorm, 0, MOE_DROP_BY_TOKEN_ORDER, 1, seed++);
             }
     return test_finish("test_layer_gradcheck");
 }

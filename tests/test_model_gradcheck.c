@@ -2,7 +2,8 @@
  * the float64 build: every parameter (embedding, attention, norms, routers, dense FFN, experts, lm_head)
  * of a tiny model with one dense and one MoE layer, grouped-query attention, tied and untied heads,
  * softmax and sigmoid routing, with and without capacity drops, fused (the default) and materialized attention, and the
- * families' q/k norms (Qwen3-MoE's per head with a head_dim of its own, OLMoE's over the projections). The loss is the summed cross-entropy
+ * families' q/k norms (Qwen3-MoE's per head with a head_dim of its own, OLMoE's over the projections), Qwen2-MoE's q/k/v
+ * biases and sigmoid-gated shared expert, and an ungated shared expert. The loss is the summed cross-entropy
  * plus the layers' weighted aux and z losses — exactly what backward differentiates. */
 #include <math.h>
 #include <stdlib.h>
@@ -87,5 +88,11 @@ int main(void) {
     moe_model_config olmoe = c; /* q/k norms over the whole projections, gates not renormalised */
     olmoe.family = MOE_MODEL_FAMILY_OLMOE, olmoe.moe.renormalize = 0;
     run_case("OLMoE: q/k norms over the projections", olmoe, 6);
+    moe_model_config qwen2 = c; /* q/k/v biases, a shared expert of its own width with a sigmoid gate */
+    qwen2.family = MOE_MODEL_FAMILY_QWEN2_MOE, qwen2.shared_d_ff = 5;
+    run_case("Qwen2-MoE: q/k/v biases, gated shared expert", qwen2, 7);
+    moe_model_config shared = c; /* an ungated shared expert (DeepSeek's), under tied embeddings */
+    shared.shared_d_ff = 3, shared.tie_embeddings = 1;
+    run_case("shared expert without a gate", shared, 8);
     return test_finish("test_model_gradcheck");
 }

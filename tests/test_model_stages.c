@@ -6,7 +6,8 @@
  *   - passes: forwards of several micro-batches kept at once and their backwards run later (F0 F1 F2 B0 B1 B2, the
  *     order a pipeline's warm-up makes) give the bits of one pass run F0 B0 F1 B1 F2 B2;
  * over dense and MoE layers, capacity drops, sigmoid routing (its bias moved by the last forward), the world-invariant
- * shard sums, recompute none and full. A stage holding one end of a tied embedding with no pipeline to hold the other
+ * shard sums, recompute none and full, the families' biases, q/k norms and shared experts (their buffers rebuilt under
+ * recompute). A stage holding one end of a tied embedding with no pipeline to hold the other
  * is refused with a message. */
 #include <stdlib.h>
 #include <string.h>
@@ -194,10 +195,12 @@ static void check_refusals(void) {
 }
 
 int main(void) {
-    enum { CASES = 6 };
+    enum { CASES = 8 };
     const char *labels[CASES] = {"dense and MoE layers", "capacity drops", "sigmoid routing",
-                                 "world-invariant shard sums", "recompute full", "recompute moe, materialized attention"};
-    const int stages[CASES] = {4, 2, 2, 4, 2, 2};
+                                 "world-invariant shard sums", "recompute full", "recompute moe, materialized attention",
+                                 "Qwen2-MoE (biases, gated shared expert), recompute full",
+                                 "Qwen3-MoE (q/k norms), ungated shared expert, recompute moe"};
+    const int stages[CASES] = {4, 2, 2, 4, 2, 2, 2, 4};
     moe_model_config c[CASES];
     for (int i = 0; i < CASES; i++) c[i] = small_config();
     c[1].moe.capacity_factor = 0.5f;
@@ -205,6 +208,8 @@ int main(void) {
     c[3].moe.num_shards = 2;
     c[4].moe.num_shards = 2, c[4].moe.recompute = MOE_RECOMPUTE_FULL;
     c[5].moe.recompute = MOE_RECOMPUTE_MOE, c[5].attention = MOE_ATTENTION_MATERIALIZED;
+    c[6].family = MOE_MODEL_FAMILY_QWEN2_MOE, c[6].shared_d_ff = 12, c[6].moe.recompute = MOE_RECOMPUTE_FULL;
+    c[7].family = MOE_MODEL_FAMILY_QWEN3_MOE, c[7].shared_d_ff = 8, c[7].moe.recompute = MOE_RECOMPUTE_MOE;
     check_stages(labels[0], c[0], 2);
     for (int i = 0; i < CASES; i++) {
         check_stages(labels[i], c[i], stages[i]);

@@ -61,10 +61,10 @@ int main(void) {
     const moe_model_tensor *spans = moe_model_tensors(m, &spans_n);
     for (int s = 0; s < spans_n; s++)
         for (size_t i = spans[s].offset; i < spans[s].offset + spans[s].count; i++) {
-            moe_real want = (spans[s].kind != MOE_TENSOR_NORM) ? before[i] - 0.1f * 0.5f * before[i] : before[i];
+            moe_real want = moe_tensor_decays(&spans[s]) ? before[i] - 0.1f * 0.5f * before[i] : before[i];
             CHECK(fabsf(p[i] - want) <= 1e-7f * fabsf(want), "%s[%zu]: %g, want %g", spans[s].name, i - spans[s].offset,
                   p[i], want);
-            norms += !(spans[s].kind != MOE_TENSOR_NORM);
+            norms += !moe_tensor_decays(&spans[s]);
         }
     CHECK(norms == (2 * c.num_layers + 1) * c.d_model, "%d norm weights found", norms);
     free(before), free(m1), free(m2);

@@ -55,8 +55,8 @@ static void kernels(const inputs *in, arena *a) {
     moe_router_scores_cpu(MOE_SCORE_SOFTMAX, in->logits, T, E, scores);
     moe_router_topk_cpu(scores, T, E, K, expert);
     for (int i = 0; i < T * K; i++) num_selected[expert[i]]++, dgate[i] = in->dy[i];
-    moe_router_gates_cpu(scores, expert, T, E, K, 1, expert_score, gate);
-    moe_router_gates_backward_cpu(scores, expert, gate, dgate, T, E, K, 1, dscores);
+    moe_router_gates_cpu(scores, expert, T, E, K, 1, 1, expert_score, gate);
+    moe_router_gates_backward_cpu(scores, expert, dgate, T, E, K, 1, 1, dscores);
     moe_router_load_balance_loss_backward_cpu(MOE_SCORE_SIGMOID, scores, num_selected, T, T, E, K, 0.01f, dscores);
     moe_router_scores_backward_cpu(MOE_SCORE_SOFTMAX, scores, dscores, T, E, dlogits);
     moe_router_z_loss_backward_cpu(in->logits, T, T, E, 0.001f, dlogits);

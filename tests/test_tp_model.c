@@ -31,6 +31,7 @@ enum { SEQS = 8, SEQ_LEN = 16, SHARDS = 8, PIECES = 8, SEED = 7 };
 static const char *const case_names[TEST_TP_NUM_CASES] = {
     "dropless", "capacity 1.0, drops by token order", "GQA (kv 2 of 4 heads), tied embeddings",
     "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer",
+    "Qwen2-MoE: q/k/v biases split with their heads (kv 2 of 4), a gated shared expert (replicated)",
     "one kv head of 4 (kv heads fewer than tp), materialized attention",
     "one kv head of 4 (kv heads fewer than tp), fused attention"};
 
@@ -38,7 +39,8 @@ moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces
     const int mqa = c == TEST_TP_MQA_MATERIALIZED || c == TEST_TP_MQA_FUSED;
     moe_model_config cfg = moe_model_config_default();
     cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
-    cfg.num_kv_heads = c == TEST_TP_GQA_TIED ? 2 : mqa ? 1 : 4;
+    cfg.num_kv_heads = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 ? 2 : mqa ? 1 : 4;
+    if (c == TEST_TP_QWEN2) cfg.family = MOE_MODEL_FAMILY_QWEN2_MOE, cfg.shared_d_ff = 24;
     cfg.attention = c == TEST_TP_MQA_MATERIALIZED ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
     cfg.tie_embeddings = c == TEST_TP_GQA_TIED;
     cfg.moe_every = c == TEST_TP_DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */

@@ -12,8 +12,9 @@
  *     norm's atoms made small so that every range boundary cuts a tensor;
  *   - as the first in bf16 (the GEMMs' weight copies kept across the micro-batches of a step), pipelines of 1 and 2
  *     stages only;
- *   - a Qwen3-MoE (models/model.h: q/k norms per head, head_dim 12 of d 32 / 4 heads, top-4) under ZeRO-2 against a
- *     ZeRO-0 reference.
+ *   - a Qwen3-MoE (models/model.h: q/k norms per head, head_dim 12 of d 32 / 4 heads, top-4) with DeepSeek-V3's
+ *     group-limited routing (the 8 experts in 4 groups, 3 kept) and routed scaling 2.5, under ZeRO-2 against a ZeRO-0
+ *     reference.
  * The check can fail: with num_shards = 0 (today's reductions: one product per rank, MPI's all-reduce) the final
  * weights of W >= 2 differ from the reference in some bit (checked too); and replacing the tree all-reduce of the
  * gradients by MPI's fails the W = 4 and 8 runs (tried). */
@@ -42,7 +43,8 @@ static const char *const case_names[] = {"softmax, 4 micro-batches, ZeRO-1", "si
                                          "softmax, 4 micro-batches, ZeRO-2 against ZeRO-0, atoms of 40 values",
                                          "tied embeddings, 4 micro-batches, ZeRO-2 against ZeRO-0",
                                          "bf16, softmax, 4 micro-batches, ZeRO-1",
-                                         "Qwen3-MoE (q/k norms per head, head_dim 12), 4 micro-batches, ZeRO-2"};
+                                         "Qwen3-MoE (q/k norms per head, head_dim 12), groups 3 of 4, 4 micro-batches, "
+                                         "ZeRO-2"};
 enum { SMALL_ATOM = 40 }; /* SOFTMAX_ZERO2: ranges fall inside tensors (models/zero.h) */
 
 /* What a run leaves: per step {loss, aux, z, norm}; the full model and moments in the unsharded layout of its rank
@@ -64,6 +66,8 @@ static moe_train_options options(const char *train, const char *val, test_case c
     o.zero = c == SOFTMAX_ZERO || c == BF16_SOFTMAX ? 1 : c == SOFTMAX_ZERO2 || c == TIED_ZERO2 || c == QWEN3_ZERO2 ? 2 : 0;
     if (c == QWEN3_ZERO2) /* the norms' gradients, per head, summed per shard as every other's */
         o.model.family = MOE_MODEL_FAMILY_QWEN3_MOE, o.model.head_dim = 12, o.model.moe.top_k = 4;
+    if (c == QWEN3_ZERO2) /* and DeepSeek-V3's routing: per token too */
+        o.model.moe.num_groups = 4, o.model.moe.topk_groups = 3, o.model.moe.routed_scaling = 2.5f;
     if (c == BF16_SOFTMAX) o.model.moe.precision = MOE_PRECISION_BF16;
     o.model.tie_embeddings = c == TIED_ZERO2;
     if (c == SIGMOID_BY_SCORE) {

@@ -29,13 +29,15 @@ static const opt_spec kOptions[] = {
     {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL, RUN},
     {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL, RUN},
     {"--family", "model family (models/model.h): mixtral; qwen3_moe (q/k norms per head, --head-dim its own); olmoe "
-     "(q/k norms over the projections)", OPT_CHOICE, OFF(model.family), 0, 0, {"mixtral", "qwen3_moe", "olmoe"}, NULL,
-     RUN},
+     "(q/k norms over the projections); qwen2_moe (q/k/v biases, a shared expert with a sigmoid gate)", OPT_CHOICE,
+     OFF(model.family), 0, 0, {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe"}, NULL, RUN},
     {"--heads", "attention heads", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL, RUN},
     {"--head-dim", "width of each head, even (0: d_model / heads; another value with --family qwen3_moe)", OPT_INT,
      OFF(model.head_dim), 0, 4096, {0}, NULL, RUN},
     {"--kv-heads", "key/value heads (< heads: grouped-query attention; auto: --heads)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL, RUN},
     {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}, NULL, RUN},
+    {"--shared-d-ff", "hidden width of a shared expert beside the routed ones in every MoE layer (0: none; gated by a "
+     "sigmoid with --family qwen2_moe)", OPT_INT, OFF(model.shared_d_ff), 0, 1 << 20, {0}, NULL, RUN},
     {"--vocab", "vocabulary size (256: bytes; above 65536 the token files must hold uint32 tokens)", OPT_INT,
      OFF(model.vocab_size), 2, 2147483647, {0}, NULL, RUN},
     {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}, NULL, RUN},
@@ -58,6 +60,12 @@ static const opt_spec kOptions[] = {
     {"--z-loss-coef", "router z-loss coefficient", OPT_FLOAT, OFF(model.moe.z_loss_coef), 0, 1e3, {0}, NULL, RUN},
     {"--bias-update-rate", "sigmoid routing: aux-loss-free bias step", OPT_FLOAT, OFF(model.moe.bias_update_rate), 0, 1e3,
      {0}, NULL, RUN},
+    {"--expert-groups", "group-limited routing (DeepSeek-V3's n_group): the experts in this many equal groups (0: "
+     "none)", OPT_INT, OFF(model.moe.num_groups), 0, 64, {0}, NULL, RUN},
+    {"--topk-groups", "with --expert-groups: the groups a token picks its experts from (topk_group), the best by the "
+     "sum of each group's two best scores", OPT_INT, OFF(model.moe.topk_groups), 0, 64, {0}, NULL, RUN},
+    {"--routed-scaling", "the gates times this after renormalisation (DeepSeek's routed_scaling_factor; 0: 1)",
+     OPT_FLOAT, OFF(model.moe.routed_scaling), 0, 1e3, {0}, NULL, RUN},
     {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL, RUN},
     {"--layout-invariant", "1: row-wise GEMMs in fixed 64-row calls, so a token's activations are bitwise independent "
      "of ep and world size (with --world-invariant 1 the whole run is)", OPT_INT, OFF(model.moe.layout_invariant), 0,

@@ -1,0 +1,62 @@
+/* test_router_group.c — group-limited routing (router/group.h, DeepSeek-V3's n_group / topk_group), exactly: a token's
+ * groups scored by the sum of their two best selection scores, the best topk_groups kept (ties to the lower group),
+ * -inf elsewhere, so that top-k chooses among them; in place as out of place; and the configurations moe_config_problem
+ * refuses, each by its field. Run: meson test -C build test_router_group */
+#include <math.h>
+#include <string.h>
+
+#include "moe/moe.h"
+#include "router/group.h"
+#include "router/topk.h"
+#include "tests/test_util.h"
+
+static void by_hand(void) {
+    /* 4 groups of 2: sums 0.3, 0.9, 0.95, 0.6 -> groups 2 and 1; a group's single best (0.9 in group 1) does not
+     * decide: its sum does */
+    const moe_real s[8] = {0.1f, 0.2f, 0.9f, 0.0f, 0.5f, 0.45f, 0.3f, 0.3f};
+    moe_real masked[8];
+    moe_router_group_mask_cpu(s, 1, 8, 4, 2, masked);
+    for (int e = 0; e < 8; e++) {
+        const int kept = e / 2 == 1 || e / 2 == 2;
+        CHECK(kept ? masked[e] == s[e] : isinf(masked[e]) && masked[e] < 0, "expert %d: %g", e, (double)masked[e]);
+    }
+    int expert[2];
+    moe_router_topk_cpu(masked, 1, 8, 2, expert);
+    CHECK(expert[0] == 2 && expert[1] == 4, "top-2 among the kept groups: %d, %d (want 2, 4)", expert[0], expert[1]);
+    /* a tie between groups' sums: the lower group; in place */
+    moe_real tie[6] = {0.5f, 0.1f, 0.3f, 0.3f, 0.6f, 0.0f}; /* sums 0.6, 0.6, 0.6: group 0 */
+    moe_router_group_mask_cpu(tie, 1, 6, 3, 1, tie);
+    CHECK(tie[0] == 0.5f && tie[1] == 0.1f && isinf(tie[2]) && isinf(tie[3]) && isinf(tie[4]) && isinf(tie[5]),
+          "a tie of group sums goes to the lower group (in place)");
+    printf("by hand: groups 1 and 2 of 4 kept, top-2 = experts 2, 4; a tie to group 0\n");
+}
+
+static void refusals(void) {
+    const struct { int E, k, groups, topk_groups; const char *expect; } bad[] = {
+        {8, 2, 3, 1, "num_groups (n_group) must divide the number of experts"},
+        {8, 2, 8, 2, "at least 2 experts per group"},
+        {8, 2, 4, 5, "topk_groups (topk_group) must be between 1 and num_groups"},
+        {8, 6, 4, 2, "top_k must be at most topk_groups x the experts of a group"},
+        {8, 2, 0, 2, "topk_groups (topk_group) needs num_groups (n_group) > 1"},
+        {256, 8, 65, 4, "num_groups (n_group) must be between 0 (none) and 64"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        moe_config c = moe_config_default(16, 32, bad[i].E, bad[i].k);
+        c.num_groups = bad[i].groups, c.topk_groups = bad[i].topk_groups;
+        const char *problem = moe_config_problem(&c);
+        CHECK(problem && strstr(problem, bad[i].expect), "E %d k %d groups %d/%d: %s", bad[i].E, bad[i].k,
+              bad[i].topk_groups, bad[i].groups, problem ? problem : "accepted");
+        if (problem) printf("refused: %s\n", problem);
+    }
+    moe_config ok = moe_config_default(16, 32, 256, 8);
+    ok.num_groups = 8, ok.topk_groups = 4, ok.routed_scaling = 2.5f; /* DeepSeek-V3's */
+    CHECK(!moe_config_problem(&ok), "DeepSeek-V3's routing refused: %s", moe_config_problem(&ok));
+    ok.routed_scaling = -1;
+    CHECK(moe_config_problem(&ok) && strstr(moe_config_problem(&ok), "routed_scaling"), "a negative scale accepted");
+}
+
+int main(void) {
+    by_hand();
+    refusals();
+    return test_finish("test_router_group");
+}
