@@ -56,6 +56,9 @@ static const arch_field kFields[] = {
                               TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0)}},
     {0, FIELD_INT, MC(shared_d_ff), {OURS("shared_d_ff", 0), OURS("shared_d_ff", 0), OURS("shared_d_ff", 0),
                                      TOP("shared_expert_intermediate_size", 1, 0)}},
+    {0, FIELD_INT, MC(dense_d_ff), {OURS("dense_d_ff", 0), TOP("intermediate_size", 0, 0), OURS("dense_d_ff", 0),
+                                    TOP("intermediate_size", 0, 0)}}, /* 0: d_ff (moe_model_dense_d_ff) */
+    {0, FIELD_INT, MC(first_dense), ALL4(OURS("first_dense_layers", 0))},
     {0, FIELD_INT, MC(num_layers), ALL4(TOP("num_hidden_layers", 1, 0))},
     {0, FIELD_INT, MC(num_heads), ALL4(TOP("num_attention_heads", 1, 0))},
     {0, FIELD_INT, MC(num_kv_heads), ALL4(TOP("num_key_value_heads", 1, 0))},
@@ -104,6 +107,8 @@ static double field_value(const moe_model_config *c, const arch_field *f) {
         if (f->offset == MC(moe.routed_scaling)) return moe_config_gate_scale(&c->moe); /* 0 reads as 1 */
         return f->offset == MC(moe.capacity_factor) && v <= 0 ? 0 : v; /* every cf <= 0 is dropless */
     }
+    if (f->offset == MC(dense_d_ff)) /* 0 and d_ff alike mean "as wide as an expert": 0 */
+        return moe_model_dense_d_ff(c) == c->d_ff ? 0 : c->dense_d_ff;
     return *(const int *)p;
 }
 
@@ -203,16 +208,15 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
     json_object_set_new(j, "moe_train", ours);
     for (int i = 0; i < NUM_FIELDS; i++) {
         const field_place *at = &kFields[i].at[family];
-        if (at->where != IN_NONE)
-            json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key,
-                                field_json(&kFields[i], field_value(c, &kFields[i])));
+        if (at->where == IN_NONE) continue;
+        double v = field_value(c, &kFields[i]);
+        if (kFields[i].offset == MC(dense_d_ff) && at->where == IN_TOP) v = moe_model_dense_d_ff(c); /* a width */
+        json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key, field_json(&kFields[i], v));
     }
     if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_OLMOE) /* what this model has not */
         json_object_set_new(j, "attention_bias", json_false());
     if (family == MOE_MODEL_FAMILY_QWEN2_MOE) json_object_set_new(j, "qkv_bias", json_true());
-    if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_QWEN2_MOE) { /* a dense layer as wide as
-                                                                                        an expert here */
-        json_object_set_new(j, "intermediate_size", json_integer(c->d_ff));
+    if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_QWEN2_MOE) {
         json_object_set_new(j, "mlp_only_layers", json_array());
         json_object_set_new(j, "use_sliding_window", json_false());
     }
@@ -343,15 +347,6 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
     json_t *qkv_bias = json_object_get(j, "qkv_bias");
     if (c->family == MOE_MODEL_FAMILY_QWEN2_MOE && qkv_bias && !json_is_true(qkv_bias))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: qkv_bias must be true (a Qwen2-MoE's q, k and v here have biases)", path);
-    json_t *dense_width = json_object_get(j, "intermediate_size");
-    int dense_layers = 0;
-    for (int l = 0; l < c->num_layers; l++) dense_layers += !moe_model_layer_is_moe(c, l);
-    if ((c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE) && dense_layers &&
-        json_is_integer(dense_width) &&
-        json_integer_value(dense_width) != c->d_ff)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: intermediate_size (%lld, the dense layers' width) must equal "
-                        "moe_intermediate_size (%d): a dense FFN here is as wide as an expert", path,
-                        (long long)json_integer_value(dense_width), c->d_ff);
     return MOE_OK;
 }
 

@@ -13,7 +13,7 @@ static moe_status tp_dense_ffn_forward(moe_model *m, int l, int T, moe_real *y) 
     const moe_model_config *c = &m->cfg;
     const moe_layer_weights *w = &m->c.layers[l].ffn;
     layer_acts *a = &m->P->acts[l];
-    const int d = c->d_model, F = c->d_ff;
+    const int d = c->d_model, F = moe_model_dense_d_ff(c);
     MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w1, T, d, F, a->h1));
     MOE_TRY(moe_tp_column_forward(&m->tpl, a->ln2, w->w3, T, d, F, a->h3));
     MOE_TRY(m->dense->swiglu_act_forward(m->ops_state, a->h1, a->h3, (size_t)T * (F / m->seq.tp), a->act));
@@ -31,7 +31,7 @@ static moe_status tp_dense_ffn_backward(moe_model *m, int l, int T) {
     const moe_layer_weights *w = &m->c.layers[l].ffn;
     moe_layer_weights *gw = &m->g.layers[l].ffn;
     layer_acts *a = &m->P->acts[l];
-    const int d = c->d_model, F = c->d_ff;
+    const int d = c->d_model, F = moe_model_dense_d_ff(c);
     const moe_real *dy = m->dresid;
     if (m->seq.tp > 1) { /* the group's rows of dL/dy (m->tmp: forward's, spent once the layer is recomputed) */
         MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->tmp));
@@ -93,7 +93,8 @@ moe_status moe__model_ffn_forward(moe_model *m, int l, int T) {
         return shared_forward(m, l, T / m->seq.tp, m->tmp);
     }
     if (m->pieces) return tp_dense_ffn_forward(m, l, T, m->tmp);
-    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, moe_model_dense_d_ff(c), a->ln2, a->h1, a->h3,
+                                    a->act, m->tmp);
 }
 
 /* From dL/dffn_out (m->dresid) to dL/dln2 (m->dln, overwritten), on this rank's slice of the group's T rows. */
@@ -107,8 +108,8 @@ moe_status moe__model_ffn_backward(moe_model *m, int l, int T) {
         return shared_backward(m, l, T / m->seq.tp);
     }
     if (m->pieces) return tp_dense_ffn_backward(m, l, T);
-    return moe_shard_grads_swiglu(&m->shard_grads, w, gw, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act,
-                                  m->dresid, m->dln);
+    return moe_shard_grads_swiglu(&m->shard_grads, w, gw, c->d_model, moe_model_dense_d_ff(c), a->ln2, a->h1, a->h3,
+                                  a->act, m->dresid, m->dln);
 }
 
 /* Its intermediates that cfg.moe.recompute did not keep, before its backward, by the forward's own ops on the same
@@ -125,5 +126,6 @@ moe_status moe__model_ffn_recompute(moe_model *m, int l, int T) {
     }
     if (r < MOE_RECOMPUTE_MOE) return MOE_OK;
     if (m->pieces) return tp_dense_ffn_forward(m, l, T, NULL);
-    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, c->d_ff, a->ln2, a->h1, a->h3, a->act, m->tmp);
+    return m->dense->swiglu_forward(m->ops_state, w, T, c->d_model, moe_model_dense_d_ff(c), a->ln2, a->h1, a->h3,
+                                    a->act, m->tmp);
 }

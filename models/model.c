@@ -43,7 +43,8 @@ static moe_status init_tensor_parallel(moe_model *m) {
     for (int l = 0; l < m->cfg.num_layers; l++)
         dense_layers += moe__model_holds_layer(m, l) && !moe_model_layer_is_moe(&m->cfg, l);
     if (m->pieces && dense_layers) {
-        const size_t n = (size_t)m->max_seqs * m->cfg.seq_len * (m->cfg.d_ff / m->seq.tp) * sizeof(moe_real);
+        const size_t n =
+            (size_t)m->max_seqs * m->cfg.seq_len * (moe_model_dense_d_ff(&m->cfg) / m->seq.tp) * sizeof(moe_real);
         MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh1));
         MOE_TRY(moe_runtime_alloc(m->rt, n, (void **)&m->tp_dh3));
     }
@@ -148,6 +149,8 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
         moe__model_set_views(m, m->params, NULL, &m->p);
         moe__model_set_compute_views(m);
         int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
+        widest = widest > moe_model_dense_d_ff(cfg) ? widest : moe_model_dense_d_ff(cfg);
+        widest = widest > cfg->shared_d_ff ? widest : cfg->shared_d_ff;
         widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
         st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest, &m->ops_state);
     }

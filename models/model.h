@@ -28,7 +28,10 @@ typedef struct {
     int num_kv_heads;   /* KV, divides H (KV < H: grouped-query attention)                     */
     int head_dim;       /* hd, even (RoPE); 0: d / H (Mixtral's and OLMoE's rule; Qwen3's is its own) */
     int family;         /* MOE_MODEL_FAMILY_*: the attention's q/k norms, the tensors' names, config.json */
-    int d_ff;           /* hidden width of each expert, and of the dense FFNs                 */
+    int d_ff;           /* hidden width of each expert (and of the dense FFNs, unless dense_d_ff) */
+    int dense_d_ff;     /* hidden width of the dense FFN layers (Qwen's intermediate_size beside moe_intermediate_size,
+                           DeepSeek's first layers); 0: d_ff                                     */
+    int first_dense;    /* the first this many layers are dense (DeepSeek's first_k_dense_replace); 0: none */
     int shared_d_ff;    /* hidden width of a shared expert beside the routed ones in every MoE layer (0: none): a
                            SwiGLU over every token, its weights replicated (data-parallel at any layout), gated by
                            a sigmoid in Qwen2-MoE (moe_model_shared_gate), added to the routed experts' output   */
@@ -119,7 +122,10 @@ enum { MOE_ATTENTION_MATERIALIZED = 0, MOE_ATTENTION_FUSED = 1 };
 moe_model_config moe_model_config_default(void);
 /* NULL when valid, else a sentence naming the first wrong field. */
 const char *moe_model_config_problem(const moe_model_config *cfg);
+/* Layer l's FFN is MoE iff E > 1, l >= first_dense and (l + 1) % moe_every == 0. */
 int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
+/* cfg->dense_d_ff, with 0 read as d_ff. */
+int moe_model_dense_d_ff(const moe_model_config *cfg);
 /* cfg->tp with 0 read as 1; cfg->tp_shards with 0 read as that tp. */
 int moe_model_tp_size(const moe_model_config *cfg);
 int moe_model_tp_pieces(const moe_model_config *cfg);
@@ -131,7 +137,7 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
 
 /* The tensors of one decoder layer, as one list: X(field of moe_model_layer_params, Hugging Face name after
  * "model.layers.N.", rows, cols (0: a vector), kind, split). Rows and cols are the whole tensor's, expressions in d
- * (d_model), A (H * hd), B (KV * hd), F (d_ff) and E (experts); split says how tensor parallelism cuts it: ROWS
+ * (d_model), A (H * hd), B (KV * hd), F (d_ff), DF (the dense FFNs' width) and E (experts); split says how tensor parallelism cuts it: ROWS
  * (column-parallel: rows of the output features), COLS (row-parallel: columns of the input features) or NONE
  * (replicated). The list drives the buffer layout, the views, the checkpoint names, the optimizer's weight decay and
  * the initialisation, so a tensor is added here and nowhere else. */
@@ -168,9 +174,9 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
  * models/tensors.c translates) */
 /* the FFN of a dense layer (Mixtral has none: Llama's names) */
 #define MOE_MODEL_DENSE_FFN_TENSORS(X)                                          \
-    X(ffn.w1, "mlp.gate_proj.weight", F, d, MOE_TENSOR_WEIGHT, ROWS)           \
-    X(ffn.w3, "mlp.up_proj.weight", F, d, MOE_TENSOR_WEIGHT, ROWS)             \
-    X(ffn.w2, "mlp.down_proj.weight", d, F, MOE_TENSOR_RESIDUAL, COLS)
+    X(ffn.w1, "mlp.gate_proj.weight", DF, d, MOE_TENSOR_WEIGHT, ROWS)          \
+    X(ffn.w3, "mlp.up_proj.weight", DF, d, MOE_TENSOR_WEIGHT, ROWS)            \
+    X(ffn.w2, "mlp.down_proj.weight", d, DF, MOE_TENSOR_RESIDUAL, COLS)
 
 /* How a tensor is initialised and decayed: norms start at 1 and biases at 0, neither decayed; weights are uniform
  * with standard deviation 0.02, residual output projections 0.02 / sqrt(2 L) (GPT-2). */

@@ -42,7 +42,7 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const moe_qk_norm qk = moe_model_qk_norm(c);
     const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads / tp : QK,
                  KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads / tp : QK; /* q/k norms run at tp 1 */
-    const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.F;
+    const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.DF;
     const size_t SH = moe_model_layer_is_moe(c, l) && c->shared_d_ff > 0, SF = SH * T * (size_t)c->shared_d_ff,
                  SG = SH && moe_model_shared_gate(c);
     const size_t ATT = (size_t)m->max_seqs * c->num_heads * S * (c->attention == MOE_ATTENTION_FUSED ? 1 : S) / tp;

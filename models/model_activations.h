@@ -10,7 +10,8 @@
  *   KVG  with fewer kv heads than tp, TG * B (a gradient of k or v summed over the group); else 0
  *   ATT  what attention keeps per layer: the probabilities [seqs, H, S, S] (materialized) or the row statistics
  *        [seqs, H, S] (fused), of this rank's H / tp heads
- *   FD   a dense FFN layer's T * d_ff ([TG, d_ff / tp]; 0 on an MoE layer, whose FFN buffers are the MoE layer's)
+ *   FD   a dense FFN layer's T * its width ([TG, width / tp]; the width d_ff or dense_d_ff; 0 on an MoE layer, whose
+ *        FFN buffers are the MoE layer's)
  *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of the q and k norms
  *        (H and KV for each head's, 1 for the whole projection's; 0 without);  QB  1 with q/k/v biases
  *   SH   1 on an MoE layer with a shared expert (shared_d_ff), else 0 (in the model's buffers: 1 when any layer has

@@ -45,8 +45,10 @@ const char *moe_model_family_name(int family) {
 }
 
 int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
-    return c->moe.num_experts > 1 && c->moe_every > 0 && (layer + 1) % c->moe_every == 0;
+    return c->moe.num_experts > 1 && c->moe_every > 0 && layer >= c->first_dense && (layer + 1) % c->moe_every == 0;
 }
+
+int moe_model_dense_d_ff(const moe_model_config *c) { return c->dense_d_ff > 0 ? c->dense_d_ff : c->d_ff; }
 
 static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
@@ -85,8 +87,8 @@ static const char *tensor_parallel_problem(const moe_model_config *c) {
         return "tp_shards must divide the vocabulary size (pad the vocabulary to a multiple of it: the tokenizer's ids "
                "stay below the real size, the extra rows are never a target)";
     for (int l = 0; l < c->num_layers; l++)
-        if (!moe_model_layer_is_moe(c, l) && c->d_ff % S != 0)
-            return "tp_shards must divide d_ff (the split width of the dense FFN layers)";
+        if (!moe_model_layer_is_moe(c, l) && moe_model_dense_d_ff(c) % S != 0)
+            return "tp_shards must divide d_ff (or dense_d_ff where given: the split width of the dense FFN layers)";
     return NULL;
 }
 
@@ -108,6 +110,9 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->num_kv_heads < 1 || c->num_heads % c->num_kv_heads != 0)
         return "the number of kv heads must divide the number of heads";
     if (c->d_ff < 1) return "d_ff must be at least 1";
+    if (c->dense_d_ff < 0) return "dense_d_ff must be 0 (d_ff) or positive";
+    if (c->first_dense < 0 || c->first_dense > c->num_layers)
+        return "first_dense (first_k_dense_replace) must be between 0 and the number of layers";
     if (c->seq_len < 1) return "the sequence length must be at least 1";
     if (c->moe_every < 1) return "moe_every must be at least 1";
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1) return "tie_embeddings must be 0 or 1";

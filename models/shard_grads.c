@@ -22,7 +22,8 @@ void moe_shard_grads_free(moe_shard_grads *g) {
 
 size_t moe_shard_grads_max_count(const moe_model_config *cfg) {
     const size_t d = (size_t)cfg->d_model, hd = (size_t)moe_model_head_dim(cfg);
-    const size_t counts[] = {(size_t)cfg->vocab_size * d, 3 * (size_t)cfg->d_ff * d, cfg->num_heads * hd * d,
+    const size_t counts[] = {(size_t)cfg->vocab_size * d, 3 * (size_t)moe_model_dense_d_ff(cfg) * d,
+                             cfg->num_heads * hd * d,
                              cfg->num_kv_heads * hd * d, 3 * (size_t)cfg->shared_d_ff * d};
     size_t max = 0;
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) max = counts[i] > max ? counts[i] : max;

@@ -12,7 +12,8 @@ model_dims moe__model_dims(const moe_model *m) {
     const moe_model_config *c = &m->cfg;
     const long A = (long)c->num_heads * m->head_dim, B = (long)c->num_kv_heads * m->head_dim;
     const moe_qk_norm qk = moe_model_qk_norm(c);
-    return (model_dims){.d = c->d_model, .A = A, .B = B, .F = c->d_ff, .E = c->moe.num_experts,
+    return (model_dims){.d = c->d_model, .A = A, .B = B, .F = c->d_ff, .DF = moe_model_dense_d_ff(c),
+                        .E = c->moe.num_experts,
                         .BK = B * moe_model_kv_chunks(c), .QN = qk == MOE_QK_NORM_HEAD ? m->head_dim : A,
                         .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B, .SF = c->shared_d_ff};
 }
@@ -85,7 +86,8 @@ static int holds_tied_replica(const moe_model *m) { return m->cfg.tie_embeddings
 void moe__model_lay_out(moe_model *m) {
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
-    const long d = D.d, A = D.A, B = D.B, F = D.F, E = D.E, QN = D.QN, KN = D.KN, SF = D.SF, V = c->vocab_size,
+    const long d = D.d, A = D.A, B = D.B, F = D.F, DF = D.DF, E = D.E, QN = D.QN, KN = D.KN, SF = D.SF,
+               V = c->vocab_size,
                EL = m->num_local_experts;
     const int qk_norm = moe_model_qk_norm(c) != MOE_QK_NORM_NONE, qkv_bias = moe_model_qkv_bias(c);
     char name[sizeof m->tensors->name], mixtral[sizeof name];
@@ -134,7 +136,7 @@ void moe__model_lay_out(moe_model *m) {
         }
 #undef EXPERT_TENSOR
     m->num_expert = at - m->num_dense;
-    (void)A, (void)B, (void)E, (void)QN, (void)KN, (void)SF; /* the lists name every dimension; a model may use some */
+    (void)A, (void)B, (void)F, (void)DF, (void)E, (void)QN, (void)KN, (void)SF; /* a model may use only some */
 }
 
 /* Where a tensor of one buffer (params or grads) is: base + its offset, or with zg (ZeRO-2's gradients) in their window

@@ -7,7 +7,7 @@
 
 /* The shape symbols of model.h's tensor lists, and model_activations.h's BK. */
 typedef struct {
-    long d, A, B, F, E;
+    long d, A, B, F, DF, E; /* DF: the dense FFN layers' width (moe_model_dense_d_ff) */
     long BK;
     long QN, KN; /* the q and k norms' widths (MOE_MODEL_QK_NORM_TENSORS) */
     long SF;     /* the shared expert's width (MOE_MODEL_SHARED_TENSORS; 0: none) */

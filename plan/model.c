@@ -19,7 +19,8 @@ moe_plan_model moe_plan_model_from_config(const moe_model_config *c) {
                             .num_kv_heads = c->num_kv_heads,
                             .head_dim = moe_model_head_dim(c),
                             .d_ff_expert = c->d_ff,
-                            .d_ff_dense = c->d_ff,
+                            .d_ff_dense = moe_model_dense_d_ff(c),
+                            .first_dense = c->first_dense,
                             .num_experts = c->moe.num_experts,
                             .top_k = c->moe.top_k,
                             .moe_every = c->moe_every,
@@ -51,9 +52,15 @@ const char *moe_plan_model_problem(const moe_plan_model *m) {
     return 0;
 }
 
+int64_t moe_plan_model_moe_layers_below(const moe_plan_model *m, int64_t end) {
+    /* layers l in [first_dense, end) with (l + 1) % n == 0: there are x / n such l in [0, x) */
+    const int64_t n = m->moe_every, first = m->first_dense < end ? m->first_dense : end;
+    return end / n - first / n;
+}
+
 int64_t moe_plan_model_num_moe_layers(const moe_plan_model *m) {
     if (m->num_experts <= 1) return 0;
-    return m->irregular_moe_layers ? m->num_moe_layers_listed : m->num_layers / m->moe_every; /* (l+1) % n == 0 */
+    return m->irregular_moe_layers ? m->num_moe_layers_listed : moe_plan_model_moe_layers_below(m, m->num_layers);
 }
 
 int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int max_notes) {
@@ -64,8 +71,6 @@ int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int 
                                   "--moe-every" : 0,
         m->sliding_window > 0 ? "sliding-window attention: this project's attention is full causal" : 0,
         m->head_dim % 2 != 0 ? "odd head_dim: this project's RoPE rotates pairs" : 0,
-        moe_plan_model_num_moe_layers(m) < m->num_layers && m->num_experts > 1 && m->d_ff_dense != m->d_ff_expert
-            ? "dense FFN layers wider or narrower than the experts: this project's --d-ff is both" : 0,
     };
     int n = 0;
     for (unsigned i = 0; i < sizeof all / sizeof *all; i++)

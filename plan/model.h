@@ -18,7 +18,9 @@ typedef struct {
     int64_t d_ff_expert;     /* hidden width of each routed expert                                         */
     int64_t d_ff_dense;      /* hidden width of the dense FFN of non-MoE layers                            */
     int64_t num_experts, top_k;
-    int64_t moe_every;       /* layer l is MoE iff (l + 1) % moe_every == 0 and E > 1 (model.h's rule)       */
+    int64_t moe_every;       /* layer l is MoE iff (l + 1) % moe_every == 0, l >= first_dense and E > 1 (model.h's
+                                rule)                                                                  */
+    int64_t first_dense;     /* the first this many layers dense (DeepSeek's first_k_dense_replace)          */
     int64_t d_ff_shared;     /* a shared expert's hidden width (Qwen2-MoE), 0: none                          */
     int shared_gate;         /* 1: the shared expert has a sigmoid gate [1, d] (Qwen2-MoE's)                 */
     int qkv_bias;            /* 1: q, k and v have biases (Qwen2-MoE's)                                     */
@@ -42,6 +44,8 @@ const char *moe_plan_model_problem(const moe_plan_model *m);
 int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int max_notes);
 
 int64_t moe_plan_model_num_moe_layers(const moe_plan_model *m);
+/* The MoE layers among layers [0, end) by the regular rule (moe_every, first_dense). */
+int64_t moe_plan_model_moe_layers_below(const moe_plan_model *m, int64_t end);
 
 /* Exact parameter counts. dense: replicated on every rank (embedding, attention, norms, routers, dense and
  * shared FFNs, lm_head); expert: every routed expert of every MoE layer; active: what one token uses

@@ -20,13 +20,13 @@ int64_t moe_plan_layout_data_ranks(const moe_plan_layout *lay) {
     return moe_plan_layout_stage_ranks(lay) / moe_plan_layout_tp(lay);
 }
 
-/* MoE layers among layers [first, first + count): (l + 1) % moe_every == 0 (model.h's rule); a model whose MoE
- * layers follow no rule (HF mlp_only_layers) gets its share, rounded up */
+/* MoE layers among layers [first, first + count): l >= first_dense and (l + 1) % moe_every == 0 (model.h's rule); a
+ * model whose MoE layers follow no rule (HF mlp_only_layers) gets its share, rounded up */
 static int64_t moe_layers_in(const moe_plan_model *m, int64_t first, int64_t count) {
     const int64_t all = moe_plan_model_num_moe_layers(m);
     if (all == 0) return 0;
     if (m->irregular_moe_layers) return (all * count + m->num_layers - 1) / m->num_layers;
-    return (first + count) / m->moe_every - first / m->moe_every;
+    return moe_plan_model_moe_layers_below(m, first + count) - moe_plan_model_moe_layers_below(m, first);
 }
 
 /* Chunk stashes at the schedule's peak (pipeline/schedule.h), in stages' worth. Where the schedule cannot be made

@@ -13,7 +13,7 @@ For each family:
   C. ours -> HF: moe-train trains 10 steps of the family from scratch and saves; transformers loads the directory
      (AutoModelForCausalLM) and gives moe-train --eval-only's logits and loss.
 Qwen3-MoE runs twice: top-4 renormalised (norm_topk_prob) and a model with a dense layer between MoE layers
-(decoder_sparse_step 2); OLMoE runs top-4 without renormalisation; Qwen2-MoE top-4 without, both ways.
+(decoder_sparse_step 2, the dense layer's intermediate_size 80 beside the experts' 48); OLMoE runs top-4 without renormalisation; Qwen2-MoE top-4 without, both ways.
 Tolerances (fp32 on both sides): logits max|diff| <= 1e-4 max|logit| + 1e-5; loss relative difference <= 1e-5;
 gradients max|diff| <= 2e-3 max|g| + 1e-6 per tensor (the recovery divides the update's fp32 rounding by lr).
 
@@ -84,10 +84,10 @@ def compare_eval(name, args, data, val, directory, model, results):
 
 def family_config(family, dense_every=1):
     if family == "qwen2_moe":
-        return Qwen2MoeConfig(**SHAPE, moe_intermediate_size=48, intermediate_size=48, shared_expert_intermediate_size=40,
+        return Qwen2MoeConfig(**SHAPE, moe_intermediate_size=48, intermediate_size=80, shared_expert_intermediate_size=40,
                               norm_topk_prob=False, decoder_sparse_step=dense_every, rope_theta=1e4, rms_norm_eps=1e-6)
     if family == "qwen3_moe":
-        return Qwen3MoeConfig(**SHAPE, head_dim=24, moe_intermediate_size=48, intermediate_size=48,
+        return Qwen3MoeConfig(**SHAPE, head_dim=24, moe_intermediate_size=48, intermediate_size=80,
                               norm_topk_prob=True, decoder_sparse_step=dense_every, rope_theta=1e6, rms_norm_eps=1e-6)
     return OlmoeConfig(**SHAPE, intermediate_size=48, norm_topk_prob=False, rope_theta=1e4, rms_norm_eps=1e-5,
                        pad_token_id=None, bos_token_id=None, eos_token_id=None)

@@ -3,7 +3,8 @@
  * of a tiny model with one dense and one MoE layer, grouped-query attention, tied and untied heads,
  * softmax and sigmoid routing, with and without capacity drops, fused (the default) and materialized attention, and the
  * families' q/k norms (Qwen3-MoE's per head with a head_dim of its own, OLMoE's over the projections), Qwen2-MoE's q/k/v
- * biases and sigmoid-gated shared expert, and an ungated shared expert. The loss is the summed cross-entropy
+ * biases and sigmoid-gated shared expert, an ungated shared expert, and DeepSeek's FFN layout (a wider dense first
+ * layer) with group-limited routing and routed scaling. The loss is the summed cross-entropy
  * plus the layers' weighted aux and z losses — exactly what backward differentiates. */
 #include <math.h>
 #include <stdlib.h>
@@ -94,5 +95,11 @@ int main(void) {
     moe_model_config shared = c; /* an ungated shared expert (DeepSeek's), under tied embeddings */
     shared.shared_d_ff = 3, shared.tie_embeddings = 1;
     run_case("shared expert without a gate", shared, 8);
+    moe_model_config deepseek = c; /* DeepSeek's FFNs: a wider dense first layer, an ungated shared expert, sigmoid
+                                    * scores in 2 groups of 2 (1 kept), the gates scaled */
+    deepseek.first_dense = 1, deepseek.moe_every = 1, deepseek.dense_d_ff = 9, deepseek.shared_d_ff = 3;
+    deepseek.moe.score_func = MOE_SCORE_SIGMOID, deepseek.moe.num_groups = 2, deepseek.moe.topk_groups = 1;
+    deepseek.moe.routed_scaling = 2.5f;
+    run_case("first layer dense (wider), groups, routed scaling", deepseek, 9);
     return test_finish("test_model_gradcheck");
 }

@@ -750,6 +750,18 @@ int main(int argc, char **argv) {
         check_against_model(c, 2);
         c.attention = MOE_ATTENTION_MATERIALIZED;
     }
+    /* the families (models/model.h): q/k norms and a head_dim of their own, biases, a shared expert, wider dense
+     * layers first (DeepSeek's); parameters with MoE layers, and the activations of their dense versions */
+    const int families[] = {MOE_MODEL_FAMILY_QWEN3_MOE, MOE_MODEL_FAMILY_OLMOE, MOE_MODEL_FAMILY_QWEN2_MOE};
+    for (int i = 0; i < 3; i++) {
+        moe_model_config f = moe_model_config_default();
+        f.family = families[i], f.dense_d_ff = 320, f.first_dense = 1, f.moe_every = 1;
+        f.head_dim = families[i] == MOE_MODEL_FAMILY_QWEN3_MOE ? 48 : 0;
+        f.shared_d_ff = families[i] == MOE_MODEL_FAMILY_QWEN2_MOE ? 96 : 0;
+        check_against_model(f, 2);
+        f.moe.num_experts = 1, f.moe.top_k = 1;
+        check_against_model(f, 3);
+    }
     check_recompute();
 
     check_layouts();

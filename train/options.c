@@ -36,6 +36,10 @@ static const opt_spec kOptions[] = {
      OFF(model.head_dim), 0, 4096, {0}, NULL, RUN},
     {"--kv-heads", "key/value heads (< heads: grouped-query attention; auto: --heads)", OPT_INT, OFF(model.num_kv_heads), 1, 1024, {0}, NULL, RUN},
     {"--d-ff", "hidden width of each expert and of dense FFNs", OPT_INT, OFF(model.d_ff), 1, 1 << 20, {0}, NULL, RUN},
+    {"--dense-d-ff", "hidden width of the dense FFN layers (0: --d-ff; Qwen's intermediate_size beside "
+     "moe_intermediate_size)", OPT_INT, OFF(model.dense_d_ff), 0, 1 << 20, {0}, NULL, RUN},
+    {"--first-dense-layers", "the first this many layers are dense (DeepSeek's first_k_dense_replace)", OPT_INT,
+     OFF(model.first_dense), 0, 256, {0}, NULL, RUN},
     {"--shared-d-ff", "hidden width of a shared expert beside the routed ones in every MoE layer (0: none; gated by a "
      "sigmoid with --family qwen2_moe)", OPT_INT, OFF(model.shared_d_ff), 0, 1 << 20, {0}, NULL, RUN},
     {"--vocab", "vocabulary size (256: bytes; above 65536 the token files must hold uint32 tokens)", OPT_INT,
