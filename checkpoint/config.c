@@ -80,7 +80,7 @@ static const arch_field kFields[] = {
                                           TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0)}},
     {0, FIELD_INT, MC(moe.num_groups), ALL4(OURS("num_groups", 0))},
     {0, FIELD_INT, MC(moe.topk_groups), ALL4(OURS("topk_groups", 0))},
-    {0, FIELD_FLOAT, MC(moe.routed_scaling), ALL4(OURS("routed_scaling", 0))},
+    {0, FIELD_FLOAT, MC(moe.routed_scaling), ALL4(OURS("routed_scaling", 1))},
     {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL4(OURS("capacity_factor", 0))},
     {1, FIELD_DROP, MC(moe.drop_priority), ALL4(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
 };
@@ -210,7 +210,8 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
         const field_place *at = &kFields[i].at[family];
         if (at->where == IN_NONE) continue;
         double v = field_value(c, &kFields[i]);
-        if (kFields[i].offset == MC(dense_d_ff) && at->where == IN_TOP) v = moe_model_dense_d_ff(c); /* a width */
+        if (at->where == IN_TOP && kFields[i].offset == MC(dense_d_ff)) v = moe_model_dense_d_ff(c); /* widths, */
+        if (at->where == IN_TOP && kFields[i].offset == MC(head_dim)) v = moe_model_head_dim(c); /* never 0 */
         json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key, field_json(&kFields[i], v));
     }
     if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_OLMOE) /* what this model has not */
@@ -440,9 +441,13 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
              q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
              q->capacity_factor, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
              q->layout_invariant, run->batch, run->micro_batches, run->seed);
-    if (c->family != MOE_MODEL_FAMILY_MIXTRAL || c->head_dim) /* appended: a Mixtral's reads as it always has */
+    /* appended where they differ from a Mixtral's (whose head_dim is d / H): its fingerprint reads as it always has */
+    if (c->family != MOE_MODEL_FAMILY_MIXTRAL)
         snprintf(out + strlen(out), n - strlen(out), " family=%d hd=%d", c->family, moe_model_head_dim(c));
     if (c->shared_d_ff) snprintf(out + strlen(out), n - strlen(out), " shared=%d", c->shared_d_ff);
+    if (moe_model_dense_d_ff(c) != c->d_ff || c->first_dense)
+        snprintf(out + strlen(out), n - strlen(out), " dense=%d first_dense=%d", moe_model_dense_d_ff(c),
+                 c->first_dense);
     if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
         snprintf(out + strlen(out), n - strlen(out), " groups=%d/%d scale=%g", q->topk_groups, q->num_groups,
                  moe_config_gate_scale(q));

@@ -149,12 +149,14 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
-    MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, w->q_norm ? a->q_raw : a->q));
-    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, w->k_norm ? a->k_raw : k));
+    /* the projections' outputs: q and k themselves, or their inputs to the family's q/k norms */
+    moe_real *q_proj = w->q_norm ? a->q_raw : a->q, *k_proj = w->k_norm ? a->k_raw : k;
+    MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, q_proj));
+    MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, k_proj));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
     if (w->bq) { /* Qwen2-MoE's biases: the rank's blocks of them, as of its projections' columns */
-        MOE_TRY(dense->bias_add(s, w->q_norm ? a->q_raw : a->q, w->bq, T, H * hd));
-        MOE_TRY(dense->bias_add(s, w->k_norm ? a->k_raw : k, w->bk, T, KV * hd));
+        MOE_TRY(dense->bias_add(s, q_proj, w->bq, T, H * hd));
+        MOE_TRY(dense->bias_add(s, k_proj, w->bk, T, KV * hd));
         MOE_TRY(dense->bias_add(s, v, w->bv, T, KV * hd));
     }
     if (w->q_norm) { /* the family's q/k norms, before RoPE (at tp 1: every head is the rank's) */

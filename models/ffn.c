@@ -1,12 +1,12 @@
 /* ffn.c — a decoder layer's FFN on one rank: the MoE layer (moe/moe.h) on MoE layers, with a shared expert beside it
- * where the model has one, a dense SwiGLU elsewhere, in
- * tensor-parallel pieces under tp_shards > 1 (models/model.h); forward, backward and the recompute. */
+ * where the model has one; a dense SwiGLU (of width moe_model_dense_d_ff) elsewhere, in tensor-parallel pieces under
+ * tp_shards > 1 (models/model.h); forward, backward and the recompute. */
 #include <stddef.h>
 
 #include "core/fail.h"
 #include "models/model_internal.h"
 
-/* A dense FFN in tensor-parallel pieces (tp_shards > 1): h1, h3 of this rank's d_ff / tp columns from ln2 (the group's
+/* A dense FFN in tensor-parallel pieces (tp_shards > 1): h1, h3 of this rank's F / tp columns from ln2 (the group's
  * T rows), act, then down_proj's sum over the group; y (optional: a recompute needs only h1, h3, act) gets this rank's
  * slice of its rows. */
 static moe_status tp_dense_ffn_forward(moe_model *m, int l, int T, moe_real *y) {

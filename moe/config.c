@@ -15,6 +15,7 @@ moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k)
         .layer_index = 0,
         .score_func = MOE_SCORE_SOFTMAX,
         .renormalize = top_k > 1, /* with k = 1 a renormalised gate is always 1: no gradient reaches the router */
+        .routed_scaling = 1,
         .capacity_factor = 0,
         .drop_priority = MOE_DROP_BY_TOKEN_ORDER,
         .aux_loss_coef = 0.01f,

@@ -266,6 +266,16 @@ static void families(void) {
         {"clip_qkv", "clip_qkv", "8.0", "clip_qkv must be null"},
     };
     expect_bad_keys(qwen3_config, bad, sizeof bad / sizeof *bad);
+    /* widths that 0 means derived are written as the widths transformers needs: a Qwen3-MoE's head_dim d / H */
+    c = small();
+    c.family = MOE_MODEL_FAMILY_QWEN3_MOE;
+    json_t *derived = moe__checkpoint_config_json(&c);
+    CHECK(json_integer_value(json_object_get(derived, "head_dim")) == c.d_model / c.num_heads &&
+              json_integer_value(json_object_get(derived, "intermediate_size")) == c.d_ff,
+          "a Qwen3-MoE of head_dim 0 and dense_d_ff 0: head_dim %lld, intermediate_size %lld written",
+          (long long)json_integer_value(json_object_get(derived, "head_dim")),
+          (long long)json_integer_value(json_object_get(derived, "intermediate_size")));
+    json_decref(derived);
     /* a shared expert is Qwen2-MoE's: elsewhere, or a Qwen2-MoE without one, our variant saying why */
     c = small();
     c.shared_d_ff = 64;
