@@ -59,6 +59,10 @@ static const arch_field kFields[] = {
     {0, FIELD_INT, MC(dense_d_ff), {OURS("dense_d_ff", 0), TOP("intermediate_size", 0, 0), OURS("dense_d_ff", 0),
                                     TOP("intermediate_size", 0, 0)}}, /* 0: d_ff (moe_model_dense_d_ff) */
     {0, FIELD_INT, MC(first_dense), ALL4(OURS("first_dense_layers", 0))},
+    {0, FIELD_INT, MC(kv_lora_rank), ALL4(OURS("kv_lora_rank", 0))}, /* multi-head latent attention's */
+    {0, FIELD_INT, MC(q_lora_rank), ALL4(OURS("q_lora_rank", 0))},
+    {0, FIELD_INT, MC(qk_rope_dim), ALL4(OURS("qk_rope_head_dim", 0))},
+    {0, FIELD_INT, MC(v_head_dim), ALL4(OURS("v_head_dim", 0))},
     {0, FIELD_INT, MC(num_layers), ALL4(TOP("num_hidden_layers", 1, 0))},
     {0, FIELD_INT, MC(num_heads), ALL4(TOP("num_attention_heads", 1, 0))},
     {0, FIELD_INT, MC(num_kv_heads), ALL4(TOP("num_key_value_heads", 1, 0))},
@@ -150,7 +154,7 @@ const char *moe_checkpoint_hf_class(int family) {
 
 int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     const moe_config *q = &c->moe;
-    const char *reasons[9];
+    const char *reasons[10];
     int count = 0;
     if (q->num_experts < 2) reasons[count++] = "a dense model (one expert: Llama's mlp tensors)";
     const int qwen = c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE;
@@ -167,6 +171,7 @@ int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     if (q->capacity_factor > 0) reasons[count++] = "a capacity limit that drops tokens";
     if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
         reasons[count++] = "group-limited routing or routed scaling (DeepSeek-V3's)";
+    if (moe_model_mla(c)) reasons[count++] = "multi-head latent attention (DeepSeek's)";
     if (why && n) {
         why[0] = 0;
         for (int i = 0; i < count; i++)
@@ -445,6 +450,9 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
     if (c->family != MOE_MODEL_FAMILY_MIXTRAL)
         snprintf(out + strlen(out), n - strlen(out), " family=%d hd=%d", c->family, moe_model_head_dim(c));
     if (c->shared_d_ff) snprintf(out + strlen(out), n - strlen(out), " shared=%d", c->shared_d_ff);
+    if (moe_model_mla(c))
+        snprintf(out + strlen(out), n - strlen(out), " mla=%d/%d/%d/%d", c->q_lora_rank, c->kv_lora_rank,
+                 c->qk_rope_dim, c->v_head_dim);
     if (moe_model_dense_d_ff(c) != c->d_ff || c->first_dense)
         snprintf(out + strlen(out), n - strlen(out), " dense=%d first_dense=%d", moe_model_dense_d_ff(c),
                  c->first_dense);

@@ -147,6 +147,7 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(moe__model_watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
     const moe_real *x; /* q/k/v read the group's rows */
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
+    if (moe_model_mla(c)) return moe__model_mla_forward(m, l, num_seqs, x);
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
     /* the projections' outputs: q and k themselves, or their inputs to the family's q/k norms */
@@ -187,7 +188,9 @@ moe_status moe__model_attention_residual_forward(moe_model *m, int l, int T) {
     const size_t Tsd = (size_t)(T / m->seq.tp) * c->d_model;
     const moe_model_layer_params *w = &m->c.layers[l];
     layer_acts *a = &m->P->acts[l];
-    MOE_TRY(moe_tp_row_forward(&m->tpl, a->attn_y, w->wo, T, c->num_heads * m->head_dim, c->d_model, m->tmp));
+    const int mla = moe_model_mla(c); /* o_proj reads MLA's v heads, or attention's output */
+    MOE_TRY(moe_tp_row_forward(&m->tpl, mla ? a->mla_y : a->attn_y, w->wo, T,
+                               c->num_heads * (mla ? c->v_head_dim : m->head_dim), c->d_model, m->tmp));
     MOE_TRY(m->dense->add(m->ops_state, m->P->resid[l], m->tmp + moe_tp_slice_first(&m->seq, T) * c->d_model, Tsd,
                           a->resid_mid));
     MOE_TRY(moe__model_watch(m, a->resid_mid, Tsd, "layer %d: the residual after attention (o_proj)", l));
@@ -200,15 +203,14 @@ moe_status moe__model_attention_residual_forward(moe_model *m, int l, int T) {
     return gather ? moe_tp_gather_slices(&m->seq, ln2, T, c->d_model, a->ln2) : MOE_OK;
 }
 
-/* The block's backward, from dL/dresid_mid (m->dresid, this rank's slice) to dL/dresid[l] in m->dresid: o_proj's
- * (its output gradient over the group's rows), attention's, RoPE's, q/k/v's (their input gradients added in m->dln,
- * whole over the group's rows) and the attention norm's on the slice. */
-moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
+/* The block's backward up to the attention norm, from dL/dresid_mid (m->dresid, this rank's slice): o_proj's (its
+ * output gradient over the group's rows), attention's, RoPE's, q/k/v's (their input gradients into m->dln, whole over
+ * the group's rows). The attention norm's backward on the slice follows (moe__model_attention_backward). */
+static moe_status projections_backward(moe_model *m, int l, int T) {
     const moe_model_config *c = &m->cfg;
     const model_pass *P = m->P;
     const int S = c->seq_len, d = c->d_model, H = c->num_heads / m->seq.tp, KVC = m->kv_heads * m->kv_copies,
               hd = m->head_dim, A = c->num_heads * hd;
-    const size_t Td = (size_t)(T / m->seq.tp) * d;
     const moe_dense_ops *dense = m->dense;
     moe_dense_state *s = m->ops_state;
     const moe_model_layer_params *w = &m->c.layers[l];
@@ -239,10 +241,18 @@ moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
     if (gw->bq) MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, dq, m->ones, 1, A, gw->bq)); /* column sums of dq */
     MOE_TRY(moe_tp_column_backward_input(&m->tpl, dq, w->wq, T, d, A, 0, m->dln));
     MOE_TRY(kv_backward(m, l, ln1, m->dk, 1)); /* dln += k's and v's input gradients */
-    MOE_TRY(kv_backward(m, l, ln1, m->dv, 0));
+    return kv_backward(m, l, ln1, m->dv, 0);
+}
+
+moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
+    const int d = m->cfg.d_model;
+    const size_t Td = (size_t)(T / m->seq.tp) * d;
+    const layer_acts *a = &m->P->acts[l];
+    if (moe_model_mla(&m->cfg)) MOE_TRY(moe__model_mla_backward(m, l, T, a->ln1)); /* at tp 1: ln1 is all rows */
+    else MOE_TRY(projections_backward(m, l, T));
     moe_real *dln_slice = m->dln + moe_tp_slice_first(&m->seq, T) * d; /* dln holds the group's rows */
     MOE_TRY(moe__model_watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));
-    MOE_TRY(moe_shard_grads_rmsnorm(&m->shard_grads, P->resid[l], w->attn_norm, a->rstd1, dln_slice, d, m->dresid,
-                                    gw->attn_norm));
+    MOE_TRY(moe_shard_grads_rmsnorm(&m->shard_grads, m->P->resid[l], m->c.layers[l].attn_norm, a->rstd1, dln_slice, d,
+                                    m->dresid, m->g.layers[l].attn_norm));
     return moe__model_watch(m, m->dresid, Td, "layer %d: the gradient of the layer's input", l);
 }

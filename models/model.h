@@ -32,6 +32,11 @@ typedef struct {
     int dense_d_ff;     /* hidden width of the dense FFN layers (Qwen's intermediate_size beside moe_intermediate_size,
                            DeepSeek's first layers); 0: d_ff                                     */
     int first_dense;    /* the first this many layers are dense (DeepSeek's first_k_dense_replace); 0: none */
+    /* multi-head latent attention (DeepSeek-V2/V3's MLA; models/mla.c) where kv_lora_rank > 0: q from ln1 directly
+     * or through a rank-q_lora_rank bottleneck with an RMSNorm; k and v of every head from a latent of kv_lora_rank
+     * (RMSNorm'd) and one RoPE'd key of qk_rope_dim shared by the heads; head_dim (the q/k heads') = qk_nope +
+     * qk_rope_dim; v heads of v_head_dim <= head_dim; num_kv_heads = num_heads; tp 1 */
+    int q_lora_rank, kv_lora_rank, qk_rope_dim, v_head_dim;
     int shared_d_ff;    /* hidden width of a shared expert beside the routed ones in every MoE layer (0: none): a
                            SwiGLU over every token, its weights replicated (data-parallel at any layout), gated by
                            a sigmoid in Qwen2-MoE (moe_model_shared_gate), added to the routed experts' output   */
@@ -124,6 +129,8 @@ moe_model_config moe_model_config_default(void);
 const char *moe_model_config_problem(const moe_model_config *cfg);
 /* Layer l's FFN is MoE iff E > 1, l >= first_dense and (l + 1) % moe_every == 0. */
 int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
+/* Whether the attention is multi-head latent attention (kv_lora_rank > 0). */
+int moe_model_mla(const moe_model_config *cfg);
 /* cfg->dense_d_ff, with 0 read as d_ff. */
 int moe_model_dense_d_ff(const moe_model_config *cfg);
 /* cfg->tp with 0 read as 1; cfg->tp_shards with 0 read as that tp. */
@@ -157,6 +164,19 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
     X(bq, "self_attn.q_proj.bias", A, 0, MOE_TENSOR_BIAS, ROWS)                \
     X(bk, "self_attn.k_proj.bias", B, 0, MOE_TENSOR_BIAS, KV_ROWS)             \
     X(bv, "self_attn.v_proj.bias", B, 0, MOE_TENSOR_BIAS, KV_ROWS)
+/* Multi-head latent attention's projections instead of q/k/v/o (moe_model_mla; DeepSeek's names; replicated, tp 1):
+ * QL = q_lora_rank (q_a, its norm, q_b; with QL 0 the plain q_proj above), KLR = kv_lora_rank + qk_rope_dim, KL =
+ * kv_lora_rank, HNV = H (qk_nope + v_head_dim), HV = H v_head_dim */
+#define MOE_MODEL_MLA_Q_LORA_TENSORS(X)                                         \
+    X(mla.q_a, "self_attn.q_a_proj.weight", QL, d, MOE_TENSOR_WEIGHT, NONE)     \
+    X(mla.q_a_norm, "self_attn.q_a_layernorm.weight", QL, 0, MOE_TENSOR_NORM, NONE) \
+    X(mla.q_b, "self_attn.q_b_proj.weight", A, QL, MOE_TENSOR_WEIGHT, NONE)
+#define MOE_MODEL_MLA_Q_TENSORS(X) X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT, NONE)
+#define MOE_MODEL_MLA_KV_TENSORS(X)                                             \
+    X(mla.kv_a, "self_attn.kv_a_proj_with_mqa.weight", KLR, d, MOE_TENSOR_WEIGHT, NONE) \
+    X(mla.kv_a_norm, "self_attn.kv_a_layernorm.weight", KL, 0, MOE_TENSOR_NORM, NONE)   \
+    X(mla.kv_b, "self_attn.kv_b_proj.weight", HNV, KL, MOE_TENSOR_WEIGHT, NONE)          \
+    X(wo, "self_attn.o_proj.weight", d, HV, MOE_TENSOR_RESIDUAL, NONE)
 /* the FFN of an MoE layer: the router (dense, replicated) ... */
 #define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT, NONE)
 /* ... and its experts, one tensor per expert ("block_sparse_moe.experts.J." + name), in the expert region */
@@ -192,6 +212,9 @@ typedef struct {
     moe_real *wq, *wk, *wv;   /* [H*hd, d], [KV*hd, d], [KV*hd, d]                      */
     moe_real *q_norm, *k_norm; /* [QN], [KN] (MOE_MODEL_QK_NORM_TENSORS); NULL without  */
     moe_real *bq, *bk, *bv;   /* [H*hd], [KV*hd], [KV*hd] (Qwen2-MoE); NULL without       */
+    struct {                  /* multi-head latent attention's (moe_model_mla); NULL without */
+        moe_real *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *kv_b;
+    } mla;
     moe_real *wo;             /* [d, H*hd]                                              */
     moe_real *ffn_norm;       /* [d]               post_attention_layernorm             */
     moe_layer_weights ffn;    /* MoE: router + local experts; dense: w1, w3, w2 of one "expert",

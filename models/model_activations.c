@@ -42,6 +42,8 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const moe_qk_norm qk = moe_model_qk_norm(c);
     const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads / tp : QK,
                  KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads / tp : QK; /* q/k norms run at tp 1 */
+    const size_t ML = moe_model_mla(c), QL = (size_t)c->q_lora_rank, KL = (size_t)c->kv_lora_rank,
+                 HV = (size_t)c->num_heads * c->v_head_dim; /* multi-head latent attention's (tp 1) */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.DF;
     const size_t SH = moe_model_layer_is_moe(c, l) && c->shared_d_ff > 0, SF = SH * T * (size_t)c->shared_d_ff,
                  SG = SH && moe_model_shared_gate(c);
@@ -61,6 +63,8 @@ static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFF
     const size_t KVG = moe_model_kv_blocks(&m->cfg) < moe_model_tp_size(&m->cfg) ? TG * D.B : 0;
     const size_t QB = moe_model_qkv_bias(&m->cfg), SH = m->cfg.shared_d_ff > 0 && m->cfg.moe.num_experts > 1,
                  SG = SH && moe_model_shared_gate(&m->cfg);
+    const size_t HNV = (size_t)D.HNV * moe_model_mla(&m->cfg), DR = (size_t)m->cfg.qk_rope_dim, /* MLA's (tp 1) */
+                 LAT = (size_t)(D.KLR > D.QL ? D.KLR : D.QL) * moe_model_mla(&m->cfg);
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
     const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};

@@ -14,6 +14,9 @@
  *        FFN buffers are the MoE layer's)
  *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of the q and k norms
  *        (H and KV for each head's, 1 for the whole projection's; 0 without);  QB  1 with q/k/v biases
+ *   QL, KL, ML, HV  multi-head latent attention's (models/mla.c): q_lora_rank, kv_lora_rank, 1 with it (else all
+ *        0), H v_head_dim;  HNV, LAT, DR  H (qk_nope + v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank),
+ *        qk_rope_dim
  *   SH   1 on an MoE layer with a shared expert (shared_d_ff), else 0 (in the model's buffers: 1 when any layer has
  *        one);  SF  T * shared_d_ff there;  SG  1 where that shared expert is gated (Qwen2-MoE)
  *   V    the vocabulary
@@ -38,6 +41,13 @@
     X(k_raw, QK * T * B, MOE_RECOMPUTE_ATTENTION)                                                                \
     X(rstd_q, T * QR, MOE_RECOMPUTE_ATTENTION)    /* the norms' 1 / rms per row                           */      \
     X(rstd_k, T * KR, MOE_RECOMPUTE_ATTENTION)                                                                   \
+    X(mla_qa, T * QL, MOE_RECOMPUTE_ATTENTION)    /* MLA: q_a's output, its 1 / rms, its norm's output    */      \
+    X(mla_rstd_qa, T * (QL > 0), MOE_RECOMPUTE_ATTENTION)                                                       \
+    X(mla_qan, T * QL, MOE_RECOMPUTE_ATTENTION)                                                                 \
+    X(mla_c, T * KL, MOE_RECOMPUTE_ATTENTION)     /* the kv latent, its 1 / rms, its norm's output        */      \
+    X(mla_rstd_c, T * ML, MOE_RECOMPUTE_ATTENTION)                                                              \
+    X(mla_cn, T * KL, MOE_RECOMPUTE_ATTENTION)                                                                  \
+    X(mla_y, T * HV, MOE_RECOMPUTE_ATTENTION)     /* attention's output of v_head_dim per head, o_proj's in */    \
     X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
     X(k, T * BK, MOE_RECOMPUTE_ATTENTION)         /* after RoPE; a copy per kv chunk                      */      \
     X(v, T * BK, MOE_RECOMPUTE_ATTENTION)                                                                        \
@@ -77,7 +87,11 @@
     X(ones, moe_real, QB * TG)     /* 1.0s: a bias's gradient is a weight gradient against a column of them */     \
     X(dshared, moe_real, SH * T * d) /* the shared expert's backward: its output's and input's gradients */       \
     X(dshared_x, moe_real, SH * T * d)                                                                             \
-    X(dgate, moe_real, SG * T)
+    X(dgate, moe_real, SG * T)                                                                                     \
+    X(mla_dkvb, moe_real, T * HNV) /* MLA: kv_b's output, then its gradient (forward, backward)           */     \
+    X(mla_lat, moe_real, T * LAT)  /* MLA: kv_a's output; the latents' gradients                            */     \
+    X(mla_lat2, moe_real, T * LAT)                                                                                 \
+    X(mla_kpe, moe_real, T * DR)   /* MLA: the shared RoPE key, then its gradient                           */
 /* All of them, for a model of one stage and one pass. */
 #define MOE_MODEL_BUFFERS(X) MOE_MODEL_PASS_BUFFERS(X) MOE_MODEL_SCRATCH_BUFFERS(X)
 

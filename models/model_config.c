@@ -48,6 +48,31 @@ int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
     return c->moe.num_experts > 1 && c->moe_every > 0 && layer >= c->first_dense && (layer + 1) % c->moe_every == 0;
 }
 
+int moe_model_mla(const moe_model_config *c) { return c->kv_lora_rank > 0; }
+
+/* Multi-head latent attention against the rest of the config (model.h). */
+static const char *mla_problem(const moe_model_config *c) {
+    if (c->q_lora_rank < 0 || c->kv_lora_rank < 0 || c->qk_rope_dim < 0 || c->v_head_dim < 0)
+        return "q_lora_rank, kv_lora_rank, qk_rope_dim and v_head_dim cannot be negative";
+    if (!moe_model_mla(c))
+        return c->q_lora_rank || c->qk_rope_dim || c->v_head_dim
+                   ? "q_lora_rank, qk_rope_dim and v_head_dim are multi-head latent attention's: they need "
+                     "kv_lora_rank > 0"
+                   : NULL;
+    const int hd = moe_model_head_dim(c);
+    if (c->qk_rope_dim < 2 || c->qk_rope_dim % 2 || c->qk_rope_dim >= hd)
+        return "qk_rope_dim must be even, at least 2 and below head_dim (qk_nope_head_dim + qk_rope_head_dim)";
+    if (c->v_head_dim < 1 || c->v_head_dim > hd)
+        return "v_head_dim must be between 1 and head_dim (v is padded to the q/k heads' width)";
+    if (c->num_kv_heads != c->num_heads)
+        return "multi-head latent attention has a key and a value per head: kv heads must equal heads";
+    if (moe_model_tp_size(c) > 1 || moe_model_tp_pieces(c) > 1)
+        return "multi-head latent attention runs at tp 1 with tp_shards 1 (its projections are not split)";
+    if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE || moe_model_qkv_bias(c))
+        return "multi-head latent attention replaces the family's attention: use --family mixtral";
+    return NULL;
+}
+
 int moe_model_dense_d_ff(const moe_model_config *c) { return c->dense_d_ff > 0 ? c->dense_d_ff : c->d_ff; }
 
 static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -103,9 +128,10 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->head_dim < 0) return "head_dim must be positive (0: d_model / heads)";
     if (c->head_dim == 0 && c->d_model % c->num_heads != 0)
         return "the number of heads must divide d_model (or head_dim be given: --head-dim, Qwen3-MoE's)";
-    if (c->head_dim > 0 && c->family != MOE_MODEL_FAMILY_QWEN3_MOE && c->head_dim * c->num_heads != c->d_model)
-        return "head_dim other than d_model / heads is Qwen3-MoE's (--family qwen3_moe): Mixtral's and OLMoE's "
-               "attention derive it";
+    if (c->head_dim > 0 && c->family != MOE_MODEL_FAMILY_QWEN3_MOE && !moe_model_mla(c) &&
+        c->head_dim * c->num_heads != c->d_model)
+        return "head_dim other than d_model / heads is Qwen3-MoE's (--family qwen3_moe) or multi-head latent "
+               "attention's (--kv-lora-rank): Mixtral's and OLMoE's attention derive it";
     if (moe_model_head_dim(c) % 2 != 0) return "head_dim must be even (RoPE rotates pairs)";
     if (c->num_kv_heads < 1 || c->num_heads % c->num_kv_heads != 0)
         return "the number of kv heads must divide the number of heads";
@@ -122,6 +148,8 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->attention != MOE_ATTENTION_MATERIALIZED && c->attention != MOE_ATTENTION_FUSED)
         return "attention must be materialized or fused";
     if (c->zero < 0 || c->zero > 2) return "zero must be 0, 1 or 2";
+    const char *mla = mla_problem(c);
+    if (mla) return mla;
     const char *tp_problem = tensor_parallel_problem(c);
     if (tp_problem) return tp_problem;
     return moe_config_problem(&c->moe);

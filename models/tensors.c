@@ -15,7 +15,16 @@ model_dims moe__model_dims(const moe_model *m) {
     return (model_dims){.d = c->d_model, .A = A, .B = B, .F = c->d_ff, .DF = moe_model_dense_d_ff(c),
                         .E = c->moe.num_experts,
                         .BK = B * moe_model_kv_chunks(c), .QN = qk == MOE_QK_NORM_HEAD ? m->head_dim : A,
-                        .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B, .SF = c->shared_d_ff};
+                        .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B, .SF = c->shared_d_ff,
+                        .QL = c->q_lora_rank, .KLR = c->kv_lora_rank + c->qk_rope_dim, .KL = c->kv_lora_rank,
+                        .HNV = (long)c->num_heads * (m->head_dim - c->qk_rope_dim + c->v_head_dim),
+                        .HV = (long)c->num_heads * c->v_head_dim};
+}
+
+/* "model.layers.L." + suffix into name (sizeof the table's names). */
+static const char *layer_name(char *name, int l, const char *suffix) {
+    snprintf(name, sizeof((moe_model_tensor *)0)->name, "model.layers.%d.%s", l, suffix);
+    return name;
 }
 
 /* A tensor's Hugging Face name after "model.layers.N.": the lists' (Mixtral's), or for Qwen3-MoE and OLMoE their MoE
@@ -87,7 +96,7 @@ void moe__model_lay_out(moe_model *m) {
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
     const long d = D.d, A = D.A, B = D.B, F = D.F, DF = D.DF, E = D.E, QN = D.QN, KN = D.KN, SF = D.SF,
-               V = c->vocab_size,
+               QL = D.QL, KLR = D.KLR, KL = D.KL, HNV = D.HNV, HV = D.HV, V = c->vocab_size,
                EL = m->num_local_experts;
     const int qk_norm = moe_model_qk_norm(c) != MOE_QK_NORM_NONE, qkv_bias = moe_model_qkv_bias(c);
     char name[sizeof m->tensors->name], mixtral[sizeof name];
@@ -100,7 +109,20 @@ void moe__model_lay_out(moe_model *m) {
     snprintf(name, sizeof name, "model.layers.%d.%s", l, family_name(m, hf));                                      \
     append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++) {
-        MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
+        if (moe_model_mla(c)) { /* the attention norm, MLA's projections, the FFN norm: the lists' order */
+            append(m, &at, &index, l, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE,
+                   layer_name(name, l, "input_layernorm.weight"));
+            if (QL) {
+                MOE_MODEL_MLA_Q_LORA_TENSORS(DENSE_TENSOR)
+            } else {
+                MOE_MODEL_MLA_Q_TENSORS(DENSE_TENSOR)
+            }
+            MOE_MODEL_MLA_KV_TENSORS(DENSE_TENSOR)
+            append(m, &at, &index, l, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE,
+                   layer_name(name, l, "post_attention_layernorm.weight"));
+        } else {
+            MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
+        }
         if (qkv_bias) {
             MOE_MODEL_QKV_BIAS_TENSORS(DENSE_TENSOR)
         }
@@ -136,7 +158,8 @@ void moe__model_lay_out(moe_model *m) {
         }
 #undef EXPERT_TENSOR
     m->num_expert = at - m->num_dense;
-    (void)A, (void)B, (void)F, (void)DF, (void)E, (void)QN, (void)KN, (void)SF; /* a model may use only some */
+    (void)A, (void)B, (void)F, (void)DF, (void)E, (void)QN, (void)KN, (void)SF, (void)QL, (void)KLR, (void)KL,
+        (void)HNV, (void)HV; /* a model may use only some */
 }
 
 /* Where a tensor of one buffer (params or grads) is: base + its offset, or with zg (ZeRO-2's gradients) in their window
@@ -156,7 +179,20 @@ void moe__model_set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg
         moe_model_layer_params *L = &v->layers[l];
         L->ffn.router_w = L->q_norm = L->k_norm = L->bq = L->bk = L->bv = L->shared_gate = NULL;
         L->shared = (moe_layer_weights){0};
-        MOE_MODEL_ATTENTION_TENSORS(VIEW)
+        L->wk = L->wv = NULL;
+        memset(&L->mla, 0, sizeof L->mla);
+        if (moe_model_mla(c)) { /* as lay_out: the norms around MLA's projections */
+            L->attn_norm = tensor_at(base, zg, t++);
+            if (c->q_lora_rank) {
+                MOE_MODEL_MLA_Q_LORA_TENSORS(VIEW)
+            } else {
+                MOE_MODEL_MLA_Q_TENSORS(VIEW)
+            }
+            MOE_MODEL_MLA_KV_TENSORS(VIEW)
+            L->ffn_norm = tensor_at(base, zg, t++);
+        } else {
+            MOE_MODEL_ATTENTION_TENSORS(VIEW)
+        }
         if (moe_model_qkv_bias(c)) {
             MOE_MODEL_QKV_BIAS_TENSORS(VIEW)
         }
@@ -199,7 +235,10 @@ void moe__model_set_compute_views(moe_model *m) {
 #define IN_COMPUTE(ptr) ((ptr) = m->compute + ((ptr) - m->params))
     for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
         moe_model_layer_params *w = &layers[l];
-        IN_COMPUTE(w->wq), IN_COMPUTE(w->wk), IN_COMPUTE(w->wv), IN_COMPUTE(w->wo);
+        moe_real **gemm_weights[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->mla.q_a, &w->mla.q_b, &w->mla.kv_a,
+                                     &w->mla.kv_b};
+        for (size_t i = 0; i < sizeof gemm_weights / sizeof *gemm_weights; i++)
+            if (*gemm_weights[i]) IN_COMPUTE(*gemm_weights[i]);
         if (!moe_model_layer_is_moe(&m->cfg, l)) IN_COMPUTE(w->ffn.w1), IN_COMPUTE(w->ffn.w3), IN_COMPUTE(w->ffn.w2);
         if (w->shared.w1) IN_COMPUTE(w->shared.w1), IN_COMPUTE(w->shared.w3), IN_COMPUTE(w->shared.w2);
         if (w->shared_gate) IN_COMPUTE(w->shared_gate);

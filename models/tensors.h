@@ -11,6 +11,7 @@ typedef struct {
     long BK;
     long QN, KN; /* the q and k norms' widths (MOE_MODEL_QK_NORM_TENSORS) */
     long SF;     /* the shared expert's width (MOE_MODEL_SHARED_TENSORS; 0: none) */
+    long QL, KLR, KL, HNV, HV; /* multi-head latent attention's (MOE_MODEL_MLA_*_TENSORS) */
 } model_dims;
 model_dims moe__model_dims(const moe_model *m);
 

@@ -235,6 +235,8 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
                  KR = m->qk_norm == MOE_QK_NORM_HEAD ? (double)m->num_kv_heads / tp : QK;
     /* the model's own buffers: with q/k/v biases a column of ones; with a shared expert its backward's scratch */
     const double QB = m->qkv_bias, SH = m->d_ff_shared > 0 && m->num_experts > 1, SG = SH && m->shared_gate;
+    /* multi-head latent attention (models/mla.c) is not modelled here: its buffers count as none */
+    const double QL = 0, KL = 0, ML = 0, HV = 0, HNV = 0, LAT = 0, DR = 0;
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
     const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S) /
                        (double)moe_plan_layout_tp(lay); /* its heads */

@@ -6,7 +6,7 @@
 # argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; 2 ranks
 # (ep 2, and ep 1) bitwise 1 rank; pipelines (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1; tensor
 # parallelism (--tp 2, one kv head) against the CPU and bitwise --tp 1 at the same --tp-shards; Qwen3-MoE's and OLMoE's
-# q/k norms, Qwen2-MoE's biases and gated shared expert against the CPU. Where weights differ,
+# q/k norms, Qwen2-MoE's biases and gated shared expert, DeepSeek's MLA and routing against the CPU. Where weights differ,
 # the tensors that do are named. Exit 77 (skip) where there is no GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
 case $nccl in
@@ -34,6 +34,10 @@ trains "cuda bf16, 2 ranks, OLMoE (q/k norms over the projections), vs the CPU" 
     --device cuda --verify-steps 2 --ep 2 --family olmoe --renormalize 0
 trains "cuda bf16, 2 ranks, Qwen2-MoE (q/k/v biases, a gated shared expert), vs the CPU" "verify step 2: " \
     --device cuda --verify-steps 2 --ep 2 --family qwen2_moe --shared-d-ff 24 --renormalize 0
+trains "cuda bf16, 2 ranks, DeepSeek's MLA, groups and routed scaling, a wider first dense layer, vs the CPU" \
+    "verify step 2: " --device cuda --verify-steps 2 --ep 2 --layers 2 --first-dense-layers 1 --dense-d-ff 32 \
+    --kv-lora-rank 16 --q-lora-rank 12 --head-dim 12 --qk-rope-dim 4 --v-head-dim 6 --experts 4 \
+    --expert-groups 2 --topk-groups 1 --routed-scaling 2.5 --score sigmoid --shared-d-ff 8
 merge --device cuda --verify-steps 2
 if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
     grep -q "$lone_transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt"; then

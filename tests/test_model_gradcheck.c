@@ -101,5 +101,12 @@ int main(void) {
     deepseek.moe.score_func = MOE_SCORE_SIGMOID, deepseek.moe.num_groups = 2, deepseek.moe.topk_groups = 1;
     deepseek.moe.routed_scaling = 2.5f;
     run_case("first layer dense (wider), groups, routed scaling", deepseek, 9);
+    moe_model_config mla = c; /* DeepSeek's multi-head latent attention: q through a bottleneck, heads of 6 = 4 + 2
+                               * RoPE columns, v heads of 3, a latent of 5 */
+    mla.num_kv_heads = mla.num_heads, mla.head_dim = 6, mla.qk_rope_dim = 2, mla.v_head_dim = 3;
+    mla.kv_lora_rank = 5, mla.q_lora_rank = 4;
+    run_case("multi-head latent attention, q_lora_rank 4", mla, 10);
+    mla.q_lora_rank = 0, mla.attention = MOE_ATTENTION_MATERIALIZED;
+    run_case("multi-head latent attention, q_proj, materialized", mla, 11);
     return test_finish("test_model_gradcheck");
 }

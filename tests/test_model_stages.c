@@ -195,12 +195,13 @@ static void check_refusals(void) {
 }
 
 int main(void) {
-    enum { CASES = 8 };
+    enum { CASES = 9 };
     const char *labels[CASES] = {"dense and MoE layers", "capacity drops", "sigmoid routing",
                                  "world-invariant shard sums", "recompute full", "recompute moe, materialized attention",
                                  "Qwen2-MoE (biases, gated shared expert), recompute full",
-                                 "Qwen3-MoE (q/k norms), ungated shared expert, recompute moe"};
-    const int stages[CASES] = {4, 2, 2, 4, 2, 2, 2, 4};
+                                 "Qwen3-MoE (q/k norms), ungated shared expert, recompute moe",
+                                 "multi-head latent attention (q_lora), recompute attention"};
+    const int stages[CASES] = {4, 2, 2, 4, 2, 2, 2, 4, 2};
     moe_model_config c[CASES];
     for (int i = 0; i < CASES; i++) c[i] = small_config();
     c[1].moe.capacity_factor = 0.5f;
@@ -210,6 +211,8 @@ int main(void) {
     c[5].moe.recompute = MOE_RECOMPUTE_MOE, c[5].attention = MOE_ATTENTION_MATERIALIZED;
     c[6].family = MOE_MODEL_FAMILY_QWEN2_MOE, c[6].shared_d_ff = 12, c[6].moe.recompute = MOE_RECOMPUTE_FULL;
     c[7].family = MOE_MODEL_FAMILY_QWEN3_MOE, c[7].shared_d_ff = 8, c[7].moe.recompute = MOE_RECOMPUTE_MOE;
+    c[8].num_kv_heads = c[8].num_heads, c[8].head_dim = 12, c[8].qk_rope_dim = 4, c[8].v_head_dim = 8;
+    c[8].kv_lora_rank = 12, c[8].q_lora_rank = 10, c[8].moe.recompute = MOE_RECOMPUTE_ATTENTION;
     check_stages(labels[0], c[0], 2);
     for (int i = 0; i < CASES; i++) {
         check_stages(labels[i], c[i], stages[i]);

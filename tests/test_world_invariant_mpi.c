@@ -6,7 +6,8 @@
  * reference's expert of the same global id) and both AdamW moments must be bitwise the reference's, in these
  * configurations (each with capacity drops):
  *   - softmax, drops by token order, 4 micro-batches per step (a 1F1B schedule keeps several in flight), ZeRO-1;
- *   - sigmoid scores with the selection bias and its update, drops by score;
+ *   - sigmoid scores with the selection bias and its update, drops by score, with DeepSeek's multi-head latent
+ *     attention (q_lora 12, a kv latent of 16, heads of 12 = 8 + 4 RoPE columns, v heads of 6);
  *   - exact ties: every router weight zero, so every score ties and top-k takes the lowest ids (heavy drops);
  *   - as the first, with ZeRO-2 (gradients reduce-scattered layer by layer) against a ZeRO-0 reference, and the
  *     norm's atoms made small so that every range boundary cuts a tensor;
@@ -38,7 +39,8 @@ static int steps = 10;
 typedef enum {
     SOFTMAX_ZERO, SIGMOID_BY_SCORE, ALL_TIES, SOFTMAX_ZERO2, TIED_ZERO2, BF16_SOFTMAX, QWEN3_ZERO2, NUM_CASES
 } test_case;
-static const char *const case_names[] = {"softmax, 4 micro-batches, ZeRO-1", "sigmoid, drops by score",
+static const char *const case_names[] = {"softmax, 4 micro-batches, ZeRO-1",
+                                         "sigmoid, drops by score, multi-head latent attention",
                                          "all ties (router weights 0)",
                                          "softmax, 4 micro-batches, ZeRO-2 against ZeRO-0, atoms of 40 values",
                                          "tied embeddings, 4 micro-batches, ZeRO-2 against ZeRO-0",
@@ -68,6 +70,10 @@ static moe_train_options options(const char *train, const char *val, test_case c
         o.model.family = MOE_MODEL_FAMILY_QWEN3_MOE, o.model.head_dim = 12, o.model.moe.top_k = 4;
     if (c == QWEN3_ZERO2) /* and DeepSeek-V3's routing: per token too */
         o.model.moe.num_groups = 4, o.model.moe.topk_groups = 3, o.model.moe.routed_scaling = 2.5f;
+    if (c == SIGMOID_BY_SCORE) { /* DeepSeek's multi-head latent attention: heads of 12 = 8 + 4 RoPE, v of 6 */
+        o.model.num_kv_heads = o.model.num_heads, o.model.head_dim = 12, o.model.qk_rope_dim = 4;
+        o.model.v_head_dim = 6, o.model.kv_lora_rank = 16, o.model.q_lora_rank = 12;
+    }
     if (c == BF16_SOFTMAX) o.model.moe.precision = MOE_PRECISION_BF16;
     o.model.tie_embeddings = c == TIED_ZERO2;
     if (c == SIGMOID_BY_SCORE) {

@@ -40,6 +40,14 @@ static const opt_spec kOptions[] = {
      "moe_intermediate_size)", OPT_INT, OFF(model.dense_d_ff), 0, 1 << 20, {0}, NULL, RUN},
     {"--first-dense-layers", "the first this many layers are dense (DeepSeek's first_k_dense_replace)", OPT_INT,
      OFF(model.first_dense), 0, 256, {0}, NULL, RUN},
+    {"--kv-lora-rank", "multi-head latent attention (DeepSeek's MLA) with a kv latent of this rank (0: none; tp 1; "
+     "--head-dim = the q/k heads' width, nope + rope)", OPT_INT, OFF(model.kv_lora_rank), 0, 1 << 16, {0}, NULL, RUN},
+    {"--q-lora-rank", "with --kv-lora-rank: q through a bottleneck of this rank (0: q_proj)", OPT_INT,
+     OFF(model.q_lora_rank), 0, 1 << 16, {0}, NULL, RUN},
+    {"--qk-rope-dim", "with --kv-lora-rank: each q/k head's RoPE columns (qk_rope_head_dim)", OPT_INT,
+     OFF(model.qk_rope_dim), 0, 4096, {0}, NULL, RUN},
+    {"--v-head-dim", "with --kv-lora-rank: each v head's width (<= --head-dim)", OPT_INT, OFF(model.v_head_dim), 0,
+     4096, {0}, NULL, RUN},
     {"--shared-d-ff", "hidden width of a shared expert beside the routed ones in every MoE layer (0: none; gated by a "
      "sigmoid with --family qwen2_moe)", OPT_INT, OFF(model.shared_d_ff), 0, 1 << 20, {0}, NULL, RUN},
     {"--vocab", "vocabulary size (256: bytes; above 65536 the token files must hold uint32 tokens)", OPT_INT,
