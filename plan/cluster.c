@@ -55,6 +55,8 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
         if (m->num_heads % tp) return "--tp must divide the attention heads (each GPU computes heads / tp of them)";
         if (m->qk_norm != MOE_QK_NORM_NONE)
             return "--tp must be 1 for a model with q/k norms (Qwen3-MoE's, OLMoE's): moe-train runs them at tp 1 only";
+        if (m->kv_lora_rank > 0)
+            return "--tp must be 1 for multi-head latent attention (DeepSeek's): moe-train runs it at tp 1 only";
         if (m->num_kv_heads % tp && tp % m->num_kv_heads)
             return "--tp and the kv heads: one must divide the other (the kv heads are split, or each GPU keeps the one "
                    "its query heads read)";

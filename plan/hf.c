@@ -7,7 +7,7 @@
 #include "core/fail.h"
 #include "models/fileio.h"
 
-typedef enum { HF_MIXTRAL, HF_QWEN3_MOE, HF_QWEN2_MOE, HF_OLMOE } hf_family;
+typedef enum { HF_MIXTRAL, HF_QWEN3_MOE, HF_QWEN2_MOE, HF_OLMOE, HF_DEEPSEEK_V3 } hf_family;
 
 /* An integer key in [lo, hi]; a missing optional key gives fallback. */
 static moe_status get_int(const char *path, json_t *j, const char *key, int required, int64_t fallback, int64_t lo,
@@ -43,8 +43,9 @@ static moe_status family_of(const char *path, json_t *j, hf_family *out) {
     if (!strcmp(t, "qwen3_moe")) return *out = HF_QWEN3_MOE, MOE_OK;
     if (!strcmp(t, "qwen2_moe")) return *out = HF_QWEN2_MOE, MOE_OK;
     if (!strcmp(t, "olmoe")) return *out = HF_OLMOE, MOE_OK;
+    if (!strcmp(t, "deepseek_v3")) return *out = HF_DEEPSEEK_V3, MOE_OK;
     return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type '%s' is not one moe-plan reads (mixtral, qwen3_moe, qwen2_moe, "
-                    "olmoe)", path, t);
+                    "olmoe, deepseek_v3)", path, t);
 }
 
 /* Qwen's rule (modeling_qwen3_moe.py): layer i is sparse iff i is not in mlp_only_layers and
@@ -70,6 +71,34 @@ static moe_status qwen_moe_layers(const char *path, json_t *j, moe_plan_model *m
     return MOE_OK;
 }
 
+/* DeepSeek-V3's (and V2's) config after the shapes read_model reads first: multi-head latent attention (head_dim =
+ * qk_nope + qk_rope), n_shared_experts x moe_intermediate_size as the shared expert's width, the first
+ * first_k_dense_replace layers dense of intermediate_size; a q_lora_rank of null: q_proj. */
+static moe_status read_deepseek_v3(const char *path, json_t *j, moe_plan_model *m) {
+    const int64_t big = (int64_t)1 << 40;
+    int64_t nope = 0, shared = 0;
+    MOE_TRY(get_int(path, j, "q_lora_rank", 0, 0, 0, big, &m->q_lora_rank));
+    MOE_TRY(get_int(path, j, "kv_lora_rank", 1, 0, 1, big, &m->kv_lora_rank));
+    MOE_TRY(get_int(path, j, "qk_rope_head_dim", 1, 0, 2, big, &m->qk_rope_dim));
+    MOE_TRY(get_int(path, j, "qk_nope_head_dim", 1, 0, 1, big, &nope));
+    MOE_TRY(get_int(path, j, "v_head_dim", 1, 0, 1, big, &m->v_head_dim));
+    m->head_dim = nope + m->qk_rope_dim, m->num_kv_heads = m->num_heads;
+    MOE_TRY(get_int(path, j, "vocab_size", 1, 0, 2, big, &m->vocab_size));
+    MOE_TRY(get_int(path, j, "n_routed_experts", 1, 0, 1, 1 << 20, &m->num_experts));
+    MOE_TRY(get_int(path, j, "num_experts_per_tok", 1, 0, 1, 1 << 20, &m->top_k));
+    MOE_TRY(get_int(path, j, "moe_intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
+    MOE_TRY(get_int(path, j, "intermediate_size", 1, 0, 1, big, &m->d_ff_dense));
+    MOE_TRY(get_int(path, j, "n_shared_experts", 0, 0, 0, 1 << 20, &shared));
+    MOE_TRY(get_int(path, j, "first_k_dense_replace", 0, 0, 0, m->num_layers, &m->first_dense));
+    MOE_TRY(get_int(path, j, "moe_layer_freq", 0, 1, 1, 1, &m->moe_every)); /* every layer after the dense ones */
+    MOE_TRY(get_bool(path, j, "tie_word_embeddings", 0, &m->tie_embeddings));
+    m->d_ff_shared = shared * m->d_ff_expert;
+    if (m->top_k > m->num_experts)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: num_experts_per_tok %lld exceeds the %lld experts", path,
+                        (long long)m->top_k, (long long)m->num_experts);
+    return MOE_OK;
+}
+
 static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
     hf_family family = HF_MIXTRAL;
     MOE_TRY(family_of(path, j, &family));
@@ -82,6 +111,7 @@ static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
     if (m->num_heads % m->num_kv_heads)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: num_key_value_heads %lld does not divide num_attention_heads %lld", path,
                         (long long)m->num_kv_heads, (long long)m->num_heads);
+    if (family == HF_DEEPSEEK_V3) return read_deepseek_v3(path, j, m);
     MOE_TRY(get_int(path, j, "head_dim", 0, m->d_model / m->num_heads, 1, big, &m->head_dim));
     if (m->head_dim < 1)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_size / num_attention_heads is 0 and there is no head_dim", path);

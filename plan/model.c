@@ -18,6 +18,10 @@ moe_plan_model moe_plan_model_from_config(const moe_model_config *c) {
                             .num_heads = c->num_heads,
                             .num_kv_heads = c->num_kv_heads,
                             .head_dim = moe_model_head_dim(c),
+                            .q_lora_rank = c->q_lora_rank,
+                            .kv_lora_rank = c->kv_lora_rank,
+                            .qk_rope_dim = c->qk_rope_dim,
+                            .v_head_dim = c->v_head_dim,
                             .d_ff_expert = c->d_ff,
                             .d_ff_dense = moe_model_dense_d_ff(c),
                             .first_dense = c->first_dense,
@@ -65,8 +69,9 @@ int64_t moe_plan_model_num_moe_layers(const moe_plan_model *m) {
 
 int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int max_notes) {
     const char *all[] = {
-        m->head_dim * m->num_heads != m->d_model && m->qk_norm != MOE_QK_NORM_HEAD
-            ? "head_dim * heads != d_model: this project has a head_dim of its own in Qwen3-MoE's family only" : 0,
+        m->head_dim * m->num_heads != m->d_model && m->qk_norm != MOE_QK_NORM_HEAD && !m->kv_lora_rank
+            ? "head_dim * heads != d_model: this project has a head_dim of its own in Qwen3-MoE's family and MLA only"
+            : 0,
         m->irregular_moe_layers ? "MoE layers in no every-n-th pattern (mlp_only_layers): this project has only "
                                   "--moe-every" : 0,
         m->sliding_window > 0 ? "sliding-window attention: this project's attention is full causal" : 0,
@@ -90,6 +95,20 @@ typedef struct {
 
 static parameter_counts parameter_counts_of(const moe_plan_model *m) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
+    if (m->kv_lora_rank > 0) { /* multi-head latent attention: q (or its bottleneck), kv_a, kv_b, o; its norms */
+        const int64_t QL = m->q_lora_rank, KL = m->kv_lora_rank, H = m->num_heads, dv = m->v_head_dim;
+        const int64_t nope = m->head_dim - m->qk_rope_dim;
+        return (parameter_counts){.attention = (QL ? d * QL + QL * A : d * A) + d * (KL + m->qk_rope_dim) +
+                                               KL * H * (nope + dv) + H * dv * d,
+                                  .norms = 2 * d + QL + KL,
+                                  .expert = 3 * d * m->d_ff_expert,
+                                  .router = m->num_experts * d,
+                                  .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 && m->shared_gate ? d : 0),
+                                  .dense_ffn = 3 * d * m->d_ff_dense,
+                                  .embedding = m->vocab_size * d,
+                                  .lm_head = m->tie_embeddings ? 0 : m->vocab_size * d,
+                                  .final_norm = d};
+    }
     return (parameter_counts){.attention = d * A + 2 * d * B + A * d + (m->qkv_bias ? A + 2 * B : 0),
                               .norms = 2 * d + (m->qk_norm == MOE_QK_NORM_HEAD ? 2 * m->head_dim
                                                 : m->qk_norm == MOE_QK_NORM_PROJECTION ? A + B : 0),
@@ -235,8 +254,11 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
                  KR = m->qk_norm == MOE_QK_NORM_HEAD ? (double)m->num_kv_heads / tp : QK;
     /* the model's own buffers: with q/k/v biases a column of ones; with a shared expert its backward's scratch */
     const double QB = m->qkv_bias, SH = m->d_ff_shared > 0 && m->num_experts > 1, SG = SH && m->shared_gate;
-    /* multi-head latent attention (models/mla.c) is not modelled here: its buffers count as none */
-    const double QL = 0, KL = 0, ML = 0, HV = 0, HNV = 0, LAT = 0, DR = 0;
+    /* multi-head latent attention's (models/mla.c; tp 1) */
+    const double ML = m->kv_lora_rank > 0, QL = ML * (double)m->q_lora_rank, KL = ML * (double)m->kv_lora_rank,
+                 HV = ML * H * (double)m->v_head_dim, DR = ML * (double)m->qk_rope_dim,
+                 HNV = ML * H * (double)(m->head_dim - m->qk_rope_dim + m->v_head_dim),
+                 LAT = ML * fmax(KL + DR, QL);
     const double V = (double)m->vocab_size, real = sizeof(moe_real), in_flight = st->in_flight;
     const double ATT = (double)lay->micro_batch * H * S * (lay->attention == MOE_PLAN_ATTENTION_FUSED ? 1 : S) /
                        (double)moe_plan_layout_tp(lay); /* its heads */

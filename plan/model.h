@@ -14,7 +14,9 @@
 
 typedef struct {
     int64_t vocab_size, num_layers, d_model, num_heads, num_kv_heads;
-    int64_t head_dim;        /* per head; d_model / num_heads in this project's model                       */
+    int64_t head_dim;        /* per q/k head                                                               */
+    int64_t q_lora_rank, kv_lora_rank, qk_rope_dim, v_head_dim; /* multi-head latent attention (DeepSeek's MLA) where
+                                kv_lora_rank > 0: models/model.h; head_dim = qk_nope + qk_rope_dim                  */
     int64_t d_ff_expert;     /* hidden width of each routed expert                                         */
     int64_t d_ff_dense;      /* hidden width of the dense FFN of non-MoE layers                            */
     int64_t num_experts, top_k;

@@ -1,5 +1,5 @@
 /* test_plan.c — moe-plan's arithmetic (plan/model.h, plan/cluster.h, plan/hf.h):
- *  - the four reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
+ *  - the five reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
  *    published config (docs/SCALING.md shows the sums), and those agree with the published totals to the digits
  *    published: Mixtral 8x7B 46.7B / 12.9B, 8x22B 141B / 39B, Qwen3-30B-A3B 30.5B / 3.3B, Qwen3-235B-A22B 235B / 22B;
  *  - for shapes moe-train takes, the planner's counts and activation bytes equal what the model itself would
@@ -734,6 +734,8 @@ int main(int argc, char **argv) {
     check_reference("mixtral-8x22b.json", 140630071296LL, 39161468928LL, 141, 39, 1, 0);
     check_reference("qwen3-30b-a3b.json", 30532122624LL, 3353032704LL, 30.5, 3.3, 0.1, 0);
     check_reference("qwen3-235b-a22b.json", 235093634560LL, 22190763520LL, 235, 22, 1, 0);
+    /* multi-head latent attention, 1 shared expert, 3 dense layers first: 671B total, 37B active as published */
+    check_reference("deepseek-v3.json", 671026404352LL, 37552282624LL, 671, 37, 1, 0);
 
     moe_model_config c = moe_model_config_default();
     check_against_model(c, 3);
@@ -762,6 +764,14 @@ int main(int argc, char **argv) {
         f.moe.num_experts = 1, f.moe.top_k = 1;
         check_against_model(f, 3);
     }
+    moe_model_config mla = moe_model_config_default(); /* DeepSeek's attention, with and without q's bottleneck */
+    mla.num_kv_heads = mla.num_heads, mla.head_dim = 48, mla.qk_rope_dim = 16, mla.v_head_dim = 32;
+    mla.kv_lora_rank = 64, mla.q_lora_rank = 48, mla.first_dense = 1, mla.dense_d_ff = 320, mla.shared_d_ff = 64;
+    check_against_model(mla, 2);
+    mla.moe.num_experts = 1, mla.moe.top_k = 1;
+    check_against_model(mla, 3);
+    mla.q_lora_rank = 0, mla.moe.recompute = MOE_RECOMPUTE_ATTENTION;
+    check_against_model(mla, 2);
     check_recompute();
 
     check_layouts();

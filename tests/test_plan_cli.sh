@@ -48,6 +48,10 @@ out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micr
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
 case $out in *"cannot train"*) fail "Qwen3-MoE is trainable (q/k norms, its own head_dim), yet noted: $out" ;; esac
 expect_error "--tp must be 1 for a model with q/k norms" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --tp 2
+expect_error "--tp must be 1 for multi-head latent attention" --hf-config "$configs/deepseek-v3.json" --nodes 32 --tp 2
+out_v3=$("$plan" --hf-config "$configs/deepseek-v3.json" --nodes 32 --ep 32) || fail "DeepSeek-V3 refused"
+case $out_v3 in *"total 671026404352"*"active 37552282624"*) ;; *) fail "DeepSeek-V3's counts: $out_v3" ;; esac
+case $out_v3 in *"cannot train"*) fail "DeepSeek-V3 noted as untrainable: $out_v3" ;; esac
 case $out in *"7 peers on its node, "*" to 8 on others"*) ;; *) fail "ep 16 on 2 nodes of 8: want 7 peers on, 8 off" ;; esac
 
 json=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 8 --seq-len 1024 --global-batch 512 --search --top 5 \
