@@ -95,30 +95,23 @@ typedef struct {
 
 static parameter_counts parameter_counts_of(const moe_plan_model *m) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
-    if (m->kv_lora_rank > 0) { /* multi-head latent attention: q (or its bottleneck), kv_a, kv_b, o; its norms */
+    parameter_counts c = {.attention = d * A + 2 * d * B + A * d + (m->qkv_bias ? A + 2 * B : 0),
+                          .norms = 2 * d + (m->qk_norm == MOE_QK_NORM_HEAD ? 2 * m->head_dim
+                                            : m->qk_norm == MOE_QK_NORM_PROJECTION ? A + B : 0),
+                          .expert = 3 * d * m->d_ff_expert,
+                          .router = m->num_experts * d,
+                          .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 && m->shared_gate ? d : 0),
+                          .dense_ffn = 3 * d * m->d_ff_dense,
+                          .embedding = m->vocab_size * d,
+                          .lm_head = m->tie_embeddings ? 0 : m->vocab_size * d,
+                          .final_norm = d};
+    if (m->kv_lora_rank > 0) { /* multi-head latent attention: q (or its bottleneck), kv_a, kv_b, o; their norms */
         const int64_t QL = m->q_lora_rank, KL = m->kv_lora_rank, H = m->num_heads, dv = m->v_head_dim;
-        const int64_t nope = m->head_dim - m->qk_rope_dim;
-        return (parameter_counts){.attention = (QL ? d * QL + QL * A : d * A) + d * (KL + m->qk_rope_dim) +
-                                               KL * H * (nope + dv) + H * dv * d,
-                                  .norms = 2 * d + QL + KL,
-                                  .expert = 3 * d * m->d_ff_expert,
-                                  .router = m->num_experts * d,
-                                  .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 && m->shared_gate ? d : 0),
-                                  .dense_ffn = 3 * d * m->d_ff_dense,
-                                  .embedding = m->vocab_size * d,
-                                  .lm_head = m->tie_embeddings ? 0 : m->vocab_size * d,
-                                  .final_norm = d};
+        c.attention = (QL ? d * QL + QL * A : d * A) + d * (KL + m->qk_rope_dim) +
+                      KL * H * (m->head_dim - m->qk_rope_dim + dv) + H * dv * d;
+        c.norms = 2 * d + QL + KL;
     }
-    return (parameter_counts){.attention = d * A + 2 * d * B + A * d + (m->qkv_bias ? A + 2 * B : 0),
-                              .norms = 2 * d + (m->qk_norm == MOE_QK_NORM_HEAD ? 2 * m->head_dim
-                                                : m->qk_norm == MOE_QK_NORM_PROJECTION ? A + B : 0),
-                              .expert = 3 * d * m->d_ff_expert,
-                              .router = m->num_experts * d,
-                              .shared = 3 * d * m->d_ff_shared + (m->d_ff_shared > 0 && m->shared_gate ? d : 0),
-                              .dense_ffn = 3 * d * m->d_ff_dense,
-                              .embedding = m->vocab_size * d,
-                              .lm_head = m->tie_embeddings ? 0 : m->vocab_size * d,
-                              .final_norm = d};
+    return c;
 }
 
 moe_plan_params moe_plan_model_params(const moe_plan_model *m) {
