@@ -80,16 +80,12 @@ static moe_status qk_norm_forward(moe_model *m, const moe_real *x, const moe_rea
                                      m->cfg.norm_eps, y, rstd);
 }
 
-/* Its backward from dy: the input gradient into m->dattn (free once attention's backward has read it), the weight
- * gradient added into dw per shard. Returns m->dattn. */
-static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
-                                   const moe_real *dy, int T, int width, int rows_per_token, moe_real *dw,
-                                   moe_real **dx) {
-    MOE_TRY(moe_runtime_zero(m->rt, m->dattn, (size_t)T * width * sizeof(moe_real))); /* the op adds into dx */
-    MOE_TRY(moe_shard_grads_rmsnorm_rows(&m->shard_grads, x, w, rstd, dy, rows_per_token, width / rows_per_token,
-                                         m->dattn, dw));
-    *dx = m->dattn;
-    return MOE_OK;
+moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int T, int width, int rows_per_token, moe_real *dx,
+                                   moe_real *dw) {
+    MOE_TRY(moe_runtime_zero(m->rt, dx, (size_t)T * width * sizeof(moe_real))); /* the op adds into dx */
+    return moe_shard_grads_rmsnorm_rows(&m->shard_grads, x, w, rstd, dy, rows_per_token, width / rows_per_token, dx,
+                                        dw);
 }
 
 /* The rows per token of layer norms of q (H heads) and k (KV heads): each head's (H, KV), or 1. */
@@ -109,9 +105,12 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->seq.tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
-        if (rope && m->c.layers[l].k_norm) /* k's norm (at tp 1: the rank holds every kv head) */
-            MOE_TRY(qk_norm_backward(m, m->P->acts[l].k_raw, m->c.layers[l].k_norm, m->P->acts[l].rstd_k, dkv, T, B,
-                                     qk_rows(m, c->num_kv_heads), m->g.layers[l].k_norm, &dkv));
+        if (rope && m->c.layers[l].k_norm) { /* k's norm (at tp 1: the rank holds every kv head), into m->dattn */
+            const layer_acts *a = &m->P->acts[l];
+            MOE_TRY(moe__model_norm_backward(m, a->k_raw, m->c.layers[l].k_norm, a->rstd_k, dkv, T, B,
+                                             qk_rows(m, c->num_kv_heads), m->dattn, m->g.layers[l].k_norm));
+            dkv = m->dattn;
+        }
         MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
         if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, m->ones, 1, B, db));
         return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
@@ -232,9 +231,11 @@ static moe_status projections_backward(moe_model *m, int l, int T) {
                                           m->dk, m->dv));
     MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
     moe_real *dq = m->dq; /* q_proj's output gradient: through q's norm first, when there is one */
-    if (w->q_norm)
-        MOE_TRY(qk_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, A, qk_rows(m, c->num_heads), gw->q_norm,
-                                 &dq));
+    if (w->q_norm) { /* into m->dattn, free once attention's backward has read it */
+        MOE_TRY(moe__model_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, A, qk_rows(m, c->num_heads),
+                                         m->dattn, gw->q_norm));
+        dq = m->dattn;
+    }
     const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &ln1));
     MOE_TRY(moe_shard_grads_tp_column(tg, &m->tpl, dq, ln1, d, A, gw->wq));

@@ -90,14 +90,6 @@ moe_status moe__model_mla_forward(moe_model *m, int l, int num_seqs, const moe_r
     return moe__model_watch(m, a->mla_y, (size_t)T * D.H * D.dv, "layer %d: the attention output", l);
 }
 
-/* The norm's backward of x (its input, [T, n]) with dy: dx overwritten (zeroed first: the op adds), dw added per
- * shard. */
-static moe_status norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
-                                const moe_real *dy, int T, int n, moe_real *dx, moe_real *dw) {
-    MOE_TRY(moe_runtime_zero(m->rt, dx, (size_t)T * n * sizeof(moe_real)));
-    return moe_shard_grads_rmsnorm(&m->shard_grads, x, w, rstd, dy, n, dx, dw);
-}
-
 moe_status moe__model_mla_backward(moe_model *m, int l, int T, const moe_real *ln1) {
     const moe_model_config *c = &m->cfg;
     const mla_dims D = dims_of(m);
@@ -134,8 +126,8 @@ moe_status moe__model_mla_backward(moe_model *m, int l, int T, const moe_real *l
     /* kv_b, the latent's norm, kv_a: ckv's gradient [dc | dk_pe] in mla_lat, ln1's into dln (overwritten) */
     MOE_TRY(moe_shard_grads_linear(sg, m->mla_dkvb, a->mla_cn, D.KL, HNV, gw->mla.kv_b));
     MOE_TRY(dense->linear_backward_input(s, m->mla_dkvb, w->mla.kv_b, T, D.KL, HNV, 0, m->mla_lat2));
-    MOE_TRY(norm_backward(m, a->mla_c, w->mla.kv_a_norm, a->mla_rstd_c, m->mla_lat2, T, D.KL, m->mla_lat,
-                          gw->mla.kv_a_norm));
+    MOE_TRY(moe__model_norm_backward(m, a->mla_c, w->mla.kv_a_norm, a->mla_rstd_c, m->mla_lat2, T, D.KL, 1,
+                                     m->mla_lat, gw->mla.kv_a_norm));
     MOE_TRY(moe_runtime_copy_2d(m->rt, m->mla_lat2, D.KLR * r, m->mla_lat, D.KL * r, D.KL * r, (size_t)T));
     MOE_TRY(moe_runtime_copy_2d(m->rt, m->mla_lat2 + D.KL, D.KLR * r, m->mla_kpe, D.dr * r, D.dr * r, (size_t)T));
     MOE_TRY(moe_shard_grads_linear(sg, m->mla_lat2, ln1, d, D.KLR, gw->mla.kv_a));
@@ -145,8 +137,8 @@ moe_status moe__model_mla_backward(moe_model *m, int l, int T, const moe_real *l
     if (D.QL) {
         MOE_TRY(moe_shard_grads_linear(sg, m->dq, a->mla_qan, D.QL, A, gw->mla.q_b));
         MOE_TRY(dense->linear_backward_input(s, m->dq, w->mla.q_b, T, D.QL, A, 0, m->mla_lat2));
-        MOE_TRY(norm_backward(m, a->mla_qa, w->mla.q_a_norm, a->mla_rstd_qa, m->mla_lat2, T, D.QL, m->mla_lat,
-                              gw->mla.q_a_norm));
+        MOE_TRY(moe__model_norm_backward(m, a->mla_qa, w->mla.q_a_norm, a->mla_rstd_qa, m->mla_lat2, T, D.QL, 1,
+                                         m->mla_lat, gw->mla.q_a_norm));
         MOE_TRY(moe_shard_grads_linear(sg, m->mla_lat, ln1, d, D.QL, gw->mla.q_a));
         MOE_TRY(dense->linear_backward_input(s, m->mla_lat, w->mla.q_a, T, d, D.QL, 1, m->dln));
     } else {

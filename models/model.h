@@ -148,13 +148,15 @@ int moe_model_kv_blocks(const moe_model_config *cfg);
  * (column-parallel: rows of the output features), COLS (row-parallel: columns of the input features) or NONE
  * (replicated). The list drives the buffer layout, the views, the checkpoint names, the optimizer's weight decay and
  * the initialisation, so a tensor is added here and nowhere else. */
+/* (a layer's attention block: its norm, its projections (these, or multi-head latent attention's below), the FFN's
+ * norm, in this order) */
+#define MOE_MODEL_ATTENTION_NORM_TENSORS(X) X(attn_norm, "input_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)
 #define MOE_MODEL_ATTENTION_TENSORS(X)                                          \
-    X(attn_norm, "input_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)        \
     X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT, ROWS)            \
     X(wk, "self_attn.k_proj.weight", B, d, MOE_TENSOR_WEIGHT, KV_ROWS)         \
     X(wv, "self_attn.v_proj.weight", B, d, MOE_TENSOR_WEIGHT, KV_ROWS)         \
-    X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL, COLS)          \
-    X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)
+    X(wo, "self_attn.o_proj.weight", d, A, MOE_TENSOR_RESIDUAL, COLS)
+#define MOE_MODEL_FFN_NORM_TENSORS(X) X(ffn_norm, "post_attention_layernorm.weight", d, 0, MOE_TENSOR_NORM, NONE)
 /* a family's q/k norms (moe_model_qk_norm): QN = hd (each head's) or A (the projection's), KN = hd or B */
 #define MOE_MODEL_QK_NORM_TENSORS(X)                                            \
     X(q_norm, "self_attn.q_norm.weight", QN, 0, MOE_TENSOR_NORM, NONE)         \

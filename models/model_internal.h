@@ -117,7 +117,12 @@ moe_status moe__model_head_backward(moe_model *m, int T, moe_real loss_scale);
 moe_status moe__model_alloc_activations(moe_model *m);
 void moe__model_free_activations(moe_model *m);
 
-/* attention.c. Grouped-query attention's kv heads in pieces (model.h): their counts, products and tree. */
+/* attention.c. An RMSNorm's backward over T tokens of `width` values each, normalised in rows_per_token rows (1, or
+ * a head's): dx overwritten, the weight gradient added into dw per shard (models/shard_grads.h). */
+moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int T, int width, int rows_per_token, moe_real *dx,
+                                   moe_real *dw);
+/* Grouped-query attention's kv heads in pieces (model.h): their counts, products and tree. */
 moe_status moe__model_init_kv_heads(moe_model *m);
 /* Layer l's attention block up to its output attn_y, for num_seqs sequences (the tensor group's). */
 moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs);

@@ -21,13 +21,7 @@ model_dims moe__model_dims(const moe_model *m) {
                         .HV = (long)c->num_heads * c->v_head_dim};
 }
 
-/* "model.layers.L." + suffix into name (sizeof the table's names). */
-static const char *layer_name(char *name, int l, const char *suffix) {
-    snprintf(name, sizeof((moe_model_tensor *)0)->name, "model.layers.%d.%s", l, suffix);
-    return name;
-}
-
-/* A tensor's Hugging Face name after "model.layers.N.": the lists' (Mixtral's), or for Qwen3-MoE and OLMoE their MoE
+/* A tensor's Hugging Face name after "model.layers.N.": the lists' (Mixtral's), or for the other families their MoE
  * block's ("mlp.gate.weight"; an expert's "mlp.experts.%d." + the dense FFN's names). */
 static const char *family_name(const moe_model *m, const char *mixtral) {
     static const char *const renamed[][2] = {
@@ -86,6 +80,39 @@ static void append(moe_model *m, size_t *cursor, int *index, int layer, int expe
     if (moe__model_holds_layer(m, layer)) put(m, cursor, at, 0, layer, experts, rows, cols, kind, split, name);
 }
 
+/* Layer l's tensors in buffer order, X applied to each of model.h's lists that its config has: the attention norm, the
+ * projections (or multi-head latent attention's), the FFN norm, the q/k/v biases, the q/k norms, then the router with
+ * the shared expert and its gate, or the dense FFN. The one walk lay_out and set_views both take. */
+#define MODEL_LAYER_TENSORS(X, c, l)                                                                               \
+    MOE_MODEL_ATTENTION_NORM_TENSORS(X)                                                                            \
+    if (moe_model_mla(c) && (c)->q_lora_rank) {                                                                    \
+        MOE_MODEL_MLA_Q_LORA_TENSORS(X)                                                                            \
+        MOE_MODEL_MLA_KV_TENSORS(X)                                                                                \
+    } else if (moe_model_mla(c)) {                                                                                 \
+        MOE_MODEL_MLA_Q_TENSORS(X)                                                                                 \
+        MOE_MODEL_MLA_KV_TENSORS(X)                                                                                \
+    } else {                                                                                                       \
+        MOE_MODEL_ATTENTION_TENSORS(X)                                                                             \
+    }                                                                                                              \
+    MOE_MODEL_FFN_NORM_TENSORS(X)                                                                                  \
+    if (moe_model_qkv_bias(c)) {                                                                                   \
+        MOE_MODEL_QKV_BIAS_TENSORS(X)                                                                              \
+    }                                                                                                              \
+    if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE) {                                                                \
+        MOE_MODEL_QK_NORM_TENSORS(X)                                                                               \
+    }                                                                                                              \
+    if (moe_model_layer_is_moe(c, l)) {                                                                            \
+        MOE_MODEL_ROUTER_TENSORS(X)                                                                                \
+        if ((c)->shared_d_ff) {                                                                                    \
+            MOE_MODEL_SHARED_TENSORS(X)                                                                            \
+        }                                                                                                          \
+        if (moe_model_shared_gate(c)) {                                                                            \
+            MOE_MODEL_SHARED_GATE_TENSORS(X)                                                                       \
+        }                                                                                                          \
+    } else {                                                                                                       \
+        MOE_MODEL_DENSE_FFN_TENSORS(X)                                                                             \
+    }
+
 /* Whether this stage's lm_head is a replica of another stage's embedding (model.h). */
 static int holds_tied_replica(const moe_model *m) { return m->cfg.tie_embeddings && m->heads && !m->embeds; }
 
@@ -98,8 +125,7 @@ void moe__model_lay_out(moe_model *m) {
     const long d = D.d, A = D.A, B = D.B, F = D.F, DF = D.DF, E = D.E, QN = D.QN, KN = D.KN, SF = D.SF,
                QL = D.QL, KLR = D.KLR, KL = D.KL, HNV = D.HNV, HV = D.HV, V = c->vocab_size,
                EL = m->num_local_experts;
-    const int qk_norm = moe_model_qk_norm(c) != MOE_QK_NORM_NONE, qkv_bias = moe_model_qkv_bias(c);
-    char name[sizeof m->tensors->name], mixtral[sizeof name];
+    char name[sizeof m->tensors->name], mixtral[64]; /* an expert tensor's Mixtral name, before family_name */
     size_t at = 0;
     int index = 0;
     m->num_tensors = 0;
@@ -109,37 +135,7 @@ void moe__model_lay_out(moe_model *m) {
     snprintf(name, sizeof name, "model.layers.%d.%s", l, family_name(m, hf));                                      \
     append(m, &at, &index, l, 0, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++) {
-        if (moe_model_mla(c)) { /* the attention norm, MLA's projections, the FFN norm: the lists' order */
-            append(m, &at, &index, l, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE,
-                   layer_name(name, l, "input_layernorm.weight"));
-            if (QL) {
-                MOE_MODEL_MLA_Q_LORA_TENSORS(DENSE_TENSOR)
-            } else {
-                MOE_MODEL_MLA_Q_TENSORS(DENSE_TENSOR)
-            }
-            MOE_MODEL_MLA_KV_TENSORS(DENSE_TENSOR)
-            append(m, &at, &index, l, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE,
-                   layer_name(name, l, "post_attention_layernorm.weight"));
-        } else {
-            MOE_MODEL_ATTENTION_TENSORS(DENSE_TENSOR)
-        }
-        if (qkv_bias) {
-            MOE_MODEL_QKV_BIAS_TENSORS(DENSE_TENSOR)
-        }
-        if (qk_norm) {
-            MOE_MODEL_QK_NORM_TENSORS(DENSE_TENSOR)
-        }
-        if (moe_model_layer_is_moe(c, l)) {
-            MOE_MODEL_ROUTER_TENSORS(DENSE_TENSOR)
-            if (SF) {
-                MOE_MODEL_SHARED_TENSORS(DENSE_TENSOR)
-            }
-            if (moe_model_shared_gate(c)) {
-                MOE_MODEL_SHARED_GATE_TENSORS(DENSE_TENSOR)
-            }
-        } else {
-            MOE_MODEL_DENSE_FFN_TENSORS(DENSE_TENSOR)
-        }
+        MODEL_LAYER_TENSORS(DENSE_TENSOR, c, l)
     }
 #undef DENSE_TENSOR
     append(m, &at, &index, c->num_layers, 0, d, 0, MOE_TENSOR_NORM, MOE_SPLIT_NONE, "model.norm.weight");
@@ -149,8 +145,8 @@ void moe__model_lay_out(moe_model *m) {
         put(m, &at, 0, 1, c->num_layers, 0, V, d, MOE_TENSOR_WEIGHT, MOE_SPLIT_ROWS, "model.embed_tokens.weight");
     m->num_dense = at;
 #define EXPERT_TENSOR(field, hf, rows, cols, kind, split)                                                           \
-    snprintf(name, sizeof name, "block_sparse_moe.experts.%%d.%s", hf);                                           \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, family_name(m, strcpy(mixtral, name)));                  \
+    snprintf(mixtral, sizeof mixtral, "block_sparse_moe.experts.%%d.%s", hf);                                     \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, family_name(m, mixtral));                                 \
     append(m, &at, &index, l, (int)EL, rows, cols, kind, MOE_SPLIT_##split, name);
     for (int l = 0; l < c->num_layers; l++)
         if (moe_model_layer_is_moe(c, l)) {
@@ -177,39 +173,8 @@ void moe__model_set_views(moe_model *m, moe_real *base, const moe_zero_grads *zg
 #define VIEW(field, hf, rows, cols, kind, split) L->field = tensor_at(base, zg, t++);
     for (FIRST_LAYER(m, ch, l); l >= 0; l = moe__model_next_layer(m, &ch, l)) {
         moe_model_layer_params *L = &v->layers[l];
-        L->ffn.router_w = L->q_norm = L->k_norm = L->bq = L->bk = L->bv = L->shared_gate = NULL;
-        L->shared = (moe_layer_weights){0};
-        L->wk = L->wv = NULL;
-        memset(&L->mla, 0, sizeof L->mla);
-        if (moe_model_mla(c)) { /* as lay_out: the norms around MLA's projections */
-            L->attn_norm = tensor_at(base, zg, t++);
-            if (c->q_lora_rank) {
-                MOE_MODEL_MLA_Q_LORA_TENSORS(VIEW)
-            } else {
-                MOE_MODEL_MLA_Q_TENSORS(VIEW)
-            }
-            MOE_MODEL_MLA_KV_TENSORS(VIEW)
-            L->ffn_norm = tensor_at(base, zg, t++);
-        } else {
-            MOE_MODEL_ATTENTION_TENSORS(VIEW)
-        }
-        if (moe_model_qkv_bias(c)) {
-            MOE_MODEL_QKV_BIAS_TENSORS(VIEW)
-        }
-        if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE) {
-            MOE_MODEL_QK_NORM_TENSORS(VIEW)
-        }
-        if (moe_model_layer_is_moe(c, l)) {
-            MOE_MODEL_ROUTER_TENSORS(VIEW)
-            if (c->shared_d_ff) {
-                MOE_MODEL_SHARED_TENSORS(VIEW)
-            }
-            if (moe_model_shared_gate(c)) {
-                MOE_MODEL_SHARED_GATE_TENSORS(VIEW)
-            }
-        } else {
-            MOE_MODEL_DENSE_FFN_TENSORS(VIEW)
-        }
+        *L = (moe_model_layer_params){0}; /* what the layer's config has not stays NULL */
+        MODEL_LAYER_TENSORS(VIEW, c, l)
     }
     v->final_norm = v->lm_head = NULL;
     if (m->heads) {
