@@ -199,7 +199,36 @@ typedef struct {
     const moe_checkpoint_run *run;
     const char *what;
     int moment;
+    int rope_interleaved; /* the file's RoPE rows in DeepSeek's interleaved order (moe__checkpoint_rope_interleaved) */
 } tensor_sink;
+
+/* DeepSeek's checkpoints hold the RoPE part of q (each head's last qk_rope_dim rows of q_proj / q_b_proj) and of k
+ * (kv_a_proj_with_mqa's last qk_rope_dim rows) with each rotated pair in adjacent rows (x0, x1), (x2, x3), ...;
+ * transformers rotates them in place, which equals rotate-half RoPE (ours) on the rows reordered evens first, then
+ * odds. The same reordering of q's and k's rows keeps every q.k, so the model computes the same function. In place on
+ * the whole tensor in buf. */
+static void deinterleave_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf) {
+    const char *name = t->name;
+    const int R = c->qk_rope_dim, hd = moe_model_head_dim(c);
+    const size_t cols = (size_t)t->shape[1];
+    int heads = 0, stride = 0, first = 0; /* blocks of `stride` rows whose rows [first, first + R) are RoPE's */
+    if (strstr(name, "self_attn.q_proj.weight") || strstr(name, "self_attn.q_b_proj.weight"))
+        heads = c->num_heads, stride = hd, first = hd - R;
+    else if (strstr(name, "self_attn.kv_a_proj_with_mqa.weight"))
+        heads = 1, stride = c->kv_lora_rank + R, first = c->kv_lora_rank;
+    if (!heads || R < 2 || t->ndim != 2 || (size_t)heads * stride != (size_t)t->shape[0]) return;
+    moe_real *pair = malloc((size_t)R * cols * sizeof(moe_real));
+    if (!pair) return; /* (never: R rows of a tensor already in memory; left interleaved, the check run would see it) */
+    for (int h = 0; h < heads; h++) {
+        moe_real *rows = buf + ((size_t)h * stride + first) * cols;
+        for (int i = 0; i < R / 2; i++) {
+            memcpy(pair + (size_t)i * cols, rows + (size_t)(2 * i) * cols, cols * sizeof(moe_real));
+            memcpy(pair + (size_t)(R / 2 + i) * cols, rows + (size_t)(2 * i + 1) * cols, cols * sizeof(moe_real));
+        }
+        memcpy(rows, pair, (size_t)R * cols * sizeof(moe_real));
+    }
+    free(pair);
+}
 
 /* One tensor read into buf: finite (second moments >= 0 too), then into this rank's memory (a tensor-parallel one's
  * block of it, moved to buf's start first). */
@@ -238,6 +267,7 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
             MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
         } else {
             MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
+            if (to->rope_interleaved) deinterleave_rope_rows(to->run->config, t, buf);
             MOE_TRY(put_tensor(to, t, buf));
         }
         if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
@@ -245,7 +275,7 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
     for (int k = 0; k < set->num_files && !extra_ok; k++)
         for (int i = 0; i < set->files[k].num_tensors; i++) {
             const char *have = set->files[k].tensors[i].name;
-            int known = 0;
+            int known = moe__checkpoint_is_hf_bias(to->run->config, have);
             for (int j = 0; j < tab->count && !known; j++) {
                 snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
                 known = !strcmp(name, have);
@@ -282,7 +312,7 @@ static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_ta
     moe_safetensors_set set;
     if (st == MOE_OK) st = buf ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        const tensor_sink to = {run, "the loaded weights", -1};
+        const tensor_sink to = {run, "the loaded weights", -1, moe__checkpoint_rope_interleaved(dir)};
         st = check_covered(dir, manifest, &set);
         if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", &to, buf, 0, lossy);
         moe_safetensors_set_close(&set);
@@ -291,14 +321,16 @@ static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_ta
     return st;
 }
 
-/* The routers' selection biases (expert_bias.layers.I) from whichever file of the training state holds them. */
-static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetensors_set *set) {
+/* The routers' selection biases (expert_bias.layers.I, or a DeepSeek-V3's model.layers.I.mlp.gate.
+ * e_score_correction_bias) from whichever file of the set holds them. */
+static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetensors_set *set, int hf) {
     const moe_model_config *c = run->config;
-    char name[64];
+    char name[96];
     for (int l = 0; l < c->num_layers; l++) {
         moe_real *bias = moe_model_expert_bias(run->model, l);
         long E = c->moe.num_experts;
-        snprintf(name, sizeof name, "expert_bias.layers.%d", l);
+        if (hf) moe__checkpoint_hf_bias_name(l, name, sizeof name);
+        else snprintf(name, sizeof name, "expert_bias.layers.%d", l);
         moe_safetensors_file *holder = moe_safetensors_set_file(set, name);
         if (bias) MOE_TRY(moe_safetensors_read(holder ? holder : &set->files[0], name, 1, &E, bias));
     }
@@ -306,23 +338,38 @@ static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetenso
 }
 
 /* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state (which
- * a --save-dtype bf16 export writes with the biases alone), a file the manifest must list. */
+ * a --save-dtype bf16 export writes with the biases alone), a file the manifest must list; a DeepSeek-V3 keeps them in
+ * its weights too (what transformers reads), and those are read (its own files have no training state). */
 static moe_status load_selection_biases(const moe_checkpoint_run *run, const char *dir) {
     if (run->config->moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
+    const int hf = run->config->family == MOE_MODEL_FAMILY_DEEPSEEK_V3;
+    const char *file = hf ? moe__checkpoint_files[0] : moe__checkpoint_files[2];
     moe__checkpoint_manifest manifest;
     moe_safetensors_set set;
     moe_status st = moe__checkpoint_manifest_read(dir, &manifest);
     if (st == MOE_OK) {
-        st = moe__checkpoint_manifest_covers(dir, &manifest, moe__checkpoint_files[2]);
+        st = hf ? MOE_OK : moe__checkpoint_manifest_covers(dir, &manifest, file); /* the weights': checked with them */
         moe__checkpoint_manifest_free(&manifest);
     }
-    if (st == MOE_OK && (st = moe_safetensors_set_open(dir, "train_state", &set)) == MOE_OK)
-        st = read_biases(run, &set), moe_safetensors_set_close(&set);
+    if (st == MOE_OK && (st = moe_safetensors_set_open(dir, hf ? "model" : "train_state", &set)) == MOE_OK)
+        st = read_biases(run, &set, hf), moe_safetensors_set_close(&set);
     if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
     char why[1024];
     snprintf(why, sizeof why, "%s", moe_failure_message(st));
-    return moe_fail(st, "sigmoid routing's selection biases are part of the model, kept in %s: %s",
-                    moe__checkpoint_files[2], why);
+    return moe_fail(st, "sigmoid routing's selection biases are part of the model, kept in %s: %s", file, why);
+}
+
+void moe__checkpoint_hf_bias_name(int layer, char *name, size_t n) {
+    snprintf(name, n, "model.layers.%d.mlp.gate.e_score_correction_bias", layer);
+}
+
+int moe__checkpoint_is_hf_bias(const moe_model_config *c, const char *name) {
+    char want[96];
+    for (int l = 0; c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && l < c->num_layers; l++) {
+        moe__checkpoint_hf_bias_name(l, want, sizeof want);
+        if (moe_model_layer_is_moe(c, l) && !strcmp(name, want)) return 1;
+    }
+    return 0;
 }
 
 moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir) {
@@ -369,12 +416,12 @@ static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_tabl
     if (!buf) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        const tensor_sink to = {run, which_name[which], which};
+        const tensor_sink to = {run, which_name[which], which, 0};
         st = moe_fail_context(read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", &to, buf, 1, NULL), "%s",
                               path);
     }
     free(buf);
-    if (st == MOE_OK) st = read_biases(run, &set);
+    if (st == MOE_OK) st = read_biases(run, &set, 0);
     moe_safetensors_set_close(&set);
     free(path);
     return st;

@@ -24,81 +24,101 @@
  * defaults; the shapes are required. */
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP, FIELD_FAMILY } field_kind;
 typedef enum { IN_TOP, IN_MOE_TRAIN, IN_NONE } field_where;
+/* How a family's key holds a value in other units (DeepSeek-V3's): as is; in experts' widths (n_shared_experts =
+ * shared_d_ff / d_ff); without RoPE's part (qk_nope_head_dim = head_dim - qk_rope_dim); null for 0 (q_lora_rank
+ * without a q latent); at least 1 (n_group, topk_group: 1 group of all experts is no grouping). */
+typedef enum { AS_IS, IN_EXPERT_WIDTHS, WITHOUT_ROPE, NULL_FOR_ZERO, AT_LEAST_ONE } field_unit;
 typedef struct {
     const char *key;   /* its name (IN_NONE: the name it has elsewhere, for messages)        */
     const char *alias; /* another top-level key that holds it (transformers 5's name), or NULL */
     field_where where; /* top level, inside the "moe_train" object, or not in this family's file (fixed at `absent`) */
     int required;
     double absent;     /* the value when absent (not required)                              */
+    field_unit unit;
 } field_place;
 typedef struct {
     int policy;        /* 1: the routing policy of training (--init-from may train with another) */
     field_kind kind;
     size_t offset;     /* in moe_model_config */
-    field_place at[MOE_MODEL_FAMILIES]; /* Mixtral's, Qwen3-MoE's, OLMoE's */
+    field_place at[MOE_MODEL_FAMILIES]; /* Mixtral's, Qwen3-MoE's, OLMoE's, Qwen2-MoE's, DeepSeek-V3's */
 } arch_field;
 
 #define MC(field) offsetof(moe_model_config, field)
-#define TOP(key, required, absent) {key, NULL, IN_TOP, required, absent}
-#define TOP2(key, alias, required, absent) {key, alias, IN_TOP, required, absent}
-#define OURS(key, absent) {key, NULL, IN_MOE_TRAIN, 0, absent}
-#define FIXED(key, value) {key, NULL, IN_NONE, 0, value}
-#define ALL4(place) {place, place, place, place}
+#define TOP(key, required, absent) {key, NULL, IN_TOP, required, absent, AS_IS}
+#define TOP_IN(key, required, absent, unit) {key, NULL, IN_TOP, required, absent, unit}
+#define TOP2(key, alias, required, absent) {key, alias, IN_TOP, required, absent, AS_IS}
+#define OURS(key, absent) {key, NULL, IN_MOE_TRAIN, 0, absent, AS_IS}
+#define FIXED(key, value) {key, NULL, IN_NONE, 0, value, AS_IS}
+#define ALL5(place) {place, place, place, place, place}
+#define FIRST4(place) place, place, place, place
 enum { MIX = MOE_MODEL_FAMILY_MIXTRAL, QWEN3 = MOE_MODEL_FAMILY_QWEN3_MOE, OLMOE = MOE_MODEL_FAMILY_OLMOE,
-       QWEN2 = MOE_MODEL_FAMILY_QWEN2_MOE };
+       QWEN2 = MOE_MODEL_FAMILY_QWEN2_MOE, DSV3 = MOE_MODEL_FAMILY_DEEPSEEK_V3 };
 static const arch_field kFields[] = {
     /* first: the others' places depend on it (absent: the family the labels name, config_family) */
     {0, FIELD_FAMILY, MC(family), {OURS("family", MIX), OURS("family", QWEN3), OURS("family", OLMOE),
-                                   OURS("family", QWEN2)}},
-    {0, FIELD_INT, MC(vocab_size), ALL4(TOP("vocab_size", 1, 0))},
-    {0, FIELD_INT, MC(d_model), ALL4(TOP("hidden_size", 1, 0))},
+                                   OURS("family", QWEN2), OURS("family", DSV3)}},
+    {0, FIELD_INT, MC(vocab_size), ALL5(TOP("vocab_size", 1, 0))},
+    {0, FIELD_INT, MC(d_model), ALL5(TOP("hidden_size", 1, 0))},
     {0, FIELD_INT, MC(d_ff), {TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0),
-                              TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0)}},
+                              TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0),
+                              TOP("moe_intermediate_size", 1, 0)}},
+    /* (after d_ff: DeepSeek's counts it in experts' widths) */
     {0, FIELD_INT, MC(shared_d_ff), {OURS("shared_d_ff", 0), OURS("shared_d_ff", 0), OURS("shared_d_ff", 0),
-                                     TOP("shared_expert_intermediate_size", 1, 0)}},
+                                     TOP("shared_expert_intermediate_size", 1, 0),
+                                     TOP_IN("n_shared_experts", 0, 1, IN_EXPERT_WIDTHS)}},
     {0, FIELD_INT, MC(dense_d_ff), {OURS("dense_d_ff", 0), TOP("intermediate_size", 0, 0), OURS("dense_d_ff", 0),
-                                    TOP("intermediate_size", 0, 0)}}, /* 0: d_ff (moe_model_dense_d_ff) */
-    {0, FIELD_INT, MC(first_dense), ALL4(OURS("first_dense_layers", 0))},
-    {0, FIELD_INT, MC(kv_lora_rank), ALL4(OURS("kv_lora_rank", 0))}, /* multi-head latent attention's */
-    {0, FIELD_INT, MC(q_lora_rank), ALL4(OURS("q_lora_rank", 0))},
-    {0, FIELD_INT, MC(qk_rope_dim), ALL4(OURS("qk_rope_head_dim", 0))},
-    {0, FIELD_INT, MC(v_head_dim), ALL4(OURS("v_head_dim", 0))},
-    {0, FIELD_INT, MC(num_layers), ALL4(TOP("num_hidden_layers", 1, 0))},
-    {0, FIELD_INT, MC(num_heads), ALL4(TOP("num_attention_heads", 1, 0))},
-    {0, FIELD_INT, MC(num_kv_heads), ALL4(TOP("num_key_value_heads", 1, 0))},
+                                    TOP("intermediate_size", 0, 0), TOP("intermediate_size", 1, 0)}}, /* 0: d_ff */
+    {0, FIELD_INT, MC(first_dense), {FIRST4(OURS("first_dense_layers", 0)), TOP("first_k_dense_replace", 0, 3)}},
+    /* multi-head latent attention's (qk_rope_dim before head_dim: DeepSeek's head_dim is without it) */
+    {0, FIELD_INT, MC(kv_lora_rank), {FIRST4(OURS("kv_lora_rank", 0)), TOP("kv_lora_rank", 0, 512)}},
+    {0, FIELD_INT, MC(q_lora_rank), {FIRST4(OURS("q_lora_rank", 0)), TOP_IN("q_lora_rank", 0, 1536, NULL_FOR_ZERO)}},
+    {0, FIELD_INT, MC(qk_rope_dim), {FIRST4(OURS("qk_rope_head_dim", 0)), TOP("qk_rope_head_dim", 0, 64)}},
+    {0, FIELD_INT, MC(v_head_dim), {FIRST4(OURS("v_head_dim", 0)), TOP("v_head_dim", 0, 128)}},
+    {0, FIELD_INT, MC(num_layers), ALL5(TOP("num_hidden_layers", 1, 0))},
+    {0, FIELD_INT, MC(num_heads), ALL5(TOP("num_attention_heads", 1, 0))},
+    {0, FIELD_INT, MC(num_kv_heads), {FIRST4(TOP("num_key_value_heads", 1, 0)), TOP("num_key_value_heads", 1, 0)}},
     {0, FIELD_INT, MC(head_dim), {FIXED("head_dim", 0), TOP("head_dim", 1, 0), FIXED("head_dim", 0),
-                                  FIXED("head_dim", 0)}}, /* 0: d / H */
+                                  FIXED("head_dim", 0), TOP_IN("qk_nope_head_dim", 0, 128, WITHOUT_ROPE)}},
+                                  /* 0: d / H */
     {0, FIELD_INT, MC(moe.num_experts), {TOP("num_local_experts", 1, 0), TOP2("num_experts", "num_local_experts", 1, 0),
                                          TOP2("num_experts", "num_local_experts", 1, 0),
-                                         TOP2("num_experts", "num_local_experts", 1, 0)}},
-    {0, FIELD_INT, MC(moe.top_k), ALL4(TOP("num_experts_per_tok", 1, 0))},
-    {0, FIELD_BOOL, MC(tie_embeddings), ALL4(TOP("tie_word_embeddings", 0, 0))},
+                                         TOP2("num_experts", "num_local_experts", 1, 0),
+                                         TOP2("n_routed_experts", "num_local_experts", 1, 0)}},
+    {0, FIELD_INT, MC(moe.top_k), ALL5(TOP("num_experts_per_tok", 1, 0))},
+    {0, FIELD_BOOL, MC(tie_embeddings), ALL5(TOP("tie_word_embeddings", 0, 0))},
     {0, FIELD_FLOAT, MC(rope_theta), {TOP("rope_theta", 0, 1e6), TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4),
-                                      TOP("rope_theta", 0, 1e4)}},
+                                      TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4)}},
     {0, FIELD_FLOAT, MC(norm_eps), {TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
-                                    TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6)}},
+                                    TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
+                                    TOP("rms_norm_eps", 0, 1e-6)}},
     {0, FIELD_INT, MC(moe_every), {OURS("moe_every", 1), TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1),
-                                   TOP("decoder_sparse_step", 0, 1)}},
-    {0, FIELD_SCORE, MC(moe.score_func), ALL4(OURS("score_func", MOE_SCORE_SOFTMAX))},
+                                   TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1)}},
+    {0, FIELD_SCORE, MC(moe.score_func), {FIRST4(OURS("score_func", MOE_SCORE_SOFTMAX)),
+                                          OURS("score_func", MOE_SCORE_SIGMOID)}},
     {0, FIELD_BOOL, MC(moe.renormalize), {OURS("renormalize", 1), TOP("norm_topk_prob", 0, 0),
-                                          TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0)}},
-    {0, FIELD_INT, MC(moe.num_groups), ALL4(OURS("num_groups", 0))},
-    {0, FIELD_INT, MC(moe.topk_groups), ALL4(OURS("topk_groups", 0))},
-    {0, FIELD_FLOAT, MC(moe.routed_scaling), ALL4(OURS("routed_scaling", 1))},
-    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL4(OURS("capacity_factor", 0))},
-    {1, FIELD_DROP, MC(moe.drop_priority), ALL4(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
+                                          TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0),
+                                          TOP("norm_topk_prob", 0, 1)}},
+    {0, FIELD_INT, MC(moe.num_groups), {FIRST4(OURS("num_groups", 0)), TOP_IN("n_group", 0, 8, AT_LEAST_ONE)}},
+    {0, FIELD_INT, MC(moe.topk_groups), {FIRST4(OURS("topk_groups", 0)), TOP_IN("topk_group", 0, 4, AT_LEAST_ONE)}},
+    {0, FIELD_FLOAT, MC(moe.routed_scaling), {FIRST4(OURS("routed_scaling", 1)), TOP("routed_scaling_factor", 0, 2.5)}},
+    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL5(OURS("capacity_factor", 0))},
+    {1, FIELD_DROP, MC(moe.drop_priority), ALL5(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
 };
 #undef TOP
+#undef TOP_IN
 #undef TOP2
 #undef OURS
 #undef FIXED
-#undef ALL4
+#undef ALL5
+#undef FIRST4
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
 static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"};
 /* transformers' class of each family, and its name in a sentence */
 static const char *const kClasses[MOE_MODEL_FAMILIES] = {MOE_CHECKPOINT_MIXTRAL, "Qwen3MoeForCausalLM",
-                                                         "OlmoeForCausalLM", "Qwen2MoeForCausalLM"};
-static const char *const kFamilyTitles[MOE_MODEL_FAMILIES] = {"Mixtral", "Qwen3-MoE", "OLMoE", "Qwen2-MoE"};
+                                                         "OlmoeForCausalLM", "Qwen2MoeForCausalLM",
+                                                         "DeepseekV3ForCausalLM"};
+static const char *const kFamilyTitles[MOE_MODEL_FAMILIES] = {"Mixtral", "Qwen3-MoE", "OLMoE", "Qwen2-MoE",
+                                                              "DeepSeek-V3"};
 
 static int family_of(const moe_model_config *c) {
     return c->family >= 0 && c->family < MOE_MODEL_FAMILIES ? c->family : MOE_MODEL_FAMILY_MIXTRAL;
@@ -113,6 +133,8 @@ static double field_value(const moe_model_config *c, const arch_field *f) {
     }
     if (f->offset == MC(dense_d_ff)) /* 0 and d_ff alike mean "as wide as an expert": 0 */
         return moe_model_dense_d_ff(c) == c->d_ff ? 0 : c->dense_d_ff;
+    if (f->offset == MC(moe.num_groups) || f->offset == MC(moe.topk_groups)) /* 0 and 1 group alike: none */
+        return moe_config_grouped(&c->moe) ? *(const int *)p : 0;
     return *(const int *)p;
 }
 
@@ -120,6 +142,23 @@ static void set_field(moe_model_config *c, const arch_field *f, double v) {
     void *p = (char *)c + f->offset;
     if (f->kind == FIELD_FLOAT) *(float *)p = (float)v;
     else *(int *)p = (int)v;
+}
+
+/* A value of the model (c) in the units of its place in config.json, and back (v read; c: the fields before it). */
+static double to_file_units(const moe_model_config *c, const field_place *at, double v) {
+    switch (at->unit) {
+    case IN_EXPERT_WIDTHS: return c->d_ff > 0 ? v / c->d_ff : v;
+    case WITHOUT_ROPE: return v - c->qk_rope_dim;
+    case AT_LEAST_ONE: return v < 1 ? 1 : v;
+    default: return v;
+    }
+}
+static double from_file_units(const moe_model_config *c, const field_place *at, double v) {
+    switch (at->unit) {
+    case IN_EXPERT_WIDTHS: return v * c->d_ff;
+    case WITHOUT_ROPE: return v + c->qk_rope_dim;
+    default: return v;
+    }
 }
 
 /* value as config.json writes it: "softmax", true, 1e-05, 8 */
@@ -154,24 +193,32 @@ const char *moe_checkpoint_hf_class(int family) {
 
 int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     const moe_config *q = &c->moe;
-    const char *reasons[10];
+    const char *reasons[12];
     int count = 0;
+    const int qwen = c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE,
+              deepseek = c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3;
     if (q->num_experts < 2) reasons[count++] = "a dense model (one expert: Llama's mlp tensors)";
-    const int qwen = c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE;
     if (c->moe_every != 1 && !qwen) /* Qwen's decoder_sparse_step is the rule */
         reasons[count++] = "dense FFNs between the MoE layers (moe_every > 1)";
-    if (c->shared_d_ff > 0 && c->family != MOE_MODEL_FAMILY_QWEN2_MOE)
+    if (c->first_dense && !deepseek) reasons[count++] = "dense first layers (first_k_dense_replace: DeepSeek-V3's)";
+    if (c->shared_d_ff > 0 && c->family != MOE_MODEL_FAMILY_QWEN2_MOE && !deepseek)
         reasons[count++] = "a shared expert beside the routed ones";
-    if (c->shared_d_ff == 0 && c->family == MOE_MODEL_FAMILY_QWEN2_MOE)
-        reasons[count++] = "no shared expert (Qwen2-MoE's always has one)";
-    if (q->score_func != MOE_SCORE_SOFTMAX) reasons[count++] = "sigmoid router scores with a selection bias";
+    if (c->shared_d_ff == 0 && (c->family == MOE_MODEL_FAMILY_QWEN2_MOE || deepseek))
+        reasons[count++] = "no shared expert (Qwen2-MoE's and DeepSeek-V3's always have one)";
+    if (q->score_func != MOE_SCORE_SOFTMAX && !deepseek)
+        reasons[count++] = "sigmoid router scores with a selection bias";
+    if (q->score_func != MOE_SCORE_SIGMOID && deepseek)
+        reasons[count++] = "softmax router scores (DeepSeek-V3's are sigmoid with a selection bias)";
     if (!q->renormalize && c->family == MOE_MODEL_FAMILY_MIXTRAL) /* the others' norm_topk_prob says it */
         reasons[count++] = q->top_k == 1 ? "top-1 gates not renormalised (gate = router probability; Mixtral's is 1)"
                                          : "top-k gates not renormalised";
     if (q->capacity_factor > 0) reasons[count++] = "a capacity limit that drops tokens";
-    if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
+    if ((moe_config_grouped(q) || moe_config_gate_scale(q) != 1) && !deepseek)
         reasons[count++] = "group-limited routing or routed scaling (DeepSeek-V3's)";
-    if (moe_model_mla(c)) reasons[count++] = "multi-head latent attention (DeepSeek's)";
+    if (moe_model_mla(c) && !deepseek) reasons[count++] = "multi-head latent attention (DeepSeek's)";
+    if (!moe_model_mla(c) && deepseek) reasons[count++] = "no multi-head latent attention (DeepSeek-V3's attention)";
+    if (deepseek && c->norm_eps != 1e-6f) /* its latent norms keep their default epsilon */
+        reasons[count++] = "rms_norm_eps other than 1e-6 (transformers' q/kv latent norms keep 1e-6)";
     if (why && n) {
         why[0] = 0;
         for (int i = 0; i < count; i++)
@@ -217,7 +264,9 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
         double v = field_value(c, &kFields[i]);
         if (at->where == IN_TOP && kFields[i].offset == MC(dense_d_ff)) v = moe_model_dense_d_ff(c); /* widths, */
         if (at->where == IN_TOP && kFields[i].offset == MC(head_dim)) v = moe_model_head_dim(c); /* never 0 */
-        json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key, field_json(&kFields[i], v));
+        v = to_file_units(c, at, v);
+        json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key,
+                            at->unit == NULL_FOR_ZERO && v == 0 ? json_null() : field_json(&kFields[i], v));
     }
     if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_OLMOE) /* what this model has not */
         json_object_set_new(j, "attention_bias", json_false());
@@ -227,6 +276,12 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
         json_object_set_new(j, "use_sliding_window", json_false());
     }
     if (family == MOE_MODEL_FAMILY_OLMOE) json_object_set_new(j, "clip_qkv", json_null());
+    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V3) { /* transformers' head_dim is RoPE's part; no multi-token heads */
+        json_object_set_new(j, "head_dim", json_integer(c->qk_rope_dim));
+        json_object_set_new(j, "attention_bias", json_false());
+        json_object_set_new(j, "rope_interleave", json_false()); /* our rows: rotate-half's order */
+        json_object_set_new(j, "num_nextn_predict_layers", json_integer(0));
+    }
     if (!hf) {
         snprintf(note, sizeof note,
                  "Not a %s: %s. transformers' %s would compute another function from these weights, so this model "
@@ -263,6 +318,7 @@ static moe_status read_field(const char *path, json_t *top, json_t *ours, const 
         *v = at->absent;
         return MOE_OK;
     }
+    if (json_is_null(x) && (at->unit == NULL_FOR_ZERO || at->unit == AT_LEAST_ONE)) return *v = 0, MOE_OK;
     const char *want = NULL;
     switch (f->kind) {
     case FIELD_INT:
@@ -291,7 +347,7 @@ static moe_status read_field(const char *path, json_t *top, json_t *ours, const 
     }
     case FIELD_FAMILY: {
         const char *s = json_string_value(x);
-        want = "\"mixtral\", \"qwen3_moe\", \"olmoe\" or \"qwen2_moe\"";
+        want = "\"mixtral\", \"qwen3_moe\", \"olmoe\", \"qwen2_moe\" or \"deepseek_v3\"";
         for (int i = 0; s && i < MOE_MODEL_FAMILIES; i++)
             if (!strcmp(s, moe_model_family_name(i))) *v = i, want = NULL;
         break;
@@ -320,11 +376,12 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
         if (model_type && !strcmp(model_type, moe_model_family_name(f))) by_type = f;
     }
     if (name && by_name == -1)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s, %s and "
-                        MOE_CHECKPOINT_VARIANT, path, name, kClasses[0], kClasses[1], kClasses[2], kClasses[3]);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s, %s, %s and "
+                        MOE_CHECKPOINT_VARIANT, path, name, kClasses[0], kClasses[1], kClasses[2], kClasses[3],
+                        kClasses[4]);
     if (model_type && by_type == -1 && strcmp(model_type, MOE_CHECKPOINT_VARIANT_TYPE))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral, qwen3_moe, olmoe, qwen2_moe "
-                        "and " MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral, qwen3_moe, olmoe, qwen2_moe, "
+                        "deepseek_v3 and " MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
     if (by_name >= 0 && by_type >= 0 && by_name != by_type)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures %s and model_type %s name different models", path, name,
                         model_type);
@@ -350,6 +407,12 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
                         "decoder_sparse_step)", path);
     if (clip && !json_is_null(clip))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: clip_qkv must be null (q, k and v are not clipped here)", path);
+    json_t *scoring = json_object_get(j, "scoring_func"), *method = json_object_get(j, "topk_method");
+    if (scoring && !(json_is_string(scoring) && !strcmp(json_string_value(scoring), "sigmoid")))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: scoring_func must be \"sigmoid\" (DeepSeek-V3's router)", path);
+    if (method && !(json_is_string(method) && !strcmp(json_string_value(method), "noaux_tc")))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: topk_method must be \"noaux_tc\" (DeepSeek-V3's group-limited top-k with "
+                        "the selection bias)", path);
     json_t *qkv_bias = json_object_get(j, "qkv_bias");
     if (c->family == MOE_MODEL_FAMILY_QWEN2_MOE && qkv_bias && !json_is_true(qkv_bias))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: qkv_bias must be true (a Qwen2-MoE's q, k and v here have biases)", path);
@@ -385,7 +448,7 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     for (int i = 0; i < NUM_FIELDS && st == MOE_OK; i++) {
         double v = 0;
         st = read_field(path, j, ours, &kFields[i], family, &v); /* kFields[0], the family, decides the rest */
-        if (st == MOE_OK) set_field(out, &kFields[i], v);
+        if (st == MOE_OK) set_field(out, &kFields[i], from_file_units(out, &kFields[i].at[family], v));
         if (st == MOE_OK && i == 0) family = out->family;
     }
     if (st == MOE_OK && !variant && family != labelled)
@@ -399,7 +462,8 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     if (st == MOE_OK && positions && (!json_is_integer(positions) || json_integer_value(positions) < 1 ||
                                       json_integer_value(positions) > INT_MAX))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: max_position_embeddings must be a positive integer", path);
-    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && out->num_heads > 0 && head_dim &&
+    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && family != MOE_MODEL_FAMILY_DEEPSEEK_V3 &&
+        out->num_heads > 0 && head_dim &&
         !json_is_null(head_dim) &&
         (!json_is_integer(head_dim) || json_integer_value(head_dim) != out->d_model / out->num_heads))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
@@ -415,6 +479,15 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     json_decref(j);
     free(path);
     return st;
+}
+
+int moe__checkpoint_rope_interleaved(const char *dir) {
+    char *path = moe_path_join(dir, "config.json");
+    json_t *j = path ? json_load_file(path, 0, NULL) : NULL;
+    json_t *type = json_object_get(j, "model_type"), *interleave = json_object_get(j, "rope_interleave");
+    const int yes = json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v3") && !json_is_false(interleave);
+    json_decref(j), free(path);
+    return yes;
 }
 
 /* Compares the architecture in DIR/config.json with the model (with `policy`, the routing policy too); names the

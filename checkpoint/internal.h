@@ -22,7 +22,16 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
 /* A saved step: digits only, 0 to INT_MAX; anything else is MOE_ERR_BAD_FILE naming path. */
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step);
 
+/* Whether DIR/config.json is a DeepSeek-V3's with RoPE's rows interleaved (rope_interleave true or absent: transformers'
+ * default); 0 for every other file. */
+int moe__checkpoint_rope_interleaved(const char *dir);
+
 /* ---- checkpoint.c: the tensors of a model, in file order ---- */
+/* A DeepSeek-V3's selection bias of MoE layer `layer` in its weights: "model.layers.L.mlp.gate.e_score_correction_bias"
+ * (written beside the weights for that family, checkpoint/write.c); whether name is one of c's. */
+void moe__checkpoint_hf_bias_name(int layer, char *name, size_t n);
+int moe__checkpoint_is_hf_bias(const moe_model_config *c, const char *name);
+
 typedef struct {
     char name[112];
     int ndim;

@@ -115,11 +115,20 @@ static moe_status set_layout(file_set *s, size_t max_shard_nbytes) {
 /* The model's weights: every tensor in table order, stored as asked (--save-dtype). */
 static int model_set(const moe_checkpoint_run *run, const moe__ckpt_table *tab, file_set *s) {
     static const moe_safetensors_meta meta[] = {{"format", "pt"}};
+    const moe_model_config *c = run->config;
     *s = (file_set){.stem = "model", .meta = meta, .num_meta = 1};
-    if (!set_alloc(s, tab->count)) return 0;
+    if (!set_alloc(s, tab->count + c->num_layers)) return 0;
     for (int i = 0; i < tab->count; i++)
         set_add(s, tab->t[i].name, tab->t[i].ndim, tab->t[i].shape,
                 run->save_dtype ? MOE_SAFETENSORS_BF16 : MOE_SAFETENSORS_F32, i, -1);
+    char name[96];
+    if (c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && c->moe.score_func == MOE_SCORE_SIGMOID)
+        for (int l = 0; l < c->num_layers; l++) /* its selection biases beside the weights (transformers', in F32) */
+            if (moe_model_layer_is_moe(c, l)) {
+                const long shape[2] = {c->moe.num_experts, 0};
+                moe__checkpoint_hf_bias_name(l, name, sizeof name);
+                set_add(s, name, 1, shape, MOE_SAFETENSORS_F32, -1, l);
+            }
     return 1;
 }
 

@@ -98,6 +98,11 @@ typedef struct {
  *   QWEN2_MOE  (Qwen2MoeForCausalLM): biases on q, k and v (self_attn.*_proj.bias); a shared expert of its own
  *              width (shared_d_ff) beside the routed ones, scaled by a sigmoid gate (mlp.shared_expert_gate [1, d]);
  *              head_dim = d / H; the MoE block named as Qwen3's (the shared expert "mlp.shared_expert.*").
+ *   DEEPSEEK_V3 (DeepseekV3ForCausalLM): multi-head latent attention (kv_lora_rank > 0, below), shared experts
+ *              without a gate ("mlp.shared_experts.*", n_shared_experts x moe_intermediate_size wide), sigmoid router
+ *              scores with the selection bias (mlp.gate.e_score_correction_bias), group-limited top-k, routed scaling,
+ *              the first first_dense layers dense; the MoE block named as Qwen3's. Its checkpoints keep RoPE's pairs
+ *              interleaved (rope_interleave): checkpoint/ reorders those rows on load (our RoPE is rotate-half).
  * The routing (softmax top-k, renormalised or not), RoPE (rotate-half), the SwiGLU experts and the norms are the same
  * function in all three. */
 enum {
@@ -105,7 +110,8 @@ enum {
     MOE_MODEL_FAMILY_QWEN3_MOE = 1,
     MOE_MODEL_FAMILY_OLMOE = 2,
     MOE_MODEL_FAMILY_QWEN2_MOE = 3,
-    MOE_MODEL_FAMILIES = 4
+    MOE_MODEL_FAMILY_DEEPSEEK_V3 = 4,
+    MOE_MODEL_FAMILIES = 5
 };
 /* The q/k norms of a family: none, each head's (Qwen3), or the whole projection's (OLMoE). */
 typedef enum { MOE_QK_NORM_NONE, MOE_QK_NORM_HEAD, MOE_QK_NORM_PROJECTION } moe_qk_norm;
@@ -115,7 +121,7 @@ int moe_model_qkv_bias(const moe_model_config *cfg);
 int moe_model_shared_gate(const moe_model_config *cfg);
 /* cfg->head_dim, with 0 read as d_model / heads. */
 int moe_model_head_dim(const moe_model_config *cfg);
-/* "mixtral", "qwen3_moe", "olmoe": config.json's model_type and --family's names; NULL outside the range. */
+/* "mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "deepseek_v3": config.json's model_type and --family's names; NULL outside the range. */
 const char *moe_model_family_name(int family);
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]

@@ -40,7 +40,8 @@ int moe_model_head_dim(const moe_model_config *c) {
 }
 
 const char *moe_model_family_name(int family) {
-    static const char *const names[MOE_MODEL_FAMILIES] = {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe"};
+    static const char *const names[MOE_MODEL_FAMILIES] = {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe",
+                                                                   "deepseek_v3"};
     return family >= 0 && family < MOE_MODEL_FAMILIES ? names[family] : NULL;
 }
 
@@ -69,7 +70,7 @@ static const char *mla_problem(const moe_model_config *c) {
     if (moe_model_tp_size(c) > 1 || moe_model_tp_pieces(c) > 1)
         return "multi-head latent attention runs at tp 1 with tp_shards 1 (its projections are not split)";
     if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE || moe_model_qkv_bias(c))
-        return "multi-head latent attention replaces the family's attention: use --family mixtral";
+        return "multi-head latent attention replaces the family's attention: use --family deepseek_v3 (or mixtral)";
     return NULL;
 }
 
@@ -122,8 +123,11 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->num_layers < 1) return "the number of layers must be at least 1";
     if (c->d_model < 2) return "d_model must be at least 2";
     if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES)
-        return "family must be mixtral, qwen3_moe, olmoe or qwen2_moe";
+        return "family must be mixtral, qwen3_moe, olmoe, qwen2_moe or deepseek_v3";
     if (c->shared_d_ff < 0) return "the shared expert's width must be 0 (none) or positive";
+    if (c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && c->d_ff > 0 && c->shared_d_ff % c->d_ff)
+        return "DeepSeek-V3's shared experts are n_shared_experts x moe_intermediate_size wide: the shared expert's "
+               "width (--shared-d-ff) must be a multiple of d_ff";
     if (c->num_heads < 1) return "the number of heads must be at least 1";
     if (c->head_dim < 0) return "head_dim must be positive (0: d_model / heads)";
     if (c->head_dim == 0 && c->d_model % c->num_heads != 0)

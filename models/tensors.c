@@ -22,17 +22,24 @@ model_dims moe__model_dims(const moe_model *m) {
 }
 
 /* A tensor's Hugging Face name after "model.layers.N.": the lists' (Mixtral's), or for the other families their MoE
- * block's ("mlp.gate.weight"; an expert's "mlp.experts.%d." + the dense FFN's names). */
+ * block's ("mlp.gate.weight"; an expert's "mlp.experts.%d." + the dense FFN's names; DeepSeek's shared experts
+ * "mlp.shared_experts."). */
 static const char *family_name(const moe_model *m, const char *mixtral) {
     static const char *const renamed[][2] = {
         {"block_sparse_moe.gate.weight", "mlp.gate.weight"},
         {"block_sparse_moe.experts.%d.w1.weight", "mlp.experts.%d.gate_proj.weight"},
         {"block_sparse_moe.experts.%d.w3.weight", "mlp.experts.%d.up_proj.weight"},
         {"block_sparse_moe.experts.%d.w2.weight", "mlp.experts.%d.down_proj.weight"},
+    }, *const deepseek[][2] = {
+        {"mlp.shared_expert.gate_proj.weight", "mlp.shared_experts.gate_proj.weight"},
+        {"mlp.shared_expert.up_proj.weight", "mlp.shared_experts.up_proj.weight"},
+        {"mlp.shared_expert.down_proj.weight", "mlp.shared_experts.down_proj.weight"},
     };
     if (m->cfg.family == MOE_MODEL_FAMILY_MIXTRAL) return mixtral;
     for (size_t i = 0; i < sizeof renamed / sizeof *renamed; i++)
         if (!strcmp(mixtral, renamed[i][0])) return renamed[i][1];
+    for (size_t i = 0; m->cfg.family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && i < sizeof deepseek / sizeof *deepseek; i++)
+        if (!strcmp(mixtral, deepseek[i][0])) return deepseek[i][1];
     return mixtral;
 }
 

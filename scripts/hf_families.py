@@ -14,6 +14,10 @@ For each family:
      (AutoModelForCausalLM) and gives moe-train --eval-only's logits and loss.
 Qwen3-MoE runs twice: top-4 renormalised (norm_topk_prob) and a model with a dense layer between MoE layers
 (decoder_sparse_step 2, the dense layer's intermediate_size 80 beside the experts' 48); OLMoE runs top-4 without renormalisation; Qwen2-MoE top-4 without, both ways.
+DeepSeek-V3: multi-head latent attention with a q latent (kv_lora_rank 16, q_lora_rank 24, qk_nope 16 + rope 8, v 12),
+RoPE's rows interleaved as DeepSeek's checkpoints have them (moe-train reorders them on load; its own files say
+rope_interleave false), sigmoid scores with a random e_score_correction_bias, 4 groups of which 2 are chosen, routed
+scaling 2.5, 2 shared experts, the first layer dense; ours -> HF with 3 layers after 10 steps that moved the biases.
 Tolerances (fp32 on both sides): logits max|diff| <= 1e-4 max|logit| + 1e-5; loss relative difference <= 1e-5;
 gradients max|diff| <= 2e-3 max|g| + 1e-6 per tensor (the recovery divides the update's fp32 rounding by lr).
 
@@ -37,7 +41,7 @@ try:
     import torch
     import torch.nn.functional as F
     import transformers
-    from transformers import AutoModelForCausalLM, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    from transformers import AutoModelForCausalLM, DeepseekV3Config, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
     from safetensors.torch import load_file
     from hf_common import run, sequences, write_tokens
 except Exception as e:  # ImportError, or a transformers without these families
@@ -83,6 +87,15 @@ def compare_eval(name, args, data, val, directory, model, results):
 
 
 def family_config(family, dense_every=1):
+    if family == "deepseek_v3":  # MLA with a q latent, 2 shared experts, 4 groups of 2 choose 2, the first layer dense
+        shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
+        del shape["num_experts"]
+        return DeepseekV3Config(**shape, n_routed_experts=8, moe_intermediate_size=48, intermediate_size=80,
+                                n_shared_experts=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                                first_k_dense_replace=1, norm_topk_prob=True, kv_lora_rank=16, q_lora_rank=24,
+                                qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12, rope_interleave=True,
+                                num_mtp_layers=0, rope_theta=1e4, rms_norm_eps=1e-6, pad_token_id=None,
+                                bos_token_id=None, eos_token_id=None)
     if family == "qwen2_moe":
         return Qwen2MoeConfig(**SHAPE, moe_intermediate_size=48, intermediate_size=80, shared_expert_intermediate_size=40,
                               norm_topk_prob=False, decoder_sparse_step=dense_every, rope_theta=1e4, rms_norm_eps=1e-6)
@@ -102,7 +115,28 @@ def random_model(family, dense_every=1, seed=1234):
                 p.copy_(1 + 0.3 * torch.randn_like(p))
             if name.endswith(".bias"):
                 p.copy_(0.3 * torch.randn_like(p))
+        for name, b in model.named_buffers():  # DeepSeek's selection bias: enough to change some choices
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
     return model.eval()
+
+
+def rope_rows_deinterleaved(config, name, value):
+    """value with DeepSeek's interleaved RoPE rows (q's per head, k's in kv_a_proj_with_mqa) in rotate-half's order,
+    as moe-train holds and saves them (its config.json says rope_interleave false)."""
+    if not getattr(config, "rope_interleave", False):
+        return value
+    rope = config.qk_rope_head_dim
+    if name.endswith(("self_attn.q_b_proj.weight", "self_attn.q_proj.weight")):
+        blocks, first = config.num_attention_heads, config.qk_nope_head_dim
+    elif name.endswith("self_attn.kv_a_proj_with_mqa.weight"):
+        blocks, first = 1, config.kv_lora_rank
+    else:
+        return value
+    v = value.clone().view(blocks, first + rope, -1)
+    v[:, first:] = torch.cat([value.view(blocks, first + rope, -1)[:, first::2],
+                              value.view(blocks, first + rope, -1)[:, first + 1::2]], dim=1)
+    return v.view(value.shape)
 
 
 def per_expert_gradients(model, directory):
@@ -128,8 +162,12 @@ def per_expert_gradients(model, directory):
             for suffix, (value, grad) in parts.items():
                 assert torch.equal(saved[prefix + suffix], value.detach()), f"{prefix + suffix}: fused layout differs"
                 out[prefix + suffix] = grad.detach().clone()
-    assert set(out) == set(saved), sorted(set(saved) ^ set(out))
-    return out, saved
+    buffers = {k for k in saved if k.endswith("e_score_correction_bias")}  # not parameters: no gradient
+    assert set(out) == set(saved) - buffers, sorted((set(saved) - buffers) ^ set(out))
+    for k in buffers:
+        del saved[k]
+    return ({k: rope_rows_deinterleaved(model.config, k, g) for k, g in out.items()},
+            {k: rope_rows_deinterleaved(model.config, k, v) for k, v in saved.items()})
 
 
 def gradient_check(name, args, data, train, directory, model, results):
@@ -175,7 +213,8 @@ def ours_to_hf(name, args, data, val, flags, results):
     directory = os.path.join(ckpt, "step-00000010")
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
     print(f"{name}: transformers loaded {type(model).__name__}")
-    want = {"qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
+    want = {"qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+            "deepseek_v3": "DeepseekV3ForCausalLM"}
     results.append((f"{name}: transformers loads it", type(model).__name__ == want[flags[1]]))
     compare_eval(name, args, data, val, directory, model, results)
 
@@ -195,7 +234,8 @@ def main():
     write_tokens(os.path.join(args.workdir, "val.bin"), val)
     data = ["--train-data", os.path.join(args.workdir, "train.bin"), "--val-data", os.path.join(args.workdir, "val.bin")]
     results = []
-    for family, dense_every in (("qwen3_moe", 1), ("qwen3_moe", 2), ("olmoe", 1), ("qwen2_moe", 1), ("qwen2_moe", 2)):
+    for family, dense_every in (("qwen3_moe", 1), ("qwen3_moe", 2), ("olmoe", 1), ("qwen2_moe", 1), ("qwen2_moe", 2),
+                                ("deepseek_v3", 1)):
         name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "")
         print(f"== {name}: transformers -> moe-train, gradients ==")
         model = random_model(family, dense_every)
@@ -211,6 +251,13 @@ def main():
     ours_to_hf("C olmoe", args, data, val, ["--family", "olmoe", "--renormalize", "0", *shape], results)
     ours_to_hf("C qwen2_moe", args, data, val, ["--family", "qwen2_moe", "--shared-d-ff", "40", "--renormalize", "0",
                                                  *shape], results)
+    ours_to_hf("C deepseek_v3", args, data, val,
+               ["--family", "deepseek_v3", "--layers", "3", "--d-model", "64", "--heads", "4", "--kv-heads", "4",
+                "--d-ff", "48", "--experts", "8", "--top-k", "4", "--score", "sigmoid", "--renormalize", "1",
+                "--expert-groups", "4", "--topk-groups", "2", "--routed-scaling", "2.5", "--first-dense-layers", "1",
+                "--dense-d-ff", "80", "--shared-d-ff", "96", "--kv-lora-rank", "16", "--q-lora-rank", "24",
+                "--head-dim", "24", "--qk-rope-dim", "8", "--v-head-dim", "12", "--norm-eps", "1e-6",
+                "--bias-update-rate", "0.01"], results)
     failed = [n for n, ok in results if not ok]
     print(f"{len(results) - len(failed)} of {len(results)} comparisons pass" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

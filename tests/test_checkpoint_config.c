@@ -369,6 +369,59 @@ static void options(void) {
     free(file), free(ckpt);
 }
 
+/* What transformers 5's DeepseekV3Config(...).save_pretrained writes for a small model (its head_dim is RoPE's part,
+ * rope_interleave true, q_lora_rank null: q_proj). */
+static json_t *deepseek_config(void) {
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:i, s:i, s:i, s:i,"
+                     " s:i, s:i, s:f, s:b, s:b, s:f, s:f}", "architectures", "DeepseekV3ForCausalLM", "model_type",
+                     "deepseek_v3", "vocab_size", 256, "hidden_size", 64, "intermediate_size", 80,
+                     "moe_intermediate_size", 48, "n_shared_experts", 2, "num_hidden_layers", 3, "num_attention_heads",
+                     4, "num_key_value_heads", 4, "n_routed_experts", 8, "num_experts_per_tok", 4, "kv_lora_rank", 16,
+                     "head_dim", 8, "q_lora_rank", "qk_rope_head_dim", 8, "qk_nope_head_dim", 16, "v_head_dim", 12,
+                     "n_group", 4, "topk_group", 2, "first_k_dense_replace", 1, "routed_scaling_factor", 2.5,
+                     "norm_topk_prob", 1, "rope_interleave", 1, "rms_norm_eps", 1e-6, "rope_theta", 1e4);
+}
+
+/* DeepSeek-V3's keys in other units (n_shared_experts, qk_nope_head_dim, q_lora_rank null, n_group 1), both ways. */
+static void deepseek(void) {
+    moe_model_config c, back;
+    char note[1024], *ckpt = write_config("deepseek-hf", deepseek_config());
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && c.shared_d_ff == 96 && c.head_dim == 24 && c.qk_rope_dim == 8 &&
+              c.q_lora_rank == 0 && c.kv_lora_rank == 16 && c.v_head_dim == 12 && c.dense_d_ff == 80 &&
+              c.first_dense == 1 && c.moe.num_groups == 4 && c.moe.topk_groups == 2 &&
+              c.moe.routed_scaling == 2.5f && c.moe.score_func == MOE_SCORE_SIGMOID && c.moe.renormalize == 1,
+          "transformers' DeepSeek-V3 config: shared %d head_dim %d rope %d q_lora %d groups %d/%d", c.shared_d_ff,
+          c.head_dim, c.qk_rope_dim, c.q_lora_rank, c.moe.topk_groups, c.moe.num_groups);
+    CHECK(moe__checkpoint_rope_interleaved(ckpt), "rope_interleave true not seen");
+    free(ckpt);
+    CHECK(!strcmp(label_of(&c, note, sizeof note), "DeepseekV3ForCausalLM") && !*note, "labelled %s: %s",
+          label_of(&c, note, sizeof note), note);
+    c.moe.num_groups = c.moe.topk_groups = 0; /* ungrouped: written as one group, read back as none */
+    ckpt = write_config("deepseek-ours", moe__checkpoint_config_json(&c));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK(fields_equal(&c, &back, "deepseek_v3") && !moe__checkpoint_rope_interleaved(ckpt), "DeepSeek-V3 round trip");
+    char *text = file_text(ckpt);
+    CHECK(strstr(text, "\"n_shared_experts\": 2") && strstr(text, "\"qk_nope_head_dim\": 16") &&
+              strstr(text, "\"q_lora_rank\": null") && strstr(text, "\"n_group\": 1") &&
+              strstr(text, "\"head_dim\": 8") && strstr(text, "\"rope_interleave\": false"),
+          "DeepSeek-V3's keys:\n%s", text);
+    free(text), free(ckpt);
+    c.moe.score_func = MOE_SCORE_SOFTMAX;
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "softmax router scores"),
+          "a DeepSeek-V3 with softmax scores: %s", note);
+    c.moe.score_func = MOE_SCORE_SIGMOID, c.shared_d_ff = 100;
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "multiple of d_ff"),
+          "a DeepSeek-V3 shared expert of 100 beside experts of 48: %s", moe_model_config_problem(&c) ?: "accepted");
+    const bad_key bad[] = {
+        {"softmax scores", "scoring_func", "\"softmax\"", "scoring_func must be \"sigmoid\""},
+        {"V2's greedy top-k", "topk_method", "\"greedy\"", "topk_method must be \"noaux_tc\""},
+        {"topk_group above n_group", "topk_group", "5", "topk_groups (topk_group) must be between 1 and num_groups"},
+        {"YaRN", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 40}", "rope_type is \"default\""},
+    };
+    expect_bad_keys(deepseek_config, bad, sizeof bad / sizeof *bad);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/moe-config-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -376,6 +429,7 @@ int main(void) {
     labels();
     transformers_made();
     families();
+    deepseek();
     options();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

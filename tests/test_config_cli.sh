@@ -19,7 +19,8 @@
 #     `mpirun --bind-to none` as the fix), none without it, a warning when --threads exceed the CPUs.
 #  7. (issue 48) an MOE_CPU_GEMM it does not know is refused, naming it.
 #  8. (issue 49) layout flags are not inherited by --resume.
-#  9. (issue 51) a Qwen3-MoE saves under its own label and names, resumes at another layout bitwise, and is refused
+#  9. (issue 51) a Qwen3-MoE and a DeepSeek-V3 save under their own labels and names and resume at another layout
+#     bitwise; the Qwen3-MoE is refused
 #     as another family or at --tp 2.
 . "$(dirname "$0")/train_cli_common.sh"
 
@@ -230,25 +231,47 @@ grep -q "^moe-train: (from the saved run, as --resume keeps what is not given: .
 
 # 9. (issue 51) a Qwen3-MoE (q/k norms per head, a head_dim of its own) trains at --pp 2 and saves under its own label
 # and names; its step 2 resumed at pp 1 and ep 2 continues the run's bits; --init-from it as another family, or at
-# --tp 2, is refused by name
+# --tp 2, is refused by name; a DeepSeek-V3 the same from pp 1
+# family_saves_and_resumes NAME LABEL PP GREP... -- FLAGS...: FLAGS at --pp PP train 4 steps saving at 2, whose
+# config.json says LABEL and whose model.safetensors holds every GREP name; step 2 resumed with FLAGS at pp 1 and
+# --ep 2 gives steps 3 and 4's losses bitwise (the run: $dir/NAME.jsonl, its step 2: $dir/NAME/step-00000002)
+family_saves_and_resumes() {
+    local name=$1 label=$2 pp=$3 names=() step
+    shift 3
+    while [ "$1" != "--" ]; do names+=("$1"); shift; done
+    shift
+    trains "a $label at --pp $pp" "^step     4" "$@" --pp "$pp" --steps 4 --checkpoint-dir "$dir/$name" --checkpoint-interval 2 \
+        --log-file "$dir/$name.jsonl"
+    step="$dir/$name/step-00000002"
+    grep -q "\"$label\"" "$step/config.json" || fail_with_output "$name: not labelled $label: $(cat "$step/config.json")"
+    for n in "${names[@]}"; do
+        grep -aq "$n" "$step/model.safetensors" || fail_with_output "$name: no tensor $n in its model.safetensors"
+    done
+    echo "ok: labelled $label, its tensors named as transformers names them"
+    trains "its step 2 resumed at pp 1, ep 2" "^step     4" --resume "$step" --steps 4 "$@" --ep 2 \
+        --log-file "$dir/${name}_resumed.jsonl" --checkpoint-dir "$dir/${name}_resumed"
+    [ "$(losses "$dir/${name}_resumed.jsonl")" = "$(losses "$dir/$name.jsonl" | sed -n '3,$p')" ] &&
+        echo "ok: $name's steps 3 and 4 at ep 2 bitwise the run's: $(losses "$dir/${name}_resumed.jsonl" | tr '\n' ' ')" ||
+        fail_with_output "the $name resume: losses $(losses "$dir/${name}_resumed.jsonl" | tr '\n' ' ') against \
+$(losses "$dir/$name.jsonl" | tr '\n' ' ')"
+}
 qwen=(--family qwen3_moe --head-dim 12 --layers 2 --top-k 4 --renormalize 1)
-trains "a Qwen3-MoE at --pp 2" "^step     4" "${qwen[@]}" --pp 2 --steps 4 --checkpoint-dir "$dir/qwen" \
-    --checkpoint-interval 2 --log-file "$dir/qwen.jsonl"
-qwen_step2="$dir/qwen/step-00000002"
-grep -q '"Qwen3MoeForCausalLM"' "$qwen_step2/config.json" && grep -q '"head_dim": 12' "$qwen_step2/config.json" &&
-    grep -q '"norm_topk_prob": true' "$qwen_step2/config.json" &&
-    grep -aq 'model.layers.1.self_attn.q_norm.weight' "$qwen_step2/model.safetensors" &&
-    grep -aq 'model.layers.0.mlp.experts.3.down_proj.weight' "$qwen_step2/model.safetensors" &&
-    echo "ok: labelled Qwen3MoeForCausalLM, its tensors named as transformers names them" ||
-    fail_with_output "the Qwen3-MoE checkpoint's label or names: $(cat "$qwen_step2/config.json")"
-trains "its step 2 resumed at pp 1, ep 2" "^step     4" --resume "$qwen_step2" --steps 4 "${qwen[@]}" --ep 2 \
-    --log-file "$dir/qwen_resumed.jsonl" --checkpoint-dir "$dir/qwen_resumed"
-[ "$(losses "$dir/qwen_resumed.jsonl")" = "$(losses "$dir/qwen.jsonl" | sed -n '3,$p')" ] &&
-    echo "ok: steps 3 and 4 at pp 1 x ep 2 bitwise the pp 2 run's: $(losses "$dir/qwen_resumed.jsonl" | tr '\n' ' ')" ||
-    fail_with_output "the Qwen3-MoE resume: losses $(losses "$dir/qwen_resumed.jsonl" | tr '\n' ' ') against \
-$(losses "$dir/qwen.jsonl" | tr '\n' ' ')"
+family_saves_and_resumes qwen Qwen3MoeForCausalLM 2 model.layers.1.self_attn.q_norm.weight \
+    model.layers.0.mlp.experts.3.down_proj.weight -- "${qwen[@]}"
+grep -q '"head_dim": 12' "$dir/qwen/step-00000002/config.json" &&
+    grep -q '"norm_topk_prob": true' "$dir/qwen/step-00000002/config.json" ||
+    fail_with_output "the Qwen3-MoE's head_dim or norm_topk_prob: $(cat "$dir/qwen/step-00000002/config.json")"
 refuses "--family olmoe disagrees with .*config.json, whose moe_train.family is \"qwen3_moe\"" \
-    --init-from "$qwen_step2" --family olmoe --eval-only 1
+    --init-from "$dir/qwen/step-00000002" --family olmoe --eval-only 1
 refuses "q/k norms .* run at tp 1 only" "${qwen[@]}" --tp 2
+# a DeepSeek-V3 (MLA, sigmoid scores with their bias, groups, shared experts, a dense first layer), its selection
+# biases among the weights (what transformers reads)
+family_saves_and_resumes deepseek DeepseekV3ForCausalLM 1 model.layers.1.mlp.gate.e_score_correction_bias \
+    model.layers.1.mlp.shared_experts.down_proj.weight -- --family deepseek_v3 --layers 2 --heads 4 --kv-heads 4 \
+    --head-dim 24 --kv-lora-rank 16 --qk-rope-dim 8 --v-head-dim 12 --score sigmoid --bias-update-rate 0.01 \
+    --experts 8 --top-k 4 --expert-groups 4 --topk-groups 2 --routed-scaling 2.5 --first-dense-layers 1 \
+    --shared-d-ff 32 --norm-eps 1e-6
+grep -q '"n_shared_experts": 2' "$dir/deepseek/step-00000002/config.json" ||
+    fail_with_output "the DeepSeek-V3's n_shared_experts: $(cat "$dir/deepseek/step-00000002/config.json")"
 
 finish test_config_cli

@@ -86,7 +86,7 @@ typedef enum {
 } moe_train_option_scope;
 
 /* One row of the flag table. A config file's key is the flag without its dashes, '-' as '_' (--d-model: d_model). */
-enum { MOE_OPT_MAX_CHOICES = 4 };
+enum { MOE_OPT_MAX_CHOICES = 5 };
 
 typedef struct {
     const char *name, *help;
