@@ -6,12 +6,11 @@
  * to [0, M) by cycle-walking:
  *   - one round maps (L, R), two h-bit halves, to (R, L xor F_k(R)); it is a bijection whatever F is, since
  *     (R, L') gives back L = L' xor F_k(R). A composition of bijections is one: the network permutes [0, 4^h).
- *   - cycle-walking applies the network again until the value falls in [0, M). Starting from x in [0, M), the walk
- *     follows x's cycle of the permutation, which returns to x, so it ends; and the first-return map of a
- *     permutation to a subset is a permutation of that subset (two starts in [0, M) ending at one y would meet
- *     on y's backward path before reaching [0, M) again, where each stopped: they are the same start). So
- *     perm_{seed,e} is a bijection on [0, M): every window once per epoch. Since 4^h < 4M, a walk takes fewer
- *     than 4 network evaluations on average.
+ *   - cycle-walking applies the network P again until the value falls in [0, M): from x in [0, M) the walk follows
+ *     x's cycle of P, which comes back to x, so it ends. It is one-to-one: if the walks from x and x' end at the same
+ *     y, step back from y with P's inverse; every value between a start and y lies outside [0, M), so the first
+ *     value of [0, M) met stepping back is both x and x'. One-to-one on a finite set: a bijection of [0, M), every
+ *     window once per epoch. Since 4^h < 4M, a walk takes fewer than 4 evaluations of P on average.
  * Round keys come from (seed, epoch) through splitmix64 (a bijective 64-bit mixer); F_k(R) = splitmix64(k ^ R)'s
  * low h bits. Everything depends on (seed, epoch, M, j) only, so every rank and every layout agrees on the
  * global batch. Costs O(rounds * walk) per sequence, O(1) memory. */
