@@ -161,6 +161,7 @@ void moe_token_data_close(moe_token_data *d) {
 
 int moe_token_data_num_shards(const moe_token_data *d) { return d->num_shards; }
 int64_t moe_token_data_num_windows(const moe_token_data *d) { return d->num_windows; }
+int moe_token_data_seq_len(const moe_token_data *d) { return d->seq_len; }
 moe_token_shard moe_token_data_shard(const moe_token_data *d, int i) { return d->shards[i].info; }
 
 uint64_t moe_token_data_identity(const moe_token_data *d) {

@@ -59,6 +59,7 @@ void moe_token_data_close(moe_token_data *d); /* NULL: nothing */
 
 int moe_token_data_num_shards(const moe_token_data *d);
 int64_t moe_token_data_num_windows(const moe_token_data *d);
+int moe_token_data_seq_len(const moe_token_data *d);
 moe_token_shard moe_token_data_shard(const moe_token_data *d, int i);
 /* The list's identity: a hash of the shards' hashes in order, their count and the window count. */
 uint64_t moe_token_data_identity(const moe_token_data *d);

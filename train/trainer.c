@@ -120,9 +120,10 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->step_tokens = calloc((size_t)2 * opt->micro_batches * t->local_seqs * m->seq_len, sizeof(int));
+    t->next_tokens = calloc((size_t)2 * opt->micro_batches * t->local_seqs * m->seq_len, sizeof(int));
     t->mb_loss = calloc(opt->micro_batches, sizeof(double));
     t->layer_terms = calloc((size_t)opt->micro_batches * m->num_layers * 2, sizeof(double));
-    if (!t->inputs || !t->targets || !t->step_tokens || !t->mb_loss || !t->layer_terms) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    if (!t->inputs || !t->targets || !t->step_tokens || !t->next_tokens || !t->mb_loss || !t->layer_terms) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     if ((st = create_stage_model(t, rt)) != MOE_OK) return moe_trainer_destroy(t), st;
     if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
         return moe_trainer_destroy(t), st;
@@ -147,6 +148,7 @@ void moe_trainer_destroy(moe_trainer *t) {
         moe_runtime_free(moe_model_runtime(t->model), t->moment2);
         moe_runtime_free(moe_model_runtime(t->model), t->grad_accum);
     }
+    moe_batch_prefetch_wait(&t->prefetch); /* a read still in flight writes into next_tokens */
     moe_stage_runner_free(&t->runner);
     moe_model_destroy(t->model);
     moe_token_data_close(t->train);
@@ -154,7 +156,7 @@ void moe_trainer_destroy(moe_trainer *t) {
     moe_routing_trace_close(&t->trace_out);
     moe_routing_trace_close(&t->trace_in);
     free(t->data_meta_text);
-    free(t->inputs), free(t->targets), free(t->step_tokens), free(t->trace_ids), free(t->mb_loss), free(t->layer_terms);
+    free(t->inputs), free(t->targets), free(t->step_tokens), free(t->next_tokens), free(t->trace_ids), free(t->mb_loss), free(t->layer_terms);
     memset(t, 0, sizeof *t);
 }
 
@@ -553,20 +555,42 @@ static moe_status stop_or_skip(moe_trainer *t, moe_step_result *r, moe_status st
 
 /* ---- the step ---- */
 
-/* This rank's sequences of every micro-batch of the step into step_tokens; a failure on any rank (a truncated shard,
+/* This rank's first sequence of each micro-batch of the step. */
+static void step_firsts(const moe_trainer *t, int step, int64_t *firsts) {
+    for (int mb = 0; mb < t->opt.micro_batches; mb++)
+        firsts[mb] = moe_trainer_first_sequence(t, step, mb) + (int64_t)t->ranks.dp_rank * t->local_seqs;
+}
+
+/* The step's tokens into step_tokens: those the thread read for it while the step before computed, else read now;
+ * then the next step's read started on the thread (train/batch_reader.h). A failure on any rank (a truncated shard,
  * a token outside the vocabulary) stops every rank here, before the step's exchanges begin. Collective. */
 static moe_status load_step(moe_trainer *t, int step) {
     const moe_train_options *o = &t->opt;
-    const size_t each = (size_t)t->local_seqs * o->model.seq_len;
-    moe_status st = MOE_OK;
-    t->step_loaded = 0;
-    for (int mb = 0; mb < o->micro_batches && st == MOE_OK; mb++) {
-        const int64_t first = moe_trainer_first_sequence(t, step, mb) + (int64_t)t->ranks.dp_rank * t->local_seqs;
-        st = moe_token_data_sequences(t->train, t->order, first, t->local_seqs, t->step_tokens + mb * each,
-                                      t->step_tokens + (o->micro_batches + mb) * each);
+    int64_t *firsts = malloc(2 * (size_t)o->micro_batches * sizeof(int64_t));
+    if (!firsts) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st;
+    const int ahead = t->next_step == step;
+    t->step_loaded = t->next_step = 0;
+    if (ahead) {
+        st = moe_batch_prefetch_wait(&t->prefetch);
+        int *swap = t->step_tokens;
+        t->step_tokens = t->next_tokens, t->next_tokens = swap;
+    } else {
+        moe_batch_prefetch_wait(&t->prefetch); /* a read for another step (none in a run that goes step by step) */
+        step_firsts(t, step, firsts);
+        st = moe_batch_read(t->train, t->order, firsts, NULL, o->micro_batches, t->local_seqs, t->step_tokens);
     }
     st = moe_comm_agree(moe_parallel_world(t->par), moe_fail_context(st, "training data of step %d", step));
     if (st == MOE_OK) t->step_loaded = step;
+    if (st == MOE_OK && step < o->steps) { /* the next step's read, and read-ahead advice for the one after */
+        step_firsts(t, step + 1, firsts);
+        step_firsts(t, step + 2, firsts + o->micro_batches);
+        if (moe_batch_prefetch_start(&t->prefetch, t->train, t->order, firsts, firsts + o->micro_batches,
+                                     o->micro_batches, t->local_seqs, t->next_tokens) == MOE_OK)
+            t->next_step = step + 1;
+        else moe_failure_clear(); /* no thread: the next step reads when it begins */
+    }
+    free(firsts);
     return st;
 }
 

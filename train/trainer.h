@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint.h" /* MOE_RUN_ID_NBYTES: a run id as manifests hold it */
 #include "models/optimizer.h"
 #include "models/stage_runner.h"
+#include "train/batch_reader.h"
 #include "train/dataloader.h"
 #include "train/options.h"
 #include "train/routing_trace.h"
@@ -48,6 +49,11 @@ typedef struct {
     int *inputs, *targets;       /* [local_seqs * S] */
     int *step_tokens;            /* [2][micro_batches][local_seqs * S]: a step's inputs, then its targets */
     int step_loaded;             /* the step whose tokens step_tokens holds; 0: none */
+    /* the next step's tokens, read on a thread while this step computes (train/batch_reader.h), into next_tokens
+     * (as step_tokens); next_step: the step they are read for, 0: none */
+    int *next_tokens;
+    int next_step;
+    moe_batch_prefetch prefetch;
     int local_seqs;              /* batch / the ranks of a pipeline stage */
     moe_stage_runner runner;     /* this stage's schedule over the model (models/stage_runner.h) */
     double *mb_loss;             /* [micro_batches]: this rank's loss sum of each micro-batch of the step */
