@@ -161,9 +161,11 @@ moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int st
     snprintf(position, sizeof position, "%ld", (long)step * run->micro_batches);
     moe__checkpoint_fingerprint(run, fingerprint, sizeof fingerprint);
     /* no run id here: the file stays byte-identical across layouts and runs; the manifest binds it to its run */
-    const moe_safetensors_meta state_meta[] = {{"format", "moe-train-state-1"}, {"step", step_text},
-                                               {"micro_batches_done", position}, {"fingerprint", fingerprint}};
-    if (st == MOE_OK) st = moe__checkpoint_write_tensors(run, &tab, tmp, state_meta, 4, agree_after_io);
+    enum { MAX_DATA_META = 16 };
+    moe_safetensors_meta state_meta[4 + MAX_DATA_META] = {{"format", "moe-train-state-1"}, {"step", step_text},
+                                                          {"micro_batches_done", position}, {"fingerprint", fingerprint}};
+    const int num_meta = 4 + (run->data_meta ? run->data_meta(run->owner, step, state_meta + 4, MAX_DATA_META) : 0);
+    if (st == MOE_OK) st = moe__checkpoint_write_tensors(run, &tab, tmp, state_meta, num_meta, agree_after_io);
     if (st == MOE_OK && rank0) st = write_config_and_manifest(run, tmp, step);
     if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, run->run_id);
     if (st != MOE_OK && rank0 && tmp) moe__checkpoint_remove_dir(tmp);
@@ -412,6 +414,7 @@ static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_tabl
     if (st == MOE_OK && manifest->step >= 0 && *step != manifest->step)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: the training state of step %d, in a checkpoint of step %d (manifest.json): "
                       "a file of another step", path, *step, manifest->step);
+    if (st == MOE_OK && run->data_restore) st = run->data_restore(run->owner, *step, &f, path);
     moe_real *buf = tensor_buffer(tab);
     if (!buf) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};

@@ -43,6 +43,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "checkpoint/safetensors.h"
 #include "models/model.h"
 
 enum { MOE_RUN_ID_NBYTES = 24 }; /* a run id in a manifest: 16 hex digits, or "legacy" */
@@ -77,6 +78,13 @@ typedef struct {
     /* What computed the run (the CPU, the GEMM library and its instruction set, the build), for the manifest's
      * "machine": a new JSON object; NULL: not recorded. A resume reads it back to say when it runs elsewhere. */
     json_t *(*run_machine)(const void *owner);
+    /* The data position and the data set's identity, kept in the training state's metadata (keys "data_*"): data_meta
+     * gives the pairs to save after `step` (at most max; the strings are the owner's, valid until its next call) and
+     * returns their count; data_restore reads them back from the state a resume loads (moe_safetensors_metadata: NULL
+     * where absent, as in a checkpoint older than them), checks them against the run and takes the position, or
+     * refuses with a message naming what changed. Both NULL: nothing saved or read. */
+    int (*data_meta)(void *owner, int step, moe_safetensors_meta *meta, int max);
+    moe_status (*data_restore)(void *owner, int step, const moe_safetensors_file *state, const char *path);
 } moe_checkpoint_run;
 
 /* ---- config.json ---- */

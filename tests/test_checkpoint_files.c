@@ -272,33 +272,43 @@ static void shards(void) {
     free(p), free(d), free(one), free(s1), free(s2);
 }
 
+/* The first window's S + 1 = 3 tokens of a data set, or its refusal. */
+static moe_status first_window(const char *path, int vocab, int *tokens) {
+    moe_token_data *d;
+    MOE_TRY(moe_token_data_open(path, vocab, 2, &d));
+    int inputs[2], targets[2];
+    moe_status st = moe_token_data_sequences(d, (moe_data_order){0}, 0, 1, inputs, targets);
+    if (st == MOE_OK) tokens[0] = inputs[0], tokens[1] = inputs[1], tokens[2] = targets[1];
+    moe_token_data_close(d);
+    return st;
+}
+
 static void token_files(void) {
     const uint32_t wide[6] = {70000, 0, 65535, 65536, 12, 4000000000u};
     char *u32 = path_in("u32.bin"), *u16 = path_in("u16.bin");
+    int got[3];
     CHECK_OK(moe_token_file_write_u32(u32, wide, 5)); /* without 4e9 */
-    moe_token_file tf;
-    CHECK_OK(moe_token_file_load(u32, 70001, 2, &tf));
-    for (int i = 0; i < 5 && tf.tokens; i++) CHECK((uint32_t)tf.tokens[i] == wide[i], "token %d: %d", i, tf.tokens[i]);
-    moe_token_file_free(&tf);
-    expect_refusal("a uint32 token past the vocabulary", moe_token_file_load(u32, 70000, 2, &tf),
-                   "token 70000 at position 0 is outside the vocabulary (size 70000)");
+    CHECK_OK(first_window(u32, 70001, got));
+    for (int i = 0; i < 3; i++) CHECK((uint32_t)got[i] == wide[i], "token %d: %d", i, got[i]);
+    expect_refusal("a uint32 token past the vocabulary", first_window(u32, 70000, got),
+                   "token 70000 at token offset 0 is outside the vocabulary (size 70000)");
+    CHECK_OK(moe_token_file_write_u32(u32, wide + 3, 3)); /* 65536, 12, 4e9 */
+    expect_refusal("a token of 4e9 (past INT_MAX)", first_window(u32, 2147483647, got),
+                   "u32.bin: token 4000000000 at token offset 2 is outside");
     CHECK_OK(moe_token_file_write_u32(u32, wide, 6));
-    expect_refusal("a token of 4e9 (past INT_MAX)", moe_token_file_load(u32, 2147483647, 2, &tf),
-                   "token 4000000000 at position 5 is outside");
     char *v1 = path_in("u32v1.bin");
     CHECK_OK(moe_token_file_write_u32(v1, wide, 5));
     FILE *f = fopen(v1, "r+b");
     fseek(f, 4, SEEK_SET), fputc(1, f), fclose(f); /* version 1 with the uint32 magic */
-    expect_refusal("uint32 magic, version 1", moe_token_file_load(v1, 70001, 2, &tf),
+    expect_refusal("uint32 magic, version 1", first_window(v1, 70001, got),
                    "unsupported version 1 for magic 20240801 (expected 7)");
     CHECK(truncate(u32, 1024 + 4 * 6 - 2) == 0, "truncate");
-    expect_refusal("a truncated uint32 file", moe_token_file_load(u32, 70001, 2, &tf),
+    expect_refusal("a truncated uint32 file", first_window(u32, 70001, got),
                    "announces 6 tokens but the file holds 22 bytes of uint32 tokens");
     const unsigned short narrow[4] = {1, 65535, 7, 0};
     CHECK_OK(moe_token_file_write(u16, narrow, 4));
-    CHECK_OK(moe_token_file_load(u16, 65536, 2, &tf));
-    CHECK(tf.num_tokens == 4 && tf.tokens[1] == 65535, "uint16 tokens");
-    moe_token_file_free(&tf);
+    CHECK_OK(first_window(u16, 65536, got));
+    CHECK(got[1] == 65535 && got[2] == 7, "uint16 tokens");
     free(u32), free(u16), free(v1);
 }
 
@@ -323,10 +333,10 @@ static void not_regular_files(void) {
     const char *paths[2] = {fifo, folder}, *kinds[2] = {"is a FIFO (named pipe)", "is a directory"};
     for (int i = 0; i < 2; i++) {
         moe_safetensors_file f;
-        moe_token_file tokens;
+        moe_token_data *tokens;
         moe_routing_trace trace;
         expect_refusal("safetensors", moe_safetensors_open(paths[i], &f), kinds[i]);
-        expect_refusal("token file", moe_token_file_load(paths[i], 256, 16, &tokens), kinds[i]);
+        expect_refusal("token file", moe_token_data_open(paths[i], 256, 16, &tokens), kinds[i]);
         expect_refusal("routing trace", moe_routing_trace_open(&trace, paths[i], 8, 2, 2, 16, 1), kinds[i]);
     }
     /* config.json as a FIFO, in a checkpoint directory */

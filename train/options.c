@@ -150,8 +150,15 @@ static const opt_spec kOptions[] = {
      "batch, compared (loss, grad norm, routing, every gradient) and the run stopped outside the tolerances "
      "(docs/GPU.md)", OPT_INT, OFF(verify_steps), 0, 1 << 20, {0}, NULL, RUN},
     /* data and output */
-    {"--train-data", "training token file (llm.c .bin)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL, RUN},
-    {"--val-data", "validation token file (llm.c .bin)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL, RUN},
+    {"--train-data", "training data: llm.c token files (.bin, uint16 or uint32), a file, a quoted glob or a "
+     "comma-separated list of them (shards, in list order; docs/DATA.md)", OPT_STRING, OFF(train_data), 0, 0, {0}, NULL,
+     RUN},
+    {"--val-data", "validation data, as --train-data (read in order)", OPT_STRING, OFF(val_data), 0, 0, {0}, NULL, RUN},
+    {"--shuffle", "1: the training windows of all shards in a permutation seeded by --seed, a new one each epoch; 0: "
+     "in list order, wrapping", OPT_INT, OFF(shuffle), 0, 1, {0}, NULL, RUN},
+    {"--allow-data-change", "1: --resume continues although the data set (its shards, --shuffle) differs from the "
+     "checkpoint's: the window counter is kept, the new set's order applies", OPT_INT, OFF(allow_data_change), 0, 1,
+     {0}, NULL, COMMAND},
     {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}, NULL, RUN},
     {"--eval-batches", "micro-batches of validation data per evaluation (each a forward pass of --batch sequences)",
      OPT_INT, OFF(eval_batches), 1, 1 << 16, {0}, NULL, RUN},

@@ -44,7 +44,9 @@ typedef struct {
                            ranks share a GPU                                                         */
     int verify_steps;   /* the first N steps also computed by the CPU fp32 reference (train/verify.h) */
     /* data, evaluation, output */
-    const char *train_data, *val_data, *log_file;
+    const char *train_data, *val_data, *log_file; /* data sets: files, globs, comma-separated (train/dataloader.h) */
+    int shuffle;           /* 1: the training windows in a seeded permutation per epoch (train/data_order.h) */
+    int allow_data_change; /* 1: --resume continues on a changed data set (the window counter kept) */
     int eval_interval, eval_batches;
     int sample_tokens;
     const char *sample_prompt;

@@ -166,6 +166,7 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
         if (st == MOE_OK && t->ranks.world_rank == 0)
             printf("resumed from %s after step %d (run %s%s%s)\n", dir, done, t->run_id,
                    *t->parent_run_id ? ", continued from run " : "", t->parent_run_id);
+        if (st == MOE_OK && t->ranks.world_rank == 0 && *t->data_note) printf("%s\n", t->data_note);
         free(dir);
         MOE_TRY(st);
         if (done > o->steps)
@@ -514,6 +515,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     require(st, "model set-up");
+    if (world_rank == 0)
+        printf("data: train %d shard(s), %lld windows of %d + 1 tokens, %s; val %d shard(s), %lld windows\n",
+               moe_token_data_num_shards(t.train), (long long)moe_token_data_num_windows(t.train), opt.model.seq_len,
+               opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
+               moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val));
     int first_step = 1;
     t.notes = world_rank == 0 ? stderr : NULL;
     moe_checkpoint_lock *lock = NULL;
@@ -546,12 +552,11 @@ int main(int argc, char **argv) {
         const moe_model_stage *stage = moe_model_stage_of(t.model);
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
                "parameters per rank of stage 0 (%d chunk(s) of %d layers from layer %d, %d forwards of each in "
-               "flight), at least %.1f MiB of memory per rank; train %ld tokens, val %ld tokens\n",
+               "flight), at least %.1f MiB of memory per rank\n",
                world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.edp_size,
                moe_model_num_dense(t.model), moe_model_num_expert(t.model), stage->chunks, stage->num_layers,
                stage->first_layer, moe_model_num_passes(t.model),
-               moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024), t.train.num_tokens,
-               t.val.num_tokens);
+               moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024));
         if (!place.rt) /* which GEMM library on which CPU, and how bf16 GEMMs run (MOE_BF16_GEMM) */
             printf("cpu GEMMs: %s; CPU %s\n", moe_gemm_library(), moe_cpu_model());
         moe_wait_policy wait;

@@ -107,20 +107,23 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     t->par = par;
     t->ranks = moe_parallel_ranks(par);
     const moe_model_config *m = &opt->model;
-    moe_status st = moe_token_file_load(opt->train_data, m->vocab_size, m->seq_len, &t->train);
-    if (st == MOE_OK) st = moe_token_file_load(opt->val_data, m->vocab_size, m->seq_len, &t->val);
+    moe_status st = moe_token_data_open(opt->train_data, m->vocab_size, m->seq_len, &t->train);
+    if (st == MOE_OK) st = moe_token_data_open(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %ld validation windows of %d + 1 tokens, fewer than the %d ranks",
-                      opt->val_data, (t->val.num_tokens - 1) / m->seq_len, m->seq_len, t->ranks.dp_size);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %lld validation windows of %d + 1 tokens, fewer than the %d ranks",
+                      opt->val_data, (long long)moe_token_data_num_windows(t->val), m->seq_len, t->ranks.dp_size);
+    t->order = (moe_data_order){.shuffle = opt->shuffle, .seed = (uint64_t)opt->seed};
     st = moe_fail_context(st, "bad data file");
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
     t->local_seqs = opt->batch / t->ranks.dp_size; /* a tensor group's sequences (a rank's at tp 1) */
     t->inputs = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
     t->targets = calloc((size_t)t->local_seqs * m->seq_len, sizeof(int));
+    t->step_tokens = calloc((size_t)2 * opt->micro_batches * t->local_seqs * m->seq_len, sizeof(int));
+    t->next_tokens = calloc((size_t)2 * opt->micro_batches * t->local_seqs * m->seq_len, sizeof(int));
     t->mb_loss = calloc(opt->micro_batches, sizeof(double));
     t->layer_terms = calloc((size_t)opt->micro_batches * m->num_layers * 2, sizeof(double));
-    if (!t->inputs || !t->targets || !t->mb_loss || !t->layer_terms) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
+    if (!t->inputs || !t->targets || !t->step_tokens || !t->next_tokens || !t->mb_loss || !t->layer_terms) return moe_trainer_destroy(t), MOE_ERR_OUT_OF_MEMORY;
     if ((st = create_stage_model(t, rt)) != MOE_OK) return moe_trainer_destroy(t), st;
     if ((st = moe_model_init_weights(t->model, (unsigned long long)opt->seed)) != MOE_OK)
         return moe_trainer_destroy(t), st;
@@ -145,13 +148,15 @@ void moe_trainer_destroy(moe_trainer *t) {
         moe_runtime_free(moe_model_runtime(t->model), t->moment2);
         moe_runtime_free(moe_model_runtime(t->model), t->grad_accum);
     }
+    moe_batch_prefetch_wait(&t->prefetch); /* a read still in flight writes into next_tokens */
     moe_stage_runner_free(&t->runner);
     moe_model_destroy(t->model);
-    moe_token_file_free(&t->train);
-    moe_token_file_free(&t->val);
+    moe_token_data_close(t->train);
+    moe_token_data_close(t->val);
     moe_routing_trace_close(&t->trace_out);
     moe_routing_trace_close(&t->trace_in);
-    free(t->inputs), free(t->targets), free(t->trace_ids), free(t->mb_loss), free(t->layer_terms);
+    free(t->data_meta_text);
+    free(t->inputs), free(t->targets), free(t->step_tokens), free(t->next_tokens), free(t->trace_ids), free(t->mb_loss), free(t->layer_terms);
     memset(t, 0, sizeof *t);
 }
 
@@ -392,9 +397,9 @@ static moe_status before_forward(void *ctx, int mb, int chunk, const int **input
     step_run *run = ctx;
     moe_trainer *t = run->t;
     const moe_train_options *o = &t->opt;
-    const long batch_index = (long)(run->step - 1) * o->micro_batches + mb;
-    const long first = batch_index * o->batch + (long)t->ranks.dp_rank * t->local_seqs;
-    moe_token_file_sequences(&t->train, o->model.seq_len, first, t->local_seqs, t->inputs, t->targets);
+    const size_t each = (size_t)t->local_seqs * o->model.seq_len;
+    memcpy(t->inputs, t->step_tokens + mb * each, each * sizeof(int));
+    memcpy(t->targets, t->step_tokens + (o->micro_batches + mb) * each, each * sizeof(int));
     *inputs = t->inputs, *targets = t->targets;
     if (t->routing_replay) return force_routing(t, t->routing_replay + mb * micro_batch_routes(t), chunk);
     if (t->trace_in.file) return replay_routing(t, run->step, mb, chunk);
@@ -550,8 +555,48 @@ static moe_status stop_or_skip(moe_trainer *t, moe_step_result *r, moe_status st
 
 /* ---- the step ---- */
 
+/* This rank's first sequence of each micro-batch of the step. */
+static void step_firsts(const moe_trainer *t, int step, int64_t *firsts) {
+    for (int mb = 0; mb < t->opt.micro_batches; mb++)
+        firsts[mb] = moe_trainer_first_sequence(t, step, mb) + (int64_t)t->ranks.dp_rank * t->local_seqs;
+}
+
+/* The step's tokens into step_tokens: those the thread read for it while the step before computed, else read now;
+ * then the next step's read started on the thread (train/batch_reader.h). A failure on any rank (a truncated shard,
+ * a token outside the vocabulary) stops every rank here, before the step's exchanges begin. Collective. */
+static moe_status load_step(moe_trainer *t, int step) {
+    const moe_train_options *o = &t->opt;
+    int64_t *firsts = malloc(2 * (size_t)o->micro_batches * sizeof(int64_t));
+    if (!firsts) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st;
+    const int ahead = t->next_step == step;
+    t->step_loaded = t->next_step = 0;
+    if (ahead) {
+        st = moe_batch_prefetch_wait(&t->prefetch);
+        int *swap = t->step_tokens;
+        t->step_tokens = t->next_tokens, t->next_tokens = swap;
+    } else {
+        moe_batch_prefetch_wait(&t->prefetch); /* a read for another step (none in a run that goes step by step) */
+        step_firsts(t, step, firsts);
+        st = moe_batch_read(t->train, t->order, firsts, NULL, o->micro_batches, t->local_seqs, t->step_tokens);
+    }
+    st = moe_comm_agree(moe_parallel_world(t->par), moe_fail_context(st, "training data of step %d", step));
+    if (st == MOE_OK) t->step_loaded = step;
+    if (st == MOE_OK && step < o->steps) { /* the next step's read, and read-ahead advice for the one after */
+        step_firsts(t, step + 1, firsts);
+        step_firsts(t, step + 2, firsts + o->micro_batches);
+        if (moe_batch_prefetch_start(&t->prefetch, t->train, t->order, firsts, firsts + o->micro_batches,
+                                     o->micro_batches, t->local_seqs, t->next_tokens) == MOE_OK)
+            t->next_step = step + 1;
+        else moe_failure_clear(); /* no thread: the next step reads when it begins */
+    }
+    free(firsts);
+    return st;
+}
+
 moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r) {
     const moe_train_options *o = &t->opt;
+    if (t->step_loaded != step) MOE_TRY(load_step(t, step));
     const moe_model_config *m = &o->model;
     const double step_tokens = (double)o->batch * o->micro_batches * m->seq_len;
     double sums[3] = {0, 0, 0}; /* loss, dropped, assignments: per rank */
@@ -609,9 +654,14 @@ moe_status moe_trainer_step(moe_trainer *t, int step, moe_step_result *r) {
     return moe_trainer_apply(t, step, r);
 }
 
+int64_t moe_trainer_first_sequence(const moe_trainer *t, int step, int mb) {
+    const moe_train_options *o = &t->opt;
+    return t->data_windows_done + ((int64_t)(step - 1 - t->data_step) * o->micro_batches + mb) * o->batch;
+}
+
 long moe_trainer_eval_sequences(const moe_trainer *t) {
     const moe_train_options *o = &t->opt;
-    const long windows = (t->val.num_tokens - 1) / o->model.seq_len, want = (long)o->eval_batches * o->batch;
+    const long windows = (long)moe_token_data_num_windows(t->val), want = (long)o->eval_batches * o->batch;
     const long n = windows < want ? windows : want, rest = n % o->batch;
     return n - rest + (rest - rest % t->ranks.dp_size); /* whole batches, then a multiple of a stage's data ranks */
 }
@@ -622,10 +672,12 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     double loss_sum = 0;
     for (long first = 0; first < n; first += o->batch) { /* micro-batch of min(batch, n - first) sequences */
         const int seqs = (int)((n - first < o->batch ? n - first : o->batch) / t->ranks.dp_size);
-        moe_token_file_sequences(&t->val, o->model.seq_len, first + (long)t->ranks.dp_rank * seqs, seqs, t->inputs,
-                                 t->targets);
+        moe_status st = moe_token_data_sequences(t->val, (moe_data_order){0}, first + (long)t->ranks.dp_rank * seqs,
+                                                 seqs, t->inputs, t->targets);
+        st = moe_comm_agree(moe_parallel_world(t->par), moe_fail_context(st, "validation data"));
+        if (st != MOE_OK) return st;
         double s = 0;
-        moe_status st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
+        st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
         if (st != MOE_OK) return st;
         if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), &s, 1));
         loss_sum += s;
@@ -680,7 +732,9 @@ static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *l
 }
 
 moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
-    moe_token_file_sequences(&t->val, t->opt.model.seq_len, 0, 1, t->inputs, t->targets);
+    MOE_TRY(moe_comm_agree(moe_parallel_world(t->par),
+                           moe_fail_context(moe_token_data_sequences(t->val, (moe_data_order){0}, 0, 1, t->inputs,
+                                                                     t->targets), "validation data")));
     return sequence_logits(t, t->inputs, logits);
 }
 

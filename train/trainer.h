@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint.h" /* MOE_RUN_ID_NBYTES: a run id as manifests hold it */
 #include "models/optimizer.h"
 #include "models/stage_runner.h"
+#include "train/batch_reader.h"
 #include "train/dataloader.h"
 #include "train/options.h"
 #include "train/routing_trace.h"
@@ -32,13 +33,27 @@ typedef struct {
      * moe-train: world rank 0's stderr */
     FILE *notes;
     moe_model *model;
-    moe_token_file train, val;
+    moe_token_data *train, *val; /* the data sets (train/dataloader.h) */
+    moe_data_order order;        /* the training sequences' order: --shuffle, keyed by --seed */
+    /* the data position: the first micro-batch of step data_step + 1 begins at global sequence data_windows_done
+     * (0 and 0 for a fresh run; a resume takes them from the checkpoint) */
+    int64_t data_windows_done;
+    int data_step;
+    char *data_meta_text; /* the strings of a checkpoint's data metadata (train/checkpoint_run.c) */
+    char data_note[1024]; /* a resume that continued on changed data says how here ("" : none); moe-train prints it */
     /* AdamW state: the moments of what this rank updates (models/optimizer.h): without ZeRO its whole dense and
      * expert regions; with it, its ranges of them (models/zero.h: about 1/W of the dense region, 1/dp of its expert
      * region), and the updated parameters are all-gathered over each group after the step. */
     moe_real *moment1, *moment2; /* the model runtime's memory */
     moe_real *grad_accum;        /* with shards and micro-batches: the step's gradient sum so far (model runtime) */
     int *inputs, *targets;       /* [local_seqs * S] */
+    int *step_tokens;            /* [2][micro_batches][local_seqs * S]: a step's inputs, then its targets */
+    int step_loaded;             /* the step whose tokens step_tokens holds; 0: none */
+    /* the next step's tokens, read on a thread while this step computes (train/batch_reader.h), into next_tokens
+     * (as step_tokens); next_step: the step they are read for, 0: none */
+    int *next_tokens;
+    int next_step;
+    moe_batch_prefetch prefetch;
     int local_seqs;              /* batch / the ranks of a pipeline stage */
     moe_stage_runner runner;     /* this stage's schedule over the model (models/stage_runner.h) */
     double *mb_loss;             /* [micro_batches]: this rank's loss sum of each micro-batch of the step */
@@ -90,6 +105,9 @@ moe_status moe_trainer_compute(moe_trainer *t, int step, moe_step_result *r);
  * clipping, AdamW, the ZeRO gather, the bias update, and a check that the updated weights are finite.
  * Collective. */
 moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r);
+
+/* The global sequence number of the first sequence of micro-batch mb (0-based) of step (1-based). */
+int64_t moe_trainer_first_sequence(const moe_trainer *t, int step, int mb);
 
 /* Mean validation loss over the first moe_trainer_eval_sequences sequences of the validation file. */
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);

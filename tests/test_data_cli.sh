@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# test_data_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — data sets of shards as a user meets them (issue 52,
+# docs/DATA.md): three shards by a quoted glob with --shuffle 1 train bitwise the same on 1 and 4 ranks, and the
+# 4-rank checkpoint of step 5 resumed on 2 ranks continues the 1-rank curve to the same step-10 files (the data
+# position travels in the checkpoint); the shuffled order is another than the unshuffled one. A resume on a changed
+# shard list or --shuffle is refused naming what changed, and continues with --allow-data-change 1, saying so.
+# Refused with the path named: a pattern matching nothing, a token past --vocab (a uint32 shard of another vocabulary
+# among uint16 ones: when it is read, with its offset), and a shard truncated while the run reads it (a message, not
+# SIGBUS).
+source "$(dirname "$0")/train_cli_common.sh"
+
+mkdir -p "$dir/shards"
+for k in 1 2 3; do
+    for i in $(seq 1 $((30 * k))); do echo "shard $k, line $i: words of a corpus cut into shards ($((i * k)))."; done \
+        > "$dir/text$k.txt"
+    "$text_to_tokens" "$dir/text$k.txt" "$dir/shards/train_00$k.bin" "$dir/shards/val_00$k.bin" 0.1 >/dev/null || exit 1
+done
+
+small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
+       --micro-batches 2 --zero 1 --capacity-factor 1.0 --steps 10 --warmup 1 --eval-batches 1 --eval-interval 100
+       --sample-tokens 0 --exchange-timeout 60 --shuffle 1
+       --train-data "$dir/shards/train_*.bin" --val-data "$dir/shards/val_001.bin,$dir/shards/val_00[23].bin")
+
+run() { # NAME RANKS FLAGS...: trains into $dir/NAME (checkpoints) and $dir/NAME.jsonl
+    local name=$1 np=$2
+    shift 2
+    merge --checkpoint-dir "$dir/$name" --log-file "$dir/$name.jsonl" "$@"
+    if ! timeout 300 "$mpirun" -np "$np" "$train" "${merged[@]}" > "$dir/out.txt" 2>&1; then
+        fail_with_output "$name: moe-train on $np ranks failed"
+    fi
+}
+
+losses() { grep '"step"' "$1" | sed 's/.*"step": *\([0-9]*\).*"loss": *\([-0-9.e+]*\).*/\1 \2/' | sort -k1,1; }
+
+same_run() { # WHAT NAME REFERENCE: the same losses for the steps NAME ran, the same step-10 files
+    local what=$1 a=$2 b=$3 f
+    if ! join <(losses "$dir/$a.jsonl") <(losses "$dir/$b.jsonl") | awk '$2 != $3 { bad = 1 } END { exit bad }' ||
+        [ "$(losses "$dir/$a.jsonl" | wc -l)" -lt 5 ]; then
+        echo "FAIL: $what: losses differ from $b's"; paste <(losses "$dir/$a.jsonl") <(losses "$dir/$b.jsonl")
+        failures=$((failures + 1))
+        return
+    fi
+    for f in model.safetensors train_state.safetensors; do
+        if ! cmp -s "$dir/$a/step-00000010/$f" "$dir/$b/step-00000010/$f"; then
+            echo "FAIL: $what: step 10's $f differs from $b's"
+            failures=$((failures + 1))
+            return
+        fi
+    done
+    echo "ok: $what: $(losses "$dir/$a.jsonl" | wc -l) losses and the step-10 checkpoint bitwise $b's"
+}
+
+run one 1
+if grep -q "data: train 3 shard(s), .* windows of 16 + 1 tokens, shuffled" "$dir/out.txt"; then
+    echo "ok: $(grep '^data:' "$dir/out.txt")"
+else
+    fail_with_output "no line saying the data set is 3 shards, shuffled"
+fi
+run four 4 --ep 2 --checkpoint-interval 5 --keep-last 0
+same_run "3 shards shuffled, 4 ranks, ep 2" four one
+run resumed2 2 --ep 1 --resume "$dir/four/step-00000005"
+same_run "3 shards shuffled: step 5 of 4 ranks resumed on 2 ranks" resumed2 one
+run in_order 1 --shuffle 0
+if [ "$(losses "$dir/in_order.jsonl" | head -n 1)" = "$(losses "$dir/one.jsonl" | head -n 1)" ]; then
+    echo "FAIL: --shuffle 1 read the first batch that --shuffle 0 reads"
+    failures=$((failures + 1))
+else
+    echo "ok: --shuffle 1 reads another first batch than --shuffle 0"
+fi
+
+# a resume on other data: refused naming what changed, or continued with --allow-data-change 1
+state="$dir/four/step-00000005"
+refuses "the training data differs from the checkpoint's: the list had 3 shards, now 2.*--allow-data-change 1" \
+    --resume "$state" --checkpoint-dir "$dir/changed" --train-data "$dir/shards/train_00[12].bin"
+cp "$dir/shards/train_001.bin" "$dir/shards/other_002.bin"
+refuses "shard 2 \(now .*other_002.bin, [0-9]+ tokens\) is not the saved list's shard 2" --resume "$state" \
+    --checkpoint-dir "$dir/changed" --train-data "$dir/shards/train_001.bin,$dir/shards/other_002.bin,$dir/shards/train_003.bin"
+refuses "the training data differs from the checkpoint's: --shuffle was 1, now 0" --resume "$state" \
+    --checkpoint-dir "$dir/changed" --shuffle 0
+trains "--allow-data-change 1 continues on 2 shards, keeping the window counter" \
+    "note: the training data differs from the checkpoint's \(the list had 3 shards, now 2\); --allow-data-change 1: continuing at window counter 80 " \
+    --resume "$state" --checkpoint-dir "$dir/changed" --train-data "$dir/shards/train_00[12].bin" --allow-data-change 1
+
+# bad data sets, each named (a missing file, a bad header, a short shard: tests/test_data.c; a validation set of fewer
+# windows than ranks: tests/test_train_cli.sh)
+refuses "moe-train: rank 0: cannot start: bad data file: .*/shards/nothing_\*.bin: no file matches this pattern" \
+    --train-data "$dir/shards/nothing_*.bin"
+# a uint32 shard of a larger vocabulary (tokens 1000 and up) among the byte-level ones: found when read
+{
+    printf '\xa1\xd9\x34\x01\x07\x00\x00\x00\x40\x00\x00\x00'; head -c $((1024 - 12)) /dev/zero
+    for i in $(seq 0 63); do printf "\\x$(printf %02x $((i % 200 + 24)))\\x03\\x00\\x00"; done
+} > "$dir/shards/wide.bin"
+refuses "training data of step 1: .*/shards/wide.bin: token [0-9]+ at token offset [0-9]+ is outside the vocabulary \(size 256\)" \
+    --train-data "$dir/shards/wide.bin,$dir/shards/train_001.bin" --shuffle 0
+
+# a shard truncated while the run reads it: the run stops with a message naming it (not SIGBUS, not a hang)
+merge --steps 1000000 --eval-interval 0 --log-file "$dir/long.jsonl"
+timeout 120 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do grep -q '"step": *3' "$dir/long.jsonl" 2>/dev/null && break; sleep 0.1; done
+truncate -s 1100 "$dir/shards/train_003.bin"
+wait "$job"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+    grep -Eq "train_003.bin: the file ends at 1100 bytes, before tokens .* truncated or replaced while the run reads it" "$dir/out.txt" &&
+    ! grep -qi "bus error\|SIGBUS\|signal 7" "$dir/out.txt"; then
+    echo "ok: a shard truncated mid-run: $(grep -Eo 'train_003.bin: the file ends.*' "$dir/out.txt" | head -n 1)"
+else
+    fail_with_output "a shard truncated mid-run (exit $rc)"
+fi
+finish test_data_cli
