@@ -27,7 +27,7 @@ quick=0
 # clang and libFuzzer's runtime for the fuzz lane, installed here with the rest (installs before any lane starts)
 extra=()
 [ $quick -eq 0 ] && [ $# -eq 0 ] && extra=(clang libclang-rt-14-dev)
-source "$here/setup.sh" python3-torch python3-numpy python3-pip python3-matplotlib time "${extra[@]}"
+source "$here/setup.sh" python3-torch python3-numpy python3-pip python3-matplotlib time bible-kjv "${extra[@]}"
 
 # Hugging Face transformers for test_hf_interop (suite ref), by pip into Debian's python3 beside python3-torch
 # 1.13: 4.40.2 has MixtralForCausalLM and still supports torch 1.13; its dependencies are pinned too. Installed

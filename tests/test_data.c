@@ -3,7 +3,7 @@
  * and another for another epoch or seed; windows map to the right shard and offset across uint16 and uint32 shards;
  * a list, patterns and their sorting; a shuffled epoch reads every window once; refusals name the path or the
  * pattern: an empty match, a missing file, a bad header, a short shard, a token outside the vocabulary (with its
- * offset), a shard truncated after it was opened.
+ * offset), a shard truncated after it was opened; a token count past 2^31 - 1 (a sparse 8 GiB shard).
  *   meson test -C build test_data */
 #include <stdint.h>
 #include <stdio.h>
@@ -187,12 +187,38 @@ static void refusals(void) {
     free(good), free(bad), free(tiny);
 }
 
+/* A uint32 shard of 2^31 + 7 tokens (a sparse file of 8 GiB: its body a hole, every token 0): llm.c's int32 count
+ * field read unsigned, the shard's last window read from past 8 GiB. */
+static void past_int32_count(void) {
+    char *big = path_in("big.bin");
+    const uint32_t n = (1u << 31) + 7;
+    unsigned char header[1024] = {0};
+    const uint32_t fields[3] = {MOE_TOKEN_FILE_MAGIC_U32, MOE_TOKEN_FILE_VERSION_U32, n};
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 4; b++) header[4 * i + b] = (unsigned char)(fields[i] >> (8 * b));
+    FILE *f = fopen(big, "wb");
+    CHECK(f && fwrite(header, 1, sizeof header, f) == sizeof header && fclose(f) == 0, "writing %s", big);
+    CHECK(truncate(big, 1024 + 4 * (off_t)n) == 0, "making %s sparse", big);
+    moe_token_data *d = NULL;
+    CHECK_OK(moe_token_data_open(big, 256, S, &d));
+    if (d) {
+        const int64_t windows = moe_token_data_num_windows(d);
+        CHECK(windows == (int64_t)(n - 1) / S, "a shard of %u tokens has %lld windows", n, (long long)windows);
+        int inputs[S], targets[S];
+        CHECK_OK(moe_token_data_sequences(d, (moe_data_order){0}, windows - 1, 1, inputs, targets));
+        CHECK(inputs[0] == 0 && targets[S - 1] == 0, "the hole reads as token 0");
+        moe_token_data_close(d);
+    }
+    unlink(big), free(big);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/moe-data-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     permutation();
     windows();
     refusals();
+    past_int32_count();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

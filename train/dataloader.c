@@ -71,7 +71,9 @@ static moe_status add_shard(moe_token_data *d, const char *path) {
     const size_t got = fread(header, 1, sizeof header, f);
     const long long file_nbytes = moe_file_size(f);
     moe_status st = MOE_OK;
-    const long n = got == sizeof header ? le32(header + 8) : 0;
+    /* the count as unsigned: llm.c writes an int32, and a count past 2^31 - 1 (a uint32 shard of up to 16 GiB) is
+     * read as the positive number it is, never as a negative one */
+    const long n = got == sizeof header ? (long)(uint32_t)le32(header + 8) : 0;
     const char *why = "";
     const int width = got == sizeof header ? token_nbytes(le32(header), le32(header + 4), &why) : 0;
     const int S = d->seq_len;

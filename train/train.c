@@ -462,7 +462,10 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
 int main(int argc, char **argv) {
     moe_run_record_start();
     start_startup_watchdog(argc, argv);
-    MPI_Init(&argc, &argv);
+    /* funneled: threads beside the main one (the start-up watchdog, the data reader of train/batch_reader.h, OpenMP's)
+     * never call MPI; Open MPI gives at least that, and an MPI_Init failure aborts under MPI's default handler */
+    int thread_level = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &thread_level);
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -516,10 +519,11 @@ int main(int argc, char **argv) {
     }
     require(st, "model set-up");
     if (world_rank == 0)
-        printf("data: train %d shard(s), %lld windows of %d + 1 tokens, %s; val %d shard(s), %lld windows\n",
+        printf("data: train %d shard(s), %lld windows of %d + 1 tokens, %s; val %d shard(s), %lld windows; "
+               "opened in %.3f s\n",
                moe_token_data_num_shards(t.train), (long long)moe_token_data_num_windows(t.train), opt.model.seq_len,
                opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
-               moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val));
+               moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val), t.data_open_s);
     int first_step = 1;
     t.notes = world_rank == 0 ? stderr : NULL;
     moe_checkpoint_lock *lock = NULL;

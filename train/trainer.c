@@ -107,8 +107,12 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     t->par = par;
     t->ranks = moe_parallel_ranks(par);
     const moe_model_config *m = &opt->model;
+    struct timespec opening, opened;
+    clock_gettime(CLOCK_MONOTONIC, &opening);
     moe_status st = moe_token_data_open(opt->train_data, m->vocab_size, m->seq_len, &t->train);
     if (st == MOE_OK) st = moe_token_data_open(opt->val_data, m->vocab_size, m->seq_len, &t->val);
+    clock_gettime(CLOCK_MONOTONIC, &opened);
+    t->data_open_s = (double)(opened.tv_sec - opening.tv_sec) + (opened.tv_nsec - opening.tv_nsec) / 1e9;
     if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: %lld validation windows of %d + 1 tokens, fewer than the %d ranks",
                       opt->val_data, (long long)moe_token_data_num_windows(t->val), m->seq_len, t->ranks.dp_size);

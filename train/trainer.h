@@ -34,6 +34,7 @@ typedef struct {
     FILE *notes;
     moe_model *model;
     moe_token_data *train, *val; /* the data sets (train/dataloader.h) */
+    double data_open_s;          /* this rank's seconds to open both (headers checked, shards mapped)        */
     moe_data_order order;        /* the training sequences' order: --shuffle, keyed by --seed */
     /* the data position: the first micro-batch of step data_step + 1 begins at global sequence data_windows_done
      * (0 and 0 for a fresh run; a resume takes them from the checkpoint) */
