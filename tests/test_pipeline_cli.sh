@@ -11,12 +11,12 @@
 # and step-6 files. Routing traces recorded in pipelines (pp 2, pp 2 x ep 2, pp 2 x 2 virtual stages: each stage writes
 # its layers' records) are the 1-rank run's byte for byte; replayed in pp 2 x 2 virtual stages the 1-rank run's trace
 # gives that run, and another run's trace other losses. The grid is printed at start. Bad pipeline flags are refused
-# up front.
+# up front. Every run reads its data shuffled (--shuffle 1, issue 52: a permutation of the global window index).
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 4 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
        --micro-batches 4 --capacity-factor 1.0 --steps 6 --warmup 1 --eval-batches 1 --eval-interval 3
-       --sample-tokens 12 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
+       --sample-tokens 12 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin" --shuffle 1)
 
 run() { # NAME RANKS FLAGS...: trains, checkpoints into $dir/NAME, metrics into $dir/NAME.jsonl, output into $dir/NAME.txt
     local name=$1 np=$2

@@ -11,12 +11,12 @@
 # its 1-rank run's. The tp 2 run's step-4 checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to
 # its step-8 files. The check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run
 # at tp 2 passes --verify-steps. What --tp does not combine with yet, and shapes it cannot split, are refused up front
-# with the reason.
+# with the reason. Every run reads its data shuffled (--shuffle 1, issue 52: a permutation of the global window index).
 source "$(dirname "$0")/train_cli_common.sh"
 
 small=(--layers 2 --d-model 32 --heads 4 --kv-heads 4 --d-ff 16 --seq-len 16 --experts 4 --top-k 2 --batch 8
        --micro-batches 2 --capacity-factor 1.0 --tp-shards 4 --steps 8 --warmup 1 --eval-batches 1 --eval-interval 4
-       --sample-tokens 12 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
+       --sample-tokens 12 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin" --shuffle 1)
 
 run() { # NAME RANKS FLAGS...: trains, metrics into $dir/NAME.jsonl, output into $dir/NAME.txt, checkpoints of steps
     local name=$1 np=$2 # 4 and 8 into $dir/NAME
