@@ -72,8 +72,8 @@ static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
     return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
 }
 
-/* A q/k norm (model.h's families; at tp 1): RMSNorm of x [T, width] in rows of width / rows_per_token (each head's,
- * or one per token: the whole projection's) into y, with its 1 / rms per row in rstd. */
+/* A q/k norm (model.h's families): RMSNorm of x [T, width] in rows of width / rows_per_token (each of the rank's heads',
+ * or one per token: the whole projection's, at tp 1) into y, with its 1 / rms per row in rstd. */
 static moe_status qk_norm_forward(moe_model *m, const moe_real *x, const moe_real *w, int T, int width,
                                   int rows_per_token, moe_real *y, moe_real *rstd) {
     return m->dense->rmsnorm_forward(m->ops_state, x, w, T * rows_per_token, width / rows_per_token,
@@ -88,9 +88,30 @@ moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_r
                                         dw);
 }
 
-/* The rows per token of layer norms of q (H heads) and k (KV heads): each head's (H, KV), or 1. */
+/* The rows per token of the norms of q and k, of `heads` of the rank's heads: each head's, or 1 (a projection's). */
 static int qk_rows(const moe_model *m, int heads) {
     return moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD ? heads : 1;
+}
+
+/* A q/k norm's backward over the group's T rows of the rank's `heads` heads (x its input, rstd, dy its output's
+ * gradient): the input gradient into dx, the weight's gradient added into dw. At tp 1 in the shard tree's shards
+ * (moe__model_norm_backward). At tp > 1 (each head's norm, model.h) the weight gradient must be the sum tp 1 forms,
+ * per shard of tokens over every head: so dx comes from one call over the rank's rows (row by row, the same bits;
+ * its weight gradient discarded), and the weight gradient from the slice's rows of every head, moved by an all-to-all
+ * over the tensor group (tp/sequence.h), in the slice's shards as any replicated tensor's (models/shard_grads.h). */
+static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
+                                   const moe_real *dy, int T, int heads, moe_real *dx, moe_real *dw) {
+    const int hd = m->head_dim;
+    if (m->seq.tp == 1) return moe__model_norm_backward(m, x, w, rstd, dy, T, heads * hd, qk_rows(m, heads), dx, dw);
+    const size_t all = (size_t)T * heads * hd; /* [T / tp, tp heads hd]: the slice's rows of every head */
+    moe_real *xs = m->qk_slice, *dys = xs + all, *dxs = dys + all;
+    MOE_TRY(moe_runtime_zero(m->rt, dx, all * sizeof(moe_real))); /* the op adds into dx (and dw) */
+    MOE_TRY(m->dense->rmsnorm_backward(m->ops_state, x, w, rstd, dy, T * heads, hd, dx, m->qk_dw));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, x, T, heads * hd, m->qk_recv, xs));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, m->qk_recv, dys));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, rstd, T, heads, m->qk_recv, m->qk_rstd));
+    MOE_TRY(moe_runtime_zero(m->rt, dxs, all * sizeof(moe_real)));
+    return moe_shard_grads_rmsnorm_rows(&m->shard_grads, xs, w, m->qk_rstd, dys, heads * m->seq.tp, hd, dxs, dw);
 }
 
 /* k's or v's part of a layer's attention backward (ln1: its input, the group's rows), from attention's gradient of
@@ -105,10 +126,10 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->seq.tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
-        if (rope && m->c.layers[l].k_norm) { /* k's norm (at tp 1: the rank holds every kv head), into m->dattn */
+        if (rope && m->c.layers[l].k_norm) { /* k's norm (of the rank's kv heads: tp divides KV), into m->dattn */
             const layer_acts *a = &m->P->acts[l];
-            MOE_TRY(moe__model_norm_backward(m, a->k_raw, m->c.layers[l].k_norm, a->rstd_k, dkv, T, B,
-                                             qk_rows(m, c->num_kv_heads), m->dattn, m->g.layers[l].k_norm));
+            MOE_TRY(qk_norm_backward(m, a->k_raw, m->c.layers[l].k_norm, a->rstd_k, dkv, T, m->kv_heads, m->dattn,
+                                     m->g.layers[l].k_norm));
             dkv = m->dattn;
         }
         MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
@@ -159,9 +180,9 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
         MOE_TRY(dense->bias_add(s, k_proj, w->bk, T, KV * hd));
         MOE_TRY(dense->bias_add(s, v, w->bv, T, KV * hd));
     }
-    if (w->q_norm) { /* the family's q/k norms, before RoPE (at tp 1: every head is the rank's) */
-        MOE_TRY(qk_norm_forward(m, a->q_raw, w->q_norm, T, A, qk_rows(m, c->num_heads), a->q, a->rstd_q));
-        MOE_TRY(qk_norm_forward(m, a->k_raw, w->k_norm, T, B, qk_rows(m, c->num_kv_heads), k, a->rstd_k));
+    if (w->q_norm) { /* the family's q/k norms, before RoPE, of the rank's heads (every head's at tp 1) */
+        MOE_TRY(qk_norm_forward(m, a->q_raw, w->q_norm, T, H * hd, qk_rows(m, H), a->q, a->rstd_q));
+        MOE_TRY(qk_norm_forward(m, a->k_raw, w->k_norm, T, KV * hd, qk_rows(m, KV), k, a->rstd_k));
     }
     MOE_TRY(moe__model_watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
     MOE_TRY(moe__model_watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
@@ -232,8 +253,7 @@ static moe_status projections_backward(moe_model *m, int l, int T) {
     MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
     moe_real *dq = m->dq; /* q_proj's output gradient: through q's norm first, when there is one */
     if (w->q_norm) { /* into m->dattn, free once attention's backward has read it */
-        MOE_TRY(moe__model_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, A, qk_rows(m, c->num_heads),
-                                         m->dattn, gw->q_norm));
+        MOE_TRY(qk_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, H, m->dattn, gw->q_norm));
         dq = m->dattn;
     }
     const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */

@@ -40,8 +40,8 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const size_t tp = (size_t)moe_model_tp_size(c), TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
                  S = c->seq_len, A = D.A, B = D.B, BK = D.BK; /* T: this rank's slice (model_activations.h) */
     const moe_qk_norm qk = moe_model_qk_norm(c);
-    const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads / tp : QK,
-                 KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads / tp : QK; /* q/k norms run at tp 1 */
+    const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads : QK,
+                 KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads : QK; /* rows per token (T: the slice's) */
     const size_t ML = moe_model_mla(c), QL = (size_t)c->q_lora_rank, KL = (size_t)c->kv_lora_rank,
                  HV = (size_t)c->num_heads * c->v_head_dim; /* multi-head latent attention's (tp 1) */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.DF;
@@ -65,6 +65,8 @@ static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFF
                  SG = SH && moe_model_shared_gate(&m->cfg);
     const size_t HNV = (size_t)D.HNV * moe_model_mla(&m->cfg), DR = (size_t)m->cfg.qk_rope_dim, /* MLA's (tp 1) */
                  LAT = (size_t)(D.KLR > D.QL ? D.KLR : D.QL) * moe_model_mla(&m->cfg);
+    const size_t QT = moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD && moe_model_tp_size(&m->cfg) > 1,
+                 H = (size_t)m->cfg.num_heads, HD = (size_t)m->head_dim; /* per-head q/k norms at tp > 1 */
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
     const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};

@@ -91,7 +91,11 @@
     X(mla_dkvb, moe_real, T * HNV) /* MLA: kv_b's output, then its gradient (forward, backward)           */     \
     X(mla_lat, moe_real, T * LAT)  /* MLA: kv_a's output; the latents' gradients                            */     \
     X(mla_lat2, moe_real, T * LAT)                                                                                 \
-    X(mla_kpe, moe_real, T * DR)   /* MLA: the shared RoPE key, then its gradient                           */
+    X(mla_kpe, moe_real, T * DR)   /* MLA: the shared RoPE key, then its gradient                           */     \
+    X(qk_slice, moe_real, QT * 3 * T * A) /* per-head q/k norms at tp > 1: the slice's rows of every head (x, dy, */ \
+    X(qk_recv, moe_real, QT * T * A)      /* dx), their all-to-all's landing, 1 / rms, a discarded weight         */ \
+    X(qk_rstd, moe_real, QT * T * H)      /* gradient (models/attention.c, qk_norm_backward)                      */ \
+    X(qk_dw, moe_real, QT * HD)
 /* All of them, for a model of one stage and one pass. */
 #define MOE_MODEL_BUFFERS(X) MOE_MODEL_PASS_BUFFERS(X) MOE_MODEL_SCRATCH_BUFFERS(X)
 

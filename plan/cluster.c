@@ -53,8 +53,12 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                    "reduce-scatters every layer's tokens, over NVLink)";
         if (ranks % tp) return "--tp must divide the GPUs of a pipeline stage (GPUs / --pp)";
         if (m->num_heads % tp) return "--tp must divide the attention heads (each GPU computes heads / tp of them)";
-        if (m->qk_norm != MOE_QK_NORM_NONE)
-            return "--tp must be 1 for a model with q/k norms (Qwen3-MoE's, OLMoE's): moe-train runs them at tp 1 only";
+        if (m->qk_norm == MOE_QK_NORM_PROJECTION)
+            return "--tp must be 1 for a model with q/k norms over the whole projections (OLMoE's): moe-train runs "
+                   "them at tp 1 only";
+        if (m->qk_norm == MOE_QK_NORM_HEAD && m->num_kv_heads % tp)
+            return "--tp must divide the kv heads for each head's q/k norms (Qwen3-MoE's): moe-train splits the kv "
+                   "heads for them, never replicates them";
         if (m->kv_lora_rank > 0)
             return "--tp must be 1 for multi-head latent attention (DeepSeek's): moe-train runs it at tp 1 only";
         if (m->num_kv_heads % tp && tp % m->num_kv_heads)

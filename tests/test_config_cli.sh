@@ -20,8 +20,7 @@
 #  7. (issue 48) an MOE_CPU_GEMM it does not know is refused, naming it.
 #  8. (issue 49) layout flags are not inherited by --resume.
 #  9. (issue 51) a Qwen3-MoE and a DeepSeek-V3 save under their own labels and names and resume at another layout
-#     bitwise; the Qwen3-MoE is refused
-#     as another family or at --tp 2.
+#     bitwise (the Qwen3-MoE at tp 2); the Qwen3-MoE is refused as another family, an OLMoE at --tp 2.
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -230,14 +229,16 @@ grep -q "^moe-train: (from the saved run, as --resume keeps what is not given: .
     fail_with_output "the refusal does not list the options the saved run gave"
 
 # 9. (issue 51) a Qwen3-MoE (q/k norms per head, a head_dim of its own) trains at --pp 2 and saves under its own label
-# and names; its step 2 resumed at pp 1 and ep 2 continues the run's bits; --init-from it as another family, or at
-# --tp 2, is refused by name; a DeepSeek-V3 the same from pp 1
-# family_saves_and_resumes NAME LABEL PP GREP... -- FLAGS...: FLAGS at --pp PP train 4 steps saving at 2, whose
-# config.json says LABEL and whose model.safetensors holds every GREP name; step 2 resumed with FLAGS at pp 1 and
-# --ep 2 gives steps 3 and 4's losses bitwise (the run: $dir/NAME.jsonl, its step 2: $dir/NAME/step-00000002)
+# and names; its step 2 resumed at pp 1 and tp 2 continues the run's bits; --init-from it as another family, and an
+# OLMoE at --tp 2, are refused by name; a DeepSeek-V3 the same from pp 1 to ep 2
+# family_saves_and_resumes NAME LABEL PP LAYOUT GREP... -- FLAGS...: FLAGS at --pp PP train 4 steps saving at 2,
+# whose config.json says LABEL and whose model.safetensors holds every GREP name; step 2 resumed with FLAGS at pp 1 and
+# LAYOUT (a flag and its value: "--ep 2") gives steps 3 and 4's losses bitwise (the run: $dir/NAME.jsonl, its step 2:
+# $dir/NAME/step-00000002)
 family_saves_and_resumes() {
-    local name=$1 label=$2 pp=$3 names=() step
-    shift 3
+    local name=$1 label=$2 pp=$3 layout names=() step
+    read -ra layout <<< "$4"
+    shift 4
     while [ "$1" != "--" ]; do names+=("$1"); shift; done
     shift
     trains "a $label at --pp $pp" "^step     4" "$@" --pp "$pp" --steps 4 --checkpoint-dir "$dir/$name" --checkpoint-interval 2 \
@@ -248,25 +249,25 @@ family_saves_and_resumes() {
         grep -aq "$n" "$step/model.safetensors" || fail_with_output "$name: no tensor $n in its model.safetensors"
     done
     echo "ok: labelled $label, its tensors named as transformers names them"
-    trains "its step 2 resumed at pp 1, ep 2" "^step     4" --resume "$step" --steps 4 "$@" --ep 2 \
+    trains "its step 2 resumed at pp 1, ${layout[*]}" "^step     4" --resume "$step" --steps 4 "$@" "${layout[@]}" \
         --log-file "$dir/${name}_resumed.jsonl" --checkpoint-dir "$dir/${name}_resumed"
     [ "$(losses "$dir/${name}_resumed.jsonl")" = "$(losses "$dir/$name.jsonl" | sed -n '3,$p')" ] &&
-        echo "ok: $name's steps 3 and 4 at ep 2 bitwise the run's: $(losses "$dir/${name}_resumed.jsonl" | tr '\n' ' ')" ||
+        echo "ok: $name's steps 3 and 4 at ${layout[*]} bitwise the run's: $(losses "$dir/${name}_resumed.jsonl" | tr '\n' ' ')" ||
         fail_with_output "the $name resume: losses $(losses "$dir/${name}_resumed.jsonl" | tr '\n' ' ') against \
 $(losses "$dir/$name.jsonl" | tr '\n' ' ')"
 }
-qwen=(--family qwen3_moe --head-dim 12 --layers 2 --top-k 4 --renormalize 1)
-family_saves_and_resumes qwen Qwen3MoeForCausalLM 2 model.layers.1.self_attn.q_norm.weight \
+qwen=(--family qwen3_moe --head-dim 12 --layers 2 --top-k 4 --renormalize 1 --tp-shards 2)
+family_saves_and_resumes qwen Qwen3MoeForCausalLM 2 "--tp 2" model.layers.1.self_attn.q_norm.weight \
     model.layers.0.mlp.experts.3.down_proj.weight -- "${qwen[@]}"
 grep -q '"head_dim": 12' "$dir/qwen/step-00000002/config.json" &&
     grep -q '"norm_topk_prob": true' "$dir/qwen/step-00000002/config.json" ||
     fail_with_output "the Qwen3-MoE's head_dim or norm_topk_prob: $(cat "$dir/qwen/step-00000002/config.json")"
 refuses "--family olmoe disagrees with .*config.json, whose moe_train.family is \"qwen3_moe\"" \
     --init-from "$dir/qwen/step-00000002" --family olmoe --eval-only 1
-refuses "q/k norms .* run at tp 1 only" "${qwen[@]}" --tp 2
+refuses "q/k norms over the whole projections \(OLMoE's\) run at tp 1 only" --family olmoe --tp 2
 # a DeepSeek-V3 (MLA, sigmoid scores with their bias, groups, shared experts, a dense first layer), its selection
 # biases among the weights (what transformers reads)
-family_saves_and_resumes deepseek DeepseekV3ForCausalLM 1 model.layers.1.mlp.gate.e_score_correction_bias \
+family_saves_and_resumes deepseek DeepseekV3ForCausalLM 1 "--ep 2" model.layers.1.mlp.gate.e_score_correction_bias \
     model.layers.1.mlp.shared_experts.down_proj.weight -- --family deepseek_v3 --layers 2 --heads 4 --kv-heads 4 \
     --head-dim 24 --kv-lora-rank 16 --qk-rope-dim 8 --v-head-dim 12 --score sigmoid --bias-update-rate 0.01 \
     --experts 8 --top-k 4 --expert-groups 4 --topk-groups 2 --routed-scaling 2.5 --first-dense-layers 1 \

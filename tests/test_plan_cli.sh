@@ -47,7 +47,10 @@ expect_error "--zero 2 needs moe-train's world-invariant sums" --zero 2 --shards
 out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
 case $out in *"cannot train"*) fail "Qwen3-MoE is trainable (q/k norms, its own head_dim), yet noted: $out" ;; esac
-expect_error "--tp must be 1 for a model with q/k norms" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --tp 2
+expect_error "--tp must divide the kv heads for each head's q/k norms" --hf-config "$configs/qwen3-30b-a3b.json" \
+    --nodes 2 --tp 8
+"$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --tp 4 > /dev/null ||
+    fail "Qwen3-30B-A3B at --tp 4 (its 4 kv heads split) refused"
 expect_error "--tp must be 1 for multi-head latent attention" --hf-config "$configs/deepseek-v3.json" --nodes 32 --tp 2
 out_v3=$("$plan" --hf-config "$configs/deepseek-v3.json" --nodes 32 --ep 32) || fail "DeepSeek-V3 refused"
 case $out_v3 in *"total 671026404352"*"active 37552282624"*) ;; *) fail "DeepSeek-V3's counts: $out_v3" ;; esac
@@ -63,7 +66,7 @@ p = d["model"]["params"]
 assert p["total"] == 30532122624 and p["active"] == 3353032704, p
 assert d["model"]["unsupported"] == [], d["model"]["unsupported"]  # head_dim and q/k norms: trainable (issue 51)
 L = d["layouts"]
-assert all(l["tp"] == 1 for l in L), [l["tp"] for l in L]  # q/k norms run at tp 1
+assert all(4 % l["tp"] == 0 for l in L), [l["tp"] for l in L]  # each head's q/k norms: tp divides the 4 kv heads
 assert 0 < len(L) <= 5 and d["layouts_fit"] >= len(L), (len(L), d["layouts_fit"])
 tps = [l["tokens_per_s_serial"] for l in L]
 assert tps == sorted(tps, reverse=True), tps

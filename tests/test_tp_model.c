@@ -9,7 +9,7 @@
  *   - every gradient after the sums the trainer makes (moe_model_reduce_chunk_grads: the pieces' over the
  *     data-parallel group, the rest over the stage, the experts' over the expert-data-parallel group; a tied lm_head's
  *     apart, then into the embedding's).
- * Cases: dropless softmax routing; a capacity of 1.0 with drops by token order (the capacity scan sees every rank's
+ * Cases: dropless softmax routing in a Qwen3-MoE (each head's q and k normed, head_dim its own); a capacity of 1.0 with drops by token order (the capacity scan sees every rank's
  * slice); grouped-query attention (KV 2 of H 4) with tied embeddings; a dense FFN layer (gate/up column-, down
  * row-parallel) before an MoE layer; one kv head (so fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their
  * gradients summed over the ranks sharing the head, models/model.h) with the materialized attention kernel, and with
@@ -29,7 +29,8 @@
 enum { SEQS = 8, SEQ_LEN = 16, SHARDS = 8, PIECES = 8, SEED = 7 };
 
 static const char *const case_names[TEST_TP_NUM_CASES] = {
-    "dropless", "capacity 1.0, drops by token order", "GQA (kv 2 of 4 heads), tied embeddings",
+    "dropless, Qwen3-MoE: each head's q/k norms (the weight gradient from the slice's rows of every head), head_dim "
+    "12 (not d / H)", "capacity 1.0, drops by token order", "GQA (kv 2 of 4 heads), tied embeddings",
     "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer",
     "Qwen2-MoE: q/k/v biases split with their heads (kv 2 of 4), a gated shared expert (replicated)",
     "one kv head of 4 (kv heads fewer than tp), materialized attention",
@@ -41,6 +42,7 @@ moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces
     cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
     cfg.num_kv_heads = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 ? 2 : mqa ? 1 : 4;
     if (c == TEST_TP_QWEN2) cfg.family = MOE_MODEL_FAMILY_QWEN2_MOE, cfg.shared_d_ff = 24;
+    if (c == TEST_TP_DROPLESS) cfg.family = MOE_MODEL_FAMILY_QWEN3_MOE, cfg.head_dim = 12;
     cfg.attention = c == TEST_TP_MQA_MATERIALIZED ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
     cfg.tie_embeddings = c == TEST_TP_GQA_TIED;
     cfg.moe_every = c == TEST_TP_DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */

@@ -1,5 +1,8 @@
 /* sequence.c — sequence parallelism's row moves (tp/sequence.h). */
 #include "tp/sequence.h"
+
+#include <stdlib.h>
+
 #include "core/fail.h"
 
 size_t moe_tp_slice_first(const moe_tp_sequence *s, int T) { return (size_t)s->tp_rank * (size_t)(T / s->tp); }
@@ -20,4 +23,20 @@ moe_status moe_tp_take_slice(const moe_tp_sequence *s, const moe_real *whole, in
     const moe_real *mine = whole + moe_tp_slice_first(s, T) * width;
     if (mine == slice) return MOE_OK;
     return moe_runtime_copy(s->rt, slice, mine, (size_t)(T / s->tp) * width * sizeof(moe_real));
+}
+
+moe_status moe_tp_slice_all_columns(const moe_tp_sequence *s, const moe_real *local, int T, int width, moe_real *recv,
+                                    moe_real *slice_all) {
+    const int tp = s->tp, Ts = T / tp;
+    const size_t row = (size_t)width * sizeof(moe_real);
+    if (tp == 1) return moe_runtime_copy(s->rt, slice_all, local, (size_t)T * row);
+    int *rows = calloc((size_t)tp, sizeof *rows); /* Ts rows to and from each rank: rank p's slice of mine */
+    if (!rows) return MOE_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < tp; p++) rows[p] = Ts;
+    moe_status st = moe_comm_alltoallv_rows(s->group, local, rows, recv, rows, row);
+    free(rows);
+    for (int p = 0; p < tp && st == MOE_OK; p++) /* rank p's columns of my slice: [Ts, width] at column p width */
+        st = moe_runtime_copy_2d(s->rt, slice_all + (size_t)p * width, (size_t)tp * row, recv + (size_t)p * Ts * width,
+                                 row, row, (size_t)Ts);
+    return st;
 }

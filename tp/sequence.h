@@ -31,4 +31,10 @@ moe_status moe_tp_group_rows(const moe_tp_sequence *s, const moe_real *slice, in
  * be whole's own start (its rows lie after it, or are it). */
 moe_status moe_tp_take_slice(const moe_tp_sequence *s, const moe_real *whole, int T, int width, moe_real *slice);
 
+/* slice_all[T / tp, tp * width]: this rank's slice rows with every rank's columns, from each rank's local[T, width]
+ * (the group's rows of that rank's own columns: its heads), rank p's at columns [p width, (p + 1) width): an
+ * all-to-all of the slices (exact, no arithmetic), landing in recv [T, width], then a strided copy. At tp 1 a copy. */
+moe_status moe_tp_slice_all_columns(const moe_tp_sequence *s, const moe_real *local, int T, int width, moe_real *recv,
+                                    moe_real *slice_all);
+
 #endif
