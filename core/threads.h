@@ -36,6 +36,11 @@ void moe_threads_block_signals(const void *set);
 #define MOE__PAR_MIN_ELEMS 32768
 /* Sums over many elements: this many chunks [c n / CHUNKS, (c + 1) n / CHUNKS), whatever the threads. */
 #define MOE__SUM_CHUNKS 64
+/* The gradient norm's sums of squares (moe/dense_ops.h's sum_squares): lane j of this many adds the squares of the
+ * values j, j + LANES, j + 2 LANES, ... of a range in that order, then the lanes are added in a fixed pairwise tree
+ * (lane j += lane j + h for h = LANES / 2, ..., 1): a GPU block of LANES threads and a CPU loop vectorized across the
+ * lanes form the same bits. */
+#define MOE__SUM_LANES 256
 
 int moe__thread_id(void);   /* 0 .. moe_threads_get() - 1 inside a parallel loop; 0 outside one */
 /* BLAS calls made inside a parallel loop run on their caller's thread: the BLAS library's own threads

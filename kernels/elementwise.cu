@@ -3,12 +3,10 @@
  * bits of the dense table's CPU entries (moe/dense_ops_cpu.c), and for the SwiGLU the CPU's operations in its order. Products and sums are written as __fadd_rn / __dmul_rn /
  * __dadd_rn so that nvcc cannot contract them into FMAs the CPU does not do.
  *
- * The sum of squares keeps the CPU's partition: chunk c of MOE__SUM_CHUNKS is one chain of double adds in
- * index order, which no parallel tree reproduces. One warp per chunk: the 32 lanes load a tile of the chunk
- * (coalesced) and square it into shared memory, then lane 0 adds the tile in order while the lanes' loads of
- * the next tile are in flight. The chain costs ~n / 64 dependent double adds (~8 cycles each): ~4 ms at
- * n = 1e8 on an H100, the price of the CPU's bits; a second one-thread kernel adds the 64 chunk sums in order.
- * Checked against the CPU table by tests/test_gpu_dense_ops_a.cu (suite gpu). */
+ * The sums of squares: one block of MOE__SUM_LANES threads per range, all ranges in one launch; thread j adds the
+ * squares of the range's values j, j + LANES, ... (coalesced loads), then the block adds the lanes in the fixed
+ * pairwise tree the CPU uses (core/threads.h): the CPU's bits, with no serial chain, and one download of every
+ * range's sum. Checked against the CPU table by tests/test_gpu_dense_table.c (suite gpu). */
 #include "core/gpu_cuda.h"
 
 extern "C" {
@@ -20,9 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 65535;
-constexpr int kWarp = 32;
-constexpr int kPerLane = 16;                /* values each lane loads per tile */
-constexpr int kTile = kWarp * kPerLane;     /* values lane 0 adds per round */
 
 int blocks_for(size_t n) {
     size_t b = (n + kThreads - 1) / kThreads;
@@ -83,37 +78,20 @@ __global__ void gate_rows_backward_kernel(const float *g, const float *y, const 
     }
 }
 
-/* grid = MOE__SUM_CHUNKS blocks of one warp; part[c] = sum over chunk c in index order. */
-__global__ void sum_squares_chunks(const float *a, size_t n, double *part) {
-    __shared__ double sq[kTile];
-    const int c = blockIdx.x, lane = threadIdx.x;
-    const size_t lo = n * c / MOE__SUM_CHUNKS, hi = n * (c + 1) / MOE__SUM_CHUNKS;
-    float v[kPerLane];
-    for (int k = 0; k < kPerLane; k++) { /* element lo + lane + 32 k -> sq[lane + 32 k] */
-        size_t i = lo + lane + (size_t)kWarp * k;
-        v[k] = i < hi ? a[i] : 0.0f;
-    }
+/* grid = one block of MOE__SUM_LANES threads per range: sums[r] = range r's sum of squares, its lanes added in the
+ * tree (a square of a float is exact in double, so the product is the CPU's whatever the compiler fuses). */
+__global__ void sum_squares_ranges(const float *a, const size_t *bounds, double *sums) {
+    __shared__ double lane[MOE__SUM_LANES];
+    const size_t lo = bounds[blockIdx.x], hi = bounds[blockIdx.x + 1];
+    const int j = threadIdx.x;
     double t = 0;
-    for (size_t base = lo; base < hi; base += kTile) {
-        for (int k = 0; k < kPerLane; k++) sq[lane + kWarp * k] = __dmul_rn((double)v[k], (double)v[k]);
-        __syncwarp();
-        for (int k = 0; k < kPerLane; k++) {
-            size_t i = base + kTile + lane + (size_t)kWarp * k;
-            v[k] = i < hi ? a[i] : 0.0f;
-        }
-        if (lane == 0) {
-            const int m = hi - base < (size_t)kTile ? (int)(hi - base) : kTile;
-            for (int j = 0; j < m; j++) t = __dadd_rn(t, sq[j]);
-        }
-        __syncwarp(); /* lane 0 is done with sq before the next tile overwrites it */
+    for (size_t i = lo + j; i < hi; i += MOE__SUM_LANES) t = __dadd_rn(t, __dmul_rn((double)a[i], (double)a[i]));
+    lane[j] = t;
+    for (int h = MOE__SUM_LANES / 2; h > 0; h /= 2) {
+        __syncthreads();
+        if (j < h) lane[j] = __dadd_rn(lane[j], lane[j + h]);
     }
-    if (lane == 0) part[c] = t;
-}
-
-__global__ void sum_in_order(const double *part, int count, double *out) {
-    double t = 0;
-    for (int c = 0; c < count; c++) t = __dadd_rn(t, part[c]);
-    *out = t;
+    if (j == 0) sums[blockIdx.x] = lane[0];
 }
 
 } // namespace
@@ -134,19 +112,20 @@ extern "C" moe_status moe_scale_cuda(moe_gpu *gpu, float *a, size_t n, double fa
     return MOE_OK;
 }
 
-extern "C" moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, size_t n, double *sum) {
-    if (!sum || (n > 0 && !a)) return MOE_ERR_INVALID_ARG;
-    void *scratch = NULL; /* part [MOE__SUM_CHUNKS] double, then the total */
-    MOE_TRY(moe_gpu_scratch(gpu, (MOE__SUM_CHUNKS + 1) * sizeof(double), &scratch));
-    double *part = (double *)scratch, *total = part + MOE__SUM_CHUNKS;
-    sum_squares_chunks<<<MOE__SUM_CHUNKS, kWarp, 0, gpu->stream>>>(a, n, part);
+extern "C" moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, const size_t *bounds, size_t count,
+                                          double *sums) {
+    if (count == 0) return MOE_OK;
+    if (!bounds || !sums || (bounds[count] > bounds[0] && !a)) return MOE_ERR_INVALID_ARG;
+    if (count > 0x7fffffffu) return MOE_ERR_INVALID_ARG; /* one block per range */
+    void *scratch = NULL; /* the sums [count] double, then the bounds [count + 1] */
+    MOE_TRY(moe_gpu_scratch(gpu, count * sizeof(double) + (count + 1) * sizeof(size_t), &scratch));
+    double *d_sums = (double *)scratch;
+    size_t *d_bounds = (size_t *)(d_sums + count);
+    MOE_CUDA_TRY(cudaMemcpyAsync(d_bounds, bounds, (count + 1) * sizeof(size_t), cudaMemcpyHostToDevice, gpu->stream));
+    sum_squares_ranges<<<(unsigned)count, MOE__SUM_LANES, 0, gpu->stream>>>(a, d_bounds, d_sums);
     MOE_CUDA_LAUNCHED();
-    sum_in_order<<<1, 1, 0, gpu->stream>>>(part, MOE__SUM_CHUNKS, total);
-    MOE_CUDA_LAUNCHED();
-    double host = 0;
-    MOE_CUDA_TRY(cudaMemcpyAsync(&host, total, sizeof host, cudaMemcpyDeviceToHost, gpu->stream));
+    MOE_CUDA_TRY(cudaMemcpyAsync(sums, d_sums, count * sizeof(double), cudaMemcpyDeviceToHost, gpu->stream));
     MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
-    *sum = host;
     return MOE_OK;
 }
 

@@ -16,10 +16,10 @@
 moe_status moe_add_cuda(moe_gpu *gpu, const float *a, const float *b, size_t n, float *y);
 /* a[i] = (float)((double)a[i] * factor): one rounding of the double product. */
 moe_status moe_scale_cuda(moe_gpu *gpu, float *a, size_t n, double factor);
-/* *sum = sum of a[i]^2 in double, as the CPU forms it (core/threads.h): MOE__SUM_CHUNKS chunks
- * [c n / CHUNKS, (c + 1) n / CHUNKS), each summed in index order from 0, then the chunk sums in chunk order.
- * Host sync. Uses the context's scratch. */
-moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, size_t n, double *sum);
+/* sums[i] = the sum of a[k]^2 in double over k in [bounds[i], bounds[i + 1]) for i < count (bounds and sums on the
+ * host), as the CPU forms it (core/threads.h's MOE__SUM_LANES lanes and their tree): one launch, one download, one
+ * host sync. Uses the context's scratch. */
+moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, const size_t *bounds, size_t count, double *sums);
 
 /* x[t, j] += b[j] for rows rows of n (the CPU's bits). */
 moe_status moe_bias_add_cuda(moe_gpu *gpu, float *x, const float *b, int rows, int n);

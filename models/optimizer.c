@@ -24,12 +24,18 @@ static moe_status atom_sums(moe_model *m, const moe_zero_region *r, const moe_re
     const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
     const size_t n = moe_zero_num_atoms(r);
     double *sums = calloc(n, sizeof(double));
-    if (!sums) return MOE_ERR_OUT_OF_MEMORY;
-    moe_status st = MOE_OK;
-    for (size_t i = 0; i < n && st == MOE_OK; i++) {
+    size_t *bounds = malloc((n + 1) * sizeof(size_t));
+    if (!sums || !bounds) return free(sums), free(bounds), MOE_ERR_OUT_OF_MEMORY;
+    /* the atoms inside this rank's range are consecutive: their bounds one list, their sums one call */
+    size_t first = n, count = 0;
+    for (size_t i = 0; i < n; i++) {
         const size_t a = moe_zero_atom_begin(r, i), b = moe_zero_atom_begin(r, i + 1);
-        if (a >= r->begin && b <= r->end && b > a) st = dense->sum_squares(s, g + (a - r->begin), b - a, &sums[i]);
+        if (a < r->begin || b > r->end) continue;
+        if (first == n) first = i, bounds[0] = a - r->begin;
+        bounds[++count] = b - r->begin;
     }
+    moe_status st = count ? dense->sum_squares(s, g, bounds, count, sums + first) : MOE_OK;
+    free(bounds);
     if (st == MOE_OK && (r->begin > 0 || r->end < r->part.count)) st = moe_comm_allreduce_sum_f64(r->group, sums, n);
     if (st != MOE_OK) return free(sums), st;
     *out = sums;
@@ -130,17 +136,22 @@ static void dense_terms(moe_model *m, const moe_zero_region *r, double *sums, ch
     }
 }
 
-/* The sums of squares of n values from g, in atoms from its start, appended at terms[*k]. */
+static size_t num_atoms(size_t n) { return n ? (n + moe_zero_atom_values() - 1) / moe_zero_atom_values() : 0; }
+
+/* The sums of squares of n values from g, in atoms from its start (one call), appended at terms[*k]. */
 static moe_status atoms_of(moe_model *m, const moe_real *g, size_t n, double *terms, size_t *k) {
     moe_dense_state *s;
     const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
-    const size_t atom = moe_zero_atom_values();
-    for (size_t a = 0; a < n; a += atom)
-        MOE_TRY(dense->sum_squares(s, g + a, n - a < atom ? n - a : atom, &terms[(*k)++]));
-    return MOE_OK;
+    const size_t atom = moe_zero_atom_values(), count = num_atoms(n);
+    if (!count) return MOE_OK;
+    size_t *bounds = malloc((count + 1) * sizeof(size_t));
+    if (!bounds) return MOE_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i <= count; i++) bounds[i] = i < count ? i * atom : n;
+    const moe_status st = dense->sum_squares(s, g, bounds, count, terms + *k);
+    free(bounds);
+    *k += count;
+    return st;
 }
-
-static size_t num_atoms(size_t n) { return n ? (n + moe_zero_atom_values() - 1) / moe_zero_atom_values() : 0; }
 
 /* The pieces of a dense tensor's gradient that this rank adds to the norm: how many, the values of each, and the
  * first one's place in its block. A split tensor's block holds S / parts pieces; with tp / parts ranks holding it (k

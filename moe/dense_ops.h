@@ -109,11 +109,13 @@ typedef struct moe_dense_ops {
                                    int num_tokens, int width, int piece, int first, double *sums, double *target);
     moe_status (*vocab_backward)(moe_dense_state *s, moe_real *logits, const moe_real *max, const double *z,
                                  const int *targets, int num_tokens, int width, int first, moe_real scale);
-    /* the optimizer's: AdamW on count values (kernels/adamw.h); *sum = sum of squares in double, in index
-     * order (host); a *= factor, each product rounded once to moe_real */
+    /* the optimizer's: AdamW on count values (kernels/adamw.h); sums[i] = the sum of squares in double of
+     * a[bounds[i] .. bounds[i + 1]) for each of count ranges (bounds: count + 1 increasing offsets, host; sums: host),
+     * each in MOE__SUM_LANES lanes and their fixed tree (core/threads.h), all ranges in one pass (one launch and one
+     * download on a GPU); a *= factor, each product rounded once to moe_real */
     moe_status (*adamw_update)(moe_dense_state *s, moe_real *param, const moe_real *grad, moe_real *m, moe_real *v,
                                size_t count, const moe_adamw_params *hp);
-    moe_status (*sum_squares)(moe_dense_state *s, const moe_real *a, size_t count, double *sum);
+    moe_status (*sum_squares)(moe_dense_state *s, const moe_real *a, const size_t *bounds, size_t count, double *sums);
     /* *first = the index of the first NaN or Inf among count values, or -1 (host; the guard's) */
     moe_status (*find_nonfinite)(moe_dense_state *s, const moe_real *a, size_t count, long long *first);
     moe_status (*scale)(moe_dense_state *s, moe_real *a, size_t count, double factor);

@@ -297,33 +297,27 @@ static moe_status cpu_adamw_update(moe_dense_state *s, moe_real *param, const mo
     return MOE_OK;
 }
 
-/* in MOE__SUM_CHUNKS fixed chunks, each one chain of double adds in index order, added in chunk order (core/threads.h;
- * kernels/elementwise.cu gives the same bits). A chain is latency-bound (each add waits for the one before), so a
- * thread runs SUM_LANES chunks' chains side by side, each still its own chunk's sum in index order: the same bits
- * (tests/test_cpu_scans.c), the step faster (docs/BENCHMARKS.md, "Where part 1's targets stand"). */
-enum { SUM_LANES = 8 };
-_Static_assert(MOE__SUM_CHUNKS % SUM_LANES == 0, "chunks come in groups of SUM_LANES");
-static moe_status cpu_sum_squares(moe_dense_state *s, const moe_real *a, size_t n, double *sum) {
+/* One range's sum of squares in MOE__SUM_LANES lanes and their tree (core/threads.h). A square of a float is exact in
+ * double, so a fused multiply-add would give the same bits; the lanes are independent, so the loop vectorizes. */
+static double range_sum_squares(const moe_real *a, size_t n) {
+    enum { L = MOE__SUM_LANES };
+    double t[L] = {0};
+    size_t i = 0;
+    for (; i + L <= n; i += L)
+        for (int j = 0; j < L; j++) t[j] += (double)a[i + j] * a[i + j];
+    for (int j = 0; i + j < n; j++) t[j] += (double)a[i + j] * a[i + j];
+    for (int h = L / 2; h > 0; h /= 2)
+        for (int j = 0; j < h; j++) t[j] += t[j + h];
+    return t[0];
+}
+
+/* the ranges split over the threads (each range's bits its own: the same for any thread count) */
+static moe_status cpu_sum_squares(moe_dense_state *s, const moe_real *a, const size_t *bounds, size_t count,
+                                  double *sums) {
     (void)s;
-    double part[MOE__SUM_CHUNKS], total = 0;
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (int g = 0; g < MOE__SUM_CHUNKS / SUM_LANES; g++) {
-        size_t lo[SUM_LANES], len[SUM_LANES], common = n;
-        double t[SUM_LANES];
-        for (int j = 0; j < SUM_LANES; j++) {
-            const size_t c = (size_t)g * SUM_LANES + j;
-            lo[j] = n * c / MOE__SUM_CHUNKS, len[j] = n * (c + 1) / MOE__SUM_CHUNKS - lo[j], t[j] = 0;
-            common = len[j] < common ? len[j] : common;
-        }
-        for (size_t i = 0; i < common; i++)
-            for (int j = 0; j < SUM_LANES; j++) t[j] += (double)a[lo[j] + i] * a[lo[j] + i];
-        for (int j = 0; j < SUM_LANES; j++) { /* chunks are at most one value longer than the shortest */
-            for (size_t i = common; i < len[j]; i++) t[j] += (double)a[lo[j] + i] * a[lo[j] + i];
-            part[g * SUM_LANES + j] = t[j];
-        }
-    }
-    for (int c = 0; c < MOE__SUM_CHUNKS; c++) total += part[c];
-    *sum = total;
+    const size_t total = count ? bounds[count] - bounds[0] : 0;
+#pragma omp parallel for schedule(dynamic, 1) if (total >= MOE__PAR_MIN_ELEMS && count > 1)
+    for (size_t i = 0; i < count; i++) sums[i] = range_sum_squares(a + bounds[i], bounds[i + 1] - bounds[i]);
     return MOE_OK;
 }
 

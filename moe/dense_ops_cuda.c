@@ -272,9 +272,10 @@ static moe_status cuda_adamw_update(moe_dense_state *s, moe_real *param, const m
     return moe_adamw_update_cuda(s->gpu, param, grad, m, v, count, hp);
 }
 
-/* the CPU's MOE__SUM_CHUNKS chunks and order (kernels/elementwise.h) */
-static moe_status cuda_sum_squares(moe_dense_state *s, const moe_real *a, size_t n, double *sum) {
-    return moe_sum_squares_cuda(s->gpu, a, n, sum);
+/* the CPU's lanes and tree (kernels/elementwise.h) */
+static moe_status cuda_sum_squares(moe_dense_state *s, const moe_real *a, const size_t *bounds, size_t count,
+                                   double *sums) {
+    return moe_sum_squares_cuda(s->gpu, a, bounds, count, sums);
 }
 
 static moe_status cuda_find_nonfinite(moe_dense_state *s, const moe_real *a, size_t n, long long *first) {

@@ -1,7 +1,8 @@
 /* test_cpu_scans.c — the CPU's two whole-buffer scans of every step against their plain definitions, bitwise, at
  * sizes around their chunk, lane and block boundaries and with 1 and 2 threads:
- *   sum_squares (moe/dense_ops_cpu.c, the gradient norm's): MOE__SUM_CHUNKS fixed chunks, each one chain of double
- *     adds in index order, then the chunks in order; the table runs chunks' chains side by side;
+ *   sum_squares (moe/dense_ops_cpu.c, the gradient norm's): value k of a range into lane k % MOE__SUM_LANES in index
+ *     order, the lanes then added in the pairwise tree (core/threads.h); the table vectorizes across lanes and splits
+ *     the ranges over threads: each range of a list gives its own range's bits, with 1 and 2 threads;
  *   moe_find_nonfinite_cpu (the non-finite checks'): the index of the first NaN or Inf; it tests blocks of values
  *     without an early exit, so a NaN or Inf is planted at the first and last value, at chunk and block boundaries
  *     and at random places, alone and behind a later one.
@@ -20,14 +21,13 @@
 #include "moe/dense_ops.h"
 #include "tests/test_util.h"
 
+/* core/threads.h's definition written out: value k into lane k % LANES, then lane j += lane j + h, h = LANES / 2 .. 1 */
 static double plain_sum_squares(const moe_real *a, size_t n) {
-    double total = 0;
-    for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
-        double t = 0;
-        for (size_t i = n * c / MOE__SUM_CHUNKS; i < n * (c + 1) / MOE__SUM_CHUNKS; i++) t += (double)a[i] * a[i];
-        total += t;
-    }
-    return total;
+    double lane[MOE__SUM_LANES] = {0};
+    for (size_t k = 0; k < n; k++) lane[k % MOE__SUM_LANES] += (double)a[k] * a[k];
+    for (int h = MOE__SUM_LANES / 2; h > 0; h /= 2)
+        for (int j = 0; j < h; j++) lane[j] += lane[j + h];
+    return lane[0];
 }
 
 static long long plain_first_nonfinite(const moe_real *a, size_t n) {
@@ -56,9 +56,18 @@ static void test_size(size_t n, moe_rng *rng) {
     moe_real *a = test_alloc_uniform(rng, n ? n : 1, 3.0);
     for (size_t i = 0; i < n; i += 7) a[i] *= 1e-3f; /* magnitudes apart, so that the order of the sums shows */
     double got;
-    CHECK_OK(moe_dense_ops_cpu.sum_squares(NULL, a, n, &got));
+    const size_t whole[2] = {0, n};
+    CHECK_OK(moe_dense_ops_cpu.sum_squares(NULL, a, whole, 1, &got));
     const double want = plain_sum_squares(a, n);
-    CHECK(!memcmp(&got, &want, sizeof got), "n=%zu: sum of squares %.17g, the plain chains give %.17g", n, got, want);
+    CHECK(!memcmp(&got, &want, sizeof got), "n=%zu: sum of squares %.17g, the plain lanes give %.17g", n, got, want);
+    /* the same values as a list of ranges (an empty one among them): each range's own bits */
+    const size_t cuts[] = {0, n / 3, n / 3, n / 2, n};
+    double parts[4];
+    CHECK_OK(moe_dense_ops_cpu.sum_squares(NULL, a, cuts, 4, parts));
+    for (int r = 0; r < 4; r++) {
+        const double one = plain_sum_squares(a + cuts[r], cuts[r + 1] - cuts[r]);
+        CHECK(!memcmp(&parts[r], &one, sizeof one), "n=%zu: range %d of 4: %.17g, want %.17g", n, r, parts[r], one);
+    }
     check_nonfinite(a, n, "none", 0);
     if (n) {
         const size_t chunk = n / MOE__SUM_CHUNKS;

@@ -488,11 +488,21 @@ static void test_vectors(tables *t, const char *label, size_t n) {
     const output adamw[] = {{&y, "adamw param", "adamw", 1}, {&m, "adamw m", "adamw", 1}, {&v, "adamw v", "adamw", 1}};
     check_entry(t, label, run_adamw, &e, adamw, 3);
 
-    double want = 0, got[2] = {0, 0};
-    CHECK_OK(t->ops[CPU_SIDE]->sum_squares(t->state[CPU_SIDE], a.h, n, &want));
-    for (int rep = 0; rep < 2; rep++) CHECK_OK(t->ops[GPU_SIDE]->sum_squares(t->state[GPU_SIDE], a.d, n, &got[rep]));
-    test_tolerance_check_scalar("sum_squares", "f32", got[0], want, "%s: sum_squares", label);
-    CHECK(!memcmp(&got[0], &got[1], sizeof(double)), "%s: sum_squares: a second GPU run gives other bits", label);
+    /* the gradient norm's sums: the whole vector, and it cut into ranges (an empty one among them) in one call:
+     * bitwise the CPU's (the same lanes and tree, core/threads.h), and the same again */
+    const size_t cuts[] = {0, n, 0, n / 3, n / 3, n / 2, n};
+    const size_t *lists[2] = {cuts, cuts + 2};
+    const size_t counts[2] = {1, 4};
+    for (int l = 0; l < 2; l++) {
+        double want[4] = {0}, got[2][4] = {{0}};
+        CHECK_OK(t->ops[CPU_SIDE]->sum_squares(t->state[CPU_SIDE], a.h, lists[l], counts[l], want));
+        for (int rep = 0; rep < 2; rep++)
+            CHECK_OK(t->ops[GPU_SIDE]->sum_squares(t->state[GPU_SIDE], a.d, lists[l], counts[l], got[rep]));
+        CHECK(!memcmp(got[0], want, counts[l] * sizeof(double)), "%s: sum_squares over %zu range(s): %.17g, the CPU "
+              "%.17g", label, counts[l], got[0][0], want[0]);
+        CHECK(!memcmp(got[0], got[1], counts[l] * sizeof(double)), "%s: sum_squares: a second GPU run gives other bits",
+              label);
+    }
 
     /* non-finite values: none; a NaN; an Inf after it (the NaN's index wins); -Inf at 0 */
     const size_t at[] = {n / 2, n - 1, 0};
