@@ -1,6 +1,7 @@
 /* gpu.cu — the moe_gpu context: device, stream, cuBLAS handle, growing scratch; the checked-call failure
  * message. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,19 @@ extern "C" int moe_gpu_device(const moe_gpu *g) { return g->device; }
 extern "C" moe_status moe_gpu_memory_info(moe_gpu *g, size_t *free_bytes, size_t *total_bytes) {
     MOE_CUDA_TRY(cudaSetDevice(g->device));
     MOE_CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_gpu_describe(moe_gpu *g, char *out, size_t n) {
+    cudaDeviceProp prop;
+    int runtime = 0, driver = 0, blas = 0;
+    MOE_CUDA_TRY(cudaGetDeviceProperties(&prop, g->device));
+    MOE_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
+    MOE_CUDA_TRY(cudaDriverGetVersion(&driver));
+    MOE_CUBLAS_TRY(cublasGetVersion(g->blas, &blas)); /* major * 10000 + minor * 100 + patch (cuBLAS 11+) */
+    snprintf(out, n, "%s, %d SMs, sm_%d%d; CUDA runtime %d.%d, driver %d.%d; cuBLAS %d.%d.%d", prop.name,
+             prop.multiProcessorCount, prop.major, prop.minor, runtime / 1000, runtime % 1000 / 10, driver / 1000,
+             driver % 1000 / 10, blas / 10000, blas % 10000 / 100, blas % 100);
     return MOE_OK;
 }
 

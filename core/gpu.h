@@ -27,6 +27,9 @@ void moe_gpu_destroy(moe_gpu *gpu);
 int moe_gpu_device(const moe_gpu *gpu);
 /* The device's free and total memory now (cudaMemGetInfo). */
 moe_status moe_gpu_memory_info(moe_gpu *gpu, size_t *free_bytes, size_t *total_bytes);
+/* What the GPU's bits depend on, as one line into out: "NVIDIA H100 80GB HBM3, 132 SMs, sm_90; CUDA runtime 12.4,
+ * driver 12.8; cuBLAS 12.4.5" (cuBLAS picks its kernels by the model, SM count and version). */
+moe_status moe_gpu_describe(moe_gpu *gpu, char *out, size_t n);
 
 /* Waits for everything queued on the context's stream; a kernel fault shows up here as MOE_ERR_CUDA
  * (with a message naming it). */

@@ -9,7 +9,7 @@
  *   bias_add:            bitwise; the sigmoid row gate (forward, dy, dg) within row "gate_rows"; T = 1 and 1000;
  *   find_nonfinite:      the exact index (and the CPU's): none, NaN first, Inf last, -Inf in the middle, two
  *                        (the lower wins), n = 0, 1, 1000, 2^20 + 3;
- *   sum_squares:         row "sum_squares" (relative 1e-12) of tests/test_tolerance.c, and two runs bitwise equal;
+ *   sum_squares:         bitwise the CPU's (the same lanes and tree, core/threads.h), whole and as ranges, twice;
  *                        n = 0, 1, 63, 64, 65, 1000, 2^24 + 7. It keeps the CPU's chunks and order, so it is
  *                        bitwise where the CPU does not contract t += x * x into an FMA (printed);
  *   adamw:               row "adamw" for param, m, v after 3 steps (weight decay 0 and 0.1); bitwise where the
@@ -174,12 +174,19 @@ static void test_find_nonfinite(moe_gpu *gpu, moe_dense_state *s, size_t n, moe_
 static void test_sum_squares(moe_gpu *gpu, moe_dense_state *s, size_t n, moe_rng *rng) {
     float *a = test_alloc_uniform(rng, n ? n : 1, 2.0);
     float *d_a = dev_upload(gpu, a, n);
-    double want = NAN, got[2] = {NAN, NAN};
-    CHECK_OK(cpu->sum_squares(s, a, n, &want));
-    for (int run = 0; run < 2; run++) CHECK_OK(moe_sum_squares_cuda(gpu, d_a, n, &got[run]));
-    test_tolerance_check_scalar("sum_squares", "f32", got[0], want, "sum_squares n=%zu", n);
-    CHECK(memcmp(&got[0], &got[1], sizeof(double)) == 0, "sum_squares n=%zu: two runs differ", n);
-    printf("sum_squares n=%-8zu %s the CPU\n", n, memcmp(&got[0], &want, sizeof(double)) ? "within tolerance of" : "bitwise equal to");
+    /* the whole vector, then three ranges of it (a 1M-value atom's size among them when n allows) */
+    const size_t whole[2] = {0, n}, cut = n > ((size_t)1 << 20) ? (size_t)1 << 20 : n / 2;
+    const size_t ranges[4] = {0, cut, cut + (n - cut) / 3, n};
+    const size_t *bounds[2] = {whole, ranges}, counts[2] = {1, 3};
+    for (int l = 0; l < 2; l++) {
+        double want[3] = {NAN, NAN, NAN}, got[2][3] = {{NAN, NAN, NAN}, {NAN, NAN, NAN}};
+        CHECK_OK(cpu->sum_squares(s, a, bounds[l], counts[l], want));
+        for (int run = 0; run < 2; run++) CHECK_OK(moe_sum_squares_cuda(gpu, d_a, bounds[l], counts[l], got[run]));
+        CHECK(memcmp(got[0], want, counts[l] * sizeof(double)) == 0, "sum_squares n=%zu over %zu range(s): %.17g, the "
+              "CPU %.17g", n, counts[l], got[0][0], want[0]);
+        CHECK(memcmp(got[0], got[1], counts[l] * sizeof(double)) == 0, "sum_squares n=%zu: two runs differ", n);
+    }
+    printf("sum_squares n=%-8zu checked against the CPU bitwise\n", n);
     free(a);
     test_gpu_free(gpu, d_a);
 }

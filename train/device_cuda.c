@@ -6,6 +6,7 @@
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #include "core/gpu.h"
+#include "train/machine.h"
 
 /* The ranks of this node and this rank's index among them. */
 static void node_layout(MPI_Comm world, int *node_rank, int *node_ranks) {
@@ -57,6 +58,9 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
     out->device = count > 0 ? node_rank % count : -1;
     if (st == MOE_OK) st = moe_runtime_create_cuda(out->device, &out->rt);
     if (st == MOE_OK) st = check_memory(o, world_size, moe_runtime_gpu(out->rt), out->device, log);
+    char gpu[384]; /* the machine record's "gpu" (train/machine.h): checkpoints keep it, a resume elsewhere says so */
+    if (st == MOE_OK && (st = moe_gpu_describe(moe_runtime_gpu(out->rt), gpu, sizeof gpu)) == MOE_OK)
+        moe_run_machine_set_gpu(gpu);
     MOE_TRY(moe_train_agree(world, st));
     if (log)
         fprintf(log, "placement: %d rank(s) per node on %d GPU(s); %s transport\n", node_ranks, count,

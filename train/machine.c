@@ -19,27 +19,35 @@ const char *moe_run_openblas_text(void) {
     return text;
 }
 
+static char gpu_text[384]; /* moe_run_machine_set_gpu's; "" on the CPU */
+
+void moe_run_machine_set_gpu(const char *text) { snprintf(gpu_text, sizeof gpu_text, "%s", text ? text : ""); }
+
 json_t *moe_run_machine_json(void) {
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "cpu", moe_cpu_model(), "cpu_target", moe_cpu_target(), "gemm",
-                     moe_gemm_library(), "openblas", moe_run_openblas_text(), "git_commit", MOE_GIT_COMMIT, "compiler",
-                     MOE_COMPILER);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "cpu", moe_cpu_model(), "cpu_target", moe_cpu_target(),
+                          "gemm", moe_gemm_library(), "openblas", moe_run_openblas_text(), "git_commit",
+                          MOE_GIT_COMMIT, "compiler", MOE_COMPILER);
+    if (j && gpu_text[0] && json_object_set_new(j, "gpu", json_string(gpu_text)) != 0) return json_decref(j), NULL;
+    return j;
 }
 
 void moe_run_machine_note(FILE *notes, const char *dir, json_t *saved) {
     json_t *now = moe_run_machine_json();
     if (!notes || !now || !json_is_object(saved)) return json_decref(now);
     const char *key;
-    json_t *is;
+    json_t *is, *was;
     int differ = 0;
-    json_object_foreach(now, key, is) {
-        json_t *was = json_object_get(saved, key);
-        if (was && json_equal(was, is)) continue;
-        if (!differ++)
-            fprintf(notes, "note: --resume %s: this process computes with another machine or build than the run it "
-                    "continues, so the results from here on may differ in their last bits from a run that stayed "
-                    "(docs/DETERMINISM.md, \"Across CPUs\"):\n", dir);
-        fprintf(notes, "note:   %s: saved %s, now %s\n", key,
-                json_is_string(was) ? json_string_value(was) : "unrecorded", json_string_value(is));
-    }
+    for (int side = 0; side < 2; side++) /* this machine's fields, then those only the saved record has */
+        json_object_foreach(side ? saved : now, key, was) {
+            is = json_object_get(now, key), was = json_object_get(saved, key);
+            if (side ? is != NULL : was && json_equal(was, is)) continue;
+            if (!differ++)
+                fprintf(notes, "note: --resume %s: this process computes with another machine or build than the run "
+                        "it continues, so the results from here on may differ in their last bits from a run that "
+                        "stayed (docs/DETERMINISM.md, \"Across CPUs\"):\n", dir);
+            fprintf(notes, "note:   %s: saved %s, now %s\n", key,
+                    json_is_string(was) ? json_string_value(was) : "unrecorded",
+                    json_is_string(is) ? json_string_value(is) : "none");
+        }
     json_decref(now);
 }
