@@ -11,5 +11,8 @@
 moe_status moe_comm_create_mpi_staged(moe_gpu *gpu, MPI_Comm comm, const char *label, double timeout_s,
                                       moe_comm **out);
 moe_status moe_comm_create_nccl(moe_gpu *gpu, MPI_Comm comm, const char *label, double timeout_s, moe_comm **out);
+/* "NCCL 2.21.5": the version of the NCCL library this process runs (ncclGetVersion), for the machine record
+ * (train/machine.h). */
+moe_status moe_comm_nccl_version(char *out, size_t n);
 
 #endif

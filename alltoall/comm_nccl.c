@@ -394,3 +394,13 @@ moe_status moe_comm_create_nccl(moe_gpu *gpu, MPI_Comm comm, const char *label, 
     *out = c;
     return MOE_OK;
 }
+
+moe_status moe_comm_nccl_version(char *out, size_t n) {
+    int v = 0;
+    const ncclResult_t r = ncclGetVersion(&v);
+    if (r != ncclSuccess) return moe_fail(MOE_ERR_COMM, "ncclGetVersion failed: %s", ncclGetErrorString(r));
+    /* NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9 (major * 1000 + minor * 100 + patch before) */
+    if (v >= 20900) snprintf(out, n, "NCCL %d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+    else snprintf(out, n, "NCCL %d.%d.%d", v / 1000, v % 1000 / 100, v % 100);
+    return MOE_OK;
+}

@@ -68,7 +68,7 @@ gpu_run none --ep 2 --recompute none
 gpu_run full --ep 2 --recompute full
 same_weights "recompute full's step-3 weights bitwise none's" full none
 # the checkpoint's machine record names the GPU (issue 50, item 7: cuBLAS's bits hold for one model and version)
-grep -q '"gpu": *"[^"]*SMs, sm_[0-9]*; CUDA runtime [0-9.]*, driver [0-9.]*; cuBLAS [0-9.]*"' \
+grep -Eq '"gpu": *"[^"]*SMs, sm_[0-9]*; CUDA runtime [0-9.]*, driver [0-9.]*; cuBLAS [0-9.]*(; NCCL [0-9.]*)?"' \
     "$dir/gpu-none/step-00000003/manifest.json" && echo "ok: the manifest's machine record names the GPU" ||
     { echo "FAIL: no GPU in the manifest's machine record"; failures=$((failures + 1)); }
 # world invariance on the GPU (--world-invariant 1, the default): 2 ranks bitwise 1 rank, at ep 2 and (below, with 2

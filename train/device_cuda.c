@@ -2,6 +2,10 @@
  * libmoe_cuda builds, loaded by train/device.c on --device cuda. */
 #include "train/device_cuda.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#include "alltoall/comm_gpu_mpi.h"
 #include "alltoall/parallel_gpu_mpi.h"
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
@@ -59,8 +63,15 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
     if (st == MOE_OK) st = moe_runtime_create_cuda(out->device, &out->rt);
     if (st == MOE_OK) st = check_memory(o, world_size, moe_runtime_gpu(out->rt), out->device, log);
     char gpu[384]; /* the machine record's "gpu" (train/machine.h): checkpoints keep it, a resume elsewhere says so */
-    if (st == MOE_OK && (st = moe_gpu_describe(moe_runtime_gpu(out->rt), gpu, sizeof gpu)) == MOE_OK)
-        moe_run_machine_set_gpu(gpu);
+    if (st == MOE_OK) st = moe_gpu_describe(moe_runtime_gpu(out->rt), gpu, sizeof gpu);
+#ifdef MOE_HAVE_NCCL
+    if (st == MOE_OK && transport == MOE_GPU_TRANSPORT_NCCL) { /* its collectives' algorithms are its version's */
+        const size_t used = strlen(gpu);
+        snprintf(gpu + used, sizeof gpu - used, "; ");
+        st = moe_comm_nccl_version(gpu + strlen(gpu), sizeof gpu - strlen(gpu));
+    }
+#endif
+    if (st == MOE_OK) moe_run_machine_set_gpu(gpu);
     MOE_TRY(moe_train_agree(world, st));
     if (log)
         fprintf(log, "placement: %d rank(s) per node on %d GPU(s); %s transport\n", node_ranks, count,

@@ -13,8 +13,9 @@
  * "gpu" (moe_run_machine_set_gpu): a new object; NULL when out of memory. */
 json_t *moe_run_machine_json(void);
 /* The GPU this process computes on, as core/gpu.h's moe_gpu_describe gives it (model, SMs, compute capability, the
- * CUDA runtime, driver and cuBLAS versions: what cuBLAS's kernel choices, and so the bits, depend on); the CUDA
- * module sets it once placed (train/device_cuda.c). NULL: none (a CPU run, the default). */
+ * CUDA runtime, driver and cuBLAS versions: what cuBLAS's kernel choices, and so the bits, depend on), and NCCL's
+ * version when NCCL is the transport; the CUDA module sets it once placed (train/device_cuda.c). NULL: none (a CPU
+ * run, the default). */
 void moe_run_machine_set_gpu(const char *text);
 /* OpenBLAS's configuration and the core whose kernels it runs (attention's products): "OpenBLAS 0.3.21 ..., core
  * Haswell". */
