@@ -209,7 +209,7 @@ typedef struct {
  * transformers rotates them in place, which equals rotate-half RoPE (ours) on the rows reordered evens first, then
  * odds. The same reordering of q's and k's rows keeps every q.k, so the model computes the same function. In place on
  * the whole tensor in buf. */
-static void deinterleave_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf) {
+static moe_status deinterleave_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf) {
     const char *name = t->name;
     const int R = c->qk_rope_dim, hd = moe_model_head_dim(c);
     const size_t cols = (size_t)t->shape[1];
@@ -218,9 +218,9 @@ static void deinterleave_rope_rows(const moe_model_config *c, const moe__ckpt_te
         heads = c->num_heads, stride = hd, first = hd - R;
     else if (strstr(name, "self_attn.kv_a_proj_with_mqa.weight"))
         heads = 1, stride = c->kv_lora_rank + R, first = c->kv_lora_rank;
-    if (!heads || R < 2 || t->ndim != 2 || (size_t)heads * stride != (size_t)t->shape[0]) return;
+    if (!heads || R < 2 || t->ndim != 2 || (size_t)heads * stride != (size_t)t->shape[0]) return MOE_OK;
     moe_real *pair = malloc((size_t)R * cols * sizeof(moe_real));
-    if (!pair) return; /* (never: R rows of a tensor already in memory; left interleaved, the check run would see it) */
+    if (!pair) return MOE_ERR_OUT_OF_MEMORY;
     for (int h = 0; h < heads; h++) {
         moe_real *rows = buf + ((size_t)h * stride + first) * cols;
         for (int i = 0; i < R / 2; i++) {
@@ -230,6 +230,7 @@ static void deinterleave_rope_rows(const moe_model_config *c, const moe__ckpt_te
         memcpy(rows, pair, (size_t)R * cols * sizeof(moe_real));
     }
     free(pair);
+    return MOE_OK;
 }
 
 /* One tensor read into buf: finite (second moments >= 0 too), then into this rank's memory (a tensor-parallel one's
@@ -269,7 +270,7 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
             MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
         } else {
             MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
-            if (to->rope_interleaved) deinterleave_rope_rows(to->run->config, t, buf);
+            if (to->rope_interleaved) MOE_TRY(deinterleave_rope_rows(to->run->config, t, buf));
             MOE_TRY(put_tensor(to, t, buf));
         }
         if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
