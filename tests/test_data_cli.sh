@@ -2,7 +2,8 @@
 # test_data_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — data sets of shards as a user meets them (issue 52,
 # docs/DATA.md): three shards by a quoted glob with --shuffle 1 train bitwise the same on 1 and 4 ranks, and the
 # 4-rank checkpoint of step 5 resumed on 2 ranks continues the 1-rank curve to the same step-10 files (the data
-# position travels in the checkpoint); the shuffled order is another than the unshuffled one. A resume on a changed
+# position travels in the checkpoint); the shuffled order is another than the unshuffled one; a checkpoint without a
+# data position (before issue 52: tests/strip_data_position.py makes one) continues in order with a note. A resume on a changed
 # shard list or --shuffle is refused naming what changed, and continues with --allow-data-change 1, saying so.
 # Refused with the path named: a pattern matching nothing, a token past --vocab (a uint32 shard of another vocabulary
 # among uint16 ones: when it is read, with its offset), and a shard truncated while the run reads it (a message, not
@@ -60,13 +61,22 @@ run four 4 --ep 2 --checkpoint-interval 5 --keep-last 0
 same_run "3 shards shuffled, 4 ranks, ep 2" four one
 run resumed2 2 --ep 1 --resume "$dir/four/step-00000005"
 same_run "3 shards shuffled: step 5 of 4 ranks resumed on 2 ranks" resumed2 one
-run in_order 1 --shuffle 0
+run in_order 1 --shuffle 0 --checkpoint-interval 5 --keep-last 0
 if [ "$(losses "$dir/in_order.jsonl" | head -n 1)" = "$(losses "$dir/one.jsonl" | head -n 1)" ]; then
     echo "FAIL: --shuffle 1 read the first batch that --shuffle 0 reads"
     failures=$((failures + 1))
 else
     echo "ok: --shuffle 1 reads another first batch than --shuffle 0"
 fi
+# a checkpoint from before data positions (its train_state without the data_* metadata, as moe-train wrote it then):
+# resumed in order on 2 ranks it continues at step x micro-batches x batch with a note, bitwise the run's steps 6-10
+mkdir -p "$dir/old" && cp -r "$dir/in_order/step-00000005" "$dir/old/"
+python3 "$(dirname "$0")/strip_data_position.py" "$dir/old/step-00000005" > /dev/null ||
+    fail_with_output "strip_data_position.py failed"
+run old_resumed 2 --shuffle 0 --resume "$dir/old/step-00000005"
+grep -q "note: .*records no data set identity (saved before data positions were): the shard list is not checked; continuing at window counter 80" "$dir/out.txt" ||
+    fail_with_output "a checkpoint without a data position: no note saying so"
+same_run "a checkpoint from before data positions, resumed on 2 ranks" old_resumed in_order
 
 # a resume on other data: refused naming what changed, or continued with --allow-data-change 1
 state="$dir/four/step-00000005"
