@@ -85,8 +85,9 @@ fi
 # Not the 8-rank runs (suite eight): they run the 4-rank runs' code, one level more of the same trees; what they add is
 # the layout, which the main build checks bitwise. Sanitized, they were the lane's longest tests (the world-invariant
 # run 232 s in-lane at 3 steps, the tree all-reduce 93 s, 2026-12-06) in its longest lane.
-# Nor the CLI comparisons of layouts whose code the sanitized C tests run (tests/meson.build leaves them out of a
-# sanitized build: test_world_invariant_cli, test_pipeline_cli, test_gpu_layouts_cpu, test_data_scale).
+# Nor the CLI comparisons of layouts and configurations whose code the sanitized C tests run (tests/meson.build
+# leaves them out of a sanitized build: test_world_invariant_cli, test_pipeline_cli, test_tp_cli, test_config_cli,
+# test_gpu_layouts_cpu, test_data_scale).
 suites=(--suite unit --suite mpi --no-suite eight)
 [ $# -gt 0 ] && suites=()
 cd "$build"
