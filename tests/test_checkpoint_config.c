@@ -43,14 +43,6 @@ static char *file_text(const char *ckpt) {
     return text;
 }
 
-static void expect_refusal(const char *what, moe_status st, const char *expect) {
-    CHECK(st != MOE_OK, "%s: accepted", what);
-    if (st == MOE_OK) return;
-    CHECK(strstr(moe_failure_message(st), expect) != NULL, "%s: message '%s' lacks '%s'", what,
-          moe_failure_message(st), expect);
-    printf("%-40s refused: %s\n", what, moe_failure_message(st));
-}
-
 static moe_model_config small(void) {
     moe_model_config c = moe_model_config_default();
     c.rope_theta = 1e6f, c.norm_eps = 1e-5f, c.num_kv_heads = 2, c.max_positions = 4096;
@@ -139,7 +131,7 @@ static void expect_bad_keys(json_t *(*make)(void), const bad_key *bad, size_t co
         if (bad[i].value_json) json_object_set_new(j, bad[i].key, json_loads(bad[i].value_json, JSON_DECODE_ANY, NULL));
         else json_object_del(j, bad[i].key);
         char *ckpt = write_config("bad", j);
-        expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c, NULL), bad[i].expect);
+        test_expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c, NULL), bad[i].expect);
         free(ckpt);
     }
 }
@@ -171,14 +163,14 @@ static void transformers_made(void) {
     ckpt = write_config("hf", transformers_config());
     moe_checkpoint_read_config(ckpt, &c, NULL);
     c.rope_theta = 1e4f;
-    expect_refusal("a model with another rope_theta", moe__checkpoint_check_config(ckpt, &c, 1),
+    test_expect_refusal("a model with another rope_theta", moe__checkpoint_check_config(ckpt, &c, 1),
                    "rope_theta is 1000000 but this model has 10000");
-    expect_refusal("another rope_theta, the routing policy aside", moe__checkpoint_check_config(ckpt, &c, 0),
+    test_expect_refusal("another rope_theta, the routing policy aside", moe__checkpoint_check_config(ckpt, &c, 0),
                    "rope_theta is 1000000 but this model has 10000");
     /* the routing policy: what --init-from may train with (policy 0), not what --resume continues (1) */
     moe_checkpoint_read_config(ckpt, &c, NULL);
     c.moe.capacity_factor = 1.25f, c.moe.drop_priority = MOE_DROP_BY_SCORE;
-    expect_refusal("another capacity factor, resuming", moe__checkpoint_check_config(ckpt, &c, 1),
+    test_expect_refusal("another capacity factor, resuming", moe__checkpoint_check_config(ckpt, &c, 1),
                    "moe_train.capacity_factor is 0 but this model has 1.25");
     CHECK_OK(moe__checkpoint_check_config(ckpt, &c, 0));
     free(ckpt);
@@ -288,7 +280,7 @@ static void families(void) {
     json_t *j = moe__checkpoint_config_json(&c);
     json_object_set_new(j, "qkv_bias", json_false());
     ckpt = write_config("qwen2-no-bias", j);
-    expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c, NULL), "qkv_bias must be true");
+    test_expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c, NULL), "qkv_bias must be true");
     free(ckpt);
     /* a Mixtral or OLMoE cannot have a head_dim of its own: their transformers classes derive it */
     c = small();

@@ -40,15 +40,6 @@ static char dir[64];
 
 static char *path_in(const char *name) { return moe_path_join(dir, name); }
 
-/* st must fail with a message containing expect. */
-static void expect_refusal(const char *what, moe_status st, const char *expect) {
-    CHECK(st != MOE_OK, "%s: accepted", what);
-    if (st == MOE_OK) return;
-    CHECK(strstr(moe_failure_message(st), expect) != NULL, "%s: message '%s' lacks '%s'", what,
-          moe_failure_message(st), expect);
-    printf("%-34s refused: %s\n", what, moe_failure_message(st));
-}
-
 static void saved_steps(void) {
     const char *good[] = {"0", "12", "2147483647"};
     const int value[] = {0, 12, 2147483647};
@@ -113,11 +104,11 @@ static void safetensors(void) {
     CHECK_OK(moe_safetensors_write(good, e, 2, NULL, 0));
     CHECK_OK(read_both(good));
     char *flipped = edited(good, "flipped.safetensors", NULL, NULL, -3); /* a byte of b, the last tensor */
-    expect_refusal("a flipped data byte", read_both(flipped), "tensor b is corrupt");
+    test_expect_refusal("a flipped data byte", read_both(flipped), "tensor b is corrupt");
     char *unchecked = edited(good, "unchecked.safetensors", "crc32c:b", "crc32x:b", 0);
-    expect_refusal("one checksum removed", read_both(unchecked), "tensor b has no checksum although");
+    test_expect_refusal("one checksum removed", read_both(unchecked), "tensor b has no checksum although");
     char *overlap = edited(good, "overlap.safetensors", "[16,32]", "[12,28]", 0);
-    expect_refusal("overlapping data_offsets", read_both(overlap), "tensors a and b overlap");
+    test_expect_refusal("overlapping data_offsets", read_both(overlap), "tensors a and b overlap");
     free(good), free(flipped), free(unchecked), free(overlap);
 }
 
@@ -159,7 +150,7 @@ static void dtypes(void) {
     const float huge[1] = {3.4e38f}; /* above the largest bf16 (3.3895e38): rounds to Inf */
     const moe_safetensors_entry h[1] = {{"big", 1, {1}, huge, MOE_SAFETENSORS_BF16}};
     char *overflow = path_in("overflow.safetensors");
-    expect_refusal("a value past the largest bf16", moe_safetensors_write(overflow, h, 1, NULL, 0),
+    test_expect_refusal("a value past the largest bf16", moe_safetensors_write(overflow, h, 1, NULL, 0),
                    "big[0] = 3.4e+38 does not fit in bf16");
     /* F16 by hand: 1, -2, 2^-24 (the smallest subnormal), 65504, then +Inf and NaN */
     const uint16_t half[6] = {0x3C00, 0xC000, 0x0001, 0x7BFF, 0x7C00, 0x7E00};
@@ -173,7 +164,7 @@ static void dtypes(void) {
     CHECK_OK(read_t(bf16_by_hand, 2, got));
     CHECK(got[0] == 1 && got[1] == ldexpf(1, -133), "bf16 by hand: %g %g", got[0], got[1]);
     char *i16 = hand_made("i16.safetensors", "I16", half, 6);
-    expect_refusal("dtype I16", read_t(i16, 6, got), "has dtype I16; supported are F32, BF16 and F16");
+    test_expect_refusal("dtype I16", read_t(i16, 6, got), "has dtype I16; supported are F32, BF16 and F16");
     /* a header naming "t" twice (JSON allows it; a reader that keeps either would load the wrong bytes) */
     char *twice = path_in("twice.safetensors");
     const char header[] = "{\"t\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
@@ -182,7 +173,7 @@ static void dtypes(void) {
     unsigned char size_le[8] = {(unsigned char)(sizeof header - 1)};
     fwrite(size_le, 1, 8, f), fwrite(header, 1, sizeof header - 1, f), fwrite(half, 2, 4, f);
     fclose(f);
-    expect_refusal("a tensor named twice in a header", read_t(twice, 2, back), "duplicate object key");
+    test_expect_refusal("a tensor named twice in a header", read_t(twice, 2, back), "duplicate object key");
     free(bf16), free(overflow), free(f16), free(bf16_by_hand), free(i16), free(twice);
 }
 
@@ -237,38 +228,38 @@ static void shards(void) {
     free(copy_shards("missing"));
     char *p = path_in("missing/model-00002-of-00002.safetensors");
     unlink(p), free(p);
-    expect_refusal("a missing shard", read_set("missing"), "shard model-00002-of-00002.safetensors (one of the 2 that");
+    test_expect_refusal("a missing shard", read_set("missing"), "shard model-00002-of-00002.safetensors (one of the 2 that");
     free(copy_shards("extra"));
     p = path_in("extra/model.safetensors.index.json");
     write_text(p, "{\"metadata\":{},\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":"
                   "\"model-00001-of-00002.safetensors\",\"c\":\"model-00002-of-00002.safetensors\",\"d\":"
                   "\"model-00002-of-00002.safetensors\"}}");
     free(p);
-    expect_refusal("an index naming a missing tensor", read_set("extra"), "names tensor d in");
+    test_expect_refusal("an index naming a missing tensor", read_set("extra"), "names tensor d in");
     free(copy_shards("twice"));
     p = path_in("twice/model-00002-of-00002.safetensors");
     const moe_safetensors_entry ca[2] = {e[0], e[2]};
     CHECK_OK(moe_safetensors_write(p, ca, 2, NULL, 0));
     free(p);
-    expect_refusal("a tensor in two shards", read_set("twice"), "holds tensor a, which the index");
+    test_expect_refusal("a tensor in two shards", read_set("twice"), "holds tensor a, which the index");
     free(copy_shards("truncated"));
     p = path_in("truncated/model-00001-of-00002.safetensors");
     CHECK(truncate(p, 60) == 0, "truncate");
     free(p);
-    expect_refusal("a truncated shard", read_set("truncated"), "truncated");
+    test_expect_refusal("a truncated shard", read_set("truncated"), "truncated");
     free(copy_shards("both"));
     p = path_in("both/model.safetensors");
     CHECK_OK(moe_safetensors_write(p, e, 3, NULL, 0));
     free(p);
-    expect_refusal("a single file and an index", read_set("both"), "which one is the model");
+    test_expect_refusal("a single file and an index", read_set("both"), "which one is the model");
     free(copy_shards("outside"));
     p = path_in("outside/model.safetensors.index.json");
     write_text(p, "{\"weight_map\":{\"a\":\"../one/model.safetensors\"}}");
-    expect_refusal("a shard outside the directory", read_set("outside"), "must be a file name ending in .safetensors");
+    test_expect_refusal("a shard outside the directory", read_set("outside"), "must be a file name ending in .safetensors");
     write_text(p, "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"a\":\"model-00002-of-00002.safetensors\"}}");
-    expect_refusal("a duplicate key in the index", read_set("outside"), "duplicate");
+    test_expect_refusal("a duplicate key in the index", read_set("outside"), "duplicate");
     write_text(p, "[1, 2]");
-    expect_refusal("an index that is not an object", read_set("outside"), "needs a non-empty \"weight_map\"");
+    test_expect_refusal("an index that is not an object", read_set("outside"), "needs a non-empty \"weight_map\"");
     free(p), free(d), free(one), free(s1), free(s2);
 }
 
@@ -290,20 +281,20 @@ static void token_files(void) {
     CHECK_OK(moe_token_file_write_u32(u32, wide, 5)); /* without 4e9 */
     CHECK_OK(first_window(u32, 70001, got));
     for (int i = 0; i < 3; i++) CHECK((uint32_t)got[i] == wide[i], "token %d: %d", i, got[i]);
-    expect_refusal("a uint32 token past the vocabulary", first_window(u32, 70000, got),
+    test_expect_refusal("a uint32 token past the vocabulary", first_window(u32, 70000, got),
                    "token 70000 at token offset 0 is outside the vocabulary (size 70000)");
     CHECK_OK(moe_token_file_write_u32(u32, wide + 3, 3)); /* 65536, 12, 4e9 */
-    expect_refusal("a token of 4e9 (past INT_MAX)", first_window(u32, 2147483647, got),
+    test_expect_refusal("a token of 4e9 (past INT_MAX)", first_window(u32, 2147483647, got),
                    "u32.bin: token 4000000000 at token offset 2 is outside");
     CHECK_OK(moe_token_file_write_u32(u32, wide, 6));
     char *v1 = path_in("u32v1.bin");
     CHECK_OK(moe_token_file_write_u32(v1, wide, 5));
     FILE *f = fopen(v1, "r+b");
     fseek(f, 4, SEEK_SET), fputc(1, f), fclose(f); /* version 1 with the uint32 magic */
-    expect_refusal("uint32 magic, version 1", first_window(v1, 70001, got),
+    test_expect_refusal("uint32 magic, version 1", first_window(v1, 70001, got),
                    "unsupported version 1 for magic 20240801 (expected 7)");
     CHECK(truncate(u32, 1024 + 4 * 6 - 2) == 0, "truncate");
-    expect_refusal("a truncated uint32 file", first_window(u32, 70001, got),
+    test_expect_refusal("a truncated uint32 file", first_window(u32, 70001, got),
                    "announces 6 tokens but the file holds 22 bytes of uint32 tokens");
     const unsigned short narrow[4] = {1, 65535, 7, 0};
     CHECK_OK(moe_token_file_write(u16, narrow, 4));
@@ -335,9 +326,9 @@ static void not_regular_files(void) {
         moe_safetensors_file f;
         moe_token_data *tokens;
         moe_routing_trace trace;
-        expect_refusal("safetensors", moe_safetensors_open(paths[i], &f), kinds[i]);
-        expect_refusal("token file", moe_token_data_open(paths[i], 256, 16, &tokens), kinds[i]);
-        expect_refusal("routing trace", moe_routing_trace_open(&trace, paths[i], 8, 2, 2, 16, 1), kinds[i]);
+        test_expect_refusal("safetensors", moe_safetensors_open(paths[i], &f), kinds[i]);
+        test_expect_refusal("token file", moe_token_data_open(paths[i], 256, 16, &tokens), kinds[i]);
+        test_expect_refusal("routing trace", moe_routing_trace_open(&trace, paths[i], 8, 2, 2, 16, 1), kinds[i]);
     }
     /* config.json as a FIFO, in a checkpoint directory */
     char *ckpt = path_in("ckpt"), *config;
@@ -345,7 +336,7 @@ static void not_regular_files(void) {
     config = moe_path_join(ckpt, "config.json");
     CHECK(mkfifo(config, 0600) == 0, "mkfifo");
     moe_model_config c = moe_model_config_default();
-    expect_refusal("config.json", moe__checkpoint_check_config(ckpt, &c, 1), "is a FIFO (named pipe)");
+    test_expect_refusal("config.json", moe__checkpoint_check_config(ckpt, &c, 1), "is a FIFO (named pipe)");
     alarm(0);
     free(fifo), free(folder), free(ckpt), free(config);
 }
@@ -368,9 +359,9 @@ static moe_status check_edited_config(const char *key, json_t *value) {
 
 static void config_keys(void) {
     CHECK_OK(check_edited_config("unused_key", json_true())); /* the unedited config passes */
-    expect_refusal("config.json without num_hidden_layers", check_edited_config("num_hidden_layers", NULL),
+    test_expect_refusal("config.json without num_hidden_layers", check_edited_config("num_hidden_layers", NULL),
                    "num_hidden_layers is missing");
-    expect_refusal("tie_word_embeddings \"yes\"", check_edited_config("tie_word_embeddings", json_string("yes")),
+    test_expect_refusal("tie_word_embeddings \"yes\"", check_edited_config("tie_word_embeddings", json_string("yes")),
                    "tie_word_embeddings must be true or false");
 }
 

@@ -21,14 +21,6 @@ static char dir[64];
 
 static char *path_in(const char *name) { return moe_path_join(dir, name); }
 
-static void expect_refusal(const char *what, moe_status st, const char *expect) {
-    CHECK(st != MOE_OK, "%s: accepted", what);
-    if (st == MOE_OK) return;
-    CHECK(strstr(moe_failure_message(st), expect) != NULL, "%s: message '%s' lacks '%s'", what,
-          moe_failure_message(st), expect);
-    printf("%-40s refused: %s\n", what, moe_failure_message(st));
-}
-
 static void permutation(void) {
     static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 31, 32, 33, 63, 64, 65, 97, 100, 127, 128,
                                     255, 256, 257, 1000, 1023, 1024, 1025, 4099, 65536, 65537, 100003};
@@ -153,13 +145,13 @@ static void windows(void) {
     CHECK_OK(moe_token_data_open(spec, 65536, S, &narrow)); /* opening reads no token */
     if (narrow) {
         CHECK_OK(moe_token_data_sequences(narrow, (moe_data_order){0}, 2, 1, inputs, targets)); /* shard c: fine */
-        expect_refusal("a uint32 token past the vocabulary", moe_token_data_sequences(narrow, (moe_data_order){0}, 1, 1,
+        test_expect_refusal("a uint32 token past the vocabulary", moe_token_data_sequences(narrow, (moe_data_order){0}, 1, 1,
                        inputs, targets), "shard_b.bin: token 70004 at token offset 4 is outside the vocabulary");
     }
     moe_token_data_close(narrow);
     /* a shard truncated after it was opened: a message naming it, no SIGBUS; the other shards still read */
     CHECK(truncate(a, 1024 + 2 * 6) == 0, "truncate");
-    expect_refusal("a shard truncated while open", moe_token_data_sequences(d, (moe_data_order){0}, 4, 1, inputs,
+    test_expect_refusal("a shard truncated while open", moe_token_data_sequences(d, (moe_data_order){0}, 4, 1, inputs,
                    targets), "shard_a.bin: the file ends at 1036 bytes, before tokens 4 to 8");
     CHECK_OK(moe_token_data_sequences(d, (moe_data_order){0}, 0, 3, inputs, targets));
     moe_token_data_close(d);
@@ -170,19 +162,19 @@ static void refusals(void) {
     char spec[512];
     moe_token_data *d = NULL;
     snprintf(spec, sizeof spec, "%s/none_*.bin", dir);
-    expect_refusal("an empty pattern", moe_token_data_open(spec, 256, S, &d), "none_*.bin: no file matches");
+    test_expect_refusal("an empty pattern", moe_token_data_open(spec, 256, S, &d), "none_*.bin: no file matches");
     snprintf(spec, sizeof spec, "%s/missing.bin", dir);
-    expect_refusal("a missing file", moe_token_data_open(spec, 256, S, &d), "missing.bin: cannot open");
+    test_expect_refusal("a missing file", moe_token_data_open(spec, 256, S, &d), "missing.bin: cannot open");
     char *good = make_shard("good.bin", 0, 9, 0), *bad = path_in("bad.bin"), *tiny = make_shard("tiny.bin", 0, 4, 0);
     FILE *f = fopen(bad, "wb");
     fputs("not a token file, but long enough? no: shorter than a header", f), fclose(f);
     snprintf(spec, sizeof spec, "%s,%s", good, bad);
-    expect_refusal("a bad shard after a good one", moe_token_data_open(spec, 256, S, &d), "bad.bin: truncated");
+    test_expect_refusal("a bad shard after a good one", moe_token_data_open(spec, 256, S, &d), "bad.bin: truncated");
     snprintf(spec, sizeof spec, "%s,%s", good, tiny);
-    expect_refusal("a shard shorter than a window", moe_token_data_open(spec, 256, S, &d),
+    test_expect_refusal("a shard shorter than a window", moe_token_data_open(spec, 256, S, &d),
                    "tiny.bin: only 4 tokens, fewer than one sequence of 4 + 1");
     snprintf(spec, sizeof spec, "%s,", good);
-    expect_refusal("an empty entry", moe_token_data_open(spec, 256, S, &d), "an empty entry");
+    test_expect_refusal("an empty entry", moe_token_data_open(spec, 256, S, &d), "an empty entry");
     CHECK(d == NULL, "a refused data set is NULL");
     free(good), free(bad), free(tiny);
 }

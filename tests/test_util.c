@@ -2,7 +2,9 @@
 #include "tests/test_util.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int test_failures = 0;
 
@@ -49,6 +51,14 @@ void test_problem(const char *fmt, ...) {
     vfprintf(out, fmt, ap);
     va_end(ap);
     fputc('\n', out);
+}
+
+void test_expect_refusal(const char *what, moe_status st, const char *expect) {
+    CHECK(st != MOE_OK, "%s: accepted", what);
+    if (st == MOE_OK) return;
+    CHECK(strstr(moe_failure_message(st), expect) != NULL, "%s: message '%s' lacks '%s'", what,
+          moe_failure_message(st), expect);
+    printf("%-40s refused: %s\n", what, moe_failure_message(st));
 }
 
 int test_finish(const char *name) {

@@ -53,6 +53,9 @@ void test_weights_free(test_weights *tw);
 extern int test_problems, test_expecting_problems;
 void test_problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* st must be a failure whose message holds expect (a CHECK each); the refusal printed after what. */
+void test_expect_refusal(const char *what, moe_status st, const char *expect);
+
 int test_finish(const char *name);
 
 #endif

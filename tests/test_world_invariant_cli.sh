@@ -15,34 +15,7 @@ small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --e
        --micro-batches 2 --zero 1 --capacity-factor 1.0 --steps 10 --warmup 1 --eval-batches 1 --eval-interval 100
        --sample-tokens 0 --exchange-timeout 60 --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 
-run() { # NAME RANKS FLAGS...: trains into $dir/NAME (checkpoints) and $dir/NAME.jsonl
-    local name=$1 np=$2
-    shift 2
-    merge --checkpoint-dir "$dir/$name" --log-file "$dir/$name.jsonl" "$@"
-    if ! timeout 300 "$mpirun" -np "$np" "$train" "${merged[@]}" > "$dir/out.txt" 2>&1; then
-        fail_with_output "$name: moe-train on $np ranks failed"
-    fi
-}
-
-losses() { grep '"step"' "$1" | sed 's/.*"step": *\([0-9]*\).*"loss": *\([-0-9.e+]*\).*/\1 \2/'; }
-
-same_run() { # WHAT NAME REFERENCE: the same losses for the steps NAME ran, the same step-10 files
-    local what=$1 a=$2 b=$3 f
-    if ! join <(losses "$dir/$a.jsonl") <(losses "$dir/$b.jsonl") | awk '$2 != $3 { bad = 1 } END { exit bad }' ||
-        [ "$(losses "$dir/$a.jsonl" | wc -l)" -lt 5 ]; then
-        echo "FAIL: $what: losses differ from $b's"; paste <(losses "$dir/$a.jsonl") <(losses "$dir/$b.jsonl")
-        failures=$((failures + 1))
-        return
-    fi
-    for f in model.safetensors train_state.safetensors; do
-        if ! cmp -s "$dir/$a/step-00000010/$f" "$dir/$b/step-00000010/$f"; then
-            echo "FAIL: $what: step 10's $f differs from $b's"
-            failures=$((failures + 1))
-            return
-        fi
-    done
-    echo "ok: $what: $(losses "$dir/$a.jsonl" | wc -l) losses and the step-10 checkpoint bitwise $b's"
-}
+source "$(dirname "$0")/layout_runs.sh" # run, losses, same_run
 
 run one 1
 if grep -q "note: --zero 1 on 1 rank shards nothing" "$dir/out.txt"; then
