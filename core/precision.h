@@ -3,10 +3,13 @@
  *   fp32: every GEMM takes fp32 inputs.
  *   bf16: the GEMMs of the experts and of the dense layers (attention projections, dense FFNs, lm_head), forward
  *         and backward, take bf16 copies of their weights and activations (rounded to nearest even), accumulate
- *         in fp32 and write fp32. Everything else stays fp32: the master weights, the optimizer state, the
- *         gradients and their reductions, norms, softmax, losses, the embedding lookup, attention's score and
- *         value products, and the router (its logits GEMM too: routing decisions are made in fp32, as every MoE
- *         trainer does; a bf16 logit would flip top-k choices at ties).
+ *         in fp32 and write fp32; so do the fused attention's products (q k^T, P v and their backward: q, k, v,
+ *         dout, P and dS rounded where FlashAttention-2's tensor-core kernels round them, kernels/attention.h).
+ *         Everything else stays fp32: the master weights, the optimizer state, the gradients and their
+ *         reductions, norms, softmax and its statistics, losses, the embedding lookup, the materialized
+ *         attention (--attention materialized, the S x S reference), and the router (its logits GEMM too:
+ *         routing decisions are made in fp32, as every MoE trainer does; a bf16 logit would flip top-k choices at
+ *         ties).
  *
  * A bf16 input times a bf16 input is exact in fp32, so a bf16 GEMM with fp32 accumulation computes the same as an
  * fp32 GEMM of the rounded inputs, up to the order of the sums: which is how a CPU without a bf16 kernel runs it, and
@@ -21,7 +24,7 @@ typedef enum {
     MOE_GEMM_ROUTER,    /* router logits and their gradients                      */
     MOE_GEMM_EXPERTS,   /* the SwiGLU experts of an MoE layer                      */
     MOE_GEMM_DENSE,     /* attention projections, dense SwiGLU FFNs, lm_head       */
-    MOE_GEMM_ATTENTION, /* q k^T and att v inside attention                        */
+    MOE_GEMM_ATTENTION, /* q k^T and att v inside the fused attention (and their backward) */
 } moe_gemm_site;
 
 /* 1 when the GEMMs at `site` take bf16 inputs under precision p (they always accumulate and write fp32). */

@@ -11,11 +11,15 @@
  *             i >= j in order: dv_j += p_ij dout_i, dk_j += ds_ij q_i
  *             with p_ij = e^(s_ij - lse_i), ds_ij = p_ij (dout_i . v_j - D_i) scale
  * Head dimensions up to kMaxHeadDim (MOE_ERR_INVALID_ARG above). Rounding differs from the CPU's tiles (its GEMMs
- * add in another order): compared within the tolerance rows "attention fused" by tests/test_gpu_dense_ops_b.cu.
+ * add in another order): compared within the tolerance rows "attention fused" by tests/test_gpu_dense_table.c.
+ * bf16 (attention.h): the tensor-core kernels of attention_flash.cu run where moe_attention_flash_applies; these
+ * kernels run the rest, rounding at the same points (q, k, v, dout as read; p before o and dv; ds before dq and dk).
  * Build: ninja -C build; check: meson test -C build --suite gpu. */
 #include <math.h>
 
 #include "core/gpu_cuda.h"
+#include "kernels/attention_flash.cuh"
+#include "kernels/cast_device.cuh"
 
 extern "C" {
 #include "kernels/attention.h"
@@ -30,28 +34,34 @@ constexpr int kMaxHeadDim = 256; /* the per-thread arrays */
 struct FusedDims {
     int S, H, KV, hd, group, ldq, ldk;
     float scale; /* 1 / sqrt(hd), rounded as on the CPU */
+    int bf16;    /* the products' inputs rounded to bf16 (attention.h) */
 };
 
-FusedDims fused_dims(int S, int H, int KV, int hd) {
+FusedDims fused_dims(int S, int H, int KV, int hd, int bf16) {
     FusedDims a;
     a.S = S, a.H = H, a.KV = KV, a.hd = hd, a.group = H / KV, a.ldq = H * hd, a.ldk = KV * hd;
-    a.scale = (float)(1 / sqrt((double)hd));
+    a.scale = (float)(1 / sqrt((double)hd)), a.bf16 = bf16;
     return a;
 }
 
+/* x as a product reads it: itself, or under bf16 rounded (cast_device.cuh: the CPU's rounding, bit for bit) */
+__device__ __forceinline__ float operand(const FusedDims &a, float x) {
+    return a.bf16 ? moe_cuda::bf16_value(moe_cuda::bf16_bits(x)) : x;
+}
+
 /* rows [r0, r0 + kTile) of a [tokens, heads, hd] array (stride ld, starting at base) into tile[kTile][hd] */
-__device__ void stage(float *tile, const float *base, int r0, int S, int ld, int hd) {
-    for (int x = threadIdx.x; x < kTile * hd; x += blockDim.x) {
-        const int r = x / hd, c = x % hd;
-        tile[x] = r0 + r < S ? base[(size_t)(r0 + r) * ld + c] : 0.f;
+__device__ void stage(float *tile, const float *base, int r0, const FusedDims &a, int ld) {
+    for (int x = threadIdx.x; x < kTile * a.hd; x += blockDim.x) {
+        const int r = x / a.hd, c = x % a.hd;
+        tile[x] = r0 + r < a.S ? operand(a, base[(size_t)(r0 + r) * ld + c]) : 0.f;
     }
 }
 
 /* The key tile at j0 of K and V into shared memory, once every thread is done with the previous one. */
 __device__ void stage_kv(float *K, float *V, const float *kb, const float *vb, int j0, const FusedDims &a) {
     __syncthreads();
-    stage(K, kb, j0, a.S, a.ldk, a.hd);
-    stage(V, vb, j0, a.S, a.ldk, a.hd);
+    stage(K, kb, j0, a, a.ldk);
+    stage(V, vb, j0, a, a.ldk);
     __syncthreads();
 }
 
@@ -70,16 +80,17 @@ __global__ void fused_forward(FusedDims a, const float *q, const float *k, const
     float qi[kMaxHeadDim], o[kMaxHeadDim];
     const bool row = i < a.S;
     if (row)
-        for (int x = 0; x < a.hd; x++) qi[x] = q[((size_t)n * a.S + i) * a.ldq + (size_t)h * a.hd + x], o[x] = 0.f;
+        for (int x = 0; x < a.hd; x++)
+            qi[x] = operand(a, q[((size_t)n * a.S + i) * a.ldq + (size_t)h * a.hd + x]), o[x] = 0.f;
     float m = -INFINITY, l = 0.f;
     const int last = min(a.S, (blockIdx.x + 1) * kRows); /* keys up to the block's last row */
     for (int j0 = 0; j0 < last; j0 += kTile) {
         stage_kv(K, V, kb, vb, j0, a);
         for (int c = 0; row && c < kTile && j0 + c <= i; c++) {
             const float s = dot_row(qi, K + c * a.hd, a.hd) * a.scale, m_new = fmaxf(m, s);
-            const float rescale = m == -INFINITY ? 0.f : expf(m - m_new), p = expf(s - m_new);
+            const float rescale = m == -INFINITY ? 0.f : expf(m - m_new), p = expf(s - m_new), pv = operand(a, p);
             l = l * rescale + p;
-            for (int x = 0; x < a.hd; x++) o[x] = fmaf(p, V[c * a.hd + x], o[x] * rescale);
+            for (int x = 0; x < a.hd; x++) o[x] = fmaf(pv, V[c * a.hd + x], o[x] * rescale);
             m = m_new;
         }
     }
@@ -89,12 +100,14 @@ __global__ void fused_forward(FusedDims a, const float *q, const float *k, const
     lse[((size_t)n * a.H + h) * a.S + i] = m + logf(l);
 }
 
-/* D_i = dout_i . out_i; grid (row blocks, H, num_seqs) */
+/* D_i = dout_i . out_i, dout as the products read it (the flash kernels' too); grid (row blocks, H, num_seqs) */
 __global__ void fused_row_dots(FusedDims a, const float *out, const float *dout, float *D) {
     const int n = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRows + threadIdx.x;
     if (i >= a.S) return;
     const size_t at = ((size_t)n * a.S + i) * a.ldq + (size_t)h * a.hd;
-    D[((size_t)n * a.H + h) * a.S + i] = dot_row(out + at, dout + at, a.hd);
+    float s = 0.f;
+    for (int x = 0; x < a.hd; x++) s = fmaf(out[at + x], operand(a, dout[at + x]), s);
+    D[((size_t)n * a.H + h) * a.S + i] = s;
 }
 
 /* dq rows; grid (row blocks, H, num_seqs) */
@@ -109,13 +122,13 @@ __global__ void fused_backward_dq(FusedDims a, const float *q, const float *k, c
     const size_t at = ((size_t)n * a.S + (row ? i : 0)) * a.ldq + (size_t)h * a.hd, stat = ((size_t)n * a.H + h) * a.S + i;
     const float lse_i = row ? lse[stat] : 0.f, D_i = row ? D[stat] : 0.f;
     if (row)
-        for (int x = 0; x < a.hd; x++) qi[x] = q[at + x], doi[x] = dout[at + x], dqi[x] = 0.f;
+        for (int x = 0; x < a.hd; x++) qi[x] = operand(a, q[at + x]), doi[x] = operand(a, dout[at + x]), dqi[x] = 0.f;
     const int last = min(a.S, (blockIdx.x + 1) * kRows);
     for (int j0 = 0; j0 < last; j0 += kTile) {
         stage_kv(K, V, kb, vb, j0, a);
         for (int c = 0; row && c < kTile && j0 + c <= i; c++) {
             const float p = expf(dot_row(qi, K + c * a.hd, a.hd) * a.scale - lse_i);
-            const float ds = p * (dot_row(doi, V + c * a.hd, a.hd) - D_i) * a.scale;
+            const float ds = operand(a, p * (dot_row(doi, V + c * a.hd, a.hd) - D_i) * a.scale);
             for (int x = 0; x < a.hd; x++) dqi[x] = fmaf(ds, K[c * a.hd + x], dqi[x]);
         }
     }
@@ -133,24 +146,25 @@ __global__ void fused_backward_dkv(FusedDims a, const float *q, const float *k, 
     const bool row = j < a.S;
     const size_t at = ((size_t)n * a.S + (row ? j : 0)) * a.ldk + (size_t)g * a.hd;
     if (row)
-        for (int x = 0; x < a.hd; x++) kj[x] = k[at + x], vj[x] = v[at + x], dkj[x] = 0.f, dvj[x] = 0.f;
+        for (int x = 0; x < a.hd; x++)
+            kj[x] = operand(a, k[at + x]), vj[x] = operand(a, v[at + x]), dkj[x] = 0.f, dvj[x] = 0.f;
     const int first = blockIdx.x * kRows; /* queries before the block's first key see none of its keys */
     for (int h = g * a.group; h < (g + 1) * a.group; h++) {
         const float *qb = q + (size_t)n * a.S * a.ldq + (size_t)h * a.hd, *db = dout + (size_t)n * a.S * a.ldq + (size_t)h * a.hd;
         const float *lb = lse + ((size_t)n * a.H + h) * a.S, *Db = D + ((size_t)n * a.H + h) * a.S;
         for (int i0 = first / kTile * kTile; i0 < a.S; i0 += kTile) {
             __syncthreads();
-            stage(Q, qb, i0, a.S, a.ldq, a.hd);
-            stage(dO, db, i0, a.S, a.ldq, a.hd);
+            stage(Q, qb, i0, a, a.ldq);
+            stage(dO, db, i0, a, a.ldq);
             for (int x = threadIdx.x; x < kTile; x += blockDim.x)
                 L[x] = i0 + x < a.S ? lb[i0 + x] : 0.f, Dt[x] = i0 + x < a.S ? Db[i0 + x] : 0.f;
             __syncthreads();
             for (int r = 0; row && r < kTile && i0 + r < a.S; r++) {
                 if (i0 + r < j) continue; /* causal: query i sees key j only when j <= i */
                 const float p = expf(dot_row(Q + r * a.hd, kj, a.hd) * a.scale - L[r]);
-                const float ds = p * (dot_row(dO + r * a.hd, vj, a.hd) - Dt[r]) * a.scale;
+                const float ds = operand(a, p * (dot_row(dO + r * a.hd, vj, a.hd) - Dt[r]) * a.scale), pv = operand(a, p);
                 for (int x = 0; x < a.hd; x++) {
-                    dvj[x] = fmaf(p, dO[r * a.hd + x], dvj[x]);
+                    dvj[x] = fmaf(pv, dO[r * a.hd + x], dvj[x]);
                     dkj[x] = fmaf(ds, Q[r * a.hd + x], dkj[x]);
                 }
             }
@@ -171,11 +185,15 @@ dim3 grid_of(int S, int heads, int num_seqs) { return dim3((unsigned)((S + kRows
 
 extern "C" moe_status moe_attention_fused_forward_cuda(moe_gpu *gpu, const float *q, const float *k, const float *v,
                                                        int num_seqs, int seq_len, int num_heads, int num_kv_heads,
-                                                       int head_dim, float *lse, float *out) {
+                                                       int head_dim, int bf16, float *lse, float *out) {
     if (bad_fused_dims(num_seqs, seq_len, num_heads, num_kv_heads, head_dim) || !q || !k || !v || !lse || !out)
         return MOE_ERR_INVALID_ARG;
     if (num_seqs == 0 || seq_len == 0) return MOE_OK;
-    const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim);
+    const void *const buffers[] = {q, k, v, out};
+    const moe_flash_problem problem = {q, k, v, num_seqs, seq_len, num_heads, num_kv_heads, head_dim};
+    if (bf16 && moe_attention_flash_applies(head_dim, buffers, 4))
+        return moe__attention_flash_forward(gpu, &problem, lse, out);
+    const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim, bf16);
     const size_t smem = 2 * (size_t)kTile * a.hd * sizeof(float);
     fused_forward<<<grid_of(a.S, a.H, num_seqs), kRows, smem, gpu->stream>>>(a, q, k, v, lse, out);
     MOE_CUDA_LAUNCHED();
@@ -185,17 +203,21 @@ extern "C" moe_status moe_attention_fused_forward_cuda(moe_gpu *gpu, const float
 extern "C" moe_status moe_attention_fused_backward_cuda(moe_gpu *gpu, const float *q, const float *k, const float *v,
                                                         const float *out, const float *lse, const float *dout,
                                                         int num_seqs, int seq_len, int num_heads, int num_kv_heads,
-                                                        int head_dim, float *dq, float *dk, float *dv) {
+                                                        int head_dim, int bf16, float *dq, float *dk, float *dv) {
     if (bad_fused_dims(num_seqs, seq_len, num_heads, num_kv_heads, head_dim) || !q || !k || !v || !out || !lse ||
         !dout || !dq || !dk || !dv)
         return MOE_ERR_INVALID_ARG;
     if (num_seqs == 0 || seq_len == 0) return MOE_OK;
-    const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim);
+    const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim, bf16);
     void *scratch = NULL; /* D: [num_seqs, H, S] */
     MOE_TRY(moe_gpu_scratch(gpu, (size_t)num_seqs * a.H * a.S * sizeof(float), &scratch));
     float *D = (float *)scratch;
     fused_row_dots<<<grid_of(a.S, a.H, num_seqs), kRows, 0, gpu->stream>>>(a, out, dout, D);
     MOE_CUDA_LAUNCHED();
+    const void *const buffers[] = {q, k, v, dout, dq, dk, dv};
+    const moe_flash_problem problem = {q, k, v, num_seqs, seq_len, num_heads, num_kv_heads, head_dim};
+    if (bf16 && moe_attention_flash_applies(head_dim, buffers, 7))
+        return moe__attention_flash_backward(gpu, &problem, lse, D, dout, dq, dk, dv);
     const size_t smem = 2 * (size_t)kTile * a.hd * sizeof(float);
     fused_backward_dq<<<grid_of(a.S, a.H, num_seqs), kRows, smem, gpu->stream>>>(a, q, k, v, lse, D, dout, dq);
     MOE_CUDA_LAUNCHED();

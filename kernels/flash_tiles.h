@@ -32,12 +32,15 @@ typedef struct {
     int warps;   /* a block's warps: block_m / 16 rows of mma tiles each (16 query rows a warp) */
 } moe_flash_tiles;
 
-/* The tiles for head_dim (64 to 256, a multiple of 16): FlashAttention-2's on an H100 — 128 x 128 up to 64, 128 x 64
- * up to 128 (its shared memory then holds Q, two K/V blocks), 64 x 64 beyond. */
+/* The tiles for head_dim (a multiple of 16 up to 256): FlashAttention-2's on an H100 — 128 x 128 up to 64, 128 x 64
+ * up to 128 (its shared memory then holds Q, two K/V blocks), 64 x 64 beyond. As macros too, for the kernels'
+ * compile-time shapes (kernels/attention_flash.cu): one rule. */
+#define MOE_FLASH_BLOCK_M(head_dim) ((head_dim) <= 128 ? 128 : 64)
+#define MOE_FLASH_BLOCK_N(head_dim) ((head_dim) <= 64 ? 128 : 64)
 MOE_FLASH_FN moe_flash_tiles moe_flash_tiles_for(int head_dim) {
     moe_flash_tiles t;
-    t.block_m = head_dim <= 128 ? 128 : 64;
-    t.block_n = head_dim <= 64 ? 128 : 64;
+    t.block_m = MOE_FLASH_BLOCK_M(head_dim);
+    t.block_n = MOE_FLASH_BLOCK_N(head_dim);
     t.warps = t.block_m / 16;
     return t;
 }
@@ -71,5 +74,30 @@ MOE_FLASH_FN void moe_flash_frag_c(int lane, int e, int *row, int *col) {
     *row = lane / 4 + 8 * (e / 2);
     *col = 2 * (lane % 4) + e % 2;
 }
+
+/* ldmatrix.sync.aligned.m8n8.x4 (PTX ISA): lanes 8 m .. 8 m + 7 give the addresses of matrix m's 8 rows (8 b16
+ * each); register m of lane t receives matrix m's row t / 4, columns 2 (t % 4) and + 1, or with .trans its rows
+ * 2 (t % 4) and + 1 at column t / 4. The row and column of a shared tile that `lane` points at, to load:
+ *   a: an A fragment (16 x 16, the tile row-major): registers 0-3 are A's elements 0-1, 2-3, 4-5, 6-7;
+ *   b_nk: two B fragments (16 x 8 each, k x n) from a tile stored [n][k] (rows n): registers 0, 1 the first's
+ *         elements 0-1, 2-3, registers 2, 3 the second's (n + 8);
+ *   b_kn: the same from a tile stored [k][n], with .trans.
+ * tests/test_flash_tiles.c runs these through the instruction's definition against the fragment maps above. */
+MOE_FLASH_FN void moe_flash_ldmatrix_a(int lane, int *row, int *col) {
+    *row = lane % 16;
+    *col = 8 * (lane / 16);
+}
+MOE_FLASH_FN void moe_flash_ldmatrix_b_nk(int lane, int *row, int *col) {
+    *row = lane % 8 + 8 * (lane / 16);
+    *col = 8 * ((lane / 8) % 2);
+}
+MOE_FLASH_FN void moe_flash_ldmatrix_b_kn(int lane, int *row, int *col) {
+    *row = lane % 8 + 8 * ((lane / 8) % 2);
+    *col = 8 * (lane / 16);
+}
+/* The accumulators of two n8 tiles of C (16 x 16 together) as the A fragment of a k16 step (P of P v): A's element
+ * 4 t + e is element e of C tile t. */
+MOE_FLASH_FN int moe_flash_c_tile_of_a(int e) { return e / 4; }
+MOE_FLASH_FN int moe_flash_c_element_of_a(int e) { return e % 4; }
 
 #endif

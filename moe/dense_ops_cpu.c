@@ -28,6 +28,7 @@ struct moe_dense_state {
     moe_real *rope_table;                       /* moe_rope_table_cpu's for the shape below (every layer's) */
     int rope_seq_len, rope_head_dim;
     double rope_theta;
+    int bf16_attention; /* the fused attention's products in bf16 (core/precision.h, MOE_GEMM_ATTENTION) */
 };
 
 /* Grows the buffers behind ptrs to nbytes each when *have is smaller. */
@@ -53,6 +54,7 @@ static moe_status cpu_create(moe_runtime *rt, int layout_invariant, moe_precisio
     moe_dense_state *s = calloc(1, sizeof *s);
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
     s->rt = rt;
+    s->bf16_attention = moe_precision_bf16_inputs(precision, MOE_GEMM_ATTENTION);
     moe_status st = moe_gemm_rows_plan_init(&s->gemm, layout_invariant,
                                             moe_precision_bf16_inputs(precision, MOE_GEMM_DENSE), max_width);
     if (st != MOE_OK) return cpu_destroy(s), st;
@@ -160,7 +162,7 @@ static moe_status cpu_attention_fused_forward(moe_dense_state *s, const moe_real
                                               const moe_real *v, int num_seqs, int S, int H, int KV, int hd,
                                               moe_real *lse, moe_real *out) {
     MOE_TRY(fused_scratch(s, hd));
-    moe_attention_fused_forward_cpu(q, k, v, num_seqs, S, H, KV, hd, lse, out, s->att_scratch);
+    moe_attention_fused_forward_cpu(q, k, v, num_seqs, S, H, KV, hd, s->bf16_attention, lse, out, s->att_scratch);
     return MOE_OK;
 }
 
@@ -169,7 +171,8 @@ static moe_status cpu_attention_fused_backward(moe_dense_state *s, const moe_rea
                                                const moe_real *dout, int num_seqs, int S, int H, int KV, int hd,
                                                moe_real *dq, moe_real *dk, moe_real *dv) {
     MOE_TRY(fused_scratch(s, hd));
-    moe_attention_fused_backward_cpu(q, k, v, out, lse, dout, num_seqs, S, H, KV, hd, dq, dk, dv, s->att_scratch);
+    moe_attention_fused_backward_cpu(q, k, v, out, lse, dout, num_seqs, S, H, KV, hd, s->bf16_attention, dq, dk, dv,
+                                     s->att_scratch);
     return MOE_OK;
 }
 

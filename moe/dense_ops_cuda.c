@@ -40,6 +40,7 @@ struct moe_dense_state {
     moe_runtime *rt;
     moe_gpu *gpu;
     int bf16_inputs;               /* core/precision.h, MOE_GEMM_DENSE */
+    int bf16_attention;            /* core/precision.h, MOE_GEMM_ATTENTION: the fused attention's products */
     moe_linear_plan linear;
     scratch stage[STAGE_SLOTS];    /* bf16-rounded copies of GEMM inputs, [T, width] */
     scratch dh1, dh3;              /* [T, d_ff] dense FFN backward */
@@ -82,6 +83,7 @@ static moe_status cuda_create(moe_runtime *rt, int layout_invariant, moe_precisi
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
     s->rt = rt, s->gpu = gpu;
     s->bf16_inputs = moe_precision_bf16_inputs(precision, MOE_GEMM_DENSE);
+    s->bf16_attention = moe_precision_bf16_inputs(precision, MOE_GEMM_ATTENTION);
     moe_status st = moe_linear_plan_init(gpu, layout_invariant, max_width, &s->linear);
     if (st != MOE_OK) return cuda_destroy(s), st;
     *out = s;
@@ -154,14 +156,15 @@ static moe_status cuda_attention_backward(moe_dense_state *s, const moe_real *q,
 static moe_status cuda_attention_fused_forward(moe_dense_state *s, const moe_real *q, const moe_real *k,
                                                const moe_real *v, int num_seqs, int S, int H, int KV, int hd,
                                                moe_real *lse, moe_real *out) {
-    return moe_attention_fused_forward_cuda(s->gpu, q, k, v, num_seqs, S, H, KV, hd, lse, out);
+    return moe_attention_fused_forward_cuda(s->gpu, q, k, v, num_seqs, S, H, KV, hd, s->bf16_attention, lse, out);
 }
 
 static moe_status cuda_attention_fused_backward(moe_dense_state *s, const moe_real *q, const moe_real *k,
                                                 const moe_real *v, const moe_real *out, const moe_real *lse,
                                                 const moe_real *dout, int num_seqs, int S, int H, int KV, int hd,
                                                 moe_real *dq, moe_real *dk, moe_real *dv) {
-    return moe_attention_fused_backward_cuda(s->gpu, q, k, v, out, lse, dout, num_seqs, S, H, KV, hd, dq, dk, dv);
+    return moe_attention_fused_backward_cuda(s->gpu, q, k, v, out, lse, dout, num_seqs, S, H, KV, hd,
+                                             s->bf16_attention, dq, dk, dv);
 }
 
 /* experts/expert_ffn_cpu.c's forward for one expert over every token: H1 = x W1^T, H3 = x W3^T (x rounded once for

@@ -201,7 +201,8 @@ build_targets=() suite_flags=()
 if [ $rehearse = 1 ]; then
     read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
 import json, sys
-run = {"moe-train", "moe_train_cuda", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu"}
+run = {"moe-train", "moe_train_cuda", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu",
+       "bench_attention_gpu"}
 print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in run or t["name"].startswith("test_gpu_"))))')"
     suite_flags=(--no-rebuild)
 fi
@@ -237,8 +238,11 @@ if [ $mode = first ]; then
         gpu_verify_command "$name" "$data" "$verify_steps"
         phase "verify_$name" 120 mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks "${gpu_verify_args[@]}"
     done
-    # 3. benchmarks, the goals' first (docs/GPU.md): training MFU, grouped GEMM vs dense, permute vs copy, the layer
-    #    vs PyTorch
+    # 3. benchmarks, the goals' first (docs/GPU.md): the fused attention (the tensor-core flash kernels under bf16)
+    #    beside SDPA's flash and cuDNN backends at issue 50's two shapes, training MFU, grouped GEMM vs dense, permute
+    #    vs copy, the layer vs PyTorch
+    phase attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
+    gpu_only attention_sdpa 90 python3 "$root/bench/bench_attention_torch_gpu.py" --ours "$build/bench/bench_attention_gpu"
     gpu_only train 150 bash "$root/bench/bench_train_gpu.sh" --steps 30 --data "$data"
     # where a step's GPU time goes, kernel by kernel (Nsight Compute; skipped where the machine has no ncu)
     gpu_only profile 150 bash "$root/bench/profile_train_gpu.sh" --steps 3 --data "$data" --out "$logs/profile"

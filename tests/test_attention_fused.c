@@ -6,7 +6,10 @@
  *  - dq, dk, dv by central finite differences (S = 70: two tiles, the second a tail);
  *  - causality: perturbing token t leaves every earlier row's output bitwise unchanged (the key tiles after a
  *    query tile are skipped, so this holds by construction, and is checked);
- *  - 1 and 2 threads give the same bits; the backward overwrites dq, dk, dv (they start as garbage).
+ *  - 1 and 2 threads give the same bits; the backward overwrites dq, dk, dv (they start as garbage);
+ *  - bf16 (kernels/attention.h's rounding points): q, k, v and dout are read rounded (their rounded copies give the
+ *    same bits), the result is within the rounding of P and dS of the materialized attention of the rounded inputs, and
+ *    it differs from the fp32 result (something is rounded).
  * Run: meson test -C build test_attention_fused */
 #include <math.h>
 #include <stdlib.h>
@@ -14,12 +17,13 @@
 
 #include "core/threads.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "tests/test_util.h"
 
 enum { NS = 2, H = 4, HD = 8 };
 
 typedef struct {
-    int S, kv;
+    int S, kv, bf16;
     size_t nq, nkv;
     moe_real *q, *k, *v, *r, *out, *lse, *scratch;
 } fused_case;
@@ -32,7 +36,7 @@ static moe_real *alloc_reals(size_t n) {
 
 static void setup(fused_case *c, int S, int kv, uint64_t seed) {
     moe_rng rng = moe_rng_seeded(seed);
-    c->S = S, c->kv = kv, c->nq = (size_t)NS * S * H * HD, c->nkv = (size_t)NS * S * kv * HD;
+    c->S = S, c->kv = kv, c->bf16 = 0, c->nq = (size_t)NS * S * H * HD, c->nkv = (size_t)NS * S * kv * HD;
     c->q = alloc_reals(c->nq), c->k = alloc_reals(c->nkv), c->v = alloc_reals(c->nkv), c->r = alloc_reals(c->nq);
     c->out = alloc_reals(c->nq), c->lse = alloc_reals((size_t)NS * H * S);
     c->scratch = alloc_reals(64 * moe_attention_fused_scratch_count(HD));
@@ -45,7 +49,7 @@ static void release(fused_case *c) {
 }
 
 static double loss(fused_case *c) { /* L = <out, r> */
-    moe_attention_fused_forward_cpu(c->q, c->k, c->v, NS, c->S, H, c->kv, HD, c->lse, c->out, c->scratch);
+    moe_attention_fused_forward_cpu(c->q, c->k, c->v, NS, c->S, H, c->kv, HD, c->bf16, c->lse, c->out, c->scratch);
     double s = 0;
     for (size_t i = 0; i < c->nq; i++) s += c->out[i] * c->r[i];
     return s;
@@ -72,7 +76,8 @@ static void test_against_materialized(int S, int kv, uint64_t seed) {
     }
     loss(&c);
     moe_attention_forward_cpu(c.q, c.k, c.v, NS, S, H, kv, HD, att, out_m);
-    moe_attention_fused_backward_cpu(c.q, c.k, c.v, c.out, c.lse, c.r, NS, S, H, kv, HD, dq[0], dk[0], dv[0], c.scratch);
+    moe_attention_fused_backward_cpu(c.q, c.k, c.v, c.out, c.lse, c.r, NS, S, H, kv, HD, 0, dq[0], dk[0], dv[0],
+                                     c.scratch);
     moe_attention_backward_cpu(c.q, c.k, c.v, att, c.r, NS, S, H, kv, HD, dq[1], dk[1], dv[1], att_scratch);
     const double e_out = rel_diff(c.out, out_m, c.nq), e_dq = rel_diff(dq[0], dq[1], c.nq),
                  e_dk = rel_diff(dk[0], dk[1], c.nkv), e_dv = rel_diff(dv[0], dv[1], c.nkv);
@@ -107,7 +112,7 @@ static void test_finite_differences(int S, int kv) {
     setup(&c, S, kv, 77);
     moe_real *dq = alloc_reals(c.nq), *dk = alloc_reals(c.nkv), *dv = alloc_reals(c.nkv);
     loss(&c);
-    moe_attention_fused_backward_cpu(c.q, c.k, c.v, c.out, c.lse, c.r, NS, S, H, kv, HD, dq, dk, dv, c.scratch);
+    moe_attention_fused_backward_cpu(c.q, c.k, c.v, c.out, c.lse, c.r, NS, S, H, kv, HD, 0, dq, dk, dv, c.scratch);
     moe_real *x[3] = {c.q, c.k, c.v}, *g[3] = {dq, dk, dv};
     const size_t n[3] = {c.nq, c.nkv, c.nkv};
     const char *names[3] = {"dq", "dk", "dv"};
@@ -153,7 +158,7 @@ static void test_causal_and_threads(int S) {
         moe_threads_set(run + 1);
         loss(&c);
         d[run][0] = alloc_reals(c.nq), d[run][1] = alloc_reals(c.nkv), d[run][2] = alloc_reals(c.nkv);
-        moe_attention_fused_backward_cpu(c.q, c.k, c.v, c.out, c.lse, c.r, NS, S, H, 2, HD, d[run][0], d[run][1],
+        moe_attention_fused_backward_cpu(c.q, c.k, c.v, c.out, c.lse, c.r, NS, S, H, 2, HD, 0, d[run][0], d[run][1],
                                          d[run][2], c.scratch);
         if (run == 0) memcpy(out0, c.out, c.nq * sizeof *out0);
     }
@@ -167,6 +172,55 @@ static void test_causal_and_threads(int S) {
     release(&c);
 }
 
+/* out, dq, dk, dv of the fused attention at c's precision (dout = c->r) */
+static void fused_pass(fused_case *c, moe_real *dq, moe_real *dk, moe_real *dv) {
+    loss(c);
+    moe_attention_fused_backward_cpu(c->q, c->k, c->v, c->out, c->lse, c->r, NS, c->S, H, c->kv, HD, c->bf16, dq, dk, dv,
+                                     c->scratch);
+}
+
+static void round_all(moe_real *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = moe_bf16_round((float)x[i]);
+}
+
+/* bf16's rounding points (kernels/attention.h) */
+static void test_bf16_rounding_points(int S, int kv) {
+    fused_case c;
+    setup(&c, S, kv, 500 + S);
+    moe_real *g[3][3], *out[3]; /* runs: fp32, bf16, bf16 of the rounded inputs; each dq, dk, dv */
+    for (int run = 0; run < 3; run++) {
+        g[run][0] = alloc_reals(c.nq), g[run][1] = alloc_reals(c.nkv), g[run][2] = alloc_reals(c.nkv);
+        out[run] = alloc_reals(c.nq);
+        c.bf16 = run > 0;
+        if (run == 2) round_all(c.q, c.nq), round_all(c.k, c.nkv), round_all(c.v, c.nkv), round_all(c.r, c.nq);
+        fused_pass(&c, g[run][0], g[run][1], g[run][2]);
+        memcpy(out[run], c.out, c.nq * sizeof(moe_real));
+    }
+    const size_t bytes[3] = {c.nq * sizeof(moe_real), c.nkv * sizeof(moe_real), c.nkv * sizeof(moe_real)};
+    CHECK(!memcmp(out[1], out[2], bytes[0]) && !memcmp(g[1][0], g[2][0], bytes[0]) &&
+              !memcmp(g[1][1], g[2][1], bytes[1]) && !memcmp(g[1][2], g[2][2], bytes[2]),
+          "S=%d kv=%d bf16: q, k, v, dout and their rounded copies give different bits (an unrounded read)", S, kv);
+    /* the materialized attention (double) of the rounded inputs: bf16's result up to its rounding of P and dS, each
+     * 2^-9 relative per term of sums over up to S random-signed terms: 1e-2 of the rms (3e-3 measured) */
+    moe_real *att = alloc_reals((size_t)NS * H * S * S), *ref[4], *att_scratch = alloc_reals(64 * (size_t)S * S);
+    ref[0] = alloc_reals(c.nq), ref[1] = alloc_reals(c.nq), ref[2] = alloc_reals(c.nkv), ref[3] = alloc_reals(c.nkv);
+    moe_attention_forward_cpu(c.q, c.k, c.v, NS, S, H, kv, HD, att, ref[0]);
+    moe_attention_backward_cpu(c.q, c.k, c.v, att, c.r, NS, S, H, kv, HD, ref[1], ref[2], ref[3], att_scratch);
+    const double e[4] = {rel_diff(out[1], ref[0], c.nq), rel_diff(g[1][0], ref[1], c.nq),
+                         rel_diff(g[1][1], ref[2], c.nkv), rel_diff(g[1][2], ref[3], c.nkv)};
+    const double moved = rel_diff(out[1], out[0], c.nq); /* from the fp32 result: the inputs' rounding, ~2^-9 */
+    CHECK(e[0] < 1e-2 && e[1] < 1e-2 && e[2] < 1e-2 && e[3] < 1e-2,
+          "S=%d kv=%d bf16 vs the materialized attention of the rounded inputs: out %.2g dq %.2g dk %.2g dv %.2g", S,
+          kv, e[0], e[1], e[2], e[3]);
+    CHECK(moved > 1e-5 && moved < 2e-2, "S=%d kv=%d: bf16's out moved %.2g from fp32's (expected ~2^-9)", S, kv, moved);
+    printf("S=%-4d kv=%d bf16: vs the rounded inputs' attention out %.1e dq %.1e dk %.1e dv %.1e; vs fp32 %.1e\n", S,
+           kv, e[0], e[1], e[2], e[3], moved);
+    for (int run = 0; run < 3; run++) free(g[run][0]), free(g[run][1]), free(g[run][2]), free(out[run]);
+    for (int i = 0; i < 4; i++) free(ref[i]);
+    free(att), free(att_scratch);
+    release(&c);
+}
+
 int main(void) {
     const int lengths[] = {5, 64, 70, 130, 200};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++)
@@ -174,5 +228,7 @@ int main(void) {
     test_finite_differences(70, 2);
     test_finite_differences(5, 1);
     test_causal_and_threads(130);
+    test_bf16_rounding_points(70, 2);
+    test_bf16_rounding_points(200, 1);
     return test_finish("test_attention_fused");
 }

@@ -1,8 +1,10 @@
 /* test_flash_tiles.c — the tensor-core flash attention's tile plan (kernels/flash_tiles.h; issue 50, items 1 and 6)
  * checked on the CPU, before any GPU runs it:
  *   - the mma.m16n8k16 fragment maps: A's 8 elements a lane cover the 16 x 16 tile exactly once over the 32 lanes,
- *     B's and C's 4 their 16 x 8 tiles;
- *   - the causal schedule, for head_dim 64 to 256 and sequence lengths around the tiles' edges: the forward's (and
+ *     B's and C's 4 their 16 x 8 tiles; the kernels' ldmatrix addresses, run through the instruction's definition,
+ *     deliver exactly those fragments (A; two B tiles from [n][k] and, transposed, from [k][n]), and two C tiles'
+ *     accumulators are one A fragment where the kernels take them as one (P of P v, dS);
+ *   - the causal schedule, for head_dim 32 to 256 and sequence lengths around the tiles' edges: the forward's (and
  *     dQ's) tiles by query tile and the dK/dV kernel's by key tile are the same tiles, every causal pair (key <= query
  *     < S) falls in exactly one of them, a skipped tile holds no causal pair, and a tile is marked masked exactly when
  *     it holds a pair with key > query;
@@ -40,6 +42,45 @@ static void fragment_maps(void) {
     for (int r = 0; r < 16; r++)
         for (int col = 0; col < 16; col++) once &= a[r][col] == 1 && (col >= 8 || (b[r][col] == 1 && c[r][col] == 1));
     CHECK(once, "a fragment map covers its tile other than once");
+}
+
+/* The tile position (row, col) that ldmatrix.x4 gives lane t in register m, half h (0: the low 16 bits), when each
+ * lane points at `address(lane)` (PTX ISA: lanes 8 m .. 8 m + 7 address matrix m's rows; without .trans lane t gets
+ * row t / 4, columns 2 (t % 4) + h; with .trans rows 2 (t % 4) + h, column t / 4). */
+typedef void (*lane_address)(int lane, int *row, int *col);
+static void ldmatrix_element(lane_address address, int trans, int t, int m, int h, int *row, int *col) {
+    const int source = 8 * m + (trans ? 2 * (t % 4) + h : t / 4); /* the lane that gave the matrix row */
+    address(source, row, col);
+    *col += trans ? t / 4 : 2 * (t % 4) + h;
+}
+
+/* The kernel's ldmatrix addresses (flash_tiles.h) deliver the mma fragments of the maps above, and the accumulators
+ * of two C tiles are an A fragment as moe_flash_c_*_of_a say. */
+static void ldmatrix_maps(void) {
+    int bad = 0;
+    for (int t = 0; t < 32; t++)
+        for (int m = 0; m < 4; m++)
+            for (int h = 0; h < 2; h++) {
+                int row, col, want_row, want_col, k, n;
+                ldmatrix_element(moe_flash_ldmatrix_a, 0, t, m, h, &row, &col); /* A's element 2 m + h */
+                moe_flash_frag_a(t, 2 * m + h, &want_row, &want_col);
+                bad += row != want_row || col != want_col;
+                /* B: registers 0, 1 the first n8 tile's elements 0-3, registers 2, 3 the second's (n + 8) */
+                moe_flash_frag_b(t, 2 * (m % 2) + h, &k, &n);
+                n += 8 * (m / 2);
+                ldmatrix_element(moe_flash_ldmatrix_b_nk, 0, t, m, h, &row, &col); /* tile [n][k] */
+                bad += row != n || col != k;
+                ldmatrix_element(moe_flash_ldmatrix_b_kn, 1, t, m, h, &row, &col); /* tile [k][n], .trans */
+                bad += row != k || col != n;
+            }
+    for (int t = 0; t < 32; t++)
+        for (int e = 0; e < 8; e++) {
+            int row, col, c_row, c_col;
+            moe_flash_frag_a(t, e, &row, &col);
+            moe_flash_frag_c(t, moe_flash_c_element_of_a(e), &c_row, &c_col);
+            bad += row != c_row || col != c_col + 8 * moe_flash_c_tile_of_a(e);
+        }
+    CHECK(bad == 0, "%d ldmatrix or accumulator elements land off their fragment's place", bad);
 }
 
 /* every tile of the schedule for (head_dim, S), counted per pair */
@@ -168,7 +209,8 @@ static void emulation(int S, int H, int KV, int hd, moe_rng *rng) {
 
 int main(void) {
     fragment_maps();
-    const int dims[] = {64, 96, 128, 192, 256};
+    ldmatrix_maps();
+    const int dims[] = {32, 64, 96, 128, 192, 256}; /* 32, 64, 128: the kernels' (kernels/attention_flash.cu) */
     const int lengths[] = {1, 15, 16, 63, 64, 65, 127, 128, 129, 200, 257, 640, 1000};
     for (size_t d = 0; d < sizeof dims / sizeof *dims; d++)
         for (size_t s = 0; s < sizeof lengths / sizeof *lengths; s++) schedule(dims[d], lengths[s]);

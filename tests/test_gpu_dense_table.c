@@ -13,6 +13,9 @@
  *   every entry:    a second GPU run from the same start gives the same bits (no atomics)
  *   layout_invariant: a linear product over the first 10 rows gives those rows the bits of the 74-row product (a
  *                   padded block against a full one)
+ *   bf16:           the fused attention at head_dim 32, 64 and 128 too, the tensor-core flash kernels' (kernels/
+ *                   attention_flash.cu) against the CPU's fused tiles, and a sequence's bits alone and among two
+ *                   neighbours (forward and backward, bitwise)
  * Outputs the GPU overwrites are poisoned (0xFF: NaN) before each run; outputs an entry accumulates into or works
  * on in place start from the same values on both sides. Backward entries take the CPU forward's saved values (rstd,
  * att, h1, h3, act) on both sides. Under bf16 the weights hold bf16 values, as the model's copies do.
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "moe/dense_ops.h"
 #include "moe/runtime.h"
@@ -103,7 +107,8 @@ typedef moe_status (*entry_run)(tables *t, int side, void *ctx);
 
 /* the dtype of a tolerance row: the tables' precision for the entries it changes (GEMM inputs), else "f32" */
 static const char *row_dtype(const tables *t, const char *row) {
-    static const char *const by_precision[] = {"linear", "dense swiglu", "dense swiglu backward"};
+    static const char *const by_precision[] = {"linear", "dense swiglu", "dense swiglu backward", "attention fused",
+                                               "attention fused backward", "attention fused backward, one key"};
     for (size_t i = 0; i < sizeof by_precision / sizeof *by_precision; i++)
         if (!strcmp(row, by_precision[i])) return t->dtype;
     return "f32";
@@ -348,6 +353,43 @@ static void test_attention_fused(tables *t, const char *label, int num_seqs, int
     check_entry(t, label, run_attention_fused_backward, &a, bwd, 3);
     pair *all[] = {&q, &k, &v, &lse, &out, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(t, all[i]);
+}
+
+/* The fused attention of sequence 1 of 3, and of it alone: the same bits (GPU only). */
+static void test_attention_neighbours(tables *t, const char *label, int S, int H, int KV, int hd) {
+    const size_t nq = (size_t)S * H * hd, nkv = (size_t)S * KV * hd, nlse = (size_t)H * S;
+    pair q = pair_random(t, 3 * nq, 1), k = pair_random(t, 3 * nkv, 1), v = pair_random(t, 3 * nkv, 1);
+    pair dout = pair_random(t, 3 * nq, 1);
+    pair all[2][5]; /* [3 sequences, sequence 1 alone]: lse, out, dq, dk, dv */
+    for (int run = 0; run < 2; run++) {
+        const size_t seqs = run == 0 ? 3 : 1;
+        all[run][0] = pair_random(t, seqs * nlse, 1), all[run][1] = pair_random(t, seqs * nq, 1);
+        all[run][2] = pair_random(t, seqs * nq, 1), all[run][3] = pair_random(t, seqs * nkv, 1);
+        all[run][4] = pair_random(t, seqs * nkv, 1);
+        const size_t first = run == 0 ? 0 : 1; /* the inputs' sequence */
+        const moe_dense_ops *ops = t->ops[GPU_SIDE];
+        CHECK_OK(ops->attention_fused_forward(t->state[GPU_SIDE], q.d + first * nq, k.d + first * nkv,
+                                              v.d + first * nkv, (int)seqs, S, H, KV, hd, all[run][0].d,
+                                              all[run][1].d));
+        CHECK_OK(ops->attention_fused_backward(t->state[GPU_SIDE], q.d + first * nq, k.d + first * nkv,
+                                               v.d + first * nkv, all[run][1].d, all[run][0].d, dout.d + first * nq,
+                                               (int)seqs, S, H, KV, hd, all[run][2].d, all[run][3].d, all[run][4].d));
+    }
+    const size_t per_seq[5] = {nlse, nq, nq, nkv, nkv};
+    const char *names[5] = {"lse", "out", "dq", "dk", "dv"};
+    const void *buffers[] = {q.d, k.d, v.d, dout.d};
+    const int flash = moe_attention_flash_applies(hd, buffers, 4);
+    for (int o = 0; o < 5; o++) {
+        float *among = download(t, &all[0][o]), *alone = download(t, &all[1][o]);
+        const int same = !memcmp(among + per_seq[o], alone, per_seq[o] * sizeof(float));
+        printf("%-28s %-4s attention %s %s (S %d, hd %d): sequence 1 of 3 vs alone: %s\n", label, t->dtype,
+               flash ? "flash" : "plain", names[o], S, hd, same ? "bitwise" : "DIFFER");
+        CHECK(same, "%s: hd %d: attention %s of a sequence among neighbours differs from it alone", label, hd, names[o]);
+        free(among), free(alone);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int o = 0; o < 5; o++) pair_free(t, &all[run][o]);
+    pair_free(t, &q), pair_free(t, &k), pair_free(t, &v), pair_free(t, &dout);
 }
 
 static void test_rope_attention(tables *t, const char *label, int num_seqs, int S, int H, int KV, int hd) {
@@ -633,6 +675,12 @@ static void test_configuration(moe_runtime *cpu_rt, moe_runtime *gpu_rt, moe_pre
     test_rope_attention(&t, label, m->num_seqs, m->S, m->H, m->KV, hd);
     test_attention_fused(&t, label, m->num_seqs, m->S, m->H, m->KV, hd);
     test_attention_fused(&t, label, 2, 150, m->H, m->KV, hd); /* several tiles of keys and of rows, and tails */
+    if (bf16)
+        for (int flash_hd = 32; flash_hd <= 128; flash_hd *= 2) { /* the tensor-core kernels' tile plans */
+            test_attention_fused(&t, label, 2, 150, 4, 2, flash_hd);
+            test_attention_fused(&t, label, 1, 300, 2, 1, flash_hd);
+            test_attention_neighbours(&t, label, 200, 4, 2, flash_hd);
+        }
     test_swiglu(&t, label, T, m->d, m->d_ff);
     test_swiglu_act(&t, label, (size_t)T * m->d_ff);
     test_cross_entropy(&t, label, T, m->V);

@@ -25,7 +25,7 @@
 static void policy(void) {
     const moe_precision fp32 = MOE_PRECISION_FP32, bf16 = MOE_PRECISION_BF16;
     const moe_gemm_site sites[4] = {MOE_GEMM_ROUTER, MOE_GEMM_EXPERTS, MOE_GEMM_DENSE, MOE_GEMM_ATTENTION};
-    const int expect_bf16[4] = {0, 1, 1, 0};
+    const int expect_bf16[4] = {0, 1, 1, 1};
     for (int i = 0; i < 4; i++) {
         CHECK(!moe_precision_bf16_inputs(fp32, sites[i]), "fp32 precision: site %d takes bf16", i);
         CHECK(moe_precision_bf16_inputs(bf16, sites[i]) == expect_bf16[i], "bf16 precision: site %d", i);
