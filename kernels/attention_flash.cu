@@ -22,11 +22,16 @@
  *            element has one writer and a fixed order of additions.
  * Shared memory rows are head_dim + kPad bf16 apart, so the 8 rows an ldmatrix phase reads fall in distinct banks.
  * Checked: tests/test_gpu_dense_table.c (against the CPU's fused attention under bf16, and a sequence's bits alone
- * and among others), the build's tests/test_flash_build.sh (no register spills, mma in the PTX). */
+ * and among others), the build's tests/test_flash_build.sh (no register spills, mma in the PTX), and without a GPU
+ * tests/test_flash_emulated.cc: this file's kernels compiled for the host with -DMOE_SIMT_HOST, their lanes run by
+ * kernels/simt_host.h (the instructions below to their definitions), against the CPU's fused attention. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef MOE_SIMT_HOST
+#include "kernels/simt_host.h"
+#else
 #include "core/gpu_cuda.h"
 #include "kernels/attention_flash.cuh"
 #include "kernels/cast_device.cuh"
@@ -35,6 +40,7 @@ extern "C" {
 #include "kernels/attention.h"
 #include "kernels/flash_tiles.h"
 }
+#endif
 
 namespace {
 
@@ -55,7 +61,19 @@ struct FlashDims {
     float scale; /* 1 / sqrt(hd), rounded as on the CPU */
 };
 
-/* ---- the instructions ---- */
+/* ---- the instructions (on the host: kernels/simt_host.h's models of them) ---- */
+
+#ifdef MOE_SIMT_HOST
+inline void ldmatrix_x4(uint32_t r[4], const uint16_t *p) { moe_simt::ldmatrix_x4(r, p, false); }
+inline void ldmatrix_x4_trans(uint32_t r[4], const uint16_t *p) { moe_simt::ldmatrix_x4(r, p, true); }
+inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) { moe_simt::mma_bf16(c, a, b0, b1); }
+inline uint16_t *shared_tiles() { return moe_simt::shared_memory<uint16_t>(); }
+#else
+/* the block's dynamic shared memory */
+__device__ __forceinline__ uint16_t *shared_tiles() {
+    extern __shared__ __align__(16) uint16_t flash_shared[];
+    return flash_shared;
+}
 
 __device__ __forceinline__ uint32_t shared_address(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -79,6 +97,7 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif
 
 /* ---- fragments from a shared tile T (row stride LD), at the lanes' addresses of flash_tiles.h ----
  * A of rows [r0, r0 + 16) x columns [c0, c0 + 16) */
@@ -206,7 +225,7 @@ template <int HD>
 __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
     flash_forward(FlashDims a, const float *q, const float *k, const float *v, float *lse, float *out) {
     using P = Plan<HD>;
-    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *smem = shared_tiles();
     uint16_t *Qs = smem, *Ks = Qs + P::BM * P::LD, *Vs = Ks + P::BN * P::LD;
     const moe_flash_tiles tiles = moe_flash_tiles_for(HD);
     const int i = gridDim.x - 1 - blockIdx.x; /* the longest query tiles first */
@@ -305,7 +324,7 @@ __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
     flash_backward_dq(FlashDims a, const float *q, const float *k, const float *v, const float *lse, const float *D,
                       const float *dout, float *dq) {
     using P = Plan<HD>;
-    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *smem = shared_tiles();
     uint16_t *Qs = smem, *dOs = Qs + P::BM * P::LD, *Ks = dOs + P::BM * P::LD, *Vs = Ks + P::BN * P::LD;
     const moe_flash_tiles tiles = moe_flash_tiles_for(HD);
     const int i = gridDim.x - 1 - blockIdx.x;
@@ -349,7 +368,7 @@ __global__ void __launch_bounds__(Plan<HD>::BN / 16 * 32)
     flash_backward_dkv(FlashDims a, const float *q, const float *k, const float *v, const float *lse, const float *D,
                        const float *dout, float *dk, float *dv) {
     using P = Plan<HD>;
-    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *smem = shared_tiles();
     uint16_t *Ks = smem, *Vs = Ks + P::BN * P::LD, *Qs = Vs + P::BN * P::LD, *dOs = Qs + P::BM * P::LD;
     float *Ls = reinterpret_cast<float *>(dOs + P::BM * P::LD), *Ds = Ls + P::BM;
     const moe_flash_tiles tiles = moe_flash_tiles_for(HD);
@@ -397,12 +416,15 @@ __global__ void __launch_bounds__(Plan<HD>::BN / 16 * 32)
     store_rows<HD>(dv + kv_at, dv_acc, key0, a.S, a.ldk, one, lane);
 }
 
-FlashDims dims_of(const moe_flash_problem &p) {
+FlashDims flash_dims(int S, int H, int KV, int hd) {
     FlashDims a;
-    a.S = p.S, a.H = p.H, a.group = p.H / p.KV, a.ldq = p.H * p.hd, a.ldk = p.KV * p.hd;
-    a.scale = (float)(1 / sqrt((double)p.hd));
+    a.S = S, a.H = H, a.group = H / KV, a.ldq = H * hd, a.ldk = KV * hd;
+    a.scale = (float)(1 / sqrt((double)hd));
     return a;
 }
+
+#ifndef MOE_SIMT_HOST
+FlashDims dims_of(const moe_flash_problem &p) { return flash_dims(p.S, p.H, p.KV, p.hd); }
 
 /* A kernel's dynamic shared memory above the default 48 KiB needs the function's consent first. */
 template <typename Kernel>
@@ -441,7 +463,11 @@ moe_status backward(moe_gpu *gpu, const moe_flash_problem &p, const float *lse, 
     return MOE_OK;
 }
 
+#endif
+
 } // namespace
+
+#ifndef MOE_SIMT_HOST
 
 extern "C" int moe_attention_flash_applies(int head_dim, const void *const *pointers, int count) {
     const char *off = getenv("MOE_FLASH_ATTENTION"); /* "0": the plain kernels (a diagnosis, docs/GPU.md) */
@@ -471,3 +497,4 @@ extern "C" moe_status moe__attention_flash_backward(moe_gpu *gpu, const moe_flas
     default: return moe_fail(MOE_ERR_INVALID_ARG, "flash attention: head_dim %d has no tile plan here", p->hd);
     }
 }
+#endif
