@@ -1,4 +1,4 @@
-/* gpu.cu — the moe_gpu context: device, stream, cuBLAS handle, growing scratch; the checked-call failure
+/* gpu.cu — the moe_gpu context: device, stream, cuBLAS and cuBLASLt handles, growing scratch; the checked-call failure
  * message. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -58,6 +58,7 @@ static moe_status create_handles(moe_gpu *g) {
     MOE_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     MOE_CUBLAS_TRY(cublasCreate(&g->blas));
     MOE_CUBLAS_TRY(cublasSetStream(g->blas, g->stream));
+    MOE_CUBLAS_TRY(cublasLtCreate(&g->blaslt));
     MOE_CUDA_TRY(cudaMalloc(&g->flag, sizeof(int)));
     MOE_CUBLAS_TRY(cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH));
     return MOE_OK;
@@ -92,6 +93,7 @@ extern "C" void moe_gpu_destroy(moe_gpu *g) {
     cudaFree(g->scratch);
     cudaFree(g->flag);
     if (g->blas) cublasDestroy(g->blas);
+    if (g->blaslt) cublasLtDestroy(g->blaslt);
     if (g->stream) cudaStreamDestroy(g->stream);
     free(g);
 }

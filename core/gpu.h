@@ -20,7 +20,7 @@ typedef struct moe_gpu moe_gpu;
  * machine that cannot run CUDA must fail loudly, not read as a machine without a GPU. */
 moe_status moe_gpu_device_count(int *count);
 
-/* Makes `device` current on this thread and creates the stream and cuBLAS handle on it.
+/* Makes `device` current on this thread and creates the stream and the cuBLAS and cuBLASLt handles on it.
  * MOE_ERR_NO_DEVICE when the ordinal is not a usable device. */
 moe_status moe_gpu_create(int device, moe_gpu **out);
 void moe_gpu_destroy(moe_gpu *gpu);

@@ -6,6 +6,7 @@
 #ifndef MOE_CORE_GPU_CUDA_H
 #define MOE_CORE_GPU_CUDA_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +21,7 @@ struct moe_gpu {
     int device;
     cudaStream_t stream;   /* every op of the layer runs on this stream, in order */
     cublasHandle_t blas;   /* bound to `stream` */
+    cublasLtHandle_t blaslt; /* cuBLASLt's (kernels/gemm_lt.h): its calls take the stream one by one */
     void *scratch;         /* grows on demand: CUB's temporary storage, pointer arrays of grouped GEMMs */
     size_t scratch_bytes;
     int *flag;             /* one device int for ops that report a condition (non-finite logits) */
@@ -31,7 +33,8 @@ moe_status moe_gpu_scratch(moe_gpu *gpu, size_t nbytes, void **out);
 
 const char *moe_cublas_status_string(cublasStatus_t status);
 
-/* Records "FILE:LINE: CALL failed: TEXT" and returns status (the macros' common end). */
+/* Records "FILE:LINE: CALL failed: TEXT" and returns status (the macros' common end). cuBLASLt's calls return
+ * cuBLAS's status type: MOE_CUBLAS_TRY checks them too. */
 moe_status moe__gpu_call_failed(moe_status status, const char *file, int line, const char *call, const char *text);
 
 #define MOE_CUDA_TRY(call)                                                                                   \
