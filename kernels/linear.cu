@@ -2,9 +2,14 @@
  * dimension, offset and the padded last block, are kernels/linear_gemms.c's list (tests/test_linear_gemms.c runs
  * the same list on the CPU against the CPU's row-wise GEMMs); this file runs them: a padded block's rows go into
  * the plan's PAD_IN (zeros after them; C's rows into PAD_OUT when beta is 1), one full-block cublasSgemm, its rows
- * back. All on the context's stream, in list order.
- * Checked against the CPU table by tests/test_gpu_dense_table.c (build: ninja -C build; run: meson test -C build
- * --suite gpu). */
+ * back. All on the context's stream, in list order. Under MOE_LINEAR_LT a product is instead one pinned cuBLASLt
+ * call (kernels/gemm_lt.h) from linear_gemms.c's moe__linear_lt_call, where its shape has one.
+ * Checked against the CPU table by tests/test_gpu_dense_table.c, the cuBLASLt calls by tests/test_gpu_gemm_lt.c
+ * (build: ninja -C build; run: meson test -C build --suite gpu). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/gpu_cuda.h"
 
 extern "C" {
@@ -49,6 +54,20 @@ moe_status check_args(const moe_linear_plan *plan, moe__lin_product product, int
     return MOE_OK;
 }
 
+/* The product as one pinned cuBLASLt call; *ran 0 when cuBLASLt offers no such algorithm for its shape (the plan's
+ * set keeps why), and the SGEMM path runs it. rows >= 1. */
+moe_status run_lt(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product product, float *const *arrays, int rows,
+                  int in, int out, float beta, int *ran) {
+    const moe__lin_lt_call c = moe__linear_lt_call(product, rows, in, out, plan->bf16_inputs);
+    const moe_gemm_lt *g = NULL;
+    *ran = 0;
+    MOE_TRY(moe_gemm_lt_set_get(gpu, plan->lt, &c.shape, &g));
+    if (!g) return MOE_OK;
+    MOE_TRY(moe_gemm_lt_run_f32(gpu, plan->lt, g, c.M, arrays[c.a], arrays[c.b], beta, arrays[c.d]));
+    *ran = 1;
+    return MOE_OK;
+}
+
 /* arrays: each moe__lin_array's device pointer (only C operands and token_out are written) */
 moe_status run(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product product, float *arrays[MOE__LIN_ARRAYS],
                int rows, int in, int out, float beta) {
@@ -56,6 +75,11 @@ moe_status run(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product produ
     arrays[MOE__LIN_PAD_IN] = plan->pad_in, arrays[MOE__LIN_PAD_OUT] = plan->pad_out;
     if (product == MOE__LIN_BACKWARD_WEIGHT && rows == 0 && beta == 0) /* an empty sum, as the CPU's */
         return zero_rows(gpu, arrays[MOE__LIN_DW], out, in);
+    if (plan->lt && rows > 0) {
+        int ran = 0;
+        MOE_TRY(run_lt(gpu, plan, product, arrays, rows, in, out, beta, &ran));
+        if (ran) return MOE_OK;
+    }
     const float one = 1;
     const int count = moe__linear_gemm_count(product, rows, plan->layout_invariant);
     for (int i = 0; i < count; i++) {
@@ -72,24 +96,51 @@ moe_status run(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product produ
 
 } // namespace
 
-extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, int layout_invariant, int max_width, moe_linear_plan *plan) {
+extern "C" moe_status moe_linear_gemm_from_env(moe_linear_gemm *out) {
+    const char *v = getenv("MOE_LINEAR_GEMM");
+    *out = MOE_LINEAR_SGEMM;
+    if (!v || !*v || !strcmp(v, "sgemm")) return MOE_OK;
+    if (!strcmp(v, "lt")) {
+        *out = MOE_LINEAR_LT;
+        return MOE_OK;
+    }
+    return moe_fail(MOE_ERR_INVALID_CONFIG, "MOE_LINEAR_GEMM=%s: use sgemm (cublasSgemm, the default) or lt (one pinned "
+                                            "cuBLASLt call per product, kernels/linear.h)", v);
+}
+
+extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, int layout_invariant, int bf16_inputs,
+                                           int max_width, moe_linear_plan *plan) {
     *plan = moe_linear_plan{};
-    plan->layout_invariant = layout_invariant, plan->max_width = max_width;
+    plan->layout_invariant = layout_invariant, plan->max_width = max_width, plan->bf16_inputs = bf16_inputs;
+    if (gemm != MOE_LINEAR_SGEMM && gemm != MOE_LINEAR_LT)
+        return moe_fail(MOE_ERR_INVALID_ARG, "linear: no GEMM mode %d", (int)gemm);
+    if (gemm == MOE_LINEAR_LT) MOE_TRY(moe_gemm_lt_set_create(&plan->lt));
     if (!layout_invariant) return MOE_OK;
-    if (max_width < 1) return moe_fail(MOE_ERR_INVALID_ARG, "linear: max_width %d", max_width);
+    moe_status st = max_width < 1 ? moe_fail(MOE_ERR_INVALID_ARG, "linear: max_width %d", max_width) : MOE_OK;
     const size_t nbytes = (size_t)MOE_GEMM_ROW_BLOCK * max_width * sizeof(float);
     void *in = NULL, *out = NULL;
-    MOE_TRY(moe_gpu_alloc(gpu, nbytes, &in));
-    moe_status st = moe_gpu_alloc(gpu, nbytes, &out);
-    if (st != MOE_OK) return moe_gpu_free(gpu, in), st;
+    if (st == MOE_OK) st = moe_gpu_alloc(gpu, nbytes, &in);
+    if (st == MOE_OK) st = moe_gpu_alloc(gpu, nbytes, &out);
     plan->pad_in = (float *)in, plan->pad_out = (float *)out;
-    return MOE_OK;
+    if (st != MOE_OK) moe_linear_plan_free(gpu, plan);
+    return st;
 }
 
 extern "C" void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan) {
     moe_gpu_free(gpu, plan->pad_in);
     moe_gpu_free(gpu, plan->pad_out);
+    moe_gemm_lt_set_destroy(gpu, plan->lt);
     *plan = moe_linear_plan{};
+}
+
+extern "C" int moe_linear_plan_describe(const moe_linear_plan *plan, char *out, size_t n) {
+    if (!plan->lt)
+        return plan->layout_invariant ? snprintf(out, n, "cublasSgemm in %d-row blocks", (int)MOE_GEMM_ROW_BLOCK)
+                                      : snprintf(out, n, "cublasSgemm, one call per product");
+    const int head = snprintf(out, n, "cuBLASLt, one pinned call per product (%s inputs); per shape:\n",
+                              plan->bf16_inputs ? "bf16" : "fp32");
+    const size_t used = head > 0 ? (size_t)head : 0;
+    return head + moe_gemm_lt_set_describe(plan->lt, used < n ? out + used : NULL, used < n ? n - used : 0);
 }
 
 extern "C" moe_status moe_linear_forward_cuda(moe_gpu *gpu, const moe_linear_plan *plan, const float *x,

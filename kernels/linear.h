@@ -13,20 +13,56 @@
  *
  * Row blocks (layout_invariant): the calls of kernels/linear_gemms.h, every row-wise call MOE_GEMM_ROW_BLOCK rows,
  * the last partial block padded through the plan's buffers, so that cuBLAS runs one shape for every block.
+ *
+ * One pinned cuBLASLt call per product (MOE_LINEAR_LT; issue 50, item 2): each product is one cublasLtMatmul with the
+ * algorithm kernels/gemm_lt.h pins for its shape at the shape's first call and reuses for every row count, so that a
+ * row's result depends on its own inputs only (why: gemm_lt.h), with or without layout_invariant. bf16_inputs: the
+ * products take bf16 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F on tensor cores); else fp32 without TF32 (the
+ * router's; CUBLAS_COMPUTE_32F_PEDANTIC). The inputs stay fp32 buffers holding bf16 values, as above: each call casts
+ * both operands to bf16 into the plan's scratch (kernels/cast.h's kernel; exact on bf16 values). What that costs: a
+ * read of 4 and a write of 2 bytes per element of both operands at every call, the weight's included (at Mixtral's
+ * down projection, W [4096, 14336] and 8192 rows: 1.06 GB, ~0.35 ms at 3 TB/s beside a ~1.5 ms GEMM at 650 TFLOP/s,
+ * so ~25% on top), and scratch the size of the largest operands in bf16 (0.35 GB there). bf16 copies of the weights
+ * kept per weights version, and bf16 activations written by their producers (moe/dense_ops_cuda.c's stage() already
+ * makes one pass over each input, rounding it into fp32 scratch; issue 50, item 4), would remove both; the benchmark
+ * (bench/bench_gemm_lt.cu) times the call with and without the casts. A shape for which cuBLASLt offers no
+ * such algorithm runs as MOE_LINEAR_SGEMM would (row blocks when layout_invariant), every time, and
+ * moe_linear_plan_describe says why. Not yet the default: it has not run on a GPU (MOE_LINEAR_GEMM=lt selects it).
+ * A shape's first call plans it (host calls only, no device work); growing the scratch waits for the stream.
  * Device pointers, queued on gpu's stream, no host sync. */
 #ifndef MOE_KERNELS_LINEAR_H
 #define MOE_KERNELS_LINEAR_H
 
+#include <stddef.h>
+
 #include "core/gpu.h"
+#include "kernels/gemm_lt.h"
+
+typedef enum {
+    MOE_LINEAR_SGEMM = 0, /* cublasSgemm on the fp32 buffers (in row blocks when layout_invariant): the default */
+    MOE_LINEAR_LT = 1,    /* one pinned cuBLASLt call per product (above) */
+} moe_linear_gemm;
+
+/* The environment's choice: MOE_LINEAR_GEMM unset, empty or "sgemm": MOE_LINEAR_SGEMM; "lt": MOE_LINEAR_LT; anything
+ * else MOE_ERR_INVALID_CONFIG, naming the two. */
+moe_status moe_linear_gemm_from_env(moe_linear_gemm *out);
 
 typedef struct {
     int layout_invariant;
     int max_width;           /* the widest row of an input or output (in, out) */
     float *pad_in, *pad_out; /* [MOE_GEMM_ROW_BLOCK, max_width] each, device: the padded block; NULL without blocks */
+    int bf16_inputs;         /* the inputs hold bf16 values: MOE_LINEAR_LT runs them as bf16 */
+    moe_gemm_lt_set *lt;     /* MOE_LINEAR_LT: the pinned GEMMs by shape and their scratch; NULL: MOE_LINEAR_SGEMM */
 } moe_linear_plan;
 
-moe_status moe_linear_plan_init(moe_gpu *gpu, int layout_invariant, int max_width, moe_linear_plan *plan);
+moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, int layout_invariant, int bf16_inputs,
+                                int max_width, moe_linear_plan *plan);
 void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan);
+
+/* How the plan runs its products, for a log or the run record: "cublasSgemm in 64-row blocks", or "cuBLASLt, one pinned
+ * call per product" and a line per shape met so far (moe_gemm_lt_set_describe: its configuration, or why it has none
+ * and runs as SGEMM). Returns what snprintf would. */
+int moe_linear_plan_describe(const moe_linear_plan *plan, char *out, size_t n);
 
 moe_status moe_linear_forward_cuda(moe_gpu *gpu, const moe_linear_plan *plan, const float *x, const float *W, int rows,
                                    int in, int out, float *y);

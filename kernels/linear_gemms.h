@@ -22,6 +22,8 @@
 
 #include <stddef.h>
 
+#include "kernels/gemm_lt.h"
+
 typedef enum { MOE__LIN_FORWARD, MOE__LIN_BACKWARD_INPUT, MOE__LIN_BACKWARD_WEIGHT } moe__lin_product;
 
 /* The arrays a product reads or writes; PAD_IN, PAD_OUT: [MOE_GEMM_ROW_BLOCK, width] each, the padded block. */
@@ -48,5 +50,15 @@ int moe__linear_gemm_count(moe__lin_product product, int rows, int layout_invari
  * (the forward's is 0). */
 moe__lin_gemm moe__linear_gemm(moe__lin_product product, int rows, int in, int out, int layout_invariant, float beta,
                                int index);
+
+/* The product as one pinned cuBLASLt GEMM (kernels/gemm_lt.h; linear.h's MOE_LINEAR_LT): its shape and M, and which
+ * arrays are its A, B and D (D is also its C): forward (x, W, y; M = rows), backward input (dy, W, dx; M = rows),
+ * weight gradient (dy, x, dW; M = out, K = rows). rows >= 1. */
+typedef struct {
+    moe_gemm_lt_shape shape;
+    int M;
+    moe__lin_array a, b, d;
+} moe__lin_lt_call;
+moe__lin_lt_call moe__linear_lt_call(moe__lin_product product, int rows, int in, int out, int bf16_inputs);
 
 #endif

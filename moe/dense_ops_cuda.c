@@ -3,7 +3,8 @@
  * accumulated, beta 0 or 1, and under bf16 precision the same GEMM inputs rounded to bf16 (the row operands of
  * linear and of the dense SwiGLU, both operands of a weight gradient; the weights are the caller's bf16 copies).
  * Linear products: kernels/linear.h (fp32 cublasSgemm on the rounded values kept in fp32 buffers, in the row blocks
- * of kernels/gemm_rows.h when layout_invariant). Reductions in a fixed order, no float atomics.
+ * of kernels/gemm_rows.h when layout_invariant; with MOE_LINEAR_GEMM=lt one pinned cuBLASLt call per product, bf16
+ * under bf16 precision). Reductions in a fixed order, no float atomics.
  *
  * Host syncs: cross_entropy_forward, sum_squares and find_nonfinite (they return host values); growing a scratch
  * buffer (the first calls at a new size) frees the old one, which waits for the device. The rest is queued.
@@ -84,7 +85,9 @@ static moe_status cuda_create(moe_runtime *rt, int layout_invariant, moe_precisi
     s->rt = rt, s->gpu = gpu;
     s->bf16_inputs = moe_precision_bf16_inputs(precision, MOE_GEMM_DENSE);
     s->bf16_attention = moe_precision_bf16_inputs(precision, MOE_GEMM_ATTENTION);
-    moe_status st = moe_linear_plan_init(gpu, layout_invariant, max_width, &s->linear);
+    moe_linear_gemm gemm = MOE_LINEAR_SGEMM;
+    moe_status st = moe_linear_gemm_from_env(&gemm);
+    if (st == MOE_OK) st = moe_linear_plan_init(gpu, gemm, layout_invariant, s->bf16_inputs, max_width, &s->linear);
     if (st != MOE_OK) return cuda_destroy(s), st;
     *out = s;
     return MOE_OK;

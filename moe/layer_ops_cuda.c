@@ -40,7 +40,8 @@ struct moe_layer_state {
     moe_gpu *gpu;
     int num_local_experts;
     moe_expert_gemm_mode gemm_mode; /* ROW_BLOCKS with cfg.layout_invariant, else MOE_EXPERT_GEMM's choice */
-    moe_linear_plan router_rows;    /* the router's row-wise products: fixed row blocks with cfg.layout_invariant */
+    moe_linear_plan router_rows;    /* the router's row-wise products: fixed row blocks with cfg.layout_invariant, or
+                                       pinned cuBLASLt calls (MOE_LINEAR_GEMM=lt) */
     moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
     int max_rows;
     moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward (the state's, or slots: expert_acts) */
@@ -97,9 +98,11 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
                      (void **)&s->counts, (void **)&s->expert_offset};
     const size_t nbytes[] = {EL * 2 * wcount * sizeof(moe_bf16), EL * wcount * sizeof(moe_bf16), E * sizeof(float),
                              E * sizeof(int), E * sizeof(int), (E + 1) * sizeof(int)};
-    moe_status st = moe_linear_plan_init(gpu, cfg->layout_invariant,
-                                         cfg->d_model > cfg->num_experts ? cfg->d_model : cfg->num_experts,
-                                         &s->router_rows);
+    moe_linear_gemm router_gemm = MOE_LINEAR_SGEMM; /* fp32 inputs: the router's logits are fp32 (core/precision.h) */
+    moe_status st = moe_linear_gemm_from_env(&router_gemm);
+    if (st == MOE_OK)
+        st = moe_linear_plan_init(gpu, router_gemm, cfg->layout_invariant, 0,
+                                  cfg->d_model > cfg->num_experts ? cfg->d_model : cfg->num_experts, &s->router_rows);
     if (st == MOE_OK) st = moe_runtime_regrow(rt, ptrs, nbytes, 6);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(float), (void **)&s->bias_host);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(int), (void **)&s->num_selected_host);

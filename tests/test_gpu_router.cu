@@ -120,7 +120,7 @@ static void test_logits_row_blocks(moe_gpu *gpu, moe_rng *rng, int d, int E) {
     CHECK_OK(moe_router_logits_cpu(&cpu_plan, x, w, T, d, E, want));
     moe_gemm_rows_plan_free(&cpu_plan);
     moe_linear_plan plan;
-    CHECK_OK(moe_linear_plan_init(gpu, 1, d > E ? d : E, &plan));
+    CHECK_OK(moe_linear_plan_init(gpu, MOE_LINEAR_SGEMM, 1, 0, d > E ? d : E, &plan));
     float *d_x = (float *)test_gpu_upload(gpu, x, td * sizeof(float));
     float *d_w = (float *)test_gpu_upload(gpu, w, (size_t)E * d * sizeof(float));
     float *d_dl = (float *)test_gpu_upload(gpu, dl, te * sizeof(float));

@@ -1,0 +1,194 @@
+/* test_gpu_gemm_lt.c — the pinned cuBLASLt GEMMs (kernels/gemm_lt.h) as the dense linear runs them under
+ * MOE_LINEAR_LT (kernels/linear.h; issue 50, item 2), for each of the three products at a few shapes, with bf16 inputs
+ * and with fp32 inputs (the router's), beta 0 and 1:
+ *   invariance  each row of a call of M rows, M in {1, 37, 64, 65, 1000, 8192, 16384}, the call starting at another
+ *               row of the inputs, has the bits of the same row in the call of 16384 rows (the rows: token rows; a
+ *               weight gradient's output rows, for which the smaller calls get their columns of dy copied out)
+ *   repeat      the 16384-row call run again gives the same bits
+ *   accuracy    the 16384-row call against one cublasSgemm of the same values under the pedantic handle
+ *               (MOE_LINEAR_SGEMM without row blocks), within the "linear" tolerance row: bf16 values multiply
+ *               exactly in fp32, so the two differ in the order of their sums only
+ *   pinned      every shape has a pinned algorithm (a fallback to cublasSgemm fails the test); each shape's
+ *               configuration is printed (moe_linear_plan_describe), what the run record is to carry.
+ * Outputs are poisoned (NaN) before every beta-0 call: beta 0 must not read them. Inputs under bf16 hold bf16 values,
+ * as the model's GEMM inputs do. Exit 77 (skip) without a GPU.
+ * Run: meson test -C build test_gpu_gemm_lt (or build/tests/test_gpu_gemm_lt). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cast.h"
+#include "kernels/gemm_lt.h"
+#include "kernels/linear.h"
+#include "kernels/linear_gemms.h"
+#include "tests/test_gpu_util.h"
+#include "tests/test_tolerance.h"
+
+enum { MAX_ROWS = 16384 };
+static const int kRows[] = {1, 37, 64, 65, 1000, 8192, MAX_ROWS};
+static const char *const kProductNames[] = {"forward", "backward input", "backward weight"};
+
+typedef struct {
+    const char *name;
+    int bf16, in, out; /* W [out, in] */
+    int tokens;        /* the weight gradient's rows (its K) */
+} shape_case;
+
+static const shape_case kShapes[] = {
+    {"bf16, W [512, 256]", 1, 256, 512, 300},
+    {"bf16, W [96, 1024]", 1, 1024, 96, 517},
+    {"bf16, W [36, 100] (rows of no whole 16 bytes)", 1, 100, 36, 45},
+    {"fp32, the router's W [8, 256]", 0, 256, 8, 300},
+    {"fp32, W [64, 1024]", 0, 1024, 64, 129},
+};
+
+static float *host_floats(size_t count) {
+    float *p = malloc((count ? count : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "test_gpu_gemm_lt: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* count uniform values, rounded to bf16 when the case is bf16 */
+static float *inputs(moe_rng *rng, size_t count, double scale, int bf16) {
+    float *p = test_alloc_uniform(rng, count, scale);
+    if (bf16) moe_bf16_round_n(p, count, p);
+    return p;
+}
+
+/* One product of a case as the linear runs it: A, B device inputs, D the output ([M, N]), M its varying rows. */
+typedef struct {
+    moe_gpu *gpu;
+    const shape_case *c;
+    moe__lin_product product;
+} product_run;
+
+static moe_status run(const product_run *r, const moe_linear_plan *plan, int M, const float *A, const float *B,
+                      float beta, float *D) {
+    const int in = r->c->in, out = r->c->out;
+    switch (r->product) {
+    case MOE__LIN_FORWARD: return moe_linear_forward_cuda(r->gpu, plan, A, B, M, in, out, D);
+    case MOE__LIN_BACKWARD_INPUT: return moe_linear_backward_input_cuda(r->gpu, plan, A, B, M, in, out, beta, D);
+    default: return moe_linear_backward_weight_cuda(r->gpu, plan, A, B, r->c->tokens, in, M, beta, D);
+    }
+}
+
+/* count floats on the device at `shift` floats into a buffer of its own (*base, to free): a shift of 1 leaves the
+ * array 4-byte aligned only, as an array at an odd row of another can be, which the calls must stage */
+static float *device_at(moe_gpu *gpu, const float *host, size_t count, int shift, float **base) {
+    *base = test_gpu_alloc(gpu, (count + (size_t)shift) * sizeof(float)); /* poisoned */
+    if (host) CHECK_OK(moe_gpu_upload(gpu, *base + shift, host, count * sizeof(float)));
+    return *base + shift;
+}
+
+/* D [M, N] on the device for a call: D0's rows [first, first + M) under beta 1, else poison */
+static float *output_for(moe_gpu *gpu, const float *D0, int first, int M, int N, float beta, int shift, float **base) {
+    return device_at(gpu, beta != 0 ? D0 + (size_t)first * N : NULL, (size_t)M * N, shift, base);
+}
+
+static float *download(moe_gpu *gpu, const float *d, size_t count) {
+    float *h = host_floats(count);
+    test_gpu_download(gpu, h, d, count * sizeof(float));
+    return h;
+}
+
+static size_t differing(const float *a, const float *b, size_t count) {
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return bad;
+}
+
+static void check_product(moe_gpu *gpu, const shape_case *c, moe__lin_product product, const moe_linear_plan *lt,
+                          const moe_linear_plan *sgemm, moe_rng *rng) {
+    const product_run r = {gpu, c, product};
+    const int Mf = MAX_ROWS, in = c->in, out = c->out, T = c->tokens;
+    /* the full problem: A [Mf, K] (or dy [T, Mf] for the weight gradient), B, D0 [Mf, N] */
+    const int weight = product == MOE__LIN_BACKWARD_WEIGHT;
+    const int N = product == MOE__LIN_FORWARD ? out : in;
+    const int a_rows = weight ? T : Mf, a_width = weight ? Mf : product == MOE__LIN_FORWARD ? in : out;
+    const int b_rows = weight ? T : out; /* x [T, in] or W [out, in] */
+    const size_t a_count = (size_t)a_rows * a_width, b_count = (size_t)b_rows * in, d_count = (size_t)Mf * N;
+    float *A = inputs(rng, a_count, 1.0, c->bf16), *B = inputs(rng, b_count, 1.0, c->bf16);
+    float *D0 = test_alloc_uniform(rng, d_count, 1.0);
+    float *dA = test_gpu_upload(gpu, A, a_count * sizeof(float)), *dB = test_gpu_upload(gpu, B, b_count * sizeof(float));
+    const char *dtype = c->bf16 ? "bf16" : "f32";
+    char label[200];
+    /* the pinned algorithm: the shape's, K = T for the weight gradient */
+    const moe__lin_lt_call call = moe__linear_lt_call(product, weight ? T : Mf, in, out, c->bf16);
+    for (int beta = 0; beta <= (product == MOE__LIN_FORWARD ? 0 : 1); beta++) {
+        snprintf(label, sizeof label, "%s, %s, beta %d", c->name, kProductNames[product], beta);
+        float *base;
+        float *d = output_for(gpu, D0, 0, Mf, N, (float)beta, 0, &base);
+        CHECK_OK(run(&r, lt, Mf, dA, dB, (float)beta, d));
+        float *full = download(gpu, d, d_count);
+        test_gpu_free(gpu, base);
+        const moe_gemm_lt *g = NULL;
+        CHECK_OK(moe_gemm_lt_set_get(gpu, lt->lt, &call.shape, &g));
+        CHECK(g != NULL, "%s: no pinned algorithm; the product ran as cublasSgemm (see the plan's description below)",
+              label);
+        /* repeat */
+        d = output_for(gpu, D0, 0, Mf, N, (float)beta, 0, &base);
+        CHECK_OK(run(&r, lt, Mf, dA, dB, (float)beta, d));
+        float *again = download(gpu, d, d_count);
+        test_gpu_free(gpu, base);
+        const size_t repeat_bad = differing(full, again, d_count);
+        CHECK(repeat_bad == 0, "%s: %zu of %zu values differ when the call runs again", label, repeat_bad, d_count);
+        free(again);
+        /* accuracy: one cublasSgemm of the same values */
+        d = output_for(gpu, D0, 0, Mf, N, (float)beta, 0, &base);
+        CHECK_OK(run(&r, sgemm, Mf, dA, dB, (float)beta, d));
+        float *want = download(gpu, d, d_count);
+        test_gpu_free(gpu, base);
+        test_tolerance_check("linear", dtype, full, want, d_count, "%s: against cublasSgemm", label);
+        free(want);
+        /* invariance: M rows, those from row `first` of the full call's inputs (a copy, every other one at a 4-byte
+         * offset), have the full call's bits */
+        for (size_t i = 0; i < sizeof kRows / sizeof *kRows; i++) {
+            const int M = kRows[i], first = (int)((long long)(Mf - M) * 5 / 7), shift = (int)(i % 2);
+            const size_t count = (size_t)(weight ? T : M) * (weight ? M : a_width);
+            float *h = host_floats(count);
+            if (weight) /* dy's columns [first, first + M) as a [T, M] array */
+                for (int t = 0; t < T; t++) memcpy(h + (size_t)t * M, A + (size_t)t * Mf + first, (size_t)M * sizeof(float));
+            else
+                memcpy(h, A + (size_t)first * a_width, count * sizeof(float));
+            float *a_base, *d_base;
+            const float *a = device_at(gpu, h, count, shift, &a_base);
+            free(h);
+            float *dm = output_for(gpu, D0, first, M, N, (float)beta, shift, &d_base);
+            CHECK_OK(run(&r, lt, M, a, dB, (float)beta, dm));
+            float *got = download(gpu, dm, (size_t)M * N);
+            const size_t bad = differing(got, full + (size_t)first * N, (size_t)M * N);
+            printf("%-72s M %5d from row %5d%s: %s\n", label, M, first, shift ? " (arrays 4-byte aligned)" : "",
+                   bad ? "DIFFERS" : "bitwise the 16384-row call's");
+            CHECK(bad == 0, "%s: %zu of %zu values of rows [%d, %d) differ between calls of %d and %d rows", label, bad,
+                  (size_t)M * N, first, first + M, M, Mf);
+            free(got);
+            test_gpu_free(gpu, a_base), test_gpu_free(gpu, d_base);
+        }
+        free(full);
+    }
+    test_gpu_free(gpu, dA), test_gpu_free(gpu, dB);
+    free(A), free(B), free(D0);
+}
+
+int main(void) {
+    moe_gpu *gpu = test_gpu_require("test_gpu_gemm_lt");
+    moe_rng rng = moe_rng_seeded(50);
+    static char text[16384];
+    for (size_t i = 0; i < sizeof kShapes / sizeof *kShapes; i++) {
+        const shape_case *c = &kShapes[i];
+        moe_linear_plan lt, sgemm;
+        CHECK_OK(moe_linear_plan_init(gpu, MOE_LINEAR_LT, 0, c->bf16, 0, &lt));
+        CHECK_OK(moe_linear_plan_init(gpu, MOE_LINEAR_SGEMM, 0, c->bf16, 0, &sgemm));
+        if (test_failures) break; /* no plans: nothing below can run */
+        for (int product = MOE__LIN_FORWARD; product <= MOE__LIN_BACKWARD_WEIGHT; product++)
+            check_product(gpu, c, (moe__lin_product)product, &lt, &sgemm, &rng);
+        moe_linear_plan_describe(&lt, text, sizeof text);
+        printf("%s: %s", c->name, text);
+        moe_linear_plan_free(gpu, &lt);
+        moe_linear_plan_free(gpu, &sgemm);
+    }
+    moe_gpu_destroy(gpu);
+    return test_finish("test_gpu_gemm_lt");
+}
