@@ -10,8 +10,8 @@
 #                the machine's own libraries when pkg-config finds them (a cluster's modules, or apt's packages),
 #                else .gpu-bundle/ when it exists, else apt-get installs them (scripts/setup_lib.sh)
 # --more         the second run: what does not fit the first run's budget (the larger benchmark shapes, the
-#                longer training benchmark); builds too (quick when BUILD is there), skips the suite and the verify
-#                runs
+#                longer training benchmark, the pinned cuBLASLt GEMM against cuBLAS); builds too (quick when BUILD is
+#                there), skips the suite and the verify runs
 # --only PHASES  a comma-separated list of the mode's phases to run after the build (e.g. suite,train: a rerun of
 #                what failed); the others are reported as skipped
 # --budget S     the whole run's seconds (default 480 for the first run, 540 for --more): each phase has its own
@@ -202,7 +202,7 @@ if [ $rehearse = 1 ]; then
     read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
 import json, sys
 run = {"moe-train", "moe_train_cuda", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu",
-       "bench_attention_gpu"}
+       "bench_attention_gpu", "bench_gemm_lt"}
 print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in run or t["name"].startswith("test_gpu_"))))')"
     suite_flags=(--no-rebuild)
 fi
@@ -262,5 +262,8 @@ else
     phase permute_qwen 45 "$build/bench/bench_permute" --experts 128 --top-k 8 --d-model 2048 "${dry[@]}"
     phase layer_qwen 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${qwen[@]}" "${dry[@]}"
     gpu_only layer_torch_qwen 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py" "${qwen[@]}"
+    # the dense linears' pinned batch-invariant cuBLASLt GEMM against unconstrained cuBLAS at the 1.2B model's and
+    # Mixtral 8x7B's training shapes (issue 50, item 2: >= 90%); a few seconds of GPU time
+    phase gemm_lt 60 "$build/bench/bench_gemm_lt" "${dry[@]}"
 fi
 finish
