@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# bench_train_gpu.sh [--peak-tflops F] [--steps N] [--data DIR] [moe-train flags...] — training throughput and MFU of a
-# ~1.2B-parameter MoE (~0.39B active) on one GPU with moe-train --device cuda (bf16 by default), for
-# docs/BENCHMARKS.md. Needs the build (scripts/setup.sh), a GPU and the data (scripts/prepare_data.sh).
-# Exit 77 without a GPU.
+# bench_train_gpu.sh [--model 1.2b|mixtral] [--torch] [--peak-tflops F] [--steps N] [--data DIR] [moe-train flags...]
+# — training throughput and MFU on one GPU with moe-train --device cuda (bf16 by default), for docs/BENCHMARKS.md, and
+# with --torch the PyTorch peer of the same model on the same GPU (bench/bench_train_torch_gpu.py: transformers'
+# MixtralForCausalLM, bf16 autocast, SDPA, fused AdamW), tokens/s side by side. Needs the build (scripts/setup.sh), a
+# GPU and the data (scripts/prepare_data.sh). Exit 77 without a GPU.
 #
-# The model: 16 layers, d_model 1024, 16 heads, 8 KV heads, 8 experts of d_ff 2816, top-2, vocab 32000,
-# sequences of 1024 tokens, 16 per step (2 micro-batches of 8): 1.22e9 parameters, 0.39e9 active per token. Extra flags replace
-# these (moe-train refuses a flag given twice, so the defaults below are dropped for every flag given). The token
-# files: DIR/kjv_train.bin and DIR/kjv_val.bin (default DIR: the checkout's data/, scripts/prepare_data.sh), by
-# absolute path, so that the script runs from any folder.
+# The models (bench/train_gpu_model.sh):
+#   1.2b (default): 16 layers, d_model 1024, 16 heads, 8 KV heads, 8 experts of d_ff 2816, top-2, vocab 32000,
+#     sequences of 1024 tokens, 16 per step (2 micro-batches of 8), lr 3e-4: 1.22e9 parameters, 0.39e9 active per token.
+#   mixtral: Mixtral 8x7B's layer shape (d 4096, 32 heads / 8 kv, 8 experts of d_ff 14336, top-2, vocab 32000, S 4096),
+#     4 sequences a step one at a time, --recompute full, lr 1e-4, with as many layers as moe-plan's memory model
+#     (the one moe-train checks itself against) fits in the GPU's memory (2 on 80 GB: 63.5 GB predicted).
+# Extra flags replace the model's (moe-train refuses a flag given twice, so a default is dropped for every flag given).
+# The token files: DIR/kjv_train.bin and DIR/kjv_val.bin (default DIR: the checkout's data/), by absolute path.
 #
 # MFU = achieved model FLOP/s / the GPU's dense bf16 peak, with the model FLOPs of one token
-#   6 * N_active + 12 * L * d_model * S
-# (PaLM, Chowdhery et al. 2022, appendix B: 6N for the forward and backward products of the weights; 12 L d S
-# for attention's QK^T and AV, forward and backward, without halving for the causal mask). N_active counts
-# every dense parameter (embedding and lm_head included) plus k/E of the expert parameters. Tokens/s is the
+#   6 * N + 12 * L * d_model * S
+# (PaLM, Chowdhery et al. 2022, appendix B: 6N for the forward and backward products of the weights; 12 L d S for
+# attention's QK^T and AV, forward and backward, without halving for the causal mask). N counts the parameters a token's
+# products use: every dense parameter but the embedding table (a lookup, not a product; lm_head counted) plus k/E of the
+# expert parameters. Recompute's extra forward is not counted (MFU, not hardware FLOP utilisation). Tokens/s is the
 # median over the steps after the first 10 (start-up, allocation and cuBLAS's first calls excluded).
 # Peak: H100 SXM and H200 989 TFLOP/s, H100 PCIe 756, A100 312 (dense bf16, NVIDIA's data sheets), from
 # nvidia-smi's name unless --peak-tflops is given.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
-steps=40 peak="" data="$root/data"
+steps=40 peak="" data="$root/data" model=1.2b torch=0
 while [ $# -gt 0 ]; do
     case $1 in
+    --model) model=$2; shift 2 ;;
+    --torch) torch=1; shift ;;
     --peak-tflops) peak=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
@@ -32,42 +39,77 @@ while [ $# -gt 0 ]; do
 done
 [ "$steps" -gt 10 ] || { echo "bench_train_gpu: --steps must exceed 10 (the first 10 are not timed)" >&2; exit 2; }
 data=$(cd "$data" && pwd) || { echo "bench_train_gpu: no data folder $data" >&2; exit 2; }
-source "$root/bench/train_gpu_model.sh"
-train_gpu_model_flags 16 "$data" "$@"
 
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+[ -n "$name" ] || { echo "bench_train_gpu: no GPU (nvidia-smi finds none)"; exit 77; }
 if [ -z "$peak" ]; then
-    name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
     case $name in
     *H100*PCIe*) peak=756 ;;
     *H100* | *H200* | *GH200*) peak=989 ;;
     *A100*) peak=312 ;;
-    "") echo "bench_train_gpu: no GPU (nvidia-smi finds none)"; exit 77 ;;
     *) echo "bench_train_gpu: unknown GPU '$name': give --peak-tflops" >&2; exit 2 ;;
     esac
 fi
+source "$root/bench/train_gpu_model.sh"
+layers=16
+if [ "$model" = mixtral ]; then # the most layers moe-plan says fit (its memory model is moe-train's own check)
+    gpu_gb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1 | awk '{ print $1 * 1.048576 / 1000 }')
+    layers=0
+    for try in $(seq 1 32); do
+        train_gpu_model_flags mixtral "$try" "$data" "$@"
+        fits=$("$build/moe-plan" --layers "$try" --d-model "$(train_gpu_flag --d-model)" --heads "$(train_gpu_flag --heads)" \
+            --kv-heads "$(train_gpu_flag --kv-heads)" --d-ff "$(train_gpu_flag --d-ff)" --experts 8 --top-k 2 \
+            --vocab 32000 --seq-len "$(train_gpu_flag --seq-len)" --micro-batch 1 --recompute full \
+            --gpus-per-node 1 --gpu-memory "$gpu_gb" --json | python3 -c 'import json, sys; print(int(json.load(sys.stdin)["prediction"]["fits"]))')
+        [ "$fits" = 1 ] && layers=$try || break
+    done
+    [ "$layers" -ge 1 ] || { echo "bench_train_gpu: not one Mixtral-shape layer fits $gpu_gb GB (moe-plan)" >&2; exit 1; }
+    echo "mixtral shape: $layers layers fit $name's $gpu_gb GB (moe-plan)"
+fi
+train_gpu_model_flags "$model" "$layers" "$data" "$@"
 source "$root/scripts/mpi_env.sh"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+log=$(mktemp) torch_log=$(mktemp)
+trap 'rm -f "$log" "$torch_log"' EXIT
 mpirun -np 1 "$build/moe-train" --device cuda --steps "$steps" --warmup 5 --eval-interval 0 --sample-tokens 0 \
     "${flags[@]}" > "$log" 2>&1 || { cat "$log"; echo "bench_train_gpu: moe-train failed" >&2; exit 1; }
 grep -E "^(placement|GPU memory|world)" "$log" || true
-python3 - "$log" "$peak" <<'PY'
-import re, statistics, sys
+if [ $torch = 1 ]; then # the same model, batch and learning rate in PyTorch (its warm-up: the same 10 untimed steps)
+    python3 "$root/bench/bench_train_torch_gpu.py" --train-data "$data/kjv_train.bin" --steps "$steps" --warmup 10 \
+        --layers "$(train_gpu_flag --layers)" --d-model "$(train_gpu_flag --d-model)" --heads "$(train_gpu_flag --heads)" \
+        --kv-heads "$(train_gpu_flag --kv-heads)" --d-ff "$(train_gpu_flag --d-ff)" --experts "$(train_gpu_flag --experts)" \
+        --top-k "$(train_gpu_flag --top-k)" --vocab "$(train_gpu_flag --vocab)" --seq-len "$(train_gpu_flag --seq-len)" \
+        --batch "$(train_gpu_flag --batch)" --micro-batches "$(train_gpu_flag --micro-batches)" \
+        --lr "$(train_gpu_flag --lr)" --recompute "$( [ "$(train_gpu_flag --recompute)" = full ] && echo full || echo none)" \
+        > "$torch_log" 2>&1 || echo "bench_train_gpu: the PyTorch peer failed or did not run (its last lines below)"
+    grep -E "^(GPU|model|tokens/s|bench_train_torch_gpu)" "$torch_log" || tail -n 5 "$torch_log"
+fi
+python3 - "$log" "$peak" "$torch_log" <<'PY'
+import json, re, statistics, sys
 text = open(sys.argv[1]).read()
 peak = float(sys.argv[2]) * 1e12
 def flag(name, default=None):
     m = re.search(r"^\s*%s\s+(\S+)" % re.escape(name), text, re.M)
     return m.group(1) if m else default
 L, d, S = int(flag("--layers")), int(flag("--d-model")), int(flag("--seq-len"))
-E, k = int(flag("--experts")), int(flag("--top-k"))
+E, k, V = int(flag("--experts")), int(flag("--top-k")), int(flag("--vocab"))
 m = re.search(r"(\d+) dense \+ (\d+) expert parameters per rank", text)
 dense, expert = int(m.group(1)), int(m.group(2))
 active = dense + expert * k / E
+products = active - (0 if flag("--tie-embeddings", "0") == "1" else V * d)  # the embedding is a lookup
 rates = [float(r) for s, r in re.findall(r"^step\s+(\d+) .*?\|\s+([\d.]+) tok/s", text, re.M) if int(s) > 10]
+loads = re.findall(r"^step\s+(\d+) .*?\| load ([\d.]+)-([\d.]+)", text, re.M)
 tps = statistics.median(rates)
-flops_per_token = 6 * active + 12 * L * d * S
-print("parameters %.3fB total, %.3fB active; model FLOPs per token %.3g (6 N_active + 12 L d S)" %
-      ((dense + expert) / 1e9, active / 1e9, flops_per_token))
+flops_per_token = 6 * products + 12 * L * d * S
+print("parameters %.3fB total, %.3fB active (%.3fB in products); model FLOPs per token %.3g (6 N + 12 L d S)" %
+      ((dense + expert) / 1e9, active / 1e9, products / 1e9, flops_per_token))
+if loads:
+    lo, hi = min(float(l) for _, l, _ in loads), max(float(h) for _, _, h in loads)
+    print("expert loads over the steps: %.2f-%.2f of the mean (1.00 each: balanced)" % (lo, hi))
 print("tokens/s median %.0f (steps 11-%d); %.1f TFLOP/s; MFU %.1f%% of %.0f TFLOP/s" %
       (tps, len(rates) + 10, tps * flops_per_token / 1e12, 100 * tps * flops_per_token / peak, peak / 1e12))
+peer = [json.loads(l[6:]) for l in open(sys.argv[3]).read().splitlines() if l.startswith("json: ")]
+if peer:
+    t = peer[-1]["tokens_per_s"]
+    print("PyTorch peer (transformers %s, torch %s): tokens/s median %.0f, MFU %.1f%%; moe-train / PyTorch %.2fx" %
+          (peer[-1]["transformers"], peer[-1]["torch"], t, 100 * t * flops_per_token / peak, tps / t))
 PY

@@ -85,18 +85,22 @@ bool bad_dims(int num_seqs, int seq_len, int num_heads, int num_kv_heads, int he
 }
 
 
-/* The products of a phase on cuBLAS; arrays: each moe__att_array's device pointer (only the C operands are written). */
+/* The products of a phase on cuBLAS; arrays: each moe__att_array's device pointer (only the C operands are written).
+ * One call per sequence (batchCount 1), not one batched over the rank's sequences: cuBLAS picks its kernel by the
+ * whole call, batchCount included, and the sequences a rank holds change with the layout (world size, micro-batches),
+ * so a batched call could give a sequence other bits at another layout (issue 50, item 7). */
 moe_status run_gemms(moe_gpu *gpu, moe__att_phase phase, const Dims &a, float *const *arrays, int num_seqs) {
     std::vector<moe__att_gemm> gemms((size_t)2 * a.H);
     const int count = moe__attention_gemms(phase, a.S, a.H, a.KV, a.hd, gemms.data());
-    for (int i = 0; i < count; i++) {
-        const moe__att_gemm &g = gemms[i];
-        MOE_CUBLAS_TRY(cublasSgemmStridedBatched(gpu->blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                 g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &g.alpha,
-                                                 arrays[g.a] + g.a_off, g.lda, g.stride_a, arrays[g.b] + g.b_off,
-                                                 g.ldb, g.stride_b, &g.beta, arrays[g.c] + g.c_off, g.ldc, g.stride_c,
-                                                 num_seqs));
-    }
+    for (int n = 0; n < num_seqs; n++)
+        for (int i = 0; i < count; i++) {
+            const moe__att_gemm &g = gemms[i];
+            MOE_CUBLAS_TRY(cublasSgemmStridedBatched(
+                gpu->blas, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k,
+                &g.alpha, arrays[g.a] + g.a_off + n * g.stride_a, g.lda, g.stride_a,
+                arrays[g.b] + g.b_off + n * g.stride_b, g.ldb, g.stride_b, &g.beta,
+                arrays[g.c] + g.c_off + n * g.stride_c, g.ldc, g.stride_c, 1));
+        }
     return MOE_OK;
 }
 

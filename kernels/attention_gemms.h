@@ -3,8 +3,9 @@
  * around the two softmax steps and compares with the CPU attention, which checks every transpose, leading
  * dimension, offset and stride of the GPU's products on a machine without a GPU.
  *
- * Each entry is one cublasSgemmStridedBatched call over the num_seqs sequences, column-major as cuBLAS means it:
- * a row-major M [r, c] with leading dimension L is the column-major M^T [c, r] with the same L. */
+ * Each entry is a product of sequence 0, column-major as cuBLAS means it (a row-major M [r, c] with leading dimension
+ * L is the column-major M^T [c, r] with the same L), run for sequence n at the offsets plus n times the strides: on
+ * cuBLAS one call per sequence (kernels/attention.cu says why). */
 #ifndef MOE_KERNELS_ATTENTION_GEMMS_H
 #define MOE_KERNELS_ATTENTION_GEMMS_H
 

@@ -243,7 +243,10 @@ if [ $mode = first ]; then
     #    vs copy, the layer vs PyTorch
     phase attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
     gpu_only attention_sdpa 90 python3 "$root/bench/bench_attention_torch_gpu.py" --ours "$build/bench/bench_attention_gpu"
-    gpu_only train 150 bash "$root/bench/bench_train_gpu.sh" --steps 30 --data "$data"
+    gpu_only train 200 bash "$root/bench/bench_train_gpu.sh" --torch --steps 30 --data "$data"
+    gpu_only train_mixtral 200 bash "$root/bench/bench_train_gpu.sh" --model mixtral --torch --steps 20 --data "$data"
+    # training bitwise across layouts on the GPU (a rehearsal's CPU runs it as test_gpu_layouts_cpu)
+    gpu_only layouts 150 bash "$root/scripts/gpu_layouts.sh"
     # where a step's GPU time goes, kernel by kernel (Nsight Compute; skipped where the machine has no ncu)
     gpu_only profile 150 bash "$root/bench/profile_train_gpu.sh" --steps 3 --data "$data" --out "$logs/profile"
     phase grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"

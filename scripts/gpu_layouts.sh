@@ -2,8 +2,9 @@
 # gpu_layouts.sh [--device cuda|cpu] — is training bitwise the same across layouts? Pairs of 3-step runs of a small
 # model (test_gpu_train's: 2 layers, d 16, 2 heads, 4 experts of d_ff 16, top-2, 2 sequences of 16 tokens a step,
 # bf16), 1 rank against 2 ranks sharing the device: tp 2 against tp 1 at --tp-shards 2 (one or two kv heads, fused or
-# materialized attention, capacity 1.25 or dropless, 1 or 2 micro-batches), 2 ranks at ep 1 and ep 2 against 1 rank,
-# and one run of each kind twice. For each pair and step: whether the losses are the same digits, and which tensors of
+# materialized attention, capacity 1.25 or dropless, 1 or 2 micro-batches), 2 ranks at ep 1 and ep 2 against 1 rank
+# (also with the materialized attention, and at head_dim 32, where a GPU runs the flash kernels; tp 2 too), and one
+# run of each kind twice. For each pair and step: whether the losses are the same digits, and which tensors of
 # the step's checkpoint differ (scripts/compare_checkpoints.py). docs/BENCHMARKS.md, "The third GPU run", has its
 # table of 2026-11-28 (before the CUDA layer's fixed row blocks); on the CPU every pair is the same.
 # Runs after scripts/gpu_check.sh on a GPU machine (its build folder, MOE_BUILD_DIR, default build-gpu, and the
@@ -38,10 +39,16 @@ base=(--layers 2 --d-model 16 --heads 2 --d-ff 16 --seq-len 16 --experts 4 --top
       --keep-last 0 --precision bf16 --device "$device" --train-data "$dir/train.bin" --val-data "$dir/val.bin")
 differ=0
 
-run() { # NAME RANKS FLAGS...
-    local name=$1 np=$2
+run() { # NAME RANKS FLAGS...: base's flags, each dropped where FLAGS give it (moe-train refuses a flag twice)
+    local name=$1 np=$2 i a
     shift 2
-    timeout 120 mpirun -np "$np" "$build/moe-train" "${base[@]}" --checkpoint-dir "$dir/$name" \
+    local -A given=()
+    for a in "$@"; do [[ $a == --* ]] && given[$a]=1; done
+    local flags=()
+    for ((i = 0; i < ${#base[@]}; i += 2)); do
+        [ -n "${given[${base[i]}]:-}" ] || flags+=("${base[i]}" "${base[i + 1]}")
+    done
+    timeout 120 mpirun -np "$np" "$build/moe-train" "${flags[@]}" --checkpoint-dir "$dir/$name" \
         --log-file "$dir/$name.jsonl" "$@" > "$dir/$name.txt" 2>&1 ||
         { echo "gpu_layouts: $name failed:"; tail -5 "$dir/$name.txt"; differ=1; }
 }
@@ -75,6 +82,11 @@ pair tp2_mqa_capacity_mb1 --tp 2 -- "${mqa[@]}" --capacity-factor 1.25
 pair tp2_gqa2_dropless_mb1 --tp 2 -- --kv-heads 2 --tp-shards 2
 pair dp2_ep1 --ep 1 -- --kv-heads 2
 pair dp2_ep2 --ep 2 -- --kv-heads 2
+# a rank's sequences halve: the materialized attention's cuBLAS calls must not see it (issue 50, item 7)
+pair dp2_ep2_materialized --ep 2 -- --kv-heads 2 --attention materialized
+# head_dim 32: under bf16 the tensor-core flash attention on a GPU (kernels/attention_flash.cu)
+pair dp2_ep2_hd32 --ep 2 -- --d-model 64 --kv-heads 2
+pair tp2_hd32 --tp 2 -- --d-model 64 --kv-heads 2 --tp-shards 2
 run twice_a 1 "${mqa[@]}" --capacity-factor 1.25 --micro-batches 2
 run twice_b 1 "${mqa[@]}" --capacity-factor 1.25 --micro-batches 2
 compare "1 rank, the same run twice" twice_a twice_b
