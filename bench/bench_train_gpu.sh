@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# bench_train_gpu.sh [--model 1.2b|mixtral] [--torch] [--peak-tflops F] [--steps N] [--data DIR] [moe-train flags...]
+# bench_train_gpu.sh [--model 1.2b|mixtral] [--torch] [--tokens random|kjv] [--peak-tflops F] [--steps N] [--data DIR]
+#                   [moe-train flags...]
 # — training throughput and MFU on one GPU with moe-train --device cuda (bf16 by default), for docs/BENCHMARKS.md, and
 # with --torch the PyTorch peer of the same model on the same GPU (bench/bench_train_torch_gpu.py: transformers'
 # MixtralForCausalLM, bf16 autocast, SDPA, fused AdamW), tokens/s side by side. Needs the build (scripts/setup.sh), a
-# GPU and the data (scripts/prepare_data.sh). Exit 77 without a GPU.
+# GPU (and for --tokens kjv the data: scripts/prepare_data.sh). Exit 77 without a GPU.
 #
 # The models (bench/train_gpu_model.sh):
 #   1.2b (default): 16 layers, d_model 1024, 16 heads, 8 KV heads, 8 experts of d_ff 2816, top-2, vocab 32000,
@@ -12,7 +13,14 @@
 #     4 sequences a step one at a time, --recompute full, lr 1e-4, with as many layers as moe-plan's memory model
 #     (the one moe-train checks itself against) fits in the GPU's memory (2 on 80 GB: 63.5 GB predicted).
 # Extra flags replace the model's (moe-train refuses a flag given twice, so a default is dropped for every flag given).
-# The token files: DIR/kjv_train.bin and DIR/kjv_val.bin (default DIR: the checkout's data/), by absolute path.
+#
+# The tokens (--tokens): random (the default) — uniformly random ids over the vocabulary, written by this script, as
+# Megatron-LM's mock data: a throughput benchmark's routing must stay balanced while it is timed, and on real text it
+# does not: the KJV token files (bytes, or a 21k BPE) route unevenly from the first step, before any update (expert
+# loads 0.00-2.63 of the mean at step 1 on the 1.2B shape cut to 2 layers, and 0.00-4.00 within 8 steps whether lr
+# 3e-3 or 3e-4, aux-loss coefficient 0.01 or 0.1, softmax or sigmoid routing with bias steps of 0.01; random ids: 0.34-
+# 1.59 and staying there; docs/BENCHMARKS.md); kjv: DIR/kjv_train.bin and DIR/kjv_val.bin (default DIR: the
+# checkout's data/, scripts/prepare_data.sh). The expert loads' range over the steps is printed either way.
 #
 # MFU = achieved model FLOP/s / the GPU's dense bf16 peak, with the model FLOPs of one token
 #   6 * N + 12 * L * d_model * S
@@ -26,10 +34,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
-steps=40 peak="" data="$root/data" model=1.2b torch=0
+steps=40 peak="" data="$root/data" model=1.2b torch=0 tokens=random
 while [ $# -gt 0 ]; do
     case $1 in
     --model) model=$2; shift 2 ;;
+    --tokens) tokens=$2; shift 2 ;;
     --torch) torch=1; shift ;;
     --peak-tflops) peak=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -38,7 +47,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ "$steps" -gt 10 ] || { echo "bench_train_gpu: --steps must exceed 10 (the first 10 are not timed)" >&2; exit 2; }
-data=$(cd "$data" && pwd) || { echo "bench_train_gpu: no data folder $data" >&2; exit 2; }
 
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
 [ -n "$name" ] || { echo "bench_train_gpu: no GPU (nvidia-smi finds none)"; exit 77; }
@@ -51,12 +59,31 @@ if [ -z "$peak" ]; then
     esac
 fi
 source "$root/bench/train_gpu_model.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+case $tokens in
+kjv)
+    data=$(cd "$data" && pwd) || { echo "bench_train_gpu: no data folder $data" >&2; exit 2; }
+    train="$data/kjv_train.bin" val="$data/kjv_val.bin" ;;
+random) # llm.c token files of uniformly random ids below 32000 (seeded: the same tokens every run)
+    train="$tmp/random_train.bin" val="$tmp/random_val.bin"
+    python3 - "$train" "$val" <<'PY'
+import random, struct, sys
+rng = random.Random(1337)
+for path, n in ((sys.argv[1], 1 << 21), (sys.argv[2], 1 << 17)):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack("<%dH" % n, *(rng.randrange(32000) for _ in range(n))))
+PY
+    ;;
+*) echo "bench_train_gpu: --tokens is random or kjv, not '$tokens'" >&2; exit 2 ;;
+esac
 layers=16
 if [ "$model" = mixtral ]; then # the most layers moe-plan says fit (its memory model is moe-train's own check)
     gpu_gb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1 | awk '{ print $1 * 1.048576 / 1000 }')
     layers=0
     for try in $(seq 1 32); do
-        train_gpu_model_flags mixtral "$try" "$data" "$@"
+        train_gpu_model_flags mixtral "$try" "$train" "$val" "$@"
         fits=$("$build/moe-plan" --layers "$try" --d-model "$(train_gpu_flag --d-model)" --heads "$(train_gpu_flag --heads)" \
             --kv-heads "$(train_gpu_flag --kv-heads)" --d-ff "$(train_gpu_flag --d-ff)" --experts 8 --top-k 2 \
             --vocab 32000 --seq-len "$(train_gpu_flag --seq-len)" --micro-batch 1 --recompute full \
@@ -66,15 +93,15 @@ if [ "$model" = mixtral ]; then # the most layers moe-plan says fit (its memory 
     [ "$layers" -ge 1 ] || { echo "bench_train_gpu: not one Mixtral-shape layer fits $gpu_gb GB (moe-plan)" >&2; exit 1; }
     echo "mixtral shape: $layers layers fit $name's $gpu_gb GB (moe-plan)"
 fi
-train_gpu_model_flags "$model" "$layers" "$data" "$@"
+train_gpu_model_flags "$model" "$layers" "$train" "$val" "$@"
 source "$root/scripts/mpi_env.sh"
-log=$(mktemp) torch_log=$(mktemp)
-trap 'rm -f "$log" "$torch_log"' EXIT
+log="$tmp/moe-train.log" torch_log="$tmp/torch.log"
+: > "$torch_log"
 mpirun -np 1 "$build/moe-train" --device cuda --steps "$steps" --warmup 5 --eval-interval 0 --sample-tokens 0 \
     "${flags[@]}" > "$log" 2>&1 || { cat "$log"; echo "bench_train_gpu: moe-train failed" >&2; exit 1; }
 grep -E "^(placement|GPU memory|world)" "$log" || true
 if [ $torch = 1 ]; then # the same model, batch and learning rate in PyTorch (its warm-up: the same 10 untimed steps)
-    python3 "$root/bench/bench_train_torch_gpu.py" --train-data "$data/kjv_train.bin" --steps "$steps" --warmup 10 \
+    python3 "$root/bench/bench_train_torch_gpu.py" --train-data "$train" --steps "$steps" --warmup 10 \
         --layers "$(train_gpu_flag --layers)" --d-model "$(train_gpu_flag --d-model)" --heads "$(train_gpu_flag --heads)" \
         --kv-heads "$(train_gpu_flag --kv-heads)" --d-ff "$(train_gpu_flag --d-ff)" --experts "$(train_gpu_flag --experts)" \
         --top-k "$(train_gpu_flag --top-k)" --vocab "$(train_gpu_flag --vocab)" --seq-len "$(train_gpu_flag --seq-len)" \

@@ -27,7 +27,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)
 data=$(cd "$data" && pwd)
 # ncu adds milliseconds to each launch: 2 layers unless given
 source "$root/bench/train_gpu_model.sh"
-train_gpu_model_flags 1.2b 2 "$data" --eval-interval 0 --sample-tokens 0 --warmup 2 "$@"
+train_gpu_model_flags 1.2b 2 "$data/kjv_train.bin" "$data/kjv_val.bin" --eval-interval 0 --sample-tokens 0 --warmup 2 "$@"
 
 source "$root/scripts/mpi_env.sh"
 run=(mpirun -np 1 --bind-to none)

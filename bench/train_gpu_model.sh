@@ -1,16 +1,15 @@
 # train_gpu_model.sh — sourced: the models of the GPU training benchmarks (bench_train_gpu.sh, whose header gives their
 # sizes and FLOPs; profile_train_gpu.sh), as moe-train flags.
-# train_gpu_model_flags MODEL LAYERS DATA_DIR [moe-train flags...] -> the array flags: MODEL (1.2b or mixtral) with
-# LAYERS layers and the token files DATA_DIR/kjv_{train,val}.bin, each of its flags dropped where the caller's flags
-# give it (moe-train refuses a flag given twice), then the caller's flags.
+# train_gpu_model_flags MODEL LAYERS TRAIN VAL [moe-train flags...] -> the array flags: MODEL (1.2b or mixtral) with
+# LAYERS layers and the token files TRAIN and VAL, each of its flags dropped where the caller's flags give it
+# (moe-train refuses a flag given twice), then the caller's flags.
 #   1.2b     d 1024, 16 heads / 8 kv, 8 experts of d_ff 2816, top-2, vocab 32000, S 1024, 16 sequences a step (2
-#            micro-batches of 8), lr 3e-4 (moe-train's default 3e-3, tuned for its 0.5M-parameter default model,
-#            collapsed this model's routing by step 3: expert loads 0.00-4.00 on the H100, 2026-11-28)
+#            micro-batches of 8), lr 3e-4 (moe-train's default 3e-3 is tuned for its 0.5M-parameter default model)
 #   mixtral  Mixtral 8x7B's layer shape: d 4096, 32 heads / 8 kv, 8 experts of d_ff 14336, top-2, vocab 32000, S 4096,
 #            4 sequences a step (4 micro-batches of 1), --recompute full, lr 1e-4
 train_gpu_model_flags() {
-    local name=$1 layers=$2 data=$3 i a
-    shift 3
+    local name=$1 layers=$2 train=$3 val=$4 i a
+    shift 4
     local model
     case $name in
     1.2b) model=(--d-model 1024 --heads 16 --kv-heads 8 --d-ff 2816 --seq-len 1024 --batch 8 --micro-batches 2
@@ -19,8 +18,7 @@ train_gpu_model_flags() {
                     --recompute full --lr 1e-4) ;;
     *) echo "train_gpu_model_flags: no model '$name' (1.2b or mixtral)" >&2; return 2 ;;
     esac
-    model+=(--layers "$layers" --experts 8 --top-k 2 --vocab 32000 --train-data "$data/kjv_train.bin"
-            --val-data "$data/kjv_val.bin")
+    model+=(--layers "$layers" --experts 8 --top-k 2 --vocab 32000 --train-data "$train" --val-data "$val")
     local -A given=()
     for a in "$@"; do [[ $a == --* ]] && given[$a]=1; done
     flags=()
