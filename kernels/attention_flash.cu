@@ -4,8 +4,8 @@
  * the fragment maps are kernels/flash_tiles.h's (tested on the CPU by tests/test_flash_tiles.c, whose emulation of
  * the forward rounds where this file rounds); the formulas those of kernels/attention_fused_cpu.c.
  *
- * Rounding points (attention.h): q, k, v and dout are rounded to bf16 as they are staged into shared memory (the
- * CPU's rounding bit for bit, cast_device.cuh); P is rounded when it becomes the A operand of P v (the row sums l
+ * Rounding points (attention.h): q, k, v and dout are rounded to bf16 once, into the copies the kernels read (the
+ * CPU's rounding bit for bit, kernels/cast.h); P is rounded when it becomes the A operand of P v (the row sums l
  * keep the fp32 P), and of dV += P^T dout; dS = P (dP - D) scale when it becomes the operand of dQ += dS k and
  * dK += dS^T q. Scores, the row maxima and sums, lse, D and every accumulator are fp32.
  *
@@ -20,6 +20,8 @@
  *            in increasing order, per query tile from the first that sees the key tile, in chunks of kQueryChunk
  *            queries: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q. No atomics anywhere: every output
  *            element has one writer and a fixed order of additions.
+ * Inputs: bf16 copies of q, k, v and dout (cast_inputs, once a call), copied into shared memory by cp.async, the next
+ * key tile (forward, dQ) or (head, query tile) (dK/dV) loading into a second stage while the current one is used.
  * Shared memory rows are head_dim + kPad bf16 apart, so the 8 rows an ldmatrix phase reads fall in distinct banks.
  * Checked: tests/test_gpu_dense_table.c (against the CPU's fused attention under bf16, and a sequence's bits alone
  * and among others), the build's tests/test_flash_build.sh (no register spills, mma in the PTX), and without a GPU
@@ -38,6 +40,7 @@
 
 extern "C" {
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/flash_tiles.h"
 }
 #endif
@@ -68,6 +71,10 @@ inline void ldmatrix_x4(uint32_t r[4], const uint16_t *p) { moe_simt::ldmatrix_x
 inline void ldmatrix_x4_trans(uint32_t r[4], const uint16_t *p) { moe_simt::ldmatrix_x4(r, p, true); }
 inline void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) { moe_simt::mma_bf16(c, a, b0, b1); }
 inline uint16_t *shared_tiles() { return moe_simt::shared_memory<uint16_t>(); }
+inline void cp_async16(void *dst, const void *src, bool valid) { moe_simt::cp_async16(dst, src, valid); }
+inline void cp_async_commit() { moe_simt::cp_async_commit(); }
+template <int N>
+inline void cp_async_wait() { moe_simt::cp_async_wait(N); }
 #else
 /* the block's dynamic shared memory */
 __device__ __forceinline__ uint16_t *shared_tiles() {
@@ -96,6 +103,19 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0
                  "{%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes from global to shared memory without passing through registers, in the background: they land by the
+ * cp_async_wait that covers their commit group. valid false: 16 zero bytes (src-size 0; nothing is read). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* wait until at most N of this thread's commit groups are still in flight */
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 #endif
 
@@ -138,17 +158,26 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float (*c)[4], int k
 
 /* ---- staging ---- */
 
-/* rows [r0, r0 + ROWS) of a [tokens, heads, hd] array (row stride ld floats, at base) into T, rounded to bf16;
- * rows at or past S are zeros. Eight values a step: 16-byte loads (base and ld aligned: the dispatch checks). */
+/* rows [r0, r0 + ROWS) of a bf16 [tokens, heads, hd] array (row stride ld elements, at base) into T, asynchronously,
+ * 16 bytes a copy (base and ld aligned: the dispatch checks); rows at or past S are zeros. The caller commits and
+ * waits (cp_async_commit, cp_async_wait) and then synchronises the block before anyone reads T. */
 template <int ROWS, int HD>
-__device__ void stage_rows(uint16_t *T, const float *base, int r0, int S, int ld) {
+__device__ __forceinline__ void stage_rows(uint16_t *T, const uint16_t *base, int r0, int S, int ld) {
     constexpr int LD = Plan<HD>::LD, STEPS = HD / 8;
     for (int x = threadIdx.x; x < ROWS * STEPS; x += blockDim.x) {
         const int r = x / STEPS, c = x % STEPS * 8;
-        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (r0 + r < S) moe_cuda::load_f32<8>(base + (size_t)(r0 + r) * ld + c, v);
-        moe_cuda::store_bf16<8>(T + r * LD + c, v);
+        const bool valid = r0 + r < S;
+        cp_async16(T + r * LD + c, valid ? base + (size_t)(r0 + r) * ld + c : base, valid);
     }
+}
+
+/* key tile j of K and V into a stage: K's rows, then V's */
+template <int HD>
+__device__ __forceinline__ void stage_kv(uint16_t *stage, const uint16_t *kb, const uint16_t *vb, int j,
+                                         const FlashDims &a) {
+    using P = Plan<HD>;
+    stage_rows<P::BN, HD>(stage, kb, j * P::BN, a.S, a.ldk);
+    stage_rows<P::BN, HD>(stage + P::BN * P::LD, vb, j * P::BN, a.S, a.ldk);
 }
 
 /* the maximum or the sum over a quad of lanes (the four that hold a C row) */
@@ -223,17 +252,20 @@ __device__ __forceinline__ void store_rows(float *base, const float (*acc)[4], i
 
 template <int HD>
 __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
-    flash_forward(FlashDims a, const float *q, const float *k, const float *v, float *lse, float *out) {
+    flash_forward(FlashDims a, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *lse, float *out) {
     using P = Plan<HD>;
     uint16_t *smem = shared_tiles();
-    uint16_t *Qs = smem, *Ks = Qs + P::BM * P::LD, *Vs = Ks + P::BN * P::LD;
+    uint16_t *Qs = smem, *KV = Qs + P::BM * P::LD; /* Q, then two stages of [K; V] */
     const moe_flash_tiles tiles = moe_flash_tiles_for(HD);
     const int i = gridDim.x - 1 - blockIdx.x; /* the longest query tiles first */
     const int h = blockIdx.y, n = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = lane / 4, pair = lane % 4, r0 = 16 * warp, row0 = i * P::BM + r0;
-    const float *qb = q + (size_t)n * a.S * a.ldq + (size_t)h * HD;
+    const uint16_t *qb = q + (size_t)n * a.S * a.ldq + (size_t)h * HD;
     const size_t kv_at = (size_t)n * a.S * a.ldk + (size_t)(h / a.group) * HD;
     stage_rows<P::BM, HD>(Qs, qb, i * P::BM, a.S, a.ldq);
+    stage_kv<HD>(KV, k + kv_at, v + kv_at, 0, a);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[P::KC][4];
 #pragma unroll
@@ -243,10 +275,10 @@ __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
     for (int t = 0; t < HD / 8; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
     const int key_tiles = moe_flash_key_tiles(tiles, a.S, i);
     for (int j = 0; j < key_tiles; j++) {
-        __syncthreads(); /* every warp is done with the previous K and V */
-        stage_rows<P::BN, HD>(Ks, k + kv_at, j * P::BN, a.S, a.ldk);
-        stage_rows<P::BN, HD>(Vs, v + kv_at, j * P::BN, a.S, a.ldk);
-        __syncthreads();
+        /* the next key tile loads into the other stage while this one is used (its readers, at j - 1, are done) */
+        if (j + 1 < key_tiles) stage_kv<HD>(KV + ((j + 1) & 1) * 2 * P::BN * P::LD, k + kv_at, v + kv_at, j + 1, a);
+        cp_async_commit();
+        const uint16_t *Ks = KV + (j & 1) * 2 * P::BN * P::LD, *Vs = Ks + P::BN * P::LD;
         float s[P::BN / 8][4];
 #pragma unroll
         for (int t = 0; t < P::BN / 8; t++) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.f;
@@ -291,6 +323,8 @@ __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[t][e] *= rescale[e / 2];
         accumulate<HD, P::BN>(o, s, Vs, 0, lane);
+        cp_async_wait<0>();
+        __syncthreads(); /* the next stage landed for every thread, and every warp is done with this one */
     }
     float inv[2];
 #pragma unroll
@@ -321,11 +355,11 @@ __device__ __forceinline__ void probabilities(float (*s)[4], float (*dp)[4], boo
 
 template <int HD>
 __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
-    flash_backward_dq(FlashDims a, const float *q, const float *k, const float *v, const float *lse, const float *D,
-                      const float *dout, float *dq) {
+    flash_backward_dq(FlashDims a, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse,
+                      const float *D, const uint16_t *dout, float *dq) {
     using P = Plan<HD>;
     uint16_t *smem = shared_tiles();
-    uint16_t *Qs = smem, *dOs = Qs + P::BM * P::LD, *Ks = dOs + P::BM * P::LD, *Vs = Ks + P::BN * P::LD;
+    uint16_t *Qs = smem, *dOs = Qs + P::BM * P::LD, *KV = dOs + P::BM * P::LD; /* two stages of [K; V] */
     const moe_flash_tiles tiles = moe_flash_tiles_for(HD);
     const int i = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, n = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -334,6 +368,8 @@ __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
     const size_t kv_at = (size_t)n * a.S * a.ldk + (size_t)(h / a.group) * HD;
     stage_rows<P::BM, HD>(Qs, q + q_at, i * P::BM, a.S, a.ldq);
     stage_rows<P::BM, HD>(dOs, dout + q_at, i * P::BM, a.S, a.ldq);
+    stage_kv<HD>(KV, k + kv_at, v + kv_at, 0, a);
+    cp_async_commit();
     float row_lse[2], row_D[2];
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -344,11 +380,12 @@ __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
 #pragma unroll
     for (int t = 0; t < HD / 8; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
     const int key_tiles = moe_flash_key_tiles(tiles, a.S, i);
+    cp_async_wait<0>();
+    __syncthreads();
     for (int j = 0; j < key_tiles; j++) {
-        __syncthreads();
-        stage_rows<P::BN, HD>(Ks, k + kv_at, j * P::BN, a.S, a.ldk);
-        stage_rows<P::BN, HD>(Vs, v + kv_at, j * P::BN, a.S, a.ldk);
-        __syncthreads();
+        if (j + 1 < key_tiles) stage_kv<HD>(KV + ((j + 1) & 1) * 2 * P::BN * P::LD, k + kv_at, v + kv_at, j + 1, a);
+        cp_async_commit();
+        const uint16_t *Ks = KV + (j & 1) * 2 * P::BN * P::LD, *Vs = Ks + P::BN * P::LD;
         float s[P::BN / 8][4], dp[P::BN / 8][4];
         scores<HD, P::BN>(s, Qs, r0, Ks, 0, lane);
         scores<HD, P::BN>(dp, dOs, r0, Vs, 0, lane);
@@ -358,58 +395,90 @@ __global__ void __launch_bounds__(Plan<HD>::BM / 16 * 32)
             [&](int t, int e) { return j * P::BN + 8 * t + 2 * pair + e % 2; },
             [&](int, int e) { return row_lse[e / 2]; }, [&](int, int e) { return row_D[e / 2]; });
         accumulate<HD, P::BN>(acc, dp, Ks, 0, lane); /* dQ += dS K */
+        cp_async_wait<0>();
+        __syncthreads();
     }
     const float one[2] = {1.f, 1.f};
     store_rows<HD>(dq + q_at, acc, row0, a.S, a.ldq, one, lane);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(Plan<HD>::BN / 16 * 32)
-    flash_backward_dkv(FlashDims a, const float *q, const float *k, const float *v, const float *lse, const float *D,
-                       const float *dout, float *dk, float *dv) {
+/* The dK/dV kernel's shared memory: K and V, then STAGES stages of [Q; dO; lse; D] of a query tile. */
+template <int HD, int STAGES>
+struct DkvLayout {
     using P = Plan<HD>;
+    static constexpr size_t kTiles = 2 * (size_t)P::BN * P::LD;                       /* bf16 elements */
+    static constexpr size_t kStage = 2 * (size_t)P::BM * P::LD + 2 * P::BM * 2;       /* bf16 elements */
+    static constexpr size_t kBytes = (kTiles + STAGES * kStage) * sizeof(uint16_t);
+};
+
+/* STAGES 2: the next (head, query tile)'s Q, dO and statistics load while this one's are used; 1 where two stages do
+ * not fit a block's shared memory (head_dim 128 on sm_80: 174 KB) */
+template <int HD, int STAGES>
+__global__ void __launch_bounds__(Plan<HD>::BN / 16 * 32)
+    flash_backward_dkv(FlashDims a, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *lse,
+                       const float *D, const uint16_t *dout, float *dk, float *dv) {
+    using P = Plan<HD>;
+    using L = DkvLayout<HD, STAGES>;
     uint16_t *smem = shared_tiles();
-    uint16_t *Ks = smem, *Vs = Ks + P::BN * P::LD, *Qs = Vs + P::BN * P::LD, *dOs = Qs + P::BM * P::LD;
-    float *Ls = reinterpret_cast<float *>(dOs + P::BM * P::LD), *Ds = Ls + P::BM;
+    uint16_t *Ks = smem, *Vs = Ks + P::BN * P::LD;
     const moe_flash_tiles tiles = moe_flash_tiles_for(HD);
     const int j = blockIdx.x, g = blockIdx.y, n = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = lane / 4, pair = lane % 4, c0 = 16 * warp, key0 = j * P::BN + c0;
     const size_t kv_at = (size_t)n * a.S * a.ldk + (size_t)g * HD;
+    const int query_tiles = moe_flash_tiles_over(a.S, P::BM), first = moe_flash_first_query_tile(tiles, j);
+    const int per_head = query_tiles - first, steps = a.group * per_head; /* (query head, query tile) in order */
+    /* step t's (head, query tile) into stage t % STAGES: Q and dO asynchronously, lse and D by plain loads */
+    auto stage_queries = [&](int t) {
+        uint16_t *Qs = smem + L::kTiles + (t % STAGES) * L::kStage, *dOs = Qs + P::BM * P::LD;
+        float *Ls = reinterpret_cast<float *>(dOs + P::BM * P::LD), *Ds = Ls + P::BM;
+        const int h = g * a.group + t / per_head, i = first + t % per_head;
+        const size_t q_at = (size_t)n * a.S * a.ldq + (size_t)h * HD, stat_at = ((size_t)n * a.H + h) * a.S;
+        stage_rows<P::BM, HD>(Qs, q + q_at, i * P::BM, a.S, a.ldq);
+        stage_rows<P::BM, HD>(dOs, dout + q_at, i * P::BM, a.S, a.ldq);
+        for (int x = threadIdx.x; x < P::BM; x += blockDim.x) {
+            const int query = i * P::BM + x;
+            Ls[x] = query < a.S ? lse[stat_at + query] : 0.f, Ds[x] = query < a.S ? D[stat_at + query] : 0.f;
+        }
+    };
     stage_rows<P::BN, HD>(Ks, k + kv_at, j * P::BN, a.S, a.ldk);
     stage_rows<P::BN, HD>(Vs, v + kv_at, j * P::BN, a.S, a.ldk);
+    stage_queries(0);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
     float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
 #pragma unroll
     for (int t = 0; t < HD / 8; t++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk_acc[t][e] = dv_acc[t][e] = 0.f;
-    const int query_tiles = moe_flash_tiles_over(a.S, P::BM);
-    for (int h = g * a.group; h < (g + 1) * a.group; h++) {
-        const size_t q_at = (size_t)n * a.S * a.ldq + (size_t)h * HD, stat_at = ((size_t)n * a.H + h) * a.S;
-        for (int i = moe_flash_first_query_tile(tiles, j); i < query_tiles; i++) {
-            __syncthreads(); /* every warp is done with the previous Q, dO and statistics */
-            stage_rows<P::BM, HD>(Qs, q + q_at, i * P::BM, a.S, a.ldq);
-            stage_rows<P::BM, HD>(dOs, dout + q_at, i * P::BM, a.S, a.ldq);
-            for (int x = threadIdx.x; x < P::BM; x += blockDim.x) {
-                const int query = i * P::BM + x;
-                Ls[x] = query < a.S ? lse[stat_at + query] : 0.f, Ds[x] = query < a.S ? D[stat_at + query] : 0.f;
-            }
-            __syncthreads();
-            const bool masked = moe_flash_tile_masked(tiles, i, j);
-            for (int chunk = 0; chunk < P::BM; chunk += kQueryChunk) {
-                /* transposed tiles: rows are the warp's 16 keys, columns the chunk's queries */
-                float s[kQueryChunk / 8][4], dp[kQueryChunk / 8][4];
-                scores<HD, kQueryChunk>(s, Ks, c0, Qs, chunk, lane);
-                scores<HD, kQueryChunk>(dp, Vs, c0, dOs, chunk, lane);
-                const int q0 = i * P::BM + chunk;
-                probabilities<kQueryChunk / 8>(
-                    s, dp, masked, a.S, a.scale, [&](int t, int e) { return q0 + 8 * t + 2 * pair + e % 2; },
-                    [&](int, int e) { return key0 + group + 8 * (e / 2); },
-                    [&](int t, int e) { return Ls[chunk + 8 * t + 2 * pair + e % 2]; },
-                    [&](int t, int e) { return Ds[chunk + 8 * t + 2 * pair + e % 2]; });
-                accumulate<HD, kQueryChunk>(dv_acc, s, dOs, chunk, lane); /* dV += P^T dO */
-                accumulate<HD, kQueryChunk>(dk_acc, dp, Qs, chunk, lane); /* dK += dS^T Q */
-            }
+    for (int t = 0; t < steps; t++) {
+        if (STAGES == 2 && t + 1 < steps) stage_queries(t + 1); /* its stage's readers (step t - 1) are done */
+        cp_async_commit();
+        const uint16_t *Qs = smem + L::kTiles + (t % STAGES) * L::kStage, *dOs = Qs + P::BM * P::LD;
+        const float *Ls = reinterpret_cast<const float *>(dOs + P::BM * P::LD), *Ds = Ls + P::BM;
+        const int i = first + t % per_head;
+        const bool masked = moe_flash_tile_masked(tiles, i, j);
+        for (int chunk = 0; chunk < P::BM; chunk += kQueryChunk) {
+            /* transposed tiles: rows are the warp's 16 keys, columns the chunk's queries */
+            float s[kQueryChunk / 8][4], dp[kQueryChunk / 8][4];
+            scores<HD, kQueryChunk>(s, Ks, c0, Qs, chunk, lane);
+            scores<HD, kQueryChunk>(dp, Vs, c0, dOs, chunk, lane);
+            const int q0 = i * P::BM + chunk;
+            probabilities<kQueryChunk / 8>(
+                s, dp, masked, a.S, a.scale, [&](int tt, int e) { return q0 + 8 * tt + 2 * pair + e % 2; },
+                [&](int, int e) { return key0 + group + 8 * (e / 2); },
+                [&](int tt, int e) { return Ls[chunk + 8 * tt + 2 * pair + e % 2]; },
+                [&](int tt, int e) { return Ds[chunk + 8 * tt + 2 * pair + e % 2]; });
+            accumulate<HD, kQueryChunk>(dv_acc, s, dOs, chunk, lane); /* dV += P^T dO */
+            accumulate<HD, kQueryChunk>(dk_acc, dp, Qs, chunk, lane); /* dK += dS^T Q */
         }
+        if (STAGES == 1 && t + 1 < steps) {
+            __syncthreads(); /* every warp is done with the one stage */
+            stage_queries(t + 1);
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+        __syncthreads(); /* the next stage landed for every thread (and, with two, every warp is done with this one) */
     }
     const float one[2] = {1.f, 1.f};
     store_rows<HD>(dk + kv_at, dk_acc, key0, a.S, a.ldk, one, lane);
@@ -433,34 +502,78 @@ moe_status allow_shared(Kernel kernel, size_t bytes) {
     return MOE_OK;
 }
 
+/* The inputs as the kernels read them: bf16 copies, cast in scratch (kernels/cast.h's rounding: the CPU's, bit for
+ * bit, so the results are those of rounding as the tiles are staged), each 16-byte aligned. Reading bf16 halves the
+ * bytes of every re-read of K and V (once per query tile) and lets cp.async copy rows into shared memory as they are. */
+struct Inputs {
+    const uint16_t *q, *k, *v, *dout;
+};
+
+size_t aligned_bytes(size_t values) { return (values * sizeof(uint16_t) + 15) / 16 * 16; }
+
+size_t inputs_bytes(const moe_flash_problem &p, bool with_dout) {
+    const size_t nq = (size_t)p.num_seqs * p.S * p.H * p.hd, nkv = (size_t)p.num_seqs * p.S * p.KV * p.hd;
+    return aligned_bytes(nq) * (with_dout ? 2 : 1) + 2 * aligned_bytes(nkv);
+}
+
+moe_status cast_inputs(moe_gpu *gpu, const moe_flash_problem &p, const float *dout, void *scratch, Inputs *in) {
+    const size_t nq = (size_t)p.num_seqs * p.S * p.H * p.hd, nkv = (size_t)p.num_seqs * p.S * p.KV * p.hd;
+    uint8_t *at = (uint8_t *)scratch;
+    const float *src[4] = {p.q, p.k, p.v, dout};
+    const uint16_t **dst[4] = {&in->q, &in->k, &in->v, &in->dout};
+    const size_t count[4] = {nq, nkv, nkv, nq};
+    in->dout = NULL;
+    for (int i = 0; i < (dout ? 4 : 3); i++) {
+        MOE_TRY(moe_cast_f32_to_bf16_cuda(gpu, src[i], count[i], (moe_bf16 *)at));
+        *dst[i] = (const uint16_t *)at, at += aligned_bytes(count[i]);
+    }
+    return MOE_OK;
+}
+
 template <int HD>
 moe_status forward(moe_gpu *gpu, const moe_flash_problem &p, float *lse, float *out) {
     using P = Plan<HD>;
-    const size_t bytes = (size_t)(P::BM + 2 * P::BN) * P::LD * sizeof(uint16_t);
+    void *scratch = NULL;
+    Inputs in;
+    MOE_TRY(moe_gpu_scratch(gpu, inputs_bytes(p, false), &scratch));
+    MOE_TRY(cast_inputs(gpu, p, NULL, scratch, &in));
+    const size_t bytes = (size_t)(P::BM + 4 * P::BN) * P::LD * sizeof(uint16_t); /* Q, two stages of K and V */
     MOE_TRY(allow_shared(flash_forward<HD>, bytes));
     const dim3 grid((unsigned)moe_flash_tiles_over(p.S, P::BM), (unsigned)p.H, (unsigned)p.num_seqs);
-    flash_forward<HD><<<grid, P::BM / 16 * 32, bytes, gpu->stream>>>(dims_of(p), p.q, p.k, p.v, lse, out);
+    flash_forward<HD><<<grid, P::BM / 16 * 32, bytes, gpu->stream>>>(dims_of(p), in.q, in.k, in.v, lse, out);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
+template <int HD, int STAGES>
+moe_status launch_dkv(moe_gpu *gpu, const moe_flash_problem &p, const Inputs &in, const float *lse, const float *D,
+                      float *dk, float *dv) {
+    using P = Plan<HD>;
+    const size_t bytes = DkvLayout<HD, STAGES>::kBytes;
+    MOE_TRY(allow_shared(flash_backward_dkv<HD, STAGES>, bytes));
+    const dim3 grid((unsigned)moe_flash_tiles_over(p.S, P::BN), (unsigned)p.KV, (unsigned)p.num_seqs);
+    flash_backward_dkv<HD, STAGES><<<grid, P::BN / 16 * 32, bytes, gpu->stream>>>(dims_of(p), in.q, in.k, in.v, lse, D,
+                                                                                  in.dout, dk, dv);
     MOE_CUDA_LAUNCHED();
     return MOE_OK;
 }
 
 template <int HD>
 moe_status backward(moe_gpu *gpu, const moe_flash_problem &p, const float *lse, const float *D, const float *dout,
-                    float *dq, float *dk, float *dv) {
+                    float *dq, float *dk, float *dv, void *scratch) {
     using P = Plan<HD>;
-    const FlashDims a = dims_of(p);
-    const size_t tiles_bytes = (size_t)(2 * P::BM + 2 * P::BN) * P::LD * sizeof(uint16_t);
-    MOE_TRY(allow_shared(flash_backward_dq<HD>, tiles_bytes));
+    Inputs in;
+    MOE_TRY(cast_inputs(gpu, p, dout, scratch, &in));
+    const size_t dq_bytes = (size_t)(2 * P::BM + 4 * P::BN) * P::LD * sizeof(uint16_t); /* Q, dO, two K/V stages */
+    MOE_TRY(allow_shared(flash_backward_dq<HD>, dq_bytes));
     const dim3 dq_grid((unsigned)moe_flash_tiles_over(p.S, P::BM), (unsigned)p.H, (unsigned)p.num_seqs);
-    flash_backward_dq<HD><<<dq_grid, P::BM / 16 * 32, tiles_bytes, gpu->stream>>>(a, p.q, p.k, p.v, lse, D, dout, dq);
+    flash_backward_dq<HD><<<dq_grid, P::BM / 16 * 32, dq_bytes, gpu->stream>>>(dims_of(p), in.q, in.k, in.v, lse, D,
+                                                                              in.dout, dq);
     MOE_CUDA_LAUNCHED();
-    const size_t dkv_bytes = tiles_bytes + 2 * (size_t)P::BM * sizeof(float);
-    MOE_TRY(allow_shared(flash_backward_dkv<HD>, dkv_bytes));
-    const dim3 dkv_grid((unsigned)moe_flash_tiles_over(p.S, P::BN), (unsigned)p.KV, (unsigned)p.num_seqs);
-    flash_backward_dkv<HD><<<dkv_grid, P::BN / 16 * 32, dkv_bytes, gpu->stream>>>(a, p.q, p.k, p.v, lse, D, dout, dk,
-                                                                                 dv);
-    MOE_CUDA_LAUNCHED();
-    return MOE_OK;
+    int most = 0; /* two stages where they fit this GPU's shared memory per block (the arithmetic is the same) */
+    MOE_CUDA_TRY(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu->device));
+    if (DkvLayout<HD, 2>::kBytes <= (size_t)most) return launch_dkv<HD, 2>(gpu, p, in, lse, D, dk, dv);
+    return launch_dkv<HD, 1>(gpu, p, in, lse, D, dk, dv);
 }
 
 #endif
@@ -487,13 +600,15 @@ extern "C" moe_status moe__attention_flash_forward(moe_gpu *gpu, const moe_flash
     }
 }
 
+extern "C" size_t moe__attention_flash_backward_scratch(const moe_flash_problem *p) { return inputs_bytes(*p, true); }
+
 extern "C" moe_status moe__attention_flash_backward(moe_gpu *gpu, const moe_flash_problem *p, const float *lse,
                                                     const float *D, const float *dout, float *dq, float *dk,
-                                                    float *dv) {
+                                                    float *dv, void *scratch) {
     switch (p->hd) {
-    case 32: return backward<32>(gpu, *p, lse, D, dout, dq, dk, dv);
-    case 64: return backward<64>(gpu, *p, lse, D, dout, dq, dk, dv);
-    case 128: return backward<128>(gpu, *p, lse, D, dout, dq, dk, dv);
+    case 32: return backward<32>(gpu, *p, lse, D, dout, dq, dk, dv, scratch);
+    case 64: return backward<64>(gpu, *p, lse, D, dout, dq, dk, dv, scratch);
+    case 128: return backward<128>(gpu, *p, lse, D, dout, dq, dk, dv, scratch);
     default: return moe_fail(MOE_ERR_INVALID_ARG, "flash attention: head_dim %d has no tile plan here", p->hd);
     }
 }

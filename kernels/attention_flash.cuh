@@ -14,11 +14,15 @@ typedef struct {
     int num_seqs, S, H, KV, hd;
 } moe_flash_problem;
 
+/* Casts q, k, v to bf16 into the context's scratch (moe_gpu_scratch), then runs the kernel. */
 moe_status moe__attention_flash_forward(moe_gpu *gpu, const moe_flash_problem *p, float *lse, float *out);
 
-/* D [num_seqs, H, S]: dout_i . out_i of every row (the caller's kernel, as the plain backward's) */
+/* D [num_seqs, H, S]: dout_i . out_i of every row (the caller's kernel, as the plain backward's); scratch: device
+ * memory of moe__attention_flash_backward_scratch bytes, 16-byte aligned (the caller's, beside its D: the context's
+ * one scratch buffer cannot serve two users), for the bf16 copies of q, k, v and dout. */
+size_t moe__attention_flash_backward_scratch(const moe_flash_problem *p);
 moe_status moe__attention_flash_backward(moe_gpu *gpu, const moe_flash_problem *p, const float *lse, const float *D,
-                                         const float *dout, float *dq, float *dk, float *dv);
+                                         const float *dout, float *dq, float *dk, float *dv, void *scratch);
 }
 
 #endif

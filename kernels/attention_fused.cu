@@ -209,15 +209,18 @@ extern "C" moe_status moe_attention_fused_backward_cuda(moe_gpu *gpu, const floa
         return MOE_ERR_INVALID_ARG;
     if (num_seqs == 0 || seq_len == 0) return MOE_OK;
     const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim, bf16);
-    void *scratch = NULL; /* D: [num_seqs, H, S] */
-    MOE_TRY(moe_gpu_scratch(gpu, (size_t)num_seqs * a.H * a.S * sizeof(float), &scratch));
+    const void *const buffers[] = {q, k, v, dout, dq, dk, dv};
+    const moe_flash_problem problem = {q, k, v, num_seqs, seq_len, num_heads, num_kv_heads, head_dim};
+    const bool flash = bf16 && moe_attention_flash_applies(head_dim, buffers, 7);
+    /* scratch: D [num_seqs, H, S], then the flash kernels' bf16 inputs */
+    const size_t d_bytes = ((size_t)num_seqs * a.H * a.S * sizeof(float) + 15) / 16 * 16;
+    void *scratch = NULL;
+    MOE_TRY(moe_gpu_scratch(gpu, d_bytes + (flash ? moe__attention_flash_backward_scratch(&problem) : 0), &scratch));
     float *D = (float *)scratch;
     fused_row_dots<<<grid_of(a.S, a.H, num_seqs), kRows, 0, gpu->stream>>>(a, out, dout, D);
     MOE_CUDA_LAUNCHED();
-    const void *const buffers[] = {q, k, v, dout, dq, dk, dv};
-    const moe_flash_problem problem = {q, k, v, num_seqs, seq_len, num_heads, num_kv_heads, head_dim};
-    if (bf16 && moe_attention_flash_applies(head_dim, buffers, 7))
-        return moe__attention_flash_backward(gpu, &problem, lse, D, dout, dq, dk, dv);
+    if (flash)
+        return moe__attention_flash_backward(gpu, &problem, lse, D, dout, dq, dk, dv, (uint8_t *)scratch + d_bytes);
     const size_t smem = 2 * (size_t)kTile * a.hd * sizeof(float);
     fused_backward_dq<<<grid_of(a.S, a.H, num_seqs), kRows, smem, gpu->stream>>>(a, q, k, v, lse, D, dout, dq);
     MOE_CUDA_LAUNCHED();

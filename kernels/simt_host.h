@@ -15,6 +15,9 @@
  *     products of bf16 values are exact in fp32; the sum runs in k order, where the hardware's order is its own);
  *   - dynamic shared memory: one buffer per block, filled with 0xFF (NaN as bf16 and fp32) before it runs, so a read
  *     of a place no thread wrote shows up as NaN;
+ *   - cp.async.cg (16 bytes, src-size 0 or 16), cp.async.commit_group and cp.async.wait_group N: a thread's copies
+ *     land only when a wait covers their group (the latest moment the ISA allows), so a read that runs ahead of its
+ *     wait, or of the barrier after it, reads the old bytes;
  *   - __expf as expf; cast_device.cuh's bf16 helpers by kernels/cast.h's rounding (the same bits).
  * Launch: moe_simt::launch(grid, threads, shared_bytes, body), body calling the kernel function. */
 #ifndef MOE_KERNELS_SIMT_HOST_H
@@ -59,10 +62,18 @@ struct dim3 {
     unsigned x, y, z;
 };
 
+struct async_copy {
+    void *dst;
+    const void *src;
+    bool valid; /* false: 16 zero bytes */
+};
+
 struct thread {
     ucontext_t context;
     unsigned x; /* threadIdx.x */
     bool done;
+    std::vector<async_copy> open;                /* cp.async not yet committed */
+    std::vector<std::vector<async_copy>> groups; /* committed, not yet waited for, oldest first */
 };
 
 enum { kStackBytes = 32 * 1024 }; /* a thread's stack: the kernels' locals are a few KiB */
@@ -139,8 +150,8 @@ inline float shfl_xor(float v, int lane_mask) {
 
 inline void check_shared(const uint16_t *p) {
     const uint8_t *base = state().shared.data(), *at = reinterpret_cast<const uint8_t *>(p);
-    if (at < base || at + 16 > base + state().shared.size()) fail("ldmatrix: a row address outside shared memory");
-    if ((at - base) % 16) fail("ldmatrix: a row address not 16-byte aligned");
+    if (at < base || at + 16 > base + state().shared.size()) fail("a 16-byte shared access outside shared memory");
+    if ((at - base) % 16) fail("a 16-byte shared access not 16-byte aligned");
 }
 
 inline void ldmatrix_x4(uint32_t r[4], const uint16_t *p, bool trans) {
@@ -196,6 +207,27 @@ inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) 
     memcpy(c, d, sizeof d);
 }
 
+inline thread &me() { return state().threads[state().running]; }
+
+inline void cp_async16(void *dst, const void *src, bool valid) {
+    check_shared(static_cast<const uint16_t *>(dst));
+    me().open.push_back(async_copy{dst, src, valid});
+}
+inline void cp_async_commit() {
+    me().groups.push_back(me().open);
+    me().open.clear();
+}
+inline void cp_async_wait(int pending) {
+    thread &t = me();
+    while (t.groups.size() > (size_t)pending) {
+        for (const async_copy &c : t.groups.front()) {
+            if (c.valid) memcpy(c.dst, c.src, 16);
+            else memset(c.dst, 0, 16);
+        }
+        t.groups.erase(t.groups.begin());
+    }
+}
+
 template <typename T>
 inline T *shared_memory() {
     return reinterpret_cast<T *>(state().shared.data());
@@ -249,15 +281,6 @@ inline void launch(dim3 grid, unsigned threads, size_t shared_bytes, std::functi
 namespace moe_cuda {
 inline uint16_t bf16_bits(float x) { return moe_bf16_from_float(x); }
 inline uint32_t bf16_pack2(float lo, float hi) { return (uint32_t)bf16_bits(lo) | ((uint32_t)bf16_bits(hi) << 16); }
-inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-template <int V>
-inline void load_f32(const float *p, float *v) {
-    for (int i = 0; i < V; i++) v[i] = p[i];
-}
-template <int V>
-inline void store_bf16(uint16_t *p, const float *v) {
-    for (int i = 0; i < V; i++) p[i] = bf16_bits(v[i]);
-}
 } // namespace moe_cuda
 
 #endif

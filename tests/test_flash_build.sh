@@ -4,7 +4,7 @@
 #     names every kernel with "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads": no register spills and
 #     no local memory (a per-thread array that the compiler could not keep in registers would show here);
 #   - the PTX nvcc emits holds, in every kernel's entry, mma.sync.aligned.m16n8k16 with bf16 inputs and fp32
-#     accumulation and ldmatrix (the tensor-core path, not an FMA fallback);
+#     accumulation, ldmatrix and cp.async (the tensor-core path fed asynchronously, not an FMA fallback);
 #   - where cuobjdump is installed, the SASS of the newest architecture holds HMMA instructions.
 # Usage: test_flash_build.sh NVCC SOURCE_ROOT ARCH... (the build's -Dgpu_arch, e.g. 80 90). Suite unit.
 set -eu
@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 src="$root/kernels/attention_flash.cu"
 fail=0
-kernels=9 # forward, dQ and dK/dV at head_dim 32, 64 and 128
+kernels=12 # forward, dQ and dK/dV (one and two stages of queries) at head_dim 32, 64 and 128
 for arch in "$@"; do
     "$nvcc" -std=c++17 -O3 -I"$root" -gencode "arch=compute_$arch,code=sm_$arch" -Xptxas -v -cubin \
         -o "$tmp/flash_$arch.cubin" "$src" 2>"$tmp/ptxas_$arch.log"
@@ -34,11 +34,13 @@ last=$(for arch in "$@"; do echo "$arch"; done | tail -n 1)
 awk '/^\.visible \.entry|^\.entry/ { entry++; name[entry] = $NF }
      /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32/ { mma[entry]++ }
      /ldmatrix\.sync\.aligned\.m8n8\.x4/ { ldm[entry]++ }
-     END { for (e = 1; e <= entry; e++) printf "%s %d %d\n", name[e], mma[e] + 0, ldm[e] + 0 }' "$tmp/flash.ptx" \
+     /cp\.async\.cg\.shared\.global/ { cpa[entry]++ }
+     END { for (e = 1; e <= entry; e++) printf "%s %d %d %d\n", name[e], mma[e] + 0, ldm[e] + 0, cpa[e] + 0 }' \
+    "$tmp/flash.ptx" \
     >"$tmp/entries"
 entries=$(wc -l <"$tmp/entries")
-with=$(awk '$2 > 0 && $3 > 0' "$tmp/entries" | wc -l)
-echo "PTX (compute_$last): $entries kernels, $with with mma.m16n8k16 bf16 and ldmatrix"
+with=$(awk '$2 > 0 && $3 > 0 && $4 > 0' "$tmp/entries" | wc -l)
+echo "PTX (compute_$last): $entries kernels, $with with mma.m16n8k16 bf16, ldmatrix and cp.async"
 if [ "$entries" -ne "$kernels" ] || [ "$with" -ne "$kernels" ]; then
     echo "FAIL: a kernel without tensor-core instructions:"
     cat "$tmp/entries"

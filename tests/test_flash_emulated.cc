@@ -8,8 +8,9 @@
  *   forward (lse, out) against the CPU's fused attention under bf16 (kernels/attention_fused_cpu.c, the same
  *   rounding points) within the tolerance rows "attention fused" bf16 that the GPU is held to; dQ and dK/dV from the
  *   CPU's lse and out against its backward ("attention fused backward" bf16); no NaN anywhere (shared memory starts
- *   as NaN: a read of an unstaged place would show); and a sequence's results bitwise the same alone and beside
- *   another (the second sequence run by itself).
+ *   as NaN: a read of an unstaged place would show; cp.async copies land only at the wait that covers them: a read
+ *   ahead of its wait sees the old tile); a sequence's results bitwise the same alone and beside another (the second
+ *   sequence run by itself); dK/dV with one and two stages of queries bitwise the same.
  * Run: meson test -C build test_flash_emulated (suite unit). */
 #include "kernels/attention_flash.cu"
 
@@ -39,20 +40,30 @@ std::vector<float> uniform(moe_rng *rng, size_t n) {
     return x;
 }
 
-/* the flash kernels on the host, forward then backward (from lse and out given: the CPU's, as the GPU test does) */
-template <int HD>
-void run_flash(const problem &p, const float *q, const float *k, const float *v, const float *dout, int N,
+std::vector<uint16_t> bf16_of(const float *x, size_t n) { /* kernels/attention_flash.cu's cast_inputs */
+    std::vector<uint16_t> b(n);
+    for (size_t i = 0; i < n; i++) b[i] = moe_bf16_from_float(x[i]);
+    return b;
+}
+
+/* the flash kernels on the host, forward then backward (from lse and out given: the CPU's, as the GPU test does), the
+ * dK/dV kernel with STAGES stages of queries (the launch picks 2 where they fit, the same arithmetic) */
+template <int HD, int STAGES>
+void run_flash(const problem &p, const float *qf, const float *kf, const float *vf, const float *doutf, int N,
                const float *lse_in, const float *out_in, results *r) {
     using P = Plan<HD>;
     const FlashDims a = flash_dims(p.S, p.H, p.KV, HD);
     const size_t nq = (size_t)N * p.S * p.H * HD, nkv = (size_t)N * p.S * p.KV * HD, nlse = (size_t)N * p.H * p.S;
+    const std::vector<uint16_t> qb = bf16_of(qf, nq), kb = bf16_of(kf, nkv), vb = bf16_of(vf, nkv);
+    const std::vector<uint16_t> doutb = bf16_of(doutf, nq);
+    const uint16_t *q = qb.data(), *k = kb.data(), *v = vb.data(), *dout = doutb.data();
     r->lse.assign(nlse, NAN), r->out.assign(nq, NAN), r->dq.assign(nq, NAN), r->dk.assign(nkv, NAN);
     r->dv.assign(nkv, NAN);
     const unsigned query_tiles = (unsigned)moe_flash_tiles_over(p.S, P::BM);
     const unsigned key_tiles = (unsigned)moe_flash_tiles_over(p.S, P::BN);
     float *lse = r->lse.data(), *out = r->out.data();
     moe_simt::launch({query_tiles, (unsigned)p.H, (unsigned)N}, P::BM / 16 * 32,
-                     (size_t)(P::BM + 2 * P::BN) * P::LD * 2, [&]() { flash_forward<HD>(a, q, k, v, lse, out); });
+                     (size_t)(P::BM + 4 * P::BN) * P::LD * 2, [&]() { flash_forward<HD>(a, q, k, v, lse, out); });
     /* D_i = dout_i . out_i with dout rounded: kernels/attention_fused.cu's fused_row_dots */
     std::vector<float> D(nlse);
     for (int n = 0; n < N; n++)
@@ -60,15 +71,15 @@ void run_flash(const problem &p, const float *q, const float *k, const float *v,
             for (int i = 0; i < p.S; i++) {
                 const size_t at = ((size_t)n * p.S + i) * a.ldq + (size_t)h * HD;
                 float s = 0;
-                for (int x = 0; x < HD; x++) s = fmaf(out_in[at + x], moe_bf16_round(dout[at + x]), s);
+                for (int x = 0; x < HD; x++) s = fmaf(out_in[at + x], moe_bf16_to_float(dout[at + x]), s);
                 D[((size_t)n * p.H + h) * p.S + i] = s;
             }
     float *dq = r->dq.data(), *dk = r->dk.data(), *dv = r->dv.data();
-    const size_t tiles_bytes = (size_t)(2 * P::BM + 2 * P::BN) * P::LD * 2;
-    moe_simt::launch({query_tiles, (unsigned)p.H, (unsigned)N}, P::BM / 16 * 32, tiles_bytes,
+    moe_simt::launch({query_tiles, (unsigned)p.H, (unsigned)N}, P::BM / 16 * 32,
+                     (size_t)(2 * P::BM + 4 * P::BN) * P::LD * 2,
                      [&]() { flash_backward_dq<HD>(a, q, k, v, lse_in, D.data(), dout, dq); });
-    moe_simt::launch({key_tiles, (unsigned)p.KV, (unsigned)N}, P::BN / 16 * 32, tiles_bytes + 2 * P::BM * 4,
-                     [&]() { flash_backward_dkv<HD>(a, q, k, v, lse_in, D.data(), dout, dk, dv); });
+    moe_simt::launch({key_tiles, (unsigned)p.KV, (unsigned)N}, P::BN / 16 * 32, DkvLayout<HD, STAGES>::kBytes,
+                     [&]() { flash_backward_dkv<HD, STAGES>(a, q, k, v, lse_in, D.data(), dout, dk, dv); });
 }
 
 size_t nonfinite(const std::vector<float> &x) {
@@ -93,8 +104,8 @@ void check_head_dim(moe_rng *rng) {
     moe_attention_fused_backward_cpu(p.q.data(), p.k.data(), p.v.data(), want.out.data(), want.lse.data(),
                                      p.dout.data(), p.N, p.S, p.H, p.KV, HD, 1, want.dq.data(), want.dk.data(),
                                      want.dv.data(), scratch.data());
-    results got;
-    run_flash<HD>(p, p.q.data(), p.k.data(), p.v.data(), p.dout.data(), p.N, want.lse.data(), want.out.data(), &got);
+    results got, one_stage;
+    run_flash<HD, 2>(p, p.q.data(), p.k.data(), p.v.data(), p.dout.data(), p.N, want.lse.data(), want.out.data(), &got);
     char label[64];
     snprintf(label, sizeof label, "flash on the host, hd %d", HD);
     test_tolerance_check("attention fused", "bf16", got.lse.data(), want.lse.data(), p.nlse, "%s: lse", label);
@@ -108,15 +119,22 @@ void check_head_dim(moe_rng *rng) {
     /* sequence 1 alone: its bits among 2 sequences */
     const size_t q1 = p.nq / 2, kv1 = p.nkv / 2, lse1 = p.nlse / 2;
     results alone;
-    run_flash<HD>(p, p.q.data() + q1, p.k.data() + kv1, p.v.data() + kv1, p.dout.data() + q1, 1,
-                  want.lse.data() + lse1, want.out.data() + q1, &alone);
+    run_flash<HD, 2>(p, p.q.data() + q1, p.k.data() + kv1, p.v.data() + kv1, p.dout.data() + q1, 1,
+                     want.lse.data() + lse1, want.out.data() + q1, &alone);
     const bool same = !memcmp(alone.lse.data(), got.lse.data() + lse1, lse1 * 4) &&
                       !memcmp(alone.out.data(), got.out.data() + q1, q1 * 4) &&
                       !memcmp(alone.dq.data(), got.dq.data() + q1, q1 * 4) &&
                       !memcmp(alone.dk.data(), got.dk.data() + kv1, kv1 * 4) &&
                       !memcmp(alone.dv.data(), got.dv.data() + kv1, kv1 * 4);
     CHECK(same, "%s: sequence 1 alone differs from it beside sequence 0", label);
-    printf("%s: %s; sequence 1 alone and beside another: %s\n", label, bad ? "NaN" : "finite", same ? "bitwise" : "DIFFER");
+    /* the dK/dV kernel with one stage of queries: the same bits */
+    run_flash<HD, 1>(p, p.q.data(), p.k.data(), p.v.data(), p.dout.data(), p.N, want.lse.data(), want.out.data(),
+                     &one_stage);
+    const bool stages_same = !memcmp(one_stage.dk.data(), got.dk.data(), p.nkv * 4) &&
+                             !memcmp(one_stage.dv.data(), got.dv.data(), p.nkv * 4);
+    CHECK(stages_same, "%s: dK/dV with one stage of queries differ from two", label);
+    printf("%s: %s; sequence 1 alone and beside another: %s; dK/dV in 1 and 2 stages: %s\n", label,
+           bad ? "NaN" : "finite", same ? "bitwise" : "DIFFER", stages_same ? "bitwise" : "DIFFER");
 }
 
 } // namespace
