@@ -10,7 +10,7 @@
  *   CPU's lse and out against its backward ("attention fused backward" bf16); no NaN anywhere (shared memory starts
  *   as NaN: a read of an unstaged place would show; cp.async copies land only at the wait that covers them: a read
  *   ahead of its wait sees the old tile); a sequence's results bitwise the same alone and beside another (the second
- *   sequence run by itself); dK/dV with one and two stages of queries bitwise the same.
+ *   sequence run by itself); at head_dim 128, dK/dV with one and two stages of queries bitwise the same.
  * Run: meson test -C build test_flash_emulated (suite unit). */
 #include "kernels/attention_flash.cu"
 
@@ -127,14 +127,17 @@ void check_head_dim(moe_rng *rng) {
                       !memcmp(alone.dk.data(), got.dk.data() + kv1, kv1 * 4) &&
                       !memcmp(alone.dv.data(), got.dv.data() + kv1, kv1 * 4);
     CHECK(same, "%s: sequence 1 alone differs from it beside sequence 0", label);
-    /* the dK/dV kernel with one stage of queries: the same bits */
-    run_flash<HD, 1>(p, p.q.data(), p.k.data(), p.v.data(), p.dout.data(), p.N, want.lse.data(), want.out.data(),
-                     &one_stage);
-    const bool stages_same = !memcmp(one_stage.dk.data(), got.dk.data(), p.nkv * 4) &&
-                             !memcmp(one_stage.dv.data(), got.dv.data(), p.nkv * 4);
-    CHECK(stages_same, "%s: dK/dV with one stage of queries differ from two", label);
-    printf("%s: %s; sequence 1 alone and beside another: %s; dK/dV in 1 and 2 stages: %s\n", label,
-           bad ? "NaN" : "finite", same ? "bitwise" : "DIFFER", stages_same ? "bitwise" : "DIFFER");
+    /* the dK/dV kernel with one stage of queries (what head_dim 128 runs on sm_80): the same bits */
+    bool stages_same = true;
+    if (HD == 128) {
+        run_flash<HD, 1>(p, p.q.data(), p.k.data(), p.v.data(), p.dout.data(), p.N, want.lse.data(), want.out.data(),
+                         &one_stage);
+        stages_same = !memcmp(one_stage.dk.data(), got.dk.data(), p.nkv * 4) &&
+                      !memcmp(one_stage.dv.data(), got.dv.data(), p.nkv * 4);
+        CHECK(stages_same, "%s: dK/dV with one stage of queries differ from two", label);
+    }
+    printf("%s: %s; sequence 1 alone and beside another: %s%s\n", label, bad ? "NaN" : "finite",
+           same ? "bitwise" : "DIFFER", HD != 128 ? "" : stages_same ? "; dK/dV in 1 and 2 stages: bitwise" : "; DIFFER");
 }
 
 } // namespace
