@@ -32,10 +32,11 @@ static moe_status reserve_pinned(staged_state *s, size_t nbytes) {
     if (nbytes < STAGING_MIN_NBYTES) nbytes = STAGING_MIN_NBYTES;
     if (nbytes <= s->pinned_nbytes) return MOE_OK;
     /* the previous exchange's copy back may still be reading the old buffer */
-    MOE_CUDA_TRY(cudaStreamSynchronize(s->gpu->stream));
+    MOE_TRY(moe_gpu_wait(s->gpu, "MPI staging growth"));
     MOE_CUDA_TRY(cudaFreeHost(s->pinned));
     s->pinned = NULL, s->pinned_nbytes = 0;
     const size_t grow = nbytes + nbytes / 4;
+    moe_gpu_count_allocation(s->gpu);
     MOE_CUDA_TRY(cudaMallocHost(&s->pinned, grow));
     s->pinned_nbytes = grow;
     return MOE_OK;
@@ -45,8 +46,7 @@ static moe_status reserve_pinned(staged_state *s, size_t nbytes) {
  * queued by earlier exchanges (same stream), so the staging buffer is free for MPI. */
 static moe_status stage_out(staged_state *s, void *host, const void *device, size_t nbytes) {
     if (nbytes) MOE_CUDA_TRY(cudaMemcpyAsync(host, device, nbytes, cudaMemcpyDeviceToHost, s->gpu->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(s->gpu->stream));
-    return MOE_OK;
+    return moe_gpu_wait(s->gpu, "MPI staging");
 }
 
 /* Pinned -> device copy, queued: kernels queued after it on the stream see the result. */

@@ -97,6 +97,7 @@ static moe_status begin(moe_comm *c, const char *op) {
 static moe_status poll_done(moe_comm *c, cudaEvent_t done, const char *op) {
     nccl_state *s = c->impl;
     const double start = now_s();
+    moe_gpu_count_wait(s->gpu, "NCCL completion");
     for (long polls = 0;; polls++) {
         cudaError_t q = cudaEventQuery(done);
         if (q == cudaSuccess) {
@@ -200,6 +201,7 @@ static moe_status nccl_tree_real(moe_comm *c, moe_real *buf, const moe__tree_job
         MOE_CUDA_TRY(cudaSetDevice(s->gpu->device));
         MOE_CUDA_TRY(cudaFree(s->tree_scratch));
         s->tree_scratch = NULL, s->tree_scratch_nbytes = 0;
+        moe_gpu_count_allocation(s->gpu);
         MOE_CUDA_TRY(cudaMalloc(&s->tree_scratch, scratch_nbytes));
         s->tree_scratch_nbytes = scratch_nbytes;
     }

@@ -99,7 +99,7 @@ log="$tmp/moe-train.log" torch_log="$tmp/torch.log"
 : > "$torch_log"
 mpirun -np 1 "$build/moe-train" --device cuda --steps "$steps" --warmup 5 --eval-interval 0 --sample-tokens 0 \
     "${flags[@]}" > "$log" 2>&1 || { cat "$log"; echo "bench_train_gpu: moe-train failed" >&2; exit 1; }
-grep -E "^(placement|GPU memory|world)" "$log" || true
+grep -E "^(placement|GPU memory|world)|^step +[0-9]+ on the GPU" "$log" || true
 if [ $torch = 1 ]; then # the same model, batch and learning rate in PyTorch (its warm-up: the same 10 untimed steps)
     python3 "$root/bench/bench_train_torch_gpu.py" --train-data "$train" --steps "$steps" --warmup 10 \
         --layers "$(train_gpu_flag --layers)" --d-model "$(train_gpu_flag --d-model)" --heads "$(train_gpu_flag --heads)" \

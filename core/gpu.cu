@@ -60,6 +60,7 @@ static moe_status create_handles(moe_gpu *g) {
     MOE_CUBLAS_TRY(cublasSetStream(g->blas, g->stream));
     MOE_CUBLAS_TRY(cublasLtCreate(&g->blaslt));
     MOE_CUDA_TRY(cudaMalloc(&g->flag, sizeof(int)));
+    moe_gpu_count_allocation(g);
     MOE_CUBLAS_TRY(cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH));
     return MOE_OK;
 }
@@ -119,13 +120,24 @@ extern "C" moe_status moe_gpu_describe(moe_gpu *g, char *out, size_t n) {
     return MOE_OK;
 }
 
-extern "C" moe_status moe_gpu_synchronize(moe_gpu *g) {
+extern "C" void moe_gpu_count_wait(moe_gpu *g, const char *reason) {
+    g->counters.waits[moe_gpu_counters_slot(&g->counters, reason)]++;
+}
+
+extern "C" moe_status moe_gpu_wait(moe_gpu *g, const char *reason) {
+    moe_gpu_count_wait(g, reason);
     MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
     return MOE_OK;
 }
 
+extern "C" void moe_gpu_count_allocation(moe_gpu *g) { g->counters.allocations++; }
+
+extern "C" void moe_gpu_counters_get(const moe_gpu *g, moe_gpu_counters *out) { *out = g->counters; }
+
+extern "C" moe_status moe_gpu_synchronize(moe_gpu *g) { return moe_gpu_wait(g, "synchronize"); }
+
 extern "C" moe_status moe_gpu_profiler_range(moe_gpu *g, int start) {
-    MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    MOE_TRY(moe_gpu_wait(g, "profiler range"));
     MOE_CUDA_TRY(start ? cudaProfilerStart() : cudaProfilerStop());
     return MOE_OK;
 }
@@ -133,10 +145,11 @@ extern "C" moe_status moe_gpu_profiler_range(moe_gpu *g, int start) {
 extern "C" moe_status moe_gpu_scratch(moe_gpu *g, size_t nbytes, void **out) {
     if (nbytes > g->scratch_bytes) {
         /* the old scratch may still be read by queued work */
-        MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
+        MOE_TRY(moe_gpu_wait(g, "scratch growth"));
         MOE_CUDA_TRY(cudaFree(g->scratch));
         g->scratch = NULL, g->scratch_bytes = 0;
         size_t grow = nbytes + nbytes / 4;
+        moe_gpu_count_allocation(g);
         MOE_CUDA_TRY(cudaMalloc(&g->scratch, grow));
         g->scratch_bytes = grow;
     }
@@ -147,6 +160,7 @@ extern "C" moe_status moe_gpu_scratch(moe_gpu *g, size_t nbytes, void **out) {
 extern "C" moe_status moe_gpu_alloc(moe_gpu *g, size_t nbytes, void **out) {
     *out = NULL;
     MOE_CUDA_TRY(cudaSetDevice(g->device));
+    moe_gpu_count_allocation(g);
     MOE_CUDA_TRY(cudaMalloc(out, nbytes ? nbytes : 1));
     return MOE_OK;
 }
@@ -154,6 +168,7 @@ extern "C" moe_status moe_gpu_alloc(moe_gpu *g, size_t nbytes, void **out) {
 extern "C" moe_status moe_gpu_host_alloc(moe_gpu *g, size_t nbytes, void **out) {
     *out = NULL;
     MOE_CUDA_TRY(cudaSetDevice(g->device));
+    moe_gpu_count_allocation(g);
     MOE_CUDA_TRY(cudaMallocHost(out, nbytes ? nbytes : 1));
     memset(*out, 0, nbytes);
     return MOE_OK;
@@ -185,15 +200,13 @@ extern "C" void moe_gpu_free(moe_gpu *g, void *ptr) {
 extern "C" moe_status moe_gpu_upload(moe_gpu *g, void *dst, const void *src, size_t nbytes) {
     if (!nbytes) return MOE_OK;
     MOE_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, g->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
-    return MOE_OK;
+    return moe_gpu_wait(g, "upload");
 }
 
 extern "C" moe_status moe_gpu_download(moe_gpu *g, void *dst, const void *src, size_t nbytes) {
     if (!nbytes) return MOE_OK;
     MOE_CUDA_TRY(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, g->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(g->stream));
-    return MOE_OK;
+    return moe_gpu_wait(g, "download");
 }
 
 extern "C" moe_status moe_gpu_copy(moe_gpu *g, void *dst, const void *src, size_t nbytes) {

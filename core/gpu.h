@@ -56,4 +56,26 @@ moe_status moe_gpu_host_alloc(moe_gpu *gpu, size_t nbytes, void **out);
 void moe_gpu_host_free(moe_gpu *gpu, void *ptr);
 moe_status moe_gpu_zero(moe_gpu *gpu, void *device_dst, size_t nbytes);
 
+/* What made the host wait for the device, and how often it allocated, counted per context (issue 50, item 4: a
+ * training step should wait at most once per MoE layer and once at its end, and allocate nothing after its first
+ * step; moe-train prints each step's counts on a GPU). Every wait of libmoe_cuda goes through moe_gpu_wait with a
+ * reason (a string literal: the copies that return host values, the synchronisations, the MPI staging) and every
+ * cudaMalloc or cudaMallocHost through moe_gpu_count_allocation. */
+enum { MOE_GPU_WAIT_REASONS = 24 };
+typedef struct {
+    const char *reason[MOE_GPU_WAIT_REASONS]; /* in the order first met; the last slot takes every later reason */
+    unsigned long long waits[MOE_GPU_WAIT_REASONS];
+    int reasons;
+    unsigned long long allocations;
+} moe_gpu_counters;
+moe_status moe_gpu_wait(moe_gpu *gpu, const char *reason); /* cudaStreamSynchronize, counted */
+void moe_gpu_count_wait(moe_gpu *gpu, const char *reason);  /* a wait of the caller's own (an event polled) */
+void moe_gpu_count_allocation(moe_gpu *gpu);
+void moe_gpu_counters_get(const moe_gpu *gpu, moe_gpu_counters *out);
+/* Plain C (libmoe: core/gpu_counters.c), for hosts without CUDA too: a reason's slot (the last one when they run
+ * out), and the counts from `before` to `now` as one line, "14 host waits (sum of squares 5, cross-entropy loss 2,
+ * ...); 0 device allocations", the reasons in decreasing count. */
+int moe_gpu_counters_slot(moe_gpu_counters *c, const char *reason);
+void moe_gpu_counters_delta_text(const moe_gpu_counters *now, const moe_gpu_counters *before, char *out, size_t n);
+
 #endif

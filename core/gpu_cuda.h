@@ -25,6 +25,7 @@ struct moe_gpu {
     void *scratch;         /* grows on demand: CUB's temporary storage, pointer arrays of grouped GEMMs */
     size_t scratch_bytes;
     int *flag;             /* one device int for ops that report a condition (non-finite logits) */
+    moe_gpu_counters counters; /* host waits by reason, allocations (core/gpu.h) */
 };
 
 /* A device buffer of at least nbytes, owned by the context and valid until the next call (not for two

@@ -88,7 +88,7 @@ extern "C" moe_status moe_cross_entropy_forward_cuda(moe_gpu *gpu, const float *
     MOE_CUDA_LAUNCHED();
     double host_total = 0;
     MOE_CUDA_TRY(cudaMemcpyAsync(&host_total, total, sizeof host_total, cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
+    MOE_TRY(moe_gpu_wait(gpu, "cross-entropy loss"));
     *loss_sum = host_total;
     return MOE_OK;
 }

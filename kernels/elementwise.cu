@@ -125,7 +125,7 @@ extern "C" moe_status moe_sum_squares_cuda(moe_gpu *gpu, const float *a, const s
     sum_squares_ranges<<<(unsigned)count, MOE__SUM_LANES, 0, gpu->stream>>>(a, d_bounds, d_sums);
     MOE_CUDA_LAUNCHED();
     MOE_CUDA_TRY(cudaMemcpyAsync(sums, d_sums, count * sizeof(double), cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
+    MOE_TRY(moe_gpu_wait(gpu, "sum of squares"));
     return MOE_OK;
 }
 

@@ -48,7 +48,7 @@ extern "C" moe_status moe_find_nonfinite_cuda(moe_gpu *gpu, const float *a, size
                                                                                                        d_first);
     MOE_CUDA_LAUNCHED();
     MOE_CUDA_TRY(cudaMemcpyAsync(&host, d_first, sizeof host, cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
+    MOE_TRY(moe_gpu_wait(gpu, "non-finite check"));
     *first = host == kNone ? -1 : (long long)host;
     return MOE_OK;
 }

@@ -138,7 +138,7 @@ extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, 
     MOE_CUDA_LAUNCHED();
     double sums[2];
     MOE_CUDA_TRY(cudaMemcpyAsync(sums, total, sizeof sums, cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
+    MOE_TRY(moe_gpu_wait(gpu, "router: aux and z losses"));
     /* E * sum_e (n_e / (T k)) * (sum_t q_te / T), in the CPU's order of operations */
     loss[0] = sums[0] * num_experts / ((double)num_tokens_global * top_k * num_tokens_global);
     loss[1] = sums[1] / num_tokens_global;

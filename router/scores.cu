@@ -103,7 +103,7 @@ extern "C" moe_status moe_router_logits_cuda(moe_gpu *gpu, const moe_linear_plan
     }
     int nonfinite = 0;
     MOE_CUDA_TRY(cudaMemcpyAsync(&nonfinite, gpu->flag, sizeof nonfinite, cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_CUDA_TRY(cudaStreamSynchronize(gpu->stream));
+    MOE_TRY(moe_gpu_wait(gpu, "router: non-finite logits check"));
     return nonfinite ? moe_fail(MOE_ERR_NONFINITE, "non-finite router logits (NaN or Inf)") : MOE_OK;
 }
 

@@ -40,10 +40,12 @@ trains "cuda bf16, 2 ranks, DeepSeek's MLA, groups and routed scaling, a wider f
     --expert-groups 2 --topk-groups 1 --routed-scaling 2.5 --score sigmoid --shared-d-ff 8
 merge --device cuda --verify-steps 2
 if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
-    grep -q "$lone_transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt"; then
+    grep -q "$lone_transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt" &&
+    grep -Eq "^step +2 on the GPU: [0-9]+ host waits" "$dir/out.txt"; then
     echo "ok: cuda bf16, 1 rank ($lone_transport): $(grep 'verify step 2: ' "$dir/out.txt")"
+    echo "    its step 2: $(grep -E -m 1 '^step +2 on the GPU' "$dir/out.txt" | sed 's/^step *2 on the GPU: //')"
 else
-    fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport expected)"
+    fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport and step 2's host waits expected)"
 fi
 gpu_run() { # NAME FLAGS...: 3 steps on $ranks ranks (default 2) sharing the GPU, checkpointed into $dir/gpu-NAME
     local name=$1

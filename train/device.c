@@ -26,6 +26,7 @@ moe_status moe_train_agree(MPI_Comm world, moe_status mine) {
 /* The CUDA part's entry points once loaded (train/device_cuda.h); NULL before. */
 static moe_train_place_cuda_fn place_cuda;
 static moe_train_cuda_profiler_range_fn profiler_range;
+static moe_train_cuda_counters_fn counters;
 
 /* Loads libmoe_train_cuda.so from moe-train's own directory, once; every symbol is bound now (RTLD_NOW) so that
  * a module that does not match this moe-train is a sentence here, not a crash in the middle of a step. */
@@ -47,10 +48,11 @@ static moe_status load_cuda_part(void) {
     moe_train_place_cuda_fn place = (moe_train_place_cuda_fn)dlsym(module, MOE_TRAIN_CUDA_PLACE);
     moe_train_cuda_profiler_range_fn range = (moe_train_cuda_profiler_range_fn)dlsym(module,
                                                                                     MOE_TRAIN_CUDA_PROFILER_RANGE);
-    if (!place || !range)
+    moe_train_cuda_counters_fn count = (moe_train_cuda_counters_fn)dlsym(module, MOE_TRAIN_CUDA_COUNTERS);
+    if (!place || !range || !count)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: %s lacks its entry points; rebuild it with moe-train",
                         path);
-    place_cuda = place, profiler_range = range; /* both or neither */
+    place_cuda = place, profiler_range = range, counters = count; /* all or none */
     return MOE_OK;
 }
 #endif
@@ -91,6 +93,17 @@ moe_status moe_train_profile_mark(const moe_train_placement *p, int step, int be
 #else
     (void)p, (void)step, (void)begin;
     return MOE_OK;
+#endif
+}
+
+int moe_train_gpu_counters(const moe_train_placement *p, moe_gpu_counters *out) {
+#ifdef MOE_HAVE_CUDA
+    if (!p->rt || !counters) return 0;
+    counters(p->rt, out);
+    return 1;
+#else
+    (void)p, (void)out;
+    return 0;
 #endif
 }
 

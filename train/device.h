@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "alltoall/parallel.h"
+#include "core/gpu.h"
 #include "train/options.h"
 #include "moe/runtime.h"
 
@@ -27,5 +28,7 @@ void moe_train_unplace(moe_train_placement *p);
  * started with collection off records (bench/profile_train_gpu.sh; ncu --profile-from-start off). Called before
  * (begin 1) and after (0) each step; nothing on the CPU or without the variable. */
 moe_status moe_train_profile_mark(const moe_train_placement *p, int step, int begin);
+/* On a GPU: 1, with the device's host waits and allocations so far in *out (core/gpu.h); 0 on the CPU. */
+int moe_train_gpu_counters(const moe_train_placement *p, moe_gpu_counters *out);
 
 #endif

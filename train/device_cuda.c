@@ -80,6 +80,8 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
                                        moe_runtime_gpu(out->rt), transport, &out->par);
 }
 
+void moe_train_cuda_counters(moe_runtime *rt, moe_gpu_counters *out) { moe_gpu_counters_get(moe_runtime_gpu(rt), out); }
+
 moe_status moe_train_cuda_profiler_range(moe_runtime *rt, int start) {
     return moe_gpu_profiler_range(moe_runtime_gpu(rt), start);
 }

@@ -386,6 +386,8 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
     for (int step = first_step; step <= o->steps; step++) {
         double t0 = now_ms(), val = -1;
         moe_status st;
+        moe_gpu_counters before, after; /* on a GPU: the step's host waits and allocations (issue 50, item 4) */
+        const int on_gpu = moe_train_gpu_counters(place, &before);
         require(moe_train_profile_mark(place, step, 1), "MOE_PROFILE_STEPS");
         if (verifier && step < first_step + o->verify_steps) {
             if ((st = verified_step(verifier, t, step, r)) == MOE_ERR_MISMATCH) return 3;
@@ -395,6 +397,12 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
         }
         require(moe_train_profile_mark(place, step, 0), "MOE_PROFILE_STEPS");
         double ms = now_ms() - t0;
+        if (on_gpu && rank0 && (step < first_step + 3 || step == o->steps)) {
+            char counts[512];
+            moe_train_gpu_counters(place, &after);
+            moe_gpu_counters_delta_text(&after, &before, counts, sizeof counts);
+            printf("step %5d on the GPU: %s\n", step, counts);
+        }
         if (step == first_step) pipeline_first[0] = t->runner.step_s, pipeline_first[1] = t->runner.wait_s;
         if (r->skipped && rank0)
             fprintf(stderr, "moe-train: step %d skipped (--skip-nonfinite): %s\n", step,
