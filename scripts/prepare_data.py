@@ -474,6 +474,7 @@ def init_worker(spec, eot_id, typecode, in_child):
         # Ctrl-C reaches the whole process group: only the main process acts on it (it terminates the pool)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since the fork: see tokenized_chunks
     _worker.update(encoder=Encoder(spec), eot=eot_id, typecode=typecode)
 
 
@@ -658,7 +659,15 @@ def tokenized_chunks(args, spec, eot_id, typecode, docs):
         init_worker(spec, eot_id, typecode, in_child=False)
         yield from map(encode_chunk, work)
         return
-    pool = multiprocessing.Pool(args.workers, initializer=init_worker, initargs=(spec, eot_id, typecode, True))
+    # The workers are forked with the main process's SIGTERM handler (raise_interrupted); one terminated before its
+    # initializer has run would raise there and print a traceback (the pool's terminate() on an early error races
+    # the workers' start). So SIGTERM is blocked across the fork: a worker takes it once its initializer has set
+    # the default action, and the main process once the pool exists.
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        pool = multiprocessing.Pool(args.workers, initializer=init_worker, initargs=(spec, eot_id, typecode, True))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     try:
         yield from ordered_map(pool, encode_chunk, work, window=2 * args.workers + 2)
         pool.close()
