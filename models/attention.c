@@ -107,9 +107,9 @@ static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_re
     moe_real *xs = m->qk_slice, *dys = xs + all, *dxs = dys + all;
     MOE_TRY(moe_runtime_zero(m->rt, dx, all * sizeof(moe_real))); /* the op adds into dx (and dw) */
     MOE_TRY(m->dense->rmsnorm_backward(m->ops_state, x, w, rstd, dy, T * heads, hd, dx, m->qk_dw));
-    MOE_TRY(moe_tp_slice_all_columns(&m->seq, x, T, heads * hd, m->qk_recv, xs));
-    MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, m->qk_recv, dys));
-    MOE_TRY(moe_tp_slice_all_columns(&m->seq, rstd, T, heads, m->qk_recv, m->qk_rstd));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, x, T, heads * hd, 1, m->qk_recv, xs));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, 1, m->qk_recv, dys));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, rstd, T, heads, 1, m->qk_recv, m->qk_rstd));
     MOE_TRY(moe_runtime_zero(m->rt, dxs, all * sizeof(moe_real)));
     return moe_shard_grads_rmsnorm_rows(&m->shard_grads, xs, w, m->qk_rstd, dys, heads * m->seq.tp, hd, dxs, dw);
 }

@@ -6,7 +6,10 @@
  * - the vocabulary-parallel cross-entropy (tests/test_tp_products.h), S = 1 the whole-vocabulary kernel
  *   (kernels/cross_entropy.h) bit for bit, loss and gradient;
  * - refusals, local and before any exchange: S not a power of two, tp not dividing S, K or V not divisible by S, a
- *   target outside the vocabulary. */
+ *   target outside the vocabulary;
+ * - sequence parallelism's rows against columns (tp/sequence.h): the slice's rows of every block of columns, each
+ *   block held by 1, 2, .. W ranks, and back, exactly (values naming their row and column; a block's other holders
+ *   send values that would show). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 #include "tests/test_mpi.h"
 #include "tests/test_tp_products.h"
 #include "tp/linear.h"
+#include "tp/sequence.h"
 #include "tp/vocab_cross_entropy.h"
 
 static int W, rank;
@@ -56,6 +60,37 @@ static void check_refusals(moe_comm *group) {
     ops->destroy(dense);
 }
 
+/* moe_tp_slice_all_columns and moe_tp_own_columns over the world as one tensor group, at every sharing that divides
+ * it: rank r holds the group's T rows of block r / sharing, value row * 1000 + column (its first holder; the others
+ * hold -1 - that, which must never land), width 3. */
+static void check_row_moves(moe_comm *group) {
+    enum { WIDTH = 3 };
+    const int T = 4 * W, Ts = T / W;
+    const moe_tp_sequence seq = {.group = group, .rt = rt, .tp = W, .tp_rank = rank};
+    moe_real *local = malloc((size_t)T * WIDTH * sizeof *local), *back = malloc((size_t)T * WIDTH * sizeof *back),
+             *scratch = malloc((size_t)T * WIDTH * sizeof *scratch), *all = malloc((size_t)T * WIDTH * sizeof *all);
+    test_mpi_require(local && back && scratch && all ? MOE_OK : MOE_ERR_OUT_OF_MEMORY, "row buffers");
+    for (int sharing = 1; sharing <= W; sharing *= 2) {
+        const int block = rank / sharing, N = W / sharing * WIDTH;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < WIDTH; j++) {
+                const moe_real v = (moe_real)(t * 1000 + block * WIDTH + j);
+                local[t * WIDTH + j] = rank % sharing ? -1 - v : v;
+            }
+        test_mpi_require(moe_tp_slice_all_columns(&seq, local, T, WIDTH, sharing, scratch, all), "slice_all_columns");
+        long wrong = 0;
+        for (int i = 0; i < Ts; i++)
+            for (int c = 0; c < N; c++) wrong += all[i * N + c] != (moe_real)((rank * Ts + i) * 1000 + c);
+        CHECK(wrong == 0, "sharing %d: %ld values of the slice's rows of every column are wrong", sharing, wrong);
+        test_mpi_require(moe_tp_own_columns(&seq, all, T, WIDTH, sharing, scratch, back), "own_columns");
+        wrong = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < WIDTH; j++) wrong += back[t * WIDTH + j] != (moe_real)(t * 1000 + block * WIDTH + j);
+        CHECK(wrong == 0, "sharing %d: %ld values of the rank's block came back wrong", sharing, wrong);
+    }
+    free(local), free(back), free(scratch), free(all);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -74,6 +109,7 @@ int main(int argc, char **argv) {
     test_tp_check_products(&setup, MOE_PRECISION_BF16);
     test_tp_check_cross_entropy(&setup);
     check_refusals(group);
+    check_row_moves(group);
     if (rank == 0) printf("tp %d: products and the vocabulary-parallel cross-entropy checked at S = %d, 8, 16\n", W, W);
     moe_runtime_destroy(rt);
     moe_comm_destroy(group);

@@ -4,7 +4,7 @@
  * run on the slice; attention's and a dense FFN's column-parallel linears need the group's whole T rows, gathered
  * from the slices in rank order (an all-gather: exact, no arithmetic), and a row-parallel linear's summed output is
  * cut back to the slice. Runtime memory throughout (host on the CPU, device on CUDA). Host syncs: those of the
- * group's all-gather. */
+ * group's all-gather and all-to-all (moe_comm_allgather_payload, moe_comm_alltoallv_rows). */
 #ifndef MOE_TP_SEQUENCE_H
 #define MOE_TP_SEQUENCE_H
 
@@ -31,10 +31,21 @@ moe_status moe_tp_group_rows(const moe_tp_sequence *s, const moe_real *slice, in
  * be whole's own start (its rows lie after it, or are it). */
 moe_status moe_tp_take_slice(const moe_tp_sequence *s, const moe_real *whole, int T, int width, moe_real *slice);
 
-/* slice_all[T / tp, tp * width]: this rank's slice rows with every rank's columns, from each rank's local[T, width]
- * (the group's rows of that rank's own columns: its heads), rank p's at columns [p width, (p + 1) width): an
- * all-to-all of the slices (exact, no arithmetic), landing in recv [T, width], then a strided copy. At tp 1 a copy. */
-moe_status moe_tp_slice_all_columns(const moe_tp_sequence *s, const moe_real *local, int T, int width, moe_real *recv,
-                                    moe_real *slice_all);
+/* Rows against columns: a tensor-parallel product leaves each rank the group's T rows of its own columns (its heads);
+ * a row operation over all the columns (OLMoE's norm of the whole q projection) wants a rank's slice rows of every
+ * column. The columns come in blocks of `width`, rank p holding block p / sharing (sharing: how many consecutive
+ * ranks hold the same block, as kv heads replicated over tp / KV ranks; 1: each rank its own), so the group holds
+ * tp / sharing distinct blocks, N = (tp / sharing) width columns in all. Both moves are all-to-alls over the group
+ * (exact: no arithmetic, any row's values whatever the layout) and strided copies; at tp 1 a copy. */
+
+/* slice_all[T / tp, N]: this rank's slice rows with every block's columns, block b at columns [b width, (b + 1) width),
+ * from each rank's local[T, width] (the group's rows of its block; of a block's holders the first sends), landing in
+ * recv [T, width] first. */
+moe_status moe_tp_slice_all_columns(const moe_tp_sequence *s, const moe_real *local, int T, int width, int sharing,
+                                    moe_real *recv, moe_real *slice_all);
+/* Its inverse: local[T, width] = the group's rows of this rank's block, from every rank's slice_all[T / tp, N],
+ * packed into send [T, width] first (each rank's part of it). */
+moe_status moe_tp_own_columns(const moe_tp_sequence *s, const moe_real *slice_all, int T, int width, int sharing,
+                              moe_real *send, moe_real *local);
 
 #endif
