@@ -72,12 +72,35 @@ static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
     return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
 }
 
-/* A q/k norm (model.h's families): RMSNorm of x [T, width] in rows of width / rows_per_token (each of the rank's heads',
- * or one per token: the whole projection's, at tp 1) into y, with its 1 / rms per row in rstd. */
-static moe_status qk_norm_forward(moe_model *m, const moe_real *x, const moe_real *w, int T, int width,
-                                  int rows_per_token, moe_real *y, moe_real *rstd) {
-    return m->dense->rmsnorm_forward(m->ops_state, x, w, T * rows_per_token, width / rows_per_token,
-                                     m->cfg.norm_eps, y, rstd);
+/* The rows per token of the norms of q and k, of `heads` of the rank's heads: each head's, or 1 (a projection's). */
+static int qk_rows(const moe_model *m, int heads) {
+    return moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD ? heads : 1;
+}
+
+/* Whether the q/k norms move rows (the whole projection's at tp > 1, OLMoE's): a token's norm reads every head, which
+ * the group holds spread over its ranks, so each rank norms its slice's rows of every column instead (the same rows
+ * as at tp 1, the same bits), moved by all-to-alls over the tensor group (tp/sequence.h); the norms' inputs are kept
+ * in that layout (q_raw [T / tp, A], k_raw [T / tp, B]; 1 / rms per slice row). */
+static int qk_norm_moves_rows(const moe_model *m) {
+    return moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_PROJECTION && m->seq.tp > 1;
+}
+
+/* How many consecutive ranks hold each of the rank's kv heads (tp / KV with fewer kv heads than tp, else 1). */
+static int kv_sharing(const moe_model *m) { return m->seq.tp / m->kv_blocks; }
+
+/* A q/k norm (model.h's families) of x [T, heads hd] (the projection's output: the group's T rows of the rank's
+ * `heads` heads, each held by `sharing` ranks) into y, the same layout, with 1 / rms per normed row in rstd. Each
+ * head's, or any at tp 1: x itself is kept for backward (kept is x). Moving rows (qk_norm_moves_rows): the slice's
+ * rows of every column into kept [T / tp, tp / sharing x heads hd], normed there into x (spent), moved back into y. */
+static moe_status qk_norm_forward(moe_model *m, moe_real *x, const moe_real *w, int T, int heads, int sharing,
+                                  moe_real *kept, moe_real *y, moe_real *rstd) {
+    const int width = heads * m->head_dim, rows = qk_rows(m, heads);
+    const moe_real eps = m->cfg.norm_eps;
+    if (!qk_norm_moves_rows(m))
+        return m->dense->rmsnorm_forward(m->ops_state, x, w, T * rows, width / rows, eps, y, rstd);
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, x, T, width, sharing, m->qk_recv, kept));
+    MOE_TRY(m->dense->rmsnorm_forward(m->ops_state, kept, w, T / m->seq.tp, m->seq.tp / sharing * width, eps, x, rstd));
+    return moe_tp_own_columns(&m->seq, x, T, width, sharing, m->qk_recv, y);
 }
 
 moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
@@ -88,22 +111,24 @@ moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_r
                                         dw);
 }
 
-/* The rows per token of the norms of q and k, of `heads` of the rank's heads: each head's, or 1 (a projection's). */
-static int qk_rows(const moe_model *m, int heads) {
-    return moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD ? heads : 1;
-}
-
-/* A q/k norm's backward over the group's T rows of the rank's `heads` heads (x its input, rstd, dy its output's
- * gradient): the input gradient into dx, the weight's gradient added into dw. At tp 1 in the shard tree's shards
- * (moe__model_norm_backward). At tp > 1 (each head's norm, model.h) the weight gradient must be the sum tp 1 forms,
- * per shard of tokens over every head: so dx comes from one call over the rank's rows (row by row, the same bits;
- * its weight gradient discarded), and the weight gradient from the slice's rows of every head, moved by an all-to-all
- * over the tensor group (tp/sequence.h), in the slice's shards as any replicated tensor's (models/shard_grads.h). */
+/* A q/k norm's backward over the group's T rows of the rank's `heads` heads (x and rstd as forward kept them, dy its
+ * output's gradient in the rank's columns): the input gradient into dx (the rank's columns), the weight's gradient
+ * added into dw. At tp 1 in the shard tree's shards (moe__model_norm_backward). At tp > 1 the weight gradient must be
+ * the sum tp 1 forms, per shard of tokens over every head: on the slice's rows of every column, in the slice's shards
+ * as any replicated tensor's (models/shard_grads.h). Moving rows, dy goes there too (an all-to-all over the group,
+ * tp/sequence.h), and dx comes back. Each head's norm (Qwen3) computes dx from one call over the rank's rows (row by
+ * row, the same bits; its weight gradient discarded), and moves x, dy and rstd for the weight gradient. */
 static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
-                                   const moe_real *dy, int T, int heads, moe_real *dx, moe_real *dw) {
-    const int hd = m->head_dim;
-    if (m->seq.tp == 1) return moe__model_norm_backward(m, x, w, rstd, dy, T, heads * hd, qk_rows(m, heads), dx, dw);
+                                   const moe_real *dy, int T, int heads, int sharing, moe_real *dx, moe_real *dw) {
+    const int hd = m->head_dim, tp = m->seq.tp;
+    if (tp == 1) return moe__model_norm_backward(m, x, w, rstd, dy, T, heads * hd, qk_rows(m, heads), dx, dw);
     const size_t all = (size_t)T * heads * hd; /* [T / tp, tp heads hd]: the slice's rows of every head */
+    if (qk_norm_moves_rows(m)) {
+        moe_real *dys = m->qk_slice, *dxs = dys + all;
+        MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, sharing, m->qk_recv, dys));
+        MOE_TRY(moe__model_norm_backward(m, x, w, rstd, dys, T / tp, tp / sharing * heads * hd, 1, dxs, dw));
+        return moe_tp_own_columns(&m->seq, dxs, T, heads * hd, sharing, m->qk_recv, dx);
+    }
     moe_real *xs = m->qk_slice, *dys = xs + all, *dxs = dys + all;
     MOE_TRY(moe_runtime_zero(m->rt, dx, all * sizeof(moe_real))); /* the op adds into dx (and dw) */
     MOE_TRY(m->dense->rmsnorm_backward(m->ops_state, x, w, rstd, dy, T * heads, hd, dx, m->qk_dw));
@@ -111,7 +136,18 @@ static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_re
     MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, 1, m->qk_recv, dys));
     MOE_TRY(moe_tp_slice_all_columns(&m->seq, rstd, T, heads, 1, m->qk_recv, m->qk_rstd));
     MOE_TRY(moe_runtime_zero(m->rt, dxs, all * sizeof(moe_real)));
-    return moe_shard_grads_rmsnorm_rows(&m->shard_grads, xs, w, m->qk_rstd, dys, heads * m->seq.tp, hd, dxs, dw);
+    return moe_shard_grads_rmsnorm_rows(&m->shard_grads, xs, w, m->qk_rstd, dys, heads * tp, hd, dxs, dw);
+}
+
+/* k's norm's backward in kv_backward (layer l), where the layer has one: from the gradient of the rank's kv heads
+ * (*dk, [T, heads hd]) into m->dattn, which *dk then names. */
+static moe_status k_norm_backward(moe_model *m, int l, int T, int heads, const moe_real **dk) {
+    if (!m->c.layers[l].k_norm) return MOE_OK;
+    const layer_acts *a = &m->P->acts[l];
+    MOE_TRY(qk_norm_backward(m, a->k_raw, m->c.layers[l].k_norm, a->rstd_k, *dk, T, heads, kv_sharing(m), m->dattn,
+                             m->g.layers[l].k_norm));
+    *dk = m->dattn;
+    return MOE_OK;
 }
 
 /* k's or v's part of a layer's attention backward (ln1: its input, the group's rows), from attention's gradient of
@@ -123,30 +159,31 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
               B = c->num_kv_heads * hd;
     const moe_real *W = rope ? m->c.layers[l].wk : m->c.layers[l].wv;
     moe_real *dW = rope ? m->g.layers[l].wk : m->g.layers[l].wv, *db = rope ? m->g.layers[l].bk : m->g.layers[l].bv;
+    const moe_real *dout = dkv; /* k_proj's or v_proj's output gradient (after k's norm, where there is one) */
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->seq.tp) {
         if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
-        if (rope && m->c.layers[l].k_norm) { /* k's norm (of the rank's kv heads: tp divides KV), into m->dattn */
-            const layer_acts *a = &m->P->acts[l];
-            MOE_TRY(qk_norm_backward(m, a->k_raw, m->c.layers[l].k_norm, a->rstd_k, dkv, T, m->kv_heads, m->dattn,
-                                     m->g.layers[l].k_norm));
-            dkv = m->dattn;
-        }
-        MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, ln1, d, B, dW));
-        if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dkv, m->ones, 1, B, db));
-        return moe_tp_column_backward_input(&m->tpl, dkv, W, T, d, B, 1, m->dln);
+        if (rope) MOE_TRY(k_norm_backward(m, l, T, m->kv_heads, &dout));
+        MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dout, ln1, d, B, dW));
+        if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dout, m->ones, 1, B, db));
+        return moe_tp_column_backward_input(&m->tpl, dout, W, T, d, B, 1, m->dln);
     }
-    /* from the group's whole gradient: the rank's head for its block's weight gradient, then columns [tp_rank w,
-     * +w) (w = B / tp) for its part of the plain split's input gradient, with the block's matching rows */
+    /* from the group's whole gradient: the rank's head for its block's weight gradient (through k's norm, which moves
+     * rows), then columns [tp_rank w, +w) (w = B / tp) of the whole for its part of the plain split's input gradient,
+     * with the block's matching rows: those of kv_group, or (after k's norm) of the block's [T, hd] */
     MOE_TRY(sum_kv_over_group(m, T, dkv));
     if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, c->rope_theta));
-    const int sharing = m->seq.tp / m->kv_blocks, w = B / m->seq.tp;
-    const size_t pitch = (size_t)B * sizeof(moe_real), hb = (size_t)hd * sizeof(moe_real), wb = w * sizeof(moe_real);
-    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->seq.tp_rank / sharing) * hd, pitch, hb,
-                                (size_t)T));
-    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, ln1, d, B, dW));
-    if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dkv, m->ones, 1, B, db));
-    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, m->kv_group + (size_t)m->seq.tp_rank * w, pitch, wb, (size_t)T));
+    const int sharing = kv_sharing(m), w = B / m->seq.tp;
+    const size_t hb = (size_t)hd * sizeof(moe_real), wb = w * sizeof(moe_real);
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->seq.tp_rank / sharing) * hd,
+                                B * sizeof(moe_real), hb, (size_t)T));
+    const moe_real *part = m->kv_group + (size_t)m->seq.tp_rank * w;
+    size_t pitch = (size_t)B * sizeof(moe_real);
+    if (rope) MOE_TRY(k_norm_backward(m, l, T, 1, &dout));
+    if (dout != dkv) part = dout + (size_t)(m->seq.tp_rank % sharing) * w, pitch = hb;
+    MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dout, ln1, d, B, dW));
+    if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, m->kv_linear, dout, m->ones, 1, B, db));
+    MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, wb, part, pitch, wb, (size_t)T));
     return moe_tp_column_backward_input(&m->tpl, dkv, W + (size_t)(m->seq.tp_rank % sharing) * w * d, T, d, B, 1,
                                         m->dln);
 }
@@ -170,8 +207,11 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     if (moe_model_mla(c)) return moe__model_mla_forward(m, l, num_seqs, x);
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
-    /* the projections' outputs: q and k themselves, or their inputs to the family's q/k norms */
-    moe_real *q_proj = w->q_norm ? a->q_raw : a->q, *k_proj = w->k_norm ? a->k_raw : k;
+    /* the projections' outputs: q and k themselves, or the family's q/k norms' inputs (kept; in scratch where the
+     * norms move rows, qk_norm_forward) */
+    const int moved = qk_norm_moves_rows(m);
+    moe_real *q_proj = !w->q_norm ? a->q : moved ? m->qk_slice : a->q_raw,
+             *k_proj = !w->k_norm ? k : moved ? m->qk_slice + (size_t)T * H * hd : a->k_raw;
     MOE_TRY(moe_tp_column_forward(&m->tpl, x, w->wq, T, d, A, q_proj));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wk, T, d, B, k_proj));
     MOE_TRY(moe_tp_column_forward(m->kv_linear, x, w->wv, T, d, B, v));
@@ -181,8 +221,8 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
         MOE_TRY(dense->bias_add(s, v, w->bv, T, KV * hd));
     }
     if (w->q_norm) { /* the family's q/k norms, before RoPE, of the rank's heads (every head's at tp 1) */
-        MOE_TRY(qk_norm_forward(m, a->q_raw, w->q_norm, T, H * hd, qk_rows(m, H), a->q, a->rstd_q));
-        MOE_TRY(qk_norm_forward(m, a->k_raw, w->k_norm, T, KV * hd, qk_rows(m, KV), k, a->rstd_k));
+        MOE_TRY(qk_norm_forward(m, q_proj, w->q_norm, T, H, 1, a->q_raw, a->q, a->rstd_q));
+        MOE_TRY(qk_norm_forward(m, k_proj, w->k_norm, T, KV, kv_sharing(m), a->k_raw, k, a->rstd_k));
     }
     MOE_TRY(moe__model_watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
     MOE_TRY(moe__model_watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
@@ -253,7 +293,7 @@ static moe_status projections_backward(moe_model *m, int l, int T) {
     MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
     moe_real *dq = m->dq; /* q_proj's output gradient: through q's norm first, when there is one */
     if (w->q_norm) { /* into m->dattn, free once attention's backward has read it */
-        MOE_TRY(qk_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, H, m->dattn, gw->q_norm));
+        MOE_TRY(qk_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, H, 1, m->dattn, gw->q_norm));
         dq = m->dattn;
     }
     const moe_real *ln1; /* the group's rows, gathered again (m->tmp is free from here on) */

@@ -65,8 +65,9 @@ static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFF
                  SG = SH && moe_model_shared_gate(&m->cfg);
     const size_t HNV = (size_t)D.HNV * moe_model_mla(&m->cfg), DR = (size_t)m->cfg.qk_rope_dim, /* MLA's (tp 1) */
                  LAT = (size_t)(D.KLR > D.QL ? D.KLR : D.QL) * moe_model_mla(&m->cfg);
-    const size_t QT = moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD && moe_model_tp_size(&m->cfg) > 1,
-                 H = (size_t)m->cfg.num_heads, HD = (size_t)m->head_dim; /* per-head q/k norms at tp > 1 */
+    const size_t QT = moe_model_qk_norm(&m->cfg) != MOE_QK_NORM_NONE && moe_model_tp_size(&m->cfg) > 1,
+                 QH = moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD, H = (size_t)m->cfg.num_heads,
+                 HD = (size_t)m->head_dim; /* the q/k norms' scratch at tp > 1 */
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
     const size_t p[PASS_BUFFERS] = {MOE_MODEL_PASS_BUFFERS(MODEL_NBYTES)};
     const size_t n[SCRATCH_BUFFERS] = {MOE_MODEL_SCRATCH_BUFFERS(MODEL_NBYTES)};

@@ -1,5 +1,5 @@
 /* model_activations.h — the one list of the decoder model's activation buffers: models/model_activations.c allocates and names
- * them from it, models/plan_model.c (moe-plan, moe-train's memory check) counts them from it.
+ * them from it (and sums them for moe-train's memory check), plan/model.c (moe-plan) counts them from it.
  *
  * Each entry: X(field, elements, rebuilt_from). Elements are an expression in
  *   T    tokens of a forward on this rank: max_seqs * S, or under tensor parallelism (models/model.h) this rank's slice
@@ -13,7 +13,8 @@
  *   FD   a dense FFN layer's T * its width ([TG, width / tp]; the width d_ff or dense_d_ff; 0 on an MoE layer, whose
  *        FFN buffers are the MoE layer's)
  *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of the q and k norms
- *        (H and KV for each head's, 1 for the whole projection's; 0 without);  QB  1 with q/k/v biases
+ *        (H and KV for each head's, 1 for the whole projection's; 0 without);  QT  1 with q/k norms at tp > 1, else 0;
+ *        QH  1 for each head's norms (Qwen3's), else 0;  QB  1 with q/k/v biases
  *   QL, KL, ML, HV  multi-head latent attention's (models/mla.c): q_lora_rank, kv_lora_rank, 1 with it (else all
  *        0), H v_head_dim;  HNV, LAT, DR  H (qk_nope + v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank),
  *        qk_rope_dim
@@ -37,8 +38,8 @@
 #define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
     X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l]) (gathered into tmp where read)     */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
-    X(q_raw, QK * T * A, MOE_RECOMPUTE_ATTENTION) /* q and k before their norms (with q/k norms)          */      \
-    X(k_raw, QK * T * B, MOE_RECOMPUTE_ATTENTION)                                                                \
+    X(q_raw, QK * T * A, MOE_RECOMPUTE_ATTENTION) /* q and k before their norms (with q/k norms; the whole */      \
+    X(k_raw, QK * T * B, MOE_RECOMPUTE_ATTENTION) /* projection's at tp > 1: the slice's rows, every head)  */      \
     X(rstd_q, T * QR, MOE_RECOMPUTE_ATTENTION)    /* the norms' 1 / rms per row                           */      \
     X(rstd_k, T * KR, MOE_RECOMPUTE_ATTENTION)                                                                   \
     X(mla_qa, T * QL, MOE_RECOMPUTE_ATTENTION)    /* MLA: q_a's output, its 1 / rms, its norm's output    */      \
@@ -92,10 +93,10 @@
     X(mla_lat, moe_real, T * LAT)  /* MLA: kv_a's output; the latents' gradients                            */     \
     X(mla_lat2, moe_real, T * LAT)                                                                                 \
     X(mla_kpe, moe_real, T * DR)   /* MLA: the shared RoPE key, then its gradient                           */     \
-    X(qk_slice, moe_real, QT * 3 * T * A) /* per-head q/k norms at tp > 1: the slice's rows of every head (x, dy, */ \
-    X(qk_recv, moe_real, QT * T * A)      /* dx), their all-to-all's landing, 1 / rms, a discarded weight         */ \
-    X(qk_rstd, moe_real, QT * T * H)      /* gradient (models/attention.c, qk_norm_backward)                      */ \
-    X(qk_dw, moe_real, QT * HD)
+    X(qk_slice, moe_real, QT * (2 + QH) * T * A) /* q/k norms at tp > 1 (models/attention.c): the slice's rows of */ \
+    X(qk_recv, moe_real, QT * T * A)      /* every head (x (QH), dy, dx; forward: the projections' outputs, the   */ \
+    X(qk_rstd, moe_real, QT * QH * T * H) /* normed rows), the all-to-alls' landing, each head's 1 / rms, and a   */ \
+    X(qk_dw, moe_real, QT * QH * HD)      /* discarded weight gradient                                            */
 /* All of them, for a model of one stage and one pass. */
 #define MOE_MODEL_BUFFERS(X) MOE_MODEL_PASS_BUFFERS(X) MOE_MODEL_SCRATCH_BUFFERS(X)
 

@@ -53,9 +53,6 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                    "reduce-scatters every layer's tokens, over NVLink)";
         if (ranks % tp) return "--tp must divide the GPUs of a pipeline stage (GPUs / --pp)";
         if (m->num_heads % tp) return "--tp must divide the attention heads (each GPU computes heads / tp of them)";
-        if (m->qk_norm == MOE_QK_NORM_PROJECTION)
-            return "--tp must be 1 for a model with q/k norms over the whole projections (OLMoE's): moe-train runs "
-                   "them at tp 1 only";
         if (m->qk_norm == MOE_QK_NORM_HEAD && m->num_kv_heads % tp)
             return "--tp must divide the kv heads for each head's q/k norms (Qwen3-MoE's): moe-train splits the kv "
                    "heads for them, never replicates them";
@@ -257,7 +254,10 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * (tp - 1)/tp of the group's T d values per GPU in tp - 1 steps over NVLink. The vocabulary-split ends add 2 each
      * (the embedding's output reduce-scattered, the final norm's gathered for lm_head). Recomputation runs the forward
      * collectives of what it rebuilds again: the attention block's all-gather (attention), a dense FFN's (moe), and
-     * under full also o_proj's reduce-scatter. */
+     * under full also o_proj's reduce-scatter. The q/k norms add all-to-alls (models/attention.c), each of q's and of
+     * k's moving (tp - 1)/tp of a GPU's [T, its columns] (A/tp of q, max(B/tp, head_dim) of k): the whole
+     * projection's (OLMoE's) there and back in forward (again under recompute) and in backward (dy there, dx back);
+     * each head's (Qwen3's) x and dy there in backward (and each head's 1 / rms, head_dim times fewer: not counted). */
     if (tp > 1) {
         const double L = (double)stage.layers, dense_ffn = (double)(stage.layers - stage.moe_layers);
         double per_micro = 4 * (L + dense_ffn) + 2 * (stage.embedding + stage.head);
@@ -267,6 +267,14 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
         const double nbytes = (double)(tp - 1) / (double)tp * T * (double)m->d_model * row;
         o.tp_bytes = per_micro * micro * nbytes;
         o.tp_s = per_micro * micro * ((double)(tp - 1) * c->intra_latency + nbytes / c->intra_bw);
+        const double hd = (double)m->head_dim, kv = (double)m->num_kv_heads * hd / (double)tp;
+        const double qk_nbytes = (double)(tp - 1) / (double)tp * T * row *
+                                 ((double)m->num_heads * hd / (double)tp + (kv > hd ? kv : hd)); /* q's and k's */
+        const double qk_moves = L * (m->qk_norm == MOE_QK_NORM_PROJECTION
+                                         ? 4 + 2 * (l->recompute >= MOE_RECOMPUTE_ATTENTION)
+                                         : m->qk_norm == MOE_QK_NORM_HEAD ? 2 : 0);
+        o.tp_bytes += qk_moves * micro * qk_nbytes;
+        o.tp_s += qk_moves * micro * (2 * (double)(tp - 1) * c->intra_latency + qk_nbytes / c->intra_bw);
     }
 
     if (pp > 1) {

@@ -67,7 +67,7 @@ typedef struct {
     /* the pipeline (pp > 1): a GPU sends one activation forward and one gradient back per micro-batch and chunk, of
      * its micro-batch's T d values at the exchanged precision; the idle fraction (pp - 1)/(V m) and its seconds */
     double p2p_bytes, bubble_fraction;
-    double tp_bytes;              /* tensor parallelism's all-gathers and reduce-scatters of tokens (0 at tp 1)    */
+    double tp_bytes;              /* tensor parallelism's all-gathers, reduce-scatters and all-to-alls (0 at tp 1) */
     /* seconds per step */
     double compute_s, optimizer_s, alltoall_s, control_s;
     double allreduce_s;           /* the gradient reduction (all-reduce, or ZeRO-2's reduce-scatters) and the

@@ -135,7 +135,8 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            p->allreduce_expert_bytes / 1e9, expert_dp_of(l), p->expert_group_spans_nodes ? "across nodes" : "inside a node");
     if (l->zero) printf(", ZeRO-%d parameter all-gather %.3f GB", l->zero, p->zero_gather_bytes / 1e9);
     if (moe_plan_layout_tp(l) > 1)
-        printf(", tensor-parallel all-gathers and reduce-scatters %.3f GB (inside a node)", p->tp_bytes / 1e9);
+        printf(", tensor-parallel all-gathers and reduce-scatters%s %.3f GB (inside a node)",
+               o->model.qk_norm ? " (and the q/k norms' all-to-alls)" : "", p->tp_bytes / 1e9);
     printf("\n");
     if (p->routing_skew > 1)
         printf("routing skew %.3f%s: the busiest EP rank's expert rows over the mean, which its MoE work and all-to-all "

@@ -20,7 +20,8 @@
 #  7. (issue 48) an MOE_CPU_GEMM it does not know is refused, naming it.
 #  8. (issue 49) layout flags are not inherited by --resume.
 #  9. (issue 51) a Qwen3-MoE and a DeepSeek-V3 save under their own labels and names and resume at another layout
-#     bitwise (the Qwen3-MoE at tp 2); the Qwen3-MoE is refused as another family, an OLMoE at --tp 2.
+#     bitwise (the Qwen3-MoE at tp 2); the Qwen3-MoE is refused as another family (an OLMoE at --tp 2:
+#     tests/test_tp_cli.sh).
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -229,8 +230,8 @@ grep -q "^moe-train: (from the saved run, as --resume keeps what is not given: .
     fail_with_output "the refusal does not list the options the saved run gave"
 
 # 9. (issue 51) a Qwen3-MoE (q/k norms per head, a head_dim of its own) trains at --pp 2 and saves under its own label
-# and names; its step 2 resumed at pp 1 and tp 2 continues the run's bits; --init-from it as another family, and an
-# OLMoE at --tp 2, are refused by name; a DeepSeek-V3 the same from pp 1 to ep 2
+# and names; its step 2 resumed at pp 1 and tp 2 continues the run's bits; --init-from it as another family is refused
+# by name; a DeepSeek-V3 the same from pp 1 to ep 2
 # family_saves_and_resumes NAME LABEL PP LAYOUT GREP... -- FLAGS...: FLAGS at --pp PP train 4 steps saving at 2,
 # whose config.json says LABEL and whose model.safetensors holds every GREP name; step 2 resumed with FLAGS at pp 1 and
 # LAYOUT (a flag and its value: "--ep 2") gives steps 3 and 4's losses bitwise (the run: $dir/NAME.jsonl, its step 2:
@@ -264,7 +265,6 @@ grep -q '"head_dim": 12' "$dir/qwen/step-00000002/config.json" &&
     fail_with_output "the Qwen3-MoE's head_dim or norm_topk_prob: $(cat "$dir/qwen/step-00000002/config.json")"
 refuses "--family olmoe disagrees with .*config.json, whose moe_train.family is \"qwen3_moe\"" \
     --init-from "$dir/qwen/step-00000002" --family olmoe --eval-only 1
-refuses "q/k norms over the whole projections \(OLMoE's\) run at tp 1 only" --family olmoe --tp 2
 # a DeepSeek-V3 (MLA, sigmoid scores with their bias, groups, shared experts, a dense first layer), its selection
 # biases among the weights (what transformers reads)
 family_saves_and_resumes deepseek DeepseekV3ForCausalLM 1 "--ep 2" model.layers.1.mlp.gate.e_score_correction_bias \

@@ -1,7 +1,8 @@
 /* test_plan.c — moe-plan's arithmetic (plan/model.h, plan/cluster.h, plan/hf.h):
- *  - the five reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
+ *  - the six reference configs (tests/plan_configs/) give exact parameter counts, worked out by hand from each
  *    published config (docs/SCALING.md shows the sums), and those agree with the published totals to the digits
- *    published: Mixtral 8x7B 46.7B / 12.9B, 8x22B 141B / 39B, Qwen3-30B-A3B 30.5B / 3.3B, Qwen3-235B-A22B 235B / 22B;
+ *    published: Mixtral 8x7B 46.7B / 12.9B, 8x22B 141B / 39B, Qwen3-30B-A3B 30.5B / 3.3B, Qwen3-235B-A22B 235B / 22B,
+ *    OLMoE-1B-7B 6.9B / 1.3B, DeepSeek-V3 671B / 37B;
  *  - for shapes moe-train takes, the planner's counts and activation bytes equal what the model itself would
  *    allocate (moe_model_config_footprint), so the two cannot drift apart;
  *  - the placement of EP peers on nodes, the ring all-reduce bytes and the micro-batch count on hand-worked cases;
@@ -14,7 +15,8 @@
  *    skipped by --search, where moe-train's world-invariant sums are off;
  *  - tensor parallelism: tp 1 is none to the bit, a GPU's share of Mixtral 8x7B's parameters at tp 2 and 16 (kv heads
  *    replicated), token-sized memory and the all-to-all halved at tp 2, the collectives' bytes and time, the gradient
- *    sums over the data ranks, recomputation's extra collectives, and each refusal by name.
+ *    sums over the data ranks, recomputation's extra collectives, the q/k norms' all-to-alls (OLMoE's and Qwen3's at
+ *    tp 2), and each refusal by name.
  *   meson test -C build test_plan */
 #include <math.h>
 #include <stdio.h>
@@ -701,6 +703,29 @@ static void check_tensor_parallel(void) {
     CHECK(relative_error(moe_plan_predict(&mix, &c, &r).tp_bytes, (n + 2 * 32) * nbytes) < 1e-12,
           "tp 2, recompute full: collectives %g bytes", moe_plan_predict(&mix, &c, &r).tp_bytes);
     r.layout.recompute = MOE_RECOMPUTE_NONE;
+    /* q/k norms over the whole projections (OLMoE's) run at tp 2, adding per layer 4 all-to-alls of q's and of k's
+     * columns (A/2 and B/2 of T rows, half of each to the other GPU), 6 under recompute; each head's (Qwen3's) 2 */
+    const double qk_nbytes = 0.5 * 4096 * 2 * (4096.0 / 2 + 1024.0 / 2);
+    const struct { moe_qk_norm norm; int moves, again; } qk[] = {{MOE_QK_NORM_PROJECTION, 4, 2},
+                                                                 {MOE_QK_NORM_HEAD, 2, 0}};
+    for (int i = 0; i < 2; i++) {
+        moe_plan_model normed = mix;
+        normed.qk_norm = qk[i].norm;
+        CHECK(moe_plan_run_problem(&normed, &c, &r) == NULL, "q/k norms %d at tp 2 refused: %s", (int)qk[i].norm,
+              moe_plan_run_problem(&normed, &c, &r));
+        const double moves = 32.0 * qk[i].moves, again = 32.0 * qk[i].again;
+        const moe_plan_prediction q = moe_plan_predict(&normed, &c, &r);
+        CHECK(relative_error(q.tp_bytes, n * nbytes + moves * qk_nbytes) < 1e-12 &&
+                  relative_error(q.tp_s, n * (c.intra_latency + nbytes / c.intra_bw) +
+                                             moves * (2 * c.intra_latency + qk_nbytes / c.intra_bw)) < 1e-12,
+              "q/k norms %d at tp 2: collectives %g bytes, %g s", (int)qk[i].norm, q.tp_bytes, q.tp_s);
+        r.layout.recompute = MOE_RECOMPUTE_ATTENTION;
+        CHECK(relative_error(moe_plan_predict(&normed, &c, &r).tp_bytes,
+                             (n + 32) * nbytes + (moves + again) * qk_nbytes) < 1e-12,
+              "q/k norms %d at tp 2, recompute attention: collectives %g bytes", (int)qk[i].norm,
+              moe_plan_predict(&normed, &c, &r).tp_bytes);
+        r.layout.recompute = MOE_RECOMPUTE_NONE;
+    }
 
     /* refusals, each named */
     moe_plan_model odd = mix;
@@ -734,6 +759,7 @@ int main(int argc, char **argv) {
     check_reference("mixtral-8x22b.json", 140630071296LL, 39161468928LL, 141, 39, 1, 0);
     check_reference("qwen3-30b-a3b.json", 30532122624LL, 3353032704LL, 30.5, 3.3, 0.1, 0);
     check_reference("qwen3-235b-a22b.json", 235093634560LL, 22190763520LL, 235, 22, 1, 0);
+    check_reference("olmoe-1b-7b.json", 6919161856LL, 1282017280LL, 6.9, 1.3, 0.1, 0);
     /* multi-head latent attention, 1 shared expert, 3 dense layers first: 671B total, 37B active as published */
     check_reference("deepseek-v3.json", 671026404352LL, 37552282624LL, 671, 37, 1, 0);
 

@@ -220,6 +220,14 @@ PY
 out=$("$plan" --hf-config "$configs/mixtral-8x7b.json" --nodes 2 --ep 4 --tp 2) || fail "a --tp report failed"
 case $out in *"tp 2 (with sequence parallelism), ep 4, dp 2"*"tensor-parallel all-gathers and reduce-scatters"*"tensor-parallel collectives"*) ;;
     *) fail "the --tp report lacks its layout or collectives: $out" ;; esac
+# OLMoE-1B-7B (q/k norms over the whole projections): exact counts, planned at --tp 2 with the norms' all-to-alls, and
+# --search tries tp > 1 for it (moe-train runs its norms at any tp)
+out=$("$plan" --hf-config "$configs/olmoe-1b-7b.json" --nodes 1 --tp 2) || fail "OLMoE-1B-7B at --tp 2 refused"
+case $out in *"total 6919161856"*"active 1282017280"*"(and the q/k norms' all-to-alls)"*) ;;
+    *) fail "OLMoE-1B-7B at --tp 2: its counts or the norms' all-to-alls: $out" ;; esac
+"$plan" --hf-config "$configs/olmoe-1b-7b.json" --nodes 1 --search --top 1000 --json |
+    python3 -c 'import json, sys; L = json.load(sys.stdin)["layouts"]; assert any(l["tp"] > 1 for l in L), len(L)' ||
+    fail "OLMoE-1B-7B --search failed, or lists no layout of tp > 1"
 
 [ $status -eq 0 ] && echo "ok: moe-plan refuses bad input by name; report, --json and --search hold"
 exit $status

@@ -3,10 +3,11 @@
 # sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention
 # (4 heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp
 # 2), on 4 ranks (tp 2 x ep 2 with ZeRO-1 and with ZeRO-2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2
-# with 1 kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint): every step's loss
-# and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's, so are the step-8
-# checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one, which
-# test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the tensor
+# with 1 kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint), an OLMoE (q/k norms
+# over the whole projections, models/attention.c; 2 kv heads) at tp 2 and at tp 4 with --recompute full: every step's
+# loss and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's (of the same model),
+# so are the step-8 checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one,
+# which test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the tensor
 # groups; so is a pipeline of 2 stages of tp 2, and a model with a dense FFN layer at tp 2 (with --recompute full too)
 # its 1-rank run's. The tp 2 run's step-4 checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to
 # its step-8 files. The check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run
@@ -101,6 +102,13 @@ run mqa2 2 --kv-heads 1 --tp 2
 same_as "1 kv head, tp 2 (on both ranks)" mqa2 mqa1
 run mqa2_resumed 2 --kv-heads 1 --tp 2 --resume "$dir/mqa1/step-00000004"
 same_as "1 kv head: step 4 of 1 rank resumed at tp 2" mqa2_resumed mqa1 5
+olmoe=(--family olmoe --renormalize 0 --kv-heads 2)
+run olmoe1 1 "${olmoe[@]}"
+run olmoe2 2 "${olmoe[@]}" --tp 2
+same_as "OLMoE (q/k norms over the whole projections: each rank norms its slice's rows of every head), tp 2" olmoe2 \
+    olmoe1
+run olmoe4 4 "${olmoe[@]}" --tp 4 --recompute full
+same_as "the same at tp 4 (each kv head's k on 2 ranks) with --recompute full" olmoe4 olmoe1
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training

@@ -9,13 +9,18 @@
  *   - every gradient after the sums the trainer makes (moe_model_reduce_chunk_grads: the pieces' over the
  *     data-parallel group, the rest over the stage, the experts' over the expert-data-parallel group; a tied lm_head's
  *     apart, then into the embedding's).
- * Cases: dropless softmax routing in a Qwen3-MoE (each head's q and k normed, head_dim its own); a capacity of 1.0 with drops by token order (the capacity scan sees every rank's
- * slice); grouped-query attention (KV 2 of H 4) with tied embeddings; a dense FFN layer (gate/up column-, down
- * row-parallel) before an MoE layer; one kv head (so fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their
- * gradients summed over the ranks sharing the head, models/model.h) with the materialized attention kernel, and with
- * the fused one. The GQA and one-kv-head cases also exercise the kv heads' copies (the reference itself runs them: 8
- * pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split)
- * the tp 2 runs differ from the reference somewhere (checked: the sums over pieces are then added in another order). */
+ * Cases: dropless softmax routing in a Qwen3-MoE (each head's q and k normed, head_dim its own); a capacity of 1.0 with
+ * drops by token order (the capacity scan sees every rank's slice); grouped-query attention (KV 2 of H 4) with tied
+ * embeddings; a dense FFN layer (gate/up column-, down row-parallel) before an MoE layer; a Qwen2-MoE; an OLMoE (q and
+ * k normed over the whole projections: each rank norms its slice's rows of every head, models/attention.c; KV 2, so at
+ * tp 4 each kv head's k on 2 ranks; a failure names the norm's weight when its gradient is summed over the slice in
+ * token order instead of the shard tree's, and the embedding when the ranks sharing a kv head take their input
+ * gradient from k's gradient before the norm: both tried); one kv head (so fewer than tp at tp 2 and 4: k_proj and
+ * v_proj replicated, their gradients summed over the ranks sharing the head, models/model.h) with the materialized
+ * attention kernel, and with the fused one. The GQA and one-kv-head cases also exercise the kv heads' copies (the
+ * reference itself runs them: 8 pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one
+ * piece: Megatron's plain split) the tp 2 runs differ from the reference somewhere (checked: the sums over pieces are
+ * then added in another order). */
 #include "tests/test_tp_model.h"
 
 #include <stdlib.h>
@@ -33,6 +38,7 @@ static const char *const case_names[TEST_TP_NUM_CASES] = {
     "12 (not d / H)", "capacity 1.0, drops by token order", "GQA (kv 2 of 4 heads), tied embeddings",
     "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer",
     "Qwen2-MoE: q/k/v biases split with their heads (kv 2 of 4), a gated shared expert (replicated)",
+    "OLMoE: q/k norms over the whole projections (rows moved), kv 2 of 4 (2 ranks each at tp 4), not renormalised",
     "one kv head of 4 (kv heads fewer than tp), materialized attention",
     "one kv head of 4 (kv heads fewer than tp), fused attention"};
 
@@ -40,8 +46,9 @@ moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces
     const int mqa = c == TEST_TP_MQA_MATERIALIZED || c == TEST_TP_MQA_FUSED;
     moe_model_config cfg = moe_model_config_default();
     cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
-    cfg.num_kv_heads = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 ? 2 : mqa ? 1 : 4;
+    cfg.num_kv_heads = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 || c == TEST_TP_OLMOE ? 2 : mqa ? 1 : 4;
     if (c == TEST_TP_QWEN2) cfg.family = MOE_MODEL_FAMILY_QWEN2_MOE, cfg.shared_d_ff = 24;
+    if (c == TEST_TP_OLMOE) cfg.family = MOE_MODEL_FAMILY_OLMOE;
     if (c == TEST_TP_DROPLESS) cfg.family = MOE_MODEL_FAMILY_QWEN3_MOE, cfg.head_dim = 12;
     cfg.attention = c == TEST_TP_MQA_MATERIALIZED ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
     cfg.tie_embeddings = c == TEST_TP_GQA_TIED;
@@ -49,6 +56,7 @@ moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces
     cfg.seq_len = SEQ_LEN;
     cfg.moe = moe_config_default(cfg.d_model, cfg.d_ff, 4, 2);
     cfg.moe.capacity_factor = c == TEST_TP_CAPACITY ? 1.0f : 0.0f;
+    cfg.moe.renormalize = c != TEST_TP_OLMOE;
     cfg.moe.num_shards = SHARDS;
     cfg.moe.ep_size = ep;
     cfg.tp = tp, cfg.tp_shards = pieces;
