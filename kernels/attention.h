@@ -66,7 +66,8 @@ moe_status moe_attention_fused_backward_cuda(moe_gpu *gpu, const float *q, const
 
 /* Whether the tensor-core flash kernels (kernels/attention_flash.cu: bf16 mma.sync, sm_80 and later, as every GPU
  * the build targets) run a bf16 fused attention of head_dim on these buffers: head_dim 32, 64 or 128 (the
- * instantiated tile plans of kernels/flash_tiles.h) and every pointer 16-byte aligned. Host code, no device call. */
+ * instantiated tile plans of kernels/flash_tiles.h) and every pointer 16-byte aligned; never with MOE_FLASH_ATTENTION=0
+ * in the environment (the plain kernels, for a diagnosis). Host code, no device call. */
 int moe_attention_flash_applies(int head_dim, const void *const *pointers, int count);
 
 #endif
