@@ -109,10 +109,20 @@ inline dim3 running_thread() { return dim3{state().threads[state().running].x, 0
     abort();
 }
 
+/* the next unfinished thread in turn runs (straight from this one: a switch costs a signal-mask syscall, so not
+ * through the scheduler); this one resumes here when its turn comes again */
 inline void yield() {
     launch_state &s = state();
     if (++s.switches_without_progress > 100000000) fail("no thread makes progress (a collective some lanes skip?)");
-    swapcontext(&s.threads[s.running].context, &s.scheduler);
+    const size_t me = s.running, n = s.threads.size();
+    for (size_t step = 1; step < n; step++) {
+        const size_t next = (me + step) % n;
+        if (s.threads[next].done) continue;
+        s.running = next;
+        swapcontext(&s.threads[me].context, &s.threads[next].context);
+        s.running = me;
+        return;
+    }
 }
 
 /* every thread of the block (or of the running thread's warp) arrives before any leaves */

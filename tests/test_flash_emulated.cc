@@ -3,14 +3,14 @@
  * runs them: every index, fragment, mask, tile bound and barrier of the CUDA source is exercised as written; what
  * stays for a GPU is the hardware itself (the instructions' models are their PTX ISA definitions, checked against
  * flash_tiles.h's maps by test_flash_tiles), timing, and launch limits.
- * For head_dim 32, 64 and 128 (the three tile plans): 2 sequences of 150 tokens (partial query and key tiles, the
- * diagonal's masked tiles), 2 query heads on 1 kv head (grouped-query: dK/dV add both heads), random inputs:
+ * For head_dim 32, 64 and 128 (the three tile plans): 2 sequences of 130 tokens (a partial second query tile, two or
+ * three key tiles, the diagonal's masked tiles), 2 query heads on 1 kv head (grouped-query: dK/dV add both heads):
  *   forward (lse, out) against the CPU's fused attention under bf16 (kernels/attention_fused_cpu.c, the same
  *   rounding points) within the tolerance rows "attention fused" bf16 that the GPU is held to; dQ and dK/dV from the
  *   CPU's lse and out against its backward ("attention fused backward" bf16); no NaN anywhere (shared memory starts
  *   as NaN: a read of an unstaged place would show; cp.async copies land only at the wait that covers them: a read
- *   ahead of its wait sees the old tile); a sequence's results bitwise the same alone and beside another (the second
- *   sequence run by itself); at head_dim 128, dK/dV with one and two stages of queries bitwise the same.
+ *   ahead of its wait sees the old tile); a sequence's results bitwise the same alone and beside another (at head_dim
+ *   64: the second sequence run by itself); at head_dim 128, dK/dV with one and two stages of queries bitwise the same.
  * Run: meson test -C build test_flash_emulated (suite unit). */
 #include "kernels/attention_flash.cu"
 
@@ -90,7 +90,7 @@ size_t nonfinite(const std::vector<float> &x) {
 
 template <int HD>
 void check_head_dim(moe_rng *rng) {
-    problem p{2, 150, 2, 1, HD, 0, 0, 0, {}, {}, {}, {}};
+    problem p{2, 130, 2, 1, HD, 0, 0, 0, {}, {}, {}, {}};
     p.nq = (size_t)p.N * p.S * p.H * HD, p.nkv = (size_t)p.N * p.S * p.KV * HD, p.nlse = (size_t)p.N * p.H * p.S;
     p.q = uniform(rng, p.nq), p.k = uniform(rng, p.nkv), p.v = uniform(rng, p.nkv), p.dout = uniform(rng, p.nq);
     /* the CPU's fused attention under bf16: the reference */
@@ -116,17 +116,20 @@ void check_head_dim(moe_rng *rng) {
     const size_t bad = nonfinite(got.lse) + nonfinite(got.out) + nonfinite(got.dq) + nonfinite(got.dk) +
                        nonfinite(got.dv);
     CHECK(bad == 0, "%s: %zu values are NaN or infinite (unwritten, or read from unstaged shared memory)", label, bad);
-    /* sequence 1 alone: its bits among 2 sequences */
-    const size_t q1 = p.nq / 2, kv1 = p.nkv / 2, lse1 = p.nlse / 2;
-    results alone;
-    run_flash<HD, 2>(p, p.q.data() + q1, p.k.data() + kv1, p.v.data() + kv1, p.dout.data() + q1, 1,
-                     want.lse.data() + lse1, want.out.data() + q1, &alone);
-    const bool same = !memcmp(alone.lse.data(), got.lse.data() + lse1, lse1 * 4) &&
-                      !memcmp(alone.out.data(), got.out.data() + q1, q1 * 4) &&
-                      !memcmp(alone.dq.data(), got.dq.data() + q1, q1 * 4) &&
-                      !memcmp(alone.dk.data(), got.dk.data() + kv1, kv1 * 4) &&
-                      !memcmp(alone.dv.data(), got.dv.data() + kv1, kv1 * 4);
-    CHECK(same, "%s: sequence 1 alone differs from it beside sequence 0", label);
+    /* sequence 1 alone: its bits among 2 sequences (once: the grid's z is the sequence, whatever the head_dim) */
+    bool same = true;
+    if (HD == 64) {
+        const size_t q1 = p.nq / 2, kv1 = p.nkv / 2, lse1 = p.nlse / 2;
+        results alone;
+        run_flash<HD, 2>(p, p.q.data() + q1, p.k.data() + kv1, p.v.data() + kv1, p.dout.data() + q1, 1,
+                         want.lse.data() + lse1, want.out.data() + q1, &alone);
+        same = !memcmp(alone.lse.data(), got.lse.data() + lse1, lse1 * 4) &&
+               !memcmp(alone.out.data(), got.out.data() + q1, q1 * 4) &&
+               !memcmp(alone.dq.data(), got.dq.data() + q1, q1 * 4) &&
+               !memcmp(alone.dk.data(), got.dk.data() + kv1, kv1 * 4) &&
+               !memcmp(alone.dv.data(), got.dv.data() + kv1, kv1 * 4);
+        CHECK(same, "%s: sequence 1 alone differs from it beside sequence 0", label);
+    }
     /* the dK/dV kernel with one stage of queries (what head_dim 128 runs on sm_80): the same bits */
     bool stages_same = true;
     if (HD == 128) {
@@ -136,8 +139,9 @@ void check_head_dim(moe_rng *rng) {
                       !memcmp(one_stage.dv.data(), got.dv.data(), p.nkv * 4);
         CHECK(stages_same, "%s: dK/dV with one stage of queries differ from two", label);
     }
-    printf("%s: %s; sequence 1 alone and beside another: %s%s\n", label, bad ? "NaN" : "finite",
-           same ? "bitwise" : "DIFFER", HD != 128 ? "" : stages_same ? "; dK/dV in 1 and 2 stages: bitwise" : "; DIFFER");
+    printf("%s: %s%s%s\n", label, bad ? "NaN" : "finite",
+           HD != 64 ? "" : same ? "; sequence 1 alone and beside another: bitwise" : "; sequence 1 alone: DIFFER",
+           HD != 128 ? "" : stages_same ? "; dK/dV in 1 and 2 stages: bitwise" : "; dK/dV stages: DIFFER");
 }
 
 } // namespace
