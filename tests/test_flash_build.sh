@@ -15,8 +15,13 @@ trap 'rm -rf "$tmp"' EXIT
 src="$root/kernels/attention_flash.cu"
 fail=0
 kernels=12 # forward, dQ and dK/dV (one and two stages of queries) at head_dim 32, 64 and 128
+last=$(for arch in "$@"; do echo "$arch"; done | tail -n 1)
+mkdir "$tmp/keep"
 for arch in "$@"; do
-    "$nvcc" -std=c++17 -O3 -I"$root" -gencode "arch=compute_$arch,code=sm_$arch" -Xptxas -v -cubin \
+    keep="" # the newest architecture's compile keeps its PTX (checked below): no compile of its own
+    [ "$arch" = "$last" ] && keep="-keep -keep-dir $tmp/keep" # mktemp's path: no spaces
+    # shellcheck disable=SC2086
+    "$nvcc" -std=c++17 -O3 -I"$root" -gencode "arch=compute_$arch,code=sm_$arch" -Xptxas -v -cubin $keep \
         -o "$tmp/flash_$arch.cubin" "$src" 2>"$tmp/ptxas_$arch.log"
     entries=$(grep -c "Compiling entry function" "$tmp/ptxas_$arch.log" || true)
     clean=$(grep -c "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" "$tmp/ptxas_$arch.log" || true)
@@ -28,8 +33,7 @@ for arch in "$@"; do
         fail=1
     fi
 done
-last=$(for arch in "$@"; do echo "$arch"; done | tail -n 1)
-"$nvcc" -std=c++17 -O3 -I"$root" -gencode "arch=compute_$last,code=compute_$last" -ptx -o "$tmp/flash.ptx" "$src"
+cp "$tmp/keep/attention_flash.ptx" "$tmp/flash.ptx" || { echo "FAIL: nvcc -keep left no PTX"; exit 1; }
 # per .entry: whether it holds the bf16 mma and ldmatrix
 awk '/^\.visible \.entry|^\.entry/ { entry++; name[entry] = $NF }
      /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32/ { mma[entry]++ }
