@@ -511,17 +511,25 @@ struct Inputs {
 
 size_t aligned_bytes(size_t values) { return (values * sizeof(uint16_t) + 15) / 16 * 16; }
 
-size_t inputs_bytes(const moe_flash_problem &p, bool with_dout) {
+/* the values of q, k, v and dout, in cast_inputs's order */
+void input_counts(const moe_flash_problem &p, size_t count[4]) {
     const size_t nq = (size_t)p.num_seqs * p.S * p.H * p.hd, nkv = (size_t)p.num_seqs * p.S * p.KV * p.hd;
-    return aligned_bytes(nq) * (with_dout ? 2 : 1) + 2 * aligned_bytes(nkv);
+    count[0] = nq, count[1] = nkv, count[2] = nkv, count[3] = nq;
+}
+
+size_t inputs_bytes(const moe_flash_problem &p, bool with_dout) {
+    size_t count[4], bytes = 0;
+    input_counts(p, count);
+    for (int i = 0; i < (with_dout ? 4 : 3); i++) bytes += aligned_bytes(count[i]);
+    return bytes;
 }
 
 moe_status cast_inputs(moe_gpu *gpu, const moe_flash_problem &p, const float *dout, void *scratch, Inputs *in) {
-    const size_t nq = (size_t)p.num_seqs * p.S * p.H * p.hd, nkv = (size_t)p.num_seqs * p.S * p.KV * p.hd;
+    size_t count[4];
+    input_counts(p, count);
     uint8_t *at = (uint8_t *)scratch;
     const float *src[4] = {p.q, p.k, p.v, dout};
     const uint16_t **dst[4] = {&in->q, &in->k, &in->v, &in->dout};
-    const size_t count[4] = {nq, nkv, nkv, nq};
     in->dout = NULL;
     for (int i = 0; i < (dout ? 4 : 3); i++) {
         MOE_TRY(moe_cast_f32_to_bf16_cuda(gpu, src[i], count[i], (moe_bf16 *)at));
