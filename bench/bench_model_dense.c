@@ -327,10 +327,9 @@ static void backward(bench *b, moe_real loss_scale) {
 
 /* moe_trainer_apply's arithmetic on a world of one: norm, clip at 1, AdamW at moe-train's defaults, finite check. */
 static void optimizer_step(bench *b, int step, double *grad_norm) {
-    double factor;
-    const moe_adamw_params hp = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step};
     bench_check(moe_model_grad_norm(b->model, b->par, grad_norm), "moe_model_grad_norm");
-    bench_check(moe_model_clip_grads(b->model, *grad_norm, 1.0f, &factor), "moe_model_clip_grads");
+    const moe_adamw_params hp = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                                 .step = step, .clip_factor = moe_model_clip_factor(*grad_norm, 1.0f)};
     bench_check(moe_model_adamw_step(b->model, b->moment1, b->moment2, &hp), "moe_model_adamw_step");
     bench_check(moe_model_check_finite(b->model, moe_model_params(b->model), "the weights"), "the update");
 }

@@ -18,12 +18,14 @@ constexpr int kMaxBlocks = 65535;
 
 struct adamw_consts {
     float b1, b2, eps, step_size, rsqrt_bc2, decay; /* the per-step factors of adamw.h */
+    double clip;                                    /* moe_adamw_clip_factor: 0, none */
 };
 
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, adamw_consts k) {
     const float one_b1 = __fsub_rn(1.0f, k.b1), one_b2 = __fsub_rn(1.0f, k.b2);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float g = grad[i], p = param[i];
+        /* the clipped gradient as moe_scale_cuda leaves it: the product in double, rounded once */
+        const float g = k.clip != 0.0 ? __double2float_rn(__dmul_rn((double)grad[i], k.clip)) : grad[i], p = param[i];
         /* m = b1 m + (1 - b1) g;  v = b2 v + ((1 - b2) g) g */
         const float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(one_b1, g));
         const float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(one_b2, g), g));
@@ -44,7 +46,7 @@ extern "C" moe_status moe_adamw_update_cuda(moe_gpu *gpu, float *param, const fl
     if (!param || !grad || !m || !v) return MOE_ERR_INVALID_ARG;
     const double bc1 = 1 - pow(hp->beta1, (double)hp->step), bc2 = 1 - pow(hp->beta2, (double)hp->step);
     adamw_consts k = {hp->beta1, hp->beta2, hp->eps, (float)(hp->lr / bc1), (float)(1 / sqrt(bc2)),
-                      (float)((double)hp->lr * hp->weight_decay)};
+                      (float)((double)hp->lr * hp->weight_decay), moe_adamw_clip_factor(hp)};
     size_t blocks = (count + kThreads - 1) / kThreads;
     adamw_kernel<<<blocks > (size_t)kMaxBlocks ? kMaxBlocks : (int)blocks, kThreads, 0, gpu->stream>>>(param, grad, m,
                                                                                                      v, count, k);

@@ -4,7 +4,11 @@
  *   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p )
  * computed as p -= (lr / (1 - b1^t)) m / (sqrt(v) (1 / sqrt(1 - b2^t)) + eps) + (lr weight_decay) p, the three
  * factors in brackets once per step in double (as torch.optim.AdamW folds them): one division and one square root
- * per element, where the formula as written takes three divisions (the divider bounds the CPU loop). */
+ * per element, where the formula as written takes three divisions (the divider bounds the CPU loop).
+ * Gradient clipping is folded in: with clip_factor c (clip / norm when the norm is above the threshold), g is
+ * (moe_real)(grad * c) in double, rounded once, the very value a separate pass of g *= c would leave (dense_ops'
+ * scale), so fusing saves a read and a write of every gradient and changes no bit; the gradient buffer is left as
+ * it was. */
 #ifndef MOE_KERNELS_ADAMW_H
 #define MOE_KERNELS_ADAMW_H
 
@@ -16,7 +20,11 @@
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     long step;
+    double clip_factor; /* the gradient's factor (above); 0 or 1: the gradient as it is */
 } moe_adamw_params;
+
+/* hp's clip factor, or 0 when it leaves the gradient as it is (0 or 1). */
+double moe_adamw_clip_factor(const moe_adamw_params *hp);
 
 /* count elements of param, grad, m, v (moments in fp32, as the parameters). */
 void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, moe_real *v, size_t count,

@@ -298,16 +298,7 @@ moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *no
     return st;
 }
 
-moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *factor) {
-    *factor = 1.0;
-    if (!(clip > 0) || norm <= clip) return MOE_OK;
-    *factor = clip / norm;
-    moe_dense_state *s;
-    const moe_dense_ops *dense = moe_model_dense_ops(m, &s);
-    const moe_zero_layout *z = moe_model_zero(m);
-    MOE_TRY(dense->scale(s, moe_model_range_grads(m, 0), z->dense.end - z->dense.begin, *factor));
-    return dense->scale(s, moe_model_range_grads(m, 1), z->expert.end - z->expert.begin, *factor);
-}
+double moe_model_clip_factor(double norm, float clip) { return clip > 0 && norm > clip ? clip / norm : 1.0; }
 
 moe_status moe_model_adamw_step(moe_model *m, moe_real *moment1, moe_real *moment2, const moe_adamw_params *hp) {
     moe_dense_state *s;

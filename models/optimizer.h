@@ -24,8 +24,9 @@ float moe_lr_at(const moe_lr_schedule *s, long step);
  * additions in the same order on any layout, pipeline and ZeRO level: the same bits. Collective. */
 moe_status moe_model_grad_norm(moe_model *m, const moe_parallel *par, double *norm);
 
-/* Scales the gradients of this rank's ranges by clip / norm when norm > clip > 0; *factor gets the factor applied. */
-moe_status moe_model_clip_grads(moe_model *m, double norm, float clip, double *factor);
+/* Gradient clipping's factor: clip / norm when norm > clip > 0, else 1. AdamW applies it as it reads each gradient
+ * (moe_adamw_params.clip_factor: the bits of scaling the gradients first, without the pass). */
+double moe_model_clip_factor(double norm, float clip);
 
 /* AdamW over the parameters of this rank's ranges (moe_model_zero(m): the whole regions without ZeRO, this rank's
  * shards with it); norms get no weight decay. The moments hold exactly what is updated: the dense range, then the

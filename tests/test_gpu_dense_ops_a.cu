@@ -196,9 +196,10 @@ static void test_adamw(moe_gpu *gpu, moe_dense_state *s, size_t n, float wd, moe
     float *m = (float *)calloc(n ? n : 1, sizeof(float)), *v = (float *)calloc(n ? n : 1, sizeof(float));
     float *d_p = dev_upload(gpu, p, n), *d_m = dev_upload(gpu, m, n), *d_v = dev_upload(gpu, v, n);
     float *d_g = (float *)test_gpu_alloc(gpu, (n ? n : 1) * sizeof(float));
-    moe_adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, wd, 0};
+    moe_adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, wd, 0, 0.0};
     for (int step = 1; step <= 3; step++) {
         hp.step = step;
+        hp.clip_factor = step == 3 ? 1.0 / 3.7 : 0.0; /* clipping folded in at the last step */
         float *g = test_alloc_uniform(rng, n ? n : 1, step == 2 ? 1e-6 : 1.0); /* a tiny gradient: v << eps^2 */
         CHECK_OK(cpu->adamw_update(s, p, g, m, v, n, &hp));
         CHECK_OK(moe_gpu_upload(gpu, d_g, g, (n ? n : 1) * sizeof(float)));

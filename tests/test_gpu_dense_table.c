@@ -523,7 +523,7 @@ static void test_vectors(tables *t, const char *label, size_t n) {
     pair m = pair_random(t, n, 1e-3), v = pair_random(t, n, 1e-3);
     for (size_t i = 0; i < n; i++) v.h[i] = fabsf(v.h[i]); /* second moments are not negative */
     CHECK_OK(moe_gpu_upload(t->gpu, v.d, v.h, n * sizeof(float)));
-    vector_ctx e = {n, 1.0 / 3.0, &a, &b, &y, &m, &v, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3}};
+    vector_ctx e = {n, 1.0 / 3.0, &a, &b, &y, &m, &v, {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0 / 3.0}}; /* clipped */
     check_entry(t, label, run_add, &e, &(output){&y, "add", NULL, 0}, 1);
     check_entry(t, label, run_scale, &e, &(output){&y, "scale (in place)", NULL, 1}, 1);
     check_entry(t, label, run_round_bf16, &e, &(output){&y, "round_bf16", NULL, 0}, 1);

@@ -281,7 +281,8 @@ static void test_adamw(void) {
     enum { N = 9 };
     moe_rng rng = moe_rng_seeded(15);
     for (int c = 0; c < 4; c++) {
-        moe_adamw_params hp = {3e-3f, 0.9f, 0.95f, 1e-8f, c & 1 ? 0.1f : 0.0f, c < 2 ? 1 : 7};
+        const moe_adamw_params hp = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                     .weight_decay = c & 1 ? 0.1f : 0.0f, .step = c < 2 ? 1 : 7};
         moe_real p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
         moe_rng_fill_uniform(&rng, p, N, 1), moe_rng_fill_uniform(&rng, g, N, 0.5);
         moe_rng_fill_uniform(&rng, m, N, hp.step == 1 ? 0 : 0.1);
@@ -306,6 +307,37 @@ static void test_adamw(void) {
     }
 }
 
+/* Clipping folded into AdamW (adamw.h): the bits of scaling the gradient first (dense_ops' scale: the product in
+ * double, rounded once) and then updating with the scaled gradient; the gradient itself left alone. */
+static void test_adamw_clip(void) {
+    enum { N = 4099 };
+    moe_rng rng = moe_rng_seeded(16);
+    static moe_real p[2][N], m[2][N], v[2][N], g[N], scaled[N];
+    moe_rng_fill_uniform(&rng, p[0], N, 1), moe_rng_fill_uniform(&rng, g, N, 3.0);
+    moe_rng_fill_uniform(&rng, m[0], N, 0.1);
+    for (int i = 0; i < N; i++) v[0][i] = 0.01 + 0.01 * fabs(moe_rng_uniform(&rng));
+    memcpy(p[1], p[0], sizeof p[0]), memcpy(m[1], m[0], sizeof m[0]), memcpy(v[1], v[0], sizeof v[0]);
+    const double factor = 1.0 / 3.7; /* clip / norm: not a power of two, so the products round */
+    int rounded = 0;
+    for (int i = 0; i < N; i++) scaled[i] = (moe_real)(g[i] * factor), rounded += (double)scaled[i] != g[i] * factor;
+    moe_adamw_params hp = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 5};
+    moe_adamw_update_cpu(p[0], scaled, m[0], v[0], N, &hp); /* the two passes */
+    memcpy(scaled, g, sizeof g);
+    hp.clip_factor = factor;
+    moe_adamw_update_cpu(p[1], g, m[1], v[1], N, &hp); /* fused */
+    CHECK(sizeof(moe_real) == sizeof(double) || rounded > N / 2, /* float: the products round (double: exact) */
+          "only %d of %d scaled gradients rounded: the case proves little", rounded, N);
+    CHECK(!memcmp(p[0], p[1], sizeof p[0]) && !memcmp(m[0], m[1], sizeof m[0]) && !memcmp(v[0], v[1], sizeof v[0]),
+          "adamw with clip_factor differs from scaling the gradient first");
+    CHECK(!memcmp(g, scaled, sizeof g), "adamw with clip_factor changed the gradient");
+    hp.clip_factor = 1.0; /* and 1 (no clipping) is the gradient as it is */
+    moe_adamw_update_cpu(p[1], g, m[1], v[1], N, &hp);
+    hp.clip_factor = 0.0;
+    moe_adamw_update_cpu(p[0], g, m[0], v[0], N, &hp);
+    CHECK(!memcmp(p[0], p[1], sizeof p[0]), "adamw with clip_factor 1 differs from 0 (none)");
+    printf("adamw: clip factor folded in, the bits of scale-then-update (%d of %d products rounded)\n", rounded, N);
+}
+
 int main(void) {
     test_rmsnorm();
     test_rope();
@@ -316,5 +348,6 @@ int main(void) {
     test_cross_entropy();
     test_embedding();
     test_adamw();
+    test_adamw_clip();
     return test_finish("test_model_kernels");
 }

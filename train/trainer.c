@@ -640,9 +640,9 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     if (st == MOE_ERR_NONFINITE || st == MOE_ERR_PEER)
         return stop_or_skip(t, r, explain_nonfinite(t, step, r->loss, r->grad_norm));
     MOE_TRY(st);
-    double clip_factor;
-    MOE_TRY(moe_model_clip_grads(t->model, r->grad_norm, o->clip, &clip_factor));
-    moe_adamw_params hp = {r->lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, step};
+    const moe_adamw_params hp = {.lr = r->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
+                                 .weight_decay = o->weight_decay, .step = step,
+                                 .clip_factor = moe_model_clip_factor(r->grad_norm, o->clip)};
     MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_sync_tied(t->model)); /* tied embeddings on a pipeline: the first stage's into the last's */
