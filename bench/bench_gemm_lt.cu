@@ -120,9 +120,9 @@ static void run_product(moe_gpu *gpu, const char *gpu_name, const options *o, co
     /* (trans_a, trans_b, N, K) and M as kernels/linear_gemms.c's moe__linear_lt_call makes them */
     moe_gemm_lt_shape s;
     int M;
-    if (product == 0) s = {0, 1, w.out, w.in, MOE_GEMM_LT_BF16}, M = T;
-    else if (product == 1) s = {0, 0, w.in, w.out, MOE_GEMM_LT_BF16}, M = T;
-    else s = {1, 0, w.in, T, MOE_GEMM_LT_BF16}, M = w.out;
+    if (product == 0) s = {0, 1, w.out, w.in, MOE_GEMM_LT_BF16, 0}, M = T;
+    else if (product == 1) s = {0, 0, w.in, w.out, MOE_GEMM_LT_BF16, 0}, M = T;
+    else s = {1, 0, w.in, T, MOE_GEMM_LT_BF16, 0}, M = w.out;
     const moe__gemm_lt_colmajor c = moe__gemm_lt_colmajor_of(&s, M);
     const double flops = 2.0 * M * s.n * s.k;
     const int a_rows = s.trans_a ? s.k : M, a_width = s.trans_a ? M : s.k;

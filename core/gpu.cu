@@ -91,6 +91,7 @@ extern "C" void moe_gpu_destroy(moe_gpu *g) {
     if (!g) return;
     cudaSetDevice(g->device);
     if (g->stream) cudaStreamSynchronize(g->stream);
+    if (g->gemm_lt) g->gemm_lt_free(g, g->gemm_lt);
     cudaFree(g->scratch);
     cudaFree(g->flag);
     if (g->blas) cublasDestroy(g->blas);

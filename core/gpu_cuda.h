@@ -26,6 +26,10 @@ struct moe_gpu {
     size_t scratch_bytes;
     int *flag;             /* one device int for ops that report a condition (non-finite logits) */
     moe_gpu_counters counters; /* host waits by reason, allocations (core/gpu.h) */
+    /* the context's pinned cuBLASLt GEMMs (kernels/gemm_lt.h, moe_gemm_lt_context_set), created there at the first
+     * request and freed with the context by their owner's function: core knows nothing else of them */
+    struct moe_gemm_lt_set *gemm_lt;
+    void (*gemm_lt_free)(struct moe_gpu *gpu, struct moe_gemm_lt_set *set);
 };
 
 /* A device buffer of at least nbytes, owned by the context and valid until the next call (not for two

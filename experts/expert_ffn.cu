@@ -31,6 +31,12 @@
  * call has one shape whatever the expert's rows (cuBLAS chooses its kernel, and so a row's sums, by shape: an expert
  * with 37 rows on one rank and 19 on another would get other bits); given the scratch, one segment's weight gradients
  * as a leaf (beta 0) added into the gradient too.
+ * MOE_EXPERT_GEMM_LT (layout invariance in one call): C_e = X_e op(W_e) as the row-major product D[M, N] = A op_b(B)
+ * of kernels/gemm_lt.h with M = n_e, A = X_e [n_e, k], B = W_e (op T: W_e [m, k], trans_b 1; op N: W_e [k, m],
+ * trans_b 0), N = m, K = k, bf16 D: one cublasLtMatmul per expert with the context's pinned algorithm for the shape.
+ * Rows of k and m values (multiples of 8) are 16-byte units, so every expert's operands start 16-byte aligned and
+ * the rows need no padding; a projection whose widths are not, or whose shape has no pinned algorithm (or one needing
+ * more than 16 bytes of alignment), runs in row blocks: decided by the shape, never by the rows.
  *
  * Math mode: the context's handle is CUBLAS_PEDANTIC_MATH (fp32 GEMMs stay fp32), which also keeps bf16
  * GEMMs off the tensor cores. The bf16 GEMMs here ask for them explicitly: for the duration of an op the
@@ -51,6 +57,7 @@ extern "C" {
 #include "core/tree_schedule.h"
 #include "kernels/cast.h"
 #include "kernels/elementwise.h"
+#include "kernels/gemm_lt.h"
 #include "kernels/gemm_rows.h"
 #include "kernels/linear_gemms.h"
 }
@@ -155,7 +162,10 @@ class expert_gemms {
     moe_status run(int i);
 
   private:
+    static constexpr int kMaxGemms = 2; /* an op's row projections */
+    moe_status pin(const row_gemm *gemms, int count);
     moe_status run_blocks(const row_gemm &r, int e);
+    const moe_gemm_lt *lt_[kMaxGemms] = {}; /* LT mode: projection i's pinned GEMM; NULL: its row blocks */
     uint16_t *pad_in_ = nullptr, *pad_out_ = nullptr; /* row blocks: [MOE_GEMM_ROW_BLOCK, widest] each */
     moe_gpu *gpu_;
     moe_expert_gemm_mode mode_;
@@ -177,16 +187,39 @@ class expert_gemms {
     void **dev_ptrs_ = nullptr;
 };
 
+/* LT mode: each projection's pinned GEMM from the context's set, where its shape allows one (file comment). */
+moe_status expert_gemms::pin(const row_gemm *gemms, int count) {
+    moe_gemm_lt_set *set = nullptr;
+    MOE_TRY(moe_gemm_lt_context_set(gpu_, &set));
+    for (int i = 0; i < count; i++) {
+        const row_gemm &r = gemms[i];
+        if (r.m % 8 || r.k % 8) continue; /* rows that are not whole 16-byte units: row blocks */
+        const moe_gemm_lt_shape shape = {0, r.trans_w == CUBLAS_OP_T, r.m, r.k, MOE_GEMM_LT_BF16, 1};
+        const moe_gemm_lt *g = nullptr;
+        MOE_TRY(moe_gemm_lt_set_get(gpu_, set, &shape, &g));
+        if (!g || moe_gemm_lt_alignment(g) > 16) continue;
+        /* the buffers are the runtime's allocations, rows of whole 16-byte units in: never misaligned but by a bug,
+         * which must not change the bits quietly by running the blocks instead */
+        if (!moe_cuda::aligned16(r.w) || !moe_cuda::aligned16(r.x) || !moe_cuda::aligned16(r.c))
+            return moe_fail(MOE_ERR_INVALID_ARG, "experts: the rows or weights of a projection (%d x %d) are not "
+                                                 "16-byte aligned (%p, %p, %p)", r.m, r.k, (const void *)r.x,
+                            (const void *)r.w, (const void *)r.c);
+        lt_[i] = g;
+    }
+    return MOE_OK;
+}
+
 moe_status expert_gemms::prepare(const row_gemm *gemms, int count) {
     gemms_ = gemms;
-    if (mode_ == MOE_EXPERT_GEMM_ROW_BLOCKS) { /* the padded block's two buffers in the context's scratch */
+    if (count > kMaxGemms) return MOE_ERR_INVALID_ARG;
+    if (moe_expert_gemm_rows_invariant(mode_)) { /* the padded block's two buffers in the context's scratch */
         int widest = 1;
         for (int i = 0; i < count; i++) widest = std::max(widest, std::max(gemms[i].m, gemms[i].k));
         const size_t pad = (size_t)MOE_GEMM_ROW_BLOCK * widest;
         void *scratch = nullptr;
         MOE_TRY(moe_gpu_scratch(gpu_, 2 * pad * sizeof(uint16_t), &scratch));
         pad_in_ = (uint16_t *)scratch, pad_out_ = pad_in_ + pad;
-        return MOE_OK;
+        return mode_ == MOE_EXPERT_GEMM_LT ? pin(gemms, count) : MOE_OK;
     }
     if (mode_ != MOE_EXPERT_GEMM_GROUPED) return MOE_OK;
     groups_ = 0;
@@ -263,11 +296,15 @@ moe_status expert_gemms::run(int i) {
     for (int e = 0; e < num_experts_; e++) {
         const int n = offset(e + 1) - offset(e);
         if (n == 0) continue;
-        if (mode_ == MOE_EXPERT_GEMM_ROW_BLOCKS) {
+        const size_t row0 = offset(e);
+        if (mode_ == MOE_EXPERT_GEMM_LT && lt_[i]) {
+            MOE_TRY(moe_gemm_lt_run(gpu_, lt_[i], n, r.x + row0 * r.k, r.w + e * wcount, 0, r.c + row0 * r.m));
+            continue;
+        }
+        if (moe_expert_gemm_rows_invariant(mode_)) {
             MOE_TRY(run_blocks(r, e));
             continue;
         }
-        const size_t row0 = offset(e);
         MOE_CUBLAS_TRY(cublasGemmEx(gpu_->blas, r.trans_w, CUBLAS_OP_N, r.m, n, r.k, &kOne, r.w + e * wcount,
                                     CUDA_R_16BF, r.ldw(), r.x + row0 * r.k, CUDA_R_16BF, r.k, &kZero,
                                     r.c + row0 * r.m, CUDA_R_16BF, r.m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -454,7 +491,7 @@ extern "C" moe_status moe_expert_ffn_backward_cuda(moe_gpu *gpu, moe_expert_gemm
                                                    moe_bf16 *dact, moe_bf16 *dxp, float *wgrad_scratch) {
     MOE_TRY(check_layout(num_experts, d_model, d_ff, segment_start, segments));
     if (segments > 1 && !wgrad_scratch) return MOE_ERR_INVALID_ARG;
-    const bool leaves = mode == MOE_EXPERT_GEMM_ROW_BLOCKS && wgrad_scratch; /* one segment's too (expert_ffn.h) */
+    const bool leaves = moe_expert_gemm_rows_invariant(mode) && wgrad_scratch; /* one segment's too (expert_ffn.h) */
     const int r0 = segment_start[0], rows = segment_start[(size_t)num_experts * segments] - r0, f = d_ff;
     if (rows == 0) return MOE_OK;
     const row_gemm gemms[2] = {

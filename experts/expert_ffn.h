@@ -54,7 +54,18 @@ typedef enum {
      * that cuBLAS runs one shape whatever an expert's row count and a row's bits do not depend on it (cuBLAS picks
      * its kernel by shape); given wgrad_scratch, one segment's weight gradients as leaves too (below) */
     MOE_EXPERT_GEMM_ROW_BLOCKS = 2,
+    /* layout invariance in one call per expert and row projection (issue 50, item 2): cuBLASLt with the algorithm
+     * kernels/gemm_lt.h pins per shape (bf16 in, fp32 sum, bf16 out) and reuses for every row count, so a row's bits
+     * are its own whatever the expert's rows; a projection whose shape cuBLASLt has no such algorithm for, or whose
+     * widths are not multiples of 8, runs in ROW_BLOCKS' blocks (decided by the shape alone). Weight gradients and
+     * leaves as ROW_BLOCKS'. MOE_LINEAR_GEMM=lt selects it where the layer is layout-invariant (moe/layer_ops_cuda.c) */
+    MOE_EXPERT_GEMM_LT = 3,
 } moe_expert_gemm_mode;
+
+/* The modes whose row projections give a row the same bits whatever the expert's row count (ROW_BLOCKS, LT). */
+static inline int moe_expert_gemm_rows_invariant(moe_expert_gemm_mode mode) {
+    return mode == MOE_EXPERT_GEMM_ROW_BLOCKS || mode == MOE_EXPERT_GEMM_LT;
+}
 
 typedef struct {
     moe_bf16 *w13; /* [E_local, 2*d_ff, d] */
@@ -76,8 +87,8 @@ moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, 
  * segments == 1 one product per expert and projection straight into the gradient (beta = 1); with more, one
  * product per segment into a scratch leaf (beta = 0; an empty segment's leaf is zeroed), the leaves added in
  * tree_schedule.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
- * adding into the gradient. In MOE_EXPERT_GEMM_ROW_BLOCKS mode with wgrad_scratch, one segment's product is such a
- * leaf too, then added into the gradient: world-invariant sums need the same GEMM whatever the number of segments
+ * adding into the gradient. In MOE_EXPERT_GEMM_ROW_BLOCKS and _LT modes with wgrad_scratch, one segment's product is
+ * such a leaf too, then added into the gradient: world-invariant sums need the same GEMM whatever the number of segments
  * (a rank holding one shard of an expert's rows, another holding two). The row projections are the mode's, per
  * expert over all its rows whatever the segments.
  * dh13: scratch [rows, 2*d_ff], dact: scratch [rows, d_ff]; wgrad_scratch: device,

@@ -36,6 +36,7 @@ const int kCheckRows[] = MOE_GEMM_LT_CHECK_ROWS;
 
 cudaDataType_t input_type(moe_gemm_lt_inputs inputs) { return inputs == MOE_GEMM_LT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 size_t input_nbytes(moe_gemm_lt_inputs inputs) { return inputs == MOE_GEMM_LT_BF16 ? 2 : 4; }
+cudaDataType_t output_type(const moe_gemm_lt_shape &s) { return s.bf16_out ? CUDA_R_16BF : CUDA_R_32F; }
 bool aligned(const void *p, uint32_t alignment) { return alignment <= 1 || (uintptr_t)p % alignment == 0; }
 
 const char *compute_name(cublasComputeType_t c) {
@@ -58,7 +59,7 @@ moe_status describe_call(const moe_gemm_lt_shape &s, cublasComputeType_t compute
     const cudaDataType_t t = input_type(s.inputs);
     MOE_CUBLAS_TRY(cublasLtMatrixLayoutInit(&c->first, t, cm.first_rows, cm.first_cols, cm.first_ld));
     MOE_CUBLAS_TRY(cublasLtMatrixLayoutInit(&c->second, t, cm.second_rows, cm.second_cols, cm.second_ld));
-    MOE_CUBLAS_TRY(cublasLtMatrixLayoutInit(&c->d, CUDA_R_32F, cm.d_rows, cm.d_cols, cm.d_ld));
+    MOE_CUBLAS_TRY(cublasLtMatrixLayoutInit(&c->d, output_type(s), cm.d_rows, cm.d_cols, cm.d_ld));
     return MOE_OK;
 }
 
@@ -222,14 +223,15 @@ moe_status from_enumeration(moe_gpu *gpu, const moe_gemm_lt_shape &s, cublasComp
     const cudaDataType_t ty = input_type(s.inputs);
     std::vector<int> ids(kMaxAlgoIds);
     int count = 0;
-    t->ids = cublasLtMatmulAlgoGetIds(gpu->blaslt, compute, CUDA_R_32F, ty, ty, CUDA_R_32F, CUDA_R_32F, kMaxAlgoIds,
-                                      ids.data(), &count);
+    const cudaDataType_t out_ty = output_type(s);
+    t->ids = cublasLtMatmulAlgoGetIds(gpu->blaslt, compute, CUDA_R_32F, ty, ty, out_ty, out_ty, kMaxAlgoIds, ids.data(),
+                                      &count);
     if (t->ids != CUBLAS_STATUS_SUCCESS) return MOE_OK;
     ids.resize(count);
     std::sort(ids.begin(), ids.end());
     for (int id : ids) {
         cublasLtMatmulAlgo_t base;
-        if (cublasLtMatmulAlgoInit(gpu->blaslt, compute, CUDA_R_32F, ty, ty, CUDA_R_32F, CUDA_R_32F, id, &base) !=
+        if (cublasLtMatmulAlgoInit(gpu->blaslt, compute, CUDA_R_32F, ty, ty, out_ty, out_ty, id, &base) !=
             CUBLAS_STATUS_SUCCESS) {
             t->config++;
             continue;
@@ -291,7 +293,8 @@ struct moe_gemm_lt_set {
 namespace {
 
 bool same_shape(const moe_gemm_lt_shape &a, const moe_gemm_lt_shape &b) {
-    return a.trans_a == b.trans_a && a.trans_b == b.trans_b && a.n == b.n && a.k == b.k && a.inputs == b.inputs;
+    return a.trans_a == b.trans_a && a.trans_b == b.trans_b && a.n == b.n && a.k == b.k && a.inputs == b.inputs &&
+           a.bf16_out == b.bf16_out;
 }
 
 moe_status grow(moe_gpu *gpu, moe_gemm_lt_set *set, int slot, size_t nbytes) {
@@ -328,9 +331,11 @@ moe_status stage_input(moe_gpu *gpu, moe_gemm_lt_set *set, int slot, const float
     return MOE_OK;
 }
 
-moe_status check_call(const char *what, int M, float beta) {
+moe_status check_call(const char *what, const moe_gemm_lt_shape &s, int M, float beta) {
     if (M < 0) return moe_fail(MOE_ERR_INVALID_ARG, "%s: %d rows", what, M);
     if (beta != 0 && beta != 1) return moe_fail(MOE_ERR_INVALID_ARG, "%s: beta %g is neither 0 nor 1", what, (double)beta);
+    if (beta != 0 && s.bf16_out)
+        return moe_fail(MOE_ERR_INVALID_ARG, "%s: beta 1 with a bf16 D (its sum would round twice)", what);
     return MOE_OK;
 }
 
@@ -342,9 +347,10 @@ extern "C" moe_status moe_gemm_lt_plan(moe_gpu *gpu, const moe_gemm_lt_shape *sh
     char text[96];
     moe_gemm_lt_shape_text(&s, text, sizeof text);
     if ((s.trans_a != 0 && s.trans_a != 1) || (s.trans_b != 0 && s.trans_b != 1) || s.n < 1 || s.k < 1 ||
-        (s.inputs != MOE_GEMM_LT_BF16 && s.inputs != MOE_GEMM_LT_FP32))
-        return moe_fail(MOE_ERR_INVALID_ARG, "gemm_lt: no such shape: trans %d %d, n %d, k %d, inputs %d", s.trans_a,
-                        s.trans_b, s.n, s.k, (int)s.inputs);
+        (s.inputs != MOE_GEMM_LT_BF16 && s.inputs != MOE_GEMM_LT_FP32) || (s.bf16_out != 0 && s.bf16_out != 1) ||
+        (s.bf16_out && s.inputs != MOE_GEMM_LT_BF16))
+        return moe_fail(MOE_ERR_INVALID_ARG, "gemm_lt: no such shape: trans %d %d, n %d, k %d, inputs %d, bf16 out %d",
+                        s.trans_a, s.trans_b, s.n, s.k, (int)s.inputs, s.bf16_out);
     /* fp32: the pedantic type first (it rules out TF32 and emulation by itself), then plain 32F with FMA-only flags */
     const cublasComputeType_t bf16[] = {CUBLAS_COMPUTE_32F};
     const cublasComputeType_t fp32[] = {CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_COMPUTE_32F};
@@ -387,9 +393,13 @@ extern "C" const moe_gemm_lt_shape *moe_gemm_lt_shape_of(const moe_gemm_lt *g) {
 
 extern "C" void moe_gemm_lt_describe(const moe_gemm_lt *g, char *out, size_t n) { snprintf(out, n, "%s", g->text); }
 
+extern "C" unsigned moe_gemm_lt_alignment(const moe_gemm_lt *g) {
+    return std::max(g->align_a, std::max(g->align_b, g->align_d));
+}
+
 extern "C" moe_status moe_gemm_lt_run(moe_gpu *gpu, const moe_gemm_lt *g, int M, const void *A, const void *B,
-                                      float beta, float *D) {
-    MOE_TRY(check_call("gemm_lt", M, beta));
+                                      float beta, void *D) {
+    MOE_TRY(check_call("gemm_lt", g->shape, M, beta));
     if (M == 0) return MOE_OK;
     const void *ptrs[] = {A, B, D};
     const uint32_t need[] = {g->align_a, g->align_b, g->align_d};
@@ -418,6 +428,21 @@ extern "C" void moe_gemm_lt_set_destroy(moe_gpu *gpu, moe_gemm_lt_set *set) {
     free(set->entries);
     for (int i = 0; i < SLOTS; i++) moe_gpu_free(gpu, set->buf[i]);
     free(set);
+}
+
+extern "C" moe_status moe_gemm_lt_context_set(moe_gpu *gpu, moe_gemm_lt_set **out) {
+    if (!gpu->gemm_lt) {
+        MOE_TRY(moe_gemm_lt_set_create(&gpu->gemm_lt));
+        gpu->gemm_lt_free = moe_gemm_lt_set_destroy;
+    }
+    *out = gpu->gemm_lt;
+    return MOE_OK;
+}
+
+extern "C" int moe_gemm_lt_context_describe(moe_gpu *gpu, char *out, size_t n) {
+    if (gpu->gemm_lt) return moe_gemm_lt_set_describe(gpu->gemm_lt, out, n);
+    if (n) out[0] = '\0';
+    return 0;
 }
 
 extern "C" moe_status moe_gemm_lt_set_get(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt_shape *shape,
@@ -450,9 +475,10 @@ extern "C" moe_status moe_gemm_lt_set_get(moe_gpu *gpu, moe_gemm_lt_set *set, co
 
 extern "C" moe_status moe_gemm_lt_run_f32(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M,
                                           const float *A, const float *B, float beta, float *D) {
-    MOE_TRY(check_call("gemm_lt", M, beta));
+    MOE_TRY(check_call("gemm_lt", g->shape, M, beta));
     if (M == 0) return MOE_OK;
     const moe_gemm_lt_shape &s = g->shape;
+    if (s.bf16_out) return moe_fail(MOE_ERR_INVALID_ARG, "gemm_lt: moe_gemm_lt_run_f32 writes fp32 D only");
     const void *a = NULL, *b = NULL;
     MOE_TRY(stage_input(gpu, set, SLOT_A, A, s.trans_a ? s.k : M, s.trans_a ? M : s.k, moe_gemm_lt_ld_a(&s, M),
                         s.inputs, g->align_a, &a));

@@ -75,6 +75,8 @@ typedef struct {
     int trans_a, trans_b; /* 0 or 1, as above */
     int n, k;             /* >= 1 */
     moe_gemm_lt_inputs inputs;
+    int bf16_out;         /* 1: D is bf16, rounded once from the fp32 sum by the epilogue (bf16 inputs, beta 0 only:
+                             the experts' row projections, experts/expert_ffn.h); 0: D is fp32 */
 } moe_gemm_lt_shape;
 
 /* ---- layouts (plain C, libmoe: tests/test_gemm_lt_layout.c runs them with cblas) ---- */
@@ -94,7 +96,7 @@ typedef struct {
 } moe__gemm_lt_colmajor;
 moe__gemm_lt_colmajor moe__gemm_lt_colmajor_of(const moe_gemm_lt_shape *shape, int M);
 
-/* "A B^T n 4096 k 1024 bf16": the product as op_a(A) op_b(B), N, K and the inputs. */
+/* "A B^T n 4096 k 1024 bf16": the product as op_a(A) op_b(B), N, K and the inputs (" -> bf16" for a bf16 D). */
 void moe_gemm_lt_shape_text(const moe_gemm_lt_shape *shape, char *out, size_t n);
 
 /* ---- the pinned GEMM (libmoe_cuda) ---- */
@@ -111,18 +113,30 @@ const moe_gemm_lt_shape *moe_gemm_lt_shape_of(const moe_gemm_lt *g);
  * none swizzle 0 custom 0 inner 0 cluster 0 (heuristic #1 at 8192 rows)" (ids as cublasLt.h numbers them). */
 void moe_gemm_lt_describe(const moe_gemm_lt *g, char *out, size_t n);
 
-/* D[M, N] (+)= op_a(A) op_b(B) as one cublasLtMatmul with the pinned algorithm, queued on gpu's stream. A and B of the
- * shape's input type (moe_bf16 or float) with the row lengths of moe_gemm_lt_ld_a / _ld_b, D fp32 with rows of N; all
- * three with the algorithm's alignments (MOE_ERR_INVALID_ARG otherwise). beta 0 or 1; M 0 does nothing. */
-moe_status moe_gemm_lt_run(moe_gpu *gpu, const moe_gemm_lt *g, int M, const void *A, const void *B, float beta,
-                           float *D);
+/* The largest of the algorithm's minimum alignments of A, B and D, in bytes (a caller whose operands may sit at any
+ * multiple of 16 bytes asks whether it is at most 16, and decides by the shape alone). */
+unsigned moe_gemm_lt_alignment(const moe_gemm_lt *g);
 
-/* ---- a set of pinned GEMMs by shape, for callers with fp32 buffers (kernels/linear.cu) ---- */
+/* D[M, N] (+)= op_a(A) op_b(B) as one cublasLtMatmul with the pinned algorithm, queued on gpu's stream. A and B of the
+ * shape's input type (moe_bf16 or float) with the row lengths of moe_gemm_lt_ld_a / _ld_b, D fp32 (bf16 under
+ * bf16_out) with rows of N; all three with the algorithm's alignments (MOE_ERR_INVALID_ARG otherwise). beta 0 or 1 (0
+ * under bf16_out); M 0 does nothing. */
+moe_status moe_gemm_lt_run(moe_gpu *gpu, const moe_gemm_lt *g, int M, const void *A, const void *B, float beta,
+                           void *D);
+
+/* ---- a set of pinned GEMMs by shape, for callers with fp32 buffers (kernels/linear.cu) too ---- */
 
 typedef struct moe_gemm_lt_set moe_gemm_lt_set;
 
 moe_status moe_gemm_lt_set_create(moe_gemm_lt_set **out);
 void moe_gemm_lt_set_destroy(moe_gpu *gpu, moe_gemm_lt_set *set);
+
+/* The context's set: every pinned GEMM of one device context in one place, whoever asks (the dense linears, each MoE
+ * layer's router and experts): one shape, one algorithm, pinned once, and one list for the run record
+ * (moe_gemm_lt_set_describe). Created at the first request, freed with the context (moe_gpu_destroy). */
+moe_status moe_gemm_lt_context_set(moe_gpu *gpu, moe_gemm_lt_set **out);
+/* The context set's moe_gemm_lt_set_describe: "" while nothing asked it for a GEMM. */
+int moe_gemm_lt_context_describe(moe_gpu *gpu, char *out, size_t n);
 
 /* The set's GEMM of shape, pinned at the shape's first request and kept. *out NULL (and MOE_OK) when cuBLASLt offers
  * none for it: the caller falls back, and the set keeps the reason (moe_gemm_lt_set_describe) and does not ask again.
@@ -130,7 +144,7 @@ void moe_gemm_lt_set_destroy(moe_gpu *gpu, moe_gemm_lt_set *set);
 moe_status moe_gemm_lt_set_get(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt_shape *shape,
                                const moe_gemm_lt **out);
 
-/* moe_gemm_lt_run from dense fp32 arrays (rows of their natural width: A [M, K] or [K, M], B [N, K] or [K, N],
+/* moe_gemm_lt_run from dense fp32 arrays (fp32 D only) (rows of their natural width: A [M, K] or [K, M], B [N, K] or [K, N],
  * D [M, N]): bf16 shapes cast A and B to bf16 (round to nearest even: exact when they hold bf16 values, as the model's
  * GEMM inputs do) into the set's scratch with the padded row lengths; fp32 shapes use A and B in place where their
  * rows need no padding and their addresses the algorithm's alignment, else copy them; D goes through scratch where

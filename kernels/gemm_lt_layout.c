@@ -31,6 +31,6 @@ moe__gemm_lt_colmajor moe__gemm_lt_colmajor_of(const moe_gemm_lt_shape *s, int M
 }
 
 void moe_gemm_lt_shape_text(const moe_gemm_lt_shape *s, char *out, size_t n) {
-    snprintf(out, n, "%s %s n %d k %d %s", s->trans_a ? "A^T" : "A", s->trans_b ? "B^T" : "B", s->n, s->k,
-             s->inputs == MOE_GEMM_LT_BF16 ? "bf16" : "fp32");
+    snprintf(out, n, "%s %s n %d k %d %s%s", s->trans_a ? "A^T" : "A", s->trans_b ? "B^T" : "B", s->n, s->k,
+             s->inputs == MOE_GEMM_LT_BF16 ? "bf16" : "fp32", s->bf16_out ? " -> bf16" : "");
 }

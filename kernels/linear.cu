@@ -114,7 +114,7 @@ extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, i
     plan->layout_invariant = layout_invariant, plan->max_width = max_width, plan->bf16_inputs = bf16_inputs;
     if (gemm != MOE_LINEAR_SGEMM && gemm != MOE_LINEAR_LT)
         return moe_fail(MOE_ERR_INVALID_ARG, "linear: no GEMM mode %d", (int)gemm);
-    if (gemm == MOE_LINEAR_LT) MOE_TRY(moe_gemm_lt_set_create(&plan->lt));
+    if (gemm == MOE_LINEAR_LT) MOE_TRY(moe_gemm_lt_context_set(gpu, &plan->lt)); /* the context's: not the plan's */
     if (!layout_invariant) return MOE_OK;
     moe_status st = max_width < 1 ? moe_fail(MOE_ERR_INVALID_ARG, "linear: max_width %d", max_width) : MOE_OK;
     const size_t nbytes = (size_t)MOE_GEMM_ROW_BLOCK * max_width * sizeof(float);
@@ -129,7 +129,6 @@ extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, i
 extern "C" void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan) {
     moe_gpu_free(gpu, plan->pad_in);
     moe_gpu_free(gpu, plan->pad_out);
-    moe_gemm_lt_set_destroy(gpu, plan->lt);
     *plan = moe_linear_plan{};
 }
 

@@ -52,7 +52,8 @@ typedef struct {
     int max_width;           /* the widest row of an input or output (in, out) */
     float *pad_in, *pad_out; /* [MOE_GEMM_ROW_BLOCK, max_width] each, device: the padded block; NULL without blocks */
     int bf16_inputs;         /* the inputs hold bf16 values: MOE_LINEAR_LT runs them as bf16 */
-    moe_gemm_lt_set *lt;     /* MOE_LINEAR_LT: the pinned GEMMs by shape and their scratch; NULL: MOE_LINEAR_SGEMM */
+    moe_gemm_lt_set *lt;     /* MOE_LINEAR_LT: the context's pinned GEMMs by shape and their scratch (shared with every
+                                other user of the context: moe_gemm_lt_context_set); NULL: MOE_LINEAR_SGEMM */
 } moe_linear_plan;
 
 moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, int layout_invariant, int bf16_inputs,
@@ -60,8 +61,8 @@ moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, int layout_i
 void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan);
 
 /* How the plan runs its products, for a log or the run record: "cublasSgemm in 64-row blocks", or "cuBLASLt, one pinned
- * call per product" and a line per shape met so far (moe_gemm_lt_set_describe: its configuration, or why it has none
- * and runs as SGEMM). Returns what snprintf would. */
+ * call per product" and a line per shape the context has met so far (moe_gemm_lt_set_describe: its configuration, or
+ * why it has none and runs as SGEMM). Returns what snprintf would. */
 int moe_linear_plan_describe(const moe_linear_plan *plan, char *out, size_t n);
 
 moe_status moe_linear_forward_cuda(moe_gpu *gpu, const moe_linear_plan *plan, const float *x, const float *W, int rows,

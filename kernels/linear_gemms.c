@@ -42,10 +42,10 @@ moe__lin_lt_call moe__linear_lt_call(moe__lin_product product, int rows, int in,
     const moe_gemm_lt_inputs inputs = bf16_inputs ? MOE_GEMM_LT_BF16 : MOE_GEMM_LT_FP32;
     switch (product) {
     case MOE__LIN_FORWARD: /* y [rows, out] = x [rows, in] W^T */
-        return (moe__lin_lt_call){{0, 1, out, in, inputs}, rows, MOE__LIN_X, MOE__LIN_W, MOE__LIN_Y};
+        return (moe__lin_lt_call){{0, 1, out, in, inputs, 0}, rows, MOE__LIN_X, MOE__LIN_W, MOE__LIN_Y};
     case MOE__LIN_BACKWARD_INPUT: /* dx [rows, in] = dy [rows, out] W */
-        return (moe__lin_lt_call){{0, 0, in, out, inputs}, rows, MOE__LIN_DY, MOE__LIN_W, MOE__LIN_DX};
+        return (moe__lin_lt_call){{0, 0, in, out, inputs, 0}, rows, MOE__LIN_DY, MOE__LIN_W, MOE__LIN_DX};
     default: /* dW [out, in] = dy^T x, dy [rows, out], x [rows, in] */
-        return (moe__lin_lt_call){{1, 0, in, rows, inputs}, out, MOE__LIN_DY, MOE__LIN_X, MOE__LIN_DW};
+        return (moe__lin_lt_call){{1, 0, in, rows, inputs, 0}, out, MOE__LIN_DY, MOE__LIN_X, MOE__LIN_DW};
     }
 }

@@ -10,7 +10,8 @@
  *
  * Expert GEMMs: with cfg.layout_invariant (the default) MOE_EXPERT_GEMM_ROW_BLOCKS, per expert in fixed row blocks,
  * and the router's row-wise products in the same blocks (kernels/linear.h), so that a token's values do not depend
- * on how many tokens a rank or an expert has; without it MOE_EXPERT_GEMM_PER_EXPERT, or with MOE_EXPERT_GEMM=grouped
+ * on how many tokens a rank or an expert has (with MOE_LINEAR_GEMM=lt both as one pinned cuBLASLt call per expert
+ * and product instead: MOE_EXPERT_GEMM_LT, kernels/gemm_lt.h); without it MOE_EXPERT_GEMM_PER_EXPERT, or with MOE_EXPERT_GEMM=grouped
  * in the environment cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose
  * pointer arrays go up from pageable memory (a host sync per GEMM group). */
 #include <math.h>
@@ -39,7 +40,8 @@ struct moe_layer_state {
     moe_runtime *rt;
     moe_gpu *gpu;
     int num_local_experts;
-    moe_expert_gemm_mode gemm_mode; /* ROW_BLOCKS with cfg.layout_invariant, else MOE_EXPERT_GEMM's choice */
+    moe_expert_gemm_mode gemm_mode; /* ROW_BLOCKS (LT under MOE_LINEAR_GEMM=lt) with cfg.layout_invariant, else
+                                       MOE_EXPERT_GEMM's choice */
     moe_linear_plan router_rows;    /* the router's row-wise products: fixed row blocks with cfg.layout_invariant, or
                                        pinned cuBLASLt calls (MOE_LINEAR_GEMM=lt) */
     moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
@@ -89,8 +91,11 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
     s->rt = rt;
     s->gpu = gpu;
     s->num_local_experts = cfg->num_experts / cfg->ep_size;
+    moe_linear_gemm gemm = MOE_LINEAR_SGEMM; /* the pinned path (MOE_LINEAR_GEMM=lt) for the router and the experts */
+    moe_status st = moe_linear_gemm_from_env(&gemm);
+    if (st != MOE_OK) return free(s), st;
     const char *mode = getenv("MOE_EXPERT_GEMM");
-    s->gemm_mode = cfg->layout_invariant                ? MOE_EXPERT_GEMM_ROW_BLOCKS
+    s->gemm_mode = cfg->layout_invariant ? (gemm == MOE_LINEAR_LT ? MOE_EXPERT_GEMM_LT : MOE_EXPERT_GEMM_ROW_BLOCKS)
                    : mode && !strcmp(mode, "grouped") ? MOE_EXPERT_GEMM_GROUPED
                                                       : MOE_EXPERT_GEMM_PER_EXPERT;
     size_t EL = s->num_local_experts, E = cfg->num_experts, wcount = (size_t)cfg->d_ff * cfg->d_model;
@@ -98,11 +103,9 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
                      (void **)&s->counts, (void **)&s->expert_offset};
     const size_t nbytes[] = {EL * 2 * wcount * sizeof(moe_bf16), EL * wcount * sizeof(moe_bf16), E * sizeof(float),
                              E * sizeof(int), E * sizeof(int), (E + 1) * sizeof(int)};
-    moe_linear_gemm router_gemm = MOE_LINEAR_SGEMM; /* fp32 inputs: the router's logits are fp32 (core/precision.h) */
-    moe_status st = moe_linear_gemm_from_env(&router_gemm);
-    if (st == MOE_OK)
-        st = moe_linear_plan_init(gpu, router_gemm, cfg->layout_invariant, 0,
-                                  cfg->d_model > cfg->num_experts ? cfg->d_model : cfg->num_experts, &s->router_rows);
+    /* fp32 inputs: the router's logits are fp32 (core/precision.h) */
+    st = moe_linear_plan_init(gpu, gemm, cfg->layout_invariant, 0,
+                              cfg->d_model > cfg->num_experts ? cfg->d_model : cfg->num_experts, &s->router_rows);
     if (st == MOE_OK) st = moe_runtime_regrow(rt, ptrs, nbytes, 6);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(float), (void **)&s->bias_host);
     if (st == MOE_OK) st = moe_runtime_host_alloc(rt, E * sizeof(int), (void **)&s->num_selected_host);
@@ -214,7 +217,7 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
     void *wgrad_scratch = NULL; /* one for every layer of the runtime: their backward runs one at a time, in order
                                  * on its stream (a larger size frees the old buffer: cudaFree waits for the device) */
     /* leaves for one segment too under world-invariant sums with row blocks (experts/expert_ffn.h) */
-    if (segments > 1 || (s->gemm_mode == MOE_EXPERT_GEMM_ROW_BLOCKS && s->cfg.num_shards > 0))
+    if (segments > 1 || (moe_expert_gemm_rows_invariant(s->gemm_mode) && s->cfg.num_shards > 0))
         MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_WGRAD,
                                     moe_expert_ffn_wgrad_scratch_count(d, f, segments) * sizeof(float), &wgrad_scratch));
     return moe_expert_ffn_backward_cuda(s->gpu, s->gemm_mode, &s->wb, grads, EL, d, f, segment_start, segments, xp,

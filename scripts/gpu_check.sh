@@ -244,6 +244,8 @@ if [ $mode = first ]; then
     phase attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
     gpu_only attention_sdpa 90 python3 "$root/bench/bench_attention_torch_gpu.py" --ours "$build/bench/bench_attention_gpu"
     gpu_only train 200 bash "$root/bench/bench_train_gpu.sh" --torch --steps 30 --data "$data"
+    # the same model with every product one pinned cuBLASLt call (dense, router, experts: issue 50, item 2)
+    gpu_only train_lt 150 env MOE_LINEAR_GEMM=lt bash "$root/bench/bench_train_gpu.sh" --steps 20 --data "$data"
     gpu_only train_mixtral 200 bash "$root/bench/bench_train_gpu.sh" --model mixtral --torch --steps 20 --data "$data"
     # training bitwise across layouts on the GPU (a rehearsal's CPU runs it as test_gpu_layouts_cpu)
     gpu_only layouts 150 bash "$root/scripts/gpu_layouts.sh"
@@ -254,6 +256,7 @@ if [ $mode = first ]; then
     phase layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"
     gpu_only layer_torch 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py"
     phase layer_invariant 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
+    phase layer_invariant_lt 60 env MOE_LINEAR_GEMM=lt "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
 else
     # the second run: other shapes (Qwen3-30B-A3B's experts: 128 of d_ff 768 at d 2048, top-8), longer training
     qwen=(--experts 128 --top-k 8 --d-model 2048 --d-ff 768)

@@ -3,16 +3,17 @@
  *     bf16 inputs, f = 13 (scalar path) and 96 (16-byte path); the scalar path on misaligned pointers is
  *     bitwise equal to the vector path.
  *   moe_expert_weights_to_bf16_cuda: bitwise equal to moe_bf16_from_float of w1 | w3 packed per expert, and of w2.
- *   moe_expert_ffn_forward_cuda / _backward_cuda, all three modes: against moe_expert_ffn_forward_cpu / _backward_cpu
+ *   moe_expert_ffn_forward_cuda / _backward_cuda, all four modes: against moe_expert_ffn_forward_cpu / _backward_cpu
  *     (float build, one call per expert, segments = 1) on bf16-rounded weights, inputs and dy. The CPU
  *     backward is given the activations the GPU forward saved (h13, act), so its tolerances measure the
  *     backward's own roundings. Experts with zero rows and skewed counts; weight gradients start from
  *     random values (beta = 1 is tested) and are compared as increments; a zero-row expert's gradients
  *     must stay bitwise unchanged and its bf16 weights are poisoned (NaN) so that reading them shows.
  *   The modes agree within the "expert_ffn modes" row; each mode run twice is bitwise equal.
- *   Row blocks (MOE_EXPERT_GEMM_ROW_BLOCKS, layout invariance): an expert's rows give the same bits, forward and
- *     backward, whether the expert has 150 rows or only a part of them (the first 37, or the 113 from row 37 on):
- *     what differs between two ranks' layouts of the same tokens.
+ *   Row blocks and pinned cuBLASLt calls (MOE_EXPERT_GEMM_ROW_BLOCKS and _LT, layout invariance): an expert's rows
+ *     give the same bits, forward and backward, whether the expert has 150 rows or only a part of them (the first 37,
+ *     or the 113 from row 37 on): what differs between two ranks' layouts of the same tokens. Widths that are not
+ *     multiples of 8 (d 60, f 52) run LT mode's row-block fallback.
  *   The backward with segments = 1, 2, 3, 4, 8 (expert_ffn.h's contract; empty segments, an expert without rows),
  *     both modes: bitwise the host's sum, in the documented order (the tree; segment order for 3), of the
  *     products of separate one-segment CUDA calls, the in-order sum and one product per expert shown to differ
@@ -128,10 +129,12 @@ typedef struct {
     float *grads, *wscratch; /* wscratch: the row-block mode's weight-gradient leaves (one segment) */
 } fixture;
 
-enum { NUM_MODES = 3 };
+enum { NUM_MODES = 4 };
 static const char *mode_name(int mode) {
-    return mode == MOE_EXPERT_GEMM_GROUPED ? "grouped" : mode == MOE_EXPERT_GEMM_PER_EXPERT ? "per-expert"
-                                                                                            : "row-blocks";
+    return mode == MOE_EXPERT_GEMM_GROUPED      ? "grouped"
+           : mode == MOE_EXPERT_GEMM_PER_EXPERT ? "per-expert"
+           : mode == MOE_EXPERT_GEMM_ROW_BLOCKS ? "row-blocks"
+                                                : "lt";
 }
 
 static void gpu_run_once(moe_gpu *gpu, moe_expert_gemm_mode mode, const fixture *F, gpu_run *out) {
@@ -320,6 +323,8 @@ static void test_experts(moe_gpu *gpu, const ecase *c, moe_rng *rng) {
     compare_runs(l, &F, &runs[MOE_EXPERT_GEMM_GROUPED][0], &runs[MOE_EXPERT_GEMM_PER_EXPERT][0]);
     snprintf(l, sizeof l, "%s row-blocks vs per-expert", label);
     compare_runs(l, &F, &runs[MOE_EXPERT_GEMM_ROW_BLOCKS][0], &runs[MOE_EXPERT_GEMM_PER_EXPERT][0]);
+    snprintf(l, sizeof l, "%s lt vs per-expert", label);
+    compare_runs(l, &F, &runs[MOE_EXPERT_GEMM_LT][0], &runs[MOE_EXPERT_GEMM_PER_EXPERT][0]);
 
     for (int mode = 0; mode < NUM_MODES; mode++)
         for (int rep = 0; rep < 2; rep++) gpu_run_free(&runs[mode][rep]);
@@ -357,8 +362,8 @@ static void rows_run(moe_gpu *gpu, moe_expert_gemm_mode mode, const moe_expert_w
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) test_gpu_free(gpu, all[i]);
 }
 
-static void test_row_blocks(moe_gpu *gpu, moe_rng *rng) {
-    const int d = 64, f = 96, rows = 150, part = 37; /* 150 = 2 blocks + 22 rows; 37 and 113: other paddings */
+static void test_row_blocks(moe_gpu *gpu, int d, int f, moe_rng *rng) {
+    const int rows = 150, part = 37; /* 150 = 2 blocks + 22 rows; 37 and 113: other paddings */
     const size_t wn = (size_t)f * d;
     uint16_t *xpb, *dyb;
     float *w = bf16_uniform(rng, 3 * wn, 0.2, NULL);
@@ -371,7 +376,7 @@ static void test_row_blocks(moe_gpu *gpu, moe_rng *rng) {
     moe_bf16 *d_dy = (moe_bf16 *)test_gpu_upload(gpu, dyb, (size_t)rows * d * 2);
     const char *names[4] = {"h13", "act", "y", "dxp"};
     const int width[4] = {2 * f, f, d, d};
-    for (int mode = MOE_EXPERT_GEMM_PER_EXPERT; mode <= MOE_EXPERT_GEMM_ROW_BLOCKS; mode++) {
+    for (int mode = MOE_EXPERT_GEMM_PER_EXPERT; mode <= MOE_EXPERT_GEMM_LT; mode++) {
         uint16_t *whole[4], *head[4], *tail[4];
         rows_run(gpu, (moe_expert_gemm_mode)mode, &wb, d, f, rows, 0, rows, d_xp, d_dy, whole);
         rows_run(gpu, (moe_expert_gemm_mode)mode, &wb, d, f, rows, 0, part, d_xp, d_dy, head);
@@ -381,14 +386,14 @@ static void test_row_blocks(moe_gpu *gpu, moe_rng *rng) {
             const size_t split = (size_t)part * width[i], n = (size_t)rows * width[i];
             const size_t bad =
                 bits_differ16(whole[i], head[i], split) + bits_differ16(whole[i] + split, tail[i] + split, n - split);
-            if (mode == MOE_EXPERT_GEMM_ROW_BLOCKS)
-                CHECK(bad == 0, "row blocks: %s: %zu of %zu values of an expert's rows differ with its row count",
-                      names[i], bad, n);
+            if (moe_expert_gemm_rows_invariant((moe_expert_gemm_mode)mode))
+                CHECK(bad == 0, "%s (d %d, f %d): %s: %zu of %zu values of an expert's rows differ with its row count",
+                      mode_name(mode), d, f, names[i], bad, n);
             differ += bad;
             free(whole[i]), free(head[i]), free(tail[i]);
         }
-        printf("%-52s %zu values differ with the expert's row count (150 rows, or 37 + 113)\n", mode_name(mode),
-               differ);
+        printf("%-12s d %-3d f %-3d %zu values differ with the expert's row count (150 rows, or 37 + 113)\n",
+               mode_name(mode), d, f, differ);
     }
     void *dev[] = {d_w, wb.w13, wb.w2, d_xp, d_dy};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) test_gpu_free(gpu, dev[i]);
@@ -609,9 +614,11 @@ int main(void) {
         {4, 64, 96, {37, 0, 200, 1}},
         {8, 256, 512, {0, 400, 200, 133, 0, 80, 67, 0}},
         {3, 128, 64, {1, 1, 300}},
+        {2, 60, 52, {9, 70}}, /* widths not multiples of 8: LT mode's row-block fallback, grouped's per-expert */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_experts(gpu, &cases[i], &rng);
-    test_row_blocks(gpu, &rng);
+    test_row_blocks(gpu, 64, 96, &rng);
+    test_row_blocks(gpu, 60, 52, &rng);
     const int segments[] = {1, 2, 3, 4, 8};
     for (size_t i = 0; i < sizeof segments / sizeof segments[0]; i++) test_segments(gpu, segments[i], &rng);
     moe_gpu_destroy(gpu);

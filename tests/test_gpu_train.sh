@@ -5,7 +5,8 @@
 # and with micro-batches), then 1 rank on the transport a lone rank gets: NCCL where the build has it (the last
 # argument, from meson), else MPI-staged; recompute full bitwise none and ZeRO-2 bitwise ZeRO-0 on 2 ranks; 2 ranks
 # (ep 2, and ep 1) bitwise 1 rank; pipelines (--pp 2, 2 virtual stages) against the CPU and pp 2 bitwise pp 1; tensor
-# parallelism (--tp 2, one kv head) against the CPU and bitwise --tp 1 at the same --tp-shards; Qwen3-MoE's and OLMoE's
+# parallelism (--tp 2, one kv head) against the CPU and bitwise --tp 1 at the same --tp-shards; every product one pinned
+# cuBLASLt call (MOE_LINEAR_GEMM=lt) against the CPU and 2 ranks bitwise 1, its algorithms recorded; Qwen3-MoE's and OLMoE's
 # q/k norms, Qwen2-MoE's biases and gated shared expert, DeepSeek's MLA and routing against the CPU. Where weights differ,
 # the tensors that do are named. Exit 77 (skip) where there is no GPU.
 nccl=${5:?test_gpu_train: the fifth argument says whether the build has NCCL: nccl or no-nccl}
@@ -78,6 +79,19 @@ grep -Eq '"gpu": *"[^"]*SMs, sm_[0-9]*; CUDA runtime [0-9.]*, driver [0-9.]*; cu
 # row blocks), the sums over the batch in the shard tree
 ranks=1 gpu_run one
 same_weights "ep 2 on 2 ranks: step-3 weights bitwise 1 rank's" none one
+# every product one pinned cuBLASLt call (MOE_LINEAR_GEMM=lt: the dense linears, the routers and the experts' row
+# projections; issue 50, item 2): against the CPU, 2 ranks bitwise 1 rank, and the pinned algorithms on stdout and in
+# the metrics log's gemm record
+export MOE_LINEAR_GEMM=lt
+trains "cuda bf16, 2 ranks, every product one pinned cuBLASLt call, capacity 1.25, vs the CPU" "verify step 2: " \
+    --device cuda --verify-steps 2 --ep 2 --capacity-factor 1.25
+gpu_run lt --ep 2 --log-file "$dir/lt.jsonl"
+grep -q "^gemm: A B^T n [0-9]* k [0-9]* bf16: cuBLASLt" "$dir/out.txt" && grep -q '"record":"gemm"' "$dir/lt.jsonl" &&
+    echo "ok: MOE_LINEAR_GEMM=lt: $(grep -c '^gemm: ' "$dir/out.txt") pinned shapes printed and in the gemm record" ||
+    fail_with_output "MOE_LINEAR_GEMM=lt: no pinned GEMM printed, or no gemm record in the metrics log"
+ranks=1 gpu_run lt_one
+same_weights "MOE_LINEAR_GEMM=lt, ep 2 on 2 ranks: step-3 weights bitwise 1 rank's" lt lt_one
+unset MOE_LINEAR_GEMM
 # --zero 2 on the GPU: each layer's gradients reduce-scattered on the transport, the same bits as --zero 0
 gpu_run zero0 --ep 1 --micro-batches 2 --zero 0
 gpu_run zero2 --ep 1 --micro-batches 2 --zero 2

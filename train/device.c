@@ -27,6 +27,7 @@ moe_status moe_train_agree(MPI_Comm world, moe_status mine) {
 static moe_train_place_cuda_fn place_cuda;
 static moe_train_cuda_profiler_range_fn profiler_range;
 static moe_train_cuda_counters_fn counters;
+static moe_train_cuda_gemms_fn gemms;
 
 /* Loads libmoe_train_cuda.so from moe-train's own directory, once; every symbol is bound now (RTLD_NOW) so that
  * a module that does not match this moe-train is a sentence here, not a crash in the middle of a step. */
@@ -49,10 +50,11 @@ static moe_status load_cuda_part(void) {
     moe_train_cuda_profiler_range_fn range = (moe_train_cuda_profiler_range_fn)dlsym(module,
                                                                                     MOE_TRAIN_CUDA_PROFILER_RANGE);
     moe_train_cuda_counters_fn count = (moe_train_cuda_counters_fn)dlsym(module, MOE_TRAIN_CUDA_COUNTERS);
-    if (!place || !range || !count)
+    moe_train_cuda_gemms_fn pinned = (moe_train_cuda_gemms_fn)dlsym(module, MOE_TRAIN_CUDA_GEMMS);
+    if (!place || !range || !count || !pinned)
         return moe_fail(MOE_ERR_INVALID_CONFIG, "--device cuda: %s lacks its entry points; rebuild it with moe-train",
                         path);
-    place_cuda = place, profiler_range = range, counters = count; /* all or none */
+    place_cuda = place, profiler_range = range, counters = count, gemms = pinned; /* all or none */
     return MOE_OK;
 }
 #endif
@@ -105,6 +107,16 @@ int moe_train_gpu_counters(const moe_train_placement *p, moe_gpu_counters *out) 
     (void)p, (void)out;
     return 0;
 #endif
+}
+
+int moe_train_gpu_gemms(const moe_train_placement *p, char *out, size_t n) {
+    if (n) out[0] = '\0';
+#ifdef MOE_HAVE_CUDA
+    if (p->rt && gemms) return gemms(p->rt, out, n);
+#else
+    (void)p;
+#endif
+    return 0;
 }
 
 void moe_train_unplace(moe_train_placement *p) {

@@ -30,5 +30,8 @@ void moe_train_unplace(moe_train_placement *p);
 moe_status moe_train_profile_mark(const moe_train_placement *p, int step, int begin);
 /* On a GPU: 1, with the device's host waits and allocations so far in *out (core/gpu.h); 0 on the CPU. */
 int moe_train_gpu_counters(const moe_train_placement *p, moe_gpu_counters *out);
+/* On a GPU: the GEMMs pinned there so far (MOE_LINEAR_GEMM=lt; kernels/gemm_lt.h), "shape: configuration" a line each;
+ * "" on the CPU or where none is. Returns what snprintf would. */
+int moe_train_gpu_gemms(const moe_train_placement *p, char *out, size_t n);
 
 #endif

@@ -10,6 +10,7 @@
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #include "core/gpu.h"
+#include "kernels/gemm_lt.h"
 #include "train/machine.h"
 
 /* The ranks of this node and this rank's index among them. */
@@ -81,6 +82,10 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
 }
 
 void moe_train_cuda_counters(moe_runtime *rt, moe_gpu_counters *out) { moe_gpu_counters_get(moe_runtime_gpu(rt), out); }
+
+int moe_train_cuda_gemms(moe_runtime *rt, char *out, size_t n) {
+    return moe_gemm_lt_context_describe(moe_runtime_gpu(rt), out, n);
+}
 
 moe_status moe_train_cuda_profiler_range(moe_runtime *rt, int start) {
     return moe_gpu_profiler_range(moe_runtime_gpu(rt), start);

@@ -14,6 +14,7 @@
 #define MOE_TRAIN_CUDA_PLACE "moe_train_place_cuda"
 #define MOE_TRAIN_CUDA_PROFILER_RANGE "moe_train_cuda_profiler_range"
 #define MOE_TRAIN_CUDA_COUNTERS "moe_train_cuda_counters"
+#define MOE_TRAIN_CUDA_GEMMS "moe_train_cuda_gemms"
 
 /* moe_train_place's --device cuda (train/device.h): the device, the runtime on it, the layout, the memory check. */
 typedef moe_status (*moe_train_place_cuda_fn)(const moe_train_options *o, MPI_Comm world, FILE *log,
@@ -22,6 +23,8 @@ typedef moe_status (*moe_train_place_cuda_fn)(const moe_train_options *o, MPI_Co
 typedef moe_status (*moe_train_cuda_profiler_range_fn)(moe_runtime *rt, int start);
 /* The runtime's GPU's host waits and allocations so far (core/gpu.h). */
 typedef void (*moe_train_cuda_counters_fn)(moe_runtime *rt, moe_gpu_counters *out);
+/* The GEMMs pinned on the runtime's device so far, a line each (kernels/gemm_lt.h); returns what snprintf would. */
+typedef int (*moe_train_cuda_gemms_fn)(moe_runtime *rt, char *out, size_t n);
 
 /* From moe-train, for the module: every rank's status, agreed over world with MPI directly (before any layout
  * exists): the worst one, MOE_ERR_PEER for the ranks that were fine. */
@@ -30,5 +33,6 @@ moe_status moe_train_agree(MPI_Comm world, moe_status mine);
 moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE *log, moe_train_placement *out);
 moe_status moe_train_cuda_profiler_range(moe_runtime *rt, int start);
 void moe_train_cuda_counters(moe_runtime *rt, moe_gpu_counters *out);
+int moe_train_cuda_gemms(moe_runtime *rt, char *out, size_t n);
 
 #endif

@@ -4,6 +4,7 @@
 #include "train/machine.h"
 
 #include <cblas.h>
+#include <string.h>
 
 #include "core/cpu_target.h"
 #include "kernels/gemm_engine.h"
@@ -29,6 +30,16 @@ json_t *moe_run_machine_json(void) {
                           MOE_GIT_COMMIT, "compiler", MOE_COMPILER);
     if (j && gpu_text[0] && json_object_set_new(j, "gpu", json_string(gpu_text)) != 0) return json_decref(j), NULL;
     return j;
+}
+
+json_t *moe_run_machine_gemms_json(const char *lines) {
+    json_t *pinned = json_array();
+    for (const char *p = lines; pinned && *p;) {
+        const size_t len = strcspn(p, "\n");
+        if (json_array_append_new(pinned, json_stringn(p, len)) != 0) json_decref(pinned), pinned = NULL;
+        p += len + (p[len] == '\n');
+    }
+    return pinned;
 }
 
 void moe_run_machine_note(FILE *notes, const char *dir, json_t *saved) {

@@ -25,5 +25,9 @@ const char *moe_run_openblas_text(void);
  * on may differ in their last bits from a run that stayed; nothing when they agree or saved is not an object (a
  * checkpoint from before the record). Not an error. */
 void moe_run_machine_note(FILE *notes, const char *dir, json_t *saved);
+/* The GEMMs pinned on cuBLASLt (kernels/gemm_lt.h: which algorithm each product shape ran with, the GPU's other part
+ * of the bits), from lines ("\n"-terminated, as moe_train_gpu_gemms gives them) to a JSON array of their strings:
+ * the metrics log's gemm record (train/run_record.h). A new array; NULL when out of memory. */
+json_t *moe_run_machine_gemms_json(const char *lines);
 
 #endif

@@ -46,6 +46,17 @@ void moe_run_record_clock(FILE *f) {
             (double)(now.tv_sec - started.tv_sec) + (now.tv_nsec - started.tv_nsec) / 1e9, when);
 }
 
+int moe_run_record_gemms(FILE *f, int step, const char *lines) {
+    json_t *pinned = moe_run_machine_gemms_json(lines);
+    char *text = pinned ? json_dumps(pinned, JSON_COMPACT) : NULL;
+    fprintf(f, "{\"record\":\"gemm\",\"step\":%d,\"pinned\":%s", step, text ? text : "null");
+    moe_run_record_clock(f);
+    fprintf(f, "}\n");
+    free(text);
+    json_decref(pinned);
+    return fflush(f) != 0 || ferror(f) ? -1 : 0;
+}
+
 int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const char *device) {
     char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "unknown", when[64];
     int len = 0;

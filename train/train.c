@@ -373,6 +373,20 @@ static void report_pipeline(moe_trainer *t, const double first[2], int steps) {
     free(all), free(nbytes);
 }
 
+/* After the first step on a GPU (world rank 0): the GEMMs pinned on cuBLASLt for its products (MOE_LINEAR_GEMM=lt),
+ * one line each on stdout and a gemm record in the metrics log; nothing where none is. 0, or -1 when the metrics log
+ * could not take it. */
+static int report_pinned_gemms(const moe_train_placement *place, FILE *metrics, int step) {
+    const int len = moe_train_gpu_gemms(place, NULL, 0);
+    char *lines = len > 0 ? malloc((size_t)len + 1) : NULL;
+    if (!lines) return 0; /* none, or no memory for a report */
+    moe_train_gpu_gemms(place, lines, (size_t)len + 1);
+    for (const char *p = lines; *p; p += strcspn(p, "\n") + 1) printf("gemm: %.*s\n", (int)strcspn(p, "\n"), p);
+    const int failed = metrics ? moe_run_record_gemms(metrics, step, lines) : 0;
+    free(lines);
+    return failed;
+}
+
 /* The steps from first_step on, with their evaluations, logs and checkpoints. Returns the exit status: 0 at the end;
  * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
  * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, or
@@ -402,6 +416,9 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
             moe_train_gpu_counters(place, &after);
             moe_gpu_counters_delta_text(&after, &before, counts, sizeof counts);
             printf("step %5d on the GPU: %s\n", step, counts);
+            if (step == first_step && report_pinned_gemms(place, metrics, step) != 0 && !t->output_error[0])
+                snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file,
+                         strerror(errno));
         }
         if (step == first_step) pipeline_first[0] = t->runner.step_s, pipeline_first[1] = t->runner.wait_s;
         if (r->skipped && rank0)
