@@ -117,12 +117,14 @@ moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_r
  * the sum tp 1 forms, per shard of tokens over every head: on the slice's rows of every column, in the slice's shards
  * as any replicated tensor's (models/shard_grads.h). Moving rows, dy goes there too (an all-to-all over the group,
  * tp/sequence.h), and dx comes back. Each head's norm (Qwen3) computes dx from one call over the rank's rows (row by
- * row, the same bits; its weight gradient discarded), and moves x, dy and rstd for the weight gradient. */
+ * row, the same bits; its weight gradient discarded), and moves x, dy and rstd for the weight gradient: with fewer kv
+ * heads than tp, k's from each kv head's first holder (`sharing` ranks hold it, with the same x and, summed over them
+ * before (kv_backward), the same dy), so that the slice holds each kv head's rows once, as tp 1 sums them. */
 static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_real *w, const moe_real *rstd,
                                    const moe_real *dy, int T, int heads, int sharing, moe_real *dx, moe_real *dw) {
     const int hd = m->head_dim, tp = m->seq.tp;
     if (tp == 1) return moe__model_norm_backward(m, x, w, rstd, dy, T, heads * hd, qk_rows(m, heads), dx, dw);
-    const size_t all = (size_t)T * heads * hd; /* [T / tp, tp heads hd]: the slice's rows of every head */
+    const size_t all = (size_t)T * heads * hd; /* [T / tp, tp / sharing heads hd]: the slice's rows of every head */
     if (qk_norm_moves_rows(m)) {
         moe_real *dys = m->qk_slice, *dxs = dys + all;
         MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, sharing, m->qk_recv, dys));
@@ -132,11 +134,12 @@ static moe_status qk_norm_backward(moe_model *m, const moe_real *x, const moe_re
     moe_real *xs = m->qk_slice, *dys = xs + all, *dxs = dys + all;
     MOE_TRY(moe_runtime_zero(m->rt, dx, all * sizeof(moe_real))); /* the op adds into dx (and dw) */
     MOE_TRY(m->dense->rmsnorm_backward(m->ops_state, x, w, rstd, dy, T * heads, hd, dx, m->qk_dw));
-    MOE_TRY(moe_tp_slice_all_columns(&m->seq, x, T, heads * hd, 1, m->qk_recv, xs));
-    MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, 1, m->qk_recv, dys));
-    MOE_TRY(moe_tp_slice_all_columns(&m->seq, rstd, T, heads, 1, m->qk_recv, m->qk_rstd));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, x, T, heads * hd, sharing, m->qk_recv, xs));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, dy, T, heads * hd, sharing, m->qk_recv, dys));
+    MOE_TRY(moe_tp_slice_all_columns(&m->seq, rstd, T, heads, sharing, m->qk_recv, m->qk_rstd));
     MOE_TRY(moe_runtime_zero(m->rt, dxs, all * sizeof(moe_real)));
-    return moe_shard_grads_rmsnorm_rows(&m->shard_grads, xs, w, m->qk_rstd, dys, heads * tp, hd, dxs, dw);
+    return moe_shard_grads_rmsnorm_rows(&m->shard_grads, xs, w, m->qk_rstd, dys, heads * (tp / sharing), hd, dxs,
+                                        dw);
 }
 
 /* k's norm's backward in kv_backward (layer l), where the layer has one: from the gradient of the rank's kv heads
@@ -168,9 +171,10 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
         if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dout, m->ones, 1, B, db));
         return moe_tp_column_backward_input(&m->tpl, dout, W, T, d, B, 1, m->dln);
     }
-    /* from the group's whole gradient: the rank's head for its block's weight gradient (through k's norm, which moves
-     * rows), then columns [tp_rank w, +w) (w = B / tp) of the whole for its part of the plain split's input gradient,
-     * with the block's matching rows: those of kv_group, or (after k's norm) of the block's [T, hd] */
+    /* from the group's whole gradient (the sharers' sum, before RoPE's and k's norm's backward, so that they run on
+     * what tp 1 has): the rank's head for its block's weight gradient (through k's norm, where there is one), then
+     * columns [tp_rank w, +w) (w = B / tp) of the whole for its part of the plain split's input gradient, with the
+     * block's matching rows: those of kv_group, or (after k's norm) of the block's [T, hd] */
     MOE_TRY(sum_kv_over_group(m, T, dkv));
     if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, c->rope_theta));
     const int sharing = kv_sharing(m), w = B / m->seq.tp;

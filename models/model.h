@@ -87,12 +87,14 @@ typedef struct {
  * gradient of it; their input gradients are the plain split's (rank r: rows [r B/tp, (r+1) B/tp)), and the norm and
  * the checkpoints count each block once.
  *
- * The families' q/k norms (below; models/attention.c): each head's (Qwen3) run on the rank's heads, tp dividing KV,
- * their weight gradient formed over the slice's rows of every head (x, dy and 1 / rms moved there by an all-to-all).
- * The whole projection's (OLMoE) read a token's every head, so its rows move instead of its sum: an all-to-all over
- * the tensor group gives each rank its slice's rows of every column (a kv head's block from the first of the ranks
- * holding it), normed there as at tp 1, and the inverse moves the normed rows back (tp/sequence.h); backward moves dy
- * there and dx back, and forms the weight gradient over the slice's rows, as any replicated tensor's. */
+ * The families' q/k norms (below; models/attention.c), at any tp: each head's (Qwen3) run on the rank's heads (with
+ * tp > KV each sharer of a kv head norms its k, after the sharers' sum of its gradient in backward), their weight
+ * gradient formed over the slice's rows of every head (x, dy and 1 / rms moved there by an all-to-all; a kv head's
+ * from the first of the ranks holding it, so that each is counted once). The whole projection's (OLMoE) read a
+ * token's every head, so its rows move instead of its sum: an all-to-all over the tensor group gives each rank its
+ * slice's rows of every column (a kv head's block from the first of the ranks holding it), normed there as at tp 1,
+ * and the inverse moves the normed rows back (tp/sequence.h); backward moves dy there and dx back, and forms the weight
+ * gradient over the slice's rows, as any replicated tensor's. */
 
 /* The model families (their Hugging Face names): the same decoder, with these differences:
  *   MIXTRAL    (MixtralForCausalLM): no q/k norms; the MoE block is "block_sparse_moe" (router "gate", experts w1,

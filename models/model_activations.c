@@ -38,10 +38,11 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
     const size_t tp = (size_t)moe_model_tp_size(c), TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
-                 S = c->seq_len, A = D.A, B = D.B, BK = D.BK; /* T: this rank's slice (model_activations.h) */
+                 S = c->seq_len, A = D.A, BK = D.BK; /* T: this rank's slice (model_activations.h) */
     const moe_qk_norm qk = moe_model_qk_norm(c);
-    const size_t QK = qk != MOE_QK_NORM_NONE, QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads : QK,
-                 KR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_kv_heads : QK; /* rows per token (T: the slice's) */
+    const size_t KV = (size_t)c->num_kv_heads, QK = qk != MOE_QK_NORM_NONE,
+                 QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads : QK, KN = D.KN,
+                 KR = qk == MOE_QK_NORM_HEAD ? (KV > tp ? KV : tp) : QK; /* rows per token (T: the slice's) */
     const size_t ML = moe_model_mla(c), QL = (size_t)c->q_lora_rank, KL = (size_t)c->kv_lora_rank,
                  HV = (size_t)c->num_heads * c->v_head_dim; /* multi-head latent attention's (tp 1) */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.DF;

@@ -12,9 +12,11 @@
  *        [seqs, H, S] (fused), of this rank's H / tp heads
  *   FD   a dense FFN layer's T * its width ([TG, width / tp]; the width d_ff or dense_d_ff; 0 on an MoE layer, whose
  *        FFN buffers are the MoE layer's)
- *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of the q and k norms
- *        (H and KV for each head's, 1 for the whole projection's; 0 without);  QT  1 with q/k norms at tp > 1, else 0;
- *        QH  1 for each head's norms (Qwen3's), else 0;  QB  1 with q/k/v biases
+ *   QK   1 with q/k norms (models/model.h's families), else 0;  QR, KR  the rows per token of T of the q and k
+ *        norms (H and max(KV, tp) for each head's: with fewer kv heads than tp a rank norms its kv head over the TG =
+ *        tp T rows; 1 for the whole projection's; 0 without);  KN  the k norm's width (head_dim for each head's, B for
+ *        the projection's);  QT  1 with q/k norms at tp > 1, else 0;  QH  1 for each head's norms (Qwen3's), else 0;
+ *        QB  1 with q/k/v biases
  *   QL, KL, ML, HV  multi-head latent attention's (models/mla.c): q_lora_rank, kv_lora_rank, 1 with it (else all
  *        0), H v_head_dim;  HNV, LAT, DR  H (qk_nope + v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank),
  *        qk_rope_dim
@@ -38,8 +40,8 @@
 #define MOE_MODEL_LAYER_ACTIVATIONS(X)                                                                             \
     X(ln1, T * d, MOE_RECOMPUTE_ATTENTION)        /* rmsnorm(resid[l]) (gathered into tmp where read)     */      \
     X(rstd1, T, MOE_RECOMPUTE_ATTENTION)          /* its 1 / rms per token                                */      \
-    X(q_raw, QK * T * A, MOE_RECOMPUTE_ATTENTION) /* q and k before their norms (with q/k norms; the whole */      \
-    X(k_raw, QK * T * B, MOE_RECOMPUTE_ATTENTION) /* projection's at tp > 1: the slice's rows, every head)  */      \
+    X(q_raw, QK * T * A, MOE_RECOMPUTE_ATTENTION)  /* q and k before their norms (with q/k norms; the whole */     \
+    X(k_raw, T * KR * KN, MOE_RECOMPUTE_ATTENTION) /* projection's at tp > 1: the slice's rows, every head) */     \
     X(rstd_q, T * QR, MOE_RECOMPUTE_ATTENTION)    /* the norms' 1 / rms per row                           */      \
     X(rstd_k, T * KR, MOE_RECOMPUTE_ATTENTION)                                                                   \
     X(mla_qa, T * QL, MOE_RECOMPUTE_ATTENTION)    /* MLA: q_a's output, its 1 / rms, its norm's output    */      \

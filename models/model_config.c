@@ -102,9 +102,6 @@ static const char *tensor_parallel_problem(const moe_model_config *c) {
     if (c->num_kv_heads % tp != 0 && tp % c->num_kv_heads != 0)
         return "tp and the number of kv heads: one must divide the other (the kv heads are split over the ranks, or "
                "each kv head is replicated over the tp / kv heads ranks whose query heads read it)";
-    if (tp > 1 && moe_model_qk_norm(c) == MOE_QK_NORM_HEAD && c->num_kv_heads % tp != 0)
-        return "each head's q/k norms (Qwen3-MoE's) at tp > 1 need the kv heads split over the tensor group: tp must "
-               "divide the number of kv heads";
     if (c->tp_shards < 0 || !power_of_two(S) || S % tp != 0)
         return "tp_shards must be a power of two that tp divides (the fixed pieces of the tensor-parallel sums)";
     if (((long)c->num_heads * hd) % S != 0 || ((long)c->num_kv_heads * hd) % S != 0)

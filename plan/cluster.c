@@ -53,9 +53,6 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                    "reduce-scatters every layer's tokens, over NVLink)";
         if (ranks % tp) return "--tp must divide the GPUs of a pipeline stage (GPUs / --pp)";
         if (m->num_heads % tp) return "--tp must divide the attention heads (each GPU computes heads / tp of them)";
-        if (m->qk_norm == MOE_QK_NORM_HEAD && m->num_kv_heads % tp)
-            return "--tp must divide the kv heads for each head's q/k norms (Qwen3-MoE's): moe-train splits the kv "
-                   "heads for them, never replicates them";
         if (m->kv_lora_rank > 0)
             return "--tp must be 1 for multi-head latent attention (DeepSeek's): moe-train runs it at tp 1 only";
         if (m->num_kv_heads % tp && tp % m->num_kv_heads)
@@ -255,9 +252,10 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * (the embedding's output reduce-scattered, the final norm's gathered for lm_head). Recomputation runs the forward
      * collectives of what it rebuilds again: the attention block's all-gather (attention), a dense FFN's (moe), and
      * under full also o_proj's reduce-scatter. The q/k norms add all-to-alls (models/attention.c), each of q's and of
-     * k's moving (tp - 1)/tp of a GPU's [T, its columns] (A/tp of q, max(B/tp, head_dim) of k): the whole
-     * projection's (OLMoE's) there and back in forward (again under recompute) and in backward (dy there, dx back);
-     * each head's (Qwen3's) x and dy there in backward (and each head's 1 / rms, head_dim times fewer: not counted). */
+     * k's moving (tp - 1)/tp of a GPU's [T, its columns] (A/tp of q, max(B/tp, head_dim) of k: with fewer kv heads
+     * than tp a kv head's first holder sends its head_dim columns, the others nothing): the whole projection's
+     * (OLMoE's) there and back in forward (again under recompute) and in backward (dy there, dx back); each head's
+     * (Qwen3's) x and dy there in backward (and each head's 1 / rms, head_dim times fewer: not counted). */
     if (tp > 1) {
         const double L = (double)stage.layers, dense_ffn = (double)(stage.layers - stage.moe_layers);
         double per_micro = 4 * (L + dense_ffn) + 2 * (stage.embedding + stage.head);

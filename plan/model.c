@@ -240,11 +240,13 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     const double tp = (double)moe_plan_layout_tp(lay), kv_copies = tp > m->num_kv_heads ? tp / m->num_kv_heads : 1;
     const double BK = B * kv_copies, KVG = kv_copies > 1 ? TG * B : 0;
     const double H = (double)m->num_heads, L = (double)st->layers, Lm = (double)st->moe_layers;
-    /* the q/k norms' inputs and statistics (model_activations.h: the tensor group's rows of the GPU's heads, or the
-     * slice's rows of every head for the whole projection's at tp > 1), and at tp > 1 their all-to-alls' scratch */
+    /* the q/k norms' inputs and statistics (model_activations.h: the tensor group's rows of the GPU's heads, its kv
+     * head's where it holds one of fewer than tp, or the slice's rows of every head for the whole projection's at tp
+     * > 1), and at tp > 1 their all-to-alls' scratch */
     const double QK = m->qk_norm != MOE_QK_NORM_NONE,
                  QR = m->qk_norm == MOE_QK_NORM_HEAD ? H : QK,
-                 KR = m->qk_norm == MOE_QK_NORM_HEAD ? (double)m->num_kv_heads : QK;
+                 KR = m->qk_norm == MOE_QK_NORM_HEAD ? fmax((double)m->num_kv_heads, tp) : QK,
+                 KN = m->qk_norm == MOE_QK_NORM_HEAD ? (double)m->head_dim : B;
     const double QT = QK && tp > 1, QH = m->qk_norm == MOE_QK_NORM_HEAD, HD = (double)m->head_dim;
     /* the model's own buffers: with q/k/v biases a column of ones; with a shared expert its backward's scratch */
     const double QB = m->qkv_bias, SH = m->d_ff_shared > 0 && m->num_experts > 1, SG = SH && m->shared_gate;

@@ -287,16 +287,14 @@ static void families(void) {
     c.head_dim = 64;
     CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "--family qwen3_moe"),
           "a Mixtral with head_dim 64 of d 128 / 4 heads: %s", moe_model_config_problem(&c) ?: "accepted");
-    /* each head's q/k norms run at a tp that divides the kv heads (2 here); the whole projection's at any tp (4: each
-     * kv head on 2 ranks) */
-    c.family = MOE_MODEL_FAMILY_QWEN3_MOE, c.tp = 2, c.head_dim = 0;
-    CHECK(!moe_model_config_problem(&c), "Qwen3-MoE's q/k norms at tp 2 of 2 kv heads: %s",
-          moe_model_config_problem(&c));
-    c.tp = 4;
-    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "tp must divide the number of kv heads"),
-          "Qwen3-MoE's q/k norms at tp 4 of 2 kv heads: %s", moe_model_config_problem(&c) ?: "accepted");
-    c.family = MOE_MODEL_FAMILY_OLMOE;
-    CHECK(!moe_model_config_problem(&c), "OLMoE's q/k norms at tp 4 of 2 kv heads: %s", moe_model_config_problem(&c));
+    /* the q/k norms run at any tp, each head's (Qwen3's) and the whole projection's (OLMoE's): one dividing the kv
+     * heads (2 here) or a multiple of them (4: each kv head on 2 ranks) */
+    for (int family = MOE_MODEL_FAMILY_QWEN3_MOE; family <= MOE_MODEL_FAMILY_OLMOE; family++)
+        for (c.tp = 2; c.tp <= 4; c.tp *= 2) {
+            c.family = family, c.head_dim = 0;
+            CHECK(!moe_model_config_problem(&c), "%s's q/k norms at tp %d of 2 kv heads: %s",
+                  moe_model_family_name(family), c.tp, moe_model_config_problem(&c));
+        }
 }
 
 /* moe_train_options_load over argv (NULL-terminated, without the program name); the message in msg. */

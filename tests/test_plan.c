@@ -16,7 +16,7 @@
  *  - tensor parallelism: tp 1 is none to the bit, a GPU's share of Mixtral 8x7B's parameters at tp 2 and 16 (kv heads
  *    replicated), token-sized memory and the all-to-all halved at tp 2, the collectives' bytes and time, the gradient
  *    sums over the data ranks, recomputation's extra collectives, the q/k norms' all-to-alls (OLMoE's and Qwen3's at
- *    tp 2), and each refusal by name.
+ *    tp 2; Qwen3-30B-A3B's at tp 8, above its 4 kv heads), and each refusal by name.
  *   meson test -C build test_plan */
 #include <math.h>
 #include <stdio.h>
@@ -725,6 +725,23 @@ static void check_tensor_parallel(void) {
               "q/k norms %d at tp 2, recompute attention: collectives %g bytes", (int)qk[i].norm,
               moe_plan_predict(&normed, &c, &r).tp_bytes);
         r.layout.recompute = MOE_RECOMPUTE_NONE;
+    }
+    /* each head's norms at a tp above the kv heads (Qwen3-30B-A3B at tp 8: 32 heads of 128, 4 kv heads, each on 2
+     * GPUs): per layer 2 all-to-alls of q's A/8 columns and k's head_dim (a kv head's first holder sends them; not
+     * B/8), beside the 4 collectives per layer and 2 per end of T d */
+    moe_plan_model qwen;
+    if (load_config("qwen3-30b-a3b.json", &qwen)) {
+        const moe_plan_cluster node = moe_plan_cluster_h100(1);
+        const moe_plan_run r8 = {.layout = {.world = 8, .tp = 8, .ep = 1, .micro_batch = 1, .seq_len = 4096,
+                                            .bf16 = 1, .local_shards = -1},
+                                 .global_batch = 1};
+        CHECK(moe_plan_run_problem(&qwen, &node, &r8) == NULL, "Qwen3-30B-A3B at tp 8 refused: %s",
+              moe_plan_run_problem(&qwen, &node, &r8));
+        const double n8 = 4.0 * 48 + 2 * 2, nbytes8 = 7.0 / 8 * 4096 * 2048 * 2,
+                     qk8 = 7.0 / 8 * 4096 * 2 * (32 * 128.0 / 8 + 128);
+        const moe_plan_prediction q8 = moe_plan_predict(&qwen, &node, &r8);
+        CHECK(relative_error(q8.tp_bytes, n8 * nbytes8 + 2 * 48 * qk8) < 1e-12,
+              "Qwen3-30B-A3B at tp 8: collectives %g bytes, want %g", q8.tp_bytes, n8 * nbytes8 + 2 * 48 * qk8);
     }
 
     /* refusals, each named */

@@ -47,10 +47,16 @@ expect_error "--zero 2 needs moe-train's world-invariant sums" --zero 2 --shards
 out=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --ep 16 --micro-batch 2) || fail "a valid run failed"
 case $out in *"total 30532122624"*"active 3353032704"*) ;; *) fail "report lacks the exact counts: $out" ;; esac
 case $out in *"cannot train"*) fail "Qwen3-MoE is trainable (q/k norms, its own head_dim), yet noted: $out" ;; esac
-expect_error "--tp must divide the kv heads for each head's q/k norms" --hf-config "$configs/qwen3-30b-a3b.json" \
-    --nodes 2 --tp 8
 "$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --tp 4 > /dev/null ||
     fail "Qwen3-30B-A3B at --tp 4 (its 4 kv heads split) refused"
+# at --tp 8 each of its 4 kv heads is on 2 GPUs, its per-head q/k norms too (moe-train runs them at any tp): planned
+# with the norms' all-to-alls, and --search tries it (on 32 GPUs some tp 8 layouts fit)
+out_tp8=$("$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 2 --tp 8) || fail "Qwen3-30B-A3B at --tp 8 refused"
+case $out_tp8 in *"tp 8 (with sequence parallelism)"*"(and the q/k norms' all-to-alls)"*) ;;
+    *) fail "Qwen3-30B-A3B at --tp 8: its layout or the norms' all-to-alls: $out_tp8" ;; esac
+"$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 4 --search --top 100000 --json |
+    python3 -c 'import json, sys; L = json.load(sys.stdin)["layouts"]; assert any(l["tp"] == 8 for l in L), len(L)' ||
+    fail "Qwen3-30B-A3B --search on 32 GPUs failed, or lists no layout of tp 8"
 expect_error "--tp must be 1 for multi-head latent attention" --hf-config "$configs/deepseek-v3.json" --nodes 32 --tp 2
 out_v3=$("$plan" --hf-config "$configs/deepseek-v3.json" --nodes 32 --ep 32) || fail "DeepSeek-V3 refused"
 case $out_v3 in *"total 671026404352"*"active 37552282624"*) ;; *) fail "DeepSeek-V3's counts: $out_v3" ;; esac

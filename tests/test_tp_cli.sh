@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # test_tp_cli.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE — moe-train --tp (issue 28: tensor parallelism with
-# sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention
-# (4 heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp
-# 2), on 4 ranks (tp 2 x ep 2 with ZeRO-1 and with ZeRO-2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2
-# with 1 kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint), an OLMoE (q/k norms
-# over the whole projections, models/attention.c; 2 kv heads) at tp 2 and at tp 4 with --recompute full: every step's
-# loss and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's (of the same model),
-# so are the step-8 checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1 one,
-# which test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the tensor
-# groups; so is a pipeline of 2 stages of tp 2, and a model with a dense FFN layer at tp 2 (with --recompute full too)
-# its 1-rank run's. The tp 2 run's step-4 checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve to
-# its step-8 files. The check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run
+# sequence parallelism, models/model.h) as a user meets it: a tiny model with capacity drops, grouped-query attention (4
+# heads, 4 then 2 kv heads) and 2 micro-batches trained 8 steps with --tp-shards 4 on 1 rank (tp 1), on 2 ranks (tp 2),
+# on 4 ranks (tp 2 x ep 2 with ZeRO-1 and with ZeRO-2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2 with 1
+# kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint), an OLMoE (q/k norms over
+# the whole projections, models/attention.c; 2 kv heads) at tp 2 and at tp 4 with --recompute full, a Qwen3-MoE (each
+# head's q/k norms) with fewer kv heads than tp (2 at tp 4 with --recompute full, 1 at tp 2 x ep 2 with ZeRO-2): every
+# step's loss and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's (of the same
+# model), so are the step-8 checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1
+# one, which test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the
+# tensor groups; so is a pipeline of 2 stages of tp 2, and a model with a dense FFN layer at tp 2 (with --recompute full
+# too) its 1-rank run's. The tp 2 run's step-4 checkpoint resumed at tp 1 and at tp 4 continues the 1-rank run's curve
+# to its step-8 files. The check can fail: --tp 2 --tp-shards 2 (Megatron's plain split) gives other losses; a bf16 run
 # at tp 2 passes --verify-steps. What --tp does not combine with yet, and shapes it cannot split, are refused up front
 # with the reason. Every run reads its data shuffled (--shuffle 1, issue 52: a permutation of the global window index).
 source "$(dirname "$0")/train_cli_common.sh"
@@ -109,6 +110,14 @@ same_as "OLMoE (q/k norms over the whole projections: each rank norms its slice'
     olmoe1
 run olmoe4 4 "${olmoe[@]}" --tp 4 --recompute full
 same_as "the same at tp 4 (each kv head's k on 2 ranks) with --recompute full" olmoe4 olmoe1
+qwen3=(--family qwen3_moe --head-dim 12 --renormalize 1)
+run qwen1 1 "${qwen3[@]}" --kv-heads 2
+run qwen4 4 "${qwen3[@]}" --kv-heads 2 --tp 4 --recompute full
+same_as "Qwen3-MoE (each head's q/k norms) at tp 4: each kv head's k normed on the 2 ranks holding it, its weight \
+gradient from the slice's rows of each kv head once, with --recompute full" qwen4 qwen1
+run mqa_qwen1 1 "${qwen3[@]}" --kv-heads 1
+run mqa_qwen4 4 "${qwen3[@]}" --kv-heads 1 --tp 2 --ep 2 --zero 2
+same_as "the same with 1 kv head at tp 2 x ep 2 with ZeRO-2" mqa_qwen4 mqa_qwen1
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training

@@ -1,7 +1,7 @@
 /* test_tp_model.c — the comparison of test_tp_model.h. Every rank first runs the reference alone: a one-rank layout,
  * tp 1, the whole global batch, the same fixed pieces (tp_shards 8) and batch shards (8). Then the world runs every
- * layout of tp in {1, 2, 4} dividing W times every ep dividing W: each tensor group reads its data rank's sequences,
- * each rank keeps its slice of their rows. Against the reference, bitwise:
+ * layout of tp in {1, 2, 4, 8} dividing W and the heads times every ep dividing W: each tensor group reads its data
+ * rank's sequences, each rank keeps its slice of their rows. Against the reference, bitwise:
  *   - the initial weights: each rank's blocks of the split tensors (q/k/v rows, o_proj columns) cut from the whole
  *     tensors, its experts by global id (init is the same at any tp);
  *   - the loss of a forward (the ranks' sums added in the fixed tree over the stage);
@@ -15,9 +15,12 @@
  * k normed over the whole projections: each rank norms its slice's rows of every head, models/attention.c; KV 2, so at
  * tp 4 each kv head's k on 2 ranks; a failure names the norm's weight when its gradient is summed over the slice in
  * token order instead of the shard tree's, and the embedding when the ranks sharing a kv head take their input
- * gradient from k's gradient before the norm: both tried); one kv head (so fewer than tp at tp 2 and 4: k_proj and
- * v_proj replicated, their gradients summed over the ranks sharing the head, models/model.h) with the materialized
- * attention kernel, and with the fused one. The GQA and one-kv-head cases also exercise the kv heads' copies (the
+ * gradient from k's gradient before the norm: both tried); Qwen3-MoEs with fewer kv heads than tp (each kv head's k
+ * normed by each of the ranks holding it, the weight gradient from the slice's rows of every kv head once): 8 heads of
+ * 2 kv heads (tp 8 where the world allows: each kv head on 4 ranks), and one kv head of 4 with --recompute full; a
+ * failure names k's norm when its weight gradient counts a kv head once per rank holding it (tried); one kv head (so
+ * fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their gradients summed over the ranks sharing the head,
+ * models/model.h) with the materialized attention kernel, and with the fused one. The GQA and one-kv-head cases also exercise the kv heads' copies (the
  * reference itself runs them: 8 pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one
  * piece: Megatron's plain split) the tp 2 runs differ from the reference somewhere (checked: the sums over pieces are
  * then added in another order). */
@@ -39,17 +42,23 @@ static const char *const case_names[TEST_TP_NUM_CASES] = {
     "a dense FFN layer (gate/up column-, down row-parallel) and an MoE layer",
     "Qwen2-MoE: q/k/v biases split with their heads (kv 2 of 4), a gated shared expert (replicated)",
     "OLMoE: q/k norms over the whole projections (rows moved), kv 2 of 4 (2 ranks each at tp 4), not renormalised",
+    "Qwen3-MoE, 8 heads of 2 kv heads (each on 2 ranks at tp 4, 4 at tp 8): each head's q/k norms",
+    "Qwen3-MoE, one kv head of 4 (on every rank of the group), head_dim 16, recompute full",
     "one kv head of 4 (kv heads fewer than tp), materialized attention",
     "one kv head of 4 (kv heads fewer than tp), fused attention"};
 
 moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces) {
     const int mqa = c == TEST_TP_MQA_MATERIALIZED || c == TEST_TP_MQA_FUSED;
     moe_model_config cfg = moe_model_config_default();
-    cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = 4, cfg.d_ff = 32;
-    cfg.num_kv_heads = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 || c == TEST_TP_OLMOE ? 2 : mqa ? 1 : 4;
+    const int qwen3 = c == TEST_TP_DROPLESS || c == TEST_TP_QWEN3_GQA || c == TEST_TP_QWEN3_MQA;
+    cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = c == TEST_TP_QWEN3_GQA ? 8 : 4;
+    cfg.d_ff = 32;
+    const int kv2 = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 || c == TEST_TP_OLMOE || c == TEST_TP_QWEN3_GQA;
+    cfg.num_kv_heads = kv2 ? 2 : mqa || c == TEST_TP_QWEN3_MQA ? 1 : 4;
     if (c == TEST_TP_QWEN2) cfg.family = MOE_MODEL_FAMILY_QWEN2_MOE, cfg.shared_d_ff = 24;
     if (c == TEST_TP_OLMOE) cfg.family = MOE_MODEL_FAMILY_OLMOE;
-    if (c == TEST_TP_DROPLESS) cfg.family = MOE_MODEL_FAMILY_QWEN3_MOE, cfg.head_dim = 12;
+    if (qwen3) /* head_dim its own; 16 with one kv head, so that B divides into the 8 pieces */
+        cfg.family = MOE_MODEL_FAMILY_QWEN3_MOE, cfg.head_dim = c == TEST_TP_QWEN3_MQA ? 16 : 12;
     cfg.attention = c == TEST_TP_MQA_MATERIALIZED ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
     cfg.tie_embeddings = c == TEST_TP_GQA_TIED;
     cfg.moe_every = c == TEST_TP_DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */
@@ -57,6 +66,7 @@ moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces
     cfg.moe = moe_config_default(cfg.d_model, cfg.d_ff, 4, 2);
     cfg.moe.capacity_factor = c == TEST_TP_CAPACITY ? 1.0f : 0.0f;
     cfg.moe.renormalize = c != TEST_TP_OLMOE;
+    if (c == TEST_TP_QWEN3_MQA) cfg.moe.recompute = MOE_RECOMPUTE_FULL;
     cfg.moe.num_shards = SHARDS;
     cfg.moe.ep_size = ep;
     cfg.tp = tp, cfg.tp_shards = pieces;
@@ -203,8 +213,8 @@ void test_tp_model_layouts(const test_tp_model_setup *s, int world, int rank) {
         test_mpi_require(run(&ref_cfg, s->rt, self, inputs, targets, &ref), "the reference");
         moe_parallel_destroy(self);
         CHECK((ref.dropped > 0) == (c == TEST_TP_CAPACITY), "%s: %d assignments dropped", case_names[c], ref.dropped);
-        for (int tp = 1; tp <= 4 && tp <= world; tp *= 2) {
-            if (world % tp) continue;
+        for (int tp = 1; tp <= world; tp *= 2) {
+            if (world % tp || ref_cfg.num_heads % tp) continue;
             for (int ep = 1; ep <= world && ep <= ref_cfg.moe.num_experts; ep *= 2) {
                 if (world % ep) continue;
                 /* at ep 1 also the plain split (variant 1; at tp 2) and ZeRO-2 (variant 2) */

@@ -14,12 +14,15 @@ typedef enum {
     TEST_TP_DENSE_FFN,
     TEST_TP_QWEN2,
     TEST_TP_OLMOE,
+    TEST_TP_QWEN3_GQA,
+    TEST_TP_QWEN3_MQA,
     TEST_TP_MQA_MATERIALIZED,
     TEST_TP_MQA_FUSED,
     TEST_TP_NUM_CASES
 } test_tp_case;
 
-/* The case's model at tp, ep and pieces (tp_shards): 2 layers, d 32, 4 heads, 4 experts of d_ff 32, top-2. */
+/* The case's model at tp, ep and pieces (tp_shards): 2 layers, d 32, 4 heads (8 in TEST_TP_QWEN3_GQA), 4 experts of
+ * d_ff 32, top-2. */
 moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces);
 
 typedef struct {
@@ -33,9 +36,9 @@ typedef struct {
     void *ctx;
 } test_tp_model_setup;
 
-/* Every rank: the reference alone, then every layout of tp in {1, 2, 4} dividing the world times every ep dividing
- * it, each compared with the reference (failures through CHECK; a failed gradient names the first tensor that
- * differs). */
+/* Every rank: the reference alone, then every layout of tp in {1, 2, 4, 8} dividing the world and the case's heads
+ * times every ep dividing the world, each compared with the reference (failures through CHECK; a failed gradient
+ * names the first tensor that differs). */
 void test_tp_model_layouts(const test_tp_model_setup *s, int world, int rank);
 
 #endif
