@@ -19,7 +19,7 @@
 # --rehearse     no GPU needed: every phase that does not need one, as on a GPU machine (bundle, configure,
 #                build for sm_90 — only the programs the phases run: moe-train, the benchmarks, the gpu suite's
 #                programs, which is where the bundle's libraries are linked —, report), the gpu suite (which skips),
-#                the verify runs on the CPU in bf16 against the same fp32 reference (2 ranks, 10 steps each: the
+#                the verify runs on the CPU in bf16 against the same fp32 reference (2 ranks, 3 steps each: the
 #                path, not the GPU's 40; scripts/gpu_verify_runs.sh says why), the benchmarks' flag
 #                checks (--dry-run); for the tests. Each phase gets 4x its limit (a rehearsal shares its CPU with the
 #                rest of scripts/test.sh), still cut to the budget
@@ -233,7 +233,8 @@ if [ $mode = first ]; then
     phase suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
     # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
     source "$root/scripts/gpu_verify_runs.sh"
-    verify_steps=$([ $rehearse = 1 ] && echo 10 || echo "$gpu_verify_steps") # a rehearsal shows the path
+    verify_steps=$([ $rehearse = 1 ] && echo 3 || echo "$gpu_verify_steps") # a rehearsal shows the path (3 steps: the
+    # comparison of every step runs at least twice; test_verify_cli holds the CPU bf16 agreement over more)
     for name in "${gpu_verify_names[@]}"; do
         gpu_verify_command "$name" "$data" "$verify_steps"
         phase "verify_$name" 120 mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks "${gpu_verify_args[@]}"
