@@ -70,7 +70,7 @@ static moe_model_config config_of(const options *o) {
     c.num_layers = o->layers, c.d_model = o->d_model, c.num_heads = o->heads, c.num_kv_heads = o->kv_heads;
     c.d_ff = o->d_ff, c.vocab_size = o->vocab, c.seq_len = o->seq_len, c.moe_every = o->moe_every;
     c.tie_embeddings = o->tie_embeddings;
-    c.moe.num_experts = o->experts, c.moe.top_k = o->experts > 1 ? 2 : 1, c.moe.ep_size = 1;
+    c.moe.num_experts = o->experts, c.moe.top_k = o->experts > 1 ? 2 : 1;
     c.moe.d_model = c.d_model, c.moe.d_ff = c.d_ff;
     return c;
 }
@@ -78,7 +78,7 @@ static moe_model_config config_of(const options *o) {
 static void check(const void *opt) {
     const options *o = opt;
     const moe_model_config c = config_of(o);
-    const char *problem = moe_model_config_problem(&c);
+    const char *problem = moe_model_layout_problem(&c, 1, 1); /* one process */
     if (problem) bench_usage_errorf("the model these flags give is invalid: %s", problem);
     if (o->shards > 0 && ((o->shards & (o->shards - 1)) || o->batch % o->shards))
         bench_usage_errorf("--shards %d must be a power of two dividing --batch %d", o->shards, o->batch);

@@ -124,7 +124,7 @@ static struct {
  * run's buffers are host memory, so the replay reads the layer's own weights and input. */
 static void report_floor(bench_layer_run *r) {
     const int T = r->num_tokens, d = r->o->d_model, f = r->o->d_ff, E = r->o->experts, N = r->o->iters;
-    const size_t P = moe_layer_num_params(&r->cfg);
+    const size_t P = moe_layer_num_params(&r->cfg, r->o->ep);
     int *offset = calloc(E + 1, sizeof *offset);
     if (!offset) bench_fail("out of memory");
     for (int e = 0; e < E; e++) offset[e + 1] = offset[e] + r->stats.num_tokens_per_expert[e];

@@ -60,7 +60,6 @@ static moe_config config_of(const bench_layer_options *o) {
     cfg.capacity_factor = (float)o->capacity_factor;
     cfg.layout_invariant = o->layout_invariant;
     cfg.precision = (moe_precision)o->precision;
-    cfg.ep_size = o->ep;
     cfg.num_shards = o->shards;
     return cfg;
 }
@@ -78,6 +77,7 @@ static void check(const void *options) {
     if (variant->check) variant->check(o);
     const moe_config cfg = config_of(o);
     const char *problem = moe_config_problem(&cfg);
+    if (!problem) problem = moe_config_ep_problem(&cfg, o->ep);
     if (problem) bench_usage_error("invalid MoE config", problem);
 }
 
@@ -116,16 +116,14 @@ static void make_model_and_batch(bench_layer_run *r) {
     r->first_token = me * (TG / W) + (me < TG % W ? me : TG % W); /* the first TG % W ranks get one more */
     r->num_tokens = TG / W + (me < TG % W);
 
-    moe_config gcfg = r->cfg;
-    gcfg.ep_size = 1;
     moe_rng rng = moe_rng_seeded((uint64_t)o->seed);
-    const size_t global_count = moe_layer_num_params(&gcfg), count = moe_layer_num_params(&r->cfg);
+    const size_t global_count = moe_layer_num_params(&r->cfg, 1), count = moe_layer_num_params(&r->cfg, o->ep);
     moe_real *global = host_reals(global_count), *mine = global;
-    moe_layer_weights gw = moe_layer_weights_view(&gcfg, global);
-    moe_layer_weights_init(&gcfg, &gw, &rng);
-    if (r->cfg.ep_size > 1) { /* the router and this rank's experts ([router | w1 | w3 | w2], parallel.h) */
+    moe_layer_weights gw = moe_layer_weights_view(&r->cfg, 1, global);
+    moe_layer_weights_init(&r->cfg, 1, &gw, &rng);
+    if (o->ep > 1) { /* the router and this rank's experts ([router | w1 | w3 | w2], parallel.h) */
         mine = host_reals(count);
-        moe_layer_weights w = moe_layer_weights_view(&r->cfg, mine);
+        moe_layer_weights w = moe_layer_weights_view(&r->cfg, o->ep, mine);
         const size_t expert_n = (size_t)(o->experts / o->ep) * o->d_ff * d, skip = (size_t)r->ranks.ep_rank * expert_n;
         memcpy(w.router_w, gw.router_w, (size_t)o->experts * d * sizeof(moe_real));
         memcpy(w.w1, gw.w1 + skip, expert_n * sizeof(moe_real));
@@ -134,9 +132,9 @@ static void make_model_and_batch(bench_layer_run *r) {
     }
     r->weights = runtime_reals(r, count, mine);
     r->grads = runtime_reals(r, count, NULL);
-    r->w = moe_layer_weights_view(&r->cfg, r->weights);
+    r->w = moe_layer_weights_view(&r->cfg, o->ep, r->weights);
     r->w.version = 1; /* no optimizer: one set of values, whose bf16 copies a CPU layer makes once (core/types.h) */
-    r->g = moe_layer_weights_view(&r->cfg, r->grads);
+    r->g = moe_layer_weights_view(&r->cfg, o->ep, r->grads);
     if (mine != global) free(mine);
     free(global);
 
@@ -164,7 +162,7 @@ static void synchronize(bench_layer_run *r) { bench_check(moe_runtime_synchroniz
 /* series[s * iters + it]: ms of part s in timed iteration it. */
 static void time_layer(bench_layer_run *r, double *series) {
     const int N = r->o->iters, distributed = variant->distributed;
-    const size_t grad_nbytes = moe_layer_num_params(&r->cfg) * sizeof(moe_real);
+    const size_t grad_nbytes = moe_layer_num_params(&r->cfg, r->o->ep) * sizeof(moe_real);
     moe_exchange_times times;
     if (distributed) time_exchanges(r->par, &times);
     for (int it = -r->o->warmup; it < N; it++) {

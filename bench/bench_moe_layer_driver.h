@@ -51,13 +51,13 @@ enum {
  * the CPU runtime), sized for this rank. */
 typedef struct {
     const bench_layer_options *o;
-    moe_config cfg;              /* this rank's config: ep_size = o->ep */
+    moe_config cfg;              /* the layer's config (the layout's ep is o->ep)       */
     moe_runtime *rt;             /* set by the variant's open; the driver destroys it */
     moe_parallel *par;           /* set by the variant's open; the driver destroys it */
     moe_ranks ranks;
     int first_token, num_tokens; /* this rank's slice [first, first + num) of the global batch */
     moe_layer *layer;
-    moe_real *weights, *grads;   /* moe_layer_num_params(cfg) reals each; w and g are their views */
+    moe_real *weights, *grads;   /* moe_layer_num_params(cfg, o->ep) reals each; w and g are their views */
     moe_layer_weights w, g;
     moe_real *x, *dout, *out, *dx; /* [num_tokens, d_model] */
     moe_layer_stats stats;       /* of the last forward */

@@ -63,7 +63,7 @@ typedef enum {
  *   w1       [E_local, d_ff, d]  experts.j.w1    gate projection
  *   w3       [E_local, d_ff, d]  experts.j.w3    up projection
  *   w2       [E_local, d, d_ff]  experts.j.w2    down projection
- * The router is a dense (replicated) parameter; the experts are this rank's E_local = E / ep_size. A dense
+ * The router is a dense (replicated) parameter; the experts are this rank's E_local = E / ep (the layout's). A dense
  * SwiGLU FFN is one "expert" with router_w NULL.
  * version: 0, or a number the owner changes whenever the values change (an optimizer step, a load): a bf16 CPU layer
  * then keeps the experts' prepared bf16 copies from one forward to the next while it stays the same

@@ -25,18 +25,18 @@ enum { MAX_WORDS = 256 };
 
 static void check_accepted(const moe_train_options *o, int world_size) {
     const moe_model_config *m = &o->model;
-    const char *problem = moe_model_config_problem(m);
-    if (problem) fuzz_invalid("options accepted with an invalid model: %s", problem);
+    const char *problem = moe_model_layout_problem(m, o->tp, o->ep);
+    if (problem) fuzz_invalid("options accepted with an invalid model (--tp %d, --ep %d): %s", o->tp, o->ep, problem);
     if (o->pp < 1 || o->virtual_stages < 1 || world_size % o->pp || m->num_layers % (o->pp * o->virtual_stages))
         fuzz_invalid("options accepted with --pp %d, --virtual-stages %d, --layers %d on %d ranks", o->pp,
                      o->virtual_stages, m->num_layers, world_size);
     const int stage = world_size / o->pp; /* the ranks of a pipeline stage split the batch and hold its experts */
-    if (m->tp < 1 || stage % m->tp || m->seq_len % m->tp)
-        fuzz_invalid("options accepted with --tp %d, --seq-len %d on %d ranks of a stage", m->tp, m->seq_len, stage);
-    const int groups = stage / m->tp; /* tensor-parallel groups: each reads its part of the batch */
-    if (stage % m->moe.ep_size || m->moe.num_experts % m->moe.ep_size || o->batch % groups)
+    if (o->tp < 1 || stage % o->tp || m->seq_len % o->tp)
+        fuzz_invalid("options accepted with --tp %d, --seq-len %d on %d ranks of a stage", o->tp, m->seq_len, stage);
+    const int groups = stage / o->tp; /* tensor-parallel groups: each reads its part of the batch */
+    if (o->ep < 1 || stage % o->ep || m->moe.num_experts % o->ep || o->batch % groups)
         fuzz_invalid("options accepted with --ep %d, --experts %d, --batch %d on %d ranks of a stage (%d ranks, --pp "
-                     "%d, --tp %d)", m->moe.ep_size, m->moe.num_experts, o->batch, stage, world_size, o->pp, m->tp);
+                     "%d, --tp %d)", o->ep, m->moe.num_experts, o->batch, stage, world_size, o->pp, o->tp);
     if ((long long)o->batch * m->seq_len * m->moe.top_k > INT_MAX)
         fuzz_invalid("options accepted with %lld routing choices per micro-batch (--batch %d * --seq-len %d * "
                      "--top-k %d), more than an int holds", (long long)o->batch * m->seq_len * m->moe.top_k, o->batch,

@@ -14,10 +14,10 @@ static moe_status model_add(void *ctx, const moe_real *a, const moe_real *b, siz
 
 /* Grouped-query attention in pieces (model.h): the rank's kv heads, their copies, the products of k_proj and v_proj. */
 moe_status moe__model_init_kv_heads(moe_model *m) {
-    const int S = moe_model_tp_pieces(&m->cfg);
-    m->kv_blocks = moe_model_kv_blocks(&m->cfg);
+    const int S = moe_model_tp_pieces(&m->cfg, m->seq.tp);
+    m->kv_blocks = moe_model_kv_blocks(&m->cfg, m->seq.tp);
     m->kv_heads = m->cfg.num_kv_heads / m->kv_blocks;
-    m->kv_copies = moe_model_kv_chunks(&m->cfg) * m->kv_blocks / m->seq.tp;
+    m->kv_copies = moe_model_kv_chunks(&m->cfg, m->seq.tp) * m->kv_blocks / m->seq.tp;
     m->kv_linear = &m->tpl;
     if (m->kv_blocks < m->seq.tp) {
         MOE_TRY(moe_tp_linear_init_block(&m->kv_block_linear, m->rt, m->ops_state, S, m->kv_blocks,

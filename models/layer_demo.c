@@ -109,7 +109,8 @@ int main(int argc, char **argv) {
     moe_config cfg = moe_config_default(o.d_model, o.d_ff, o.experts, o.top_k);
     cfg.score_func = o.score_func;
     cfg.capacity_factor = o.capacity_factor;
-    size_t np = moe_layer_num_params(&cfg), xn = (size_t)o.tokens * o.d_model;
+    const int ep = 1; /* one process: every expert here */
+    size_t np = moe_layer_num_params(&cfg, ep), xn = (size_t)o.tokens * o.d_model;
     moe_real *teacher_buf = malloc(np * sizeof(moe_real)), *student_buf = malloc(np * sizeof(moe_real));
     moe_real *grad_buf = malloc(np * sizeof(moe_real));
     moe_real *x = malloc(xn * sizeof(moe_real)), *y = malloc(xn * sizeof(moe_real));
@@ -118,12 +119,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "moe-layer-demo: out of memory for %zu parameters and %zu activations\n", np, xn);
         return 1;
     }
-    moe_layer_weights teacher = moe_layer_weights_view(&cfg, teacher_buf);
-    moe_layer_weights student = moe_layer_weights_view(&cfg, student_buf);
-    moe_layer_weights grads = moe_layer_weights_view(&cfg, grad_buf);
+    moe_layer_weights teacher = moe_layer_weights_view(&cfg, ep, teacher_buf);
+    moe_layer_weights student = moe_layer_weights_view(&cfg, ep, student_buf);
+    moe_layer_weights grads = moe_layer_weights_view(&cfg, ep, grad_buf);
     moe_rng init_rng = moe_rng_seeded(1000 + o.seed), data_rng = moe_rng_seeded(2000 + o.seed);
-    moe_layer_weights_init(&cfg, &teacher, &init_rng);
-    moe_layer_weights_init(&cfg, &student, &init_rng);
+    moe_layer_weights_init(&cfg, ep, &teacher, &init_rng);
+    moe_layer_weights_init(&cfg, ep, &student, &init_rng);
     moe_layer *teacher_layer, *student_layer;
     DEMO_CHECK(moe_layer_create(&cfg, NULL, NULL, &teacher_layer));
     DEMO_CHECK(moe_layer_create(&cfg, NULL, NULL, &student_layer));

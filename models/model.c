@@ -25,19 +25,10 @@ static moe_status init_shard_grads(moe_model *m) {
 /* Tensor parallelism (model.h): the layout's tensor group, its products in fixed pieces, and the shard tree of the
  * pieces' weight gradients over the group's rows (tp x local_shards shards), sized for the largest piece held. */
 static moe_status init_tensor_parallel(moe_model *m) {
-    const moe_ranks r = moe_parallel_ranks(m->par);
-    const int layout_tp = r.tp_size > 1 ? r.tp_size : 1;
-    m->seq = (moe_tp_sequence){.group = moe_parallel_tensor(m->par), .rt = m->rt, .tp = moe_model_tp_size(&m->cfg),
-                               .tp_rank = layout_tp > 1 ? r.tp_rank : 0};
-    if (layout_tp != m->seq.tp)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's tp %d differs from the layout's tp %d", m->seq.tp,
-                        layout_tp);
-    MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->seq.tp > 1 ? moe_parallel_tensor(m->par) : NULL,
-                               moe_model_tp_pieces(&m->cfg)));
-    m->pieces = moe_model_tp_pieces(&m->cfg) > 1;
-    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->rt, m->ops_state,
-                                      m->seq.tp > 1 ? moe_parallel_tensor(m->par) : NULL,
-                                      moe_model_tp_pieces(&m->cfg)));
+    const int pieces = moe_model_tp_pieces(&m->cfg, m->seq.tp);
+    MOE_TRY(moe_tp_linear_init(&m->tpl, m->rt, m->ops_state, m->seq.tp > 1 ? m->seq.group : NULL, pieces));
+    m->pieces = pieces > 1;
+    MOE_TRY(moe_tp_cross_entropy_init(&m->vocab_ce, m->rt, m->ops_state, m->seq.tp > 1 ? m->seq.group : NULL, pieces));
     MOE_TRY(moe__model_init_kv_heads(m));
     int dense_layers = 0;
     for (int l = 0; l < m->cfg.num_layers; l++)
@@ -101,22 +92,22 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
                                   const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out) {
     if (!cfg || !par || !stage || !out || max_seqs < 1 || accum_steps < 1) return MOE_ERR_INVALID_ARG;
     *out = NULL;
-    const char *problem = moe_model_config_problem(cfg);
+    const moe_ranks r = moe_parallel_ranks(par); /* tp and ep are the layout's (model.h) */
+    const char *problem = moe_model_layout_problem(cfg, r.tp_size, r.ep_size);
     if (problem) return moe_fail(MOE_ERR_INVALID_CONFIG, "%s", problem);
-    if (cfg->moe.ep_size != moe_parallel_ranks(par).ep_size)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "the model's ep_size %d differs from the layout's ep %d",
-                        cfg->moe.ep_size, moe_parallel_ranks(par).ep_size);
     moe_model *m = calloc(1, sizeof *m);
     if (!m) return MOE_ERR_OUT_OF_MEMORY;
     m->cfg = *cfg;
     m->par = par;
     m->max_seqs = max_seqs;
     m->head_dim = moe_model_head_dim(cfg);
-    m->num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size;
+    m->num_local_experts = moe_config_num_local_experts(&cfg->moe, r.ep_size);
     moe_status st = moe__model_set_stage(m, stage);
     if (st != MOE_OK) return free(m), st;
     st = rt ? MOE_OK : moe_runtime_create_cpu(&m->owned_rt);
     m->rt = rt ? rt : m->owned_rt;
+    m->seq = (moe_tp_sequence){.group = moe_parallel_tensor(par), .rt = m->rt, .tp = r.tp_size,
+                               .tp_rank = r.tp_rank};
     if (st == MOE_OK && !(m->dense = moe_runtime_dense_ops(m->rt)))
         st = moe_fail(MOE_ERR_INVALID_CONFIG,
                       "the %s runtime has no table of dense-model ops (moe/dense_ops.h): a model cannot run on it",

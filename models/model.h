@@ -47,34 +47,36 @@ typedef struct {
     float norm_eps;
     int max_positions;  /* config.json's max_position_embeddings: max(S, a loaded checkpoint's); a label (RoPE
                            has no table), 0: S                                                  */
-    moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients, ep_size      */
+    moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients               */
     int attention;      /* how attention runs (not the function: not in config.json): MOE_ATTENTION_* */
     int zero;           /* ZeRO level, 0-2 (not in config.json): 1 and 2 give each rank a range of every region to
                            update (models/zero.h); 2 also keeps no whole gradient (models/zero_grads.h) and needs
                            moe.num_shards > 0 */
-    int tp;             /* tensor-parallel ranks (not in config.json; the layout's, as moe.ep_size): 1, or a power of
-                           two dividing H, and dividing KV or a multiple of it; see "Tensor parallelism" below */
-    int tp_shards;      /* S, the fixed pieces of tp/linear.h (--tp-shards): 0 means tp; else a power of two that tp
-                           divides and that divides H * head_dim and KV * head_dim. The same S gives the same bits at
-                           any tp                                                               */
+    int tp_shards;      /* S, the fixed pieces of tp/linear.h (--tp-shards), a numerics choice: 0 means the layout's
+                           tp (moe_model_tp_pieces); else a power of two that tp divides and that divides H * head_dim
+                           and KV * head_dim. The same S gives the same bits at any tp                  */
 } moe_model_config;
+/* The layout's numbers (tp, ep, pp) are not the config's: they live in the rank grid (pipeline/grid.h) and its
+ * moe_parallel (alltoall/parallel.h), which the model reads them from (moe_parallel_ranks: tp_size, ep_size); what
+ * depends on them takes them as arguments. */
 
-/* Tensor parallelism with sequence parallelism (Megatron-LM's, issue 28), on a layout of tp > 1 (alltoall/parallel.h):
- * q/k/v are column-parallel (each rank holds H/tp heads and KV/tp kv heads), o_proj row-parallel, and so are a dense
- * FFN's gate/up and down (d_ff/tp each), through tp/linear.h's fixed pieces; the embedding and lm_head hold V/tp rows
- * of the vocabulary each: the lookup is added over the group (one value and -0.0s: exact), the logits are [T, V/tp]
- * and the loss tp/vocab_cross_entropy.h's (with tp_shards > 1 all of these run in pieces, even at tp 1). The residual
- * stream, the norms and the MoE layers run on each rank's slice of its tensor group's tokens (rows [tp_rank T/tp,
- * (tp_rank + 1) T/tp) of the group's T), gathered before the attention block, a dense FFN and the head, and cut again
- * after the row-parallel sums (those row moves: tp/sequence.h). So an MoE layer sees T/tp distinct tokens per rank and the layout of tp 1 over the
- * stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel group, formed over
- * the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over the stage, over
- * the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads' and vocabulary
- * columns' (models/model_activations.h; ln1 too, gathered again in backward as Megatron does), but for a dense FFN's
- * ln2 and the final norm's output, kept gathered, and two [T, d] scratch buffers of the group's rows. ZeRO shards the
- * dense state over the data-parallel group, whose members hold the same blocks; ZeRO-2 sums a layer's replicated
- * tensors over the tensor group before its reduce-scatter over that group (models/zero_grads.h), and the norm gathers
- * each tensor's gradient in turn (models/optimizer.c).
+/* Tensor parallelism with sequence parallelism (Megatron-LM's, issue 28), on a layout of tp > 1 (alltoall/parallel.h;
+ * tp a power of two dividing H, and dividing KV or a multiple of it: moe_model_layout_problem): q/k/v are
+ * column-parallel (each rank holds H/tp heads and KV/tp kv heads), o_proj row-parallel, and so are a dense FFN's
+ * gate/up and down (d_ff/tp each), through tp/linear.h's fixed pieces; the embedding and lm_head hold V/tp rows of the
+ * vocabulary each: the lookup is added over the group (one value and -0.0s: exact), the logits are [T, V/tp] and the
+ * loss tp/vocab_cross_entropy.h's (with tp_shards > 1 all of these run in pieces, even at tp 1). The residual stream,
+ * the norms and the MoE layers run on each rank's slice of its tensor group's tokens (rows [tp_rank T/tp, (tp_rank + 1)
+ * T/tp) of the group's T), gathered before the attention block, a dense FFN and the head, and cut again after the
+ * row-parallel sums (those row moves: tp/sequence.h). So an MoE layer sees T/tp distinct tokens per rank and the layout
+ * of tp 1 over the stage (grid.h's folding). Gradients: the tensor-parallel pieces' summed over the data-parallel
+ * group, formed over the group's T rows in the batch tree's shards (models/shard_grads.h); the replicated tensors' over
+ * the stage, over the slice. Pipeline stages pass each rank's slice. Activations are the slice's and the rank's heads'
+ * and vocabulary columns' (models/model_activations.h; ln1 too, gathered again in backward as Megatron does), but for a
+ * dense FFN's ln2 and the final norm's output, kept gathered, and two [T, d] scratch buffers of the group's rows. ZeRO
+ * shards the dense state over the data-parallel group, whose members hold the same blocks; ZeRO-2 sums a layer's
+ * replicated tensors over the tensor group before its reduce-scatter over that group (models/zero_grads.h), and the
+ * norm gathers each tensor's gradient in turn (models/optimizer.c).
  *
  * Grouped-query attention: a kv head's gradients of k and v are sums over its G = H/KV query heads, which the
  * attention kernel adds in head order. When the pieces allow a tp above KV (P, the largest power of two dividing S and
@@ -140,22 +142,24 @@ enum { MOE_ATTENTION_MATERIALIZED = 0, MOE_ATTENTION_FUSED = 1 };
 /* Mixtral-like defaults for a small model: V=256, L=4, d=128, H=4, KV=4, d_ff=256, S=128, E=8, k=2; fused
  * attention. */
 moe_model_config moe_model_config_default(void);
-/* NULL when valid, else a sentence naming the first wrong field. */
+/* NULL when the shapes are valid, else a sentence naming the first wrong field. */
 const char *moe_model_config_problem(const moe_model_config *cfg);
+/* NULL when the config is valid on a layout of tensor-parallel size tp and expert-parallel size ep (its shapes, then
+ * tp and tp_shards against them, then ep against the experts), else the sentence of the first problem. */
+const char *moe_model_layout_problem(const moe_model_config *cfg, int tp, int ep);
 /* Layer l's FFN is MoE iff E > 1, l >= first_dense and (l + 1) % moe_every == 0. */
 int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
 /* Whether the attention is multi-head latent attention (kv_lora_rank > 0). */
 int moe_model_mla(const moe_model_config *cfg);
 /* cfg->dense_d_ff, with 0 read as d_ff. */
 int moe_model_dense_d_ff(const moe_model_config *cfg);
-/* cfg->tp with 0 read as 1; cfg->tp_shards with 0 read as that tp. */
-int moe_model_tp_size(const moe_model_config *cfg);
-int moe_model_tp_pieces(const moe_model_config *cfg);
-/* Grouped-query attention under fixed pieces ("Tensor parallelism" below): the chunks C each kv head's query heads are
- * cut into, whose gradients of k and v are added in the fixed tree (1: one sum, the kernel's); and the distinct blocks
- * of k_proj and v_proj over the tensor group, min(tp, KV). */
-int moe_model_kv_chunks(const moe_model_config *cfg);
-int moe_model_kv_blocks(const moe_model_config *cfg);
+/* The fixed pieces at tensor-parallel size tp: cfg->tp_shards, with 0 read as tp. */
+int moe_model_tp_pieces(const moe_model_config *cfg, int tp);
+/* Grouped-query attention under fixed pieces at tensor-parallel size tp ("Tensor parallelism" below): the chunks C each
+ * kv head's query heads are cut into, whose gradients of k and v are added in the fixed tree (1: one sum, the
+ * kernel's); and the distinct blocks of k_proj and v_proj over the tensor group, min(tp, KV). */
+int moe_model_kv_chunks(const moe_model_config *cfg, int tp);
+int moe_model_kv_blocks(const moe_model_config *cfg, int tp);
 
 /* The tensors of one decoder layer, as one list: X(field of moe_model_layer_params, Hugging Face name after
  * "model.layers.N.", rows, cols (0: a vector), kind, split). Rows and cols are the whole tensor's, expressions in d
@@ -319,17 +323,18 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
                                   const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);
 
-/* What moe_model_create will allocate for a valid cfg and max_seqs, before anything is allocated (moe-train
- * refuses a configuration that cannot fit): the reals of the dense region and of this rank's experts, and the
- * bytes of the activations the model keeps. The MoE layers' routing and expert buffers come on top. */
+/* What moe_model_create will allocate for a cfg valid at tensor-parallel size tp and expert-parallel size ep, and
+ * max_seqs, before anything is allocated (moe-train refuses a configuration that cannot fit): the reals of the dense
+ * region and of this rank's experts, and the bytes of the activations the model keeps. The MoE layers' routing and
+ * expert buffers come on top. */
 typedef struct {
     size_t dense_params, expert_params;
     size_t activation_bytes;
 } moe_model_footprint;
-moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int max_seqs);
+moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int tp, int ep, int max_seqs);
 /* The same for a stage (every pass's activations; zeros for a stage create refuses). */
-moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
-                                              int max_seqs);
+moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, int tp, int ep,
+                                              const moe_model_stage *stage, int max_seqs);
 
 /* The buffers are the runtime's memory (host memory on the CPU). moe_model_params counts as a change of the
  * parameters: the GEMMs' bf16 copies of them are made again at the next forward, and kept until the next call (once

@@ -37,7 +37,7 @@ static int layer_buffer_shared(moe_recompute recompute, int i) {
 static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAYER_BUFFERS]) {
     const moe_model_config *c = &m->cfg;
     const model_dims D = moe__model_dims(m);
-    const size_t tp = (size_t)moe_model_tp_size(c), TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
+    const size_t tp = (size_t)m->seq.tp, TG = (size_t)m->max_seqs * c->seq_len, T = TG / tp, d = D.d,
                  S = c->seq_len, A = D.A, BK = D.BK; /* T: this rank's slice (model_activations.h) */
     const moe_qk_norm qk = moe_model_qk_norm(c);
     const size_t KV = (size_t)c->num_kv_heads, QK = qk != MOE_QK_NORM_NONE,
@@ -59,14 +59,14 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
  * the head's on the last one, 0 elsewhere) and of the scratch (MOE_MODEL_SCRATCH_BUFFERS'). */
 static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFFERS], size_t scratch[SCRATCH_BUFFERS]) {
     const model_dims D = moe__model_dims(m);
-    const size_t TG = (size_t)m->max_seqs * m->cfg.seq_len, T = TG / moe_model_tp_size(&m->cfg), d = D.d, A = D.A,
+    const size_t TG = (size_t)m->max_seqs * m->cfg.seq_len, T = TG / m->seq.tp, d = D.d, A = D.A,
                  BK = D.BK, V = m->cfg.vocab_size;
-    const size_t KVG = moe_model_kv_blocks(&m->cfg) < moe_model_tp_size(&m->cfg) ? TG * D.B : 0;
+    const size_t KVG = moe_model_kv_blocks(&m->cfg, m->seq.tp) < m->seq.tp ? TG * D.B : 0;
     const size_t QB = moe_model_qkv_bias(&m->cfg), SH = m->cfg.shared_d_ff > 0 && m->cfg.moe.num_experts > 1,
                  SG = SH && moe_model_shared_gate(&m->cfg);
     const size_t HNV = (size_t)D.HNV * moe_model_mla(&m->cfg), DR = (size_t)m->cfg.qk_rope_dim, /* MLA's (tp 1) */
                  LAT = (size_t)(D.KLR > D.QL ? D.KLR : D.QL) * moe_model_mla(&m->cfg);
-    const size_t QT = moe_model_qk_norm(&m->cfg) != MOE_QK_NORM_NONE && moe_model_tp_size(&m->cfg) > 1,
+    const size_t QT = moe_model_qk_norm(&m->cfg) != MOE_QK_NORM_NONE && m->seq.tp > 1,
                  QH = moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD, H = (size_t)m->cfg.num_heads,
                  HD = (size_t)m->head_dim; /* the q/k norms' scratch at tp > 1 */
 #define MODEL_NBYTES(name, type, count) (count) * sizeof(type),
@@ -116,7 +116,7 @@ static int owns_shared(const moe_model *m, const model_pass *P, int l) { return 
 static moe_status alloc_pass(moe_model *m, model_pass *P, size_t (*plan)[LAYER_BUFFERS]) {
     const int L = m->cfg.num_layers, c = P->chunk;
     const size_t resid_nbytes = /* this rank's slice of the rows (model_activations.h's T) */
-        (size_t)m->max_seqs * m->cfg.seq_len / moe_model_tp_size(&m->cfg) * m->cfg.d_model * sizeof(moe_real);
+        (size_t)m->max_seqs * m->cfg.seq_len / m->seq.tp * m->cfg.d_model * sizeof(moe_real);
     P->resid = calloc(L + 1, sizeof(moe_real *));
     P->acts = calloc(L, sizeof(layer_acts));
     P->moe = calloc(L, sizeof(moe_layer *));
@@ -200,15 +200,15 @@ moe_status moe__model_alloc_activations(moe_model *m) {
 }
 
 
-moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const moe_model_stage *stage,
-                                              int max_seqs) {
+moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, int tp, int ep,
+                                              const moe_model_stage *stage, int max_seqs) {
     moe_model m = {.cfg = *cfg, .max_seqs = max_seqs, .head_dim = moe_model_head_dim(cfg),
-                   .num_local_experts = cfg->moe.num_experts / cfg->moe.ep_size};
+                   .num_local_experts = moe_config_num_local_experts(&cfg->moe, ep), .seq.tp = tp};
     moe_model_footprint f = {0};
     if (moe__model_set_stage(&m, stage) != MOE_OK) return f; /* the caller's create fails with the message */
     moe__model_lay_out(&m); /* no tensor table: it only counts */
     f.dense_params = m.num_dense, f.expert_params = m.num_expert;
-    const size_t T = (size_t)max_seqs * cfg->seq_len / moe_model_tp_size(cfg); /* this rank's slice */
+    const size_t T = (size_t)max_seqs * cfg->seq_len / tp; /* this rank's slice */
     const size_t resid = T * cfg->d_model * sizeof(moe_real);
     size_t(*plan)[LAYER_BUFFERS] = calloc(cfg->num_layers, sizeof *plan), pass[PASS_BUFFERS], nbytes[SCRATCH_BUFFERS];
     if (!plan) return f; /* without the activations: the caller's allocation will fail as plainly */
@@ -231,7 +231,7 @@ moe_model_footprint moe_model_stage_footprint(const moe_model_config *cfg, const
     return f;
 }
 
-moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int max_seqs) {
+moe_model_footprint moe_model_config_footprint(const moe_model_config *cfg, int tp, int ep, int max_seqs) {
     const moe_model_stage whole = moe_model_stage_whole(cfg);
-    return moe_model_stage_footprint(cfg, &whole, max_seqs);
+    return moe_model_stage_footprint(cfg, tp, ep, &whole, max_seqs);
 }

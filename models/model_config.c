@@ -67,8 +67,6 @@ static const char *mla_problem(const moe_model_config *c) {
         return "v_head_dim must be between 1 and head_dim (v is padded to the q/k heads' width)";
     if (c->num_kv_heads != c->num_heads)
         return "multi-head latent attention has a key and a value per head: kv heads must equal heads";
-    if (moe_model_tp_size(c) > 1 || moe_model_tp_pieces(c) > 1)
-        return "multi-head latent attention runs at tp 1 with tp_shards 1 (its projections are not split)";
     if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE || moe_model_qkv_bias(c))
         return "multi-head latent attention replaces the family's attention: use --family deepseek_v3 (or mixtral)";
     return NULL;
@@ -78,26 +76,24 @@ int moe_model_dense_d_ff(const moe_model_config *c) { return c->dense_d_ff > 0 ?
 
 static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
-int moe_model_tp_size(const moe_model_config *c) { return c->tp > 1 ? c->tp : 1; }
-int moe_model_tp_pieces(const moe_model_config *c) { return c->tp_shards > 0 ? c->tp_shards : moe_model_tp_size(c); }
+int moe_model_tp_pieces(const moe_model_config *c, int tp) { return c->tp_shards > 0 ? c->tp_shards : tp; }
 
-int moe_model_kv_chunks(const moe_model_config *c) {
-    const int S = moe_model_tp_pieces(c), KV = c->num_kv_heads;
+int moe_model_kv_chunks(const moe_model_config *c, int tp) {
+    const int S = moe_model_tp_pieces(c, tp), KV = c->num_kv_heads;
     int P = 1; /* the largest tp the pieces and the heads allow: the largest power of two dividing S and H */
     while (S % (2 * P) == 0 && c->num_heads % (2 * P) == 0) P *= 2;
     return P > KV && P % KV == 0 ? P / KV : 1;
 }
 
-int moe_model_kv_blocks(const moe_model_config *c) {
-    const int tp = moe_model_tp_size(c);
-    return c->num_kv_heads < tp ? c->num_kv_heads : tp;
-}
+int moe_model_kv_blocks(const moe_model_config *c, int tp) { return c->num_kv_heads < tp ? c->num_kv_heads : tp; }
 
-/* tp and tp_shards against the shapes (model.h, "Tensor parallelism"). */
-static const char *tensor_parallel_problem(const moe_model_config *c) {
-    const int tp = moe_model_tp_size(c), S = moe_model_tp_pieces(c), hd = moe_model_head_dim(c);
-    if (c->tp < 0 || !power_of_two(tp))
+/* tp and tp_shards against the shapes of a valid config (model.h, "Tensor parallelism"). */
+static const char *tensor_parallel_problem(const moe_model_config *c, int tp) {
+    if (tp < 1 || !power_of_two(tp))
         return "tp must be a power of two (a tensor group's sums run in the fixed binary tree)";
+    const int S = moe_model_tp_pieces(c, tp), hd = moe_model_head_dim(c);
+    if (moe_model_mla(c) && (tp > 1 || S > 1))
+        return "multi-head latent attention runs at tp 1 with tp_shards 1 (its projections are not split)";
     if (c->num_heads % tp != 0) return "tp must divide the number of heads (each rank holds whole heads)";
     if (c->num_kv_heads % tp != 0 && tp % c->num_kv_heads != 0)
         return "tp and the number of kv heads: one must divide the other (the kv heads are split over the ranks, or "
@@ -151,7 +147,11 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->zero < 0 || c->zero > 2) return "zero must be 0, 1 or 2";
     const char *mla = mla_problem(c);
     if (mla) return mla;
-    const char *tp_problem = tensor_parallel_problem(c);
-    if (tp_problem) return tp_problem;
     return moe_config_problem(&c->moe);
+}
+
+const char *moe_model_layout_problem(const moe_model_config *c, int tp, int ep) {
+    const char *problem = moe_model_config_problem(c);
+    if (!problem) problem = tensor_parallel_problem(c, tp);
+    return problem ? problem : moe_config_ep_problem(&c->moe, ep);
 }

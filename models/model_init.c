@@ -43,7 +43,7 @@ moe_status moe_model_init_weights(moe_model *m, unsigned long long seed) {
     moe_real *host = malloc((total ? total : 1) * sizeof(moe_real));
     if (!host) return MOE_ERR_OUT_OF_MEMORY;
     const moe_ranks ranks = moe_parallel_ranks(moe_model_parallel(m));
-    const int first = ranks.ep_rank * moe_model_num_local_experts(m), tp = moe_model_tp_size(moe_model_config_of(m));
+    const int first = ranks.ep_rank * moe_model_num_local_experts(m), tp = ranks.tp_size;
     moe_status st = MOE_OK;
     int count;
     const moe_model_tensor *tensors = moe_model_tensors(m, &count);

@@ -191,7 +191,7 @@ static moe_status tensor_grads(moe_model *m, const moe_model_tensor *t, moe_real
 static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms *out) {
     const moe_model_config *cfg = moe_model_config_of(m);
     moe_comm *group = moe_parallel_tensor(par);
-    const int tp = moe_comm_size(group), rank = moe_comm_rank(group), S = moe_model_tp_pieces(cfg);
+    const int tp = moe_comm_size(group), rank = moe_comm_rank(group), S = moe_model_tp_pieces(cfg, tp);
     int count;
     const moe_model_tensor *t = moe_model_tensors(m, &count);
     size_t n = 0, widest = 0; /* this rank's terms; the largest piece */
@@ -254,7 +254,7 @@ static moe_status piece_terms(moe_model *m, const moe_parallel *par, chunk_terms
  * chunk. */
 static moe_status stage_terms(moe_model *m, const moe_parallel *par, chunk_terms *dense, chunk_terms *experts) {
     moe_comm *ep = moe_parallel_ep(par);
-    if (moe_model_tp_pieces(moe_model_config_of(m)) > 1) {
+    if (moe_model_tp_pieces(moe_model_config_of(m), moe_parallel_ranks(par).tp_size) > 1) {
         MOE_TRY(piece_terms(m, par, dense));
     } else {
         const moe_zero_region *region = &moe_model_zero(m)->dense;

@@ -198,7 +198,8 @@ static moe_status exchange(moe_stage_runner *r, int i, int end, size_t nbytes, c
 /* What passes between stages for num_seqs sequences: [T, d], or at tp > 1 this rank's slice of it (models/model.h). */
 static size_t activation_nbytes(const moe_stage_runner *r, int num_seqs) {
     const moe_model_config *c = moe_model_config_of(r->model);
-    return (size_t)num_seqs * c->seq_len / moe_model_tp_size(c) * c->d_model * sizeof(moe_real);
+    const int tp = moe_parallel_ranks(moe_model_parallel(r->model)).tp_size;
+    return (size_t)num_seqs * c->seq_len / tp * c->d_model * sizeof(moe_real);
 }
 
 static moe_status run_steps(moe_stage_runner *r, const moe_stage_hooks *h, int num_seqs, moe_real loss_scale) {

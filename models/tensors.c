@@ -14,7 +14,7 @@ model_dims moe__model_dims(const moe_model *m) {
     const moe_qk_norm qk = moe_model_qk_norm(c);
     return (model_dims){.d = c->d_model, .A = A, .B = B, .F = c->d_ff, .DF = moe_model_dense_d_ff(c),
                         .E = c->moe.num_experts,
-                        .BK = B * moe_model_kv_chunks(c), .QN = qk == MOE_QK_NORM_HEAD ? m->head_dim : A,
+                        .BK = B * moe_model_kv_chunks(c, m->seq.tp), .QN = qk == MOE_QK_NORM_HEAD ? m->head_dim : A,
                         .KN = qk == MOE_QK_NORM_HEAD ? m->head_dim : B, .SF = c->shared_d_ff,
                         .QL = c->q_lora_rank, .KLR = c->kv_lora_rank + c->qk_rope_dim, .KL = c->kv_lora_rank,
                         .HNV = (long)c->num_heads * (m->head_dim - c->qk_rope_dim + c->v_head_dim),
@@ -64,8 +64,8 @@ static void put(moe_model *m, size_t *cursor, int index, int replica, int layer,
                 moe_tensor_kind kind, moe_tensor_split split, const char *name) {
     /* this rank's block of a split tensor */
     const int parts = split == MOE_SPLIT_NONE      ? 1
-                      : split == MOE_SPLIT_KV_ROWS ? moe_model_kv_blocks(&m->cfg)
-                                                   : moe_model_tp_size(&m->cfg);
+                      : split == MOE_SPLIT_KV_ROWS ? moe_model_kv_blocks(&m->cfg, m->seq.tp)
+                                                   : m->seq.tp;
     split = split == MOE_SPLIT_KV_ROWS ? MOE_SPLIT_ROWS : split;
     rows /= split == MOE_SPLIT_ROWS ? parts : 1;
     cols /= split == MOE_SPLIT_COLS ? parts : 1;
@@ -293,7 +293,7 @@ void moe__model_find_chunk_slices(moe_model *m) {
 
 
 moe_status moe_model_whole_tensors(const moe_model *m, moe_model_tensor **tensors, int *count) {
-    moe_model w = {.cfg = m->cfg, .head_dim = m->head_dim, .num_local_experts = m->num_local_experts};
+    moe_model w = {.cfg = m->cfg, .head_dim = m->head_dim, .num_local_experts = m->num_local_experts, .seq = m->seq};
     const moe_model_stage whole = moe_model_stage_whole(&m->cfg);
     MOE_TRY(moe__model_set_stage(&w, &whole));
     if (!(w.tensors = calloc(moe__model_max_tensors(&m->cfg), sizeof(moe_model_tensor)))) return MOE_ERR_OUT_OF_MEMORY;

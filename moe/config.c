@@ -11,7 +11,6 @@ moe_config moe_config_default(int d_model, int d_ff, int num_experts, int top_k)
         .d_ff = d_ff,
         .num_experts = num_experts,
         .top_k = top_k,
-        .ep_size = 1,
         .layer_index = 0,
         .score_func = MOE_SCORE_SOFTMAX,
         .renormalize = top_k > 1, /* with k = 1 a renormalised gate is always 1: no gradient reaches the router */
@@ -34,8 +33,6 @@ const char *moe_config_problem(const moe_config *c) {
     if (c->d_ff < 1) return "d_ff must be at least 1";
     if (c->num_experts < 1) return "the number of experts must be at least 1";
     if (c->top_k < 1 || c->top_k > c->num_experts) return "top_k must be between 1 and the number of experts";
-    if (c->ep_size < 1) return "ep_size must be at least 1";
-    if (c->num_experts % c->ep_size != 0) return "ep_size must divide the number of experts";
     if (c->layer_index < 0) return "layer_index must not be negative";
     if (c->score_func != MOE_SCORE_SOFTMAX && c->score_func != MOE_SCORE_SIGMOID)
         return "score_func must be MOE_SCORE_SOFTMAX or MOE_SCORE_SIGMOID";
@@ -79,13 +76,21 @@ moe_status moe_config_validate(const moe_config *c) {
     return moe_config_problem(c) ? MOE_ERR_INVALID_CONFIG : MOE_OK;
 }
 
-size_t moe_layer_num_params(const moe_config *c) {
-    size_t E = c->num_experts, E_local = E / c->ep_size, d = c->d_model, f = c->d_ff;
+const char *moe_config_ep_problem(const moe_config *c, int ep) {
+    if (ep < 1) return "ep_size must be at least 1";
+    if (c->num_experts % ep != 0) return "ep_size must divide the number of experts";
+    return NULL;
+}
+
+int moe_config_num_local_experts(const moe_config *c, int ep) { return c->num_experts / ep; }
+
+size_t moe_layer_num_params(const moe_config *c, int ep) {
+    size_t E = c->num_experts, E_local = moe_config_num_local_experts(c, ep), d = c->d_model, f = c->d_ff;
     return E * d + 3 * E_local * f * d;
 }
 
-moe_layer_weights moe_layer_weights_view(const moe_config *c, moe_real *buffer) {
-    size_t E = c->num_experts, E_local = E / c->ep_size, d = c->d_model, f = c->d_ff;
+moe_layer_weights moe_layer_weights_view(const moe_config *c, int ep, moe_real *buffer) {
+    size_t E = c->num_experts, E_local = moe_config_num_local_experts(c, ep), d = c->d_model, f = c->d_ff;
     moe_layer_weights w;
     w.router_w = buffer;
     w.w1 = w.router_w + E * d;
@@ -94,8 +99,8 @@ moe_layer_weights moe_layer_weights_view(const moe_config *c, moe_real *buffer) 
     return w;
 }
 
-void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng) {
-    size_t E = cfg->num_experts, E_local = E / cfg->ep_size, d = cfg->d_model, f = cfg->d_ff;
+void moe_layer_weights_init(const moe_config *cfg, int ep, moe_layer_weights *w, moe_rng *rng) {
+    size_t E = cfg->num_experts, E_local = moe_config_num_local_experts(cfg, ep), d = cfg->d_model, f = cfg->d_ff;
     moe_rng_fill_uniform(rng, w->router_w, E * d, sqrt(3.0 / d));
     moe_rng_fill_uniform(rng, w->w1, E_local * f * d, sqrt(3.0 / d));
     moe_rng_fill_uniform(rng, w->w3, E_local * f * d, sqrt(3.0 / d));

@@ -195,16 +195,14 @@ static moe_status local_shards_of(moe_layer *L) {
 moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer) {
     if (!out_layer) return MOE_ERR_INVALID_ARG;
     *out_layer = NULL;
+    const int ep = par ? moe_parallel_ranks(par).ep_size : 1; /* the experts are sharded over the layout's ep */
     const char *problem = moe_config_problem(cfg);
+    if (!problem) problem = moe_config_ep_problem(cfg, ep);
     if (problem) return moe_fail(cfg ? MOE_ERR_INVALID_CONFIG : MOE_ERR_INVALID_ARG, "%s", problem);
-    const int layout_ep = par ? moe_parallel_ranks(par).ep_size : 1;
-    if (layout_ep != cfg->ep_size)
-        return moe_fail(MOE_ERR_INVALID_CONFIG, "the layer's ep_size %d differs from the layout's ep %d", cfg->ep_size,
-                        layout_ep);
     moe_layer *L = calloc(1, sizeof *L);
     if (!L) return MOE_ERR_OUT_OF_MEMORY;
     L->cfg = *cfg;
-    L->num_local_experts = cfg->num_experts / cfg->ep_size;
+    L->num_local_experts = moe_config_num_local_experts(cfg, ep);
     moe_status st = MOE_OK;
     if (!rt && (st = moe_runtime_create_cpu(&L->owned_rt)) != MOE_OK) return free(L), st;
     if (!par && (st = moe_parallel_create_self(&L->owned_par)) != MOE_OK)
@@ -218,10 +216,9 @@ moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_pa
     L->expert_bias = L->own_bias = calloc(cfg->num_experts, sizeof(moe_real));
     if (st == MOE_OK)
         st = L->expert_bias ? moe_routing_counts_alloc(&L->counts, cfg->num_experts) : MOE_ERR_OUT_OF_MEMORY;
-    if (st == MOE_OK) st = L->steps->create(cfg, L->rt, &L->state);
+    if (st == MOE_OK) st = L->steps->create(cfg, L->num_local_experts, L->rt, &L->state);
     if (st == MOE_OK)
-        st = moe_dispatch_plan_alloc(&L->plan, cfg->ep_size, L->num_local_experts, MOE_COUNT_WITNESS_INTS,
-                                     L->local_shards);
+        st = moe_dispatch_plan_alloc(&L->plan, ep, L->num_local_experts, MOE_COUNT_WITNESS_INTS, L->local_shards);
     if (st == MOE_OK && cfg->num_shards)
         st = moe_shard_tree_init(&L->router_tree, L->rt, layer_add, L, L->local_shards,
                                  (size_t)cfg->num_experts * cfg->d_model);

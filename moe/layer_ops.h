@@ -22,7 +22,7 @@ typedef struct moe_layer_ops {
     const char *name;
     size_t row_elem; /* bytes per value of the expert-side rows */
 
-    moe_status (*create)(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out);
+    moe_status (*create)(const moe_config *cfg, int num_local_experts, moe_runtime *rt, moe_layer_state **out);
     void (*destroy)(moe_layer_state *s);
 
     /* logits -> scores (+ bias[E], a host array, for selection; sigmoid only) -> top-k (skipped when

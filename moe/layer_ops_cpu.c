@@ -54,12 +54,13 @@ static moe_status expert_stage(void *ctx, int slot, size_t nbytes, void **buffer
     return moe_runtime_scratch(ctx, (moe_scratch_slot)(MOE_SCRATCH_EXPERT_STAGE + slot), nbytes, buffer);
 }
 
-static moe_status cpu_create(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out) {
+static moe_status cpu_create(const moe_config *cfg, int num_local_experts, moe_runtime *rt,
+                          moe_layer_state **out) {
     moe_layer_state *s = calloc(1, sizeof *s);
     if (!s) return MOE_ERR_OUT_OF_MEMORY;
     s->cfg = *cfg;
     s->rt = rt;
-    s->num_local_experts = cfg->num_experts / cfg->ep_size;
+    s->num_local_experts = num_local_experts;
     int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
     widest = widest > cfg->num_experts ? widest : cfg->num_experts;
     s->expert_offset = calloc((size_t)cfg->num_experts + 1, sizeof(int));

@@ -77,7 +77,8 @@ static void cuda_destroy(moe_layer_state *s) {
     free(s);
 }
 
-static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_state **out) {
+static moe_status cuda_create(const moe_config *cfg, int num_local_experts, moe_runtime *rt,
+                           moe_layer_state **out) {
     moe_gpu *gpu = moe_runtime_gpu(rt);
     if (!gpu)
         return moe_fail(MOE_ERR_NO_DEVICE, "the CUDA layer table needs a CUDA runtime, not '%s'", moe_runtime_name(rt));
@@ -90,7 +91,7 @@ static moe_status cuda_create(const moe_config *cfg, moe_runtime *rt, moe_layer_
     s->cfg = *cfg;
     s->rt = rt;
     s->gpu = gpu;
-    s->num_local_experts = cfg->num_experts / cfg->ep_size;
+    s->num_local_experts = num_local_experts;
     moe_linear_gemm gemm = MOE_LINEAR_SGEMM; /* the pinned path (MOE_LINEAR_GEMM=lt) for the router and the experts */
     moe_status st = moe_linear_gemm_from_env(&gemm);
     if (st != MOE_OK) return free(s), st;

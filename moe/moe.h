@@ -42,7 +42,6 @@ typedef struct {
     int d_ff;             /* hidden width of each SwiGLU expert                               */
     int num_experts;      /* E (global)                                                       */
     int top_k;            /* k experts per token, 1 <= k <= E; k = 1 is Switch routing         */
-    int ep_size;          /* expert-parallel ranks the E experts are sharded over; divides E     */
     int layer_index;      /* which layer this is, for error messages                          */
     moe_score_func score_func;
     int renormalize;      /* 1: gate weights of the k chosen experts are divided by their sum */
@@ -80,15 +79,22 @@ int moe_config_grouped(const moe_config *cfg);
 /* NULL for a valid config, else a sentence naming the first field that is wrong (for error messages). */
 const char *moe_config_problem(const moe_config *cfg);
 
+/* The expert-parallel size is the layout's (moe_parallel_ranks(par).ep_size, alltoall/parallel.h), never the
+ * config's: what depends on it takes it. NULL when ep ranks can shard the experts (ep >= 1 divides E), else why not. */
+const char *moe_config_ep_problem(const moe_config *cfg, int ep);
+/* E_local = E / ep: the experts each rank of an expert-parallel group of ep holds. */
+int moe_config_num_local_experts(const moe_config *cfg, int ep);
+
 /* The layer's parameters are a moe_layer_weights (core/types.h): the router and this rank's experts.
- * Number of reals in this rank's parameter buffer: E*d (router) + 3*E_local*d_ff*d (experts). */
-size_t moe_layer_num_params(const moe_config *cfg);
+ * Number of reals in this rank's parameter buffer at expert-parallel size ep: E*d (router) + 3*E_local*d_ff*d
+ * (experts). */
+size_t moe_layer_num_params(const moe_config *cfg, int ep);
 /* Carves the views out of one buffer of moe_layer_num_params() reals: [router | w1 | w3 | w2], i.e.
  * [dense | local experts], so each gradient all-reduce is one call over one region. */
-moe_layer_weights moe_layer_weights_view(const moe_config *cfg, moe_real *buffer);
-/* Fills a layer's weights (this rank's view) uniformly with bound sqrt(3 / fan_in): unit-variance rows
+moe_layer_weights moe_layer_weights_view(const moe_config *cfg, int ep, moe_real *buffer);
+/* Fills a layer's weights (this rank's view at ep) uniformly with bound sqrt(3 / fan_in): unit-variance rows
  * stay unit scale. */
-void moe_layer_weights_init(const moe_config *cfg, moe_layer_weights *w, moe_rng *rng);
+void moe_layer_weights_init(const moe_config *cfg, int ep, moe_layer_weights *w, moe_rng *rng);
 
 /* What the last forward did, for logs and tests. */
 typedef struct {
@@ -106,9 +112,10 @@ typedef struct {
 
 typedef struct moe_layer moe_layer;
 
-/* rt: where the layer runs (moe/runtime.h), or NULL for the CPU; par: who it exchanges tokens with (its ep_size
- * must equal cfg->ep_size), or NULL for a world of one. Both must outlive the layer. On a CUDA runtime every
- * tensor the layer takes is device memory, and par's transports must be GPU ones (alltoall/parallel_gpu.h). */
+/* rt: where the layer runs (moe/runtime.h), or NULL for the CPU; par: who it exchanges tokens with, or NULL for a
+ * world of one; its ep_size shards the experts (MOE_ERR_INVALID_CONFIG where moe_config_ep_problem says it cannot).
+ * Both must outlive the layer. On a CUDA runtime every tensor the layer takes is device memory, and par's transports
+ * must be GPU ones (alltoall/parallel_gpu.h). */
 moe_status moe_layer_create(const moe_config *cfg, moe_runtime *rt, const moe_parallel *par, moe_layer **out_layer);
 void moe_layer_destroy(moe_layer *layer);
 

@@ -89,7 +89,7 @@ static void test_bias_update(void) {
     cfg.score_func = MOE_SCORE_SIGMOID;
     cfg.bias_update_rate = 0.02f;
     moe_rng rng = moe_rng_seeded(9);
-    test_weights tw = test_weights_random(&cfg, &rng);
+    test_weights tw = test_weights_random(&cfg, 1, &rng);
     moe_real *x = test_alloc_uniform(&rng, TT * D, 1), *out = test_alloc_uniform(&rng, TT * D, 0);
     for (int t = 0; t < TT; t++) x[t * D] = 1;
     for (int e = 0; e < E; e++) tw.w.router_w[e * D] = e == 0 ? 3 : 0;

@@ -103,7 +103,7 @@ static void test_layer_drops(void) {
     moe_config cfg = moe_config_default(D, F, E, 2);
     cfg.capacity_factor = 0.25f; /* C = 8 of the 128 assignments' 32-per-expert average */
     moe_rng rng = moe_rng_seeded(3);
-    test_weights tw = test_weights_random(&cfg, &rng);
+    test_weights tw = test_weights_random(&cfg, 1, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;
     CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));

@@ -290,10 +290,10 @@ static void families(void) {
     /* the q/k norms run at any tp, each head's (Qwen3's) and the whole projection's (OLMoE's): one dividing the kv
      * heads (2 here) or a multiple of them (4: each kv head on 2 ranks) */
     for (int family = MOE_MODEL_FAMILY_QWEN3_MOE; family <= MOE_MODEL_FAMILY_OLMOE; family++)
-        for (c.tp = 2; c.tp <= 4; c.tp *= 2) {
+        for (int tp = 2; tp <= 4; tp *= 2) {
             c.family = family, c.head_dim = 0;
-            CHECK(!moe_model_config_problem(&c), "%s's q/k norms at tp %d of 2 kv heads: %s",
-                  moe_model_family_name(family), c.tp, moe_model_config_problem(&c));
+            CHECK(!moe_model_layout_problem(&c, tp, 1), "%s's q/k norms at tp %d of 2 kv heads: %s",
+                  moe_model_family_name(family), tp, moe_model_layout_problem(&c, tp, 1));
         }
 }
 

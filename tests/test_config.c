@@ -15,6 +15,14 @@ static void expect_invalid(const char *what, moe_config cfg) {
     if (problem) printf("%-28s -> %s\n", what, problem);
 }
 
+/* The layout's ep against the config (the layer takes it from its moe_parallel: tests/test_ep_faults.c's
+ * ep_not_dividing_experts has a layer refuse one). */
+static void expect_invalid_ep(const char *what, const moe_config *cfg, int ep) {
+    const char *problem = moe_config_ep_problem(cfg, ep);
+    CHECK(problem && *problem, "%s accepted", what);
+    if (problem) printf("%-28s -> %s\n", what, problem);
+}
+
 static void test_configs(void) {
     const moe_config ok = moe_config_default(8, 16, 4, 2);
     CHECK_OK(moe_config_validate(&ok));
@@ -25,8 +33,9 @@ static void test_configs(void) {
     c = ok, c.num_experts = 0, expect_invalid("E = 0", c);
     c = ok, c.d_model = 0, expect_invalid("d_model = 0", c);
     c = ok, c.d_ff = -3, expect_invalid("d_ff < 0", c);
-    c = ok, c.ep_size = 3, expect_invalid("E not divisible by ep_size", c);
-    c = ok, c.ep_size = 0, expect_invalid("ep_size = 0", c);
+    CHECK(moe_config_ep_problem(&ok, 4) == NULL, "ep 4 of 4 experts refused: %s", moe_config_ep_problem(&ok, 4));
+    expect_invalid_ep("E not divisible by ep", &ok, 3);
+    expect_invalid_ep("ep = 0", &ok, 0);
     c = ok, c.layer_index = -1, expect_invalid("negative layer index", c);
     c = ok, c.score_func = (moe_score_func)7, expect_invalid("unknown score function", c);
     c = ok, c.drop_priority = (moe_drop_priority)-1, expect_invalid("unknown drop priority", c);
@@ -42,7 +51,7 @@ static void test_configs(void) {
 static void test_calls(void) {
     moe_config cfg = moe_config_default(8, 16, 4, 2);
     moe_rng rng = moe_rng_seeded(1);
-    test_weights tw = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
+    test_weights tw = test_weights_random(&cfg, 1, &rng), g = test_weights_zero(&cfg, 1);
     moe_real *x = test_alloc_uniform(&rng, 10 * 8, 1), *out = test_alloc_uniform(&rng, 10 * 8, 0);
     moe_layer *L;
     CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));

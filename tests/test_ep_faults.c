@@ -38,21 +38,21 @@ static void forward_once(int ep, int E, int k, double timeout_s, int late_rank, 
     }
     test_mpi_require(st, "parallel layout");
     moe_config cfg = moe_config_default(D, F, E, k);
-    cfg.ep_size = ep;
     cfg.layer_index = 3;
     if (rank == 0) cfg.capacity_factor = rank0_cf;
-    const char *problem = moe_config_problem(&cfg);
-    if (problem) {
-        fprintf(stderr, "rank %d: invalid MoE config (E=%d, k=%d, ep=%d): %s\n", rank, E, k, ep, problem);
+    moe_layer *L;
+    st = moe_layer_create(&cfg, NULL, par, &L); /* refuses a config that the layout's ep cannot shard */
+    if (st == MOE_ERR_INVALID_CONFIG) {
+        fprintf(stderr, "rank %d: invalid MoE config (E=%d, k=%d, ep=%d): %s\n", rank, E, k, ep,
+                moe_failure_message(st));
         moe_parallel_destroy(par);
         MPI_Finalize();
         exit(1);
     }
+    test_mpi_require(st, "create");
     moe_rng rng = moe_rng_seeded(rank);
-    test_weights w = test_weights_random(&cfg, &rng);
+    test_weights w = test_weights_random(&cfg, ep, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
-    moe_layer *L;
-    test_mpi_require(moe_layer_create(&cfg, NULL, par, &L), "create");
     if (rank == late_rank) sleep(60); /* never arrives in time */
     test_mpi_require(moe_layer_forward(L, &w.w, x, T, out, NULL), "forward");
     moe_layer_destroy(L);

@@ -66,14 +66,14 @@ static moe_real *global_expert_grads(const moe_parallel *par, const moe_layer_we
 /* Returns the global expert gradients of this layout (for the cross-layout comparison). */
 static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     const moe_ranks me = moe_parallel_ranks(par);
-    const int W = me.world_size, rank = me.world_rank, EL = E / me.ep_size;
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.score_func = c->func, cfg.capacity_factor = c->cf, cfg.drop_priority = c->prio;
     cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
+    const int W = me.world_size, rank = me.world_rank, EL = moe_config_num_local_experts(&cfg, me.ep_size);
 
     /* The global problem, the same on every rank. */
     moe_rng rng = moe_rng_seeded(77);
-    test_weights ref_w = test_weights_random(&cfg, &rng), ref_g = test_weights_zero(&cfg);
+    test_weights ref_w = test_weights_random(&cfg, 1, &rng), ref_g = test_weights_zero(&cfg, 1);
     moe_real *x = test_alloc_uniform(&rng, TG * D, 1.0), *dout = test_alloc_uniform(&rng, TG * D, 1.0);
     moe_real bias[E];
     moe_rng_fill_uniform(&rng, bias, E, c->func == MOE_SCORE_SIGMOID ? 0.3 : 0);
@@ -94,9 +94,7 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     /* This rank's share: uneven slices of the global batch, its experts' weights. */
     int first = rank * TG / W + (rank > 0 ? 3 : 0), last = (rank + 1) * TG / W + (rank + 1 < W ? 3 : 0);
     int T = last - first;
-    moe_config ep_cfg = cfg;
-    ep_cfg.ep_size = me.ep_size;
-    test_weights w = test_weights_zero(&ep_cfg), g = test_weights_zero(&ep_cfg);
+    test_weights w = test_weights_zero(&cfg, me.ep_size), g = test_weights_zero(&cfg, me.ep_size);
     size_t expert_count = (size_t)EL * F * D, first_expert = (size_t)me.ep_rank * EL * F * D;
     memcpy(w.w.router_w, ref_w.w.router_w, (size_t)E * D * sizeof(moe_real));
     memcpy(w.w.w1, ref_w.w.w1 + first_expert, expert_count * sizeof(moe_real));
@@ -105,7 +103,7 @@ static moe_real *run_case(const moe_parallel *par, const ep_case *c) {
     moe_real *out = test_alloc_uniform(&rng, T * D, 0), *dx = test_alloc_uniform(&rng, T * D, 0);
     moe_layer *L;
     moe_layer_stats st;
-    test_mpi_require(moe_layer_create(&ep_cfg, NULL, par, &L), "create");
+    test_mpi_require(moe_layer_create(&cfg, NULL, par, &L), "create");
     memcpy(moe_layer_expert_bias(L), bias, sizeof bias);
     test_mpi_require(moe_layer_forward(L, &w.w, x + (size_t)first * D, T, out, &st), "forward");
     test_mpi_require(moe_layer_backward(L, &w.w, dout + (size_t)first * D, dx, &g.w), "backward");

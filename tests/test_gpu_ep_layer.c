@@ -28,14 +28,13 @@ typedef struct {
 static run_result run(moe_runtime *rt, const moe_parallel *par, const moe_config *cfg, const float *w_full, int first,
                       int T, const float *x, const float *dout, const int *forced) {
     moe_gpu *gpu = moe_runtime_gpu(rt);
-    size_t P = moe_layer_num_params(cfg), n = (size_t)T * D;
+    const moe_ranks me = moe_parallel_ranks(par);
+    size_t P = moe_layer_num_params(cfg, me.ep_size), n = (size_t)T * D;
     /* this rank's parameters: the router, then its experts' slices of w1, w3, w2 */
-    moe_config full = *cfg;
-    full.ep_size = 1;
-    moe_layer_weights wf = moe_layer_weights_view(&full, (float *)w_full);
+    moe_layer_weights wf = moe_layer_weights_view(cfg, 1, (float *)w_full);
     float *w_host = malloc(P * sizeof(float));
-    moe_layer_weights wl = moe_layer_weights_view(cfg, w_host);
-    size_t per = (size_t)(E / cfg->ep_size) * F * D, off = (size_t)moe_parallel_ranks(par).ep_rank * per;
+    moe_layer_weights wl = moe_layer_weights_view(cfg, me.ep_size, w_host);
+    size_t per = (size_t)moe_config_num_local_experts(cfg, me.ep_size) * F * D, off = (size_t)me.ep_rank * per;
     memcpy(wl.router_w, wf.router_w, (size_t)E * D * sizeof(float));
     memcpy(wl.w1, wf.w1 + off, per * sizeof(float));
     memcpy(wl.w3, wf.w3 + off, per * sizeof(float));
@@ -45,7 +44,8 @@ static run_result run(moe_runtime *rt, const moe_parallel *par, const moe_config
     float *x_dev = test_gpu_upload(gpu, x + (size_t)first * D, n * sizeof(float));
     float *dout_dev = test_gpu_upload(gpu, dout + (size_t)first * D, n * sizeof(float));
     float *out_dev = test_gpu_alloc(gpu, n * sizeof(float)), *dx_dev = test_gpu_alloc(gpu, n * sizeof(float));
-    moe_layer_weights w = moe_layer_weights_view(cfg, w_dev), g = moe_layer_weights_view(cfg, g_dev);
+    moe_layer_weights w = moe_layer_weights_view(cfg, me.ep_size, w_dev),
+                      g = moe_layer_weights_view(cfg, me.ep_size, g_dev);
     moe_layer *L;
     moe_layer_stats st;
     test_mpi_require(moe_layer_create(cfg, rt, par, &L), "create");
@@ -57,7 +57,7 @@ static run_result run(moe_runtime *rt, const moe_parallel *par, const moe_config
     run_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), malloc(P * sizeof(float)),
                     malloc((size_t)TG * K * sizeof(int)), st.num_dropped};
     test_mpi_require(moe_layer_gather_routing(L, r.experts, &Tg), "gather routing");
-    CHECK(Tg == TG, "rank %d: the global batch has %d tokens, want %d", moe_parallel_ranks(par).world_rank, Tg, TG);
+    CHECK(Tg == TG, "rank %d: the global batch has %d tokens, want %d", me.world_rank, Tg, TG);
     test_gpu_download(gpu, r.out, out_dev, n * sizeof(float));
     test_gpu_download(gpu, r.dx, dx_dev, n * sizeof(float));
     test_gpu_download(gpu, r.grads, g_dev, P * sizeof(float));
@@ -77,19 +77,16 @@ int main(int argc, char **argv) {
     moe_gpu_transport transport = W == 1 ? MOE_GPU_TRANSPORT_NCCL : MOE_GPU_TRANSPORT_MPI;
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.capacity_factor = 1.0f, cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
-    cfg.ep_size = W;
     cfg.precision = MOE_PRECISION_BF16; /* the CUDA layer's experts */
-    moe_config ref_cfg = cfg;
-    ref_cfg.ep_size = 1;
     moe_rng rng = moe_rng_seeded(4242);
-    test_weights w = test_weights_random(&ref_cfg, &rng);
+    test_weights w = test_weights_random(&cfg, 1, &rng); /* every expert: the reference's, on one rank */
     moe_real *x = test_alloc_uniform(&rng, (size_t)TG * D, 1.0), *dout = test_alloc_uniform(&rng, (size_t)TG * D, 1.0);
 
     moe_runtime *rt = NULL; /* every rank on device 0 */
     moe_parallel *ref_par, *par;
     test_mpi_require(moe_runtime_create_cuda(0, &rt), "CUDA runtime");
     test_mpi_require(moe_parallel_create_self_gpu(moe_runtime_gpu(rt), &ref_par), "one-rank GPU layout");
-    run_result ref = run(rt, ref_par, &ref_cfg, w.buffer, 0, TG, x, dout, NULL);
+    run_result ref = run(rt, ref_par, &cfg, w.buffer, 0, TG, x, dout, NULL);
     moe_status st = moe_parallel_create_mpi_gpu(MPI_COMM_WORLD, 1, W, 1, 60.0, moe_runtime_gpu(rt), transport, &par);
     if (st == MOE_ERR_INVALID_CONFIG && transport == MOE_GPU_TRANSPORT_NCCL) {
         if (rank == 0) printf("test_gpu_ep_layer: skip: built without NCCL\n");

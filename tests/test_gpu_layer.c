@@ -43,13 +43,13 @@ typedef struct {
 static gpu_result run_gpu(moe_runtime *rt, const moe_parallel *par, const moe_config *cfg, const float *w_host,
                           const float *x, const float *dout, const moe_real *bias, int T, const int *forced) {
     moe_gpu *gpu = moe_runtime_gpu(rt);
-    size_t P = moe_layer_num_params(cfg), n = (size_t)T * cfg->d_model;
+    size_t P = moe_layer_num_params(cfg, 1), n = (size_t)T * cfg->d_model;
     float *w_dev = test_gpu_upload(gpu, w_host, P * sizeof(float));
     float *g_dev = test_gpu_alloc(gpu, P * sizeof(float));
     CHECK_OK(moe_gpu_zero(gpu, g_dev, P * sizeof(float)));
     float *x_dev = test_gpu_upload(gpu, x, n * sizeof(float)), *dout_dev = test_gpu_upload(gpu, dout, n * sizeof(float));
     float *out_dev = test_gpu_alloc(gpu, n * sizeof(float)), *dx_dev = test_gpu_alloc(gpu, n * sizeof(float));
-    moe_layer_weights w = moe_layer_weights_view(cfg, w_dev), g = moe_layer_weights_view(cfg, g_dev);
+    moe_layer_weights w = moe_layer_weights_view(cfg, 1, w_dev), g = moe_layer_weights_view(cfg, 1, g_dev);
     moe_layer *L;
     CHECK_OK(moe_layer_create(cfg, rt, par, &L));
     memcpy(moe_layer_expert_bias(L), bias, cfg->num_experts * sizeof(moe_real));
@@ -80,14 +80,14 @@ static void run_case(moe_runtime *rt, const moe_parallel *par, const layer_case 
     cfg.aux_loss_coef = 0.1f, cfg.z_loss_coef = 0.01f;
     cfg.precision = MOE_PRECISION_BF16; /* the GPU's experts; the CPU reference rounds the same GEMM inputs */
     const int T = c->T, k = c->k;
-    size_t n = (size_t)T * c->d, P = moe_layer_num_params(&cfg);
+    size_t n = (size_t)T * c->d, P = moe_layer_num_params(&cfg, 1);
     moe_rng rng = moe_rng_seeded(606);
-    test_weights w = test_weights_random(&cfg, &rng);
+    test_weights w = test_weights_random(&cfg, 1, &rng);
     moe_real *x = test_alloc_uniform(&rng, n, 1.0), *dout = test_alloc_uniform(&rng, n, 1.0);
     moe_real bias[256] = {0};
     if (c->func == MOE_SCORE_SIGMOID) moe_rng_fill_uniform(&rng, bias, c->E, 0.3);
     /* the GPU rounds these to bf16 on the way into the experts; the reference starts from the same values */
-    moe_layer_weights view = moe_layer_weights_view(&cfg, w.buffer);
+    moe_layer_weights view = moe_layer_weights_view(&cfg, 1, w.buffer);
     round_to_bf16(x, n);
     round_to_bf16(view.w1, 3 * (size_t)c->E * c->f * c->d);
     int *forced = NULL;
@@ -109,7 +109,7 @@ static void run_case(moe_runtime *rt, const moe_parallel *par, const layer_case 
     CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     memcpy(moe_layer_expert_bias(L), bias, c->E * sizeof(moe_real));
     moe_real *out = calloc(n, sizeof(moe_real)), *dx = calloc(n, sizeof(moe_real));
-    test_weights grads = test_weights_zero(&cfg);
+    test_weights grads = test_weights_zero(&cfg, 1);
     moe_layer_stats st;
     if (forced) CHECK_OK(moe_layer_force_routing(L, forced));
     CHECK_OK(moe_layer_forward(L, &view, x, T, out, &st));

@@ -61,8 +61,8 @@ static void run_case(moe_score_func func, int k, int renorm, float cf, moe_drop_
     p.cfg.z_loss_coef = 0.05f;
     moe_rng rng = moe_rng_seeded(seed);
     CHECK_OK(moe_layer_create(&p.cfg, NULL, NULL, &p.layer));
-    p.weights = test_weights_random(&p.cfg, &rng);
-    p.grads = test_weights_zero(&p.cfg);
+    p.weights = test_weights_random(&p.cfg, 1, &rng);
+    p.grads = test_weights_zero(&p.cfg, 1);
     p.x = test_alloc_uniform(&rng, T * D, 1.5);
     p.r = test_alloc_uniform(&rng, T * D, 1.0);
     p.dx = test_alloc_uniform(&rng, T * D, 0);

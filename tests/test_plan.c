@@ -64,8 +64,8 @@ static void check_reference(const char *file, int64_t total, int64_t active, dou
 /* The planner against the model's own allocation plan for a shape moe-train takes (fp32, one rank). */
 static void check_against_model(moe_model_config c, int seqs) {
     c.moe.d_model = c.d_model, c.moe.d_ff = c.d_ff;
-    CHECK(moe_model_config_problem(&c) == NULL, "test config invalid: %s", moe_model_config_problem(&c));
-    const moe_model_footprint f = moe_model_config_footprint(&c, seqs);
+    CHECK(moe_model_layout_problem(&c, 1, 1) == NULL, "test config invalid: %s", moe_model_layout_problem(&c, 1, 1));
+    const moe_model_footprint f = moe_model_config_footprint(&c, 1, 1, seqs);
     const moe_plan_model m = moe_plan_model_from_config(&c);
     const moe_plan_params p = moe_plan_model_params(&m);
     CHECK(p.dense == (int64_t)f.dense_params, "dense %lld vs model %zu (L %d d %d E %d every %d tie %d)",

@@ -117,12 +117,12 @@ static layer_result run_layer(moe_precision precision, const moe_config *base, c
                               const float *dout, int T) {
     moe_config cfg = *base;
     cfg.precision = precision;
-    const size_t n = (size_t)T * cfg.d_model, P = moe_layer_num_params(&cfg);
+    const size_t n = (size_t)T * cfg.d_model, P = moe_layer_num_params(&cfg, 1);
     layer_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), calloc(P, sizeof(float)),
                       malloc((size_t)T * cfg.top_k * sizeof(int))};
     float *w = malloc(P * sizeof(float));
     memcpy(w, weights, P * sizeof(float));
-    moe_layer_weights view = moe_layer_weights_view(&cfg, w), gview = moe_layer_weights_view(&cfg, r.grads);
+    moe_layer_weights view = moe_layer_weights_view(&cfg, 1, w), gview = moe_layer_weights_view(&cfg, 1, r.grads);
     moe_layer *L;
     CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &L));
     CHECK_OK(moe_layer_forward(L, &view, x, T, r.out, NULL));
@@ -139,7 +139,7 @@ static void layer(void) {
     moe_config cfg = moe_config_default(64, 96, 8, 2);
     cfg.capacity_factor = 1.25f;
     moe_rng rng = moe_rng_seeded(12);
-    test_weights w = test_weights_random(&cfg, &rng);
+    test_weights w = test_weights_random(&cfg, 1, &rng);
     float *x = test_alloc_uniform(&rng, (size_t)T * cfg.d_model, 1), *dout = test_alloc_uniform(&rng, T * 64, 1);
     layer_result a = run_layer(MOE_PRECISION_FP32, &cfg, w.buffer, x, dout, T),
                  b = run_layer(MOE_PRECISION_BF16, &cfg, w.buffer, x, dout, T);
@@ -149,7 +149,7 @@ static void layer(void) {
     test_tolerance_check("layer dx", "cpu-bf16", b.dx, a.dx, n, "T=%d", T);
     test_tolerance_check("layer drouter_w", "cpu-bf16", b.grads, a.grads, E * d, "T=%d", T);
     test_tolerance_check("layer dexperts", "cpu-bf16", b.grads + E * d, a.grads + E * d,
-                         moe_layer_num_params(&cfg) - E * d, "T=%d", T);
+                         moe_layer_num_params(&cfg, 1) - E * d, "T=%d", T);
     layer_result again = run_layer(MOE_PRECISION_BF16, &cfg, w.buffer, x, dout, T);
     CHECK(!memcmp(again.out, b.out, n * sizeof(float)) && !memcmp(again.dx, b.dx, n * sizeof(float)),
           "bf16 layer: a second run differs");

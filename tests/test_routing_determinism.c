@@ -24,7 +24,7 @@ typedef struct {
 
 static void run_layer(const moe_config *cfg, const test_weights *tw, const moe_real *x, const moe_real *dout,
                       moe_layer *L, run_result *res) {
-    test_weights g = test_weights_zero(cfg);
+    test_weights g = test_weights_zero(cfg, 1);
     CHECK_OK(moe_layer_forward(L, &tw->w, x, T, res->out, NULL));
     CHECK_OK(moe_layer_backward(L, &tw->w, dout, res->dx, &g.w));
     const moe_token_routing *r = moe__layer_token_routing(L);
@@ -32,7 +32,7 @@ static void run_layer(const moe_config *cfg, const test_weights *tw, const moe_r
     memcpy(res->slot, r->slot, sizeof res->slot);
     memcpy(res->gate, r->gate, sizeof res->gate);
     res->grads = g.buffer;
-    res->num_params = moe_layer_num_params(cfg);
+    res->num_params = moe_layer_num_params(cfg, 1);
 }
 
 static void check_identical(const char *what, const run_result *a, const run_result *b) {
@@ -48,7 +48,7 @@ static void test_repeat_and_threads(void) {
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.capacity_factor = 1.0f;
     moe_rng rng = moe_rng_seeded(11);
-    test_weights tw = test_weights_random(&cfg, &rng);
+    test_weights tw = test_weights_random(&cfg, 1, &rng);
     moe_real *x = test_alloc_uniform(&rng, T * D, 1), *dout = test_alloc_uniform(&rng, T * D, 1);
     static run_result first, again, fresh, one_thread, two_threads;
     moe_layer *L, *L2;
@@ -90,7 +90,7 @@ static void test_layer_ties(void) {
     enum { TT = 32 };
     moe_config cfg = moe_config_default(D, F, E, K);
     moe_rng rng = moe_rng_seeded(12);
-    test_weights tw = test_weights_random(&cfg, &rng);
+    test_weights tw = test_weights_random(&cfg, 1, &rng);
     memcpy(tw.w.router_w + 5 * D, tw.w.router_w + 2 * D, D * sizeof(moe_real));
     memset(tw.w.router_w + 6 * D, 0, D * sizeof(moe_real)); /* rows 6 and 7: zero logits, a tie of 0s */
     memset(tw.w.router_w + 7 * D, 0, D * sizeof(moe_real));

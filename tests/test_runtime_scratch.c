@@ -39,7 +39,7 @@ typedef struct {
 static void run_layers(moe_runtime *rts[LAYERS], const moe_real *x, const moe_real *dy, results *r) {
     moe_config cfg = moe_config_default(D, F, E, K);
     cfg.num_shards = 8;
-    const size_t P = moe_layer_num_params(&cfg);
+    const size_t P = moe_layer_num_params(&cfg, 1);
     moe_parallel *par;
     CHECK(moe_parallel_create_self(&par) == MOE_OK, "self layout");
     moe_layer *layer[LAYERS];
@@ -50,9 +50,9 @@ static void run_layers(moe_runtime *rts[LAYERS], const moe_real *x, const moe_re
         if (st != MOE_OK) exit(test_finish("test_runtime_scratch"));
         r->w[l] = calloc(P, sizeof(moe_real)), r->g[l] = calloc(P, sizeof(moe_real));
         r->y[l] = calloc((size_t)T * D, sizeof(moe_real)), r->dx[l] = calloc((size_t)T * D, sizeof(moe_real));
-        w[l] = moe_layer_weights_view(&cfg, r->w[l]), g[l] = moe_layer_weights_view(&cfg, r->g[l]);
+        w[l] = moe_layer_weights_view(&cfg, 1, r->w[l]), g[l] = moe_layer_weights_view(&cfg, 1, r->g[l]);
         moe_rng rng = moe_rng_seeded(100 + (uint64_t)l);
-        moe_layer_weights_init(&cfg, &w[l], &rng);
+        moe_layer_weights_init(&cfg, 1, &w[l], &rng);
     }
     for (int round = 0; round < ROUNDS; round++) {
         /* a model's order: layer 1 reads layer 0's output; backward in reverse */
@@ -82,7 +82,7 @@ static void check_shared_by_layers(void) {
     run_layers(both, x, dy, &one);
     run_layers(own, x, dy, &two);
     const moe_config cfg = moe_config_default(D, F, E, K);
-    const size_t P = moe_layer_num_params(&cfg);
+    const size_t P = moe_layer_num_params(&cfg, 1);
     for (int l = 0; l < LAYERS; l++) {
         CHECK(!memcmp(one.y[l], two.y[l], (size_t)T * D * sizeof(moe_real)), "layer %d output differs", l);
         CHECK(!memcmp(one.dx[l], two.dx[l], (size_t)T * D * sizeof(moe_real)), "layer %d dx differs", l);

@@ -106,11 +106,11 @@ static void kernels(const inputs *in, arena *a) {
 static void layer(const moe_config *cfg, const test_weights *tw, const inputs *in, arena *a) {
     moe_layer *L;
     CHECK_OK(moe_layer_create(cfg, NULL, NULL, &L));
-    test_weights g = test_weights_zero(cfg);
+    test_weights g = test_weights_zero(cfg, 1);
     moe_real *out = TAKE(a, moe_real, (size_t)LT * LD), *dx = TAKE(a, moe_real, (size_t)LT * LD);
     CHECK_OK(moe_layer_forward(L, &tw->w, in->lx, LT, out, NULL));
     CHECK_OK(moe_layer_backward(L, &tw->w, in->ldout, dx, &g.w));
-    const size_t n = moe_layer_num_params(cfg);
+    const size_t n = moe_layer_num_params(cfg, 1);
     memcpy(TAKE(a, moe_real, n), g.buffer, n * sizeof(moe_real));
     const moe_token_routing *r = moe__layer_token_routing(L);
     memcpy(TAKE(a, int, LT * K), r->expert, LT * K * sizeof(int));
@@ -134,7 +134,7 @@ int main(void) {
     for (int t = 0; t < T; t++) in.tokens[t] = (int)(moe_rng_next(&rng) % V), in.targets[t] = (t * 7) % V;
     for (int i = 0; i < T * K; i++) in.perm[i] = (int)(moe_rng_next(&rng) % T);
     moe_config cfg = moe_config_default(LD, LF, LE, K);
-    test_weights tw = test_weights_random(&cfg, &rng);
+    test_weights tw = test_weights_random(&cfg, 1, &rng);
 
     const size_t cap = (size_t)64 << 20;
     arena runs[3];

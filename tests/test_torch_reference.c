@@ -177,7 +177,7 @@ static int run_case(const ref_case *rc, const char *python, const char *script, 
     CHECK_OK(moe_layer_create(&cfg, NULL, NULL, &layer));
     if (!layer) return 0;
     moe_rng rng = moe_rng_seeded(seed);
-    test_weights w = test_weights_random(&cfg, &rng), g = test_weights_zero(&cfg);
+    test_weights w = test_weights_random(&cfg, 1, &rng), g = test_weights_zero(&cfg, 1);
     float *x = test_alloc_uniform(&rng, T * D, 1.5), *dout = test_alloc_uniform(&rng, T * D, 1.0);
     float *out = test_alloc_uniform(&rng, T * D, 0), *dx = test_alloc_uniform(&rng, T * D, 0);
     float *bias = moe_layer_expert_bias(layer);

@@ -47,7 +47,7 @@ static const char *const case_names[TEST_TP_NUM_CASES] = {
     "one kv head of 4 (kv heads fewer than tp), materialized attention",
     "one kv head of 4 (kv heads fewer than tp), fused attention"};
 
-moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces) {
+moe_model_config test_tp_model_config(test_tp_case c, int pieces) {
     const int mqa = c == TEST_TP_MQA_MATERIALIZED || c == TEST_TP_MQA_FUSED;
     moe_model_config cfg = moe_model_config_default();
     const int qwen3 = c == TEST_TP_DROPLESS || c == TEST_TP_QWEN3_GQA || c == TEST_TP_QWEN3_MQA;
@@ -68,8 +68,7 @@ moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces
     cfg.moe.renormalize = c != TEST_TP_OLMOE;
     if (c == TEST_TP_QWEN3_MQA) cfg.moe.recompute = MOE_RECOMPUTE_FULL;
     cfg.moe.num_shards = SHARDS;
-    cfg.moe.ep_size = ep;
-    cfg.tp = tp, cfg.tp_shards = pieces;
+    cfg.tp_shards = pieces;
     return cfg;
 }
 
@@ -204,7 +203,7 @@ static void compare(test_tp_case c, int tp, int ep, int pieces, const run_result
 void test_tp_model_layouts(const test_tp_model_setup *s, int world, int rank) {
     int inputs[SEQS * SEQ_LEN], targets[SEQS * SEQ_LEN];
     for (int c = 0; c <= s->last_case; c++) {
-        moe_model_config ref_cfg = test_tp_model_config(c, 1, 1, PIECES);
+        moe_model_config ref_cfg = test_tp_model_config(c, PIECES);
         ref_cfg.moe.precision = s->precision;
         make_batch(ref_cfg.vocab_size, inputs, targets);
         moe_parallel *self;
@@ -224,7 +223,7 @@ void test_tp_model_layouts(const test_tp_model_setup *s, int world, int rank) {
                     moe_parallel *par;
                     test_mpi_require(s->layout(s->ctx, ep, tp, &par), "the layout");
                     run_result got = {0};
-                    moe_model_config cfg = test_tp_model_config(c, tp, ep, pieces);
+                    moe_model_config cfg = test_tp_model_config(c, pieces); /* tp and ep: the layout's */
                     cfg.moe.precision = s->precision;
                     cfg.zero = variant == 2 ? 2 : 0;
                     test_mpi_require(run(&cfg, s->rt, par, inputs, targets, &got), "the tensor-parallel run");

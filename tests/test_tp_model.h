@@ -21,9 +21,9 @@ typedef enum {
     TEST_TP_NUM_CASES
 } test_tp_case;
 
-/* The case's model at tp, ep and pieces (tp_shards): 2 layers, d 32, 4 heads (8 in TEST_TP_QWEN3_GQA), 4 experts of
- * d_ff 32, top-2. */
-moe_model_config test_tp_model_config(test_tp_case c, int tp, int ep, int pieces);
+/* The case's model with pieces (tp_shards): 2 layers, d 32, 4 heads (8 in TEST_TP_QWEN3_GQA), 4 experts of d_ff 32,
+ * top-2. */
+moe_model_config test_tp_model_config(test_tp_case c, int pieces);
 
 typedef struct {
     moe_runtime *rt;          /* NULL: the CPU */

@@ -42,15 +42,15 @@ static void refused(moe_model_config cfg, int tp, const char *want) {
 static void test_refusals(int world) {
     if (world < 2) return;
     const int tp = world >= 4 ? 4 : 2;
-    moe_model_config c = test_tp_model_config(TEST_TP_GQA_TIED, tp, 1, PIECES);
+    moe_model_config c = test_tp_model_config(TEST_TP_GQA_TIED, PIECES);
     c.d_model = c.moe.d_model = 48, c.num_heads = 12, c.num_kv_heads = 3; /* neither divides the other */
     refused(c, tp, "tp and the number of kv heads: one must divide the other");
-    c = test_tp_model_config(TEST_TP_DENSE_FFN, 2, 1, PIECES);
+    c = test_tp_model_config(TEST_TP_DENSE_FFN, PIECES);
     c.d_ff = 36, c.moe.d_ff = 36;
     refused(c, 2, "tp_shards must divide d_ff");
-    c = test_tp_model_config(TEST_TP_DROPLESS, 2, 1, 1);
+    c = test_tp_model_config(TEST_TP_DROPLESS, 1);
     refused(c, 2, "tp_shards must be a power of two that tp divides");
-    c = test_tp_model_config(TEST_TP_DROPLESS, 2, 1, PIECES);
+    c = test_tp_model_config(TEST_TP_DROPLESS, PIECES);
     c.vocab_size = 60; /* not a multiple of the 8 pieces */
     refused(c, 2, "tp_shards must divide the vocabulary size");
 }

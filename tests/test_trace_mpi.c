@@ -26,7 +26,7 @@ static moe_status run(moe_train_options o, int ep, double *losses, double *exper
     moe_parallel *par;
     moe_trainer t;
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
-    o.model.moe.ep_size = ep;
+    o.ep = ep;
     moe_status st = moe_trainer_create(&t, &o, NULL, par);
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)o.model.num_layers * E, sizeof(double));

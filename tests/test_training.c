@@ -47,15 +47,15 @@ moe_train_options test_small_options(const char *train, const char *val, int ep,
     m->vocab_size = TEST_VOCAB, m->num_layers = 2, m->d_model = 32, m->num_heads = 4, m->num_kv_heads = 2;
     m->d_ff = 32, m->seq_len = 16;
     m->moe = moe_config_default(m->d_model, m->d_ff, 8, 2);
-    m->moe.ep_size = ep, m->moe.capacity_factor = 1.25f;
-    o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
+    m->moe.capacity_factor = 1.25f;
+    o.ep = ep, o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
     o.eval_batches = 2, o.train_data = train, o.val_data = val;
     return o;
 }
 
 void test_run_start(test_run *r, int ep, moe_train_options o) {
     test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &r->par), "parallel layout");
-    o.model.moe.ep_size = ep;
+    o.ep = ep;
     test_mpi_require(moe_trainer_create(&r->t, &o, NULL, r->par), "trainer");
 }
 

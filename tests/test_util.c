@@ -18,20 +18,20 @@ moe_real *test_alloc_uniform(moe_rng *rng, size_t count, double scale) {
     return a;
 }
 
-test_weights test_weights_zero(const moe_config *cfg) {
+test_weights test_weights_zero(const moe_config *cfg, int ep) {
     test_weights tw;
-    tw.buffer = calloc(moe_layer_num_params(cfg), sizeof(moe_real));
+    tw.buffer = calloc(moe_layer_num_params(cfg, ep), sizeof(moe_real));
     if (!tw.buffer) {
         fprintf(stderr, "test: out of memory\n");
         exit(1);
     }
-    tw.w = moe_layer_weights_view(cfg, tw.buffer);
+    tw.w = moe_layer_weights_view(cfg, ep, tw.buffer);
     return tw;
 }
 
-test_weights test_weights_random(const moe_config *cfg, moe_rng *rng) {
-    test_weights tw = test_weights_zero(cfg);
-    moe_layer_weights_init(cfg, &tw.w, rng);
+test_weights test_weights_random(const moe_config *cfg, int ep, moe_rng *rng) {
+    test_weights tw = test_weights_zero(cfg, ep);
+    moe_layer_weights_init(cfg, ep, &tw.w, rng);
     return tw;
 }
 

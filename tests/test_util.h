@@ -37,14 +37,15 @@ extern int test_failures;
 /* Every random input derives from a fixed seed (core/rng.h), so a failure reproduces. */
 moe_real *test_alloc_uniform(moe_rng *rng, size_t count, double scale); /* aborts on OOM */
 
-/* A layer's weights in one buffer, filled with uniform values of a scale that keeps activations O(1). */
+/* A layer's weights in one buffer (a rank's of an expert-parallel group of ep: moe_layer_weights_view), filled with
+ * uniform values of a scale that keeps activations O(1). */
 typedef struct {
     moe_real *buffer;
     moe_layer_weights w;
 } test_weights;
 
-test_weights test_weights_random(const moe_config *cfg, moe_rng *rng);
-test_weights test_weights_zero(const moe_config *cfg);
+test_weights test_weights_random(const moe_config *cfg, int ep, moe_rng *rng);
+test_weights test_weights_zero(const moe_config *cfg, int ep);
 void test_weights_free(test_weights *tw);
 
 /* A property checker's findings (the schedule and grid tests): each counted in test_problems and printed

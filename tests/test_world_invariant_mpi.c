@@ -94,7 +94,7 @@ static void zero_routers(moe_trainer *t) {
 }
 
 static void train(moe_parallel *par, moe_train_options o, test_case c, int ep, run_result *out) {
-    o.model.moe.ep_size = ep;
+    o.ep = ep;
     moe_trainer t;
     test_mpi_require(moe_trainer_create(&t, &o, NULL, par), "trainer");
     if (c == ALL_TIES) zero_routers(&t);
@@ -169,7 +169,7 @@ static void reference(const char *train_path, const char *val_path, test_case c,
 /* The tensor table of a layout: its stage's tensors, with the local expert counts. */
 static const moe_model_tensor *tensor_table(moe_parallel *par, moe_train_options o, int ep, int *count,
                                             moe_trainer *keep) {
-    o.model.moe.ep_size = ep;
+    o.ep = ep;
     test_mpi_require(moe_trainer_create(keep, &o, NULL, par), "trainer");
     return moe_model_tensors(keep->model, count);
 }
@@ -178,7 +178,6 @@ static const moe_model_tensor *tensor_table(moe_parallel *par, moe_train_options
 static moe_model *whole_model(moe_train_options o, moe_parallel **self) {
     moe_model *m;
     test_mpi_require(moe_parallel_create_self(self), "self layout");
-    o.model.moe.ep_size = 1;
     test_mpi_require(moe_model_create(&o.model, NULL, *self, 1, 1, &m), "whole model");
     return m;
 }

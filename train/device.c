@@ -63,8 +63,7 @@ moe_status moe_train_place(const moe_train_options *o, MPI_Comm world, FILE *log
     *out = (moe_train_placement){.rt = NULL, .par = NULL, .device = -1};
     moe_status st;
     if (o->device != MOE_TRAIN_DEVICE_CUDA) {
-        st = moe_parallel_create_mpi_tp(world, o->pp, o->model.moe.ep_size, o->model.tp, o->exchange_timeout_s,
-                                        &out->par);
+        st = moe_parallel_create_mpi_tp(world, o->pp, o->ep, o->tp, o->exchange_timeout_s, &out->par);
     } else {
 #ifdef MOE_HAVE_CUDA
         st = moe_train_agree(world, load_cuda_part()); /* all ranks load it, or none goes on */

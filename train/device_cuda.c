@@ -77,8 +77,8 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
     if (log)
         fprintf(log, "placement: %d rank(s) per node on %d GPU(s); %s transport\n", node_ranks, count,
                 transport == MOE_GPU_TRANSPORT_NCCL ? "NCCL" : "MPI-staged");
-    return moe_parallel_create_mpi_gpu(world, o->pp, o->model.moe.ep_size, o->model.tp, o->exchange_timeout_s,
-                                       moe_runtime_gpu(out->rt), transport, &out->par);
+    return moe_parallel_create_mpi_gpu(world, o->pp, o->ep, o->tp, o->exchange_timeout_s, moe_runtime_gpu(out->rt),
+                                       transport, &out->par);
 }
 
 void moe_train_cuda_counters(moe_runtime *rt, moe_gpu_counters *out) { moe_gpu_counters_get(moe_runtime_gpu(rt), out); }

@@ -60,7 +60,7 @@ static const opt_spec kOptions[] = {
     /* experts */
     {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},
     {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL, RUN},
-    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(model.moe.ep_size), 1, 4096, {0}, NULL, LAYOUT},
+    {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(ep), 1, 4096, {0}, NULL, LAYOUT},
     {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
      OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL, RUN},
@@ -124,7 +124,7 @@ static const opt_spec kOptions[] = {
      "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
      "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
      "--tp-shards; checkpoints hold whole tensors (any --tp resumes them)",
-     OPT_INT, OFF(model.tp), 1, 4096, {0}, NULL, LAYOUT},
+     OPT_INT, OFF(tp), 1, 4096, {0}, NULL, LAYOUT},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
      "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
@@ -250,7 +250,7 @@ static void set_defaults(moe_train_options *o) {
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
-    o->pp = 1, o->virtual_stages = 1, o->model.tp = 1, o->model.tp_shards = -1; /* tp_shards auto: --tp */
+    o->pp = 1, o->virtual_stages = 1, o->tp = 1, o->ep = 1, o->model.tp_shards = -1; /* tp_shards auto: --tp */
     o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->adam_eps = 1e-8f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
@@ -352,11 +352,11 @@ static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
 /* --zero: its ranges are the fixed tree's (models/zero.h), over groups of a power-of-two size; ZeRO-2 sums in that
  * tree, so it needs the world-invariant sums. */
 static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
-    const int dp = world_size / o->model.moe.ep_size;
+    const int dp = world_size / o->ep;
     if (o->zero && ((world_size & (world_size - 1)) || (dp & (dp - 1))))
         return moe_train_complain(err, "moe-train: --zero %d shards over the ranks in the fixed tree's halves: it needs a "
                                        "power-of-two number of ranks (%d) and of ranks holding the same experts (%d / "
-                                       "--ep %d = %d)\n", o->zero, world_size, world_size, o->model.moe.ep_size, dp), -1;
+                                       "--ep %d = %d)\n", o->zero, world_size, world_size, o->ep, dp), -1;
     if (o->zero && world_size == 1 && err) /* kept valid: one config serves every world size (docs/DETERMINISM.md) */
         fprintf(err, "moe-train: note: --zero %d on 1 rank shards nothing (each range is a whole region); it divides "
                      "the optimizer state%s over the ranks from 2\n", o->zero, o->zero == 2 ? " and the gradients" : "");
@@ -390,9 +390,9 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
 /* Combinations no single flag can check. */
 static int finish_checks(moe_train_options *o, int world_size, FILE *err);
 
-/* --tp: groups of consecutive ranks inside a stage (the shapes it splits: moe_model_config_problem). */
+/* --tp: groups of consecutive ranks inside a stage (the shapes it splits: moe_model_layout_problem). */
 static int finish_tensor_parallel(const moe_train_options *o, int world_size, FILE *err) {
-    const int tp = o->model.tp, shards = o->model.tp_shards;
+    const int tp = o->tp, shards = o->model.tp_shards;
     if (shards % tp && o->source[find("--tp-shards") - kOptions] == MOE_OPTION_SAVED_RUN)
         return moe_train_complain(err, "moe-train: --tp %d does not divide --tp-shards %d, the fixed pieces of the "
                                        "tensor-parallel sums that the saved run trained with (--resume keeps them, so "
@@ -435,20 +435,20 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
                                        "are not written yet): drop --precision fp32 (bf16 is the default on cuda)\n"),
                -1;
     m->zero = o->zero;
-    if (m->tp_shards < 0) m->tp_shards = m->tp;
+    if (m->tp_shards < 0) m->tp_shards = o->tp;
     if (finish_tensor_parallel(o, world_size, err)) return -1;
-    const char *problem = moe_model_config_problem(m);
+    const char *problem = moe_model_layout_problem(m, o->tp, o->ep);
     if (problem) return moe_train_complain(err, "moe-train: invalid model: %s\n", problem), -1;
     if (finish_pipeline(o, world_size, err)) return -1;
     world_size /= o->pp; /* from here on: the ranks of a stage, which split the batch and hold its layers' experts */
     const char *of_stage = o->pp > 1 ? " of a pipeline stage" : "";
-    if (world_size % m->moe.ep_size)
-        return moe_train_complain(err, "moe-train: --ep %d must divide the number of ranks%s (%d)\n", m->moe.ep_size,
-                                  of_stage, world_size), -1;
-    const int data_ranks = world_size / o->model.tp; /* a tensor group reads one part of the batch */
+    if (world_size % o->ep)
+        return moe_train_complain(err, "moe-train: --ep %d must divide the number of ranks%s (%d)\n", o->ep, of_stage,
+                                  world_size), -1;
+    const int data_ranks = world_size / o->tp; /* a tensor group reads one part of the batch */
     if (o->batch % data_ranks)
         return moe_train_complain(err, "moe-train: --batch %d must be divisible by the number of %s%s (%d)\n",
-                                  o->batch, o->model.tp > 1 ? "tensor-parallel groups" : "ranks", of_stage,
+                                  o->batch, o->tp > 1 ? "tensor-parallel groups" : "ranks", of_stage,
                                   data_ranks), -1;
     /* the trainer, the layer and the routing trace count a micro-batch's tokens and routing choices in an int */
     const long long choices = (long long)o->batch * m->seq_len * m->moe.top_k;
@@ -551,14 +551,14 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
     const moe_plan_model model = moe_plan_model_from_config(&o->model);
     const int stage_ranks = world_size / o->pp; /* the batch is split over a stage's ranks */
     const moe_plan_layout layout = {.world = world_size,
-                                    .ep = o->model.moe.ep_size,
+                                    .ep = o->ep,
                                     .pp = o->pp,
                                     .virtual_stages = o->virtual_stages,
                                     .zero = o->zero,
                                     /* --tp: the planner's tp 1 over a tensor group's sequences, more than
                                        a rank allocates (its weights' blocks, its slice's activations and its
                                        heads', models/model.h): an upper bound */
-                                    .micro_batch = o->batch / (stage_ranks / o->model.tp),
+                                    .micro_batch = o->batch / (stage_ranks / o->tp),
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,
                                     .cpu = o->device == MOE_TRAIN_DEVICE_CPU,

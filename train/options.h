@@ -30,7 +30,10 @@ typedef struct {
     int warmup;
     int seed;
     int zero;           /* 0-2: ZeRO-1 shards the AdamW state, ZeRO-2 the gradients too (models/zero.h) */
-    int pp;             /* pipeline stages (pipeline/grid.h): each of world / pp ranks holds layers / pp layers  */
+    /* the layout (pipeline/grid.h's rank grid; the model config holds none of it, models/model.h) */
+    int pp;             /* pipeline stages: each of world / pp ranks holds layers / pp layers                  */
+    int tp;             /* tensor-parallel ranks: groups of tp consecutive ranks of a stage split the dense layers */
+    int ep;             /* expert-parallel ranks: each holds experts / ep experts of every MoE layer           */
     int virtual_stages; /* model chunks per pipeline rank (interleaved 1F1B); 1: 1F1B                          */
     int world_invariant; /* 1: every sum over the batch per virtual shard, in one fixed tree (model.moe.num_shards =
                             shards, the default); 0: per rank, then the transport's all-reduce */

@@ -576,7 +576,7 @@ int main(int argc, char **argv) {
     if (world_rank == 0) {
         moe_train_options_print(&opt, stdout);
         moe_rank_grid grid;
-        if (moe_rank_grid_make(world_size, opt.pp, opt.model.moe.ep_size, opt.model.tp, 0, &grid) == MOE_OK)
+        if (moe_rank_grid_make(world_size, opt.pp, opt.ep, opt.tp, 0, &grid) == MOE_OK)
             moe_rank_grid_print(stdout, &grid);
         const moe_model_stage *stage = moe_model_stage_of(t.model);
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
@@ -597,8 +597,7 @@ int main(int argc, char **argv) {
                    (long)opt.eval_batches * opt.batch);
     }
     if (opt.verify_steps > 0) {
-        require(moe_parallel_create_mpi_tp(MPI_COMM_WORLD, opt.pp, opt.model.moe.ep_size, opt.model.tp,
-                                           opt.exchange_timeout_s, &ref_par),
+        require(moe_parallel_create_mpi_tp(MPI_COMM_WORLD, opt.pp, opt.ep, opt.tp, opt.exchange_timeout_s, &ref_par),
                 "the reference's layout (--verify-steps)");
         require(moe_verifier_create(&verifier, &t, ref_par), "the CPU fp32 reference (--verify-steps)");
     }

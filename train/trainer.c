@@ -314,7 +314,7 @@ static int chunk_moe_layers(const moe_trainer *t, int chunk, int *begin, int *en
 static moe_status force_routing(moe_trainer *t, const int *ids, int chunk) {
     const size_t per_layer = micro_batch_routes(t) / (t->num_moe_layers ? t->num_moe_layers : 1);
     /* this rank's tokens: its slice of its tensor group's (models/model.h), the stage's slices in rank order */
-    const size_t tokens = (size_t)t->local_seqs * t->opt.model.seq_len / moe_model_tp_size(&t->opt.model);
+    const size_t tokens = (size_t)t->local_seqs * t->opt.model.seq_len / t->ranks.tp_size;
     const size_t first = (size_t)t->ranks.stage_rank * tokens * t->opt.model.moe.top_k;
     int begin, end, i;
     chunk_moe_layers(t, chunk, &begin, &end, &i);
@@ -703,7 +703,7 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
  * tp > 1 each rank's vocabulary block [S, V / tp] gathered over its tensor group and put in its columns. */
 static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *logits) {
     double loss;
-    const int tp = moe_model_tp_size(&t->opt.model), S = t->opt.model.seq_len, w = t->opt.model.vocab_size / tp;
+    const int tp = t->ranks.tp_size, S = t->opt.model.seq_len, w = t->opt.model.vocab_size / tp;
     const size_t each = (size_t)S * w * sizeof(moe_real);
     moe_real *block = tp > 1 ? malloc(each) : logits, *blocks = tp > 1 ? malloc(each * tp) : NULL;
     if (tp > 1 && (!block || !blocks)) return free(block), free(blocks), MOE_ERR_OUT_OF_MEMORY;
