@@ -13,6 +13,7 @@
 #include "core/gpu_cuda.h"
 
 extern "C" {
+#include "kernels/cast.h"
 #include "kernels/gemm_rows.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemms.h"
@@ -68,6 +69,32 @@ moe_status run_lt(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product pr
     return MOE_OK;
 }
 
+/* Under MOE_LINEAR_LT with bf16 inputs the token operands (x, dy) may come unrounded (linear.h): a product that runs
+ * as SGEMM, its shape having no pinned algorithm, rounds them first into the plan's buffer, as the pinned call's cast
+ * does (round to nearest even; kernels/cast.h), so either path multiplies the same values. */
+moe_status round_token_operands(moe_gpu *gpu, moe_linear_rounded *buf, float **arrays, int rows, int in, int out) {
+    const moe__lin_array token[] = {MOE__LIN_X, MOE__LIN_DY};
+    const size_t width[] = {(size_t)in, (size_t)out};
+    size_t total = 0;
+    for (int i = 0; i < 2; i++) total += arrays[token[i]] ? (size_t)rows * width[i] : 0;
+    if (total * sizeof(float) > buf->nbytes) {
+        MOE_TRY(moe_gpu_synchronize(gpu)); /* queued products may still read the old buffer */
+        moe_gpu_free(gpu, buf->data);
+        buf->data = NULL, buf->nbytes = 0;
+        void *grown = NULL;
+        MOE_TRY(moe_gpu_alloc(gpu, total * sizeof(float), &grown));
+        buf->data = (float *)grown, buf->nbytes = total * sizeof(float);
+    }
+    float *at = buf->data;
+    for (int i = 0; i < 2; i++) {
+        if (!arrays[token[i]]) continue;
+        const size_t n = (size_t)rows * width[i];
+        MOE_TRY(moe_bf16_round_cuda(gpu, arrays[token[i]], n, at));
+        arrays[token[i]] = at, at += n;
+    }
+    return MOE_OK;
+}
+
 /* arrays: each moe__lin_array's device pointer (only C operands and token_out are written) */
 moe_status run(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product product, float *arrays[MOE__LIN_ARRAYS],
                int rows, int in, int out, float beta) {
@@ -79,6 +106,7 @@ moe_status run(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product produ
         int ran = 0;
         MOE_TRY(run_lt(gpu, plan, product, arrays, rows, in, out, beta, &ran));
         if (ran) return MOE_OK;
+        if (plan->rounded) MOE_TRY(round_token_operands(gpu, plan->rounded, arrays, rows, in, out));
     }
     const float one = 1;
     const int count = moe__linear_gemm_count(product, rows, plan->layout_invariant);
@@ -115,6 +143,10 @@ extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, i
     if (gemm != MOE_LINEAR_SGEMM && gemm != MOE_LINEAR_LT)
         return moe_fail(MOE_ERR_INVALID_ARG, "linear: no GEMM mode %d", (int)gemm);
     if (gemm == MOE_LINEAR_LT) MOE_TRY(moe_gemm_lt_context_set(gpu, &plan->lt)); /* the context's: not the plan's */
+    if (gemm == MOE_LINEAR_LT && bf16_inputs) { /* the fallback's rounded operands (round_token_operands) */
+        plan->rounded = (moe_linear_rounded *)calloc(1, sizeof *plan->rounded);
+        if (!plan->rounded) return MOE_ERR_OUT_OF_MEMORY;
+    }
     if (!layout_invariant) return MOE_OK;
     moe_status st = max_width < 1 ? moe_fail(MOE_ERR_INVALID_ARG, "linear: max_width %d", max_width) : MOE_OK;
     const size_t nbytes = (size_t)MOE_GEMM_ROW_BLOCK * max_width * sizeof(float);
@@ -129,6 +161,8 @@ extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, i
 extern "C" void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan) {
     moe_gpu_free(gpu, plan->pad_in);
     moe_gpu_free(gpu, plan->pad_out);
+    if (plan->rounded) moe_gpu_free(gpu, plan->rounded->data);
+    free(plan->rounded);
     *plan = moe_linear_plan{};
 }
 

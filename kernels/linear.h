@@ -18,14 +18,16 @@
  * algorithm kernels/gemm_lt.h pins for its shape at the shape's first call and reuses for every row count, so that a
  * row's result depends on its own inputs only (why: gemm_lt.h), with or without layout_invariant. bf16_inputs: the
  * products take bf16 inputs with fp32 accumulation (CUBLAS_COMPUTE_32F on tensor cores); else fp32 without TF32 (the
- * router's; CUBLAS_COMPUTE_32F_PEDANTIC). The inputs stay fp32 buffers holding bf16 values, as above: each call casts
- * both operands to bf16 into the plan's scratch (kernels/cast.h's kernel; exact on bf16 values). What that costs: a
- * read of 4 and a write of 2 bytes per element of both operands at every call, the weight's included (at Mixtral's
- * down projection, W [4096, 14336] and 8192 rows: 1.06 GB, ~0.35 ms at 3 TB/s beside a ~1.5 ms GEMM at 650 TFLOP/s,
- * so ~25% on top), and scratch the size of the largest operands in bf16 (0.35 GB there). bf16 copies of the weights
- * kept per weights version, and bf16 activations written by their producers (moe/dense_ops_cuda.c's stage() already
- * makes one pass over each input, rounding it into fp32 scratch; issue 50, item 4), would remove both; the benchmark
- * (bench/bench_gemm_lt.cu) times the call with and without the casts. A shape for which cuBLASLt offers no
+ * router's; CUBLAS_COMPUTE_32F_PEDANTIC). The inputs stay fp32 buffers: each call casts both operands to bf16 into
+ * the context set's scratch (kernels/cast.h's rounding: round to nearest even), so the token operands (x, dy) may come
+ * unrounded, and the caller spares the pass that would round them first (moe/dense_ops_cuda.c's stage()); a shape
+ * without a pinned algorithm rounds them into the plan's `rounded` before its SGEMM, the same values. The weights must
+ * hold bf16 values (the caller's bf16 copies: the SGEMM fallback does not round them). What the casts cost: a read of
+ * 4 and a write of 2 bytes per element of both operands at every call, the weight's included (at Mixtral's down
+ * projection, W [4096, 14336] and 8192 rows: 1.06 GB, ~0.35 ms at 3 TB/s beside a ~1.5 ms GEMM at 650 TFLOP/s, so
+ * ~25% on top), and scratch the size of the largest operands in bf16 (0.35 GB there). bf16 copies of the weights kept
+ * per weights version, and bf16 activations written by their producers (issue 50, item 4), would remove both; the
+ * benchmark (bench/bench_gemm_lt.cu) times the call with and without the casts. A shape for which cuBLASLt offers no
  * such algorithm runs as MOE_LINEAR_SGEMM would (row blocks when layout_invariant), every time, and
  * moe_linear_plan_describe says why. Not yet the default: it has not run on a GPU (MOE_LINEAR_GEMM=lt selects it).
  * A shape's first call plans it (host calls only, no device work); growing the scratch waits for the stream.
@@ -47,6 +49,12 @@ typedef enum {
  * else MOE_ERR_INVALID_CONFIG, naming the two. */
 moe_status moe_linear_gemm_from_env(moe_linear_gemm *out);
 
+/* MOE_LINEAR_LT's token operands rounded for a shape that runs as SGEMM (linear.cu), grown on demand */
+typedef struct {
+    float *data;
+    size_t nbytes;
+} moe_linear_rounded;
+
 typedef struct {
     int layout_invariant;
     int max_width;           /* the widest row of an input or output (in, out) */
@@ -54,6 +62,7 @@ typedef struct {
     int bf16_inputs;         /* the inputs hold bf16 values: MOE_LINEAR_LT runs them as bf16 */
     moe_gemm_lt_set *lt;     /* MOE_LINEAR_LT: the context's pinned GEMMs by shape and their scratch (shared with every
                                 other user of the context: moe_gemm_lt_context_set); NULL: MOE_LINEAR_SGEMM */
+    moe_linear_rounded *rounded; /* MOE_LINEAR_LT with bf16 inputs: the SGEMM fallback's rounded x and dy; else NULL */
 } moe_linear_plan;
 
 moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, int layout_invariant, int bf16_inputs,

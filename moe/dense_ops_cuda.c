@@ -58,10 +58,11 @@ static moe_status reserve(moe_dense_state *s, scratch *b, size_t count) {
     return MOE_OK;
 }
 
-/* count values of a GEMM input as the products read it: x itself (fp32), or rounded to bf16 into slot's buffer */
+/* count values of a GEMM input as the products read it: x itself (fp32), or rounded to bf16 into slot's buffer; x
+ * itself too under MOE_LINEAR_LT, whose products round their token operands as they cast them (kernels/linear.h) */
 static moe_status stage(moe_dense_state *s, int slot, const float *x, size_t count, const float **out) {
     *out = x;
-    if (!s->bf16_inputs) return MOE_OK;
+    if (!s->bf16_inputs || s->linear.lt) return MOE_OK;
     MOE_TRY(reserve(s, &s->stage[slot], count));
     *out = s->stage[slot].data;
     return moe_bf16_round_cuda(s->gpu, x, count, s->stage[slot].data);

@@ -10,8 +10,10 @@
  *               exactly in fp32, so the two differ in the order of their sums only
  *   pinned      every shape has a pinned algorithm (a fallback to cublasSgemm fails the test); each shape's
  *               configuration is printed (moe_linear_plan_describe), what the run record is to carry.
+ *   unrounded   under bf16, token operands (x, dy) that are not bf16 values give each product the bits of their
+ *               rounded values (the call's cast rounds them: the dense table no longer rounds them first)
  * Outputs are poisoned (NaN) before every beta-0 call: beta 0 must not read them. Inputs under bf16 hold bf16 values,
- * as the model's GEMM inputs do. Exit 77 (skip) without a GPU.
+ * as the model's GEMM inputs do, but in the unrounded case. Exit 77 (skip) without a GPU.
  * Run: meson test -C build test_gpu_gemm_lt (or build/tests/test_gpu_gemm_lt). */
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +174,47 @@ static void check_product(moe_gpu *gpu, const shape_case *c, moe__lin_product pr
     free(A), free(B), free(D0);
 }
 
+/* Unrounded token operands under bf16 (x, dy; kernels/linear.h): the pinned call's cast rounds them, so each product
+ * gives the bits of the rounded operands (moe/dense_ops_cuda.c passes them unrounded under MOE_LINEAR_LT). */
+static void check_unrounded(moe_gpu *gpu, moe_rng *rng) {
+    enum { IN = 256, OUT = 512, T = 300 };
+    moe_linear_plan lt;
+    CHECK_OK(moe_linear_plan_init(gpu, MOE_LINEAR_LT, 0, 1, 0, &lt));
+    if (test_failures) return;
+    float *x = test_alloc_uniform(rng, (size_t)T * IN, 1.0), *dy = test_alloc_uniform(rng, (size_t)T * OUT, 1.0);
+    float *W = inputs(rng, (size_t)OUT * IN, 0.05, 1);
+    float *xr = host_floats((size_t)T * IN), *dyr = host_floats((size_t)T * OUT);
+    moe_bf16_round_n(x, (size_t)T * IN, xr), moe_bf16_round_n(dy, (size_t)T * OUT, dyr);
+    CHECK(memcmp(x, xr, (size_t)T * IN * sizeof(float)) != 0, "the unrounded inputs are already bf16 values");
+    float *operands[2][2] = {{x, dy}, {xr, dyr}}, *got[2][3];
+    const size_t counts[3] = {(size_t)T * OUT, (size_t)T * IN, (size_t)OUT * IN};
+    float *dW_ = test_gpu_upload(gpu, W, (size_t)OUT * IN * sizeof(float));
+    for (int r = 0; r < 2; r++) { /* r 0: unrounded, 1: rounded */
+        float *dx_in = test_gpu_upload(gpu, operands[r][0], (size_t)T * IN * sizeof(float));
+        float *ddy_in = test_gpu_upload(gpu, operands[r][1], (size_t)T * OUT * sizeof(float));
+        float *d_out[3];
+        for (int p = 0; p < 3; p++) d_out[p] = test_gpu_alloc(gpu, counts[p] * sizeof(float));
+        CHECK_OK(moe_linear_forward_cuda(gpu, &lt, dx_in, dW_, T, IN, OUT, d_out[0]));
+        CHECK_OK(moe_linear_backward_input_cuda(gpu, &lt, ddy_in, dW_, T, IN, OUT, 0, d_out[1]));
+        CHECK_OK(moe_linear_backward_weight_cuda(gpu, &lt, ddy_in, dx_in, T, IN, OUT, 0, d_out[2]));
+        for (int p = 0; p < 3; p++) {
+            got[r][p] = host_floats(counts[p]);
+            test_gpu_download(gpu, got[r][p], d_out[p], counts[p] * sizeof(float));
+            test_gpu_free(gpu, d_out[p]);
+        }
+        test_gpu_free(gpu, dx_in), test_gpu_free(gpu, ddy_in);
+    }
+    for (int p = 0; p < 3; p++) {
+        CHECK(memcmp(got[0][p], got[1][p], counts[p] * sizeof(float)) == 0,
+              "%s: unrounded token operands give other bits than rounded ones", kProductNames[p]);
+        free(got[0][p]), free(got[1][p]);
+    }
+    printf("unrounded x and dy under bf16: each product the bits of the rounded operands\n");
+    test_gpu_free(gpu, dW_);
+    free(x), free(dy), free(W), free(xr), free(dyr);
+    moe_linear_plan_free(gpu, &lt);
+}
+
 int main(void) {
     moe_gpu *gpu = test_gpu_require("test_gpu_gemm_lt");
     moe_rng rng = moe_rng_seeded(50);
@@ -191,6 +234,7 @@ int main(void) {
         moe_linear_plan_free(gpu, &lt);
         moe_linear_plan_free(gpu, &sgemm);
     }
+    check_unrounded(gpu, &rng);
     moe_gpu_destroy(gpu);
     return test_finish("test_gpu_gemm_lt");
 }
