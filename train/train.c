@@ -381,7 +381,11 @@ static int report_pinned_gemms(const moe_train_placement *place, FILE *metrics, 
     char *lines = len > 0 ? malloc((size_t)len + 1) : NULL;
     if (!lines) return 0; /* none, or no memory for a report */
     moe_train_gpu_gemms(place, lines, (size_t)len + 1);
-    for (const char *p = lines; *p; p += strcspn(p, "\n") + 1) printf("gemm: %.*s\n", (int)strcspn(p, "\n"), p);
+    for (const char *p = lines; *p;) {
+        const size_t n = strcspn(p, "\n");
+        printf("gemm: %.*s\n", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
     const int failed = metrics ? moe_run_record_gemms(metrics, step, lines) : 0;
     free(lines);
     return failed;
