@@ -58,7 +58,8 @@ typedef enum {
      * kernels/gemm_lt.h pins per shape (bf16 in, fp32 sum, bf16 out) and reuses for every row count, so a row's bits
      * are its own whatever the expert's rows; a projection whose shape cuBLASLt has no such algorithm for, or whose
      * widths are not multiples of 8, runs in ROW_BLOCKS' blocks (decided by the shape alone). Weight gradients and
-     * leaves as ROW_BLOCKS'. MOE_LINEAR_GEMM=lt selects it where the layer is layout-invariant (moe/layer_ops_cuda.c) */
+     * leaves as ROW_BLOCKS'. MOE_LINEAR_GEMM=lt selects it where the layer is layout-invariant
+     * (moe/layer_ops_cuda.c) */
     MOE_EXPERT_GEMM_LT = 3,
 } moe_expert_gemm_mode;
 
@@ -88,8 +89,8 @@ moe_status moe_expert_ffn_forward_cuda(moe_gpu *gpu, moe_expert_gemm_mode mode, 
  * product per segment into a scratch leaf (beta = 0; an empty segment's leaf is zeroed), the leaves added in
  * tree_schedule.h's steps by an fp32 add kernel (moe_add_cuda: element-wise, each sum rounded once), the last step
  * adding into the gradient. In MOE_EXPERT_GEMM_ROW_BLOCKS and _LT modes with wgrad_scratch, one segment's product is
- * such a leaf too, then added into the gradient: world-invariant sums need the same GEMM whatever the number of segments
- * (a rank holding one shard of an expert's rows, another holding two). The row projections are the mode's, per
+ * such a leaf too, then added into the gradient: world-invariant sums need the same GEMM whatever the number of
+ * segments (a rank holding one shard of an expert's rows, another holding two). The row projections are the mode's, per
  * expert over all its rows whatever the segments.
  * dh13: scratch [rows, 2*d_ff], dact: scratch [rows, d_ff]; wgrad_scratch: device,
  * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) floats; may be NULL when segments == 1 (the single beta-1

@@ -29,7 +29,8 @@ void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, mo
     const double clip = moe_adamw_clip_factor(hp);
 #pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
     for (size_t i = 0; i < count; i++) {
-        const moe_real g = clip ? (moe_real)(grad[i] * clip) : grad[i], mi = b1 * m[i] + (1 - b1) * g, vi = b2 * v[i] + (1 - b2) * g * g;
+        const moe_real g = clip ? (moe_real)(grad[i] * clip) : grad[i];
+        const moe_real mi = b1 * m[i] + (1 - b1) * g, vi = b2 * v[i] + (1 - b2) * g * g;
         m[i] = mi, v[i] = vi;
         param[i] -= step_size * mi / (adamw__sqrt(vi) * rsqrt_bc2 + eps) + decay * param[i];
     }

@@ -144,8 +144,8 @@ int moe_gemm_lt_context_describe(moe_gpu *gpu, char *out, size_t n);
 moe_status moe_gemm_lt_set_get(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt_shape *shape,
                                const moe_gemm_lt **out);
 
-/* moe_gemm_lt_run from dense fp32 arrays (fp32 D only) (rows of their natural width: A [M, K] or [K, M], B [N, K] or [K, N],
- * D [M, N]): bf16 shapes cast A and B to bf16 (round to nearest even: exact when they hold bf16 values, as the model's
+/* moe_gemm_lt_run from dense fp32 arrays, for fp32 D only (rows of their natural width: A [M, K] or [K, M], B [N, K]
+ * or [K, N], D [M, N]): bf16 shapes cast A and B to bf16 (round to nearest even: exact when they hold bf16 values, as the model's
  * GEMM inputs do) into the set's scratch with the padded row lengths; fp32 shapes use A and B in place where their
  * rows need no padding and their addresses the algorithm's alignment, else copy them; D goes through scratch where
  * its address is not aligned. g must be one of the set's. */

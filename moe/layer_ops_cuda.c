@@ -11,8 +11,8 @@
  * Expert GEMMs: with cfg.layout_invariant (the default) MOE_EXPERT_GEMM_ROW_BLOCKS, per expert in fixed row blocks,
  * and the router's row-wise products in the same blocks (kernels/linear.h), so that a token's values do not depend
  * on how many tokens a rank or an expert has (with MOE_LINEAR_GEMM=lt both as one pinned cuBLASLt call per expert
- * and product instead: MOE_EXPERT_GEMM_LT, kernels/gemm_lt.h); without it MOE_EXPERT_GEMM_PER_EXPERT, or with MOE_EXPERT_GEMM=grouped
- * in the environment cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose
+ * and product instead: MOE_EXPERT_GEMM_LT, kernels/gemm_lt.h); without it MOE_EXPERT_GEMM_PER_EXPERT, or with
+ * MOE_EXPERT_GEMM=grouped in the environment cublasGemmGroupedBatchedEx (bench/bench_grouped_gemm compares them; docs/BENCHMARKS.md), whose
  * pointer arrays go up from pageable memory (a host sync per GEMM group). */
 #include <math.h>
 #include <stdlib.h>

@@ -50,7 +50,8 @@ int main(void) {
     memset(g, 0, n * sizeof *g);
     memcpy(before, p, n * sizeof *p);
     moe_real *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
-    const moe_adamw_params hp = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.5f, .step = 1};
+    const moe_adamw_params hp = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                 .weight_decay = 0.5f, .step = 1};
     CHECK_OK(moe_model_adamw_step(m, m1, m2, &hp));
     int spans_n, norms = 0;
     const moe_model_tensor *spans = moe_model_tensors(m, &spans_n);

@@ -254,7 +254,8 @@ static void model_after_step(void) {
     CHECK_OK(moe_model_zero_grads(m));
     CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &before, NULL));
     CHECK_OK(moe_model_backward(m, 1.0f / (4 * 32)));
-    const moe_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
+    const moe_adamw_params hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                 .weight_decay = 0.1f, .step = 1};
     CHECK_OK(moe_model_adamw_step(m, m1, m2, &hp));
     CHECK_OK(moe_model_forward(m, tokens, tokens + 1, 4, &after, NULL));
     memcpy(moe_model_params(fresh), moe_model_params(m), n * sizeof(moe_real));

@@ -94,7 +94,8 @@ static void kernels(const inputs *in, arena *a) {
     const size_t np = (size_t)T * D;
     moe_real *param = TAKE(a, moe_real, np), *m = TAKE(a, moe_real, np), *v = TAKE(a, moe_real, np);
     memcpy(param, in->param, np * sizeof(moe_real));
-    const moe_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
+    const moe_adamw_params hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                 .weight_decay = 0.1f, .step = 3};
     for (int step = 0; step < 2; step++) moe_adamw_update_cpu(param, in->grad, m, v, np, &hp);
     long long *first = TAKE(a, long long, 2);
     first[0] = moe_find_nonfinite_cpu(in->x, np);

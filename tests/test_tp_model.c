@@ -20,8 +20,8 @@
  * 2 kv heads (tp 8 where the world allows: each kv head on 4 ranks), and one kv head of 4 with --recompute full; a
  * failure names k's norm when its weight gradient counts a kv head once per rank holding it (tried); one kv head (so
  * fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their gradients summed over the ranks sharing the head,
- * models/model.h) with the materialized attention kernel, and with the fused one. The GQA and one-kv-head cases also exercise the kv heads' copies (the
- * reference itself runs them: 8 pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one
+ * models/model.h) with the materialized attention kernel, and with the fused one. The GQA and one-kv-head cases also
+ * exercise the kv heads' copies (the reference itself runs them: 8 pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one
  * piece: Megatron's plain split) the tp 2 runs differ from the reference somewhere (checked: the sums over pieces are
  * then added in another order). */
 #include "tests/test_tp_model.h"

@@ -48,7 +48,8 @@ moe_train_options test_small_options(const char *train, const char *val, int ep,
     m->d_ff = 32, m->seq_len = 16;
     m->moe = moe_config_default(m->d_model, m->d_ff, 8, 2);
     m->moe.capacity_factor = 1.25f;
-    o.ep = ep, o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1, o.lr = 3e-3f, o.min_lr = 3e-4f;
+    o.ep = ep, o.batch = 8, o.micro_batches = micro_batches, o.steps = steps, o.warmup = 1;
+    o.lr = 3e-3f, o.min_lr = 3e-4f;
     o.eval_batches = 2, o.train_data = train, o.val_data = val;
     return o;
 }

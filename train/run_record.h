@@ -17,8 +17,8 @@ int moe_run_record_write(FILE *f, const moe_trainer *t, int world_size, const ch
 void moe_run_record_clock(FILE *f);
 
 /* {"record":"gemm","step":S,"pinned":["<shape>: <configuration>", ...]} from lines ("\n"-terminated, as
- * moe_train_gpu_gemms gives them) and the clock: which algorithm each product ran with, the bits' other half besides the
- * machine record (kernels/gemm_lt.h). 0, or -1 when the file could not take it. */
+ * moe_train_gpu_gemms gives them) and the clock: which algorithm each product ran with, the bits' other half besides
+ * the machine record (kernels/gemm_lt.h). 0, or -1 when the file could not take it. */
 int moe_run_record_gemms(FILE *f, int step, const char *lines);
 
 /* Marks moe-train's start (elapsed_s counts from here); call first thing in main. */
