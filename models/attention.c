@@ -206,9 +206,9 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     layer_acts *a = &m->P->acts[l];
     MOE_TRY(dense->rmsnorm_forward(s, m->P->resid[l], w->attn_norm, Ts, d, c->norm_eps, a->ln1, a->rstd1));
     MOE_TRY(moe__model_watch(m, a->ln1, (size_t)Ts * d, "layer %d: the attention norm's output", l));
+    if (moe_model_mla(c)) return moe__model_mla_forward(m, l, num_seqs); /* it gathers what it reads */
     const moe_real *x; /* q/k/v read the group's rows */
     MOE_TRY(moe_tp_group_rows(&m->seq, a->ln1, T, d, m->tmp, &x));
-    if (moe_model_mla(c)) return moe__model_mla_forward(m, l, num_seqs, x);
     /* k and v of the rank's kv heads: in place, or before their copies (in backward's scratch) */
     moe_real *k = m->kv_copies > 1 ? m->dk : a->k, *v = m->kv_copies > 1 ? m->dv : a->v;
     /* the projections' outputs: q and k themselves, or the family's q/k norms' inputs (kept; in scratch where the
@@ -313,7 +313,7 @@ moe_status moe__model_attention_backward(moe_model *m, int l, int T) {
     const int d = m->cfg.d_model;
     const size_t Td = (size_t)(T / m->seq.tp) * d;
     const layer_acts *a = &m->P->acts[l];
-    if (moe_model_mla(&m->cfg)) MOE_TRY(moe__model_mla_backward(m, l, T, a->ln1)); /* at tp 1: ln1 is all rows */
+    if (moe_model_mla(&m->cfg)) MOE_TRY(moe__model_mla_backward(m, l, T));
     else MOE_TRY(projections_backward(m, l, T));
     moe_real *dln_slice = m->dln + moe_tp_slice_first(&m->seq, T) * d; /* dln holds the group's rows */
     MOE_TRY(moe__model_watch(m, dln_slice, Td, "layer %d: the gradient of the attention norm's output", l));

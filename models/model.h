@@ -35,7 +35,8 @@ typedef struct {
     /* multi-head latent attention (DeepSeek-V2/V3's MLA; models/mla.c) where kv_lora_rank > 0: q from ln1 directly
      * or through a rank-q_lora_rank bottleneck with an RMSNorm; k and v of every head from a latent of kv_lora_rank
      * (RMSNorm'd) and one RoPE'd key of qk_rope_dim shared by the heads; head_dim (the q/k heads') = qk_nope +
-     * qk_rope_dim; v heads of v_head_dim <= head_dim; num_kv_heads = num_heads; tp 1 */
+     * qk_rope_dim; v heads of v_head_dim <= head_dim; num_kv_heads = num_heads; at any tp (tp_shards dividing the
+     * heads: "Tensor parallelism" below) */
     int q_lora_rank, kv_lora_rank, qk_rope_dim, v_head_dim;
     int shared_d_ff;    /* hidden width of a shared expert beside the routed ones in every MoE layer (0: none): a
                            SwiGLU over every token, its weights replicated (data-parallel at any layout), gated by
@@ -96,7 +97,12 @@ typedef struct {
  * token's every head, so its rows move instead of its sum: an all-to-all over the tensor group gives each rank its
  * slice's rows of every column (a kv head's block from the first of the ranks holding it), normed there as at tp 1,
  * and the inverse moves the normed rows back (tp/sequence.h); backward moves dy there and dx back, and forms the weight
- * gradient over the slice's rows, as any replicated tensor's. */
+ * gradient over the slice's rows, as any replicated tensor's.
+ *
+ * Multi-head latent attention (models/mla.c): q_a and kv_a with their norms replicated, run on the slice's rows and
+ * their outputs gathered (instead of ln1); q_b (or q_proj) and kv_b column-parallel by heads, o_proj row-parallel;
+ * the shared RoPE key's gradient, a sum over every head, added within each fixed piece in head order and over the
+ * pieces in their tree (tp_shards must divide the heads). */
 
 /* The model families (their Hugging Face names): the same decoder, with these differences:
  *   MIXTRAL    (MixtralForCausalLM): no q/k norms; the MoE block is "block_sparse_moe" (router "gate", experts w1,
@@ -185,19 +191,20 @@ int moe_model_kv_blocks(const moe_model_config *cfg, int tp);
     X(bq, "self_attn.q_proj.bias", A, 0, MOE_TENSOR_BIAS, ROWS)                \
     X(bk, "self_attn.k_proj.bias", B, 0, MOE_TENSOR_BIAS, KV_ROWS)             \
     X(bv, "self_attn.v_proj.bias", B, 0, MOE_TENSOR_BIAS, KV_ROWS)
-/* Multi-head latent attention's projections instead of q/k/v/o (moe_model_mla; DeepSeek's names; replicated, tp 1):
+/* Multi-head latent attention's projections instead of q/k/v/o (moe_model_mla; DeepSeek's names; the low-rank q_a and
+ * kv_a replicated, q_b (or q_proj) and kv_b column-parallel by heads, o_proj row-parallel: models/mla.c):
  * QL = q_lora_rank (q_a, its norm, q_b; with QL 0 the plain q_proj above), KLR = kv_lora_rank + qk_rope_dim, KL =
  * kv_lora_rank, HNV = H (qk_nope + v_head_dim), HV = H v_head_dim */
 #define MOE_MODEL_MLA_Q_LORA_TENSORS(X)                                         \
     X(mla.q_a, "self_attn.q_a_proj.weight", QL, d, MOE_TENSOR_WEIGHT, NONE)     \
     X(mla.q_a_norm, "self_attn.q_a_layernorm.weight", QL, 0, MOE_TENSOR_NORM, NONE) \
-    X(mla.q_b, "self_attn.q_b_proj.weight", A, QL, MOE_TENSOR_WEIGHT, NONE)
-#define MOE_MODEL_MLA_Q_TENSORS(X) X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT, NONE)
+    X(mla.q_b, "self_attn.q_b_proj.weight", A, QL, MOE_TENSOR_WEIGHT, ROWS)
+#define MOE_MODEL_MLA_Q_TENSORS(X) X(wq, "self_attn.q_proj.weight", A, d, MOE_TENSOR_WEIGHT, ROWS)
 #define MOE_MODEL_MLA_KV_TENSORS(X)                                             \
     X(mla.kv_a, "self_attn.kv_a_proj_with_mqa.weight", KLR, d, MOE_TENSOR_WEIGHT, NONE) \
     X(mla.kv_a_norm, "self_attn.kv_a_layernorm.weight", KL, 0, MOE_TENSOR_NORM, NONE)   \
-    X(mla.kv_b, "self_attn.kv_b_proj.weight", HNV, KL, MOE_TENSOR_WEIGHT, NONE)          \
-    X(wo, "self_attn.o_proj.weight", d, HV, MOE_TENSOR_RESIDUAL, NONE)
+    X(mla.kv_b, "self_attn.kv_b_proj.weight", HNV, KL, MOE_TENSOR_WEIGHT, ROWS)          \
+    X(wo, "self_attn.o_proj.weight", d, HV, MOE_TENSOR_RESIDUAL, COLS)
 /* the FFN of an MoE layer: the router (dense, replicated) ... */
 #define MOE_MODEL_ROUTER_TENSORS(X) X(ffn.router_w, "block_sparse_moe.gate.weight", E, d, MOE_TENSOR_WEIGHT, NONE)
 /* ... and its experts, one tensor per expert ("block_sparse_moe.experts.J." + name), in the expert region */

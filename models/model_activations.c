@@ -44,7 +44,7 @@ static void layer_activation_nbytes(const moe_model *m, int l, size_t nbytes[LAY
                  QR = qk == MOE_QK_NORM_HEAD ? (size_t)c->num_heads : QK, KN = D.KN,
                  KR = qk == MOE_QK_NORM_HEAD ? (KV > tp ? KV : tp) : QK; /* rows per token (T: the slice's) */
     const size_t ML = moe_model_mla(c), QL = (size_t)c->q_lora_rank, KL = (size_t)c->kv_lora_rank,
-                 HV = (size_t)c->num_heads * c->v_head_dim; /* multi-head latent attention's (tp 1) */
+                 HV = (size_t)c->num_heads * c->v_head_dim; /* multi-head latent attention's */
     const size_t FD = moe_model_layer_is_moe(c, l) ? 0 : T * D.DF;
     const size_t SH = moe_model_layer_is_moe(c, l) && c->shared_d_ff > 0, SF = SH * T * (size_t)c->shared_d_ff,
                  SG = SH && moe_model_shared_gate(c);
@@ -64,7 +64,7 @@ static void model_buffer_nbytes(const moe_model *m, int c, size_t pass[PASS_BUFF
     const size_t KVG = moe_model_kv_blocks(&m->cfg, m->seq.tp) < m->seq.tp ? TG * D.B : 0;
     const size_t QB = moe_model_qkv_bias(&m->cfg), SH = m->cfg.shared_d_ff > 0 && m->cfg.moe.num_experts > 1,
                  SG = SH && moe_model_shared_gate(&m->cfg);
-    const size_t HNV = (size_t)D.HNV * moe_model_mla(&m->cfg), DR = (size_t)m->cfg.qk_rope_dim, /* MLA's (tp 1) */
+    const size_t HNV = (size_t)D.HNV * moe_model_mla(&m->cfg), DR = (size_t)m->cfg.qk_rope_dim, /* MLA's */
                  LAT = (size_t)(D.KLR > D.QL ? D.KLR : D.QL) * moe_model_mla(&m->cfg);
     const size_t QT = moe_model_qk_norm(&m->cfg) != MOE_QK_NORM_NONE && m->seq.tp > 1,
                  QH = moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD, H = (size_t)m->cfg.num_heads,

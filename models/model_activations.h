@@ -18,7 +18,7 @@
  *        the projection's);  QT  1 with q/k norms at tp > 1, else 0;  QH  1 for each head's norms (Qwen3's), else 0;
  *        QB  1 with q/k/v biases
  *   QL, KL, ML, HV  multi-head latent attention's (models/mla.c): q_lora_rank, kv_lora_rank, 1 with it (else all
- *        0), H v_head_dim;  HNV, LAT, DR  H (qk_nope + v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank),
+ *        0), H v_head_dim (T * HV: the rank's heads over the group's rows, as A);  HNV, LAT, DR  H (qk_nope + v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank),
  *        qk_rope_dim
  *   SH   1 on an MoE layer with a shared expert (shared_d_ff), else 0 (in the model's buffers: 1 when any layer has
  *        one);  SF  T * shared_d_ff there;  SG  1 where that shared expert is gated (Qwen2-MoE)
@@ -45,10 +45,10 @@
     X(rstd_q, T * QR, MOE_RECOMPUTE_ATTENTION)    /* the norms' 1 / rms per row                           */      \
     X(rstd_k, T * KR, MOE_RECOMPUTE_ATTENTION)                                                                   \
     X(mla_qa, T * QL, MOE_RECOMPUTE_ATTENTION)    /* MLA: q_a's output, its 1 / rms, its norm's output    */      \
-    X(mla_rstd_qa, T * (QL > 0), MOE_RECOMPUTE_ATTENTION)                                                       \
+    X(mla_rstd_qa, T * (QL > 0), MOE_RECOMPUTE_ATTENTION) /* (the slice's rows, gathered where read)      */      \
     X(mla_qan, T * QL, MOE_RECOMPUTE_ATTENTION)                                                                 \
     X(mla_c, T * KL, MOE_RECOMPUTE_ATTENTION)     /* the kv latent, its 1 / rms, its norm's output        */      \
-    X(mla_rstd_c, T * ML, MOE_RECOMPUTE_ATTENTION)                                                              \
+    X(mla_rstd_c, T * ML, MOE_RECOMPUTE_ATTENTION) /* (likewise)                                          */      \
     X(mla_cn, T * KL, MOE_RECOMPUTE_ATTENTION)                                                                  \
     X(mla_y, T * HV, MOE_RECOMPUTE_ATTENTION)     /* attention's output of v_head_dim per head, o_proj's in */    \
     X(q, T * A, MOE_RECOMPUTE_ATTENTION)          /* after RoPE                                           */      \
@@ -91,10 +91,10 @@
     X(dshared, moe_real, SH * T * d) /* the shared expert's backward: its output's and input's gradients */       \
     X(dshared_x, moe_real, SH * T * d)                                                                             \
     X(dgate, moe_real, SG * T)                                                                                     \
-    X(mla_dkvb, moe_real, T * HNV) /* MLA: kv_b's output, then its gradient (forward, backward)           */     \
-    X(mla_lat, moe_real, T * LAT)  /* MLA: kv_a's output; the latents' gradients                            */     \
-    X(mla_lat2, moe_real, T * LAT)                                                                                 \
-    X(mla_kpe, moe_real, T * DR)   /* MLA: the shared RoPE key, then its gradient                           */     \
+    X(mla_dkvb, moe_real, T * HNV) /* MLA: kv_b's output, then its gradient (the rank's heads)            */     \
+    X(mla_lat, moe_real, TG * LAT) /* MLA: the latents, gathered; their gradients (over the group's rows)   */     \
+    X(mla_lat2, moe_real, TG * LAT)                                                                                \
+    X(mla_kpe, moe_real, TG * DR)  /* MLA: the shared RoPE key, then its gradient (the group's rows)        */     \
     X(qk_slice, moe_real, QT * (2 + QH) * T * A) /* q/k norms at tp > 1 (models/attention.c): the slice's rows of */ \
     X(qk_recv, moe_real, QT * T * A)      /* every head (x (QH), dy, dx; forward: the projections' outputs, the   */ \
     X(qk_rstd, moe_real, QT * QH * T * H) /* normed rows), the all-to-alls' landing, each head's 1 / rms, and a   */ \

@@ -92,9 +92,10 @@ static const char *tensor_parallel_problem(const moe_model_config *c, int tp) {
     if (tp < 1 || !power_of_two(tp))
         return "tp must be a power of two (a tensor group's sums run in the fixed binary tree)";
     const int S = moe_model_tp_pieces(c, tp), hd = moe_model_head_dim(c);
-    if (moe_model_mla(c) && (tp > 1 || S > 1))
-        return "multi-head latent attention runs at tp 1 with tp_shards 1 (its projections are not split)";
     if (c->num_heads % tp != 0) return "tp must divide the number of heads (each rank holds whole heads)";
+    if (moe_model_mla(c) && c->num_heads % S != 0)
+        return "tp_shards must divide the number of heads under multi-head latent attention (each fixed piece holds "
+               "whole heads: the shared RoPE key's gradient is summed over the heads piece by piece)";
     if (c->num_kv_heads % tp != 0 && tp % c->num_kv_heads != 0)
         return "tp and the number of kv heads: one must divide the other (the kv heads are split over the ranks, or "
                "each kv head is replicated over the tp / kv heads ranks whose query heads read it)";

@@ -131,10 +131,11 @@ moe_status moe__model_attention_residual_forward(moe_model *m, int l, int T);
 /* The block's backward, from dL/dresid_mid to dL/dresid[l] (both in m->dresid, the slice's). */
 moe_status moe__model_attention_backward(moe_model *m, int l, int T);
 
-/* mla.c. Multi-head latent attention (moe_model_mla, tp 1): forward from ln1 (all rows) to attn_y and mla_y; backward
- * from dL/dresid_mid (m->dresid) to dL/dln1 in m->dln, its weight gradients added. */
-moe_status moe__model_mla_forward(moe_model *m, int l, int num_seqs, const moe_real *ln1);
-moe_status moe__model_mla_backward(moe_model *m, int l, int T, const moe_real *ln1);
+/* mla.c. Multi-head latent attention (moe_model_mla): forward from ln1 (the slice's rows) to attn_y and mla_y (the
+ * rank's heads over the group's num_seqs sequences); backward from dL/dresid_mid (m->dresid, the slice's) to dL/dln1
+ * in m->dln (the slice's rows of it), its weight gradients added. */
+moe_status moe__model_mla_forward(moe_model *m, int l, int num_seqs);
+moe_status moe__model_mla_backward(moe_model *m, int l, int T);
 
 /* ffn.c. Layer l's FFN on the slice of the group's T rows: forward (ln2 to m->tmp), backward (m->dresid to m->dln),
  * and the intermediates --recompute did not keep. */

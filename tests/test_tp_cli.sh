@@ -5,7 +5,8 @@
 # on 4 ranks (tp 2 x ep 2 with ZeRO-1 and with ZeRO-2; tp 4), 4 ranks tp 2 and tp 4 with 2 kv heads, 2 ranks tp 2 with 1
 # kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint), an OLMoE (q/k norms over
 # the whole projections, models/attention.c; 2 kv heads) at tp 2 and at tp 4 with --recompute full, a Qwen3-MoE (each
-# head's q/k norms) with fewer kv heads than tp (2 at tp 4 with --recompute full, 1 at tp 2 x ep 2 with ZeRO-2): every
+# head's q/k norms) with fewer kv heads than tp (2 at tp 4 with --recompute full, 1 at tp 2 x ep 2 with ZeRO-2), a
+# DeepSeek-V3 (multi-head latent attention, models/mla.c) at tp 2 x ep 2 with ZeRO-2, its step 4 resumed at tp 4: every
 # step's loss and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's (of the same
 # model), so are the step-8 checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1
 # one, which test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the
@@ -118,6 +119,15 @@ gradient from the slice's rows of each kv head once, with --recompute full" qwen
 run mqa_qwen1 1 "${qwen3[@]}" --kv-heads 1
 run mqa_qwen4 4 "${qwen3[@]}" --kv-heads 1 --tp 2 --ep 2 --zero 2
 same_as "the same with 1 kv head at tp 2 x ep 2 with ZeRO-2" mqa_qwen4 mqa_qwen1
+deepseek=(--family deepseek_v3 --head-dim 12 --qk-rope-dim 4 --v-head-dim 6 --kv-lora-rank 16 --q-lora-rank 12
+          --score sigmoid --bias-update-rate 0.01 --expert-groups 2 --topk-groups 1 --routed-scaling 2.5)
+run ds1 1 "${deepseek[@]}"
+run ds4 4 "${deepseek[@]}" --tp 2 --ep 2 --zero 2 --recompute attention
+same_as "DeepSeek-V3 (multi-head latent attention: the latents replicated and gathered, q_b and kv_b by heads, the \
+shared RoPE key's gradient summed over the heads piece by piece) at tp 2 x ep 2 with ZeRO-2 and --recompute attention" \
+    ds4 ds1
+run ds4_resumed 4 "${deepseek[@]}" --tp 4 --resume "$dir/ds4/step-00000004"
+same_as "its step 4 resumed at tp 4 (one head a rank)" ds4_resumed ds1 5
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training

@@ -20,7 +20,9 @@
  * 2 kv heads (tp 8 where the world allows: each kv head on 4 ranks), and one kv head of 4 with --recompute full; a
  * failure names k's norm when its weight gradient counts a kv head once per rank holding it (tried); one kv head (so
  * fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their gradients summed over the ranks sharing the head,
- * models/model.h) with the materialized attention kernel, and with the fused one. The GQA and one-kv-head cases also
+ * models/model.h) with the materialized attention kernel, and with the fused one; multi-head latent attention
+ * (DeepSeek-V3's with a q latent, V2-Lite's with q_proj: the latents replicated on the slice's rows and gathered, q_b
+ * and kv_b by heads, the shared RoPE key's gradient summed over the heads piece by piece, models/mla.c). The GQA and one-kv-head cases also
  * exercise the kv heads' copies (the reference itself runs them: 8 pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one
  * piece: Megatron's plain split) the tp 2 runs differ from the reference somewhere (checked: the sums over pieces are
  * then added in another order). */
@@ -44,6 +46,9 @@ static const char *const case_names[TEST_TP_NUM_CASES] = {
     "OLMoE: q/k norms over the whole projections (rows moved), kv 2 of 4 (2 ranks each at tp 4), not renormalised",
     "Qwen3-MoE, 8 heads of 2 kv heads (each on 2 ranks at tp 4, 4 at tp 8): each head's q/k norms",
     "Qwen3-MoE, one kv head of 4 (on every rank of the group), head_dim 16, recompute full",
+    "DeepSeek-V3: multi-head latent attention with a q latent (8 heads of 8 + 4 RoPE, v 6, latents 12 and 16), "
+    "group-limited sigmoid routing, recompute attention",
+    "DeepSeek-V2-Lite: multi-head latent attention with q_proj, materialized attention, a dense first layer",
     "one kv head of 4 (kv heads fewer than tp), materialized attention",
     "one kv head of 4 (kv heads fewer than tp), fused attention"};
 
@@ -51,22 +56,33 @@ moe_model_config test_tp_model_config(test_tp_case c, int pieces) {
     const int mqa = c == TEST_TP_MQA_MATERIALIZED || c == TEST_TP_MQA_FUSED;
     moe_model_config cfg = moe_model_config_default();
     const int qwen3 = c == TEST_TP_DROPLESS || c == TEST_TP_QWEN3_GQA || c == TEST_TP_QWEN3_MQA;
-    cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = c == TEST_TP_QWEN3_GQA ? 8 : 4;
+    const int mla = c == TEST_TP_MLA_Q_LORA || c == TEST_TP_MLA;
+    cfg.vocab_size = 64, cfg.num_layers = 2, cfg.d_model = 32, cfg.num_heads = c == TEST_TP_QWEN3_GQA || mla ? 8 : 4;
     cfg.d_ff = 32;
     const int kv2 = c == TEST_TP_GQA_TIED || c == TEST_TP_QWEN2 || c == TEST_TP_OLMOE || c == TEST_TP_QWEN3_GQA;
-    cfg.num_kv_heads = kv2 ? 2 : mqa || c == TEST_TP_QWEN3_MQA ? 1 : 4;
+    cfg.num_kv_heads = kv2 ? 2 : mqa || c == TEST_TP_QWEN3_MQA ? 1 : mla ? 8 : 4;
     if (c == TEST_TP_QWEN2) cfg.family = MOE_MODEL_FAMILY_QWEN2_MOE, cfg.shared_d_ff = 24;
     if (c == TEST_TP_OLMOE) cfg.family = MOE_MODEL_FAMILY_OLMOE;
     if (qwen3) /* head_dim its own; 16 with one kv head, so that B divides into the 8 pieces */
         cfg.family = MOE_MODEL_FAMILY_QWEN3_MOE, cfg.head_dim = c == TEST_TP_QWEN3_MQA ? 16 : 12;
-    cfg.attention = c == TEST_TP_MQA_MATERIALIZED ? MOE_ATTENTION_MATERIALIZED : MOE_ATTENTION_FUSED;
+    if (mla) /* every piece whole heads (8 of them at 8 pieces): the shared key's gradient summed piece by piece */
+        cfg.family = MOE_MODEL_FAMILY_DEEPSEEK_V3, cfg.head_dim = 12, cfg.qk_rope_dim = 4, cfg.v_head_dim = 6,
+        cfg.kv_lora_rank = 16, cfg.q_lora_rank = c == TEST_TP_MLA_Q_LORA ? 12 : 0;
+    cfg.attention = c == TEST_TP_MQA_MATERIALIZED || c == TEST_TP_MLA ? MOE_ATTENTION_MATERIALIZED
+                                                                       : MOE_ATTENTION_FUSED;
     cfg.tie_embeddings = c == TEST_TP_GQA_TIED;
     cfg.moe_every = c == TEST_TP_DENSE_FFN ? 2 : 1; /* layer 0 dense, layer 1 MoE */
+    cfg.first_dense = c == TEST_TP_MLA;             /* likewise, DeepSeek's way */
     cfg.seq_len = SEQ_LEN;
     cfg.moe = moe_config_default(cfg.d_model, cfg.d_ff, 4, 2);
     cfg.moe.capacity_factor = c == TEST_TP_CAPACITY ? 1.0f : 0.0f;
     cfg.moe.renormalize = c != TEST_TP_OLMOE;
     if (c == TEST_TP_QWEN3_MQA) cfg.moe.recompute = MOE_RECOMPUTE_FULL;
+    if (c == TEST_TP_MLA_Q_LORA) {
+        cfg.moe.recompute = MOE_RECOMPUTE_ATTENTION;
+        cfg.moe.score_func = MOE_SCORE_SIGMOID, cfg.moe.num_groups = 2, cfg.moe.topk_groups = 1;
+        cfg.moe.routed_scaling = 2.5f;
+    }
     cfg.moe.num_shards = SHARDS;
     cfg.tp_shards = pieces;
     return cfg;
@@ -185,7 +201,7 @@ static void compare(test_tp_case c, int tp, int ep, int pieces, const run_result
     const long grads = differences(got, got->grads, ref, ref->grads, &first_grad);
     const int loss_same = !memcmp(&got->loss, &ref->loss, sizeof got->loss);
     const int norm_same = !memcmp(&got->norm, &ref->norm, sizeof got->norm);
-    char what[160];
+    char what[320];
     snprintf(what, sizeof what, "%s, tp %d (%d pieces), ep %d", case_names[c], tp, pieces, ep);
     CHECK(params == 0, "%s: %ld rows of the initial weights differ from the reference's blocks (first: %s)", what,
           params, first_param);

@@ -16,13 +16,15 @@ typedef enum {
     TEST_TP_OLMOE,
     TEST_TP_QWEN3_GQA,
     TEST_TP_QWEN3_MQA,
+    TEST_TP_MLA_Q_LORA,
+    TEST_TP_MLA,
     TEST_TP_MQA_MATERIALIZED,
     TEST_TP_MQA_FUSED,
     TEST_TP_NUM_CASES
 } test_tp_case;
 
-/* The case's model with pieces (tp_shards): 2 layers, d 32, 4 heads (8 in TEST_TP_QWEN3_GQA), 4 experts of d_ff 32,
- * top-2. */
+/* The case's model with pieces (tp_shards): 2 layers, d 32, 4 heads (8 in TEST_TP_QWEN3_GQA and the MLA cases), 4
+ * experts of d_ff 32, top-2. */
 moe_model_config test_tp_model_config(test_tp_case c, int pieces);
 
 typedef struct {

@@ -141,13 +141,11 @@ static moe_status column_backward_input_piece(moe_tp_linear *l, const sum_args *
     return l->ops->linear_backward_input(l->dense, dy, a->W + (size_t)j * a->w * a->n, a->T, a->n, a->w, 0, leaf);
 }
 
-/* out[T, n] = the sum of all S pieces' products (overwritten), on every rank of the group */
-static moe_status sum_pieces(moe_tp_linear *l, piece_product_fn product, const sum_args *a, moe_real *out) {
-    const size_t count = (size_t)a->T * a->n;
+moe_status moe_tp_sum_pieces(moe_tp_linear *l, size_t count, moe_tp_piece_fn piece, void *ctx, moe_real *out) {
     if (l->tp > 1 && !l->group)
         return moe_fail(MOE_ERR_INVALID_ARG, "a sum over the pieces of a block held without its group");
     if (l->local_pieces == 1) { /* the subtree is its leaf: formed in place (0 + leaf would give the same bits) */
-        MOE_TRY(product(l, a, 0, out));
+        MOE_TRY(piece(ctx, 0, out));
         return l->tp > 1 ? moe_comm_allreduce_tree_real(l->group, out, count) : MOE_OK;
     }
     if (count > l->tree.max_count) {
@@ -157,12 +155,30 @@ static moe_status sum_pieces(moe_tp_linear *l, piece_product_fn product, const s
     MOE_TRY(moe_shard_tree_begin(&l->tree, count));
     for (int j = 0; j < l->local_pieces; j++) {
         moe_real *leaf;
-        MOE_TRY(moe_shard_tree_leaf_raw(&l->tree, &leaf)); /* the product overwrites it */
-        MOE_TRY(product(l, a, j, leaf));
+        MOE_TRY(moe_shard_tree_leaf_raw(&l->tree, &leaf)); /* the piece overwrites it */
+        MOE_TRY(piece(ctx, j, leaf));
         MOE_TRY(moe_shard_tree_push(&l->tree));
     }
     MOE_TRY(moe_shard_tree_copy_to(&l->tree, out));
     return l->tp > 1 ? moe_comm_allreduce_tree_real(l->group, out, count) : MOE_OK;
+}
+
+/* A product's piece j as moe_tp_sum_pieces asks for it. */
+typedef struct {
+    moe_tp_linear *l;
+    piece_product_fn product;
+    const sum_args *a;
+} product_piece;
+
+static moe_status form_product_piece(void *ctx, int j, moe_real *leaf) {
+    const product_piece *p = ctx;
+    return p->product(p->l, p->a, j, leaf);
+}
+
+/* out[T, n] = the sum of all S pieces' products (overwritten), on every rank of the group */
+static moe_status sum_pieces(moe_tp_linear *l, piece_product_fn product, const sum_args *a, moe_real *out) {
+    product_piece p = {l, product, a};
+    return moe_tp_sum_pieces(l, (size_t)a->T * a->n, form_product_piece, &p, out);
 }
 
 /* out = sum (beta 0) or out + sum (beta 1, one rounding) */

@@ -86,4 +86,11 @@ moe_status moe_tp_row_backward_input(moe_tp_linear *l, const moe_real *dy, const
 moe_status moe_tp_row_backward_weight(moe_tp_linear *l, const moe_real *dy, const moe_real *x_local, int num_tokens,
                                       int K, int out, moe_real *dW_local);
 
+/* The fixed tree of the two sums above for any per-piece values: out[count] = the sum over the split dimension's S
+ * pieces of what `piece` forms for each (j: the rank's local piece, 0 .. S / tp - 1, i.e. global piece
+ * tp_rank S / tp + j; it overwrites leaf[count]), on every rank of the group. Multi-head latent attention's shared
+ * RoPE key takes its gradient so, summed over the heads piece by piece (models/mla.c). */
+typedef moe_status (*moe_tp_piece_fn)(void *ctx, int j, moe_real *leaf);
+moe_status moe_tp_sum_pieces(moe_tp_linear *l, size_t count, moe_tp_piece_fn piece, void *ctx, moe_real *out);
+
 #endif

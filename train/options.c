@@ -41,7 +41,7 @@ static const opt_spec kOptions[] = {
      "moe_intermediate_size)", OPT_INT, OFF(model.dense_d_ff), 0, 1 << 20, {0}, NULL, RUN},
     {"--first-dense-layers", "the first this many layers are dense (DeepSeek's first_k_dense_replace)", OPT_INT,
      OFF(model.first_dense), 0, 256, {0}, NULL, RUN},
-    {"--kv-lora-rank", "multi-head latent attention (DeepSeek's MLA) with a kv latent of this rank (0: none; tp 1; "
+    {"--kv-lora-rank", "multi-head latent attention (DeepSeek's MLA) with a kv latent of this rank (0: none; "
      "--head-dim = the q/k heads' width, nope + rope)", OPT_INT, OFF(model.kv_lora_rank), 0, 1 << 16, {0}, NULL, RUN},
     {"--q-lora-rank", "with --kv-lora-rank: q through a bottleneck of this rank (0: q_proj)", OPT_INT,
      OFF(model.q_lora_rank), 0, 1 << 16, {0}, NULL, RUN},
