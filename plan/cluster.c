@@ -53,8 +53,6 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                    "reduce-scatters every layer's tokens, over NVLink)";
         if (ranks % tp) return "--tp must divide the GPUs of a pipeline stage (GPUs / --pp)";
         if (m->num_heads % tp) return "--tp must divide the attention heads (each GPU computes heads / tp of them)";
-        if (m->kv_lora_rank > 0)
-            return "--tp must be 1 for multi-head latent attention (DeepSeek's): moe-train runs it at tp 1 only";
         if (m->num_kv_heads % tp && tp % m->num_kv_heads)
             return "--tp and the kv heads: one must divide the other (the kv heads are split, or each GPU keeps the one "
                    "its query heads read)";
@@ -255,16 +253,29 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
      * k's moving (tp - 1)/tp of a GPU's [T, its columns] (A/tp of q, max(B/tp, head_dim) of k: with fewer kv heads
      * than tp a kv head's first holder sends its head_dim columns, the others nothing): the whole projection's
      * (OLMoE's) there and back in forward (again under recompute) and in backward (dy there, dx back); each head's
-     * (Qwen3's) x and dy there in backward (and each head's 1 / rms, head_dim times fewer: not counted). */
+     * (Qwen3's) x and dy there in backward (and each head's 1 / rms, head_dim times fewer: not counted). Multi-head
+     * latent attention (models/mla.c) moves its latents instead of ln1: forward gathers [rmsnorm(c) | k_pe] (KL + dr
+     * values a token) and q's latent (QL; without one ln1, d), reduce-scatters o_proj's output (d); backward gathers
+     * dy (d), sums the input gradients of kv_b (KL), of q_b (QL, or q_proj's d) and the shared key's (dr), and
+     * gathers the two latents again (KL, QL or d), the sums counted as the others are; recomputation repeats the two
+     * forward gathers. */
     if (tp > 1) {
-        const double L = (double)stage.layers, dense_ffn = (double)(stage.layers - stage.moe_layers);
-        double per_micro = 4 * (L + dense_ffn) + 2 * (stage.embedding + stage.head);
-        if (l->recompute >= MOE_RECOMPUTE_ATTENTION) per_micro += L;
-        if (l->recompute >= MOE_RECOMPUTE_MOE) per_micro += dense_ffn;
-        if (l->recompute == MOE_RECOMPUTE_FULL) per_micro += L;
-        const double nbytes = (double)(tp - 1) / (double)tp * T * (double)m->d_model * row;
-        o.tp_bytes = per_micro * micro * nbytes;
-        o.tp_s = per_micro * micro * ((double)(tp - 1) * c->intra_latency + nbytes / c->intra_bw);
+        const double L = (double)stage.layers, dense_ffn = (double)(stage.layers - stage.moe_layers), d = m->d_model;
+        double attention[2] = {4, 4 * d}, rebuilt[2] = {1, d}; /* per layer: collectives, values a token */
+        if (m->kv_lora_rank > 0) {
+            const double KL = (double)m->kv_lora_rank, dr = (double)m->qk_rope_dim,
+                         Q = m->q_lora_rank ? (double)m->q_lora_rank : d;
+            attention[0] = 9, attention[1] = (KL + dr + Q + d) + (d + KL + Q + dr) + (KL + Q);
+            rebuilt[0] = 2, rebuilt[1] = KL + dr + Q;
+        }
+        double per_micro = L * attention[0] + 4 * dense_ffn + 2 * (stage.embedding + stage.head),
+               width = L * attention[1] + (4 * dense_ffn + 2 * (stage.embedding + stage.head)) * d;
+        if (l->recompute >= MOE_RECOMPUTE_ATTENTION) per_micro += L * rebuilt[0], width += L * rebuilt[1];
+        if (l->recompute >= MOE_RECOMPUTE_MOE) per_micro += dense_ffn, width += dense_ffn * d;
+        if (l->recompute == MOE_RECOMPUTE_FULL) per_micro += L, width += L * d;
+        const double nbytes = (double)(tp - 1) / (double)tp * T * width * row; /* a micro-batch's */
+        o.tp_bytes = micro * nbytes;
+        o.tp_s = micro * (per_micro * (double)(tp - 1) * c->intra_latency + nbytes / c->intra_bw);
         const double hd = (double)m->head_dim, kv = (double)m->num_kv_heads * hd / (double)tp;
         const double qk_nbytes = (double)(tp - 1) / (double)tp * T * row *
                                  ((double)m->num_heads * hd / (double)tp + (kv > hd ? kv : hd)); /* q's and k's */

@@ -155,9 +155,15 @@ static int64_t kv_parts(const moe_plan_model *m, int64_t tp) {
 }
 
 /* The attention projections' values one GPU of a tensor group of tp holds: q and o by heads, k and v by kv_parts
- * (their biases with them). */
+ * (their biases with them); multi-head latent attention's q_b (or q_proj), kv_b and o by heads, its low-rank q_a and
+ * kv_a whole (models/mla.c). */
 static int64_t attention_share(const moe_plan_model *m, int64_t tp) {
     const int64_t d = m->d_model, A = m->num_heads * m->head_dim, B = m->num_kv_heads * m->head_dim;
+    if (m->kv_lora_rank > 0) {
+        const int64_t QL = m->q_lora_rank, KL = m->kv_lora_rank, H = m->num_heads, dv = m->v_head_dim;
+        return (QL ? d * QL + QL * A / tp : d * A / tp) + d * (KL + m->qk_rope_dim) +
+               KL * H * (m->head_dim - m->qk_rope_dim + dv) / tp + H * dv * d / tp;
+    }
     const int64_t bias = m->qkv_bias ? A / tp + 2 * B / kv_parts(m, tp) : 0;
     return 2 * d * A / tp + 2 * d * B / kv_parts(m, tp) + bias;
 }
@@ -250,7 +256,7 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     const double QT = QK && tp > 1, QH = m->qk_norm == MOE_QK_NORM_HEAD, HD = (double)m->head_dim;
     /* the model's own buffers: with q/k/v biases a column of ones; with a shared expert its backward's scratch */
     const double QB = m->qkv_bias, SH = m->d_ff_shared > 0 && m->num_experts > 1, SG = SH && m->shared_gate;
-    /* multi-head latent attention's (models/mla.c; tp 1) */
+    /* multi-head latent attention's (models/mla.c) */
     const double ML = m->kv_lora_rank > 0, QL = ML * (double)m->q_lora_rank, KL = ML * (double)m->kv_lora_rank,
                  HV = ML * H * (double)m->v_head_dim, DR = ML * (double)m->qk_rope_dim,
                  HNV = ML * H * (double)(m->head_dim - m->qk_rope_dim + m->v_head_dim),

@@ -744,6 +744,29 @@ static void check_tensor_parallel(void) {
               "Qwen3-30B-A3B at tp 8: collectives %g bytes, want %g", q8.tp_bytes, n8 * nbytes8 + 2 * 48 * qk8);
     }
 
+    /* DeepSeek-V3 at tp 2 (multi-head latent attention, models/mla.c): q_b, kv_b and o halved with the dense FFNs and
+     * the ends, q_a and kv_a whole; its attention block moves the latents (3 KL + 2 dr + 3 QL + 2 d values a token
+     * and layer, cluster.c) where plain attention moves 4 d */
+    moe_plan_model v3;
+    if (load_config("deepseek-v3.json", &v3)) {
+        const double d = 7168, H = 128, A = H * 192, L = 61, V = 129280, QL = 1536, KL = 512, dr = 64;
+        const double split = L * (QL * A + KL * H * (128 + 128) + H * 128 * d) + 3 * 3 * d * 18432 + 2 * V * d;
+        moe_plan_run r3 = {.layout = {.world = 16, .ep = 8, .tp = 2, .micro_batch = 1, .seq_len = 4096, .bf16 = 1,
+                                      .local_shards = -1},
+                           .global_batch = 8};
+        CHECK(moe_plan_run_problem(&v3, &c, &r3) == NULL, "DeepSeek-V3 at tp 2 refused: %s",
+              moe_plan_run_problem(&v3, &c, &r3));
+        const moe_plan_stage all = moe_plan_pipeline_stage(&v3, &r3.layout, 0);
+        const moe_plan_tp_share v3s = moe_plan_model_tp_share(&v3, &all, 2);
+        const double v3_dense = (double)moe_plan_model_params(&v3).dense;
+        CHECK(v3s.dense == v3_dense - split / 2, "DeepSeek-V3's share at tp 2: %.0f, want %.0f", v3s.dense,
+              v3_dense - split / 2);
+        const double width = L * (3 * KL + 2 * dr + 3 * QL + 2 * d) + 3 * 4 * d + 2 * 2 * d;
+        const moe_plan_prediction p3 = moe_plan_predict(&v3, &c, &r3);
+        CHECK(relative_error(p3.tp_bytes, 0.5 * 4096 * width * 2) < 1e-12, "DeepSeek-V3 at tp 2: collectives %g "
+              "bytes, want %g", p3.tp_bytes, 0.5 * 4096 * width * 2);
+    }
+
     /* refusals, each named */
     moe_plan_model odd = mix;
     odd.num_heads = 24, odd.num_kv_heads = 3, odd.head_dim = 4096 / 24, odd.vocab_size = 32001;
