@@ -82,6 +82,7 @@ static moe_status create_moe_layers(moe_model *m, int accum_steps) {
             lc.aux_loss_coef /= accum_steps;
             lc.z_loss_coef /= accum_steps;
             MOE_TRY(moe_layer_create(&lc, m->rt, m->par, &m->passes[i].moe[l]));
+            moe_layer_defer_finish(m->passes[i].moe[l], 1); /* finished with the forward: finish_moe_layers */
             if (i > owner) MOE_TRY(moe_layer_share_expert_bias(m->passes[i].moe[l], m->passes[owner].moe[l]));
         }
     }
@@ -255,6 +256,20 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 /* The first stage's input: the embedding of this rank's slice of the group's T tokens (host) into resid[0]. At tp > 1
  * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
  * adds them (one value and -0.0s: exact) and each keeps its slice. */
+/* What the selected pass's MoE layers (chunk layers [first, last)) left to the host at the ends of their forwards
+ * (moe_layer_finish_forward: the router losses, the layout's counts): one wait for all of them (none after the head's
+ * loss, which waited), then each layer's check and sum over the stage. */
+static moe_status finish_moe_layers(moe_model *m, int first, int last, int waited) {
+    model_pass *P = m->P;
+    int any = 0;
+    for (int l = first; l < last; l++) any |= P->moe[l] != NULL;
+    if (!any) return MOE_OK;
+    if (!waited) MOE_TRY(moe_runtime_synchronize(m->rt));
+    for (int l = first; l < last; l++)
+        if (P->moe[l]) MOE_TRY(moe_layer_finish_forward(P->moe[l], &P->stats[l]));
+    return MOE_OK;
+}
+
 /* The selected pass's forward through this stage: the embedding of the tokens (first stage) or the previous stage's
  * output x, the stage's layers, then on the last stage the final norm, the logits (into logits_out when asked) and,
  * with targets, the loss. Keeps what backward needs unless it is the last stage without targets. At tp > 1 the inputs
@@ -293,8 +308,12 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
     }
     m->last_forward[P->chunk] = P;
-    if (!heads) return P->has_forward = 1, MOE_OK;
+    if (!heads) {
+        MOE_TRY(finish_moe_layers(m, first, last, 0));
+        return P->has_forward = 1, MOE_OK;
+    }
     MOE_TRY(moe__model_head_forward(m, targets, T, loss_sum, logits_out));
+    MOE_TRY(finish_moe_layers(m, first, last, targets != NULL)); /* the loss is a host value: it waited */
     P->has_forward = targets != NULL; /* a forward without targets (logits only) has nothing to go back through */
     return MOE_OK;
 }

@@ -54,6 +54,8 @@ typedef struct {
     int *layout_counts;     /* [E]   the device layout's rows per expert, checked against the rule's */
     int *witness;           /* [E * MOE_COUNT_WITNESS_INTS] sent with the counts (router/capacity.h) */
     int *rows_per_shard;    /* [E * local_shards] the kept rows for expert e from local shard j, at [e * L + j] */
+    double *losses;         /* [local_shards * 2] the router losses' shares of each local shard (queued: they land
+                             * by the runtime's next synchronisation) */
 } host_routing;
 
 struct moe_layer {
@@ -78,6 +80,8 @@ struct moe_layer {
     long completed_steps;      /* forward+backward pairs done, for failure messages */
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_layer_set_checks) */
     double aux_loss, z_loss;
+    int defer_finish;          /* moe_layer_defer_finish: the caller finishes each forward (moe_layer_finish_forward) */
+    int pending;               /* a forward's router losses and layout counts queued, not yet finished */
     moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host): own_bias, or another layer's */
     moe_real *own_bias;
     moe_token_routing tok;
@@ -101,7 +105,7 @@ static void free_all(moe_layer *L, void *bufs, size_t num_ptrs) {
 
 static void free_host(moe_layer *L) {
     void *ptrs[] = {L->host.expert, L->host.expert_score, L->host.kept, L->host.layout_counts, L->host.witness,
-                    L->host.rows_per_shard};
+                    L->host.rows_per_shard, L->host.losses};
     for (size_t i = 0; i < NUM_PTRS(ptrs); i++) moe_runtime_host_free(L->rt, ptrs[i]);
     memset(&L->host, 0, sizeof L->host);
 }
@@ -114,6 +118,7 @@ static moe_status alloc_host(moe_layer *L, size_t A) {
     MOE_TRY(moe_runtime_host_alloc(L->rt, A, (void **)&h->kept));
     MOE_TRY(moe_runtime_host_alloc(L->rt, E * sizeof(int), (void **)&h->layout_counts));
     MOE_TRY(moe_runtime_host_alloc(L->rt, E * L->local_shards * sizeof(int), (void **)&h->rows_per_shard));
+    MOE_TRY(moe_runtime_host_alloc(L->rt, 2 * L->local_shards * sizeof(double), (void **)&h->losses));
     return moe_runtime_host_alloc(L->rt, E * MOE_COUNT_WITNESS_INTS * sizeof(int), (void **)&h->witness);
 }
 
@@ -330,8 +335,8 @@ static moe_status plan_exchange(moe_layer *L) {
     return exchange_failed(L, "the counts exchange", st, 1);
 }
 
-/* The device layout must hold exactly the rows the rule kept (its counts arrive with the forward's last host
- * sync on a GPU, so the check comes at the end of the forward). */
+/* The device layout must hold exactly the rows the rule kept (its counts arrive by the runtime's next
+ * synchronisation on a GPU, so the check comes when the forward is finished: moe_layer_finish_forward). */
 static moe_status check_layout_counts(const moe_layer *L) {
     for (int e = 0; e < L->cfg.num_experts; e++)
         if (L->host.layout_counts[e] != L->counts.num_tokens_per_expert[e])
@@ -353,32 +358,46 @@ static moe_token_routing tokens_from(const moe_layer *L, int first) {
     return v;
 }
 
-/* This rank's share of the aux and z losses, summed over the stage (the forward's second host sync): with
- * shards, one share per local shard, added in the shard tree, then the tree all-reduce. */
-static moe_status router_losses(moe_layer *L) {
+/* This rank's shares of the aux and z losses queued into host.losses, one per local shard (one in all without
+ * shards); they land by the runtime's next synchronisation (moe_layer_finish_forward sums them). */
+static moe_status queue_router_losses(moe_layer *L) {
+    const int T = L->counts.num_tokens, LS = L->cfg.num_shards ? L->local_shards : 1;
+    for (int j = 0; j < LS; j++) {
+        const moe_token_routing shard = tokens_from(L, shard_begin(L, j, T));
+        const int rows = LS == 1 ? T : shard_begin(L, j + 1, T) - shard_begin(L, j, T);
+        MOE_TRY(L->steps->router_losses(L->state, LS == 1 ? &L->tok : &shard, rows, L->counts.num_selected_per_expert,
+                                        L->counts.num_tokens_global, L->host.losses + 2 * j));
+    }
+    L->pending = 1;
+    return MOE_OK;
+}
+
+void moe_layer_defer_finish(moe_layer *L, int defer) { L->defer_finish = defer; }
+
+moe_status moe_layer_finish_forward(moe_layer *L, moe_layer_stats *stats) {
+    if (!L->pending) return MOE_OK;
+    L->pending = 0;
+    MOE_TRY(check_layout_counts(L));
     double loss[2];
-    const int T = L->counts.num_tokens, LS = L->local_shards;
     moe_status st = MOE_OK;
     if (!L->cfg.num_shards) {
-        MOE_TRY(L->steps->router_losses(L->state, &L->tok, T, L->counts.num_selected_per_expert,
-                                        L->counts.num_tokens_global, loss));
+        memcpy(loss, L->host.losses, sizeof loss);
         st = moe_comm_allreduce_sum_f64(moe_parallel_stage(L->par), loss, 2);
-    } else {
+    } else { /* the shards' shares in the shard tree, then the tree all-reduce */
         moe_tree_acc acc;
-        MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, LS, 2));
-        for (int j = 0; j < LS && st == MOE_OK; j++) {
-            const moe_token_routing shard = tokens_from(L, shard_begin(L, j, T));
-            st = L->steps->router_losses(L->state, &shard, shard_begin(L, j + 1, T) - shard_begin(L, j, T),
-                                         L->counts.num_selected_per_expert,
-                                         L->counts.num_tokens_global, loss);
-            if (st == MOE_OK) st = moe_tree_acc_push(&acc, loss);
-        }
+        MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, L->local_shards, 2));
+        for (int j = 0; j < L->local_shards && st == MOE_OK; j++) st = moe_tree_acc_push(&acc, L->host.losses + 2 * j);
         if (st == MOE_OK) memcpy(loss, moe_tree_acc_sum(&acc), sizeof loss);
         moe_tree_acc_free(&acc);
         MOE_TRY(st);
         st = moe_comm_allreduce_tree_f64(moe_parallel_stage(L->par), loss, 2);
     }
     L->aux_loss = loss[0], L->z_loss = loss[1];
+    if (stats) {
+        stats->aux_loss = L->aux_loss;
+        stats->z_loss = L->z_loss;
+        stats->weighted_loss = L->cfg.aux_loss_coef * L->aux_loss + L->cfg.z_loss_coef * L->z_loss;
+    }
     return exchange_failed(L, "the router-loss all-reduce", st, 1);
 }
 
@@ -476,14 +495,10 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
     MOE_TRY(steps->combine(s, L->buf.y, L->tok.slot, L->tok.gate, T, out));
     MOE_TRY(watch(L, out, (size_t)T * d, 0, "the combined output"));
 
-    MOE_TRY(router_losses(L));
-    MOE_TRY(check_layout_counts(L));
+    MOE_TRY(queue_router_losses(L));
     L->has_forward = 1;
     L->rebuilt = keeps_rows(L);
     if (stats) {
-        stats->aux_loss = L->aux_loss;
-        stats->z_loss = L->z_loss;
-        stats->weighted_loss = c->aux_loss_coef * L->aux_loss + c->z_loss_coef * L->z_loss;
         stats->num_assignments = T * c->top_k;
         stats->num_dropped = L->counts.total_dropped;
         stats->capacity = L->counts.capacity;
@@ -492,7 +507,9 @@ moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe
         stats->num_tokens_global = L->counts.num_tokens_global;
         stats->num_rows_received = L->plan.num_recv;
     }
-    return MOE_OK;
+    if (L->defer_finish) return MOE_OK;
+    MOE_TRY(moe_runtime_synchronize(L->rt)); /* the router losses' and the layout counts' one wait */
+    return moe_layer_finish_forward(L, stats);
 }
 
 /* drouter_w += dlogits^T x: one product over the rank's tokens, or with shards one per local shard, added in the

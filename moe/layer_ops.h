@@ -8,8 +8,8 @@
  * dxp and the exchanges' payloads) are `row_elem` bytes per value: moe_real on the CPU, bf16 on CUDA
  * (DESIGN.md, Precision). The caller's tensors (x, out, dout, dx, weights, gradients) are device memory too.
  *
- * Host syncs (CUDA): choices_to_host and router_losses wait for the device (the forward's two); router_backward
- * and router_weight_grad end with one; everything else is queued. */
+ * Host syncs (CUDA): choices_to_host waits for the device (the forward's one); everything else is queued
+ * (router_losses' values land by the next one). */
 #ifndef MOE_MOE_LAYER_OPS_H
 #define MOE_MOE_LAYER_OPS_H
 
@@ -65,8 +65,9 @@ typedef struct moe_layer_ops {
      * when rows is set), or -1. Waits for the device; only used while checking (moe_layer_set_checks). */
     moe_status (*find_nonfinite)(moe_layer_state *s, const void *data, size_t count, int rows, long long *first);
 
-    /* This rank's shares {load balance, z} of the router losses (router/aux_loss.h); num_selected: host [E]
-     * global counts (kept by the table for router_backward). */
+    /* This rank's shares {load balance, z} of the router losses (router/aux_loss.h) into loss[2], host memory of the
+     * runtime's (moe_runtime_host_alloc), by the runtime's next synchronisation (the CPU at once; CUDA queues the
+     * kernels and the copy); num_selected: host [E] global counts (kept by the table for router_backward). */
     moe_status (*router_losses)(moe_layer_state *s, const moe_token_routing *tok, int num_tokens,
                                 const int *num_selected, int num_tokens_global, double loss[2]);
     /* From dL/dgate: dL/dscores (gates, balance loss), dL/dlogits (scores, z-loss), kept for router_weight_grad;

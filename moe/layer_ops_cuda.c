@@ -3,10 +3,10 @@
  * expert GEMMs in bf16 with fp32 accumulation; fp32 master weights and gradients.
  *
  * Host syncs: choices_to_host (the top-k choices, and their scores when capacity drops by score, go to the
- * host for the capacity rule, with the non-finite flag of the logits), router_losses (the two loss shares),
- * and the end of router_backward. Every other copy to or from the host uses pinned memory and stays queued:
- * the kept flags, the selection bias, the global counts, the layout's counts (checked by the layer after
- * the losses' sync). Growing a buffer (the first calls) frees the old one, which waits for the device.
+ * host for the capacity rule, with the non-finite flag of the logits). Every other copy to or from the host uses
+ * pinned memory and stays queued: the kept flags, the selection bias, the global counts, the router losses' shares
+ * and the layout's counts (both read by the layer once its caller synchronises: moe_layer_finish_forward). Growing a
+ * buffer (the first calls) frees the old one, which waits for the device.
  *
  * Expert GEMMs: with cfg.layout_invariant (the default) MOE_EXPERT_GEMM_ROW_BLOCKS, per expert in fixed row blocks,
  * and the router's row-wise products in the same blocks (kernels/linear.h), so that a token's values do not depend
@@ -249,8 +249,8 @@ static moe_status cuda_router_losses(moe_layer_state *s, const moe_token_routing
     const size_t nbytes = (size_t)c->num_experts * sizeof(int);
     memcpy(s->num_selected_host, num_selected, nbytes);
     MOE_TRY(moe_runtime_upload_async(s->rt, s->num_selected, s->num_selected_host, nbytes));
-    return moe_router_losses_cuda(s->gpu, c->score_func, r->scores, r->logits, s->num_selected, T, num_tokens_global,
-                                  c->num_experts, c->top_k, loss);
+    return moe_router_losses_queue_cuda(s->gpu, c->score_func, r->scores, r->logits, s->num_selected, T,
+                                        num_tokens_global, c->num_experts, c->top_k, loss);
 }
 
 static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weights *w, const moe_token_routing *r,
@@ -272,17 +272,16 @@ static moe_status cuda_router_backward(moe_layer_state *s, const moe_layer_weigh
                                                        c->aux_loss_coef, s->dscores));
     MOE_TRY(moe_router_scores_backward_cuda(s->gpu, c->score_func, r->scores, s->dscores, T, E, s->dlogits));
     MOE_TRY(moe_router_z_loss_backward_cuda(s->gpu, r->logits, T, Tg, E, c->z_loss_coef, s->dlogits));
-    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, &s->router_rows, x, w->router_w, s->dlogits, T, c->d_model, E,
-                                            NULL, dx));
-    /* the caller reads dx on other streams, or from the host: finish here */
-    return moe_runtime_synchronize(s->rt);
+    /* queued, as every later reader of dx is: the transports order their streams after this one (comm_gpu.h), a
+     * download waits for it */
+    return moe_router_logits_backward_cuda(s->gpu, &s->router_rows, x, w->router_w, s->dlogits, T, c->d_model, E,
+                                           NULL, dx);
 }
 
 static moe_status cuda_router_weight_grad(moe_layer_state *s, const moe_real *x, int first, int T, moe_real *dW) {
     const int d = s->cfg.d_model, E = s->cfg.num_experts;
-    MOE_TRY(moe_router_logits_backward_cuda(s->gpu, &s->router_rows, x + (size_t)first * d, NULL,
-                                            s->dlogits + (size_t)first * E, T, d, E, dW, NULL));
-    return moe_runtime_synchronize(s->rt); /* the gradients are read on other streams */
+    return moe_router_logits_backward_cuda(s->gpu, &s->router_rows, x + (size_t)first * d, NULL,
+                                           s->dlogits + (size_t)first * E, T, d, E, dW, NULL); /* queued, as above */
 }
 
 static moe_status cuda_add(moe_layer_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {

@@ -123,16 +123,29 @@ void moe_layer_destroy(moe_layer *layer);
  * expert activations). stats may be NULL. Collective: every rank of the layout calls it. A transport error
  * (MOE_ERR_COMM, MOE_ERR_COUNT_MISMATCH, MOE_ERR_TIMEOUT) leaves the job unusable: print the failure message
  * and abort it (MPI_Abort).
- * Host syncs on CUDA: two (the routing choices to the host for the capacity rule; the router losses), plus
- * whatever the layout's transport waits for (comm_gpu.h), plus buffer growth on the first calls. Control
+ * Host syncs on CUDA: two (the routing choices to the host for the capacity rule; the router losses and the
+ * layout's counts, or one with them deferred: moe_layer_defer_finish), plus whatever the layout's transport waits for (comm_gpu.h), plus buffer
+ * growth on the first calls. Control
  * traffic per rank: O(E + T*k) ints (router/capacity.h), never the whole global routing. */
 moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *x,
                              int num_tokens, moe_real *out, moe_layer_stats *stats);
 
+/* A forward without a wait of its own for what it hands to the host last (the router losses' shares and the device
+ * layout's counts): after moe_layer_defer_finish(layer, 1) a forward queues them (stats' aux_loss, z_loss and
+ * weighted_loss are not set) and the caller finishes it after the runtime's next synchronisation
+ * (moe_runtime_synchronize, or a wait it makes anyway), before the layer's next forward: moe_layer_finish_forward
+ * checks the layout's counts against the capacity rule's, sums this rank's loss shares and all-reduces them over the
+ * stage (collective: every rank of the stage calls it, in the same order as its other collectives), into the layer
+ * and stats (may be NULL). Without a forward pending it does nothing. A model waits once for all of a forward's
+ * layers (models/model.c). */
+void moe_layer_defer_finish(moe_layer *layer, int defer);
+moe_status moe_layer_finish_forward(moe_layer *layer, moe_layer_stats *stats);
+
 /* Given dL/dout of the last forward, writes dL/dx and ACCUMULATES (+=) into the weight gradients this
  * rank's tokens and experts contribute. The gradient includes the weighted aux and z losses reported by
- * the forward. dx may be NULL. Collective. Host syncs on CUDA: one, at the end (dx and the gradients are
- * complete on return), plus the transport's. */
+ * the forward. dx may be NULL. Collective. Host syncs on CUDA: none of its own (dx and the gradients are queued on
+ * the runtime's stream, which the transports order themselves after and a download waits for), plus the
+ * transport's. */
 moe_status moe_layer_backward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *dout,
                               moe_real *dx, moe_layer_weights *grads);
 

@@ -67,8 +67,10 @@ __global__ void losses_partial(moe_score_func func, const float *scores, const f
     }
 }
 
-/* One block: total[0..1] = the sums of partial[2b], partial[2b+1] over b. */
-__global__ void losses_final(const double *partial, int num_partials, double *total) {
+/* One block: the sums of partial[2b], partial[2b+1] over b, then the shares (the CPU's order of operations: E * sum_e
+ * (n_e / (T k)) * (sum_t q_te / T), and the z-loss's mean) into total[0..1]. */
+__global__ void losses_final(const double *partial, int num_partials, int num_tokens_global, int num_experts,
+                             int top_k, double *total) {
     __shared__ double balance[kThreads], z[kThreads];
     double b = 0.0, zz = 0.0;
     for (int i = threadIdx.x; i < num_partials; i += kThreads) b += partial[2 * i], zz += partial[2 * i + 1];
@@ -81,7 +83,10 @@ __global__ void losses_final(const double *partial, int num_partials, double *to
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) total[0] = balance[0], total[1] = z[0];
+    if (threadIdx.x == 0) {
+        total[0] = balance[0] * num_experts / ((double)num_tokens_global * top_k * num_tokens_global);
+        total[1] = z[0] / num_tokens_global;
+    }
 }
 
 /* ds += scale * n_e (softmax);  ds_e += (scale n_e - sum_i scale n_i s_i / S) / S (sigmoid, S = sum_i s_i) */
@@ -120,13 +125,13 @@ int backward_blocks(int num_tokens) { return (num_tokens + kBackwardWarpsPerBloc
 
 } // namespace
 
-extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
-                                             const float *logits, const int *num_selected, int num_tokens,
-                                             int num_tokens_global, int num_experts, int top_k, double loss[2]) {
+extern "C" moe_status moe_router_losses_queue_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+                                                   const float *logits, const int *num_selected, int num_tokens,
+                                                   int num_tokens_global, int num_experts, int top_k, double *loss) {
     if (bad_shape(num_tokens, num_tokens_global, num_experts) || top_k < 1) return MOE_ERR_INVALID_ARG;
-    loss[0] = loss[1] = 0.0;
-    if (num_tokens == 0) return MOE_OK;
-    /* scratch: partial [2 * blocks] doubles, then total [2] doubles */
+    if (num_tokens == 0) return loss[0] = loss[1] = 0.0, MOE_OK;
+    /* scratch: partial [2 * blocks] doubles, then total [2] doubles (a later call's kernels, queued after this
+     * call's copy, overwrite them only once it is done) */
     int blocks = (num_tokens + kTokensPerBlock - 1) / kTokensPerBlock;
     void *scratch = NULL;
     MOE_TRY(moe_gpu_scratch(gpu, (size_t)(2 * blocks + 2) * sizeof(double), &scratch));
@@ -134,15 +139,18 @@ extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, 
     losses_partial<<<blocks, kThreads, 0, gpu->stream>>>(func, scores, logits, num_selected, num_tokens, num_experts,
                                                          partial);
     MOE_CUDA_LAUNCHED();
-    losses_final<<<1, kThreads, 0, gpu->stream>>>(partial, blocks, total);
+    losses_final<<<1, kThreads, 0, gpu->stream>>>(partial, blocks, num_tokens_global, num_experts, top_k, total);
     MOE_CUDA_LAUNCHED();
-    double sums[2];
-    MOE_CUDA_TRY(cudaMemcpyAsync(sums, total, sizeof sums, cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_TRY(moe_gpu_wait(gpu, "router: aux and z losses"));
-    /* E * sum_e (n_e / (T k)) * (sum_t q_te / T), in the CPU's order of operations */
-    loss[0] = sums[0] * num_experts / ((double)num_tokens_global * top_k * num_tokens_global);
-    loss[1] = sums[1] / num_tokens_global;
+    MOE_CUDA_TRY(cudaMemcpyAsync(loss, total, 2 * sizeof(double), cudaMemcpyDeviceToHost, gpu->stream));
     return MOE_OK;
+}
+
+extern "C" moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,
+                                             const float *logits, const int *num_selected, int num_tokens,
+                                             int num_tokens_global, int num_experts, int top_k, double loss[2]) {
+    MOE_TRY(moe_router_losses_queue_cuda(gpu, func, scores, logits, num_selected, num_tokens, num_tokens_global,
+                                         num_experts, top_k, loss));
+    return num_tokens > 0 ? moe_gpu_wait(gpu, "router: aux and z losses") : MOE_OK;
 }
 
 extern "C" moe_status moe_router_load_balance_loss_backward_cuda(moe_gpu *gpu, moe_score_func func, const float *scores,

@@ -30,8 +30,12 @@ void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int 
                                     moe_real coef, moe_real *dlogits);
 
 /* CUDA (float, device pointers; num_selected is a device [E] array; host syncs: moe_router_losses_cuda waits
- * for the device, the backward ops are queued). The forward returns both shares
- * in double on the host, {load balance, z}, from fixed-order reductions (no atomics): synchronous. */
+ * for the device, the rest are queued). The forward gives both shares in double on the host, {load balance, z},
+ * from fixed-order reductions (no atomics): the queued form into loss[2] of pinned host memory by the stream's
+ * next synchronisation (the layer's deferred losses, moe/moe.h), the other at once. */
+moe_status moe_router_losses_queue_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
+                                        const int *num_selected, int num_tokens, int num_tokens_global,
+                                        int num_experts, int top_k, double *loss);
 moe_status moe_router_losses_cuda(moe_gpu *gpu, moe_score_func func, const float *scores, const float *logits,
                                   const int *num_selected, int num_tokens, int num_tokens_global, int num_experts,
                                   int top_k, double loss[2]);
