@@ -73,12 +73,12 @@ __global__ void cross_entropy_backward_kernel(float *logits, const int *targets,
 
 } // namespace
 
-extern "C" moe_status moe_cross_entropy_forward_cuda(moe_gpu *gpu, const float *logits, const int *targets,
-                                                     int num_tokens, int vocab, double *loss_sum) {
+extern "C" moe_status moe_cross_entropy_forward_queue_cuda(moe_gpu *gpu, const float *logits, const int *targets,
+                                                           int num_tokens, int vocab, double *loss_sum) {
     if (num_tokens < 0 || vocab < 1 || !logits || !targets || !loss_sum) return MOE_ERR_INVALID_ARG;
-    *loss_sum = 0;
-    if (num_tokens == 0) return MOE_OK;
-    void *scratch = NULL; /* [num_tokens] token losses, then their sum */
+    if (num_tokens == 0) return *loss_sum = 0, MOE_OK;
+    void *scratch = NULL; /* [num_tokens] token losses, then their sum (a later call's kernels, queued after this
+                           * call's copy, overwrite them only once it is done) */
     moe_status st = moe_gpu_scratch(gpu, ((size_t)num_tokens + 1) * sizeof(double), &scratch);
     if (st != MOE_OK) return st;
     double *losses = (double *)scratch, *total = losses + num_tokens;
@@ -86,10 +86,16 @@ extern "C" moe_status moe_cross_entropy_forward_cuda(moe_gpu *gpu, const float *
     MOE_CUDA_LAUNCHED();
     sum_losses<<<1, kReduceThreads, 0, gpu->stream>>>(losses, num_tokens, total);
     MOE_CUDA_LAUNCHED();
-    double host_total = 0;
-    MOE_CUDA_TRY(cudaMemcpyAsync(&host_total, total, sizeof host_total, cudaMemcpyDeviceToHost, gpu->stream));
-    MOE_TRY(moe_gpu_wait(gpu, "cross-entropy loss"));
-    *loss_sum = host_total;
+    MOE_CUDA_TRY(cudaMemcpyAsync(loss_sum, total, sizeof *loss_sum, cudaMemcpyDeviceToHost, gpu->stream));
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_cross_entropy_forward_cuda(moe_gpu *gpu, const float *logits, const int *targets,
+                                                     int num_tokens, int vocab, double *loss_sum) {
+    double total = 0; /* pageable: the copy would end before the call returns; the wait is what is counted */
+    MOE_TRY(moe_cross_entropy_forward_queue_cuda(gpu, logits, targets, num_tokens, vocab, &total));
+    if (num_tokens > 0) MOE_TRY(moe_gpu_wait(gpu, "cross-entropy loss"));
+    *loss_sum = total;
     return MOE_OK;
 }
 

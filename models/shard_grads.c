@@ -11,13 +11,17 @@ static moe_status dense_add(void *ctx, const moe_real *a, const moe_real *b, siz
 
 moe_status moe_shard_grads_init(moe_shard_grads *g, moe_runtime *rt, const moe_dense_ops *dense,
                                 moe_dense_state *state, int local_shards, size_t max_count) {
-    *g = (moe_shard_grads){.dense = dense, .state = state, .local_shards = local_shards};
+    *g = (moe_shard_grads){.rt = rt, .dense = dense, .state = state, .local_shards = local_shards};
+    const size_t parts = local_shards ? (size_t)local_shards : 1;
+    MOE_TRY(moe_runtime_host_alloc(rt, parts * sizeof(double), (void **)&g->loss_parts));
     if (!local_shards) return MOE_OK;
     return moe_shard_tree_init(&g->tree, rt, dense_add, g, local_shards, max_count);
 }
 
 void moe_shard_grads_free(moe_shard_grads *g) {
     if (g->local_shards) moe_shard_tree_free(&g->tree);
+    if (g->rt) moe_runtime_host_free(g->rt, g->loss_parts);
+    g->loss_parts = NULL;
 }
 
 size_t moe_shard_grads_max_count(const moe_model_config *cfg) {
@@ -48,23 +52,30 @@ moe_status moe_shard_grads_sum(const moe_shard_grads *g, int first, int T,
     return st;
 }
 
+/* The loss's shares, queued into g->loss_parts in shard order, handed to moe_shard_grads_sum in the same order. */
 typedef struct {
     const moe_shard_grads *g;
-    const moe_real *logits;
-    const int *targets;
-    int vocab;
-} loss_rows;
+    int next;
+} loss_parts;
 
-static moe_status loss_of_rows(void *ctx, int from, int count, double *s) {
-    const loss_rows *r = ctx;
-    return r->g->dense->cross_entropy_forward(r->g->state, r->logits + (size_t)from * r->vocab, r->targets + from,
-                                              count, r->vocab, s);
+static moe_status queued_loss_part(void *ctx, int from, int count, double *s) {
+    loss_parts *p = ctx;
+    (void)from, (void)count;
+    *s = p->g->loss_parts[p->next++];
+    return MOE_OK;
 }
 
 moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
                                 double *loss_sum) {
-    loss_rows r = {g, logits, targets, vocab};
-    return moe_shard_grads_sum(g, 0, T, loss_of_rows, &r, loss_sum);
+    const int L = g->local_shards ? g->local_shards : 1;
+    for (int j = 0; j < L; j++) { /* the shards of moe_shard_grads_sum (one: all rows) */
+        const int from = (int)((long long)j * T / L), end = (int)((long long)(j + 1) * T / L);
+        MOE_TRY(g->dense->cross_entropy_forward(g->state, logits + (size_t)from * vocab, targets + from, end - from,
+                                                vocab, g->loss_parts + j));
+    }
+    MOE_TRY(moe_runtime_synchronize(g->rt)); /* the shares land */
+    loss_parts p = {g, 0};
+    return moe_shard_grads_sum(g, 0, T, queued_loss_part, &p, loss_sum);
 }
 
 /* One op over rows [first, first + n) of the backward, its weight gradient into dW. */

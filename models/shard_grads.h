@@ -16,8 +16,10 @@
 #include "tp/linear.h"
 
 typedef struct {
+    moe_runtime *rt;
     const moe_dense_ops *dense;
     moe_dense_state *state;
+    double *loss_parts; /* [max(1, local_shards)] the loss's shares, queued (the runtime's host memory) */
     int local_shards; /* 0: off */
     int num_tokens;   /* T of the backward under way */
     moe_shard_tree tree;
@@ -39,7 +41,8 @@ size_t moe_shard_grads_max_count(const moe_model_config *cfg);
 moe_status moe_shard_grads_sum(const moe_shard_grads *g, int first, int T,
                                moe_status (*sum)(void *ctx, int from, int count, double *s), void *ctx, double *out);
 
-/* The cross-entropy loss sum of T rows of logits [T, vocab]: moe_shard_grads_sum of the dense table's. */
+/* The cross-entropy loss sum of T rows of logits [T, vocab]: moe_shard_grads_sum of the dense table's, each shard's
+ * queued, then one synchronisation of the runtime for all of them. */
 moe_status moe_shard_grads_loss(moe_shard_grads *g, const moe_real *logits, const int *targets, int T, int vocab,
                                 double *loss_sum);
 

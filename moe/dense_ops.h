@@ -5,8 +5,8 @@
  *
  * Determinism: the entries reduce in a fixed order (no float atomics), and `linear` cuts its rows as the
  * layer does (kernels/gemm_rows.h), so a token's activations do not depend on which tokens share its call.
- * Host syncs: cross_entropy_forward, sum_squares and find_nonfinite return host values (they wait); the rest
- * is queued. */
+ * Host syncs: sum_squares and find_nonfinite return host values (they wait); the rest is queued, the loss of
+ * cross_entropy_forward too (a host value by the runtime's next synchronisation). */
 #ifndef MOE_MOE_DENSE_OPS_H
 #define MOE_MOE_DENSE_OPS_H
 
@@ -95,8 +95,9 @@ typedef struct moe_dense_ops {
                                     moe_real *out);
     moe_status (*gate_rows_backward)(moe_dense_state *s, const moe_real *g, const moe_real *y, const moe_real *dout,
                                      int num_tokens, int d, moe_real *dy, moe_real *dg);
-    /* *loss_sum = sum_t of the token losses (kernels/cross_entropy.h; host double); backward overwrites the
-     * logits with scale * dL/dlogits */
+    /* *loss_sum = sum_t of the token losses (kernels/cross_entropy.h; a host double, written by the runtime's next
+     * synchronisation: in the runtime's host memory (moe_runtime_host_alloc) the call does not wait, in other host
+     * memory it may); backward overwrites the logits with scale * dL/dlogits */
     moe_status (*cross_entropy_forward)(moe_dense_state *s, const moe_real *logits, const int *targets,
                                         int num_tokens, int vocab, double *loss_sum);
     moe_status (*cross_entropy_backward)(moe_dense_state *s, moe_real *logits, const int *targets, int num_tokens,

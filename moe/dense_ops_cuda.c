@@ -6,8 +6,9 @@
  * of kernels/gemm_rows.h when layout_invariant; with MOE_LINEAR_GEMM=lt one pinned cuBLASLt call per product, bf16
  * under bf16 precision). Reductions in a fixed order, no float atomics.
  *
- * Host syncs: cross_entropy_forward, sum_squares and find_nonfinite (they return host values); growing a scratch
- * buffer (the first calls at a new size) frees the old one, which waits for the device. The rest is queued.
+ * Host syncs: sum_squares and find_nonfinite (they return host values); growing a scratch buffer (the first calls
+ * at a new size) frees the old one, which waits for the device. The rest is queued (cross_entropy_forward's loss
+ * lands in host memory by the next synchronisation).
  * Scratch: the table's own buffers below; the kernels of embedding, RMSNorm, RoPE, attention, cross-entropy and the
  * sums use the context's (core/gpu_cuda.h), which none of the buffers here is. In libmoe_cuda only. */
 #include <stdlib.h>
@@ -251,7 +252,7 @@ static moe_status cuda_gate_rows_backward(moe_dense_state *s, const moe_real *g,
 
 static moe_status cuda_cross_entropy_forward(moe_dense_state *s, const moe_real *logits, const int *targets, int T,
                                              int V, double *loss_sum) {
-    return moe_cross_entropy_forward_cuda(s->gpu, logits, targets, T, V, loss_sum);
+    return moe_cross_entropy_forward_queue_cuda(s->gpu, logits, targets, T, V, loss_sum);
 }
 
 static moe_status cuda_cross_entropy_backward(moe_dense_state *s, moe_real *logits, const int *targets, int T, int V,

@@ -361,12 +361,13 @@ static moe_token_routing tokens_from(const moe_layer *L, int first) {
 /* This rank's shares of the aux and z losses queued into host.losses, one per local shard (one in all without
  * shards); they land by the runtime's next synchronisation (moe_layer_finish_forward sums them). */
 static moe_status queue_router_losses(moe_layer *L) {
-    const int T = L->counts.num_tokens, LS = L->cfg.num_shards ? L->local_shards : 1;
-    for (int j = 0; j < LS; j++) {
-        const moe_token_routing shard = tokens_from(L, shard_begin(L, j, T));
-        const int rows = LS == 1 ? T : shard_begin(L, j + 1, T) - shard_begin(L, j, T);
-        MOE_TRY(L->steps->router_losses(L->state, LS == 1 ? &L->tok : &shard, rows, L->counts.num_selected_per_expert,
-                                        L->counts.num_tokens_global, L->host.losses + 2 * j));
+    const int T = L->counts.num_tokens;
+    for (int j = 0; j < L->local_shards; j++) {
+        const int first = shard_begin(L, j, T);
+        const moe_token_routing shard = tokens_from(L, first);
+        MOE_TRY(L->steps->router_losses(L->state, &shard, shard_begin(L, j + 1, T) - first,
+                                        L->counts.num_selected_per_expert, L->counts.num_tokens_global,
+                                        L->host.losses + 2 * j));
     }
     L->pending = 1;
     return MOE_OK;
