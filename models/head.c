@@ -1,13 +1,24 @@
 /* head.c — the model's two ends (model_internal.h): the embedding of the tokens, and the head (the final norm,
  * lm_head, the loss) with its backward: the slice's own, or with pieces (tp_shards > 1) vocabulary-parallel
  * (Megatron's) over the tensor group. */
+#include <string.h>
+
 #include "core/fail.h"
 #include "models/model_internal.h"
+
+/* tokens[n] of the caller's host memory to dst (device) without a wait: copied into m->staged_tokens' slot (0 the
+ * inputs, 1 the targets), from where the upload is queued; the forward ends drained, so the slot is free for the
+ * next one (model.c). */
+static moe_status upload_tokens(moe_model *m, int slot, int *dst, const int *tokens, size_t n) {
+    int *staged = m->staged_tokens + (size_t)slot * m->max_seqs * m->cfg.seq_len;
+    memcpy(staged, tokens, n * sizeof(int));
+    return moe_runtime_upload_async(m->rt, dst, staged, n * sizeof(int));
+}
 
 moe_status moe__model_embed(moe_model *m, const int *tokens, int T) {
     const int d = m->cfg.d_model, V = m->cfg.vocab_size;
     model_pass *P = m->P;
-    MOE_TRY(moe_runtime_upload(m->rt, P->inputs, tokens, (size_t)T * sizeof(int)));
+    MOE_TRY(upload_tokens(m, 0, P->inputs, tokens, (size_t)T));
     if (m->seq.tp == 1)
         return m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, 0, V, P->resid[0]);
     MOE_TRY(m->dense->embedding_forward(m->ops_state, m->p.embedding, P->inputs, T, d, m->seq.tp_rank * (V / m->seq.tp),
@@ -51,7 +62,7 @@ static moe_status vocab_head_forward(moe_model *m, const int *targets, int T, do
     if (logits_out) /* [T, V / tp]: this rank's columns of every row of the group */
         MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)T * (V / m->seq.tp) * sizeof(moe_real)));
     if (!targets) return MOE_OK;
-    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets, (size_t)T * sizeof(int)));
+    MOE_TRY(upload_tokens(m, 1, P->targets, targets, (size_t)T));
     double total;
     MOE_TRY(moe_tp_cross_entropy_forward(&m->vocab_ce, P->logits, P->targets, T, V, &total));
     return moe_shard_grads_sum(&m->shard_grads, (int)moe_tp_slice_first(&m->seq, T), Ts, vocab_loss_of_rows, m,
@@ -90,7 +101,7 @@ static moe_status plain_head_forward(moe_model *m, const int *targets, int T, do
     if (logits_out) MOE_TRY(moe_runtime_download(m->rt, logits_out, P->logits, (size_t)Ts * V * sizeof(moe_real)));
     if (!targets) return MOE_OK;
     const size_t first_row = moe_tp_slice_first(&m->seq, T);
-    MOE_TRY(moe_runtime_upload(m->rt, P->targets, targets + first_row, (size_t)Ts * sizeof(int)));
+    MOE_TRY(upload_tokens(m, 1, P->targets, targets + first_row, (size_t)Ts));
     return moe_shard_grads_loss(&m->shard_grads, P->logits, P->targets, Ts, V, loss_sum);
 }
 

@@ -82,7 +82,7 @@ static moe_status create_moe_layers(moe_model *m, int accum_steps) {
             lc.aux_loss_coef /= accum_steps;
             lc.z_loss_coef /= accum_steps;
             MOE_TRY(moe_layer_create(&lc, m->rt, m->par, &m->passes[i].moe[l]));
-            moe_layer_defer_finish(m->passes[i].moe[l], 1); /* finished with the forward: finish_moe_layers */
+            moe_layer_defer_finish(m->passes[i].moe[l], 1); /* finished with the forward: end_forward */
             if (i > owner) MOE_TRY(moe_layer_share_expert_bias(m->passes[i].moe[l], m->passes[owner].moe[l]));
         }
     }
@@ -256,14 +256,12 @@ int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 /* The first stage's input: the embedding of this rank's slice of the group's T tokens (host) into resid[0]. At tp > 1
  * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
  * adds them (one value and -0.0s: exact) and each keeps its slice. */
-/* What the selected pass's MoE layers (chunk layers [first, last)) left to the host at the ends of their forwards
- * (moe_layer_finish_forward: the router losses, the layout's counts): one wait for all of them (none after the head's
- * loss, which waited), then each layer's check and sum over the stage. */
-static moe_status finish_moe_layers(moe_model *m, int first, int last, int waited) {
+/* A stage forward's end: the stream drained — by the head's loss, which waited (waited), else one wait — so that the
+ * tokens' staging (head.c) is free for the next forward and what the pass's MoE layers (chunk layers [first, last))
+ * queued for the host has landed (moe_layer_finish_forward: the router losses, the layout's counts), then each such
+ * layer's check and sum over the stage. */
+static moe_status end_forward(moe_model *m, int first, int last, int waited) {
     model_pass *P = m->P;
-    int any = 0;
-    for (int l = first; l < last; l++) any |= P->moe[l] != NULL;
-    if (!any) return MOE_OK;
     if (!waited) MOE_TRY(moe_runtime_synchronize(m->rt));
     for (int l = first; l < last; l++)
         if (P->moe[l]) MOE_TRY(moe_layer_finish_forward(P->moe[l], &P->stats[l]));
@@ -309,11 +307,11 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
     }
     m->last_forward[P->chunk] = P;
     if (!heads) {
-        MOE_TRY(finish_moe_layers(m, first, last, 0));
+        MOE_TRY(end_forward(m, first, last, 0));
         return P->has_forward = 1, MOE_OK;
     }
     MOE_TRY(moe__model_head_forward(m, targets, T, loss_sum, logits_out));
-    MOE_TRY(finish_moe_layers(m, first, last, targets != NULL)); /* the loss is a host value: it waited */
+    MOE_TRY(end_forward(m, first, last, targets != NULL)); /* the loss is a host value: it waited */
     P->has_forward = targets != NULL; /* a forward without targets (logits only) has nothing to go back through */
     return MOE_OK;
 }

@@ -164,6 +164,8 @@ void moe__model_free_activations(moe_model *m) {
     void **own[SCRATCH_BUFFERS];
     scratch_buffer_ptrs(m, own);
     for (int i = 0; i < SCRATCH_BUFFERS && m->rt; i++) moe_runtime_free(m->rt, *own[i]);
+    if (m->rt) moe_runtime_host_free(m->rt, m->staged_tokens);
+    m->staged_tokens = NULL;
 }
 
 /* m->ones (with q/k/v biases): 1.0 in each of the group's rows. */
@@ -196,6 +198,8 @@ moe_status moe__model_alloc_activations(moe_model *m) {
     scratch_buffer_ptrs(m, ptrs);
     model_buffer_nbytes(m, 0, pass, nbytes);
     MOE_TRY(moe_runtime_regrow(m->rt, ptrs, nbytes, SCRATCH_BUFFERS));
+    MOE_TRY(moe_runtime_host_alloc(m->rt, 2 * (size_t)m->max_seqs * m->cfg.seq_len * sizeof(int),
+                                   (void **)&m->staged_tokens));
     return fill_ones(m);
 }
 

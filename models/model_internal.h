@@ -73,6 +73,9 @@ struct moe_model {
 #undef MODEL_FIELD
     };
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_model_set_checks) */
+    /* host memory of the runtime's (pinned on CUDA), [2 TG]: a forward's inputs and targets on their way to the
+     * device, queued (head.c); free again once the forward ends, which it does with the stream drained */
+    int *staged_tokens;
     /* tied embeddings on a stage holding an end: the lm_head's gradient, summed apart from the embedding's
      * (models/tied_grads.h); tied.grad NULL otherwise */
     moe_tied_grads tied;
