@@ -23,6 +23,12 @@ _Static_assert(sizeof(moe_real) == sizeof(float), "checkpoints hold float32 para
 
 /* ---- the tensors of a model, in file order ---------------------------------------------------- */
 
+int moe__checkpoint_stage_of(const moe_checkpoint_run *run, int layer) {
+    moe_pipeline_split split = moe_model_stage_of(run->model)->split;
+    split.pp = run->ranks.pp_size, split.chunks = moe_model_stage_of(run->model)->chunks;
+    return moe_model_pipeline_stage_of(run->config, &split, layer);
+}
+
 /* A tensor of the files; a tensor-parallel one (split: its rows or cols are this rank's block, `part` of `parts`)
  * whole. */
 static void add(moe__ckpt_table *tab, const char *name, int ndim, long rows, long cols, int expert, int stage,
@@ -79,7 +85,7 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab) {
             for (int i = 0; i < count; i++) {
                 const moe_model_tensor *t = &mt[i];
                 if (t->layer != layer || !t->experts != !experts) continue;
-                const int stage = moe_model_pipeline_stage_of(c, run->ranks.pp_size, moe_model_stage_of(m)->chunks, layer);
+                const int stage = moe__checkpoint_stage_of(run, layer);
                 if (!experts) {
                     const int tp = run->ranks.tp_size > 1 ? run->ranks.tp_size : 1;
                     add(tab, t->name, t->ndim, t->rows, t->cols, -1, stage, offset[i], t->split, t->parts,

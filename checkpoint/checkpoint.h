@@ -87,6 +87,10 @@ typedef struct {
     moe_status (*data_restore)(void *owner, int step, const moe_safetensors_file *state, const char *path);
 } moe_checkpoint_run;
 
+/* The pipeline stage that holds layer `layer` (-1: the embedding; num_layers: the head) in run's layout: its pp, with
+ * the model's chunks and ends (models/model.h's moe_pipeline_split). */
+int moe__checkpoint_stage_of(const moe_checkpoint_run *run, int layer);
+
 /* ---- config.json ---- */
 #define MOE_CHECKPOINT_MIXTRAL "MixtralForCausalLM"
 #define MOE_CHECKPOINT_VARIANT "MoeTrainMixtralVariantForCausalLM"

@@ -53,8 +53,7 @@ static int holds(const moe_checkpoint_run *run, const moe__ckpt_tensor *t, int w
 
 /* The rank that writes layer l's selection bias: the first of the stage that holds it (every rank of it has it). */
 static int bias_writer(const moe_checkpoint_run *run, int layer) {
-    return moe_model_pipeline_stage_of(run->config, run->ranks.pp_size, moe_model_stage_of(run->model)->chunks, layer) *
-           run->ranks.stage_size;
+    return moe__checkpoint_stage_of(run, layer) * run->ranks.stage_size;
 }
 
 /* writer[i] of every tensor: among the ranks holding it, the one with the fewest bytes to write so far (ties: the

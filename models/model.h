@@ -310,22 +310,38 @@ moe_status moe_model_create(const moe_model_config *cfg, moe_runtime *rt, const 
  * replica), its gradient summed there over the step and sent to the first stage (models/tied_grads.h,
  * moe_model_finish_tied_grads); the first stage's updated embedding is sent back after each step
  * (moe_model_sync_tied). Both over the layout's pipeline communicator (pipeline rank 0 and the last). */
+/* How a pipeline cuts the decoder layers: pp stages of `chunks` equal chunks each (the interleaved schedule; pp x
+ * chunks divides the layers), or with one chunk a stage, stages of equal layers but for the first and the last, which
+ * hold first_layers and last_layers where given (Megatron's --decoder-first/last-pipeline-num-layers: a model whose
+ * layers pp does not divide, DeepSeek-V3's 61 or Qwen3-235B's 94, and the ends' embedding and head balanced), the
+ * stages between them an equal share of the rest. 0: an equal share. */
+typedef struct {
+    int pp, chunks;
+    int first_layers, last_layers;
+} moe_pipeline_split;
+/* NULL when the split cuts num_layers layers (every stage at least one layer), else the sentence saying why not. */
+const char *moe_pipeline_split_problem(const moe_pipeline_split *split, int num_layers);
+/* With one chunk a stage: stage s's layers, the first of them in *first. */
+int moe_pipeline_split_stage(const moe_pipeline_split *split, int num_layers, int s, int *first);
+
 typedef struct {
     int first_layer, num_layers; /* chunk 0: layers [first_layer, first_layer + num_layers)                        */
     int chunks;                  /* V: chunks of num_layers layers each, chunk c from first_layer + c * chunk_stride
                                     (the interleaved schedule's model chunks); 0 or 1: one                          */
     int chunk_stride;
     int passes;                  /* per chunk */
+    moe_pipeline_split split;    /* the pipeline's cut it is a stage of (pp 0 or 1: none) */
 } moe_model_stage;
 enum { MOE_MODEL_MAX_CHUNKS = 64 };
 /* Every layer, one pass: what moe_model_create makes. */
 moe_model_stage moe_model_stage_whole(const moe_model_config *cfg);
-/* Stage `stage` of a pipeline of pp stages of `chunks` equal chunks each (pp x chunks divides num_layers): chunk c is
- * virtual stage v = c pp + stage, layers [v n, (v + 1) n) with n = L / (pp chunks), with `passes` each; and which
- * stage holds layer `layer` (-1, the embedding: the first; num_layers, the final norm and lm_head: the last). The one
- * rule the trainer and the checkpoints share. */
-moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int chunks, int stage, int passes);
-int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks, int layer);
+/* Stage `stage` of a pipeline cut by split (moe_pipeline_split_problem says it can), with `passes` per chunk: with
+ * chunks, chunk c is virtual stage v = c pp + stage, layers [v n, (v + 1) n) with n = L / (pp chunks); and which stage
+ * holds layer `layer` (-1, the embedding: the first; num_layers, the final norm and lm_head: the last). The one rule
+ * the trainer and the checkpoints share (moe-plan's plan/pipeline.c counts the same). */
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, const moe_pipeline_split *split, int stage,
+                                         int passes);
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, const moe_pipeline_split *split, int layer);
 moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, const moe_parallel *par,
                                   const moe_model_stage *stage, int max_seqs, int accum_steps, moe_model **out);
 void moe_model_destroy(moe_model *m);

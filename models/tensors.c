@@ -260,19 +260,64 @@ int moe__model_chunk_embeds(const moe_model *m, int c) { return m->first[c] == 0
 int moe__model_chunk_heads(const moe_model *m, int c) { return m->last[c] == m->cfg.num_layers; }
 
 moe_model_stage moe_model_stage_whole(const moe_model_config *cfg) {
-    return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .chunks = 1, .passes = 1};
+    return (moe_model_stage){.first_layer = 0, .num_layers = cfg->num_layers, .chunks = 1, .passes = 1,
+                             .split = {.pp = 1, .chunks = 1}};
 }
 
-moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, int pp, int chunks, int stage, int passes) {
-    const int per = cfg->num_layers / (pp * chunks); /* virtual stage v = c pp + stage holds [v per, (v + 1) per) */
-    return (moe_model_stage){.first_layer = stage * per, .num_layers = per, .chunks = chunks,
-                             .chunk_stride = pp * per, .passes = passes};
+/* Stage s's layers under a split of one chunk a stage (the first's and the last's where given, else an equal share
+ * of what they leave) and the first of them. */
+static int split_stage_layers(const moe_pipeline_split *p, int L, int s) {
+    if (p->pp <= 1) return L;
+    if (s == 0 && p->first_layers) return p->first_layers;
+    if (s == p->pp - 1 && p->last_layers) return p->last_layers;
+    const int given = (p->first_layers > 0) + (p->last_layers > 0);
+    return (L - p->first_layers - p->last_layers) / (p->pp - given);
 }
 
-int moe_model_pipeline_stage_of(const moe_model_config *cfg, int pp, int chunks, int layer) {
+int moe_pipeline_split_stage(const moe_pipeline_split *p, int L, int s, int *first) {
+    *first = 0;
+    for (int j = 0; j < s; j++) *first += split_stage_layers(p, L, j);
+    return split_stage_layers(p, L, s);
+}
+
+const char *moe_pipeline_split_problem(const moe_pipeline_split *p, int L) {
+    const int pp = p->pp > 1 ? p->pp : 1, V = p->chunks > 1 ? p->chunks : 1;
+    if (p->first_layers < 0 || p->last_layers < 0) return "the first and last stages' layers cannot be negative";
+    const int given = (p->first_layers > 0) + (p->last_layers > 0);
+    if (!given) return L % (pp * V) ? "the pipeline's pp x virtual stages must divide the layers (each stage, and each "
+                                      "chunk of one, holds as many), or the first and last stages' layers be given"
+                                    : NULL;
+    if (pp == 1) return "the first and last stages' layers need a pipeline (pp 2 or more)";
+    if (V > 1) return "the first and last stages' layers are for one chunk a stage: the interleaved schedule's chunks "
+                      "hold equal layers";
+    const int rest = L - p->first_layers - p->last_layers, middle = pp - given;
+    if (rest < middle || (middle == 0 && rest != 0) || (middle > 0 && rest % middle))
+        return "the first and last stages' layers must leave the other stages an equal share of at least one layer "
+               "each (layers - first - last a multiple of the stages between, or 0 with 2 stages both given)";
+    return NULL;
+}
+
+moe_model_stage moe_model_pipeline_stage(const moe_model_config *cfg, const moe_pipeline_split *split, int stage,
+                                         int passes) {
+    const int pp = split->pp > 1 ? split->pp : 1, chunks = split->chunks > 1 ? split->chunks : 1, L = cfg->num_layers;
+    moe_model_stage st = {.chunks = chunks, .passes = passes, .split = *split};
+    if (chunks == 1) {
+        st.num_layers = moe_pipeline_split_stage(split, L, stage, &st.first_layer);
+        return st;
+    }
+    const int per = L / (pp * chunks); /* virtual stage v = c pp + stage holds [v per, (v + 1) per) */
+    st.first_layer = stage * per, st.num_layers = per, st.chunk_stride = pp * per;
+    return st;
+}
+
+int moe_model_pipeline_stage_of(const moe_model_config *cfg, const moe_pipeline_split *split, int layer) {
+    const int pp = split->pp > 1 ? split->pp : 1, chunks = split->chunks > 1 ? split->chunks : 1, L = cfg->num_layers;
     if (layer < 0) return 0;
-    if (layer >= cfg->num_layers) return pp - 1;
-    return layer / (cfg->num_layers / (pp * chunks)) % pp;
+    if (layer >= L) return pp - 1;
+    if (chunks > 1) return layer / (L / (pp * chunks)) % pp;
+    for (int s = 0, first = 0; s < pp; first += split_stage_layers(split, L, s++))
+        if (layer < first + split_stage_layers(split, L, s)) return s;
+    return pp - 1;
 }
 
 /* The most tensors a table of cfg holds: the embedding, 18 per layer (q/k norms, biases, a gated shared expert with), the final norm and lm_head, 3 expert tensors per

@@ -158,6 +158,10 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
                       overhead;
     o.compute_dense_s = (c->dense_s_per_token > 0 ? c->dense_s_per_token * tokens : dense_flops / rate * overhead) *
                         (1 + again.dense * tokens / dense_flops);
+    /* stages of unequal layers (--first-stage-layers, --last-stage-layers): the pipeline moves at its slowest
+     * stage's pace, the most layers over the mean */
+    const double uneven = pp > 1 ? (double)moe_plan_pipeline_max_layers(m, l) * (double)pp / (double)m->num_layers : 1;
+    o.compute_dense_s *= uneven, o.compute_moe_s *= uneven;
     o.compute_s = o.compute_dense_s + o.compute_moe_s;
 
     /* all-to-all: 4 exchanges per MoE layer and micro-batch (dispatch, combine; their backward twins), each

@@ -427,14 +427,15 @@ static moe_plan_memory stage_memory(const moe_plan_model *m, const moe_plan_layo
 }
 
 /* The stage needing the most: the first (the most micro-batches in flight, the embedding) or the last (the head), or
- * a middle one holding more MoE layers than both (moe_every above 1); the others hold no more than those. */
+ * a middle one holding more layers or MoE layers than the first (uneven stages, moe_every above 1); the others hold
+ * no more than those. */
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay) {
     const int64_t pp = moe_plan_layout_pp(lay);
     moe_plan_stage first = moe_plan_pipeline_stage(m, lay, 0);
     moe_plan_memory most = stage_memory(m, lay, &first);
     for (int64_t s = 1; s < pp; s++) {
         const moe_plan_stage st = moe_plan_pipeline_stage(m, lay, s);
-        if (s < pp - 1 && st.moe_layers <= first.moe_layers) continue;
+        if (s < pp - 1 && st.layers <= first.layers && st.moe_layers <= first.moe_layers) continue;
         moe_plan_memory mem = stage_memory(m, lay, &st);
         mem.stage = s;
         if (mem.total > most.total) most = mem;

@@ -105,6 +105,8 @@ typedef struct {
     int64_t pp;               /* pipeline stages (moe-train --pp; 0 or 1: none), outermost in the rank grid: each
                                * stage is world / pp ranks holding its layers (plan/pipeline.h)                  */
     int64_t virtual_stages;   /* model chunks per stage (--virtual-stages; 0 or 1: 1F1B, above: interleaved)       */
+    int64_t first_stage_layers, last_stage_layers; /* the pipeline's ends' layers (--first-stage-layers,
+                               * --last-stage-layers; 0: an equal share; models/model.h's moe_pipeline_split)     */
     int64_t tp;               /* tensor-parallel size (moe-plan --tp; 0 or 1: none), innermost in the rank grid:
                                * Megatron-LM's tensor parallelism with sequence parallelism, as issue 28 builds it
                                * (moe-train --tp runs it on the CPU so far). A tp group shares its sequences: each

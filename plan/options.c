@@ -44,11 +44,17 @@ static const flag_spec kFlags[] = {
      "of two dividing --gpus-per-node; moe-train's --tp runs on the CPU so far (issue 28): this plans what it runs "
      "on GPUs", F_INT, 1,
      1 << 20, {0}, "1; --search tries each", 0},
-    {"--pp", "pipeline stages (as moe-train --pp): divides the GPUs and the layers; each stage is GPUs / pp of them "
-     "holding layers / pp layers, run by the 1F1B schedule", F_INT, 1, 1 << 20, {0}, "1; --search tries each", 0},
+    {"--pp", "pipeline stages (as moe-train --pp): divides the GPUs (and the layers, unless --first-stage-layers / "
+     "--last-stage-layers give the ends theirs); each stage is GPUs / pp of them holding layers / pp layers, run by "
+     "the 1F1B schedule", F_INT, 1, 1 << 20, {0}, "1; --search tries each", 0},
     {"--virtual-stages", "model chunks per pipeline stage (as moe-train --virtual-stages): above 1, the interleaved "
      "1F1B schedule; pp x V divides the layers, micro-batches a multiple of pp; needs --pp above 1", F_INT, 1, 1 << 20,
      {0}, "1; --search tries each", 0},
+    {"--first-stage-layers", "with --pp: the first stage's layers (as moe-train --first-stage-layers: the stages "
+     "between the ends an equal share of the rest; for a model whose layers pp does not divide)", F_INT, 0, 1 << 20,
+     {0}, "an equal share; --search picks uneven ends where pp does not divide the layers", 0},
+    {"--last-stage-layers", "with --pp: the last stage's layers (as moe-train --last-stage-layers)", F_INT, 0, 1 << 20,
+     {0}, "an equal share", 0},
     {"--zero", "as moe-train --zero: 1, ZeRO-1 (AdamW moments sharded: the dense over the GPUs, a GPU's experts over "
      "the GPUs holding the same experts); 2, ZeRO-2 (the gradients too: one layer's window reduce-scattered per "
      "micro-batch into a shard; needs the world-invariant sums: a power-of-two number of GPUs, at most 64 shards)",
@@ -228,6 +234,7 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     l->world = c->gpus_per_node * c->nodes;
     l->ep = integer(f, "--ep", 1), l->zero = (int)integer(f, "--zero", 0);
     l->pp = integer(f, "--pp", 1), l->virtual_stages = integer(f, "--virtual-stages", 1), l->tp = integer(f, "--tp", 1);
+    l->first_stage_layers = integer(f, "--first-stage-layers", 0), l->last_stage_layers = integer(f, "--last-stage-layers", 0);
     if (l->world % l->pp)
         return complain(err, "--pp %lld must divide the %lld GPUs (each stage is GPUs / pp of them)", (long long)l->pp,
                         (long long)l->world), -1;
@@ -257,19 +264,23 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     if (read_routing(f, o, err)) return -1;
     if (o->search) {
         const char *fixed[] = {"--ep", "--dp", "--zero", "--micro-batch", "--recompute", "--pp", "--virtual-stages",
-                               "--tp"};
-        for (int i = 0; i < 8; i++)
+                               "--tp", "--first-stage-layers", "--last-stage-layers"};
+        for (int i = 0; i < 10; i++)
             if (value(f, fixed[i]))
-                return complain(err, "--search tries every --ep, --pp, --virtual-stages, --tp, --zero, --micro-batch and "
-                                "--recompute itself: leave out %s", fixed[i]), -1;
+                return complain(err, "--search tries every --ep, --pp, --virtual-stages, --tp, --zero, --micro-batch "
+                                "and --recompute itself (and the pipeline's uneven ends, --first-stage-layers and "
+                                "--last-stage-layers, where pp does not divide the layers): leave out %s",
+                                fixed[i]), -1;
         l->pp = 1, l->virtual_stages = 1, l->tp = 1;
         int64_t pp = 1; /* the batch must split over the GPUs of a stage for some pipeline */
-        while (pp <= l->world && (l->world % pp || o->model.num_layers % pp || o->run.global_batch % (l->world / pp)))
+        moe_plan_layout cut = *l;
+        while (pp <= l->world && (l->world % pp || (cut.pp = pp, !moe_plan_layout_cut_layers(&o->model, &cut)) ||
+                                  o->run.global_batch % (l->world / pp)))
             pp++;
         if (pp > l->world)
             return complain(err, "--global-batch %lld must be a multiple of the %lld GPUs, or of the GPUs of a stage "
-                            "(GPUs / --pp for a pp dividing the GPUs and the layers)", (long long)o->run.global_batch,
-                            (long long)l->world), -1;
+                            "(GPUs / --pp for a pp dividing the GPUs that can cut the layers)",
+                            (long long)o->run.global_batch, (long long)l->world), -1;
         return 0;
     }
     if (value(f, "--dp") && (data_ranks % l->ep || integer(f, "--dp", 0) != data_ranks / l->ep))

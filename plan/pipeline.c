@@ -16,6 +16,20 @@ int64_t moe_plan_layout_stage_ranks(const moe_plan_layout *lay) { return lay->wo
 
 int64_t moe_plan_layout_tp(const moe_plan_layout *lay) { return lay->tp > 1 ? lay->tp : 1; }
 
+moe_pipeline_split moe_plan_layout_split(const moe_plan_layout *lay) {
+    return (moe_pipeline_split){.pp = (int)moe_plan_layout_pp(lay), .chunks = (int)moe_plan_layout_virtual_stages(lay),
+                                .first_layers = (int)lay->first_stage_layers, .last_layers = (int)lay->last_stage_layers};
+}
+
+int64_t moe_plan_pipeline_max_layers(const moe_plan_model *m, const moe_plan_layout *lay) {
+    int64_t most = 0;
+    for (int64_t s = 0; s < moe_plan_layout_pp(lay); s++) {
+        const int64_t n = moe_plan_pipeline_stage(m, lay, s).layers;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 int64_t moe_plan_layout_data_ranks(const moe_plan_layout *lay) {
     return moe_plan_layout_stage_ranks(lay) / moe_plan_layout_tp(lay);
 }
@@ -50,7 +64,13 @@ moe_plan_stage moe_plan_pipeline_stage(const moe_plan_model *m, const moe_plan_l
                                 .embedding = 1, .head = 1, .in_flight = 1};
     const int64_t per_chunk = m->num_layers / (pp * V);
     moe_plan_stage s = {.embedding = stage == 0, .head = stage == pp - 1};
-    for (int64_t c = 0; c < V; c++) {
+    if (V == 1) { /* models/model.h's cut, the ends' layers where given */
+        const moe_pipeline_split split = moe_plan_layout_split(lay);
+        int first = 0;
+        s.layers = moe_pipeline_split_stage(&split, (int)m->num_layers, (int)stage, &first);
+        s.moe_layers = moe_layers_in(m, first, s.layers);
+    }
+    for (int64_t c = 0; c < V && V > 1; c++) {
         const int64_t v = c * pp + stage;
         s.layers += per_chunk;
         s.moe_layers += moe_layers_in(m, v * per_chunk, per_chunk);
@@ -58,6 +78,17 @@ moe_plan_stage moe_plan_pipeline_stage(const moe_plan_model *m, const moe_plan_l
     const int64_t micro_batches = lay->accum_steps > 0 ? lay->accum_steps : 1;
     s.in_flight = in_flight(pp, V, micro_batches, stage);
     return s;
+}
+
+int moe_plan_layout_cut_layers(const moe_plan_model *m, moe_plan_layout *lay) {
+    const int64_t pp = moe_plan_layout_pp(lay), V = moe_plan_layout_virtual_stages(lay), L = m->num_layers;
+    lay->first_stage_layers = lay->last_stage_layers = 0;
+    if (L % (pp * V) == 0) return 1;
+    if (V > 1 || pp > L) return 0;
+    const int64_t per = (L + pp - 1) / pp, rest = L - (pp - 2) * per; /* the middle stages' share, the ends' */
+    if (rest < 2) return 0;
+    lay->first_stage_layers = rest / 2, lay->last_stage_layers = rest - rest / 2;
+    return 1;
 }
 
 double moe_plan_pipeline_bubble(const moe_plan_layout *lay, int64_t micro_batches) {
@@ -72,8 +103,14 @@ const char *moe_plan_pipeline_problem(const moe_plan_model *m, const moe_plan_la
     if (V > 1 && pp == 1) return "--virtual-stages needs --pp above 1 (they are chunks of each pipeline stage)";
     if (pp == 1) return 0;
     if (lay->world % pp) return "--pp must divide the number of GPUs (each stage is GPUs / pp of them)";
-    if (m->num_layers % (pp * V))
-        return "--pp x --virtual-stages must divide the layers (each of the pp x V chunks gets the same number)";
+    if (lay->first_stage_layers > (1 << 20) || lay->last_stage_layers > (1 << 20) || m->num_layers > (1 << 20))
+        return "--first-stage-layers, --last-stage-layers and the layers must be at most 2^20";
+    const moe_pipeline_split split = moe_plan_layout_split(lay);
+    const char *cut = moe_pipeline_split_problem(&split, (int)m->num_layers);
+    if (cut && !lay->first_stage_layers && !lay->last_stage_layers)
+        return "--pp x --virtual-stages must divide the layers (each of the pp x V chunks gets the same number), or "
+               "--first-stage-layers / --last-stage-layers give the ends theirs";
+    if (cut) return cut;
     if (micro_batches == 0) return 0; /* the shape only */
     if (micro_batches < pp)
         return "a pipeline needs at least --pp micro-batches per step (global batch / (GPUs / pp x micro-batch)) to "

@@ -85,6 +85,10 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
     if (moe_plan_layout_pp(l) > 1)
         snprintf(pipeline, sizeof pipeline, "pp %lld x %lld virtual stage%s, ", (long long)moe_plan_layout_pp(l),
                  (long long)moe_plan_layout_virtual_stages(l), moe_plan_layout_virtual_stages(l) > 1 ? "s" : "");
+    if (moe_plan_layout_pp(l) > 1 && (l->first_stage_layers || l->last_stage_layers)) /* uneven ends */
+        snprintf(pipeline + strlen(pipeline) - 2, sizeof pipeline - strlen(pipeline) + 2,
+                 " (layers: first stage %lld, last %lld), ", (long long)moe_plan_pipeline_stage(&o->model, l, 0).layers,
+                 (long long)moe_plan_pipeline_stage(&o->model, l, moe_plan_layout_pp(l) - 1).layers);
     if (moe_plan_layout_tp(l) > 1)
         snprintf(pipeline + strlen(pipeline), sizeof pipeline - strlen(pipeline), "tp %lld (with sequence parallelism), ",
                  (long long)moe_plan_layout_tp(l));
@@ -190,6 +194,8 @@ static json_t *prediction_json(const moe_plan_options *o, const moe_plan_run *r,
     /* the pipeline (pp 1: no stages, no sends, no bubble) */
     json_object_set_new(doc, "pp", json_integer((json_int_t)moe_plan_layout_pp(l)));
     json_object_set_new(doc, "virtual_stages", json_integer((json_int_t)moe_plan_layout_virtual_stages(l)));
+    json_object_set_new(doc, "first_stage_layers", json_integer((json_int_t)l->first_stage_layers));
+    json_object_set_new(doc, "last_stage_layers", json_integer((json_int_t)l->last_stage_layers));
     json_object_set_new(doc, "memory_stage", json_integer((json_int_t)m->stage));
     json_object_set_new(doc, "in_flight", json_real(in_flight));
     json_object_set_new(doc, "bubble_fraction", json_real(p->bubble_fraction));
@@ -231,6 +237,7 @@ static moe_plan_memory least_memory_at(const moe_plan_options *o, int64_t pp, in
     moe_plan_run r = o->run;
     moe_plan_layout *l = &r.layout;
     l->pp = pp, l->virtual_stages = 1, l->tp = tp;
+    moe_plan_layout_cut_layers(&o->model, l);
     const int64_t data = l->world / pp / tp;
     for (int64_t e = 1; e <= data; e++)
         if (data % e == 0 && o->model.num_experts % e == 0) l->ep = e;
@@ -256,6 +263,7 @@ static moe_plan_memory least_memory(const moe_plan_options *o, int64_t *pp, int6
             moe_plan_run r = o->run;
             r.layout.pp = p, r.layout.virtual_stages = 1, r.layout.tp = t, r.layout.ep = 1, r.layout.micro_batch = 1;
             r.layout.zero = 1;
+            if (!moe_plan_layout_cut_layers(&o->model, &r.layout)) continue;
             if (moe_plan_run_problem(&o->model, &o->cluster, &r)) continue;
             int64_t e;
             int z;

@@ -25,14 +25,17 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
     moe_plan_candidate *all = malloc((size_t)cap * sizeof *all);
     *out = NULL, *num_fit = 0, *num_tried = 0;
     if (!all) return MOE_ERR_OUT_OF_MEMORY;
-    /* pp dividing the GPUs and the layers; V from 1 while pp V divides the layers (V without pp > 1 is no layout); tp a
-     * power of two inside a node (moe_plan_run_problem refuses the ones the model's shape does not allow) */
+    /* pp dividing the GPUs, its stages cut evenly or with uneven ends (moe_plan_layout_cut_layers); V from 1 while pp V
+     * divides the layers (V without pp > 1 is no layout); tp a power of two inside a node (moe_plan_run_problem
+     * refuses the ones the model's shape does not allow) */
     for (int64_t pp = 1; pp <= W && pp <= m->num_layers; pp++)
     for (int64_t V = 1; pp * V <= m->num_layers && (V == 1 || pp > 1); V++)
     for (int64_t tp = 1; tp <= c->gpus_per_node && W % pp == 0 && tp <= W / pp; tp *= 2)
     for (int64_t ep = 1; ep <= W / pp / tp; ep++) {
         const int64_t data = W / pp / tp; /* a stage's GPUs reading distinct sequences */
-        if (W % pp || m->num_layers % (pp * V) || (W / pp) % tp || data % ep || m->num_experts % ep) continue;
+        moe_plan_layout cut = {.pp = pp, .virtual_stages = V};
+        if (W % pp || !moe_plan_layout_cut_layers(m, &cut) || (W / pp) % tp || data % ep || m->num_experts % ep)
+            continue;
         if (base->global_batch % data) continue; /* every tensor-parallel group of a stage reads its own sequences */
         const int64_t per_gpu = base->global_batch / data; /* sequences per such group */
         for (int zero = 0; zero <= 2; zero++) /* 2: skipped by moe_plan_run_problem without the tree */
@@ -42,6 +45,7 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
                 moe_plan_run r = *base;
                 r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
                 r.layout.pp = pp, r.layout.virtual_stages = V, r.layout.tp = tp;
+                r.layout.first_stage_layers = cut.first_stage_layers, r.layout.last_stage_layers = cut.last_stage_layers;
                 r.layout.recompute = (moe_recompute)recompute;
                 if (routing) r.layout.routing_skew = moe_plan_routing_skew(routing, ep);
                 if (moe_plan_run_problem(m, c, &r)) continue;

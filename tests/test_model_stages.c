@@ -115,7 +115,7 @@ static void check_passes(const char *label, moe_model_config c) {
     moe_parallel *par;
     CHECK_OK(moe_parallel_create_self(&par));
     moe_model *one, *many;
-    const moe_model_stage whole = moe_model_stage_whole(&c), stash = {0, c.num_layers, 1, 0, MICRO};
+    const moe_model_stage whole = moe_model_stage_whole(&c), stash = {.first_layer = 0, .num_layers = c.num_layers, .chunks = 1, .passes = MICRO};
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &whole, SEQS, MICRO, &one));
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &stash, SEQS, MICRO, &many));
     CHECK(moe_model_num_passes(many) == MICRO, "%s: passes", label);
@@ -167,13 +167,14 @@ static void check_refusals(void) {
     CHECK_OK(moe_parallel_create_self(&par));
     moe_model_config c = small_config();
     moe_model *m = NULL;
-    const moe_model_stage bad_range = {3, 2, 1, 0, 1}, no_pass = {0, 2, 1, 0, 0};
+    const moe_model_stage bad_range = {.first_layer = 3, .num_layers = 2, .chunks = 1, .passes = 1},
+                          no_pass = {.first_layer = 0, .num_layers = 2, .chunks = 1, .passes = 0};
     CHECK(moe_model_create_stage(&c, NULL, par, &bad_range, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
           "layers past the model refused");
     CHECK(moe_model_create_stage(&c, NULL, par, &no_pass, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
           "no pass refused");
     c.tie_embeddings = 1;
-    const moe_model_stage first_half = {0, 2, 1, 0, 1};
+    const moe_model_stage first_half = {.first_layer = 0, .num_layers = 2, .chunks = 1, .passes = 1};
     CHECK(moe_model_create_stage(&c, NULL, par, &first_half, SEQS, 1, &m) == MOE_ERR_INVALID_CONFIG && !m,
           "a tied embedding's end without a pipeline refused");
     CHECK(strstr(moe_failure_message(MOE_ERR_INVALID_CONFIG), "tied"), "the refusal names tied embeddings: %s",
@@ -186,12 +187,54 @@ static void check_refusals(void) {
     CHECK(moe_model_stage_forward(m, NULL, NULL, tg, SEQS, &loss, NULL) == MOE_ERR_INVALID_ARG, "the first stage needs tokens");
     moe_model_destroy(m);
     c.tie_embeddings = 0;
-    const moe_model_stage second_half = {2, 2, 1, 0, 1};
+    const moe_model_stage second_half = {.first_layer = 2, .num_layers = 2, .chunks = 1, .passes = 1};
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &second_half, SEQS, 1, &m));
     CHECK(moe_model_forward(m, in, tg, SEQS, &loss, NULL) == MOE_ERR_INVALID_ARG, "a stage is not the whole model");
     CHECK(moe_model_stage_forward(m, in, NULL, tg, SEQS, &loss, NULL) == MOE_ERR_INVALID_ARG, "a later stage needs x");
     moe_model_destroy(m);
     moe_parallel_destroy(par);
+}
+
+/* The pipeline's cut (models/model.h's moe_pipeline_split): DeepSeek-V3's 61 layers in 16 stages of 1, 14 x 4 and 4
+ * layers, 10 layers in 4 stages of 1 (first given), 3, 3, 3, and 4 in 1 each (both given); each stage's layers follow the last one's, every
+ * layer belongs to the stage that holds it; and the cuts that leave no equal share are refused. */
+static void check_pipeline_split(void) {
+    moe_model_config c = small_config();
+    const struct { int layers; moe_pipeline_split split; int want[16]; } cuts[] = {
+        {61, {.pp = 16, .chunks = 1, .first_layers = 1, .last_layers = 4}, {1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+        {10, {.pp = 4, .chunks = 1, .first_layers = 1}, {1, 3, 3, 3}},
+        {8, {.pp = 2, .chunks = 2}, {2, 2}},
+        {4, {.pp = 4, .chunks = 1, .first_layers = 1, .last_layers = 1}, {1, 1, 1, 1}},
+    };
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        c.num_layers = cuts[i].layers;
+        const moe_pipeline_split *p = &cuts[i].split;
+        CHECK(!moe_pipeline_split_problem(p, c.num_layers), "cut %zu refused: %s", i,
+              moe_pipeline_split_problem(p, c.num_layers));
+        for (int s = 0, next = 0; s < p->pp; s++) {
+            const moe_model_stage st = moe_model_pipeline_stage(&c, p, s, 1);
+            CHECK(st.num_layers == cuts[i].want[s] && (p->chunks > 1 || st.first_layer == next),
+                  "cut %zu, stage %d: %d layers from %d, want %d from %d", i, s, st.num_layers, st.first_layer,
+                  cuts[i].want[s], next);
+            for (int ch = 0; ch < p->chunks; ch++)
+                for (int l = st.first_layer + ch * st.chunk_stride; l < st.first_layer + ch * st.chunk_stride +
+                                                                         st.num_layers; l++)
+                    CHECK(moe_model_pipeline_stage_of(&c, p, l) == s, "cut %zu: layer %d not on stage %d", i, l, s);
+            next += st.num_layers;
+        }
+    }
+    const struct { int layers; moe_pipeline_split split; const char *want; } bad[] = {
+        {61, {.pp = 16, .chunks = 1}, "must divide the layers"},
+        {61, {.pp = 16, .chunks = 1, .first_layers = 2, .last_layers = 4}, "equal share"},
+        {4, {.pp = 2, .chunks = 1, .first_layers = 2, .last_layers = 1}, "equal share"},
+        {4, {.pp = 2, .chunks = 2, .first_layers = 1}, "one chunk a stage"},
+        {4, {.pp = 1, .chunks = 1, .last_layers = 1}, "need a pipeline"},
+        {4, {.pp = 4, .chunks = 1, .first_layers = 2, .last_layers = 1}, "equal share"}, /* 1 layer for 2 stages */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *why = moe_pipeline_split_problem(&bad[i].split, bad[i].layers);
+        CHECK(why && strstr(why, bad[i].want), "bad cut %zu: %s, want '%s'", i, why ? why : "accepted", bad[i].want);
+    }
 }
 
 int main(void) {
@@ -219,5 +262,6 @@ int main(void) {
         check_passes(labels[i], c[i]);
     }
     check_refusals();
+    check_pipeline_split();
     return test_finish("test_model_stages");
 }

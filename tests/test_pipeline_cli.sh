@@ -4,7 +4,8 @@
 # sample and checkpoints at steps 3 and 6, on 1 rank, then in pipelines of 2 stages (2 ranks), 2 stages x ep 2 (4
 # ranks), 4 stages (4 ranks), 2 stages of 2 virtual stages each (the interleaved schedule, 2 ranks), 2 stages x 2 data-parallel ranks with ZeRO-1 and sigmoid routing (its selection
 # biases in the training state), and 2 x 2 with tied embeddings and ZeRO-2 (the first and the last stage each hold the
-# embedding; 1F1B and interleaved), each against its own 1-rank run: every step's metrics (loss, aux and z losses, gradient
+# embedding; 1F1B and interleaved), uneven stages (--first-stage-layers, --last-stage-layers: 1 + 2 + 1 layers on 3
+# ranks, 1 + 3 on 2, its step 3 resumed as 3 + 1), each against its own 1-rank run: every step's metrics (loss, aux and z losses, gradient
 # norm, drops, expert counts, validation loss; everything but the timings), the sampled text and both checkpoints'
 # model.safetensors and train_state.safetensors are the 1-rank run's, byte for byte. Step 3 of the 2-stage run
 # resumed in 4 stages and on 1 rank, and step 3 of the 1-rank run resumed in 2 stages, continue to the same metrics
@@ -106,6 +107,15 @@ fi
 run pp2_resumed_pp4 4 --pp 4 --resume "$dir/pp2/step-00000003"
 run pp2_resumed_one 1 --pp 1 --resume "$dir/pp2/step-00000003"
 run one_resumed_pp2 2 --pp 2 --resume "$dir/one/step-00000003"
+# uneven stages (--first-stage-layers, --last-stage-layers: Megatron's ends): 1 + 2 + 1 layers on 3 ranks, 1 + 3 on
+# 2; the latter's step 3 resumed as 3 + 1
+run pp3ends 3 --pp 3 --first-stage-layers 1 --last-stage-layers 1
+run pp2first1 2 --pp 2 --first-stage-layers 1
+run pp2first1_resumed_last1 2 --pp 2 --last-stage-layers 1 --resume "$dir/pp2first1/step-00000003"
+same_run "pp 3 of 1, 2 and 1 layers on 3 ranks" pp3ends one
+same_run "pp 2 of 1 and 3 layers on 2 ranks" pp2first1 one
+same_run "its step 3 resumed in pp 2 of 3 and 1 layers" pp2first1_resumed_last1 one 3
+shows pp3ends "\(1 chunk\(s\) of 1 layers from layer 0, 3 forwards of each in flight\)"
 same_run "step 3 of pp 2 resumed in pp 4" pp2_resumed_pp4 one 3
 same_run "step 3 of pp 2 resumed on 1 rank" pp2_resumed_one one 3
 same_run "step 3 of 1 rank resumed in pp 2" one_resumed_pp2 one 3
@@ -135,6 +145,10 @@ fi
 refuses "--pp 3 must divide the number of ranks \(2\)" --pp 3
 refuses "--pp 2 x --virtual-stages 1 = 2 stages must divide --layers 3" --pp 2 --layers 3
 refuses "--virtual-stages 2 needs --pp 2 or more" --virtual-stages 2
+refuses "--first-stage-layers 2, --last-stage-layers 1 with --pp 2, --virtual-stages 1 and --layers 4: the first and \
+last stages' layers must leave" --pp 2 --first-stage-layers 2 --last-stage-layers 1
+refuses "the first and last stages' layers are for one chunk a stage" --pp 2 --virtual-stages 2 --first-stage-layers 1
+refuses "the first and last stages' layers need a pipeline" --first-stage-layers 1
 refuses "--micro-batches 3 must be a multiple of --pp 2" --pp 2 --virtual-stages 2 --micro-batches 3 --layers 4
 refuses "--pp 2 x --virtual-stages 4 = 8 stages must divide --layers 4" --pp 2 --virtual-stages 4
 refuses "--ep 2 must divide the number of ranks of a pipeline stage \(1\)" --pp 2 --layers 2 --ep 2

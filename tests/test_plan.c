@@ -644,6 +644,37 @@ static void check_pipeline(void) {
 /* Tensor parallelism (--tp, with sequence parallelism): tp 1 is no tensor parallelism to the bit; a GPU's share of the
  * dense parameters (the split tensors / tp, k and v / KV where tp exceeds the kv heads); token-sized memory and
  * the all-to-all / tp; the collectives' count and bytes; the data ranks (batch, gradient sums, ZeRO); the refusals. */
+/* DeepSeek-V3's 61 layers (a prime): a pipeline needs uneven ends (--first-stage-layers, --last-stage-layers, as
+ * moe-train cuts them: models/model.h). At pp 16 with 1 and 4: the stages between hold 4 each, the slowest stage 4 of
+ * a mean 61 / 16 (its compute time scaled by 4 x 16 / 61); without ends it is refused, naming them; the search's own
+ * cut is 2 and 3. */
+static void check_uneven_pipeline(void) {
+    moe_plan_model v3;
+    if (!load_config("deepseek-v3.json", &v3)) return;
+    moe_plan_cluster c = moe_plan_cluster_h100(1);
+    c.nodes = 256;
+    moe_plan_run r = {.layout = {.world = 2048, .ep = 64, .pp = 16, .zero = 1, .micro_batch = 1, .seq_len = 4096,
+                                 .bf16 = 1, .recompute = MOE_RECOMPUTE_FULL, .local_shards = -1},
+                      .global_batch = 16384};
+    const char *problem = moe_plan_run_problem(&v3, &c, &r);
+    CHECK(problem && strstr(problem, "--first-stage-layers"), "pp 16 of 61 layers: %s", problem ? problem : "accepted");
+    r.layout.first_stage_layers = 1, r.layout.last_stage_layers = 4;
+    problem = moe_plan_run_problem(&v3, &c, &r);
+    CHECK(!problem, "pp 16 of 1, 14 x 4, 4 layers refused: %s", problem);
+    const int64_t want[] = {1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    for (int64_t s = 0; s < 16; s++)
+        CHECK(moe_plan_pipeline_stage(&v3, &r.layout, s).layers == want[s], "stage %lld: %lld layers", (long long)s,
+              (long long)moe_plan_pipeline_stage(&v3, &r.layout, s).layers);
+    CHECK(moe_plan_pipeline_max_layers(&v3, &r.layout) == 4, "the slowest stage's layers");
+    const moe_plan_prediction uneven = moe_plan_predict(&v3, &c, &r);
+    CHECK(uneven.fits, "DeepSeek-V3 at pp 16 x ep 64, ZeRO-1, recompute full: %.1f GiB", uneven.memory.total / 1073741824.0);
+    moe_plan_layout cut = r.layout;
+    CHECK(moe_plan_layout_cut_layers(&v3, &cut) && cut.first_stage_layers == 2 && cut.last_stage_layers == 3,
+          "the search's cut at pp 16: %lld and %lld", (long long)cut.first_stage_layers, (long long)cut.last_stage_layers);
+    cut.pp = 61;
+    CHECK(moe_plan_layout_cut_layers(&v3, &cut) && !cut.first_stage_layers, "pp 61: one layer each, even");
+}
+
 static void check_tensor_parallel(void) {
     moe_plan_model mix;
     if (!load_config("mixtral-8x7b.json", &mix)) return;
@@ -845,6 +876,7 @@ int main(int argc, char **argv) {
     check_routing();
     check_zero2();
     check_pipeline();
+    check_uneven_pipeline();
     check_tensor_parallel();
 
     check_bad_config("{\"model_type\": \"mixtral\", \"hidden_size\": 64}", "num_hidden_layers");

@@ -110,13 +110,19 @@ static const opt_spec kOptions[] = {
      "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
      0, 2, {0}, NULL, LAYOUT},
     {"--pp", "pipeline stages: the ranks form this many stages of consecutive ranks, each holding --layers / --pp "
-     "consecutive layers (the first the embedding, the last the head), run in a 1F1B schedule over the micro-batches; "
+     "consecutive layers (the first the embedding, the last the head; the ends' own counts: --first-stage-layers), run in a 1F1B schedule over the micro-batches; "
      "the batch is split over the ranks of a stage. Bitwise the same results as --pp 1", OPT_INT, OFF(pp), 1, 4096,
      {0}, NULL, LAYOUT},
     {"--virtual-stages", "model chunks per pipeline rank: rank s holds chunks s, s + pp, s + 2 pp, ... of --layers / (pp "
      "x V) layers each, run in Megatron's interleaved 1F1B schedule (micro-batches in groups of --pp), which shrinks "
      "the bubble by V; bitwise the same results",
      OPT_INT, OFF(virtual_stages), 1, 64, {0}, NULL, LAYOUT},
+    {"--first-stage-layers", "with --pp: the first stage's layers (it also holds the embedding); the stages between "
+     "the first and the last hold an equal share of the rest (0: an equal share: --layers / --pp). For a model whose "
+     "layers --pp does not divide (DeepSeek-V3's 61), as Megatron's --decoder-first-pipeline-num-layers; one chunk a "
+     "stage (no --virtual-stages)", OPT_INT, OFF(first_stage_layers), 0, 1 << 20, {0}, NULL, LAYOUT},
+    {"--last-stage-layers", "with --pp: the last stage's layers (it also holds the head and the loss), as "
+     "--first-stage-layers", OPT_INT, OFF(last_stage_layers), 0, 1 << 20, {0}, NULL, LAYOUT},
     {"--tp", "tensor-parallel ranks (Megatron's, with sequence parallelism): groups of --tp consecutive ranks read the "
      "same sequences; q/k/v and a dense FFN's gate/up are column-, o_proj and down row-parallel (a rank holds "
      "--heads / --tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power "
@@ -378,9 +384,16 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
     if (V > 1 && pp == 1)
         return moe_train_complain(err, "moe-train: --virtual-stages %d needs --pp 2 or more (chunks of a pipeline "
                                        "rank)\n", V), -1;
-    if (L % (pp * V))
+    const moe_pipeline_split split = moe_train_pipeline_split(o);
+    const char *problem = moe_pipeline_split_problem(&split, L);
+    if (problem && !o->first_stage_layers && !o->last_stage_layers)
         return moe_train_complain(err, "moe-train: --pp %d x --virtual-stages %d = %d stages must divide --layers %d "
-                                       "(every stage holds as many layers)\n", pp, V, pp * V, L), -1;
+                                       "(every stage holds as many layers), or --first-stage-layers / "
+                                       "--last-stage-layers give the ends theirs\n", pp, V, pp * V, L), -1;
+    if (problem)
+        return moe_train_complain(err, "moe-train: --first-stage-layers %d, --last-stage-layers %d with --pp %d, "
+                                       "--virtual-stages %d and --layers %d: %s\n", o->first_stage_layers,
+                                  o->last_stage_layers, pp, V, L, problem), -1;
     if (V > 1 && o->micro_batches % pp)
         return moe_train_complain(err, "moe-train: the interleaved schedule runs micro-batches in groups of --pp: "
                                        "--micro-batches %d must be a multiple of --pp %d\n", o->micro_batches, pp), -1;
@@ -547,6 +560,11 @@ void moe_train_options_print(const moe_train_options *o, FILE *f) {
     }
 }
 
+moe_pipeline_split moe_train_pipeline_split(const moe_train_options *o) {
+    return (moe_pipeline_split){.pp = o->pp, .chunks = o->virtual_stages, .first_layers = o->first_stage_layers,
+                                .last_layers = o->last_stage_layers};
+}
+
 moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size) {
     const moe_plan_model model = moe_plan_model_from_config(&o->model);
     const int stage_ranks = world_size / o->pp; /* the batch is split over a stage's ranks */
@@ -554,6 +572,8 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .ep = o->ep,
                                     .pp = o->pp,
                                     .virtual_stages = o->virtual_stages,
+                                    .first_stage_layers = o->first_stage_layers,
+                                    .last_stage_layers = o->last_stage_layers,
                                     .zero = o->zero,
                                     /* --tp: the planner's tp 1 over a tensor group's sequences, more than
                                        a rank allocates (its weights' blocks, its slice's activations and its

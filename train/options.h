@@ -31,10 +31,12 @@ typedef struct {
     int seed;
     int zero;           /* 0-2: ZeRO-1 shards the AdamW state, ZeRO-2 the gradients too (models/zero.h) */
     /* the layout (pipeline/grid.h's rank grid; the model config holds none of it, models/model.h) */
-    int pp;             /* pipeline stages: each of world / pp ranks holds layers / pp layers                  */
+    int pp;             /* pipeline stages: each of world / pp ranks holds layers / pp layers (or the ends theirs) */
     int tp;             /* tensor-parallel ranks: groups of tp consecutive ranks of a stage split the dense layers */
     int ep;             /* expert-parallel ranks: each holds experts / ep experts of every MoE layer           */
     int virtual_stages; /* model chunks per pipeline rank (interleaved 1F1B); 1: 1F1B                          */
+    int first_stage_layers, last_stage_layers; /* the first and last pipeline stages' layers (0: an equal share;
+                                                  models/model.h's moe_pipeline_split) */
     int world_invariant; /* 1: every sum over the batch per virtual shard, in one fixed tree (model.moe.num_shards =
                             shards, the default); 0: per rank, then the transport's all-reduce */
     int shards;         /* the batch's virtual shards with world_invariant; -1 (auto): the largest power of two that
@@ -131,6 +133,8 @@ int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, F
  * o->derived) and checks the combinations no single option can check, some of which depend on world_size (ep,
  * batch). Returns 0 or -1 (message to err). */
 int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err);
+/* The options' pipeline cut: --pp, --virtual-stages, --first-stage-layers, --last-stage-layers. */
+moe_pipeline_split moe_train_pipeline_split(const moe_train_options *o);
 
 /* moe_train_options_parse_flags, then moe_train_options_finish: flags alone, no --config file and no checkpoint
  * (moe-train itself uses moe_train_options_load, train/config.h). */

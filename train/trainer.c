@@ -92,8 +92,8 @@ static moe_status create_stage_model(moe_trainer *t, moe_runtime *rt) {
                                 .micro_batches = o->micro_batches};
     int passes;
     MOE_TRY(moe_stage_runner_passes(&shape, t->ranks.pp_rank, &passes));
-    const moe_model_stage stage = moe_model_pipeline_stage(&o->model, shape.stages, shape.virtual_stages,
-                                                           t->ranks.pp_rank, passes);
+    const moe_pipeline_split split = moe_train_pipeline_split(o);
+    const moe_model_stage stage = moe_model_pipeline_stage(&o->model, &split, t->ranks.pp_rank, passes);
     moe_model_config mc = o->model;
     mc.zero = o->zero; /* the model lays out the ZeRO ranges and, at 2, its gradients */
     MOE_TRY(moe_model_create_stage(&mc, rt, t->par, &stage, t->local_seqs, o->micro_batches, &t->model));

@@ -62,7 +62,8 @@ static moe_status routing_agreement(const moe_trainer_shape *s, const moe_traine
         for (int l = 0, i = 0; l < c->num_layers; l++) {
             if (!moe_model_layer_is_moe(c, l)) continue;
             const size_t from = ((size_t)mb * moe_layers + i++) * per_layer;
-            if (moe_model_pipeline_stage_of(c, s->pp, s->virtual_stages, l) != run->ranks.pp_rank) continue;
+            if (moe_model_pipeline_stage_of(c, &moe_model_stage_of(run->model)->split, l) != run->ranks.pp_rank)
+                continue;
             for (size_t tok = from; tok < from + per_layer; tok += k)
                 for (int x = 0; x < k; x++)
                     for (int y = 0; y < k; y++)
