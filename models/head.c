@@ -15,6 +15,9 @@ static moe_status upload_tokens(moe_model *m, int slot, int *dst, const int *tok
     return moe_runtime_upload_async(m->rt, dst, staged, n * sizeof(int));
 }
 
+/* The first stage's input: the embedding of this rank's slice of the group's T tokens (host) into resid[0]. At tp > 1
+ * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
+ * adds them (one value and -0.0s: exact) and each keeps its slice. */
 moe_status moe__model_embed(moe_model *m, const int *tokens, int T) {
     const int d = m->cfg.d_model, V = m->cfg.vocab_size;
     model_pass *P = m->P;

@@ -253,9 +253,6 @@ moe_status moe_model_select_pass(moe_model *m, int chunk, int pass) {
 
 int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 
-/* The first stage's input: the embedding of this rank's slice of the group's T tokens (host) into resid[0]. At tp > 1
- * the vocabulary is split: each rank looks up the group's tokens in its block (-0.0 for the others' ids), the group
- * adds them (one value and -0.0s: exact) and each keeps its slice. */
 /* A stage forward's end: the stream drained — by the head's loss, which waited (waited), else one wait — so that the
  * tokens' staging (head.c) is free for the next forward and what the pass's MoE layers (chunk layers [first, last))
  * queued for the host has landed (moe_layer_finish_forward: the router losses, the layout's counts), then each such

@@ -69,11 +69,12 @@ moe_plan_stage moe_plan_pipeline_stage(const moe_plan_model *m, const moe_plan_l
         int first = 0;
         s.layers = moe_pipeline_split_stage(&split, (int)m->num_layers, (int)stage, &first);
         s.moe_layers = moe_layers_in(m, first, s.layers);
-    }
-    for (int64_t c = 0; c < V && V > 1; c++) {
-        const int64_t v = c * pp + stage;
-        s.layers += per_chunk;
-        s.moe_layers += moe_layers_in(m, v * per_chunk, per_chunk);
+    } else {
+        for (int64_t c = 0; c < V; c++) {
+            const int64_t v = c * pp + stage;
+            s.layers += per_chunk;
+            s.moe_layers += moe_layers_in(m, v * per_chunk, per_chunk);
+        }
     }
     const int64_t micro_batches = lay->accum_steps > 0 ? lay->accum_steps : 1;
     s.in_flight = in_flight(pp, V, micro_batches, stage);

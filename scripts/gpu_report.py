@@ -111,6 +111,11 @@ def goals(logs):
         if m:
             rows.append(("training MFU, %s (bench_train_gpu.sh), %%" % label, float(m.group(1)), target,
                          float(m.group(1)) >= target))
+        counts = re.findall(r"^step +(\d+) on the GPU: (\d+) host waits.*?; (\d+) device allocations", text, re.M)
+        if len(counts) > 1:  # the last step's (issue 50, item 4: no allocation after the first step)
+            step, _, allocations = counts[-1]
+            rows.append(("device allocations in step %s (after the first), %s" % (step, label), float(allocations), 0,
+                         int(allocations) == 0))
         m = re.search(r"moe-train / PyTorch ([\d.]+)x", text)
         if m:
             rows.append(("training tokens/s over PyTorch's, %s" % label, float(m.group(1)), 1.5,
@@ -170,6 +175,14 @@ def main():
         p("| --- | ---: | ---: | --- |")
         for goal, value, target, met in rows:
             p("| %s | %.2f | %s | %s |" % (goal, value, target, "yes" if met else "**no**"))
+        p()
+    waits = [(name, line) for name in ("train", "train_lt", "train_mixtral")
+             for line in re.findall(r"^step +\d+ on the GPU: .*$", logs.get(name, ""), re.M)]
+    if waits:  # issue 50, item 4: at most one host wait per MoE layer and micro-batch (the counts), one per step else
+        p("Host waits and allocations per step (moe-train's counters):")
+        p()
+        for name, line in waits:
+            p("- %s: %s" % (name, line))
         p()
     for name, _, status in phases:
         text = "\n".join(l for l in logs.get(name, "").splitlines() if not l.startswith("json: "))
