@@ -6,7 +6,8 @@
 # kv head (the kv heads fewer than tp: replicated, also loaded so from a 1-rank checkpoint), an OLMoE (q/k norms over
 # the whole projections, models/attention.c; 2 kv heads) at tp 2 and at tp 4 with --recompute full, a Qwen3-MoE (each
 # head's q/k norms) with fewer kv heads than tp (2 at tp 4 with --recompute full, 1 at tp 2 x ep 2 with ZeRO-2), a
-# DeepSeek-V3 (multi-head latent attention, models/mla.c) at tp 2 x ep 2 with ZeRO-2, its step 4 resumed at tp 4: every
+# DeepSeek-V3 (multi-head latent attention, models/mla.c) at tp 2 x ep 2 with ZeRO-2, its step 4 resumed at tp 4, and
+# with a dense first layer in 2 uneven stages x tp 2: every
 # step's loss and the validation loss (printed with %.17g in metrics.jsonl) are bitwise the 1-rank run's (of the same
 # model), so are the step-8 checkpoint's files (whole Hugging Face tensors, byte for byte: a tp 2 checkpoint is a tp 1
 # one, which test_hf_interop loads in transformers) and the text sampled after training, and the grid line names the
@@ -128,6 +129,10 @@ shared RoPE key's gradient summed over the heads piece by piece) at tp 2 x ep 2 
     ds4 ds1
 run ds4_resumed 4 "${deepseek[@]}" --tp 4 --resume "$dir/ds4/step-00000004"
 same_as "its step 4 resumed at tp 4 (one head a rank)" ds4_resumed ds1 5
+run ds3_one 1 "${deepseek[@]}" --layers 3 --first-dense-layers 1
+run ds3_pp2tp2 4 "${deepseek[@]}" --layers 3 --first-dense-layers 1 --pp 2 --first-stage-layers 1 --tp 2
+same_as "a 3-layer DeepSeek-V3 (a dense first layer) in 2 stages of 1 and 2 layers (--first-stage-layers) x tp 2" \
+    ds3_pp2tp2 ds3_one
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training
