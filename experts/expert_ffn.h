@@ -32,6 +32,10 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
  * sum (docs/DETERMINISM.md). dh1, dh3: scratch of [rows, d_ff]; wgrad_scratch:
  * moe_expert_ffn_wgrad_scratch_count(d, d_ff, segments) reals. grads->router_w is not touched. */
 size_t moe_expert_ffn_wgrad_scratch_count(int d_model, int d_ff, int segments);
+/* What forward and backward stage per expert (kernels/gemm_rows.h's slots: its rows x and dy, its intermediates
+ * act, dh1 and dh3), grown now for experts of up to expert_rows rows, so that later passes of no more rows allocate
+ * nothing (moe/layer_ops.h's reserve_rows). */
+moe_status moe_expert_ffn_reserve_cpu(moe_gemm_rows_plan *gemm, int d_model, int d_ff, int expert_rows);
 moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_weights *grads, int num_experts,
                                        int d_model, int d_ff, const int *segment_start, int segments,
                                        const moe_real *xp, const moe_real *h1, const moe_real *h3, const moe_real *act,

@@ -28,6 +28,15 @@ static inline moe_real input_value(moe_real x, int round) {
 #endif
 }
 
+moe_status moe_expert_ffn_reserve_cpu(moe_gemm_rows_plan *gemm, int d_model, int d_ff, int expert_rows) {
+    const size_t rd = (size_t)expert_rows * d_model, rf = (size_t)expert_rows * d_ff;
+    MOE_TRY(moe_gemm_rows_reserve_stage(gemm, STAGE_X, rd, 0));
+    MOE_TRY(moe_gemm_rows_reserve_stage(gemm, STAGE_DY, rd, 0));
+    MOE_TRY(moe_gemm_rows_reserve_stage(gemm, STAGE_ACT, rf, 1));
+    MOE_TRY(moe_gemm_rows_reserve_stage(gemm, STAGE_DH1, rf, 1));
+    return moe_gemm_rows_reserve_stage(gemm, STAGE_DH3, rf, 1);
+}
+
 moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_experts, int d_model, int d_ff,
                                       const int *expert_offset, const moe_real *xp, moe_real *h1, moe_real *h3,
                                       moe_real *act, moe_real *y, moe_gemm_rows_plan *gemm) {

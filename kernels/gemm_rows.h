@@ -123,6 +123,9 @@ moe_status moe_gemm_rows_at_b_cpu(moe_gemm_rows_plan *plan, int rows, int m, int
  * of once per product; with fp32 inputs *out is x itself. The _staged products take such inputs and give the bits of
  * their plain twins on the same values. moe_gemm_rows_staged_at: value `index` of a staged input. */
 moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count, const void **out);
+/* Grows the slot to hold an input of `count` values now, as staging one would (as moe_gemm_rows_stage_rounded would
+ * when `rounded`), so that staging no more later allocates nothing. */
+moe_status moe_gemm_rows_reserve_stage(moe_gemm_rows_plan *plan, int slot, size_t count, int rounded);
 /* Inputs the caller rounds: caller_rounds is 1 when the plan stages bf16 inputs as moe_real values (bf16 on fp32
  * units: gemm_engine.h), so that a caller that rounds an input as it computes it (moe_bf16_round_inline) has it staged
  * already. stage_rounded: x as staged, x itself but where the plan stages moe_bf16 values (then moe_gemm_rows_stage);

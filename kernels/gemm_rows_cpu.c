@@ -158,6 +158,16 @@ moe_status moe_gemm_rows_stage(moe_gemm_rows_plan *plan, int slot, const moe_rea
     return MOE_OK;
 }
 
+moe_status moe_gemm_rows_reserve_stage(moe_gemm_rows_plan *plan, int slot, size_t count, int rounded) {
+    if (!plan->bf16_inputs || (rounded && !native_bf16(plan))) return MOE_OK; /* such inputs are not staged */
+    if (slot < 0 || slot >= MOE_GEMM_STAGE_SLOTS)
+        return moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: stage slot %d is not in [0, %d)", slot, MOE_GEMM_STAGE_SLOTS);
+    const size_t bytes = (count ? count : 1) * input_size(plan);
+    void *buffer;
+    if (plan->stage_source.get) return plan->stage_source.get(plan->stage_source.ctx, slot, bytes, &buffer);
+    return grow(&plan->stage[slot], &plan->stage_bytes[slot], bytes);
+}
+
 int moe_gemm_rows_caller_rounds(const moe_gemm_rows_plan *plan) { return plan->bf16_inputs && !native_bf16(plan); }
 
 moe_status moe_gemm_rows_stage_rounded(moe_gemm_rows_plan *plan, int slot, const moe_real *x, size_t count,

@@ -7,6 +7,7 @@
  * Takes from alltoall/: the layout's communicators and the dispatch plan; from router/: the routing objects,
  * the global capacity rule and the count check; from moe/: the runtime's memory and the layer table. */
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -162,10 +163,19 @@ static moe_status point_token_buffers(moe_layer *L, int T) {
     return MOE_OK;
 }
 
-/* rows' pointers for a pass over N received rows: the kept ones grow with the largest N seen (a forward's; its
- * backward asks for the same N, which keeps them), the others are slots. */
-static moe_status point_row_buffers(moe_layer *L, int N) {
+/* The received rows a pass's buffers are sized for: with a capacity, the most any step can bring (each local
+ * expert's capacity, a bound as long as the global batch stays: every later step fits, so none allocates); dropless,
+ * the rows themselves (T k every step at ep 1; at ep > 1 a step bringing more rows than any before grows them). */
+static int reserved_rows(const moe_layer *L, int rows) {
+    const long long bound = (long long)L->num_local_experts * L->counts.capacity;
+    return L->counts.capacity > 0 && bound > rows && bound <= INT_MAX ? (int)bound : rows;
+}
+
+/* rows' pointers for a pass over `rows` received rows, sized for N = reserved_rows: the kept ones grow with the
+ * largest N seen (a forward's; its backward asks for the same, which keeps them), the others are slots. */
+static moe_status point_row_buffers(moe_layer *L, int rows) {
     const size_t d = L->cfg.d_model, row = L->steps->row_elem;
+    const int N = reserved_rows(L, rows);
     if (N > L->max_rows) {
         void **ptrs[ROW_BUFFERS];
         size_t nbytes[ROW_BUFFERS];
@@ -465,6 +475,9 @@ static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const ch
     const int local = exchange_is_local(L);
     char what[64];
     MOE_TRY(point_row_buffers(L, L->plan.num_recv));
+    const int reserved = reserved_rows(L, L->plan.num_recv);
+    if (reserved > L->plan.num_recv && L->steps->reserve_rows) /* each expert's rows: at most its capacity */
+        MOE_TRY(L->steps->reserve_rows(L->state, reserved, L->counts.capacity));
     row_buffers *b = &L->rows;
     if (local) MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, b->x));
     moe_status st = local ? MOE_OK : moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);

@@ -60,6 +60,11 @@ typedef struct moe_layer_ops {
     moe_status (*experts_backward)(moe_layer_state *s, const moe_layer_weights *w, moe_layer_weights *grads,
                                    const int *segment_start, int segments, int rows, const void *xp, const void *dy,
                                    void *dxp);
+    /* Grows what experts_forward and experts_backward size by their rows (the kept intermediates or their slots, the
+     * backward's scratch, what they stage per expert) to at least `rows` in all and expert_rows per expert now, so
+     * that later passes of no more allocate nothing (the layer's reservation with a capacity: moe/layer.c's
+     * reserved_rows). May be NULL. */
+    moe_status (*reserve_rows)(moe_layer_state *s, int rows, int expert_rows);
 
     /* NaN provenance: *first = the index of the first NaN or Inf of count values (moe_real, or the row type
      * when rows is set), or -1. Waits for the device; only used while checking (moe_layer_set_checks). */

@@ -187,6 +187,14 @@ static moe_status cpu_experts_backward(moe_layer_state *s, const moe_layer_weigh
                                        dy, s->dh1, s->dh3, dxp, wgrad_scratch, &s->expert_gemm);
 }
 
+static moe_status cpu_reserve_rows(moe_layer_state *s, int rows, int expert_rows) {
+    MOE_TRY(expert_acts(s, rows, 1));
+    const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_real);
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_A, n, (void **)&s->dh1));
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_B, n, (void **)&s->dh3));
+    return moe_expert_ffn_reserve_cpu(&s->expert_gemm, s->cfg.d_model, s->cfg.d_ff, expert_rows);
+}
+
 static moe_status cpu_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {
     (void)s, (void)rows; /* rows are moe_real on the CPU */
     *first = moe_find_nonfinite_cpu(data, count);
@@ -258,6 +266,7 @@ const moe_layer_ops moe_layer_ops_cpu = {
     .experts_forward = cpu_experts_forward,
     .experts_backward = cpu_experts_backward,
     .find_nonfinite = cpu_find_nonfinite,
+    .reserve_rows = cpu_reserve_rows,
     .router_losses = cpu_router_losses,
     .router_backward = cpu_router_backward,
     .router_weight_grad = cpu_router_weight_grad,

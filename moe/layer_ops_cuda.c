@@ -225,6 +225,14 @@ static moe_status cuda_experts_backward(moe_layer_state *s, const moe_layer_weig
                                         s->h13, s->act, dy, s->dh13, s->dact, dxp, wgrad_scratch);
 }
 
+static moe_status cuda_reserve_rows(moe_layer_state *s, int rows, int expert_rows) {
+    (void)expert_rows; /* the GPU's expert GEMMs stage nothing per expert */
+    MOE_TRY(expert_acts(s, rows, 1));
+    const size_t n = (size_t)rows * s->cfg.d_ff * sizeof(moe_bf16);
+    MOE_TRY(moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_A, 2 * n, (void **)&s->dh13));
+    return moe_runtime_scratch(s->rt, MOE_SCRATCH_EXPERT_DH_B, n, (void **)&s->dact);
+}
+
 /* Copies the values to the host and looks there: only used while looking for where a NaN came from. */
 static moe_status cuda_find_nonfinite(moe_layer_state *s, const void *data, size_t count, int rows, long long *first) {
     const size_t elem = rows ? sizeof(moe_bf16) : sizeof(float);
@@ -303,6 +311,7 @@ const moe_layer_ops moe_layer_ops_cuda = {
     .experts_forward = cuda_experts_forward,
     .experts_backward = cuda_experts_backward,
     .find_nonfinite = cuda_find_nonfinite,
+    .reserve_rows = cuda_reserve_rows,
     .router_losses = cuda_router_losses,
     .router_backward = cuda_router_backward,
     .router_weight_grad = cuda_router_weight_grad,

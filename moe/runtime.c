@@ -16,7 +16,12 @@ void moe_runtime_destroy(moe_runtime *rt) {
     rt->destroy(rt);
 }
 
-moe_status moe_runtime_alloc(moe_runtime *rt, size_t nbytes, void **out) { return rt->memory->alloc(rt, nbytes, out); }
+moe_status moe_runtime_alloc(moe_runtime *rt, size_t nbytes, void **out) {
+    rt->allocations++;
+    return rt->memory->alloc(rt, nbytes, out);
+}
+
+unsigned long long moe_runtime_allocations(const moe_runtime *rt) { return rt->allocations; }
 void moe_runtime_free(moe_runtime *rt, void *ptr) { rt->memory->free(rt, ptr); }
 
 moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n) {
@@ -38,6 +43,7 @@ moe_status moe_runtime_scratch(moe_runtime *rt, moe_scratch_slot slot, size_t nb
 }
 
 moe_status moe_runtime_host_alloc(moe_runtime *rt, size_t nbytes, void **out) {
+    rt->allocations++;
     return rt->memory->host_alloc(rt, nbytes, out);
 }
 void moe_runtime_host_free(moe_runtime *rt, void *ptr) { rt->memory->host_free(rt, ptr); }

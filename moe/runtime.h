@@ -29,6 +29,10 @@ moe_gpu *moe_runtime_gpu(const moe_runtime *rt);
 /* Device memory (zeroed); NULL-safe free. */
 moe_status moe_runtime_alloc(moe_runtime *rt, size_t nbytes, void **out);
 void moe_runtime_free(moe_runtime *rt, void *ptr);
+/* How many allocations (moe_runtime_alloc, moe_runtime_host_alloc, the regrows and scratch growth through them) the
+ * runtime has made: a training step after the first should make none (issue 50, item 4; on a GPU each is a
+ * cudaMalloc, and growing frees first, which waits for the device). */
+unsigned long long moe_runtime_allocations(const moe_runtime *rt);
 /* Frees and reallocates n device buffers to nbytes[i] each (contents are not kept): how every buffer that
  * grows with the batch grows. */
 moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n);

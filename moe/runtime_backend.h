@@ -32,6 +32,7 @@ struct moe_runtime {
     void (*destroy)(moe_runtime *rt); /* frees the context (if any) and rt */
     void *scratch[MOE_SCRATCH_SLOTS];  /* moe_runtime_scratch's, freed before destroy */
     size_t scratch_nbytes[MOE_SCRATCH_SLOTS];
+    unsigned long long allocations; /* moe_runtime_alloc and _host_alloc calls so far (moe_runtime_allocations) */
 };
 
 #endif

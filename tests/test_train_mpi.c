@@ -12,7 +12,9 @@
  *    GEMM inputs were rounded).
  *  - threads (core/threads.h), W <= 2: a wider model (every threaded loop above its size threshold) gives
  *    bitwise the same losses with 1, 2 and 3 OpenMP threads per rank.
- *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%. */
+ *  - learning: 40 steps at ep = W lower the training and validation losses by at least 35%.
+ *  - no allocation after the first step (issue 50, item 4): with a capacity at every ep (each expert's rows reserved
+ *    for its capacity, moe/layer.c), and dropless at ep 1 (moe_runtime_allocations). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +42,17 @@ static double train(const char *train_path, const char *val_path, int ep, int st
     moe_step_result r = {0};
     r.expert_tokens = calloc((size_t)o.model.num_layers * o.model.moe.num_experts, sizeof(double));
     double drops = 0, val = 0;
+    const moe_runtime *rt = moe_model_runtime(t.model);
+    unsigned long long after_first = 0;
     for (int s = 1; s <= steps; s++) {
         test_mpi_require(moe_trainer_step(&t, s, &r), "step");
         losses[s - 1] = r.loss;
         drops += r.drop_fraction;
-        if (s == 1) *norm1 = r.grad_norm;
+        if (s == 1) *norm1 = r.grad_norm, after_first = moe_runtime_allocations(rt);
     }
+    CHECK(moe_runtime_allocations(rt) == after_first, "ep %d, %d micro-batches: %llu allocations in steps 2-%d (none "
+          "after the first step: each row buffer reserved for the capacity)", ep, micro_batches,
+          moe_runtime_allocations(rt) - after_first, steps);
     test_mpi_require(moe_trainer_evaluate(&t, &val), "validation");
     CHECK(drops > 0, "ep %d: capacity 1.25 never dropped anything", ep);
     free(r.expert_tokens);
@@ -73,6 +80,23 @@ static void check_thread_counts(const char *train_path, const char *val_path, in
         CHECK(!memcmp(losses[n - 1], losses[0], sizeof losses[0]), "W=%d: losses with %d threads differ from 1 thread's",
               W, n);
     if (rank == 0) printf("W=%d: 1, 2 and 3 threads per rank: losses bitwise equal over %d steps\n", W, STEPS);
+}
+
+/* Dropless at ep 1: every step brings the experts T k rows, so after the first nothing is allocated (with a capacity,
+ * train() above checks the same at every ep: the rows reserved for each expert's capacity, moe/layer.c). */
+static void check_dropless_allocations(const char *train_path, const char *val_path, int W, int rank) {
+    moe_train_options o = test_small_options(train_path, val_path, 1, STEPS, 2);
+    o.model.moe.capacity_factor = 0;
+    test_run r;
+    test_run_start(&r, 1, o);
+    test_run_steps(&r, 1, 1, NULL);
+    const moe_runtime *rt = moe_model_runtime(r.t.model);
+    const unsigned long long after_first = moe_runtime_allocations(rt);
+    test_run_steps(&r, 2, STEPS, NULL);
+    CHECK(moe_runtime_allocations(rt) == after_first, "W=%d, dropless at ep 1: %llu allocations in steps 2-%d", W,
+          moe_runtime_allocations(rt) - after_first, STEPS);
+    test_run_stop(&r);
+    if (rank == 0) printf("W=%d: dropless at ep 1, no allocation after the first step\n", W);
 }
 
 int main(int argc, char **argv) {
@@ -140,6 +164,7 @@ int main(int argc, char **argv) {
     }
 
     if (W <= 2) check_thread_counts(train_path, val_path, W, rank);
+    check_dropless_allocations(train_path, val_path, W, rank);
 
     enum { LONG = 40 };
     double curve[LONG];
