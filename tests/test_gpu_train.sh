@@ -45,6 +45,9 @@ if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
     grep -Eq "^step +2 on the GPU: [0-9]+ host waits" "$dir/out.txt"; then
     echo "ok: cuda bf16, 1 rank ($lone_transport): $(grep 'verify step 2: ' "$dir/out.txt")"
     echo "    its step 2: $(grep -E -m 1 '^step +2 on the GPU' "$dir/out.txt" | sed 's/^step *2 on the GPU: //')"
+    # issue 50, item 4's target is no allocation after the first step (gpu_report.py's goal row measures it on the
+    # benchmarks; here it is shown, not required)
+    echo "    its last step: $(grep -E '^step +[0-9]+ on the GPU' "$dir/out.txt" | tail -n 1)"
 else
     fail_with_output "cuda bf16, 1 rank (placement line naming the $lone_transport and step 2's host waits expected)"
 fi
