@@ -164,10 +164,14 @@ static moe_status point_token_buffers(moe_layer *L, int T) {
 }
 
 /* The received rows a pass's buffers are sized for: with a capacity, the most any step can bring (each local
- * expert's capacity, a bound as long as the global batch stays: every later step fits, so none allocates); dropless,
- * the rows themselves (T k every step at ep 1; at ep > 1 a step bringing more rows than any before grows them). */
+ * expert's capacity, and no more than every token of the EP group choosing this rank's experts: bounds as long as the
+ * batch stays, so no later step allocates); dropless, the rows themselves (T k every step at ep 1; at ep > 1 a step
+ * bringing more rows than any before grows them). */
 static int reserved_rows(const moe_layer *L, int rows) {
-    const long long bound = (long long)L->num_local_experts * L->counts.capacity;
+    const long long E = L->num_local_experts, k = L->cfg.top_k < E ? L->cfg.top_k : E;
+    const long long by_capacity = E * L->counts.capacity, by_tokens = (long long)L->ranks.ep_size *
+                                                                       L->counts.num_tokens * k;
+    const long long bound = by_capacity < by_tokens ? by_capacity : by_tokens;
     return L->counts.capacity > 0 && bound > rows && bound <= INT_MAX ? (int)bound : rows;
 }
 
@@ -475,9 +479,11 @@ static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const ch
     const int local = exchange_is_local(L);
     char what[64];
     MOE_TRY(point_row_buffers(L, L->plan.num_recv));
-    const int reserved = reserved_rows(L, L->plan.num_recv);
-    if (reserved > L->plan.num_recv && L->steps->reserve_rows) /* each expert's rows: at most its capacity */
-        MOE_TRY(L->steps->reserve_rows(L->state, reserved, L->counts.capacity));
+    if (L->counts.capacity > 0 && L->steps->reserve_rows) { /* an expert's rows: its capacity, the group's tokens */
+        const long long group_tokens = (long long)L->ranks.ep_size * L->counts.num_tokens;
+        const int expert_rows = group_tokens < L->counts.capacity ? (int)group_tokens : L->counts.capacity;
+        MOE_TRY(L->steps->reserve_rows(L->state, reserved_rows(L, L->plan.num_recv), expert_rows));
+    }
     row_buffers *b = &L->rows;
     if (local) MOE_TRY(L->steps->permute(L->state, L->buf.x, L->tok.perm_token, L->counts.total_kept, b->x));
     moe_status st = local ? MOE_OK : moe_dispatch_rows(ep, &L->plan, L->buf.xp, row_nbytes, b->staging, b->x);
