@@ -11,8 +11,9 @@
  *   y_h = attention(q_h, K_h, V_h)[:, :dv]                                [T, H dv], o_proj's input
  *
  * Under tensor parallelism (Megatron's split of MLA): the low-rank projections q_a and kv_a and their norms are
- * replicated and run on the slice's rows (a row's bits are its own), their outputs gathered over the group (rmsnorm(q_a)
- * and [rmsnorm(c) | k_pe], fewer values per token than ln1 itself); q_b (or q_proj) and kv_b are column-parallel by
+ * replicated and run on the slice's rows (a row's bits are its own), their outputs gathered over the group
+ * (rmsnorm(q_a) and [rmsnorm(c) | k_pe], fewer values per token than ln1 itself, and gathered again in backward rather
+ * than kept); q_b (or q_proj) and kv_b are column-parallel by
  * heads, o_proj row-parallel, so a rank attends with its H / tp heads over the group's rows. Backward runs the same in
  * reverse; k_pe's gradient, the sum over the heads of their keys' last dr columns, is added in head order within each
  * of the fixed pieces (--tp-shards: H / S heads each) and over the pieces in their fixed tree (moe_tp_sum_pieces), so
@@ -203,8 +204,8 @@ moe_status moe__model_mla_backward(moe_model *m, int l, int T) {
     MOE_TRY(latent_norm_backward(m, T, a->mla_c, w->mla.kv_a_norm, a->mla_rstd_c, m->mla_lat2, D.KL, m->mla_lat,
                                  gw->mla.kv_a_norm));
     MOE_TRY(moe_runtime_copy_2d(m->rt, m->mla_lat2, D.KLR * r, m->mla_lat, D.KL * r, D.KL * r, (size_t)Ts));
-    MOE_TRY(moe_runtime_copy_2d(m->rt, m->mla_lat2 + D.KL, D.KLR * r, m->mla_kpe + moe_tp_slice_first(&m->seq, T) * D.dr,
-                                D.dr * r, D.dr * r, (size_t)Ts));
+    const moe_real *kpe_slice = m->mla_kpe + moe_tp_slice_first(&m->seq, T) * D.dr;
+    MOE_TRY(moe_runtime_copy_2d(m->rt, m->mla_lat2 + D.KL, D.KLR * r, kpe_slice, D.dr * r, D.dr * r, (size_t)Ts));
     MOE_TRY(moe_shard_grads_linear(sg, m->mla_lat2, a->ln1, d, D.KLR, gw->mla.kv_a));
     MOE_TRY(dense->linear_backward_input(s, m->mla_lat2, w->mla.kv_a, Ts, d, D.KLR, 0, dln));
     /* q: RoPE's backward on the tails, then q_b, its norm and q_a (or q_proj); ln1's gradient added into dln */

@@ -253,8 +253,8 @@ moe_status moe_model_select_pass(moe_model *m, int chunk, int pass) {
 
 int moe_model_num_passes(const moe_model *m) { return m->stage.passes; }
 
-/* A stage forward's end: the stream drained — by the head's loss, which waited (waited), else one wait — so that the
- * tokens' staging (head.c) is free for the next forward and what the pass's MoE layers (chunk layers [first, last))
+/* A stage forward's end: the stream drained — by the head's loss, which waited (waited), else one wait — so that
+ * the tokens' staging (head.c) is free for the next forward and what the pass's MoE layers (chunk layers [first, last))
  * queued for the host has landed (moe_layer_finish_forward: the router losses, the layout's counts), then each such
  * layer's check and sum over the stage. */
 static moe_status end_forward(moe_model *m, int first, int last, int waited) {

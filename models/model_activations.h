@@ -18,8 +18,8 @@
  *        the projection's);  QT  1 with q/k norms at tp > 1, else 0;  QH  1 for each head's norms (Qwen3's), else 0;
  *        QB  1 with q/k/v biases
  *   QL, KL, ML, HV  multi-head latent attention's (models/mla.c): q_lora_rank, kv_lora_rank, 1 with it (else all
- *        0), H v_head_dim (T * HV: the rank's heads over the group's rows, as A);  HNV, LAT, DR  H (qk_nope + v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank),
- *        qk_rope_dim
+ *        0), H v_head_dim (T * HV: the rank's heads over the group's rows, as A);  HNV, LAT, DR  H (qk_nope +
+ *        v_head_dim), max(kv_lora_rank + qk_rope_dim, q_lora_rank), qk_rope_dim
  *   SH   1 on an MoE layer with a shared expert (shared_d_ff), else 0 (in the model's buffers: 1 when any layer has
  *        one);  SF  T * shared_d_ff there;  SG  1 where that shared expert is gated (Qwen2-MoE)
  *   V    the vocabulary

@@ -124,9 +124,9 @@ void moe_layer_destroy(moe_layer *layer);
  * (MOE_ERR_COMM, MOE_ERR_COUNT_MISMATCH, MOE_ERR_TIMEOUT) leaves the job unusable: print the failure message
  * and abort it (MPI_Abort).
  * Host syncs on CUDA: two (the routing choices to the host for the capacity rule; the router losses and the
- * layout's counts, or one with them deferred: moe_layer_defer_finish), plus whatever the layout's transport waits for (comm_gpu.h), plus buffer
- * growth on the first calls. Control
- * traffic per rank: O(E + T*k) ints (router/capacity.h), never the whole global routing. */
+ * layout's counts, or one with them deferred: moe_layer_defer_finish), plus whatever the layout's transport waits
+ * for (comm_gpu.h), plus buffer growth on the first calls. Control traffic per rank: O(E + T*k) ints
+ * (router/capacity.h), never the whole global routing. */
 moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights, const moe_real *x,
                              int num_tokens, moe_real *out, moe_layer_stats *stats);
 

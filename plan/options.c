@@ -234,7 +234,8 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     l->world = c->gpus_per_node * c->nodes;
     l->ep = integer(f, "--ep", 1), l->zero = (int)integer(f, "--zero", 0);
     l->pp = integer(f, "--pp", 1), l->virtual_stages = integer(f, "--virtual-stages", 1), l->tp = integer(f, "--tp", 1);
-    l->first_stage_layers = integer(f, "--first-stage-layers", 0), l->last_stage_layers = integer(f, "--last-stage-layers", 0);
+    l->first_stage_layers = integer(f, "--first-stage-layers", 0);
+    l->last_stage_layers = integer(f, "--last-stage-layers", 0);
     if (l->world % l->pp)
         return complain(err, "--pp %lld must divide the %lld GPUs (each stage is GPUs / pp of them)", (long long)l->pp,
                         (long long)l->world), -1;

@@ -17,8 +17,10 @@ int64_t moe_plan_layout_stage_ranks(const moe_plan_layout *lay) { return lay->wo
 int64_t moe_plan_layout_tp(const moe_plan_layout *lay) { return lay->tp > 1 ? lay->tp : 1; }
 
 moe_pipeline_split moe_plan_layout_split(const moe_plan_layout *lay) {
-    return (moe_pipeline_split){.pp = (int)moe_plan_layout_pp(lay), .chunks = (int)moe_plan_layout_virtual_stages(lay),
-                                .first_layers = (int)lay->first_stage_layers, .last_layers = (int)lay->last_stage_layers};
+    return (moe_pipeline_split){.pp = (int)moe_plan_layout_pp(lay),
+                                .chunks = (int)moe_plan_layout_virtual_stages(lay),
+                                .first_layers = (int)lay->first_stage_layers,
+                                .last_layers = (int)lay->last_stage_layers};
 }
 
 int64_t moe_plan_pipeline_max_layers(const moe_plan_model *m, const moe_plan_layout *lay) {

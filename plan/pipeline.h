@@ -57,8 +57,9 @@ int moe_plan_layout_cut_layers(const moe_plan_model *m, moe_plan_layout *lay);
 double moe_plan_pipeline_bubble(const moe_plan_layout *lay, int64_t micro_batches);
 
 /* NULL when the pipeline can run, else a sentence naming what is wrong: pp not dividing the GPUs, pp·V not
- * dividing the layers (and no ends' counts given), ends' counts that leave the stages between no equal share, --virtual-stages without --pp above 1, fewer micro-batches than stages, an interleaved
- * schedule with micro-batches not a multiple of pp. micro_batches 0: the shape only. */
+ * dividing the layers (and no ends' counts given), ends' counts that leave the stages between no equal share,
+ * --virtual-stages without --pp above 1, fewer micro-batches than stages, an interleaved schedule with micro-batches
+ * not a multiple of pp. micro_batches 0: the shape only. */
 const char *moe_plan_pipeline_problem(const moe_plan_model *m, const moe_plan_layout *lay, int64_t micro_batches);
 
 #endif

@@ -45,7 +45,8 @@ moe_status moe_plan_search(const moe_plan_model *m, const moe_plan_cluster *c, c
                 moe_plan_run r = *base;
                 r.layout.ep = ep, r.layout.zero = zero, r.layout.micro_batch = mb;
                 r.layout.pp = pp, r.layout.virtual_stages = V, r.layout.tp = tp;
-                r.layout.first_stage_layers = cut.first_stage_layers, r.layout.last_stage_layers = cut.last_stage_layers;
+                r.layout.first_stage_layers = cut.first_stage_layers;
+                r.layout.last_stage_layers = cut.last_stage_layers;
                 r.layout.recompute = (moe_recompute)recompute;
                 if (routing) r.layout.routing_skew = moe_plan_routing_skew(routing, ep);
                 if (moe_plan_run_problem(m, c, &r)) continue;

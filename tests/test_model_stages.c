@@ -115,7 +115,8 @@ static void check_passes(const char *label, moe_model_config c) {
     moe_parallel *par;
     CHECK_OK(moe_parallel_create_self(&par));
     moe_model *one, *many;
-    const moe_model_stage whole = moe_model_stage_whole(&c), stash = {.first_layer = 0, .num_layers = c.num_layers, .chunks = 1, .passes = MICRO};
+    const moe_model_stage whole = moe_model_stage_whole(&c),
+                          stash = {.first_layer = 0, .num_layers = c.num_layers, .chunks = 1, .passes = MICRO};
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &whole, SEQS, MICRO, &one));
     CHECK_OK(moe_model_create_stage(&c, NULL, par, &stash, SEQS, MICRO, &many));
     CHECK(moe_model_num_passes(many) == MICRO, "%s: passes", label);
@@ -196,12 +197,14 @@ static void check_refusals(void) {
 }
 
 /* The pipeline's cut (models/model.h's moe_pipeline_split): DeepSeek-V3's 61 layers in 16 stages of 1, 14 x 4 and 4
- * layers, 10 layers in 4 stages of 1 (first given), 3, 3, 3, and 4 in 1 each (both given); each stage's layers follow the last one's, every
- * layer belongs to the stage that holds it; and the cuts that leave no equal share are refused. */
+ * layers, 10 layers in 4 stages of 1 (first given), 3, 3, 3, and 4 in 1 each (both given); each stage's layers follow
+ * the last one's, every layer belongs to the stage that holds it; and the cuts that leave no equal share are
+ * refused. */
 static void check_pipeline_split(void) {
     moe_model_config c = small_config();
     const struct { int layers; moe_pipeline_split split; int want[16]; } cuts[] = {
-        {61, {.pp = 16, .chunks = 1, .first_layers = 1, .last_layers = 4}, {1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+        {61, {.pp = 16, .chunks = 1, .first_layers = 1, .last_layers = 4},
+         {1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
         {10, {.pp = 4, .chunks = 1, .first_layers = 1}, {1, 3, 3, 3}},
         {8, {.pp = 2, .chunks = 2}, {2, 2}},
         {4, {.pp = 4, .chunks = 1, .first_layers = 1, .last_layers = 1}, {1, 1, 1, 1}},

@@ -5,9 +5,9 @@
 # ranks), 4 stages (4 ranks), 2 stages of 2 virtual stages each (the interleaved schedule, 2 ranks), 2 stages x 2 data-parallel ranks with ZeRO-1 and sigmoid routing (its selection
 # biases in the training state), and 2 x 2 with tied embeddings and ZeRO-2 (the first and the last stage each hold the
 # embedding; 1F1B and interleaved), uneven stages (--first-stage-layers, --last-stage-layers: 1 + 2 + 1 layers on 3
-# ranks, 1 + 3 on 2, its step 3 resumed as 3 + 1), each against its own 1-rank run: every step's metrics (loss, aux and z losses, gradient
-# norm, drops, expert counts, validation loss; everything but the timings), the sampled text and both checkpoints'
-# model.safetensors and train_state.safetensors are the 1-rank run's, byte for byte. Step 3 of the 2-stage run
+# ranks, 1 + 3 on 2, its step 3 resumed as 3 + 1), each against its own 1-rank run: every step's metrics (loss, aux
+# and z losses, gradient norm, drops, expert counts, validation loss; everything but the timings), the sampled text
+# and both checkpoints' model.safetensors and train_state.safetensors are the 1-rank run's, byte for byte. Step 3 of the 2-stage run
 # resumed in 4 stages and on 1 rank, and step 3 of the 1-rank run resumed in 2 stages, continue to the same metrics
 # and step-6 files. Routing traces recorded in pipelines (pp 2, pp 2 x ep 2, pp 2 x 2 virtual stages: each stage writes
 # its layers' records) are the 1-rank run's byte for byte; replayed in pp 2 x 2 virtual stages the 1-rank run's trace

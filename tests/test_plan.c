@@ -667,10 +667,12 @@ static void check_uneven_pipeline(void) {
               (long long)moe_plan_pipeline_stage(&v3, &r.layout, s).layers);
     CHECK(moe_plan_pipeline_max_layers(&v3, &r.layout) == 4, "the slowest stage's layers");
     const moe_plan_prediction uneven = moe_plan_predict(&v3, &c, &r);
-    CHECK(uneven.fits, "DeepSeek-V3 at pp 16 x ep 64, ZeRO-1, recompute full: %.1f GiB", uneven.memory.total / 1073741824.0);
+    CHECK(uneven.fits, "DeepSeek-V3 at pp 16 x ep 64, ZeRO-1, recompute full: %.1f GiB",
+          uneven.memory.total / 1073741824.0);
     moe_plan_layout cut = r.layout;
     CHECK(moe_plan_layout_cut_layers(&v3, &cut) && cut.first_stage_layers == 2 && cut.last_stage_layers == 3,
-          "the search's cut at pp 16: %lld and %lld", (long long)cut.first_stage_layers, (long long)cut.last_stage_layers);
+          "the search's cut at pp 16: %lld and %lld", (long long)cut.first_stage_layers,
+          (long long)cut.last_stage_layers);
     cut.pp = 61;
     CHECK(moe_plan_layout_cut_layers(&v3, &cut) && !cut.first_stage_layers, "pp 61: one layer each, even");
 }

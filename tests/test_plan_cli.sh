@@ -66,7 +66,8 @@ assert b["pp"] > 1 and b["first_stage_layers"] + b["last_stage_layers"] > 0, b' 
 expect_error "or --first-stage-layers / --last-stage-layers give the ends theirs" \
     --hf-config "$configs/deepseek-v3.json" --nodes 256 --pp 16 --ep 64 --global-batch 16384
 out_v3_pp=$("$plan" --hf-config "$configs/deepseek-v3.json" --nodes 256 --pp 16 --ep 64 --global-batch 16384 \
-    --first-stage-layers 1 --last-stage-layers 4 --zero 1 --recompute full) || fail "DeepSeek-V3 at pp 16, 1 + 4 refused"
+    --first-stage-layers 1 --last-stage-layers 4 --zero 1 --recompute full) ||
+    fail "DeepSeek-V3 at pp 16, 1 + 4 refused"
 case $out_v3_pp in *"pp 16 x 1 virtual stage (layers: first stage 1, last 4)"*"fits"*) ;;
     *) fail "DeepSeek-V3 at pp 16 with uneven ends: $out_v3_pp" ;; esac
 # multi-head latent attention at tp 2 (models/mla.c): q_b, kv_b and o split by heads, q_a and kv_a whole; its latents

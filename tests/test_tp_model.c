@@ -22,10 +22,10 @@
  * fewer than tp at tp 2 and 4: k_proj and v_proj replicated, their gradients summed over the ranks sharing the head,
  * models/model.h) with the materialized attention kernel, and with the fused one; multi-head latent attention
  * (DeepSeek-V3's with a q latent, V2-Lite's with q_proj: the latents replicated on the slice's rows and gathered, q_b
- * and kv_b by heads, the shared RoPE key's gradient summed over the heads piece by piece, models/mla.c). The GQA and one-kv-head cases also
- * exercise the kv heads' copies (the reference itself runs them: 8 pieces, 4 heads). The check can fail: with tp_shards = tp (each rank's block one
- * piece: Megatron's plain split) the tp 2 runs differ from the reference somewhere (checked: the sums over pieces are
- * then added in another order). */
+ * and kv_b by heads, the shared RoPE key's gradient summed over the heads piece by piece, models/mla.c). The GQA and
+ * one-kv-head cases also exercise the kv heads' copies (the reference itself runs them: 8 pieces, 4 heads). The check
+ * can fail: with tp_shards = tp (each rank's block one piece: Megatron's plain split) the tp 2 runs differ from the
+ * reference somewhere (checked: the sums over pieces are then added in another order). */
 #include "tests/test_tp_model.h"
 
 #include <stdlib.h>

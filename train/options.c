@@ -110,9 +110,9 @@ static const opt_spec kOptions[] = {
      "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
      0, 2, {0}, NULL, LAYOUT},
     {"--pp", "pipeline stages: the ranks form this many stages of consecutive ranks, each holding --layers / --pp "
-     "consecutive layers (the first the embedding, the last the head; the ends' own counts: --first-stage-layers), run in a 1F1B schedule over the micro-batches; "
-     "the batch is split over the ranks of a stage. Bitwise the same results as --pp 1", OPT_INT, OFF(pp), 1, 4096,
-     {0}, NULL, LAYOUT},
+     "consecutive layers (the first the embedding, the last the head; the ends' own counts: --first-stage-layers), "
+     "run in a 1F1B schedule over the micro-batches; the batch is split over the ranks of a stage. Bitwise the same "
+     "results as --pp 1", OPT_INT, OFF(pp), 1, 4096, {0}, NULL, LAYOUT},
     {"--virtual-stages", "model chunks per pipeline rank: rank s holds chunks s, s + pp, s + 2 pp, ... of --layers / (pp "
      "x V) layers each, run in Megatron's interleaved 1F1B schedule (micro-batches in groups of --pp), which shrinks "
      "the bubble by V; bitwise the same results",
