@@ -57,12 +57,12 @@ case $out_tp8 in *"tp 8 (with sequence parallelism)"*"(and the q/k norms' all-to
 "$plan" --hf-config "$configs/qwen3-30b-a3b.json" --nodes 4 --search --top 100000 --json |
     python3 -c 'import json, sys; L = json.load(sys.stdin)["layouts"]; assert any(l["tp"] == 8 for l in L), len(L)' ||
     fail "Qwen3-30B-A3B --search on 32 GPUs failed, or lists no layout of tp 8"
-# DeepSeek-V3's 61 layers in a pipeline: uneven ends (the stages between ceil(61 / pp) layers each); on 2048 GPUs
-# the search's best is such a pipeline, and a fixed pp 16 runs with the ends given
-"$plan" --hf-config "$configs/deepseek-v3.json" --nodes 256 --global-batch 16384 --search --top 1 --json |
+# DeepSeek-V3's 61 layers in a pipeline: uneven ends (the stages between ceil(61 / pp) layers each); on 512 GPUs
+# the search's best is such a pipeline (on 2048 too: docs/SCALING.md), and a fixed pp 16 runs with the ends given
+"$plan" --hf-config "$configs/deepseek-v3.json" --nodes 64 --global-batch 4096 --search --top 1 --json |
     python3 -c 'import json, sys; L = json.load(sys.stdin)["layouts"]; b = L[0]
 assert b["pp"] > 1 and b["first_stage_layers"] + b["last_stage_layers"] > 0, b' ||
-    fail "DeepSeek-V3 --search on 2048 GPUs: no pipeline with uneven ends at the top"
+    fail "DeepSeek-V3 --search on 512 GPUs: no pipeline with uneven ends at the top"
 expect_error "or --first-stage-layers / --last-stage-layers give the ends theirs" \
     --hf-config "$configs/deepseek-v3.json" --nodes 256 --pp 16 --ep 64 --global-batch 16384
 out_v3_pp=$("$plan" --hf-config "$configs/deepseek-v3.json" --nodes 256 --pp 16 --ep 64 --global-batch 16384 \
