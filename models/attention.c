@@ -72,6 +72,37 @@ static moe_status sum_kv_over_group(moe_model *m, int T, const moe_real *head) {
     return moe_comm_allreduce_tree_real(moe_parallel_tensor(m->par), m->kv_group, n);
 }
 
+moe_status moe__model_attention_kernel_forward(moe_model *m, int l, int num_seqs, int H, int KV, int hd) {
+    layer_acts *a = &m->P->acts[l];
+    const int S = m->cfg.seq_len;
+    if (m->cfg.attention == MOE_ATTENTION_FUSED)
+        return m->dense->attention_fused_forward(m->ops_state, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att,
+                                                 a->attn_y);
+    return m->dense->attention_forward(m->ops_state, a->q, a->k, a->v, num_seqs, S, H, KV, hd, a->att, a->attn_y);
+}
+
+moe_status moe__model_attention_kernel_backward(moe_model *m, int l, int H, int KV, int hd) {
+    const model_pass *P = m->P;
+    const layer_acts *a = &P->acts[l];
+    const int S = m->cfg.seq_len;
+    if (m->cfg.attention == MOE_ATTENTION_FUSED)
+        return m->dense->attention_fused_backward(m->ops_state, a->q, a->k, a->v, a->attn_y, a->att, m->dattn,
+                                                  P->num_seqs, S, H, KV, hd, m->dq, m->dk, m->dv);
+    return m->dense->attention_backward(m->ops_state, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KV, hd,
+                                        m->dq, m->dk, m->dv);
+}
+
+moe_status moe__model_o_proj_backward(moe_model *m, int l, int T, const moe_real *x_local, int K, moe_real *dx_local) {
+    const int d = m->cfg.d_model;
+    const moe_real *dout = m->dresid;
+    if (m->seq.tp > 1) {
+        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
+        dout = m->dln;
+    }
+    MOE_TRY(moe_shard_grads_tp_row(&m->tp_grads, &m->tpl, dout, x_local, K, d, m->g.layers[l].wo));
+    return moe_tp_row_backward_input(&m->tpl, dout, m->c.layers[l].wo, T, K, d, 0, dx_local);
+}
+
 /* The rows per token of the norms of q and k, of `heads` of the rank's heads: each head's, or 1 (a projection's). */
 static int qk_rows(const moe_model *m, int heads) {
     return moe_model_qk_norm(&m->cfg) == MOE_QK_NORM_HEAD ? heads : 1;
@@ -237,11 +268,7 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
         MOE_TRY(copy_kv_heads(m, k, T, a->k));
         MOE_TRY(copy_kv_heads(m, v, T, a->v));
     }
-    const int KVC = KV * m->kv_copies; /* the kv heads attention reads */
-    if (c->attention == MOE_ATTENTION_FUSED)
-        MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
-    else
-        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, H, KVC, hd, a->att, a->attn_y));
+    MOE_TRY(moe__model_attention_kernel_forward(m, l, num_seqs, H, KV * m->kv_copies, hd)); /* the kv heads it reads */
     return moe__model_watch(m, a->attn_y, (size_t)T * H * hd, "layer %d: the attention output", l);
 }
 
@@ -281,19 +308,8 @@ static moe_status projections_backward(moe_model *m, int l, int T) {
     moe_model_layer_params *gw = &m->g.layers[l];
     const layer_acts *a = &P->acts[l];
     moe_shard_grads *tg = &m->tp_grads; /* the tensor-parallel pieces', over the tensor group's rows */
-    const moe_real *dout = m->dresid;
-    if (m->seq.tp > 1) {
-        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
-        dout = m->dln;
-    }
-    MOE_TRY(moe_shard_grads_tp_row(tg, &m->tpl, dout, a->attn_y, A, d, gw->wo));
-    MOE_TRY(moe_tp_row_backward_input(&m->tpl, dout, w->wo, T, A, d, 0, m->dattn));
-    if (c->attention == MOE_ATTENTION_FUSED)
-        MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, P->num_seqs, S, H,
-                                                KVC, hd, m->dq, m->dk, m->dv));
-    else
-        MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, H, KVC, hd, m->dq,
-                                          m->dk, m->dv));
+    MOE_TRY(moe__model_o_proj_backward(m, l, T, a->attn_y, A, m->dattn));
+    MOE_TRY(moe__model_attention_kernel_backward(m, l, H, KVC, hd));
     MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
     moe_real *dq = m->dq; /* q_proj's output gradient: through q's norm first, when there is one */
     if (w->q_norm) { /* into m->dattn, free once attention's backward has read it */

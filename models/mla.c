@@ -117,11 +117,7 @@ moe_status moe__model_mla_forward(moe_model *m, int l, int num_seqs) {
                                     D.dr * r, (size_t)T));
     MOE_TRY(moe_runtime_zero(m->rt, a->v, (size_t)T * Al * r));
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dv, a->v, D.dqk, 0, m->mla_dkvb, D.dn + D.dv, D.dn));
-    if (c->attention == MOE_ATTENTION_FUSED)
-        MOE_TRY(dense->attention_fused_forward(s, a->q, a->k, a->v, num_seqs, S, D.Hl, D.Hl, D.dqk, a->att,
-                                               a->attn_y));
-    else
-        MOE_TRY(dense->attention_forward(s, a->q, a->k, a->v, num_seqs, S, D.Hl, D.Hl, D.dqk, a->att, a->attn_y));
+    MOE_TRY(moe__model_attention_kernel_forward(m, l, num_seqs, D.Hl, D.Hl, D.dqk));
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dv, a->mla_y, D.dv, 0, a->attn_y, D.dqk, 0));
     return moe__model_watch(m, a->mla_y, (size_t)T * D.Hl * D.dv, "layer %d: the attention output", l);
 }
@@ -174,21 +170,10 @@ moe_status moe__model_mla_backward(moe_model *m, int l, int T) {
     moe_real *dln = m->dln + moe_tp_slice_first(&m->seq, T) * d; /* the slice's rows of ln1's gradient */
     /* o_proj (row-parallel, its output gradient over the group's rows): its weight gradient, and dy of the rank's
      * heads' v columns, padded to [T, Hl dqk] in dattn */
-    const moe_real *dout = m->dresid;
-    if (m->seq.tp > 1) {
-        MOE_TRY(moe_tp_gather_slices(&m->seq, m->dresid, T, d, m->dln));
-        dout = m->dln;
-    }
-    MOE_TRY(moe_shard_grads_tp_row(tg, &m->tpl, dout, a->mla_y, HV, d, gw->wo));
-    MOE_TRY(moe_tp_row_backward_input(&m->tpl, dout, w->wo, T, HV, d, 0, m->mla_dkvb));
+    MOE_TRY(moe__model_o_proj_backward(m, l, T, a->mla_y, HV, m->mla_dkvb));
     MOE_TRY(moe_runtime_zero(m->rt, m->dattn, (size_t)T * Al * r));
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dv, m->dattn, D.dqk, 0, m->mla_dkvb, D.dv, 0));
-    if (c->attention == MOE_ATTENTION_FUSED)
-        MOE_TRY(dense->attention_fused_backward(s, a->q, a->k, a->v, a->attn_y, a->att, m->dattn, P->num_seqs, S,
-                                                D.Hl, D.Hl, D.dqk, m->dq, m->dk, m->dv));
-    else
-        MOE_TRY(dense->attention_backward(s, a->q, a->k, a->v, a->att, m->dattn, P->num_seqs, S, D.Hl, D.Hl, D.dqk,
-                                          m->dq, m->dk, m->dv));
+    MOE_TRY(moe__model_attention_kernel_backward(m, l, D.Hl, D.Hl, D.dqk));
     /* kv_b's output gradient per head [dk_nope_h | dv_h]; k_pe's, the heads' key tails added in the pieces' order */
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dn, m->mla_dkvb, D.dn + D.dv, 0, m->dk, D.dqk, 0));
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dv, m->mla_dkvb, D.dn + D.dv, D.dn, m->dv, D.dqk, 0));

@@ -127,6 +127,14 @@ moe_status moe__model_norm_backward(moe_model *m, const moe_real *x, const moe_r
                                    moe_real *dw);
 /* Grouped-query attention's kv heads in pieces (model.h): their counts, products and tree. */
 moe_status moe__model_init_kv_heads(moe_model *m);
+/* The attention kernel of layer l (fused or materialized, cfg.attention) on the pass's q, k, v of the rank's H heads
+ * and KV kv heads of head_dim hd: forward into attn_y and att; backward from m->dattn into m->dq, m->dk, m->dv. */
+moe_status moe__model_attention_kernel_forward(moe_model *m, int l, int num_seqs, int H, int KV, int hd);
+moe_status moe__model_attention_kernel_backward(moe_model *m, int l, int H, int KV, int hd);
+/* o_proj's backward (row-parallel): its output gradient, the slice's m->dresid, over the group's T rows (gathered
+ * into m->dln at tp > 1); its weight gradient from x_local [T, K / tp] (the rank's heads of its K-wide input) and
+ * their gradient into dx_local. */
+moe_status moe__model_o_proj_backward(moe_model *m, int l, int T, const moe_real *x_local, int K, moe_real *dx_local);
 /* Layer l's attention block up to its output attn_y, for num_seqs sequences (the tensor group's). */
 moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs);
 /* From attn_y (T rows) to the FFN's input on this rank's slice: resid_mid = resid[l] + o_proj(attn_y), ln2. */

@@ -239,7 +239,8 @@ static double tokens_per_gpu(const moe_plan_layout *lay) {
 static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_layout *lay, const moe_plan_stage *st) {
     const double T = tokens_per_gpu(lay), S = (double)lay->seq_len, d = (double)m->d_model;
     const double TG = T; /* the planner's sequence parallelism gathers nothing it keeps (model.c keeps a dense FFN's
-                            ln2, the final norm's output and two scratch buffers gathered: more than this at tp > 1) */
+                            ln2, the final norm's output, two scratch buffers and MLA's three latent ones gathered:
+                            more than this at tp > 1) */
     const double A = (double)(m->num_heads * m->head_dim), B = (double)(m->num_kv_heads * m->head_dim);
     /* fewer kv heads than tp: each GPU holds its query heads' kv head, [TG, head_dim] (T B tp / KV values), and in
      * backward a whole gradient of k or v (models/model.h, grouped-query attention; --tp-shards = tp) */

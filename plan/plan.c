@@ -101,7 +101,8 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
     if (moe_plan_layout_tp(l) > 1)
         printf("note: this plans Megatron-LM's tensor parallelism with sequence parallelism; moe-train's --tp runs it "
                "on the CPU (issue 28: CUDA built, not yet run on a GPU; it keeps a dense FFN's norm output, the final "
-               "norm's and two scratch buffers gathered over the group, more than planned here)\n");
+               "norm's, two scratch buffers and MLA's latent scratch gathered over the group, more than planned "
+               "here)\n");
     const moe_plan_memory *m = &p->memory;
     const moe_plan_stage stage = stage_of(o, l, p);
     if (moe_plan_layout_pp(l) > 1)
