@@ -125,6 +125,7 @@ typedef struct {
     const moe_dense_ops *ops;
     moe_dense_state *s;
     int seqs, T, A, B, hd;
+    moe_rope rope;
     weights p, g;
     int *inputs, *targets;             /* host [T], uploaded every forward as model.c does */
     int *d_inputs, *d_targets;         /* the runtime's [T] */
@@ -188,7 +189,7 @@ static void setup(bench *b, const options *o) {
     views(b, moe_model_grads(b->model), &b->g);
 
     const int L = c->num_layers, d = c->d_model, S = c->seq_len, V = c->vocab_size, F = c->d_ff;
-    b->seqs = o->batch, b->T = o->batch * S, b->hd = moe_model_head_dim(c);
+    b->seqs = o->batch, b->T = o->batch * S, b->hd = moe_model_head_dim(c), b->rope = moe_model_rope(c);
     b->A = c->num_heads * b->hd, b->B = c->num_kv_heads * b->hd;
     const size_t T = (size_t)b->T, Td = T * d;
     b->inputs = malloc(T * sizeof *b->inputs), b->targets = malloc(T * sizeof *b->targets);
@@ -261,8 +262,8 @@ static void forward(bench *b, double *loss_sum) {
         bench_check(ops->linear_forward(s, a->ln1, w->wq, T, d, A, a->q), "q_proj");
         bench_check(ops->linear_forward(s, a->ln1, w->wk, T, d, B, a->k), "k_proj");
         bench_check(ops->linear_forward(s, a->ln1, w->wv, T, d, B, a->v), "v_proj");
-        bench_check(ops->rope_forward(s, a->q, n, S, H, hd, c->rope_theta), "rope q");
-        bench_check(ops->rope_forward(s, a->k, n, S, KV, hd, c->rope_theta), "rope k");
+        bench_check(ops->rope_forward(s, a->q, n, S, H, hd, &b->rope), "rope q");
+        bench_check(ops->rope_forward(s, a->k, n, S, KV, hd, &b->rope), "rope k");
         bench_check(ops->attention_forward(s, a->q, a->k, a->v, n, S, H, KV, hd, a->att, a->attn_y), "attention");
         bench_check(ops->linear_forward(s, a->attn_y, w->wo, T, A, d, b->tmp), "o_proj");
         bench_check(ops->add(s, b->resid[l], b->tmp, Td, a->resid_mid), "add");
@@ -310,8 +311,8 @@ static void backward(bench *b, moe_real loss_scale) {
         bench_check(
             ops->attention_backward(s, a->q, a->k, a->v, a->att, b->dattn, n, S, H, KV, hd, b->dq, b->dk, b->dv),
             "attention backward");
-        bench_check(ops->rope_backward(s, b->dq, n, S, H, hd, c->rope_theta), "rope backward q");
-        bench_check(ops->rope_backward(s, b->dk, n, S, KV, hd, c->rope_theta), "rope backward k");
+        bench_check(ops->rope_backward(s, b->dq, n, S, H, hd, &b->rope), "rope backward q");
+        bench_check(ops->rope_backward(s, b->dk, n, S, KV, hd, &b->rope), "rope backward k");
         bench_check(moe_shard_grads_linear(sg, b->dq, a->ln1, d, A, gw->wq), "q_proj dW");
         bench_check(moe_shard_grads_linear(sg, b->dk, a->ln1, d, B, gw->wk), "k_proj dW");
         bench_check(moe_shard_grads_linear(sg, b->dv, a->ln1, d, B, gw->wv), "v_proj dW");

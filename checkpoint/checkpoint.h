@@ -118,7 +118,7 @@ moe_status moe_checkpoint_verify_file(const char *dir, const char *name);
  * capacity_factor and drop_priority. */
 typedef struct {
     const char *key;  /* "rope_theta", "score_func"                                             */
-    char path[40];    /* where in config.json: "rope_theta", "moe_train.score_func"              */
+    char path[64];    /* where in config.json: "rope_theta", "moe_train.score_func", "rope_scaling.factor" */
     size_t offset;    /* of the field in moe_model_config (an int, an enum or a float)           */
     double value;     /* c's value (enums as their index; every capacity factor <= 0 as 0)       */
     char text[48];    /* the value as config.json writes it: 8, 1e+06, true, "softmax"           */

@@ -23,7 +23,7 @@
  * gives gate 1), no capacity limit, an MoE FFN in every layer; the top-level keys transformers' config classes'
  * defaults; the shapes are required. */
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP, FIELD_FAMILY } field_kind;
-typedef enum { IN_TOP, IN_MOE_TRAIN, IN_NONE } field_where;
+typedef enum { IN_TOP, IN_MOE_TRAIN, IN_YARN, IN_NONE } field_where; /* IN_YARN: rope_scaling's, when of type yarn */
 /* How a family's key holds a value in other units (DeepSeek-V3's): as is; in experts' widths (n_shared_experts =
  * shared_d_ff / d_ff); without RoPE's part (qk_nope_head_dim = head_dim - qk_rope_dim); null for 0 (q_lora_rank
  * without a q latent); at least 1 (n_group, topk_group: 1 group of all experts is no grouping). */
@@ -31,7 +31,8 @@ typedef enum { AS_IS, IN_EXPERT_WIDTHS, WITHOUT_ROPE, NULL_FOR_ZERO, AT_LEAST_ON
 typedef struct {
     const char *key;   /* its name (IN_NONE: the name it has elsewhere, for messages)        */
     const char *alias; /* another top-level key that holds it (transformers 5's name), or NULL */
-    field_where where; /* top level, inside the "moe_train" object, or not in this family's file (fixed at `absent`) */
+    field_where where; /* top level, inside the "moe_train" object, inside a YaRN rope_scaling (absent without one),
+                          or not in this family's file (fixed at `absent`) */
     int required;
     double absent;     /* the value when absent (not required)                              */
     field_unit unit;
@@ -49,6 +50,7 @@ typedef struct {
 #define TOP2(key, alias, required, absent) {key, alias, IN_TOP, required, absent, AS_IS}
 #define OURS(key, absent) {key, NULL, IN_MOE_TRAIN, 0, absent, AS_IS}
 #define FIXED(key, value) {key, NULL, IN_NONE, 0, value, AS_IS}
+#define YARN(key, required, absent) {key, NULL, IN_YARN, required, absent, AS_IS}
 #define ALL5(place) {place, place, place, place, place}
 #define FIRST4(place) place, place, place, place
 enum { MIX = MOE_MODEL_FAMILY_MIXTRAL, QWEN3 = MOE_MODEL_FAMILY_QWEN3_MOE, OLMOE = MOE_MODEL_FAMILY_OLMOE,
@@ -88,6 +90,15 @@ static const arch_field kFields[] = {
     {0, FIELD_BOOL, MC(tie_embeddings), ALL5(TOP("tie_word_embeddings", 0, 0))},
     {0, FIELD_FLOAT, MC(rope_theta), {TOP("rope_theta", 0, 1e6), TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4),
                                       TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4)}},
+    /* YaRN: the keys of rope_scaling (or transformers 5's rope_parameters) where its rope_type is "yarn"; null reads as
+     * absent (transformers': `or 32`); original_max_position_embeddings absent: max_position_embeddings */
+    {0, FIELD_FLOAT, MC(yarn.factor), ALL5(YARN("factor", 1, 0))},
+    {0, FIELD_INT, MC(yarn.original_positions), ALL5(YARN("original_max_position_embeddings", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.beta_fast), ALL5(YARN("beta_fast", 0, 32))},
+    {0, FIELD_FLOAT, MC(yarn.beta_slow), ALL5(YARN("beta_slow", 0, 1))},
+    {0, FIELD_FLOAT, MC(yarn.mscale), ALL5(YARN("mscale", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.mscale_all_dim), ALL5(YARN("mscale_all_dim", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.attention_factor), ALL5(YARN("attention_factor", 0, 0))},
     {0, FIELD_FLOAT, MC(norm_eps), {TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
                                     TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
                                     TOP("rms_norm_eps", 0, 1e-6)}},
@@ -109,6 +120,7 @@ static const arch_field kFields[] = {
 #undef TOP2
 #undef OURS
 #undef FIXED
+#undef YARN
 #undef ALL5
 #undef FIRST4
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
@@ -179,7 +191,8 @@ moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i) {
     const arch_field *f = &kFields[i];
     const field_place *at = &f->at[family_of(c)];
     moe_checkpoint_field r = {.key = at->key, .offset = f->offset, .value = field_value(c, f), .policy = f->policy};
-    snprintf(r.path, sizeof r.path, "%s%s", at->where == IN_MOE_TRAIN ? "moe_train." : "", at->key);
+    snprintf(r.path, sizeof r.path, "%s%s", at->where == IN_MOE_TRAIN ? "moe_train." : at->where == IN_YARN ?
+             "rope_scaling." : "", at->key);
     field_text(f, r.value, r.text, sizeof r.text);
     return r;
 }
@@ -245,7 +258,10 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
     const int family = family_of(c);
     char why[512], note[768];
     const int hf = moe_checkpoint_hf_computes(c, why, sizeof why);
-    const int max_positions = c->max_positions > c->seq_len ? c->max_positions : c->seq_len;
+    /* a label: the longest context trained or loaded, or with YaRN the one it extends to (factor x the original) */
+    const double extended = c->yarn.factor > 0 ? (double)c->yarn.factor * c->yarn.original_positions : 0;
+    int max_positions = c->max_positions > c->seq_len ? c->max_positions : c->seq_len;
+    if (extended > max_positions) max_positions = extended < INT_MAX ? (int)extended : INT_MAX;
     json_t *j = json_pack("{s:[s], s:s, s:i, s:i, s:s, s:s, s:o, s:b, s:n, s:f}", "architectures",
                           hf ? kClasses[family] : MOE_CHECKPOINT_VARIANT, "model_type",
                           hf ? moe_model_family_name(family) : MOE_CHECKPOINT_VARIANT_TYPE, "head_dim",
@@ -258,14 +274,18 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
                              hf && family == MOE_MODEL_FAMILY_MIXTRAL, "precision", moe_precision_name(q->precision));
     if (!j || !ours) return json_decref(j), json_decref(ours), NULL;
     json_object_set_new(j, "moe_train", ours);
+    /* YaRN as DeepSeek-V3's released config.json has it (transformers 5 reads it into rope_parameters) */
+    json_t *yarn = c->yarn.factor > 0 ? json_pack("{s:s, s:s}", "rope_type", "yarn", "type", "yarn") : NULL;
+    if (yarn) json_object_set_new(j, "rope_scaling", yarn);
     for (int i = 0; i < NUM_FIELDS; i++) {
         const field_place *at = &kFields[i].at[family];
-        if (at->where == IN_NONE) continue;
+        if (at->where == IN_NONE || (at->where == IN_YARN && !yarn)) continue;
         double v = field_value(c, &kFields[i]);
         if (at->where == IN_TOP && kFields[i].offset == MC(dense_d_ff)) v = moe_model_dense_d_ff(c); /* widths, */
         if (at->where == IN_TOP && kFields[i].offset == MC(head_dim)) v = moe_model_head_dim(c); /* never 0 */
         v = to_file_units(c, at, v);
-        json_object_set_new(at->where == IN_MOE_TRAIN ? ours : j, at->key,
+        if (at->where == IN_YARN && v == 0) continue; /* mscale, mscale_all_dim, attention_factor not given */
+        json_object_set_new(at->where == IN_MOE_TRAIN ? ours : at->where == IN_YARN ? yarn : j, at->key,
                             at->unit == NULL_FOR_ZERO && v == 0 ? json_null() : field_json(&kFields[i], v));
     }
     if (family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_OLMOE) /* what this model has not */
@@ -301,20 +321,47 @@ static const char *json_type_name(const json_t *v) {
     return json_is_array(v) ? "an array" : "an object";
 }
 
+/* RoPE's scaling in config.json: rope_scaling (transformers 4's key, and DeepSeek-V3's released file's) where it is an
+ * object, else rope_parameters (transformers 5's, which also holds rope_theta), else NULL; *name: which. */
+static json_t *rope_scaling_of(json_t *top, const char **name) {
+    json_t *x = json_object_get(top, *name = "rope_scaling");
+    if (json_is_object(x)) return x;
+    x = json_object_get(top, *name = "rope_parameters");
+    return json_is_object(x) ? x : NULL;
+}
+
+/* its rope_type (or the older "type"): "default" when neither is given; NULL when not a string */
+static const char *rope_type_of(json_t *scaling) {
+    json_t *t = json_object_get(scaling, "rope_type");
+    if (!t) t = json_object_get(scaling, "type");
+    return !t ? "default" : json_string_value(t);
+}
+
+/* The config.json a field is read from: the top level, the moe_train object, the YaRN scaling (NULL: none) and its
+ * key's name. */
+typedef struct {
+    json_t *top, *ours, *yarn;
+    const char *yarn_name;
+} config_objects;
+
 /* One field of config.json as a family has it into *v (absent and not required: the family's value), else an
  * error naming the key. */
-static moe_status read_field(const char *path, json_t *top, json_t *ours, const arch_field *f, int family,
-                             double *v) {
+static moe_status read_field(const char *path, const config_objects *o, const arch_field *f, int family, double *v) {
     const field_place *at = &f->at[family];
-    if (at->where == IN_NONE) return *v = at->absent, MOE_OK;
-    json_t *x = json_object_get(at->where == IN_MOE_TRAIN ? ours : top, at->key);
-    const char *where = at->where == IN_MOE_TRAIN ? "moe_train." : "", *key = at->key;
+    json_t *top = o->top;
+    if (at->where == IN_NONE || (at->where == IN_YARN && !o->yarn)) return *v = at->absent, MOE_OK;
+    json_t *x = json_object_get(at->where == IN_MOE_TRAIN ? o->ours : at->where == IN_YARN ? o->yarn : top, at->key);
+    if (at->where == IN_YARN && json_is_null(x)) x = NULL;
+    char yarn_where[32];
+    snprintf(yarn_where, sizeof yarn_where, "%s.", o->yarn_name ? o->yarn_name : "");
+    const char *where = at->where == IN_MOE_TRAIN ? "moe_train." : at->where == IN_YARN ? yarn_where : "",
+               *key = at->key;
     if (!x && at->alias) x = json_object_get(top, key = at->alias);
     json_t *rope = json_object_get(top, "rope_parameters"); /* transformers 5 keeps rope_theta there */
     if (!x && f->offset == MC(rope_theta) && json_is_object(rope))
         x = json_object_get(rope, "rope_theta"), where = "rope_parameters.";
     if (!x) {
-        if (at->required) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s is missing", path, at->key);
+        if (at->required) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s%s is missing", path, where, at->key);
         *v = at->absent;
         return MOE_OK;
     }
@@ -391,14 +438,27 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
 
 /* What a family's config.json may hold that this project's model cannot compute: a message naming the key. */
 static moe_status check_unsupported(const char *path, json_t *j, const moe_model_config *c) {
-    json_t *rope = json_object_get(j, "rope_parameters"), *scaling = json_object_get(j, "rope_scaling");
-    json_t *rope_type = json_is_object(rope) ? json_object_get(rope, "rope_type") : NULL;
-    if (scaling && !json_is_null(scaling))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: rope_scaling must be null (RoPE here has no scaling)", path);
-    if (rope && (!json_is_object(rope) || (rope_type && (!json_is_string(rope_type) ||
-                                                         strcmp(json_string_value(rope_type), "default")))))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: rope_parameters must be an object whose rope_type is \"default\" (RoPE "
-                        "here has no scaling)", path);
+    const char *const rope_keys[] = {"rope_scaling", "rope_parameters"}, *name;
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_object_get(j, rope_keys[i]);
+        if (x && !json_is_null(x) && !json_is_object(x))
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: %s must be an object or null", path, rope_keys[i]);
+    }
+    json_t *scaling = rope_scaling_of(j, &name);
+    const char *rope_type = scaling ? rope_type_of(scaling) : "default";
+    if (!rope_type || (strcmp(rope_type, "default") && strcmp(rope_type, "yarn")))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s.rope_type must be \"default\" or \"yarn\" (RoPE here is plain or "
+                        "YaRN's)", path, name);
+    json_t *truncate = scaling ? json_object_get(scaling, "truncate") : NULL;
+    if (!strcmp(rope_type, "yarn") && truncate && !json_is_true(truncate))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s.truncate must be true (YaRN's correction range rounded outward, "
+                        "transformers' default)", path, name);
+    for (int i = 0; i < 2; i++) {
+        json_t *partial = json_object_get(i ? scaling : j, "partial_rotary_factor");
+        if (partial && !json_is_null(partial) && !(json_is_number(partial) && json_number_value(partial) == 1))
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: %spartial_rotary_factor must be 1 (RoPE here rotates the whole "
+                            "head)", path, i ? "rope_scaling." : "");
+    }
     if (json_is_true(json_object_get(j, "attention_bias")))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: attention_bias must be false (q/k/v/o here have no bias)", path);
     json_t *dense_only = json_object_get(j, "mlp_only_layers"), *clip = json_object_get(j, "clip_qkv");
@@ -445,9 +505,13 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: a " MOE_CHECKPOINT_VARIANT " without its moe_train object", path);
     *out = moe_model_config_default();
     const int labelled = family;
+    config_objects objects = {j, ours, NULL, NULL};
+    json_t *scaling = rope_scaling_of(j, &objects.yarn_name);
+    const char *rope_type = scaling ? rope_type_of(scaling) : NULL;
+    if (rope_type && !strcmp(rope_type, "yarn")) objects.yarn = scaling; /* another type: check_unsupported's */
     for (int i = 0; i < NUM_FIELDS && st == MOE_OK; i++) {
         double v = 0;
-        st = read_field(path, j, ours, &kFields[i], family, &v); /* kFields[0], the family, decides the rest */
+        st = read_field(path, &objects, &kFields[i], family, &v); /* kFields[0], the family, decides the rest */
         if (st == MOE_OK) set_field(out, &kFields[i], from_file_units(out, &kFields[i].at[family], v));
         if (st == MOE_OK && i == 0) family = out->family;
     }
@@ -468,10 +532,11 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
         (!json_is_integer(head_dim) || json_integer_value(head_dim) != out->d_model / out->num_heads))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
                       out->d_model / out->num_heads);
+    out->max_positions = positions ? (int)json_integer_value(positions) : 0;
+    if (out->yarn.factor > 0 && !out->yarn.original_positions) out->yarn.original_positions = out->max_positions;
     if (st == MOE_OK) st = check_unsupported(path, j, out);
     const char *problem = st == MOE_OK ? moe_model_config_problem(out) : NULL;
     if (problem) st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a model moe-train can compute: %s", path, problem);
-    out->max_positions = positions ? (int)json_integer_value(positions) : 0;
     /* Qwen's window is used only with use_sliding_window (Mixtral has no switch: a window given is used) */
     const int windowed = (family != MOE_MODEL_FAMILY_QWEN3_MOE && family != MOE_MODEL_FAMILY_QWEN2_MOE) ||
                          json_is_true(json_object_get(j, "use_sliding_window"));
@@ -532,6 +597,10 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
     if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
         snprintf(out + strlen(out), n - strlen(out), " groups=%d/%d scale=%g", q->topk_groups, q->num_groups,
                  moe_config_gate_scale(q));
+    if (c->yarn.factor > 0)
+        snprintf(out + strlen(out), n - strlen(out), " yarn=%g/%d/%g/%g/%g/%g/%g", c->yarn.factor,
+                 c->yarn.original_positions, c->yarn.beta_fast, c->yarn.beta_slow, c->yarn.mscale,
+                 c->yarn.mscale_all_dim, c->yarn.attention_factor);
 }
 
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step) {

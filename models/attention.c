@@ -196,7 +196,7 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
     const moe_real *dout = dkv; /* k_proj's or v_proj's output gradient (after k's norm, where there is one) */
     MOE_TRY(sum_kv_copies(m, T, dkv));
     if (m->kv_blocks == m->seq.tp) {
-        if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, c->rope_theta));
+        if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, dkv, seqs, S, m->kv_heads, hd, &m->rope));
         if (rope) MOE_TRY(k_norm_backward(m, l, T, m->kv_heads, &dout));
         MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dout, ln1, d, B, dW));
         if (db) MOE_TRY(moe_shard_grads_tp_column(&m->tp_grads, &m->tpl, dout, m->ones, 1, B, db));
@@ -207,7 +207,7 @@ static moe_status kv_backward(moe_model *m, int l, const moe_real *ln1, moe_real
      * columns [tp_rank w, +w) (w = B / tp) of the whole for its part of the plain split's input gradient, with the
      * block's matching rows: those of kv_group, or (after k's norm) of the block's [T, hd] */
     MOE_TRY(sum_kv_over_group(m, T, dkv));
-    if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, c->rope_theta));
+    if (rope) MOE_TRY(m->dense->rope_backward(m->ops_state, m->kv_group, seqs, S, c->num_kv_heads, hd, &m->rope));
     const int sharing = kv_sharing(m), w = B / m->seq.tp;
     const size_t hb = (size_t)hd * sizeof(moe_real), wb = w * sizeof(moe_real);
     MOE_TRY(moe_runtime_copy_2d(m->rt, dkv, hb, m->kv_group + (size_t)(m->seq.tp_rank / sharing) * hd,
@@ -262,8 +262,8 @@ moe_status moe__model_attention_forward(moe_model *m, int l, int num_seqs) {
     MOE_TRY(moe__model_watch(m, a->q, (size_t)T * H * hd, "layer %d: q", l));
     MOE_TRY(moe__model_watch(m, k, (size_t)T * KV * hd, "layer %d: k", l));
     MOE_TRY(moe__model_watch(m, v, (size_t)T * KV * hd, "layer %d: v", l));
-    MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, c->rope_theta));
-    MOE_TRY(dense->rope_forward(s, k, num_seqs, S, KV, hd, c->rope_theta));
+    MOE_TRY(dense->rope_forward(s, a->q, num_seqs, S, H, hd, &m->rope));
+    MOE_TRY(dense->rope_forward(s, k, num_seqs, S, KV, hd, &m->rope));
     if (m->kv_copies > 1) {
         MOE_TRY(copy_kv_heads(m, k, T, a->k));
         MOE_TRY(copy_kv_heads(m, v, T, a->v));
@@ -310,7 +310,7 @@ static moe_status projections_backward(moe_model *m, int l, int T) {
     moe_shard_grads *tg = &m->tp_grads; /* the tensor-parallel pieces', over the tensor group's rows */
     MOE_TRY(moe__model_o_proj_backward(m, l, T, a->attn_y, A, m->dattn));
     MOE_TRY(moe__model_attention_kernel_backward(m, l, H, KVC, hd));
-    MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, c->rope_theta));
+    MOE_TRY(dense->rope_backward(s, m->dq, P->num_seqs, S, H, hd, &m->rope));
     moe_real *dq = m->dq; /* q_proj's output gradient: through q's norm first, when there is one */
     if (w->q_norm) { /* into m->dattn, free once attention's backward has read it */
         MOE_TRY(qk_norm_backward(m, a->q_raw, w->q_norm, a->rstd_q, m->dq, T, H, 1, m->dattn, gw->q_norm));

@@ -7,7 +7,8 @@
  *   kv  = rmsnorm(c) Wkvb^T = per head [k_nope_h | v_h]                   [T, H (dn + dv)]
  *   RoPE on each q head's last dr columns and on k_pe (one key shared by the heads)
  *   K_h = [k_nope_h | k_pe],  V_h = [v_h | 0]  (v padded to dqk, so attention is the plain kernel with head_dim dqk
- *   and its softmax scale 1 / sqrt(dqk), DeepSeek's without YaRN)
+ *   and its softmax scale 1 / sqrt(dqk); with YaRN DeepSeek's is that times m^2 = moe_model_mla_softmax_factor, which
+ *   multiplies q after RoPE, and q's gradient before RoPE's backward)
  *   y_h = attention(q_h, K_h, V_h)[:, :dv]                                [T, H dv], o_proj's input
  *
  * Under tensor parallelism (Megatron's split of MLA): the low-rank projections q_a and kv_a and their norms are
@@ -52,8 +53,8 @@ static moe_status rope_tail(moe_model *m, moe_real *x, int num_seqs, const mla_d
                             moe_real *scratch) {
     const int S = m->cfg.seq_len, T = num_seqs * S;
     MOE_TRY(copy_head_columns(m, T, D->Hl, D->dr, scratch, D->dr, 0, x, D->dqk, D->dn));
-    if (backward) MOE_TRY(m->dense->rope_backward(m->ops_state, scratch, num_seqs, S, D->Hl, D->dr, m->cfg.rope_theta));
-    else MOE_TRY(m->dense->rope_forward(m->ops_state, scratch, num_seqs, S, D->Hl, D->dr, m->cfg.rope_theta));
+    if (backward) MOE_TRY(m->dense->rope_backward(m->ops_state, scratch, num_seqs, S, D->Hl, D->dr, &m->rope));
+    else MOE_TRY(m->dense->rope_forward(m->ops_state, scratch, num_seqs, S, D->Hl, D->dr, &m->rope));
     return copy_head_columns(m, T, D->Hl, D->dr, x, D->dqk, D->dn, scratch, D->dr, 0);
 }
 
@@ -109,7 +110,9 @@ moe_status moe__model_mla_forward(moe_model *m, int l, int num_seqs) {
     }
     /* RoPE: q's tails and the shared key, then K_h = [k_nope_h | k_pe], V_h = [v_h | 0] */
     MOE_TRY(rope_tail(m, a->q, num_seqs, &D, 0, m->dq));
-    MOE_TRY(dense->rope_forward(s, m->mla_kpe, num_seqs, S, 1, D.dr, c->rope_theta));
+    const double softmax_factor = moe_model_mla_softmax_factor(c);
+    if (softmax_factor != 1) MOE_TRY(dense->scale(s, a->q, (size_t)T * Al, softmax_factor));
+    MOE_TRY(dense->rope_forward(s, m->mla_kpe, num_seqs, S, 1, D.dr, &m->rope));
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dn, a->k, D.dqk, 0, m->mla_dkvb, D.dn + D.dv, 0));
     const size_t r = sizeof(moe_real);
     for (int h = 0; h < D.Hl; h++) /* the one RoPE'd key, every head's tail */
@@ -179,7 +182,7 @@ moe_status moe__model_mla_backward(moe_model *m, int l, int T) {
     MOE_TRY(copy_head_columns(m, T, D.Hl, D.dv, m->mla_dkvb, D.dn + D.dv, D.dn, m->dv, D.dqk, 0));
     kpe_pieces kp = {m, &D, T, D.H / m->tpl.num_pieces};
     MOE_TRY(moe_tp_sum_pieces(&m->tpl, (size_t)T * D.dr, kpe_piece, &kp, m->mla_kpe));
-    MOE_TRY(dense->rope_backward(s, m->mla_kpe, P->num_seqs, S, 1, D.dr, c->rope_theta));
+    MOE_TRY(dense->rope_backward(s, m->mla_kpe, P->num_seqs, S, 1, D.dr, &m->rope));
     /* kv_b (its input gradient whole over the group's rows, in mla_lat2), then on the slice's rows the latent's norm
      * and kv_a: ckv's gradient [dc | dk_pe] in mla_lat2, ln1's into dln (overwritten) */
     const moe_real *x; /* a column-parallel product's input: the slice's kept rows gathered again (Megatron's way) */
@@ -194,6 +197,8 @@ moe_status moe__model_mla_backward(moe_model *m, int l, int T) {
     MOE_TRY(moe_shard_grads_linear(sg, m->mla_lat2, a->ln1, d, D.KLR, gw->mla.kv_a));
     MOE_TRY(dense->linear_backward_input(s, m->mla_lat2, w->mla.kv_a, Ts, d, D.KLR, 0, dln));
     /* q: RoPE's backward on the tails, then q_b, its norm and q_a (or q_proj); ln1's gradient added into dln */
+    const double softmax_factor = moe_model_mla_softmax_factor(c);
+    if (softmax_factor != 1) MOE_TRY(dense->scale(s, m->dq, (size_t)T * Al, softmax_factor));
     MOE_TRY(rope_tail(m, m->dq, P->num_seqs, &D, 1, m->dattn));
     if (D.QL) {
         MOE_TRY(moe_tp_group_rows(&m->seq, a->mla_qan, T, D.QL, m->mla_lat, &x));

@@ -102,6 +102,7 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
     m->par = par;
     m->max_seqs = max_seqs;
     m->head_dim = moe_model_head_dim(cfg);
+    m->rope = moe_model_rope(cfg);
     m->num_local_experts = moe_config_num_local_experts(&cfg->moe, r.ep_size);
     moe_status st = moe__model_set_stage(m, stage);
     if (st != MOE_OK) return free(m), st;

@@ -20,6 +20,18 @@
 #include "moe/moe.h"
 #include "moe/runtime.h"
 
+/* YaRN (Peng et al. 2023; a Hugging Face config's rope_scaling of type "yarn"): RoPE's frequencies blended between
+ * the pretrained ones and those interpolated by `factor` (kernels/rope.h), cos and sin scaled by an attention factor
+ * (given, else m(factor, mscale) / m(factor, mscale_all_dim) where both are given, else m(factor, 1), with
+ * m(s, k) = 0.1 k ln s + 1 for s > 1, else 1), and multi-head latent attention's softmax scale times
+ * m(factor, mscale_all_dim)^2 (DeepSeek's; where mscale_all_dim is given). transformers' formulas, field for field. */
+typedef struct {
+    float factor;           /* 0: no YaRN; else >= 1                                               */
+    int original_positions; /* the context pretrained on (original_max_position_embeddings)         */
+    float beta_fast, beta_slow; /* the ramp's ends in rotations over that context (32, 1)           */
+    float mscale, mscale_all_dim, attention_factor; /* 0: not given                                 */
+} moe_yarn_config;
+
 typedef struct {
     int vocab_size;     /* V                                                                  */
     int num_layers;     /* L                                                                  */
@@ -45,9 +57,10 @@ typedef struct {
     int moe_every;      /* layer l's FFN is MoE iff (l + 1) % moe_every == 0 (and E > 1)        */
     int tie_embeddings; /* 1: lm_head is the embedding matrix                                 */
     float rope_theta;
+    moe_yarn_config yarn; /* YaRN's RoPE context extension (factor 0: plain RoPE): moe_model_rope */
     float norm_eps;
-    int max_positions;  /* config.json's max_position_embeddings: max(S, a loaded checkpoint's); a label (RoPE
-                           has no table), 0: S                                                  */
+    int max_positions;  /* config.json's max_position_embeddings: max(S, a loaded checkpoint's, YaRN's factor x
+                           original); a label (RoPE has no table), 0: S                          */
     moe_config moe;     /* experts, top-k, routing, capacity, aux/z coefficients               */
     int attention;      /* how attention runs (not the function: not in config.json): MOE_ATTENTION_* */
     int zero;           /* ZeRO level, 0-2 (not in config.json): 1 and 2 give each rank a range of every region to
@@ -138,6 +151,10 @@ int moe_model_qkv_bias(const moe_model_config *cfg);
 int moe_model_shared_gate(const moe_model_config *cfg);
 /* cfg->head_dim, with 0 read as d_model / heads. */
 int moe_model_head_dim(const moe_model_config *cfg);
+/* RoPE's frequencies and amplitude (theta and YaRN: moe_yarn_config); the factor multi-head latent attention's softmax
+ * scale 1 / sqrt(head_dim) is multiplied by (1 but with YaRN's mscale_all_dim). */
+moe_rope moe_model_rope(const moe_model_config *cfg);
+double moe_model_mla_softmax_factor(const moe_model_config *cfg);
 /* "mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "deepseek_v3": config.json's model_type and --family's names; NULL outside the range. */
 const char *moe_model_family_name(int family);
 

@@ -15,6 +15,7 @@ moe_model_config moe_model_config_default(void) {
         .moe_every = 1,
         .tie_embeddings = 0,
         .rope_theta = 10000.0f,
+        .yarn = {.beta_fast = 32, .beta_slow = 1}, /* transformers' defaults: a ramp between 32 and 1 rotations */
         .norm_eps = 1e-5f,
         /* fused: as fast at the default model on the dev VM (2 ranks: 86.8 / 83.9 ms a step against 87.0 / 84.4
          * materialized), 14% faster and 162 MiB a rank lighter at S = 1024 (docs/BENCHMARKS.md) */
@@ -37,6 +38,50 @@ int moe_model_shared_gate(const moe_model_config *c) {
 
 int moe_model_head_dim(const moe_model_config *c) {
     return c->head_dim > 0 ? c->head_dim : c->num_heads > 0 ? c->d_model / c->num_heads : 0;
+}
+
+/* YaRN's m(s, k) (model.h) */
+static double yarn_mscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * log(s) + 1.0; }
+
+moe_rope moe_model_rope(const moe_model_config *c) {
+    moe_rope r = moe_rope_plain(c->rope_theta);
+    const moe_yarn_config *y = &c->yarn;
+    if (!(y->factor > 0)) return r;
+    r.yarn_factor = y->factor, r.original_positions = y->original_positions;
+    r.beta_fast = y->beta_fast, r.beta_slow = y->beta_slow;
+    r.amplitude = y->attention_factor > 0                ? y->attention_factor
+                  : y->mscale > 0 && y->mscale_all_dim > 0 ? yarn_mscale(y->factor, y->mscale) /
+                                                                yarn_mscale(y->factor, y->mscale_all_dim)
+                                                          : yarn_mscale(y->factor, 1);
+    return r;
+}
+
+double moe_model_mla_softmax_factor(const moe_model_config *c) {
+    const double m = c->yarn.factor > 0 && c->yarn.mscale_all_dim > 0 ? yarn_mscale(c->yarn.factor,
+                                                                                    c->yarn.mscale_all_dim)
+                                                                       : 1.0;
+    return m * m;
+}
+
+/* YaRN's parameters: a message naming the one that cannot be, or NULL */
+static const char *yarn_problem(const moe_yarn_config *y) {
+    if (y->factor == 0) {
+        const moe_yarn_config none = moe_model_config_default().yarn;
+        return y->original_positions != none.original_positions || y->beta_fast != none.beta_fast ||
+                       y->beta_slow != none.beta_slow || y->mscale != none.mscale ||
+                       y->mscale_all_dim != none.mscale_all_dim || y->attention_factor != none.attention_factor
+                   ? "YaRN's parameters are given without its factor (--yarn-factor; 0: plain RoPE)"
+                   : NULL;
+    }
+    if (!(y->factor >= 1) || !isfinite(y->factor)) return "YaRN's factor must be 0 (none) or at least 1";
+    if (y->original_positions < 1)
+        return "YaRN needs the context pretrained on (original_max_position_embeddings: --yarn-original-positions)";
+    if (!(y->beta_fast > 0) || !(y->beta_slow > 0) || !isfinite(y->beta_fast) || !isfinite(y->beta_slow))
+        return "YaRN's beta_fast and beta_slow must be positive";
+    if (!(y->mscale >= 0) || !(y->mscale_all_dim >= 0) || !(y->attention_factor >= 0) || !isfinite(y->mscale) ||
+        !isfinite(y->mscale_all_dim) || !isfinite(y->attention_factor))
+        return "YaRN's mscale, mscale_all_dim and attention_factor must be 0 (not given) or positive";
+    return NULL;
 }
 
 const char *moe_model_family_name(int family) {
@@ -141,6 +186,8 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->moe_every < 1) return "moe_every must be at least 1";
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1) return "tie_embeddings must be 0 or 1";
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) return "rope theta must be a positive number";
+    const char *yarn = yarn_problem(&c->yarn);
+    if (yarn) return yarn;
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) return "the norm epsilon must be a positive number";
     if (c->moe.d_model != c->d_model || c->moe.d_ff != c->d_ff) return "the MoE config's d_model/d_ff must match";
     if (c->attention != MOE_ATTENTION_MATERIALIZED && c->attention != MOE_ATTENTION_FUSED)

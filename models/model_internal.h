@@ -47,6 +47,7 @@ struct moe_model {
     const moe_dense_ops *dense; /* the runtime's dense ops */
     moe_dense_state *ops_state;
     int max_seqs, head_dim, num_local_experts;
+    moe_rope rope;             /* RoPE's frequencies and amplitude (moe_model_rope) */
     size_t num_dense, num_expert;
     moe_real *params, *grads; /* grads: NULL under ZeRO-2, which keeps a window, the ends and a shard (zero_grads) */
     moe_model_views p, g;

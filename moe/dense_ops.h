@@ -15,6 +15,7 @@
 #include "core/precision.h"
 #include "core/types.h"
 #include "kernels/adamw.h"
+#include "kernels/rope.h"
 #include "moe/runtime.h"
 
 typedef struct moe_dense_state moe_dense_state; /* scratch and handles of one model, per table */
@@ -47,11 +48,11 @@ typedef struct moe_dense_ops {
                                         int in, int out, moe_real beta, moe_real *dx);
     moe_status (*linear_backward_weight)(moe_dense_state *s, const moe_real *dy, const moe_real *x, int num_tokens,
                                          int in, int out, moe_real *dW);
-    /* RoPE in place (kernels/rope.h) */
+    /* RoPE in place (kernels/rope.h: its frequencies and amplitude) */
     moe_status (*rope_forward)(moe_dense_state *s, moe_real *x, int num_seqs, int seq_len, int num_heads,
-                               int head_dim, double theta);
+                               int head_dim, const moe_rope *rope);
     moe_status (*rope_backward)(moe_dense_state *s, moe_real *dx, int num_seqs, int seq_len, int num_heads,
-                                int head_dim, double theta);
+                                int head_dim, const moe_rope *rope);
     /* causal GQA attention (kernels/attention.h); att [num_seqs, H, S, S] is kept for backward */
     moe_status (*attention_forward)(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,
                                     int num_seqs, int seq_len, int num_heads, int num_kv_heads, int head_dim,

@@ -27,7 +27,7 @@ struct moe_dense_state {
     moe_real *wgrad_scratch;                    /* moe_expert_ffn_wgrad_scratch_count(d, d_ff, 1) reals */
     moe_real *rope_table;                       /* moe_rope_table_cpu's for the shape below (every layer's) */
     int rope_seq_len, rope_head_dim;
-    double rope_theta;
+    moe_rope rope;
     int bf16_attention; /* the fused attention's products in bf16 (core/precision.h, MOE_GEMM_ATTENTION) */
 };
 
@@ -106,31 +106,32 @@ static moe_status cpu_linear_backward_weight(moe_dense_state *s, const moe_real 
     return moe_gemm_rows_at_b_cpu(&s->gemm, T, out, in, dy, x, 1, dW);
 }
 
-/* The rotation's cos/sin table for (S, hd, theta), made when the shape changes (kept for every later call). */
-static moe_status rope_table(moe_dense_state *s, int S, int hd, double theta, const moe_real **table) {
-    if (!s->rope_table || s->rope_seq_len != S || s->rope_head_dim != hd || s->rope_theta != theta) {
+/* The rotation's cos/sin table for (S, hd, rope), made when they change (kept for every later call). */
+static moe_status rope_table(moe_dense_state *s, int S, int hd, const moe_rope *rope, const moe_real **table) {
+    if (!s->rope_table || s->rope_seq_len != S || s->rope_head_dim != hd || memcmp(&s->rope, rope, sizeof *rope)) {
         moe_runtime_free(s->rt, s->rope_table);
         s->rope_table = NULL;
         const size_t count = moe_rope_table_count(S, hd);
         MOE_TRY(moe_runtime_alloc(s->rt, (count ? count : 1) * sizeof(moe_real), (void **)&s->rope_table));
-        moe_rope_table_cpu(S, hd, theta, s->rope_table);
-        s->rope_seq_len = S, s->rope_head_dim = hd, s->rope_theta = theta;
+        moe_rope_table_cpu(S, hd, rope, s->rope_table);
+        s->rope_seq_len = S, s->rope_head_dim = hd, s->rope = *rope;
     }
     *table = s->rope_table;
     return MOE_OK;
 }
 
-static moe_status cpu_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd, double theta) {
+static moe_status cpu_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd,
+                                   const moe_rope *rope) {
     const moe_real *table;
-    MOE_TRY(rope_table(s, S, hd, theta, &table));
+    MOE_TRY(rope_table(s, S, hd, rope, &table));
     moe_rope_rotate_cpu(x, num_seqs, S, H, hd, table, 0);
     return MOE_OK;
 }
 
 static moe_status cpu_rope_backward(moe_dense_state *s, moe_real *dx, int num_seqs, int S, int H, int hd,
-                                    double theta) {
+                                    const moe_rope *rope) {
     const moe_real *table;
-    MOE_TRY(rope_table(s, S, hd, theta, &table));
+    MOE_TRY(rope_table(s, S, hd, rope, &table));
     moe_rope_rotate_cpu(dx, num_seqs, S, H, hd, table, 1);
     return MOE_OK;
 }

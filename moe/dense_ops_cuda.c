@@ -138,13 +138,14 @@ static moe_status cuda_linear_backward_weight(moe_dense_state *s, const moe_real
     return moe_linear_backward_weight_cuda(s->gpu, &s->linear, dy_in, x_in, T, in, out, 1, dW);
 }
 
-static moe_status cuda_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd, double theta) {
-    return moe_rope_forward_cuda(s->gpu, x, num_seqs, S, H, hd, theta);
+static moe_status cuda_rope_forward(moe_dense_state *s, moe_real *x, int num_seqs, int S, int H, int hd,
+                                    const moe_rope *rope) {
+    return moe_rope_forward_cuda(s->gpu, x, num_seqs, S, H, hd, rope);
 }
 
 static moe_status cuda_rope_backward(moe_dense_state *s, moe_real *dx, int num_seqs, int S, int H, int hd,
-                                     double theta) {
-    return moe_rope_backward_cuda(s->gpu, dx, num_seqs, S, H, hd, theta);
+                                     const moe_rope *rope) {
+    return moe_rope_backward_cuda(s->gpu, dx, num_seqs, S, H, hd, rope);
 }
 
 static moe_status cuda_attention_forward(moe_dense_state *s, const moe_real *q, const moe_real *k, const moe_real *v,

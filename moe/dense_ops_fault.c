@@ -34,15 +34,15 @@ static moe_status swiglu_backward_twice(moe_dense_state *s, const moe_layer_weig
 }
 
 static moe_status rope_forward_twice(moe_dense_state *s, moe_real *x, int num_seqs, int seq_len, int num_heads,
-                                     int head_dim, double theta) {
-    MOE_TRY(g_base->rope_forward(s, x, num_seqs, seq_len, num_heads, head_dim, theta));
-    return g_base->rope_forward(s, x, num_seqs, seq_len, num_heads, head_dim, theta);
+                                     int head_dim, const moe_rope *rope) {
+    MOE_TRY(g_base->rope_forward(s, x, num_seqs, seq_len, num_heads, head_dim, rope));
+    return g_base->rope_forward(s, x, num_seqs, seq_len, num_heads, head_dim, rope);
 }
 
 static moe_status rope_backward_twice(moe_dense_state *s, moe_real *dx, int num_seqs, int seq_len, int num_heads,
-                                      int head_dim, double theta) {
-    MOE_TRY(g_base->rope_backward(s, dx, num_seqs, seq_len, num_heads, head_dim, theta));
-    return g_base->rope_backward(s, dx, num_seqs, seq_len, num_heads, head_dim, theta);
+                                      int head_dim, const moe_rope *rope) {
+    MOE_TRY(g_base->rope_backward(s, dx, num_seqs, seq_len, num_heads, head_dim, rope));
+    return g_base->rope_backward(s, dx, num_seqs, seq_len, num_heads, head_dim, rope);
 }
 
 moe_status moe_dense_ops_with_fault(const moe_dense_ops *base, const char *entry, moe_dense_ops *out) {

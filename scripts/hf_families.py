@@ -18,6 +18,10 @@ DeepSeek-V3: multi-head latent attention with a q latent (kv_lora_rank 16, q_lor
 RoPE's rows interleaved as DeepSeek's checkpoints have them (moe-train reorders them on load; its own files say
 rope_interleave false), sigmoid scores with a random e_score_correction_bias, 4 groups of which 2 are chosen, routed
 scaling 2.5, 2 shared experts, the first layer dense; ours -> HF with 3 layers after 10 steps that moved the biases.
+YaRN (rope_parameters of rope_type yarn): DeepSeek-V3 with the released model's factor 40 over 4096 positions, but
+mscale 1 and mscale_all_dim 0.8 (cos/sin times m(40, 1) / m(40, 0.8), MLA's softmax scale times m(40, 0.8)^2; the
+released 1 and 1 would leave the first at 1), and Qwen3-MoE with factor 4 over 64 positions (its correction range
+[0, 3] inside head_dim 24; cos/sin times m(4, 1)), each A and B, and C with moe-train's --yarn-* flags.
 Tolerances (fp32 on both sides): logits max|diff| <= 1e-4 max|logit| + 1e-5; loss relative difference <= 1e-5;
 gradients max|diff| <= 2e-3 max|g| + 1e-6 per tensor (the recovery divides the update's fp32 rounding by lr).
 
@@ -86,7 +90,20 @@ def compare_eval(name, args, data, val, directory, model, results):
     results.append((f"{name}: loss", rel <= LOSS_RTOL))
 
 
-def family_config(family, dense_every=1):
+YARN = {"deepseek_v3": dict(rope_type="yarn", rope_theta=1e4, factor=40.0, original_max_position_embeddings=4096,
+                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=0.8),
+        "qwen3_moe": dict(rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=64)}
+
+
+def family_config(family, dense_every=1, yarn=False):
+    config = family_config_plain(family, dense_every)
+    if yarn:  # the context YaRN extends to, as released configs have it (transformers warns otherwise)
+        config.rope_parameters = dict(YARN[family])
+        config.max_position_embeddings = int(YARN[family]["factor"] * YARN[family]["original_max_position_embeddings"])
+    return config
+
+
+def family_config_plain(family, dense_every):
     if family == "deepseek_v3":  # MLA with a q latent, 2 shared experts, 4 groups of 2 choose 2, the first layer dense
         shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
         del shape["num_experts"]
@@ -106,9 +123,12 @@ def family_config(family, dense_every=1):
                        pad_token_id=None, bos_token_id=None, eos_token_id=None)
 
 
-def random_model(family, dense_every=1, seed=1234):
+def random_model(family, dense_every=1, yarn=False, seed=1234):
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(family_config(family, dense_every), attn_implementation="eager").float()
+    model = AutoModelForCausalLM.from_config(family_config(family, dense_every, yarn), attn_implementation="eager").float()
+    if yarn:  # the rotary embedding took YaRN's frequencies and amplitude
+        rotary = model.model.rotary_emb
+        assert rotary.rope_type == "yarn" and rotary.attention_scaling != 1.0, (rotary.rope_type, rotary.attention_scaling)
     with torch.no_grad():  # norms away from 1 and biases from 0 (as transformers starts them a wrong one would go unseen)
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -234,12 +254,14 @@ def main():
     write_tokens(os.path.join(args.workdir, "val.bin"), val)
     data = ["--train-data", os.path.join(args.workdir, "train.bin"), "--val-data", os.path.join(args.workdir, "val.bin")]
     results = []
-    for family, dense_every in (("qwen3_moe", 1), ("qwen3_moe", 2), ("olmoe", 1), ("qwen2_moe", 1), ("qwen2_moe", 2),
-                                ("deepseek_v3", 1)):
-        name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "")
+    for family, dense_every, yarn in (("qwen3_moe", 1, 0), ("qwen3_moe", 2, 0), ("olmoe", 1, 0), ("qwen2_moe", 1, 0),
+                                      ("qwen2_moe", 2, 0), ("deepseek_v3", 1, 0), ("deepseek_v3", 1, 1),
+                                      ("qwen3_moe", 1, 1)):
+        name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "") + \
+            (" with YaRN" if yarn else "")
         print(f"== {name}: transformers -> moe-train, gradients ==")
-        model = random_model(family, dense_every)
-        directory = os.path.join(args.workdir, f"hf-{family}-{dense_every}")
+        model = random_model(family, dense_every, yarn)
+        directory = os.path.join(args.workdir, f"hf-{family}-{dense_every}-{yarn}")
         model.save_pretrained(directory, safe_serialization=True)
         compare_eval(f"A {name}", args, data, val, directory, model, results)
         gradient_check(f"B {name}", args, data, train, directory, model, results)
@@ -251,13 +273,19 @@ def main():
     ours_to_hf("C olmoe", args, data, val, ["--family", "olmoe", "--renormalize", "0", *shape], results)
     ours_to_hf("C qwen2_moe", args, data, val, ["--family", "qwen2_moe", "--shared-d-ff", "40", "--renormalize", "0",
                                                  *shape], results)
-    ours_to_hf("C deepseek_v3", args, data, val,
-               ["--family", "deepseek_v3", "--layers", "3", "--d-model", "64", "--heads", "4", "--kv-heads", "4",
+    deepseek = ["--family", "deepseek_v3", "--layers", "3", "--d-model", "64", "--heads", "4", "--kv-heads", "4",
                 "--d-ff", "48", "--experts", "8", "--top-k", "4", "--score", "sigmoid", "--renormalize", "1",
                 "--expert-groups", "4", "--topk-groups", "2", "--routed-scaling", "2.5", "--first-dense-layers", "1",
                 "--dense-d-ff", "80", "--shared-d-ff", "96", "--kv-lora-rank", "16", "--q-lora-rank", "24",
                 "--head-dim", "24", "--qk-rope-dim", "8", "--v-head-dim", "12", "--norm-eps", "1e-6",
-                "--bias-update-rate", "0.01"], results)
+                "--bias-update-rate", "0.01"]
+    ours_to_hf("C deepseek_v3", args, data, val, deepseek, results)
+    ours_to_hf("C deepseek_v3 with YaRN", args, data, val,
+               deepseek + ["--yarn-factor", "40", "--yarn-original-positions", "4096", "--yarn-mscale", "1",
+                           "--yarn-mscale-all-dim", "0.8"], results)
+    ours_to_hf("C qwen3_moe with YaRN", args, data, val,
+               ["--family", "qwen3_moe", "--head-dim", "24", "--renormalize", "1", "--rope-theta", "1e6",
+                "--yarn-factor", "4", "--yarn-original-positions", "64", *shape], results)
     failed = [n for n, ok in results if not ok]
     print(f"{len(results) - len(failed)} of {len(results)} comparisons pass" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

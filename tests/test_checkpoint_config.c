@@ -249,8 +249,17 @@ static void families(void) {
     const bad_key bad[] = {
         {"attention biases", "attention_bias", "true", "attention_bias must be false"},
         {"mlp_only_layers [1]", "mlp_only_layers", "[1]", "mlp_only_layers must be empty"},
-        {"scaled RoPE", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4}", "rope_type is \"default\""},
-        {"rope_scaling", "rope_scaling", "{\"type\": \"linear\"}", "rope_scaling must be null"},
+        {"linear RoPE scaling", "rope_parameters", "{\"rope_type\": \"linear\", \"factor\": 4}",
+         "rope_parameters.rope_type must be \"default\" or \"yarn\""},
+        {"rope_scaling's older key", "rope_scaling", "{\"type\": \"dynamic\"}", "rope_scaling.rope_type must be"},
+        {"rope_scaling a string", "rope_scaling", "\"yarn\"", "rope_scaling must be an object or null"},
+        {"YaRN without a factor", "rope_parameters", "{\"rope_type\": \"yarn\"}", "rope_parameters.factor is missing"},
+        {"YaRN's factor below 1", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 0.5}", "factor must be 0 (none)"},
+        {"YaRN's range not rounded", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4, \"truncate\": false}",
+         "rope_scaling.truncate must be true"},
+        {"YaRN's beta_fast a string", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": \"32\"}",
+         "rope_scaling.beta_fast must be a number"},
+        {"partial rotation", "partial_rotary_factor", "0.5", "partial_rotary_factor must be 1"},
         {"no head_dim", "head_dim", NULL, "head_dim is missing"},
         {"an odd head_dim", "head_dim", "25", "head_dim must be even"},
         {"labels of two families", "model_type", "\"olmoe\"", "name different models"},
@@ -414,9 +423,73 @@ static void deepseek(void) {
         {"softmax scores", "scoring_func", "\"softmax\"", "scoring_func must be \"sigmoid\""},
         {"V2's greedy top-k", "topk_method", "\"greedy\"", "topk_method must be \"noaux_tc\""},
         {"topk_group above n_group", "topk_group", "5", "topk_groups (topk_group) must be between 1 and num_groups"},
-        {"YaRN", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 40}", "rope_type is \"default\""},
     };
     expect_bad_keys(deepseek_config, bad, sizeof bad / sizeof *bad);
+}
+
+/* YaRN: DeepSeek-V3's released config.json's rope_scaling and transformers 5's rope_parameters read, their RoPE and
+ * MLA's softmax factor derived as transformers does, written and read back, compared on load. */
+static void yarn(void) {
+    json_t *j = deepseek_config();
+    json_object_set_new(j, "max_position_embeddings", json_integer(163840));
+    json_object_set_new(j, "rope_scaling", json_pack("{s:i, s:i, s:i, s:f, s:f, s:i, s:s}", "beta_fast", 32,
+                                                     "beta_slow", 1, "factor", 40, "mscale", 1.0, "mscale_all_dim",
+                                                     1.0, "original_max_position_embeddings", 4096, "type", "yarn"));
+    moe_model_config c, back, plain;
+    char *ckpt = write_config("yarn-deepseek", j);
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    const moe_yarn_config *y = &c.yarn;
+    CHECK(y->factor == 40 && y->original_positions == 4096 && y->beta_fast == 32 && y->beta_slow == 1 &&
+              y->mscale == 1 && y->mscale_all_dim == 1 && y->attention_factor == 0,
+          "DeepSeek-V3's rope_scaling read as factor %g over %d, betas %g %g, mscales %g %g", y->factor,
+          y->original_positions, y->beta_fast, y->beta_slow, y->mscale, y->mscale_all_dim);
+    const moe_rope r = moe_model_rope(&c);
+    const double m = 0.1 * log(40.0) + 1; /* transformers' yarn_get_mscale(40, 1) */
+    CHECK(r.yarn_factor == 40 && r.original_positions == 4096 && r.amplitude == 1 &&
+              fabs(moe_model_mla_softmax_factor(&c) - m * m) <= 1e-15,
+          "DeepSeek-V3's RoPE: factor %g amplitude %.17g, softmax factor %.17g (want %.17g)", r.yarn_factor,
+          r.amplitude, moe_model_mla_softmax_factor(&c), m * m);
+    CHECK(!strcmp(label_of(&c, NULL, 0), "DeepseekV3ForCausalLM"), "a DeepSeek-V3 with YaRN labelled %s",
+          label_of(&c, NULL, 0));
+    free(ckpt);
+    ckpt = write_config("yarn-ours", moe__checkpoint_config_json(&c));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK(fields_equal(&c, &back, "YaRN"), "YaRN round trip");
+    char *text = file_text(ckpt);
+    CHECK(strstr(text, "\"rope_scaling\"") && strstr(text, "\"rope_type\": \"yarn\"") &&
+              strstr(text, "\"original_max_position_embeddings\": 4096") && strstr(text, "\"mscale_all_dim\": 1.0") &&
+              strstr(text, "\"max_position_embeddings\": 163840") &&
+              !strstr(text, "attention_factor"), "YaRN's keys:\n%s", text);
+    free(text);
+    c.max_positions = 0; /* none loaded: YaRN's extended context, factor x original */
+    json_t *made = moe__checkpoint_config_json(&c);
+    CHECK(json_integer_value(json_object_get(made, "max_position_embeddings")) == 163840,
+          "max_position_embeddings with YaRN: %lld",
+          (long long)json_integer_value(json_object_get(made, "max_position_embeddings")));
+    json_decref(made);
+    plain = c, plain.yarn = moe_model_config_default().yarn;
+    test_expect_refusal("a model without YaRN", moe__checkpoint_check_config(ckpt, &plain, 1),
+                        "rope_scaling.factor is 40 but this model has 0");
+    free(ckpt);
+    json_decref(j);
+    /* transformers 5's form, original_max_position_embeddings left to max_position_embeddings: Qwen3's amplitude */
+    j = qwen3_config();
+    json_object_set_new(j, "max_position_embeddings", json_integer(32768));
+    json_object_set_new(j, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta", 1e6, "rope_type", "yarn",
+                                                        "factor", 4.0));
+    ckpt = write_config("yarn-qwen3", j);
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.yarn.factor == 4 && c.yarn.original_positions == 32768 && c.rope_theta == 1e6f &&
+              moe_model_rope(&c).amplitude == 0.1 * log(4.0) + 1 && moe_model_mla_softmax_factor(&c) == 1,
+          "Qwen3's YaRN in rope_parameters: factor %g over %d, amplitude %.17g", c.yarn.factor,
+          c.yarn.original_positions, moe_model_rope(&c).amplitude);
+    free(ckpt);
+    c = small(), c.yarn.beta_fast = 16;
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "without its factor"),
+          "YaRN's beta_fast without its factor: %s", moe_model_config_problem(&c) ?: "accepted");
+    c.yarn.factor = 8;
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "--yarn-original-positions"),
+          "YaRN without the original context: %s", moe_model_config_problem(&c) ?: "accepted");
 }
 
 int main(void) {
@@ -427,6 +500,7 @@ int main(void) {
     transformers_made();
     families();
     deepseek();
+    yarn();
     options();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -97,9 +97,10 @@ static void test_rmsnorm(moe_gpu *gpu, moe_rng *rng, int T, int d) {
 }
 
 /* forward and backward, each in place on a fresh upload of the same x */
-static void test_rope(moe_gpu *gpu, moe_rng *rng, int num_seqs, int S, int H, int hd, double theta) {
-    char shape[80];
-    snprintf(shape, sizeof shape, "seqs=%d S=%d H=%d hd=%d theta=%g", num_seqs, S, H, hd, theta);
+static void test_rope(moe_gpu *gpu, moe_rng *rng, int num_seqs, int S, int H, int hd, const moe_rope *rope) {
+    char shape[120];
+    snprintf(shape, sizeof shape, "seqs=%d S=%d H=%d hd=%d theta=%g yarn=%g", num_seqs, S, H, hd, rope->theta,
+             rope->yarn_factor);
     const size_t count = (size_t)num_seqs * S * H * hd;
     float *x = test_alloc_uniform(rng, count, 1.0);
     float *d_x = (float *)test_gpu_alloc(gpu, count * sizeof(float));
@@ -107,23 +108,23 @@ static void test_rope(moe_gpu *gpu, moe_rng *rng, int num_seqs, int S, int H, in
         const char *what = backward ? "rope backward" : "rope forward";
         float *want = host_copy(x, count), *got[2];
         if (backward)
-            moe_rope_backward_cpu(want, num_seqs, S, H, hd, theta);
+            moe_rope_backward_cpu(want, num_seqs, S, H, hd, rope);
         else
-            moe_rope_forward_cpu(want, num_seqs, S, H, hd, theta);
+            moe_rope_forward_cpu(want, num_seqs, S, H, hd, rope);
         for (int run = 0; run < 2; run++) {
             test_gpu_poison(gpu, d_x, count * sizeof(float));
             CHECK_OK(moe_gpu_upload(gpu, d_x, x, count * sizeof(float)));
             if (backward)
-                CHECK_OK(moe_rope_backward_cuda(gpu, d_x, num_seqs, S, H, hd, theta));
+                CHECK_OK(moe_rope_backward_cuda(gpu, d_x, num_seqs, S, H, hd, rope));
             else
-                CHECK_OK(moe_rope_forward_cuda(gpu, d_x, num_seqs, S, H, hd, theta));
+                CHECK_OK(moe_rope_forward_cuda(gpu, d_x, num_seqs, S, H, hd, rope));
             got[run] = download_new(gpu, d_x, count);
         }
         test_tolerance_check("rope", "f32", got[0], want, count, "%s %s", what, shape);
         check_same_bits(what, shape, got[0], got[1], count * sizeof(float));
         free(want), free(got[0]), free(got[1]);
     }
-    CHECK(moe_rope_forward_cuda(gpu, d_x, num_seqs, S, H, hd + 1, theta) == MOE_ERR_INVALID_ARG,
+    CHECK(moe_rope_forward_cuda(gpu, d_x, num_seqs, S, H, hd + 1, rope) == MOE_ERR_INVALID_ARG,
           "rope %s: an odd head_dim is not rejected", shape);
     test_gpu_free(gpu, d_x);
     free(x);
@@ -236,9 +237,13 @@ int main(void) {
     test_rmsnorm(gpu, &rng, 300, 1000); /* 5 dw chunks of 64 tokens, the last partial */
     test_rmsnorm(gpu, &rng, 3, 4099);
 
-    test_rope(gpu, &rng, 2, 1, 4, 16, 10000.0);
-    test_rope(gpu, &rng, 2, 37, 4, 24, 10000.0);
-    test_rope(gpu, &rng, 1, 4096, 2, 16, 1e6); /* large angles: p f_0 = p up to 4095 rad */
+    const moe_rope base = moe_rope_plain(10000.0), big = moe_rope_plain(1e6);
+    /* DeepSeek-V3's YaRN (factor 40 over 4096 positions), its amplitude made other than 1 */
+    const moe_rope yarn = {10000.0, 40, 4096, 32, 1, 1.25};
+    test_rope(gpu, &rng, 2, 1, 4, 16, &base);
+    test_rope(gpu, &rng, 2, 37, 4, 24, &base);
+    test_rope(gpu, &rng, 1, 4096, 2, 16, &big); /* large angles: p f_0 = p up to 4095 rad */
+    test_rope(gpu, &rng, 2, 300, 2, 64, &yarn);
 
     test_cross_entropy(gpu, &rng, 1, 7);
     test_cross_entropy(gpu, &rng, 37, 1000);

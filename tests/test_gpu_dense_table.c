@@ -287,16 +287,17 @@ static void test_linear(tables *t, const char *label, int T, int in, int out) {
 typedef struct {
     int num_seqs, S, H, KV, hd;
     pair *x;
+    moe_rope rope;
 } rope_ctx;
 
 static moe_status run_rope_forward(tables *t, int side, void *c) {
     rope_ctx *r = c;
-    return t->ops[side]->rope_forward(t->state[side], AT(side, r->x), r->num_seqs, r->S, r->H, r->hd, 1e4);
+    return t->ops[side]->rope_forward(t->state[side], AT(side, r->x), r->num_seqs, r->S, r->H, r->hd, &r->rope);
 }
 
 static moe_status run_rope_backward(tables *t, int side, void *c) {
     rope_ctx *r = c;
-    return t->ops[side]->rope_backward(t->state[side], AT(side, r->x), r->num_seqs, r->S, r->H, r->hd, 1e4);
+    return t->ops[side]->rope_backward(t->state[side], AT(side, r->x), r->num_seqs, r->S, r->H, r->hd, &r->rope);
 }
 
 typedef struct {
@@ -398,7 +399,7 @@ static void test_rope_attention(tables *t, const char *label, int num_seqs, int 
     pair q = pair_random(t, nq, 1), k = pair_random(t, nkv, 1), v = pair_random(t, nkv, 1);
     pair att = pair_random(t, natt, 1), out = pair_random(t, nq, 1), dout = pair_random(t, nq, 1);
     pair dq = pair_random(t, nq, 1), dk = pair_random(t, nkv, 1), dv = pair_random(t, nkv, 1);
-    rope_ctx r = {num_seqs, S, H, KV, hd, &q};
+    rope_ctx r = {num_seqs, S, H, KV, hd, &q, moe_rope_plain(1e4)};
     check_entry(t, label, run_rope_forward, &r, &(output){&q, "rope forward (in place)", "rope", 1}, 1);
     check_entry(t, label, run_rope_backward, &r, &(output){&q, "rope backward (in place)", "rope", 1}, 1);
     CHECK_OK(moe_gpu_upload(t->gpu, q.d, q.h, nq * sizeof(float))); /* q as the CPU left it, on both sides */

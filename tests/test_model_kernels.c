@@ -85,11 +85,31 @@ static void test_rope(void) {
     moe_rng rng = moe_rng_seeded(12);
     moe_real x[N], y[N], rx[N], ry[N];
     moe_rng_fill_uniform(&rng, x, N, 1), moe_rng_fill_uniform(&rng, y, N, 1);
+    const moe_rope plain = moe_rope_plain(10000), hundred = moe_rope_plain(100), wide = moe_rope_plain(500000);
+    /* DeepSeek-V3's YaRN (config.json's rope_scaling: factor 40 over 4096 positions, betas 32 and 1), with an
+     * amplitude other than 1 (Qwen3's at factor 4) */
+    const moe_rope yarn = {10000, 40, 4096, 32, 1, 1.1386294361119891};
+    double lhs = 0, rhs = 0;
+    for (int k = 0; k < 2; k++) { /* the backward is the forward's transpose, amplitude and all */
+        const moe_rope *r = k ? &yarn : &plain;
+        memcpy(rx, x, sizeof x), memcpy(ry, y, sizeof y);
+        moe_rope_forward_cpu(rx, NS, S, H, HD, r);
+        moe_rope_backward_cpu(ry, NS, S, H, HD, r);
+        lhs = dot(rx, y, N), rhs = dot(x, ry, N);
+        CHECK(fabs(lhs - rhs) <= 1e-12, "%s: <rope(x), y> = %.17g but <x, rope^T(y)> = %.17g", k ? "yarn" : "plain",
+              lhs, rhs);
+    }
     memcpy(rx, x, sizeof x), memcpy(ry, y, sizeof y);
-    moe_rope_forward_cpu(rx, NS, S, H, HD, 10000);
-    moe_rope_backward_cpu(ry, NS, S, H, HD, 10000);
-    double lhs = dot(rx, y, N), rhs = dot(x, ry, N);
-    CHECK(fabs(lhs - rhs) <= 1e-12, "<rope(x), y> = %.17g but <x, rope^T(y)> = %.17g", lhs, rhs);
+    moe_rope_forward_cpu(rx, NS, S, H, HD, &plain);
+    /* YaRN's frequencies at head_dim 8, as transformers 5.23's _compute_yarn_parameters gives them for that config:
+     * the correction range is [floor(1.31), ceil(2.81)] = [1, 3], so f_0 and f_1 are kept, f_2 = 0.01 (1/40 0.5 + 0.5)
+     * and f_3 = 0.001 / 40 */
+    const double want_f[4] = {1, 0.1, 0.005125, 2.5e-5};
+    for (int i = 0; i < 4; i++)
+        CHECK(fabs(moe_rope_frequency(&yarn, i, 8) - want_f[i]) <= 1e-15 * want_f[i] &&
+                  moe_rope_frequency(&plain, i, 8) == pow(10000, -2.0 * i / 8),
+              "frequency %d: yarn %.17g (want %.17g), plain %.17g", i, moe_rope_frequency(&yarn, i, 8), want_f[i],
+              moe_rope_frequency(&plain, i, 8));
     for (int n = 0; n < NS; n++) /* position 0 of each sequence is not rotated */
         CHECK(!memcmp(rx + n * S * H * HD, x + n * S * H * HD, H * HD * sizeof(moe_real)),
               "position 0 of sequence %d was rotated", n);
@@ -98,27 +118,40 @@ static void test_rope(void) {
     moe_real h[2 * 4] = {9, 9, 9, 9, 1, 2, 3, 4};
     const double c0 = cos(1.0), s0 = sin(1.0), c1 = cos(0.1), s1 = sin(0.1);
     const double want[4] = {1 * c0 - 3 * s0, 2 * c1 - 4 * s1, 3 * c0 + 1 * s0, 4 * c1 + 2 * s1};
-    moe_rope_forward_cpu(h, 1, 2, 1, 4, 100);
+    moe_rope_forward_cpu(h, 1, 2, 1, 4, &hundred);
     for (int i = 0; i < 4; i++)
         CHECK(fabs(h[4 + i] - want[i]) <= 1e-14 && h[i] == 9, "hand case [%d]: %.17g, want %.17g", i, h[4 + i],
               want[i]);
+    /* with YaRN (theta 100, factor 2 over 4 positions, betas 32 and 1: the range collapses to [0, 0.001], so f_0 = 1
+     * is kept and f_1 = 0.1 / 2) and amplitude 1.5, the rotation scaled (position 0 too) */
+    const moe_rope small = {100, 2, 4, 32, 1, 1.5};
+    moe_real g[2 * 4] = {9, 9, 9, 9, 1, 2, 3, 4};
+    const double c2 = cos(0.05), s2 = sin(0.05);
+    const double want_g[4] = {1.5 * (1 * c0 - 3 * s0), 1.5 * (2 * c2 - 4 * s2), 1.5 * (3 * c0 + 1 * s0),
+                              1.5 * (4 * c2 + 2 * s2)};
+    moe_rope_forward_cpu(g, 1, 2, 1, 4, &small);
+    for (int i = 0; i < 4; i++)
+        CHECK(fabs(g[4 + i] - want_g[i]) <= 1e-14 && g[i] == 13.5, "yarn hand case [%d]: %.17g, want %.17g", i,
+              g[4 + i], want_g[i]);
     printf("rope: <rope(x),y> - <x,rope^T(y)> = %.3g\n", lhs - rhs);
     /* a kept table gives the per-call bits, forward and backward; head_dim 1030 also crosses the per-call path's
      * rounds of 512 frequencies */
     enum { TS = 4, TH = 2, WIDE = 1030, TN = 1 * TS * TH * WIDE };
+    const moe_rope *ropes[2] = {&wide, &yarn};
     static moe_real t_in[TN], t_call[TN], t_kept[TN], table[TS * WIDE];
     const int dims[] = {HD, WIDE};
     for (int d = 0; d < 2; d++)
-        for (int backward = 0; backward < 2; backward++) {
-            const int n = TS * TH * dims[d];
-            moe_rng_fill_uniform(&rng, t_in, n, 1);
-            memcpy(t_call, t_in, n * sizeof(moe_real)), memcpy(t_kept, t_in, n * sizeof(moe_real));
-            (backward ? moe_rope_backward_cpu : moe_rope_forward_cpu)(t_call, 1, TS, TH, dims[d], 500000);
-            moe_rope_table_cpu(TS, dims[d], 500000, table);
-            moe_rope_rotate_cpu(t_kept, 1, TS, TH, dims[d], table, backward);
-            CHECK(!memcmp(t_call, t_kept, n * sizeof(moe_real)), "rope with a kept table differs (hd %d, %s)",
-                  dims[d], backward ? "backward" : "forward");
-        }
+        for (int backward = 0; backward < 2; backward++)
+            for (int k = 0; k < 2; k++) {
+                const int n = TS * TH * dims[d];
+                moe_rng_fill_uniform(&rng, t_in, n, 1);
+                memcpy(t_call, t_in, n * sizeof(moe_real)), memcpy(t_kept, t_in, n * sizeof(moe_real));
+                (backward ? moe_rope_backward_cpu : moe_rope_forward_cpu)(t_call, 1, TS, TH, dims[d], ropes[k]);
+                moe_rope_table_cpu(TS, dims[d], ropes[k], table);
+                moe_rope_rotate_cpu(t_kept, 1, TS, TH, dims[d], table, backward);
+                CHECK(!memcmp(t_call, t_kept, n * sizeof(moe_real)), "rope with a kept table differs (hd %d, %s, %s)",
+                      dims[d], backward ? "backward" : "forward", k ? "yarn" : "plain");
+            }
 }
 
 enum { AN = 3, AS = 5, AH = 4, AHD = 4, AQ = AN * AS * AH * AHD };

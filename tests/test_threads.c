@@ -78,10 +78,11 @@ static void kernels(const inputs *in, arena *a) {
     moe_real *ao = TAKE(a, moe_real, nq), *dq = TAKE(a, moe_real, nq), *dk = TAKE(a, moe_real, nkv);
     moe_real *dv = TAKE(a, moe_real, nkv), *scratch = malloc((size_t)moe_threads_get() * S * S * sizeof(moe_real));
     memcpy(q, in->q, nq * sizeof(moe_real));
-    moe_rope_forward_cpu(q, SEQS, S, H, HD, 10000);
+    const moe_rope rope = {10000, 4, 64, 32, 1, 1.1386}; /* YaRN's (Qwen3's factor 4 and its amplitude) */
+    moe_rope_forward_cpu(q, SEQS, S, H, HD, &rope);
     moe_attention_forward_cpu(q, in->k, in->v, SEQS, S, H, KV, HD, att, ao);
     moe_attention_backward_cpu(q, in->k, in->v, att, in->dout, SEQS, S, H, KV, HD, dq, dk, dv, scratch);
-    moe_rope_backward_cpu(dq, SEQS, S, H, HD, 10000);
+    moe_rope_backward_cpu(dq, SEQS, S, H, HD, &rope);
     free(scratch);
     double *loss = TAKE(a, double, 1);
     moe_real *l = TAKE(a, moe_real, (size_t)T * V);

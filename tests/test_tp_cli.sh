@@ -129,10 +129,11 @@ shared RoPE key's gradient summed over the heads piece by piece) at tp 2 x ep 2 
     ds4 ds1
 run ds4_resumed 4 "${deepseek[@]}" --tp 4 --resume "$dir/ds4/step-00000004"
 same_as "its step 4 resumed at tp 4 (one head a rank)" ds4_resumed ds1 5
-run ds3_one 1 "${deepseek[@]}" --layers 3 --first-dense-layers 1
-run ds3_pp2tp2 4 "${deepseek[@]}" --layers 3 --first-dense-layers 1 --pp 2 --first-stage-layers 1 --tp 2
-same_as "a 3-layer DeepSeek-V3 (a dense first layer) in 2 stages of 1 and 2 layers (--first-stage-layers) x tp 2" \
-    ds3_pp2tp2 ds3_one
+yarn=(--yarn-factor 40 --yarn-original-positions 4096 --yarn-mscale 1 --yarn-mscale-all-dim 0.8)
+run ds3_one 1 "${deepseek[@]}" --layers 3 --first-dense-layers 1 "${yarn[@]}"
+run ds3_pp2tp2 4 "${deepseek[@]}" --layers 3 --first-dense-layers 1 --pp 2 --first-stage-layers 1 --tp 2 "${yarn[@]}"
+same_as "a 3-layer DeepSeek-V3 (a dense first layer) with YaRN (its RoPE and MLA's softmax factor) in 2 stages of 1 and \
+2 layers (--first-stage-layers) x tp 2" ds3_pp2tp2 ds3_one
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training

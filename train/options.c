@@ -56,6 +56,22 @@ static const opt_spec kOptions[] = {
     {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}, NULL, RUN},
     {"--tie-embeddings", "1: lm_head shares the embedding matrix", OPT_INT, OFF(model.tie_embeddings), 0, 1, {0}, NULL, RUN},
     {"--rope-theta", "RoPE base", OPT_FLOAT, OFF(model.rope_theta), 1, 1e9, {0}, NULL, RUN},
+    /* YaRN (models/model.h; a Hugging Face config's rope_scaling of type yarn; Megatron's --rotary-scaling-factor,
+     * --original-max-position-embeddings, --beta-fast/slow, --mscale, --mscale-all-dim) */
+    {"--yarn-factor", "YaRN's RoPE context extension factor (0: plain RoPE; rope_scaling.factor)", OPT_FLOAT,
+     OFF(model.yarn.factor), 0, 1e6, {0}, NULL, RUN},
+    {"--yarn-original-positions", "with --yarn-factor: the context the model was pretrained on "
+     "(original_max_position_embeddings)", OPT_INT, OFF(model.yarn.original_positions), 0, 1 << 30, {0}, NULL, RUN},
+    {"--yarn-beta-fast", "with --yarn-factor: frequencies turning more often than this over the original context are "
+     "kept", OPT_FLOAT, OFF(model.yarn.beta_fast), 1e-6, 1e6, {0}, NULL, RUN},
+    {"--yarn-beta-slow", "with --yarn-factor: frequencies turning less often than this are interpolated", OPT_FLOAT,
+     OFF(model.yarn.beta_slow), 1e-6, 1e6, {0}, NULL, RUN},
+    {"--yarn-mscale", "with --yarn-factor: cos/sin scale m(factor, this) / m(factor, --yarn-mscale-all-dim) (0: not "
+     "given)", OPT_FLOAT, OFF(model.yarn.mscale), 0, 1e3, {0}, NULL, RUN},
+    {"--yarn-mscale-all-dim", "with --yarn-factor: see --yarn-mscale; multi-head latent attention's softmax scale "
+     "also times m(factor, this)^2 (0: not given)", OPT_FLOAT, OFF(model.yarn.mscale_all_dim), 0, 1e3, {0}, NULL, RUN},
+    {"--yarn-attention-factor", "with --yarn-factor: the cos/sin scale itself (0: derived from the mscales)",
+     OPT_FLOAT, OFF(model.yarn.attention_factor), 0, 1e3, {0}, NULL, RUN},
     {"--norm-eps", "RMSNorm epsilon (rms_norm_eps)", OPT_FLOAT, OFF(model.norm_eps), 1e-12, 1, {0}, NULL, RUN},
     /* experts */
     {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},

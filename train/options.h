@@ -8,7 +8,7 @@
 #include "models/model.h"
 
 enum { MOE_TRAIN_DEVICE_CPU = 0, MOE_TRAIN_DEVICE_CUDA = 1 };
-enum { MOE_TRAIN_MAX_OPTIONS = 96 };
+enum { MOE_TRAIN_MAX_OPTIONS = 128 };
 
 /* Where an option's value came from, weakest first. A stronger source overrides a weaker one, except that a
  * checkpoint's architecture (config.json) never gives way: a config file or flag that disagrees is an error. */
