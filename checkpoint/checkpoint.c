@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/fail.h"
+#include "checkpoint/fp8.h"
 #include "checkpoint/internal.h"
 #include "models/fileio.h"
 #include "checkpoint/safetensors.h"
@@ -208,7 +209,18 @@ typedef struct {
     const char *what;
     int moment;
     int rope_interleaved; /* the file's RoPE rows in DeepSeek's interleaved order (moe__checkpoint_rope_interleaved) */
+    moe_fp8_blocks fp8;   /* the block scales of F8_E4M3 tensors (checkpoint/fp8.h; 0, 0: none) */
+    int extra_layers;     /* tensors of layers [L, L + this) are skipped: DeepSeek-V3's multi-token prediction
+                             modules (num_nextn_predict_layers), which transformers does not compute either */
 } tensor_sink;
+
+/* Whether name is a tensor of a layer the sink skips (model.layers.I. with L <= I < L + extra_layers). */
+static int skipped_layer(const tensor_sink *to, const char *name) {
+    int layer, at = 0;
+    const int L = to->run->config->num_layers;
+    return to->extra_layers > 0 && sscanf(name, "model.layers.%d.%n", &layer, &at) == 1 && at > 0 && layer >= L &&
+           layer < L + to->extra_layers;
+}
 
 /* DeepSeek's checkpoints hold the RoPE part of q (each head's last qk_rope_dim rows of q_proj / q_b_proj) and of k
  * (kv_a_proj_with_mqa's last qk_rope_dim rows) with each rotated pair in adjacent rows (x0, x1), (x2, x3), ...;
@@ -272,10 +284,16 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
         if (!f && set->index.num_shards)
             return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing (in no shard of the index)", dir, name);
         if (!f) f = &set->files[0]; /* its read names the missing tensor and the file */
+        const moe_safetensors_tensor *stored = moe_safetensors_find(f, name);
+        const int fp8 = stored && moe_safetensors_dtype_parse(stored->dtype) == MOE_SAFETENSORS_F8_E4M3;
         if (t->local_offset < 0) {
             MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
+            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->fp8, t->ndim, t->shape, NULL),
+                                              "%s", dir));
         } else {
             MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
+            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->fp8, t->ndim, t->shape, buf),
+                                              "%s", dir));
             if (to->rope_interleaved) MOE_TRY(deinterleave_rope_rows(to->run->config, t, buf));
             MOE_TRY(put_tensor(to, t, buf));
         }
@@ -284,7 +302,10 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
     for (int k = 0; k < set->num_files && !extra_ok; k++)
         for (int i = 0; i < set->files[k].num_tensors; i++) {
             const char *have = set->files[k].tensors[i].name;
-            int known = moe__checkpoint_is_hf_bias(to->run->config, have);
+            char weight[MOE_SAFETENSORS_MAX_NAME];
+            if (to->fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) have = weight; /* known with
+                                                                                                    its weight */
+            int known = moe__checkpoint_is_hf_bias(to->run->config, have) || skipped_layer(to, have);
             for (int j = 0; j < tab->count && !known; j++) {
                 snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
                 known = !strcmp(name, have);
@@ -321,8 +342,10 @@ static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_ta
     moe_safetensors_set set;
     if (st == MOE_OK) st = buf ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        const tensor_sink to = {run, "the loaded weights", -1, moe__checkpoint_rope_interleaved(dir)};
+        tensor_sink to = {run, "the loaded weights", -1, moe__checkpoint_rope_interleaved(dir), {0, 0},
+                          moe__checkpoint_mtp_layers(dir)};
         st = check_covered(dir, manifest, &set);
+        if (st == MOE_OK) st = moe__checkpoint_fp8_blocks(dir, &to.fp8);
         if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", &to, buf, 0, lossy);
         moe_safetensors_set_close(&set);
     }
@@ -426,7 +449,7 @@ static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_tabl
     if (!buf) st = MOE_ERR_OUT_OF_MEMORY;
     static const char *const which_name[2] = {"the loaded first moments", "the loaded second moments"};
     for (int which = 0; which < 2 && st == MOE_OK; which++) {
-        const tensor_sink to = {run, which_name[which], which, 0};
+        const tensor_sink to = {.run = run, .what = which_name[which], .moment = which};
         st = moe_fail_context(read_tensors(&set, dir, tab, which ? "exp_avg_sq." : "exp_avg.", &to, buf, 1, NULL), "%s",
                               path);
     }

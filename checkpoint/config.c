@@ -555,6 +555,18 @@ int moe__checkpoint_rope_interleaved(const char *dir) {
     return yes;
 }
 
+int moe__checkpoint_mtp_layers(const char *dir) {
+    char *path = moe_path_join(dir, "config.json");
+    json_t *j = path ? json_load_file(path, 0, NULL) : NULL;
+    json_t *type = json_object_get(j, "model_type"), *n = json_object_get(j, "num_nextn_predict_layers");
+    const int deepseek = json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v3");
+    const int layers = deepseek && json_is_integer(n) && json_integer_value(n) > 0 && json_integer_value(n) < 1024
+                           ? (int)json_integer_value(n)
+                           : 0;
+    json_decref(j), free(path);
+    return layers;
+}
+
 /* Compares the architecture in DIR/config.json with the model (with `policy`, the routing policy too); names the
  * first field that differs. */
 moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c, int policy) {

@@ -25,6 +25,9 @@ moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *s
 /* Whether DIR/config.json is a DeepSeek-V3's with RoPE's rows interleaved (rope_interleave true or absent: transformers'
  * default); 0 for every other file. */
 int moe__checkpoint_rope_interleaved(const char *dir);
+/* DIR/config.json's num_nextn_predict_layers where it is a DeepSeek-V3's (its multi-token prediction modules, stored
+ * as layers L, L + 1, ...: skipped on load, as transformers skips them), else 0. */
+int moe__checkpoint_mtp_layers(const char *dir);
 
 /* ---- checkpoint.c: the tensors of a model, in file order ---- */
 /* A DeepSeek-V3's selection bias of MoE layer `layer` in its weights: "model.layers.L.mlp.gate.e_score_correction_bias"

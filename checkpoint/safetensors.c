@@ -29,7 +29,8 @@ static size_t element_count(int ndim, const long *shape) {
 static const struct {
     const char *name;
     size_t nbytes;
-} kDtypes[] = {[MOE_SAFETENSORS_F32] = {"F32", 4}, [MOE_SAFETENSORS_BF16] = {"BF16", 2}, [MOE_SAFETENSORS_F16] = {"F16", 2}};
+} kDtypes[] = {[MOE_SAFETENSORS_F32] = {"F32", 4}, [MOE_SAFETENSORS_BF16] = {"BF16", 2}, [MOE_SAFETENSORS_F16] = {"F16", 2},
+               [MOE_SAFETENSORS_F8_E4M3] = {"F8_E4M3", 1}};
 enum { NUM_DTYPES = sizeof kDtypes / sizeof kDtypes[0], CHUNK = 1 << 16 /* elements converted at a time */ };
 
 const char *moe_safetensors_dtype_name(moe_safetensors_dtype d) {
@@ -346,7 +347,8 @@ moe_status moe_safetensors_check(const moe_safetensors_file *f, const char *name
     if (!t) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing", f->path, name);
     const int dtype = moe_safetensors_dtype_parse(t->dtype);
     if (dtype < 0)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; supported are F32, BF16 and F16", f->path, name,
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; supported are F32, BF16, F16 and F8_E4M3", f->path,
+                        name,
                         t->dtype);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
@@ -369,10 +371,12 @@ moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int n
     if (fseeko(f->file, (off_t)(f->data_start + t->begin), SEEK_SET) != 0 || fread(dst, 1, nbytes, f->file) != nbytes)
         return moe_fail(MOE_ERR_IO, "%s: tensor %s: read failed", f->path, name);
     MOE_TRY(verify_checksum(f, t, dst, nbytes));
-    /* 2-byte values widened in place from the end: value i (bytes 2i, 2i+1) is read before bytes 4i.. are written */
+    /* narrower values widened in place from the end: value i (bytes [w i, w (i + 1)) of width w < 4) is read before
+     * bytes 4i.. are written */
     const unsigned char *raw = (const unsigned char *)dst;
     const int dtype = moe_safetensors_dtype_parse(t->dtype);
-    for (size_t i = count; dtype != MOE_SAFETENSORS_F32 && i-- > 0;) {
+    for (size_t i = count; dtype == MOE_SAFETENSORS_F8_E4M3 && i-- > 0;) dst[i] = moe_fp8_e4m3_to_float(raw[i]);
+    for (size_t i = count; (dtype == MOE_SAFETENSORS_BF16 || dtype == MOE_SAFETENSORS_F16) && i-- > 0;) {
         const uint16_t bits = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8);
         dst[i] = dtype == MOE_SAFETENSORS_BF16 ? moe_bf16_to_float(bits) : moe_f16_to_float(bits);
     }

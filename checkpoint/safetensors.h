@@ -4,8 +4,8 @@
  *   header: {"NAME": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
  *            "__metadata__": {"key": "string value", ...}}
  *
- * Dtypes: F32, BF16 and F16 are read, each converted exactly to float32 (every bf16 and half value is a float;
- * NaN and Inf pass through unchanged, for the caller's finite check to refuse); F32 and BF16 are written (BF16
+ * Dtypes: F32, BF16, F16 and F8_E4M3 are read, each converted exactly to float32 (every bf16, half and fp8 value is a
+ * float; NaN and Inf pass through unchanged, for the caller's finite check to refuse); F32 and BF16 are written (BF16
  * rounded to nearest even; a finite value that rounds past the largest bf16 is refused, not stored as Inf).
  *
  * The header is written with jansson with sorted keys and the data in the order given, so saving the
@@ -26,17 +26,22 @@
 enum { MOE_SAFETENSORS_MAX_DIMS = 4, MOE_SAFETENSORS_MAX_NAME = 128 };
 
 /* How a tensor is stored; 0 (F32) is the default of a zeroed entry. */
-typedef enum { MOE_SAFETENSORS_F32 = 0, MOE_SAFETENSORS_BF16 = 1, MOE_SAFETENSORS_F16 = 2 } moe_safetensors_dtype;
+typedef enum {
+    MOE_SAFETENSORS_F32 = 0,
+    MOE_SAFETENSORS_BF16 = 1,
+    MOE_SAFETENSORS_F16 = 2,
+    MOE_SAFETENSORS_F8_E4M3 = 3 /* read only: DeepSeek-V3's released weights, scaled by blocks (checkpoint/fp8.h) */
+} moe_safetensors_dtype;
 
 typedef struct {
     const char *name;
     int ndim;
     long shape[MOE_SAFETENSORS_MAX_DIMS];
     const float *data; /* product(shape) floats */
-    moe_safetensors_dtype dtype; /* written as F32 or BF16 (F16 is read only) */
+    moe_safetensors_dtype dtype; /* written as F32 or BF16 (F16 and F8_E4M3 are read only) */
 } moe_safetensors_entry;
 
-/* "F32", "BF16", "F16"; and back: -1 for a dtype this reader does not convert. */
+/* "F32", "BF16", "F16", "F8_E4M3"; and back: -1 for a dtype this reader does not convert. */
 const char *moe_safetensors_dtype_name(moe_safetensors_dtype d);
 int moe_safetensors_dtype_parse(const char *name);
 /* The bytes the entries' data take in a file (the sum over entries of count * element size). */
@@ -90,7 +95,7 @@ const char *moe_safetensors_metadata(const moe_safetensors_file *f, const char *
 /* Checks that tensor `name` exists with shape == (ndim, shape) in a dtype the reader converts, and that its
  * byte count fits the shape; reads nothing. */
 moe_status moe_safetensors_check(const moe_safetensors_file *f, const char *name, int ndim, const long *shape);
-/* moe_safetensors_check, then reads the tensor into dst as float32 (converted from BF16 or F16), verifying the
+/* moe_safetensors_check, then reads the tensor into dst as float32 (converted from BF16, F16 or F8_E4M3), verifying the
  * checksum of its stored bytes when the file has them. */
 moe_status moe_safetensors_read(moe_safetensors_file *f, const char *name, int ndim, const long *shape, float *dst);
 

@@ -34,6 +34,9 @@ void moe_bf16_round_n(const float *x, size_t n, float *out);
 /* IEEE binary16 bits -> float, exactly (every half value, subnormals included, is a float): infinities stay
  * infinities, a NaN stays a NaN with its sign and its payload in the top mantissa bits. */
 float moe_f16_to_float(uint16_t h);
+/* OCP FP8 E4M3 ("e4m3fn", safetensors' F8_E4M3: DeepSeek-V3's released weights) bits -> float, exactly: sign, 4
+ * exponent bits of bias 7, 3 mantissa bits; subnormals m 2^-9; no infinities; S.1111.111 is NaN (largest: 448). */
+float moe_fp8_e4m3_to_float(uint8_t b);
 
 /* CUDA: n values, device pointers, queued on gpu's stream (no host sync). */
 moe_status moe_cast_f32_to_bf16_cuda(moe_gpu *gpu, const float *in, size_t n, moe_bf16 *out);

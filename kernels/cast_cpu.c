@@ -9,6 +9,7 @@
  * Tested by tests/test_cast.c (suite unit) against a rounding written out in double. */
 #include "kernels/cast.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -44,6 +45,13 @@ float moe_bf16_to_float(moe_bf16 x) {
 }
 
 float moe_bf16_round(float x) { return moe_bf16_round_inline(x); }
+
+float moe_fp8_e4m3_to_float(uint8_t b) {
+    const int exp = (b >> 3) & 0xF, mant = b & 7;
+    const float magnitude = exp == 15 && mant == 7 ? NAN : exp ? ldexpf((float)(8 + mant), exp - 10) /* 1.m 2^(e-7) */
+                                                            : ldexpf((float)mant, -9);
+    return b & 0x80 ? -magnitude : magnitude;
+}
 
 float moe_f16_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

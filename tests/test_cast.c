@@ -5,7 +5,8 @@
  * of x compared by distance in double (the value past the largest bf16 counts as 2^128, which is how
  * IEEE rounds into infinity), ties to the even one. moe_f16_to_float (loading F16 checkpoints): every one of the
  * 65536 half values against the IEEE binary16 formula in double (subnormals m * 2^-24, signed zeros, infinities),
- * NaNs kept NaN with their sign and payload, and hand-picked values. */
+ * NaNs kept NaN with their sign and payload, and hand-picked values. moe_fp8_e4m3_to_float (DeepSeek-V3's FP8
+ * weights): every one of the 256 values against the OCP E4M3 formula. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -179,7 +180,29 @@ static void test_all_f16(void) {
     CHECK(signbit(moe_f16_to_float(0x8000)) && moe_f16_to_float(0x8000) == 0, "-0");
 }
 
+/* Every FP8 E4M3 value against the OCP formula in double: (-1)^s 2^(e-7) (1 + m/8), subnormals 2^-6 m/8, the two
+ * NaN patterns NaN; and the landmarks (1, the largest 448, the smallest subnormal 2^-9 and normal 2^-6, -0). */
+static void test_all_fp8(void) {
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+        const float got = moe_fp8_e4m3_to_float((uint8_t)b);
+        if (e == 15 && m == 7) {
+            bad += !isnan(got);
+            continue;
+        }
+        const double want = (s ? -1 : 1) * (e ? ldexp(1 + m / 8.0, e - 7) : ldexp(m / 8.0, -6));
+        bad += (double)got != want || !!signbit(got) != (s != 0);
+    }
+    CHECK(!bad, "%d of 256 fp8 e4m3 values decode wrong", bad);
+    CHECK(moe_fp8_e4m3_to_float(0x38) == 1 && moe_fp8_e4m3_to_float(0x7E) == 448 &&
+              moe_fp8_e4m3_to_float(0x01) == ldexpf(1, -9) && moe_fp8_e4m3_to_float(0x08) == ldexpf(1, -6) &&
+              moe_fp8_e4m3_to_float(0xFE) == -448 && signbit(moe_fp8_e4m3_to_float(0x80)),
+          "fp8 e4m3 landmarks");
+}
+
 int main(void) {
+    test_all_fp8();
     test_all_f16();
     test_hand_picked();
     test_bulk_forms();

@@ -164,7 +164,7 @@ static void dtypes(void) {
     CHECK_OK(read_t(bf16_by_hand, 2, got));
     CHECK(got[0] == 1 && got[1] == ldexpf(1, -133), "bf16 by hand: %g %g", got[0], got[1]);
     char *i16 = hand_made("i16.safetensors", "I16", half, 6);
-    test_expect_refusal("dtype I16", read_t(i16, 6, got), "has dtype I16; supported are F32, BF16 and F16");
+    test_expect_refusal("dtype I16", read_t(i16, 6, got), "has dtype I16; supported are F32, BF16, F16 and F8_E4M3");
     /* a header naming "t" twice (JSON allows it; a reader that keeps either would load the wrong bytes) */
     char *twice = path_in("twice.safetensors");
     const char header[] = "{\"t\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
