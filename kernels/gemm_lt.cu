@@ -308,6 +308,16 @@ moe_status grow(moe_gpu *gpu, moe_gemm_lt_set *set, int slot, size_t nbytes) {
     return MOE_OK;
 }
 
+/* out [rows, ld] = bf16(x [rows, width]) (the pad columns untouched) */
+moe_status cast_padded(moe_gpu *gpu, const float *x, int rows, int width, int ld, void *out) {
+    if (ld == width) return moe_cast_f32_to_bf16_cuda(gpu, x, (size_t)rows * width, (moe_bf16 *)out);
+    const size_t n = (size_t)rows * width, blocks = (n + kThreads - 1) / kThreads;
+    cast_rows_bf16<<<blocks > (size_t)kMaxBlocks ? kMaxBlocks : (int)blocks, kThreads, 0, gpu->stream>>>(
+        x, rows, width, ld, (uint16_t *)out);
+    MOE_CUDA_LAUNCHED();
+    return MOE_OK;
+}
+
 /* x [rows, width] fp32 dense as the call reads it: [rows, ld] of the input type, at an address of `alignment` */
 moe_status stage_input(moe_gpu *gpu, moe_gemm_lt_set *set, int slot, const float *x, int rows, int width, int ld,
                        moe_gemm_lt_inputs inputs, uint32_t alignment, const void **out) {
@@ -323,12 +333,7 @@ moe_status stage_input(moe_gpu *gpu, moe_gemm_lt_set *set, int slot, const float
                                        (size_t)width * sizeof(float), rows, cudaMemcpyDeviceToDevice, gpu->stream));
         return MOE_OK;
     }
-    if (ld == width) return moe_cast_f32_to_bf16_cuda(gpu, x, (size_t)rows * width, (moe_bf16 *)buf);
-    const size_t n = (size_t)rows * width, blocks = (n + kThreads - 1) / kThreads;
-    cast_rows_bf16<<<blocks > (size_t)kMaxBlocks ? kMaxBlocks : (int)blocks, kThreads, 0, gpu->stream>>>(
-        x, rows, width, ld, (uint16_t *)buf);
-    MOE_CUDA_LAUNCHED();
-    return MOE_OK;
+    return cast_padded(gpu, x, rows, width, ld, buf);
 }
 
 moe_status check_call(const char *what, const moe_gemm_lt_shape &s, int M, float beta) {
@@ -473,17 +478,32 @@ extern "C" moe_status moe_gemm_lt_set_get(moe_gpu *gpu, moe_gemm_lt_set *set, co
     return MOE_OK;
 }
 
-extern "C" moe_status moe_gemm_lt_run_f32(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M,
-                                          const float *A, const float *B, float beta, float *D) {
+extern "C" size_t moe_gemm_lt_b_count(const moe_gemm_lt *g) {
+    const moe_gemm_lt_shape &s = g->shape;
+    return (size_t)(s.trans_b ? s.n : s.k) * moe_gemm_lt_ld_b(&s);
+}
+
+extern "C" moe_status moe_gemm_lt_cast_b(moe_gpu *gpu, const moe_gemm_lt *g, const float *B, moe_bf16 *out) {
+    const moe_gemm_lt_shape &s = g->shape;
+    if (s.inputs != MOE_GEMM_LT_BF16) return moe_fail(MOE_ERR_INVALID_ARG, "gemm_lt: a kept B is bf16");
+    return cast_padded(gpu, B, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, moe_gemm_lt_ld_b(&s), out);
+}
+
+namespace {
+
+/* moe_gemm_lt_run_f32 with B staged already where kept_b is not NULL */
+moe_status run_f32(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M, const float *A, const float *B,
+                   const moe_bf16 *kept_b, float beta, float *D) {
     MOE_TRY(check_call("gemm_lt", g->shape, M, beta));
     if (M == 0) return MOE_OK;
     const moe_gemm_lt_shape &s = g->shape;
     if (s.bf16_out) return moe_fail(MOE_ERR_INVALID_ARG, "gemm_lt: moe_gemm_lt_run_f32 writes fp32 D only");
-    const void *a = NULL, *b = NULL;
+    const void *a = NULL, *b = kept_b;
     MOE_TRY(stage_input(gpu, set, SLOT_A, A, s.trans_a ? s.k : M, s.trans_a ? M : s.k, moe_gemm_lt_ld_a(&s, M),
                         s.inputs, g->align_a, &a));
-    MOE_TRY(stage_input(gpu, set, SLOT_B, B, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, moe_gemm_lt_ld_b(&s),
-                        s.inputs, g->align_b, &b));
+    if (!b)
+        MOE_TRY(stage_input(gpu, set, SLOT_B, B, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, moe_gemm_lt_ld_b(&s),
+                            s.inputs, g->align_b, &b));
     if (aligned(D, g->align_d)) return moe_gemm_lt_run(gpu, g, M, a, b, beta, D);
     const size_t d_nbytes = (size_t)M * s.n * sizeof(float);
     MOE_TRY(grow(gpu, set, SLOT_D, d_nbytes));
@@ -492,6 +512,21 @@ extern "C" moe_status moe_gemm_lt_run_f32(moe_gpu *gpu, moe_gemm_lt_set *set, co
     MOE_TRY(moe_gemm_lt_run(gpu, g, M, a, b, beta, d));
     MOE_CUDA_TRY(cudaMemcpyAsync(D, d, d_nbytes, cudaMemcpyDeviceToDevice, gpu->stream));
     return MOE_OK;
+}
+
+} // namespace
+
+extern "C" moe_status moe_gemm_lt_run_f32(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M,
+                                          const float *A, const float *B, float beta, float *D) {
+    return run_f32(gpu, set, g, M, A, B, NULL, beta, D);
+}
+
+extern "C" moe_status moe_gemm_lt_run_f32_kept_b(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M,
+                                                 const float *A, const moe_bf16 *B, float beta, float *D) {
+    if (g->shape.inputs != MOE_GEMM_LT_BF16 || !B || !aligned(B, g->align_b))
+        return moe_fail(MOE_ERR_INVALID_ARG, "gemm_lt: a kept B must be bf16 at the algorithm's alignment (%u)",
+                        (unsigned)g->align_b);
+    return run_f32(gpu, set, g, M, A, NULL, B, beta, D);
 }
 
 extern "C" int moe_gemm_lt_set_describe(const moe_gemm_lt_set *set, char *out, size_t n) {

@@ -152,6 +152,15 @@ moe_status moe_gemm_lt_set_get(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gem
 moe_status moe_gemm_lt_run_f32(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M, const float *A,
                                const float *B, float beta, float *D);
 
+/* For a caller that keeps a weight's bf16 copy while the weight does not change (kernels/linear.h): the elements B
+ * takes as a call reads it (its rows of moe_gemm_lt_ld_b), B cast into such a copy (round to nearest even, the bits
+ * moe_gemm_lt_run_f32's own cast gives; bf16 shapes), and moe_gemm_lt_run_f32 with that copy as B, not cast again
+ * (at the algorithm's B alignment: a cudaMalloc'd copy has it). */
+size_t moe_gemm_lt_b_count(const moe_gemm_lt *g);
+moe_status moe_gemm_lt_cast_b(moe_gpu *gpu, const moe_gemm_lt *g, const float *B, moe_bf16 *out);
+moe_status moe_gemm_lt_run_f32_kept_b(moe_gpu *gpu, moe_gemm_lt_set *set, const moe_gemm_lt *g, int M,
+                                      const float *A, const moe_bf16 *B, float beta, float *D);
+
 /* One line per shape the set has met, in the order met: "A B^T n 4096 k 1024 bf16: <moe_gemm_lt_describe>" or
  * "...: none (<the reason>)"; "" for none. Returns what snprintf would (the full length). */
 int moe_gemm_lt_set_describe(const moe_gemm_lt_set *set, char *out, size_t n);

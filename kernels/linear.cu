@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <new>
+#include <vector>
+
 #include "core/gpu_cuda.h"
 
 extern "C" {
@@ -44,6 +47,44 @@ moe_status fill_pads(moe_gpu *gpu, const moe__lin_gemm &g, float *const *arrays)
     return zero_rows(gpu, arrays[g.c] + (size_t)g.rows * g.ldc, spare, g.ldc);
 }
 
+} // namespace
+
+/* A W's bf16 copy and the weights version it was cast at. */
+struct kept_weight {
+    const float *W;
+    int out, in;
+    unsigned long long version;
+    moe_bf16 *bf16; /* moe_gemm_lt_b_count elements */
+};
+
+struct moe_linear_kept {
+    std::vector<kept_weight> weights;
+    unsigned long long version; /* 0: keep none */
+};
+
+namespace {
+
+/* W [out, in]'s bf16 copy as g reads it as B (forward and backward input lay it out alike: [out, ld_b(in)]), cast
+ * again when the version changed since its last cast */
+moe_status kept_weight_of(moe_gpu *gpu, moe_linear_kept *kept, const moe_gemm_lt *g, const float *W, int out, int in,
+                          const moe_bf16 **b16) {
+    kept_weight *w = NULL;
+    for (kept_weight &k : kept->weights)
+        if (k.W == W && k.out == out && k.in == in) w = &k;
+    if (!w) {
+        void *copy = NULL;
+        MOE_TRY(moe_gpu_alloc(gpu, moe_gemm_lt_b_count(g) * sizeof(moe_bf16), &copy));
+        kept->weights.push_back(kept_weight{W, out, in, 0, (moe_bf16 *)copy});
+        w = &kept->weights.back();
+    }
+    if (w->version != kept->version) {
+        MOE_TRY(moe_gemm_lt_cast_b(gpu, g, W, w->bf16));
+        w->version = kept->version;
+    }
+    *b16 = w->bf16;
+    return MOE_OK;
+}
+
 moe_status check_args(const moe_linear_plan *plan, moe__lin_product product, int rows, int in, int out, float beta) {
     if (rows < 0 || in < 1 || out < 1)
         return moe_fail(MOE_ERR_INVALID_ARG, "linear: %d rows of %d -> %d values", rows, in, out);
@@ -64,7 +105,13 @@ moe_status run_lt(moe_gpu *gpu, const moe_linear_plan *plan, moe__lin_product pr
     *ran = 0;
     MOE_TRY(moe_gemm_lt_set_get(gpu, plan->lt, &c.shape, &g));
     if (!g) return MOE_OK;
-    MOE_TRY(moe_gemm_lt_run_f32(gpu, plan->lt, g, c.M, arrays[c.a], arrays[c.b], beta, arrays[c.d]));
+    if (plan->kept && plan->kept->version && c.b == MOE__LIN_W) {
+        const moe_bf16 *w = NULL;
+        MOE_TRY(kept_weight_of(gpu, plan->kept, g, arrays[MOE__LIN_W], out, in, &w));
+        MOE_TRY(moe_gemm_lt_run_f32_kept_b(gpu, plan->lt, g, c.M, arrays[c.a], w, beta, arrays[c.d]));
+    } else {
+        MOE_TRY(moe_gemm_lt_run_f32(gpu, plan->lt, g, c.M, arrays[c.a], arrays[c.b], beta, arrays[c.d]));
+    }
     *ran = 1;
     return MOE_OK;
 }
@@ -145,7 +192,10 @@ extern "C" moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, i
     if (gemm == MOE_LINEAR_LT) MOE_TRY(moe_gemm_lt_context_set(gpu, &plan->lt)); /* the context's: not the plan's */
     if (gemm == MOE_LINEAR_LT && bf16_inputs) { /* the fallback's rounded operands (round_token_operands) */
         plan->rounded = (moe_linear_rounded *)calloc(1, sizeof *plan->rounded);
-        if (!plan->rounded) return MOE_ERR_OUT_OF_MEMORY;
+        const char *keep = getenv("MOE_LINEAR_KEEP_WEIGHTS");
+        if (!keep || strcmp(keep, "0")) plan->kept = new (std::nothrow) moe_linear_kept{};
+        if (!plan->rounded || (!plan->kept && (!keep || strcmp(keep, "0"))))
+            return moe_linear_plan_free(gpu, plan), MOE_ERR_OUT_OF_MEMORY;
     }
     if (!layout_invariant) return MOE_OK;
     moe_status st = max_width < 1 ? moe_fail(MOE_ERR_INVALID_ARG, "linear: max_width %d", max_width) : MOE_OK;
@@ -163,7 +213,18 @@ extern "C" void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan) {
     moe_gpu_free(gpu, plan->pad_out);
     if (plan->rounded) moe_gpu_free(gpu, plan->rounded->data);
     free(plan->rounded);
+    if (plan->kept)
+        for (kept_weight &k : plan->kept->weights) moe_gpu_free(gpu, k.bf16);
+    delete plan->kept;
     *plan = moe_linear_plan{};
+}
+
+extern "C" void moe_linear_plan_set_weights_version(const moe_linear_plan *plan, unsigned long long version) {
+    if (plan->kept) plan->kept->version = version;
+}
+
+extern "C" int moe_linear_plan_kept_weights(const moe_linear_plan *plan) {
+    return plan->kept ? (int)plan->kept->weights.size() : 0;
 }
 
 extern "C" int moe_linear_plan_describe(const moe_linear_plan *plan, char *out, size_t n) {

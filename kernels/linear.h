@@ -25,8 +25,16 @@
  * hold bf16 values (the caller's bf16 copies: the SGEMM fallback does not round them). What the casts cost: a read of
  * 4 and a write of 2 bytes per element of both operands at every call, the weight's included (at Mixtral's down
  * projection, W [4096, 14336] and 8192 rows: 1.06 GB, ~0.35 ms at 3 TB/s beside a ~1.5 ms GEMM at 650 TFLOP/s, so
- * ~25% on top), and scratch the size of the largest operands in bf16 (0.35 GB there). bf16 copies of the weights kept
- * per weights version, and bf16 activations written by their producers (issue 50, item 4), would remove both; the
+ * ~25% on top), and scratch the size of the largest operands in bf16 (0.35 GB there). Kept weights (bf16 inputs): with
+ * a weights version set (moe_linear_plan_set_weights_version, as the CPU's gemm_rows.h keeps its prepared copies), the
+ * plan keeps the bf16 copy of every W it meets (per address and shape; forward and backward input read the same
+ * [out, in] copy, rows padded alike) and casts it again only when the version has changed: once per optimizer step
+ * instead of at each of the step's forward, recomputed forward and backward calls of every micro-batch. The caller
+ * promises that a W's values change only with the version (the model's bf16 copies change with the parameters); a
+ * copy is made at a W's first call (device memory, counted: the first step's) and freed with the plan;
+ * MOE_LINEAR_KEEP_WEIGHTS=0 in the environment keeps none (every call casts W: tests/test_gpu_train.sh's check that
+ * keeping them changes no bit). bf16
+ * activations written by their producers (issue 50, item 4) would remove the token operands' casts too; the
  * benchmark (bench/bench_gemm_lt.cu) times the call with and without the casts. A shape for which cuBLASLt offers no
  * such algorithm runs as MOE_LINEAR_SGEMM would (row blocks when layout_invariant), every time, and
  * moe_linear_plan_describe says why. Not yet the default: it has not run on a GPU (MOE_LINEAR_GEMM=lt selects it).
@@ -63,11 +71,17 @@ typedef struct {
     moe_gemm_lt_set *lt;     /* MOE_LINEAR_LT: the context's pinned GEMMs by shape and their scratch (shared with every
                                 other user of the context: moe_gemm_lt_context_set); NULL: MOE_LINEAR_SGEMM */
     moe_linear_rounded *rounded; /* MOE_LINEAR_LT with bf16 inputs: the SGEMM fallback's rounded x and dy; else NULL */
+    struct moe_linear_kept *kept; /* MOE_LINEAR_LT with bf16 inputs: the kept weights (above); else NULL */
 } moe_linear_plan;
 
 moe_status moe_linear_plan_init(moe_gpu *gpu, moe_linear_gemm gemm, int layout_invariant, int bf16_inputs,
                                 int max_width, moe_linear_plan *plan);
 void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan);
+/* The weights the products read have this version from now on (0: keep none, cast W at every call); a plan without
+ * kept weights ignores it. */
+void moe_linear_plan_set_weights_version(const moe_linear_plan *plan, unsigned long long version);
+/* The weights kept so far (their bf16 copies: for tests and logs). */
+int moe_linear_plan_kept_weights(const moe_linear_plan *plan);
 
 /* How the plan runs its products, for a log or the run record: "cublasSgemm in 64-row blocks", or "cuBLASLt, one pinned
  * call per product" and a line per shape the context has met so far (moe_gemm_lt_set_describe: its configuration, or

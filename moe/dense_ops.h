@@ -124,7 +124,8 @@ typedef struct moe_dense_ops {
     /* dst = src rounded to bf16 (kept as moe_real): a weight's bf16 copy for the GEMMs */
     moe_status (*round_bf16)(moe_dense_state *s, const moe_real *src, size_t count, moe_real *dst);
     /* The weights the GEMMs read have this version (core/types.h): a runtime that keeps their prepared copies (the
-     * CPU's: kernels/gemm_rows.h, by address) keeps them while it stays the same, so every W that linear and swiglu
+     * CPU's: kernels/gemm_rows.h, by address; the GPU's bf16 copies under MOE_LINEAR_LT: kernels/linear.h) keeps them
+     * while it stays the same, so every W that linear and swiglu
      * take must then be a weight in place, never a copy in scratch; 0 keeps none. NULL: the runtime keeps none. */
     void (*weights_version)(moe_dense_state *s, unsigned long long version);
 } moe_dense_ops;

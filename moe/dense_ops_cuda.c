@@ -299,6 +299,11 @@ static moe_status cuda_round_bf16(moe_dense_state *s, const moe_real *src, size_
     return moe_bf16_round_cuda(s->gpu, src, n, dst);
 }
 
+/* Under MOE_LINEAR_LT with bf16 inputs the plan keeps each weight's bf16 copy for this version (kernels/linear.h) */
+static void cuda_weights_version(moe_dense_state *s, unsigned long long version) {
+    moe_linear_plan_set_weights_version(&s->linear, version);
+}
+
 const moe_dense_ops moe_dense_ops_cuda = {
     .name = "cuda",
     .create = cuda_create,
@@ -334,4 +339,5 @@ const moe_dense_ops moe_dense_ops_cuda = {
     .find_nonfinite = cuda_find_nonfinite,
     .scale = cuda_scale,
     .round_bf16 = cuda_round_bf16,
+    .weights_version = cuda_weights_version,
 };

@@ -12,6 +12,9 @@
  *               configuration is printed (moe_linear_plan_describe), what the run record is to carry.
  *   unrounded   under bf16, token operands (x, dy) that are not bf16 values give each product the bits of their
  *               rounded values (the call's cast rounds them: the dense table no longer rounds them first)
+ *   kept        with a weights version set (kernels/linear.h's kept weights), forward and backward input give the
+ *               bits of the uncached calls from one kept copy of W; W changed in place under the same version still
+ *               computes with the kept copy (it is not cast again), and a new version casts it again
  * Outputs are poisoned (NaN) before every beta-0 call: beta 0 must not read them. Inputs under bf16 hold bf16 values,
  * as the model's GEMM inputs do, but in the unrounded case. Exit 77 (skip) without a GPU.
  * Run: meson test -C build test_gpu_gemm_lt (or build/tests/test_gpu_gemm_lt). */
@@ -215,6 +218,59 @@ static void check_unrounded(moe_gpu *gpu, moe_rng *rng) {
     moe_linear_plan_free(gpu, &lt);
 }
 
+/* Kept bf16 weights (kernels/linear.h): one copy of W for forward and backward input, cast again only with a new
+ * weights version. */
+static void check_kept(moe_gpu *gpu, moe_rng *rng) {
+    enum { IN = 200 /* rows padded: 400 bytes */, OUT = 384, T = 77 };
+    moe_linear_plan lt;
+    CHECK_OK(moe_linear_plan_init(gpu, MOE_LINEAR_LT, 0, 1, 0, &lt));
+    if (test_failures) return;
+    float *x = inputs(rng, (size_t)T * IN, 1.0, 1), *dy = inputs(rng, (size_t)T * OUT, 1.0, 1);
+    float *W[2] = {inputs(rng, (size_t)OUT * IN, 0.05, 1), inputs(rng, (size_t)OUT * IN, 0.05, 1)};
+    float *d_x = test_gpu_upload(gpu, x, (size_t)T * IN * sizeof(float));
+    float *d_dy = test_gpu_upload(gpu, dy, (size_t)T * OUT * sizeof(float));
+    float *d_W = test_gpu_upload(gpu, W[0], (size_t)OUT * IN * sizeof(float));
+    float *d_y = test_gpu_alloc(gpu, (size_t)T * OUT * sizeof(float));
+    float *d_dx = test_gpu_alloc(gpu, (size_t)T * IN * sizeof(float));
+    float *want[2][2], *got[2]; /* [W][forward, backward input] without kept weights */
+    const size_t counts[2] = {(size_t)T * OUT, (size_t)T * IN};
+    for (int w = 0; w < 2; w++) {
+        CHECK_OK(moe_gpu_upload(gpu, d_W, W[w], (size_t)OUT * IN * sizeof(float)));
+        CHECK_OK(moe_linear_forward_cuda(gpu, &lt, d_x, d_W, T, IN, OUT, d_y));
+        CHECK_OK(moe_linear_backward_input_cuda(gpu, &lt, d_dy, d_W, T, IN, OUT, 0, d_dx));
+        for (int p = 0; p < 2; p++) {
+            want[w][p] = host_floats(counts[p]);
+            test_gpu_download(gpu, want[w][p], p ? d_dx : d_y, counts[p] * sizeof(float));
+        }
+    }
+    for (int p = 0; p < 2; p++) got[p] = host_floats(counts[p]);
+    /* (version, the W on the device, which W's results are expected) */
+    const struct { unsigned long long version; int on_device, expect; const char *what; } steps[] = {
+        {1, 0, 0, "version 1: W kept"},
+        {1, 1, 0, "W changed in place, version still 1: the kept copy"},
+        {2, 1, 1, "version 2: cast again"},
+    };
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(moe_gpu_upload(gpu, d_W, W[steps[i].on_device], (size_t)OUT * IN * sizeof(float)));
+        moe_linear_plan_set_weights_version(&lt, steps[i].version);
+        CHECK_OK(moe_linear_forward_cuda(gpu, &lt, d_x, d_W, T, IN, OUT, d_y));
+        CHECK_OK(moe_linear_backward_input_cuda(gpu, &lt, d_dy, d_W, T, IN, OUT, 0, d_dx));
+        for (int p = 0; p < 2; p++) {
+            test_gpu_download(gpu, got[p], p ? d_dx : d_y, counts[p] * sizeof(float));
+            CHECK(memcmp(got[p], want[steps[i].expect][p], counts[p] * sizeof(float)) == 0, "kept weights: %s: %s "
+                  "differs", steps[i].what, kProductNames[p]);
+        }
+    }
+    CHECK(moe_linear_plan_kept_weights(&lt) == 1, "kept weights: %d copies of one W (forward and backward input share "
+          "one)", moe_linear_plan_kept_weights(&lt));
+    printf("kept bf16 weights: one copy for both products, the uncached bits, cast again only at a new version\n");
+    for (int w = 0; w < 2; w++) free(want[w][0]), free(want[w][1]), free(W[w]);
+    free(got[0]), free(got[1]), free(x), free(dy);
+    test_gpu_free(gpu, d_x), test_gpu_free(gpu, d_dy), test_gpu_free(gpu, d_W), test_gpu_free(gpu, d_y);
+    test_gpu_free(gpu, d_dx);
+    moe_linear_plan_free(gpu, &lt);
+}
+
 int main(void) {
     moe_gpu *gpu = test_gpu_require("test_gpu_gemm_lt");
     moe_rng rng = moe_rng_seeded(50);
@@ -235,6 +291,7 @@ int main(void) {
         moe_linear_plan_free(gpu, &sgemm);
     }
     check_unrounded(gpu, &rng);
+    check_kept(gpu, &rng);
     moe_gpu_destroy(gpu);
     return test_finish("test_gpu_gemm_lt");
 }

@@ -94,6 +94,10 @@ grep -q "^gemm: A B^T n [0-9]* k [0-9]* bf16: cuBLASLt" "$dir/out.txt" && grep -
     fail_with_output "MOE_LINEAR_GEMM=lt: no pinned GEMM printed, or no gemm record in the metrics log"
 ranks=1 gpu_run lt_one
 same_weights "MOE_LINEAR_GEMM=lt, ep 2 on 2 ranks: step-3 weights bitwise 1 rank's" lt lt_one
+# the dense weights' bf16 copies kept from one optimizer step to the next (kernels/linear.h): the bits of casting
+# every weight at every call, over 3 steps (two updates, each a new version)
+MOE_LINEAR_KEEP_WEIGHTS=0 gpu_run lt_cast --ep 2
+same_weights "MOE_LINEAR_GEMM=lt: kept bf16 weights give the step-3 weights of casting them at every call" lt lt_cast
 unset MOE_LINEAR_GEMM
 # --zero 2 on the GPU: each layer's gradients reduce-scattered on the transport, the same bits as --zero 0
 gpu_run zero0 --ep 1 --micro-batches 2 --zero 0
