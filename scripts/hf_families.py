@@ -22,6 +22,9 @@ YaRN (rope_parameters of rope_type yarn): DeepSeek-V3 with the released model's 
 mscale 1 and mscale_all_dim 0.8 (cos/sin times m(40, 1) / m(40, 0.8), MLA's softmax scale times m(40, 0.8)^2; the
 released 1 and 1 would leave the first at 1), and Qwen3-MoE with factor 4 over 64 positions (its correction range
 [0, 3] inside head_dim 24; cos/sin times m(4, 1)), each A and B, and C with moe-train's --yarn-* flags.
+FP8 (DeepSeek-V3's released format): the random DeepSeek-V3's saved projections quantized by torch (float8_e4m3fn,
+a float32 scale per 16 x 8 block, amax / 448, partial blocks at the edges) with quantization_config; moe-train
+--init-from those files gives the logits transformers gives from the F32 weights they mean (torch's dequantization).
 Tolerances (fp32 on both sides): logits max|diff| <= 1e-4 max|logit| + 1e-5; loss relative difference <= 1e-5;
 gradients max|diff| <= 2e-3 max|g| + 1e-6 per tensor (the recovery divides the update's fp32 rounding by lr).
 
@@ -31,6 +34,7 @@ or the meson test: meson test -C build --suite families
 Exit: 0 all comparisons pass, 1 one fails, 77 transformers with these families is not importable.
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -46,7 +50,7 @@ try:
     import torch.nn.functional as F
     import transformers
     from transformers import AutoModelForCausalLM, DeepseekV3Config, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
     from hf_common import run, sequences, write_tokens
 except Exception as e:  # ImportError, or a transformers without these families
     print(f"SKIP: transformers with Qwen3-MoE, OLMoE and Qwen2-MoE is not importable under {sys.executable}: {e!r}")
@@ -239,6 +243,43 @@ def ours_to_hf(name, args, data, val, flags, results):
     compare_eval(name, args, data, val, directory, model, results)
 
 
+def fp8_check(args, data, val, results):
+    """FP8 block-scaled weights (checkpoint/fp8.h) against torch's float8_e4m3fn and transformers."""
+    model = random_model("deepseek_v3")
+    f32_dir, fp8_dir, ref_dir = (os.path.join(args.workdir, f"fp8-{k}") for k in ("f32", "fp8", "ref"))
+    model.save_pretrained(f32_dir, safe_serialization=True)
+    saved = load_file(os.path.join(f32_dir, "model.safetensors"))
+    b0, b1 = 16, 8
+    quantized, meant = {}, {}
+    for name, w in saved.items():
+        if not (name.endswith("_proj.weight") and w.dim() == 2):
+            quantized[name] = meant[name] = w
+            continue
+        rows, cols = w.shape
+        grid = (-(-rows // b0), -(-cols // b1))
+        padded = torch.zeros(grid[0] * b0, grid[1] * b1, dtype=torch.float32)
+        padded[:rows, :cols] = w
+        blocks = padded.view(grid[0], b0, grid[1], b1)
+        scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).float()
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        full = scale.repeat_interleave(b0, 0).repeat_interleave(b1, 1)[:rows, :cols]
+        q = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+        quantized[name], quantized[name + "_scale_inv"] = q, scale
+        meant[name] = q.float() * full  # one float32 rounding of an exact product
+    for d, tensors in ((fp8_dir, quantized), (ref_dir, meant)):
+        os.makedirs(d, exist_ok=True)
+        save_file(tensors, os.path.join(d, "model.safetensors"))
+        config = json.load(open(os.path.join(f32_dir, "config.json")))
+        if d == fp8_dir:
+            config["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                             "weight_block_size": [b0, b1]}
+        json.dump(config, open(os.path.join(d, "config.json"), "w"), indent=1)
+    reference = AutoModelForCausalLM.from_pretrained(ref_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    changed = any(not torch.equal(meant[k], saved[k]) for k in saved)
+    results.append(("FP8: the quantization changed the weights", changed))
+    compare_eval("FP8 deepseek_v3 (block scales 16 x 8)", args, data, val, fp8_dir, reference, results)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--moe-train", required=True)
@@ -286,6 +327,8 @@ def main():
     ours_to_hf("C qwen3_moe with YaRN", args, data, val,
                ["--family", "qwen3_moe", "--head-dim", "24", "--renormalize", "1", "--rope-theta", "1e6",
                 "--yarn-factor", "4", "--yarn-original-positions", "64", *shape], results)
+    print("== FP8 ==")
+    fp8_check(args, data, val, results)
     failed = [n for n, ok in results if not ok]
     print(f"{len(results) - len(failed)} of {len(results)} comparisons pass" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

@@ -471,7 +471,6 @@ static void yarn(void) {
     test_expect_refusal("a model without YaRN", moe__checkpoint_check_config(ckpt, &plain, 1),
                         "rope_scaling.factor is 40 but this model has 0");
     free(ckpt);
-    json_decref(j);
     /* transformers 5's form, original_max_position_embeddings left to max_position_embeddings: Qwen3's amplitude */
     j = qwen3_config();
     json_object_set_new(j, "max_position_embeddings", json_integer(32768));

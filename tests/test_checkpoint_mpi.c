@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
     expect_refusal("renamed tensor", full, o, 0, "model.safetensors", "\"model.norm.weight\":{", "\"model.norx.weight\":{",
                    0, "tensor model.norm.weight is missing");
     expect_refusal("wrong dtype", full, o, 0, "model.safetensors", "\"F32\"", "\"I32\"", 0,
-                   "has dtype I32; supported are F32, BF16 and F16");
+                   "has dtype I32; supported are F32, BF16, F16 and F8_E4M3");
     expect_refusal("F16 with F32's bytes", full, o, 0, "model.safetensors", "\"F32\"", "\"F16\"", 0,
                    "data bytes for 1024 F16 values");
     moe_train_options wide = o;
