@@ -262,6 +262,10 @@ else
     # the second run: other shapes (Qwen3-30B-A3B's experts: 128 of d_ff 768 at d 2048, top-8), longer training
     qwen=(--experts 128 --top-k 8 --d-model 2048 --d-ff 768)
     gpu_only train_long 240 bash "$root/bench/bench_train_gpu.sh" --steps 100 --data "$data"
+    # the first run's train_lt with its weights cast to bf16 at every call instead of kept from step to step
+    # (kernels/linear.h, "Kept weights"): what keeping them saves
+    gpu_only train_lt_cast 150 env MOE_LINEAR_GEMM=lt MOE_LINEAR_KEEP_WEIGHTS=0 bash "$root/bench/bench_train_gpu.sh" \
+        --steps 20 --data "$data"
     phase grouped_gemm_small 45 "$build/bench/bench_grouped_gemm" --experts 8 --rows 4096 "${dry[@]}"
     phase grouped_gemm_large 60 "$build/bench/bench_grouped_gemm" --experts 8 --rows 65536 "${dry[@]}"
     phase grouped_gemm_qwen 60 "$build/bench/bench_grouped_gemm" --experts 128 --d-model 2048 --d-ff 768 \
