@@ -35,10 +35,11 @@ trains "cuda bf16, 2 ranks, OLMoE (q/k norms over the projections), vs the CPU" 
     --device cuda --verify-steps 2 --ep 2 --family olmoe --renormalize 0
 trains "cuda bf16, 2 ranks, Qwen2-MoE (q/k/v biases, a gated shared expert), vs the CPU" "verify step 2: " \
     --device cuda --verify-steps 2 --ep 2 --family qwen2_moe --shared-d-ff 24 --renormalize 0
-trains "cuda bf16, 2 ranks, DeepSeek's MLA, groups and routed scaling, a wider first dense layer, vs the CPU" \
+trains "cuda bf16, 2 ranks, DeepSeek's MLA, groups and routed scaling, a wider first dense layer, YaRN, vs the CPU" \
     "verify step 2: " --device cuda --verify-steps 2 --ep 2 --layers 2 --first-dense-layers 1 --dense-d-ff 32 \
     --kv-lora-rank 16 --q-lora-rank 12 --head-dim 12 --qk-rope-dim 4 --v-head-dim 6 --experts 4 \
-    --expert-groups 2 --topk-groups 1 --routed-scaling 2.5 --score sigmoid --shared-d-ff 8
+    --expert-groups 2 --topk-groups 1 --routed-scaling 2.5 --score sigmoid --shared-d-ff 8 \
+    --yarn-factor 40 --yarn-original-positions 4096 --yarn-mscale 1 --yarn-mscale-all-dim 0.8
 merge --device cuda --verify-steps 2
 if timeout 300 "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
     grep -q "$lone_transport" "$dir/out.txt" && grep -q "verify step 2: " "$dir/out.txt" &&
