@@ -225,9 +225,10 @@ static int skipped_layer(const tensor_sink *to, const char *name) {
 /* DeepSeek's checkpoints hold the RoPE part of q (each head's last qk_rope_dim rows of q_proj / q_b_proj) and of k
  * (kv_a_proj_with_mqa's last qk_rope_dim rows) with each rotated pair in adjacent rows (x0, x1), (x2, x3), ...;
  * transformers rotates them in place, which equals rotate-half RoPE (ours) on the rows reordered evens first, then
- * odds. The same reordering of q's and k's rows keeps every q.k, so the model computes the same function. In place on
- * the whole tensor in buf. */
-static moe_status deinterleave_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf) {
+ * odds (and back: the file's row 2i is ours i, its 2i + 1 ours R/2 + i). The same reordering of q's and k's rows keeps
+ * every q.k, so the model computes the same function. */
+moe_status moe__checkpoint_reorder_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf,
+                                              int to_interleaved) {
     const char *name = t->name;
     const int R = c->qk_rope_dim, hd = moe_model_head_dim(c);
     const size_t cols = (size_t)t->shape[1];
@@ -241,9 +242,11 @@ static moe_status deinterleave_rope_rows(const moe_model_config *c, const moe__c
     if (!pair) return MOE_ERR_OUT_OF_MEMORY;
     for (int h = 0; h < heads; h++) {
         moe_real *rows = buf + ((size_t)h * stride + first) * cols;
-        for (int i = 0; i < R / 2; i++) {
-            memcpy(pair + (size_t)i * cols, rows + (size_t)(2 * i) * cols, cols * sizeof(moe_real));
-            memcpy(pair + (size_t)(R / 2 + i) * cols, rows + (size_t)(2 * i + 1) * cols, cols * sizeof(moe_real));
+        for (int i = 0; i < R / 2; i++) { /* ours i and R/2 + i, the file's 2i and 2i + 1 */
+            const size_t ours[2] = {(size_t)i, (size_t)(R / 2 + i)}, file[2] = {(size_t)(2 * i), (size_t)(2 * i + 1)};
+            for (int k = 0; k < 2; k++)
+                memcpy(pair + (to_interleaved ? file[k] : ours[k]) * cols,
+                       rows + (to_interleaved ? ours[k] : file[k]) * cols, cols * sizeof(moe_real));
         }
         memcpy(rows, pair, (size_t)R * cols * sizeof(moe_real));
     }
@@ -294,7 +297,7 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
             MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
             if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->fp8, t->ndim, t->shape, buf),
                                               "%s", dir));
-            if (to->rope_interleaved) MOE_TRY(deinterleave_rope_rows(to->run->config, t, buf));
+            if (to->rope_interleaved) MOE_TRY(moe__checkpoint_reorder_rope_rows(to->run->config, t, buf, 0));
             MOE_TRY(put_tensor(to, t, buf));
         }
         if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;

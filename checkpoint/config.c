@@ -41,7 +41,7 @@ typedef struct {
     int policy;        /* 1: the routing policy of training (--init-from may train with another) */
     field_kind kind;
     size_t offset;     /* in moe_model_config */
-    field_place at[MOE_MODEL_FAMILIES]; /* Mixtral's, Qwen3-MoE's, OLMoE's, Qwen2-MoE's, DeepSeek-V3's */
+    field_place at[MOE_MODEL_FAMILIES]; /* Mixtral's, Qwen3-MoE's, OLMoE's, Qwen2-MoE's, DeepSeek-V3's, -V2's */
 } arch_field;
 
 #define MC(field) offsetof(moe_model_config, field)
@@ -51,69 +51,76 @@ typedef struct {
 #define OURS(key, absent) {key, NULL, IN_MOE_TRAIN, 0, absent, AS_IS}
 #define FIXED(key, value) {key, NULL, IN_NONE, 0, value, AS_IS}
 #define YARN(key, required, absent) {key, NULL, IN_YARN, required, absent, AS_IS}
-#define ALL5(place) {place, place, place, place, place}
+#define ALL6(place) {place, place, place, place, place, place}
 #define FIRST4(place) place, place, place, place
+#define DS(place) place, place /* DeepSeek-V3's and V2's alike */
 enum { MIX = MOE_MODEL_FAMILY_MIXTRAL, QWEN3 = MOE_MODEL_FAMILY_QWEN3_MOE, OLMOE = MOE_MODEL_FAMILY_OLMOE,
-       QWEN2 = MOE_MODEL_FAMILY_QWEN2_MOE, DSV3 = MOE_MODEL_FAMILY_DEEPSEEK_V3 };
+       QWEN2 = MOE_MODEL_FAMILY_QWEN2_MOE, DSV3 = MOE_MODEL_FAMILY_DEEPSEEK_V3, DSV2 = MOE_MODEL_FAMILY_DEEPSEEK_V2 };
 static const arch_field kFields[] = {
     /* first: the others' places depend on it (absent: the family the labels name, config_family) */
     {0, FIELD_FAMILY, MC(family), {OURS("family", MIX), OURS("family", QWEN3), OURS("family", OLMOE),
-                                   OURS("family", QWEN2), OURS("family", DSV3)}},
-    {0, FIELD_INT, MC(vocab_size), ALL5(TOP("vocab_size", 1, 0))},
-    {0, FIELD_INT, MC(d_model), ALL5(TOP("hidden_size", 1, 0))},
+                                   OURS("family", QWEN2), OURS("family", DSV3), OURS("family", DSV2)}},
+    {0, FIELD_INT, MC(vocab_size), ALL6(TOP("vocab_size", 1, 0))},
+    {0, FIELD_INT, MC(d_model), ALL6(TOP("hidden_size", 1, 0))},
     {0, FIELD_INT, MC(d_ff), {TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0),
                               TOP("intermediate_size", 1, 0), TOP("moe_intermediate_size", 1, 0),
-                              TOP("moe_intermediate_size", 1, 0)}},
+                              DS(TOP("moe_intermediate_size", 1, 0))}},
     /* (after d_ff: DeepSeek's counts it in experts' widths) */
     {0, FIELD_INT, MC(shared_d_ff), {OURS("shared_d_ff", 0), OURS("shared_d_ff", 0), OURS("shared_d_ff", 0),
                                      TOP("shared_expert_intermediate_size", 1, 0),
-                                     TOP_IN("n_shared_experts", 0, 1, IN_EXPERT_WIDTHS)}},
+                                     TOP_IN("n_shared_experts", 0, 1, IN_EXPERT_WIDTHS),
+                                     TOP_IN("n_shared_experts", 0, 2, IN_EXPERT_WIDTHS)}},
     {0, FIELD_INT, MC(dense_d_ff), {OURS("dense_d_ff", 0), TOP("intermediate_size", 0, 0), OURS("dense_d_ff", 0),
-                                    TOP("intermediate_size", 0, 0), TOP("intermediate_size", 1, 0)}}, /* 0: d_ff */
-    {0, FIELD_INT, MC(first_dense), {FIRST4(OURS("first_dense_layers", 0)), TOP("first_k_dense_replace", 0, 3)}},
+                                    TOP("intermediate_size", 0, 0), DS(TOP("intermediate_size", 1, 0))}}, /* 0: d_ff */
+    {0, FIELD_INT, MC(first_dense), {FIRST4(OURS("first_dense_layers", 0)), TOP("first_k_dense_replace", 0, 3),
+                                     TOP("first_k_dense_replace", 0, 0)}},
     /* multi-head latent attention's (qk_rope_dim before head_dim: DeepSeek's head_dim is without it) */
-    {0, FIELD_INT, MC(kv_lora_rank), {FIRST4(OURS("kv_lora_rank", 0)), TOP("kv_lora_rank", 0, 512)}},
-    {0, FIELD_INT, MC(q_lora_rank), {FIRST4(OURS("q_lora_rank", 0)), TOP_IN("q_lora_rank", 0, 1536, NULL_FOR_ZERO)}},
-    {0, FIELD_INT, MC(qk_rope_dim), {FIRST4(OURS("qk_rope_head_dim", 0)), TOP("qk_rope_head_dim", 0, 64)}},
-    {0, FIELD_INT, MC(v_head_dim), {FIRST4(OURS("v_head_dim", 0)), TOP("v_head_dim", 0, 128)}},
-    {0, FIELD_INT, MC(num_layers), ALL5(TOP("num_hidden_layers", 1, 0))},
-    {0, FIELD_INT, MC(num_heads), ALL5(TOP("num_attention_heads", 1, 0))},
-    {0, FIELD_INT, MC(num_kv_heads), {FIRST4(TOP("num_key_value_heads", 1, 0)), TOP("num_key_value_heads", 1, 0)}},
+    {0, FIELD_INT, MC(kv_lora_rank), {FIRST4(OURS("kv_lora_rank", 0)), DS(TOP("kv_lora_rank", 0, 512))}},
+    {0, FIELD_INT, MC(q_lora_rank), {FIRST4(OURS("q_lora_rank", 0)), DS(TOP_IN("q_lora_rank", 0, 1536, NULL_FOR_ZERO))}},
+    {0, FIELD_INT, MC(qk_rope_dim), {FIRST4(OURS("qk_rope_head_dim", 0)), DS(TOP("qk_rope_head_dim", 0, 64))}},
+    {0, FIELD_INT, MC(v_head_dim), {FIRST4(OURS("v_head_dim", 0)), DS(TOP("v_head_dim", 0, 128))}},
+    {0, FIELD_INT, MC(num_layers), ALL6(TOP("num_hidden_layers", 1, 0))},
+    {0, FIELD_INT, MC(num_heads), ALL6(TOP("num_attention_heads", 1, 0))},
+    {0, FIELD_INT, MC(num_kv_heads), ALL6(TOP("num_key_value_heads", 1, 0))},
     {0, FIELD_INT, MC(head_dim), {FIXED("head_dim", 0), TOP("head_dim", 1, 0), FIXED("head_dim", 0),
-                                  FIXED("head_dim", 0), TOP_IN("qk_nope_head_dim", 0, 128, WITHOUT_ROPE)}},
+                                  FIXED("head_dim", 0), DS(TOP_IN("qk_nope_head_dim", 0, 128, WITHOUT_ROPE))}},
                                   /* 0: d / H */
     {0, FIELD_INT, MC(moe.num_experts), {TOP("num_local_experts", 1, 0), TOP2("num_experts", "num_local_experts", 1, 0),
                                          TOP2("num_experts", "num_local_experts", 1, 0),
                                          TOP2("num_experts", "num_local_experts", 1, 0),
-                                         TOP2("n_routed_experts", "num_local_experts", 1, 0)}},
-    {0, FIELD_INT, MC(moe.top_k), ALL5(TOP("num_experts_per_tok", 1, 0))},
-    {0, FIELD_BOOL, MC(tie_embeddings), ALL5(TOP("tie_word_embeddings", 0, 0))},
+                                         DS(TOP2("n_routed_experts", "num_local_experts", 1, 0))}},
+    {0, FIELD_INT, MC(moe.top_k), ALL6(TOP("num_experts_per_tok", 1, 0))},
+    {0, FIELD_BOOL, MC(tie_embeddings), ALL6(TOP("tie_word_embeddings", 0, 0))},
     {0, FIELD_FLOAT, MC(rope_theta), {TOP("rope_theta", 0, 1e6), TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4),
-                                      TOP("rope_theta", 0, 1e4), TOP("rope_theta", 0, 1e4)}},
+                                      TOP("rope_theta", 0, 1e4), DS(TOP("rope_theta", 0, 1e4))}},
     /* YaRN: the keys of rope_scaling (or transformers 5's rope_parameters) where its rope_type is "yarn"; null reads as
      * absent (transformers': `or 32`); original_max_position_embeddings absent: max_position_embeddings */
-    {0, FIELD_FLOAT, MC(yarn.factor), ALL5(YARN("factor", 1, 0))},
-    {0, FIELD_INT, MC(yarn.original_positions), ALL5(YARN("original_max_position_embeddings", 0, 0))},
-    {0, FIELD_FLOAT, MC(yarn.beta_fast), ALL5(YARN("beta_fast", 0, 32))},
-    {0, FIELD_FLOAT, MC(yarn.beta_slow), ALL5(YARN("beta_slow", 0, 1))},
-    {0, FIELD_FLOAT, MC(yarn.mscale), ALL5(YARN("mscale", 0, 0))},
-    {0, FIELD_FLOAT, MC(yarn.mscale_all_dim), ALL5(YARN("mscale_all_dim", 0, 0))},
-    {0, FIELD_FLOAT, MC(yarn.attention_factor), ALL5(YARN("attention_factor", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.factor), ALL6(YARN("factor", 1, 0))},
+    {0, FIELD_INT, MC(yarn.original_positions), ALL6(YARN("original_max_position_embeddings", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.beta_fast), ALL6(YARN("beta_fast", 0, 32))},
+    {0, FIELD_FLOAT, MC(yarn.beta_slow), ALL6(YARN("beta_slow", 0, 1))},
+    {0, FIELD_FLOAT, MC(yarn.mscale), ALL6(YARN("mscale", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.mscale_all_dim), ALL6(YARN("mscale_all_dim", 0, 0))},
+    {0, FIELD_FLOAT, MC(yarn.attention_factor), ALL6(YARN("attention_factor", 0, 0))},
     {0, FIELD_FLOAT, MC(norm_eps), {TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
                                     TOP("rms_norm_eps", 0, 1e-5), TOP("rms_norm_eps", 0, 1e-6),
-                                    TOP("rms_norm_eps", 0, 1e-6)}},
+                                    DS(TOP("rms_norm_eps", 0, 1e-6))}},
     {0, FIELD_INT, MC(moe_every), {OURS("moe_every", 1), TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1),
-                                   TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1)}},
+                                   TOP("decoder_sparse_step", 0, 1), DS(OURS("moe_every", 1))}},
     {0, FIELD_SCORE, MC(moe.score_func), {FIRST4(OURS("score_func", MOE_SCORE_SOFTMAX)),
-                                          OURS("score_func", MOE_SCORE_SIGMOID)}},
+                                          OURS("score_func", MOE_SCORE_SIGMOID), OURS("score_func", MOE_SCORE_SOFTMAX)}},
     {0, FIELD_BOOL, MC(moe.renormalize), {OURS("renormalize", 1), TOP("norm_topk_prob", 0, 0),
                                           TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0),
-                                          TOP("norm_topk_prob", 0, 1)}},
-    {0, FIELD_INT, MC(moe.num_groups), {FIRST4(OURS("num_groups", 0)), TOP_IN("n_group", 0, 8, AT_LEAST_ONE)}},
-    {0, FIELD_INT, MC(moe.topk_groups), {FIRST4(OURS("topk_groups", 0)), TOP_IN("topk_group", 0, 4, AT_LEAST_ONE)}},
-    {0, FIELD_FLOAT, MC(moe.routed_scaling), {FIRST4(OURS("routed_scaling", 1)), TOP("routed_scaling_factor", 0, 2.5)}},
-    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL5(OURS("capacity_factor", 0))},
-    {1, FIELD_DROP, MC(moe.drop_priority), ALL5(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
+                                          TOP("norm_topk_prob", 0, 1),
+                                          OURS("renormalize", 0)}}, /* transformers' V2 ignores norm_topk_prob */
+    {0, FIELD_INT, MC(moe.num_groups), {FIRST4(OURS("num_groups", 0)), TOP_IN("n_group", 0, 8, AT_LEAST_ONE),
+                                        OURS("num_groups", 0)}}, /* V2: greedy top-k (check_unsupported) */
+    {0, FIELD_INT, MC(moe.topk_groups), {FIRST4(OURS("topk_groups", 0)), TOP_IN("topk_group", 0, 4, AT_LEAST_ONE),
+                                         OURS("topk_groups", 0)}},
+    {0, FIELD_FLOAT, MC(moe.routed_scaling), {FIRST4(OURS("routed_scaling", 1)), TOP("routed_scaling_factor", 0, 2.5),
+                                              TOP("routed_scaling_factor", 0, 1)}},
+    {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL6(OURS("capacity_factor", 0))},
+    {1, FIELD_DROP, MC(moe.drop_priority), ALL6(OURS("drop_priority", MOE_DROP_BY_TOKEN_ORDER))},
 };
 #undef TOP
 #undef TOP_IN
@@ -121,16 +128,17 @@ static const arch_field kFields[] = {
 #undef OURS
 #undef FIXED
 #undef YARN
-#undef ALL5
+#undef ALL6
 #undef FIRST4
+#undef DS
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
 static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"};
 /* transformers' class of each family, and its name in a sentence */
 static const char *const kClasses[MOE_MODEL_FAMILIES] = {MOE_CHECKPOINT_MIXTRAL, "Qwen3MoeForCausalLM",
                                                          "OlmoeForCausalLM", "Qwen2MoeForCausalLM",
-                                                         "DeepseekV3ForCausalLM"};
+                                                         "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"};
 static const char *const kFamilyTitles[MOE_MODEL_FAMILIES] = {"Mixtral", "Qwen3-MoE", "OLMoE", "Qwen2-MoE",
-                                                              "DeepSeek-V3"};
+                                                              "DeepSeek-V3", "DeepSeek-V2"};
 
 static int family_of(const moe_model_config *c) {
     return c->family >= 0 && c->family < MOE_MODEL_FAMILIES ? c->family : MOE_MODEL_FAMILY_MIXTRAL;
@@ -209,27 +217,31 @@ int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     const char *reasons[12];
     int count = 0;
     const int qwen = c->family == MOE_MODEL_FAMILY_QWEN3_MOE || c->family == MOE_MODEL_FAMILY_QWEN2_MOE,
-              deepseek = c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3;
+              deepseek = moe_model_deepseek(c), v2 = c->family == MOE_MODEL_FAMILY_DEEPSEEK_V2;
     if (q->num_experts < 2) reasons[count++] = "a dense model (one expert: Llama's mlp tensors)";
     if (c->moe_every != 1 && !qwen) /* Qwen's decoder_sparse_step is the rule */
         reasons[count++] = "dense FFNs between the MoE layers (moe_every > 1)";
-    if (c->first_dense && !deepseek) reasons[count++] = "dense first layers (first_k_dense_replace: DeepSeek-V3's)";
+    if (c->first_dense && !deepseek) reasons[count++] = "dense first layers (first_k_dense_replace: DeepSeek's)";
     if (c->shared_d_ff > 0 && c->family != MOE_MODEL_FAMILY_QWEN2_MOE && !deepseek)
         reasons[count++] = "a shared expert beside the routed ones";
     if (c->shared_d_ff == 0 && (c->family == MOE_MODEL_FAMILY_QWEN2_MOE || deepseek))
-        reasons[count++] = "no shared expert (Qwen2-MoE's and DeepSeek-V3's always have one)";
-    if (q->score_func != MOE_SCORE_SOFTMAX && !deepseek)
+        reasons[count++] = "no shared expert (Qwen2-MoE's and DeepSeek's always have one)";
+    if (q->score_func != MOE_SCORE_SOFTMAX && (!deepseek || v2))
         reasons[count++] = "sigmoid router scores with a selection bias";
-    if (q->score_func != MOE_SCORE_SIGMOID && deepseek)
+    if (q->score_func != MOE_SCORE_SIGMOID && deepseek && !v2)
         reasons[count++] = "softmax router scores (DeepSeek-V3's are sigmoid with a selection bias)";
+    if (q->renormalize && v2) reasons[count++] = "top-k gates renormalised (transformers' DeepSeek-V2 never does)";
+    if (moe_config_grouped(q) && v2)
+        reasons[count++] = "group-limited routing (DeepSeek-V2's group_limited_greedy takes each group's best score, "
+                           "not its two best: greedy top-k here)";
     if (!q->renormalize && c->family == MOE_MODEL_FAMILY_MIXTRAL) /* the others' norm_topk_prob says it */
         reasons[count++] = q->top_k == 1 ? "top-1 gates not renormalised (gate = router probability; Mixtral's is 1)"
                                          : "top-k gates not renormalised";
     if (q->capacity_factor > 0) reasons[count++] = "a capacity limit that drops tokens";
     if ((moe_config_grouped(q) || moe_config_gate_scale(q) != 1) && !deepseek)
-        reasons[count++] = "group-limited routing or routed scaling (DeepSeek-V3's)";
+        reasons[count++] = "group-limited routing or routed scaling (DeepSeek's)";
     if (moe_model_mla(c) && !deepseek) reasons[count++] = "multi-head latent attention (DeepSeek's)";
-    if (!moe_model_mla(c) && deepseek) reasons[count++] = "no multi-head latent attention (DeepSeek-V3's attention)";
+    if (!moe_model_mla(c) && deepseek) reasons[count++] = "no multi-head latent attention (DeepSeek's attention)";
     if (deepseek && c->norm_eps != 1e-6f) /* its latent norms keep their default epsilon */
         reasons[count++] = "rms_norm_eps other than 1e-6 (transformers' q/kv latent norms keep 1e-6)";
     if (why && n) {
@@ -296,12 +308,16 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
         json_object_set_new(j, "use_sliding_window", json_false());
     }
     if (family == MOE_MODEL_FAMILY_OLMOE) json_object_set_new(j, "clip_qkv", json_null());
-    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V3) { /* transformers' head_dim is RoPE's part; no multi-token heads */
+    if (moe_model_deepseek(c)) { /* transformers' head_dim is RoPE's part */
         json_object_set_new(j, "head_dim", json_integer(c->qk_rope_dim));
         json_object_set_new(j, "attention_bias", json_false());
-        json_object_set_new(j, "rope_interleave", json_false()); /* our rows: rotate-half's order */
+    }
+    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V3) { /* our rows: rotate-half's order; no multi-token heads */
+        json_object_set_new(j, "rope_interleave", json_false());
         json_object_set_new(j, "num_nextn_predict_layers", json_integer(0));
     }
+    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V2) /* its rows are written interleaved (write.c): V2 has no switch */
+        json_object_set_new(j, "topk_method", json_string("greedy"));
     if (!hf) {
         snprintf(note, sizeof note,
                  "Not a %s: %s. transformers' %s would compute another function from these weights, so this model "
@@ -394,7 +410,7 @@ static moe_status read_field(const char *path, const config_objects *o, const ar
     }
     case FIELD_FAMILY: {
         const char *s = json_string_value(x);
-        want = "\"mixtral\", \"qwen3_moe\", \"olmoe\", \"qwen2_moe\" or \"deepseek_v3\"";
+        want = "\"mixtral\", \"qwen3_moe\", \"olmoe\", \"qwen2_moe\", \"deepseek_v3\" or \"deepseek_v2\"";
         for (int i = 0; s && i < MOE_MODEL_FAMILIES; i++)
             if (!strcmp(s, moe_model_family_name(i))) *v = i, want = NULL;
         break;
@@ -423,12 +439,12 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
         if (model_type && !strcmp(model_type, moe_model_family_name(f))) by_type = f;
     }
     if (name && by_name == -1)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s, %s, %s and "
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures is %s; moe-train reads %s, %s, %s, %s, %s, %s and "
                         MOE_CHECKPOINT_VARIANT, path, name, kClasses[0], kClasses[1], kClasses[2], kClasses[3],
-                        kClasses[4]);
+                        kClasses[4], kClasses[5]);
     if (model_type && by_type == -1 && strcmp(model_type, MOE_CHECKPOINT_VARIANT_TYPE))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type is %s; moe-train reads mixtral, qwen3_moe, olmoe, qwen2_moe, "
-                        "deepseek_v3 and " MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
+                        "deepseek_v3, deepseek_v2 and " MOE_CHECKPOINT_VARIANT_TYPE, path, model_type);
     if (by_name >= 0 && by_type >= 0 && by_name != by_type)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures %s and model_type %s name different models", path, name,
                         model_type);
@@ -467,12 +483,24 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
                         "decoder_sparse_step)", path);
     if (clip && !json_is_null(clip))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: clip_qkv must be null (q, k and v are not clipped here)", path);
+    /* DeepSeek's routers: V3's sigmoid and group-limited top-k with the selection bias; V2's softmax and greedy top-k
+     * (its group_limited_greedy keeps each group's best score, not the two best V3 and this router sum) */
     json_t *scoring = json_object_get(j, "scoring_func"), *method = json_object_get(j, "topk_method");
-    if (scoring && !(json_is_string(scoring) && !strcmp(json_string_value(scoring), "sigmoid")))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: scoring_func must be \"sigmoid\" (DeepSeek-V3's router)", path);
-    if (method && !(json_is_string(method) && !strcmp(json_string_value(method), "noaux_tc")))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: topk_method must be \"noaux_tc\" (DeepSeek-V3's group-limited top-k with "
-                        "the selection bias)", path);
+    const int v2 = c->family == MOE_MODEL_FAMILY_DEEPSEEK_V2;
+    const char *score_want = v2 ? "softmax" : "sigmoid", *method_want = v2 ? "greedy" : "noaux_tc";
+    if (scoring && !(json_is_string(scoring) && !strcmp(json_string_value(scoring), score_want)))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: scoring_func must be \"%s\" (%s's router)", path, score_want,
+                        kFamilyTitles[v2 ? MOE_MODEL_FAMILY_DEEPSEEK_V2 : MOE_MODEL_FAMILY_DEEPSEEK_V3]);
+    json_t *groups = json_object_get(j, "n_group");
+    const int one_group = !groups || json_is_null(groups) || (json_is_integer(groups) && json_integer_value(groups) <= 1);
+    const int method_ok = json_is_string(method) && (!strcmp(json_string_value(method), method_want) ||
+                                                     (v2 && one_group &&
+                                                      !strcmp(json_string_value(method), "group_limited_greedy")));
+    if (method && !method_ok)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: topk_method must be \"%s\" (%s)", path, method_want,
+                        v2 ? "DeepSeek-V2's greedy top-k; its group_limited_greedy over more than one group takes each "
+                             "group's best score, which this router does not"
+                           : "DeepSeek-V3's group-limited top-k with the selection bias");
     json_t *qkv_bias = json_object_get(j, "qkv_bias");
     if (c->family == MOE_MODEL_FAMILY_QWEN2_MOE && qkv_bias && !json_is_true(qkv_bias))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: qkv_bias must be true (a Qwen2-MoE's q, k and v here have biases)", path);
@@ -526,7 +554,7 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     if (st == MOE_OK && positions && (!json_is_integer(positions) || json_integer_value(positions) < 1 ||
                                       json_integer_value(positions) > INT_MAX))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: max_position_embeddings must be a positive integer", path);
-    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && family != MOE_MODEL_FAMILY_DEEPSEEK_V3 &&
+    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && !moe_model_deepseek(out) &&
         out->num_heads > 0 && head_dim &&
         !json_is_null(head_dim) &&
         (!json_is_integer(head_dim) || json_integer_value(head_dim) != out->d_model / out->num_heads))
@@ -550,7 +578,8 @@ int moe__checkpoint_rope_interleaved(const char *dir) {
     char *path = moe_path_join(dir, "config.json");
     json_t *j = path ? json_load_file(path, 0, NULL) : NULL;
     json_t *type = json_object_get(j, "model_type"), *interleave = json_object_get(j, "rope_interleave");
-    const int yes = json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v3") && !json_is_false(interleave);
+    const char *t = json_string_value(type);
+    const int yes = t && ((!strcmp(t, "deepseek_v3") && !json_is_false(interleave)) || !strcmp(t, "deepseek_v2"));
     json_decref(j), free(path);
     return yes;
 }

@@ -23,7 +23,7 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step);
 
 /* Whether DIR/config.json is a DeepSeek-V3's with RoPE's rows interleaved (rope_interleave true or absent: transformers'
- * default); 0 for every other file. */
+ * default) or a DeepSeek-V2's (always interleaved); 0 for every other file. */
 int moe__checkpoint_rope_interleaved(const char *dir);
 /* DIR/config.json's num_nextn_predict_layers where it is a DeepSeek-V3's (its multi-token prediction modules, stored
  * as layers L, L + 1, ...: skipped on load, as transformers skips them), else 0. */
@@ -48,6 +48,12 @@ typedef struct {
     int split, parts, part;
     size_t local_count;
 } moe__ckpt_tensor;
+
+/* DeepSeek's interleaved RoPE rows (moe__checkpoint_rope_interleaved) and rotate-half's, in place on the whole tensor
+ * t in buf: to_interleaved 0 reorders a file's rows for the model (on load), 1 the model's for a file (on save, a
+ * DeepSeek-V2's). A tensor without RoPE rows is left as it is. */
+moe_status moe__checkpoint_reorder_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf,
+                                              int to_interleaved);
 
 /* The tensor-parallel block of t that this rank holds, from the whole tensor in whole (row-major) into block, and back
  * (checkpoint.c). */

@@ -215,6 +215,9 @@ static moe_status check_finite(const file_set *s, int k, const moe_real *v) {
 static moe_status store_mine(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const int *writer, const char *dir,
                              file_set *s, moe_real *buf, double *crc) {
     const int me = run->ranks.world_rank;
+    /* a DeepSeek-V2's file keeps RoPE's rows interleaved (transformers' V2 rotates pairs of adjacent rows) */
+    const int interleave = run->config->family == MOE_MODEL_FAMILY_DEEPSEEK_V2 &&
+                           moe_checkpoint_hf_computes(run->config, NULL, 0) && !strcmp(s->stem, "model");
     int fd = -1, open_file = -1;
     char *path = NULL;
     moe_status st = MOE_OK;
@@ -227,6 +230,8 @@ static moe_status store_mine(const moe_checkpoint_run *run, const moe__ckpt_tabl
             continue;
         }
         if ((st = got) == MOE_OK) st = check_finite(s, k, buf);
+        if (st == MOE_OK && interleave && s->tensor[k] >= 0)
+            st = moe__checkpoint_reorder_rope_rows(run->config, &tab->t[s->tensor[k]], buf, 1);
         if (st == MOE_OK && open_file != s->file[k]) {
             if (fd >= 0 && (fsync(fd) != 0 || close(fd) != 0)) st = moe_fail(MOE_ERR_IO, "%s: %s", path, strerror(errno));
             fd = -1, free(path);

@@ -133,6 +133,9 @@ typedef struct {
  *              scores with the selection bias (mlp.gate.e_score_correction_bias), group-limited top-k, routed scaling,
  *              the first first_dense layers dense; the MoE block named as Qwen3's. Its checkpoints keep RoPE's pairs
  *              interleaved (rope_interleave): checkpoint/ reorders those rows on load (our RoPE is rotate-half).
+ *   DEEPSEEK_V2 (DeepseekV2ForCausalLM: DeepSeek-V2 and V2-Lite): DeepSeek-V3's layers and names with softmax router
+ *              scores, greedy top-k without renormalisation (transformers' V2 ignores norm_topk_prob), routed scaling
+ *              and no selection bias; RoPE's pairs always interleaved in its files (reordered on load and on save).
  * The routing (softmax top-k, renormalised or not), RoPE (rotate-half), the SwiGLU experts and the norms are the same
  * function in all three. */
 enum {
@@ -141,7 +144,8 @@ enum {
     MOE_MODEL_FAMILY_OLMOE = 2,
     MOE_MODEL_FAMILY_QWEN2_MOE = 3,
     MOE_MODEL_FAMILY_DEEPSEEK_V3 = 4,
-    MOE_MODEL_FAMILIES = 5
+    MOE_MODEL_FAMILY_DEEPSEEK_V2 = 5,
+    MOE_MODEL_FAMILIES = 6
 };
 /* The q/k norms of a family: none, each head's (Qwen3), or the whole projection's (OLMoE). */
 typedef enum { MOE_QK_NORM_NONE, MOE_QK_NORM_HEAD, MOE_QK_NORM_PROJECTION } moe_qk_norm;
@@ -155,7 +159,10 @@ int moe_model_head_dim(const moe_model_config *cfg);
  * scale 1 / sqrt(head_dim) is multiplied by (1 but with YaRN's mscale_all_dim). */
 moe_rope moe_model_rope(const moe_model_config *cfg);
 double moe_model_mla_softmax_factor(const moe_model_config *cfg);
-/* "mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "deepseek_v3": config.json's model_type and --family's names; NULL outside the range. */
+/* Whether the family is DeepSeek's (V2 or V3): their tensor names, MLA and shared experts. */
+int moe_model_deepseek(const moe_model_config *cfg);
+/* "mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2": config.json's model_type and --family's
+ * names; NULL outside the range. */
 const char *moe_model_family_name(int family);
 
 /* MATERIALIZED keeps the probabilities [seqs, H, S, S] for backward; FUSED keeps each row's log-sum-exp [seqs, H, S]

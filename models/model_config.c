@@ -36,6 +36,10 @@ int moe_model_shared_gate(const moe_model_config *c) {
     return c->family == MOE_MODEL_FAMILY_QWEN2_MOE && c->shared_d_ff > 0;
 }
 
+int moe_model_deepseek(const moe_model_config *c) {
+    return c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 || c->family == MOE_MODEL_FAMILY_DEEPSEEK_V2;
+}
+
 int moe_model_head_dim(const moe_model_config *c) {
     return c->head_dim > 0 ? c->head_dim : c->num_heads > 0 ? c->d_model / c->num_heads : 0;
 }
@@ -86,7 +90,7 @@ static const char *yarn_problem(const moe_yarn_config *y) {
 
 const char *moe_model_family_name(int family) {
     static const char *const names[MOE_MODEL_FAMILIES] = {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe",
-                                                                   "deepseek_v3"};
+                                                                   "deepseek_v3", "deepseek_v2"};
     return family >= 0 && family < MOE_MODEL_FAMILIES ? names[family] : NULL;
 }
 
@@ -162,10 +166,10 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->num_layers < 1) return "the number of layers must be at least 1";
     if (c->d_model < 2) return "d_model must be at least 2";
     if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES)
-        return "family must be mixtral, qwen3_moe, olmoe, qwen2_moe or deepseek_v3";
+        return "family must be mixtral, qwen3_moe, olmoe, qwen2_moe, deepseek_v3 or deepseek_v2";
     if (c->shared_d_ff < 0) return "the shared expert's width must be 0 (none) or positive";
-    if (c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && c->d_ff > 0 && c->shared_d_ff % c->d_ff)
-        return "DeepSeek-V3's shared experts are n_shared_experts x moe_intermediate_size wide: the shared expert's "
+    if (moe_model_deepseek(c) && c->d_ff > 0 && c->shared_d_ff % c->d_ff)
+        return "DeepSeek's shared experts are n_shared_experts x moe_intermediate_size wide: the shared expert's "
                "width (--shared-d-ff) must be a multiple of d_ff";
     if (c->num_heads < 1) return "the number of heads must be at least 1";
     if (c->head_dim < 0) return "head_dim must be positive (0: d_model / heads)";

@@ -38,7 +38,7 @@ static const char *family_name(const moe_model *m, const char *mixtral) {
     if (m->cfg.family == MOE_MODEL_FAMILY_MIXTRAL) return mixtral;
     for (size_t i = 0; i < sizeof renamed / sizeof *renamed; i++)
         if (!strcmp(mixtral, renamed[i][0])) return renamed[i][1];
-    for (size_t i = 0; m->cfg.family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && i < sizeof deepseek / sizeof *deepseek; i++)
+    for (size_t i = 0; moe_model_deepseek(&m->cfg) && i < sizeof deepseek / sizeof *deepseek; i++)
         if (!strcmp(mixtral, deepseek[i][0])) return deepseek[i][1];
     return mixtral;
 }

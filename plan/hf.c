@@ -43,9 +43,9 @@ static moe_status family_of(const char *path, json_t *j, hf_family *out) {
     if (!strcmp(t, "qwen3_moe")) return *out = HF_QWEN3_MOE, MOE_OK;
     if (!strcmp(t, "qwen2_moe")) return *out = HF_QWEN2_MOE, MOE_OK;
     if (!strcmp(t, "olmoe")) return *out = HF_OLMOE, MOE_OK;
-    if (!strcmp(t, "deepseek_v3")) return *out = HF_DEEPSEEK_V3, MOE_OK;
+    if (!strcmp(t, "deepseek_v3") || !strcmp(t, "deepseek_v2")) return *out = HF_DEEPSEEK_V3, MOE_OK; /* the shapes */
     return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type '%s' is not one moe-plan reads (mixtral, qwen3_moe, qwen2_moe, "
-                    "olmoe, deepseek_v3)", path, t);
+                    "olmoe, deepseek_v3, deepseek_v2)", path, t);
 }
 
 /* Qwen's rule (modeling_qwen3_moe.py): layer i is sparse iff i is not in mlp_only_layers and

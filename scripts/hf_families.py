@@ -49,7 +49,8 @@ try:
     import torch
     import torch.nn.functional as F
     import transformers
-    from transformers import AutoModelForCausalLM, DeepseekV3Config, OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    from transformers import (AutoModelForCausalLM, DeepseekV2Config, DeepseekV3Config, OlmoeConfig, Qwen2MoeConfig,
+                              Qwen3MoeConfig)
     from safetensors.torch import load_file, save_file
     from hf_common import run, sequences, write_tokens
 except Exception as e:  # ImportError, or a transformers without these families
@@ -96,6 +97,8 @@ def compare_eval(name, args, data, val, directory, model, results):
 
 YARN = {"deepseek_v3": dict(rope_type="yarn", rope_theta=1e4, factor=40.0, original_max_position_embeddings=4096,
                              beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=0.8),
+        "deepseek_v2": dict(rope_type="yarn", rope_theta=1e4, factor=40.0, original_max_position_embeddings=4096,
+                            beta_fast=32.0, beta_slow=1.0, mscale=0.707, mscale_all_dim=0.707),  # V2-Lite's
         "qwen3_moe": dict(rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=64)}
 
 
@@ -108,6 +111,14 @@ def family_config(family, dense_every=1, yarn=False):
 
 
 def family_config_plain(family, dense_every):
+    if family == "deepseek_v2":  # V2-Lite's form: q_proj (no q latent), softmax greedy top-k, routed scaling
+        shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
+        del shape["num_experts"]
+        return DeepseekV2Config(**shape, n_routed_experts=8, moe_intermediate_size=48, intermediate_size=80,
+                                n_shared_experts=2, routed_scaling_factor=1.5, first_k_dense_replace=1,
+                                topk_method="greedy", kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+                                qk_nope_head_dim=16, v_head_dim=12, rope_theta=1e4, rms_norm_eps=1e-6,
+                                pad_token_id=None, bos_token_id=None, eos_token_id=None)
     if family == "deepseek_v3":  # MLA with a q latent, 2 shared experts, 4 groups of 2 choose 2, the first layer dense
         shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
         del shape["num_experts"]
@@ -130,9 +141,10 @@ def family_config_plain(family, dense_every):
 def random_model(family, dense_every=1, yarn=False, seed=1234):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(family_config(family, dense_every, yarn), attn_implementation="eager").float()
-    if yarn:  # the rotary embedding took YaRN's frequencies and amplitude
+    if yarn:  # the rotary embedding took YaRN's frequencies (and where its mscales differ, its amplitude)
         rotary = model.model.rotary_emb
-        assert rotary.rope_type == "yarn" and rotary.attention_scaling != 1.0, (rotary.rope_type, rotary.attention_scaling)
+        assert rotary.rope_type == "yarn", rotary.rope_type
+        assert family == "deepseek_v2" or rotary.attention_scaling != 1.0, rotary.attention_scaling
     with torch.no_grad():  # norms away from 1 and biases from 0 (as transformers starts them a wrong one would go unseen)
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -238,7 +250,7 @@ def ours_to_hf(name, args, data, val, flags, results):
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
     print(f"{name}: transformers loaded {type(model).__name__}")
     want = {"qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-            "deepseek_v3": "DeepseekV3ForCausalLM"}
+            "deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM"}
     results.append((f"{name}: transformers loads it", type(model).__name__ == want[flags[1]]))
     compare_eval(name, args, data, val, directory, model, results)
 
@@ -297,7 +309,7 @@ def main():
     results = []
     for family, dense_every, yarn in (("qwen3_moe", 1, 0), ("qwen3_moe", 2, 0), ("olmoe", 1, 0), ("qwen2_moe", 1, 0),
                                       ("qwen2_moe", 2, 0), ("deepseek_v3", 1, 0), ("deepseek_v3", 1, 1),
-                                      ("qwen3_moe", 1, 1)):
+                                      ("qwen3_moe", 1, 1), ("deepseek_v2", 1, 1)):
         name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "") + \
             (" with YaRN" if yarn else "")
         print(f"== {name}: transformers -> moe-train, gradients ==")
@@ -324,6 +336,13 @@ def main():
     ours_to_hf("C deepseek_v3 with YaRN", args, data, val,
                deepseek + ["--yarn-factor", "40", "--yarn-original-positions", "4096", "--yarn-mscale", "1",
                            "--yarn-mscale-all-dim", "0.8"], results)
+    ours_to_hf("C deepseek_v2 (V2-Lite's form) with YaRN", args, data, val,
+               ["--family", "deepseek_v2", "--layers", "3", "--d-model", "64", "--heads", "4", "--kv-heads", "4",
+                "--d-ff", "48", "--experts", "8", "--top-k", "4", "--score", "softmax", "--renormalize", "0",
+                "--routed-scaling", "1.5", "--first-dense-layers", "1", "--dense-d-ff", "80", "--shared-d-ff", "96",
+                "--kv-lora-rank", "16", "--head-dim", "24", "--qk-rope-dim", "8", "--v-head-dim", "12",
+                "--norm-eps", "1e-6", "--yarn-factor", "40", "--yarn-original-positions", "4096", "--yarn-mscale",
+                "0.707", "--yarn-mscale-all-dim", "0.707"], results)
     ours_to_hf("C qwen3_moe with YaRN", args, data, val,
                ["--family", "qwen3_moe", "--head-dim", "24", "--renormalize", "1", "--rope-theta", "1e6",
                 "--yarn-factor", "4", "--yarn-original-positions", "64", *shape], results)

@@ -427,6 +427,60 @@ static void deepseek(void) {
     expect_bad_keys(deepseek_config, bad, sizeof bad / sizeof *bad);
 }
 
+/* What transformers 5's DeepseekV2Config(...) of DeepSeek-V2-Lite's form writes: q_proj (q_lora_rank null), softmax
+ * greedy top-k, routed scaling 1, 2 shared experts by default. */
+static json_t *deepseek_v2_config(void) {
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:i, s:i, s:i, s:i, s:s,"
+                     " s:n, s:n, s:b, s:f, s:f}", "architectures", "DeepseekV2ForCausalLM", "model_type", "deepseek_v2",
+                     "vocab_size", 256, "hidden_size", 64, "intermediate_size", 80, "moe_intermediate_size", 48,
+                     "num_hidden_layers", 3, "num_attention_heads", 4, "num_key_value_heads", 4, "n_routed_experts", 8,
+                     "num_experts_per_tok", 4, "kv_lora_rank", 16, "q_lora_rank", "qk_rope_head_dim", 8,
+                     "qk_nope_head_dim", 16, "v_head_dim", 12, "first_k_dense_replace", 1, "topk_method", "greedy",
+                     "n_group", "topk_group", "norm_topk_prob", 1, "rms_norm_eps", 1e-6, "rope_theta", 1e4);
+}
+
+/* DeepSeek-V2: V3's keys, softmax scores and greedy top-k, gates never renormalised (transformers' V2 ignores
+ * norm_topk_prob), RoPE's rows interleaved in every V2 file. */
+static void deepseek_v2(void) {
+    moe_model_config c, back;
+    char note[1024], *ckpt = write_config("deepseek-v2-hf", deepseek_v2_config());
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.family == MOE_MODEL_FAMILY_DEEPSEEK_V2 && c.shared_d_ff == 96 && c.head_dim == 24 && c.q_lora_rank == 0 &&
+              c.first_dense == 1 && c.moe.score_func == MOE_SCORE_SOFTMAX && c.moe.renormalize == 0 &&
+              !moe_config_grouped(&c.moe) && moe_config_gate_scale(&c.moe) == 1 && moe_model_deepseek(&c),
+          "transformers' DeepSeek-V2 config: family %d shared %d score %d renormalize %d", c.family, c.shared_d_ff,
+          c.moe.score_func, c.moe.renormalize);
+    CHECK(moe__checkpoint_rope_interleaved(ckpt), "a DeepSeek-V2's RoPE rows are interleaved");
+    free(ckpt);
+    CHECK(!strcmp(label_of(&c, note, sizeof note), "DeepseekV2ForCausalLM") && !*note, "labelled %s: %s",
+          label_of(&c, note, sizeof note), note);
+    c.moe.routed_scaling = 1.5f;
+    ckpt = write_config("deepseek-v2-ours", moe__checkpoint_config_json(&c));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK(fields_equal(&c, &back, "deepseek_v2") && moe__checkpoint_rope_interleaved(ckpt), "DeepSeek-V2 round trip");
+    free(ckpt);
+    c.moe.renormalize = 1;
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "never does"),
+          "a DeepSeek-V2 with renormalised gates: %s", note);
+    const bad_key bad[] = {
+        {"sigmoid scores", "scoring_func", "\"sigmoid\"", "scoring_func must be \"softmax\" (DeepSeek-V2's router)"},
+        {"V3's top-k", "topk_method", "\"noaux_tc\"", "topk_method must be \"greedy\""},
+    };
+    expect_bad_keys(deepseek_v2_config, bad, sizeof bad / sizeof *bad);
+    json_t *j = deepseek_v2_config(); /* group_limited_greedy over one group is greedy; over 8, refused */
+    json_object_set_new(j, "topk_method", json_string("group_limited_greedy"));
+    ckpt = write_config("deepseek-v2-one-group", j);
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    free(ckpt);
+    j = deepseek_v2_config();
+    json_object_set_new(j, "topk_method", json_string("group_limited_greedy"));
+    json_object_set_new(j, "n_group", json_integer(4)), json_object_set_new(j, "topk_group", json_integer(2));
+    ckpt = write_config("deepseek-v2-groups", j);
+    test_expect_refusal("group_limited_greedy over 4 groups", moe_checkpoint_read_config(ckpt, &c, NULL),
+                        "its group_limited_greedy over more than one group");
+    free(ckpt);
+}
+
 /* YaRN: DeepSeek-V3's released config.json's rope_scaling and transformers 5's rope_parameters read, their RoPE and
  * MLA's softmax factor derived as transformers does, written and read back, compared on load. */
 static void yarn(void) {
@@ -499,6 +553,7 @@ int main(void) {
     transformers_made();
     families();
     deepseek();
+    deepseek_v2();
     yarn();
     options();
     char cmd[128];

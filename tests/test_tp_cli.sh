@@ -129,6 +129,18 @@ shared RoPE key's gradient summed over the heads piece by piece) at tp 2 x ep 2 
     ds4 ds1
 run ds4_resumed 4 "${deepseek[@]}" --tp 4 --resume "$dir/ds4/step-00000004"
 same_as "its step 4 resumed at tp 4 (one head a rank)" ds4_resumed ds1 5
+# DeepSeek-V2 (softmax greedy routing, q_proj, V2-Lite's YaRN): its files keep RoPE's rows interleaved, written so and
+# read back (checkpoint/write.c); at tp 2 x ep 2, and resumed from step 4 at tp 1, bitwise the 1-rank run
+deepseek_v2=(--family deepseek_v2 --head-dim 12 --qk-rope-dim 4 --v-head-dim 6 --kv-lora-rank 16 --renormalize 0
+             --routed-scaling 1.5 --shared-d-ff 16 --yarn-factor 40 --yarn-original-positions 4096 --yarn-mscale 0.707
+             --yarn-mscale-all-dim 0.707 --norm-eps 1e-6 --capacity-factor 0) # dropless: what transformers computes
+run dsv2_one 1 "${deepseek_v2[@]}"
+grep -q '"DeepseekV2ForCausalLM"' "$dir/dsv2_one/step-00000004/config.json" ||
+    { echo "FAIL: the DeepSeek-V2 run's checkpoint is not labelled DeepseekV2ForCausalLM"; failures=$((failures + 1)); }
+run dsv2_tp2 4 "${deepseek_v2[@]}" --tp 2 --ep 2
+same_as "DeepSeek-V2 (interleaved RoPE rows in its files) at tp 2 x ep 2" dsv2_tp2 dsv2_one
+run dsv2_resumed 1 "${deepseek_v2[@]}" --resume "$dir/dsv2_tp2/step-00000004"
+same_as "its step 4 (RoPE's rows interleaved on save, back on load) resumed on 1 rank" dsv2_resumed dsv2_one 5
 yarn=(--yarn-factor 40 --yarn-original-positions 4096 --yarn-mscale 1 --yarn-mscale-all-dim 0.8)
 run ds3_one 1 "${deepseek[@]}" --layers 3 --first-dense-layers 1 "${yarn[@]}"
 run ds3_pp2tp2 4 "${deepseek[@]}" --layers 3 --first-dense-layers 1 --pp 2 --first-stage-layers 1 --tp 2 "${yarn[@]}"

@@ -30,8 +30,9 @@ static const opt_spec kOptions[] = {
     {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL, RUN},
     {"--family", "model family (models/model.h): mixtral; qwen3_moe (q/k norms per head, --head-dim its own); olmoe "
      "(q/k norms over the projections); qwen2_moe (q/k/v biases, a shared expert with a sigmoid gate); deepseek_v3 "
-     "(with --kv-lora-rank: DeepseekV3ForCausalLM's names and config)", OPT_CHOICE,
-     OFF(model.family), 0, 0, {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "deepseek_v3"}, NULL, RUN},
+     "(with --kv-lora-rank: DeepseekV3ForCausalLM's names and config); deepseek_v2 (DeepSeek-V2 and V2-Lite: softmax "
+     "scores, no selection bias)", OPT_CHOICE, OFF(model.family), 0, 0,
+     {"mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2"}, NULL, RUN},
     {"--heads", "attention heads", OPT_INT, OFF(model.num_heads), 1, 1024, {0}, NULL, RUN},
     {"--head-dim", "width of each head, even (0: d_model / heads; another value with --family qwen3_moe)", OPT_INT,
      OFF(model.head_dim), 0, 4096, {0}, NULL, RUN},

@@ -93,7 +93,7 @@ typedef enum {
 } moe_train_option_scope;
 
 /* One row of the flag table. A config file's key is the flag without its dashes, '-' as '_' (--d-model: d_model). */
-enum { MOE_OPT_MAX_CHOICES = 5 };
+enum { MOE_OPT_MAX_CHOICES = 8 };
 
 typedef struct {
     const char *name, *help;
