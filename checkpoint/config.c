@@ -76,7 +76,8 @@ static const arch_field kFields[] = {
                                      TOP("first_k_dense_replace", 0, 0)}},
     /* multi-head latent attention's (qk_rope_dim before head_dim: DeepSeek's head_dim is without it) */
     {0, FIELD_INT, MC(kv_lora_rank), {FIRST4(OURS("kv_lora_rank", 0)), DS(TOP("kv_lora_rank", 0, 512))}},
-    {0, FIELD_INT, MC(q_lora_rank), {FIRST4(OURS("q_lora_rank", 0)), DS(TOP_IN("q_lora_rank", 0, 1536, NULL_FOR_ZERO))}},
+    {0, FIELD_INT, MC(q_lora_rank), {FIRST4(OURS("q_lora_rank", 0)),
+                                     DS(TOP_IN("q_lora_rank", 0, 1536, NULL_FOR_ZERO))}},
     {0, FIELD_INT, MC(qk_rope_dim), {FIRST4(OURS("qk_rope_head_dim", 0)), DS(TOP("qk_rope_head_dim", 0, 64))}},
     {0, FIELD_INT, MC(v_head_dim), {FIRST4(OURS("v_head_dim", 0)), DS(TOP("v_head_dim", 0, 128))}},
     {0, FIELD_INT, MC(num_layers), ALL6(TOP("num_hidden_layers", 1, 0))},
@@ -108,7 +109,8 @@ static const arch_field kFields[] = {
     {0, FIELD_INT, MC(moe_every), {OURS("moe_every", 1), TOP("decoder_sparse_step", 0, 1), OURS("moe_every", 1),
                                    TOP("decoder_sparse_step", 0, 1), DS(OURS("moe_every", 1))}},
     {0, FIELD_SCORE, MC(moe.score_func), {FIRST4(OURS("score_func", MOE_SCORE_SOFTMAX)),
-                                          OURS("score_func", MOE_SCORE_SIGMOID), OURS("score_func", MOE_SCORE_SOFTMAX)}},
+                                          OURS("score_func", MOE_SCORE_SIGMOID),
+                                          OURS("score_func", MOE_SCORE_SOFTMAX)}},
     {0, FIELD_BOOL, MC(moe.renormalize), {OURS("renormalize", 1), TOP("norm_topk_prob", 0, 0),
                                           TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0),
                                           TOP("norm_topk_prob", 0, 1),
@@ -492,7 +494,8 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
         return moe_fail(MOE_ERR_BAD_FILE, "%s: scoring_func must be \"%s\" (%s's router)", path, score_want,
                         kFamilyTitles[v2 ? MOE_MODEL_FAMILY_DEEPSEEK_V2 : MOE_MODEL_FAMILY_DEEPSEEK_V3]);
     json_t *groups = json_object_get(j, "n_group");
-    const int one_group = !groups || json_is_null(groups) || (json_is_integer(groups) && json_integer_value(groups) <= 1);
+    const int one_group =
+        !groups || json_is_null(groups) || (json_is_integer(groups) && json_integer_value(groups) <= 1);
     const int method_ok = json_is_string(method) && (!strcmp(json_string_value(method), method_want) ||
                                                      (v2 && one_group &&
                                                       !strcmp(json_string_value(method), "group_limited_greedy")));

@@ -29,8 +29,8 @@ static size_t element_count(int ndim, const long *shape) {
 static const struct {
     const char *name;
     size_t nbytes;
-} kDtypes[] = {[MOE_SAFETENSORS_F32] = {"F32", 4}, [MOE_SAFETENSORS_BF16] = {"BF16", 2}, [MOE_SAFETENSORS_F16] = {"F16", 2},
-               [MOE_SAFETENSORS_F8_E4M3] = {"F8_E4M3", 1}};
+} kDtypes[] = {[MOE_SAFETENSORS_F32] = {"F32", 4}, [MOE_SAFETENSORS_BF16] = {"BF16", 2},
+               [MOE_SAFETENSORS_F16] = {"F16", 2}, [MOE_SAFETENSORS_F8_E4M3] = {"F8_E4M3", 1}};
 enum { NUM_DTYPES = sizeof kDtypes / sizeof kDtypes[0], CHUNK = 1 << 16 /* elements converted at a time */ };
 
 const char *moe_safetensors_dtype_name(moe_safetensors_dtype d) {
@@ -347,8 +347,8 @@ moe_status moe_safetensors_check(const moe_safetensors_file *f, const char *name
     if (!t) return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is missing", f->path, name);
     const int dtype = moe_safetensors_dtype_parse(t->dtype);
     if (dtype < 0)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; supported are F32, BF16, F16 and F8_E4M3", f->path,
-                        name,
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; supported are F32, BF16, F16 and F8_E4M3",
+                        f->path, name,
                         t->dtype);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];

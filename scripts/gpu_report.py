@@ -105,7 +105,8 @@ def goals(logs):
             worst["pct_unconstrained"] >= 90))
     # issue 50's targets: MFU >= 30% on the 1.2B model, >= 40% at Mixtral's layer shape; >= 1.5x PyTorch's tokens/s
     for phase, label, target in (("train", "the 1.2B model", 30), ("train_lt", "the 1.2B model, MOE_LINEAR_GEMM=lt", 30),
-                                 ("train_lt_cast", "the 1.2B model, MOE_LINEAR_GEMM=lt, weights cast at every call", 30),
+                                 ("train_lt_cast", "the 1.2B model, MOE_LINEAR_GEMM=lt, weights cast at every call",
+                                  30),
                                  ("train_mixtral", "Mixtral 8x7B's layer shape", 40)):
         text = logs.get(phase, "")
         m = re.search(r"^tokens/s median .* MFU ([\d.]+)%", text, re.M)

@@ -140,7 +140,8 @@ def family_config_plain(family, dense_every):
 
 def random_model(family, dense_every=1, yarn=False, seed=1234):
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(family_config(family, dense_every, yarn), attn_implementation="eager").float()
+    config = family_config(family, dense_every, yarn)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
     if yarn:  # the rotary embedding took YaRN's frequencies (and where its mscales differ, its amplitude)
         rotary = model.model.rotary_emb
         assert rotary.rope_type == "yarn", rotary.rope_type

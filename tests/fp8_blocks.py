@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""fp8_blocks.py SRC FP8 REF [BLOCK_ROWS BLOCK_COLS [DROP]] — a moe-train DeepSeek-V3 checkpoint (SRC: config.json and an F32
-model.safetensors) made into what DeepSeek releases, and the weights that release means:
+"""fp8_blocks.py SRC FP8 REF [BLOCK_ROWS BLOCK_COLS [DROP]] — a moe-train DeepSeek-V3 checkpoint (SRC: config.json and
+an F32 model.safetensors) made into what DeepSeek releases, and the weights that release means:
 
   FP8  every projection matrix (*_proj.weight) in F8_E4M3, scaled per block of BLOCK_ROWS x BLOCK_COLS as DeepSeek-V3's
        quantization does (s = amax(block) / 448 in float32, stored as NAME_scale_inv; the value x / s rounded to the
@@ -9,8 +9,9 @@ model.safetensors) made into what DeepSeek releases, and the weights that releas
        an index, the scales in the second shard, apart from their weights;
   REF  the same model in F32 as the FP8 files mean it: each value decode(code) x s rounded once to float32.
 
-So moe-train --init-from FP8 must give --init-from REF's bits. DROP: a scale's name left out of FP8 (a broken release). Standard library only (the E4M3 values by formula, a
-nearest search over them): the check does not share moe-train's decoder."""
+So moe-train --init-from FP8 must give --init-from REF's bits. DROP: a scale's name left out of FP8 (a broken release).
+Standard library only (the E4M3 values by formula, a nearest search over them): the check does not share moe-train's
+decoder."""
 import bisect
 import json
 import os

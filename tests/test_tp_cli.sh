@@ -144,8 +144,8 @@ same_as "its step 4 (RoPE's rows interleaved on save, back on load) resumed on 1
 yarn=(--yarn-factor 40 --yarn-original-positions 4096 --yarn-mscale 1 --yarn-mscale-all-dim 0.8)
 run ds3_one 1 "${deepseek[@]}" --layers 3 --first-dense-layers 1 "${yarn[@]}"
 run ds3_pp2tp2 4 "${deepseek[@]}" --layers 3 --first-dense-layers 1 --pp 2 --first-stage-layers 1 --tp 2 "${yarn[@]}"
-same_as "a 3-layer DeepSeek-V3 (a dense first layer) with YaRN (its RoPE and MLA's softmax factor) in 2 stages of 1 and \
-2 layers (--first-stage-layers) x tp 2" ds3_pp2tp2 ds3_one
+same_as "a 3-layer DeepSeek-V3 (a dense first layer) with YaRN (its RoPE and MLA's softmax factor) in 2 stages of 1 \
+and 2 layers (--first-stage-layers) x tp 2" ds3_pp2tp2 ds3_one
 
 # routing traces: recorded at tp 2 (each rank's slice of the tokens, gathered in stage order), the 1-rank run's file
 # byte for byte; replayed at tp 2 (each rank forcing its slice's choices), another run's trace changes the training

@@ -73,7 +73,8 @@ static const opt_spec kOptions[] = {
      "also times m(factor, this)^2 (0: not given)", OPT_FLOAT, OFF(model.yarn.mscale_all_dim), 0, 1e3, {0}, NULL, RUN},
     {"--yarn-attention-factor", "with --yarn-factor: the cos/sin scale itself (0: derived from the mscales)",
      OPT_FLOAT, OFF(model.yarn.attention_factor), 0, 1e3, {0}, NULL, RUN},
-    {"--norm-eps", "RMSNorm epsilon (rms_norm_eps)", OPT_FLOAT, OFF(model.norm_eps), 1e-12, 1, {0}, NULL, RUN},
+    {"--norm-eps", "RMSNorm epsilon (rms_norm_eps; 1e-6 by default with --family deepseek_v3 or deepseek_v2)",
+     OPT_FLOAT, OFF(model.norm_eps), 1e-12, 1, {0}, NULL, RUN},
     /* experts */
     {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},
     {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL, RUN},
@@ -457,6 +458,8 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate stays the probability */
     if ((int)m->moe.precision < 0) m->moe.precision = o->device == MOE_TRAIN_DEVICE_CUDA ? MOE_PRECISION_BF16 : MOE_PRECISION_FP32;
     if (m->num_kv_heads < 0) m->num_kv_heads = m->num_heads; /* plain multi-head attention unless asked */
+    /* DeepSeek's latent norms keep transformers' 1e-6 whatever the config says: its models use it throughout */
+    if (moe_model_deepseek(m) && o->source[find("--norm-eps") - kOptions] == MOE_OPTION_DEFAULT) m->norm_eps = 1e-6f;
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100; /* min(100, steps / 10) */
     if (o->gpu_transport >= 0 && o->device != MOE_TRAIN_DEVICE_CUDA)
         return moe_train_complain(err, "moe-train: --gpu-transport needs --device cuda\n"), -1;
