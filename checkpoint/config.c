@@ -22,7 +22,7 @@
  * takes its family's semantics: for a Mixtral a softmax router whose k gates are renormalised (at any k, so k = 1
  * gives gate 1), no capacity limit, an MoE FFN in every layer; the top-level keys transformers' config classes'
  * defaults; the shapes are required. */
-typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP, FIELD_FAMILY } field_kind;
+typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP, FIELD_GROUP, FIELD_FAMILY } field_kind;
 typedef enum { IN_TOP, IN_MOE_TRAIN, IN_YARN, IN_NONE } field_where; /* IN_YARN: rope_scaling's, when of type yarn */
 /* How a family's key holds a value in other units (DeepSeek-V3's): as is; in experts' widths (n_shared_experts =
  * shared_d_ff / d_ff); without RoPE's part (qk_nope_head_dim = head_dim - qk_rope_dim); null for 0 (q_lora_rank
@@ -115,10 +115,14 @@ static const arch_field kFields[] = {
                                           TOP("norm_topk_prob", 0, 0), TOP("norm_topk_prob", 0, 0),
                                           TOP("norm_topk_prob", 0, 1),
                                           OURS("renormalize", 0)}}, /* transformers' V2 ignores norm_topk_prob */
+    /* (V2's n_group and topk_group count only with its topk_method group_limited_greedy: read_config) */
     {0, FIELD_INT, MC(moe.num_groups), {FIRST4(OURS("num_groups", 0)), TOP_IN("n_group", 0, 8, AT_LEAST_ONE),
-                                        OURS("num_groups", 0)}}, /* V2: greedy top-k (check_unsupported) */
+                                        TOP_IN("n_group", 0, 1, AT_LEAST_ONE)}},
     {0, FIELD_INT, MC(moe.topk_groups), {FIRST4(OURS("topk_groups", 0)), TOP_IN("topk_group", 0, 4, AT_LEAST_ONE),
-                                         OURS("topk_groups", 0)}},
+                                         TOP_IN("topk_group", 0, 1, AT_LEAST_ONE)}},
+    {0, FIELD_GROUP, MC(moe.group_score), {FIRST4(OURS("group_score", MOE_GROUP_SCORE_TOP2)),
+                                           OURS("group_score", MOE_GROUP_SCORE_TOP2),
+                                           OURS("group_score", MOE_GROUP_SCORE_MAX)}},
     {0, FIELD_FLOAT, MC(moe.routed_scaling), {FIRST4(OURS("routed_scaling", 1)), TOP("routed_scaling_factor", 0, 2.5),
                                               TOP("routed_scaling_factor", 0, 1)}},
     {1, FIELD_FLOAT, MC(moe.capacity_factor), ALL6(OURS("capacity_factor", 0))},
@@ -134,7 +138,8 @@ static const arch_field kFields[] = {
 #undef FIRST4
 #undef DS
 #define NUM_FIELDS (int)(sizeof kFields / sizeof kFields[0])
-static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"};
+static const char *const kScoreNames[] = {"softmax", "sigmoid"}, *const kDropNames[] = {"token", "score"},
+                         *const kGroupNames[] = {"top2", "max"};
 /* transformers' class of each family, and its name in a sentence */
 static const char *const kClasses[MOE_MODEL_FAMILIES] = {MOE_CHECKPOINT_MIXTRAL, "Qwen3MoeForCausalLM",
                                                          "OlmoeForCausalLM", "Qwen2MoeForCausalLM",
@@ -155,8 +160,8 @@ static double field_value(const moe_model_config *c, const arch_field *f) {
     }
     if (f->offset == MC(dense_d_ff)) /* 0 and d_ff alike mean "as wide as an expert": 0 */
         return moe_model_dense_d_ff(c) == c->d_ff ? 0 : c->dense_d_ff;
-    if (f->offset == MC(moe.num_groups) || f->offset == MC(moe.topk_groups)) /* 0 and 1 group alike: none */
-        return moe_config_grouped(&c->moe) ? *(const int *)p : 0;
+    if (f->offset == MC(moe.num_groups) || f->offset == MC(moe.topk_groups) || f->offset == MC(moe.group_score))
+        return moe_config_grouped(&c->moe) ? *(const int *)p : 0; /* 0 and 1 group alike: none, scored by nothing */
     return *(const int *)p;
 }
 
@@ -191,6 +196,7 @@ static void field_text(const arch_field *f, double v, char *out, size_t n) {
     case FIELD_BOOL: snprintf(out, n, "%s", v ? "true" : "false"); break;
     case FIELD_SCORE: snprintf(out, n, "\"%s\"", kScoreNames[(int)v]); break;
     case FIELD_DROP: snprintf(out, n, "\"%s\"", kDropNames[(int)v]); break;
+    case FIELD_GROUP: snprintf(out, n, "\"%s\"", kGroupNames[(int)v]); break;
     case FIELD_FAMILY: snprintf(out, n, "\"%s\"", moe_model_family_name((int)v)); break;
     }
 }
@@ -233,9 +239,9 @@ int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t n) {
     if (q->score_func != MOE_SCORE_SIGMOID && deepseek && !v2)
         reasons[count++] = "softmax router scores (DeepSeek-V3's are sigmoid with a selection bias)";
     if (q->renormalize && v2) reasons[count++] = "top-k gates renormalised (transformers' DeepSeek-V2 never does)";
-    if (moe_config_grouped(q) && v2)
-        reasons[count++] = "group-limited routing (DeepSeek-V2's group_limited_greedy takes each group's best score, "
-                           "not its two best: greedy top-k here)";
+    if (moe_config_grouped(q) && deepseek && q->group_score != (v2 ? MOE_GROUP_SCORE_MAX : MOE_GROUP_SCORE_TOP2))
+        reasons[count++] = v2 ? "groups scored by their two best (DeepSeek-V2's group_limited_greedy takes the best)"
+                              : "groups scored by their best (DeepSeek-V3's sum their two best)";
     if (!q->renormalize && c->family == MOE_MODEL_FAMILY_MIXTRAL) /* the others' norm_topk_prob says it */
         reasons[count++] = q->top_k == 1 ? "top-1 gates not renormalised (gate = router probability; Mixtral's is 1)"
                                          : "top-k gates not renormalised";
@@ -262,6 +268,7 @@ static json_t *field_json(const arch_field *f, double v) {
     case FIELD_BOOL: return json_boolean(v != 0);
     case FIELD_SCORE: return json_string(kScoreNames[(int)v]);
     case FIELD_DROP: return json_string(kDropNames[(int)v]);
+    case FIELD_GROUP: return json_string(kGroupNames[(int)v]);
     case FIELD_FAMILY: return json_string(moe_model_family_name((int)v));
     }
     return NULL;
@@ -318,8 +325,8 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
         json_object_set_new(j, "rope_interleave", json_false());
         json_object_set_new(j, "num_nextn_predict_layers", json_integer(0));
     }
-    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V2) /* its rows are written interleaved (write.c): V2 has no switch */
-        json_object_set_new(j, "topk_method", json_string("greedy"));
+    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V2) /* n_group and topk_group count with group_limited_greedy only */
+        json_object_set_new(j, "topk_method", json_string(moe_config_grouped(q) ? "group_limited_greedy" : "greedy"));
     if (!hf) {
         snprintf(note, sizeof note,
                  "Not a %s: %s. transformers' %s would compute another function from these weights, so this model "
@@ -402,12 +409,16 @@ static moe_status read_field(const char *path, const config_objects *o, const ar
         else want = "true or false";
         break;
     case FIELD_SCORE:
-    case FIELD_DROP: {
-        const char *const *names = f->kind == FIELD_SCORE ? kScoreNames : kDropNames;
+    case FIELD_DROP:
+    case FIELD_GROUP: {
+        const char *const *names = f->kind == FIELD_SCORE ? kScoreNames : f->kind == FIELD_DROP ? kDropNames
+                                                                                                  : kGroupNames;
         const char *s = json_string_value(x);
         if (s && !strcmp(s, names[0])) *v = 0;
         else if (s && !strcmp(s, names[1])) *v = 1;
-        else want = f->kind == FIELD_SCORE ? "\"softmax\" or \"sigmoid\"" : "\"token\" or \"score\"";
+        else want = f->kind == FIELD_SCORE  ? "\"softmax\" or \"sigmoid\""
+                    : f->kind == FIELD_DROP ? "\"token\" or \"score\""
+                                            : "\"top2\" or \"max\"";
         break;
     }
     case FIELD_FAMILY: {
@@ -485,25 +496,20 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
                         "decoder_sparse_step)", path);
     if (clip && !json_is_null(clip))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: clip_qkv must be null (q, k and v are not clipped here)", path);
-    /* DeepSeek's routers: V3's sigmoid and group-limited top-k with the selection bias; V2's softmax and greedy top-k
-     * (its group_limited_greedy keeps each group's best score, not the two best V3 and this router sum) */
+    /* DeepSeek's routers: V3's sigmoid and group-limited top-k with the selection bias; V2's softmax and greedy top-k,
+     * or group_limited_greedy (the groups by their best score: group_score max) */
     json_t *scoring = json_object_get(j, "scoring_func"), *method = json_object_get(j, "topk_method");
     const int v2 = c->family == MOE_MODEL_FAMILY_DEEPSEEK_V2;
     const char *score_want = v2 ? "softmax" : "sigmoid", *method_want = v2 ? "greedy" : "noaux_tc";
     if (scoring && !(json_is_string(scoring) && !strcmp(json_string_value(scoring), score_want)))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: scoring_func must be \"%s\" (%s's router)", path, score_want,
                         kFamilyTitles[v2 ? MOE_MODEL_FAMILY_DEEPSEEK_V2 : MOE_MODEL_FAMILY_DEEPSEEK_V3]);
-    json_t *groups = json_object_get(j, "n_group");
-    const int one_group =
-        !groups || json_is_null(groups) || (json_is_integer(groups) && json_integer_value(groups) <= 1);
-    const int method_ok = json_is_string(method) && (!strcmp(json_string_value(method), method_want) ||
-                                                     (v2 && one_group &&
-                                                      !strcmp(json_string_value(method), "group_limited_greedy")));
+    const char *m = json_string_value(method);
+    const int method_ok = m && (!strcmp(m, method_want) || (v2 && !strcmp(m, "group_limited_greedy")));
     if (method && !method_ok)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: topk_method must be \"%s\" (%s)", path, method_want,
-                        v2 ? "DeepSeek-V2's greedy top-k; its group_limited_greedy over more than one group takes each "
-                             "group's best score, which this router does not"
-                           : "DeepSeek-V3's group-limited top-k with the selection bias");
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: topk_method must be %s", path,
+                        v2 ? "\"greedy\" or \"group_limited_greedy\" (DeepSeek-V2's top-k)"
+                           : "\"noaux_tc\" (DeepSeek-V3's group-limited top-k with the selection bias)");
     json_t *qkv_bias = json_object_get(j, "qkv_bias");
     if (c->family == MOE_MODEL_FAMILY_QWEN2_MOE && qkv_bias && !json_is_true(qkv_bias))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: qkv_bias must be true (a Qwen2-MoE's q, k and v here have biases)", path);
@@ -550,6 +556,10 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: moe_train.family is %s but the file is labelled %s", path,
                       moe_model_family_name(family), kClasses[labelled]);
     out->moe.d_model = out->d_model, out->moe.d_ff = out->d_ff;
+    json_t *method = json_object_get(j, "topk_method"); /* DeepSeek-V2's greedy top-k ignores n_group, topk_group */
+    if (family == MOE_MODEL_FAMILY_DEEPSEEK_V2 &&
+        !(json_is_string(method) && !strcmp(json_string_value(method), "group_limited_greedy")))
+        out->moe.num_groups = out->moe.topk_groups = 0;
     if (st == MOE_OK && act && (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: hidden_act must be silu (SwiGLU experts)", path);
     if (st == MOE_OK && window && !json_is_null(window) && !json_is_integer(window))
@@ -639,8 +649,9 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
         snprintf(out + strlen(out), n - strlen(out), " dense=%d first_dense=%d", moe_model_dense_d_ff(c),
                  c->first_dense);
     if (moe_config_grouped(q) || moe_config_gate_scale(q) != 1)
-        snprintf(out + strlen(out), n - strlen(out), " groups=%d/%d scale=%g", q->topk_groups, q->num_groups,
-                 moe_config_gate_scale(q));
+        snprintf(out + strlen(out), n - strlen(out), " groups=%d/%d scale=%g%s", q->topk_groups, q->num_groups,
+                 moe_config_gate_scale(q),
+                 moe_config_grouped(q) && q->group_score == MOE_GROUP_SCORE_MAX ? " max" : "");
     if (c->yarn.factor > 0)
         snprintf(out + strlen(out), n - strlen(out), " yarn=%g/%d/%g/%g/%g/%g/%g", c->yarn.factor,
                  c->yarn.original_positions, c->yarn.beta_fast, c->yarn.beta_slow, c->yarn.mscale,

@@ -53,6 +53,8 @@ const char *moe_config_problem(const moe_config *c) {
     if (!finite_nonnegative(c->routed_scaling)) return "routed_scaling must be finite and > 0 (0: 1)";
     if (c->num_groups < 0 || c->num_groups > MOE_ROUTER_MAX_GROUPS)
         return "num_groups (n_group) must be between 0 (none) and 64";
+    if (c->group_score != MOE_GROUP_SCORE_TOP2 && c->group_score != MOE_GROUP_SCORE_MAX)
+        return "group_score must be top2 (DeepSeek-V3's) or max (DeepSeek-V2's)";
     if (moe_config_grouped(c)) {
         const int size = c->num_experts / c->num_groups;
         if (c->num_experts % c->num_groups) return "num_groups (n_group) must divide the number of experts";

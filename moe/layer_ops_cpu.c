@@ -95,7 +95,8 @@ static moe_status cpu_route(moe_layer_state *s, const moe_layer_weights *w, cons
         select = r->select_scores;
     }
     if (moe_config_grouped(c)) { /* only the token's best groups' experts (router/group.h) */
-        moe_router_group_mask_cpu(select, T, E, c->num_groups, c->topk_groups, r->select_scores);
+        moe_router_group_mask_cpu(select, T, E, c->num_groups, c->topk_groups, c->group_score,
+                                  r->select_scores);
         select = r->select_scores;
     }
     if (!use_given_experts) moe_router_topk_cpu(select, T, E, k, r->expert);

@@ -131,7 +131,8 @@ static moe_status cuda_route(moe_layer_state *s, const moe_layer_weights *w, con
                                    r->select_scores));
     const float *select = sigmoid ? r->select_scores : r->scores;
     if (moe_config_grouped(c)) { /* only the token's best groups' experts (router/group.h) */
-        MOE_TRY(moe_router_group_mask_cuda(s->gpu, select, T, E, c->num_groups, c->topk_groups, r->select_scores));
+        MOE_TRY(moe_router_group_mask_cuda(s->gpu, select, T, E, c->num_groups, c->topk_groups, c->group_score,
+                                           r->select_scores));
         select = r->select_scores;
     }
     if (!use_given_experts) MOE_TRY(moe_router_topk_cuda(s->gpu, select, T, E, k, r->expert));

@@ -22,6 +22,7 @@
 #include "core/precision.h"
 #include "core/types.h"
 #include "moe/runtime.h"
+#include "router/group.h"
 
 /* Activation recomputation (Megatron's selective and full recompute): what forward does not keep, rebuilt in
  * backward from what it did keep, bitwise what forward computed (the same ops on the same inputs; an MoE layer
@@ -49,8 +50,9 @@ typedef struct {
                            * 0 reads as 1 (moe_config_gate_scale)                                               */
     int num_groups;       /* group-limited routing (DeepSeek-V3's n_group): the E experts in this many groups of
                            * E / num_groups (router/group.h); 0 or 1: none                                       */
-    int topk_groups;      /* the groups a token chooses its k experts from (topk_group): the best by the sum of
-                           * each group's two best selection scores                                              */
+    int topk_groups;      /* the groups a token chooses its k experts from (topk_group): the best by group_score */
+    int group_score;      /* a group's score: MOE_GROUP_SCORE_TOP2, the sum of its two best selection scores
+                           * (DeepSeek-V3's), or MOE_GROUP_SCORE_MAX, its best (DeepSeek-V2's group_limited_greedy) */
     float capacity_factor; /* cf: C = ceil(cf * T * k / E) slots per expert; cf <= 0: dropless */
     moe_drop_priority drop_priority;
     float aux_loss_coef;  /* Switch/GShard load-balancing loss  E * sum_e f_e * P_e            */

@@ -111,6 +111,15 @@ def family_config(family, dense_every=1, yarn=False):
 
 
 def family_config_plain(family, dense_every):
+    if family == "deepseek_v2_groups":  # the full V2's form: a q latent, group_limited_greedy (groups by their best)
+        shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
+        del shape["num_experts"]
+        return DeepseekV2Config(**shape, n_routed_experts=8, moe_intermediate_size=48, intermediate_size=80,
+                                n_shared_experts=2, routed_scaling_factor=16.0, first_k_dense_replace=1,
+                                topk_method="group_limited_greedy", n_group=4, topk_group=2, kv_lora_rank=16,
+                                q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+                                rope_theta=1e4, rms_norm_eps=1e-6, pad_token_id=None, bos_token_id=None,
+                                eos_token_id=None)
     if family == "deepseek_v2":  # V2-Lite's form: q_proj (no q latent), softmax greedy top-k, routed scaling
         shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
         del shape["num_experts"]
@@ -310,7 +319,7 @@ def main():
     results = []
     for family, dense_every, yarn in (("qwen3_moe", 1, 0), ("qwen3_moe", 2, 0), ("olmoe", 1, 0), ("qwen2_moe", 1, 0),
                                       ("qwen2_moe", 2, 0), ("deepseek_v3", 1, 0), ("deepseek_v3", 1, 1),
-                                      ("qwen3_moe", 1, 1), ("deepseek_v2", 1, 1)):
+                                      ("qwen3_moe", 1, 1), ("deepseek_v2", 1, 1), ("deepseek_v2_groups", 1, 0)):
         name = f"{family}" + (f" (decoder_sparse_step {dense_every})" if dense_every > 1 else "") + \
             (" with YaRN" if yarn else "")
         print(f"== {name}: transformers -> moe-train, gradients ==")
@@ -344,6 +353,12 @@ def main():
                 "--kv-lora-rank", "16", "--head-dim", "24", "--qk-rope-dim", "8", "--v-head-dim", "12",
                 "--norm-eps", "1e-6", "--yarn-factor", "40", "--yarn-original-positions", "4096", "--yarn-mscale",
                 "0.707", "--yarn-mscale-all-dim", "0.707"], results)
+    ours_to_hf("C deepseek_v2 (the full V2's form: group_limited_greedy)", args, data, val,
+               ["--family", "deepseek_v2", "--layers", "3", "--d-model", "64", "--heads", "4", "--kv-heads", "4",
+                "--d-ff", "48", "--experts", "8", "--top-k", "4", "--score", "softmax", "--renormalize", "0",
+                "--expert-groups", "4", "--topk-groups", "2", "--routed-scaling", "16", "--first-dense-layers", "1",
+                "--dense-d-ff", "80", "--shared-d-ff", "96", "--kv-lora-rank", "16", "--q-lora-rank", "24",
+                "--head-dim", "24", "--qk-rope-dim", "8", "--v-head-dim", "12"], results)
     ours_to_hf("C qwen3_moe with YaRN", args, data, val,
                ["--family", "qwen3_moe", "--head-dim", "24", "--renormalize", "1", "--rope-theta", "1e6",
                 "--yarn-factor", "4", "--yarn-original-positions", "64", *shape], results)

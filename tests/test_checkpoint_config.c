@@ -439,8 +439,8 @@ static json_t *deepseek_v2_config(void) {
                      "n_group", "topk_group", "norm_topk_prob", 1, "rms_norm_eps", 1e-6, "rope_theta", 1e4);
 }
 
-/* DeepSeek-V2: V3's keys, softmax scores and greedy top-k, gates never renormalised (transformers' V2 ignores
- * norm_topk_prob), RoPE's rows interleaved in every V2 file. */
+/* DeepSeek-V2: V3's keys, softmax scores and greedy top-k (or group_limited_greedy: groups by their best score), gates
+ * never renormalised (transformers' V2 ignores norm_topk_prob), RoPE's rows interleaved in every V2 file. */
 static void deepseek_v2(void) {
     moe_model_config c, back;
     char note[1024], *ckpt = write_config("deepseek-v2-hf", deepseek_v2_config());
@@ -467,18 +467,33 @@ static void deepseek_v2(void) {
         {"V3's top-k", "topk_method", "\"noaux_tc\"", "topk_method must be \"greedy\""},
     };
     expect_bad_keys(deepseek_v2_config, bad, sizeof bad / sizeof *bad);
-    json_t *j = deepseek_v2_config(); /* group_limited_greedy over one group is greedy; over 8, refused */
-    json_object_set_new(j, "topk_method", json_string("group_limited_greedy"));
-    ckpt = write_config("deepseek-v2-one-group", j);
+    /* n_group and topk_group count with group_limited_greedy only (DeepSeek-V2's full model: 8 groups, 3 kept) */
+    json_t *j = deepseek_v2_config();
+    json_object_set_new(j, "n_group", json_integer(4)), json_object_set_new(j, "topk_group", json_integer(2));
+    ckpt = write_config("deepseek-v2-greedy", j);
     CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(!moe_config_grouped(&c.moe), "greedy top-k read with groups");
     free(ckpt);
     j = deepseek_v2_config();
     json_object_set_new(j, "topk_method", json_string("group_limited_greedy"));
     json_object_set_new(j, "n_group", json_integer(4)), json_object_set_new(j, "topk_group", json_integer(2));
     ckpt = write_config("deepseek-v2-groups", j);
-    test_expect_refusal("group_limited_greedy over 4 groups", moe_checkpoint_read_config(ckpt, &c, NULL),
-                        "its group_limited_greedy over more than one group");
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.moe.num_groups == 4 && c.moe.topk_groups == 2 && c.moe.group_score == MOE_GROUP_SCORE_MAX,
+          "group_limited_greedy read as %d of %d groups scored %d", c.moe.topk_groups, c.moe.num_groups,
+          c.moe.group_score);
+    CHECK(!strcmp(label_of(&c, note, sizeof note), "DeepseekV2ForCausalLM"), "V2 with groups labelled %s: %s",
+          label_of(&c, note, sizeof note), note);
     free(ckpt);
+    ckpt = write_config("deepseek-v2-groups-ours", moe__checkpoint_config_json(&c));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    char *text = file_text(ckpt);
+    CHECK(fields_equal(&c, &back, "DeepSeek-V2 with groups") && strstr(text, "\"group_limited_greedy\""),
+          "DeepSeek-V2 with groups: round trip\n%s", text);
+    free(text), free(ckpt);
+    c.moe.group_score = MOE_GROUP_SCORE_TOP2; /* V3's scoring in a V2: our variant */
+    CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "two best"),
+          "a DeepSeek-V2 with groups by their two best: %s", note);
 }
 
 /* YaRN: DeepSeek-V3's released config.json's rope_scaling and transformers 5's rope_parameters read, their RoPE and

@@ -1,6 +1,7 @@
 /* test_router_group.c — group-limited routing (router/group.h, DeepSeek-V3's n_group / topk_group), exactly: a token's
  * groups scored by the sum of their two best selection scores, the best topk_groups kept (ties to the lower group),
- * -inf elsewhere, so that top-k chooses among them; in place as out of place; and the configurations moe_config_problem
+ * -inf elsewhere, so that top-k chooses among them; in place as out of place; groups scored by their best alone
+ * (DeepSeek-V2's group_limited_greedy) keeping other groups than the sums would; and the configurations moe_config_problem
  * refuses, each by its field. Run: meson test -C build test_router_group */
 #include <math.h>
 #include <string.h>
@@ -15,7 +16,7 @@ static void by_hand(void) {
      * decide: its sum does */
     const moe_real s[8] = {0.1f, 0.2f, 0.9f, 0.0f, 0.5f, 0.45f, 0.3f, 0.3f};
     moe_real masked[8];
-    moe_router_group_mask_cpu(s, 1, 8, 4, 2, masked);
+    moe_router_group_mask_cpu(s, 1, 8, 4, 2, MOE_GROUP_SCORE_TOP2, masked);
     for (int e = 0; e < 8; e++) {
         const int kept = e / 2 == 1 || e / 2 == 2;
         CHECK(kept ? masked[e] == s[e] : isinf(masked[e]) && masked[e] < 0, "expert %d: %g", e, (double)masked[e]);
@@ -25,10 +26,21 @@ static void by_hand(void) {
     CHECK(expert[0] == 2 && expert[1] == 4, "top-2 among the kept groups: %d, %d (want 2, 4)", expert[0], expert[1]);
     /* a tie between groups' sums: the lower group; in place */
     moe_real tie[6] = {0.5f, 0.1f, 0.3f, 0.3f, 0.6f, 0.0f}; /* sums 0.6, 0.6, 0.6: group 0 */
-    moe_router_group_mask_cpu(tie, 1, 6, 3, 1, tie);
+    moe_router_group_mask_cpu(tie, 1, 6, 3, 1, MOE_GROUP_SCORE_TOP2, tie);
     CHECK(tie[0] == 0.5f && tie[1] == 0.1f && isinf(tie[2]) && isinf(tie[3]) && isinf(tie[4]) && isinf(tie[5]),
           "a tie of group sums goes to the lower group (in place)");
-    printf("by hand: groups 1 and 2 of 4 kept, top-2 = experts 2, 4; a tie to group 0\n");
+    /* DeepSeek-V2's group_limited_greedy: a group's best alone; the same scores keep groups 1 (0.9) and 2 (0.5) -- and
+     * with group 2's pair (0.5, 0.45) against group 3's (0.3, 0.55) the max picks group 3 where the sum would not */
+    const moe_real v2[8] = {0.1f, 0.2f, 0.9f, 0.0f, 0.5f, 0.45f, 0.3f, 0.55f};
+    moe_router_group_mask_cpu(v2, 1, 8, 4, 2, MOE_GROUP_SCORE_MAX, masked);
+    for (int e = 0; e < 8; e++) {
+        const int kept = e / 2 == 1 || e / 2 == 3;
+        CHECK(kept ? masked[e] == v2[e] : isinf(masked[e]) && masked[e] < 0, "max: expert %d: %g", e,
+              (double)masked[e]);
+    }
+    moe_router_group_mask_cpu(v2, 1, 8, 4, 2, MOE_GROUP_SCORE_TOP2, masked); /* sums 0.3, 0.9, 0.95, 0.85 */
+    CHECK(!isinf(masked[4]) && isinf(masked[6]), "top2: group 2 kept, group 3 not");
+    printf("by hand: groups 1 and 2 of 4 kept, top-2 = experts 2, 4; a tie to group 0; max keeps groups 1 and 3\n");
 }
 
 static void refusals(void) {

@@ -93,8 +93,11 @@ static const opt_spec kOptions[] = {
      {0}, NULL, RUN},
     {"--expert-groups", "group-limited routing (DeepSeek-V3's n_group): the experts in this many equal groups (0: "
      "none)", OPT_INT, OFF(model.moe.num_groups), 0, 64, {0}, NULL, RUN},
-    {"--topk-groups", "with --expert-groups: the groups a token picks its experts from (topk_group), the best by the "
-     "sum of each group's two best scores", OPT_INT, OFF(model.moe.topk_groups), 0, 64, {0}, NULL, RUN},
+    {"--topk-groups", "with --expert-groups: the groups a token picks its experts from (topk_group), the best by "
+     "--group-score", OPT_INT, OFF(model.moe.topk_groups), 0, 64, {0}, NULL, RUN},
+    {"--group-score", "with --expert-groups: a group's score, the sum of its two best scores (top2: DeepSeek-V3's) or "
+     "its best (max: DeepSeek-V2's group_limited_greedy; the default with --family deepseek_v2)", OPT_CHOICE,
+     OFF(model.moe.group_score), 0, 0, {"top2", "max"}, NULL, RUN},
     {"--routed-scaling", "the gates times this after renormalisation (DeepSeek's routed_scaling_factor; 0: 1)",
      OPT_FLOAT, OFF(model.moe.routed_scaling), 0, 1e3, {0}, NULL, RUN},
     {"--moe-every", "every n-th FFN is an MoE layer, the others dense", OPT_INT, OFF(model.moe_every), 1, 256, {0}, NULL, RUN},
@@ -460,6 +463,8 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (m->num_kv_heads < 0) m->num_kv_heads = m->num_heads; /* plain multi-head attention unless asked */
     /* DeepSeek's latent norms keep transformers' 1e-6 whatever the config says: its models use it throughout */
     if (moe_model_deepseek(m) && o->source[find("--norm-eps") - kOptions] == MOE_OPTION_DEFAULT) m->norm_eps = 1e-6f;
+    if (m->family == MOE_MODEL_FAMILY_DEEPSEEK_V2 && o->source[find("--group-score") - kOptions] == MOE_OPTION_DEFAULT)
+        m->moe.group_score = MOE_GROUP_SCORE_MAX; /* its group_limited_greedy */
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100; /* min(100, steps / 10) */
     if (o->gpu_transport >= 0 && o->device != MOE_TRAIN_DEVICE_CUDA)
         return moe_train_complain(err, "moe-train: --gpu-transport needs --device cuda\n"), -1;
