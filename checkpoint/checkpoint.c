@@ -305,9 +305,8 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
     for (int k = 0; k < set->num_files && !extra_ok; k++)
         for (int i = 0; i < set->files[k].num_tensors; i++) {
             const char *have = set->files[k].tensors[i].name;
-            char weight[MOE_SAFETENSORS_MAX_NAME];
-            if (to->fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) have = weight; /* known with
-                                                                                                    its weight */
+            char weight[MOE_SAFETENSORS_MAX_NAME]; /* a block scale is known with its weight */
+            if (to->fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) have = weight;
             int known = moe__checkpoint_is_hf_bias(to->run->config, have) || skipped_layer(to, have);
             for (int j = 0; j < tab->count && !known; j++) {
                 snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);

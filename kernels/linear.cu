@@ -50,7 +50,7 @@ moe_status fill_pads(moe_gpu *gpu, const moe__lin_gemm &g, float *const *arrays)
 } // namespace
 
 /* A W's bf16 copy and the weights version it was cast at. */
-struct kept_weight {
+struct moe__linear_kept_weight {
     const float *W;
     int out, in;
     unsigned long long version;
@@ -58,7 +58,7 @@ struct kept_weight {
 };
 
 struct moe_linear_kept {
-    std::vector<kept_weight> weights;
+    std::vector<moe__linear_kept_weight> weights;
     unsigned long long version; /* 0: keep none */
 };
 
@@ -68,13 +68,18 @@ namespace {
  * again when the version changed since its last cast */
 moe_status kept_weight_of(moe_gpu *gpu, moe_linear_kept *kept, const moe_gemm_lt *g, const float *W, int out, int in,
                           const moe_bf16 **b16) {
-    kept_weight *w = NULL;
-    for (kept_weight &k : kept->weights)
+    moe__linear_kept_weight *w = NULL;
+    for (moe__linear_kept_weight &k : kept->weights)
         if (k.W == W && k.out == out && k.in == in) w = &k;
     if (!w) {
         void *copy = NULL;
         MOE_TRY(moe_gpu_alloc(gpu, moe_gemm_lt_b_count(g) * sizeof(moe_bf16), &copy));
-        kept->weights.push_back(kept_weight{W, out, in, 0, (moe_bf16 *)copy});
+        try {
+            kept->weights.push_back(moe__linear_kept_weight{W, out, in, 0, (moe_bf16 *)copy});
+        } catch (...) { /* no exception leaves for C */
+            moe_gpu_free(gpu, copy);
+            return MOE_ERR_OUT_OF_MEMORY;
+        }
         w = &kept->weights.back();
     }
     if (w->version != kept->version) {
@@ -214,7 +219,7 @@ extern "C" void moe_linear_plan_free(moe_gpu *gpu, moe_linear_plan *plan) {
     if (plan->rounded) moe_gpu_free(gpu, plan->rounded->data);
     free(plan->rounded);
     if (plan->kept)
-        for (kept_weight &k : plan->kept->weights) moe_gpu_free(gpu, k.bf16);
+        for (moe__linear_kept_weight &k : plan->kept->weights) moe_gpu_free(gpu, k.bf16);
     delete plan->kept;
     *plan = moe_linear_plan{};
 }
