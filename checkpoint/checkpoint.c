@@ -208,18 +208,15 @@ typedef struct {
     const moe_checkpoint_run *run;
     const char *what;
     int moment;
-    int rope_interleaved; /* the file's RoPE rows in DeepSeek's interleaved order (moe__checkpoint_rope_interleaved) */
-    moe_fp8_blocks fp8;   /* the block scales of F8_E4M3 tensors (checkpoint/fp8.h; 0, 0: none) */
-    int extra_layers;     /* tensors of layers [L, L + this) are skipped: DeepSeek-V3's multi-token prediction
-                             modules (num_nextn_predict_layers), which transformers does not compute either */
+    moe__checkpoint_file_layout file; /* the weights' files: RoPE's rows, layers skipped, FP8 blocks (0s: ours) */
 } tensor_sink;
 
 /* Whether name is a tensor of a layer the sink skips (model.layers.I. with L <= I < L + extra_layers). */
 static int skipped_layer(const tensor_sink *to, const char *name) {
     int layer, at = 0;
-    const int L = to->run->config->num_layers;
-    return to->extra_layers > 0 && sscanf(name, "model.layers.%d.%n", &layer, &at) == 1 && at > 0 && layer >= L &&
-           layer < L + to->extra_layers;
+    const int L = to->run->config->num_layers, extra = to->file.extra_layers;
+    return extra > 0 && sscanf(name, "model.layers.%d.%n", &layer, &at) == 1 && at > 0 && layer >= L &&
+           layer < L + extra;
 }
 
 /* DeepSeek's checkpoints hold the RoPE part of q (each head's last qk_rope_dim rows of q_proj / q_b_proj) and of k
@@ -291,13 +288,13 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
         const int fp8 = stored && moe_safetensors_dtype_parse(stored->dtype) == MOE_SAFETENSORS_F8_E4M3;
         if (t->local_offset < 0) {
             MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
-            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->fp8, t->ndim, t->shape, NULL),
+            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->file.fp8, t->ndim, t->shape, NULL),
                                               "%s", dir));
         } else {
             MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
-            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->fp8, t->ndim, t->shape, buf),
+            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->file.fp8, t->ndim, t->shape, buf),
                                               "%s", dir));
-            if (to->rope_interleaved) MOE_TRY(moe__checkpoint_reorder_rope_rows(to->run->config, t, buf, 0));
+            if (to->file.rope_interleaved) MOE_TRY(moe__checkpoint_reorder_rope_rows(to->run->config, t, buf, 0));
             MOE_TRY(put_tensor(to, t, buf));
         }
         if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
@@ -306,7 +303,7 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
         for (int i = 0; i < set->files[k].num_tensors; i++) {
             const char *have = set->files[k].tensors[i].name;
             char weight[MOE_SAFETENSORS_MAX_NAME]; /* a block scale is known with its weight */
-            if (to->fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) have = weight;
+            if (to->file.fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) have = weight;
             int known = moe__checkpoint_is_hf_bias(to->run->config, have) || skipped_layer(to, have);
             for (int j = 0; j < tab->count && !known; j++) {
                 snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
@@ -344,10 +341,9 @@ static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_ta
     moe_safetensors_set set;
     if (st == MOE_OK) st = buf ? moe_safetensors_set_open(dir, "model", &set) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
-        tensor_sink to = {run, "the loaded weights", -1, moe__checkpoint_rope_interleaved(dir), {0, 0},
-                          moe__checkpoint_mtp_layers(dir)};
+        tensor_sink to = {.run = run, .what = "the loaded weights", .moment = -1};
         st = check_covered(dir, manifest, &set);
-        if (st == MOE_OK) st = moe__checkpoint_fp8_blocks(dir, &to.fp8);
+        if (st == MOE_OK) st = moe__checkpoint_file_layout_read(dir, &to.file);
         if (st == MOE_OK) st = read_tensors(&set, dir, tab, "", &to, buf, 0, lossy);
         moe_safetensors_set_close(&set);
     }

@@ -587,26 +587,21 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     return st;
 }
 
-int moe__checkpoint_rope_interleaved(const char *dir) {
+moe_status moe__checkpoint_file_layout_read(const char *dir, moe__checkpoint_file_layout *out) {
+    *out = (moe__checkpoint_file_layout){0};
     char *path = moe_path_join(dir, "config.json");
-    json_t *j = path ? json_load_file(path, 0, NULL) : NULL;
-    json_t *type = json_object_get(j, "model_type"), *interleave = json_object_get(j, "rope_interleave");
-    const char *t = json_string_value(type);
-    const int yes = t && ((!strcmp(t, "deepseek_v3") && !json_is_false(interleave)) || !strcmp(t, "deepseek_v2"));
+    if (!path) return MOE_ERR_OUT_OF_MEMORY;
+    json_t *j = json_load_file(path, 0, NULL); /* read and checked by moe_checkpoint_read_config before this */
+    const char *t = json_string_value(json_object_get(j, "model_type"));
+    json_t *n = json_object_get(j, "num_nextn_predict_layers");
+    const int v3 = t && !strcmp(t, "deepseek_v3");
+    out->rope_interleaved = (v3 && !json_is_false(json_object_get(j, "rope_interleave"))) ||
+                            (t && !strcmp(t, "deepseek_v2"));
+    if (v3 && json_is_integer(n) && json_integer_value(n) > 0 && json_integer_value(n) < 1024)
+        out->extra_layers = (int)json_integer_value(n);
+    const moe_status st = moe__checkpoint_fp8_blocks(path, j, &out->fp8);
     json_decref(j), free(path);
-    return yes;
-}
-
-int moe__checkpoint_mtp_layers(const char *dir) {
-    char *path = moe_path_join(dir, "config.json");
-    json_t *j = path ? json_load_file(path, 0, NULL) : NULL;
-    json_t *type = json_object_get(j, "model_type"), *n = json_object_get(j, "num_nextn_predict_layers");
-    const int deepseek = json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v3");
-    const int layers = deepseek && json_is_integer(n) && json_integer_value(n) > 0 && json_integer_value(n) < 1024
-                           ? (int)json_integer_value(n)
-                           : 0;
-    json_decref(j), free(path);
-    return layers;
+    return st;
 }
 
 /* Compares the architecture in DIR/config.json with the model (with `policy`, the routing policy too); names the

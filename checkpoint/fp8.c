@@ -7,15 +7,12 @@
 #include <string.h>
 
 #include "core/fail.h"
-#include "models/fileio.h"
 
 static const char kScaleSuffix[] = "_scale_inv";
 
-moe_status moe__checkpoint_fp8_blocks(const char *dir, moe_fp8_blocks *out) {
+moe_status moe__checkpoint_fp8_blocks(const char *path, const json_t *config, moe_fp8_blocks *out) {
     *out = (moe_fp8_blocks){0, 0};
-    char *path = moe_path_join(dir, "config.json");
-    if (!path) return MOE_ERR_OUT_OF_MEMORY;
-    json_t *j = json_load_file(path, 0, NULL), *q = json_object_get(j, "quantization_config");
+    json_t *q = json_object_get(config, "quantization_config");
     moe_status st = MOE_OK;
     if (q && !json_is_null(q)) {
         const char *method = json_string_value(json_object_get(q, "quant_method"));
@@ -34,7 +31,6 @@ moe_status moe__checkpoint_fp8_blocks(const char *dir, moe_fp8_blocks *out) {
         else
             *out = (moe_fp8_blocks){(int)json_integer_value(b0), (int)json_integer_value(b1)};
     }
-    json_decref(j), free(path);
     return st;
 }
 

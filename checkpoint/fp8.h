@@ -7,6 +7,7 @@
 #ifndef MOE_CHECKPOINT_FP8_H
 #define MOE_CHECKPOINT_FP8_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "checkpoint/safetensors_shards.h"
@@ -15,9 +16,9 @@ typedef struct {
     int rows, cols; /* b0, b1; 0, 0: the directory's config.json has no quantization_config */
 } moe_fp8_blocks;
 
-/* DIR/config.json's quantization_config (absent or null: 0, 0); another method, format or block shape is refused
- * naming the key. */
-moe_status moe__checkpoint_fp8_blocks(const char *dir, moe_fp8_blocks *out);
+/* config.json's quantization_config (config: the parsed file at path, for messages; absent or null: 0, 0); another
+ * method, format or block shape is refused naming the key. */
+moe_status moe__checkpoint_fp8_blocks(const char *path, const json_t *config, moe_fp8_blocks *out);
 
 /* For F8_E4M3 tensor `name` of (ndim, shape), read as float into w (NULL: only checked): its scale tensor's shape
  * checked and (w) each block of w multiplied by its scale. Refused: no quantization_config, a tensor that is not 2-D,

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/fp8.h"
 #include "checkpoint/safetensors.h"
 
 /* ---- checkpoint/config.c ---- */
@@ -22,12 +23,16 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
 /* A saved step: digits only, 0 to INT_MAX; anything else is MOE_ERR_BAD_FILE naming path. */
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step);
 
-/* Whether DIR/config.json is a DeepSeek-V3's with RoPE's rows interleaved (rope_interleave true or absent: transformers'
- * default) or a DeepSeek-V2's (always interleaved); 0 for every other file. */
-int moe__checkpoint_rope_interleaved(const char *dir);
-/* DIR/config.json's num_nextn_predict_layers where it is a DeepSeek-V3's (its multi-token prediction modules, stored
- * as layers L, L + 1, ...: skipped on load, as transformers skips them), else 0. */
-int moe__checkpoint_mtp_layers(const char *dir);
+/* How DIR's weight files hold the model beyond its tensors' names and shapes, from its config.json (read once). */
+typedef struct {
+    int rope_interleaved; /* RoPE's rows in DeepSeek's interleaved order: a DeepSeek-V3's file with rope_interleave
+                             true or absent (transformers' default), or any DeepSeek-V2's (always interleaved) */
+    int extra_layers;     /* a DeepSeek-V3's num_nextn_predict_layers: its multi-token prediction modules, stored as
+                             layers L, L + 1, ..., skipped on load as transformers skips them */
+    moe_fp8_blocks fp8;   /* quantization_config's blocks of F8_E4M3 tensors (checkpoint/fp8.h; 0, 0: none) */
+} moe__checkpoint_file_layout;
+/* A quantization_config that cannot be read (another method, format or block shape) is refused naming the key. */
+moe_status moe__checkpoint_file_layout_read(const char *dir, moe__checkpoint_file_layout *out);
 
 /* ---- checkpoint.c: the tensors of a model, in file order ---- */
 /* A DeepSeek-V3's selection bias of MoE layer `layer` in its weights: "model.layers.L.mlp.gate.e_score_correction_bias"
@@ -49,7 +54,7 @@ typedef struct {
     size_t local_count;
 } moe__ckpt_tensor;
 
-/* DeepSeek's interleaved RoPE rows (moe__checkpoint_rope_interleaved) and rotate-half's, in place on the whole tensor
+/* DeepSeek's interleaved RoPE rows (moe__checkpoint_file_layout) and rotate-half's, in place on the whole tensor
  * t in buf: to_interleaved 0 reorders a file's rows for the model (on load), 1 the model's for a file (on save, a
  * DeepSeek-V2's). A tensor without RoPE rows is left as it is. */
 moe_status moe__checkpoint_reorder_rope_rows(const moe_model_config *c, const moe__ckpt_tensor *t, moe_real *buf,

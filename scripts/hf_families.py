@@ -111,23 +111,17 @@ def family_config(family, dense_every=1, yarn=False):
 
 
 def family_config_plain(family, dense_every):
-    if family == "deepseek_v2_groups":  # the full V2's form: a q latent, group_limited_greedy (groups by their best)
+    if family.startswith("deepseek_v2"):  # V2-Lite's form: q_proj, softmax greedy top-k, routed scaling; "_groups":
+        groups = family == "deepseek_v2_groups"  # the full V2's: a q latent, group_limited_greedy (by each group's best)
         shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
         del shape["num_experts"]
         return DeepseekV2Config(**shape, n_routed_experts=8, moe_intermediate_size=48, intermediate_size=80,
-                                n_shared_experts=2, routed_scaling_factor=16.0, first_k_dense_replace=1,
-                                topk_method="group_limited_greedy", n_group=4, topk_group=2, kv_lora_rank=16,
-                                q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
-                                rope_theta=1e4, rms_norm_eps=1e-6, pad_token_id=None, bos_token_id=None,
-                                eos_token_id=None)
-    if family == "deepseek_v2":  # V2-Lite's form: q_proj (no q latent), softmax greedy top-k, routed scaling
-        shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
-        del shape["num_experts"]
-        return DeepseekV2Config(**shape, n_routed_experts=8, moe_intermediate_size=48, intermediate_size=80,
-                                n_shared_experts=2, routed_scaling_factor=1.5, first_k_dense_replace=1,
-                                topk_method="greedy", kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
-                                qk_nope_head_dim=16, v_head_dim=12, rope_theta=1e4, rms_norm_eps=1e-6,
-                                pad_token_id=None, bos_token_id=None, eos_token_id=None)
+                                n_shared_experts=2, routed_scaling_factor=16.0 if groups else 1.5,
+                                first_k_dense_replace=1, topk_method="group_limited_greedy" if groups else "greedy",
+                                n_group=4 if groups else None, topk_group=2 if groups else None, kv_lora_rank=16,
+                                q_lora_rank=24 if groups else None, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                                v_head_dim=12, rope_theta=1e4, rms_norm_eps=1e-6, pad_token_id=None,
+                                bos_token_id=None, eos_token_id=None)
     if family == "deepseek_v3":  # MLA with a q latent, 2 shared experts, 4 groups of 2 choose 2, the first layer dense
         shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
         del shape["num_experts"]

@@ -43,6 +43,13 @@ static char *file_text(const char *ckpt) {
     return text;
 }
 
+/* moe__checkpoint_file_layout_read's rope_interleaved of a checkpoint directory */
+static int rope_interleaved(const char *ckpt) {
+    moe__checkpoint_file_layout layout;
+    CHECK_OK(moe__checkpoint_file_layout_read(ckpt, &layout));
+    return layout.rope_interleaved;
+}
+
 static moe_model_config small(void) {
     moe_model_config c = moe_model_config_default();
     c.rope_theta = 1e6f, c.norm_eps = 1e-5f, c.num_kv_heads = 2, c.max_positions = 4096;
@@ -399,14 +406,14 @@ static void deepseek(void) {
               c.moe.routed_scaling == 2.5f && c.moe.score_func == MOE_SCORE_SIGMOID && c.moe.renormalize == 1,
           "transformers' DeepSeek-V3 config: shared %d head_dim %d rope %d q_lora %d groups %d/%d", c.shared_d_ff,
           c.head_dim, c.qk_rope_dim, c.q_lora_rank, c.moe.topk_groups, c.moe.num_groups);
-    CHECK(moe__checkpoint_rope_interleaved(ckpt), "rope_interleave true not seen");
+    CHECK(rope_interleaved(ckpt), "rope_interleave true not seen");
     free(ckpt);
     CHECK(!strcmp(label_of(&c, note, sizeof note), "DeepseekV3ForCausalLM") && !*note, "labelled %s: %s",
           label_of(&c, note, sizeof note), note);
     c.moe.num_groups = c.moe.topk_groups = 0; /* ungrouped: written as one group, read back as none */
     ckpt = write_config("deepseek-ours", moe__checkpoint_config_json(&c));
     CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
-    CHECK(fields_equal(&c, &back, "deepseek_v3") && !moe__checkpoint_rope_interleaved(ckpt), "DeepSeek-V3 round trip");
+    CHECK(fields_equal(&c, &back, "deepseek_v3") && !rope_interleaved(ckpt), "DeepSeek-V3 round trip");
     char *text = file_text(ckpt);
     CHECK(strstr(text, "\"n_shared_experts\": 2") && strstr(text, "\"qk_nope_head_dim\": 16") &&
               strstr(text, "\"q_lora_rank\": null") && strstr(text, "\"n_group\": 1") &&
@@ -450,14 +457,14 @@ static void deepseek_v2(void) {
               !moe_config_grouped(&c.moe) && moe_config_gate_scale(&c.moe) == 1 && moe_model_deepseek(&c),
           "transformers' DeepSeek-V2 config: family %d shared %d score %d renormalize %d", c.family, c.shared_d_ff,
           c.moe.score_func, c.moe.renormalize);
-    CHECK(moe__checkpoint_rope_interleaved(ckpt), "a DeepSeek-V2's RoPE rows are interleaved");
+    CHECK(rope_interleaved(ckpt), "a DeepSeek-V2's RoPE rows are interleaved");
     free(ckpt);
     CHECK(!strcmp(label_of(&c, note, sizeof note), "DeepseekV2ForCausalLM") && !*note, "labelled %s: %s",
           label_of(&c, note, sizeof note), note);
     c.moe.routed_scaling = 1.5f;
     ckpt = write_config("deepseek-v2-ours", moe__checkpoint_config_json(&c));
     CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
-    CHECK(fields_equal(&c, &back, "deepseek_v2") && moe__checkpoint_rope_interleaved(ckpt), "DeepSeek-V2 round trip");
+    CHECK(fields_equal(&c, &back, "deepseek_v2") && rope_interleaved(ckpt), "DeepSeek-V2 round trip");
     free(ckpt);
     c.moe.renormalize = 1;
     CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "never does"),
