@@ -202,7 +202,7 @@ if [ $rehearse = 1 ]; then
     read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
 import json, sys
 run = {"moe-train", "moe_train_cuda", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu",
-       "bench_attention_gpu", "bench_gemm_lt"}
+       "bench_attention_gpu", "bench_gemm_lt", "with_gpu"}
 print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in run or t["name"].startswith("test_gpu_"))))')"
     suite_flags=(--no-rebuild)
 fi
