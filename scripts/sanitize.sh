@@ -7,7 +7,7 @@
 # and the sanitizers do not mix, and the CUDA code cannot run without a GPU (no gpu suite). The ref suite is
 # left out: its time goes to PyTorch and transformers, and its C code is the layer the unit suite runs.
 # About 3.5 minutes on 2 cores alone (the first build more); docs/SANITIZERS.md has the options.
-# Environment: MOE_SANITIZE_BUILD_DIR (default build-sanitize), MOE_TEST_PROCESSES (tests at a time, default 4).
+# Environment: MOE_SANITIZE_BUILD_DIR (default build-sanitize), MOE_TEST_PROCESSES (tests at a time, default 3).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
@@ -94,7 +94,7 @@ suites=(--suite unit --suite mpi --no-suite eight)
 [ $# -gt 0 ] && suites=()
 cd "$build"
 status=0
-"${no_debug_info[@]}" meson test --print-errorlogs --num-processes "${MOE_TEST_PROCESSES:-4}" "${suites[@]}" "$@" |
+"${no_debug_info[@]}" meson test --print-errorlogs --num-processes "${MOE_TEST_PROCESSES:-3}" "${suites[@]}" "$@" |
     tee meson-logs/test-summary.txt || status=$?
 # the faults tests whose jobs end by their own error paths (a full disk, a failed save, a held lock, a stop by signal):
 # the clean-up on the way out is checked for leaks too (not the kill -9 ones: a killed process checks nothing)

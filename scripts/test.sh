@@ -8,7 +8,8 @@
 #   main      build/: the suites unit (CPU tests), ref (against PyTorch and transformers), mpi (1 to 8 ranks),
 #             faults (jobs hurt on purpose, docs/RELIABILITY.md), isa (the determinism tests as CPUs without AVX-512
 #             run them: tests/meson.build), gpu (skips without a GPU), bundle (the bare GPU machine's path),
-#             MOE_TEST_PROCESSES tests at a time (default 4)
+#             MOE_TEST_PROCESSES tests at a time (default 3: with 4, ranks of more jobs yield to each other;
+#             docs/BENCHMARKS.md, "On an AVX2-only CPU")
 #   tcp       the transport suite once more over Open MPI's TCP transport, the one between nodes (tests/meson.build
 #             says which tests and why), at nice 5: short, and off the critical path
 #   fuzz      scripts/fuzz.sh: its own build, each parser's corpus, then MOE_FUZZ_SECONDS (default 20) of fuzzing per
@@ -19,8 +20,9 @@
 # At once, because the tests mostly wait (mpirun starting and ending ranks, processes exiting, watchdogs timing
 # out, files): run one after another on 2 cores, the main suites alone left 72% of the CPU idle for 12 minutes.
 # The longest lanes are main (test_gpu_check_bundle builds the whole project again) and sanitize (its build, then
-# its tests); together 11.0 minutes from a fresh clone on 2 cores, builds included (README, "Tests"; each lane's
-# last line gives its CPU seconds, docs/BENCHMARKS.md "The test command under 12 minutes").
+# its tests); together 10.6-11.8 minutes from a fresh clone on a 2-core Zen 4 VM, 14.2 on a slower Zen 3 one, builds
+# included (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md, "The test command under
+# 12 minutes" and "On an AVX2-only CPU").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
@@ -41,7 +43,7 @@ if ! /usr/bin/python3 -c 'import transformers' 2>/dev/null; then
         || echo "test.sh: could not install transformers; test_hf_interop will skip" >&2
 fi
 cd "$moe_build"
-processes="${MOE_TEST_PROCESSES:-4}"
+processes="${MOE_TEST_PROCESSES:-3}"
 count() { # FIELD FILE: meson's counts of that result, added over the summaries in FILE
     sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" "$2" | awk '{ n += $1 } END { print n + 0 }'
 }

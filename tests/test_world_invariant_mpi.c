@@ -252,7 +252,9 @@ int main(int argc, char **argv) {
     if (steps_given) steps = atoi(argv[2]);
     else if (steps_env) steps = atoi(steps_env);
     if ((argc != 1 && !steps_given) || steps < 1 || steps > MAX_STEPS) {
-        if (rank == 0) fprintf(stderr, "usage: test_world_invariant_mpi [--steps 1..%d] (or TEST_WORLD_INVARIANT_STEPS)\n", MAX_STEPS);
+        if (rank == 0)
+            fprintf(stderr, "usage: test_world_invariant_mpi [--steps 1..%d] (or TEST_WORLD_INVARIANT_STEPS)\n",
+                    MAX_STEPS);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     test_corpus corpus;
