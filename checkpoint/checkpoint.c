@@ -286,17 +286,14 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
         if (!f) f = &set->files[0]; /* its read names the missing tensor and the file */
         const moe_safetensors_tensor *stored = moe_safetensors_find(f, name);
         const int fp8 = stored && moe_safetensors_dtype_parse(stored->dtype) == MOE_SAFETENSORS_F8_E4M3;
-        if (t->local_offset < 0) {
-            MOE_TRY(moe_safetensors_check(f, name, t->ndim, t->shape));
-            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->file.fp8, t->ndim, t->shape, NULL),
-                                              "%s", dir));
-        } else {
-            MOE_TRY(moe_safetensors_read(f, name, t->ndim, t->shape, buf));
-            if (fp8) MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->file.fp8, t->ndim, t->shape, buf),
-                                              "%s", dir));
-            if (to->file.rope_interleaved) MOE_TRY(moe__checkpoint_reorder_rope_rows(to->run->config, t, buf, 0));
-            MOE_TRY(put_tensor(to, t, buf));
-        }
+        moe_real *w = t->local_offset < 0 ? NULL : buf; /* NULL: not this rank's, only checked */
+        MOE_TRY(w ? moe_safetensors_read(f, name, t->ndim, t->shape, w)
+                  : moe_safetensors_check(f, name, t->ndim, t->shape));
+        if (fp8)
+            MOE_TRY(moe_fail_context(moe__checkpoint_fp8_scale(set, name, &to->file.fp8, t->ndim, t->shape, w), "%s",
+                                     dir));
+        if (w && to->file.rope_interleaved) MOE_TRY(moe__checkpoint_reorder_rope_rows(to->run->config, t, w, 0));
+        if (w) MOE_TRY(put_tensor(to, t, w));
         if (lossy) *lossy |= strcmp(moe_safetensors_find(f, name)->dtype, "F32") != 0;
     }
     for (int k = 0; k < set->num_files && !extra_ok; k++)

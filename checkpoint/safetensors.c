@@ -348,8 +348,7 @@ moe_status moe_safetensors_check(const moe_safetensors_file *f, const char *name
     const int dtype = moe_safetensors_dtype_parse(t->dtype);
     if (dtype < 0)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s has dtype %s; supported are F32, BF16, F16 and F8_E4M3",
-                        f->path, name,
-                        t->dtype);
+                        f->path, name, t->dtype);
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {

@@ -1,9 +1,8 @@
 /* rope.cu — rotary position embedding in place on the GPU (formulas: rope.h; the CPU twin: rope_cpu.c).
  * rope_table computes, once per (position p, frequency i), angle = p f_i (moe_rope_frequency) and its cos and sin
- * in double, times the amplitude, cast to float, exactly as the CPU does; rope_rotate then rotates every
- * (token, head, i) pair with
- * them. The rotation uses __fmul_rn / __fsub_rn / __fadd_rn (never contracted into an FMA, like the CPU
- * build), so the outputs differ from the CPU's only where CUDA's double pow/cos/sin (<= 2 ulp in double)
+ * in double, times the amplitude, cast to float, exactly as the CPU does; rope_rotate then rotates every (token,
+ * head, i) pair with them. The rotation uses __fmul_rn / __fsub_rn / __fadd_rn (never contracted into an FMA, like
+ * the CPU build), so the outputs differ from the CPU's only where CUDA's double pow/cos/sin (<= 2 ulp in double)
  * round to another float than glibc's.
  * Checked by tests/test_gpu_dense_ops_b.cu (build: ninja -C build; run: meson test -C build --suite gpu). */
 #include "core/gpu_cuda.h"

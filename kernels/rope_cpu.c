@@ -1,9 +1,9 @@
 /* rope_cpu.c — rotary position embedding, rotate-half convention (formulas: rope.h). Angles p * f_i and
  * their cos/sin are computed in double, then cast, so the float build loses nothing at large positions.
  * The backward rotates by -p f_i: it is the transpose (and, with amplitude 1, the inverse) of the forward. The cos/sin
- * of every (position,
- * frequency) come from a table a caller keeps (moe_rope_table_cpu: the dense ops keep one per shape, so a step does
- * not recompute them for every layer and pass) or are computed per call; the same bits either way.
+ * of every (position, frequency) come from a table a caller keeps (moe_rope_table_cpu: the dense ops keep one per
+ * shape, so a step does not recompute them for every layer and pass) or are computed per call; the same bits either
+ * way.
  * Tested in tests/test_model_kernels.c: <rope(x), y> = <x, rope_backward(y)>, position 0 is the identity,
  * and a hand-computed rotation. */
 #include "kernels/rope.h"

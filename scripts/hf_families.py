@@ -112,7 +112,8 @@ def family_config(family, dense_every=1, yarn=False):
 
 def family_config_plain(family, dense_every):
     if family.startswith("deepseek_v2"):  # V2-Lite's form: q_proj, softmax greedy top-k, routed scaling; "_groups":
-        groups = family == "deepseek_v2_groups"  # the full V2's: a q latent, group_limited_greedy (by each group's best)
+        # the full V2's: a q latent, group_limited_greedy (by each group's best)
+        groups = family == "deepseek_v2_groups"
         shape = {**SHAPE, "num_key_value_heads": SHAPE["num_attention_heads"]}
         del shape["num_experts"]
         return DeepseekV2Config(**shape, n_routed_experts=8, moe_intermediate_size=48, intermediate_size=80,

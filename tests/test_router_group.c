@@ -1,8 +1,8 @@
 /* test_router_group.c — group-limited routing (router/group.h, DeepSeek-V3's n_group / topk_group), exactly: a token's
  * groups scored by the sum of their two best selection scores, the best topk_groups kept (ties to the lower group),
  * -inf elsewhere, so that top-k chooses among them; in place as out of place; groups scored by their best alone
- * (DeepSeek-V2's group_limited_greedy) keeping other groups than the sums would; and the configurations moe_config_problem
- * refuses, each by its field. Run: meson test -C build test_router_group */
+ * (DeepSeek-V2's group_limited_greedy) keeping other groups than the sums would; and the configurations
+ * moe_config_problem refuses, each by its field. Run: meson test -C build test_router_group */
 #include <math.h>
 #include <string.h>
 
