@@ -11,6 +11,11 @@ shift 2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
+# Open MPI's mpirun, once a rank has exited non-zero, sends the others SIGCONT, SIGTERM and SIGKILL
+# odls_base_sigkill_timeout seconds apart (1 by default), sleeping out both gaps whenever a rank's exit is not yet
+# reaped, as when every rank refuses at once: 1-2 s per refusal of the hundreds in the suites. What is checked here is
+# moe-train's own exit, so mpirun escalates at once (moe-train's stdout is line-buffered: nothing printed is lost).
+export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}"
 setsid timeout -k 5 "$limit" "$@" > "$log" 2>&1 &
 session=$!
 wait $session
@@ -32,9 +37,10 @@ for r in $ranks; do
     p=$(printf '%s' "$pattern" | sed "s/%r/$r/g")
     printf '%s\n' "$output" | grep -Eq -e "$p" || fail "no line matches /$p/"
 done
-# nothing of the command's session may survive it (ranks killed by mpirun take a moment to disappear)
+# nothing of the command's session may survive it (ranks killed by mpirun take a moment to disappear); a zombie has
+# ended (its parent gone, it waits for init to reap it, which takes this machine's init up to 2 s) and does not count
 for attempt in $(seq 20); do
-    left=$(pgrep -s "$session" || true)
+    left=$(ps -o pid=,stat= -s "$session" | awk '$2 !~ /^Z/ { print $1 }')
     [ -z "$left" ] && break
     sleep 0.5
 done

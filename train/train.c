@@ -83,7 +83,6 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
            step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, 100 * r->drop_fraction);
     if (val >= 0) printf(" | val %.4f", val);
     printf("\n");
-    fflush(stdout);
     if (!metrics) return 0;
     fprintf(metrics,
             "{\"step\":%d,\"loss\":%.17g,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
@@ -489,6 +488,9 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
 }
 
 int main(int argc, char **argv) {
+    /* a line at a time: under mpirun stdout is a pipe (else buffered until exit), and a rank that mpirun kills after
+     * another rank's failure must not take its last lines with it */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     moe_run_record_start();
     start_startup_watchdog(argc, argv);
     /* funneled: threads beside the main one (the start-up watchdog, the data reader of train/batch_reader.h, OpenMP's)

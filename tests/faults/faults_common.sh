@@ -82,11 +82,11 @@ fail_job() {
 }
 
 # leftovers: the processes of the job's session still alive after a few seconds' grace (ranks that mpirun
-# killed take a moment to go).
+# killed take a moment to go; zombies, ended and waiting for init to reap them, do not count).
 leftovers() {
     local i left
     for ((i = 0; i < 30; i++)); do
-        left=$(pgrep -s "$job" || true)
+        left=$(ps -o pid=,stat= -s "$job" | awk '$2 !~ /^Z/ { print $1 }')
         [ -z "$left" ] && return 0
         sleep 0.2
     done
