@@ -21,8 +21,9 @@
 # out, files): run one after another on 2 cores, the main suites alone left 72% of the CPU idle for 12 minutes.
 # The longest lanes are main (test_gpu_check_bundle builds the whole project again) and sanitize (its build, then
 # its tests); together 10.6-11.8 minutes from a fresh clone on a 2-core Zen 4 VM, 13.6-15.0 on a slower Zen 3 one
-# (bound there by its ~1,500 CPU-s), builds included (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md, "The test command under
-# 12 minutes" and "On an AVX2-only CPU").
+# (bound there by its ~1,500 CPU-s), builds included (README, "Tests"; each lane's last line gives its CPU seconds;
+# docs/BENCHMARKS.md, "The test command under 12 minutes", "On an AVX2-only CPU" and "The test command on the Zen 3
+# VM").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
