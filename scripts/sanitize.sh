@@ -2,6 +2,7 @@
 # sanitize.sh — the unit and mpi test suites, and the faults tests that end jobs by their error paths, under
 # AddressSanitizer + UndefinedBehaviorSanitizer (with LeakSanitizer), in their own build directory:
 #   bash scripts/sanitize.sh [extra meson test arguments, e.g. a test's name]
+#   bash scripts/sanitize.sh --build-only    configure and build, no test (scripts/test.sh builds while other lanes test)
 # Configures build-sanitize/ once (again only when the options below change), rebuilds what changed, runs
 # the tests. Needs the packages scripts/setup.sh installs (run it, or scripts/test.sh, first). CPU only: nvcc
 # and the sanitizers do not mix, and the CUDA code cannot run without a GPU (no gpu suite). The ref suite is
@@ -11,6 +12,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
+build_only=0
+[ "${1:-}" = "--build-only" ] && { build_only=1; shift; }
 
 for tool in gcc meson ninja pkg-config mpirun; do
     command -v "$tool" >/dev/null || { echo "sanitize: $tool not found: run scripts/setup.sh first" >&2; exit 1; }
@@ -36,6 +39,7 @@ meson compile -C "$build"
 # mpirun, nm, python), they must not bring the ASan runtime into those that have none
 gcc -shared -fPIC -O2 -o "$build/keep_modules_loaded.so" "$root/tests/keep_modules_loaded.c"
 gcc -shared -fPIC -O2 -fno-omit-frame-pointer -o "$build/asprintf_frames.so" "$root/tests/asprintf_frames.c"
+[ $build_only -eq 1 ] && exit 0
 
 # Every option and why (docs/SANITIZERS.md says the same at more length):
 #   ASan  halt_on_error=1        stop at the first memory error (the default, stated).

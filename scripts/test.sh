@@ -4,26 +4,25 @@
 #   bash scripts/test.sh --quick    the unit and ref suites of the main build only (35 s once built): the
 #                                   edit-compile-test loop
 #   bash scripts/test.sh ARGS...    `meson test ARGS` on the main build only (a suite, or a test's name)
-# Everything is four lanes run at once, each with its own log in build/meson-logs/lane-<name>.txt:
+# Everything is four lanes, each with its own log in build/meson-logs/lane-<name>.txt:
 #   main      build/: the suites unit (CPU tests), ref (against PyTorch and transformers), mpi (1 to 8 ranks),
 #             faults (jobs hurt on purpose, docs/RELIABILITY.md), isa (the determinism tests as CPUs without AVX-512
 #             run them: tests/meson.build), gpu (skips without a GPU), bundle (the bare GPU machine's path),
 #             MOE_TEST_PROCESSES tests at a time (default 3: with 4, ranks of more jobs yield to each other;
 #             docs/BENCHMARKS.md, "On an AVX2-only CPU")
-#   tcp       the transport suite once more over Open MPI's TCP transport, the one between nodes (tests/meson.build
-#             says which tests and why), at nice 5: short, and off the critical path
+#   sanitize  scripts/sanitize.sh: its own build (while the main lane tests), then, once the main lane is done, the
+#             unit and mpi suites and three faults tests under ASan and UBSan
+#   tcp       once the sanitize lane is done: the transport suite once more over Open MPI's TCP transport, the one
+#             between nodes (tests/meson.build says which tests and why)
 #   fuzz      scripts/fuzz.sh: its own build, each parser's corpus, then MOE_FUZZ_SECONDS (default 20) of fuzzing per
-#             target, two targets at a time, at the lowest priority (nice 19): its seconds are wall-clock, so it takes
-#             the CPU the other lanes leave while they wait (one at a time, the lane outlasted the others: 613 s of
-#             an 11m36s run, 2026-12-06)
-#   sanitize  scripts/sanitize.sh: its own build, the unit and mpi suites and three faults tests under ASan and UBSan
-# At once, because the tests mostly wait (mpirun starting and ending ranks, processes exiting, watchdogs timing
-# out, files): run one after another on 2 cores, the main suites alone left 72% of the CPU idle for 12 minutes.
-# The longest lanes are main (test_gpu_check_bundle builds the whole project again) and sanitize (its build, then
-# its tests); together 10.6-11.8 minutes from a fresh clone on a 2-core Zen 4 VM, 13.6-15.0 on a slower Zen 3 one
-# (bound there by its ~1,500 CPU-s), builds included (README, "Tests"; each lane's last line gives its CPU seconds;
-# docs/BENCHMARKS.md, "The test command under 12 minutes", "On an AVX2-only CPU" and "The test command on the Zen 3
-# VM").
+#             target, two targets at a time, at the lowest priority (nice 19), from the start: its seconds are
+#             wall-clock, so it takes the CPU the other lanes leave while they wait
+# The multi-rank tests of one lane at a time (below, at `lanes`: side by side, their waiting ranks took ~400 CPU-s from
+# each other), builds beside them. The longest lane is main (test_gpu_check_bundle builds the whole project again);
+# from a fresh clone, builds included, the whole took 10.6-11.8 minutes on a 2-core Zen 4 VM and 13.6-15.0 on a slower
+# Zen 3 one with the four lanes at once (2026-12-06/07); in turns, in place on the Zen 3 VM, 9.0 minutes instead of
+# 11.5 (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md, "The test command under 12
+# minutes", "On an AVX2-only CPU", "The test command on the Zen 3 VM" and "Lanes in turns").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
@@ -64,15 +63,31 @@ if [ $quick -eq 1 ] || [ $# -gt 0 ]; then
 fi
 
 # Each lane runs in the background with its output in its log; --no-rebuild: the lanes share build/, which
-# setup.sh has just built (two meson tests must not both run ninja there).
-lanes=(main tcp fuzz sanitize)
+# setup.sh has just built (two meson tests must not both run ninja there). The lanes that run multi-rank tests take
+# turns (main, then sanitize's tests, then tcp): side by side, the ranks of one job yield their cores to the other
+# jobs' waiting ranks at every poll, each such rank a fair share of the CPU (Open MPI's mpi_yield_when_idle; ~30% of
+# the samples in the mpi suites were sched_yield's paths, docs/BENCHMARKS.md), and 4 lanes at once took ~400 CPU-s
+# more than the same lanes one by one. Builds run beside them (the sanitized build while the main lane tests; a
+# compiler wastes nothing while ranks wait), and the fuzz lane at the lowest priority.
+lanes=(main sanitize tcp fuzz)
 lane_command() {
     case $1 in
     main) meson test --no-rebuild --print-errorlogs --num-processes "$processes" --suite unit --suite ref \
         --suite mpi --suite faults --suite isa --suite gpu --suite bundle ;;
-    tcp) nice -n 5 meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
+    tcp) meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
     fuzz) nice -n 19 bash "$moe_root/scripts/fuzz.sh" --num-processes 2 ;; # fills the others' waits, 2 targets at once
     sanitize) bash "$moe_root/scripts/sanitize.sh" ;;
+    esac
+}
+lane_build() { # what a lane does before its turn
+    case $1 in
+    sanitize) bash "$moe_root/scripts/sanitize.sh" --build-only ;;
+    esac
+}
+lane_after() { # the lane whose end a lane's tests wait for
+    case $1 in
+    sanitize) echo main ;;
+    tcp) echo sanitize ;;
     esac
 }
 times_cpu() { # FILE: CPU seconds (user + system) of the finished children in the output of bash's `times`
@@ -80,12 +95,24 @@ times_cpu() { # FILE: CPU seconds (user + system) of the finished children in th
 }
 declare -A pid=()
 start=$(date +%s)
+rm -f meson-logs/lane-*.done
 for lane in "${lanes[@]}"; do
     # `times` in the lane's own shell (a pipe or $(...) would be a subshell without children): its children's CPU,
-    # every descendant's included (meson waits for its tests, mpirun for its ranks)
-    ( SECONDS=0; status=0; lane_command "$lane" || status=$?
+    # every descendant's included (meson waits for its tests, mpirun for its ranks). lane-NAME.done marks its end,
+    # whatever the end (a failed lane must not leave the next one waiting).
+    ( SECONDS=0; status=0 waited=0
+      trap 'touch "meson-logs/lane-$lane.done"' EXIT
+      lane_build "$lane" || status=$?
+      after=$(lane_after "$lane")
+      if [ -n "$after" ]; then
+          t0=$SECONDS
+          while [ ! -e "meson-logs/lane-$after.done" ]; do sleep 1; done
+          waited=$((SECONDS - t0))
+      fi
+      [ $status -eq 0 ] && { lane_command "$lane" || status=$?; }
       times > "meson-logs/lane-$lane.times"
-      echo "lane $lane: exit status $status after ${SECONDS}s, $(times_cpu "meson-logs/lane-$lane.times") CPU-s"
+      echo "lane $lane: exit status $status after ${SECONDS}s${after:+ (${waited}s of them waiting for lane $after)}," \
+          "$(times_cpu "meson-logs/lane-$lane.times") CPU-s"
     ) > "meson-logs/lane-$lane.txt" 2>&1 &
     pid[$lane]=$!
 done

@@ -2,6 +2,7 @@
 #include "tests/test_mpi.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/fail.h"
 
@@ -23,6 +24,18 @@ void test_mpi_require(moe_status st, const char *what) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fprintf(stderr, "rank %d: %s failed: %s\n", rank, what, moe_failure_message(st));
     MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void test_mpi_wait_asleep(MPI_Comm comm) {
+    MPI_Request arrived;
+    if (MPI_Ibarrier(comm, &arrived) != MPI_SUCCESS) test_mpi_require(MOE_ERR_COMM, "MPI_Ibarrier");
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&arrived, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) test_mpi_require(MOE_ERR_COMM, "MPI_Test");
+        if (done) return;
+        const struct timespec look = {0, 1000000};
+        nanosleep(&look, NULL);
+    }
 }
 
 MPI_Comm test_mpi_dup_world(void) {

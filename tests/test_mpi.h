@@ -13,6 +13,12 @@ int test_mpi_finish(const char *name);
 /* MPI_Abort with the status string unless st == MOE_OK. */
 void test_mpi_require(moe_status st, const char *what);
 
+/* Returns once every rank of comm has called it, each waiting asleep (a look every millisecond) rather than in an
+ * MPI call: for the ranks that wait while one rank computes alone (a one-rank reference). Ranks inside a blocking
+ * MPI call poll, yielding the CPU at every look when they outnumber the cores (Open MPI's mpi_yield_when_idle), and
+ * each such yield-poller takes a fair share of the cores from the rank they wait for and from whatever else runs. */
+void test_mpi_wait_asleep(MPI_Comm comm);
+
 /* A dup of MPI_COMM_WORLD (for a communicator that takes ownership of its MPI_Comm); aborts on failure. */
 MPI_Comm test_mpi_dup_world(void);
 

@@ -155,6 +155,7 @@ static void reference(const char *train_path, const char *val_path, test_case c,
         train(self, o, c, 1, ref);
         moe_parallel_destroy(self);
     }
+    test_mpi_wait_asleep(MPI_COMM_WORLD); /* the others, while rank 0 trains */
     const size_t n_max = 1 << 20;
     size_t n = ref->dense + ref->experts;
     MPI_Bcast(&n, sizeof n, MPI_BYTE, 0, MPI_COMM_WORLD);
