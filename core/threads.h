@@ -34,6 +34,20 @@ void moe_threads_block_signals(const void *set);
 /* Internal. A loop over fewer elements than this stays on the calling thread (a parallel region costs
  * microseconds). */
 #define MOE__PAR_MIN_ELEMS 32768
+/* Internal. `MOE__PARALLEL_FOR(cond, for (...) body);`: the loop as an OpenMP `parallel for` with a static schedule
+ * when cond holds, else as a plain loop on the calling thread. Not `#pragma omp parallel for if (cond)`: libgomp
+ * enters a region whose `if` is false all the same (a team allocated and freed, a futex wake at its end: 0.41 us on a
+ * Zen 3 core, where the plain loop over a few elements takes 0.006), and the small tensors of a test model ran ~950k
+ * such regions in one 4-rank test_world_invariant_mpi (docs/BENCHMARKS.md, "Lanes in turns"). Each element is
+ * computed alike in both copies (-ffp-contract=off, meson.build), so the bits never depend on which one ran. */
+#define MOE__PARALLEL_FOR(cond, ...)                                   \
+    do {                                                               \
+        if (cond) {                                                    \
+            _Pragma("omp parallel for schedule(static)") __VA_ARGS__; \
+        } else {                                                       \
+            __VA_ARGS__;                                               \
+        }                                                              \
+    } while (0)
 /* Sums over many elements: this many chunks [c n / CHUNKS, (c + 1) n / CHUNKS), whatever the threads. */
 #define MOE__SUM_CHUNKS 64
 /* The gradient norm's sums of squares (moe/dense_ops.h's sum_squares): lane j of this many adds the squares of the

@@ -54,8 +54,8 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasTrans, n, d_ff, d, x_in, w->w1 + e * wcount, 0, H1));
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasTrans, n, d_ff, d, x_in, w->w3 + e * wcount, 0, H3));
         const size_t count = (size_t)n * d_ff;
-#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
-        for (size_t i = 0; i < count; i++) A[i] = input_value(H1[i] * sigmoid(H1[i]) * H3[i], round);
+        MOE__PARALLEL_FOR(count >= MOE__PAR_MIN_ELEMS,
+        for (size_t i = 0; i < count; i++) A[i] = input_value(H1[i] * sigmoid(H1[i]) * H3[i], round));
         if (!y) continue;
         const void *A_in;
         MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_ACT, A, count, &A_in));
@@ -65,8 +65,8 @@ moe_status moe_expert_ffn_forward_cpu(const moe_layer_weights *w, int num_expert
 }
 
 static void add_into(moe_real *y, const moe_real *a, const moe_real *b, size_t count) {
-#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < count; i++) y[i] = a[i] + b[i];
+    MOE__PARALLEL_FOR(count >= MOE__PAR_MIN_ELEMS,
+    for (size_t i = 0; i < count; i++) y[i] = a[i] + b[i]);
 }
 
 /* One weight gradient of one expert, dW[out, in] += the sum over its segments of dY_s^T X_s (staged inputs:
@@ -137,12 +137,12 @@ moe_status moe_expert_ffn_backward_cpu(const moe_layer_weights *w, moe_layer_wei
         MOE_TRY(moe_gemm_rows_staged_cpu(gemm, CblasNoTrans, n, d_ff, d, dY_in, w->w2 + e * wcount, 0, dH1));
         /* dH3 = dA * silu(H1);  dH1 = dA * H3 * silu'(H1),  silu'(h) = s (1 + h (1 - s)), s = sigmoid(h) */
         const size_t count = (size_t)n * d_ff;
-#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
+        MOE__PARALLEL_FOR(count >= MOE__PAR_MIN_ELEMS,
         for (size_t i = 0; i < count; i++) {
             moe_real s = sigmoid(H1[i]), dA = dH1[i];
             dH3[i] = input_value(dA * H1[i] * s, round);
             dH1[i] = input_value(dA * H3[i] * s * (1 + H1[i] * (1 - s)), round);
-        }
+        });
         /* dX = dH1 W1 + dH3 W3 */
         MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_DH1, dH1, count, &dH1_in));
         MOE_TRY(moe_gemm_rows_stage_rounded(gemm, STAGE_DH3, dH3, count, &dH3_in));

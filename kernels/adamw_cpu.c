@@ -27,11 +27,11 @@ void moe_adamw_update_cpu(moe_real *param, const moe_real *grad, moe_real *m, mo
     const moe_real step_size = (moe_real)(hp->lr / bc1), rsqrt_bc2 = (moe_real)(1 / sqrt(bc2));
     const moe_real decay = (moe_real)((double)hp->lr * hp->weight_decay);
     const double clip = moe_adamw_clip_factor(hp);
-#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR(count >= MOE__PAR_MIN_ELEMS,
     for (size_t i = 0; i < count; i++) {
         const moe_real g = clip ? (moe_real)(grad[i] * clip) : grad[i];
         const moe_real mi = b1 * m[i] + (1 - b1) * g, vi = b2 * v[i] + (1 - b2) * g * g;
         m[i] = mi, v[i] = vi;
         param[i] -= step_size * mi / (adamw__sqrt(vi) * rsqrt_bc2 + eps) + decay * param[i];
-    }
+    });
 }

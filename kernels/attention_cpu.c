@@ -37,7 +37,7 @@ void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_r
     const int S = a.S, hd = a.hd, ldq = a.H * hd, ldk = a.KV * hd;
     if (S == 0) return; /* cblas rejects a leading dimension of 0 */
     const int pairs = num_seqs * a.H, blas = moe__blas_serial_begin();
-#pragma omp parallel for schedule(static) if (pairs > 1)
+    MOE__PARALLEL_FOR(pairs > 1,
     for (int nh = 0; nh < pairs; nh++) {
         const int n = nh / a.H, h = nh % a.H;
         const moe_real *Q = q + q_off(&a, n, h), *K = k + kv_off(&a, n, h), *V = v + kv_off(&a, n, h);
@@ -55,7 +55,7 @@ void moe_attention_forward_cpu(const moe_real *q, const moe_real *k, const moe_r
         /* out = P V */
         moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, P, S, V, ldk, 0, out + q_off(&a, n, h),
                   ldq);
-    }
+    });
     moe__blas_serial_end(blas);
 }
 
@@ -73,7 +73,7 @@ void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_
     memset(dv, 0, kv_count * sizeof(moe_real));
     if (S == 0) return;
     const int pairs = num_seqs * a.KV, blas = moe__blas_serial_begin();
-#pragma omp parallel for schedule(static) if (pairs > 1)
+    MOE__PARALLEL_FOR(pairs > 1,
     for (int nk = 0; nk < pairs; nk++)
         for (int h = nk % a.KV * a.group; h < (nk % a.KV + 1) * a.group; h++) {
             const int n = nk / a.KV;
@@ -91,6 +91,6 @@ void moe_attention_backward_cpu(const moe_real *q, const moe_real *k, const moe_
             }
             moe__gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, 1, dS, S, k + ko, ldk, 0, dq + qo, ldq);
             moe__gemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1, dS, S, q + qo, ldq, 1, dk + ko, ldk);
-        }
+        });
     moe__blas_serial_end(blas);
 }

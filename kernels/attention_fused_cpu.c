@@ -133,12 +133,12 @@ void moe_attention_fused_forward_cpu(const moe_real *q, const moe_real *k, const
     if (a.S == 0) return;
     const int pairs = num_seqs * a.H, blas = moe__blas_serial_begin();
     const size_t per_thread = moe_attention_fused_scratch_count(a.hd);
-#pragma omp parallel for schedule(static) if (pairs > 1)
+    MOE__PARALLEL_FOR(pairs > 1,
     for (int nh = 0; nh < pairs; nh++) {
         const int n = nh / a.H, h = nh % a.H;
         forward_head(&a, q + q_at(&a, n, h), k + kv_at(&a, n, h), v + kv_at(&a, n, h), out + q_at(&a, n, h),
                      lse + (size_t)nh * a.S, scratch + (size_t)moe__thread_id() * per_thread);
-    }
+    });
     moe__blas_serial_end(blas);
 }
 
@@ -193,13 +193,13 @@ void moe_attention_fused_backward_cpu(const moe_real *q, const moe_real *k, cons
     memset(dv, 0, kv_count * sizeof(moe_real));
     if (a.S == 0) return;
     const int pairs = num_seqs * a.KV, blas = moe__blas_serial_begin();
-#pragma omp parallel for schedule(static) if (pairs > 1)
+    MOE__PARALLEL_FOR(pairs > 1,
     for (int nk = 0; nk < pairs; nk++)
         for (int h = nk % a.KV * a.group; h < (nk % a.KV + 1) * a.group; h++) {
             const int n = nk / a.KV;
             const size_t qo = q_at(&a, n, h), ko = kv_at(&a, n, h);
             backward_head(&a, q + qo, k + ko, v + ko, out + qo, lse + ((size_t)n * a.H + h) * a.S, dout + qo, dq + qo,
                           dk + ko, dv + ko, scratch + (size_t)moe__thread_id() * per_thread);
-        }
+        });
     moe__blas_serial_end(blas);
 }

@@ -24,17 +24,17 @@ moe_bf16 moe_bf16_from_float(float x) {
 }
 
 void moe_bf16_from_float_n(const float *x, size_t n, moe_bf16 *out) {
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, sizeof u);
         out[i] = (moe_bf16)moe_bf16_bits(u);
-    }
+    });
 }
 
 void moe_bf16_round_n(const float *x, size_t n, float *out) {
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = moe_bf16_round_inline(x[i]);
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
+    for (size_t i = 0; i < n; i++) out[i] = moe_bf16_round_inline(x[i]));
 }
 
 float moe_bf16_to_float(moe_bf16 x) {

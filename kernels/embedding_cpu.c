@@ -9,7 +9,7 @@
 
 void moe_embedding_forward_range_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, int first,
                                      int rows, moe_real *y) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const long row = (long)tokens[t] - first;
         if (row >= 0 && row < rows) {
@@ -17,7 +17,7 @@ void moe_embedding_forward_range_cpu(const moe_real *table, const int *tokens, i
         } else {
             for (int i = 0; i < d; i++) y[(size_t)t * d + i] = -0.0f;
         }
-    }
+    });
 }
 
 void moe_embedding_forward_cpu(const moe_real *table, const int *tokens, int num_tokens, int d, moe_real *y) {

@@ -15,7 +15,7 @@ enum { SCAN_BLOCK = 512 };
 
 long long moe_find_nonfinite_cpu(const moe_real *a, size_t count) {
     long long first[MOE__SUM_CHUNKS];
-#pragma omp parallel for schedule(static) if (count >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR(count >= MOE__PAR_MIN_ELEMS,
     for (int c = 0; c < MOE__SUM_CHUNKS; c++) {
         first[c] = -1;
         const size_t hi = count * (c + 1) / MOE__SUM_CHUNKS;
@@ -29,7 +29,7 @@ long long moe_find_nonfinite_cpu(const moe_real *a, size_t count) {
                     break;
                 }
         }
-    }
+    });
     for (int c = 0; c < MOE__SUM_CHUNKS; c++)
         if (first[c] >= 0) return first[c];
     return -1;

@@ -7,14 +7,14 @@
 #include "core/threads.h"
 
 void moe_permute_rows_cpu(const moe_real *x, const int *perm_token, int num_rows, int d, moe_real *xp) {
-#pragma omp parallel for schedule(static) if ((size_t)num_rows * d >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_rows * d >= MOE__PAR_MIN_ELEMS,
     for (int r = 0; r < num_rows; r++)
-        memcpy(xp + (size_t)r * d, x + (size_t)perm_token[r] * d, (size_t)d * sizeof(moe_real));
+        memcpy(xp + (size_t)r * d, x + (size_t)perm_token[r] * d, (size_t)d * sizeof(moe_real)));
 }
 
 void moe_combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *gate, int num_tokens, int top_k,
                           int d, moe_real *out) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         moe_real *o = out + (size_t)t * d;
         memset(o, 0, (size_t)d * sizeof(moe_real));
@@ -25,12 +25,12 @@ void moe_combine_rows_cpu(const moe_real *y, const int *slot, const moe_real *ga
             moe_real g = gate ? gate[a] : 1;
             for (int i = 0; i < d; i++) o[i] += g * yr[i];
         }
-    }
+    });
 }
 
 void moe_combine_rows_backward_cpu(const moe_real *dout, const moe_real *y, const int *slot, const moe_real *gate,
                                    int num_tokens, int top_k, int d, moe_real *dy, moe_real *dgate) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * d >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *dot_row = dout + (size_t)t * d;
         for (int j = 0; j < top_k; j++) {
@@ -45,5 +45,5 @@ void moe_combine_rows_backward_cpu(const moe_real *dout, const moe_real *y, cons
             }
             dgate[a] = dot;
         }
-    }
+    });
 }

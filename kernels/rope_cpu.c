@@ -51,19 +51,19 @@ size_t moe_rope_table_count(int seq_len, int head_dim) { return (size_t)seq_len 
 
 void moe_rope_table_cpu(int seq_len, int head_dim, const moe_rope *rope, moe_real *table) {
     const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if ((size_t)seq_len * half >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)seq_len * half >= MOE__PAR_MIN_ELEMS,
     for (int p = 0; p < seq_len; p++)
-        angles(p, 0, half, head_dim, rope, table + (size_t)p * head_dim, table + (size_t)p * head_dim + half);
+        angles(p, 0, half, head_dim, rope, table + (size_t)p * head_dim, table + (size_t)p * head_dim + half));
 }
 
 void moe_rope_rotate_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, const moe_real *table,
                          int backward) {
     const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if ((size_t)num_seqs * seq_len * num_heads * head_dim >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_seqs * seq_len * num_heads * head_dim >= MOE__PAR_MIN_ELEMS,
     for (int p = 0; p < seq_len; p++) {
         const moe_real *c = table + (size_t)p * head_dim;
         rotate_position(x, p, num_seqs, seq_len, num_heads, head_dim, 0, half, c, c + half, backward);
-    }
+    });
 }
 
 /* Without a table: each position's cos/sin on the stack, in rounds of MAX_HALF frequencies. Positions are split over
@@ -72,14 +72,14 @@ static void rope_rotate(moe_real *x, int num_seqs, int seq_len, int num_heads, i
                         int backward) {
     enum { MAX_HALF = 512 };
     const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if ((size_t)num_seqs * seq_len * num_heads * head_dim >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_seqs * seq_len * num_heads * head_dim >= MOE__PAR_MIN_ELEMS,
     for (int p = 0; p < seq_len; p++)
         for (int i0 = 0; i0 < half; i0 += MAX_HALF) {
             const int count = half - i0 < MAX_HALF ? half - i0 : MAX_HALF;
             moe_real c[MAX_HALF], s[MAX_HALF];
             angles(p, i0, count, head_dim, rope, c, s);
             rotate_position(x, p, num_seqs, seq_len, num_heads, head_dim, i0, count, c, s, backward);
-        }
+        });
 }
 
 void moe_rope_forward_cpu(moe_real *x, int num_seqs, int seq_len, int num_heads, int head_dim, const moe_rope *rope) {

@@ -7,17 +7,17 @@
 #include "kernels/row_reduce.h"
 
 void moe_vocab_row_max_cpu(const moe_real *logits, int num_tokens, int width, moe_real *max) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * width >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * width >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * width;
         max[t] = moe_row_max(l, width, l[0]);
-    }
+    });
 }
 
 void moe_vocab_piece_sums_cpu(const moe_real *logits, const moe_real *max, const int *targets, int num_tokens,
                               int width, int piece, int first, double *sums, double *target) {
     const int T = num_tokens, pieces = width / piece;
-#pragma omp parallel for schedule(static) if ((size_t)T * width >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)T * width >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < T; t++) {
         const moe_real *row = logits + (size_t)t * width;
         for (int j = 0; j < pieces; j++) {
@@ -25,12 +25,12 @@ void moe_vocab_piece_sums_cpu(const moe_real *logits, const moe_real *max, const
         }
         const int c = targets[t] - first;
         target[t] = c >= 0 && c < width ? (double)row[c] : 0.0;
-    }
+    });
 }
 
 void moe_vocab_backward_cpu(moe_real *logits, const moe_real *max, const double *z, const int *targets, int num_tokens,
                             int width, int first, moe_real scale) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * width >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * width >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         moe_real *l = logits + (size_t)t * width;
         const moe_real m = max[t], k = (moe_real)(scale / z[t]);
@@ -38,5 +38,5 @@ void moe_vocab_backward_cpu(moe_real *logits, const moe_real *max, const double 
         for (int i = 0; i < width; i++) l[i] *= k;
         const int c = targets[t] - first;
         if (c >= 0 && c < width) l[c] -= scale;
-    }
+    });
 }

@@ -199,53 +199,53 @@ static moe_real sigmoid(moe_real h) { return 1 / (1 + moe__exp(-h)); } /* expert
 static moe_status cpu_swiglu_act_forward(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
                                          moe_real *act) {
     (void)s;
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) act[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
+    for (size_t i = 0; i < n; i++) act[i] = h1[i] * sigmoid(h1[i]) * h3[i]);
     return MOE_OK;
 }
 
 static moe_status cpu_swiglu_act_backward(moe_dense_state *s, const moe_real *h1, const moe_real *h3, size_t n,
                                           moe_real *dh1, moe_real *dh3) {
     (void)s;
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
     for (size_t i = 0; i < n; i++) { /* dh3 = dA silu(h1); dh1 = dA h3 silu'(h1), silu'(h) = s (1 + h (1 - s)) */
         const moe_real sg = sigmoid(h1[i]), dA = dh1[i];
         dh3[i] = dA * h1[i] * sg;
         dh1[i] = dA * h3[i] * sg * (1 + h1[i] * (1 - sg));
-    }
+    });
     return MOE_OK;
 }
 
 static moe_status cpu_add(moe_dense_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
     (void)s;
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i]);
     return MOE_OK;
 }
 
 static moe_status cpu_bias_add(moe_dense_state *s, moe_real *x, const moe_real *b, int T, int n) {
     (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)T * n >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)T * n >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < T; t++)
-        for (int j = 0; j < n; j++) x[(size_t)t * n + j] += b[j];
+        for (int j = 0; j < n; j++) x[(size_t)t * n + j] += b[j]);
     return MOE_OK;
 }
 
 static moe_status cpu_gate_rows_forward(moe_dense_state *s, const moe_real *g, const moe_real *y, int T, int d,
                                         moe_real *out) {
     (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)T * d >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)T * d >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < T; t++) {
         const moe_real gate = sigmoid(g[t]);
         for (int i = 0; i < d; i++) out[(size_t)t * d + i] += gate * y[(size_t)t * d + i];
-    }
+    });
     return MOE_OK;
 }
 
 static moe_status cpu_gate_rows_backward(moe_dense_state *s, const moe_real *g, const moe_real *y,
                                          const moe_real *dout, int T, int d, moe_real *dy, moe_real *dg) {
     (void)s;
-#pragma omp parallel for schedule(static) if ((size_t)T * d >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)T * d >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < T; t++) {
         const moe_real gate = sigmoid(g[t]);
         double dot = 0;
@@ -255,7 +255,7 @@ static moe_status cpu_gate_rows_backward(moe_dense_state *s, const moe_real *g, 
             dy[at] = gate * dout[at];
         }
         dg[t] = (moe_real)(dot * gate * (1 - gate));
-    }
+    });
     return MOE_OK;
 }
 
@@ -333,8 +333,8 @@ static moe_status cpu_find_nonfinite(moe_dense_state *s, const moe_real *a, size
 
 static moe_status cpu_scale(moe_dense_state *s, moe_real *a, size_t n, double factor) {
     (void)s;
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) a[i] = (moe_real)(a[i] * factor);
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
+    for (size_t i = 0; i < n; i++) a[i] = (moe_real)(a[i] * factor));
     return MOE_OK;
 }
 

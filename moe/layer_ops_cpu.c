@@ -247,8 +247,8 @@ static moe_status cpu_router_weight_grad(moe_layer_state *s, const moe_real *x, 
 
 static moe_status cpu_add(moe_layer_state *s, const moe_real *a, const moe_real *b, size_t n, moe_real *y) {
     (void)s;
-#pragma omp parallel for schedule(static) if (n >= MOE__PAR_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    MOE__PARALLEL_FOR(n >= MOE__PAR_MIN_ELEMS,
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i]);
     return MOE_OK;
 }
 

@@ -29,7 +29,7 @@ void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_re
                                                moe_real coef, moe_real *dscores) {
     /* dL/dq[t,e] = c_e = coef * E * f_e / T, the same for every token. */
     moe_real scale = coef * (moe_real)num_experts / ((moe_real)num_tokens_global * top_k * num_tokens_global);
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts;
         moe_real *ds = dscores + (size_t)t * num_experts;
@@ -41,7 +41,7 @@ void moe_router_load_balance_loss_backward_cpu(moe_score_func func, const moe_re
         moe_real sum = score_normaliser(func, s, num_experts), dot = 0;
         for (int e = 0; e < num_experts; e++) dot += scale * num_selected[e] * s[e] / sum;
         for (int e = 0; e < num_experts; e++) ds[e] += (scale * num_selected[e] - dot) / sum;
-    }
+    });
 }
 
 static moe_real logsumexp(const moe_real *l, int n) {
@@ -62,11 +62,11 @@ double moe_router_z_loss_cpu(const moe_real *logits, int num_tokens, int num_tok
 
 void moe_router_z_loss_backward_cpu(const moe_real *logits, int num_tokens, int num_tokens_global, int num_experts,
                                     moe_real coef, moe_real *dlogits) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;
         moe_real lse = logsumexp(l, num_experts), scale = coef * 2 * lse / num_tokens_global;
         for (int e = 0; e < num_experts; e++) dl[e] += scale * moe__exp(l[e] - lse);
-    }
+    });
 }

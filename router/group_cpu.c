@@ -19,7 +19,7 @@ void moe_router_group_mask_cpu(const moe_real *select, int T, int E, int groups,
                                moe_real *masked) {
     const int by_max = group_score == MOE_GROUP_SCORE_MAX;
     const int size = E / groups;
-#pragma omp parallel for schedule(static) if ((size_t)T * E >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)T * E >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < T; t++) {
         const moe_real *s = select + (size_t)t * E;
         moe_real *out = masked + (size_t)t * E, score[MOE_ROUTER_MAX_GROUPS];
@@ -32,5 +32,5 @@ void moe_router_group_mask_cpu(const moe_real *select, int T, int E, int groups,
             kept[best] = 1;
         }
         for (int e = 0; e < E; e++) out[e] = kept[e / size] ? s[e] : -INFINITY;
-    }
+    });
 }

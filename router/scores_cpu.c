@@ -30,7 +30,7 @@ static moe_real pairwise_sum(const moe_real *a, int n) {
 
 void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_tokens, int num_experts,
                            moe_real *scores) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *l = logits + (size_t)t * num_experts;
         moe_real *s = scores + (size_t)t * num_experts;
@@ -43,12 +43,12 @@ void moe_router_scores_cpu(moe_score_func func, const moe_real *logits, int num_
         for (int e = 0; e < num_experts; e++) s[e] = moe__exp(l[e] - max);
         const moe_real sum = pairwise_sum(s, num_experts);
         for (int e = 0; e < num_experts; e++) s[e] /= sum;
-    }
+    });
 }
 
 void moe_router_scores_backward_cpu(moe_score_func func, const moe_real *scores, const moe_real *dscores,
                                     int num_tokens, int num_experts, moe_real *dlogits) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = scores + (size_t)t * num_experts, *ds = dscores + (size_t)t * num_experts;
         moe_real *dl = dlogits + (size_t)t * num_experts;
@@ -59,5 +59,5 @@ void moe_router_scores_backward_cpu(moe_score_func func, const moe_real *scores,
         moe_real dot = 0;
         for (int e = 0; e < num_experts; e++) dot += ds[e] * s[e];
         for (int e = 0; e < num_experts; e++) dl[e] = s[e] * (ds[e] - dot);
-    }
+    });
 }

@@ -4,7 +4,7 @@
 #include "core/threads.h"
 
 void moe_router_topk_cpu(const moe_real *select_scores, int num_tokens, int num_experts, int top_k, int *expert) {
-#pragma omp parallel for schedule(static) if ((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS)
+    MOE__PARALLEL_FOR((size_t)num_tokens * num_experts >= MOE__PAR_MIN_ELEMS,
     for (int t = 0; t < num_tokens; t++) {
         const moe_real *s = select_scores + (size_t)t * num_experts;
         int *chosen = expert + (size_t)t * top_k;
@@ -17,5 +17,5 @@ void moe_router_topk_cpu(const moe_real *select_scores, int num_tokens, int num_
             }
             chosen[j] = best;
         }
-    }
+    });
 }
