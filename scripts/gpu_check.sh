@@ -2,7 +2,8 @@
 # gpu_check.sh — the one command for a GPU machine (docs/GPU.md): builds for the GPU it finds, runs the gpu test
 # suite, two --verify-steps training runs checked step by step against the CPU fp32 reference, and the GPU
 # benchmarks, and writes one report.
-#   scripts/gpu_check.sh [--out DIR] [--bundle DIR] [--more] [--only PHASES] [--budget SECONDS] [--rehearse]
+#   scripts/gpu_check.sh [--out DIR] [--bundle DIR] [--more] [--only PHASES] [--budget SECONDS]
+#                        [--rehearse | --rehearse-cpu]
 # --out DIR      where the report goes (default: BUILD/gpu_check): report.md (markdown for docs/BENCHMARKS.md and
 #                docs/GPU.md), phases.tsv (each phase: seconds, status), logs/PHASE.log, logs.tar.gz (all logs)
 # --bundle DIR   take Open MPI, jansson, OpenBLAS, pkg-config and the token files from DIR (scripts/gpu_bundle.sh,
@@ -22,7 +23,14 @@
 #                the verify runs on the CPU in bf16 against the same fp32 reference (2 ranks, 3 steps each: the
 #                path, not the GPU's 40; scripts/gpu_verify_runs.sh says why), the benchmarks' flag
 #                checks (--dry-run); for the tests. Each phase gets 4x its limit (a rehearsal shares its CPU with the
-#                rest of scripts/test.sh), still cut to the budget
+#                rest of scripts/test.sh), still cut to the budget. Run it (~5 minutes on 2 cores) before a GPU
+#                machine's first call whenever the build or the bundle changed since the last GPU run
+# --rehearse-cpu --rehearse without the CUDA compile: configures as a GPU machine would (nvcc, cuBLAS and NCCL found
+#                beside the bundle), builds moe-train and moe-text-to-tokens against the bundle, runs the verify runs;
+#                the phases of the CUDA programs (the gpu suite, the benchmarks' flag checks) are skipped. What the
+#                test command rehearses (tests/test_gpu_check_bundle.sh): the main build compiles and links the same
+#                CUDA sources against the same Debian packages' headers and libraries every run, and the rehearsal's
+#                second CUDA compile took ~100 of its ~210 CPU-s (docs/BENCHMARKS.md, "Lanes in turns")
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
 # commit in the report (for a copy of the tree; else git's HEAD).
 # NCCL: the toolkit's, else the system's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh),
@@ -33,7 +41,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-out="" bundle="" mode=first budget="" rehearse=0 only=""
+out="" bundle="" mode=first budget="" rehearse=0 rehearse_cuda=1 only=""
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=${2:?--out needs a folder}; shift 2 ;;
@@ -42,6 +50,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
     --only) only=${2:?--only needs a list of phases}; shift 2 ;;
     --rehearse) rehearse=1; shift ;;
+    --rehearse-cpu) rehearse=1 rehearse_cuda=0; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -168,7 +177,7 @@ elif [ -f "$(dirname "$(dirname "$(command -v nvcc)")")/include/nccl.h" ]; then 
 else nccl="none found: the MPI-staged transport only"
 fi
 {
-    echo "mode: $mode$([ $rehearse = 1 ] && echo ", rehearsal")"
+    echo "mode: $mode$([ $rehearse = 1 ] && echo ", rehearsal")$([ $rehearse_cuda = 0 ] && echo " without CUDA")"
     echo "gpus: $gpus"
     echo "gpu_arch: $arch"
     echo "dependencies: $deps"
@@ -201,13 +210,18 @@ build_targets=() suite_flags=()
 if [ $rehearse = 1 ]; then
     read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
 import json, sys
-run = {"moe-train", "moe_train_cuda", "moe-text-to-tokens", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu",
-       "bench_attention_gpu", "bench_gemm_lt", "with_gpu"}
-print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in run or t["name"].startswith("test_gpu_"))))')"
+cpu = {"moe-train", "moe-text-to-tokens"}
+cuda = {"moe_train_cuda", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu", "bench_attention_gpu",
+        "bench_gemm_lt", "with_gpu"}
+with_cuda = sys.argv[1] == "1"
+print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in cpu or
+                      (with_cuda and (t["name"] in cuda or t["name"].startswith("test_gpu_"))))))' $rehearse_cuda)"
     suite_flags=(--no-rebuild)
 fi
 phase build 300 meson compile -C "$build" "${build_targets[@]}" || finish
-ldd "$build/moe-train" "$build/libmoe_train_cuda.so" > "$logs/libraries.log" 2>&1
+libraries=("$build/moe-train")
+[ $rehearse_cuda = 1 ] && libraries+=("$build/libmoe_train_cuda.so")
+ldd "${libraries[@]}" > "$logs/libraries.log" 2>&1
 # the token files: the bundle's, or prepared here (bible-kjv from apt, and this build's moe-text-to-tokens)
 [ -f "$data/kjv_train.bin" ] || phase data 120 env MOE_BUILD_DIR="$build" bash "$root/scripts/prepare_data.sh" ||
     finish
@@ -227,10 +241,13 @@ fi
 gpu_only() { # NAME LIMIT CMD...: a benchmark that needs torch or a whole training run: not in a rehearsal
     if [ $rehearse = 1 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
 }
+cuda_built() { # NAME LIMIT CMD...: a CUDA program of the build (rehearsed with --rehearse, not --rehearse-cpu)
+    if [ $rehearse_cuda = 0 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
+}
 
 if [ $mode = first ]; then
     # 1. each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
-    phase suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
+    cuda_built suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
     # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
     source "$root/scripts/gpu_verify_runs.sh"
     verify_steps=$([ $rehearse = 1 ] && echo 3 || echo "$gpu_verify_steps") # a rehearsal shows the path (3 steps: the
@@ -242,7 +259,7 @@ if [ $mode = first ]; then
     # 3. benchmarks, the goals' first (docs/GPU.md): the fused attention (the tensor-core flash kernels under bf16)
     #    beside SDPA's flash and cuDNN backends at issue 50's two shapes, training MFU, grouped GEMM vs dense, permute
     #    vs copy, the layer vs PyTorch
-    phase attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
+    cuda_built attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
     gpu_only attention_sdpa 90 python3 "$root/bench/bench_attention_torch_gpu.py" --ours "$build/bench/bench_attention_gpu"
     gpu_only train 200 bash "$root/bench/bench_train_gpu.sh" --torch --steps 30 --data "$data"
     # the same model with every product one pinned cuBLASLt call (dense, router, experts: issue 50, item 2)
@@ -252,12 +269,13 @@ if [ $mode = first ]; then
     gpu_only layouts 150 bash "$root/scripts/gpu_layouts.sh"
     # where a step's GPU time goes, kernel by kernel (Nsight Compute; skipped where the machine has no ncu)
     gpu_only profile 150 bash "$root/bench/profile_train_gpu.sh" --steps 3 --data "$data" --out "$logs/profile"
-    phase grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"
-    phase permute 45 "$build/bench/bench_permute" "${dry[@]}"
-    phase layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"
+    cuda_built grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"
+    cuda_built permute 45 "$build/bench/bench_permute" "${dry[@]}"
+    cuda_built layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"
     gpu_only layer_torch 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py"
-    phase layer_invariant 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
-    phase layer_invariant_lt 60 env MOE_LINEAR_GEMM=lt "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
+    cuda_built layer_invariant 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
+    cuda_built layer_invariant_lt 60 env MOE_LINEAR_GEMM=lt "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 \
+        "${dry[@]}"
 else
     # the second run: other shapes (Qwen3-30B-A3B's experts: 128 of d_ff 768 at d 2048, top-8), longer training
     qwen=(--experts 128 --top-k 8 --d-model 2048 --d-ff 768)
@@ -266,15 +284,15 @@ else
     # (kernels/linear.h, "Kept weights"): what keeping them saves
     gpu_only train_lt_cast 150 env MOE_LINEAR_GEMM=lt MOE_LINEAR_KEEP_WEIGHTS=0 bash "$root/bench/bench_train_gpu.sh" \
         --steps 20 --data "$data"
-    phase grouped_gemm_small 45 "$build/bench/bench_grouped_gemm" --experts 8 --rows 4096 "${dry[@]}"
-    phase grouped_gemm_large 60 "$build/bench/bench_grouped_gemm" --experts 8 --rows 65536 "${dry[@]}"
-    phase grouped_gemm_qwen 60 "$build/bench/bench_grouped_gemm" --experts 128 --d-model 2048 --d-ff 768 \
+    cuda_built grouped_gemm_small 45 "$build/bench/bench_grouped_gemm" --experts 8 --rows 4096 "${dry[@]}"
+    cuda_built grouped_gemm_large 60 "$build/bench/bench_grouped_gemm" --experts 8 --rows 65536 "${dry[@]}"
+    cuda_built grouped_gemm_qwen 60 "$build/bench/bench_grouped_gemm" --experts 128 --d-model 2048 --d-ff 768 \
         --rows 131072 "${dry[@]}"
-    phase permute_qwen 45 "$build/bench/bench_permute" --experts 128 --top-k 8 --d-model 2048 "${dry[@]}"
-    phase layer_qwen 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${qwen[@]}" "${dry[@]}"
+    cuda_built permute_qwen 45 "$build/bench/bench_permute" --experts 128 --top-k 8 --d-model 2048 "${dry[@]}"
+    cuda_built layer_qwen 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${qwen[@]}" "${dry[@]}"
     gpu_only layer_torch_qwen 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py" "${qwen[@]}"
     # the dense linears' pinned batch-invariant cuBLASLt GEMM against unconstrained cuBLAS at the 1.2B model's and
     # Mixtral 8x7B's training shapes (issue 50, item 2: >= 90%); a few seconds of GPU time
-    phase gemm_lt 60 "$build/bench/bench_gemm_lt" "${dry[@]}"
+    cuda_built gemm_lt 60 "$build/bench/bench_gemm_lt" "${dry[@]}"
 fi
 finish
