@@ -18,11 +18,10 @@
 #             target, two targets at a time, at the lowest priority (nice 19), from the start: its seconds are
 #             wall-clock, so it takes the CPU the other lanes leave while they wait
 # The multi-rank tests of one lane at a time (below, at `lanes`: side by side, their waiting ranks took ~400 CPU-s from
-# each other), builds beside them. The longest lane is main (test_gpu_check_bundle builds the whole project again);
-# from a fresh clone, builds included, the whole took 10.6-11.8 minutes on a 2-core Zen 4 VM and 13.6-15.0 on a slower
-# Zen 3 one with the four lanes at once (2026-12-06/07); in turns, in place on the Zen 3 VM, 9.0 minutes instead of
-# 11.5 (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md, "The test command under 12
-# minutes", "On an AVX2-only CPU", "The test command on the Zen 3 VM" and "Lanes in turns").
+# each other), builds beside them. From a fresh clone, builds included: 10m04s on a 2-core Zen 3 VM (2026-12-07; with
+# the four lanes at once 13.6-15.0 minutes there, and 10.6-11.8 on a faster Zen 4 VM), the main lane 352 s of it, the
+# main build before the lanes 114 s (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md,
+# "Lanes in turns").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
