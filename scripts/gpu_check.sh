@@ -30,7 +30,7 @@
 #                the phases of the CUDA programs (the gpu suite, the benchmarks' flag checks) are skipped. What the
 #                test command rehearses (tests/test_gpu_check_bundle.sh): the main build compiles and links the same
 #                CUDA sources against the same Debian packages' headers and libraries every run, and the rehearsal's
-#                second CUDA compile took ~100 of its ~210 CPU-s (docs/BENCHMARKS.md, "Lanes in turns")
+#                second CUDA compile took ~130 of its ~210 CPU-s (docs/BENCHMARKS.md, "Lanes in turns")
 # BUILD is MOE_BUILD_DIR (default build-gpu, beside build/ so that neither disturbs the other). MOE_COMMIT names the
 # commit in the report (for a copy of the tree; else git's HEAD).
 # NCCL: the toolkit's, else the system's, else the nvidia-nccl-cu13 pip package beside python3 (scripts/bundle_env.sh),
