@@ -4,7 +4,8 @@
  *   test_ep_faults count-mismatch   rank 0 runs with another capacity factor than rank 1 (a configuration
  *                                   that differs between ranks), so it announces fewer rows for an expert of
  *                                   rank 1 than the global routing lets it send; rank 1's check names the
- *                                   ranks, layer and counts and the job aborts
+ *                                   ranks, layer and counts and the job aborts (or rank 0's, which sees rank 1's
+ *                                   rows disagree with its own routing, when it gets there first)
  *   test_ep_faults watchdog         rank 1 never joins the exchange; rank 0's watchdog (2 s) aborts, naming rank 1
  *   test_ep_faults tree-watchdog    the same in the fixed-tree all-reduce (its point-to-point steps)
  *   test_ep_faults p2p-watchdog     rank 1 posts its send with another tag than rank 0 waits for, then stops (sleeps):
