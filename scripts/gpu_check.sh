@@ -211,11 +211,15 @@ if [ $rehearse = 1 ]; then
     read -ra build_targets <<< "$(meson introspect --targets "$build" | python3 -c '
 import json, sys
 cpu = {"moe-train", "moe-text-to-tokens"}
-cuda = {"moe_train_cuda", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu", "bench_attention_gpu",
-        "bench_gemm_lt", "with_gpu"}
+# what the phases of the CUDA programs run (with_gpu: the launcher of the gpu suite, itself C)
+cuda_phases = {"moe_train_cuda", "bench_grouped_gemm", "bench_permute", "bench_moe_layer_gpu", "bench_attention_gpu",
+               "bench_gemm_lt", "with_gpu"}
 with_cuda = sys.argv[1] == "1"
-print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if t["name"] in cpu or
-                      (with_cuda and (t["name"] in cuda or t["name"].startswith("test_gpu_"))))))' $rehearse_cuda)"
+def wanted(name):
+    return name in cpu or (with_cuda and (name in cuda_phases or name.startswith("test_gpu_")))
+print(" ".join(sorted(t["name"] for t in json.load(sys.stdin) if wanted(t["name"]))))' $rehearse_cuda)"
+    # an empty list would build everything, slowly and silently (a quote in the program above once did that)
+    [ ${#build_targets[@]} -gt 0 ] || { record build 0 "FAILED (no targets selected for the rehearsal)"; finish; }
     suite_flags=(--no-rebuild)
 fi
 phase build 300 meson compile -C "$build" "${build_targets[@]}" || finish
