@@ -39,6 +39,13 @@ moe_status moe__parallel_assemble(moe_ranks ranks, moe__parallel_comms comms, mo
     return MOE_OK;
 }
 
+double moe_parallel_set_timeout(const moe_parallel *p, double seconds) {
+    const double before = moe_comm_timeout(p->c.world);
+    moe_comm *const all[] = {p->c.world, p->c.stage, p->c.pipeline, p->c.ep, p->c.expert_dp, p->c.tensor, p->c.data};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) moe_comm_set_timeout(all[i], seconds);
+    return before;
+}
+
 moe_ranks moe__parallel_ranks_one(void) {
     return (moe_ranks){.world_size = 1, .pp_size = 1, .stage_size = 1, .ep_size = 1, .edp_size = 1, .tp_size = 1,
                        .dp_size = 1};

@@ -49,6 +49,11 @@ moe_comm *moe_parallel_expert_dp(const moe_parallel *par);
 moe_comm *moe_parallel_tensor(const moe_parallel *par);
 moe_comm *moe_parallel_data(const moe_parallel *par);
 
+/* Every communicator's watchdog (comm.h's timeout) set to SECONDS; returns the world's before (a layout's
+ * communicators are made with one), for putting it back the same way. A checkpoint's file work waits under
+ * --checkpoint-timeout this way (checkpoint/checkpoint.c). */
+double moe_parallel_set_timeout(const moe_parallel *par, double seconds);
+
 /* A world of one process (no MPI): every size 1. */
 moe_status moe_parallel_create_self(moe_parallel **out);
 /* Frees the communicators. */

@@ -111,18 +111,18 @@ static moe_status agree(const moe_checkpoint_run *run, moe_status st) {
     return moe_comm_agree(moe_parallel_world(run->par), st);
 }
 
-/* The same, when ranks did slow file work meanwhile: the others wait under the checkpoint timeout, not the
- * exchange watchdog, and a timeout says so. */
-static moe_status agree_after_io(const moe_checkpoint_run *run, moe_status st, const char *what) {
-    moe_comm *world = moe_parallel_world(run->par);
-    const double watchdog = moe_comm_timeout(world);
-    moe_comm_set_timeout(world, run->timeout_s);
-    moe_status agreed = moe_comm_agree(world, st);
-    moe_comm_set_timeout(world, watchdog);
-    if (agreed == MOE_ERR_TIMEOUT)
-        return moe_fail_context(agreed, "%s: a rank did not finish within --checkpoint-timeout %g s", what,
-                                run->timeout_s);
-    return agreed;
+/* A checkpoint's file work holds the other ranks at its next exchange for as long as the disk takes (any rank's: rank
+ * 0's mkdir on a busy disk as much as a rank's tensor files), so each collective function below runs every exchange,
+ * on every communicator of the layout (the tensor group's gathers and ZeRO's moment gathers too), under
+ * --checkpoint-timeout instead of the exchange watchdog: begin_io sets it and end_io puts the watchdog back and says,
+ * on a timeout, which limit it was. */
+static double begin_io(const moe_checkpoint_run *run) { return moe_parallel_set_timeout(run->par, run->timeout_s); }
+
+static moe_status end_io(const moe_checkpoint_run *run, double watchdog, moe_status st, const char *what) {
+    moe_parallel_set_timeout(run->par, watchdog);
+    if (st == MOE_ERR_TIMEOUT)
+        return moe_fail_context(st, "%s: a rank did not finish within --checkpoint-timeout %g s", what, run->timeout_s);
+    return st;
 }
 
 /* ---- writing ---------------------------------------------------------------------------------- */
@@ -150,6 +150,7 @@ static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const
 moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int step, int keep_last) {
     const moe_checkpoint_run *run = &view;
     const int rank0 = run->ranks.world_rank == 0;
+    const double watchdog = begin_io(run);
     char name[64];
     snprintf(name, sizeof name, ".tmp-step-%08d", step);
     char *tmp = moe_path_join(root, name);
@@ -172,13 +173,13 @@ moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int st
     moe_safetensors_meta state_meta[4 + MAX_DATA_META] = {{"format", "moe-train-state-1"}, {"step", step_text},
                                                           {"micro_batches_done", position}, {"fingerprint", fingerprint}};
     const int num_meta = 4 + (run->data_meta ? run->data_meta(run->owner, step, state_meta + 4, MAX_DATA_META) : 0);
-    if (st == MOE_OK) st = moe__checkpoint_write_tensors(run, &tab, tmp, state_meta, num_meta, agree_after_io);
+    if (st == MOE_OK) st = moe__checkpoint_write_tensors(run, &tab, tmp, state_meta, num_meta);
     if (st == MOE_OK && rank0) st = write_config_and_manifest(run, tmp, step);
     if (st == MOE_OK && rank0) st = moe__checkpoint_publish(root, tmp, step, run->run_id);
     if (st != MOE_OK && rank0 && tmp) moe__checkpoint_remove_dir(tmp);
     if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, run->run_id, keep_last);
     free(tmp), free(tab.t);
-    return agree_after_io(run, st, "checkpoint save");
+    return end_io(run, watchdog, agree(run, st), "checkpoint save");
 }
 
 moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
@@ -403,6 +404,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir)
     const moe_checkpoint_run *run = &view;
     moe__ckpt_table tab = {0};
     int lossy = 0; /* --init-from takes BF16 and F16 weights: a fresh start, nothing to be exact to */
+    const double watchdog = begin_io(run);
     moe__checkpoint_manifest manifest;
     moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) {
@@ -411,7 +413,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint_run view, const char *dir)
     }
     if (st == MOE_OK) st = load_selection_biases(run, dir);
     free(tab.t);
-    return agree(run, st);
+    return end_io(run, watchdog, agree(run, st), "loading the weights");
 }
 
 /* The training state: its file listed by the manifest (whose checksum of its header binds it to the manifest's run),
@@ -493,6 +495,7 @@ moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *
     const moe_checkpoint_run *run = &view;
     moe__ckpt_table tab = {0};
     moe__checkpoint_manifest manifest = {.files = NULL};
+    const double watchdog = begin_io(run);
     moe_status st = moe__checkpoint_table(run, &tab) ? moe__checkpoint_manifest_read(dir, &manifest) : MOE_ERR_OUT_OF_MEMORY;
     int lossy = 0;
     if (st == MOE_OK) st = load_weights(run, &tab, dir, &manifest, 1, &lossy);
@@ -504,7 +507,7 @@ moe_status moe_checkpoint_resume(moe_checkpoint_run view, const char *dir, int *
     if (st == MOE_OK) st = continue_run(run, dir, &manifest);
     moe__checkpoint_manifest_free(&manifest);
     free(tab.t);
-    return agree(run, st);
+    return end_io(run, watchdog, agree(run, st), "resuming");
 }
 
 /* ---- the directory before training ------------------------------------------------------------- */
@@ -568,6 +571,7 @@ moe_status moe_checkpoint_prepare(moe_checkpoint_run view, const char *root, int
                                   moe_checkpoint_lock **lock) {
     const moe_checkpoint_run *run = &view;
     *lock = NULL;
+    const double watchdog = begin_io(run);
     moe_status st = MOE_OK;
     if (run->ranks.world_rank == 0) {
         st = check_writable(root);
@@ -575,5 +579,5 @@ moe_status moe_checkpoint_prepare(moe_checkpoint_run view, const char *root, int
         if (st == MOE_OK) st = check_runs(run, root, resumed_step);
         if (st != MOE_OK) moe_checkpoint_unlock(*lock), *lock = NULL;
     }
-    return agree(run, st);
+    return end_io(run, watchdog, agree(run, st), "checking --checkpoint-dir");
 }

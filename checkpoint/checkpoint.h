@@ -31,9 +31,10 @@
  * at its place: the files are byte for byte those one process would write, on any layout; a tensor-parallel tensor's
  * blocks gathered over its tensor group, one tensor at a time) and reads only what it holds; a save takes one tensor's
  * memory per rank beyond the model (checkpoint/write.c). So the checkpoint directory must be on a file system every
- * rank sees (a save checks it). All functions are collective over the run's layout; while ranks write, the others wait
- * under --checkpoint-timeout, not the exchange watchdog. On failure every rank returns the same status and the message
- * names the file and the tensor or field.
+ * rank sees (a save checks it). All functions are collective over the run's layout; while ranks write or read, every
+ * exchange waits under --checkpoint-timeout, not the exchange watchdog. On failure every rank returns the same status
+ * and the message names the file and the tensor or field; but a rank that timed out returns MOE_ERR_TIMEOUT while the
+ * others may still be waiting, in that exchange or a later one (end the job then: train/train.c).
  *
  * Checkpoints stand below the trainer (train/ includes this folder, never the reverse): what they read from a run
  * and write back into it is moe_checkpoint_run below, which the trainer fills (train/checkpoint_run.h). */
@@ -61,7 +62,7 @@ typedef struct {
                                        data position saved (step * micro_batches)                                  */
     int save_dtype;                 /* 0: F32 (the masters), 1: BF16 (an export: not resumable)                    */
     long long save_shard_nbytes;    /* 0: one model.safetensors; else the shards' size                            */
-    float timeout_s;                /* how long a rank waits for the others' part of a save (--checkpoint-timeout) */
+    float timeout_s;                /* how long a rank waits for the others in a save or a load (--checkpoint-timeout) */
     char *run_id, *parent_run_id;   /* [MOE_RUN_ID_NBYTES] each; parent "" for a fresh run                        */
     FILE *notes;                    /* warnings that stop nothing (an unreadable old checkpoint); NULL: nowhere    */
     /* The AdamW moments (which 0: first, 1: second), one range [offset, offset + count) of the unsharded layout

@@ -79,11 +79,10 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab);
 /* The tensor files of a step directory DIR (made by the caller): model.safetensors (or its shards and index, by
  * --save-shard-size) and train_state.safetensors with state_meta, written by every rank at once, each tensor by one
  * rank that holds it, byte for byte what one process would write. Non-finite values are refused (the writer names
- * the tensor). Collective; agree(run, st, what) agrees on a status after file work (the checkpoint timeout). DIR must
- * be on a file system every rank sees (checked: else MOE_ERR_IO naming the rank and host). */
+ * the tensor). Collective, under the caller's timeout (the checkpoint's). DIR must be on a file system every rank
+ * sees (checked: else MOE_ERR_IO naming the rank and host). */
 moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
-                                         const moe_safetensors_meta *state_meta, int num_state_meta,
-                                         moe_status (*agree)(const moe_checkpoint_run *, moe_status, const char *));
+                                         const moe_safetensors_meta *state_meta, int num_state_meta);
 
 /* ---- checkpoint/dir.c ---- */
 enum { MOE__CHECKPOINT_FILES = 3 };

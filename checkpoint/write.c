@@ -336,8 +336,7 @@ static moe_status check_shared(const moe_checkpoint_run *run, const char *dir, m
 }
 
 moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
-                                         const moe_safetensors_meta *state_meta, int num_state_meta,
-                                         moe_status (*agree)(const moe_checkpoint_run *, moe_status, const char *)) {
+                                         const moe_safetensors_meta *state_meta, int num_state_meta) {
     moe_comm *world = moe_parallel_world(run->par);
     const int rank0 = run->ranks.world_rank == 0;
     file_set sets[2];
@@ -357,7 +356,7 @@ moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const mo
         if (!(crc[i] = calloc((size_t)sets[i].count + 1, sizeof(double)))) st = MOE_ERR_OUT_OF_MEMORY;
         st = moe_comm_agree(world, st);
         if (st == MOE_OK) st = store_mine(run, tab, writer, dir, &sets[i], buf, crc[i]);
-        st = agree(run, st, "checkpoint save (storing tensors)");
+        st = moe_comm_agree(world, st);
         /* each entry's checksum is its writer's: the sum over ranks is it (exact: below 2^32) */
         if (st == MOE_OK) st = moe_comm_allreduce_sum_f64(world, crc[i], (size_t)sets[i].count + 1);
     }

@@ -207,8 +207,8 @@ static const opt_spec kOptions[] = {
      0, 1 << 30, {0}, NULL, RUN},
     {"--keep-last", "checkpoints of this run kept, newest first (0: all)", OPT_INT, OFF(keep_last), 0, 1 << 20, {0},
      NULL, RUN},
-    {"--checkpoint-timeout", "seconds a rank waits for the others to write their part of a checkpoint", OPT_FLOAT,
-     OFF(checkpoint_timeout_s), 1, 1e7, {0}, NULL, RUN},
+    {"--checkpoint-timeout", "seconds a rank waits for the others to write or read their part of a checkpoint",
+     OPT_FLOAT, OFF(checkpoint_timeout_s), 1, 1e7, {0}, NULL, RUN},
     {"--save-dtype", "dtype of the saved weights: f32 (the masters), or bf16 (an export, half the size: cannot be "
      "resumed; --init-from takes it)", OPT_CHOICE, OFF(save_dtype), 0, 0, {"f32", "bf16"}, NULL, RUN},
     {"--save-shard-size", "split the saved model into shards of at most this many bytes with an index, as transformers "

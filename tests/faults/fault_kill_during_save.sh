@@ -1,5 +1,5 @@
 #!/bin/bash
-# fault_kill_during_save.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE SLOW_FSYNC_SHIM — kill -9 of the
+# fault_kill_during_save.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE SLOW_DISK_SHIM — kill -9 of the
 # whole job (every process of it at once, as a node failure or a scheduler would) at random moments of a run
 # that saves a checkpoint after every step, MOE_FAULT_TRIALS times (default 12). Every fsync is made 30 ms
 # slower (the shim), as on a busy disk, so that most kills land inside a save. After each kill: no process is
