@@ -98,13 +98,14 @@ suites=(--suite unit --suite mpi --no-suite eight)
 [ $# -gt 0 ] && suites=()
 cd "$build"
 status=0 faults=""
-# the faults tests whose jobs end by their own error paths (a full disk, a failed save, a held lock, a stop by signal):
+# the faults tests whose jobs end by their own error paths (a full disk, a failed save, a held lock, a stop by signal,
+# a save past --checkpoint-timeout, which ends the job by MPI_Abort):
 # the clean-up on the way out is checked for leaks too (not the kill -9 ones: a killed process checks nothing). Beside
 # the suites, in logs of their own (testlog-faults.*): their jobs mostly wait (one after them took 15 s of the test
 # command's critical path). Both --no-rebuild: built above, and two meson tests must not both run ninja here.
 if [ $# -eq 0 ]; then
     "${no_debug_info[@]}" meson test --no-rebuild --logbase testlog-faults --print-errorlogs --num-processes 3 \
-        fault_disk fault_two_jobs fault_signals > meson-logs/faults-summary.txt 2>&1 &
+        fault_disk fault_two_jobs fault_signals fault_slow_save > meson-logs/faults-summary.txt 2>&1 &
     faults=$!
 fi
 "${no_debug_info[@]}" meson test --no-rebuild --print-errorlogs --num-processes "${MOE_TEST_PROCESSES:-3}" \

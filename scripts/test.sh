@@ -11,7 +11,7 @@
 #             MOE_TEST_PROCESSES tests at a time (default 3: with 4, ranks of more jobs yield to each other;
 #             docs/BENCHMARKS.md, "On an AVX2-only CPU")
 #   sanitize  scripts/sanitize.sh: its own build (while the main lane tests), then, once the main lane is done, the
-#             unit and mpi suites and three faults tests under ASan and UBSan
+#             unit and mpi suites and four faults tests under ASan and UBSan
 #   tcp       once the sanitize lane is done: the transport suite once more over Open MPI's TCP transport, the one
 #             between nodes (tests/meson.build says which tests and why)
 #   fuzz      scripts/fuzz.sh: its own build, each parser's corpus, then MOE_FUZZ_SECONDS (default 20) of fuzzing per

@@ -2,21 +2,23 @@
 # fault_slow_save.sh MPIRUN MOE_TRAIN TEXT_TO_TOKENS EXPECT_FAILURE SLOW_DISK_SHIM — a checkpoint save slower
 # than --exchange-timeout (every fsync 0.5 s slower: about 4 s a save) does not trip the exchange watchdog:
 # the ranks wait for each other's part of the save under --checkpoint-timeout, also while rank 0 alone makes the
-# save's directory (every mkdir 1.5 s slower: until 2026-12-07 the others gave up on it after --exchange-timeout and
+# save's directory (every mkdir 3 s slower: until 2026-12-07 the others gave up on it after --exchange-timeout and
 # the job hung for an hour); a save slower than --checkpoint-timeout ends the job with that message; the newest
 # checkpoint loads (the earlier one, or the slow one when rank 0 finished it after the others left).
+# --exchange-timeout 2, not 1: the start-up alarm is as long, and MPI_Init on 2 busy cores can take a second.
 . "$(dirname "$0")/faults_common.sh"
-export LD_PRELOAD=$5 MOE_TEST_MKDIR_DELAY_S=1.5
-trains "a save directory made in 1.5 s under --exchange-timeout 1" "step-00000002 saved" --exchange-timeout 1 \
+preloaded=${LD_PRELOAD:-} # scripts/sanitize.sh's shim, kept beside the slow disk's
+export LD_PRELOAD="$5${preloaded:+ $preloaded}" MOE_TEST_MKDIR_DELAY_S=3
+trains "a save directory made in 3 s under --exchange-timeout 2" "step-00000002 saved" --exchange-timeout 2 \
     --checkpoint-dir "$dir/ck-mkdir" --checkpoint-interval 1
 unset MOE_TEST_MKDIR_DELAY_S
 export MOE_TEST_FSYNC_DELAY_S=0.5
 ck="$dir/ck"
-trains "saves of ~4 s under --exchange-timeout 1" "^step     2" --exchange-timeout 1 --checkpoint-dir "$ck" \
+trains "saves of ~4 s under --exchange-timeout 2" "^step     2" --exchange-timeout 2 --checkpoint-dir "$ck" \
     --checkpoint-interval 1
-refuses "checkpoint save failed.*did not finish within --checkpoint-timeout 1 s" --exchange-timeout 1 --steps 3 \
+refuses "checkpoint save failed.*did not finish within --checkpoint-timeout 1 s" --exchange-timeout 2 --steps 3 \
     --checkpoint-dir "$ck" --checkpoint-interval 1 --resume --checkpoint-timeout 1
-unset LD_PRELOAD
+export LD_PRELOAD=$preloaded
 trains "the newest checkpoint loads" "resumed from .*step-0000000[23] after step [23]" --steps 4 --resume \
     --checkpoint-dir "$ck"
 report "a save slower than --exchange-timeout, then than --checkpoint-timeout" 3 $((3 - failures)) 0 0 0
