@@ -154,6 +154,21 @@ static void run_case(const moe_parallel *par, int skewed, float cf, moe_drop_pri
     moe_routing_counts_free(&counts);
 }
 
+/* moe_parallel_set_timeout reaches every communicator of the layout and gives back the watchdog it replaced (a
+ * checkpoint's file work runs under --checkpoint-timeout this way, then puts the exchange watchdog back). */
+static void check_set_timeout(const moe_parallel *par) {
+    moe_comm *const all[] = {moe_parallel_world(par), moe_parallel_stage(par), moe_parallel_pipeline(par),
+                             moe_parallel_ep(par), moe_parallel_expert_dp(par), moe_parallel_tensor(par),
+                             moe_parallel_data(par)};
+    const int n = (int)(sizeof all / sizeof all[0]);
+    CHECK(moe_parallel_set_timeout(par, 3600) == 60, "the layout's watchdog before: 60 s");
+    for (int i = 0; i < n; i++)
+        CHECK(moe_comm_timeout(all[i]) == 3600, "communicator %d: %g s", i, moe_comm_timeout(all[i]));
+    CHECK(moe_parallel_set_timeout(par, 60) == 3600, "the checkpoint timeout given back");
+    for (int i = 0; i < n; i++)
+        CHECK(moe_comm_timeout(all[i]) == 60, "communicator %d put back: %g s", i, moe_comm_timeout(all[i]));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int W;
@@ -162,6 +177,7 @@ int main(int argc, char **argv) {
         if (W % ep || E % ep) continue;
         moe_parallel *par;
         test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
+        check_set_timeout(par);
         run_case(par, 0, 1.0f, MOE_DROP_BY_SCORE);
         run_case(par, 0, 0.75f, MOE_DROP_BY_TOKEN_ORDER);
         run_case(par, 0, 0.0f, MOE_DROP_BY_SCORE);
