@@ -16,6 +16,7 @@ typedef struct {
     moe_status (*run)(moe_gemm_engine *engine, const moe_gemm_call *call, const void *A, const void *B, moe_real *C);
     moe_status (*prepared_bytes)(moe_gemm_engine *engine, const moe_gemm_call *call, size_t *bytes);
     moe_status (*prepare_b)(moe_gemm_engine *engine, const moe_gemm_call *call, const void *B, void *prepared);
+    int (*prefers_prepared_b)(void);
     int (*native_bf16)(void);
     void (*set_bf16_mode)(moe_bf16_gemm_mode mode);
     void (*describe)(char *text, size_t size); /* moe_gemm_library()'s text */

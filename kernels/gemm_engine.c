@@ -133,6 +133,8 @@ moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_cal
 
 int moe_gemm_native_bf16(void) { return the_backend()->native_bf16(); }
 
+int moe_gemm_engine_prefers_prepared_b(void) { return the_backend()->prefers_prepared_b(); }
+
 void moe_gemm_set_bf16_mode(moe_bf16_gemm_mode mode) { the_backend()->set_bf16_mode(mode); }
 
 const char *moe_gemm_library(void) {

@@ -277,6 +277,10 @@ static moe_status lookup(moe_gemm_engine *e, const moe_gemm_call *c, cached_matm
     return MOE_OK;
 }
 
+/* brgemm, oneDNN's matmul from AVX-512 on, reads weights in its blocked layout; below it the sgemm reads them plain
+ * (gemm_engine.h). The effective ISA counts ONEDNN_MAX_CPU_ISA, so a capped AVX-512 CPU runs as an AVX2 one. */
+static int onednn_prefers_prepared_b(void) { return has_isa(dnnl_cpu_isa_avx512_core); }
+
 /* The cached prepared_b matmul of c's shape (built on first use). */
 static moe_status prepared_shape(moe_gemm_engine *e, const moe_gemm_call *c, cached_matmul **s) {
     if (!c->prepared_b) return moe_fail(MOE_ERR_INVALID_ARG, "gemm engine: preparing B for a call without prepared_b");
@@ -357,6 +361,7 @@ const moe_gemm_backend moe_gemm_backend_onednn = {
     .run = onednn_run,
     .prepared_bytes = onednn_prepared_bytes,
     .prepare_b = onednn_prepare_b,
+    .prefers_prepared_b = onednn_prefers_prepared_b,
     .native_bf16 = onednn_native_bf16,
     .set_bf16_mode = onednn_set_bf16_mode,
     .describe = onednn_describe,

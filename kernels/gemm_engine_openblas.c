@@ -29,6 +29,7 @@ struct moe_gemm_engine {
 };
 
 static int openblas_native_bf16(void) { return 0; }
+static int openblas_prefers_prepared_b(void) { return 0; } /* its prepared copy is a plain one */
 
 static void openblas_set_bf16_mode(moe_bf16_gemm_mode mode) { (void)mode; /* OpenBLAS has no bf16 kernels */ }
 
@@ -124,6 +125,7 @@ const moe_gemm_backend moe_gemm_backend_openblas = {
     .prepared_bytes = openblas_prepared_bytes,
     .prepare_b = openblas_prepare_b,
     .native_bf16 = openblas_native_bf16,
+    .prefers_prepared_b = openblas_prefers_prepared_b,
     .set_bf16_mode = openblas_set_bf16_mode,
     .describe = openblas_describe,
 };

@@ -20,16 +20,17 @@
  * either library.
  *
  * bf16 inputs: A's rows are rounded to bf16 on their way into each call (through the worker's scratch); B (a weight,
- * fp32) is rounded to bf16 and laid out as the calls read it (oneDNN's blocked layout for the row blocks) into a
- * prepared copy. Accumulation and C are fp32. The calls run on the CPU GEMM library of kernels/gemm_engine.h: oneDNN's
+ * fp32) is rounded to bf16 and laid out as the calls read it (for the row blocks, oneDNN's blocked layout where the
+ * library prefers one: moe_gemm_engine_prefers_prepared_b) into a prepared copy. Accumulation and C are fp32. The calls run on the CPU GEMM library of kernels/gemm_engine.h: oneDNN's
  * bf16 kernels, or fp32 GEMMs of the rounded values (products of bf16 values are exact in fp32).
  *
  * Prepared weights, kept (bf16 inputs): with a weights version set (moe_gemm_rows_plan_set_weights_version), the plan
  * keeps the prepared copy of every B it meets, per B address and call shape, and reuses it while the version stays
  * the same; a new version makes each copy again at its next use. The caller promises that B's values do not change
  * under one version: a training step's optimizer update, or a checkpoint's load, comes with a new version (the model's
- * parameter version, models/model.h). Version 0, the default, prepares B at every call. fp32 plans prepare at every
- * call (a kept fp32 copy would double the weights' memory to save ~4% of a layer's pass).
+ * parameter version, models/model.h). Version 0, the default, prepares B at every call. fp32 plans lay B out for the
+ * row blocks at every call where the library prefers that (AVX-512: a kept fp32 copy would double the weights' memory
+ * to save ~4% of a layer's pass at Mixtral-like shapes) and read it as it is elsewhere.
  *
  * beta is 0 (C is overwritten, not read) or 1 (C += product, one addition per value: gemm_engine.h); anything else is
  * MOE_ERR_INVALID_ARG. */
@@ -83,6 +84,7 @@ typedef struct {
 
 typedef struct {
     int row_block;            /* MOE_GEMM_ROW_BLOCK or 0 */
+    int prepare_b;            /* 1: the row blocks read B prepared for their shape (where the library prefers it) */
     int bf16_inputs;          /* 1: the inputs are rounded to bf16 (see above) */
     int max_width;
     moe_gemm_worker *workers; /* [worker_count]: one per pool thread that has run a call; [0] the calling thread's */

@@ -17,6 +17,7 @@
 
 moe_status moe_gemm_rows_plan_init(moe_gemm_rows_plan *plan, int layout_invariant, int bf16_inputs, int max_width) {
     *plan = (moe_gemm_rows_plan){.row_block = layout_invariant ? MOE_GEMM_ROW_BLOCK : 0, .bf16_inputs = bf16_inputs,
+                                 .prepare_b = layout_invariant && moe_gemm_engine_prefers_prepared_b(),
                                  .max_width = max_width > 0 ? max_width : 1};
     return MOE_OK;
 }
@@ -294,8 +295,9 @@ static moe_status rows_product(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b
     row_product p = {.call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),
                               .accumulate = beta != 0},
                      .rows = rows, .block = plan->row_block ? plan->row_block : MOE_GEMM_ROUND_ROWS, .A = A, .C = C};
-    /* Every call of the blocks has one shape: B is converted and laid out for it once (gemm_engine.h). */
-    if (plan->row_block) p.call.m = plan->row_block, p.call.prepared_b = 1;
+    /* Every call of the blocks has one shape: B is laid out for it once where the library prefers that (gemm_engine.h),
+     * and converted to the calls' input type once either way. */
+    if (plan->row_block) p.call.m = plan->row_block, p.call.prepared_b = plan->prepare_b;
     MOE_TRY(weights_input(plan, &p.call, B, &p.b));
     return run_jobs(plan, (rows + p.block - 1) / p.block, row_block_job, &p);
 }
