@@ -62,7 +62,7 @@ typedef struct {
                                        data position saved (step * micro_batches)                                  */
     int save_dtype;                 /* 0: F32 (the masters), 1: BF16 (an export: not resumable)                    */
     long long save_shard_nbytes;    /* 0: one model.safetensors; else the shards' size                            */
-    float timeout_s;                /* how long a rank waits for the others in a save or a load (--checkpoint-timeout) */
+    float timeout_s;                /* how long a rank waits for the others in a save or load (--checkpoint-timeout) */
     char *run_id, *parent_run_id;   /* [MOE_RUN_ID_NBYTES] each; parent "" for a fresh run                        */
     FILE *notes;                    /* warnings that stop nothing (an unreadable old checkpoint); NULL: nowhere    */
     /* The AdamW moments (which 0: first, 1: second), one range [offset, offset + count) of the unsharded layout

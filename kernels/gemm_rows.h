@@ -21,8 +21,9 @@
  *
  * bf16 inputs: A's rows are rounded to bf16 on their way into each call (through the worker's scratch); B (a weight,
  * fp32) is rounded to bf16 and laid out as the calls read it (for the row blocks, oneDNN's blocked layout where the
- * library prefers one: moe_gemm_engine_prefers_prepared_b) into a prepared copy. Accumulation and C are fp32. The calls run on the CPU GEMM library of kernels/gemm_engine.h: oneDNN's
- * bf16 kernels, or fp32 GEMMs of the rounded values (products of bf16 values are exact in fp32).
+ * library prefers one: moe_gemm_engine_prefers_prepared_b) into a prepared copy. Accumulation and C are fp32. The
+ * calls run on the CPU GEMM library of kernels/gemm_engine.h: oneDNN's bf16 kernels, or fp32 GEMMs of the rounded
+ * values (products of bf16 values are exact in fp32).
  *
  * Prepared weights, kept (bf16 inputs): with a weights version set (moe_gemm_rows_plan_set_weights_version), the plan
  * keeps the prepared copy of every B it meets, per B address and call shape, and reuses it while the version stays

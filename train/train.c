@@ -148,11 +148,9 @@ static moe_status verified_step(moe_verifier *v, moe_trainer *t, int step, moe_s
 }
 
 /* A failure every rank agreed on (a bad checkpoint, a failed save): each says what it knows; the caller cleans up
- * and exits with the status returned. */
-/* A failure the ranks agreed on (checkpoint/checkpoint.h) ends every rank through MPI_Finalize. A timeout or an MPI
- * error did not: the rank that gave up on an exchange has left the others inside it, or in the next one, where
- * MPI_Finalize's own wait for them would last as long as their limit (--checkpoint-timeout, an hour by default):
- * that rank ends the job. */
+ * and exits with the status returned, every rank through MPI_Finalize. A timeout or an MPI error was not agreed on: the
+ * rank that gave up on an exchange has left the others inside it, or in the next one, where MPI_Finalize's own wait
+ * for them would last as long as their limit (--checkpoint-timeout, an hour by default): that rank ends the job. */
 static int report_failure(const moe_trainer *t, const char *what, moe_status st) {
     fprintf(stderr, "moe-train: rank %d: %s: %s\n", t->ranks.world_rank, what, moe_failure_message(st));
     if (st == MOE_ERR_TIMEOUT || st == MOE_ERR_COMM) {
