@@ -83,12 +83,17 @@ typedef struct {
 } gemm_op;
 
 typedef struct {
-    const char *name; /* "moe" or "mixtral" */
+    const char *name; /* "moe", "mixtral" or "qwen3" */
     int d, f;
     int rows[2], num_rows;
 } gemm_shape;
 
-static const gemm_shape kShapes[] = {{"moe", 512, 1024, {1024}, 1}, {"mixtral", 1024, 3584, {64, 512}, 2}};
+/* qwen3: Qwen3-30B-A3B's experts (128 of f 768 at d 2048, top-8), whose ~64 rows per expert and product make one
+ * 64-row call each, where preparing B for the blocks costs as much as the call (docs/BENCHMARKS.md, "The CPU MoE
+ * layer at a fine-grained shape") */
+static const gemm_shape kShapes[] = {{"moe", 512, 1024, {1024}, 1}, {"mixtral", 1024, 3584, {64, 512}, 2},
+                                     {"qwen3", 2048, 768, {64}, 1}};
+enum { NUM_SHAPES = sizeof kShapes / sizeof kShapes[0] };
 
 /* Row consistency also at the narrow row-wise products that kernels/gemm_rows.h runs in blocks besides the
  * experts': the router's logits and input gradient (E = 8, d = 512), dense linears at moe-train's default
@@ -635,13 +640,13 @@ typedef struct {
     int threads;   /* 0 both (1 then 2), 1, 2 */
     int reps;
     int min_ms;
-    int shapes;    /* 0 all, 1 moe, 2 mixtral */
+    int shapes;    /* 0 all, 1 + an index of kShapes, or NUM_SHAPES + 1: small */
     int precision; /* 0 all, 1 fp32, 2 bf16 */
 } options;
 
 static const char *const kWhat[] = {"both", "speed", "consistency", NULL};
 static const char *const kThreads[] = {"both", "1", "2", NULL};
-static const char *const kShapeChoice[] = {"all", "moe", "mixtral", "small", NULL};
+static const char *const kShapeChoice[] = {"all", "moe", "mixtral", "qwen3", "small", NULL}; /* kShapes' order */
 static const char *const kPrecision[] = {"all", "fp32", "bf16", NULL};
 
 static const bench_flag kFlags[] = {
@@ -649,7 +654,9 @@ static const bench_flag kFlags[] = {
     BENCH_CHOICE("--threads", options, threads, kThreads, "threads of the library: 1, 2 or both in turn"),
     BENCH_INT("--reps", options, reps, 1, 1000, "timed repetitions per measurement; the best is reported"),
     BENCH_INT("--min-ms", options, min_ms, 1, 100000, "each repetition repeats the product for at least this long"),
-    BENCH_CHOICE("--shapes", options, shapes, kShapeChoice, "moe (d 512, f 1024), mixtral (d 1024, f 3584), small (router, d 128; consistency only) or all"),
+    BENCH_CHOICE("--shapes", options, shapes, kShapeChoice,
+                 "moe (d 512, f 1024), mixtral (d 1024, f 3584), qwen3 (d 2048, f 768, 64 rows), small (router, "
+                 "d 128; consistency only) or all"),
     BENCH_CHOICE("--precision", options, precision, kPrecision, "the methods to run: fp32, bf16 or all"),
 };
 
@@ -757,7 +764,7 @@ static void pack_fn(const void *arg) {
 static void speed(const options *opt) {
     printf("\n%-29s %-4s %-7s %-4s %5s %-6s %3s %9s %6s %12s  %s\n", "method", "prec", "shape", "op", "rows", "mode",
            "thr", "GFLOP/s", "noise", "incl.conv", "notes");
-    for (int si = 0; si < 2; si++) {
+    for (int si = 0; si < NUM_SHAPES; si++) {
         if (!shape_selected(opt, si)) continue;
         const gemm_shape *s = &kShapes[si];
         for (int ri = 0; ri < s->num_rows; ri++) {
@@ -1044,7 +1051,7 @@ static void consistency(const options *opt) {
     for (int mi = 0; mi < NUM_METHODS; mi++) {
         const method *mt = &kMethods[mi];
         if (!method_selected(opt, mt)) continue;
-        for (int si = 0; si < 2; si++) {
+        for (int si = 0; si < NUM_SHAPES; si++) {
             if (!shape_selected(opt, si)) continue;
             const gemm_shape *s = &kShapes[si];
             gemm_op ops[6];
@@ -1054,7 +1061,7 @@ static void consistency(const options *opt) {
                 else if (!mt->row_only) consistency_wgrad(opt, mt, s->name, &ops[oi]);
             }
         }
-        if (shape_selected(opt, 2))
+        if (shape_selected(opt, NUM_SHAPES))
             for (size_t i = 0; i < sizeof kSmallOps / sizeof *kSmallOps; i++) consistency_row_op(opt, mt, "small", &kSmallOps[i]);
     }
 }

@@ -64,11 +64,11 @@ moe_status moe_gemm_engine_prepare_b(moe_gemm_engine *engine, const moe_gemm_cal
                                      void *prepared);
 /* 1 when calls of one shape run faster on B prepared for it than on B as held, so that a product cut into such calls
  * pays for the preparation: oneDNN where its matmul runs brgemm (AVX-512 and up; the blocked weights made 64-row
- * blocks as fast as one whole call). 0 for oneDNN's AVX2 sgemm, which ran a prepared B no faster, at some shapes 2x
- * slower, and whose preparation took as long as a 64-row call at fine-grained experts' shapes (the same bits either
- * way there: docs/BENCHMARKS.md, "The CPU MoE layer at a fine-grained shape"), and for OpenBLAS, whose prepared copy is
- * a plain copy. A rule of the library and the instruction set it runs, never of a call's rows, so that which rows
- * share a call cannot change a bit. */
+ * blocks as fast as one whole call). 0 for oneDNN's AVX2 sgemm, which ran a prepared B at 0.4-1.3x the plain one's
+ * speed, its preparation as long as a 64-row call at fine-grained experts' shapes, and gave the same bits either way
+ * (docs/BENCHMARKS.md, "The CPU MoE layer at a fine-grained shape": the layer 1.75x faster without), and for OpenBLAS,
+ * whose prepared copy is a plain copy. A rule of the library and the instruction set it runs, never of a call's rows,
+ * so that which rows share a call cannot change a bit. */
 int moe_gemm_engine_prefers_prepared_b(void);
 
 /* 1 when bf16 calls take moe_bf16 arrays (a real bf16 kernel), 0 when they take moe_real arrays of bf16 values. */
