@@ -588,8 +588,27 @@ static void *xmalloc(size_t bytes) {
     return p;
 }
 
-static float *random_floats(size_t n, uint64_t seed) {
-    float *p = xmalloc(n * sizeof *p);
+/* An operand `offset` bytes past a page boundary, not wherever malloc puts it: oneDNN's AVX2 sgemm ran 64-row calls on
+ * B held [k, n] at 33-90 GFLOP/s by B's address modulo 64 alone, the same bits at each (docs/BENCHMARKS.md, "The CPU
+ * MoE layer at a fine-grained shape"), and glibc puts a block 16 bytes past a page where it maps one, anywhere on its
+ * heap once that serves blocks of the size (after a large free), so the bench's numbers depended on what it had freed
+ * before. placed_free(p, offset) frees it. */
+enum { PAGE_BYTES = 4096 };
+
+static void *placed_alloc(size_t bytes, size_t offset) {
+    void *base = NULL;
+    if (posix_memalign(&base, PAGE_BYTES, bytes + offset + 1) != 0) bench_fail("out of memory");
+    return (char *)base + offset;
+}
+
+static void placed_free(void *p, size_t offset) {
+    if (p) free((char *)p - offset);
+}
+
+enum { A_OFFSET = 16 }; /* A's place, fixed: where glibc maps a block (above) */
+
+static float *random_floats(size_t n, uint64_t seed, size_t offset) {
+    float *p = placed_alloc(n * sizeof *p, offset);
     moe_rng rng = moe_rng_seeded(seed);
     moe_rng_fill_uniform(&rng, p, n, 1);
     return p;
@@ -610,23 +629,27 @@ static void to_bf16_branchless(const float *x, size_t n, uint16_t *out) {
     }
 }
 
-/* The operands of one product, float and bf16. */
+/* The operands of one product, float and bf16; A at A_OFFSET and B at b_offset bytes past a page (placed_alloc). */
 typedef struct {
     float *A, *B;
     uint16_t *Ah, *Bh;
-    size_t a_count, b_count;
+    size_t a_count, b_count, b_offset;
 } operands;
 
-static operands make_operands(size_t a_count, size_t b_count, uint64_t seed) {
-    operands o = {random_floats(a_count, seed), random_floats(b_count, seed + 1), NULL, NULL, a_count, b_count};
-    o.Ah = xmalloc(a_count * sizeof *o.Ah);
-    o.Bh = xmalloc(b_count * sizeof *o.Bh);
+static operands make_operands(size_t a_count, size_t b_count, uint64_t seed, size_t b_offset) {
+    operands o = {random_floats(a_count, seed, A_OFFSET), random_floats(b_count, seed + 1, b_offset), NULL, NULL,
+                  a_count, b_count, b_offset};
+    o.Ah = placed_alloc(a_count * sizeof *o.Ah, A_OFFSET);
+    o.Bh = placed_alloc(b_count * sizeof *o.Bh, b_offset);
     to_bf16(o.A, a_count, o.Ah);
     to_bf16(o.B, b_count, o.Bh);
     return o;
 }
 
-static void free_operands(operands *o) { free(o->A), free(o->B), free(o->Ah), free(o->Bh); }
+static void free_operands(operands *o) {
+    placed_free(o->A, A_OFFSET), placed_free(o->Ah, A_OFFSET);
+    placed_free(o->B, o->b_offset), placed_free(o->Bh, o->b_offset);
+}
 
 static const void *A_at(const method *mt, const operands *o, size_t elem) {
     return mt->bf16 ? (const void *)(o->Ah + elem) : (const void *)(o->A + elem);
@@ -642,6 +665,7 @@ typedef struct {
     int min_ms;
     int shapes;    /* 0 all, 1 + an index of kShapes, or NUM_SHAPES + 1: small */
     int precision; /* 0 all, 1 fp32, 2 bf16 */
+    int b_offset;  /* bytes past a page boundary where B lies (placed_alloc) */
 } options;
 
 static const char *const kWhat[] = {"both", "speed", "consistency", NULL};
@@ -658,7 +682,15 @@ static const bench_flag kFlags[] = {
                  "moe (d 512, f 1024), mixtral (d 1024, f 3584), qwen3 (d 2048, f 768, 64 rows), small (router, "
                  "d 128; consistency only) or all"),
     BENCH_CHOICE("--precision", options, precision, kPrecision, "the methods to run: fp32, bf16 or all"),
+    BENCH_INT("--b-offset", options, b_offset, 0, 4092,
+              "bytes past a page boundary where B lies (a multiple of 4; 16: where glibc maps a large block, as "
+              "moe-train's weights lie)"),
 };
+
+static void check_options(const void *parsed) {
+    const int b_offset = ((const options *)parsed)->b_offset;
+    if (b_offset % 4) bench_usage_errorf("--b-offset %d is not a multiple of 4 (a float's alignment)", b_offset);
+}
 
 static const bench_cli kCli = {
     .name = "bench_gemm_" LIB_NAME,
@@ -666,6 +698,7 @@ static const bench_cli kCli = {
     .about = "GFLOP/s and row consistency of " LIB_NAME "'s GEMMs at the MoE layer's shapes (docs/BENCHMARKS.md)",
     .flags = kFlags,
     .num_flags = sizeof kFlags / sizeof kFlags[0],
+    .check = check_options,
     .notes = "One line per measurement: method, precision, shape, product, rows, mode, threads, GFLOP/s of the\n"
              "best repetition, the median's excess over it (noise), and for bf16 the GFLOP/s with the conversion\n"
              "of A and B to bf16 included (the fastest conversion measured, each checked to give the bits of\n"
@@ -774,7 +807,7 @@ static void speed(const options *opt) {
             for (int oi = 0; oi < nops; oi++) {
                 const gemm_op *op = &ops[oi];
                 const int m = op->trans_a ? op->m : rows;
-                operands o = make_operands((size_t)m * op->k, (size_t)op->n * op->k, 100 + oi);
+                operands o = make_operands((size_t)m * op->k, (size_t)op->n * op->k, 100 + oi, opt->b_offset);
                 float *C = xmalloc((size_t)m * op->n * sizeof *C);
                 const double gflop = 2.0 * m * op->n * op->k * 1e-9;
                 /* the bf16 conversions of this product's A and B, one thread */
@@ -887,8 +920,30 @@ static int call_differs(const method *mt, void *ctx, const gemm_op *op, const op
     return memcmp(C, ref + (size_t)off * op->n, sizeof(float) * m * op->n) != 0;
 }
 
+/* Rows of the 64-row calls (nblk blocks) that differ from `blocks` when B is a copy at 0, 16, 32 and 48 bytes past a
+ * 64-byte boundary in turn (the speed of some calls depends on that place: placed_alloc). */
+static int b_place_differs(const method *mt, const gemm_op *op, const operands *o, const float *blocks, int nblk,
+                           float *C) {
+    const size_t b_bytes = o->b_count * (mt->bf16 ? sizeof *o->Bh : sizeof *o->B);
+    int differ = 0;
+    for (size_t place = 0; place < 64; place += 16) {
+        void *B = placed_alloc(b_bytes, place);
+        memcpy(B, B_of(mt, o), b_bytes);
+        void *ctx = mt->prepare(op, B, BLOCK);
+        for (int b = 0; b < nblk; b++) {
+            mt->run(ctx, BLOCK, A_at(mt, o, (size_t)b * BLOCK * op->k), C);
+            for (int r = 0; r < BLOCK; r++)
+                differ += memcmp(C + (size_t)r * op->n, blocks + ((size_t)b * BLOCK + r) * op->n,
+                                 sizeof(float) * op->n) != 0;
+        }
+        mt->release(ctx);
+        placed_free(B, place);
+    }
+    return differ;
+}
+
 static void consistency_row_op(const options *opt, const method *mt, const char *shape, const gemm_op *op) {
-    operands o = make_operands((size_t)CHECK_ROWS * op->k, (size_t)op->n * op->k, 7);
+    operands o = make_operands((size_t)CHECK_ROWS * op->k, (size_t)op->n * op->k, 7, opt->b_offset);
     const size_t csize = (size_t)CHECK_ROWS * op->n;
     float *ref = xmalloc(csize * sizeof *ref), *again = xmalloc(csize * sizeof *again);
     float *C = xmalloc(csize * sizeof *C), *blocks = xmalloc(csize * sizeof *blocks);
@@ -941,6 +996,8 @@ static void consistency_row_op(const options *opt, const method *mt, const char 
         blocks_vs_ref += memcmp(blocks + (size_t)r * op->n, ref + (size_t)r * op->n, sizeof(float) * op->n) != 0;
     printf("  64-row calls: %d of %d rows differ between block offsets; %d of %d rows differ from the %s\n",
            shifted_differ, shifted, blocks_vs_ref, nblk * BLOCK, full_ok ? "1200-row call" : "aligned blocks (the reference)");
+    printf("  64-row calls with B at 0, 16, 32, 48 bytes past a 64-byte boundary: %d of %d rows differ from B at %d\n",
+           b_place_differs(mt, op, &o, blocks, nblk, C), 4 * nblk * BLOCK, opt->b_offset);
     /* run to run, and 2 threads */
     int rr = 0, thr = -1, thr_blk = -1;
     if (full_ok) {
@@ -1023,7 +1080,7 @@ static void consistency_row_op(const options *opt, const method *mt, const char 
 
 /* Weight gradients: run to run and 1 vs 2 threads. */
 static void consistency_wgrad(const options *opt, const method *mt, const char *shape, const gemm_op *op) {
-    operands o = make_operands((size_t)op->m * op->k, (size_t)op->n * op->k, 9);
+    operands o = make_operands((size_t)op->m * op->k, (size_t)op->n * op->k, 9, opt->b_offset);
     const size_t csize = (size_t)op->m * op->n;
     float *ref = xmalloc(csize * sizeof *ref), *C = xmalloc(csize * sizeof *C);
     lib_set_threads(1);
@@ -1067,15 +1124,15 @@ static void consistency(const options *opt) {
 }
 
 int main(int argc, char **argv) {
-    options opt = {.what = 0, .threads = 0, .reps = 7, .min_ms = 30, .shapes = 0, .precision = 0};
+    options opt = {.what = 0, .threads = 0, .reps = 7, .min_ms = 30, .shapes = 0, .precision = 0, .b_offset = 16};
     bench_parse_flags(&kCli, argc, argv, &opt);
     lib_init();
     lib_describe();
     printf("methods:");
     for (int i = 0; i < NUM_METHODS; i++) printf(" %s (%s%s)", kMethods[i].name, kMethods[i].bf16 ? "bf16" : "fp32",
                                                  kMethods[i].packed ? ", B packed once" : "");
-    printf("\nreps %d, each at least %d ms; GFLOP/s of the best repetition; noise = median / best - 1\n", opt.reps,
-           opt.min_ms);
+    printf("\nreps %d, each at least %d ms; GFLOP/s of the best repetition; noise = median / best - 1; B at %d and A at "
+           "%d bytes past a page boundary\n", opt.reps, opt.min_ms, opt.b_offset, A_OFFSET);
     if (opt.what != 2) speed(&opt);
     if (opt.what != 1) consistency(&opt);
     return 0;

@@ -40,7 +40,10 @@ void moe_gemm_rows_plan_free(moe_gemm_rows_plan *plan) {
 
 /* *buffer holding at least `bytes` (its *capacity), grown when it holds fewer. realloc, not a cache-line-aligned
  * allocation: with the prepared weights at 64-byte (or page) alignment oneDNN's AVX2 sgemm ran the layer's 64-row
- * blocks 1.4-1.6x slower than at malloc's 16 (bench_moe_layer, 2026-12-06; the cause inside the library not found). */
+ * blocks 1.4-1.6x slower than at malloc's 16 (bench_moe_layer, 2026-12-06). Measured since (Zen 3, oneDNN 2.6.3):
+ * its 64-row calls read a B held [k, n] ~2x slower at 0 or 32 bytes past a 64-byte boundary than at 16 or 48, a B
+ * held [n, k] alike at each, the bits the same (bench_gemm_onednn --b-offset; docs/BENCHMARKS.md). glibc's large
+ * blocks lie at 16; placing ours there on purpose waits for the same measure on another AVX2 CPU. */
 static moe_status grow(void **buffer, size_t *capacity, size_t bytes) {
     if (*capacity >= bytes) return MOE_OK;
     void *grown = realloc(*buffer, bytes ? bytes : 1);
