@@ -201,9 +201,12 @@ fi
 # ---- configure and build ----
 meson_args=(--buildtype=release -Dcuda=enabled "-Dgpu_arch=$arch")
 [ -n "$nccl_dir" ] && meson_args+=("-Dnccl_dir=$nccl_dir")
-reconfigure=()
-[ -f "$build/build.ninja" ] && reconfigure=(--reconfigure)
-phase configure 120 meson setup "${reconfigure[@]}" "$build" "$root" "${meson_args[@]}" || finish
+if [ -f "$build/build.ninja" ]; then
+    configure_how=(--reconfigure)
+else # nvcc's dependency files: a rerun after a fix to a header rebuilds what includes it
+    mapfile -t configure_how < <(moe_cuda_native_file "$build")
+fi
+phase configure 120 meson setup "${configure_how[@]}" "$build" "$root" "${meson_args[@]}" || finish
 # a rehearsal builds what its phases run (on 2 shared cores the whole project's second build was its longest phase);
 # then the suite must not rebuild the rest
 build_targets=() suite_flags=()

@@ -12,8 +12,9 @@ moe_install_packages "${moe_build_packages[@]}" "$@" || exit 1
 moe_build_env
 
 if [ ! -f "$moe_build/build.ninja" ]; then
+    mapfile -t moe_native < <(moe_cuda_native_file "$moe_build")
     # shellcheck disable=SC2086 # MOE_SETUP_ARGS is a list of words
     meson setup "$moe_build" "$moe_root" --buildtype="${MOE_BUILDTYPE:-release}" -Dmarch="${MOE_MARCH-native}" \
-        ${MOE_SETUP_ARGS:-}
+        "${moe_native[@]}" ${MOE_SETUP_ARGS:-}
 fi
 meson compile -C "$moe_build"

@@ -22,6 +22,19 @@ moe_install_packages() {
 moe_build_packages=(build-essential meson ninja-build pkg-config libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin
     libjansson-dev)
 
+# moe_cuda_native_file BUILD_DIR: where nvcc is on PATH, writes BUILD_DIR/nvcc_deps.ini, a meson machine file that makes
+# scripts/nvcc_deps the CUDA compiler (meson 1.0.1 asks nvcc for no dependency files: without it a .cu object is not
+# rebuilt when only a header it includes changes), and prints "--native-file BUILD_DIR/nvcc_deps.ini" for `meson
+# setup`; prints nothing where there is no nvcc. Before the first `meson setup` of BUILD_DIR only (meson keeps its
+# compilers).
+moe_cuda_native_file() {
+    command -v nvcc > /dev/null 2>&1 || return 0
+    local root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    mkdir -p "$1" && printf "[binaries]\ncuda = '%s'\n" "$root/scripts/nvcc_deps" > "$1/nvcc_deps.ini" &&
+        printf '%s\n' --native-file "$1/nvcc_deps.ini"
+}
+
 moe_build_env() {
     # nvcc lives outside PATH in the standard toolkit install; meson builds the CUDA code when it finds it.
     if [ -x /usr/local/cuda/bin/nvcc ]; then
