@@ -293,6 +293,9 @@ static moe_status row_block_job(moe_gemm_rows_plan *plan, moe_gemm_worker *w, in
 static moe_status rows_product(moe_gemm_rows_plan *plan, CBLAS_TRANSPOSE trans_b, int rows, int n, int k, operand A,
                                const moe_real *B, moe_real beta, moe_real *C) {
     MOE_TRY(check_beta(beta));
+    if (k > plan->max_width || n > plan->max_width) /* the workers' scratch holds rows of max_width */
+        return moe_fail(MOE_ERR_INVALID_ARG, "gemm_rows: a product of k %d and n %d past the plan's max_width %d", k, n,
+                        plan->max_width);
     if (rows == 0) return MOE_OK;
     MOE_TRY(reserve_workers(plan, 1));
     row_product p = {.call = {.trans_b = trans_b == CblasTrans, .n = n, .k = k, .bf16 = native_bf16(plan),

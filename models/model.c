@@ -13,13 +13,37 @@
 #include "core/fail.h"
 #include "models/tensors.h"
 
-/* The shard tree of the dense weight gradients, sized for the largest (moe_shard_grads_max_count). */
+/* The largest of the rank's dense tensors: its count, or with `side` its longer side (rows or columns as held). */
+static size_t largest_dense_tensor(const moe_model *m, int side) {
+    size_t largest = 0;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const moe_model_tensor *t = &m->tensors[i];
+        const size_t rows = (size_t)t->rows, cols = (size_t)t->cols, v = side ? (rows > cols ? rows : cols) : t->count;
+        if (!t->experts && v > largest) largest = v;
+    }
+    return largest;
+}
+
+/* The shard tree of the dense weight gradients, sized for the largest: moe_shard_grads_max_count's (the dense SwiGLU's
+ * three as one) or a tensor's (MLA's latent projections are not in that list). */
 static moe_status init_shard_grads(moe_model *m) {
     const int S = m->cfg.moe.num_shards, W = moe_comm_size(moe_parallel_stage(m->par));
     if (!S) return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, 0, 0);
     MOE_TRY(moe_shard_tree_local_shards(S, W, &m->local_shards));
+    const size_t listed = moe_shard_grads_max_count(&m->cfg), held = largest_dense_tensor(m, 0);
     return moe_shard_grads_init(&m->shard_grads, m->rt, m->dense, m->ops_state, m->local_shards,
-                                moe_shard_grads_max_count(&m->cfg));
+                                listed > held ? listed : held);
+}
+
+/* The widest row a dense product reads or writes: d_model, the FFNs' widths, the vocabulary, and every dense weight's
+ * longer side as the rank holds it (Qwen3's H x head_dim and MLA's latent and heads can pass all of the others). */
+static int widest_dense_row(const moe_model *m) {
+    const moe_model_config *cfg = &m->cfg;
+    const int widths[] = {cfg->d_model, cfg->d_ff, moe_model_dense_d_ff(cfg), cfg->shared_d_ff, cfg->vocab_size,
+                          (int)largest_dense_tensor(m, 1)};
+    int widest = 1;
+    for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) widest = widths[i] > widest ? widths[i] : widest;
+    return widest;
 }
 
 /* Tensor parallelism (model.h): the layout's tensor group, its products in fixed pieces, and the shard tree of the
@@ -141,11 +165,8 @@ moe_status moe_model_create_stage(const moe_model_config *cfg, moe_runtime *rt, 
     if (st == MOE_OK) {
         moe__model_set_views(m, m->params, NULL, &m->p);
         moe__model_set_compute_views(m);
-        int widest = cfg->d_model > cfg->d_ff ? cfg->d_model : cfg->d_ff;
-        widest = widest > moe_model_dense_d_ff(cfg) ? widest : moe_model_dense_d_ff(cfg);
-        widest = widest > cfg->shared_d_ff ? widest : cfg->shared_d_ff;
-        widest = widest > cfg->vocab_size ? widest : cfg->vocab_size;
-        st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest, &m->ops_state);
+        st = m->dense->create(m->rt, cfg->moe.layout_invariant, cfg->moe.precision, widest_dense_row(m),
+                              &m->ops_state);
     }
     if (st == MOE_OK) st = init_shard_grads(m);
     if (st == MOE_OK) st = init_tensor_parallel(m);

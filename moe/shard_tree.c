@@ -33,7 +33,9 @@ void moe_shard_tree_free(moe_shard_tree *t) {
 }
 
 moe_status moe_shard_tree_begin(moe_shard_tree *t, size_t count) {
-    if (count > t->max_count) return MOE_ERR_INVALID_ARG;
+    if (count > t->max_count)
+        return moe_fail(MOE_ERR_INVALID_ARG, "shard tree: a sum of %zu values past the %zu it was made for", count,
+                        t->max_count);
     t->count = count, t->pushed = 0;
     return MOE_OK;
 }
