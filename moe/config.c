@@ -58,8 +58,9 @@ const char *moe_config_problem(const moe_config *c) {
     if (moe_config_grouped(c)) {
         const int size = c->num_experts / c->num_groups;
         if (c->num_experts % c->num_groups) return "num_groups (n_group) must divide the number of experts";
-        if (size < 2) return "num_groups (n_group) must leave at least 2 experts per group (a group's score is the "
-                             "sum of its two best)";
+        if (size < 2 && c->group_score == MOE_GROUP_SCORE_TOP2)
+            return "num_groups (n_group) must leave at least 2 experts per group under group_score top2 (a group's "
+                   "score is the sum of its two best; max takes groups of 1)";
         if (c->topk_groups < 1 || c->topk_groups > c->num_groups)
             return "topk_groups (topk_group) must be between 1 and num_groups (n_group)";
         if (c->top_k > c->topk_groups * size)

@@ -43,8 +43,9 @@ __global__ void group_mask_kernel(const float *select, int num_tokens, int num_e
 
 extern "C" moe_status moe_router_group_mask_cuda(moe_gpu *gpu, const float *select, int num_tokens, int num_experts,
                                                  int groups, int topk_groups, int group_score, float *masked) {
+    const int least_size = group_score == MOE_GROUP_SCORE_TOP2 ? 2 : 1; /* the max takes groups of one expert */
     if (num_tokens < 0 || groups < 2 || groups > MOE_ROUTER_MAX_GROUPS || num_experts % groups ||
-        num_experts / groups < 2 || topk_groups < 1 || topk_groups > groups ||
+        num_experts / groups < least_size || topk_groups < 1 || topk_groups > groups ||
         (group_score != MOE_GROUP_SCORE_TOP2 && group_score != MOE_GROUP_SCORE_MAX))
         return MOE_ERR_INVALID_ARG;
     if (num_tokens == 0) return MOE_OK;

@@ -74,6 +74,7 @@ int main(void) {
         compare_groups(gpu, 1000, 256, 8, 4, 8, levels, MOE_GROUP_SCORE_TOP2, &rng); /* DeepSeek-V3's routing */
         compare_groups(gpu, 333, 64, 32, 3, 4, levels, MOE_GROUP_SCORE_TOP2, &rng);  /* groups of 2: both */
         compare_groups(gpu, 1000, 160, 8, 3, 6, levels, MOE_GROUP_SCORE_MAX, &rng);  /* DeepSeek-V2's */
+        compare_groups(gpu, 500, 16, 16, 4, 3, levels, MOE_GROUP_SCORE_MAX, &rng);   /* groups of 1 expert */
     }
     moe_gpu_destroy(gpu);
     return test_finish("test_gpu_topk");

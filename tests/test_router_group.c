@@ -1,8 +1,8 @@
 /* test_router_group.c — group-limited routing (router/group.h, DeepSeek-V3's n_group / topk_group), exactly: a token's
  * groups scored by the sum of their two best selection scores, the best topk_groups kept (ties to the lower group),
  * -inf elsewhere, so that top-k chooses among them; in place as out of place; groups scored by their best alone
- * (DeepSeek-V2's group_limited_greedy) keeping other groups than the sums would; and the configurations
- * moe_config_problem refuses, each by its field. Run: meson test -C build test_router_group */
+ * (DeepSeek-V2's group_limited_greedy) keeping other groups than the sums would, and groups of one expert; and the
+ * configurations moe_config_problem refuses, each by its field. Run: meson test -C build test_router_group */
 #include <math.h>
 #include <string.h>
 
@@ -40,6 +40,12 @@ static void by_hand(void) {
     }
     moe_router_group_mask_cpu(v2, 1, 8, 4, 2, MOE_GROUP_SCORE_TOP2, masked); /* sums 0.3, 0.9, 0.95, 0.85 */
     CHECK(!isinf(masked[4]) && isinf(masked[6]), "top2: group 2 kept, group 3 not");
+    moe_router_group_mask_cpu(v2, 1, 8, 8, 3, MOE_GROUP_SCORE_MAX, masked); /* groups of 1: the 3 best experts kept */
+    for (int e = 0; e < 8; e++) {
+        const int kept = e == 2 || e == 4 || e == 7;
+        CHECK(kept ? masked[e] == v2[e] : isinf(masked[e]) && masked[e] < 0, "max, groups of 1: expert %d: %g", e,
+              (double)masked[e]);
+    }
     printf("by hand: groups 1 and 2 of 4 kept, top-2 = experts 2, 4; a tie to group 0; max keeps groups 1 and 3\n");
 }
 
@@ -60,6 +66,9 @@ static void refusals(void) {
               bad[i].topk_groups, bad[i].groups, problem ? problem : "accepted");
         if (problem) printf("refused: %s\n", problem);
     }
+    moe_config single = moe_config_default(16, 32, 8, 1); /* groups of 1 expert: well defined by the max alone */
+    single.num_groups = 8, single.topk_groups = 2, single.group_score = MOE_GROUP_SCORE_MAX;
+    CHECK(!moe_config_problem(&single), "groups of 1 under max refused: %s", moe_config_problem(&single));
     moe_config ok = moe_config_default(16, 32, 256, 8);
     ok.num_groups = 8, ok.topk_groups = 4, ok.routed_scaling = 2.5f; /* DeepSeek-V3's */
     CHECK(!moe_config_problem(&ok), "DeepSeek-V3's routing refused: %s", moe_config_problem(&ok));
