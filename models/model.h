@@ -179,6 +179,8 @@ const char *moe_model_config_problem(const moe_model_config *cfg);
 const char *moe_model_layout_problem(const moe_model_config *cfg, int tp, int ep);
 /* Layer l's FFN is MoE iff E > 1, l >= first_dense and (l + 1) % moe_every == 0. */
 int moe_model_layer_is_moe(const moe_model_config *cfg, int layer);
+/* How many of the layers are MoE layers (0: a dense model). */
+int moe_model_moe_layers(const moe_model_config *cfg);
 /* Whether the attention is multi-head latent attention (kv_lora_rank > 0). */
 int moe_model_mla(const moe_model_config *cfg);
 /* cfg->dense_d_ff, with 0 read as d_ff. */

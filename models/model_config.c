@@ -98,6 +98,12 @@ int moe_model_layer_is_moe(const moe_model_config *c, int layer) {
     return c->moe.num_experts > 1 && c->moe_every > 0 && layer >= c->first_dense && (layer + 1) % c->moe_every == 0;
 }
 
+int moe_model_moe_layers(const moe_model_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->num_layers; l++) n += moe_model_layer_is_moe(c, l);
+    return n;
+}
+
 int moe_model_mla(const moe_model_config *c) { return c->kv_lora_rank > 0; }
 
 /* Multi-head latent attention against the rest of the config (model.h). */
@@ -168,6 +174,9 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES)
         return "family must be mixtral, qwen3_moe, olmoe, qwen2_moe, deepseek_v3 or deepseek_v2";
     if (c->shared_d_ff < 0) return "the shared expert's width must be 0 (none) or positive";
+    if (c->shared_d_ff > 0 && c->moe_every >= 1 && c->first_dense >= 0 && !moe_model_moe_layers(c))
+        return "a shared expert (--shared-d-ff) runs beside the routed experts of the MoE layers, and this model has "
+               "none (one expert, or no layer an MoE layer by --moe-every and --first-dense-layers): drop it";
     if (moe_model_deepseek(c) && c->d_ff > 0 && c->shared_d_ff % c->d_ff)
         return "DeepSeek's shared experts are n_shared_experts x moe_intermediate_size wide: the shared expert's "
                "width (--shared-d-ff) must be a multiple of d_ff";

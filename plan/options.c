@@ -136,8 +136,9 @@ static int check_value(const flag_spec *s, const char *v, FILE *err) {
     errno = 0;
     const double x = s->kind == F_INT ? (double)strtoll(v, &end, 10) : strtod(v, &end);
     if (errno || end == v || *end || !isfinite(x) || x < s->lo || x > s->hi)
-        return complain(err, "%s expects %s in [%g, %g], got '%s'", s->name, s->kind == F_INT ? "an integer" : "a number",
-                        s->lo, s->hi, v),
+        return complain(err, "%s expects %s in [%.*g, %.*g], got '%s'", s->name,
+                        s->kind == F_INT ? "an integer" : "a number", s->kind == F_INT ? 19 : 6, s->lo,
+                        s->kind == F_INT ? 19 : 6, s->hi, v),
                -1;
     return 0;
 }

@@ -22,6 +22,10 @@
 #  9. (issue 51) a Qwen3-MoE and a DeepSeek-V3 save under their own labels and names and resume at another layout
 #     bitwise (the Qwen3-MoE at tp 2); the Qwen3-MoE is refused as another family (an OLMoE at --tp 2:
 #     tests/test_tp_cli.sh).
+# 10. (a probe of the command line, 2026-12-07) a shared expert in a model with no MoE layer is refused by name (its
+#     config.json described a shared expert the weights did not hold); a model with no MoE layer trains with a note,
+#     and so do options the others leave without effect (a note each, not a refusal: a sweep holds them fixed while
+#     another option varies).
 . "$(dirname "$0")/train_cli_common.sh"
 
 # a model unlike the defaults in every architecture field
@@ -274,5 +278,16 @@ family_saves_and_resumes deepseek DeepseekV3ForCausalLM 1 "--ep 2" model.layers.
     --shared-d-ff 32 --norm-eps 1e-6
 grep -q '"n_shared_experts": 2' "$dir/deepseek/step-00000002/config.json" ||
     fail_with_output "the DeepSeek-V3's n_shared_experts: $(cat "$dir/deepseek/step-00000002/config.json")"
+
+# 10. options without effect
+refuses "a shared expert \(--shared-d-ff\) runs beside the routed experts of the MoE layers" --experts 1 --top-k 1 \
+    --shared-d-ff 16
+trains "a model with no MoE layer trains, with a note" "^note: no layer is an MoE layer \(4 experts, --moe-every 3" \
+    --layers 2 --moe-every 3
+trains "options the others leave without effect, a note each" "^note: --drop-priority has no effect" \
+    --dense-d-ff 24 --drop-priority score --max-skipped-steps 3
+for note in "--dense-d-ff 24 has no effect" "--max-skipped-steps has no effect without --skip-nonfinite 1"; do
+    grep -q -- "^note: $note" "$dir/out.txt" && echo "ok: note: $note" || fail_with_output "no note '$note'"
+done
 
 finish test_config_cli

@@ -860,14 +860,14 @@ int main(int argc, char **argv) {
         f.head_dim = families[i] == MOE_MODEL_FAMILY_QWEN3_MOE ? 48 : 0;
         f.shared_d_ff = families[i] == MOE_MODEL_FAMILY_QWEN2_MOE ? 96 : 0;
         check_against_model(f, 2);
-        f.moe.num_experts = 1, f.moe.top_k = 1;
+        f.moe.num_experts = 1, f.moe.top_k = 1, f.shared_d_ff = 0; /* a shared expert needs MoE layers */
         check_against_model(f, 3);
     }
     moe_model_config mla = moe_model_config_default(); /* DeepSeek's attention, with and without q's bottleneck */
     mla.num_kv_heads = mla.num_heads, mla.head_dim = 48, mla.qk_rope_dim = 16, mla.v_head_dim = 32;
     mla.kv_lora_rank = 64, mla.q_lora_rank = 48, mla.first_dense = 1, mla.dense_d_ff = 320, mla.shared_d_ff = 64;
     check_against_model(mla, 2);
-    mla.moe.num_experts = 1, mla.moe.top_k = 1;
+    mla.moe.num_experts = 1, mla.moe.top_k = 1, mla.shared_d_ff = 0;
     check_against_model(mla, 3);
     mla.q_lora_rank = 0, mla.moe.recompute = MOE_RECOMPUTE_ATTENTION;
     check_against_model(mla, 2);

@@ -62,7 +62,7 @@ trains "the short file in training" "^validation: 36 distinct sequences, all the
     --eval-batches 30
 perl -e 'print pack("l<256", 20240520, 1, 20, (0) x 253), pack("S<*", (65) x 20)' > "$dir/one_window.bin"
 refuses "one_window.bin: 1 validation windows of 16 \+ 1 tokens, fewer than the 2 ranks" --val-data "$dir/one_window.bin"
-refuses "--vocab expects an integer in \[2, 2.14748e\+09\], got '2147483648'" --vocab 2147483648
+refuses "--vocab expects an integer in \[2, 2147483647\], got '2147483648'" --vocab 2147483648
 
 # issue 12: inputs that hung, were silently accepted or silently cut
 refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr 1e-3 --lr 2e-3

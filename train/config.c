@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "models/fileio.h"
 #include "train/machine.h"
+#include "train/option_notes.h"
 
 /* The JSON documents whose strings the options point into: alive for the process, never freed (reachable). */
 static json_t **kept;
@@ -253,5 +254,6 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         return -1;
     }
     if (saved && !o->print_config) compare_with_saved(o, saved, notes);
+    if (!o->print_config) moe_train_note_inert_options(o, notes);
     return 0;
 }

@@ -343,8 +343,9 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
     }
     double x = s->kind == OPT_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
     if (errno || end == v || *end || !isfinite(x) || x < s->lo || x > s->hi) {
-        moe_train_complain(err, "moe-train: %s expects %s in [%g, %g], got '%s'\n", label,
-                s->kind == OPT_INT ? "an integer" : "a number", s->lo, s->hi, v);
+        const int digits = s->kind == OPT_INT ? 19 : 6; /* an integer's bounds whole: 1048576, not 1.04858e+06 */
+        moe_train_complain(err, "moe-train: %s expects %s in [%.*g, %.*g], got '%s'\n", label,
+                s->kind == OPT_INT ? "an integer" : "a number", digits, s->lo, digits, s->hi, v);
         return -1;
     }
     if (s->kind == OPT_INT) *(int *)field = (int)x;

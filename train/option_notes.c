@@ -1,0 +1,36 @@
+/* option_notes.c — notes on options left without effect (train/option_notes.h). */
+#include "train/option_notes.h"
+
+#include <stddef.h>
+
+#include "models/model.h"
+
+/* 1 when the option stored at `offset` was given (a flag or a --config file) other than its default. */
+static int given(const moe_train_options *o, size_t offset) {
+    const moe_train_option *s = moe_train_option_at(offset);
+    return s && moe_train_option_from(o, s, MOE_OPTION_CONFIG_FILE) && !moe_train_option_is_default(o, s);
+}
+
+#define GIVEN(field) given(o, offsetof(moe_train_options, field))
+
+void moe_train_note_inert_options(const moe_train_options *o, FILE *notes) {
+    if (!notes) return;
+    const moe_model_config *m = &o->model;
+    const int moe_layers = moe_model_moe_layers(m);
+    if (!moe_layers)
+        fprintf(notes, "note: no layer is an MoE layer (%d expert%s, --moe-every %d, --first-dense-layers %d, %d "
+                       "layers): the model trains dense, and the routing options (--top-k, --ep, the router's) act on "
+                       "nothing\n", m->moe.num_experts, m->moe.num_experts == 1 ? "" : "s", m->moe_every,
+                m->first_dense, m->num_layers);
+    if (moe_layers == m->num_layers && GIVEN(model.dense_d_ff))
+        fprintf(notes, "note: --dense-d-ff %d has no effect: every layer is an MoE layer\n", m->dense_d_ff);
+    if (moe_layers && m->moe.capacity_factor <= 0 && GIVEN(model.moe.drop_priority))
+        fprintf(notes, "note: --drop-priority has no effect: the routing is dropless (--capacity-factor 0)\n");
+    if (moe_layers && m->moe.score_func != MOE_SCORE_SIGMOID && GIVEN(model.moe.bias_update_rate))
+        fprintf(notes, "note: --bias-update-rate has no effect: the selection bias is sigmoid routing's (--score "
+                       "sigmoid), and the scores are softmax\n");
+    if (!o->skip_nonfinite && GIVEN(max_skipped_steps))
+        fprintf(notes, "note: --max-skipped-steps has no effect without --skip-nonfinite 1\n");
+    if (moe_layers && !moe_config_grouped(&m->moe) && GIVEN(model.moe.group_score))
+        fprintf(notes, "note: --group-score has no effect without expert groups (--expert-groups)\n");
+}
