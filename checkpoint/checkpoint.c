@@ -350,19 +350,34 @@ static moe_status load_weights(const moe_checkpoint_run *run, const moe__ckpt_ta
 }
 
 /* The routers' selection biases (expert_bias.layers.I, or a DeepSeek-V3's model.layers.I.mlp.gate.
- * e_score_correction_bias) from whichever file of the set holds them. */
-static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetensors_set *set, int hf) {
+ * e_score_correction_bias) from whichever file of the set holds them, each finite. With `compare`, a DeepSeek-V3's
+ * weights on --resume, whose training state gave the biases: compared with those instead (transformers reads the
+ * weights' copy, the resumed run the state's: the two must be one). */
+static moe_status read_biases(const moe_checkpoint_run *run, const moe_safetensors_set *set, int hf, int compare) {
     const moe_model_config *c = run->config;
+    long E = c->moe.num_experts;
+    moe_real *other = compare ? malloc((size_t)E * sizeof *other) : NULL;
+    if (compare && !other) return MOE_ERR_OUT_OF_MEMORY;
+    moe_status st = MOE_OK;
     char name[96];
-    for (int l = 0; l < c->num_layers; l++) {
-        moe_real *bias = moe_model_expert_bias(run->model, l);
-        long E = c->moe.num_experts;
+    for (int l = 0; l < c->num_layers && st == MOE_OK; l++) {
+        moe_real *bias = moe_model_expert_bias(run->model, l), *into = compare ? other : bias;
+        if (!bias) continue;
         if (hf) moe__checkpoint_hf_bias_name(l, name, sizeof name);
         else snprintf(name, sizeof name, "expert_bias.layers.%d", l);
         moe_safetensors_file *holder = moe_safetensors_set_file(set, name);
-        if (bias) MOE_TRY(moe_safetensors_read(holder ? holder : &set->files[0], name, 1, &E, bias));
+        if (!holder) holder = &set->files[0]; /* its read names the missing tensor and the file */
+        st = moe_safetensors_read(holder, name, 1, &E, into);
+        for (long e = 0; e < E && st == MOE_OK; e++)
+            if (!isfinite(into[e]))
+                st = moe_fail(MOE_ERR_NONFINITE, "%s: %s[%ld] is %g: a selection bias must be finite", holder->path,
+                              name, e, (double)into[e]);
+        if (st == MOE_OK && compare && memcmp(other, bias, (size_t)E * sizeof *bias))
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s differs from the training state's expert_bias.layers.%d, which the "
+                          "run resumes with (an edited checkpoint)", holder->path, name, l);
     }
-    return MOE_OK;
+    free(other);
+    return st;
 }
 
 /* Sigmoid routing selects by score + bias: the biases are part of the function, kept in the training state (which
@@ -380,7 +395,7 @@ static moe_status load_selection_biases(const moe_checkpoint_run *run, const cha
         moe__checkpoint_manifest_free(&manifest);
     }
     if (st == MOE_OK && (st = moe_safetensors_set_open(dir, hf ? "model" : "train_state", &set)) == MOE_OK)
-        st = read_biases(run, &set, hf), moe_safetensors_set_close(&set);
+        st = read_biases(run, &set, hf, 0), moe_safetensors_set_close(&set);
     if (st == MOE_OK || st == MOE_ERR_OUT_OF_MEMORY) return st;
     char why[1024];
     snprintf(why, sizeof why, "%s", moe_failure_message(st));
@@ -451,9 +466,12 @@ static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_tabl
                               path);
     }
     free(buf);
-    if (st == MOE_OK) st = read_biases(run, &set, 0);
+    if (st == MOE_OK) st = read_biases(run, &set, 0, 0);
     moe_safetensors_set_close(&set);
     free(path);
+    if (st == MOE_OK && run->config->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 &&
+        run->config->moe.score_func == MOE_SCORE_SIGMOID && (st = moe_safetensors_set_open(dir, "model", &set)) == MOE_OK)
+        st = read_biases(run, &set, 1, 1), moe_safetensors_set_close(&set);
     return st;
 }
 

@@ -11,6 +11,9 @@
 #   R10 with --skip-nonfinite 1 and every step non-finite (an expert at 1e20), the run stops after
 #       --max-skipped-steps in a row, and no checkpoint is published of a step whose update was dropped;
 #   R12 an empty step directory is passed over as "not a checkpoint", not called another run's checkpoints;
+#   R13 (a probe of checkpoint files, 2026-12-07) a DeepSeek-V3's selection biases: NaN in the weights' copy
+#       (transformers') refused by --init-from, Inf in the training state's refused by --resume, and a weights' copy
+#       that differs from the state's refused by --resume (it used to load silently; the run failed at its first save);
 #   issue 49 (2): one that cannot be used, newer than the step a run starts from, refuses the run before training.
 . "$(dirname "$0")/train_cli_common.sh"
 edit="$(dirname "$0")/safetensors_edit.py"
@@ -112,5 +115,22 @@ refuses "3 steps in a row were dropped as non-finite \(--max-skipped-steps 3\)" 
 refuses "step 2's update was dropped: its checkpoint waits for the next step that updates" --steps 4 \
     --init-from "$dir/overflow" --skip-nonfinite 1 --checkpoint-dir "$dir/dropped" --checkpoint-interval 2
 [ -z "$(ls "$dir/dropped" | grep step-)" ] || fail_with_output "checkpoints of dropped steps: $(ls "$dir/dropped")"
+
+# R13: a DeepSeek-V3's selection biases (sigmoid scores), kept in its weights and in the training state
+v3=(--family deepseek_v3 --score sigmoid --bias-update-rate 0.01)
+trains "a DeepSeek-V3 with sigmoid scores saves" "^step     2" "${v3[@]}" --checkpoint-dir "$dir/v3"
+bias=model.layers.0.mlp.gate.e_score_correction_bias
+for case in nan inf differs; do
+    cp -r "$(step_dir "$dir/v3" 2)" "$dir/v3_$case" && rm "$dir/v3_$case/manifest.json"
+done
+python3 "$edit" "$dir/v3_nan/model.safetensors" "$bias" nan &&
+    python3 "$edit" "$dir/v3_inf/train_state.safetensors" expert_bias.layers.0 inf &&
+    python3 "$edit" "$dir/v3_differs/model.safetensors" "$bias" 5 || fail_with_output "safetensors_edit.py failed"
+refuses "v3_nan/model.safetensors: $bias\[0\] is nan: a selection bias must be finite" "${v3[@]}" \
+    --init-from "$dir/v3_nan" --eval-only 1
+refuses "v3_inf/train_state.safetensors: expert_bias.layers.0\[0\] is inf: a selection bias must be finite" \
+    "${v3[@]}" --steps 4 --resume "$dir/v3_inf"
+refuses "v3_differs/model.safetensors: $bias differs from the training state's expert_bias.layers.0" "${v3[@]}" \
+    --steps 4 --resume "$dir/v3_differs"
 
 finish test_checkpoint_trust_cli
