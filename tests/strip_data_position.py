@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""strip_data_position.py STEP_DIR — makes STEP_DIR's checkpoint look as moe-train wrote it before issue 52: its
-train_state.safetensors without the data position's metadata (every "data_*" key), the manifest's size and header
-checksum of that file updated to match, so that the directory is well-formed and loads (test_data_cli.sh resumes it).
-Standard library only; the CRC-32C is safetensors_edit.py's."""
+"""strip_data_position.py STEP_DIR [KEY=VALUE] — makes STEP_DIR's checkpoint look as moe-train wrote it before issue
+52: its train_state.safetensors without the data position's metadata (every "data_*" key); with KEY=VALUE, that
+metadata key set to VALUE instead (a damaged position). The manifest's size and header checksum of that file are
+updated to match, so that the directory is well-formed and loads (test_data_cli.sh resumes it). Standard library only;
+the CRC-32C is safetensors_edit.py's."""
 import json
 import os
 import struct
@@ -20,8 +21,14 @@ def main():
     n = struct.unpack("<Q", blob[:8])[0]
     header = json.loads(blob[8:8 + n])
     meta = header["__metadata__"]
-    dropped = [k for k in meta if k.startswith("data_")]
-    assert dropped, f"{path}: no data_* metadata to strip"
+    if len(sys.argv) > 2:
+        key, value = sys.argv[2].split("=", 1)
+        assert key in meta, f"{path}: no metadata key {key}"
+        meta[key] = value
+        dropped = []
+    else:
+        dropped = [k for k in meta if k.startswith("data_")]
+        assert dropped, f"{path}: no data_* metadata to strip"
     for k in dropped:
         del meta[k]
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -36,7 +43,8 @@ def main():
     manifest["header_crc32c"]["train_state.safetensors"] = f"{crc32c(head):08x}"
     with open(manifest_path, "w") as f:
         json.dump(manifest, f, indent=1)
-    print(f"{path}: dropped {len(dropped)} keys ({', '.join(sorted(dropped))})")
+    print(f"{path}: set {sys.argv[2]}" if len(sys.argv) > 2 else
+          f"{path}: dropped {len(dropped)} keys ({', '.join(sorted(dropped))})")
 
 
 if __name__ == "__main__":

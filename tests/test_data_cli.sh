@@ -4,7 +4,8 @@
 # 4-rank checkpoint of step 5 resumed on 2 ranks continues the 1-rank curve to the same step-10 files (the data
 # position travels in the checkpoint); the shuffled order is another than the unshuffled one; a checkpoint without a
 # data position (before issue 52: tests/strip_data_position.py makes one) continues in order with a note. A resume on a changed
-# shard list or --shuffle is refused naming what changed, and continues with --allow-data-change 1, saying so.
+# shard list or --shuffle is refused naming what changed, and continues with --allow-data-change 1, saying so; a
+# damaged data position (a counter past int64, or not a number) is refused naming the key.
 # Refused with the path named: a pattern matching nothing, a token past --vocab (a uint32 shard of another vocabulary
 # among uint16 ones: when it is read, with its offset), and a shard truncated while the run reads it (a message, not
 # SIGBUS).
@@ -50,6 +51,15 @@ run old_resumed 2 --shuffle 0 --resume "$dir/old/step-00000005"
 grep -q "note: .*records no data set identity (saved before data positions were): the shard list is not checked; continuing at window counter 80" "$dir/out.txt" ||
     fail_with_output "a checkpoint without a data position: no note saying so"
 same_run "a checkpoint from before data positions, resumed on 2 ranks" old_resumed in_order
+# a damaged data position (a probe, 2026-12-07: past int64 it overflowed the reads' counter, '12abc' passed for a
+# checkpoint from before data positions): refused naming the key
+for bad in 99999999999999999999 12abc; do
+    rm -rf "$dir/damaged" && mkdir -p "$dir/damaged" && cp -r "$dir/in_order/step-00000005" "$dir/damaged/"
+    python3 "$(dirname "$0")/strip_data_position.py" "$dir/damaged/step-00000005" "data_windows_done=$bad" \
+        > /dev/null || fail_with_output "strip_data_position.py failed"
+    refuses "data_windows_done '$bad' is not a whole number within 2\^63" --resume "$dir/damaged/step-00000005" \
+        --checkpoint-dir "$dir/damaged"
+done
 
 # a resume on other data: refused naming what changed, or continued with --allow-data-change 1
 state="$dir/four/step-00000005"

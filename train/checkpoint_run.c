@@ -3,6 +3,8 @@
  *   options as JSON;  from train/dataloader.h: the data set's identity */
 #include "train/checkpoint_run.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,13 +62,31 @@ static int data_meta(void *owner, int step, moe_safetensors_meta *meta, int max)
     return D_COUNT;
 }
 
-/* The saved value of key as a number; 0 when it is one (*out set), else -1. */
+/* The saved value of key: 0 with *out set; 1 when the state has no such key (saved before it was written); -1 when it
+ * is not a whole number in int64's range (a damaged or edited state). */
 static int saved_number(const moe_safetensors_file *state, const char *key, int64_t *out) {
     const char *text = moe_safetensors_metadata(state, key);
+    if (!text) return 1;
     char *end = NULL;
-    if (!text || !*text) return -1;
-    *out = strtoll(text, &end, 10);
-    return *end ? -1 : 0;
+    errno = 0;
+    const long long v = strtoll(text, &end, 10);
+    if (end == text || *end || errno == ERANGE || isspace((unsigned char)*text)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Every number the data position is saved as is one or absent: a damaged value is refused by name, never read as a
+ * checkpoint from before data positions. */
+static moe_status check_saved_numbers(const moe_safetensors_file *state, const char *path) {
+    const char *keys[D_IDENTITY + 1] = {"micro_batches_done"};
+    for (int k = 0; k < D_IDENTITY; k++) keys[k + 1] = data_keys[k];
+    for (int k = 0; k <= D_IDENTITY; k++) {
+        int64_t v;
+        if (saved_number(state, keys[k], &v) < 0)
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: %s '%s' is not a whole number within 2^63 (a damaged training "
+                            "state)", path, keys[k], moe_safetensors_metadata(state, keys[k]));
+    }
+    return MOE_OK;
 }
 
 /* What differs between the saved data set and this run's, as a phrase into why ("" when nothing differs that the
@@ -106,6 +126,7 @@ static void data_differences(const moe_trainer *t, const moe_safetensors_file *s
 static moe_status data_restore(void *owner, int step, const moe_safetensors_file *state, const char *path) {
     moe_trainer *t = owner;
     int64_t done, shuffle = 0, micro_done;
+    MOE_TRY(check_saved_numbers(state, path));
     if (saved_number(state, data_keys[D_WINDOWS_DONE], &done) != 0) { /* a checkpoint from before data positions */
         if (saved_number(state, "micro_batches_done", &micro_done) != 0) micro_done = (int64_t)step * t->opt.micro_batches;
         done = micro_done * t->opt.batch;
@@ -113,6 +134,9 @@ static moe_status data_restore(void *owner, int step, const moe_safetensors_file
         return moe_fail(MOE_ERR_BAD_FILE, "%s: data_windows_done without data_shuffle: a damaged training state", path);
     }
     if (done < 0) return moe_fail(MOE_ERR_BAD_FILE, "%s: data_windows_done %" PRId64 " is negative", path, done);
+    if (done > INT64_MAX / 2) /* the run's reads count on from it: no room left (steps x batch < 2^62) */
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: data_windows_done %" PRId64 " is beyond any run's (a damaged training "
+                        "state)", path, done);
     char why[768];
     data_differences(t, state, shuffle, why, sizeof why);
     const int64_t M = moe_token_data_num_windows(t->train);
