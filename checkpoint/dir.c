@@ -223,6 +223,11 @@ static moe_status verify_file(const char *dir, const moe__checkpoint_file *f) {
         return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: %lld bytes, the manifest says %lld (truncated or grown)", dir,
                         f->name, have, f->nbytes);
     long long crc = f->crc_kind ? crc_of(dir, f->name, f->crc_kind == MOE__CRC_HEADER) : 0;
+    if (crc < 0) /* unreadable, or a header whose length points past the file */
+        return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: %s (altered, or a file of another step or run put in its place)",
+                        dir, f->name, f->crc_kind == MOE__CRC_HEADER
+                                          ? "its header's length (the first 8 bytes) points past the end of the file"
+                                          : "it cannot be read");
     if (f->crc_kind && crc != (long long)f->crc)
         return moe_fail(MOE_ERR_BAD_FILE, "%s/%s: its %s checksum %08llx, the manifest says %08x (altered, or a file "
                         "of another step or run put in its place)", dir, f->name,

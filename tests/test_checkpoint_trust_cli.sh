@@ -14,6 +14,7 @@
 #   R13 (a probe of checkpoint files, 2026-12-07) a DeepSeek-V3's selection biases: NaN in the weights' copy
 #       (transformers') refused by --init-from, Inf in the training state's refused by --resume, and a weights' copy
 #       that differs from the state's refused by --resume (it used to load silently; the run failed at its first save);
+#       a header length past the end of the file named as such (it was called checksum ffffffffffffffff);
 #   issue 49 (2): one that cannot be used, newer than the step a run starts from, refuses the run before training.
 . "$(dirname "$0")/train_cli_common.sh"
 edit="$(dirname "$0")/safetensors_edit.py"
@@ -132,5 +133,11 @@ refuses "v3_inf/train_state.safetensors: expert_bias.layers.0\[0\] is inf: a sel
     "${v3[@]}" --steps 4 --resume "$dir/v3_inf"
 refuses "v3_differs/model.safetensors: $bias differs from the training state's expert_bias.layers.0" "${v3[@]}" \
     --steps 4 --resume "$dir/v3_differs"
+
+# R13: a header length (the first 8 bytes) past the end of the file, the manifest as saved
+cp -r "$(step_dir "$dir/v3" 2)" "$dir/v3_length"
+printf '\001' | dd of="$dir/v3_length/model.safetensors" bs=1 seek=6 conv=notrunc status=none
+refuses "v3_length/model.safetensors: its header's length \(the first 8 bytes\) points past the end of the file" \
+    "${v3[@]}" --init-from "$dir/v3_length" --eval-only 1
 
 finish test_checkpoint_trust_cli
