@@ -395,7 +395,9 @@ static moe_status read_field(const char *path, const config_objects *o, const ar
     switch (f->kind) {
     case FIELD_INT:
         if (!json_is_integer(x)) want = "an integer";
-        else if (json_integer_value(x) < INT_MIN || json_integer_value(x) > INT_MAX) want = "an int";
+        else if (json_integer_value(x) < INT_MIN || json_integer_value(x) > INT_MAX)
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: %s%s is %lld, past the range of an int (%d to %d)", path, where, key,
+                            (long long)json_integer_value(x), INT_MIN, INT_MAX);
         else *v = (double)json_integer_value(x);
         break;
     case FIELD_FLOAT:
@@ -474,6 +476,10 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
             return moe_fail(MOE_ERR_BAD_FILE, "%s: %s must be an object or null", path, rope_keys[i]);
     }
     json_t *scaling = rope_scaling_of(j, &name);
+    if (scaling && json_object_get(scaling, "factor") && !json_object_get(scaling, "rope_type") &&
+        !json_object_get(scaling, "type")) /* else read as plain RoPE, its factor dropped */
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s has a factor but no rope_type (or type): which RoPE it scales is not "
+                        "said (transformers refuses it too)", path, name);
     const char *rope_type = scaling ? rope_type_of(scaling) : "default";
     if (!rope_type || (strcmp(rope_type, "default") && strcmp(rope_type, "yarn")))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: %s.rope_type must be \"default\" or \"yarn\" (RoPE here is plain or "

@@ -196,7 +196,7 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->first_dense < 0 || c->first_dense > c->num_layers)
         return "first_dense (first_k_dense_replace) must be between 0 and the number of layers";
     if (c->seq_len < 1) return "the sequence length must be at least 1";
-    if (c->moe_every < 1) return "moe_every must be at least 1";
+    if (c->moe_every < 1) return "moe_every (--moe-every; Qwen's decoder_sparse_step) must be at least 1";
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1) return "tie_embeddings must be 0 or 1";
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) return "rope theta must be a positive number";
     const char *yarn = yarn_problem(&c->yarn);

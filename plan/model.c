@@ -36,6 +36,18 @@ moe_plan_model moe_plan_model_from_config(const moe_model_config *c) {
                             .capacity_factor = c->moe.capacity_factor};
 }
 
+/* An upper bound of the parameters, in double: every attention matrix at most w^2 (w the widest of d, the heads'
+ * widths and MLA's ranks), the FFNs and routers exact, the embedding and lm_head. */
+static double params_bound(const moe_plan_model *m) {
+    const double d = (double)m->d_model, H = (double)m->num_heads, E = (double)m->num_experts;
+    const double widths[] = {d, H * m->head_dim, (double)m->q_lora_rank, (double)m->kv_lora_rank + m->qk_rope_dim,
+                             H * ((double)m->head_dim + m->v_head_dim)};
+    double w = 0;
+    for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) w = widths[i] > w ? widths[i] : w;
+    const double ffn = 3 * d * (E * m->d_ff_expert + m->d_ff_dense + m->d_ff_shared) + E * d;
+    return 2 * (double)m->vocab_size * d + (double)m->num_layers * (6 * w * w + ffn);
+}
+
 const char *moe_plan_model_problem(const moe_plan_model *m) {
     if (m->vocab_size < 2) return "the vocabulary needs at least 2 tokens";
     if (m->num_layers < 1) return "the model needs at least 1 layer";
@@ -53,6 +65,9 @@ const char *moe_plan_model_problem(const moe_plan_model *m) {
     if (m->tie_embeddings != 0 && m->tie_embeddings != 1) return "tie_embeddings must be 0 or 1";
     if (m->irregular_moe_layers && (m->num_moe_layers_listed < 0 || m->num_moe_layers_listed > m->num_layers))
         return "the number of MoE layers must be in [0, layers]";
+    if (params_bound(m) > 0x1p50) /* ~1,000x the largest published model: the int64 counts below stay exact */
+        return "the shapes make more than 2^50 parameters (hidden_size, the FFN widths, the experts, the layers): past "
+               "what the planner counts";
     return 0;
 }
 
@@ -76,6 +91,7 @@ int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int 
                                   "--moe-every" : 0,
         m->sliding_window > 0 ? "sliding-window attention: this project's attention is full causal" : 0,
         m->head_dim % 2 != 0 ? "odd head_dim: this project's RoPE rotates pairs" : 0,
+        m->unsupported_key,
     };
     int n = 0;
     for (unsigned i = 0; i < sizeof all / sizeof *all; i++)

@@ -272,6 +272,12 @@ static void families(void) {
         {"labels of two families", "model_type", "\"olmoe\"", "name different models"},
         {"moe_train.family olmoe", "moe_train", "{\"family\": \"olmoe\"}", "moe_train.family is olmoe but"},
         {"clip_qkv", "clip_qkv", "8.0", "clip_qkv must be null"},
+        /* (a probe, 2026-12-07) a factor without a type: read as plain RoPE, its factor dropped, before */
+        {"a RoPE factor without a type", "rope_scaling", "{\"factor\": 4}",
+         "rope_scaling has a factor but no rope_type"},
+        {"a vocabulary past an int", "vocab_size", "1099511627776",
+         "vocab_size is 1099511627776, past the range of an int"},
+        {"decoder_sparse_step 0", "decoder_sparse_step", "0", "Qwen's decoder_sparse_step) must be at least 1"},
     };
     expect_bad_keys(qwen3_config, bad, sizeof bad / sizeof *bad);
     /* widths that 0 means derived are written as the widths transformers needs: a Qwen3-MoE's head_dim d / H */

@@ -258,5 +258,25 @@ case $out in *"total 6919161856"*"active 1282017280"*"(and the q/k norms' all-to
     python3 -c 'import json, sys; L = json.load(sys.stdin)["layouts"]; assert any(l["tp"] > 1 for l in L), len(L)' ||
     fail "OLMoE-1B-7B --search failed, or lists no layout of tp > 1"
 
+# config.json edits (a probe, 2026-12-07): shapes past int64's counts refused (they wrapped to negative parameters),
+# DeepSeek's topk_group past n_group refused, and what moe-train refuses by key planned with a note naming the key
+edited=$(mktemp -d)
+trap 'rm -rf "$edited"' EXIT
+edit_config() { # BASE OUT KEY JSON_VALUE
+    python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c[sys.argv[3]] = json.loads(sys.argv[4]); \
+json.dump(c, open(sys.argv[2], "w"))' "$configs/$1" "$edited/$2" "$3" "$4"
+}
+edit_config mixtral-8x7b.json huge.json hidden_size 1099511627776
+edit_config deepseek-v3.json groups.json topk_group 20
+edit_config mixtral-8x7b.json bias.json attention_bias true
+edit_config olmoe-1b-7b.json clip.json clip_qkv 8.0
+expect_error "more than 2^50 parameters" --hf-config "$edited/huge.json"
+expect_error "topk_group is 20, outside [1, 8]" --hf-config "$edited/groups.json"
+for c in bias:attention_bias clip:clip_qkv; do
+    out=$("$plan" --hf-config "$edited/${c%%:*}.json") || fail "${c%%:*}.json refused"
+    case $out in *"note: moe-train cannot train this model as it is: ${c#*:}"*) ;;
+        *) fail "${c%%:*}.json: no note naming ${c#*:}: $out" ;; esac
+done
+
 [ $status -eq 0 ] && echo "ok: moe-plan refuses bad input by name; report, --json and --search hold"
 exit $status
