@@ -30,6 +30,7 @@ expect_error "--layers cannot be combined" --hf-config "$configs/mixtral-8x7b.js
 expect_error "no-such.json" --hf-config "$configs/no-such.json"
 expect_error "leave out --ep" --search --ep 2
 expect_error "--top needs --search" --top 3
+expect_error "--search ranks layouts of at most 2^18 (262144) GPUs, not 262152" --search --nodes 32769
 expect_error "--precision must be bf16 or fp32" --precision fp16
 expect_error "--gemm-efficiency" --gemm-efficiency 1.5
 expect_error "--dense-us-per-token" --dense-us-per-token 0
