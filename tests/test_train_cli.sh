@@ -63,6 +63,15 @@ trains "the short file in training" "^validation: 36 distinct sequences, all the
 perl -e 'print pack("l<256", 20240520, 1, 20, (0) x 253), pack("S<*", (65) x 20)' > "$dir/one_window.bin"
 refuses "one_window.bin: 1 validation windows of 16 \+ 1 tokens, fewer than the 2 ranks" --val-data "$dir/one_window.bin"
 refuses "--vocab expects an integer in \[2, 2147483647\], got '2147483648'" --vocab 2147483648
+# an output that is one of the run's inputs, or another output (a probe, 2026-12-07: each was truncated when opened,
+# the input destroyed); the inputs intact after
+cp "$dir/train.bin" "$dir/train_before.bin" && cp "$dir/val.bin" "$dir/val_before.bin"
+refuses "--routing-trace-out .*train.bin is a training data shard" --routing-trace-out "$dir/train.bin"
+refuses "--log-file .*val.bin is a validation data shard" --log-file "$dir/val.bin"
+refuses "--log-file .*/same.out and --routing-trace-out .*/same.out are one file" --log-file "$dir/same.out" \
+    --routing-trace-out "$dir/same.out"
+cmp -s "$dir/train.bin" "$dir/train_before.bin" && cmp -s "$dir/val.bin" "$dir/val_before.bin" &&
+    echo "ok: the data files intact" || fail_with_output "a refused run changed its data files"
 
 # issue 12: inputs that hung, were silently accepted or silently cut
 refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr 1e-3 --lr 2e-3

@@ -11,6 +11,7 @@
 
 #include "core/fail.h"
 #include "core/rng.h"
+#include "train/output_paths.h"
 #include "models/zero.h"
 
 /* With shards (cfg.moe.num_shards) every sum over the batch goes through the shard tree (docs/DETERMINISM.md). */
@@ -118,6 +119,7 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
                       opt->val_data, (long long)moe_token_data_num_windows(t->val), m->seq_len, t->ranks.dp_size);
     t->order = (moe_data_order){.shuffle = opt->shuffle, .seed = (uint64_t)opt->seed};
     st = moe_fail_context(st, "bad data file");
+    if (st == MOE_OK) st = moe_train_check_output_paths(opt, t->train, t->val);
     /* one rank's bad file stops every rank (the files may differ between nodes) */
     if ((st = moe_comm_agree(moe_parallel_world(par), st)) != MOE_OK) return moe_trainer_destroy(t), st;
     t->local_seqs = opt->batch / t->ranks.dp_size; /* a tensor group's sequences (a rank's at tp 1) */
