@@ -58,6 +58,12 @@ char *moe_path_join(const char *dir, const char *name) {
     return p;
 }
 
+int moe_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!strcmp(a, b)) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int moe_fsync_path(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;

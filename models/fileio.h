@@ -12,6 +12,9 @@
  * a missing or unreadable file is MOE_ERR_IO with the system's reason. */
 moe_status moe_file_open_regular(const char *path, FILE **out);
 
+/* 1 when a and b name one file: the same name, or the same device and inode where both exist. */
+int moe_same_file(const char *a, const char *b);
+
 /* The size of an open regular file in bytes, or -1. */
 long long moe_file_size(FILE *f);
 

@@ -72,6 +72,17 @@ refuses "--log-file .*/same.out and --routing-trace-out .*/same.out are one file
     --routing-trace-out "$dir/same.out"
 cmp -s "$dir/train.bin" "$dir/train_before.bin" && cmp -s "$dir/val.bin" "$dir/val_before.bin" &&
     echo "ok: the data files intact" || fail_with_output "a refused run changed its data files"
+# moe-text-to-tokens the same way (it reported success with the training tokens gone), and a write it cannot do named
+cp "$dir/text.txt" "$dir/text_before.txt"
+for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do
+    # shellcheck disable=SC2086 # two paths, no blanks in them
+    "$expect_failure" "must be three files" 10 "$text_to_tokens" "$dir/text.txt" $outputs > "$dir/out.txt" 2>&1 &&
+        echo "ok: moe-text-to-tokens refused $outputs" || fail_with_output "moe-text-to-tokens wrote $outputs"
+done
+cmp -s "$dir/text.txt" "$dir/text_before.txt" || fail_with_output "moe-text-to-tokens changed its input"
+"$expect_failure" "nodir/a.bin: cannot create: No such file or directory" 10 "$text_to_tokens" "$dir/text.txt" \
+    "$dir/nodir/a.bin" "$dir/b.bin" > "$dir/out.txt" 2>&1 && echo "ok: an unwritable output named" ||
+    fail_with_output "moe-text-to-tokens: the unwritable output not named"
 
 # issue 12: inputs that hung, were silently accepted or silently cut
 refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr 1e-3 --lr 2e-3

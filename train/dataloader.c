@@ -267,8 +267,9 @@ static moe_status write_tokens(const char *path, const void *tokens, int width, 
                                     (unsigned char)(t >> 24)};
         ok = fwrite(b, 1, (size_t)width, f) == (size_t)width;
     }
-    ok = fclose(f) == 0 && ok;
-    return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: write failed", path);
+    const int write_errno = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) ok = 0;
+    return ok ? MOE_OK : moe_fail(MOE_ERR_IO, "%s: write failed: %s", path, strerror(write_errno ? write_errno : errno));
 }
 
 moe_status moe_token_file_write(const char *path, const unsigned short *tokens, long num_tokens) {

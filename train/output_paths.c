@@ -1,21 +1,13 @@
 /* output_paths.c — no output of a run is one of its inputs (train/output_paths.h). */
 #include "train/output_paths.h"
 
-#include <string.h>
-#include <sys/stat.h>
-
 #include "core/fail.h"
-
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    if (!strcmp(a, b)) return 1;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
+#include "models/fileio.h"
 
 /* The input of data set d (named what) that path is, or NULL. */
 static const char *shard_named(const moe_token_data *d, const char *path) {
     for (int i = 0; d && i < moe_token_data_num_shards(d); i++)
-        if (same_file(path, moe_token_data_shard(d, i).path)) return moe_token_data_shard(d, i).path;
+        if (moe_same_file(path, moe_token_data_shard(d, i).path)) return moe_token_data_shard(d, i).path;
     return NULL;
 }
 
@@ -27,13 +19,13 @@ moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_to
         if (!*path[i]) continue;
         const char *shard = shard_named(train, path[i]), *what = "a training data shard";
         if (!shard) shard = shard_named(val, path[i]), what = "a validation data shard";
-        if (!shard && *o->routing_trace_in && same_file(path[i], o->routing_trace_in))
+        if (!shard && *o->routing_trace_in && moe_same_file(path[i], o->routing_trace_in))
             shard = o->routing_trace_in, what = "--routing-trace-in";
         if (shard)
             return moe_fail(MOE_ERR_BAD_FILE, "%s %s is %s (%s): the run would overwrite its own input", flag[i],
                             path[i], what, shard);
         for (int j = i + 1; j < 3; j++)
-            if (*path[j] && same_file(path[i], path[j]))
+            if (*path[j] && moe_same_file(path[i], path[j]))
                 return moe_fail(MOE_ERR_BAD_FILE, "%s %s and %s %s are one file: each output needs its own", flag[i],
                                 path[i], flag[j], path[j]);
     }

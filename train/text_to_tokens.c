@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fail.h"
+#include "models/fileio.h"
 #include "train/dataloader.h"
 
 int main(int argc, char **argv) {
@@ -22,6 +24,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, "moe-text-to-tokens: VAL_FRACTION must be a number in (0, 1), got '%s'\n", argv[4]);
             return 2;
         }
+    }
+    /* each output is truncated when written: one of them the input, or both one file, lost the data (a probe) */
+    if (moe_same_file(argv[2], argv[3]) || moe_same_file(argv[1], argv[2]) || moe_same_file(argv[1], argv[3])) {
+        fprintf(stderr, "moe-text-to-tokens: INPUT.txt, TRAIN.bin and VAL.bin must be three files (%s, %s, %s): an "
+                        "output written over another file loses it\n", argv[1], argv[2], argv[3]);
+        return 2;
     }
     FILE *f = fopen(argv[1], "rb");
     if (!f) {
@@ -46,9 +54,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "moe-text-to-tokens: %s has %zu bytes, too few to split\n", argv[1], n);
         return 1;
     }
-    if (moe_token_file_write(argv[2], tokens, num_train) != MOE_OK ||
-        moe_token_file_write(argv[3], tokens + num_train, num_val) != MOE_OK) {
-        fprintf(stderr, "moe-text-to-tokens: cannot write %s or %s\n", argv[2], argv[3]);
+    moe_status st = moe_token_file_write(argv[2], tokens, num_train);
+    if (st == MOE_OK) st = moe_token_file_write(argv[3], tokens + num_train, num_val);
+    if (st != MOE_OK) {
+        fprintf(stderr, "moe-text-to-tokens: %s\n", moe_failure_message(st));
         return 1;
     }
     printf("moe-text-to-tokens: %s: %zu bytes -> %s (%ld tokens), %s (%ld tokens)\n", argv[1], n, argv[2], num_train,
