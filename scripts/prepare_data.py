@@ -676,12 +676,17 @@ def tokenized_chunks(args, spec, eot_id, typecode, docs):
         pool.join()
 
 
-def prepare_out_dir(args):
+def prepare_out_dir(args, inputs):
     try:
         os.makedirs(args.out_dir, exist_ok=True)
     except OSError as e:
         raise PrepareError(f"cannot create --out-dir {args.out_dir}: {e.strerror or e}") from None
     old = existing_shards(args.out_dir, args.prefix)
+    for path in inputs:  # --force deleted such an input before reading it
+        shard = next((s for s in old if os.path.exists(path) and os.path.samefile(path, s)), None)
+        if shard:
+            raise PrepareError(f"input {path} is {shard}, a shard of prefix {args.prefix!r} that this run writes "
+                               f"over: give another --out-dir or --prefix")
     if old and not args.force:
         raise PrepareError(f"{args.out_dir} already holds {len(old)} shard(s) of prefix {args.prefix!r} "
                            f"({os.path.basename(old[0])} ...): use --force to replace them")
@@ -759,7 +764,7 @@ def run(args):
     vocab_size = encoder.vocab_size
     dtype = choose_dtype(args.dtype, vocab_size)
     del encoder  # the workers load their own
-    deleted = prepare_out_dir(args)
+    deleted = prepare_out_dir(args, paths)
 
     writers = [ShardWriter(args.out_dir, args.prefix, split, args.shard_tokens, dtype) for split in ("val", "train")]
     counts = Counts()

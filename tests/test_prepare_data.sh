@@ -303,6 +303,17 @@ else
 fi
 run_ok "--force" --out-dir text --shard-tokens 100000 --workers 2 --force corpus.jsonl &&
     check "--force: old shards replaced (none stale)" text data expected_chapters.json 100000 0 uint16
+# an input that is one of the shards --force replaces (a probe, 2026-12-07: deleted before it was read)
+rc=0
+cp text/data_train_000000.bin own_shard.bin
+"${prep[@]}" --tokenizer tokenizer.json --out-dir text --force --quiet text/data_train_000000.bin 2> own_err.txt ||
+    rc=$?
+if [ $rc -eq 1 ] && grep -q "input text/data_train_000000.bin is .*a shard of prefix 'data' that this run writes over" \
+    own_err.txt && cmp -s own_shard.bin text/data_train_000000.bin; then
+    ok "refused, the input kept: $(cat own_err.txt)"
+else
+    fail "an input among the shards --force replaces not refused (exit $rc):"; cat own_err.txt
+fi
 
 # 6. Interrupted (SIGTERM) halfway, with shards written: exit 130, no shard and no temporary file left. The input
 # is a pipe fed 50 copies of the corpus (far more than the seconds this takes).
