@@ -135,15 +135,35 @@ def run_file(a, run, name):
 
 
 def is_done(a, run):
-    """True when the run finished earlier with the same flags; stops the sweep if it finished with others."""
-    if not os.path.exists(run_file(a, run, "done")):
+    """True when the run finished earlier with the same flags and its results read back whole; one whose files were
+    damaged since runs again (said so); one finished with other flags stops the sweep."""
+    marker = run_file(a, run, "done")
+    if not os.path.exists(marker):
         return False
-    with open(run_file(a, run, "done")) as f:
-        old = json.load(f)
+    try:
+        with open(marker) as f:
+            old = json.load(f)
+        if not isinstance(old, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        return damaged(run, f"{marker}: {e}")
     if {"ranks": old.get("ranks"), "moe_train_args": old.get("moe_train_args")} != moe_train_args(a, run)[0]:
-        die(f"{os.path.dirname(run_file(a, run, 'done'))} holds a finished run with other flags; use another "
-            f"--out or remove that directory")
+        die(f"{os.path.dirname(marker)} holds a finished run with other flags; use another --out or remove that "
+            f"directory")
+    try:
+        rows = read_metrics(run_file(a, run, "metrics.jsonl"))
+        with open(run_file(a, run, "stdout.log")):
+            pass
+    except (OSError, ValueError) as e:
+        return damaged(run, str(e))
+    if not rows or rows[-1].get("step") != a.steps:
+        return damaged(run, f"its metrics.jsonl holds {len(rows)} of {a.steps} steps")
     return True
+
+
+def damaged(run, why):
+    print(f"sweep_experts: {run[0]}: its results are damaged ({why}): running it again", file=sys.stderr)
+    return False
 
 
 def read_metrics(path):
@@ -307,6 +327,8 @@ def main():
     for path, what in ((a.train_data, "--train-data"), (a.val_data, "--val-data")):
         if not os.path.isfile(path):
             die(f"{what} {path} does not exist (scripts/prepare_data.sh makes the default data set)")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        die(f"--out {a.out} exists and is not a directory")
     if not os.access(a.moe_train, os.X_OK):
         die(f"--moe-train {a.moe_train} is not an executable (build first: scripts/setup.sh)")
     runs = plan_runs(a)

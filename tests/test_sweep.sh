@@ -2,9 +2,9 @@
 # test_sweep.sh SWEEP_PY MOE_TRAIN TEXT_TO_TOKENS MPIRUN — scripts/sweep_experts.py and scripts/routing_report.py
 # on a tiny model and a generated corpus (no bible data needed): a 2-run sweep (E = 1 dense and E = 4) of 6 steps
 # on 2 ranks gives sweep.csv rows with finite numbers and non-empty plots; a rerun skips both finished runs,
-# and after one done marker is removed only that run is repeated; bad options are refused; the routing report
-# of the E = 4 run writes its plots and one summary line per layer, and refuses missing or corrupt files
-# (exit 2, naming the line). Exit 77 (skip) without Debian's python3 and matplotlib.
+# and after one done marker is removed only that run is repeated, as is one whose metrics were cut since; bad options
+# are refused; the routing report of the E = 4 run writes its plots and one summary line per layer, and refuses
+# missing or corrupt files (exit 2, naming the line). Exit 77 (skip) without Debian's python3 and matplotlib.
 set -u
 sweep=$1 train=$2 text_to_tokens=$3 mpirun=$4
 report="$(dirname "$sweep")/routing_report.py"
@@ -87,6 +87,18 @@ if grep -q '^sweep_experts: skip E1_dense_dff64' "$dir/sweep3.txt" \
 else
     fail "partial rerun:"; cat "$dir/sweep3.txt"
 fi
+# a finished run whose metrics were damaged since (cut to the run record and two steps) runs again, said so (a probe,
+# 2026-12-07: tabulated as NaN, or a traceback for a cut line or marker)
+head -n 3 "$out/runs/E1_dense_dff64/metrics.jsonl" > "$dir/cut.jsonl" &&
+    mv "$dir/cut.jsonl" "$out/runs/E1_dense_dff64/metrics.jsonl"
+timeout 300 "${sweep_cmd[@]}" > "$dir/sweep4.txt" 2>&1 || fail "the rerun after damage failed"
+if grep -q "E1_dense_dff64: its results are damaged (its metrics.jsonl holds 2 of 6 steps): running it again" \
+       "$dir/sweep4.txt" && grep -q '^sweep_experts: run E1_dense_dff64' "$dir/sweep4.txt" &&
+   grep -q '^sweep_experts: skip E4_k2_dff32' "$dir/sweep4.txt"; then
+    ok "a damaged finished run ran again"
+else
+    fail "damaged results:"; cat "$dir/sweep4.txt"
+fi
 
 # 3. refusals, before anything runs
 refuse() { # PATTERN ARGS...
@@ -105,6 +117,8 @@ refuse "--ep 3 must divide --ranks 2" --ep 3
 refuse "--experts is set by the sweep" -- --experts 8
 refuse "does not exist" --train-data "$dir/missing.bin"
 refuse "skipping E=3: --ep 2 does not divide the number of experts" --ep 2 --experts-list 3 --steps 2
+touch "$dir/a_file"
+refuse "--out .*a_file exists and is not a directory" --out "$dir/a_file"
 
 # 4. the routing report of the E = 4 run (1 MoE layer)
 metrics="$out/runs/E4_k2_dff32/metrics.jsonl"
