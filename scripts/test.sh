@@ -2,8 +2,9 @@
 # test.sh — the README's second command: installs, builds, then runs every test suite.
 #   bash scripts/test.sh            everything (what CI runs)
 #   bash scripts/test.sh --quick    the unit and ref suites of the main build only (35 s once built): the
-#                                   edit-compile-test loop
-#   bash scripts/test.sh ARGS...    `meson test ARGS` on the main build only (a suite, or a test's name)
+#                                   edit-compile-test loop (more arguments go to meson test with them)
+#   bash scripts/test.sh ARGS...    `meson test ARGS` on the main build only (a suite, or a test's name; a name
+#                                   no test has fails)
 # Everything is four lanes, each with its own log in build/meson-logs/lane-<name>.txt:
 #   main      build/: the suites unit (CPU tests), ref (against PyTorch and transformers), mpi (1 to 8 ranks),
 #             faults (jobs hurt on purpose, docs/RELIABILITY.md), isa (the determinism tests as CPUs without AVX-512
@@ -52,12 +53,17 @@ summarize() { # FILE: "N passed, N failed, N skipped" from meson's summaries in 
 }
 
 if [ $quick -eq 1 ] || [ $# -gt 0 ]; then
-    suites=(--suite unit --suite ref)
-    [ $# -gt 0 ] && suites=()
+    suites=()
+    [ $quick -eq 1 ] && suites=(--suite unit --suite ref) # and whatever else was given (-v, a test's name)
     status=0
     meson test --print-errorlogs --num-processes "$processes" "${suites[@]}" "$@" |
         tee meson-logs/test-summary.txt || status=$?
     summarize meson-logs/test-summary.txt
+    if grep -q '^No suitable tests defined' meson-logs/test-summary.txt; then # a misspelled name passed before
+        given=("${suites[@]}" "$@")
+        echo "test.sh: no test matches: ${given[*]}" >&2
+        exit 1
+    fi
     exit $status
 fi
 

