@@ -161,6 +161,11 @@ static void windows(void) {
 static void refusals(void) {
     char spec[512];
     moe_token_data *d = NULL;
+    /* a file whose name holds a pattern's character is that file (a probe, 2026-12-07: "no file matches") */
+    char *literal = make_shard("shard[1].bin", 0, 9, 0);
+    CHECK_OK(moe_token_data_open(literal, 256, S, &d));
+    CHECK(d && moe_token_data_num_shards(d) == 1, "shard[1].bin: not opened as itself");
+    moe_token_data_close(d), d = NULL, free(literal);
     snprintf(spec, sizeof spec, "%s/none_*.bin", dir);
     test_expect_refusal("an empty pattern", moe_token_data_open(spec, 256, S, &d), "none_*.bin: no file matches");
     snprintf(spec, sizeof spec, "%s/missing.bin", dir);

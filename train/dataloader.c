@@ -112,11 +112,13 @@ static int compare_paths(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* One entry of the list: a pattern (it holds * ? or [) expanded and sorted, else a path. */
+/* One entry of the list: a path, or a pattern (it holds * ? or [ and names no file itself: "shards[1]/a.bin" that
+ * exists is that file) expanded and sorted. */
 static moe_status add_entry(moe_token_data *d, const char *entry) {
     if (!*entry) return moe_fail(MOE_ERR_BAD_FILE, "an empty entry in the list of data files (two commas, or one at "
                                  "an end)");
-    if (!strpbrk(entry, "*?[")) return add_shard(d, entry);
+    struct stat sb;
+    if (!strpbrk(entry, "*?[") || stat(entry, &sb) == 0) return add_shard(d, entry);
     glob_t g;
     const int rc = glob(entry, GLOB_NOSORT, NULL, &g);
     if (rc == GLOB_NOMATCH) return moe_fail(MOE_ERR_IO, "%s: no file matches this pattern", entry);
