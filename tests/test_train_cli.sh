@@ -80,6 +80,7 @@ for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do
         echo "ok: moe-text-to-tokens refused $outputs" || fail_with_output "moe-text-to-tokens wrote $outputs"
 done
 cmp -s "$dir/text.txt" "$dir/text_before.txt" || fail_with_output "moe-text-to-tokens changed its input"
+refuses "--sample-prompt: its byte 122 is past the vocabulary of 64" --vocab 64 --sample-prompt zzz --sample-tokens 5
 # scripts/train.sh's rank count, checked before it installs or builds anything (mpirun -np 0 took every slot)
 for ranks in 0 abc -1; do
     MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks, not '$ranks'" 10 \

@@ -508,6 +508,11 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
                                        "1048576, got '%s'\n", o->save_shard_size), -1;
     if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
+    /* the prompt's bytes are its tokens: one past the vocabulary was taken modulo it, another prompt (a probe) */
+    for (const unsigned char *c = (const unsigned char *)o->sample_prompt; o->sample_tokens > 0 && *c; c++)
+        if (*c >= o->model.vocab_size && o->source[find("--sample-prompt") - kOptions] != MOE_OPTION_DEFAULT)
+            return moe_train_complain(err, "moe-train: --sample-prompt: its byte %u is past the vocabulary of %d (the "
+                                           "prompt's bytes are its tokens)\n", *c, o->model.vocab_size), -1;
     char why[256];
     if (moe_train_signals_check(o->stop_signals, why, sizeof why))
         return moe_train_complain(err, "moe-train: --stop-signals: %s\n", why), -1;
