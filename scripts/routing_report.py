@@ -42,7 +42,11 @@ def load(path):
         fail(f"cannot read the metrics file {path}: {e.strerror}")
     rows, layout = [], None
     with f:
-        for n, line in enumerate(f, 1):
+        try:
+            lines = f.readlines()
+        except UnicodeDecodeError:
+            fail(f"{path} is not text (a metrics file is JSON lines: moe-train --log-file)")
+        for n, line in enumerate(lines, 1):
             where = f"{path}: line {n}"
             if not line.strip():
                 continue
@@ -77,7 +81,7 @@ def load(path):
             rows.append({"step": step, "aux": number(obj, "aux_loss", where), "z": number(obj, "z_loss", where),
                          "drop": number(obj, "drop_fraction", where), "tokens": tokens})
     if not rows:
-        fail(f"{path} holds no metrics (empty file)")
+        fail(f"{path} holds no step's metrics (an empty file, or a run that logged no step)")
     return rows, layout
 
 
@@ -179,7 +183,10 @@ def main():
         import matplotlib  # noqa: F401
     except ImportError:
         fail("needs matplotlib for Debian's python3 (apt-get install python3-matplotlib)")
-    os.makedirs(a.out, exist_ok=True)
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as e:
+        fail(f"cannot create --out {a.out}: {e.strerror or e}")
     lines = summary_lines(rows, layout, a.last_fraction) if layout else [
         "no MoE layers in this run (dense): no expert loads to report"]
     lines.append(f"steps {rows[0]['step']}-{rows[-1]['step']}: mean drop fraction "

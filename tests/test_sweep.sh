@@ -143,5 +143,11 @@ report_refuses() { # PATTERN FILE
 }
 report_refuses "corrupt.jsonl: line 4, character [0-9]*: not valid JSON" "$dir/corrupt.jsonl"
 report_refuses "cannot read the metrics file .*missing.jsonl" "$dir/missing.jsonl"
+head -n 1 "$metrics" > "$dir/record_only.jsonl" # the run record alone (a probe: "empty file"; a binary one, a traceback)
+report_refuses "record_only.jsonl holds no step's metrics" "$dir/record_only.jsonl"
+report_refuses "train.bin is not text" "$dir/train.bin"
+"$python" "$report" "$metrics" --out /proc/no_such_dir > "$dir/rb.txt" 2>&1
+[ $? -eq 2 ] && grep -q "cannot create --out /proc/no_such_dir" "$dir/rb.txt" && ok "report: an --out it cannot make" ||
+    { fail "report --out /proc/no_such_dir:"; cat "$dir/rb.txt"; }
 echo "test_sweep: $failures failure(s)"
 [ "$failures" -eq 0 ]
