@@ -98,7 +98,8 @@ static double now_ms(void) {
     do {                                                                                      \
         moe_status s_ = (call);                                                               \
         if (s_ != MOE_OK) {                                                                   \
-            fprintf(stderr, "moe-layer-demo: %s failed: %s\n", #call, moe_status_string(s_)); \
+            fprintf(stderr, "moe-layer-demo: %s failed: %s%s\n", #call, moe_status_string(s_), \
+                    s_ == MOE_ERR_NONFINITE ? " (the fit diverged: lower --lr)" : "");        \
             exit(1);                                                                          \
         }                                                                                     \
     } while (0)
@@ -164,8 +165,12 @@ int main(int argc, char **argv) {
                    (now_ms() - t0) / step);
         }
     }
-    printf("moe-layer-demo: mse %.5f -> %.5f over %d steps (%.1f%% lower)\n", first_mse, last_mse, o.steps,
-           100 * (1 - last_mse / first_mse));
+    if (last_mse < first_mse)
+        printf("moe-layer-demo: mse %.5f -> %.5f over %d steps (%.1f%% lower)\n", first_mse, last_mse, o.steps,
+               100 * (1 - last_mse / first_mse));
+    else /* plain SGD at --lr: too large a step for the shape (one expert takes every token's gradient) */
+        fprintf(stderr, "moe-layer-demo: the fit did not improve (mse %.5f -> %.5f over %d steps): lower --lr "
+                "(now %g)\n", first_mse, last_mse, o.steps, o.lr);
     moe_layer_destroy(teacher_layer);
     moe_layer_destroy(student_layer);
     free(teacher_buf), free(student_buf), free(grad_buf), free(x), free(y), free(out), free(dout);
