@@ -40,24 +40,31 @@ int main(int argc, char **argv) {
     unsigned short *tokens = malloc(cap * sizeof *tokens);
     unsigned char buf[1 << 16];
     while (tokens && (got = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (n + got > cap) tokens = realloc(tokens, (cap *= 2) * sizeof *tokens);
+        if (n + got > cap) {
+            unsigned short *grown = realloc(tokens, (cap *= 2) * sizeof *tokens);
+            if (!grown) free(tokens);
+            tokens = grown;
+        }
         for (size_t i = 0; tokens && i < got; i++) tokens[n++] = buf[i];
     }
     int read_error = ferror(f);
     fclose(f);
     if (!tokens || read_error) {
         fprintf(stderr, "moe-text-to-tokens: %s: %s\n", argv[1], tokens ? "read error" : "out of memory");
+        free(tokens);
         return 1;
     }
     long num_val = (long)(n * val_fraction), num_train = (long)n - num_val;
     if (num_val < 2 || num_train < 2) {
         fprintf(stderr, "moe-text-to-tokens: %s has %zu bytes, too few to split\n", argv[1], n);
+        free(tokens);
         return 1;
     }
     moe_status st = moe_token_file_write(argv[2], tokens, num_train);
     if (st == MOE_OK) st = moe_token_file_write(argv[3], tokens + num_train, num_val);
     if (st != MOE_OK) {
         fprintf(stderr, "moe-text-to-tokens: %s\n", moe_failure_message(st));
+        free(tokens);
         return 1;
     }
     printf("moe-text-to-tokens: %s: %zu bytes -> %s (%ld tokens), %s (%ld tokens)\n", argv[1], n, argv[2], num_train,
