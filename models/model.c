@@ -352,6 +352,7 @@ const moe_real *moe_model_stage_output(const moe_model *m) { return m->P->resid[
 
 moe_status moe_model_sync_tied(moe_model *m) {
     if (!m->tied.grad) return MOE_OK;
+    m->params_version++; /* the last stage's lm_head is written: its kept GEMM copies must be made again */
     return moe_tied_grads_sync_weights(&m->tied, m->embeds ? m->p.embedding : m->p.lm_head);
 }
 
