@@ -58,6 +58,8 @@ trains "resume from it" "resumed from .*/ck/step-00000002 after step 2" --steps 
 trains "a bf16 export" "^step     2" --checkpoint-dir "$dir/bf16" --save-dtype bf16
 b=$(step_dir "$dir/bf16" 2)
 grep -q '"dtype":"BF16"' "$b/model.safetensors" || fail_with_output "the bf16 export holds no BF16 tensor"
+grep -q '"torch_dtype": "bfloat16"' "$b/config.json" ||
+    fail_with_output "the bf16 export's config.json does not say torch_dtype bfloat16: $(grep torch_dtype "$b/config.json")"
 [ ! -e "$b/train_state.safetensors" ] || fail_with_output "the bf16 export holds a training state"
 trains "--init-from a bf16 export" "weights from .*bf16/step-00000002" --steps 1 --init-from "$b"
 refuses "holds weights stored in less than F32 .*--init-from" --steps 4 --resume "$b"
