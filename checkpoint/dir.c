@@ -204,6 +204,8 @@ moe_status moe__checkpoint_manifest_read(const char *dir, moe__checkpoint_manife
         snprintf(m->parent_run_id, sizeof m->parent_run_id, "%s", parent);
         m->step = (int)json_integer_value(step);
         m->saved_at_ns = (long long)json_integer_value(saved);
+        const char *dtype = json_string_value(json_object_get(json_object_get(j, "config"), "save_dtype"));
+        m->is_export = dtype && strcmp(dtype, "f32") != 0;
     } else {
         moe__checkpoint_manifest_free(m);
         legacy(m);
@@ -415,10 +417,15 @@ moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_
     moe__checkpoint_entry *list;
     int count, mine = 0;
     MOE_TRY(moe__checkpoint_list(root, &list, &count, NULL, NULL)); /* what it skips was named at start */
-    for (int i = 0; i < count; i++) mine += !strcmp(list[i].manifest.run_id, run_id);
+    int resumable = -1; /* the run's newest f32 checkpoint: kept whatever bf16 exports came after it (a probe: a
+                         * resumed run saving exports pruned the last state it could continue from) */
+    for (int i = 0; i < count; i++) {
+        mine += !strcmp(list[i].manifest.run_id, run_id);
+        if (!strcmp(list[i].manifest.run_id, run_id) && !list[i].manifest.is_export) resumable = i;
+    }
     moe_status st = MOE_OK;
     for (int i = 0; i < count && mine > keep_last && st == MOE_OK; i++) { /* oldest first */
-        if (strcmp(list[i].manifest.run_id, run_id)) continue;
+        if (strcmp(list[i].manifest.run_id, run_id) || i == resumable) continue;
         char *trash = sibling(root, ".trash-step", list[i].manifest.step, run_id);
         if (!trash) st = MOE_ERR_OUT_OF_MEMORY;
         else if (rename(list[i].path, trash) != 0)

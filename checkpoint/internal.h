@@ -110,6 +110,7 @@ typedef struct {
     long long saved_at_ns;
     moe__checkpoint_file *files; /* [num_files], malloc'ed: moe__checkpoint_manifest_free */
     int num_files;
+    int is_export;               /* 1: its run saved with --save-dtype other than f32 (weights only: not resumable) */
 } moe__checkpoint_manifest;
 
 /* Writes DIR/manifest.json listing every regular file of DIR with its size and checksum (MOE__CRC_HEADER for the

@@ -69,6 +69,15 @@ b=$(step_dir "$dir/bf16s" 2)
 grep -q 'expert_bias.layers.0' "$b/train_state.safetensors" && ! grep -q 'exp_avg' "$b/train_state.safetensors" ||
     fail_with_output "the sigmoid bf16 export's training state is not the biases alone"
 trains "--init-from a sigmoid bf16 export" "eval: val_loss" --init-from "$b" --eval-only 1
+# --keep-last never prunes the run's last f32 checkpoint for bf16 exports saved after it (a probe: a resumed run that
+# switched to --save-dtype bf16 pruned every state it could continue from)
+trains "f32 saves at 1 and 2" "^step     2" --checkpoint-dir "$dir/ex" --checkpoint-interval 1 --keep-last 2
+trains "resumed, exports at 3 and 4" "^step     4" --steps 4 --resume --checkpoint-dir "$dir/ex" --save-dtype bf16
+[ "$(ls "$dir/ex" | grep step- | tr '\n' ' ')" = "step-00000002 step-00000004 " ] &&
+    echo "ok: --keep-last 2 kept the last f32 state (step 2) and the newest export" ||
+    fail_with_output "--keep-last with exports kept: $(ls "$dir/ex")"
+trains "the kept f32 state resumes" "^step     4" --steps 4 --resume "$(step_dir "$dir/ex" 2)" \
+    --checkpoint-dir "$dir/ex_again"
 
 # --save-shard-size: the same run saved whole and in shards of at most 20 KB
 trains "one file" "^step     2" --checkpoint-dir "$dir/whole"
