@@ -163,7 +163,10 @@ moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int st
             st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", root, strerror(errno));
         if (st == MOE_OK) moe__checkpoint_clean_leftovers(root);
         if (st == MOE_OK && mkdir(tmp, 0755) != 0)
-            st = moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+            st = errno == EEXIST /* what an interrupted save left, which the clean-up could not remove */
+                     ? moe_fail(MOE_ERR_IO, "%s: an interrupted save's leftover that holds more than files (a "
+                                "directory): remove it", tmp)
+                     : moe_fail(MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     }
     st = agree(run, st);
     char step_text[32], position[32], fingerprint[512];
