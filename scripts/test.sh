@@ -19,7 +19,7 @@
 #             target, two targets at a time, at the lowest priority (nice 19), from the start: its seconds are
 #             wall-clock, so it takes the CPU the other lanes leave while they wait
 # The multi-rank tests of one lane at a time (below, at `lanes`: side by side, their waiting ranks took ~400 CPU-s from
-# each other), builds beside them. From a fresh clone, builds included: 9m28s-11m58s on a 2-core Zen 3 VM
+# each other), builds beside them. From a fresh clone, builds included: 9m28s-12m23s on a 2-core Zen 3 VM
 # (2026-12-07; with the four lanes at once 13.6-15.0 minutes there, and 10.6-11.8 on a faster Zen 4 VM), the main lane
 # 334-389 s of it, the main build before the lanes ~115 s (README, "Tests"; each lane's last line gives its CPU
 # seconds; docs/BENCHMARKS.md, "Lanes in turns").
