@@ -124,20 +124,16 @@ static moe_status check_shards(const moe_safetensors_set *s, const char *index_p
     return MOE_OK;
 }
 
-/* Room for count more open files: the soft limit raised toward the hard one where it is short (a load keeps every
- * shard open; a save writes one at a time, so a save of 1,197 one-byte shards succeeded under `ulimit -n 1024` and its
- * load failed at shard 1,069: a probe), else a message naming both numbers. */
+/* Room for count more open files (a load keeps every shard open; a save writes one at a time, so a save of 1,197
+ * one-byte shards succeeded under `ulimit -n 1024` and its load failed at shard 1,069: a probe), else a message
+ * naming both numbers. The limit is the process's: moe-train raises its soft one to the hard one at start. */
 static moe_status room_for_files(int count, const char *dir) {
     struct rlimit r;
     const rlim_t want = (rlim_t)count + 64; /* what the process holds beside them: MPI, logs, the data files */
     if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return MOE_OK;
-    if (r.rlim_max == RLIM_INFINITY || r.rlim_max >= want) {
-        r.rlim_cur = want;
-        if (setrlimit(RLIMIT_NOFILE, &r) == 0) return MOE_OK;
-    }
     return moe_fail(MOE_ERR_IO, "%s: its %d shards stay open while it loads, more than this process may open (ulimit "
                     "-n allows %llu): raise the limit, or save with a larger --save-shard-size", dir, count,
-                    (unsigned long long)(r.rlim_max == RLIM_INFINITY ? r.rlim_cur : r.rlim_max));
+                    (unsigned long long)r.rlim_cur);
 }
 
 static moe_status open_files(const char *dir, moe_safetensors_set *s, char *const *names, int count) {

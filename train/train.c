@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -497,6 +498,12 @@ int main(int argc, char **argv) {
     /* a line at a time: under mpirun stdout is a pipe (else buffered until exit), and a rank that mpirun kills after
      * another rank's failure must not take its last lines with it */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* the open-file limit as high as the process may set it: a sharded checkpoint's load keeps every shard open */
+    struct rlimit files;
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &files); /* not raised: a load past it says so */
+    }
     moe_run_record_start();
     start_startup_watchdog(argc, argv);
     /* funneled: threads beside the main one (the start-up watchdog, the data reader of train/batch_reader.h, OpenMP's)
