@@ -15,9 +15,11 @@
 #             unit and mpi suites and four faults tests under ASan and UBSan
 #   tcp       once the sanitize lane is done: the transport suite once more over Open MPI's TCP transport, the one
 #             between nodes (tests/meson.build says which tests and why)
-#   fuzz      scripts/fuzz.sh: its own build, each parser's corpus, then MOE_FUZZ_SECONDS (default 20) of fuzzing per
-#             target, two targets at a time, at the lowest priority (nice 19), from the start: its seconds are
-#             wall-clock, so it takes the CPU the other lanes leave while they wait
+#   fuzz      scripts/fuzz.sh: its own build (from the start, beside the main lane's tests), then, once the main lane
+#             is done, each parser's corpus and MOE_FUZZ_SECONDS (default 10) of fuzzing per target, two targets at a
+#             time, at the lowest priority (nice 19): its seconds are wall-clock, and beside the main lane they were
+#             taken from its waiting ranks (each yield of a rank hands a core to it: the main lane 301 s alone, 413
+#             beside the fuzzing, in place, 2026-12-07)
 # The multi-rank tests of one lane at a time (below, at `lanes`: side by side, their waiting ranks took ~400 CPU-s from
 # each other), builds beside them. From a fresh clone, builds included: 9m28s-12m23s on a 2-core Zen 3 VM
 # (2026-12-07; with the four lanes at once 13.6-15.0 minutes there, and 10.6-11.8 on a faster Zen 4 VM), the main lane
@@ -72,27 +74,30 @@ fi
 # turns (main, then sanitize's tests, then tcp): side by side, the ranks of one job yield their cores to the other
 # jobs' waiting ranks at every poll, each such rank a fair share of the CPU (Open MPI's mpi_yield_when_idle; ~30% of
 # the samples in the mpi suites were sched_yield's paths, docs/BENCHMARKS.md), and 4 lanes at once took ~400 CPU-s
-# more than the same lanes one by one. Builds run beside them (the sanitized build while the main lane tests; a
-# compiler wastes nothing while ranks wait), and the fuzz lane at the lowest priority.
+# more than the same lanes one by one. Builds run beside them (the sanitized and fuzz builds while the main lane tests;
+# a compiler wastes nothing while ranks wait: it is work that must be done), and the fuzzing, whose seconds are
+# wall-clock, at the lowest priority after the main lane.
 lanes=(main sanitize tcp fuzz)
 lane_command() {
     case $1 in
     main) meson test --no-rebuild --print-errorlogs --num-processes "$processes" --suite unit --suite ref \
         --suite mpi --suite faults --suite isa --suite gpu --suite bundle ;;
     tcp) meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
-    fuzz) nice -n 19 bash "$moe_root/scripts/fuzz.sh" --num-processes 2 ;; # fills the others' waits, 2 targets at once
+    fuzz) nice -n 19 bash "$moe_root/scripts/fuzz.sh" --num-processes 2 ;; # 2 targets at once
     sanitize) bash "$moe_root/scripts/sanitize.sh" ;;
     esac
 }
 lane_build() { # what a lane does before its turn
     case $1 in
     sanitize) bash "$moe_root/scripts/sanitize.sh" --build-only ;;
+    fuzz) nice -n 19 bash "$moe_root/scripts/fuzz.sh" --build-only ;;
     esac
 }
 lane_after() { # the lane whose end a lane's tests wait for
     case $1 in
     sanitize) echo main ;;
     tcp) echo sanitize ;;
+    fuzz) echo main ;;
     esac
 }
 times_cpu() { # FILE: CPU seconds (user + system) of the finished children in the output of bash's `times`

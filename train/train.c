@@ -481,6 +481,8 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                        moe_train_signal_name(stop.signo), step, o->steps,
                        !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)"
                        : save_waiting      ? " (its update was dropped: no checkpoint of it)"
+                       : o->save_dtype     ? ", bf16 export saved (--save-dtype bf16: --init-from takes it, --resume "
+                                             "does not)"
                                            : ", checkpoint saved",
                        128 + stop.signo);
             return 128 + stop.signo;

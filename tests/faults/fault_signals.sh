@@ -42,6 +42,22 @@ stopped INT ranks 130
 stopped USR1 ranks 138
 stopped USR1 mpirun 138
 
+# under --save-dtype bf16 the stop's save is an export, which --resume refuses: the line says so, not "checkpoint
+# saved" (it did before)
+launch --steps 100000 --checkpoint-dir "$dir/export" --eval-interval 0 --save-dtype bf16
+wait_for_step 5 120 || fail_job "SIGTERM under --save-dtype bf16: the job did not reach step 5 in 120 s"
+pkill -TERM -s "$job" -x "$(basename "$train")"
+wait_job 150 || fail_job "SIGTERM under --save-dtype bf16: the job did not end within 150 s"
+line=$(grep -m 1 "^moe-train: SIGTERM: stopped after step" "$dir/job.txt")
+if [ "$job_rc" -eq 143 ] && grep -q "bf16 export saved (--save-dtype bf16: --init-from takes it, --resume does not)" \
+    <<< "$line" && [ -n "$(ls "$dir/export" | grep step-)" ]; then
+    echo "ok: SIGTERM under --save-dtype bf16: $line"
+    clean=$((clean + 1))
+else
+    fail_job "SIGTERM under --save-dtype bf16: exit $job_rc, '$line', saved: $(ls "$dir/export")"
+fi
+leftovers > /dev/null || fail_job "SIGTERM under --save-dtype bf16: processes left"
+
 # a second signal: at once, nothing new saved — sent while the save the first one asked for is under way (every fsync
 # made 2 s slower by the shim, so the save lasts seconds; the first signal has surely been handled by then). Sent
 # back to back instead, two signals can reach a rank as one (a pending signal is not queued twice): under the test
@@ -117,5 +133,5 @@ fi
 leftovers > /dev/null || fail_job "--stop-signals none: processes left"
 refuses "--stop-signals: 'KILL' is not one of TERM, INT, USR1, USR2, HUP" --stop-signals TERM,KILL
 
-report "stop signals" $((9 - skipped)) $clean 0 0 0
+report "stop signals" $((10 - skipped)) $clean 0 0 0
 finish fault_signals
