@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/fail.h"
+#include "checkpoint/hf_unsupported.h"
 #include "checkpoint/internal.h"
 #include "models/fileio.h"
 #include "checkpoint/json_float.h"
@@ -346,22 +347,6 @@ static const char *json_type_name(const json_t *v) {
     return json_is_array(v) ? "an array" : "an object";
 }
 
-/* RoPE's scaling in config.json: rope_scaling (transformers 4's key, and DeepSeek-V3's released file's) where it is an
- * object, else rope_parameters (transformers 5's, which also holds rope_theta), else NULL; *name: which. */
-static json_t *rope_scaling_of(json_t *top, const char **name) {
-    json_t *x = json_object_get(top, *name = "rope_scaling");
-    if (json_is_object(x)) return x;
-    x = json_object_get(top, *name = "rope_parameters");
-    return json_is_object(x) ? x : NULL;
-}
-
-/* its rope_type (or the older "type"): "default" when neither is given; NULL when not a string */
-static const char *rope_type_of(json_t *scaling) {
-    json_t *t = json_object_get(scaling, "rope_type");
-    if (!t) t = json_object_get(scaling, "type");
-    return !t ? "default" : json_string_value(t);
-}
-
 /* The config.json a field is read from: the top level, the moe_train object, the YaRN scaling (NULL: none) and its
  * key's name. */
 typedef struct {
@@ -467,41 +452,15 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
     return MOE_OK;
 }
 
-/* What a family's config.json may hold that this project's model cannot compute: a message naming the key. */
+/* What a family's config.json may hold that this project's model cannot compute (hf_unsupported.h's keys, then the
+ * families' own): a message naming the key. */
 static moe_status check_unsupported(const char *path, json_t *j, const moe_model_config *c) {
-    const char *const rope_keys[] = {"rope_scaling", "rope_parameters"}, *name;
-    for (int i = 0; i < 2; i++) {
-        json_t *x = json_object_get(j, rope_keys[i]);
-        if (x && !json_is_null(x) && !json_is_object(x))
-            return moe_fail(MOE_ERR_BAD_FILE, "%s: %s must be an object or null", path, rope_keys[i]);
-    }
-    json_t *scaling = rope_scaling_of(j, &name);
-    if (scaling && json_object_get(scaling, "factor") && !json_object_get(scaling, "rope_type") &&
-        !json_object_get(scaling, "type")) /* else read as plain RoPE, its factor dropped */
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s has a factor but no rope_type (or type): which RoPE it scales is not "
-                        "said (transformers refuses it too)", path, name);
-    const char *rope_type = scaling ? rope_type_of(scaling) : "default";
-    if (!rope_type || (strcmp(rope_type, "default") && strcmp(rope_type, "yarn")))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s.rope_type must be \"default\" or \"yarn\" (RoPE here is plain or "
-                        "YaRN's)", path, name);
-    json_t *truncate = scaling ? json_object_get(scaling, "truncate") : NULL;
-    if (!strcmp(rope_type, "yarn") && truncate && !json_is_true(truncate))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s.truncate must be true (YaRN's correction range rounded outward, "
-                        "transformers' default)", path, name);
-    for (int i = 0; i < 2; i++) {
-        json_t *partial = json_object_get(i ? scaling : j, "partial_rotary_factor");
-        if (partial && !json_is_null(partial) && !(json_is_number(partial) && json_number_value(partial) == 1))
-            return moe_fail(MOE_ERR_BAD_FILE, "%s: %spartial_rotary_factor must be 1 (RoPE here rotates the whole "
-                            "head)", path, i ? "rope_scaling." : "");
-    }
-    if (json_is_true(json_object_get(j, "attention_bias")))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: attention_bias must be false (q/k/v/o here have no bias)", path);
-    json_t *dense_only = json_object_get(j, "mlp_only_layers"), *clip = json_object_get(j, "clip_qkv");
+    char why[256];
+    if (moe_hf_config_unsupported(j, why, sizeof why)) return moe_fail(MOE_ERR_BAD_FILE, "%s: %s", path, why);
+    json_t *dense_only = json_object_get(j, "mlp_only_layers");
     if (dense_only && !json_is_null(dense_only) && !(json_is_array(dense_only) && !json_array_size(dense_only)))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: mlp_only_layers must be empty (the dense layers here follow "
                         "decoder_sparse_step)", path);
-    if (clip && !json_is_null(clip))
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: clip_qkv must be null (q, k and v are not clipped here)", path);
     /* DeepSeek's routers: V3's sigmoid and group-limited top-k with the selection bias; V2's softmax and greedy top-k,
      * or group_limited_greedy (the groups by their best score: group_score max) */
     json_t *scoring = json_object_get(j, "scoring_func"), *method = json_object_get(j, "topk_method");
@@ -549,8 +508,8 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     *out = moe_model_config_default();
     const int labelled = family;
     config_objects objects = {j, ours, NULL, NULL};
-    json_t *scaling = rope_scaling_of(j, &objects.yarn_name);
-    const char *rope_type = scaling ? rope_type_of(scaling) : NULL;
+    json_t *scaling = moe_hf_rope_scaling(j, &objects.yarn_name);
+    const char *rope_type = scaling ? moe_hf_rope_type(scaling) : NULL;
     if (rope_type && !strcmp(rope_type, "yarn")) objects.yarn = scaling; /* another type: check_unsupported's */
     for (int i = 0; i < NUM_FIELDS && st == MOE_OK; i++) {
         double v = 0;

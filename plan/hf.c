@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "checkpoint/hf_unsupported.h"
 #include "core/fail.h"
 #include "models/fileio.h"
 
@@ -71,26 +72,6 @@ static moe_status qwen_moe_layers(const char *path, json_t *j, moe_plan_model *m
     return MOE_OK;
 }
 
-/* What moe-train refuses in a config.json that the planner can still count (checkpoint/config.c's
- * check_unsupported): the first such key, with why; NULL when none. */
-static const char *unsupported_key(json_t *j) {
-    json_t *scaling = json_object_get(j, "rope_scaling");
-    if (!json_is_object(scaling)) scaling = json_object_get(j, "rope_parameters");
-    json_t *type = json_is_object(scaling) ? json_object_get(scaling, "rope_type") : NULL;
-    if (json_is_object(scaling) && !type) type = json_object_get(scaling, "type");
-    const char *t = json_string_value(type);
-    if (t && strcmp(t, "default") && strcmp(t, "yarn"))
-        return "rope_scaling's rope_type: this project's RoPE is plain or YaRN's";
-    json_t *partial = json_object_get(j, "partial_rotary_factor");
-    if (json_is_number(partial) && json_number_value(partial) != 1)
-        return "partial_rotary_factor: this project's RoPE rotates the whole head";
-    if (json_is_true(json_object_get(j, "attention_bias")))
-        return "attention_bias: this project's q/k/v/o have no bias (Qwen2-MoE's q/k/v biases aside)";
-    json_t *clip = json_object_get(j, "clip_qkv");
-    if (clip && !json_is_null(clip)) return "clip_qkv: this project does not clip q, k and v";
-    return NULL;
-}
-
 /* DeepSeek's expert groups (n_group, topk_group): counted by nothing here, but a file transformers cannot route is
  * refused as moe-train refuses it. */
 static moe_status check_groups(const char *path, json_t *j, const moe_plan_model *m) {
@@ -136,7 +117,9 @@ static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
     hf_family family = HF_MIXTRAL;
     MOE_TRY(family_of(path, j, &family));
     const int64_t big = (int64_t)1 << 40;
-    *m = (moe_plan_model){.moe_every = 1, .unsupported_key = unsupported_key(j)};
+    *m = (moe_plan_model){.moe_every = 1};
+    /* what moe-train refuses in such a file and the planner can still count: a note (moe_plan_model_unsupported) */
+    moe_hf_config_unsupported(j, m->unsupported_key, sizeof m->unsupported_key);
     MOE_TRY(get_int(path, j, "hidden_size", 1, 0, 1, big, &m->d_model));
     MOE_TRY(get_int(path, j, "num_hidden_layers", 1, 0, 1, 1 << 20, &m->num_layers));
     MOE_TRY(get_int(path, j, "num_attention_heads", 1, 0, 1, 1 << 20, &m->num_heads));

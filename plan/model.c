@@ -91,7 +91,7 @@ int moe_plan_model_unsupported(const moe_plan_model *m, const char **notes, int 
                                   "--moe-every" : 0,
         m->sliding_window > 0 ? "sliding-window attention: this project's attention is full causal" : 0,
         m->head_dim % 2 != 0 ? "odd head_dim: this project's RoPE rotates pairs" : 0,
-        m->unsupported_key,
+        m->unsupported_key[0] ? m->unsupported_key : 0,
     };
     int n = 0;
     for (unsigned i = 0; i < sizeof all / sizeof *all; i++)

@@ -32,7 +32,7 @@ typedef struct {
     int irregular_moe_layers;/* 1: the MoE layers follow no moe_every rule (HF mlp_only_layers) ...         */
     int64_t num_moe_layers_listed; /* ... and this many of them are MoE layers                            */
     int64_t sliding_window;  /* 0: full attention                                                          */
-    const char *unsupported_key; /* a config.json key moe-train refuses, with why (a static text); NULL: none */
+    char unsupported_key[256];   /* a config.json key moe-train refuses, with why; "": none */
     float capacity_factor;   /* <= 0: dropless                                                            */
 } moe_plan_model;
 

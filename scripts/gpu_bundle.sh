@@ -36,10 +36,12 @@ assumed_sonames='^(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64|li
 command -v apt-get > /dev/null || { echo "gpu_bundle: needs apt-get (a Debian 12 machine)" >&2; exit 1; }
 
 all_packages=("${build_packages[@]}" "${runtime_packages[@]}" "${fallback_packages[@]}")
-versions() { # the candidate version of each package, "name=version" per line
-    local p v
+versions() { # the candidate version of each package, "name=version" per line (one apt-cache: each call reads apt's
+    local policy p v # lists, ~0.6 s; one per package took 20 of the bundle's 31 s)
+    policy=$(apt-cache policy "${all_packages[@]}" 2>/dev/null) || return 1
     for p in "${all_packages[@]}"; do
-        v=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+        v=$(awk -v p="$p:" '$0 == p { on = 1; next } /^[^ ]/ { on = 0 } on && $1 == "Candidate:" { print $2; exit }' \
+            <<< "$policy")
         [ -n "$v" ] && [ "$v" != "(none)" ] || return 1
         echo "$p=$v"
     done

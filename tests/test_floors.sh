@@ -4,8 +4,9 @@
 #   core -> {kernels, alltoall} -> {experts (on kernels), router (on kernels and alltoall)} -> moe -> tp (tensor
 #   parallelism's sums) -> models
 #   core -> pipeline (the rank grid and the schedules, as data) -> {alltoall (splits its groups from the grid), models}
-#   models -> plan (moe-plan, the planner) -> ...; models -> checkpoint (checkpoints and their file formats) -> train
-#   (the trainer, its options, moe-train), which also stands on plan (its memory estimate is the planner's)
+#   models -> checkpoint (checkpoints and their file formats) -> plan (moe-plan, the planner: it notes what moe-train
+#   refuses in a config.json by checkpoint's list) -> train (the trainer, its options, moe-train; its memory estimate
+#   is the planner's)
 # Programs (tests/, bench/) may include anything. Every violation is printed as file:line.
 root=${1:-.}
 declare -A may=(
@@ -18,7 +19,7 @@ declare -A may=(
     [moe]="core kernels alltoall experts router moe"
     [tp]="core kernels alltoall experts router moe tp"
     [models]="core kernels alltoall experts router moe tp pipeline models"
-    [plan]="core kernels alltoall experts router moe tp pipeline models plan"
+    [plan]="core kernels alltoall experts router moe tp pipeline models checkpoint plan"
     [checkpoint]="core kernels alltoall experts router moe tp pipeline models checkpoint"
     [train]="core kernels alltoall experts router moe tp pipeline models plan checkpoint train"
 )

@@ -271,9 +271,13 @@ edit_config mixtral-8x7b.json huge.json hidden_size 1099511627776
 edit_config deepseek-v3.json groups.json topk_group 20
 edit_config mixtral-8x7b.json bias.json attention_bias true
 edit_config olmoe-1b-7b.json clip.json clip_qkv 8.0
+edit_config mixtral-8x7b.json factor.json rope_scaling '{"factor": 4.0}'
+edit_config qwen3-30b-a3b.json linear.json rope_scaling '{"rope_type": "linear", "factor": 2.0}'
 expect_error "more than 2^50 parameters" --hf-config "$edited/huge.json"
 expect_error "topk_group is 20, outside [1, 8]" --hf-config "$edited/groups.json"
-for c in bias:attention_bias clip:clip_qkv; do
+# the same keys and words as moe-train's refusals (checkpoint/hf_unsupported.c: one list for both)
+for c in bias:attention_bias clip:clip_qkv "factor:rope_scaling has a factor but no rope_type" \
+    'linear:rope_scaling.rope_type must be "default" or "yarn"'; do
     out=$("$plan" --hf-config "$edited/${c%%:*}.json") || fail "${c%%:*}.json refused"
     case $out in *"note: moe-train cannot train this model as it is: ${c#*:}"*) ;;
         *) fail "${c%%:*}.json: no note naming ${c#*:}: $out" ;; esac
