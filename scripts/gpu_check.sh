@@ -261,7 +261,7 @@ if [ $mode = first ]; then
     # comparison of every step runs at least twice; test_verify_cli holds the CPU bf16 agreement over more)
     for name in "${gpu_verify_names[@]}"; do
         # --rehearse-cpu (the test command's rehearsal) shows the bundle's path with one run: the capacity run, which
-        # has micro-batches too (the other run is the same path with 2 ranks' CPU-s more)
+        # has micro-batches too (the dropless run takes the same path)
         if [ $rehearse_cuda = 0 ] && [ "$name" != capacity ]; then
             record "verify_$name" 0 "skipped (rehearsal)"
             continue

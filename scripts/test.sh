@@ -17,9 +17,10 @@
 #             between nodes (tests/meson.build says which tests and why)
 #   fuzz      scripts/fuzz.sh: its own build (from the start, beside the main lane's tests), then, once the main lane
 #             is done, each parser's corpus and MOE_FUZZ_SECONDS (default 10) of fuzzing per target, two targets at a
-#             time, at the lowest priority (nice 19): its seconds are wall-clock, and beside the main lane they were
-#             taken from its waiting ranks (each yield of a rank hands a core to it: the main lane 301 s alone, 413
-#             beside the fuzzing, in place, 2026-12-07)
+#             time, at the lowest priority (nice 19): its seconds are wall-clock, and beside the main lane they are
+#             taken from its waiting ranks (each yield of a rank hands a core to it). In place, 2026-12-07: the main
+#             lane 413 s with the fuzzing beside it, 301 s with it after (from a fresh clone the fuzz build runs beside
+#             the main lane either way, and the difference was lost in the VM's noise)
 # The multi-rank tests of one lane at a time (below, at `lanes`: side by side, their waiting ranks took ~400 CPU-s from
 # each other), builds beside them. From a fresh clone, builds included: 9m28s-12m23s on a 2-core Zen 3 VM
 # (2026-12-07; with the four lanes at once 13.6-15.0 minutes there, and 10.6-11.8 on a faster Zen 4 VM), the main lane
