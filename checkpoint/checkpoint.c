@@ -600,7 +600,14 @@ moe_status moe_checkpoint_prepare(moe_checkpoint_run view, const char *root, int
         st = check_writable(root);
         if (st == MOE_OK) st = moe__checkpoint_lock(root, run->run_id, lock);
         if (st == MOE_OK) st = check_runs(run, root, resumed_step);
-        if (st != MOE_OK) moe_checkpoint_unlock(*lock), *lock = NULL;
     }
-    return end_io(run, watchdog, agree(run, st), "checking --checkpoint-dir");
+    /* saves that a rank here could not load back (a load keeps every shard open): refused now, not at the first save */
+    moe__ckpt_table tab = {0};
+    const int shards = moe__checkpoint_table(run, &tab) ? moe__checkpoint_model_shards(run, &tab) : -1;
+    free(tab.t);
+    if (st == MOE_OK)
+        st = shards < 0 ? MOE_ERR_OUT_OF_MEMORY : moe_safetensors_room_for_shards(shards, "--save-shard-size");
+    st = agree(run, st);
+    if (st != MOE_OK) moe_checkpoint_unlock(*lock), *lock = NULL;
+    return end_io(run, watchdog, st, "checking --checkpoint-dir");
 }

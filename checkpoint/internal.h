@@ -83,6 +83,9 @@ int moe__checkpoint_table(const moe_checkpoint_run *run, moe__ckpt_table *tab);
  * sees (checked: else MOE_ERR_IO naming the rank and host). */
 moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
                                          const moe_safetensors_meta *state_meta, int num_state_meta);
+/* The files model.safetensors is saved in at the run's --save-shard-size (its shards; 1: one file); -1 when out of
+ * memory. */
+int moe__checkpoint_model_shards(const moe_checkpoint_run *run, const moe__ckpt_table *tab);
 
 /* ---- checkpoint/dir.c ---- */
 enum { MOE__CHECKPOINT_FILES = 3 };

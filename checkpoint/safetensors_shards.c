@@ -124,16 +124,15 @@ static moe_status check_shards(const moe_safetensors_set *s, const char *index_p
     return MOE_OK;
 }
 
-/* Room for count more open files (a load keeps every shard open; a save writes one at a time, so a save of 1,197
- * one-byte shards succeeded under `ulimit -n 1024` and its load failed at shard 1,069: a probe), else a message
- * naming both numbers. The limit is the process's: moe-train raises its soft one to the hard one at start. */
-static moe_status room_for_files(int count, const char *dir) {
+/* (A save writes one shard at a time, so a save of 1,197 one-byte shards succeeded under `ulimit -n 1024` and its
+ * load failed at shard 1,069: a probe. Now such a run is refused before it trains.) */
+moe_status moe_safetensors_room_for_shards(int count, const char *what) {
     struct rlimit r;
     const rlim_t want = (rlim_t)count + 64; /* what the process holds beside them: MPI, logs, the data files */
     if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return MOE_OK;
-    return moe_fail(MOE_ERR_IO, "%s: its %d shards stay open while it loads, more than this process may open (ulimit "
-                    "-n allows %llu): raise the limit, or save with a larger --save-shard-size", dir, count,
-                    (unsigned long long)r.rlim_cur);
+    return moe_fail(MOE_ERR_IO, "%s: %d shards, all open while a load reads them, and 64 files beside: more than "
+                    "this process may open (ulimit -n allows %llu); raise the limit, or save with a larger "
+                    "--save-shard-size", what, count, (unsigned long long)r.rlim_cur);
 }
 
 static moe_status open_files(const char *dir, moe_safetensors_set *s, char *const *names, int count) {
@@ -166,7 +165,7 @@ moe_status moe_safetensors_set_open(const char *dir, const char *stem, moe_safet
         st = open_files(dir, s, names, 1); /* a missing file: its own message names it */
     else if (st == MOE_OK) {
         st = read_index(index, &s->index);
-        if (st == MOE_OK) st = room_for_files(s->index.num_shards, dir);
+        if (st == MOE_OK) st = moe_safetensors_room_for_shards(s->index.num_shards, dir);
         if (st == MOE_OK) st = open_files(dir, s, s->index.shards, s->index.num_shards);
         if (st != MOE_OK && s->files && s->index.num_shards && s->num_files < s->index.num_shards)
             st = moe_fail_context(st, "shard %s (one of the %d that %s names)", s->index.shards[s->num_files],

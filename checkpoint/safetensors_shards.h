@@ -56,6 +56,11 @@ moe_safetensors_file *moe_safetensors_set_file(const moe_safetensors_set *s, con
 int moe_safetensors_shard_split(const moe_safetensors_entry *entries, int num_entries, size_t max_shard_nbytes,
                                 int *first);
 void moe_safetensors_shard_name(const char *stem, int s, int shards, char *out, size_t nbytes);
+/* Whether this process may open count shards at once (a load keeps every shard of a set open), with files to spare
+ * for what it holds beside them; else a message, prefixed by what (a directory loaded, or a save), naming both
+ * numbers. The limit is the process's: moe-train raises its soft one to the hard one at start. moe_checkpoint_prepare
+ * checks a run's saves by it before training, so that none writes a checkpoint its machines could not load. */
+moe_status moe_safetensors_room_for_shards(int count, const char *what);
 moe_status moe_safetensors_write_index(const char *dir, const char *stem, const moe_safetensors_entry *entries,
                                        int num_entries, const int *first, int shards);
 moe_status moe_safetensors_write_shards(const char *dir, const char *stem, const moe_safetensors_entry *entries,

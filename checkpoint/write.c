@@ -335,6 +335,14 @@ static moe_status check_shared(const moe_checkpoint_run *run, const char *dir, m
     return st;
 }
 
+int moe__checkpoint_model_shards(const moe_checkpoint_run *run, const moe__ckpt_table *tab) {
+    file_set s;
+    const int made = model_set(run, tab, &s);
+    const int shards = made ? moe_safetensors_shard_split(s.e, s.count, (size_t)run->save_shard_nbytes, s.first) : -1;
+    set_free(&s);
+    return shards;
+}
+
 moe_status moe__checkpoint_write_tensors(const moe_checkpoint_run *run, const moe__ckpt_table *tab, const char *dir,
                                          const moe_safetensors_meta *state_meta, int num_state_meta) {
     moe_comm *world = moe_parallel_world(run->par);

@@ -116,6 +116,13 @@ fi
 sed 's/"save_shard_size": "20KB"/"save_shard_size": "5XB"/' "$dir/save.json" > "$dir/badsize.json"
 refuses "--save-shard-size expects a byte count .* got '5XB'" --config "$dir/badsize.json"
 refuses "--save-shard-size expects a byte count .* got '5XB'" --save-shard-size 5XB
+# saves this machine could not load back (a load keeps every shard open: 4 layers' 79 one-byte shards under ulimit -n
+# 100) are refused before training; before, the run trained to its first save and failed there, or saved and failed
+# to load
+before=$failures
+(ulimit -n 100 && refuses "before training: --save-shard-size: 79 shards, all open while a load reads them, .*ulimit \
+-n allows 100" --layers 4 --save-shard-size 1 --checkpoint-dir "$dir/toomany" && [ $failures -eq $before ]) ||
+    failures=$((failures + 1))
 cp -r "$sh" "$dir/noshard" && rm "$dir/noshard/model-00002-of-0000$shards.safetensors"
 refuses "model-00002-of-0000$shards.safetensors is missing or not a regular file: the manifest lists it" --init-from "$dir/noshard"
 rm "$dir/noshard/manifest.json" # without one (another tool's directory): named by its file, not by its rank in the index
