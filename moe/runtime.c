@@ -25,6 +25,9 @@ unsigned long long moe_runtime_allocations(const moe_runtime *rt) { return rt->a
 void moe_runtime_free(moe_runtime *rt, void *ptr) { rt->memory->free(rt, ptr); }
 
 moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n) {
+    /* queued work may still read or write the old buffers: wait for it by contract (cudaFree waits for the device in
+     * practice, but its documentation does not promise it); a regrow is rare (the first steps), so the wait is free */
+    MOE_TRY(moe_runtime_synchronize(rt));
     for (int i = 0; i < n; i++) moe_runtime_free(rt, *ptrs[i]), *ptrs[i] = NULL;
     for (int i = 0; i < n; i++) MOE_TRY(moe_runtime_alloc(rt, nbytes[i], ptrs[i]));
     return MOE_OK;

@@ -33,8 +33,8 @@ void moe_runtime_free(moe_runtime *rt, void *ptr);
  * runtime has made: a training step after the first should make none (issue 50, item 4; on a GPU each is a
  * cudaMalloc, and growing frees first, which waits for the device). */
 unsigned long long moe_runtime_allocations(const moe_runtime *rt);
-/* Frees and reallocates n device buffers to nbytes[i] each (contents are not kept): how every buffer that
- * grows with the batch grows. */
+/* Waits for the runtime's queued work, then frees and reallocates n device buffers to nbytes[i] each (contents are
+ * not kept): how every buffer that grows with the batch grows. */
 moe_status moe_runtime_regrow(moe_runtime *rt, void **ptrs[], const size_t *nbytes, int n);
 /* Scratch shared by every user of the runtime, one purpose per slot. Its users run one after another on the
  * runtime (each MoE layer's backward in turn, on the one stream), so one buffer of the largest size asked serves
