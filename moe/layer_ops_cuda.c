@@ -56,6 +56,7 @@ struct moe_layer_state {
     /* pinned host staging of the queued copies */
     float *bias_host;            /* [E] */
     int *num_selected_host;      /* [E] */
+    int num_selected_staged;     /* num_selected_host holds what num_selected holds (cuda_router_losses)   */
     int *nonfinite_host;         /* [1] the logits' non-finite flag, read after the routing's sync */
 };
 
@@ -256,8 +257,14 @@ static moe_status cuda_router_losses(moe_layer_state *s, const moe_token_routing
                                      int num_tokens_global, double loss[2]) {
     const moe_config *c = &s->cfg;
     const size_t nbytes = (size_t)c->num_experts * sizeof(int);
-    memcpy(s->num_selected_host, num_selected, nbytes);
-    MOE_TRY(moe_runtime_upload_async(s->rt, s->num_selected, s->num_selected_host, nbytes));
+    /* The counts are the layer's, the same for each of its local shards: staged and uploaded once, not rewritten in
+     * the pinned buffer while the previous shard's upload may still read it (a race, even with the same bytes).
+     * Between forwards the layer's wait for its counts has drained the stream, and only this upload writes them. */
+    if (!s->num_selected_staged || memcmp(s->num_selected_host, num_selected, nbytes)) {
+        memcpy(s->num_selected_host, num_selected, nbytes);
+        MOE_TRY(moe_runtime_upload_async(s->rt, s->num_selected, s->num_selected_host, nbytes));
+        s->num_selected_staged = 1;
+    }
     return moe_router_losses_queue_cuda(s->gpu, c->score_func, r->scores, r->logits, s->num_selected, T,
                                         num_tokens_global, c->num_experts, c->top_k, loss);
 }
