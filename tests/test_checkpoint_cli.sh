@@ -29,6 +29,13 @@ for bad in -1 ab; do
     refuses "the saved step '$bad' is not a step number" --steps 20 --resume "$dir/bad$bad"
 done
 refuses "the checkpoint is at step 12, beyond --steps 8" --steps 8 --resume --checkpoint-dir "$ck"
+# an option the training state's fingerprint holds, changed on --resume: refused by name before anything loads
+# (before: "resume: --seed 7 (the saved run had ...)" as if taken, then "training state from another run" and two
+# long lists to compare)
+refuses "--resume latest: --seed 7, but the saved run trained with [0-9]+: a resume continues that run" \
+    --steps 14 --resume --checkpoint-dir "$ck" --seed 7
+refuses "--z-loss-coef 0.5, but the saved run trained with 0.001" --steps 14 --resume --checkpoint-dir "$ck" \
+    --z-loss-coef 0.5
 trains "a complete run resumed" "the run is complete at step 12" --steps 12 --resume --checkpoint-dir "$ck"
 refuses "already holds another run's checkpoints .*step-00000012, run" --steps 12 --checkpoint-dir "$ck"
 

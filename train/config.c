@@ -195,6 +195,42 @@ static void name_inherited(const moe_train_options *o, FILE *err) {
     if (named) fprintf(err, "; give a flag to change one)\n");
 }
 
+/* The run's options that the training state's fingerprint holds beside the architecture (checkpoint/config.c,
+ * moe__checkpoint_fingerprint): a resume continues their run, so it keeps them (--init-from starts another). Refused
+ * here by name; before, a resume noted the change as if taken, then failed to load "training state from another
+ * run" with two long lists to compare. */
+static int keeps_on_resume(size_t offset) {
+    static const size_t kept[] = {
+        offsetof(moe_train_options, model.seq_len),          offsetof(moe_train_options, model.moe.aux_loss_coef),
+        offsetof(moe_train_options, model.moe.z_loss_coef),  offsetof(moe_train_options, model.moe.bias_update_rate),
+        offsetof(moe_train_options, model.moe.layout_invariant), offsetof(moe_train_options, batch),
+        offsetof(moe_train_options, micro_batches),          offsetof(moe_train_options, seed),
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        if (kept[i] == offset) return 1;
+    return 0;
+}
+
+static int refuse_changed_fingerprint(const moe_train_options *o, json_t *saved, FILE *err) {
+    int count;
+    const moe_train_option *table = moe_train_option_table(&count);
+    json_t *now = moe_train_options_json(o, 0);
+    int refused = !now ? (moe_train_complain(err, "moe-train: out of memory\n"), 1) : 0;
+    for (int i = 0; i < count && !refused; i++) {
+        const moe_train_option *s = &table[i];
+        json_t *was = json_object_get(saved, moe_train_option_key(s)), *is = json_object_get(now, moe_train_option_key(s));
+        if (!keeps_on_resume(s->offset) || !was || !is || json_equal(was, is)) continue;
+        char *a = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS), *b = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
+        moe_train_complain(err, "moe-train: --resume %s: %s %s, but the saved run trained with %s: a resume continues "
+                           "that run, whose training state holds it; keep it (leave %s out), or start a new run from "
+                           "its weights with --init-from\n", o->resume, s->name, a ? a : "?", b ? b : "?", s->name);
+        free(a), free(b);
+        refused = 1;
+    }
+    json_decref(now);
+    return refused;
+}
+
 /* --resume: the options given now that differ from the saved run's, and how many it inherited */
 static void compare_with_saved(const moe_train_options *o, json_t *saved, FILE *notes) {
     int count, inherited = 0;
@@ -253,6 +289,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         if (saved) name_inherited(o, err);
         return -1;
     }
+    if (saved && refuse_changed_fingerprint(o, saved, err)) return -1;
     if (saved && !o->print_config) compare_with_saved(o, saved, notes);
     if (!o->print_config) moe_train_note_inert_options(o, notes);
     return 0;
