@@ -122,7 +122,9 @@ typedef struct {
     char path[64];    /* where in config.json: "rope_theta", "moe_train.score_func", "rope_scaling.factor" */
     size_t offset;    /* of the field in moe_model_config (an int, an enum or a float)           */
     double value;     /* c's value (enums as their index; every capacity factor <= 0 as 0)       */
-    char text[48];    /* the value as config.json writes it: 8, 1e+06, true, "softmax"           */
+    char text[48];    /* the value as config.json writes it: 8, 1e+06, true, "softmax", null       */
+    char flag_text[48]; /* the value in moe-train's units where the file's differ (DeepSeek's n_shared_experts
+                           counts expert widths, --shared-d-ff is one): 64; else ""                  */
     int policy;       /* 1: the routing policy of training (capacity_factor, drop_priority), which a run started
                          from the weights (--init-from) may change; 0: what the weights compute      */
 } moe_checkpoint_field;

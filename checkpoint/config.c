@@ -189,6 +189,15 @@ static double from_file_units(const moe_model_config *c, const field_place *at, 
     }
 }
 
+/* A field of c as its config.json writes it at `at`: the widths that default to 0 derived (never 0), in the file's
+ * units. */
+static double written_value(const moe_model_config *c, const arch_field *f, const field_place *at) {
+    double v = field_value(c, f);
+    if (at->where == IN_TOP && f->offset == MC(dense_d_ff)) v = moe_model_dense_d_ff(c);
+    if (at->where == IN_TOP && f->offset == MC(head_dim)) v = moe_model_head_dim(c);
+    return to_file_units(c, at, v);
+}
+
 /* value as config.json writes it: "softmax", true, 1e-05, 8 */
 static void field_text(const arch_field *f, double v, char *out, size_t n) {
     switch (f->kind) {
@@ -210,7 +219,10 @@ moe_checkpoint_field moe_checkpoint_field_at(const moe_model_config *c, int i) {
     moe_checkpoint_field r = {.key = at->key, .offset = f->offset, .value = field_value(c, f), .policy = f->policy};
     snprintf(r.path, sizeof r.path, "%s%s", at->where == IN_MOE_TRAIN ? "moe_train." : at->where == IN_YARN ?
              "rope_scaling." : "", at->key);
-    field_text(f, r.value, r.text, sizeof r.text);
+    const double written = written_value(c, f, at);
+    if (at->unit == NULL_FOR_ZERO && written == 0) snprintf(r.text, sizeof r.text, "null");
+    else field_text(f, written, r.text, sizeof r.text);
+    if (at->unit != AS_IS && written != r.value) field_text(f, r.value, r.flag_text, sizeof r.flag_text);
     return r;
 }
 
@@ -302,10 +314,7 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c) {
     for (int i = 0; i < NUM_FIELDS; i++) {
         const field_place *at = &kFields[i].at[family];
         if (at->where == IN_NONE || (at->where == IN_YARN && !yarn)) continue;
-        double v = field_value(c, &kFields[i]);
-        if (at->where == IN_TOP && kFields[i].offset == MC(dense_d_ff)) v = moe_model_dense_d_ff(c); /* widths, */
-        if (at->where == IN_TOP && kFields[i].offset == MC(head_dim)) v = moe_model_head_dim(c); /* never 0 */
-        v = to_file_units(c, at, v);
+        const double v = written_value(c, &kFields[i], at);
         if (at->where == IN_YARN && v == 0) continue; /* mscale, mscale_all_dim, attention_factor not given */
         json_object_set_new(at->where == IN_MOE_TRAIN ? ours : at->where == IN_YARN ? yarn : j, at->key,
                             at->unit == NULL_FOR_ZERO && v == 0 ? json_null() : field_json(&kFields[i], v));

@@ -413,6 +413,14 @@ static void deepseek(void) {
           "transformers' DeepSeek-V3 config: shared %d head_dim %d rope %d q_lora %d groups %d/%d", c.shared_d_ff,
           c.head_dim, c.qk_rope_dim, c.q_lora_rank, c.moe.topk_groups, c.moe.num_groups);
     CHECK(rope_interleaved(ckpt), "rope_interleave true not seen");
+    /* a disagreeing flag is told the file's value in the file's units, and the flag's (before: "whose
+     * n_shared_experts is 96", "whose qk_nope_head_dim is 24": the flags' values under the file's keys) */
+    expect_option_refusal("a disagreeing --shared-d-ff", "whose n_shared_experts is 2 (--shared-d-ff 96): ",
+                          (const char *[]){"--init-from", ckpt, "--shared-d-ff", "48", NULL});
+    expect_option_refusal("a disagreeing --head-dim", "whose qk_nope_head_dim is 16 (--head-dim 24): ",
+                          (const char *[]){"--init-from", ckpt, "--head-dim", "32", NULL});
+    expect_option_refusal("a disagreeing --q-lora-rank", "whose q_lora_rank is null: ",
+                          (const char *[]){"--init-from", ckpt, "--q-lora-rank", "8", NULL});
     free(ckpt);
     CHECK(!strcmp(label_of(&c, note, sizeof note), "DeepseekV3ForCausalLM") && !*note, "labelled %s: %s",
           label_of(&c, note, sizeof note), note);

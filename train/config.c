@@ -169,9 +169,11 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
         if (given && asked.value != have.value) {
             char value[64];
             moe_train_option_format(o, s, 0, value, sizeof value);
-            return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, whose %s is %s: the checkpoint "
-                            "defines the architecture (leave %s out, or start without it)\n", s->name, value, dir,
-                            have.path, have.text, s->name), -1;
+            char as_flag[128] = ""; /* where the file counts in other units (DeepSeek's n_shared_experts) */
+            if (*have.flag_text) snprintf(as_flag, sizeof as_flag, " (%s %s)", s->name, have.flag_text);
+            return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, whose %s is %s%s: the "
+                            "checkpoint defines the architecture (leave %s out, or start without it)\n", s->name, value,
+                            dir, have.path, have.text, as_flag, s->name), -1;
         }
         moe_checkpoint_field_set(&o->model, i, have.value);
         if (!moe_train_option_from(o, s, MOE_OPTION_CHECKPOINT)) o->source[s - table] = MOE_OPTION_CHECKPOINT;
