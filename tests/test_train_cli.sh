@@ -81,6 +81,12 @@ for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do
 done
 cmp -s "$dir/text.txt" "$dir/text_before.txt" || fail_with_output "moe-text-to-tokens changed its input"
 refuses "--sample-prompt: its byte 122 is past the vocabulary of 64" --vocab 64 --sample-prompt zzz --sample-tokens 5
+# the default prompt ("And God said") past the vocabulary: replaced, said so (before: its bytes taken modulo it)
+printf 'abc ab ca bc %.0s' $(seq 200) > "$dir/abc.txt"
+"$text_to_tokens" "$dir/abc.txt" "$dir/abc_train.bin" "$dir/abc_val.bin" 0.2 > /dev/null
+trains "the default prompt past --vocab 100" "^sample: the default prompt holds bytes past --vocab 100: sampling from a \
+newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
+refuses "--adam-eps must be above 0: AdamW divides by sqrt\(v\) \+ eps" --adam-eps 0
 # scripts/train.sh's rank count, checked before it installs or builds anything (mpirun -np 0 took every slot)
 for ranks in 0 abc -1; do
     MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks, not '$ranks'" 10 \

@@ -124,7 +124,7 @@ static const opt_spec kOptions[] = {
     {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL, RUN},
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL, RUN},
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},
-    {"--adam-eps", "AdamW epsilon (added to sqrt(v))", OPT_FLOAT, OFF(adam_eps), 0, 1e6, {0}, NULL, RUN},
+    {"--adam-eps", "AdamW epsilon (added to sqrt(v); above 0)", OPT_FLOAT, OFF(adam_eps), 0, 1e6, {0}, NULL, RUN},
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
     {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
      "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
@@ -508,6 +508,10 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
                                        "1048576, got '%s'\n", o->save_shard_size), -1;
     if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
+    if (!(o->adam_eps > 0)) /* sqrt(v) + eps: 0/0 at the first update of a weight whose gradient was exactly 0 */
+        return moe_train_complain(err, "moe-train: --adam-eps must be above 0: AdamW divides by sqrt(v) + eps, and with "
+                                       "0 a weight whose gradients have all been 0 (an embedding row of a token no "
+                                       "batch held) becomes 0/0 = NaN at its first update\n"), -1;
     /* the prompt's bytes are its tokens: one past the vocabulary was taken modulo it, another prompt (a probe) */
     for (const unsigned char *c = (const unsigned char *)o->sample_prompt; o->sample_tokens > 0 && *c; c++)
         if (*c >= o->model.vocab_size && o->source[find("--sample-prompt") - kOptions] != MOE_OPTION_DEFAULT)

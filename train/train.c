@@ -110,8 +110,15 @@ static void print_sample(moe_trainer *t) {
     int n = 0, max_n = (int)strlen(o->sample_prompt) + o->sample_tokens + 1;
     int *text = calloc((size_t)max_n, sizeof(int));
     if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
-    for (const char *c = o->sample_prompt; *c; c++) text[n++] = (unsigned char)*c % o->model.vocab_size;
-    if (n == 0) text[n++] = '\n' % o->model.vocab_size;
+    /* a prompt's bytes are its tokens: one given with a byte past the vocabulary is refused (train/options.c); the
+     * default one ("And God said") is replaced, said so (before: its bytes were taken modulo the vocabulary) */
+    int past = 0;
+    for (const char *c = o->sample_prompt; *c; c++) past |= (unsigned char)*c >= o->model.vocab_size;
+    if (past && t->ranks.world_rank == 0)
+        printf("sample: the default prompt holds bytes past --vocab %d: sampling from a newline instead (give "
+               "--sample-prompt)\n", o->model.vocab_size);
+    for (const char *c = o->sample_prompt; *c && !past; c++) text[n++] = (unsigned char)*c;
+    if (n == 0) text[n++] = '\n' < o->model.vocab_size ? '\n' : 0;
     require(
         moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
         "sampling");
