@@ -182,9 +182,6 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
         if (st == MOE_OK && t->ranks.world_rank == 0 && *t->data_note) printf("%s\n", t->data_note);
         free(dir);
         MOE_TRY(st);
-        if (done > o->steps)
-            return moe_fail(MOE_ERR_INVALID_CONFIG, "the checkpoint is at step %d, beyond --steps %d: nothing to train "
-                                                    "(raise --steps to continue)", done, o->steps);
         if (done == o->steps && t->ranks.world_rank == 0)
             printf("the run is complete at step %d (--steps %d): nothing to train\n", done, o->steps);
     } else if (*o->init_from) {
@@ -587,6 +584,12 @@ int main(int argc, char **argv) {
     int rc = 0;
     if ((st = restore(&t, &opt, &first_step)) != MOE_OK) {
         rc = report_failure(&t, "cannot load the checkpoint", st);
+        goto done;
+    }
+    if (first_step - 1 > opt.steps) { /* loaded, and past the run's end (not a load failure) */
+        rc = report_failure(&t, "--resume", moe_fail(MOE_ERR_INVALID_CONFIG, "the checkpoint is at step %d, beyond "
+                                                     "--steps %d: nothing to train (raise --steps to continue)",
+                                                     first_step - 1, opt.steps));
         goto done;
     }
     if (*opt.checkpoint_dir && !opt.eval_only &&
