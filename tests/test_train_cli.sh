@@ -87,6 +87,7 @@ printf 'abc ab ca bc %.0s' $(seq 200) > "$dir/abc.txt"
 trains "the default prompt past --vocab 100" "^sample: the default prompt holds bytes past --vocab 100: sampling from a \
 newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
 refuses "--adam-eps must be above 0: AdamW divides by sqrt\(v\) \+ eps" --adam-eps 0
+refuses "cannot write the metrics file .*nodir/x.jsonl.: No such file or directory" --log-file "$dir/nodir/x.jsonl"
 # scripts/train.sh's rank count, checked before it installs or builds anything (mpirun -np 0 took every slot)
 for ranks in 0 abc -1; do
     MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks, not '$ranks'" 10 \

@@ -318,7 +318,7 @@ static void start_startup_watchdog(int argc, char **argv) {
 static FILE *open_metrics(const moe_trainer *t, int world_size, const char *device) {
     FILE *metrics = NULL;
     if (*t->opt.log_file && !(metrics = fopen(t->opt.log_file, "w"))) {
-        fprintf(stderr, "moe-train: cannot write the metrics file '%s'\n", t->opt.log_file);
+        fprintf(stderr, "moe-train: cannot write the metrics file '%s': %s\n", t->opt.log_file, strerror(errno));
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (metrics && moe_run_record_write(metrics, t, world_size, device) != 0) {
