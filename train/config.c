@@ -199,8 +199,8 @@ static void name_inherited(const moe_train_options *o, FILE *err) {
 
 /* The run's options that the training state's fingerprint holds beside the architecture (checkpoint/config.c,
  * moe__checkpoint_fingerprint): a resume continues their run, so it keeps them (--init-from starts another). Refused
- * here by name; before, a resume noted the change as if taken, then failed to load "training state from another
- * run" with two long lists to compare. */
+ * by name (compare_with_saved); before, a resume noted the change as if taken, then failed to load "training state
+ * from another run" with two long lists to compare. */
 static int keeps_on_resume(size_t offset) {
     static const size_t kept[] = {
         offsetof(moe_train_options, model.seq_len),          offsetof(moe_train_options, model.moe.aux_loss_coef),
@@ -213,47 +213,40 @@ static int keeps_on_resume(size_t offset) {
     return 0;
 }
 
-static int refuse_changed_fingerprint(const moe_train_options *o, json_t *saved, FILE *err) {
-    int count;
+/* --resume: the options given now that differ from the saved run's, each refused where the run must keep it
+ * (keeps_on_resume), else noted (notes: NULL for none, as under --print-config), and how many it inherited; -1 after
+ * a refusal. */
+static int compare_with_saved(const moe_train_options *o, json_t *saved, FILE *err, FILE *notes) {
+    int count, inherited = 0, refused = 0;
     const moe_train_option *table = moe_train_option_table(&count);
     json_t *now = moe_train_options_json(o, 0);
-    int refused = !now ? (moe_train_complain(err, "moe-train: out of memory\n"), 1) : 0;
+    if (!now) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
     for (int i = 0; i < count && !refused; i++) {
-        const moe_train_option *s = &table[i];
-        json_t *was = json_object_get(saved, moe_train_option_key(s)), *is = json_object_get(now, moe_train_option_key(s));
-        if (!keeps_on_resume(s->offset) || !was || !is || json_equal(was, is)) continue;
-        char *a = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS), *b = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
-        moe_train_complain(err, "moe-train: --resume %s: %s %s, but the saved run trained with %s: a resume continues "
-                           "that run, whose training state holds it; keep it (leave %s out), or start a new run from "
-                           "its weights with --init-from\n", o->resume, s->name, a ? a : "?", b ? b : "?", s->name);
-        free(a), free(b);
-        refused = 1;
-    }
-    json_decref(now);
-    return refused;
-}
-
-/* --resume: the options given now that differ from the saved run's, and how many it inherited */
-static void compare_with_saved(const moe_train_options *o, json_t *saved, FILE *notes) {
-    int count, inherited = 0;
-    const moe_train_option *table = moe_train_option_table(&count);
-    json_t *now = moe_train_options_json(o, 0);
-    for (int i = 0; i < count && now && notes; i++) {
         const moe_train_option *s = &table[i];
         json_t *was = json_object_get(saved, moe_train_option_key(s)), *is = json_object_get(now, moe_train_option_key(s));
         if (o->source[i] == MOE_OPTION_SAVED_RUN) inherited++;
         const int layout = s->scope == MOE_OPT_SCOPE_LAYOUT;
         if ((s->scope != MOE_OPT_SCOPE_RUN && !layout) || !was || !is || json_equal(was, is)) continue;
         if (s->offset == offsetof(moe_train_options, threads) && o->threads == 0) continue; /* this machine's count */
+        refused = keeps_on_resume(s->offset);
+        if (!refused && !notes) continue;
         char *a = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS), *b = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
-        fprintf(notes, "resume: %s %s (the saved run had %s%s)\n", s->name, a ? a : "?", b ? b : "?",
-                !layout ? ""
-                : o->source[i] == MOE_OPTION_DEFAULT ? "; layout flags are not inherited: this is the default"
-                                                     : "; layout flags are not inherited");
+        if (refused)
+            moe_train_complain(err, "moe-train: --resume %s: %s %s, but the saved run trained with %s: a resume "
+                               "continues that run, whose training state holds it; keep it (leave %s out), or start a "
+                               "new run from its weights with --init-from\n", o->resume, s->name, a ? a : "?",
+                               b ? b : "?", s->name);
+        else
+            fprintf(notes, "resume: %s %s (the saved run had %s%s)\n", s->name, a ? a : "?", b ? b : "?",
+                    !layout ? ""
+                    : o->source[i] == MOE_OPTION_DEFAULT ? "; layout flags are not inherited: this is the default"
+                                                         : "; layout flags are not inherited");
         free(a), free(b);
     }
-    if (notes) fprintf(notes, "resume: %d options as the saved run had them (--print-config shows all)\n", inherited);
+    if (notes && !refused)
+        fprintf(notes, "resume: %d options as the saved run had them (--print-config shows all)\n", inherited);
     json_decref(now);
+    return refused ? -1 : 0;
 }
 
 int moe_train_options_load(int argc, char **argv, int world_size, moe_train_options *o, FILE *err, FILE *notes) {
@@ -291,8 +284,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         if (saved) name_inherited(o, err);
         return -1;
     }
-    if (saved && refuse_changed_fingerprint(o, saved, err)) return -1;
-    if (saved && !o->print_config) compare_with_saved(o, saved, notes);
+    if (saved && compare_with_saved(o, saved, err, o->print_config ? NULL : notes)) return -1;
     if (!o->print_config) moe_train_note_inert_options(o, notes);
     return 0;
 }
