@@ -4,8 +4,8 @@
 # disk used; every token reads as 0) train for a few steps at 2 ranks with --shuffle 1, and so does the same model on
 # a 10 MB corpus of random tokens. Prints the data set's opening time (moe-train's "data:" line, rank 0) and each run's
 # peak resident memory (GNU time, the larger rank): a rank's memory for data is O(its batch), so the two agree.
-# Needs the build (scripts/setup.sh) and GNU time (Debian package `time`). The shards are removed at the end unless
-# --keep. --check (the test test_data_scale): exit 1 unless the 1 TiB run's peak memory is within 10% + 8 MiB of the
+# Needs the build (scripts/setup.sh) and GNU time (Debian package `time`). It works in a new folder inside DIR
+# (default /tmp/moe-data-scale), removed at the end unless --keep. --check (the test test_data_scale): exit 1 unless the 1 TiB run's peak memory is within 10% + 8 MiB of the
 # 10 MB run's (memory, not time: the opening time is printed, never asserted).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,8 +22,10 @@ while [ $# -gt 0 ]; do
 done
 [ -x /usr/bin/time ] || { echo "data_scale: needs GNU time (apt-get install time)" >&2; exit 1; }
 source "$root/scripts/mpi_env.sh"
+# a folder of its own inside DIR, the only thing removed (before, DIR itself went, with whatever it held: a probe)
 mkdir -p "$dir"
-[ $keep = 1 ] || trap 'rm -rf "$dir"' EXIT
+dir=$(mktemp -d "$dir/data_scale.XXXXXX")
+if [ $keep = 1 ]; then echo "data_scale: the shards and logs stay in $dir"; else trap 'rm -rf "$dir"' EXIT; fi
 
 # 64 shards: the 1 KiB header (magic 20240801, version 7, the count 2^32 - 1 as llm.c's int32 field holds it,
 # unsigned), then a hole to the size the count announces

@@ -172,7 +172,7 @@ def parse_args(argv):
 
 def expand_inputs(patterns):
     """The files of the arguments in order: a glob's matches sorted (so the corpus order is reproducible);
-    each file once."""
+    each file once, however it is named (a glob's match, ./name, an absolute path, a link: by the file itself)."""
     paths, seen = [], set()
     for pattern in patterns:
         if glob.has_magic(pattern):
@@ -184,8 +184,9 @@ def expand_inputs(patterns):
         for m in matches:
             if os.path.isdir(m):
                 raise PrepareError(f"{m} is a directory (give its files, e.g. '{m}/*.txt')")
-            if m not in seen:
-                seen.add(m)
+            key = os.path.realpath(m)
+            if key not in seen:
+                seen.add(key)
                 paths.append(m)
     return paths
 

@@ -195,6 +195,10 @@ fi
 # the same corpus through every other door gives the same bytes
 run_ok "1 worker" --text-mode blank-lines --out-dir text_w1 --shard-tokens $shard --val-tokens $val --workers 1 \
     corpus.txt && same_shards "--workers 1 vs 2" text text_w1
+# a file named three ways (a glob's match, ./name, its absolute path) is read once (before: three times, silently)
+run_ok "one file named three ways" --text-mode blank-lines --out-dir text_thrice --shard-tokens $shard \
+    --val-tokens $val --workers 2 'corpus.tx[t]' ./corpus.txt "$PWD/corpus.txt" &&
+    same_shards "one file named three ways" text text_thrice
 run_ok "text.gz" --text-mode blank-lines --out-dir text_gz --shard-tokens $shard --val-tokens $val --workers 2 \
     corpus.txt.gz && same_shards "corpus.txt.gz" text text_gz
 run_ok "jsonl" --out-dir jsonl --shard-tokens $shard --val-tokens $val --workers 2 corpus.jsonl &&

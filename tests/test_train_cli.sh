@@ -94,9 +94,19 @@ for ranks in 0 abc -1; do
         bash "$(dirname "$0")/../scripts/train.sh" > "$dir/out.txt" 2>&1 && echo "ok: MOE_RANKS=$ranks refused" ||
         fail_with_output "train.sh took MOE_RANKS=$ranks"
 done
-"$expect_failure" "nodir/a.bin: cannot create: No such file or directory" 10 "$text_to_tokens" "$dir/text.txt" \
-    "$dir/nodir/a.bin" "$dir/b.bin" > "$dir/out.txt" 2>&1 && echo "ok: an unwritable output named" ||
+"$expect_failure" "nodir/a.bin.tmp-[0-9]+: cannot create: No such file or directory" 10 "$text_to_tokens" \
+    "$dir/text.txt" "$dir/nodir/a.bin" "$dir/b.bin" > "$dir/out.txt" 2>&1 && echo "ok: an unwritable output named" ||
     fail_with_output "moe-text-to-tokens: the unwritable output not named"
+# VAL.bin unwritable: TRAIN.bin as it was (both are written under temporary names, then renamed; before, TRAIN.bin
+# was rewritten first and the old pair lost), no temporary file left
+cp "$dir/train.bin" "$dir/kept.bin"
+"$expect_failure" "nodir/v.bin.tmp-[0-9]+: cannot create" 10 "$text_to_tokens" "$dir/text.txt" "$dir/kept.bin" \
+    "$dir/nodir/v.bin" > "$dir/out.txt" 2>&1 && cmp -s "$dir/train.bin" "$dir/kept.bin" &&
+    [ -z "$(ls "$dir" | grep '\.tmp-')" ] && echo "ok: a failed VAL.bin leaves TRAIN.bin as it was" ||
+    fail_with_output "moe-text-to-tokens: a failed VAL.bin changed TRAIN.bin or left a temporary file"
+"$expect_failure" "VAL_FRACTION 1e-07 leaves [0-9]+ for TRAIN.bin and 0 for VAL.bin, and each needs at least 2" 10 \
+    "$text_to_tokens" "$dir/text.txt" "$dir/f1.bin" "$dir/f2.bin" 0.0000001 > "$dir/out.txt" 2>&1 &&
+    echo "ok: a VAL_FRACTION too small for the file named" || fail_with_output "moe-text-to-tokens: VAL_FRACTION 1e-7"
 
 # issue 12: inputs that hung, were silently accepted or silently cut
 refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr 1e-3 --lr 2e-3

@@ -255,6 +255,9 @@ void moe_token_data_advise(const moe_token_data *d, moe_data_order order, int64_
 
 /* tokens: width 2 (unsigned short) or 4 (uint32_t) bytes each, written little-endian after the header. */
 static moe_status write_tokens(const char *path, const void *tokens, int width, long num_tokens) {
+    if (num_tokens < 0 || (unsigned long)num_tokens > UINT32_MAX) /* the header's count, read as unsigned */
+        return moe_fail(MOE_ERR_INVALID_ARG, "%s: %ld tokens, more than a token file's header counts (2^32 - 1): "
+                        "write several files", path, num_tokens);
     unsigned char header[HEADER_NBYTES] = {0};
     const int32_t fields[3] = {width == 2 ? MOE_TOKEN_FILE_MAGIC : MOE_TOKEN_FILE_MAGIC_U32,
                                width == 2 ? MOE_TOKEN_FILE_VERSION : MOE_TOKEN_FILE_VERSION_U32, (int32_t)num_tokens};

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fail.h"
 #include "models/fileio.h"
@@ -56,12 +57,29 @@ int main(int argc, char **argv) {
     }
     long num_val = (long)(n * val_fraction), num_train = (long)n - num_val;
     if (num_val < 2 || num_train < 2) {
-        fprintf(stderr, "moe-text-to-tokens: %s has %zu bytes, too few to split\n", argv[1], n);
+        fprintf(stderr, "moe-text-to-tokens: %s has %zu bytes: VAL_FRACTION %g leaves %ld for TRAIN.bin and %ld for "
+                        "VAL.bin, and each needs at least 2\n", argv[1], n, val_fraction, num_train, num_val);
         free(tokens);
         return 1;
     }
-    moe_status st = moe_token_file_write(argv[2], tokens, num_train);
-    if (st == MOE_OK) st = moe_token_file_write(argv[3], tokens + num_train, num_val);
+    /* both written under temporary names beside them, then renamed: a failure leaves whatever TRAIN.bin and VAL.bin
+     * were (before, TRAIN.bin was rewritten before VAL.bin could fail, and the old pair was lost: a probe) */
+    char *tmp[2] = {NULL, NULL};
+    moe_status st = MOE_OK;
+    for (int i = 0; i < 2 && st == MOE_OK; i++) {
+        const size_t len = strlen(argv[2 + i]) + 32;
+        if (!(tmp[i] = malloc(len))) st = MOE_ERR_OUT_OF_MEMORY;
+        else snprintf(tmp[i], len, "%s.tmp-%ld", argv[2 + i], (long)getpid());
+    }
+    if (st == MOE_OK) st = moe_token_file_write(tmp[0], tokens, num_train);
+    if (st == MOE_OK) st = moe_token_file_write(tmp[1], tokens + num_train, num_val);
+    for (int i = 0; i < 2 && st == MOE_OK; i++)
+        if (rename(tmp[i], argv[2 + i]) != 0)
+            st = moe_fail(MOE_ERR_IO, "%s: cannot rename %s to it: %s", argv[2 + i], tmp[i], strerror(errno));
+    for (int i = 0; i < 2; i++) {
+        if (st != MOE_OK && tmp[i]) unlink(tmp[i]);
+        free(tmp[i]);
+    }
     if (st != MOE_OK) {
         fprintf(stderr, "moe-text-to-tokens: %s\n", moe_failure_message(st));
         free(tokens);
