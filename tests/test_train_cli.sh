@@ -50,15 +50,15 @@ refuses "training data of step 1: .*u32_train.bin: token 698[0-9][0-9] at token 
 # x --batch 2 asks for 60, gets 36 (whole micro-batches, then a multiple of the 2 ranks), and so the loss of
 # --eval-batches 18 (exactly those 36), not one inflated by repeated windows
 eval_line() { grep -o 'eval: val_loss [0-9.]* over [0-9]* tokens' "$dir/out.txt"; }
-trains "a short validation file" "over 576 tokens \(36 distinct sequences: all the validation file holds, of 60" \
+trains "a short validation file" "over 576 tokens \(36 distinct sequences, all the validation file's 36 windows \(--eval-batches 30" \
     --eval-only 1 --eval-batches 30
 short=$(eval_line)
 trains "the same 36 sequences asked for" "eval: val_loss" --eval-only 1 --eval-batches 18
 [ "$short" = "$(eval_line)" ] || fail_with_output "36 distinct sequences evaluate differently: '$short' vs '$(eval_line)'"
 # --batch 8: 4 whole micro-batches and a last one of 4 (2 per rank): the same 36 sequences, the same loss
-trains "a partial last validation micro-batch" "of 40 asked for" --eval-only 1 --batch 8 --eval-batches 5
+trains "a partial last validation micro-batch" "asks for 40\)" --eval-only 1 --batch 8 --eval-batches 5
 [ "$short" = "$(eval_line)" ] || fail_with_output "a partial last micro-batch evaluates differently: '$(eval_line)'"
-trains "the short file in training" "^validation: 36 distinct sequences, all the validation file holds \(--eval-batches 30" \
+trains "the short file in training" "^validation: 36 distinct sequences, all the validation file's 36 windows \(--eval-batches 30" \
     --eval-batches 30
 perl -e 'print pack("l<256", 20240520, 1, 20, (0) x 253), pack("S<*", (65) x 20)' > "$dir/one_window.bin"
 refuses "one_window.bin: 1 validation windows of 16 \+ 1 tokens, fewer than the 2 ranks" --val-data "$dir/one_window.bin"

@@ -105,6 +105,21 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
     return fflush(metrics) != 0 || ferror(metrics) ? -1 : 0;
 }
 
+/* Where evaluation reads fewer sequences than --eval-batches x --batch asks: how many, of how many windows the
+ * validation file holds (the last batch a multiple of the data-parallel ranks, so all of them or one less than a
+ * multiple; before, "all the validation file holds" was said of 2 of its 3: a probe); 0 when none short. */
+static int eval_shortfall(const moe_trainer *t, char *out, size_t n) {
+    const moe_train_options *o = &t->opt;
+    const long seqs = moe_trainer_eval_sequences(t), want = (long)o->eval_batches * o->batch;
+    const long windows = (long)moe_token_data_num_windows(t->val);
+    if (seqs >= want) return 0;
+    char why[96] = "";
+    if (seqs < windows) snprintf(why, sizeof why, ", a multiple of the %d data-parallel ranks", t->ranks.dp_size);
+    snprintf(out, n, "%ld distinct sequences%s the validation file's %ld windows%s (--eval-batches %d x --batch %d "
+             "asks for %ld)", seqs, seqs == windows ? ", all" : " of", windows, why, o->eval_batches, o->batch, want);
+    return 1;
+}
+
 static void print_sample(moe_trainer *t) {
     const moe_train_options *o = &t->opt;
     int n = 0, max_n = (int)strlen(o->sample_prompt) + o->sample_tokens + 1;
@@ -204,9 +219,9 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
     moe_real *logits = *o->dump_logits ? malloc(count * sizeof(moe_real)) : NULL;
     if (*o->dump_logits) require(logits ? moe_trainer_validation_logits(t, logits) : MOE_ERR_OUT_OF_MEMORY, "logits");
     if (t->ranks.world_rank == 0) {
-        const long seqs = moe_trainer_eval_sequences(t), want = (long)o->eval_batches * o->batch;
-        printf("eval: val_loss %.9f over %ld tokens", val, seqs * o->model.seq_len);
-        if (seqs < want) printf(" (%ld distinct sequences: all the validation file holds, of %ld asked for)", seqs, want);
+        char shortfall[256];
+        printf("eval: val_loss %.9f over %ld tokens", val, moe_trainer_eval_sequences(t) * o->model.seq_len);
+        if (eval_shortfall(t, shortfall, sizeof shortfall)) printf(" (%s)", shortfall);
         printf("\n");
         FILE *f = logits ? fopen(o->dump_logits, "wb") : NULL;
         const int written = f && fwrite(logits, sizeof(moe_real), count, f) == count;
@@ -622,10 +637,8 @@ int main(int argc, char **argv) {
         moe_wait_policy wait;
         if (moe_wait_policy_here(&wait) == MOE_OK && wait == MOE_WAIT_PASSIVE)
             printf("MOE_WAIT_POLICY=passive: a rank waiting for its peers sleeps between polls\n");
-        if (moe_trainer_eval_sequences(&t) < (long)opt.eval_batches * opt.batch)
-            printf("validation: %ld distinct sequences, all the validation file holds (--eval-batches %d x --batch %d "
-                   "asks for %ld)\n", moe_trainer_eval_sequences(&t), opt.eval_batches, opt.batch,
-                   (long)opt.eval_batches * opt.batch);
+        char shortfall[256];
+        if (eval_shortfall(&t, shortfall, sizeof shortfall)) printf("validation: %s\n", shortfall);
     }
     if (opt.verify_steps > 0) {
         require(moe_parallel_create_mpi_tp(MPI_COMM_WORLD, opt.pp, opt.ep, opt.tp, opt.exchange_timeout_s, &ref_par),
