@@ -29,6 +29,12 @@ for bad in -1 ab; do
     refuses "the saved step '$bad' is not a step number" --steps 20 --resume "$dir/bad$bad"
 done
 refuses "the checkpoint is at step 12, beyond --steps 8" --steps 8 --resume --checkpoint-dir "$ck"
+# --eval-only reads no training data: a --train-data that does not exist (the default's relative path, from another
+# folder) is not opened, and a resumed checkpoint past --steps evaluates (before: both refused; probes)
+trains "--eval-only without training data" "^eval: val_loss" --eval-only 1 --init-from "$(step_dir "$ck" 12)" \
+    --train-data "$dir/no_such_train.bin"
+trains "--eval-only of a resumed checkpoint past --steps" "^eval: val_loss" --eval-only 1 --steps 8 \
+    --resume "$(step_dir "$ck" 12)" --train-data "$dir/no_such_train.bin"
 # an option the training state's fingerprint holds, changed on --resume: refused by name before anything loads
 # (before: "resume: --seed 7 (the saved run had ...)" as if taken, then "training state from another run" and two
 # long lists to compare)

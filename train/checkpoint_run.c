@@ -125,6 +125,7 @@ static void data_differences(const moe_trainer *t, const moe_safetensors_file *s
 /* Takes the saved data position; refuses a changed data set unless --allow-data-change 1. */
 static moe_status data_restore(void *owner, int step, const moe_safetensors_file *state, const char *path) {
     moe_trainer *t = owner;
+    if (!t->train) return MOE_OK; /* --eval-only: no training data, no position to continue */
     int64_t done, shuffle = 0, micro_done;
     MOE_TRY(check_saved_numbers(state, path));
     if (saved_number(state, data_keys[D_WINDOWS_DONE], &done) != 0) { /* a checkpoint from before data positions */

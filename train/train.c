@@ -583,12 +583,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     require(st, "model set-up");
-    if (world_rank == 0)
+    if (world_rank == 0 && t.train)
         printf("data: train %d shard(s), %lld windows of %d + 1 tokens, %s; val %d shard(s), %lld windows; "
                "opened in %.3f s\n",
                moe_token_data_num_shards(t.train), (long long)moe_token_data_num_windows(t.train), opt.model.seq_len,
                opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
                moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val), t.data_open_s);
+    else if (world_rank == 0) /* --eval-only */
+        printf("data: val %d shard(s), %lld windows of %d + 1 tokens; opened in %.3f s\n",
+               moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val), opt.model.seq_len,
+               t.data_open_s);
     int first_step = 1;
     t.notes = world_rank == 0 ? stderr : NULL;
     moe_checkpoint_lock *lock = NULL;
@@ -601,7 +605,7 @@ int main(int argc, char **argv) {
         rc = report_failure(&t, "cannot load the checkpoint", st);
         goto done;
     }
-    if (first_step - 1 > opt.steps) { /* loaded, and past the run's end (not a load failure) */
+    if (!opt.eval_only && first_step - 1 > opt.steps) { /* loaded, and past the run's end (not a load failure) */
         rc = report_failure(&t, "--resume", moe_fail(MOE_ERR_INVALID_CONFIG, "the checkpoint is at step %d, beyond "
                                                      "--steps %d: nothing to train (raise --steps to continue)",
                                                      first_step - 1, opt.steps));

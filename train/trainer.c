@@ -110,7 +110,9 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     const moe_model_config *m = &opt->model;
     struct timespec opening, opened;
     clock_gettime(CLOCK_MONOTONIC, &opening);
-    moe_status st = moe_token_data_open(opt->train_data, m->vocab_size, m->seq_len, &t->train);
+    /* --eval-only reads no training data (t->train NULL): a run from elsewhere needs no --train-data (a probe) */
+    moe_status st =
+        opt->eval_only ? MOE_OK : moe_token_data_open(opt->train_data, m->vocab_size, m->seq_len, &t->train);
     if (st == MOE_OK) st = moe_token_data_open(opt->val_data, m->vocab_size, m->seq_len, &t->val);
     clock_gettime(CLOCK_MONOTONIC, &opened);
     t->data_open_s = (double)(opened.tv_sec - opening.tv_sec) + (opened.tv_nsec - opening.tv_nsec) / 1e9;
