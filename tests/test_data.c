@@ -175,9 +175,25 @@ static void refusals(void) {
     fputs("not a token file, but long enough? no: shorter than a header", f), fclose(f);
     snprintf(spec, sizeof spec, "%s,%s", good, bad);
     test_expect_refusal("a bad shard after a good one", moe_token_data_open(spec, 256, S, &d), "bad.bin: truncated");
-    snprintf(spec, sizeof spec, "%s,%s", good, tiny);
-    test_expect_refusal("a shard shorter than a window", moe_token_data_open(spec, 256, S, &d),
-                   "tiny.bin: only 4 tokens, fewer than one sequence of 4 + 1");
+    /* a shard shorter than a window (prepare_data.py's last shard may be) holds none: taken, between others and last,
+     * and every window is located in the shards that hold it; a data set of no window at all is refused */
+    snprintf(spec, sizeof spec, "%s,%s,%s,%s", good, tiny, good, tiny);
+    CHECK_OK(moe_token_data_open(spec, 256, S, &d));
+    CHECK(moe_token_data_num_shards(d) == 4 && moe_token_data_num_windows(d) == 4,
+          "good, tiny, good, tiny: %d shards, %lld windows (want 4, 4)", moe_token_data_num_shards(d),
+          (long long)moe_token_data_num_windows(d));
+    for (int64_t w = 0; w < moe_token_data_num_windows(d); w++) {
+        int shard;
+        int64_t offset;
+        moe_token_data_locate(d, w, &shard, &offset);
+        CHECK(shard == (w < 2 ? 0 : 2) && offset == (w % 2) * S, "window %lld in shard %d at %lld", (long long)w,
+              shard, (long long)offset);
+    }
+    moe_token_data_close(d);
+    d = NULL;
+    snprintf(spec, sizeof spec, "%s,%s", tiny, tiny);
+    test_expect_refusal("only shards shorter than a window", moe_token_data_open(spec, 256, S, &d),
+                   "only 8 tokens in 2 file(s), fewer than one sequence of 4 + 1 in each");
     snprintf(spec, sizeof spec, "%s,", good);
     test_expect_refusal("an empty entry", moe_token_data_open(spec, 256, S, &d), "an empty entry");
     CHECK(d == NULL, "a refused data set is NULL");

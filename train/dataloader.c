@@ -91,8 +91,8 @@ static moe_status add_shard(moe_token_data *d, const char *path) {
         st = moe_fail(MOE_ERR_BAD_FILE,
                       "%s: the header announces %ld tokens but the file holds %lld bytes of %s tokens (truncated or "
                       "padded)", path, n, file_nbytes - (long long)sizeof header, width == 2 ? "uint16" : "uint32");
-    else if (n < S + 1)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: only %ld tokens, fewer than one sequence of %d + 1", path, n, S);
+    /* a shard shorter than one sequence holds no window (prepare_data.py's last shard may be): taken, counted in the
+     * data line; a data set of no window at all is refused below (before, such a shard was refused: a probe) */
     shard *s = &d->shards[d->num_shards];
     memset(s, 0, sizeof *s);
     if (st == MOE_OK && !(s->path = strdup(path))) st = MOE_ERR_OUT_OF_MEMORY;
@@ -132,6 +132,12 @@ static moe_status add_entry(moe_token_data *d, const char *entry) {
     return st;
 }
 
+static int64_t total_tokens(const moe_token_data *d) {
+    int64_t n = 0;
+    for (int i = 0; i < d->num_shards; i++) n += d->shards[i].info.num_tokens;
+    return n;
+}
+
 moe_status moe_token_data_open(const char *spec, int vocab_size, int seq_len, moe_token_data **out) {
     *out = NULL;
     moe_token_data *d = calloc(1, sizeof *d);
@@ -147,6 +153,9 @@ moe_status moe_token_data_open(const char *spec, int vocab_size, int seq_len, mo
     }
     free(list);
     if (st == MOE_OK && !d->num_shards) st = moe_fail(MOE_ERR_BAD_FILE, "no data file given");
+    if (st == MOE_OK && !d->num_windows)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: only %lld tokens in %d file(s), fewer than one sequence of %d + 1 in each",
+                      spec, (long long)total_tokens(d), d->num_shards, seq_len);
     if (st != MOE_OK) return moe_token_data_close(d), st;
     *out = d;
     return MOE_OK;

@@ -105,6 +105,15 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
     return fflush(metrics) != 0 || ferror(metrics) ? -1 : 0;
 }
 
+/* out: " (N shorter than one sequence: no window)" where some of a data set's shards are (prepare_data.py's last one
+ * may be), else "". */
+static const char *windowless(const moe_token_data *d, char out[64]) {
+    int n = 0;
+    for (int i = 0; i < moe_token_data_num_shards(d); i++) n += moe_token_data_shard(d, i).num_windows == 0;
+    snprintf(out, 64, n ? " (%d shorter than one sequence: no window)" : "", n);
+    return out;
+}
+
 /* Where evaluation reads fewer sequences than --eval-batches x --batch asks: how many, of how many windows the
  * validation file holds (the last batch a multiple of the data-parallel ranks, so all of them or one less than a
  * multiple; before, "all the validation file holds" was said of 2 of its 3: a probe); 0 when none short. */
@@ -583,16 +592,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     require(st, "model set-up");
+    char train_short[64], val_short[64];
     if (world_rank == 0 && t.train)
-        printf("data: train %d shard(s), %lld windows of %d + 1 tokens, %s; val %d shard(s), %lld windows; "
+        printf("data: train %d shard(s)%s, %lld windows of %d + 1 tokens, %s; val %d shard(s)%s, %lld windows; "
                "opened in %.3f s\n",
-               moe_token_data_num_shards(t.train), (long long)moe_token_data_num_windows(t.train), opt.model.seq_len,
-               opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
-               moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val), t.data_open_s);
-    else if (world_rank == 0) /* --eval-only */
-        printf("data: val %d shard(s), %lld windows of %d + 1 tokens; opened in %.3f s\n",
-               moe_token_data_num_shards(t.val), (long long)moe_token_data_num_windows(t.val), opt.model.seq_len,
+               moe_token_data_num_shards(t.train), windowless(t.train, train_short), (long long)moe_token_data_num_windows(t.train),
+               opt.model.seq_len, opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
+               moe_token_data_num_shards(t.val), windowless(t.val, val_short), (long long)moe_token_data_num_windows(t.val),
                t.data_open_s);
+    else if (world_rank == 0) /* --eval-only */
+        printf("data: val %d shard(s)%s, %lld windows of %d + 1 tokens; opened in %.3f s\n",
+               moe_token_data_num_shards(t.val), windowless(t.val, val_short), (long long)moe_token_data_num_windows(t.val),
+               opt.model.seq_len, t.data_open_s);
     int first_step = 1;
     t.notes = world_rank == 0 ? stderr : NULL;
     moe_checkpoint_lock *lock = NULL;
