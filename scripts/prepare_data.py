@@ -267,6 +267,11 @@ def jsonl_documents(path, key):
                 raise PrepareError(f"{path}:{lineno}: no {key!r} key in this JSON object (--text-key)")
             if not isinstance(obj[key], str):
                 raise PrepareError(f"{path}:{lineno}: {key!r} is not a string")
+            try:  # a lone surrogate escape (\ud800) is valid JSON but no Unicode text: the tokenizer replaced it
+                obj[key].encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise PrepareError(f"{path}:{lineno}: {key!r} holds a lone surrogate ({e.object[e.start]!r}), "
+                                   "not Unicode text") from None
             yield obj[key]
 
 

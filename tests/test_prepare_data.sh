@@ -282,6 +282,8 @@ echo '{"id": 2, "txt": "the wrong key"}' >> bad.jsonl
 refuses "bad.jsonl:3: no 'text' key" "${tk[@]}" bad.jsonl
 echo '{"text": "cut off' > broken.jsonl
 refuses "broken.jsonl:1: not valid JSON" "${tk[@]}" broken.jsonl
+printf '{"text": "hello"}\n{"text": "a\\ud800b"}\n' > surrogate.jsonl # valid JSON, no Unicode text (was replaced)
+refuses "surrogate.jsonl:2: 'text' holds a lone surrogate" "${tk[@]}" surrogate.jsonl
 printf '\n  \n\n' > empty.txt
 refuses "empty corpus" "${tk[@]}" --text-mode blank-lines empty.txt
 refuses "all [0-9]+ went to val .*--val-tokens 100000000" "${tk[@]}" --val-tokens 100000000 corpus.jsonl
