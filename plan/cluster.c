@@ -77,6 +77,8 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                "must be a multiple of the number of GPUs, a power of two; use --zero 1, or --shards";
     if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
+    if (l->ep > 1 && l->routing_skew > (double)l->ep)
+        return "--routing-skew is at most --ep (the busiest of ep ranks holds at most every row: s = max / (rows / ep))";
     if (r->global_batch < 1 || r->global_batch % (data * l->micro_batch))
         return tp > 1 ? "--global-batch must be a multiple of GPUs / (--pp x --tp) x --micro-batch (every "
                         "tensor-parallel group reads its own sequences)"
@@ -87,15 +89,28 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
     return moe_plan_pipeline_problem(m, l, r->global_batch / (data * l->micro_batch));
 }
 
-/* The busiest rank's EP peers on its own node and on others: rank r's group is the ep ranks tp apart from the start
- * of its block of ep tp (its tensor-parallel rank's: pipeline/grid.h; [g*ep, g*ep + ep) at tp 1), its node's ranks
- * [n*G, n*G + G); the peers on its node are its members there but itself. */
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        const int64_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* The busiest rank's EP peers on its own node and on others: rank r's group is the ep ranks first + i tp (0 <= i <
+ * ep) from the start of its block of ep tp (its tensor-parallel rank's: pipeline/grid.h; [g*ep, g*ep + ep) at tp 1),
+ * its node's ranks [n*G, n*G + G); the peers on its node are its members there but itself. Ranks r and r + lcm(ep tp,
+ * G) see the same, so one such period is counted, each rank's members on its node in closed form (a loop over every
+ * rank and member took ~11 minutes at 2^36 GPUs, and --search minutes at 2^15 GPUs of 4096 experts: a probe). */
 static void alltoall_peers(int64_t world, int64_t ep, int64_t tp, int64_t G, int *intra, int *inter) {
     *intra = 0, *inter = 0;
-    for (int64_t r = 0; r < world; r++) {
-        const int64_t first = r / (ep * tp) * (ep * tp) + r % tp;
-        int on_node = -1; /* itself */
-        for (int64_t i = 0; i < ep; i++) on_node += (first + i * tp) / G == r / G;
+    const int64_t block = ep * tp, period = block / gcd64(block, G) * G, end = period < world ? period : world;
+    for (int64_t r = 0; r < end; r++) {
+        const int64_t first = r / block * block + r % tp, node_first = r / G * G;
+        /* i from ceil((node_first - first) / tp) to floor((node_first + G - 1 - first) / tp), within [0, ep) */
+        const int64_t lo = node_first - first, hi = node_first + G - 1 - first;
+        const int64_t i_lo = lo <= 0 ? 0 : (lo + tp - 1) / tp, i_hi = hi / tp < ep - 1 ? hi / tp : ep - 1;
+        const int on_node = (int)(i_hi - i_lo + 1) - 1; /* but itself */
         const int off_node = (int)(ep - 1) - on_node;
         if (off_node > *inter || (off_node == *inter && on_node > *intra)) *inter = off_node, *intra = on_node;
     }
@@ -144,7 +159,7 @@ moe_plan_prediction moe_plan_predict(const moe_plan_model *m, const moe_plan_clu
     moe_plan_layout balanced = *l;
     balanced.routing_skew = 1;
     const double skew = moe_plan_model_busiest_rows(m, l) / moe_plan_model_busiest_rows(m, &balanced);
-    o.routing_skew = ep > 1 && l->routing_skew > 1 ? l->routing_skew : 1;
+    o.routing_skew = moe_plan_layout_skew(l);
     const double routed_flops = 6.0 * Lm * (double)m->top_k * 3 * (double)m->d_model * (double)m->d_ff_expert * tokens;
     const double moe_flops = moe_plan_model_moe_flops_per_token(m) * tokens;
     const double overhead = 1 + c->non_gemm_overhead;

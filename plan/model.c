@@ -307,9 +307,14 @@ static double model_activation_nbytes(const moe_plan_model *m, const moe_plan_la
     return bytes;
 }
 
+double moe_plan_layout_skew(const moe_plan_layout *lay) {
+    if (lay->ep <= 1 || !(lay->routing_skew > 1)) return 1;
+    return lay->routing_skew < (double)lay->ep ? lay->routing_skew : (double)lay->ep;
+}
+
 double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay) {
     const double Tk = tokens_per_gpu(lay) * (double)m->top_k, cf = m->capacity_factor;
-    const double skew = lay->ep > 1 && lay->routing_skew > 1 ? lay->routing_skew : 1;
+    const double skew = moe_plan_layout_skew(lay);
     return cf > 0 && cf < skew ? cf * Tk : skew * Tk;
 }
 

@@ -185,6 +185,9 @@ typedef struct {
 } moe_plan_gradient_buffers;
 moe_plan_gradient_buffers moe_plan_model_gradient_buffers(const moe_plan_model *m, int64_t ep, int64_t tp);
 
+/* The layout's routing skew as the time and memory take it: 1 at ep 1 or below 1, and at most ep (the busiest of ep
+ * ranks holds at most every row: s = max / (rows / ep); --search may pair a given skew with a smaller ep). */
+double moe_plan_layout_skew(const moe_plan_layout *lay);
 /* Rows the busiest GPU's experts keep per micro-batch: T k s under routing skew s (1 at ep 1: one EP rank holds every
  * expert), at most cf T k with a capacity factor (each of E/ep local experts keeps at most ceil(cf ep T k / E)). */
 double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layout *lay);

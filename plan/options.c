@@ -274,8 +274,8 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
                                 "and --recompute itself (and the pipeline's uneven ends, --first-stage-layers and "
                                 "--last-stage-layers, where pp does not divide the layers): leave out %s",
                                 fixed[i]), -1;
-        if (l->world > ((int64_t)1 << 18)) /* the layouts tried grow with the GPUs: ~3 minutes at 2^20 */
-            return complain(err, "--search ranks layouts of at most 2^18 (262144) GPUs, not %lld: plan a layout of "
+        if (l->world > ((int64_t)1 << 20)) /* the layouts tried grow with the GPUs: DeepSeek-V3 at 2^24 took 11.5 s */
+            return complain(err, "--search ranks layouts of at most 2^20 (1048576) GPUs, not %lld: plan a layout of "
                             "them by --ep, --pp and --tp", (long long)l->world), -1;
         l->pp = 1, l->virtual_stages = 1, l->tp = 1;
         int64_t pp = 1; /* the batch must split over the GPUs of a stage for some pipeline */

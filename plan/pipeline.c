@@ -104,6 +104,8 @@ const char *moe_plan_pipeline_problem(const moe_plan_model *m, const moe_plan_la
     if (lay->pp < 0 || lay->virtual_stages < 0) return "--pp and --virtual-stages must be at least 1";
     const int64_t pp = moe_plan_layout_pp(lay), V = moe_plan_layout_virtual_stages(lay);
     if (V > 1 && pp == 1) return "--virtual-stages needs --pp above 1 (they are chunks of each pipeline stage)";
+    if (pp == 1 && (lay->first_stage_layers || lay->last_stage_layers))
+        return "--first-stage-layers and --last-stage-layers need a pipeline (--pp 2 or more), as in moe-train";
     if (pp == 1) return 0;
     if (lay->world % pp) return "--pp must divide the number of GPUs (each stage is GPUs / pp of them)";
     if (lay->first_stage_layers > (1 << 20) || lay->last_stage_layers > (1 << 20) || m->num_layers > (1 << 20))

@@ -30,7 +30,10 @@ expect_error "--layers cannot be combined" --hf-config "$configs/mixtral-8x7b.js
 expect_error "no-such.json" --hf-config "$configs/no-such.json"
 expect_error "leave out --ep" --search --ep 2
 expect_error "--top needs --search" --top 3
-expect_error "--search ranks layouts of at most 2^18 (262144) GPUs, not 262152" --search --nodes 32769
+# (a probe) ends of a pipeline without one, as moe-train refuses them; a skew no ep ranks can have
+expect_error "--first-stage-layers and --last-stage-layers need a pipeline (--pp 2 or more)" --first-stage-layers 2
+expect_error "--routing-skew is at most --ep" --ep 2 --routing-skew 5
+expect_error "--search ranks layouts of at most 2^20 (1048576) GPUs, not 1048584" --search --nodes 131073
 expect_error "--precision must be bf16 or fp32" --precision fp16
 expect_error "--gemm-efficiency" --gemm-efficiency 1.5
 expect_error "--dense-us-per-token" --dense-us-per-token 0
