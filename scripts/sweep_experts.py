@@ -19,6 +19,7 @@ Exit status: 0 every run done, 1 a run failed (the others are still tabulated), 
 """
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -84,6 +85,9 @@ def parse_args(argv):
         die("--ranks, --ep, --steps, --d-ff-active, expert counts and k must be positive")
     if a.ranks % a.ep:
         die(f"--ep {a.ep} must divide --ranks {a.ranks}")
+    if not a.no_plots and importlib.util.find_spec("matplotlib") is None:  # before the runs, not a traceback after
+        die(f"the plots need matplotlib, which {sys.executable} cannot import (apt-get install python3-matplotlib "
+            "for Debian's python3, or pip): install it, or give --no-plots")
     return a
 
 

@@ -104,8 +104,9 @@ fi
 refuse() { # PATTERN ARGS...
     local pattern=$1
     shift
-    "$python" "$sweep" --moe-train "$train" --mpirun "$mpirun" --train-data "$dir/train.bin" --val-data "$dir/val.bin" \
-        --out "$dir/bad" "$@" > "$dir/bad.txt" 2>&1
+    # shellcheck disable=SC2086 # python_flags: none, or one flag
+    "$python" ${python_flags:-} "$sweep" --moe-train "$train" --mpirun "$mpirun" --train-data "$dir/train.bin" \
+        --val-data "$dir/val.bin" --out "$dir/bad" "$@" > "$dir/bad.txt" 2>&1
     local rc=$?
     if [ $rc -eq 2 ] && grep -q -e "$pattern" "$dir/bad.txt"; then
         ok "refused: $(grep -e "$pattern" "$dir/bad.txt" | head -n 1)"
@@ -119,7 +120,10 @@ refuse "does not exist" --train-data "$dir/missing.bin"
 refuse "skipping E=3: --ep 2 does not divide the number of experts" --ep 2 --experts-list 3 --steps 2
 touch "$dir/a_file"
 refuse "--out .*a_file exists and is not a directory" --out "$dir/a_file"
-
+# a python without matplotlib (-S: no site packages, where Debian's is) is told before any run, not by a traceback
+# after them all (a probe); --no-plots needs none
+python_flags=-S refuse "the plots need matplotlib, which .* cannot import .*or give --no-plots" --experts-list 1 \
+    --steps 2
 # 4. the routing report of the E = 4 run (1 MoE layer)
 metrics="$out/runs/E4_k2_dff32/metrics.jsonl"
 "$python" "$report" "$metrics" --out "$dir/report" > "$dir/report.txt" 2>&1 && ok "routing_report ran" || fail "report"

@@ -267,7 +267,7 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
     int too_big = have > 0 && need.total * node_ranks > have, any = too_big;
     MPI_Allreduce(&too_big, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (too_big && node_rank == 0) /* one message per machine that cannot hold its ranks */
-        fprintf(stderr, "moe-train: this configuration needs at least %.1f GiB per rank (weights and gradients %.1f, "
+        fprintf(stderr, "moe-train: this configuration needs about %.1f GiB per rank (weights and gradients %.1f, "
                 "AdamW moments %.1f, activations %.1f GiB%s, the process %.1f), %d rank(s) on this machine: more than "
                 "its %.1f GiB. "
                 "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1 or 2, --recompute full, or "
@@ -642,7 +642,7 @@ int main(int argc, char **argv) {
         const moe_model_stage *stage = moe_model_stage_of(t.model);
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
                "parameters per rank of stage 0 (%d chunk(s) of %d layers from layer %d, %d forwards of each in "
-               "flight), at least %.1f MiB of memory per rank\n",
+               "flight), about %.1f MiB of memory per rank (an estimate, on the high side)\n",
                world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.edp_size,
                moe_model_num_dense(t.model), moe_model_num_expert(t.model), stage->chunks, stage->num_layers,
                stage->first_layer, moe_model_num_passes(t.model),
