@@ -91,6 +91,12 @@ def parse_args(argv):
     return a
 
 
+def number(x):
+    """x as short as it reads back exactly: 1.25, 1.000001 (%g alone gave 1 for 1.000001: its run was never made)"""
+    s = f"{x:g}"
+    return s if float(s) == x else repr(x)
+
+
 def plan_runs(a):
     """[(name, E, k, d_ff, cf, ep)] in sweep order; impossible combinations are skipped with a message."""
     runs, said = {}, set()
@@ -115,7 +121,7 @@ def plan_runs(a):
                     continue
                 else:
                     dff = a.d_ff_active // k
-                    name = f"E{E}_k{k}_dff{dff}" + (f"_cf{cf:g}" if cf is not None else "") + \
+                    name = f"E{E}_k{k}_dff{dff}" + (f"_cf{number(cf)}" if cf is not None else "") + \
                         (f"_ep{a.ep}" if a.ep > 1 else "")
                     run = (name, E, k, dff, cf, a.ep)
                 runs.setdefault(run[0], run)
@@ -130,7 +136,7 @@ def moe_train_args(a, run):
     args += [word for flag, value in DEFAULTS.items() if flag not in a.extra for word in (flag, value)]
     if "--warmup" not in a.extra:  # what docs/SWEEPS.md measured with; the trainer's default is min(100, steps / 10)
         args += ["--warmup", str(min(100, a.steps))]
-    args += (["--capacity-factor", f"{cf:g}"] if cf is not None else []) + a.extra
+    args += (["--capacity-factor", number(cf)] if cf is not None else []) + a.extra
     return {"ranks": a.ranks, "moe_train_args": args}, args + ["--log-file", run_file(a, run, "metrics.jsonl")]
 
 

@@ -122,6 +122,10 @@ touch "$dir/a_file"
 refuse "--out .*a_file exists and is not a directory" --out "$dir/a_file"
 # a python without matplotlib (-S: no site packages, where Debian's is) is told before any run, not by a traceback
 # after them all (a probe); --no-plots needs none
+# a capacity factor names its run and reaches moe-train as it reads back exactly (%g made 1.000001 a second "1")
+if "$python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import sweep_experts as s
+assert [s.number(x) for x in (1.0, 1.25, 1.000001, 1e-7)] == ["1", "1.25", "1.000001", "1e-07"]' "$(dirname "$sweep")"
+then ok "capacity factors written exactly"; else fail "capacity factors rounded"; fi
 python_flags=-S refuse "the plots need matplotlib, which .* cannot import .*or give --no-plots" --experts-list 1 \
     --steps 2
 # 4. the routing report of the E = 4 run (1 MoE layer)
