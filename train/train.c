@@ -105,18 +105,21 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
     return fflush(metrics) != 0 || ferror(metrics) ? -1 : 0;
 }
 
-/* out: " (N shorter than one sequence: no window)" where some of a data set's shards are (prepare_data.py's last one
- * may be), else "". */
-static const char *windowless(const moe_token_data *d, char out[64]) {
-    int n = 0;
-    for (int i = 0; i < moe_token_data_num_shards(d); i++) n += moe_token_data_shard(d, i).num_windows == 0;
-    snprintf(out, 64, n ? " (%d shorter than one sequence: no window)" : "", n);
+/* "N shard(s)[ (M shorter than one sequence: no window)], W windows" of a data set (prepare_data.py's last shard may
+ * hold no window) */
+static const char *describe_data(const moe_token_data *d, char out[128]) {
+    int empty = 0;
+    for (int i = 0; i < moe_token_data_num_shards(d); i++) empty += moe_token_data_shard(d, i).num_windows == 0;
+    char note[64] = "";
+    if (empty) snprintf(note, sizeof note, " (%d shorter than one sequence: no window)", empty);
+    snprintf(out, 128, "%d shard(s)%s, %lld windows", moe_token_data_num_shards(d), note,
+             (long long)moe_token_data_num_windows(d));
     return out;
 }
 
-/* Where evaluation reads fewer sequences than --eval-batches x --batch asks: how many, of how many windows the
- * validation file holds (the last batch a multiple of the data-parallel ranks, so all of them or one less than a
- * multiple; before, "all the validation file holds" was said of 2 of its 3: a probe); 0 when none short. */
+/* Where evaluation reads fewer sequences than --eval-batches x --batch asks: how many of the validation file's windows
+ * it reads (all, or the most that are a multiple of the data-parallel ranks; before, "all the validation file holds"
+ * was said of 2 of its 3: a probe); 0 when none short. */
 static int eval_shortfall(const moe_trainer *t, char *out, size_t n) {
     const moe_train_options *o = &t->opt;
     const long seqs = moe_trainer_eval_sequences(t), want = (long)o->eval_batches * o->batch;
@@ -592,18 +595,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     require(st, "model set-up");
-    char train_short[64], val_short[64];
+    char train_data[128], val_data[128];
     if (world_rank == 0 && t.train)
-        printf("data: train %d shard(s)%s, %lld windows of %d + 1 tokens, %s; val %d shard(s)%s, %lld windows; "
-               "opened in %.3f s\n",
-               moe_token_data_num_shards(t.train), windowless(t.train, train_short), (long long)moe_token_data_num_windows(t.train),
+        printf("data: train %s of %d + 1 tokens, %s; val %s; opened in %.3f s\n", describe_data(t.train, train_data),
                opt.model.seq_len, opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
-               moe_token_data_num_shards(t.val), windowless(t.val, val_short), (long long)moe_token_data_num_windows(t.val),
+               describe_data(t.val, val_data), t.data_open_s);
+    else if (world_rank == 0) /* --eval-only: no training data */
+        printf("data: val %s of %d + 1 tokens; opened in %.3f s\n", describe_data(t.val, val_data), opt.model.seq_len,
                t.data_open_s);
-    else if (world_rank == 0) /* --eval-only */
-        printf("data: val %d shard(s)%s, %lld windows of %d + 1 tokens; opened in %.3f s\n",
-               moe_token_data_num_shards(t.val), windowless(t.val, val_short), (long long)moe_token_data_num_windows(t.val),
-               opt.model.seq_len, t.data_open_s);
     int first_step = 1;
     t.notes = world_rank == 0 ? stderr : NULL;
     moe_checkpoint_lock *lock = NULL;
