@@ -162,7 +162,7 @@ static int64_t integer(const flags *f, const char *name, int64_t fallback) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: moe-plan [flags]\n"
+    fprintf(out, "usage: moe-plan [flags]   (each flag as --flag value or --flag=value)\n"
                  "Predicts parameters, per-GPU memory, traffic, step time, tokens/s and MFU of training an MoE model\n"
                  "with moe-train on a GPU cluster (formulas and sources: docs/SCALING.md).\n\n");
     for (size_t i = 0; i < NUM_FLAGS; i++)
@@ -309,13 +309,19 @@ int moe_plan_options_parse(int argc, char **argv, moe_plan_options *o, FILE *out
     flags f = {{0}};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(out), 1;
-        const int k = find(argv[i]);
-        if (k < 0) return complain(err, "unknown flag '%s' (see --help)", argv[i]), -1;
+        /* --flag value, or --flag=value (as moe-train takes them) */
+        char name[64];
+        const char *equals = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
+        snprintf(name, sizeof name, "%.*s", equals ? (int)(equals - argv[i]) : (int)strlen(argv[i]), argv[i]);
+        const int k = find(name);
+        if (k < 0) return complain(err, "unknown flag '%s' (see --help)", name), -1;
         const flag_spec *s = &kFlags[k];
         const char *v = "1";
+        if (s->kind == F_SWITCH && equals) return complain(err, "%s takes no value", s->name), -1;
         if (s->kind != F_SWITCH) {
-            if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) return complain(err, "%s needs a value", s->name), -1;
-            v = argv[++i];
+            if (!equals && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)))
+                return complain(err, "%s needs a value", s->name), -1;
+            v = equals ? equals + 1 : argv[++i];
         }
         if (f.given[k]) return complain(err, "%s given twice ('%s', then '%s'): give it once", s->name, f.given[k], v), -1;
         if (check_value(s, v, err)) return -1;

@@ -30,6 +30,9 @@ expect_error "--layers cannot be combined" --hf-config "$configs/mixtral-8x7b.js
 expect_error "no-such.json" --hf-config "$configs/no-such.json"
 expect_error "leave out --ep" --search --ep 2
 expect_error "--top needs --search" --top 3
+expect_error "--ep" --ep=0
+expect_error "--search takes no value" --search=1
+[ "$("$plan" --ep=2 --json)" = "$("$plan" --ep 2 --json)" ] || fail "--ep=2 and --ep 2 plan differently"
 # (a probe) ends of a pipeline without one, as moe-train refuses them; a skew no ep ranks can have
 expect_error "--first-stage-layers and --last-stage-layers need a pipeline (--pp 2 or more)" --first-stage-layers 2
 expect_error "--routing-skew is at most --ep" --ep 2 --routing-skew 5

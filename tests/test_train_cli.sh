@@ -110,6 +110,10 @@ cp "$dir/train.bin" "$dir/kept.bin"
 
 # issue 12: inputs that hung, were silently accepted or silently cut
 refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr 1e-3 --lr 2e-3
+# --flag=value too (argparse's form; before: "unknown flag '--lr=1e-3'"): taken, and counted as the flag
+refuses "--lr given twice \('1e-3', then '2e-3'\): give it once" --lr=1e-3 --lr 2e-3
+refuses "unknown flag '--lerning-rate' " --lerning-rate=1
+trains "--flag=value" "^  --clip +0\.5$" --clip=0.5 --beta2=0.99
 refuses "bad data file: .*fifo.bin is a FIFO \(named pipe\), not a file to read" --train-data "$dir/fifo.bin"
 refuses "bad data file: .*folder.bin is a directory, not a file to read" --val-data "$dir/folder.bin"
 refuses "before training: --checkpoint-dir .*a_file exists and is not a directory" --checkpoint-dir "$dir/a_file"

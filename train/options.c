@@ -533,11 +533,15 @@ int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, F
             if (err) moe_train_options_usage(stdout);
             return 1;
         }
-        const opt_spec *s = find(argv[i]);
-        if (!s) return moe_train_complain(err, "moe-train: unknown flag '%s' (see --help)\n", argv[i]), -1;
-        int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
-        if (!has_value && !s->implicit) return moe_train_complain(err, "moe-train: %s needs a value\n", argv[i]), -1;
-        const char *value = has_value ? argv[++i] : s->implicit;
+        /* --flag value, or --flag=value (argparse's form, which Megatron's and torchtitan's users type) */
+        char name[64];
+        const char *equals = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
+        snprintf(name, sizeof name, "%.*s", equals ? (int)(equals - argv[i]) : (int)strlen(argv[i]), argv[i]);
+        const opt_spec *s = find(name);
+        if (!s) return moe_train_complain(err, "moe-train: unknown flag '%s' (see --help)\n", name), -1;
+        int has_value = equals || (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0);
+        if (!has_value && !s->implicit) return moe_train_complain(err, "moe-train: %s needs a value\n", name), -1;
+        const char *value = equals ? equals + 1 : has_value ? argv[++i] : s->implicit;
         const char **seen = &given[s - kOptions];
         if (*seen)
             return moe_train_complain(err, "moe-train: %s given twice ('%s', then '%s'): give it once\n", s->name, *seen, value),
@@ -577,7 +581,7 @@ static void print_value(const opt_spec *s, const moe_train_options *o, FILE *f) 
 void moe_train_options_usage(FILE *f) {
     moe_train_options d;
     set_defaults(&d);
-    fprintf(f, "usage: mpirun -np N moe-train [flags]\n"
+    fprintf(f, "usage: mpirun -np N moe-train [flags]   (each flag as --flag value or --flag=value)\n"
                "Trains a Mixtral-architecture MoE language model on llm.c token files.\n\n");
     for (size_t i = 0; i < NUM_OPTIONS; i++) {
         fprintf(f, "  %-22s %s (default ", kOptions[i].name, kOptions[i].help);
