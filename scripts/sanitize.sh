@@ -96,7 +96,13 @@ fi
 # test_gpu_layouts_cpu, test_data_scale).
 suites=(--suite unit --suite mpi --no-suite eight)
 [ $# -gt 0 ] && suites=()
+# Over Open MPI's TCP transport (the tcp setup, tests/meson.build), the one between nodes, not shared memory: the
+# sanitizers check this project's code, which is the same over either, and the transport suite's bits over TCP are
+# checked here once, not in a pass of their own (scripts/test.sh's tcp lane until 2026-12-07: ~50 CPU-s and ~35 s
+# of the test command's critical path). A --setup given after it wins (meson takes the last).
+setup=(--setup tcp)
 cd "$build"
+rm -f meson-logs/testlog*.txt # this run's logs only, whatever the setup names them (testlog-tcp.txt, ...)
 status=0 faults=""
 # the faults tests whose jobs end by their own error paths (a full disk, a failed save, a held lock, a stop by signal,
 # a save past --checkpoint-timeout, which ends the job by MPI_Abort):
@@ -104,12 +110,12 @@ status=0 faults=""
 # the suites, in logs of their own (testlog-faults.*): their jobs mostly wait (one after them took 15 s of the test
 # command's critical path). Both --no-rebuild: built above, and two meson tests must not both run ninja here.
 if [ $# -eq 0 ]; then
-    "${no_debug_info[@]}" meson test --no-rebuild --logbase testlog-faults --print-errorlogs --num-processes 3 \
-        fault_disk fault_two_jobs fault_signals fault_slow_save > meson-logs/faults-summary.txt 2>&1 &
+    "${no_debug_info[@]}" meson test --no-rebuild "${setup[@]}" --logbase testlog-faults --print-errorlogs \
+        --num-processes 3 fault_disk fault_two_jobs fault_signals fault_slow_save > meson-logs/faults-summary.txt 2>&1 &
     faults=$!
 fi
-"${no_debug_info[@]}" meson test --no-rebuild --print-errorlogs --num-processes "${MOE_TEST_PROCESSES:-3}" \
-    "${suites[@]}" "$@" | tee meson-logs/test-summary.txt || status=$?
+"${no_debug_info[@]}" meson test --no-rebuild "${setup[@]}" --print-errorlogs \
+    --num-processes "${MOE_TEST_PROCESSES:-3}" "${suites[@]}" "$@" | tee meson-logs/test-summary.txt || status=$?
 if [ -n "$faults" ]; then
     wait "$faults" || status=1
     tee -a meson-logs/test-summary.txt < meson-logs/faults-summary.txt
@@ -117,9 +123,7 @@ fi
 # A test that tolerates a failing command (the expected failures) must not hide a sanitizer report in it:
 # expect_failure.sh fails on one; this catches any other that reached a test's log.
 report='(ERROR|SUMMARY): (Address|Leak|UndefinedBehavior)Sanitizer|: runtime error: '
-logs=(meson-logs/testlog.txt)
-[ -n "$faults" ] && logs+=(meson-logs/testlog-faults.txt)
-if grep -n -E -e "$report" "${logs[@]}"; then
+if grep -n -E -e "$report" meson-logs/testlog*.txt; then
     echo "sanitize: sanitizer reports above (build-sanitize/meson-logs/testlog*.txt)" >&2
     status=1
 fi

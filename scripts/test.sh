@@ -5,16 +5,16 @@
 #                                   edit-compile-test loop (more arguments go to meson test with them)
 #   bash scripts/test.sh ARGS...    `meson test ARGS` on the main build only (a suite, or a test's name; a name
 #                                   no test has fails)
-# Everything is four lanes, each with its own log in build/meson-logs/lane-<name>.txt:
+# Everything is three lanes, each with its own log in build/meson-logs/lane-<name>.txt:
 #   main      build/: the suites unit (CPU tests), ref (against PyTorch and transformers), mpi (1 to 8 ranks),
 #             faults (jobs hurt on purpose, docs/RELIABILITY.md), isa (the determinism tests as CPUs without AVX-512
 #             run them: tests/meson.build), gpu (skips without a GPU), bundle (the bare GPU machine's path),
 #             MOE_TEST_PROCESSES tests at a time (default 3: with 4, ranks of more jobs yield to each other;
 #             docs/BENCHMARKS.md, "On an AVX2-only CPU")
 #   sanitize  scripts/sanitize.sh: its own build (while the main lane tests), then, once the main lane is done, the
-#             unit and mpi suites and four faults tests under ASan and UBSan
-#   tcp       once the sanitize lane is done: the transport suite once more over Open MPI's TCP transport, the one
-#             between nodes (tests/meson.build says which tests and why)
+#             unit and mpi suites and four faults tests under ASan and UBSan, over Open MPI's TCP transport, the one
+#             between nodes (the transport suite's bits over TCP: tests/meson.build; a lane of its own until
+#             2026-12-07, after the sanitized one: ~35 s and ~50 CPU-s of the critical path)
 #   fuzz      scripts/fuzz.sh: its own build (from the start, beside the main lane's tests), then, once the main lane
 #             is done, each parser's corpus and MOE_FUZZ_SECONDS (default 10) of fuzzing per target, two targets at a
 #             time, at the lowest priority (nice 19): its seconds are wall-clock, and beside the main lane they are
@@ -73,18 +73,17 @@ fi
 
 # Each lane runs in the background with its output in its log; --no-rebuild: the lanes share build/, which
 # setup.sh has just built (two meson tests must not both run ninja there). The lanes that run multi-rank tests take
-# turns (main, then sanitize's tests, then tcp): side by side, the ranks of one job yield their cores to the other
+# turns (main, then sanitize's tests): side by side, the ranks of one job yield their cores to the other
 # jobs' waiting ranks at every poll, each such rank a fair share of the CPU (Open MPI's mpi_yield_when_idle; ~30% of
 # the samples in the mpi suites were sched_yield's paths, docs/BENCHMARKS.md), and 4 lanes at once took ~400 CPU-s
 # more than the same lanes one by one. Builds run beside them (the sanitized and fuzz builds while the main lane tests;
 # a compiler wastes nothing while ranks wait: it is work that must be done), and the fuzzing, whose seconds are
 # wall-clock, at the lowest priority after the main lane.
-lanes=(main sanitize tcp fuzz)
+lanes=(main sanitize fuzz)
 lane_command() {
     case $1 in
     main) meson test --no-rebuild --print-errorlogs --num-processes "$processes" --suite unit --suite ref \
         --suite mpi --suite faults --suite isa --suite gpu --suite bundle ;;
-    tcp) meson test --no-rebuild --print-errorlogs --num-processes 2 --setup tcp --suite transport ;;
     fuzz) nice -n 19 bash "$moe_root/scripts/fuzz.sh" --num-processes 2 ;; # 2 targets at once
     sanitize) bash "$moe_root/scripts/sanitize.sh" ;;
     esac
@@ -98,7 +97,6 @@ lane_build() { # what a lane does before its turn
 lane_after() { # the lane whose end a lane's tests wait for
     case $1 in
     sanitize) echo main ;;
-    tcp) echo sanitize ;;
     fuzz) echo main ;;
     esac
 }
