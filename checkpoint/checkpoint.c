@@ -453,7 +453,7 @@ static moe_status load_state(const moe_checkpoint_run *run, const moe__ckpt_tabl
     moe__checkpoint_fingerprint(run, want, sizeof want);
     if (!format || strcmp(format, "moe-train-state-1"))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a moe-train training state", path);
-    else if (!fp || strcmp(fp, want))
+    else if (!fp || !moe__checkpoint_fingerprint_matches(fp, want))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: training state from another run: saved for [%s], this run is [%s]", path,
                       fp ? fp : "?", want);
     else

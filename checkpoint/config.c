@@ -596,7 +596,9 @@ moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config 
     return MOE_OK;
 }
 
-/* Everything that must match to continue a run: the architecture, routing, data order and seed. */
+/* Everything that must match to continue a run: the architecture, routing, data order and seed. Every capacity
+ * factor <= 0 is dropless and written cf=0, as config.json writes it (until 2026-12-07 the value itself: a run given
+ * --capacity-factor -1 could not be resumed, its config.json reading back 0; moe__checkpoint_fingerprint_matches). */
 void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_t n) {
     const moe_model_config *c = run->config;
     const moe_config *q = &c->moe;
@@ -605,7 +607,7 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
              "z=%g bias_rate=%g invariant=%d batch=%d micro=%d seed=%d",
              c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len,
              q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
-             q->capacity_factor, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
+             q->capacity_factor > 0 ? q->capacity_factor : 0, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
              q->layout_invariant, run->batch, run->micro_batches, run->seed);
     /* appended where they differ from a Mixtral's (whose head_dim is d / H): its fingerprint reads as it always has */
     if (c->family != MOE_MODEL_FAMILY_MIXTRAL)
@@ -625,6 +627,19 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
         snprintf(out + strlen(out), n - strlen(out), " yarn=%g/%d/%g/%g/%g/%g/%g", c->yarn.factor,
                  c->yarn.original_positions, c->yarn.beta_fast, c->yarn.beta_slow, c->yarn.mscale,
                  c->yarn.mscale_all_dim, c->yarn.attention_factor);
+}
+
+int moe__checkpoint_fingerprint_matches(const char *saved, const char *want) {
+    if (strcmp(saved, want) == 0) return 1;
+    /* a training state saved before 2026-12-07 with a negative capacity factor: its cf=-1 (or -0.5) read as cf=0 */
+    const char *cf = strstr(saved, " cf=-");
+    if (!cf) return 0;
+    char *end;
+    (void)strtod(cf + 4, &end);
+    char normal[1024];
+    if ((size_t)snprintf(normal, sizeof normal, "%.*s cf=0%s", (int)(cf - saved), saved, end) >= sizeof normal)
+        return 0;
+    return strcmp(normal, want) == 0;
 }
 
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step) {

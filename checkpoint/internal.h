@@ -20,6 +20,8 @@ json_t *moe__checkpoint_config_json(const moe_model_config *c);
 moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c, int policy);
 /* Everything that must match to continue a run: the architecture, routing, data order and seed. */
 void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_t n);
+/* 1 when a training state's saved fingerprint continues the run whose fingerprint is want (an older form included). */
+int moe__checkpoint_fingerprint_matches(const char *saved, const char *want);
 /* A saved step: digits only, 0 to INT_MAX; anything else is MOE_ERR_BAD_FILE naming path. */
 moe_status moe__checkpoint_parse_step(const char *text, const char *path, int *step);
 

@@ -10,7 +10,9 @@
  *    (num_local_experts, rope_parameters) read, and what they hold that moe-train cannot compute refused by key;
  *  - options: a --config object's unknown keys, wrong types, out-of-range values and flag-only keys are refused by
  *    key; flags beat the file; --init-from takes the architecture from config.json and refuses a disagreeing
- *    flag naming both values.
+ *    flag naming both values;
+ *  - what a resume keeps: the training state's fingerprint against config.json's fields and the options a resume
+ *    keeps (fingerprint_options).
  * Run: meson test -C build test_checkpoint_config -v */
 #include <stdio.h>
 #include <stdlib.h>
@@ -581,6 +583,96 @@ static void yarn(void) {
           "YaRN without the original context: %s", moe_model_config_problem(&c) ?: "accepted");
 }
 
+/* The two lists of what a resume must keep, tied: the training state's fingerprint (moe__checkpoint_fingerprint)
+ * changes with a run-scope option exactly when config.json's fields change with it (the architecture and the routing
+ * policy, refused by name when a flag disagrees) or the option is one a resume keeps
+ * (moe_train_option_kept_on_resume, refused by name too). Each run-scope option of a number or a choice is moved
+ * from its default, one at a time, to each value it takes among a few candidates; layout-scope options must not move
+ * the fingerprint at all (a checkpoint resumes at any layout). A field added to one list and not the other fails
+ * here, not as a resume that notes a change as taken and then fails to load "training state from another run". */
+static void fingerprint_of(const moe_train_options *o, char *out, size_t n) {
+    const moe_checkpoint_run run = {.config = &o->model, .batch = o->batch, .micro_batches = o->micro_batches,
+                                    .seed = o->seed};
+    moe__checkpoint_fingerprint(&run, out, n);
+}
+
+static int fields_moved(const moe_model_config *a, const moe_model_config *b) {
+    for (int i = 0; i < moe_checkpoint_num_fields(); i++)
+        if (moe_checkpoint_field_at(a, i).value != moe_checkpoint_field_at(b, i).value) return 1;
+    return 0;
+}
+
+/* Values to try for s beside its default `now` (as moe_train_option_format writes it): the other choices, or a few
+ * numbers around it and the range's ends. */
+static int candidates(const moe_train_option *s, const char *now, char out[][32], int max) {
+    int n = 0;
+    if (s->kind == MOE_OPT_CHOICE) {
+        for (int c = 0; c < MOE_OPT_MAX_CHOICES && s->choices[c] && n < max; c++)
+            if (strcmp(s->choices[c], now) != 0) snprintf(out[n++], 32, "%s", s->choices[c]);
+        return n;
+    }
+    const double v = strcmp(now, "auto") == 0 ? 0 : strtod(now, NULL);
+    const double tries[] = {v + 1, v * 2, v - 1, v + 0.25, v * 0.5, s->lo, s->hi, 2, 0.5};
+    for (size_t t = 0; t < sizeof tries / sizeof *tries && n < max; t++)
+        if (tries[t] >= s->lo && tries[t] <= s->hi && tries[t] != v)
+            snprintf(out[n++], 32, s->kind == MOE_OPT_INT ? "%.0f" : "%.17g", tries[t]);
+    return n;
+}
+
+static void fingerprint_options(void) {
+    int count, moved_kept = 0, tried = 0;
+    const moe_train_option *table = moe_train_option_table(&count);
+    moe_train_options base;
+    char *none[] = {"moe-train"}, base_fp[1024], fp[1024], now[256], values[16][32];
+    CHECK(moe_train_options_parse(1, none, 1, &base, NULL) == 0, "the default options do not parse");
+    fingerprint_of(&base, base_fp, sizeof base_fp);
+    for (int i = 0; i < count; i++) {
+        const moe_train_option *s = &table[i];
+        const int kept = moe_train_option_kept_on_resume(s), layout = s->scope == MOE_OPT_SCOPE_LAYOUT;
+        if ((s->scope != MOE_OPT_SCOPE_RUN && !layout) || s->kind == MOE_OPT_STRING) {
+            CHECK(!kept, "%s is kept on resume but is not a run option of a value", s->name);
+            continue;
+        }
+        moe_train_option_format(&base, s, 0, now, sizeof now);
+        int moved_any = 0;
+        for (int v = 0, n = candidates(s, now, values, 16); v < n; v++) {
+            moe_train_options o;
+            char *argv[] = {"moe-train", (char *)s->name, values[v]};
+            if (moe_train_options_parse(3, argv, 1, &o, NULL) != 0) continue; /* needs another option beside it */
+            tried++;
+            fingerprint_of(&o, fp, sizeof fp);
+            const int moved = strcmp(fp, base_fp) != 0;
+            moved_any |= moved;
+            CHECK(!moved || !layout, "%s %s (a layout option) changes the fingerprint: '%s' -> '%s'", s->name,
+                  values[v], base_fp, fp);
+            CHECK(!moved || layout || kept || fields_moved(&base.model, &o.model),
+                  "%s %s changes the training state's fingerprint ('%s' -> '%s') but neither config.json's fields "
+                  "nor moe_train_option_kept_on_resume: a resume would take it, then fail to load", s->name,
+                  values[v], base_fp, fp);
+        }
+        CHECK(!kept || moved_any, "%s is kept on resume, but no value of it changes the fingerprint", s->name);
+        moved_kept += kept && moved_any;
+    }
+    /* every capacity factor <= 0 is dropless, as config.json writes it (a run given -1 resumed as 0: refused until
+     * 2026-12-07); a training state saved with the old form continues */
+    moe_train_options dropless = base;
+    dropless.model.moe.capacity_factor = -1;
+    fingerprint_of(&dropless, fp, sizeof fp);
+    CHECK(strcmp(fp, base_fp) == 0, "a capacity factor of -1 moves the fingerprint: '%s' -> '%s'", base_fp, fp);
+    char old_form[1024];
+    const char *cf = strstr(base_fp, " cf=0 ");
+    CHECK(cf != NULL, "no ' cf=0 ' in '%s'", base_fp);
+    if (cf) {
+        snprintf(old_form, sizeof old_form, "%.*s cf=-1 %s", (int)(cf - base_fp), base_fp, cf + 6);
+        CHECK(moe__checkpoint_fingerprint_matches(old_form, base_fp), "'%s' does not continue '%s'", old_form, base_fp);
+        dropless.model.moe.capacity_factor = 1.25;
+        fingerprint_of(&dropless, fp, sizeof fp);
+        CHECK(!moe__checkpoint_fingerprint_matches(old_form, fp), "'%s' continues '%s'", old_form, fp);
+    }
+    printf("fingerprint: %d option values tried, %d kept options each move it\n", tried, moved_kept);
+    CHECK(moved_kept >= 8, "only %d kept options moved the fingerprint", moved_kept);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/moe-config-XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -592,6 +684,7 @@ int main(void) {
     deepseek_v2();
     yarn();
     options();
+    fingerprint_options();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -197,11 +197,7 @@ static void name_inherited(const moe_train_options *o, FILE *err) {
     if (named) fprintf(err, "; give a flag to change one)\n");
 }
 
-/* The run's options that the training state's fingerprint holds beside the architecture (checkpoint/config.c,
- * moe__checkpoint_fingerprint): a resume continues their run, so it keeps them (--init-from starts another). Refused
- * by name (compare_with_saved); before, a resume noted the change as if taken, then failed to load "training state
- * from another run" with two long lists to compare. */
-static int keeps_on_resume(size_t offset) {
+int moe_train_option_kept_on_resume(const moe_train_option *s) {
     static const size_t kept[] = {
         offsetof(moe_train_options, model.seq_len),          offsetof(moe_train_options, model.moe.aux_loss_coef),
         offsetof(moe_train_options, model.moe.z_loss_coef),  offsetof(moe_train_options, model.moe.bias_update_rate),
@@ -209,13 +205,13 @@ static int keeps_on_resume(size_t offset) {
         offsetof(moe_train_options, micro_batches),          offsetof(moe_train_options, seed),
     };
     for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
-        if (kept[i] == offset) return 1;
+        if (kept[i] == s->offset) return 1;
     return 0;
 }
 
 /* --resume: the options given now that differ from the saved run's, each refused where the run must keep it
- * (keeps_on_resume), else noted (notes: NULL for none, as under --print-config), and how many it inherited; -1 after
- * a refusal. */
+ * (moe_train_option_kept_on_resume), else noted (notes: NULL for none, as under --print-config), and how many it
+ * inherited; -1 after a refusal. */
 static int compare_with_saved(const moe_train_options *o, json_t *saved, FILE *err, FILE *notes) {
     int count, inherited = 0, refused = 0;
     const moe_train_option *table = moe_train_option_table(&count);
@@ -228,7 +224,9 @@ static int compare_with_saved(const moe_train_options *o, json_t *saved, FILE *e
         const int layout = s->scope == MOE_OPT_SCOPE_LAYOUT;
         if ((s->scope != MOE_OPT_SCOPE_RUN && !layout) || !was || !is || json_equal(was, is)) continue;
         if (s->offset == offsetof(moe_train_options, threads) && o->threads == 0) continue; /* this machine's count */
-        refused = keeps_on_resume(s->offset);
+        /* config.json's value, where the saved run's option differs only in form (a capacity factor -1 written 0) */
+        if (o->source[i] == MOE_OPTION_CHECKPOINT) continue;
+        refused = moe_train_option_kept_on_resume(s);
         if (!refused && !notes) continue;
         char *a = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS), *b = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
         if (refused)

@@ -21,6 +21,12 @@
  * reads the same files. */
 int moe_train_options_load(int argc, char **argv, int world_size, moe_train_options *o, FILE *err, FILE *notes);
 
+/* 1 for the run's options that the training state's fingerprint holds beside the architecture (checkpoint/config.c,
+ * moe__checkpoint_fingerprint; tests/test_checkpoint_config.c ties the two lists): a resume continues their run, so
+ * it keeps them (--init-from starts another), and a flag that changes one is refused by name before anything loads
+ * (before, a resume noted the change as if taken, then failed "training state from another run"). */
+int moe_train_option_kept_on_resume(const moe_train_option *s);
+
 /* The options as a JSON object, in --help order, keys as in a --config file; options of scope flag-only
  * (--config, --print-config) left out. derived_as_auto: the values moe_train_options_finish derived are written
  * "auto", so that a --config file re-derives them from what is given beside it (--print-config); else as decided
