@@ -104,9 +104,9 @@ static moe_status staged_copy_payload(moe_comm *c, void *dst, const void *src, s
 /* ---- point-to-point (comm.h): the inner MPI transport's, on a host copy per request ----
  * A send's bytes are copied out at the post (its host sync: the copy follows the kernels that wrote them), so the
  * device buffer is handed off when the post returns; a receive's host copy goes up at its wait, queued on the
- * stream. The host copies are pageable (malloc): a cudaMemcpyAsync from pageable memory returns once it has read
- * the source (CUDA's "API synchronization behavior"), so a copy may be freed right after, with no stream sync, and
- * a request costs no pinned allocation. */
+ * stream. The host copies are pageable (malloc): a request costs no pinned allocation. A receive's copy is freed by a
+ * host function queued on the stream after its upload (free_after_upload), with no host wait: CUDA documents that
+ * cudaMemcpyAsync from pageable memory "might be synchronous", not that the source has been read when it returns. */
 
 typedef struct {
     moe_comm_request base;
@@ -131,12 +131,27 @@ static moe_status staged_post(moe_comm *c, const moe_comm_request *what, moe_com
     return MOE_OK;
 }
 
+static void CUDART_CB free_after_upload(void *host) { free(host); }
+
 static moe_status staged_wait(moe_comm *c, moe_comm_request *req) {
     staged_request *r = (staged_request *)req;
+    staged_state *s = c->impl;
     moe_comm *in = moe__comm_forward_enter(c);
     moe_status st = moe__comm_forward_leave(c, moe_comm_wait(in, r->inner));
     if (st != MOE_OK) return free(r), st; /* MPI may still write r->host: left to the ending job */
-    if (!req->sending) st = stage_in(c->impl, req->buf, r->host, req->nbytes);
+    if (!req->sending && r->host) {
+        st = stage_in(s, req->buf, r->host, req->nbytes);
+        /* the upload may still read r->host: freed once the stream has done it (or, failing that, after a wait) */
+        const cudaError_t queued = cudaLaunchHostFunc(s->gpu->stream, free_after_upload, r->host);
+        if (queued == cudaSuccess) {
+            r->host = NULL;
+        } else { /* a broken context: the copy is waited for (whatever the wait says), the failure reported */
+            cudaStreamSynchronize(s->gpu->stream);
+            if (st == MOE_OK)
+                st = moe__gpu_call_failed(MOE_ERR_CUDA, __FILE__, __LINE__, "cudaLaunchHostFunc",
+                                          cudaGetErrorString(queued));
+        }
+    }
     free(r->host), free(r);
     return st;
 }

@@ -113,8 +113,12 @@ bool flags_suit(const cublasLtMatmulAlgo_t &a, moe_gemm_lt_inputs inputs, uint64
     return input == CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_16BF || input == CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_32F;
 }
 
-/* *ok: the candidate, with split-K off, suits the inputs and passes cublasLtMatmulAlgoCheck without workspace at every
- * M of kCheckRows; *flags its numerical flags. Only a failure to describe the call is an error. */
+moe_status passes_checks(moe_gpu *gpu, const moe_gemm_lt_shape &s, cublasComputeType_t compute,
+                         const cublasLtMatmulAlgo_t *a, tally *t, bool *ok);
+
+/* *ok: the candidate, with split-K off and a concrete cluster shape where one passes, suits the inputs and passes
+ * cublasLtMatmulAlgoCheck without workspace at every M of kCheckRows; *flags its numerical flags. Only a failure to
+ * describe the call is an error. */
 moe_status try_candidate(moe_gpu *gpu, const moe_gemm_lt_shape &s, cublasComputeType_t compute,
                          cublasLtMatmulAlgo_t *a, tally *t, bool *ok, uint64_t *flags) {
     *ok = false;
@@ -128,6 +132,26 @@ moe_status try_candidate(moe_gpu *gpu, const moe_gemm_lt_shape &s, cublasCompute
         t->flags++;
         return MOE_OK;
     }
+    /* A thread-block cluster shape left to the library (AUTO, what an enumerated candidate starts with) may be chosen
+     * per call, so per M: the first concrete shape that passes at every M is pinned instead. None: the candidate keeps
+     * AUTO, which its record names (pinned) and test_gpu_gemm_lt's rows-bitwise check over M would catch. */
+    uint16_t cluster = CUBLASLT_CLUSTER_SHAPE_AUTO;
+    if (get_config(*a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster) && cluster == CUBLASLT_CLUSTER_SHAPE_AUTO) {
+        for (uint16_t shape : {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x2x1}) {
+            cublasLtMatmulAlgo_t concrete = *a;
+            if (!set_config<uint16_t>(&concrete, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, shape)) continue;
+            MOE_TRY(passes_checks(gpu, s, compute, &concrete, t, ok));
+            if (*ok) return *a = concrete, MOE_OK;
+        }
+    }
+    return passes_checks(gpu, s, compute, a, t, ok);
+}
+
+/* *ok: a passes cublasLtMatmulAlgoCheck without workspace at every M of kCheckRows (each refusal tallied). */
+moe_status passes_checks(moe_gpu *gpu, const moe_gemm_lt_shape &s, cublasComputeType_t compute,
+                         const cublasLtMatmulAlgo_t *a, tally *t, bool *ok) {
+    *ok = false;
     for (int M : kCheckRows) {
         call_descs c;
         MOE_TRY(describe_call(s, compute, M, &c));
@@ -172,12 +196,14 @@ moe_status pinned(const moe_gemm_lt_shape &s, cublasComputeType_t compute, const
     /* older libraries may lack these two: 0 (undefined, auto) then */
     get_config(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner);
     get_config(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster);
+    char cluster_text[16] = "auto"; /* the library's choice per call (try_candidate pins one where it can) */
+    if (cluster != CUBLASLT_CLUSTER_SHAPE_AUTO) snprintf(cluster_text, sizeof cluster_text, "%u", (unsigned)cluster);
     snprintf(g->text, sizeof g->text,
              "cuBLASLt %zu compute %s algo %d tile %u stages %u splitk %d reduction %s swizzle %u custom %u inner %u "
-             "cluster %u flags 0x%llx (%s%s)",
+             "cluster %s flags 0x%llx (%s%s)",
              cublasLtGetVersion(), compute_name(compute), (int)id, tile, stages, (int)splitk,
              reduction == CUBLASLT_REDUCTION_SCHEME_NONE ? "none" : "SET", swizzle, custom, (unsigned)inner,
-             (unsigned)cluster, (unsigned long long)flags, source, known ? "" : "; some attributes unreadable");
+             cluster_text, (unsigned long long)flags, source, known ? "" : "; some attributes unreadable");
     *out = g;
     return MOE_OK;
 }

@@ -25,8 +25,11 @@
  * problem, M included), schemes that need workspace (stream-K's fix-up), and another kernel (another tile, MMA shape
  * or K step) for another M, which is what cuBLAS's own heuristic does per call: hence one algorithm per shape,
  * pinned. CTA swizzling, the stage count and the cluster shape move work between SMs and in time, not the arithmetic
- * of a column; they are pinned too (one configuration, one record). The epilogue adds beta D once per value, after
- * the whole K sum.
+ * of a column; they are pinned too (one configuration, one record): a cluster shape a candidate leaves to the library
+ * (AUTO, chosen per call) is replaced by the first concrete one (1x1x1, 2x1x1, 1x2x1, 2x2x1) that passes the checks,
+ * and the record says "cluster auto" where none does. The inner shape is left as the candidate has it (cublasLt.h's
+ * values name only Ampere's MMA shapes; 0 is "undefined"): test_gpu_gemm_lt's rows-bitwise check over M is what
+ * shows it fixed. The epilogue adds beta D once per value, after the whole K sum.
  *
  * Pinning (moe_gemm_lt_plan), per (trans_a, trans_b, N, K, inputs); the first candidate that passes is the algorithm:
  *   1. cuBLASLt's heuristic (cublasLtMatmulAlgoGetHeuristic) asked about MOE_GEMM_LT_PLAN_ROWS rows with no
@@ -109,8 +112,9 @@ moe_status moe_gemm_lt_plan(moe_gpu *gpu, const moe_gemm_lt_shape *shape, moe_ge
 void moe_gemm_lt_free(moe_gemm_lt *g);
 const moe_gemm_lt_shape *moe_gemm_lt_shape_of(const moe_gemm_lt *g);
 
-/* The pinned configuration in one line: "cuBLASLt 130100 compute 32F algo 66 tile 23 stages 35 splitk 1 reduction
- * none swizzle 0 custom 0 inner 0 cluster 0 (heuristic #1 at 8192 rows)" (ids as cublasLt.h numbers them). */
+/* The pinned configuration in one line, as "cuBLASLt 130100 compute 32F algo 66 tile 23 stages 35 splitk 1 reduction
+ * none swizzle 0 custom 0 inner 0 cluster 2 (heuristic #1 at 8192 rows)" (an illustration, not a measured record; ids
+ * as cublasLt.h numbers them, cluster "auto" where the library chooses per call). */
 void moe_gemm_lt_describe(const moe_gemm_lt *g, char *out, size_t n);
 
 /* The largest of the algorithm's minimum alignments of A, B and D, in bytes (a caller whose operands may sit at any

@@ -44,7 +44,9 @@ struct moe_layer_state {
                                        MOE_EXPERT_GEMM's choice */
     moe_linear_plan router_rows;    /* the router's row-wise products: fixed row blocks with cfg.layout_invariant, or
                                        pinned cuBLASLt calls (MOE_LINEAR_GEMM=lt) */
-    moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade every forward */
+    moe_expert_weights_bf16 wb;  /* bf16 packs of this rank's experts, remade by a forward when the weights changed */
+    unsigned long long wb_version; /* the w->version of w1 wb_w1 they were made from (0: remade at every forward) */
+    const moe_real *wb_w1;
     int max_rows;
     moe_bf16 *h13, *act;         /* [rows, 2 d_ff], [rows, d_ff] kept from forward (the state's, or slots: expert_acts) */
     moe_bf16 *dh13, *dact;       /* backward scratch of the same shapes (slots) */
@@ -204,7 +206,13 @@ static moe_status cuda_experts_forward(moe_layer_state *s, const moe_layer_weigh
                                        int rows, const void *xp, void *y) {
     const int EL = s->num_local_experts, d = s->cfg.d_model, f = s->cfg.d_ff;
     MOE_TRY(expert_acts(s, rows, 1));
-    MOE_TRY(moe_expert_weights_to_bf16_cuda(s->gpu, w, EL, d, f, &s->wb));
+    /* kept while w->version stays (core/types.h): once per optimizer step, not at every micro-batch and recompute
+     * (at Mixtral's layer shape ~8 GB of memory traffic, ~3 ms of an H100, each time) */
+    if (!w->version || w->version != s->wb_version || w->w1 != s->wb_w1) {
+        s->wb_version = 0; /* a failed pack leaves nothing kept */
+        MOE_TRY(moe_expert_weights_to_bf16_cuda(s->gpu, w, EL, d, f, &s->wb));
+        s->wb_version = w->version, s->wb_w1 = w->w1;
+    }
     return moe_expert_ffn_forward_cuda(s->gpu, s->gemm_mode, &s->wb, EL, d, f, expert_offset, xp, s->h13, s->act, y);
 }
 

@@ -7,7 +7,8 @@
  * Numbers: the CPU reference runs on the bf16-rounded input and expert weights; what remains is the bf16
  * rounding of the GPU's intermediate rows (H13, act, y, dy), so the tolerances are those of a bf16 chain
  * (the "layer ..." rows of tests/test_tolerance.c). Outputs of the GPU are poisoned (0xFF) before each run.
- * Determinism: a second GPU run gives bitwise the same outputs, input gradients and weight gradients.
+ * Determinism: a second GPU run gives bitwise the same outputs, input gradients and weight gradients, computed from
+ * the experts' bf16 packs kept under the weights' version (their fp32 weights zeroed after the packs were made).
  * Cases: dropless softmax; capacity by token order; capacity by score with sigmoid + bias; skewed routing
  * with an expert that receives zero rows; a width that is not a multiple of 8 (scalar row kernels). */
 #include <stdlib.h>
@@ -40,8 +41,12 @@ typedef struct {
 } gpu_result;
 
 /* One forward + backward of a fresh GPU layer on host inputs; results back on the host. */
+/* kept_packs: the weights carry a version (core/types.h), and a first forward makes the experts' bf16 packs; then the
+ * experts' fp32 weights on the device are overwritten under the same version, so the measured forward and backward
+ * must compute from the kept packs (moe/layer_ops_cuda.c) to give the bits of a run without a version. */
 static gpu_result run_gpu(moe_runtime *rt, const moe_parallel *par, const moe_config *cfg, const float *w_host,
-                          const float *x, const float *dout, const moe_real *bias, int T, const int *forced) {
+                          const float *x, const float *dout, const moe_real *bias, int T, const int *forced,
+                          int kept_packs) {
     moe_gpu *gpu = moe_runtime_gpu(rt);
     size_t P = moe_layer_num_params(cfg, 1), n = (size_t)T * cfg->d_model;
     float *w_dev = test_gpu_upload(gpu, w_host, P * sizeof(float));
@@ -53,9 +58,16 @@ static gpu_result run_gpu(moe_runtime *rt, const moe_parallel *par, const moe_co
     moe_layer *L;
     CHECK_OK(moe_layer_create(cfg, rt, par, &L));
     memcpy(moe_layer_expert_bias(L), bias, cfg->num_experts * sizeof(moe_real));
-    if (forced) CHECK_OK(moe_layer_force_routing(L, forced));
     gpu_result r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)), malloc(P * sizeof(float)),
                     malloc((size_t)T * cfg->top_k * sizeof(int)), .num_dropped = 0};
+    if (kept_packs) {
+        w.version = 7;
+        if (forced) CHECK_OK(moe_layer_force_routing(L, forced));
+        CHECK_OK(moe_layer_forward(L, &w, x_dev, T, out_dev, &r.st));
+        const size_t router = (size_t)cfg->num_experts * cfg->d_model;
+        CHECK_OK(moe_gpu_zero(gpu, w_dev + router, (P - router) * sizeof(float))); /* the experts' fp32 weights */
+    }
+    if (forced) CHECK_OK(moe_layer_force_routing(L, forced));
     CHECK_OK(moe_layer_forward(L, &w, x_dev, T, out_dev, &r.st));
     CHECK_OK(moe_layer_backward(L, &w, dout_dev, dx_dev, &g));
     int Tg = 0;
@@ -98,11 +110,11 @@ static void run_case(moe_runtime *rt, const moe_parallel *par, const layer_case 
                 if (e != c->zero_rows_expert && (t % 3 || e < c->E / 2)) forced[t * k + j++] = e;
     }
 
-    gpu_result g1 = run_gpu(rt, par, &cfg, w.buffer, x, dout, bias, T, forced);
-    gpu_result g2 = run_gpu(rt, par, &cfg, w.buffer, x, dout, bias, T, forced);
+    gpu_result g1 = run_gpu(rt, par, &cfg, w.buffer, x, dout, bias, T, forced, 0);
+    gpu_result g2 = run_gpu(rt, par, &cfg, w.buffer, x, dout, bias, T, forced, 1);
     CHECK(!memcmp(g1.out, g2.out, n * sizeof(float)) && !memcmp(g1.dx, g2.dx, n * sizeof(float)) &&
               !memcmp(g1.grads, g2.grads, P * sizeof(float)) && !memcmp(g1.experts, g2.experts, (size_t)T * k * sizeof(int)),
-          "%s: two GPU runs differ", c->name);
+          "%s: two GPU runs differ (the second from the experts' kept bf16 packs, their fp32 weights zeroed)", c->name);
 
     /* the CPU layer on the same input; first its own routing, to count differing choices */
     moe_layer *L;

@@ -3,6 +3,7 @@
 #include "train/device_cuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alltoall/comm_gpu_mpi.h"
@@ -10,6 +11,7 @@
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #include "core/gpu.h"
+#include "kernels/attention.h"
 #include "kernels/gemm_lt.h"
 #include "train/machine.h"
 
@@ -77,6 +79,16 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
     if (log)
         fprintf(log, "placement: %d rank(s) per node on %d GPU(s); %s transport\n", node_ranks, count,
                 transport == MOE_GPU_TRANSPORT_NCCL ? "NCCL" : "MPI-staged");
+    /* the bf16 attention's slow path, said once (kernels/attention.h: flash where the head_dim has its kernels) */
+    const int hd = moe_model_head_dim(&o->model);
+    const char *flash = getenv("MOE_FLASH_ATTENTION");
+    char why[64];
+    snprintf(why, sizeof why, flash && !strcmp(flash, "0") ? "MOE_FLASH_ATTENTION=0" : "head_dim %d", hd);
+    if (log && o->model.attention == MOE_ATTENTION_FUSED &&
+        moe_precision_bf16_inputs(o->model.moe.precision, MOE_GEMM_ATTENTION) &&
+        !moe_attention_flash_applies(hd, NULL, 0))
+        fprintf(log, "note: attention runs its fp32 kernels, one thread per query row (~1 TFLOP/s on an H100), not the "
+                "tensor-core flash ones (head_dim 32, 64 or 128): %s\n", why);
     return moe_parallel_create_mpi_gpu(world, o->pp, o->ep, o->tp, o->exchange_timeout_s, moe_runtime_gpu(out->rt),
                                        transport, &out->par);
 }
