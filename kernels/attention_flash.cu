@@ -578,9 +578,14 @@ moe_status backward(moe_gpu *gpu, const moe_flash_problem &p, const float *lse, 
     flash_backward_dq<HD><<<dq_grid, P::BM / 16 * 32, dq_bytes, gpu->stream>>>(dims_of(p), in.q, in.k, in.v, lse, D,
                                                                               in.dout, dq);
     MOE_CUDA_LAUNCHED();
-    int most = 0; /* two stages where they fit this GPU's shared memory per block (the arithmetic is the same) */
+    /* two stages where they fit this GPU's shared memory per block (the arithmetic is the same either way);
+     * MOE_FLASH_DKV_STAGES=1 forces one, a timing experiment: at head_dim 128 two stages take 172 KB, one block of 4
+     * warps per SM, one stage 105 KB, two blocks (gpu_check.sh --more, attention_dkv1) */
+    int most = 0;
     MOE_CUDA_TRY(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, gpu->device));
-    if (DkvLayout<HD, 2>::kBytes <= (size_t)most) return launch_dkv<HD, 2>(gpu, p, in, lse, D, dk, dv);
+    const char *stages = getenv("MOE_FLASH_DKV_STAGES");
+    if (DkvLayout<HD, 2>::kBytes <= (size_t)most && !(stages && !strcmp(stages, "1")))
+        return launch_dkv<HD, 2>(gpu, p, in, lse, D, dk, dv);
     return launch_dkv<HD, 1>(gpu, p, in, lse, D, dk, dv);
 }
 
