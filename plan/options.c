@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/fail.h"
+#include "core/flag_arg.h"
 #include "plan/hf.h"
 
 typedef enum { F_INT, F_NUM, F_CHOICE, F_STRING, F_SWITCH } flag_kind;
@@ -309,19 +310,16 @@ int moe_plan_options_parse(int argc, char **argv, moe_plan_options *o, FILE *out
     flags f = {{0}};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(out), 1;
-        /* --flag value, or --flag=value (as moe-train takes them) */
-        char name[64];
-        const char *equals = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
-        snprintf(name, sizeof name, "%.*s", equals ? (int)(equals - argv[i]) : (int)strlen(argv[i]), argv[i]);
-        const int k = find(name);
-        if (k < 0) return complain(err, "unknown flag '%s' (see --help)", name), -1;
+        const moe_flag_arg a = moe_flag_arg_split(argv[i]);
+        const int k = find(a.name);
+        if (k < 0) return complain(err, "unknown flag '%s' (see --help)", a.name), -1;
         const flag_spec *s = &kFlags[k];
         const char *v = "1";
-        if (s->kind == F_SWITCH && equals) return complain(err, "%s takes no value", s->name), -1;
+        if (s->kind == F_SWITCH && a.value) return complain(err, "%s takes no value", s->name), -1;
         if (s->kind != F_SWITCH) {
-            if (!equals && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)))
+            if (!a.value && !moe_flag_arg_next_is_value(argc, argv, i))
                 return complain(err, "%s needs a value", s->name), -1;
-            v = equals ? equals + 1 : argv[++i];
+            v = a.value ? a.value : argv[++i];
         }
         if (f.given[k]) return complain(err, "%s given twice ('%s', then '%s'): give it once", s->name, f.given[k], v), -1;
         if (check_value(s, v, err)) return -1;

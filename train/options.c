@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "checkpoint/json_float.h"
+#include "core/flag_arg.h"
 #include "models/fileio.h"
 #include "plan/model.h"
 #include "train/signals.h"
@@ -533,15 +534,12 @@ int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, F
             if (err) moe_train_options_usage(stdout);
             return 1;
         }
-        /* --flag value, or --flag=value (argparse's form, which Megatron's and torchtitan's users type) */
-        char name[64];
-        const char *equals = strncmp(argv[i], "--", 2) ? NULL : strchr(argv[i], '=');
-        snprintf(name, sizeof name, "%.*s", equals ? (int)(equals - argv[i]) : (int)strlen(argv[i]), argv[i]);
-        const opt_spec *s = find(name);
-        if (!s) return moe_train_complain(err, "moe-train: unknown flag '%s' (see --help)\n", name), -1;
-        int has_value = equals || (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0);
-        if (!has_value && !s->implicit) return moe_train_complain(err, "moe-train: %s needs a value\n", name), -1;
-        const char *value = equals ? equals + 1 : has_value ? argv[++i] : s->implicit;
+        const moe_flag_arg a = moe_flag_arg_split(argv[i]);
+        const opt_spec *s = find(a.name);
+        if (!s) return moe_train_complain(err, "moe-train: unknown flag '%s' (see --help)\n", a.name), -1;
+        const int has_value = a.value || moe_flag_arg_next_is_value(argc, argv, i);
+        if (!has_value && !s->implicit) return moe_train_complain(err, "moe-train: %s needs a value\n", a.name), -1;
+        const char *value = a.value ? a.value : has_value ? argv[++i] : s->implicit;
         const char **seen = &given[s - kOptions];
         if (*seen)
             return moe_train_complain(err, "moe-train: %s given twice ('%s', then '%s'): give it once\n", s->name, *seen, value),
