@@ -88,6 +88,13 @@ trains "the default prompt past --vocab 100" "^sample: the default prompt holds 
 newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
 refuses "--adam-eps must be above 0: AdamW divides by sqrt\(v\) \+ eps" --adam-eps 0
 refuses "cannot write the metrics file .*nodir/x.jsonl.: No such file or directory" --log-file "$dir/nodir/x.jsonl"
+# a --log-file that holds an earlier run's log: kept as FILE.1 (then .2), not overwritten (before 2026-12-07: lost)
+echo '{"record":"an earlier run"}' > "$dir/metrics.jsonl" && echo '{"record":"another"}' > "$dir/metrics.jsonl.1"
+trains "a --log-file holding an earlier log" "^note: --log-file .*metrics.jsonl held an earlier log: kept as \
+.*metrics.jsonl.2$" --eval-only 1 --eval-batches 1 --log-file "$dir/metrics.jsonl"
+grep -q 'an earlier run' "$dir/metrics.jsonl.2" && grep -q 'another' "$dir/metrics.jsonl.1" &&
+    grep -q '"record":"run"' "$dir/metrics.jsonl" && echo "ok: the earlier logs kept" ||
+    fail_with_output "the earlier logs were not kept: $(head -c 200 "$dir"/metrics.jsonl*)"
 # scripts/train.sh's rank count, checked before it installs or builds anything (mpirun -np 0 took every slot)
 for ranks in 0 abc -1; do
     MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks, not '$ranks'" 10 \

@@ -190,7 +190,8 @@ static const opt_spec kOptions[] = {
     {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}, NULL, RUN},
     {"--eval-batches", "micro-batches of validation data per evaluation (each a forward pass of --batch sequences)",
      OPT_INT, OFF(eval_batches), 1, 1 << 16, {0}, NULL, RUN},
-    {"--log-file", "JSON-lines metrics file ('' : none); it opens with a record of the whole run", OPT_STRING,
+    {"--log-file", "JSON-lines metrics file ('' : none); it opens with a record of the whole run (an earlier log "
+     "there is kept as FILE.1, FILE.2, ...)", OPT_STRING,
      OFF(log_file), 0, 0, {0}, NULL, COMMAND},
     {"--sample-tokens", "tokens sampled at the end (0: none; each a forward pass of up to --seq-len tokens)", OPT_INT,
      OFF(sample_tokens), 0, 1 << 16, {0}, NULL, RUN},

@@ -1,6 +1,10 @@
 /* output_paths.c — no output of a run is one of its inputs (train/output_paths.h). */
 #include "train/output_paths.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
 #include "core/fail.h"
 #include "models/fileio.h"
 
@@ -30,4 +34,17 @@ moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_to
                                 path[i], flag[j], path[j]);
     }
     return MOE_OK;
+}
+
+int moe_train_keep_previous(const char *path, char *kept, size_t n) {
+    struct stat st;
+    if (stat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    for (int i = 1; i < 1000; i++) {
+        if ((size_t)snprintf(kept, n, "%s.%d", path, i) >= n) return errno = ENAMETOOLONG, -1;
+        if (lstat(kept, &st) == 0) continue;
+        if (errno != ENOENT) return -1;
+        return rename(path, kept) == 0 ? 1 : -1;
+    }
+    return errno = EEXIST, -1;
 }

@@ -26,6 +26,7 @@
 #include "core/cpu_target.h"
 #include "kernels/gemm_engine.h"
 #include "train/checkpoint_run.h"
+#include "train/output_paths.h"
 #include "train/run_record.h"
 #include "train/config.h"
 #include "train/device.h"
@@ -344,6 +345,14 @@ static void start_startup_watchdog(int argc, char **argv) {
 /* Rank 0: the metrics file, opened and begun with the run record; NULL without --log-file. */
 static FILE *open_metrics(const moe_trainer *t, int world_size, const char *device) {
     FILE *metrics = NULL;
+    char kept[4096 + 16] = "";
+    const int keeping = *t->opt.log_file ? moe_train_keep_previous(t->opt.log_file, kept, sizeof kept) : 0;
+    if (keeping < 0) {
+        fprintf(stderr, "moe-train: --log-file %s holds an earlier log, which could not be kept%s%s: %s\n",
+                t->opt.log_file, *kept ? " as " : "", kept, strerror(errno));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (keeping) printf("note: --log-file %s held an earlier log: kept as %s\n", t->opt.log_file, kept);
     if (*t->opt.log_file && !(metrics = fopen(t->opt.log_file, "w"))) {
         fprintf(stderr, "moe-train: cannot write the metrics file '%s': %s\n", t->opt.log_file, strerror(errno));
         MPI_Abort(MPI_COMM_WORLD, 2);
