@@ -201,7 +201,19 @@ moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {
                                                   : "it is the only step directory, so there is no checkpoint to "
                                                     "resume from, and the run's saves would reach its step");
     else if (!count) st = moe_fail(MOE_ERR_IO, "%s: no checkpoint (step-NNNNNNNN) to resume from", root);
-    else if (!(*out = strdup(list[count - 1].path))) st = MOE_ERR_OUT_OF_MEMORY; /* the highest step */
+    /* the highest step; where that is a bf16 export (not resumable), its run's newest f32 checkpoint, from which the
+     * run goes on (continue_run) and saves over its exports' steps again (a probe, 2026-12-07: resume refused the
+     * export, and the f32 checkpoint because of the export) */
+    int pick = count - 1;
+    for (int i = count - 2; st == MOE_OK && list[pick].manifest.is_export && i >= 0; i--)
+        if (!strcmp(list[i].manifest.run_id, list[count - 1].manifest.run_id) && !list[i].manifest.is_export) {
+            if (notes)
+                fprintf(notes, "resume: %s is a bf16 export, which cannot be resumed: resuming %s, its run's newest "
+                        "f32 checkpoint (the run saves over the exports after it as it reaches their steps)\n",
+                        list[count - 1].path, list[i].path);
+            pick = i;
+        }
+    if (st == MOE_OK && !(*out = strdup(list[pick].path))) st = MOE_ERR_OUT_OF_MEMORY;
     moe__checkpoint_list_free(list, count);
     return st;
 }
@@ -492,16 +504,17 @@ static char *parent_of(const char *dir) {
     return p;
 }
 
-/* The run goes on under the checkpoint's run id when the checkpoint is that run's newest in its directory;
- * resumed from an older one it becomes a new run (a fork: parent = that run), so that pruning never deletes
- * the newer checkpoints of the run it left. */
+/* The run goes on under the checkpoint's run id when the checkpoint is that run's newest in its directory but for its
+ * bf16 exports (which it then saves over as it reaches their steps); resumed from an older one it becomes a new run
+ * (a fork: parent = that run), so that pruning never deletes the newer checkpoints of the run it left. */
 static moe_status continue_run(const moe_checkpoint_run *run, const char *dir, const moe__checkpoint_manifest *m) {
     char *root = parent_of(dir);
     moe__checkpoint_entry *list = NULL;
     int count = 0, newer = 0;
     moe_status st = root ? moe__checkpoint_list(root, &list, &count, NULL, NULL) : MOE_ERR_OUT_OF_MEMORY;
-    for (int i = 0; i < count && st == MOE_OK; i++)
-        newer += !strcmp(list[i].manifest.run_id, m->run_id) && list[i].manifest.step > m->step;
+    for (int i = 0; i < count && st == MOE_OK; i++) /* the run's bf16 exports are no state to keep apart from */
+        newer += !strcmp(list[i].manifest.run_id, m->run_id) && list[i].manifest.step > m->step &&
+                 !list[i].manifest.is_export;
     moe__checkpoint_list_free(list, count);
     free(root);
     if (st != MOE_OK) return st;

@@ -423,16 +423,20 @@ moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_
         mine += !strcmp(list[i].manifest.run_id, run_id);
         if (!strcmp(list[i].manifest.run_id, run_id) && !list[i].manifest.is_export) resumable = i;
     }
+    /* kept: the run's keep_last newest, and besides them its newest f32 one (counting it among the newest deleted
+     * the export just published: a probe, 2026-12-07) */
     moe_status st = MOE_OK;
-    for (int i = 0; i < count && mine > keep_last && st == MOE_OK; i++) { /* oldest first */
-        if (strcmp(list[i].manifest.run_id, run_id) || i == resumable) continue;
+    for (int i = 0, older = mine - keep_last; i < count && older > 0 && st == MOE_OK; i++) { /* oldest first */
+        if (strcmp(list[i].manifest.run_id, run_id)) continue;
+        older--; /* one of the run's checkpoints older than its keep_last newest */
+        if (i == resumable) continue;
         char *trash = sibling(root, ".trash-step", list[i].manifest.step, run_id);
         if (!trash) st = MOE_ERR_OUT_OF_MEMORY;
         else if (rename(list[i].path, trash) != 0)
             st = moe_fail(MOE_ERR_IO, "%s: cannot move out of the way to delete it: %s", list[i].path, strerror(errno));
         else if (moe_fsync_path(root) != 0)
             st = moe_fail(MOE_ERR_IO, "%s: fsync of the directory failed: %s", root, strerror(errno));
-        if (st == MOE_OK) moe__checkpoint_remove_dir(trash), mine--;
+        if (st == MOE_OK) moe__checkpoint_remove_dir(trash);
         free(trash);
     }
     moe__checkpoint_list_free(list, count);

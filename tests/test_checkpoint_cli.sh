@@ -82,15 +82,22 @@ b=$(step_dir "$dir/bf16s" 2)
 grep -q 'expert_bias.layers.0' "$b/train_state.safetensors" && ! grep -q 'exp_avg' "$b/train_state.safetensors" ||
     fail_with_output "the sigmoid bf16 export's training state is not the biases alone"
 trains "--init-from a sigmoid bf16 export" "eval: val_loss" --init-from "$b" --eval-only 1
-# --keep-last never prunes the run's last f32 checkpoint for bf16 exports saved after it (a probe: a resumed run that
-# switched to --save-dtype bf16 pruned every state it could continue from)
-trains "f32 saves at 1 and 2" "^step     2" --checkpoint-dir "$dir/ex" --checkpoint-interval 1 --keep-last 2
+# --keep-last never prunes the run's last f32 checkpoint for bf16 exports saved after it, and keeps it besides the N
+# newest (probes: a resumed run that switched to --save-dtype bf16 pruned every state it could continue from; then,
+# with the f32 one counted among the N, --keep-last 1 deleted the export it had just saved)
+trains "f32 saves at 1 and 2" "^step     2" --checkpoint-dir "$dir/ex" --checkpoint-interval 1 --keep-last 1
 trains "resumed, exports at 3 and 4" "^step     4" --steps 4 --resume --checkpoint-dir "$dir/ex" --save-dtype bf16
 [ "$(ls "$dir/ex" | grep step- | tr '\n' ' ')" = "step-00000002 step-00000004 " ] &&
-    echo "ok: --keep-last 2 kept the last f32 state (step 2) and the newest export" ||
+    echo "ok: --keep-last 1 kept the newest export and the last f32 state (step 2)" ||
     fail_with_output "--keep-last with exports kept: $(ls "$dir/ex")"
-trains "the kept f32 state resumes" "^step     4" --steps 4 --resume "$(step_dir "$dir/ex" 2)" \
+trains "the kept f32 state resumes elsewhere" "^step     4" --steps 4 --resume "$(step_dir "$dir/ex" 2)" \
     --checkpoint-dir "$dir/ex_again"
+# and in place: --resume passes over the run's exports to its f32 state, goes on as that run, saves over step 4
+trains "--resume past the run's exports" "^resume: .*step-00000004 is a bf16 export, which cannot be resumed: resuming \
+.*step-00000002, its run's newest f32 checkpoint" --steps 4 --resume --checkpoint-dir "$dir/ex" --save-dtype f32
+cmp -s "$(step_dir "$dir/ex" 4)/model.safetensors" "$(step_dir "$dir/ex_again" 4)/model.safetensors" &&
+    echo "ok: step 4 saved again in place, as the run resumed elsewhere saved it" ||
+    fail_with_output "step 4 in place differs from the run resumed elsewhere"
 
 # --save-shard-size: the same run saved whole and in shards of at most 20 KB
 trains "one file" "^step     2" --checkpoint-dir "$dir/whole"
