@@ -26,6 +26,12 @@ static int say(char *buf, size_t n, const char *fmt, ...) {
     return 1;
 }
 
+/* JSON values that say the same: numbers by value (10000 and 10000.0), the rest by jansson's equality */
+static int same_value(json_t *a, json_t *b) {
+    if (json_is_number(a) && json_is_number(b)) return json_number_value(a) == json_number_value(b);
+    return json_equal(a, b);
+}
+
 int moe_hf_config_unsupported(json_t *j, char *buf, size_t n) {
     const char *const rope_keys[] = {"rope_scaling", "rope_parameters"}, *name;
     for (int i = 0; i < 2; i++) {
@@ -51,6 +57,38 @@ int moe_hf_config_unsupported(json_t *j, char *buf, size_t n) {
             return say(buf, n, "%spartial_rotary_factor must be 1 (RoPE here rotates the whole head)",
                        i ? "rope_scaling." : "");
     }
+    /* both keys (transformers 4's and 5's) where they disagree: which one a reader takes differs (transformers 5's
+     * rope_parameters wins there), so the file says two things (a probe, 2026-12-07: rope_scaling won here) */
+    json_t *old = json_object_get(j, "rope_scaling"), *now = json_object_get(j, "rope_parameters");
+    const char *key;
+    json_t *value;
+    if (json_is_object(old) && json_is_object(now))
+        json_object_foreach(old, key, value) {
+            json_t *other = json_object_get(now, key);
+            if (other && !same_value(value, other))
+                return say(buf, n, "rope_scaling.%s and rope_parameters.%s disagree: give RoPE's scaling once", key,
+                           key);
+        }
+    json_t *theta = json_object_get(j, "rope_theta");
+    json_t *theta_now = json_is_object(now) ? json_object_get(now, "rope_theta") : NULL;
+    if (theta && theta_now && !same_value(theta, theta_now))
+        return say(buf, n, "rope_theta and rope_parameters.rope_theta disagree: give it once");
+    json_t *factor = scaling ? json_object_get(scaling, "factor") : NULL;
+    if (!strcmp(rope_type, "yarn") && json_is_number(factor) && json_number_value(factor) <= 0) /* 0: read as none */
+        return say(buf, n, "%s.factor must be at least 1 (YaRN extends the context by it)", name);
+    json_t *interleave = json_object_get(j, "rope_interleave");
+    if (interleave && !json_is_boolean(interleave))
+        return say(buf, n, "rope_interleave must be true or false (DeepSeek's RoPE row order)");
+    json_t *scaled = json_object_get(j, "routed_scaling_factor");
+    if (scaled && !json_is_null(scaled) && !(json_is_number(scaled) && json_number_value(scaled) > 0))
+        return say(buf, n, "routed_scaling_factor must be a number above 0 (the routed experts' output is scaled by "
+                   "it)");
+    /* transformers' DeepSeek-V3 keeps 1e-6 in its q/kv latent norms whatever rms_norm_eps says; moe-train's take it */
+    json_t *type = json_object_get(j, "model_type"), *eps = json_object_get(j, "rms_norm_eps");
+    if (json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v3") && json_is_number(eps) &&
+        (float)json_number_value(eps) != 1e-6f)
+        return say(buf, n, "rms_norm_eps must be 1e-6 in a deepseek_v3 config.json (transformers' latent norms keep "
+                   "1e-6 whatever it says, moe-train's take it: the two would compute different functions)");
     if (json_is_true(json_object_get(j, "attention_bias")))
         return say(buf, n, "attention_bias must be false (q/k/v/o here have no bias)");
     json_t *clip = json_object_get(j, "clip_qkv");

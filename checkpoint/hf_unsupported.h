@@ -14,6 +14,7 @@ const char *moe_hf_rope_type(json_t *scaling);
 
 /* The first key that asks for what no family here computes, as "KEY must be ... (why)" in buf: 1; 0 when none.
  * Checked: rope_scaling / rope_parameters an object or null, with a rope_type where it has a factor, of "default" or
- * "yarn", YaRN's truncate true; partial_rotary_factor 1 (at the top and in the scaling); attention_bias not true;
- * clip_qkv null. (A family's own keys, such as Qwen's mlp_only_layers or DeepSeek's router, are its reader's.) */
+ * "yarn", YaRN's truncate true and factor above 0; rope_scaling and rope_parameters (and rope_theta beside the
+ * latter) agreeing where both are given; partial_rotary_factor 1 (at the top and in the scaling); rope_interleave a
+ * boolean; routed_scaling_factor above 0; a deepseek_v3's rms_norm_eps 1e-6; attention_bias not true; clip_qkv null. (A family's own keys, such as Qwen's mlp_only_layers or DeepSeek's router, are its reader's.) */
 int moe_hf_config_unsupported(json_t *config, char *buf, size_t n);

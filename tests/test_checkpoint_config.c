@@ -264,6 +264,12 @@ static void families(void) {
         {"rope_scaling a string", "rope_scaling", "\"yarn\"", "rope_scaling must be an object or null"},
         {"YaRN without a factor", "rope_parameters", "{\"rope_type\": \"yarn\"}", "rope_parameters.factor is missing"},
         {"YaRN's factor below 1", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 0.5}", "factor must be 0 (none)"},
+        {"YaRN's factor 0 (read as none before)", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 0}",
+         "rope_scaling.factor must be at least 1"},
+        {"rope_scaling beside rope_parameters, another type", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 8}",
+         "rope_scaling.rope_type and rope_parameters.rope_type disagree"},
+        {"rope_theta beside rope_parameters', another", "rope_theta", "10000.0",
+         "rope_theta and rope_parameters.rope_theta disagree"},
         {"YaRN's range not rounded", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4, \"truncate\": false}",
          "rope_scaling.truncate must be true"},
         {"YaRN's beta_fast a string", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": \"32\"}",
@@ -446,6 +452,11 @@ static void deepseek(void) {
         {"softmax scores", "scoring_func", "\"softmax\"", "scoring_func must be \"sigmoid\""},
         {"V2's greedy top-k", "topk_method", "\"greedy\"", "topk_method must be \"noaux_tc\""},
         {"topk_group above n_group", "topk_group", "5", "topk_groups (topk_group) must be between 1 and num_groups"},
+        {"routed_scaling_factor 0 (read as 1 before)", "routed_scaling_factor", "0",
+         "routed_scaling_factor must be a number above 0"},
+        {"rope_interleave 0 (read as true before)", "rope_interleave", "0", "rope_interleave must be true or false"},
+        {"rms_norm_eps 1e-5 (transformers' latent norms keep 1e-6)", "rms_norm_eps", "1e-5",
+         "rms_norm_eps must be 1e-6 in a deepseek_v3"},
     };
     expect_bad_keys(deepseek_config, bad, sizeof bad / sizeof *bad);
 }
