@@ -17,6 +17,9 @@ run_of() { grep -o '"run_id": "[^"]*"' "$1/manifest.json"; } # DIR
 trains "a run saves at 4, 8, 12" "^step    12" --steps 12 --checkpoint-dir "$ck" --checkpoint-interval 4 --keep-last 0
 for s in 4 8 12; do [ -d "$(step_dir "$ck" $s)" ] || fail_with_output "step $s was not saved"; done
 first_run=$(run_of "$(step_dir "$ck" 12)")
+# the directory of checkpoints named where one checkpoint is meant (a probe: "DIR/config.json: cannot open")
+refuses "--init-from .* holds checkpoints \(step-NNNNNNNN folders\), not one: give one of them \(the newest is \
+.*step-00000012\)" --init-from "$ck"
 
 # the saved step, edited to what is not a step number (same length: the header stays valid). The manifest binds
 # the header (issue 25): refused as altered; without the manifest (another tool's directory) the step's own parse

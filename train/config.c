@@ -5,8 +5,10 @@
  *   from fileio.h:        opening the files (a --config file, a checkpoint's manifest.json with the saved run) */
 #include "train/config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/fail.h"
 #include "checkpoint/checkpoint.h"
@@ -143,6 +145,21 @@ static json_t *saved_run(const char *dir, FILE *err, int *failed, json_t **machi
     return config;
 }
 
+/* 1 (said to err) when dir, given to --resume or --init-from, is a --checkpoint-dir (step-NNNNNNNN folders inside, no
+ * config.json) rather than one checkpoint: it failed as "DIR/config.json: cannot open" (a probe, 2026-12-07). */
+static int names_checkpoint_dir(const moe_train_options *o, const char *dir, FILE *err) {
+    char *config = moe_path_join(dir, "config.json"), *newest = NULL;
+    struct stat sb;
+    const int is_root = config && stat(config, &sb) != 0 && errno == ENOENT &&
+                        moe_checkpoint_latest(dir, &newest, NULL) == MOE_OK;
+    if (is_root)
+        moe_train_complain(err, "moe-train: %s %s holds checkpoints (step-NNNNNNNN folders), not one: give one of them "
+                           "(the newest is %s)%s\n", *o->resume ? "--resume" : "--init-from", dir, newest,
+                           *o->resume ? ", or --resume with --checkpoint-dir for the newest" : "");
+    free(config), free(newest);
+    return is_root;
+}
+
 /* config.json defines the architecture: taken where no config file or flag gave it, compared where one did — except
  * the routing policy of training (capacity factor, drop priority: moe_checkpoint_field's policy) under --init-from,
  * which trains with what was given, said in a note; what the run saves then records it. */
@@ -265,6 +282,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
     } else if (*o->resume || *o->init_from) {
         dir = strdup(*o->resume ? o->resume : o->init_from);
         if (!dir) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
+        if (names_checkpoint_dir(o, dir, err)) return free(dir), -1;
     }
     json_t *saved = NULL, *machine = NULL;
     int failed = 0;
