@@ -75,8 +75,7 @@ int main(int argc, char **argv) {
     float *q = random_buffer(gpu, &rng, nq), *k = random_buffer(gpu, &rng, nkv), *v = random_buffer(gpu, &rng, nkv);
     float *dout = random_buffer(gpu, &rng, nq), *out = random_buffer(gpu, &rng, nq), *lse = random_buffer(gpu, &rng, nlse);
     float *dq = random_buffer(gpu, &rng, nq), *dk = random_buffer(gpu, &rng, nkv), *dv = random_buffer(gpu, &rng, nkv);
-    const void *buffers[] = {q, k, v, out, dout, dq, dk, dv};
-    const char *kernels = o.bf16 && moe_attention_flash_applies(hd, buffers, 8) ? "flash" : "plain";
+    const char *kernels = o.bf16 && moe_attention_flash_applies(hd) ? "flash" : "plain";
     printf("attention: %d sequences x %d tokens, %d heads / %d kv, head_dim %d, %s, %s kernels\n", N, S, H, KV, hd,
            o.bf16 ? "bf16" : "fp32", kernels);
 

@@ -65,9 +65,11 @@ moe_status moe_attention_fused_backward_cuda(moe_gpu *gpu, const float *q, const
                                              float *dq, float *dk, float *dv);
 
 /* Whether the tensor-core flash kernels (kernels/attention_flash.cu: bf16 mma.sync, sm_80 and later, as every GPU
- * the build targets) run a bf16 fused attention of head_dim on these buffers: head_dim 32, 64 or 128 (the
- * instantiated tile plans of kernels/flash_tiles.h) and every pointer 16-byte aligned; never with MOE_FLASH_ATTENTION=0
- * in the environment (the plain kernels, for a diagnosis). Host code, no device call. */
-int moe_attention_flash_applies(int head_dim, const void *const *pointers, int count);
+ * the build targets) run a bf16 fused attention of head_dim: head_dim 32, 64 or 128 (the instantiated tile plans of
+ * kernels/flash_tiles.h); never with MOE_FLASH_ATTENTION=0 in the environment (the plain kernels, for a diagnosis).
+ * Decided by the shape alone, so that a step's bits never depend on where its buffers lie: the flash kernels refuse
+ * buffers that are not 16-byte aligned (MOE_ERR_INVALID_ARG; rows of whole heads always are) rather than run the
+ * plain ones, which add in another order (until 2026-12-07 they did). Host code, no device call. */
+int moe_attention_flash_applies(int head_dim);
 
 #endif

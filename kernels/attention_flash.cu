@@ -595,13 +595,18 @@ moe_status backward(moe_gpu *gpu, const moe_flash_problem &p, const float *lse, 
 
 #ifndef MOE_SIMT_HOST
 
-extern "C" int moe_attention_flash_applies(int head_dim, const void *const *pointers, int count) {
+extern "C" int moe_attention_flash_applies(int head_dim) {
     const char *off = getenv("MOE_FLASH_ATTENTION"); /* "0": the plain kernels (a diagnosis, docs/GPU.md) */
     if (off && !strcmp(off, "0")) return 0;
-    if (head_dim != 32 && head_dim != 64 && head_dim != 128) return 0;
+    return head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+extern "C" moe_status moe__attention_flash_aligned(const void *const *pointers, int count, int head_dim) {
     for (int i = 0; i < count; i++)
-        if (!moe_cuda::aligned16(pointers[i])) return 0;
-    return 1;
+        if (!moe_cuda::aligned16(pointers[i]))
+            return moe_fail(MOE_ERR_INVALID_ARG, "the flash attention (head_dim %d) needs its buffers 16-byte aligned; "
+                            "buffer %d of %d is at %p", head_dim, i + 1, count, pointers[i]);
+    return MOE_OK;
 }
 
 extern "C" moe_status moe__attention_flash_forward(moe_gpu *gpu, const moe_flash_problem *p, float *lse, float *out) {

@@ -14,6 +14,10 @@ typedef struct {
     int num_seqs, S, H, KV, hd;
 } moe_flash_problem;
 
+/* MOE_OK when each of the count buffers is 16-byte aligned (the kernels' vector loads), else MOE_ERR_INVALID_ARG
+ * naming it: the dispatch refuses rather than run the plain kernels, whose bits differ (kernels/attention.h). */
+moe_status moe__attention_flash_aligned(const void *const *pointers, int count, int head_dim);
+
 /* Casts q, k, v to bf16 into the context's scratch (moe_gpu_scratch), then runs the kernel. */
 moe_status moe__attention_flash_forward(moe_gpu *gpu, const moe_flash_problem *p, float *lse, float *out);
 

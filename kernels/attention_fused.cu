@@ -192,8 +192,10 @@ extern "C" moe_status moe_attention_fused_forward_cuda(moe_gpu *gpu, const float
     if (num_seqs == 0 || seq_len == 0) return MOE_OK;
     const void *const buffers[] = {q, k, v, out};
     const moe_flash_problem problem = {q, k, v, num_seqs, seq_len, num_heads, num_kv_heads, head_dim};
-    if (bf16 && moe_attention_flash_applies(head_dim, buffers, 4))
+    if (bf16 && moe_attention_flash_applies(head_dim)) {
+        MOE_TRY(moe__attention_flash_aligned(buffers, 4, head_dim));
         return moe__attention_flash_forward(gpu, &problem, lse, out);
+    }
     const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim, bf16);
     const size_t smem = 2 * (size_t)kTile * a.hd * sizeof(float);
     fused_forward<<<grid_of(a.S, a.H, num_seqs), kRows, smem, gpu->stream>>>(a, q, k, v, lse, out);
@@ -212,7 +214,8 @@ extern "C" moe_status moe_attention_fused_backward_cuda(moe_gpu *gpu, const floa
     const FusedDims a = fused_dims(seq_len, num_heads, num_kv_heads, head_dim, bf16);
     const void *const buffers[] = {q, k, v, dout, dq, dk, dv};
     const moe_flash_problem problem = {q, k, v, num_seqs, seq_len, num_heads, num_kv_heads, head_dim};
-    const bool flash = bf16 && moe_attention_flash_applies(head_dim, buffers, 7);
+    const bool flash = bf16 && moe_attention_flash_applies(head_dim);
+    if (flash) MOE_TRY(moe__attention_flash_aligned(buffers, 7, head_dim));
     /* scratch: D [num_seqs, H, S], then the flash kernels' bf16 inputs */
     const size_t d_bytes = ((size_t)num_seqs * a.H * a.S * sizeof(float) + 15) / 16 * 16;
     void *scratch = NULL;

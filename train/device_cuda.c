@@ -86,7 +86,7 @@ moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE
     snprintf(why, sizeof why, flash && !strcmp(flash, "0") ? "MOE_FLASH_ATTENTION=0" : "head_dim %d", hd);
     if (log && o->model.attention == MOE_ATTENTION_FUSED &&
         moe_precision_bf16_inputs(o->model.moe.precision, MOE_GEMM_ATTENTION) &&
-        !moe_attention_flash_applies(hd, NULL, 0))
+        !moe_attention_flash_applies(hd))
         fprintf(log, "note: attention runs its fp32 kernels, one thread per query row (~1 TFLOP/s on an H100), not the "
                 "tensor-core flash ones (head_dim 32, 64 or 128): %s\n", why);
     return moe_parallel_create_mpi_gpu(world, o->pp, o->ep, o->tp, o->exchange_timeout_s, moe_runtime_gpu(out->rt),
