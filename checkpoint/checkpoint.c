@@ -14,6 +14,7 @@
 
 #include "core/fail.h"
 #include "checkpoint/fp8.h"
+#include "checkpoint/companions.h"
 #include "checkpoint/internal.h"
 #include "models/fileio.h"
 #include "checkpoint/safetensors.h"
@@ -135,8 +136,9 @@ static moe_status write_config_and_manifest(const moe_checkpoint_run *run, const
     json_t *config = moe__checkpoint_config_json(run->config);
     if (run->save_dtype) /* the dtype the weights are stored in, which transformers' torch_dtype="auto" loads as */
         json_object_set_new(config, "torch_dtype", json_string("bfloat16"));
-    moe_status st = MOE_OK;
-    if (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 || moe_fsync_path(path) != 0)
+    moe_status st = moe__checkpoint_carry_companions(run->companion_dir, dir, config);
+    if (st == MOE_OK && (json_dump_file(config, path, JSON_INDENT(2) | JSON_SORT_KEYS | MOE_JSON_FLOATS) != 0 ||
+                         moe_fsync_path(path) != 0))
         st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     json_decref(config);
     free(path);

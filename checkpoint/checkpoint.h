@@ -64,6 +64,9 @@ typedef struct {
     long long save_shard_nbytes;    /* 0: one model.safetensors; else the shards' size                            */
     float timeout_s;                /* how long a rank waits for the others in a save or load (--checkpoint-timeout) */
     char *run_id, *parent_run_id;   /* [MOE_RUN_ID_NBYTES] each; parent "" for a fresh run                        */
+    const char *companion_dir;      /* the checkpoint the run started from (--init-from, --resume), whose tokenizer
+                                       and generation files and token ids a save carries along
+                                       (checkpoint/companions.h); NULL: none                                       */
     FILE *notes;                    /* warnings that stop nothing (an unreadable old checkpoint); NULL: nowhere    */
     /* The AdamW moments (which 0: first, 1: second), one range [offset, offset + count) of the unsharded layout
      * [dense | experts] at a time, lying in one region; moment_range to the host dst, moment_range_set from the host

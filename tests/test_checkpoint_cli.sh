@@ -104,6 +104,21 @@ cmp -s "$(step_dir "$dir/ex" 4)/model.safetensors" "$(step_dir "$dir/ex_again" 4
 
 # --save-shard-size: the same run saved whole and in shards of at most 20 KB
 trains "one file" "^step     2" --checkpoint-dir "$dir/whole"
+# a run started from a Hugging Face folder carries its tokenizer and generation files and config.json's token ids
+# into its checkpoints, and a resume of those on (a probe: a fine-tuned folder had neither)
+mkdir "$dir/hf" && cp "$(step_dir "$dir/whole" 2)"/{model.safetensors,config.json} "$dir/hf/"
+python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c.update(bos_token_id=1, eos_token_id=[2, 3])
+json.dump(c, open(p, "w"))' "$dir/hf/config.json"
+echo '{"version": "1.0"}' > "$dir/hf/tokenizer.json" && echo '{"eos_token_id": [2, 3]}' > "$dir/hf/generation_config.json"
+trains "--init-from a folder with a tokenizer" "^step     2" --init-from "$dir/hf" --checkpoint-dir "$dir/tuned"
+trains "resumed" "^step     4" --resume --checkpoint-dir "$dir/tuned" --steps 4
+for s in 2 4; do
+    t=$(step_dir "$dir/tuned" $s)
+    cmp -s "$dir/hf/tokenizer.json" "$t/tokenizer.json" && cmp -s "$dir/hf/generation_config.json" \
+        "$t/generation_config.json" && grep -q '"bos_token_id": 1' "$t/config.json" &&
+        grep -q '"tokenizer.json"' "$t/manifest.json" && echo "ok: step $s carries the tokenizer and the token ids" ||
+        fail_with_output "step $s lacks the tokenizer, generation_config.json or bos_token_id: $(ls "$t")"
+done
 trains "shards of 20KB" "^step     2" --checkpoint-dir "$dir/sharded" --save-shard-size 20KB
 sh=$(step_dir "$dir/sharded" 2)
 shards=$(ls "$sh" | grep -c '^model-0000[0-9]-of-0000[0-9]\.safetensors$')

@@ -165,7 +165,8 @@ moe_checkpoint_run moe_trainer_checkpoint_run(moe_trainer *t) {
                                 .batch = o->batch, .micro_batches = o->micro_batches, .seed = o->seed,
                                 .save_dtype = o->save_dtype, .save_shard_nbytes = o->save_shard_nbytes,
                                 .timeout_s = o->checkpoint_timeout_s, .run_id = t->run_id,
-                                .parent_run_id = t->parent_run_id, .notes = t->notes, .owner = t,
+                                .parent_run_id = t->parent_run_id, .companion_dir = *t->source_dir ? t->source_dir : NULL,
+                                .notes = t->notes, .owner = t,
                                 .moments_sharded = o->zero > 0, .moment_range = moment_range,
                                 .moment_range_set = moment_range_set, .run_config = run_config,
                                 .run_machine = run_machine, .data_meta = data_meta, .data_restore = data_restore};

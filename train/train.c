@@ -204,6 +204,7 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
         if (strcmp(o->resume, "latest")) dir = strdup(o->resume);
         else MOE_TRY(moe_checkpoint_latest(o->checkpoint_dir, &dir, t->notes));
         moe_status st = dir ? moe_checkpoint_resume(moe_trainer_checkpoint_run(t), dir, &done) : MOE_ERR_OUT_OF_MEMORY;
+        if (st == MOE_OK) snprintf(t->source_dir, sizeof t->source_dir, "%s", dir);
         if (st == MOE_OK && t->ranks.world_rank == 0)
             printf("resumed from %s after step %d (run %s%s%s)\n", dir, done, t->run_id,
                    *t->parent_run_id ? ", continued from run " : "", t->parent_run_id);
@@ -214,6 +215,7 @@ static moe_status restore(moe_trainer *t, const moe_train_options *o, int *first
             printf("the run is complete at step %d (--steps %d): nothing to train\n", done, o->steps);
     } else if (*o->init_from) {
         MOE_TRY(moe_checkpoint_load_weights(moe_trainer_checkpoint_run(t), o->init_from));
+        snprintf(t->source_dir, sizeof t->source_dir, "%s", o->init_from);
         if (t->ranks.world_rank == 0) printf("weights from %s\n", o->init_from);
     }
     *first_step = done + 1;

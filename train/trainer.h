@@ -29,6 +29,9 @@ typedef struct {
     /* the run's identity in checkpoint manifests: made fresh by moe_trainer_create (the same on every rank),
      * taken over by moe_checkpoint_resume when it continues a run; parent: "" for a fresh run */
     char run_id[MOE_RUN_ID_NBYTES], parent_run_id[MOE_RUN_ID_NBYTES];
+    /* the checkpoint the run started from (--resume's, --init-from's; "" for a fresh run): its saves carry its
+     * tokenizer and generation files along (checkpoint/companions.h) */
+    char source_dir[4096];
     /* where warnings that stop nothing go (an unreadable old checkpoint passed over); NULL (the default): nowhere.
      * moe-train: world rank 0's stderr */
     FILE *notes;
