@@ -392,28 +392,37 @@ void moe_layer_defer_finish(moe_layer *L, int defer) { L->defer_finish = defer; 
 moe_status moe_layer_finish_forward(moe_layer *L, moe_layer_stats *stats) {
     if (!L->pending) return MOE_OK;
     L->pending = 0;
-    MOE_TRY(check_layout_counts(L));
-    double loss[2];
+    /* A layout bug's detector, agreed in the losses' all-reduce (a third value: the ranks that found one), so that
+     * every rank of the stage fails at this point together: before, the rank that found it left and the others waited
+     * in the all-reduce for the exchange watchdog. */
+    const moe_status counted = check_layout_counts(L);
+    double loss[3] = {0, 0, counted != MOE_OK};
     moe_status st = MOE_OK;
     if (!L->cfg.num_shards) {
-        memcpy(loss, L->host.losses, sizeof loss);
-        st = moe_comm_allreduce_sum_f64(moe_parallel_stage(L->par), loss, 2);
+        memcpy(loss, L->host.losses, 2 * sizeof *loss);
+        st = moe_comm_allreduce_sum_f64(moe_parallel_stage(L->par), loss, 3);
     } else { /* the shards' shares in the shard tree, then the tree all-reduce */
         moe_tree_acc acc;
         MOE_TRY(moe_tree_acc_init(&acc, MOE_TREE_F64, L->local_shards, 2));
         for (int j = 0; j < L->local_shards && st == MOE_OK; j++) st = moe_tree_acc_push(&acc, L->host.losses + 2 * j);
-        if (st == MOE_OK) memcpy(loss, moe_tree_acc_sum(&acc), sizeof loss);
+        if (st == MOE_OK) memcpy(loss, moe_tree_acc_sum(&acc), 2 * sizeof *loss);
         moe_tree_acc_free(&acc);
         MOE_TRY(st);
-        st = moe_comm_allreduce_tree_f64(moe_parallel_stage(L->par), loss, 2);
+        st = moe_comm_allreduce_tree_f64(moe_parallel_stage(L->par), loss, 3);
     }
+    if (st != MOE_OK) return exchange_failed(L, "the router-loss all-reduce", st, 1);
+    if (counted != MOE_OK) return counted;
+    if (loss[2] > 0)
+        return moe_fail(MOE_ERR_COUNT_MISMATCH, "layer %d, world rank %d: %g other rank(s) of the stage found their "
+                        "dispatch layout disagreeing with the capacity rule (their messages say where)",
+                        L->cfg.layer_index, L->ranks.world_rank, loss[2]);
     L->aux_loss = loss[0], L->z_loss = loss[1];
     if (stats) {
         stats->aux_loss = L->aux_loss;
         stats->z_loss = L->z_loss;
         stats->weighted_loss = L->cfg.aux_loss_coef * L->aux_loss + L->cfg.z_loss_coef * L->z_loss;
     }
-    return exchange_failed(L, "the router-loss all-reduce", st, 1);
+    return MOE_OK;
 }
 
 /* While checking (moe_layer_set_checks): records the first NaN or Inf of count values (moe_real, or the row
@@ -664,3 +673,5 @@ moe_status moe_layer_update_expert_bias(moe_layer *L) {
 }
 
 const moe_token_routing *moe__layer_token_routing(const moe_layer *L) { return L && L->has_forward ? &L->tok : NULL; }
+const moe_layer_ops *moe__layer_steps(const moe_layer *L) { return L->steps; }
+void moe__layer_set_steps(moe_layer *L, const moe_layer_ops *steps) { L->steps = steps; }

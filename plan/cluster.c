@@ -68,13 +68,15 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                       : "--ep must divide the GPUs of a pipeline stage (GPUs / --pp)";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
+    if (l->seq_len % tp) return "--tp must divide --seq-len (every forward's tokens split into --tp slices, as moe-train's)";
     if (l->zero < 0 || l->zero > 2) return "--zero must be 0, 1 or 2";
     if (l->local_shards > 0 && l->micro_batch % l->local_shards)
         return "--shards must divide GPUs x --micro-batch (every shard is whole sequences of one micro-batch)";
     if (l->zero == 2 && moe_plan_layout_local_shards(l) == 0)
         return "--zero 2 needs moe-train's world-invariant sums (its reduce-scatter is their fixed tree), which are "
-               "off here: moe-train's shards (the largest power of two dividing GPUs x --micro-batch, at most 64) "
-               "must be a multiple of the number of GPUs, a power of two; use --zero 1, or --shards";
+               "off here: moe-train's shards (the largest power of two dividing a stage's sequences, its GPUs / --tp "
+               "x --micro-batch, at most 64) must be a multiple of the stage's GPUs (--tp ones included), a power of "
+               "two; use --zero 1, a larger --micro-batch, or --shards";
     if (l->routing_skew != 0 && (!(l->routing_skew >= 1) || !isfinite(l->routing_skew)))
         return "--routing-skew must be at least 1";
     if (l->ep > 1 && l->routing_skew > (double)l->ep)

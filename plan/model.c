@@ -318,15 +318,16 @@ double moe_plan_model_busiest_rows(const moe_plan_model *m, const moe_plan_layou
     return cf > 0 && cf < skew ? cf * Tk : skew * Tk;
 }
 
-int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch) {
-    const int64_t batch = world * micro_batch;
+int64_t moe_plan_default_local_shards(int64_t data_ranks, int64_t stage_ranks, int64_t micro_batch) {
+    const int64_t batch = data_ranks * micro_batch;
     int64_t S = 1;
     while (S < 64 && batch % (2 * S) == 0) S *= 2;
-    return S % world == 0 ? S / world : 0;
+    return !(stage_ranks & (stage_ranks - 1)) && S % stage_ranks == 0 ? S / data_ranks : 0;
 }
 
 int64_t moe_plan_layout_local_shards(const moe_plan_layout *lay) {
-    return lay->local_shards < 0 ? moe_plan_default_local_shards(moe_plan_layout_data_ranks(lay), lay->micro_batch)
+    return lay->local_shards < 0 ? moe_plan_default_local_shards(moe_plan_layout_data_ranks(lay),
+                                                                 moe_plan_layout_stage_ranks(lay), lay->micro_batch)
                                  : lay->local_shards;
 }
 

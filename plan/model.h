@@ -166,9 +166,11 @@ typedef struct {
 } moe_plan_memory;
 moe_plan_memory moe_plan_model_memory(const moe_plan_model *m, const moe_plan_layout *lay);
 
-/* moe-train's default shards per GPU for world sequences per micro-batch (models/train_options.c): the batch's
- * largest power-of-two divisor up to 64, split over the world when it divides it, else 0 (off). */
-int64_t moe_plan_default_local_shards(int64_t world, int64_t micro_batch);
+/* moe-train's default shards per GPU reading distinct sequences (train/options.c, finish_shards): S, the largest
+ * power-of-two divisor up to 64 of the batch (data_ranks x micro_batch sequences), over data_ranks; 0 (off) unless
+ * the stage's ranks, its tensor-parallel ones included, are a power of two dividing S (a probe, 2026-12-07: with tp
+ * the planner counted the data ranks only, and planned ZeRO-2 layouts moe-train refuses). */
+int64_t moe_plan_default_local_shards(int64_t data_ranks, int64_t stage_ranks, int64_t micro_batch);
 
 /* The layout's world-invariant shards per GPU: its local_shards, or moe_plan_default_local_shards for -1. 0: the sums
  * are the transport's all-reduce, and ZeRO-2 (whose reduce-scatter is the fixed tree's) is not possible. */

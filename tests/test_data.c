@@ -158,6 +158,26 @@ static void windows(void) {
     free(a), free(b), free(c);
 }
 
+/* an empty shard holds no window at any sequence length (the fuzzer, 2026-12-07: -1 at --seq-len 1, so the windows
+ * of every shard after it were counted from one too low) */
+static void empty_shard(void) {
+    char *empty = make_shard("empty.bin", 5, 0, 0), *c = make_shard("shard_c5.bin", 3, 5, 0), spec[512];
+    snprintf(spec, sizeof spec, "%s,%s", empty, c);
+    moe_token_data *d = NULL;
+    CHECK_OK(moe_token_data_open(spec, 80000, 1, &d));
+    if (d) {
+        const moe_token_shard e = moe_token_data_shard(d, 0), s = moe_token_data_shard(d, 1);
+        CHECK(e.num_windows == 0 && s.first_window == 0 && s.num_windows == 4 && moe_token_data_num_windows(d) == 4,
+              "an empty shard before one of 5 tokens at --seq-len 1: %lld windows, then %lld from %lld (%lld in all)",
+              (long long)e.num_windows, (long long)s.num_windows, (long long)s.first_window,
+              (long long)moe_token_data_num_windows(d));
+    }
+    moe_token_data_close(d);
+    test_expect_refusal("an empty shard alone at --seq-len 1", moe_token_data_open(empty, 80000, 1, &d),
+                        "only 0 tokens in 1 file(s), fewer than one sequence of 1 + 1");
+    free(empty), free(c);
+}
+
 static void refusals(void) {
     char spec[512];
     moe_token_data *d = NULL;
@@ -230,6 +250,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     permutation();
     windows();
+    empty_shard();
     refusals();
     past_int32_count();
     char cmd[128];

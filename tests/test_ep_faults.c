@@ -13,13 +13,18 @@
  *                                   (bytes, peer, tag) and rank 1
  *   test_ep_faults p2p-send-watchdog rank 0 waits on a send of 4 MiB (past MPI's eager limit) that rank 1 never
  *                                   receives: the same, for the send
- *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1 */
+ *   test_ep_faults config EP E K    an invalid layout or layer config: every rank says why and exits 1
+ *   test_ep_faults layout-bug       rank 1's dispatch layout reports a row too many for expert 0 (a fault injected
+ *                                   into its table of steps); both ranks fail the forward at the router losses'
+ *                                   all-reduce, each saying why, and exit 1 within seconds (before 2026-12-07 rank 0
+ *                                   waited in the all-reduce for the exchange watchdog, 60 s here) */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "alltoall/comm_mpi.h"
 #include "alltoall/parallel_mpi.h"
+#include "moe/layer_internal.h"
 #include "tests/test_mpi.h"
 
 enum { T = 16, D = 8, F = 8 };
@@ -60,6 +65,43 @@ static void forward_once(int ep, int E, int k, double timeout_s, int late_rank, 
     moe_parallel_destroy(par);
     test_weights_free(&w);
     free(x), free(out);
+}
+
+static const moe_layer_ops *real_steps;
+
+static moe_status layout_with_a_row_too_many(moe_layer_state *s, const moe_token_routing *tok, int num_tokens,
+                                             int *layout_counts) {
+    const moe_status st = real_steps->dispatch_layout(s, tok, num_tokens, layout_counts);
+    layout_counts[0]++; /* the CPU table's counts are complete on return */
+    return st;
+}
+
+/* One forward on 2 ranks (ep 2, a 60 s watchdog) with rank 1's layout miscounting: each rank prints the forward's
+ * failure and exits 1 (no abort: a rank left waiting would keep the job alive). */
+static void layout_bug(void) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    moe_parallel *par;
+    test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, 2, 60, &par), "parallel layout");
+    moe_config cfg = moe_config_default(D, F, 8, 2);
+    moe_layer *L;
+    test_mpi_require(moe_layer_create(&cfg, NULL, par, &L), "create");
+    static moe_layer_ops buggy;
+    real_steps = moe__layer_steps(L), buggy = *real_steps, buggy.dispatch_layout = layout_with_a_row_too_many;
+    if (rank == 1) moe__layer_set_steps(L, &buggy);
+    moe_rng rng = moe_rng_seeded(rank);
+    test_weights w = test_weights_random(&cfg, 2, &rng);
+    moe_real *x = test_alloc_uniform(&rng, T * D, 1), *out = test_alloc_uniform(&rng, T * D, 0);
+    const moe_status st = moe_layer_forward(L, &w.w, x, T, out, NULL);
+    if (st != MOE_OK) fprintf(stderr, "rank %d: forward failed: %s\n", rank, moe_failure_message(st));
+    moe_layer_destroy(L);
+    moe_parallel_destroy(par);
+    test_weights_free(&w);
+    free(x), free(out);
+    if (st != MOE_OK) {
+        MPI_Finalize();
+        exit(1);
+    }
 }
 
 /* Rank 1 sleeps past the 2 s watchdog of rank 0's fixed-tree all-reduce. */
@@ -115,11 +157,13 @@ int main(int argc, char **argv) {
         p2p_late(0);
     } else if (!strcmp(mode, "p2p-send-watchdog")) {
         p2p_late(1);
+    } else if (!strcmp(mode, "layout-bug")) {
+        layout_bug();
     } else if (!strcmp(mode, "config") && argc == 5) {
         forward_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 60, -1, 0);
     } else {
         fprintf(stderr, "usage: test_ep_faults count-mismatch | watchdog | tree-watchdog | p2p-watchdog | "
-                        "p2p-send-watchdog | config EP E K\n");
+                        "p2p-send-watchdog | layout-bug | config EP E K\n");
         MPI_Finalize();
         return 2;
     }

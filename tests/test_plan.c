@@ -165,10 +165,10 @@ static void check_layouts(void) {
     CHECK(moe_plan_model_memory(&m, &lay).reduce_scratch == 4 * larger, "MPI's all-reduce: scratch %.0f bytes",
           moe_plan_model_memory(&m, &lay).reduce_scratch);
     lay.local_shards = -1, lay.cpu = 0;
-    CHECK(moe_plan_default_local_shards(16, 2) == 2 && moe_plan_default_local_shards(16, 3) == 1 &&
-              moe_plan_default_local_shards(6, 1) == 0 &&
-              moe_plan_default_local_shards(1, 128) == 64,
-          "moe-train's default shards per GPU");
+    CHECK(moe_plan_default_local_shards(16, 16, 2) == 2 && moe_plan_default_local_shards(16, 16, 3) == 1 &&
+              moe_plan_default_local_shards(6, 6, 1) == 0 && moe_plan_default_local_shards(1, 1, 128) == 64 &&
+              moe_plan_default_local_shards(4, 8, 2) == 2 && moe_plan_default_local_shards(4, 8, 1) == 0,
+          "moe-train's default shards per GPU (with tp 2: 8 ranks of a stage, 4 reading distinct sequences)");
     CHECK(4 * larger < MOE__TREE_PIECE_NBYTES, "the regions fit in one piece of the tree's"); /* else a piece's half */
     const double tree = 4 * ceil(larger / 2) + 3 * (3 * 256.0 * 128) * 4 + 5 * 128.0 * 256 * 4;
     CHECK(moe_plan_model_memory(&m, &lay).reduce_scratch == tree, "world-invariant sums: scratch %.0f bytes, want %.0f",

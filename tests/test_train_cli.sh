@@ -88,6 +88,19 @@ trains "the default prompt past --vocab 100" "^sample: the default prompt holds 
 newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
 refuses "--adam-eps must be above 0: AdamW divides by sqrt\(v\) \+ eps" --adam-eps 0
 refuses "cannot write the metrics file .*nodir/x.jsonl.: No such file or directory" --log-file "$dir/nodir/x.jsonl"
+# ranks launched with different options (an MPMD launch; a --config file that differs between nodes): the option
+# named at once, and a command line refused on one rank only said by that rank (a probe: MPI's own error, or a
+# start-up watchdog that blamed an unreachable rank)
+merge
+for case in "--ep 1|--ep 2|the ranks were given different values of --ep \(rank 0: 1\)" \
+    "--zero 0|--zero 1|the ranks were given different values of --zero \(rank 0: 0\)" \
+    "--lr 0.001|--lerning-rate 1|rank 1's command line:"; do
+    IFS='|' read -r a b pattern <<< "$case"
+    # shellcheck disable=SC2086 # each side's flags: words without blanks
+    "$expect_failure" "$pattern" 20 "$mpirun" -np 1 "$train" "${merged[@]}" $a : -np 1 "$train" "${merged[@]}" $b \
+        > "$dir/out.txt" 2>&1 && echo "ok: ranks given $a and $b: $(grep -E -e "$pattern" "$dir/out.txt" | head -n 1)" ||
+        fail_with_output "ranks given $a and $b were not refused at once with /$pattern/"
+done
 # a --log-file that holds an earlier run's log: kept as FILE.1 (then .2), not overwritten (before 2026-12-07: lost)
 echo '{"record":"an earlier run"}' > "$dir/metrics.jsonl" && echo '{"record":"another"}' > "$dir/metrics.jsonl.1"
 trains "a --log-file holding an earlier log" "^note: --log-file .*metrics.jsonl held an earlier log: kept as \

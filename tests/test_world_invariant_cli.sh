@@ -80,5 +80,10 @@ refuses "--zero 2 reduce-scatters the gradients in the fixed tree .* needs --wor
 refuses "--verify-steps compares whole gradients, which --zero 2 never holds" --zero 2 --verify-steps 1
 refuses "needs a power-of-two number of ranks that divides --shards 1" --shards 1 --world-invariant 1
 trains "by default the tree is off where the layout does not allow it, and moe-train says so" \
-    "note: --world-invariant is 0 here: 2 ranks is not a power of two dividing --shards 1" --shards 1
+    "note: --world-invariant is 0 here \(2 ranks do not divide --shards 1\)" --shards 1
+# --layout-invariant 0: the rows' products depend on each call's size, so the tree holds no layout's bits (a probe:
+# taken with --world-invariant 1, silently; the runs differed from step 1)
+refuses "--world-invariant 1 needs --layout-invariant 1" --layout-invariant 0 --world-invariant 1
+trains "--layout-invariant 0 turns the default tree off, said" \
+    "note: --world-invariant is 0 here \(--layout-invariant 0\)" --layout-invariant 0
 finish test_world_invariant_cli

@@ -101,8 +101,11 @@ static moe_status add_shard(moe_token_data *d, const char *path) {
     s->map_nbytes = (size_t)file_nbytes;
     s->map = mmap(NULL, s->map_nbytes, PROT_READ, MAP_SHARED, fileno(f), 0);
     if (s->map == MAP_FAILED) s->map = NULL; /* only advice is lost */
-    s->info = (moe_token_shard){.path = s->path, .width = width, .num_tokens = n, .num_windows = (n - 1) / S,
-                                .first_window = d->num_windows, .hash = shard_hash(path, n)};
+    /* n - 1 tokens to predict, in windows of S; none in an empty shard (whose (0 - 1) / 1 was -1 at --seq-len 1: the
+     * fuzzer, 2026-12-07, a window count off by one for every shard after it) */
+    s->info = (moe_token_shard){.path = s->path, .width = width, .num_tokens = n,
+                                .num_windows = n > 0 ? (n - 1) / S : 0, .first_window = d->num_windows,
+                                .hash = shard_hash(path, n)};
     d->num_windows += s->info.num_windows;
     d->num_shards++;
     return MOE_OK;

@@ -151,7 +151,8 @@ static const opt_spec kOptions[] = {
      "of two "
      "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
      "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
-     "--tp-shards; checkpoints hold whole tensors (any --tp resumes them)",
+     "--tp-shards where the run is world-invariant (--shards, a divisor of --batch, a multiple of the stage's ranks, tp "
+     "included: --batch 1 at --tp 2 is not); checkpoints hold whole tensors (any --tp resumes them)",
      OPT_INT, OFF(tp), 1, 4096, {0}, NULL, LAYOUT},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
      "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
@@ -364,12 +365,23 @@ static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
     if (S < 1 || (S & (S - 1)) || o->batch % S)
         return moe_train_complain(err, "moe-train: --shards %d must be a power of two dividing --batch %d\n", S,
                                   o->batch), -1;
+    /* the tree's sums hold a run's bits across layouts only where each row's products do too (a probe, 2026-12-07:
+     * --layout-invariant 0 took --world-invariant 1, said nothing, and the runs differed from step 1) */
+    const int rows_fixed = o->model.moe.layout_invariant;
+    if (o->world_invariant > 0 && !rows_fixed)
+        return moe_train_complain(err, "moe-train: --world-invariant 1 needs --layout-invariant 1: with the GEMMs' rows "
+                                       "depending on each call's size, no fixed order of the sums makes the run the "
+                                       "same on another layout\n"), -1;
     if (o->world_invariant < 0) {
-        o->world_invariant = layout_fits;
-        if (!layout_fits && err)
-            fprintf(err, "moe-train: note: --world-invariant is 0 here: %d ranks is not a power of two dividing "
-                         "--shards %d, so results are bitwise the same on this layout only (docs/DETERMINISM.md)\n",
-                    W, S);
+        o->world_invariant = layout_fits && rows_fixed;
+        if (!o->world_invariant && err) {
+            char why[160];
+            if (!rows_fixed) snprintf(why, sizeof why, "--layout-invariant 0");
+            else snprintf(why, sizeof why, "%d ranks %s --shards %d", W, W & (W - 1) ? "are not a power of two dividing"
+                                                                                 : "do not divide", S);
+            fprintf(err, "moe-train: note: --world-invariant is 0 here (%s), so results are bitwise the same on this "
+                         "layout only (docs/DETERMINISM.md)\n", why);
+        }
     }
     o->model.moe.num_shards = o->world_invariant ? S : 0;
     if (o->world_invariant && !layout_fits)

@@ -26,6 +26,7 @@
 #include "core/cpu_target.h"
 #include "kernels/gemm_engine.h"
 #include "train/checkpoint_run.h"
+#include "train/options_agree.h"
 #include "train/output_paths.h"
 #include "train/run_record.h"
 #include "train/config.h"
@@ -561,6 +562,14 @@ int main(int argc, char **argv) {
     /* every rank parses the same argv; rank 0 alone reports, all ranks stop together */
     int parsed = moe_train_options_load(argc, argv, world_size, &opt, world_rank == 0 ? stderr : NULL,
                                         world_rank == 0 ? stdout : NULL);
+    int parsed_on_rank0 = parsed; /* a command line refused here and not on rank 0 (which alone reports): said here,
+                                   * before the agreement lets rank 0 end the job */
+    MPI_Bcast(&parsed_on_rank0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (parsed < 0 && parsed_on_rank0 >= 0) {
+        fprintf(stderr, "moe-train: rank %d's command line:\n", world_rank);
+        moe_train_options_load(argc, argv, world_size, &opt, stderr, NULL);
+    }
+    parsed = moe_train_options_agree(parsed, &opt, MPI_COMM_WORLD, world_rank == 0 ? stderr : NULL);
     if (parsed == 0 && opt.print_config && world_rank == 0) parsed = print_config(&opt);
     if (parsed == 0 && opt.print_schedule && world_rank == 0) parsed = print_schedule(&opt);
     if (parsed != 0 || opt.print_config || opt.print_schedule) {

@@ -1,0 +1,60 @@
+/* options_agree.c — every rank's options the same (train/options_agree.h). */
+#include "train/options_agree.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* FNV-1a, 64 bits: equal texts hash equal; a collision between two ranks' different values is 2^-64 */
+static uint64_t hash_text(const char *text) {
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+int moe_train_options_agree(int parsed, const moe_train_options *o, MPI_Comm world, FILE *err) {
+    int count;
+    const moe_train_option *table = moe_train_option_table(&count);
+    /* [0]: the parse's outcome, [1 + i]: option i's value (0 where it is not compared or the parse failed) */
+    uint64_t *mine = calloc((size_t)count + 1, sizeof *mine), *lo = calloc((size_t)count + 1, sizeof *lo),
+             *hi = calloc((size_t)count + 1, sizeof *hi);
+    int agreed = -1;
+    if (mine && lo && hi) {
+        mine[0] = (uint64_t)(parsed + 2); /* -1, 0, 1 as 1, 2, 3 */
+        char value[4096];
+        for (int i = 0; i < count && parsed == 0; i++) {
+            const moe_train_option *s = &table[i];
+            if (s->scope == MOE_OPT_SCOPE_FLAG_ONLY || s->offset == offsetof(moe_train_options, threads)) continue;
+            moe_train_option_format(o, s, 0, value, sizeof value);
+            mine[1 + i] = hash_text(value);
+        }
+    }
+    /* every rank takes part whatever its allocation did: all stop where one failed */
+    const int n = mine && lo && hi ? count + 1 : 0;
+    int ok = n > 0, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
+    if (all_ok) {
+        MPI_Allreduce(mine, lo, n, MPI_UINT64_T, MPI_MIN, world);
+        MPI_Allreduce(mine, hi, n, MPI_UINT64_T, MPI_MAX, world);
+        int differs = lo[0] != hi[0] ? 0 : -1;
+        for (int i = 0; i < count && differs < 0; i++)
+            if (lo[1 + i] != hi[1 + i]) differs = 1 + i;
+        if (differs < 0) {
+            agreed = parsed;
+        } else if (differs == 0) {
+            moe_train_complain(err, "moe-train: the ranks' command lines differ: some were refused and some not (an "
+                                    "MPMD launch, or a --config file that differs from node to node?): every rank "
+                                    "needs the same options\n");
+        } else {
+            char value[4096];
+            moe_train_option_format(o, &table[differs - 1], 0, value, sizeof value);
+            moe_train_complain(err, "moe-train: the ranks were given different values of %s (rank 0: %s): every rank "
+                                    "needs the same options (an MPMD launch, or a --config file that differs from node "
+                                    "to node?)\n", table[differs - 1].name, value);
+        }
+    } else {
+        moe_train_complain(err, "moe-train: out of memory\n");
+    }
+    free(mine), free(lo), free(hi);
+    return agreed;
+}
