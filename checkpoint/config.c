@@ -375,7 +375,11 @@ static moe_status read_field(const char *path, const config_objects *o, const ar
     snprintf(yarn_where, sizeof yarn_where, "%s.", o->yarn_name ? o->yarn_name : "");
     const char *where = at->where == IN_MOE_TRAIN ? "moe_train." : at->where == IN_YARN ? yarn_where : "",
                *key = at->key;
-    if (!x && at->alias) x = json_object_get(top, key = at->alias);
+    json_t *alias = at->alias ? json_object_get(top, at->alias) : NULL; /* transformers 5's name beside 4's */
+    if (x && alias && !json_equal(x, alias) &&
+        !(json_is_number(x) && json_is_number(alias) && json_number_value(x) == json_number_value(alias)))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s%s and %s disagree: give it once", path, where, at->key, at->alias);
+    if (!x && alias) x = alias, key = at->alias;
     json_t *rope = json_object_get(top, "rope_parameters"); /* transformers 5 keeps rope_theta there */
     if (!x && f->offset == MC(rope_theta) && json_is_object(rope))
         x = json_object_get(rope, "rope_theta"), where = "rope_parameters.";
@@ -384,7 +388,9 @@ static moe_status read_field(const char *path, const config_objects *o, const ar
         *v = at->absent;
         return MOE_OK;
     }
-    if (json_is_null(x) && (at->unit == NULL_FOR_ZERO || at->unit == AT_LEAST_ONE)) return *v = 0, MOE_OK;
+    /* null as none: DeepSeek's code reads n_shared_experts null as no shared expert (a probe: refused here) */
+    if (json_is_null(x) && (at->unit == NULL_FOR_ZERO || at->unit == AT_LEAST_ONE || at->unit == IN_EXPERT_WIDTHS))
+        return *v = 0, MOE_OK;
     const char *want = NULL;
     switch (f->kind) {
     case FIELD_INT:

@@ -229,18 +229,31 @@ static int by_begin(const void *pa, const void *pb) {
     return (a->begin > b->begin) - (a->begin < b->begin);
 }
 
-/* Two tensors may not share data bytes: one would load the other's values. */
-static moe_status check_disjoint(moe_safetensors_file *f) {
+/* The tensors' data packed back to back over the whole data section, as the format has it (the safetensors library
+ * refuses the rest): no two tensors sharing bytes (one would load the other's values), and no gap and nothing after
+ * the last (bytes that belong to no tensor: another file's layout, or an edit; accepted until 2026-12-07, a probe). */
+static moe_status check_packed(moe_safetensors_file *f) {
     const moe_safetensors_tensor **order = malloc((size_t)(f->num_tensors + 1) * sizeof *order);
     if (!order) return MOE_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < f->num_tensors; i++) order[i] = &f->tensors[i];
     qsort(order, f->num_tensors, sizeof *order, by_begin);
     moe_status st = MOE_OK;
-    for (int i = 1; i < f->num_tensors && st == MOE_OK; i++)
-        if (order[i]->begin < order[i - 1]->end)
+    size_t at = 0; /* where the next tensor must begin */
+    for (int i = 0; i < f->num_tensors && st == MOE_OK; i++) {
+        if (i > 0 && order[i]->begin < order[i - 1]->end)
             st = moe_fail(MOE_ERR_BAD_FILE, "%s: tensors %s and %s overlap (data_offsets [%zu, %zu) and [%zu, %zu))",
                           f->path, order[i - 1]->name, order[i]->name, order[i - 1]->begin, order[i - 1]->end,
                           order[i]->begin, order[i]->end);
+        else if (order[i]->begin > at)
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %zu bytes of data before tensor %s belong to no tensor (data_offsets "
+                          "[%zu, %zu)): a safetensors file packs its tensors back to back", f->path,
+                          order[i]->begin - at, order[i]->name, order[i]->begin, order[i]->end);
+        at = order[i]->end > at ? order[i]->end : at;
+    }
+    const size_t data_nbytes = f->file_nbytes - f->data_start;
+    if (st == MOE_OK && at != data_nbytes)
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %zu bytes after the last tensor's data belong to no tensor (the tensors end "
+                      "at data byte %zu of %zu)", f->path, data_nbytes - at, at, data_nbytes);
     free(order);
     return st;
 }
@@ -289,7 +302,7 @@ moe_status moe_safetensors_open(const char *path, moe_safetensors_file *f) {
             f->num_tensors++;
         }
     json_decref(root);
-    if (st == MOE_OK) st = check_disjoint(f);
+    if (st == MOE_OK) st = check_packed(f);
     if (st == MOE_OK && f->metadata) { /* written by moe_safetensors_write: every tensor must carry its checksum */
         const char *mkey;
         json_t *mvalue;

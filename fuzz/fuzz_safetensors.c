@@ -1,8 +1,8 @@
 /* fuzz_safetensors.c — fuzzes the safetensors reader (checkpoint/safetensors.c: moe_safetensors_open, _read) with
  * whole files: the header length, the JSON header, dtypes, shapes, data_offsets, checksums and the data. An
  * accepted file must keep the reader's promises (fuzz_util.h: fuzz_open_safetensors): the header all one JSON
- * object, tensors inside the file and not sharing bytes, values read equal to the file's bytes, a wrong shape
- * and a missing tensor refused; a refusal must name the file.
+ * object, tensors inside the file, not sharing bytes and covering the data section, values read equal to the file's
+ * bytes, a wrong shape and a missing tensor refused; a refusal must name the file.
  * Seeds: model.safetensors of fuzz/make_corpus.sh's checkpoints (fuzz/corpus/safetensors/).
  *   bash scripts/fuzz.sh                                  (the whole fuzz suite: replay, then a timed run)
  *   build-fuzz/fuzz/fuzz_safetensors -max_total_time=60 /tmp/new fuzz/corpus/safetensors   (longer, by hand)

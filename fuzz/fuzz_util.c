@@ -203,6 +203,7 @@ void fuzz_open_safetensors(const char *path, const uint8_t *data, size_t nbytes,
                                                  (unsigned long long)header_nbytes, nbytes);
     check_header(path, data, header_nbytes, f->num_tensors);
     const size_t data_start = 8 + header_nbytes, data_nbytes = nbytes - data_start;
+    size_t covered = 0; /* packed back to back (no two sharing bytes, below): their sizes add up to the data */
     for (int i = 0; i < f->num_tensors; i++) {
         const moe_safetensors_tensor *a = &f->tensors[i];
         if (a->begin > a->end || a->end > data_nbytes)
@@ -213,7 +214,11 @@ void fuzz_open_safetensors(const char *path, const uint8_t *data, size_t nbytes,
                 fuzz_invalid("%s: tensors %s [%zu, %zu) and %s [%zu, %zu) share bytes", path, a->name, a->begin,
                              a->end, b->name, b->begin, b->end);
         }
+        covered += a->end - a->begin;
     }
+    if (covered != data_nbytes)
+        fuzz_invalid("%s: the tensors hold %zu of the %zu data bytes (a gap, or bytes after them)", path, covered,
+                     data_nbytes);
     for (int i = 0; i < f->num_tensors; i++) {
         const moe_safetensors_tensor *t = &f->tensors[i];
         if (t->ndim < 0 || t->ndim > MOE_SAFETENSORS_MAX_DIMS)

@@ -270,6 +270,8 @@ static void families(void) {
          "rope_scaling.rope_type and rope_parameters.rope_type disagree"},
         {"rope_theta beside rope_parameters', another", "rope_theta", "10000.0",
          "rope_theta and rope_parameters.rope_theta disagree"},
+        {"num_experts beside num_local_experts, another", "num_experts", "4",
+         "num_experts and num_local_experts disagree"},
         {"YaRN's range not rounded", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4, \"truncate\": false}",
          "rope_scaling.truncate must be true"},
         {"YaRN's beta_fast a string", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": \"32\"}",
@@ -501,6 +503,13 @@ static void deepseek_v2(void) {
         {"V3's top-k", "topk_method", "\"noaux_tc\"", "topk_method must be \"greedy\""},
     };
     expect_bad_keys(deepseek_v2_config, bad, sizeof bad / sizeof *bad);
+    /* n_shared_experts null: no shared expert, as DeepSeek's code reads it (a probe: refused as not an integer) */
+    json_t *none = deepseek_v2_config();
+    json_object_set_new(none, "n_shared_experts", json_null());
+    ckpt = write_config("deepseek-v2-no-shared", none);
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK(c.shared_d_ff == 0, "n_shared_experts null read as shared_d_ff %d", c.shared_d_ff);
+    free(ckpt);
     /* n_group and topk_group count with group_limited_greedy only (DeepSeek-V2's full model: 8 groups, 3 kept) */
     json_t *j = deepseek_v2_config();
     json_object_set_new(j, "n_group", json_integer(4)), json_object_set_new(j, "topk_group", json_integer(2));

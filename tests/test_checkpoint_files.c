@@ -2,7 +2,7 @@
  * without MPI:
  *  - a saved step is digits only, 0 to INT_MAX ("-1", "abc", "99999999999", " 5", "+5", "5x" refused);
  *  - safetensors: a round trip; a flipped data byte names the corrupt tensor (its CRC-32C); a checksum
- *    removed while the others stay is refused; overlapping data_offsets are refused;
+ *    removed while the others stay is refused; overlapping data_offsets, a gap and trailing bytes are refused;
  *  - a FIFO or a directory given as a safetensors file, a token file, a routing trace or a config.json is
  *    refused at once with what it is (a FIFO used to block in fopen forever: an alarm guards the test);
  *  - config.json without num_hidden_layers, or with a tie_word_embeddings that is not a boolean, is refused by name;
@@ -109,7 +109,22 @@ static void safetensors(void) {
     test_expect_refusal("one checksum removed", read_both(unchecked), "tensor b has no checksum although");
     char *overlap = edited(good, "overlap.safetensors", "[16,32]", "[12,28]", 0);
     test_expect_refusal("overlapping data_offsets", read_both(overlap), "tensors a and b overlap");
-    free(good), free(flipped), free(unchecked), free(overlap);
+    /* bytes that belong to no tensor, after them or between them (the format packs them; a probe, 2026-12-07) */
+    char *trailing = path_in("trailing.safetensors"), *gap = edited(good, "gap.safetensors", "[16,32]", "[20,36]", 0);
+    const char four[4] = {0};
+    char *paths[2] = {trailing, gap};
+    for (int i = 0; i < 2; i++) {
+        char *data;
+        const long n = read_all(i == 0 ? good : gap, &data);
+        FILE *f = fopen(paths[i], "wb");
+        fwrite(data, 1, (size_t)n, f), fwrite(four, 1, sizeof four, f);
+        fclose(f);
+        free(data);
+    }
+    test_expect_refusal("4 bytes after the last tensor", read_both(trailing),
+                        "4 bytes after the last tensor's data belong to no tensor");
+    test_expect_refusal("a gap of 4 bytes", read_both(gap), "4 bytes of data before tensor b belong to no tensor");
+    free(good), free(flipped), free(unchecked), free(overlap), free(trailing), free(gap);
 }
 
 /* A safetensors file of one tensor "t" of `count` 2-byte values with the given dtype, written by hand. */

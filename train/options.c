@@ -129,7 +129,8 @@ static const opt_spec kOptions[] = {
     {"--seed", "seed of the weights and of sampling", OPT_INT, OFF(seed), 0, 2147483647, {0}, NULL, RUN},
     {"--zero", "1: ZeRO-1, shard the AdamW state of the dense parameters over the ranks and of the experts over the "
      "ranks holding the same experts; 2: ZeRO-2, also the gradients: each layer's are reduce-scattered as its backward "
-     "ends and no rank holds them whole (needs --world-invariant 1). Same results at every level", OPT_INT, OFF(zero),
+     "ends and no rank holds them whole (needs --world-invariant 1). Over the fixed tree's halves: a power-of-two "
+     "number of ranks, and of ranks holding the same experts. Same results at every level", OPT_INT, OFF(zero),
      0, 2, {0}, NULL, LAYOUT},
     {"--pp", "pipeline stages: the ranks form this many stages of consecutive ranks, each holding --layers / --pp "
      "consecutive layers (the first the embedding, the last the head; the ends' own counts: --first-stage-layers), "
@@ -154,8 +155,9 @@ static const opt_spec kOptions[] = {
      "--tp-shards where the run is world-invariant (--shards, a divisor of --batch, a multiple of the stage's ranks, tp "
      "included: --batch 1 at --tp 2 is not); checkpoints hold whole tensors (any --tp resumes them)",
      OPT_INT, OFF(tp), 1, 4096, {0}, NULL, LAYOUT},
-    {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides; one "
-     "value gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto: --tp)",
+    {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides and "
+     "that divides --heads x head_dim and --kv-heads x head_dim; one value gives the same bits at every --tp dividing "
+     "it, so compare runs at the largest --tp (auto: --tp)",
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
@@ -384,10 +386,14 @@ static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
         }
     }
     o->model.moe.num_shards = o->world_invariant ? S : 0;
-    if (o->world_invariant && !layout_fits)
+    if (o->world_invariant && !layout_fits) { /* the way out that this layout has (a probe: "--shards 3" for 3 ranks) */
+        char fix[160];
+        if (W & (W - 1)) snprintf(fix, sizeof fix, "a power-of-two number of ranks");
+        else if (o->batch % W) snprintf(fix, sizeof fix, "a --batch that is a multiple of %d", W);
+        else snprintf(fix, sizeof fix, "--shards %d or another multiple of %d dividing --batch %d", W, W, o->batch);
         return moe_train_complain(err, "moe-train: --world-invariant 1 needs a power-of-two number of ranks that divides "
-                                       "--shards %d, not %d ranks (use --shards %d or more, or --world-invariant 0)\n",
-                                  S, W, W), -1;
+                                       "--shards %d, not %d ranks (use %s, or --world-invariant 0)\n", S, W, fix), -1;
+    }
     return 0;
 }
 
@@ -400,8 +406,9 @@ static int finish_zero(const moe_train_options *o, int world_size, FILE *err) {
                                        "power-of-two number of ranks (%d) and of ranks holding the same experts (%d / "
                                        "--ep %d = %d)\n", o->zero, world_size, world_size, o->ep, dp), -1;
     if (o->zero && world_size == 1 && err) /* kept valid: one config serves every world size (docs/DETERMINISM.md) */
-        fprintf(err, "moe-train: note: --zero %d on 1 rank shards nothing (each range is a whole region); it divides "
-                     "the optimizer state%s over the ranks from 2\n", o->zero, o->zero == 2 ? " and the gradients" : "");
+        fprintf(err, "moe-train: note: --zero %d on 1 rank%s shards nothing (each range is a whole region); it divides "
+                     "the optimizer state%s over the ranks from 2\n", o->zero, o->pp > 1 ? " per pipeline stage" : "",
+                o->zero == 2 ? " and the gradients" : "");
     if (o->zero == 2 && !o->world_invariant)
         return moe_train_complain(err, "moe-train: --zero 2 reduce-scatters the gradients in the fixed tree of the "
                                        "world-invariant sums: it needs --world-invariant 1 (--shards a multiple of the "
@@ -491,7 +498,13 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (m->tp_shards < 0) m->tp_shards = o->tp;
     if (finish_tensor_parallel(o, world_size, err)) return -1;
     const char *problem = moe_model_layout_problem(m, o->tp, o->ep);
-    if (problem) return moe_train_complain(err, "moe-train: invalid model: %s\n", problem), -1;
+    if (problem) /* the rule's words are the layer's and the model's fields: the flags' values beside them */
+        return moe_train_complain(err, "moe-train: invalid model: %s (--experts %d, --top-k %d, --ep %d, --tp %d, "
+                                  "--tp-shards %d, --heads %d, --kv-heads %d, --head-dim %d, --d-model %d, --d-ff %d, "
+                                  "--layers %d, --vocab %d, --expert-groups %d)\n", problem, m->moe.num_experts,
+                                  m->moe.top_k, o->ep, o->tp, m->tp_shards, m->num_heads, m->num_kv_heads,
+                                  m->head_dim, m->d_model, m->d_ff, m->num_layers, m->vocab_size,
+                                  m->moe.num_groups), -1;
     if (finish_pipeline(o, world_size, err)) return -1;
     world_size /= o->pp; /* from here on: the ranks of a stage, which split the batch and hold its layers' experts */
     const char *of_stage = o->pp > 1 ? " of a pipeline stage" : "";
