@@ -9,18 +9,12 @@
 #include "alltoall/parallel_mpi.h"
 #include "core/fail.h"
 #include "train/device_cuda.h"
+#include "train/rank_agreement.h"
 #ifdef MOE_HAVE_CUDA
 #include <dlfcn.h>
 #include <string.h>
 #include <unistd.h>
 #endif
-
-moe_status moe_train_agree(MPI_Comm world, moe_status mine) {
-    int failed = mine != MOE_OK, any = failed;
-    if (MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world) != MPI_SUCCESS)
-        return moe_fail(MOE_ERR_COMM, "MPI_Allreduce failed while placing the ranks on their devices");
-    return failed ? mine : any ? moe_fail(MOE_ERR_PEER, "another rank could not use its GPU") : MOE_OK;
-}
 
 #ifdef MOE_HAVE_CUDA
 /* The CUDA part's entry points once loaded (train/device_cuda.h); NULL before. */

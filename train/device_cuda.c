@@ -14,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemm_lt.h"
 #include "train/machine.h"
+#include "train/rank_agreement.h"
 
 /* The ranks of this node and this rank's index among them. */
 static void node_layout(MPI_Comm world, int *node_rank, int *node_ranks) {

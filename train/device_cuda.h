@@ -26,9 +26,7 @@ typedef void (*moe_train_cuda_counters_fn)(moe_runtime *rt, moe_gpu_counters *ou
 /* The GEMMs pinned on the runtime's device so far, a line each (kernels/gemm_lt.h); returns what snprintf would. */
 typedef int (*moe_train_cuda_gemms_fn)(moe_runtime *rt, char *out, size_t n);
 
-/* From moe-train, for the module: every rank's status, agreed over world with MPI directly (before any layout
- * exists): the worst one, MOE_ERR_PEER for the ranks that were fine. */
-moe_status moe_train_agree(MPI_Comm world, moe_status mine);
+/* From moe-train, for the module: moe_train_agree (train/rank_agreement.h). */
 
 moe_status moe_train_place_cuda(const moe_train_options *o, MPI_Comm world, FILE *log, moe_train_placement *out);
 moe_status moe_train_cuda_profiler_range(moe_runtime *rt, int start);

@@ -26,7 +26,7 @@
 #include "core/cpu_target.h"
 #include "kernels/gemm_engine.h"
 #include "train/checkpoint_run.h"
-#include "train/options_agree.h"
+#include "train/rank_agreement.h"
 #include "train/output_paths.h"
 #include "train/run_record.h"
 #include "train/config.h"
@@ -592,16 +592,17 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 2;
     }
-    const moe_status gemm = moe_gemm_engine_available(); /* the CPU GEMM library MOE_CPU_GEMM names (every rank's) */
+    /* the CPU GEMM library MOE_CPU_GEMM names, on every rank (a node without it stops the job, not itself alone) */
+    const moe_status gemm = moe_train_agree(MPI_COMM_WORLD, moe_gemm_engine_available());
     if (gemm != MOE_OK) {
-        fprintf(stderr, "moe-train: rank %d: %s\n", world_rank, moe_failure_message(gemm));
+        moe_train_report_agreed_failure(gemm, "the CPU GEMM library", MPI_COMM_WORLD);
         MPI_Finalize();
         return 2;
     }
     moe_train_placement place;
     moe_status st = moe_train_place(&opt, MPI_COMM_WORLD, world_rank == 0 ? stdout : NULL, &place);
-    if (st != MOE_OK) { /* every rank agreed: a message from each that knows why, then all stop */
-        if (st != MOE_ERR_PEER) fprintf(stderr, "moe-train: rank %d: %s\n", world_rank, moe_failure_message(st));
+    if (st != MOE_OK) { /* every rank agreed: each message once, then all stop */
+        moe_train_report_agreed_failure(st, "placement", MPI_COMM_WORLD);
         MPI_Finalize();
         return 2;
     }
@@ -609,7 +610,7 @@ int main(int argc, char **argv) {
     moe_trainer t;
     st = moe_trainer_create(&t, &opt, place.rt, place.par);
     if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) { /* a data file or a trace */
-        fprintf(stderr, "moe-train: rank %d: cannot start: %s\n", world_rank, moe_failure_message(st));
+        moe_train_report_agreed_failure(st, "cannot start", MPI_COMM_WORLD);
         moe_train_unplace(&place);
         MPI_Finalize();
         return 2;

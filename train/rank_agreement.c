@@ -1,9 +1,11 @@
-/* options_agree.c — every rank's options the same (train/options_agree.h). */
-#include "train/options_agree.h"
+/* rank_agreement.c — every rank's options the same, and agreed failures told once (train/rank_agreement.h). */
+#include "train/rank_agreement.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "core/fail.h"
 
 /* FNV-1a, 64 bits: equal texts hash equal; a collision between two ranks' different values is 2^-64 */
 static uint64_t hash_text(const char *text) {
@@ -57,4 +59,34 @@ int moe_train_options_agree(int parsed, const moe_train_options *o, MPI_Comm wor
     }
     free(mine), free(lo), free(hi);
     return agreed;
+}
+
+moe_status moe_train_agree(MPI_Comm world, moe_status mine) {
+    int failed = mine != MOE_OK, any = failed;
+    if (MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world) != MPI_SUCCESS)
+        return moe_fail(MOE_ERR_COMM, "MPI_Allreduce failed while the ranks agreed on their start");
+    return failed ? mine : any ? moe_fail(MOE_ERR_PEER, "another rank failed (see its message)") : MOE_OK;
+}
+
+void moe_train_report_agreed_failure(moe_status st, const char *what, MPI_Comm world) {
+    int rank, size;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    const char *message = moe_failure_message(st);
+    const uint64_t mine = st == MOE_ERR_PEER ? 0 : hash_text(message) | 1; /* 0: nothing of its own to say */
+    uint64_t *all = malloc((size_t)size * sizeof *all);
+    if (!all || MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, world) != MPI_SUCCESS) {
+        if (mine) fprintf(stderr, "moe-train: rank %d: %s: %s\n", rank, what, message); /* each its own line, then */
+        free(all);
+        return;
+    }
+    int first = rank, alike = 0;
+    for (int r = 0; r < size; r++)
+        if (all[r] == mine) alike++, first = r < first ? r : first;
+    if (mine && first == rank) {
+        char others[64] = "";
+        if (alike > 1) snprintf(others, sizeof others, " (and %d other%s alike)", alike - 1, alike > 2 ? "s" : "");
+        fprintf(stderr, "moe-train: rank %d%s: %s: %s\n", rank, others, what, message);
+    }
+    free(all);
 }
