@@ -102,6 +102,28 @@ cmp -s "$(step_dir "$dir/ex" 4)/model.safetensors" "$(step_dir "$dir/ex_again" 4
     echo "ok: step 4 saved again in place, as the run resumed elsewhere saved it" ||
     fail_with_output "step 4 in place differs from the run resumed elsewhere"
 
+# a tensor the model has no place for, named; a tied model's file with a head of its own, said so (a probe)
+add_tensor() { # FROM_DIR TO_DIR NAME: a copy, without its manifest and checksums, with one more F32 tensor [2, 2]
+    mkdir -p "$2" && cp "$1"/config.json "$2"/ && python3 - "$1/model.safetensors" "$2/model.safetensors" "$3" << 'EOF'
+import json, struct, sys
+src, dst, name = sys.argv[1:]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+header["__metadata__"] = {k: v for k, v in header.get("__metadata__", {}).items() if not k.startswith("crc32c")}
+header[name] = {"dtype": "F32", "shape": [2, 2], "data_offsets": [len(data), len(data) + 16]}
+text = json.dumps(header).encode()
+open(dst, "wb").write(struct.pack("<Q", len(text)) + text + data + bytes(16))
+EOF
+}
+trains "a tied model" "^step     2" --checkpoint-dir "$dir/tied" --tie-embeddings 1
+add_tensor "$(step_dir "$dir/tied" 2)" "$dir/tied_head" lm_head.weight
+refuses "unexpected tensor lm_head.weight: config.json says tie_word_embeddings true" --init-from "$dir/tied_head" \
+    --eval-only 1
+add_tensor "$(step_dir "$dir/tied" 2)" "$dir/stray" model.stray.weight
+refuses "unexpected tensor model.stray.weight \(a different model, or wrong names\)" --init-from "$dir/stray" \
+    --eval-only 1
+
 # --save-shard-size: the same run saved whole and in shards of at most 20 KB
 trains "one file" "^step     2" --checkpoint-dir "$dir/whole"
 # a run started from a Hugging Face folder carries its tokenizer and generation files and config.json's token ids
