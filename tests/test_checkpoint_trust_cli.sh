@@ -117,6 +117,14 @@ refuses "step 2's update was dropped: its checkpoint waits for the next step tha
     --init-from "$dir/overflow" --skip-nonfinite 1 --checkpoint-dir "$dir/dropped" --checkpoint-interval 2
 [ -z "$(ls "$dir/dropped" | grep step-)" ] || fail_with_output "checkpoints of dropped steps: $(ls "$dir/dropped")"
 
+# R14: a finite gradient whose squares pass fp32's range (the final norm at 1e25, lm_head at 1e-25: finite logits):
+# with --clip 0 AdamW's second moments would turn Inf and freeze those weights, silently (a probe); a non-finite step
+cp -r "$(step_dir "$ck" 4)" "$dir/huge" && rm "$dir/huge/manifest.json"
+python3 "$edit" "$dir/huge/model.safetensors" model.norm.weight 1e25 &&
+    python3 "$edit" "$dir/huge/model.safetensors" lm_head.weight 1e-25 || fail_with_output "safetensors_edit.py failed"
+refuses "step 1: gradient norm [0-9.e+]+: squares of its values could pass fp32's range" --steps 6 \
+    --init-from "$dir/huge" --clip 0
+
 # R13: a DeepSeek-V3's selection biases (sigmoid scores), kept in its weights and in the training state
 v3=(--family deepseek_v3 --score sigmoid --bias-update-rate 0.01)
 trains "a DeepSeek-V3 with sigmoid scores saves" "^step     2" "${v3[@]}" --checkpoint-dir "$dir/v3"

@@ -644,9 +644,17 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     if (st == MOE_ERR_NONFINITE || st == MOE_ERR_PEER)
         return stop_or_skip(t, r, explain_nonfinite(t, step, r->loss, r->grad_norm));
     MOE_TRY(st);
+    const double clip_factor = moe_model_clip_factor(r->grad_norm, o->clip);
+    /* A finite gradient whose squares pass fp32's range (an element above sqrt(FLT_MAX) ~ 1.8e19, possible only where
+     * the applied norm is): AdamW's second moments would turn Inf and freeze those weights from then on, silently (a
+     * probe, 2026-12-07, with --clip 0); stopped, or skipped, as a non-finite step. Every rank sees the same norm. */
+    if (r->grad_norm * clip_factor > 0x1p63)
+        return stop_or_skip(t, r, moe_fail(MOE_ERR_NONFINITE, "step %d: gradient norm %g%s: squares of its values "
+                                           "could pass fp32's range and make AdamW's second moments Inf (--clip "
+                                           "bounds it)", step, r->grad_norm * clip_factor,
+                                           clip_factor < 1 ? " after clipping" : ""));
     const moe_adamw_params hp = {.lr = r->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
-                                 .weight_decay = o->weight_decay, .step = step,
-                                 .clip_factor = moe_model_clip_factor(r->grad_norm, o->clip)};
+                                 .weight_decay = o->weight_decay, .step = step, .clip_factor = clip_factor};
     MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_sync_tied(t->model)); /* tied embeddings on a pipeline: the first stage's into the last's */
