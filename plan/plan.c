@@ -51,6 +51,10 @@ static void print_model(const moe_plan_options *o, const char **notes, int num_n
     printf("parameters: total %lld (%.2fB), active %lld (%.2fB); dense %lld, experts %lld\n", (long long)p.total,
            p.total / 1e9, (long long)p.active, p.active / 1e9, (long long)p.dense, (long long)p.expert);
     for (int i = 0; i < num_notes; i++) printf("note: moe-train cannot train this model as it is: %s\n", notes[i]);
+    if (m->num_experts > 1 && moe_plan_model_num_moe_layers(m) == 0) /* --moe-every or the dense layers past them all */
+        printf("note: no layer is an MoE layer (--moe-every %lld, --first-dense-layers %lld of %lld layers): a dense "
+               "model, its %lld experts unused\n", (long long)m->moe_every, (long long)m->first_dense,
+               (long long)m->num_layers, (long long)m->num_experts);
 }
 
 /* The data-parallel size: GPUs / (pp x ep x tp) (pipeline/grid.h). */
