@@ -33,4 +33,6 @@ void moe_train_note_inert_options(const moe_train_options *o, FILE *notes) {
         fprintf(notes, "note: --max-skipped-steps has no effect without --skip-nonfinite 1\n");
     if (moe_layers && !moe_config_grouped(&m->moe) && GIVEN(model.moe.group_score))
         fprintf(notes, "note: --group-score has no effect without expert groups (--expert-groups)\n");
+    if (!o->world_invariant && GIVEN(shards))
+        fprintf(notes, "note: --shards %d has no effect with --world-invariant 0 (the sums are per rank)\n", o->shards);
 }

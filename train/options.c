@@ -429,10 +429,11 @@ static int finish_pipeline(const moe_train_options *o, int world_size, FILE *err
                                        "rank)\n", V), -1;
     const moe_pipeline_split split = moe_train_pipeline_split(o);
     const char *problem = moe_pipeline_split_problem(&split, L);
-    if (problem && !o->first_stage_layers && !o->last_stage_layers)
+    if (problem && !o->first_stage_layers && !o->last_stage_layers) /* the uneven ends: without virtual stages */
         return moe_train_complain(err, "moe-train: --pp %d x --virtual-stages %d = %d stages must divide --layers %d "
-                                       "(every stage holds as many layers), or --first-stage-layers / "
-                                       "--last-stage-layers give the ends theirs\n", pp, V, pp * V, L), -1;
+                                       "(every stage holds as many layers)%s\n", pp, V, pp * V, L,
+                                  V > 1 ? "" : ", or --first-stage-layers / --last-stage-layers give the ends theirs"),
+               -1;
     if (problem)
         return moe_train_complain(err, "moe-train: --first-stage-layers %d, --last-stage-layers %d with --pp %d, "
                                        "--virtual-stages %d and --layers %d: %s\n", o->first_stage_layers,

@@ -273,15 +273,18 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
     const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE), gib = 1024.0 * 1024 * 1024;
     int too_big = have > 0 && need.total * node_ranks > have, any = too_big;
     MPI_Allreduce(&too_big, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    /* the ways out this configuration has not taken already (a probe: "--zero 1 or 2" to a run at --zero 2) */
+    char ways[160];
+    snprintf(ways, sizeof ways, "%s%s", o->zero < 2 ? (o->zero ? ", --zero 2" : ", --zero 1 or 2") : "",
+             o->model.moe.recompute < MOE_RECOMPUTE_FULL ? ", --recompute full" : "");
     if (too_big && node_rank == 0) /* one message per machine that cannot hold its ranks */
         fprintf(stderr, "moe-train: this configuration needs about %.1f GiB per rank (weights and gradients %.1f, "
                 "AdamW moments %.1f, activations %.1f GiB%s, the process %.1f), %d rank(s) on this machine: more than "
-                "its %.1f GiB. "
-                "Use fewer or smaller experts (--experts, --d-ff), a smaller --batch, --zero 1 or 2, --recompute full, or "
-                "more machines\n",
+                "its %.1f GiB. Use fewer or smaller experts (--experts, --d-ff), a smaller --batch%s, or more "
+                "machines\n",
                 need.total / gib, need.params / gib, need.moments / gib, need.activations / gib,
                 copies > 1 ? "; the run's model and --verify-steps' CPU reference" : "", need.process / gib, node_ranks,
-                have / gib);
+                have / gib, ways);
     return any;
 }
 
