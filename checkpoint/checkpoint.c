@@ -328,8 +328,8 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
             }
             if (!known && to->run->config->tie_embeddings && !strcmp(have, "lm_head.weight"))
                 return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor lm_head.weight: config.json says "
-                                "tie_word_embeddings true (the head is the embedding), and the file holds a head of its "
-                                "own: which one the model computes with is not said", set->files[k].path);
+                                "tie_word_embeddings true (the head is the embedding), and the file holds a head "
+                                "of its own: which one the model computes with is not said", set->files[k].path);
             if (!known)
                 return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)",
                                 set->files[k].path, have);

@@ -24,7 +24,8 @@ static moe_status copy_file(const char *src, const char *dst) {
     for (size_t n; st == MOE_OK && (n = fread(buf, 1, sizeof buf, in)) > 0;)
         if (fwrite(buf, 1, n, out) != n) st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", dst, strerror(errno));
     if (st == MOE_OK && ferror(in)) st = moe_fail(MOE_ERR_IO, "%s: cannot read: %s", src, strerror(errno));
-    if (out && fclose(out) != 0 && st == MOE_OK) st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", dst, strerror(errno));
+    if (out && fclose(out) != 0 && st == MOE_OK)
+        st = moe_fail(MOE_ERR_IO, "%s: cannot write: %s", dst, strerror(errno));
     if (in) fclose(in);
     if (st == MOE_OK && moe_fsync_path(dst) != 0)
         st = moe_fail(MOE_ERR_IO, "%s: fsync failed: %s", dst, strerror(errno));

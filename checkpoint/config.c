@@ -613,7 +613,8 @@ void moe__checkpoint_fingerprint(const moe_checkpoint_run *run, char *out, size_
              "z=%g bias_rate=%g invariant=%d batch=%d micro=%d seed=%d",
              c->vocab_size, c->num_layers, c->d_model, c->num_heads, c->num_kv_heads, c->d_ff, c->seq_len,
              q->num_experts, q->top_k, c->moe_every, c->tie_embeddings, q->score_func, q->renormalize,
-             q->capacity_factor > 0 ? q->capacity_factor : 0, q->drop_priority, q->aux_loss_coef, q->z_loss_coef, q->bias_update_rate,
+             q->capacity_factor > 0 ? q->capacity_factor : 0, q->drop_priority, q->aux_loss_coef, q->z_loss_coef,
+             q->bias_update_rate,
              q->layout_invariant, run->batch, run->micro_batches, run->seed);
     /* appended where they differ from a Mixtral's (whose head_dim is d / H): its fingerprint reads as it always has */
     if (c->family != MOE_MODEL_FAMILY_MIXTRAL)

@@ -16,5 +16,6 @@ const char *moe_hf_rope_type(json_t *scaling);
  * Checked: rope_scaling / rope_parameters an object or null, with a rope_type where it has a factor, of "default" or
  * "yarn", YaRN's truncate true and factor above 0; rope_scaling and rope_parameters (and rope_theta beside the
  * latter) agreeing where both are given; partial_rotary_factor 1 (at the top and in the scaling); rope_interleave a
- * boolean; routed_scaling_factor above 0; a deepseek_v3's rms_norm_eps 1e-6; attention_bias not true; clip_qkv null. (A family's own keys, such as Qwen's mlp_only_layers or DeepSeek's router, are its reader's.) */
+ * boolean; routed_scaling_factor above 0; a deepseek_v3's rms_norm_eps 1e-6; attention_bias not true; clip_qkv null.
+ * (A family's own keys, such as Qwen's mlp_only_layers or DeepSeek's router, are its reader's.) */
 int moe_hf_config_unsupported(json_t *config, char *buf, size_t n);

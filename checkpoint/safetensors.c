@@ -252,8 +252,8 @@ static moe_status check_packed(moe_safetensors_file *f) {
     }
     const size_t data_nbytes = f->file_nbytes - f->data_start;
     if (st == MOE_OK && at != data_nbytes)
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %zu bytes after the last tensor's data belong to no tensor (the tensors end "
-                      "at data byte %zu of %zu)", f->path, data_nbytes - at, at, data_nbytes);
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %zu bytes after the last tensor's data belong to no tensor (the tensors "
+                      "end at data byte %zu of %zu)", f->path, data_nbytes - at, at, data_nbytes);
     free(order);
     return st;
 }

@@ -2,7 +2,8 @@
  * attention_fused_cpu.c, whose comment has the formulas). The plain kernels, written to be right: fp32 FMA on the
  * CUDA cores (the tensor-core ones are attention_flash.cu's, which the entry points below take under bf16 where they
  * apply, and moe-train says when they do not: train/device_cuda.c), one thread per row, keys (or queries) streamed
- * through shared memory in tiles of kTile rows; no [S, S] matrix, no atomics, every output written by one thread in a fixed order:
+ * through shared memory in tiles of kTile rows; no [S, S] matrix, no atomics, every output written by one thread in a
+ * fixed order:
  *   forward   thread = query row i of (sequence, head): for j <= i in order, the online softmax
  *             m' = max(m, s_j), c = e^(m - m'), l = l c + e^(s_j - m'), o = o c + e^(s_j - m') v_j;
  *             out_i = o / l, lse_i = m + log l

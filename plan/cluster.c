@@ -68,7 +68,8 @@ const char *moe_plan_run_problem(const moe_plan_model *m, const moe_plan_cluster
                       : "--ep must divide the GPUs of a pipeline stage (GPUs / --pp)";
     if (m->num_experts % l->ep) return "--ep must divide the number of experts";
     if (l->micro_batch < 1 || l->seq_len < 1) return "--micro-batch and --seq-len must be at least 1";
-    if (l->seq_len % tp) return "--tp must divide --seq-len (every forward's tokens split into --tp slices, as moe-train's)";
+    if (l->seq_len % tp)
+        return "--tp must divide --seq-len (every forward's tokens split into --tp slices, as moe-train's)";
     if (l->zero < 0 || l->zero > 2) return "--zero must be 0, 1 or 2";
     if (l->local_shards > 0 && l->micro_batch % l->local_shards)
         return "--shards must divide GPUs x --micro-batch (every shard is whole sequences of one micro-batch)";

@@ -259,8 +259,9 @@ static int build_cluster_and_run(const flags *f, moe_plan_options *o, FILE *err)
     if (value(f, "--shards")) { /* a multiple of the world: its shards per GPU, for any micro-batch they divide */
         const int64_t S = integer(f, "--shards", 0);
         if (S && ((S & (S - 1)) || S % stage_ranks))
-            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs%s divide (as moe-train's)",
-                            (long long)S, (long long)stage_ranks, l->pp > 1 ? " of a pipeline stage" : ""), -1;
+            return complain(err, "--shards %lld must be 0 or a power of two that the %lld GPUs%s divide (as "
+                            "moe-train's)", (long long)S, (long long)stage_ranks,
+                            l->pp > 1 ? " of a pipeline stage" : ""), -1;
         l->local_shards = S / data_ranks;
     }
     o->run.global_batch = integer(f, "--global-batch", l->world / l->tp * l->micro_batch);

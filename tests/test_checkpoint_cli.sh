@@ -131,7 +131,8 @@ trains "one file" "^step     2" --checkpoint-dir "$dir/whole"
 mkdir "$dir/hf" && cp "$(step_dir "$dir/whole" 2)"/{model.safetensors,config.json} "$dir/hf/"
 python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c.update(bos_token_id=1, eos_token_id=[2, 3])
 json.dump(c, open(p, "w"))' "$dir/hf/config.json"
-echo '{"version": "1.0"}' > "$dir/hf/tokenizer.json" && echo '{"eos_token_id": [2, 3]}' > "$dir/hf/generation_config.json"
+echo '{"version": "1.0"}' > "$dir/hf/tokenizer.json" &&
+    echo '{"eos_token_id": [2, 3]}' > "$dir/hf/generation_config.json"
 trains "--init-from a folder with a tokenizer" "^step     2" --init-from "$dir/hf" --checkpoint-dir "$dir/tuned"
 trains "resumed" "^step     4" --resume --checkpoint-dir "$dir/tuned" --steps 4
 for s in 2 4; do

@@ -31,7 +31,10 @@ expect_error "--heads 3 must divide" --heads 3
 expect_error "--tp must divide --seq-len" --tp 8 --heads 8 --seq-len 12
 expect_error "--zero 2 needs moe-train's world-invariant sums" --pp 2 --tp 2 --zero 2 --micro-batch 1 --global-batch 8
 out=$("$plan" --moe-every 8 --layers 4 2>&1)
-case $out in *"note: no layer is an MoE layer (--moe-every 8"*) ;; *) fail "no note of a model without MoE layers" ;; esac
+case $out in
+*"note: no layer is an MoE layer (--moe-every 8"*) ;;
+*) fail "no note of a model without MoE layers" ;;
+esac
 expect_error "--layers cannot be combined" --hf-config "$configs/mixtral-8x7b.json" --layers 2
 expect_error "no-such.json" --hf-config "$configs/no-such.json"
 expect_error "leave out --ep" --search --ep 2

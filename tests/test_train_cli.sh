@@ -98,7 +98,8 @@ for case in "--ep 1|--ep 2|the ranks were given different values of --ep \(rank 
     IFS='|' read -r a b pattern <<< "$case"
     # shellcheck disable=SC2086 # each side's flags: words without blanks
     "$expect_failure" "$pattern" 20 "$mpirun" -np 1 "$train" "${merged[@]}" $a : -np 1 "$train" "${merged[@]}" $b \
-        > "$dir/out.txt" 2>&1 && echo "ok: ranks given $a and $b: $(grep -E -e "$pattern" "$dir/out.txt" | head -n 1)" ||
+        > "$dir/out.txt" 2>&1 &&
+        echo "ok: ranks given $a and $b: $(grep -E -e "$pattern" "$dir/out.txt" | head -n 1)" ||
         fail_with_output "ranks given $a and $b were not refused at once with /$pattern/"
 done
 # a --log-file that holds an earlier run's log: kept as FILE.1 (then .2), not overwritten (before 2026-12-07: lost)

@@ -151,9 +151,9 @@ static const opt_spec kOptions[] = {
      "--heads / --tp heads), the norms, MoE layers and head run on each rank's slice of the group's tokens. A power "
      "of two "
      "dividing the ranks of a stage, --heads and --seq-len, and dividing --kv-heads or a multiple of it (a rank then "
-     "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same "
-     "--tp-shards where the run is world-invariant (--shards, a divisor of --batch, a multiple of the stage's ranks, tp "
-     "included: --batch 1 at --tp 2 is not); checkpoints hold whole tensors (any --tp resumes them)",
+     "keeps its query heads' kv head). Bitwise the same as --tp 1 with the same --tp-shards where the run is "
+     "world-invariant (--shards, a divisor of --batch, a multiple of the stage's ranks, tp included: --batch 1 at --tp "
+     "2 is not); checkpoints hold whole tensors (any --tp resumes them)",
      OPT_INT, OFF(tp), 1, 4096, {0}, NULL, LAYOUT},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides and "
      "that divides --heads x head_dim and --kv-heads x head_dim; one value gives the same bits at every --tp dividing "
@@ -371,9 +371,9 @@ static int finish_shards(moe_train_options *o, int world_size, FILE *err) {
      * --layout-invariant 0 took --world-invariant 1, said nothing, and the runs differed from step 1) */
     const int rows_fixed = o->model.moe.layout_invariant;
     if (o->world_invariant > 0 && !rows_fixed)
-        return moe_train_complain(err, "moe-train: --world-invariant 1 needs --layout-invariant 1: with the GEMMs' rows "
-                                       "depending on each call's size, no fixed order of the sums makes the run the "
-                                       "same on another layout\n"), -1;
+        return moe_train_complain(err, "moe-train: --world-invariant 1 needs --layout-invariant 1: with the GEMMs' "
+                                       "rows depending on each call's size, no fixed order of the sums makes the run "
+                                       "the same on another layout\n"), -1;
     if (o->world_invariant < 0) {
         o->world_invariant = layout_fits && rows_fixed;
         if (!o->world_invariant && err) {

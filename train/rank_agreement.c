@@ -34,10 +34,13 @@ int moe_train_options_agree(int parsed, const moe_train_options *o, MPI_Comm wor
     /* every rank takes part whatever its allocation did: all stop where one failed */
     const int n = mine && lo && hi ? count + 1 : 0;
     int ok = n > 0, all_ok = 0;
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
-    if (all_ok) {
-        MPI_Allreduce(mine, lo, n, MPI_UINT64_T, MPI_MIN, world);
-        MPI_Allreduce(mine, hi, n, MPI_UINT64_T, MPI_MAX, world);
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world) != MPI_SUCCESS ||
+        (all_ok && (MPI_Allreduce(mine, lo, n, MPI_UINT64_T, MPI_MIN, world) != MPI_SUCCESS ||
+                    MPI_Allreduce(mine, hi, n, MPI_UINT64_T, MPI_MAX, world) != MPI_SUCCESS))) {
+        moe_train_complain(err, "moe-train: MPI_Allreduce failed while the ranks compared their options\n");
+        all_ok = -1;
+    }
+    if (all_ok > 0) {
         int differs = lo[0] != hi[0] ? 0 : -1;
         for (int i = 0; i < count && differs < 0; i++)
             if (lo[1 + i] != hi[1 + i]) differs = 1 + i;
@@ -54,7 +57,7 @@ int moe_train_options_agree(int parsed, const moe_train_options *o, MPI_Comm wor
                                     "needs the same options (an MPMD launch, or a --config file that differs from node "
                                     "to node?)\n", table[differs - 1].name, value);
         }
-    } else {
+    } else if (all_ok == 0) {
         moe_train_complain(err, "moe-train: out of memory\n");
     }
     free(mine), free(lo), free(hi);

@@ -24,7 +24,7 @@ moe_status moe_train_agree(MPI_Comm world, moe_status mine);
 
 /* Collective over world, after a failure every rank agreed on (st: this rank's own, or MOE_ERR_PEER where it only
  * learned of another's): each distinct message on stderr once, by the lowest rank that has it, with how many ranks
- * met it ("moe-train: rank 0 (and 7 others): WHAT: MESSAGE"). */
+ * met it ("moe-train: rank 0 (and 7 others alike): WHAT: MESSAGE"). */
 void moe_train_report_agreed_failure(moe_status st, const char *what, MPI_Comm world);
 
 #endif
