@@ -160,6 +160,28 @@ static int names_checkpoint_dir(const moe_train_options *o, const char *dir, FIL
     return is_root;
 }
 
+/* The value DIR/config.json gives at the dotted key path ("rope_theta", "moe_train.family", "rope_scaling.factor"),
+ * as JSON text in out; 0 where it gives none. A disagreement names the file's own value where it gives one, and says
+ * so where it does not (a probe: "whose moe_train.family is mixtral" of a transformers file without moe_train, "whose
+ * head_dim is 0" of a file saying 16). */
+static int file_value(const char *dir, const char *path, char *out, size_t n) {
+    char *name = moe_path_join(dir, "config.json");
+    json_t *j = name ? json_load_file(name, 0, NULL) : NULL, *at = j;
+    free(name);
+    char key[64];
+    for (const char *p = path; at && *p;) {
+        const size_t n = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        at = json_is_object(at) ? json_object_get(at, key) : NULL;
+        p += n + (p[n] == '.');
+    }
+    char *text = at ? json_dumps(at, JSON_ENCODE_ANY | MOE_JSON_FLOATS) : NULL;
+    if (text) snprintf(out, n, "%s", text);
+    free(text);
+    json_decref(j);
+    return text != NULL;
+}
+
 /* config.json defines the architecture: taken where no config file or flag gave it, compared where one did — except
  * the routing policy of training (capacity factor, drop priority: moe_checkpoint_field's policy) under --init-from,
  * which trains with what was given, said in a note; what the run saves then records it. */
@@ -188,9 +210,15 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
             moe_train_option_format(o, s, 0, value, sizeof value);
             char as_flag[128] = ""; /* where the file counts in other units (DeepSeek's n_shared_experts) */
             if (*have.flag_text) snprintf(as_flag, sizeof as_flag, " (%s %s)", s->name, have.flag_text);
-            return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, whose %s is %s%s: the "
-                            "checkpoint defines the architecture (leave %s out, or start without it)\n", s->name, value,
-                            dir, have.path, have.text, as_flag, s->name), -1;
+            char whose[256], given[96]; /* the file's own words where it gives the key, else what its label implies */
+            if (file_value(dir, have.path, given, sizeof given))
+                snprintf(whose, sizeof whose, "whose %s is %s", have.path, given);
+            else
+                snprintf(whose, sizeof whose, "which does not give %s: read as %s (its label's or the default)",
+                         have.path, have.text);
+            return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, %s%s: the checkpoint "
+                                      "defines the architecture (leave %s out, or start without it)\n", s->name,
+                                      value, dir, whose, as_flag, s->name), -1;
         }
         moe_checkpoint_field_set(&o->model, i, have.value);
         if (!moe_train_option_from(o, s, MOE_OPTION_CHECKPOINT)) o->source[s - table] = MOE_OPTION_CHECKPOINT;
