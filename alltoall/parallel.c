@@ -52,6 +52,7 @@ moe_ranks moe__parallel_ranks_one(void) {
 }
 
 moe_status moe_parallel_create_self(moe_parallel **out) {
+    if (!out) return MOE_ERR_INVALID_ARG;
     moe__parallel_comms c = {0};
     moe_comm_create_self("world", &c.world), moe_comm_create_self("pipeline", &c.pipeline);
     moe_comm_create_self("ep", &c.ep), moe_comm_create_self("expert-dp", &c.expert_dp);

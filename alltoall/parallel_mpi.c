@@ -1,6 +1,8 @@
 /* parallel_mpi.c — the layout's communicators by MPI_Comm_split, from pipeline/grid.h's rank grid. */
 #include "alltoall/parallel_mpi.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 
 #include "alltoall/comm_mpi.h"
@@ -44,6 +46,9 @@ static MPI_Comm split_group(MPI_Comm world, const moe_rank_grid *g, moe_rank_gro
 
 moe_status moe__parallel_create_mpi_with(MPI_Comm world, int pp_size, int ep_size, int tp_size, double timeout_s,
                                          moe__comm_wrap_fn wrap_fn, void *wrap_ctx, moe_parallel **out) {
+    if (!out) return MOE_ERR_INVALID_ARG;
+    if (isnan(timeout_s)) /* not <= 0, so not "none": it turned the watchdog off, and a stuck exchange hung (a probe) */
+        return moe_fail(MOE_ERR_INVALID_ARG, "the exchange watchdog's timeout is NaN (<= 0 for none)");
     int size, rank;
     if (MPI_Comm_size(world, &size) != MPI_SUCCESS || MPI_Comm_rank(world, &rank) != MPI_SUCCESS)
         return moe_fail(MOE_ERR_COMM, "cannot query the MPI world");

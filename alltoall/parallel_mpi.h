@@ -7,7 +7,11 @@
 #include "alltoall/parallel.h"
 
 /* Collective over `world`. MOE_ERR_INVALID_CONFIG (on every rank alike) when ep_size < 1 or does not
- * divide the world size. timeout_s: the watchdog of every exchange (<= 0: none). */
+ * divide the world size. timeout_s: the watchdog of every exchange (<= 0: none; NaN: MOE_ERR_INVALID_ARG).
+ * Every rank must give the same ep and the same layer configurations (moe-train compares its options at start:
+ * train/rank_agreement.h); ranks that disagree on E or ep fail inside Open MPI's non-blocking collectives, which
+ * report on MPI_COMM_WORLD, so a program that wants a status back rather than MPI's abort sets MPI_ERRORS_RETURN on
+ * MPI_COMM_WORLD (the layout's own communicators have it). */
 moe_status moe_parallel_create_mpi(MPI_Comm world, int ep_size, double timeout_s, moe_parallel **out);
 /* The same with pp_size pipeline stages (pipeline/grid.h's layout): MOE_ERR_INVALID_CONFIG, with the grid's message,
  * when pp does not divide the world or ep the ranks of a stage. */

@@ -85,9 +85,12 @@ const char *moe_config_ep_problem(const moe_config *c, int ep) {
     return NULL;
 }
 
-int moe_config_num_local_experts(const moe_config *c, int ep) { return c->num_experts / ep; }
+int moe_config_num_local_experts(const moe_config *c, int ep) { return ep >= 1 ? c->num_experts / ep : 0; }
 
 size_t moe_layer_num_params(const moe_config *c, int ep) {
+    /* 0 where no layer could be made of it (moe_config_validate, _ep_problem say why): a negative size was read as
+     * 2^64 - 400 and ep 0 divided by zero (a probe) */
+    if (!c || moe_config_ep_problem(c, ep) || c->num_experts < 1 || c->d_model < 1 || c->d_ff < 1) return 0;
     size_t E = c->num_experts, E_local = moe_config_num_local_experts(c, ep), d = c->d_model, f = c->d_ff;
     return E * d + 3 * E_local * f * d;
 }

@@ -387,9 +387,15 @@ static moe_status queue_router_losses(moe_layer *L) {
     return MOE_OK;
 }
 
-void moe_layer_defer_finish(moe_layer *L, int defer) { L->defer_finish = defer; }
+void moe_layer_defer_finish(moe_layer *L, int defer) {
+    if (L) L->defer_finish = defer;
+}
+
+/* Every view of w set (a NULL one crashed the OpenBLAS engine, and oneDNN's failed as "status 2": a probe). */
+static int weights_whole(const moe_layer_weights *w) { return w->router_w && w->w1 && w->w3 && w->w2; }
 
 moe_status moe_layer_finish_forward(moe_layer *L, moe_layer_stats *stats) {
+    if (!L) return MOE_ERR_INVALID_ARG;
     if (!L->pending) return MOE_OK;
     L->pending = 0;
     /* A layout bug's detector, agreed in the losses' all-reduce (a third value: the ranks that found one), so that
@@ -509,6 +515,8 @@ static moe_status run_experts(moe_layer *L, const moe_layer_weights *w, const ch
 moe_status moe_layer_forward(moe_layer *L, const moe_layer_weights *w, const moe_real *x, int num_tokens,
                              moe_real *out, moe_layer_stats *stats) {
     if (!L || !w || !x || !out || num_tokens < 1) return MOE_ERR_INVALID_ARG;
+    if (!weights_whole(w))
+        return moe_fail(MOE_ERR_INVALID_ARG, "moe_layer_forward: the weights' router_w, w1, w3 and w2 must all be set");
     L->has_forward = 0;
     MOE_TRY(reserve_tokens(L, num_tokens));
     MOE_TRY(point_token_buffers(L, num_tokens));
@@ -571,6 +579,9 @@ moe_status moe_layer_recompute(moe_layer *L, const moe_layer_weights *w, const m
 moe_status moe_layer_backward(moe_layer *L, const moe_layer_weights *w, const moe_real *dout, moe_real *dx,
                               moe_layer_weights *grads) {
     if (!L || !w || !dout || !grads) return MOE_ERR_INVALID_ARG;
+    if (!weights_whole(w) || !weights_whole(grads))
+        return moe_fail(MOE_ERR_INVALID_ARG, "moe_layer_backward: the weights' and the gradients' router_w, w1, w3 and w2 "
+                        "must all be set");
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
     if (!L->rebuilt)
         return moe_fail(MOE_ERR_NO_FORWARD, "layer %d: under recompute full, backward needs moe_layer_recompute first",
@@ -628,6 +639,9 @@ moe_real *moe_layer_expert_bias(moe_layer *L) { return L ? L->expert_bias : NULL
 
 moe_status moe_layer_share_expert_bias(moe_layer *L, moe_layer *owner) {
     if (!L || !owner || owner->cfg.num_experts != L->cfg.num_experts) return MOE_ERR_INVALID_ARG;
+    /* already one bias (L itself, or an owner that selects with L's own): nothing to drop, where freeing L's own
+     * left both on freed memory (a probe: a layer shared with itself) */
+    if (owner->expert_bias == L->expert_bias) return MOE_OK;
     free(L->own_bias);
     L->own_bias = NULL;
     L->expert_bias = owner->expert_bias;

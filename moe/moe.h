@@ -19,6 +19,7 @@
 
 #include "alltoall/parallel.h"
 #include "core/rng.h"
+#include "core/fail.h"      /* moe_failure_message: what a failed call's status means, in its words */
 #include "core/precision.h"
 #include "core/types.h"
 #include "moe/runtime.h"
@@ -84,12 +85,12 @@ const char *moe_config_problem(const moe_config *cfg);
 /* The expert-parallel size is the layout's (moe_parallel_ranks(par).ep_size, alltoall/parallel.h), never the
  * config's: what depends on it takes it. NULL when ep ranks can shard the experts (ep >= 1 divides E), else why not. */
 const char *moe_config_ep_problem(const moe_config *cfg, int ep);
-/* E_local = E / ep: the experts each rank of an expert-parallel group of ep holds. */
+/* E_local = E / ep: the experts each rank of an expert-parallel group of ep holds (0 for ep < 1). */
 int moe_config_num_local_experts(const moe_config *cfg, int ep);
 
 /* The layer's parameters are a moe_layer_weights (core/types.h): the router and this rank's experts.
  * Number of reals in this rank's parameter buffer at expert-parallel size ep: E*d (router) + 3*E_local*d_ff*d
- * (experts). */
+ * (experts); 0 for a configuration or ep no layer takes. */
 size_t moe_layer_num_params(const moe_config *cfg, int ep);
 /* Carves the views out of one buffer of moe_layer_num_params() reals: [router | w1 | w3 | w2], i.e.
  * [dense | local experts], so each gradient all-reduce is one call over one region. */

@@ -134,6 +134,7 @@ static const moe_memory_ops cpu_memory = {
 static void cpu_destroy(moe_runtime *rt) { free(rt); }
 
 moe_status moe_runtime_create_cpu(moe_runtime **out) {
+    if (!out) return MOE_ERR_INVALID_ARG;
     moe_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) return MOE_ERR_OUT_OF_MEMORY;
     *rt = (moe_runtime){.name = "cpu", .memory = &cpu_memory, .layer = &moe_layer_ops_cpu, .dense = &moe_dense_ops_cpu,

@@ -14,8 +14,8 @@
 #include "alltoall/parallel.h"
 #include "router/routing.h"
 
-/* C for T tokens. Computed in double with a relative slack of 1e-6, so that a float cf of 1.1 with
- * T*k/E = 10 gives 11 and not 12. */
+/* C for T tokens: 0 for cf <= 0 (dropless), else ceil(cf * T * k / E) between 1 and T. Computed in double with a
+ * relative slack of float's epsilon (2^-23), so that a float cf of 1.1 with T*k/E = 10 gives 11 and not 12. */
 int moe_router_capacity(float capacity_factor, int num_tokens, int top_k, int num_experts);
 
 /* The rule on the routing of a whole batch held by one rank — the reference the distributed rule is tested

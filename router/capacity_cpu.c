@@ -5,9 +5,14 @@
 #include <stdlib.h>
 
 int moe_router_capacity(float capacity_factor, int num_tokens, int top_k, int num_experts) {
-    if (capacity_factor <= 0) return 0;
-    double slots = (double)capacity_factor * num_tokens * top_k / num_experts;
-    return (int)ceil(slots - 1e-6 * (slots > 1 ? slots : 1));
+    if (!(capacity_factor > 0)) return 0;
+    const double slots = (double)capacity_factor * num_tokens * top_k / num_experts;
+    /* float's rounding of cf (1.1f is 1.1000000238) must not add a slot: a slack of float's epsilon, relative (1e-6
+     * until 2026-12-07, which took a whole slot from 2^20 and more) */
+    const double c = ceil(slots - slots * 0x1p-23);
+    /* at least 1: a positive factor keeps some tokens (0 reads as dropless); at most T: a token picks an expert once
+     * (and a factor of 1e6 overflowed the int, dropping every token: a probe) */
+    return c < 1 ? 1 : c > num_tokens ? (num_tokens > 0 ? num_tokens : 1) : (int)c;
 }
 
 typedef struct {

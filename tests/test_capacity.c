@@ -30,7 +30,11 @@ static void test_formula(void) {
         float cf;
         int T, k, E, want;
     } cases[] = {{1.0f, 6, 1, 2, 3},  {1.1f, 40, 2, 8, 11}, {1.25f, 10, 1, 4, 4}, {1.0f, 7, 1, 2, 4},
-                 {2.0f, 1, 1, 8, 1},  {0.0f, 10, 2, 4, 0},  {-1.0f, 10, 2, 4, 0}, {1.0f, 4096, 2, 8, 1024}};
+                 {2.0f, 1, 1, 8, 1},  {0.0f, 10, 2, 4, 0},  {-1.0f, 10, 2, 4, 0}, {1.0f, 4096, 2, 8, 1024},
+                 /* a probe, 2026-12-07: a tiny factor gave 0 (dropless), a huge one overflowed the int (every token
+                  * dropped), 2^20 and more lost a slot to the slack */
+                 {1e-7f, 16, 2, 8, 1}, {1e6f, 16384, 2, 1, 16384}, {2e9f, 4096, 2, 8, 4096},
+                 {1.0f, 4194304, 2, 8, 1048576}, {2.0f, 1 << 24, 8, 64, 4194304}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int c = moe_router_capacity(cases[i].cf, cases[i].T, cases[i].k, cases[i].E);
         CHECK(c == cases[i].want, "C(cf=%g, T=%d, k=%d, E=%d) = %d, want %d", cases[i].cf, cases[i].T, cases[i].k,

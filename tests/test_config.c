@@ -66,6 +66,31 @@ static void test_calls(void) {
     x[17] = 0.5f;
     CHECK_OK(moe_layer_forward(L, &tw.w, x, 10, out, NULL));
     CHECK_OK(moe_layer_backward(L, &tw.w, out, x, &g.w));
+    /* a probe's misuses (2026-12-07): a weight view left NULL (a crash under OpenBLAS), NULL layers where other calls
+     * took them, a layer sharing its bias with itself or with a layer that shares its own (freed, then read) */
+    moe_config negative = cfg;
+    negative.d_model = -4;
+    CHECK(moe_layer_num_params(&cfg, 0) == 0 && moe_layer_num_params(&negative, 1) == 0 &&
+              moe_layer_num_params(&cfg, 3) == 0 && moe_layer_num_params(&cfg, 2) == 4 * 8 + 3 * 2 * 16 * 8,
+          "parameter counts of ep 0, a negative width, ep 3 of 4 experts, ep 2");
+    moe_layer_weights no_w2 = tw.w;
+    no_w2.w2 = NULL;
+    CHECK(moe_layer_forward(L, &no_w2, x, 10, out, NULL) == MOE_ERR_INVALID_ARG, "a NULL w2");
+    CHECK(moe_layer_finish_forward(NULL, NULL) == MOE_ERR_INVALID_ARG, "finish of a NULL layer");
+    moe_layer_defer_finish(NULL, 1);
+    moe_config sig = cfg;
+    sig.score_func = MOE_SCORE_SIGMOID;
+    moe_layer *A, *B;
+    CHECK_OK(moe_layer_create(&sig, NULL, NULL, &A));
+    CHECK_OK(moe_layer_create(&sig, NULL, NULL, &B));
+    CHECK_OK(moe_layer_share_expert_bias(A, A));
+    CHECK_OK(moe_layer_share_expert_bias(B, A));
+    CHECK_OK(moe_layer_share_expert_bias(A, B));
+    moe_layer_expert_bias(A)[0] = 0.25f, moe_layer_expert_bias(B)[1] = 0.5f; /* one live bias: ASan would see it freed */
+    CHECK(moe_layer_expert_bias(A) == moe_layer_expert_bias(B) && moe_layer_expert_bias(A)[1] == 0.5f,
+          "two layers sharing each other's bias hold two");
+    CHECK_OK(moe_layer_forward(A, &tw.w, x, 10, out, NULL));
+    moe_layer_destroy(B), moe_layer_destroy(A);
     /* a bigger batch after a smaller one: the workspace grows */
     moe_real *x2 = test_alloc_uniform(&rng, 300 * 8, 1), *out2 = test_alloc_uniform(&rng, 300 * 8, 0);
     CHECK_OK(moe_layer_forward(L, &tw.w, x2, 300, out2, NULL));

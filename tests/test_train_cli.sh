@@ -80,6 +80,11 @@ for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do
         echo "ok: moe-text-to-tokens refused $outputs" || fail_with_output "moe-text-to-tokens wrote $outputs"
 done
 cmp -s "$dir/text.txt" "$dir/text_before.txt" || fail_with_output "moe-text-to-tokens changed its input"
+# VAL.bin a directory: refused before TRAIN.bin is replaced (a probe: TRAIN.bin's rename came first)
+mkdir "$dir/val_dir" && cp "$dir/train.bin" "$dir/train_kept.bin"
+"$expect_failure" "val_dir is a directory, not a token file to write" 10 "$text_to_tokens" "$dir/text.txt" \
+    "$dir/train_kept.bin" "$dir/val_dir" > "$dir/out.txt" 2>&1 && cmp -s "$dir/train.bin" "$dir/train_kept.bin" &&
+    echo "ok: VAL.bin a directory refused, TRAIN.bin kept" || fail_with_output "VAL.bin a directory: TRAIN.bin changed"
 refuses "--sample-prompt: its byte 122 is past the vocabulary of 64" --vocab 64 --sample-prompt zzz --sample-tokens 5
 # the default prompt ("And God said") past the vocabulary: replaced, said so (before: its bytes taken modulo it)
 printf 'abc ab ca bc %.0s' $(seq 200) > "$dir/abc.txt"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fail.h"
@@ -31,6 +32,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "moe-text-to-tokens: INPUT.txt, TRAIN.bin and VAL.bin must be three files (%s, %s, %s): an "
                         "output written over another file loses it\n", argv[1], argv[2], argv[3]);
         return 2;
+    }
+    /* an output that is a directory fails its rename, and TRAIN.bin's came first (a probe: VAL.bin a directory left
+     * TRAIN.bin replaced, exit 1): refused before anything is written */
+    for (int i = 2; i <= 3; i++) {
+        struct stat sb;
+        if (stat(argv[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "moe-text-to-tokens: %s is a directory, not a token file to write\n", argv[i]);
+            return 2;
+        }
     }
     FILE *f = fopen(argv[1], "rb");
     if (!f) {
