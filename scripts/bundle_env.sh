@@ -30,6 +30,8 @@ moe_bundle_activate() {
             "bundle on a Debian release as old as this machine, or install Open MPI, jansson and OpenBLAS here)" >&2
         return 1
     fi
+    source "$(dirname "${BASH_SOURCE[0]}")/dir_guard.sh"
+    moe_replaceable "$prefix" usr/lib/x86_64-linux-gnu/libmpi.so.40 fallback-active || return 1 # one it unpacked
     rm -rf "$prefix" && mkdir -p "$prefix" || return 1
     prefix=$(cd "$prefix" && pwd)
     tar -xzf "$tarball" -C "$prefix" || { echo "bundle_env: could not unpack $tarball" >&2; return 1; }

@@ -7,11 +7,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
 steps="${1:-800}"
 shift || true
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "compare_moe_dense.sh: STEPS must be a positive whole number, not '$steps'" >&2; exit 2; }
 source "$root/scripts/mpi_env.sh"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 common=(--train-data "$root/data/kjv_train.bin" --val-data "$root/data/kjv_val.bin" --steps "$steps"
-        --warmup 100 --eval-interval $((steps / 4)) --eval-batches 16 --sample-tokens 0 "$@")
+        --warmup $((steps / 8 < 100 ? steps / 8 : 100)) --eval-interval $(((steps + 3) / 4)) --eval-batches 16 \
+        --sample-tokens 0 "$@")
 mpirun -np 2 "$build/moe-train" "${common[@]}" --experts 8 --top-k 2 --d-ff 256 --log-file "$out/moe.jsonl" > "$out/moe.txt"
 mpirun -np 2 "$build/moe-train" "${common[@]}" --experts 1 --top-k 1 --d-ff 512 --log-file "$out/dense.jsonl" > "$out/dense.txt"
 echo "| step | val loss, dense (d_ff 512) | val loss, MoE (8 x 256, top-2) |"

@@ -14,8 +14,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CC=clang MOE_BUILD_DIR="${MOE_FUZZ_BUILD_DIR:-$root/build-fuzz}" MOE_BUILDTYPE=debugoptimized
 export MOE_SETUP_ARGS="-Dfuzz=enabled -Dcuda=disabled -Dmpi=disabled"
 source "$root/scripts/setup.sh" clang libclang-rt-14-dev
-if [ -n "${MOE_FUZZ_SECONDS:-}" ]; then
-    meson configure "$moe_build" -Dfuzz_seconds="$MOE_FUZZ_SECONDS"
+# every run sets it, so that a value given once does not stay in build-fuzz for the runs after it (a probe, 2026-12-07);
+# only when it changes (meson configure touches the build files, and the next compile then regenerates them)
+seconds="${MOE_FUZZ_SECONDS:-10}"
+if [ "$(meson introspect "$moe_build" --buildoptions 2>/dev/null |
+    python3 -c 'import json, sys; print(next((o["value"] for o in json.load(sys.stdin) if o["name"] == "fuzz_seconds"), ""))' \
+    2>/dev/null)" != "$seconds" ]; then
+    meson configure "$moe_build" -Dfuzz_seconds="$seconds"
 fi
 [ $build_only -eq 1 ] && exit 0
 meson test -C "$moe_build" --suite fuzz --print-errorlogs "$@"

@@ -17,8 +17,14 @@
 set -euo pipefail
 trap 'echo "gpu_bundle: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+case ${1:-} in
+-h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+-*) echo "gpu_bundle: unknown option '$1' (usage: scripts/gpu_bundle.sh [DIR])" >&2; exit 2 ;;
+esac
 dir="${1:-$root/.gpu-bundle}"
 max_mib=40
+source "$root/scripts/dir_guard.sh"
+moe_replaceable "$dir" MANIFEST debian-packages.tar.gz || exit 2 # DIR is made anew: a bundle of before, or nothing
 
 # What the build needs beyond CUDA, meson and ninja: headers, .so links and .pc files.
 build_packages=(pkgconf pkgconf-bin libpkgconf3 libopenmpi-dev libjansson-dev libopenblas-dev libopenblas-pthread-dev)

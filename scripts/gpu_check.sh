@@ -44,11 +44,11 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 out="" bundle="" mode=first budget="" rehearse=0 rehearse_cuda=1 only=""
 while [ $# -gt 0 ]; do
     case $1 in
-    --out) out=${2:?--out needs a folder}; shift 2 ;;
-    --bundle) bundle=${2:?--bundle needs a folder}; shift 2 ;;
+    --out | --bundle | --budget | --only) # a value each (usage: exit 2, as the header says)
+        [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu_check: $1 needs a value (see --help)" >&2; exit 2; }
+        case $1 in --out) out=$2 ;; --bundle) bundle=$2 ;; --budget) budget=$2 ;; --only) only=$2 ;; esac
+        shift 2 ;;
     --more) mode=more; shift ;;
-    --budget) budget=${2:?--budget needs seconds}; shift 2 ;;
-    --only) only=${2:?--only needs a list of phases}; shift 2 ;;
     --rehearse) rehearse=1; shift ;;
     --rehearse-cpu) rehearse=1 rehearse_cuda=0; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -61,6 +61,8 @@ build="${MOE_BUILD_DIR:-$root/build-gpu}"
 mkdir -p "$build" && build=$(cd "$build" && pwd)
 export MOE_BUILD_DIR="$build" # the benchmark scripts' build
 out="${out:-$build/gpu_check}"
+source "$root/scripts/dir_guard.sh"
+moe_replaceable "$out" phases.tsv report.md || exit 2 # its logs/ is made anew: a report of before, or nothing
 rm -rf "$out/logs" && mkdir -p "$out/logs" && out=$(cd "$out" && pwd) || exit 2
 logs="$out/logs"
 start=$(date +%s)
@@ -138,6 +140,11 @@ timed() {
     return $rc
 }
 finish() { # writes the report, packs the logs, exits
+    local name
+    for name in ${only//,/ }; do # a phase --only names that this mode has not (a misspelt one ran nothing, exit 0)
+        grep -q "^$name	" "$out/phases.tsv" ||
+            { echo "gpu_check: --only names '$name', not a phase of this mode (see --help)" >&2; failed=2; }
+    done
     python3 "$root/scripts/gpu_report.py" "$out" > "$out/report.md" 2> "$logs/report.log" ||
         { echo "gpu_check: the report could not be written ($logs/report.log)" >&2; failed=1; }
     tar -czf "$out/logs.tar.gz" -C "$out" logs

@@ -34,6 +34,8 @@ if [ -f "$made" ]; then
 fi
 command -v /usr/bin/python3 > /dev/null || { echo "hf_env.sh: /usr/bin/python3 is missing" >&2; exit 1; }
 /usr/bin/python3 -m venv --help > /dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq python3-venv; }
+source "$(dirname "${BASH_SOURCE[0]}")/dir_guard.sh"
+moe_replaceable "$venv" pyvenv.cfg .made || exit 2 # a venv this script began, or nothing
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
 /usr/bin/python3 -m venv "$venv"

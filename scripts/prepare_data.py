@@ -56,6 +56,7 @@ import gzip
 import json
 import multiprocessing
 import os
+import re
 import signal
 import struct
 import sys
@@ -521,9 +522,12 @@ def shard_name(prefix, split, index):
 
 
 def existing_shards(out_dir, prefix):
+    """The prefix's shards in out_dir, named exactly as shard_name names them (six digits or more: [0-9]* also took
+    data_train_2024-backup.bin, which --force then deleted: a probe, 2026-12-07)."""
     found = []
     for split in ("train", "val"):
-        found += glob.glob(os.path.join(glob.escape(out_dir), f"{glob.escape(prefix)}_{split}_[0-9]*.bin"))
+        pattern = re.compile(re.escape(f"{prefix}_{split}_") + r"[0-9]{6,}\.bin")
+        found += [os.path.join(out_dir, name) for name in os.listdir(out_dir) if pattern.fullmatch(name)]
     return sorted(found)
 
 

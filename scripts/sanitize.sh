@@ -95,7 +95,7 @@ fi
 # leaves them out of a sanitized build: test_world_invariant_cli, test_pipeline_cli, test_tp_cli, test_config_cli,
 # test_gpu_layouts_cpu, test_data_scale).
 suites=(--suite unit --suite mpi --no-suite eight)
-[ $# -gt 0 ] && suites=()
+for a in "$@"; do [[ $a == -* ]] || suites=(); done # a test named: that test alone (an option, -v, keeps the suites)
 # Over Open MPI's TCP transport (the tcp setup, tests/meson.build), the one between nodes, not shared memory: the
 # sanitizers check this project's code, which is the same over either, and the transport suite's bits over TCP are
 # checked here once, not in a pass of their own (scripts/test.sh's tcp lane until 2026-12-07: ~50 CPU-s and ~35 s

@@ -79,7 +79,7 @@ def parse_args(argv):
     a.extra = extra
     a.train_data, a.val_data = os.path.abspath(a.train_data), os.path.abspath(a.val_data)
     for flag in extra:
-        if flag in OWNED:
+        if flag.split("=", 1)[0] in OWNED:  # --flag value and --flag=value alike (the latter slipped past: a probe)
             die(f"{flag} is set by the sweep; use the sweep's own option instead of passing it after --")
     if min(a.ranks, a.ep, a.steps, a.d_ff_active, a.top_k, *a.experts_list, *(a.top_k_list or [1])) < 1:
         die("--ranks, --ep, --steps, --d-ff-active, expert counts and k must be positive")

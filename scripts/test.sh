@@ -32,6 +32,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
 [ "${1:-}" = "--quick" ] && { quick=1; shift; }
+processes="${MOE_TEST_PROCESSES:-3}" # 1 to 64 (a probe: 0 hung the main lane, and every lane waited for it)
+case "$processes" in '' | *[!0-9]* | ???*) processes=0 ;; esac
+if [ "$((10#$processes))" -lt 1 ] || [ "$((10#$processes))" -gt 64 ]; then
+    echo "test.sh: MOE_TEST_PROCESSES must be a whole number from 1 to 64, not '${MOE_TEST_PROCESSES:-}'" >&2
+    exit 2
+fi
+processes=$((10#$processes))
+export MOE_TEST_PROCESSES="$processes" # the sanitize lane's too
 # clang and libFuzzer's runtime for the fuzz lane, installed here with the rest (installs before any lane starts)
 extra=()
 [ $quick -eq 0 ] && [ $# -eq 0 ] && extra=(clang libclang-rt-14-dev)
@@ -48,7 +56,6 @@ if ! /usr/bin/python3 -c 'import transformers' 2>/dev/null; then
         || echo "test.sh: could not install transformers; test_hf_interop will skip" >&2
 fi
 cd "$moe_build"
-processes="${MOE_TEST_PROCESSES:-3}"
 count() { # FIELD FILE: meson's counts of that result, added over the summaries in FILE
     sed -n "s/^$1: *\([0-9][0-9]*\).*/\1/p" "$2" | awk '{ n += $1 } END { print n + 0 }'
 }

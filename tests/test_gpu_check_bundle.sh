@@ -25,6 +25,17 @@ trap '[ -n "${MOE_TEST_KEEP:-}" ] || rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# a folder of the user's named as the bundle or the report's folder: refused, its files kept (a probe: both scripts
+# deleted them, the bundle's DIR whole and the report's logs/)
+mkdir -p "$tmp/mine/logs" && echo keep > "$tmp/mine/photo.txt" && echo keep > "$tmp/mine/logs/notes.txt"
+MOE_BUILD_DIR="$build" bash "$root/scripts/gpu_bundle.sh" "$tmp/mine" > "$tmp/refused.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ -f "$tmp/mine/photo.txt" ] || fail "gpu_bundle.sh into a folder of other files: exit $rc"
+MOE_BUILD_DIR="$tmp/gpu-build" bash "$root/scripts/gpu_check.sh" --out "$tmp/mine" > "$tmp/refused.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && [ -f "$tmp/mine/logs/notes.txt" ] || fail "gpu_check.sh --out a folder of other files: exit $rc"
+grep -q "holds files this script did not make" "$tmp/refused.txt" || fail "no reason given: $(cat "$tmp/refused.txt")"
+
 MOE_BUILD_DIR="$build" bash "$root/scripts/gpu_bundle.sh" "$tmp/bundle" || { echo "FAIL: gpu_bundle.sh"; exit 1; }
 
 # every file (and link) that the bundled packages, oneDNN and pkg-config installed on this machine, by its real

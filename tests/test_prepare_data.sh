@@ -307,8 +307,12 @@ if [ $rc -eq 1 ] && grep -q "text already holds [0-9]* shard(s) of prefix 'data'
 else
     fail "existing shards not refused (exit $rc):"; cat exists_err.txt
 fi
-run_ok "--force" --out-dir text --shard-tokens 100000 --workers 2 --force corpus.jsonl &&
-    check "--force: old shards replaced (none stale)" text data expected_chapters.json 100000 0 uint16
+# (a file of the user's whose name starts like a shard's stays: [0-9]*.bin took data_train_2024-backup.bin, a probe)
+echo mine > text/data_train_2024-backup.bin
+run_ok "--force" --out-dir text --shard-tokens 100000 --workers 2 --force corpus.jsonl
+[ -f text/data_train_2024-backup.bin ] && ok "--force left data_train_2024-backup.bin" &&
+    rm text/data_train_2024-backup.bin || fail "--force deleted data_train_2024-backup.bin, not a shard"
+check "--force: old shards replaced (none stale)" text data expected_chapters.json 100000 0 uint16
 # an input that is one of the shards --force replaces (a probe, 2026-12-07: deleted before it was read)
 rc=0
 cp text/data_train_000000.bin own_shard.bin

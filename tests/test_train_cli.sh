@@ -115,8 +115,10 @@ grep -q 'an earlier run' "$dir/metrics.jsonl.2" && grep -q 'another' "$dir/metri
     grep -q '"record":"run"' "$dir/metrics.jsonl" && echo "ok: the earlier logs kept" ||
     fail_with_output "the earlier logs were not kept: $(head -c 200 "$dir"/metrics.jsonl*)"
 # scripts/train.sh's rank count, checked before it installs or builds anything (mpirun -np 0 took every slot)
-for ranks in 0 abc -1; do
-    MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks, not '$ranks'" 10 \
+# (and one past bash's arithmetic: it wrapped to 7766279631452241919 ranks, and mpirun filled the memory: a probe)
+for ranks in 0 abc -1 99999999999999999999; do
+    MOE_RANKS=$ranks "$expect_failure" "MOE_RANKS must be a positive whole number of ranks \(up to 7 digits\), not \
+'$ranks'" 10 \
         bash "$(dirname "$0")/../scripts/train.sh" > "$dir/out.txt" 2>&1 && echo "ok: MOE_RANKS=$ranks refused" ||
         fail_with_output "train.sh took MOE_RANKS=$ranks"
 done
