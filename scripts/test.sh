@@ -23,8 +23,8 @@
 #             the main lane either way, and the difference was lost in the VM's noise)
 # The multi-rank tests of one lane at a time (below, at `lanes`: side by side, their waiting ranks took ~400 CPU-s from
 # each other), builds beside them. From a fresh clone, builds included: 9m28s-13m41s on a 2-core Zen 3 VM
-# (2026-12-07, by its load: 11m00s, 12m42s and 13m41s within an hour for nearly the same code, 10m39s without the tcp
-# lane, 1138 CPU-s; with the four lanes at
+# (2026-12-07, by its load: 11m00s, 12m42s and 13m41s within an hour for nearly the same code, 10m39s and 11m02s
+# without the tcp lane, 1138 and 1185 CPU-s; with the four lanes at
 # once 13.6-15.0 minutes there, and 10.6-11.8 on a faster Zen 4 VM), the main lane 327-425 s of it, the main build
 # before the lanes 110-175 s (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md, "Lanes
 # in turns").
