@@ -113,6 +113,7 @@ data=()
 [[ " ${extra[*]:-} " == *" --val-data "* ]] || data+=(--val-data "$root/data/kjv_val.bin")
 # shellcheck source=../scripts/mpi_env.sh
 source "$root/scripts/mpi_env.sh"
+source "$root/scripts/bounded.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -127,7 +128,7 @@ run_one() {
     read -r load1 _ </proc/loadavg
     start=$(date -u +%H:%M:%S)
     rm -f "$work/metrics.jsonl"
-    if ! timeout "${value[timeout]}" mpirun "${bind[@]}" -np "$ranks" "$build/moe-train" "${flags[@]}" "${extra[@]}" \
+    if ! moe_bounded "${value[timeout]}" mpirun "${bind[@]}" -np "$ranks" "$build/moe-train" "${flags[@]}" "${extra[@]}" \
             >"$work/out" 2>&1 </dev/null; then
         tail -n 20 "$work/out" >&2
         echo "$me: moe-train failed: mpirun -np $ranks moe-train ${flags[*]} ${extra[*]:-}" >&2

@@ -20,6 +20,7 @@ rounds=2 steps=20 extra=()
     { echo "bench_tp.sh: ROUNDS >= 1 and STEPS >= 4, got '$rounds' '$steps'" >&2; exit 2; }
 [ -x "$build/moe-train" ] || { echo "bench_tp.sh: no $build/moe-train (build first)" >&2; exit 1; }
 source "$root/scripts/mpi_env.sh"
+source "$root/scripts/bounded.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -29,7 +30,7 @@ for ((r = 1; r <= rounds; r++)); do
         read -r ranks flags <<<"$run"
         rm -f "$work/m.jsonl"
         # shellcheck disable=SC2086
-        if ! timeout 900 mpirun -np "$ranks" "$build/moe-train" $flags --threads 1 --batch 8 --steps "$steps" \
+        if ! moe_bounded 900 mpirun -np "$ranks" "$build/moe-train" $flags --threads 1 --batch 8 --steps "$steps" \
                 --eval-interval 0 --eval-batches 1 --sample-tokens 0 --log-file "$work/m.jsonl" \
                 --train-data "$root/data/kjv_train.bin" --val-data "$root/data/kjv_val.bin" "${extra[@]}" \
                 >"$work/out" 2>&1 </dev/null; then
