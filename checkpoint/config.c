@@ -551,7 +551,8 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
         out->num_heads > 0 && head_dim &&
         !json_is_null(head_dim) &&
         (!json_is_integer(head_dim) || json_integer_value(head_dim) != out->d_model / out->num_heads))
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: head_dim must be hidden_size / num_attention_heads = %d", path,
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: head_dim must be %shidden_size / num_attention_heads = %d", path,
+                      json_is_integer(head_dim) ? "" : "an integer, ", /* a string was told a wrong value: a probe */
                       out->d_model / out->num_heads);
     out->max_positions = positions ? (int)json_integer_value(positions) : 0;
     if (out->yarn.factor > 0 && !out->yarn.original_positions) out->yarn.original_positions = out->max_positions;

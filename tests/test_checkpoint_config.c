@@ -165,6 +165,7 @@ static void transformers_made(void) {
         {"moe_every 2.0", "moe_train", "{\"moe_every\": 2.0}", "moe_train.moe_every must be an integer"},
         {"rope_theta a string", "rope_theta", "\"big\"", "rope_theta must be a number"},
         {"head_dim 7", "head_dim", "7", "head_dim must be hidden_size / num_attention_heads = 16"},
+        {"head_dim a string", "head_dim", "\"16\"", "head_dim must be an integer, hidden_size / num_attention_heads"},
         {"top_k above the experts", "num_experts_per_tok", "5", "top_k must be between 1 and the number of experts"},
     };
     expect_bad_keys(transformers_config, bad, sizeof bad / sizeof *bad);
