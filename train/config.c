@@ -170,10 +170,10 @@ static int file_value(const char *dir, const char *path, char *out, size_t n) {
     free(name);
     char key[64];
     for (const char *p = path; at && *p;) {
-        const size_t n = strcspn(p, ".");
-        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        const size_t len = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)len, p);
         at = json_is_object(at) ? json_object_get(at, key) : NULL;
-        p += n + (p[n] == '.');
+        p += len + (p[len] == '.');
     }
     char *text = at ? json_dumps(at, JSON_ENCODE_ANY | MOE_JSON_FLOATS) : NULL;
     if (text) snprintf(out, n, "%s", text);
