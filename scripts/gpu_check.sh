@@ -62,6 +62,7 @@ mkdir -p "$build" && build=$(cd "$build" && pwd)
 export MOE_BUILD_DIR="$build" # the benchmark scripts' build
 out="${out:-$build/gpu_check}"
 source "$root/scripts/dir_guard.sh"
+source "$root/scripts/bounded.sh"
 moe_replaceable "$out" phases.tsv report.md || exit 2 # its logs/ is made anew: a report of before, or nothing
 rm -rf "$out/logs" && mkdir -p "$out/logs" && out=$(cd "$out" && pwd) || exit 2
 logs="$out/logs"
@@ -118,7 +119,7 @@ phase() {
     [ "$limit" -le $left ] || limit=$left
     local t0 rc status
     t0=$(now_ms)
-    timeout -k 10 "$limit" "$@" > "$logs/$name.log" 2>&1
+    moe_bounded "$limit" "$@" > "$logs/$name.log" 2>&1 # Ctrl-C stops the phase and the run (scripts/bounded.sh)
     rc=$?
     case $rc in
     0) status=ok ;;
