@@ -49,7 +49,19 @@ for case in "KILL 1" "STOP 1" "START 1" "KILL 2" "STOP 2" "STOP 2x2"; do
             continue
         fi
         cp "$dir/job.txt" "$dir/out.txt"
-        left=$(leftovers) || { hangs=$((hangs + 1)); echo "FAIL: $signal: processes left: $left"; continue; }
+        if ! left=$(leftovers); then
+            # mpirun itself may die of SIGSEGV while it ends a job with a stopped rank (Open MPI 4.1's own crash: once
+            # in ~6 fresh-clone runs of the test command, the 4-rank case, 2026-12-07), leaving that rank: the trial
+            # once more, said so; a second time is a failure
+            if [ "$job_rc" -eq 139 ] && [ "${mpirun_crashed:-0}" -eq 0 ]; then
+                mpirun_crashed=1 tried=$((tried - 1)) trial=$((trial - 1))
+                echo "note: mpirun itself died of SIGSEGV ending the job (Open MPI's; its ranks killed): the trial again"
+                continue
+            fi
+            hangs=$((hangs + 1))
+            echo "FAIL: $signal: processes left: $left"
+            continue
+        fi
         # the first watchdog to fire must name the stopped rank and no other; the later ones fire while the job is
         # ending (mpirun's abort resumes the stopped rank, and ranks that have already failed no longer answer)
         named_others=$(grep -m 1 "watchdog:" "$dir/out.txt" | grep -oE 'missing: world rank [0-9]+(, [0-9]+)*' |
