@@ -55,7 +55,7 @@ for case in "KILL 1" "STOP 1" "START 1" "KILL 2" "STOP 2" "STOP 2x2"; do
             # once more, said so; a second time is a failure
             if [ "$job_rc" -eq 139 ] && [ "${mpirun_crashed:-0}" -eq 0 ]; then
                 mpirun_crashed=1 tried=$((tried - 1)) trial=$((trial - 1))
-                echo "note: mpirun itself died of SIGSEGV ending the job (Open MPI's; its ranks killed): the trial again"
+                echo "note: mpirun itself died of SIGSEGV ending the job (Open MPI's; ranks killed): the trial again"
                 continue
             fi
             hangs=$((hangs + 1))
