@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/fail.h"
+#include "core/fnv1a.h"
 #include "models/fileio.h"
 #include "train/data_order.h"
 
@@ -44,17 +45,11 @@ static int token_nbytes(int32_t magic, int32_t version, const char **why) {
     return *why = "magic", 0;
 }
 
-/* FNV-1a over bytes, continuing from h */
-static uint64_t fnv1a(uint64_t h, const void *bytes, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)bytes)[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static uint64_t shard_hash(const char *path, int64_t num_tokens) {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, base, strlen(base));
+    uint64_t h = moe_fnv1a(MOE_FNV1A_SEED, base, strlen(base));
     const uint64_t n = (uint64_t)num_tokens;
-    return moe_data_mix64(fnv1a(h, &n, sizeof n));
+    return moe_data_mix64(moe_fnv1a(h, &n, sizeof n));
 }
 
 /* Opens one shard and checks its header; the shard is appended to d. */
@@ -181,10 +176,10 @@ int moe_token_data_seq_len(const moe_token_data *d) { return d->seq_len; }
 moe_token_shard moe_token_data_shard(const moe_token_data *d, int i) { return d->shards[i].info; }
 
 uint64_t moe_token_data_identity(const moe_token_data *d) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < d->num_shards; i++) h = fnv1a(h, &d->shards[i].info.hash, sizeof(uint64_t));
+    uint64_t h = MOE_FNV1A_SEED;
+    for (int i = 0; i < d->num_shards; i++) h = moe_fnv1a(h, &d->shards[i].info.hash, sizeof(uint64_t));
     const int64_t counts[2] = {d->num_shards, d->num_windows};
-    return moe_data_mix64(fnv1a(h, counts, sizeof counts));
+    return moe_data_mix64(moe_fnv1a(h, counts, sizeof counts));
 }
 
 void moe_token_data_locate(const moe_token_data *d, int64_t w, int *shard_index, int64_t *token_offset) {

@@ -4,15 +4,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/fail.h"
+#include "core/fnv1a.h"
 
-/* FNV-1a, 64 bits: equal texts hash equal; a collision between two ranks' different values is 2^-64 */
-static uint64_t hash_text(const char *text) {
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 1099511628211ULL;
-    return h;
-}
+/* equal texts hash equal; a collision between two ranks' different values is 2^-64 */
+static uint64_t hash_text(const char *text) { return moe_fnv1a(MOE_FNV1A_SEED, text, strlen(text)); }
 
 int moe_train_options_agree(int parsed, const moe_train_options *o, MPI_Comm world, FILE *err) {
     int count;
