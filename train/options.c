@@ -202,6 +202,9 @@ static const opt_spec kOptions[] = {
     {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}, NULL, RUN},
     {"--exchange-timeout", "seconds before a stuck exchange aborts the job", OPT_FLOAT, OFF(exchange_timeout_s), 1, 1e6,
      {0}, NULL, RUN},
+    {"--startup-timeout", "seconds the start-up (MPI_Init, the options' agreement, the parallel layout) may take before "
+     "the job aborts (0: --exchange-timeout's, at least 60: a job's MPI_Init on busy or many nodes outlasts a tight "
+     "exchange limit)", OPT_FLOAT, OFF(startup_timeout_s), 0, 1e6, {0}, NULL, RUN},
     {"--stop-signals", "signals that stop the run at the next step boundary after a checkpoint (with --checkpoint-dir), "
      "exit status 128 + the signal; a second one ends it at once (names without SIG, comma-separated, of TERM INT "
      "USR1 USR2 HUP; none)", OPT_STRING, OFF(stop_signals), 0, 0, {0}, NULL, COMMAND},

@@ -57,6 +57,7 @@ typedef struct {
     const char *sample_prompt;
     float sample_temperature;
     float exchange_timeout_s;
+    float startup_timeout_s; /* MPI_Init to the placement's end (0: --exchange-timeout's, at least 60 s) */
     const char *stop_signals; /* train/signals.h: "TERM,INT,USR1", or "none" */
     /* checkpoints */
     const char *checkpoint_dir; /* '' : no saves                                        */

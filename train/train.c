@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,7 @@
 #include "train/config.h"
 #include "train/device.h"
 #include "train/signals.h"
+#include "train/startup_watchdog.h"
 #include "pipeline/grid.h"
 #include "pipeline/schedule.h"
 #include "train/trainer.h"
@@ -324,30 +324,6 @@ static int print_config(const moe_train_options *o) {
     return failed ? -1 : 0;
 }
 
-/* Start-up runs outside any exchange watchdog: a rank that never arrives in MPI_Init (stopped, or on an
- * unreachable node) would hold the others there forever. This alarm ends the process with a message instead;
- * mpirun then ends the job. The limit is --exchange-timeout's (read from argv before MPI starts). */
-static void startup_timed_out(int sig) {
-    (void)sig;
-    static const char msg[] = "moe-train: start-up (MPI_Init and the parallel layout) did not finish within "
-                              "--exchange-timeout: a rank is stopped, gone or unreachable\n";
-    ssize_t ignored = write(2, msg, sizeof msg - 1);
-    (void)ignored;
-    _exit(3);
-}
-
-static void start_startup_watchdog(int argc, char **argv) {
-    double seconds = 300;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strncmp(a, "--exchange-timeout=", 19)) v = a + 19;
-        else if (!strcmp(a, "--exchange-timeout") && i + 1 < argc) v = argv[i + 1];
-        if (v && atof(v) >= 1) seconds = atof(v);
-    }
-    signal(SIGALRM, startup_timed_out);
-    alarm((unsigned)(seconds + 0.5));
-}
-
 /* Rank 0: the metrics file, opened and begun with the run record; NULL without --log-file. */
 static FILE *open_metrics(const moe_trainer *t, int world_size, const char *device) {
     FILE *metrics = NULL;
@@ -553,7 +529,7 @@ int main(int argc, char **argv) {
         (void)setrlimit(RLIMIT_NOFILE, &files); /* not raised: a load past it says so */
     }
     moe_run_record_start();
-    start_startup_watchdog(argc, argv);
+    moe_startup_watchdog_start(argc, argv);
     /* funneled: threads beside the main one (the start-up watchdog, the data reader of train/batch_reader.h, OpenMP's)
      * never call MPI; Open MPI gives at least that, and an MPI_Init failure aborts under MPI's default handler */
     int thread_level = 0;
@@ -573,6 +549,7 @@ int main(int argc, char **argv) {
         moe_train_options_load(argc, argv, world_size, &opt, stderr, NULL);
     }
     parsed = moe_train_options_agree(parsed, &opt, MPI_COMM_WORLD, world_rank == 0 ? stderr : NULL);
+    if (parsed == 0) moe_startup_watchdog_rearm(opt.startup_timeout_s, opt.exchange_timeout_s);
     if (parsed == 0 && opt.print_config && world_rank == 0) parsed = print_config(&opt);
     if (parsed == 0 && opt.print_schedule && world_rank == 0) parsed = print_schedule(&opt);
     if (parsed != 0 || opt.print_config || opt.print_schedule) {
@@ -609,7 +586,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 2;
     }
-    alarm(0); /* from here on the exchanges' own watchdog covers every wait */
+    moe_startup_watchdog_stop();
     moe_trainer t;
     st = moe_trainer_create(&t, &opt, place.rt, place.par);
     if (st == MOE_ERR_BAD_FILE || st == MOE_ERR_IO || st == MOE_ERR_PEER) { /* a data file or a trace */
