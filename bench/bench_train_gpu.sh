@@ -33,16 +33,17 @@
 # nvidia-smi's name unless --peak-tflops is given.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/scripts/flag_value.sh"
 build="${MOE_BUILD_DIR:-$root/build}"
 steps=40 peak="" data="$root/data" model=1.2b torch=0 tokens=random
 while [ $# -gt 0 ]; do
     case $1 in
-    --model) model=$2; shift 2 ;;
-    --tokens) tokens=$2; shift 2 ;;
+    --model) moe_flag_value bench_train_gpu "$@"; model=$2; shift 2 ;;
+    --tokens) moe_flag_value bench_train_gpu "$@"; tokens=$2; shift 2 ;;
     --torch) torch=1; shift ;;
-    --peak-tflops) peak=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
+    --peak-tflops) moe_flag_value bench_train_gpu "$@"; peak=$2; shift 2 ;;
+    --steps) moe_flag_value bench_train_gpu "$@"; steps=$2; shift 2 ;;
+    --data) moe_flag_value bench_train_gpu "$@"; data=$2; shift 2 ;;
     *) break ;;
     esac
 done

@@ -9,13 +9,14 @@
 # or without ncu.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/scripts/flag_value.sh"
 build="${MOE_BUILD_DIR:-$root/build}"
 steps=3 out="" data="$root/data"
 while [ $# -gt 0 ]; do
     case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
+    --steps) moe_flag_value profile_train_gpu "$@"; steps=$2; shift 2 ;;
+    --out) moe_flag_value profile_train_gpu "$@"; out=$2; shift 2 ;;
+    --data) moe_flag_value profile_train_gpu "$@"; data=$2; shift 2 ;;
     *) break ;;
     esac
 done

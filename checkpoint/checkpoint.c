@@ -320,7 +320,15 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
         for (int i = 0; i < set->files[k].num_tensors; i++) {
             const char *have = set->files[k].tensors[i].name;
             char weight[MOE_SAFETENSORS_MAX_NAME]; /* a block scale is known with its weight */
-            if (to->file.fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) have = weight;
+            if (to->file.fp8.rows && moe__checkpoint_fp8_scale_of(have, weight, sizeof weight)) {
+                /* a scale beside a weight stored otherwise would go unused (a probe: ignored silently before) */
+                moe_safetensors_file *wf = moe_safetensors_set_file(set, weight);
+                const moe_safetensors_tensor *wt = wf ? moe_safetensors_find(wf, weight) : NULL;
+                if (wt && moe_safetensors_dtype_parse(wt->dtype) != MOE_SAFETENSORS_F8_E4M3)
+                    return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s is a block scale, but %s is stored as %s, not "
+                                    "F8_E4M3: the scale would be ignored", set->files[k].path, have, weight, wt->dtype);
+                have = weight;
+            }
             int known = moe__checkpoint_is_hf_bias(to->run->config, have) || skipped_layer(to, have);
             for (int j = 0; j < tab->count && !known; j++) {
                 snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);

@@ -463,7 +463,11 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
     if (by_name >= 0 && by_type >= 0 && by_name != by_type)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: architectures %s and model_type %s name different models", path, name,
                         model_type);
-    *family = by_type >= 0 ? by_type : by_name >= 0 ? by_name : MOE_MODEL_FAMILY_MIXTRAL;
+    if (!name && !model_type) /* read as Mixtral until 2026-12-07; transformers' AutoConfig refuses it */
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: neither architectures nor model_type names the model: add \"model_type\": "
+                        "one of mixtral, qwen3_moe, olmoe, qwen2_moe, deepseek_v3, deepseek_v2 (transformers needs it "
+                        "too)", path);
+    *family = by_type >= 0 ? by_type : by_name >= 0 ? by_name : MOE_MODEL_FAMILY_MIXTRAL; /* the variant: read later */
     return MOE_OK;
 }
 
@@ -490,6 +494,13 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
         return moe_fail(MOE_ERR_BAD_FILE, "%s: topk_method must be %s", path,
                         v2 ? "\"greedy\" or \"group_limited_greedy\" (DeepSeek-V2's top-k)"
                            : "\"noaux_tc\" (DeepSeek-V3's group-limited top-k with the selection bias)");
+    /* DeepSeek-V3's multi-token prediction modules: stored after the last layer and skipped on load (a probe: a string
+     * or a negative count was taken as none, and the modules' tensors then refused as unexpected) */
+    json_t *nextn = json_object_get(j, "num_nextn_predict_layers");
+    if (c->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && nextn && !json_is_null(nextn) &&
+        !(json_is_integer(nextn) && json_integer_value(nextn) >= 0 && json_integer_value(nextn) < 1024))
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: num_nextn_predict_layers must be a whole number from 0 to 1023 (the "
+                        "multi-token prediction modules after the last layer)", path);
     json_t *qkv_bias = json_object_get(j, "qkv_bias");
     if (c->family == MOE_MODEL_FAMILY_QWEN2_MOE && qkv_bias && !json_is_true(qkv_bias))
         return moe_fail(MOE_ERR_BAD_FILE, "%s: qkv_bias must be true (a Qwen2-MoE's q, k and v here have biases)", path);

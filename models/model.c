@@ -324,7 +324,6 @@ static moe_status stage_forward(moe_model *m, const int *inputs, const moe_real 
         MOE_TRY(moe__model_watch(m, m->tmp, Td, "layer %d: the %s output", l, P->moe[l] ? "MoE" : "dense FFN"));
         MOE_TRY(dense->add(s, a->resid_mid, m->tmp, Td, P->resid[l + 1]));
     }
-    m->last_forward[P->chunk] = P;
     if (!heads) {
         MOE_TRY(end_forward(m, first, last, 0));
         return P->has_forward = 1, MOE_OK;
@@ -485,13 +484,14 @@ moe_status moe_model_reduce_grads(moe_model *m) {
 
 int moe_model_local_shards(const moe_model *m) { return m->local_shards; }
 
-moe_status moe_model_update_expert_bias(moe_model *m) {
+moe_status moe_model_update_expert_bias(moe_model *m, const double *selected) {
     if (m->cfg.moe.score_func != MOE_SCORE_SIGMOID) return MOE_OK;
-    for (int c = 0; c < m->stage.chunks; c++) { /* one bias per layer, moved by its chunk's last forward's counts */
-        const model_pass *P = m->last_forward[c];
-        if (!P) return MOE_ERR_NO_FORWARD;
+    for (int c = 0; c < m->stage.chunks; c++) { /* one bias per layer: the chunk's first pass owns it */
+        const model_pass *owner = &m->passes[c * m->stage.passes];
         for (int l = m->first[c]; l < m->last[c]; l++)
-            if (P->moe[l]) MOE_TRY(moe_layer_update_expert_bias(P->moe[l]));
+            if (owner->moe[l])
+                MOE_TRY(moe_layer_update_expert_bias_counts(owner->moe[l],
+                                                            selected + (size_t)l * m->cfg.moe.num_experts));
     }
     return MOE_OK;
 }

@@ -500,7 +500,9 @@ const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int layer);
 moe_layer *moe_model_moe_layer(moe_model *m, int layer);
 /* The selection bias [E] of MoE layer l (state of sigmoid routing, saved in checkpoints), or NULL. */
 moe_real *moe_model_expert_bias(moe_model *m, int layer);
-/* Sigmoid routing: applies every MoE layer's bias update after a step. */
-moe_status moe_model_update_expert_bias(moe_model *m);
+/* Sigmoid routing: applies the bias update of every MoE layer this stage holds after a step, from the step's global
+ * top-k counts selected[L * E] (per layer and expert, summed over the step's micro-batches: moe_step_result's
+ * expert_tokens; until 2026-12-07 the last micro-batch's alone moved the bias). */
+moe_status moe_model_update_expert_bias(moe_model *m, const double *selected);
 
 #endif

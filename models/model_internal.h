@@ -66,7 +66,6 @@ struct moe_model {
     int num_tensors;
     model_pass *passes;         /* [stage.chunks * stage.passes]: chunk c's are c * stage.passes + 0, 1, ... */
     model_pass *P;              /* the selected one: what the next forward writes and backward reads */
-    model_pass *last_forward[MOE_MODEL_MAX_CHUNKS]; /* each chunk's last forward (its routing counts move the bias) */
     moe_zero_slice chunk_dense[MOE_MODEL_MAX_CHUNKS], chunk_expert[MOE_MODEL_MAX_CHUNKS]; /* in each region */
     struct {                    /* the model's scratch (backward's gradients, forward's temporaries) */
 #define MODEL_FIELD(name, type, count) type *name;

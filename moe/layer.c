@@ -672,17 +672,28 @@ moe_status moe_layer_gather_routing(moe_layer *L, int *experts, int *num_tokens_
     return exchange_failed(L, "the routing gather", st, 0);
 }
 
+/* b_e += rate * sign(mean - n_e) for global counts n (every rank the same); mean = sum / E, the tokens times k */
+static void move_bias(moe_layer *L, int e, double n, double mean) {
+    L->expert_bias[e] += L->cfg.bias_update_rate * (moe_real)((n < mean) - (n > mean));
+}
+
 moe_status moe_layer_update_expert_bias(moe_layer *L) {
     if (!L) return MOE_ERR_INVALID_ARG;
     if (L->cfg.score_func != MOE_SCORE_SIGMOID) return MOE_ERR_INVALID_CONFIG;
     if (!L->has_forward) return MOE_ERR_NO_FORWARD;
     const int E = L->cfg.num_experts;
-    /* global counts over the global batch: every rank makes the same update */
-    double mean = (double)L->counts.num_tokens_global * L->cfg.top_k / E;
-    for (int e = 0; e < E; e++) {
-        double n = L->counts.num_selected_per_expert[e];
-        L->expert_bias[e] += L->cfg.bias_update_rate * (moe_real)((n < mean) - (n > mean));
-    }
+    const double mean = (double)L->counts.num_tokens_global * L->cfg.top_k / E;
+    for (int e = 0; e < E; e++) move_bias(L, e, L->counts.num_selected_per_expert[e], mean);
+    return MOE_OK;
+}
+
+moe_status moe_layer_update_expert_bias_counts(moe_layer *L, const double *num_selected) {
+    if (!L || !num_selected) return MOE_ERR_INVALID_ARG;
+    if (L->cfg.score_func != MOE_SCORE_SIGMOID) return MOE_ERR_INVALID_CONFIG;
+    const int E = L->cfg.num_experts;
+    double sum = 0; /* whole numbers: exact in any order */
+    for (int e = 0; e < E; e++) sum += num_selected[e];
+    for (int e = 0; e < E; e++) move_bias(L, e, num_selected[e], sum / E);
     return MOE_OK;
 }
 

@@ -193,8 +193,10 @@ moe_real *moe_layer_expert_bias(moe_layer *layer);
  * forwards in flight (a pipeline's stash, models/model.h) route with one bias. owner must outlive layer. */
 moe_status moe_layer_share_expert_bias(moe_layer *layer, moe_layer *owner);
 /* DeepSeek-V3's aux-loss-free balancing, after a step: b_e += rate * sign(mean_e' n_e' - n_e), with n
- * the global top-k counts of the last forward (overloaded experts become less attractive); every rank
- * makes the same update. */
+ * the global top-k counts (overloaded experts become less attractive); every rank makes the same update.
+ * From the last forward's counts, or (_counts) from num_selected[E] given: a step of several forwards (micro-batches)
+ * moves the bias by the sum of theirs, as one forward of all its tokens would. */
 moe_status moe_layer_update_expert_bias(moe_layer *layer);
+moe_status moe_layer_update_expert_bias_counts(moe_layer *layer, const double *num_selected);
 
 #endif

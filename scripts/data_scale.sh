@@ -10,11 +10,12 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
+source "$root/scripts/flag_value.sh"
 dir=/tmp/moe-data-scale steps=6 keep=0 check=0
 while [ $# -gt 0 ]; do
     case $1 in
-    --dir) dir=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
+    --dir) moe_flag_value data_scale "$@"; dir=$2; shift 2 ;;
+    --steps) moe_flag_value data_scale "$@"; steps=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --check) check=1; shift ;;
     *) echo "usage: scripts/data_scale.sh [--dir DIR] [--steps N] [--keep] [--check]" >&2; exit 2 ;;

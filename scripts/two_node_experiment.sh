@@ -11,7 +11,13 @@
 # inside the namespaces; they are removed at exit. Results: docs/SCALING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+-h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-*) echo "two_node_experiment: unknown option '$1' (its one argument is a build folder)" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "two_node_experiment: one argument at most, a build folder; got $#" >&2; exit 2; }
 build=$(realpath "${1:-build}")
+[ -x "$build/moe-train" ] || { echo "two_node_experiment: $build has no moe-train: give a build folder" >&2; exit 2; }
 RATE=${RATE:-10gbit} DELAY=${DELAY:-50us}
 [ "$(id -u)" -eq 0 ] || { echo "two_node_experiment: needs root (network namespaces)" >&2; exit 1; }
 source scripts/mpi_env.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fp8_blocks.py SRC FP8 REF [BLOCK_ROWS BLOCK_COLS [DROP]] — a moe-train DeepSeek-V3 checkpoint (SRC: config.json and
+"""fp8_blocks.py SRC FP8 REF [BLOCK_ROWS BLOCK_COLS [DROP [PLAIN]]] — a moe-train DeepSeek-V3 checkpoint (SRC: config.json and
 an F32 model.safetensors) made into what DeepSeek releases, and the weights that release means:
 
   FP8  every projection matrix (*_proj.weight) in F8_E4M3, scaled per block of BLOCK_ROWS x BLOCK_COLS as DeepSeek-V3's
@@ -9,7 +9,8 @@ an F32 model.safetensors) made into what DeepSeek releases, and the weights that
        an index, the scales in the second shard, apart from their weights;
   REF  the same model in F32 as the FP8 files mean it: each value decode(code) x s rounded once to float32.
 
-So moe-train --init-from FP8 must give --init-from REF's bits. DROP: a scale's name left out of FP8 (a broken release).
+So moe-train --init-from FP8 must give --init-from REF's bits. DROP: a scale's name left out of FP8 (a broken release;
+'' for none); PLAIN: a weight's name stored in F32 beside its scale (another broken one: the scale would go unused).
 Standard library only (the E4M3 values by formula, a nearest search over them): the check does not share moe-train's
 decoder."""
 import bisect
@@ -80,6 +81,7 @@ def main():
     src, fp8_dir, ref_dir = sys.argv[1:4]
     b0, b1 = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (128, 128)
     drop = sys.argv[6] if len(sys.argv) > 6 else None
+    plain = sys.argv[7] if len(sys.argv) > 7 else None
     config = json.load(open(os.path.join(src, "config.json")))
     weights = read_safetensors(os.path.join(src, "model.safetensors"))
     layers = config["num_hidden_layers"]
@@ -104,7 +106,7 @@ def main():
                     code = e4m3_code(max(-E4M3_MAX, min(E4M3_MAX, values[c] / s)))
                     codes[c] = code
                     dequant[c] = f32((-1 if code & 0x80 else 1) * e4m3_value(code & 0x7F) * s)
-        shard1[name] = ("F8_E4M3", shape, bytes(codes))
+        shard1[name] = ("F32", shape, f32_bytes(values)) if name == plain else ("F8_E4M3", shape, bytes(codes))
         shard2[name + "_scale_inv"] = ("F32", list(grid), f32_bytes(scales))
         ref[name] = ("F32", shape, f32_bytes(dequant))
     # a multi-token prediction module as layer L (skipped on load, as transformers skips it)

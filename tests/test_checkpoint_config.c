@@ -169,6 +169,14 @@ static void transformers_made(void) {
         {"top_k above the experts", "num_experts_per_tok", "5", "top_k must be between 1 and the number of experts"},
     };
     expect_bad_keys(transformers_config, bad, sizeof bad / sizeof *bad);
+    /* no label at all (a probe, 2026-12-07: read as Mixtral; transformers' AutoConfig refuses it) */
+    json_t *unlabelled = transformers_config();
+    json_object_del(unlabelled, "architectures");
+    json_object_del(unlabelled, "model_type");
+    ckpt = write_config("bad", unlabelled);
+    test_expect_refusal("neither architectures nor model_type", moe_checkpoint_read_config(ckpt, &c, NULL),
+                        "neither architectures nor model_type names the model");
+    free(ckpt);
     /* a model that differs from the file in one field: named, with both values */
     ckpt = write_config("hf", transformers_config());
     moe_checkpoint_read_config(ckpt, &c, NULL);
@@ -462,6 +470,9 @@ static void deepseek(void) {
         {"rope_interleave 0 (read as true before)", "rope_interleave", "0", "rope_interleave must be true or false"},
         {"rms_norm_eps 1e-5 (transformers' latent norms keep 1e-6)", "rms_norm_eps", "1e-5",
          "rms_norm_eps must be 1e-6 in a deepseek_v3"},
+        {"num_nextn_predict_layers a string (read as none before)", "num_nextn_predict_layers", "\"1\"",
+         "num_nextn_predict_layers must be a whole number"},
+        {"num_nextn_predict_layers -1", "num_nextn_predict_layers", "-1", "num_nextn_predict_layers must be a whole"},
     };
     expect_bad_keys(deepseek_config, bad, sizeof bad / sizeof *bad);
 }

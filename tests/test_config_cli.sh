@@ -58,6 +58,17 @@ evaluates_as_trained "top-1" "$dir/m.jsonl" "$step2"
 trains "a sigmoid model trains" "^step     6" --score sigmoid --bias-update-rate 0.05 --steps 6 \
     --checkpoint-dir "$dir/cks" --log-file "$dir/s.jsonl"
 evaluates_as_trained "sigmoid" "$dir/s.jsonl" "$dir/cks/step-00000006"
+# the bias moves by the step's counts, all its micro-batches' (a probe, 2026-12-07: by the last one's alone), so 2
+# micro-batches of 2 sequences train as 1 of 4 (without the aux and z losses, whose terms are per micro-batch)
+balanced=(--score sigmoid --bias-update-rate 0.05 --steps 5 --aux-loss-coef 0 --z-loss-coef 0 --layers 2 --d-model 32
+          --d-ff 48)
+step5_loss() { sed -n 's/^{"step":5,"loss":\([^,]*\),.*/\1/p' "$1"; }
+trains "sigmoid, batch 4" "^step     5" "${balanced[@]}" --batch 4 --log-file "$dir/b4.jsonl"
+trains "sigmoid, 2 micro-batches of 2" "^step     5" "${balanced[@]}" --batch 2 --micro-batches 2 \
+    --log-file "$dir/b22.jsonl"
+one=$(step5_loss "$dir/b4.jsonl") two=$(step5_loss "$dir/b22.jsonl")
+[ -n "$one" ] && [ "$one" = "$two" ] && echo "ok: the bias moved by the step's counts: step 5's loss the same ($one)" ||
+    fail_with_output "sigmoid: 2 micro-batches of 2 ($two) did not train as 1 of 4 ($one)"
 # (the small run's flags disagree in d_model first; shapes agree with the checkpoint up to its RoPE base)
 shapes=(--layers 2 --d-model 32 --heads 4 --d-ff 24)
 refuses "--d-model 16 disagrees with .*config.json, whose hidden_size is 32" --init-from "$step2" --eval-only 1

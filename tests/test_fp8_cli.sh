@@ -45,7 +45,8 @@ refuses_init() { # PATTERN DIR: --init-from DIR --eval-only fails fast with a li
     fi
 }
 
-# refusals: FP8 tensors without quantization_config; a scale missing from the index; another quantization method
+# refusals: FP8 tensors without quantization_config; a scale missing from the index; a scale beside an F32 weight;
+# another quantization method
 cp -r "$dir/fp8" "$dir/no_config"
 python3 -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); del c['quantization_config']
 json.dump(c, open(p, 'w'))" "$dir/no_config/config.json"
@@ -53,6 +54,9 @@ refuses_init "is F8_E4M3 but config.json has no quantization_config" "$dir/no_co
 python3 "$blocks" "$dir/ck/step-00000002" "$dir/no_scale" "$dir/ref2" 16 8 \
     model.layers.1.self_attn.o_proj.weight_scale_inv > "$dir/out.txt" 2>&1 || fail_with_output "fp8_blocks.py failed"
 refuses_init "o_proj.weight is F8_E4M3 but .*o_proj.weight_scale_inv \(its block scales\) is missing" "$dir/no_scale"
+python3 "$blocks" "$dir/ck/step-00000002" "$dir/plain" "$dir/ref3" 16 8 "" \
+    model.layers.1.self_attn.o_proj.weight > "$dir/out.txt" 2>&1 || fail_with_output "fp8_blocks.py failed"
+refuses_init "o_proj.weight_scale_inv is a block scale, but .*o_proj.weight is stored as F32" "$dir/plain"
 cp -r "$dir/fp8" "$dir/int8"
 sed -i 's/"quant_method": "fp8"/"quant_method": "bitsandbytes"/' "$dir/int8/config.json"
 refuses_init "quantization_config.quant_method must be \"fp8\"" "$dir/int8"

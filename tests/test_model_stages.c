@@ -109,8 +109,17 @@ static void check_stages(const char *label, moe_model_config c, int num_stages) 
     moe_parallel_destroy(par);
 }
 
+/* counts[L * E] += each MoE layer's global top-k counts of the selected pass's last forward */
+static void add_counts(const moe_model_config *c, const moe_model *m, double *counts) {
+    for (int l = 0; l < c->num_layers; l++) {
+        const moe_layer_stats *ls = moe_model_layer_stats(m, l);
+        for (int e = 0; ls && e < c->moe.num_experts; e++) counts[l * c->moe.num_experts + e] += ls->num_selected_per_expert[e];
+    }
+}
+
 /* MICRO micro-batches one at a time through pass 0, then all forwards first (one pass each) and the backwards after;
- * then sigmoid routing's bias update from each. Same losses, gradients and bias. */
+ * then sigmoid routing's bias update from each, by the step's counts (every micro-batch's: until 2026-12-07 the last
+ * one's alone moved the bias). Same losses, gradients and bias. */
 static void check_passes(const char *label, moe_model_config c) {
     moe_parallel *par;
     CHECK_OK(moe_parallel_create_self(&par));
@@ -127,14 +136,18 @@ static void check_passes(const char *label, moe_model_config c) {
     const moe_real scale = (moe_real)(1.0 / (MICRO * SEQS * c.seq_len));
     int in[MICRO][SEQS * 64], tg[MICRO][SEQS * 64];
     double loss_one[MICRO] = {0}, loss_many[MICRO] = {0};
+    const size_t LE = (size_t)c.num_layers * c.moe.num_experts;
+    double *counts_one = calloc(LE, sizeof(double)), *counts_many = calloc(LE, sizeof(double));
     for (int mb = 0; mb < MICRO; mb++) {
         make_batch(&c, mb, in[mb], tg[mb]);
         CHECK_OK(moe_model_forward(one, in[mb], tg[mb], SEQS, &loss_one[mb], NULL));
+        add_counts(&c, one, counts_one);
         CHECK_OK(moe_model_backward(one, scale));
     }
     for (int mb = 0; mb < MICRO; mb++) {
         CHECK_OK(moe_model_select_pass(many, 0, mb));
         CHECK_OK(moe_model_forward(many, in[mb], tg[mb], SEQS, &loss_many[mb], NULL));
+        add_counts(&c, many, counts_many);
     }
     for (int mb = 0; mb < MICRO; mb++) {
         CHECK_OK(moe_model_select_pass(many, 0, mb));
@@ -144,13 +157,34 @@ static void check_passes(const char *label, moe_model_config c) {
     CHECK(moe_model_backward(many, scale) == MOE_ERR_NO_FORWARD, "%s: a pass's second backward is refused", label);
     const size_t n = moe_model_num_dense(one) + moe_model_num_expert(one);
     CHECK(!memcmp(moe_model_grads(one), moe_model_grads(many), n * sizeof(moe_real)), "%s: gradients", label);
+    CHECK(!memcmp(counts_one, counts_many, LE * sizeof(double)), "%s: the step's counts", label);
     if (c.moe.score_func == MOE_SCORE_SIGMOID) {
-        CHECK_OK(moe_model_update_expert_bias(one));
-        CHECK_OK(moe_model_update_expert_bias(many));
+        CHECK_OK(moe_model_update_expert_bias(one, counts_one));
+        CHECK_OK(moe_model_update_expert_bias(many, counts_many));
+        int moved_by_step = 0; /* a bias that the last micro-batch's counts alone would have moved otherwise */
         for (int l = 0; l < c.num_layers; l++) {
             const moe_real *a = moe_model_expert_bias(one, l), *b = moe_model_expert_bias(many, l);
             if (!a) continue;
             CHECK(!memcmp(a, b, c.moe.num_experts * sizeof(moe_real)), "%s: layer %d's bias", label, l);
+            const int E = c.moe.num_experts;
+            const double *n = counts_one + (size_t)l * E;
+            const moe_layer_stats *ls = moe_model_layer_stats(one, l); /* pass 0's: the last micro-batch's */
+            double sum = 0, sum_last = 0;
+            for (int e = 0; e < E; e++) sum += n[e], sum_last += ls->num_selected_per_expert[e];
+            for (int e = 0; e < E; e++) { /* from a zero bias: rate * sign(mean - n_e) of the step's counts */
+                const double want = c.moe.bias_update_rate * ((n[e] < sum / E) - (n[e] > sum / E)),
+                             by_last = (ls->num_selected_per_expert[e] < sum_last / E) -
+                                       (ls->num_selected_per_expert[e] > sum_last / E);
+                CHECK(a[e] == (moe_real)want, "%s: layer %d expert %d: bias %g, the step's counts give %g", label, l, e,
+                      a[e], want);
+                moved_by_step |= (moe_real)want != (moe_real)(c.moe.bias_update_rate * by_last);
+            }
+        }
+        CHECK(moved_by_step, "%s: no bias tells the step's counts from the last micro-batch's (a test that cannot fail)",
+              label);
+        for (int l = 0; l < c.num_layers; l++) {
+            const moe_real *b = moe_model_expert_bias(many, l);
+            if (!b) continue;
             for (int i = 0; i < MICRO; i++) { /* every pass routes with the one bias */
                 CHECK_OK(moe_model_select_pass(many, 0, i));
                 CHECK(moe_layer_expert_bias(moe_model_moe_layer(many, l)) == b, "%s: pass %d's bias", label, i);

@@ -658,7 +658,7 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
     MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_sync_tied(t->model)); /* tied embeddings on a pipeline: the first stage's into the last's */
-    MOE_TRY(moe_model_update_expert_bias(t->model));
+    MOE_TRY(moe_model_update_expert_bias(t->model, r->expert_tokens)); /* the step's counts, every micro-batch's */
     /* finite gradients can still overflow a weight: then the run stops before anything is saved */
     char what[96];
     snprintf(what, sizeof what, "the weights after the update of step %d", step);

@@ -6,7 +6,7 @@
 # the job hung for an hour); a save slower than --checkpoint-timeout ends the job with that message; the newest
 # checkpoint loads (the earlier one, or the slow one when rank 0 finished it after the others left).
 # Before them, an MPI_Init of 3 s under --exchange-timeout 2: the start-up alarm was as long as --exchange-timeout until
-# 2026-12-08, and a CI run's MPI_Init on 2 loaded cores outlasted 2 s; it is --startup-timeout now, by default at least
+# 2026-12-07, and a CI run's MPI_Init on 2 loaded cores outlasted 2 s; it is --startup-timeout now, by default at least
 # 60 s; given 1 s, that start-up ends the job saying so.
 . "$(dirname "$0")/faults_common.sh"
 preloaded=${LD_PRELOAD:-} # scripts/sanitize.sh's shim, kept beside the slow disk's
