@@ -13,7 +13,8 @@
  *                            (model_type moe_train_mixtral_variant) with a moe_train_note saying why, so that
  *                            no tool computes another function from the weights
  *   train_state.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME), the routers' selection biases
- *                            (expert_bias.layers.I), and metadata: step, data position, and a fingerprint
+ *                            (expert_bias.layers.I), and metadata: step, data position, the AdamW updates
+ *                            applied, and a fingerprint
  *                            of everything that must match to continue the same run. A bf16 export has none,
  *                            or under sigmoid routing one with the selection biases alone
  *   manifest.json            the run that wrote it (run id, parent run id), the step, when, every file of the
@@ -82,7 +83,8 @@ typedef struct {
     /* What computed the run (the CPU, the GEMM library and its instruction set, the build), for the manifest's
      * "machine": a new JSON object; NULL: not recorded. A resume reads it back to say when it runs elsewhere. */
     json_t *(*run_machine)(const void *owner);
-    /* The data position and the data set's identity, kept in the training state's metadata (keys "data_*"): data_meta
+    /* The data position and the data set's identity, kept in the training state's metadata (keys "data_*", and beside
+     * them the trainer's count of AdamW updates, "optimizer_updates"): data_meta
      * gives the pairs to save after `step` (at most max; the strings are the owner's, valid until its next call) and
      * returns their count; data_restore reads them back from the state a resume loads (moe_safetensors_metadata: NULL
      * where absent, as in a checkpoint older than them), checks them against the run and takes the position, or

@@ -1,5 +1,6 @@
 /* adamw.h — the AdamW update (decoupled weight decay, bias-corrected moments). CPU and CUDA.
- * With t = step (1 for the first update):
+ * With t the update's count (1 for the first update; a step that applies none, dropped as non-finite, counts none:
+ * train/trainer.h's optimizer_updates, as torch's and Megatron's skipped steps):
  *   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
  *   p -= lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p )
  * computed as p -= (lr / (1 - b1^t)) m / (sqrt(v) (1 / sqrt(1 - b2^t)) + eps) + (lr weight_decay) p, the three

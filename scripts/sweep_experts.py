@@ -182,7 +182,9 @@ def read_metrics(path):
         for n, line in enumerate(f, 1):
             try:
                 rows += [json.loads(line)] if line.strip() else []
-                if rows and "record" in rows[-1]:  # the run record the file opens with: not a step
+                # the run record the file opens with, an eval record: not a step; a dropped step (--skip-nonfinite):
+                # no loss to plot (null where it was not finite)
+                if rows and ("record" in rows[-1] or rows[-1].get("skipped")):
                     rows.pop()
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: line {n}: {e}") from None

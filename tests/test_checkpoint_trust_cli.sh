@@ -111,7 +111,18 @@ for w in w1 w2; do
         fail_with_output "safetensors_edit.py failed"
 done
 refuses "3 steps in a row were dropped as non-finite \(--max-skipped-steps 3\)" --steps 10 --init-from "$dir/overflow" \
-    --skip-nonfinite 1 --max-skipped-steps 3 --checkpoint-dir "$dir/dropped" --checkpoint-interval 1
+    --skip-nonfinite 1 --max-skipped-steps 3 --checkpoint-dir "$dir/dropped" --checkpoint-interval 1 \
+    --log-file "$dir/dropped.jsonl"
+# the dropped steps' records are JSON (strict: no NaN or Infinity), their non-finite values null (a probe: "inf")
+python3 -c '
+import json, sys
+def refuse(name): raise ValueError("not JSON: " + name)
+records = [json.loads(line, parse_constant=refuse) for line in open(sys.argv[1])]
+steps = [r for r in records if "step" in r]
+assert len(steps) == 3 and all(r.get("skipped") for r in steps), steps
+assert any(r["grad_norm"] is None or r["loss"] is None for r in steps), steps
+' "$dir/dropped.jsonl" && echo "ok: the dropped steps' metrics records are JSON" ||
+    fail_with_output "the dropped steps' metrics records: $(head -c 600 "$dir/dropped.jsonl")"
 # a save due at a dropped step waits (the run then ends at the final evaluation, which the overflow fails)
 refuses "step 2's update was dropped: its checkpoint waits for the next step that updates" --steps 4 \
     --init-from "$dir/overflow" --skip-nonfinite 1 --checkpoint-dir "$dir/dropped" --checkpoint-interval 2

@@ -155,7 +155,19 @@ static void nan_gradient(int skip) {
                                                           "model.layers.0.self_attn.o_proj.weight[11]");
     } else {
         CHECK(st == MOE_OK && s.skipped == 1, "--skip-nonfinite: status %d, skipped %d", (int)st, s.skipped);
+        /* AdamW's t counts the updates applied: the dropped step none (it counted them too before: a probe) */
+        CHECK(r.t.optimizer_updates == 2, "after a dropped step 3: %lld updates counted", (long long)r.t.optimizer_updates);
         test_run_steps(&r, 4, 4, NULL); /* the run goes on */
+        CHECK(r.t.optimizer_updates == 3, "after step 4: %lld updates counted", (long long)r.t.optimizer_updates);
+        char root[200], dir[260];
+        snprintf(root, sizeof root, "%s/dropped", corpus.dir);
+        snprintf(dir, sizeof dir, "%s/step-%08d", root, 4);
+        test_mpi_require(moe_checkpoint_save(moe_trainer_checkpoint_run(&r.t), root, 4, 0), "save");
+        r.t.optimizer_updates = -1;
+        int step = 0;
+        test_mpi_require(moe_checkpoint_resume(moe_trainer_checkpoint_run(&r.t), dir, &step), "resume");
+        CHECK(step == 4 && r.t.optimizer_updates == 3, "resumed at step %d with %lld updates counted, not 4 and 3", step,
+              (long long)r.t.optimizer_updates);
     }
     CHECK(skip || params_equal(&r.t, before), "NaN gradient: the weights changed");
     free(before), free(s.expert_tokens);

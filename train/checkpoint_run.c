@@ -37,6 +37,8 @@ enum { D_SHUFFLE, D_SEED, D_WINDOWS_DONE, D_EPOCH, D_INDEX, D_NUM_SHARDS, D_NUM_
 static const char *const data_keys[D_COUNT] = {"data_shuffle", "data_seed", "data_windows_done", "data_epoch",
                                               "data_index", "data_num_shards", "data_num_windows", "data_identity",
                                               "data_shard_hashes"};
+/* beside them, the trainer's other count: the AdamW updates applied (moe_trainer's optimizer_updates) */
+static const char kUpdatesKey[] = "optimizer_updates";
 
 /* The saved data position after `step`: the global window counter where step + 1 begins, as (epoch, index) of this
  * data set too, with the set's identity (each shard's hash of its basename and token count, 16 hex digits each). */
@@ -44,9 +46,9 @@ static int data_meta(void *owner, int step, moe_safetensors_meta *meta, int max)
     moe_trainer *t = owner;
     const int n = moe_token_data_num_shards(t->train);
     const int64_t done = moe_trainer_first_sequence(t, step + 1, 0), M = moe_token_data_num_windows(t->train);
-    if (max < D_COUNT) return 0;
+    if (max < D_COUNT + 1) return 0;
     free(t->data_meta_text);
-    const size_t fixed = 24 * (D_COUNT - 1), nbytes = fixed + 17 * (size_t)n + 1;
+    const size_t fixed = 24 * D_COUNT, nbytes = fixed + 17 * (size_t)n + 1;
     if (!(t->data_meta_text = malloc(nbytes))) return 0; /* the metadata is then missing: a resume says so */
     char *at = t->data_meta_text, *end = at + nbytes;
     char *value[D_COUNT];
@@ -59,7 +61,10 @@ static int data_meta(void *owner, int step, moe_safetensors_meta *meta, int max)
     for (int i = 0; i < n; i++)
         at += snprintf(at, (size_t)(end - at), "%s%016" PRIx64, i ? "," : "", moe_token_data_shard(t->train, i).hash);
     for (int k = 0; k < D_COUNT; k++) meta[k] = (moe_safetensors_meta){data_keys[k], value[k]};
-    return D_COUNT;
+    at += strlen(at) + 1;
+    snprintf(at, (size_t)(end - at), "%" PRId64, t->optimizer_updates);
+    meta[D_COUNT] = (moe_safetensors_meta){kUpdatesKey, at};
+    return D_COUNT + 1;
 }
 
 /* The saved value of key: 0 with *out set; 1 when the state has no such key (saved before it was written); -1 when it
@@ -78,9 +83,9 @@ static int saved_number(const moe_safetensors_file *state, const char *key, int6
 /* Every number the data position is saved as is one or absent: a damaged value is refused by name, never read as a
  * checkpoint from before data positions. */
 static moe_status check_saved_numbers(const moe_safetensors_file *state, const char *path) {
-    const char *keys[D_IDENTITY + 1] = {"micro_batches_done"};
-    for (int k = 0; k < D_IDENTITY; k++) keys[k + 1] = data_keys[k];
-    for (int k = 0; k <= D_IDENTITY; k++) {
+    const char *keys[D_IDENTITY + 2] = {"micro_batches_done", kUpdatesKey};
+    for (int k = 0; k < D_IDENTITY; k++) keys[k + 2] = data_keys[k];
+    for (int k = 0; k < D_IDENTITY + 2; k++) {
         int64_t v;
         if (saved_number(state, keys[k], &v) < 0)
             return moe_fail(MOE_ERR_BAD_FILE, "%s: %s '%s' is not a whole number within 2^63 (a damaged training "
@@ -125,9 +130,15 @@ static void data_differences(const moe_trainer *t, const moe_safetensors_file *s
 /* Takes the saved data position; refuses a changed data set unless --allow-data-change 1. */
 static moe_status data_restore(void *owner, int step, const moe_safetensors_file *state, const char *path) {
     moe_trainer *t = owner;
+    MOE_TRY(check_saved_numbers(state, path));
+    int64_t updates;
+    if (saved_number(state, kUpdatesKey, &updates) != 0) updates = step; /* saved before the count: every step updated */
+    if (updates < 0 || updates > step)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s %" PRId64 " is not between 0 and the step %d (a damaged training state)",
+                        path, kUpdatesKey, updates, step);
+    t->optimizer_updates = updates;
     if (!t->train) return MOE_OK; /* --eval-only: no training data, no position to continue */
     int64_t done, shuffle = 0, micro_done;
-    MOE_TRY(check_saved_numbers(state, path));
     if (saved_number(state, data_keys[D_WINDOWS_DONE], &done) != 0) { /* a checkpoint from before data positions */
         if (saved_number(state, "micro_batches_done", &micro_done) != 0) micro_done = (int64_t)step * t->opt.micro_batches;
         done = micro_done * t->opt.batch;

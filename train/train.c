@@ -73,6 +73,14 @@ static void load_balance(const moe_model_config *m, const double *tokens, double
     *cv = n ? sqrt(fmax(0, sum_sq / n - mean * mean)) / mean : 0;
 }
 
+/* ,"key":value into a metrics record, null where the value is not finite (a dropped step's loss or norm: "inf" and
+ * "nan" made the line invalid JSON, a probe) */
+static void json_number(FILE *metrics, const char *key, const char *format, double value) {
+    fprintf(metrics, ",\"%s\":", key);
+    if (isfinite(value)) fprintf(metrics, format, value);
+    else fputs("null", metrics);
+}
+
 /* Rank 0: the step's line, and its metrics record. -1 when the metrics file could not be written (a full disk):
  * the caller stops the run (after a checkpoint where the disk allows) rather than train on without its log. */
 static int log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
@@ -87,10 +95,18 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
     if (val >= 0) printf(" | val %.4f", val);
     printf("\n");
     if (!metrics) return 0;
-    fprintf(metrics,
-            "{\"step\":%d,\"loss\":%.17g,\"aux_loss\":%.6f,\"z_loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
-            "\"tokens_per_s\":%.1f,\"load_min\":%.4f,\"load_max\":%.4f,\"load_cv\":%.4f,\"drop_fraction\":%.6f",
-            step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, r->drop_fraction);
+    fprintf(metrics, "{\"step\":%d", step);
+    json_number(metrics, "loss", "%.17g", r->loss);
+    json_number(metrics, "aux_loss", "%.6f", r->aux);
+    json_number(metrics, "z_loss", "%.6f", r->z);
+    json_number(metrics, "lr", "%.6e", r->lr);
+    json_number(metrics, "grad_norm", "%.6f", r->grad_norm);
+    json_number(metrics, "ms", "%.3f", ms);
+    json_number(metrics, "tokens_per_s", "%.1f", tokens_per_s);
+    json_number(metrics, "load_min", "%.4f", lo);
+    json_number(metrics, "load_max", "%.4f", hi);
+    json_number(metrics, "load_cv", "%.4f", cv);
+    json_number(metrics, "drop_fraction", "%.6f", r->drop_fraction);
     if (val >= 0) fprintf(metrics, ",\"val_loss\":%.17g,\"eval_ms\":%.3f", val, eval_ms);
     moe_run_record_clock(metrics);
     if (r->skipped) fprintf(metrics, ",\"skipped\":true");

@@ -654,8 +654,10 @@ moe_status moe_trainer_apply(moe_trainer *t, int step, moe_step_result *r) {
                                            "bounds it)", step, r->grad_norm * clip_factor,
                                            clip_factor < 1 ? " after clipping" : ""));
     const moe_adamw_params hp = {.lr = r->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
-                                 .weight_decay = o->weight_decay, .step = step, .clip_factor = clip_factor};
+                                 .weight_decay = o->weight_decay, .step = (long)t->optimizer_updates + 1,
+                                 .clip_factor = clip_factor};
     MOE_TRY(moe_model_adamw_step(t->model, t->moment1, t->moment2, &hp));
+    t->optimizer_updates++;
     if (o->zero) MOE_TRY(gather_updated_params(t));
     MOE_TRY(moe_model_sync_tied(t->model)); /* tied embeddings on a pipeline: the first stage's into the last's */
     MOE_TRY(moe_model_update_expert_bias(t->model, r->expert_tokens)); /* the step's counts, every micro-batch's */
