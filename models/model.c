@@ -234,6 +234,10 @@ const moe_model_tensor *moe_model_tensors(const moe_model *m, int *count) {
     return m->tensors;
 }
 moe_layer *moe_model_moe_layer(moe_model *m, int l) { return m->P->moe[l]; }
+void moe_model_set_dropless(moe_model *m, int dropless) {
+    for (int i = 0; i < m->stage.chunks * m->stage.passes; i++)
+        for (int l = 0; l < m->cfg.num_layers; l++) moe_layer_set_dropless(m->passes[i].moe[l], dropless);
+}
 moe_real *moe_model_expert_bias(moe_model *m, int l) { /* the chunk's first pass owns the bias the others share */
     const int c = moe__model_chunk_of(m, l);
     moe_layer *owner = c >= 0 ? m->passes[c * m->stage.passes].moe[l] : NULL;

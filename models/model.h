@@ -496,6 +496,9 @@ void moe_model_set_checks(moe_model *m, moe_nonfinite_finding *finding);
 
 /* Routing statistics of the last forward, per MoE layer (layer index l, or NULL for a dense layer). */
 const moe_layer_stats *moe_model_layer_stats(const moe_model *m, int layer);
+/* dropless 1: every MoE layer's forwards route without a capacity limit until set back to 0 (moe_layer_set_dropless:
+ * inference, whose one sequence must not depend on the copies other ranks forward beside it). */
+void moe_model_set_dropless(moe_model *m, int dropless);
 /* The MoE layer of layer l, or NULL for a dense layer. */
 moe_layer *moe_model_moe_layer(moe_model *m, int layer);
 /* The selection bias [E] of MoE layer l (state of sigmoid routing, saved in checkpoints), or NULL. */

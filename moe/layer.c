@@ -82,6 +82,7 @@ struct moe_layer {
     moe_nonfinite_finding *finding; /* while checking for NaN (moe_layer_set_checks) */
     double aux_loss, z_loss;
     int defer_finish;          /* moe_layer_defer_finish: the caller finishes each forward (moe_layer_finish_forward) */
+    int dropless;              /* moe_layer_set_dropless: no capacity limit, whatever cfg says */
     int pending;               /* a forward's router losses and layout counts queued, not yet finished */
     moe_real *expert_bias;     /* [E] sigmoid routing's selection bias (host): own_bias, or another layer's */
     moe_real *own_bias;
@@ -301,14 +302,14 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
  * host copies of the choices (the forward's first host sync on a GPU), then the layout. */
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const moe_config *c = &L->cfg;
-    const int forced = L->forced_experts != NULL,
-              by_score = c->capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
+    const float capacity_factor = L->dropless ? 0 : c->capacity_factor;
+    const int forced = L->forced_experts != NULL, by_score = capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
     if (forced) MOE_TRY(use_forced_experts(L, T));
     MOE_TRY(L->steps->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
     MOE_TRY(L->steps->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score,
                                       &L->counts.nonfinite_local));
     L->counts.num_tokens = T;
-    moe_status st = moe_router_global_capacity(moe_parallel_stage(L->par), c->capacity_factor, c->drop_priority,
+    moe_status st = moe_router_global_capacity(moe_parallel_stage(L->par), capacity_factor, c->drop_priority,
                                                c->num_experts, c->top_k, L->host.expert, L->host.expert_score,
                                                L->host.kept, &L->counts);
     if (st != MOE_OK) return exchange_failed(L, "the global capacity exchange", st, 0);
@@ -389,6 +390,10 @@ static moe_status queue_router_losses(moe_layer *L) {
 
 void moe_layer_defer_finish(moe_layer *L, int defer) {
     if (L) L->defer_finish = defer;
+}
+
+void moe_layer_set_dropless(moe_layer *L, int dropless) {
+    if (L) L->dropless = dropless;
 }
 
 /* Every view of w set (a NULL one crashed the OpenBLAS engine, and oneDNN's failed as "status 2": a probe). */

@@ -143,6 +143,11 @@ moe_status moe_layer_forward(moe_layer *layer, const moe_layer_weights *weights,
  * layers (models/model.c). */
 void moe_layer_defer_finish(moe_layer *layer, int defer);
 moe_status moe_layer_finish_forward(moe_layer *layer, moe_layer_stats *stats);
+/* dropless 1: the forwards route with no capacity limit whatever cfg.capacity_factor says, until set back to 0 — for
+ * inference (a sample, logits to compare with another implementation): a capacity over the stage's tokens makes a
+ * sequence's output depend on the others forwarded beside it (every data-parallel rank's copy of the one sampled
+ * sequence, a probe: the text changed with the world size). */
+void moe_layer_set_dropless(moe_layer *layer, int dropless);
 
 /* Given dL/dout of the last forward, writes dL/dx and ACCUMULATES (+=) into the weight gradients this
  * rank's tokens and experts contribute. The gradient includes the weighted aux and z losses reported by

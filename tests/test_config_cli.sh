@@ -62,6 +62,17 @@ evaluates_as_trained "sigmoid" "$dir/s.jsonl" "$dir/cks/step-00000006"
 # micro-batches of 2 sequences train as 1 of 4 (without the aux and z losses, whose terms are per micro-batch)
 balanced=(--score sigmoid --bias-update-rate 0.05 --steps 5 --aux-loss-coef 0 --z-loss-coef 0 --layers 2 --d-model 32
           --d-ff 48)
+# inference routes without a capacity limit: the logits of one sequence (every data-parallel rank forwards a copy of
+# it) are 1 rank's at 2 ranks (a probe, 2026-12-07: a capacity over all the copies made them, and the samples, depend
+# on the world size)
+trains "a capacity-limited run" "step-00000004 saved" --capacity-factor 0.5 --steps 4 --checkpoint-dir "$dir/ckcap"
+for np in 1 2; do
+    timeout 120 "$mpirun" -np $np "$train" --init-from "$dir/ckcap/step-00000004" --eval-only 1 --val-data \
+        "$dir/val.bin" --eval-batches 1 --batch 2 --seq-len 16 --dump-logits "$dir/cap$np.logits" > "$dir/out.txt" 2>&1 ||
+        fail_with_output "--dump-logits at $np rank(s)"
+done
+cmp -s "$dir/cap1.logits" "$dir/cap2.logits" && echo "ok: --dump-logits of a capacity-limited model: 2 ranks' are 1's" ||
+    fail_with_output "--dump-logits of a capacity-limited model differ between 1 and 2 ranks"
 step5_loss() { sed -n 's/^{"step":5,"loss":\([^,]*\),.*/\1/p' "$1"; }
 trains "sigmoid, batch 4" "^step     5" "${balanced[@]}" --batch 4 --log-file "$dir/b4.jsonl"
 trains "sigmoid, 2 micro-batches of 2" "^step     5" "${balanced[@]}" --batch 2 --micro-batches 2 \

@@ -196,7 +196,8 @@ static const opt_spec kOptions[] = {
     {"--log-file", "JSON-lines metrics file ('' : none); it opens with a record of the whole run (an earlier log "
      "there is kept as FILE.1, FILE.2, ...)", OPT_STRING,
      OFF(log_file), 0, 0, {0}, NULL, COMMAND},
-    {"--sample-tokens", "tokens sampled at the end (0: none; each a forward pass of up to --seq-len tokens)", OPT_INT,
+    {"--sample-tokens", "tokens sampled at the end (0: none; each a forward pass of up to --seq-len tokens, routed "
+     "without a capacity limit)", OPT_INT,
      OFF(sample_tokens), 0, 1 << 16, {0}, NULL, RUN},
     {"--sample-prompt", "text the samples start from", OPT_STRING, OFF(sample_prompt), 0, 0, {0}, NULL, RUN},
     {"--sample-temperature", "sampling temperature (0: greedy)", OPT_FLOAT, OFF(sample_temperature), 0, 100, {0}, NULL, RUN},

@@ -721,7 +721,11 @@ static moe_status sequence_logits(moe_trainer *t, const int *tokens, moe_real *l
     const size_t each = (size_t)S * w * sizeof(moe_real);
     moe_real *block = tp > 1 ? malloc(each) : logits, *blocks = tp > 1 ? malloc(each * tp) : NULL;
     if (tp > 1 && (!block || !blocks)) return free(block), free(blocks), MOE_ERR_OUT_OF_MEMORY;
+    /* dropless: every data-parallel rank forwards its copy of the one sequence, and a capacity over all the copies
+     * made the text depend on the world size (a probe; with score priority, on the padding after the context too) */
+    moe_model_set_dropless(t->model, 1);
     moe_status fst = moe_stage_runner_forward(&t->runner, tokens, NULL, 1, &loss, block);
+    moe_model_set_dropless(t->model, 0);
     if (tp > 1) {
         /* every rank of the group takes part, failed or not */
         const moe_status gathered = moe_comm_allgather_bytes(moe_parallel_tensor(t->par), block, each, blocks);
@@ -756,8 +760,8 @@ moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
     return sequence_logits(t, t->inputs, logits);
 }
 
-/* The context sits at the start of one sequence of S tokens; causal attention makes the padding after
- * it irrelevant to the logits read at the last context position. */
+/* The context sits at the start of one sequence of S tokens; causal attention and dropless routing (sequence_logits)
+ * make the padding after it irrelevant to the logits read at the last context position. */
 moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {
     const int S = t->opt.model.seq_len, V = t->opt.model.vocab_size;
     moe_real *logits = malloc((size_t)S * V * sizeof(moe_real));

@@ -137,7 +137,9 @@ moe_status moe_trainer_moment_range(moe_trainer *t, int which, size_t offset, si
 moe_status moe_trainer_moment_range_set(moe_trainer *t, int which, size_t offset, size_t count, const moe_real *src);
 moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *full);
 
-/* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. */
+/* logits [S, V] of validation sequence 0 (the file's first S tokens); every rank computes them. Routed without a
+ * capacity limit, as the samples below (inference: a sequence's logits depend on its own tokens only, on any layout,
+ * as transformers computes them). */
 moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits);
 
 /* Continues `text` (n tokens, capacity max_n) to max_n tokens; every rank gets the same tokens.
