@@ -32,6 +32,17 @@ refuses "bad data file: .*truncated.bin: the header announces [0-9]+ tokens but 
 refuses "bad data file: .*wrong_version.bin: unsupported version 2" --train-data "$dir/wrong_version.bin" --val-data "$dir/val.bin"
 # a token outside the vocabulary is found when its window is read (no scan of the corpus at start): at step 1 here
 refuses "training data of step 1: .*train.bin: token [0-9]+ at token offset [0-9]+ is outside the vocabulary \(size 64\)" --vocab 64
+# ... and in the validation data at the last step's evaluation: the step's checkpoint is saved, then the run stops
+# (a probe, 2026-12-07: the job ended before the save, losing every step since the last checkpoint)
+for i in $(seq 1 40); do printf 'line %d of a text with a byte past 127: caf\xc3\xa9.\n' "$i"; done > "$dir/high.txt"
+"$text_to_tokens" "$dir/high.txt" "$dir/high_train.bin" "$dir/val_high.bin" 0.5 > /dev/null ||
+    fail_with_output "moe-text-to-tokens high.txt"
+refuses "bad validation data: stopped after step 2 \(the checkpoint above has it\)" --vocab 128 \
+    --val-data "$dir/val_high.bin" --eval-batches 20 --checkpoint-dir "$dir/ck_val_high"
+grep -Eq "validation failed: .*val_high.bin: token 195 at token offset [0-9]+ is outside the vocabulary" "$dir/out.txt" ||
+    fail_with_output "the failed validation's cause is not named"
+[ -f "$dir/ck_val_high/step-00000002/model.safetensors" ] && echo "ok: the step whose evaluation failed was saved" ||
+    fail_with_output "no checkpoint of step 2 after the failed validation: $(ls "$dir/ck_val_high" 2>&1)"
 
 # issue 16: uint32 token files (llm.c's Llama 3 format: magic 20240801, version 7) for vocabularies past 65536;
 # the corpus's bytes shifted to tokens 69700 + byte

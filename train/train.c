@@ -437,8 +437,8 @@ static int report_pinned_gemms(const moe_train_placement *place, FILE *metrics, 
 
 /* The steps from first_step on, with their evaluations, logs and checkpoints. Returns the exit status: 0 at the end;
  * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
- * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, or
- * --max-skipped-steps consecutive steps were dropped. A checkpoint is saved only after a step whose update was
+ * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, the validation data
+ * held a bad window (after the step's checkpoint), or --max-skipped-steps consecutive steps were dropped. A checkpoint is saved only after a step whose update was
  * applied: one due at a dropped step waits for the next step that updates. */
 static int train(moe_trainer *t, const moe_train_options *o, const moe_train_placement *place, moe_verifier *verifier,
                  FILE *metrics, int first_step, moe_step_result *r) {
@@ -474,8 +474,15 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                     moe_failure_message(MOE_ERR_NONFINITE));
         skipped_in_a_row = r->skipped ? skipped_in_a_row + 1 : 0;
         double eval_t0 = now_ms();
-        if (step == o->steps || (o->eval_interval > 0 && step % o->eval_interval == 0))
-            require(moe_trainer_evaluate(t, &val), "validation");
+        moe_status eval_st = MOE_OK;
+        if (step == o->steps || (o->eval_interval > 0 && step % o->eval_interval == 0)) {
+            /* bad validation data (found as it is read, agreed by every rank: the rank that read it has the file's
+             * failure, the others MOE_ERR_PEER) loses nothing: the step's checkpoint is saved below, then the run stops
+             * (a probe: found at the last step, it ended the job before its save) */
+            eval_st = moe_trainer_evaluate(t, &val);
+            if (eval_st != MOE_ERR_BAD_FILE && eval_st != MOE_ERR_PEER) require(eval_st, "validation");
+            if (eval_st != MOE_OK) val = -1;
+        }
         moe_train_signals_boundary(1); /* the computation is over: a stop signal may arrive (train/signals.h) */
         if (rank0 && !t->output_error[0] && log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) != 0)
             snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file, strerror(errno));
@@ -487,7 +494,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                         "newest)\n", skipped_in_a_row, o->max_skipped_steps);
             return 2;
         }
-        const int due = step == o->steps || stop.signo || stop.log_failed ||
+        const int due = step == o->steps || stop.signo || stop.log_failed || eval_st != MOE_OK ||
                         (o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0);
         if (*o->checkpoint_dir && (due || save_waiting)) {
             if (r->skipped) {
@@ -505,6 +512,17 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                 if (rank0) printf("checkpoint: %s/step-%08d saved in %.2f s\n", o->checkpoint_dir, step,
                                   (now_ms() - save_t0) / 1e3);
             }
+        }
+        if (eval_st != MOE_OK) {
+            if (eval_st != MOE_ERR_PEER)
+                fprintf(stderr, "moe-train: rank %d: validation failed: %s\n", t->ranks.world_rank,
+                        moe_failure_message(eval_st));
+            if (rank0)
+                fprintf(stderr, "moe-train: bad validation data: stopped after step %d%s\n", step,
+                        !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)"
+                        : save_waiting      ? " (its update was dropped: no checkpoint of it)"
+                                            : " (the checkpoint above has it)");
+            return 2;
         }
         if (stop.log_failed) {
             if (rank0)

@@ -710,7 +710,6 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     if (st == MOE_OK)
         st = moe_fail(MOE_ERR_NONFINITE, "the weights are finite: an op overflowed (a training step names which)");
     return moe_fail_context(st, "the validation loss is %g", *val_loss);
-    return MOE_OK;
 }
 
 /* The logits [S, V] of one sequence of tokens (host), on every rank: the last stage's, shared over the pipeline; at
