@@ -83,6 +83,15 @@ refuses "--log-file .*/same.out and --routing-trace-out .*/same.out are one file
     --routing-trace-out "$dir/same.out"
 cmp -s "$dir/train.bin" "$dir/train_before.bin" && cmp -s "$dir/val.bin" "$dir/val_before.bin" &&
     echo "ok: the data files intact" || fail_with_output "a refused run changed its data files"
+# ... or inside a checkpoint's folder (a probe: --dump-logits CK/config.json overwrote it, --log-file CK/model.safetensors
+# moved the weights aside)
+ck2="$dir/ck_val_high/step-00000002"
+cp "$ck2/config.json" "$dir/config_before.json"
+refuses "--dump-logits .*step-00000002/config.json is inside the checkpoint .*step-00000002" --init-from "$ck2" \
+    --eval-only 1 --dump-logits "$ck2/config.json"
+refuses "--log-file .*step-00000002/model.safetensors is inside the checkpoint" --log-file "$ck2/model.safetensors"
+cmp -s "$ck2/config.json" "$dir/config_before.json" && [ ! -e "$ck2/model.safetensors.1" ] &&
+    echo "ok: the checkpoint's files intact" || fail_with_output "a refused run changed the checkpoint's files"
 # moe-text-to-tokens the same way (it reported success with the training tokens gone), and a write it cannot do named
 cp "$dir/text.txt" "$dir/text_before.txt"
 for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do
@@ -101,7 +110,11 @@ refuses "--sample-prompt: its byte 122 is past the vocabulary of 64" --vocab 64 
 printf 'abc ab ca bc %.0s' $(seq 200) > "$dir/abc.txt"
 "$text_to_tokens" "$dir/abc.txt" "$dir/abc_train.bin" "$dir/abc_val.bin" 0.2 > /dev/null
 trains "the default prompt past --vocab 100" "^sample: the default prompt holds bytes past --vocab 100: sampling from a \
-newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
+newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin" \
+    --checkpoint-dir "$dir/ck_abc"
+# ... also where a resume gives it back as the saved run's (a probe: the resume was refused over that prompt)
+trains "a resume of it" "^sample: the default prompt holds bytes past" --resume latest --checkpoint-dir "$dir/ck_abc" \
+    --steps 3 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
 refuses "--adam-eps must be above 0: AdamW divides by sqrt\(v\) \+ eps" --adam-eps 0
 refuses "cannot write the metrics file .*nodir/x.jsonl.: No such file or directory" --log-file "$dir/nodir/x.jsonl"
 # ranks launched with different options (an MPMD launch; a --config file that differs between nodes): the option

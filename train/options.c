@@ -291,7 +291,7 @@ static void set_defaults(moe_train_options *o) {
     o->beta1 = 0.9f, o->beta2 = 0.95f, o->adam_eps = 1e-8f, o->seed = 1337;
     o->train_data = "data/kjv_train.bin", o->val_data = "data/kjv_val.bin", o->log_file = "";
     o->eval_interval = 50, o->eval_batches = 4;
-    o->sample_tokens = 200, o->sample_prompt = "And God said", o->sample_temperature = 0.8f;
+    o->sample_tokens = 200, o->sample_prompt = MOE_TRAIN_DEFAULT_PROMPT, o->sample_temperature = 0.8f;
     o->exchange_timeout_s = 300, o->stop_signals = "TERM,INT,USR1", o->max_skipped_steps = 10;
     o->checkpoint_dir = "", o->checkpoint_interval = 0, o->keep_last = 3, o->checkpoint_timeout_s = 3600;
     o->save_shard_size = "";
@@ -544,9 +544,10 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --adam-eps must be above 0: AdamW divides by sqrt(v) + eps, and with "
                                        "0 a weight whose gradients have all been 0 (an embedding row of a token no "
                                        "batch held) becomes 0/0 = NaN at its first update\n"), -1;
-    /* the prompt's bytes are its tokens: one past the vocabulary was taken modulo it, another prompt (a probe) */
+    /* the prompt's bytes are its tokens: one past the vocabulary was taken modulo it, another prompt (a probe); the
+     * default's, also as a saved run or a --config file gives it back (a probe: their resume was refused), is replaced */
     for (const unsigned char *c = (const unsigned char *)o->sample_prompt; o->sample_tokens > 0 && *c; c++)
-        if (*c >= o->model.vocab_size && o->source[find("--sample-prompt") - kOptions] != MOE_OPTION_DEFAULT)
+        if (*c >= o->model.vocab_size && strcmp(o->sample_prompt, MOE_TRAIN_DEFAULT_PROMPT))
             return moe_train_complain(err, "moe-train: --sample-prompt: its byte %u is past the vocabulary of %d (the "
                                            "prompt's bytes are its tokens)\n", *c, o->model.vocab_size), -1;
     char why[256];

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/fail.h"
 #include "models/fileio.h"
@@ -13,6 +15,19 @@ static const char *shard_named(const moe_token_data *d, const char *path) {
     for (int i = 0; d && i < moe_token_data_num_shards(d); i++)
         if (moe_same_file(path, moe_token_data_shard(d, i).path)) return moe_token_data_shard(d, i).path;
     return NULL;
+}
+
+/* Whether path's folder is a checkpoint (a manifest, or a model's weights: ours or another tool's), into *folder. */
+static int in_checkpoint(const char *path, char *folder, size_t n) {
+    const char *slash = strrchr(path, '/');
+    snprintf(folder, n, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    static const char *const marks[] = {"manifest.json", "model.safetensors", "model.safetensors.index.json"};
+    char mark[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(mark, sizeof mark, "%s/%s", folder, marks[i]);
+        if (access(mark, F_OK) == 0) return 1;
+    }
+    return 0;
 }
 
 moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_token_data *train,
@@ -28,6 +43,10 @@ moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_to
         if (shard)
             return moe_fail(MOE_ERR_BAD_FILE, "%s %s is %s (%s): the run would overwrite its own input", flag[i],
                             path[i], what, shard);
+        char folder[4096];
+        if (in_checkpoint(path[i], folder, sizeof folder)) /* a probe: --dump-logits CK/config.json, --log-file CK/... */
+            return moe_fail(MOE_ERR_BAD_FILE, "%s %s is inside the checkpoint %s: the run would overwrite or move its "
+                            "files (write it elsewhere)", flag[i], path[i], folder);
         for (int j = i + 1; j < 3; j++)
             if (*path[j] && moe_same_file(path[i], path[j]))
                 return moe_fail(MOE_ERR_BAD_FILE, "%s %s and %s %s are one file: each output needs its own", flag[i],

@@ -157,7 +157,7 @@ static void print_sample(moe_trainer *t) {
     if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
     /* a prompt's bytes are its tokens: one given with a byte past the vocabulary is refused (train/options.c); the
      * default one ("And God said") is replaced, said so (before: its bytes were taken modulo the vocabulary) */
-    int past = 0;
+    int past = 0; /* (only the default's can be: options.c) */
     for (const char *c = o->sample_prompt; *c; c++) past |= (unsigned char)*c >= o->model.vocab_size;
     if (past && t->ranks.world_rank == 0)
         printf("sample: the default prompt holds bytes past --vocab %d: sampling from a newline instead (give "
