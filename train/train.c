@@ -150,32 +150,6 @@ static int eval_shortfall(const moe_trainer *t, char *out, size_t n) {
     return 1;
 }
 
-static void print_sample(moe_trainer *t) {
-    const moe_train_options *o = &t->opt;
-    int n = 0, max_n = (int)strlen(o->sample_prompt) + o->sample_tokens + 1;
-    int *text = calloc((size_t)max_n, sizeof(int));
-    if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
-    /* a prompt's bytes are its tokens: one given with a byte past the vocabulary is refused (train/options.c); the
-     * default one ("And God said") is replaced, said so (before: its bytes were taken modulo the vocabulary) */
-    int past = 0; /* (only the default's can be: options.c) */
-    for (const char *c = o->sample_prompt; *c; c++) past |= (unsigned char)*c >= o->model.vocab_size;
-    if (past && t->ranks.world_rank == 0)
-        printf("sample: the default prompt holds bytes past --vocab %d: sampling from a newline instead (give "
-               "--sample-prompt)\n", o->model.vocab_size);
-    for (const char *c = o->sample_prompt; *c && !past; c++) text[n++] = (unsigned char)*c;
-    if (n == 0) text[n++] = '\n' < o->model.vocab_size ? '\n' : 0;
-    require(
-        moe_trainer_sample(t, text, n, n + o->sample_tokens, o->sample_temperature, (unsigned long long)o->seed + 7),
-        "sampling");
-    if (t->ranks.world_rank == 0) {
-        printf("sample (temperature %g):\n---\n", o->sample_temperature);
-        for (int i = 0; i < n + o->sample_tokens; i++)
-            putchar(text[i] < 128 && (text[i] >= 32 || text[i] == '\n') ? text[i] : '?');
-        printf("\n---\n");
-    }
-    free(text);
-}
-
 /* MOE_TEST_FAULT=<dense entry>: that entry of the run's dense table (not the --verify-steps reference's) does
  * its work twice (moe/dense_ops_fault.h): how the tests prove that --verify-steps catches a wrong op and names
  * the tensor it writes. */
@@ -381,6 +355,53 @@ static stop_request agree_on_stop(moe_trainer *t, int log_failed) {
     stop_request stop = {0, counts[SIGNALS] > 0};
     for (int s = 1; s < SIGNALS && !stop.signo; s++) stop.signo = counts[s] > 0 ? s : 0;
     return stop;
+}
+
+/* stop for moe_trainer_sample: a stop signal, agreed by every rank (each token's one all-reduce beside a forward) */
+typedef struct {
+    moe_trainer *t;
+    int signo; /* the agreed signal, 0 while none */
+} sample_watch;
+
+static int sample_stop(void *arg) {
+    sample_watch *w = arg;
+    moe_train_signals_boundary(1); /* no GEMM runs here: a signal may arrive (train/signals.h) */
+    w->signo = agree_on_stop(w->t, 0).signo;
+    moe_train_signals_boundary(0);
+    return w->signo;
+}
+
+/* The sample after training, on rank 0's stdout. Returns 0, or 128 + N when signal N stopped it (what was sampled
+ * printed first: a SIGTERM during a long sample was ignored and the job exited 0, a probe). */
+static int print_sample(moe_trainer *t) {
+    const moe_train_options *o = &t->opt;
+    int n = 0, max_n = (int)strlen(o->sample_prompt) + o->sample_tokens + 1;
+    int *text = calloc((size_t)max_n, sizeof(int));
+    if (!text) require(MOE_ERR_OUT_OF_MEMORY, "sampling");
+    /* a prompt's bytes are its tokens: one given with a byte past the vocabulary is refused (train/options.c); the
+     * default one ("And God said") is replaced, said so (before: its bytes were taken modulo the vocabulary) */
+    int past = 0; /* (only the default's can be: options.c) */
+    for (const char *c = o->sample_prompt; *c; c++) past |= (unsigned char)*c >= o->model.vocab_size;
+    if (past && t->ranks.world_rank == 0)
+        printf("sample: the default prompt holds bytes past --vocab %d: sampling from a newline instead (give "
+               "--sample-prompt)\n", o->model.vocab_size);
+    for (const char *c = o->sample_prompt; *c && !past; c++) text[n++] = (unsigned char)*c;
+    if (n == 0) text[n++] = '\n' < o->model.vocab_size ? '\n' : 0;
+    const int want = n + o->sample_tokens;
+    sample_watch watch = {t, 0};
+    require(moe_trainer_sample(t, text, &n, want, o->sample_temperature, (unsigned long long)o->seed + 7, sample_stop,
+                               &watch), "sampling");
+    if (t->ranks.world_rank == 0) {
+        printf("sample (temperature %g):\n---\n", o->sample_temperature);
+        for (int i = 0; i < n; i++) putchar(text[i] < 128 && (text[i] >= 32 || text[i] == '\n') ? text[i] : '?');
+        printf("\n---\n");
+        if (watch.signo)
+            printf("moe-train: %s: sampling stopped after %d of %d tokens; exit status %d\n",
+                   moe_train_signal_name(watch.signo), o->sample_tokens - (want - n), o->sample_tokens,
+                   128 + watch.signo);
+    }
+    free(text);
+    return watch.signo ? 128 + watch.signo : 0;
 }
 
 /* With --pp: each stage's time per step and how much of it was spent waiting for its neighbours (the bubble and
@@ -700,7 +721,7 @@ int main(int argc, char **argv) {
     if (moe_train_signals_watch(opt.stop_signals, why, sizeof why))
         require(moe_fail(MOE_ERR_INVALID_CONFIG, "%s", why), "--stop-signals");
     rc = train(&t, &opt, &place, ref_par ? &verifier : NULL, metrics, first_step, &r);
-    if (rc == 0 && opt.sample_tokens > 0) print_sample(&t);
+    if (rc == 0 && opt.sample_tokens > 0) rc = print_sample(&t);
 done:
     if (ref_par) moe_verifier_destroy(&verifier), moe_parallel_destroy(ref_par);
     if (metrics) fclose(metrics);

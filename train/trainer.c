@@ -761,13 +761,15 @@ moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
 
 /* The context sits at the start of one sequence of S tokens; causal attention and dropless routing (sequence_logits)
  * make the padding after it irrelevant to the logits read at the last context position. */
-moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed) {
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int *n_io, int max_n, float temperature, unsigned long long seed,
+                              int (*stop)(void *arg), void *arg) {
     const int S = t->opt.model.seq_len, V = t->opt.model.vocab_size;
     moe_real *logits = malloc((size_t)S * V * sizeof(moe_real));
     if (!logits) return MOE_ERR_OUT_OF_MEMORY;
     moe_rng rng = moe_rng_seeded(seed);
     moe_status st = MOE_OK;
-    while (n < max_n && st == MOE_OK) {
+    int n = *n_io;
+    while (n < max_n && st == MOE_OK && !(n > *n_io && stop && stop(arg))) {
         int start = n > S ? n - S : 0, len = n - start;
         for (int i = 0; i < S; i++) t->inputs[i] = i < len ? text[start + i] : 0;
         st = sequence_logits(t, t->inputs, logits);
@@ -787,5 +789,6 @@ moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float
         text[n++] = next;
     }
     free(logits);
+    *n_io = n;
     return st;
 }

@@ -142,8 +142,10 @@ moe_status moe_trainer_moments_set(moe_trainer *t, int which, const moe_real *fu
  * as transformers computes them). */
 moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits);
 
-/* Continues `text` (n tokens, capacity max_n) to max_n tokens; every rank gets the same tokens.
- * temperature 0: greedy. Collective. */
-moe_status moe_trainer_sample(moe_trainer *t, int *text, int n, int max_n, float temperature, unsigned long long seed);
+/* Continues `text` (*n tokens, capacity max_n) to max_n tokens, *n counting them; every rank gets the same tokens.
+ * temperature 0: greedy. stop (may be NULL), asked after each token, ends it early where nonzero: collective, it must
+ * answer alike on every rank (moe-train's: a stop signal, agreed). Collective. */
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int *n, int max_n, float temperature, unsigned long long seed,
+                              int (*stop)(void *arg), void *arg);
 
 #endif

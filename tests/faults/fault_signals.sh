@@ -133,5 +133,21 @@ fi
 leftovers > /dev/null || fail_job "--stop-signals none: processes left"
 refuses "--stop-signals: 'KILL' is not one of TERM, INT, USR1, USR2, HUP" --stop-signals TERM,KILL
 
-report "stop signals" $((10 - skipped)) $clean 0 0 0
+# while the end's sample is drawn (a probe, 2026-12-07: the ranks sampled on and the job exited 0): it stops after the
+# token in flight, prints what it has and exits 128 + the signal
+launch --steps 1 --eval-interval 0 --sample-tokens 65536 --sample-temperature 0
+wait_for_step 1 120 || fail_job "SIGTERM while sampling: the job did not reach step 1 in 120 s"
+sleep 1
+pkill -TERM -s "$job" -x "$(basename "$train")"
+wait_job 60 || fail_job "SIGTERM while sampling: the job did not end within 60 s"
+line=$(grep -m 1 "^moe-train: SIGTERM: sampling stopped after" "$dir/job.txt")
+if [ "$job_rc" -eq 143 ] && [ -n "$line" ]; then
+    echo "ok: SIGTERM while sampling: $line"
+    clean=$((clean + 1))
+else
+    fail_job "SIGTERM while sampling: exit $job_rc, '$line'"
+fi
+leftovers > /dev/null || fail_job "SIGTERM while sampling: processes left"
+
+report "stop signals" $((11 - skipped)) $clean 0 0 0
 finish fault_signals
