@@ -72,7 +72,7 @@ trains "a partial last validation micro-batch" "asks for 40\)" --eval-only 1 --b
 trains "the short file in training" "^validation: 36 distinct sequences, all the validation file's 36 windows \(--eval-batches 30" \
     --eval-batches 30
 perl -e 'print pack("l<256", 20240520, 1, 20, (0) x 253), pack("S<*", (65) x 20)' > "$dir/one_window.bin"
-refuses "one_window.bin: 1 validation windows of 16 \+ 1 tokens, fewer than the 2 ranks" --val-data "$dir/one_window.bin"
+refuses "one_window.bin: 1 validation windows of 16 \+ 1 tokens, fewer than the 2 data-parallel ranks" --val-data "$dir/one_window.bin"
 refuses "--vocab expects an integer in \[2, 2147483647\], got '2147483648'" --vocab 2147483648
 # an output that is one of the run's inputs, or another output (a probe, 2026-12-07: each was truncated when opened,
 # the input destroyed); the inputs intact after
@@ -92,6 +92,11 @@ refuses "--dump-logits .*step-00000002/config.json is inside the checkpoint .*st
 refuses "--log-file .*step-00000002/model.safetensors is inside the checkpoint" --log-file "$ck2/model.safetensors"
 cmp -s "$ck2/config.json" "$dir/config_before.json" && [ ! -e "$ck2/model.safetensors.1" ] &&
     echo "ok: the checkpoint's files intact" || fail_with_output "a refused run changed the checkpoint's files"
+# --eval-only with what only training does (a probe: an empty trace written, the sample flags taken silently)
+refuses "--routing-trace-out records training steps; --eval-only trains none" --init-from "$ck2" --eval-only 1 \
+    --routing-trace-out "$dir/eval.trace"
+trains "--eval-only with --sample-tokens" "^note: --eval-only evaluates and exits: --sample-tokens" --init-from "$ck2" \
+    --eval-only 1 --sample-tokens 5
 # moe-text-to-tokens the same way (it reported success with the training tokens gone), and a write it cannot do named
 cp "$dir/text.txt" "$dir/text_before.txt"
 for outputs in "$dir/same.bin $dir/same.bin" "$dir/text.txt $dir/v.bin"; do

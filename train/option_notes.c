@@ -35,4 +35,8 @@ void moe_train_note_inert_options(const moe_train_options *o, FILE *notes) {
         fprintf(notes, "note: --group-score has no effect without expert groups (--expert-groups)\n");
     if (!o->world_invariant && GIVEN(shards))
         fprintf(notes, "note: --shards %d has no effect with --world-invariant 0 (the sums are per rank)\n", o->shards);
+    /* --eval-only evaluates and exits: what a training run does at its end does not happen (a probe: said nowhere) */
+    if (o->eval_only && (GIVEN(sample_tokens) || GIVEN(sample_prompt) || GIVEN(routing_trace_in)))
+        fprintf(notes, "note: --eval-only evaluates and exits: --sample-tokens, --sample-prompt and --routing-trace-in "
+                       "have no effect\n");
 }

@@ -53,7 +53,7 @@ static const opt_spec kOptions[] = {
      4096, {0}, NULL, RUN},
     {"--shared-d-ff", "hidden width of a shared expert beside the routed ones in every MoE layer (0: none; gated by a "
      "sigmoid with --family qwen2_moe)", OPT_INT, OFF(model.shared_d_ff), 0, 1 << 20, {0}, NULL, RUN},
-    {"--vocab", "vocabulary size (256: bytes; above 65536 the token files must hold uint32 tokens)", OPT_INT,
+    {"--vocab", "vocabulary size (256: bytes; token ids past 65535 need uint32 token files)", OPT_INT,
      OFF(model.vocab_size), 2, 2147483647, {0}, NULL, RUN},
     {"--seq-len", "tokens per sequence", OPT_INT, OFF(model.seq_len), 1, 1 << 16, {0}, NULL, RUN},
     {"--tie-embeddings", "1: lm_head shares the embedding matrix", OPT_INT, OFF(model.tie_embeddings), 0, 1, {0}, NULL, RUN},
@@ -119,9 +119,9 @@ static const opt_spec kOptions[] = {
     {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL, RUN},
     {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL, RUN},
     {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL, RUN},
-    {"--min-lr", "learning rate at the last step (cosine decay)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
+    {"--min-lr", "learning rate at the last step (cosine decay after the warm-up; with --warmup = --steps never reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
     {"--warmup", "linear warm-up steps (auto: min(100, --steps / 10))", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL, RUN},
-    {"--weight-decay", "AdamW weight decay (not on norms)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL, RUN},
+    {"--weight-decay", "AdamW weight decay (not on norms and biases)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL, RUN},
     {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL, RUN},
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL, RUN},
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},
@@ -540,6 +540,9 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
         return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
                                        "1048576, got '%s'\n", o->save_shard_size), -1;
     if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
+    if (*o->routing_trace_out && o->eval_only) /* (it wrote an empty trace: a probe) */
+        return moe_train_complain(err, "moe-train: --routing-trace-out records training steps; --eval-only trains "
+                                       "none\n"), -1;
     if (!(o->adam_eps > 0)) /* sqrt(v) + eps: 0/0 at the first update of a weight whose gradient was exactly 0 */
         return moe_train_complain(err, "moe-train: --adam-eps must be above 0: AdamW divides by sqrt(v) + eps, and with "
                                        "0 a weight whose gradients have all been 0 (an embedding row of a token no "

@@ -117,7 +117,8 @@ moe_status moe_trainer_create(moe_trainer *t, const moe_train_options *opt, moe_
     clock_gettime(CLOCK_MONOTONIC, &opened);
     t->data_open_s = (double)(opened.tv_sec - opening.tv_sec) + (opened.tv_nsec - opening.tv_nsec) / 1e9;
     if (st == MOE_OK && moe_trainer_eval_sequences(t) < 1) /* each rank needs a distinct validation window */
-        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %lld validation windows of %d + 1 tokens, fewer than the %d ranks",
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: %lld validation windows of %d + 1 tokens, fewer than the %d data-parallel "
+                      "ranks (each reads its own)",
                       opt->val_data, (long long)moe_token_data_num_windows(t->val), m->seq_len, t->ranks.dp_size);
     t->order = (moe_data_order){.shuffle = opt->shuffle, .seed = (uint64_t)opt->seed};
     st = moe_fail_context(st, "bad data file");
