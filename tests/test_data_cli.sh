@@ -102,4 +102,12 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
 else
     fail_with_output "a shard truncated mid-run (exit $rc)"
 fi
+# more shards than the process may hold open (each stays open for the run): the limit and the shard named (a probe:
+# "cannot open: Too many open files" blamed a file); one process without mpirun, under ulimit -n 40
+mkdir -p "$dir/many" && for i in $(seq 1 60); do ln -sf "$dir/shards/train_001.bin" "$dir/many/s_$i.bin"; done
+merge --train-data "$dir/many/s_*.bin" --val-data "$dir/shards/val_001.bin"
+(ulimit -n 40 && "$train" "${merged[@]}" > "$dir/out.txt" 2>&1)
+grep -Eq "cannot open the data set's shard [0-9]+: this process may hold 40 open files" "$dir/out.txt" &&
+    echo "ok: too many shards for the open-file limit: $(grep -o "cannot open the data set's shard.*" "$dir/out.txt")" ||
+    fail_with_output "too many shards for the open-file limit"
 finish test_data_cli

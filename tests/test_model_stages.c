@@ -192,6 +192,7 @@ static void check_passes(const char *label, moe_model_config c) {
         }
     }
     printf("%-44s %d passes in flight: losses and gradients bitwise one pass's\n", label, MICRO);
+    free(counts_one), free(counts_many);
     moe_model_destroy(one);
     moe_model_destroy(many);
     moe_parallel_destroy(par);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,7 +62,14 @@ static moe_status add_shard(moe_token_data *d, const char *path) {
         d->shards = more, d->capacity = capacity;
     }
     FILE *f;
-    MOE_TRY(moe_file_open_regular(path, &f));
+    moe_status opened = moe_file_open_regular(path, &f);
+    struct rlimit files; /* every shard stays open (and mapped) for the run: a limit reached is named (a probe) */
+    if (opened != MOE_OK && strstr(moe_failure_message(opened), strerror(EMFILE)) &&
+        getrlimit(RLIMIT_NOFILE, &files) == 0)
+        return moe_fail(MOE_ERR_IO, "%s: cannot open the data set's shard %d: this process may hold %llu open files "
+                        "(each shard stays open for the run): raise the limit (ulimit -n) or use fewer, larger "
+                        "shards", path, d->num_shards + 1, (unsigned long long)files.rlim_cur);
+    MOE_TRY(opened);
     unsigned char header[HEADER_NBYTES];
     const size_t got = fread(header, 1, sizeof header, f);
     const long long file_nbytes = moe_file_size(f);

@@ -647,9 +647,11 @@ moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_
                                     .first_stage_layers = o->first_stage_layers,
                                     .last_stage_layers = o->last_stage_layers,
                                     .zero = o->zero,
-                                    /* --tp: the planner's tp 1 over a tensor group's sequences, more than
-                                       a rank allocates (its weights' blocks, its slice's activations and its
-                                       heads', models/model.h): an upper bound */
+                                    /* --tp: a tensor group's sequences, each rank holding its blocks of the
+                                       weights and its slice of the tokens (the planner's tp; until 2026-12-07 its
+                                       tp 1 over the group's sequences: 3.8x the measured peak at tp 4, refusing
+                                       what fits, a probe) */
+                                    .tp = o->tp,
                                     .micro_batch = o->batch / (stage_ranks / o->tp),
                                     .seq_len = o->model.seq_len,
                                     .bf16 = o->model.moe.precision == MOE_PRECISION_BF16,

@@ -246,13 +246,22 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
  * ranks sharing this machine exceeds its physical memory: better a sentence now than the kernel's OOM killer
  * after minutes of initialisation. On the host: the run's model on the CPU, and --verify-steps' CPU reference
  * beside it (weights, gradients, activations; no optimizer). Returns 0 when it fits. */
-static int refuse_oversized(const moe_train_options *o, int world_size) {
-    const int copies = (o->device == MOE_TRAIN_DEVICE_CPU) + (o->verify_steps > 0);
+/* What a rank's host memory holds: the run's model on the CPU, and --verify-steps' CPU reference beside it (which the
+ * start-up line printed without until 2026-12-07: 1.6x below the peak, a probe). */
+static int host_copies(const moe_train_options *o) { return (o->device == MOE_TRAIN_DEVICE_CPU) + (o->verify_steps > 0); }
+
+static moe_train_memory host_memory(const moe_train_options *o, int world_size) {
     moe_train_memory need = moe_train_options_memory(o, world_size);
-    need.params *= copies, need.activations *= copies;
+    need.params *= host_copies(o), need.activations *= host_copies(o);
     need.moments *= o->device == MOE_TRAIN_DEVICE_CPU;
     if (o->device != MOE_TRAIN_DEVICE_CPU) need.process = MOE_TRAIN_PROCESS_BYTES; /* the sums run on the GPU */
     need.total = need.params + need.moments + need.activations + need.process;
+    return need;
+}
+
+static int refuse_oversized(const moe_train_options *o, int world_size) {
+    const int copies = host_copies(o);
+    const moe_train_memory need = host_memory(o, world_size);
     MPI_Comm node;
     int node_ranks = 1, node_rank = 0;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
@@ -697,11 +706,13 @@ int main(int argc, char **argv) {
         const moe_model_stage *stage = moe_model_stage_of(t.model);
         printf("world %d ranks x %d threads on %s: pp %d x ep %d x expert-data-parallel %d; %zu dense + %zu expert "
                "parameters per rank of stage 0 (%d chunk(s) of %d layers from layer %d, %d forwards of each in "
-               "flight), about %.1f MiB of memory per rank (an estimate, on the high side)\n",
+               "flight), about %.1f MiB of memory per rank%s (an estimate, on the high side)\n",
                world_size, moe_threads_get(), device, opt.pp, t.ranks.ep_size, t.ranks.edp_size,
                moe_model_num_dense(t.model), moe_model_num_expert(t.model), stage->chunks, stage->num_layers,
                stage->first_layer, moe_model_num_passes(t.model),
-               moe_train_options_memory(&opt, world_size).total / (1024.0 * 1024));
+               (opt.device == MOE_TRAIN_DEVICE_CPU ? host_memory(&opt, world_size)
+                                                   : moe_train_options_memory(&opt, world_size)).total / (1024.0 * 1024),
+               host_copies(&opt) > 1 ? " with --verify-steps' CPU reference" : "");
         if (!place.rt) /* which GEMM library on which CPU, and how bf16 GEMMs run (MOE_BF16_GEMM) */
             printf("cpu GEMMs: %s; CPU %s\n", moe_gemm_library(), moe_cpu_model());
         moe_wait_policy wait;
