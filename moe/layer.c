@@ -303,7 +303,8 @@ static moe_status use_forced_experts(moe_layer *L, int T) {
 static moe_status route(moe_layer *L, const moe_layer_weights *w, int T) {
     const moe_config *c = &L->cfg;
     const float capacity_factor = L->dropless ? 0 : c->capacity_factor;
-    const int forced = L->forced_experts != NULL, by_score = capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
+    const int forced = L->forced_experts != NULL,
+              by_score = capacity_factor > 0 && c->drop_priority == MOE_DROP_BY_SCORE;
     if (forced) MOE_TRY(use_forced_experts(L, T));
     MOE_TRY(L->steps->route(L->state, w, L->buf.x, L->expert_bias, forced, &L->tok, T));
     MOE_TRY(L->steps->choices_to_host(L->state, &L->tok, T, by_score, L->host.expert, L->host.expert_score,

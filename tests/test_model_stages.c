@@ -113,7 +113,8 @@ static void check_stages(const char *label, moe_model_config c, int num_stages) 
 static void add_counts(const moe_model_config *c, const moe_model *m, double *counts) {
     for (int l = 0; l < c->num_layers; l++) {
         const moe_layer_stats *ls = moe_model_layer_stats(m, l);
-        for (int e = 0; ls && e < c->moe.num_experts; e++) counts[l * c->moe.num_experts + e] += ls->num_selected_per_expert[e];
+        for (int e = 0; ls && e < c->moe.num_experts; e++)
+            counts[l * c->moe.num_experts + e] += ls->num_selected_per_expert[e];
     }
 }
 
@@ -180,8 +181,8 @@ static void check_passes(const char *label, moe_model_config c) {
                 moved_by_step |= (moe_real)want != (moe_real)(c.moe.bias_update_rate * by_last);
             }
         }
-        CHECK(moved_by_step, "%s: no bias tells the step's counts from the last micro-batch's (a test that cannot fail)",
-              label);
+        CHECK(moved_by_step, "%s: no bias tells the step's counts from the last micro-batch's (a test that cannot "
+              "fail)", label);
         for (int l = 0; l < c.num_layers; l++) {
             const moe_real *b = moe_model_expert_bias(many, l);
             if (!b) continue;

@@ -156,7 +156,8 @@ static void nan_gradient(int skip) {
     } else {
         CHECK(st == MOE_OK && s.skipped == 1, "--skip-nonfinite: status %d, skipped %d", (int)st, s.skipped);
         /* AdamW's t counts the updates applied: the dropped step none (it counted them too before: a probe) */
-        CHECK(r.t.optimizer_updates == 2, "after a dropped step 3: %lld updates counted", (long long)r.t.optimizer_updates);
+        CHECK(r.t.optimizer_updates == 2, "after a dropped step 3: %lld updates counted",
+              (long long)r.t.optimizer_updates);
         test_run_steps(&r, 4, 4, NULL); /* the run goes on */
         CHECK(r.t.optimizer_updates == 3, "after step 4: %lld updates counted", (long long)r.t.optimizer_updates);
         char root[200], dir[260];
@@ -166,8 +167,8 @@ static void nan_gradient(int skip) {
         r.t.optimizer_updates = -1;
         int step = 0;
         test_mpi_require(moe_checkpoint_resume(moe_trainer_checkpoint_run(&r.t), dir, &step), "resume");
-        CHECK(step == 4 && r.t.optimizer_updates == 3, "resumed at step %d with %lld updates counted, not 4 and 3", step,
-              (long long)r.t.optimizer_updates);
+        CHECK(step == 4 && r.t.optimizer_updates == 3, "resumed at step %d with %lld updates counted, not 4 and 3",
+              step, (long long)r.t.optimizer_updates);
     }
     CHECK(skip || params_equal(&r.t, before), "NaN gradient: the weights changed");
     free(before), free(s.expert_tokens);

@@ -132,10 +132,10 @@ static moe_status data_restore(void *owner, int step, const moe_safetensors_file
     moe_trainer *t = owner;
     MOE_TRY(check_saved_numbers(state, path));
     int64_t updates;
-    if (saved_number(state, kUpdatesKey, &updates) != 0) updates = step; /* saved before the count: every step updated */
+    if (saved_number(state, kUpdatesKey, &updates) != 0) updates = step; /* saved before the count: each step updated */
     if (updates < 0 || updates > step)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s %" PRId64 " is not between 0 and the step %d (a damaged training state)",
-                        path, kUpdatesKey, updates, step);
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s %" PRId64 " is not between 0 and the step %d (a damaged training "
+                        "state)", path, kUpdatesKey, updates, step);
     t->optimizer_updates = updates;
     if (!t->train) return MOE_OK; /* --eval-only: no training data, no position to continue */
     int64_t done, shuffle = 0, micro_done;

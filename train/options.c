@@ -119,9 +119,11 @@ static const opt_spec kOptions[] = {
     {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL, RUN},
     {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL, RUN},
     {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL, RUN},
-    {"--min-lr", "learning rate at the last step (cosine decay after the warm-up; with --warmup = --steps never reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
+    {"--min-lr", "learning rate at the last step (cosine decay after the warm-up; with --warmup = --steps never "
+     "reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
     {"--warmup", "linear warm-up steps (auto: min(100, --steps / 10))", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL, RUN},
-    {"--weight-decay", "AdamW weight decay (not on norms and biases)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL, RUN},
+    {"--weight-decay", "AdamW weight decay (not on norms and biases)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL,
+     RUN},
     {"--clip", "clip the global gradient norm to this (0: off)", OPT_FLOAT, OFF(clip), 0, 1e6, {0}, NULL, RUN},
     {"--beta1", "AdamW beta1", OPT_FLOAT, OFF(beta1), 0, 0.999999, {0}, NULL, RUN},
     {"--beta2", "AdamW beta2", OPT_FLOAT, OFF(beta2), 0, 0.999999, {0}, NULL, RUN},

@@ -162,7 +162,7 @@ typedef struct {
 /* An empty model's peak RSS per rank (moe-train --layers 1 --d-model 8, 2 ranks, 2026-11-26: 227-233 MiB): the
  * libraries, the BLAS and MPI buffers, the token files of data/. */
 #define MOE_TRAIN_PROCESS_BYTES (230.0 * 1024 * 1024)
-/* --sample-prompt's default; one past a small --vocab is replaced by a newline (train.c), not refused as a given one is */
+/* --sample-prompt's default; past a small --vocab it is replaced by a newline (train.c), not refused as others are */
 #define MOE_TRAIN_DEFAULT_PROMPT "And God said"
 moe_train_memory moe_train_options_memory(const moe_train_options *o, int world_size);
 void moe_train_options_usage(FILE *f);

@@ -44,7 +44,7 @@ moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_to
             return moe_fail(MOE_ERR_BAD_FILE, "%s %s is %s (%s): the run would overwrite its own input", flag[i],
                             path[i], what, shard);
         char folder[4096];
-        if (in_checkpoint(path[i], folder, sizeof folder)) /* a probe: --dump-logits CK/config.json, --log-file CK/... */
+        if (in_checkpoint(path[i], folder, sizeof folder)) /* a probe: --dump-logits CK/config.json overwrote it */
             return moe_fail(MOE_ERR_BAD_FILE, "%s %s is inside the checkpoint %s: the run would overwrite or move its "
                             "files (write it elsewhere)", flag[i], path[i], folder);
         for (int j = i + 1; j < 3; j++)

@@ -1,6 +1,7 @@
 /* output_paths.h — a run's outputs (--log-file, --routing-trace-out, --dump-logits) are none of its inputs (the
- * training and validation shards, --routing-trace-in), none inside a checkpoint's folder, and no two of them one file: each output is truncated when it is
- * opened, so such a run destroyed its own data and then blamed "a file truncated while the run reads it". */
+ * training and validation shards, --routing-trace-in), none inside a checkpoint's folder, and no two of them one file:
+ * each output is truncated when it is opened, so such a run destroyed its own data and then blamed "a file truncated
+ * while the run reads it". */
 #ifndef MOE_TRAIN_OUTPUT_PATHS_H
 #define MOE_TRAIN_OUTPUT_PATHS_H
 

@@ -248,7 +248,9 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
  * beside it (weights, gradients, activations; no optimizer). Returns 0 when it fits. */
 /* What a rank's host memory holds: the run's model on the CPU, and --verify-steps' CPU reference beside it (which the
  * start-up line printed without until 2026-12-07: 1.6x below the peak, a probe). */
-static int host_copies(const moe_train_options *o) { return (o->device == MOE_TRAIN_DEVICE_CPU) + (o->verify_steps > 0); }
+static int host_copies(const moe_train_options *o) {
+    return (o->device == MOE_TRAIN_DEVICE_CPU) + (o->verify_steps > 0);
+}
 
 static moe_train_memory host_memory(const moe_train_options *o, int world_size) {
     moe_train_memory need = moe_train_options_memory(o, world_size);
@@ -468,8 +470,9 @@ static int report_pinned_gemms(const moe_train_placement *place, FILE *metrics, 
 /* The steps from first_step on, with their evaluations, logs and checkpoints. Returns the exit status: 0 at the end;
  * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
  * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, the validation data
- * held a bad window (after the step's checkpoint), or --max-skipped-steps consecutive steps were dropped. A checkpoint is saved only after a step whose update was
- * applied: one due at a dropped step waits for the next step that updates. */
+ * held a bad window (after the step's checkpoint), or --max-skipped-steps consecutive steps were dropped. A checkpoint
+ * is saved only after a step whose update was applied: one due at a dropped step waits for the next step that
+ * updates. */
 static int train(moe_trainer *t, const moe_train_options *o, const moe_train_placement *place, moe_verifier *verifier,
                  FILE *metrics, int first_step, moe_step_result *r) {
     const int rank0 = t->ranks.world_rank == 0;
@@ -711,7 +714,8 @@ int main(int argc, char **argv) {
                moe_model_num_dense(t.model), moe_model_num_expert(t.model), stage->chunks, stage->num_layers,
                stage->first_layer, moe_model_num_passes(t.model),
                (opt.device == MOE_TRAIN_DEVICE_CPU ? host_memory(&opt, world_size)
-                                                   : moe_train_options_memory(&opt, world_size)).total / (1024.0 * 1024),
+                                                   : moe_train_options_memory(&opt, world_size)).total /
+                   (1024.0 * 1024),
                host_copies(&opt) > 1 ? " with --verify-steps' CPU reference" : "");
         if (!place.rt) /* which GEMM library on which CPU, and how bf16 GEMMs run (MOE_BF16_GEMM) */
             printf("cpu GEMMs: %s; CPU %s\n", moe_gemm_library(), moe_cpu_model());

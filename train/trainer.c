@@ -762,8 +762,8 @@ moe_status moe_trainer_validation_logits(moe_trainer *t, moe_real *logits) {
 
 /* The context sits at the start of one sequence of S tokens; causal attention and dropless routing (sequence_logits)
  * make the padding after it irrelevant to the logits read at the last context position. */
-moe_status moe_trainer_sample(moe_trainer *t, int *text, int *n_io, int max_n, float temperature, unsigned long long seed,
-                              int (*stop)(void *arg), void *arg) {
+moe_status moe_trainer_sample(moe_trainer *t, int *text, int *n_io, int max_n, float temperature,
+                              unsigned long long seed, int (*stop)(void *arg), void *arg) {
     const int S = t->opt.model.seq_len, V = t->opt.model.vocab_size;
     moe_real *logits = malloc((size_t)S * V * sizeof(moe_real));
     if (!logits) return MOE_ERR_OUT_OF_MEMORY;

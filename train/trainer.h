@@ -44,8 +44,8 @@ typedef struct {
     int64_t data_windows_done;
     int data_step;
     /* AdamW updates applied so far: a step dropped by --skip-nonfinite applies none, so the next update's bias
-     * correction counts t = optimizer_updates + 1 (it counted the dropped steps too until 2026-12-07: a probe). A resume
-     * takes it from the training state ("optimizer_updates"; absent in an older one: its step) */
+     * correction counts t = optimizer_updates + 1 (it counted the dropped steps too until 2026-12-07: a probe). A
+     * resume takes it from the training state ("optimizer_updates"; absent in an older one: its step) */
     int64_t optimizer_updates;
     char *data_meta_text; /* the strings of a checkpoint's data metadata (train/checkpoint_run.c) */
     char data_note[1024]; /* a resume that continued on changed data says how here ("" : none); moe-train prints it */
