@@ -465,8 +465,8 @@ static moe_status check_label(const char *path, json_t *j, int *family, int *var
                         model_type);
     if (!name && !model_type) /* read as Mixtral until 2026-12-07; transformers' AutoConfig refuses it */
         return moe_fail(MOE_ERR_BAD_FILE, "%s: neither architectures nor model_type names the model: add "
-                        "\"model_type\": one of mixtral, qwen3_moe, olmoe, qwen2_moe, deepseek_v3, deepseek_v2 (transformers needs it "
-                        "too)", path);
+                        "\"model_type\": one of mixtral, qwen3_moe, olmoe, qwen2_moe, deepseek_v3, deepseek_v2 "
+                        "(transformers needs it too)", path);
     *family = by_type >= 0 ? by_type : by_name >= 0 ? by_name : MOE_MODEL_FAMILY_MIXTRAL; /* the variant: read later */
     return MOE_OK;
 }

@@ -20,7 +20,8 @@ static void timed_out(int sig) {
     _exit(3);
 }
 
-double moe_startup_limit_s(float startup_timeout_s, float exchange_timeout_s) {
+/* The limit in seconds: startup_timeout_s where > 0, else max(exchange_timeout_s, 60) */
+static double startup_limit_s(float startup_timeout_s, float exchange_timeout_s) {
     if (startup_timeout_s > 0) return startup_timeout_s;
     return exchange_timeout_s > 60 ? exchange_timeout_s : 60;
 }
@@ -38,19 +39,19 @@ void moe_startup_watchdog_start(int argc, char **argv) {
     float startup = 0, exchange = 300; /* the flags' defaults */
     for (int i = 1; i < argc; i++) {
         const moe_flag_arg flag = moe_flag_arg_split(argv[i]);
-        const char *v = flag.value ? flag.value : i + 1 < argc ? argv[i + 1] : NULL;
+        const char *v = flag.value ? flag.value : moe_flag_arg_next_is_value(argc, argv, i) ? argv[i + 1] : NULL;
         if (!v) continue;
         /* a malformed value is refused by the parser later, under this alarm's default */
         if (!strcmp(flag.name, "--startup-timeout") && atof(v) >= 0) startup = (float)atof(v);
         if (!strcmp(flag.name, "--exchange-timeout") && atof(v) >= 1) exchange = (float)atof(v);
     }
-    arm(moe_startup_limit_s(startup, exchange), 0);
+    arm(startup_limit_s(startup, exchange), 0);
 }
 
 void moe_startup_watchdog_rearm(float startup_timeout_s, float exchange_timeout_s) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    arm(moe_startup_limit_s(startup_timeout_s, exchange_timeout_s),
+    arm(startup_limit_s(startup_timeout_s, exchange_timeout_s),
         (double)(now.tv_sec - started.tv_sec) + 1e-9 * (double)(now.tv_nsec - started.tv_nsec));
 }
 

@@ -13,7 +13,4 @@ void moe_startup_watchdog_rearm(float startup_timeout_s, float exchange_timeout_
 /* The start-up is over: from here on the exchanges' own watchdog covers every wait */
 void moe_startup_watchdog_stop(void);
 
-/* The limit in seconds: startup_timeout_s where > 0, else max(exchange_timeout_s, 60) */
-double moe_startup_limit_s(float startup_timeout_s, float exchange_timeout_s);
-
 #endif
