@@ -41,7 +41,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-out="" bundle="" mode=first budget="" rehearse=0 rehearse_cuda=1 only=""
+out="" bundle="" mode=first budget="" rehearse=0 rehearse_cuda=1 only="" listing=0
 while [ $# -gt 0 ]; do
     case $1 in
     --out | --bundle | --budget | --only) # a value each (usage: exit 2, as the header says)
@@ -73,7 +73,6 @@ printf 'phase\tseconds\tstatus\n' > "$out/phases.tsv"
 # ---- the GPU ----
 source "$root/scripts/setup_lib.sh"
 moe_build_env
-command -v nvcc > /dev/null || { echo "gpu_check: nvcc is not on PATH (nor in /usr/local/cuda/bin): put the CUDA toolkit's bin/ on PATH" >&2; exit 2; }
 if [ $rehearse = 1 ]; then
     gpus="none: a rehearsal on the CPU (--rehearse)" ngpu=0 arch=90
 else
@@ -86,6 +85,9 @@ else
     # SASS for the GPUs found (compute capability 9.0 -> 90), nothing else: a third of the compile time
     arch=$(printf '%s\n' "$gpus" | awk -F', *' '{ gsub(/\./, "", $4); print $4 }' | sort -u | paste -sd, -)
 fi
+# after the GPU's check: a machine without a GPU exits 77 (nothing to check), toolkit or not
+command -v nvcc > /dev/null ||
+    { echo "gpu_check: nvcc is not on PATH (nor in /usr/local/cuda/bin): put the CUDA toolkit's bin/ on PATH" >&2; exit 2; }
 
 # ---- phases ----
 # phase NAME LIMIT CMD...: runs CMD with its output in logs/NAME.log, at most LIMIT seconds (and never past the
@@ -97,11 +99,13 @@ since() { # T0_MS -> seconds since, to a tenth
     printf '%d.%d' $((d / 1000)) $((d % 1000 / 100))
 }
 record() { # NAME SECONDS STATUS
+    [ $listing = 1 ] && { echo "$1"; return 0; }
     printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$out/phases.tsv"
     printf 'gpu_check: %-18s %6ss  %s\n' "$1" "$2" "$3"
     case $3 in ok | "skipped (rehearsal)" | "skipped (no GPU)" | "skipped (--only)") ;; *) failed=1 ;; esac
 }
 phase() {
+    [ $listing = 1 ] && { echo "$1"; return 0; }
     local name=$1 limit=$2
     shift 2
     [ $rehearse = 1 ] && limit=$((limit * 4)) # a rehearsal's CPU is shared with whatever else runs (--rehearse)
@@ -141,11 +145,6 @@ timed() {
     return $rc
 }
 finish() { # writes the report, packs the logs, exits
-    local name
-    for name in ${only//,/ }; do # a phase --only names that this mode has not (a misspelt one ran nothing, exit 0)
-        grep -q "^$name	" "$out/phases.tsv" ||
-            { echo "gpu_check: --only names '$name', not a phase of this mode (see --help)" >&2; failed=2; }
-    done
     python3 "$root/scripts/gpu_report.py" "$out" > "$out/report.md" 2> "$logs/report.log" ||
         { echo "gpu_check: the report could not be written ($logs/report.log)" >&2; failed=1; }
     tar -czf "$out/logs.tar.gz" -C "$out" logs
@@ -153,6 +152,89 @@ finish() { # writes the report, packs the logs, exits
     echo "gpu_check: report $out/report.md, logs $logs (and logs.tar.gz)"
     exit $failed
 }
+
+gpu_only() { # NAME LIMIT CMD...: a benchmark that needs torch or a whole training run: not in a rehearsal
+    if [ $rehearse = 1 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
+}
+cuda_built() { # NAME LIMIT CMD...: a CUDA program of the build (rehearsed with --rehearse, not --rehearse-cpu)
+    if [ $rehearse_cuda = 0 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
+}
+# the mode's phases after the build, in order (listing=1: only their names, one a line, for --only's check)
+mode_phases() {
+    if [ $mode = first ]; then
+        # 1. each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
+        cuda_built suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
+        # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
+        source "$root/scripts/gpu_verify_runs.sh"
+        # a rehearsal shows the path (3 steps: the comparison of every step runs at least twice; test_verify_cli holds
+        # the CPU bf16 agreement over more)
+        verify_steps=$([ $rehearse = 1 ] && echo 3 || echo "$gpu_verify_steps")
+        for name in "${gpu_verify_names[@]}"; do
+            # --rehearse-cpu (the test command's rehearsal) shows the bundle's path with one run: the capacity run,
+            # which has micro-batches too (the dropless run takes the same path)
+            if [ $rehearse_cuda = 0 ] && [ "$name" != capacity ]; then
+                record "verify_$name" 0 "skipped (rehearsal)"
+                continue
+            fi
+            gpu_verify_command "$name" "$data" "$verify_steps"
+            phase "verify_$name" 120 mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks \
+                "${gpu_verify_args[@]}"
+        done
+        # 3. benchmarks, the goals' first (docs/GPU.md): the fused attention (the tensor-core flash kernels under bf16)
+        #    beside SDPA's flash and cuDNN backends at issue 50's two shapes, training MFU, grouped GEMM vs dense,
+        #    permute vs copy, the layer vs PyTorch
+        cuda_built attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
+        gpu_only attention_sdpa 90 python3 "$root/bench/bench_attention_torch_gpu.py" \
+            --ours "$build/bench/bench_attention_gpu"
+        gpu_only train 200 bash "$root/bench/bench_train_gpu.sh" --torch --steps 30 --data "$data"
+        # the same model with every product one pinned cuBLASLt call (dense, router, experts: issue 50, item 2)
+        gpu_only train_lt 150 env MOE_LINEAR_GEMM=lt bash "$root/bench/bench_train_gpu.sh" --steps 20 --data "$data"
+        gpu_only train_mixtral 200 bash "$root/bench/bench_train_gpu.sh" --model mixtral --torch --steps 20 \
+            --data "$data"
+        # training bitwise across layouts on the GPU (a rehearsal's CPU runs it as test_gpu_layouts_cpu)
+        gpu_only layouts 150 bash "$root/scripts/gpu_layouts.sh"
+        # where a step's GPU time goes, kernel by kernel (Nsight Compute; skipped where the machine has no ncu)
+        gpu_only profile 150 bash "$root/bench/profile_train_gpu.sh" --steps 3 --data "$data" --out "$logs/profile"
+        cuda_built grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"
+        cuda_built permute 45 "$build/bench/bench_permute" "${dry[@]}"
+        cuda_built layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"
+        gpu_only layer_torch 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py"
+        cuda_built layer_invariant 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
+        cuda_built layer_invariant_lt 60 env MOE_LINEAR_GEMM=lt "$build/bench/bench_moe_layer_gpu" \
+            --layout-invariant 1 "${dry[@]}"
+    else
+        # the second run: other shapes (Qwen3-30B-A3B's experts: 128 of d_ff 768 at d 2048, top-8), longer training
+        qwen=(--experts 128 --top-k 8 --d-model 2048 --d-ff 768)
+        # first the short ones (seconds each), so that the budget cannot cut them:
+        # the dense linears' pinned batch-invariant cuBLASLt GEMM against unconstrained cuBLAS at the 1.2B model's
+        # and Mixtral 8x7B's training shapes (issue 50, item 2: >= 90%); a few seconds of GPU time
+        cuda_built gemm_lt 60 "$build/bench/bench_gemm_lt" "${dry[@]}"
+        # the flash dK/dV kernel with one shared-memory stage instead of two (two blocks per SM at head_dim 128
+        # instead of one: kernels/attention_flash.cu), against the first run's attention phase
+        cuda_built attention_dkv1 30 env MOE_FLASH_DKV_STAGES=1 "$build/bench/bench_attention_gpu" "${dry[@]}"
+        gpu_only train_long 240 bash "$root/bench/bench_train_gpu.sh" --steps 100 --data "$data"
+        # the first run's train_lt with its weights cast to bf16 at every call instead of kept from step to step
+        # (kernels/linear.h, "Kept weights"): what keeping them saves
+        gpu_only train_lt_cast 150 env MOE_LINEAR_GEMM=lt MOE_LINEAR_KEEP_WEIGHTS=0 \
+            bash "$root/bench/bench_train_gpu.sh" --steps 20 --data "$data"
+        cuda_built grouped_gemm_small 45 "$build/bench/bench_grouped_gemm" --experts 8 --rows 4096 "${dry[@]}"
+        cuda_built grouped_gemm_large 60 "$build/bench/bench_grouped_gemm" --experts 8 --rows 65536 "${dry[@]}"
+        cuda_built grouped_gemm_qwen 60 "$build/bench/bench_grouped_gemm" --experts 128 --d-model 2048 --d-ff 768 \
+            --rows 131072 "${dry[@]}"
+        cuda_built permute_qwen 45 "$build/bench/bench_permute" --experts 128 --top-k 8 --d-model 2048 "${dry[@]}"
+        cuda_built layer_qwen 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${qwen[@]}" "${dry[@]}"
+        gpu_only layer_torch_qwen 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py" "${qwen[@]}"
+    fi
+}
+# --only's names against the mode's phases before anything is built (a misspelt one ran nothing, exit 0, and then,
+# checked at the end, still cost the configure and build phases: minutes of a GPU machine's time)
+if [ -n "$only" ]; then
+    known=$(set +u; listing=1; mode_phases)
+    for name in ${only//,/ }; do
+        grep -qx -- "$name" <<< "$known" ||
+            { echo "gpu_check: --only names '$name', not a phase of this mode (see --help)" >&2; exit 2; }
+    done
+fi
 
 # ---- what the build needs: the machine's own, the bundle's, or apt's ----
 system_has_deps() {
@@ -253,71 +335,6 @@ else
     while [ $((ranks * 2)) -le "$ngpu" ] && [ $ranks -lt 8 ]; do ranks=$((ranks * 2)); done
     device=(--device cuda) dry=()
 fi
-gpu_only() { # NAME LIMIT CMD...: a benchmark that needs torch or a whole training run: not in a rehearsal
-    if [ $rehearse = 1 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
-}
-cuda_built() { # NAME LIMIT CMD...: a CUDA program of the build (rehearsed with --rehearse, not --rehearse-cpu)
-    if [ $rehearse_cuda = 0 ]; then record "$1" 0 "skipped (rehearsal)"; else phase "$@"; fi
-}
 
-if [ $mode = first ]; then
-    # 1. each CUDA op against its CPU twin, the transports, the layer, two steps of moe-train
-    cuda_built suite 240 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 4 "${suite_flags[@]}"
-    # 2. training checked step by step against the CPU fp32 reference, one rank per GPU
-    source "$root/scripts/gpu_verify_runs.sh"
-    verify_steps=$([ $rehearse = 1 ] && echo 3 || echo "$gpu_verify_steps") # a rehearsal shows the path (3 steps: the
-    # comparison of every step runs at least twice; test_verify_cli holds the CPU bf16 agreement over more)
-    for name in "${gpu_verify_names[@]}"; do
-        # --rehearse-cpu (the test command's rehearsal) shows the bundle's path with one run: the capacity run, which
-        # has micro-batches too (the dropless run takes the same path)
-        if [ $rehearse_cuda = 0 ] && [ "$name" != capacity ]; then
-            record "verify_$name" 0 "skipped (rehearsal)"
-            continue
-        fi
-        gpu_verify_command "$name" "$data" "$verify_steps"
-        phase "verify_$name" 120 mpirun -np $ranks "$build/moe-train" "${device[@]}" --ep $ranks "${gpu_verify_args[@]}"
-    done
-    # 3. benchmarks, the goals' first (docs/GPU.md): the fused attention (the tensor-core flash kernels under bf16)
-    #    beside SDPA's flash and cuDNN backends at issue 50's two shapes, training MFU, grouped GEMM vs dense, permute
-    #    vs copy, the layer vs PyTorch
-    cuda_built attention 30 "$build/bench/bench_attention_gpu" "${dry[@]}"
-    gpu_only attention_sdpa 90 python3 "$root/bench/bench_attention_torch_gpu.py" --ours "$build/bench/bench_attention_gpu"
-    gpu_only train 200 bash "$root/bench/bench_train_gpu.sh" --torch --steps 30 --data "$data"
-    # the same model with every product one pinned cuBLASLt call (dense, router, experts: issue 50, item 2)
-    gpu_only train_lt 150 env MOE_LINEAR_GEMM=lt bash "$root/bench/bench_train_gpu.sh" --steps 20 --data "$data"
-    gpu_only train_mixtral 200 bash "$root/bench/bench_train_gpu.sh" --model mixtral --torch --steps 20 --data "$data"
-    # training bitwise across layouts on the GPU (a rehearsal's CPU runs it as test_gpu_layouts_cpu)
-    gpu_only layouts 150 bash "$root/scripts/gpu_layouts.sh"
-    # where a step's GPU time goes, kernel by kernel (Nsight Compute; skipped where the machine has no ncu)
-    gpu_only profile 150 bash "$root/bench/profile_train_gpu.sh" --steps 3 --data "$data" --out "$logs/profile"
-    cuda_built grouped_gemm 60 "$build/bench/bench_grouped_gemm" "${dry[@]}"
-    cuda_built permute 45 "$build/bench/bench_permute" "${dry[@]}"
-    cuda_built layer 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${dry[@]}"
-    gpu_only layer_torch 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py"
-    cuda_built layer_invariant 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 "${dry[@]}"
-    cuda_built layer_invariant_lt 60 env MOE_LINEAR_GEMM=lt "$build/bench/bench_moe_layer_gpu" --layout-invariant 1 \
-        "${dry[@]}"
-else
-    # the second run: other shapes (Qwen3-30B-A3B's experts: 128 of d_ff 768 at d 2048, top-8), longer training
-    qwen=(--experts 128 --top-k 8 --d-model 2048 --d-ff 768)
-    # first the short ones (seconds each), so that the budget cannot cut them:
-    # the dense linears' pinned batch-invariant cuBLASLt GEMM against unconstrained cuBLAS at the 1.2B model's and
-    # Mixtral 8x7B's training shapes (issue 50, item 2: >= 90%); a few seconds of GPU time
-    cuda_built gemm_lt 60 "$build/bench/bench_gemm_lt" "${dry[@]}"
-    # the flash dK/dV kernel with one shared-memory stage instead of two (two blocks per SM at head_dim 128 instead of
-    # one: kernels/attention_flash.cu), against the first run's attention phase
-    cuda_built attention_dkv1 30 env MOE_FLASH_DKV_STAGES=1 "$build/bench/bench_attention_gpu" "${dry[@]}"
-    gpu_only train_long 240 bash "$root/bench/bench_train_gpu.sh" --steps 100 --data "$data"
-    # the first run's train_lt with its weights cast to bf16 at every call instead of kept from step to step
-    # (kernels/linear.h, "Kept weights"): what keeping them saves
-    gpu_only train_lt_cast 150 env MOE_LINEAR_GEMM=lt MOE_LINEAR_KEEP_WEIGHTS=0 bash "$root/bench/bench_train_gpu.sh" \
-        --steps 20 --data "$data"
-    cuda_built grouped_gemm_small 45 "$build/bench/bench_grouped_gemm" --experts 8 --rows 4096 "${dry[@]}"
-    cuda_built grouped_gemm_large 60 "$build/bench/bench_grouped_gemm" --experts 8 --rows 65536 "${dry[@]}"
-    cuda_built grouped_gemm_qwen 60 "$build/bench/bench_grouped_gemm" --experts 128 --d-model 2048 --d-ff 768 \
-        --rows 131072 "${dry[@]}"
-    cuda_built permute_qwen 45 "$build/bench/bench_permute" --experts 128 --top-k 8 --d-model 2048 "${dry[@]}"
-    cuda_built layer_qwen 60 "$build/bench/bench_moe_layer_gpu" --layout-invariant 0 "${qwen[@]}" "${dry[@]}"
-    gpu_only layer_torch_qwen 90 python3 "$root/bench/bench_moe_layer_torch_gpu.py" "${qwen[@]}"
-fi
+mode_phases
 finish

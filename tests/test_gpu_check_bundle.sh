@@ -35,6 +35,15 @@ MOE_BUILD_DIR="$tmp/gpu-build" bash "$root/scripts/gpu_check.sh" --out "$tmp/min
 rc=$?
 [ $rc -eq 2 ] && [ -f "$tmp/mine/logs/notes.txt" ] || fail "gpu_check.sh --out a folder of other files: exit $rc"
 grep -q "holds files this script did not make" "$tmp/refused.txt" || fail "no reason given: $(cat "$tmp/refused.txt")"
+# --only naming a phase the mode has not: refused before the bundle, configure and build (a probe, 2026-12-07: it was
+# checked at the end, after up to 7 minutes of a GPU machine's configure and build); the mode's own names pass it
+MOE_BUILD_DIR="$tmp/only-build" bash "$root/scripts/gpu_check.sh" --rehearse --only suite,trian > "$tmp/only.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "names 'trian', not a phase of this mode" "$tmp/only.txt" &&
+    [ ! -e "$tmp/only-build/build.ninja" ] || fail "--only suite,trian: exit $rc, $(tail -n 3 "$tmp/only.txt")"
+MOE_BUILD_DIR="$tmp/only-build" bash "$root/scripts/gpu_check.sh" --more --rehearse --only gemm_lt,layer_torch_qwen \
+    --bundle "$tmp/no-bundle" > "$tmp/only.txt" 2>&1
+grep -q "not a phase" "$tmp/only.txt" && fail "--more --only gemm_lt,layer_torch_qwen: $(grep "not a phase" "$tmp/only.txt")"
 
 MOE_BUILD_DIR="$build" bash "$root/scripts/gpu_bundle.sh" "$tmp/bundle" || { echo "FAIL: gpu_bundle.sh"; exit 1; }
 

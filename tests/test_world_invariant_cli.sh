@@ -81,6 +81,8 @@ refuses "--verify-steps compares whole gradients, which --zero 2 never holds" --
 refuses "needs a power-of-two number of ranks that divides --shards 1" --shards 1 --world-invariant 1
 trains "by default the tree is off where the layout does not allow it, and moe-train says so" \
     "note: --world-invariant is 0 here \(2 ranks do not divide --shards 1\)" --shards 1
+# ... and only so: "--shards 1 has no effect with --world-invariant 0" was said of the --shards that turned it off
+grep -q "shards 1 has no effect" "$dir/out.txt" && fail_with_output "--shards 1 (auto tree): told it has no effect"
 # --layout-invariant 0: the rows' products depend on each call's size, so the tree holds no layout's bits (a probe:
 # taken with --world-invariant 1, silently; the runs differed from step 1)
 refuses "--world-invariant 1 needs --layout-invariant 1" --layout-invariant 0 --world-invariant 1

@@ -26,20 +26,20 @@ static void node_layout(MPI_Comm world, int *node_rank, int *node_ranks) {
     MPI_Comm_free(&node);
 }
 
-/* A lower bound of what this rank keeps on its GPU (train/options.h), refused when more than the
- * device has free: a sentence now instead of an out-of-memory error in the middle of set-up. */
+/* An estimate of what this rank keeps on its GPU (train/options.h; 12-40% above the peaks measured on the CPU), refused
+ * when more than the device has free: a sentence now instead of an out-of-memory error in the middle of set-up. */
 static moe_status check_memory(const moe_train_options *o, int world_size, moe_gpu *gpu, int device, FILE *log) {
     const moe_train_memory need = moe_train_options_memory(o, world_size);
     size_t free_bytes = 0, total_bytes = 0;
     MOE_TRY(moe_gpu_memory_info(gpu, &free_bytes, &total_bytes));
     const double gib = 1024.0 * 1024 * 1024;
     if (log)
-        fprintf(log, "GPU memory per rank: at least %.2f GiB (weights and gradients %.2f, AdamW moments %.2f, "
+        fprintf(log, "GPU memory per rank: about %.2f GiB (weights and gradients %.2f, AdamW moments %.2f, "
                      "activations %.2f) of %.1f GiB free on device %d (%.1f GiB)\n",
                 need.total / gib, need.params / gib, need.moments / gib, need.activations / gib, free_bytes / gib,
                 device, total_bytes / gib);
     if (need.total <= (double)free_bytes) return MOE_OK;
-    return moe_fail(MOE_ERR_OUT_OF_MEMORY, "this configuration needs at least %.2f GiB on each GPU (weights and "
+    return moe_fail(MOE_ERR_OUT_OF_MEMORY, "this configuration needs about %.2f GiB on each GPU (weights and "
                     "gradients %.2f, AdamW moments %.2f, activations %.2f GiB) but device %d has %.2f GiB free: use "
                     "a smaller --batch, --micro-batches with a smaller batch, --zero 1, a larger --ep, or more GPUs",
                     need.total / gib, need.params / gib, need.moments / gib, need.activations / gib, device,

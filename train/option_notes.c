@@ -33,7 +33,8 @@ void moe_train_note_inert_options(const moe_train_options *o, FILE *notes) {
         fprintf(notes, "note: --max-skipped-steps has no effect without --skip-nonfinite 1\n");
     if (moe_layers && !moe_config_grouped(&m->moe) && GIVEN(model.moe.group_score))
         fprintf(notes, "note: --group-score has no effect without expert groups (--expert-groups)\n");
-    if (!o->world_invariant && GIVEN(shards))
+    /* given 0 (auto's 0 has its own note, in which --shards may be the cause: a probe, 2026-12-07) */
+    if (!o->world_invariant && GIVEN(world_invariant) && GIVEN(shards))
         fprintf(notes, "note: --shards %d has no effect with --world-invariant 0 (the sums are per rank)\n", o->shards);
     /* --eval-only evaluates and exits: what a training run does at its end does not happen (a probe: said nowhere) */
     if (o->eval_only && (GIVEN(sample_tokens) || GIVEN(sample_prompt) || GIVEN(routing_trace_in)))

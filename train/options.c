@@ -163,8 +163,8 @@ static const opt_spec kOptions[] = {
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "
-     "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards; "
-     "on cuda written but not yet run on a GPU (docs/DETERMINISM.md)",
+     "NCCL's all-reduce (bitwise on one layout only); auto: 1 where the ranks are a power of two dividing --shards "
+     "(docs/DETERMINISM.md)",
      OPT_INT, OFF(world_invariant), 0, 1, {0}, NULL, RUN},
     {"--shards", "with --world-invariant 1: the global batch's virtual shards, a power of two dividing --batch that "
      "the number of ranks divides (auto: the largest power of two dividing --batch, at most 64)", OPT_INT,

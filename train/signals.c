@@ -99,6 +99,11 @@ void moe_train_signals_block_output(void) {
 /* chosen[i] = 1 for each signal the list names; 0, or -1 with why */
 static int parse(const char *list, int chosen[NUM_SIGNALS], char *why, size_t why_nbytes) {
     memset(chosen, 0, NUM_SIGNALS * sizeof *chosen);
+    if (!*list) { /* an unset variable in a job script, not a choice: a scheduler's TERM would lose the save */
+        snprintf(why, why_nbytes, "an empty list: name the signals (e.g. TERM,INT,USR1), or none to stop at the first "
+                 "signal without saving");
+        return -1;
+    }
     if (strcmp(list, "none")) {
         const char *p = list;
         while (*p) {

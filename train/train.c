@@ -539,8 +539,12 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                 const double save_t0 = now_ms();
                 st = moe_checkpoint_save(moe_trainer_checkpoint_run(t), o->checkpoint_dir, step, o->keep_last);
                 if (stop.signo) moe_train_signals_block_output(); /* saved: the last messages may wait for a reader */
-                if (st != MOE_OK)
+                if (st != MOE_OK) {
+                    if (stop.log_failed && t->output_error[0]) /* the stop's cause first (both on one full disk) */
+                        fprintf(stderr, "moe-train: cannot write %s; stopping after step %d with a save, which "
+                                "failed too:\n", t->output_error, step);
                     return report_failure(t, "checkpoint save failed (earlier checkpoints are intact)", st);
+                }
                 save_waiting = 0;
                 if (rank0) printf("checkpoint: %s/step-%08d saved in %.2f s\n", o->checkpoint_dir, step,
                                   (now_ms() - save_t0) / 1e3);

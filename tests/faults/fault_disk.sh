@@ -61,6 +61,13 @@ for output in log trace; do
     [ -n "$last" ] && [ -d "$(printf '%s/step-%08d' "$dir/ck-$output" "$last")" ] ||
         fail_with_output "$output: no checkpoint of the step the run stopped after"
 done
+# the log and the checkpoints on one full disk (a probe, 2026-12-07: only the save's failure was said, never the log's,
+# the stop's cause): both, the cause first
+mount_tmpfs "$dir/full-both" 16 || exit 1
+refuses "cannot write the metrics log $dir/full-both/log.out.*No space left on device; stopping after step [0-9]+ with a save" \
+    --steps 100000 --eval-interval 0 --log-file "$dir/full-both/log.out" --checkpoint-dir "$dir/full-both/ck"
+grep -q "checkpoint save failed (earlier checkpoints are intact)" "$dir/out.txt" ||
+    fail_with_output "the log and the checkpoints on one full disk: the save's failure is not said"
 
 # a directory rank 1 does not share: its own tmpfs over it
 cat > "$dir/private.sh" << EOF

@@ -132,6 +132,8 @@ else
 fi
 leftovers > /dev/null || fail_job "--stop-signals none: processes left"
 refuses "--stop-signals: 'KILL' is not one of TERM, INT, USR1, USR2, HUP" --stop-signals TERM,KILL
+# an empty list (an unset variable in a job script) turned the stop off without a word (a probe, 2026-12-07)
+refuses "--stop-signals: an empty list: name the signals" --stop-signals ''
 
 # while the end's sample is drawn (a probe, 2026-12-07: the ranks sampled on and the job exited 0): it stops after the
 # token in flight, prints what it has and exits 128 + the signal
