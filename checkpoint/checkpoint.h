@@ -110,10 +110,10 @@ int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t why_
 
 /* DIR/config.json as a model config: the architecture and the routing semantics (moe_checkpoint_field_at), and
  * max_positions = max_position_embeddings (0 when absent). The rest of *out is moe_model_config_default()'s
- * (seq_len included: config.json does not fix it). sliding_window (NULL: not wanted) gets its value, 0 for none.
- * A key of the wrong type, a label (architectures, model_type) not Mixtral's or ours, or a model that
- * moe_model_config_problem refuses is MOE_ERR_BAD_FILE naming the key. */
-moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, int *sliding_window);
+ * (seq_len included: config.json does not fix it). A key of the wrong type, a label (architectures, model_type) not
+ * Mixtral's or ours, a sliding window in use (attention here is full causal, and a saved config.json could not keep
+ * the window), or a model that moe_model_config_problem refuses is MOE_ERR_BAD_FILE naming the key. */
+moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out);
 /* DIR/NAME against DIR's manifest.json (its size and checksum), before anything is taken from it: MOE_ERR_BAD_FILE
  * naming the file when it differs or the manifest does not list it; MOE_OK without a manifest (another tool's
  * checkpoint: nothing to check against). */

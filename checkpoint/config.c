@@ -507,7 +507,7 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
     return MOE_OK;
 }
 
-moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, int *sliding_window) {
+moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out) {
     char *path = moe_path_join(dir, "config.json");
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
     FILE *file;
@@ -570,10 +570,17 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out, in
     if (st == MOE_OK) st = check_unsupported(path, j, out);
     const char *problem = st == MOE_OK ? moe_model_config_problem(out) : NULL;
     if (problem) st = moe_fail(MOE_ERR_BAD_FILE, "%s: not a model moe-train can compute: %s", path, problem);
-    /* Qwen's window is used only with use_sliding_window (Mixtral has no switch: a window given is used) */
-    const int windowed = (family != MOE_MODEL_FAMILY_QWEN3_MOE && family != MOE_MODEL_FAMILY_QWEN2_MOE) ||
-                         json_is_true(json_object_get(j, "use_sliding_window"));
-    if (sliding_window) *sliding_window = windowed && json_is_integer(window) ? (int)json_integer_value(window) : 0;
+    /* Qwen's window is used only with use_sliding_window (Mixtral has no switch: a window given is used). One in use
+     * is refused, at any length: within it full causal attention is the same function, but what the run saves
+     * would say no window (a probe, 2026-12-07: a window past --seq-len was taken, and the export attended over
+     * the whole context where the model loaded had used the window) */
+    const int qwen = family == MOE_MODEL_FAMILY_QWEN3_MOE || family == MOE_MODEL_FAMILY_QWEN2_MOE;
+    if (st == MOE_OK && json_is_integer(window) && (!qwen || json_is_true(json_object_get(j, "use_sliding_window"))))
+        st = moe_fail(MOE_ERR_BAD_FILE, "%s: sliding_window %lld%s: attention here is full causal, and the "
+                      "checkpoints it saves could not keep the window; set %s to load it as full attention (the "
+                      "same function on sequences up to %lld tokens)", path, (long long)json_integer_value(window),
+                      qwen ? " with use_sliding_window true" : "", qwen ? "use_sliding_window to false" :
+                      "sliding_window to null", (long long)json_integer_value(window));
     json_decref(j);
     free(path);
     return st;
@@ -600,11 +607,7 @@ moe_status moe__checkpoint_file_layout_read(const char *dir, moe__checkpoint_fil
  * first field that differs. */
 moe_status moe__checkpoint_check_config(const char *dir, const moe_model_config *c, int policy) {
     moe_model_config saved;
-    int window;
-    MOE_TRY(moe_checkpoint_read_config(dir, &saved, &window));
-    if (window && window < c->seq_len)
-        return moe_fail(MOE_ERR_BAD_FILE, "%s/config.json: sliding_window %d is shorter than the sequence length %d "
-                        "(no sliding window attention here)", dir, window, c->seq_len);
+    MOE_TRY(moe_checkpoint_read_config(dir, &saved));
     for (int i = 0; i < NUM_FIELDS; i++) {
         const moe_checkpoint_field have = moe_checkpoint_field_at(&saved, i), want = moe_checkpoint_field_at(c, i);
         if (have.value != want.value && (policy || !have.policy))

@@ -83,14 +83,20 @@ int moe_hf_config_unsupported(json_t *j, char *buf, size_t n) {
     if (scaled && !json_is_null(scaled) && !(json_is_number(scaled) && json_number_value(scaled) > 0))
         return say(buf, n, "routed_scaling_factor must be a number above 0 (the routed experts' output is scaled by "
                    "it)");
-    /* transformers' DeepSeek-V3 keeps 1e-6 in its q/kv latent norms whatever rms_norm_eps says; moe-train's take it */
+    /* transformers' DeepSeek-V2 and V3 keep 1e-6 in their q/kv latent norms whatever rms_norm_eps says; moe-train's
+     * take it (a probe, 2026-12-07: V2 was not checked, and computed another function from the file, silently) */
     json_t *type = json_object_get(j, "model_type"), *eps = json_object_get(j, "rms_norm_eps");
-    if (json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v3") && json_is_number(eps) &&
+    const char *kind = json_is_string(type) ? json_string_value(type) : "";
+    if ((!strcmp(kind, "deepseek_v3") || !strcmp(kind, "deepseek_v2")) && json_is_number(eps) &&
         (float)json_number_value(eps) != 1e-6f)
-        return say(buf, n, "rms_norm_eps must be 1e-6 in a deepseek_v3 config.json (transformers' latent norms keep "
-                   "1e-6 whatever it says, moe-train's take it: the two would compute different functions)");
+        return say(buf, n, "rms_norm_eps must be 1e-6 in a %s config.json (transformers' latent norms keep 1e-6 "
+                   "whatever it says, moe-train's take it: the two would compute different functions)", kind);
     if (json_is_true(json_object_get(j, "attention_bias")))
         return say(buf, n, "attention_bias must be false (q/k/v/o here have no bias)");
+    json_t *freq = json_object_get(j, "moe_layer_freq"); /* DeepSeek's: MoE layers between dense ones */
+    if (freq && !json_is_null(freq) && !(json_is_integer(freq) && json_integer_value(freq) == 1))
+        return say(buf, n, "moe_layer_freq must be 1 (every layer after the first_k_dense_replace dense ones is an "
+                   "MoE layer here; a probe, 2026-12-07: it was ignored)");
     json_t *clip = json_object_get(j, "clip_qkv");
     if (clip && !json_is_null(clip)) return say(buf, n, "clip_qkv must be null (q, k and v are not clipped here)");
     return 0;

@@ -28,6 +28,32 @@ static moe_status get_int(const char *path, json_t *j, const char *key, int requ
     return MOE_OK;
 }
 
+/* An optional integer key as moe-train reads it (checkpoint/config.c's fields): absent, transformers' default for the
+ * family (absent); null, none (none). A probe, 2026-12-07: moe-plan read an absent DeepSeek key as 0 (no shared
+ * expert, no dense layer, no groups) where moe-train and transformers take the defaults (1, 3, 8 for a V3). */
+static moe_status get_int_or(const char *path, json_t *j, const char *key, int64_t absent, int64_t none, int64_t lo,
+                             int64_t hi, int64_t *out) {
+    json_t *v = json_object_get(j, key);
+    if (!v) return *out = absent, MOE_OK;
+    if (json_is_null(v)) return *out = none, MOE_OK;
+    return get_int(path, j, key, 1, 0, lo, hi, out);
+}
+
+/* The expert count under its family's key or transformers' attribute-map name (num_local_experts, which transformers
+ * 5 writes for Qwen3-MoE): either, and both only when they agree, as moe-train reads it. */
+static moe_status get_experts(const char *path, json_t *j, const char *key, int64_t *out) {
+    const char *other = "num_local_experts";
+    if (!json_object_get(j, key) || json_is_null(json_object_get(j, key)))
+        return get_int(path, j, other, 1, 0, 1, 1 << 20, out);
+    MOE_TRY(get_int(path, j, key, 1, 0, 1, 1 << 20, out));
+    int64_t also = *out;
+    MOE_TRY(get_int(path, j, other, 0, *out, 1, 1 << 20, &also));
+    if (also != *out)
+        return moe_fail(MOE_ERR_BAD_FILE, "%s: %s %lld and %s %lld disagree: give the expert count once", path, key,
+                        (long long)*out, other, (long long)also);
+    return MOE_OK;
+}
+
 static moe_status get_bool(const char *path, json_t *j, const char *key, int fallback, int *out) {
     json_t *v = json_object_get(j, key);
     if (!v || json_is_null(v)) return *out = fallback, MOE_OK;
@@ -72,12 +98,14 @@ static moe_status qwen_moe_layers(const char *path, json_t *j, moe_plan_model *m
     return MOE_OK;
 }
 
-/* DeepSeek's expert groups (n_group, topk_group): counted by nothing here, but a file transformers cannot route is
- * refused as moe-train refuses it. */
-static moe_status check_groups(const char *path, json_t *j, const moe_plan_model *m) {
+/* DeepSeek's expert groups (n_group, topk_group; absent: V3's 8 and 4, V2's 1 and 1): counted by nothing here, but a
+ * file transformers cannot route is refused as moe-train refuses it. V2's greedy top-k ignores them. */
+static moe_status check_groups(const char *path, json_t *j, const moe_plan_model *m, int v2) {
+    json_t *method = json_object_get(j, "topk_method");
+    if (v2 && !(json_is_string(method) && !strcmp(json_string_value(method), "group_limited_greedy"))) return MOE_OK;
     int64_t groups = 1, kept = 1;
-    MOE_TRY(get_int(path, j, "n_group", 0, 1, 1, 64, &groups));
-    MOE_TRY(get_int(path, j, "topk_group", 0, 1, 1, groups, &kept));
+    MOE_TRY(get_int_or(path, j, "n_group", v2 ? 1 : 8, 1, 1, 64, &groups));
+    MOE_TRY(get_int_or(path, j, "topk_group", v2 ? 1 : 4, 1, 1, groups, &kept));
     if (m->num_experts % groups)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: n_group %lld does not divide the %lld routed experts", path,
                         (long long)groups, (long long)m->num_experts);
@@ -86,27 +114,32 @@ static moe_status check_groups(const char *path, json_t *j, const moe_plan_model
 
 /* DeepSeek-V3's (and V2's) config after the shapes read_model reads first: multi-head latent attention (head_dim =
  * qk_nope + qk_rope), n_shared_experts x moe_intermediate_size as the shared expert's width, the first
- * first_k_dense_replace layers dense of intermediate_size; a q_lora_rank of null: q_proj. */
+ * first_k_dense_replace layers dense of intermediate_size; a q_lora_rank of null: q_proj. Absent keys are
+ * transformers' defaults (DeepseekV3Config's, DeepseekV2Config's), as moe-train reads them. */
 static moe_status read_deepseek_v3(const char *path, json_t *j, moe_plan_model *m) {
     const int64_t big = (int64_t)1 << 40;
     int64_t nope = 0, shared = 0;
-    MOE_TRY(get_int(path, j, "q_lora_rank", 0, 0, 0, big, &m->q_lora_rank));
+    json_t *type = json_object_get(j, "model_type");
+    const int v2 = json_is_string(type) && !strcmp(json_string_value(type), "deepseek_v2");
+    MOE_TRY(get_int_or(path, j, "q_lora_rank", 1536, 0, 0, big, &m->q_lora_rank));
     MOE_TRY(get_int(path, j, "kv_lora_rank", 1, 0, 1, big, &m->kv_lora_rank));
     MOE_TRY(get_int(path, j, "qk_rope_head_dim", 1, 0, 2, big, &m->qk_rope_dim));
     MOE_TRY(get_int(path, j, "qk_nope_head_dim", 1, 0, 1, big, &nope));
     MOE_TRY(get_int(path, j, "v_head_dim", 1, 0, 1, big, &m->v_head_dim));
     m->head_dim = nope + m->qk_rope_dim, m->num_kv_heads = m->num_heads;
     MOE_TRY(get_int(path, j, "vocab_size", 1, 0, 2, big, &m->vocab_size));
-    MOE_TRY(get_int(path, j, "n_routed_experts", 1, 0, 1, 1 << 20, &m->num_experts));
+    MOE_TRY(get_experts(path, j, "n_routed_experts", &m->num_experts));
     MOE_TRY(get_int(path, j, "num_experts_per_tok", 1, 0, 1, 1 << 20, &m->top_k));
     MOE_TRY(get_int(path, j, "moe_intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
     MOE_TRY(get_int(path, j, "intermediate_size", 1, 0, 1, big, &m->d_ff_dense));
-    MOE_TRY(get_int(path, j, "n_shared_experts", 0, 0, 0, 1 << 20, &shared));
-    MOE_TRY(get_int(path, j, "first_k_dense_replace", 0, 0, 0, m->num_layers, &m->first_dense));
+    MOE_TRY(get_int_or(path, j, "n_shared_experts", v2 ? 2 : 1, 0, 0, 1 << 20, &shared));
+    const int64_t dense = v2 ? 0 : 3; /* every layer dense in a model of fewer, as transformers builds it */
+    MOE_TRY(get_int_or(path, j, "first_k_dense_replace", dense < m->num_layers ? dense : m->num_layers, 0, 0,
+                       m->num_layers, &m->first_dense));
     MOE_TRY(get_int(path, j, "moe_layer_freq", 0, 1, 1, 1, &m->moe_every)); /* every layer after the dense ones */
     MOE_TRY(get_bool(path, j, "tie_word_embeddings", 0, &m->tie_embeddings));
     m->d_ff_shared = shared * m->d_ff_expert;
-    MOE_TRY(check_groups(path, j, m));
+    MOE_TRY(check_groups(path, j, m, v2));
     if (m->top_k > m->num_experts)
         return moe_fail(MOE_ERR_BAD_FILE, "%s: num_experts_per_tok %lld exceeds the %lld experts", path,
                         (long long)m->top_k, (long long)m->num_experts);
@@ -135,13 +168,12 @@ static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
     MOE_TRY(get_int(path, j, "num_experts_per_tok", 1, 0, 1, 1 << 20, &m->top_k));
     MOE_TRY(get_bool(path, j, "tie_word_embeddings", 0, &m->tie_embeddings));
     if (family == HF_MIXTRAL || family == HF_OLMOE) { /* OLMoE's intermediate_size is its experts' */
-        MOE_TRY(get_int(path, j, family == HF_MIXTRAL ? "num_local_experts" : "num_experts", 1, 0, 1, 1 << 20,
-                        &m->num_experts));
+        MOE_TRY(get_experts(path, j, family == HF_MIXTRAL ? "num_local_experts" : "num_experts", &m->num_experts));
         MOE_TRY(get_int(path, j, "intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
         m->d_ff_dense = m->d_ff_expert;
         m->qk_norm = family == HF_OLMOE ? MOE_QK_NORM_PROJECTION : MOE_QK_NORM_NONE;
     } else {
-        MOE_TRY(get_int(path, j, "num_experts", 1, 0, 1, 1 << 20, &m->num_experts));
+        MOE_TRY(get_experts(path, j, "num_experts", &m->num_experts));
         MOE_TRY(get_int(path, j, "moe_intermediate_size", 1, 0, 1, big, &m->d_ff_expert));
         MOE_TRY(get_int(path, j, "intermediate_size", 0, m->d_ff_expert, 1, big, &m->d_ff_dense));
         MOE_TRY(qwen_moe_layers(path, j, m));

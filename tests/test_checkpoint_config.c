@@ -62,9 +62,7 @@ static void round_trip(void) {
     moe_model_config c = small(), back;
     c.moe.capacity_factor = 1.25f, c.moe.drop_priority = MOE_DROP_BY_SCORE, c.moe_every = 2, c.tie_embeddings = 1;
     char *ckpt = write_config("round_trip", moe__checkpoint_config_json(&c));
-    int window = -1;
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, &window));
-    CHECK(window == 0, "sliding_window null read as %d", window);
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
     for (int i = 0; i < moe_checkpoint_num_fields(); i++) {
         moe_checkpoint_field a = moe_checkpoint_field_at(&c, i), b = moe_checkpoint_field_at(&back, i);
         CHECK(a.value == b.value, "%s: wrote %s, read %s", a.path, a.text, b.text);
@@ -140,7 +138,7 @@ static void expect_bad_keys(json_t *(*make)(void), const bad_key *bad, size_t co
         if (bad[i].value_json) json_object_set_new(j, bad[i].key, json_loads(bad[i].value_json, JSON_DECODE_ANY, NULL));
         else json_object_del(j, bad[i].key);
         char *ckpt = write_config("bad", j);
-        test_expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c, NULL), bad[i].expect);
+        test_expect_refusal(bad[i].what, moe_checkpoint_read_config(ckpt, &c), bad[i].expect);
         free(ckpt);
     }
 }
@@ -148,7 +146,7 @@ static void expect_bad_keys(json_t *(*make)(void), const bad_key *bad, size_t co
 static void transformers_made(void) {
     moe_model_config c;
     char *ckpt = write_config("hf", transformers_config());
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.moe.renormalize == 1 && c.moe.score_func == MOE_SCORE_SOFTMAX && c.moe.capacity_factor <= 0 &&
               c.moe_every == 1 && c.moe.top_k == 1 && c.rope_theta == 1e6f && c.norm_eps == 1e-5f &&
               c.max_positions == 131072,
@@ -165,6 +163,8 @@ static void transformers_made(void) {
         {"moe_every 2.0", "moe_train", "{\"moe_every\": 2.0}", "moe_train.moe_every must be an integer"},
         {"rope_theta a string", "rope_theta", "\"big\"", "rope_theta must be a number"},
         {"head_dim 7", "head_dim", "7", "head_dim must be hidden_size / num_attention_heads = 16"},
+        {"a sliding window (kept by no save: taken when past the sequence before)", "sliding_window", "4096",
+         "sliding_window 4096: attention here is full causal"},
         {"head_dim a string", "head_dim", "\"16\"", "head_dim must be an integer, hidden_size / num_attention_heads"},
         {"top_k above the experts", "num_experts_per_tok", "5", "top_k must be between 1 and the number of experts"},
     };
@@ -174,19 +174,19 @@ static void transformers_made(void) {
     json_object_del(unlabelled, "architectures");
     json_object_del(unlabelled, "model_type");
     ckpt = write_config("bad", unlabelled);
-    test_expect_refusal("neither architectures nor model_type", moe_checkpoint_read_config(ckpt, &c, NULL),
+    test_expect_refusal("neither architectures nor model_type", moe_checkpoint_read_config(ckpt, &c),
                         "neither architectures nor model_type names the model");
     free(ckpt);
     /* a model that differs from the file in one field: named, with both values */
     ckpt = write_config("hf", transformers_config());
-    moe_checkpoint_read_config(ckpt, &c, NULL);
+    moe_checkpoint_read_config(ckpt, &c);
     c.rope_theta = 1e4f;
     test_expect_refusal("a model with another rope_theta", moe__checkpoint_check_config(ckpt, &c, 1),
                    "rope_theta is 1000000 but this model has 10000");
     test_expect_refusal("another rope_theta, the routing policy aside", moe__checkpoint_check_config(ckpt, &c, 0),
                    "rope_theta is 1000000 but this model has 10000");
     /* the routing policy: what --init-from may train with (policy 0), not what --resume continues (1) */
-    moe_checkpoint_read_config(ckpt, &c, NULL);
+    moe_checkpoint_read_config(ckpt, &c);
     c.moe.capacity_factor = 1.25f, c.moe.drop_priority = MOE_DROP_BY_SCORE;
     test_expect_refusal("another capacity factor, resuming", moe__checkpoint_check_config(ckpt, &c, 1),
                    "moe_train.capacity_factor is 0 but this model has 1.25");
@@ -207,15 +207,16 @@ static int fields_equal(const moe_model_config *a, const moe_model_config *b, co
     return same;
 }
 
-/* What transformers 5's Qwen3MoeConfig(...).save_pretrained writes (num_local_experts, rope_parameters). */
+/* What transformers 5's Qwen3MoeConfig(...).save_pretrained writes (num_local_experts, rope_parameters; a window
+ * that use_sliding_window, absent, leaves unused, as Qwen's published files have). */
 static json_t *qwen3_config(void) {
     return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:{s:f, s:s}, s:f,"
-                     " s:b, s:[], s:i, s:n}", "architectures", "Qwen3MoeForCausalLM", "model_type", "qwen3_moe",
+                     " s:b, s:[], s:i, s:i}", "architectures", "Qwen3MoeForCausalLM", "model_type", "qwen3_moe",
                      "vocab_size", 256, "hidden_size", 64, "intermediate_size", 96, "moe_intermediate_size", 48,
                      "num_hidden_layers", 2, "num_attention_heads", 4, "num_key_value_heads", 2, "head_dim", 24,
                      "num_local_experts", 8, "num_experts_per_tok", 4, "norm_topk_prob", 1, "tie_word_embeddings", 0,
                      "rope_parameters", "rope_theta", 1e6, "rope_type", "default", "rms_norm_eps", 1e-6,
-                     "attention_bias", 0, "mlp_only_layers", "decoder_sparse_step", 1, "sliding_window");
+                     "attention_bias", 0, "mlp_only_layers", "decoder_sparse_step", 1, "sliding_window", 4096);
 }
 
 static void families(void) {
@@ -233,7 +234,7 @@ static void families(void) {
         CHECK(!strcmp(label_of(&c, note, sizeof note), kinds[k].label) && !*note, "%s labelled %s: %s",
               kinds[k].model_type, label_of(&c, note, sizeof note), note);
         char *ckpt = write_config(kinds[k].model_type, moe__checkpoint_config_json(&c));
-        CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+        CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
         CHECK(fields_equal(&c, &back, kinds[k].model_type) && back.family == c.family, "%s: round trip",
               kinds[k].model_type);
         char *text = file_text(ckpt);
@@ -251,14 +252,14 @@ static void families(void) {
         CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "transformers' ") &&
                   strstr(note, kinds[k].label), "%s with sigmoid scores: %s", kinds[k].model_type, note);
         ckpt = write_config("variant", moe__checkpoint_config_json(&c));
-        CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+        CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
         CHECK(back.family == c.family && fields_equal(&c, &back, "variant"), "the variant's family read back as %d",
               back.family);
         free(ckpt);
     }
     moe_model_config c;
     char *ckpt = write_config("qwen3-hf", qwen3_config());
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.family == MOE_MODEL_FAMILY_QWEN3_MOE && c.moe.num_experts == 8 && c.rope_theta == 1e6f &&
               c.head_dim == 24 && c.d_ff == 48 && c.dense_d_ff == 96 && c.moe.renormalize == 1 && c.norm_eps == 1e-6f,
           "transformers 5's Qwen3-MoE config: family %d experts %d rope_theta %g head_dim %d d_ff %d", c.family,
@@ -266,6 +267,8 @@ static void families(void) {
     free(ckpt);
     const bad_key bad[] = {
         {"attention biases", "attention_bias", "true", "attention_bias must be false"},
+        {"a sliding window in use", "use_sliding_window", "true",
+         "sliding_window 4096 with use_sliding_window true: attention here"},
         {"mlp_only_layers [1]", "mlp_only_layers", "[1]", "mlp_only_layers must be empty"},
         {"linear RoPE scaling", "rope_parameters", "{\"rope_type\": \"linear\", \"factor\": 4}",
          "rope_parameters.rope_type must be \"default\" or \"yarn\""},
@@ -322,7 +325,7 @@ static void families(void) {
     json_t *j = moe__checkpoint_config_json(&c);
     json_object_set_new(j, "qkv_bias", json_false());
     ckpt = write_config("qwen2-no-bias", j);
-    test_expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c, NULL), "qkv_bias must be true");
+    test_expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c), "qkv_bias must be true");
     free(ckpt);
     /* a Mixtral or OLMoE cannot have a head_dim of its own: their transformers classes derive it */
     c = small();
@@ -426,7 +429,7 @@ static json_t *deepseek_config(void) {
 static void deepseek(void) {
     moe_model_config c, back;
     char note[1024], *ckpt = write_config("deepseek-hf", deepseek_config());
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && c.shared_d_ff == 96 && c.head_dim == 24 && c.qk_rope_dim == 8 &&
               c.q_lora_rank == 0 && c.kv_lora_rank == 16 && c.v_head_dim == 12 && c.dense_d_ff == 80 &&
               c.first_dense == 1 && c.moe.num_groups == 4 && c.moe.topk_groups == 2 &&
@@ -447,7 +450,7 @@ static void deepseek(void) {
           label_of(&c, note, sizeof note), note);
     c.moe.num_groups = c.moe.topk_groups = 0; /* ungrouped: written as one group, read back as none */
     ckpt = write_config("deepseek-ours", moe__checkpoint_config_json(&c));
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
     CHECK(fields_equal(&c, &back, "deepseek_v3") && !rope_interleaved(ckpt), "DeepSeek-V3 round trip");
     char *text = file_text(ckpt);
     CHECK(strstr(text, "\"n_shared_experts\": 2") && strstr(text, "\"qk_nope_head_dim\": 16") &&
@@ -473,6 +476,7 @@ static void deepseek(void) {
         {"num_nextn_predict_layers a string (read as none before)", "num_nextn_predict_layers", "\"1\"",
          "num_nextn_predict_layers must be a whole number"},
         {"num_nextn_predict_layers -1", "num_nextn_predict_layers", "-1", "num_nextn_predict_layers must be a whole"},
+        {"moe_layer_freq 2 (ignored before)", "moe_layer_freq", "2", "moe_layer_freq must be 1"},
     };
     expect_bad_keys(deepseek_config, bad, sizeof bad / sizeof *bad);
 }
@@ -494,7 +498,7 @@ static json_t *deepseek_v2_config(void) {
 static void deepseek_v2(void) {
     moe_model_config c, back;
     char note[1024], *ckpt = write_config("deepseek-v2-hf", deepseek_v2_config());
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.family == MOE_MODEL_FAMILY_DEEPSEEK_V2 && c.shared_d_ff == 96 && c.head_dim == 24 && c.q_lora_rank == 0 &&
               c.first_dense == 1 && c.moe.score_func == MOE_SCORE_SOFTMAX && c.moe.renormalize == 0 &&
               !moe_config_grouped(&c.moe) && moe_config_gate_scale(&c.moe) == 1 && moe_model_deepseek(&c),
@@ -506,7 +510,7 @@ static void deepseek_v2(void) {
           label_of(&c, note, sizeof note), note);
     c.moe.routed_scaling = 1.5f;
     ckpt = write_config("deepseek-v2-ours", moe__checkpoint_config_json(&c));
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
     CHECK(fields_equal(&c, &back, "deepseek_v2") && rope_interleaved(ckpt), "DeepSeek-V2 round trip");
     free(ckpt);
     c.moe.renormalize = 1;
@@ -515,27 +519,29 @@ static void deepseek_v2(void) {
     const bad_key bad[] = {
         {"sigmoid scores", "scoring_func", "\"sigmoid\"", "scoring_func must be \"softmax\" (DeepSeek-V2's router)"},
         {"V3's top-k", "topk_method", "\"noaux_tc\"", "topk_method must be \"greedy\""},
+        {"rms_norm_eps 0.05 (transformers' latent norms keep 1e-6; taken before)", "rms_norm_eps", "0.05",
+         "rms_norm_eps must be 1e-6 in a deepseek_v2"},
     };
     expect_bad_keys(deepseek_v2_config, bad, sizeof bad / sizeof *bad);
     /* n_shared_experts null: no shared expert, as DeepSeek's code reads it (a probe: refused as not an integer) */
     json_t *none = deepseek_v2_config();
     json_object_set_new(none, "n_shared_experts", json_null());
     ckpt = write_config("deepseek-v2-no-shared", none);
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.shared_d_ff == 0, "n_shared_experts null read as shared_d_ff %d", c.shared_d_ff);
     free(ckpt);
     /* n_group and topk_group count with group_limited_greedy only (DeepSeek-V2's full model: 8 groups, 3 kept) */
     json_t *j = deepseek_v2_config();
     json_object_set_new(j, "n_group", json_integer(4)), json_object_set_new(j, "topk_group", json_integer(2));
     ckpt = write_config("deepseek-v2-greedy", j);
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(!moe_config_grouped(&c.moe), "greedy top-k read with groups");
     free(ckpt);
     j = deepseek_v2_config();
     json_object_set_new(j, "topk_method", json_string("group_limited_greedy"));
     json_object_set_new(j, "n_group", json_integer(4)), json_object_set_new(j, "topk_group", json_integer(2));
     ckpt = write_config("deepseek-v2-groups", j);
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.moe.num_groups == 4 && c.moe.topk_groups == 2 && c.moe.group_score == MOE_GROUP_SCORE_MAX,
           "group_limited_greedy read as %d of %d groups scored %d", c.moe.topk_groups, c.moe.num_groups,
           c.moe.group_score);
@@ -543,7 +549,7 @@ static void deepseek_v2(void) {
           label_of(&c, note, sizeof note), note);
     free(ckpt);
     ckpt = write_config("deepseek-v2-groups-ours", moe__checkpoint_config_json(&c));
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
     char *text = file_text(ckpt);
     CHECK(fields_equal(&c, &back, "DeepSeek-V2 with groups") && strstr(text, "\"group_limited_greedy\""),
           "DeepSeek-V2 with groups: round trip\n%s", text);
@@ -563,7 +569,7 @@ static void yarn(void) {
                                                      1.0, "original_max_position_embeddings", 4096, "type", "yarn"));
     moe_model_config c, back, plain;
     char *ckpt = write_config("yarn-deepseek", j);
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     const moe_yarn_config *y = &c.yarn;
     CHECK(y->factor == 40 && y->original_positions == 4096 && y->beta_fast == 32 && y->beta_slow == 1 &&
               y->mscale == 1 && y->mscale_all_dim == 1 && y->attention_factor == 0,
@@ -579,7 +585,7 @@ static void yarn(void) {
           label_of(&c, NULL, 0));
     free(ckpt);
     ckpt = write_config("yarn-ours", moe__checkpoint_config_json(&c));
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &back, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &back));
     CHECK(fields_equal(&c, &back, "YaRN"), "YaRN round trip");
     char *text = file_text(ckpt);
     CHECK(strstr(text, "\"rope_scaling\"") && strstr(text, "\"rope_type\": \"yarn\"") &&
@@ -603,7 +609,7 @@ static void yarn(void) {
     json_object_set_new(j, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta", 1e6, "rope_type", "yarn",
                                                         "factor", 4.0));
     ckpt = write_config("yarn-qwen3", j);
-    CHECK_OK(moe_checkpoint_read_config(ckpt, &c, NULL));
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
     CHECK(c.yarn.factor == 4 && c.yarn.original_positions == 32768 && c.rope_theta == 1e6f &&
               moe_model_rope(&c).amplitude == 0.1 * log(4.0) + 1 && moe_model_mla_softmax_factor(&c) == 1,
           "Qwen3's YaRN in rope_parameters: factor %g over %d, amplitude %.17g", c.yarn.factor,

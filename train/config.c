@@ -191,7 +191,7 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
     moe_model_config saved;
     /* the manifest first: an edited config.json is named as such, not refused by a rule its values break */
     moe_status st = moe_checkpoint_verify_file(dir, "config.json");
-    if (st == MOE_OK) st = moe_checkpoint_read_config(dir, &saved, NULL);
+    if (st == MOE_OK) st = moe_checkpoint_read_config(dir, &saved);
     if (st != MOE_OK) return moe_train_complain(err, "moe-train: %s\n", moe_failure_message(st)), -1;
     for (int i = 0; i < moe_checkpoint_num_fields(); i++) {
         const moe_checkpoint_field have = moe_checkpoint_field_at(&saved, i), asked = moe_checkpoint_field_at(&o->model, i);
