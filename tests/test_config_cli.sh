@@ -300,6 +300,15 @@ family_saves_and_resumes deepseek DeepseekV3ForCausalLM 1 "--ep 2" model.layers.
     --shared-d-ff 32 --norm-eps 1e-6
 grep -q '"n_shared_experts": 2' "$dir/deepseek/step-00000002/config.json" ||
     fail_with_output "the DeepSeek-V3's n_shared_experts: $(cat "$dir/deepseek/step-00000002/config.json")"
+# --family alone says the model (a probe, 2026-12-07: V2 renormalised its gates and V3 scored by softmax unless told,
+# both saved as our variant, which transformers cannot load)
+for v in 2 3; do
+    trains "--family deepseek_v$v's defaults" "^step +1 " --family deepseek_v$v --heads 2 --head-dim 12 \
+        --qk-rope-dim 4 --v-head-dim 6 --kv-lora-rank 16 --shared-d-ff 16 --steps 1 --checkpoint-dir "$dir/defaults-v$v"
+    grep -q "not a DeepseekV" "$dir/out.txt" && fail_with_output "--family deepseek_v$v: not its transformers class"
+    grep -q "\"DeepseekV${v}ForCausalLM\"" "$dir/defaults-v$v/step-00000001/config.json" ||
+        fail_with_output "--family deepseek_v$v: saved as $(grep -A1 architectures "$dir/defaults-v$v/step-00000001/config.json")"
+done
 
 # 10. options without effect
 refuses "a shared expert \(--shared-d-ff\) runs beside the routed experts of the MoE layers" --experts 1 --top-k 1 \

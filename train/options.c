@@ -80,11 +80,11 @@ static const opt_spec kOptions[] = {
     {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},
     {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL, RUN},
     {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(ep), 1, 4096, {0}, NULL, LAYOUT},
-    {"--score", "router score function", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
+    {"--score", "router score function (sigmoid by default with --family deepseek_v3)", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
      OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL, RUN},
     {"--renormalize", "1: gates divided by their sum over the k chosen (Mixtral; with k = 1 the gate is 1); 0: the "
-     "gate is the router's score; auto: 1 when k > 1, else 0 (see docs/CHECKPOINTS.md)", OPT_INT,
+     "gate is the router's score; auto: 1 when k > 1, else 0, and 0 with --family deepseek_v2 (see docs/CHECKPOINTS.md)", OPT_INT,
      OFF(model.moe.renormalize), -1, 1, {0}, NULL, RUN},
     {"--drop-priority", "which assignments an overflowing expert keeps", OPT_CHOICE, OFF(model.moe.drop_priority), 0, 0,
      {"token", "score"}, NULL, RUN},
@@ -487,7 +487,12 @@ int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
 static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     moe_model_config *m = &o->model;
     m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
-    if (m->moe.renormalize < 0) m->moe.renormalize = m->moe.top_k > 1; /* k = 1: the gate stays the probability */
+    /* k = 1: the gate stays the probability. DeepSeek-V2 never renormalises and V3 scores by sigmoid: --family says
+     * the model, which its transformers class then computes (a probe, 2026-12-07: both were our variant unless
+     * --renormalize 0 or --score sigmoid was given) */
+    if (m->moe.renormalize < 0) m->moe.renormalize = m->family != MOE_MODEL_FAMILY_DEEPSEEK_V2 && m->moe.top_k > 1;
+    if (m->family == MOE_MODEL_FAMILY_DEEPSEEK_V3 && o->source[find("--score") - kOptions] == MOE_OPTION_DEFAULT)
+        m->moe.score_func = MOE_SCORE_SIGMOID;
     if ((int)m->moe.precision < 0) m->moe.precision = o->device == MOE_TRAIN_DEVICE_CUDA ? MOE_PRECISION_BF16 : MOE_PRECISION_FP32;
     if (m->num_kv_heads < 0) m->num_kv_heads = m->num_heads; /* plain multi-head attention unless asked */
     /* DeepSeek's latent norms keep transformers' 1e-6 whatever the config says: its models use it throughout */
