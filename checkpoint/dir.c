@@ -359,6 +359,14 @@ moe_status moe__checkpoint_refuse_skipped(const char *root, const moe__checkpoin
 }
 
 void moe__checkpoint_remove_dir(const char *dir) {
+    /* a link (a step folder linked in from an archive) goes, never what it points to (a probe, 2026-12-07: pruning
+     * a linked step emptied the archive's only copy) */
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return;
+    if (!S_ISDIR(sb.st_mode)) {
+        unlink(dir);
+        return;
+    }
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;

@@ -177,7 +177,7 @@ moe_status moe__checkpoint_prune(const char *root, const char *run_id, int keep_
 /* Removes what interrupted saves and prunes left in root (.tmp-*, .old-*, .trash-*). */
 void moe__checkpoint_clean_leftovers(const char *root);
 /* Removes a directory and the files in it (nothing recursive beyond that). */
-void moe__checkpoint_remove_dir(const char *dir);
+void moe__checkpoint_remove_dir(const char *dir); /* a link: the link alone */
 
 /* ---- checkpoint/lock.c ---- */
 /* Takes ROOT/.lock (flock, exclusive, not waiting) for this process and writes the holder's run id, host, pid and

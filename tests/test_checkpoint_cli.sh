@@ -101,6 +101,17 @@ trains "--resume past the run's exports" "^resume: .*step-00000004 is a bf16 exp
 cmp -s "$(step_dir "$dir/ex" 4)/model.safetensors" "$(step_dir "$dir/ex_again" 4)/model.safetensors" &&
     echo "ok: step 4 saved again in place, as the run resumed elsewhere saved it" ||
     fail_with_output "step 4 in place differs from the run resumed elsewhere"
+# a step folder linked in from an archive: pruning it removes the link, never the archive (a probe, 2026-12-07: the
+# link was followed and the archive's only copy emptied)
+trains "a run to archive" "^step     3" --steps 3 --checkpoint-dir "$dir/to_archive"
+mkdir -p "$dir/archive" "$dir/linked" && mv "$(step_dir "$dir/to_archive" 3)" "$dir/archive/" &&
+    ln -s "$dir/archive/step-00000003" "$dir/linked/step-00000003" && echo mine > "$dir/archive/step-00000003/KEEPME"
+trains "resumed from the link, pruning it" "^step     5" --steps 5 --resume --checkpoint-dir "$dir/linked" \
+    --checkpoint-interval 1 --keep-last 1
+[ -f "$dir/archive/step-00000003/KEEPME" ] && [ -f "$dir/archive/step-00000003/model.safetensors" ] &&
+    [ ! -e "$dir/linked/step-00000003" ] && [ "$(ls -A "$dir/linked" | grep -v '^\.lock$' | tr '\n' ' ')" = "step-00000005 " ] &&
+    echo "ok: --keep-last removed the link, not the archived step" ||
+    fail_with_output "the archive after pruning its link: $(ls -la "$dir/archive/step-00000003" "$dir/linked")"
 
 # a tensor the model has no place for, named; a tied model's file with a head of its own, said so (a probe)
 add_tensor() { # FROM_DIR TO_DIR NAME: a copy, without its manifest and checksums, with one more F32 tensor [2, 2]

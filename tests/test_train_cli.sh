@@ -178,6 +178,24 @@ refuses "before training: --checkpoint-dir .*no/such/parent: cannot create it: N
 refuses "needs about [0-9.]+ GiB per rank .* more than its [0-9.]+ GiB" --experts 4096 --d-model 1024 --d-ff 4096
 refuses "--sample-tokens expects an integer in \[0, 65536\], got '1048576'" --sample-tokens 1048576
 refuses "--eval-batches expects an integer in \[1, 65536\], got '1048576'" --eval-batches 1048576
+# text that is not UTF-8 (a Latin-1 name or prompt) cannot be saved as JSON: it trained, then every save failed as "out
+# of memory" (a probe, 2026-12-07)
+refuses "--sample-prompt: byte 16 \(0xfc\) is not UTF-8 text" --sample-prompt "$(printf 'Es werde Licht \xfcber')"
+refuses "--checkpoint-dir: byte [0-9]+ \(0xe9\) is not UTF-8 text" --checkpoint-dir "$dir/$(printf 'donn\xe9es')"
+# stdout a pipe whose reader is gone (`| head`, or a `| tee` that a job's stop ended first): the run stops at that
+# step with a save, exit 2 (a probe, 2026-12-07: SIGPIPE ended it, unsaved); one process, whose stdout is the pipe
+merge --steps 100000 --checkpoint-dir "$dir/piped" --checkpoint-interval 1000
+rc=$( { timeout 120 "$train" "${merged[@]}" 2>&1; echo $? > "$dir/piped.rc"; } | head -n 1 > /dev/null; cat "$dir/piped.rc")
+[ "$rc" = 2 ] && [ -d "$dir/piped/step-00000001" ] && echo "ok: | head -n 1 stopped the run at step 1, saved" ||
+    fail_with_output "| head -n 1: exit $rc, saved: $(ls "$dir/piped" 2>&1)"
+# a file-size limit (ulimit -f; a batch system's) under a save: "File too large", said, exit 2 (SIGXFSZ killed it
+# mid-save, a probe, 2026-12-07). 8 MB: Open MPI's own shared-memory files fit; the training state (~19 MB) does not
+merge --steps 2 --checkpoint-dir "$dir/fsize" --d-model 256 --d-ff 256 --heads 4 --kv-heads 4 --layers 2
+rc=0
+(ulimit -f 8000 && timeout 120 "$train" "${merged[@]}") > "$dir/out.txt" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "checkpoint save failed (earlier checkpoints are intact): .*File too large" "$dir/out.txt" &&
+    echo "ok: a save past ulimit -f: $(grep -o 'checkpoint save failed.*' "$dir/out.txt")" ||
+    fail_with_output "a save past ulimit -f: exit $rc"
 
 trains "a valid tiny run trains" "^step     2"
 finish test_train_cli

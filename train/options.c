@@ -483,8 +483,38 @@ int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
     return rc;
 }
 
+/* The offset of the first byte of s that does not belong to well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF), or -1. */
+static long utf8_bad_at(const unsigned char *s) {
+    for (const unsigned char *p = s; *p;) {
+        const int n = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 0;
+        if (!n) return p - s;
+        unsigned cp = n == 1 ? *p : *p & (0x7f >> n);
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xc0) != 0x80) return p - s;
+            cp = cp << 6 | (p[i] & 0x3f);
+        }
+        static const unsigned kLeast[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < kLeast[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return p - s;
+        p += n;
+    }
+    return -1;
+}
+
 /* The automatic values, then the combinations. */
 static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
+    /* every string is saved as JSON (the run record, each checkpoint's configuration), which holds UTF-8 text only
+     * (a probe, 2026-12-07: a Latin-1 path or prompt trained, then every save failed as "out of memory") */
+    for (size_t i = 0; i < NUM_OPTIONS; i++) {
+        const char *text = kOptions[i].kind == OPT_STRING ? *(const char *const *)((const char *)o + kOptions[i].offset)
+                                                          : NULL;
+        const long bad = text ? utf8_bad_at((const unsigned char *)text) : -1;
+        if (bad >= 0)
+            return moe_train_complain(err, "moe-train: %s: byte %ld (0x%02x) is not UTF-8 text, which the run's "
+                                      "configuration is saved as (in the run record and every checkpoint): give a "
+                                      "UTF-8 name (a link to the file, say) or text\n", kOptions[i].name, bad + 1,
+                                      (unsigned char)text[bad]), -1;
+    }
     moe_model_config *m = &o->model;
     m->moe.d_model = m->d_model, m->moe.d_ff = m->d_ff;
     /* k = 1: the gate stays the probability. DeepSeek-V2 never renormalises and V3 scores by sigmoid: --family says

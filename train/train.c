@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +82,10 @@ static void json_number(FILE *metrics, const char *key, const char *format, doub
     else fputs("null", metrics);
 }
 
-/* Rank 0: the step's line, and its metrics record. -1 when the metrics file could not be written (a full disk):
- * the caller stops the run (after a checkpoint where the disk allows) rather than train on without its log. */
+/* Rank 0: the step's line, and its metrics record. -1 when the metrics file could not be written (a full disk), -2
+ * when the step's line found no reader (stdout a pipe whose reader is gone: `| head`, or a `| tee` that a job's stop
+ * ended first): the caller stops the run (after a checkpoint where the disk allows) rather than train on without its
+ * log. */
 static int log_step(const moe_train_options *o, FILE *metrics, int step, const moe_step_result *r, double ms,
                     double val, double eval_ms) {
     const moe_model_config *m = &o->model;
@@ -93,7 +96,7 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
            "cv %.3f | drop %.2f%%",
            step, r->loss, r->aux, r->z, r->lr, r->grad_norm, ms, tokens_per_s, lo, hi, cv, 100 * r->drop_fraction);
     if (val >= 0) printf(" | val %.4f", val);
-    printf("\n");
+    if (printf("\n") < 0 && errno == EPIPE) return -2;
     if (!metrics) return 0;
     fprintf(metrics, "{\"step\":%d", step);
     json_number(metrics, "loss", "%.17g", r->loss);
@@ -517,8 +520,10 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
             if (eval_st != MOE_OK) val = -1;
         }
         moe_train_signals_boundary(1); /* the computation is over: a stop signal may arrive (train/signals.h) */
-        if (rank0 && !t->output_error[0] && log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) != 0)
-            snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file, strerror(errno));
+        const int logged = rank0 && !t->output_error[0] ? log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) : 0;
+        if (logged == -2) snprintf(t->output_error, sizeof t->output_error, "the standard output: its reader is gone");
+        else if (logged) snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file,
+                                  strerror(errno));
         const stop_request stop = agree_on_stop(t, t->output_error[0] != 0);
         if (skipped_in_a_row >= o->max_skipped_steps) {
             if (rank0)
@@ -593,6 +598,11 @@ int main(int argc, char **argv) {
     /* a line at a time: under mpirun stdout is a pipe (else buffered until exit), and a rank that mpirun kills after
      * another rank's failure must not take its last lines with it */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* a write to a pipe without a reader, or past the file-size limit (ulimit -f), fails with EPIPE or EFBIG, said
+     * and stopped at with a save, instead of killing the process mid-step or mid-save (a probe, 2026-12-07: a job's
+     * stop ended its `| tee` first, and the SIGPIPE of the stop's message ended the run before its save) */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     /* the open-file limit as high as the process may set it: a sharded checkpoint's load keeps every shard open */
     struct rlimit files;
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != files.rlim_max) {
