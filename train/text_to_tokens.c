@@ -34,11 +34,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     /* an output that is a directory fails its rename, and TRAIN.bin's came first (a probe: VAL.bin a directory left
-     * TRAIN.bin replaced, exit 1): refused before anything is written */
+     * TRAIN.bin replaced, exit 1); the rename would replace a device (/dev/null) or a link with a file (a probe,
+     * 2026-12-07: as root it did): refused before anything is written */
     for (int i = 2; i <= 3; i++) {
         struct stat sb;
-        if (stat(argv[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            fprintf(stderr, "moe-text-to-tokens: %s is a directory, not a token file to write\n", argv[i]);
+        if (lstat(argv[i], &sb) == 0 && !S_ISREG(sb.st_mode)) {
+            fprintf(stderr, "moe-text-to-tokens: %s is %s, not a token file to write (the tokens go to a new file "
+                            "renamed into its place)\n", argv[i], S_ISDIR(sb.st_mode) ? "a directory" :
+                            S_ISLNK(sb.st_mode) ? "a link" : "a device, pipe or socket");
             return 2;
         }
     }

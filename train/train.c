@@ -312,8 +312,11 @@ static int print_schedule(const moe_train_options *o) {
 
 static int print_config(const moe_train_options *o) {
     json_t *j = moe_train_options_json(o, 1);
-    const int failed = !j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0;
-    printf("\n");
+    int failed = !j || json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | MOE_JSON_FLOATS) != 0;
+    /* a configuration file cut short must not look written (a probe, 2026-12-07: > /dev/full exited 0, empty) */
+    if (printf("\n") < 0 || fflush(stdout) != 0 || ferror(stdout))
+        failed = 1, fprintf(stderr, "moe-train: --print-config: the standard output cannot be written: %s\n",
+                            strerror(errno));
     json_decref(j);
     int count, shown = 0;
     const moe_train_option *table = moe_train_option_table(&count);
@@ -339,7 +342,8 @@ static FILE *open_metrics(const moe_trainer *t, int world_size, const char *devi
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (keeping) printf("note: --log-file %s held an earlier log: kept as %s\n", t->opt.log_file, kept);
-    if (*t->opt.log_file && !(metrics = fopen(t->opt.log_file, "w"))) {
+    /* appended: the file is new or empty here, or a link the log goes through (/dev/stdout into a `>> out.txt`) */
+    if (*t->opt.log_file && !(metrics = fopen(t->opt.log_file, "a"))) {
         fprintf(stderr, "moe-train: cannot write the metrics file '%s': %s\n", t->opt.log_file, strerror(errno));
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
