@@ -565,6 +565,9 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out) {
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: head_dim must be %shidden_size / num_attention_heads = %d", path,
                       json_is_integer(head_dim) ? "" : "an integer, ", /* a string was told a wrong value: a probe */
                       out->d_model / out->num_heads);
+    /* transformers reads YaRN's betas as `get("beta_fast") or 32`: 0 is its default too (a probe, 2026-12-07) */
+    if (out->yarn.factor > 0 && out->yarn.beta_fast == 0) out->yarn.beta_fast = 32;
+    if (out->yarn.factor > 0 && out->yarn.beta_slow == 0) out->yarn.beta_slow = 1;
     out->max_positions = positions ? (int)json_integer_value(positions) : 0;
     if (out->yarn.factor > 0 && !out->yarn.original_positions) out->yarn.original_positions = out->max_positions;
     if (st == MOE_OK) st = check_unsupported(path, j, out);

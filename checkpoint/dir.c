@@ -363,10 +363,8 @@ void moe__checkpoint_remove_dir(const char *dir) {
      * a linked step emptied the archive's only copy) */
     struct stat sb;
     if (lstat(dir, &sb) != 0) return;
-    if (!S_ISDIR(sb.st_mode)) {
-        unlink(dir);
-        return;
-    }
+    if (S_ISLNK(sb.st_mode)) unlink(dir);
+    if (!S_ISDIR(sb.st_mode)) return; /* another file is left as it is (a save it blocks fails, naming it) */
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;

@@ -265,6 +265,17 @@ static void families(void) {
           "transformers 5's Qwen3-MoE config: family %d experts %d rope_theta %g head_dim %d d_ff %d", c.family,
           c.moe.num_experts, c.rope_theta, c.head_dim, c.d_ff);
     free(ckpt);
+    /* YaRN's betas 0: transformers' `or 32` / `or 1` defaults (refused as not positive before: a probe) */
+    json_t *zero_betas = qwen3_config();
+    json_object_set_new(zero_betas, "rope_parameters", json_pack("{s:f, s:s, s:f, s:i, s:f, s:f}", "rope_theta", 1e6,
+                                                                 "rope_type", "yarn", "factor", 4.0,
+                                                                 "original_max_position_embeddings", 1024, "beta_fast",
+                                                                 0.0, "beta_slow", 0.0));
+    ckpt = write_config("qwen3-betas", zero_betas);
+    CHECK_OK(moe_checkpoint_read_config(ckpt, &c));
+    CHECK(c.yarn.beta_fast == 32 && c.yarn.beta_slow == 1, "YaRN's betas 0 read as %g and %g", c.yarn.beta_fast,
+          c.yarn.beta_slow);
+    free(ckpt);
     const bad_key bad[] = {
         {"attention biases", "attention_bias", "true", "attention_bias must be false"},
         {"a sliding window in use", "use_sliding_window", "true",

@@ -88,6 +88,9 @@ refuses "--rope-theta 10000 disagrees with .*step-00000002/config.json, whose ro
     --init-from "$step2" "${shapes[@]}" --top-k 1 --rope-theta 10000
 refuses "--norm-eps 1e-05 disagrees with .*config.json, whose rms_norm_eps is 1e-0?6" --resume "$step2" --steps 3 \
     "${shapes[@]}" --top-k 1 --norm-eps 1e-5
+# the routing policy under --resume: the saved run's, said as such (a probe, 2026-12-07: "defines the architecture")
+refuses "--capacity-factor 1 disagrees with .*config.json, .*: a resume continues that run's routing policy .*--init-from" \
+    --resume "$step2" --steps 3 "${shapes[@]}" --top-k 1 --capacity-factor 1
 # --resume: the architecture from config.json, the rest from the saved run (its batch, seed, sequence length)
 if timeout 120 "$mpirun" -np 2 "$train" --resume "$step2" --steps 3 --sample-tokens 0 --exchange-timeout 20 \
         > "$dir/out.txt" 2>&1 && grep -q "^resume: --steps 3 (the saved run had 2)" "$dir/out.txt" &&
@@ -232,6 +235,12 @@ fi
 
 # 7. (issue 48) the GEMM library by MOE_CPU_GEMM: a name it does not know refused before training, naming it
 MOE_CPU_GEMM=mkl refuses "MOE_CPU_GEMM=mkl is neither onednn nor openblas" --steps 1
+# a bad MOE_WAIT_POLICY on one rank alone: every rank stops, the rank named, within seconds (a probe, 2026-12-07: the
+# others waited in another collective until the start-up alarm, the reason unsaid)
+merge --steps 1
+"$expect_failure" "rank 1: the wait policy: MOE_WAIT_POLICY='xyz'" 30 "$mpirun" -np 1 "$train" "${merged[@]}" : \
+    -np 1 -x MOE_WAIT_POLICY=xyz "$train" "${merged[@]}" > "$dir/out.txt" 2>&1 &&
+    echo "ok: one rank's MOE_WAIT_POLICY=xyz stopped the job, named" || fail_with_output "one rank's MOE_WAIT_POLICY"
 
 # 8. (issue 49, 4) layout flags (--pp, --virtual-stages, --tp, --ep, --zero, --threads) are not inherited by
 # --resume: a pp 2 x V 2 checkpoint resumed with no layout flag trains at pp 1 (it said "--virtual-stages 2 needs --pp 2")

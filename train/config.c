@@ -216,6 +216,11 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
             else
                 snprintf(whose, sizeof whose, "which does not give %s: read as %s (its label's or the default)",
                          have.path, have.text);
+            if (have.policy) /* the routing policy of training: --resume continues it, --init-from may change it */
+                return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, %s%s: a resume "
+                                          "continues that run's routing policy (leave %s out), or start a new run from "
+                                          "its weights with --init-from\n", s->name, value, dir, whose, as_flag,
+                                          s->name), -1;
             return moe_train_complain(err, "moe-train: %s %s disagrees with %s/config.json, %s%s: the checkpoint "
                                       "defines the architecture (leave %s out, or start without it)\n", s->name,
                                       value, dir, whose, as_flag, s->name), -1;

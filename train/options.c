@@ -158,8 +158,8 @@ static const opt_spec kOptions[] = {
      "2 is not); checkpoints hold whole tensors (any --tp resumes them)",
      OPT_INT, OFF(tp), 1, 4096, {0}, NULL, LAYOUT},
     {"--tp-shards", "the fixed pieces of the tensor-parallel sums (tp/linear.h): a power of two that --tp divides and "
-     "that divides --heads x head_dim and --kv-heads x head_dim; one value gives the same bits at every --tp dividing "
-     "it, so compare runs at the largest --tp (auto, or 0: --tp)",
+     "that divides --heads x head_dim, --kv-heads x head_dim and --vocab (the head is vocabulary-parallel); one value "
+     "gives the same bits at every --tp dividing it, so compare runs at the largest --tp (auto, or 0: --tp)",
      OPT_INT, OFF(model.tp_shards), -1, 1 << 16, {0}, NULL, RUN},
     {"--world-invariant", "1: every sum over the batch formed per virtual shard and added in one fixed tree, so "
      "training is bitwise the same on any power-of-two number of ranks and any --ep; 0: per rank, then MPI's or "

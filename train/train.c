@@ -657,12 +657,18 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 2;
     }
-    /* the CPU GEMM library MOE_CPU_GEMM names, on every rank (a node without it stops the job, not itself alone) */
-    const moe_status gemm = moe_train_agree(MPI_COMM_WORLD, moe_gemm_engine_available());
-    if (gemm != MOE_OK) {
-        moe_train_report_agreed_failure(gemm, "the CPU GEMM library", MPI_COMM_WORLD);
-        MPI_Finalize();
-        return 2;
+    /* what each rank's environment names, agreed: the CPU GEMM library (MOE_CPU_GEMM: a node without it stops the
+     * job, not itself alone) and the wait policy (MOE_WAIT_POLICY: one rank's bad value, read inside the placement,
+     * left the others waiting there until the start-up alarm, the reason unsaid: a probe, 2026-12-07) */
+    moe_wait_policy policy;
+    for (int i = 0; i < 2; i++) { /* one at a time: each failure's message is reported before the next check */
+        const moe_status st = moe_train_agree(MPI_COMM_WORLD, i == 0 ? moe_gemm_engine_available()
+                                                                     : moe_wait_policy_here(&policy));
+        if (st != MOE_OK) {
+            moe_train_report_agreed_failure(st, i == 0 ? "the CPU GEMM library" : "the wait policy", MPI_COMM_WORLD);
+            MPI_Finalize();
+            return 2;
+        }
     }
     moe_train_placement place;
     moe_status st = moe_train_place(&opt, MPI_COMM_WORLD, world_rank == 0 ? stdout : NULL, &place);
