@@ -32,7 +32,7 @@
 # Peak: H100 SXM and H200 989 TFLOP/s, H100 PCIe 756, A100 312 (dense bf16, NVIDIA's data sheets), from
 # nvidia-smi's name unless --peak-tflops is given.
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/flag_value.sh"
 build="${MOE_BUILD_DIR:-$root/build}"

@@ -123,7 +123,8 @@ static const char *mla_problem(const moe_model_config *c) {
     if (c->num_kv_heads != c->num_heads)
         return "multi-head latent attention has a key and a value per head: kv heads must equal heads";
     if (moe_model_qk_norm(c) != MOE_QK_NORM_NONE || moe_model_qkv_bias(c))
-        return "multi-head latent attention replaces the family's attention: use --family deepseek_v3, deepseek_v2 (or mixtral)";
+        return "multi-head latent attention replaces the family's attention: use --family deepseek_v3, deepseek_v2 "
+               "(or mixtral)";
     return NULL;
 }
 

@@ -4,7 +4,7 @@
 # prints both loss curves side by side: how many steps are bitwise identical (the metrics file keeps 17
 # significant digits) and the largest relative difference.
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
 steps="${1:-100}"

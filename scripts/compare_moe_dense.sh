@@ -3,7 +3,7 @@
 # d_ff 256 each) and a dense baseline with the same active parameters (d_ff 512) on the same data and
 # schedule on 2 ranks, and prints their validation losses and speed side by side.
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
 steps="${1:-800}"

@@ -8,7 +8,7 @@
 # (default /tmp/moe-data-scale), removed at the end unless --keep. --check (the test test_data_scale): exit 1 unless the 1 TiB run's peak memory is within 10% + 8 MiB of the
 # 10 MB run's (memory, not time: the opening time is printed, never asserted).
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
 source "$root/scripts/flag_value.sh"

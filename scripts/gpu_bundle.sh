@@ -15,7 +15,7 @@
 # tarball or among those any glibc machine with a C/C++ compiler has (libc, libm, libstdc++, libgcc_s, libz),
 # and DIR is at most 40 MiB. Idempotent: nothing is redone when DIR's MANIFEST lists the same package versions.
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 trap 'echo "gpu_bundle: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 case ${1:-} in

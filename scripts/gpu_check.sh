@@ -38,7 +38,7 @@
 # Exit: 0 every phase passed; 1 a phase failed, ran out of time or was not run (the report says which);
 # 2 usage; 77 no GPU (nvidia-smi lists none) and no --rehearse.
 set -uo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 

@@ -6,7 +6,7 @@
 # after: docs/RELIABILITY.md); BUILD may be build-sanitize. Minutes: not part of the test command
 # (tests/test_signals_gemm.c checks the cause in a fraction of a second).
 set -u
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/mpi_env.sh"
 B=${1:-$root/build}/moe-train N=${2:-25} target=${3:-mpirun}

@@ -29,7 +29,7 @@
 # before the lanes 110-175 s (README, "Tests"; each lane's last line gives its CPU seconds; docs/BENCHMARKS.md, "Lanes
 # in turns").
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 quick=0
 [ "${1:-}" = "--quick" ] && { quick=1; shift; }

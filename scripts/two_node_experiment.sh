@@ -10,7 +10,7 @@
 # bench_model_dense and bench_moe_layer (before and after the runs) and the routing of a 1-rank run. Addresses only
 # inside the namespaces; they are removed at exit. Results: docs/SCALING.md.
 set -euo pipefail
-export LC_ALL=C.UTF-8 # numbers with a decimal point in awk and printf, whatever the user's locale (de_DE's comma broke them)
+export LC_ALL=C.UTF-8 # a decimal point in awk and printf whatever the user's locale (de_DE's comma broke them)
 cd "$(dirname "$0")/.."
 case "${1:-}" in
 -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;

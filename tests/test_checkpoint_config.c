@@ -336,7 +336,8 @@ static void families(void) {
     json_t *j = moe__checkpoint_config_json(&c);
     json_object_set_new(j, "qkv_bias", json_false());
     ckpt = write_config("qwen2-no-bias", j);
-    test_expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c), "qkv_bias must be true");
+    test_expect_refusal("a Qwen2-MoE without q/k/v biases", moe_checkpoint_read_config(ckpt, &c),
+                        "qkv_bias must be true");
     free(ckpt);
     /* a Mixtral or OLMoE cannot have a head_dim of its own: their transformers classes derive it */
     c = small();

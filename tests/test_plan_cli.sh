@@ -299,7 +299,8 @@ for c in bias:attention_bias clip:clip_qkv "factor:rope_scaling has a factor but
 done
 
 # absent keys read as moe-train and transformers read them (a probe, 2026-12-07: DeepSeek's absent n_shared_experts,
-# first_k_dense_replace and n_group were 0, 0 and 1, and transformers 5's num_local_experts of a Qwen3-MoE was "missing")
+# first_k_dense_replace and n_group were 0, 0 and 1, and transformers 5's num_local_experts of a Qwen3-MoE was
+# "missing")
 rename_keys() { # BASE OUT OLD=NEW... (NEW empty: the key dropped)
     python3 -c 'import json, sys
 c = json.load(open(sys.argv[1]))
@@ -310,7 +311,8 @@ for edit in sys.argv[3:]:
 json.dump(c, open(sys.argv[2], "w"))' "$configs/$1" "$edited/$2" "${@:3}"
 }
 totals() { "$plan" --hf-config "$1" | grep -o 'parameters: total [0-9]*'; }
-rename_keys deepseek-v3.json ds3-defaults.json first_k_dense_replace= n_shared_experts= n_group= topk_group= q_lora_rank=
+rename_keys deepseek-v3.json ds3-defaults.json first_k_dense_replace= n_shared_experts= n_group= topk_group= \
+    q_lora_rank=
 rename_keys qwen3-30b-a3b.json qwen3-local.json num_experts=num_local_experts
 edit_config qwen3-30b-a3b.json qwen3-both.json num_local_experts 64
 for c in deepseek-v3.json:ds3-defaults.json qwen3-30b-a3b.json:qwen3-local.json; do
