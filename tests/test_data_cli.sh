@@ -70,6 +70,15 @@ refuses "shard 2 \(now .*other_002.bin, [0-9]+ tokens\) is not the saved list's 
     --checkpoint-dir "$dir/changed" --train-data "$dir/shards/train_001.bin,$dir/shards/other_002.bin,$dir/shards/train_003.bin"
 refuses "the training data differs from the checkpoint's: --shuffle was 1, now 0" --resume "$state" \
     --checkpoint-dir "$dir/changed" --shuffle 0
+# other tokens under the same names and counts (a resume from another folder, whose relative paths named another
+# copy: it went on silently, a probe, 2026-12-07): told by the shards' first and last 4 KiB
+mkdir -p "$dir/elsewhere" && for k in 1 2 3; do
+    python3 -c 'import sys; b = open(sys.argv[1], "rb").read(); h = 1024; t = b[h:]
+open(sys.argv[2], "wb").write(b[:h] + b"".join(t[i:i + 2] for i in range(len(t) - 2, -1, -2)))' \
+        "$dir/shards/train_00$k.bin" "$dir/elsewhere/train_00$k.bin"
+done
+refuses "shard 1 \(now .*elsewhere/train_001.bin\) holds other tokens than the saved list's shard of that name and size" \
+    --resume "$state" --checkpoint-dir "$dir/changed" --train-data "$dir/elsewhere/train_00*.bin"
 trains "--allow-data-change 1 continues on 2 shards, keeping the window counter" \
     "note: the training data differs from the checkpoint's \(the list had 3 shards, now 2\); --allow-data-change 1: continuing at window counter 80 " \
     --resume "$state" --checkpoint-dir "$dir/changed" --train-data "$dir/shards/train_00[12].bin" --allow-data-change 1

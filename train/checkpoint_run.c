@@ -33,10 +33,10 @@ static json_t *run_machine(const void *owner) {
 
 /* The data metadata's keys, in the order data_meta writes them. */
 enum { D_SHUFFLE, D_SEED, D_WINDOWS_DONE, D_EPOCH, D_INDEX, D_NUM_SHARDS, D_NUM_WINDOWS, D_IDENTITY, D_SHARD_HASHES,
-       D_COUNT };
+       D_SHARD_CONTENTS, D_COUNT };
 static const char *const data_keys[D_COUNT] = {"data_shuffle", "data_seed", "data_windows_done", "data_epoch",
                                               "data_index", "data_num_shards", "data_num_windows", "data_identity",
-                                              "data_shard_hashes"};
+                                              "data_shard_hashes", "data_shard_contents"};
 /* beside them, the trainer's other count: the AdamW updates applied (moe_trainer's optimizer_updates) */
 static const char kUpdatesKey[] = "optimizer_updates";
 
@@ -48,7 +48,7 @@ static int data_meta(void *owner, int step, moe_safetensors_meta *meta, int max)
     const int64_t done = moe_trainer_first_sequence(t, step + 1, 0), M = moe_token_data_num_windows(t->train);
     if (max < D_COUNT + 1) return 0;
     free(t->data_meta_text);
-    const size_t fixed = 24 * D_COUNT, nbytes = fixed + 17 * (size_t)n + 1;
+    const size_t fixed = 24 * D_COUNT, nbytes = fixed + 2 * 17 * (size_t)n + 1;
     if (!(t->data_meta_text = malloc(nbytes))) return 0; /* the metadata is then missing: a resume says so */
     char *at = t->data_meta_text, *end = at + nbytes;
     char *value[D_COUNT];
@@ -56,10 +56,16 @@ static int data_meta(void *owner, int step, moe_safetensors_meta *meta, int max)
     for (int k = 0; k < D_IDENTITY; k++) value[k] = at, at += snprintf(at, (size_t)(end - at), "%" PRId64, numbers[k]) + 1;
     value[D_IDENTITY] = at;
     at += snprintf(at, (size_t)(end - at), "%016" PRIx64, moe_token_data_identity(t->train)) + 1;
-    value[D_SHARD_HASHES] = at;
-    *at = 0;
-    for (int i = 0; i < n; i++)
-        at += snprintf(at, (size_t)(end - at), "%s%016" PRIx64, i ? "," : "", moe_token_data_shard(t->train, i).hash);
+    for (int k = D_SHARD_HASHES; k <= D_SHARD_CONTENTS; k++) { /* each shard's identity, then its content's hash */
+        value[k] = at;
+        *at = 0;
+        for (int i = 0; i < n; i++) {
+            const moe_token_shard s = moe_token_data_shard(t->train, i);
+            at += snprintf(at, (size_t)(end - at), "%s%016" PRIx64, i ? "," : "", k == D_SHARD_HASHES ? s.hash
+                                                                                                   : s.content);
+        }
+        at += k == D_SHARD_HASHES;
+    }
     for (int k = 0; k < D_COUNT; k++) meta[k] = (moe_safetensors_meta){data_keys[k], value[k]};
     at += strlen(at) + 1;
     snprintf(at, (size_t)(end - at), "%" PRId64, t->optimizer_updates);
@@ -102,7 +108,8 @@ static void data_differences(const moe_trainer *t, const moe_safetensors_file *s
     const int n = moe_token_data_num_shards(d);
     const int64_t M = moe_token_data_num_windows(d);
     int64_t saved_shards = -1, saved_windows = -1;
-    const char *hashes = moe_safetensors_metadata(state, data_keys[D_SHARD_HASHES]);
+    const char *hashes = moe_safetensors_metadata(state, data_keys[D_SHARD_HASHES]),
+               *contents = moe_safetensors_metadata(state, data_keys[D_SHARD_CONTENTS]); /* NULL before 2026-12-07 */
     size_t at = 0;
     *why = 0;
 #define SAY(...) (at += (size_t)snprintf(why + at, at < nbytes ? nbytes - at : 0, __VA_ARGS__), at = at < nbytes ? at : nbytes)
@@ -119,6 +126,12 @@ static void data_differences(const moe_trainer *t, const moe_safetensors_file *s
             const moe_token_shard s = moe_token_data_shard(d, i);
             SAY("shard %d (now %s, %" PRId64 " tokens) is not the saved list's shard %d (another file name or token "
                 "count); ", i + 1, s.path, s.num_tokens, i + 1);
+            break;
+        }
+        snprintf(mine, sizeof mine, "%016" PRIx64, moe_token_data_shard(d, i).content);
+        if (contents && (strlen(contents) < (size_t)17 * i + 16 || strncmp(contents + (size_t)17 * i, mine, 16))) {
+            SAY("shard %d (now %s) holds other tokens than the saved list's shard of that name and size (its first or "
+                "last 4 KiB differ); ", i + 1, moe_token_data_shard(d, i).path);
             break;
         }
     }

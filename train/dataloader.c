@@ -53,6 +53,18 @@ static uint64_t shard_hash(const char *path, int64_t num_tokens) {
     return moe_data_mix64(moe_fnv1a(h, &n, sizeof n));
 }
 
+/* FNV-1a of the file's first and last CONTENT_NBYTES (all of a shorter one): what a shard's content is checked by at a
+ * resume, read in two preads however large the shard. */
+enum { CONTENT_NBYTES = 4096 };
+static uint64_t content_hash(FILE *f, long long nbytes) {
+    unsigned char head[CONTENT_NBYTES], tail[CONTENT_NBYTES];
+    const size_t first = nbytes < CONTENT_NBYTES ? (size_t)nbytes : CONTENT_NBYTES;
+    const size_t last = nbytes - (long long)first < CONTENT_NBYTES ? (size_t)(nbytes - (long long)first) : CONTENT_NBYTES;
+    ssize_t a = pread(fileno(f), head, first, 0), b = pread(fileno(f), tail, last, (off_t)(nbytes - (long long)last));
+    uint64_t h = moe_fnv1a(MOE_FNV1A_SEED, head, a > 0 ? (size_t)a : 0);
+    return moe_data_mix64(moe_fnv1a(h, tail, b > 0 ? (size_t)b : 0));
+}
+
 /* Opens one shard and checks its header; the shard is appended to d. */
 static moe_status add_shard(moe_token_data *d, const char *path) {
     if (d->num_shards == d->capacity) {
@@ -108,7 +120,7 @@ static moe_status add_shard(moe_token_data *d, const char *path) {
      * fuzzer, 2026-12-07, a window count off by one for every shard after it) */
     s->info = (moe_token_shard){.path = s->path, .width = width, .num_tokens = n,
                                 .num_windows = n > 0 ? (n - 1) / S : 0, .first_window = d->num_windows,
-                                .hash = shard_hash(path, n)};
+                                .hash = shard_hash(path, n), .content = content_hash(f, file_nbytes)};
     d->num_windows += s->info.num_windows;
     d->num_shards++;
     return MOE_OK;

@@ -48,6 +48,9 @@ typedef struct {
     int64_t num_windows;   /* floor((num_tokens - 1) / seq_len) */
     int64_t first_window;  /* the set's number of this shard's first window */
     uint64_t hash;         /* of the basename and num_tokens: the shard's identity in a checkpoint */
+    uint64_t content;      /* of its first and last 4 KiB: a rewritten or another file of that name and size tells
+                            * itself apart at a resume (a probe, 2026-12-07: a resume from another folder, whose
+                            * relative --train-data named other tokens of the same count, went on silently) */
 } moe_token_shard;
 
 /* Opens the data set `spec` (a file, a glob, or a comma-separated list of them) for windows of seq_len + 1 tokens:
