@@ -87,8 +87,10 @@ else
     arch=$(printf '%s\n' "$gpus" | awk -F', *' '{ gsub(/\./, "", $4); print $4 }' | sort -u | paste -sd, -)
 fi
 # after the GPU's check: a machine without a GPU exits 77 (nothing to check), toolkit or not
-command -v nvcc > /dev/null ||
-    { echo "gpu_check: nvcc is not on PATH (nor in /usr/local/cuda/bin): put the CUDA toolkit's bin/ on PATH" >&2; exit 2; }
+if ! command -v nvcc > /dev/null; then
+    echo "gpu_check: nvcc is not on PATH (nor in /usr/local/cuda/bin): put the CUDA toolkit's bin/ on PATH" >&2
+    exit 2
+fi
 
 # ---- phases ----
 # phase NAME LIMIT CMD...: runs CMD with its output in logs/NAME.log, at most LIMIT seconds (and never past the

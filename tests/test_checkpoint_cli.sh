@@ -109,7 +109,8 @@ mkdir -p "$dir/archive" "$dir/linked" && mv "$(step_dir "$dir/to_archive" 3)" "$
 trains "resumed from the link, pruning it" "^step     5" --steps 5 --resume --checkpoint-dir "$dir/linked" \
     --checkpoint-interval 1 --keep-last 1
 [ -f "$dir/archive/step-00000003/KEEPME" ] && [ -f "$dir/archive/step-00000003/model.safetensors" ] &&
-    [ ! -e "$dir/linked/step-00000003" ] && [ "$(ls -A "$dir/linked" | grep -v '^\.lock$' | tr '\n' ' ')" = "step-00000005 " ] &&
+    [ ! -e "$dir/linked/step-00000003" ] &&
+    [ "$(ls -A "$dir/linked" | grep -v '^\.lock$' | tr '\n' ' ')" = "step-00000005 " ] &&
     echo "ok: --keep-last removed the link, not the archived step" ||
     fail_with_output "the archive after pruning its link: $(ls -la "$dir/archive/step-00000003" "$dir/linked")"
 

@@ -43,7 +43,7 @@ rc=$?
     [ ! -e "$tmp/only-build/build.ninja" ] || fail "--only suite,trian: exit $rc, $(tail -n 3 "$tmp/only.txt")"
 MOE_BUILD_DIR="$tmp/only-build" bash "$root/scripts/gpu_check.sh" --more --rehearse --only gemm_lt,layer_torch_qwen \
     --bundle "$tmp/no-bundle" > "$tmp/only.txt" 2>&1
-grep -q "not a phase" "$tmp/only.txt" && fail "--more --only gemm_lt,layer_torch_qwen: $(grep "not a phase" "$tmp/only.txt")"
+grep -q "not a phase" "$tmp/only.txt" && fail "--more --only gemm_lt,layer_torch_qwen: $(grep "phase" "$tmp/only.txt")"
 
 MOE_BUILD_DIR="$build" bash "$root/scripts/gpu_bundle.sh" "$tmp/bundle" || { echo "FAIL: gpu_bundle.sh"; exit 1; }
 

@@ -198,7 +198,8 @@ refuses "--checkpoint-dir: byte [0-9]+ \(0xe9\) is not UTF-8 text" --checkpoint-
 # stdout a pipe whose reader is gone (`| head`, or a `| tee` that a job's stop ended first): the run stops at that
 # step with a save, exit 2 (a probe, 2026-12-07: SIGPIPE ended it, unsaved); one process, whose stdout is the pipe
 merge --steps 100000 --checkpoint-dir "$dir/piped" --checkpoint-interval 1000
-rc=$( { timeout 120 "$train" "${merged[@]}" 2>&1; echo $? > "$dir/piped.rc"; } | head -n 1 > /dev/null; cat "$dir/piped.rc")
+{ timeout 120 "$train" "${merged[@]}" 2>&1; echo $? > "$dir/piped.rc"; } | head -n 1 > /dev/null
+rc=$(cat "$dir/piped.rc")
 [ "$rc" = 2 ] && [ -d "$dir/piped/step-00000001" ] && echo "ok: | head -n 1 stopped the run at step 1, saved" ||
     fail_with_output "| head -n 1: exit $rc, saved: $(ls "$dir/piped" 2>&1)"
 # a file-size limit (ulimit -f; a batch system's) under a save: "File too large", said, exit 2 (SIGXFSZ killed it

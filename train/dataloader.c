@@ -59,7 +59,8 @@ enum { CONTENT_NBYTES = 4096 };
 static uint64_t content_hash(FILE *f, long long nbytes) {
     unsigned char head[CONTENT_NBYTES], tail[CONTENT_NBYTES];
     const size_t first = nbytes < CONTENT_NBYTES ? (size_t)nbytes : CONTENT_NBYTES;
-    const size_t last = nbytes - (long long)first < CONTENT_NBYTES ? (size_t)(nbytes - (long long)first) : CONTENT_NBYTES;
+    const long long rest = nbytes - (long long)first;
+    const size_t last = rest < CONTENT_NBYTES ? (size_t)rest : CONTENT_NBYTES;
     ssize_t a = pread(fileno(f), head, first, 0), b = pread(fileno(f), tail, last, (off_t)(nbytes - (long long)last));
     uint64_t h = moe_fnv1a(MOE_FNV1A_SEED, head, a > 0 ? (size_t)a : 0);
     return moe_data_mix64(moe_fnv1a(h, tail, b > 0 ? (size_t)b : 0));

@@ -80,11 +80,13 @@ static const opt_spec kOptions[] = {
     {"--experts", "experts per MoE layer (1: a dense model)", OPT_INT, OFF(model.moe.num_experts), 1, 4096, {0}, NULL, RUN},
     {"--top-k", "experts per token", OPT_INT, OFF(model.moe.top_k), 1, 4096, {0}, NULL, RUN},
     {"--ep", "expert-parallel size (divides the world size and --experts)", OPT_INT, OFF(ep), 1, 4096, {0}, NULL, LAYOUT},
-    {"--score", "router score function (sigmoid by default with --family deepseek_v3)", OPT_CHOICE, OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
+    {"--score", "router score function (sigmoid by default with --family deepseek_v3)", OPT_CHOICE,
+     OFF(model.moe.score_func), 0, 0, {"softmax", "sigmoid"}, NULL, RUN},
     {"--capacity-factor", "slots per expert = ceil(cf * tokens * k / E); <= 0: dropless", OPT_FLOAT,
      OFF(model.moe.capacity_factor), -1, 1e6, {0}, NULL, RUN},
     {"--renormalize", "1: gates divided by their sum over the k chosen (Mixtral; with k = 1 the gate is 1); 0: the "
-     "gate is the router's score; auto: 1 when k > 1, else 0, and 0 with --family deepseek_v2 (see docs/CHECKPOINTS.md)", OPT_INT,
+     "gate is the router's score; auto: 1 when k > 1, else 0, and 0 with --family deepseek_v2 (see "
+     "docs/CHECKPOINTS.md)", OPT_INT,
      OFF(model.moe.renormalize), -1, 1, {0}, NULL, RUN},
     {"--drop-priority", "which assignments an overflowing expert keeps", OPT_CHOICE, OFF(model.moe.drop_priority), 0, 0,
      {"token", "score"}, NULL, RUN},

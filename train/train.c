@@ -524,7 +524,8 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
             if (eval_st != MOE_OK) val = -1;
         }
         moe_train_signals_boundary(1); /* the computation is over: a stop signal may arrive (train/signals.h) */
-        const int logged = rank0 && !t->output_error[0] ? log_step(o, metrics, step, r, ms, val, now_ms() - eval_t0) : 0;
+        const double eval_ms = now_ms() - eval_t0;
+        const int logged = rank0 && !t->output_error[0] ? log_step(o, metrics, step, r, ms, val, eval_ms) : 0;
         if (logged == -2) snprintf(t->output_error, sizeof t->output_error, "the standard output: its reader is gone");
         else if (logged) snprintf(t->output_error, sizeof t->output_error, "the metrics log %s: %s", o->log_file,
                                   strerror(errno));

@@ -64,7 +64,8 @@ done
 # the log and the checkpoints on one full disk (a probe, 2026-12-07: only the save's failure was said, never the log's,
 # the stop's cause): both, the cause first
 mount_tmpfs "$dir/full-both" 16 || exit 1
-refuses "cannot write the metrics log $dir/full-both/log.out.*No space left on device; stopping after step [0-9]+ with a save" \
+both_full="cannot write the metrics log $dir/full-both/log.out.*No space left on device; stopping after step [0-9]+"
+refuses "$both_full with a save" \
     --steps 100000 --eval-interval 0 --log-file "$dir/full-both/log.out" --checkpoint-dir "$dir/full-both/ck"
 grep -q "checkpoint save failed (earlier checkpoints are intact)" "$dir/out.txt" ||
     fail_with_output "the log and the checkpoints on one full disk: the save's failure is not said"
