@@ -202,6 +202,8 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta)) return "rope theta must be a positive number";
     const char *yarn = yarn_problem(&c->yarn);
     if (yarn) return yarn;
+    if (c->yarn.factor > 0 && !(c->rope_theta > 1)) /* its ramp divides by log theta: NaN frequencies (a probe) */
+        return "YaRN needs a RoPE theta above 1 (its ramp between beta_fast and beta_slow divides by log theta)";
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps)) return "the norm epsilon must be a positive number";
     if (c->moe.d_model != c->d_model || c->moe.d_ff != c->d_ff) return "the MoE config's d_model/d_ff must match";
     if (c->attention != MOE_ATTENTION_MATERIALIZED && c->attention != MOE_ATTENTION_FUSED)

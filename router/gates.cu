@@ -24,8 +24,10 @@ __global__ void gates_forward(const float *scores, const int *expert, int num_to
         g[j] = v;
         sum += v;
     }
-    if (renormalize)
-        for (int j = 0; j < top_k; j++) g[j] /= sum;
+    if (renormalize) { /* sum + 1e-20, as gates_cpu.c's renormalizer: sigmoid scores all 0 give gates of 0 */
+        const float denominator = __fadd_rn(sum, 1e-20f);
+        for (int j = 0; j < top_k; j++) g[j] /= denominator;
+    }
     for (int j = 0; j < top_k; j++) g[j] = __fmul_rn(g[j], scale);
 }
 
@@ -45,6 +47,7 @@ __global__ void gates_backward(const float *scores, const int *expert, const flo
     }
     float sum = 0.0f, dot = 0.0f;
     for (int j = 0; j < top_k; j++) sum += s[e[j]];
+    sum = __fadd_rn(sum, 1e-20f); /* the forward's denominator */
     for (int j = 0; j < top_k; j++) dot += __fmul_rn(__fmul_rn(dg[j], scale), s[e[j]] / sum);
     for (int j = 0; j < top_k; j++) ds[e[j]] += (__fmul_rn(dg[j], scale) - dot) / sum;
 }

@@ -127,6 +127,22 @@ assert any(r["grad_norm"] is None or r["loss"] is None for r in steps), steps
 refuses "step 2's update was dropped: its checkpoint waits for the next step that updates" --steps 4 \
     --init-from "$dir/overflow" --skip-nonfinite 1 --checkpoint-dir "$dir/dropped" --checkpoint-interval 2
 [ -z "$(ls "$dir/dropped" | grep step-)" ] || fail_with_output "checkpoints of dropped steps: $(ls "$dir/dropped")"
+# ... but for the run's end: a stop at a dropped step saves what the run has, the last applied update's weights (a
+# probe, 2026-12-07: waiting for a step that never came lost every step since the last save, and the run exited 0)
+merge --steps 100000 --init-from "$dir/overflow" --skip-nonfinite 1 --max-skipped-steps 100000 \
+    --checkpoint-dir "$dir/dropped_end" --eval-interval 0
+rm -f "$dir/end.txt" # its own file: the last run's output in out.txt has a step 3 before the redirect empties it
+timeout 120 "$train" "${merged[@]}" > "$dir/end.txt" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^step     3 " "$dir/end.txt" 2> /dev/null && break; sleep 0.1; done
+kill -TERM $job
+rc=0
+wait $job || rc=$?
+cp "$dir/end.txt" "$dir/out.txt"
+[ $rc = 143 ] && grep -q "update was dropped, and the run ends here: its checkpoint holds the last applied" \
+    "$dir/out.txt" && [ -n "$(ls "$dir/dropped_end" | grep step-)" ] &&
+    echo "ok: a stop at a dropped step saved $(ls "$dir/dropped_end" | grep step-)" ||
+    fail_with_output "a stop at a dropped step: exit $rc, saved: $(ls "$dir/dropped_end")"
 
 # R14: a finite gradient whose squares pass fp32's range (the final norm at 1e25, lm_head at 1e-25: finite logits):
 # with --clip 0 AdamW's second moments would turn Inf and freeze those weights, silently (a probe); a non-finite step

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "moe/moe.h"
+#include "router/gates.h"
 #include "router/group.h"
 #include "router/topk.h"
 #include "tests/test_util.h"
@@ -76,8 +77,25 @@ static void refusals(void) {
     CHECK(moe_config_problem(&ok) && strstr(moe_config_problem(&ok), "routed_scaling"), "a negative scale accepted");
 }
 
+/* DeepSeek's renormalised sigmoid gates when the chosen experts' scores all underflow to 0 (logits below about -88,
+ * chosen by their selection bias): gates of 0 and finite gradients, as transformers' sum + 1e-20 gives (a probe,
+ * 2026-12-07: 0 / 0, NaN from finite weights); ordinary scores keep their bits (the 1e-20 is below half an ulp). */
+static void underflowed_scores(void) {
+    const moe_real zero[4] = {0, 0, 0.25f, 0.5f}, dgate[2] = {1, -2};
+    const int chosen[2] = {0, 1}, others[2] = {2, 3};
+    moe_real score[2], gate[2], dscores[4] = {0};
+    moe_router_gates_cpu(zero, chosen, 1, 4, 2, 1, 2.5f, score, gate);
+    CHECK(gate[0] == 0 && gate[1] == 0, "gates of two zero scores: %g %g", (double)gate[0], (double)gate[1]);
+    moe_router_gates_backward_cpu(zero, chosen, dgate, 1, 4, 2, 1, 2.5f, dscores);
+    for (int i = 0; i < 4; i++) CHECK(isfinite(dscores[i]), "dscores[%d] is %g", i, (double)dscores[i]);
+    moe_router_gates_cpu(zero, others, 1, 4, 2, 1, 1, score, gate);
+    CHECK(gate[0] == 0.25f / 0.75f && gate[1] == 0.5f / 0.75f, "ordinary gates changed: %.9g %.9g", (double)gate[0],
+          (double)gate[1]);
+}
+
 int main(void) {
     by_hand();
     refusals();
+    underflowed_scores();
     return test_finish("test_router_group");
 }

@@ -191,6 +191,8 @@ refuses "before training: --checkpoint-dir .*no/such/parent: cannot create it: N
 refuses "needs about [0-9.]+ GiB per rank .* more than its [0-9.]+ GiB" --experts 4096 --d-model 1024 --d-ff 4096
 refuses "--sample-tokens expects an integer in \[0, 65536\], got '1048576'" --sample-tokens 1048576
 refuses "--eval-batches expects an integer in \[1, 65536\], got '1048576'" --eval-batches 1048576
+# YaRN at --rope-theta 1 (the range's end): NaN frequencies, every step non-finite (a probe, 2026-12-07)
+refuses "YaRN needs a RoPE theta above 1" --rope-theta 1 --yarn-factor 4 --yarn-original-positions 64
 # text that is not UTF-8 (a Latin-1 name or prompt) cannot be saved as JSON: it trained, then every save failed as "out
 # of memory" (a probe, 2026-12-07)
 refuses "--sample-prompt: byte 16 \(0xfc\) is not UTF-8 text" --sample-prompt "$(printf 'Es werde Licht \xfcber')"

@@ -29,6 +29,12 @@ void moe_train_note_inert_options(const moe_train_options *o, FILE *notes) {
     if (moe_layers && m->moe.score_func != MOE_SCORE_SIGMOID && GIVEN(model.moe.bias_update_rate))
         fprintf(notes, "note: --bias-update-rate has no effect: the selection bias is sigmoid routing's (--score "
                        "sigmoid), and the scores are softmax\n");
+    /* AdamW's second moment underflows in fp32 for gradients below ~1e-19 while the first does not: the update is then
+     * lr m / eps, huge when eps is tiny, and finite, so no guard sees it (a probe, 2026-12-07: losses 5.5 -> 444) */
+    if (o->adam_eps < 1e-16f)
+        fprintf(notes, "note: --adam-eps %g: where a weight's gradients are below ~1e-19, AdamW's second moment "
+                       "underflows to 0 in fp32 and its update becomes lr x m / eps (1e-8, the default, bounds it)\n",
+                (double)o->adam_eps);
     if (!o->skip_nonfinite && GIVEN(max_skipped_steps))
         fprintf(notes, "note: --max-skipped-steps has no effect without --skip-nonfinite 1\n");
     if (moe_layers && !moe_config_grouped(&m->moe) && GIVEN(model.moe.group_score))

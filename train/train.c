@@ -400,11 +400,12 @@ static int print_sample(moe_trainer *t) {
      * default one ("And God said") is replaced, said so (before: its bytes were taken modulo the vocabulary) */
     int past = 0; /* (only the default's can be: options.c) */
     for (const char *c = o->sample_prompt; *c; c++) past |= (unsigned char)*c >= o->model.vocab_size;
+    const int start = '\n' < o->model.vocab_size ? '\n' : 0; /* an empty prompt's token (a newline, or token 0) */
     if (past && t->ranks.world_rank == 0)
-        printf("sample: the default prompt holds bytes past --vocab %d: sampling from a newline instead (give "
-               "--sample-prompt)\n", o->model.vocab_size);
+        printf("sample: the default prompt holds bytes past --vocab %d: sampling from %s instead (give "
+               "--sample-prompt)\n", o->model.vocab_size, start ? "a newline" : "token 0");
     for (const char *c = o->sample_prompt; *c && !past; c++) text[n++] = (unsigned char)*c;
-    if (n == 0) text[n++] = '\n' < o->model.vocab_size ? '\n' : 0;
+    if (n == 0) text[n++] = start;
     const int want = n + o->sample_tokens;
     sample_watch watch = {t, 0};
     require(moe_trainer_sample(t, text, &n, want, o->sample_temperature, (unsigned long long)o->seed + 7, sample_stop,
@@ -537,15 +538,22 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                         "newest)\n", skipped_in_a_row, o->max_skipped_steps);
             return 2;
         }
-        const int due = step == o->steps || stop.signo || stop.log_failed || eval_st != MOE_OK ||
-                        (o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0);
+        /* a save due at a dropped step waits for the next step that updates, but for the run's end: the state is exact
+         * (the last applied update's weights and moments, the data position after this step), and waiting for a step
+         * that never comes lost every step since the last save (a probe, 2026-12-07: steps 1-5 applied, 6 dropped,
+         * nothing saved, exit 0) */
+        const int ends = step == o->steps || stop.signo || stop.log_failed || eval_st != MOE_OK;
+        const int due = ends || (o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0);
         if (*o->checkpoint_dir && (due || save_waiting)) {
-            if (r->skipped) {
+            if (r->skipped && !ends) {
                 if (rank0 && !save_waiting)
                     printf("moe-train: step %d's update was dropped: its checkpoint waits for the next step that "
                            "updates\n", step);
                 save_waiting = 1;
             } else {
+                if (r->skipped && rank0)
+                    printf("moe-train: step %d's update was dropped, and the run ends here: its checkpoint holds the "
+                           "last applied update's weights\n", step);
                 const double save_t0 = now_ms();
                 st = moe_checkpoint_save(moe_trainer_checkpoint_run(t), o->checkpoint_dir, step, o->keep_last);
                 if (stop.signo) moe_train_signals_block_output(); /* saved: the last messages may wait for a reader */
@@ -566,9 +574,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                         moe_failure_message(eval_st));
             if (rank0)
                 fprintf(stderr, "moe-train: bad validation data: stopped after step %d%s\n", step,
-                        !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)"
-                        : save_waiting      ? " (its update was dropped: no checkpoint of it)"
-                                            : " (the checkpoint above has it)");
+                        !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)" : " (the checkpoint above has it)");
             return 2;
         }
         if (stop.log_failed) {
@@ -583,7 +589,6 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                 printf("moe-train: %s: stopped after step %d of %d%s; exit status %d\n",
                        moe_train_signal_name(stop.signo), step, o->steps,
                        !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)"
-                       : save_waiting      ? " (its update was dropped: no checkpoint of it)"
                        : o->save_dtype     ? ", bf16 export saved (--save-dtype bf16: --init-from takes it, --resume "
                                              "does not)"
                                            : ", checkpoint saved",
@@ -592,9 +597,6 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
         }
         moe_train_signals_boundary(0);
     }
-    if (save_waiting && rank0)
-        fprintf(stderr, "moe-train: the last steps' updates were dropped: no checkpoint of them (the last one saved "
-                "stays the newest)\n");
     report_pipeline(t, pipeline_first, o->steps - first_step);
     return 0;
 }
