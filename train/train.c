@@ -574,7 +574,7 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                         moe_failure_message(eval_st));
             if (rank0)
                 fprintf(stderr, "moe-train: bad validation data: stopped after step %d%s\n", step,
-                        !*o->checkpoint_dir ? " (no --checkpoint-dir: nothing saved)" : " (the checkpoint above has it)");
+                        *o->checkpoint_dir ? " (the checkpoint above has it)" : " (no --checkpoint-dir: nothing saved)");
             return 2;
         }
         if (stop.log_failed) {
