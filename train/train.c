@@ -568,19 +568,18 @@ static int train(moe_trainer *t, const moe_train_options *o, const moe_train_pla
                                   (now_ms() - save_t0) / 1e3);
             }
         }
+        const char *saved = *o->checkpoint_dir ? " (the checkpoint above has it)"
+                                               : " (no --checkpoint-dir: nothing saved)";
         if (eval_st != MOE_OK) {
             if (eval_st != MOE_ERR_PEER)
                 fprintf(stderr, "moe-train: rank %d: validation failed: %s\n", t->ranks.world_rank,
                         moe_failure_message(eval_st));
-            if (rank0)
-                fprintf(stderr, "moe-train: bad validation data: stopped after step %d%s\n", step,
-                        *o->checkpoint_dir ? " (the checkpoint above has it)" : " (no --checkpoint-dir: nothing saved)");
+            if (rank0) fprintf(stderr, "moe-train: bad validation data: stopped after step %d%s\n", step, saved);
             return 2;
         }
         if (stop.log_failed) {
             if (rank0)
-                fprintf(stderr, "moe-train: cannot write %s; stopped after step %d%s\n", t->output_error, step,
-                        *o->checkpoint_dir ? " (the checkpoint above has it)" : " (no --checkpoint-dir: nothing saved)");
+                fprintf(stderr, "moe-train: cannot write %s; stopped after step %d%s\n", t->output_error, step, saved);
             return 2;
         }
         if (stop.signo) {
