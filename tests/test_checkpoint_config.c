@@ -163,6 +163,7 @@ static void transformers_made(void) {
         {"moe_every 2.0", "moe_train", "{\"moe_every\": 2.0}", "moe_train.moe_every must be an integer"},
         {"rope_theta a string", "rope_theta", "\"big\"", "rope_theta must be a number"},
         {"head_dim 7", "head_dim", "7", "head_dim must be hidden_size / num_attention_heads = 16"},
+        {"gelu (mutation testing: the refusal dropped went unseen)", "hidden_act", "\"gelu\"", "hidden_act must be silu"},
         {"a sliding window (kept by no save: taken when past the sequence before)", "sliding_window", "4096",
          "sliding_window 4096: attention here is full causal"},
         {"head_dim a string", "head_dim", "\"16\"", "head_dim must be an integer, hidden_size / num_attention_heads"},
@@ -473,6 +474,19 @@ static void deepseek(void) {
     c.moe.score_func = MOE_SCORE_SOFTMAX;
     CHECK(!strcmp(label_of(&c, note, sizeof note), MOE_CHECKPOINT_VARIANT) && strstr(note, "softmax router scores"),
           "a DeepSeek-V3 with softmax scores: %s", note);
+    /* each MLA bound at its edge (mutation testing, 2026-12-07: loosened by one, each went unseen, and a v head
+     * wider than head_dim corrupted the heap two steps in) */
+    const moe_model_config mla = c;
+    c.v_head_dim = moe_model_head_dim(&c) + 1;
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "v_head_dim must be between"),
+          "v_head_dim = head_dim + 1: %s", moe_model_config_problem(&c) ?: "accepted");
+    c = mla, c.qk_rope_dim = moe_model_head_dim(&c);
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "qk_rope_dim must be even"),
+          "qk_rope_dim = head_dim: %s", moe_model_config_problem(&c) ?: "accepted");
+    c = mla, c.first_dense = c.num_layers + 1, c.shared_d_ff = 0; /* (a shared expert needs an MoE layer) */
+    CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "first_dense"),
+          "first_dense past the layers: %s", moe_model_config_problem(&c) ?: "accepted");
+    c = mla;
     c.moe.score_func = MOE_SCORE_SIGMOID, c.shared_d_ff = 100;
     CHECK(moe_model_config_problem(&c) && strstr(moe_model_config_problem(&c), "multiple of d_ff"),
           "a DeepSeek-V3 shared expert of 100 beside experts of 48: %s", moe_model_config_problem(&c) ?: "accepted");

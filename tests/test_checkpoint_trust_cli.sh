@@ -36,6 +36,15 @@ trains "latest is the highest step, not the latest clock" "resumed from .*skew/s
 for s in 14 16; do [ -d "$(step_dir "$dir/skew" $s)" ] || fail_with_output "--keep-last 2 pruned step $s"; done
 for s in 4 8 12; do [ ! -e "$(step_dir "$dir/skew" $s)" ] || fail_with_output "--keep-last 2 kept step $s"; done
 
+# a manifest that lists no file vouches for none (mutation testing, 2026-12-07: read as "no manifest", every file
+# loaded unverified)
+mkdir -p "$dir/unlisted" && cp -r "$(step_dir "$ck" 4)" "$dir/unlisted/"
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); m["files"] = m["crc32c"] = m["header_crc32c"] = {}
+json.dump(m, open(sys.argv[1], "w"))' \
+    "$(step_dir "$dir/unlisted" 4)/manifest.json"
+refuses "step-00000004/[a-z_.]* is not in the checkpoint's manifest.json" --steps 6 \
+    --init-from "$(step_dir "$dir/unlisted" 4)"
+
 # R4: an unreadable manifest in an old step directory
 cp -r "$ck" "$dir/bad"
 echo "not json {" > "$(step_dir "$dir/bad" 4)/manifest.json"

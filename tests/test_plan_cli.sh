@@ -320,6 +320,21 @@ for c in deepseek-v3.json:ds3-defaults.json qwen3-30b-a3b.json:qwen3-local.json;
     [ -n "$want" ] && [ "$have" = "$want" ] || fail "${c#*:}: $have, the published file's $want"
 done
 expect_error "num_experts 128 and num_local_experts 64 disagree" --hf-config "$edited/qwen3-both.json"
+# more absent keys, each against the file that gives transformers' default (mutation testing, 2026-12-07: a changed
+# default went unseen): Mixtral's num_key_value_heads (= heads), DeepSeek-V2's n_shared_experts (2), V3's n_group (8)
+rename_keys mixtral-8x7b.json mixtral-no-kv.json num_key_value_heads=
+edit_config mixtral-8x7b.json mixtral-kv32.json num_key_value_heads 32
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["model_type"] = "deepseek_v2"; c.pop("n_shared_experts")
+json.dump(c, open(sys.argv[2], "w")); c["n_shared_experts"] = 2; json.dump(c, open(sys.argv[3], "w"))' \
+    "$configs/deepseek-v3.json" "$edited/v2-no-shared.json" "$edited/v2-shared2.json"
+for c in mixtral-kv32.json:mixtral-no-kv.json v2-shared2.json:v2-no-shared.json; do
+    want=$(totals "$edited/${c%%:*}") have=$(totals "$edited/${c#*:}")
+    [ -n "$want" ] && [ "$have" = "$want" ] || fail "${c#*:}: $have, with the default given $want"
+done
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["n_routed_experts"] = 12; c.pop("n_group")
+c["num_experts_per_tok"] = 2; c["topk_group"] = 1; json.dump(c, open(sys.argv[2], "w"))' \
+    "$configs/deepseek-v3.json" "$edited/v3-12.json"
+expect_error "n_group 8 does not divide the 12 routed experts" --hf-config "$edited/v3-12.json"
 
 [ $status -eq 0 ] && echo "ok: moe-plan refuses bad input by name; report, --json and --search hold"
 exit $status

@@ -37,8 +37,9 @@ refuses "training data of step 1: .*train.bin: token [0-9]+ at token offset [0-9
 for i in $(seq 1 40); do printf 'line %d of a text with a byte past 127: caf\xc3\xa9.\n' "$i"; done > "$dir/high.txt"
 "$text_to_tokens" "$dir/high.txt" "$dir/high_train.bin" "$dir/val_high.bin" 0.5 > /dev/null ||
     fail_with_output "moe-text-to-tokens high.txt"
-refuses "bad validation data: stopped after step 2 \(the checkpoint above has it\)" --vocab 128 \
-    --val-data "$dir/val_high.bin" --eval-batches 20 --checkpoint-dir "$dir/ck_val_high"
+# (at step 2 of 4: an evaluation before the last step's, whose save is due anyway: mutation testing, 2026-12-07)
+refuses "bad validation data: stopped after step 2 \(the checkpoint above has it\)" --vocab 128 --steps 4 \
+    --eval-interval 2 --val-data "$dir/val_high.bin" --eval-batches 20 --checkpoint-dir "$dir/ck_val_high"
 grep -Eq "validation failed: .*val_high.bin: token 195 at token offset [0-9]+ is outside the vocabulary" "$dir/out.txt" ||
     fail_with_output "the failed validation's cause is not named"
 [ -f "$dir/ck_val_high/step-00000002/model.safetensors" ] && echo "ok: the step whose evaluation failed was saved" ||
@@ -191,6 +192,21 @@ refuses "before training: --checkpoint-dir .*no/such/parent: cannot create it: N
 refuses "needs about [0-9.]+ GiB per rank .* more than its [0-9.]+ GiB" --experts 4096 --d-model 1024 --d-ff 4096
 refuses "--sample-tokens expects an integer in \[0, 65536\], got '1048576'" --sample-tokens 1048576
 refuses "--eval-batches expects an integer in \[1, 65536\], got '1048576'" --eval-batches 1048576
+# refusals mutation testing found untested (2026-12-07: each dropped or loosened, no test failed)
+refuses "--min-lr .*--lr" --lr 1e-3 --min-lr 1e-2
+refuses "--sample-prompt: its byte 122 is past the vocabulary of 122" --vocab 122 --sample-prompt z --sample-tokens 5
+refuses "--sample-prompt: byte 1 \(0xed\) is not UTF-8 text" --sample-prompt "$(printf '\xed\xa0\x80')"
+refuses "--stop-signals: 'USR' is not one of" --stop-signals USR
+"$train" --steps 2000 --print-config > /dev/null 2> "$dir/out.txt" # (the small run gives --warmup)
+grep -q "derived, written \"auto\": .*warmup 100" "$dir/out.txt" && echo "ok: --steps 2000's warm-up is 100" ||
+    fail_with_output "--steps 2000: warm-up not min(100, steps / 10)"
+merge --family deepseek_v2 --expert-groups 2 --topk-groups 1 --print-config
+"$train" "${merged[@]}" > "$dir/v2.json" 2> "$dir/out.txt"
+grep -q '"group_score": "max"' "$dir/v2.json" || grep -q "group_score max" "$dir/out.txt" &&
+    echo "ok: DeepSeek-V2's groups scored by their best" || fail_with_output "--family deepseek_v2: group score"
+: > "$dir/empty.jsonl" # an empty --log-file is written, not kept aside as .1
+trains "an empty --log-file taken" "^step     2" --log-file "$dir/empty.jsonl"
+[ ! -e "$dir/empty.jsonl.1" ] && [ -s "$dir/empty.jsonl" ] || fail_with_output "an empty --log-file was kept aside"
 # YaRN at --rope-theta 1 (the range's end): NaN frequencies, every step non-finite (a probe, 2026-12-07)
 refuses "YaRN needs a RoPE theta above 1" --rope-theta 1 --yarn-factor 4 --yarn-original-positions 64
 # text that is not UTF-8 (a Latin-1 name or prompt) cannot be saved as JSON: it trained, then every save failed as "out
@@ -204,6 +220,9 @@ merge --steps 100000 --checkpoint-dir "$dir/piped" --checkpoint-interval 1000
 rc=$(cat "$dir/piped.rc")
 [ "$rc" = 2 ] && [ -d "$dir/piped/step-00000001" ] && echo "ok: | head -n 1 stopped the run at step 1, saved" ||
     fail_with_output "| head -n 1: exit $rc, saved: $(ls "$dir/piped" 2>&1)"
+# a routing trace records a run from step 1: refused beside --resume (mutation testing: the refusal was untested)
+refuses "--routing-trace-out records a run from step 1; it cannot be combined with --resume" \
+    --resume "$dir/piped/step-00000001" --routing-trace-out "$dir/resumed.trace" --steps 2
 # a file-size limit (ulimit -f; a batch system's) under a save: "File too large", said, exit 2 (SIGXFSZ killed it
 # mid-save, a probe, 2026-12-07). 8 MB: Open MPI's own shared-memory files fit; the training state (~19 MB) does not
 merge --steps 2 --checkpoint-dir "$dir/fsize" --d-model 256 --d-ff 256 --heads 4 --kv-heads 4 --layers 2
