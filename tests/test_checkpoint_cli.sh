@@ -101,6 +101,8 @@ trains "--resume past the run's exports" "^resume: .*step-00000004 is a bf16 exp
 cmp -s "$(step_dir "$dir/ex" 4)/model.safetensors" "$(step_dir "$dir/ex_again" 4)/model.safetensors" &&
     echo "ok: step 4 saved again in place, as the run resumed elsewhere saved it" ||
     fail_with_output "step 4 in place differs from the run resumed elsewhere"
+# the step it replaced is gone, not left aside (mutation testing, 2026-12-07: a whole checkpoint's disk kept unseen)
+[ -z "$(ls -A "$dir/ex" | grep '^\.old-step')" ] || fail_with_output "left aside: $(ls -A "$dir/ex")"
 # a step folder linked in from an archive: pruning it removes the link, never the archive (a probe, 2026-12-07: the
 # link was followed and the archive's only copy emptied)
 trains "a run to archive" "^step     3" --steps 3 --checkpoint-dir "$dir/to_archive"
