@@ -290,6 +290,27 @@ static moe_status put_tensor(const tensor_sink *to, const moe__ckpt_tensor *t, m
                               buf, t->local_count * sizeof(moe_real));
 }
 
+/* A tied model's file that holds lm_head.weight too: 1 when it equals the embedding value for value (of the same
+ * shape), as a converter that writes both leaves it (transformers ties it silently: a probe, 2026-12-07, found it
+ * refused), so nothing is left to choose; 0 otherwise, or when the two cannot be read. */
+static int head_equals_embedding(moe_safetensors_set *set, const char *prefix) {
+    char head[160], embed[160];
+    snprintf(head, sizeof head, "%slm_head.weight", prefix);
+    snprintf(embed, sizeof embed, "%smodel.embed_tokens.weight", prefix);
+    moe_safetensors_file *hf = moe_safetensors_set_file(set, head), *ef = moe_safetensors_set_file(set, embed);
+    const moe_safetensors_tensor *h = hf ? moe_safetensors_find(hf, head) : NULL;
+    const moe_safetensors_tensor *e = ef ? moe_safetensors_find(ef, embed) : NULL;
+    if (!h || !e || h->ndim != 2 || e->ndim != 2 || h->shape[0] != e->shape[0] || h->shape[1] != e->shape[1]) return 0;
+    const size_t n = (size_t)h->shape[0] * (size_t)h->shape[1];
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    int same = a && b && moe_safetensors_read(hf, head, 2, h->shape, a) == MOE_OK &&
+               moe_safetensors_read(ef, embed, 2, e->shape, b) == MOE_OK;
+    for (size_t i = 0; i < n && same; i++) same = a[i] == b[i];
+    free(a), free(b);
+    moe_failure_clear(); /* a read that failed here is the refusal's to explain, not this check's */
+    return same;
+}
+
 /* Reads the table's tensors (named prefix + name) that this rank holds, one at a time through buf (room for the
  * largest), into their place (put_tensor); checks that every tensor of the table exists with its shape in a dtype
  * the reader converts, and (unless extra_ok) that the files hold no tensor the model does not know. *lossy (may be
@@ -334,10 +355,13 @@ static moe_status read_tensors(moe_safetensors_set *set, const char *dir, const 
                 snprintf(name, sizeof name, "%s%s", prefix, tab->t[j].name);
                 known = !strcmp(name, have);
             }
-            if (!known && to->run->config->tie_embeddings && !strcmp(have, "lm_head.weight"))
+            if (!known && to->run->config->tie_embeddings && !strcmp(have, "lm_head.weight")) {
+                if (head_equals_embedding(set, prefix)) continue;
                 return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor lm_head.weight: config.json says "
                                 "tie_word_embeddings true (the head is the embedding), and the file holds a head "
-                                "of its own: which one the model computes with is not said", set->files[k].path);
+                                "of its own, not equal to it: which one the model computes with is not said",
+                                set->files[k].path);
+            }
             if (!known)
                 return moe_fail(MOE_ERR_BAD_FILE, "%s: unexpected tensor %s (a different model, or wrong names)",
                                 set->files[k].path, have);

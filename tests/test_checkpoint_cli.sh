@@ -117,22 +117,35 @@ trains "resumed from the link, pruning it" "^step     5" --steps 5 --resume --ch
     fail_with_output "the archive after pruning its link: $(ls -la "$dir/archive/step-00000003" "$dir/linked")"
 
 # a tensor the model has no place for, named; a tied model's file with a head of its own, said so (a probe)
-add_tensor() { # FROM_DIR TO_DIR NAME: a copy, without its manifest and checksums, with one more F32 tensor [2, 2]
-    mkdir -p "$2" && cp "$1"/config.json "$2"/ && python3 - "$1/model.safetensors" "$2/model.safetensors" "$3" << 'EOF'
+add_tensor() { # FROM_DIR TO_DIR NAME [COPY_OF]: a copy, without its manifest and checksums, with one more tensor: F32
+    # [2, 2] of zeros, or a copy of tensor COPY_OF
+    mkdir -p "$2" && cp "$1"/config.json "$2"/ && python3 - "$1/model.safetensors" "$2/model.safetensors" "$3" \
+        "${4:-}" << 'EOF'
 import json, struct, sys
-src, dst, name = sys.argv[1:]
+src, dst, name, copy_of = sys.argv[1:]
 raw = open(src, "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
 header["__metadata__"] = {k: v for k, v in header.get("__metadata__", {}).items() if not k.startswith("crc32c")}
-header[name] = {"dtype": "F32", "shape": [2, 2], "data_offsets": [len(data), len(data) + 16]}
+if copy_of:
+    begin, end = header[copy_of]["data_offsets"]
+    added = data[begin:end]
+    header[name] = dict(header[copy_of], data_offsets=[len(data), len(data) + len(added)])
+else:
+    added = bytes(16)
+    header[name] = {"dtype": "F32", "shape": [2, 2], "data_offsets": [len(data), len(data) + 16]}
 text = json.dumps(header).encode()
-open(dst, "wb").write(struct.pack("<Q", len(text)) + text + data + bytes(16))
+open(dst, "wb").write(struct.pack("<Q", len(text)) + text + data + added)
 EOF
 }
 trains "a tied model" "^step     2" --checkpoint-dir "$dir/tied" --tie-embeddings 1
 add_tensor "$(step_dir "$dir/tied" 2)" "$dir/tied_head" lm_head.weight
 refuses "unexpected tensor lm_head.weight: config.json says tie_word_embeddings true" --init-from "$dir/tied_head" \
+    --eval-only 1
+# ... but one equal to the embedding, as a converter that writes both leaves it, is what the model computes with
+# (transformers ties it silently; a probe, 2026-12-07: refused)
+add_tensor "$(step_dir "$dir/tied" 2)" "$dir/tied_equal" lm_head.weight model.embed_tokens.weight
+trains "a tied model's file with a head equal to its embedding" "eval: val_loss" --init-from "$dir/tied_equal" \
     --eval-only 1
 add_tensor "$(step_dir "$dir/tied" 2)" "$dir/stray" model.stray.weight
 refuses "unexpected tensor model.stray.weight \(a different model, or wrong names\)" --init-from "$dir/stray" \
