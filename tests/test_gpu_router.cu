@@ -250,11 +250,15 @@ static void test_scores(moe_gpu *gpu, moe_rng *rng, moe_score_func func, int wit
     for (int run = 0; run < 2; run++) free(got[run]), free(got_select[run]), free(got_dl[run]);
 }
 
-static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int renormalize, float scale) {
-    char shape[80];
-    snprintf(shape, sizeof shape, "T=%d E=%d k=%d renormalize=%d scale=%g", T, E, k, renormalize, scale);
+/* zeroed: every other token's scores all 0 (sigmoid scores underflowed, chosen by a selection bias): the gates' sum
+ * + 1e-20 gives gates of 0 and finite gradients on both sides (router/gates_cpu.c's renormalizer) */
+static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int renormalize, float scale, int zeroed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "T=%d E=%d k=%d renormalize=%d scale=%g zeroed=%d", T, E, k, renormalize, scale,
+             zeroed);
     size_t te = (size_t)T * E, tk = (size_t)T * k;
     float *scores = random_scores(rng, MOE_SCORE_SOFTMAX, T, E, NULL);
+    for (int t = 0; zeroed && t < T; t += 2) memset(scores + (size_t)t * E, 0, (size_t)E * sizeof(float));
     int *expert = (int *)host_alloc(tk * sizeof(int));
     moe_router_topk_cpu(scores, T, E, k, expert);
     float *want_es = (float *)host_alloc(tk * sizeof(float)), *want_gate = (float *)host_alloc(tk * sizeof(float));
@@ -289,6 +293,8 @@ static void test_gates(moe_gpu *gpu, moe_rng *rng, int T, int E, int k, int reno
         test_gpu_download(gpu, got_ds[run], d_ds, te * sizeof(float));
     }
     test_tolerance_check("router gates backward", "f32", got_ds[0], want_ds, te, "dscores %s", shape);
+    for (size_t i = 0; i < tk; i++) CHECK(isfinite(got_gate[0][i]), "gate %zu is %g (%s)", i, got_gate[0][i], shape);
+    for (size_t i = 0; i < te; i++) CHECK(isfinite(got_ds[0][i]), "dscores %zu is %g (%s)", i, got_ds[0][i], shape);
     check_same_bits("gates backward", shape, got_ds[0], got_ds[1], te * sizeof(float));
 
     test_gpu_free(gpu, d_scores), test_gpu_free(gpu, d_expert), test_gpu_free(gpu, d_es);
@@ -460,7 +466,8 @@ int main(void) {
     for (size_t s = 0; s < sizeof topk_shapes / sizeof topk_shapes[0]; s++)
         for (int renormalize = 0; renormalize <= 1; renormalize++)
             test_gates(gpu, &rng, topk_shapes[s][0], topk_shapes[s][1], topk_shapes[s][2], renormalize,
-                       renormalize ? 2.5f : 1.0f); /* DeepSeek's routed scaling, with and without renormalising */
+                       renormalize ? 2.5f : 1.0f, 0); /* DeepSeek's routed scaling, with and without renormalising */
+    test_gates(gpu, &rng, 1000, 8, 2, 1, 2.5f, 1); /* underflowed scores: gates of 0, not 0 / 0 (a probe, 2026-12-07) */
 
     /* several blocks of partial sums (256 tokens each) and a partial last block */
     const int loss_shapes[][4] = {{1, 1, 1, 1}, {100, 300, 8, 2}, {3000, 9000, 64, 8}, {1000, 1000, 256, 8}};

@@ -64,10 +64,9 @@ static int data_meta(void *owner, int step, moe_safetensors_meta *meta, int max)
             at += snprintf(at, (size_t)(end - at), "%s%016" PRIx64, i ? "," : "", k == D_SHARD_HASHES ? s.hash
                                                                                                    : s.content);
         }
-        at += k == D_SHARD_HASHES;
+        at++; /* past the list's terminating zero */
     }
     for (int k = 0; k < D_COUNT; k++) meta[k] = (moe_safetensors_meta){data_keys[k], value[k]};
-    at += strlen(at) + 1;
     snprintf(at, (size_t)(end - at), "%" PRId64, t->optimizer_updates);
     meta[D_COUNT] = (moe_safetensors_meta){kUpdatesKey, at};
     return D_COUNT + 1;

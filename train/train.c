@@ -479,8 +479,7 @@ static int report_pinned_gemms(const moe_train_placement *place, FILE *metrics, 
  * 3 when --verify-steps found a step outside its tolerances; 128 + N when signal N stopped the run (after a
  * checkpoint, with --checkpoint-dir); 2 when the metrics log could not be written, a save failed, the validation data
  * held a bad window (after the step's checkpoint), or --max-skipped-steps consecutive steps were dropped. A checkpoint
- * is saved only after a step whose update was applied: one due at a dropped step waits for the next step that
- * updates. */
+ * due at a dropped step waits for the next step that updates, but at the run's end (below, `ends`). */
 static int train(moe_trainer *t, const moe_train_options *o, const moe_train_placement *place, moe_verifier *verifier,
                  FILE *metrics, int first_step, moe_step_result *r) {
     const int rank0 = t->ranks.world_rank == 0;
