@@ -114,6 +114,8 @@ int moe_checkpoint_hf_computes(const moe_model_config *c, char *why, size_t why_
  * Mixtral's or ours, a sliding window in use (attention here is full causal, and a saved config.json could not keep
  * the window), or a model that moe_model_config_problem refuses is MOE_ERR_BAD_FILE naming the key. */
 moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out);
+/* The same of a config.json at PATH (moe-plan's --hf-config of a file moe-train wrote). */
+moe_status moe_checkpoint_read_config_file(const char *path, moe_model_config *out);
 /* DIR/NAME against DIR's manifest.json (its size and checksum), before anything is taken from it: MOE_ERR_BAD_FILE
  * naming the file when it differs or the manifest does not list it; MOE_OK without a manifest (another tool's
  * checkpoint: nothing to check against). */

@@ -27,8 +27,9 @@ typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_SCORE, FIELD_DROP, FIEL
 typedef enum { IN_TOP, IN_MOE_TRAIN, IN_YARN, IN_NONE } field_where; /* IN_YARN: rope_scaling's, when of type yarn */
 /* How a family's key holds a value in other units (DeepSeek-V3's): as is; in experts' widths (n_shared_experts =
  * shared_d_ff / d_ff); without RoPE's part (qk_nope_head_dim = head_dim - qk_rope_dim); null for 0 (q_lora_rank
- * without a q latent); at least 1 (n_group, topk_group: 1 group of all experts is no grouping). */
-typedef enum { AS_IS, IN_EXPERT_WIDTHS, WITHOUT_ROPE, NULL_FOR_ZERO, AT_LEAST_ONE } field_unit;
+ * without a q latent); at least 1 (n_group, topk_group: 1 group of all experts is no grouping); hidden_size / heads
+ * for 0 (Mixtral's head_dim, its own only under multi-head latent attention: config.json's check after the fields). */
+typedef enum { AS_IS, IN_EXPERT_WIDTHS, WITHOUT_ROPE, NULL_FOR_ZERO, AT_LEAST_ONE, QUOTIENT_FOR_ZERO } field_unit;
 typedef struct {
     const char *key;   /* its name (IN_NONE: the name it has elsewhere, for messages)        */
     const char *alias; /* another top-level key that holds it (transformers 5's name), or NULL */
@@ -84,7 +85,8 @@ static const arch_field kFields[] = {
     {0, FIELD_INT, MC(num_layers), ALL6(TOP("num_hidden_layers", 1, 0))},
     {0, FIELD_INT, MC(num_heads), ALL6(TOP("num_attention_heads", 1, 0))},
     {0, FIELD_INT, MC(num_kv_heads), ALL6(TOP("num_key_value_heads", 1, 0))},
-    {0, FIELD_INT, MC(head_dim), {FIXED("head_dim", 0), TOP("head_dim", 1, 0), FIXED("head_dim", 0),
+    {0, FIELD_INT, MC(head_dim), {TOP_IN("head_dim", 0, 0, QUOTIENT_FOR_ZERO), TOP("head_dim", 1, 0),
+                                  FIXED("head_dim", 0),
                                   FIXED("head_dim", 0), DS(TOP_IN("qk_nope_head_dim", 0, 128, WITHOUT_ROPE))}},
                                   /* 0: d / H */
     {0, FIELD_INT, MC(moe.num_experts), {TOP("num_local_experts", 1, 0), TOP2("num_experts", "num_local_experts", 1, 0),
@@ -185,6 +187,7 @@ static double from_file_units(const moe_model_config *c, const field_place *at, 
     switch (at->unit) {
     case IN_EXPERT_WIDTHS: return v * c->d_ff;
     case WITHOUT_ROPE: return v + c->qk_rope_dim;
+    case QUOTIENT_FOR_ZERO: return c->num_heads > 0 && v * c->num_heads == c->d_model ? 0 : v;
     default: return v;
     }
 }
@@ -389,7 +392,8 @@ static moe_status read_field(const char *path, const config_objects *o, const ar
         return MOE_OK;
     }
     /* null as none: DeepSeek's code reads n_shared_experts null as no shared expert (a probe: refused here) */
-    if (json_is_null(x) && (at->unit == NULL_FOR_ZERO || at->unit == AT_LEAST_ONE || at->unit == IN_EXPERT_WIDTHS))
+    if (json_is_null(x) && (at->unit == NULL_FOR_ZERO || at->unit == AT_LEAST_ONE || at->unit == IN_EXPERT_WIDTHS ||
+                            at->unit == QUOTIENT_FOR_ZERO))
         return *v = 0, MOE_OK;
     const char *want = NULL;
     switch (f->kind) {
@@ -510,9 +514,15 @@ static moe_status check_unsupported(const char *path, json_t *j, const moe_model
 moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out) {
     char *path = moe_path_join(dir, "config.json");
     if (!path) return MOE_ERR_OUT_OF_MEMORY;
+    const moe_status st = moe_checkpoint_read_config_file(path, out);
+    free(path);
+    return st;
+}
+
+moe_status moe_checkpoint_read_config_file(const char *path, moe_model_config *out) {
     FILE *file;
     moe_status st = moe_file_open_regular(path, &file);
-    if (st != MOE_OK) return free(path), st;
+    if (st != MOE_OK) return st;
     json_error_t err;
     json_t *j = json_loadf(file, 0, &err);
     fclose(file);
@@ -520,7 +530,7 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out) {
         st = j ? moe_fail(MOE_ERR_BAD_FILE, "%s: not a JSON object", path)
                : moe_fail(MOE_ERR_BAD_FILE, "%s: not JSON: %s (line %d)", path, err.text, err.line);
         json_decref(j);
-        return free(path), st;
+        return st;
     }
     int variant = 0, family = MOE_MODEL_FAMILY_MIXTRAL;
     json_t *ours = json_object_get(j, "moe_train"), *window = json_object_get(j, "sliding_window"),
@@ -558,7 +568,9 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out) {
     if (st == MOE_OK && positions && (!json_is_integer(positions) || json_integer_value(positions) < 1 ||
                                       json_integer_value(positions) > INT_MAX))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: max_position_embeddings must be a positive integer", path);
-    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && !moe_model_deepseek(out) &&
+    /* (under MLA the q/k heads' width is its own: moe-train could not resume its Mixtral variant's until a test,
+     * 2026-12-08) */
+    if (st == MOE_OK && family != MOE_MODEL_FAMILY_QWEN3_MOE && !moe_model_deepseek(out) && !moe_model_mla(out) &&
         out->num_heads > 0 && head_dim &&
         !json_is_null(head_dim) &&
         (!json_is_integer(head_dim) || json_integer_value(head_dim) != out->d_model / out->num_heads))
@@ -585,7 +597,6 @@ moe_status moe_checkpoint_read_config(const char *dir, moe_model_config *out) {
                       qwen ? " with use_sliding_window true" : "", qwen ? "use_sliding_window to false" :
                       "sliding_window to null", (long long)json_integer_value(window));
     json_decref(j);
-    free(path);
     return st;
 }
 

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/hf_unsupported.h"
 #include "core/fail.h"
 #include "models/fileio.h"
@@ -72,7 +73,8 @@ static moe_status family_of(const char *path, json_t *j, hf_family *out) {
     if (!strcmp(t, "olmoe")) return *out = HF_OLMOE, MOE_OK;
     if (!strcmp(t, "deepseek_v3") || !strcmp(t, "deepseek_v2")) return *out = HF_DEEPSEEK_V3, MOE_OK; /* the shapes */
     return moe_fail(MOE_ERR_BAD_FILE, "%s: model_type '%s' is not one moe-plan reads (mixtral, qwen3_moe, qwen2_moe, "
-                    "olmoe, deepseek_v3, deepseek_v2)", path, t);
+                    "olmoe, deepseek_v3, deepseek_v2, and " MOE_CHECKPOINT_VARIANT_TYPE " as moe-train saves it)",
+                    path, t);
 }
 
 /* Qwen's rule (modeling_qwen3_moe.py): layer i is sparse iff i is not in mlp_only_layers and
@@ -195,6 +197,15 @@ static moe_status read_model(const char *path, json_t *j, moe_plan_model *m) {
     return MOE_OK;
 }
 
+/* moe-train's own label for a model no transformers class computes (checkpoint/checkpoint.h): read as moe-train reads
+ * it, its moe_train object included (the family, capacity factor, dense layers, shared experts) */
+static moe_status read_variant(const char *path, moe_plan_model *out) {
+    moe_model_config c;
+    MOE_TRY(moe_checkpoint_read_config_file(path, &c));
+    *out = moe_plan_model_from_config(&c);
+    return MOE_OK;
+}
+
 moe_status moe_plan_model_from_hf_config(const char *path, moe_plan_model *out) {
     FILE *f;
     MOE_TRY(moe_file_open_regular(path, &f));
@@ -202,8 +213,11 @@ moe_status moe_plan_model_from_hf_config(const char *path, moe_plan_model *out) 
     json_t *j = json_loadf(f, 0, &err);
     fclose(f);
     if (!j) return moe_fail(MOE_ERR_BAD_FILE, "%s: not JSON: %s (line %d)", path, err.text, err.line);
-    moe_status st = json_is_object(j) ? read_model(path, j, out)
-                                      : moe_fail(MOE_ERR_BAD_FILE, "%s: not a JSON object", path);
+    const char *type = json_string_value(json_object_get(j, "model_type")); /* NULL: not a string */
+    const int ours = type && !strcmp(type, MOE_CHECKPOINT_VARIANT_TYPE);
+    moe_status st = !json_is_object(j) ? moe_fail(MOE_ERR_BAD_FILE, "%s: not a JSON object", path)
+                    : ours             ? read_variant(path, out)
+                                       : read_model(path, j, out);
     json_decref(j);
     return st;
 }

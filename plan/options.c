@@ -25,7 +25,7 @@ typedef struct {
 static const flag_spec kFlags[] = {
     /* model: moe-train's shape flags, or a Hugging Face config */
     {"--hf-config", "config.json of a Hugging Face Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE, DeepSeek-V2 or DeepSeek-V3 "
-                    "model", F_STRING, 0, 0, {0}, "none", 0},
+                    "model, or of a moe-train checkpoint", F_STRING, 0, 0, {0}, "none", 0},
     {"--layers", "decoder layers", F_INT, 1, 1 << 20, {0}, "moe-train's 4", 1},
     {"--d-model", "model width", F_INT, 2, 1 << 24, {0}, "128", 1},
     {"--heads", "attention heads (head_dim = d_model / heads)", F_INT, 1, 1 << 16, {0}, "4", 1},

@@ -69,6 +69,17 @@ static void round_trip(void) {
     }
     CHECK(back.max_positions == 4096, "max_position_embeddings read as %d", back.max_positions);
     CHECK_OK(moe__checkpoint_check_config(ckpt, &c, 1));
+    /* multi-head latent attention in our Mixtral variant: the q/k heads' width its own, the file's head_dim (it was
+     * read as hidden_size / heads and refused, so that such a run could not resume) */
+    moe_model_config mla = small();
+    mla.num_kv_heads = mla.num_heads, mla.head_dim = 48, mla.qk_rope_dim = 16, mla.v_head_dim = 32;
+    mla.kv_lora_rank = 64, mla.moe.d_model = mla.d_model;
+    CHECK(mla.head_dim * mla.num_heads != mla.d_model, "the test's head_dim is hidden_size / heads");
+    char *mla_ckpt = write_config("round_trip_mla", moe__checkpoint_config_json(&mla));
+    CHECK_OK(moe_checkpoint_read_config(mla_ckpt, &back));
+    CHECK(back.head_dim == 48 && back.kv_lora_rank == 64, "MLA's head_dim read as %d", back.head_dim);
+    CHECK_OK(moe__checkpoint_check_config(mla_ckpt, &mla, 1));
+    free(mla_ckpt);
     char *text = file_text(ckpt);
     CHECK(strstr(text, "\"rms_norm_eps\": 1e-5") && strstr(text, "\"rope_theta\": 1000000.0") &&
               strstr(text, "\"capacity_factor\": 1.25") && !strstr(text, "99999"),
@@ -166,7 +177,7 @@ static void transformers_made(void) {
         {"gelu (mutation testing: the refusal dropped went unseen)", "hidden_act", "\"gelu\"", "hidden_act must be silu"},
         {"a sliding window (kept by no save: taken when past the sequence before)", "sliding_window", "4096",
          "sliding_window 4096: attention here is full causal"},
-        {"head_dim a string", "head_dim", "\"16\"", "head_dim must be an integer, hidden_size / num_attention_heads"},
+        {"head_dim a string", "head_dim", "\"16\"", "head_dim must be an integer, not \"16\""},
         {"top_k above the experts", "num_experts_per_tok", "5", "top_k must be between 1 and the number of experts"},
     };
     expect_bad_keys(transformers_config, bad, sizeof bad / sizeof *bad);

@@ -7,7 +7,7 @@
  *    (weights unchanged), naming the gradient; with --skip-nonfinite the step is dropped instead and the next
  *    step trains;
  *  - finite weights that overflow inside an op (an expert's w1 and w2 at 1e20): the checked re-run names the layer,
- *    op and expert where the first Inf appeared. */
+ *    op and expert where the first Inf appeared, in a training step and in evaluation. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +191,10 @@ static void overflow_in_an_op(void) {
     }
     moe_step_result s = new_result(&r.t);
     expect_nonfinite("overflow in an op", moe_trainer_step(&r.t, 1, &s), "layer 0, world rank 1: the output of expert 6");
+    /* evaluation too names it (it blamed layer 1's router logits, where the forward stopped: a probe) */
+    double val = 0;
+    expect_nonfinite("overflow: evaluation", moe_trainer_evaluate(&r.t, &val),
+                     "layer 0, world rank 1: the output of expert 6");
     free(s.expert_tokens);
     test_run_stop(&r);
 }

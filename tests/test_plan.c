@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "alltoall/tree_allreduce.h"
+#include "checkpoint/internal.h"
 #include "core/fail.h"
 #include "plan/cluster.h"
 #include "plan/hf.h"
@@ -41,6 +42,18 @@ static int load_config(const char *file, moe_plan_model *m) {
     const moe_status st = moe_plan_model_from_hf_config(path, m);
     CHECK(st == MOE_OK, "%s: %s", path, moe_failure_message(st));
     return st == MOE_OK;
+}
+
+/* text in a new temporary file; its path in path[] (the caller removes it); 0 when it could not be made */
+static int temp_file(const char *text, char path[static 32]) {
+    strcpy(path, "/tmp/test_plan_XXXXXX");
+    const int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "cannot make a temporary file");
+    if (!f) return 0;
+    fputs(text, f);
+    fclose(f);
+    return 1;
 }
 
 /* published: the total and active counts in billions as published, and the digit they were given to */
@@ -72,6 +85,23 @@ static void check_against_model(moe_model_config c, int seqs) {
           (long long)p.dense, f.dense_params, c.num_layers, c.d_model, c.moe.num_experts, c.moe_every,
           c.tie_embeddings);
     CHECK(p.expert == (int64_t)f.expert_params, "experts %lld vs model %zu", (long long)p.expert, f.expert_params);
+    /* the config.json moe-train saves of it (a family's label, or our variant's with its moe_train object) the planner
+     * reads to the same counts (a probe: the variant was refused as an unknown model_type) */
+    json_t *saved = moe__checkpoint_config_json(&c);
+    char *text = saved ? json_dumps(saved, 0) : NULL, path[32];
+    moe_plan_model read;
+    if (text && temp_file(text, path)) {
+        const moe_status st = moe_plan_model_from_hf_config(path, &read);
+        CHECK(st == MOE_OK, "the planner refuses moe-train's config.json: %s", moe_failure_message(st));
+        const moe_plan_params q = st == MOE_OK ? moe_plan_model_params(&read) : (moe_plan_params){0};
+        CHECK(q.total == p.total && q.active == p.active && q.dense == p.dense,
+              "moe-train's config.json planned as %lld total, %lld active, %lld dense; the model has %lld, %lld, %lld",
+              (long long)q.total, (long long)q.active, (long long)q.dense, (long long)p.total, (long long)p.active,
+              (long long)p.dense);
+        remove(path);
+    }
+    CHECK(text != NULL, "moe-train cannot write the test model's config.json");
+    free(text), json_decref(saved);
     if (c.moe.num_experts == 1) { /* no MoE layer: the model's activations are all there is */
         const moe_plan_layout l = {.world = 1, .ep = 1, .micro_batch = seqs, .seq_len = c.seq_len,
                                    .attention = c.attention == MOE_ATTENTION_FUSED ? MOE_PLAN_ATTENTION_FUSED
@@ -253,17 +283,6 @@ static void check_calibrations(void) {
     CHECK(problem && strstr(problem, "--optimizer-ns-per-param"), "a NaN optimizer time is not refused by name");
 }
 
-/* text in a new temporary file; its path in path[] (the caller removes it); 0 when it could not be made */
-static int temp_file(const char *text, char path[static 32]) {
-    strcpy(path, "/tmp/test_plan_XXXXXX");
-    const int fd = mkstemp(path);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    CHECK(f != NULL, "cannot make a temporary file");
-    if (!f) return 0;
-    fputs(text, f);
-    fclose(f);
-    return 1;
-}
 
 /* st: a loader's answer to a bad file made of text; it must refuse it and name want_in_message */
 static void check_refused(moe_status st, const char *text, const char *want_in_message) {

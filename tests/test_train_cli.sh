@@ -135,6 +135,8 @@ newline instead" --vocab 100 --sample-tokens 5 --train-data "$dir/abc_train.bin"
 trains "a resume of it" "^sample: the default prompt holds bytes past" --resume latest --checkpoint-dir "$dir/ck_abc" \
     --steps 3 --sample-tokens 5 --train-data "$dir/abc_train.bin" --val-data "$dir/abc_val.bin"
 refuses "--adam-eps must be above 0: AdamW divides by sqrt\(v\) \+ eps" --adam-eps 0
+refuses "--lr 2 x --weight-decay 0.5 = 1: AdamW's decoupled decay multiplies every decayed weight by 1 - lr x wd = 0" \
+    --lr 2 --weight-decay 0.5 --min-lr 0
 refuses "cannot write the metrics file .*nodir/x.jsonl.: No such file or directory" --log-file "$dir/nodir/x.jsonl"
 # ranks launched with different options (an MPMD launch; a --config file that differs between nodes): the option
 # named at once, and a command line refused on one rank only said by that rank (a probe: MPI's own error, or a

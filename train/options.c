@@ -582,6 +582,14 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (*o->routing_trace_out && o->eval_only) /* (it wrote an empty trace: a probe) */
         return moe_train_complain(err, "moe-train: --routing-trace-out records training steps; --eval-only trains "
                                        "none\n"), -1;
+    /* decoupled decay multiplies each decayed weight by 1 - lr wd every step: from lr wd = 1 on the weights are zeroed
+     * or flip sign at the peak learning rate, never a useful setting */
+    if ((double)o->lr * o->weight_decay >= 1)
+        return moe_train_complain(err, "moe-train: --lr %g x --weight-decay %g = %g: AdamW's decoupled decay "
+                                       "multiplies every decayed weight by 1 - lr x wd = %g each step at the peak (as "
+                                       "torch.optim.AdamW's weight_decay; usual values are 0.01 to 0.1)\n", o->lr,
+                                  o->weight_decay, (double)o->lr * o->weight_decay,
+                                  1 - (double)o->lr * o->weight_decay), -1;
     if (!(o->adam_eps > 0)) /* sqrt(v) + eps: 0/0 at the first update of a weight whose gradient was exactly 0 */
         return moe_train_complain(err, "moe-train: --adam-eps must be above 0: AdamW divides by sqrt(v) + eps, and with "
                                        "0 a weight whose gradients have all been 0 (an embedding row of a token no "

@@ -685,6 +685,25 @@ long moe_trainer_eval_sequences(const moe_trainer *t) {
     return n - rest + (rest - rest % t->ranks.dp_size); /* whole batches, then a multiple of a stage's data ranks */
 }
 
+/* A validation micro-batch whose forward a non-finite value ended, on every rank (a router logit, or its loss): where
+ * the weights hold a NaN or Inf if they do; else the micro-batch run again with every op's output looked at names the
+ * op where it began (the router was blamed for attention's overflow: a probe); else what ended the forward. */
+static moe_status explain_validation_nonfinite(moe_trainer *t, int seqs, const char *seen) {
+    finding_record mine = {FOUND_NOTHING, 0, ""}, first;
+    note(&mine, FOUND_IN_ROUTER, 0, seen);
+    moe_status st = moe_model_check_finite(t->model, moe_model_params(t->model), "the weights");
+    if (st == MOE_ERR_NONFINITE) note(&mine, FOUND_IN_WEIGHTS, 0, moe_failure_message(st));
+    moe_nonfinite_finding finding = {0};
+    double s = 0;
+    moe_model_set_checks(t->model, &finding);
+    st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
+    moe_model_set_checks(t->model, NULL);
+    if (st != MOE_OK && st != MOE_ERR_NONFINITE) return moe_fail_context(st, "validation, run again to find a NaN");
+    if (finding.found) note(&mine, FOUND_IN_OP, finding.order, finding.where);
+    MOE_TRY(share_first_finding(moe_parallel_world(t->par), &mine, &first));
+    return moe_fail(MOE_ERR_NONFINITE, "a non-finite value: %s", first.where);
+}
+
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
     const moe_train_options *o = &t->opt;
     const long n = moe_trainer_eval_sequences(t);
@@ -697,6 +716,16 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
         if (st != MOE_OK) return st;
         double s = 0;
         st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
+        if (st == MOE_OK) { /* the loss, on the last stage: agreed (8 bytes) so that every rank looks again alike */
+            st = moe_comm_agree(moe_parallel_world(t->par),
+                                isfinite(s) ? MOE_OK : moe_fail(MOE_ERR_NONFINITE, "the loss is %g", s));
+            if (st == MOE_ERR_PEER) st = moe_fail(MOE_ERR_NONFINITE, "another rank's loss is not finite");
+        }
+        if (st == MOE_ERR_NONFINITE) { /* a router logit ends the forward on every rank alike */
+            char seen[1000];
+            snprintf(seen, sizeof seen, "%s", moe_failure_message(st));
+            return moe_fail_context(explain_validation_nonfinite(t, seqs, seen), "validation");
+        }
         if (st != MOE_OK) return st;
         if (world_invariant(t)) MOE_TRY(moe_comm_allreduce_tree_f64(moe_parallel_stage(t->par), &s, 1));
         loss_sum += s;

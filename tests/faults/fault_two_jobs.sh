@@ -36,6 +36,32 @@ refuses "$ck/.lock is a symbolic link: the directory's lock file must be a regul
 rm "$ck/.lock" && mkfifo "$ck/.lock"
 refuses "$ck/.lock is not a regular file" --checkpoint-dir "$ck"
 
+# another run's checkpoint appearing mid-run where this run saves next (copied in by hand while it trains): the save
+# refuses to replace it, naming its run; it stays as it was, and the job ends with the failure said
+trains "another run's checkpoint" "^step     4" --steps 4 --checkpoint-dir "$dir/other" --seed 2
+ck="$dir/planted_step"
+launch --steps 100000 --checkpoint-dir "$ck" --checkpoint-interval 300 --eval-interval 0
+planted=0
+if wait_for_step 1 120; then
+    other_run=$(grep -o '"run_id": "[0-9a-f]*"' "$dir/other/step-00000004/manifest.json" | grep -o '[0-9a-f]*"$' |
+        tr -d '"')
+    cp -r "$dir/other/step-00000004" "$ck/.planting" && mv "$ck/.planting" "$ck/step-00000300"
+    if ! wait_job 300; then
+        fail_job "the job did not end after the planted checkpoint"
+    elif [ "$job_rc" -eq 0 ] || ! grep -q "step-00000300 exists and belongs to run $other_run: a save never replaces \
+another run's checkpoint" "$dir/job.txt"; then
+        fail_job "a planted checkpoint: exit $job_rc, not the refusal naming run $other_run"
+    elif ! diff -r "$dir/other/step-00000004" "$ck/step-00000300" > /dev/null; then
+        fail_job "the planted checkpoint was changed"
+    else
+        planted=1
+        echo "ok: another run's checkpoint planted mid-run: the save refused it, exit $job_rc"
+    fi
+else
+    fail_job "the job never trained"
+    kill -9 -- -"$job" 2>/dev/null
+fi
+
 # near-simultaneous starts, 4 trials
 trials=4
 for ((t = 0; t < trials; t++)); do
@@ -60,5 +86,5 @@ for ((t = 0; t < trials; t++)); do
         echo "ok: trial $t: one job trained, the other: $(grep -m 1 -o 'is in use by another job\|already holds another run.s checkpoints' "$dir/$refused_out")"
     fi
 done
-report "two jobs on one checkpoint directory" $((trials + 1)) $((clean + (failures == 0))) 0 0 0
+report "two jobs on one checkpoint directory" $((trials + 2)) $((clean + planted + (failures == 0))) 0 0 0
 finish fault_two_jobs
