@@ -4,6 +4,7 @@
  * fingerprint checkpoint/config.c's. */
 #include "checkpoint/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -187,6 +188,15 @@ moe_status moe_checkpoint_save(moe_checkpoint_run view, const char *root, int st
     if (st == MOE_OK && rank0) st = moe__checkpoint_prune(root, run->run_id, keep_last);
     free(tmp), free(tab.t);
     return end_io(run, watchdog, agree(run, st), "checkpoint save");
+}
+
+int moe_checkpoint_none_yet(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT;
+    int none = 1;
+    for (struct dirent *e; none && (e = readdir(d)) != NULL;) none = strncmp(e->d_name, "step-", 5) != 0;
+    closedir(d);
+    return none;
 }
 
 moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes) {

@@ -3,6 +3,8 @@
 #ifndef MOE_CORE_FLAG_ARG_H
 #define MOE_CORE_FLAG_ARG_H
 
+#include <stddef.h>
+
 typedef struct {
     char name[64];     /* the token up to its '=' ("--lr" of "--lr=3e-4"); a longer name is cut, and so unknown */
     const char *value; /* what follows the '=', or NULL where the token has none (the value, if any, is the next) */
@@ -11,5 +13,11 @@ typedef struct {
 moe_flag_arg moe_flag_arg_split(const char *token);
 /* 1 when argv[i + 1] exists and can be a value: it does not start with "--" (a negative number can) */
 int moe_flag_arg_next_is_value(int argc, char **argv, int i);
+
+/* What to add to "unknown flag 'NAME'" (into out, "" when nothing): for a word that is no flag, that a value stands
+ * without one (a shell that expanded an unquoted glob into several words); else the known flag it is spelled like
+ * with '_' for '-', or the nearest known flag by edit distance (at most 1 plus a quarter of its length without the
+ * dashes). */
+void moe_flag_arg_hint(const char *name, const char *const *known, int count, char *out, size_t n);
 
 #endif

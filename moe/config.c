@@ -80,8 +80,8 @@ moe_status moe_config_validate(const moe_config *c) {
 }
 
 const char *moe_config_ep_problem(const moe_config *c, int ep) {
-    if (ep < 1) return "ep_size must be at least 1";
-    if (c->num_experts % ep != 0) return "ep_size must divide the number of experts";
+    if (ep < 1) return "ep (the expert-parallel group size) must be at least 1";
+    if (c->num_experts % ep != 0) return "ep (the expert-parallel group size) must divide the number of experts";
     return NULL;
 }
 

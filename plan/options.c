@@ -312,7 +312,13 @@ int moe_plan_options_parse(int argc, char **argv, moe_plan_options *o, FILE *out
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(out), 1;
         const moe_flag_arg a = moe_flag_arg_split(argv[i]);
         const int k = find(a.name);
-        if (k < 0) return complain(err, "unknown flag '%s' (see --help)", a.name), -1;
+        if (k < 0) {
+            const char *names[NUM_FLAGS];
+            char hint[256];
+            for (size_t j = 0; j < NUM_FLAGS; j++) names[j] = kFlags[j].name;
+            moe_flag_arg_hint(a.name, names, (int)NUM_FLAGS, hint, sizeof hint);
+            return complain(err, "unknown flag '%s'%s (see --help)", a.name, hint), -1;
+        }
         const flag_spec *s = &kFlags[k];
         const char *v = "1";
         if (s->kind == F_SWITCH && a.value) return complain(err, "%s takes no value", s->name), -1;

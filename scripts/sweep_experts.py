@@ -128,13 +128,19 @@ def plan_runs(a):
     return list(runs.values())
 
 
+def given(a, flag):
+    """whether the flags after -- give flag, as `--flag value` or `--flag=value` (a probe: `--warmup=2` was added to
+    and moe-train refused it as given twice)"""
+    return any(word == flag or word.startswith(flag + "=") for word in a.extra)
+
+
 def moe_train_args(a, run):
     """(what identifies the run: must match for a rerun to skip it, the full moe-train flags)"""
     name, E, k, dff, cf, ep = run
     args = ["--train-data", a.train_data, "--val-data", a.val_data, "--steps", str(a.steps),
             "--experts", str(E), "--top-k", str(k), "--d-ff", str(dff), "--ep", str(ep)]
-    args += [word for flag, value in DEFAULTS.items() if flag not in a.extra for word in (flag, value)]
-    if "--warmup" not in a.extra:  # what docs/SWEEPS.md measured with; the trainer's default is min(100, steps / 10)
+    args += [word for flag, value in DEFAULTS.items() if not given(a, flag) for word in (flag, value)]
+    if not given(a, "--warmup"):  # what docs/SWEEPS.md measured with; the trainer's default is min(100, steps / 10)
         args += ["--warmup", str(min(100, a.steps))]
     args += (["--capacity-factor", number(cf)] if cf is not None else []) + a.extra
     return {"ranks": a.ranks, "moe_train_args": args}, args + ["--log-file", run_file(a, run, "metrics.jsonl")]

@@ -36,6 +36,11 @@ refuses "the checkpoint is at step 12, beyond --steps 8" --steps 8 --resume --ch
 # folder) is not opened, and a resumed checkpoint past --steps evaluates (before: both refused; probes)
 trains "--eval-only without training data" "^eval: val_loss" --eval-only 1 --init-from "$(step_dir "$ck" 12)" \
     --train-data "$dir/no_such_train.bin"
+# --eval-only beside --checkpoint-dir alone evaluated fresh weights, unsaid (a probe): refused, pointing to --resume
+refuses "--eval-only evaluates the weights --resume or --init-from loads; --checkpoint-dir only names where saves go" \
+    --eval-only 1 --checkpoint-dir "$ck"
+trains "--eval-only of fresh weights, noted" "^note: --eval-only without --resume or --init-from evaluates freshly" \
+    --eval-only 1
 trains "--eval-only of a resumed checkpoint past --steps" "^eval: val_loss" --eval-only 1 --steps 8 \
     --resume "$(step_dir "$ck" 12)" --train-data "$dir/no_such_train.bin"
 # an option the training state's fingerprint holds, changed on --resume: refused by name before anything loads
@@ -62,6 +67,38 @@ for s in 6 9; do [ ! -e "$(step_dir "$dir/fork" $s)" ] || fail_with_output "the 
 [ "$(run_of "$(step_dir "$dir/fork" 12)")" != "$first_run" ] || fail_with_output "the fork's step 12 is not its own"
 trains "latest is the newest saved" "resumed from .*ck/step-00000012 after step 12" --steps 12 --resume \
     --checkpoint-dir "$ck"
+# a copy of a checkpoint resumed without --checkpoint-dir saves beside the copy (before: into the saved run's folder,
+# the original run's, where --keep-last then pruned its step 4: a probe); the change is noted
+mkdir "$dir/copy" && cp -r "$(step_dir "$ck" 12)" "$dir/copy/"
+trains "a copy resumed saves beside it" "^checkpoint: $dir/copy/step-00000014 saved" --steps 14 --keep-last 1 \
+    --resume "$(step_dir "$dir/copy" 12)"
+grep -q "^resume: --checkpoint-dir .$dir/copy. (the saved run had .$ck.)" "$dir/out.txt" ||
+    fail_with_output "the resume did not note where it saves"
+# ... and that its longer --steps stretches the schedule (a probe: the rate rose 5.6x, said only as a --steps change)
+grep -q "^resume: step 13 trains at lr [0-9.e-]* under this schedule; the saved run's gave [0-9.e-]* at its last \
+step, 12 (a longer --steps stretches the cosine: the rate rises)" "$dir/out.txt" ||
+    fail_with_output "the resume did not note the stretched schedule"
+[ "$(ls "$ck" | grep -c step-)" = 3 ] && [ ! -e "$(step_dir "$ck" 14)" ] ||
+    fail_with_output "the original run's folder changed: $(ls "$ck")"
+
+# what a new run from a checkpoint's weights (--init-from) takes as defaults where the checkpoint's run trained
+# otherwise, and a resume's metrics log, are said (a probe: both silent)
+trains "a run with --z-loss-coef 0" "^step     2" --z-loss-coef 0 --checkpoint-dir "$dir/z0" --log-file "$dir/z0.jsonl"
+trains "--init-from it notes the recipe" "^note: --init-from .*z0/step-00000002: its run trained with --z-loss-coef \
+0(\.0)? \(this run: 0.001\); this run takes the defaults" --init-from "$(step_dir "$dir/z0" 2)" --steps 1
+trains "a resume of it notes the log" "^resume: the saved run logged metrics to .*z0.jsonl; this run keeps no metrics \
+log unless --log-file is given" --resume "$(step_dir "$dir/z0" 2)" --steps 3
+
+# --resume auto, a job script run again and again (Slurm's requeue): fresh where the folder holds no checkpoint yet
+# (from --init-from's weights if given), the newest where it does (--init-from then moot); a probe: --resume latest
+# refused the first start, and a requeue script needed a wrapper
+trains "--resume auto starts fresh" "^resume: --resume auto: .*/auto holds no checkpoint yet: a fresh run from the \
+weights of" --resume auto --checkpoint-dir "$dir/auto" --steps 2 --init-from "$(step_dir "$ck" 12)"
+trains "--resume auto resumes" "resumed from .*/auto/step-00000002 after step 2" --resume auto \
+    --checkpoint-dir "$dir/auto" --steps 4 --init-from "$(step_dir "$ck" 12)"
+grep -q "^resume: --resume auto: .*/auto holds checkpoints: the newest is resumed, and --init-from .* has no effect" \
+    "$dir/out.txt" || fail_with_output "--resume auto did not note its --init-from moot"
+refuses "--resume auto needs --checkpoint-dir" --resume auto
 
 # a path of 700 characters (fixed buffers cut paths at about 580)
 long="$dir"

@@ -329,9 +329,11 @@ refuses "a shared expert \(--shared-d-ff\) runs beside the routed experts of the
 trains "a model with no MoE layer trains, with a note" "^note: no layer is an MoE layer \(4 experts, --moe-every 3" \
     --layers 2 --moe-every 3
 trains "options the others leave without effect, a note each" "^note: --drop-priority has no effect" \
-    --dense-d-ff 24 --drop-priority score --max-skipped-steps 3 --shards 2 --world-invariant 0 --adam-eps 1e-30
+    --dense-d-ff 24 --drop-priority score --max-skipped-steps 3 --shards 2 --world-invariant 0 --adam-eps 1e-30 \
+    --checkpoint-interval 1
 for note in "--dense-d-ff 24 has no effect" "--max-skipped-steps has no effect without --skip-nonfinite 1" \
-    "--shards 2 has no effect with --world-invariant 0" "--adam-eps 1e-30: where a weight's gradients are below"; do
+    "--shards 2 has no effect with --world-invariant 0" "--adam-eps 1e-30: where a weight's gradients are below" \
+    "no --checkpoint-dir: nothing is saved, and --checkpoint-interval"; do
     grep -q -- "^note: $note" "$dir/out.txt" && echo "ok: note: $note" || fail_with_output "no note '$note'"
 done
 

@@ -26,7 +26,7 @@ small=(--layers 2 --d-model 16 --heads 2 --kv-heads 2 --d-ff 16 --seq-len 16 --e
 source "$(dirname "$0")/layout_runs.sh" # run, losses, same_run
 
 run one 1
-if grep -q "data: train 3 shard(s), .* windows of 16 + 1 tokens, shuffled" "$dir/out.txt"; then
+if grep -q "data: train 3 shard(s) from $dir/shards/train_\*.bin, .* windows of 16 + 1 tokens, shuffled" "$dir/out.txt"; then
     echo "ok: $(grep '^data:' "$dir/out.txt")"
 else
     fail_with_output "no line saying the data set is 3 shards, shuffled"

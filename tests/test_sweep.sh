@@ -116,6 +116,20 @@ refuse() { # PATTERN ARGS...
 }
 refuse "--ep 3 must divide --ranks 2" --ep 3
 refuse "--experts is set by the sweep" -- --experts 8
+# the sweep's own defaults give way to flags after -- in either form (a probe: `--warmup=2` was added to, and refused
+# by moe-train as given twice)
+"$python" - "$sweep" <<'PY' && ok "flags after -- as --flag=value replace the sweep's defaults" || fail "--flag=value"
+import importlib.util, sys, types
+spec = importlib.util.spec_from_file_location("sweep", sys.argv[1])
+sweep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sweep)
+a = types.SimpleNamespace(train_data="t", val_data="v", steps=10, ranks=2, out="o", extra=["--warmup=2", "--sample-tokens=5"])
+_, args = sweep.moe_train_args(a, ("n", 4, 2, 64, None, 1))
+assert "--warmup" not in args and "--sample-tokens" not in args and args[-4:-2] == a.extra, args
+a.extra = []
+_, args = sweep.moe_train_args(a, ("n", 4, 2, 64, None, 1))
+assert args[args.index("--warmup") + 1] == "10" and args[args.index("--sample-tokens") + 1] == "0", args
+PY
 refuse "does not exist" --train-data "$dir/missing.bin"
 refuse "skipping E=3: --ep 2 does not divide the number of experts" --ep 2 --experts-list 3 --steps 2
 touch "$dir/a_file"

@@ -6,6 +6,7 @@
 #include "train/config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include "core/fail.h"
 #include "checkpoint/checkpoint.h"
 #include "models/fileio.h"
+#include "models/optimizer.h"
 #include "train/machine.h"
 #include "train/option_notes.h"
 
@@ -122,7 +124,7 @@ static json_t *read_json_file(const char *path, FILE *err) {
 
 /* The configuration the checkpoint's run trained with (manifest.json's "config"); NULL when the checkpoint
  * predates it. */
-static json_t *saved_run(const char *dir, FILE *err, int *failed, json_t **machine) {
+static json_t *saved_run(const char *dir, FILE *err, int *failed, json_t **machine, long *step) {
     char *path = moe_path_join(dir, "manifest.json");
     FILE *f = NULL;
     moe_status st = path ? moe_file_open_regular(path, &f) : MOE_ERR_OUT_OF_MEMORY;
@@ -140,6 +142,10 @@ static json_t *saved_run(const char *dir, FILE *err, int *failed, json_t **machi
         moe_train_complain(err, "moe-train: --resume: %s: config is not an object of options\n", path), *failed = 1;
     config = json_is_object(config) && !*failed ? json_incref(config) : NULL;
     *machine = json_incref(json_object_get(j, "machine"));
+    json_t *at = json_object_get(j, "step"); /* a string of digits in the manifest */
+    *step = json_is_string(at)    ? strtol(json_string_value(at), NULL, 10)
+            : json_is_integer(at) ? (long)json_integer_value(at)
+                                  : 0;
     json_decref(j);
     free(path);
     return config;
@@ -297,6 +303,101 @@ static int compare_with_saved(const moe_train_options *o, json_t *saved, FILE *e
     return refused ? -1 : 0;
 }
 
+/* A resume of one checkpoint (not `latest`) saves beside it unless --checkpoint-dir is given: the saved run's folder
+ * (relative to where that run started) put a copy's saves into the original run's folder, whose older checkpoints
+ * --keep-last then pruned (a probe, 2026-12-08). compare_with_saved notes the change. 0, or -1 (out of memory). */
+static int save_beside_resumed(moe_train_options *o, FILE *err) {
+    const moe_train_option *s = moe_train_option_at(offsetof(moe_train_options, checkpoint_dir));
+    if (!strcmp(o->resume, "latest") || !*o->checkpoint_dir || moe_train_option_from(o, s, MOE_OPTION_CHECKPOINT))
+        return 0;
+    size_t n = strlen(o->resume);
+    while (n > 1 && o->resume[n - 1] == '/') n--; /* "ck/step-00000030/" */
+    size_t cut = n;
+    while (cut > 0 && o->resume[cut - 1] != '/') cut--;
+    while (cut > 1 && o->resume[cut - 1] == '/') cut--; /* the separators before the step's name */
+    json_t *parent = cut == 0 ? json_string(".") : json_stringn(o->resume, cut);
+    if (!parent || keep(parent)) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
+    return moe_train_option_set(o, s, json_string_value(parent), MOE_OPTION_SAVED_RUN, "--checkpoint-dir", err);
+}
+
+/* The saved run's value of the option at offset (a number), or fallback. */
+static double saved_number(json_t *saved, size_t offset, double fallback) {
+    json_t *v = json_object_get(saved, moe_train_option_key(moe_train_option_at(offset)));
+    return json_is_number(v) ? json_number_value(v) : fallback;
+}
+
+/* A learning-rate schedule changed on resume (--steps, --warmup, --lr, --min-lr): the rate the next step trains at
+ * beside what the saved run's schedule gave there (or at its last step). A longer --steps stretches the cosine and
+ * raises the rate: a probe, 2026-12-08, saw 3.00e-4 at a finished run's step 30 become 1.69e-3 at step 31 with
+ * --steps 60, said only as "--steps 60 (the saved run had 30)". */
+static void note_schedule(const moe_train_options *o, json_t *saved, long step, FILE *notes) {
+    if (!notes || step < 1 || step >= o->steps) return;
+    const moe_lr_schedule now = {o->lr, o->min_lr, o->warmup, o->steps};
+    const moe_lr_schedule was = {(float)saved_number(saved, offsetof(moe_train_options, lr), o->lr),
+                                 (float)saved_number(saved, offsetof(moe_train_options, min_lr), o->min_lr),
+                                 (int)saved_number(saved, offsetof(moe_train_options, warmup), o->warmup),
+                                 (int)saved_number(saved, offsetof(moe_train_options, steps), o->steps)};
+    const long there = step + 1 <= was.total_steps ? step + 1 : was.total_steps;
+    const float next = moe_lr_at(&now, step + 1), before = moe_lr_at(&was, there);
+    if (next == before) return;
+    fprintf(notes, "resume: step %ld trains at lr %.2e under this schedule; the saved run's gave %.2e at %s %ld%s\n",
+            step + 1, next, before, there == step + 1 ? "that step" : "its last step,", there,
+            next > before ? " (a longer --steps stretches the cosine: the rate rises)" : "");
+}
+
+/* --init-from starts a new run from the weights alone: where the checkpoint's run trained with other values of the
+ * options that shape what a step learns, and this run takes their defaults, a note names them (a probe, 2026-12-08: a
+ * fine-tune of a run trained with --aux-loss-coef 0.05, --z-loss-coef 0 and bf16 ran with 0.01, 0.001 and fp32,
+ * unsaid). */
+static void note_init_recipe(const moe_train_options *o, json_t *saved, FILE *notes) {
+    static const size_t recipe[] = {offsetof(moe_train_options, model.seq_len), offsetof(moe_train_options, batch),
+                                    offsetof(moe_train_options, micro_batches),
+                                    offsetof(moe_train_options, model.moe.precision),
+                                    offsetof(moe_train_options, model.moe.aux_loss_coef),
+                                    offsetof(moe_train_options, model.moe.z_loss_coef),
+                                    offsetof(moe_train_options, model.moe.bias_update_rate)};
+    json_t *now = notes ? moe_train_options_json(o, 0) : NULL;
+    char said[640] = "";
+    for (size_t i = 0; now && i < sizeof recipe / sizeof recipe[0]; i++) {
+        const moe_train_option *s = moe_train_option_at(recipe[i]);
+        const char *key = moe_train_option_key(s);
+        json_t *was = json_object_get(saved, key), *is = json_object_get(now, key);
+        if (!was || !is || json_equal(was, is) || moe_train_option_from(o, s, MOE_OPTION_SAVED_RUN)) continue;
+        char *a = json_dumps(was, JSON_ENCODE_ANY | MOE_JSON_FLOATS),
+             *b = json_dumps(is, JSON_ENCODE_ANY | MOE_JSON_FLOATS);
+        snprintf(said + strlen(said), sizeof said - strlen(said), "%s%s %s (this run: %s)", *said ? ", " : "", s->name,
+                 a ? a : "?", b ? b : "?");
+        free(a), free(b);
+    }
+    if (*said)
+        fprintf(notes, "note: --init-from %s: its run trained with %s; this run takes the defaults, as a new run (give "
+                       "them to keep the run's)\n", o->init_from, said);
+    json_decref(now);
+}
+
+/* --resume auto (a job script run again and again, Slurm's requeue): the newest checkpoint in --checkpoint-dir as
+ * --resume latest, or where it holds none yet a fresh run (from --init-from's weights if given, which a found
+ * checkpoint makes moot). Resolved before anything reads --resume. 0, or -1 (said). */
+static int resolve_resume_auto(moe_train_options *o, FILE *err, FILE *notes) {
+    if (strcmp(o->resume, "auto")) return 0;
+    if (!*o->checkpoint_dir)
+        return moe_train_complain(err, "moe-train: --resume auto needs --checkpoint-dir (where it looks for the newest "
+                                       "checkpoint)\n"), -1;
+    if (moe_checkpoint_none_yet(o->checkpoint_dir)) {
+        o->resume = "";
+        if (notes && !o->print_config)
+            fprintf(notes, "resume: --resume auto: %s holds no checkpoint yet: a fresh run%s%s\n", o->checkpoint_dir,
+                    *o->init_from ? " from the weights of " : "", o->init_from);
+        return 0;
+    }
+    o->resume = "latest";
+    if (*o->init_from && notes && !o->print_config)
+        fprintf(notes, "resume: --resume auto: %s holds checkpoints: the newest is resumed, and --init-from %s has no "
+                       "effect\n", o->checkpoint_dir, o->init_from);
+    o->init_from = "";
+    return 0;
+}
+
 int moe_train_options_load(int argc, char **argv, int world_size, moe_train_options *o, FILE *err, FILE *notes) {
     int rc = moe_train_options_parse_flags(argc, argv, o, err);
     if (rc) return rc;
@@ -306,6 +407,7 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         if (keep(j)) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
         if (moe_train_options_apply_json(o, j, MOE_OPTION_CONFIG_FILE, o->config_file, err)) return -1;
     }
+    if (resolve_resume_auto(o, err, notes)) return -1;
     char *dir = NULL; /* both, or latest without a directory: moe_train_options_finish says why not */
     const int usable = !(*o->resume && *o->init_from) && (strcmp(o->resume, "latest") || *o->checkpoint_dir);
     if (!usable) {
@@ -319,10 +421,12 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
     }
     json_t *saved = NULL, *machine = NULL;
     int failed = 0;
-    if (dir && *o->resume && (saved = saved_run(dir, err, &failed, &machine)) != NULL)
+    long saved_step = 0;
+    if (dir && *o->resume && (saved = saved_run(dir, err, &failed, &machine, &saved_step)) != NULL)
         failed = keep(saved) ? (moe_train_complain(err, "moe-train: out of memory\n"), 1)
                              : moe_train_options_apply_json(o, saved, MOE_OPTION_SAVED_RUN,
                                                             "the saved run's configuration", err);
+    if (!failed && saved) failed = save_beside_resumed(o, err);
     if (!failed && dir) failed = take_architecture(o, dir, err, notes);
     if (!failed && machine && !o->print_config) moe_run_machine_note(notes, dir, machine);
     json_decref(machine);
@@ -334,6 +438,20 @@ int moe_train_options_load(int argc, char **argv, int world_size, moe_train_opti
         return -1;
     }
     if (saved && compare_with_saved(o, saved, err, o->print_config ? NULL : notes)) return -1;
+    if (saved && !o->print_config && !o->eval_only) note_schedule(o, saved, saved_step, notes);
+    /* the metrics log is not inherited (the first run's would be rotated away): said where the saved run kept one (a
+     * probe: a resumed run wrote no metrics, unsaid) */
+    const char *saved_log = json_string_value(json_object_get(saved, "log_file"));
+    if (notes && saved_log && *saved_log && !*o->log_file && !o->print_config && !o->eval_only)
+        fprintf(notes, "resume: the saved run logged metrics to %s; this run keeps no metrics log unless --log-file is "
+                       "given (that file again keeps the earlier one as %s.1)\n", saved_log, saved_log);
+    if (*o->init_from && !o->print_config && !o->eval_only) {
+        long ignored;
+        int unreadable = 0; /* moe_checkpoint_load_weights says what is wrong with it */
+        json_t *machine_of_init = NULL, *run = saved_run(o->init_from, NULL, &unreadable, &machine_of_init, &ignored);
+        if (run) note_init_recipe(o, run, notes);
+        json_decref(run), json_decref(machine_of_init);
+    }
     if (!o->print_config) moe_train_note_inert_options(o, notes);
     return 0;
 }

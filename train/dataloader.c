@@ -98,7 +98,10 @@ static moe_status add_shard(moe_token_data *d, const char *path) {
                       (long)sizeof header);
     else if (!width && !strcmp(why, "magic"))
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: wrong magic %ld (expected %d for uint16 tokens or %d for uint32): not an "
-                      "llm.c token file", path, (long)le32(header), MOE_TOKEN_FILE_MAGIC, MOE_TOKEN_FILE_MAGIC_U32);
+                      "llm.c token file%s (Megatron-LM's .bin/.idx and Hugging Face datasets are not read: tokenise "
+                      "the text with scripts/prepare_data.py, docs/DATA.md)", path, (long)le32(header),
+                      MOE_TOKEN_FILE_MAGIC, MOE_TOKEN_FILE_MAGIC_U32,
+                      !memcmp(header, "MMIDIDX", 7) ? ": a Megatron-LM index (.idx)" : "");
     else if (!width)
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: unsupported version %ld for magic %ld (expected %d)", path,
                       (long)le32(header + 4), (long)le32(header),

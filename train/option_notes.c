@@ -42,6 +42,13 @@ void moe_train_note_inert_options(const moe_train_options *o, FILE *notes) {
     /* given 0 (auto's 0 has its own note, in which --shards may be the cause: a probe, 2026-12-07) */
     if (!o->world_invariant && GIVEN(world_invariant) && GIVEN(shards))
         fprintf(notes, "note: --shards %d has no effect with --world-invariant 0 (the sums are per rank)\n", o->shards);
+    /* Megatron's --save-interval without --save: nothing saved, said only at a stop (a probe) */
+    if (!*o->checkpoint_dir && (GIVEN(checkpoint_interval) || GIVEN(keep_last) || GIVEN(save_dtype) ||
+                                GIVEN(save_shard_size)))
+        fprintf(notes, "note: no --checkpoint-dir: nothing is saved, and --checkpoint-interval, --keep-last, "
+                       "--save-dtype and --save-shard-size have no effect\n");
+    if (o->eval_only && !*o->resume && !*o->init_from)
+        fprintf(notes, "note: --eval-only without --resume or --init-from evaluates freshly initialised weights\n");
     /* --eval-only evaluates and exits: what a training run does at its end does not happen (a probe: said nowhere) */
     if (o->eval_only && (GIVEN(sample_tokens) || GIVEN(sample_prompt) || GIVEN(routing_trace_in)))
         fprintf(notes, "note: --eval-only evaluates and exits: --sample-tokens, --sample-prompt and --routing-trace-in "

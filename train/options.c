@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "core/flag_arg.h"
 #include "models/fileio.h"
 #include "plan/model.h"
+#include "train/flag_aliases.h"
 #include "train/signals.h"
 
 #define OPT_INT MOE_OPT_INT
@@ -121,8 +123,8 @@ static const opt_spec kOptions[] = {
     {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL, RUN},
     {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL, RUN},
     {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL, RUN},
-    {"--min-lr", "learning rate at the last step (cosine decay after the warm-up; with --warmup = --steps never "
-     "reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
+    {"--min-lr", "learning rate at the last step (not given: --lr / 10; cosine decay after the warm-up; with --warmup "
+     "= --steps never reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
     {"--warmup", "linear warm-up steps (auto: min(100, --steps / 10))", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL, RUN},
     {"--weight-decay", "AdamW weight decay (not on norms and biases)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL,
      RUN},
@@ -195,7 +197,8 @@ static const opt_spec kOptions[] = {
      "checkpoint's: the window counter is kept, the new set's order applies", OPT_INT, OFF(allow_data_change), 0, 1,
      {0}, NULL, COMMAND},
     {"--eval-interval", "validation every N steps (0: only at the end)", OPT_INT, OFF(eval_interval), 0, 1 << 30, {0}, NULL, RUN},
-    {"--eval-batches", "micro-batches of validation data per evaluation (each a forward pass of --batch sequences)",
+    {"--eval-batches", "batches of validation data per evaluation, each of --batch x --micro-batches sequences as a "
+     "training step's (read in forward passes of --batch sequences)",
      OPT_INT, OFF(eval_batches), 1, 1 << 16, {0}, NULL, RUN},
     {"--log-file", "JSON-lines metrics file ('' : none); it opens with a record of the whole run (an earlier log "
      "there is kept as FILE.1, FILE.2, ...)", OPT_STRING,
@@ -226,8 +229,9 @@ static const opt_spec kOptions[] = {
      "resumed; --init-from takes it)", OPT_CHOICE, OFF(save_dtype), 0, 0, {"f32", "bf16"}, NULL, RUN},
     {"--save-shard-size", "split the saved model into shards of at most this many bytes with an index, as transformers "
      "does (e.g. 5GB, 500MiB; '' : one file)", OPT_STRING, OFF(save_shard_size), 0, 0, {0}, NULL, RUN},
-    {"--resume", "continue a run from a checkpoint directory, or (no value) the latest in --checkpoint-dir; the "
-     "architecture comes from its config.json and every option not given from the run it saved", OPT_STRING,
+    {"--resume", "continue a run from a checkpoint directory, or (no value, or latest) the newest in --checkpoint-dir, "
+     "or (auto) that where there is one and else a fresh run (a requeued job); the architecture comes from its "
+     "config.json and every option not given from the run it saved", OPT_STRING,
      OFF(resume), 0, 0, {0}, "latest", COMMAND},
     {"--init-from", "start from the weights of a checkpoint directory (fresh optimizer); the architecture comes from "
      "its config.json", OPT_STRING, OFF(init_from), 0, 0, {0}, NULL, COMMAND},
@@ -351,7 +355,8 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
             snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s", c == 0 ? "" : last ? " or " : ", ",
                      s->choices[c]);
         }
-        moe_train_complain(err, "moe-train: %s must be %s, got '%s'\n", label, words, v);
+        moe_train_complain(err, "moe-train: %s must be %s%s, got '%s'\n", label, words,
+                           moe_train_option_has_auto(s) ? " (or auto, the default)" : "", v);
         return -1;
     }
     double x = s->kind == OPT_INT ? (double)strtol(v, &end, 10) : strtod(v, &end);
@@ -532,6 +537,9 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (m->family == MOE_MODEL_FAMILY_DEEPSEEK_V2 && o->source[find("--group-score") - kOptions] == MOE_OPTION_DEFAULT)
         m->moe.group_score = MOE_GROUP_SCORE_MAX; /* its group_limited_greedy */
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100; /* min(100, steps / 10) */
+    /* not given: a tenth of the peak, as the default pair (3e-3, 3e-4) always was, the same float (a probe: --lr 1e-4
+     * alone was refused as below a fixed 3e-4, and --lr 6e-4 decayed only to half its peak) */
+    if (o->source[find("--min-lr") - kOptions] == MOE_OPTION_DEFAULT) o->min_lr = (float)((double)o->lr / 10);
     if (o->gpu_transport >= 0 && o->device != MOE_TRAIN_DEVICE_CUDA)
         return moe_train_complain(err, "moe-train: --gpu-transport needs --device cuda\n"), -1;
     if (o->device == MOE_TRAIN_DEVICE_CUDA && m->moe.precision == MOE_PRECISION_FP32)
@@ -570,6 +578,14 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (o->min_lr > o->lr) return moe_train_complain(err, "moe-train: --min-lr %g exceeds --lr %g\n", o->min_lr, o->lr), -1;
     if (o->warmup > o->steps) return moe_train_complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
     if (!*o->train_data || !*o->val_data) return moe_train_complain(err, "moe-train: --train-data and --val-data are required\n"), -1;
+    /* the default validation file beside other training data measured another corpus, unsaid (a probe) */
+    if (!o->eval_only && moe_train_option_from(o, moe_train_option_at(offsetof(moe_train_options, train_data)),
+                                               MOE_OPTION_SAVED_RUN) &&
+        !moe_train_option_from(o, moe_train_option_at(offsetof(moe_train_options, val_data)), MOE_OPTION_SAVED_RUN))
+        return moe_train_complain(err, "moe-train: --train-data %s is given without --val-data, which would be the "
+                                       "default %s, another corpus: give a held-out part of the same data "
+                                       "(scripts/prepare_data.py and moe-text-to-tokens write one)\n",
+                                  o->train_data, o->val_data), -1;
     if (*o->resume && *o->init_from)
         return moe_train_complain(err, "moe-train: --resume and --init-from exclude each other (resume restores the weights too)\n"), -1;
     if (!strcmp(o->resume, "latest") && !*o->checkpoint_dir)
@@ -578,6 +594,12 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (*o->save_shard_size && moe_parse_nbytes(o->save_shard_size, &o->save_shard_nbytes) != 0)
         return moe_train_complain(err, "moe-train: --save-shard-size expects a byte count such as 5GB, 500MiB or "
                                        "1048576, got '%s'\n", o->save_shard_size), -1;
+    /* --checkpoint-dir loads nothing: with --eval-only alone it evaluated fresh weights as the folder's (a probe) */
+    if (o->eval_only && !*o->resume && !*o->init_from && *o->checkpoint_dir)
+        return moe_train_complain(err, "moe-train: --eval-only evaluates the weights --resume or --init-from loads; "
+                                       "--checkpoint-dir only names where saves go, so this would evaluate freshly "
+                                       "initialised weights: for the newest checkpoint in %s give --resume latest\n",
+                                  o->checkpoint_dir), -1;
     if (*o->dump_logits && !o->eval_only) return moe_train_complain(err, "moe-train: --dump-logits needs --eval-only 1\n"), -1;
     if (*o->routing_trace_out && o->eval_only) /* (it wrote an empty trace: a probe) */
         return moe_train_complain(err, "moe-train: --routing-trace-out records training steps; --eval-only trains "
@@ -608,6 +630,17 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     return 0;
 }
 
+/* "unknown flag", with the way here: another trainer's name for it (flag_aliases.h), the flag it is a misspelling of,
+ * or a value whose flag is missing */
+static void unknown_flag(const char *name, FILE *err) {
+    const char *names[NUM_OPTIONS], *alias = moe_train_flag_alias(name);
+    for (size_t i = 0; i < NUM_OPTIONS; i++) names[i] = kOptions[i].name;
+    char hint[256];
+    if (alias) snprintf(hint, sizeof hint, ": another trainer's flag; here: %s", alias);
+    else moe_flag_arg_hint(name, names, NUM_OPTIONS, hint, sizeof hint);
+    moe_train_complain(err, "moe-train: unknown flag '%s'%s (see --help)\n", name, hint);
+}
+
 int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, FILE *err) {
     set_defaults(o);
     const char *given[NUM_OPTIONS] = {0}; /* the value of each flag seen: a second one is an error, not a winner */
@@ -618,7 +651,7 @@ int moe_train_options_parse_flags(int argc, char **argv, moe_train_options *o, F
         }
         const moe_flag_arg a = moe_flag_arg_split(argv[i]);
         const opt_spec *s = find(a.name);
-        if (!s) return moe_train_complain(err, "moe-train: unknown flag '%s' (see --help)\n", a.name), -1;
+        if (!s) return unknown_flag(a.name, err), -1;
         const int has_value = a.value || moe_flag_arg_next_is_value(argc, argv, i);
         if (!has_value && !s->implicit) return moe_train_complain(err, "moe-train: %s needs a value\n", a.name), -1;
         const char *value = a.value ? a.value : has_value ? argv[++i] : s->implicit;

@@ -13,9 +13,16 @@
 #include "models/fileio.h"
 #include "train/dataloader.h"
 
+static const char kUsage[] =
+    "usage: moe-text-to-tokens INPUT.txt TRAIN.bin VAL.bin [VAL_FRACTION]\n"
+    "Byte-level tokens: every byte of the text is one token (moe-train --vocab 256). The first (1 - VAL_FRACTION) of\n"
+    "the bytes (default 0.9) become TRAIN.bin, the rest VAL.bin (llm.c token files). For a BPE vocabulary, and for\n"
+    "shards, use scripts/prepare_data.py (docs/DATA.md).\n";
+
 int main(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(kUsage, stdout), 0;
     if (argc < 4 || argc > 5) {
-        fprintf(stderr, "usage: moe-text-to-tokens INPUT.txt TRAIN.bin VAL.bin [VAL_FRACTION]\n");
+        fputs(kUsage, stderr);
         return 2;
     }
     double val_fraction = 0.1;

@@ -126,30 +126,34 @@ static int log_step(const moe_train_options *o, FILE *metrics, int step, const m
     return fflush(metrics) != 0 || ferror(metrics) ? -1 : 0;
 }
 
-/* "N shard(s)[ (M shorter than one sequence: no window)], W windows" of a data set (prepare_data.py's last shard may
- * hold no window) */
-static const char *describe_data(const moe_token_data *d, char out[128]) {
+/* "N shard(s) from SPEC[ (M shorter than one sequence: no window)], W windows" of a data set: the files as given (cut
+ * at 60 bytes), so that a log says which data it trained and validated on (a probe: the default validation file was
+ * used beside another corpus, unsaid); prepare_data.py's last shard may hold no window. */
+static const char *describe_data(const moe_token_data *d, const char *given, char out[256]) {
     int empty = 0;
     for (int i = 0; i < moe_token_data_num_shards(d); i++) empty += moe_token_data_shard(d, i).num_windows == 0;
     char note[64] = "";
     if (empty) snprintf(note, sizeof note, " (%d shorter than one sequence: no window)", empty);
-    snprintf(out, 128, "%d shard(s)%s, %lld windows", moe_token_data_num_shards(d), note,
-             (long long)moe_token_data_num_windows(d));
+    snprintf(out, 256, "%d shard(s) from %.60s%s%s, %lld windows", moe_token_data_num_shards(d), given,
+             strlen(given) > 60 ? "..." : "", note, (long long)moe_token_data_num_windows(d));
     return out;
 }
 
-/* Where evaluation reads fewer sequences than --eval-batches x --batch asks: how many of the validation file's windows
- * it reads (all, or the most that are a multiple of the data-parallel ranks; before, "all the validation file holds"
+/* Where evaluation reads fewer sequences than --eval-batches global batches ask: how many of the validation file's
+ * windows it reads (all, or the most that are a multiple of the data-parallel ranks; before, "all the validation file holds"
  * was said of 2 of its 3: a probe); 0 when none short. */
 static int eval_shortfall(const moe_trainer *t, char *out, size_t n) {
     const moe_train_options *o = &t->opt;
-    const long seqs = moe_trainer_eval_sequences(t), want = (long)o->eval_batches * o->batch;
+    const long seqs = moe_trainer_eval_sequences(t), want = moe_trainer_eval_wanted(t);
     const long windows = (long)moe_token_data_num_windows(t->val);
     if (seqs >= want) return 0;
     char why[96] = "";
     if (seqs < windows) snprintf(why, sizeof why, ", a multiple of the %d data-parallel ranks", t->ranks.dp_size);
-    snprintf(out, n, "%ld distinct sequences%s the validation file's %ld windows%s (--eval-batches %d x --batch %d "
-             "asks for %ld)", seqs, seqs == windows ? ", all" : " of", windows, why, o->eval_batches, o->batch, want);
+    char micro[48] = "";
+    if (o->micro_batches > 1) snprintf(micro, sizeof micro, " x --micro-batches %d", o->micro_batches);
+    snprintf(out, n, "%ld distinct sequences%s the validation file's %ld windows%s (--eval-batches %d x --batch %d%s "
+             "asks for %ld)", seqs, seqs == windows ? ", all" : " of", windows, why, o->eval_batches, o->batch, micro,
+             want);
     return 1;
 }
 
@@ -245,10 +249,6 @@ static int eval_only(moe_trainer *t, const moe_train_options *o, FILE *metrics) 
     return 0;
 }
 
-/* Refuses, on every rank alike, a configuration whose estimated memory (train/options.h) times the
- * ranks sharing this machine exceeds its physical memory: better a sentence now than the kernel's OOM killer
- * after minutes of initialisation. On the host: the run's model on the CPU, and --verify-steps' CPU reference
- * beside it (weights, gradients, activations; no optimizer). Returns 0 when it fits. */
 /* What a rank's host memory holds: the run's model on the CPU, and --verify-steps' CPU reference beside it (which the
  * start-up line printed without until 2026-12-07: 1.6x below the peak, a probe). */
 static int host_copies(const moe_train_options *o) {
@@ -264,6 +264,18 @@ static moe_train_memory host_memory(const moe_train_options *o, int world_size) 
     return need;
 }
 
+/* The address space a rank maps beyond its memory estimate: OpenBLAS's 128 MiB buffer per calling thread (and the
+ * main one), then the libraries, thread stacks, allocator arenas and MPI's segments. Under an address-space limit
+ * (ulimit -v) OpenBLAS retries a buffer it cannot map forever: a probe, 2026-12-08, the default model (an estimate of
+ * 425 MiB) hung at 600-800 MB, ran out of memory at 1,000 MB, trained at 1,500 MB. */
+static double address_space_beyond_estimate(int threads) {
+    return (threads + 1) * 128.0 * (1 << 20) + 512.0 * (1 << 20);
+}
+
+/* Refuses, on every rank alike, a configuration whose estimated memory (train/options.h) times the ranks sharing this
+ * machine exceeds its physical memory, or a rank's address-space limit: better a sentence now than the kernel's OOM
+ * killer after minutes of initialisation, or a hang. On the host: the run's model on the CPU, and --verify-steps' CPU
+ * reference beside it (weights, gradients, activations; no optimizer). Returns 0 when it fits. */
 static int refuse_oversized(const moe_train_options *o, int world_size) {
     const int copies = host_copies(o);
     const moe_train_memory need = host_memory(o, world_size);
@@ -275,8 +287,19 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
         MPI_Comm_free(&node);
     }
     const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE), gib = 1024.0 * 1024 * 1024;
-    int too_big = have > 0 && need.total * node_ranks > have, any = too_big;
-    MPI_Allreduce(&too_big, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int too_big = have > 0 && need.total * node_ranks > have;
+    struct rlimit space;
+    const double mapped = need.total + address_space_beyond_estimate(o->threads);
+    const int limited = getrlimit(RLIMIT_AS, &space) == 0 && space.rlim_cur != RLIM_INFINITY &&
+                        (double)space.rlim_cur < mapped;
+    if (limited && !too_big && node_rank == 0)
+        fprintf(stderr, "moe-train: the address-space limit (ulimit -v) is %.0f MiB per process; this run maps about "
+                "%.0f MiB (its memory estimate, %.0f MiB, OpenBLAS's 128 MiB buffer per thread, libraries and MPI), "
+                "and below that OpenBLAS waits forever for a buffer: raise it (ulimit -v unlimited, or at least %.0f "
+                "KiB), or use fewer --threads or a smaller model\n", (double)space.rlim_cur / gib * 1024,
+                mapped / gib * 1024, need.total / gib * 1024, mapped / 1024);
+    int any = too_big || limited;
+    MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     /* the ways out this configuration has not taken already (a probe: "--zero 1 or 2" to a run at --zero 2) */
     char ways[160];
     snprintf(ways, sizeof ways, "%s%s", o->zero < 2 ? (o->zero ? ", --zero 2" : ", --zero 1 or 2") : "",
@@ -688,14 +711,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     require(st, "model set-up");
-    char train_data[128], val_data[128];
+    char train_data[256], val_data[256];
     if (world_rank == 0 && t.train)
-        printf("data: train %s of %d + 1 tokens, %s; val %s; opened in %.3f s\n", describe_data(t.train, train_data),
-               opt.model.seq_len, opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
-               describe_data(t.val, val_data), t.data_open_s);
+        printf("data: train %s of %d + 1 tokens, %s; val %s; opened in %.3f s\n",
+               describe_data(t.train, opt.train_data, train_data), opt.model.seq_len,
+               opt.shuffle ? "shuffled (a permutation per epoch, seeded by --seed)" : "in order",
+               describe_data(t.val, opt.val_data, val_data), t.data_open_s);
     else if (world_rank == 0) /* --eval-only: no training data */
-        printf("data: val %s of %d + 1 tokens; opened in %.3f s\n", describe_data(t.val, val_data), opt.model.seq_len,
-               t.data_open_s);
+        printf("data: val %s of %d + 1 tokens; opened in %.3f s\n", describe_data(t.val, opt.val_data, val_data),
+               opt.model.seq_len, t.data_open_s);
     int first_step = 1;
     t.notes = world_rank == 0 ? stderr : NULL;
     moe_checkpoint_lock *lock = NULL;

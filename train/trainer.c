@@ -678,9 +678,13 @@ int64_t moe_trainer_first_sequence(const moe_trainer *t, int step, int mb) {
     return t->data_windows_done + ((int64_t)(step - 1 - t->data_step) * o->micro_batches + mb) * o->batch;
 }
 
+long moe_trainer_eval_wanted(const moe_trainer *t) {
+    return (long)t->opt.eval_batches * t->opt.batch * t->opt.micro_batches;
+}
+
 long moe_trainer_eval_sequences(const moe_trainer *t) {
     const moe_train_options *o = &t->opt;
-    const long windows = (long)moe_token_data_num_windows(t->val), want = (long)o->eval_batches * o->batch;
+    const long windows = (long)moe_token_data_num_windows(t->val), want = moe_trainer_eval_wanted(t);
     const long n = windows < want ? windows : want, rest = n % o->batch;
     return n - rest + (rest - rest % t->ranks.dp_size); /* whole batches, then a multiple of a stage's data ranks */
 }

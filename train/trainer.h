@@ -119,8 +119,12 @@ int64_t moe_trainer_first_sequence(const moe_trainer *t, int step, int mb);
 
 /* Mean validation loss over the first moe_trainer_eval_sequences sequences of the validation file. */
 moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss);
+/* The validation sequences an evaluation asks for: eval_batches global batches (batch x micro_batches sequences each),
+ * so that a step's split into micro-batches does not change the validation loss (a probe: --batch 16 and --batch 8
+ * --micro-batches 2 trained alike and validated on 64 and 32 sequences). */
+long moe_trainer_eval_wanted(const moe_trainer *t);
 /* The validation sequences an evaluation reads: distinct windows only (never the file wrapped around), so
- * min(eval_batches * batch, windows in the file), cut to whole micro-batches plus a last one whose size is a
+ * min(moe_trainer_eval_wanted, windows in the file), cut to whole micro-batches plus a last one whose size is a
  * multiple of the world size (every rank reads as many). moe_trainer_create refuses a file with fewer windows than
  * ranks. */
 long moe_trainer_eval_sequences(const moe_trainer *t);
