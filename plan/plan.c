@@ -75,6 +75,26 @@ static const char *recompute_name(moe_recompute r) {
     return names[r];
 }
 
+/* The layout as moe-train's flags (a probe: the planner speaks Megatron's per-GPU micro-batch and global batch,
+ * moe-train its global sequences per micro-batch and their count, and nothing translated): --batch is the micro-batch
+ * of every data rank of a stage, world / (pp tp) of them. The model's own flags (or --init-from) are the user's. */
+static void moe_train_flags(const moe_plan_run *r, const moe_plan_prediction *p, char *out, size_t n) {
+    const moe_plan_layout *l = &r->layout;
+    int at = snprintf(out, n, "mpirun -np %lld moe-train --ep %lld", (long long)l->world, (long long)l->ep);
+    if (moe_plan_layout_pp(l) > 1)
+        at += snprintf(out + at, n - at, " --pp %lld --virtual-stages %lld", (long long)moe_plan_layout_pp(l),
+                       (long long)moe_plan_layout_virtual_stages(l));
+    if (moe_plan_layout_pp(l) > 1 && l->first_stage_layers)
+        at += snprintf(out + at, n - at, " --first-stage-layers %lld", (long long)l->first_stage_layers);
+    if (moe_plan_layout_pp(l) > 1 && l->last_stage_layers)
+        at += snprintf(out + at, n - at, " --last-stage-layers %lld", (long long)l->last_stage_layers);
+    if (moe_plan_layout_tp(l) > 1) at += snprintf(out + at, n - at, " --tp %lld", (long long)moe_plan_layout_tp(l));
+    snprintf(out + at, n - at, " --zero %d --batch %lld --micro-batches %lld --seq-len %lld --precision %s --attention "
+             "%s --recompute %s", l->zero, (long long)(l->micro_batch * moe_plan_layout_data_ranks(l)),
+             (long long)p->accum_steps, (long long)l->seq_len, l->bf16 ? "bf16" : "fp32",
+             l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
+}
+
 static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, const moe_plan_prediction *p) {
     const moe_plan_layout *l = &r->layout;
     const moe_plan_cluster *c = &o->cluster;
@@ -102,6 +122,9 @@ static void print_prediction(const moe_plan_options *o, const moe_plan_run *r, c
            dp_of(l), l->zero, (long long)l->micro_batch, (long long)l->seq_len,
            (long long)p->accum_steps, (long long)r->global_batch, l->bf16 ? "bf16" : "fp32",
            l->attention == MOE_PLAN_ATTENTION_FUSED ? "fused" : "materialized", recompute_name(l->recompute));
+    char flags[512];
+    moe_train_flags(r, p, flags, sizeof flags);
+    printf("as moe-train flags (with the model's): %s\n", flags);
     if (moe_plan_layout_tp(l) > 1)
         printf("note: this plans Megatron-LM's tensor parallelism with sequence parallelism; moe-train's --tp runs it "
                "on the CPU (issue 28: CUDA built, not yet run on a GPU; it keeps a dense FFN's norm output, the final "
@@ -194,6 +217,9 @@ static json_t *prediction_json(const moe_plan_options *o, const moe_plan_run *r,
                      p->routing_skew);
     json_object_set_new(json_object_get(doc, "memory_bytes"), "reduce_scratch", json_real(m->reduce_scratch));
     json_object_set_new(doc, "recompute", json_string(recompute_name(l->recompute)));
+    char flags[512];
+    moe_train_flags(r, p, flags, sizeof flags);
+    json_object_set_new(doc, "moe_train_command", json_string(flags));
     json_object_set_new(doc, "gradient_reduction", json_string(gradient_reduction(l)));
     json_object_set_new(doc, "recompute_flops_per_token", json_real(p->recompute_flops_per_token));
     /* the pipeline (pp 1: no stages, no sends, no bubble) */
@@ -318,6 +344,11 @@ static int run_search(const moe_plan_options *o, json_t *doc) {
                    (long long)l->micro_batch,
                    (long long)p->accum_steps, p->memory.total / GiB, p->step_serial_s * 1e3, p->tokens_per_s_serial,
                    100 * p->mfu_serial, p->tokens_per_s_overlap, 100 * p->mfu_overlap, limit_of(l, p));
+        }
+        if (shown) {
+            char flags[512];
+            moe_train_flags(&all[0].run, &all[0].prediction, flags, sizeof flags);
+            printf("rank 1 as moe-train flags (with the model's): %s\n", flags);
         }
         if (!fit) {
             int64_t ep, pp, tp;

@@ -169,6 +169,22 @@ static void check_set_timeout(const moe_parallel *par) {
         CHECK(moe_comm_timeout(all[i]) == 60, "communicator %d put back: %g s", i, moe_comm_timeout(all[i]));
 }
 
+/* Rows a rank sends itself must be the rows it expects from itself: a disagreement (a layout bug upstream) is refused
+ * on that rank before anything moves, not copied past the receive buffer (mutation testing, 2026-12-08: the check
+ * removed, 2 rows landed where 1 was expected). Every rank gives the same counts, so every rank refuses alike. */
+static void check_self_rows(const moe_parallel *par) {
+    moe_comm *c = moe_parallel_world(par);
+    const int W = moe_comm_size(c), me = moe_comm_rank(c);
+    int *send_rows = calloc((size_t)W, sizeof(int)), *recv_rows = calloc((size_t)W, sizeof(int));
+    float send[2] = {1, 2}, recv[2] = {-1, -1};
+    send_rows[me] = 2, recv_rows[me] = 1;
+    const moe_status st = moe_comm_alltoallv_rows(c, send, send_rows, recv, recv_rows, sizeof(float));
+    CHECK(st == MOE_ERR_INVALID_ARG && strstr(moe_failure_message(st), "2 rows to itself but 1 expected"),
+          "rows to itself disagreeing: status %d (%s)", (int)st, moe_failure_message(st));
+    CHECK(recv[1] == -1, "the refused exchange wrote past the rows expected");
+    free(send_rows), free(recv_rows);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int W;
@@ -178,6 +194,7 @@ int main(int argc, char **argv) {
         moe_parallel *par;
         test_mpi_require(moe_parallel_create_mpi(MPI_COMM_WORLD, ep, 60, &par), "parallel layout");
         check_set_timeout(par);
+        if (ep == 1) check_self_rows(par);
         run_case(par, 0, 1.0f, MOE_DROP_BY_SCORE);
         run_case(par, 0, 0.75f, MOE_DROP_BY_TOKEN_ORDER);
         run_case(par, 0, 0.0f, MOE_DROP_BY_SCORE);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "moe/layer_internal.h"
+#include "alltoall/comm.h"
 #include "router/capacity.h"
 #include "tests/test_routing.h"
 #include "tests/test_util.h"
@@ -57,6 +58,20 @@ static void test_top1(void) {
     /* by score: 0.95 (t4), 0.9 (t1), then 0.7 twice: the tie goes to the earlier token t3, t5 is dropped */
     CHECK_OK(test_routing_capacity(&r, 1.0f, MOE_DROP_BY_SCORE));
     check_kept("top1/score", &r, (const unsigned char[]){0, 1, 1, 1, 1, 0});
+    /* ... and so does the layer's rule over the world (here one rank), the ties included (mutation testing,
+     * 2026-12-08: the later token winning a tie there was caught only by the PyTorch reference suite) */
+    moe_comm *self;
+    moe_routing_counts counts;
+    unsigned char kept[6];
+    CHECK_OK(moe_comm_create_self("test", &self));
+    CHECK_OK(moe_routing_counts_alloc(&counts, 2));
+    counts.num_tokens = 6, counts.nonfinite_local = 0;
+    CHECK_OK(moe_router_global_capacity(self, 1.0f, MOE_DROP_BY_SCORE, 2, 1, r.expert, r.expert_score, kept, &counts));
+    for (int t = 0; t < 6; t++)
+        CHECK(kept[t] == r.kept[t], "global rule, by score: token %d kept=%d, the single-rank rule's %d", t, kept[t],
+              r.kept[t]);
+    moe_routing_counts_free(&counts);
+    moe_comm_destroy(self);
 
     CHECK_OK(test_routing_capacity(&r, 0.0f, MOE_DROP_BY_SCORE));
     CHECK(r.capacity == 0, "dropless capacity %d", r.capacity);

@@ -57,6 +57,16 @@ static void permutation(void) {
             }
         free(seen), free(first);
     }
+    /* pinned: the order is part of a run's bits, and of docs/DATA.md's "smallest power of four >= M" (mutation testing,
+     * 2026-12-08: a domain of 4^(h+1) for M a power of four was still a permutation, another one, and passed) */
+    static const int64_t golden16[16] = {4, 12, 6, 10, 3, 0, 7, 14, 9, 15, 5, 11, 13, 1, 8, 2};
+    static const int64_t golden64[16] = {2, 59, 31, 22, 48, 4, 32, 40, 33, 7, 11, 46, 6, 23, 45, 9}; /* its first 16 */
+    for (int64_t j = 0; j < 16; j++) {
+        CHECK(moe_data_permute(1337, 0, 16, j) == golden16[j], "M 16, seed 1337: perm(%lld) = %lld, pinned %lld",
+              (long long)j, (long long)moe_data_permute(1337, 0, 16, j), (long long)golden16[j]);
+        CHECK(moe_data_permute(1337, 0, 64, j) == golden64[j], "M 64, seed 1337: perm(%lld) = %lld, pinned %lld",
+              (long long)j, (long long)moe_data_permute(1337, 0, 64, j), (long long)golden64[j]);
+    }
     /* a large M: a sample of the positions lands inside, and distinct */
     const int64_t big = ((int64_t)1 << 40) + 12345;
     int64_t a = moe_data_permute(1, 0, big, 0), b = moe_data_permute(1, 0, big, 1);

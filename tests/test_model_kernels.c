@@ -270,6 +270,13 @@ static void test_cross_entropy(void) {
         CHECK(fabs(l[i] - want_g) < 1e-15 && fabs(l[3 + i] - want_g) < 1e-15, "dlogits[%d]: %.17g and %.17g, want "
               "%.17g", i, l[i], l[3 + i], want_g);
     }
+    /* the row's largest logit in its last column, far above the rest: the max must see every column, the last too
+     * (mutation testing, 2026-12-08: a max over V - 1 columns gave Inf; the tests above have no such row) */
+    moe_real last[8] = {0, 0, 0, 0, 0, 0, 0, 1000};
+    int seven = 7;
+    const double at_last = moe_cross_entropy_forward_cpu(last, &seven, 1, 8);
+    CHECK(fabs(at_last - 7 * exp(-1000.0)) < 1e-300 && isfinite(at_last), "loss with the max last: %.17g, want ~0",
+          at_last);
     moe_real u[CT * CV];
     int ut[CT] = {0, 3, 6, 2}; /* uniform logits: every loss is log V */
     for (int i = 0; i < CT * CV; i++) u[i] = 3.25;

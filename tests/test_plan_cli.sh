@@ -143,6 +143,11 @@ assert zeros == {0, 1} and d128["layouts_fit"] == d128["layouts_tried"] == len(d
 assert all(l["gradient_reduction"] == "all-reduce" for l in flat)
 PY
 out=$("$plan" --gpus-per-node 8 --ep 2 --zero 2 --global-batch 16) || fail "a ZeRO-2 run failed"
+# the layout in moe-train's words (a probe: per-GPU micro-batches and a global batch, never translated): --batch is
+# the micro-batch of all 8 data ranks, --micro-batches the 16 / 8 of them a step
+want="as moe-train flags (with the model's): mpirun -np 8 moe-train --ep 2 --zero 2 --batch 8 --micro-batches 2"
+want="$want --seq-len 128 --precision bf16 --attention fused --recompute none"
+case $out in *"$want"*) ;; *) fail "no moe-train flags of the layout: $out" ;; esac
 case $out in *"ZeRO-2,"*"ZeRO-2 gradients (GiB): shard"*"gradient reduce-scatter per micro-batch, x 2:"*"ZeRO-2 parameter all-gather"*) ;;
     *) fail "the ZeRO-2 report lacks its layout, gradients or traffic: $out" ;; esac
 

@@ -39,6 +39,10 @@ refuses "bad data file: .*text.bin: (wrong magic|truncated)" --train-data "$dir/
 refuses "mega.idx: wrong magic .*: a Megatron-LM index \(.idx\) \(Megatron-LM's .bin/.idx and Hugging Face datasets \
 are not read: tokenise the text with scripts/prepare_data.py" --train-data "$dir/mega.idx"
 refuses "bad data file: .*truncated.bin: the header announces [0-9]+ tokens but the file holds" --train-data "$dir/truncated.bin" --val-data "$dir/val.bin"
+# ... and bytes past them (a file appended to, a header that counts too few): refused alike, not trained on its prefix
+cp "$dir/train.bin" "$dir/padded.bin" && printf 'abc' >> "$dir/padded.bin"
+refuses "bad data file: .*padded.bin: the header announces [0-9]+ tokens but the file holds .* \(truncated or \
+padded\)" --train-data "$dir/padded.bin"
 refuses "bad data file: .*wrong_version.bin: unsupported version 2" --train-data "$dir/wrong_version.bin" --val-data "$dir/val.bin"
 # a token outside the vocabulary is found when its window is read (no scan of the corpus at start): at step 1 here
 refuses "training data of step 1: .*train.bin: token [0-9]+ at token offset [0-9]+ is outside the vocabulary \(size 64\)" --vocab 64
@@ -68,6 +72,10 @@ trains "--vocab 70000 on uint32 tokens" "^step     2 .* val [0-9.]+" --vocab 700
     --val-data "$dir/u32_val.bin"
 refuses "training data of step 1: .*u32_train.bin: token 698[0-9][0-9] at token offset [0-9]+ is outside the vocabulary \(size 69800" \
     --vocab 69800 --train-data "$dir/u32_train.bin" --val-data "$dir/u32_val.bin"
+# a uint16 token equal to --vocab (the corpus's largest byte is 'u', 117): one past the embedding's rows (mutation
+# testing, 2026-12-08: a check of token > vocab trained on it)
+refuses "training data of step 1: .*train.bin: token 117 at token offset [0-9]+ is outside the vocabulary \(size 117" \
+    --vocab 117
 # issue 16: validation reads distinct windows only. val.bin holds (600 - 1) / 16 = 37 windows: --eval-batches 30
 # x --batch 2 asks for 60, gets 36 (whole micro-batches, then a multiple of the 2 ranks), and so the loss of
 # --eval-batches 18 (exactly those 36), not one inflated by repeated windows
