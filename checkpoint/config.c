@@ -550,7 +550,11 @@ moe_status moe_checkpoint_read_config_file(const char *path, moe_model_config *o
     for (int i = 0; i < NUM_FIELDS && st == MOE_OK; i++) {
         double v = 0;
         st = read_field(path, &objects, &kFields[i], family, &v); /* kFields[0], the family, decides the rest */
-        if (st == MOE_OK) set_field(out, &kFields[i], from_file_units(out, &kFields[i].at[family], v));
+        const double ours = from_file_units(out, &kFields[i].at[family], v); /* an int of the file's, scaled */
+        if (st == MOE_OK && kFields[i].kind != FIELD_FLOAT && (ours < INT_MIN || ours > INT_MAX)) /* (fuzzing) */
+            st = moe_fail(MOE_ERR_BAD_FILE, "%s: %s gives %.0f, past the range of an int", path,
+                          kFields[i].at[family].key, ours);
+        if (st == MOE_OK) set_field(out, &kFields[i], ours);
         if (st == MOE_OK && i == 0) family = out->family;
     }
     if (st == MOE_OK && !variant && family != labelled)

@@ -196,11 +196,15 @@ static moe_status parse_tensor(moe_safetensors_file *f, const char *name, json_t
         return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: malformed header entry", f->path, name);
     snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(dtype));
     t->ndim = (int)json_array_size(shape);
+    size_t bytes_at_most = 8; /* the elements times the widest dtype's bytes: it must not wrap (fuzzing, 2026-12-08: a
+                               * shape [2^62 + 1, 2] of BF16 counted 4 bytes, and widening it wrote far past them) */
     for (int d = 0; d < t->ndim; d++) {
         json_t *dim = json_array_get(shape, d);
         if (!json_is_integer(dim) || json_integer_value(dim) < 0)
             return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: bad shape", f->path, name);
         t->shape[d] = (long)json_integer_value(dim);
+        if (__builtin_mul_overflow(bytes_at_most, (size_t)t->shape[d], &bytes_at_most))
+            return moe_fail(MOE_ERR_BAD_FILE, "%s: tensor %s: its shape's element count overflows", f->path, name);
     }
     json_t *b = json_array_get(offsets, 0), *e = json_array_get(offsets, 1);
     if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||

@@ -46,7 +46,9 @@ moe_status moe_safetensors_index_parse(const char *path, const char *text, size_
         st = moe_fail(MOE_ERR_BAD_FILE, "%s: \"metadata\" is not an object", path);
     if (st == MOE_OK && !(out->shards = calloc(json_object_size(map), sizeof *out->shards))) st = MOE_ERR_OUT_OF_MEMORY;
     const char *name;
-    json_t *value;
+    json_t *value, *seen = json_object(); /* the shard names so far, a hash set: a scan of the list for each tensor
+                                            * took minutes on an index of 40,000 shards (fuzzing, 2026-12-08) */
+    if (st == MOE_OK && !seen) st = MOE_ERR_OUT_OF_MEMORY;
     if (st == MOE_OK) json_object_foreach(map, name, value) {
             const char *shard = json_string_value(value);
             if (strlen(name) >= MOE_SAFETENSORS_MAX_NAME) {
@@ -58,15 +60,14 @@ moe_status moe_safetensors_index_parse(const char *path, const char *text, size_
                               "in the same directory, got %.80s", path, name, shard ? shard : "a non-string");
                 break;
             }
-            int known = 0;
-            for (int i = 0; i < out->num_shards && !known; i++) known = !strcmp(out->shards[i], shard);
-            if (known) continue;
-            if (!(out->shards[out->num_shards] = strdup(shard))) {
+            if (json_object_get(seen, shard)) continue;
+            if (json_object_set_new(seen, shard, json_true()) || !(out->shards[out->num_shards] = strdup(shard))) {
                 st = MOE_ERR_OUT_OF_MEMORY;
                 break;
             }
             out->num_shards++;
         }
+    json_decref(seen);
     if (st == MOE_OK) out->weight_map = json_incref(map);
     json_decref(root);
     if (st != MOE_OK) moe_safetensors_index_free(out);

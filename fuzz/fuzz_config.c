@@ -40,7 +40,9 @@ static void check_accepted(const char *path, const uint8_t *data, size_t nbytes,
         if (!json_is_integer(v) || json_integer_value(v) != ints[i].want)
             fuzz_invalid("%s: accepted with %s not the integer %ld", path, ints[i].key, ints[i].want);
     }
-    if (!close_to(json_object_get(j, "rope_theta"), c->rope_theta, 1e6) ||
+    json_t *theta = json_object_get(j, "rope_theta"); /* or transformers 5's place for it */
+    if (!theta) theta = json_object_get(json_object_get(j, "rope_parameters"), "rope_theta");
+    if (!close_to(theta, c->rope_theta, 1e6) ||
         !close_to(json_object_get(j, "rms_norm_eps"), c->norm_eps, 1e-5))
         fuzz_invalid("%s: accepted with another rope_theta or rms_norm_eps", path);
     json_t *tie = json_object_get(j, "tie_word_embeddings"), *act = json_object_get(j, "hidden_act"),

@@ -1,7 +1,7 @@
 /* fuzz_train_options.c — fuzzes moe-train's flag parser (train/options.c: moe_train_options_parse),
  * which also checks the combinations. An input is a command line: words split at white space (and NUL), ''
  * an empty word; it is parsed for 1, 2 and 4 ranks. Accepted options must make a run the trainer can hold,
- * checked here on their own: a valid model, --pp dividing the ranks and --pp x --virtual-stages the layers, --ep
+ * checked here on their own: a valid model, --pp dividing the ranks and a pipeline split of the layers, --ep
  * dividing a pipeline stage's ranks and the experts, --tp dividing them and --seq-len, --batch divisible by a stage's
  * tensor-parallel groups, the routing of a micro-batch (global tokens * top-k) counted in an int as the trainer, the
  * layer and the routing trace count it, --min-lr <= --lr, --warmup <= --steps, data files named; printing them must
@@ -27,7 +27,8 @@ static void check_accepted(const moe_train_options *o, int world_size) {
     const moe_model_config *m = &o->model;
     const char *problem = moe_model_layout_problem(m, o->tp, o->ep);
     if (problem) fuzz_invalid("options accepted with an invalid model (--tp %d, --ep %d): %s", o->tp, o->ep, problem);
-    if (o->pp < 1 || o->virtual_stages < 1 || world_size % o->pp || m->num_layers % (o->pp * o->virtual_stages))
+    const moe_pipeline_split split = moe_train_pipeline_split(o); /* uneven ends (--first/last-stage-layers) too */
+    if (o->pp < 1 || o->virtual_stages < 1 || world_size % o->pp || moe_pipeline_split_problem(&split, m->num_layers))
         fuzz_invalid("options accepted with --pp %d, --virtual-stages %d, --layers %d on %d ranks", o->pp,
                      o->virtual_stages, m->num_layers, world_size);
     const int stage = world_size / o->pp; /* the ranks of a pipeline stage split the batch and hold its experts */

@@ -17,9 +17,21 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 opts=(-rss_limit_mb=2048 -timeout=10 -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$scratch/")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-case $target in # words that help the mutations (libFuzzer -dict)
-safetensors | train_state | config | manifest) opts+=(-dict="$here/json.dict") ;;
-train_options) opts+=(-dict="$here/flags.dict") ;;
+# words that help the mutations (libFuzzer -dict): the dictionaries' values, and the names the sources define, taken
+# from them each run so that none is missing or stale (a probe, 2026-12-08: 57 of moe-train's ~100 flags, the families'
+# names and DeepSeek's and Qwen's keys were in no seed or dictionary, and the code behind them went unreached)
+src=$(cd "$here/.." && pwd)
+case $target in
+safetensors | train_state | config | manifest)
+    { cat "$here/json.dict"
+      grep -ohE '(TOP|TOP2|TOP_IN|OURS|YARN|FIXED)\("[a-z_0-9]+"' "$src/checkpoint/config.c" | sed 's/.*(\(".*"\)/\1/'
+      grep -ohE '"(mixtral|qwen3_moe|qwen2_moe|olmoe|deepseek_v3|deepseek_v2|moe_train_mixtral_variant)"' \
+          "$src/models/model_config.c" "$src/checkpoint/checkpoint.h" | sort -u
+    } > "$tmp/words.dict" && opts+=(-dict="$tmp/words.dict") ;;
+train_options)
+    { cat "$here/flags.dict"
+      grep -oE '^    \{"--[a-z0-9-]+"' "$src/train/options.c" | sed 's/.*{"--/" --/'
+    } > "$tmp/words.dict" && opts+=(-dict="$tmp/words.dict") ;;
 esac
 before=$(ls "$scratch" | grep -cE '^(crash|timeout|leak|oom|slow-unit)-')
 case $mode in

@@ -32,9 +32,13 @@ typedef struct {
     float mscale, mscale_all_dim, attention_factor; /* 0: not given                                 */
 } moe_yarn_config;
 
+/* The most decoder layers a model may have (moe-train's --layers; a config.json's num_hidden_layers of 2^31 made
+ * every per-layer count loop for seconds: fuzzing, 2026-12-08). DeepSeek-V3 has 61. */
+enum { MOE_MODEL_MAX_LAYERS = 256 };
+
 typedef struct {
     int vocab_size;     /* V                                                                  */
-    int num_layers;     /* L                                                                  */
+    int num_layers;     /* L, 1 to MOE_MODEL_MAX_LAYERS                                       */
     int d_model;        /* d                                                                  */
     int num_heads;      /* H                                                                  */
     int num_kv_heads;   /* KV, divides H (KV < H: grouped-query attention)                     */

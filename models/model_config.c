@@ -170,7 +170,7 @@ static const char *tensor_parallel_problem(const moe_model_config *c, int tp) {
 
 const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->vocab_size < 2) return "vocab size must be at least 2"; /* token files hold up to 2^32 - 1 */
-    if (c->num_layers < 1) return "the number of layers must be at least 1";
+    if (c->num_layers < 1 || c->num_layers > MOE_MODEL_MAX_LAYERS) return "the number of layers must be 1 to 256";
     if (c->d_model < 2) return "d_model must be at least 2";
     if (c->family < 0 || c->family >= MOE_MODEL_FAMILIES)
         return "family must be mixtral, qwen3_moe, olmoe, qwen2_moe, deepseek_v3 or deepseek_v2";
@@ -186,7 +186,7 @@ const char *moe_model_config_problem(const moe_model_config *c) {
     if (c->head_dim == 0 && c->d_model % c->num_heads != 0)
         return "the number of heads must divide d_model (or head_dim be given: --head-dim, Qwen3-MoE's)";
     if (c->head_dim > 0 && c->family != MOE_MODEL_FAMILY_QWEN3_MOE && !moe_model_mla(c) &&
-        c->head_dim * c->num_heads != c->d_model)
+        (long long)c->head_dim * c->num_heads != c->d_model)
         return "head_dim other than d_model / heads is Qwen3-MoE's (--family qwen3_moe) or multi-head latent "
                "attention's (--kv-lora-rank): Mixtral's and OLMoE's attention derive it";
     if (moe_model_head_dim(c) % 2 != 0) return "head_dim must be even (RoPE rotates pairs)";

@@ -29,7 +29,7 @@ typedef moe_train_option opt_spec;
 #define OFF(field) offsetof(moe_train_options, field)
 static const opt_spec kOptions[] = {
     /* model */
-    {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, 256, {0}, NULL, RUN},
+    {"--layers", "decoder layers", OPT_INT, OFF(model.num_layers), 1, MOE_MODEL_MAX_LAYERS, {0}, NULL, RUN},
     {"--d-model", "model width", OPT_INT, OFF(model.d_model), 2, 65536, {0}, NULL, RUN},
     {"--family", "model family (models/model.h): mixtral; qwen3_moe (q/k norms per head, --head-dim its own); olmoe "
      "(q/k norms over the projections); qwen2_moe (q/k/v biases, a shared expert with a sigmoid gate); deepseek_v3 "
