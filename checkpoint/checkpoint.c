@@ -194,7 +194,10 @@ int moe_checkpoint_none_yet(const char *root) {
     DIR *d = opendir(root);
     if (!d) return errno == ENOENT;
     int none = 1;
-    for (struct dirent *e; none && (e = readdir(d)) != NULL;) none = strncmp(e->d_name, "step-", 5) != 0;
+    for (struct dirent *e; none && (e = readdir(d)) != NULL;) { /* step-<digits>: not a step-notes.txt (a review) */
+        const char *digits = e->d_name + 5;
+        none = strncmp(e->d_name, "step-", 5) || !*digits || strspn(digits, "0123456789") != strlen(digits);
+    }
     closedir(d);
     return none;
 }

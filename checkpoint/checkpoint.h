@@ -170,8 +170,8 @@ moe_status moe_checkpoint_resume(moe_checkpoint_run run, const char *dir, int *s
  * MOE_ERR_IO with a message when there is none. Unreadable step directories are passed over with a warning on
  * notes (NULL: none). */
 moe_status moe_checkpoint_latest(const char *root, char **out, FILE *notes);
-/* 1 when ROOT does not exist or holds no step-* entry at all (a job's first start: moe-train --resume auto starts
- * fresh there); 0 otherwise, moe_checkpoint_latest then deciding (an unreadable ROOT included: it says why). */
+/* 1 when ROOT does not exist or holds no step-<digits> entry at all (a job's first start: moe-train --resume auto
+ * starts fresh there); 0 otherwise, moe_checkpoint_latest then deciding (an unreadable ROOT included: it says why). */
 int moe_checkpoint_none_yet(const char *root);
 
 #endif

@@ -37,6 +37,16 @@ static int edit_distance(const char *a, const char *b) {
 
 void moe_flag_arg_hint(const char *name, const char *const *known, int count, char *out, size_t n) {
     *out = 0;
+    if (name[0] == '-' && name[1] != '-' && name[1]) { /* "-lr": argparse's single dash (a review) */
+        char dashed[66];
+        snprintf(dashed, sizeof dashed, "-%s", name);
+        moe_flag_arg_hint(dashed, known, count, out, n);
+        const char *exact = strstr(out, "here: "); /* "--lr" itself, or with '-' for '_' */
+        if (exact) snprintf(dashed, sizeof dashed, "%s", exact + 6), snprintf(out, n, ": flags take two dashes: %s",
+                                                                              dashed);
+        else if (!*out) snprintf(out, n, ": flags take two dashes");
+        return;
+    }
     if (strncmp(name, "--", 2)) {
         snprintf(out, n, ": a value without its flag (if the shell expanded an unquoted pattern into several words, "
                          "quote the pattern)");

@@ -92,6 +92,9 @@ log unless --log-file is given" --resume "$(step_dir "$dir/z0" 2)" --steps 3
 # --resume auto, a job script run again and again (Slurm's requeue): fresh where the folder holds no checkpoint yet
 # (from --init-from's weights if given), the newest where it does (--init-from then moot); a probe: --resume latest
 # refused the first start, and a requeue script needed a wrapper
+mkdir -p "$dir/auto" && touch "$dir/auto/step-notes.txt" # a file, not a checkpoint (a review: it was taken for one)
+"$train" --resume auto --checkpoint-dir "$dir/auto" --print-config 2> /dev/null | grep -q '"resume": "auto"' ||
+    fail_with_output "--print-config did not keep --resume auto"
 trains "--resume auto starts fresh" "^resume: --resume auto: .*/auto holds no checkpoint yet: a fresh run from the \
 weights of" --resume auto --checkpoint-dir "$dir/auto" --steps 2 --init-from "$(step_dir "$ck" 12)"
 trains "--resume auto resumes" "resumed from .*/auto/step-00000002 after step 2" --resume auto \

@@ -153,6 +153,20 @@ cp "$dir/end.txt" "$dir/out.txt"
     echo "ok: a stop at a dropped step saved $(ls "$dir/dropped_end" | grep step-)" ||
     fail_with_output "a stop at a dropped step: exit $rc, saved: $(ls "$dir/dropped_end")"
 
+# evaluation of weights whose attention overflows (layer 0's v and o projections at 1e30): the checked re-run names
+# the op, not the next router; under a pipeline the first stage's router stops it at once (a review, 2026-12-08: the
+# re-run's exchange waited for a stage still expecting activations, until the watchdog)
+trains "a 2-layer checkpoint" "^step     1" --layers 2 --steps 1 --checkpoint-dir "$dir/two_layers"
+cp -r "$(step_dir "$dir/two_layers" 1)" "$dir/attn_overflow" && rm "$dir/attn_overflow/manifest.json"
+for w in v_proj o_proj; do
+    python3 "$edit" "$dir/attn_overflow/model.safetensors" "model.layers.0.self_attn.$w.weight" 1e30 ||
+        fail_with_output "safetensors_edit.py failed"
+done
+refuses "validation: a non-finite value: layer 0: the residual after attention \(o_proj\) holds the first NaN" \
+    --init-from "$dir/attn_overflow" --eval-only 1 --layers 2
+refuses "validation failed: layer 0, world rank 0: router logit of token [0-9]+, expert [0-9]+ is" \
+    --init-from "$dir/attn_overflow" --eval-only 1 --layers 2 --pp 2
+
 # R14: a finite gradient whose squares pass fp32's range (the final norm at 1e25, lm_head at 1e-25: finite logits):
 # with --clip 0 AdamW's second moments would turn Inf and freeze those weights, silently (a probe); a non-finite step
 cp -r "$(step_dir "$ck" 4)" "$dir/huge" && rm "$dir/huge/manifest.json"

@@ -187,14 +187,14 @@ derived() { # FILE FLAGS...: --print-config into FILE.json, its note into FILE.t
     "$mpirun" -np 1 "$train" "${data[@]}" "$@" --print-config > "$f.json" 2> "$f.txt"
 }
 derived "$dir/auto" --steps 20 --heads 4 --d-model 32
-for key in kv_heads renormalize precision warmup; do
+for key in kv_heads renormalize precision min_lr warmup; do
     grep -q "^  \"$key\": \"auto\",\$" "$dir/auto.json" || fail_with_output "--print-config wrote $key as a value, not \"auto\""
 done
-grep -q 'derived, written "auto": kv_heads 4, renormalize 1, precision fp32, warmup 2' "$dir/auto.txt" &&
+grep -q 'derived, written "auto": kv_heads 4, renormalize 1, precision fp32, min_lr 0.0003, warmup 2' "$dir/auto.txt" &&
     echo "ok: --print-config says what it derived: $(cat "$dir/auto.txt")" ||
     fail_with_output "--print-config's note: $(cat "$dir/auto.txt")"
-derived "$dir/again" --config "$dir/auto.json" --steps 400 --top-k 1 --heads 8
-grep -q 'kv_heads 8, renormalize 0, precision fp32, warmup 40' "$dir/again.txt" &&
+derived "$dir/again" --config "$dir/auto.json" --steps 400 --top-k 1 --heads 8 --lr 1e-4
+grep -q 'kv_heads 8, renormalize 0, precision fp32, min_lr 1e-05, warmup 40' "$dir/again.txt" &&
     echo "ok: flags beside --config re-derive: $(cat "$dir/again.txt")" ||
     fail_with_output "flags beside --config did not re-derive: $(cat "$dir/again.txt")"
 derived "$dir/cuda" --config "$dir/auto.json" --device cuda && grep -q 'precision bf16' "$dir/cuda.txt" &&

@@ -20,6 +20,8 @@ refuses "unknown flag '--lerning-rate'" --lerning-rate 1
 refuses "unknown flag '--clip-grad': another trainer's flag; here: --clip" --clip-grad 1
 refuses "unknown flag '--weight_decay': flags are spelled with '-' here: --weight-decay" --weight_decay 0.1
 refuses "unknown flag '--stepz': did you mean --steps\?" --stepz 4
+refuses "unknown flag '-lr': flags take two dashes: --lr" -lr 1e-3
+refuses "unknown flag '--micro_batch_size': another trainer's flag; here: --batch" --micro_batch_size 2
 refuses "unknown flag 'b.bin': a value without its flag \(if the shell expanded an unquoted pattern" --val-data a.bin b.bin
 refuses "--experts expects an integer in \[1, 4096\], got 'eight'" --experts eight
 refuses "--lr expects a number in \[0, 10\], got '-1'" --lr -1
@@ -176,7 +178,7 @@ fi
 merge --steps 2
 if [ -n "${ASAN_OPTIONS:-}" ]; then
     echo "skipped under the sanitizers: a run under ulimit -v"
-elif "$expect_failure" "the address-space limit \(ulimit -v\) is 684 MiB per process; this run maps about" 60 \
+elif "$expect_failure" "the address-space limit \(ulimit -v\) is 684 MiB per process; this run maps at least" 60 \
     bash -c 'ulimit -v 700000 && exec "$@"' limited "$mpirun" -np 2 "$train" "${merged[@]}" > "$dir/out.txt" 2>&1; then
     echo "ok: refused with: $(grep -m 1 "address-space limit" "$dir/out.txt")"
 else

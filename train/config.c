@@ -38,7 +38,7 @@ json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto) 
         const void *field = (const char *)o + s->offset;
         if (s->scope == MOE_OPT_SCOPE_FLAG_ONLY) continue;
         json_t *v;
-        if ((s->kind == MOE_OPT_INT || s->kind == MOE_OPT_CHOICE) && (*(const int *)field < 0 || (derived_as_auto && o->derived[i])))
+        if (moe_train_option_undecided(o, s) || (derived_as_auto && o->derived[i]))
             v = json_string("auto");
         else if (s->kind == MOE_OPT_INT) v = json_integer(*(const int *)field);
         else if (s->kind == MOE_OPT_FLOAT) v = moe_json_float(*(const float *)field);
@@ -46,6 +46,9 @@ json_t *moe_train_options_json(const moe_train_options *o, int derived_as_auto) 
         else v = json_string(s->choices[*(const int *)field]);
         if (json_object_set_new(j, moe_train_option_key(s), v)) json_decref(j), j = NULL;
     }
+    /* the command as given: a requeued job's saved configuration must say auto again (a review: it said "") */
+    if (j && derived_as_auto && o->resume_auto && json_object_set_new(j, "resume", json_string("auto")))
+        json_decref(j), j = NULL;
     return j;
 }
 
@@ -202,7 +205,7 @@ static int take_architecture(moe_train_options *o, const char *dir, FILE *err, F
     for (int i = 0; i < moe_checkpoint_num_fields(); i++) {
         const moe_checkpoint_field have = moe_checkpoint_field_at(&saved, i), asked = moe_checkpoint_field_at(&o->model, i);
         const moe_train_option *s = moe_train_option_at(offsetof(moe_train_options, model) + have.offset);
-        const int undecided = *(const int *)((const char *)o + s->offset) < 0 && moe_train_option_has_auto(s);
+        const int undecided = moe_train_option_undecided(o, s) && moe_train_option_has_auto(s);
         const int given = moe_train_option_from(o, s, MOE_OPTION_CONFIG_FILE) && !undecided;
         if (given && have.policy && *o->init_from) {
             if (asked.value != have.value && notes && !o->print_config)
@@ -305,17 +308,22 @@ static int compare_with_saved(const moe_train_options *o, json_t *saved, FILE *e
 
 /* A resume of one checkpoint (not `latest`) saves beside it unless --checkpoint-dir is given: the saved run's folder
  * (relative to where that run started) put a copy's saves into the original run's folder, whose older checkpoints
- * --keep-last then pruned (a probe, 2026-12-08). compare_with_saved notes the change. 0, or -1 (out of memory). */
+ * --keep-last then pruned (a probe, 2026-12-08). The folder holding the checkpoint as the file system has it (a link
+ * followed, `--resume .` from inside the step: a review found both saving elsewhere); compare_with_saved notes the
+ * change. 0, or -1 (out of memory). */
 static int save_beside_resumed(moe_train_options *o, FILE *err) {
     const moe_train_option *s = moe_train_option_at(offsetof(moe_train_options, checkpoint_dir));
     if (!strcmp(o->resume, "latest") || !*o->checkpoint_dir || moe_train_option_from(o, s, MOE_OPTION_CHECKPOINT))
         return 0;
-    size_t n = strlen(o->resume);
-    while (n > 1 && o->resume[n - 1] == '/') n--; /* "ck/step-00000030/" */
+    char *real = realpath(o->resume, NULL); /* NULL: no such checkpoint, which the resume then says */
+    const char *path = real ? real : o->resume;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "ck/step-00000030/" */
     size_t cut = n;
-    while (cut > 0 && o->resume[cut - 1] != '/') cut--;
-    while (cut > 1 && o->resume[cut - 1] == '/') cut--; /* the separators before the step's name */
-    json_t *parent = cut == 0 ? json_string(".") : json_stringn(o->resume, cut);
+    while (cut > 0 && path[cut - 1] != '/') cut--;
+    while (cut > 1 && path[cut - 1] == '/') cut--; /* the separators before the step's name */
+    json_t *parent = cut == 0 ? json_string(".") : json_stringn(path, cut);
+    free(real);
     if (!parent || keep(parent)) return moe_train_complain(err, "moe-train: out of memory\n"), -1;
     return moe_train_option_set(o, s, json_string_value(parent), MOE_OPTION_SAVED_RUN, "--checkpoint-dir", err);
 }
@@ -380,6 +388,7 @@ static void note_init_recipe(const moe_train_options *o, json_t *saved, FILE *no
  * checkpoint makes moot). Resolved before anything reads --resume. 0, or -1 (said). */
 static int resolve_resume_auto(moe_train_options *o, FILE *err, FILE *notes) {
     if (strcmp(o->resume, "auto")) return 0;
+    o->resume_auto = 1;
     if (!*o->checkpoint_dir)
         return moe_train_complain(err, "moe-train: --resume auto needs --checkpoint-dir (where it looks for the newest "
                                        "checkpoint)\n"), -1;

@@ -123,8 +123,8 @@ static const opt_spec kOptions[] = {
     {"--micro-batches", "micro-batches accumulated per step", OPT_INT, OFF(micro_batches), 1, 1 << 16, {0}, NULL, RUN},
     {"--steps", "optimizer steps", OPT_INT, OFF(steps), 1, 1 << 30, {0}, NULL, RUN},
     {"--lr", "peak learning rate", OPT_FLOAT, OFF(lr), 0, 10, {0}, NULL, RUN},
-    {"--min-lr", "learning rate at the last step (not given: --lr / 10; cosine decay after the warm-up; with --warmup "
-     "= --steps never reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
+    {"--min-lr", "learning rate at the last step (auto: --lr / 10; cosine decay after the warm-up; with --warmup = "
+     "--steps never reached)", OPT_FLOAT, OFF(min_lr), 0, 10, {0}, NULL, RUN},
     {"--warmup", "linear warm-up steps (auto: min(100, --steps / 10))", OPT_INT, OFF(warmup), 0, 1 << 30, {0}, NULL, RUN},
     {"--weight-decay", "AdamW weight decay (not on norms and biases)", OPT_FLOAT, OFF(weight_decay), 0, 10, {0}, NULL,
      RUN},
@@ -292,7 +292,7 @@ static void set_defaults(moe_train_options *o) {
     o->model.moe.precision = -1;   /* decided once --device is known */
     o->model.num_kv_heads = -1;    /* --heads unless given */
     o->batch = 16, o->micro_batches = 1, o->steps = 400;
-    o->lr = 3e-3f, o->min_lr = 3e-4f, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
+    o->lr = 3e-3f, o->min_lr = -1, o->warmup = -1, o->weight_decay = 0.1f, o->clip = 1.0f;
     o->device = MOE_TRAIN_DEVICE_CPU, o->gpu_transport = -1, o->verify_steps = 0;
     o->pp = 1, o->virtual_stages = 1, o->tp = 1, o->ep = 1, o->model.tp_shards = -1; /* tp_shards auto: --tp */
     o->world_invariant = -1, o->shards = -1; /* auto: on where the layout allows (finish_shards), on cuda too */
@@ -325,9 +325,13 @@ static const moe_train_options *defaults(void) {
     return &d;
 }
 
-int moe_train_option_has_auto(const moe_train_option *s) {
-    return (s->kind == OPT_INT || s->kind == OPT_CHOICE) && *(const int *)((const char *)defaults() + s->offset) < 0;
+int moe_train_option_undecided(const moe_train_options *o, const moe_train_option *s) {
+    const void *field = (const char *)o + s->offset;
+    return s->kind == OPT_FLOAT ? *(const float *)field < 0
+           : (s->kind == OPT_INT || s->kind == OPT_CHOICE) && *(const int *)field < 0;
 }
+
+int moe_train_option_has_auto(const moe_train_option *s) { return moe_train_option_undecided(defaults(), s); }
 
 int moe_train_option_is_default(const moe_train_options *o, const moe_train_option *s) {
     const void *is = (const char *)o + s->offset, *was = (const char *)defaults() + s->offset;
@@ -341,8 +345,11 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
     void *field = (char *)o + s->offset;
     char *end;
     errno = 0;
-    if (!strcmp(v, "auto") && moe_train_option_has_auto(s)) /* decided by moe_train_options_finish */
-        return *(int *)field = -1, o->source[s - kOptions] = (unsigned char)source, 0;
+    if (!strcmp(v, "auto") && moe_train_option_has_auto(s)) { /* decided by moe_train_options_finish */
+        if (s->kind == OPT_FLOAT) *(float *)field = -1;
+        else *(int *)field = -1;
+        return o->source[s - kOptions] = (unsigned char)source, 0;
+    }
     if (s->kind == OPT_STRING) {
         *(const char **)field = v;
         return o->source[s - kOptions] = (unsigned char)source, 0;
@@ -480,7 +487,7 @@ static int finish_tensor_parallel(const moe_train_options *o, int world_size, FI
 }
 
 static int is_auto(const moe_train_options *o, size_t i) {
-    return moe_train_option_has_auto(&kOptions[i]) && *(const int *)((const char *)o + kOptions[i].offset) < 0;
+    return moe_train_option_has_auto(&kOptions[i]) && moe_train_option_undecided(o, &kOptions[i]);
 }
 
 int moe_train_options_finish(moe_train_options *o, int world_size, FILE *err) {
@@ -537,9 +544,9 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (m->family == MOE_MODEL_FAMILY_DEEPSEEK_V2 && o->source[find("--group-score") - kOptions] == MOE_OPTION_DEFAULT)
         m->moe.group_score = MOE_GROUP_SCORE_MAX; /* its group_limited_greedy */
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100; /* min(100, steps / 10) */
-    /* not given: a tenth of the peak, as the default pair (3e-3, 3e-4) always was, the same float (a probe: --lr 1e-4
+    /* auto: a tenth of the peak, as the default pair (3e-3, 3e-4) always was, the same float (a probe: --lr 1e-4
      * alone was refused as below a fixed 3e-4, and --lr 6e-4 decayed only to half its peak) */
-    if (o->source[find("--min-lr") - kOptions] == MOE_OPTION_DEFAULT) o->min_lr = (float)((double)o->lr / 10);
+    if (o->min_lr < 0) o->min_lr = (float)((double)o->lr / 10);
     if (o->gpu_transport >= 0 && o->device != MOE_TRAIN_DEVICE_CUDA)
         return moe_train_complain(err, "moe-train: --gpu-transport needs --device cuda\n"), -1;
     if (o->device == MOE_TRAIN_DEVICE_CUDA && m->moe.precision == MOE_PRECISION_FP32)
@@ -579,8 +586,9 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
     if (o->warmup > o->steps) return moe_train_complain(err, "moe-train: --warmup %d exceeds --steps %d\n", o->warmup, o->steps), -1;
     if (!*o->train_data || !*o->val_data) return moe_train_complain(err, "moe-train: --train-data and --val-data are required\n"), -1;
     /* the default validation file beside other training data measured another corpus, unsaid (a probe) */
-    if (!o->eval_only && moe_train_option_from(o, moe_train_option_at(offsetof(moe_train_options, train_data)),
-                                               MOE_OPTION_SAVED_RUN) &&
+    const moe_train_option *train_spec = moe_train_option_at(offsetof(moe_train_options, train_data));
+    if (!o->eval_only && moe_train_option_from(o, train_spec, MOE_OPTION_SAVED_RUN) &&
+        !moe_train_option_is_default(o, train_spec) && /* the default file's own held-out part is the default */
         !moe_train_option_from(o, moe_train_option_at(offsetof(moe_train_options, val_data)), MOE_OPTION_SAVED_RUN))
         return moe_train_complain(err, "moe-train: --train-data %s is given without --val-data, which would be the "
                                        "default %s, another corpus: give a held-out part of the same data "
@@ -611,7 +619,10 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
                                        "multiplies every decayed weight by 1 - lr x wd = %g each step at the peak (as "
                                        "torch.optim.AdamW's weight_decay; usual values are 0.01 to 0.1)\n", o->lr,
                                   o->weight_decay, (double)o->lr * o->weight_decay,
-                                  1 - (double)o->lr * o->weight_decay), -1;
+                                  fabs(1 - (double)o->lr * o->weight_decay) < 1e-6 /* float's 0.1 */
+                                      ? 0
+                                      : 1 - (double)o->lr * o->weight_decay),
+               -1;
     if (!(o->adam_eps > 0)) /* sqrt(v) + eps: 0/0 at the first update of a weight whose gradient was exactly 0 */
         return moe_train_complain(err, "moe-train: --adam-eps must be above 0: AdamW divides by sqrt(v) + eps, and with "
                                        "0 a weight whose gradients have all been 0 (an embedding row of a token no "
@@ -633,7 +644,11 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
 /* "unknown flag", with the way here: another trainer's name for it (flag_aliases.h), the flag it is a misspelling of,
  * or a value whose flag is missing */
 static void unknown_flag(const char *name, FILE *err) {
-    const char *names[NUM_OPTIONS], *alias = moe_train_flag_alias(name);
+    char dashed[64]; /* --micro_batch_size is Megatron's --micro-batch-size too (a review) */
+    snprintf(dashed, sizeof dashed, "%s", name);
+    for (char *c = dashed + 1; *c; c++)
+        if (*c == '_') *c = '-';
+    const char *names[NUM_OPTIONS], *alias = moe_train_flag_alias(dashed);
     for (size_t i = 0; i < NUM_OPTIONS; i++) names[i] = kOptions[i].name;
     char hint[256];
     if (alias) snprintf(hint, sizeof hint, ": another trainer's flag; here: %s", alias);
@@ -679,7 +694,10 @@ void moe_train_option_format(const moe_train_options *o, const moe_train_option 
         if (i < 0) snprintf(out, nbytes, "auto");
         else snprintf(out, nbytes, "%d", i);
         break;
-    case OPT_FLOAT: moe_format_float(*(const float *)field, out, nbytes); break;
+    case OPT_FLOAT:
+        if (moe_train_option_undecided(o, s)) snprintf(out, nbytes, "auto"); /* --min-lr's: from --lr */
+        else moe_format_float(*(const float *)field, out, nbytes);
+        break;
     case OPT_STRING: snprintf(out, nbytes, quote_strings ? "'%s'" : "%s", *(const char *const *)field); break;
     case OPT_CHOICE: snprintf(out, nbytes, "%s", i < 0 ? "auto" : s->choices[i]); break;
     }

@@ -65,6 +65,7 @@ typedef struct {
     int keep_last;              /* step directories kept (0: all)                        */
     float checkpoint_timeout_s; /* how long a rank waits for the others' part of a save */
     const char *resume;         /* '' : fresh start; 'latest' (in checkpoint_dir) or a directory */
+    int resume_auto;            /* 1: --resume auto, resolved to 'latest' or '' (--print-config writes auto back) */
     const char *init_from;      /* weights only, from a checkpoint directory              */
     int save_dtype;             /* 0: F32 (the masters), 1: BF16 (an export: not resumable) */
     const char *save_shard_size; /* '' : one model.safetensors; else a byte count (moe_parse_nbytes) */
@@ -122,6 +123,8 @@ int moe_train_option_set(moe_train_options *o, const moe_train_option *s, const 
                          const char *label, FILE *err);
 /* 1 when the option's default is decided from others (negative: "auto", which moe_train_option_set takes). */
 int moe_train_option_has_auto(const moe_train_option *s);
+/* 1 when the option's value in o is "auto", not decided yet (a negative int, choice or float: --min-lr's). */
+int moe_train_option_undecided(const moe_train_options *o, const moe_train_option *s);
 /* 1 when the option's current value is its default (an undecided "auto" included). */
 int moe_train_option_is_default(const moe_train_options *o, const moe_train_option *s);
 /* 1 when the option's current value came from source or a stronger one. */

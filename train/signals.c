@@ -16,7 +16,9 @@
 
 static volatile sig_atomic_t received;
 static sigset_t watched;     /* held by every thread that runs GEMMs, taken by this one at step boundaries */
-static pid_t launcher;      /* the parent when watching began, if Open MPI's mpirun or daemon; else 0 */
+static pid_t launcher;      /* the parent when watching began, if Open MPI's mpirun or daemon or timeout; else 0 */
+static int launcher_is_timeout;              /* 1: that parent is coreutils' timeout                           */
+static volatile sig_atomic_t copy_absorbed;  /* timeout's second copy of the stop's signal came and was taken  */
 static int may_unblock[3];  /* decided when watching began: standard output / error that mpirun reads */
 static volatile sig_atomic_t unblocked[3]; /* 1: the handler made this descriptor non-blocking */
 
@@ -31,17 +33,20 @@ enum { LAST_WORDS_S = 10 }; /* after a stop's save: how long the last messages a
 /* A launcher ending a job repeats the stop in its own words: Open MPI's mpirun, given SIGTERM or SIGINT, sends the
  * ranks SIGCONT, SIGTERM odls_base_sigkill_timeout seconds later and SIGKILL as long again after; coreutils' timeout
  * sends its signal to the child and at once again to its process group (2026-12-08: under `timeout`, 4 stops in 10
- * ended unsaved, the second copy arriving after the first was handled). That SIGTERM, or the same signal again,
- * continues the request under way (which a scheduler's SIGTERM to every process may have begun), not a second
- * one. */
+ * ended unsaved, the second copy arriving after the first was handled). mpirun's SIGTERM, and one copy of timeout's
+ * signal, continue the request under way (which a scheduler's SIGTERM to every process may have begun), not a second
+ * one; a signal the user sends again through either (mpirun forwards each once) still ends the run. */
 static int is_launchers_repeat(int signo, const siginfo_t *info) {
-    return (signo == SIGTERM || signo == received) && info && info->si_code == SI_USER && launcher > 1 &&
-           info->si_pid == launcher;
+    if (!info || info->si_code != SI_USER || launcher <= 1 || info->si_pid != launcher) return 0;
+    if (!launcher_is_timeout) return signo == SIGTERM;
+    if (signo != received || copy_absorbed) return 0;
+    copy_absorbed = 1;
+    return 1;
 }
 
-/* The parent, when it is Open MPI's launcher (mpirun, mpiexec, orterun) or daemon (orted), or coreutils' timeout; 0
- * otherwise (a shell or script that signals its child twice means it). */
-static pid_t open_mpi_parent(void) {
+/* The parent, when it is Open MPI's launcher (mpirun, mpiexec, orterun) or daemon (orted), or coreutils' timeout
+ * (*is_timeout 1); 0 otherwise (a shell or script that signals its child twice means it). */
+static pid_t launching_parent(int *is_timeout) {
     char path[64], name[32] = "";
     const pid_t parent = getppid();
     snprintf(path, sizeof path, "/proc/%ld/comm", (long)parent);
@@ -49,6 +54,7 @@ static pid_t open_mpi_parent(void) {
     if (f && !fgets(name, sizeof name, f)) name[0] = 0;
     if (f) fclose(f);
     name[strcspn(name, "\n")] = 0;
+    *is_timeout = !strcmp(name, "timeout");
     const char *const known[] = {"mpirun", "mpiexec", "orterun", "orted", "timeout"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(name, known[i])) return parent;
@@ -140,7 +146,7 @@ int moe_train_signals_watch(const char *list, char *why, size_t why_nbytes) {
      * the step goes on to its boundary; files on disk are not interrupted, and MPI's waits retry on EINTR */
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    launcher = open_mpi_parent();
+    launcher = launching_parent(&launcher_is_timeout);
     for (int fd = 1; fd <= 2; fd++) may_unblock[fd] = read_by_launcher(fd);
     sigemptyset(&watched);
     for (int i = 0; i < NUM_SIGNALS; i++) {

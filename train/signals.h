@@ -3,9 +3,9 @@
  * sends SIGINT; Slurm's --signal and mpirun (which forwards it at once) SIGUSR1. The first watched signal only
  * records itself: moe-train finishes the step it is in, every rank agrees at the step boundary, a checkpoint is
  * saved (with --checkpoint-dir) and the job exits with 128 + the signal's number. A second watched signal ends the
- * process at once, as if nothing were watched (its default action) — except the SIGTERM, or the same signal again,
- * with which the launcher (the parent, when it is Open MPI's mpirun or orted, or coreutils' timeout, which signals
- * the child and then its process group) follows up the job's end, which continues the first request. Until the save,
+ * process at once, as if nothing were watched (its default action) — except the SIGTERM with which the launcher (the
+ * parent, when it is Open MPI's mpirun or orted) follows up the job's end, and the one copy of its signal that
+ * coreutils' timeout sends again to the process group: they continue the first request. Until the save,
  * standard output and error, when mpirun reads them, are non-blocking: an mpirun ending the job stops reading. */
 #ifndef MOE_TRAIN_SIGNALS_H
 #define MOE_TRAIN_SIGNALS_H

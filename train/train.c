@@ -264,13 +264,13 @@ static moe_train_memory host_memory(const moe_train_options *o, int world_size) 
     return need;
 }
 
-/* The address space a rank maps beyond its memory estimate: OpenBLAS's 128 MiB buffer per calling thread (and the
- * main one), then the libraries, thread stacks, allocator arenas and MPI's segments. Under an address-space limit
- * (ulimit -v) OpenBLAS retries a buffer it cannot map forever: a probe, 2026-12-08, the default model (an estimate of
- * 425 MiB) hung at 600-800 MB, ran out of memory at 1,000 MB, trained at 1,500 MB. */
-static double address_space_beyond_estimate(int threads) {
-    return (threads + 1) * 128.0 * (1 << 20) + 512.0 * (1 << 20);
-}
+/* The address space a rank maps beyond its memory estimate, at the least: the libraries, thread stacks, allocator
+ * arenas, MPI's segments and one OpenBLAS buffer of 128 MiB. Under an address-space limit (ulimit -v) OpenBLAS
+ * retries a buffer it cannot map forever: a probe, 2026-12-08, the default model (an estimate of 425 MiB, a VmPeak of
+ * 1.08 GiB at 2 threads, 2.14 at 16) hung at 600-800 MB, ran out of memory at 1,000 MB, trained at 1,500 MB. Threads
+ * add arenas and stacks, but a small model at 16 threads peaked at 1.03 GiB: not charged per thread, so that no run
+ * that fits is refused (a review: 128 MiB a thread refused it). */
+static double address_space_beyond_estimate(void) { return 640.0 * (1 << 20); }
 
 /* Refuses, on every rank alike, a configuration whose estimated memory (train/options.h) times the ranks sharing this
  * machine exceeds its physical memory, or a rank's address-space limit: better a sentence now than the kernel's OOM
@@ -289,14 +289,14 @@ static int refuse_oversized(const moe_train_options *o, int world_size) {
     const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE), gib = 1024.0 * 1024 * 1024;
     int too_big = have > 0 && need.total * node_ranks > have;
     struct rlimit space;
-    const double mapped = need.total + address_space_beyond_estimate(o->threads);
+    const double mapped = need.total + address_space_beyond_estimate();
     const int limited = getrlimit(RLIMIT_AS, &space) == 0 && space.rlim_cur != RLIM_INFINITY &&
                         (double)space.rlim_cur < mapped;
     if (limited && !too_big && node_rank == 0)
-        fprintf(stderr, "moe-train: the address-space limit (ulimit -v) is %.0f MiB per process; this run maps about "
-                "%.0f MiB (its memory estimate, %.0f MiB, OpenBLAS's 128 MiB buffer per thread, libraries and MPI), "
+        fprintf(stderr, "moe-train: the address-space limit (ulimit -v) is %.0f MiB per process; this run maps at "
+                "least %.0f MiB (its memory estimate, %.0f MiB, with libraries, stacks, MPI and an OpenBLAS buffer), "
                 "and below that OpenBLAS waits forever for a buffer: raise it (ulimit -v unlimited, or at least %.0f "
-                "KiB), or use fewer --threads or a smaller model\n", (double)space.rlim_cur / gib * 1024,
+                "KiB), or use a smaller model\n", (double)space.rlim_cur / gib * 1024,
                 mapped / gib * 1024, need.total / gib * 1024, mapped / 1024);
     int any = too_big || limited;
     MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -720,6 +720,10 @@ moe_status moe_trainer_evaluate(moe_trainer *t, double *val_loss) {
         if (st != MOE_OK) return st;
         double s = 0;
         st = moe_stage_runner_forward(&t->runner, t->inputs, t->targets, seqs, &s, NULL);
+        /* under a pipeline a stage whose router stopped its forward leaves the next stages waiting for its activations:
+         * no collective can follow, and the job ends with the failure, as before the checked re-run (a review,
+         * 2026-12-08: the re-run's exchange hung until the watchdog) */
+        if (st != MOE_OK && moe_comm_size(moe_parallel_pipeline(t->par)) > 1) return st;
         if (st == MOE_OK) { /* the loss, on the last stage: agreed (8 bytes) so that every rank looks again alike */
             st = moe_comm_agree(moe_parallel_world(t->par),
                                 isfinite(s) ? MOE_OK : moe_fail(MOE_ERR_NONFINITE, "the loss is %g", s));

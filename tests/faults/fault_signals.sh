@@ -119,7 +119,8 @@ else
     skipped=3
 fi
 
-# coreutils' timeout (a job script's wall-clock limit) sends its signal to moe-train and again to its process group:
+# coreutils' timeout (a job script's wall-clock limit) sends its signal to moe-train and again to its process group
+# (and ignores any further one itself, so a second request cannot pass through it):
 # the copy continues the stop (2026-12-08: at ~1 ms a step, 4 stops in 10 ended unsaved; a CI run's flake). 3 trials
 timed_out=0
 for trial in 1 2 3; do
