@@ -35,7 +35,8 @@ enum { LAST_WORDS_S = 10 }; /* after a stop's save: how long the last messages a
  * sends its signal to the child and at once again to its process group (2026-12-08: under `timeout`, 4 stops in 10
  * ended unsaved, the second copy arriving after the first was handled). mpirun's SIGTERM, and one copy of timeout's
  * signal, continue the request under way (which a scheduler's SIGTERM to every process may have begun), not a second
- * one; a signal the user sends again through either (mpirun forwards each once) still ends the run. */
+ * one; a signal the user sends again through mpirun (it forwards each once) still ends the run (timeout passes on
+ * one request only: it ignores any later signal itself). */
 static int is_launchers_repeat(int signo, const siginfo_t *info) {
     if (!info || info->si_code != SI_USER || launcher <= 1 || info->si_pid != launcher) return 0;
     if (!launcher_is_timeout) return signo == SIGTERM;

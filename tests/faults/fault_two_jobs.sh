@@ -37,21 +37,25 @@ rm "$ck/.lock" && mkfifo "$ck/.lock"
 refuses "$ck/.lock is not a regular file" --checkpoint-dir "$ck"
 
 # another run's checkpoint appearing mid-run where this run saves next (copied in by hand while it trains): the save
-# refuses to replace it, naming its run; it stays as it was, and the job ends with the failure said
+# refuses to replace it, naming its run; it stays as it was, and the job ends with the failure said. The ranks are
+# stopped while it is copied in (at 0.3 ms a step a CI run had saved its own step 300 before the copy came)
 trains "another run's checkpoint" "^step     4" --steps 4 --checkpoint-dir "$dir/other" --seed 2
 ck="$dir/planted_step"
-launch --steps 100000 --checkpoint-dir "$ck" --checkpoint-interval 300 --eval-interval 0
+launch --steps 100000 --checkpoint-dir "$ck" --checkpoint-interval 3000 --eval-interval 0
 planted=0
 if wait_for_step 1 120; then
+    pkill -STOP -s "$job" -x "$(basename "$train")"
     other_run=$(grep -o '"run_id": "[0-9a-f]*"' "$dir/other/step-00000004/manifest.json" | grep -o '[0-9a-f]*"$' |
         tr -d '"')
-    cp -r "$dir/other/step-00000004" "$ck/.planting" && mv "$ck/.planting" "$ck/step-00000300"
+    [ ! -e "$ck/step-00003000" ] || echo "(the job had saved step 3000 before it was stopped)" >> "$dir/job.txt"
+    cp -r "$dir/other/step-00000004" "$ck/.planting" && mv -T "$ck/.planting" "$ck/step-00003000"
+    pkill -CONT -s "$job" -x "$(basename "$train")"
     if ! wait_job 300; then
         fail_job "the job did not end after the planted checkpoint"
-    elif [ "$job_rc" -eq 0 ] || ! grep -q "step-00000300 exists and belongs to run $other_run: a save never replaces \
+    elif [ "$job_rc" -eq 0 ] || ! grep -q "step-00003000 exists and belongs to run $other_run: a save never replaces \
 another run's checkpoint" "$dir/job.txt"; then
         fail_job "a planted checkpoint: exit $job_rc, not the refusal naming run $other_run"
-    elif ! diff -r "$dir/other/step-00000004" "$ck/step-00000300" > /dev/null; then
+    elif ! diff -r "$dir/other/step-00000004" "$ck/step-00003000" > /dev/null; then
         fail_job "the planted checkpoint was changed"
     else
         planted=1
