@@ -140,8 +140,8 @@ static const char *describe_data(const moe_token_data *d, const char *given, cha
 }
 
 /* Where evaluation reads fewer sequences than --eval-batches global batches ask: how many of the validation file's
- * windows it reads (all, or the most that are a multiple of the data-parallel ranks; before, "all the validation file holds"
- * was said of 2 of its 3: a probe); 0 when none short. */
+ * windows it reads (all, or the most that are a multiple of the data-parallel ranks; before, "all the validation file
+ * holds" was said of 2 of its 3: a probe); 0 when none short. */
 static int eval_shortfall(const moe_trainer *t, char *out, size_t n) {
     const moe_train_options *o = &t->opt;
     const long seqs = moe_trainer_eval_sequences(t), want = moe_trainer_eval_wanted(t);
