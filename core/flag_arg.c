@@ -35,36 +35,34 @@ static int edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
+void moe_flag_arg_canonical(const char *name, char out[64]) {
+    const int single = name[0] == '-' && name[1] && name[1] != '-'; /* "-lr": argparse's single dash (a review) */
+    snprintf(out, 64, "%s%s", single ? "-" : "", name);
+    for (char *c = out; *c; c++)
+        if (*c == '_' && c > out + 1) *c = '-';
+}
+
 void moe_flag_arg_hint(const char *name, const char *const *known, int count, char *out, size_t n) {
     *out = 0;
-    if (name[0] == '-' && name[1] != '-' && name[1]) { /* "-lr": argparse's single dash (a review) */
-        char dashed[66];
-        snprintf(dashed, sizeof dashed, "-%s", name);
-        moe_flag_arg_hint(dashed, known, count, out, n);
-        const char *exact = strstr(out, "here: "); /* "--lr" itself, or with '-' for '_' */
-        if (exact) snprintf(dashed, sizeof dashed, "%s", exact + 6), snprintf(out, n, ": flags take two dashes: %s",
-                                                                              dashed);
-        else if (!*out) snprintf(out, n, ": flags take two dashes");
-        return;
-    }
-    if (strncmp(name, "--", 2)) {
+    const int single = name[0] == '-' && name[1] && name[1] != '-';
+    if (strncmp(name, "--", 2) && !single) {
         snprintf(out, n, ": a value without its flag (if the shell expanded an unquoted pattern into several words, "
                          "quote the pattern)");
         return;
     }
-    char dashed[64];
-    snprintf(dashed, sizeof dashed, "%s", name);
-    for (char *c = dashed + 2; *c; c++)
-        if (*c == '_') *c = '-';
-    const int most = 1 + ((int)strlen(name) - 2) / 4; /* "--stepz": 2; "--foo" is no "--ep" */
+    char canonical[64];
+    moe_flag_arg_canonical(name, canonical);
+    const int most = 1 + ((int)strlen(canonical) - 2) / 4; /* "--stepz": 2; "--foo" is no "--ep" */
     int best = -1, distance = most + 1;
     for (int i = 0; i < count; i++) {
-        if (!strcmp(dashed, known[i])) {
-            snprintf(out, n, ": flags are spelled with '-' here: %s", known[i]);
+        if (!strcmp(canonical, known[i])) {
+            snprintf(out, n, single ? ": flags take two dashes: %s" : ": flags are spelled with '-' here: %s",
+                     known[i]);
             return;
         }
-        const int d = edit_distance(name, known[i]);
+        const int d = edit_distance(canonical, known[i]);
         if (d < distance) best = i, distance = d;
     }
     if (best >= 0) snprintf(out, n, ": did you mean %s?", known[best]);
+    else if (single) snprintf(out, n, ": flags take two dashes");
 }

@@ -14,10 +14,14 @@ moe_flag_arg moe_flag_arg_split(const char *token);
 /* 1 when argv[i + 1] exists and can be a value: it does not start with "--" (a negative number can) */
 int moe_flag_arg_next_is_value(int argc, char **argv, int i);
 
+/* NAME as flags are spelled here: two dashes, '-' for '_' ("-lr": "--lr", "--clip_grad": "--clip-grad"); cut at 63
+ * bytes. */
+void moe_flag_arg_canonical(const char *name, char out[64]);
+
 /* What to add to "unknown flag 'NAME'" (into out, "" when nothing): for a word that is no flag, that a value stands
- * without one (a shell that expanded an unquoted glob into several words); else the known flag it is spelled like
- * with '_' for '-', or the nearest known flag by edit distance (at most 1 plus a quarter of its length without the
- * dashes). */
+ * without one (a shell that expanded an unquoted glob into several words); else the known flag it is once spelled
+ * canonically (moe_flag_arg_canonical), or the nearest known flag by edit distance (at most 1 plus a quarter of its
+ * length without the dashes). */
 void moe_flag_arg_hint(const char *name, const char *const *known, int count, char *out, size_t n);
 
 #endif

@@ -644,11 +644,9 @@ static int finish_checks(moe_train_options *o, int world_size, FILE *err) {
 /* "unknown flag", with the way here: another trainer's name for it (flag_aliases.h), the flag it is a misspelling of,
  * or a value whose flag is missing */
 static void unknown_flag(const char *name, FILE *err) {
-    char dashed[64]; /* --micro_batch_size is Megatron's --micro-batch-size too (a review) */
-    snprintf(dashed, sizeof dashed, "%s", name);
-    for (char *c = dashed + 1; *c; c++)
-        if (*c == '_') *c = '-';
-    const char *names[NUM_OPTIONS], *alias = moe_train_flag_alias(dashed);
+    char canonical[64]; /* --micro_batch_size is Megatron's --micro-batch-size too (a review) */
+    moe_flag_arg_canonical(name, canonical);
+    const char *names[NUM_OPTIONS], *alias = moe_train_flag_alias(canonical);
     for (size_t i = 0; i < NUM_OPTIONS; i++) names[i] = kOptions[i].name;
     char hint[256];
     if (alias) snprintf(hint, sizeof hint, ": another trainer's flag; here: %s", alias);
